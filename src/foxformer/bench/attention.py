@@ -1,0 +1,150 @@
+"""`foxformer bench attention`: Forgetting Attention kernels against the attention ceilings.
+
+FLOPs follow the causal convention: forward 2*B*H*T^2*D (half of the 4*B*H*T^2*D of full
+attention), forward+backward 3.5 times that. Every provider is timed on the same token budget.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from .common import environment, print_table, time_ms, write_json
+
+PROVIDERS = ("foxformer", "sdpa_flash", "sdpa_cudnn", "fla", "flex")
+
+
+def realistic_log_fgate(B: int, T: int, H: int, device, generator=None) -> torch.Tensor:
+    """Per-head decay timescales geometric in [2, T] plus N(0, 1) logit noise per token."""
+    tau = torch.logspace(math.log10(2.0), math.log10(T), H, device=device, dtype=torch.float64)
+    f = torch.exp(-1.0 / tau)
+    logit = torch.log(f / (1 - f)).float()
+    noise = torch.randn(B, T, H, device=device, generator=generator)
+    return F.logsigmoid(logit + noise)
+
+
+def _inputs(B, T, Hq, Hkv, D, device, dtype):
+    q = torch.randn(B, T, Hq, D, device=device, dtype=dtype)
+    k = torch.randn(B, T, Hkv, D, device=device, dtype=dtype)
+    v = torch.randn(B, T, Hkv, D, device=device, dtype=dtype)
+    return q, k, v, realistic_log_fgate(B, T, Hq, device)
+
+
+def _provider_fn(name, q, k, v, log_f):
+    """A closure computing the provider's output from leaf tensors, or None if unavailable."""
+    Hq, Hkv = q.shape[2], k.shape[2]
+    if name == "foxformer":
+        from foxformer import forgetting_attention
+        return lambda: forgetting_attention(q, k, v, log_f, backend="triton")
+    if name in ("sdpa_flash", "sdpa_cudnn"):
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        kind = SDPBackend.FLASH_ATTENTION if name == "sdpa_flash" else SDPBackend.CUDNN_ATTENTION
+        # SDPA's native layout is [B, H, T, D]; its ceiling is measured there, without copies.
+        qh, kh, vh = (x.detach().transpose(1, 2).contiguous().requires_grad_(x.requires_grad)
+                      for x in (q, k, v))
+        if Hq != Hkv:
+            kh, vh = (x.detach().repeat_interleave(Hq // Hkv, 1).requires_grad_(x.requires_grad)
+                      for x in (kh, vh))
+
+        def run():
+            with sdpa_kernel([kind]):
+                return F.scaled_dot_product_attention(qh, kh, vh, is_causal=True)
+        run.leaves = (qh, kh, vh)
+        return run
+    if name == "fla":
+        try:
+            from fla.ops.forgetting_attn import parallel_forgetting_attn
+        except ImportError:
+            return None
+        return lambda: parallel_forgetting_attn(q, k, v, log_f)
+    if name == "flex":
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+        B, T = q.shape[:2]
+        c = torch.cumsum(log_f.float(), dim=1).transpose(1, 2).contiguous()   # [B, H, T]
+        cq, ck = c, c.clone()  # two tensors: indexing one twice breaks the compiled backward
+
+        def score_mod(score, b, h, qi, ki):
+            return score + cq[b, h, qi] - ck[b, h, ki]
+
+        mask = create_block_mask(lambda b, h, qi, ki: qi >= ki, None, None, T, T, device=q.device)
+        flex = torch.compile(flex_attention)
+        qh, kh, vh = (x.detach().transpose(1, 2).contiguous().requires_grad_(x.requires_grad)
+                      for x in (q, k, v))
+
+        def run():
+            return flex(qh, kh, vh, score_mod=score_mod, block_mask=mask, enable_gqa=Hq != Hkv)
+        run.leaves = (qh, kh, vh)
+        return run
+    raise ValueError(f"unknown provider {name!r}; choose from {PROVIDERS}")
+
+
+def bench_case(provider, B, T, Hq, Hkv, D, dtype=torch.bfloat16, device="cuda"):
+    q, k, v, log_f = _inputs(B, T, Hq, Hkv, D, device, dtype)
+    fwd_flops = 2.0 * B * Hq * T * T * D
+    row = dict(provider=provider, T=T, B=B, Hq=Hq, Hkv=Hkv, D=D)
+    fn = _provider_fn(provider, q, k, v, log_f)
+    if fn is None:
+        return None
+    try:
+        with torch.no_grad():
+            row["fwd_ms"] = time_ms(fn)
+        leaves = getattr(fn, "leaves", (q, k, v))
+        for x in (*leaves, log_f):
+            x.requires_grad_(True)
+        out = fn()
+        do = torch.randn_like(out)
+
+        def fwd_bwd():
+            fn().backward(do)
+        torch.cuda.reset_peak_memory_stats() if torch.cuda.is_available() else None
+        row["fwd_bwd_ms"] = time_ms(lambda: fwd_bwd())
+        if torch.cuda.is_available():
+            row["peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
+    except Exception as exc:  # a provider that cannot run a shape is reported, not fatal
+        row["error"] = f"{type(exc).__name__}: {str(exc)[:120]}"
+        return row
+    row["fwd_tflops"] = fwd_flops / row["fwd_ms"] / 1e9
+    row["fwd_bwd_tflops"] = 3.5 * fwd_flops / row["fwd_bwd_ms"] / 1e9
+    return row
+
+
+def run(args) -> int:
+    if not torch.cuda.is_available():
+        print("bench attention needs a CUDA GPU")
+        return 1
+    providers = [p.strip() for p in args.providers.split(",")]
+    shapes = []
+    for cfg in args.configs.split(","):
+        parts = [int(x) for x in cfg.split("x")]
+        D, Hq = parts[0], parts[1]
+        Hkv = parts[2] if len(parts) > 2 else Hq
+        shapes.append((D, Hq, Hkv))
+    rows = []
+    for D, Hq, Hkv in shapes:
+        for T in (int(t) for t in args.seqlens.split(",")):
+            B = max(1, args.tokens // T)
+            for provider in providers:
+                row = bench_case(provider, B, T, Hq, Hkv, D)
+                if row is not None:
+                    rows.append(row)
+                    print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()},
+                          flush=True)
+                torch.cuda.empty_cache()
+    cols = ["provider", "T", "B", "Hq", "Hkv", "D", "fwd_ms", "fwd_tflops", "fwd_bwd_ms",
+            "fwd_bwd_tflops", "peak_gib", "error"]
+    table = print_table(rows, cols)
+    write_json(args.out, {"env": environment(), "rows": rows, "table": table})
+    print(f"wrote {args.out}")
+    return 0
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("attention", help="time Forgetting Attention against SDPA / fla / FlexAttention")
+    p.add_argument("--providers", default=",".join(PROVIDERS))
+    p.add_argument("--seqlens", default="2048,8192,16384,65536")
+    p.add_argument("--configs", default="64x24,128x12,128x12x2",
+                   help="comma list of DxHq or DxHqxHkv (GQA)")
+    p.add_argument("--tokens", type=int, default=32768, help="B * T")
+    p.add_argument("--out", default="bench_attention.json")
+    p.set_defaults(func=run)

@@ -1,0 +1,10 @@
+"""`foxformer bench <what>`: benchmarks that print a table and write JSON."""
+from __future__ import annotations
+
+from . import attention
+
+
+def add_commands(sub) -> None:
+    bench = sub.add_parser("bench", help="benchmarks (tables + JSON)")
+    inner = bench.add_subparsers(dest="bench_command", metavar="WHAT")
+    attention.add_parser(inner)

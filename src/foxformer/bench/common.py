@@ -1,0 +1,62 @@
+"""Shared pieces of the benchmarks: environment record, timing, tables, JSON."""
+from __future__ import annotations
+
+import json
+import platform
+from pathlib import Path
+
+import torch
+
+
+def environment() -> dict:
+    """What the numbers were measured on; stored next to every result."""
+    env = {"torch": torch.__version__, "python": platform.python_version(), "device": "cpu"}
+    try:
+        import triton
+        env["triton"] = triton.__version__
+    except ImportError:
+        env["triton"] = None
+    if torch.cuda.is_available():
+        env["device"] = torch.cuda.get_device_name()
+        env["cuda"] = torch.version.cuda
+        env["sm_count"] = torch.cuda.get_device_properties(0).multi_processor_count
+    return env
+
+
+def time_ms(fn, warmup_ms: int = 100, rep_ms: int = 400) -> float:
+    """Median wall time of fn in milliseconds (device events on CUDA)."""
+    if torch.cuda.is_available():
+        import triton.testing
+        return float(triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
+    import time
+    fn()
+    times = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return sorted(times)[len(times) // 2]
+
+
+def print_table(rows: list[dict], columns: list[str]) -> str:
+    widths = [max(len(c), *(len(_fmt(r.get(c))) for r in rows)) for c in columns]
+    lines = [" | ".join(c.ljust(w) for c, w in zip(columns, widths))]
+    lines.append("-+-".join("-" * w for w in widths))
+    lines += [" | ".join(_fmt(r.get(c)).ljust(w) for c, w in zip(columns, widths)) for r in rows]
+    text = "\n".join(lines)
+    print(text, flush=True)
+    return text
+
+
+def _fmt(x) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float):
+        return f"{x:.3g}" if abs(x) < 10 else f"{x:.1f}"
+    return str(x)
+
+
+def write_json(path: str | Path, payload: dict) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(payload, indent=2))

@@ -1,0 +1,124 @@
+"""Input validation for the public Forgetting Attention functions.
+
+Every rejection names the argument and what was expected, so that a wrong call fails here with a
+ValueError or TypeError instead of deep inside a kernel (or, worse, silently).
+"""
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+
+MAX_HEAD_DIM = 256
+BACKENDS = ("auto", "triton", "torch", "naive")
+_FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_KERNEL_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def _compiling() -> bool:
+    return torch.compiler.is_compiling()
+
+
+def _require_tensor(x, name: str) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+
+
+def check_common(q, k, v, gate, gate_name, softmax_scale, cu_seqlens, max_seqlen):
+    """Validate shapes, dtypes and devices. Returns (softmax_scale, max_seqlen) resolved."""
+    for x, name in ((q, "q"), (k, "k"), (v, "v"), (gate, gate_name)):
+        _require_tensor(x, name)
+    for x, name in ((q, "q"), (k, "k"), (v, "v")):
+        if x.dim() != 4:
+            raise ValueError(f"{name} must be 4-D [batch, seq, heads, head_dim], got shape {tuple(x.shape)}")
+        if x.dtype not in _FLOAT_DTYPES:
+            raise TypeError(f"{name} must be float16, bfloat16, float32 or float64, got {x.dtype}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    B, Tq, Hq, D = q.shape
+    Bk, Tk, Hkv, Dk = k.shape
+    if k.shape != v.shape:
+        raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+    if Bk != B:
+        raise ValueError(f"batch mismatch: q has batch {B}, k and v have {Bk}")
+    if Dk != D:
+        raise ValueError(f"head_dim mismatch: q has {D}, k and v have {Dk}")
+    if not 1 <= D <= MAX_HEAD_DIM:
+        raise ValueError(f"head_dim must be in [1, {MAX_HEAD_DIM}], got {D}")
+    if Hkv == 0 or Hq % Hkv != 0:
+        raise ValueError(f"query heads ({Hq}) must be a multiple of key/value heads ({Hkv})")
+    if Tq == 0 or Tk == 0:
+        raise ValueError(f"sequence lengths must be positive, got Tq={Tq}, Tk={Tk}")
+    if Tq > Tk:
+        raise ValueError(f"q has more positions (Tq={Tq}) than k and v (Tk={Tk}); queries are the last Tq keys' positions")
+    if gate.shape != (B, Tk, Hq):
+        raise ValueError(f"{gate_name} must be [batch, Tk, Hq] = {(B, Tk, Hq)}, got {tuple(gate.shape)}")
+    if gate.dtype not in _FLOAT_DTYPES:
+        raise TypeError(f"{gate_name} must be a floating tensor, got {gate.dtype}")
+    devices = {x.device for x in (q, k, v, gate)}
+    if cu_seqlens is not None:
+        _require_tensor(cu_seqlens, "cu_seqlens")
+        devices.add(cu_seqlens.device)
+    if len(devices) > 1:
+        raise ValueError(f"all tensors must be on one device, got {sorted(str(d) for d in devices)}")
+    if softmax_scale is None:
+        softmax_scale = 1.0 / math.sqrt(D)
+    elif not isinstance(softmax_scale, (int, float)) or not math.isfinite(softmax_scale):
+        raise TypeError(f"softmax_scale must be a finite float or None, got {softmax_scale!r}")
+    if cu_seqlens is not None:
+        max_seqlen = _check_cu_seqlens(cu_seqlens, max_seqlen, B, Tq, Tk)
+    return float(softmax_scale), max_seqlen
+
+
+def _check_cu_seqlens(cu_seqlens, max_seqlen, B, Tq, Tk):
+    if cu_seqlens.dtype != torch.int32:
+        raise TypeError(f"cu_seqlens must be int32, got {cu_seqlens.dtype}")
+    if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2:
+        raise ValueError(f"cu_seqlens must be 1-D [N + 1] with N >= 1, got shape {tuple(cu_seqlens.shape)}")
+    if B != 1:
+        raise ValueError(f"with cu_seqlens the sequences are packed along T and batch must be 1, got {B}")
+    if Tq != Tk:
+        raise ValueError(f"with cu_seqlens q and k must have the same length, got Tq={Tq}, Tk={Tk}")
+    if _compiling():
+        if max_seqlen is None:
+            raise ValueError("max_seqlen must be given with cu_seqlens under torch.compile")
+        return int(max_seqlen)
+    bounds = cu_seqlens.tolist()  # one small device-to-host copy checks everything below
+    lengths = [b - a for a, b in zip(bounds[:-1], bounds[1:])]
+    if bounds[0] != 0 or bounds[-1] != Tk:
+        raise ValueError(f"cu_seqlens must start at 0 and end at T={Tk}, got {bounds[0]} ... {bounds[-1]}")
+    if min(lengths) <= 0:
+        raise ValueError("cu_seqlens must be strictly increasing (every sequence at least 1 token)")
+    longest = max(lengths)
+    if max_seqlen is None:
+        return longest
+    if int(max_seqlen) < longest:
+        raise ValueError(f"max_seqlen={max_seqlen} is shorter than the longest sequence ({longest})")
+    return int(max_seqlen)
+
+
+def check_gate_values(gate: torch.Tensor, name: str, allow_positive: bool = False) -> None:
+    """Reject NaN (and positive log-gates). Costs a device sync, so on CUDA it runs only with
+    FOXFORMER_CHECK_VALUES=1; under torch.compile it never runs."""
+    if _compiling():
+        return
+    if gate.device.type == "cuda" and os.environ.get("FOXFORMER_CHECK_VALUES", "0") != "1":
+        return
+    if torch.isnan(gate).any():
+        raise ValueError(f"{name} contains NaN")
+    if not allow_positive and (gate > 0).any():
+        raise ValueError(f"{name} must be <= 0 (it is log f with f in [0, 1]); use F.logsigmoid on the gate logits")
+
+
+def resolve_backend(backend: str, q: torch.Tensor) -> str:
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if backend == "auto":
+        return "triton" if q.is_cuda and q.dtype in _KERNEL_DTYPES else "torch"
+    if backend == "triton":
+        if q.dtype not in _KERNEL_DTYPES:
+            raise TypeError(f"the triton backend takes float16 or bfloat16, got {q.dtype}; use backend='torch'")
+        if not q.is_cuda and os.environ.get("TRITON_INTERPRET", "0") != "1":
+            raise ValueError("backend='triton' needs CUDA tensors (or TRITON_INTERPRET=1 for CPU tensors)")
+    return backend

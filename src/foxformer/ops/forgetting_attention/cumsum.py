@@ -1,0 +1,41 @@
+"""The forget-gate cumsum c = cumsum(log f), kept exact for every backend.
+
+c is held in float64: |c| grows linearly with the sequence (tens of thousands at 64K tokens with
+strong gates), and fp32 would lose the low bits of `c_i - c_j` exactly where attention weights
+are large. The kernels subtract a per-tile float64 reference before going to fp32, so only small,
+exact differences ever reach the fp32 arithmetic.
+"""
+from __future__ import annotations
+
+import torch
+
+# log f = -inf (f = 0) would turn c_i - c_j into -inf - (-inf) = nan. Any value this low already
+# makes exp(c_i - c_j) exactly 0 in fp32 (underflow starts near -104), while float64 keeps
+# c_i - c_j exact for pairs the floor does not separate. The gradient through the clamp is 0 at
+# floored positions, which is the true derivative: the weights it cuts are exactly 0 either way.
+LOG_FGATE_FLOOR = -1.0e4
+
+
+def gate_cumsum(log_fgate: torch.Tensor, initial: torch.Tensor | None = None) -> torch.Tensor:
+    """Running sum of log forget gates along the sequence, in float64.
+
+    Args:
+        log_fgate: ``[B, T, H]`` log of the forget gate (``<= 0``; ``-inf`` allowed, meaning f = 0).
+        initial: optional ``[B, H]`` value of c just before the first token (the last c of a KV
+            cache), so that a cache extends c incrementally instead of recomputing it.
+
+    Returns:
+        ``[B, T, H]`` float64 tensor ``c[t] = initial + sum_{l <= t} log_fgate[l]`` (with ``-inf``
+        replaced by a finite floor). Differentiable with respect to ``log_fgate`` and ``initial``.
+    """
+    if log_fgate.dim() != 3:
+        raise ValueError(f"log_fgate must be [B, T, H], got shape {tuple(log_fgate.shape)}")
+    c = torch.cumsum(log_fgate.double().clamp(min=LOG_FGATE_FLOOR), dim=1)
+    if initial is not None:
+        if initial.shape != (log_fgate.shape[0], log_fgate.shape[2]):
+            raise ValueError(
+                f"initial must be [B, H] = {(log_fgate.shape[0], log_fgate.shape[2])}, "
+                f"got {tuple(initial.shape)}"
+            )
+        c = c + initial.double()[:, None, :]
+    return c

@@ -1,0 +1,150 @@
+"""Public Forgetting Attention functions, dispatch, autograd and torch.library registration.
+
+The chunked torch backend and the Triton kernels share one contract (see ``reference.torch_forward``):
+they take the float64 cumsum ``c`` as ``[B, Hq, Tk]`` and return ``dc`` from the backward. The
+gradient of ``log_fgate`` then comes from autograd through ``gate_cumsum`` (a reverse cumsum in
+float64), so no backend has to implement it.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from .checks import check_common, check_gate_values, resolve_backend
+from .cumsum import gate_cumsum
+from .reference import naive_forgetting_attention, torch_backward, torch_forward
+
+
+def _lse_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _forward_impl(backend: str):
+    if backend == "triton":
+        from .fwd import triton_forward
+        return triton_forward
+    return torch_forward
+
+
+@torch.library.custom_op("foxformer::forgetting_attention_fwd", mutates_args=())
+def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.Tensor, scale: float,
+            cu_seqlens: Optional[torch.Tensor], max_seqlen: Optional[int],
+            backend: str) -> tuple[torch.Tensor, torch.Tensor]:
+    out, lse = _forward_impl(backend)(q, k, v, c, scale, cu_seqlens, max_seqlen)
+    return out, lse
+
+
+@_fwd_op.register_fake
+def _fwd_fake(q, k, v, c, scale, cu_seqlens, max_seqlen, backend):
+    B, Tq, Hq, _ = q.shape
+    return torch.empty_like(q), q.new_empty((B, Hq, Tq), dtype=_lse_dtype(q.dtype))
+
+
+@torch.library.custom_op("foxformer::forgetting_attention_bwd", mutates_args=())
+def _bwd_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.Tensor,
+            out: torch.Tensor, lse: torch.Tensor, dlse: Optional[torch.Tensor], scale: float,
+            cu_seqlens: Optional[torch.Tensor], max_seqlen: Optional[int],
+            backend: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    if backend == "triton":
+        from .bwd import triton_backward
+        dq, dk, dv, dc = triton_backward(do, q, k, v, c, out, lse, scale, cu_seqlens, max_seqlen,
+                                         dlse=dlse)
+    else:
+        dq, dk, dv, dc = torch_backward(do, q, k, v, c, out, lse, scale, cu_seqlens, max_seqlen,
+                                        dlse=dlse)
+    return dq.contiguous(), dk.contiguous(), dv.contiguous(), dc.contiguous()
+
+
+@_bwd_op.register_fake
+def _bwd_fake(do, q, k, v, c, out, lse, dlse, scale, cu_seqlens, max_seqlen, backend):
+    dc_dtype = _lse_dtype(q.dtype)
+    return (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v),
+            c.new_empty(c.shape, dtype=dc_dtype))
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, c, scale, cu_seqlens, max_seqlen, backend = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, c, out, lse, cu_seqlens)
+    ctx.scale, ctx.max_seqlen, ctx.backend = scale, max_seqlen, backend
+    # Unused outputs (lse, usually) then reach backward as None instead of a tensor of zeros.
+    ctx.set_materialize_grads(False)
+
+
+def _backward(ctx, dout, dlse):
+    q, k, v, c, out, lse, cu_seqlens = ctx.saved_tensors
+    if dout is None:
+        dout = torch.zeros_like(out)
+    dq, dk, dv, dc = _bwd_op(dout.contiguous(), q, k, v, c, out, lse, dlse, ctx.scale, cu_seqlens,
+                             ctx.max_seqlen, ctx.backend)
+    return dq, dk, dv, dc.to(c.dtype), None, None, None, None
+
+
+_fwd_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+def _last_dim_contiguous(x: torch.Tensor) -> torch.Tensor:
+    return x if x.stride(-1) == 1 else x.contiguous()
+
+
+def _attend(q, k, v, c, scale, cu_seqlens, max_seqlen, return_lse, backend):
+    """c: float64 [B, Tk, Hq]. Runs the fused op on the [B, Hq, Tk] layout the kernels read."""
+    c_t = c.transpose(1, 2).contiguous()
+    out, lse = _fwd_op(_last_dim_contiguous(q), _last_dim_contiguous(k), _last_dim_contiguous(v),
+                       c_t, scale, cu_seqlens, max_seqlen, backend)
+    return (out, lse) if return_lse else out
+
+
+def forgetting_attention(q, k, v, log_fgate, *, softmax_scale=None, cu_seqlens=None,
+                         max_seqlen=None, return_lse=False, backend="auto"):
+    """Causal softmax attention with a forget gate (FoX).
+
+    ``out_i = sum_j softmax_j(scale * q_i . k_j + c_i - c_j) v_j`` over keys ``j <= i``, where
+    ``c = cumsum(log_fgate)`` along the key axis.
+
+    Args:
+        q: ``[B, Tq, Hq, D]`` queries. With ``Tq < Tk`` they are the last ``Tq`` positions (prefill
+            or decoding on top of a cache): query ``i`` sits at key position ``Tk - Tq + i``.
+        k, v: ``[B, Tk, Hkv, D]``; ``Hq`` must be a multiple of ``Hkv`` (GQA, MQA).
+        log_fgate: ``[B, Tk, Hq]`` log forget gate (``F.logsigmoid`` of the gate logits), ``<= 0``,
+            one per query head; ``-inf`` (f = 0) hides every key before that token.
+        softmax_scale: defaults to ``1 / sqrt(D)``.
+        cu_seqlens: int32 ``[N + 1]`` cumulative lengths of ``N`` sequences packed along T (then
+            ``B == 1`` and ``Tq == Tk``); attention and the cumsum restart at every boundary.
+        max_seqlen: longest packed sequence (computed from ``cu_seqlens`` when None).
+        return_lse: also return the log-sum-exp of each row, fp32 ``[B, Hq, Tq]`` (fp64 for
+            fp64 inputs).
+        backend: ``"auto"`` (Triton for fp16/bf16 CUDA tensors, torch otherwise), ``"triton"``
+            (CUDA, or CPU tensors under ``TRITON_INTERPRET=1``), ``"torch"`` (exact, chunked,
+            O(T * chunk) memory), ``"naive"`` (materialised T x T reference).
+
+    Returns:
+        ``out`` ``[B, Tq, Hq, D]`` in q's dtype, or ``(out, lse)`` when ``return_lse``.
+        Differentiable in q, k, v and log_fgate; the backward is deterministic.
+    """
+    softmax_scale, max_seqlen = check_common(q, k, v, log_fgate, "log_fgate", softmax_scale,
+                                             cu_seqlens, max_seqlen)
+    check_gate_values(log_fgate, "log_fgate")
+    backend = resolve_backend(backend, q)
+    if backend == "naive":
+        return naive_forgetting_attention(q, k, v, log_fgate, softmax_scale, cu_seqlens, max_seqlen,
+                                          return_lse)
+    return _attend(q, k, v, gate_cumsum(log_fgate), softmax_scale, cu_seqlens, max_seqlen,
+                   return_lse, backend)
+
+
+def forgetting_attention_cumsum(q, k, v, c, *, softmax_scale=None, cu_seqlens=None,
+                                max_seqlen=None, return_lse=False, backend="auto"):
+    """Forgetting Attention from a precomputed cumsum ``c`` ``[B, Tk, Hq]`` (see ``gate_cumsum``).
+
+    For KV caches, which extend ``c`` token by token instead of recomputing it; the bias is
+    ``c[Tk - Tq + i] - c[j]``. Same arguments and outputs as ``forgetting_attention`` otherwise;
+    ``backend="naive"`` is not offered here (it needs the gates themselves).
+    """
+    softmax_scale, max_seqlen = check_common(q, k, v, c, "c", softmax_scale, cu_seqlens, max_seqlen)
+    check_gate_values(c, "c", allow_positive=True)
+    backend = resolve_backend(backend, q)
+    if backend == "naive":
+        raise ValueError("backend='naive' needs log_fgate: call forgetting_attention instead")
+    return _attend(q, k, v, c.double(), softmax_scale, cu_seqlens, max_seqlen, return_lse, backend)

@@ -1,0 +1,184 @@
+"""Exact PyTorch implementations of Forgetting Attention.
+
+* ``naive_forgetting_attention``: materialises the full ``[Tq, Tk]`` score matrix and lets autograd
+  differentiate it. It treats ``log f = -inf`` exactly (no floor) and is the reference every
+  other backend is tested against. Memory O(T^2): for tests and small inputs only.
+* ``torch_forward`` / ``torch_backward``: FlashAttention-style chunked forward and recomputing
+  backward in plain PyTorch, with the same contract as the Triton launchers (they take the
+  float64 cumsum c, return ``dc``). Memory O(T * chunk); runs at 64K tokens on a CPU.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+# Scores held at once by the chunked backend, per chunk: 2^24 elements (64 MiB in fp32) keeps
+# several live temporaries of that size well inside a 24 GiB CPU machine at 64K tokens.
+_CHUNK_ELEMENTS = 1 << 24
+
+
+def _segments(cu_seqlens: torch.Tensor | None, T: int) -> list[tuple[int, int]]:
+    if cu_seqlens is None:
+        return [(0, T)]
+    bounds = cu_seqlens.tolist()
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
+def naive_forgetting_attention(q, k, v, log_fgate, softmax_scale=None, cu_seqlens=None,
+                               max_seqlen=None, return_lse=False):
+    """Materialised reference; same arguments and outputs as ``forgetting_attention``.
+
+    Computes in the input dtype (pass float64 tensors for a high-precision reference).
+    ``log_fgate = -inf`` is handled exactly: it cuts every key before it, with no floor.
+    """
+    del max_seqlen  # only the kernels need it
+    scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    if cu_seqlens is not None:
+        pieces = [
+            naive_forgetting_attention(q[:, s:e], k[:, s:e], v[:, s:e], log_fgate[:, s:e], scale,
+                                       return_lse=True)
+            for s, e in _segments(cu_seqlens, q.shape[1])
+        ]
+        out = torch.cat([o for o, _ in pieces], dim=1)
+        lse = torch.cat([l for _, l in pieces], dim=2)
+        return (out, lse) if return_lse else out
+
+    B, Tq, Hq, D = q.shape
+    Tk, Hkv = k.shape[1], k.shape[2]
+    group = Hq // Hkv
+    kh = k.repeat_interleave(group, dim=2)
+    vh = v.repeat_interleave(group, dim=2)
+    logits = torch.einsum("bihd,bjhd->bhij", q, kh) * scale           # [B, Hq, Tq, Tk]
+
+    lf = log_fgate.transpose(1, 2).to(logits.dtype)                     # [B, Hq, Tk]
+    cut = torch.isneginf(lf)
+    # A -inf gate at l separates i from j exactly when it lies in (j, i]: compare -inf counts.
+    n_cuts = torch.cumsum(cut.to(torch.int64), dim=-1)
+    c = torch.cumsum(torch.where(cut, torch.zeros_like(lf), lf), dim=-1)
+    pos = torch.arange(Tk - Tq, Tk, device=q.device)
+    keys = torch.arange(Tk, device=q.device)
+    bias = c[..., pos, None] - c[..., None, :]
+    visible = (keys[None, :] <= pos[:, None]) & (n_cuts[..., pos, None] == n_cuts[..., None, :])
+    scores = torch.where(visible, logits + bias, torch.full_like(bias, float("-inf")))
+
+    lse = torch.logsumexp(scores, dim=-1)                                 # [B, Hq, Tq]
+    probs = torch.exp(scores - lse[..., None])
+    out = torch.einsum("bhij,bjhd->bihd", probs, vh).to(q.dtype)
+    if return_lse:
+        lse_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+        return out, lse.to(lse_dtype)
+    return out
+
+
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _chunk_rows(batch_heads: int, keys: int) -> int:
+    return max(16, _CHUNK_ELEMENTS // max(1, batch_heads * keys))
+
+
+def _heads_first(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """[B, T, H, D] -> [B, H, T, D] in the compute dtype."""
+    return x.transpose(1, 2).to(dtype)
+
+
+def _tile_scores(qg, kh, c, rows, scale, Tq, Tk):
+    """Scores of query rows ``rows`` (a slice) against the keys they may see.
+
+    qg: [B, Hkv, G, Tq, D]; kh: [B, Hkv, Tk, D]; c: [B, Hkv, G, Tk] float64.
+    Returns (scores [B, Hkv, G, R, K], number of keys K).
+    """
+    pos = torch.arange(Tk - Tq + rows.start, Tk - Tq + rows.stop, device=qg.device)
+    n_keys = Tk - Tq + rows.stop
+    s = torch.matmul(qg[..., rows, :], kh[:, :, None, :n_keys].transpose(-1, -2)) * scale
+    bias = (c[..., pos, None] - c[..., None, :n_keys]).to(s.dtype)
+    masked = torch.arange(n_keys, device=qg.device)[None, :] > pos[:, None]
+    return (s + bias).masked_fill(masked, float("-inf")), n_keys
+
+
+def _dense_forward(q, k, v, c, scale):
+    B, Tq, Hq, D = q.shape
+    Tk, Hkv = k.shape[1], k.shape[2]
+    group = Hq // Hkv
+    cd = _compute_dtype(q.dtype)
+    qg = _heads_first(q, cd).reshape(B, Hkv, group, Tq, D)
+    kh, vh = _heads_first(k, cd), _heads_first(v, cd)
+    cg = c.reshape(B, Hkv, group, Tk)
+    out = torch.empty(B, Hkv, group, Tq, D, dtype=cd, device=q.device)
+    lse = torch.empty(B, Hkv, group, Tq, dtype=cd, device=q.device)
+    step = _chunk_rows(B * Hq, Tk)
+    for start in range(0, Tq, step):
+        rows = slice(start, min(Tq, start + step))
+        s, n_keys = _tile_scores(qg, kh, cg, rows, scale, Tq, Tk)
+        row_lse = torch.logsumexp(s, dim=-1)
+        lse[..., rows] = row_lse
+        out[..., rows, :] = torch.matmul(torch.exp(s - row_lse[..., None]), vh[:, :, None, :n_keys])
+    out = out.reshape(B, Hq, Tq, D).transpose(1, 2).to(q.dtype)
+    return out, lse.reshape(B, Hq, Tq)
+
+
+def _dense_backward(do, q, k, v, c, out, lse, scale, dlse):
+    B, Tq, Hq, D = q.shape
+    Tk, Hkv = k.shape[1], k.shape[2]
+    group = Hq // Hkv
+    cd = _compute_dtype(q.dtype)
+    qg = _heads_first(q, cd).reshape(B, Hkv, group, Tq, D)
+    dog = _heads_first(do, cd).reshape(B, Hkv, group, Tq, D)
+    kh, vh = _heads_first(k, cd), _heads_first(v, cd)
+    cg = c.reshape(B, Hkv, group, Tk)
+    lse_g = lse.to(cd).reshape(B, Hkv, group, Tq)
+    delta = (dog * _heads_first(out, cd).reshape(B, Hkv, group, Tq, D)).sum(-1)
+    if dlse is not None:
+        # d lse_i / d s_ij = p_ij: the lse gradient enters dS exactly like a shift of delta.
+        delta = delta - dlse.to(cd).reshape(B, Hkv, group, Tq)
+    dq = torch.zeros_like(qg)
+    dk = torch.zeros(B, Hkv, group, Tk, D, dtype=cd, device=q.device)
+    dv = torch.zeros_like(dk)
+    dc = torch.zeros(B, Hkv, group, Tk, dtype=cd, device=q.device)
+    step = _chunk_rows(B * Hq, Tk)
+    for start in range(0, Tq, step):
+        rows = slice(start, min(Tq, start + step))
+        s, n_keys = _tile_scores(qg, kh, cg, rows, scale, Tq, Tk)
+        p = torch.exp(s - lse_g[..., rows, None])
+        dp = torch.matmul(dog[..., rows, :], vh[:, :, None, :n_keys].transpose(-1, -2))
+        ds = p * (dp - delta[..., rows, None])
+        dq[..., rows, :] = torch.matmul(ds, kh[:, :, None, :n_keys]) * scale
+        dk[..., :n_keys, :] += torch.matmul(ds.transpose(-1, -2), qg[..., rows, :]) * scale
+        dv[..., :n_keys, :] += torch.matmul(p.transpose(-1, -2), dog[..., rows, :])
+        # dc_t = (row sum of dS, t as a query) - (column sum of dS, t as a key); both from the
+        # same dS so that rounding in delta cannot leak into the reverse cumsum of dc.
+        dc[..., Tk - Tq + rows.start:Tk - Tq + rows.stop] += ds.sum(-1)
+        dc[..., :n_keys] -= ds.sum(-2)
+    dq = dq.reshape(B, Hq, Tq, D).transpose(1, 2).to(q.dtype)
+    dk = dk.sum(2).transpose(1, 2).to(k.dtype)
+    dv = dv.sum(2).transpose(1, 2).to(v.dtype)
+    return dq, dk, dv, dc.reshape(B, Hq, Tk)
+
+
+def torch_forward(q, k, v, c, scale, cu_seqlens=None, max_seqlen=None):
+    """Chunked exact forward. Contract as ``fwd.triton_forward``.
+
+    q [B, Tq, Hq, D]; k, v [B, Tk, Hkv, D]; c float64 [B, Hq, Tk].
+    Returns out [B, Tq, Hq, D] (q's dtype) and lse [B, Hq, Tq] (fp32; fp64 for fp64 inputs).
+    """
+    del max_seqlen
+    parts = [
+        _dense_forward(q[:, s:e], k[:, s:e], v[:, s:e], c[..., s:e], scale)
+        for s, e in _segments(cu_seqlens, k.shape[1])
+    ]
+    out = torch.cat([o for o, _ in parts], dim=1)
+    lse = torch.cat([l for _, l in parts], dim=2)
+    return out, lse.to(_compute_dtype(q.dtype))
+
+
+def torch_backward(do, q, k, v, c, out, lse, scale, cu_seqlens=None, max_seqlen=None, dlse=None):
+    """Chunked exact backward (recomputes the scores). Returns dq, dk, dv, dc [B, Hq, Tk]."""
+    del max_seqlen
+    grads = [
+        _dense_backward(do[:, s:e], q[:, s:e], k[:, s:e], v[:, s:e], c[..., s:e], out[:, s:e],
+                        lse[..., s:e], scale, None if dlse is None else dlse[..., s:e])
+        for s, e in _segments(cu_seqlens, k.shape[1])
+    ]
+    return tuple(torch.cat([g[i] for g in grads], dim=2 if i == 3 else 1) for i in range(4))

@@ -1,0 +1,76 @@
+"""Bad input fails with a clear ValueError/TypeError that names the argument."""
+import pytest
+import torch
+
+from foxformer import forgetting_attention, forgetting_attention_cumsum
+
+
+def _ok(B=1, Tq=8, Tk=8, Hq=4, Hkv=2, D=16):
+    return dict(q=torch.randn(B, Tq, Hq, D), k=torch.randn(B, Tk, Hkv, D),
+                v=torch.randn(B, Tk, Hkv, D), log_fgate=-torch.rand(B, Tk, Hq))
+
+
+def _call(**overrides):
+    args = _ok()
+    kwargs = {key: overrides.pop(key) for key in list(overrides) if key not in args}
+    args.update(overrides)
+    return forgetting_attention(args["q"], args["k"], args["v"], args["log_fgate"], backend="torch", **kwargs)
+
+
+CASES = [
+    ("q-3d", dict(q=torch.randn(8, 4, 16)), ValueError, "q must be 4-D"),
+    ("batch-mismatch", dict(k=torch.randn(2, 8, 2, 16), v=torch.randn(2, 8, 2, 16)), ValueError, "batch mismatch"),
+    ("k-v-shapes", dict(v=torch.randn(1, 8, 2, 8)), ValueError, "k and v must have the same shape"),
+    ("head-dim", dict(k=torch.randn(1, 8, 2, 8), v=torch.randn(1, 8, 2, 8)), ValueError, "head_dim mismatch"),
+    ("heads-not-multiple", dict(k=torch.randn(1, 8, 3, 16), v=torch.randn(1, 8, 3, 16)), ValueError, "multiple"),
+    ("D-too-large", dict(q=torch.randn(1, 8, 4, 300), k=torch.randn(1, 8, 2, 300), v=torch.randn(1, 8, 2, 300)),
+     ValueError, "head_dim must be in"),
+    ("Tq-gt-Tk", dict(q=torch.randn(1, 9, 4, 16)), ValueError, "more positions"),
+    ("gate-shape", dict(log_fgate=torch.zeros(1, 8, 2)), ValueError, "log_fgate must be"),
+    ("gate-dtype", dict(log_fgate=torch.zeros(1, 8, 4, dtype=torch.int64)), TypeError, "log_fgate must be a floating"),
+    ("gate-nan", dict(log_fgate=torch.full((1, 8, 4), float("nan"))), ValueError, "NaN"),
+    ("gate-positive", dict(log_fgate=torch.full((1, 8, 4), 0.5)), ValueError, "<= 0"),
+    ("qkv-dtypes", dict(k=torch.randn(1, 8, 2, 16, dtype=torch.float64)), TypeError, "share one dtype"),
+    ("int-q", dict(q=torch.zeros(1, 8, 4, 16, dtype=torch.int32)), TypeError, "q must be float16"),
+    ("not-a-tensor", dict(q=[1, 2]), TypeError, "q must be a torch.Tensor"),
+    ("cu-int64", dict(cu_seqlens=torch.tensor([0, 8])), TypeError, "int32"),
+    ("cu-not-increasing", dict(cu_seqlens=torch.tensor([0, 5, 5, 8], dtype=torch.int32)), ValueError, "strictly increasing"),
+    ("cu-wrong-end", dict(cu_seqlens=torch.tensor([0, 5, 7], dtype=torch.int32)), ValueError, "end at T=8"),
+    ("cu-2d", dict(cu_seqlens=torch.tensor([[0, 8]], dtype=torch.int32)), ValueError, "1-D"),
+    ("cu-batch", dict(q=torch.randn(2, 8, 4, 16), k=torch.randn(2, 8, 2, 16), v=torch.randn(2, 8, 2, 16),
+                      log_fgate=-torch.rand(2, 8, 4), cu_seqlens=torch.tensor([0, 8], dtype=torch.int32)),
+     ValueError, "batch must be 1"),
+    ("max-seqlen-short", dict(cu_seqlens=torch.tensor([0, 6, 8], dtype=torch.int32), max_seqlen=4), ValueError, "max_seqlen"),
+    ("scale", dict(softmax_scale="x"), TypeError, "softmax_scale"),
+]
+
+
+@pytest.mark.parametrize("overrides,exc,match", [pytest.param(*c[1:], id=c[0]) for c in CASES])
+def test_bad_input(overrides, exc, match):
+    with pytest.raises(exc, match=match):
+        _call(**overrides)
+
+
+def test_unknown_backend():
+    a = _ok()
+    with pytest.raises(ValueError, match="backend must be one of"):
+        forgetting_attention(a["q"], a["k"], a["v"], a["log_fgate"], backend="cuda")
+
+
+def test_triton_backend_rejects_fp32():
+    a = _ok()
+    with pytest.raises(TypeError, match="float16 or bfloat16"):
+        forgetting_attention(a["q"], a["k"], a["v"], a["log_fgate"], backend="triton")
+
+
+def test_different_devices():
+    a = _ok()
+    meta_k = torch.empty(1, 8, 2, 16, device="meta")
+    with pytest.raises(ValueError, match="one device"):
+        forgetting_attention(a["q"], meta_k, meta_k, a["log_fgate"], backend="torch")
+
+
+def test_cumsum_entry_rejects_naive():
+    a = _ok()
+    with pytest.raises(ValueError, match="needs log_fgate"):
+        forgetting_attention_cumsum(a["q"], a["k"], a["v"], torch.zeros(1, 8, 4, dtype=torch.float64), backend="naive")
