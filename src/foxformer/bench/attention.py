@@ -130,6 +130,7 @@ def run(args) -> int:
                     rows.append(row)
                     print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()},
                           flush=True)
+                    write_json(args.out, {"env": environment(), "rows": rows})  # survives a kill
                 torch.cuda.empty_cache()
     cols = ["provider", "T", "B", "Hq", "Hkv", "D", "fwd_ms", "fwd_tflops", "fwd_bwd_ms",
             "fwd_bwd_tflops", "peak_gib", "error"]
