@@ -5,5 +5,9 @@ from pathlib import Path
 # Tests run from the source tree without an install as well.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 # Triton kernels run on CPU tensors through the interpreter; it must be chosen before the
-# first `import triton` anywhere in the process.
-os.environ.setdefault("TRITON_INTERPRET", "1")
+# first `import triton` anywhere in the process. On a CUDA machine they compile for the GPU
+# (tests/gpu); run the CPU suite there with TRITON_INTERPRET=1 set explicitly.
+import torch  # noqa: E402  (importing torch does not import triton)
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
