@@ -26,16 +26,27 @@ def gate_cumsum(log_fgate: torch.Tensor, initial: torch.Tensor | None = None) ->
 
     Returns:
         ``[B, T, H]`` float64 tensor ``c[t] = initial + sum_{l <= t} log_fgate[l]`` (with ``-inf``
-        replaced by a finite floor). Differentiable with respect to ``log_fgate`` and ``initial``.
+        replaced by a finite floor), a view of a heads-first ``[B, H, T]`` tensor.
+        Differentiable with respect to ``log_fgate`` and ``initial``.
     """
     if log_fgate.dim() != 3:
         raise ValueError(f"log_fgate must be [B, T, H], got shape {tuple(log_fgate.shape)}")
-    c = torch.cumsum(log_fgate.double().clamp(min=LOG_FGATE_FLOOR), dim=1)
+    if initial is not None and initial.shape != (log_fgate.shape[0], log_fgate.shape[2]):
+        raise ValueError(
+            f"initial must be [B, H] = {(log_fgate.shape[0], log_fgate.shape[2])}, "
+            f"got {tuple(initial.shape)}"
+        )
+    return gate_cumsum_heads_first(log_fgate, initial).transpose(1, 2)
+
+
+def gate_cumsum_heads_first(log_fgate: torch.Tensor, initial: torch.Tensor | None = None) -> torch.Tensor:
+    """``gate_cumsum`` laid out ``[B, H, T]`` (contiguous), the layout the kernels read.
+
+    The scan runs along the contiguous last axis: on an H200 a float64 cumsum along T of a
+    ``[B, T, H]`` tensor took 2.9 ms against 0.065 ms heads-first (125M FoX, 16K tokens).
+    """
+    lf = log_fgate.transpose(1, 2).double().clamp(min=LOG_FGATE_FLOOR).contiguous()
+    c = torch.cumsum(lf, dim=-1)
     if initial is not None:
-        if initial.shape != (log_fgate.shape[0], log_fgate.shape[2]):
-            raise ValueError(
-                f"initial must be [B, H] = {(log_fgate.shape[0], log_fgate.shape[2])}, "
-                f"got {tuple(initial.shape)}"
-            )
-        c = c + initial.double()[:, None, :]
+        c = c + initial.double()[:, :, None]
     return c

@@ -12,7 +12,7 @@ from typing import Optional
 import torch
 
 from .checks import check_common, check_gate_values, resolve_backend
-from .cumsum import gate_cumsum
+from .cumsum import gate_cumsum_heads_first
 from .reference import naive_forgetting_attention, torch_backward, torch_forward
 
 
@@ -88,9 +88,8 @@ def _last_dim_contiguous(x: torch.Tensor) -> torch.Tensor:
     return x if x.stride(-1) == 1 else x.contiguous()
 
 
-def _attend(q, k, v, c, scale, cu_seqlens, max_seqlen, return_lse, backend):
-    """c: float64 [B, Tk, Hq]. Runs the fused op on the [B, Hq, Tk] layout the kernels read."""
-    c_t = c.transpose(1, 2).contiguous()
+def _attend(q, k, v, c_t, scale, cu_seqlens, max_seqlen, return_lse, backend):
+    """c_t: float64 [B, Hq, Tk] contiguous, the layout the kernels read."""
     out, lse = _fwd_op(_last_dim_contiguous(q), _last_dim_contiguous(k), _last_dim_contiguous(v),
                        c_t, scale, cu_seqlens, max_seqlen, backend)
     return (out, lse) if return_lse else out
@@ -130,7 +129,7 @@ def forgetting_attention(q, k, v, log_fgate, *, softmax_scale=None, cu_seqlens=N
     if backend == "naive":
         return naive_forgetting_attention(q, k, v, log_fgate, softmax_scale, cu_seqlens, max_seqlen,
                                           return_lse)
-    return _attend(q, k, v, gate_cumsum(log_fgate), softmax_scale, cu_seqlens, max_seqlen,
+    return _attend(q, k, v, gate_cumsum_heads_first(log_fgate), softmax_scale, cu_seqlens, max_seqlen,
                    return_lse, backend)
 
 
@@ -147,4 +146,5 @@ def forgetting_attention_cumsum(q, k, v, c, *, softmax_scale=None, cu_seqlens=No
     backend = resolve_backend(backend, q)
     if backend == "naive":
         raise ValueError("backend='naive' needs log_fgate: call forgetting_attention instead")
-    return _attend(q, k, v, c.double(), softmax_scale, cu_seqlens, max_seqlen, return_lse, backend)
+    c_t = c.transpose(1, 2).double().contiguous()
+    return _attend(q, k, v, c_t, softmax_scale, cu_seqlens, max_seqlen, return_lse, backend)

@@ -1,0 +1,166 @@
+"""`foxformer bench-model`: training throughput and peak memory of whole models.
+
+One training step = forward + backward + AdamW step under bf16 autocast (fp32 master weights),
+B = tokens_per_step // context sequences of length `context`. The anchor is transformers' own
+LlamaForCausalLM with SDPA, built at the size of our Transformer (LLaMA) preset of the same size.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import time
+
+import torch
+from tqdm import tqdm
+
+from foxformer.models import FoxForCausalLM, count_non_embedding, get_preset, training_flops_per_token
+from foxformer.models.config import FoxConfig
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def llama_anchor(cfg: FoxConfig):
+    """transformers.LlamaForCausalLM with the dimensions of ``cfg`` (SDPA attention, RoPE theta 500000)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    lcfg = LlamaConfig(vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size,
+                       intermediate_size=cfg.intermediate_size, num_hidden_layers=cfg.num_layers,
+                       num_attention_heads=cfg.num_heads, num_key_value_heads=cfg.num_kv_heads,
+                       head_dim=cfg.head_dim, rope_theta=cfg.rope_theta, rms_norm_eps=cfg.rms_norm_eps,
+                       tie_word_embeddings=cfg.tie_embeddings, max_position_embeddings=1 << 20,
+                       attn_implementation="sdpa", use_cache=False)
+    return LlamaForCausalLM(lcfg)
+
+
+def _size_of(preset: str) -> str:
+    return preset.split("-")[-1]
+
+
+def measure(model: torch.nn.Module, vocab: int, context: int, batch: int, steps: int, warmup: int,
+            dtype: torch.dtype, device: torch.device, desc: str) -> dict:
+    """Median step time and peak memory of `steps` timed training steps after `warmup` ones."""
+    model.to(device).train()
+    fused = device.type == "cuda"
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=fused)
+    g = torch.Generator(device="cpu").manual_seed(0)
+    ids = torch.randint(0, vocab, (batch, context), generator=g).to(device)
+    use_amp = dtype != torch.float32
+    times = []
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    for i in tqdm(range(warmup + steps), desc=desc, leave=False):
+        t0 = time.perf_counter()
+        with torch.autocast(device.type, dtype=dtype, enabled=use_amp):
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        if i >= warmup:
+            times.append(time.perf_counter() - t0)
+    step = sorted(times)[len(times) // 2]
+    peak = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else None
+    return {"step_s": step, "tokens_per_s": batch * context / step, "peak_mem_gib": peak,
+            "loss": float(loss.detach())}
+
+
+def run(args: argparse.Namespace) -> int:
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    dtype = DTYPES[args.dtype]
+    if args.tokens_per_step % args.context:
+        raise ValueError(f"--tokens-per-step ({args.tokens_per_step}) must be a multiple of --context "
+                         f"({args.context})")
+    batch = args.tokens_per_step // args.context
+    overrides = {"attention_backend": args.backend}
+    if args.vocab_size:
+        overrides["vocab_size"] = args.vocab_size
+    if args.grad_ckpt:
+        overrides["gradient_checkpointing"] = True
+    entries = []
+    for preset in args.presets.split(","):
+        entries.append((preset, preset, lambda p=preset: FoxForCausalLM(get_preset(p, **overrides))))
+    if args.anchor:
+        for size in dict.fromkeys(_size_of(p) for p in args.presets.split(",")):
+            ref = get_preset(f"transformer-llama-{size}", **overrides)
+            entries.append((f"hf-llama-sdpa-{size}", f"transformer-llama-{size}", lambda c=ref: llama_anchor(c)))
+
+    rows = []
+    for name, preset, build in entries:
+        torch.manual_seed(0)
+        model = build()
+        if args.grad_ckpt and not isinstance(model, FoxForCausalLM):
+            model.gradient_checkpointing_enable()
+        if args.compile:
+            model = torch.compile(model)
+        cfg = get_preset(preset, **overrides)
+        try:
+            res = measure(model, cfg.vocab_size, args.context, batch, args.steps, args.warmup, dtype, device, name)
+        except torch.OutOfMemoryError:
+            res = {"step_s": None, "tokens_per_s": None, "peak_mem_gib": None, "loss": None, "error": "OOM"}
+        flops = training_flops_per_token(cfg, args.context)
+        res.update(name=name, preset=preset, context=args.context, batch=batch, dtype=args.dtype,
+                   non_embedding_params=count_non_embedding(cfg),
+                   model_tflops=None if res["tokens_per_s"] is None else flops * res["tokens_per_s"] / 1e12)
+        rows.append(res)
+        print(json.dumps(res), flush=True)
+        del model
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    payload = {"benchmark": "model_training", "device": str(device),
+               "device_name": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+               "torch": torch.__version__, "compile": args.compile, "tokens_per_step": args.tokens_per_step,
+               "results": rows}
+    cols = ["name", "context", "batch", "tokens_per_s", "step_s", "peak_mem_gib", "model_tflops"]
+    print(" | ".join(cols))
+    for r in rows:
+        print(" | ".join(_fmt(r.get(c)) for c in cols))
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(payload, f, indent=2)
+    return 0
+
+
+def _fmt(x) -> str:
+    if x is None:
+        return "-"
+    return f"{x:.4g}" if isinstance(x, float) else str(x)
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--presets", default="fox-pro-125m,fox-llama-125m,transformer-llama-125m",
+                   help="comma list of preset names")
+    p.add_argument("--context", type=int, default=16384)
+    p.add_argument("--tokens-per-step", type=int, default=65536)
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--dtype", choices=list(DTYPES), default="bf16", help="autocast dtype")
+    p.add_argument("--backend", default="auto", help="forgetting_attention backend")
+    p.add_argument("--vocab-size", type=int, default=None)
+    p.add_argument("--device", default=None)
+    p.add_argument("--compile", action="store_true", help="torch.compile every model")
+    p.add_argument("--grad-ckpt", action="store_true", help="activation checkpointing")
+    p.add_argument("--no-anchor", dest="anchor", action="store_false",
+                   help="skip transformers' LlamaForCausalLM (SDPA) anchor")
+    p.add_argument("--out", default="bench_model.json")
+    p.set_defaults(func=run)
+
+
+def add_parser(sub) -> None:
+    """For `foxformer bench model` (bench/cli.py)."""
+    configure(sub.add_parser("model", help="training tokens/s and peak memory of whole models"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="foxformer bench-model", description=__doc__)
+    configure(parser)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

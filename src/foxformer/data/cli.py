@@ -1,0 +1,62 @@
+"""`foxformer data prepare` and `foxformer data info`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .prepare import DEFAULT_SOURCES, PrepareConfig, prepare, read_manifest
+
+
+def _summary(manifest: dict, out_dir: str) -> dict:
+    split = manifest["split"]
+    return {"out_dir": out_dir, "tokenizer": manifest["tokenizer"], "docs": manifest["docs"],
+            "tokens": manifest["tokens"], "train_tokens": split["train"]["tokens"], "val_tokens": split["val"]["tokens"],
+            "train_docs": split["train"]["docs"], "val_docs": split["val"]["docs"],
+            "sources": [{"spec": s["spec"], "docs": s["docs"], "tokens": s["tokens"]} for s in manifest["sources"]]}
+
+
+def _cmd_prepare(args: argparse.Namespace) -> int:
+    cfg = PrepareConfig(sources=args.source or list(DEFAULT_SOURCES), out_dir=args.out, tokenizer=args.tokenizer,
+                        val_fraction=args.val_fraction, seed=args.seed, max_tokens_per_source=args.max_tokens_per_source,
+                        text_field=args.text_field)
+    try:
+        manifest = prepare(cfg, force=args.force, progress=not args.no_progress)
+    except (ValueError, TypeError, ImportError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(_summary(manifest, args.out), indent=2))
+    return 0
+
+
+def _cmd_info(args: argparse.Namespace) -> int:
+    manifest = read_manifest(args.dir)
+    if manifest is None:
+        print(f"error: {args.dir!r} has no manifest.json (not prepared, or the prepare was interrupted)", file=sys.stderr)
+        return 2
+    print(json.dumps(_summary(manifest, args.dir), indent=2))
+    return 0
+
+
+def add_commands(subparsers) -> None:
+    data = subparsers.add_parser("data", help="prepare token datasets")
+    sub = data.add_subparsers(dest="data_command", metavar="SUBCOMMAND")
+    p = sub.add_parser("prepare", help="tokenize sources into memory-mapped train/val arrays",
+                       description="Tokenize documents into train/val token arrays split by document. Sources: "
+                                   "builtin:sympy (default), builtin:pydoc, builtin:stdlib, a .txt/.jsonl/.parquet "
+                                   "file or directory (.gz/.xz ok), hf:<dataset>[:<config>][@<split>].")
+    p.add_argument("--source", action="append", help="source spec (repeatable); default builtin:sympy")
+    p.add_argument("--out", default="data_cache/default", help="output directory")
+    p.add_argument("--tokenizer", default="gpt2", help="gpt2 (default) | bytes | tiktoken:<enc> | hf:<name or path>")
+    p.add_argument("--val-fraction", type=float, default=0.05, help="fraction of documents held out")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-tokens-per-source", type=int, default=None, help="stop each source after about N tokens")
+    p.add_argument("--text-field", default="text", help="JSONL field / Parquet column with the text")
+    p.add_argument("--force", action="store_true", help="replace a dataset prepared from a different request")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=_cmd_prepare)
+    i = sub.add_parser("info", help="print a prepared dataset's manifest summary")
+    i.add_argument("dir")
+    i.set_defaults(func=_cmd_info)
+    data.set_defaults(func=lambda args: (data.print_help(), 2)[1])

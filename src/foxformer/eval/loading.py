@@ -1,0 +1,225 @@
+"""Load models for evaluation from a run dir, one of its checkpoints, or a Hugging Face folder.
+
+Accepted paths:
+  ``RUN_DIR``                        (has config.yaml): its latest checkpoint, else ``RUN_DIR/hf``
+  ``RUN_DIR/checkpoints/step_N``     one checkpoint of a run (model.pt, verified against meta.json)
+  ``HF_DIR``                         (has config.json): ``FoxForCausalLM.from_pretrained`` (or AutoModelForCausalLM)
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+RUN_CONFIG = "config.yaml"
+
+
+@dataclass
+class LoadedModel:
+    """A model ready for evaluation plus what the plots need to know about it.
+
+    train_len: the training context length (None if unknown); tokenizer: spec string such as "gpt2";
+    source: "run" | "checkpoint" | "hf"; step: training step of the weights (None if unknown).
+    """
+
+    model: torch.nn.Module
+    name: str
+    path: str
+    train_len: Optional[int] = None
+    tokenizer: Optional[str] = None
+    source: str = "hf"
+    step: Optional[int] = None
+
+
+def resolve_device(device: str | torch.device | None = None) -> torch.device:
+    """"auto"/None -> cuda if available else cpu."""
+    if device is None or device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        return torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(f"device: expected 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}") from e
+
+
+def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
+    """"auto" -> bf16 on CUDA, fp32 on CPU."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    table = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
+             "fp16": torch.float16, "float16": torch.float16, "fp64": torch.float64}
+    if dtype in (None, "auto"):
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if dtype not in table:
+        raise ValueError(f"dtype: expected one of auto, {', '.join(table)}, got {dtype!r}")
+    return table[dtype]
+
+
+def _read_yaml(path: str) -> dict:
+    import yaml
+
+    with open(path) as f:
+        data = yaml.safe_load(f) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"model: {path} is not a mapping; is this a foxformer run dir?")
+    return data
+
+
+def _strip_prefixes(sd: dict) -> dict:
+    """Drop wrapper prefixes (torch.compile, DDP) that a raw state dict may carry."""
+    out = {}
+    for key, value in sd.items():
+        for prefix in ("_orig_mod.", "module."):
+            while key.startswith(prefix):
+                key = key[len(prefix):]
+        out[key] = value
+    return out
+
+
+def _model_from_run_config(run_cfg: dict, state_dict: dict):
+    from foxformer.models import FoxForCausalLM, get_preset
+
+    preset = run_cfg.get("preset", "fox-pro-tiny")
+    overrides = dict(run_cfg.get("model") or {})
+    vocab = (run_cfg.get("derived") or {}).get("vocab_size") or run_cfg.get("vocab_size")
+    emb = state_dict.get("model.embed_tokens.weight")
+    if emb is not None:  # the weights are the ground truth for the vocabulary size
+        vocab = int(emb.shape[0])
+    if vocab is None:
+        raise ValueError("model: the run's config.yaml has no vocab_size and the checkpoint has no embedding")
+    overrides.setdefault("vocab_size", int(vocab))
+    context = run_cfg.get("context")
+    if isinstance(context, int) and context > 16384:
+        overrides.setdefault("max_position_embeddings", context)
+    model = FoxForCausalLM(get_preset(preset, **overrides))
+    missing, unexpected = model.load_state_dict(state_dict, strict=False)
+    missing = [k for k in missing if k != "lm_head.weight" or not model.config.tie_embeddings]
+    if missing or unexpected:
+        raise ValueError(f"model: checkpoint does not match preset {preset!r} with {overrides}: "
+                         f"missing {missing[:5]}, unexpected {unexpected[:5]}")
+    return model
+
+
+def _load_checkpoint_dir(path: str, run_dir: str):
+    cfg_path = os.path.join(run_dir, RUN_CONFIG)
+    if not os.path.exists(cfg_path):
+        raise ValueError(f"model: checkpoint {path!r} has no {RUN_CONFIG} two levels up ({run_dir!r}); "
+                         f"cannot tell which model it holds")
+    try:
+        from foxformer.train.checkpoint import verify_checkpoint
+    except ImportError:  # pragma: no cover - train area absent
+        verify_checkpoint = None
+    if verify_checkpoint is not None:
+        meta = verify_checkpoint(path)
+        step = meta.get("step")
+    else:
+        step = None
+    try:
+        sd = torch.load(os.path.join(path, "model.pt"), map_location="cpu", weights_only=True)
+    except Exception as e:
+        raise ValueError(f"model: could not read {os.path.join(path, 'model.pt')} ({e})") from e
+    run_cfg = _read_yaml(cfg_path)
+    return _model_from_run_config(run_cfg, _strip_prefixes(sd)), run_cfg, step
+
+
+def _load_hf_dir(path: str):
+    with open(os.path.join(path, "config.json")) as f:
+        try:
+            model_type = json.load(f).get("model_type")
+        except json.JSONDecodeError as e:
+            raise ValueError(f"model: {path}/config.json is not valid JSON ({e})") from e
+    try:
+        if model_type == "foxformer":
+            from foxformer.models import FoxForCausalLM
+
+            return FoxForCausalLM.from_pretrained(path)
+        from transformers import AutoModelForCausalLM
+
+        return AutoModelForCausalLM.from_pretrained(path)
+    except (OSError, RuntimeError, KeyError) as e:
+        raise ValueError(f"model: could not load Hugging Face folder {path!r} ({e})") from e
+
+
+def _latest_step_dir(run_dir: str) -> Optional[str]:
+    try:
+        from foxformer.train.checkpoint import latest_checkpoint
+    except ImportError:  # pragma: no cover
+        return None
+    return latest_checkpoint(run_dir)
+
+
+def load_model(path: str, *, device: str | torch.device | None = "auto", dtype: str | torch.dtype | None = "auto",
+               name: Optional[str] = None, train_len: Optional[int] = None,
+               attention_backend: Optional[str] = None) -> LoadedModel:
+    """Load ``path`` (see the module docstring) in eval mode on ``device``.
+
+    ``train_len`` overrides the training context length read from the run's config.yaml (HF folders
+    inside a run dir, ``RUN_DIR/hf``, find it too). Raises ValueError for anything that is not a model.
+    """
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"model path: expected a string path, got {type(path).__name__}")
+    path = os.fspath(path)
+    if not os.path.isdir(path):
+        raise ValueError(f"model: {path!r} is not a directory (expected a run dir, a checkpoint dir "
+                         f"RUN/checkpoints/step_N, or a Hugging Face folder with config.json)")
+    dev = resolve_device(device)
+    run_cfg: dict = {}
+    step = None
+    if os.path.exists(os.path.join(path, "model.pt")):
+        run_dir = os.path.dirname(os.path.dirname(os.path.abspath(path)))
+        model, run_cfg, step = _load_checkpoint_dir(path, run_dir)
+        source = "checkpoint"
+    elif os.path.exists(os.path.join(path, RUN_CONFIG)):
+        latest = _latest_step_dir(path)
+        if latest is not None:
+            model, run_cfg, step = _load_checkpoint_dir(latest, path)
+        elif os.path.exists(os.path.join(path, "hf", "config.json")):
+            model, run_cfg = _load_hf_dir(os.path.join(path, "hf")), _read_yaml(os.path.join(path, RUN_CONFIG))
+        else:
+            raise ValueError(f"model: run dir {path!r} has neither checkpoints nor an hf/ export yet")
+        source = "run"
+    elif os.path.exists(os.path.join(path, "config.json")):
+        model = _load_hf_dir(path)
+        parent_cfg = os.path.join(os.path.dirname(os.path.abspath(path)), RUN_CONFIG)
+        if os.path.exists(parent_cfg):
+            run_cfg = _read_yaml(parent_cfg)
+        source = "hf"
+    else:
+        raise ValueError(f"model: {path!r} has no config.json, {RUN_CONFIG} or model.pt: not a Hugging Face "
+                         f"folder, a run dir or a checkpoint")
+    if attention_backend is not None and hasattr(model.config, "attention_backend"):
+        model.config.attention_backend = attention_backend
+    model = model.to(device=dev, dtype=resolve_dtype(dtype, dev)).eval()
+    ctx = train_len if train_len is not None else run_cfg.get("context")
+    label = name or _default_name(path)
+    return LoadedModel(model=model, name=label, path=path, train_len=int(ctx) if ctx else None,
+                       tokenizer=run_cfg.get("tokenizer"), source=source, step=step)
+
+
+def _default_name(path: str) -> str:
+    parts = os.path.abspath(path).rstrip(os.sep).split(os.sep)
+    if len(parts) >= 3 and parts[-2] == "checkpoints":
+        return f"{parts[-3]}@{parts[-1]}"
+    if parts[-1] == "hf" and len(parts) >= 2:
+        return parts[-2]
+    return parts[-1]
+
+
+def wrap_model(model: torch.nn.Module, name: str = "model", train_len: Optional[int] = None) -> LoadedModel:
+    """An in-memory model as a LoadedModel (for the Python API and tests)."""
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
+    return LoadedModel(model=model.eval(), name=name, path="<memory>", train_len=train_len, source="memory")
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    for p in model.parameters():
+        return p.device
+    return torch.device("cpu")
+
+
+def vocab_size_of(model: torch.nn.Module) -> Optional[int]:
+    size = getattr(getattr(model, "config", None), "vocab_size", None)
+    return int(size) if size else None

@@ -1,0 +1,192 @@
+"""Per-position loss L(i), perplexity over context length P(l) and bootstrap bands over sequences.
+
+Position convention: L(i), i = 1 .. T-1, is the loss of predicting token i (0-based) from the i tokens before it,
+so L(i) is read at "context length i" and the training length T_train is a vertical line at i = T_train - 1.
+P(l) = exp(mean(L(1..l))).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from .loading import model_device, vocab_size_of
+
+
+def check_tokens(tokens, model: Optional[torch.nn.Module] = None, name: str = "tokens") -> torch.Tensor:
+    """Validate and return int64 [N, T] (a 1-D input becomes one row)."""
+    if isinstance(tokens, np.ndarray):
+        tokens = torch.from_numpy(np.asarray(tokens, dtype=np.int64))
+    if not isinstance(tokens, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor or numpy array of token ids, got {type(tokens).__name__}")
+    if tokens.dtype.is_floating_point or tokens.dtype == torch.bool:
+        raise TypeError(f"{name}: expected integer token ids, got dtype {tokens.dtype}")
+    if tokens.dim() == 1:
+        tokens = tokens[None]
+    if tokens.dim() != 2:
+        raise ValueError(f"{name}: expected shape [batch, seq] or [seq], got {tuple(tokens.shape)}")
+    if tokens.shape[1] < 2:
+        raise ValueError(f"{name}: sequence length must be at least 2 (one prediction), got {tokens.shape[1]}")
+    if tokens.numel() and int(tokens.min()) < 0:
+        raise ValueError(f"{name}: token ids must be non-negative, got {int(tokens.min())}")
+    vocab = vocab_size_of(model) if model is not None else None
+    if vocab is not None and tokens.numel() and int(tokens.max()) >= vocab:
+        raise ValueError(f"{name}: token id {int(tokens.max())} is outside the model's vocabulary of {vocab}; "
+                         f"was the data tokenized with another tokenizer?")
+    return tokens.long()
+
+
+@torch.no_grad()
+def _row_losses(model: torch.nn.Module, ids: torch.Tensor, chunk: int) -> torch.Tensor:
+    """fp32 [B, T-1] next-token losses; the LM head runs on ``chunk`` positions at a time so that long
+    sequences never materialise [B, T, V] logits."""
+    body, head = getattr(model, "model", None), getattr(model, "lm_head", None)
+    targets = ids[:, 1:]
+    if body is None or head is None:  # any other HF causal LM
+        logits = model(input_ids=ids).logits[:, :-1]
+        return F.cross_entropy(logits.float().transpose(1, 2), targets, reduction="none")
+    hidden = body(input_ids=ids, use_cache=False).last_hidden_state[:, :-1]
+    parts = []
+    # The head runs in fp32 even for bf16 models: bf16 logits would cost ~1e-2 nats of loss resolution.
+    weight = head.weight.float()
+    bias = None if getattr(head, "bias", None) is None else head.bias.float()
+    for s in range(0, hidden.shape[1], chunk):
+        logits = F.linear(hidden[:, s:s + chunk].float(), weight, bias)
+        parts.append(F.cross_entropy(logits.transpose(1, 2), targets[:, s:s + chunk], reduction="none"))
+    return torch.cat(parts, dim=1)
+
+
+def per_token_loss(model: torch.nn.Module, tokens, *, batch_size: int = 1, chunk: int = 2048,
+                   progress: bool = False) -> torch.Tensor:
+    """Next-token cross-entropy of every position: fp32 [N, T-1] on the CPU for tokens [N, T] (or [T]).
+
+    Row n, column i is -log p(tokens[n, i+1] | tokens[n, :i+1]). Runs under no_grad on the model's device.
+    """
+    tokens = check_tokens(tokens, model)
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size: expected a positive integer, got {batch_size!r}")
+    dev = model_device(model)
+    out = []
+    for s in tqdm(range(0, tokens.shape[0], batch_size), desc="loss", unit="batch", disable=not progress):
+        out.append(_row_losses(model, tokens[s:s + batch_size].to(dev), chunk).cpu())
+    return torch.cat(out, dim=0)
+
+
+def smooth(x: np.ndarray, window: int) -> np.ndarray:
+    """Centered moving average along the last axis (shrinking at the edges), fp64."""
+    x = np.asarray(x, dtype=np.float64)
+    if window <= 1:
+        return x.copy()
+    n = x.shape[-1]
+    c = np.concatenate([np.zeros(x.shape[:-1] + (1,)), np.cumsum(x, axis=-1)], axis=-1)
+    lo = np.clip(np.arange(n) - window // 2, 0, n)
+    hi = np.clip(np.arange(n) + (window - window // 2), 0, n)
+    return (c[..., hi] - c[..., lo]) / (hi - lo)
+
+
+def bootstrap_mean_bands(rows: np.ndarray, *, n_boot: int = 1000, confidence: float = 0.95,
+                         seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Percentile bootstrap band of the mean over rows. rows fp64 [N, K] -> (lo [K], hi [K]).
+
+    Each resample draws N rows with replacement; its mean is ``counts @ rows / N``, one matmul for all.
+    With one row the band collapses to that row.
+    """
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence: expected a number in (0, 1), got {confidence!r}")
+    if isinstance(n_boot, bool) or not isinstance(n_boot, int) or n_boot < 1:
+        raise ValueError(f"n_boot: expected a positive integer, got {n_boot!r}")
+    rows = np.asarray(rows, dtype=np.float64)
+    n = rows.shape[0]
+    rng = np.random.default_rng(seed)
+    counts = rng.multinomial(n, np.full(n, 1.0 / n), size=n_boot).astype(np.float64)
+    means = counts @ rows / n
+    alpha = (1.0 - confidence) / 2.0
+    lo, hi = np.quantile(means, [alpha, 1.0 - alpha], axis=0)
+    mean = rows.mean(axis=0)  # keep the point estimate inside its band despite float rounding
+    return np.minimum(lo, mean), np.maximum(hi, mean)
+
+
+def default_context_lengths(max_len: int) -> list[int]:
+    lengths = [2 ** k for k in range(0, 64) if 2 ** k < max_len]
+    return lengths + [max_len]
+
+
+@dataclass
+class LossCurve:
+    """Result of :func:`loss_curve` for one model (every array has one value per position or length).
+
+    positions: i = 1 .. T-1; loss: mean L(i) (fp64); smoothed, smoothed_lo, smoothed_hi: moving average of
+    L and its bootstrap band; lengths: context lengths l; perplexity, perplexity_lo, perplexity_hi: P(l).
+    """
+
+    name: str
+    seq_len: int
+    n_sequences: int
+    train_len: Optional[int]
+    mean_loss: float
+    smooth_window: int
+    confidence: float
+    positions: list = field(default_factory=list)
+    loss: list = field(default_factory=list)
+    smoothed: list = field(default_factory=list)
+    smoothed_lo: list = field(default_factory=list)
+    smoothed_hi: list = field(default_factory=list)
+    lengths: list = field(default_factory=list)
+    perplexity: list = field(default_factory=list)
+    perplexity_lo: list = field(default_factory=list)
+    perplexity_hi: list = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def summary(self) -> dict:
+        """Scalars worth printing: overall loss, P at each length, loss before/after the training length."""
+        out = {"name": self.name, "seq_len": self.seq_len, "n_sequences": self.n_sequences,
+               "train_len": self.train_len, "mean_loss": self.mean_loss,
+               "perplexity": {str(l): p for l, p in zip(self.lengths, self.perplexity)}}
+        if self.train_len and self.train_len - 1 < len(self.loss):
+            loss = np.asarray(self.loss)
+            out["loss_within_train_len"] = float(loss[: self.train_len - 1].mean())
+            out["loss_beyond_train_len"] = float(loss[self.train_len - 1:].mean())
+        return out
+
+
+def loss_curve(per_seq, *, name: str = "model", train_len: Optional[int] = None,
+               lengths: Optional[Sequence[int]] = None, smooth_window: Optional[int] = None, n_boot: int = 1000,
+               confidence: float = 0.95, seed: int = 0) -> LossCurve:
+    """Curves and bands from per-sequence, per-position losses [N, T-1] (accumulated in fp64)."""
+    rows = np.asarray(per_seq.double().numpy() if isinstance(per_seq, torch.Tensor) else per_seq, dtype=np.float64)
+    if rows.ndim != 2 or rows.shape[0] < 1 or rows.shape[1] < 1:
+        raise ValueError(f"per_seq: expected losses [num_sequences, positions], got shape {rows.shape}")
+    if not np.isfinite(rows).all():
+        raise ValueError("per_seq: losses contain NaN or inf; the model's outputs are not finite")
+    n, k = rows.shape
+    window = smooth_window if smooth_window is not None else max(1, k // 64)
+    lengths = sorted({int(l) for l in (lengths or default_context_lengths(k))})
+    bad = [l for l in lengths if not 1 <= l <= k]
+    if bad:
+        raise ValueError(f"lengths: context lengths must lie in [1, {k}] (seq_len - 1), got {bad}")
+    sm = smooth(rows, window)
+    cum = np.cumsum(rows, axis=1)[:, np.asarray(lengths) - 1] / np.asarray(lengths, dtype=np.float64)
+    sm_lo, sm_hi = bootstrap_mean_bands(sm, n_boot=n_boot, confidence=confidence, seed=seed)
+    cum_lo, cum_hi = bootstrap_mean_bands(cum, n_boot=n_boot, confidence=confidence, seed=seed + 1)
+    mean = rows.mean(axis=0)
+    return LossCurve(
+        name=name, seq_len=k + 1, n_sequences=n, train_len=train_len, mean_loss=float(mean.mean()),
+        smooth_window=int(window), confidence=confidence, positions=list(range(1, k + 1)), loss=mean.tolist(),
+        smoothed=sm.mean(axis=0).tolist(), smoothed_lo=sm_lo.tolist(), smoothed_hi=sm_hi.tolist(),
+        lengths=lengths, perplexity=np.exp(cum.mean(axis=0)).tolist(), perplexity_lo=np.exp(cum_lo).tolist(),
+        perplexity_hi=np.exp(cum_hi).tolist())
+
+
+def eval_loss(model: torch.nn.Module, tokens, *, name: str = "model", train_len: Optional[int] = None,
+              batch_size: int = 1, lengths: Optional[Sequence[int]] = None, smooth_window: Optional[int] = None,
+              n_boot: int = 1000, confidence: float = 0.95, seed: int = 0, progress: bool = True) -> LossCurve:
+    """per_token_loss + loss_curve in one call. tokens int64 [N, T_eval]; T_eval may exceed train_len."""
+    losses = per_token_loss(model, tokens, batch_size=batch_size, progress=progress)
+    return loss_curve(losses, name=name, train_len=train_len, lengths=lengths, smooth_window=smooth_window,
+                      n_boot=n_boot, confidence=confidence, seed=seed)

@@ -1,0 +1,261 @@
+"""Needle in a haystack on local text: a grid of context lengths x needle depths, two modes, two scores.
+
+A needle states a fact, "The special magic number for {key} is: {value}.", inserted at a sentence boundary
+at relative depth ``depth`` of a haystack cut from local long text. The prompt ends with the question and the
+start of the answer ("... What is the special magic number for {key}? The special magic number for {key} is:"),
+so base models answer by completion. "easy" mode puts the question inside the needle as well (the paper's
+easy mode): the model then only needs to copy what followed the same words before.
+
+Scores per trial: ``found`` (greedy generation contains the value, compared after normalisation: lower case,
+letters and digits only) and the cheaper teacher-forced log-likelihood of the answer tokens
+(``answer_logprob``, and ``ll_correct``: every answer token is the model's argmax).
+"""
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Optional, Protocol, Sequence
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from .loading import model_device, vocab_size_of
+
+MODES = ("standard", "easy")
+NEEDLE = "The special magic number for {key} is: {value}."
+QUESTION = "What is the special magic number for {key}?"
+ANSWER_PREFIX = "The special magic number for {key} is:"
+DEFAULT_KEYS = ("Lisbon", "the old lighthouse", "a silver kettle", "the violet comet", "Timbuktu", "the quiet library",
+                "a paper crane", "the northern bridge", "Zanzibar", "the wooden flute", "a copper lantern",
+                "the frozen lake")
+_BOUNDARY = re.compile(r"[.!?\n]\s*$")
+
+
+class TextTokenizer(Protocol):
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: Sequence[int]) -> str: ...
+
+
+def normalize(text: str) -> str:
+    """Lower case, letters and digits only: "Is: 1,234." and "is 1234" compare equal."""
+    return re.sub(r"[^0-9a-z]", "", text.lower())
+
+
+@dataclass
+class Needle:
+    key: str
+    value: str
+
+
+def make_needle(index: int, seed: int, keys: Sequence[str] = DEFAULT_KEYS) -> Needle:
+    """Needle ``index`` of seed ``seed``: a key from ``keys`` and a random 7-digit value (deterministic)."""
+    rng = np.random.default_rng([seed, index, 17])
+    return Needle(key=keys[int(rng.integers(len(keys)))], value=str(int(rng.integers(1_000_000, 10_000_000))))
+
+
+@dataclass
+class NiahCase:
+    """One prompt. prompt: token ids whose length is the context length; answer: ids of " {value}"."""
+
+    prompt: list[int]
+    answer: list[int]
+    value: str
+    length: int
+    depth: float
+    mode: str
+    needle_index: int
+    seed: int
+    needle_pos: int
+
+
+def _snap_to_boundary(tokenizer: TextTokenizer, hay: Sequence[int], pos: int, window: int = 64) -> int:
+    """Move ``pos`` back to just after a sentence end within ``window`` tokens (else keep it)."""
+    for p in range(pos, max(0, pos - window), -1):
+        if p == 0 or _BOUNDARY.search(tokenizer.decode([hay[p - 1]])):
+            return p
+    return pos
+
+
+def build_case(tokenizer: TextTokenizer, haystack: Sequence[int], length: int, depth: float, needle: Needle, *,
+               mode: str = "standard", offset: int = 0, needle_index: int = 0, seed: int = 0) -> NiahCase:
+    """Prompt of exactly ``length`` tokens: haystack[offset:...] with the needle at relative ``depth``."""
+    if mode not in MODES:
+        raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
+    if not 0.0 <= depth <= 1.0:
+        raise ValueError(f"depths: expected values in [0, 1], got {depth!r}")
+    question = QUESTION.format(key=needle.key)
+    fact = NEEDLE.format(key=needle.key, value=needle.value)
+    needle_text = f" {question} {fact} " if mode == "easy" else f" {fact} "
+    needle_ids = tokenizer.encode(needle_text)
+    tail = tokenizer.encode(f"\n\n{question} {ANSWER_PREFIX.format(key=needle.key)}")
+    answer = tokenizer.encode(f" {needle.value}")
+    budget = length - len(needle_ids) - len(tail)
+    if budget < 1:
+        raise ValueError(f"lengths: context length {length} is too short for the needle and question "
+                         f"({len(needle_ids) + len(tail)} tokens); use lengths > {len(needle_ids) + len(tail)}")
+    if offset + budget > len(haystack):
+        raise ValueError(f"haystack: {len(haystack)} tokens cannot fill a context of {length} tokens "
+                         f"(needs {offset + budget}); give a longer haystack source")
+    hay = list(haystack[offset:offset + budget])
+    pos = _snap_to_boundary(tokenizer, hay, int(round(depth * budget)))
+    prompt = hay[:pos] + needle_ids + hay[pos:] + tail
+    return NiahCase(prompt=prompt, answer=answer, value=needle.value, length=length, depth=float(depth), mode=mode,
+                    needle_index=needle_index, seed=seed, needle_pos=pos)
+
+
+def _cache_of(out):
+    keys = out.keys() if hasattr(out, "keys") else ()
+    if "cache" in keys:
+        return out["cache"]
+    return getattr(out, "past_key_values", None)
+
+
+def _step(model, ids: torch.Tensor, cache):
+    out = model(input_ids=ids, past_key_values=cache, use_cache=True)
+    return out.logits[:, -1].float(), _cache_of(out), out.logits
+
+
+@torch.no_grad()
+def answer_loglik(model: torch.nn.Module, prompt: Sequence[int], answer: Sequence[int]) -> tuple[float, bool]:
+    """(sum of log p(answer | prompt), whether every answer token is the argmax) from one forward pass."""
+    dev = model_device(model)
+    ids = torch.tensor([list(prompt) + list(answer)], device=dev)
+    logits = model(input_ids=ids).logits[0, len(prompt) - 1:-1].float()
+    return _score_answer(logits, answer)
+
+
+def _score_answer(logits: torch.Tensor, answer: Sequence[int]) -> tuple[float, bool]:
+    """logits [len(answer), V] predicting each answer token."""
+    target = torch.tensor(list(answer), device=logits.device)
+    logp = torch.log_softmax(logits, dim=-1)
+    total = float(logp.gather(1, target[:, None]).sum())
+    return total, bool((logits.argmax(-1) == target).all())
+
+
+@torch.no_grad()
+def run_case(model: torch.nn.Module, tokenizer: TextTokenizer, case: NiahCase, *, generate: bool = True,
+             max_new_tokens: Optional[int] = None) -> dict:
+    """Score one prompt. With ``generate`` the prompt is prefilled once with a KV cache; a copy of the cache
+    scores the answer by teacher forcing, the original decodes greedily."""
+    dev = model_device(model)
+    rec = {"length": case.length, "depth": case.depth, "mode": case.mode, "needle": case.needle_index,
+           "seed": case.seed, "value": case.value}
+    if not generate:
+        rec["answer_logprob"], rec["ll_correct"] = answer_loglik(model, case.prompt, case.answer)
+        return rec
+    new = max_new_tokens if max_new_tokens is not None else len(case.answer) + 4
+    last, cache, _ = _step(model, torch.tensor([case.prompt], device=dev), None)
+    forced_cache = copy.deepcopy(cache)
+    if len(case.answer) > 1:
+        _, _, logits = _step(model, torch.tensor([case.answer[:-1]], device=dev), forced_cache)
+        answer_logits = torch.cat([last, logits[0].float()], dim=0)
+    else:
+        answer_logits = last
+    rec["answer_logprob"], rec["ll_correct"] = _score_answer(answer_logits, case.answer)
+    del forced_cache
+    generated: list[int] = []
+    for _ in range(new):
+        token = int(last.argmax(-1))
+        generated.append(token)
+        last, cache, _ = _step(model, torch.tensor([[token]], device=dev), cache)
+    text = tokenizer.decode(generated)
+    rec["generated"] = text
+    rec["found"] = normalize(case.value) in normalize(text)
+    return rec
+
+
+@dataclass
+class NiahResult:
+    """All trials of one model plus the grid axes. ``grid(mode, metric)`` -> [depths][lengths] means."""
+
+    name: str
+    lengths: list
+    depths: list
+    modes: list
+    train_len: Optional[int] = None
+    generate: bool = True
+    records: list = field(default_factory=list)
+
+    def grid(self, mode: str, metric: str = "accuracy") -> list:
+        key = {"accuracy": "found", "ll_accuracy": "ll_correct", "answer_logprob": "answer_logprob"}.get(metric)
+        if key is None:
+            raise ValueError(f"metric: expected 'accuracy', 'll_accuracy' or 'answer_logprob', got {metric!r}")
+        if key == "found" and not self.generate:
+            key = "ll_correct"
+        out = []
+        for d in self.depths:
+            row = []
+            for l in self.lengths:
+                vals = [float(r[key]) for r in self.records
+                        if r["mode"] == mode and r["length"] == l and abs(r["depth"] - d) < 1e-9]
+                row.append(float(np.mean(vals)) if vals else float("nan"))
+            out.append(row)
+        return out
+
+    def summary(self) -> dict:
+        out = {"name": self.name, "train_len": self.train_len, "trials": len(self.records)}
+        for mode in self.modes:
+            rs = [r for r in self.records if r["mode"] == mode]
+            if self.generate:
+                out[f"{mode}_accuracy"] = float(np.mean([r["found"] for r in rs]))
+            out[f"{mode}_ll_accuracy"] = float(np.mean([r["ll_correct"] for r in rs]))
+        return out
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["summary"] = self.summary()
+        d["grids"] = {mode: {m: self.grid(mode, m) for m in ("accuracy", "ll_accuracy", "answer_logprob")}
+                      for mode in self.modes}
+        return d
+
+
+def _check_grid(lengths, depths, modes, needles: int, seeds) -> None:
+    if not lengths or any(isinstance(l, bool) or not isinstance(l, int) or l < 2 for l in lengths):
+        raise ValueError(f"lengths: expected a non-empty list of integer context lengths, got {lengths!r}")
+    if not depths or any(not 0.0 <= float(d) <= 1.0 for d in depths):
+        raise ValueError(f"depths: expected a non-empty list of numbers in [0, 1], got {depths!r}")
+    bad = [m for m in modes if m not in MODES]
+    if not modes or bad:
+        raise ValueError(f"modes: expected a non-empty subset of {MODES}, got {list(modes)!r}")
+    if isinstance(needles, bool) or not isinstance(needles, int) or needles < 1:
+        raise ValueError(f"needles: expected a positive integer (needles per cell), got {needles!r}")
+    if not seeds:
+        raise ValueError("seeds: expected at least one seed")
+
+
+def niah_grid(model: torch.nn.Module, tokenizer: TextTokenizer, haystack: Sequence[int], *,
+              lengths: Sequence[int], depths: Sequence[float] = (0.0, 0.25, 0.5, 0.75, 1.0),
+              modes: Sequence[str] = MODES, needles: int = 2, seeds: Sequence[int] = (0,),
+              keys: Sequence[str] = DEFAULT_KEYS, generate: bool = True, max_new_tokens: Optional[int] = None,
+              name: str = "model", train_len: Optional[int] = None, progress: bool = True) -> NiahResult:
+    """Run every (mode, length, depth, needle, seed) trial. ``haystack``: token ids of local text, at least
+    max(lengths) long (plus room for the per-seed offsets)."""
+    lengths, depths, modes, seeds = list(lengths), [float(d) for d in depths], list(modes), list(seeds)
+    _check_grid(lengths, depths, modes, needles, seeds)
+    vocab = vocab_size_of(model)
+    if vocab is not None and haystack and max(haystack) >= vocab:
+        raise ValueError(f"haystack: token id {max(haystack)} is outside the model's vocabulary of {vocab}; "
+                         f"use the tokenizer the model was trained with")
+    result = NiahResult(name=name, lengths=lengths, depths=depths, modes=modes, train_len=train_len,
+                        generate=generate)
+    total = len(modes) * len(lengths) * len(depths) * needles * len(seeds)
+    bar = tqdm(total=total, desc=f"niah {name}", unit="trial", disable=not progress)
+    for seed in seeds:
+        for n in range(needles):
+            needle = make_needle(n, seed, keys)
+            rng = np.random.default_rng([seed, n, 29])
+            for length in lengths:
+                spare = max(0, len(haystack) - length)
+                offset = int(rng.integers(spare + 1)) if spare else 0
+                for mode in modes:
+                    for depth in depths:
+                        case = build_case(tokenizer, haystack, length, depth, needle, mode=mode, offset=offset,
+                                          needle_index=n, seed=seed)
+                        result.records.append(run_case(model, tokenizer, case, generate=generate,
+                                                       max_new_tokens=max_new_tokens))
+                        bar.update(1)
+    bar.close()
+    return result

@@ -1,0 +1,104 @@
+"""Write results of several models as one JSON file plus PNG plots into an output folder.
+
+JSON layout shared by every command: {"command", "settings", "models": [{"summary": {...}, ...}], "plots": [...]},
+plot paths relative to the JSON file (``foxformer report`` reads them).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from typing import Optional, Sequence
+
+import numpy as np
+
+from . import plots
+from .gates import GateStats, choose_heads, head_matrices
+
+
+def _clean(obj):
+    """JSON without NaN/inf (they become null), numpy scalars as Python numbers."""
+    if isinstance(obj, dict):
+        return {str(k): _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    if isinstance(obj, (np.floating, float)):
+        return float(obj) if math.isfinite(obj) else None
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, np.bool_):
+        return bool(obj)
+    return obj
+
+
+def write_json(path: str, data: dict) -> str:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(_clean(data), f, indent=1)
+    os.replace(tmp, path)
+    return path
+
+
+def safe_name(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") or "model"
+
+
+def save_loss(curves: Sequence, out_dir: str, settings: Optional[dict] = None) -> dict:
+    """loss.json, loss_curve.png and perplexity.png for LossCurve results of one or more models."""
+    files = [os.path.basename(plots.plot_loss_curves(curves, os.path.join(out_dir, "loss_curve.png"))),
+             os.path.basename(plots.plot_perplexity(curves, os.path.join(out_dir, "perplexity.png")))]
+    data = {"command": "eval loss", "settings": settings or {}, "plots": files,
+            "models": [{"summary": c.summary(), **c.to_dict()} for c in curves]}
+    write_json(os.path.join(out_dir, "loss.json"), data)
+    return data
+
+
+def save_niah(results: Sequence, out_dir: str, settings: Optional[dict] = None) -> dict:
+    """niah.json, niah_heatmap.png (generation accuracy, or LL accuracy without generation), niah_ll_heatmap.png."""
+    files = []
+    if all(r.generate for r in results):
+        files.append(os.path.basename(plots.plot_niah_heatmaps(results, os.path.join(out_dir, "niah_heatmap.png"))))
+    files.append(os.path.basename(plots.plot_niah_heatmaps(results, os.path.join(out_dir, "niah_ll_heatmap.png"),
+                                                           metric="ll_accuracy")))
+    data = {"command": "eval niah", "settings": settings or {}, "plots": files,
+            "models": [{"summary": r.summary(), **r.to_dict()} for r in results]}
+    write_json(os.path.join(out_dir, "niah.json"), data)
+    return data
+
+
+def save_gates(analyses: Sequence[tuple[GateStats, object, object]], out_dir: str,
+               settings: Optional[dict] = None, heads: Optional[list] = None, matrix_len: int = 256) -> dict:
+    """gates.json and per model: decay / attention matrix grids, timescale and effective-context heatmaps and
+    mean-decay curves. ``analyses``: (stats, model, tokens) per model."""
+    files, models = [], []
+    for stats, model, tokens in analyses:
+        tag = safe_name(stats.name)
+        chosen = heads or choose_heads(stats)
+        mats = head_matrices(model, tokens, chosen, max_len=matrix_len)
+        labels = [f"L{m['layer']} H{m['head']}" for m in mats]
+        if stats.has_gate:
+            files.append(plots.plot_matrices([(f"F {lab}", m["decay"]) for lab, m in zip(labels, mats)],
+                                             os.path.join(out_dir, f"gates_{tag}_decay.png"), log_scale=True))
+        files.append(plots.plot_matrices([(f"A {lab}", m["attention"]) for lab, m in zip(labels, mats)],
+                                         os.path.join(out_dir, f"gates_{tag}_attention.png")))
+        if stats.has_gate:
+            files.append(plots.plot_head_grid(np.asarray(stats.timescale), os.path.join(out_dir, f"gates_{tag}_timescale.png"),
+                                              title=f"{stats.name}: timescale 1 / -mean(log f)", label="tokens",
+                                              log=True))
+            eff = np.asarray([[np.inf if e is None else e for e in row] for row in stats.eff_context])
+            files.append(plots.plot_head_grid(np.where(np.isinf(eff), stats.max_distance, eff),
+                                              os.path.join(out_dir, f"gates_{tag}_eff_context.png"),
+                                              title=f"{stats.name}: effective context length (decay < 1/e; "
+                                                    f"{stats.max_distance} = beyond the text)",
+                                              label="tokens", log=True))
+            decay = np.concatenate([np.asarray(d).T for d in stats.decay], axis=0)  # [L*H, distances]
+            files.append(plots.plot_decay_curves(np.asarray(stats.distances), decay,
+                                                 os.path.join(out_dir, f"gates_{tag}_decay_curves.png"),
+                                                 title=f"{stats.name}: mean decay per head vs distance"))
+        models.append({"summary": stats.summary(), "heads_plotted": [list(h) for h in chosen], **stats.to_dict()})
+    data = {"command": "analyze gates", "settings": settings or {}, "models": models,
+            "plots": [os.path.basename(f) for f in files]}
+    write_json(os.path.join(out_dir, "gates.json"), data)
+    return data

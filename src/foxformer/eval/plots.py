@@ -1,0 +1,149 @@
+"""Matplotlib figures (Agg backend, PNG) for loss curves, needle heatmaps and forget-gate analyses."""
+from __future__ import annotations
+
+import os
+from typing import Optional, Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+
+def _save(fig, path: str) -> str:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, dpi=150, bbox_inches="tight")
+    plt.close(fig)
+    if not os.path.exists(path) or os.path.getsize(path) == 0:
+        raise OSError(f"plot: {path} was not written")
+    return path
+
+
+def plot_loss_curves(curves: Sequence, path: str, *, title: str = "Per-position loss") -> str:
+    """Smoothed L(i) with bootstrap bands, one line per model; dashed vertical lines at training lengths."""
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for n, c in enumerate(curves):
+        color = f"C{n}"
+        x = np.asarray(c.positions)
+        ax.plot(x, c.smoothed, color=color, lw=1.4, label=f"{c.name} (mean {c.mean_loss:.3f})")
+        ax.fill_between(x, c.smoothed_lo, c.smoothed_hi, color=color, alpha=0.2, lw=0)
+        if c.train_len:
+            ax.axvline(c.train_len - 1, color=color, ls="--", lw=1.0, alpha=0.8)
+    ax.set_xlabel("token position i (context length)")
+    ax.set_ylabel("loss L(i) [nats]")
+    if max(len(c.positions) for c in curves) > 64:
+        ax.set_xscale("log")
+    ax.set_title(f"{title} (smoothed, {int(100 * curves[0].confidence)}% bootstrap band; dashed: train length)",
+                 fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def plot_perplexity(curves: Sequence, path: str, *, title: str = "Perplexity vs context length") -> str:
+    """P(l) = exp(mean L(1..l)) with bootstrap bands; log-log axes."""
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for n, c in enumerate(curves):
+        color = f"C{n}"
+        ax.plot(c.lengths, c.perplexity, "o-", color=color, ms=3, lw=1.4, label=c.name)
+        ax.fill_between(c.lengths, c.perplexity_lo, c.perplexity_hi, color=color, alpha=0.2, lw=0)
+        if c.train_len:
+            ax.axvline(c.train_len - 1, color=color, ls="--", lw=1.0, alpha=0.8)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("context length l")
+    ax.set_ylabel("perplexity P(l)")
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def plot_niah_heatmaps(results: Sequence, path: str, *, metric: str = "accuracy") -> str:
+    """One heatmap per model and mode: rows = needle depth, columns = context length (paper figure 4)."""
+    panels = [(r, mode) for r in results for mode in r.modes]
+    cols = min(len(panels), 2)
+    rows = -(-len(panels) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 3.8 * rows), squeeze=False, layout="constrained")
+    cmap = matplotlib.colors.LinearSegmentedColormap.from_list("niah", ["#d7301f", "#fdae61", "#1a9850"])
+    im = None
+    for ax, (r, mode) in zip(axes.flat, panels):
+        grid = np.asarray(r.grid(mode, metric))  # [depths, lengths]
+        im = ax.imshow(grid, cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto")
+        ax.set_xticks(range(len(r.lengths)), [str(l) for l in r.lengths], rotation=45, fontsize=7)
+        ax.set_yticks(range(len(r.depths)), [f"{100 * d:.0f}%" for d in r.depths], fontsize=7)
+        inside = sum(1 for l in r.lengths if r.train_len and l <= r.train_len)
+        if 0 < inside < len(r.lengths):  # dashed line between lengths within training and beyond it
+            ax.axvline(inside - 0.5, color="white", ls="--", lw=1.2)
+        ax.set_xlabel("context length")
+        ax.set_ylabel("needle depth")
+        ax.set_title(f"{r.name}: {mode} (mean {np.nanmean(grid):.2f})", fontsize=9)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    if im is not None:
+        fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.8, label=metric)
+    return _save(fig, path)
+
+
+def plot_matrices(panels: Sequence[tuple[str, np.ndarray]], path: str, *, ncols: int = 4,
+                  log_scale: bool = False) -> str:
+    """A grid of lower-triangular matrices (decay F or attention A), key position on x, query on y."""
+    cols = min(ncols, len(panels))
+    rows = -(-len(panels) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(2.8 * cols, 2.8 * rows), squeeze=False, layout="constrained")
+    for ax, (label, m) in zip(axes.flat, panels):
+        m = np.asarray(m, dtype=np.float64)
+        if log_scale:
+            shown = np.log10(np.clip(m, 1e-6, None))
+            im = ax.imshow(np.where(np.tril(np.ones_like(m)) > 0, shown, np.nan), cmap="viridis", vmin=-6, vmax=0)
+        else:
+            im = ax.imshow(np.where(np.tril(np.ones_like(m)) > 0, m, np.nan), cmap="viridis", vmin=0.0,
+                           vmax=max(float(np.nanmax(m)), 1e-12))
+        ax.set_title(label, fontsize=8)
+        ax.set_xticks([])
+        ax.set_yticks([])
+        fig.colorbar(im, ax=ax, fraction=0.046, pad=0.02)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    return _save(fig, path)
+
+
+def plot_head_grid(values: np.ndarray, path: str, *, title: str, label: str, log: bool = False,
+                   annotate: bool = True) -> str:
+    """Layers x heads heatmap of one per-head statistic (e.g. timescale, effective context length)."""
+    v = np.asarray(values, dtype=np.float64)
+    fig, ax = plt.subplots(figsize=(max(3.0, 0.5 * v.shape[1] + 2), max(2.5, 0.35 * v.shape[0] + 1.5)))
+    shown = np.log10(np.clip(v, 1e-12, None)) if log else v
+    im = ax.imshow(shown, cmap="magma", aspect="auto")
+    ax.set_xlabel("head")
+    ax.set_ylabel("layer")
+    ax.set_xticks(range(v.shape[1]))
+    ax.set_yticks(range(v.shape[0]))
+    if annotate and v.size <= 400:
+        for (i, j), x in np.ndenumerate(v):
+            txt = "inf" if not np.isfinite(x) else (f"{x:.0f}" if abs(x) >= 10 else f"{x:.2f}")
+            ax.text(j, i, txt, ha="center", va="center", fontsize=6, color="cyan")
+    fig.colorbar(im, ax=ax, label=f"log10 {label}" if log else label)
+    ax.set_title(title, fontsize=9)
+    return _save(fig, path)
+
+
+def plot_decay_curves(distances: np.ndarray, decay: np.ndarray, path: str, *, title: str,
+                      names: Optional[Sequence[str]] = None) -> str:
+    """Mean decay D(d) per head (lines) against distance d, with the 1/e threshold."""
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    d = np.asarray(decay)
+    for i in range(d.shape[0]):
+        ax.plot(distances, d[i], lw=0.8, alpha=0.7, label=None if names is None else names[i])
+    ax.axhline(np.exp(-1.0), color="k", ls="--", lw=1.0, label="1/e")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_ylim(1e-6, 1.5)
+    ax.set_xlabel("distance d")
+    ax.set_ylabel("mean decay prod f over d steps")
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3, which="both")
+    if names is not None and len(names) <= 16:
+        ax.legend(fontsize=6, ncol=2)
+    return _save(fig, path)

@@ -1,0 +1,236 @@
+"""`foxformer report RUN_DIR...`: one Markdown or HTML page with training curves and the eval / analyze outputs.
+
+Each RUN_DIR (a training run or any folder) is searched for the outputs of ``foxformer eval loss`` (loss.json),
+``eval niah`` (niah.json), ``eval harness`` (harness.json) and ``analyze gates`` (gates.json), in the folder
+itself and in its ``eval/`` sub-folder (the commands' default output for a run dir), plus the run's
+metrics.jsonl. Plots are copied next to the page, so the report folder can be moved as a whole.
+"""
+from __future__ import annotations
+
+import html
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from typing import Optional
+
+from . import plots
+
+OUTPUTS = ("loss.json", "niah.json", "gates.json", "harness.json")
+
+
+@dataclass
+class Block:
+    kind: str  # "h2" | "h3" | "p" | "img" | "table"
+    text: str = ""
+    rows: list = field(default_factory=list)
+
+
+def _find(run_dir: str, name: str) -> Optional[str]:
+    for folder in (run_dir, os.path.join(run_dir, "eval")):
+        path = os.path.join(folder, name)
+        if os.path.exists(path):
+            return path
+    return None
+
+
+def _read_json(path: str) -> dict:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"report: cannot read {path} ({e})") from e
+
+
+def _fmt(x) -> str:
+    if isinstance(x, float):
+        return f"{x:.4g}"
+    return "" if x is None else str(x)
+
+
+def _copy_image(src: str, out_dir: str, tag: str) -> str:
+    os.makedirs(os.path.join(out_dir, "assets"), exist_ok=True)
+    rel = os.path.join("assets", f"{tag}_{os.path.basename(src)}")
+    shutil.copyfile(src, os.path.join(out_dir, rel))
+    return rel
+
+
+def _images(data: dict, base: str, out_dir: str, tag: str) -> list[Block]:
+    blocks = []
+    for rel in data.get("plots", []):
+        src = rel if os.path.isabs(rel) else os.path.join(base, rel)
+        if os.path.exists(src):
+            blocks.append(Block("img", _copy_image(src, out_dir, tag)))
+    return blocks
+
+
+def _training_blocks(run_dir: str, out_dir: str, tag: str) -> list[Block]:
+    path = os.path.join(run_dir, "metrics.jsonl")
+    if not os.path.exists(path):
+        return []
+    train, val = [], []
+    with open(path) as f:
+        for line in f:
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut by a crash
+            if rec.get("kind") == "train" and rec.get("loss") is not None:
+                train.append((rec["tokens"], rec["loss"]))
+            elif rec.get("kind") == "eval" and rec.get("val_loss") is not None:
+                val.append((rec["tokens"], rec["val_loss"]))
+    if not train and not val:
+        return []
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    if train:
+        ax.plot(*zip(*train), lw=0.8, label="train loss")
+    if val:
+        ax.plot(*zip(*val), "o-", ms=3, label="validation loss")
+    ax.set_xlabel("tokens")
+    ax.set_ylabel("loss")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    os.makedirs(os.path.join(out_dir, "assets"), exist_ok=True)
+    rel = os.path.join("assets", f"{tag}_training.png")
+    plots._save(fig, os.path.join(out_dir, rel))
+    rows = [["last train loss", _fmt(train[-1][1]) if train else ""],
+            ["last validation loss", _fmt(val[-1][1]) if val else ""],
+            ["tokens", _fmt((train or val)[-1][0])]]
+    return [Block("h3", "Training"), Block("table", rows=[["metric", "value"]] + rows), Block("img", rel)]
+
+
+def _loss_blocks(data: dict, base: str, out_dir: str, tag: str) -> list[Block]:
+    rows = [["model", "seq_len", "train_len", "sequences", "mean loss", "loss < train_len", "loss >= train_len"]]
+    for m in data.get("models", []):
+        s = m.get("summary", {})
+        rows.append([s.get("name"), s.get("seq_len"), s.get("train_len"), s.get("n_sequences"), s.get("mean_loss"),
+                     s.get("loss_within_train_len"), s.get("loss_beyond_train_len")])
+    ppl_rows = []
+    for m in data.get("models", []):
+        ppl = m.get("summary", {}).get("perplexity", {})
+        if not ppl_rows:
+            ppl_rows.append(["model"] + list(ppl))
+        ppl_rows.append([m.get("summary", {}).get("name")] + list(ppl.values()))
+    out = [Block("h3", "Per-position loss"), Block("table", rows=rows)]
+    if ppl_rows:
+        out += [Block("p", "Perplexity P(l) at context length l:"), Block("table", rows=ppl_rows)]
+    return out + _images(data, base, out_dir, tag)
+
+
+def _niah_blocks(data: dict, base: str, out_dir: str, tag: str) -> list[Block]:
+    rows = None
+    for m in data.get("models", []):
+        s = m.get("summary", {})
+        if rows is None:
+            rows = [list(s)]
+        rows.append([s.get(k) for k in rows[0]])
+    out = [Block("h3", "Needle in a haystack")]
+    if rows:
+        out.append(Block("table", rows=rows))
+    return out + _images(data, base, out_dir, tag)
+
+
+def _gate_blocks(data: dict, base: str, out_dir: str, tag: str) -> list[Block]:
+    rows = None
+    for m in data.get("models", []):
+        s = m.get("summary", {})
+        if rows is None:
+            rows = [list(s)]
+        rows.append([s.get(k) for k in rows[0]])
+    out = [Block("h3", "Forget gates")]
+    if rows:
+        out.append(Block("table", rows=rows))
+    return out + _images(data, base, out_dir, tag)
+
+
+def _harness_blocks(data: dict) -> list[Block]:
+    rows = [["task", "metric", "value"]]
+    for task, metrics in (data.get("results") or {}).items():
+        for k, v in metrics.items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                rows.append([task, k, v])
+    return [Block("h3", "lm-evaluation-harness"), Block("table", rows=rows)]
+
+
+def collect(run_dirs: list[str], out_dir: str) -> list[Block]:
+    """Blocks of the page for ``run_dirs``; copies or draws the images into ``out_dir``/assets."""
+    if not run_dirs:
+        raise ValueError("report: expected at least one RUN_DIR")
+    blocks: list[Block] = []
+    for n, run_dir in enumerate(run_dirs):
+        if not os.path.isdir(run_dir):
+            raise ValueError(f"report: {run_dir!r} is not a directory")
+        tag = f"{n}_{os.path.basename(os.path.abspath(run_dir))}"
+        section = _training_blocks(run_dir, out_dir, tag)
+        for name, fn in (("loss.json", _loss_blocks), ("niah.json", _niah_blocks), ("gates.json", _gate_blocks)):
+            path = _find(run_dir, name)
+            if path:
+                section += fn(_read_json(path), os.path.dirname(path), out_dir, tag)
+        path = _find(run_dir, "harness.json")
+        if path:
+            section += _harness_blocks(_read_json(path))
+        if not section:
+            section = [Block("p", f"No results found in {run_dir} (looked for metrics.jsonl and "
+                                  f"{', '.join(OUTPUTS)} in it and in its eval/ folder).")]
+        blocks += [Block("h2", os.path.abspath(run_dir))] + section
+    return blocks
+
+
+def _md_table(rows: list) -> str:
+    head, *body = [[_fmt(c) for c in r] for r in rows]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(r) + " |" for r in body]
+    return "\n".join(lines)
+
+
+def render_markdown(blocks: list[Block], title: str) -> str:
+    parts = [f"# {title}"]
+    for b in blocks:
+        if b.kind == "h2":
+            parts.append(f"## {b.text}")
+        elif b.kind == "h3":
+            parts.append(f"### {b.text}")
+        elif b.kind == "p":
+            parts.append(b.text)
+        elif b.kind == "img":
+            parts.append(f"![{os.path.basename(b.text)}]({b.text})")
+        elif b.kind == "table":
+            parts.append(_md_table(b.rows))
+    return "\n\n".join(parts) + "\n"
+
+
+def render_html(blocks: list[Block], title: str) -> str:
+    esc = html.escape
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{esc(title)}</title>",
+             "<style>body{font-family:sans-serif;max-width:1100px;margin:auto}table{border-collapse:collapse}"
+             "td,th{border:1px solid #ccc;padding:2px 8px}img{max-width:100%}</style></head><body>",
+             f"<h1>{esc(title)}</h1>"]
+    for b in blocks:
+        if b.kind in ("h2", "h3"):
+            parts.append(f"<{b.kind}>{esc(b.text)}</{b.kind}>")
+        elif b.kind == "p":
+            parts.append(f"<p>{esc(b.text)}</p>")
+        elif b.kind == "img":
+            parts.append(f"<p><img src='{esc(b.text)}' alt='{esc(os.path.basename(b.text))}'></p>")
+        elif b.kind == "table":
+            head, *body = b.rows
+            parts.append("<table><tr>" + "".join(f"<th>{esc(_fmt(c))}</th>" for c in head) + "</tr>")
+            parts += ["<tr>" + "".join(f"<td>{esc(_fmt(c))}</td>" for c in r) + "</tr>" for r in body]
+            parts.append("</table>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def build_report(run_dirs: list[str], out_dir: str, *, fmt: str = "md", title: str = "foxformer report") -> str:
+    """Write ``out_dir``/report.md (or report.html) and its assets; returns the page's path."""
+    if fmt not in ("md", "html"):
+        raise ValueError(f"format: expected 'md' or 'html', got {fmt!r}")
+    os.makedirs(out_dir, exist_ok=True)
+    blocks = collect(list(run_dirs), out_dir)
+    page = render_markdown(blocks, title) if fmt == "md" else render_html(blocks, title)
+    path = os.path.join(out_dir, f"report.{fmt}")
+    with open(path, "w") as f:
+        f.write(page)
+    return path

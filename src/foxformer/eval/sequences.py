@@ -1,0 +1,79 @@
+"""Token sequences for evaluation: windows of a prepared dataset split, or of documents from a text source."""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+import torch
+
+
+def _check_len(seq_len: int, num: int) -> None:
+    if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 2:
+        raise ValueError(f"seq_len: expected an integer >= 2 (tokens per evaluation sequence), got {seq_len!r}")
+    if isinstance(num, bool) or not isinstance(num, int) or num < 1:
+        raise ValueError(f"num_sequences: expected a positive integer, got {num!r}")
+
+
+def dataset_sequences(data_dir: str, seq_len: int, num: int, *, split: str = "val",
+                      within_docs: bool = False) -> torch.Tensor:
+    """int64 [N, seq_len] from a prepared dataset (``foxformer data prepare``), N = min(num, available).
+
+    within_docs=False: consecutive windows of the concatenated split (documents joined by end-of-text),
+    spread evenly over the split. within_docs=True: only windows that lie inside one document (long-context
+    evaluation: every position really has that much context), at most one per document, longest docs first.
+    """
+    _check_len(seq_len, num)
+    from foxformer.data import TokenDataset
+
+    ds = TokenDataset(data_dir, split, seq_len)  # raises a clear ValueError when the split is too short
+    if not within_docs:
+        picks = np.linspace(0, len(ds) - 1, num=min(num, len(ds))).round().astype(np.int64)
+        return torch.from_numpy(np.stack([ds.sequence(int(i)) for i in np.unique(picks)]))
+    offsets = np.asarray(ds.doc_offsets, dtype=np.int64)
+    lengths = np.diff(offsets)
+    long_docs = np.flatnonzero(lengths >= seq_len)
+    if long_docs.size == 0:
+        raise ValueError(f"seq_len: no document of split {split!r} in {data_dir!r} has {seq_len} tokens "
+                         f"(longest: {int(lengths.max()) if lengths.size else 0}); lower --seq-len or drop "
+                         f"--within-docs")
+    order = long_docs[np.argsort(-lengths[long_docs], kind="stable")][:num]
+    rows = [np.asarray(ds.tokens[offsets[d]:offsets[d] + seq_len], dtype=np.int64) for d in sorted(order)]
+    return torch.from_numpy(np.stack(rows))
+
+
+def document_token_stream(source: str, tokenizer, *, min_tokens: int, max_docs: Optional[int] = None,
+                          separator: Optional[int] = None) -> list[int]:
+    """Token ids of a text source's documents joined (by ``separator`` if given) until ``min_tokens`` are
+    collected. ``source``: a spec of ``foxformer.data.iter_documents`` (file, directory, builtin:...)."""
+    from foxformer.data import iter_documents
+
+    ids: list[int] = []
+    for i, doc in enumerate(iter_documents(source)):
+        if max_docs is not None and i >= max_docs:
+            break
+        ids.extend(tokenizer.encode(doc.text))
+        if separator is not None:
+            ids.append(separator)
+        if len(ids) >= min_tokens:
+            break
+    if len(ids) < min_tokens:
+        raise ValueError(f"source: {source!r} holds only {len(ids)} tokens, fewer than the {min_tokens} needed")
+    return ids
+
+
+def source_sequences(source: str, tokenizer, seq_len: int, num: int) -> torch.Tensor:
+    """int64 [N, seq_len]: the first ``seq_len`` tokens of each document with at least that many tokens."""
+    _check_len(seq_len, num)
+    from foxformer.data import iter_documents
+
+    rows = []
+    for doc in iter_documents(source):
+        ids = tokenizer.encode(doc.text)
+        if len(ids) >= seq_len:
+            rows.append(ids[:seq_len])
+            if len(rows) >= num:
+                break
+    if not rows:
+        raise ValueError(f"seq_len: no document of {source!r} has {seq_len} tokens; lower --seq-len or use a "
+                         f"source with longer documents")
+    return torch.tensor(rows, dtype=torch.int64)

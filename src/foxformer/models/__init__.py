@@ -1,0 +1,31 @@
+"""FoX and Transformer causal LMs as Hugging Face models (model_type "foxformer").
+
+Importing this package registers FoxConfig / FoxModel / FoxForCausalLM with AutoConfig,
+AutoModel and AutoModelForCausalLM.
+"""
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+
+from .cache import FoxCache
+from .config import FoxConfig
+from .modeling import FoxCausalLMOutput, FoxForCausalLM, FoxModel, FoxPreTrainedModel, causal_lm_loss
+from .presets import PRESETS, count_embedding, count_non_embedding, get_preset, training_flops_per_token
+
+
+def _register() -> None:
+    for auto, cls in ((AutoModel, FoxModel), (AutoModelForCausalLM, FoxForCausalLM)):
+        try:
+            auto.register(FoxConfig, cls, exist_ok=True)
+        except TypeError:  # older signatures without exist_ok
+            auto.register(FoxConfig, cls)
+    try:
+        AutoConfig.register(FoxConfig.model_type, FoxConfig, exist_ok=True)
+    except TypeError:
+        AutoConfig.register(FoxConfig.model_type, FoxConfig)
+
+
+_register()
+
+__all__ = [
+    "FoxCache", "FoxCausalLMOutput", "FoxConfig", "FoxForCausalLM", "FoxModel", "FoxPreTrainedModel", "PRESETS",
+    "causal_lm_loss", "count_embedding", "count_non_embedding", "get_preset", "training_flops_per_token",
+]

@@ -1,0 +1,110 @@
+"""FoxConfig: one typed config for FoX and Transformer models, LLaMA and Pro blocks, and the ablations."""
+from __future__ import annotations
+
+import math
+
+from transformers import PretrainedConfig
+
+ATTENTIONS = ("forgetting", "softmax")
+FGATES = ("data_dependent", "data_independent", "fixed", "none")
+BACKENDS = ("auto", "triton", "torch", "naive")
+
+
+def _round_up(x: float, multiple: int) -> int:
+    return int(math.ceil(x / multiple) * multiple)
+
+
+class FoxConfig(PretrainedConfig):
+    """Configuration of a FoX / Transformer causal LM (Hugging Face ``model_type`` "foxformer").
+
+    The subclass becomes a keyword-only dataclass (transformers v5 makes every config one), so the
+    fields below are the whole schema; ``__post_init__`` validates them.
+
+    attention: "forgetting" (FoX) or "softmax" (Transformer; requires fgate="none").
+    fgate: forget gate kind. "data_dependent" f_t = sigmoid(w . x_t + b) per head (b starts at 0);
+        "data_independent" learns only b; "fixed" freezes b; "none" = plain softmax attention.
+        The last two start b from decay timescales geometric in [fgate_tmin, fgate_tmax].
+    intermediate_size: SwiGLU width; None means round_up(2/3 * mlp_ratio * hidden_size, 64).
+    head_dim: None means hidden_size // num_heads. num_kv_heads: None means num_heads (no GQA).
+    attention_backend: backend of the forgetting_attention op ("auto" | "triton" | "torch" | "naive").
+    """
+
+    model_type = "foxformer"
+    keys_to_ignore_at_inference = ["past_key_values", "cache"]
+    attribute_map = {
+        "num_hidden_layers": "num_layers",
+        "num_attention_heads": "num_heads",
+        "num_key_value_heads": "num_kv_heads",
+        "tie_word_embeddings": "tie_embeddings",
+        "initializer_range": "init_std",
+    }
+
+    vocab_size: int = 50304
+    hidden_size: int = 768
+    num_layers: int = 12
+    num_heads: int = 12
+    num_kv_heads: int | None = None
+    head_dim: int | None = None
+    mlp_ratio: float = 4.0
+    intermediate_size: int | None = None
+    attention: str = "forgetting"
+    fgate: str = "data_dependent"
+    fgate_tmin: float = 2.0
+    fgate_tmax: float = 16384.0
+    rope: bool = False
+    rope_theta: float = 500000.0
+    qk_norm: bool = False
+    output_gate: bool = False
+    output_norm: bool = False
+    kv_shift: bool = False
+    tie_embeddings: bool = False
+    init_std: float = 0.02
+    rms_norm_eps: float = 1e-6
+    attention_backend: str = "auto"
+    gradient_checkpointing: bool = False
+    max_position_embeddings: int = 16384
+    use_cache: bool = True
+    pad_token_id: int | None = None
+    bos_token_id: int | None = None
+    eos_token_id: int | None = None
+
+    def __post_init__(self, **kwargs):
+        if self.num_kv_heads is None:
+            self.num_kv_heads = self.num_heads
+        if self.head_dim is None:
+            self.head_dim = self.hidden_size // max(self.num_heads, 1)
+        if self.intermediate_size is None:
+            self.intermediate_size = _round_up(2.0 / 3.0 * self.mlp_ratio * self.hidden_size, 64)
+        super().__post_init__(**kwargs)
+        self._validate()
+
+    def _validate(self) -> None:
+        for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
+                     "intermediate_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"FoxConfig.{name} must be a positive int, got {value!r}")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"FoxConfig.num_heads ({self.num_heads}) must be a multiple of "
+                             f"num_kv_heads ({self.num_kv_heads})")
+        if self.rope and self.head_dim % 2:
+            raise ValueError(f"FoxConfig.head_dim must be even with rope=True, got {self.head_dim}")
+        if self.attention not in ATTENTIONS:
+            raise ValueError(f"FoxConfig.attention must be one of {ATTENTIONS}, got {self.attention!r}")
+        if self.fgate not in FGATES:
+            raise ValueError(f"FoxConfig.fgate must be one of {FGATES}, got {self.fgate!r}")
+        if self.attention == "softmax" and self.fgate != "none":
+            raise ValueError(f"FoxConfig.fgate must be 'none' when attention='softmax', got {self.fgate!r}")
+        if self.attention_backend not in BACKENDS:
+            raise ValueError(f"FoxConfig.attention_backend must be one of {BACKENDS}, "
+                             f"got {self.attention_backend!r}")
+        if not (0 < self.fgate_tmin <= self.fgate_tmax):
+            raise ValueError(f"FoxConfig needs 0 < fgate_tmin <= fgate_tmax, got "
+                             f"{self.fgate_tmin} and {self.fgate_tmax}")
+        if self.init_std <= 0 or self.rope_theta <= 0 or self.rms_norm_eps <= 0:
+            raise ValueError("FoxConfig.init_std, rope_theta and rms_norm_eps must be positive")
+
+    @property
+    def has_fgate(self) -> bool:
+        """Whether attention carries a forget gate (else it is causal softmax attention)."""
+        return self.attention == "forgetting" and self.fgate != "none"

@@ -1,0 +1,309 @@
+"""Hugging Face classes: FoxModel (the stack) and FoxForCausalLM (LM head, loss, generate)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+from transformers import GenerationMixin, PreTrainedModel
+from transformers.utils import ModelOutput
+
+from .cache import FoxCache
+from .config import FoxConfig
+from .layers import Block, ForgetGate, RMSNorm, SeqContext, rope_tables, timescale_bias
+
+try:  # respects "already loaded" flags during from_pretrained (transformers v5)
+    from transformers import initialization as _init
+except ImportError:  # pragma: no cover
+    _init = torch.nn.init
+
+IGNORE_INDEX = -100
+
+
+# transformers 5.24 renamed the cache field of model outputs to `cache` (reading `past_key_values`
+# through a property); 5.17 still has `past_key_values`. Outputs use whichever name generate reads.
+_NEW_CACHE_NAME = isinstance(getattr(ModelOutput, "past_key_values", None), property)
+CACHE_FIELD = "cache" if _NEW_CACHE_NAME else "past_key_values"
+
+if _NEW_CACHE_NAME:
+    @dataclass
+    class FoxModelOutput(ModelOutput):
+        """last_hidden_state [B, T, d]; cache (also readable as past_key_values)."""
+
+        last_hidden_state: Optional[torch.Tensor] = None
+        cache: Optional[FoxCache] = None
+        hidden_states: Optional[tuple[torch.Tensor, ...]] = None
+
+    @dataclass
+    class FoxCausalLMOutput(ModelOutput):
+        """loss: scalar mean, or fp32 [B, T-1] with loss_reduction="none"; logits [B, T, V]."""
+
+        loss: Optional[torch.Tensor] = None
+        logits: Optional[torch.Tensor] = None
+        cache: Optional[FoxCache] = None
+        hidden_states: Optional[tuple[torch.Tensor, ...]] = None
+else:  # pragma: no cover - exercised with transformers < 5.24
+    @dataclass
+    class FoxModelOutput(ModelOutput):
+        """last_hidden_state [B, T, d]; past_key_values (also readable as cache)."""
+
+        last_hidden_state: Optional[torch.Tensor] = None
+        past_key_values: Optional[FoxCache] = None
+        hidden_states: Optional[tuple[torch.Tensor, ...]] = None
+
+        @property
+        def cache(self) -> Optional[FoxCache]:
+            return self.past_key_values
+
+    @dataclass
+    class FoxCausalLMOutput(ModelOutput):
+        """loss: scalar mean, or fp32 [B, T-1] with loss_reduction="none"; logits [B, T, V]."""
+
+        loss: Optional[torch.Tensor] = None
+        logits: Optional[torch.Tensor] = None
+        past_key_values: Optional[FoxCache] = None
+        hidden_states: Optional[tuple[torch.Tensor, ...]] = None
+
+        @property
+        def cache(self) -> Optional[FoxCache]:
+            return self.past_key_values
+
+
+class FoxPreTrainedModel(PreTrainedModel):
+    config_class = FoxConfig
+    base_model_prefix = "model"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["Block"]
+
+    @classmethod
+    def _supports_default_dynamic_cache(cls) -> bool:
+        # The model builds its own FoxCache (the HF DynamicCache has no room for c and shift states).
+        return False
+
+    def _init_weights(self, module: nn.Module) -> None:
+        std = self.config.init_std
+        if isinstance(module, nn.Linear):
+            _init.normal_(module.weight, mean=0.0, std=std)
+            if module.bias is not None:
+                _init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            _init.normal_(module.weight, mean=0.0, std=std)
+        elif isinstance(module, RMSNorm):
+            _init.ones_(module.weight)
+        elif isinstance(module, ForgetGate) and module.kind != "data_dependent":
+            bias = timescale_bias(self.config.num_heads, self.config.fgate_tmin, self.config.fgate_tmax)
+            _init.copy_(module.bias, bias.to(module.bias.device))
+
+
+def _check_cu_seqlens(cu_seqlens: torch.Tensor, batch: int, length: int) -> None:
+    if not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.dim() != 1 or cu_seqlens.dtype != torch.int32:
+        raise TypeError("cu_seqlens must be a 1-D int32 tensor [N + 1]")
+    if batch != 1:
+        raise ValueError(f"cu_seqlens needs a packed batch of size 1, got batch size {batch}")
+    if cu_seqlens.numel() < 2:
+        raise ValueError("cu_seqlens must hold at least two offsets [0, T]")
+
+
+class FoxModel(FoxPreTrainedModel):
+    """Embedding, blocks, final RMSNorm. Returns FoxModelOutput."""
+
+    def __init__(self, config: FoxConfig):
+        super().__init__(config)
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(Block(config, i) for i in range(config.num_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.gradient_checkpointing = False
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.embed_tokens = value
+
+    def _context(self, batch: int, length: int, past_len: int, attention_mask, position_ids, cu_seqlens,
+                 max_seqlen, device, dtype) -> SeqContext:
+        starts = positions = None
+        if cu_seqlens is not None:
+            _check_cu_seqlens(cu_seqlens, batch, length)
+            if past_len or attention_mask is not None:
+                raise ValueError("cu_seqlens cannot be combined with a cache or an attention_mask")
+            idx = torch.arange(length, device=device)
+            cu = cu_seqlens.to(device=device, dtype=torch.long)
+            seg_start = cu[torch.searchsorted(cu[1:], idx, right=True).clamp(max=cu.numel() - 2)]
+            starts = ((idx == seg_start) & (idx > 0))[None]
+            positions = (idx - seg_start)[None]
+        elif attention_mask is not None:
+            if attention_mask.dim() != 2 or attention_mask.shape != (batch, past_len + length):
+                raise ValueError(f"attention_mask must be [batch, past + new] = {(batch, past_len + length)}, "
+                                 f"got {tuple(attention_mask.shape)}")
+            mask = attention_mask.to(device=device).bool()
+            # Left padding: each row's first real token cuts off everything before it.
+            first = mask.int().argmax(dim=1)
+            abs_pos = torch.arange(past_len, past_len + length, device=device)
+            starts = (abs_pos[None] == first[:, None]) & (first[:, None] > 0)
+            if not bool(starts.any()):
+                starts = None
+            positions = (mask.long().cumsum(-1) - 1).clamp(min=0)[:, past_len:]
+        if position_ids is not None:
+            positions = position_ids.to(device)
+        elif positions is None:
+            positions = torch.arange(past_len, past_len + length, device=device)[None].expand(batch, length)
+        cos = sin = None
+        if self.config.rope:
+            cos, sin = rope_tables(positions, self.config.head_dim, self.config.rope_theta, dtype)
+        return SeqContext(starts=starts, cos=cos, sin=sin, cu_seqlens=cu_seqlens, max_seqlen=max_seqlen)
+
+    def forward(self, input_ids: Optional[torch.LongTensor] = None, attention_mask: Optional[torch.Tensor] = None,
+                position_ids: Optional[torch.LongTensor] = None, past_key_values: Optional[FoxCache] = None,
+                inputs_embeds: Optional[torch.Tensor] = None, use_cache: Optional[bool] = None,
+                cu_seqlens: Optional[torch.Tensor] = None, max_seqlen: Optional[int] = None,
+                output_hidden_states: Optional[bool] = None, cache: Optional[FoxCache] = None,
+                return_dict: Optional[bool] = None, **kwargs) -> FoxModelOutput:
+        """input_ids [B, T] (or inputs_embeds [B, T, d]); attention_mask [B, past + T] (1 = real token,
+        left padding supported); cu_seqlens int32 [N + 1] for a packed batch with B = 1.
+        Pass the returned cache back as ``past_key_values`` to continue (chunked prefill, decoding)."""
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("pass exactly one of input_ids and inputs_embeds")
+        x = self.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
+        if x.dim() != 3:
+            raise ValueError(f"input_ids must be [batch, seq], got shape {tuple(x.shape[:-1])}")
+        cache = cache if cache is not None else past_key_values
+        if cache is not None and not isinstance(cache, FoxCache):
+            raise TypeError(f"past_key_values must be a FoxCache, got {type(cache).__name__}")
+        if use_cache is None:
+            # Plain forwards (training, evaluation) skip the cache; generate asks for it explicitly.
+            use_cache = cache is not None
+        if use_cache and cache is None:
+            cache = FoxCache(self.config.num_layers) if cu_seqlens is None else None
+        if not use_cache:
+            cache = None
+        B, T, _ = x.shape
+        past_len = cache.seq_len if cache is not None else 0
+        ctx = self._context(B, T, past_len, attention_mask, position_ids, cu_seqlens, max_seqlen, x.device, x.dtype)
+
+        hidden = [] if output_hidden_states else None
+        ckpt = self.gradient_checkpointing and self.training and cache is None and torch.is_grad_enabled()
+        for i, layer in enumerate(self.layers):
+            if hidden is not None:
+                hidden.append(x)
+            layer_cache = cache[i] if cache is not None else None
+            if ckpt:
+                x = checkpoint(layer, x, ctx, layer_cache, use_reentrant=False)
+            else:
+                x = layer(x, ctx, layer_cache)
+        x = self.norm(x)
+        if hidden is not None:
+            hidden.append(x)
+        if cache is not None:
+            cache.seq_len += T
+        return FoxModelOutput(last_hidden_state=x, hidden_states=tuple(hidden) if hidden is not None else None,
+                              **{CACHE_FIELD: cache})
+
+
+def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor, cu_seqlens: Optional[torch.Tensor] = None,
+                   reduction: str = "mean") -> torch.Tensor:
+    """Next-token cross-entropy in fp32. logits [B, T, V], labels [B, T] (shifted here; -100 ignored).
+
+    With cu_seqlens the last token of a packed sequence does not predict the next sequence's first.
+    reduction "mean" (over counted tokens) or "none" (fp32 [B, T-1], 0 where ignored).
+    """
+    if reduction not in ("mean", "none"):
+        raise ValueError(f"loss_reduction must be 'mean' or 'none', got {reduction!r}")
+    if labels.shape != logits.shape[:2]:
+        raise ValueError(f"labels must be [batch, seq] = {tuple(logits.shape[:2])}, got {tuple(labels.shape)}")
+    targets = labels[:, 1:]
+    if cu_seqlens is not None and cu_seqlens.numel() > 2:
+        targets = targets.clone()
+        targets[:, cu_seqlens[1:-1].long() - 1] = IGNORE_INDEX
+    V = logits.shape[-1]
+    loss = F.cross_entropy(logits[:, :-1].float().reshape(-1, V), targets.reshape(-1),
+                           ignore_index=IGNORE_INDEX, reduction=reduction)
+    return loss if reduction == "mean" else loss.view(targets.shape)
+
+
+class FoxForCausalLM(FoxPreTrainedModel, GenerationMixin):
+    """FoxModel + LM head. ``model(ids, labels=ids)`` gives the mean next-token loss (shifted inside)."""
+
+    _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
+
+    def __init__(self, config: FoxConfig):
+        super().__init__(config)
+        self.model = FoxModel(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.model.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.model.embed_tokens = value
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head
+
+    def set_output_embeddings(self, value: nn.Linear) -> None:
+        self.lm_head = value
+
+    def num_parameters_non_embedding(self) -> int:
+        """Parameters outside the token embedding and the LM head (the paper's N)."""
+        skip = {id(self.model.embed_tokens.weight), id(self.lm_head.weight)}
+        return sum(p.numel() for p in self.parameters() if id(p) not in skip)
+
+    def forward(self, input_ids: Optional[torch.LongTensor] = None, attention_mask: Optional[torch.Tensor] = None,
+                position_ids: Optional[torch.LongTensor] = None, past_key_values: Optional[FoxCache] = None,
+                inputs_embeds: Optional[torch.Tensor] = None, labels: Optional[torch.LongTensor] = None,
+                use_cache: Optional[bool] = None, cu_seqlens: Optional[torch.Tensor] = None,
+                max_seqlen: Optional[int] = None, loss_reduction: str = "mean",
+                logits_to_keep: int | torch.Tensor = 0, output_hidden_states: Optional[bool] = None,
+                cache: Optional[FoxCache] = None, return_dict: Optional[bool] = None,
+                **kwargs) -> FoxCausalLMOutput:
+        """See FoxModel.forward. labels [B, T] (the inputs themselves for LM training; -100 ignored);
+        loss_reduction "none" returns fp32 per-token losses [B, T-1]; logits_to_keep > 0 computes
+        logits only for the last positions (generation)."""
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                         past_key_values=past_key_values, cache=cache, inputs_embeds=inputs_embeds,
+                         use_cache=use_cache, cu_seqlens=cu_seqlens, max_seqlen=max_seqlen,
+                         output_hidden_states=output_hidden_states)
+        h = out.last_hidden_state
+        if isinstance(logits_to_keep, int):
+            if logits_to_keep:
+                h = h[:, -logits_to_keep:]
+        else:
+            h = h[:, logits_to_keep]
+        logits = self.lm_head(h)
+        loss = None
+        if labels is not None:
+            if logits.shape[1] != labels.shape[1]:
+                raise ValueError("labels need logits for every position: leave logits_to_keep at 0")
+            loss = causal_lm_loss(logits, labels, cu_seqlens, loss_reduction)
+        return FoxCausalLMOutput(loss=loss, logits=logits, hidden_states=out.hidden_states,
+                                 **{CACHE_FIELD: getattr(out, CACHE_FIELD)})
+
+    def prepare_inputs_for_generation(self, input_ids: torch.LongTensor, next_sequence_length: Optional[int] = None,
+                                      past_key_values: Optional[FoxCache] = None,
+                                      attention_mask: Optional[torch.Tensor] = None,
+                                      inputs_embeds: Optional[torch.Tensor] = None, cache: Optional[FoxCache] = None,
+                                      use_cache: bool = True, logits_to_keep: Optional[int] = None, **kwargs):
+        """Feed only the tokens the cache has not seen; the full attention mask carries the left padding."""
+        cache = cache if cache is not None else past_key_values
+        past = cache.get_seq_length() if cache is not None else 0
+        if attention_mask is not None:  # always full length, also per chunk of a chunked prefill
+            new = attention_mask.shape[1] - past
+        elif next_sequence_length is not None:
+            new = next_sequence_length
+        elif input_ids.shape[1] > past:  # the whole sequence so far
+            new = input_ids.shape[1] - past
+        else:  # only the new chunk (chunked prefill without a mask)
+            new = input_ids.shape[1]
+        inputs = {"attention_mask": attention_mask, "past_key_values": cache, "use_cache": use_cache}
+        if inputs_embeds is not None and past == 0:
+            inputs["inputs_embeds"] = inputs_embeds[:, -new:]
+        else:
+            inputs["input_ids"] = input_ids[:, -new:].contiguous()
+        if logits_to_keep is not None:
+            inputs["logits_to_keep"] = logits_to_keep
+        return inputs

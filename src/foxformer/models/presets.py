@@ -1,0 +1,124 @@
+"""Named presets "{fox,transformer}-{llama,pro}-{tiny,125m,360m,760m}" and parameter counting.
+
+Pro presets shrink the SwiGLU width so that their non-embedding parameter count stays within 1%
+of the LLaMA preset of the same family and size (the paper's protocol). Run
+``python -m foxformer.models.presets`` to print the counts.
+"""
+from __future__ import annotations
+
+from .config import FoxConfig
+
+# (num_layers, hidden_size); tiny is for CPU tests.
+SIZES = {"tiny": (2, 64), "125m": (12, 768), "360m": (24, 1024), "760m": (24, 1536)}
+# Head dims: FoX 64, Transformer 128 (the paper's); tiny keeps 4 / 2 heads.
+HEAD_DIM = {"fox": 64, "transformer": 128}
+TINY_HEAD_DIM = {"fox": 16, "transformer": 32}
+FAMILIES = ("fox", "transformer")
+BLOCKS = ("llama", "pro")
+PRO_MLP_MULTIPLE = 32
+
+
+def count_non_embedding(cfg: FoxConfig) -> int:
+    """Non-embedding parameters of FoxForCausalLM(cfg) (everything but token embedding and LM head)."""
+    d, h, hkv, dh, inter = (cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim,
+                            cfg.intermediate_size)
+    attn = d * h * dh * 2 + d * hkv * dh * 2
+    if cfg.has_fgate:
+        attn += {"data_dependent": d * h + h, "data_independent": h, "fixed": 0}[cfg.fgate]
+    if cfg.qk_norm:
+        attn += 2 * dh
+    if cfg.kv_shift:
+        attn += 2 * d * hkv
+    if cfg.output_norm:
+        attn += h * dh
+    if cfg.output_gate:
+        attn += d * h * dh
+    block = attn + 3 * d * inter + 2 * d
+    return cfg.num_layers * block + d
+
+
+def count_embedding(cfg: FoxConfig) -> int:
+    return cfg.vocab_size * cfg.hidden_size * (1 if cfg.tie_embeddings else 2)
+
+
+def training_flops_per_token(cfg: FoxConfig, context: int) -> float:
+    """The paper's training FLOPs per token: 3 * (2N + 2 * n_layers * d_model * T)."""
+    return 3.0 * (2 * count_non_embedding(cfg) + 2 * cfg.num_layers * cfg.hidden_size * context)
+
+
+def _base(family: str, size: str) -> dict:
+    layers, d = SIZES[size]
+    head_dim = (TINY_HEAD_DIM if size == "tiny" else HEAD_DIM)[family]
+    fields = dict(num_layers=layers, hidden_size=d, num_heads=d // head_dim, head_dim=head_dim)
+    if family == "fox":
+        fields.update(attention="forgetting", fgate="data_dependent", rope=False)
+    else:
+        fields.update(attention="softmax", fgate="none", rope=True, rope_theta=500000.0)
+    return fields
+
+
+def _pro_intermediate(family: str, size: str) -> int:
+    """SwiGLU width of the Pro preset matching the LLaMA preset's non-embedding count."""
+    llama = FoxConfig(**_base(family, size))
+    target = count_non_embedding(llama)
+    pro = dict(_base(family, size), qk_norm=True, output_gate=True, output_norm=True, kv_shift=True)
+    d, layers = llama.hidden_size, llama.num_layers
+    without_mlp = count_non_embedding(FoxConfig(**pro, intermediate_size=1)) - 3 * d * layers
+    exact = (target - without_mlp) / (3 * d * layers)
+    multiple = PRO_MLP_MULTIPLE if size != "tiny" else 8
+    return max(multiple, int(round(exact / multiple)) * multiple)
+
+
+def _preset_fields(name: str) -> dict:
+    try:
+        family, block, size = name.split("-")
+    except ValueError:
+        family = block = size = None
+    if family not in FAMILIES or block not in BLOCKS or size not in SIZES:
+        raise ValueError(f"unknown preset {name!r}: expected one of {PRESET_NAMES}")
+    fields = _base(family, size)
+    if block == "pro":
+        fields.update(qk_norm=True, output_gate=True, output_norm=True, kv_shift=True,
+                      intermediate_size=_pro_intermediate(family, size))
+    return fields
+
+
+PRESET_NAMES = tuple(f"{f}-{b}-{s}" for f in FAMILIES for b in BLOCKS for s in SIZES)
+PRESETS: dict[str, dict] = {name: _preset_fields(name) for name in PRESET_NAMES}
+
+
+def get_preset(name: str, **overrides) -> FoxConfig:
+    """FoxConfig of a named preset, with any field overridden (e.g. vocab_size, attention_backend)."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}: expected one of {sorted(PRESETS)}")
+    fields = dict(PRESETS[name])
+    if "head_dim" in overrides and "num_heads" not in overrides:
+        fields["num_heads"] = fields["hidden_size"] // overrides["head_dim"]
+    fields.update(overrides)
+    return FoxConfig(**fields)
+
+
+def preset_table() -> list[dict]:
+    """One row per preset: name, layers, d, heads, head_dim, mlp width, non-embedding params and the
+    relative difference from the LLaMA preset of the same family and size."""
+    rows = []
+    for name in PRESETS:
+        cfg = get_preset(name)
+        family, block, size = name.split("-")
+        ref = count_non_embedding(get_preset(f"{family}-llama-{size}"))
+        n = count_non_embedding(cfg)
+        rows.append(dict(name=name, layers=cfg.num_layers, hidden=cfg.hidden_size, heads=cfg.num_heads,
+                         head_dim=cfg.head_dim, intermediate=cfg.intermediate_size, non_embedding=n,
+                         vs_llama=(n - ref) / ref))
+    return rows
+
+
+def main() -> None:
+    print(f"{'preset':24s} {'L':>3s} {'d':>5s} {'H':>3s} {'Dh':>4s} {'mlp':>5s} {'non-emb':>12s} {'vs llama':>9s}")
+    for r in preset_table():
+        print(f"{r['name']:24s} {r['layers']:3d} {r['hidden']:5d} {r['heads']:3d} {r['head_dim']:4d} "
+              f"{r['intermediate']:5d} {r['non_embedding']:12,d} {100 * r['vs_llama']:+8.2f}%")
+
+
+if __name__ == "__main__":
+    main()

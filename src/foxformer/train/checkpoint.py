@@ -1,0 +1,175 @@
+"""Atomic, verified checkpoints: ``<run>/checkpoints/step_XXXXXXXX/`` plus a ``latest`` pointer.
+
+A checkpoint directory is assembled under a temporary name, every file fsynced, a ``meta.json`` with the
+size and sha256 of each file written last, and only then renamed into place; ``latest`` is replaced
+atomically after that. A crash at any moment therefore leaves either the previous checkpoint or the new
+one as ``latest``, never a half-written one. Loading re-checks sizes and hashes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import shutil
+
+import numpy as np
+import torch
+
+CKPT_DIR = "checkpoints"
+LATEST = "latest"
+FILES = ("model.pt", "optim.pt", "rng.pt", "state.json")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that is missing, incomplete or corrupted."""
+
+
+def _sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _fsync_file(path: str) -> None:
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+
+
+def _fsync_dir(path: str) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def rng_state() -> dict:
+    state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def step_dir_name(step: int) -> str:
+    return f"step_{step:08d}"
+
+
+def checkpoint_root(run_dir: str) -> str:
+    return os.path.join(run_dir, CKPT_DIR)
+
+
+def list_checkpoints(run_dir: str) -> list[str]:
+    root = checkpoint_root(run_dir)
+    if not os.path.isdir(root):
+        return []
+    return sorted(os.path.join(root, d) for d in os.listdir(root) if d.startswith("step_"))
+
+
+def latest_checkpoint(run_dir: str) -> str | None:
+    """The checkpoint ``latest`` points to; None for a run without checkpoints. Raises if it is dangling."""
+    pointer = os.path.join(checkpoint_root(run_dir), LATEST)
+    if not os.path.exists(pointer):
+        return None
+    with open(pointer) as f:
+        name = f.read().strip()
+    path = os.path.join(checkpoint_root(run_dir), name)
+    if not os.path.isdir(path):
+        raise CheckpointError(f"checkpoint: {pointer} points to {name!r}, which is missing; restore it, or resume "
+                              f"from another checkpoint with resume=<dir> (existing: "
+                              f"{[os.path.basename(p) for p in list_checkpoints(run_dir)]})")
+    return path
+
+
+def save_checkpoint(run_dir: str, step: int, model_sd: dict, optim_sd: dict, state: dict, keep_last: int) -> str:
+    """Write checkpoint ``step`` atomically, point ``latest`` at it, delete all but the newest ``keep_last``."""
+    root = checkpoint_root(run_dir)
+    os.makedirs(root, exist_ok=True)
+    for d in os.listdir(root):  # leftovers of saves that crashed part-way
+        if d.startswith(".tmp-"):
+            shutil.rmtree(os.path.join(root, d), ignore_errors=True)
+    final = os.path.join(root, step_dir_name(step))
+    tmp = os.path.join(root, f".tmp-{step_dir_name(step)}-{os.getpid()}")
+    os.makedirs(tmp)
+    torch.save(model_sd, os.path.join(tmp, "model.pt"))
+    torch.save(optim_sd, os.path.join(tmp, "optim.pt"))
+    torch.save(rng_state(), os.path.join(tmp, "rng.pt"))
+    with open(os.path.join(tmp, "state.json"), "w") as f:
+        json.dump({**state, "step": step}, f, indent=2)
+    meta = {"step": step, "files": {}}
+    for name in FILES:
+        path = os.path.join(tmp, name)
+        _fsync_file(path)
+        meta["files"][name] = {"size": os.path.getsize(path), "sha256": _sha256(path)}
+    with open(os.path.join(tmp, "meta.json"), "w") as f:
+        json.dump(meta, f, indent=2)
+    _fsync_file(os.path.join(tmp, "meta.json"))
+    _fsync_dir(tmp)
+    if os.path.exists(final):  # the same step saved again after a resume: swap it out, then drop the old one
+        trash = os.path.join(root, f".tmp-old-{step_dir_name(step)}-{os.getpid()}")
+        os.replace(final, trash)
+        os.replace(tmp, final)
+        shutil.rmtree(trash, ignore_errors=True)
+    else:
+        os.replace(tmp, final)
+    pointer_tmp = os.path.join(root, f".tmp-{LATEST}-{os.getpid()}")
+    with open(pointer_tmp, "w") as f:
+        f.write(step_dir_name(step) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(pointer_tmp, os.path.join(root, LATEST))
+    _fsync_dir(root)
+    for old in list_checkpoints(run_dir)[:-keep_last] if keep_last > 0 else []:
+        if os.path.abspath(old) != os.path.abspath(final):
+            shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def verify_checkpoint(path: str) -> dict:
+    """Check every file against meta.json; returns the parsed meta. Raises CheckpointError with the reason."""
+    if not os.path.isdir(path):
+        raise CheckpointError(f"checkpoint: {path!r} does not exist")
+    meta_path = os.path.join(path, "meta.json")
+    if not os.path.exists(meta_path):
+        raise CheckpointError(f"checkpoint: {path!r} has no meta.json (incomplete save?); it cannot be trusted")
+    try:
+        with open(meta_path) as f:
+            meta = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"checkpoint: {meta_path} is corrupted ({e})") from e
+    for name in FILES:
+        want = meta.get("files", {}).get(name)
+        file = os.path.join(path, name)
+        if want is None or not os.path.exists(file):
+            raise CheckpointError(f"checkpoint: {path!r} is missing {name}; resume from another checkpoint "
+                                  f"with resume=<dir> or start a new run in another out_dir")
+        size = os.path.getsize(file)
+        if size != want["size"] or _sha256(file) != want["sha256"]:
+            raise CheckpointError(f"checkpoint: {file} is corrupted (size/sha256 differ from meta.json); resume "
+                                  f"from another checkpoint with resume=<dir> or start a new run in another out_dir")
+    return meta
+
+
+def load_checkpoint(path: str) -> tuple[dict, dict, dict, dict]:
+    """(model_sd, optim_sd, rng, state) of a verified checkpoint, tensors on CPU."""
+    verify_checkpoint(path)
+    model_sd = torch.load(os.path.join(path, "model.pt"), map_location="cpu", weights_only=True)
+    optim_sd = torch.load(os.path.join(path, "optim.pt"), map_location="cpu", weights_only=True)
+    rng = torch.load(os.path.join(path, "rng.pt"), map_location="cpu", weights_only=False)
+    with open(os.path.join(path, "state.json")) as f:
+        state = json.load(f)
+    return model_sd, optim_sd, rng, state

@@ -1,0 +1,107 @@
+"""`foxformer train`, `foxformer export-hf` and `foxformer demo`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+# flag -> config key; every flag is optional and only overrides what the YAML (or the defaults) say.
+_FLAGS = {
+    "--preset": ("preset", str), "--context": ("context", str), "--batch-tokens": ("batch_tokens", str),
+    "--micro-batch-size": ("micro_batch_size", int), "--lr": ("lr", float), "--schedule": ("schedule", str),
+    "--warmup-tokens": ("warmup_tokens", str), "--total-tokens": ("total_tokens", str),
+    "--max-steps": ("max_steps", int), "--max-minutes": ("max_minutes", float), "--precision": ("precision", str),
+    "--data": ("data_dir", str), "--tokenizer": ("tokenizer", str), "--out": ("out_dir", str),
+    "--checkpoint-every-tokens": ("checkpoint_every_tokens", str), "--keep-last": ("keep_last", int),
+    "--eval-every-tokens": ("eval_every_tokens", str), "--eval-tokens": ("eval_tokens", str),
+    "--parallel": ("parallel", str), "--device": ("device", str), "--seed": ("seed", int),
+    "--resume": ("resume", str), "--log-every": ("log_every", int),
+}
+_SWITCHES = {"--compile": "compile", "--activation-checkpointing": "activation_checkpointing", "--roll": "roll"}
+
+
+def _overrides(args: argparse.Namespace) -> dict:
+    from .config import parse_overrides
+
+    out = parse_overrides(args.set)
+    for flag, (key, _) in _FLAGS.items():
+        value = getattr(args, flag[2:].replace("-", "_"))
+        if value is not None:
+            out[key] = value
+    for flag, key in _SWITCHES.items():
+        if getattr(args, flag[2:].replace("-", "_")):
+            out[key] = True
+    if args.model:
+        out.setdefault("model", {}).update(parse_overrides([f"model.{m}" for m in args.model])["model"])
+    if args.no_progress:
+        out["progress"] = False
+    return out
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from .config import load_config
+    from .loop import train
+
+    try:
+        cfg = load_config(args.config, _overrides(args))
+        summary = train(cfg)
+    except (ValueError, TypeError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    finally:
+        from .distributed import shutdown
+
+        shutdown()
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(json.dumps(summary, indent=2))
+    return 0
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from .checkpoint import CheckpointError, latest_checkpoint, load_checkpoint
+    from .config import read_saved_config
+    from .loop import build_model, export_hf
+
+    try:
+        path = args.checkpoint or latest_checkpoint(args.run)
+        if path is None:
+            raise CheckpointError(f"export: run {args.run!r} has no checkpoints")
+        cfg = read_saved_config(os.path.join(args.run, "config.yaml"))
+        model_sd, _, _, state = load_checkpoint(path)
+        vocab = model_sd["lm_head.weight"].shape[0] if "lm_head.weight" in model_sd else cfg.vocab_size
+        _, model_cfg = build_model(cfg, vocab)
+        out = export_hf(model_cfg, model_sd, args.out or os.path.join(args.run, "hf"))
+    except (ValueError, TypeError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps({"checkpoint": path, "step": state["step"], "hf_dir": out}, indent=2))
+    return 0
+
+
+def add_commands(subparsers) -> None:
+    p = subparsers.add_parser(
+        "train", help="train a FoX / Transformer model (CPU, GPU, or torchrun with FSDP2/DDP)",
+        description="Train from a YAML config and/or flags; resumes automatically from out_dir. Launch on many "
+                    "GPUs with: torchrun --nproc-per-node N -m foxformer.cli train ...")
+    p.add_argument("--config", help="YAML file with TrainConfig keys")
+    for flag, (key, typ) in _FLAGS.items():
+        counts = " (token counts accept 16Ki, 512Ki, 2.5Gi, 1M)" if typ is str and "tokens" in key else ""
+        p.add_argument(flag, type=typ, default=None, help=f"config key {key}{counts}")
+    for flag, key in _SWITCHES.items():
+        p.add_argument(flag, action="store_true", help=f"set {key}: true")
+    p.add_argument("--model", action="append", metavar="KEY=VALUE", help="FoxConfig override (repeatable)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="any TrainConfig key (repeatable)")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=_cmd_train)
+
+    e = subparsers.add_parser("export-hf", help="export a training checkpoint as a Hugging Face model directory")
+    e.add_argument("run", help="run directory (out_dir of `foxformer train`)")
+    e.add_argument("--checkpoint", help="checkpoint directory (default: the latest)")
+    e.add_argument("--out", help="output directory (default: <run>/hf)")
+    e.set_defaults(func=_cmd_export)
+
+    from ..demo import add_demo_command
+
+    add_demo_command(subparsers)

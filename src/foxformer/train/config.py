@@ -1,0 +1,240 @@
+"""TrainConfig: one typed, flat config for `foxformer train`, from YAML and/or ``key=value`` overrides.
+
+Token counts accept suffixes: ``16K`` = 16,000, ``16Ki`` = 16,384, likewise ``M``/``Mi``/``G``/``Gi``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+_COUNT = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([KMGT]i?)?\s*$", re.IGNORECASE)
+_SCALE = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
+
+SCHEDULES = ("cosine", "linear", "constant")
+PRECISIONS = ("auto", "bf16", "fp32")
+PARALLEL = ("auto", "none", "ddp", "fsdp")
+DEVICES = ("auto", "cpu", "cuda")
+
+# Keys that may differ between a run and its resumption without changing what is computed step by step.
+RESUMABLE_CHANGES = frozenset({
+    "max_steps", "max_minutes", "log_every", "tensorboard", "compile", "resume", "keep_last", "eval_every_tokens",
+    "eval_tokens", "checkpoint_every_tokens", "export_hf", "device", "micro_batch_size", "activation_checkpointing",
+    "parallel", "progress", "data_dir", "peak_flops", "out_dir",
+})
+
+
+def parse_count(value: Any, name: str) -> int:
+    """``"512Ki"`` -> 524288; ints pass through. Raises ValueError naming ``name``."""
+    if isinstance(value, bool):
+        raise ValueError(f"{name}: expected a token count such as 524288 or '512Ki', got {value!r}")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        m = _COUNT.match(value)
+        if m:
+            scale = _SCALE[m.group(2).lower()] if m.group(2) else 1
+            return int(round(float(m.group(1)) * scale))
+    raise ValueError(f"{name}: expected a token count such as 524288 or '512Ki', got {value!r}")
+
+
+@dataclass
+class TrainConfig:
+    """Everything a training run needs. ``None`` means "derive it" (see the field comments)."""
+
+    # model
+    preset: str = "fox-pro-tiny"            # "{fox,transformer}-{llama,pro}-{tiny,125m,360m,760m}"
+    model: dict = field(default_factory=dict)  # FoxConfig overrides, e.g. {hidden_size: 128}
+    vocab_size: int | None = None           # None: the tokenizer's size rounded up to a multiple of 64
+    # data
+    data_dir: str = "data_cache/default"
+    tokenizer: str = "gpt2"                 # must match the dataset's manifest
+    context: int = 2048                     # T, tokens per sequence
+    roll: bool = False                      # random rolling of each training sequence
+    # batch
+    batch_tokens: int = 2**19               # tokens per optimizer step (all ranks, all micro-batches)
+    micro_batch_size: int = 0               # sequences per rank per forward; 0: auto
+    # optimizer and schedule
+    lr: float = 1e-3
+    min_lr_ratio: float = 0.1               # final learning rate / lr
+    warmup_tokens: int | None = None        # None: 10% of the horizon, at most 256Mi
+    schedule: str = "cosine"                # cosine | linear | constant (after warmup)
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1e-8
+    grad_clip: float = 1.0
+    total_tokens: int | None = None         # schedule horizon and stop; None: max_steps * batch_tokens
+    max_steps: int | None = None            # stop after this many steps (does not change the schedule)
+    max_minutes: float | None = None        # stop after this much training wall time
+    # runtime
+    precision: str = "auto"                 # auto (bf16 on CUDA, fp32 on CPU) | bf16 | fp32
+    compile: bool = False
+    activation_checkpointing: bool = False
+    device: str = "auto"
+    parallel: str = "auto"                  # auto (fsdp when WORLD_SIZE > 1) | none | ddp | fsdp
+    seed: int = 0
+    # output
+    out_dir: str = "runs/default"
+    checkpoint_every_tokens: int | None = None  # None: about 10 checkpoints per run
+    keep_last: int = 2
+    resume: str = "auto"                    # auto (latest checkpoint in out_dir) | never | <checkpoint dir>
+    eval_every_tokens: int | None = None    # None: about 10 evaluations per run
+    eval_tokens: int | None = None          # validation tokens per evaluation; None: 256Ki on CUDA, 8Ki on CPU
+    log_every: int = 10                     # steps between console lines (JSONL gets every step)
+    tensorboard: bool = True                # only if tensorboard is installed
+    export_hf: bool = True                  # save_pretrained into out_dir/hf at the end
+    peak_flops: float | None = None         # per device; None: looked up (H100/H200 bf16 989e12), CPU n/a
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        # YAML 1.1 reads "2e-3" as a string; accept numeric strings for numeric fields.
+        for name in ("lr", "min_lr_ratio", "weight_decay", "beta1", "beta2", "eps", "grad_clip", "max_minutes",
+                     "peak_flops"):
+            value = getattr(self, name)
+            if isinstance(value, str):
+                try:
+                    setattr(self, name, float(value))
+                except ValueError:
+                    raise ValueError(f"{name}: expected a number, got {value!r}") from None
+        for name in ("batch_tokens", "context", "total_tokens", "warmup_tokens", "checkpoint_every_tokens",
+                     "eval_every_tokens", "eval_tokens"):
+            value = getattr(self, name)
+            if value is not None:
+                setattr(self, name, parse_count(value, name))
+        self.validate()
+
+    def validate(self) -> None:
+        def positive(name: str, allow_none: bool = False, allow_zero: bool = False) -> None:
+            v = getattr(self, name)
+            if v is None and allow_none:
+                return
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or (v == 0 and not allow_zero):
+                raise ValueError(f"{name}: expected a {'non-negative' if allow_zero else 'positive'} number, got {v!r}")
+
+        for name in ("batch_tokens", "context", "log_every", "keep_last"):
+            positive(name)
+        for name in ("eval_tokens", "total_tokens", "max_steps", "max_minutes", "checkpoint_every_tokens", "eval_every_tokens",
+                     "vocab_size", "peak_flops"):
+            positive(name, allow_none=True)
+        for name in ("micro_batch_size", "weight_decay", "grad_clip", "lr"):
+            positive(name, allow_zero=True)
+        positive("warmup_tokens", allow_none=True, allow_zero=True)
+        if self.context < 2:
+            raise ValueError(f"context: expected at least 2 tokens, got {self.context}")
+        if not 0.0 <= self.min_lr_ratio <= 1.0:
+            raise ValueError(f"min_lr_ratio: expected a number in [0, 1], got {self.min_lr_ratio!r}")
+        for name, allowed in (("schedule", SCHEDULES), ("precision", PRECISIONS), ("parallel", PARALLEL),
+                              ("device", DEVICES)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name}: expected one of {allowed}, got {getattr(self, name)!r}")
+        if not isinstance(self.model, dict):
+            raise TypeError(f"model: expected a mapping of FoxConfig overrides, got {type(self.model).__name__}")
+        if self.total_tokens is None and self.max_steps is None:
+            raise ValueError("total_tokens / max_steps: set at least one (the schedule needs a horizon)")
+        if self.batch_tokens % self.context:
+            raise ValueError(f"batch_tokens: {self.batch_tokens} is not a multiple of context={self.context}")
+
+    # derived quantities -------------------------------------------------------------------------------------
+    @property
+    def horizon_tokens(self) -> int:
+        return self.total_tokens if self.total_tokens is not None else self.max_steps * self.batch_tokens
+
+    @property
+    def total_steps(self) -> int:
+        steps = -(-self.horizon_tokens // self.batch_tokens)
+        return min(steps, self.max_steps) if self.max_steps is not None else steps
+
+    @property
+    def warmup(self) -> int:
+        if self.warmup_tokens is not None:
+            return self.warmup_tokens
+        return min(self.horizon_tokens // 10, 2**28)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _fields() -> dict[str, dataclasses.Field]:
+    return {f.name: f for f in dataclasses.fields(TrainConfig)}
+
+
+def _check_keys(keys, where: str) -> None:
+    known = _fields()
+    for key in keys:
+        if key not in known:
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(f"{where}: unknown config key {key!r}{hint}; known keys: {', '.join(sorted(known))}")
+
+
+def parse_overrides(items: list[str] | None) -> dict:
+    """``["lr=3e-4", "model.hidden_size=128"]`` -> ``{"lr": 3e-4, "model": {"hidden_size": 128}}`` (YAML values)."""
+    out: dict = {}
+    for item in items or []:
+        if "=" not in item:
+            raise ValueError(f"--set: expected key=value, got {item!r}")
+        key, raw = item.split("=", 1)
+        value = yaml.safe_load(raw) if raw else None
+        if key.startswith("model."):
+            out.setdefault("model", {})[key[len("model."):]] = value
+        else:
+            out[key.strip()] = value
+    return out
+
+
+def load_config(path: str | None = None, overrides: dict | None = None) -> TrainConfig:
+    """YAML file (optional) updated by ``overrides``; unknown keys raise ValueError with a suggestion."""
+    values: dict = {}
+    if path is not None:
+        if not os.path.exists(path):
+            raise ValueError(f"config: file {path!r} does not exist")
+        with open(path) as f:
+            loaded = yaml.safe_load(f) or {}
+        if not isinstance(loaded, dict):
+            raise ValueError(f"config: {path!r} must hold a mapping of keys to values")
+        _check_keys(loaded, f"config {path}")
+        values.update(loaded)
+    if overrides:
+        _check_keys(overrides, "overrides")
+        for key, value in overrides.items():
+            if key == "model" and isinstance(value, dict):
+                values["model"] = {**values.get("model", {}), **value}
+            else:
+                values[key] = value
+    return TrainConfig(**values)
+
+
+def save_config(cfg: TrainConfig, path: str, extra: dict | None = None) -> None:
+    """Write the resolved config (plus derived facts under ``derived``) atomically."""
+    data = cfg.to_dict()
+    if extra:
+        data["derived"] = extra
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w") as f:
+        yaml.safe_dump(data, f, sort_keys=False)
+    os.replace(tmp, path)
+
+
+def read_saved_config(path: str) -> TrainConfig:
+    with open(path) as f:
+        data = yaml.safe_load(f) or {}
+    data.pop("derived", None)
+    return load_config(overrides=data)
+
+
+def resume_conflicts(saved: TrainConfig, new: TrainConfig) -> list[str]:
+    """Keys whose change would make a resumed run compute something else."""
+    a, b = saved.to_dict(), new.to_dict()
+    keys = sorted(k for k in a if k not in RESUMABLE_CHANGES and a[k] != b.get(k))
+    if saved.horizon_tokens != new.horizon_tokens and "total_tokens" not in keys:
+        keys.append("max_steps (it sets the schedule horizon while total_tokens is unset)")
+    return keys

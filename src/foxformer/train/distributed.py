@@ -1,0 +1,167 @@
+"""Process groups, DDP / FSDP2 wrapping and full (unsharded) state dicts, so one script runs anywhere.
+
+Launch with ``torchrun --nproc-per-node N -m foxformer.cli train ...``: WORLD_SIZE/RANK/LOCAL_RANK come from
+torchrun; NCCL on CUDA, gloo on CPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+
+@dataclass
+class DistInfo:
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+    mode: str  # "none" | "ddp" | "fsdp"
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+
+def init_distributed(device: str = "auto", parallel: str = "auto") -> DistInfo:
+    """Start the process group when launched by torchrun; pick the device for this rank."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device: 'cuda' requested but CUDA is not available")
+    dev = torch.device("cuda", local_rank) if device == "cuda" else torch.device("cpu")
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo",
+                                **({"device_id": dev} if dev.type == "cuda" else {}))
+    if world == 1:
+        mode = "none" if parallel in ("auto", "none") else parallel
+    else:
+        mode = "fsdp" if parallel == "auto" else parallel
+        if mode == "none":
+            raise ValueError("parallel: 'none' is not possible with WORLD_SIZE > 1; use 'ddp' or 'fsdp'")
+    return DistInfo(rank=rank, world_size=world, local_rank=local_rank, device=dev, mode=mode)
+
+
+def shutdown() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def barrier() -> None:
+    if dist.is_initialized():
+        dist.barrier()
+
+
+def all_reduce_mean(values: torch.Tensor) -> torch.Tensor:
+    if dist.is_initialized():
+        values = values.clone()
+        dist.all_reduce(values, op=dist.ReduceOp.SUM)
+        values /= dist.get_world_size()
+    return values
+
+
+def broadcast_object(obj, src: int = 0):
+    if not dist.is_initialized():
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=src)
+    return box[0]
+
+
+def _fsdp_api():
+    try:
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    except ImportError:  # torch < 2.6 keeps FSDP2 under _composable
+        from torch.distributed._composable.fsdp import MixedPrecisionPolicy, fully_shard
+    return fully_shard, MixedPrecisionPolicy
+
+
+def _blocks(model: nn.Module) -> list[nn.Module]:
+    """The repeated blocks: FSDP2 shards each one so only one block's full weights exist at a time."""
+    layers = getattr(getattr(model, "model", model), "layers", None)
+    if isinstance(layers, nn.ModuleList):
+        return list(layers)
+    lists = [m for m in model.modules() if isinstance(m, nn.ModuleList) and len(m) > 0]
+    return list(max(lists, key=len)) if lists else []
+
+
+def wrap_model(model: nn.Module, info: DistInfo, bf16: bool) -> nn.Module:
+    """Returns the module to call for training; ``model`` itself stays the one to read state from."""
+    if info.mode == "ddp":
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        return DDP(model, device_ids=[info.device.index] if info.device.type == "cuda" else None)
+    if info.mode == "fsdp":
+        fully_shard, MixedPrecisionPolicy = _fsdp_api()
+        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 else None
+        kwargs = {"mp_policy": mp} if mp is not None else {}
+        for block in _blocks(model):
+            fully_shard(block, **kwargs)
+        fully_shard(model, **kwargs)
+        return model
+    return model
+
+
+@contextlib.contextmanager
+def grad_sync(wrapped: nn.Module, info: DistInfo, sync: bool):
+    """Skip gradient communication on all but the last micro-batch of an accumulation."""
+    if info.mode == "ddp" and not sync:
+        with wrapped.no_sync():
+            yield
+    elif info.mode == "fsdp":
+        wrapped.set_requires_gradient_sync(sync)
+        yield
+    else:
+        yield
+
+
+def full_state_dicts(model: nn.Module, optimizer: torch.optim.Optimizer, info: DistInfo) -> tuple[dict, dict]:
+    """Unsharded model and optimizer state on CPU, keyed by parameter name (complete on rank 0)."""
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                         get_optimizer_state_dict)
+
+    if info.mode == "fsdp":
+        opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    else:
+        opts = StateDictOptions(full_state_dict=True)
+    msd = get_model_state_dict(model, options=opts)
+    osd = get_optimizer_state_dict(model, optimizer, options=opts)
+    if info.mode != "fsdp":
+        msd = {k: v.detach().to("cpu", copy=True) for k, v in msd.items()}
+        osd = _to_cpu(osd)
+    return msd, osd
+
+
+def _to_cpu(obj):
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, dict):
+        return {k: _to_cpu(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_to_cpu(v) for v in obj]
+    return obj
+
+
+def load_full_state_dicts(model: nn.Module, optimizer: torch.optim.Optimizer, model_sd: dict, optim_sd: dict,
+                          info: DistInfo) -> None:
+    """Every rank passes the full state; FSDP2 keeps only its shard."""
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
+                                                         set_optimizer_state_dict)
+
+    opts = StateDictOptions(full_state_dict=True, strict=True)
+    set_model_state_dict(model, model_sd, options=opts)
+    set_optimizer_state_dict(model, optimizer, optim_sd, options=opts)

@@ -1,0 +1,314 @@
+"""The training loop: one function for CPU, one GPU and torchrun (DDP / FSDP2), with exact resume.
+
+Sample ``g`` of the run is ``TokenDataset.sample(g)``; step ``s`` uses samples ``[s*S, (s+1)*S)`` with
+``S = batch_tokens / context``, split into contiguous slices per rank and micro-batch. Data order is thus a
+function of the step alone, and a resumed run (same world size) reproduces the uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from ..data.dataset import TokenDataset
+from . import checkpoint as ckpt
+from .config import TrainConfig, read_saved_config, resume_conflicts, save_config
+from .distributed import (DistInfo, all_reduce_mean, barrier, broadcast_object, full_state_dicts, grad_sync,
+                          init_distributed, load_full_state_dicts, wrap_model)
+from .metrics import MetricsSink, device_peak_flops, eta_string
+from .optim import build_optimizer, learning_rate
+
+StepHook = Callable[[int, dict], None]
+
+
+@dataclass
+class Plan:
+    """Batch geometry derived from the config and the world size."""
+
+    seqs_per_step: int   # S, all ranks
+    seqs_per_rank: int
+    micro_batch: int     # sequences per forward
+    accum: int           # micro-batches per step per rank
+
+
+def make_plan(cfg: TrainConfig, world: int, device_type: str) -> Plan:
+    seqs = cfg.batch_tokens // cfg.context
+    if seqs % world:
+        raise ValueError(f"batch_tokens: {cfg.batch_tokens} tokens = {seqs} sequences of {cfg.context} cannot be split "
+                         f"evenly over {world} ranks")
+    per_rank = seqs // world
+    mbs = cfg.micro_batch_size
+    if mbs == 0:  # largest divisor of per_rank within a token budget per forward
+        budget = max(1, (32768 if device_type == "cuda" else 8192) // cfg.context)
+        mbs = max(d for d in range(1, per_rank + 1) if per_rank % d == 0 and d <= budget)
+    if per_rank % mbs:
+        raise ValueError(f"micro_batch_size: {mbs} does not divide the {per_rank} sequences per rank and step")
+    return Plan(seqs_per_step=seqs, seqs_per_rank=per_rank, micro_batch=mbs, accum=per_rank // mbs)
+
+
+def build_model(cfg: TrainConfig, vocab_size: int):
+    from ..models import FoxForCausalLM, get_preset
+
+    overrides = dict(cfg.model)
+    overrides.setdefault("vocab_size", vocab_size)
+    if cfg.context > 16384:
+        overrides.setdefault("max_position_embeddings", cfg.context)
+    try:
+        model_cfg = get_preset(cfg.preset, **overrides)
+    except TypeError as e:
+        raise ValueError(f"model: bad override in {sorted(cfg.model)} ({e})") from e
+    model = FoxForCausalLM(model_cfg)
+    return model, model_cfg
+
+
+def _set_activation_checkpointing(model: torch.nn.Module, enabled: bool) -> None:
+    for module in model.modules():
+        if hasattr(module, "gradient_checkpointing") and isinstance(module.gradient_checkpointing, bool):
+            module.gradient_checkpointing = enabled
+
+
+def _autocast(device: torch.device, bf16: bool):
+    if not bf16:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+
+
+@torch.no_grad()
+def evaluate(model: torch.nn.Module, val: TokenDataset, n_seqs: int, micro_batch: int, info: DistInfo,
+             bf16: bool) -> tuple[float, np.ndarray]:
+    """Mean validation loss and per-position loss L(i) (fp64 [T-1]) over ``n_seqs`` sequences spread evenly
+    over the validation split (so that many documents, not just the first, are represented).
+
+    Sequences are dealt to ranks in equal numbers (every rank must run the same forwards under FSDP).
+    """
+    world = info.world_size
+    n_seqs = max(world, min(n_seqs, len(val)) // world * world)
+    if n_seqs > len(val):
+        raise ValueError(f"eval: the validation split has {len(val)} sequences, fewer than the {world} ranks")
+    chosen = np.linspace(0, len(val) - 1, n_seqs).round().astype(int)
+    mine = [int(j) for j in chosen[info.rank::world]]
+    was_training = model.training
+    model.eval()
+    sums = torch.zeros(val.seq_len - 1, dtype=torch.float64, device=info.device)
+    for i in range(0, len(mine), micro_batch):
+        idx = mine[i:i + micro_batch]
+        x = torch.from_numpy(np.stack([val.sequence(j) for j in idx])).to(info.device)
+        with _autocast(info.device, bf16):
+            per_tok = model(x, labels=x, loss_reduction="none").loss  # [B, T-1]
+        sums += per_tok.double().sum(0)
+    model.train(was_training)
+    per_pos = all_reduce_mean(sums * world) / n_seqs if info.enabled else sums / n_seqs
+    per_pos = per_pos.cpu().numpy()
+    return float(per_pos.mean()), per_pos
+
+
+def _resolve_resume(cfg: TrainConfig) -> str | None:
+    existing = ckpt.list_checkpoints(cfg.out_dir)
+    if cfg.resume == "never":
+        if existing:
+            raise ValueError(f"resume: out_dir {cfg.out_dir!r} already has checkpoints and resume='never'; "
+                             f"choose another out_dir (nothing was overwritten)")
+        return None
+    if cfg.resume == "auto":
+        return ckpt.latest_checkpoint(cfg.out_dir)
+    if not os.path.isdir(cfg.resume):
+        raise ckpt.CheckpointError(f"resume: checkpoint {cfg.resume!r} does not exist")
+    return cfg.resume
+
+
+def _check_saved_config(cfg: TrainConfig, resuming: bool) -> None:
+    saved_path = os.path.join(cfg.out_dir, "config.yaml")
+    if not resuming or not os.path.exists(saved_path):
+        return
+    conflicts = resume_conflicts(read_saved_config(saved_path), cfg)
+    if conflicts:
+        raise ValueError(f"resume: the config differs from the one saved in {saved_path} in {conflicts}; a resumed "
+                         f"run must compute the same thing. Use another out_dir (nothing was overwritten)")
+
+
+def export_hf(model_cfg, model_sd: dict, out: str) -> str:
+    """Save a full state dict as a Hugging Face model directory (``from_pretrained`` loads it)."""
+    from ..models import FoxForCausalLM
+
+    model = FoxForCausalLM(model_cfg)
+    model.load_state_dict(model_sd, strict=True)
+    tmp = f"{out}.tmp-{os.getpid()}"
+    model.save_pretrained(tmp)
+    import shutil
+
+    shutil.rmtree(out, ignore_errors=True)
+    os.replace(tmp, out)
+    return out
+
+
+def train(cfg: TrainConfig, *, hook: StepHook | None = None, model_factory=None) -> dict:
+    """Run (or resume) training as configured; returns a summary dict (rank 0 has the full one).
+
+    ``hook(step, record)`` runs after every optimizer step (tests use it to simulate crashes);
+    ``model_factory(cfg, vocab_size) -> (model, model_cfg)`` replaces :func:`build_model`.
+    """
+    info = init_distributed(cfg.device, cfg.parallel)
+    device = info.device
+    bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and device.type == "cuda")
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+
+    # Validate everything that can fail before touching out_dir.
+    train_ds = TokenDataset(cfg.data_dir, "train", cfg.context, roll=cfg.roll, seed=cfg.seed,
+                            expect_tokenizer=cfg.tokenizer)
+    val_ds = TokenDataset(cfg.data_dir, "val", cfg.context, expect_tokenizer=cfg.tokenizer)
+    vocab_size = cfg.vocab_size or int(math.ceil(train_ds.manifest["vocab_size"] / 64) * 64)
+    if vocab_size < train_ds.manifest["vocab_size"]:
+        raise ValueError(f"vocab_size: {vocab_size} is smaller than the dataset tokenizer's "
+                         f"{train_ds.manifest['vocab_size']} ids")
+    plan = make_plan(cfg, info.world_size, device.type)
+    resume_path = _resolve_resume(cfg)
+    _check_saved_config(cfg, resume_path is not None)
+    loaded = ckpt.load_checkpoint(resume_path) if resume_path else None  # verifies hashes first
+
+    torch.manual_seed(cfg.seed)  # identical initial weights on every rank
+    model, model_cfg = (model_factory or build_model)(cfg, vocab_size)
+    _set_activation_checkpointing(model, cfg.activation_checkpointing)
+    model.to(device)
+    n_params = sum(p.numel() for p in model.parameters())
+    n_nonemb = getattr(model, "num_parameters_non_embedding", lambda: n_params)()
+    flops_per_token = 3.0 * (2 * n_nonemb + 2 * getattr(model_cfg, "num_layers", 0)
+                             * getattr(model_cfg, "hidden_size", 0) * cfg.context)
+    peak = cfg.peak_flops or device_peak_flops(device)
+
+    wrapped = wrap_model(model, info, bf16)
+    optimizer = build_optimizer(model, cfg, device.type)
+    step, tokens = 0, 0
+    if loaded is not None:
+        model_sd, optim_sd, rng, state = loaded
+        load_full_state_dicts(model, optimizer, model_sd, optim_sd, info)
+        ckpt.set_rng_state(rng)
+        # The data order depends on the step only, so a run may resume on another number of ranks.
+        step, tokens = int(state["step"]), int(state["tokens"])
+        del model_sd, optim_sd
+    # `wrapped` controls gradient sync (DDP / FSDP2 methods); `runner` is what the micro-batches call.
+    runner = torch.compile(wrapped) if cfg.compile else wrapped
+
+    derived = {"world_size": info.world_size, "parallel": info.mode, "device": str(device), "bf16": bf16,
+               "vocab_size": vocab_size, "micro_batch_size": plan.micro_batch, "grad_accum": plan.accum,
+               "seqs_per_step": plan.seqs_per_step, "total_steps": cfg.total_steps, "warmup_tokens": cfg.warmup,
+               "horizon_tokens": cfg.horizon_tokens, "params": n_params, "non_embedding_params": n_nonemb,
+               "flops_per_token": flops_per_token, "peak_flops": peak}
+    sink = None
+    if info.is_main:
+        os.makedirs(cfg.out_dir, exist_ok=True)
+        save_config(cfg, os.path.join(cfg.out_dir, "config.yaml"), derived)
+        sink = MetricsSink(cfg.out_dir, step, cfg.tensorboard)
+        sink.write({"kind": "start", "step": step, "tokens": tokens, "resumed_from": resume_path, **derived})
+    barrier()
+
+    ckpt_every = cfg.checkpoint_every_tokens or max(cfg.batch_tokens, cfg.horizon_tokens // 10)
+    eval_every = cfg.eval_every_tokens or max(2 * cfg.batch_tokens, cfg.horizon_tokens // 10)
+    eval_tokens = cfg.eval_tokens or (2**18 if device.type == "cuda" else 2**13)
+    eval_seqs = max(1, eval_tokens // cfg.context)
+
+    def save(at_step: int) -> None:
+        msd, osd = full_state_dicts(model, optimizer, info)
+        if info.is_main:
+            ckpt.save_checkpoint(cfg.out_dir, at_step, msd, osd,
+                                 {"tokens": tokens, "world_size": info.world_size,
+                                  "seqs_per_rank": plan.seqs_per_rank}, cfg.keep_last)
+        barrier()
+
+    def run_eval() -> dict:
+        loss, _ = evaluate(model, val_ds, eval_seqs, plan.micro_batch, info, bf16)
+        rec = {"kind": "eval", "step": step, "tokens": tokens, "val_loss": loss}
+        if sink is not None:
+            sink.write(rec)
+        return rec
+
+    bar = tqdm(total=cfg.total_steps, initial=step, desc="train", unit="step",
+               disable=not (info.is_main and cfg.progress))
+    start_time, start_tokens = time.time(), tokens
+    last_rec: dict = {}
+    last_eval: dict = {}
+    speed = None
+    model.train()
+    while step < cfg.total_steps:
+        t0 = time.time()
+        lr = learning_rate(tokens + cfg.batch_tokens, cfg)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        loss_sum = torch.zeros((), device=device)
+        base = step * plan.seqs_per_step + info.rank * plan.seqs_per_rank
+        for m in range(plan.accum):
+            x = train_ds.batch(base + m * plan.micro_batch, plan.micro_batch)
+            x = x.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else x
+            with grad_sync(wrapped, info, sync=m == plan.accum - 1), _autocast(device, bf16):
+                loss = runner(x, labels=x).loss
+            (loss / plan.accum).backward()
+            loss_sum += loss.detach()
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip if cfg.grad_clip > 0 else 1e30)
+        if hasattr(grad_norm, "full_tensor"):
+            grad_norm = grad_norm.full_tensor()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        step += 1
+        tokens += cfg.batch_tokens
+        loss_val = float(all_reduce_mean(loss_sum / plan.accum).item())
+        dt = time.time() - t0
+        tps = cfg.batch_tokens / dt
+        speed = tps if speed is None else 0.8 * speed + 0.2 * tps
+        mfu = tps * flops_per_token / (peak * info.world_size) if peak else None
+        elapsed = time.time() - start_time
+        last_rec = {"kind": "train", "step": step, "tokens": tokens, "loss": loss_val, "lr": lr,
+                    "grad_norm": float(grad_norm), "tokens_per_s": tps, "mfu": mfu, "step_time_s": dt,
+                    "elapsed_s": elapsed}
+        if not math.isfinite(loss_val):
+            raise FloatingPointError(f"training loss became {loss_val} at step {step}; lower lr or check the data")
+        eta = (cfg.total_steps - step) * cfg.batch_tokens / speed if speed else None
+        if sink is not None:
+            sink.write(last_rec)
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss_val:.3f}", tok_s=f"{tps:,.0f}", refresh=False)
+            if step % cfg.log_every == 0 or step == 1 or step == cfg.total_steps:
+                tqdm.write(f"step {step}/{cfg.total_steps} tokens {tokens:,} loss {loss_val:.4f} lr {lr:.2e} "
+                           f"tok/s {tps:,.0f} MFU {'n/a' if mfu is None else f'{100 * mfu:.1f}%'} "
+                           f"ETA {eta_string(eta)}")
+        time_up = cfg.max_minutes is not None and elapsed > 60 * cfg.max_minutes
+        time_up = bool(broadcast_object(time_up))  # every rank stops at the same step
+        finished = step >= cfg.total_steps or time_up
+        if tokens // eval_every != (tokens - cfg.batch_tokens) // eval_every or finished:
+            last_eval = run_eval()
+            if sink is not None:
+                tqdm.write(f"step {step} val_loss {last_eval['val_loss']:.4f}")
+        if tokens // ckpt_every != (tokens - cfg.batch_tokens) // ckpt_every or finished:
+            save(step)
+        if hook is not None:
+            hook(step, last_rec)
+        if time_up:
+            break
+    bar.close()
+
+    if step == 0 or not last_eval:  # resumed a finished run, or nothing to do: still report validation
+        last_eval = run_eval()
+    hf_dir = None
+    if cfg.export_hf and hasattr(model_cfg, "to_dict"):
+        msd, _ = full_state_dicts(model, optimizer, info)
+        if info.is_main:
+            hf_dir = export_hf(model_cfg, msd, os.path.join(cfg.out_dir, "hf"))
+        barrier()
+    wall = time.time() - start_time
+    summary = {"out_dir": cfg.out_dir, "step": step, "tokens": tokens, "train_loss": last_rec.get("loss"),
+               "val_loss": last_eval.get("val_loss"), "tokens_per_s": (tokens - start_tokens) / wall if wall else None,
+               "resumed_from": resume_path, "hf_dir": hf_dir, "params": n_params, "non_embedding_params": n_nonemb,
+               "world_size": info.world_size, "parallel": info.mode, "device": str(device), "wall_s": wall}
+    if sink is not None:
+        sink.write({"kind": "end", "step": step, "tokens": tokens, **{k: v for k, v in summary.items()
+                                                                      if isinstance(v, (int, float))}})
+        sink.close()
+    return summary

@@ -1,0 +1,61 @@
+import numpy as np
+import pytest
+
+from foxformer.data.dataset import TokenDataset
+from foxformer.data.prepare import PrepareConfig, prepare
+
+
+@pytest.fixture
+def data_dir(tmp_path, jsonl_xz):
+    prepare(PrepareConfig(sources=[jsonl_xz], out_dir=str(tmp_path / "d"), val_fraction=0.2), progress=False)
+    return str(tmp_path / "d")
+
+
+def test_sequences_tile_the_token_stream(data_dir):
+    ds = TokenDataset(data_dir, "train", 16)
+    stream = np.asarray(ds.tokens, dtype=np.int64)
+    assert len(ds) == stream.size // 16
+    for i in (0, 1, len(ds) - 1):
+        np.testing.assert_array_equal(ds.sequence(i), stream[16 * i:16 * (i + 1)])
+    assert (stream == ds.eot_id).sum() == ds.manifest["split"]["train"]["docs"]
+
+
+def test_order_is_a_function_of_the_sample_index(data_dir):
+    a, b = TokenDataset(data_dir, "train", 16, seed=1), TokenDataset(data_dir, "train", 16, seed=1)
+    n = len(a)
+    # One epoch visits each sequence once; the next epoch uses another order; random access equals iteration.
+    firsts = {tuple(a.sample(g)) for g in range(n)}
+    assert len(firsts) == len({tuple(a.sequence(i)) for i in range(n)})
+    np.testing.assert_array_equal(a.batch(n - 2, 4).numpy(), np.stack([b.sample(g) for g in range(n - 2, n + 2)]))
+    assert [tuple(a.sample(g)) for g in range(n)] != [tuple(a.sample(n + g)) for g in range(n)]
+
+
+def test_rolling_is_a_deterministic_rotation(data_dir):
+    plain = TokenDataset(data_dir, "train", 16)
+    rolled = TokenDataset(data_dir, "train", 16, roll=True, seed=5)
+    shifts = set()
+    for i in range(len(plain)):
+        p, r = plain.sequence(i), rolled.sequence(i)
+        shift = next(s for s in range(16) if np.array_equal(np.roll(p, s), r))
+        shifts.add(shift)
+        np.testing.assert_array_equal(r, rolled.sequence(i))
+    assert len(shifts) > 1
+
+
+def test_wrong_tokenizer_is_refused(data_dir):
+    with pytest.raises(ValueError, match="tokenized with 'gpt2'.*tiktoken:cl100k_base"):
+        TokenDataset(data_dir, "train", 16, expect_tokenizer="tiktoken:cl100k_base")
+
+
+def test_unprepared_or_damaged_data(tmp_path, data_dir):
+    with pytest.raises(ValueError, match="no manifest"):
+        TokenDataset(str(tmp_path / "nothing"), "train", 16)
+    with open(f"{data_dir}/train.bin", "ab") as f:
+        f.write(b"\x00\x00")
+    with pytest.raises(ValueError, match="damaged"):
+        TokenDataset(data_dir, "train", 16)
+
+
+def test_too_long_context_is_a_clear_error(data_dir):
+    with pytest.raises(ValueError, match="fewer than one sequence"):
+        TokenDataset(data_dir, "val", 10**6)

@@ -1,0 +1,148 @@
+import importlib
+import json
+import os
+
+import numpy as np
+import pytest
+
+from foxformer.data.prepare import PrepareConfig, prepare, read_manifest
+from foxformer.data.tokenizer import load_tokenizer
+
+prep_mod = importlib.import_module("foxformer.data.prepare")
+
+
+def _cfg(tmp_path, sources, **kw):
+    return PrepareConfig(sources=sources, out_dir=str(tmp_path / "out"), **kw)
+
+
+def _split_docs(out_dir, split, manifest):
+    toks = np.fromfile(os.path.join(out_dir, f"{split}.bin"), dtype=manifest["dtype"])
+    idx = np.load(os.path.join(out_dir, f"{split}.idx.npy"))
+    return [toks[a:b].tolist() for a, b in zip(idx[:-1], idx[1:])]
+
+
+def test_split_is_by_whole_document(tmp_path, jsonl_xz, docs):
+    m = prepare(_cfg(tmp_path, [jsonl_xz], val_fraction=0.25), progress=False)
+    out = str(tmp_path / "out")
+    tok = load_tokenizer("gpt2")
+    expected = {tuple(tok.encode(d["text"]) + [tok.eot_id]) for d in docs}
+    train = [tuple(d) for d in _split_docs(out, "train", m)]
+    val = [tuple(d) for d in _split_docs(out, "val", m)]
+    # Every document lands whole in exactly one split, each followed by the end-of-document token.
+    assert set(train) | set(val) == expected
+    assert not set(train) & set(val)
+    assert len(train) + len(val) == len(docs)
+    assert len(val) == 5 and m["split"]["val"]["docs"] == 5
+    assert all(d[-1] == tok.eot_id and tok.eot_id not in d[:-1] for d in train + val)
+
+
+def test_manifest_records_tokenizer_sources_counts_split(tmp_path, jsonl_xz, jsonl_gz):
+    m = prepare(_cfg(tmp_path, [jsonl_xz, jsonl_gz], val_fraction=0.1, seed=3), progress=False)
+    assert m == read_manifest(str(tmp_path / "out"))
+    assert m["tokenizer"] == "gpt2" and m["vocab_size"] == 50257 and m["eot_id"] == 50256
+    assert m["dtype"] == "uint16"
+    assert [s["spec"] for s in m["sources"]] == [jsonl_xz, jsonl_gz]
+    assert [s["docs"] for s in m["sources"]] == [20, 6]
+    assert m["docs"] == 26
+    assert m["split"]["by"] == "document" and m["split"]["seed"] == 3
+    assert m["split"]["train"]["tokens"] + m["split"]["val"]["tokens"] == m["tokens"] == \
+        sum(s["tokens"] for s in m["sources"])
+    for split in ("train", "val"):
+        size = os.path.getsize(tmp_path / "out" / f"{split}.bin")
+        assert size == 2 * m["split"][split]["tokens"]
+
+
+def test_rerun_skips_finished_work(tmp_path, jsonl_xz, monkeypatch):
+    cfg = _cfg(tmp_path, [jsonl_xz])
+    first = prepare(cfg, progress=False)
+    mtime = os.path.getmtime(tmp_path / "out" / "train.bin")
+
+    def boom(*a, **k):
+        raise AssertionError("a finished dataset must not be read or tokenized again")
+
+    monkeypatch.setattr(prep_mod, "iter_documents", boom)
+    assert prepare(cfg, progress=False) == first
+    assert os.path.getmtime(tmp_path / "out" / "train.bin") == mtime
+
+
+def test_finished_sources_are_reused_after_a_request_change(tmp_path, jsonl_xz, jsonl_gz, monkeypatch):
+    prepare(_cfg(tmp_path, [jsonl_xz]), progress=False)
+    seen = []
+    real = prep_mod.iter_documents
+    monkeypatch.setattr(prep_mod, "iter_documents", lambda spec, field: seen.append(spec) or real(spec, field))
+    m = prepare(_cfg(tmp_path, [jsonl_xz, jsonl_gz], val_fraction=0.2), force=True, progress=False)
+    assert seen == [jsonl_gz]  # the .xz shard was already tokenized
+    assert m["docs"] == 26
+
+
+def test_interrupted_run_leaves_nothing_trusted_and_rerun_completes(tmp_path, jsonl_xz, jsonl_gz, monkeypatch):
+    cfg = _cfg(tmp_path, [jsonl_xz, jsonl_gz])
+    real = prep_mod.iter_documents
+
+    def dies_on_second_source(spec, field):
+        if spec == jsonl_gz:
+            yield from list(real(spec, field))[:2]
+            raise KeyboardInterrupt("simulated interruption")
+        yield from real(spec, field)
+
+    monkeypatch.setattr(prep_mod, "iter_documents", dies_on_second_source)
+    with pytest.raises(KeyboardInterrupt):
+        prepare(cfg, progress=False)
+    out = tmp_path / "out"
+    assert read_manifest(str(out)) is None
+    assert not (out / "train.bin").exists()
+    # The half-tokenized source left only a temporary directory, never a done shard.
+    shards = os.listdir(out / "shards")
+    assert sum(1 for s in shards if ".tmp-" not in s) == 1
+    monkeypatch.setattr(prep_mod, "iter_documents", real)
+    m = prepare(cfg, progress=False)
+    clean = prepare(_cfg(tmp_path / "clean", [jsonl_xz, jsonl_gz]), progress=False)
+    assert m["split"] == clean["split"]
+    for split in ("train", "val"):
+        assert (out / f"{split}.bin").read_bytes() == (tmp_path / "clean" / "out" / f"{split}.bin").read_bytes()
+
+
+def test_different_request_in_same_dir_is_refused_without_force(tmp_path, jsonl_xz, jsonl_gz):
+    prepare(_cfg(tmp_path, [jsonl_xz]), progress=False)
+    before = (tmp_path / "out" / "train.bin").read_bytes()
+    with pytest.raises(ValueError, match="different request"):
+        prepare(_cfg(tmp_path, [jsonl_gz]), progress=False)
+    assert (tmp_path / "out" / "train.bin").read_bytes() == before
+    m = prepare(_cfg(tmp_path, [jsonl_gz]), force=True, progress=False)
+    assert m["docs"] == 6
+
+
+def test_max_tokens_per_source_keeps_whole_documents(tmp_path, jsonl_xz):
+    m = prepare(_cfg(tmp_path, [jsonl_xz], max_tokens_per_source=100, val_fraction=0.0), progress=False)
+    assert 100 <= m["tokens"] < 100 + 200
+    assert m["split"]["val"]["docs"] == 0
+
+
+def test_builtin_corpus_works_offline(tmp_path):
+    m = prepare(_cfg(tmp_path, ["builtin:sympy"], max_tokens_per_source=20_000), progress=False)
+    assert m["sources"][0]["fingerprint"].startswith("sympy-")
+    assert m["split"]["train"]["docs"] >= 1 and m["split"]["val"]["docs"] >= 1
+    train = np.fromfile(tmp_path / "out" / "train.bin", dtype=np.uint16)
+    text = load_tokenizer("gpt2").decode(train[:2000].tolist())
+    assert "# file: sympy/" in text
+
+
+@pytest.mark.parametrize("kw,match", [({"val_fraction": 1.5}, "val_fraction"), ({"sources": []}, "sources"),
+                                      ({"max_tokens_per_source": 0}, "max_tokens_per_source")],
+                         ids=["val-fraction", "no-sources", "zero-cap"])
+def test_bad_config_is_a_clear_error(tmp_path, kw, match):
+    cfg = PrepareConfig(out_dir=str(tmp_path / "o"), **kw)
+    with pytest.raises(ValueError, match=match):
+        prepare(cfg, progress=False)
+
+
+def test_cli_prepare_and_info(tmp_path, jsonl_xz, capsys):
+    from foxformer.cli import main
+
+    out = str(tmp_path / "cli")
+    assert main(["data", "prepare", "--source", jsonl_xz, "--out", out, "--no-progress"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["docs"] == 20 and summary["tokenizer"] == "gpt2"
+    assert main(["data", "info", out]) == 0
+    assert json.loads(capsys.readouterr().out) == summary
+    assert main(["data", "info", str(tmp_path / "missing")]) == 2

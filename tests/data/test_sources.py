@@ -1,0 +1,62 @@
+import json
+
+import pytest
+
+from foxformer.data.sources import describe_source, iter_documents
+
+
+def test_jsonl_xz_and_gz_read_transparently(jsonl_xz, jsonl_gz, docs):
+    assert [d.text for d in iter_documents(jsonl_xz)] == [d["text"] for d in docs]
+    assert [d.id for d in iter_documents(jsonl_gz)] == [d["id"] for d in docs[:6]]
+
+
+def test_text_files_and_directories(tmp_path):
+    (tmp_path / "b.txt").write_text("second")
+    (tmp_path / "a.md").write_text("first")
+    (tmp_path / "ignored.bin").write_bytes(b"\x00")
+    got = [d.text for d in iter_documents(str(tmp_path))]
+    assert got == ["first", "second"]
+
+
+def test_missing_text_field_names_the_field(tmp_path):
+    p = tmp_path / "x.jsonl"
+    p.write_text(json.dumps({"body": "hi"}) + "\n")
+    with pytest.raises(ValueError, match="'text'"):
+        list(iter_documents(str(p)))
+    assert [d.text for d in iter_documents(str(p), text_field="body")] == ["hi"]
+
+
+@pytest.mark.parametrize("spec,match", [("builtin:nothing", "built-in"), ("/no/such/file.jsonl", "does not exist")],
+                         ids=["unknown-builtin", "missing-file"])
+def test_bad_specs(spec, match):
+    with pytest.raises(ValueError, match=match):
+        describe_source(spec)
+
+
+def test_builtins_yield_documents():
+    sympy_docs = iter_documents("builtin:sympy")
+    first = next(sympy_docs)
+    assert first.id.startswith("sympy") and "# file: sympy/" in first.text
+    pydoc = list(iter_documents("builtin:pydoc"))
+    assert len(pydoc) > 20 and all(d.text for d in pydoc)
+
+
+def test_parquet_source_reads_text_column_or_names_missing_pyarrow(tmp_path):
+    path = tmp_path / "d.parquet"
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        path.write_bytes(b"PAR1")
+        with pytest.raises(ImportError, match="pyarrow"):
+            list(iter_documents(str(path)))
+        return
+    pq.write_table(pa.table({"text": ["alpha", "beta"], "n": [1, 2]}), path)
+    assert [d.text for d in iter_documents(str(path))] == ["alpha", "beta"]
+    with pytest.raises(ValueError, match="no column 'body'"):
+        list(iter_documents(str(path), text_field="body"))
+
+
+def test_hf_source_without_datasets_or_hub_is_a_clear_error():
+    with pytest.raises((ImportError, ValueError), match="datasets|could not be loaded"):
+        list(iter_documents("hf:nobody/nothing@train"))

@@ -1,0 +1,170 @@
+"""`foxformer eval loss|niah|harness`, `foxformer analyze gates`, `foxformer report` end to end on tiny models."""
+import json
+import os
+
+import pytest
+import torch
+import yaml
+
+from foxformer.cli import main
+from foxformer.data import PrepareConfig, prepare
+from foxformer.eval import load_model
+from foxformer.train.checkpoint import save_checkpoint
+
+from .helpers import tiny_model
+
+VOCAB = 50304  # GPT-2's 50257 rounded up to a multiple of 64, as training does
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    root = tmp_path_factory.mktemp("eval_cli")
+    texts = root / "texts"
+    texts.mkdir()
+    for i in range(6):
+        sentences = [f"Sentence {j} of document {i} tells the reader about topic {i * j % 7}." for j in range(80)]
+        (texts / f"doc{i}.txt").write_text(" ".join(sentences) + "\n")
+    data = root / "data"
+    prepare(PrepareConfig(sources=[str(texts)], out_dir=str(data), val_fraction=0.5), progress=False)
+    # an HF folder and a run dir (config.yaml + a verified checkpoint) of two different tiny models
+    hf = root / "hf_model"
+    tiny_model("fox-pro-tiny", vocab=VOCAB, seed=1).save_pretrained(str(hf))
+    run = root / "run"
+    run.mkdir()
+    model = tiny_model("fox-llama-tiny", vocab=VOCAB, seed=2)
+    with open(run / "config.yaml", "w") as f:
+        yaml.safe_dump({"preset": "fox-llama-tiny", "model": {"attention_backend": "torch"}, "context": 32,
+                        "tokenizer": "gpt2", "derived": {"vocab_size": VOCAB}}, f)
+    save_checkpoint(str(run), 3, model.state_dict(), {}, {"tokens": 96}, keep_last=1)
+    with open(run / "metrics.jsonl", "w") as f:
+        for step in range(1, 4):
+            f.write(json.dumps({"kind": "train", "step": step, "tokens": 32 * step, "loss": 10.0 - step}) + "\n")
+        f.write(json.dumps({"kind": "eval", "step": 3, "tokens": 96, "val_loss": 7.5}) + "\n")
+    return {"root": root, "texts": str(texts), "data": str(data), "hf": str(hf), "run": str(run), "model": model}
+
+
+def _nonempty_png(path):
+    assert os.path.exists(path), path
+    with open(path, "rb") as f:
+        head = f.read(8)
+    assert head == b"\x89PNG\r\n\x1a\n" and os.path.getsize(path) > 2000
+
+
+def test_load_model_from_run_dir_checkpoint_and_hf(workspace):
+    run = load_model(workspace["run"], device="cpu")
+    assert run.source == "run" and run.train_len == 32 and run.tokenizer == "gpt2" and run.step == 3
+    for key, value in workspace["model"].state_dict().items():
+        torch.testing.assert_close(run.model.state_dict()[key], value)
+    step_dir = os.path.join(workspace["run"], "checkpoints", "step_00000003")
+    ckpt = load_model(step_dir, device="cpu")
+    assert ckpt.source == "checkpoint" and ckpt.name == "run@step_00000003" and ckpt.train_len == 32
+    hf = load_model(workspace["hf"], device="cpu", train_len=64)
+    assert hf.source == "hf" and hf.train_len == 64 and hf.model.config.num_layers == 2
+
+
+def test_eval_loss_two_models_side_by_side(workspace, capsys):
+    out = str(workspace["root"] / "loss_out")
+    rc = main(["eval", "loss", workspace["run"], workspace["hf"], "--data", workspace["data"], "--seq-len", "64",
+               "--num-seqs", "4", "--n-boot", "50", "--device", "cpu", "--out", out, "--no-progress",
+               "--names", "fox-llama,fox-pro"])
+    assert rc == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert [m["name"] for m in printed["models"]] == ["fox-llama", "fox-pro"]
+    data = json.load(open(os.path.join(out, "loss.json")))
+    assert data["settings"]["seq_len"] == 64 and data["settings"]["num_seqs"] == 4
+    first = data["models"][0]
+    assert len(first["loss"]) == 63 and first["train_len"] == 32 and first["lengths"][-1] == 63
+    assert first["summary"]["loss_beyond_train_len"] is not None
+    for name in data["plots"]:
+        _nonempty_png(os.path.join(out, name))
+
+
+def test_eval_loss_within_documents_and_from_a_text_source(workspace):
+    out = str(workspace["root"] / "loss_src")
+    assert main(["eval", "loss", workspace["hf"], "--source", workspace["texts"], "--seq-len", "48", "--num-seqs",
+                 "2", "--n-boot", "20", "--device", "cpu", "--out", out, "--no-progress"]) == 0
+    assert json.load(open(os.path.join(out, "loss.json")))["models"][0]["n_sequences"] == 2
+    assert main(["eval", "loss", workspace["hf"], "--data", workspace["data"], "--within-docs", "--seq-len", "48",
+                 "--num-seqs", "3", "--n-boot", "20", "--device", "cpu", "--out", out, "--no-progress"]) == 0
+
+
+def test_analyze_gates_writes_stats_and_plots(workspace):
+    out = str(workspace["root"] / "gates_out")
+    assert main(["analyze", "gates", workspace["run"], "--data", workspace["data"], "--seq-len", "64", "--num-seqs",
+                 "2", "--device", "cpu", "--out", out, "--no-progress", "--heads", "0:0,1:3"]) == 0
+    data = json.load(open(os.path.join(out, "gates.json")))
+    model = data["models"][0]
+    assert model["heads_plotted"] == [[0, 0], [1, 3]]
+    assert len(model["timescale"]) == 2 and len(model["timescale"][0]) == 4
+    assert len(data["plots"]) == 5
+    for name in data["plots"]:
+        _nonempty_png(os.path.join(out, name))
+
+
+def test_eval_niah_and_report(workspace):
+    out = os.path.join(workspace["run"], "eval")  # the default output folder of a run dir
+    assert main(["eval", "niah", workspace["run"], "--haystack", workspace["texts"], "--lengths", "96,160",
+                 "--depths", "0,1", "--needles", "1", "--device", "cpu", "--no-progress"]) == 0
+    data = json.load(open(os.path.join(out, "niah.json")))
+    model = data["models"][0]
+    assert len(model["records"]) == 2 * 2 * 2 and model["train_len"] == 32
+    assert set(model["grids"]) == {"standard", "easy"} and len(model["grids"]["easy"]["accuracy"]) == 2
+    for name in data["plots"]:
+        _nonempty_png(os.path.join(out, name))
+    loss_dir = str(workspace["root"] / "loss_for_report")
+    assert main(["eval", "loss", workspace["hf"], "--data", workspace["data"], "--seq-len", "40", "--num-seqs", "2",
+                 "--n-boot", "20", "--device", "cpu", "--out", loss_dir, "--no-progress"]) == 0
+    report_dir = str(workspace["root"] / "report")
+    assert main(["report", workspace["run"], loss_dir, "--out", report_dir, "--format", "html"]) == 0
+    page = open(os.path.join(report_dir, "report.html")).read()
+    assert "Needle in a haystack" in page and "Per-position loss" in page and "Training" in page
+    images = sorted(os.listdir(os.path.join(report_dir, "assets")))
+    assert any(n.endswith("training.png") for n in images) and any("niah_heatmap" in n for n in images)
+    for n in images:
+        assert f"assets/{n}" in page
+        _nonempty_png(os.path.join(report_dir, "assets", n))
+    assert main(["report", workspace["run"], "--out", report_dir]) == 0
+    assert "![" in open(os.path.join(report_dir, "report.md")).read()
+
+
+def _error(capsys) -> str:
+    return capsys.readouterr().err
+
+
+def test_bad_checkpoints_and_lengths_fail_clearly(workspace, capsys, tmp_path):
+    data = workspace["data"]
+    common = ["--data", data, "--num-seqs", "2", "--device", "cpu", "--no-progress", "--out", str(tmp_path)]
+    assert main(["eval", "loss", str(tmp_path / "missing"), *common]) == 2
+    assert "is not a directory" in _error(capsys)
+    (tmp_path / "empty").mkdir()
+    assert main(["eval", "loss", str(tmp_path / "empty"), *common]) == 2
+    assert "no config.json" in _error(capsys)
+    # a checkpoint whose weights were damaged after saving
+    import shutil
+
+    bad_run = tmp_path / "bad_run"
+    shutil.copytree(workspace["run"], bad_run, ignore=shutil.ignore_patterns("eval"))
+    with open(bad_run / "checkpoints" / "step_00000003" / "model.pt", "r+b") as f:
+        f.seek(100)
+        f.write(b"garbage")
+    assert main(["eval", "loss", str(bad_run), *common]) == 2
+    assert "corrupted" in _error(capsys)
+    assert main(["eval", "loss", workspace["hf"], *common, "--seq-len", "100000"]) == 2
+    assert "fewer than one sequence of seq_len=100000" in _error(capsys)
+    assert main(["eval", "loss", workspace["hf"], *common, "--seq-len", "1"]) == 2
+    assert "seq_len" in _error(capsys)
+    assert main(["eval", "loss", workspace["hf"], "--device", "cpu", "--no-progress"]) == 2
+    assert "--data" in _error(capsys)
+    assert main(["eval", "niah", workspace["hf"], "--haystack", workspace["texts"], "--lengths", "8", "--device",
+                 "cpu", "--no-progress", "--out", str(tmp_path)]) == 2
+    assert "too short" in _error(capsys)
+
+
+def test_harness_command_without_lm_eval_says_how_to_install(workspace, capsys, tmp_path):
+    from foxformer.eval import lm_eval_available
+
+    if lm_eval_available():
+        pytest.skip("lm_eval is installed: the message for its absence cannot be checked")
+    assert main(["eval", "harness", workspace["hf"], "--tasks", "lambada_openai", "--device", "cpu",
+                 "--out", str(tmp_path), "--no-progress"]) == 2
+    assert "pip install lm_eval" in _error(capsys)

@@ -1,0 +1,108 @@
+"""Forget-gate statistics, decay / attention matrices and the capture of q, k, log f."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from foxformer.eval import capture_attention, choose_heads, gate_stats, head_matrices, parse_heads
+from foxformer.eval.gates import effective_length
+from foxformer.models.layers import timescale_bias
+
+from .helpers import copy_model, tiny_model
+
+
+def test_fixed_gates_give_their_analytic_timescales():
+    """Fixed gates f = sigmoid(b) have timescale T = 1 / -log f and mean decay exp(-d / T): D(d) < 1/e at d = T."""
+    model = tiny_model("fox-llama-tiny", fgate="fixed", fgate_tmin=2.0, fgate_tmax=40.0)
+    tokens = torch.randint(0, 97, (2, 120), generator=torch.Generator().manual_seed(0))
+    stats = gate_stats(model, tokens, points=200)
+    want = 1.0 / -torch.nn.functional.logsigmoid(timescale_bias(4, 2.0, 40.0).double()).numpy()
+    for layer in range(stats.num_layers):
+        np.testing.assert_allclose(stats.timescale[layer], want, rtol=1e-5)
+        np.testing.assert_allclose(stats.eff_context[layer], want, rtol=0.02)
+        # f = sigmoid(b) >= 0.5 for every head here (b >= 0 when T >= 1 / log 2)
+        assert stats.frac_below_half[layer] == [0.0] * 4
+    assert stats.has_gate and stats.tokens == 240 and stats.max_distance == 119
+    assert stats.summary()["median_timescale"] == pytest.approx(float(np.median(want)), rel=1e-5)
+
+
+def test_data_dependent_gate_statistics_match_a_direct_computation():
+    model = tiny_model("fox-pro-tiny")
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.attn.fgate.proj.weight.normal_(0.0, 0.5)
+            layer.attn.fgate.proj.bias.uniform_(-1.0, 3.0)
+    tokens = torch.randint(0, 97, (2, 64), generator=torch.Generator().manual_seed(1))
+    stats = gate_stats(model, tokens)
+    # log f of layer 0 from its gate projection on the normed embeddings (kv shift etc. do not touch the gate)
+    x = model.model.layers[0].attn_norm(model.model.embed_tokens(tokens))
+    log_f = torch.nn.functional.logsigmoid(model.model.layers[0].attn.fgate.proj(x)).double()[:, 1:]
+    np.testing.assert_allclose(stats.mean_log_f[0], log_f.mean((0, 1)).detach().numpy(), rtol=1e-5)
+    np.testing.assert_allclose(stats.frac_below_half[0], (log_f < math.log(0.5)).double().mean((0, 1)).numpy())
+
+
+def test_effective_length_interpolates_and_reports_never():
+    d = np.array([1, 2, 4, 8])
+    decay = np.stack([np.exp(-d / 3.0), np.ones(4), np.exp(-d / 0.5)], axis=1)
+    eff = effective_length(d, decay)
+    assert eff[0] == pytest.approx(3.0) and eff[1] is None and eff[2] == pytest.approx(0.5)
+
+
+def test_head_matrices_are_causal_distributions_with_gate_decay():
+    model = tiny_model("fox-llama-tiny", fgate="fixed", fgate_tmin=2.0, fgate_tmax=40.0)
+    tokens = torch.randint(0, 97, (1, 50), generator=torch.Generator().manual_seed(2))
+    mats = head_matrices(model, tokens, [(0, 0), (1, 3)], max_len=30)
+    f = torch.sigmoid(timescale_bias(4, 2.0, 40.0).double()).numpy()
+    for m in mats:
+        a, dec = m["attention"], m["decay"]
+        assert a.shape == dec.shape == (30, 30)
+        np.testing.assert_allclose(a.sum(-1), 1.0, rtol=1e-9)
+        assert np.all(np.triu(a, 1) == 0) and np.all(np.triu(dec, 1) == 0)
+        i, j = 20, 5
+        assert dec[i, j] == pytest.approx(f[m["head"]] ** (i - j), rel=1e-4)
+
+
+def test_attention_of_copy_model_points_at_the_copied_position():
+    """At a repeated token the hand-built induction head attends to the token after its earlier occurrence."""
+    tokens = torch.tensor([[5, 9, 3, 7, 11, 12, 13, 7]])
+    a = head_matrices(copy_model(16), tokens, [(0, 0)])[0]["attention"]
+    assert a[7].argmax() == 4 and a[7, 4] > 0.99
+    forgetful = head_matrices(copy_model(16, forget_all=True), tokens, [(0, 0)])[0]
+    assert forgetful["attention"][7, 7] > 0.99 and forgetful["decay"][7, 4] < 1e-30
+
+
+def test_transformer_has_no_gate_but_attention_matrices():
+    model = tiny_model("transformer-llama-tiny")
+    tokens = torch.randint(0, 97, (1, 20), generator=torch.Generator().manual_seed(3))
+    stats = gate_stats(model, tokens)
+    assert not stats.has_gate and stats.summary() == {"name": "model", "has_gate": False}
+    mats = head_matrices(model, tokens, choose_heads(stats, 2))
+    assert len(mats) == 2 and np.all(np.tril(mats[0]["decay"]) == np.tril(np.ones((20, 20))))
+    np.testing.assert_allclose(mats[0]["attention"].sum(-1), 1.0, rtol=1e-9)
+
+
+def test_capture_restores_the_model():
+    model = tiny_model("fox-pro-tiny")
+    tokens = torch.randint(0, 97, (1, 16))
+    before = model(tokens).logits
+    with capture_attention(model, qk_layers=[1]) as rec:
+        inside = model(tokens).logits
+    assert rec[1]["q"].shape == (1, 16, 4, 16) and rec[0]["log_f"].shape == (1, 16, 4) and "q" not in rec[0]
+    assert all("_attend" not in layer.attn.__dict__ for layer in model.model.layers)
+    torch.testing.assert_close(before, inside)
+
+
+@pytest.mark.parametrize("spec, want", [("0:1,3:2", [(0, 1), (3, 2)]), ("", None), (None, None)],
+                         ids=["two-heads", "empty", "none"])
+def test_parse_heads(spec, want):
+    assert parse_heads(spec) == want
+
+
+def test_bad_heads_fail_clearly():
+    with pytest.raises(ValueError, match="layer:head"):
+        parse_heads("0-1")
+    with pytest.raises(ValueError, match="outside"):
+        head_matrices(tiny_model("fox-llama-tiny"), torch.zeros(1, 8, dtype=torch.long), [(5, 0)])
+    with pytest.raises(TypeError, match="foxformer model"):
+        gate_stats(torch.nn.Linear(2, 2), torch.zeros(1, 8, dtype=torch.long))

@@ -1,0 +1,87 @@
+"""The lm-evaluation-harness adapter (lm_eval itself is optional: a stand-in module checks the wrapper class)."""
+import sys
+import types
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from foxformer.eval import HarnessAdapter, make_lm, per_token_loss
+
+from .helpers import WordTokenizer, copy_model, tiny_model
+
+
+@pytest.fixture()
+def tok():
+    t = WordTokenizer(64)
+    t.encode("a b c d e f g h i j k l m n o p")  # fixed ids for the words used below
+    return t
+
+
+def test_loglikelihood_equals_per_token_loss(tok):
+    model = tiny_model("fox-pro-tiny", vocab=64).double()
+    adapter = HarnessAdapter(model, tok, max_length=64, batch_size=2, progress=False)
+    pairs = [("a b c d", " e f"), ("g h", " i"), ("", " j k l"), ("m n o ", "p")]
+    got = adapter.loglikelihood(pairs)
+    for (ctx, cont), (ll, greedy) in zip(pairs, got):
+        ids = [tok.eot_id] + tok.encode(ctx + " " + cont)
+        n_cont = len(tok.encode(cont))
+        losses = per_token_loss(model, torch.tensor(ids))[0]
+        assert ll == pytest.approx(-float(losses[-n_cont:].sum()), rel=1e-6)
+        assert isinstance(greedy, bool)
+
+
+def test_rolling_loglikelihood_covers_every_token_once(tok):
+    model = tiny_model("fox-llama-tiny", vocab=64).double()
+    text = "a b c d e f g h i j k l m n o p a b c"
+    ids = [tok.eot_id] + tok.encode(text)
+    full = -float(per_token_loss(model, torch.tensor(ids)).sum())
+    assert HarnessAdapter(model, tok, max_length=64, progress=False).loglikelihood_rolling([text])[0] == \
+        pytest.approx(full, rel=1e-6)
+    windowed = HarnessAdapter(model, tok, max_length=6, progress=False).loglikelihood_rolling([text])[0]
+    # windows of 6 tokens: the first window equals the full pass, the rest see less context
+    first = -float(per_token_loss(model, torch.tensor(ids[:7])).sum())
+    assert windowed < first and windowed != pytest.approx(full)
+
+
+def test_copy_model_is_greedy_on_a_repeat_and_generates_until_stop(tok):
+    adapter = HarnessAdapter(copy_model(64), tok, max_length=64, progress=False)
+    (ll, greedy), (ll_bad, greedy_bad) = adapter.loglikelihood([("a b c d a", " b c"), ("a b c d a", " c b")])
+    assert greedy and ll > -1e-3 and not greedy_bad and ll_bad < -10
+    assert adapter.generate_until([("a b c d e a", {"until": ["e"], "max_gen_toks": 10})]) == ["b c d "]
+    assert adapter.generate_until([("a b c d e a", {"until": [], "max_gen_toks": 2})]) == ["b c"]
+
+
+def test_lm_eval_wrapper_delegates(tok, monkeypatch):
+    """make_lm subclasses lm_eval.api.model.LM; a stand-in module checks the plumbing without lm_eval."""
+    class LM:
+        def __init__(self):
+            self.initialised = True
+
+    api = types.ModuleType("lm_eval.api")
+    model_mod = types.ModuleType("lm_eval.api.model")
+    model_mod.LM = LM
+    monkeypatch.setitem(sys.modules, "lm_eval", types.ModuleType("lm_eval"))
+    monkeypatch.setitem(sys.modules, "lm_eval.api", api)
+    monkeypatch.setitem(sys.modules, "lm_eval.api.model", model_mod)
+    adapter = HarnessAdapter(copy_model(64), tok, max_length=64, progress=False)
+    lm = make_lm(adapter)
+    assert isinstance(lm, LM) and lm.initialised
+    req = SimpleNamespace(args=("a b c d a", " b c"))
+    assert lm.loglikelihood([req]) == adapter.loglikelihood([req.args])
+    assert lm.loglikelihood_rolling([SimpleNamespace(args=("a b a b",))]) == \
+        adapter.loglikelihood_rolling(["a b a b"])
+    assert lm.generate_until([SimpleNamespace(args=("a b c a", {"until": ["c"], "max_gen_toks": 4}))]) == ["b "]
+
+
+def test_make_lm_without_lm_eval_explains(tok, monkeypatch):
+    monkeypatch.setitem(sys.modules, "lm_eval", None)  # import fails as if not installed
+    with pytest.raises(ImportError, match="pip install lm_eval"):
+        make_lm(HarnessAdapter(copy_model(64), tok, progress=False))
+
+
+@pytest.mark.parametrize("kwargs, match", [(dict(max_length=1), "max_length"), (dict(batch_size=0), "batch_size")],
+                         ids=["max-length", "batch-size"])
+def test_bad_adapter_arguments(tok, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        HarnessAdapter(copy_model(64), tok, **kwargs)

@@ -1,0 +1,98 @@
+"""Per-position loss, perplexity and bootstrap bands."""
+import numpy as np
+import pytest
+import torch
+
+from foxformer.eval import bootstrap_mean_bands, eval_loss, loss_curve, per_token_loss, smooth
+
+from .helpers import tiny_model
+
+PRESETS = ["fox-pro-tiny", "fox-llama-tiny", "transformer-llama-tiny"]
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_per_token_loss_equals_forward_pass(preset):
+    model = tiny_model(preset)
+    tokens = torch.randint(0, 97, (3, 40), generator=torch.Generator().manual_seed(1))
+    want = model(tokens, labels=tokens, loss_reduction="none").loss
+    got = per_token_loss(model, tokens, batch_size=2, chunk=7)  # chunks of the LM head must not change anything
+    assert got.shape == (3, 39) and got.dtype == torch.float32
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("preset", ["fox-pro-tiny", "transformer-llama-tiny"])
+def test_per_token_loss_equals_token_by_token_decoding(preset):
+    """-log p of each next token, read off a KV-cached decode one token at a time."""
+    model = tiny_model(preset).double()
+    tokens = torch.randint(0, 97, (1, 24), generator=torch.Generator().manual_seed(2))
+    got = per_token_loss(model, tokens)[0]
+    cache, want = None, []
+    with torch.no_grad():
+        for t in range(23):
+            out = model(tokens[:, t:t + 1], past_key_values=cache, use_cache=True)
+            cache = out["cache"] if "cache" in out.keys() else out.past_key_values
+            want.append(-torch.log_softmax(out.logits[0, -1], -1)[tokens[0, t + 1]])
+    torch.testing.assert_close(got.double(), torch.stack(want), rtol=1e-5, atol=1e-5)
+
+
+def test_loss_curve_perplexity_and_smoothing():
+    rng = np.random.default_rng(0)
+    rows = rng.gamma(2.0, 1.0, size=(9, 31))
+    c = loss_curve(rows, lengths=[1, 5, 31], smooth_window=1, n_boot=200, train_len=16)
+    np.testing.assert_allclose(c.loss, rows.mean(0))
+    np.testing.assert_allclose(c.smoothed, rows.mean(0))
+    for l, p in zip(c.lengths, c.perplexity):
+        assert p == pytest.approx(np.exp(rows.mean(0)[:l].mean()))
+    assert c.positions[0] == 1 and c.positions[-1] == 31 and c.seq_len == 32
+    s = c.summary()
+    assert s["loss_within_train_len"] == pytest.approx(rows.mean(0)[:15].mean())
+    assert s["loss_beyond_train_len"] == pytest.approx(rows.mean(0)[15:].mean())
+
+
+def test_smooth_is_a_centered_moving_average():
+    x = np.arange(10, dtype=float)
+    np.testing.assert_allclose(smooth(x, 3)[1:-1], x[1:-1])
+    assert smooth(x, 3)[0] == pytest.approx(0.5) and smooth(x, 3)[-1] == pytest.approx(8.5)
+
+
+@pytest.mark.parametrize("n_rows", [1, 2, 50], ids=["one-seq", "two-seqs", "fifty-seqs"])
+def test_bootstrap_bands_contain_the_mean(n_rows):
+    rows = np.random.default_rng(n_rows).normal(3.0, 1.0, size=(n_rows, 40))
+    lo, hi = bootstrap_mean_bands(rows, n_boot=300, seed=1)
+    mean = rows.mean(0)
+    assert np.all(lo <= mean) and np.all(mean <= hi)
+    if n_rows == 50:  # a real band: wider than nothing, narrower than the spread of single rows
+        width = hi - lo
+        assert np.all(width > 0) and np.all(width < rows.std(0) * 2)
+
+
+def test_bootstrap_band_of_eval_loss_contains_curve():
+    model = tiny_model("fox-llama-tiny")
+    tokens = torch.randint(0, 97, (6, 33), generator=torch.Generator().manual_seed(3))
+    c = eval_loss(model, tokens, n_boot=100, progress=False)
+    assert np.all(np.asarray(c.smoothed_lo) <= np.asarray(c.smoothed) + 1e-12)
+    assert np.all(np.asarray(c.smoothed) <= np.asarray(c.smoothed_hi) + 1e-12)
+    assert np.all(np.asarray(c.perplexity_lo) <= np.asarray(c.perplexity) * (1 + 1e-12))
+    assert c.lengths == [1, 2, 4, 8, 16, 32]
+
+
+@pytest.mark.parametrize("bad, err, match", [
+    (torch.zeros(2, 1, dtype=torch.long), ValueError, "at least 2"),
+    (torch.zeros(2, 8), TypeError, "integer token ids"),
+    (torch.full((1, 8), 500), ValueError, "outside the model's vocabulary"),
+    (torch.zeros(1, 2, 8, dtype=torch.long), ValueError, r"\[batch, seq\]"),
+    ([1, 2, 3], TypeError, "torch.Tensor"),
+], ids=["too-short", "float-ids", "id-beyond-vocab", "3d", "list"])
+def test_bad_tokens_fail_clearly(bad, err, match):
+    with pytest.raises(err, match=match):
+        per_token_loss(tiny_model("fox-llama-tiny"), bad)
+
+
+def test_bad_curve_arguments_fail_clearly():
+    rows = np.ones((2, 10))
+    with pytest.raises(ValueError, match="lengths"):
+        loss_curve(rows, lengths=[11])
+    with pytest.raises(ValueError, match="confidence"):
+        loss_curve(rows, confidence=1.5)
+    with pytest.raises(ValueError, match="NaN"):
+        loss_curve(np.full((2, 10), np.nan))

@@ -1,0 +1,89 @@
+"""Needle in a haystack: prompt construction, scoring, and the copy / forget-everything models."""
+import numpy as np
+import pytest
+
+from foxformer.eval import build_case, make_needle, niah_grid, normalize, run_case
+from foxformer.eval.niah import answer_loglik
+
+from .helpers import WordTokenizer, copy_model, tiny_model
+
+FILLER = ("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma tau "
+          "upsilon").split()
+KEYS = ("Lisbon", "Zanzibar")
+
+
+@pytest.fixture(scope="module")
+def setup():
+    tok = WordTokenizer(64)
+    words = np.random.default_rng(0).choice(FILLER, 500)
+    text = " ".join(f"{w} ." if i % 9 == 8 else str(w) for i, w in enumerate(words))  # sentences of 9 words
+    return tok, tok.encode(text)
+
+
+@pytest.mark.parametrize("mode", ["standard", "easy"])
+def test_copy_model_finds_needle_and_forgetful_model_misses_it(setup, mode):
+    tok, hay = setup
+    kwargs = dict(lengths=[48, 160], depths=[0.0, 0.5, 1.0], modes=[mode], needles=2, keys=KEYS, progress=False)
+    found = niah_grid(copy_model(64), tok, hay, **kwargs)
+    missed = niah_grid(copy_model(64, forget_all=True), tok, hay, **kwargs)
+    assert found.summary()[f"{mode}_accuracy"] == 1.0
+    assert found.summary()[f"{mode}_ll_accuracy"] == 1.0
+    assert missed.summary()[f"{mode}_accuracy"] == 0.0
+    assert missed.summary()[f"{mode}_ll_accuracy"] == 0.0
+    assert np.all(np.asarray(found.grid(mode)) == 1.0) and np.asarray(found.grid(mode)).shape == (3, 2)
+    assert all(r["answer_logprob"] > -1e-3 for r in found.records)
+    assert all(r["answer_logprob"] < -10 for r in missed.records)
+
+
+def test_prompt_has_exact_length_and_needle_at_a_sentence_boundary(setup):
+    tok, hay = setup
+    needle = make_needle(0, 0, KEYS)
+    for depth in (0.0, 0.3, 0.6, 1.0):
+        case = build_case(tok, hay, 120, depth, needle, mode="easy", offset=7)
+        assert len(case.prompt) == 120
+        assert case.needle_pos == 0 or tok.decode([case.prompt[case.needle_pos - 1]]) == "."
+        assert tok.decode(case.prompt).count(needle.value) == 1
+    assert build_case(tok, hay, 120, 0.0, needle).needle_pos == 0
+
+
+def test_needles_are_deterministic_and_vary():
+    assert make_needle(1, 3) == make_needle(1, 3)
+    assert len({make_needle(i, s).value for i in range(4) for s in range(3)}) == 12
+
+
+def test_normalize():
+    assert normalize(" Is: 1,234.") == normalize("is 1234")
+    assert normalize("1234567") in normalize("The number is 1234567!")
+
+
+def test_loglik_without_generation_matches_cached_scoring(setup):
+    """The cheap one-pass log-likelihood equals the one scored on a copy of the prefill cache."""
+    tok, hay = setup
+    model = tiny_model("fox-pro-tiny", vocab=64).double()
+    case = build_case(tok, hay, 80, 0.5, make_needle(0, 0, KEYS))
+    rec = run_case(model, tok, case, generate=True, max_new_tokens=3)
+    ll, greedy = answer_loglik(model, case.prompt, case.answer)
+    assert rec["answer_logprob"] == pytest.approx(ll, rel=1e-6, abs=1e-6) and rec["ll_correct"] == greedy
+    assert "found" in rec and "generated" in rec
+    cheap = run_case(model, tok, case, generate=False)
+    assert "found" not in cheap and cheap["answer_logprob"] == pytest.approx(ll)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(lengths=[10]), "too short"),
+    (dict(lengths=[5000]), "haystack"),
+    (dict(lengths=[80], depths=[1.5]), "depths"),
+    (dict(lengths=[80], modes=["hard"]), "modes"),
+    (dict(lengths=[]), "lengths"),
+    (dict(lengths=[80], needles=0), "needles"),
+], ids=["length-too-short", "haystack-too-short", "bad-depth", "bad-mode", "no-lengths", "zero-needles"])
+def test_bad_grid_fails_clearly(setup, kwargs, match):
+    tok, hay = setup
+    with pytest.raises(ValueError, match=match):
+        niah_grid(copy_model(64), tok, hay, keys=KEYS, progress=False, **kwargs)
+
+
+def test_haystack_outside_vocabulary_fails(setup):
+    tok, hay = setup
+    with pytest.raises(ValueError, match="vocabulary"):
+        niah_grid(copy_model(8), tok, hay, lengths=[80], keys=KEYS, progress=False)

@@ -1,0 +1,68 @@
+import math
+
+import pytest
+
+from foxformer.models import PRESETS, FoxConfig, FoxForCausalLM, count_non_embedding, get_preset
+from foxformer.models.presets import preset_table, training_flops_per_token
+
+
+def test_preset_names_cover_the_grid():
+    expected = {f"{f}-{b}-{s}" for f in ("fox", "transformer") for b in ("llama", "pro")
+                for s in ("tiny", "125m", "360m", "760m")}
+    assert set(PRESETS) == expected
+
+
+@pytest.mark.parametrize("size,layers,d", [("125m", 12, 768), ("360m", 24, 1024), ("760m", 24, 1536)])
+def test_paper_sizes_and_head_dims(size, layers, d):
+    fox, tf = get_preset(f"fox-llama-{size}"), get_preset(f"transformer-llama-{size}")
+    assert (fox.num_layers, fox.hidden_size, fox.head_dim) == (layers, d, 64)
+    assert (tf.num_layers, tf.hidden_size, tf.head_dim) == (layers, d, 128)
+    assert fox.attention == "forgetting" and fox.fgate == "data_dependent" and not fox.rope
+    assert tf.attention == "softmax" and tf.fgate == "none" and tf.rope and tf.rope_theta == 500000
+
+
+def test_pro_presets_within_one_percent_of_llama():
+    for row in preset_table():
+        assert abs(row["vs_llama"]) < 0.01, row
+    pro = get_preset("fox-pro-125m")
+    assert pro.qk_norm and pro.output_gate and pro.output_norm and pro.kv_shift
+    assert pro.intermediate_size < get_preset("fox-llama-125m").intermediate_size
+
+
+@pytest.mark.parametrize("name", sorted(n for n in PRESETS if n.endswith("tiny")))
+def test_analytic_count_matches_model(name):
+    cfg = get_preset(name, vocab_size=101)
+    model = FoxForCausalLM(cfg)
+    assert model.num_parameters_non_embedding() == count_non_embedding(cfg)
+    assert training_flops_per_token(cfg, 128) == 3 * (2 * count_non_embedding(cfg) + 2 * 2 * 64 * 128)
+
+
+def test_overrides_and_head_dim_override():
+    cfg = get_preset("transformer-llama-125m", head_dim=64, vocab_size=1000)
+    assert (cfg.head_dim, cfg.num_heads, cfg.vocab_size) == (64, 12, 1000)
+
+
+@pytest.mark.parametrize("bad,match", [
+    (dict(attention="linear"), "attention"),
+    (dict(fgate="sometimes"), "fgate"),
+    (dict(attention="softmax", fgate="data_dependent"), "fgate"),
+    (dict(num_heads=12, num_kv_heads=5), "num_kv_heads"),
+    (dict(attention_backend="cuda"), "attention_backend"),
+    (dict(fgate_tmin=10.0, fgate_tmax=2.0), "fgate_tmin"),
+    (dict(hidden_size=0), "hidden_size"),
+])
+def test_bad_config_raises(bad, match):
+    with pytest.raises(ValueError, match=match):
+        FoxConfig(**bad)
+
+
+def test_unknown_preset_raises():
+    with pytest.raises(ValueError, match="unknown preset"):
+        get_preset("fox-llama-7b")
+
+
+def test_config_aliases_for_transformers():
+    cfg = get_preset("fox-llama-tiny", tie_embeddings=True, num_kv_heads=2)
+    assert cfg.num_hidden_layers == 2 and cfg.num_attention_heads == 4
+    assert cfg.num_key_value_heads == 2 and cfg.tie_word_embeddings
+    assert math.isclose(cfg.initializer_range, 0.02)

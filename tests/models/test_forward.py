@@ -1,0 +1,73 @@
+import pytest
+import torch
+import torch.nn.functional as F
+
+from foxformer.models import FoxForCausalLM, get_preset
+
+from .conftest import MAIN_PRESETS, VARIANTS, VOCAB, make_model, tokens
+
+CASES = [(p, {}) for p in MAIN_PRESETS] + [("fox-llama-tiny", v) for v in VARIANTS.values()]
+IDS = MAIN_PRESETS + [f"fox-llama-tiny+{k}" for k in VARIANTS]
+
+
+@pytest.mark.parametrize("preset,overrides", CASES, ids=IDS)
+def test_forward_backward(preset, overrides):
+    model = make_model(preset, **overrides).train()
+    ids = tokens(2, 24)
+    out = model(ids, labels=ids)
+    assert out.logits.shape == (2, 24, VOCAB)
+    assert out.loss.ndim == 0 and torch.isfinite(out.loss)
+    out.loss.backward()
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            assert p.grad is not None and torch.isfinite(p.grad).all(), name
+            assert p.grad.abs().sum() > 0, f"{name} gets no gradient"
+
+
+def test_loss_is_shifted_mean_cross_entropy_and_per_token():
+    model = make_model("fox-pro-tiny")
+    ids = tokens(2, 16)
+    labels = ids.clone()
+    labels[0, 5] = -100
+    out = model(ids, labels=labels)
+    ref = F.cross_entropy(out.logits[:, :-1].reshape(-1, VOCAB), labels[:, 1:].reshape(-1), ignore_index=-100)
+    torch.testing.assert_close(out.loss, ref.float(), rtol=1e-6, atol=1e-6)
+    per_token = model(ids, labels=labels, loss_reduction="none").loss
+    assert per_token.shape == (2, 15) and per_token.dtype == torch.float32
+    assert per_token[0, 4] == 0
+    torch.testing.assert_close(per_token.sum() / 29, out.loss, rtol=1e-6, atol=1e-6)
+
+
+def test_fixed_gate_is_frozen_and_initialised_from_timescales():
+    model = make_model("fox-llama-tiny", fgate="fixed", fgate_tmin=2.0, fgate_tmax=256.0)
+    gate = model.model.layers[0].attn.fgate
+    assert not gate.bias.requires_grad and "bias" in dict(gate.named_buffers())
+    timescales = 1.0 / -F.logsigmoid(gate.bias.double())
+    torch.testing.assert_close(timescales, torch.tensor([2.0, 10.0794, 50.7968, 256.0], dtype=torch.float64),
+                               rtol=1e-4, atol=0)
+    fresh = FoxForCausalLM(get_preset("fox-llama-tiny", vocab_size=VOCAB))
+    assert torch.all(fresh.model.layers[0].attn.fgate.proj.bias == 0)  # data-dependent gates start at b = 0
+
+
+def test_gradient_checkpointing_gives_same_gradients():
+    ids = tokens(2, 16)
+    grads = []
+    for ckpt in (False, True):
+        model = make_model("fox-pro-tiny", gradient_checkpointing=ckpt).train()
+        assert model.model.gradient_checkpointing == ckpt
+        model(ids, labels=ids).loss.backward()
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
+    torch.testing.assert_close(grads[0], grads[1])
+
+
+def test_bad_inputs_raise():
+    model = make_model("fox-llama-tiny")
+    ids = tokens(2, 8)
+    with pytest.raises(ValueError, match="attention_mask"):
+        model(ids, attention_mask=torch.ones(2, 5))
+    with pytest.raises(ValueError, match="batch size"):
+        model(ids, cu_seqlens=torch.tensor([0, 8], dtype=torch.int32))
+    with pytest.raises(TypeError, match="cu_seqlens"):
+        model(ids[:1], cu_seqlens=torch.tensor([0, 8]))
+    with pytest.raises(ValueError, match="loss_reduction"):
+        model(ids, labels=ids, loss_reduction="sum")

@@ -1,0 +1,66 @@
+"""Auto classes, save_pretrained / from_pretrained (safetensors), torch.compile."""
+import os
+
+import torch
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+
+import foxformer  # noqa: F401  (registers the Auto classes)
+from foxformer.models import FoxConfig, FoxForCausalLM, FoxModel
+
+from .conftest import make_model, tokens
+
+
+def _assert_identical(loaded, model, ids):
+    """Bitwise-equal weights give bitwise-equal logits once the weights sit in fresh allocations
+    (loaded tensors can be unaligned views of one buffer, and BLAS rounds by alignment)."""
+    sd_a, sd_b = loaded.state_dict(), model.state_dict()
+    assert sd_a.keys() == sd_b.keys()
+    assert all(torch.equal(sd_a[k], sd_b[k]) for k in sd_a)
+    torch.testing.assert_close(loaded(ids).logits, model(ids).logits, rtol=1e-12, atol=1e-12)
+    with torch.no_grad():
+        for p in loaded.parameters():
+            p.data = p.data.clone()
+    assert torch.equal(loaded(ids).logits, model(ids).logits)
+
+
+def test_auto_classes_registered():
+    cfg = AutoConfig.for_model("foxformer", hidden_size=32, num_heads=2, num_layers=1, vocab_size=50)
+    assert isinstance(cfg, FoxConfig)
+    assert isinstance(AutoModelForCausalLM.from_config(cfg), FoxForCausalLM)
+    assert isinstance(AutoModel.from_config(cfg), FoxModel)
+
+
+def test_save_load_round_trip(tmp_path, preset):
+    model = make_model(preset, fgate="fixed") if preset.startswith("fox") else make_model(preset)
+    ids = tokens(2, 10)
+    before = model(ids).logits
+    model.save_pretrained(tmp_path)
+    assert os.path.exists(tmp_path / "model.safetensors")
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float64).eval()
+    assert isinstance(loaded, FoxForCausalLM)
+    skip = {"_name_or_path", "dtype"}
+    assert ({k: v for k, v in loaded.config.to_dict().items() if k not in skip}
+            == {k: v for k, v in model.config.to_dict().items() if k not in skip})
+    _assert_identical(loaded, model, ids)
+    assert torch.equal(model(ids).logits, before)
+
+
+def test_tied_embeddings_round_trip(tmp_path):
+    model = make_model("fox-llama-tiny", tie_embeddings=True)
+    assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+    model.save_pretrained(tmp_path)
+    loaded = FoxForCausalLM.from_pretrained(tmp_path, dtype=torch.float64)
+    assert loaded.lm_head.weight.data_ptr() == loaded.model.embed_tokens.weight.data_ptr()
+    ids = tokens(1, 6)
+    _assert_identical(loaded.eval(), model, ids)
+
+
+def test_torch_compile_fullgraph_train_step():
+    model = make_model("fox-pro-tiny").float().train()
+    ids = tokens(2, 16)
+    ref = model(ids, labels=ids).loss
+    compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
+    loss = compiled(ids, labels=ids).loss
+    loss.backward()
+    torch.testing.assert_close(loss, ref)
+    assert model.lm_head.weight.grad is not None

@@ -1,0 +1,93 @@
+import hashlib
+import os
+
+import pytest
+
+from foxformer.train import checkpoint as ckpt
+from foxformer.train.config import load_config
+from foxformer.train.loop import train
+
+
+def _snapshot(root):
+    out = {}
+    for d, _, files in os.walk(root):
+        for f in files:
+            p = os.path.join(d, f)
+            out[os.path.relpath(p, root)] = hashlib.sha256(open(p, "rb").read()).hexdigest()
+    return out
+
+
+@pytest.fixture
+def finished_run(make_cfg, tmp_path):
+    cfg = make_cfg(out_dir=str(tmp_path / "done"), max_steps=4)
+    train(cfg)
+    return cfg
+
+
+def test_corrupted_checkpoint_fails_clearly_and_overwrites_nothing(finished_run, make_cfg):
+    run = finished_run.out_dir
+    model_file = os.path.join(ckpt.latest_checkpoint(run), "model.pt")
+    data = bytearray(open(model_file, "rb").read())
+    data[len(data) // 2] ^= 0xFF
+    open(model_file, "wb").write(bytes(data))
+    before = _snapshot(run)
+    with pytest.raises(ckpt.CheckpointError, match="corrupted"):
+        train(finished_run)
+    assert _snapshot(run) == before
+
+
+def test_truncated_checkpoint_fails_clearly(finished_run, make_cfg):
+    run = finished_run.out_dir
+    optim_file = os.path.join(ckpt.latest_checkpoint(run), "optim.pt")
+    os.truncate(optim_file, 10)
+    with pytest.raises(ckpt.CheckpointError, match="optim.pt is corrupted"):
+        train(finished_run)
+
+
+def test_missing_checkpoint_fails_clearly(finished_run, make_cfg, tmp_path):
+    run = finished_run.out_dir
+    with pytest.raises(ckpt.CheckpointError, match="does not exist"):
+        train(make_cfg(out_dir=run, max_steps=4, resume=str(tmp_path / "nope")))
+    import shutil
+
+    shutil.rmtree(ckpt.latest_checkpoint(run))
+    before = _snapshot(run)
+    with pytest.raises(ckpt.CheckpointError, match="missing"):
+        train(finished_run)
+    assert _snapshot(run) == before
+
+
+def test_unknown_config_key(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("preset: fox-pro-tiny\nlrr: 0.001\nmax_steps: 3\n")
+    with pytest.raises(ValueError, match="unknown config key 'lrr' \\(did you mean 'lr'\\?\\)"):
+        load_config(str(path))
+    with pytest.raises(ValueError, match="unknown config key 'batch_token'"):
+        load_config(overrides={"batch_token": 4096, "max_steps": 1})
+
+
+def test_wrong_tokenizer_dataset_fails_before_writing(make_cfg, tmp_path):
+    out = tmp_path / "never"
+    with pytest.raises(ValueError, match="tokenized with 'gpt2'"):
+        train(make_cfg(out_dir=str(out), tokenizer="hf:some/other-tokenizer"))
+    assert not out.exists()
+
+
+def test_changed_config_on_resume_is_refused(finished_run, make_cfg):
+    run = finished_run.out_dir
+    before = _snapshot(run)
+    with pytest.raises(ValueError, match="differs.*'lr'"):
+        train(make_cfg(out_dir=run, max_steps=4, lr=1e-4))
+    with pytest.raises(ValueError, match="resume='never'"):
+        train(make_cfg(out_dir=run, max_steps=4, resume="never"))
+    assert _snapshot(run) == before
+
+
+@pytest.mark.parametrize("kw,match", [
+    ({"batch_tokens": 100}, "batch_tokens"), ({"schedule": "step"}, "schedule"),
+    ({"max_steps": None, "total_tokens": None}, "total_tokens"), ({"precision": "fp8"}, "precision"),
+    ({"context": "lots"}, "context"),
+], ids=["batch-not-multiple", "bad-schedule", "no-horizon", "bad-precision", "bad-count"])
+def test_bad_values_name_the_key(make_cfg, kw, match):
+    with pytest.raises(ValueError, match=match):
+        make_cfg(**kw)

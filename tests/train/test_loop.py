@@ -1,0 +1,141 @@
+import os
+
+import pytest
+import torch
+
+from foxformer.train import checkpoint as ckpt
+from foxformer.train.loop import train
+from foxformer.train.metrics import read_metrics
+
+
+def _losses(run_dir):
+    return [r["loss"] for r in read_metrics(run_dir) if r["kind"] == "train"]
+
+
+class Crash(RuntimeError):
+    pass
+
+
+def _crash_at(step):
+    def hook(s, rec):
+        if s == step:
+            raise Crash(f"simulated crash after step {s}")
+    return hook
+
+
+@pytest.mark.parametrize("preset", ["fox-pro-tiny", "transformer-pro-tiny"])
+def test_tiny_model_loss_falls(make_cfg, preset):
+    summary = train(make_cfg(preset=preset, max_steps=20, lr=1e-2, checkpoint_every_tokens=10**9))
+    losses = _losses(summary["out_dir"])
+    assert len(losses) == 20
+    assert sum(losses[-4:]) / 4 < sum(losses[:4]) / 4 - 1.0
+    assert summary["val_loss"] < losses[0]
+
+
+def test_killed_and_resumed_run_matches_uninterrupted_bit_for_bit(make_cfg, tmp_path):
+    ref = train(make_cfg(out_dir=str(tmp_path / "ref"), max_steps=6))
+    run = str(tmp_path / "crashy")
+    with pytest.raises(Crash):
+        train(make_cfg(out_dir=run, max_steps=6), hook=_crash_at(3))  # checkpoint at step 2; step 3 is lost
+    assert os.path.basename(ckpt.latest_checkpoint(run)) == "step_00000002"
+    resumed = train(make_cfg(out_dir=run, max_steps=6))
+    assert resumed["resumed_from"].endswith("step_00000002")
+    assert _losses(run) == _losses(ref["out_dir"])  # exact float equality, step by step
+    assert resumed["val_loss"] == ref["val_loss"]
+
+
+def test_crash_while_writing_a_checkpoint_keeps_the_previous_one(make_cfg, tmp_path, monkeypatch):
+    run = str(tmp_path / "r")
+    real_save = torch.save
+    calls = {"n": 0}
+
+    def flaky_save(obj, path, *a, **k):
+        calls["n"] += 1
+        if calls["n"] == 5:  # second checkpoint (3 torch.save calls each), while its optimizer file is written
+            with open(path, "wb") as f:
+                f.write(b"partial")
+            raise Crash("disk died")
+        return real_save(obj, path, *a, **k)
+
+    monkeypatch.setattr(torch, "save", flaky_save)
+    with pytest.raises(Crash):
+        train(make_cfg(out_dir=run, max_steps=4))
+    monkeypatch.setattr(torch, "save", real_save)
+    assert os.path.basename(ckpt.latest_checkpoint(run)) == "step_00000002"
+    summary = train(make_cfg(out_dir=run, max_steps=4))
+    assert summary["resumed_from"].endswith("step_00000002") and summary["step"] == 4
+    assert not [d for d in os.listdir(ckpt.checkpoint_root(run)) if d.startswith(".tmp-")]
+
+
+def test_keep_last_and_resolved_config(make_cfg, tmp_path):
+    run = str(tmp_path / "k")
+    train(make_cfg(out_dir=run, keep_last=2))
+    names = sorted(os.listdir(ckpt.checkpoint_root(run)))
+    assert names == ["latest", "step_00000006", "step_00000008"]
+    from foxformer.train.config import read_saved_config
+    import yaml
+
+    assert read_saved_config(os.path.join(run, "config.yaml")) == make_cfg(out_dir=run, keep_last=2)
+    derived = yaml.safe_load(open(os.path.join(run, "config.yaml")))["derived"]
+    assert derived["grad_accum"] == 1 and derived["seqs_per_step"] == 4 and derived["world_size"] == 1
+
+
+def test_gradient_accumulation_matches_one_big_batch(make_cfg, tmp_path):
+    a = train(make_cfg(out_dir=str(tmp_path / "a"), max_steps=2, micro_batch_size=4))
+    b = train(make_cfg(out_dir=str(tmp_path / "b"), max_steps=2, micro_batch_size=2))
+    assert _losses(b["out_dir"]) == pytest.approx(_losses(a["out_dir"]), abs=1e-4)
+
+
+def test_hf_export_round_trips(make_cfg, tmp_path):
+    from foxformer.models import FoxForCausalLM
+
+    run = str(tmp_path / "hf")
+    summary = train(make_cfg(out_dir=run, max_steps=2, export_hf=True))
+    model = FoxForCausalLM.from_pretrained(summary["hf_dir"])
+    sd, _, _, _ = ckpt.load_checkpoint(ckpt.latest_checkpoint(run))
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(tensor, sd[name]), name
+
+
+def test_time_limit_stops_cleanly_with_a_checkpoint(make_cfg, tmp_path):
+    run = str(tmp_path / "t")
+    summary = train(make_cfg(out_dir=run, max_steps=1000, max_minutes=1e-9))
+    assert summary["step"] == 1
+    assert os.path.basename(ckpt.latest_checkpoint(run)) == "step_00000001"
+
+
+def test_activation_checkpointing_and_rolling(make_cfg, tmp_path):
+    plain = train(make_cfg(out_dir=str(tmp_path / "p"), max_steps=3))
+    ac = train(make_cfg(out_dir=str(tmp_path / "ac"), max_steps=3, activation_checkpointing=True))
+    assert _losses(ac["out_dir"]) == pytest.approx(_losses(plain["out_dir"]), abs=1e-6)
+    rolled = train(make_cfg(out_dir=str(tmp_path / "r"), max_steps=3, roll=True))
+    assert _losses(rolled["out_dir"])[0] != _losses(plain["out_dir"])[0]
+
+
+def test_sigkilled_process_resumes_to_the_same_trajectory(make_cfg, data_dir, tmp_path):
+    """A real SIGKILL (no cleanup at all) part-way through, then `foxformer train` again."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    ref = train(make_cfg(out_dir=str(tmp_path / "ref"), max_steps=12))
+    run = str(tmp_path / "killed")
+    args = [sys.executable, "-m", "foxformer.cli", "train", "--data", data_dir, "--out", run, "--preset",
+            "fox-pro-tiny", "--context", "32", "--batch-tokens", "128", "--max-steps", "12", "--lr", "3e-3",
+            "--eval-tokens", "128", "--checkpoint-every-tokens", "256", "--eval-every-tokens", "512",
+            "--no-progress", "--set", "tensorboard=false", "--set", "export_hf=false"]
+    env = {**os.environ, "PYTHONPATH": os.path.join(os.path.dirname(__file__), "..", "..", "src")}
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        if os.path.isdir(os.path.join(run, "checkpoints", "step_00000002")):
+            proc.send_signal(signal.SIGKILL)
+            break
+        time.sleep(0.01)
+    assert proc.wait(timeout=60) == -signal.SIGKILL, proc.stderr.read()[-2000:]
+    proc.stderr.close()
+    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert '"resumed_from": "' in done.stdout
+    assert _losses(run) == _losses(ref["out_dir"])

@@ -1,0 +1,47 @@
+import pytest
+
+from foxformer.train.config import TrainConfig, load_config, parse_count, parse_overrides
+from foxformer.train.optim import learning_rate, param_groups
+
+
+def test_schedule_warmup_then_cosine_in_tokens():
+    cfg = TrainConfig(lr=1.0, min_lr_ratio=0.1, batch_tokens=1000, context=100, total_tokens=100_000,
+                      warmup_tokens=10_000)
+    assert learning_rate(5_000, cfg) == pytest.approx(0.5)
+    assert learning_rate(10_000, cfg) == pytest.approx(1.0)
+    assert learning_rate(55_000, cfg) == pytest.approx(0.55)
+    assert learning_rate(100_000, cfg) == pytest.approx(0.1)
+    values = [learning_rate(t, cfg) for t in range(10_000, 100_001, 1000)]
+    assert all(a >= b for a, b in zip(values, values[1:]))
+
+
+@pytest.mark.parametrize("text,value", [("512Ki", 524288), ("16K", 16000), ("1.5M", 1_500_000), (4096, 4096)],
+                         ids=["Ki", "K", "decimal-M", "int"])
+def test_parse_count(text, value):
+    assert parse_count(text, "x") == value
+
+
+def test_overrides_and_yaml(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("preset: fox-pro-125m\ncontext: 16Ki\nbatch_tokens: 512Ki\ntotal_tokens: 1Gi\n"
+                    "model: {attention_backend: torch}\n")
+    cfg = load_config(str(path), parse_overrides(["lr=2e-3", "model.hidden_size=128", "compile=true"]))
+    assert (cfg.context, cfg.batch_tokens, cfg.total_tokens) == (16384, 524288, 2**30)
+    assert cfg.lr == 2e-3 and cfg.compile is True
+    assert cfg.model == {"attention_backend": "torch", "hidden_size": 128}
+    assert cfg.warmup == 2**30 // 10
+
+
+def test_no_weight_decay_on_norms_biases_and_gates():
+    from foxformer.models import FoxForCausalLM, get_preset
+
+    model = FoxForCausalLM(get_preset("fox-pro-tiny", vocab_size=128))
+    decay, no_decay = param_groups(model, 0.1)
+    assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
+    names = {id(p): n for n, p in model.named_parameters()}
+    no = {names[id(p)] for p in no_decay["params"]}
+    yes = {names[id(p)] for p in decay["params"]}
+    assert any("fgate" in n for n in no) and any("norm" in n for n in no) and any(n.endswith("bias") for n in no)
+    assert not any("fgate" in n or "norm" in n or n.endswith("bias") for n in yes)
+    assert any("mlp.gate_proj" in n for n in yes) and any("q_proj" in n for n in yes)
+    assert len(no) + len(yes) == len(names)
