@@ -84,6 +84,28 @@ def _heads_first(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return x.transpose(1, 2).to(dtype)
 
 
+def _split(x: torch.Tensor):
+    """float64 -> fp32 hi + fp32 lo with hi + lo == x to ~48 bits."""
+    hi = x.float()
+    return hi, (x - hi.double()).float()
+
+
+def _tile_bias(c, pos, n_keys, dtype):
+    """c[pos] - c[:n_keys] as [..., R, K] in ``dtype``, exact to fp32 rounding of the result.
+
+    In fp32 the outer difference is formed from hi/lo parts relative to the chunk's first query:
+    hi differences of nearby values are exact and lo restores what rounding c to fp32 dropped,
+    so no float64 [R, K] temporary is needed (as in the kernels).
+    """
+    if dtype == torch.float64:
+        return c[..., pos, None] - c[..., None, :n_keys]
+    ref = c[..., pos[:1]]
+    q_hi, q_lo = _split(c[..., pos] - ref)
+    k_hi, k_lo = _split(c[..., :n_keys] - ref)
+    bias = q_hi[..., :, None] - k_hi[..., None, :]
+    return bias.add_(q_lo[..., :, None] - k_lo[..., None, :])
+
+
 def _tile_scores(qg, kh, c, rows, scale, Tq, Tk):
     """Scores of query rows ``rows`` (a slice) against the keys they may see.
 
@@ -92,10 +114,10 @@ def _tile_scores(qg, kh, c, rows, scale, Tq, Tk):
     """
     pos = torch.arange(Tk - Tq + rows.start, Tk - Tq + rows.stop, device=qg.device)
     n_keys = Tk - Tq + rows.stop
-    s = torch.matmul(qg[..., rows, :], kh[:, :, None, :n_keys].transpose(-1, -2)) * scale
-    bias = (c[..., pos, None] - c[..., None, :n_keys]).to(s.dtype)
+    s = torch.matmul(qg[..., rows, :], kh[:, :, None, :n_keys].transpose(-1, -2)).mul_(scale)
+    s.add_(_tile_bias(c, pos, n_keys, s.dtype))
     masked = torch.arange(n_keys, device=qg.device)[None, :] > pos[:, None]
-    return (s + bias).masked_fill(masked, float("-inf")), n_keys
+    return s.masked_fill_(masked, float("-inf")), n_keys
 
 
 def _dense_forward(q, k, v, c, scale):
@@ -112,9 +134,12 @@ def _dense_forward(q, k, v, c, scale):
     for start in range(0, Tq, step):
         rows = slice(start, min(Tq, start + step))
         s, n_keys = _tile_scores(qg, kh, cg, rows, scale, Tq, Tk)
-        row_lse = torch.logsumexp(s, dim=-1)
-        lse[..., rows] = row_lse
-        out[..., rows, :] = torch.matmul(torch.exp(s - row_lse[..., None]), vh[:, :, None, :n_keys])
+        # one exp per score: every row sees its diagonal key, so the row max is finite
+        row_max = s.amax(dim=-1, keepdim=True)
+        p = s.sub_(row_max).exp_()
+        row_sum = p.sum(dim=-1, keepdim=True)
+        lse[..., rows] = (row_max + row_sum.log()).squeeze(-1)
+        out[..., rows, :] = torch.matmul(p, vh[:, :, None, :n_keys]).div_(row_sum)
     out = out.reshape(B, Hq, Tq, D).transpose(1, 2).to(q.dtype)
     return out, lse.reshape(B, Hq, Tq)
 
@@ -141,7 +166,7 @@ def _dense_backward(do, q, k, v, c, out, lse, scale, dlse):
     for start in range(0, Tq, step):
         rows = slice(start, min(Tq, start + step))
         s, n_keys = _tile_scores(qg, kh, cg, rows, scale, Tq, Tk)
-        p = torch.exp(s - lse_g[..., rows, None])
+        p = s.sub_(lse_g[..., rows, None]).exp_()
         dp = torch.matmul(dog[..., rows, :], vh[:, :, None, :n_keys].transpose(-1, -2))
         ds = p * (dp - delta[..., rows, None])
         dq[..., rows, :] = torch.matmul(ds, kh[:, :, None, :n_keys]) * scale
