@@ -41,11 +41,12 @@ def _probe_tokens_per_s(preset: str, geo: dict, device: str, vocab_size: int) ->
     torch.manual_seed(0)
     model = FoxForCausalLM(get_preset(preset, vocab_size=vocab_size)).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    mbs = geo["micro_batch_size"] or max(1, 65536 // geo["context"])
+    # probe at the size training will run (a larger batch is slower per token on a CPU)
+    mbs = geo["micro_batch_size"] or max(1, geo["batch_tokens"] // geo["context"])
     x = torch.randint(0, vocab_size, (mbs, geo["context"]), device=device)
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device == "cuda" else None
     times = []
-    for _ in range(2):
+    for _ in range(3):
         if device == "cuda":
             torch.cuda.synchronize()
         t0 = time.time()
@@ -60,7 +61,7 @@ def _probe_tokens_per_s(preset: str, geo: dict, device: str, vocab_size: int) ->
         if device == "cuda":
             torch.cuda.synchronize()
         times.append(time.time() - t0)
-    return mbs * geo["context"] / times[-1]
+    return mbs * geo["context"] / min(times[1:])
 
 
 def _plan(out: str, minutes: float, device: str, geo: dict, vocab_size: int, log) -> dict:
