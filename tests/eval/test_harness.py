@@ -85,3 +85,58 @@ def test_make_lm_without_lm_eval_explains(tok, monkeypatch):
 def test_bad_adapter_arguments(tok, kwargs, match):
     with pytest.raises(ValueError, match=match):
         HarnessAdapter(copy_model(64), tok, **kwargs)
+
+
+LOCAL_TASKS = {
+    "fox_copy_mc.yaml": """task: fox_copy_mc
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {data}
+test_split: test
+output_type: multiple_choice
+doc_to_text: "{{{{prompt}}}}"
+doc_to_choice: "{{{{choices}}}}"
+doc_to_target: "{{{{answer}}}}"
+metric_list:
+  - metric: acc
+""",
+    "fox_copy_gen.yaml": """task: fox_copy_gen
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {data}
+test_split: test
+output_type: generate_until
+doc_to_text: "{{{{prompt}}}}"
+doc_to_target: "{{{{target}}}}"
+generation_kwargs:
+  until: ["e"]
+  max_gen_toks: 8
+  do_sample: false
+metric_list:
+  - metric: exact_match
+""",
+}
+
+
+def test_real_lm_eval_runs_local_tasks_offline(tok, tmp_path):
+    """The real lm_eval (when installed) scores our model on tasks over local JSON files."""
+    pytest.importorskip("lm_eval")
+    import json
+
+    from foxformer.eval import run_harness
+
+    data = tmp_path / "copy.jsonl"
+    # the copy model continues a repeat: after "... e a" it writes "b c d " and stops at "e"
+    docs = [{"prompt": "a b c d e a", "choices": [" b", " c", " d"], "answer": 0, "target": "b c d "},
+            {"prompt": "f g h e f", "choices": [" h", " g"], "answer": 1, "target": "g h "}]
+    data.write_text("\n".join(json.dumps(d) for d in docs))
+    for name, text in LOCAL_TASKS.items():
+        (tmp_path / name).write_text(text.format(data=data))
+    adapter = HarnessAdapter(copy_model(64), tok, max_length=64, progress=False)
+    res = run_harness(adapter, ["fox_copy_mc", "fox_copy_gen"], include_path=str(tmp_path),
+                      out_path=str(tmp_path / "harness.json"))
+    assert res["results"]["fox_copy_mc"]["acc,none"] == 1.0
+    assert res["results"]["fox_copy_gen"]["exact_match,none"] == 1.0
+    assert (tmp_path / "harness.json").stat().st_size > 0

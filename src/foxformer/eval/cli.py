@@ -148,7 +148,7 @@ def _cmd_harness(args) -> dict:
                                  batch_size=args.batch_size, progress=not args.no_progress)
         path = os.path.join(out, "harness.json" if len(models) == 1 else f"harness_{m.name}.json")
         results[m.name] = run_harness(adapter, args.tasks, num_fewshot=args.num_fewshot, limit=args.limit,
-                                      metadata=metadata, out_path=path)["results"]
+                                      metadata=metadata, out_path=path, include_path=args.include_path)["results"]
     return {"out": out, "results": results}
 
 
@@ -232,6 +232,8 @@ def add_commands(subparsers) -> None:
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--max-length", type=int, default=None, help="context window (default: training length)")
     p.add_argument("--metadata", default=None, help="JSON passed to lm_eval tasks (e.g. RULER's tokenizer)")
+    p.add_argument("--include-path", default=None,
+                   help="folder of extra lm_eval task YAMLs (e.g. over local JSON files: these run offline)")
     p.set_defaults(func=_run(_cmd_harness))
     ev.set_defaults(func=lambda args: (ev.print_help(), 2)[1])
 

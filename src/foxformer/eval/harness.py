@@ -13,7 +13,8 @@ Offline use: lm_eval tasks read their data through Hugging Face ``datasets``. Wi
     (wonderwords, nltk) and an offline-loadable Hugging Face tokenizer passed in ``metadata``
     (e.g. {"tokenizer": "/path/to/gpt2-tokenizer", "max_seq_lengths": [4096]}). RULER tasks with essay
     haystacks (niah_single_2, ...) download the essays and do not run offline.
-  This list is from lm_eval's documentation, not tested here (lm_eval is not installed on this machine).
+  That list is from lm_eval's documentation. Tested here with lm_eval 0.4.13: task YAMLs over local JSON
+  files (``include_path``), multiple-choice and generate_until, run offline (tests/eval/test_harness.py).
   ``foxformer eval niah`` and ``foxformer eval loss`` need no lm_eval and no network.
 """
 from __future__ import annotations
@@ -172,14 +173,22 @@ def make_lm(adapter: HarnessAdapter):
 
 
 def run_harness(adapter: HarnessAdapter, tasks: Sequence[str], *, num_fewshot: Optional[int] = None,
-                limit: Optional[float] = None, metadata: Optional[dict] = None, out_path: Optional[str] = None) -> dict:
-    """``lm_eval.simple_evaluate`` on ``tasks``; returns (and writes to ``out_path``) its "results" part."""
+                limit: Optional[float] = None, metadata: Optional[dict] = None, out_path: Optional[str] = None,
+                include_path: Optional[str] = None) -> dict:
+    """``lm_eval.simple_evaluate`` on ``tasks``; returns (and writes to ``out_path``) its "results" part.
+
+    ``include_path``: a folder of lm_eval task YAML files (for example tasks over local JSON files,
+    which run offline) added to lm_eval's own tasks."""
     if not tasks:
         raise ValueError("tasks: expected at least one lm_eval task name")
     lm = make_lm(adapter)
     import lm_eval
 
     kwargs = dict(model=lm, tasks=list(tasks), num_fewshot=num_fewshot, limit=limit)
+    if include_path is not None:
+        from lm_eval.tasks import TaskManager
+
+        kwargs["task_manager"] = TaskManager(include_path=include_path)
     if metadata:
         kwargs["metadata"] = metadata
     res = lm_eval.simple_evaluate(**kwargs)
