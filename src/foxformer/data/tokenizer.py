@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Callable, Sequence
 
+import numpy as np
+
 GPT2_SPEC = "gpt2"
 BYTES_SPEC = "bytes"
 # Hashes tiktoken itself checks for OpenAI's GPT-2 files: a mismatch means a different vocabulary.
@@ -39,7 +41,8 @@ class Tokenizer:
     _decode: Callable[[Sequence[int]], str]
 
     def encode(self, text: str) -> list[int]:
-        return list(self._encode_batch([text])[0])
+        # plain Python ints: the byte tokenizer's numpy uint8 ids would become a ByteTensor
+        return np.asarray(self._encode_batch([text])[0], dtype=np.int64).tolist()
 
     def encode_batch(self, texts: list[str]) -> list[Sequence[int]]:
         """Token ids per text (lists, or numpy arrays for the byte tokenizer)."""
@@ -99,8 +102,6 @@ def _load_gpt2() -> Tokenizer:
 
 
 def _load_bytes() -> Tokenizer:
-    import numpy as np
-
     def decode(ids: Sequence[int]) -> str:
         return bytes(i for i in ids if 0 <= i < 256).decode("utf-8", errors="replace")
 

@@ -180,6 +180,8 @@ def _run(fn):
         try:
             summary = fn(args)
         except (ValueError, TypeError, ImportError, OSError) as e:
+            if os.environ.get("FOXFORMER_DEBUG") == "1":  # the full traceback, for bug reports
+                raise
             print(f"error: {e}", file=sys.stderr)
             return 2
         print(json.dumps(summary, indent=2, default=str))
