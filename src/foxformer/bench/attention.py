@@ -2,6 +2,12 @@
 
 FLOPs follow the causal convention: forward 2*B*H*T^2*D (half of the 4*B*H*T^2*D of full
 attention), forward+backward 3.5 times that. Every provider is timed on the same token budget.
+
+``--prune`` adds foxformer rows with adaptive computation pruning (prune_eps, qk_bound "auto") on
+the realistic gates and on open gates (log f = 0: nothing can be pruned, so the row measures the
+overhead), plus the unpruned open-gate row to compare with. Pruned rows report ``kept`` (fraction
+of forward tiles kept, from ``pruning_stats``) and ``speedup`` over the unpruned row with the same
+gates; their TFLOP/s count the dense causal FLOPs (an effective rate).
 """
 from __future__ import annotations
 
@@ -24,19 +30,30 @@ def realistic_log_fgate(B: int, T: int, H: int, device, generator=None) -> torch
     return F.logsigmoid(logit + noise)
 
 
-def _inputs(B, T, Hq, Hkv, D, device, dtype):
-    q = torch.randn(B, T, Hq, D, device=device, dtype=dtype)
-    k = torch.randn(B, T, Hkv, D, device=device, dtype=dtype)
-    v = torch.randn(B, T, Hkv, D, device=device, dtype=dtype)
-    return q, k, v, realistic_log_fgate(B, T, Hq, device)
+GATES = ("realistic", "open")
 
 
-def _provider_fn(name, q, k, v, log_f):
+def _inputs(B, T, Hq, Hkv, D, device, dtype, gate="realistic"):
+    # one seed per shape: pruned and unpruned rows time the very same tensors
+    g = torch.Generator(device=device).manual_seed(0)
+    q = torch.randn(B, T, Hq, D, device=device, dtype=dtype, generator=g)
+    k = torch.randn(B, T, Hkv, D, device=device, dtype=dtype, generator=g)
+    v = torch.randn(B, T, Hkv, D, device=device, dtype=dtype, generator=g)
+    if gate == "open":
+        log_f = torch.zeros(B, T, Hq, device=device)
+    elif gate == "realistic":
+        log_f = realistic_log_fgate(B, T, Hq, device, generator=g)
+    else:
+        raise ValueError(f"unknown gate {gate!r}; choose from {GATES}")
+    return q, k, v, log_f
+
+
+def _provider_fn(name, q, k, v, log_f, prune_eps=None):
     """A closure computing the provider's output from leaf tensors, or None if unavailable."""
     Hq, Hkv = q.shape[2], k.shape[2]
     if name == "foxformer":
         from foxformer import forgetting_attention
-        return lambda: forgetting_attention(q, k, v, log_f, backend="triton")
+        return lambda: forgetting_attention(q, k, v, log_f, backend="triton", prune_eps=prune_eps)
     if name in ("sdpa_flash", "sdpa_cudnn"):
         from torch.nn.attention import SDPBackend, sdpa_kernel
         kind = SDPBackend.FLASH_ATTENTION if name == "sdpa_flash" else SDPBackend.CUDNN_ATTENTION
@@ -79,13 +96,21 @@ def _provider_fn(name, q, k, v, log_f):
     raise ValueError(f"unknown provider {name!r}; choose from {PROVIDERS}")
 
 
-def bench_case(provider, B, T, Hq, Hkv, D, dtype=torch.bfloat16, device="cuda"):
-    q, k, v, log_f = _inputs(B, T, Hq, Hkv, D, device, dtype)
+def bench_case(provider, B, T, Hq, Hkv, D, dtype=torch.bfloat16, device="cuda", gate="realistic",
+               prune_eps=None):
+    q, k, v, log_f = _inputs(B, T, Hq, Hkv, D, device, dtype, gate)
     fwd_flops = 2.0 * B * Hq * T * T * D
-    row = dict(provider=provider, T=T, B=B, Hq=Hq, Hkv=Hkv, D=D)
-    fn = _provider_fn(provider, q, k, v, log_f)
+    row = dict(provider=provider if prune_eps is None else f"{provider}+prune", gate=gate,
+               T=T, B=B, Hq=Hq, Hkv=Hkv, D=D)
+    fn = _provider_fn(provider, q, k, v, log_f, prune_eps)
     if fn is None:
         return None
+    if prune_eps is not None:
+        from foxformer.ops import pruning_stats
+        row["prune_eps"] = prune_eps
+        kept = pruning_stats(q, k, log_f, prune_eps).mean(0)    # [Hq]
+        row["kept"] = float(kept.mean())
+        row["kept_per_head"] = [round(float(x), 4) for x in kept]
     try:
         with torch.no_grad():
             row["fwd_ms"] = time_ms(fn)
@@ -124,20 +149,41 @@ def run(args) -> int:
     for D, Hq, Hkv in shapes:
         for T in (int(t) for t in args.seqlens.split(",")):
             B = max(1, args.tokens // T)
-            for provider in providers:
-                row = bench_case(provider, B, T, Hq, Hkv, D)
+            cases = [(p, "realistic", None) for p in providers]
+            if args.prune:
+                if "foxformer" not in providers:
+                    cases.append(("foxformer", "realistic", None))
+                cases += [("foxformer", "realistic", args.prune_eps), ("foxformer", "open", None),
+                          ("foxformer", "open", args.prune_eps)]
+            for provider, gate, eps in cases:
+                row = bench_case(provider, B, T, Hq, Hkv, D, gate=gate, prune_eps=eps)
                 if row is not None:
+                    if eps is not None:
+                        _add_speedup(row, rows)
                     rows.append(row)
                     print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()},
                           flush=True)
                     write_json(args.out, {"env": environment(), "rows": rows})  # survives a kill
                 torch.cuda.empty_cache()
-    cols = ["provider", "T", "B", "Hq", "Hkv", "D", "fwd_ms", "fwd_tflops", "fwd_bwd_ms",
+    cols = ["provider", "gate", "T", "B", "Hq", "Hkv", "D", "fwd_ms", "fwd_tflops", "fwd_bwd_ms",
             "fwd_bwd_tflops", "peak_gib", "error"]
+    if args.prune:
+        cols[-1:-1] = ["kept", "speedup", "fwd_speedup"]
     table = print_table(rows, cols)
     write_json(args.out, {"env": environment(), "rows": rows, "table": table})
     print(f"wrote {args.out}")
     return 0
+
+
+def _add_speedup(row: dict, rows: list[dict]) -> None:
+    """Speed-up of a pruned row over the unpruned foxformer row with the same shape and gates."""
+    keys = ("gate", "T", "B", "Hq", "Hkv", "D")
+    for base in rows:
+        if base["provider"] == "foxformer" and all(base[k] == row[k] for k in keys):
+            if "fwd_bwd_ms" in base and "fwd_bwd_ms" in row:
+                row["speedup"] = base["fwd_bwd_ms"] / row["fwd_bwd_ms"]
+                row["fwd_speedup"] = base["fwd_ms"] / row["fwd_ms"]
+            return
 
 
 def add_parser(sub) -> None:
@@ -147,5 +193,9 @@ def add_parser(sub) -> None:
     p.add_argument("--configs", default="64x24,128x12,128x12x2",
                    help="comma list of DxHq or DxHqxHkv (GQA)")
     p.add_argument("--tokens", type=int, default=32768, help="B * T")
+    p.add_argument("--prune", action="store_true",
+                   help="add foxformer rows with tile pruning (realistic and open gates)")
+    p.add_argument("--prune-eps", type=float, default=1e-3,
+                   help="probability each row may lose to pruning (with --prune)")
     p.add_argument("--out", default="bench_attention.json")
     p.set_defaults(func=run)

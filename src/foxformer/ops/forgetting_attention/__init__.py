@@ -1,12 +1,15 @@
 """Forgetting Attention: exact references and fused Triton kernels (see README.md here)."""
 from .cumsum import LOG_FGATE_FLOOR, gate_cumsum
 from .interface import forgetting_attention, forgetting_attention_cumsum
+from .pruning import auto_qk_bound, pruning_stats
 from .reference import naive_forgetting_attention
 
 __all__ = [
     "LOG_FGATE_FLOOR",
+    "auto_qk_bound",
     "forgetting_attention",
     "forgetting_attention_cumsum",
     "gate_cumsum",
     "naive_forgetting_attention",
+    "pruning_stats",
 ]

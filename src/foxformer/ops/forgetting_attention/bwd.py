@@ -10,6 +10,9 @@ Three launches: delta (per query row), dk/dv (key-stationary; loops over the que
 group and accumulates the dS column sums per query head) and dq (query-stationary; accumulates the dS
 row sums). Both dc terms come from the same dS, so rows of dS need not sum to zero exactly.
 c precision follows fwd.py: float64 reference per program, hi/lo float32 split on diagonal tiles.
+Pruning (prune_delta, see fwd.py and pruning.py): dq skips a prefix of key blocks like the forward;
+dk/dv stops each GQA head's query loop at the first query tile that may be skipped. Each kernel
+decides at its own tile sizes, conservatively, so all skipped pairs pass the pair test.
 """
 
 from __future__ import annotations
@@ -25,6 +28,9 @@ from .fwd import (
     KernelConfig,
     block_d_for,
     check_inputs,
+    check_prune_delta,
+    first_kept_key_block,
+    first_pruned_query_tile,
     dot_precision,
     is_interpreted,
     load_tile,
@@ -153,7 +159,7 @@ def _dkdv_step(dk, dv, colsum, k, v, ck2, ck_hi, ck_lo, cols,
 
 @triton.jit
 def _dkdv_kernel(
-    Q, K, V, C, DO, Lse, Delta, DK, DV, ColSum, CuSeqlens,
+    Q, K, V, C, DO, Lse, Delta, DK, DV, ColSum, CuSeqlens, PruneDelta,
     stride_qb, stride_qt, stride_qh,
     stride_kb, stride_kt, stride_kh,
     stride_vb, stride_vt, stride_vh,
@@ -166,6 +172,7 @@ def _dkdv_kernel(
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     MASK_D: tl.constexpr, IS_VARLEN: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    PRUNE: tl.constexpr,
 ):
     pid_n = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -188,7 +195,7 @@ def _dkdv_kernel(
     dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
 
-    # Query rows [i_lo, n_q) see this block (query range kept explicit for later pruning).
+    # Query rows [i_lo, n_q) see this block; pruning stops each head's loops early (below).
     # Rows in [i_lo, i_mid) are on the diagonal band: causal mask needed. Rows from i_mid on sit at or
     # after the block's last key: full tiles in [i_mid, i_full) need no mask, then one masked tail tile.
     i_lo = tl.maximum(n0 - off, 0)
@@ -209,17 +216,28 @@ def _dkdv_kernel(
         ck_hi, ck_lo = split_f64(rel_c(c_base + cols, col_ok, r))
         ck2 = ck_hi * LOG2E
         colsum = tl.zeros([BLOCK_N], tl.float32)
-        for i0 in range(i_lo, i_mid, BLOCK_M):
+        band_end = i_mid
+        full_end = i_full
+        tail_end = n_q
+        if PRUNE:
+            # Query tiles from i_hi on have c[first query] - c[last key] <= delta: skip them.
+            delta_p = tl.load(PruneDelta + zb * (GROUP * tl.num_programs(1)) + head)
+            n_tiles = tl.cdiv(tl.maximum(n_q - i_lo, 0), BLOCK_M)
+            i_hi = i_lo + first_pruned_query_tile(c_base, r, delta_p, off + i_lo, n_tiles, BLOCK_M) * BLOCK_M
+            band_end = tl.minimum(i_mid, i_hi)
+            full_end = tl.minimum(i_full, i_hi)
+            tail_end = tl.minimum(n_q, i_hi)
+        for i0 in range(i_lo, band_end, BLOCK_M):
             dk, dv, colsum = _dkdv_step(dk, dv, colsum, k, v, ck2, ck_hi, ck_lo, cols,
                                         q_base, do_base, c_base, lse_base, delta_base, r, i0, n_q, off,
                                         stride_qt, stride_dot, scale2, offs_m, offs_d, d_ok,
                                         True, MASK_D, DOT_PRECISION, UPCAST)
-        for i0 in range(i_mid, i_full, BLOCK_M):
+        for i0 in range(i_mid, full_end, BLOCK_M):
             dk, dv, colsum = _dkdv_step(dk, dv, colsum, k, v, ck2, ck_hi, ck_lo, cols,
                                         q_base, do_base, c_base, lse_base, delta_base, r, i0, n_q, off,
                                         stride_qt, stride_dot, scale2, offs_m, offs_d, d_ok,
                                         False, MASK_D, DOT_PRECISION, UPCAST)
-        for i0 in range(i_full, n_q, BLOCK_M):
+        for i0 in range(i_full, tail_end, BLOCK_M):
             dk, dv, colsum = _dkdv_step(dk, dv, colsum, k, v, ck2, ck_hi, ck_lo, cols,
                                         q_base, do_base, c_base, lse_base, delta_base, r, i0, n_q, off,
                                         stride_qt, stride_dot, scale2, offs_m, offs_d, d_ok,
@@ -271,7 +289,7 @@ def _dq_step(dq, rowsum, q, do, lse2, delta, cq2, cq_hi, cq_lo, pos_q,
 
 @triton.jit
 def _dq_kernel(
-    Q, K, V, C, DO, Lse, Delta, DQ, RowSum, CuSeqlens,
+    Q, K, V, C, DO, Lse, Delta, DQ, RowSum, CuSeqlens, PruneDelta,
     stride_qb, stride_qt, stride_qh,
     stride_kb, stride_kt, stride_kh,
     stride_vb, stride_vt, stride_vh,
@@ -283,6 +301,7 @@ def _dq_kernel(
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     MASK_D: tl.constexpr, IS_VARLEN: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    PRUNE: tl.constexpr,
 ):
     pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
     head = tl.program_id(1)
@@ -321,6 +340,9 @@ def _dq_kernel(
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     rowsum = tl.zeros([BLOCK_M], tl.float32)
     lo = 0
+    if PRUNE:
+        delta_p = tl.load(PruneDelta + zb * tl.num_programs(1) + head)
+        lo = first_kept_key_block(c_base, r, delta_p, p_first // BLOCK_N, BLOCK_N) * BLOCK_N
     hi = tl.minimum(n_k, p_first + BLOCK_M)
     mid = lo + (tl.maximum(p_first + 1 - lo, 0) // BLOCK_N) * BLOCK_N
     for n0 in range(lo, mid, BLOCK_N):
@@ -347,12 +369,13 @@ def _dq_kernel(
 def triton_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.Tensor,
                     out: torch.Tensor, lse: torch.Tensor, scale: float,
                     cu_seqlens: torch.Tensor | None = None, max_seqlen: int | None = None,
-                    *, dlse: torch.Tensor | None = None,
+                    *, dlse: torch.Tensor | None = None, prune_delta: torch.Tensor | None = None,
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Forgetting Attention backward.
 
     do, out [B, Tq, Hq, D]; q, k, v, c as in triton_forward; lse float32 [B, Hq, Tq];
     dlse: optional gradient on lse [B, Hq, Tq] (None means zero).
+    prune_delta: optional float64 [B, Hq] skip threshold, as in triton_forward (pass the forward's).
     Returns dq [B, Tq, Hq, D], dk, dv [B, Tk, Hkv, D] (input dtypes) and dc float32 [B, Hq, Tk].
     """
     check_inputs(q, k, v, c, cu_seqlens, max_seqlen)
@@ -367,6 +390,7 @@ def triton_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
         if dlse.shape != (B, Hq, Tq):
             raise ValueError(f"dlse must be [{B}, {Hq}, {Tq}], got {tuple(dlse.shape)}")
         dlse = dlse.to(torch.float32).contiguous()
+    prune = check_prune_delta(prune_delta, B, Hq, q)
     if do.dtype != q.dtype:
         do = do.to(q.dtype)
     c = c.contiguous()
@@ -393,7 +417,7 @@ def triton_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
     )
 
     kern = dict(GROUP=Hq // Hkv, MASK_D=(block_d != D), IS_VARLEN=varlen,
-                DOT_PRECISION=dot_precision(q.dtype), UPCAST=upcast_dots(q), **common)
+                DOT_PRECISION=dot_precision(q.dtype), UPCAST=upcast_dots(q), PRUNE=prune, **common)
     if varlen:
         n_z, cu = cu_seqlens.numel() - 1, cu_seqlens
     else:
@@ -406,7 +430,7 @@ def triton_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
     cfg = dkdv_config(D, q)
     n_kblocks = triton.cdiv(int(max_seqlen) if varlen else Tk, cfg.block_n)
     _dkdv_kernel[(n_kblocks, Hkv, n_z)](
-        q, k, v, c, do, lse, delta, dk, dv, colsum, cu,
+        q, k, v, c, do, lse, delta, dk, dv, colsum, cu, prune_delta if prune else c,
         q.stride(0), q.stride(1), q.stride(2),
         k.stride(0), k.stride(1), k.stride(2),
         v.stride(0), v.stride(1), v.stride(2),
@@ -422,7 +446,7 @@ def triton_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
     cfg = dq_config(D, q)
     n_qblocks = triton.cdiv(int(max_seqlen) if varlen else Tq, cfg.block_m)
     _dq_kernel[(n_qblocks, Hq, n_z)](
-        q, k, v, c, do, lse, delta, dq, rowsum, cu,
+        q, k, v, c, do, lse, delta, dq, rowsum, cu, prune_delta if prune else c,
         q.stride(0), q.stride(1), q.stride(2),
         k.stride(0), k.stride(1), k.stride(2),
         v.stride(0), v.stride(1), v.stride(2),

@@ -130,6 +130,40 @@ def rel_c(c_ptrs, ok, r):
     return tl.where(ok, x, 0.0)
 
 
+# Pruning (pruning.py): a tile is skipped iff c[its first query] - c[its last key] <= delta. c never
+# increases, so along one axis the skipped tiles form a prefix (keys) or a suffix (queries), found
+# by a binary search of O(log T) scalar float64 loads per program; the tile loops then simply start
+# or stop there, so skipped tiles cost no loads and no math.
+
+
+@triton.jit
+def first_kept_key_block(c_base, c_query, delta, last, BLOCK_N: tl.constexpr):
+    """Smallest key block b in [0, last] with c_query - c[b * BLOCK_N + BLOCK_N - 1] > delta
+    (block `last` holds the query itself and is always kept)."""
+    lo = last * 0
+    hi = last
+    while lo < hi:
+        mid = (lo + hi) // 2
+        keep = c_query - tl.load(c_base + mid * BLOCK_N + (BLOCK_N - 1)) > delta
+        hi = tl.where(keep, mid, hi)
+        lo = tl.where(keep, lo, mid + 1)
+    return lo
+
+
+@triton.jit
+def first_pruned_query_tile(c_base, c_key, delta, start, n_tiles, BLOCK_M: tl.constexpr):
+    """Smallest t in [0, n_tiles] such that the query tile at position start + t * BLOCK_M has
+    c[start + t * BLOCK_M] - c_key <= delta (n_tiles: no tile is pruned)."""
+    lo = n_tiles * 0
+    hi = n_tiles
+    while lo < hi:
+        mid = (lo + hi) // 2
+        pruned = tl.load(c_base + start + mid * BLOCK_M) - c_key <= delta
+        hi = tl.where(pruned, mid, hi)
+        lo = tl.where(pruned, lo, mid + 1)
+    return lo
+
+
 # ----------------------------------------------------------------------------------------------
 # Forward kernel
 # ----------------------------------------------------------------------------------------------
@@ -168,7 +202,7 @@ def _fwd_step(acc, l_i, m_i, q, cq2, cq_hi, cq_lo, pos_q,
 
 @triton.jit
 def _fwd_kernel(
-    Q, K, V, C, Out, Lse, CuSeqlens,
+    Q, K, V, C, Out, Lse, CuSeqlens, PruneDelta,
     stride_qb, stride_qt, stride_qh,
     stride_kb, stride_kt, stride_kh,
     stride_vb, stride_vt, stride_vh,
@@ -179,6 +213,7 @@ def _fwd_kernel(
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     MASK_D: tl.constexpr, IS_VARLEN: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    PRUNE: tl.constexpr,
 ):
     # Heaviest (last) query blocks first: causal work grows with the block index.
     pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
@@ -224,8 +259,12 @@ def _fwd_kernel(
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
 
-    # Key range [lo, hi); lo stays a separate quantity so that tile pruning can raise it later.
+    # Key range [lo, hi); pruning raises lo past the key blocks this query block may skip.
     lo = 0
+    if PRUNE:
+        # PruneDelta is [B, Hq] contiguous (B == 1 with varlen, where zb == 0)
+        delta = tl.load(PruneDelta + zb * tl.num_programs(1) + head)
+        lo = first_kept_key_block(c_base, r, delta, p_first // BLOCK_N, BLOCK_N) * BLOCK_N
     hi = tl.minimum(n_k, p_first + BLOCK_M)
     # Tiles in [lo, mid) lie entirely at or before p_first: visible to every row, no mask needed.
     mid = lo + (tl.maximum(p_first + 1 - lo, 0) // BLOCK_N) * BLOCK_N
@@ -283,12 +322,26 @@ def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.Ten
             raise ValueError("max_seqlen (int >= 1) is required with cu_seqlens")
 
 
+def check_prune_delta(prune_delta: torch.Tensor | None, B: int, Hq: int, q: torch.Tensor) -> bool:
+    """True when pruning is on; the kernels index prune_delta as a contiguous [B, Hq] float64."""
+    if prune_delta is None:
+        return False
+    if (prune_delta.dtype != torch.float64 or tuple(prune_delta.shape) != (B, Hq)
+            or not prune_delta.is_contiguous() or prune_delta.device != q.device):
+        raise ValueError(f"prune_delta must be a contiguous float64 [{B}, {Hq}] tensor on {q.device}, "
+                         f"got {prune_delta.dtype} {tuple(prune_delta.shape)}")
+    return True
+
+
 def triton_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.Tensor, scale: float,
                    cu_seqlens: torch.Tensor | None = None, max_seqlen: int | None = None,
-                   *, out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                   *, out: torch.Tensor | None = None, prune_delta: torch.Tensor | None = None,
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
     """Forgetting Attention forward.
 
     q [B, Tq, Hq, D]; k, v [B, Tk, Hkv, D]; c float64 [B, Hq, Tk]; optional out [B, Tq, Hq, D] to write into.
+    prune_delta: optional float64 [B, Hq] threshold (pruning.prune_delta); key tiles with
+    c[first query] - c[last key] <= delta are skipped. c must be non-increasing along T then.
     Returns out [B, Tq, Hq, D] (q's dtype) and lse float32 [B, Hq, Tq] (natural log).
     """
     check_inputs(q, k, v, c, cu_seqlens, max_seqlen)
@@ -306,6 +359,7 @@ def triton_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.T
     if B == 0 or Tq == 0 or Hq == 0:
         return out, lse
 
+    prune = check_prune_delta(prune_delta, B, Hq, q)
     cfg = fwd_config(D, q)
     block_d = block_d_for(D)
     if varlen:
@@ -316,7 +370,7 @@ def triton_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.T
         cu = lse  # placeholder pointer, never read
     grid = (n_blocks, Hq, n_z)
     _fwd_kernel[grid](
-        q, k, v, c, out, lse, cu,
+        q, k, v, c, out, lse, cu, prune_delta if prune else c,
         q.stride(0), q.stride(1), q.stride(2),
         k.stride(0), k.stride(1), k.stride(2),
         v.stride(0), v.stride(1), v.stride(2),
@@ -327,7 +381,7 @@ def triton_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.T
         GROUP=Hq // Hkv, HEAD_DIM=D,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_D=block_d,
         MASK_D=(block_d != D), IS_VARLEN=varlen, DOT_PRECISION=dot_precision(q.dtype),
-        UPCAST=upcast_dots(q),
+        UPCAST=upcast_dots(q), PRUNE=prune,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return out, lse

@@ -13,6 +13,7 @@ import torch
 
 from .checks import check_common, check_gate_values, resolve_backend
 from .cumsum import gate_cumsum_heads_first
+from .pruning import check_pruning, prune_delta
 from .reference import naive_forgetting_attention, torch_backward, torch_forward
 
 
@@ -30,13 +31,13 @@ def _forward_impl(backend: str):
 @torch.library.custom_op("foxformer::forgetting_attention_fwd", mutates_args=())
 def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.Tensor, scale: float,
             cu_seqlens: Optional[torch.Tensor], max_seqlen: Optional[int],
-            backend: str) -> tuple[torch.Tensor, torch.Tensor]:
-    out, lse = _forward_impl(backend)(q, k, v, c, scale, cu_seqlens, max_seqlen)
+            backend: str, prune_delta: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    out, lse = _forward_impl(backend)(q, k, v, c, scale, cu_seqlens, max_seqlen, prune_delta=prune_delta)
     return out, lse
 
 
 @_fwd_op.register_fake
-def _fwd_fake(q, k, v, c, scale, cu_seqlens, max_seqlen, backend):
+def _fwd_fake(q, k, v, c, scale, cu_seqlens, max_seqlen, backend, prune_delta=None):
     B, Tq, Hq, _ = q.shape
     return torch.empty_like(q), q.new_empty((B, Hq, Tq), dtype=_lse_dtype(q.dtype))
 
@@ -45,40 +46,41 @@ def _fwd_fake(q, k, v, c, scale, cu_seqlens, max_seqlen, backend):
 def _bwd_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.Tensor,
             out: torch.Tensor, lse: torch.Tensor, dlse: Optional[torch.Tensor], scale: float,
             cu_seqlens: Optional[torch.Tensor], max_seqlen: Optional[int],
-            backend: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+            backend: str, prune_delta: Optional[torch.Tensor] = None,
+            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     if backend == "triton":
         from .bwd import triton_backward
         dq, dk, dv, dc = triton_backward(do, q, k, v, c, out, lse, scale, cu_seqlens, max_seqlen,
-                                         dlse=dlse)
+                                         dlse=dlse, prune_delta=prune_delta)
     else:
         dq, dk, dv, dc = torch_backward(do, q, k, v, c, out, lse, scale, cu_seqlens, max_seqlen,
-                                        dlse=dlse)
+                                        dlse=dlse, prune_delta=prune_delta)
     return dq.contiguous(), dk.contiguous(), dv.contiguous(), dc.contiguous()
 
 
 @_bwd_op.register_fake
-def _bwd_fake(do, q, k, v, c, out, lse, dlse, scale, cu_seqlens, max_seqlen, backend):
+def _bwd_fake(do, q, k, v, c, out, lse, dlse, scale, cu_seqlens, max_seqlen, backend, prune_delta=None):
     dc_dtype = _lse_dtype(q.dtype)
     return (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v),
             c.new_empty(c.shape, dtype=dc_dtype))
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, c, scale, cu_seqlens, max_seqlen, backend = inputs
+    q, k, v, c, scale, cu_seqlens, max_seqlen, backend, prune_delta = inputs
     out, lse = output
-    ctx.save_for_backward(q, k, v, c, out, lse, cu_seqlens)
+    ctx.save_for_backward(q, k, v, c, out, lse, cu_seqlens, prune_delta)
     ctx.scale, ctx.max_seqlen, ctx.backend = scale, max_seqlen, backend
     # Unused outputs (lse, usually) then reach backward as None instead of a tensor of zeros.
     ctx.set_materialize_grads(False)
 
 
 def _backward(ctx, dout, dlse):
-    q, k, v, c, out, lse, cu_seqlens = ctx.saved_tensors
+    q, k, v, c, out, lse, cu_seqlens, prune_delta = ctx.saved_tensors
     if dout is None:
         dout = torch.zeros_like(out)
     dq, dk, dv, dc = _bwd_op(dout.contiguous(), q, k, v, c, out, lse, dlse, ctx.scale, cu_seqlens,
-                             ctx.max_seqlen, ctx.backend)
-    return dq, dk, dv, dc.to(c.dtype), None, None, None, None
+                             ctx.max_seqlen, ctx.backend, prune_delta)
+    return dq, dk, dv, dc.to(c.dtype), None, None, None, None, None
 
 
 _fwd_op.register_autograd(_backward, setup_context=_setup_context)
@@ -88,15 +90,21 @@ def _last_dim_contiguous(x: torch.Tensor) -> torch.Tensor:
     return x if x.stride(-1) == 1 else x.contiguous()
 
 
-def _attend(q, k, v, c_t, scale, cu_seqlens, max_seqlen, return_lse, backend):
+def _attend(q, k, v, c_t, scale, cu_seqlens, max_seqlen, return_lse, backend, prune_eps, qk_bound):
     """c_t: float64 [B, Hq, Tk] contiguous, the layout the kernels read."""
+    delta = None
+    if prune_eps is not None:
+        n_keys = max_seqlen if cu_seqlens is not None else k.shape[1]
+        # U and delta depend on q, k only through a bound: no gradient flows through them
+        delta = prune_delta(q.detach(), k.detach(), prune_eps, qk_bound, scale, n_keys).detach()
     out, lse = _fwd_op(_last_dim_contiguous(q), _last_dim_contiguous(k), _last_dim_contiguous(v),
-                       c_t, scale, cu_seqlens, max_seqlen, backend)
+                       c_t, scale, cu_seqlens, max_seqlen, backend, delta)
     return (out, lse) if return_lse else out
 
 
 def forgetting_attention(q, k, v, log_fgate, *, softmax_scale=None, cu_seqlens=None,
-                         max_seqlen=None, return_lse=False, backend="auto"):
+                         max_seqlen=None, return_lse=False, backend="auto", prune_eps=None,
+                         qk_bound=None):
     """Causal softmax attention with a forget gate (FoX).
 
     ``out_i = sum_j softmax_j(scale * q_i . k_j + c_i - c_j) v_j`` over keys ``j <= i``, where
@@ -117,6 +125,19 @@ def forgetting_attention(q, k, v, log_fgate, *, softmax_scale=None, cu_seqlens=N
         backend: ``"auto"`` (Triton for fp16/bf16 CUDA tensors, torch otherwise), ``"triton"``
             (CUDA, or CPU tensors under ``TRITON_INTERPRET=1``), ``"torch"`` (exact, chunked,
             O(T * chunk) memory), ``"naive"`` (materialised T x T reference).
+        prune_eps: adaptive computation pruning. When set (a float in (0, 1)), the triton and
+            torch backends skip every (query block, key block) tile whose pairs all satisfy
+            ``c_i - c_j <= log(prune_eps) - 2U - log(N)`` (N: Tk, or max_seqlen with varlen):
+            each row then loses at most ``prune_eps`` of its attention probability, so
+            ``|out - exact| <= 2 * prune_eps * max|v|`` and ``|lse - exact| <= -log(1 - prune_eps)``.
+            Forward and backward both skip. ``"naive"`` ignores it (computes everything).
+            None (default): nothing is skipped and nothing extra is computed.
+        qk_bound: U, a bound on ``|softmax_scale * q_i . k_j|`` per (batch, query head), used
+            only with prune_eps. ``"auto"`` or None: ``softmax_scale * max ||q|| * max ||k||``
+            computed from the inputs (one cheap pass over q and k). A float, or a tensor
+            broadcastable to ``[B, Hq]`` (e.g. from QK-norm weights) is TRUSTED: if some
+            ``|scale * q . k|`` exceeds it, rows may lose more than prune_eps (the caller's
+            contract, not checked).
 
     Returns:
         ``out`` ``[B, Tq, Hq, D]`` in q's dtype, or ``(out, lse)`` when ``return_lse``.
@@ -125,26 +146,31 @@ def forgetting_attention(q, k, v, log_fgate, *, softmax_scale=None, cu_seqlens=N
     softmax_scale, max_seqlen = check_common(q, k, v, log_fgate, "log_fgate", softmax_scale,
                                              cu_seqlens, max_seqlen)
     check_gate_values(log_fgate, "log_fgate")
+    check_pruning(prune_eps, qk_bound, q.shape[0], q.shape[2], q.device)
     backend = resolve_backend(backend, q)
     if backend == "naive":
         return naive_forgetting_attention(q, k, v, log_fgate, softmax_scale, cu_seqlens, max_seqlen,
                                           return_lse)
     return _attend(q, k, v, gate_cumsum_heads_first(log_fgate), softmax_scale, cu_seqlens, max_seqlen,
-                   return_lse, backend)
+                   return_lse, backend, prune_eps, qk_bound)
 
 
 def forgetting_attention_cumsum(q, k, v, c, *, softmax_scale=None, cu_seqlens=None,
-                                max_seqlen=None, return_lse=False, backend="auto"):
+                                max_seqlen=None, return_lse=False, backend="auto", prune_eps=None,
+                                qk_bound=None):
     """Forgetting Attention from a precomputed cumsum ``c`` ``[B, Tk, Hq]`` (see ``gate_cumsum``).
 
     For KV caches, which extend ``c`` token by token instead of recomputing it; the bias is
     ``c[Tk - Tq + i] - c[j]``. Same arguments and outputs as ``forgetting_attention`` otherwise;
-    ``backend="naive"`` is not offered here (it needs the gates themselves).
+    ``backend="naive"`` is not offered here (it needs the gates themselves). Pruning
+    (prune_eps) assumes c never increases along T, as ``gate_cumsum`` guarantees.
     """
     softmax_scale, max_seqlen = check_common(q, k, v, c, "c", softmax_scale, cu_seqlens, max_seqlen)
     check_gate_values(c, "c", allow_positive=True)
+    check_pruning(prune_eps, qk_bound, q.shape[0], q.shape[2], q.device)
     backend = resolve_backend(backend, q)
     if backend == "naive":
         raise ValueError("backend='naive' needs log_fgate: call forgetting_attention instead")
     c_t = c.transpose(1, 2).double().contiguous()
-    return _attend(q, k, v, c_t, softmax_scale, cu_seqlens, max_seqlen, return_lse, backend)
+    return _attend(q, k, v, c_t, softmax_scale, cu_seqlens, max_seqlen, return_lse, backend,
+                   prune_eps, qk_bound)

@@ -16,6 +16,9 @@ import torch
 # Scores held at once by the chunked backend, per chunk: 2^24 elements (64 MiB in fp32) keeps
 # several live temporaries of that size well inside a 24 GiB CPU machine at 64K tokens.
 _CHUNK_ELEMENTS = 1 << 24
+# With pruning, query chunks are capped at this many rows: each chunk skips the keys that all of its
+# rows (and heads) may skip, so shorter chunks skip more.
+PRUNE_CHUNK_ROWS = 64
 
 
 def _segments(cu_seqlens: torch.Tensor | None, T: int) -> list[tuple[int, int]]:
@@ -90,37 +93,55 @@ def _split(x: torch.Tensor):
     return hi, (x - hi.double()).float()
 
 
-def _tile_bias(c, pos, n_keys, dtype):
-    """c[pos] - c[:n_keys] as [..., R, K] in ``dtype``, exact to fp32 rounding of the result.
+def _tile_bias(c, pos, keys, dtype):
+    """c[pos] - c[keys] as [..., R, K] in ``dtype``, exact to fp32 rounding of the result.
 
     In fp32 the outer difference is formed from hi/lo parts relative to the chunk's first query:
     hi differences of nearby values are exact and lo restores what rounding c to fp32 dropped,
     so no float64 [R, K] temporary is needed (as in the kernels).
     """
     if dtype == torch.float64:
-        return c[..., pos, None] - c[..., None, :n_keys]
+        return c[..., pos, None] - c[..., None, keys]
     ref = c[..., pos[:1]]
     q_hi, q_lo = _split(c[..., pos] - ref)
-    k_hi, k_lo = _split(c[..., :n_keys] - ref)
+    k_hi, k_lo = _split(c[..., keys] - ref)
     bias = q_hi[..., :, None] - k_hi[..., None, :]
     return bias.add_(q_lo[..., :, None] - k_lo[..., None, :])
 
 
-def _tile_scores(qg, kh, c, rows, scale, Tq, Tk):
+def _first_kept_key(c, prune_delta, p0):
+    """First key that some row of a chunk starting at position p0 may not skip (0 without pruning).
+
+    c: [B, Hkv, G, Tk] float64; prune_delta: [B, Hkv, G] or None. Every key j before the result has
+    c[p0] - c[j] <= delta in every head, hence so has every pair (row >= p0, j) of the chunk.
+    """
+    if prune_delta is None or p0 == 0:
+        return 0
+    skippable = (c[..., p0, None] - c[..., :p0]) <= prune_delta[..., None]
+    return int(skippable.sum(-1).min())  # c never increases: the skippable keys are a prefix
+
+
+def _tile_scores(qg, kh, c, rows, scale, Tq, Tk, prune_delta=None):
     """Scores of query rows ``rows`` (a slice) against the keys they may see.
 
     qg: [B, Hkv, G, Tq, D]; kh: [B, Hkv, Tk, D]; c: [B, Hkv, G, Tk] float64.
-    Returns (scores [B, Hkv, G, R, K], number of keys K).
+    Returns (scores [B, Hkv, G, R, K], keys: the slice of K keys scored).
     """
     pos = torch.arange(Tk - Tq + rows.start, Tk - Tq + rows.stop, device=qg.device)
     n_keys = Tk - Tq + rows.stop
-    s = torch.matmul(qg[..., rows, :], kh[:, :, None, :n_keys].transpose(-1, -2)).mul_(scale)
-    s.add_(_tile_bias(c, pos, n_keys, s.dtype))
-    masked = torch.arange(n_keys, device=qg.device)[None, :] > pos[:, None]
-    return s.masked_fill_(masked, float("-inf")), n_keys
+    keys = slice(_first_kept_key(c, prune_delta, Tk - Tq + rows.start), n_keys)
+    s = torch.matmul(qg[..., rows, :], kh[:, :, None, keys].transpose(-1, -2)).mul_(scale)
+    s.add_(_tile_bias(c, pos, keys, s.dtype))
+    masked = torch.arange(keys.start, n_keys, device=qg.device)[None, :] > pos[:, None]
+    return s.masked_fill_(masked, float("-inf")), keys
 
 
-def _dense_forward(q, k, v, c, scale):
+def _row_step(batch_heads, Tk, prune_delta):
+    step = _chunk_rows(batch_heads, Tk)
+    return step if prune_delta is None else min(step, PRUNE_CHUNK_ROWS)
+
+
+def _dense_forward(q, k, v, c, scale, prune_delta=None):
     B, Tq, Hq, D = q.shape
     Tk, Hkv = k.shape[1], k.shape[2]
     group = Hq // Hkv
@@ -130,21 +151,22 @@ def _dense_forward(q, k, v, c, scale):
     cg = c.reshape(B, Hkv, group, Tk)
     out = torch.empty(B, Hkv, group, Tq, D, dtype=cd, device=q.device)
     lse = torch.empty(B, Hkv, group, Tq, dtype=cd, device=q.device)
-    step = _chunk_rows(B * Hq, Tk)
+    pd = None if prune_delta is None else prune_delta.reshape(B, Hkv, group)
+    step = _row_step(B * Hq, Tk, pd)
     for start in range(0, Tq, step):
         rows = slice(start, min(Tq, start + step))
-        s, n_keys = _tile_scores(qg, kh, cg, rows, scale, Tq, Tk)
+        s, keys = _tile_scores(qg, kh, cg, rows, scale, Tq, Tk, pd)
         # one exp per score: every row sees its diagonal key, so the row max is finite
         row_max = s.amax(dim=-1, keepdim=True)
         p = s.sub_(row_max).exp_()
         row_sum = p.sum(dim=-1, keepdim=True)
         lse[..., rows] = (row_max + row_sum.log()).squeeze(-1)
-        out[..., rows, :] = torch.matmul(p, vh[:, :, None, :n_keys]).div_(row_sum)
+        out[..., rows, :] = torch.matmul(p, vh[:, :, None, keys]).div_(row_sum)
     out = out.reshape(B, Hq, Tq, D).transpose(1, 2).to(q.dtype)
     return out, lse.reshape(B, Hq, Tq)
 
 
-def _dense_backward(do, q, k, v, c, out, lse, scale, dlse):
+def _dense_backward(do, q, k, v, c, out, lse, scale, dlse, prune_delta=None):
     B, Tq, Hq, D = q.shape
     Tk, Hkv = k.shape[1], k.shape[2]
     group = Hq // Hkv
@@ -162,35 +184,69 @@ def _dense_backward(do, q, k, v, c, out, lse, scale, dlse):
     dk = torch.zeros(B, Hkv, group, Tk, D, dtype=cd, device=q.device)
     dv = torch.zeros_like(dk)
     dc = torch.zeros(B, Hkv, group, Tk, dtype=cd, device=q.device)
-    step = _chunk_rows(B * Hq, Tk)
+    pd = None if prune_delta is None else prune_delta.reshape(B, Hkv, group)
+    step = _row_step(B * Hq, Tk, pd)
     for start in range(0, Tq, step):
         rows = slice(start, min(Tq, start + step))
-        s, n_keys = _tile_scores(qg, kh, cg, rows, scale, Tq, Tk)
+        s, keys = _tile_scores(qg, kh, cg, rows, scale, Tq, Tk, pd)
         p = s.sub_(lse_g[..., rows, None]).exp_()
-        dp = torch.matmul(dog[..., rows, :], vh[:, :, None, :n_keys].transpose(-1, -2))
+        dp = torch.matmul(dog[..., rows, :], vh[:, :, None, keys].transpose(-1, -2))
         ds = p * (dp - delta[..., rows, None])
-        dq[..., rows, :] = torch.matmul(ds, kh[:, :, None, :n_keys]) * scale
-        dk[..., :n_keys, :] += torch.matmul(ds.transpose(-1, -2), qg[..., rows, :]) * scale
-        dv[..., :n_keys, :] += torch.matmul(p.transpose(-1, -2), dog[..., rows, :])
+        dq[..., rows, :] = torch.matmul(ds, kh[:, :, None, keys]) * scale
+        dk[..., keys, :] += torch.matmul(ds.transpose(-1, -2), qg[..., rows, :]) * scale
+        dv[..., keys, :] += torch.matmul(p.transpose(-1, -2), dog[..., rows, :])
         # dc_t = (row sum of dS, t as a query) - (column sum of dS, t as a key); both from the
         # same dS so that rounding in delta cannot leak into the reverse cumsum of dc.
         dc[..., Tk - Tq + rows.start:Tk - Tq + rows.stop] += ds.sum(-1)
-        dc[..., :n_keys] -= ds.sum(-2)
+        dc[..., keys] -= ds.sum(-2)
     dq = dq.reshape(B, Hq, Tq, D).transpose(1, 2).to(q.dtype)
     dk = dk.sum(2).transpose(1, 2).to(k.dtype)
     dv = dv.sum(2).transpose(1, 2).to(v.dtype)
     return dq, dk, dv, dc.reshape(B, Hq, Tk)
 
 
-def torch_forward(q, k, v, c, scale, cu_seqlens=None, max_seqlen=None):
+def _kv_head_slices(B, Hq, Hkv):
+    """(batch slice, query-head slice, kv-head slice) of every (batch, kv head) pair."""
+    G = Hq // Hkv
+    for b in range(B):
+        for h in range(Hkv):
+            yield slice(b, b + 1), slice(h * G, (h + 1) * G), slice(h, h + 1)
+
+
+def _pruned_forward(q, k, v, c, scale, prune_delta):
+    """Pruning skips the keys every row of a chunk and every head of the matmul may skip, so it
+    runs one (batch, kv head) at a time: one slowly decaying head cannot hold the others back."""
+    B, Tq, Hq, D = q.shape
+    out = torch.empty_like(q)
+    lse = torch.empty(B, Hq, Tq, dtype=_compute_dtype(q.dtype), device=q.device)
+    for bs, hs, ks in _kv_head_slices(B, Hq, k.shape[2]):
+        out[bs, :, hs], lse[bs, hs] = _dense_forward(q[bs, :, hs], k[bs, :, ks], v[bs, :, ks],
+                                                     c[bs, hs], scale, prune_delta[bs, hs])
+    return out, lse
+
+
+def _pruned_backward(do, q, k, v, c, out, lse, scale, dlse, prune_delta):
+    B, Tq, Hq, D = q.shape
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    dc = torch.empty(c.shape, dtype=_compute_dtype(q.dtype), device=q.device)
+    for bs, hs, ks in _kv_head_slices(B, Hq, k.shape[2]):
+        dq[bs, :, hs], dk[bs, :, ks], dv[bs, :, ks], dc[bs, hs] = _dense_backward(
+            do[bs, :, hs], q[bs, :, hs], k[bs, :, ks], v[bs, :, ks], c[bs, hs], out[bs, :, hs],
+            lse[bs, hs], scale, None if dlse is None else dlse[bs, hs], prune_delta[bs, hs])
+    return dq, dk, dv, dc
+
+
+def torch_forward(q, k, v, c, scale, cu_seqlens=None, max_seqlen=None, prune_delta=None):
     """Chunked exact forward. Contract as ``fwd.triton_forward``.
 
-    q [B, Tq, Hq, D]; k, v [B, Tk, Hkv, D]; c float64 [B, Hq, Tk].
+    q [B, Tq, Hq, D]; k, v [B, Tk, Hkv, D]; c float64 [B, Hq, Tk]; prune_delta: optional float64
+    [B, Hq] threshold: each query chunk skips the keys every one of its pairs may skip.
     Returns out [B, Tq, Hq, D] (q's dtype) and lse [B, Hq, Tq] (fp32; fp64 for fp64 inputs).
     """
     del max_seqlen
+    dense = _dense_forward if prune_delta is None else _pruned_forward
     parts = [
-        _dense_forward(q[:, s:e], k[:, s:e], v[:, s:e], c[..., s:e], scale)
+        dense(q[:, s:e], k[:, s:e], v[:, s:e], c[..., s:e], scale, prune_delta)
         for s, e in _segments(cu_seqlens, k.shape[1])
     ]
     out = torch.cat([o for o, _ in parts], dim=1)
@@ -198,12 +254,15 @@ def torch_forward(q, k, v, c, scale, cu_seqlens=None, max_seqlen=None):
     return out, lse.to(_compute_dtype(q.dtype))
 
 
-def torch_backward(do, q, k, v, c, out, lse, scale, cu_seqlens=None, max_seqlen=None, dlse=None):
-    """Chunked exact backward (recomputes the scores). Returns dq, dk, dv, dc [B, Hq, Tk]."""
+def torch_backward(do, q, k, v, c, out, lse, scale, cu_seqlens=None, max_seqlen=None, dlse=None,
+                   prune_delta=None):
+    """Chunked exact backward (recomputes the scores). Returns dq, dk, dv, dc [B, Hq, Tk].
+    prune_delta as in ``torch_forward`` (the same chunks skip the same keys)."""
     del max_seqlen
+    dense = _dense_backward if prune_delta is None else _pruned_backward
     grads = [
-        _dense_backward(do[:, s:e], q[:, s:e], k[:, s:e], v[:, s:e], c[..., s:e], out[:, s:e],
-                        lse[..., s:e], scale, None if dlse is None else dlse[..., s:e])
+        dense(do[:, s:e], q[:, s:e], k[:, s:e], v[:, s:e], c[..., s:e], out[:, s:e],
+                        lse[..., s:e], scale, None if dlse is None else dlse[..., s:e], prune_delta)
         for s, e in _segments(cu_seqlens, k.shape[1])
     ]
     return tuple(torch.cat([g[i] for g in grads], dim=2 if i == 3 else 1) for i in range(4))

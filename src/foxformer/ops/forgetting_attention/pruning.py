@@ -1,0 +1,169 @@
+"""Adaptive computation pruning: which (query block, key block) tiles can be skipped.
+
+Maths (README.md here): with U >= max |scale * q_i . k_j| over a (batch, head) and N the most keys
+a row can see, every pair with ``c[p_i] - c[j] <= delta``, ``delta = log(eps) - 2U - log(N)``,
+carries probability at most eps / N, so a row loses at most eps in total. c never increases, so a
+tile's largest ``c[p_i] - c[j]`` sits at its first query and last key, and the test on those two
+values is conservative for every pair of the tile.
+
+Every backend (three Triton kernels, the chunked torch backend) applies that test at its own
+granularity; each decision is conservative on its own, so they never need to agree tile by tile.
+This module computes delta (the only new kernel input) and the statistics users tune eps with.
+"""
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+
+from .cumsum import gate_cumsum_heads_first
+
+# The kernels compute |q . k| in fp32 from rounded inputs; a tiny relative margin on U keeps "auto"
+# an upper bound of what they actually compute.
+_AUTO_MARGIN = 1.0 + 1e-4
+
+
+def check_pruning(prune_eps, qk_bound, B: int, Hq: int, device: torch.device) -> None:
+    """Validate prune_eps / qk_bound (ValueError / TypeError naming the argument)."""
+    if prune_eps is None:
+        return
+    if isinstance(prune_eps, bool) or not isinstance(prune_eps, (int, float)):
+        raise TypeError(f"prune_eps must be a float in (0, 1) or None, got {type(prune_eps).__name__}")
+    if not 0.0 < float(prune_eps) < 1.0:
+        raise ValueError(f"prune_eps must be in (0, 1), got {prune_eps!r}")
+    if qk_bound is None or (isinstance(qk_bound, str) and qk_bound == "auto"):
+        return
+    if isinstance(qk_bound, str):
+        raise ValueError(f"qk_bound must be 'auto', a float >= 0 or a tensor, got {qk_bound!r}")
+    if isinstance(qk_bound, torch.Tensor):
+        try:
+            torch.broadcast_shapes(qk_bound.shape, (B, Hq))
+        except RuntimeError:
+            raise ValueError(f"qk_bound must broadcast to [B, Hq] = {(B, Hq)}, got shape {tuple(qk_bound.shape)}") from None
+        if qk_bound.device != device:
+            raise ValueError(f"qk_bound must be on {device}, got {qk_bound.device}")
+        if not (qk_bound.is_floating_point() or qk_bound.dtype in (torch.int32, torch.int64)):
+            raise TypeError(f"qk_bound must be a real tensor, got {qk_bound.dtype}")
+        # a value check costs a sync on CUDA: same policy as check_gate_values
+        if torch.compiler.is_compiling():
+            return
+        if device.type == "cuda" and os.environ.get("FOXFORMER_CHECK_VALUES", "0") != "1":
+            return
+        if not (torch.isfinite(qk_bound).all() and (qk_bound >= 0).all()):
+            raise ValueError("qk_bound must be finite and >= 0")
+        return
+    if isinstance(qk_bound, bool) or not isinstance(qk_bound, (int, float)):
+        raise TypeError(f"qk_bound must be 'auto', a float or a tensor, got {type(qk_bound).__name__}")
+    if not (math.isfinite(qk_bound) and qk_bound >= 0):
+        raise ValueError(f"qk_bound must be finite and >= 0, got {qk_bound!r}")
+
+
+def auto_qk_bound(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
+    """U = scale * max_i ||q_i|| * max_j ||k_j|| per (batch, query head): float64 [B, Hq].
+
+    q [B, Tq, Hq, D], k [B, Tk, Hkv, D]. O(T * D) against the attention's O(T^2 * D); plain torch
+    ops, so it traces under torch.compile without a graph break.
+    """
+    Hq, Hkv = q.shape[2], k.shape[2]
+    q_max = torch.linalg.vector_norm(q, dim=-1, dtype=torch.float32).amax(dim=1)    # [B, Hq]
+    k_max = torch.linalg.vector_norm(k, dim=-1, dtype=torch.float32).amax(dim=1)    # [B, Hkv]
+    k_max = k_max.repeat_interleave(Hq // Hkv, dim=1)
+    return (q_max.double() * k_max.double()) * (abs(scale) * _AUTO_MARGIN)
+
+
+def prune_delta(q: torch.Tensor, k: torch.Tensor, prune_eps: float, qk_bound, scale: float,
+                n_keys: int) -> torch.Tensor:
+    """The skip threshold delta = log(eps) - 2U - log(N), float64 [B, Hq] (contiguous).
+
+    qk_bound: None or "auto" (from the norms of q and k), a float, or a tensor broadcastable to
+    [B, Hq]. A given bound is trusted: if some |scale * q . k| exceeds it, more than eps can be
+    pruned from a row (the caller's contract). n_keys: keys a row can see at most (Tk, or the
+    longest packed sequence).
+    """
+    B, Hq = q.shape[0], q.shape[2]
+    if qk_bound is None or isinstance(qk_bound, str):
+        u = auto_qk_bound(q, k, scale)
+    elif isinstance(qk_bound, torch.Tensor):
+        u = qk_bound.to(device=q.device, dtype=torch.float64)
+    else:
+        u = torch.full((B, Hq), float(qk_bound), dtype=torch.float64, device=q.device)
+    const = math.log(float(prune_eps)) - math.log(max(int(n_keys), 1))
+    return torch.broadcast_to(const - 2.0 * u, (B, Hq)).contiguous()
+
+
+def key_block_starts(c: torch.Tensor, delta: torch.Tensor, positions: torch.Tensor,
+                     block_n: int) -> torch.Tensor:
+    """First kept key of each query block, as the forward and dq kernels compute it.
+
+    c [B, H, T] float64 (one sequence); delta [B, H]; positions [Q] int64: key position of each
+    block's first query. Returns int64 [B, H, Q], a multiple of block_n: key blocks before it have
+    ``c[p0] - c[last key] <= delta`` and are skipped.
+    """
+    ends = c[..., block_n - 1::block_n]                                        # [B, H, n_full]
+    if ends.shape[-1] == 0:
+        return torch.zeros(*c.shape[:2], positions.numel(), dtype=torch.int64, device=c.device)
+    cq = c[..., positions]                                                      # [B, H, Q]
+    n_pruned = torch.zeros(*c.shape[:2], positions.numel(), dtype=torch.int64, device=c.device)
+    step = max(1, (1 << 22) // max(1, ends.numel()))  # bounds the [B, H, Q, n_full] temporary
+    for s in range(0, positions.numel(), step):
+        d = cq[..., s:s + step, None] - ends[..., None, :]
+        n_pruned[..., s:s + step] = (d <= delta[..., None, None]).sum(-1)
+    return n_pruned * block_n
+
+
+def pruning_stats(q: torch.Tensor, k: torch.Tensor, log_fgate: torch.Tensor, prune_eps: float, *,
+                  qk_bound="auto", softmax_scale: float | None = None,
+                  cu_seqlens: torch.Tensor | None = None, block_m: int | None = None,
+                  block_n: int | None = None, c: torch.Tensor | None = None) -> torch.Tensor:
+    """Fraction of causal (query block, key block) tiles the forward kernel keeps, per head.
+
+    Args:
+        q: [B, Tq, Hq, D]; k: [B, Tk, Hkv, D] (only their norms and shapes are used).
+        log_fgate: [B, Tk, Hq] log forget gates (or pass ``c`` [B, Tk, Hq], the float64 cumsum,
+            and log_fgate=None).
+        prune_eps, qk_bound, softmax_scale, cu_seqlens: as in ``forgetting_attention``.
+        block_m, block_n: tile sizes; default: the Triton forward's tiles for q's head dim and
+            device (the dq and dk/dv kernels use other tiles and keep about the same fraction).
+
+    Returns:
+        float64 [B, Hq]: kept tiles / causal tiles (1.0 = nothing pruned). With cu_seqlens
+        (B = 1), tiles of all sequences are pooled.
+    """
+    from .fwd import fwd_config
+
+    B, Tq, Hq, D = q.shape
+    Tk = k.shape[1]
+    if c is None:
+        if log_fgate is None:
+            raise ValueError("pass log_fgate or c")
+        c_t = gate_cumsum_heads_first(log_fgate)
+    else:
+        c_t = c.transpose(1, 2).double().contiguous()
+    if block_m is None or block_n is None:
+        cfg = fwd_config(D, q)
+        block_m = block_m or cfg.block_m
+        block_n = block_n or cfg.block_n
+    scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(D)
+    if cu_seqlens is None:
+        segments, n_keys = [(0, Tk)], Tk
+    else:
+        bounds = cu_seqlens.tolist()
+        segments = list(zip(bounds[:-1], bounds[1:]))
+        n_keys = max(e - s for s, e in segments)
+    check_pruning(prune_eps, qk_bound, B, Hq, q.device)
+    delta = prune_delta(q, k, prune_eps, qk_bound, scale, n_keys)
+    kept = torch.zeros(B, Hq, dtype=torch.float64, device=q.device)
+    total = 0
+    for s, e in segments:
+        seg_c = c_t[..., s:e]
+        n_k = e - s
+        n_q = n_k if cu_seqlens is not None else Tq
+        off = n_k - n_q
+        m0 = torch.arange(0, n_q, block_m, device=q.device)
+        hi = torch.clamp(off + m0 + block_m, max=n_k)
+        causal = (hi + block_n - 1) // block_n                                    # [Q]
+        lo = key_block_starts(seg_c, delta, off + m0, block_n) // block_n         # [B, H, Q]
+        kept += (causal - lo).sum(-1).double()
+        total += int(causal.sum())
+    return kept / total

@@ -1,0 +1,277 @@
+"""Adaptive computation pruning (prune_eps): error bounds, skipped work, and the API contract.
+
+Pruned results are compared with the unpruned result of the same backend in fp32, against the
+bounds derived in README.md: per row at most eps of probability is dropped, so
+|d out| <= 2 eps max|v| and |d lse| <= -log(1 - eps); the gradient bounds below follow from the
+same per-row L1 bound sum_j |p'_ij - p_ij| <= 2 eps (doubled here: the three kernels may drop
+slightly different pairs, each set within the bound).
+The Triton kernels run through the interpreter at kernel level (the public triton backend takes
+fp16/bf16 only); the torch backend runs through the public function.
+"""
+import math
+
+import pytest
+import torch
+
+from foxformer import forgetting_attention
+from foxformer.ops import gate_cumsum, pruning_stats
+from foxformer.ops.forgetting_attention.bwd import INTERPRET_DKDV_CONFIG, INTERPRET_DQ_CONFIG, triton_backward
+from foxformer.ops.forgetting_attention.fwd import INTERPRET_FWD_CONFIG, triton_forward
+from foxformer.ops.forgetting_attention.pruning import key_block_starts, prune_delta
+from foxformer.ops.forgetting_attention.reference import torch_backward, torch_forward
+
+EPS = 1e-3
+ROUND = 1e-5  # fp32 rounding allowance, relative to each bound's scale
+
+# log f per head, [H] -> [T] values: every regime pruning must handle.
+GATES = {
+    "open": lambda t, h: torch.full((t,), -1e-7),                # f ~ 1: nothing can be pruned
+    "strong": lambda t, h: torch.full((t,), math.log(0.5)),      # f ~ 0.5: most tiles pruned
+    # across heads: open, strong, slow decay, and mild gates with -inf cuts
+    "mixed": lambda t, h: [torch.zeros(t), torch.full((t,), -0.69), torch.full((t,), -0.05),
+                           torch.where(torch.arange(t) % 37 == 5, float("-inf"), -0.01)][h % 4],
+}
+
+
+def make(B, Tq, Tk, Hq, Hkv, D, gate, seed=0, q_scale=1.0):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, Tq, Hq, D, generator=g) * q_scale
+    k = torch.randn(B, Tk, Hkv, D, generator=g)
+    v = torch.randn(B, Tk, Hkv, D, generator=g)
+    do = torch.randn(B, Tq, Hq, D, generator=g)
+    log_f = torch.stack([GATES[gate](Tk, h) for h in range(Hq)], -1).expand(B, Tk, Hq).float()
+    return q, k, v, log_f, do
+
+
+def kernels(q, k, v, c_t, do, scale, delta=None, cu=None, max_seqlen=None):
+    out, lse = triton_forward(q, k, v, c_t, scale, cu, max_seqlen, prune_delta=delta)
+    return (out, lse, *triton_backward(do, q, k, v, c_t, out, lse, scale, cu, max_seqlen, prune_delta=delta))
+
+
+def torch_kernels(q, k, v, c_t, do, scale, delta=None, cu=None, max_seqlen=None):
+    out, lse = torch_forward(q, k, v, c_t, scale, cu, max_seqlen, prune_delta=delta)
+    return (out, lse, *torch_backward(do, q, k, v, c_t, out, lse, scale, cu, max_seqlen, prune_delta=delta))
+
+
+def check_bounds(got, ref, q, k, v, do, scale, eps=EPS):
+    """got/ref: out, lse, dq, dk, dv, dc (kernel contract), pruned and unpruned."""
+    out, lse, dq, dk, dv, dc = (x.double() for x in got)
+    out0, lse0, dq0, dk0, dv0, dc0 = (x.double() for x in ref)
+    q, k, v, do = (x.double() for x in (q, k, v, do))
+    vmax = v.abs().max().item()
+    assert (out - out0).abs().max() <= 2 * eps * vmax * (1 + ROUND) + ROUND, "out"
+    assert (lse - lse0).abs().max() <= -math.log1p(-eps) + ROUND * lse0.abs().max(), "lse"
+    # |dP_ij| <= A_i = ||do_i|| max_j ||v_j||; per row sum_j |dS'_ij - dS_ij| <= 6 eps A_i (x2 slack)
+    a = (do.norm(dim=-1) * v.norm(dim=-1).max()).sum().item()
+    ds_l1 = 12 * eps * a
+    l1 = lambda x: x.abs().sum().item()  # noqa: E731
+    tol = lambda x: ROUND * (l1(x) + 1)  # noqa: E731
+    assert l1(dv - dv0) <= 4 * eps * l1(do) + tol(dv0), "dv"
+    assert l1(dq - dq0) <= scale * k.abs().sum(-1).max().item() * ds_l1 + tol(dq0), "dq"
+    assert l1(dk - dk0) <= scale * q.abs().sum(-1).max().item() * ds_l1 + tol(dk0), "dk"
+    assert l1(dc - dc0) <= 2 * ds_l1 + tol(dc0), "dc"
+
+
+CASES = [
+    # B, Tq, Tk, Hq, Hkv, D, gate
+    pytest.param(1, 130, 130, 2, 1, 16, "open", id="open-gqa2"),
+    pytest.param(2, 70, 160, 2, 2, 16, "strong", id="strong-prefill-Tq70-Tk160"),
+    pytest.param(1, 160, 160, 4, 2, 16, "mixed", id="mixed-heads-cuts-gqa2"),
+]
+
+
+@pytest.mark.parametrize("backend", ["triton", "torch"])
+@pytest.mark.parametrize("B,Tq,Tk,Hq,Hkv,D,gate", CASES)
+def test_pruned_within_bound_auto(backend, B, Tq, Tk, Hq, Hkv, D, gate):
+    q, k, v, log_f, do = make(B, Tq, Tk, Hq, Hkv, D, gate)
+    c_t = gate_cumsum(log_f).transpose(1, 2).contiguous()
+    scale = D ** -0.5
+    delta = prune_delta(q, k, EPS, "auto", scale, Tk)
+    run = kernels if backend == "triton" else torch_kernels
+    got, ref = run(q, k, v, c_t, do, scale, delta), run(q, k, v, c_t, do, scale)
+    check_bounds(got, ref, q, k, v, do, scale)
+    if gate == "open" and backend == "triton":
+        for a, b in zip(got, ref):  # nothing pruned: the very same loops run
+            assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("backend", ["triton", "torch"])
+def test_given_bound_prunes_visible_mass_within_bound(backend):
+    """q = 0 makes U = 0 an exact bound, so delta is as high as it can be: pruning drops a mass
+    well above rounding, which must still stay under the bound (eps large to see it)."""
+    eps = 0.05
+    q, k, v, log_f, do = make(1, 160, 160, 2, 1, 16, "strong", seed=1, q_scale=0.0)
+    log_f = log_f * 0.3  # slow enough that dropped keys still carry visible weight
+    c_t = gate_cumsum(log_f).transpose(1, 2).contiguous()
+    scale = 0.25
+    delta = prune_delta(q, k, eps, 0.0, scale, 160)
+    run = kernels if backend == "triton" else torch_kernels
+    got, ref = run(q, k, v, c_t, do, scale, delta), run(q, k, v, c_t, do, scale)
+    assert (got[0] - ref[0]).abs().max() > 1e-5  # something was really dropped
+    check_bounds(got, ref, q, k, v, do, scale, eps=eps)
+
+
+def test_varlen_within_bound_and_triton_matches_torch_stats():
+    lengths = [5, 90, 1, 64]
+    T = sum(lengths)
+    cu = torch.tensor([0] + lengths).cumsum(0).to(torch.int32)
+    q, k, v, log_f, do = make(1, T, T, 2, 1, 16, "mixed", seed=2)
+    c_t = gate_cumsum(log_f).transpose(1, 2).contiguous()
+    scale = 0.25
+    delta = prune_delta(q, k, EPS, "auto", scale, max(lengths))
+    got = kernels(q, k, v, c_t, do, scale, delta, cu, max(lengths))
+    ref = kernels(q, k, v, c_t, do, scale, None, cu, max(lengths))
+    check_bounds(got, ref, q, k, v, do, scale)
+    got_t = torch_kernels(q, k, v, c_t, do, scale, delta, cu, max(lengths))
+    check_bounds(got_t, ref, q, k, v, do, scale)
+    kept = pruning_stats(q, k, log_f, EPS, cu_seqlens=cu)
+    assert kept.shape == (1, 2) and kept[0, 0] == 1.0 and kept[0, 1] < 1.0
+
+
+def test_interface_torch_backend_gradients_within_bound():
+    """Public function, torch backend, autograd down to log_fgate (through the cumsum)."""
+    q, k, v, log_f, do = make(1, 150, 150, 4, 2, 16, "mixed", seed=3)
+    leaves = lambda: [t.clone().requires_grad_() for t in (q, k, v, log_f)]  # noqa: E731
+    res = []
+    for eps in (EPS, None):
+        xs = leaves()
+        out, lse = forgetting_attention(*xs, backend="torch", return_lse=True, prune_eps=eps)
+        (out * do).sum().backward()
+        res.append([out.detach(), lse.detach()] + [x.grad for x in xs])
+    (out, lse, dq, dk, dv, dlf), (out0, lse0, dq0, dk0, dv0, dlf0) = res
+    assert (out - out0).abs().max() <= 2 * EPS * v.abs().max() + 1e-5
+    assert (lse - lse0).abs().max() <= -math.log1p(-EPS) + 1e-5
+    # dlog f_l = sum_{t >= l} dc_t, so |d dlog f| <= ||d dc||_1 (bound as in check_bounds)
+    a = (do.double().norm(dim=-1) * v.double().norm(dim=-1).max()).sum().item()
+    assert (dlf - dlf0).abs().max() <= 24 * EPS * a + 1e-4
+    for g, g0 in ((dq, dq0), (dk, dk0), (dv, dv0)):
+        assert (g - g0).abs().max() <= 1e-2 * g0.abs().max()
+
+
+def test_interface_triton_fp16_open_gates_bitwise_and_strong_close():
+    q, k, v, log_f, _ = make(1, 64, 64, 2, 1, 32, "open", seed=4)
+    q, k, v = (x.half() for x in (q, k, v))
+    a = forgetting_attention(q, k, v, log_f, backend="triton", prune_eps=EPS)
+    b = forgetting_attention(q, k, v, log_f, backend="triton")
+    assert torch.equal(a, b)
+    strong = log_f.new_full(log_f.shape, math.log(0.5))
+    a = forgetting_attention(q, k, v, strong, backend="triton", prune_eps=EPS, qk_bound=torch.tensor(50.0))
+    b = forgetting_attention(q, k, v, strong, backend="triton")
+    assert (a.float() - b.float()).abs().max() <= 2 * EPS * v.abs().max().item() + 2e-3
+
+
+def test_too_small_given_bound_breaks_the_guarantee():
+    """Documented contract: a given qk_bound is trusted. Far keys with large logits are then
+    pruned although they dominate their rows; 'auto' keeps them."""
+    T, D = 128, 16
+    q, k, v, log_f, _ = make(1, T, T, 1, 1, D, "strong", seed=5)
+    q = torch.zeros_like(q)
+    q[..., 0] = 4.0
+    k = torch.zeros_like(k)
+    k[:, :8, :, 0] = 40.0  # logit 40 * 4 / 4 = 40 for keys far behind most queries
+    exact = forgetting_attention(q, k, v, log_f, backend="torch")
+    wrong = forgetting_attention(q, k, v, log_f, backend="torch", prune_eps=EPS, qk_bound=0.0)
+    auto = forgetting_attention(q, k, v, log_f, backend="torch", prune_eps=EPS, qk_bound="auto")
+    bound = 2 * EPS * v.abs().max()
+    assert (wrong - exact).abs().max() > 10 * bound
+    assert (auto - exact).abs().max() <= bound + 1e-5
+
+
+LAYOUTS = [
+    # Tq, Tk, cu_seqlens: the checked sequence is the last one (keys s0 .. Tk)
+    pytest.param(192, 192, None, id="dense"),
+    pytest.param(100, 192, None, id="prefill-Tq100-Tk192"),
+    pytest.param(192, 192, [0, 40, 192], id="varlen"),
+]
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the interpreter's numpy meets the NaN
+@pytest.mark.parametrize("Tq,Tk,cu", LAYOUTS)
+def test_skipped_tiles_are_never_loaded(Tq, Tk, cu):
+    """NaN in k/v of keys the forward and dq kernels skip, and in q/do of query rows the dk/dv
+    kernel skips, must not reach the rows and columns that skip them (masking would leak NaN)."""
+    H, D = 2, 16
+    q, k, v, log_f, do = make(1, Tq, Tk, H, 1, D, "strong", seed=6)
+    c_t = gate_cumsum(log_f).transpose(1, 2).contiguous()
+    scale = 0.25
+    s0 = 0 if cu is None else cu[-2]
+    n_k = Tk - s0
+    off = n_k - (Tq - s0)
+    cu_t = None if cu is None else torch.tensor(cu, dtype=torch.int32)
+    max_len = None if cu is None else max(b - a for a, b in zip(cu[:-1], cu[1:]))
+    delta = prune_delta(q, k, EPS, 1.0, scale, Tk)  # a given bound: only the ranges matter here
+    clean = kernels(q, k, v, c_t, do, scale, delta, cu_t, max_len)
+    seg_c = c_t[..., s0:]
+
+    # forward and dq: poison the first 16 keys of the sequence
+    kp, vp = k.clone(), v.clone()
+    kp[:, s0:s0 + 16] = float("nan")
+    vp[:, s0:s0 + 16] = float("nan")
+    out, lse = triton_forward(q, kp, vp, c_t, scale, cu_t, max_len, prune_delta=delta)
+    dq = triton_backward(do, q, kp, vp, c_t, clean[0], clean[1], scale, cu_t, max_len, prune_delta=delta)[0]
+    unpruned = triton_forward(q, kp, vp, c_t, scale, cu_t, max_len)[0]
+    for cfg, got, ref in ((INTERPRET_FWD_CONFIG, out, clean[0]), (INTERPRET_DQ_CONFIG, dq, clean[2])):
+        starts = torch.arange(0, Tq - s0, cfg.block_m)
+        lo = key_block_starts(seg_c, delta, off + starts, cfg.block_n)[0]          # [H, n_blocks]
+        safe = (lo >= 16).repeat_interleave(cfg.block_m, dim=1)[:, :Tq - s0].T      # [rows, H]
+        assert safe.sum() >= safe.numel() // 4
+        assert torch.equal(got[0, s0:][safe], ref[0, s0:][safe])
+    assert torch.isnan(unpruned[0, s0:][safe]).all()  # without pruning the poison does arrive
+
+    # dk/dv: poison query rows from R on, R past every kept query tile of the first key block
+    bn, bm = INTERPRET_DKDV_CONFIG.block_n, INTERPRET_DKDV_CONFIG.block_m
+    i_lo = max(-off, 0)
+    tile_starts = torch.arange(i_lo, Tq - s0, bm)
+    pruned = (seg_c[0, :, off + tile_starts] - seg_c[0, :, bn - 1:bn]) <= delta[0, :, None]  # [H, tiles]
+    assert pruned.any(-1).all()
+    R = s0 + i_lo + int(pruned.int().argmax(-1).max()) * bm
+    assert R < Tq
+    qp, dop = q.clone(), do.clone()
+    qp[:, R:] = float("nan")
+    dop[:, R:] = float("nan")
+    _, dk, dv, dc = triton_backward(dop, qp, k, v, c_t, clean[0], clean[1], scale, cu_t, max_len,
+                                    prune_delta=delta)
+    keys = slice(s0, s0 + bn)
+    assert torch.equal(dk[:, keys], clean[3][:, keys]) and torch.equal(dv[:, keys], clean[4][:, keys])
+    if off == 0:
+        assert torch.equal(dc[..., keys], clean[5][..., keys])
+    assert torch.isnan(dk[:, s0 + bn:]).any()
+
+
+def test_pruning_stats():
+    T = 4096
+    q, k, _, _, _ = make(1, T, T, 3, 1, 16, "open", seed=7)
+    log_f = torch.stack([GATES["open"](T, 0), GATES["strong"](T, 0), GATES["mixed"](T, 3)], -1)[None]
+    kept = pruning_stats(q, k, log_f, EPS, block_m=128, block_n=64)
+    assert kept.shape == (1, 3)
+    assert kept[0, 0] == 1.0 and kept[0, 1] < 0.15 and kept[0, 2] < 0.5
+    # a larger eps or a smaller bound prunes more; decoding (Tq = 1) sees one tile row
+    assert (pruning_stats(q, k, log_f, 0.5, qk_bound=1.0, block_m=128, block_n=64) <= kept).all()
+    one = pruning_stats(q[:, -1:], k, log_f, EPS, block_m=128, block_n=64)
+    assert one[0, 0] == 1.0 and one[0, 1] < 0.1
+
+
+def test_compiles_without_graph_breaks():
+    q, k, v, log_f, _ = make(1, 40, 40, 2, 1, 16, "strong", seed=8)
+
+    def f(q, k, v, log_f):
+        given = forgetting_attention(q, k, v, log_f, backend="torch", prune_eps=EPS,
+                                     qk_bound=torch.full((1, 2), 30.0))
+        return given + forgetting_attention(q, k, v, log_f, backend="torch", prune_eps=EPS, qk_bound="auto")
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
+    torch.testing.assert_close(compiled(q, k, v, log_f), f(q, k, v, log_f))
+
+
+@pytest.mark.parametrize("kw,err,match", [
+    (dict(prune_eps=0.0), ValueError, "prune_eps"),
+    (dict(prune_eps=1.5), ValueError, "prune_eps"),
+    (dict(prune_eps="1e-3"), TypeError, "prune_eps"),
+    (dict(prune_eps=1e-3, qk_bound=-1.0), ValueError, "qk_bound"),
+    (dict(prune_eps=1e-3, qk_bound="max"), ValueError, "qk_bound"),
+    (dict(prune_eps=1e-3, qk_bound=torch.ones(3)), ValueError, "qk_bound"),
+    (dict(prune_eps=1e-3, qk_bound=torch.tensor([float("nan")])), ValueError, "qk_bound"),
+], ids=["eps0", "eps1.5", "eps-str", "bound-neg", "bound-str", "bound-shape", "bound-nan"])
+def test_bad_pruning_arguments(kw, err, match):
+    q, k, v, log_f, _ = make(1, 8, 8, 2, 1, 16, "strong")
+    with pytest.raises(err, match=match):
+        forgetting_attention(q, k, v, log_f, backend="torch", **kw)
