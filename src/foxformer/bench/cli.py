@@ -1,7 +1,7 @@
 """`foxformer bench <what>`: benchmarks that print a table and write JSON."""
 from __future__ import annotations
 
-from . import attention, model
+from . import attention, decode, model
 
 
 def add_commands(sub) -> None:
@@ -9,3 +9,4 @@ def add_commands(sub) -> None:
     inner = bench.add_subparsers(dest="bench_command", metavar="WHAT")
     attention.add_parser(inner)
     model.add_parser(inner)
+    decode.add_parser(inner)

@@ -2,48 +2,199 @@
 
 c is extended with ``gate_cumsum(new_log_f, initial=last_c)``: a decode step costs O(1) in the
 cache length for the gate, and c is never recomputed over the whole cache.
+
+Storage is preallocated and grows by doubling, so a decode step writes one row instead of
+concatenating the whole cache. With eviction (see ``foxformer.infer.eviction``) each (batch, kv head)
+keeps a start index: c never increases, so the keys that can be dropped are always the oldest and
+the live keys of a head are the suffix ``[start, length)`` of the buffer (ragged across heads).
+The dead prefix shared by all heads is reclaimed only when it is at least half the buffer, which
+keeps the copying amortised O(1) per token.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Sequence
 
 import torch
 
+_MIN_CAPACITY = 16
+
+
+def _capacity_for(n: int) -> int:
+    cap = _MIN_CAPACITY
+    while cap < n:
+        cap *= 2
+    return cap
+
 
 class LayerCache:
-    """One layer's state. k, v [B, T, Hkv, D]; c float64 [B, T, H]; k_last, v_last [B, Hkv, D] (kv shift)."""
+    """One layer's state.
 
-    def __init__(self) -> None:
-        self.k: Optional[torch.Tensor] = None
-        self.v: Optional[torch.Tensor] = None
-        self.c: Optional[torch.Tensor] = None
+    Views: k, v [B, T, Hkv, D]; c float64 [B, T, H] (T = entries held, counting evicted ones not yet
+    compacted away). Storage: k_buf, v_buf [B, capacity, Hkv, D]; c_buf float64 [B, H, capacity]
+    (heads first: the decode kernel and the eviction test read it along the keys).
+    start: int64 [B, Hkv], first live entry of each (batch, kv head); entries before it are evicted.
+    k_last, v_last [B, Hkv, D]: raw candidates of the last token (kv shift).
+    delta: eviction threshold (log-space, < 0) or None for no eviction in this layer.
+    """
+
+    def __init__(self, delta: Optional[float] = None) -> None:
+        self.k_buf: Optional[torch.Tensor] = None
+        self.v_buf: Optional[torch.Tensor] = None
+        self.c_buf: Optional[torch.Tensor] = None
+        self.start: Optional[torch.Tensor] = None
+        self.length = 0
+        self.dropped = 0  # entries compacted away (absolute position of buffer index 0)
         self.k_last: Optional[torch.Tensor] = None
         self.v_last: Optional[torch.Tensor] = None
+        self.delta = delta
+        self.capacity_hint = 0  # expected total length (FoxCache.reserve): avoids a last doubling
+
+    # -- views -------------------------------------------------------------------------------
+    @property
+    def k(self) -> Optional[torch.Tensor]:
+        return None if self.k_buf is None else self.k_buf[:, :self.length]
+
+    @property
+    def v(self) -> Optional[torch.Tensor]:
+        return None if self.v_buf is None else self.v_buf[:, :self.length]
+
+    @property
+    def c(self) -> Optional[torch.Tensor]:
+        return None if self.c_buf is None else self.c_buf[:, :, :self.length].transpose(1, 2)
+
+    @property
+    def capacity(self) -> int:
+        return 0 if self.k_buf is None else self.k_buf.shape[1]
 
     def last_c(self) -> Optional[torch.Tensor]:
         """c of the newest cached token [B, H], or None for an empty cache."""
-        return None if self.c is None else self.c[:, -1]
+        return None if self.c_buf is None or self.length == 0 else self.c_buf[:, :, self.length - 1]
 
-    def append(self, k: torch.Tensor, v: torch.Tensor, c: torch.Tensor):
-        """Add a chunk and return the full (k, v, c)."""
-        if self.k is None:
-            self.k, self.v, self.c = k, v, c
+    def live_lengths(self) -> Optional[torch.Tensor]:
+        """int64 [B, Hkv]: keys still held per (batch, kv head)."""
+        return None if self.start is None else self.length - self.start
+
+    # -- storage -----------------------------------------------------------------------------
+    def _allocate(self, k: torch.Tensor, c: torch.Tensor, capacity: int) -> None:
+        B, _, Hkv, D = k.shape
+        self.k_buf = k.new_empty(B, capacity, Hkv, D)
+        self.v_buf = k.new_empty(B, capacity, Hkv, D)
+        self.c_buf = c.new_empty(B, c.shape[2], capacity, dtype=torch.float64)
+        self.start = torch.zeros(B, Hkv, dtype=torch.int64, device=k.device)
+
+    def _move(self, first: int, capacity: int) -> None:
+        """Keep entries [first, length) at the front of buffers of ``capacity`` rows."""
+        live = self.length - first
+        if capacity == self.capacity:
+            # Only called with first >= capacity / 2 >= live: source and target do not overlap.
+            self.k_buf[:, :live] = self.k_buf[:, first:self.length]
+            self.v_buf[:, :live] = self.v_buf[:, first:self.length]
+            self.c_buf[:, :, :live] = self.c_buf[:, :, first:self.length]
         else:
-            self.k = torch.cat((self.k, k), dim=1)
-            self.v = torch.cat((self.v, v), dim=1)
-            self.c = torch.cat((self.c, c), dim=1)
-        return self.k, self.v, self.c
+            k_buf, v_buf, c_buf = self.k_buf, self.v_buf, self.c_buf
+            self.k_buf = k_buf.new_empty(k_buf.shape[0], capacity, *k_buf.shape[2:])
+            self.v_buf = v_buf.new_empty(v_buf.shape[0], capacity, *v_buf.shape[2:])
+            self.c_buf = c_buf.new_empty(c_buf.shape[0], c_buf.shape[1], capacity)
+            self.k_buf[:, :live] = k_buf[:, first:self.length]
+            self.v_buf[:, :live] = v_buf[:, first:self.length]
+            self.c_buf[:, :, :live] = c_buf[:, :, first:self.length]
+        self.start -= first
+        self.length = live
+        self.dropped += first
+
+    def _reserve(self, extra: int) -> None:
+        """Room for ``extra`` more entries: compact in place if half the buffer is dead, else regrow
+        (copying only the live part, so growth compacts for free)."""
+        need = self.length + extra
+        if need <= self.capacity:
+            return
+        first = self.min_start()
+        live_need = need - first
+        if first and first >= self.capacity // 2 and live_need <= self.capacity:
+            self._move(first, self.capacity)
+        else:
+            capacity = _capacity_for(max(live_need, 2 * (self.length - first)))
+            if self.capacity_hint >= live_need:  # never beyond the announced total length
+                capacity = min(capacity, self.capacity_hint)
+            self._move(first, capacity)
+
+    def append(self, k: torch.Tensor, v: torch.Tensor, c: torch.Tensor) -> None:
+        """Add a chunk: k, v [B, T, Hkv, D]; c float64 [B, T, H]."""
+        T = k.shape[1]
+        if self.k_buf is None:
+            # A known total length is allocated exactly; an evicting layer keeps growing by doubling
+            # since its live window is usually far shorter than the sequence.
+            hint = self.capacity_hint if self.delta is None else 0
+            self._allocate(k, c, max(_capacity_for(T), hint))
+        else:
+            self._reserve(T)
+        end = self.length + T
+        self.k_buf[:, self.length:end] = k
+        self.v_buf[:, self.length:end] = v
+        self.c_buf[:, :, self.length:end] = c.transpose(1, 2)
+        self.length = end
+
+    # -- eviction ----------------------------------------------------------------------------
+    @property
+    def evicting(self) -> bool:
+        """Whether this layer evicts at all (then ``start`` must be honoured by attention)."""
+        return self.delta is not None
+
+    def min_start(self) -> int:
+        """Smallest start over (batch, kv head): the prefix every head has dropped (a device sync)."""
+        return 0 if self.start is None or not self.evicting else int(self.start.min())
+
+    def evict(self, window: Optional[int] = None) -> None:
+        """Advance ``start`` past every key that no later query can weigh above the bound.
+
+        A key j is dead for query head h once c_now - c_j <= delta (c only decreases afterwards);
+        a kv entry is dropped only when every query head of its GQA group allows it.
+        window: examine only the ``window`` oldest live keys of each head (a decode step then reads
+        O(window) values of c instead of the whole cache; keys left over are caught in later steps,
+        and keeping a key longer is always safe). None scans everything. No host sync either way.
+        """
+        if self.delta is None or self.length == 0:
+            return
+        B, Hkv = self.start.shape
+        H = self.c_buf.shape[1]
+        threshold = self.c_buf[:, :, self.length - 1:self.length] - self.delta      # [B, H, 1]
+        if window is None or window >= self.length:
+            c = self.c_buf[:, :, :self.length]
+            dead = (c >= threshold).sum(-1)                                         # prefix: c non-increasing
+        else:
+            first = self.start.repeat_interleave(H // Hkv, dim=1)                   # [B, H]
+            idx = (first[:, :, None] + torch.arange(window, device=first.device)).clamp(max=self.length - 1)
+            c = self.c_buf.gather(2, idx)
+            dead = first + (c >= threshold).sum(-1)
+        dead = dead.view(B, Hkv, -1).amin(-1)
+        self.start = torch.maximum(self.start, dead)
 
     def select(self, index: torch.Tensor) -> None:
-        for name in ("k", "v", "c", "k_last", "v_last"):
+        for name in ("k_buf", "v_buf", "c_buf", "start", "k_last", "v_last"):
             t = getattr(self, name)
             if t is not None:
                 setattr(self, name, t.index_select(0, index.to(t.device)))
+
+    def memory_bytes(self) -> dict:
+        """Allocated bytes of k, v and c, and the bytes the live entries would need."""
+        if self.k_buf is None:
+            return {"allocated": 0, "live": 0, "held": 0}
+        per_entry_kv = 2 * self.k_buf.shape[-1] * self.k_buf.element_size()  # k and v, one kv head
+        group = self.c_buf.shape[1] // self.k_buf.shape[2]
+        per_entry_c = group * self.c_buf.element_size()
+        allocated = (self.k_buf.numel() + self.v_buf.numel()) * self.k_buf.element_size() + \
+            self.c_buf.numel() * self.c_buf.element_size()
+        live = int(self.live_lengths().sum()) * (per_entry_kv + per_entry_c)
+        held = self.length * self.start.numel() * (per_entry_kv + per_entry_c)
+        return {"allocated": allocated, "live": live, "held": held}
 
 
 class FoxCache:
     """Per-layer caches plus the number of tokens seen. Pass it back as ``past_key_values`` (or
     ``cache``) to continue: prefill in chunks, decode token by token.
+
+    ``evict_deltas``: one eviction threshold per layer (None entries: that layer keeps every key);
+    build them with ``foxformer.infer.eviction.eviction_deltas``.
 
     Not a ``transformers.Cache`` subclass on purpose: its API differs between transformers 5.17
     and 5.24, and generate only needs ``get_seq_length`` and the model's own
@@ -53,8 +204,11 @@ class FoxCache:
     is_compileable = False
     is_croppable = False
 
-    def __init__(self, num_layers: int) -> None:
-        self.layers = [LayerCache() for _ in range(num_layers)]
+    def __init__(self, num_layers: int, evict_deltas: Optional[Sequence[Optional[float]]] = None) -> None:
+        if evict_deltas is not None and len(evict_deltas) != num_layers:
+            raise ValueError(f"evict_deltas: expected {num_layers} entries (one per layer), got {len(evict_deltas)}")
+        deltas = list(evict_deltas) if evict_deltas is not None else [None] * num_layers
+        self.layers = [LayerCache(d) for d in deltas]
         self.seq_len = 0
 
     def __len__(self) -> int:
@@ -77,3 +231,17 @@ class FoxCache:
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
         self.reorder_cache(indices)
+
+    def reserve(self, total_len: int) -> None:
+        """Hint the total sequence length (prompt + new tokens) before the first forward: non-evicting
+        layers then allocate it at once instead of doubling past it."""
+        for layer in self.layers:
+            layer.capacity_hint = int(total_len)
+
+    def memory_bytes(self) -> dict:
+        """Summed over layers: allocated, live (ragged per head) and held (not yet compacted) bytes."""
+        total = {"allocated": 0, "live": 0, "held": 0}
+        for layer in self.layers:
+            for key, value in layer.memory_bytes().items():
+                total[key] += value
+        return total

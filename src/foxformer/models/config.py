@@ -27,6 +27,16 @@ class FoxConfig(PretrainedConfig):
     intermediate_size: SwiGLU width; None means round_up(2/3 * mlp_ratio * hidden_size, 64).
     head_dim: None means hidden_size // num_heads. num_kv_heads: None means num_heads (no GQA).
     attention_backend: backend of the forgetting_attention op ("auto" | "triton" | "torch" | "naive").
+    fgate_bias_shift: added to the forget-gate logits at inference (positive = slower decay = longer
+        effective context): a float for the whole model, a list [num_layers] of floats, or a nested list
+        [num_layers][num_heads]. 0 leaves the model unchanged.
+    evict_eps: decoding evicts cached keys whose attention probability is provably below evict_eps / N
+        for every later query (None = keep everything). Needs qk_norm, or evict_qk_bound.
+    evict_qk_bound: without qk_norm, the user's promise U >= |scale * q . k| for every query/key pair.
+    evict_max_len: N in the bound (the longest sequence decoded); None means max_position_embeddings.
+    prune_eps: the attention op skips (query block, key block) tiles whose total attention probability
+        per row is provably below prune_eps (None = compute every tile). The bound on |q . k| comes from
+        the QK-norm weights when qk_norm is on, else from the norms of q and k ("auto").
     """
 
     model_type = "foxformer"
@@ -63,6 +73,11 @@ class FoxConfig(PretrainedConfig):
     attention_backend: str = "auto"
     gradient_checkpointing: bool = False
     max_position_embeddings: int = 16384
+    fgate_bias_shift: float | list = 0.0
+    evict_eps: float | None = None
+    evict_qk_bound: float | None = None
+    evict_max_len: int | None = None
+    prune_eps: float | None = None
     use_cache: bool = True
     pad_token_id: int | None = None
     bos_token_id: int | None = None
@@ -101,8 +116,40 @@ class FoxConfig(PretrainedConfig):
         if not (0 < self.fgate_tmin <= self.fgate_tmax):
             raise ValueError(f"FoxConfig needs 0 < fgate_tmin <= fgate_tmax, got "
                              f"{self.fgate_tmin} and {self.fgate_tmax}")
+        self._validate_inference()
         if self.init_std <= 0 or self.rope_theta <= 0 or self.rms_norm_eps <= 0:
             raise ValueError("FoxConfig.init_std, rope_theta and rms_norm_eps must be positive")
+
+    def _validate_inference(self) -> None:
+        shift = self.fgate_bias_shift
+        if isinstance(shift, (list, tuple)):
+            if len(shift) != self.num_layers:
+                raise ValueError(f"FoxConfig.fgate_bias_shift as a list needs one entry per layer "
+                                 f"({self.num_layers}), got {len(shift)}")
+            for row in shift:
+                if isinstance(row, (list, tuple)) and len(row) != self.num_heads:
+                    raise ValueError(f"FoxConfig.fgate_bias_shift rows need one value per head "
+                                     f"({self.num_heads}), got {len(row)}")
+        elif not isinstance(shift, (int, float)) or isinstance(shift, bool):
+            raise ValueError(f"FoxConfig.fgate_bias_shift must be a float or a per-layer (per-head) list, "
+                             f"got {shift!r}")
+        if self.evict_eps is not None and not (0 < self.evict_eps < 1):
+            raise ValueError(f"FoxConfig.evict_eps must be in (0, 1) or None, got {self.evict_eps!r}")
+        if self.prune_eps is not None and not (0 < self.prune_eps < 1):
+            raise ValueError(f"FoxConfig.prune_eps must be in (0, 1) or None, got {self.prune_eps!r}")
+        if self.evict_qk_bound is not None and self.evict_qk_bound < 0:
+            raise ValueError(f"FoxConfig.evict_qk_bound must be >= 0 or None, got {self.evict_qk_bound!r}")
+        if self.evict_max_len is not None and self.evict_max_len < 1:
+            raise ValueError(f"FoxConfig.evict_max_len must be a positive int or None, got {self.evict_max_len!r}")
+
+    def layer_bias_shift(self, layer_idx: int) -> list[float]:
+        """fgate_bias_shift of one layer as one float per head."""
+        shift = self.fgate_bias_shift
+        if isinstance(shift, (list, tuple)):
+            shift = shift[layer_idx]
+        if isinstance(shift, (list, tuple)):
+            return [float(x) for x in shift]
+        return [float(shift)] * self.num_heads
 
     @property
     def has_fgate(self) -> bool:

@@ -14,6 +14,26 @@ from foxformer.ops import forgetting_attention, forgetting_attention_cumsum, gat
 from .config import FoxConfig
 
 
+# Chunks of at most this many new tokens on top of a cache take the decode kernel (split along keys).
+DECODE_MAX_QUERIES = 16
+# Keys per head examined for eviction after a one-token step (the rest waits for later steps).
+EVICT_WINDOW = 64
+
+
+def _decode_backend(backend: str, q: torch.Tensor) -> str:
+    """The model's attention backend mapped onto the decode op's ("triton" only for CUDA half types
+    under "auto", as for prefill)."""
+    if backend == "auto":
+        return "triton" if q.is_cuda and q.dtype in (torch.float16, torch.bfloat16) else "torch"
+    return "triton" if backend == "triton" and q.dtype != torch.float64 else "torch"
+
+
+def forgetting_attention_decode(*args, **kwargs):
+    # Imported on first use: the module imports triton, which CPU-only installs may lack.
+    from foxformer.ops.forgetting_attention.decode import forgetting_attention_decode as decode
+    return decode(*args, **kwargs)
+
+
 @dataclass
 class SeqContext:
     """Per-forward facts every layer needs, computed once by the model.
@@ -92,10 +112,11 @@ def timescale_bias(num_heads: int, tmin: float, tmax: float) -> torch.Tensor:
 class ForgetGate(nn.Module):
     """log f [B, T, H] (fp32) from the block input x [B, T, d]; see FoxConfig.fgate for the kinds."""
 
-    def __init__(self, config: FoxConfig):
+    def __init__(self, config: FoxConfig, layer_idx: int = 0):
         super().__init__()
         self.kind = config.fgate
         self.num_heads = config.num_heads
+        self.set_bias_shift(config.layer_bias_shift(layer_idx))
         if self.kind == "data_dependent":
             self.proj = nn.Linear(config.hidden_size, config.num_heads, bias=True)
         elif self.kind == "data_independent":
@@ -104,10 +125,41 @@ class ForgetGate(nn.Module):
             # A frozen gate is a (saved) buffer: loaders re-create parameters with requires_grad=True.
             self.register_buffer("bias", timescale_bias(config.num_heads, config.fgate_tmin, config.fgate_tmax))
 
+    def set_bias_shift(self, shift) -> None:
+        """Inference-time shift [H] (or a float) added to the gate logits; zeros remove it exactly.
+
+        Kept as a plain attribute, not a buffer: it is not part of the trained weights and must not
+        enter state dicts or checkpoints.
+        """
+        # Explicitly on the CPU: from_pretrained builds modules under a meta default device.
+        if isinstance(shift, torch.Tensor):
+            shift = shift.detach().to("cpu")
+        shift = torch.as_tensor(shift, dtype=torch.float64, device="cpu").flatten()
+        if shift.numel() == 1:
+            shift = shift.expand(self.num_heads)
+        if shift.numel() != self.num_heads:
+            raise ValueError(f"fgate_bias_shift: expected one value or {self.num_heads} (one per head), "
+                             f"got {shift.numel()}")
+        if not bool(torch.isfinite(shift).all()):
+            raise ValueError("fgate_bias_shift must be finite")
+        self._bias_shift = shift.clone() if bool((shift != 0).any()) else None
+
+    @property
+    def bias_shift(self) -> Optional[torch.Tensor]:
+        """float64 [H] or None (no shift)."""
+        return self._bias_shift
+
+    def _shift(self, logits: torch.Tensor) -> torch.Tensor:
+        if self._bias_shift is None:
+            return logits
+        if self._bias_shift.device != logits.device:
+            self._bias_shift = self._bias_shift.to(logits.device)
+        return logits + self._bias_shift.to(logits.dtype)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.kind == "data_dependent":
-            return F.logsigmoid(upcast(self.proj(x)))
-        log_f = F.logsigmoid(upcast(self.bias))
+            return F.logsigmoid(self._shift(upcast(self.proj(x))))
+        log_f = F.logsigmoid(self._shift(upcast(self.bias)))
         return log_f.expand(x.shape[0], x.shape[1], self.num_heads).contiguous()
 
 
@@ -156,7 +208,7 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(d, hkv * dh, bias=False)
         self.v_proj = nn.Linear(d, hkv * dh, bias=False)
         self.o_proj = nn.Linear(h * dh, d, bias=False)
-        self.fgate = ForgetGate(config) if config.has_fgate else None
+        self.fgate = ForgetGate(config, layer_idx) if config.has_fgate else None
         self.q_norm = RMSNorm(dh, config.rms_norm_eps) if config.qk_norm else None
         self.k_norm = RMSNorm(dh, config.rms_norm_eps) if config.qk_norm else None
         self.k_shift = KVShift(config) if config.kv_shift else None
@@ -201,6 +253,18 @@ class Attention(nn.Module):
             log_f = log_f.masked_fill(ctx.starts[:, :, None], float("-inf"))
         return log_f
 
+    def _pruning(self) -> dict:
+        """prune_eps / qk_bound arguments of the op. With QK-norm, |scale * q . k| is bounded by the norm
+        weights for free (RoPE keeps norms); 1% covers rounding of the normalised q, k in bf16."""
+        eps = self.config.prune_eps
+        if eps is None:
+            return {}
+        if self.q_norm is None:
+            return {"prune_eps": eps, "qk_bound": "auto"}
+        w_q, w_k = self.q_norm.weight.detach(), self.k_norm.weight.detach()
+        bound = w_q.abs().max().float() * w_k.abs().max().float() * (self.head_dim ** 0.5) * 1.01
+        return {"prune_eps": eps, "qk_bound": bound}
+
     def _attend(self, x, q, k, v, ctx: SeqContext, cache) -> torch.Tensor:
         backend = self.config.attention_backend
         if cache is not None:
@@ -208,8 +272,21 @@ class Attention(nn.Module):
             if log_f is None:
                 log_f = upcast(x.new_zeros(x.shape[0], x.shape[1], self.num_heads))
             c = gate_cumsum(log_f, initial=cache.last_c())
-            k_all, v_all, c_all = cache.append(k, v, c)
-            return forgetting_attention_cumsum(q, k_all, v_all, c_all, backend=backend)
+            cache.append(k, v, c)
+            T = q.shape[1]
+            if T <= DECODE_MAX_QUERIES:
+                # Few queries: the split-K decode op, which honours each head's eviction start.
+                out = forgetting_attention_decode(q, cache.k, cache.v, cache.c,
+                                                  cache.start if cache.evicting else None,
+                                                  backend=_decode_backend(backend, q))
+            else:
+                # Long chunk (prefill): the prefill op over the keys no head has evicted yet. Heads that
+                # evicted further still see their dead keys, which only brings them closer to exact.
+                first = cache.min_start()
+                out = forgetting_attention_cumsum(q, cache.k[:, first:], cache.v[:, first:], cache.c[:, first:],
+                                                  backend=backend, **self._pruning())
+            cache.evict(window=EVICT_WINDOW if T == 1 else None)
+            return out
         log_f = self._log_fgate(x, ctx)
         if log_f is None:
             # Plain causal softmax attention: SDPA reads [B, H, T, D] views of our layout without copies.
@@ -218,7 +295,7 @@ class Attention(nn.Module):
                 enable_gqa=self.num_kv_heads != self.num_heads)
             return out.transpose(1, 2)
         return forgetting_attention(q, k, v, log_f, cu_seqlens=ctx.cu_seqlens, max_seqlen=ctx.max_seqlen,
-                                    backend=backend)
+                                    backend=backend, **self._pruning())
 
 
 class Block(nn.Module):

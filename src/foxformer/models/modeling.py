@@ -121,6 +121,16 @@ class FoxModel(FoxPreTrainedModel):
     def get_input_embeddings(self) -> nn.Embedding:
         return self.embed_tokens
 
+    def new_cache(self, evict_eps: Optional[float] = None, evict_qk_bound: Optional[float] = None,
+                  evict_max_len: Optional[int] = None) -> FoxCache:
+        """An empty FoxCache; eviction settings default to the config's (evict_eps None: keep all keys)."""
+        from foxformer.infer.eviction import eviction_deltas
+
+        cfg = self.config
+        eps = evict_eps if evict_eps is not None else cfg.evict_eps
+        bound = evict_qk_bound if evict_qk_bound is not None else cfg.evict_qk_bound
+        return FoxCache(cfg.num_layers, evict_deltas=eviction_deltas(self, eps, bound, evict_max_len))
+
     def set_input_embeddings(self, value: nn.Embedding) -> None:
         self.embed_tokens = value
 
@@ -178,7 +188,7 @@ class FoxModel(FoxPreTrainedModel):
             # Plain forwards (training, evaluation) skip the cache; generate asks for it explicitly.
             use_cache = cache is not None
         if use_cache and cache is None:
-            cache = FoxCache(self.config.num_layers) if cu_seqlens is None else None
+            cache = self.new_cache() if cu_seqlens is None else None
         if not use_cache:
             cache = None
         B, T, _ = x.shape

@@ -66,8 +66,9 @@ def auto_qk_bound(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tenso
     ops, so it traces under torch.compile without a graph break.
     """
     Hq, Hkv = q.shape[2], k.shape[2]
-    q_max = torch.linalg.vector_norm(q, dim=-1, dtype=torch.float32).amax(dim=1)    # [B, Hq]
-    k_max = torch.linalg.vector_norm(k, dim=-1, dtype=torch.float32).amax(dim=1)    # [B, Hkv]
+    acc = torch.float64 if q.dtype == torch.float64 else torch.float32  # norms of half inputs in fp32
+    q_max = torch.linalg.vector_norm(q, dim=-1, dtype=acc).amax(dim=1)    # [B, Hq]
+    k_max = torch.linalg.vector_norm(k, dim=-1, dtype=acc).amax(dim=1)    # [B, Hkv]
     k_max = k_max.repeat_interleave(Hq // Hkv, dim=1)
     return (q_max.double() * k_max.double()) * (abs(scale) * _AUTO_MARGIN)
 

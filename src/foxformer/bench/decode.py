@@ -1,0 +1,268 @@
+"""`foxformer bench-decode` (also `foxformer bench decode`): decoding speed and memory at long context.
+
+For each context length and batch size: prefill ``context`` random tokens (in chunks), then time
+``steps`` single-token decode steps. Models: FoX (foxformer preset) without and with KV eviction,
+and transformers' own LlamaForCausalLM of the same size (SDPA, its DynamicCache) as the anchor.
+Reported: tokens/s (batch * steps / time), ms per step, peak device memory during decoding, cache
+bytes, the fraction of keys eviction kept, and the largest log-probability difference that eviction
+caused on the same token stream (the measured output error).
+
+Random-init FoX gates all start near f = 0.5 and would evict everything; ``--gates realistic`` sets
+each layer's gate biases to timescales geometric in [2, max context] across heads (the "realistic
+gates" of DESIGN.md) so that eviction sees a mix of short and long heads. ``--model`` benches a trained
+model instead.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import time
+from typing import Optional
+
+import torch
+from tqdm import tqdm
+
+from .common import environment, print_table, write_json
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from e
+
+
+def realistic_gates(model, max_context: int, noise: float = 0.0) -> None:
+    """Gate bias of every layer = timescales geometric in [2, max_context] across heads; weights scaled
+    by ``noise`` (0: data-independent decay)."""
+    from foxformer.models.layers import timescale_bias
+
+    with torch.no_grad():
+        for block in model.model.layers:
+            gate = block.attn.fgate
+            if gate is None:
+                continue
+            bias = timescale_bias(gate.num_heads, 2.0, float(max_context))
+            if gate.kind == "data_dependent":
+                gate.proj.bias.copy_(bias.to(gate.proj.bias))
+                gate.proj.weight.mul_(noise)
+            else:
+                gate.bias.copy_(bias.to(gate.bias))
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def _cache_kw(model) -> str:
+    from foxformer.infer.generate import _cache_keyword
+    return _cache_keyword(model)
+
+
+def _out_cache(out):
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else getattr(out, "past_key_values", None)
+
+
+@torch.no_grad()
+def measure_decode(model, *, vocab: int, context: int, batch: int, steps: int, warmup: int,
+                   evict_eps: Optional[float], prefill_chunk: int, device: torch.device, seed: int = 0,
+                   keep_logprobs: int = 8) -> dict:
+    """Prefill ``context`` random tokens, run ``warmup`` then ``steps`` timed decode steps.
+
+    Returns a row with tokens_per_s, ms_per_step, peak_mem_gib, cache_gib, kept_fraction and
+    "logprobs" (fp32 [min(steps, keep_logprobs), V] of row 0, for comparing runs on one token stream).
+    """
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, vocab, (batch, context + warmup + steps), generator=g).to(device)
+    kw = _cache_kw(model)
+    cache = None
+    if hasattr(getattr(model, "model", None), "new_cache"):
+        cache = model.model.new_cache(evict_eps=evict_eps)
+        cache.reserve(context + warmup + steps)
+    elif evict_eps is not None:
+        raise ValueError("evict_eps: eviction needs a FoX model")
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    # prefill_chunk is per sequence at batch <= 4; larger batches take proportionally shorter chunks so
+    # that a chunk's attention mask / score tiles (transformers materialises [B, 1, chunk, keys]) stay small.
+    chunk = max(128, prefill_chunk * 4 // max(batch, 4))
+    t0 = time.perf_counter()
+    out = None
+    for s in range(0, context, chunk):
+        out = model(input_ids=ids[:, s:min(s + chunk, context)], use_cache=True, logits_to_keep=1,
+                    **{kw: cache})
+        cache = _out_cache(out)
+    _sync(device)
+    prefill_s = time.perf_counter() - t0
+    for i in range(warmup):
+        out = model(input_ids=ids[:, context + i:context + i + 1], use_cache=True, logits_to_keep=1, **{kw: cache})
+        cache = _out_cache(out)
+    _sync(device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    logprobs = []
+    t0 = time.perf_counter()
+    for i in range(steps):
+        t = context + warmup + i
+        out = model(input_ids=ids[:, t:t + 1], use_cache=True, logits_to_keep=1, **{kw: cache})
+        cache = _out_cache(out)
+        if i < keep_logprobs:
+            logprobs.append(out.logits[0, -1])
+    _sync(device)
+    elapsed = time.perf_counter() - t0
+    row = {"context": context, "batch": batch, "steps": steps, "ms_per_step": 1e3 * elapsed / max(steps, 1),
+           "tokens_per_s": batch * steps / elapsed if elapsed > 0 else None, "prefill_s": prefill_s}
+    if device.type == "cuda":
+        row["peak_mem_gib"] = torch.cuda.max_memory_allocated() / 2**30
+    if hasattr(cache, "memory_bytes"):
+        from foxformer.infer.eviction import cache_report
+        rep = cache_report(cache)
+        row["cache_gib"] = rep["allocated_bytes"] / 2**30
+        row["live_gib"] = rep["live_bytes"] / 2**30
+        row["kept_fraction"] = rep["kept_fraction"]
+    row["logprobs"] = torch.log_softmax(torch.stack(logprobs).float(), -1).cpu() if logprobs else None
+    return row
+
+
+def _build(args, device: torch.device, dtype: torch.dtype):
+    from foxformer.models import FoxForCausalLM, get_preset
+
+    from .model import llama_anchor
+
+    models = []
+    if args.model:
+        from foxformer.eval.loading import load_model
+        fox = load_model(args.model, device=device, dtype=dtype).model
+    else:
+        torch.manual_seed(0)
+        fox = FoxForCausalLM(get_preset(args.preset, vocab_size=args.vocab_size,
+                                        max_position_embeddings=max(max(args.contexts) * 2, 16384)))
+        if args.gates == "realistic":
+            realistic_gates(fox, args.gate_tmax or max(args.contexts))
+        fox = fox.to(device=device, dtype=dtype).eval()
+    models.append(("fox", fox, None))
+    models.append(("fox+evict", fox, args.evict_eps))
+    if args.baseline:
+        family, block, size = args.preset.split("-")
+        cfg = get_preset(f"transformer-{block}-{size}", vocab_size=fox.config.vocab_size)
+        llama = llama_anchor(cfg)
+        llama.config.use_cache = True
+        models.append(("llama-sdpa", llama.to(device=device, dtype=dtype).eval(), None))
+    return models
+
+
+def run(args) -> dict:
+    device = torch.device(args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu"))
+    dtype = DTYPES[args.dtype] if args.dtype != "auto" else (torch.bfloat16 if device.type == "cuda" else torch.float32)
+    if args.kernel:
+        from foxformer.models import get_preset
+        cfg = get_preset(args.preset)
+        rows = kernel_rows(args.contexts, args.batches, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, device, dtype)
+        payload = {"env": environment(), "settings": {k: v for k, v in vars(args).items() if k != "func"},
+                   "rows": rows}
+        if args.out:
+            write_json(args.out, payload)
+            print(f"wrote {args.out}")
+        return payload
+    models = _build(args, device, dtype)
+    rows = []
+    jobs = [(name, m, eps, ctx, b) for ctx in args.contexts for b in args.batches for name, m, eps in models]
+    reference = {}
+    for name, model, eps, ctx, b in tqdm(jobs, desc="bench decode"):
+        try:
+            row = measure_decode(model, vocab=model.config.vocab_size, context=ctx, batch=b, steps=args.steps,
+                                 warmup=args.warmup, evict_eps=eps, prefill_chunk=args.prefill_chunk, device=device)
+        except torch.cuda.OutOfMemoryError:
+            row = {"context": ctx, "batch": b, "error": "out of memory"}
+        row["model"] = name
+        if eps is not None:
+            row["evict_eps"] = eps
+        lp = row.pop("logprobs", None)
+        if name == "fox" and lp is not None:
+            reference[(ctx, b)] = lp
+        elif name == "fox+evict" and lp is not None and (ctx, b) in reference:
+            row["max_logprob_diff"] = float((lp - reference[(ctx, b)]).abs().max())
+        rows.append(row)
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    columns = ["model", "context", "batch", "tokens_per_s", "ms_per_step", "peak_mem_gib", "cache_gib",
+               "live_gib", "kept_fraction", "max_logprob_diff", "error"]
+    print_table(rows, columns)
+    payload = {"env": environment(), "settings": {k: v for k, v in vars(args).items() if k != "func"}, "rows": rows}
+    if args.out:
+        write_json(args.out, payload)
+        print(f"wrote {args.out}")
+    return payload
+
+
+@torch.no_grad()
+def kernel_rows(contexts: list[int], batches: list[int], heads: int, kv_heads: int, head_dim: int,
+                device: torch.device, dtype: torch.dtype) -> list[dict]:
+    """The attention op alone for one new token: FoX decode op (Triton on CUDA) against SDPA with
+    the same q / k / v (what a softmax Transformer runs), as time and effective bandwidth."""
+    from foxformer.ops import gate_cumsum
+    from foxformer.ops.forgetting_attention.decode import forgetting_attention_decode
+
+    from .common import time_ms
+
+    rows = []
+    for T in contexts:
+        for B in batches:
+            try:
+                q = torch.randn(B, 1, heads, head_dim, device=device, dtype=dtype)
+                k = torch.randn(B, T, kv_heads, head_dim, device=device, dtype=dtype)
+                v = torch.randn_like(k)
+                c = gate_cumsum(torch.full((B, T, heads), -1e-4, device=device))
+                kv_bytes = 2 * k.numel() * k.element_size() + c.numel() * 8
+                fox = time_ms(lambda: forgetting_attention_decode(q, k, v, c))
+                qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+                sdpa = time_ms(lambda: torch.nn.functional.scaled_dot_product_attention(
+                    qt, kt, vt, enable_gqa=heads != kv_heads))
+                sdpa_bytes = 2 * k.numel() * k.element_size()
+                rows.append({"model": "op", "context": T, "batch": B, "fox_ms": fox, "sdpa_ms": sdpa,
+                             "fox_gb_s": kv_bytes / fox / 1e6, "sdpa_gb_s": sdpa_bytes / sdpa / 1e6})
+            except torch.cuda.OutOfMemoryError:
+                rows.append({"model": "op", "context": T, "batch": B, "error": "out of memory"})
+            finally:
+                q = k = v = c = None
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+    print_table(rows, ["context", "batch", "fox_ms", "sdpa_ms", "fox_gb_s", "sdpa_gb_s", "error"])
+    return rows
+
+
+def add_parser(sub, name: str = "decode") -> argparse.ArgumentParser:
+    p = sub.add_parser(name, help="decode tokens/s and memory at long context (FoX, FoX + eviction, LLaMA SDPA)")
+    p.add_argument("--preset", default="fox-pro-125m", help="FoX preset (the baseline is transformer-<block>-<size>)")
+    p.add_argument("--model", default=None, help="bench a trained FoX model (run dir / HF folder) instead")
+    p.add_argument("--vocab-size", type=int, default=50304)
+    p.add_argument("--contexts", type=_ints, default=[4096, 8192, 16384, 32768, 65536])
+    p.add_argument("--batches", type=_ints, default=[1, 32])
+    p.add_argument("--steps", type=int, default=32, help="timed decode steps")
+    p.add_argument("--warmup", type=int, default=4)
+    p.add_argument("--prefill-chunk", type=int, default=8192)
+    p.add_argument("--evict-eps", type=float, default=1e-3)
+    p.add_argument("--gates", choices=("realistic", "init"), default="realistic")
+    p.add_argument("--gate-tmax", type=float, default=None,
+                   help="longest decay timescale of the realistic gates (default: the longest context)")
+    p.add_argument("--no-baseline", dest="baseline", action="store_false", help="skip the LLaMA SDPA anchor")
+    p.add_argument("--kernel", action="store_true",
+                   help="time the attention op alone (FoX decode op vs SDPA) at the preset's head shape")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", default="auto", choices=("auto", *DTYPES))
+    p.add_argument("--out", default="bench_decode.json")
+
+    def handler(args) -> int:
+        for name in ("steps", "prefill_chunk"):
+            if getattr(args, name) < 1:
+                raise SystemExit(f"error: --{name.replace('_', '-')} must be >= 1")
+        run(args)
+        return 0
+
+    p.set_defaults(func=handler)
+    return p

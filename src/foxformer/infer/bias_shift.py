@@ -1,0 +1,102 @@
+"""Shifting the forget-gate bias at inference, and measuring what it does beyond the training length.
+
+A positive shift s raises every gate logit, f = sigmoid(logit + s) moves towards 1, decay slows and
+the effective context lengthens (the FoX paper's suggestion for length extrapolation).
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Optional, Sequence
+
+import torch
+
+
+def _gates(model) -> list:
+    inner = getattr(model, "model", model)
+    layers = getattr(inner, "layers", None)
+    if layers is None:
+        raise TypeError(f"model: expected a FoxForCausalLM or FoxModel, got {type(model).__name__}")
+    return [block.attn.fgate for block in layers]
+
+
+def _per_layer(shift, num_layers: int) -> list:
+    if isinstance(shift, torch.Tensor):
+        shift = shift.detach().cpu().double()
+        if shift.dim() == 0:
+            return [float(shift)] * num_layers
+        if shift.dim() in (1, 2) and shift.shape[0] == num_layers:
+            return list(shift)
+        raise ValueError(f"fgate_bias_shift: a tensor must be a scalar, [num_layers={num_layers}] or "
+                         f"[num_layers, num_heads], got shape {tuple(shift.shape)}")
+    if isinstance(shift, (int, float)) and not isinstance(shift, bool):
+        return [float(shift)] * num_layers
+    if isinstance(shift, Sequence) and len(shift) == num_layers:
+        return list(shift)
+    raise ValueError(f"fgate_bias_shift: expected a float, a list of {num_layers} (one per layer) or a nested "
+                     f"list [num_layers][num_heads], got {shift!r}")
+
+
+def set_fgate_bias_shift(model, shift) -> list[Optional[torch.Tensor]]:
+    """Set the inference-time gate-logit shift of every layer; returns the previous shifts (for restore).
+
+    shift: a float (whole model), a list / tensor [num_layers] (per layer) or [num_layers][num_heads]
+    (per layer and head); None entries or 0 mean no shift. Layers without a forget gate must get 0.
+    """
+    gates = _gates(model)
+    values = _per_layer(shift, len(gates))
+    previous = [None if g is None else g.bias_shift for g in gates]
+    for i, (gate, value) in enumerate(zip(gates, values)):
+        value = 0.0 if value is None else value
+        if gate is None:
+            if bool(torch.as_tensor(value, dtype=torch.float64).ne(0).any()):
+                raise ValueError(f"fgate_bias_shift: layer {i} has no forget gate (softmax attention); "
+                                 f"its shift must be 0")
+            continue
+        gate.set_bias_shift(value)
+    return previous
+
+
+@contextlib.contextmanager
+def fgate_bias_shift(model, shift):
+    """Context manager: the shift holds inside the block and the previous one comes back after it."""
+    previous = set_fgate_bias_shift(model, shift)
+    try:
+        yield model
+    finally:
+        for gate, value in zip(_gates(model), previous):
+            if gate is not None:
+                gate.set_bias_shift(0.0 if value is None else value)
+
+
+def bias_shift_sweep(model, tokens, shifts: Sequence[float], *, train_len: Optional[int] = None,
+                     bins: int = 16, batch_size: int = 1, progress: bool = False) -> dict:
+    """Per-token loss under each uniform shift in ``shifts``.
+
+    tokens: int64 [N, T] evaluation sequences (T beyond the training length to see extrapolation).
+    Returns {"shifts", "mean_loss", "loss_within" (positions < train_len), "loss_beyond" (>= train_len),
+    "bin_edges", "binned_loss" [len(shifts)][bins]} as plain lists (JSON-ready).
+    """
+    from foxformer.eval.loss import per_token_loss
+
+    if not shifts:
+        raise ValueError("shifts: expected at least one value")
+    result = {"shifts": [float(s) for s in shifts], "train_len": train_len, "mean_loss": [], "loss_within": [],
+              "loss_beyond": [], "binned_loss": []}
+    edges = None
+    for s in shifts:
+        with fgate_bias_shift(model, float(s)):
+            loss = per_token_loss(model, tokens, batch_size=batch_size, progress=progress).double()
+        mean = loss.mean(0)                                   # [T-1]
+        T1 = mean.shape[0]
+        if edges is None:
+            edges = torch.linspace(0, T1, bins + 1).round().long().tolist()
+            result["bin_edges"] = edges
+        result["mean_loss"].append(float(mean.mean()))
+        if train_len is not None and 0 < train_len < T1:
+            result["loss_within"].append(float(mean[:train_len].mean()))
+            result["loss_beyond"].append(float(mean[train_len:].mean()))
+        else:
+            result["loss_within"].append(float(mean.mean()))
+            result["loss_beyond"].append(None)
+        result["binned_loss"].append([float(mean[a:b].mean()) for a, b in zip(edges[:-1], edges[1:]) if b > a])
+    return result

@@ -1,0 +1,188 @@
+"""`foxformer generate`, `foxformer bench-decode` and `foxformer bias-shift`."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+
+def _shift(text: str):
+    """--fgate-bias-shift: one float, or comma-separated floats per layer."""
+    try:
+        values = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"expected a float or comma-separated floats (one per layer), "
+                                         f"got {text!r}") from e
+    if not values:
+        raise argparse.ArgumentTypeError("expected at least one value")
+    return values[0] if len(values) == 1 else values
+
+
+def _floats(text: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"expected comma-separated floats, got {text!r}") from e
+
+
+def _model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True, help="run dir, checkpoint dir RUN/checkpoints/step_N, or HF folder")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    p.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA, fp32 on CPU) | fp32 | bf16 | fp16")
+    p.add_argument("--attention-backend", default=None, help="override the model's attention backend")
+    p.add_argument("--tokenizer", default=None, help="tokenizer spec (default: the run's, else gpt2)")
+
+
+def _cmd_generate(args) -> int:
+    from foxformer.data import load_tokenizer
+    from foxformer.eval.loading import load_model
+
+    from .eviction import cache_report
+    from .generate import GenerationConfig, generate
+
+    if (args.prompt is None) == (args.prompt_file is None):
+        raise ValueError("pass exactly one of --prompt TEXT and --prompt-file PATH")
+    if args.prompt_file is not None:
+        with open(args.prompt_file, encoding="utf-8") as f:
+            prompt = f.read()
+    else:
+        prompt = args.prompt
+    loaded = load_model(args.model, device=args.device, dtype=args.dtype, attention_backend=args.attention_backend)
+    tokenizer = load_tokenizer(args.tokenizer or loaded.tokenizer or "gpt2")
+    cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+                           top_p=args.top_p, seed=args.seed, evict_eps=args.evict_eps,
+                           evict_qk_bound=args.evict_qk_bound, evict_max_len=args.evict_max_len,
+                           fgate_bias_shift=args.fgate_bias_shift, prefill_chunk=args.prefill_chunk,
+                           ignore_eos=args.ignore_eos)
+    state: dict = {}
+    pieces = []
+    t0 = time.perf_counter()
+    for piece in generate(loaded.model, tokenizer, prompt, config=cfg, state=state):
+        pieces.append(piece)
+        if not args.no_stream:
+            sys.stdout.write(piece)
+            sys.stdout.flush()
+    elapsed = time.perf_counter() - t0
+    text = "".join(pieces)
+    if args.no_stream:
+        sys.stdout.write(text)
+    sys.stdout.write("\n")
+    n_new = len(tokenizer.encode(text)) if text else 0
+    result = {"model": args.model, "prompt_tokens": len(tokenizer.encode(prompt)), "new_tokens": n_new,
+              "seconds": elapsed, "text": text, "settings": dict(vars(cfg))}
+    cache = state.get("cache")
+    if cache is not None and hasattr(cache, "memory_bytes"):
+        result["cache"] = cache_report(cache)
+    print(f"[{n_new} tokens in {elapsed:.2f} s]" + (
+        f" cache kept {result['cache']['kept_fraction']:.1%} of keys" if "cache" in result else ""), file=sys.stderr)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=2)
+    return 0
+
+
+def _cmd_bias_shift(args) -> int:
+    from foxformer.eval.loading import load_model
+
+    from .bias_shift import bias_shift_sweep
+
+    loaded = load_model(args.model, device=args.device, dtype=args.dtype, attention_backend=args.attention_backend,
+                        train_len=args.train_len)
+    tokens = _eval_tokens(args, loaded)
+    res = bias_shift_sweep(loaded.model, tokens, args.shifts, train_len=loaded.train_len, bins=args.bins,
+                           progress=not args.no_progress)
+    res.update({"model": args.model, "seq_len": int(tokens.shape[1]), "num_seqs": int(tokens.shape[0])})
+    out = args.out or "bias_shift.json"
+    with open(out, "w") as f:
+        json.dump(res, f, indent=2)
+    _plot_bias_shift(res, out.rsplit(".", 1)[0] + ".png")
+    for s, a, b in zip(res["shifts"], res["loss_within"], res["loss_beyond"]):
+        print(f"shift {s:+.3g}: loss within train_len {a:.4f}, beyond {b if b is None else round(b, 4)}")
+    print(f"wrote {out}")
+    return 0
+
+
+def _eval_tokens(args, loaded):
+    from foxformer.data import load_tokenizer
+    from foxformer.eval.sequences import dataset_sequences, source_sequences
+
+    if bool(args.data) == bool(args.source):
+        raise ValueError("pass exactly one of --data DIR (prepared dataset) and --source SPEC (text)")
+    if args.data:
+        return dataset_sequences(args.data, args.seq_len, args.num_seqs, split=args.split, within_docs=True)
+    tok = load_tokenizer(args.tokenizer or loaded.tokenizer or "gpt2")
+    return source_sequences(args.source, tok, args.seq_len, args.num_seqs)
+
+
+def _plot_bias_shift(res: dict, path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    edges = res["bin_edges"]
+    mids = [(a + b) / 2 for a, b in zip(edges[:-1], edges[1:]) if b > a]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for s, row in zip(res["shifts"], res["binned_loss"]):
+        ax.plot(mids, row, marker="o", ms=3, label=f"shift {s:+g}")
+    if res.get("train_len"):
+        ax.axvline(res["train_len"], color="gray", ls="--", lw=1, label="training length")
+    ax.set_xlabel("position")
+    ax.set_ylabel("loss (nats)")
+    ax.set_title("forget-gate bias shift")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _run(fn):
+    def handler(args) -> int:
+        try:
+            return fn(args)
+        except (ValueError, TypeError, FileNotFoundError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+    return handler
+
+
+def add_commands(subparsers) -> None:
+    p = subparsers.add_parser("generate", help="stream a continuation from a model (sampling, eviction, bias shift)")
+    _model_args(p)
+    p.add_argument("--prompt", default=None, help="prompt text")
+    p.add_argument("--prompt-file", default=None, help="file holding the prompt text")
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--temperature", type=float, default=0.8, help="0 = greedy")
+    p.add_argument("--top-k", type=int, default=None)
+    p.add_argument("--top-p", type=float, default=None)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--evict-eps", type=float, default=None,
+                   help="evict cached keys whose attention probability is provably below this / N")
+    p.add_argument("--evict-qk-bound", type=float, default=None,
+                   help="without QK-norm: your bound U >= |scale q.k| (your contract; needed for eviction)")
+    p.add_argument("--evict-max-len", type=int, default=None, help="N of the bound (default max_position_embeddings)")
+    p.add_argument("--fgate-bias-shift", type=_shift, default=None,
+                   help="added to the gate logits: one float, or comma-separated per layer")
+    p.add_argument("--prefill-chunk", type=int, default=None, help="prompt tokens per forward")
+    p.add_argument("--ignore-eos", action="store_true", help="keep going past the end-of-text token")
+    p.add_argument("--no-stream", action="store_true", help="print the text at the end instead of streaming")
+    p.add_argument("--out", default=None, help="write text and stats to this JSON file")
+    p.set_defaults(func=_run(_cmd_generate))
+
+    p = subparsers.add_parser("bias-shift",
+                              help="per-token loss under forget-gate bias shifts (beyond the training length)")
+    _model_args(p)
+    p.add_argument("--shifts", type=_floats, default=[0.0, 0.5, 1.0, 2.0], help="comma-separated shifts")
+    p.add_argument("--data", default=None, help="prepared dataset dir (windows inside documents)")
+    p.add_argument("--split", default="val", choices=("train", "val"))
+    p.add_argument("--source", default=None, help="text source spec (as in foxformer eval)")
+    p.add_argument("--seq-len", type=int, default=4096)
+    p.add_argument("--num-seqs", type=int, default=8)
+    p.add_argument("--train-len", type=int, default=None, help="training context (default: the run's)")
+    p.add_argument("--bins", type=int, default=16)
+    p.add_argument("--out", default=None, help="JSON path (default bias_shift.json; the plot sits next to it)")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=_run(_cmd_bias_shift))
+
+    from foxformer.bench.decode import add_parser as add_bench_decode
+    add_bench_decode(subparsers, name="bench-decode")

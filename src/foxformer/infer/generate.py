@@ -1,0 +1,251 @@
+"""Streaming generation: ``foxformer.generate(model, tokenizer_or_ids, ...)`` yields tokens as they come.
+
+One forward over the prompt (optionally in chunks), then one token per step on top of the model's
+cache (FoxCache for foxformer models: preallocated, optionally evicting; any other Hugging Face
+causal LM uses its own cache). Sampling: temperature (0 = greedy), top-k, top-p, seeded.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import inspect
+import itertools
+from dataclasses import dataclass
+from typing import Iterator, Optional, Sequence
+
+import torch
+
+from .bias_shift import fgate_bias_shift
+
+
+@dataclass
+class GenerationConfig:
+    """Options of :func:`generate` / :func:`stream_tokens`.
+
+    temperature: 0 means greedy. top_k / top_p: None or 0 / 1.0 disable them.
+    seed: seeds a private generator (the global RNG is untouched); None draws from the global RNG.
+    evict_eps, evict_qk_bound, evict_max_len: KV eviction (foxformer models; see infer/eviction.py);
+        None falls back to the model config's values.
+    fgate_bias_shift: added to the forget-gate logits while generating (float, [L] or [L][H]); None
+        keeps the model's own setting.
+    prefill_chunk: prompt tokens per forward (None: the whole prompt at once). Smaller chunks let
+        eviction bound the memory of long prompts.
+    stop_token: stop a row once it emits this id (None: never stop early, or with a tokenizer that has
+        ``eot_id``, stop there). ignore_eos: with a tokenizer, do not stop at its end-of-text id.
+    """
+
+    max_new_tokens: int = 64
+    temperature: float = 1.0
+    top_k: Optional[int] = None
+    top_p: Optional[float] = None
+    seed: Optional[int] = None
+    evict_eps: Optional[float] = None
+    evict_qk_bound: Optional[float] = None
+    evict_max_len: Optional[int] = None
+    fgate_bias_shift: Optional[float | list] = None
+    prefill_chunk: Optional[int] = None
+    stop_token: Optional[int] = None
+    ignore_eos: bool = False
+
+    def validate(self) -> None:
+        if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int) or \
+                self.max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens: expected an integer >= 0, got {self.max_new_tokens!r}")
+        if not isinstance(self.temperature, (int, float)) or self.temperature < 0:
+            raise ValueError(f"temperature: expected a number >= 0 (0 = greedy), got {self.temperature!r}")
+        if self.top_k is not None and (not isinstance(self.top_k, int) or self.top_k < 0):
+            raise ValueError(f"top_k: expected an integer >= 0 or None, got {self.top_k!r}")
+        if self.top_p is not None and not (0 < self.top_p <= 1):
+            raise ValueError(f"top_p: expected a number in (0, 1] or None, got {self.top_p!r}")
+        if self.prefill_chunk is not None and (not isinstance(self.prefill_chunk, int) or self.prefill_chunk < 1):
+            raise ValueError(f"prefill_chunk: expected a positive integer or None, got {self.prefill_chunk!r}")
+        if self.evict_eps is not None and not (0 < self.evict_eps < 1):
+            raise ValueError(f"evict_eps: expected a number in (0, 1) or None, got {self.evict_eps!r}")
+
+
+def sample_next(logits: torch.Tensor, cfg: GenerationConfig, generator: Optional[torch.Generator]) -> torch.Tensor:
+    """Next token ids [B] from last-position logits [B, V]."""
+    logits = logits.float()
+    if cfg.temperature == 0:
+        return logits.argmax(-1)
+    logits = logits / cfg.temperature
+    if cfg.top_k and cfg.top_k < logits.shape[-1]:
+        kth = torch.topk(logits, cfg.top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if cfg.top_p is not None and cfg.top_p < 1:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        probs = torch.softmax(sorted_logits, dim=-1)
+        # Drop a token when the more likely ones already reach top_p (the first always stays).
+        drop = probs.cumsum(-1) - probs >= cfg.top_p
+        sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+        logits = torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
+    probs = torch.softmax(logits, dim=-1)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+def _unwrap(model):
+    model = getattr(model, "model", model) if not isinstance(model, torch.nn.Module) else model
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model: expected a causal LM (torch.nn.Module) or a LoadedModel, got {type(model).__name__}")
+    return model
+
+
+def _device(model) -> torch.device:
+    for p in model.parameters():
+        return p.device
+    return torch.device("cpu")
+
+
+def _new_cache(model, cfg: GenerationConfig):
+    inner = getattr(model, "model", None)
+    if hasattr(inner, "new_cache"):
+        return inner.new_cache(cfg.evict_eps, cfg.evict_qk_bound, cfg.evict_max_len)
+    if cfg.evict_eps is not None:
+        raise ValueError("evict_eps: KV eviction needs a foxformer FoX model")
+    return None
+
+
+def _cache_keyword(model) -> str:
+    """transformers 5.24 models take `cache=` (and warn on past_key_values); 5.17 ones only past_key_values.
+    foxformer models take both."""
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return "past_key_values"
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def _cache_of(out):
+    # transformers 5.24 names it `cache` (and warns on `past_key_values`); 5.17 only has `past_key_values`.
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else getattr(out, "past_key_values", None)
+
+
+@torch.no_grad()
+def stream_tokens(model, input_ids: torch.Tensor, cfg: Optional[GenerationConfig] = None,
+                  state: Optional[dict] = None) -> Iterator[torch.Tensor]:
+    """Yield the next token ids [B] one step at a time for prompts input_ids [B, T].
+
+    ``state`` (a dict), if given, receives "cache" (the live cache) so callers can inspect memory.
+    """
+    cfg = cfg or GenerationConfig()
+    cfg.validate()
+    model = _unwrap(model)
+    if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.shape[1] < 1:
+        raise ValueError(f"input_ids: expected a LongTensor [batch, seq] with seq >= 1, got "
+                         f"{getattr(input_ids, 'shape', type(input_ids).__name__)}")
+    dev = _device(model)
+    ids = input_ids.to(dev).long()
+    generator = None
+    if cfg.seed is not None:
+        generator = torch.Generator(device=dev).manual_seed(int(cfg.seed))
+    shift = fgate_bias_shift(model, cfg.fgate_bias_shift) if cfg.fgate_bias_shift is not None \
+        else contextlib.nullcontext()
+    with shift:
+        model.eval()
+        cache = _new_cache(model, cfg)
+        if cache is not None:
+            cache.reserve(ids.shape[1] + cfg.max_new_tokens)
+        cache_kw = _cache_keyword(model)
+        chunk = cfg.prefill_chunk or ids.shape[1]
+        out = None
+        for s in range(0, ids.shape[1], chunk):
+            out = model(input_ids=ids[:, s:s + chunk], use_cache=True, logits_to_keep=1, **{cache_kw: cache})
+            cache = _cache_of(out)
+        if state is not None:
+            state["cache"] = cache
+        done = torch.zeros(ids.shape[0], dtype=torch.bool, device=dev)
+        for step in range(cfg.max_new_tokens):
+            nxt = sample_next(out.logits[:, -1], cfg, generator)
+            if cfg.stop_token is not None:
+                nxt = torch.where(done, torch.full_like(nxt, cfg.stop_token), nxt)
+                done = done | (nxt == cfg.stop_token)
+            yield nxt
+            if step + 1 == cfg.max_new_tokens or (cfg.stop_token is not None and bool(done.all())):
+                break
+            out = model(input_ids=nxt[:, None], use_cache=True, logits_to_keep=1, **{cache_kw: cache})
+            cache = _cache_of(out)
+            if state is not None:
+                state["cache"] = cache
+
+
+def _is_tokenizer(obj) -> bool:
+    return callable(getattr(obj, "encode", None)) and callable(getattr(obj, "decode", None))
+
+
+def _text_pieces(tokens: Iterator[int], tokenizer) -> Iterator[str]:
+    """Decode incrementally; ids that end inside a UTF-8 character wait for the rest of it."""
+    pending: list[int] = []
+    for tok in tokens:
+        pending.append(tok)
+        text = tokenizer.decode(pending)
+        if text and not text.endswith("\ufffd"):
+            pending.clear()
+            yield text
+    if pending:
+        yield tokenizer.decode(pending)
+
+
+def generate(model, tokenizer_or_ids, prompt: Optional[str] = None, *, config: Optional[GenerationConfig] = None,
+             state: Optional[dict] = None, **options) -> Iterator:
+    """Stream a continuation.
+
+    Args:
+        model: a foxformer FoxForCausalLM (or any Hugging Face causal LM; or a LoadedModel).
+        tokenizer_or_ids: a tokenizer (``encode``/``decode``; or a spec string such as "gpt2") together
+            with ``prompt`` text: yields text pieces. Or prompt token ids (list of ints or a LongTensor
+            [T]): yields ints; a LongTensor [B, T]: yields LongTensors [B].
+        prompt: the prompt text (with a tokenizer only).
+        config / options: a GenerationConfig, or its fields as keywords (max_new_tokens, temperature,
+            top_k, top_p, seed, evict_eps, evict_qk_bound, evict_max_len, fgate_bias_shift,
+            prefill_chunk, stop_token). With a tokenizer that has ``eot_id``, stop_token defaults to it.
+        state: optional dict that receives the live cache under "cache".
+
+    Example::
+
+        for piece in foxformer.generate(model, load_tokenizer("gpt2"), "Once upon a time", max_new_tokens=50):
+            print(piece, end="", flush=True)
+    """
+    if config is not None and options:
+        raise TypeError("pass either config=GenerationConfig(...) or keyword options, not both")
+    if config is None:
+        try:
+            config = GenerationConfig(**options)
+        except TypeError as e:
+            raise TypeError(f"generate: unknown option ({e})") from e
+    config.validate()
+    _unwrap(model)
+    tokenizer = tokenizer_or_ids
+    if isinstance(tokenizer, str):
+        if prompt is None:
+            raise TypeError("generate: a string second argument is a tokenizer spec (e.g. 'gpt2'); pass the "
+                            "prompt text as prompt=...")
+        from foxformer.data import load_tokenizer
+        tokenizer = load_tokenizer(tokenizer)
+    if _is_tokenizer(tokenizer):
+        if not isinstance(prompt, str):
+            raise TypeError(f"prompt: expected the prompt text (str) with a tokenizer, got {type(prompt).__name__}")
+        ids = tokenizer.encode(prompt)
+        if not ids:
+            raise ValueError("prompt: encodes to no tokens; give at least one character")
+        if config.stop_token is None and not config.ignore_eos and getattr(tokenizer, "eot_id", None) is not None:
+            config = dataclasses.replace(config, stop_token=int(tokenizer.eot_id))
+        stream = stream_tokens(model, torch.tensor([ids]), config, state)
+        ints = (int(t[0]) for t in stream)
+        if config.stop_token is not None:
+            ints = itertools.takewhile(lambda t: t != config.stop_token, ints)
+        return _text_pieces(ints, tokenizer)
+    if prompt is not None:
+        raise TypeError("prompt: only used with a tokenizer; pass token ids as the second argument instead")
+    ids = tokenizer_or_ids
+    if isinstance(ids, Sequence) and not isinstance(ids, torch.Tensor):
+        if not ids or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+            raise TypeError("tokenizer_or_ids: expected a tokenizer, a non-empty list of int token ids, or a "
+                            "LongTensor")
+        ids = torch.tensor(ids)
+    if not isinstance(ids, torch.Tensor) or ids.dtype in (torch.float16, torch.bfloat16, torch.float32,
+                                                           torch.float64) or ids.dim() not in (1, 2):
+        raise TypeError("tokenizer_or_ids: expected a tokenizer, a list of int ids, or an integer tensor [T] or [B, T]")
+    if ids.dim() == 1:
+        return (int(t[0]) for t in stream_tokens(model, ids[None], config, state))
+    return stream_tokens(model, ids, config, state)

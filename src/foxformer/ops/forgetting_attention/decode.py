@@ -1,0 +1,293 @@
+"""Forgetting Attention for decoding: a few new queries against a long (possibly evicted) KV cache.
+
+For query row i at key position p_i = Tk - Tq + i and live keys start[b, g] <= j <= p_i:
+
+    out_i = softmax_j(scale * q_i . k_j + c[p_i] - c[j]) @ v
+
+The Triton kernel splits the keys of each (batch, kv head) across programs (flash decoding): at
+batch 1 a 64K cache still yields hundreds of programs. One program packs the whole GQA group and
+all Tq queries as the rows of one tile, so every key and value row is read once per kv head.
+Partial results (unnormalised out, running max and sum in base 2) are merged by a second kernel.
+
+c stays float64 until the subtraction c[p_i] - c[j]: both operands are large at long context and
+their difference is what matters (see cumsum.py).
+"""
+from __future__ import annotations
+
+import math
+import os
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+LOG2E = tl.constexpr(1.4426950408889634)
+
+# Keys per program at least this many: fewer and the merge costs more than the split gains.
+_MIN_KEYS_PER_SPLIT = 256
+_DEFAULT_TARGET_PROGRAMS = 4 * 132  # a few waves on an H100/H200 (132 SMs)
+
+
+def _interpreted(t: torch.Tensor) -> bool:
+    return t.device.type == "cpu" or os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def _check(q, k, v, c, start) -> None:
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 4:
+            raise ValueError(f"{name} must be a 4-D tensor [B, T, H, D]")
+    B, Tq, Hq, D = q.shape
+    Tk, Hkv = k.shape[1], k.shape[2]
+    if k.shape != (B, Tk, Hkv, D) or v.shape != k.shape:
+        raise ValueError(f"k and v must be [B, Tk, Hkv, D] = [{B}, Tk, Hkv, {D}], got {tuple(k.shape)}, "
+                         f"{tuple(v.shape)}")
+    if Hq % Hkv:
+        raise ValueError(f"q heads ({Hq}) must be a multiple of k/v heads ({Hkv})")
+    if Tq > Tk:
+        raise ValueError(f"q has more positions ({Tq}) than k ({Tk})")
+    if not isinstance(c, torch.Tensor) or c.shape != (B, Tk, Hq):
+        raise ValueError(f"c must be [B, Tk, Hq] = {(B, Tk, Hq)}, got {getattr(c, 'shape', c)}")
+    if start is not None and (not isinstance(start, torch.Tensor) or start.shape != (B, Hkv)):
+        raise ValueError(f"start must be an integer tensor [B, Hkv] = {(B, Hkv)}, got {getattr(start, 'shape', start)}")
+
+
+def forgetting_attention_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.Tensor,
+                                start: Optional[torch.Tensor] = None, *, softmax_scale: Optional[float] = None,
+                                backend: str = "auto", num_splits: Optional[int] = None) -> torch.Tensor:
+    """Attention of the last ``Tq`` positions against a cache (forward only).
+
+    Args:
+        q: [B, Tq, Hq, D], the newest Tq positions (Tq small: 1 for decoding, a few for speculative or
+            chunked steps; any Tq is correct, but prefill is faster with ``forgetting_attention``).
+        k, v: [B, Tk, Hkv, D], may be strided views of larger buffers (the last dim contiguous).
+        c: float64 [B, Tk, Hq] running gate cumsum (may be a transposed view of a [B, Hq, cap] buffer).
+        start: int [B, Hkv] first live key per (batch, kv head) (eviction); None means 0.
+        backend: "auto" (triton for CUDA tensors, torch otherwise) | "triton" | "torch".
+        num_splits: key splits per (batch, kv head) for the Triton kernel (None: enough to fill the GPU).
+
+    Returns:
+        out [B, Tq, Hq, D] in q's dtype.
+    """
+    _check(q, k, v, c, start)
+    scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    if backend == "auto":
+        backend = "triton" if q.is_cuda else "torch"
+    if backend == "triton":
+        return _triton_decode(q, k, v, c, start, scale, num_splits)
+    if backend in ("torch", "naive"):
+        return torch_decode(q, k, v, c, start, scale)
+    raise ValueError(f"backend must be 'auto', 'triton' or 'torch', got {backend!r}")
+
+
+# --------------------------------------------------------------------------------------------
+# PyTorch path (CPU, reference)
+# --------------------------------------------------------------------------------------------
+
+_TORCH_CHUNK_ELEMENTS = 1 << 24
+
+
+def torch_decode(q, k, v, c, start, scale) -> torch.Tensor:
+    """Masked dense attention over the live keys; queries chunked to bound memory."""
+    B, Tq, Hq, D = q.shape
+    Tk, Hkv = k.shape[1], k.shape[2]
+    G = Hq // Hkv
+    first = 0 if start is None else int(start.min())
+    calc = torch.float64 if q.dtype == torch.float64 else torch.float32
+    kk = k[:, first:].to(calc)
+    vv = v[:, first:].to(calc)
+    ck = c[:, first:].double()                                            # [B, N, Hq]
+    N = Tk - first
+    keys = torch.arange(first, Tk, device=q.device)
+    live = None if start is None else keys[None, None, :] >= start[:, :, None].to(keys.device)  # [B, Hkv, N]
+    rows = max(1, _TORCH_CHUNK_ELEMENTS // max(1, B * Hq * N))
+    outs = []
+    for i0 in range(0, Tq, rows):
+        i1 = min(Tq, i0 + rows)
+        qq = q[:, i0:i1].to(calc).view(B, i1 - i0, Hkv, G, D)
+        s = torch.einsum("bthgd,bnhd->bhgtn", qq, kk) * scale             # [B, Hkv, G, t, N]
+        pos = torch.arange(Tk - Tq + i0, Tk - Tq + i1, device=q.device)
+        cq = c[:, Tk - Tq + i0:Tk - Tq + i1].double()                       # [B, t, Hq]
+        bias = cq.transpose(1, 2)[..., None] - ck.transpose(1, 2)[:, :, None, :]  # [B, Hq, t, N]
+        s = s + bias.view(B, Hkv, G, i1 - i0, N).to(calc)
+        visible = keys[None, :] <= pos[:, None]                           # [t, N]
+        mask = visible[None, None, None]
+        if live is not None:
+            mask = mask & live[:, :, None, None, :]
+        s = s.masked_fill(~mask, float("-inf"))
+        p = torch.softmax(s, dim=-1)
+        o = torch.einsum("bhgtn,bnhd->bthgd", p, vv)
+        outs.append(o.reshape(B, i1 - i0, Hq, D))
+    return torch.cat(outs, 1).to(q.dtype)
+
+
+# --------------------------------------------------------------------------------------------
+# Triton path
+# --------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _decode_split_kernel(
+    Q, K, V, C, START, PO, PM, PL,
+    stride_qb, stride_qt, stride_qh,
+    stride_kb, stride_kt, stride_kh,
+    stride_vb, stride_vt, stride_vh,
+    stride_cb, stride_ct, stride_ch,
+    stride_sb, stride_sh,
+    Tq, Tk, Hkv, scale_log2,
+    G: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr, NUM_SPLITS: tl.constexpr, HAS_START: tl.constexpr, UPCAST: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
+    """One (batch, kv head, key split): rows are (query t, group head g) pairs, row = t * G + g."""
+    pid_bh = tl.program_id(0)
+    split = tl.program_id(1)
+    b = pid_bh // Hkv
+    hkv = pid_bh % Hkv
+
+    first = 0
+    if HAS_START:
+        first = tl.load(START + b * stride_sb + hkv * stride_sh).to(tl.int32)
+    # Each head splits its own live range [first, Tk): ragged heads stay balanced, and the host never
+    # has to read the starts (no device sync per layer and step).
+    per_split = tl.cdiv(tl.cdiv(Tk - first, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    lo = first + split * per_split
+    hi = tl.minimum(lo + per_split, Tk)
+
+    rows = tl.arange(0, BLOCK_M)
+    t = rows // G
+    g = rows % G
+    row_ok = t < Tq
+    head = hkv * G + g
+    pos = Tk - Tq + t
+    d = tl.arange(0, BLOCK_D)
+    d_ok = d < D
+
+    q_ptrs = Q + b * stride_qb + t[:, None] * stride_qt + head[:, None] * stride_qh + d[None, :]
+    q = tl.load(q_ptrs, mask=row_ok[:, None] & d_ok[None, :], other=0.0)
+    if UPCAST:
+        q = q.to(tl.float32)
+    c_q = tl.load(C + b * stride_cb + pos * stride_ct + head * stride_ch, mask=row_ok, other=0.0)
+
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    k_base = K + b * stride_kb + hkv * stride_kh
+    v_base = V + b * stride_vb + hkv * stride_vh
+    c_base = C + b * stride_cb + head * stride_ch
+    for n0 in range(lo, hi, BLOCK_N):
+        n = n0 + tl.arange(0, BLOCK_N)
+        n_ok = n < hi
+        kt = tl.load(k_base + n[None, :] * stride_kt + d[:, None], mask=n_ok[None, :] & d_ok[:, None], other=0.0)
+        vt = tl.load(v_base + n[:, None] * stride_vt + d[None, :], mask=n_ok[:, None] & d_ok[None, :], other=0.0)
+        if UPCAST:
+            kt = kt.to(tl.float32)
+        s = tl.dot(q, kt, input_precision=PRECISION) * scale_log2
+        c_k = tl.load(c_base[:, None] + n[None, :] * stride_ct, mask=row_ok[:, None] & n_ok[None, :], other=0.0)
+        s += ((c_q[:, None] - c_k) * LOG2E).to(tl.float32)
+        ok = n_ok[None, :] & (n[None, :] <= pos[:, None]) & row_ok[:, None]
+        s = tl.where(ok, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        # Rows with nothing visible yet keep m = -inf: subtract 0 instead to avoid nan.
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m_i - m_safe)
+        p = tl.exp2(s - m_safe[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        if UPCAST:
+            acc = acc * alpha[:, None] + tl.dot(p, vt.to(tl.float32), input_precision=PRECISION)
+        else:
+            acc = acc * alpha[:, None] + tl.dot(p.to(vt.dtype), vt, input_precision=PRECISION)
+        m_i = m_new
+
+    part = (pid_bh * NUM_SPLITS + split) * BLOCK_M + rows
+    tl.store(PM + part, m_i)
+    tl.store(PL + part, l_i)
+    tl.store(PO + part[:, None] * BLOCK_D + d[None, :], acc)
+
+
+@triton.jit
+def _decode_merge_kernel(
+    PO, PM, PL, OUT,
+    stride_ob, stride_ot, stride_oh,
+    Tq, Hkv,
+    G: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
+    NUM_SPLITS: tl.constexpr, BLOCK_S: tl.constexpr,
+):
+    """One (batch, kv head, row): rescale the splits to a common max and normalise."""
+    pid_bh = tl.program_id(0)
+    row = tl.program_id(1)
+    b = pid_bh // Hkv
+    hkv = pid_bh % Hkv
+    t = row // G
+    g = row % G
+    s = tl.arange(0, BLOCK_S)
+    s_ok = s < NUM_SPLITS
+    part = (pid_bh * NUM_SPLITS + s) * BLOCK_M + row
+    m = tl.load(PM + part, mask=s_ok, other=float("-inf"))
+    l = tl.load(PL + part, mask=s_ok, other=0.0)
+    m_max = tl.max(m, 0)
+    w = tl.where(m == float("-inf"), 0.0, tl.exp2(m - m_max))
+    denom = tl.sum(l * w, 0)
+    d = tl.arange(0, BLOCK_D)
+    o = tl.load(PO + part[:, None] * BLOCK_D + d[None, :], mask=s_ok[:, None], other=0.0)
+    o = tl.sum(o * w[:, None], 0) / denom
+    head = hkv * G + g
+    tl.store(OUT + b * stride_ob + t * stride_ot + head * stride_oh + d, o.to(OUT.dtype.element_ty), mask=d < D)
+
+
+def _pick_splits(B: int, Hkv: int, keys: int, num_splits: Optional[int], interpreted: bool) -> int:
+    if num_splits is not None:
+        if num_splits < 1:
+            raise ValueError(f"num_splits must be >= 1, got {num_splits}")
+        return num_splits
+    if interpreted:
+        return max(1, min(4, triton.cdiv(keys, 32)))
+    want = triton.cdiv(_DEFAULT_TARGET_PROGRAMS, B * Hkv)
+    return max(1, min(want, triton.cdiv(keys, _MIN_KEYS_PER_SPLIT), 128))
+
+
+def _triton_decode(q, k, v, c, start, scale, num_splits) -> torch.Tensor:
+    B, Tq, Hq, D = q.shape
+    Tk, Hkv = k.shape[1], k.shape[2]
+    G = Hq // Hkv
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.stride(-1) != 1:
+            raise ValueError(f"{name} must have a contiguous last dim")
+    if q.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise TypeError(f"the Triton decode kernel takes fp32, fp16 or bf16 q/k/v, got {q.dtype} "
+                        f"(use backend='torch' for fp64)")
+    interp = _interpreted(q)
+    c = c if c.dtype == torch.float64 else c.double()
+    # Sized for the whole cache: reading the live lengths would cost a device sync per call.
+    splits = _pick_splits(B, Hkv, Tk, num_splits, interp)
+    block_n = 16 if interp else 64
+    block_m = max(16, triton.next_power_of_2(G * Tq))
+    block_d = max(16, triton.next_power_of_2(D))
+    po = torch.empty(B * Hkv * splits * block_m, block_d, device=q.device, dtype=torch.float32)
+    pm = torch.empty(B * Hkv * splits * block_m, device=q.device, dtype=torch.float32)
+    pl = torch.empty_like(pm)
+    out = torch.empty_like(q)
+    st = start if start is not None else q.new_zeros(1, 1, dtype=torch.int64)
+    upcast = interp and q.dtype == torch.bfloat16  # the interpreter's bf16 dot is wrong; never on a GPU
+    _decode_split_kernel[(B * Hkv, splits)](
+        q, k, v, c, st, po, pm, pl,
+        q.stride(0), q.stride(1), q.stride(2),
+        k.stride(0), k.stride(1), k.stride(2),
+        v.stride(0), v.stride(1), v.stride(2),
+        c.stride(0), c.stride(1), c.stride(2),
+        st.stride(0), st.stride(1),
+        Tq, Tk, Hkv, scale * 1.4426950408889634,
+        G=G, D=D, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, NUM_SPLITS=splits,
+        HAS_START=start is not None, UPCAST=upcast,
+        PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+        num_warps=1 if interp else 4, num_stages=1 if interp else 2,
+    )
+    _decode_merge_kernel[(B * Hkv, G * Tq)](
+        po, pm, pl, out,
+        out.stride(0), out.stride(1), out.stride(2),
+        Tq, Hkv,
+        G=G, D=D, BLOCK_M=block_m, BLOCK_D=block_d, NUM_SPLITS=splits,
+        BLOCK_S=max(2, triton.next_power_of_2(splits)),
+        num_warps=1 if interp else 2,
+    )
+    return out

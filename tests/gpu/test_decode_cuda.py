@@ -1,0 +1,45 @@
+"""The Triton decode kernel on CUDA at long context against the torch decode path (fp32 math), and
+a bf16 model decoding through it. Skipped without CUDA: `python -m pytest -q tests/gpu/test_decode_cuda.py`."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from foxformer.ops import gate_cumsum
+from foxformer.ops.forgetting_attention.decode import forgetting_attention_decode, torch_decode
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+@pytest.mark.parametrize("Tk", [4096, 65536], ids=lambda t: f"T{t // 1024}K")
+@pytest.mark.parametrize("B,Tq,Hq,Hkv,D", [(1, 1, 12, 12, 64), (32, 1, 8, 2, 128), (2, 4, 16, 4, 64)],
+                         ids=["b1-mha-d64", "b32-gqa4-d128", "chunk4-gqa4"])
+@pytest.mark.parametrize("ragged", [False, True], ids=["full", "ragged"])
+def test_kernel_matches_torch(Tk, B, Tq, Hq, Hkv, D, ragged):
+    if B * Tk > 32 * 4096 * 4:
+        pytest.skip("keeps the test quick")
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q = torch.randn(B, Tq, Hq, D, device="cuda", generator=g, dtype=torch.bfloat16)
+    k = torch.randn(B, Tk, Hkv, D, device="cuda", generator=g, dtype=torch.bfloat16)
+    v = torch.randn(B, Tk, Hkv, D, device="cuda", generator=g, dtype=torch.bfloat16)
+    tau = torch.logspace(0.3, 4.5, Hq, device="cuda")
+    c = gate_cumsum(F.logsigmoid(torch.log(torch.expm1(1 / tau)).neg().expand(B, Tk, Hq).contiguous()))
+    start = torch.randint(0, Tk // 2, (B, Hkv), device="cuda", generator=g) if ragged else None
+    got = forgetting_attention_decode(q, k, v, c, start, backend="triton")
+    want = torch_decode(q, k, v, c, start, D ** -0.5)
+    err = ((got.double() - want.double()).norm() / want.double().norm()).item()
+    assert err < 1e-2, err
+
+
+@torch.no_grad()
+def test_bf16_model_decodes_through_the_kernel():
+    from foxformer.models import FoxForCausalLM, get_preset
+
+    torch.manual_seed(0)
+    model = FoxForCausalLM(get_preset("fox-pro-tiny", vocab_size=512, num_kv_heads=2)).cuda().bfloat16().eval()
+    ids = torch.randint(0, 512, (2, 600), device="cuda")
+    full = model(ids).logits.float()
+    cache = model.model.new_cache()
+    parts = [model(ids[:, :500], cache=cache, use_cache=True).logits.float()]
+    parts += [model(ids[:, t:t + 1], cache=cache, use_cache=True).logits.float() for t in range(500, 600)]
+    err = (torch.cat(parts, 1) - full).abs().max().item()
+    assert err < 5e-2 * full.abs().max().item(), err

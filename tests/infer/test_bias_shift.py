@@ -1,0 +1,103 @@
+"""fgate_bias_shift: 0 changes nothing, a positive shift slows the decay, every form (model / layer /
+head, config / runtime / context manager) lands on the gate logits."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from foxformer.infer import bias_shift_sweep, fgate_bias_shift, set_fgate_bias_shift
+from foxformer.models import FoxForCausalLM
+
+from .conftest import VOCAB, make_model, tokens
+
+
+@pytest.mark.parametrize("preset", ["fox-pro-tiny", "fox-llama-tiny"])
+def test_zero_shift_changes_nothing(preset):
+    model = make_model(preset)
+    ids = tokens(2, 12)
+    before = model(ids).logits
+    for zero in (0.0, [0.0, 0.0], [[0.0] * 4, [0.0] * 4], torch.zeros(2, 4)):
+        set_fgate_bias_shift(model, zero)
+        assert torch.equal(model(ids).logits, before)
+    cfg_model = FoxForCausalLM(model.config.__class__(**{**model.config.to_dict(), "fgate_bias_shift": 0.0}))
+    assert all(b.attn.fgate.bias_shift is None for b in cfg_model.model.layers)
+
+
+def test_shift_adds_to_gate_logits_per_layer_and_head():
+    model = make_model("fox-pro-tiny")
+    x = torch.randn(1, 5, model.config.hidden_size, dtype=torch.float64)
+    gates = [b.attn.fgate for b in model.model.layers]
+    base = [F.logsigmoid(g.proj(x)) for g in gates]
+    shift = [[0.5, 1.0, 0.0, -1.0], [2.0, 2.0, 2.0, 2.0]]
+    with fgate_bias_shift(model, shift):
+        for g, b0, s in zip(gates, base, shift):
+            want = F.logsigmoid(g.proj(x) + torch.tensor(s, dtype=torch.float64))
+            torch.testing.assert_close(g(x), want)
+            assert torch.all(g(x)[..., torch.tensor(s) > 0] > b0[..., torch.tensor(s) > 0])
+    for g, b0 in zip(gates, base):  # restored on exit
+        assert g.bias_shift is None and torch.equal(g(x), b0)
+
+
+def test_config_field_reaches_the_gates_and_survives_save_load(tmp_path):
+    model = make_model("fox-pro-tiny")
+    cfg = model.config.to_dict()
+    cfg["fgate_bias_shift"] = [1.5, [0.0, 0.5, 1.0, 1.5]]
+    shifted = FoxForCausalLM(model.config.__class__(**cfg)).double().eval()
+    shifted.load_state_dict(model.state_dict())
+    assert shifted.model.layers[0].attn.fgate.bias_shift.tolist() == [1.5] * 4
+    assert shifted.model.layers[1].attn.fgate.bias_shift.tolist() == [0.0, 0.5, 1.0, 1.5]
+    ids = tokens(1, 10)
+    runtime = make_model("fox-pro-tiny")
+    set_fgate_bias_shift(runtime, [1.5, [0.0, 0.5, 1.0, 1.5]])
+    torch.testing.assert_close(shifted(ids).logits, runtime(ids).logits, rtol=1e-12, atol=1e-12)
+    shifted.save_pretrained(tmp_path)
+    loaded = FoxForCausalLM.from_pretrained(tmp_path).double().eval()
+    assert loaded.model.layers[1].attn.fgate.bias_shift.tolist() == [0.0, 0.5, 1.0, 1.5]
+    assert "bias_shift" not in " ".join(loaded.state_dict())  # not a weight
+
+
+def test_fixed_gates_and_softmax_layers():
+    model = make_model("fox-pro-tiny", fgate="fixed")
+    ids = tokens(1, 8)
+    before = model(ids).logits
+    with fgate_bias_shift(model, 1.0):
+        assert not torch.equal(model(ids).logits, before)
+    assert torch.equal(model(ids).logits, before)
+    softmax = make_model("transformer-pro-tiny")
+    set_fgate_bias_shift(softmax, 0.0)  # allowed: nothing to shift
+    with pytest.raises(ValueError, match="no forget gate"):
+        set_fgate_bias_shift(softmax, 1.0)
+
+
+def test_bad_shapes_are_rejected():
+    model = make_model("fox-pro-tiny")
+    with pytest.raises(ValueError, match="fgate_bias_shift"):
+        set_fgate_bias_shift(model, [1.0, 2.0, 3.0])
+    with pytest.raises(ValueError, match="per head"):
+        set_fgate_bias_shift(model, [[1.0, 2.0], [1.0, 2.0]])
+    cfg = model.config.to_dict()
+    with pytest.raises(ValueError, match="one entry per layer"):
+        model.config.__class__(**{**cfg, "fgate_bias_shift": [1.0]})
+    with pytest.raises(ValueError, match="fgate_bias_shift"):
+        model.config.__class__(**{**cfg, "fgate_bias_shift": "big"})
+
+
+def test_sweep_reports_loss_within_and_beyond_training_length():
+    model = make_model("fox-pro-tiny", dtype=torch.float32)
+    res = bias_shift_sweep(model, tokens(2, 40), [0.0, 2.0], train_len=16, bins=4)
+    assert res["shifts"] == [0.0, 2.0] and len(res["binned_loss"]) == 2 and len(res["binned_loss"][0]) == 4
+    assert res["loss_beyond"][0] is not None and res["loss_within"][0] != res["loss_within"][1]
+    assert all(abs(v - torch.log(torch.tensor(float(VOCAB)))) < 1.0 for v in res["mean_loss"])
+    assert all(b.attn.fgate.bias_shift is None for b in model.model.layers)
+
+
+@torch.no_grad()
+def test_cached_decoding_with_a_shift_matches_the_shifted_full_pass():
+    model = make_model("fox-pro-tiny")
+    ids = tokens(2, 16)
+    with fgate_bias_shift(model, [[1.0, 0.0, 2.0, 0.5], 3.0]):
+        full = model(ids).logits
+        cache = model.model.new_cache()
+        parts = [model(ids[:, :5], cache=cache, use_cache=True).logits]
+        parts += [model(ids[:, t:t + 1], cache=cache, use_cache=True).logits for t in range(5, 16)]
+    torch.testing.assert_close(torch.cat(parts, 1), full, rtol=1e-9, atol=1e-9)
+    assert not torch.allclose(full, model(ids).logits)

@@ -1,0 +1,96 @@
+"""`foxformer generate`, `foxformer bias-shift` and `foxformer bench decode` / `bench-decode` end to end."""
+import json
+
+import pytest
+import torch
+
+from foxformer.cli import main
+from foxformer.data import load_tokenizer
+from foxformer.infer import generate
+
+from .conftest import make_model
+
+
+@pytest.fixture(scope="module")
+def hf_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("model")
+    make_model("fox-pro-tiny", dtype=torch.float32, gate_bias=[-3.0, -3.0, 6.0, -3.0]).save_pretrained(path)
+    return str(path)
+
+
+def test_generate_streams_the_same_text_as_the_api(hf_dir, tmp_path, capsys):
+    out = tmp_path / "gen.json"
+    rc = main(["generate", "--model", hf_dir, "--tokenizer", "bytes", "--prompt", "Once upon", "--max-new-tokens",
+               "12", "--temperature", "0", "--ignore-eos", "--evict-eps", "1e-4", "--fgate-bias-shift", "0.5",
+               "--device", "cpu",
+               "--out", str(out)])
+    assert rc == 0
+    printed = capsys.readouterr().out
+    from foxformer.models import FoxForCausalLM
+    model = FoxForCausalLM.from_pretrained(hf_dir).eval()
+    want = "".join(generate(model, load_tokenizer("bytes"), "Once upon", max_new_tokens=12, temperature=0,
+                            evict_eps=1e-4, fgate_bias_shift=0.5, ignore_eos=True))
+    assert printed == want + "\n"
+    data = json.loads(out.read_text())
+    assert want and data["text"] == want and data["settings"]["evict_eps"] == 1e-4
+    assert data["cache"]["kept_fraction"] < 1
+
+
+def test_generate_reads_a_prompt_file_and_samples_with_a_seed(hf_dir, tmp_path, capsys):
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_text("abc")
+    args = ["generate", "--model", hf_dir, "--tokenizer", "bytes", "--prompt-file", str(prompt), "--max-new-tokens",
+            "8", "--top-k", "20", "--top-p", "0.9", "--seed", "3", "--device", "cpu", "--no-stream"]
+    assert main(args) == 0
+    first = capsys.readouterr().out
+    assert main(args) == 0
+    assert capsys.readouterr().out == first
+
+
+def test_generate_errors_are_clear(hf_dir, capsys):
+    assert main(["generate", "--model", hf_dir, "--tokenizer", "bytes", "--device", "cpu"]) == 2
+    assert "--prompt" in capsys.readouterr().err
+    assert main(["generate", "--model", hf_dir, "--prompt", "x", "--top-p", "2", "--tokenizer", "bytes",
+                 "--device", "cpu"]) == 2
+    assert "top_p" in capsys.readouterr().err
+
+
+def test_bias_shift_command(hf_dir, tmp_path, capsys):
+    src = tmp_path / "doc.txt"
+    src.write_text("The quick brown fox jumps over the lazy dog. " * 4)
+    out = tmp_path / "shift.json"
+    rc = main(["bias-shift", "--model", hf_dir, "--tokenizer", "bytes", "--source", str(src), "--seq-len", "64",
+               "--num-seqs", "1", "--train-len", "32", "--shifts", "0,1", "--bins", "4", "--device", "cpu",
+               "--no-progress", "--out", str(out)])
+    assert rc == 0
+    data = json.loads(out.read_text())
+    assert data["shifts"] == [0.0, 1.0] and data["loss_beyond"][1] is not None
+    assert (tmp_path / "shift.png").exists()
+
+
+def test_bench_decode_tiny(tmp_path):
+    out = tmp_path / "bench.json"
+    rc = main(["bench", "decode", "--preset", "fox-pro-tiny", "--vocab-size", "257", "--contexts", "48",
+               "--batches", "2", "--steps", "3", "--warmup", "1", "--prefill-chunk", "32", "--device", "cpu",
+               "--out", str(out)])
+    assert rc == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["model"] for r in rows] == ["fox", "fox+evict", "llama-sdpa"]
+    evict = rows[1]
+    assert evict["tokens_per_s"] > 0 and evict["kept_fraction"] < 1 and evict["max_logprob_diff"] < 1e-2
+    assert rows[0]["kept_fraction"] == 1
+
+
+def test_bench_decode_is_also_top_level():
+    from foxformer.cli import build_parser
+
+    args = build_parser().parse_args(["bench-decode", "--contexts", "4096,65536", "--batches", "1,32"])
+    assert args.contexts == [4096, 65536] and args.batches == [1, 32] and callable(args.func)
+
+
+def test_bench_decode_kernel_mode(tmp_path):
+    out = tmp_path / "k.json"
+    assert main(["bench", "decode", "--kernel", "--preset", "fox-pro-tiny", "--contexts", "64", "--batches", "1",
+                 "--device", "cpu", "--out", str(out)]) == 0
+    row = json.loads(out.read_text())["rows"][0]
+    assert row["fox_ms"] > 0 and row["sdpa_ms"] > 0

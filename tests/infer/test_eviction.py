@@ -1,0 +1,171 @@
+"""Eviction: the output stays within 2 * eps * max|v| of exact attention, the cache shrinks on
+strongly forgetting heads and keeps long heads whole, buffers grow by doubling and compact rarely."""
+import math
+
+import pytest
+import torch
+
+from foxformer.infer import cache_report, eviction_delta, eviction_deltas, output_tolerance, qk_bound_from_norms
+from foxformer.infer.generate import GenerationConfig, stream_tokens
+from foxformer.models.cache import FoxCache, LayerCache
+from foxformer.ops import gate_cumsum
+from foxformer.ops.forgetting_attention.decode import forgetting_attention_decode
+
+from .conftest import make_model, tokens
+
+
+def _exact(q, k, v, c, scale):
+    return forgetting_attention_decode(q, k, v, c, None, softmax_scale=scale, backend="torch")
+
+
+@pytest.mark.parametrize("eps", [1e-2, 1e-4])
+def test_layer_cache_output_within_tolerance(eps):
+    """Token-by-token decoding with eviction against exact attention over the whole history, with
+    q, k scaled so that |scale * q . k| <= U holds (the bound's premise)."""
+    torch.manual_seed(0)
+    B, T, Hq, Hkv, D, U, n_max = 2, 160, 4, 2, 8, 2.0, 256
+    scale = 1 / math.sqrt(D)
+    unit = lambda x: x / x.norm(dim=-1, keepdim=True)  # noqa: E731
+    q = unit(torch.randn(B, T, Hq, D, dtype=torch.float64)) * math.sqrt(U / scale)
+    k = unit(torch.randn(B, T, Hkv, D, dtype=torch.float64)) * math.sqrt(U / scale)
+    v = torch.randn(B, T, Hkv, D, dtype=torch.float64)
+    # Heads 0, 1 (kv head 0) forget fast; head 2 fast, head 3 slow (kv head 1 must keep everything).
+    noise = 0.3 * torch.randn(B, T, Hq, dtype=torch.float64)
+    logit = torch.tensor([-2.0, -1.5, -2.0, 6.0], dtype=torch.float64) + noise
+    c = gate_cumsum(torch.nn.functional.logsigmoid(logit))
+    cache = LayerCache(eviction_delta(eps, U, n_max))
+    worst = 0.0
+    for t in range(T):
+        cache.append(k[:, t:t + 1], v[:, t:t + 1], c[:, t:t + 1])
+        got = forgetting_attention_decode(q[:, t:t + 1], cache.k, cache.v, cache.c, cache.start, softmax_scale=scale,
+                                          backend="torch")
+        want = _exact(q[:, t:t + 1], k[:, :t + 1], v[:, :t + 1], c[:, :t + 1], scale)
+        worst = max(worst, float((got - want).abs().max()))
+        cache.evict()
+    assert worst <= output_tolerance(eps, float(v.abs().max()))
+    live = cache.live_lengths()
+    assert torch.all(live[:, 0] < 40), live          # strongly forgetting group: a short window
+    assert torch.all(cache.start[:, 1] == 0)          # one slow head keeps its whole group
+
+
+def test_model_decoding_with_eviction_matches_and_shrinks():
+    bias = [-3.0, -3.0, 8.0, -3.0]  # kv heads = heads here: heads 0, 1, 3 forget within a few tokens
+    model = make_model("fox-pro-tiny", gate_bias=bias)
+    prompt = tokens(2, 30)
+    ref_state, ev_state = {}, {}
+    cfg = dict(max_new_tokens=60, temperature=0.0)
+    ref = torch.stack(list(stream_tokens(model, prompt, GenerationConfig(**cfg), ref_state)), 1)
+    got = torch.stack(list(stream_tokens(model, prompt, GenerationConfig(**cfg, evict_eps=1e-6), ev_state)), 1)
+    assert torch.equal(got, ref)
+    cache = ev_state["cache"]
+    for layer in cache.layers:
+        assert layer.delta is not None
+        assert torch.all(layer.start[:, [0, 1, 3]] > 30) and torch.all(layer.start[:, 2] == 0)
+    rep = cache_report(cache)
+    assert rep["kept_fraction"] < 0.5 and rep["live_bytes"] < rep["no_eviction_bytes"] / 2
+
+
+@torch.no_grad()
+def test_model_logits_close_to_full_forward():
+    model = make_model("fox-pro-tiny", gate_bias=[-2.0, -2.5, 5.0, -2.0])
+    ids = tokens(1, 70, seed=3)
+    full = model(ids).logits
+    eps = 1e-3
+    cache = model.model.new_cache(evict_eps=eps)
+    out = model(ids[:, :10], cache=cache, use_cache=True)
+    parts = [out.logits]
+    for t in range(10, 70):
+        parts.append(model(ids[:, t:t + 1], cache=cache, use_cache=True).logits)
+    diff = float((torch.cat(parts, 1) - full).abs().max())
+    assert any(bool((layer.start > 0).any()) for layer in cache.layers)
+    assert diff < 1e-2, diff   # errors pass through 2 layers and the LM head: loose, but far below noise
+    assert diff > 0            # something was really evicted
+
+
+def test_gqa_group_is_kept_while_any_head_needs_it():
+    model = make_model("fox-pro-tiny", gate_bias=[-3.0, 8.0, -3.0, -3.0], num_kv_heads=2)
+    state = {}
+    list(stream_tokens(model, tokens(1, 20), GenerationConfig(max_new_tokens=30, temperature=0, evict_eps=1e-4),
+                       state))
+    for layer in state["cache"].layers:
+        assert int(layer.start[0, 0]) == 0 and int(layer.start[0, 1]) > 20
+
+
+def test_deltas_from_qk_norm_or_the_users_bound():
+    pro = make_model("fox-pro-tiny")
+    attn = pro.model.layers[0].attn
+    with torch.no_grad():
+        attn.q_norm.weight.fill_(0.5)
+        attn.k_norm.weight[3] = 2.0
+    u = qk_bound_from_norms(attn.q_norm.weight, attn.k_norm.weight, attn.head_dim)
+    assert u == pytest.approx(attn.head_dim ** 0.5 * 0.5 * 2.0)
+    deltas = eviction_deltas(pro, 1e-3, max_len=1000)
+    assert deltas[0] == pytest.approx(math.log(1e-3) - 2 * u - math.log(1000))
+    llama = make_model("fox-llama-tiny")  # no QK-norm: no eviction unless the user gives U
+    assert eviction_deltas(llama, 1e-3) == [None, None]
+    user = eviction_deltas(llama, 1e-3, qk_bound=4.0, max_len=100)
+    assert user[1] == pytest.approx(math.log(1e-3) - 8 - math.log(100))
+    assert eviction_deltas(make_model("transformer-pro-tiny"), 1e-3) == [None, None]
+    assert eviction_deltas(pro, None) is None
+    for bad in (dict(eps=0.0, qk_bound=1.0, max_len=10), dict(eps=0.1, qk_bound=-1.0, max_len=10),
+                dict(eps=0.1, qk_bound=1.0, max_len=0)):
+        with pytest.raises(ValueError):
+            eviction_delta(**bad)
+
+
+def test_buffers_double_and_compact_amortised():
+    cache = LayerCache(delta=-5.0)
+    B, H, D = 1, 2, 4
+    moves = 0
+    capacities = set()
+    last_cap = None
+    for t in range(400):
+        k = torch.full((B, 1, H, D), float(t))
+        c = torch.full((B, 1, H), -1.0 * t, dtype=torch.float64)  # log f = -1 per token
+        before = cache.dropped
+        cache.append(k, k, c)
+        cache.evict()
+        moves += cache.dropped != before
+        capacities.add(cache.capacity)
+        last_cap = cache.capacity
+        # The live suffix holds exactly the newest tokens, in order.
+        live = cache.k[0, int(cache.start[0, 0]):, 0, 0]
+        assert torch.equal(live, torch.arange(t + 1 - live.numel(), t + 1, dtype=live.dtype))
+    assert int(cache.live_lengths().max()) <= 6          # c_t - c_j <= -5 is evicted
+    assert last_cap <= 16 and moves <= 400 // 8          # copies happen once per half buffer
+    full = LayerCache()
+    full_caps = []
+    for t in range(100):
+        full.append(torch.zeros(1, 1, 1, 2), torch.zeros(1, 1, 1, 2), torch.zeros(1, 1, 1, dtype=torch.float64))
+        full_caps.append(full.capacity)
+    assert sorted(set(full_caps)) == [16, 32, 64, 128]
+    hinted = FoxCache(1)
+    hinted.reserve(100)
+    hinted[0].append(torch.zeros(1, 5, 1, 2), torch.zeros(1, 5, 1, 2), torch.zeros(1, 5, 1, dtype=torch.float64))
+    assert hinted[0].capacity == 100
+
+
+def test_config_evict_eps_reaches_hf_generate():
+    model = make_model("fox-pro-tiny", gate_bias=[-3.0, -3.0, 8.0, -3.0])
+    prompt = tokens(1, 12)
+    plain = model.generate(prompt, max_new_tokens=20, do_sample=False, pad_token_id=0)
+    model.config.evict_eps = 1e-6
+    cache = model.model.new_cache()
+    assert all(layer.delta is not None for layer in cache.layers)
+    evicting = model.generate(prompt, max_new_tokens=20, do_sample=False, pad_token_id=0)
+    assert torch.equal(evicting, plain)
+    with pytest.raises(ValueError, match="evict_eps"):
+        model.config.__class__(**{**model.config.to_dict(), "evict_eps": 2.0})
+
+
+@torch.no_grad()
+def test_long_chunks_after_eviction_stay_within_tolerance():
+    """A chunked prefill on top of an evicted cache takes the prefill op from the common start."""
+    model = make_model("fox-pro-tiny", gate_bias=[-3.0, -2.0, -1.0, -3.0])
+    ids = tokens(1, 90, seed=4)
+    full = model(ids).logits
+    cache = model.model.new_cache(evict_eps=1e-6)
+    parts = [model(ids[:, s:s + 30], cache=cache, use_cache=True).logits for s in range(0, 90, 30)]
+    for layer in cache.layers:  # ragged, and no head kept everything
+        assert int(layer.start.min()) > 0 and int(layer.start.max()) > int(layer.start.min())
+    torch.testing.assert_close(torch.cat(parts, 1), full, rtol=0, atol=1e-4)

@@ -1,0 +1,126 @@
+"""foxformer.infer.generate: greedy equals Hugging Face generate, seeded sampling, top-k / top-p,
+text streaming (UTF-8 split across tokens), stop tokens, other causal LMs, clear errors."""
+import pytest
+import torch
+
+from foxformer.data import load_tokenizer
+from foxformer.infer import GenerationConfig, generate, sample_next
+
+from .conftest import VOCAB, make_model, tokens
+
+
+@pytest.mark.parametrize("preset", ["fox-pro-tiny", "fox-llama-tiny", "transformer-pro-tiny"])
+def test_greedy_equals_hf_generate(preset):
+    model = make_model(preset)
+    prompt = tokens(2, 7)
+    ours = torch.stack(list(generate(model, prompt, max_new_tokens=9, temperature=0)), 1)
+    hf = model.generate(prompt, max_new_tokens=9, do_sample=False, pad_token_id=0)[:, 7:]
+    assert torch.equal(ours, hf)
+    assert list(generate(model, prompt[0].tolist(), max_new_tokens=9, temperature=0)) == hf[0].tolist()
+
+
+def test_chunked_prefill_and_decode_kernel_path_agree():
+    model = make_model("fox-pro-tiny")
+    prompt = tokens(1, 40)
+    a = list(generate(model, prompt[0], max_new_tokens=6, temperature=0))
+    b = list(generate(model, prompt[0], max_new_tokens=6, temperature=0, prefill_chunk=7))
+    assert a == b
+
+
+def test_seeded_sampling_is_reproducible_and_filters_apply():
+    model = make_model("fox-pro-tiny", dtype=torch.float32)
+    prompt = tokens(1, 5)[0]
+    runs = [list(generate(model, prompt, max_new_tokens=12, temperature=1.5, top_k=50, seed=7)) for _ in range(2)]
+    assert runs[0] == runs[1]
+    assert runs[0] != list(generate(model, prompt, max_new_tokens=12, temperature=1.5, top_k=50, seed=8))
+    greedy = list(generate(model, prompt, max_new_tokens=12, temperature=0))
+    assert list(generate(model, prompt, max_new_tokens=12, temperature=2.0, top_k=1, seed=1)) == greedy
+    assert list(generate(model, prompt, max_new_tokens=12, temperature=2.0, top_p=1e-6, seed=1)) == greedy
+
+
+def test_top_k_top_p_keep_the_right_tokens():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    g = torch.Generator().manual_seed(0)
+    seen = {int(sample_next(logits, GenerationConfig(top_p=0.7), g)) for _ in range(200)}
+    assert seen == {0, 1}  # 0.5 < 0.7 so the second token is needed, the third is not
+    seen = {int(sample_next(logits, GenerationConfig(top_k=3), g)) for _ in range(300)}
+    assert seen == {0, 1, 2}
+
+
+def test_text_streaming_with_a_tokenizer():
+    model = make_model("fox-pro-tiny", dtype=torch.float32)
+    tok = load_tokenizer("bytes")
+    pieces = list(generate(model, tok, "Hi there", max_new_tokens=15, temperature=0, ignore_eos=True))
+    ids = list(generate(model, tok.encode("Hi there"), max_new_tokens=15, temperature=0))
+    assert "".join(pieces) == tok.decode(ids) and len(pieces) > 1
+    assert "".join(generate(model, "bytes", prompt="Hi there", max_new_tokens=15, temperature=0,
+                            ignore_eos=True)) == "".join(pieces)
+
+
+class _ByteTok:
+    """Bytes tokenizer that reports an end-of-text id."""
+
+    eot_id = 256
+
+    def encode(self, text):
+        return list(text.encode("utf-8"))
+
+    def decode(self, ids):
+        return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
+
+
+def test_multibyte_characters_are_not_split(monkeypatch):
+    import sys
+
+    gen = sys.modules["foxformer.infer.generate"]  # the package attribute is the function
+
+    script = list("é€😀".encode("utf-8")) + [256, 65]
+
+    def fake_stream(model, ids, cfg, state):
+        for t in script[:cfg.max_new_tokens]:
+            yield torch.tensor([t])
+
+    monkeypatch.setattr(gen, "stream_tokens", fake_stream)
+    pieces = list(gen.generate(make_model(), _ByteTok(), "x", max_new_tokens=20))
+    assert pieces == ["é", "€", "😀"]  # nothing after the end-of-text token, no replacement characters
+
+
+def test_stop_token_ends_rows():
+    model = make_model("fox-pro-tiny")
+    prompt = tokens(2, 6)
+    free = torch.stack(list(generate(model, prompt, max_new_tokens=8, temperature=0)), 1)
+    stop = int(free[0, 2])
+    out = torch.stack(list(generate(model, prompt, max_new_tokens=8, temperature=0, stop_token=stop)), 1)
+    row0 = out[0].tolist()
+    assert row0[:3] == free[0, :3].tolist() and all(t == stop for t in row0[3:])
+
+
+def test_other_hf_causal_lms_work():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    llama = LlamaForCausalLM(LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                         num_attention_heads=2, num_key_value_heads=2)).eval()
+    prompt = tokens(1, 5)
+    ours = list(generate(llama, prompt[0], max_new_tokens=5, temperature=0))
+    assert ours == llama.generate(prompt, max_new_tokens=5, do_sample=False, pad_token_id=0)[0, 5:].tolist()
+    with pytest.raises(ValueError, match="FoX"):
+        list(generate(llama, prompt[0], max_new_tokens=2, evict_eps=1e-3))
+
+
+def test_bad_arguments():
+    model = make_model()
+    with pytest.raises(ValueError, match="temperature"):
+        generate(model, [1, 2], temperature=-1)
+    with pytest.raises(ValueError, match="top_p"):
+        generate(model, [1, 2], top_p=1.5)
+    with pytest.raises(TypeError, match="unknown option"):
+        generate(model, [1, 2], beams=3)
+    with pytest.raises(TypeError, match="tokenizer spec"):
+        generate(model, "hello world")
+    with pytest.raises(TypeError, match="prompt"):
+        generate(model, [1, 2], prompt="text")
+    with pytest.raises(TypeError, match="token ids"):
+        generate(model, [1.5, 2.0])
+    with pytest.raises(TypeError, match="model"):
+        generate("not a model", [1, 2])

@@ -1,0 +1,112 @@
+"""Decode op: the Triton kernel (interpreted) and the torch path against a float64 dense reference,
+with GQA, several queries, key splits and ragged per-head start offsets (eviction)."""
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported (conftest.py does it too)
+
+import math  # noqa: E402
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from foxformer.ops import gate_cumsum  # noqa: E402
+from foxformer.ops.forgetting_attention.decode import forgetting_attention_decode  # noqa: E402
+
+
+def dense_reference(q, k, v, c, start, scale):
+    """float64 materialised attention of the last Tq positions; keys < start[b, g] hidden."""
+    B, Tq, Hq, D = q.shape
+    Tk, Hkv = k.shape[1], k.shape[2]
+    G = Hq // Hkv
+    kh = k.double().repeat_interleave(G, 2)
+    vh = v.double().repeat_interleave(G, 2)
+    s = torch.einsum("bihd,bjhd->bhij", q.double(), kh) * scale
+    pos = torch.arange(Tk - Tq, Tk)
+    keys = torch.arange(Tk)
+    s = s + c.transpose(1, 2)[:, :, pos, None] - c.transpose(1, 2)[:, :, None, :]
+    mask = (keys[None, :] <= pos[:, None])[None, None]
+    if start is not None:
+        mask = mask & (keys[None, None, None, :] >= start.repeat_interleave(G, 1)[:, :, None, None])
+    s = s.masked_fill(~mask, float("-inf"))
+    return torch.einsum("bhij,bjhd->bihd", torch.softmax(s, -1), vh)
+
+
+def make(B, Tq, Tk, Hq, Hkv, D, dtype, seed=0, c_offset=0.0):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, Tq, Hq, D, generator=g).to(dtype)
+    k = torch.randn(B, Tk, Hkv, D, generator=g).to(dtype)
+    v = torch.randn(B, Tk, Hkv, D, generator=g).to(dtype)
+    logit = torch.randn(B, Tk, Hq, generator=g) + torch.linspace(-1, 5, Hq)
+    c = gate_cumsum(torch.nn.functional.logsigmoid(logit)) + c_offset
+    return q, k, v, c
+
+
+CASES = {  # B, Tq, Tk, Hq, Hkv, D
+    "decode-mha": (2, 1, 70, 4, 4, 16),
+    "decode-gqa-d24": (1, 1, 97, 6, 2, 24),
+    "chunk3-gqa": (2, 3, 50, 4, 2, 32),
+    "chunk5-mqa": (1, 5, 40, 4, 1, 16),
+}
+TOL = {torch.float32: 2e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}
+
+
+@pytest.mark.parametrize("case", list(CASES), ids=list(CASES))
+@pytest.mark.parametrize("backend", ["triton", "torch"])
+def test_matches_reference(case, backend):
+    B, Tq, Tk, Hq, Hkv, D = CASES[case]
+    q, k, v, c = make(B, Tq, Tk, Hq, Hkv, D, torch.float32)
+    want = dense_reference(q, k, v, c, None, 1 / math.sqrt(D))
+    got = forgetting_attention_decode(q, k, v, c, backend=backend)
+    assert got.shape == q.shape and got.dtype == q.dtype
+    torch.testing.assert_close(got.double(), want, rtol=0, atol=TOL[torch.float32])
+
+
+@pytest.mark.parametrize("backend", ["triton", "torch"])
+@pytest.mark.parametrize("splits", [1, 3], ids=["splits1", "splits3"])
+def test_ragged_start_offsets(backend, splits):
+    B, Tq, Tk, Hq, Hkv, D = 2, 2, 90, 4, 2, 16
+    q, k, v, c = make(B, Tq, Tk, Hq, Hkv, D, torch.float32, seed=1)
+    start = torch.tensor([[0, 37], [61, 5]])
+    want = dense_reference(q, k, v, c, start, 0.3)
+    kw = {"num_splits": splits} if backend == "triton" else {}
+    got = forgetting_attention_decode(q, k, v, c, start, softmax_scale=0.3, backend=backend, **kw)
+    torch.testing.assert_close(got.double(), want, rtol=0, atol=2e-5)
+    # Hiding keys really changes the result (the test would pass vacuously otherwise).
+    assert (got.double() - dense_reference(q, k, v, c, None, 0.3)).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_half_precision(dtype):
+    q, k, v, c = make(1, 1, 64, 4, 2, 16, dtype, seed=2)
+    want = dense_reference(q, k, v, c, None, 0.25)
+    got = forgetting_attention_decode(q, k, v, c, softmax_scale=0.25, backend="triton")
+    assert got.dtype == dtype
+    torch.testing.assert_close(got.double(), want, rtol=0, atol=TOL[dtype])
+
+
+def test_large_c_and_strided_cache_views():
+    """c near -1e5 (long context) and k, v, c read as views of larger preallocated buffers."""
+    B, Tk, Hq, Hkv, D, cap = 1, 45, 4, 2, 16, 64
+    q, k, v, c = make(B, 1, Tk, Hq, Hkv, D, torch.float32, seed=3, c_offset=-1e5)
+    k_buf = torch.zeros(B, cap, Hkv, D)
+    v_buf = torch.zeros(B, cap, Hkv, D)
+    c_buf = torch.zeros(B, Hq, cap, dtype=torch.float64)
+    k_buf[:, :Tk], v_buf[:, :Tk], c_buf[:, :, :Tk] = k, v, c.transpose(1, 2)
+    want = dense_reference(q, k, v, c, None, 0.25)
+    got = forgetting_attention_decode(q, k_buf[:, :Tk], v_buf[:, :Tk], c_buf[:, :, :Tk].transpose(1, 2),
+                                      softmax_scale=0.25, backend="triton", num_splits=2)
+    torch.testing.assert_close(got.double(), want, rtol=0, atol=2e-5)
+
+
+def test_bad_inputs():
+    q, k, v, c = make(1, 1, 8, 4, 2, 16, torch.float32)
+    with pytest.raises(ValueError, match="c must be"):
+        forgetting_attention_decode(q, k, v, c[:, :, :2])
+    with pytest.raises(ValueError, match="multiple"):
+        forgetting_attention_decode(q[:, :, :3], k, v, c[:, :, :3])
+    with pytest.raises(ValueError, match="start"):
+        forgetting_attention_decode(q, k, v, c, torch.zeros(1, 4, dtype=torch.long))
+    with pytest.raises(ValueError, match="backend"):
+        forgetting_attention_decode(q, k, v, c, backend="cuda")
+    with pytest.raises(TypeError, match="fp64"):
+        forgetting_attention_decode(q.double(), k.double(), v.double(), c, backend="triton")
