@@ -119,30 +119,26 @@ def _loss_blocks(data: dict, base: str, out_dir: str, tag: str) -> list[Block]:
     return out + _images(data, base, out_dir, tag)
 
 
-def _niah_blocks(data: dict, base: str, out_dir: str, tag: str) -> list[Block]:
+def _summary_blocks(title: str, data: dict, base: str, out_dir: str, tag: str) -> list[Block]:
+    """A heading, one table row per model from its "summary" dict, then the plots."""
     rows = None
     for m in data.get("models", []):
         s = m.get("summary", {})
         if rows is None:
             rows = [list(s)]
         rows.append([s.get(k) for k in rows[0]])
-    out = [Block("h3", "Needle in a haystack")]
+    out = [Block("h3", title)]
     if rows:
         out.append(Block("table", rows=rows))
     return out + _images(data, base, out_dir, tag)
+
+
+def _niah_blocks(data: dict, base: str, out_dir: str, tag: str) -> list[Block]:
+    return _summary_blocks("Needle in a haystack", data, base, out_dir, tag)
 
 
 def _gate_blocks(data: dict, base: str, out_dir: str, tag: str) -> list[Block]:
-    rows = None
-    for m in data.get("models", []):
-        s = m.get("summary", {})
-        if rows is None:
-            rows = [list(s)]
-        rows.append([s.get(k) for k in rows[0]])
-    out = [Block("h3", "Forget gates")]
-    if rows:
-        out.append(Block("table", rows=rows))
-    return out + _images(data, base, out_dir, tag)
+    return _summary_blocks("Forget gates", data, base, out_dir, tag)
 
 
 def _harness_blocks(data: dict) -> list[Block]:
