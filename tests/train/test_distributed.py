@@ -36,3 +36,19 @@ def test_two_process_gloo_run_matches_single_process(parallel, make_cfg, data_di
     resumed = train(make_cfg(out_dir=out, max_steps=6, total_tokens=768, parallel="none"))
     assert resumed["resumed_from"].endswith("step_00000004")
     assert _losses(out) == pytest.approx(_losses(single["out_dir"]), abs=2e-4)
+
+
+def test_fsdp_with_fused_loss_matches_single_process(make_cfg, data_dir, tmp_path):
+    """The fused loss reads the LM head weight outside lm_head.forward: FSDP2 must have it unsharded."""
+    single = train(make_cfg(out_dir=str(tmp_path / "single"), max_steps=3, total_tokens=768))
+    out = str(tmp_path / "fsdp-fused")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+           "-m", "foxformer.cli", "train", "--data", data_dir, "--out", out, "--preset", "fox-pro-tiny",
+           "--context", "32", "--batch-tokens", "128", "--max-steps", "3", "--total-tokens", "768", "--lr", "3e-3",
+           "--eval-tokens", "128", "--checkpoint-every-tokens", "100000", "--eval-every-tokens", "100000",
+           "--parallel", "fsdp", "--fused-loss", "--no-progress", "--set", "tensorboard=false",
+           "--set", "export_hf=false"]
+    env = {**os.environ, "PYTHONPATH": os.path.abspath(SRC), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert _losses(out) == pytest.approx(_losses(single["out_dir"])[:3], abs=2e-4)

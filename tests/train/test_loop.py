@@ -112,6 +112,12 @@ def test_activation_checkpointing_and_rolling(make_cfg, tmp_path):
     assert _losses(rolled["out_dir"])[0] != _losses(plain["out_dir"])[0]
 
 
+def test_fused_loss_follows_the_plain_trajectory(make_cfg, tmp_path):
+    plain = train(make_cfg(out_dir=str(tmp_path / "p"), max_steps=4))
+    fused = train(make_cfg(out_dir=str(tmp_path / "f"), max_steps=4, fused_loss=True))
+    assert _losses(fused["out_dir"]) == pytest.approx(_losses(plain["out_dir"]), abs=1e-4)
+
+
 def test_sigkilled_process_resumes_to_the_same_trajectory(make_cfg, data_dir, tmp_path):
     """A real SIGKILL (no cleanup at all) part-way through, then `foxformer train` again."""
     import signal

@@ -38,7 +38,7 @@ def _size_of(preset: str) -> str:
 
 
 def measure(model: torch.nn.Module, vocab: int, context: int, batch: int, steps: int, warmup: int,
-            dtype: torch.dtype, device: torch.device, desc: str) -> dict:
+            dtype: torch.dtype, device: torch.device, desc: str, loss_kwargs: dict | None = None) -> dict:
     """Median step time and peak memory of `steps` timed training steps after `warmup` ones."""
     model.to(device).train()
     fused = device.type == "cuda"
@@ -53,7 +53,7 @@ def measure(model: torch.nn.Module, vocab: int, context: int, batch: int, steps:
     for i in tqdm(range(warmup + steps), desc=desc, leave=False):
         t0 = time.perf_counter()
         with torch.autocast(device.type, dtype=dtype, enabled=use_amp):
-            loss = model(input_ids=ids, labels=ids).loss
+            loss = model(input_ids=ids, labels=ids, **(loss_kwargs or {})).loss
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -97,7 +97,10 @@ def run(args: argparse.Namespace) -> int:
             model = torch.compile(model)
         cfg = get_preset(preset, **overrides)
         try:
-            res = measure(model, cfg.vocab_size, args.context, batch, args.steps, args.warmup, dtype, device, name)
+            ours = name == preset  # the transformers anchor keeps its own loss
+            loss_kwargs = {"return_logits": False} if args.fused_loss and ours else None
+            res = measure(model, cfg.vocab_size, args.context, batch, args.steps, args.warmup, dtype, device, name,
+                          loss_kwargs)
         except torch.OutOfMemoryError:
             res = {"step_s": None, "tokens_per_s": None, "peak_mem_gib": None, "loss": None, "error": "OOM"}
         flops = training_flops_per_token(cfg, args.context)
@@ -143,6 +146,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--vocab-size", type=int, default=None)
     p.add_argument("--device", default=None)
     p.add_argument("--compile", action="store_true", help="torch.compile every model")
+    p.add_argument("--fused-loss", action="store_true",
+                   help="our models compute the loss through the LM head in chunks (no [B, T, V] logits)")
     p.add_argument("--grad-ckpt", action="store_true", help="activation checkpointing")
     p.add_argument("--no-anchor", dest="anchor", action="store_false",
                    help="skip transformers' LlamaForCausalLM (SDPA) anchor")

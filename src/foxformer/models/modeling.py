@@ -14,13 +14,13 @@ from transformers.utils import ModelOutput
 from .cache import FoxCache
 from .config import FoxConfig
 from .layers import Block, ForgetGate, RMSNorm, SeqContext, rope_tables, timescale_bias
+from .loss import IGNORE_INDEX, fused_causal_lm_loss
 
 try:  # respects "already loaded" flags during from_pretrained (transformers v5)
     from transformers import initialization as _init
 except ImportError:  # pragma: no cover
     _init = torch.nn.init
 
-IGNORE_INDEX = -100
 
 
 # transformers 5.24 renamed the cache field of model outputs to `cache` (reading `past_key_values`
@@ -270,15 +270,21 @@ class FoxForCausalLM(FoxPreTrainedModel, GenerationMixin):
                 max_seqlen: Optional[int] = None, loss_reduction: str = "mean",
                 logits_to_keep: int | torch.Tensor = 0, output_hidden_states: Optional[bool] = None,
                 cache: Optional[FoxCache] = None, return_dict: Optional[bool] = None,
-                **kwargs) -> FoxCausalLMOutput:
+                return_logits: bool = True, **kwargs) -> FoxCausalLMOutput:
         """See FoxModel.forward. labels [B, T] (the inputs themselves for LM training; -100 ignored);
         loss_reduction "none" returns fp32 per-token losses [B, T-1]; logits_to_keep > 0 computes
-        logits only for the last positions (generation)."""
+        logits only for the last positions (generation). return_logits=False with labels and the
+        mean loss computes the loss through the LM head in chunks and returns no logits (training:
+        no [B, T, V] tensor at all)."""
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                          past_key_values=past_key_values, cache=cache, inputs_embeds=inputs_embeds,
                          use_cache=use_cache, cu_seqlens=cu_seqlens, max_seqlen=max_seqlen,
                          output_hidden_states=output_hidden_states)
         h = out.last_hidden_state
+        if not return_logits and labels is not None and loss_reduction == "mean" and not logits_to_keep:
+            loss = fused_causal_lm_loss(h, self.lm_head.weight, labels, cu_seqlens)
+            return FoxCausalLMOutput(loss=loss, logits=None, hidden_states=out.hidden_states,
+                                     **{CACHE_FIELD: getattr(out, CACHE_FIELD)})
         if isinstance(logits_to_keep, int):
             if logits_to_keep:
                 h = h[:, -logits_to_keep:]

@@ -19,7 +19,8 @@ _FLAGS = {
     "--parallel": ("parallel", str), "--device": ("device", str), "--seed": ("seed", int),
     "--resume": ("resume", str), "--log-every": ("log_every", int),
 }
-_SWITCHES = {"--compile": "compile", "--activation-checkpointing": "activation_checkpointing", "--roll": "roll"}
+_SWITCHES = {"--compile": "compile", "--activation-checkpointing": "activation_checkpointing", "--roll": "roll",
+             "--fused-loss": "fused_loss"}
 
 
 def _overrides(args: argparse.Namespace) -> dict:

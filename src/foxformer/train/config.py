@@ -79,6 +79,7 @@ class TrainConfig:
     precision: str = "auto"                 # auto (bf16 on CUDA, fp32 on CPU) | bf16 | fp32
     compile: bool = False
     activation_checkpointing: bool = False
+    fused_loss: bool = False                # loss through the LM head in chunks, no [B, T, V] logits
     device: str = "auto"
     parallel: str = "auto"                  # auto (fsdp when WORLD_SIZE > 1) | none | ddp | fsdp
     seed: int = 0

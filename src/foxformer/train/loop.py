@@ -197,6 +197,7 @@ def train(cfg: TrainConfig, *, hook: StepHook | None = None, model_factory=None)
         del model_sd, optim_sd
     # `wrapped` controls gradient sync (DDP / FSDP2 methods); `runner` is what the micro-batches call.
     runner = torch.compile(wrapped) if cfg.compile else wrapped
+    loss_kwargs = {"return_logits": False} if cfg.fused_loss else {}
 
     derived = {"world_size": info.world_size, "parallel": info.mode, "device": str(device), "bf16": bf16,
                "vocab_size": vocab_size, "micro_batch_size": plan.micro_batch, "grad_accum": plan.accum,
@@ -249,7 +250,7 @@ def train(cfg: TrainConfig, *, hook: StepHook | None = None, model_factory=None)
             x = train_ds.batch(base + m * plan.micro_batch, plan.micro_batch)
             x = x.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else x
             with grad_sync(wrapped, info, sync=m == plan.accum - 1), _autocast(device, bf16):
-                loss = runner(x, labels=x).loss
+                loss = runner(x, labels=x, **loss_kwargs).loss
             (loss / plan.accum).backward()
             loss_sum += loss.detach()
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip if cfg.grad_clip > 0 else 1e30)

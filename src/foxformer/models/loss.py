@@ -1,0 +1,74 @@
+"""Next-token loss through the LM head without materialising the [N, V] logits.
+
+At 16K context and GPT-2's 50K vocabulary a 64K-token step holds 13 GB of fp32 logits (plus their
+gradient) when the loss is computed the usual way. Here the rows go through the head in chunks:
+each chunk's logits live only long enough to give its loss and its gradients, which are kept
+(hidden [N, d] and head [V, d] sized) and scaled by the incoming gradient in the backward.
+"""
+from __future__ import annotations
+
+import torch
+
+IGNORE_INDEX = -100
+# Rows per chunk such that one chunk's fp32 logits stay under 2^28 elements (1 GiB).
+_CHUNK_ELEMENTS = 1 << 28
+
+
+class _LinearCrossEntropySum(torch.autograd.Function):
+    """sum_i CE(hidden_i @ weight^T, target_i) over targets != IGNORE_INDEX, in fp32 (fp64 inputs: fp64)."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, targets, chunk):
+        # hidden [N, d]; weight [V, d]; targets [N] int64
+        acc = torch.promote_types(hidden.dtype, torch.float32)  # fp32, or fp64 for fp64 models
+        grad_h = torch.empty_like(hidden)
+        grad_w = torch.zeros(weight.shape, dtype=acc, device=weight.device)
+        total = torch.zeros((), dtype=acc, device=hidden.device)
+        for s in range(0, hidden.shape[0], chunk):
+            h, t = hidden[s:s + chunk], targets[s:s + chunk]
+            logits = torch.matmul(h, weight.t().to(h.dtype)).to(acc)      # under autocast: bf16 GEMM
+            lse = torch.logsumexp(logits, dim=-1)
+            valid = t != IGNORE_INDEX
+            t0 = torch.where(valid, t, torch.zeros_like(t))
+            picked = logits.gather(1, t0[:, None]).squeeze(1)
+            total += torch.where(valid, lse - picked, torch.zeros_like(lse)).sum()
+            # d CE / d logits = softmax - one_hot, zero on ignored rows
+            g = torch.exp(logits.sub_(lse[:, None]))
+            g[torch.arange(g.shape[0], device=g.device), t0] -= 1.0
+            g.mul_(valid[:, None])
+            g = g.to(h.dtype)
+            grad_h[s:s + chunk] = torch.matmul(g, weight.to(h.dtype))
+            grad_w += torch.matmul(g.t(), h).to(acc)
+        ctx.save_for_backward(grad_h, grad_w)
+        ctx.weight_dtype = weight.dtype
+        return total
+
+    @staticmethod
+    def backward(ctx, grad_total):
+        grad_h, grad_w = ctx.saved_tensors
+        return (grad_h * grad_total.to(grad_h.dtype), (grad_w * grad_total).to(ctx.weight_dtype),
+                None, None)
+
+
+def fused_causal_lm_loss(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor,
+                         cu_seqlens: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean next-token cross-entropy of ``hidden @ weight^T`` without the logits.
+
+    hidden [B, T, d] (final hidden states), weight [V, d] (the LM head), labels [B, T] (shifted
+    here, -100 ignored; with cu_seqlens a packed sequence's last token predicts nothing).
+    Same value as ``causal_lm_loss(lm_head(hidden), labels, cu_seqlens)``.
+    """
+    if labels.shape != hidden.shape[:2]:
+        raise ValueError(f"labels must be [batch, seq] = {tuple(hidden.shape[:2])}, got {tuple(labels.shape)}")
+    targets = labels[:, 1:]
+    if cu_seqlens is not None and cu_seqlens.numel() > 2:
+        targets = targets.clone()
+        targets[:, cu_seqlens[1:-1].long() - 1] = IGNORE_INDEX
+    h = hidden[:, :-1].reshape(-1, hidden.shape[-1])
+    t = targets.reshape(-1)
+    if torch.is_autocast_enabled(h.device.type):
+        h = h.to(torch.get_autocast_dtype(h.device.type))
+    chunk = max(1, _CHUNK_ELEMENTS // weight.shape[0])
+    total = _LinearCrossEntropySum.apply(h, weight, t, chunk)
+    # fp32 like causal_lm_loss (the sum itself is accumulated in fp64 for fp64 models)
+    return (total / (t != IGNORE_INDEX).sum().clamp_min(1)).float()

@@ -1,0 +1,39 @@
+"""The chunked LM-head loss equals the plain one, value and gradients, without returning logits."""
+import pytest
+import torch
+
+from foxformer.models import loss as loss_mod
+
+from .conftest import VOCAB, make_model
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["batch", "packed"])
+def test_fused_loss_matches_logits_loss(packed, monkeypatch):
+    monkeypatch.setattr(loss_mod, "_CHUNK_ELEMENTS", 7 * VOCAB)  # several chunks, the last one partial
+    model = make_model("fox-pro-tiny")
+    g = torch.Generator().manual_seed(0)
+    if packed:
+        ids = torch.randint(0, VOCAB, (1, 40), generator=g)
+        kw = dict(cu_seqlens=torch.tensor([0, 9, 30, 40], dtype=torch.int32), max_seqlen=21)
+    else:
+        ids = torch.randint(0, VOCAB, (2, 23), generator=g)
+        kw = {}
+    labels = ids.clone()
+    labels[0, 5] = -100
+    ref = model(ids, labels=labels, **kw)
+    ref_grads = torch.autograd.grad(ref.loss, list(model.parameters()))
+    got = model(ids, labels=labels, return_logits=False, **kw)
+    assert got.logits is None
+    # the plain loss runs its softmax in fp32 even for this fp64 model: compare at fp32 precision
+    torch.testing.assert_close(got.loss, ref.loss, rtol=1e-6, atol=0)
+    for a, b in zip(torch.autograd.grad(got.loss, list(model.parameters())), ref_grads):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-7)
+
+
+def test_fused_loss_under_bf16_autocast_is_close():
+    model = make_model("fox-llama-tiny").float()
+    ids = torch.randint(0, VOCAB, (2, 32), generator=torch.Generator().manual_seed(1))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ref = model(ids, labels=ids).loss
+        got = model(ids, labels=ids, return_logits=False).loss
+    assert abs(got.item() - ref.item()) < 2e-2
