@@ -50,6 +50,16 @@ class _LinearCrossEntropySum(torch.autograd.Function):
                 None, None)
 
 
+def next_token_targets(labels: torch.Tensor, cu_seqlens: torch.Tensor | None = None) -> torch.Tensor:
+    """labels [B, T] -> targets [B, T-1] of positions 0..T-2; with cu_seqlens the last token of a
+    packed sequence gets IGNORE_INDEX (it must not predict the next sequence's first token)."""
+    targets = labels[:, 1:]
+    if cu_seqlens is not None and cu_seqlens.numel() > 2:
+        targets = targets.clone()
+        targets[:, cu_seqlens[1:-1].long() - 1] = IGNORE_INDEX
+    return targets
+
+
 def fused_causal_lm_loss(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor,
                          cu_seqlens: torch.Tensor | None = None) -> torch.Tensor:
     """Mean next-token cross-entropy of ``hidden @ weight^T`` without the logits.
@@ -60,10 +70,7 @@ def fused_causal_lm_loss(hidden: torch.Tensor, weight: torch.Tensor, labels: tor
     """
     if labels.shape != hidden.shape[:2]:
         raise ValueError(f"labels must be [batch, seq] = {tuple(hidden.shape[:2])}, got {tuple(labels.shape)}")
-    targets = labels[:, 1:]
-    if cu_seqlens is not None and cu_seqlens.numel() > 2:
-        targets = targets.clone()
-        targets[:, cu_seqlens[1:-1].long() - 1] = IGNORE_INDEX
+    targets = next_token_targets(labels, cu_seqlens)
     h = hidden[:, :-1].reshape(-1, hidden.shape[-1])
     t = targets.reshape(-1)
     if torch.is_autocast_enabled(h.device.type):

@@ -14,7 +14,7 @@ from transformers.utils import ModelOutput
 from .cache import FoxCache
 from .config import FoxConfig
 from .layers import Block, ForgetGate, RMSNorm, SeqContext, rope_tables, timescale_bias
-from .loss import IGNORE_INDEX, fused_causal_lm_loss
+from .loss import IGNORE_INDEX, fused_causal_lm_loss, next_token_targets
 
 try:  # respects "already loaded" flags during from_pretrained (transformers v5)
     from transformers import initialization as _init
@@ -225,10 +225,7 @@ def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor, cu_seqlens: Optio
         raise ValueError(f"loss_reduction must be 'mean' or 'none', got {reduction!r}")
     if labels.shape != logits.shape[:2]:
         raise ValueError(f"labels must be [batch, seq] = {tuple(logits.shape[:2])}, got {tuple(labels.shape)}")
-    targets = labels[:, 1:]
-    if cu_seqlens is not None and cu_seqlens.numel() > 2:
-        targets = targets.clone()
-        targets[:, cu_seqlens[1:-1].long() - 1] = IGNORE_INDEX
+    targets = next_token_targets(labels, cu_seqlens)
     V = logits.shape[-1]
     loss = F.cross_entropy(logits[:, :-1].float().reshape(-1, V), targets.reshape(-1),
                            ignore_index=IGNORE_INDEX, reduction=reduction)
