@@ -1,4 +1,4 @@
-"""Named presets "{fox,transformer}-{llama,pro}-{tiny,125m,360m,760m}" and parameter counting.
+"""Named presets "{fox,transformer}-{llama,pro}-{tiny,small,125m,360m,760m}" and parameter counting.
 
 Pro presets shrink the SwiGLU width so that their non-embedding parameter count stays within 1%
 of the LLaMA preset of the same family and size (the paper's protocol). Run
@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from .config import FoxConfig
 
-# (num_layers, hidden_size); tiny is for CPU tests.
-SIZES = {"tiny": (2, 64), "125m": (12, 768), "360m": (24, 1024), "760m": (24, 1536)}
+# (num_layers, hidden_size); tiny is for CPU tests; small (~25M non-embedding parameters) is the size of
+# the one-GPU reproduction in docs/results.md, chosen to train ~100M+ tokens in minutes on an H200.
+SIZES = {"tiny": (2, 64), "small": (8, 512), "125m": (12, 768), "360m": (24, 1024), "760m": (24, 1536)}
 # Head dims: FoX 64, Transformer 128 (the paper's); tiny keeps 4 / 2 heads.
 HEAD_DIM = {"fox": 64, "transformer": 128}
 TINY_HEAD_DIM = {"fox": 16, "transformer": 32}
