@@ -46,4 +46,6 @@ evaluate() {  # evaluate PRESET: every evaluation of one run, logs and outputs t
 for p in "$@"; do evaluate "$p" & done  # small models: the evaluations share the GPU too
 wait
 for p in "$@"; do tail -n 4 "$OUT/eval_loss_$p.log"; done
+# The GPU machine hands back few files: one archive of everything.
+(cd "$OUT" && tar -czf ../repro_bundle.tgz . && rm -rf ./* && mv ../repro_bundle.tgz .)
 echo "=== done ($(date +%T))"
