@@ -91,3 +91,15 @@ def test_changed_config_on_resume_is_refused(finished_run, make_cfg):
 def test_bad_values_name_the_key(make_cfg, kw, match):
     with pytest.raises(ValueError, match=match):
         make_cfg(**kw)
+
+
+def test_a_backward_that_reaches_no_parameter_stops_the_run():
+    import torch
+
+    from foxformer.train.loop import _check_gradients_arrived
+
+    model = torch.nn.Linear(4, 4)
+    with pytest.raises(RuntimeError, match="no gradient reached any parameter"):
+        _check_gradients_arrived(model)
+    model(torch.randn(2, 4)).sum().backward()
+    _check_gradients_arrived(model)

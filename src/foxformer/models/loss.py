@@ -60,6 +60,10 @@ def next_token_targets(labels: torch.Tensor, cu_seqlens: torch.Tensor | None = N
     return targets
 
 
+# Dynamo stays out: on the H200 (torch 2.11, CUDA) a compiled model calling this Function got no gradient
+# at all (tests/gpu/test_fused_loss_cuda.py: eager passed, compiled failed, 2026-11-29), while torch 2.13 on
+# the CPU was exact. The loss is a few large GEMMs per chunk, so running it eagerly costs ~nothing.
+@torch.compiler.disable
 def fused_causal_lm_loss(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor,
                          cu_seqlens: torch.Tensor | None = None) -> torch.Tensor:
     """Mean next-token cross-entropy of ``hidden @ weight^T`` without the logits.

@@ -81,6 +81,14 @@ def _autocast(device: torch.device, bf16: bool):
     return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
 
 
+def _check_gradients_arrived(model: torch.nn.Module) -> None:
+    """A run whose backward reaches no parameter would train for hours with a flat loss; stop at step 1."""
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    if trainable and all(p.grad is None for p in trainable):
+        raise RuntimeError("no gradient reached any parameter in the first step (the loss is not connected to "
+                           "the model); if --compile is on, retry without it and report the torch version")
+
+
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, val: TokenDataset, n_seqs: int, micro_batch: int, info: DistInfo,
              bf16: bool) -> tuple[float, np.ndarray]:
@@ -234,7 +242,7 @@ def train(cfg: TrainConfig, *, hook: StepHook | None = None, model_factory=None)
 
     bar = tqdm(total=cfg.total_steps, initial=step, desc="train", unit="step",
                disable=not (info.is_main and cfg.progress))
-    start_time, start_tokens = time.time(), tokens
+    start_time, start_tokens, start_step = time.time(), tokens, step
     last_rec: dict = {}
     last_eval: dict = {}
     speed = None
@@ -253,6 +261,8 @@ def train(cfg: TrainConfig, *, hook: StepHook | None = None, model_factory=None)
                 loss = runner(x, labels=x, **loss_kwargs).loss
             (loss / plan.accum).backward()
             loss_sum += loss.detach()
+        if step == start_step:
+            _check_gradients_arrived(model)
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip if cfg.grad_clip > 0 else 1e30)
         if hasattr(grad_norm, "full_tensor"):
             grad_norm = grad_norm.full_tensor()
