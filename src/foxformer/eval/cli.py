@@ -1,4 +1,4 @@
-"""`foxformer eval {loss,niah,harness}`, `foxformer analyze gates` and `foxformer report`."""
+"""`foxformer eval {loss,niah,harness,compare}`, `foxformer analyze gates` and `foxformer report`."""
 from __future__ import annotations
 
 import argparse
@@ -168,6 +168,12 @@ def _cmd_gates(args) -> dict:
     return {"out": out, "plots": data["plots"], "models": [m["summary"] for m in data["models"]]}
 
 
+def _cmd_compare(args) -> dict:
+    from .compare import compare
+
+    return compare(args.run_dirs, args.out, positions=args.positions, names=args.names, reference=args.reference)
+
+
 def _cmd_report(args) -> dict:
     from .report import build_report
 
@@ -237,6 +243,16 @@ def add_commands(subparsers) -> None:
     p.add_argument("--include-path", default=None,
                    help="folder of extra lm_eval task YAMLs (e.g. over local JSON files: these run offline)")
     p.set_defaults(func=_run(_cmd_harness))
+    p = sub.add_parser("compare", help="side-by-side loss curves and a position table from several eval outputs",
+                       description="Reads the loss.json that `eval loss` left in each RUN_DIR (or RUN_DIR/eval) and "
+                                   "draws them together; the runs must have measured the same sequences.")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    p.add_argument("--names", type=_words, default=None, help="comma-separated labels, one per model")
+    p.add_argument("--positions", type=_ints, default=[512, 2048, 4096, 8192, 16384],
+                   help="token positions of the table")
+    p.add_argument("--reference", default=None, help="model name the loss differences are taken to (default: last)")
+    p.add_argument("--out", default="compare_out", help="output folder")
+    p.set_defaults(func=_run(_cmd_compare))
     ev.set_defaults(func=lambda args: (ev.print_help(), 2)[1])
 
     an = subparsers.add_parser("analyze", help="model analyses (forget gates)")

@@ -1,0 +1,158 @@
+"""`foxformer eval compare RUN_DIR...`: put the ``eval loss`` outputs of separately evaluated runs side by side.
+
+Models trained and evaluated on different machines (or GPU sessions) each leave a loss.json; this reads
+them back, checks that they measured the same thing (same sequences: data, split, length, count), and
+draws the per-position loss, the loss difference to a reference model (the sequences are shared, so
+their noise cancels there), the perplexity, and a table of the loss at chosen positions.
+
+Loss at position p in the table: the mean of L(i) over p/2 < i <= p (an octave ending at p), which is
+stable where single positions are noisy. The figures average L(i) in log-spaced bins for the same reason.
+"""
+from __future__ import annotations
+
+import json
+import os
+from types import SimpleNamespace
+
+import numpy as np
+
+from . import plots
+
+DEFAULT_POSITIONS = (512, 2048, 4096, 8192, 16384)
+
+
+def _loss_json(run_dir: str) -> str:
+    for path in (os.path.join(run_dir, "eval", "loss.json"), os.path.join(run_dir, "loss.json"), run_dir):
+        if os.path.isfile(path):
+            return path
+    raise ValueError(f"run_dirs: {run_dir!r} has no loss.json (run `foxformer eval loss {run_dir}` first)")
+
+
+def load_curves(run_dirs: list[str]) -> list[SimpleNamespace]:
+    """One curve per model found in the runs' loss.json files (attributes as ``plots`` expects)."""
+    curves, reference = [], None
+    for run_dir in run_dirs:
+        path = _loss_json(run_dir)
+        with open(path) as f:
+            data = json.load(f)
+        s = data.get("settings", {})
+        measured = {k: s.get(k) for k in ("data", "source", "split", "seq_len", "num_seqs")}
+        if reference is None:
+            reference = (path, measured)
+        elif measured != reference[1]:
+            raise ValueError(f"run_dirs: {path} measured {measured}, but {reference[0]} measured {reference[1]}; "
+                             f"compare only evaluations of the same sequences")
+        curves += [SimpleNamespace(**m) for m in data["models"]]
+    return curves
+
+
+def value_at(curve: SimpleNamespace, position: int) -> float | None:
+    """Mean L(i) over p/2 < i <= p (positions 1-based); None beyond the evaluated length, whose last
+    position stands for ``seq_len`` itself."""
+    if position > curve.seq_len:
+        return None
+    loss = np.asarray(curve.loss, dtype=np.float64)
+    hi = min(position, loss.size)
+    return float(loss[position // 2:hi].mean())
+
+
+def log_bins(loss: np.ndarray, bins_per_octave: int = 8) -> tuple[np.ndarray, np.ndarray]:
+    """(centres, means) of L(i) over log-spaced position bins; positions are 1-based."""
+    n = loss.size
+    edges = np.unique(np.round(2.0 ** np.arange(0, np.log2(n) + 1e-9, 1 / bins_per_octave)).astype(int))
+    edges = np.append(edges[edges < n], n)
+    centres = np.sqrt(edges[:-1] * np.maximum(edges[1:] - 1, edges[:-1]))
+    means = np.array([loss[a - 1:b - 1].mean() if b > a else loss[a - 1] for a, b in zip(edges[:-1], edges[1:])])
+    return centres, means
+
+
+def _plot_binned(curves, path: str, *, reference: SimpleNamespace | None) -> str:
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    ref = None if reference is None else np.asarray(reference.loss, dtype=np.float64)
+    for n, c in enumerate(curves):
+        loss = np.asarray(c.loss, dtype=np.float64)
+        if ref is not None:
+            m = min(loss.size, ref.size)
+            loss = loss[:m] - ref[:m]
+        x, y = log_bins(loss)
+        ax.plot(x, y, "-", color=f"C{n}", lw=1.5, label=c.name)
+        if c.train_len:
+            ax.axvline(c.train_len, color="0.4", ls="--", lw=1.0)
+    if ref is not None:
+        ax.axhline(0.0, color="0.2", lw=0.8)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("token position i (1/8-octave bins)")
+    ax.set_ylabel("loss L(i) [nats]" if ref is None else f"L(i) - L_ref(i) [nats], ref = {reference.name}")
+    what = "Per-position loss" if ref is None else "Per-position loss difference to the reference"
+    ax.set_title(f"{what} (dashed: training length)", fontsize=9)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    return plots._save(fig, path)
+
+
+def _plot_validation(run_dirs: list[str], names: list[str], path: str) -> str | None:
+    """Validation loss against training tokens from each run's metrics.jsonl (None when no run has one)."""
+    import matplotlib.pyplot as plt
+
+    series = []
+    for run_dir, name in zip(run_dirs, names):
+        metrics = os.path.join(run_dir, "metrics.jsonl")
+        if os.path.isfile(metrics):
+            with open(metrics) as f:
+                recs = [json.loads(line) for line in f if line.strip()]
+            evals = [(r["tokens"], r["val_loss"]) for r in recs if r.get("kind") == "eval"]
+            if evals:
+                series.append((name, *zip(*evals)))
+    if not series:
+        return None
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for n, (name, tokens, loss) in enumerate(series):
+        ax.plot(np.asarray(tokens) / 1e6, loss, "o-", color=f"C{n}", ms=3, lw=1.4, label=name)
+    ax.set_xlabel("training tokens [M]")
+    ax.set_ylabel("validation loss [nats]")
+    ax.set_title("Validation loss during training", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return plots._save(fig, path)
+
+
+def compare(run_dirs: list[str], out_dir: str, positions=DEFAULT_POSITIONS, names: list[str] | None = None,
+            reference: str | None = None) -> dict:
+    """Figures (loss_curves.png, loss_difference.png, perplexity.png, validation.png when the runs have
+    metrics.jsonl) and compare.json / compare.md in ``out_dir``. ``reference``: the model name the differences are taken to (default: the last model)."""
+    curves = load_curves(run_dirs)
+    if names:
+        if len(names) != len(curves):
+            raise ValueError(f"names: {len(names)} given for {len(curves)} models")
+        for c, n in zip(curves, names):
+            c.name = n
+    os.makedirs(out_dir, exist_ok=True)
+    by_name = {c.name: c for c in curves}
+    if reference is not None and reference not in by_name:
+        raise ValueError(f"reference: {reference!r} is none of the models {sorted(by_name)}")
+    ref = by_name[reference] if reference is not None else curves[-1]
+    figs = [_plot_binned(curves, os.path.join(out_dir, "loss_curves.png"), reference=None),
+            _plot_binned(curves, os.path.join(out_dir, "loss_difference.png"), reference=ref),
+            plots.plot_perplexity(curves, os.path.join(out_dir, "perplexity.png"))]
+    if len(curves) == len(run_dirs):  # one model per run: the runs' training logs can be labelled
+        val = _plot_validation(run_dirs, [c.name for c in curves], os.path.join(out_dir, "validation.png"))
+        figs += [val] if val else []
+    rows = [{"model": c.name, "train_len": c.train_len, "mean_loss": c.mean_loss,
+             **{f"L@{p}": value_at(c, p) for p in positions}} for c in curves]
+    header = ["model", "train length", "mean loss"] + [f"L({p // 2}..{p}]" for p in positions]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for r in rows:
+        cells = [r["model"], str(r["train_len"]), f"{r['mean_loss']:.3f}"]
+        cells += ["-" if r[f"L@{p}"] is None else f"{r[f'L@{p}']:.3f}" for p in positions]
+        lines.append("| " + " | ".join(cells) + " |")
+    table = "\n".join(lines) + "\n"
+    with open(os.path.join(out_dir, "compare.md"), "w") as f:
+        f.write(table)
+    result = {"runs": run_dirs, "positions": list(positions), "reference": ref.name, "rows": rows,
+              "plots": [os.path.basename(p) for p in figs]}
+    with open(os.path.join(out_dir, "compare.json"), "w") as f:
+        json.dump(result, f, indent=2)
+    print(table, end="")
+    return result

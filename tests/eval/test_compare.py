@@ -1,0 +1,73 @@
+"""`foxformer eval compare`: separately evaluated runs side by side."""
+import json
+
+import numpy as np
+import pytest
+
+from foxformer.cli import main
+from foxformer.eval.compare import compare, log_bins, value_at
+
+
+def _write_run(tmp_path, name, loss, *, seq_len=64, data="d"):
+    run = tmp_path / name / "eval"
+    run.mkdir(parents=True)
+    n = len(loss)
+    model = {"name": name, "seq_len": seq_len, "n_sequences": 2, "train_len": 16, "mean_loss": float(np.mean(loss)),
+             "confidence": 0.95, "positions": list(range(1, n + 1)), "loss": list(loss), "smoothed": list(loss),
+             "smoothed_lo": list(loss), "smoothed_hi": list(loss), "lengths": [1, 2, 4, 8, 16, 32, 63],
+             "perplexity": [5.0] * 7, "perplexity_lo": [4.0] * 7, "perplexity_hi": [6.0] * 7}
+    settings = {"data": data, "split": "val", "seq_len": seq_len, "num_seqs": 2}
+    (run / "loss.json").write_text(json.dumps({"settings": settings, "models": [model]}))
+    return str(tmp_path / name)
+
+
+def test_table_is_the_octave_mean_and_figures_are_written(tmp_path):
+    a = _write_run(tmp_path, "a", np.arange(63, dtype=float))
+    b = _write_run(tmp_path, "b", np.full(63, 2.0))
+    out = tmp_path / "out"
+    res = compare([a, b], str(out), positions=(8, 32, 128))
+    row_a = res["rows"][0]
+    assert row_a["L@8"] == pytest.approx(np.mean(np.arange(4, 8)))   # positions 5..8 -> indices 4..7
+    assert row_a["L@32"] == pytest.approx(np.mean(np.arange(16, 32)))
+    assert row_a["L@128"] is None                                     # beyond the evaluated length
+    assert res["reference"] == "b"
+    for name in ("loss_curves.png", "loss_difference.png", "perplexity.png", "compare.md", "compare.json"):
+        assert (out / name).stat().st_size > 0
+    assert "| a | 16 |" in (out / "compare.md").read_text()
+
+
+def test_log_bins_cover_every_position_once():
+    loss = np.random.default_rng(0).random(1000)
+    centres, means = log_bins(loss)
+    assert np.all(np.diff(centres) > 0) and centres[0] == 1.0
+    assert len(means) == len(centres) and np.isfinite(means).all()
+
+
+def test_runs_that_measured_different_sequences_are_refused(tmp_path):
+    a = _write_run(tmp_path, "a", np.ones(63))
+    b = _write_run(tmp_path, "b", np.ones(63), data="other")
+    with pytest.raises(ValueError, match="same sequences"):
+        compare([a, b], str(tmp_path / "out"))
+
+
+def test_cli_names_and_missing_run(tmp_path, capsys):
+    a = _write_run(tmp_path, "a", np.ones(63))
+    assert main(["eval", "compare", a, "--names", "FoX", "--out", str(tmp_path / "o")]) == 0
+    assert "| FoX |" in capsys.readouterr().out
+    assert main(["eval", "compare", str(tmp_path / "nope"), "--out", str(tmp_path / "o")]) == 2
+    assert "no loss.json" in capsys.readouterr().err
+
+
+def test_value_at_the_last_position_uses_the_last_octave():
+    from types import SimpleNamespace
+
+    c = SimpleNamespace(seq_len=64, loss=list(np.arange(63.0)))
+    assert value_at(c, 64) == pytest.approx(np.mean(np.arange(32, 63)))
+
+
+def test_validation_curves_come_from_the_runs_metrics(tmp_path):
+    a = _write_run(tmp_path, "a", np.ones(63))
+    recs = [{"kind": "eval", "tokens": t, "val_loss": 5.0 - t / 1e6} for t in (1_000_000, 2_000_000)]
+    (tmp_path / "a" / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+    res = compare([a], str(tmp_path / "out"))
+    assert "validation.png" in res["plots"]
