@@ -12,11 +12,13 @@ import math
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 from foxformer import forgetting_attention
 from foxformer.ops import gate_cumsum, pruning_stats
 from foxformer.ops.forgetting_attention.bwd import INTERPRET_DKDV_CONFIG, INTERPRET_DQ_CONFIG, triton_backward
-from foxformer.ops.forgetting_attention.fwd import INTERPRET_FWD_CONFIG, triton_forward
+from foxformer.ops.forgetting_attention.fwd import INTERPRET_FWD_CONFIG, SEARCH_WIDTH, first_true, triton_forward
 from foxformer.ops.forgetting_attention.pruning import key_block_starts, prune_delta
 from foxformer.ops.forgetting_attention.reference import torch_backward, torch_forward
 
@@ -275,3 +277,39 @@ def test_bad_pruning_arguments(kw, err, match):
     q, k, v, log_f, _ = make(1, 8, 8, 2, 1, 16, "strong")
     with pytest.raises(err, match=match):
         forgetting_attention(q, k, v, log_f, backend="torch", **kw)
+
+
+@triton.jit
+def _search_probe(C, Ref, Delta, Out, n, STEP: tl.constexpr, KEEP_ABOVE: tl.constexpr, W: tl.constexpr):
+    i = tl.program_id(0)
+    tl.store(Out + i, first_true(C, STEP, tl.load(Ref + i), tl.load(Delta + i), n, KEEP_ABOVE, W))
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 63, 64, 65, 200, 4097], ids=lambda n: f"n{n}")
+def test_wide_search_finds_the_flip_of_a_monotone_predicate(n):
+    """first_true (the tile-range search of every pruned kernel) against a plain scan, for flips at
+    every kind of place: first, last, group edges, none; both predicate directions."""
+    step = 3
+    c = -torch.rand(max(n, 1) * step, dtype=torch.float64).cumsum(0)    # non-increasing, like c
+    x = c[::step][:n]
+    flips = sorted({0, 1, n // 2, n - 1, n, 63, 64, 65, 128} - {-1})
+    for keep_above in (True, False):
+        refs, deltas, want = [], [], []
+        for f in flips:
+            f = min(max(f, 0), n)
+            if keep_above:   # ref - x_i > delta flips to true at f: x_i decreases
+                ref = 0.0
+                delta = (-(x[f - 1]).item() + (-(x[f]).item() if f < n else 1e9)) / 2 if f > 0 else -1e9
+                if f == n and n > 0:
+                    delta = -x[n - 1].item() + 1.0
+            else:            # x_i - ref <= delta flips to true at f
+                ref = 0.0
+                delta = ((x[f - 1].item() if f > 0 else 1.0) + (x[f].item() if f < n else -1e9)) / 2
+            refs.append(ref), deltas.append(delta)
+            xs = x.numpy()
+            pred = (ref - xs > delta) if keep_above else (xs - ref <= delta)
+            want.append(int(pred.argmax()) if pred.any() else n)
+        out = torch.full((len(flips),), -1, dtype=torch.int32)
+        _search_probe[(len(flips),)](c, torch.tensor(refs, dtype=torch.float64), torch.tensor(deltas, dtype=torch.float64),
+                             out, n, STEP=step, KEEP_ABOVE=keep_above, W=SEARCH_WIDTH)
+        assert out.tolist() == want, (keep_above, flips)
