@@ -169,3 +169,21 @@ def test_long_chunks_after_eviction_stay_within_tolerance():
     for layer in cache.layers:  # ragged, and no head kept everything
         assert int(layer.start.min()) > 0 and int(layer.start.max()) > int(layer.start.min())
     torch.testing.assert_close(torch.cat(parts, 1), full, rtol=0, atol=1e-4)
+
+
+def test_in_place_move_keeps_overlapping_live_entries_in_order():
+    """A regrow that finds the buffer big enough moves in place with source and target overlapping
+    (start 30 of 61 entries in a 64-row buffer): the live keys must survive in order."""
+    cache = LayerCache(delta=-5.0)
+    H, D = 4, 2
+    for t in range(61):
+        k = torch.full((1, 1, H, D), float(t))
+        cache.append(k, k, torch.full((1, 1, H), -0.01 * t, dtype=torch.float64))
+    assert cache.capacity == 64
+    cache.start.fill_(30)
+    new = torch.full((1, 4, H, D), 100.0)
+    cache.append(new, new, torch.zeros(1, 4, H, dtype=torch.float64))
+    s = int(cache.start[0, 0])
+    want = torch.cat([torch.arange(30, 61, dtype=torch.float32), torch.full((4,), 100.0)])
+    assert torch.equal(cache.k[0, s:, 0, 0], want) and torch.equal(cache.v[0, s:, 3, 1], want)
+    assert torch.allclose(cache.c[0, s:s + 31, 2], -0.01 * torch.arange(30, 61, dtype=torch.float64))

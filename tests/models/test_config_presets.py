@@ -8,11 +8,11 @@ from foxformer.models.presets import preset_table, training_flops_per_token
 
 def test_preset_names_cover_the_grid():
     expected = {f"{f}-{b}-{s}" for f in ("fox", "transformer") for b in ("llama", "pro")
-                for s in ("tiny", "125m", "360m", "760m")}
+                for s in ("tiny", "small", "125m", "360m", "760m")}
     assert set(PRESETS) == expected
 
 
-@pytest.mark.parametrize("size,layers,d", [("125m", 12, 768), ("360m", 24, 1024), ("760m", 24, 1536)])
+@pytest.mark.parametrize("size,layers,d", [("small", 8, 512), ("125m", 12, 768), ("360m", 24, 1024), ("760m", 24, 1536)])
 def test_paper_sizes_and_head_dims(size, layers, d):
     fox, tf = get_preset(f"fox-llama-{size}"), get_preset(f"transformer-llama-{size}")
     assert (fox.num_layers, fox.hidden_size, fox.head_dim) == (layers, d, 64)

@@ -86,10 +86,11 @@ class LayerCache:
         """Keep entries [first, length) at the front of buffers of ``capacity`` rows."""
         live = self.length - first
         if capacity == self.capacity:
-            # Only called with first >= capacity / 2 >= live: source and target do not overlap.
-            self.k_buf[:, :live] = self.k_buf[:, first:self.length]
-            self.v_buf[:, :live] = self.v_buf[:, first:self.length]
-            self.c_buf[:, :, :live] = self.c_buf[:, :, first:self.length]
+            # In place (compaction, or a regrow that found the buffer big enough): the live part goes
+            # through a temporary, since source and target may overlap.
+            self.k_buf[:, :live] = self.k_buf[:, first:self.length].clone()
+            self.v_buf[:, :live] = self.v_buf[:, first:self.length].clone()
+            self.c_buf[:, :, :live] = self.c_buf[:, :, first:self.length].clone()
         else:
             k_buf, v_buf, c_buf = self.k_buf, self.v_buf, self.c_buf
             self.k_buf = k_buf.new_empty(k_buf.shape[0], capacity, *k_buf.shape[2:])

@@ -1,0 +1,85 @@
+"""`foxformer eval eviction`: what KV-cache eviction costs in loss and saves in memory, on real text.
+
+The same sequences are read twice through the model's cache, ``chunk`` tokens per step (the decode
+path: eviction runs after every step): once keeping every key, once with ``evict_eps``. Both passes
+take the same code path but for eviction, so the per-token loss difference is eviction's alone. The
+memory figures are the cache's own: bytes allocated (buffers grow by doubling; an evicting cache
+compacts its dead prefix) and bytes live, at their peak over the sequence.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from .loading import model_device
+from .loss import check_tokens
+
+
+@torch.no_grad()
+def _cached_pass(model, tokens: torch.Tensor, chunk: int, prefill: int, evict_eps: Optional[float],
+                 qk_bound: Optional[float], progress: bool, desc: str) -> tuple[torch.Tensor, dict]:
+    """fp32 [N, T-1] next-token losses through the cache, and the cache's peak memory."""
+    from foxformer.infer.eviction import cache_report
+
+    body, head = model.model, model.lm_head
+    cache = body.new_cache(evict_eps=evict_eps, evict_qk_bound=qk_bound, evict_max_len=tokens.shape[1])
+    weight = head.weight.float()
+    losses, peak_alloc, peak_live, report = [], 0, 0, {}
+    bounds = [0, min(prefill, tokens.shape[1])]
+    while bounds[-1] < tokens.shape[1]:
+        bounds.append(min(bounds[-1] + chunk, tokens.shape[1]))
+    for a, b in tqdm(list(zip(bounds[:-1], bounds[1:])), desc=desc, disable=not progress, leave=False):
+        out = body(input_ids=tokens[:, a:b], cache=cache, use_cache=True)
+        cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
+        hidden = out.last_hidden_state[:, : max(0, min(b, tokens.shape[1] - 1) - a)]
+        if hidden.shape[1]:
+            logits = F.linear(hidden.float(), weight)  # fp32 head: bf16 logits blur 1e-2 nats
+            losses.append(F.cross_entropy(logits.transpose(1, 2), tokens[:, a + 1:a + 1 + hidden.shape[1]],
+                                          reduction="none"))
+        report = cache_report(cache)
+        peak_alloc = max(peak_alloc, report["allocated_bytes"])
+        peak_live = max(peak_live, report["live_bytes"])
+    mem = {"peak_allocated_bytes": peak_alloc, "peak_live_bytes": peak_live,
+           "kept_fraction": report.get("kept_fraction", 1.0)}
+    return torch.cat(losses, dim=1), mem
+
+
+def eviction_loss(model, tokens, *, evict_eps: float, chunk: int = 16, prefill: int = 16,
+                  qk_bound: Optional[float] = None, progress: bool = True) -> dict:
+    """Loss and cache memory with and without eviction on ``tokens`` (int64 [N, T]).
+
+    chunk: tokens per step after the first ``prefill`` tokens (<= 16 takes the decode kernel on a GPU).
+    Returns mean losses, the per-token difference (mean, mean absolute, max absolute, fp64 means of
+    fp32 losses), the memory ratios and the fraction of keys still cached at the end.
+    """
+    if not hasattr(getattr(model, "model", None), "new_cache"):
+        raise ValueError("model: eviction needs a foxformer FoX model (FoxForCausalLM)")
+    if not model.config.has_fgate:
+        raise ValueError("model: eviction needs a forget gate (a FoX model); this one has none")
+    if not (isinstance(evict_eps, float) and 0.0 < evict_eps < 1.0):
+        raise ValueError(f"evict_eps: expected a float in (0, 1), got {evict_eps!r}")
+    if chunk < 1 or prefill < 1:
+        raise ValueError(f"chunk and prefill must be >= 1, got {chunk} and {prefill}")
+    tokens = check_tokens(tokens, model).to(model_device(model))
+    was_training = model.training
+    model.eval()
+    try:
+        base, base_mem = _cached_pass(model, tokens, chunk, prefill, None, qk_bound, progress, "no eviction")
+        ev, ev_mem = _cached_pass(model, tokens, chunk, prefill, evict_eps, qk_bound, progress, "eviction")
+    finally:
+        model.train(was_training)
+    diff = (ev.double() - base.double()).cpu().numpy()
+    return {"evict_eps": evict_eps, "seq_len": int(tokens.shape[1]), "n_sequences": int(tokens.shape[0]),
+            "chunk": chunk, "prefill": prefill,
+            "loss": float(base.double().mean()), "loss_evicted": float(ev.double().mean()),
+            "mean_diff": float(diff.mean()), "mean_abs_diff": float(np.abs(diff).mean()),
+            "max_abs_diff": float(np.abs(diff).max()),
+            "kept_fraction": ev_mem["kept_fraction"],
+            "peak_allocated_bytes": base_mem["peak_allocated_bytes"],
+            "peak_allocated_bytes_evicted": ev_mem["peak_allocated_bytes"],
+            "allocated_ratio": ev_mem["peak_allocated_bytes"] / max(base_mem["peak_allocated_bytes"], 1),
+            "live_ratio": ev_mem["peak_live_bytes"] / max(base_mem["peak_live_bytes"], 1)}
