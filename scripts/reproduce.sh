@@ -1,51 +1,86 @@
 #!/usr/bin/env bash
 # The one-GPU reproduction of docs/results.md: train the given presets side by side on one GPU (small
 # models do not fill an H200 alone, and their compiles overlap), then evaluate each one: per-position
-# loss and perplexity up to 4x the training length on held-out documents, needle in a haystack within
-# and beyond the training length, forget-gate analysis, and KV eviction on the trained FoX model.
-# Everything but checkpoints is copied to $OUT (the GPU machine keeps nothing).
+# loss up to 4x the training length on held-out documents, needle in a haystack within and beyond the
+# training length, forget-gate analysis, and KV eviction's loss change on the trained FoX (Pro).
+# The GPU machine keeps nothing and hands back few files: everything but checkpoints ends up in one
+# archive, $OUT/repro_bundle.tgz, even when a step fails or the deadline cuts the evaluations short.
 #
-#   DATA=repro_data/gpt2 TOKENS=120M bash scripts/reproduce.sh fox-pro-small transformer-pro-small
+#   DATA=repro_data/gpt2 TOKENS=45M bash scripts/reproduce.sh fox-pro-small transformer-pro-small
+#   LRS="1e-3 2e-3 4e-3" TOKENS=10M bash scripts/reproduce.sh fox-pro-small    # lr sweep: train only
 #
 # DATA: a `foxformer data prepare` dir (docs/results.md has the command); the other knobs below.
+# BUDGET: seconds for the whole script (the device's per-call limit minus a margin).
 set -u
+START=$(date +%s); BUDGET=${BUDGET:-560}
 OUT=${OUT:-repro_out}; DATA=${DATA:-repro_data/gpt2}; RUNS=${RUNS:-runs}
-CONTEXT=${CONTEXT:-4096}; TOKENS=${TOKENS:-120M}; BATCH=${BATCH:-128Ki}; MICRO=${MICRO:-16}
-LR=${LR:-2e-3}; WARMUP=${WARMUP:-12M}; MINUTES=${MINUTES:-7}; SEED=${SEED:-0}; EXTRA=${EXTRA:---compile --fused-loss}
+CONTEXT=${CONTEXT:-4096}; TOKENS=${TOKENS:-45M}; BATCH=${BATCH:-128Ki}; MICRO=${MICRO:-8}
+LR=${LR:-2e-3}; LRS=${LRS:-}; WARMUP=${WARMUP:-10%}; MINUTES=${MINUTES:-5.5}; SEED=${SEED:-0}
+EXTRA=${EXTRA:---compile}; EVAL_EVERY=${EVAL_EVERY:-9M}
 EVAL_LEN=${EVAL_LEN:-$((4 * CONTEXT))}; EVAL_SEQS=${EVAL_SEQS:-32}
-NIAH_LENS=${NIAH_LENS:-$((CONTEXT / 2)),$CONTEXT,$((2 * CONTEXT)),$((4 * CONTEXT))}; NIAH_SEEDS=${NIAH_SEEDS:-0,1}
-EVICT=${EVICT:-1}; EVAL_EVERY=${EVAL_EVERY:-20M}
+NIAH_LENS=${NIAH_LENS:-$((CONTEXT / 2)),$CONTEXT,$((2 * CONTEXT)),$((4 * CONTEXT))}; NIAH_SEEDS=${NIAH_SEEDS:-0}
+EVICT_LEN=${EVICT_LEN:-$((16 * CONTEXT))}
 FX="python -m foxformer.cli"
 mkdir -p "$OUT" "$RUNS"
+
+left() { echo $((BUDGET - ($(date +%s) - START))); }
+bundle() {  # one archive of $OUT (logs, eval outputs, run folders without checkpoints)
+    for r in "$RUNS"/*/; do
+        [ -d "$r" ] || continue
+        mkdir -p "$OUT/runs/$(basename "$r")"
+        tar -C "$r" --exclude=checkpoints --exclude='*.pt' --exclude='*.safetensors' -cf - . \
+            | tar -C "$OUT/runs/$(basename "$r")" -xf -
+    done
+    (cd "$OUT" && tar -czf ../repro_bundle.tgz --exclude=repro_bundle.tgz . && find . -mindepth 1 -delete \
+        && mv ../repro_bundle.tgz .)
+    echo "=== bundled $OUT/repro_bundle.tgz ($(date +%T))"
+}
+trap bundle EXIT
 git rev-parse HEAD > "$OUT/commit.txt" 2>/dev/null || true
 python -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else 'cpu')" | tee "$OUT/env.txt"
 
-echo "=== train $* ($(date +%T))"
+warmup_tokens() {  # WARMUP as a share of TOKENS ("10%") or a token count
+    case $WARMUP in *%) python -c "from foxformer.train.config import parse_count as p; print(int(p('$TOKENS', 'TOKENS') * ${WARMUP%\%} / 100))" ;;
+    *) echo "$WARMUP" ;; esac
+}
+train() {  # train NAME PRESET LR
+    $FX train --preset "$2" --data "$DATA" --context "$CONTEXT" --total-tokens "$TOKENS" --batch-tokens "$BATCH" \
+        --micro-batch-size "$MICRO" --lr "$3" --warmup-tokens "$(warmup_tokens)" --max-minutes "$MINUTES" \
+        --seed "$SEED" --eval-every-tokens "$EVAL_EVERY" --checkpoint-every-tokens 100G --keep-last 1 \
+        --no-progress --out "$RUNS/$1" $EXTRA > "$OUT/train_$1.log" 2>&1
+}
+
+echo "=== train $* ${LRS:+(lr sweep: $LRS)} ($(date +%T))"
+names=()
 for p in "$@"; do
-    $FX train --preset "$p" --data "$DATA" --context "$CONTEXT" --total-tokens "$TOKENS" --batch-tokens "$BATCH" \
-        --micro-batch-size "$MICRO" --lr "$LR" --warmup-tokens "$WARMUP" --max-minutes "$MINUTES" --seed "$SEED" \
-        --eval-every-tokens "$EVAL_EVERY" --checkpoint-every-tokens 100G --keep-last 1 --no-progress \
-        --out "$RUNS/$p" $EXTRA > "$OUT/train_$p.log" 2>&1 &
+    if [ -n "$LRS" ]; then
+        for lr in $LRS; do names+=("${p}_lr$lr"); train "${p}_lr$lr" "$p" "$lr" & done
+    else
+        names+=("$p"); train "$p" "$p" "$LR" &
+    fi
 done
 wait
-for p in "$@"; do tail -n 3 "$OUT/train_$p.log"; done
+for n in "${names[@]}"; do echo "--- $n"; grep -h '"kind": "end"' "$RUNS/$n/metrics.jsonl" 2>/dev/null | cut -c1-200 \
+    || tail -n 3 "$OUT/train_$n.log"; done
+[ -n "$LRS" ] && exit 0
 
-echo "=== eval ($(date +%T))"
-evaluate() {  # evaluate PRESET: every evaluation of one run, logs and outputs to $OUT
+echo "=== eval ($(date +%T), $(left) s left)"
+step() {  # step LOG CMD...: run CMD with what is left of the budget (minus a margin for the bundle)
+    local log=$1; shift
+    local t=$(( $(left) - 25 ))
+    [ "$t" -gt 5 ] || { echo "skipped: out of time" > "$OUT/$log"; return; }
+    timeout "$t" "$@" > "$OUT/$log" 2>&1 || echo "exit $? (timeout 124)" >> "$OUT/$log"
+}
+evaluate() {  # evaluate PRESET: every evaluation of one run
     local p=$1 r="$RUNS/$1"
-    $FX eval loss "$r" --data "$DATA" --within-docs --seq-len "$EVAL_LEN" --num-seqs "$EVAL_SEQS" --no-progress \
-        > "$OUT/eval_loss_$p.log" 2>&1
-    $FX eval niah "$r" --lengths "$NIAH_LENS" --seeds "$NIAH_SEEDS" --no-progress > "$OUT/eval_niah_$p.log" 2>&1
-    case $p in fox-*) $FX analyze gates "$r" --data "$DATA" --no-progress > "$OUT/gates_$p.log" 2>&1 ;; esac
-    case $p in fox-pro-*) [ "$EVICT" = 1 ] && $FX bench decode --model "$r" --contexts $((16 * CONTEXT)) \
-        --batches 1 --steps 32 --evict-eps 4.54e-5 --no-baseline --out "$OUT/evict_$p.json" \
-        > "$OUT/evict_$p.log" 2>&1 ;; esac
-    mkdir -p "$OUT/runs/$p"
-    tar -C "$r" --exclude=checkpoints --exclude='*.pt' --exclude='*.safetensors' -cf - . | tar -C "$OUT/runs/$p" -xf -
+    step "eval_loss_$p.log" $FX eval loss "$r" --data "$DATA" --within-docs --seq-len "$EVAL_LEN" \
+        --num-seqs "$EVAL_SEQS" --no-progress
+    case $p in fox-*) step "gates_$p.log" $FX analyze gates "$r" --data "$DATA" --no-progress ;; esac
+    case $p in fox-pro-*) step "eviction_$p.log" $FX eval eviction "$r" --data "$DATA" --seq-len "$EVICT_LEN" \
+        --evict-eps 4.54e-5 --no-progress ;; esac
+    step "eval_niah_$p.log" $FX eval niah "$r" --lengths "$NIAH_LENS" --seeds "$NIAH_SEEDS" --no-progress
 }
 for p in "$@"; do evaluate "$p" & done  # small models: the evaluations share the GPU too
 wait
-for p in "$@"; do tail -n 4 "$OUT/eval_loss_$p.log"; done
-# The GPU machine hands back few files: one archive of everything.
-(cd "$OUT" && tar -czf ../repro_bundle.tgz . && rm -rf ./* && mv ../repro_bundle.tgz .)
+for p in "$@"; do echo "--- $p"; grep -h -A3 '"mean_loss"' "$OUT/eval_loss_$p.log" | head -4; done
 echo "=== done ($(date +%T))"

@@ -1,4 +1,4 @@
-"""`foxformer eval {loss,niah,harness,compare}`, `foxformer analyze gates` and `foxformer report`."""
+"""`foxformer eval {loss,niah,harness,eviction,compare}`, `foxformer analyze gates` and `foxformer report`."""
 from __future__ import annotations
 
 import argparse
@@ -168,6 +168,22 @@ def _cmd_gates(args) -> dict:
     return {"out": out, "plots": data["plots"], "models": [m["summary"] for m in data["models"]]}
 
 
+def _cmd_eviction(args) -> dict:
+    from .eviction import eviction_loss
+
+    models = _load_models(args)
+    tokens, where = _sequences(args, models)
+    m = models[0]
+    res = eviction_loss(m.model, tokens, evict_eps=args.evict_eps, chunk=args.chunk, prefill=args.prefill,
+                        qk_bound=args.qk_bound, progress=not args.no_progress)
+    res = {"name": m.name, "model": m.path, **where, **res}
+    out = _out_dir(args, models)
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "eviction.json"), "w") as f:
+        json.dump(res, f, indent=2)
+    return {"out": out, **res}
+
+
 def _cmd_compare(args) -> dict:
     from .compare import compare
 
@@ -243,6 +259,18 @@ def add_commands(subparsers) -> None:
     p.add_argument("--include-path", default=None,
                    help="folder of extra lm_eval task YAMLs (e.g. over local JSON files: these run offline)")
     p.set_defaults(func=_run(_cmd_harness))
+    p = sub.add_parser("eviction", help="loss change and cache memory of KV eviction on text (FoX models)",
+                       description="Reads the sequences through the model's cache twice, CHUNK tokens a step, "
+                                   "without and with eviction; writes eviction.json (per-token loss difference, "
+                                   "peak cache bytes, kept fraction).")
+    _model_args(p, several=False)
+    _text_args(p, seq_len=4096, num=1)
+    p.add_argument("--evict-eps", type=float, default=4.54e-5, help="eviction tolerance (default e^-10)")
+    p.add_argument("--chunk", type=int, default=16, help="tokens per decode step (<= 16: the decode kernel)")
+    p.add_argument("--prefill", type=int, default=16, help="tokens of the first step")
+    p.add_argument("--qk-bound", type=float, default=None,
+                   help="bound on |q.k| * scale (default: from QK-norm weights; needed without QK-norm)")
+    p.set_defaults(func=_run(_cmd_eviction))
     p = sub.add_parser("compare", help="side-by-side loss curves and a position table from several eval outputs",
                        description="Reads the loss.json that `eval loss` left in each RUN_DIR (or RUN_DIR/eval) and "
                                    "draws them together; the runs must have measured the same sequences.")
