@@ -110,3 +110,11 @@ def test_bad_inputs():
         forgetting_attention_decode(q, k, v, c, backend="cuda")
     with pytest.raises(TypeError, match="fp64"):
         forgetting_attention_decode(q.double(), k.double(), v.double(), c, backend="triton")
+
+
+def test_split_counts_are_powers_of_two_so_a_growing_cache_compiles_few_kernels():
+    from foxformer.ops.forgetting_attention.decode import _pick_splits
+
+    seen = {_pick_splits(1, 12, keys, None, interpreted=False) for keys in range(1, 70000, 7)}
+    assert all(s & (s - 1) == 0 for s in seen) and len(seen) <= 8
+    assert _pick_splits(2, 4, 1000, 3, interpreted=False) == 3     # an explicit count is kept

@@ -243,7 +243,10 @@ def _pick_splits(B: int, Hkv: int, keys: int, num_splits: Optional[int], interpr
     if interpreted:
         return max(1, min(4, triton.cdiv(keys, 32)))
     want = triton.cdiv(_DEFAULT_TARGET_PROGRAMS, B * Hkv)
-    return max(1, min(want, triton.cdiv(keys, _MIN_KEYS_PER_SPLIT), 128))
+    splits = max(1, min(want, triton.cdiv(keys, _MIN_KEYS_PER_SPLIT), 128))
+    # A power of two: NUM_SPLITS is a compile-time constant, and a cache growing by one key per step
+    # would otherwise compile a new kernel every 256 keys (mid-generation, ~1 s each).
+    return 1 << (splits.bit_length() - 1)
 
 
 def _triton_decode(q, k, v, c, start, scale, num_splits) -> torch.Tensor:
