@@ -1,35 +1,55 @@
 #!/usr/bin/env bash
-# One batched GPU run of every measurement docs/benchmarks.md lists (run from the repo root on the GPU
-# machine: PYTHONPATH=src, fla-core wheel in .whl/ optional). Each step has its own time limit so that one
-# slow or failing step cannot take the others with it; JSON and logs land in ${OUT:-bench_out}.
-# Usage: bash scripts/gpu_bench.sh [step ...]   (steps: tests prune attn decode model small; default all)
+# One batched GPU run of the measurements docs/benchmarks.md lists (run from the repo root on the GPU
+# machine: PYTHONPATH=src, fla-core wheel optional). Each step has its own time limit so that one slow or
+# failing step cannot take the others with it; JSON and logs end up in one archive, $OUT/bench_bundle.tgz
+# (the GPU machine hands back few files).
+# Usage: bash scripts/gpu_bench.sh [step ...]   (default: every step below, in this order)
+#   fused       the fused-loss GPU test (compiled and eager gradients against the plain loss)
+#   tests       every GPU test
+#   prune       pruned vs unpruned kernels, realistic and open gates
+#   model       whole-model training step throughput, 125M at 16K (compiled, fused loss)
+#   train       FoX (Pro) 125M training MFU at 16K, with and without tile pruning (needs DATA)
+#   attn        kernel rows at 2K and 8K
+#   decode      decode op and whole-model decoding (125M; 760M at 32K)
 set -u
-OUT=${OUT:-bench_out}; mkdir -p "$OUT"
+OUT=${OUT:-bench_out}; DATA=${DATA:-repro_data/gpt2}; mkdir -p "$OUT"
 export TRITON_INTERPRET=0
 FX="python -m foxformer.cli"
+bundle() { (cd "$OUT" && tar -czf ../bench_bundle.tgz . && find . -mindepth 1 -delete && mv ../bench_bundle.tgz .); }
+trap bundle EXIT
 step() {  # step NAME SECONDS CMD...: run CMD under a time limit, log to $OUT/NAME.log
     local name=$1 secs=$2; shift 2
     echo "=== $name (limit ${secs}s) $(date +%T)"
     timeout "$secs" "$@" > "$OUT/$name.log" 2>&1; echo "=== $name rc=$? $(date +%T)"
     tail -n 25 "$OUT/$name.log"
 }
-want() { [ $# -eq 0 ] || [[ " $* " == *" $1 "* ]]; }
-STEPS=${*:-tests prune decode small model attn}
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-python -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
+train_run() {  # train_run NAME EXTRA...: a short FoX (Pro) 125M run at 16K, compiled, fused loss
+    local name=$1; shift
+    step "$name" 170 $FX train --preset fox-pro-125m --context 16384 --data "$DATA" --batch-tokens 256Ki \
+        --micro-batch-size 2 --max-steps 12 --total-tokens 100M --warmup-tokens 1M --compile --fused-loss \
+        --log-every 1 --checkpoint-every-tokens 100G --eval-every-tokens 100G --no-progress \
+        --set export_hf=false --out "runs_bench/$name" "$@"
+    cp "runs_bench/$name/metrics.jsonl" "$OUT/$name.metrics.jsonl" 2>/dev/null
+}
+STEPS=${*:-fused tests prune model train attn decode}
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/env.txt"
+python -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$OUT/env.txt"
 for s in $STEPS; do case $s in
+fused) step fused 100 python -m pytest -q tests/gpu/test_fused_loss_cuda.py ;;
 tests) step tests 150 python -m pytest -q tests/gpu ;;
 prune) step prune 90 $FX bench attention --prune --providers foxformer --seqlens 4096,16384,65536 \
            --configs 64x24,128x12,128x12x2 --out "$OUT/attention_prune_h200.json" ;;
+model) step model 150 $FX bench model --presets fox-pro-125m,transformer-llama-125m --context 16384 \
+           --compile --fused-loss --no-anchor --out "$OUT/model_125m_compiled_fused_h200.json" ;;
+train) train_run train_fox_pro_125m_16k
+       train_run train_fox_pro_125m_16k_prune --model prune_eps=4.54e-5 ;;
 attn) step attn 70 $FX bench attention --providers foxformer,sdpa_flash,sdpa_cudnn,fla --seqlens 2048,8192 \
-          --configs 64x24,128x12,128x12x2 --out "$OUT/attention_2k_8k_h200.json" ;;
+          --configs 128x12,128x12x2,64x24 --out "$OUT/attention_2k_8k_h200.json" ;;
 decode) step decode_kernel 45 $FX bench decode --kernel --preset fox-pro-125m --contexts 4096,32768,65536 \
             --batches 1,32 --out "$OUT/decode_kernel_h200.json"
         step decode_model 100 $FX bench decode --preset fox-pro-125m --contexts 4096,32768,65536 --batches 1,32 \
-            --steps 16 --out "$OUT/decode_model_125m_h200.json" ;;
-model) step model 120 $FX bench model --presets fox-pro-125m,transformer-llama-125m --context 16384 \
-           --compile --fused-loss --no-anchor --out "$OUT/model_125m_compiled_fused_h200.json" ;;
-small) step small 80 $FX bench model --presets fox-pro-small,transformer-llama-small --context 4096 \
-           --compile --fused-loss --no-anchor --out "$OUT/model_small_4k_h200.json" ;;
+            --steps 16 --out "$OUT/decode_model_125m_h200.json"
+        step decode_760m 60 $FX bench decode --preset fox-pro-760m --contexts 32768 --batches 1 \
+            --steps 16 --out "$OUT/decode_model_760m_h200.json" ;;
 *) echo "unknown step $s" ;;
 esac; done
