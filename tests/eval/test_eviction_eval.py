@@ -57,3 +57,13 @@ def test_cli_writes_eviction_json(tmp_path):
                  "--evict-eps", "1e-3", "--device", "cpu", "--out", str(out), "--no-progress"]) == 0
     res = json.load(open(os.path.join(out, "eviction.json")))
     assert res["seq_len"] == 200 and 0 < res["kept_fraction"] <= 1
+
+
+def test_a_model_without_qk_norm_needs_a_bound():
+    model = tiny_model("fox-llama-tiny", vocab=97)
+    x = torch.randint(0, 97, (1, 60))
+    with pytest.raises(ValueError, match="--qk-bound"):
+        eviction_loss(model, x, evict_eps=1e-3)
+    assert eviction_loss(model, x, evict_eps=1e-3, qk_bound=10.0, progress=False)["seq_len"] == 60
+    with pytest.warns(UserWarning, match="no layer can evict"):
+        model.model.new_cache(evict_eps=1e-3)

@@ -1,6 +1,8 @@
 """Hugging Face classes: FoxModel (the stack) and FoxForCausalLM (LM head, loss, generate)."""
 from __future__ import annotations
 
+import warnings
+
 from dataclasses import dataclass
 from typing import Optional
 
@@ -129,7 +131,11 @@ class FoxModel(FoxPreTrainedModel):
         cfg = self.config
         eps = evict_eps if evict_eps is not None else cfg.evict_eps
         bound = evict_qk_bound if evict_qk_bound is not None else cfg.evict_qk_bound
-        return FoxCache(cfg.num_layers, evict_deltas=eviction_deltas(self, eps, bound, evict_max_len))
+        deltas = eviction_deltas(self, eps, bound, evict_max_len)
+        if deltas is not None and cfg.has_fgate and all(d is None for d in deltas):
+            warnings.warn("evict_eps is set but no layer can evict: without QK-norm no bound on |q.k| is known; "
+                          "pass evict_qk_bound (your bound on |q.k| * scale) to evict", stacklevel=2)
+        return FoxCache(cfg.num_layers, evict_deltas=deltas)
 
     def set_input_embeddings(self, value: nn.Embedding) -> None:
         self.embed_tokens = value
