@@ -6,6 +6,7 @@
 # Usage: bash scripts/gpu_bench.sh [step ...]   (default: every step below, in this order)
 #   fused       the fused-loss GPU test (compiled and eager gradients against the plain loss)
 #   tests       every GPU test
+#   atomic      the non-deterministic backward (atomic dq) against the default and SDPA FLASH, 16K / 64K
 #   prune       pruned vs unpruned kernels, realistic and open gates
 #   model       whole-model training step throughput, 125M at 16K (compiled, fused loss)
 #   train       FoX (Pro) 125M training MFU at 16K, with and without tile pruning (needs DATA)
@@ -31,12 +32,14 @@ train_run() {  # train_run NAME EXTRA...: a short FoX (Pro) 125M run at 16K, com
         --set export_hf=false --out "runs_bench/$name" "$@"
     cp "runs_bench/$name/metrics.jsonl" "$OUT/$name.metrics.jsonl" 2>/dev/null
 }
-STEPS=${*:-fused tests prune model train attn decode}
+STEPS=${*:-fused tests atomic prune model train attn decode}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/env.txt"
 python -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$OUT/env.txt"
 for s in $STEPS; do case $s in
 fused) step fused 100 python -m pytest -q tests/gpu/test_fused_loss_cuda.py ;;
 tests) step tests 150 python -m pytest -q tests/gpu ;;
+atomic) step atomic 80 $FX bench attention --providers foxformer,foxformer_atomic,sdpa_flash \
+            --seqlens 16384,65536 --configs 64x24,128x12,128x12x2 --out "$OUT/attention_atomic_h200.json" ;;
 prune) step prune 90 $FX bench attention --prune --providers foxformer --seqlens 4096,16384,65536 \
            --configs 64x24,128x12,128x12x2 --out "$OUT/attention_prune_h200.json" ;;
 model) step model 150 $FX bench model --presets fox-pro-125m,transformer-llama-125m --context 16384 \

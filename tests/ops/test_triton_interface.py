@@ -65,3 +65,18 @@ def test_triton_gate_extremes(gate):
     plain = run_with_grads(forgetting_attention, *low, backend="torch")
     got = run_with_grads(forgetting_attention, *low, backend="triton")
     _check(got, plain, ref, torch.float16)
+
+
+@pytest.mark.parametrize("prune_eps", [None, 1e-3], ids=["dense", "pruned"])
+def test_non_deterministic_backward_through_the_public_function(prune_eps):
+    """deterministic=False reaches the atomic kernel through autograd (and with pruning, whose skipped
+    tiles must skip their atomic adds too); same bounds as the default path."""
+    inputs = make_inputs(1, 40, 70, 4, 2, 48, gate="mixed", seed=7)
+    low = _lowp(inputs, torch.float16)
+    kw = dict(lse_weight=0.3, prune_eps=prune_eps)
+    ref = run_with_grads(forgetting_attention, *[t.double() for t in low], backend="torch", **kw)
+    plain = run_with_grads(forgetting_attention, *low, backend="torch", **kw)
+    got = run_with_grads(forgetting_attention, *low, backend="triton", deterministic=False, **kw)
+    _check(got, plain, ref, torch.float16)
+    with pytest.raises(TypeError, match="deterministic"):
+        forgetting_attention(*low, deterministic="no")
