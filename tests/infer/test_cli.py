@@ -71,7 +71,7 @@ def test_bias_shift_command(hf_dir, tmp_path, capsys):
 def test_bench_decode_tiny(tmp_path):
     out = tmp_path / "bench.json"
     rc = main(["bench", "decode", "--preset", "fox-pro-tiny", "--vocab-size", "257", "--contexts", "48",
-               "--batches", "2", "--steps", "3", "--warmup", "1", "--prefill-chunk", "32", "--device", "cpu",
+               "--batches", "2", "--steps", "12", "--warmup", "1", "--prefill-chunk", "32", "--device", "cpu",
                "--out", str(out)])
     assert rc == 0
     rows = json.loads(out.read_text())["rows"]

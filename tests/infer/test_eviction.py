@@ -187,3 +187,20 @@ def test_in_place_move_keeps_overlapping_live_entries_in_order():
     want = torch.cat([torch.arange(30, 61, dtype=torch.float32), torch.full((4,), 100.0)])
     assert torch.equal(cache.k[0, s:, 0, 0], want) and torch.equal(cache.v[0, s:, 3, 1], want)
     assert torch.allclose(cache.c[0, s:s + 31, 2], -0.01 * torch.arange(30, 61, dtype=torch.float64))
+
+
+def test_decode_step_scans_run_every_few_steps_and_full_scans_at_once():
+    from foxformer.models.cache import EVICT_EVERY
+
+    cache = LayerCache(delta=-2.0)
+    for t in range(40):  # log f = -1 per token: keys older than 2 tokens are dead
+        k = torch.zeros(1, 1, 1, 2)
+        cache.append(k, k, torch.full((1, 1, 1), -1.0 * t, dtype=torch.float64))
+    for step in range(1, EVICT_EVERY):
+        cache.evict(window=64)
+        assert int(cache.start[0, 0]) == 0, step       # windowed scans wait for the EVICT_EVERY-th call
+    cache.evict(window=64)
+    assert int(cache.start[0, 0]) == 38                 # ... which drops every dead key (c_39 - c_j <= -2)
+    cache.append(k, k, torch.full((1, 1, 1), -40.0, dtype=torch.float64))
+    cache.evict()                                       # a full scan (prefill chunks) runs at once
+    assert int(cache.start[0, 0]) == 39

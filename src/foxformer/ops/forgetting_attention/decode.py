@@ -266,11 +266,14 @@ def _triton_decode(q, k, v, c, start, scale, num_splits) -> torch.Tensor:
     block_n = 16 if interp else 64
     block_m = max(16, triton.next_power_of_2(G * Tq))
     block_d = max(16, triton.next_power_of_2(D))
-    po = torch.empty(B * Hkv * splits * block_m, block_d, device=q.device, dtype=torch.float32)
-    pm = torch.empty(B * Hkv * splits * block_m, device=q.device, dtype=torch.float32)
-    pl = torch.empty_like(pm)
+    # One scratch allocation for the partial outputs, maxima and sums, and no placeholder tensor for an
+    # absent start (c stands in; never read): at batch 1 a decode call is launch-bound, not GPU-bound.
+    rows = B * Hkv * splits * block_m
+    scratch = torch.empty(rows * (block_d + 2), device=q.device, dtype=torch.float32)
+    po = scratch[:rows * block_d].view(rows, block_d)
+    pm, pl = scratch[rows * block_d:].view(2, rows).unbind(0)
     out = torch.empty_like(q)
-    st = start if start is not None else q.new_zeros(1, 1, dtype=torch.int64)
+    st = start if start is not None else c
     upcast = interp and q.dtype == torch.bfloat16  # the interpreter's bf16 dot is wrong; never on a GPU
     _decode_split_kernel[(B * Hkv, splits)](
         q, k, v, c, st, po, pm, pl,
