@@ -13,6 +13,7 @@ letters and digits only) and the cheaper teacher-forced log-likelihood of the an
 from __future__ import annotations
 
 import copy
+import inspect
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Optional, Protocol, Sequence
@@ -113,8 +114,11 @@ def _cache_of(out):
     return getattr(out, "past_key_values", None)
 
 
-def _step(model, ids: torch.Tensor, cache):
-    out = model(input_ids=ids, past_key_values=cache, use_cache=True)
+def _step(model, ids: torch.Tensor, cache, last_only: bool = False):
+    kw = {}
+    if last_only and "logits_to_keep" in inspect.signature(model.forward).parameters:
+        kw["logits_to_keep"] = 1  # a 16K-token prompt would otherwise make [16K, V] logits (3 GB in fp32)
+    out = model(input_ids=ids, past_key_values=cache, use_cache=True, **kw)
     return out.logits[:, -1].float(), _cache_of(out), out.logits
 
 
@@ -123,7 +127,11 @@ def answer_loglik(model: torch.nn.Module, prompt: Sequence[int], answer: Sequenc
     """(sum of log p(answer | prompt), whether every answer token is the argmax) from one forward pass."""
     dev = model_device(model)
     ids = torch.tensor([list(prompt) + list(answer)], device=dev)
-    logits = model(input_ids=ids).logits[0, len(prompt) - 1:-1].float()
+    n = len(answer)
+    if "logits_to_keep" in inspect.signature(model.forward).parameters:
+        logits = model(input_ids=ids, logits_to_keep=n + 1).logits[0, :-1].float()  # the answer's predictors
+    else:
+        logits = model(input_ids=ids).logits[0, len(prompt) - 1:-1].float()
     return _score_answer(logits, answer)
 
 
@@ -147,7 +155,7 @@ def run_case(model: torch.nn.Module, tokenizer: TextTokenizer, case: NiahCase, *
         rec["answer_logprob"], rec["ll_correct"] = answer_loglik(model, case.prompt, case.answer)
         return rec
     new = max_new_tokens if max_new_tokens is not None else len(case.answer) + 4
-    last, cache, _ = _step(model, torch.tensor([case.prompt], device=dev), None)
+    last, cache, _ = _step(model, torch.tensor([case.prompt], device=dev), None, last_only=True)
     forced_cache = copy.deepcopy(cache)
     if len(case.answer) > 1:
         _, _, logits = _step(model, torch.tensor([case.answer[:-1]], device=dev), forced_cache)
