@@ -35,6 +35,7 @@ train_run() {  # train_run NAME EXTRA...: a short FoX (Pro) 125M run at 16K, com
 STEPS=${*:-fused tests atomic prune model train attn decode}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/env.txt"
 python -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$OUT/env.txt"
+python -c "from foxformer.provenance import code_version; print('commit', code_version())" | tee -a "$OUT/env.txt"
 for s in $STEPS; do case $s in
 fused) step fused 100 python -m pytest -q tests/gpu/test_fused_loss_cuda.py ;;
 tests) step tests 150 python -m pytest -q tests/gpu ;;

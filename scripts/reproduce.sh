@@ -39,7 +39,8 @@ bundle() {  # one archive of $OUT (logs, eval outputs, run folders without check
     echo "=== bundled $OUT/repro_bundle.tgz ($(date +%T))"
 }
 trap bundle EXIT
-git rev-parse HEAD > "$OUT/commit.txt" 2>/dev/null || true
+# The commit: set FOXFORMER_COMMIT where the tree was copied without a usable .git (the GPU machine).
+python -c "from foxformer.provenance import code_version; print(code_version())" > "$OUT/commit.txt"
 python -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else 'cpu')" | tee "$OUT/env.txt"
 
 warmup_tokens() {  # WARMUP as a share of TOKENS ("10%") or a token count

@@ -7,10 +7,13 @@ from pathlib import Path
 
 import torch
 
+from ..provenance import code_version
+
 
 def environment() -> dict:
     """What the numbers were measured on; stored next to every result."""
-    env = {"torch": torch.__version__, "python": platform.python_version(), "device": "cpu"}
+    env = {"torch": torch.__version__, "python": platform.python_version(), "device": "cpu",
+           "commit": code_version()}
     try:
         import triton
         env["triton"] = triton.__version__

@@ -19,6 +19,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..data.dataset import TokenDataset
+from ..provenance import code_version
 from . import checkpoint as ckpt
 from .config import TrainConfig, read_saved_config, resume_conflicts, save_config
 from .distributed import (DistInfo, all_reduce_mean, barrier, broadcast_object, full_state_dicts, grad_sync,
@@ -211,7 +212,7 @@ def train(cfg: TrainConfig, *, hook: StepHook | None = None, model_factory=None)
                "vocab_size": vocab_size, "micro_batch_size": plan.micro_batch, "grad_accum": plan.accum,
                "seqs_per_step": plan.seqs_per_step, "total_steps": cfg.total_steps, "warmup_tokens": cfg.warmup,
                "horizon_tokens": cfg.horizon_tokens, "params": n_params, "non_embedding_params": n_nonemb,
-               "flops_per_token": flops_per_token, "peak_flops": peak}
+               "flops_per_token": flops_per_token, "peak_flops": peak, "commit": code_version()}
     sink = None
     if info.is_main:
         os.makedirs(cfg.out_dir, exist_ok=True)
