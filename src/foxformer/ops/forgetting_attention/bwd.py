@@ -60,8 +60,14 @@ INTERPRET_DKDV_CONFIG = KernelConfig(block_m=16, block_n=32, num_warps=1, num_st
 INTERPRET_DQ_CONFIG = KernelConfig(block_m=16, block_n=32, num_warps=1, num_stages=1)
 
 
-def dkdv_config(head_dim: int, t: torch.Tensor) -> KernelConfig:
-    return pick_config(DKDV_CONFIGS, INTERPRET_DKDV_CONFIG, head_dim, t)
+# The dk/dv kernel of the atomic schedule (deterministic=False) also holds a [block_m, D] dq tile:
+# its own table, so that tuning it (scripts/tune_attention.py --atomic) leaves the default path alone.
+# Untuned yet: the deterministic path's tiles.
+ATOMIC_DKDV_CONFIGS: dict[int, KernelConfig] = dict(DKDV_CONFIGS)
+
+
+def dkdv_config(head_dim: int, t: torch.Tensor, atomic: bool = False) -> KernelConfig:
+    return pick_config(ATOMIC_DKDV_CONFIGS if atomic else DKDV_CONFIGS, INTERPRET_DKDV_CONFIG, head_dim, t)
 
 
 def dq_config(head_dim: int, t: torch.Tensor) -> KernelConfig:
@@ -159,9 +165,10 @@ def _dkdv_step(dk, dv, colsum, k, v, ck2, ck_hi, ck_lo, cols,
         # Non-deterministic backward: this tile's share of dq and of the dS row sums, added atomically
         # (fp32) instead of recomputing the scores in a query-stationary kernel: 5 products, not 7.
         dq_part = mma(tl.trans(dsT).to(k.dtype), k, None, DOT_PRECISION, UPCAST) * scale
+        # relaxed: plain accumulation, nothing is read back before the kernel ends (no fences needed)
         tl.atomic_add(dq_base + i0_64 * stride_dqt + offs_m[:, None] * stride_dqt + offs_d[None, :], dq_part,
-                      mask=row_ok[:, None] & d_ok[None, :])
-        tl.atomic_add(rowsum_base + rows, tl.sum(dsT, 0), mask=row_ok)
+                      mask=row_ok[:, None] & d_ok[None, :], sem="relaxed")
+        tl.atomic_add(rowsum_base + rows, tl.sum(dsT, 0), mask=row_ok, sem="relaxed")
     return dk, dv, colsum
 
 
@@ -447,7 +454,7 @@ def triton_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
     # The kernels index lse, delta, dlse and rowsum with lse's strides, and colsum with c's: all are
     # contiguous and of one shape, so strides agree wherever a dim has more than one entry.
 
-    cfg = dkdv_config(D, q)
+    cfg = dkdv_config(D, q, atomic=not deterministic)
     n_kblocks = triton.cdiv(int(max_seqlen) if varlen else Tk, cfg.block_n)
     _dkdv_kernel[(n_kblocks, Hkv, n_z)](
         q, k, v, c, do, lse, delta, dk, dv, colsum, cu, prune_delta if prune else c, dq_acc, rowsum,
