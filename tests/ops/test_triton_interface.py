@@ -80,3 +80,26 @@ def test_non_deterministic_backward_through_the_public_function(prune_eps):
     _check(got, plain, ref, torch.float16)
     with pytest.raises(TypeError, match="deterministic"):
         forgetting_attention(*low, deterministic="no")
+
+
+def test_global_deterministic_mode_overrides_the_atomic_backward(monkeypatch):
+    import importlib
+
+    interface = importlib.import_module("foxformer.ops.forgetting_attention.interface")
+
+    seen = []
+    real = interface._fwd_op
+
+    def spy(*args):
+        seen.append(args[-1])
+        return real(*args)
+
+    monkeypatch.setattr(interface, "_fwd_op", spy)
+    low = _lowp(make_inputs(1, 8, 8, 2, 2, 16, gate="mixed", seed=1), torch.float16)
+    forgetting_attention(*low, backend="triton", deterministic=False)
+    torch.use_deterministic_algorithms(True)
+    try:
+        forgetting_attention(*low, backend="triton", deterministic=False)
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert seen == [False, True]

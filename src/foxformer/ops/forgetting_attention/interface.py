@@ -105,6 +105,8 @@ def _attend(q, k, v, c_t, scale, cu_seqlens, max_seqlen, return_lse, backend, pr
         n_keys = max_seqlen if cu_seqlens is not None else k.shape[1]
         # U and delta depend on q, k only through a bound: no gradient flows through them
         delta = prune_delta(q.detach(), k.detach(), prune_eps, qk_bound, scale, n_keys).detach()
+    # torch.use_deterministic_algorithms(True) is a promise the atomic backward cannot keep
+    deterministic = deterministic or torch.are_deterministic_algorithms_enabled()
     out, lse = _fwd_op(_last_dim_contiguous(q), _last_dim_contiguous(k), _last_dim_contiguous(v),
                        c_t, scale, cu_seqlens, max_seqlen, backend, delta, deterministic)
     return (out, lse) if return_lse else out
@@ -149,8 +151,8 @@ def forgetting_attention(q, k, v, log_fgate, *, softmax_scale=None, cu_seqlens=N
         deterministic: True (default): the Triton backward computes dq in its own query-stationary
             kernel, without atomics, so gradients are bitwise reproducible. False: the dk/dv kernel
             also adds dq and the gate's row sums with fp32 atomics (2 fewer matrix products per
-            tile; the summation order, hence the last bits, vary from run to run). The torch
-            backends are always deterministic.
+            tile; the summation order, hence the last bits, vary from run to run). Ignored under
+            ``torch.use_deterministic_algorithms(True)``. The torch backends are always deterministic.
 
     Returns:
         ``out`` ``[B, Tq, Hq, D]`` in q's dtype, or ``(out, lse)`` when ``return_lse``.
