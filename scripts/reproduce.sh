@@ -87,4 +87,7 @@ evaluate() {  # evaluate PRESET: every evaluation of one run
 for p in "$@"; do evaluate "$p" & done  # small models: the evaluations share the GPU too
 wait
 for p in "$@"; do echo "--- $p"; grep -h -A3 '"mean_loss"' "$OUT/eval_loss_$p.log" | head -4; done
+runs=(); for p in "$@"; do runs+=("$RUNS/$p"); done
+step compare.log $FX eval compare "${runs[@]}" --out "$OUT/compare"   # the figures of docs/results.md
+cat "$OUT/compare/compare.md" 2>/dev/null
 echo "=== done ($(date +%T))"

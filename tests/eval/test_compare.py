@@ -71,3 +71,22 @@ def test_validation_curves_come_from_the_runs_metrics(tmp_path):
     (tmp_path / "a" / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in recs) + "\n")
     res = compare([a], str(tmp_path / "out"))
     assert "validation.png" in res["plots"]
+
+
+def test_needle_results_are_drawn_together_and_tabulated(tmp_path):
+    from foxformer.eval.niah import NiahResult
+    from foxformer.eval.outputs import save_niah
+
+    runs = []
+    for name, hit in (("a", True), ("b", False)):
+        run = _write_run(tmp_path, name, np.ones(63))
+        records = [{"length": l, "depth": d, "mode": "standard", "needle": 0, "seed": 0, "value": "1",
+                    "answer_logprob": -1.0, "ll_correct": hit, "found": hit or l == 32}
+                   for l in (32, 64) for d in (0.0, 1.0)]
+        save_niah([NiahResult(name=name, lengths=[32, 64], depths=[0.0, 1.0], modes=["standard"], train_len=32,
+                              records=records)], str(tmp_path / name / "eval"))
+        runs.append(run)
+    res = compare(runs, str(tmp_path / "out"), names=["A", "B"])
+    assert "niah.png" in res["plots"]
+    text = (tmp_path / "out" / "compare.md").read_text()
+    assert "| A | standard | 1.00 | 1.00 |" in text and "| B | standard | 1.00 | 0.00 |" in text

@@ -118,10 +118,42 @@ def _plot_validation(run_dirs: list[str], names: list[str], path: str) -> str | 
     return plots._save(fig, path)
 
 
+def load_niah(run_dirs: list[str]) -> list:
+    """NiahResult of every model in the runs' niah.json files (runs without one are skipped)."""
+    from .niah import NiahResult
+
+    out = []
+    for run_dir in run_dirs:
+        for path in (os.path.join(run_dir, "eval", "niah.json"), os.path.join(run_dir, "niah.json")):
+            if os.path.isfile(path):
+                with open(path) as f:
+                    for m in json.load(f)["models"]:
+                        out.append(NiahResult(name=m["name"], lengths=m["lengths"], depths=m["depths"],
+                                              modes=m["modes"], train_len=m.get("train_len"),
+                                              generate=m.get("generate", True), records=m["records"]))
+                break
+    return out
+
+
+def _niah_table(results: list) -> str:
+    modes = sorted({mode for r in results for mode in r.modes})
+    lengths = sorted({l for r in results for l in r.lengths})
+    header = ["model", "mode"] + [f"{l}" for l in lengths]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for r in results:
+        for mode in modes:
+            if mode not in r.modes:
+                continue
+            grid = np.asarray(r.grid(mode, "accuracy"), dtype=float)   # [depths, lengths]
+            cells = [f"{np.nanmean(grid[:, r.lengths.index(l)]):.2f}" if l in r.lengths else "-" for l in lengths]
+            lines.append("| " + " | ".join([r.name, mode] + cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def compare(run_dirs: list[str], out_dir: str, positions=DEFAULT_POSITIONS, names: list[str] | None = None,
             reference: str | None = None) -> dict:
     """Figures (loss_curves.png, loss_difference.png, perplexity.png, validation.png when the runs have
-    metrics.jsonl) and compare.json / compare.md in ``out_dir``. ``reference``: the model name the differences are taken to (default: the last model)."""
+    metrics.jsonl, niah.png when they have niah.json) and compare.json / compare.md in ``out_dir``. ``reference``: the model name the differences are taken to (default: the last model)."""
     curves = load_curves(run_dirs)
     if names:
         if len(names) != len(curves):
@@ -148,6 +180,13 @@ def compare(run_dirs: list[str], out_dir: str, positions=DEFAULT_POSITIONS, name
         cells += ["-" if r[f"L@{p}"] is None else f"{r[f'L@{p}']:.3f}" for p in positions]
         lines.append("| " + " | ".join(cells) + " |")
     table = "\n".join(lines) + "\n"
+    niah = load_niah(run_dirs)
+    if niah:
+        if names and len(niah) == len(curves):
+            for r, c in zip(niah, curves):
+                r.name = c.name
+        figs.append(plots.plot_niah_heatmaps(niah, os.path.join(out_dir, "niah.png")))
+        table += "\nNeedle retrieval accuracy by context length (mean over depths):\n\n" + _niah_table(niah)
     with open(os.path.join(out_dir, "compare.md"), "w") as f:
         f.write(table)
     result = {"runs": run_dirs, "positions": list(positions), "reference": ref.name, "rows": rows,
