@@ -176,7 +176,8 @@ class KVShift(nn.Module):
         for zeros); starts [B, T] bool resets the shift at sequence starts."""
         a = torch.sigmoid(self.proj(x))[..., None]
         first = torch.zeros_like(kk[:, :1]) if prev is None else prev[:, None].to(kk.dtype)
-        shifted = torch.cat((first, kk[:, :-1]), dim=1)
+        # one decoded token: the shifted sequence is the previous candidate itself (no concatenation)
+        shifted = first if kk.shape[1] == 1 else torch.cat((first, kk[:, :-1]), dim=1)
         if starts is not None:
             shifted = shifted.masked_fill(starts[:, :, None, None], 0.0)
         return torch.lerp(kk, shifted, a)
