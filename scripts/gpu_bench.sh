@@ -4,16 +4,17 @@
 # failing step cannot take the others with it; JSON and logs end up in one archive, $OUT/bench_bundle.tgz
 # (the GPU machine hands back few files).
 # Usage: bash scripts/gpu_bench.sh [step ...]   (default: every step below, in this order; the whole list
-# outlasts one 10-minute device call: split it, e.g. "fused atomic tune prune model", then "train decode attn")
+# outlasts one 10-minute device call: split it, e.g. "fused atomic tune prune model", then "train decode")
 #   fused       the fused-loss GPU test (compiled and eager gradients against the plain loss)
 #   tests       every GPU test
 #   atomic      the non-deterministic backward (atomic dq) against the default and SDPA FLASH, 16K / 64K
 #   tune        tile configs at D = 64, including the atomic backward's (scripts/tune_attention.py)
 #   prune       pruned vs unpruned kernels, realistic and open gates
 #   model       whole-model training step throughput, 125M at 16K (compiled, fused loss)
-#   train       FoX (Pro) 125M training MFU at 16K, with and without tile pruning (needs DATA)
+#   train       FoX (Pro) 125M training MFU at 16K: default, tile pruning, atomic backward (needs DATA)
 #   attn        kernel rows at 2K and 8K
-#   decode      decode op and whole-model decoding (125M; 760M at 32K)
+#   decode      decode op; whole-model decoding of the 760M preset at 32K
+#   decode125   whole-model decoding of the 125M preset, 4K to 64K, with and without eviction
 set -u
 OUT=${OUT:-bench_out}; DATA=${DATA:-repro_data/gpt2}; mkdir -p "$OUT"
 export TRITON_INTERPRET=0
@@ -28,13 +29,13 @@ step() {  # step NAME SECONDS CMD...: run CMD under a time limit, log to $OUT/NA
 }
 train_run() {  # train_run NAME EXTRA...: a short FoX (Pro) 125M run at 16K, compiled, fused loss
     local name=$1; shift
-    step "$name" 170 $FX train --preset fox-pro-125m --context 16384 --data "$DATA" --batch-tokens 256Ki \
-        --micro-batch-size 2 --max-steps 12 --total-tokens 100M --warmup-tokens 1M --compile --fused-loss \
+    step "$name" 150 $FX train --preset fox-pro-125m --context 16384 --data "$DATA" --batch-tokens 256Ki \
+        --micro-batch-size 2 --max-steps 10 --total-tokens 100M --warmup-tokens 1M --compile --fused-loss \
         --log-every 1 --checkpoint-every-tokens 100G --eval-every-tokens 100G --no-progress \
         --set export_hf=false --out "runs_bench/$name" "$@"
     cp "runs_bench/$name/metrics.jsonl" "$OUT/$name.metrics.jsonl" 2>/dev/null
 }
-STEPS=${*:-fused tests atomic tune prune model train attn decode}
+STEPS=${*:-fused tests atomic tune prune model train attn decode decode125}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/env.txt"
 python -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$OUT/env.txt"
 python -c "from foxformer.provenance import code_version; print('commit', code_version())" | tee -a "$OUT/env.txt"
@@ -50,14 +51,15 @@ prune) step prune 90 $FX bench attention --prune --providers foxformer --seqlens
 model) step model 150 $FX bench model --presets fox-pro-125m,transformer-llama-125m --context 16384 \
            --compile --fused-loss --no-anchor --out "$OUT/model_125m_compiled_fused_h200.json" ;;
 train) train_run train_fox_pro_125m_16k
-       train_run train_fox_pro_125m_16k_prune --model prune_eps=4.54e-5 ;;
+       train_run train_fox_pro_125m_16k_prune --model prune_eps=4.54e-5
+       train_run train_fox_pro_125m_16k_atomic --model deterministic_attention=false ;;
 attn) step attn 70 $FX bench attention --providers foxformer,sdpa_flash,sdpa_cudnn,fla --seqlens 2048,8192 \
           --configs 128x12,128x12x2,64x24 --out "$OUT/attention_2k_8k_h200.json" ;;
 decode) step decode_kernel 45 $FX bench decode --kernel --preset fox-pro-125m --contexts 4096,32768,65536 \
             --batches 1,32 --out "$OUT/decode_kernel_h200.json"
-        step decode_model 100 $FX bench decode --preset fox-pro-125m --contexts 4096,32768,65536 --batches 1,32 \
-            --steps 16 --out "$OUT/decode_model_125m_h200.json"
         step decode_760m 60 $FX bench decode --preset fox-pro-760m --contexts 32768 --batches 1 \
             --steps 16 --out "$OUT/decode_model_760m_h200.json" ;;
+decode125) step decode_model 100 $FX bench decode --preset fox-pro-125m --contexts 4096,32768,65536 \
+            --batches 1,32 --steps 16 --out "$OUT/decode_model_125m_h200.json" ;;
 *) echo "unknown step $s" ;;
 esac; done
