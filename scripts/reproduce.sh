@@ -80,9 +80,10 @@ evaluate() {  # evaluate PRESET: every evaluation of one run
     step "eval_loss_$p.log" $FX eval loss "$r" --data "$DATA" --within-docs --seq-len "$EVAL_LEN" \
         --num-seqs "$EVAL_SEQS" --no-progress
     case $p in fox-*) step "gates_$p.log" $FX analyze gates "$r" --data "$DATA" --no-progress ;; esac
+    step "eval_niah_$p.log" $FX eval niah "$r" --lengths "$NIAH_LENS" --seeds "$NIAH_SEEDS" --no-progress
+    # last: reading 64K tokens twice, 16 a step, is the longest evaluation (it gets what time is left)
     case $p in fox-pro-*) step "eviction_$p.log" $FX eval eviction "$r" --data "$DATA" --seq-len "$EVICT_LEN" \
         --evict-eps 4.54e-5 --no-progress ;; esac
-    step "eval_niah_$p.log" $FX eval niah "$r" --lengths "$NIAH_LENS" --seeds "$NIAH_SEEDS" --no-progress
 }
 for p in "$@"; do evaluate "$p" & done  # small models: the evaluations share the GPU too
 wait
