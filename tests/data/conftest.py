@@ -12,22 +12,21 @@ def _docs(n: int) -> list[dict]:
             for i in range(n)]
 
 
-@pytest.fixture
-def jsonl_xz(tmp_path):
-    path = tmp_path / "corpus.jsonl.xz"
-    with lzma.open(path, "wt", encoding="utf-8") as f:
-        for d in _docs(20):
+def _write_jsonl(path, opener, n: int) -> str:
+    with opener(path, "wt", encoding="utf-8") as f:
+        for d in _docs(n):
             f.write(json.dumps(d) + "\n")
     return str(path)
+
+
+@pytest.fixture
+def jsonl_xz(tmp_path):
+    return _write_jsonl(tmp_path / "corpus.jsonl.xz", lzma.open, 20)
 
 
 @pytest.fixture
 def jsonl_gz(tmp_path):
-    path = tmp_path / "corpus.jsonl.gz"
-    with gzip.open(path, "wt", encoding="utf-8") as f:
-        for d in _docs(6):
-            f.write(json.dumps(d) + "\n")
-    return str(path)
+    return _write_jsonl(tmp_path / "corpus.jsonl.gz", gzip.open, 6)
 
 
 @pytest.fixture

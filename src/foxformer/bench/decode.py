@@ -22,16 +22,12 @@ from typing import Optional
 import torch
 from tqdm import tqdm
 
+from foxformer.argtypes import ints
+from foxformer.models.calls import cache_keyword, cache_of
+
 from .common import environment, print_table, write_json
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-
-
-def _ints(text: str) -> list[int]:
-    try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from e
 
 
 def realistic_gates(model, max_context: int, noise: float = 0.0) -> None:
@@ -57,16 +53,6 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
-def _cache_kw(model) -> str:
-    from foxformer.infer.generate import _cache_keyword
-    return _cache_keyword(model)
-
-
-def _out_cache(out):
-    cache = getattr(out, "cache", None)
-    return cache if cache is not None else getattr(out, "past_key_values", None)
-
-
 @torch.no_grad()
 def measure_decode(model, *, vocab: int, context: int, batch: int, steps: int, warmup: int,
                    evict_eps: Optional[float], prefill_chunk: int, device: torch.device, seed: int = 0,
@@ -78,7 +64,7 @@ def measure_decode(model, *, vocab: int, context: int, batch: int, steps: int, w
     """
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, vocab, (batch, context + warmup + steps), generator=g).to(device)
-    kw = _cache_kw(model)
+    kw = cache_keyword(model)
     cache = None
     if hasattr(getattr(model, "model", None), "new_cache"):
         cache = model.model.new_cache(evict_eps=evict_eps)
@@ -95,12 +81,12 @@ def measure_decode(model, *, vocab: int, context: int, batch: int, steps: int, w
     for s in range(0, context, chunk):
         out = model(input_ids=ids[:, s:min(s + chunk, context)], use_cache=True, logits_to_keep=1,
                     **{kw: cache})
-        cache = _out_cache(out)
+        cache = cache_of(out)
     _sync(device)
     prefill_s = time.perf_counter() - t0
     for i in range(warmup):
         out = model(input_ids=ids[:, context + i:context + i + 1], use_cache=True, logits_to_keep=1, **{kw: cache})
-        cache = _out_cache(out)
+        cache = cache_of(out)
     _sync(device)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
@@ -109,7 +95,7 @@ def measure_decode(model, *, vocab: int, context: int, batch: int, steps: int, w
     for i in range(steps):
         t = context + warmup + i
         out = model(input_ids=ids[:, t:t + 1], use_cache=True, logits_to_keep=1, **{kw: cache})
-        cache = _out_cache(out)
+        cache = cache_of(out)
         if i < keep_logprobs:
             logprobs.append(out.logits[0, -1])
     _sync(device)
@@ -241,8 +227,8 @@ def add_parser(sub, name: str = "decode") -> argparse.ArgumentParser:
     p.add_argument("--preset", default="fox-pro-125m", help="FoX preset (the baseline is transformer-<block>-<size>)")
     p.add_argument("--model", default=None, help="bench a trained FoX model (run dir / HF folder) instead")
     p.add_argument("--vocab-size", type=int, default=50304)
-    p.add_argument("--contexts", type=_ints, default=[4096, 8192, 16384, 32768, 65536])
-    p.add_argument("--batches", type=_ints, default=[1, 32])
+    p.add_argument("--contexts", type=ints, default=[4096, 8192, 16384, 32768, 65536])
+    p.add_argument("--batches", type=ints, default=[1, 32])
     p.add_argument("--steps", type=int, default=32, help="timed decode steps")
     p.add_argument("--warmup", type=int, default=4)
     p.add_argument("--prefill-chunk", type=int, default=8192)

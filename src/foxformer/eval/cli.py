@@ -6,30 +6,14 @@ import json
 import os
 import sys
 
-
-def _ints(text: str) -> list[int]:
-    try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from e
-
-
-def _floats(text: str) -> list[float]:
-    try:
-        return [float(x) for x in text.split(",") if x.strip()]
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from e
-
-
-def _words(text: str) -> list[str]:
-    return [x.strip() for x in text.split(",") if x.strip()]
+from foxformer.argtypes import floats, ints, words
 
 
 def _model_args(p: argparse.ArgumentParser, several: bool = True) -> None:
     p.add_argument("models", nargs="+" if several else 1, metavar="MODEL",
                    help="run dir, RUN/checkpoints/step_N, or Hugging Face folder" + (" (several: side by side)"
                                                                                      if several else ""))
-    p.add_argument("--names", type=_words, default=None, help="comma-separated labels for the models")
+    p.add_argument("--names", type=words, default=None, help="comma-separated labels for the models")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     p.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA, fp32 on CPU) | fp32 | bf16 | fp16")
     p.add_argument("--attention-backend", default=None, help="override the models' attention backend")
@@ -222,7 +206,7 @@ def add_commands(subparsers) -> None:
     _model_args(p)
     _text_args(p, seq_len=2048, num=64)
     p.add_argument("--batch-size", type=int, default=1)
-    p.add_argument("--lengths", type=_ints, default=None, help="context lengths l for P(l) (default: powers of 2)")
+    p.add_argument("--lengths", type=ints, default=None, help="context lengths l for P(l) (default: powers of 2)")
     p.add_argument("--smooth", type=int, default=None, help="moving-average window for L(i) (default T/64)")
     p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples over sequences")
     p.add_argument("--confidence", type=float, default=0.95)
@@ -236,11 +220,11 @@ def add_commands(subparsers) -> None:
     p.add_argument("--haystack", default="builtin:pydoc",
                    help="haystack text source: file/dir (.txt/.jsonl[.xz]) or builtin:pydoc|sympy|stdlib")
     p.add_argument("--tokenizer", default=None, help="default: the run's tokenizer, else gpt2")
-    p.add_argument("--lengths", type=_ints, default=[1024, 2048, 4096], help="context lengths")
-    p.add_argument("--depths", type=_floats, default=[0.0, 0.25, 0.5, 0.75, 1.0], help="needle depths in [0, 1]")
-    p.add_argument("--modes", type=_words, default=["standard", "easy"], help="standard,easy")
+    p.add_argument("--lengths", type=ints, default=[1024, 2048, 4096], help="context lengths")
+    p.add_argument("--depths", type=floats, default=[0.0, 0.25, 0.5, 0.75, 1.0], help="needle depths in [0, 1]")
+    p.add_argument("--modes", type=words, default=["standard", "easy"], help="standard,easy")
     p.add_argument("--needles", type=int, default=2, help="needles (key/value pairs) per cell")
-    p.add_argument("--seeds", type=_ints, default=[0], help="seeds per cell (haystack offsets and needles)")
+    p.add_argument("--seeds", type=ints, default=[0], help="seeds per cell (haystack offsets and needles)")
     p.add_argument("--no-generate", action="store_true", help="log-likelihood score only (cheaper)")
     p.add_argument("--max-new-tokens", type=int, default=None)
     p.set_defaults(func=_run(_cmd_niah))
@@ -249,7 +233,7 @@ def add_commands(subparsers) -> None:
                        description="Runs lm_eval.simple_evaluate with a foxformer model wrapper. Offline, only tasks "
                                    "whose data are cached locally or generated (see foxformer.eval.harness).")
     _model_args(p)
-    p.add_argument("--tasks", type=_words, required=True, help="comma-separated lm_eval task names")
+    p.add_argument("--tasks", type=words, required=True, help="comma-separated lm_eval task names")
     p.add_argument("--tokenizer", default=None)
     p.add_argument("--num-fewshot", type=int, default=None)
     p.add_argument("--limit", type=float, default=None, help="examples per task (or fraction if < 1)")
@@ -275,8 +259,8 @@ def add_commands(subparsers) -> None:
                        description="Reads the loss.json that `eval loss` left in each RUN_DIR (or RUN_DIR/eval) and "
                                    "draws them together; the runs must have measured the same sequences.")
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
-    p.add_argument("--names", type=_words, default=None, help="comma-separated labels, one per model")
-    p.add_argument("--positions", type=_ints, default=[512, 2048, 4096, 8192, 16384],
+    p.add_argument("--names", type=words, default=None, help="comma-separated labels, one per model")
+    p.add_argument("--positions", type=ints, default=[512, 2048, 4096, 8192, 16384],
                    help="token positions of the table")
     p.add_argument("--reference", default=None, help="model name the loss differences are taken to (default: last)")
     p.add_argument("--out", default="compare_out", help="output folder")

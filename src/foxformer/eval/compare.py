@@ -17,15 +17,16 @@ from types import SimpleNamespace
 import numpy as np
 
 from . import plots
+from .outputs import find_output
 
 DEFAULT_POSITIONS = (512, 2048, 4096, 8192, 16384)
 
 
 def _loss_json(run_dir: str) -> str:
-    for path in (os.path.join(run_dir, "eval", "loss.json"), os.path.join(run_dir, "loss.json"), run_dir):
-        if os.path.isfile(path):
-            return path
-    raise ValueError(f"run_dirs: {run_dir!r} has no loss.json (run `foxformer eval loss {run_dir}` first)")
+    path = run_dir if os.path.isfile(run_dir) else find_output(run_dir, "loss.json")
+    if path is None:
+        raise ValueError(f"run_dirs: {run_dir!r} has no loss.json (run `foxformer eval loss {run_dir}` first)")
+    return path
 
 
 def load_curves(run_dirs: list[str]) -> list[SimpleNamespace]:
@@ -89,22 +90,20 @@ def _plot_binned(curves, path: str, *, reference: SimpleNamespace | None) -> str
     ax.set_title(f"{what} (dashed: training length)", fontsize=9)
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
-    return plots._save(fig, path)
+    return plots.save_figure(fig, path)
 
 
 def _plot_validation(run_dirs: list[str], names: list[str], path: str) -> str | None:
     """Validation loss against training tokens from each run's metrics.jsonl (None when no run has one)."""
     import matplotlib.pyplot as plt
 
+    from foxformer.train.metrics import read_metrics
+
     series = []
     for run_dir, name in zip(run_dirs, names):
-        metrics = os.path.join(run_dir, "metrics.jsonl")
-        if os.path.isfile(metrics):
-            with open(metrics) as f:
-                recs = [json.loads(line) for line in f if line.strip()]
-            evals = [(r["tokens"], r["val_loss"]) for r in recs if r.get("kind") == "eval"]
-            if evals:
-                series.append((name, *zip(*evals)))
+        evals = [(r["tokens"], r["val_loss"]) for r in read_metrics(run_dir) if r.get("kind") == "eval"]
+        if evals:
+            series.append((name, *zip(*evals)))
     if not series:
         return None
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
@@ -115,7 +114,7 @@ def _plot_validation(run_dirs: list[str], names: list[str], path: str) -> str | 
     ax.set_title("Validation loss during training", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    return plots._save(fig, path)
+    return plots.save_figure(fig, path)
 
 
 def load_niah(run_dirs: list[str]) -> list:
@@ -123,15 +122,9 @@ def load_niah(run_dirs: list[str]) -> list:
     from .niah import NiahResult
 
     out = []
-    for run_dir in run_dirs:
-        for path in (os.path.join(run_dir, "eval", "niah.json"), os.path.join(run_dir, "niah.json")):
-            if os.path.isfile(path):
-                with open(path) as f:
-                    for m in json.load(f)["models"]:
-                        out.append(NiahResult(name=m["name"], lengths=m["lengths"], depths=m["depths"],
-                                              modes=m["modes"], train_len=m.get("train_len"),
-                                              generate=m.get("generate", True), records=m["records"]))
-                break
+    for path in filter(None, (find_output(run_dir, "niah.json") for run_dir in run_dirs)):
+        with open(path) as f:
+            out += [NiahResult.from_dict(m) for m in json.load(f)["models"]]
     return out
 
 

@@ -12,11 +12,12 @@ from typing import Optional
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from foxformer.models.calls import cache_of
+
 from .loading import model_device
-from .loss import check_tokens
+from .loss import check_tokens, fp32_head, head_losses
 
 
 @torch.no_grad()
@@ -25,21 +26,19 @@ def _cached_pass(model, tokens: torch.Tensor, chunk: int, prefill: int, evict_ep
     """fp32 [N, T-1] next-token losses through the cache, and the cache's peak memory."""
     from foxformer.infer.eviction import cache_report
 
-    body, head = model.model, model.lm_head
+    body = model.model
     cache = body.new_cache(evict_eps=evict_eps, evict_qk_bound=qk_bound, evict_max_len=tokens.shape[1])
-    weight = head.weight.float()
+    head = fp32_head(model.lm_head)
     losses, peak_alloc, peak_live, report = [], 0, 0, {}
     bounds = [0, min(prefill, tokens.shape[1])]
     while bounds[-1] < tokens.shape[1]:
         bounds.append(min(bounds[-1] + chunk, tokens.shape[1]))
     for a, b in tqdm(list(zip(bounds[:-1], bounds[1:])), desc=desc, disable=not progress, leave=False):
         out = body(input_ids=tokens[:, a:b], cache=cache, use_cache=True)
-        cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
+        cache = cache_of(out)
         hidden = out.last_hidden_state[:, : max(0, min(b, tokens.shape[1] - 1) - a)]
         if hidden.shape[1]:
-            logits = F.linear(hidden.float(), weight)  # fp32 head: bf16 logits blur 1e-2 nats
-            losses.append(F.cross_entropy(logits.transpose(1, 2), tokens[:, a + 1:a + 1 + hidden.shape[1]],
-                                          reduction="none"))
+            losses.append(head_losses(hidden, tokens[:, a + 1:a + 1 + hidden.shape[1]], *head))
         report = cache_report(cache)
         peak_alloc = max(peak_alloc, report["allocated_bytes"])
         peak_live = max(peak_live, report["live_bytes"])

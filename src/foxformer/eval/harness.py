@@ -109,7 +109,7 @@ class HarnessAdapter:
     @torch.no_grad()
     def generate_until(self, requests: Sequence[tuple[str, dict]]) -> list[str]:
         """Greedy continuation of each context until a stop string or ``max_gen_toks`` tokens."""
-        from .niah import _cache_of
+        from foxformer.models.calls import cache_of
 
         dev = model_device(self.model)
         out = []
@@ -129,7 +129,7 @@ class HarnessAdapter:
                 text = self.tokenizer.decode(generated)
                 if any(u in text for u in until):
                     break
-                res = self.model(input_ids=torch.tensor([[token]], device=dev), past_key_values=_cache_of(res),
+                res = self.model(input_ids=torch.tensor([[token]], device=dev), past_key_values=cache_of(res),
                                  use_cache=True)
             for u in until:
                 text = text.split(u)[0]

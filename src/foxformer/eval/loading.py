@@ -14,6 +14,8 @@ from typing import Optional
 
 import torch
 
+from foxformer.models.calls import model_device  # noqa: F401  (re-exported: eval modules import it here)
+
 RUN_CONFIG = "config.yaml"
 
 
@@ -212,12 +214,6 @@ def wrap_model(model: torch.nn.Module, name: str = "model", train_len: Optional[
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
     return LoadedModel(model=model.eval(), name=name, path="<memory>", train_len=train_len, source="memory")
-
-
-def model_device(model: torch.nn.Module) -> torch.device:
-    for p in model.parameters():
-        return p.device
-    return torch.device("cpu")
 
 
 def vocab_size_of(model: torch.nn.Module) -> Optional[int]:

@@ -50,10 +50,20 @@ def _row_losses(model: torch.nn.Module, ids: torch.Tensor, chunk: int) -> torch.
         logits = model(input_ids=ids).logits[:, :-1]
         return F.cross_entropy(logits.float().transpose(1, 2), targets, reduction="none")
     hidden = body(input_ids=ids, use_cache=False).last_hidden_state[:, :-1]
-    parts = []
-    # The head runs in fp32 even for bf16 models: bf16 logits would cost ~1e-2 nats of loss resolution.
-    weight = head.weight.float()
+    return head_losses(hidden, targets, *fp32_head(head), chunk)
+
+
+def fp32_head(head: torch.nn.Module) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """The LM head's weight and bias in fp32: bf16 logits would cost ~1e-2 nats of loss resolution."""
     bias = None if getattr(head, "bias", None) is None else head.bias.float()
+    return head.weight.float(), bias
+
+
+def head_losses(hidden: torch.Tensor, targets: torch.Tensor, weight: torch.Tensor,
+                bias: Optional[torch.Tensor] = None, chunk: int = 2048) -> torch.Tensor:
+    """fp32 [B, n] cross-entropy of hidden [B, n, d] through the head (weight [V, d], from ``fp32_head``)
+    against targets [B, n]; ``chunk`` positions at a time, so that [B, n, V] logits never exist."""
+    parts = []
     for s in range(0, hidden.shape[1], chunk):
         logits = F.linear(hidden[:, s:s + chunk].float(), weight, bias)
         parts.append(F.cross_entropy(logits.transpose(1, 2), targets[:, s:s + chunk], reduction="none"))

@@ -22,6 +22,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from foxformer.models.calls import cache_of
+
 from .loading import model_device, vocab_size_of
 
 MODES = ("standard", "easy")
@@ -107,19 +109,12 @@ def build_case(tokenizer: TextTokenizer, haystack: Sequence[int], length: int, d
                     needle_index=needle_index, seed=seed, needle_pos=pos)
 
 
-def _cache_of(out):
-    keys = out.keys() if hasattr(out, "keys") else ()
-    if "cache" in keys:
-        return out["cache"]
-    return getattr(out, "past_key_values", None)
-
-
 def _step(model, ids: torch.Tensor, cache, last_only: bool = False):
     kw = {}
     if last_only and "logits_to_keep" in inspect.signature(model.forward).parameters:
         kw["logits_to_keep"] = 1  # a 16K-token prompt would otherwise make [16K, V] logits (3 GB in fp32)
     out = model(input_ids=ids, past_key_values=cache, use_cache=True, **kw)
-    return out.logits[:, -1].float(), _cache_of(out), out.logits
+    return out.logits[:, -1].float(), cache_of(out), out.logits
 
 
 @torch.no_grad()
@@ -211,6 +206,12 @@ class NiahResult:
                 out[f"{mode}_accuracy"] = float(np.mean([r["found"] for r in rs]))
             out[f"{mode}_ll_accuracy"] = float(np.mean([r["ll_correct"] for r in rs]))
         return out
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "NiahResult":
+        """Back from one entry of niah.json's "models" (``to_dict`` plus the summary)."""
+        return cls(name=d["name"], lengths=d["lengths"], depths=d["depths"], modes=d["modes"],
+                   train_len=d.get("train_len"), generate=d.get("generate", True), records=d["records"])
 
     def to_dict(self) -> dict:
         d = asdict(self)

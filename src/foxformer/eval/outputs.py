@@ -17,6 +17,16 @@ from . import plots
 from .gates import GateStats, choose_heads, head_matrices
 
 
+def find_output(run_dir: str, name: str) -> Optional[str]:
+    """Path of an eval output (loss.json, niah.json, ...) in a run dir or its eval/ sub-folder (the
+    commands' default output for a run dir), or None."""
+    for folder in (run_dir, os.path.join(run_dir, "eval")):
+        path = os.path.join(folder, name)
+        if os.path.exists(path):
+            return path
+    return None
+
+
 def _clean(obj):
     """JSON without NaN/inf (they become null), numpy scalars as Python numbers."""
     if isinstance(obj, dict):

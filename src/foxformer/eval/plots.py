@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 
-def _save(fig, path: str) -> str:
+def save_figure(fig, path: str) -> str:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path, dpi=150, bbox_inches="tight")
     plt.close(fig)
@@ -38,7 +38,7 @@ def plot_loss_curves(curves: Sequence, path: str, *, title: str = "Per-position 
                  fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_perplexity(curves: Sequence, path: str, *, title: str = "Perplexity vs context length") -> str:
@@ -57,7 +57,7 @@ def plot_perplexity(curves: Sequence, path: str, *, title: str = "Perplexity vs 
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_niah_heatmaps(results: Sequence, path: str, *, metric: str = "accuracy") -> str:
@@ -83,7 +83,7 @@ def plot_niah_heatmaps(results: Sequence, path: str, *, metric: str = "accuracy"
         ax.axis("off")
     if im is not None:
         fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.8, label=metric)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_matrices(panels: Sequence[tuple[str, np.ndarray]], path: str, *, ncols: int = 4,
@@ -106,7 +106,7 @@ def plot_matrices(panels: Sequence[tuple[str, np.ndarray]], path: str, *, ncols:
         fig.colorbar(im, ax=ax, fraction=0.046, pad=0.02)
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_head_grid(values: np.ndarray, path: str, *, title: str, label: str, log: bool = False,
@@ -126,7 +126,7 @@ def plot_head_grid(values: np.ndarray, path: str, *, title: str, label: str, log
             ax.text(j, i, txt, ha="center", va="center", fontsize=6, color="cyan")
     fig.colorbar(im, ax=ax, label=f"log10 {label}" if log else label)
     ax.set_title(title, fontsize=9)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_decay_curves(distances: np.ndarray, decay: np.ndarray, path: str, *, title: str,
@@ -146,4 +146,4 @@ def plot_decay_curves(distances: np.ndarray, decay: np.ndarray, path: str, *, ti
     ax.grid(alpha=0.3, which="both")
     if names is not None and len(names) <= 16:
         ax.legend(fontsize=6, ncol=2)
-    return _save(fig, path)
+    return save_figure(fig, path)

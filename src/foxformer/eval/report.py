@@ -12,9 +12,9 @@ import json
 import os
 import shutil
 from dataclasses import dataclass, field
-from typing import Optional
 
 from . import plots
+from .outputs import find_output
 
 OUTPUTS = ("loss.json", "niah.json", "gates.json", "harness.json")
 
@@ -24,14 +24,6 @@ class Block:
     kind: str  # "h2" | "h3" | "p" | "img" | "table"
     text: str = ""
     rows: list = field(default_factory=list)
-
-
-def _find(run_dir: str, name: str) -> Optional[str]:
-    for folder in (run_dir, os.path.join(run_dir, "eval")):
-        path = os.path.join(folder, name)
-        if os.path.exists(path):
-            return path
-    return None
 
 
 def _read_json(path: str) -> dict:
@@ -94,7 +86,7 @@ def _training_blocks(run_dir: str, out_dir: str, tag: str) -> list[Block]:
     ax.legend(fontsize=8)
     os.makedirs(os.path.join(out_dir, "assets"), exist_ok=True)
     rel = os.path.join("assets", f"{tag}_training.png")
-    plots._save(fig, os.path.join(out_dir, rel))
+    plots.save_figure(fig, os.path.join(out_dir, rel))
     rows = [["last train loss", _fmt(train[-1][1]) if train else ""],
             ["last validation loss", _fmt(val[-1][1]) if val else ""],
             ["tokens", _fmt((train or val)[-1][0])]]
@@ -161,10 +153,10 @@ def collect(run_dirs: list[str], out_dir: str) -> list[Block]:
         tag = f"{n}_{os.path.basename(os.path.abspath(run_dir))}"
         section = _training_blocks(run_dir, out_dir, tag)
         for name, fn in (("loss.json", _loss_blocks), ("niah.json", _niah_blocks), ("gates.json", _gate_blocks)):
-            path = _find(run_dir, name)
+            path = find_output(run_dir, name)
             if path:
                 section += fn(_read_json(path), os.path.dirname(path), out_dir, tag)
-        path = _find(run_dir, "harness.json")
+        path = find_output(run_dir, "harness.json")
         if path:
             section += _harness_blocks(_read_json(path))
         if not section:

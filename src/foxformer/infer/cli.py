@@ -6,6 +6,8 @@ import json
 import sys
 import time
 
+from foxformer.argtypes import floats
+
 
 def _shift(text: str):
     """--fgate-bias-shift: one float, or comma-separated floats per layer."""
@@ -17,13 +19,6 @@ def _shift(text: str):
     if not values:
         raise argparse.ArgumentTypeError("expected at least one value")
     return values[0] if len(values) == 1 else values
-
-
-def _floats(text: str) -> list[float]:
-    try:
-        return [float(x) for x in text.split(",") if x.strip()]
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(f"expected comma-separated floats, got {text!r}") from e
 
 
 def _model_args(p: argparse.ArgumentParser) -> None:
@@ -172,7 +167,7 @@ def add_commands(subparsers) -> None:
     p = subparsers.add_parser("bias-shift",
                               help="per-token loss under forget-gate bias shifts (beyond the training length)")
     _model_args(p)
-    p.add_argument("--shifts", type=_floats, default=[0.0, 0.5, 1.0, 2.0], help="comma-separated shifts")
+    p.add_argument("--shifts", type=floats, default=[0.0, 0.5, 1.0, 2.0], help="comma-separated shifts")
     p.add_argument("--data", default=None, help="prepared dataset dir (windows inside documents)")
     p.add_argument("--split", default="val", choices=("train", "val"))
     p.add_argument("--source", default=None, help="text source spec (as in foxformer eval)")

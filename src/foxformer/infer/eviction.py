@@ -87,18 +87,7 @@ def output_tolerance(eps: float, v_max: float) -> float:
 def cache_report(cache) -> dict:
     """Memory of a FoxCache: allocated / live / no-eviction bytes, and kept fraction of keys."""
     mem = cache.memory_bytes()
-    total_keys = live_keys = 0
-    full_bytes = 0
-    for layer in cache.layers:
-        if layer.k_buf is None:
-            continue
-        lengths = layer.live_lengths()
-        live_keys += int(lengths.sum())
-        seen = layer.length + layer.dropped
-        total_keys += seen * lengths.numel()
-        per_entry = 2 * layer.k_buf.shape[-1] * layer.k_buf.element_size() + \
-            (layer.c_buf.shape[1] // layer.k_buf.shape[2]) * layer.c_buf.element_size()
-        full_bytes += seen * lengths.numel() * per_entry
-    return {"allocated_bytes": mem["allocated"], "live_bytes": mem["live"], "no_eviction_bytes": full_bytes,
-            "kept_fraction": live_keys / total_keys if total_keys else 1.0,
-            "live_keys": live_keys, "total_keys": total_keys}
+    return {"allocated_bytes": mem.get("allocated", 0), "live_bytes": mem.get("live", 0),
+            "no_eviction_bytes": mem.get("no_eviction", 0),
+            "kept_fraction": mem["live_keys"] / mem["total_keys"] if mem.get("total_keys") else 1.0,
+            "live_keys": mem.get("live_keys", 0), "total_keys": mem.get("total_keys", 0)}

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import inspect
 import itertools
 from dataclasses import dataclass
 from typing import Iterator, Optional, Sequence
 
 import torch
+
+from foxformer.models.calls import cache_keyword, cache_of, model_device
 
 from .bias_shift import fgate_bias_shift
 
@@ -90,12 +91,6 @@ def _unwrap(model):
     return model
 
 
-def _device(model) -> torch.device:
-    for p in model.parameters():
-        return p.device
-    return torch.device("cpu")
-
-
 def _new_cache(model, cfg: GenerationConfig):
     inner = getattr(model, "model", None)
     if hasattr(inner, "new_cache"):
@@ -103,22 +98,6 @@ def _new_cache(model, cfg: GenerationConfig):
     if cfg.evict_eps is not None:
         raise ValueError("evict_eps: KV eviction needs a foxformer FoX model")
     return None
-
-
-def _cache_keyword(model) -> str:
-    """transformers 5.24 models take `cache=` (and warn on past_key_values); 5.17 ones only past_key_values.
-    foxformer models take both."""
-    try:
-        params = inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):
-        return "past_key_values"
-    return "cache" if "cache" in params else "past_key_values"
-
-
-def _cache_of(out):
-    # transformers 5.24 names it `cache` (and warns on `past_key_values`); 5.17 only has `past_key_values`.
-    cache = getattr(out, "cache", None)
-    return cache if cache is not None else getattr(out, "past_key_values", None)
 
 
 @torch.no_grad()
@@ -134,7 +113,7 @@ def stream_tokens(model, input_ids: torch.Tensor, cfg: Optional[GenerationConfig
     if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.shape[1] < 1:
         raise ValueError(f"input_ids: expected a LongTensor [batch, seq] with seq >= 1, got "
                          f"{getattr(input_ids, 'shape', type(input_ids).__name__)}")
-    dev = _device(model)
+    dev = model_device(model)
     ids = input_ids.to(dev).long()
     generator = None
     if cfg.seed is not None:
@@ -146,12 +125,12 @@ def stream_tokens(model, input_ids: torch.Tensor, cfg: Optional[GenerationConfig
         cache = _new_cache(model, cfg)
         if cache is not None:
             cache.reserve(ids.shape[1] + cfg.max_new_tokens)
-        cache_kw = _cache_keyword(model)
+        cache_kw = cache_keyword(model)
         chunk = cfg.prefill_chunk or ids.shape[1]
         out = None
         for s in range(0, ids.shape[1], chunk):
             out = model(input_ids=ids[:, s:s + chunk], use_cache=True, logits_to_keep=1, **{cache_kw: cache})
-            cache = _cache_of(out)
+            cache = cache_of(out)
         if state is not None:
             state["cache"] = cache
         done = torch.zeros(ids.shape[0], dtype=torch.bool, device=dev)
@@ -164,7 +143,7 @@ def stream_tokens(model, input_ids: torch.Tensor, cfg: Optional[GenerationConfig
             if step + 1 == cfg.max_new_tokens or (cfg.stop_token is not None and bool(done.all())):
                 break
             out = model(input_ids=nxt[:, None], use_cache=True, logits_to_keep=1, **{cache_kw: cache})
-            cache = _cache_of(out)
+            cache = cache_of(out)
             if state is not None:
                 state["cache"] = cache
 

@@ -189,17 +189,21 @@ class LayerCache:
                 setattr(self, name, t.index_select(0, index.to(t.device)))
 
     def memory_bytes(self) -> dict:
-        """Allocated bytes of k, v and c, and the bytes the live entries would need."""
+        """Allocated bytes of k, v and c; the bytes the live entries need, those not yet compacted
+        (held) and those every key seen would need without eviction; live and seen key counts
+        (per (batch, kv head) entry). One device sync (the live lengths)."""
         if self.k_buf is None:
-            return {"allocated": 0, "live": 0, "held": 0}
-        per_entry_kv = 2 * self.k_buf.shape[-1] * self.k_buf.element_size()  # k and v, one kv head
+            return {"allocated": 0, "live": 0, "held": 0, "no_eviction": 0, "live_keys": 0, "total_keys": 0}
         group = self.c_buf.shape[1] // self.k_buf.shape[2]
-        per_entry_c = group * self.c_buf.element_size()
+        # k and v of one kv head, plus the c of its query heads
+        per_entry = 2 * self.k_buf.shape[-1] * self.k_buf.element_size() + group * self.c_buf.element_size()
         allocated = (self.k_buf.numel() + self.v_buf.numel()) * self.k_buf.element_size() + \
             self.c_buf.numel() * self.c_buf.element_size()
-        live = int(self.live_lengths().sum()) * (per_entry_kv + per_entry_c)
-        held = self.length * self.start.numel() * (per_entry_kv + per_entry_c)
-        return {"allocated": allocated, "live": live, "held": held}
+        live_keys = int(self.live_lengths().sum())
+        total_keys = (self.length + self.dropped) * self.start.numel()
+        return {"allocated": allocated, "live": live_keys * per_entry,
+                "held": self.length * self.start.numel() * per_entry, "no_eviction": total_keys * per_entry,
+                "live_keys": live_keys, "total_keys": total_keys}
 
 
 class FoxCache:
@@ -252,9 +256,9 @@ class FoxCache:
             layer.capacity_hint = int(total_len)
 
     def memory_bytes(self) -> dict:
-        """Summed over layers: allocated, live (ragged per head) and held (not yet compacted) bytes."""
-        total = {"allocated": 0, "live": 0, "held": 0}
+        """LayerCache.memory_bytes summed over layers."""
+        total: dict = {}
         for layer in self.layers:
             for key, value in layer.memory_bytes().items():
-                total[key] += value
+                total[key] = total.get(key, 0) + value
         return total

@@ -33,6 +33,7 @@ from .fwd import (
     first_pruned_query_tile,
     dot_precision,
     is_interpreted,
+    kv_tile_logits,
     load_tile,
     mma,
     pick_config,
@@ -284,23 +285,10 @@ def _dq_step(dq, rowsum, q, do, lse2, delta, cq2, cq_hi, cq_lo, pos_q,
              offs_n, offs_d, d_ok,
              MASKED: tl.constexpr, MASK_D: tl.constexpr, DOT_PRECISION: tl.constexpr,
              UPCAST: tl.constexpr):
-    cols = n0 + offs_n
-    col_ok = cols < hi
-    n0_64 = tl.cast(n0, tl.int64)
-    k = load_tile(k_base + n0_64 * stride_kt + offs_n[:, None] * stride_kt + offs_d[None, :],
-                  col_ok, d_ok, MASKED, MASK_D)
-    v = load_tile(v_base + n0_64 * stride_vt + offs_n[:, None] * stride_vt + offs_d[None, :],
-                  col_ok, d_ok, MASKED, MASK_D)
-    qk = mma(q, tl.trans(k), None, DOT_PRECISION, UPCAST)
-    if MASKED:
-        ck_hi, ck_lo = split_f64(rel_c(c_base + cols, col_ok, r))
-        bias = ((cq_hi[:, None] - ck_hi[None, :]) + (cq_lo[:, None] - ck_lo[None, :])) * LOG2E
-        # pos_q is -1 on padded rows, which masks them out entirely.
-        visible = cols[None, :] <= pos_q[:, None]
-        p = tl.exp2(tl.where(visible, qk * scale2 + bias - lse2[:, None], float("-inf")))
-    else:
-        ck2 = (tl.load(c_base + cols) - r).to(tl.float32) * LOG2E
-        p = tl.exp2(qk * scale2 + (cq2[:, None] - ck2[None, :]) - lse2[:, None])
+    # pos_q is -1 on padded rows, which masks them out entirely.
+    k, v, s = kv_tile_logits(q, cq2, cq_hi, cq_lo, pos_q, k_base, v_base, c_base, r, n0, hi, stride_kt, stride_vt,
+                             scale2, offs_n, offs_d, d_ok, MASKED, MASK_D, DOT_PRECISION, UPCAST)
+    p = tl.exp2(s - lse2[:, None])
     dp = mma(do, tl.trans(v), None, DOT_PRECISION, UPCAST)
     ds = p * (dp - delta[:, None])
     dq = mma(ds.to(k.dtype), k, dq, DOT_PRECISION, UPCAST)

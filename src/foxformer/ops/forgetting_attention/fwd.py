@@ -183,11 +183,13 @@ def first_pruned_query_tile(c_base, c_key, delta, start, n_tiles, BLOCK_M: tl.co
 
 
 @triton.jit
-def _fwd_step(acc, l_i, m_i, q, cq2, cq_hi, cq_lo, pos_q,
-              k_base, v_base, c_base, r, n0, hi, stride_kt, stride_vt, scale2,
-              offs_n, offs_d, d_ok,
-              MASKED: tl.constexpr, MASK_D: tl.constexpr, DOT_PRECISION: tl.constexpr,
-              UPCAST: tl.constexpr):
+def kv_tile_logits(q, cq2, cq_hi, cq_lo, pos_q, k_base, v_base, c_base, r, n0, hi, stride_kt, stride_vt, scale2,
+                   offs_n, offs_d, d_ok,
+                   MASKED: tl.constexpr, MASK_D: tl.constexpr, DOT_PRECISION: tl.constexpr,
+                   UPCAST: tl.constexpr):
+    """The key / value tile at n0 and the biased logits of the query rows against it, in log2 units:
+    s = (scale * q.k + c_i - c_j) / ln 2, -inf where the key is not visible (MASKED tiles only; padded
+    rows carry pos_q < 0 or beyond every key and are never stored). Shared by the forward and dq steps."""
     cols = n0 + offs_n
     col_ok = cols < hi
     n0_64 = tl.cast(n0, tl.int64)
@@ -199,11 +201,22 @@ def _fwd_step(acc, l_i, m_i, q, cq2, cq_hi, cq_lo, pos_q,
     if MASKED:
         ck_hi, ck_lo = split_f64(rel_c(c_base + cols, col_ok, r))
         bias = ((cq_hi[:, None] - ck_hi[None, :]) + (cq_lo[:, None] - ck_lo[None, :])) * LOG2E
-        s = qk * scale2 + bias
-        s = tl.where(cols[None, :] <= pos_q[:, None], s, float("-inf"))
+        # Mask the logit, not its exponent: a hidden key may carry a large positive bias.
+        s = tl.where(cols[None, :] <= pos_q[:, None], qk * scale2 + bias, float("-inf"))
     else:
         ck2 = (tl.load(c_base + cols) - r).to(tl.float32) * LOG2E
         s = qk * scale2 + (cq2[:, None] - ck2[None, :])
+    return k, v, s
+
+
+@triton.jit
+def _fwd_step(acc, l_i, m_i, q, cq2, cq_hi, cq_lo, pos_q,
+              k_base, v_base, c_base, r, n0, hi, stride_kt, stride_vt, scale2,
+              offs_n, offs_d, d_ok,
+              MASKED: tl.constexpr, MASK_D: tl.constexpr, DOT_PRECISION: tl.constexpr,
+              UPCAST: tl.constexpr):
+    k, v, s = kv_tile_logits(q, cq2, cq_hi, cq_lo, pos_q, k_base, v_base, c_base, r, n0, hi, stride_kt, stride_vt,
+                             scale2, offs_n, offs_d, d_ok, MASKED, MASK_D, DOT_PRECISION, UPCAST)
     m_new = tl.maximum(m_i, tl.max(s, 1))
     alpha = tl.exp2(m_i - m_new)
     p = tl.exp2(s - m_new[:, None])
