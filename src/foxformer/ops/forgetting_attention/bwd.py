@@ -29,11 +29,13 @@ from .fwd import (
     block_d_for,
     check_inputs,
     check_prune_delta,
-    first_kept_key_block,
     first_pruned_query_tile,
     dot_precision,
     is_interpreted,
     kv_tile_logits,
+    query_c,
+    query_key_range,
+    seq_bounds,
     load_tile,
     mma,
     pick_config,
@@ -73,23 +75,6 @@ def dkdv_config(head_dim: int, t: torch.Tensor, atomic: bool = False) -> KernelC
 
 def dq_config(head_dim: int, t: torch.Tensor) -> KernelConfig:
     return pick_config(DQ_CONFIGS, INTERPRET_DQ_CONFIG, head_dim, t)
-
-
-@triton.jit
-def _seq_bounds(CuSeqlens, pid_z, seqlen_q, seqlen_k, IS_VARLEN: tl.constexpr):
-    """(batch index, first token, query length, key length) of program axis 2, as int64 offsets."""
-    if IS_VARLEN:
-        start = tl.load(CuSeqlens + pid_z)
-        n_q = tl.load(CuSeqlens + pid_z + 1) - start
-        n_k = n_q
-        tok0 = start.to(tl.int64)
-        zb = tok0 * 0
-    else:
-        n_q = seqlen_q
-        n_k = seqlen_k
-        zb = pid_z.to(tl.int64)
-        tok0 = zb * 0
-    return zb, tok0, n_q, n_k
 
 
 # ----------------------------------------------------------------------------------------------
@@ -193,7 +178,7 @@ def _dkdv_kernel(
 ):
     pid_n = tl.program_id(0)
     kv_head = tl.program_id(1)
-    zb, tok0, n_q, n_k = _seq_bounds(CuSeqlens, tl.program_id(2), seqlen_q, seqlen_k, IS_VARLEN)
+    zb, tok0, n_q, n_k = seq_bounds(CuSeqlens, tl.program_id(2), seqlen_q, seqlen_k, IS_VARLEN)
     n0 = pid_n * BLOCK_N
     if n0 >= n_k:
         return
@@ -314,7 +299,7 @@ def _dq_kernel(
 ):
     pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
     head = tl.program_id(1)
-    zb, tok0, n_q, n_k = _seq_bounds(CuSeqlens, tl.program_id(2), seqlen_q, seqlen_k, IS_VARLEN)
+    zb, tok0, n_q, n_k = seq_bounds(CuSeqlens, tl.program_id(2), seqlen_q, seqlen_k, IS_VARLEN)
     m0 = pid_m * BLOCK_M
     if m0 >= n_q:
         return
@@ -342,18 +327,11 @@ def _dq_kernel(
 
     p_first = off + m0
     pos_q = tl.where(row_ok, off + rows, -1)
-    r = tl.load(c_base + p_first)
-    cq_hi, cq_lo = split_f64(rel_c(c_base + pos_q, row_ok, r))
-    cq2 = cq_hi * LOG2E
+    r, cq_hi, cq_lo, cq2 = query_c(c_base, p_first, pos_q, row_ok)
 
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     rowsum = tl.zeros([BLOCK_M], tl.float32)
-    lo = 0
-    if PRUNE:
-        delta_p = tl.load(PruneDelta + zb * tl.num_programs(1) + head)
-        lo = first_kept_key_block(c_base, r, delta_p, p_first // BLOCK_N, BLOCK_N) * BLOCK_N
-    hi = tl.minimum(n_k, p_first + BLOCK_M)
-    mid = lo + (tl.maximum(p_first + 1 - lo, 0) // BLOCK_N) * BLOCK_N
+    lo, mid, hi = query_key_range(c_base, r, PruneDelta, zb, head, p_first, n_k, BLOCK_M, BLOCK_N, PRUNE)
     for n0 in range(lo, mid, BLOCK_N):
         dq, rowsum = _dq_step(dq, rowsum, q, do, lse2, delta, cq2, cq_hi, cq_lo, pos_q,
                               k_base, v_base, c_base, r, n0, hi, stride_kt, stride_vt, scale2,

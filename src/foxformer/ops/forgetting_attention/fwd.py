@@ -177,6 +177,48 @@ def first_pruned_query_tile(c_base, c_key, delta, start, n_tiles, BLOCK_M: tl.co
     return first_true(c_base + start, BLOCK_M, c_key, delta, n_tiles, False, SEARCH_WIDTH)
 
 
+@triton.jit
+def seq_bounds(CuSeqlens, pid_z, seqlen_q, seqlen_k, IS_VARLEN: tl.constexpr):
+    """(batch index, first token, query length, key length) of program axis 2, as int64 offsets."""
+    if IS_VARLEN:
+        start = tl.load(CuSeqlens + pid_z)
+        n_q = tl.load(CuSeqlens + pid_z + 1) - start
+        n_k = n_q
+        tok0 = start.to(tl.int64)
+        zb = tok0 * 0
+    else:
+        n_q = seqlen_q
+        n_k = seqlen_k
+        zb = pid_z.to(tl.int64)
+        tok0 = zb * 0
+    return zb, tok0, n_q, n_k
+
+
+@triton.jit
+def query_c(c_base, p_first, pos_q, row_ok):
+    """A query block's float64 reference r = c[first query] and its rows' c - r as fp32 hi + lo (and hi
+    in log2 units, for unmasked tiles)."""
+    r = tl.load(c_base + p_first)
+    cq_hi, cq_lo = split_f64(rel_c(c_base + pos_q, row_ok, r))
+    return r, cq_hi, cq_lo, cq_hi * LOG2E
+
+
+@triton.jit
+def query_key_range(c_base, r, PruneDelta, zb, head, p_first, n_k,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PRUNE: tl.constexpr):
+    """Key range [lo, hi) of a query-stationary program; pruning raises lo past the key blocks this query
+    block may skip. Tiles in [lo, mid) lie entirely at or before p_first: visible to every row, no mask."""
+    lo = 0
+    if PRUNE:
+        # PruneDelta is [B, Hq] contiguous (B == 1 with varlen, where zb == 0)
+        delta = tl.load(PruneDelta + zb * tl.num_programs(1) + head)
+        lo = first_kept_key_block(c_base, r, delta, p_first // BLOCK_N, BLOCK_N) * BLOCK_N
+    hi = tl.minimum(n_k, p_first + BLOCK_M)
+    mid = lo + (tl.maximum(p_first + 1 - lo, 0) // BLOCK_N) * BLOCK_N
+    return lo, mid, hi
+
+
+
 # ----------------------------------------------------------------------------------------------
 # Forward kernel
 # ----------------------------------------------------------------------------------------------
@@ -244,18 +286,7 @@ def _fwd_kernel(
     # Heaviest (last) query blocks first: causal work grows with the block index.
     pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
     head = tl.program_id(1)
-    pid_z = tl.program_id(2)
-    if IS_VARLEN:
-        start = tl.load(CuSeqlens + pid_z)
-        n_q = tl.load(CuSeqlens + pid_z + 1) - start
-        n_k = n_q
-        tok0 = start.to(tl.int64)
-        zb = tok0 * 0
-    else:
-        n_q = seqlen_q
-        n_k = seqlen_k
-        zb = pid_z.to(tl.int64)
-        tok0 = zb * 0
+    zb, tok0, n_q, n_k = seq_bounds(CuSeqlens, tl.program_id(2), seqlen_q, seqlen_k, IS_VARLEN)
     m0 = pid_m * BLOCK_M
     if m0 >= n_q:
         return
@@ -277,23 +308,13 @@ def _fwd_kernel(
 
     p_first = off + m0
     pos_q = off + rows
-    r = tl.load(c_base + p_first)
-    cq_hi, cq_lo = split_f64(rel_c(c_base + pos_q, row_ok, r))
-    cq2 = cq_hi * LOG2E
+    r, cq_hi, cq_lo, cq2 = query_c(c_base, p_first, pos_q, row_ok)
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
 
-    # Key range [lo, hi); pruning raises lo past the key blocks this query block may skip.
-    lo = 0
-    if PRUNE:
-        # PruneDelta is [B, Hq] contiguous (B == 1 with varlen, where zb == 0)
-        delta = tl.load(PruneDelta + zb * tl.num_programs(1) + head)
-        lo = first_kept_key_block(c_base, r, delta, p_first // BLOCK_N, BLOCK_N) * BLOCK_N
-    hi = tl.minimum(n_k, p_first + BLOCK_M)
-    # Tiles in [lo, mid) lie entirely at or before p_first: visible to every row, no mask needed.
-    mid = lo + (tl.maximum(p_first + 1 - lo, 0) // BLOCK_N) * BLOCK_N
+    lo, mid, hi = query_key_range(c_base, r, PruneDelta, zb, head, p_first, n_k, BLOCK_M, BLOCK_N, PRUNE)
     for n0 in range(lo, mid, BLOCK_N):
         acc, l_i, m_i = _fwd_step(acc, l_i, m_i, q, cq2, cq_hi, cq_lo, pos_q,
                                   k_base, v_base, c_base, r, n0, hi, stride_kt, stride_vt, scale2,
