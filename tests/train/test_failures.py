@@ -103,3 +103,21 @@ def test_a_backward_that_reaches_no_parameter_stops_the_run():
         _check_gradients_arrived(model)
     model(torch.randn(2, 4)).sum().backward()
     _check_gradients_arrived(model)
+
+
+def test_a_save_killed_before_the_pointer_update_is_still_found(finished_run):
+    """A checkpoint folder appears by an atomic rename; `latest` is written just after. A kill between
+    the two must not lose that checkpoint (the first one: resume would silently start over)."""
+    import shutil
+
+    run = finished_run.out_dir
+    newest = ckpt.latest_checkpoint(run)
+    os.remove(os.path.join(ckpt.checkpoint_root(run), "latest"))
+    assert ckpt.latest_checkpoint(run) == newest
+    older = ckpt.list_checkpoints(run)
+    if len(older) > 1:  # pointer still at an older checkpoint, the newer folder complete
+        with open(os.path.join(ckpt.checkpoint_root(run), "latest"), "w") as f:
+            f.write(os.path.basename(older[0]) + "\n")
+        assert ckpt.latest_checkpoint(run) == newest
+    shutil.rmtree(ckpt.checkpoint_root(run))
+    assert ckpt.latest_checkpoint(run) is None

@@ -81,18 +81,23 @@ def list_checkpoints(run_dir: str) -> list[str]:
 
 
 def latest_checkpoint(run_dir: str) -> str | None:
-    """The checkpoint ``latest`` points to; None for a run without checkpoints. Raises if it is dangling."""
+    """The newest checkpoint: the one ``latest`` points to, or a newer step folder (a save killed between
+    its atomic rename and the pointer update); None for a run without checkpoints. Raises if the pointer
+    dangles."""
     pointer = os.path.join(checkpoint_root(run_dir), LATEST)
+    found = list_checkpoints(run_dir)
+    newest = found[-1] if found else None
     if not os.path.exists(pointer):
-        return None
+        return newest
     with open(pointer) as f:
         name = f.read().strip()
     path = os.path.join(checkpoint_root(run_dir), name)
     if not os.path.isdir(path):
         raise CheckpointError(f"checkpoint: {pointer} points to {name!r}, which is missing; restore it, or resume "
                               f"from another checkpoint with resume=<dir> (existing: "
-                              f"{[os.path.basename(p) for p in list_checkpoints(run_dir)]})")
-    return path
+                              f"{[os.path.basename(p) for p in found]})")
+    # step folder names are zero-padded, so they sort by step
+    return newest if os.path.basename(newest) > name else path
 
 
 def save_checkpoint(run_dir: str, step: int, model_sd: dict, optim_sd: dict, state: dict, keep_last: int) -> str:
