@@ -1,7 +1,7 @@
 """`foxformer bench <what>`: benchmarks that print a table and write JSON."""
 from __future__ import annotations
 
-from . import attention, decode, model
+from . import attention, decode, model, scaling
 
 
 def add_commands(sub) -> None:
@@ -10,3 +10,4 @@ def add_commands(sub) -> None:
     attention.add_parser(inner)
     model.add_parser(inner)
     decode.add_parser(inner)
+    scaling.add_parser(inner)

@@ -1,0 +1,81 @@
+"""`foxformer bench scaling`: compare training runs of the same token batches on different numbers of GPUs.
+
+The first run is the reference (usually one GPU, with gradient accumulation standing in for the other
+ranks); every other run is compared with it step by step. Training makes the data order a function of the
+step alone (train/loop.py), so runs of any world size see the same sequences at the same step and their
+losses differ only by floating-point reduction order. Throughput is the median of the per-step tokens/s
+after `--skip` steps (compilation and allocator warm-up). Scaling efficiency is
+`tokens/s / (world_size * reference tokens/s per GPU)`.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+
+from ..train.metrics import read_metrics
+from .common import environment, print_table, write_json
+
+
+def summarize(run_dir: str, skip: int) -> dict:
+    """Start record, losses by step and median throughput of one run folder."""
+    records = read_metrics(run_dir)
+    starts = [r for r in records if r.get("kind") == "start"]
+    train = [r for r in records if r.get("kind") == "train"]
+    if not starts or not train:
+        raise ValueError(f"{run_dir}: no training records in metrics.jsonl (did the run start?)")
+    timed = [r["tokens_per_s"] for r in train[skip:]] or [r["tokens_per_s"] for r in train]
+    first = starts[0]
+    return {"run": run_dir, "world_size": first["world_size"], "parallel": first["parallel"],
+            "grad_accum": first["grad_accum"], "micro_batch_size": first["micro_batch_size"],
+            "segments": ",".join(str(s["world_size"]) for s in starts),  # world size of each (re)start
+            "losses": {r["step"]: r["loss"] for r in train}, "tokens_per_s": statistics.median(timed),
+            "mfu": statistics.median([r["mfu"] for r in train[skip:] if r.get("mfu") is not None] or [0.0]) or None}
+
+
+def compare(runs: list[dict], tolerance: float) -> list[dict]:
+    """One row per run: loss difference to the reference over shared steps, throughput, efficiency."""
+    ref = runs[0]
+    per_gpu = ref["tokens_per_s"] / ref["world_size"]
+    rows = []
+    for run in runs:
+        shared = sorted(set(run["losses"]) & set(ref["losses"]))
+        diffs = [abs(run["losses"][s] - ref["losses"][s]) for s in shared]
+        worst = max(diffs) if diffs else None
+        rows.append({"run": run["run"], "gpus": run["world_size"], "segments": run["segments"],
+                     "parallel": run["parallel"],
+                     "accum": run["grad_accum"], "steps": len(shared),
+                     "max_dloss": worst, "mean_dloss": sum(diffs) / len(diffs) if diffs else None,
+                     "loss_match": worst is not None and worst <= tolerance,
+                     "tok_s": run["tokens_per_s"], "tok_s_per_gpu": run["tokens_per_s"] / run["world_size"],
+                     "efficiency": run["tokens_per_s"] / (run["world_size"] * per_gpu), "mfu": run["mfu"]})
+    return rows
+
+
+def run(args: argparse.Namespace) -> int:
+    runs = [summarize(d, args.skip) for d in args.runs]
+    rows = compare(runs, args.tolerance)
+    text = print_table(rows, ["run", "gpus", "segments", "parallel", "accum", "steps", "max_dloss", "mean_dloss",
+                              "loss_match", "tok_s", "tok_s_per_gpu", "efficiency", "mfu"])
+    if args.out:
+        write_json(args.out, {"env": environment(), "reference": args.runs[0], "tolerance": args.tolerance,
+                              "skip": args.skip, "rows": rows, "table": text,
+                              "losses": {r["run"]: r["losses"] for r in runs}})
+    bad = [r["run"] for r in rows if not r["loss_match"]]
+    if bad:
+        print(f"loss differs from the reference by more than {args.tolerance} in: {', '.join(bad)}")
+    return 1 if bad and args.strict else 0
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("runs", nargs="+", help="training run folders (metrics.jsonl); the first is the reference")
+    p.add_argument("--skip", type=int, default=5, help="steps left out of the throughput median")
+    p.add_argument("--tolerance", type=float, default=0.02,
+                   help="largest |loss - reference loss| (nats) at any shared step that counts as a match")
+    p.add_argument("--strict", action="store_true", help="exit 1 when a run does not match")
+    p.add_argument("--out", default=None, help="JSON file for the table, the losses and the environment")
+    p.set_defaults(func=run)
+
+
+def add_parser(sub) -> None:
+    """For `foxformer bench scaling` (bench/cli.py)."""
+    configure(sub.add_parser("scaling", help="loss match and tokens/s scaling of runs on 1..N GPUs"))

@@ -1,0 +1,46 @@
+"""`foxformer bench scaling`: step-by-step loss comparison and scaling efficiency of training runs."""
+import json
+
+import pytest
+
+from foxformer.bench import scaling
+from foxformer.cli import main
+from foxformer.train.loop import train
+
+
+def test_regrouped_batches_match_and_report_efficiency(make_cfg, tmp_path):
+    """Same token batches, different micro-batching: the losses agree and the report says so."""
+    ref = train(make_cfg(out_dir=str(tmp_path / "mb1"), micro_batch_size=1, max_steps=4))
+    other = train(make_cfg(out_dir=str(tmp_path / "mb2"), micro_batch_size=2, max_steps=4))
+    out = tmp_path / "scaling.json"
+    assert main(["bench", "scaling", ref["out_dir"], other["out_dir"], "--skip", "1", "--out", str(out),
+                 "--strict"]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["accum"] for r in rows] == [4, 2]
+    assert rows[0]["max_dloss"] == 0.0 and rows[0]["efficiency"] == pytest.approx(1.0)
+    assert rows[1]["steps"] == 4 and rows[1]["max_dloss"] < 1e-4 and rows[1]["loss_match"]
+
+
+def _fake_run(path, world, losses, tps):
+    path.mkdir()
+    recs = [{"kind": "start", "step": 0, "world_size": world, "parallel": "fsdp" if world > 1 else "none",
+             "grad_accum": 1, "micro_batch_size": 1}]
+    recs += [{"kind": "train", "step": i + 1, "loss": l, "tokens_per_s": tps, "mfu": None}
+             for i, l in enumerate(losses)]
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    return str(path)
+
+
+def test_efficiency_is_per_gpu_and_mismatch_is_flagged(tmp_path):
+    ref = scaling.summarize(_fake_run(tmp_path / "one", 1, [5.0, 4.0, 3.0], 100.0), skip=0)
+    two = scaling.summarize(_fake_run(tmp_path / "two", 2, [5.0, 4.1, 3.0], 180.0), skip=0)
+    rows = scaling.compare([ref, two], tolerance=0.05)
+    assert rows[1]["tok_s_per_gpu"] == 90.0 and rows[1]["efficiency"] == pytest.approx(0.9)
+    assert rows[1]["max_dloss"] == pytest.approx(0.1) and not rows[1]["loss_match"]
+    assert main(["bench", "scaling", ref["run"], two["run"], "--tolerance", "0.05", "--strict"]) == 1
+
+
+def test_run_without_training_records_is_an_error(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="no training records"):
+        scaling.summarize(str(tmp_path / "empty"), skip=0)
