@@ -15,14 +15,18 @@
 #   attn        kernel rows at 2K and 8K
 #   decode      decode op; whole-model decoding of the 760M preset at 32K
 #   decode125   whole-model decoding of the 125M preset, 4K to 64K, with and without eviction
+# BUDGET: seconds for the whole script; a step is cut to what is left (minus bundling time) or skipped.
 set -u
+START=$(date +%s); BUDGET=${BUDGET:-100000}
 OUT=${OUT:-bench_out}; DATA=${DATA:-repro_data/gpt2}; mkdir -p "$OUT"
 export TRITON_INTERPRET=0
 FX="python -m foxformer.cli"
 bundle() { (cd "$OUT" && tar -czf ../bench_bundle.tgz . && find . -mindepth 1 -delete && mv ../bench_bundle.tgz .); }
 trap bundle EXIT
 step() {  # step NAME SECONDS CMD...: run CMD under a time limit, log to $OUT/NAME.log
-    local name=$1 secs=$2; shift 2
+    local name=$1 secs=$2 left=$((BUDGET - ($(date +%s) - START) - 15)); shift 2
+    [ "$left" -lt "$secs" ] && secs=$left
+    if [ "$secs" -lt 20 ]; then echo "=== $name skipped: ${secs}s left"; return; fi
     echo "=== $name (limit ${secs}s) $(date +%T)"
     timeout "$secs" "$@" > "$OUT/$name.log" 2>&1; echo "=== $name rc=$? $(date +%T)"
     tail -n 25 "$OUT/$name.log"
