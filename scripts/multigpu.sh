@@ -62,7 +62,7 @@ match125)
 match760)
     common=(--preset $P760 --context $CTX --batch-tokens $((NGPU * CTX)) --micro-batch-size 1
             --max-steps "$STEPS_MATCH" --total-tokens 1G --warmup-tokens 2M --checkpoint-every-tokens 100G)
-    train m760_1gpu 1 240 "${common[@]}"
+    [ "${REF760:-1}" = 1 ] && train m760_1gpu 1 240 "${common[@]}"
     train m760_ddp "$NGPU" 180 "${common[@]}" --parallel ddp
     train m760_fsdp "$NGPU" 180 "${common[@]}" --parallel fsdp
     scaling scaling_760m_16k "$RUNS"/m760_{1gpu,ddp,fsdp} ;;
