@@ -4,14 +4,13 @@
 # failing step cannot take the others with it; JSON and logs end up in one archive, $OUT/bench_bundle.tgz
 # (the GPU machine hands back few files).
 # Usage: bash scripts/gpu_bench.sh [step ...]   (default: every step below, in this order; the whole list
-# outlasts one 10-minute device call: split it, e.g. "fused atomic tune prune model", then "train decode")
+# outlasts one 10-minute device call: split it, e.g. "fused tune prune model", then "train decode")
 #   fused       the fused-loss GPU test (compiled and eager gradients against the plain loss)
 #   tests       every GPU test
-#   atomic      the non-deterministic backward (atomic dq) against the default and SDPA FLASH, 16K / 64K
-#   tune        tile configs at D = 64, including the atomic backward's (scripts/tune_attention.py)
+#   tune        tile configs at D = 64 (scripts/tune_attention.py)
 #   prune       pruned vs unpruned kernels, realistic and open gates
 #   model       whole-model training step throughput, 125M at 16K (compiled, fused loss)
-#   train       FoX (Pro) 125M training MFU at 16K: default, tile pruning, atomic backward (needs DATA)
+#   train       FoX (Pro) 125M training MFU at 16K: default and tile pruning (needs DATA)
 #   attn        kernel rows at 2K and 8K
 #   decode      decode op; whole-model decoding of the 760M preset at 32K
 #   decode125   whole-model decoding of the 125M preset, 4K to 64K, with and without eviction
@@ -39,24 +38,21 @@ train_run() {  # train_run NAME EXTRA...: a short FoX (Pro) 125M run at 16K, com
         --set export_hf=false --out "runs_bench/$name" "$@"
     cp "runs_bench/$name/metrics.jsonl" "$OUT/$name.metrics.jsonl" 2>/dev/null
 }
-STEPS=${*:-fused tests atomic tune prune model train attn decode decode125}
+STEPS=${*:-fused tests tune prune model train attn decode decode125}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/env.txt"
 python -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$OUT/env.txt"
 python -c "from foxformer.provenance import code_version; print('commit', code_version())" | tee -a "$OUT/env.txt"
 for s in $STEPS; do case $s in
 fused) step fused 100 python -m pytest -q tests/gpu/test_fused_loss_cuda.py ;;
 tests) step tests 150 python -m pytest -q tests/gpu ;;
-atomic) step atomic 80 $FX bench attention --providers foxformer,foxformer_atomic,sdpa_flash \
-            --seqlens 16384,65536 --configs 64x24,128x12,128x12x2 --out "$OUT/attention_atomic_h200.json" ;;
-tune) step tune 150 python scripts/tune_attention.py --dims 64 --heads 24 --minutes 2 --atomic \
+tune) step tune 150 python scripts/tune_attention.py --dims 64 --heads 24 --minutes 2 \
           --out "$OUT/tune_d64_h200.json" ;;
 prune) step prune 90 $FX bench attention --prune --providers foxformer --seqlens 4096,16384,65536 \
            --configs 64x24,128x12,128x12x2 --out "$OUT/attention_prune_h200.json" ;;
 model) step model 150 $FX bench model --presets fox-pro-125m,transformer-llama-125m --context 16384 \
            --compile --fused-loss --no-anchor --out "$OUT/model_125m_compiled_fused_h200.json" ;;
 train) train_run train_fox_pro_125m_16k
-       train_run train_fox_pro_125m_16k_prune --model prune_eps=4.54e-5
-       train_run train_fox_pro_125m_16k_atomic --model deterministic_attention=false ;;
+       train_run train_fox_pro_125m_16k_prune --model prune_eps=4.54e-5 ;;
 attn) step attn 70 $FX bench attention --providers foxformer,sdpa_flash,sdpa_cudnn,fla --seqlens 2048,8192 \
           --configs 128x12,128x12x2,64x24 --out "$OUT/attention_2k_8k_h200.json" ;;
 decode) step decode_kernel 45 $FX bench decode --kernel --preset fox-pro-125m --contexts 4096,32768,65536 \

@@ -1,6 +1,6 @@
 """Sweep the Triton tile configs of the Forgetting Attention kernels on the local GPU.
 
-    PYTHONPATH=src python scripts/tune_attention.py --out tune.json [--dims 64,128] [--T 16384] [--atomic]
+    PYTHONPATH=src python scripts/tune_attention.py --out tune.json [--dims 64,128] [--T 16384]
 
 For each head dim: times the forward for every candidate config, then the backward for every
 dk/dv candidate (dq fixed at its default) and every dq candidate (dk/dv at the best found).
@@ -39,7 +39,7 @@ def _rel(a, b):
     return ((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-6)).item()
 
 
-def sweep(D, H, T, tokens, deadline, atomic=False):
+def sweep(D, H, T, tokens, deadline):
     B = max(1, tokens // T)
     key = fwd.block_d_for(D)
     q = torch.randn(B, T, H, D, device="cuda", dtype=torch.bfloat16)
@@ -85,13 +85,6 @@ def sweep(D, H, T, tokens, deadline, atomic=False):
         "fwd_tflops": flops / fwd_best[0] / 1e9,
         "fwd_bwd_tflops": 3.5 * flops / (fwd_best[0] + bwd_best[0]) / 1e9,
     }
-    if atomic:
-        # the non-deterministic schedule: one dk/dv kernel that also adds dq (ATOMIC_DKDV_CONFIGS)
-        results["dkdv_atomic"] = []
-        atomic_fn = lambda: bwd.triton_backward(do, q, k, v, c, out_ref, lse, scale, deterministic=False)  # noqa: E731
-        atomic_best = run_sweep("dkdv_atomic", bwd.ATOMIC_DKDV_CONFIGS, DKDV_CANDIDATES, atomic_fn, bwd_ok)
-        results["best"]["dkdv_atomic"] = bwd.ATOMIC_DKDV_CONFIGS[key].__dict__
-        results["best"]["fwd_bwd_tflops_atomic"] = 3.5 * flops / (fwd_best[0] + atomic_best[0]) / 1e9
     print(json.dumps(results["best"]), flush=True)
     return results
 
@@ -103,7 +96,6 @@ def main():
     ap.add_argument("--T", type=int, default=16384)
     ap.add_argument("--tokens", type=int, default=32768)
     ap.add_argument("--minutes", type=float, default=5.0, help="stop sweeping after this long")
-    ap.add_argument("--atomic", action="store_true", help="also tune the deterministic=False backward")
     ap.add_argument("--out", default="tune.json")
     args = ap.parse_args()
     deadline = time.time() + 60 * args.minutes
@@ -113,7 +105,7 @@ def main():
     for i, (D, H) in enumerate(zip(dims, heads)):
         # share the time budget evenly between the head dims
         share = time.time() + (deadline - time.time()) / (len(dims) - i)
-        per_dim.append(sweep(D, H, args.T, args.tokens, share, atomic=args.atomic))
+        per_dim.append(sweep(D, H, args.T, args.tokens, share))
         with open(args.out, "w") as f:
             json.dump(per_dim, f, indent=1)
 

@@ -66,3 +66,10 @@ def test_config_aliases_for_transformers():
     assert cfg.num_hidden_layers == 2 and cfg.num_attention_heads == 4
     assert cfg.num_key_value_heads == 2 and cfg.tie_word_embeddings
     assert math.isclose(cfg.initializer_range, 0.02)
+
+
+def test_config_saved_with_the_removed_deterministic_attention_key_still_loads():
+    # configs saved while the atomic attention backward existed carry this key
+    cfg = FoxConfig.from_dict({**get_preset("fox-pro-tiny").to_dict(), "deterministic_attention": False})
+    assert cfg.num_layers == get_preset("fox-pro-tiny").num_layers
+    FoxForCausalLM(cfg)

@@ -34,21 +34,3 @@ def test_pruning_skips_tiles_on_a_fast_forgetting_model():
 def test_prune_eps_is_validated():
     with pytest.raises(ValueError, match="prune_eps"):
         FoxConfig(prune_eps=1.5)
-
-
-def test_non_deterministic_attention_flag_reaches_the_op(monkeypatch):
-    import foxformer.models.layers as layers
-
-    seen = []
-    real = layers.forgetting_attention
-
-    def spy(*args, **kwargs):
-        seen.append(kwargs.get("deterministic", True))
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(layers, "forgetting_attention", spy)
-    ids = torch.randint(0, VOCAB, (1, 20))
-    make_model("fox-pro-tiny")(ids)
-    make_model("fox-pro-tiny", deterministic_attention=False)(ids)
-    n = len(seen) // 2
-    assert seen[:n] == [True] * n and seen[n:] == [False] * n

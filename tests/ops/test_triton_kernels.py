@@ -86,10 +86,9 @@ def reference(q, k, v, c, do, scale, segments=None, dlse=None, out_used=None):
     return (out.detach(), lse.detach(), *grads)
 
 
-def run_kernels(q, k, v, c, do, scale, cu_seqlens=None, max_seqlen=None, dlse=None, deterministic=True):
+def run_kernels(q, k, v, c, do, scale, cu_seqlens=None, max_seqlen=None, dlse=None):
     out, lse = triton_forward(q, k, v, c, scale, cu_seqlens, max_seqlen)
-    grads = triton_backward(do, q, k, v, c, out, lse, scale, cu_seqlens, max_seqlen, dlse=dlse,
-                            deterministic=deterministic)
+    grads = triton_backward(do, q, k, v, c, out, lse, scale, cu_seqlens, max_seqlen, dlse=dlse)
     return (out, lse, *grads)
 
 
@@ -246,32 +245,3 @@ def test_configs_cover_every_head_dim(monkeypatch):
         for cfg in (fwd.fwd_config(D, probe), bwd.dkdv_config(D, probe), bwd.dq_config(D, probe)):
             assert min(cfg.block_m, cfg.block_n) >= 16 and cfg.num_warps in (1, 2, 4, 8)
         assert fwd.block_d_for(D) >= max(16, D) and math.log2(fwd.block_d_for(D)).is_integer()
-
-
-# The non-deterministic backward (atomic dq and row sums) against the same references: every dense
-# regime that stresses dq (Tq < Tk, one query, GQA / MQA, padded head dims) and packed sequences.
-ATOMIC_CASES = [DENSE_CASES[i] for i in (0, 3, 4, 5, 6, 7)]
-
-
-@pytest.mark.parametrize("case", ATOMIC_CASES, ids=[case_id(c) for c in ATOMIC_CASES])
-def test_atomic_backward_matches_reference(case):
-    B, Tq, Tk, Hq, Hkv, D, dtype, gate = case
-    q, k, v, c, do = make_case(B, Tq, Tk, Hq, Hkv, D, dtype, gate, seed=4)
-    scale = D ** -0.5
-    got = run_kernels(q, k, v, c, do, scale, deterministic=False)
-    check_dtypes(got, q, k)
-    assert_close(got, reference(q, k, v, c, do, scale, out_used=got[0]), dtype, "atomic ")
-
-
-@pytest.mark.parametrize("case", VARLEN_CASES[:2], ids=[varlen_id(c) for c in VARLEN_CASES[:2]])
-def test_atomic_backward_varlen_and_lse_gradient(case):
-    lengths, Hq, Hkv, D, dtype, gate = case
-    T = sum(lengths)
-    q, k, v, c, do = make_case(1, T, T, Hq, Hkv, D, dtype, gate, seed=5)
-    bounds = torch.tensor([0] + lengths).cumsum(0)
-    segments = list(zip(bounds[:-1].tolist(), bounds[1:].tolist()))
-    dlse = torch.randn(1, Hq, T, generator=torch.Generator().manual_seed(6))
-    scale = D ** -0.5
-    got = run_kernels(q, k, v, c, do, scale, bounds.to(torch.int32), max(lengths), dlse=dlse, deterministic=False)
-    want = reference(q, k, v, c, do, scale, segments, dlse=dlse, out_used=got[0])
-    assert_close(got, want, dtype, "atomic varlen ")

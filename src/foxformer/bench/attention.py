@@ -18,8 +18,7 @@ import torch.nn.functional as F
 
 from .common import environment, print_table, time_ms, write_json
 
-# foxformer_atomic: our kernels with deterministic=False (dq added atomically in the dk/dv kernel).
-PROVIDERS = ("foxformer", "foxformer_atomic", "sdpa_flash", "sdpa_cudnn", "fla", "flex")
+PROVIDERS = ("foxformer", "sdpa_flash", "sdpa_cudnn", "fla", "flex")
 
 
 def realistic_log_fgate(B: int, T: int, H: int, device, generator=None) -> torch.Tensor:
@@ -52,11 +51,9 @@ def _inputs(B, T, Hq, Hkv, D, device, dtype, gate="realistic"):
 def _provider_fn(name, q, k, v, log_f, prune_eps=None):
     """A closure computing the provider's output from leaf tensors, or None if unavailable."""
     Hq, Hkv = q.shape[2], k.shape[2]
-    if name in ("foxformer", "foxformer_atomic"):
+    if name == "foxformer":
         from foxformer import forgetting_attention
-        det = name == "foxformer"
-        return lambda: forgetting_attention(q, k, v, log_f, backend="triton", prune_eps=prune_eps,
-                                            deterministic=det)
+        return lambda: forgetting_attention(q, k, v, log_f, backend="triton", prune_eps=prune_eps)
     if name in ("sdpa_flash", "sdpa_cudnn"):
         from torch.nn.attention import SDPBackend, sdpa_kernel
         kind = SDPBackend.FLASH_ATTENTION if name == "sdpa_flash" else SDPBackend.CUDNN_ATTENTION

@@ -37,8 +37,6 @@ class FoxConfig(PretrainedConfig):
     prune_eps: the attention op skips (query block, key block) tiles whose total attention probability
         per row is provably below prune_eps (None = compute every tile). The bound on |q . k| comes from
         the QK-norm weights when qk_norm is on, else from the norms of q and k ("auto").
-    deterministic_attention: False lets the attention backward add dq with atomics (faster, not bitwise
-        reproducible; see forgetting_attention's ``deterministic``).
     """
 
     model_type = "foxformer"
@@ -80,7 +78,6 @@ class FoxConfig(PretrainedConfig):
     evict_qk_bound: float | None = None
     evict_max_len: int | None = None
     prune_eps: float | None = None
-    deterministic_attention: bool = True
     use_cache: bool = True
     pad_token_id: int | None = None
     bos_token_id: int | None = None

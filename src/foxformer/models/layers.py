@@ -266,13 +266,6 @@ class Attention(nn.Module):
         bound = w_q.abs().max().float() * w_k.abs().max().float() * (self.head_dim ** 0.5) * 1.01
         return {"prune_eps": eps, "qk_bound": bound}
 
-    def _op_options(self) -> dict:
-        """Keyword arguments of every forgetting_attention call: pruning and the backward's mode."""
-        opts = self._pruning()
-        if not self.config.deterministic_attention:
-            opts["deterministic"] = False
-        return opts
-
     def _attend(self, x, q, k, v, ctx: SeqContext, cache) -> torch.Tensor:
         backend = self.config.attention_backend
         if cache is not None:
@@ -292,7 +285,7 @@ class Attention(nn.Module):
                 # evicted further still see their dead keys, which only brings them closer to exact.
                 first = cache.min_start()
                 out = forgetting_attention_cumsum(q, cache.k[:, first:], cache.v[:, first:], cache.c[:, first:],
-                                                  backend=backend, **self._op_options())
+                                                  backend=backend, **self._pruning())
             cache.evict(window=EVICT_WINDOW if T == 1 else None)
             return out
         log_f = self._log_fgate(x, ctx)
@@ -303,7 +296,7 @@ class Attention(nn.Module):
                 enable_gqa=self.num_kv_heads != self.num_heads)
             return out.transpose(1, 2)
         return forgetting_attention(q, k, v, log_f, cu_seqlens=ctx.cu_seqlens, max_seqlen=ctx.max_seqlen,
-                                    backend=backend, **self._op_options())
+                                    backend=backend, **self._pruning())
 
 
 class Block(nn.Module):

@@ -63,14 +63,8 @@ INTERPRET_DKDV_CONFIG = KernelConfig(block_m=16, block_n=32, num_warps=1, num_st
 INTERPRET_DQ_CONFIG = KernelConfig(block_m=16, block_n=32, num_warps=1, num_stages=1)
 
 
-# The dk/dv kernel of the atomic schedule (deterministic=False) also holds a [block_m, D] dq tile:
-# its own table, so that tuning it (scripts/tune_attention.py --atomic) leaves the default path alone.
-# Untuned yet: the deterministic path's tiles.
-ATOMIC_DKDV_CONFIGS: dict[int, KernelConfig] = dict(DKDV_CONFIGS)
-
-
-def dkdv_config(head_dim: int, t: torch.Tensor, atomic: bool = False) -> KernelConfig:
-    return pick_config(ATOMIC_DKDV_CONFIGS if atomic else DKDV_CONFIGS, INTERPRET_DKDV_CONFIG, head_dim, t)
+def dkdv_config(head_dim: int, t: torch.Tensor) -> KernelConfig:
+    return pick_config(DKDV_CONFIGS, INTERPRET_DKDV_CONFIG, head_dim, t)
 
 
 def dq_config(head_dim: int, t: torch.Tensor) -> KernelConfig:
@@ -116,9 +110,8 @@ def _delta_kernel(O, DO, DLse, Delta,
 def _dkdv_step(dk, dv, colsum, k, v, ck2, ck_hi, ck_lo, cols,
                q_base, do_base, c_base, lse_base, delta_base, r, i0, n_q, off,
                stride_qt, stride_dot, scale2, offs_m, offs_d, d_ok,
-               dq_base, rowsum_base, stride_dqt, scale,
                MASKED: tl.constexpr, MASK_D: tl.constexpr, DOT_PRECISION: tl.constexpr,
-               UPCAST: tl.constexpr, ATOMIC_DQ: tl.constexpr):
+               UPCAST: tl.constexpr):
     rows = i0 + offs_m
     row_ok = rows < n_q
     i0_64 = tl.cast(i0, tl.int64)
@@ -147,34 +140,25 @@ def _dkdv_step(dk, dv, colsum, k, v, ck2, ck_hi, ck_lo, cols,
     dsT = pT * (dpT - delta[None, :])
     dk = mma(dsT.to(q.dtype), q, dk, DOT_PRECISION, UPCAST)
     colsum += tl.sum(dsT, 1)
-    if ATOMIC_DQ:
-        # Non-deterministic backward: this tile's share of dq and of the dS row sums, added atomically
-        # (fp32) instead of recomputing the scores in a query-stationary kernel: 5 products, not 7.
-        dq_part = mma(tl.trans(dsT).to(k.dtype), k, None, DOT_PRECISION, UPCAST) * scale
-        # relaxed: plain accumulation, nothing is read back before the kernel ends (no fences needed)
-        tl.atomic_add(dq_base + i0_64 * stride_dqt + offs_m[:, None] * stride_dqt + offs_d[None, :], dq_part,
-                      mask=row_ok[:, None] & d_ok[None, :], sem="relaxed")
-        tl.atomic_add(rowsum_base + rows, tl.sum(dsT, 0), mask=row_ok, sem="relaxed")
     return dk, dv, colsum
 
 
 @triton.jit
 def _dkdv_kernel(
-    Q, K, V, C, DO, Lse, Delta, DK, DV, ColSum, CuSeqlens, PruneDelta, DQAcc, RowSum,
+    Q, K, V, C, DO, Lse, Delta, DK, DV, ColSum, CuSeqlens, PruneDelta,
     stride_qb, stride_qt, stride_qh,
     stride_kb, stride_kt, stride_kh,
     stride_vb, stride_vt, stride_vh,
     stride_dob, stride_dot, stride_doh,
     stride_dkb, stride_dkt, stride_dkh,
     stride_dvb, stride_dvt, stride_dvh,
-    stride_dqb, stride_dqt, stride_dqh,
     stride_cb, stride_ch,
     stride_lb, stride_lh,
     seqlen_q, seqlen_k, scale, scale2,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     MASK_D: tl.constexpr, IS_VARLEN: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
-    PRUNE: tl.constexpr, ATOMIC_DQ: tl.constexpr,
+    PRUNE: tl.constexpr,
 ):
     pid_n = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -214,8 +198,6 @@ def _dkdv_kernel(
         c_base = C + zb * stride_cb + head * stride_ch + tok0
         lse_base = Lse + zb * stride_lb + head * stride_lh + tok0
         delta_base = Delta + zb * stride_lb + head * stride_lh + tok0
-        dq_base = DQAcc + zb * stride_dqb + tok0 * stride_dqt + head * stride_dqh
-        rowsum_base = RowSum + zb * stride_lb + head * stride_lh + tok0
         r = tl.load(c_base + n_last)
         ck_hi, ck_lo = split_f64(rel_c(c_base + cols, col_ok, r))
         ck2 = ck_hi * LOG2E
@@ -235,20 +217,17 @@ def _dkdv_kernel(
             dk, dv, colsum = _dkdv_step(dk, dv, colsum, k, v, ck2, ck_hi, ck_lo, cols,
                                         q_base, do_base, c_base, lse_base, delta_base, r, i0, n_q, off,
                                         stride_qt, stride_dot, scale2, offs_m, offs_d, d_ok,
-                                        dq_base, rowsum_base, stride_dqt, scale,
-                                        True, MASK_D, DOT_PRECISION, UPCAST, ATOMIC_DQ)
+                                        True, MASK_D, DOT_PRECISION, UPCAST)
         for i0 in range(i_mid, full_end, BLOCK_M):
             dk, dv, colsum = _dkdv_step(dk, dv, colsum, k, v, ck2, ck_hi, ck_lo, cols,
                                         q_base, do_base, c_base, lse_base, delta_base, r, i0, n_q, off,
                                         stride_qt, stride_dot, scale2, offs_m, offs_d, d_ok,
-                                        dq_base, rowsum_base, stride_dqt, scale,
-                                        False, MASK_D, DOT_PRECISION, UPCAST, ATOMIC_DQ)
+                                        False, MASK_D, DOT_PRECISION, UPCAST)
         for i0 in range(i_full, tail_end, BLOCK_M):
             dk, dv, colsum = _dkdv_step(dk, dv, colsum, k, v, ck2, ck_hi, ck_lo, cols,
                                         q_base, do_base, c_base, lse_base, delta_base, r, i0, n_q, off,
                                         stride_qt, stride_dot, scale2, offs_m, offs_d, d_ok,
-                                        dq_base, rowsum_base, stride_dqt, scale,
-                                        True, MASK_D, DOT_PRECISION, UPCAST, ATOMIC_DQ)
+                                        True, MASK_D, DOT_PRECISION, UPCAST)
         tl.store(ColSum + zb * stride_cb + head * stride_ch + tok0 + cols, colsum, mask=col_ok)
 
     dk = dk * scale
@@ -357,15 +336,12 @@ def triton_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
                     out: torch.Tensor, lse: torch.Tensor, scale: float,
                     cu_seqlens: torch.Tensor | None = None, max_seqlen: int | None = None,
                     *, dlse: torch.Tensor | None = None, prune_delta: torch.Tensor | None = None,
-                    deterministic: bool = True,
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Forgetting Attention backward.
 
     do, out [B, Tq, Hq, D]; q, k, v, c as in triton_forward; lse float32 [B, Hq, Tq];
     dlse: optional gradient on lse [B, Hq, Tq] (None means zero).
     prune_delta: optional float64 [B, Hq] skip threshold, as in triton_forward (pass the forward's).
-    deterministic: True runs a separate query-stationary dq kernel (bitwise reproducible); False adds
-    dq and the dS row sums atomically from the dk/dv kernel (fewer products, run-to-run float noise).
     Returns dq [B, Tq, Hq, D], dk, dv [B, Tk, Hkv, D] (input dtypes) and dc float32 [B, Hq, Tk].
     """
     check_inputs(q, k, v, c, cu_seqlens, max_seqlen)
@@ -391,10 +367,7 @@ def triton_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
     dk = alloc((B, Tk, Hkv, D), dtype=k.dtype, device=k.device)
     dv = alloc((B, Tk, Hkv, D), dtype=v.dtype, device=v.device)
     colsum = alloc((B, Hq, Tk), dtype=torch.float32, device=q.device)
-    rowsum = (torch.zeros if varlen or not deterministic else torch.empty)(
-        (B, Hq, Tq), dtype=torch.float32, device=q.device)
-    # The atomic path accumulates dq in fp32 (zeroed) and casts once at the end.
-    dq_acc = dq if deterministic else torch.zeros((B, Tq, Hq, D), dtype=torch.float32, device=q.device)
+    rowsum = alloc((B, Hq, Tq), dtype=torch.float32, device=q.device)
     delta = alloc((B, Hq, Tq), dtype=torch.float32, device=q.device)
     if B == 0 or Tq == 0 or Hq == 0:
         return dq, dk.zero_(), dv.zero_(), colsum.zero_()
@@ -420,41 +393,38 @@ def triton_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
     # The kernels index lse, delta, dlse and rowsum with lse's strides, and colsum with c's: all are
     # contiguous and of one shape, so strides agree wherever a dim has more than one entry.
 
-    cfg = dkdv_config(D, q, atomic=not deterministic)
+    cfg = dkdv_config(D, q)
     n_kblocks = triton.cdiv(int(max_seqlen) if varlen else Tk, cfg.block_n)
     _dkdv_kernel[(n_kblocks, Hkv, n_z)](
-        q, k, v, c, do, lse, delta, dk, dv, colsum, cu, prune_delta if prune else c, dq_acc, rowsum,
+        q, k, v, c, do, lse, delta, dk, dv, colsum, cu, prune_delta if prune else c,
         q.stride(0), q.stride(1), q.stride(2),
         k.stride(0), k.stride(1), k.stride(2),
         v.stride(0), v.stride(1), v.stride(2),
         do.stride(0), do.stride(1), do.stride(2),
         dk.stride(0), dk.stride(1), dk.stride(2),
         dv.stride(0), dv.stride(1), dv.stride(2),
-        dq_acc.stride(0), dq_acc.stride(1), dq_acc.stride(2),
         c.stride(0), c.stride(1),
         lse.stride(0), lse.stride(1),
         Tq, Tk, scale, scale2,
-        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-        ATOMIC_DQ=not deterministic, **kern,
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **kern,
     )
 
-    if deterministic:
-        cfg = dq_config(D, q)
-        n_qblocks = triton.cdiv(int(max_seqlen) if varlen else Tq, cfg.block_m)
-        _dq_kernel[(n_qblocks, Hq, n_z)](
-            q, k, v, c, do, lse, delta, dq, rowsum, cu, prune_delta if prune else c,
-            q.stride(0), q.stride(1), q.stride(2),
-            k.stride(0), k.stride(1), k.stride(2),
-            v.stride(0), v.stride(1), v.stride(2),
-            do.stride(0), do.stride(1), do.stride(2),
-            dq.stride(0), dq.stride(1), dq.stride(2),
-            c.stride(0), c.stride(1),
-            lse.stride(0), lse.stride(1),
-            Tq, Tk, scale, scale2,
-            BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **kern,
-        )
+    cfg = dq_config(D, q)
+    n_qblocks = triton.cdiv(int(max_seqlen) if varlen else Tq, cfg.block_m)
+    _dq_kernel[(n_qblocks, Hq, n_z)](
+        q, k, v, c, do, lse, delta, dq, rowsum, cu, prune_delta if prune else c,
+        q.stride(0), q.stride(1), q.stride(2),
+        k.stride(0), k.stride(1), k.stride(2),
+        v.stride(0), v.stride(1), v.stride(2),
+        do.stride(0), do.stride(1), do.stride(2),
+        dq.stride(0), dq.stride(1), dq.stride(2),
+        c.stride(0), c.stride(1),
+        lse.stride(0), lse.stride(1),
+        Tq, Tk, scale, scale2,
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **kern,
+    )
 
     # dc_t = (row sum of dS at the query sitting on position t) - (column sum of dS at key t).
     dc = colsum.neg_()
     dc[:, :, Tk - Tq:] += rowsum
-    return (dq if deterministic else dq_acc.to(q.dtype)), dk, dv, dc
+    return dq, dk, dv, dc

@@ -31,14 +31,13 @@ def _forward_impl(backend: str):
 @torch.library.custom_op("foxformer::forgetting_attention_fwd", mutates_args=())
 def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.Tensor, scale: float,
             cu_seqlens: Optional[torch.Tensor], max_seqlen: Optional[int],
-            backend: str, prune_delta: Optional[torch.Tensor] = None,
-            deterministic: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+            backend: str, prune_delta: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
     out, lse = _forward_impl(backend)(q, k, v, c, scale, cu_seqlens, max_seqlen, prune_delta=prune_delta)
     return out, lse
 
 
 @_fwd_op.register_fake
-def _fwd_fake(q, k, v, c, scale, cu_seqlens, max_seqlen, backend, prune_delta=None, deterministic=True):
+def _fwd_fake(q, k, v, c, scale, cu_seqlens, max_seqlen, backend, prune_delta=None):
     B, Tq, Hq, _ = q.shape
     return torch.empty_like(q), q.new_empty((B, Hq, Tq), dtype=_lse_dtype(q.dtype))
 
@@ -47,12 +46,12 @@ def _fwd_fake(q, k, v, c, scale, cu_seqlens, max_seqlen, backend, prune_delta=No
 def _bwd_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.Tensor,
             out: torch.Tensor, lse: torch.Tensor, dlse: Optional[torch.Tensor], scale: float,
             cu_seqlens: Optional[torch.Tensor], max_seqlen: Optional[int],
-            backend: str, prune_delta: Optional[torch.Tensor] = None, deterministic: bool = True,
+            backend: str, prune_delta: Optional[torch.Tensor] = None,
             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     if backend == "triton":
         from .bwd import triton_backward
         dq, dk, dv, dc = triton_backward(do, q, k, v, c, out, lse, scale, cu_seqlens, max_seqlen,
-                                         dlse=dlse, prune_delta=prune_delta, deterministic=deterministic)
+                                         dlse=dlse, prune_delta=prune_delta)
     else:
         dq, dk, dv, dc = torch_backward(do, q, k, v, c, out, lse, scale, cu_seqlens, max_seqlen,
                                         dlse=dlse, prune_delta=prune_delta)
@@ -60,18 +59,17 @@ def _bwd_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 
 @_bwd_op.register_fake
-def _bwd_fake(do, q, k, v, c, out, lse, dlse, scale, cu_seqlens, max_seqlen, backend, prune_delta=None,
-              deterministic=True):
+def _bwd_fake(do, q, k, v, c, out, lse, dlse, scale, cu_seqlens, max_seqlen, backend, prune_delta=None):
     dc_dtype = _lse_dtype(q.dtype)
     return (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v),
             c.new_empty(c.shape, dtype=dc_dtype))
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, c, scale, cu_seqlens, max_seqlen, backend, prune_delta, deterministic = inputs
+    q, k, v, c, scale, cu_seqlens, max_seqlen, backend, prune_delta = inputs
     out, lse = output
     ctx.save_for_backward(q, k, v, c, out, lse, cu_seqlens, prune_delta)
-    ctx.scale, ctx.max_seqlen, ctx.backend, ctx.deterministic = scale, max_seqlen, backend, deterministic
+    ctx.scale, ctx.max_seqlen, ctx.backend = scale, max_seqlen, backend
     # Unused outputs (lse, usually) then reach backward as None instead of a tensor of zeros.
     ctx.set_materialize_grads(False)
 
@@ -81,40 +79,32 @@ def _backward(ctx, dout, dlse):
     if dout is None:
         dout = torch.zeros_like(out)
     dq, dk, dv, dc = _bwd_op(dout.contiguous(), q, k, v, c, out, lse, dlse, ctx.scale, cu_seqlens,
-                             ctx.max_seqlen, ctx.backend, prune_delta, ctx.deterministic)
-    return dq, dk, dv, dc.to(c.dtype), None, None, None, None, None, None
+                             ctx.max_seqlen, ctx.backend, prune_delta)
+    return dq, dk, dv, dc.to(c.dtype), None, None, None, None, None
 
 
 _fwd_op.register_autograd(_backward, setup_context=_setup_context)
-
-
-def _check_deterministic(deterministic) -> None:
-    if not isinstance(deterministic, bool):
-        raise TypeError(f"deterministic must be True or False, got {deterministic!r}")
 
 
 def _last_dim_contiguous(x: torch.Tensor) -> torch.Tensor:
     return x if x.stride(-1) == 1 else x.contiguous()
 
 
-def _attend(q, k, v, c_t, scale, cu_seqlens, max_seqlen, return_lse, backend, prune_eps, qk_bound,
-            deterministic):
+def _attend(q, k, v, c_t, scale, cu_seqlens, max_seqlen, return_lse, backend, prune_eps, qk_bound):
     """c_t: float64 [B, Hq, Tk] contiguous, the layout the kernels read."""
     delta = None
     if prune_eps is not None:
         n_keys = max_seqlen if cu_seqlens is not None else k.shape[1]
         # U and delta depend on q, k only through a bound: no gradient flows through them
         delta = prune_delta(q.detach(), k.detach(), prune_eps, qk_bound, scale, n_keys).detach()
-    # torch.use_deterministic_algorithms(True) is a promise the atomic backward cannot keep
-    deterministic = deterministic or torch.are_deterministic_algorithms_enabled()
     out, lse = _fwd_op(_last_dim_contiguous(q), _last_dim_contiguous(k), _last_dim_contiguous(v),
-                       c_t, scale, cu_seqlens, max_seqlen, backend, delta, deterministic)
+                       c_t, scale, cu_seqlens, max_seqlen, backend, delta)
     return (out, lse) if return_lse else out
 
 
 def forgetting_attention(q, k, v, log_fgate, *, softmax_scale=None, cu_seqlens=None,
                          max_seqlen=None, return_lse=False, backend="auto", prune_eps=None,
-                         qk_bound=None, deterministic=True):
+                         qk_bound=None):
     """Causal softmax attention with a forget gate (FoX).
 
     ``out_i = sum_j softmax_j(scale * q_i . k_j + c_i - c_j) v_j`` over keys ``j <= i``, where
@@ -148,32 +138,26 @@ def forgetting_attention(q, k, v, log_fgate, *, softmax_scale=None, cu_seqlens=N
             broadcastable to ``[B, Hq]`` (e.g. from QK-norm weights) is TRUSTED: if some
             ``|scale * q . k|`` exceeds it, rows may lose more than prune_eps (the caller's
             contract, not checked).
-        deterministic: True (default): the Triton backward computes dq in its own query-stationary
-            kernel, without atomics, so gradients are bitwise reproducible. False: the dk/dv kernel
-            also adds dq and the gate's row sums with fp32 atomics (2 fewer matrix products per
-            tile; the summation order, hence the last bits, vary from run to run). Ignored under
-            ``torch.use_deterministic_algorithms(True)``. The torch backends are always deterministic.
 
     Returns:
         ``out`` ``[B, Tq, Hq, D]`` in q's dtype, or ``(out, lse)`` when ``return_lse``.
-        Differentiable in q, k, v and log_fgate.
+        Differentiable in q, k, v and log_fgate; the backward is deterministic.
     """
     softmax_scale, max_seqlen = check_common(q, k, v, log_fgate, "log_fgate", softmax_scale,
                                              cu_seqlens, max_seqlen)
     check_gate_values(log_fgate, "log_fgate")
     check_pruning(prune_eps, qk_bound, q.shape[0], q.shape[2], q.device)
-    _check_deterministic(deterministic)
     backend = resolve_backend(backend, q)
     if backend == "naive":
         return naive_forgetting_attention(q, k, v, log_fgate, softmax_scale, cu_seqlens, max_seqlen,
                                           return_lse)
     return _attend(q, k, v, gate_cumsum_heads_first(log_fgate), softmax_scale, cu_seqlens, max_seqlen,
-                   return_lse, backend, prune_eps, qk_bound, deterministic)
+                   return_lse, backend, prune_eps, qk_bound)
 
 
 def forgetting_attention_cumsum(q, k, v, c, *, softmax_scale=None, cu_seqlens=None,
                                 max_seqlen=None, return_lse=False, backend="auto", prune_eps=None,
-                                qk_bound=None, deterministic=True):
+                                qk_bound=None):
     """Forgetting Attention from a precomputed cumsum ``c`` ``[B, Tk, Hq]`` (see ``gate_cumsum``).
 
     For KV caches, which extend ``c`` token by token instead of recomputing it; the bias is
@@ -184,10 +168,9 @@ def forgetting_attention_cumsum(q, k, v, c, *, softmax_scale=None, cu_seqlens=No
     softmax_scale, max_seqlen = check_common(q, k, v, c, "c", softmax_scale, cu_seqlens, max_seqlen)
     check_gate_values(c, "c", allow_positive=True)
     check_pruning(prune_eps, qk_bound, q.shape[0], q.shape[2], q.device)
-    _check_deterministic(deterministic)
     backend = resolve_backend(backend, q)
     if backend == "naive":
         raise ValueError("backend='naive' needs log_fgate: call forgetting_attention instead")
     c_t = c.transpose(1, 2).double().contiguous()
     return _attend(q, k, v, c_t, softmax_scale, cu_seqlens, max_seqlen, return_lse, backend,
-                   prune_eps, qk_bound, deterministic)
+                   prune_eps, qk_bound)
