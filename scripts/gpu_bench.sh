@@ -9,6 +9,8 @@
 #   tests       every GPU test
 #   tune        tile configs at D = 64 (scripts/tune_attention.py)
 #   prune       pruned vs unpruned kernels, realistic and open gates
+#   prunegiven  the same with a given bound (--qk-bound 25, about what "auto" finds on these inputs):
+#               the open-gate overhead without the pass over the norms of q and k
 #   model       whole-model training step throughput, 125M at 16K (compiled, fused loss)
 #   train       FoX (Pro) 125M training MFU at 16K: default and tile pruning (needs DATA)
 #   attn        kernel rows at 2K and 8K
@@ -49,6 +51,9 @@ tune) step tune 150 python scripts/tune_attention.py --dims 64 --heads 24 --minu
           --out "$OUT/tune_d64_h200.json" ;;
 prune) step prune 90 $FX bench attention --prune --providers foxformer --seqlens 4096,16384,65536 \
            --configs 64x24,128x12,128x12x2 --out "$OUT/attention_prune_h200.json" ;;
+prunegiven) step prunegiven 90 $FX bench attention --prune --qk-bound 25 --providers foxformer \
+           --seqlens 4096,16384,65536 --configs 64x24,128x12,128x12x2 \
+           --out "$OUT/attention_prune_given_bound_h200.json" ;;
 model) step model 150 $FX bench model --presets fox-pro-125m,transformer-llama-125m --context 16384 \
            --compile --fused-loss --no-anchor --out "$OUT/model_125m_compiled_fused_h200.json" ;;
 train) train_run train_fox_pro_125m_16k

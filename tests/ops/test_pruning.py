@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 
 from foxformer import forgetting_attention
-from foxformer.ops import gate_cumsum, pruning_stats
+from foxformer.ops import auto_qk_bound, gate_cumsum, pruning_stats
 from foxformer.ops.forgetting_attention.bwd import INTERPRET_DKDV_CONFIG, INTERPRET_DQ_CONFIG, triton_backward
 from foxformer.ops.forgetting_attention.fwd import INTERPRET_FWD_CONFIG, SEARCH_WIDTH, first_true, triton_forward
 from foxformer.ops.forgetting_attention.pruning import key_block_starts, prune_delta
@@ -238,6 +238,22 @@ def test_skipped_tiles_are_never_loaded(Tq, Tk, cu):
     if off == 0:
         assert torch.equal(dc[..., keys], clean[5][..., keys])
     assert torch.isnan(dk[:, s0 + bn:]).any()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=["bf16", "fp16", "fp32"])
+def test_auto_bound_covers_every_logit_of_half_inputs(dtype):
+    """Norms taken in the input dtype (no fp32 copy) still bound |scale * q . k| of the rounded inputs,
+    including the pair that attains it (q and k parallel), and exceed it by a few units of rounding only."""
+    g = torch.Generator().manual_seed(3)
+    q = (torch.randn(2, 37, 4, 100, generator=g) * 3).to(dtype)
+    k = (torch.randn(2, 37, 2, 100, generator=g) * 5).to(dtype)
+    k[:, 5] = (q[:, 7, ::2] * 2).to(dtype)  # k parallel to some q: the Cauchy-Schwarz bound is attained
+    u = auto_qk_bound(q, k, 0.1)
+    qq, kk = q.double(), k.double().repeat_interleave(2, dim=2)
+    logits = torch.einsum("bihd,bjhd->bhij", qq, kk).abs().amax(dim=(-1, -2)) * 0.1    # [B, Hq]
+    exact = qq.norm(dim=-1).amax(1) * kk.norm(dim=-1).amax(1) * 0.1
+    assert (u >= logits).all() and (u >= exact).all()
+    assert (u <= exact * (1 + 1e-4) * (1 + 4 * torch.finfo(dtype).eps)).all()  # 1e-4: the fp32 margin
 
 
 def test_pruning_stats():

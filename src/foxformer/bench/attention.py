@@ -48,12 +48,13 @@ def _inputs(B, T, Hq, Hkv, D, device, dtype, gate="realistic"):
     return q, k, v, log_f
 
 
-def _provider_fn(name, q, k, v, log_f, prune_eps=None):
+def _provider_fn(name, q, k, v, log_f, prune_eps=None, qk_bound="auto"):
     """A closure computing the provider's output from leaf tensors, or None if unavailable."""
     Hq, Hkv = q.shape[2], k.shape[2]
     if name == "foxformer":
         from foxformer import forgetting_attention
-        return lambda: forgetting_attention(q, k, v, log_f, backend="triton", prune_eps=prune_eps)
+        return lambda: forgetting_attention(q, k, v, log_f, backend="triton", prune_eps=prune_eps,
+                                            qk_bound=qk_bound)
     if name in ("sdpa_flash", "sdpa_cudnn"):
         from torch.nn.attention import SDPBackend, sdpa_kernel
         kind = SDPBackend.FLASH_ATTENTION if name == "sdpa_flash" else SDPBackend.CUDNN_ATTENTION
@@ -97,18 +98,18 @@ def _provider_fn(name, q, k, v, log_f, prune_eps=None):
 
 
 def bench_case(provider, B, T, Hq, Hkv, D, dtype=torch.bfloat16, device="cuda", gate="realistic",
-               prune_eps=None):
+               prune_eps=None, qk_bound="auto"):
     q, k, v, log_f = _inputs(B, T, Hq, Hkv, D, device, dtype, gate)
     fwd_flops = 2.0 * B * Hq * T * T * D
     row = dict(provider=provider if prune_eps is None else f"{provider}+prune", gate=gate,
                T=T, B=B, Hq=Hq, Hkv=Hkv, D=D)
-    fn = _provider_fn(provider, q, k, v, log_f, prune_eps)
+    fn = _provider_fn(provider, q, k, v, log_f, prune_eps, qk_bound)
     if fn is None:
         return None
     if prune_eps is not None:
         from foxformer.ops import pruning_stats
-        row["prune_eps"] = prune_eps
-        kept = pruning_stats(q, k, log_f, prune_eps).mean(0)    # [Hq]
+        row["prune_eps"], row["qk_bound"] = prune_eps, qk_bound
+        kept = pruning_stats(q, k, log_f, prune_eps, qk_bound=qk_bound).mean(0)    # [Hq]
         row["kept"] = float(kept.mean())
         row["kept_per_head"] = [round(float(x), 4) for x in kept]
     try:
@@ -156,7 +157,7 @@ def run(args) -> int:
                 cases += [("foxformer", "realistic", args.prune_eps), ("foxformer", "open", None),
                           ("foxformer", "open", args.prune_eps)]
             for provider, gate, eps in cases:
-                row = bench_case(provider, B, T, Hq, Hkv, D, gate=gate, prune_eps=eps)
+                row = bench_case(provider, B, T, Hq, Hkv, D, gate=gate, prune_eps=eps, qk_bound=args.qk_bound)
                 if row is not None:
                     if eps is not None:
                         _add_speedup(row, rows)
@@ -186,6 +187,10 @@ def _add_speedup(row: dict, rows: list[dict]) -> None:
             return
 
 
+def _bound(text: str):
+    return text if text == "auto" else float(text)
+
+
 def add_parser(sub) -> None:
     p = sub.add_parser("attention", help="time Forgetting Attention against SDPA / fla / FlexAttention")
     p.add_argument("--providers", default=",".join(PROVIDERS))
@@ -197,5 +202,8 @@ def add_parser(sub) -> None:
                    help="add foxformer rows with tile pruning (realistic and open gates)")
     p.add_argument("--prune-eps", type=float, default=1e-3,
                    help="probability each row may lose to pruning (with --prune)")
+    p.add_argument("--qk-bound", type=_bound, default="auto",
+                   help="'auto' (a pass over the norms of q and k, timed with the op) or a given bound U on "
+                        "|scale * q . k| (no pass: what a QK-norm model gets for free)")
     p.add_argument("--out", default="bench_attention.json")
     p.set_defaults(func=run)
