@@ -65,3 +65,15 @@ def test_triton_gate_extremes(gate):
     plain = run_with_grads(forgetting_attention, *low, backend="torch")
     got = run_with_grads(forgetting_attention, *low, backend="triton")
     _check(got, plain, ref, torch.float16)
+
+
+def test_triton_varlen_strided_cu_seqlens():
+    """cu_seqlens as a strided view (every other entry of a larger tensor): the kernels read it by
+    pointer, so they must not assume it is contiguous."""
+    cu = torch.tensor([0, 7, 5, 7, 40, 7], dtype=torch.int32)[::2]   # [0, 5, 40]
+    assert not cu.is_contiguous()
+    low = _lowp(make_inputs(1, 40, 40, 2, 1, 16, gate="mixed", seed=5), torch.float16)
+    ref = run_with_grads(naive_forgetting_attention, *[t.double() for t in low], cu_seqlens=cu)
+    plain = run_with_grads(forgetting_attention, *low, cu_seqlens=cu, backend="torch")
+    got = run_with_grads(forgetting_attention, *low, cu_seqlens=cu, backend="triton")
+    _check(got, plain, ref, torch.float16)

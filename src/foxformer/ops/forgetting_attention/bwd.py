@@ -385,7 +385,7 @@ def triton_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
     kern = dict(GROUP=Hq // Hkv, MASK_D=(block_d != D), IS_VARLEN=varlen,
                 DOT_PRECISION=dot_precision(q.dtype), UPCAST=upcast_dots(q), PRUNE=prune, **common)
     if varlen:
-        n_z, cu = cu_seqlens.numel() - 1, cu_seqlens
+        n_z, cu = cu_seqlens.numel() - 1, cu_seqlens.contiguous()  # read by pointer, as in the forward
     else:
         n_z, cu = B, lse  # placeholder pointer, never read
     scale = float(scale)

@@ -411,7 +411,7 @@ def triton_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.T
     block_d = block_d_for(D)
     if varlen:
         n_blocks, n_z = triton.cdiv(int(max_seqlen), cfg.block_m), cu_seqlens.numel() - 1
-        cu = cu_seqlens
+        cu = cu_seqlens.contiguous()  # read as CuSeqlens + i: a strided view would give wrong bounds
     else:
         n_blocks, n_z = triton.cdiv(Tq, cfg.block_m), B
         cu = lse  # placeholder pointer, never read
