@@ -288,7 +288,11 @@ def test_compiles_without_graph_breaks():
     (dict(prune_eps=1e-3, qk_bound="max"), ValueError, "qk_bound"),
     (dict(prune_eps=1e-3, qk_bound=torch.ones(3)), ValueError, "qk_bound"),
     (dict(prune_eps=1e-3, qk_bound=torch.tensor([float("nan")])), ValueError, "qk_bound"),
-], ids=["eps0", "eps1.5", "eps-str", "bound-neg", "bound-str", "bound-shape", "bound-nan"])
+    # broadcastable with [B, Hq] = [1, 2], but not to it
+    (dict(prune_eps=1e-3, qk_bound=torch.ones(3, 1, 2)), ValueError, "qk_bound"),
+    (dict(prune_eps=1e-3, qk_bound=torch.ones(2, 1)), ValueError, "qk_bound"),
+], ids=["eps0", "eps1.5", "eps-str", "bound-neg", "bound-str", "bound-shape", "bound-nan",
+        "bound-extra-dim", "bound-grows-batch"])
 def test_bad_pruning_arguments(kw, err, match):
     q, k, v, log_f, _ = make(1, 8, 8, 2, 1, 16, "strong")
     with pytest.raises(err, match=match):

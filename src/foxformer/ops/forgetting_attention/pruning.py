@@ -38,9 +38,13 @@ def check_pruning(prune_eps, qk_bound, B: int, Hq: int, device: torch.device) ->
         raise ValueError(f"qk_bound must be 'auto', a float >= 0 or a tensor, got {qk_bound!r}")
     if isinstance(qk_bound, torch.Tensor):
         try:
-            torch.broadcast_shapes(qk_bound.shape, (B, Hq))
+            # broadcast_shapes also accepts shapes that would grow [B, Hq] (e.g. [3, 1, Hq] or, with
+            # B = 1, [2, 1]); prune_delta then failed in broadcast_to with a bare RuntimeError
+            fits = torch.broadcast_shapes(qk_bound.shape, (B, Hq)) == (B, Hq)
         except RuntimeError:
-            raise ValueError(f"qk_bound must broadcast to [B, Hq] = {(B, Hq)}, got shape {tuple(qk_bound.shape)}") from None
+            fits = False
+        if not fits:
+            raise ValueError(f"qk_bound must broadcast to [B, Hq] = {(B, Hq)}, got shape {tuple(qk_bound.shape)}")
         if qk_bound.device != device:
             raise ValueError(f"qk_bound must be on {device}, got {qk_bound.device}")
         if not (qk_bound.is_floating_point() or qk_bound.dtype in (torch.int32, torch.int64)):
