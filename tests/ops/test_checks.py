@@ -74,3 +74,14 @@ def test_cumsum_entry_rejects_naive():
     a = _ok()
     with pytest.raises(ValueError, match="needs log_fgate"):
         forgetting_attention_cumsum(a["q"], a["k"], a["v"], torch.zeros(1, 8, 4, dtype=torch.float64), backend="naive")
+
+
+@pytest.mark.parametrize("bad", [float("-inf"), float("inf")], ids=["c-minus-inf", "c-plus-inf"])
+def test_cumsum_entry_rejects_non_finite_c(bad):
+    """c = log_fgate.cumsum() of a -inf gate is -inf from there on, and c_i - c_j = nan: c must be finite
+    (gate_cumsum floors -inf gates)."""
+    a = _ok()
+    c = torch.zeros(1, 8, 4, dtype=torch.float64)
+    c[0, 4:, 1] = bad
+    with pytest.raises(ValueError, match="c must be finite"):
+        forgetting_attention_cumsum(a["q"], a["k"], a["v"], c, backend="torch")

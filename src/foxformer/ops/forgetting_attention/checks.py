@@ -99,7 +99,7 @@ def _check_cu_seqlens(cu_seqlens, max_seqlen, B, Tq, Tk):
 
 
 def check_gate_values(gate: torch.Tensor, name: str, allow_positive: bool = False) -> None:
-    """Reject NaN (and positive log-gates). Costs a device sync, so on CUDA it runs only with
+    """Reject NaN (and positive log-gates; infinite c). Costs a device sync, so on CUDA it runs only with
     FOXFORMER_CHECK_VALUES=1; under torch.compile it never runs."""
     if _compiling():
         return
@@ -107,6 +107,9 @@ def check_gate_values(gate: torch.Tensor, name: str, allow_positive: bool = Fals
         return
     if torch.isnan(gate).any():
         raise ValueError(f"{name} contains NaN")
+    # A cumsum c (allow_positive) is subtracted from itself: an infinite entry gives inf - inf = nan.
+    if allow_positive and torch.isinf(gate).any():
+        raise ValueError(f"{name} must be finite (gate_cumsum floors -inf gates), got inf")
     if not allow_positive and (gate > 0).any():
         raise ValueError(f"{name} must be <= 0 (it is log f with f in [0, 1]); use F.logsigmoid on the gate logits")
 
