@@ -59,3 +59,30 @@ def test_unprepared_or_damaged_data(tmp_path, data_dir):
 def test_too_long_context_is_a_clear_error(data_dir):
     with pytest.raises(ValueError, match="fewer than one sequence"):
         TokenDataset(data_dir, "val", 10**6)
+
+
+@pytest.mark.parametrize("spec", ["gpt2", "tiktoken:gpt2"], ids=["gpt2", "tiktoken-alias"])
+def test_tokenizer_aliases_of_the_manifest_name_are_accepted(data_dir, spec):
+    # prepare stores the loaded tokenizer's name: "tiktoken:gpt2" is written as "gpt2"
+    assert len(TokenDataset(data_dir, "train", 16, expect_tokenizer=spec)) > 0
+
+
+def test_a_tokenizer_directory_matches_its_hf_name(tmp_path):
+    import json
+    import os
+
+    from foxformer.data.tokenizer import canonical_name
+
+    tok_dir = tmp_path / "my tok"
+    tok_dir.mkdir()
+    assert canonical_name(str(tok_dir)) == f"hf:{tok_dir}"
+    assert canonical_name("hf:some/name") == "hf:some/name" and canonical_name("bytes") == "bytes"
+    data = tmp_path / "d"
+    data.mkdir()
+    manifest = {"format": "foxformer-tokens-v1", "tokenizer": f"hf:{tok_dir}", "vocab_size": 100, "eot_id": 0,
+                "dtype": "uint16", "split": {"train": {"file": "train.bin", "index": "train.idx.npy", "docs": 1,
+                                                       "tokens": 4}}}
+    (data / "manifest.json").write_text(json.dumps(manifest))
+    np.arange(4, dtype=np.uint16).tofile(os.path.join(data, "train.bin"))
+    np.save(os.path.join(data, "train.idx.npy"), np.array([0, 4]))
+    assert len(TokenDataset(str(data), "train", 2, expect_tokenizer=str(tok_dir))) == 2

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from .prepare import FORMAT, read_manifest
+from .tokenizer import canonical_name
 
 
 class TokenDataset:
@@ -36,7 +37,8 @@ class TokenDataset:
                              f"first (an interrupted prepare leaves no manifest)")
         if manifest.get("format") != FORMAT:
             raise ValueError(f"data: {data_dir!r} has format {manifest.get('format')!r}, expected {FORMAT!r}")
-        if expect_tokenizer is not None and manifest["tokenizer"] != expect_tokenizer:
+        # the manifest holds the loaded tokenizer's name ("tiktoken:gpt2" is stored as "gpt2")
+        if expect_tokenizer is not None and manifest["tokenizer"] != canonical_name(expect_tokenizer):
             raise ValueError(f"data: {data_dir!r} was tokenized with {manifest['tokenizer']!r} but the run expects "
                              f"tokenizer {expect_tokenizer!r}; prepare the data again with --tokenizer "
                              f"{expect_tokenizer} or set tokenizer: {manifest['tokenizer']}")

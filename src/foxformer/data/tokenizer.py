@@ -141,6 +141,16 @@ def _load_hf(name_or_path: str) -> Tokenizer:
                      _encode_batch=encode_batch, _decode=lambda ids: tok.decode(ids))
 
 
+def canonical_name(spec: str) -> str:
+    """The ``Tokenizer.name`` that :func:`load_tokenizer` gives ``spec``, without loading it (manifests store
+    that name, so a run's spec must be compared in this form: "tiktoken:gpt2" is stored as "gpt2")."""
+    if spec == "tiktoken:gpt2":
+        return GPT2_SPEC
+    if spec not in (GPT2_SPEC, BYTES_SPEC) and not spec.startswith(("tiktoken:", "hf:")) and os.path.isdir(spec):
+        return f"hf:{spec}"
+    return spec
+
+
 @lru_cache(maxsize=8)
 def load_tokenizer(spec: str = GPT2_SPEC) -> Tokenizer:
     """Load a tokenizer from a spec string (see the module docstring)."""
