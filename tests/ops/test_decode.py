@@ -118,3 +118,15 @@ def test_split_counts_are_powers_of_two_so_a_growing_cache_compiles_few_kernels(
     seen = {_pick_splits(1, 12, keys, None, interpreted=False) for keys in range(1, 70000, 7)}
     assert all(s & (s - 1) == 0 for s in seen) and len(seen) <= 8
     assert _pick_splits(2, 4, 1000, 3, interpreted=False) == 3     # an explicit count is kept
+
+
+@pytest.mark.parametrize("backend", ["triton", "torch"])
+def test_negative_start_means_nothing_evicted(backend):
+    """Live keys are start <= j: a negative start hides nothing. The Triton kernel used to read keys at
+    negative offsets (before the cache), the torch path to slice k[:, start:] from the end."""
+    B, Tq, Tk, Hq, Hkv, D = 2, 3, 40, 4, 2, 16
+    q, k, v, c = make(B, Tq, Tk, Hq, Hkv, D, torch.float32, seed=4)
+    start = torch.tensor([[0, -3], [5, -40]])
+    want = dense_reference(q, k, v, c, start.clamp(min=0), 0.25)
+    got = forgetting_attention_decode(q, k, v, c, start, softmax_scale=0.25, backend=backend)
+    torch.testing.assert_close(got.double(), want, rtol=0, atol=2e-5)

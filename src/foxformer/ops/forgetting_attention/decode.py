@@ -62,7 +62,8 @@ def forgetting_attention_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
             chunked steps; any Tq is correct, but prefill is faster with ``forgetting_attention``).
         k, v: [B, Tk, Hkv, D], may be strided views of larger buffers (the last dim contiguous).
         c: float64 [B, Tk, Hq] running gate cumsum (may be a transposed view of a [B, Hq, cap] buffer).
-        start: int [B, Hkv] first live key per (batch, kv head) (eviction); None means 0.
+        start: int [B, Hkv] first live key per (batch, kv head) (eviction); None (or a negative
+            start) means 0.
         backend: "auto" (triton for CUDA tensors, torch otherwise) | "triton" | "torch".
         num_splits: key splits per (batch, kv head) for the Triton kernel (None: enough to fill the GPU).
 
@@ -92,7 +93,7 @@ def torch_decode(q, k, v, c, start, scale) -> torch.Tensor:
     B, Tq, Hq, D = q.shape
     Tk, Hkv = k.shape[1], k.shape[2]
     G = Hq // Hkv
-    first = 0 if start is None else int(start.min())
+    first = 0 if start is None else max(0, int(start.min()))  # a negative start hides nothing
     calc = torch.float64 if q.dtype == torch.float64 else torch.float32
     kk = k[:, first:].to(calc)
     vv = v[:, first:].to(calc)
@@ -147,7 +148,8 @@ def _decode_split_kernel(
 
     first = 0
     if HAS_START:
-        first = tl.load(START + b * stride_sb + hkv * stride_sh).to(tl.int32)
+        # a negative start hides nothing; unclamped, the loop would read before the cache
+        first = tl.maximum(tl.load(START + b * stride_sb + hkv * stride_sh).to(tl.int32), 0)
     # Each head splits its own live range [first, Tk): ragged heads stay balanced, and the host never
     # has to read the starts (no device sync per layer and step).
     per_split = tl.cdiv(tl.cdiv(Tk - first, NUM_SPLITS), BLOCK_N) * BLOCK_N
