@@ -21,6 +21,24 @@ def test_parse_count(text, value):
     assert parse_count(text, "x") == value
 
 
+@pytest.mark.parametrize("text,value", [("1e6", 10**6), ("2.5e9", 2_500_000_000), ("1E3", 1000)],
+                         ids=["1e6", "decimal-exponent", "upper-case-E"])
+def test_parse_count_scientific_notation(text, value):
+    # YAML 1.1 reads 1e6 (no dot) as the string "1e6"
+    assert parse_count(text, "x") == value
+
+
+def test_yaml_numbers_that_yaml_reads_as_strings(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("total_tokens: 1e6\nmax_steps: 1e3\nseed: '7'\nkeep_last: '3'\nlog_every: '5'\n"
+                    "micro_batch_size: '2'\nvocab_size: '320'\ncontext: 128\nbatch_tokens: 1024\n")
+    cfg = load_config(str(path))
+    assert (cfg.total_tokens, cfg.max_steps, cfg.seed, cfg.keep_last) == (10**6, 1000, 7, 3)
+    assert (cfg.log_every, cfg.micro_batch_size, cfg.vocab_size) == (5, 2, 320)
+    assert all(type(v) is int for v in (cfg.max_steps, cfg.seed, cfg.keep_last, cfg.log_every,
+                                        cfg.micro_batch_size, cfg.vocab_size))
+
+
 def test_overrides_and_yaml(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("preset: fox-pro-125m\ncontext: 16Ki\nbatch_tokens: 512Ki\ntotal_tokens: 1Gi\n"

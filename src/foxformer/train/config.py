@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-_COUNT = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([KMGT]i?)?\s*$", re.IGNORECASE)
+_COUNT = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([KMGT]i?)?\s*$", re.IGNORECASE)
 _SCALE = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
 
 SCHEDULES = ("cosine", "linear", "constant")
@@ -28,6 +28,18 @@ RESUMABLE_CHANGES = frozenset({
     "eval_tokens", "checkpoint_every_tokens", "export_hf", "device", "micro_batch_size", "activation_checkpointing",
     "parallel", "progress", "data_dir", "peak_flops", "out_dir",
 })
+
+
+def _parse_int(value: Any, name: str) -> Any:
+    """``"10"`` / ``"1e3"`` / ``1000.0`` -> an int; anything else is returned for ``validate`` to judge."""
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            raise ValueError(f"{name}: expected an integer, got {value!r}") from None
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
 
 
 def parse_count(value: Any, name: str) -> int:
@@ -111,6 +123,11 @@ class TrainConfig:
             value = getattr(self, name)
             if value is not None:
                 setattr(self, name, parse_count(value, name))
+        # YAML 1.1 also reads 1e3 as a string, and a quoted '10' is still meant as a number
+        for name in ("max_steps", "micro_batch_size", "keep_last", "log_every", "seed", "vocab_size"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, bool):
+                setattr(self, name, _parse_int(value, name))
         self.validate()
 
     def validate(self) -> None:
