@@ -130,3 +130,27 @@ def test_negative_start_means_nothing_evicted(backend):
     want = dense_reference(q, k, v, c, start.clamp(min=0), 0.25)
     got = forgetting_attention_decode(q, k, v, c, start, softmax_scale=0.25, backend=backend)
     torch.testing.assert_close(got.double(), want, rtol=0, atol=2e-5)
+
+
+def _bad_decode_inputs():
+    q, k, v, c = make(1, 1, 8, 4, 2, 16, torch.float32)
+    meta = torch.empty(1, 8, 2, 16, device="meta")
+    return {
+        # a float start was truncated by the Triton kernel but rounded up by the torch path's >= test
+        "start-float": ((q, k, v, c, torch.tensor([[0.0, 2.5]])), TypeError, "start must be an integer"),
+        "start-bool": ((q, k, v, c, torch.tensor([[False, True]])), TypeError, "start must be an integer"),
+        "qk-dtypes": ((q.half(), k, v, c, None), TypeError, "q, k and v must share one dtype"),
+        "v-dtype": ((q, k, v.double(), c, None), TypeError, "q, k and v must share one dtype"),
+        "c-int": ((q, k, v, c.long(), None), TypeError, "c must be a floating"),
+        "k-device": ((q, meta, meta, c, None), ValueError, "one device"),
+        "start-device": ((q, k, v, c, torch.zeros(1, 2, dtype=torch.long, device="meta")), ValueError, "one device"),
+        "no-kv-heads": ((q, k[:, :, :0], v[:, :, :0], c, None), ValueError, "multiple"),
+    }
+
+
+@pytest.mark.parametrize("backend", ["triton", "torch"])
+@pytest.mark.parametrize("case", list(_bad_decode_inputs()))
+def test_bad_inputs_named(case, backend):
+    args, exc, match = _bad_decode_inputs()[case]
+    with pytest.raises(exc, match=match):
+        forgetting_attention_decode(*args, backend=backend)

@@ -42,14 +42,25 @@ def _check(q, k, v, c, start) -> None:
     if k.shape != (B, Tk, Hkv, D) or v.shape != k.shape:
         raise ValueError(f"k and v must be [B, Tk, Hkv, D] = [{B}, Tk, Hkv, {D}], got {tuple(k.shape)}, "
                          f"{tuple(v.shape)}")
-    if Hq % Hkv:
+    if Hkv == 0 or Hq % Hkv:
         raise ValueError(f"q heads ({Hq}) must be a multiple of k/v heads ({Hkv})")
     if Tq > Tk:
         raise ValueError(f"q has more positions ({Tq}) than k ({Tk})")
+    # The Triton kernel multiplies q by k and p by v as loaded: mixed dtypes failed inside Triton.
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     if not isinstance(c, torch.Tensor) or c.shape != (B, Tk, Hq):
         raise ValueError(f"c must be [B, Tk, Hq] = {(B, Tk, Hq)}, got {getattr(c, 'shape', c)}")
+    if not c.is_floating_point():
+        raise TypeError(f"c must be a floating tensor (float64), got {c.dtype}")
     if start is not None and (not isinstance(start, torch.Tensor) or start.shape != (B, Hkv)):
         raise ValueError(f"start must be an integer tensor [B, Hkv] = {(B, Hkv)}, got {getattr(start, 'shape', start)}")
+    # A float start was truncated by the Triton kernel but rounded up by the torch path's j >= start.
+    if start is not None and (start.is_floating_point() or start.is_complex() or start.dtype == torch.bool):
+        raise TypeError(f"start must be an integer tensor, got {start.dtype}")
+    devices = {t.device for t in (q, k, v, c) + (() if start is None else (start,))}
+    if len(devices) > 1:
+        raise ValueError(f"q, k, v, c and start must be on one device, got {sorted(str(d) for d in devices)}")
 
 
 def forgetting_attention_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.Tensor,
