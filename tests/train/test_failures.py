@@ -93,6 +93,26 @@ def test_bad_values_name_the_key(make_cfg, kw, match):
         make_cfg(**kw)
 
 
+@pytest.mark.parametrize("kw,match", [
+    ({"max_steps": 1.5}, "max_steps"), ({"max_steps": "2.5"}, "max_steps"), ({"keep_last": 1.5}, "keep_last"),
+    ({"log_every": 0.5}, "log_every"), ({"micro_batch_size": 2.5}, "micro_batch_size"),
+    ({"total_tokens": "1000.5"}, "total_tokens"), ({"batch_tokens": "128.4"}, "batch_tokens"),
+    ({"roll": 2}, "roll"), ({"compile": "no way"}, "compile"), ({"export_hf": None}, "export_hf"),
+], ids=["fractional-steps", "fractional-steps-string", "fractional-keep-last", "fractional-log-every",
+        "fractional-micro-batch", "fractional-token-count", "fractional-batch-tokens", "int-as-bool",
+        "string-not-a-bool", "none-bool"])
+def test_values_of_the_wrong_kind_are_refused_not_bent(make_cfg, kw, match):
+    # 1.5 steps ran 2 steps over a 1.5-step horizon; a string or a number for a switch was used as truthy
+    with pytest.raises(ValueError, match=match):
+        make_cfg(**kw)
+
+
+@pytest.mark.parametrize("text,value", [("true", True), ("False", False), ("yes", True), ("off", False)],
+                         ids=["true", "False", "yes", "off"])
+def test_yaml_booleans_written_as_strings_mean_what_they_say(make_cfg, text, value):
+    assert make_cfg(roll=text).roll is value
+
+
 def test_a_backward_that_reaches_no_parameter_stops_the_run():
     import torch
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import numbers
 import os
 import re
 from dataclasses import dataclass, field
@@ -21,6 +22,10 @@ SCHEDULES = ("cosine", "linear", "constant")
 PRECISIONS = ("auto", "bf16", "fp32")
 PARALLEL = ("auto", "none", "ddp", "fsdp")
 DEVICES = ("auto", "cpu", "cuda")
+
+INT_KEYS = ("max_steps", "micro_batch_size", "keep_last", "log_every", "seed", "vocab_size")
+BOOL_KEYS = ("roll", "compile", "activation_checkpointing", "fused_loss", "tensorboard", "export_hf", "progress")
+_BOOL_WORDS = {"true": True, "yes": True, "on": True, "false": False, "no": False, "off": False}
 
 # Keys that may differ between a run and its resumption without changing what is computed step by step.
 RESUMABLE_CHANGES = frozenset({
@@ -54,7 +59,9 @@ def parse_count(value: Any, name: str) -> int:
         m = _COUNT.match(value)
         if m:
             scale = _SCALE[m.group(2).lower()] if m.group(2) else 1
-            return int(round(float(m.group(1)) * scale))
+            count = float(m.group(1)) * scale
+            if count == round(count):  # "1000.5" or "0.1Ki" is no count of tokens: refuse rather than round
+                return int(round(count))
     raise ValueError(f"{name}: expected a token count such as 524288 or '512Ki', got {value!r}")
 
 
@@ -124,10 +131,14 @@ class TrainConfig:
             if value is not None:
                 setattr(self, name, parse_count(value, name))
         # YAML 1.1 also reads 1e3 as a string, and a quoted '10' is still meant as a number
-        for name in ("max_steps", "micro_batch_size", "keep_last", "log_every", "seed", "vocab_size"):
+        for name in INT_KEYS:
             value = getattr(self, name)
             if value is not None and not isinstance(value, bool):
                 setattr(self, name, _parse_int(value, name))
+        for name in BOOL_KEYS:  # a quoted "false" is a truthy string: it would switch the option on
+            value = getattr(self, name)
+            if isinstance(value, str) and value.strip().lower() in _BOOL_WORDS:
+                setattr(self, name, _BOOL_WORDS[value.strip().lower()])
         self.validate()
 
     def validate(self) -> None:
@@ -138,6 +149,13 @@ class TrainConfig:
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or (v == 0 and not allow_zero):
                 raise ValueError(f"{name}: expected a {'non-negative' if allow_zero else 'positive'} number, got {v!r}")
 
+        for name in INT_KEYS:  # 1.5 steps ran 2 steps over a horizon of 1.5 batches
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, numbers.Integral)):
+                raise ValueError(f"{name}: expected an integer, got {v!r}")
+        for name in BOOL_KEYS:
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name}: expected true or false, got {getattr(self, name)!r}")
         for name in ("batch_tokens", "context", "log_every", "keep_last"):
             positive(name)
         for name in ("eval_tokens", "total_tokens", "max_steps", "max_minutes", "checkpoint_every_tokens", "eval_every_tokens",
