@@ -154,3 +154,13 @@ def test_bad_inputs_named(case, backend):
     args, exc, match = _bad_decode_inputs()[case]
     with pytest.raises(exc, match=match):
         forgetting_attention_decode(*args, backend=backend)
+
+
+def test_head_dim_1_with_any_last_stride():
+    """D = 1 tensors are contiguous whatever their last stride (see test_triton_interface.py)."""
+    q, k, v, c = make(1, 2, 30, 4, 2, 1, torch.float32, seed=5)
+    q = q[..., 0][:, None].clone().permute(0, 2, 3, 1)   # [B, 1, Tq, Hq] -> [B, Tq, Hq, 1], last stride Tq * Hq
+    assert q.is_contiguous() and q.stride(-1) != 1
+    want = dense_reference(q, k, v, c, None, 0.5)
+    got = forgetting_attention_decode(q, k, v, c, softmax_scale=0.5, backend="triton")
+    torch.testing.assert_close(got.double(), want, rtol=0, atol=2e-5)

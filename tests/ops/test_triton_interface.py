@@ -77,3 +77,25 @@ def test_triton_varlen_strided_cu_seqlens():
     plain = run_with_grads(forgetting_attention, *low, cu_seqlens=cu, backend="torch")
     got = run_with_grads(forgetting_attention, *low, cu_seqlens=cu, backend="triton")
     _check(got, plain, ref, torch.float16)
+
+
+def test_triton_head_dim_1_with_any_last_stride():
+    """With D = 1 torch calls a tensor contiguous whatever its last stride (here [B, 1, T, H] permuted to
+    [B, T, H, 1]: last stride T * H), and .contiguous() keeps it; the kernels read one element per
+    row, so any last stride is fine there and must not be rejected as 'not contiguous'."""
+    B, T, H = 1, 20, 2
+    g = torch.Generator().manual_seed(6)
+    q = torch.randn(B, 1, T, H, generator=g).half().permute(0, 2, 3, 1)
+    assert q.is_contiguous() and q.stride(-1) != 1
+    k, v = (torch.randn(B, T, H, 1, generator=g).half() for _ in range(2))
+    log_f = -torch.rand(B, T, H, generator=g)
+    low = [q, k, v, log_f]
+    ref = run_with_grads(naive_forgetting_attention, *[t.double() for t in low])
+    plain = run_with_grads(forgetting_attention, *low, backend="torch")
+    got = run_with_grads(forgetting_attention, *low, backend="triton")
+    _check(got, plain, ref, torch.float16)
+    # the same for the upstream gradient: a loss on a permuted out hands backward such a tensor
+    qq = q.detach().clone().requires_grad_()
+    out = forgetting_attention(qq, k, v, log_f, backend="triton")
+    (out.permute(0, 3, 1, 2).float() * torch.randn(B, 1, T, H, generator=g)).sum().backward()
+    assert torch.isfinite(qq.grad).all()

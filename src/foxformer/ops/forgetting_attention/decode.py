@@ -267,7 +267,7 @@ def _triton_decode(q, k, v, c, start, scale, num_splits) -> torch.Tensor:
     Tk, Hkv = k.shape[1], k.shape[2]
     G = Hq // Hkv
     for name, t in (("q", q), ("k", k), ("v", v)):
-        if t.stride(-1) != 1:
+        if t.stride(-1) != 1 and t.shape[-1] != 1:  # D = 1: one element per row, any stride (fwd.py)
             raise ValueError(f"{name} must have a contiguous last dim")
     if q.dtype not in (torch.float32, torch.float16, torch.bfloat16):
         raise TypeError(f"the Triton decode kernel takes fp32, fp16 or bf16 q/k/v, got {q.dtype} "
