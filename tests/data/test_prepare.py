@@ -136,6 +136,15 @@ def test_bad_config_is_a_clear_error(tmp_path, kw, match):
         prepare(cfg, progress=False)
 
 
+@pytest.mark.parametrize("seed", [-1, 1.5, "3"], ids=["negative", "fractional", "string"])
+def test_bad_seed_is_refused_before_tokenizing(tmp_path, jsonl_xz, seed):
+    # numpy refuses a negative seed only when the split is drawn, after every source was tokenized
+    out = tmp_path / "o"
+    with pytest.raises(ValueError, match="seed"):
+        prepare(PrepareConfig(sources=[jsonl_xz], out_dir=str(out), seed=seed), progress=False)
+    assert not (out / "shards").exists()
+
+
 def test_cli_prepare_and_info(tmp_path, jsonl_xz, capsys):
     from foxformer.cli import main
 

@@ -141,3 +141,12 @@ def test_a_save_killed_before_the_pointer_update_is_still_found(finished_run):
         assert ckpt.latest_checkpoint(run) == newest
     shutil.rmtree(ckpt.checkpoint_root(run))
     assert ckpt.latest_checkpoint(run) is None
+
+
+@pytest.mark.parametrize("seed", [-1, "-3"], ids=["int", "string"])
+def test_negative_seed_fails_before_writing(make_cfg, tmp_path, seed):
+    # numpy's generators refuse negative seeds: the run used to die at its first batch, after writing out_dir
+    out = tmp_path / "never"
+    with pytest.raises(ValueError, match="seed"):
+        train(make_cfg(out_dir=str(out), seed=seed))
+    assert not out.exists()

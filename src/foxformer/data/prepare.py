@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import numbers
 import os
 import shutil
 import time
@@ -48,6 +49,9 @@ class PrepareConfig:
             raise ValueError(f"sources: expected a non-empty list of source specs, got {self.sources!r}")
         if not 0.0 <= self.val_fraction < 1.0:
             raise ValueError(f"val_fraction: expected a number in [0, 1), got {self.val_fraction!r}")
+        # numpy refuses it only when the split is drawn, after every source was tokenized
+        if isinstance(self.seed, bool) or not isinstance(self.seed, numbers.Integral) or self.seed < 0:
+            raise ValueError(f"seed: expected a non-negative integer, got {self.seed!r}")
         if self.max_tokens_per_source is not None and self.max_tokens_per_source <= 0:
             raise ValueError(f"max_tokens_per_source: expected a positive integer or None, got "
                              f"{self.max_tokens_per_source!r}")

@@ -161,7 +161,8 @@ class TrainConfig:
         for name in ("eval_tokens", "total_tokens", "max_steps", "max_minutes", "checkpoint_every_tokens", "eval_every_tokens",
                      "vocab_size", "peak_flops"):
             positive(name, allow_none=True)
-        for name in ("micro_batch_size", "weight_decay", "grad_clip", "lr"):
+        # numpy's generators (data order, rolling) refuse negative seeds, at the first batch
+        for name in ("micro_batch_size", "weight_decay", "grad_clip", "lr", "seed"):
             positive(name, allow_zero=True)
         positive("warmup_tokens", allow_none=True, allow_zero=True)
         if self.context < 2:
