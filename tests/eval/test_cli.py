@@ -169,3 +169,43 @@ def test_harness_command_without_lm_eval_says_how_to_install(workspace, capsys, 
     assert main(["eval", "harness", workspace["hf"], "--tasks", "lambada_openai", "--device", "cpu",
                  "--out", str(tmp_path), "--no-progress"]) == 2
     assert "pip install lm_eval" in _error(capsys)
+
+
+def _run_with_tokenizer(workspace, tmp_path, tokenizer: str) -> str:
+    import shutil
+
+    run = tmp_path / f"run_{tokenizer}"
+    shutil.copytree(workspace["run"], run, ignore=shutil.ignore_patterns("eval"))
+    cfg = yaml.safe_load(open(run / "config.yaml"))
+    cfg["tokenizer"] = tokenizer
+    yaml.safe_dump(cfg, open(run / "config.yaml", "w"))
+    return str(run)
+
+
+@pytest.mark.parametrize("command", [["eval", "loss"], ["analyze", "gates"]], ids=["eval-loss", "analyze-gates"])
+def test_a_dataset_of_another_tokenizer_is_refused(workspace, capsys, tmp_path, command):
+    # byte ids (< 257) are valid ids of a GPT-2 model too: the loss of a GPT-2 model on them was reported as is
+    data = tmp_path / "bytes_data"
+    prepare(PrepareConfig(sources=[workspace["texts"]], out_dir=str(data), tokenizer="bytes", val_fraction=0.5),
+            progress=False)
+    common = ["--data", str(data), "--seq-len", "32", "--num-seqs", "2", "--device", "cpu", "--no-progress",
+              "--out", str(tmp_path / "out")]
+    assert main([*command, workspace["run"], *common]) == 2
+    err = _error(capsys)
+    assert "tokenized with 'bytes'" in err and "'gpt2'" in err
+    assert main([*command, _run_with_tokenizer(workspace, tmp_path, "bytes"), *common]) == 0
+    capsys.readouterr()
+
+
+def test_models_trained_with_different_tokenizers_are_not_fed_one_tokenization(workspace, capsys, tmp_path):
+    # the first model's tokenizer was used for every model
+    other = _run_with_tokenizer(workspace, tmp_path, "bytes")
+    assert main(["eval", "niah", workspace["run"], other, "--haystack", workspace["texts"], "--lengths", "96",
+                 "--depths", "0", "--needles", "1", "--modes", "standard", "--device", "cpu", "--no-progress",
+                 "--out", str(tmp_path / "o")]) == 2
+    err = _error(capsys)
+    assert "different tokenizers" in err and "gpt2" in err and "bytes" in err
+    assert main(["eval", "loss", workspace["run"], other, "--source", workspace["texts"], "--seq-len", "32",
+                 "--num-seqs", "1", "--n-boot", "10", "--device", "cpu", "--no-progress",
+                 "--out", str(tmp_path / "o")]) == 2
+    assert "different tokenizers" in _error(capsys)

@@ -62,9 +62,31 @@ def _out_dir(args, models) -> str:
 
 def _tokenizer(args, models):
     from foxformer.data import load_tokenizer
+    from foxformer.data.tokenizer import canonical_name
 
+    # one tokenization feeds every model: models trained on different ones cannot share it
+    known = sorted({canonical_name(m.tokenizer) for m in models if m.tokenizer})
+    if len(known) > 1:
+        raise ValueError(f"models: they were trained with different tokenizers ({', '.join(known)}); evaluate "
+                         f"them in separate commands")
     spec = getattr(args, "tokenizer", None) or next((m.tokenizer for m in models if m.tokenizer), None) or "gpt2"
     return load_tokenizer(spec), spec
+
+
+def _check_data_tokenizer(data_dir: str, models) -> None:
+    """Refuse a prepared dataset that another tokenizer than a model's made (its ids may still lie in the
+    model's vocabulary, and the loss would be reported as if they were text)."""
+    from foxformer.data import read_manifest
+    from foxformer.data.tokenizer import canonical_name
+
+    manifest = read_manifest(data_dir)
+    if manifest is None:
+        return  # dataset_sequences says what is missing
+    for m in models:
+        if m.tokenizer and canonical_name(m.tokenizer) != manifest.get("tokenizer"):
+            raise ValueError(f"--data: {data_dir!r} was tokenized with {manifest.get('tokenizer')!r}, but "
+                             f"{m.name} was trained with {m.tokenizer!r}; prepare the data with --tokenizer "
+                             f"{m.tokenizer}")
 
 
 def _sequences(args, models):
@@ -73,6 +95,7 @@ def _sequences(args, models):
     if args.data and args.source:
         raise ValueError("pass either --data or --source, not both")
     if args.data:
+        _check_data_tokenizer(args.data, models)
         return dataset_sequences(args.data, args.seq_len, args.num_seqs, split=args.split,
                                  within_docs=args.within_docs), {"data": args.data, "split": args.split}
     if args.source:
