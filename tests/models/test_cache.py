@@ -51,3 +51,20 @@ def test_cache_extends_c_incrementally():
 def test_plain_forward_builds_no_cache():
     model = make_model("fox-llama-tiny")
     assert model(tokens(1, 5)).cache is None
+
+
+@pytest.mark.parametrize("preset_name", ["fox-pro-tiny", "transformer-pro-tiny"])
+@pytest.mark.parametrize("schedule", [[20, 3, 17], [40]], ids=["long-chunk-on-a-cache", "one-long-prefill"])
+def test_naive_backend_runs_long_cached_chunks(preset_name, schedule):
+    """attention_backend="naive" is a valid config value: chunks longer than the decode path's
+    (DECODE_MAX_QUERIES) still have to run on a cache and give the full pass's logits."""
+    model = make_model(preset_name)
+    model.config.attention_backend = "naive"
+    ids = tokens(2, 40)
+    full = model(ids).logits
+    cache, start, parts = None, 0, []
+    for n in schedule:
+        out = model(ids[:, start:start + n], past_key_values=cache, use_cache=True)
+        cache, start = out.cache, start + n
+        parts.append(out.logits)
+    torch.testing.assert_close(torch.cat(parts, 1), full, rtol=1e-9, atol=1e-9)

@@ -284,8 +284,11 @@ class Attention(nn.Module):
                 # Long chunk (prefill): the prefill op over the keys no head has evicted yet. Heads that
                 # evicted further still see their dead keys, which only brings them closer to exact.
                 first = cache.min_start()
+                # The cumsum op has no "naive" backend (it needs the gates, the cache holds only c); the
+                # torch backend is exact as well.
                 out = forgetting_attention_cumsum(q, cache.k[:, first:], cache.v[:, first:], cache.c[:, first:],
-                                                  backend=backend, **self._pruning())
+                                                  backend="torch" if backend == "naive" else backend,
+                                                  **self._pruning())
             cache.evict(window=EVICT_WINDOW if T == 1 else None)
             return out
         log_f = self._log_fgate(x, ctx)
