@@ -71,3 +71,28 @@ def test_bad_inputs_raise():
         model(ids[:1], cu_seqlens=torch.tensor([0, 8]))
     with pytest.raises(ValueError, match="loss_reduction"):
         model(ids, labels=ids, loss_reduction="sum")
+
+
+AUTOCAST_CASES = {"fox-llama+rope": ("fox-llama-tiny", dict(rope=True)),
+                  "fox-pro+rope+gqa": ("fox-pro-tiny", dict(rope=True, num_kv_heads=2)),
+                  "transformer-llama": ("transformer-llama-tiny", {})}
+
+
+@pytest.mark.parametrize("case", list(AUTOCAST_CASES), ids=list(AUTOCAST_CASES))
+def test_rope_under_bf16_autocast(case):
+    """Mixed precision (fp32 weights, bf16 autocast, as the trainer runs): RoPE must not leave q, k in
+    fp32 next to a bf16 v. Training, evaluation and cached decoding all run and agree."""
+    preset, overrides = AUTOCAST_CASES[case]
+    model = make_model(preset, **overrides).float().train()
+    ids = tokens(2, 24)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = model(ids, labels=ids).loss
+    loss.backward()
+    assert torch.isfinite(loss)
+    model.eval()
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        full = model(ids).logits.float()
+        out = model(ids[:, :20], use_cache=True)
+        parts = [out.logits.float()]
+        parts += [model(ids[:, t:t + 1], past_key_values=out.cache).logits.float() for t in range(20, 24)]
+    torch.testing.assert_close(torch.cat(parts, 1), full, rtol=0, atol=3e-2)

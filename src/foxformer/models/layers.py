@@ -94,7 +94,9 @@ def rope_tables(positions: torch.Tensor, head_dim: int, theta: float,
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotate the two halves of the head dimension (LLaMA convention). x: [B, T, H, D]."""
     x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+    # Under autocast the tables follow the fp32 residual stream while q, k are bf16: without the cast
+    # q, k would be promoted to fp32 next to a bf16 v, which the attention op rejects.
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
 
 
 def timescale_bias(num_heads: int, tmin: float, tmax: float) -> torch.Tensor:
