@@ -101,3 +101,29 @@ def test_cached_decoding_with_a_shift_matches_the_shifted_full_pass():
         parts += [model(ids[:, t:t + 1], cache=cache, use_cache=True).logits for t in range(5, 16)]
     torch.testing.assert_close(torch.cat(parts, 1), full, rtol=1e-9, atol=1e-9)
     assert not torch.allclose(full, model(ids).logits)
+
+
+BAD_SHIFTS = {"wrong-head-count-in-layer-1": [0.5, [1.0, 2.0]], "nan-in-layer-1": [0.5, float("nan")],
+              "nan-head-in-layer-1": [[0.5] * 4, [1.0, float("nan"), 0.0, 0.0]]}
+
+
+@pytest.mark.parametrize("bad", list(BAD_SHIFTS), ids=list(BAD_SHIFTS))
+@pytest.mark.parametrize("entry", ["set_fgate_bias_shift", "context-manager", "generate"])
+def test_rejected_shift_leaves_the_model_unchanged(bad, entry):
+    """A shift rejected at layer 1 must not stay applied to layer 0 (later forwards would silently
+    run a shifted model)."""
+    from foxformer.infer import generate
+
+    model = make_model("fox-pro-tiny")
+    ids = tokens(1, 10)
+    before = model(ids).logits
+    with pytest.raises(ValueError, match="fgate_bias_shift"):
+        if entry == "set_fgate_bias_shift":
+            set_fgate_bias_shift(model, BAD_SHIFTS[bad])
+        elif entry == "context-manager":
+            with fgate_bias_shift(model, BAD_SHIFTS[bad]):
+                pass
+        else:
+            list(generate(model, ids, max_new_tokens=2, fgate_bias_shift=BAD_SHIFTS[bad]))
+    assert all(b.attn.fgate.bias_shift is None for b in model.model.layers)
+    assert torch.equal(model(ids).logits, before)

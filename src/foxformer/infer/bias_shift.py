@@ -45,14 +45,22 @@ def set_fgate_bias_shift(model, shift) -> list[Optional[torch.Tensor]]:
     gates = _gates(model)
     values = _per_layer(shift, len(gates))
     previous = [None if g is None else g.bias_shift for g in gates]
-    for i, (gate, value) in enumerate(zip(gates, values)):
-        value = 0.0 if value is None else value
-        if gate is None:
-            if bool(torch.as_tensor(value, dtype=torch.float64).ne(0).any()):
-                raise ValueError(f"fgate_bias_shift: layer {i} has no forget gate (softmax attention); "
-                                 f"its shift must be 0")
-            continue
-        gate.set_bias_shift(value)
+    try:
+        for i, (gate, value) in enumerate(zip(gates, values)):
+            value = 0.0 if value is None else value
+            if gate is None:
+                if bool(torch.as_tensor(value, dtype=torch.float64).ne(0).any()):
+                    raise ValueError(f"fgate_bias_shift: layer {i} has no forget gate (softmax attention); "
+                                     f"its shift must be 0")
+                continue
+            gate.set_bias_shift(value)
+    except Exception:
+        # A value rejected at layer i must not leave layers < i shifted: the caller gets the error and
+        # no context manager is entered to undo them.
+        for gate, value in zip(gates, previous):
+            if gate is not None:
+                gate.set_bias_shift(0.0 if value is None else value)
+        raise
     return previous
 
 
