@@ -209,3 +209,15 @@ def test_models_trained_with_different_tokenizers_are_not_fed_one_tokenization(w
                  "--num-seqs", "1", "--n-boot", "10", "--device", "cpu", "--no-progress",
                  "--out", str(tmp_path / "o")]) == 2
     assert "different tokenizers" in _error(capsys)
+
+
+def test_compare_tells_windows_inside_documents_from_plain_windows(workspace, capsys, tmp_path):
+    # both evaluations recorded only data and split: compare put different sequences side by side
+    common = ["--data", workspace["data"], "--seq-len", "48", "--num-seqs", "2", "--n-boot", "10", "--device", "cpu",
+              "--no-progress"]
+    assert main(["eval", "loss", workspace["hf"], *common, "--out", str(tmp_path / "plain")]) == 0
+    assert main(["eval", "loss", workspace["hf"], *common, "--within-docs", "--out", str(tmp_path / "docs")]) == 0
+    capsys.readouterr()
+    assert main(["eval", "compare", str(tmp_path / "plain"), str(tmp_path / "docs"), "--out",
+                 str(tmp_path / "cmp")]) == 2
+    assert "same sequences" in _error(capsys)

@@ -90,3 +90,29 @@ def test_needle_results_are_drawn_together_and_tabulated(tmp_path):
     assert "niah.png" in res["plots"]
     text = (tmp_path / "out" / "compare.md").read_text()
     assert "| A | standard | 1.00 | 1.00 |" in text and "| B | standard | 1.00 | 0.00 |" in text
+
+
+@pytest.mark.parametrize("a,b", [({"within_docs": True}, {"within_docs": False}),
+                                 ({"tokenizer": "gpt2"}, {"tokenizer": "bytes"})],
+                         ids=["within-docs-or-not", "source-tokenizers"])
+def test_runs_that_cut_other_sequences_from_the_same_data_are_refused(tmp_path, a, b):
+    runs = []
+    for name, extra in (("a", a), ("b", b)):
+        run = _write_run(tmp_path, name, np.ones(63))
+        path = tmp_path / name / "eval" / "loss.json"
+        data = json.loads(path.read_text())
+        data["settings"].update(extra)
+        path.write_text(json.dumps(data))
+        runs.append(run)
+    with pytest.raises(ValueError, match="same sequences"):
+        compare(runs, str(tmp_path / "out"))
+
+
+def test_outputs_from_before_within_docs_was_recorded_still_compare(tmp_path):
+    a = _write_run(tmp_path, "a", np.ones(63))
+    b = _write_run(tmp_path, "b", np.ones(63))
+    path = tmp_path / "b" / "eval" / "loss.json"
+    data = json.loads(path.read_text())
+    data["settings"]["within_docs"] = True
+    path.write_text(json.dumps(data))
+    assert len(compare([a, b], str(tmp_path / "out"))["rows"]) == 2

@@ -97,7 +97,8 @@ def _sequences(args, models):
     if args.data:
         _check_data_tokenizer(args.data, models)
         return dataset_sequences(args.data, args.seq_len, args.num_seqs, split=args.split,
-                                 within_docs=args.within_docs), {"data": args.data, "split": args.split}
+                                 within_docs=args.within_docs), {"data": args.data, "split": args.split,
+                                                                 "within_docs": args.within_docs}
     if args.source:
         tok, spec = _tokenizer(args, models)
         return source_sequences(args.source, tok, args.seq_len, args.num_seqs), {"source": args.source,

@@ -29,6 +29,16 @@ def _loss_json(run_dir: str) -> str:
     return path
 
 
+# What fixes the sequences: windows inside documents or not, and the tokenizer of a text source, cut
+# different sequences from the same data.
+MEASURED = ("data", "source", "split", "seq_len", "num_seqs", "within_docs", "tokenizer")
+
+
+def _same_sequences(a: dict, b: dict) -> bool:
+    # loss.json files written before within_docs was recorded leave it unknown (None)
+    return all(a[k] == b[k] or (k == "within_docs" and None in (a[k], b[k])) for k in MEASURED)
+
+
 def load_curves(run_dirs: list[str]) -> list[SimpleNamespace]:
     """One curve per model found in the runs' loss.json files (attributes as ``plots`` expects)."""
     curves, reference = [], None
@@ -37,10 +47,10 @@ def load_curves(run_dirs: list[str]) -> list[SimpleNamespace]:
         with open(path) as f:
             data = json.load(f)
         s = data.get("settings", {})
-        measured = {k: s.get(k) for k in ("data", "source", "split", "seq_len", "num_seqs")}
+        measured = {k: s.get(k) for k in MEASURED}
         if reference is None:
             reference = (path, measured)
-        elif measured != reference[1]:
+        elif not _same_sequences(measured, reference[1]):
             raise ValueError(f"run_dirs: {path} measured {measured}, but {reference[0]} measured {reference[1]}; "
                              f"compare only evaluations of the same sequences")
         curves += [SimpleNamespace(**m) for m in data["models"]]
