@@ -43,6 +43,18 @@ def test_log_bins_cover_every_position_once():
     assert len(means) == len(centres) and np.isfinite(means).all()
 
 
+@pytest.mark.parametrize("n", [1, 2, 5, 63, 1000], ids=["one", "two", "five", "sixty-three", "thousand"])
+def test_log_bins_include_every_position_and_the_last(n):
+    # the bins stopped before position n: the last point (the full evaluation length) was dropped
+    for p in range(n):
+        loss = np.zeros(n)
+        loss[p] = 1.0
+        centres, means = log_bins(loss)
+        assert (means > 0).sum() == 1, p
+    centres, _ = log_bins(np.ones(n))
+    assert centres[0] == 1.0 and centres[-1] <= n and np.all(np.diff(centres) > 0)
+
+
 def test_runs_that_measured_different_sequences_are_refused(tmp_path):
     a = _write_run(tmp_path, "a", np.ones(63))
     b = _write_run(tmp_path, "b", np.ones(63), data="other")

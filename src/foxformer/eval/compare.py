@@ -71,7 +71,7 @@ def log_bins(loss: np.ndarray, bins_per_octave: int = 8) -> tuple[np.ndarray, np
     """(centres, means) of L(i) over log-spaced position bins; positions are 1-based."""
     n = loss.size
     edges = np.unique(np.round(2.0 ** np.arange(0, np.log2(n) + 1e-9, 1 / bins_per_octave)).astype(int))
-    edges = np.append(edges[edges < n], n)
+    edges = np.append(edges[edges <= n], n + 1)  # bins are [a, b): position n needs the end n + 1
     centres = np.sqrt(edges[:-1] * np.maximum(edges[1:] - 1, edges[:-1]))
     means = np.array([loss[a - 1:b - 1].mean() if b > a else loss[a - 1] for a, b in zip(edges[:-1], edges[1:])])
     return centres, means
