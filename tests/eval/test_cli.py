@@ -221,3 +221,18 @@ def test_compare_tells_windows_inside_documents_from_plain_windows(workspace, ca
     assert main(["eval", "compare", str(tmp_path / "plain"), str(tmp_path / "docs"), "--out",
                  str(tmp_path / "cmp")]) == 2
     assert "same sequences" in _error(capsys)
+
+
+def test_report_links_of_a_run_dir_with_spaces_resolve(workspace, tmp_path):
+    # Markdown link targets end at a space: "![x](assets/0_my run_training.png)" showed no image
+    import re
+    import shutil
+
+    run = tmp_path / "my run"
+    shutil.copytree(workspace["run"], run, ignore=shutil.ignore_patterns("eval"))
+    out = tmp_path / "the report"
+    assert main(["report", str(run), "--out", str(out)]) == 0
+    links = re.findall(r"!\[[^\]]*\]\(([^)]*)\)", (out / "report.md").read_text())
+    assert links
+    for link in links:
+        assert " " not in link and (out / link).is_file(), link

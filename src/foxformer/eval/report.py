@@ -14,7 +14,7 @@ import shutil
 from dataclasses import dataclass, field
 
 from . import plots
-from .outputs import find_output
+from .outputs import find_output, safe_name
 
 OUTPUTS = ("loss.json", "niah.json", "gates.json", "harness.json")
 
@@ -150,7 +150,8 @@ def collect(run_dirs: list[str], out_dir: str) -> list[Block]:
     for n, run_dir in enumerate(run_dirs):
         if not os.path.isdir(run_dir):
             raise ValueError(f"report: {run_dir!r} is not a directory")
-        tag = f"{n}_{os.path.basename(os.path.abspath(run_dir))}"
+        # the tag names image files: Markdown link targets cannot hold spaces
+        tag = f"{n}_{safe_name(os.path.basename(os.path.abspath(run_dir)))}"
         section = _training_blocks(run_dir, out_dir, tag)
         for name, fn in (("loss.json", _loss_blocks), ("niah.json", _niah_blocks), ("gates.json", _gate_blocks)):
             path = find_output(run_dir, name)
