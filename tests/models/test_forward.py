@@ -96,3 +96,29 @@ def test_rope_under_bf16_autocast(case):
         parts = [out.logits.float()]
         parts += [model(ids[:, t:t + 1], past_key_values=out.cache).logits.float() for t in range(20, 24)]
     torch.testing.assert_close(torch.cat(parts, 1), full, rtol=0, atol=3e-2)
+
+
+HOLED_MASKS = {"zero-between-real-tokens": [[1, 1, 1, 0, 1, 1, 1, 1], [1] * 8],
+               "left-padding-then-a-zero": [[1] * 8, [0, 0, 1, 1, 0, 1, 1, 1]]}
+
+
+@pytest.mark.parametrize("mask", list(HOLED_MASKS), ids=list(HOLED_MASKS))
+def test_attention_mask_zero_between_real_tokens_is_rejected(preset, mask):
+    """Only padding before (or, in a plain forward, after) a row's real tokens is supported: a 0
+    between real tokens would still be attended to, so it must raise instead of being ignored."""
+    model = make_model(preset)
+    ids = tokens(2, 8)
+    with pytest.raises(ValueError, match="attention_mask"):
+        model(ids, attention_mask=torch.tensor(HOLED_MASKS[mask]))
+    out = model(ids[:, :5], attention_mask=torch.tensor([[1] * 5, [1, 1, 1, 0, 0]]), use_cache=True)
+    with pytest.raises(ValueError, match="attention_mask"):  # continuing after right padding
+        model(ids[:, 5:6], attention_mask=torch.tensor([[1] * 6, [1, 1, 1, 0, 0, 1]]), past_key_values=out.cache)
+
+
+def test_right_padding_in_a_plain_forward_is_accepted(preset):
+    model = make_model(preset)
+    ids = tokens(2, 8)
+    mask = torch.tensor([[1] * 8, [1] * 5 + [0] * 3])
+    got = model(ids, attention_mask=mask).logits
+    torch.testing.assert_close(got[1, :5], model(ids[1:, :5]).logits[0], rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(got[0], model(ids[:1]).logits[0], rtol=1e-9, atol=1e-9)

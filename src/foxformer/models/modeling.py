@@ -161,7 +161,15 @@ class FoxModel(FoxPreTrainedModel):
             first = mask.int().argmax(dim=1)
             abs_pos = torch.arange(past_len, past_len + length, device=device)
             starts = (abs_pos[None] == first[:, None]) & (first[:, None] > 0)
-            if not bool(starts.any()):
+            # Only padding around a row's real tokens is modelled (keys are hidden by cutting c at the first
+            # one): a 0 between real tokens would still be attended to, so refuse it instead of ignoring it.
+            last = mask.shape[1] - 1 - mask.flip(1).int().argmax(dim=1)
+            holed = (last - first + 1 > mask.sum(1)) & mask.any(1)
+            holed, any_start = torch.stack((holed.any(), starts.any())).tolist()  # one sync for both
+            if holed:
+                raise ValueError("attention_mask: a 0 between two real tokens (1s) is not supported; only "
+                                 "left padding (and right padding without a cache continuing it) is")
+            if not any_start:
                 starts = None
             positions = (mask.long().cumsum(-1) - 1).clamp(min=0)[:, past_len:]
         if position_ids is not None:
