@@ -154,7 +154,9 @@ def _decode_split_kernel(
     """One (batch, kv head, key split): rows are (query t, group head g) pairs, row = t * G + g."""
     pid_bh = tl.program_id(0)
     split = tl.program_id(1)
-    b = pid_bh // Hkv
+    # int64: b * stride_kb passes 2^31 elements once a layer's cache buffer does (batch 64 at a 64K
+    # cache with 12 x 64 heads), and int32 offsets would then wrap silently.
+    b = (pid_bh // Hkv).to(tl.int64)
     hkv = pid_bh % Hkv
 
     first = 0
@@ -229,7 +231,7 @@ def _decode_merge_kernel(
     """One (batch, kv head, row): rescale the splits to a common max and normalise."""
     pid_bh = tl.program_id(0)
     row = tl.program_id(1)
-    b = pid_bh // Hkv
+    b = (pid_bh // Hkv).to(tl.int64)  # as in the split kernel: out's batch offset may pass 2^31
     hkv = pid_bh % Hkv
     t = row // G
     g = row % G
