@@ -127,3 +127,22 @@ def test_rejected_shift_leaves_the_model_unchanged(bad, entry):
             list(generate(model, ids, max_new_tokens=2, fgate_bias_shift=BAD_SHIFTS[bad]))
     assert all(b.attn.fgate.bias_shift is None for b in model.model.layers)
     assert torch.equal(model(ids).logits, before)
+
+
+GATELESS = {"transformer-pro": ("transformer-pro-tiny", {}), "fox-fgate-none": ("fox-llama-tiny", dict(fgate="none"))}
+
+
+@pytest.mark.parametrize("shift", ["model", "per-layer", "per-head"])
+@pytest.mark.parametrize("model_kind", list(GATELESS), ids=list(GATELESS))
+def test_config_shift_on_a_model_without_forget_gates_is_rejected(model_kind, shift):
+    """As set_fgate_bias_shift does: a nonzero shift on a model with nothing to shift would be
+    silently ignored; zeros stay allowed."""
+    from foxformer.models import get_preset
+
+    preset, overrides = GATELESS[model_kind]
+    heads = get_preset(preset, **overrides).num_heads
+    value = {"model": 1.0, "per-layer": [0.0, 0.5], "per-head": [[0.0] * heads, [0.0] * (heads - 1) + [-1.0]]}[shift]
+    with pytest.raises(ValueError, match="no forget gate"):
+        get_preset(preset, fgate_bias_shift=value, **overrides)
+    zeros = [[0.0] * heads, 0.0]
+    assert get_preset(preset, fgate_bias_shift=zeros, **overrides).fgate_bias_shift == zeros

@@ -133,6 +133,14 @@ class FoxConfig(PretrainedConfig):
         elif not isinstance(shift, (int, float)) or isinstance(shift, bool):
             raise ValueError(f"FoxConfig.fgate_bias_shift must be a float or a per-layer (per-head) list, "
                              f"got {shift!r}")
+        if not self.has_fgate:
+            # No ForgetGate is built, so a shift would be dropped without a word (set_fgate_bias_shift
+            # refuses it too).
+            rows = shift if isinstance(shift, (list, tuple)) else [shift]
+            values = [x for row in rows for x in (row if isinstance(row, (list, tuple)) else [row])]
+            if any(x is not None and x != 0 for x in values):
+                raise ValueError(f"FoxConfig.fgate_bias_shift must be 0 for a model with no forget gate "
+                                 f"(attention={self.attention!r}, fgate={self.fgate!r}), got {shift!r}")
         if self.evict_eps is not None and not (0 < self.evict_eps < 1):
             raise ValueError(f"FoxConfig.evict_eps must be in (0, 1) or None, got {self.evict_eps!r}")
         if self.prune_eps is not None and not (0 < self.prune_eps < 1):
