@@ -68,3 +68,15 @@ def test_naive_backend_runs_long_cached_chunks(preset_name, schedule):
         cache, start = out.cache, start + n
         parts.append(out.logits)
     torch.testing.assert_close(torch.cat(parts, 1), full, rtol=1e-9, atol=1e-9)
+
+
+def test_a_passed_cache_is_used_with_use_cache_false(preset):
+    """As in transformers' models, use_cache only decides whether a new cache is built: a cache that is
+    passed in holds the context and must not be dropped (the logits would lose the whole prefix)."""
+    model = make_model(preset)
+    ids = tokens(2, 10)
+    full = model(ids).logits
+    cache = model(ids[:, :7], use_cache=True).cache
+    got = model(ids[:, 7:], past_key_values=cache, use_cache=False).logits
+    torch.testing.assert_close(got, full[:, 7:], rtol=1e-9, atol=1e-9)
+    assert cache.get_seq_length() == 10

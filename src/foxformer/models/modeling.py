@@ -203,8 +203,8 @@ class FoxModel(FoxPreTrainedModel):
             use_cache = cache is not None
         if use_cache and cache is None:
             cache = self.new_cache() if cu_seqlens is None else None
-        if not use_cache:
-            cache = None
+        # use_cache=False only means "build no cache" (as in transformers): a cache passed in holds the
+        # prefix, and dropping it would attend to the new tokens alone.
         B, T, _ = x.shape
         past_len = cache.seq_len if cache is not None else 0
         ctx = self._context(B, T, past_len, attention_mask, position_ids, cu_seqlens, max_seqlen, x.device, x.dtype)
