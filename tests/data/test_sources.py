@@ -26,6 +26,22 @@ def test_missing_text_field_names_the_field(tmp_path):
     assert [d.text for d in iter_documents(str(p), text_field="body")] == ["hi"]
 
 
+def test_null_text_is_an_empty_document_not_the_word_none(tmp_path):
+    # str(None) made a document "None" (Parquet nulls were already read as empty)
+    p = tmp_path / "x.jsonl"
+    p.write_text("\n".join(json.dumps(r) for r in [{"text": "a"}, {"text": None}, {"text": "b"}]) + "\n")
+    assert [d.text for d in iter_documents(str(p))] == ["a", "", "b"]
+
+
+@pytest.mark.parametrize("value", [["a", "b"], {"t": "a"}, 7], ids=["list", "object", "number"])
+def test_text_that_is_not_a_string_names_the_line(tmp_path, value):
+    # its Python repr ("['a', 'b']") was tokenized as the document
+    p = tmp_path / "x.jsonl"
+    p.write_text(json.dumps({"text": "fine"}) + "\n" + json.dumps({"text": value}) + "\n")
+    with pytest.raises(ValueError, match=r"x.jsonl:2.*'text'"):
+        list(iter_documents(str(p)))
+
+
 @pytest.mark.parametrize("spec,match", [("builtin:nothing", "built-in"), ("/no/such/file.jsonl", "does not exist")],
                          ids=["unknown-builtin", "missing-file"])
 def test_bad_specs(spec, match):

@@ -150,6 +150,15 @@ def _iter_stdlib() -> Iterator[Document]:
                     yield Document(id=os.path.relpath(path, root), source="builtin:stdlib", text=text)
 
 
+def _text_value(value, where: str, text_field: str) -> str:
+    """A row's text: null is an empty document (skipped, as Parquet nulls are); str(None) made one "None"."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ValueError(f"source: {where} has a {type(value).__name__} in field {text_field!r}, not text")
+    return value
+
+
 def _iter_file(path: str, spec: str, text_field: str) -> Iterator[Document]:
     kind = _file_kind(path)
     if kind == "text":
@@ -167,7 +176,8 @@ def _iter_file(path: str, spec: str, text_field: str) -> Iterator[Document]:
                 if not isinstance(row, dict) or text_field not in row:
                     raise ValueError(f"source: {path}:{lineno} has no field {text_field!r} "
                                      f"(set text_field / --text-field)")
-                yield Document(id=str(row.get("id", f"{path}:{lineno}")), source=spec, text=str(row[text_field]))
+                yield Document(id=str(row.get("id", f"{path}:{lineno}")), source=spec,
+                               text=_text_value(row[text_field], f"{path}:{lineno}", text_field))
     elif kind == "parquet":
         try:
             import pyarrow.parquet as pq
@@ -205,7 +215,8 @@ def _iter_hf(spec: str, text_field: str) -> Iterator[Document]:
     for i, row in enumerate(ds):
         if text_field not in row:
             raise ValueError(f"source: {spec} rows have no field {text_field!r} (fields: {sorted(row)})")
-        yield Document(id=str(row.get("id", i)), source=spec, text=str(row[text_field]))
+        yield Document(id=str(row.get("id", i)), source=spec, text=_text_value(row[text_field], f"{spec} row {i}",
+                                                                               text_field))
 
 
 def describe_source(spec: str) -> SourceInfo:
