@@ -124,3 +124,20 @@ def test_bad_arguments():
         generate(model, [1.5, 2.0])
     with pytest.raises(TypeError, match="model"):
         generate("not a model", [1, 2])
+
+
+@pytest.mark.parametrize("shift", [0.0, 1.0], ids=["zero-shift", "positive-shift"])
+def test_bias_shift_on_another_hf_causal_lm_is_a_clear_error(shift):
+    """Like evict_eps: a model without foxformer blocks gets a TypeError naming the problem (the CLI
+    reports TypeErrors), not an AttributeError from deep inside."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from foxformer.infer import set_fgate_bias_shift
+
+    torch.manual_seed(0)
+    llama = LlamaForCausalLM(LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                         num_attention_heads=2, num_key_value_heads=2)).eval()
+    with pytest.raises(TypeError, match="foxformer"):
+        list(generate(llama, [1, 2, 3], max_new_tokens=2, fgate_bias_shift=shift))
+    with pytest.raises(TypeError, match="foxformer"):
+        set_fgate_bias_shift(llama, shift)
