@@ -36,6 +36,20 @@ def test_split_is_by_whole_document(tmp_path, jsonl_xz, docs):
     assert all(d[-1] == tok.eot_id and tok.eot_id not in d[:-1] for d in train + val)
 
 
+@pytest.mark.parametrize("second", ["same", "dot-path", "builtin"], ids=["same-spec", "same-file-other-path",
+                                                                           "same-builtin"])
+def test_a_source_given_twice_is_refused(tmp_path, jsonl_xz, second, monkeypatch):
+    # each copy of a document was split on its own: one copy in train, the other in validation
+    if second == "builtin":
+        sources = ["builtin:pydoc", "builtin:pydoc"]
+    else:
+        monkeypatch.chdir(os.path.dirname(jsonl_xz))
+        sources = [jsonl_xz, jsonl_xz if second == "same" else os.path.join(".", os.path.basename(jsonl_xz))]
+    with pytest.raises(ValueError, match="twice"):
+        prepare(_cfg(tmp_path, sources), progress=False)
+    assert not (tmp_path / "out" / "shards").exists()
+
+
 def test_manifest_records_tokenizer_sources_counts_split(tmp_path, jsonl_xz, jsonl_gz):
     m = prepare(_cfg(tmp_path, [jsonl_xz, jsonl_gz], val_fraction=0.1, seed=3), progress=False)
     assert m == read_manifest(str(tmp_path / "out"))

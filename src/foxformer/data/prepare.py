@@ -187,6 +187,12 @@ def prepare(cfg: PrepareConfig, *, force: bool = False, progress: bool = True) -
     """
     cfg.validate()
     infos = [describe_source(s) for s in cfg.sources]
+    first: dict[str, str] = {}
+    for info in infos:  # each copy of a document would be split on its own: one in train, one in validation
+        if info.fingerprint in first:
+            raise ValueError(f"sources: {info.spec!r} is {first[info.fingerprint]!r} again; a source given twice "
+                             f"would put copies of its documents in both train and validation")
+        first[info.fingerprint] = info.spec
     request = {"sources": [{"spec": i.spec, "fingerprint": i.fingerprint} for i in infos],
                "tokenizer": cfg.tokenizer, "val_fraction": cfg.val_fraction, "seed": cfg.seed,
                "max_tokens_per_source": cfg.max_tokens_per_source, "text_field": cfg.text_field}
