@@ -80,3 +80,14 @@ def test_a_passed_cache_is_used_with_use_cache_false(preset):
     got = model(ids[:, 7:], past_key_values=cache, use_cache=False).logits
     torch.testing.assert_close(got, full[:, 7:], rtol=1e-9, atol=1e-9)
     assert cache.get_seq_length() == 10
+
+
+@pytest.mark.parametrize("preset_name", ["fox-pro-tiny", "transformer-pro-tiny"])
+def test_kv_shift_state_holds_only_the_last_token(preset_name):
+    """k_last / v_last must not be views of the chunk's whole k / v projections: after a long prefill
+    those would keep a second copy of the prompt's keys and values alive in every layer."""
+    model = make_model(preset_name)
+    cache = model(tokens(1, 300), use_cache=True).cache
+    for layer in cache.layers:
+        for state in (layer.k_last, layer.v_last):
+            assert state.untyped_storage().nbytes() == state.numel() * state.element_size()

@@ -231,7 +231,9 @@ class Attention(nn.Module):
             k = self.k_shift(x, k, None if cache is None else cache.k_last, ctx.starts)
             v = self.v_shift(x, v, None if cache is None else cache.v_last, ctx.starts)
             if cache is not None:
-                cache.k_last, cache.v_last = k_last, v_last
+                # Copies: views would pin the chunk's whole k / v projections (after a long prefill, a second
+                # copy of the prompt's keys and values in every layer).
+                cache.k_last, cache.v_last = k_last.clone(), v_last.clone()
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         if ctx.cos is not None:
