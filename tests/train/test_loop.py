@@ -145,3 +145,35 @@ def test_sigkilled_process_resumes_to_the_same_trajectory(make_cfg, data_dir, tm
     assert done.returncode == 0, done.stderr[-2000:]
     assert '"resumed_from": "' in done.stdout
     assert _losses(run) == _losses(ref["out_dir"])
+
+
+@pytest.mark.parametrize("world,val_seqs", [(2, 1), (4, 3)], ids=["two-ranks-one-sequence", "four-ranks-three-sequences"])
+def test_validation_split_with_fewer_sequences_than_ranks(tmp_path, world, val_seqs):
+    # evaluate raised at the first evaluation (after training up to it), and again on every resume
+    import json
+
+    import numpy as np
+
+    from foxformer.data.dataset import TokenDataset
+    from foxformer.data.prepare import PrepareConfig, prepare
+    from foxformer.models import FoxForCausalLM, get_preset
+    from foxformer.train.distributed import DistInfo
+    from foxformer.train.loop import evaluate
+
+    src = tmp_path / "docs.jsonl"
+    src.write_text("".join(json.dumps({"text": f"document {i} " + "words " * 6}) + "\n" for i in range(8)))
+    data = tmp_path / "data"
+    m = prepare(PrepareConfig(sources=[str(src)], out_dir=str(data), tokenizer="bytes", val_fraction=0.5),
+                progress=False)
+    seq_len = m["split"]["val"]["tokens"] // val_seqs
+    val = TokenDataset(str(data), "val", seq_len)
+    assert len(val) == val_seqs
+    torch.manual_seed(0)
+    model = FoxForCausalLM(get_preset("fox-pro-tiny", vocab_size=320, attention_backend="torch"))
+    cpu = torch.device("cpu")
+    one_loss, _ = evaluate(model, val, 8, 2, DistInfo(0, 1, 0, cpu, "none"), False)
+    per_rank = [evaluate(model, val, 8, 2, DistInfo(r, world, r, cpu, "ddp"), False)[0] for r in range(world)]
+    # each rank's share (no process group here: the all-reduce is the identity) is a real sequence's loss
+    assert all(np.isfinite(per_rank))
+    if val_seqs == 1:
+        assert per_rank == pytest.approx([one_loss] * world)
