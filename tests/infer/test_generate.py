@@ -141,3 +141,19 @@ def test_bias_shift_on_another_hf_causal_lm_is_a_clear_error(shift):
         list(generate(llama, [1, 2, 3], max_new_tokens=2, fgate_bias_shift=shift))
     with pytest.raises(TypeError, match="foxformer"):
         set_fgate_bias_shift(llama, shift)
+
+
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_generation_leaves_the_module_mode_as_it_was(mode):
+    """generate runs in eval mode but must hand the model back in the caller's mode: a training loop
+    that samples text would otherwise go on in eval mode (no gradient checkpointing, no dropout)."""
+    model = make_model("fox-pro-tiny", gradient_checkpointing=True)
+    model.train(mode == "train")
+    greedy = list(generate(model, [1, 2, 3], max_new_tokens=4, temperature=0))
+    assert model.training == (mode == "train") and all(m.training == (mode == "train") for m in model.modules())
+    model.eval()
+    assert greedy == list(generate(model, [1, 2, 3], max_new_tokens=4, temperature=0))
+    stream = generate(model.train(), [1, 2, 3], max_new_tokens=4, temperature=0)
+    next(stream)
+    stream.close()  # a consumer that stops early
+    assert model.training

@@ -91,6 +91,18 @@ def _unwrap(model):
     return model
 
 
+@contextlib.contextmanager
+def _eval_mode(model):
+    # The caller's mode comes back afterwards (also when the stream is closed early): a training loop that
+    # samples text must not go on in eval mode (no gradient checkpointing, no dropout).
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
+
+
 def _new_cache(model, cfg: GenerationConfig):
     inner = getattr(model, "model", None)
     if hasattr(inner, "new_cache"):
@@ -120,8 +132,7 @@ def stream_tokens(model, input_ids: torch.Tensor, cfg: Optional[GenerationConfig
         generator = torch.Generator(device=dev).manual_seed(int(cfg.seed))
     shift = fgate_bias_shift(model, cfg.fgate_bias_shift) if cfg.fgate_bias_shift is not None \
         else contextlib.nullcontext()
-    with shift:
-        model.eval()
+    with shift, _eval_mode(model):
         cache = _new_cache(model, cfg)
         if cache is not None:
             cache.reserve(ids.shape[1] + cfg.max_new_tokens)
