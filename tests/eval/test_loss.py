@@ -88,6 +88,26 @@ def test_bad_tokens_fail_clearly(bad, err, match):
         per_token_loss(tiny_model("fox-llama-tiny"), bad)
 
 
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(seed=-1), "seed"), (dict(smooth_window=-3), "smooth_window"), (dict(smooth_window=0), "smooth_window"),
+    (dict(n_boot=0), "n_boot"), (dict(confidence=95.0), "confidence"),
+], ids=["negative-seed", "negative-window", "zero-window", "zero-resamples", "percent-confidence"])
+def test_bad_curve_arguments_fail_before_the_model_runs(kwargs, match, monkeypatch):
+    # a negative seed failed with numpy's unnamed "expected non-negative integer", a negative window was taken
+    # as "no smoothing", and all of them only after every sequence had gone through the model
+    import foxformer.eval.loss as loss_mod
+
+    def no_model(*a, **k):
+        raise AssertionError("the model ran before the arguments were checked")
+
+    monkeypatch.setattr(loss_mod, "per_token_loss", no_model)
+    with pytest.raises(ValueError, match=match):
+        loss_mod.eval_loss(tiny_model("fox-llama-tiny"), torch.zeros(1, 8, dtype=torch.long), progress=False,
+                           **kwargs)
+    with pytest.raises(ValueError, match=match):
+        loss_curve(np.ones((2, 10)), **kwargs)
+
+
 def test_bad_curve_arguments_fail_clearly():
     rows = np.ones((2, 10))
     with pytest.raises(ValueError, match="lengths"):

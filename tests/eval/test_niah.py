@@ -76,7 +76,10 @@ def test_loglik_without_generation_matches_cached_scoring(setup):
     (dict(lengths=[80], modes=["hard"]), "modes"),
     (dict(lengths=[]), "lengths"),
     (dict(lengths=[80], needles=0), "needles"),
-], ids=["length-too-short", "haystack-too-short", "bad-depth", "bad-mode", "no-lengths", "zero-needles"])
+    (dict(lengths=[80], seeds=[0, -1]), "seeds"),  # numpy's error named no key
+    (dict(lengths=[80], seeds=[1.5]), "seeds"),
+], ids=["length-too-short", "haystack-too-short", "bad-depth", "bad-mode", "no-lengths", "zero-needles",
+        "negative-seed", "fractional-seed"])
 def test_bad_grid_fails_clearly(setup, kwargs, match):
     tok, hay = setup
     with pytest.raises(ValueError, match=match):

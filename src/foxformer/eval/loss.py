@@ -6,6 +6,7 @@ P(l) = exp(mean(L(1..l))).
 """
 from __future__ import annotations
 
+import numbers
 from dataclasses import asdict, dataclass, field
 from typing import Optional, Sequence
 
@@ -165,10 +166,24 @@ class LossCurve:
         return out
 
 
+def _check_curve_args(smooth_window, n_boot, confidence, seed) -> None:
+    """Checked before any model runs: numpy's own error for a negative seed names no argument."""
+    if smooth_window is not None and (isinstance(smooth_window, bool) or not isinstance(smooth_window, int)
+                                      or smooth_window < 1):
+        raise ValueError(f"smooth_window: expected a positive integer (1: no smoothing), got {smooth_window!r}")
+    if isinstance(n_boot, bool) or not isinstance(n_boot, int) or n_boot < 1:
+        raise ValueError(f"n_boot: expected a positive integer, got {n_boot!r}")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence: expected a number in (0, 1), got {confidence!r}")
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+        raise ValueError(f"seed: expected a non-negative integer, got {seed!r}")
+
+
 def loss_curve(per_seq, *, name: str = "model", train_len: Optional[int] = None,
                lengths: Optional[Sequence[int]] = None, smooth_window: Optional[int] = None, n_boot: int = 1000,
                confidence: float = 0.95, seed: int = 0) -> LossCurve:
     """Curves and bands from per-sequence, per-position losses [N, T-1] (accumulated in fp64)."""
+    _check_curve_args(smooth_window, n_boot, confidence, seed)
     rows = np.asarray(per_seq.double().numpy() if isinstance(per_seq, torch.Tensor) else per_seq, dtype=np.float64)
     if rows.ndim != 2 or rows.shape[0] < 1 or rows.shape[1] < 1:
         raise ValueError(f"per_seq: expected losses [num_sequences, positions], got shape {rows.shape}")
@@ -197,6 +212,7 @@ def eval_loss(model: torch.nn.Module, tokens, *, name: str = "model", train_len:
               batch_size: int = 1, lengths: Optional[Sequence[int]] = None, smooth_window: Optional[int] = None,
               n_boot: int = 1000, confidence: float = 0.95, seed: int = 0, progress: bool = True) -> LossCurve:
     """per_token_loss + loss_curve in one call. tokens int64 [N, T_eval]; T_eval may exceed train_len."""
+    _check_curve_args(smooth_window, n_boot, confidence, seed)
     losses = per_token_loss(model, tokens, batch_size=batch_size, progress=progress)
     return loss_curve(losses, name=name, train_len=train_len, lengths=lengths, smooth_window=smooth_window,
                       n_boot=n_boot, confidence=confidence, seed=seed)

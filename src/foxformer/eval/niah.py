@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import numbers
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Optional, Protocol, Sequence
@@ -233,6 +234,9 @@ def _check_grid(lengths, depths, modes, needles: int, seeds) -> None:
         raise ValueError(f"needles: expected a positive integer (needles per cell), got {needles!r}")
     if not seeds:
         raise ValueError("seeds: expected at least one seed")
+    # numpy's own error for a negative seed names no argument
+    if any(isinstance(s, bool) or not isinstance(s, numbers.Integral) or s < 0 for s in seeds):
+        raise ValueError(f"seeds: expected non-negative integers, got {list(seeds)!r}")
 
 
 def niah_grid(model: torch.nn.Module, tokenizer: TextTokenizer, haystack: Sequence[int], *,
