@@ -106,3 +106,10 @@ def test_bad_heads_fail_clearly():
         head_matrices(tiny_model("fox-llama-tiny"), torch.zeros(1, 8, dtype=torch.long), [(5, 0)])
     with pytest.raises(TypeError, match="foxformer model"):
         gate_stats(torch.nn.Linear(2, 2), torch.zeros(1, 8, dtype=torch.long))
+
+
+@pytest.mark.parametrize("max_len", [0, -5, 2.5], ids=["zero", "negative", "fractional"])
+def test_bad_matrix_length_fails_clearly(max_len):
+    # 0 crashed with an IndexError deep in the model; -5 silently showed all but the last 5 tokens
+    with pytest.raises(ValueError, match="matrix_len"):
+        head_matrices(tiny_model("fox-llama-tiny"), torch.zeros(1, 8, dtype=torch.long), [(0, 0)], max_len=max_len)

@@ -197,6 +197,9 @@ def head_matrices(model: torch.nn.Module, tokens, heads: Sequence[tuple[int, int
                   max_len: int = 256) -> list[dict]:
     """Decay matrix F and attention matrix A (fp64 numpy [T, T], T <= max_len) of each (layer, head),
     from the first sequence of ``tokens``."""
+    # a negative slice end would silently drop tokens from the end; 0 leaves nothing to run
+    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
+        raise ValueError(f"matrix_len: expected a positive integer (tokens shown), got {max_len!r}")
     tokens = check_tokens(tokens, model)[:1, :max_len]
     attns = _attention_modules(model)
     for layer, head in heads:
