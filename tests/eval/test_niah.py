@@ -78,8 +78,10 @@ def test_loglik_without_generation_matches_cached_scoring(setup):
     (dict(lengths=[80], needles=0), "needles"),
     (dict(lengths=[80], seeds=[0, -1]), "seeds"),  # numpy's error named no key
     (dict(lengths=[80], seeds=[1.5]), "seeds"),
+    (dict(lengths=[80], max_new_tokens=0), "max_new_tokens"),  # generated nothing: every trial scored "missed"
+    (dict(lengths=[80], max_new_tokens=-2), "max_new_tokens"),
 ], ids=["length-too-short", "haystack-too-short", "bad-depth", "bad-mode", "no-lengths", "zero-needles",
-        "negative-seed", "fractional-seed"])
+        "negative-seed", "fractional-seed", "zero-new-tokens", "negative-new-tokens"])
 def test_bad_grid_fails_clearly(setup, kwargs, match):
     tok, hay = setup
     with pytest.raises(ValueError, match=match):

@@ -248,6 +248,10 @@ def niah_grid(model: torch.nn.Module, tokenizer: TextTokenizer, haystack: Sequen
     max(lengths) long (plus room for the per-seed offsets)."""
     lengths, depths, modes, seeds = list(lengths), [float(d) for d in depths], list(modes), list(seeds)
     _check_grid(lengths, depths, modes, needles, seeds)
+    # no new tokens cannot contain the answer: every trial would be scored as missed
+    if max_new_tokens is not None and (isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int)
+                                       or max_new_tokens < 1):
+        raise ValueError(f"max_new_tokens: expected a positive integer, got {max_new_tokens!r}")
     vocab = vocab_size_of(model)
     if vocab is not None and haystack and max(haystack) >= vocab:
         raise ValueError(f"haystack: token id {max(haystack)} is outside the model's vocabulary of {vocab}; "
