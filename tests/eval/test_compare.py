@@ -128,3 +128,11 @@ def test_outputs_from_before_within_docs_was_recorded_still_compare(tmp_path):
     data["settings"]["within_docs"] = True
     path.write_text(json.dumps(data))
     assert len(compare([a, b], str(tmp_path / "out"))["rows"]) == 2
+
+
+@pytest.mark.parametrize("positions", [(0, 8), (-4, 8)], ids=["zero", "negative"])
+def test_positions_before_the_first_are_refused(tmp_path, positions):
+    # an empty octave: NaN in the table and a NaN literal in compare.json
+    a = _write_run(tmp_path, "a", np.ones(63))
+    with pytest.raises(ValueError, match="positions"):
+        compare([a], str(tmp_path / "out"), positions=positions)

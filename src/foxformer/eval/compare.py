@@ -11,6 +11,7 @@ stable where single positions are noisy. The figures average L(i) in log-spaced 
 from __future__ import annotations
 
 import json
+import numbers
 import os
 from types import SimpleNamespace
 
@@ -157,6 +158,10 @@ def compare(run_dirs: list[str], out_dir: str, positions=DEFAULT_POSITIONS, name
             reference: str | None = None) -> dict:
     """Figures (loss_curves.png, loss_difference.png, perplexity.png, validation.png when the runs have
     metrics.jsonl, niah.png when they have niah.json) and compare.json / compare.md in ``out_dir``. ``reference``: the model name the differences are taken to (default: the last model)."""
+    # positions are 1-based: p <= 0 has an empty octave, a NaN in the table and in compare.json
+    bad = [p for p in positions if isinstance(p, bool) or not isinstance(p, numbers.Integral) or p < 1]
+    if bad:
+        raise ValueError(f"positions: expected token positions >= 1, got {bad}")
     curves = load_curves(run_dirs)
     if names:
         if len(names) != len(curves):
