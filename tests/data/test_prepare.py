@@ -132,6 +132,14 @@ def test_max_tokens_per_source_keeps_whole_documents(tmp_path, jsonl_xz):
     assert m["split"]["val"]["docs"] == 0
 
 
+@pytest.mark.parametrize("val_fraction", [0.05, 0.5, 0.9], ids=["default", "half", "most"])
+def test_a_single_document_stays_in_train(tmp_path, val_fraction):
+    # one document and val_fraction >= 0.5 rounded to one validation document: train was left empty
+    (tmp_path / "book.txt").write_text("A whole book in one file. " * 40)
+    m = prepare(_cfg(tmp_path, [str(tmp_path / "book.txt")], val_fraction=val_fraction), progress=False)
+    assert m["split"]["train"]["docs"] == 1 and m["split"]["val"]["docs"] == 0
+
+
 def test_builtin_corpus_works_offline(tmp_path):
     m = prepare(_cfg(tmp_path, ["builtin:sympy"], max_tokens_per_source=20_000), progress=False)
     assert m["sources"][0]["fingerprint"].startswith("sympy-")

@@ -156,7 +156,8 @@ def _split_documents(n_docs: int, val_fraction: float, seed: int) -> tuple[np.nd
     order = np.random.default_rng(seed).permutation(n_docs)
     n_val = int(round(val_fraction * n_docs))
     if val_fraction > 0 and n_docs >= 2:
-        n_val = min(max(n_val, 1), n_docs - 1)
+        n_val = max(n_val, 1)
+    n_val = min(n_val, n_docs - 1)  # also for a single document: training never loses its only one
     return order[n_val:], order[:n_val]
 
 
