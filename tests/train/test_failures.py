@@ -150,3 +150,29 @@ def test_negative_seed_fails_before_writing(make_cfg, tmp_path, seed):
     with pytest.raises(ValueError, match="seed"):
         train(make_cfg(out_dir=str(out), seed=seed))
     assert not out.exists()
+
+
+def test_resume_on_other_data_is_refused_but_moved_data_resumes(make_cfg, data_dir, tmp_path):
+    # data_dir may change on resume (the data may have moved), but its contents were never compared: a run
+    # resumed on a re-prepared or other dataset silently continued on different sequences
+    import shutil
+
+    from foxformer.data.prepare import PrepareConfig, prepare
+
+    run = str(tmp_path / "run")
+
+    def crash(step, rec):
+        if step == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train(make_cfg(out_dir=run, max_steps=4), hook=crash)  # checkpoint at step 2
+    other = tmp_path / "other data"
+    prepare(PrepareConfig(sources=["builtin:pydoc"], out_dir=str(other), val_fraction=0.3), progress=False)
+    before = _snapshot(run)
+    with pytest.raises(ValueError, match="another dataset"):
+        train(make_cfg(out_dir=run, max_steps=4, data_dir=str(other)))
+    assert _snapshot(run) == before
+    moved = tmp_path / "moved data"
+    shutil.copytree(data_dir, moved)
+    assert train(make_cfg(out_dir=run, max_steps=4, data_dir=str(moved)))["step"] == 4

@@ -8,6 +8,7 @@ function of the step alone, and a resumed run (same world size) reproduces the u
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import math
 import os
 import time
@@ -119,6 +120,18 @@ def evaluate(model: torch.nn.Module, val: TokenDataset, n_seqs: int, micro_batch
     return float(per_pos.mean()), per_pos
 
 
+def data_identity(train_ds: TokenDataset, val_ds: TokenDataset) -> str:
+    """A fingerprint of a prepared dataset's contents, not of its path (data may move between resumes):
+    tokenizer, split sizes, document offsets and a strided sample of the training tokens."""
+    h = hashlib.sha256(train_ds.manifest["tokenizer"].encode())
+    for ds in (train_ds, val_ds):
+        h.update(np.asarray([ds.tokens.size], dtype=np.int64).tobytes())
+        h.update(np.ascontiguousarray(ds.doc_offsets, dtype=np.int64).tobytes())
+    stride = max(1, train_ds.tokens.size // 4096)  # a few MiB of reads even for billions of tokens
+    h.update(np.ascontiguousarray(train_ds.tokens[::stride], dtype=np.int64).tobytes())
+    return h.hexdigest()[:16]
+
+
 def _resolve_resume(cfg: TrainConfig) -> str | None:
     existing = ckpt.list_checkpoints(cfg.out_dir)
     if cfg.resume == "never":
@@ -183,6 +196,12 @@ def train(cfg: TrainConfig, *, hook: StepHook | None = None, model_factory=None)
     resume_path = _resolve_resume(cfg)
     _check_saved_config(cfg, resume_path is not None)
     loaded = ckpt.load_checkpoint(resume_path) if resume_path else None  # verifies hashes first
+    data_id = data_identity(train_ds, val_ds)
+    # data_dir may change on resume (moved data); what it holds may not (checkpoints before this have no "data")
+    if loaded is not None and loaded[3].get("data", data_id) != data_id:
+        raise ValueError(f"resume: {cfg.data_dir!r} holds another dataset than the one {resume_path} was trained "
+                         f"on; a resumed run must see the same data. Use the original data or another out_dir "
+                         f"(nothing was overwritten)")
 
     torch.manual_seed(cfg.seed)  # identical initial weights on every rank
     model, model_cfg = (model_factory or build_model)(cfg, vocab_size)
@@ -231,7 +250,7 @@ def train(cfg: TrainConfig, *, hook: StepHook | None = None, model_factory=None)
         if info.is_main:
             ckpt.save_checkpoint(cfg.out_dir, at_step, msd, osd,
                                  {"tokens": tokens, "world_size": info.world_size,
-                                  "seqs_per_rank": plan.seqs_per_rank}, cfg.keep_last)
+                                  "seqs_per_rank": plan.seqs_per_rank, "data": data_id}, cfg.keep_last)
         barrier()
 
     def run_eval() -> dict:
