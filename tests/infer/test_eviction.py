@@ -98,7 +98,7 @@ def test_deltas_from_qk_norm_or_the_users_bound():
         attn.q_norm.weight.fill_(0.5)
         attn.k_norm.weight[3] = 2.0
     u = qk_bound_from_norms(attn.q_norm.weight, attn.k_norm.weight, attn.head_dim)
-    assert u == pytest.approx(attn.head_dim ** 0.5 * 0.5 * 2.0)
+    assert u == pytest.approx(attn.head_dim ** 0.5 * 0.5 * 2.0 * 1.01)  # 1%: bf16 rounding of q, k
     deltas = eviction_deltas(pro, 1e-3, max_len=1000)
     assert deltas[0] == pytest.approx(math.log(1e-3) - 2 * u - math.log(1000))
     llama = make_model("fox-llama-tiny")  # no QK-norm: no eviction unless the user gives U

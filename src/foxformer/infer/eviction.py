@@ -10,7 +10,7 @@ its largest logit >= -U, and every logit is <= U. N is the longest sequence allo
 evicted keys of one row carry at most eps in total), U a bound on |scale * q . k|:
 
 * with QK-norm: U = scale * max|w_q| * max|w_k| * head_dim, read from the norm weights (RMS-normalised
-  vectors have norm sqrt(D) before the weight; RoPE is a rotation and keeps norms);
+  vectors have norm sqrt(D) before the weight; RoPE is a rotation and keeps norms), plus 1% for rounding;
 * without it: ``qk_bound`` given by the user. That is the user's contract: the bound, and so the
   tolerance, holds only if no query/key pair ever exceeds it. Without either, the layer keeps every key.
 
@@ -23,6 +23,8 @@ import math
 from typing import Optional
 
 import torch
+
+from foxformer.models.layers import qk_norm_bound
 
 
 def eviction_delta(eps: float, qk_bound: float, max_len: int) -> float:
@@ -38,9 +40,9 @@ def eviction_delta(eps: float, qk_bound: float, max_len: int) -> float:
 
 def qk_bound_from_norms(q_weight: torch.Tensor, k_weight: torch.Tensor, head_dim: int,
                         softmax_scale: Optional[float] = None) -> float:
-    """U = scale * max|w_q| * max|w_k| * head_dim for RMS-normalised q, k with weights w [D] (or [H, D])."""
-    scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(head_dim)
-    return float(scale * q_weight.detach().abs().max().double() * k_weight.detach().abs().max().double() * head_dim)
+    """U = scale * max|w_q| * max|w_k| * head_dim (plus 1% for bf16 rounding) for RMS-normalised q, k with
+    weights w [D] (or [H, D]): the pruning bound of the models (models.layers.qk_norm_bound)."""
+    return float(qk_norm_bound(q_weight, k_weight, head_dim, softmax_scale))
 
 
 def _blocks(model):

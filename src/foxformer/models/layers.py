@@ -99,6 +99,21 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
 
 
+# RMS-normalised q and k have norm sqrt(D) before their weights, so |scale * q . k| is bounded by
+# scale * D * max|w_q| * max|w_k|; 1% covers the bf16 rounding of the normalised vectors (2^-8 each)
+# and the fp32 accumulation of the product.
+QK_NORM_ROUNDING = 1.01
+
+
+def qk_norm_bound(q_weight: torch.Tensor, k_weight: torch.Tensor, head_dim: int,
+                  softmax_scale: Optional[float] = None) -> torch.Tensor:
+    """U >= |scale * q . k| for QK-normed q, k with norm weights [D] (or [H, D]): a 0-dim float64 tensor
+    on the weights' device (a Python float would cost a device sync, and a graph break under compile)."""
+    scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(head_dim)
+    w_q, w_k = q_weight.detach().abs().max().double(), k_weight.detach().abs().max().double()
+    return w_q * w_k * (abs(scale) * head_dim * QK_NORM_ROUNDING)
+
+
 def timescale_bias(num_heads: int, tmin: float, tmax: float) -> torch.Tensor:
     """Gate biases b [H] whose decay timescales T(b) = 1 / (-log sigmoid(b)) are geometric in [tmin, tmax].
 
@@ -260,15 +275,13 @@ class Attention(nn.Module):
 
     def _pruning(self) -> dict:
         """prune_eps / qk_bound arguments of the op. With QK-norm, |scale * q . k| is bounded by the norm
-        weights for free (RoPE keeps norms); 1% covers rounding of the normalised q, k in bf16."""
+        weights for free (RoPE keeps norms): qk_norm_bound."""
         eps = self.config.prune_eps
         if eps is None:
             return {}
         if self.q_norm is None:
             return {"prune_eps": eps, "qk_bound": "auto"}
-        w_q, w_k = self.q_norm.weight.detach(), self.k_norm.weight.detach()
-        bound = w_q.abs().max().float() * w_k.abs().max().float() * (self.head_dim ** 0.5) * 1.01
-        return {"prune_eps": eps, "qk_bound": bound}
+        return {"prune_eps": eps, "qk_bound": qk_norm_bound(self.q_norm.weight, self.k_norm.weight, self.head_dim)}
 
     def _attend(self, x, q, k, v, ctx: SeqContext, cache) -> torch.Tensor:
         backend = self.config.attention_backend
