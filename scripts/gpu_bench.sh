@@ -12,6 +12,8 @@
 #   prunegiven  the same with a given bound (--qk-bound 25, about what "auto" finds on these inputs):
 #               the open-gate overhead without the pass over the norms of q and k
 #   model       whole-model training step throughput, 125M at 16K (compiled, fused loss)
+#   profile     one compiled training step of FoX (Pro) and Transformer (LLaMA) 125M at 16K under
+#               torch.profiler: where FoX (Pro)'s extra time goes (kernel tables in profile/)
 #   train       FoX (Pro) 125M training MFU at 16K: default and tile pruning (needs DATA)
 #   attn        kernel rows at 2K and 8K
 #   decode      decode op; whole-model decoding of the 760M preset at 32K
@@ -51,6 +53,8 @@ tune) step tune 150 python scripts/tune_attention.py --dims 64 --heads 24 --minu
           --out "$OUT/tune_d64_h200.json" ;;
 prune) step prune 90 $FX bench attention --prune --providers foxformer --seqlens 4096,16384,65536 \
            --configs 64x24,128x12,128x12x2 --out "$OUT/attention_prune_h200.json" ;;
+profile) step profile 200 $FX bench model --presets fox-pro-125m,transformer-llama-125m --context 16384 \
+           --compile --no-anchor --steps 3 --warmup 2 --profile "$OUT/profile" --out "$OUT/model_profiled_h200.json" ;;
 prunegiven) step prunegiven 90 $FX bench attention --prune --qk-bound 25 --providers foxformer \
            --seqlens 4096,16384,65536 --configs 64x24,128x12,128x12x2 \
            --out "$OUT/attention_prune_given_bound_h200.json" ;;

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import time
 
 import torch
@@ -38,8 +39,10 @@ def _size_of(preset: str) -> str:
 
 
 def measure(model: torch.nn.Module, vocab: int, context: int, batch: int, steps: int, warmup: int,
-            dtype: torch.dtype, device: torch.device, desc: str, loss_kwargs: dict | None = None) -> dict:
-    """Median step time and peak memory of `steps` timed training steps after `warmup` ones."""
+            dtype: torch.dtype, device: torch.device, desc: str, loss_kwargs: dict | None = None,
+            profile_path: str | None = None) -> dict:
+    """Median step time and peak memory of `steps` timed training steps after `warmup` ones; with
+    profile_path, one more step under torch.profiler, its operator table written there."""
     model.to(device).train()
     fused = device.type == "cuda"
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=fused)
@@ -63,8 +66,26 @@ def measure(model: torch.nn.Module, vocab: int, context: int, batch: int, steps:
             times.append(time.perf_counter() - t0)
     step = sorted(times)[len(times) // 2]
     peak = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else None
+    if profile_path:
+        with torch.profiler.profile() as prof:
+            with torch.autocast(device.type, dtype=dtype, enabled=use_amp):
+                loss = model(input_ids=ids, labels=ids, **(loss_kwargs or {})).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+        write_profile(prof, profile_path, device)
     return {"step_s": step, "tokens_per_s": batch * context / step, "peak_mem_gib": peak,
             "loss": float(loss.detach())}
+
+
+def write_profile(prof, path: str, device: torch.device, rows: int = 60) -> None:
+    """Top operators / kernels of one profiled step by self device time (CPU time on CPU), as text."""
+    key = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "w") as f:
+        f.write(prof.key_averages().table(sort_by=key, row_limit=rows, max_name_column_width=90))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -99,8 +120,9 @@ def run(args: argparse.Namespace) -> int:
         try:
             ours = name == preset  # the transformers anchor keeps its own loss
             loss_kwargs = {"return_logits": False} if args.fused_loss and ours else None
+            prof = os.path.join(args.profile, f"{name}.txt") if args.profile else None
             res = measure(model, cfg.vocab_size, args.context, batch, args.steps, args.warmup, dtype, device, name,
-                          loss_kwargs)
+                          loss_kwargs, prof)
         except torch.OutOfMemoryError:
             res = {"step_s": None, "tokens_per_s": None, "peak_mem_gib": None, "loss": None, "error": "OOM"}
         flops = training_flops_per_token(cfg, args.context)
@@ -151,6 +173,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--grad-ckpt", action="store_true", help="activation checkpointing")
     p.add_argument("--no-anchor", dest="anchor", action="store_false",
                    help="skip transformers' LlamaForCausalLM (SDPA) anchor")
+    p.add_argument("--profile", default=None, metavar="DIR",
+                   help="also profile one step per model: DIR/<name>.txt, operators by self device time")
     p.add_argument("--out", default="bench_model.json")
     p.set_defaults(func=run)
 
