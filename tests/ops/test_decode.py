@@ -164,3 +164,11 @@ def test_head_dim_1_with_any_last_stride():
     want = dense_reference(q, k, v, c, None, 0.5)
     got = forgetting_attention_decode(q, k, v, c, softmax_scale=0.5, backend="triton")
     torch.testing.assert_close(got.double(), want, rtol=0, atol=2e-5)
+
+
+@pytest.mark.parametrize("backend", ["triton", "torch"])
+def test_no_queries_give_an_empty_output(backend):
+    # the torch path used to crash in torch.cat of an empty list while the Triton path returned [B, 0, Hq, D]
+    q, k, v, c = make(2, 1, 20, 4, 2, 16, torch.float32, seed=6)
+    got = forgetting_attention_decode(q[:, :0], k, v, c, backend=backend)
+    assert got.shape == (2, 0, 4, 16) and got.dtype == q.dtype
