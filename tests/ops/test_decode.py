@@ -172,3 +172,28 @@ def test_no_queries_give_an_empty_output(backend):
     q, k, v, c = make(2, 1, 20, 4, 2, 16, torch.float32, seed=6)
     got = forgetting_attention_decode(q[:, :0], k, v, c, backend=backend)
     assert got.shape == (2, 0, 4, 16) and got.dtype == q.dtype
+
+
+# B, Tq, Tk, start: a start past a query's own position (Tk - Tq + i) left that row no key, so NaN
+_STARTS_PAST_A_QUERY = {
+    "past-the-only-query": (1, 1, 20, [[0, 20]]),
+    "past-the-first-of-a-chunk": (2, 3, 20, [[0, 0], [18, 4]]),
+}
+
+
+@pytest.mark.parametrize("backend", ["triton", "torch"])
+@pytest.mark.parametrize("case", list(_STARTS_PAST_A_QUERY))
+def test_a_start_past_a_query_is_refused_on_cpu(case, backend):
+    B, Tq, Tk, start = _STARTS_PAST_A_QUERY[case]
+    q, k, v, c = make(B, Tq, Tk, 4, 2, 16, torch.float32, seed=7)
+    with pytest.raises(ValueError, match="start"):
+        forgetting_attention_decode(q, k, v, c, torch.tensor(start), backend=backend)
+
+
+@pytest.mark.parametrize("backend", ["triton", "torch"])
+def test_a_start_at_the_first_query_is_accepted(backend):
+    B, Tq, Tk, Hq, Hkv, D = 1, 3, 20, 4, 2, 16
+    q, k, v, c = make(B, Tq, Tk, Hq, Hkv, D, torch.float32, seed=8)
+    start = torch.tensor([[Tk - Tq, 0]])          # the first query sees only its own key
+    got = forgetting_attention_decode(q, k, v, c, start, softmax_scale=0.25, backend=backend)
+    torch.testing.assert_close(got.double(), dense_reference(q, k, v, c, start, 0.25), rtol=0, atol=2e-5)

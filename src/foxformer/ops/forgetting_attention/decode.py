@@ -61,6 +61,12 @@ def _check(q, k, v, c, start) -> None:
     devices = {t.device for t in (q, k, v, c) + (() if start is None else (start,))}
     if len(devices) > 1:
         raise ValueError(f"q, k, v, c and start must be on one device, got {sorted(str(d) for d in devices)}")
+    # A start past a query's own position leaves its row no key: softmax of nothing, NaN on both paths.
+    # Reading start costs nothing on the CPU; on a GPU it would be a device sync per layer and step, so
+    # there it stays the caller's contract (see the docstring).
+    if start is not None and start.device.type == "cpu" and Tq and start.numel() and int(start.max()) > Tk - Tq:
+        raise ValueError(f"start: {int(start.max())} is past the first query's position Tk - Tq = {Tk - Tq}, "
+                         f"which would then attend to no key; every start must be <= Tk - Tq")
 
 
 def forgetting_attention_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.Tensor,
@@ -74,7 +80,9 @@ def forgetting_attention_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
         k, v: [B, Tk, Hkv, D], may be strided views of larger buffers (the last dim contiguous).
         c: float64 [B, Tk, Hq] running gate cumsum (may be a transposed view of a [B, Hq, cap] buffer).
         start: int [B, Hkv] first live key per (batch, kv head) (eviction); None (or a negative
-            start) means 0.
+            start) means 0. Every start must be <= Tk - Tq (each query keeps at least its own key):
+            checked (ValueError) for CPU tensors only; on a GPU, where checking would cost a device
+            sync, a start past a query's position gives NaN in that query's rows.
         backend: "auto" (triton for CUDA tensors, torch otherwise) | "triton" | "torch".
         num_splits: key splits per (batch, kv head) for the Triton kernel (None: enough to fill the GPU).
 
