@@ -92,3 +92,22 @@ def test_haystack_outside_vocabulary_fails(setup):
     tok, hay = setup
     with pytest.raises(ValueError, match="vocabulary"):
         niah_grid(copy_model(8), tok, hay, lengths=[80], keys=KEYS, progress=False)
+
+
+@pytest.mark.parametrize("lengths", [[16, 32, 64], [64, 16, 32], [32, 64, 16]],
+                         ids=["ascending", "largest-first", "smallest-last"])
+def test_heatmap_training_length_line_follows_the_lengths_in_any_order(lengths, tmp_path, monkeypatch):
+    # the line sat after the first `count(l <= train_len)` columns, so it split unsorted --lengths wrongly
+    from foxformer.eval import plots
+    from foxformer.eval.niah import NiahResult
+
+    figures, save = [], plots.save_figure
+    monkeypatch.setattr(plots, "save_figure", lambda fig, path: (figures.append(fig), save(fig, path))[1])
+    records = [{"length": l, "depth": 0.0, "mode": "standard", "found": l <= 32, "ll_correct": l <= 32,
+                "answer_logprob": 0.0} for l in lengths]
+    result = NiahResult(name="m", lengths=lengths, depths=[0.0], modes=["standard"], train_len=32, records=records)
+    plots.plot_niah_heatmaps([result], str(tmp_path / "niah.png"))
+    ax = figures[0].axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["16", "32", "64"]
+    assert ax.images[0].get_array().tolist() == [[1.0, 1.0, 0.0]]   # the columns follow their labels
+    assert [line.get_xdata()[0] for line in ax.lines] == [1.5]       # between 32 and 64

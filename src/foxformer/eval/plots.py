@@ -69,12 +69,16 @@ def plot_niah_heatmaps(results: Sequence, path: str, *, metric: str = "accuracy"
     cmap = matplotlib.colors.LinearSegmentedColormap.from_list("niah", ["#d7301f", "#fdae61", "#1a9850"])
     im = None
     for ax, (r, mode) in zip(axes.flat, panels):
-        grid = np.asarray(r.grid(mode, metric))  # [depths, lengths]
+        # Columns in ascending length whatever the order of --lengths: the training-length line below
+        # separates the first `inside` columns from the rest, which is right only for sorted lengths.
+        order = np.argsort(r.lengths, kind="stable")
+        lengths = [r.lengths[i] for i in order]
+        grid = np.asarray(r.grid(mode, metric))[:, order]  # [depths, lengths]
         im = ax.imshow(grid, cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto")
-        ax.set_xticks(range(len(r.lengths)), [str(l) for l in r.lengths], rotation=45, fontsize=7)
+        ax.set_xticks(range(len(lengths)), [str(l) for l in lengths], rotation=45, fontsize=7)
         ax.set_yticks(range(len(r.depths)), [f"{100 * d:.0f}%" for d in r.depths], fontsize=7)
-        inside = sum(1 for l in r.lengths if r.train_len and l <= r.train_len)
-        if 0 < inside < len(r.lengths):  # dashed line between lengths within training and beyond it
+        inside = sum(1 for l in lengths if r.train_len and l <= r.train_len)
+        if 0 < inside < len(lengths):  # dashed line between lengths within training and beyond it
             ax.axvline(inside - 0.5, color="white", ls="--", lw=1.2)
         ax.set_xlabel("context length")
         ax.set_ylabel("needle depth")
