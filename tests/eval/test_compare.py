@@ -136,3 +136,40 @@ def test_positions_before_the_first_are_refused(tmp_path, positions):
     a = _write_run(tmp_path, "a", np.ones(63))
     with pytest.raises(ValueError, match="positions"):
         compare([a], str(tmp_path / "out"), positions=positions)
+
+
+def _write_models(tmp_path, run, loss_models, niah_models):
+    """A run whose loss.json and niah.json hold the named models (NIAH accuracy 1 for every model)."""
+    from foxformer.eval.niah import NiahResult
+    from foxformer.eval.outputs import save_niah
+
+    path = _write_run(tmp_path, run, np.ones(63))
+    loss_json = tmp_path / run / "eval" / "loss.json"
+    data = json.loads(loss_json.read_text())
+    data["models"] = [{**data["models"][0], "name": m} for m in loss_models]
+    loss_json.write_text(json.dumps(data))
+    if niah_models:
+        records = [{"length": 32, "depth": 0.0, "mode": "standard", "needle": 0, "seed": 0, "value": "1",
+                    "answer_logprob": 0.0, "ll_correct": True, "found": True}]
+        save_niah([NiahResult(name=m, lengths=[32], depths=[0.0], modes=["standard"], train_len=16, records=records)
+                   for m in niah_models], str(tmp_path / run / "eval"))
+    return path
+
+
+# (loss models, niah models) of two runs, the --names of the loss models, and the NIAH labels expected
+_NIAH_RENAMES = {
+    # same number of NIAH results as models, but spread otherwise: by position z got y's label
+    "other-counts-per-run": ((["x", "y"], ["x"]), (["z"], ["z", "w"]), ["X", "Y", "Z"], ["X", "Z", "w"]),
+    "other-order-in-a-run": ((["x", "y"], ["y", "x"]), (["z"], []), ["X", "Y", "Z"], ["Y", "X"]),
+    # fewer NIAH results than models (here and above): nothing was renamed
+    "one-run-without-niah": ((["x"], []), (["z"], ["z"]), ["X", "Z"], ["Z"]),
+}
+
+
+@pytest.mark.parametrize("case", list(_NIAH_RENAMES))
+def test_names_follow_each_needle_result_to_its_run(tmp_path, case):
+    a, b, names, want = _NIAH_RENAMES[case]
+    runs = [_write_models(tmp_path, "a", *a), _write_models(tmp_path, "b", *b)]
+    compare(runs, str(tmp_path / "out"), names=names)
+    niah_table = (tmp_path / "out" / "compare.md").read_text().split("Needle retrieval")[1]
+    assert [line.split(" | ")[0].lstrip("| ") for line in niah_table.splitlines() if "| standard |" in line] == want

@@ -41,9 +41,10 @@ def _same_sequences(a: dict, b: dict) -> bool:
 
 
 def load_curves(run_dirs: list[str]) -> list[SimpleNamespace]:
-    """One curve per model found in the runs' loss.json files (attributes as ``plots`` expects)."""
+    """One curve per model found in the runs' loss.json files (attributes as ``plots`` expects, and
+    ``run_index``: the position in ``run_dirs`` of the run it came from)."""
     curves, reference = [], None
-    for run_dir in run_dirs:
+    for i, run_dir in enumerate(run_dirs):
         path = _loss_json(run_dir)
         with open(path) as f:
             data = json.load(f)
@@ -54,7 +55,7 @@ def load_curves(run_dirs: list[str]) -> list[SimpleNamespace]:
         elif not _same_sequences(measured, reference[1]):
             raise ValueError(f"run_dirs: {path} measured {measured}, but {reference[0]} measured {reference[1]}; "
                              f"compare only evaluations of the same sequences")
-        curves += [SimpleNamespace(**m) for m in data["models"]]
+        curves += [SimpleNamespace(**m, run_index=i) for m in data["models"]]
     return curves
 
 
@@ -163,10 +164,14 @@ def compare(run_dirs: list[str], out_dir: str, positions=DEFAULT_POSITIONS, name
     if bad:
         raise ValueError(f"positions: expected token positions >= 1, got {bad}")
     curves = load_curves(run_dirs)
+    # A run's niah.json need not hold the models of its loss.json, nor in their order: NIAH results take
+    # the new name of the model of the same name in the same run, not the name at their position.
+    renamed = {}
     if names:
         if len(names) != len(curves):
             raise ValueError(f"names: {len(names)} given for {len(curves)} models")
         for c, n in zip(curves, names):
+            renamed[(c.run_index, c.name)] = n
             c.name = n
     os.makedirs(out_dir, exist_ok=True)
     by_name = {c.name: c for c in curves}
@@ -188,11 +193,12 @@ def compare(run_dirs: list[str], out_dir: str, positions=DEFAULT_POSITIONS, name
         cells += ["-" if r[f"L@{p}"] is None else f"{r[f'L@{p}']:.3f}" for p in positions]
         lines.append("| " + " | ".join(cells) + " |")
     table = "\n".join(lines) + "\n"
-    niah = load_niah(run_dirs)
+    niah = []
+    for i, run_dir in enumerate(run_dirs):
+        for r in load_niah([run_dir]):
+            r.name = renamed.get((i, r.name), r.name)
+            niah.append(r)
     if niah:
-        if names and len(niah) == len(curves):
-            for r, c in zip(niah, curves):
-                r.name = c.name
         figs.append(plots.plot_niah_heatmaps(niah, os.path.join(out_dir, "niah.png")))
         table += "\nNeedle retrieval accuracy by context length (mean over depths):\n\n" + _niah_table(niah)
     with open(os.path.join(out_dir, "compare.md"), "w") as f:
