@@ -1,5 +1,6 @@
 """`foxformer eval compare`: separately evaluated runs side by side."""
 import json
+import os
 
 import numpy as np
 import pytest
@@ -173,3 +174,23 @@ def test_names_follow_each_needle_result_to_its_run(tmp_path, case):
     compare(runs, str(tmp_path / "out"), names=names)
     niah_table = (tmp_path / "out" / "compare.md").read_text().split("Needle retrieval")[1]
     assert [line.split(" | ")[0].lstrip("| ") for line in niah_table.splitlines() if "| standard |" in line] == want
+
+
+@pytest.mark.parametrize("figure", ["loss_curves.png", "loss_difference.png"], ids=["loss-curves", "loss-difference"])
+def test_training_length_line_is_where_the_loss_plots_draw_it(tmp_path, monkeypatch, figure):
+    # x is the position i of L(i), the loss with i tokens of context: a model trained on sequences of
+    # train_len tokens saw contexts up to train_len - 1, where `eval loss` draws the line; compare drew it at train_len
+    from foxformer.eval import plots
+
+    figures, save = {}, plots.save_figure
+
+    def capture(fig, path):
+        figures[os.path.basename(path)] = fig
+        return save(fig, path)
+
+    monkeypatch.setattr(plots, "save_figure", capture)
+    a = _write_run(tmp_path, "a", np.ones(63))                       # train_len 16
+    compare([a], str(tmp_path / "out"))
+    vertical = [line.get_xdata()[0] for line in figures[figure].axes[0].lines
+                if len(line.get_xdata()) == 2 and line.get_xdata()[0] == line.get_xdata()[1]]
+    assert vertical == [15]

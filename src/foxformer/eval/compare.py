@@ -92,7 +92,8 @@ def _plot_binned(curves, path: str, *, reference: SimpleNamespace | None) -> str
         x, y = log_bins(loss)
         ax.plot(x, y, "-", color=f"C{n}", lw=1.5, label=c.name)
         if c.train_len:
-            ax.axvline(c.train_len, color="0.4", ls="--", lw=1.0)
+            # x is i of L(i) (i tokens of context, loss.py): training reached i = train_len - 1, as in plots.py
+            ax.axvline(c.train_len - 1, color="0.4", ls="--", lw=1.0)
     if ref is not None:
         ax.axhline(0.0, color="0.2", lw=0.8)
     ax.set_xscale("log", base=2)
