@@ -176,3 +176,15 @@ def test_resume_on_other_data_is_refused_but_moved_data_resumes(make_cfg, data_d
     moved = tmp_path / "moved data"
     shutil.copytree(data_dir, moved)
     assert train(make_cfg(out_dir=run, max_steps=4, data_dir=str(moved)))["step"] == 4
+
+
+def test_data_without_validation_documents_says_how_to_fix_it(make_cfg, tmp_path):
+    # the message said only that split 'val' had 0 tokens, not what to do about it
+    from foxformer.data.prepare import PrepareConfig, prepare
+
+    data = tmp_path / "no val"
+    prepare(PrepareConfig(sources=["builtin:pydoc"], out_dir=str(data), val_fraction=0.0), progress=False)
+    with pytest.raises(ValueError, match=r"split 'val'.*0 tokens") as err:
+        train(make_cfg(out_dir=str(tmp_path / "never"), data_dir=str(data)))
+    assert "--val-fraction above 0" in str(err.value) and "--data" in str(err.value)
+    assert "validation split" in str(err.value)

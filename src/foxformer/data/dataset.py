@@ -58,8 +58,13 @@ class TokenDataset:
         self.doc_offsets = np.load(os.path.join(data_dir, info["index"]))
         self.n_sequences = int(self.tokens.size // seq_len)
         if self.n_sequences == 0:
+            # an empty val split comes from `data prepare --val-fraction 0`: say how to get one
+            fix = ""
+            if split == "val" and not self.tokens.size:
+                fix = ("; the dataset has no validation documents: prepare it again with --val-fraction above 0, or "
+                       "point --data at a dataset with a validation split")
             raise ValueError(f"data: split {split!r} of {data_dir!r} has {self.tokens.size} tokens, fewer than one "
-                             f"sequence of seq_len={seq_len}")
+                             f"sequence of seq_len={seq_len}{fix}")
         self._perm_cache: dict[int, np.ndarray] = {}
 
     @property
