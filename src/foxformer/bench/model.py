@@ -18,6 +18,8 @@ from tqdm import tqdm
 from foxformer.models import FoxForCausalLM, count_non_embedding, get_preset, training_flops_per_token
 from foxformer.models.config import FoxConfig
 
+from .common import environment
+
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
@@ -138,8 +140,9 @@ def run(args: argparse.Namespace) -> int:
 
     payload = {"benchmark": "model_training", "device": str(device),
                "device_name": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
-               "torch": torch.__version__, "compile": args.compile, "tokens_per_step": args.tokens_per_step,
-               "results": rows}
+               "torch": torch.__version__, "compile": args.compile, "fused_loss": args.fused_loss,
+               "tokens_per_step": args.tokens_per_step, "steps": args.steps, "warmup": args.warmup,
+               "env": environment(), "results": rows}
     cols = ["name", "context", "batch", "tokens_per_s", "step_s", "peak_mem_gib", "model_tflops"]
     print(" | ".join(cols))
     for r in rows:
