@@ -94,3 +94,12 @@ def test_bench_decode_kernel_mode(tmp_path):
                  "--device", "cpu", "--out", str(out)]) == 0
     row = json.loads(out.read_text())["rows"][0]
     assert row["fox_ms"] > 0 and row["sdpa_ms"] > 0
+
+
+@pytest.mark.parametrize("make_path", [pytest.param(lambda tmp: tmp, id="prompt-file-is-a-directory")])
+def test_generate_unreadable_prompt_file_is_a_clear_error(hf_dir, tmp_path, capsys, make_path):
+    rc = main(["generate", "--model", hf_dir, "--tokenizer", "bytes", "--prompt-file", str(make_path(tmp_path)),
+               "--device", "cpu"])
+    assert rc == 2
+    assert capsys.readouterr().err.startswith("error: ")
+

@@ -135,7 +135,8 @@ def _run(fn):
     def handler(args) -> int:
         try:
             return fn(args)
-        except (ValueError, TypeError, FileNotFoundError) as e:
+        # OSError, not only FileNotFoundError: a --prompt-file that is a directory or unreadable is a user mistake too
+        except (ValueError, TypeError, OSError) as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
     return handler
