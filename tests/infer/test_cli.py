@@ -103,3 +103,14 @@ def test_generate_unreadable_prompt_file_is_a_clear_error(hf_dir, tmp_path, caps
     assert rc == 2
     assert capsys.readouterr().err.startswith("error: ")
 
+
+@pytest.mark.parametrize("n", [pytest.param(0, id="zero-new-tokens"), pytest.param(3, id="three-new-tokens"),
+                               pytest.param(9, id="nine-new-tokens")])
+def test_generate_reports_the_number_of_tokens_generated(hf_dir, tmp_path, capsys, n):
+    # an untrained byte-level model emits bytes that are not UTF-8: the text re-encodes to more tokens
+    out = tmp_path / "gen.json"
+    assert main(["generate", "--model", hf_dir, "--tokenizer", "bytes", "--prompt", "abc", "--max-new-tokens",
+                 str(n), "--temperature", "1", "--seed", "0", "--ignore-eos", "--device", "cpu",
+                 "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["new_tokens"] == n
+    assert f"[{n} tokens in" in capsys.readouterr().err

@@ -63,7 +63,7 @@ def _cmd_generate(args) -> int:
     if args.no_stream:
         sys.stdout.write(text)
     sys.stdout.write("\n")
-    n_new = len(tokenizer.encode(text)) if text else 0
+    n_new = state.get("new_tokens", 0)
     result = {"model": args.model, "prompt_tokens": len(tokenizer.encode(prompt)), "new_tokens": n_new,
               "seconds": elapsed, "text": text, "settings": dict(vars(cfg))}
     cache = state.get("cache")

@@ -176,6 +176,15 @@ def _text_pieces(tokens: Iterator[int], tokenizer) -> Iterator[str]:
         yield tokenizer.decode(pending)
 
 
+def _counted(ints: Iterator[int], state: dict) -> Iterator[int]:
+    # The text does not tell how many tokens made it: it re-encodes to other ids (merges, bytes that are not
+    # UTF-8 and decode to U+FFFD).
+    state["new_tokens"] = 0
+    for t in ints:
+        state["new_tokens"] += 1
+        yield t
+
+
 def generate(model, tokenizer_or_ids, prompt: Optional[str] = None, *, config: Optional[GenerationConfig] = None,
              state: Optional[dict] = None, **options) -> Iterator:
     """Stream a continuation.
@@ -189,7 +198,8 @@ def generate(model, tokenizer_or_ids, prompt: Optional[str] = None, *, config: O
         config / options: a GenerationConfig, or its fields as keywords (max_new_tokens, temperature,
             top_k, top_p, seed, evict_eps, evict_qk_bound, evict_max_len, fgate_bias_shift,
             prefill_chunk, stop_token). With a tokenizer that has ``eot_id``, stop_token defaults to it.
-        state: optional dict that receives the live cache under "cache".
+        state: optional dict that receives the live cache under "cache" (and, with a tokenizer, the number
+            of tokens generated so far under "new_tokens").
 
     Example::
 
@@ -224,6 +234,8 @@ def generate(model, tokenizer_or_ids, prompt: Optional[str] = None, *, config: O
         ints = (int(t[0]) for t in stream)
         if config.stop_token is not None:
             ints = itertools.takewhile(lambda t: t != config.stop_token, ints)
+        if state is not None:
+            ints = _counted(ints, state)
         return _text_pieces(ints, tokenizer)
     if prompt is not None:
         raise TypeError("prompt: only used with a tokenizer; pass token ids as the second argument instead")
