@@ -140,3 +140,11 @@ def test_real_lm_eval_runs_local_tasks_offline(tok, tmp_path):
     assert res["results"]["fox_copy_mc"]["acc,none"] == 1.0
     assert res["results"]["fox_copy_gen"]["exact_match,none"] == 1.0
     assert (tmp_path / "harness.json").stat().st_size > 0
+
+
+@pytest.mark.parametrize("pairs", [pytest.param([("", "")], id="empty-context-and-continuation-alone"),
+                                   pytest.param([("", ""), ("a", " b")], id="empty-pair-in-a-batch")])
+def test_empty_continuation_scores_zero(tok, pairs):
+    adapter = HarnessAdapter(tiny_model("fox-pro-tiny", vocab=64).double(), tok, max_length=4, progress=False)
+    assert adapter.loglikelihood(pairs)[0] == (0.0, True)
+

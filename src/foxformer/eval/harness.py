@@ -59,8 +59,12 @@ class HarnessAdapter:
     @torch.no_grad()
     def _score(self, items: Sequence[tuple[list[int], list[int]]]) -> list[tuple[float, bool]]:
         """(sum log p(cont | ctx), greedy) for token pairs, batched by length with right padding."""
-        order = sorted(range(len(items)), key=lambda i: -len(items[i][0]) - len(items[i][1]))
         out: list = [None] * len(items)
+        for i, (_, cont) in enumerate(items):
+            if not cont:  # nothing to score; alone it would be an empty forward (both strings empty)
+                out[i] = (0.0, True)
+        order = sorted((i for i in range(len(items)) if items[i][1]),
+                       key=lambda i: -len(items[i][0]) - len(items[i][1]))
         dev = model_device(self.model)
         for s in tqdm(range(0, len(order), self.batch_size), desc="loglikelihood", unit="batch",
                       disable=not self.progress):
