@@ -148,3 +148,10 @@ def test_empty_continuation_scores_zero(tok, pairs):
     adapter = HarnessAdapter(tiny_model("fox-pro-tiny", vocab=64).double(), tok, max_length=4, progress=False)
     assert adapter.loglikelihood(pairs)[0] == (0.0, True)
 
+
+@pytest.mark.parametrize("cont", [pytest.param(" c d e f g", id="continuation-one-longer-than-max-length"),
+                                  pytest.param(" c d e f g h i", id="continuation-much-longer")])
+def test_continuation_longer_than_max_length_is_a_clear_error(tok, cont):
+    adapter = HarnessAdapter(tiny_model("fox-pro-tiny", vocab=64).double(), tok, max_length=4, progress=False)
+    with pytest.raises(ValueError, match="max_length"):
+        adapter.loglikelihood([("a b", cont)])

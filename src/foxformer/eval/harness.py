@@ -61,6 +61,11 @@ class HarnessAdapter:
         """(sum log p(cont | ctx), greedy) for token pairs, batched by length with right padding."""
         out: list = [None] * len(items)
         for i, (_, cont) in enumerate(items):
+            # The window holds max_length inputs: a longer continuation cannot be scored whole (and a partial
+            # sum would be a different number than lm_eval asks for).
+            if len(cont) > self.max_length:
+                raise ValueError(f"max_length: a continuation of {len(cont)} tokens does not fit the context "
+                                 f"window of {self.max_length} tokens; pass a larger max_length (--max-length)")
             if not cont:  # nothing to score; alone it would be an empty forward (both strings empty)
                 out[i] = (0.0, True)
         order = sorted((i for i in range(len(items)) if items[i][1]),
