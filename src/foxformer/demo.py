@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -186,7 +187,8 @@ def run_demo(out: str = "runs/demo", minutes: float = 3.0, device: str = "auto",
     from .train.distributed import init_distributed
     from .train.loop import evaluate, train
 
-    if not isinstance(minutes, (int, float)) or minutes <= 0:
+    # isfinite: inf and nan pass `<= 0` and only failed after data preparation and probing, as a NaN cast
+    if not isinstance(minutes, (int, float)) or not math.isfinite(minutes) or minutes <= 0:
         raise ValueError(f"minutes: expected a positive number, got {minutes!r}")
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"

@@ -1,6 +1,8 @@
 import json
 import os
 
+import pytest
+
 from foxformer.cli import main
 
 
@@ -36,3 +38,11 @@ def test_demo_end_to_end_small(tmp_path):
     assert os.path.getsize(os.path.join(out, "demo.png")) > 10_000
     data = json.load(open(os.path.join(out, "demo_summary.json")))
     assert len(data["per_position"]["fox-pro-tiny"]) == 63
+
+
+@pytest.mark.parametrize("minutes", [pytest.param("inf", id="minutes-inf"), pytest.param("nan", id="minutes-nan")])
+def test_demo_rejects_a_non_finite_minutes_before_any_work(tmp_path, capsys, minutes):
+    out = tmp_path / "demo"
+    assert main(["demo", "--minutes", minutes, "--out", str(out), "--device", "cpu", "--no-progress"]) == 2
+    assert "minutes" in capsys.readouterr().err
+    assert not out.exists()
