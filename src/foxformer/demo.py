@@ -197,6 +197,9 @@ def run_demo(out: str = "runs/demo", minutes: float = 3.0, device: str = "auto",
     if unknown:
         raise ValueError(f"overrides: unknown keys {sorted(unknown)}; expected some of {sorted(geo)}")
     geo.update(overrides or {})
+    # a context below 1 only failed later, as a traceback from an empty forward in the speed probe
+    if isinstance(geo["context"], bool) or not isinstance(geo["context"], int) or geo["context"] < 1:
+        raise ValueError(f"context: expected a positive integer, got {geo['context']!r}")
 
     def log(msg: str) -> None:
         print(f"[demo] {msg}", file=sys.stderr, flush=True)

@@ -46,3 +46,11 @@ def test_demo_rejects_a_non_finite_minutes_before_any_work(tmp_path, capsys, min
     assert main(["demo", "--minutes", minutes, "--out", str(out), "--device", "cpu", "--no-progress"]) == 2
     assert "minutes" in capsys.readouterr().err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("context", [pytest.param("0", id="context-zero"), pytest.param("-8", id="context-negative")])
+def test_demo_rejects_a_non_positive_context_before_any_work(tmp_path, capsys, context):
+    out = tmp_path / "demo"
+    assert main(["demo", "--context", context, "--out", str(out), "--device", "cpu", "--no-progress"]) == 2
+    assert "context" in capsys.readouterr().err
+    assert not out.exists()
