@@ -51,12 +51,8 @@ def measure(model: torch.nn.Module, vocab: int, context: int, batch: int, steps:
     g = torch.Generator(device="cpu").manual_seed(0)
     ids = torch.randint(0, vocab, (batch, context), generator=g).to(device)
     use_amp = dtype != torch.float32
-    times = []
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-    for i in tqdm(range(warmup + steps), desc=desc, leave=False):
-        t0 = time.perf_counter()
+
+    def train_step() -> torch.Tensor:
         with torch.autocast(device.type, dtype=dtype, enabled=use_amp):
             loss = model(input_ids=ids, labels=ids, **(loss_kwargs or {})).loss
         loss.backward()
@@ -64,19 +60,22 @@ def measure(model: torch.nn.Module, vocab: int, context: int, batch: int, steps:
         opt.zero_grad(set_to_none=True)
         if device.type == "cuda":
             torch.cuda.synchronize()
+        return loss
+
+    times = []
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    for i in tqdm(range(warmup + steps), desc=desc, leave=False):
+        t0 = time.perf_counter()
+        loss = train_step()
         if i >= warmup:
             times.append(time.perf_counter() - t0)
     step = sorted(times)[len(times) // 2]
     peak = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else None
     if profile_path:
         with torch.profiler.profile() as prof:
-            with torch.autocast(device.type, dtype=dtype, enabled=use_amp):
-                loss = model(input_ids=ids, labels=ids, **(loss_kwargs or {})).loss
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            if device.type == "cuda":
-                torch.cuda.synchronize()
+            loss = train_step()
         write_profile(prof, profile_path, device)
     return {"step_s": step, "tokens_per_s": batch * context / step, "peak_mem_gib": peak,
             "loss": float(loss.detach())}

@@ -28,12 +28,13 @@ def summarize(run_dir: str, skip: int) -> dict:
     if not starts or not train:
         raise ValueError(f"{run_dir}: no training records in metrics.jsonl (did the run start?)")
     timed = [r["tokens_per_s"] for r in train[skip:]] or [r["tokens_per_s"] for r in train]
+    mfus = [r["mfu"] for r in train[skip:] if r.get("mfu") is not None]  # None on CPU
     first = starts[0]
     return {"run": run_dir, "commit": first.get("commit"), "world_size": first["world_size"], "parallel": first["parallel"],
             "grad_accum": first["grad_accum"], "micro_batch_size": first["micro_batch_size"],
             "segments": ",".join(str(s["world_size"]) for s in starts),  # world size of each (re)start
             "losses": {r["step"]: r["loss"] for r in train}, "tokens_per_s": statistics.median(timed),
-            "mfu": statistics.median([r["mfu"] for r in train[skip:] if r.get("mfu") is not None] or [0.0]) or None}
+            "mfu": statistics.median(mfus) if mfus else None}
 
 
 def compare(runs: list[dict], tolerance: float) -> list[dict]:
