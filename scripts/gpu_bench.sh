@@ -12,9 +12,12 @@
 #   prunegiven  the same with a given bound (--qk-bound 25, about what "auto" finds on these inputs):
 #               the open-gate overhead without the pass over the norms of q and k
 #   model       whole-model training step throughput, 125M at 16K (compiled, fused loss)
+#   modelplain  the same, compiled without the fused loss, with transformers' Llama (compiled) as anchor
 #   profile     one compiled training step of FoX (Pro) and Transformer (LLaMA) 125M at 16K under
 #               torch.profiler: where FoX (Pro)'s extra time goes (kernel tables in profile/)
 #   train       FoX (Pro) 125M training MFU at 16K: default and tile pruning (needs DATA)
+#   trainprune  tile pruning on a model trained for a while: FoX (Pro) 125M at 16K trains for TRAIN_MIN
+#               minutes, then both settings resume from its checkpoint for 8 steps (needs DATA)
 #   attn        kernel rows at 2K and 8K
 #   decode      decode op; whole-model decoding of the 760M preset at 32K
 #   decode125   whole-model decoding of the 125M preset, 4K to 64K, with and without eviction
@@ -34,9 +37,9 @@ step() {  # step NAME SECONDS CMD...: run CMD under a time limit, log to $OUT/NA
     timeout "$secs" "$@" > "$OUT/$name.log" 2>&1; echo "=== $name rc=$? $(date +%T)"
     tail -n 25 "$OUT/$name.log"
 }
-train_run() {  # train_run NAME EXTRA...: a short FoX (Pro) 125M run at 16K, compiled, fused loss
-    local name=$1; shift
-    step "$name" 150 $FX train --preset fox-pro-125m --context 16384 --data "$DATA" --batch-tokens 256Ki \
+train_run() {  # train_run NAME SECONDS EXTRA...: a short FoX (Pro) 125M run at 16K, compiled, fused loss
+    local name=$1 secs=$2; shift 2
+    step "$name" "$secs" $FX train --preset fox-pro-125m --context 16384 --data "$DATA" --batch-tokens 256Ki \
         --micro-batch-size 2 --max-steps 10 --total-tokens 100M --warmup-tokens 1M --compile --fused-loss \
         --log-every 1 --checkpoint-every-tokens 100G --eval-every-tokens 100G --no-progress \
         --set export_hf=false --out "runs_bench/$name" "$@"
@@ -60,8 +63,17 @@ prunegiven) step prunegiven 90 $FX bench attention --prune --qk-bound 25 --provi
            --out "$OUT/attention_prune_given_bound_h200.json" ;;
 model) step model 150 $FX bench model --presets fox-pro-125m,transformer-llama-125m --context 16384 \
            --compile --fused-loss --no-anchor --out "$OUT/model_125m_compiled_fused_h200.json" ;;
-train) train_run train_fox_pro_125m_16k
-       train_run train_fox_pro_125m_16k_prune --model prune_eps=4.54e-5 ;;
+modelplain) step modelplain 300 $FX bench model --presets fox-pro-125m,transformer-llama-125m --context 16384 \
+           --compile --out "$OUT/model_125m_compiled_h200.json" ;;
+trainprune) train_run trained_base 300 --max-steps 100000 --max-minutes "${TRAIN_MIN:-3}"
+       ck=$(ls -d runs_bench/trained_base/checkpoints/step_* 2>/dev/null | tail -n 1)
+       if [ -n "$ck" ]; then
+           n=$(( 10#${ck##*step_} + 8 ))
+           train_run trained_noprune 120 --max-steps "$n" --resume "$ck"
+           train_run trained_prune 120 --max-steps "$n" --resume "$ck" --model prune_eps=4.54e-5
+       fi ;;
+train) train_run train_fox_pro_125m_16k 150
+       train_run train_fox_pro_125m_16k_prune 150 --model prune_eps=4.54e-5 ;;
 attn) step attn 70 $FX bench attention --providers foxformer,sdpa_flash,sdpa_cudnn,fla --seqlens 2048,8192 \
           --configs 128x12,128x12x2,64x24 --out "$OUT/attention_2k_8k_h200.json" ;;
 decode) step decode_kernel 45 $FX bench decode --kernel --preset fox-pro-125m --contexts 4096,32768,65536 \
