@@ -18,7 +18,8 @@ import triton.language as tl
 from foxformer import forgetting_attention
 from foxformer.ops import auto_qk_bound, gate_cumsum, pruning_stats
 from foxformer.ops.forgetting_attention.bwd import INTERPRET_DKDV_CONFIG, INTERPRET_DQ_CONFIG, triton_backward
-from foxformer.ops.forgetting_attention.fwd import INTERPRET_FWD_CONFIG, SEARCH_WIDTH, first_true, triton_forward
+from foxformer.ops.forgetting_attention.fwd import (INTERPRET_FWD_CONFIG, SEARCH_WIDTH, first_true, tile_bounds,
+                                                    triton_forward)
 from foxformer.ops.forgetting_attention.pruning import key_block_starts, prune_delta
 from foxformer.ops.forgetting_attention.reference import torch_backward, torch_forward
 
@@ -185,6 +186,45 @@ LAYOUTS = [
     pytest.param(100, 192, None, id="prefill-Tq100-Tk192"),
     pytest.param(192, 192, [0, 40, 192], id="varlen"),
 ]
+
+
+@pytest.mark.parametrize("bm,bn", [(32, 16), (16, 32)], ids=["bm32-bn16", "bm16-bn32"])
+@pytest.mark.parametrize("Tq,Tk,cu", LAYOUTS)
+def test_tile_bounds_match_a_plain_scan(Tq, Tk, cu, bm, bn):
+    """The per-program search kernel against the tile test written out in torch: for each query
+    block the first key block with c[first query] - c[block's last key] > delta (query-stationary),
+    for each key block the first query tile with c[first query] - c[last key] <= delta."""
+    _, _, _, log_f, _ = make(1, Tk, Tk, 3, 1, 16, "mixed", seed=3)
+    log_f = log_f[..., :3] * torch.tensor([1.0, 0.3, 3.0])     # three decay speeds
+    c_t = gate_cumsum(log_f).transpose(1, 2).contiguous()          # [1, H, Tk] float64
+    H = c_t.shape[1]
+    delta = torch.tensor([[-3.0, -8.0, -20.0]], dtype=torch.float64)
+    segs = [(0, Tk)] if cu is None else list(zip(cu[:-1], cu[1:]))
+    cu_t = torch.tensor(cu if cu is not None else [0, Tk], dtype=torch.int32)
+    max_len = max(e - s for s, e in segs)
+    n_q_all = Tq if cu is None else max_len
+    qs_blocks, ks_blocks = triton.cdiv(n_q_all, bm), triton.cdiv(max_len if cu else Tk, bn)
+    args = (c_t, delta, cu_t, cu is not None, len(segs), Tq, Tk)
+    got_q = tile_bounds(*args, qs_blocks, bm, bn, False)
+    got_k = tile_bounds(*args, ks_blocks, bm, bn, True)
+    assert (got_q > 0).any(), "the case must prune something"
+    for z, (s0, e0) in enumerate(segs):
+        n_k = e0 - s0
+        n_q = n_k if cu is not None else Tq
+        off = n_k - n_q
+        c = c_t[0, :, s0:e0]
+        for h in range(H):
+            d = delta[0, h].item()
+            for b in range(triton.cdiv(n_q, bm)):
+                p = off + b * bm
+                want = next(j for j in range(0, p // bn + 1) if j == p // bn or c[h, p] - c[h, j * bn + bn - 1] > d)
+                assert got_q[z, h, b].item() == want * bn, ("query block", z, h, b)
+            for b in range(triton.cdiv(n_k, bn)):
+                i_lo = max(b * bn - off, 0)
+                last = min(b * bn + bn, n_k) - 1
+                tiles = list(range(i_lo, n_q, bm))
+                want = next((t for t in tiles if c[h, off + t] - c[h, last] <= d), i_lo + len(tiles) * bm)
+                assert got_k[z, h, b].item() == want, ("key block", z, h, b)
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the interpreter's numpy meets the NaN

@@ -29,7 +29,6 @@ from .fwd import (
     block_d_for,
     check_inputs,
     check_prune_delta,
-    first_pruned_query_tile,
     dot_precision,
     is_interpreted,
     kv_tile_logits,
@@ -41,6 +40,7 @@ from .fwd import (
     pick_config,
     rel_c,
     split_f64,
+    tile_bounds,
     upcast_dots,
 )
 
@@ -131,10 +131,10 @@ def _dkdv_step(dk, dv, colsum, k, v, ck2, ck_hi, ck_lo, cols,
         visible = (cols[:, None] <= pos_q[None, :]) & row_ok[None, :]
         pT = tl.exp2(tl.where(visible, qkT * scale2 + biasT - lse2[None, :], float("-inf")))
     else:
-        lse2 = tl.load(lse_base + rows) * LOG2E
         delta = tl.load(delta_base + rows)
-        cq2 = (tl.load(c_base + pos_q) - r).to(tl.float32) * LOG2E
-        pT = tl.exp2(qkT * scale2 + (cq2[None, :] - ck2[:, None]) - lse2[None, :])
+        # lse joins the per-row term: one subtraction per element fewer than a separate "- lse"
+        row2 = (tl.load(c_base + pos_q) - r).to(tl.float32) * LOG2E - tl.load(lse_base + rows) * LOG2E
+        pT = tl.exp2(qkT * scale2 + (row2[None, :] - ck2[:, None]))
     dv = mma(pT.to(do.dtype), do, dv, DOT_PRECISION, UPCAST)
     dpT = mma(v, tl.trans(do), None, DOT_PRECISION, UPCAST)
     dsT = pT * (dpT - delta[None, :])
@@ -145,7 +145,7 @@ def _dkdv_step(dk, dv, colsum, k, v, ck2, ck_hi, ck_lo, cols,
 
 @triton.jit
 def _dkdv_kernel(
-    Q, K, V, C, DO, Lse, Delta, DK, DV, ColSum, CuSeqlens, PruneDelta,
+    Q, K, V, C, DO, Lse, Delta, DK, DV, ColSum, CuSeqlens, PruneBound,
     stride_qb, stride_qt, stride_qh,
     stride_kb, stride_kt, stride_kh,
     stride_vb, stride_vt, stride_vh,
@@ -206,10 +206,10 @@ def _dkdv_kernel(
         full_end = i_full
         tail_end = n_q
         if PRUNE:
-            # Query tiles from i_hi on have c[first query] - c[last key] <= delta: skip them.
-            delta_p = tl.load(PruneDelta + zb * (GROUP * tl.num_programs(1)) + head)
-            n_tiles = tl.cdiv(tl.maximum(n_q - i_lo, 0), BLOCK_M)
-            i_hi = i_lo + first_pruned_query_tile(c_base, r, delta_p, off + i_lo, n_tiles, BLOCK_M) * BLOCK_M
+            # Query tiles from i_hi on have c[first query] - c[last key] <= delta: skip them
+            # (PruneBound: [n_z, Hq, n_kblocks], from tile_bounds).
+            i_hi = tl.load(PruneBound + (tl.program_id(2) * (GROUP * tl.num_programs(1)) + head)
+                           * tl.num_programs(0) + pid_n)
             band_end = tl.minimum(i_mid, i_hi)
             full_end = tl.minimum(i_full, i_hi)
             tail_end = tl.minimum(n_q, i_hi)
@@ -244,15 +244,19 @@ def _dkdv_kernel(
 
 
 @triton.jit
-def _dq_step(dq, rowsum, q, do, lse2, delta, cq2, cq_hi, cq_lo, pos_q,
+def _dq_step(dq, rowsum, q, do, lse2, delta, row2, cq_hi, cq_lo, pos_q,
              k_base, v_base, c_base, r, n0, hi, stride_kt, stride_vt, scale2,
              offs_n, offs_d, d_ok,
              MASKED: tl.constexpr, MASK_D: tl.constexpr, DOT_PRECISION: tl.constexpr,
              UPCAST: tl.constexpr):
-    # pos_q is -1 on padded rows, which masks them out entirely.
-    k, v, s = kv_tile_logits(q, cq2, cq_hi, cq_lo, pos_q, k_base, v_base, c_base, r, n0, hi, stride_kt, stride_vt,
-                             scale2, offs_n, offs_d, d_ok, MASKED, MASK_D, DOT_PRECISION, UPCAST)
-    p = tl.exp2(s - lse2[:, None])
+    # pos_q is -1 on padded rows, which masks them out entirely. Unmasked tiles take lse inside the
+    # per-row term (row2 = cq2 - lse2: one subtraction per element fewer); masked tiles subtract it.
+    k, v, s = kv_tile_logits(q, row2, cq_hi, cq_lo, pos_q, k_base, v_base, c_base, r, n0, hi, stride_kt,
+                             stride_vt, scale2, offs_n, offs_d, d_ok, MASKED, MASK_D, DOT_PRECISION, UPCAST)
+    if MASKED:
+        p = tl.exp2(s - lse2[:, None])
+    else:
+        p = tl.exp2(s)
     dp = mma(do, tl.trans(v), None, DOT_PRECISION, UPCAST)
     ds = p * (dp - delta[:, None])
     dq = mma(ds.to(k.dtype), k, dq, DOT_PRECISION, UPCAST)
@@ -262,7 +266,7 @@ def _dq_step(dq, rowsum, q, do, lse2, delta, cq2, cq_hi, cq_lo, pos_q,
 
 @triton.jit
 def _dq_kernel(
-    Q, K, V, C, DO, Lse, Delta, DQ, RowSum, CuSeqlens, PruneDelta,
+    Q, K, V, C, DO, Lse, Delta, DQ, RowSum, CuSeqlens, PruneBound,
     stride_qb, stride_qt, stride_qh,
     stride_kb, stride_kt, stride_kh,
     stride_vb, stride_vt, stride_vh,
@@ -307,16 +311,17 @@ def _dq_kernel(
     p_first = off + m0
     pos_q = tl.where(row_ok, off + rows, -1)
     r, cq_hi, cq_lo, cq2 = query_c(c_base, p_first, pos_q, row_ok)
+    row2 = cq2 - lse2
 
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     rowsum = tl.zeros([BLOCK_M], tl.float32)
-    lo, mid, hi = query_key_range(c_base, r, PruneDelta, zb, head, p_first, n_k, BLOCK_M, BLOCK_N, PRUNE)
+    lo, mid, hi = query_key_range(PruneBound, pid_m, p_first, n_k, BLOCK_M, BLOCK_N, PRUNE)
     for n0 in range(lo, mid, BLOCK_N):
-        dq, rowsum = _dq_step(dq, rowsum, q, do, lse2, delta, cq2, cq_hi, cq_lo, pos_q,
+        dq, rowsum = _dq_step(dq, rowsum, q, do, lse2, delta, row2, cq_hi, cq_lo, pos_q,
                               k_base, v_base, c_base, r, n0, hi, stride_kt, stride_vt, scale2,
                               offs_n, offs_d, d_ok, False, MASK_D, DOT_PRECISION, UPCAST)
     for n0 in range(mid, hi, BLOCK_N):
-        dq, rowsum = _dq_step(dq, rowsum, q, do, lse2, delta, cq2, cq_hi, cq_lo, pos_q,
+        dq, rowsum = _dq_step(dq, rowsum, q, do, lse2, delta, row2, cq_hi, cq_lo, pos_q,
                               k_base, v_base, c_base, r, n0, hi, stride_kt, stride_vt, scale2,
                               offs_n, offs_d, d_ok, True, MASK_D, DOT_PRECISION, UPCAST)
 
@@ -395,8 +400,10 @@ def triton_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
 
     cfg = dkdv_config(D, q)
     n_kblocks = triton.cdiv(int(max_seqlen) if varlen else Tk, cfg.block_n)
+    bound = tile_bounds(c, prune_delta, cu, varlen, n_z, Tq, Tk, n_kblocks, cfg.block_m, cfg.block_n,
+                        True) if prune else c
     _dkdv_kernel[(n_kblocks, Hkv, n_z)](
-        q, k, v, c, do, lse, delta, dk, dv, colsum, cu, prune_delta if prune else c,
+        q, k, v, c, do, lse, delta, dk, dv, colsum, cu, bound,
         q.stride(0), q.stride(1), q.stride(2),
         k.stride(0), k.stride(1), k.stride(2),
         v.stride(0), v.stride(1), v.stride(2),
@@ -411,8 +418,10 @@ def triton_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
 
     cfg = dq_config(D, q)
     n_qblocks = triton.cdiv(int(max_seqlen) if varlen else Tq, cfg.block_m)
+    bound = tile_bounds(c, prune_delta, cu, varlen, n_z, Tq, Tk, n_qblocks, cfg.block_m, cfg.block_n,
+                        False) if prune else c
     _dq_kernel[(n_qblocks, Hq, n_z)](
-        q, k, v, c, do, lse, delta, dq, rowsum, cu, prune_delta if prune else c,
+        q, k, v, c, do, lse, delta, dq, rowsum, cu, bound,
         q.stride(0), q.stride(1), q.stride(2),
         k.stride(0), k.stride(1), k.stride(2),
         v.stride(0), v.stride(1), v.stride(2),

@@ -204,18 +204,66 @@ def query_c(c_base, p_first, pos_q, row_ok):
 
 
 @triton.jit
-def query_key_range(c_base, r, PruneDelta, zb, head, p_first, n_k,
+def query_key_range(PruneBound, pid_m, p_first, n_k,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PRUNE: tl.constexpr):
     """Key range [lo, hi) of a query-stationary program; pruning raises lo past the key blocks this query
-    block may skip. Tiles in [lo, mid) lie entirely at or before p_first: visible to every row, no mask."""
+    block may skip (tile_bounds found them). Tiles in [lo, mid) lie entirely at or before p_first:
+    visible to every row, no mask."""
     lo = 0
     if PRUNE:
-        # PruneDelta is [B, Hq] contiguous (B == 1 with varlen, where zb == 0)
-        delta = tl.load(PruneDelta + zb * tl.num_programs(1) + head)
-        lo = first_kept_key_block(c_base, r, delta, p_first // BLOCK_N, BLOCK_N) * BLOCK_N
+        # PruneBound is [n_z, Hq, n_blocks] contiguous, the grid of this program's launch
+        slot = (tl.program_id(2) * tl.num_programs(1) + tl.program_id(1)) * tl.num_programs(0) + pid_m
+        lo = tl.load(PruneBound + slot)
     hi = tl.minimum(n_k, p_first + BLOCK_M)
     mid = lo + (tl.maximum(p_first + 1 - lo, 0) // BLOCK_N) * BLOCK_N
     return lo, mid, hi
+
+
+# The searches run in a kernel of their own, once per (block, head, sequence), and the attention
+# kernels load one integer. With the searches inside the attention kernels, pruning with gates that
+# prune nothing made the backward 3% to 9% slower (H200, 2026-11-29, `gpu_bench.sh prunegiven`): a
+# data-dependent while loop in front of the main loops, though it ran only two rounds.
+@triton.jit
+def _tile_bounds_kernel(C, PruneDelta, CuSeqlens, Bound, stride_cb, stride_ch, seqlen_q, seqlen_k,
+                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, KEY_STATIONARY: tl.constexpr,
+                        IS_VARLEN: tl.constexpr):
+    pid = tl.program_id(0)
+    head = tl.program_id(1)
+    zb, tok0, n_q, n_k = seq_bounds(CuSeqlens, tl.program_id(2), seqlen_q, seqlen_k, IS_VARLEN)
+    off = n_k - n_q
+    c_base = C + zb * stride_cb + head * stride_ch + tok0
+    delta = tl.load(PruneDelta + zb * tl.num_programs(1) + head)  # [B, Hq]; B == 1 (zb == 0) with varlen
+    out = Bound + (tl.program_id(2) * tl.num_programs(1) + head) * tl.num_programs(0) + pid
+    if KEY_STATIONARY:
+        # dk/dv: query tiles from the returned row on have c[first query] - c[last key] <= delta
+        n0 = pid * BLOCK_N
+        if n0 < n_k:
+            i_lo = tl.maximum(n0 - off, 0)
+            r = tl.load(c_base + tl.minimum(n0 + BLOCK_N, n_k) - 1)
+            n_tiles = tl.cdiv(tl.maximum(n_q - i_lo, 0), BLOCK_M)
+            tl.store(out, i_lo + first_pruned_query_tile(c_base, r, delta, off + i_lo, n_tiles, BLOCK_M) * BLOCK_M)
+    else:
+        # forward, dq: the first key (a multiple of BLOCK_N) a query block keeps
+        m0 = pid * BLOCK_M
+        if m0 < n_q:
+            p_first = off + m0
+            r = tl.load(c_base + p_first)
+            tl.store(out, first_kept_key_block(c_base, r, delta, p_first // BLOCK_N, BLOCK_N) * BLOCK_N)
+
+
+def tile_bounds(c: torch.Tensor, prune_delta: torch.Tensor, cu: torch.Tensor, varlen: bool, n_z: int,
+                seqlen_q: int, seqlen_k: int, n_blocks: int, block_m: int, block_n: int,
+                key_stationary: bool) -> torch.Tensor:
+    """Where each program of an attention launch with grid (n_blocks, Hq, n_z) starts or stops skipping
+    tiles, int32 [n_z, Hq, n_blocks]. Query-stationary (forward, dq): the first kept key. Key-stationary
+    (dk/dv, grid over query heads here): the first pruned query row. c float64 [B, Hq, Tk] contiguous."""
+    Hq = c.shape[1]
+    bound = torch.empty((n_z, Hq, n_blocks), dtype=torch.int32, device=c.device)
+    _tile_bounds_kernel[(n_blocks, Hq, n_z)](
+        c, prune_delta, cu, bound, c.stride(0), c.stride(1), seqlen_q, seqlen_k,
+        BLOCK_M=block_m, BLOCK_N=block_n, KEY_STATIONARY=key_stationary, IS_VARLEN=varlen, num_warps=2,
+    )
+    return bound
 
 
 
@@ -270,7 +318,7 @@ def _fwd_step(acc, l_i, m_i, q, cq2, cq_hi, cq_lo, pos_q,
 
 @triton.jit
 def _fwd_kernel(
-    Q, K, V, C, Out, Lse, CuSeqlens, PruneDelta,
+    Q, K, V, C, Out, Lse, CuSeqlens, PruneBound,
     stride_qb, stride_qt, stride_qh,
     stride_kb, stride_kt, stride_kh,
     stride_vb, stride_vt, stride_vh,
@@ -314,7 +362,7 @@ def _fwd_kernel(
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
 
-    lo, mid, hi = query_key_range(c_base, r, PruneDelta, zb, head, p_first, n_k, BLOCK_M, BLOCK_N, PRUNE)
+    lo, mid, hi = query_key_range(PruneBound, pid_m, p_first, n_k, BLOCK_M, BLOCK_N, PRUNE)
     for n0 in range(lo, mid, BLOCK_N):
         acc, l_i, m_i = _fwd_step(acc, l_i, m_i, q, cq2, cq_hi, cq_lo, pos_q,
                                   k_base, v_base, c_base, r, n0, hi, stride_kt, stride_vt, scale2,
@@ -417,8 +465,10 @@ def triton_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.T
         n_blocks, n_z = triton.cdiv(Tq, cfg.block_m), B
         cu = lse  # placeholder pointer, never read
     grid = (n_blocks, Hq, n_z)
+    bound = tile_bounds(c, prune_delta, cu, varlen, n_z, Tq, Tk, n_blocks, cfg.block_m, cfg.block_n,
+                        False) if prune else c
     _fwd_kernel[grid](
-        q, k, v, c, out, lse, cu, prune_delta if prune else c,
+        q, k, v, c, out, lse, cu, bound,
         q.stride(0), q.stride(1), q.stride(2),
         k.stride(0), k.stride(1), k.stride(2),
         v.stride(0), v.stride(1), v.stride(2),
