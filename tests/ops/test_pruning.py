@@ -20,7 +20,7 @@ from foxformer.ops import auto_qk_bound, gate_cumsum, pruning_stats
 from foxformer.ops.forgetting_attention.bwd import INTERPRET_DKDV_CONFIG, INTERPRET_DQ_CONFIG, triton_backward
 from foxformer.ops.forgetting_attention.fwd import (INTERPRET_FWD_CONFIG, SEARCH_WIDTH, first_true, tile_bounds,
                                                     triton_forward)
-from foxformer.ops.forgetting_attention.pruning import key_block_starts, prune_delta
+from foxformer.ops.forgetting_attention.pruning import key_block_starts, max_sq_row_norms, prune_delta
 from foxformer.ops.forgetting_attention.reference import torch_backward, torch_forward
 
 EPS = 1e-3
@@ -278,6 +278,21 @@ def test_skipped_tiles_are_never_loaded(Tq, Tk, cu):
     if off == 0:
         assert torch.equal(dc[..., keys], clean[5][..., keys])
     assert torch.isnan(dk[:, s0 + bn:]).any()
+
+
+@pytest.mark.parametrize("T,H,D", [(1, 1, 16), (130, 3, 48), (64, 2, 100)], ids=["T1", "T130-D48", "T64-D100"])
+def test_max_sq_row_norms_kernel_matches_torch(T, H, D):
+    """The one-pass Triton kernel behind the auto bound, on a strided view (a slice of a wider
+    projection output), against fp64 torch; a NaN poisons a row outside the view."""
+    g = torch.Generator().manual_seed(1)
+    wide = torch.randn(2, T, H, D + 8, generator=g) * torch.linspace(0.1, 3.0, T)[:, None, None]
+    wide[..., D:] = float("nan")
+    x = wide.to(torch.bfloat16)[..., :D]
+    assert not x.is_contiguous()
+    got = max_sq_row_norms(x)
+    want = x.double().square().sum(-1).amax(dim=1)
+    assert got.dtype == torch.float32 and got.shape == (2, H)
+    torch.testing.assert_close(got.double(), want, rtol=1e-6, atol=0)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=["bf16", "fp16", "fp32"])

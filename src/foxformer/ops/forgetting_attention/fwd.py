@@ -42,6 +42,11 @@ class KernelConfig:
 # Tuning knobs (H100/H200, bf16/fp16), keyed by the padded head dim BLOCK_D: the first entry whose key
 # is >= BLOCK_D wins. Picked by a small sweep on one H200 (triton 3.6, bf16, B=2, T=16K; forward at
 # 305 / 379 / 400 TFLOP/s for D = 64 / 128 / 256).
+# Head dims up to BOUNDED_RANGE_MAX_D run the forward unpruned through the pruned kernel with all-zero
+# bounds (the key range then starts at a loaded 0, not a constant): 5% faster at D = 64 with gates that
+# prune nothing (H200, 2026-11-29, `gpu_bench.sh prunegiven`: 5.18 vs 5.46 ms at 16K, 38.5 vs 40.9 ms
+# at 64K), while the same path was 12% slower at D = 128.
+BOUNDED_RANGE_MAX_D = 64
 FWD_CONFIGS: dict[int, KernelConfig] = {
     64: KernelConfig(block_m=128, block_n=64, num_warps=4, num_stages=3),
     128: KernelConfig(block_m=128, block_n=128, num_warps=8, num_stages=3),
@@ -213,7 +218,7 @@ def query_key_range(PruneBound, pid_m, p_first, n_k,
     if PRUNE:
         # PruneBound is [n_z, Hq, n_blocks] contiguous, the grid of this program's launch
         slot = (tl.program_id(2) * tl.num_programs(1) + tl.program_id(1)) * tl.num_programs(0) + pid_m
-        lo = tl.load(PruneBound + slot)
+        lo = tl.multiple_of(tl.load(PruneBound + slot), BLOCK_N)  # tile_bounds returns block starts
     hi = tl.minimum(n_k, p_first + BLOCK_M)
     mid = lo + (tl.maximum(p_first + 1 - lo, 0) // BLOCK_N) * BLOCK_N
     return lo, mid, hi
@@ -465,8 +470,12 @@ def triton_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.T
         n_blocks, n_z = triton.cdiv(Tq, cfg.block_m), B
         cu = lse  # placeholder pointer, never read
     grid = (n_blocks, Hq, n_z)
-    bound = tile_bounds(c, prune_delta, cu, varlen, n_z, Tq, Tk, n_blocks, cfg.block_m, cfg.block_n,
-                        False) if prune else c
+    if prune:
+        bound = tile_bounds(c, prune_delta, cu, varlen, n_z, Tq, Tk, n_blocks, cfg.block_m, cfg.block_n, False)
+    elif block_d <= BOUNDED_RANGE_MAX_D:
+        bound, prune = torch.zeros((n_z, Hq, n_blocks), dtype=torch.int32, device=q.device), True
+    else:
+        bound = c  # placeholder pointer, never read
     _fwd_kernel[grid](
         q, k, v, c, out, lse, cu, bound,
         q.stride(0), q.stride(1), q.stride(2),
