@@ -1,6 +1,9 @@
 """Needle in a haystack: prompt construction, scoring, and the copy / forget-everything models."""
+import types
+
 import numpy as np
 import pytest
+import torch
 
 from foxformer.eval import build_case, make_needle, niah_grid, normalize, run_case
 from foxformer.eval.niah import answer_loglik
@@ -111,3 +114,44 @@ def test_heatmap_training_length_line_follows_the_lengths_in_any_order(lengths, 
     assert [t.get_text() for t in ax.get_xticklabels()] == ["16", "32", "64"]
     assert ax.images[0].get_array().tolist() == [[1.0, 1.0, 0.0]]   # the columns follow their labels
     assert [line.get_xdata()[0] for line in ax.lines] == [1.5]       # between 32 and 64
+
+
+class ScriptedLM(torch.nn.Module):
+    """Greedy decoding after ``prompt_len`` tokens emits ``script`` token by token (then token 0)."""
+
+    def __init__(self, vocab: int, prompt_len: int, script: list):
+        super().__init__()
+        self.anchor = torch.nn.Parameter(torch.zeros(1))
+        self.config = types.SimpleNamespace(vocab_size=vocab)
+        self.prompt_len, self.script = prompt_len, script
+
+    def forward(self, input_ids, past_key_values=None, use_cache=False):
+        seen = past_key_values[0] if past_key_values is not None else 0
+        T = input_ids.shape[1]
+        logits = torch.zeros(1, T, self.config.vocab_size)
+        for r in range(T):
+            k = seen + r + 1 - self.prompt_len
+            logits[0, r, self.script[k] if 0 <= k < len(self.script) else 0] = 10.0
+        return types.SimpleNamespace(logits=logits, past_key_values=[seen + T])
+
+
+@pytest.mark.parametrize("answer, found", [
+    ("{v} .", True),
+    ("is {v} and", True),
+    ("{v}9 .", False),          # a longer number is another number
+    ("1{v} .", False),
+    ("{v_commas} .", True),     # thousands separators are the same number
+    ("7{v_commas} .", False),
+    ("{v} , 123", True),
+], ids=["exact", "after-words", "extra-trailing-digit", "extra-leading-digit", "thousands-commas",
+        "longer-number-with-commas", "followed-by-a-list"])
+def test_greedy_answer_is_found_only_as_the_whole_number(setup, answer, found):
+    tok, hay = setup
+    needle = make_needle(0, 0, KEYS)
+    v = needle.value
+    text = answer.format(v=v, v_commas=f"{int(v):,}")
+    case = build_case(tok, hay, 80, 0.5, needle)
+    model = ScriptedLM(64, len(case.prompt), tok.encode(text))
+    rec = run_case(model, tok, case, max_new_tokens=8)
+    assert normalize(v) in normalize(rec["generated"])
+    assert rec["found"] is found

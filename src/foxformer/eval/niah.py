@@ -7,8 +7,8 @@ so base models answer by completion. "easy" mode puts the question inside the ne
 easy mode): the model then only needs to copy what followed the same words before.
 
 Scores per trial: ``found`` (greedy generation contains the value, compared after normalisation: lower case,
-letters and digits only) and the cheaper teacher-forced log-likelihood of the answer tokens
-(``answer_logprob``, and ``ll_correct``: every answer token is the model's argmax).
+letters and digits only; a number counts only whole, not inside a longer one) and the cheaper teacher-forced
+log-likelihood of the answer tokens (``answer_logprob``, and ``ll_correct``: every answer token is the model's argmax).
 """
 from __future__ import annotations
 
@@ -46,6 +46,16 @@ class TextTokenizer(Protocol):
 def normalize(text: str) -> str:
     """Lower case, letters and digits only: "Is: 1,234." and "is 1234" compare equal."""
     return re.sub(r"[^0-9a-z]", "", text.lower())
+
+
+def answer_found(text: str, value: str) -> bool:
+    """Whether ``text`` contains ``value`` (after :func:`normalize`); a number only as a whole number, so
+    "2478431" is not found in "24784319" (thousands separators may split it: "2,478,431" is found)."""
+    v = normalize(value)
+    if v.isdigit():
+        runs = re.findall(r"\d+", text) + re.findall(r"\d+(?:\s*,\s*\d{3})+", text)
+        return any(normalize(run) == v for run in runs)
+    return v in normalize(text)
 
 
 @dataclass
@@ -167,7 +177,7 @@ def run_case(model: torch.nn.Module, tokenizer: TextTokenizer, case: NiahCase, *
         last, cache, _ = _step(model, torch.tensor([[token]], device=dev), cache)
     text = tokenizer.decode(generated)
     rec["generated"] = text
-    rec["found"] = normalize(case.value) in normalize(text)
+    rec["found"] = answer_found(text, case.value)
     return rec
 
 
