@@ -63,3 +63,11 @@ def test_no_weight_decay_on_norms_biases_and_gates():
     assert not any("fgate" in n or "norm" in n or n.endswith("bias") for n in yes)
     assert any("mlp.gate_proj" in n for n in yes) and any("q_proj" in n for n in yes)
     assert len(no) + len(yes) == len(names)
+
+
+@pytest.mark.parametrize("key", ["max_minutes", "grad_clip", "lr", "weight_decay", "peak_flops"])
+@pytest.mark.parametrize("raw", ["nan", ".nan", ".inf"], ids=["nan", "yaml-nan", "inf"])
+def test_non_finite_numbers_are_refused(key, raw):
+    # max_minutes=nan never ended the run (elapsed > nan is False), grad_clip=nan switched clipping off
+    with pytest.raises(ValueError, match=key):
+        load_config(overrides=parse_overrides([f"{key}={raw}", "max_steps=1"]))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import numbers
 import os
 import re
@@ -146,8 +147,11 @@ class TrainConfig:
             v = getattr(self, name)
             if v is None and allow_none:
                 return
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or (v == 0 and not allow_zero):
-                raise ValueError(f"{name}: expected a {'non-negative' if allow_zero else 'positive'} number, got {v!r}")
+            # NaN passes every comparison: max_minutes=nan never stopped the run, grad_clip=nan disabled clipping
+            if (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0
+                    or (v == 0 and not allow_zero)):
+                raise ValueError(f"{name}: expected a finite {'non-negative' if allow_zero else 'positive'} number, "
+                                 f"got {v!r}")
 
         for name in INT_KEYS:  # 1.5 steps ran 2 steps over a horizon of 1.5 batches
             v = getattr(self, name)
