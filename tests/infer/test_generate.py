@@ -157,3 +157,11 @@ def test_generation_leaves_the_module_mode_as_it_was(mode):
     next(stream)
     stream.close()  # a consumer that stops early
     assert model.training
+
+
+@pytest.mark.parametrize("temperature", [float("nan"), float("inf")], ids=["nan", "inf"])
+def test_non_finite_temperature_is_refused_up_front(temperature):
+    """NaN passed `temperature < 0` and ended in torch.multinomial's 'probability tensor contains inf, nan'
+    after the prefill; inf flattened every logit to 0, so top-k / top-p kept the whole vocabulary."""
+    with pytest.raises(ValueError, match="temperature"):
+        generate(make_model(), [1, 2], temperature=temperature, top_k=5)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
+import math
 from dataclasses import dataclass
 from typing import Iterator, Optional, Sequence
 
@@ -52,8 +53,11 @@ class GenerationConfig:
         if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int) or \
                 self.max_new_tokens < 0:
             raise ValueError(f"max_new_tokens: expected an integer >= 0, got {self.max_new_tokens!r}")
-        if not isinstance(self.temperature, (int, float)) or self.temperature < 0:
-            raise ValueError(f"temperature: expected a number >= 0 (0 = greedy), got {self.temperature!r}")
+        # NaN passes `< 0` (and fails in multinomial after the prefill); inf makes every logit 0, so
+        # top-k / top-p would keep the whole vocabulary.
+        if not isinstance(self.temperature, (int, float)) or \
+                not math.isfinite(self.temperature) or self.temperature < 0:
+            raise ValueError(f"temperature: expected a finite number >= 0 (0 = greedy), got {self.temperature!r}")
         if self.top_k is not None and (not isinstance(self.top_k, int) or self.top_k < 0):
             raise ValueError(f"top_k: expected an integer >= 0 or None, got {self.top_k!r}")
         if self.top_p is not None and not (0 < self.top_p <= 1):
