@@ -33,16 +33,14 @@ from .fwd import (
     is_interpreted,
     kv_tile_logits,
     query_c,
-    query_key_range,
-    seq_bounds,
     load_tile,
     mma,
     pick_config,
     rel_c,
     split_f64,
-    tile_bounds,
     upcast_dots,
 )
+from .tiles import query_key_range, seq_bounds, tile_bounds
 
 # Tuning knobs (H100/H200, bf16/fp16), keyed by padded head dim as in fwd.py; picked by a small sweep
 # on one H200 (triton 3.6, bf16, B=2, T=16K), timing each kernel alone.
