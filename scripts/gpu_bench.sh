@@ -19,7 +19,7 @@
 #   trainprune  tile pruning on a model trained for a while: FoX (Pro) 125M at 16K trains for TRAIN_MIN
 #               minutes, then both settings resume from its checkpoint for 8 steps (needs DATA)
 #   attn        kernel rows at 2K and 8K
-#   attnlong    foxformer against SDPA FLASH at 16K and 64K (the op issue's targets)
+#   attnlong    foxformer against SDPA FLASH, SDPA CUDNN and fla-core at 16K and 64K (the op issue's targets, one run)
 #   decode      decode op; whole-model decoding of the 760M preset at 32K
 #   decode125   whole-model decoding of the 125M preset, 4K to 64K, with and without eviction
 # BUDGET: seconds for the whole script; a step is cut to what is left (minus bundling time) or skipped.
@@ -77,7 +77,7 @@ train) train_run train_fox_pro_125m_16k 150
        train_run train_fox_pro_125m_16k_prune 150 --model prune_eps=4.54e-5 ;;
 attn) step attn 70 $FX bench attention --providers foxformer,sdpa_flash,sdpa_cudnn,fla --seqlens 2048,8192 \
           --configs 128x12,128x12x2,64x24 --out "$OUT/attention_2k_8k_h200.json" ;;
-attnlong) step attnlong 120 $FX bench attention --providers foxformer,sdpa_flash --seqlens 16384,65536 \
+attnlong) step attnlong 150 $FX bench attention --providers foxformer,sdpa_flash,sdpa_cudnn,fla --seqlens 16384,65536 \
           --configs 64x24,128x12,128x12x2 --out "$OUT/attention_16k_64k_h200.json" ;;
 decode) step decode_kernel 45 $FX bench decode --kernel --preset fox-pro-125m --contexts 4096,32768,65536 \
             --batches 1,32 --out "$OUT/decode_kernel_h200.json"
