@@ -211,6 +211,20 @@ def test_models_trained_with_different_tokenizers_are_not_fed_one_tokenization(w
     assert "different tokenizers" in _error(capsys)
 
 
+@pytest.mark.parametrize("command", [
+    ["eval", "niah", "--lengths", "96", "--depths", "0", "--needles", "1", "--modes", "standard", "--haystack"],
+    ["eval", "loss", "--seq-len", "32", "--num-seqs", "1", "--n-boot", "10", "--source"],
+], ids=["eval-niah", "eval-loss-source"])
+def test_a_tokenizer_other_than_the_runs_is_refused(workspace, capsys, tmp_path, command):
+    # byte ids lie inside a GPT-2 model's vocabulary: --tokenizer bytes ran a GPT-2 run on bytes and reported it
+    common = [*command, workspace["texts"], "--device", "cpu", "--no-progress", "--out", str(tmp_path / "o")]
+    assert main([*common[:2], workspace["run"], *common[2:], "--tokenizer", "bytes"]) == 2
+    err = _error(capsys)
+    assert "--tokenizer" in err and "'bytes'" in err and "'gpt2'" in err
+    assert main([*common[:2], workspace["run"], *common[2:], "--tokenizer", "tiktoken:gpt2"]) == 0  # same one
+    capsys.readouterr()
+
+
 def test_compare_tells_windows_inside_documents_from_plain_windows(workspace, capsys, tmp_path):
     # both evaluations recorded only data and split: compare put different sequences side by side
     common = ["--data", workspace["data"], "--seq-len", "48", "--num-seqs", "2", "--n-boot", "10", "--device", "cpu",

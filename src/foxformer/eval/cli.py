@@ -69,7 +69,12 @@ def _tokenizer(args, models):
     if len(known) > 1:
         raise ValueError(f"models: they were trained with different tokenizers ({', '.join(known)}); evaluate "
                          f"them in separate commands")
-    spec = getattr(args, "tokenizer", None) or next((m.tokenizer for m in models if m.tokenizer), None) or "gpt2"
+    given = getattr(args, "tokenizer", None)
+    # another tokenizer's ids may still lie in the model's vocabulary, and the results would look valid
+    if given and known and canonical_name(given) != known[0]:
+        raise ValueError(f"--tokenizer: {given!r} is not the tokenizer the models were trained with "
+                         f"({known[0]!r}); leave --tokenizer out to use theirs")
+    spec = given or next((m.tokenizer for m in models if m.tokenizer), None) or "gpt2"
     return load_tokenizer(spec), spec
 
 
