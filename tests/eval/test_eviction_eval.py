@@ -67,3 +67,17 @@ def test_a_model_without_qk_norm_needs_a_bound():
     assert eviction_loss(model, x, evict_eps=1e-3, qk_bound=10.0, progress=False)["seq_len"] == 60
     with pytest.warns(UserWarning, match="no layer can evict"):
         model.model.new_cache(evict_eps=1e-3)
+
+
+@pytest.mark.parametrize("config_eps", [None, 1e-1], ids=["config-without-evict-eps", "config-with-evict-eps"])
+def test_the_no_eviction_pass_keeps_every_key_whatever_the_config_says(config_eps):
+    """A model whose config sets evict_eps (how Hugging Face generate is told to evict) made the baseline pass
+    evict too: live_ratio 1.0 and a loss difference of exactly 0, whatever eviction really cost."""
+    model = tiny_model("fox-pro-tiny", vocab=97, seed=4)
+    realistic_gates(model, 32)
+    model.config.evict_eps = config_eps
+    x = torch.randint(0, 97, (1, 200), generator=torch.Generator().manual_seed(1))
+    _, mem = _cached_pass(model, x, chunk=16, prefill=16, evict_eps=None, qk_bound=None, progress=False, desc="")
+    assert mem["kept_fraction"] == 1.0
+    res = eviction_loss(model, x, evict_eps=1e-1, progress=False)
+    assert res["kept_fraction"] < 0.9 and res["live_ratio"] < 0.9 and res["max_abs_diff"] > 0

@@ -114,3 +114,17 @@ def test_generate_reports_the_number_of_tokens_generated(hf_dir, tmp_path, capsy
                  "--out", str(out)]) == 0
     assert json.loads(out.read_text())["new_tokens"] == n
     assert f"[{n} tokens in" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("config_eps", [None, 0.5], ids=["config-without-evict-eps", "config-with-evict-eps"])
+def test_bench_decode_plain_fox_row_keeps_every_key(config_eps):
+    """The "fox" row (evict_eps None) is the no-eviction reference of max_logprob_diff; with evict_eps in the
+    model config (a --model saved that way) it evicted as well."""
+    from foxformer.bench.decode import measure_decode, realistic_gates
+
+    model = make_model("fox-pro-tiny", dtype=torch.float32)
+    realistic_gates(model, 2)  # every head forgets within a few tokens
+    model.config.evict_eps = config_eps
+    row = measure_decode(model, vocab=model.config.vocab_size, context=48, batch=1, steps=2, warmup=0,
+                         evict_eps=None, prefill_chunk=32, device=torch.device("cpu"))
+    assert row["kept_fraction"] == 1

@@ -67,7 +67,11 @@ def measure_decode(model, *, vocab: int, context: int, batch: int, steps: int, w
     kw = cache_keyword(model)
     cache = None
     if hasattr(getattr(model, "model", None), "new_cache"):
-        cache = model.model.new_cache(evict_eps=evict_eps)
+        from foxformer.models.cache import FoxCache
+
+        # new_cache(None) falls back to the config's evict_eps: the no-eviction row would evict
+        cache = model.model.new_cache(evict_eps=evict_eps) if evict_eps is not None else \
+            FoxCache(len(model.model.layers))
         cache.reserve(context + warmup + steps)
     elif evict_eps is not None:
         raise ValueError("evict_eps: eviction needs a FoX model")

@@ -26,8 +26,13 @@ def _cached_pass(model, tokens: torch.Tensor, chunk: int, prefill: int, evict_ep
     """fp32 [N, T-1] next-token losses through the cache, and the cache's peak memory."""
     from foxformer.infer.eviction import cache_report
 
+    from foxformer.models.cache import FoxCache
+
     body = model.model
-    cache = body.new_cache(evict_eps=evict_eps, evict_qk_bound=qk_bound, evict_max_len=tokens.shape[1])
+    if evict_eps is None:  # new_cache(None) falls back to the config's evict_eps: the baseline would evict
+        cache = FoxCache(len(body.layers))
+    else:
+        cache = body.new_cache(evict_eps=evict_eps, evict_qk_bound=qk_bound, evict_max_len=tokens.shape[1])
     head = fp32_head(model.lm_head)
     losses, peak_alloc, peak_live, report = [], 0, 0, {}
     bounds = [0, min(prefill, tokens.shape[1])]
