@@ -128,3 +128,23 @@ def test_bench_decode_plain_fox_row_keeps_every_key(config_eps):
     row = measure_decode(model, vocab=model.config.vocab_size, context=48, batch=1, steps=2, warmup=0,
                          evict_eps=None, prefill_chunk=32, device=torch.device("cpu"))
     assert row["kept_fraction"] == 1
+
+
+@pytest.mark.parametrize("option, value", [
+    pytest.param("--evict-eps", "0", id="evict-eps-zero"),
+    pytest.param("--evict-eps", "1.5", id="evict-eps-above-one"),
+    pytest.param("--evict-eps", "nan", id="evict-eps-nan"),
+    pytest.param("--contexts", "0", id="context-zero"),
+    pytest.param("--contexts", "48,-5", id="context-negative"),
+    pytest.param("--batches", "0", id="batch-zero"),
+    pytest.param("--gate-tmax", "0", id="gate-tmax-zero"),
+])
+def test_bench_decode_refuses_bad_numbers_up_front(tmp_path, option, value):
+    """These ended in tracebacks after the models were built: 'evict_eps must be in (0, 1)' from
+    eviction_delta, 'math domain error' from the realistic gates, IndexError on an empty batch."""
+    args = ["bench", "decode", "--preset", "fox-pro-tiny", "--vocab-size", "257", "--contexts", "48",
+            "--batches", "1", "--steps", "1", "--warmup", "0", "--device", "cpu", "--no-baseline",
+            "--out", str(tmp_path / "b.json"), option, value]
+    with pytest.raises(SystemExit, match=f"error: {option}"):
+        main(args)
+    assert not (tmp_path / "b.json").exists()

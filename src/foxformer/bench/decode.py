@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import math
 import time
 from typing import Optional
 
@@ -251,6 +252,15 @@ def add_parser(sub, name: str = "decode") -> argparse.ArgumentParser:
         for name in ("steps", "prefill_chunk"):
             if getattr(args, name) < 1:
                 raise SystemExit(f"error: --{name.replace('_', '-')} must be >= 1")
+        # Caught here, before any model is built: later they end in tracebacks (eviction_delta's ValueError,
+        # a math domain error in the realistic gates, an IndexError on an empty batch).
+        for name in ("contexts", "batches"):
+            if any(n < 1 for n in getattr(args, name)):
+                raise SystemExit(f"error: --{name} must all be >= 1, got {getattr(args, name)}")
+        if not (0 < args.evict_eps < 1):
+            raise SystemExit(f"error: --evict-eps must be in (0, 1), got {args.evict_eps}")
+        if args.gate_tmax is not None and not (args.gate_tmax > 0 and math.isfinite(args.gate_tmax)):
+            raise SystemExit(f"error: --gate-tmax must be a finite number > 0, got {args.gate_tmax}")
         run(args)
         return 0
 
