@@ -148,3 +148,11 @@ def test_bench_decode_refuses_bad_numbers_up_front(tmp_path, option, value):
     with pytest.raises(SystemExit, match=f"error: {option}"):
         main(args)
     assert not (tmp_path / "b.json").exists()
+
+
+def test_generate_with_a_tokenizer_larger_than_the_model_is_a_clear_error(hf_dir, capsys):
+    # the byte-level model (257 ids) with GPT-2's tokenizer: "Hello" encodes to id 15496
+    assert main(["generate", "--model", hf_dir, "--tokenizer", "gpt2", "--prompt", "Hello", "--max-new-tokens", "2",
+                 "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert "error: input_ids: token id 15496" in err and "vocabulary of 257" in err

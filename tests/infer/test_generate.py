@@ -165,3 +165,16 @@ def test_non_finite_temperature_is_refused_up_front(temperature):
     after the prefill; inf flattened every logit to 0, so top-k / top-p kept the whole vocabulary."""
     with pytest.raises(ValueError, match="temperature"):
         generate(make_model(), [1, 2], temperature=temperature, top_k=5)
+
+
+@pytest.mark.parametrize("prompt", [
+    pytest.param([1, VOCAB], id="id-equal-to-vocab-size"),
+    pytest.param([1, 50256], id="gpt2-id-on-a-byte-model"),
+    pytest.param([-1, 2], id="negative-id"),
+    pytest.param(torch.tensor([[1, 2], [3, VOCAB + 5]]), id="batch-row-out-of-range"),
+])
+def test_token_ids_outside_the_vocabulary_are_a_clear_error(prompt):
+    """They reached the embedding: 'IndexError: index out of range in self' on the CPU, a device-side
+    assert on a GPU."""
+    with pytest.raises(ValueError, match="vocabulary of 257"):
+        list(generate(make_model(), prompt, max_new_tokens=2))

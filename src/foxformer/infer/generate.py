@@ -129,6 +129,14 @@ def stream_tokens(model, input_ids: torch.Tensor, cfg: Optional[GenerationConfig
     if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.shape[1] < 1:
         raise ValueError(f"input_ids: expected a LongTensor [batch, seq] with seq >= 1, got "
                          f"{getattr(input_ids, 'shape', type(input_ids).__name__)}")
+    embed = model.get_input_embeddings() if callable(getattr(model, "get_input_embeddings", None)) else None
+    vocab = getattr(embed, "num_embeddings", None)
+    # Out-of-range ids would reach the embedding: IndexError on the CPU, a device-side assert on a GPU.
+    if vocab is not None and input_ids.numel():
+        lo, hi = int(input_ids.min()), int(input_ids.max())
+        if lo < 0 or hi >= vocab:
+            raise ValueError(f"input_ids: token id {lo if lo < 0 else hi} is outside the model's vocabulary of "
+                             f"{vocab}; was the prompt encoded with another tokenizer?")
     dev = model_device(model)
     ids = input_ids.to(dev).long()
     generator = None
