@@ -178,3 +178,11 @@ def test_token_ids_outside_the_vocabulary_are_a_clear_error(prompt):
     assert on a GPU."""
     with pytest.raises(ValueError, match="vocabulary of 257"):
         list(generate(make_model(), prompt, max_new_tokens=2))
+
+
+@pytest.mark.parametrize("preset", ["transformer-pro-tiny", "transformer-llama-tiny"])
+def test_eviction_on_a_model_without_forget_gates_is_a_clear_error(preset):
+    """A foxformer softmax Transformer took evict_eps and silently kept every key (the CLI then said 'cache
+    kept 100.0% of keys'); another Hugging Face model and `eval eviction` already refused it."""
+    with pytest.raises(ValueError, match="forget gate"):
+        list(generate(make_model(preset), [1, 2, 3], max_new_tokens=2, evict_eps=1e-3))

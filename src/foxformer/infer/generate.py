@@ -110,6 +110,10 @@ def _eval_mode(model):
 def _new_cache(model, cfg: GenerationConfig):
     inner = getattr(model, "model", None)
     if hasattr(inner, "new_cache"):
+        # Softmax attention never forgets: every layer would keep every key, without a word.
+        if cfg.evict_eps is not None and not getattr(inner.config, "has_fgate", True):
+            raise ValueError("evict_eps: KV eviction needs a forget gate (a FoX model); this model is a "
+                             "softmax Transformer")
         return inner.new_cache(cfg.evict_eps, cfg.evict_qk_bound, cfg.evict_max_len)
     if cfg.evict_eps is not None:
         raise ValueError("evict_eps: KV eviction needs a foxformer FoX model")
