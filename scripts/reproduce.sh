@@ -2,7 +2,8 @@
 # The one-GPU reproduction of docs/results.md: train the given presets side by side on one GPU (small
 # models do not fill an H200 alone, and their compiles overlap), then evaluate each one: per-position
 # loss up to 4x the training length on held-out documents, needle in a haystack within and beyond the
-# training length, forget-gate analysis, and KV eviction's loss change on the trained FoX (Pro).
+# training length, forget-gate analysis, the gate-bias shift's loss beyond the training length (FoX), and
+# KV eviction's loss change on the trained FoX (Pro).
 # The GPU machine keeps nothing and hands back few files: everything but checkpoints ends up in one
 # archive, $OUT/repro_bundle.tgz, even when a step fails or the deadline cuts the evaluations short.
 #
@@ -23,7 +24,7 @@ LR=${LR:-2e-3}; LRS=${LRS:-}; WARMUP=${WARMUP:-10%}; MINUTES=${MINUTES:-5.5}; SE
 EXTRA=${EXTRA:---compile}; EVAL_EVERY=${EVAL_EVERY:-9M}
 EVAL_LEN=${EVAL_LEN:-$((4 * CONTEXT))}; EVAL_SEQS=${EVAL_SEQS:-32}
 NIAH=${NIAH:-1}; NIAH_LENS=${NIAH_LENS:-$((CONTEXT / 2)),$CONTEXT,$((2 * CONTEXT)),$((4 * CONTEXT))}; NIAH_SEEDS=${NIAH_SEEDS:-0}
-EVICT_LEN=${EVICT_LEN:-$((16 * CONTEXT))}
+EVICT_LEN=${EVICT_LEN:-$((16 * CONTEXT))}; BIAS_SEQS=${BIAS_SEQS:-8}
 FX="python -m foxformer.cli"
 mkdir -p "$OUT" "$RUNS"
 
@@ -80,7 +81,10 @@ evaluate() {  # evaluate PRESET: every evaluation of one run
     local p=$1 r="$RUNS/$1"
     step "eval_loss_$p.log" $FX eval loss "$r" --data "$DATA" --within-docs --seq-len "$EVAL_LEN" \
         --num-seqs "$EVAL_SEQS" --no-progress
-    case $p in fox-*) step "gates_$p.log" $FX analyze gates "$r" --data "$DATA" --no-progress ;; esac
+    case $p in fox-*) step "gates_$p.log" $FX analyze gates "$r" --data "$DATA" --no-progress
+        # the inference-time gate-bias shift (the paper's length-extrapolation suggestion), up to 4x
+        step "bias_shift_$p.log" $FX bias-shift --model "$r" --data "$DATA" --seq-len "$EVAL_LEN" \
+            --num-seqs "$BIAS_SEQS" --shifts 0,0.5,1,2,4 --out "$OUT/bias_shift_$p.json" --no-progress ;; esac
     # Before NIAH: reading 64K tokens twice, 16 a step, is the longest evaluation, and the third
     # session's run lost it to the deadline behind NIAH (which the small models fail at every length).
     case $p in fox-pro-*) step "eviction_$p.log" $FX eval eviction "$r" --data "$DATA" --seq-len "$EVICT_LEN" \
