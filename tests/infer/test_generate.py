@@ -76,7 +76,7 @@ def test_multibyte_characters_are_not_split(monkeypatch):
 
     script = list("é€😀".encode("utf-8")) + [256, 65]
 
-    def fake_stream(model, ids, cfg, state):
+    def fake_stream(model, ids, cfg, state, **kwargs):
         for t in script[:cfg.max_new_tokens]:
             yield torch.tensor([t])
 
@@ -186,3 +186,34 @@ def test_eviction_on_a_model_without_forget_gates_is_a_clear_error(preset):
     kept 100.0% of keys'); another Hugging Face model and `eval eviction` already refused it."""
     with pytest.raises(ValueError, match="forget gate"):
         list(generate(make_model(preset), [1, 2, 3], max_new_tokens=2, evict_eps=1e-3))
+
+
+class _SmallTok:
+    """A tokenizer with fewer ids than the model's (padded) vocabulary, which, like tiktoken's GPT-2 one
+    with a 50304-id model, raises KeyError on ids it does not know."""
+
+    vocab_size = 100
+
+    def encode(self, text):
+        return [ord(ch) % 100 for ch in text]
+
+    def decode(self, ids):
+        if any(i >= self.vocab_size for i in ids):
+            raise KeyError(f"Invalid token for decoding: {max(ids)}")
+        return "".join(chr(32 + i) for i in ids)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0], ids=["greedy", "sampled"])
+def test_only_ids_the_tokenizer_can_decode_are_generated(temperature):
+    """Sampling ran over the model's whole vocabulary: an id past the tokenizer's (the padding ids of a
+    50304-id model with GPT-2's 50257) stopped the stream with a KeyError from tokenizer.decode."""
+    model = make_model()
+    state = {}
+    text = "".join(generate(model, _SmallTok(), "hello", max_new_tokens=20, temperature=temperature, seed=0,
+                            state=state))
+    assert state["new_tokens"] == 20 and len(text) == 20
+    ids = torch.tensor([_SmallTok().encode("hello")])
+    logits = model(ids).logits[0, -1]
+    assert int(logits.argmax()) >= 100  # unrestricted greedy would pick an id the tokenizer cannot decode
+    if temperature == 0:
+        assert text[0] == chr(32 + int(logits[:100].argmax()))

@@ -122,10 +122,11 @@ def _new_cache(model, cfg: GenerationConfig):
 
 @torch.no_grad()
 def stream_tokens(model, input_ids: torch.Tensor, cfg: Optional[GenerationConfig] = None,
-                  state: Optional[dict] = None) -> Iterator[torch.Tensor]:
+                  state: Optional[dict] = None, *, vocab_limit: Optional[int] = None) -> Iterator[torch.Tensor]:
     """Yield the next token ids [B] one step at a time for prompts input_ids [B, T].
 
     ``state`` (a dict), if given, receives "cache" (the live cache) so callers can inspect memory.
+    ``vocab_limit``: sample only ids below it (a tokenizer's vocabulary when the model's is padded past it).
     """
     cfg = cfg or GenerationConfig()
     cfg.validate()
@@ -162,7 +163,10 @@ def stream_tokens(model, input_ids: torch.Tensor, cfg: Optional[GenerationConfig
             state["cache"] = cache
         done = torch.zeros(ids.shape[0], dtype=torch.bool, device=dev)
         for step in range(cfg.max_new_tokens):
-            nxt = sample_next(out.logits[:, -1], cfg, generator)
+            logits = out.logits[:, -1]
+            if vocab_limit is not None:
+                logits = logits[:, :vocab_limit]  # ids past it (a padded vocabulary) have no text
+            nxt = sample_next(logits, cfg, generator)
             if cfg.stop_token is not None:
                 nxt = torch.where(done, torch.full_like(nxt, cfg.stop_token), nxt)
                 done = done | (nxt == cfg.stop_token)
@@ -246,7 +250,12 @@ def generate(model, tokenizer_or_ids, prompt: Optional[str] = None, *, config: O
             raise ValueError("prompt: encodes to no tokens; give at least one character")
         if config.stop_token is None and not config.ignore_eos and getattr(tokenizer, "eot_id", None) is not None:
             config = dataclasses.replace(config, stop_token=int(tokenizer.eot_id))
-        stream = stream_tokens(model, torch.tensor([ids]), config, state)
+        # A model's vocabulary is often padded past the tokenizer's (50304 for GPT-2's 50257): ids there
+        # cannot be decoded (tiktoken raises KeyError), so they are never sampled.
+        # (A raw Hugging Face tokenizer's vocab_size leaves out its added tokens; its len() counts them.)
+        limit = len(tokenizer) if hasattr(tokenizer, "__len__") else getattr(tokenizer, "vocab_size", None)
+        stream = stream_tokens(model, torch.tensor([ids]), config, state,
+                               vocab_limit=int(limit) if isinstance(limit, int) and limit > 0 else None)
         ints = (int(t[0]) for t in stream)
         if config.stop_token is not None:
             ints = itertools.takewhile(lambda t: t != config.stop_token, ints)
