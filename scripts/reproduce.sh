@@ -9,6 +9,7 @@
 #
 #   DATA=repro_data/gpt2 TOKENS=45M bash scripts/reproduce.sh fox-pro-small transformer-pro-small
 #   LRS="1e-3 2e-3 4e-3" TOKENS=10M bash scripts/reproduce.sh fox-pro-small    # lr sweep: train only
+#   bash scripts/reproduce.sh fox-llama-small:fgate=data_independent fox-llama-small:fgate=fixed  # ablations
 #
 # DATA: a `foxformer data prepare` dir (docs/results.md has the command); the other knobs below
 # (NIAH=0 skips needle in a haystack).
@@ -49,20 +50,25 @@ warmup_tokens() {  # WARMUP as a share of TOKENS ("10%") or a token count
     case $WARMUP in *%) python -c "from foxformer.train.config import parse_count as p; print(int(p('$TOKENS', 'TOKENS') * ${WARMUP%\%} / 100))" ;;
     *) echo "$WARMUP" ;; esac
 }
-train() {  # train NAME PRESET LR
-    $FX train --preset "$2" --data "$DATA" --context "$CONTEXT" --total-tokens "$TOKENS" --batch-tokens "$BATCH" \
+train() {  # train NAME SPEC LR; SPEC = PRESET[:KEY=VALUE,...] (FoxConfig overrides, e.g. gate ablations)
+    local preset=${2%%:*} overrides=() kv
+    if [[ $2 == *:* ]]; then IFS=, read -ra kv <<< "${2#*:}"; for o in "${kv[@]}"; do overrides+=(--model "$o"); done; fi
+    $FX train --preset "$preset" ${overrides[@]+"${overrides[@]}"} --data "$DATA" --context "$CONTEXT" --total-tokens "$TOKENS" --batch-tokens "$BATCH" \
         --micro-batch-size "$MICRO" --lr "$3" --warmup-tokens "$(warmup_tokens)" --max-minutes "$MINUTES" \
         --seed "$SEED" --eval-every-tokens "$EVAL_EVERY" --checkpoint-every-tokens 100G --keep-last 1 \
         --no-progress --out "$RUNS/$1" $EXTRA > "$OUT/train_$1.log" 2>&1
 }
 
+run_name() {  # fox-llama-small:fgate=fixed -> fox-llama-small_fgate-fixed
+    local n=${1/:/_}; n=${n//=/-}; echo "${n//,/_}"
+}
 echo "=== train $* ${LRS:+(lr sweep: $LRS)} ($(date +%T))"
 names=()
 for p in "$@"; do
     if [ -n "$LRS" ]; then
-        for lr in $LRS; do names+=("${p}_lr$lr"); train "${p}_lr$lr" "$p" "$lr" & done
+        for lr in $LRS; do names+=("$(run_name "$p")_lr$lr"); train "$(run_name "$p")_lr$lr" "$p" "$lr" & done
     else
-        names+=("$p"); train "$p" "$p" "$LR" &
+        names+=("$(run_name "$p")"); train "$(run_name "$p")" "$p" "$LR" &
     fi
 done
 wait
@@ -92,10 +98,10 @@ evaluate() {  # evaluate PRESET: every evaluation of one run
     [ "$NIAH" = 1 ] && step "eval_niah_$p.log" $FX eval niah "$r" --lengths "$NIAH_LENS" --seeds "$NIAH_SEEDS" \
         --no-progress
 }
-for p in "$@"; do evaluate "$p" & done  # small models: the evaluations share the GPU too
+for n in "${names[@]}"; do evaluate "$n" & done  # small models: the evaluations share the GPU too
 wait
-for p in "$@"; do echo "--- $p"; grep -h -A3 '"mean_loss"' "$OUT/eval_loss_$p.log" | head -4; done
-runs=(); for p in "$@"; do runs+=("$RUNS/$p"); done
+for n in "${names[@]}"; do echo "--- $n"; grep -h -A3 '"mean_loss"' "$OUT/eval_loss_$n.log" | head -4; done
+runs=(); for n in "${names[@]}"; do runs+=("$RUNS/$n"); done
 step compare.log $FX eval compare "${runs[@]}" --out "$OUT/compare"   # the figures of docs/results.md
 cat "$OUT/compare/compare.md" 2>/dev/null
 echo "=== done ($(date +%T))"
