@@ -45,9 +45,10 @@ class KernelConfig:
 # is >= BLOCK_D wins. Picked by a small sweep on one H200 (triton 3.6, bf16, B=2, T=16K; forward at
 # 305 / 379 / 400 TFLOP/s for D = 64 / 128 / 256).
 # Head dims up to BOUNDED_RANGE_MAX_D run the forward unpruned through the pruned kernel with all-zero
-# bounds (the key range then starts at a loaded 0, not a constant): 5% faster at D = 64 with gates that
-# prune nothing (H200, 2026-11-29, `gpu_bench.sh prunegiven`: 5.18 vs 5.46 ms at 16K, 38.5 vs 40.9 ms
-# at 64K), while the same path was 12% slower at D = 128.
+# bounds (the key range then starts at a loaded 0, not a constant), a faster schedule at D = 64: 5.15
+# against 5.52 ms at 16K, 38.5 against 40.9 ms at 64K (H200, 2026-11-29, `gpu_bench.sh attnlong` at
+# commits 16e2708 and 3791807). At D = 128 the two paths ran within 2% of each other (open-gate rows
+# of `gpu_bench.sh prunegiven`, 16e2708), so D = 128 keeps the plain one.
 BOUNDED_RANGE_MAX_D = 64
 FWD_CONFIGS: dict[int, KernelConfig] = {
     64: KernelConfig(block_m=128, block_n=64, num_warps=4, num_stages=3),
