@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from foxformer.data import load_tokenizer
-from foxformer.infer import GenerationConfig, generate, sample_next
+from foxformer.infer import GenerationConfig, generate, sample_next, stream_tokens
 
 from .conftest import VOCAB, make_model, tokens
 
@@ -217,3 +217,14 @@ def test_only_ids_the_tokenizer_can_decode_are_generated(temperature):
     assert int(logits.argmax()) >= 100  # unrestricted greedy would pick an id the tokenizer cannot decode
     if temperature == 0:
         assert text[0] == chr(32 + int(logits[:100].argmax()))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=["float32", "float64", "bfloat16"])
+def test_stream_tokens_refuses_float_ids_like_generate(dtype):
+    """stream_tokens truncated float ids with .long() (1.7 became token 1) while generate() refused them."""
+    model = make_model()
+    ids = torch.tensor([[1.7, 2.0, 3.0]], dtype=dtype)
+    with pytest.raises(TypeError, match="integer tensor"):
+        generate(model, ids, max_new_tokens=1)
+    with pytest.raises(TypeError, match="integer tensor"):
+        next(stream_tokens(model, ids, GenerationConfig(max_new_tokens=1)))

@@ -134,6 +134,9 @@ def stream_tokens(model, input_ids: torch.Tensor, cfg: Optional[GenerationConfig
     if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.shape[1] < 1:
         raise ValueError(f"input_ids: expected a LongTensor [batch, seq] with seq >= 1, got "
                          f"{getattr(input_ids, 'shape', type(input_ids).__name__)}")
+    # .long() below would truncate them (1.7 -> token 1); generate() refuses them as well.
+    if input_ids.dtype.is_floating_point or input_ids.dtype.is_complex:
+        raise TypeError(f"input_ids: expected an integer tensor [batch, seq] of token ids, got {input_ids.dtype}")
     embed = model.get_input_embeddings() if callable(getattr(model, "get_input_embeddings", None)) else None
     vocab = getattr(embed, "num_embeddings", None)
     # Out-of-range ids would reach the embedding: IndexError on the CPU, a device-side assert on a GPU.
