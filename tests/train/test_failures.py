@@ -188,3 +188,35 @@ def test_data_without_validation_documents_says_how_to_fix_it(make_cfg, tmp_path
         train(make_cfg(out_dir=str(tmp_path / "never"), data_dir=str(data)))
     assert "--val-fraction above 0" in str(err.value) and "--data" in str(err.value)
     assert "validation split" in str(err.value)
+
+
+class _Crash(RuntimeError):
+    pass
+
+
+def _crash_at(step):
+    def hook(s, rec):
+        if s == step:
+            raise _Crash(f"simulated crash after step {s}")
+    return hook
+
+
+@pytest.mark.parametrize("crash_after, expected", [(5, "step_00000004"), (7, "step_00000006")],
+                         ids=["killed-before-its-first-save", "killed-after-its-first-save"])
+def test_resuming_an_older_checkpoint_abandons_the_newer_ones(make_cfg, tmp_path, crash_after, expected):
+    # resume=<older checkpoint> continued from it, but latest_checkpoint still let the abandoned newer
+    # step folder win over `latest`: the next automatic resume and load_model(run) silently went back to it
+    from foxformer.eval.loading import load_model
+
+    run = str(tmp_path / "r")
+    train(make_cfg(out_dir=run, keep_last=4))  # step_2, 4, 6, 8
+    root = ckpt.checkpoint_root(run)
+    with pytest.raises(_Crash):
+        train(make_cfg(out_dir=run, keep_last=4, resume=os.path.join(root, "step_00000004")),
+              hook=_crash_at(crash_after))
+    assert os.path.basename(ckpt.latest_checkpoint(run)) == expected
+    assert load_model(run, device="cpu").step == int(expected[len("step_"):])
+    assert "step_00000008" not in [os.path.basename(p) for p in ckpt.list_checkpoints(run)]
+    assert os.path.isdir(os.path.join(root, "abandoned-step_00000008"))  # kept aside, not deleted
+    summary = train(make_cfg(out_dir=run, keep_last=4))
+    assert summary["resumed_from"].endswith(expected) and summary["step"] == 8

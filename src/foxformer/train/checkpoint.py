@@ -100,6 +100,46 @@ def latest_checkpoint(run_dir: str) -> str | None:
     return newest if os.path.basename(newest) > name else path
 
 
+def _write_pointer(root: str, name: str) -> None:
+    pointer_tmp = os.path.join(root, f".tmp-{LATEST}-{os.getpid()}")
+    with open(pointer_tmp, "w") as f:
+        f.write(name + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(pointer_tmp, os.path.join(root, LATEST))
+    _fsync_dir(root)
+
+
+def adopt_checkpoint(run_dir: str, path: str, step: int) -> list[str]:
+    """Make the run continue the lineage of ``path`` (the checkpoint of step ``step`` it resumes from).
+
+    Step folders of ``run_dir`` newer than ``step`` belong to an abandoned lineage (``resume=<older
+    checkpoint>``): they are renamed ``abandoned-step_N`` (kept for inspection, but no longer found by
+    :func:`latest_checkpoint` or pruned by ``keep_last``) and ``latest`` points at ``path`` when it is one
+    of this run's checkpoints. Returns the new paths of the folders set aside."""
+    root = checkpoint_root(run_dir)
+    moved = []
+    for old in list_checkpoints(run_dir):
+        name = os.path.basename(old)
+        if not name[len("step_"):].isdigit() or int(name[len("step_"):]) <= step:
+            continue
+        dest, n = os.path.join(root, f"abandoned-{name}"), 1
+        while os.path.exists(dest):  # abandoned twice
+            n += 1
+            dest = os.path.join(root, f"abandoned-{name}-{n}")
+        os.replace(old, dest)
+        moved.append(dest)
+    if os.path.isdir(root) and os.path.samefile(os.path.dirname(os.path.abspath(path)), root):
+        _write_pointer(root, os.path.basename(os.path.abspath(path)))
+    elif moved and os.path.exists(os.path.join(root, LATEST)):  # the pointer may name a folder set aside
+        remaining = list_checkpoints(run_dir)
+        if remaining:
+            _write_pointer(root, os.path.basename(remaining[-1]))
+        else:
+            os.remove(os.path.join(root, LATEST))
+    return moved
+
+
 def save_checkpoint(run_dir: str, step: int, model_sd: dict, optim_sd: dict, state: dict, keep_last: int) -> str:
     """Write checkpoint ``step`` atomically, point ``latest`` at it, delete all but the newest ``keep_last``."""
     root = checkpoint_root(run_dir)
@@ -131,13 +171,7 @@ def save_checkpoint(run_dir: str, step: int, model_sd: dict, optim_sd: dict, sta
         shutil.rmtree(trash, ignore_errors=True)
     else:
         os.replace(tmp, final)
-    pointer_tmp = os.path.join(root, f".tmp-{LATEST}-{os.getpid()}")
-    with open(pointer_tmp, "w") as f:
-        f.write(step_dir_name(step) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(pointer_tmp, os.path.join(root, LATEST))
-    _fsync_dir(root)
+    _write_pointer(root, step_dir_name(step))
     for old in list_checkpoints(run_dir)[:-keep_last] if keep_last > 0 else []:
         if os.path.abspath(old) != os.path.abspath(final):
             shutil.rmtree(old, ignore_errors=True)

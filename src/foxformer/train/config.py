@@ -108,6 +108,7 @@ class TrainConfig:
     checkpoint_every_tokens: int | None = None  # None: about 10 checkpoints per run
     keep_last: int = 2
     resume: str = "auto"                    # auto (latest checkpoint in out_dir) | never | <checkpoint dir>
+    #                                         (a checkpoint dir sets out_dir's newer step folders aside as abandoned-step_N)
     eval_every_tokens: int | None = None    # None: about 10 evaluations per run
     eval_tokens: int | None = None          # validation tokens per evaluation; None: 256Ki on CUDA, 8Ki on CPU
     log_every: int = 10                     # steps between console lines (JSONL gets every step)

@@ -235,6 +235,9 @@ def train(cfg: TrainConfig, *, hook: StepHook | None = None, model_factory=None)
     sink = None
     if info.is_main:
         os.makedirs(cfg.out_dir, exist_ok=True)
+        if loaded is not None:  # resume=<older checkpoint>: newer step folders must not win over this lineage
+            for moved in ckpt.adopt_checkpoint(cfg.out_dir, resume_path, step):
+                tqdm.write(f"resume: {moved} is newer than {resume_path} and was set aside (not resumed from)")
         save_config(cfg, os.path.join(cfg.out_dir, "config.yaml"), derived)
         sink = MetricsSink(cfg.out_dir, step, cfg.tensorboard)
         sink.write({"kind": "start", "step": step, "tokens": tokens, "resumed_from": resume_path, **derived})
