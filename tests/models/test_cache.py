@@ -91,3 +91,33 @@ def test_kv_shift_state_holds_only_the_last_token(preset_name):
     for layer in cache.layers:
         for state in (layer.k_last, layer.v_last):
             assert state.untyped_storage().nbytes() == state.numel() * state.element_size()
+
+
+CACHE_MISMATCHES = {
+    # a cache filled by the same model at batch 2, reused at batch 3: shape RuntimeError deep in a layer
+    "other-batch-size": dict(cache_model={}, cache_batch=2, batch=3, match="batch size 2"),
+    # a cache from a model with fewer layers: IndexError from cache[i]
+    "fewer-layers": dict(cache_model=dict(num_layers=1), cache_batch=2, batch=2, match="has 1 layer"),
+    # a cache from a model with more layers: used without a word, its extra layers ignored
+    "more-layers": dict(cache_model=dict(num_layers=3), cache_batch=2, batch=2, match="has 3 layer"),
+    # a cache from a model with other kv heads
+    "other-kv-heads": dict(cache_model=dict(num_kv_heads=1), cache_batch=2, batch=2, match="holds 1 kv heads"),
+    # an empty cache built for another layer count
+    "empty-cache-other-layers": dict(cache_model=None, cache_batch=None, batch=2, match="has 5 layer"),
+}
+
+
+@pytest.mark.parametrize("preset_name", ["fox-pro-tiny", "transformer-pro-tiny"])
+@pytest.mark.parametrize("case", list(CACHE_MISMATCHES), ids=list(CACHE_MISMATCHES))
+def test_a_cache_that_does_not_fit_the_model_or_batch_is_a_named_error(preset_name, case):
+    spec = CACHE_MISMATCHES[case]
+    model = make_model(preset_name)
+    if spec["cache_model"] is None:
+        cache = FoxCache(5)
+    else:
+        other = make_model(preset_name, **spec["cache_model"])
+        cache = other(tokens(spec["cache_batch"], 4), use_cache=True).cache
+    seen = cache.get_seq_length()
+    with pytest.raises(ValueError, match=f"past_key_values.*{spec['match']}"):
+        model(tokens(spec["batch"], 3), past_key_values=cache, use_cache=True)
+    assert cache.get_seq_length() == seen  # refused before touching it

@@ -241,6 +241,24 @@ class FoxCache:
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return self.seq_len
 
+    def check_fits(self, num_layers: int, batch: int, num_kv_heads: int, head_dim: int) -> None:
+        """ValueError unless this cache can continue a forward of ``batch`` rows through a model of these
+        shapes (a cache reused from another model or batch would fail deep inside a layer)."""
+        hint = "; a cache only continues the model and the batch that filled it"
+        if len(self.layers) != num_layers:
+            raise ValueError(f"past_key_values: the FoxCache has {len(self.layers)} layer(s), the model "
+                             f"{num_layers}{hint}")
+        filled = next((layer for layer in self.layers if layer.k_buf is not None), None)
+        if filled is None:
+            return
+        B, _, Hkv, D = filled.k_buf.shape
+        if B != batch:
+            raise ValueError(f"past_key_values: the FoxCache holds batch size {B}, the input has batch size "
+                             f"{batch}{hint}")
+        if (Hkv, D) != (num_kv_heads, head_dim):
+            raise ValueError(f"past_key_values: the FoxCache holds {Hkv} kv heads of size {D}, the model has "
+                             f"{num_kv_heads} kv heads of size {head_dim}{hint}")
+
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
         """Keep rows ``beam_idx`` (beam search, batch selection)."""
         for layer in self.layers:

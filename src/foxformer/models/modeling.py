@@ -206,6 +206,8 @@ class FoxModel(FoxPreTrainedModel):
         # use_cache=False only means "build no cache" (as in transformers): a cache passed in holds the
         # prefix, and dropping it would attend to the new tokens alone.
         B, T, _ = x.shape
+        if cache is not None:
+            cache.check_fits(self.config.num_layers, B, self.config.num_kv_heads, self.config.head_dim)
         past_len = cache.seq_len if cache is not None else 0
         ctx = self._context(B, T, past_len, attention_mask, position_ids, cu_seqlens, max_seqlen, x.device, x.dtype)
 
