@@ -81,3 +81,28 @@ def test_the_no_eviction_pass_keeps_every_key_whatever_the_config_says(config_ep
     assert mem["kept_fraction"] == 1.0
     res = eviction_loss(model, x, evict_eps=1e-1, progress=False)
     assert res["kept_fraction"] < 0.9 and res["live_ratio"] < 0.9 and res["max_abs_diff"] > 0
+
+
+
+@pytest.mark.parametrize("entry", ["api", "cli"])
+def test_a_qk_bound_in_the_config_is_used_without_the_flag(tmp_path, entry):
+    """A model without QK-norm whose config sets evict_qk_bound was refused with 'needs --qk-bound', though
+    new_cache (and so generate) takes the config's bound."""
+    model = tiny_model("fox-llama-tiny", vocab=259, seed=4)
+    realistic_gates(model, 8)
+    x = torch.randint(0, 259, (1, 120), generator=torch.Generator().manual_seed(1))
+    want = eviction_loss(model, x, evict_eps=1e-2, qk_bound=2.0, progress=False)
+    assert want["kept_fraction"] < 1  # the bound makes it evict
+    model.config.evict_qk_bound = 2.0
+    if entry == "api":
+        got = eviction_loss(model, x, evict_eps=1e-2, progress=False)
+        assert got["kept_fraction"] == want["kept_fraction"] and got["max_abs_diff"] == want["max_abs_diff"]
+    else:
+        hf, out, src = tmp_path / "hf", tmp_path / "out", tmp_path / "doc.txt"
+        model.save_pretrained(str(hf))
+        src.write_text("".join(chr(32 + (i * 7) % 90) for i in range(400)))
+        assert main(["eval", "eviction", str(hf), "--source", str(src), "--tokenizer", "bytes", "--seq-len", "120",
+                     "--num-seqs", "1", "--evict-eps", "1e-2", "--device", "cpu", "--out", str(out),
+                     "--no-progress"]) == 0
+        # other text than x: the config's bound evicts all the same (no bound would keep every key)
+        assert json.load(open(os.path.join(out, "eviction.json")))["kept_fraction"] < 1

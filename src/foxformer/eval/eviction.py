@@ -66,9 +66,10 @@ def eviction_loss(model, tokens, *, evict_eps: float, chunk: int = 16, prefill: 
         raise ValueError("model: eviction needs a forget gate (a FoX model); this one has none")
     if not (isinstance(evict_eps, float) and 0.0 < evict_eps < 1.0):
         raise ValueError(f"evict_eps: expected a float in (0, 1), got {evict_eps!r}")
-    if qk_bound is None and not model.config.qk_norm:
+    # new_cache takes the config's evict_qk_bound when qk_bound is None
+    if qk_bound is None and model.config.evict_qk_bound is None and not model.config.qk_norm:
         raise ValueError("qk_bound: this model has no QK-norm, so eviction needs your bound on |q.k| * scale "
-                         "(--qk-bound); without one it would evict nothing")
+                         "(--qk-bound, or evict_qk_bound in its config); without one it would evict nothing")
     if chunk < 1 or prefill < 1:
         raise ValueError(f"chunk and prefill must be >= 1, got {chunk} and {prefill}")
     tokens = check_tokens(tokens, model).to(model_device(model))
