@@ -20,7 +20,8 @@ def dataset_sequences(data_dir: str, seq_len: int, num: int, *, split: str = "va
 
     within_docs=False: consecutive windows of the concatenated split (documents joined by end-of-text),
     spread evenly over the split. within_docs=True: only windows that lie inside one document (long-context
-    evaluation: every position really has that much context), at most one per document, longest docs first.
+    evaluation: every position really has that much context), at most one per document, longest docs first;
+    a window holds text only, never the document's closing end-of-text token.
     """
     _check_len(seq_len, num)
     from foxformer.data import TokenDataset
@@ -30,10 +31,10 @@ def dataset_sequences(data_dir: str, seq_len: int, num: int, *, split: str = "va
         picks = np.linspace(0, len(ds) - 1, num=min(num, len(ds))).round().astype(np.int64)
         return torch.from_numpy(np.stack([ds.sequence(int(i)) for i in np.unique(picks)]))
     offsets = np.asarray(ds.doc_offsets, dtype=np.int64)
-    lengths = np.diff(offsets)
+    lengths = np.diff(offsets) - 1  # text tokens: each document ends with its end-of-text token
     long_docs = np.flatnonzero(lengths >= seq_len)
     if long_docs.size == 0:
-        raise ValueError(f"seq_len: no document of split {split!r} in {data_dir!r} has {seq_len} tokens "
+        raise ValueError(f"seq_len: no document of split {split!r} in {data_dir!r} has {seq_len} text tokens "
                          f"(longest: {int(lengths.max()) if lengths.size else 0}); lower --seq-len or drop "
                          f"--within-docs")
     order = long_docs[np.argsort(-lengths[long_docs], kind="stable")][:num]

@@ -1,0 +1,28 @@
+import pytest
+
+
+def _byte_dataset(tmp_path, text_lengths):
+    """A prepared dataset (byte tokenizer, all in train) of documents with these numbers of text tokens."""
+    import json
+
+    from foxformer.data.prepare import PrepareConfig, prepare
+
+    src = tmp_path / "docs.jsonl"
+    src.write_text("".join(json.dumps({"id": f"d{i}", "text": chr(ord("a") + i) * n}) + "\n"
+                           for i, n in enumerate(text_lengths)))
+    out = tmp_path / "bytes_data"
+    prepare(PrepareConfig(sources=[str(src)], out_dir=str(out), tokenizer="bytes", val_fraction=0.0),
+            progress=False)
+    return str(out)
+
+
+@pytest.mark.parametrize("text_tokens", [15, 16], ids=["eot-would-end-the-window", "text-fills-the-window"])
+def test_within_docs_windows_hold_only_document_text(tmp_path, text_tokens):
+    # a document of exactly seq_len tokens counting its end-of-text token gave a window whose last target
+    # was that end-of-text token: not text of the document, unlike every other within-docs window
+    from foxformer.eval.sequences import dataset_sequences
+
+    data = _byte_dataset(tmp_path, [text_tokens, 40])
+    rows = dataset_sequences(data, 16, 4, split="train", within_docs=True)
+    assert (rows != 256).all()  # 256: the byte tokenizer's end-of-text id
+    assert len(rows) == (2 if text_tokens == 16 else 1)
