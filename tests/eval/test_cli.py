@@ -250,3 +250,13 @@ def test_report_links_of_a_run_dir_with_spaces_resolve(workspace, tmp_path):
     assert links
     for link in links:
         assert " " not in link and (out / link).is_file(), link
+
+
+def test_analyze_gates_refuses_labels_that_share_plot_files(workspace, capsys, tmp_path):
+    # "a b" and "a_b" both became gates_a_b_*.png: the second model's plots overwrote the first one's
+    out = tmp_path / "gates_out"
+    assert main(["analyze", "gates", workspace["run"], workspace["hf"], "--names", "a b,a_b", "--data",
+                 workspace["data"], "--seq-len", "32", "--num-seqs", "1", "--device", "cpu", "--out", str(out),
+                 "--no-progress"]) == 2
+    assert "'a b' and 'a_b' would get the same plot file names" in _error(capsys)
+    assert not out.exists()

@@ -113,3 +113,18 @@ def test_bad_matrix_length_fails_clearly(max_len):
     # 0 crashed with an IndexError deep in the model; -5 silently showed all but the last 5 tokens
     with pytest.raises(ValueError, match="matrix_len"):
         head_matrices(tiny_model("fox-llama-tiny"), torch.zeros(1, 8, dtype=torch.long), [(0, 0)], max_len=max_len)
+
+
+@pytest.mark.parametrize("names", [("a b", "a_b"), ("x/y", "x?y")], ids=["space-vs-underscore", "two-symbols"])
+def test_labels_that_share_a_plot_file_name_are_refused(tmp_path, names):
+    # plot file names go through safe_name: the second model's plots silently overwrote the first one's
+    from foxformer.eval.outputs import save_gates
+
+    tokens = torch.randint(0, 97, (1, 24), generator=torch.Generator().manual_seed(0))
+    analyses = []
+    for seed, name in enumerate(names):
+        model = tiny_model("fox-pro-tiny", seed=seed)
+        analyses.append((gate_stats(model, tokens, name=name), model, tokens))
+    with pytest.raises(ValueError, match="same plot file names"):
+        save_gates(analyses, str(tmp_path), matrix_len=16)
+    assert list(tmp_path.iterdir()) == []

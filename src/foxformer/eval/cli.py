@@ -167,9 +167,10 @@ def _cmd_harness(args) -> dict:
 
 def _cmd_gates(args) -> dict:
     from .gates import gate_stats, parse_heads
-    from .outputs import save_gates
+    from .outputs import plot_tags, save_gates
 
     models = _load_models(args)
+    plot_tags([m.name for m in models])  # refuse labels whose plots would overwrite each other before any work
     tokens, where = _sequences(args, models)
     heads = parse_heads(args.heads)
     analyses = [(gate_stats(m.model, tokens, name=m.name, batch_size=args.batch_size, progress=not args.no_progress),

@@ -55,6 +55,20 @@ def safe_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") or "model"
 
 
+def plot_tags(names: Sequence[str], prefix: str = "gates_") -> list[str]:
+    """The file-name tag of each model's plots (``safe_name`` of its label). Labels that differ only in what
+    safe_name replaces ("a b", "a_b") would write the same files, one model's plots silently overwriting the
+    other's: that is a ValueError."""
+    tags = [safe_name(n) for n in names]
+    for i, tag in enumerate(tags):
+        first = tags.index(tag)
+        if first != i:
+            raise ValueError(f"names: models {names[first]!r} and {names[i]!r} would get the same plot file names "
+                             f"({prefix}{tag}_*.png); label them apart in letters, digits, '.', '-' or '_' "
+                             f"(--names)")
+    return tags
+
+
 def save_loss(curves: Sequence, out_dir: str, settings: Optional[dict] = None) -> dict:
     """loss.json, loss_curve.png and perplexity.png for LossCurve results of one or more models."""
     files = [os.path.basename(plots.plot_loss_curves(curves, os.path.join(out_dir, "loss_curve.png"))),
@@ -83,8 +97,8 @@ def save_gates(analyses: Sequence[tuple[GateStats, object, object]], out_dir: st
     """gates.json and per model: decay / attention matrix grids, timescale and effective-context heatmaps and
     mean-decay curves. ``analyses``: (stats, model, tokens) per model."""
     files, models = [], []
-    for stats, model, tokens in analyses:
-        tag = safe_name(stats.name)
+    tags = plot_tags([stats.name for stats, _, _ in analyses])
+    for (stats, model, tokens), tag in zip(analyses, tags):
         chosen = heads or choose_heads(stats)
         mats = head_matrices(model, tokens, chosen, max_len=matrix_len)
         labels = [f"L{m['layer']} H{m['head']}" for m in mats]
