@@ -156,3 +156,11 @@ def test_generate_with_a_tokenizer_larger_than_the_model_is_a_clear_error(hf_dir
                  "--device", "cpu"]) == 2
     err = capsys.readouterr().err
     assert "error: input_ids: token id 15496" in err and "vocabulary of 257" in err
+
+
+def test_generate_past_an_explicit_evict_max_len_is_a_clear_error(hf_dir, capsys):
+    # "Once upon" is 9 byte tokens: with N = 2 the eviction bound was silently void
+    assert main(["generate", "--model", hf_dir, "--tokenizer", "bytes", "--prompt", "Once upon", "--max-new-tokens",
+                 "4", "--evict-eps", "1e-4", "--evict-max-len", "2", "--device", "cpu"]) == 2
+    captured = capsys.readouterr()
+    assert "error: evict_max_len: " in captured.err and "N = 2" in captured.err and captured.out == ""

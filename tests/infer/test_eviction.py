@@ -204,3 +204,44 @@ def test_decode_step_scans_run_every_few_steps_and_full_scans_at_once():
     cache.append(k, k, torch.full((1, 1, 1), -40.0, dtype=torch.float64))
     cache.evict()                                       # a full scan (prefill chunks) runs at once
     assert int(cache.start[0, 0]) == 39
+
+
+GROW_PAST_N = {
+    "generation-config": lambda model: dict(evict_max_len=12),
+    "model-config": lambda model: setattr(model.config, "evict_max_len", 12) or {},
+}
+
+
+@pytest.mark.parametrize("source", list(GROW_PAST_N), ids=list(GROW_PAST_N))
+def test_growing_past_an_explicit_evict_max_len_is_a_clear_error(source):
+    """The bound holds for at most N keys: with N given (e.g. --evict-max-len 2) a longer sequence evicted on
+    as if it were N long and the eps tolerance was silently void."""
+    model = make_model("fox-pro-tiny", gate_bias=[-3.0, -3.0, 8.0, -3.0])
+    options = GROW_PAST_N[source](model)
+    prompt = tokens(1, 10)
+    # 10 prompt tokens and 2 fed back (the third new token is never fed): 12 keys, exactly N
+    assert len(list(stream_tokens(model, prompt, GenerationConfig(max_new_tokens=3, evict_eps=1e-3, **options)))) == 3
+    with pytest.raises(ValueError, match="evict_max_len.*12"):
+        next(stream_tokens(model, prompt, GenerationConfig(max_new_tokens=4, evict_eps=1e-3, **options)))
+    # the cache itself refuses a chunk that takes it past N (HF generate, direct use)
+    cache = model.model.new_cache(evict_eps=1e-3, evict_max_len=options.get("evict_max_len"))
+    out = model(prompt, past_key_values=cache, use_cache=True)
+    model(prompt[:, :2], past_key_values=out.cache)
+    with pytest.raises(ValueError, match="evict_max_len.*12"):
+        model(prompt[:, :1], past_key_values=out.cache)
+    assert out.cache.get_seq_length() == 12
+
+
+def test_config_evict_max_len_is_enforced_in_hf_generate():
+    model = make_model("fox-pro-tiny", gate_bias=[-3.0, -3.0, 8.0, -3.0])
+    model.config.evict_eps, model.config.evict_max_len = 1e-3, 12
+    with pytest.raises(ValueError, match="evict_max_len"):
+        model.generate(tokens(1, 10), max_new_tokens=8, do_sample=False, pad_token_id=0)
+
+
+def test_generation_past_max_position_embeddings_still_evicts_without_an_explicit_n():
+    """N defaults to max_position_embeddings; FoX generates past it (no learned positions), so that stays allowed."""
+    model = make_model("fox-pro-tiny", gate_bias=[-3.0, -3.0, 8.0, -3.0], max_position_embeddings=16)
+    state = {}
+    out = list(stream_tokens(model, tokens(1, 10), GenerationConfig(max_new_tokens=30, evict_eps=1e-3), state))
+    assert len(out) == 30 and cache_report(state["cache"])["kept_fraction"] < 1

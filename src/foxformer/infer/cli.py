@@ -156,7 +156,8 @@ def add_commands(subparsers) -> None:
                    help="evict cached keys whose attention probability is provably below this / N")
     p.add_argument("--evict-qk-bound", type=float, default=None,
                    help="without QK-norm: your bound U >= |scale q.k| (your contract; needed for eviction)")
-    p.add_argument("--evict-max-len", type=int, default=None, help="N of the bound (default max_position_embeddings)")
+    p.add_argument("--evict-max-len", type=int, default=None, help="N of the bound (default max_position_embeddings); "
+                   "given, prompt + new tokens may not exceed it")
     p.add_argument("--fgate-bias-shift", type=_shift, default=None,
                    help="added to the gate logits: one float, or comma-separated per layer")
     p.add_argument("--prefill-chunk", type=int, default=None, help="prompt tokens per forward")

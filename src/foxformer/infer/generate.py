@@ -156,6 +156,14 @@ def stream_tokens(model, input_ids: torch.Tensor, cfg: Optional[GenerationConfig
         cache = _new_cache(model, cfg)
         if cache is not None:
             cache.reserve(ids.shape[1] + cfg.max_new_tokens)
+            # Refused up front rather than by the model after some tokens were streamed; the last new token
+            # is never fed back, so the cache sees prompt + max_new_tokens - 1 tokens.
+            fed = ids.shape[1] + max(cfg.max_new_tokens - 1, 0)
+            max_len = getattr(cache, "max_len", None)
+            if max_len is not None and fed > max_len:
+                raise ValueError(f"evict_max_len: eviction is bounded for at most N = {max_len} tokens, but the "
+                                 f"prompt ({ids.shape[1]} tokens) and max_new_tokens ({cfg.max_new_tokens}) reach "
+                                 f"{fed}; raise evict_max_len or lower max_new_tokens")
         cache_kw = cache_keyword(model)
         chunk = cfg.prefill_chunk or ids.shape[1]
         out = None

@@ -211,7 +211,9 @@ class FoxCache:
     ``cache``) to continue: prefill in chunks, decode token by token.
 
     ``evict_deltas``: one eviction threshold per layer (None entries: that layer keeps every key);
-    build them with ``foxformer.infer.eviction.eviction_deltas``.
+    build them with ``foxformer.infer.eviction.eviction_deltas``. ``max_len``: the N those thresholds were
+    derived for, when it was given explicitly (evict_max_len): the model refuses to grow the cache past it,
+    where the eviction bound would no longer hold (None: no limit).
 
     Not a ``transformers.Cache`` subclass on purpose: its API differs between transformers 5.17
     and 5.24, and generate only needs ``get_seq_length`` and the model's own
@@ -221,12 +223,14 @@ class FoxCache:
     is_compileable = False
     is_croppable = False
 
-    def __init__(self, num_layers: int, evict_deltas: Optional[Sequence[Optional[float]]] = None) -> None:
+    def __init__(self, num_layers: int, evict_deltas: Optional[Sequence[Optional[float]]] = None,
+                 max_len: Optional[int] = None) -> None:
         if evict_deltas is not None and len(evict_deltas) != num_layers:
             raise ValueError(f"evict_deltas: expected {num_layers} entries (one per layer), got {len(evict_deltas)}")
         deltas = list(evict_deltas) if evict_deltas is not None else [None] * num_layers
         self.layers = [LayerCache(d) for d in deltas]
         self.seq_len = 0
+        self.max_len = None if max_len is None else int(max_len)
 
     def __len__(self) -> int:
         return len(self.layers)

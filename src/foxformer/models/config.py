@@ -33,7 +33,8 @@ class FoxConfig(PretrainedConfig):
     evict_eps: decoding evicts cached keys whose attention probability is provably below evict_eps / N
         for every later query (None = keep everything). Needs qk_norm, or evict_qk_bound.
     evict_qk_bound: without qk_norm, the user's promise U >= |scale * q . k| for every query/key pair.
-    evict_max_len: N in the bound (the longest sequence decoded); None means max_position_embeddings.
+    evict_max_len: N in the bound (the longest sequence decoded; the model refuses to grow an evicting cache
+        past it); None means max_position_embeddings (FoX may still decode past that).
     prune_eps: the attention op skips (query block, key block) tiles whose total attention probability
         per row is provably below prune_eps (None = compute every tile). The bound on |q . k| comes from
         the QK-norm weights when qk_norm is on, else from the norms of q and k ("auto").

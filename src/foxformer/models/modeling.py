@@ -125,7 +125,11 @@ class FoxModel(FoxPreTrainedModel):
 
     def new_cache(self, evict_eps: Optional[float] = None, evict_qk_bound: Optional[float] = None,
                   evict_max_len: Optional[int] = None) -> FoxCache:
-        """An empty FoxCache; eviction settings default to the config's (evict_eps None: keep all keys)."""
+        """An empty FoxCache; eviction settings default to the config's (evict_eps None: keep all keys).
+
+        An explicit evict_max_len (argument or config) is the cache's max_len: the eviction bound holds for at
+        most that many keys, so the model refuses to go past it. Without one N is max_position_embeddings,
+        and FoX may still generate beyond it."""
         from foxformer.infer.eviction import eviction_deltas
 
         cfg = self.config
@@ -135,7 +139,9 @@ class FoxModel(FoxPreTrainedModel):
         if deltas is not None and cfg.has_fgate and all(d is None for d in deltas):
             warnings.warn("evict_eps is set but no layer can evict: without QK-norm no bound on |q.k| is known; "
                           "pass evict_qk_bound (your bound on |q.k| * scale) to evict", stacklevel=2)
-        return FoxCache(cfg.num_layers, evict_deltas=deltas)
+        max_len = evict_max_len if evict_max_len is not None else cfg.evict_max_len
+        evicting = deltas is not None and any(d is not None for d in deltas)
+        return FoxCache(cfg.num_layers, evict_deltas=deltas, max_len=max_len if evicting else None)
 
     def set_input_embeddings(self, value: nn.Embedding) -> None:
         self.embed_tokens = value
@@ -209,6 +215,10 @@ class FoxModel(FoxPreTrainedModel):
         if cache is not None:
             cache.check_fits(self.config.num_layers, B, self.config.num_kv_heads, self.config.head_dim)
         past_len = cache.seq_len if cache is not None else 0
+        if cache is not None and cache.max_len is not None and past_len + T > cache.max_len:
+            raise ValueError(f"evict_max_len: the cache evicts for sequences of at most N = {cache.max_len} "
+                             f"tokens, this input takes it to {past_len + T}, where its eps tolerance no longer "
+                             "holds; build the cache with an evict_max_len that covers the whole sequence")
         ctx = self._context(B, T, past_len, attention_mask, position_ids, cu_seqlens, max_seqlen, x.device, x.dtype)
 
         hidden = [] if output_hidden_states else None
