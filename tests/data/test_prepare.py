@@ -177,3 +177,16 @@ def test_cli_prepare_and_info(tmp_path, jsonl_xz, capsys):
     assert main(["data", "info", out]) == 0
     assert json.loads(capsys.readouterr().out) == summary
     assert main(["data", "info", str(tmp_path / "missing")]) == 2
+
+
+@pytest.mark.parametrize("existing", [False, True], ids=["new-dir", "forced-over-a-dataset"])
+def test_a_bad_tokenizer_leaves_the_output_dir_as_it_was(tmp_path, jsonl_xz, jsonl_gz, existing):
+    # the output folder was created (and with --force the old manifest removed) before the tokenizer spec
+    # was checked: a typo left an empty folder behind, or a dataset without its manifest
+    out = tmp_path / "out"
+    if existing:
+        prepare(_cfg(tmp_path, [jsonl_xz]), progress=False)
+    before = sorted(os.listdir(out)) if existing else None
+    with pytest.raises(ValueError, match="tokenizer"):
+        prepare(_cfg(tmp_path, [jsonl_gz], tokenizer="no-such-tokenizer"), force=True, progress=False)
+    assert (sorted(os.listdir(out)) if out.exists() else None) == before

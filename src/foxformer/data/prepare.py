@@ -197,7 +197,6 @@ def prepare(cfg: PrepareConfig, *, force: bool = False, progress: bool = True) -
     request = {"sources": [{"spec": i.spec, "fingerprint": i.fingerprint} for i in infos],
                "tokenizer": cfg.tokenizer, "val_fraction": cfg.val_fraction, "seed": cfg.seed,
                "max_tokens_per_source": cfg.max_tokens_per_source, "text_field": cfg.text_field}
-    os.makedirs(cfg.out_dir, exist_ok=True)
     old = read_manifest(cfg.out_dir)
     if old is not None:
         if old.get("request") == request:
@@ -206,9 +205,11 @@ def prepare(cfg: PrepareConfig, *, force: bool = False, progress: bool = True) -
             raise ValueError(f"out_dir: {cfg.out_dir!r} already holds a dataset prepared from a different request "
                              f"(tokenizer {old.get('tokenizer')!r}, sources "
                              f"{[s['spec'] for s in old.get('sources', [])]}); use another directory or --force")
+    tok = load_tokenizer(cfg.tokenizer)  # a bad spec fails here, before out_dir is touched
+    os.makedirs(cfg.out_dir, exist_ok=True)
+    if old is not None:
         os.remove(os.path.join(cfg.out_dir, MANIFEST))
 
-    tok = load_tokenizer(cfg.tokenizer)
     dtype = token_dtype(tok.vocab_size)
     shard_infos, shards, doc_table = [], [], []
     for s_idx, info in enumerate(infos):
