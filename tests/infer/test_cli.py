@@ -164,3 +164,26 @@ def test_generate_past_an_explicit_evict_max_len_is_a_clear_error(hf_dir, capsys
                  "4", "--evict-eps", "1e-4", "--evict-max-len", "2", "--device", "cpu"]) == 2
     captured = capsys.readouterr()
     assert "error: evict_max_len: " in captured.err and "N = 2" in captured.err and captured.out == ""
+
+
+SHORT_N = {
+    "max-position-embeddings-below-context": lambda cfg: setattr(cfg, "max_position_embeddings", 16),
+    "config-evict-max-len-below-context": lambda cfg: setattr(cfg, "evict_max_len", 16),
+}
+
+
+@pytest.mark.parametrize("shorten", list(SHORT_N), ids=list(SHORT_N))
+def test_bench_decode_evicts_for_the_length_it_decodes(shorten):
+    """The fox+evict row took N from the model (max_position_embeddings or evict_max_len): a --model whose N is
+    below context + steps evicted as if the sequence were N long, outside the eps tolerance it reports."""
+    from foxformer.bench.decode import measure_decode, realistic_gates
+
+    model = make_model("fox-pro-tiny", dtype=torch.float32, max_position_embeddings=64)
+    realistic_gates(model, 48)
+    run = dict(vocab=model.config.vocab_size, context=48, batch=1, steps=16, warmup=0, evict_eps=1e-3,
+               prefill_chunk=32, device=torch.device("cpu"))
+    want = measure_decode(model, **run)  # N = max_position_embeddings = 64 = context + steps
+    SHORT_N[shorten](model.config)
+    got = measure_decode(model, **run)
+    assert got["evict_max_len"] == want["evict_max_len"] == 64
+    assert 0 < got["kept_fraction"] == want["kept_fraction"] < 1

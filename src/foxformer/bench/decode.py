@@ -67,13 +67,16 @@ def measure_decode(model, *, vocab: int, context: int, batch: int, steps: int, w
     ids = torch.randint(0, vocab, (batch, context + warmup + steps), generator=g).to(device)
     kw = cache_keyword(model)
     cache = None
+    total = context + warmup + steps
     if hasattr(getattr(model, "model", None), "new_cache"):
         from foxformer.models.cache import FoxCache
 
-        # new_cache(None) falls back to the config's evict_eps: the no-eviction row would evict
-        cache = model.model.new_cache(evict_eps=evict_eps) if evict_eps is not None else \
+        # new_cache(None) falls back to the config's evict_eps: the no-eviction row would evict.
+        # N of the bound is the length decoded here, not the model's max_position_embeddings / evict_max_len:
+        # a --model with a shorter one would evict outside the eps tolerance (or refuse).
+        cache = model.model.new_cache(evict_eps=evict_eps, evict_max_len=total) if evict_eps is not None else \
             FoxCache(len(model.model.layers))
-        cache.reserve(context + warmup + steps)
+        cache.reserve(total)
     elif evict_eps is not None:
         raise ValueError("evict_eps: eviction needs a FoX model")
     if device.type == "cuda":
@@ -107,6 +110,8 @@ def measure_decode(model, *, vocab: int, context: int, batch: int, steps: int, w
     elapsed = time.perf_counter() - t0
     row = {"context": context, "batch": batch, "steps": steps, "ms_per_step": 1e3 * elapsed / max(steps, 1),
            "tokens_per_s": batch * steps / elapsed if elapsed > 0 else None, "prefill_s": prefill_s}
+    if evict_eps is not None:
+        row["evict_max_len"] = total
     if device.type == "cuda":
         row["peak_mem_gib"] = torch.cuda.max_memory_allocated() / 2**30
     if hasattr(cache, "memory_bytes"):
