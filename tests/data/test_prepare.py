@@ -190,3 +190,19 @@ def test_a_bad_tokenizer_leaves_the_output_dir_as_it_was(tmp_path, jsonl_xz, jso
     with pytest.raises(ValueError, match="tokenizer"):
         prepare(_cfg(tmp_path, [jsonl_gz], tokenizer="no-such-tokenizer"), force=True, progress=False)
     assert (sorted(os.listdir(out)) if out.exists() else None) == before
+
+
+def test_temporary_shards_of_dead_runs_are_cleaned_up(tmp_path, jsonl_xz):
+    # shards/<key>.tmp-PID folders of killed runs stayed forever (each a partial copy of a tokenized source)
+    import subprocess
+    import sys
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    shards = tmp_path / "out" / "shards"
+    for name in (f"0123456789abcdef.tmp-{dead.pid}", f"fedcba9876543210.tmp-{os.getppid()}"):
+        (shards / name).mkdir(parents=True)
+        (shards / name / "tokens.bin").write_bytes(b"partial")
+    prepare(_cfg(tmp_path, [jsonl_xz]), progress=False)
+    left = sorted(n for n in os.listdir(shards) if ".tmp-" in n)
+    assert left == [f"fedcba9876543210.tmp-{os.getppid()}"]  # a live PID may be a prepare running right now

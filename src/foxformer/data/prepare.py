@@ -93,6 +93,29 @@ def _shard_key(spec: str, fingerprint: str, cfg: PrepareConfig) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+def _pid_alive(pid: int) -> bool:
+    if os.name != "posix":  # pragma: no cover - os.kill(pid, 0) would terminate the process on Windows
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # PermissionError: it runs, as another user
+        return True
+    return True
+
+
+def _remove_stale_tmp_shards(shards_root: str) -> None:
+    """Delete ``<key>.tmp-PID`` folders of runs that were killed part-way: those of PIDs no longer running
+    (and of this process: an earlier, interrupted call). A live PID may be a prepare running right now."""
+    if not os.path.isdir(shards_root):
+        return
+    for name in os.listdir(shards_root):
+        _, sep, pid = name.rpartition(".tmp-")
+        if sep and pid.isdigit() and (int(pid) == os.getpid() or not _pid_alive(int(pid))):
+            shutil.rmtree(os.path.join(shards_root, name), ignore_errors=True)
+
+
 def _tokenize_source(spec: str, shard_dir: str, cfg: PrepareConfig, tok, progress: bool) -> dict:
     """Tokenize one source into ``shard_dir`` (skipped when its done-marker exists)."""
     done_path = os.path.join(shard_dir, "done.json")
@@ -209,6 +232,7 @@ def prepare(cfg: PrepareConfig, *, force: bool = False, progress: bool = True) -
     os.makedirs(cfg.out_dir, exist_ok=True)
     if old is not None:
         os.remove(os.path.join(cfg.out_dir, MANIFEST))
+    _remove_stale_tmp_shards(os.path.join(cfg.out_dir, "shards"))
 
     dtype = token_dtype(tok.vocab_size)
     shard_infos, shards, doc_table = [], [], []
