@@ -138,6 +138,7 @@ def test_bench_decode_plain_fox_row_keeps_every_key(config_eps):
     pytest.param("--contexts", "48,-5", id="context-negative"),
     pytest.param("--batches", "0", id="batch-zero"),
     pytest.param("--gate-tmax", "0", id="gate-tmax-zero"),
+    pytest.param("--evict-qk-bound", "-1", id="evict-qk-bound-negative"),
 ])
 def test_bench_decode_refuses_bad_numbers_up_front(tmp_path, option, value):
     """These ended in tracebacks after the models were built: 'evict_eps must be in (0, 1)' from
@@ -187,3 +188,34 @@ def test_bench_decode_evicts_for_the_length_it_decodes(shorten):
     got = measure_decode(model, **run)
     assert got["evict_max_len"] == want["evict_max_len"] == 64
     assert 0 < got["kept_fraction"] == want["kept_fraction"] < 1
+
+
+NO_OP_EVICTION = {
+    "fox-without-qk-norm": ("fox-llama-tiny", [], "--evict-qk-bound"),
+    "transformer-preset": ("transformer-pro-tiny", [], "forget gate"),
+}
+
+
+@pytest.mark.parametrize("case", list(NO_OP_EVICTION), ids=list(NO_OP_EVICTION))
+def test_bench_decode_marks_a_fox_evict_row_that_cannot_evict(tmp_path, capsys, case):
+    """With no bound on |q.k| (no QK-norm) or no forget gate the fox+evict row evicted nothing and reported
+    kept_fraction 1 and max_logprob_diff 0 as if eviction were free."""
+    preset, extra, reason = NO_OP_EVICTION[case]
+    out = tmp_path / "bench.json"
+    assert main(["bench", "decode", "--preset", preset, "--vocab-size", "257", "--contexts", "32", "--batches", "1",
+                 "--steps", "2", "--warmup", "0", "--prefill-chunk", "32", "--device", "cpu", "--no-baseline",
+                 "--out", str(out), *extra]) == 0
+    rows = {r["model"]: r for r in json.loads(out.read_text())["rows"]}
+    assert rows["fox"]["tokens_per_s"] > 0
+    evict = rows["fox+evict"]
+    assert reason in evict["skipped"] and "kept_fraction" not in evict and "max_logprob_diff" not in evict
+    assert reason in capsys.readouterr().err
+
+
+def test_bench_decode_evicts_without_qk_norm_given_a_bound(tmp_path):
+    out = tmp_path / "bench.json"
+    assert main(["bench", "decode", "--preset", "fox-llama-tiny", "--vocab-size", "257", "--contexts", "48",
+                 "--batches", "1", "--steps", "4", "--warmup", "0", "--prefill-chunk", "32", "--device", "cpu",
+                 "--no-baseline", "--evict-qk-bound", "1.0", "--out", str(out)]) == 0
+    evict = json.loads(out.read_text())["rows"][1]
+    assert evict["model"] == "fox+evict" and "skipped" not in evict and evict["kept_fraction"] < 1

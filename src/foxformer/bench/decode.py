@@ -10,13 +10,15 @@ caused on the same token stream (the measured output error).
 Random-init FoX gates all start near f = 0.5 and would evict everything; ``--gates realistic`` sets
 each layer's gate biases to timescales geometric in [2, max context] across heads (the "realistic
 gates" of DESIGN.md) so that eviction sees a mix of short and long heads. ``--model`` benches a trained
-model instead.
+model instead. Eviction needs a forget gate and a bound on |q.k| (QK-norm, or ``--evict-qk-bound``); without
+them the "fox+evict" rows are marked "skipped" instead of reporting an eviction that dropped nothing.
 """
 from __future__ import annotations
 
 import argparse
 import gc
 import math
+import sys
 import time
 from typing import Optional
 
@@ -57,7 +59,7 @@ def _sync(device: torch.device) -> None:
 @torch.no_grad()
 def measure_decode(model, *, vocab: int, context: int, batch: int, steps: int, warmup: int,
                    evict_eps: Optional[float], prefill_chunk: int, device: torch.device, seed: int = 0,
-                   keep_logprobs: int = 8) -> dict:
+                   keep_logprobs: int = 8, evict_qk_bound: Optional[float] = None) -> dict:
     """Prefill ``context`` random tokens, run ``warmup`` then ``steps`` timed decode steps.
 
     Returns a row with tokens_per_s, ms_per_step, peak_mem_gib, cache_gib, kept_fraction and
@@ -74,8 +76,8 @@ def measure_decode(model, *, vocab: int, context: int, batch: int, steps: int, w
         # new_cache(None) falls back to the config's evict_eps: the no-eviction row would evict.
         # N of the bound is the length decoded here, not the model's max_position_embeddings / evict_max_len:
         # a --model with a shorter one would evict outside the eps tolerance (or refuse).
-        cache = model.model.new_cache(evict_eps=evict_eps, evict_max_len=total) if evict_eps is not None else \
-            FoxCache(len(model.model.layers))
+        cache = model.model.new_cache(evict_eps=evict_eps, evict_qk_bound=evict_qk_bound, evict_max_len=total) \
+            if evict_eps is not None else FoxCache(len(model.model.layers))
         cache.reserve(total)
     elif evict_eps is not None:
         raise ValueError("evict_eps: eviction needs a FoX model")
@@ -151,6 +153,19 @@ def _build(args, device: torch.device, dtype: torch.dtype):
     return models
 
 
+def evict_skip_reason(model, evict_eps: float, qk_bound: Optional[float]) -> Optional[str]:
+    """Why the fox+evict row could not evict a single key (it would report kept_fraction 1 and
+    max_logprob_diff 0 as if eviction were free), or None when some layer evicts."""
+    from foxformer.infer.eviction import eviction_deltas
+
+    if not getattr(model.config, "has_fgate", False):
+        return "the model has no forget gate (a softmax Transformer): eviction needs a FoX model"
+    bound = qk_bound if qk_bound is not None else model.config.evict_qk_bound
+    if all(d is None for d in eviction_deltas(model, evict_eps, bound)):
+        return "no layer can evict: the model has no QK-norm, so pass --evict-qk-bound (your bound on |q.k| * scale)"
+    return None
+
+
 def run(args) -> dict:
     device = torch.device(args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu"))
     dtype = DTYPES[args.dtype] if args.dtype != "auto" else (torch.bfloat16 if device.type == "cuda" else torch.float32)
@@ -165,13 +180,22 @@ def run(args) -> dict:
             print(f"wrote {args.out}")
         return payload
     models = _build(args, device, dtype)
+    qk_bound = getattr(args, "evict_qk_bound", None)
+    skip = {name: evict_skip_reason(m, eps, qk_bound) for name, m, eps in models if eps is not None}
+    for name, reason in skip.items():
+        if reason:
+            print(f"bench decode: skipping the {name} row: {reason}", file=sys.stderr)
     rows = []
     jobs = [(name, m, eps, ctx, b) for ctx in args.contexts for b in args.batches for name, m, eps in models]
     reference = {}
     for name, model, eps, ctx, b in tqdm(jobs, desc="bench decode"):
+        if skip.get(name):
+            rows.append({"model": name, "context": ctx, "batch": b, "evict_eps": eps, "skipped": skip[name]})
+            continue
         try:
             row = measure_decode(model, vocab=model.config.vocab_size, context=ctx, batch=b, steps=args.steps,
-                                 warmup=args.warmup, evict_eps=eps, prefill_chunk=args.prefill_chunk, device=device)
+                                 warmup=args.warmup, evict_eps=eps, prefill_chunk=args.prefill_chunk, device=device,
+                                 evict_qk_bound=qk_bound if eps is not None else None)
         except torch.cuda.OutOfMemoryError:
             row = {"context": ctx, "batch": b, "error": "out of memory"}
         row["model"] = name
@@ -187,7 +211,7 @@ def run(args) -> dict:
         if device.type == "cuda":
             torch.cuda.empty_cache()
     columns = ["model", "context", "batch", "tokens_per_s", "ms_per_step", "peak_mem_gib", "cache_gib",
-               "live_gib", "kept_fraction", "max_logprob_diff", "error"]
+               "live_gib", "kept_fraction", "max_logprob_diff", "error", "skipped"]
     print_table(rows, columns)
     payload = {"env": environment(), "settings": {k: v for k, v in vars(args).items() if k != "func"}, "rows": rows}
     if args.out:
@@ -243,6 +267,9 @@ def add_parser(sub, name: str = "decode") -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=4)
     p.add_argument("--prefill-chunk", type=int, default=8192)
     p.add_argument("--evict-eps", type=float, default=1e-3)
+    p.add_argument("--evict-qk-bound", type=float, default=None,
+                   help="without QK-norm: your bound U >= |scale q.k| (your contract); without it (or the model "
+                        "config's evict_qk_bound) the fox+evict row is skipped")
     p.add_argument("--gates", choices=("realistic", "init"), default="realistic")
     p.add_argument("--gate-tmax", type=float, default=None,
                    help="longest decay timescale of the realistic gates (default: the longest context)")
@@ -264,6 +291,8 @@ def add_parser(sub, name: str = "decode") -> argparse.ArgumentParser:
                 raise SystemExit(f"error: --{name} must all be >= 1, got {getattr(args, name)}")
         if not (0 < args.evict_eps < 1):
             raise SystemExit(f"error: --evict-eps must be in (0, 1), got {args.evict_eps}")
+        if args.evict_qk_bound is not None and not (args.evict_qk_bound >= 0 and math.isfinite(args.evict_qk_bound)):
+            raise SystemExit(f"error: --evict-qk-bound must be a finite number >= 0, got {args.evict_qk_bound}")
         if args.gate_tmax is not None and not (args.gate_tmax > 0 and math.isfinite(args.gate_tmax)):
             raise SystemExit(f"error: --gate-tmax must be a finite number > 0, got {args.gate_tmax}")
         run(args)
