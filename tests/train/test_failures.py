@@ -220,3 +220,22 @@ def test_resuming_an_older_checkpoint_abandons_the_newer_ones(make_cfg, tmp_path
     assert os.path.isdir(os.path.join(root, "abandoned-step_00000008"))  # kept aside, not deleted
     summary = train(make_cfg(out_dir=run, keep_last=4))
     assert summary["resumed_from"].endswith(expected) and summary["step"] == 8
+
+
+@pytest.mark.parametrize("kw,match", [
+    ({"beta1": 1.0}, "beta1"), ({"beta1": -0.1}, "beta1"), ({"beta2": 1.5}, "beta2"),
+    ({"beta2": float("nan")}, "beta2"), ({"beta1": True}, "beta1"), ({"eps": float("inf")}, "eps"),
+    ({"eps": 0.0}, "eps"), ({"eps": -1e-8}, "eps"), ({"eps": "nan"}, "eps"),
+], ids=["beta1-one", "beta1-negative", "beta2-above-one", "beta2-nan", "beta1-bool", "eps-inf", "eps-zero",
+        "eps-negative", "eps-nan-string"])
+def test_adam_betas_and_eps_are_checked(make_cfg, kw, match):
+    # they were not validated: eps=inf was accepted (every Adam update became 0, only weight decay acted)
+    with pytest.raises(ValueError, match=match):
+        make_cfg(**kw)
+
+
+@pytest.mark.parametrize("kw", [{"beta1": 0.0}, {"beta2": 0.999}, {"eps": 1e-12}, {"eps": "1e-6"}],
+                         ids=["beta1-zero", "beta2-close-to-one", "eps-tiny", "eps-yaml-string"])
+def test_valid_adam_betas_and_eps_are_accepted(make_cfg, kw):
+    cfg = make_cfg(**kw)
+    assert all(getattr(cfg, k) == float(v) for k, v in kw.items())

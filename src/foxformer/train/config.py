@@ -170,6 +170,11 @@ class TrainConfig:
         for name in ("micro_batch_size", "weight_decay", "grad_clip", "lr", "seed"):
             positive(name, allow_zero=True)
         positive("warmup_tokens", allow_none=True, allow_zero=True)
+        positive("eps")  # eps=inf made every Adam update 0
+        for name in ("beta1", "beta2"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v < 1.0:  # NaN fails too
+                raise ValueError(f"{name}: expected a number in [0, 1), got {v!r}")
         if self.context < 2:
             raise ValueError(f"context: expected at least 2 tokens, got {self.context}")
         if not 0.0 <= self.min_lr_ratio <= 1.0:
