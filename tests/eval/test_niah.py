@@ -155,3 +155,59 @@ def test_greedy_answer_is_found_only_as_the_whole_number(setup, answer, found):
     rec = run_case(model, tok, case, max_new_tokens=8)
     assert normalize(v) in normalize(rec["generated"])
     assert rec["found"] is found
+
+
+@pytest.fixture(scope="module")
+def long_sentences():
+    tok = WordTokenizer(64)
+    words = np.random.default_rng(1).choice(FILLER, 5000)
+    text = " ".join(f"{w} ." if i % 60 == 59 else str(w) for i, w in enumerate(words))  # sentences of 60 words
+    return tok, tok.encode(text)
+
+
+@pytest.mark.parametrize("length, depth", [(512, 1.0), (512, 0.5), (4096, 1.0), (4096, 0.25)],
+                         ids=["512-depth-1", "512-depth-0.5", "4096-depth-1", "4096-depth-0.25"])
+def test_needle_moves_only_a_small_fraction_of_the_length_and_its_position_is_recorded(long_sentences, length,
+                                                                                         depth):
+    # the needle moved back up to 64 tokens to a sentence end whatever the length (depth 1.0 at 512 landed
+    # near 0.9), and the records kept the requested depth only
+    tok, hay = long_sentences
+    needle = make_needle(0, 0, KEYS)
+    case = build_case(tok, hay, length, depth, needle, offset=40)  # sentence ends ~40 tokens before each target
+    fact = tok.encode(f" The special magic number for {needle.key} is: {needle.value}. ")
+    budget = length - len(fact) - len(tok.encode(f"\n\nWhat is the special magic number for {needle.key}? "
+                                                 f"The special magic number for {needle.key} is:"))
+    assert abs(case.needle_pos - round(depth * budget)) <= max(4, 0.02 * length)
+    assert case.actual_depth == pytest.approx(case.needle_pos / budget)
+    assert abs(case.actual_depth - depth) <= 0.02
+    assert case.prompt[case.needle_pos:case.needle_pos + len(fact)] == fact  # the needle starts there
+    rec = run_case(copy_model(64), tok, case, generate=False)
+    assert rec["depth"] == depth  # the requested depth stays the bucket
+    assert rec["needle_pos"] == case.needle_pos and rec["actual_depth"] == case.actual_depth
+
+
+def test_grid_buckets_by_requested_depth_and_reports_the_actual_one(setup):
+    tok, hay = setup
+    result = niah_grid(copy_model(64), tok, hay, lengths=[48, 160], depths=[0.5, 1.0], modes=["standard"],
+                       needles=1, keys=KEYS, generate=False, progress=False)
+    actual = np.asarray(result.grid("standard", "actual_depth"))  # [depths, lengths]
+    assert actual.shape == (2, 2) and np.all(np.abs(actual - np.asarray([[0.5], [1.0]])) <= 0.1)
+    shift = max(abs(r["actual_depth"] - r["depth"]) for r in result.records)
+    assert result.summary()["max_depth_shift"] == pytest.approx(shift)
+    assert result.to_dict()["grids"]["standard"]["actual_depth"] == actual.tolist()
+
+
+def test_heatmap_rows_are_requested_depths_labelled_with_the_actual_ones(tmp_path, monkeypatch):
+    from foxformer.eval import plots
+    from foxformer.eval.niah import NiahResult
+
+    figures, save = [], plots.save_figure
+    monkeypatch.setattr(plots, "save_figure", lambda fig, path: (figures.append(fig), save(fig, path))[1])
+    records = [{"length": 64, "depth": d, "mode": "standard", "found": True, "ll_correct": True,
+                "answer_logprob": 0.0, "needle_pos": 0, "actual_depth": a} for d, a in ((0.5, 0.5), (1.0, 0.96))]
+    records.append({"length": 64, "depth": 0.0, "mode": "standard", "found": True, "ll_correct": True,
+                    "answer_logprob": 0.0})  # written before actual depths were recorded
+    result = NiahResult(name="m", lengths=[64], depths=[0.0, 0.5, 1.0], modes=["standard"], records=records)
+    plots.plot_niah_heatmaps([result], str(tmp_path / "niah.png"))
+    labels = [t.get_text() for t in figures[0].axes[0].get_yticklabels()]
+    assert labels == ["0%", "50%", "100% (at 96%)"]

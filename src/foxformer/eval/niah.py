@@ -1,9 +1,12 @@
 """Needle in a haystack on local text: a grid of context lengths x needle depths, two modes, two scores.
 
-A needle states a fact, "The special magic number for {key} is: {value}.", inserted at a sentence boundary
-at relative depth ``depth`` of a haystack cut from local long text. The prompt ends with the question and the
-start of the answer ("... What is the special magic number for {key}? The special magic number for {key} is:"),
-so base models answer by completion. "easy" mode puts the question inside the needle as well (the paper's
+A needle states a fact, "The special magic number for {key} is: {value}.", inserted at relative depth
+``depth`` of a haystack cut from local long text, moved to the nearest sentence boundary if one lies within
+:func:`snap_window` tokens (2% of the context length, 4 to 64 tokens). Each record keeps the requested
+``depth`` (the heatmap bucket) and where the needle really went: ``needle_pos`` (its first token in the
+prompt) and ``actual_depth`` (``needle_pos`` over the haystack tokens of the prompt). The prompt ends with
+the question and the start of the answer ("... What is the special magic number for {key}? The special magic
+number for {key} is:"), so base models answer by completion. "easy" mode puts the question inside the needle as well (the paper's
 easy mode): the model then only needs to copy what followed the same words before.
 
 Scores per trial: ``found`` (greedy generation contains the value, compared after normalisation: lower case,
@@ -82,14 +85,22 @@ class NiahCase:
     mode: str
     needle_index: int
     seed: int
-    needle_pos: int
+    needle_pos: int                         # index of the needle's first token in the prompt
+    actual_depth: Optional[float] = None    # needle_pos / haystack tokens in the prompt (depth after snapping)
 
 
-def _snap_to_boundary(tokenizer: TextTokenizer, hay: Sequence[int], pos: int, window: int = 64) -> int:
-    """Move ``pos`` back to just after a sentence end within ``window`` tokens (else keep it)."""
-    for p in range(pos, max(0, pos - window), -1):
-        if p == 0 or _BOUNDARY.search(tokenizer.decode([hay[p - 1]])):
-            return p
+def snap_window(length: int) -> int:
+    """How far (tokens) the needle may move to reach a sentence end: 2% of the context length, 4 to 64."""
+    return min(64, max(4, length // 50))
+
+
+def _snap_to_boundary(tokenizer: TextTokenizer, hay: Sequence[int], pos: int, window: int) -> int:
+    """Move ``pos`` to just after the nearest sentence end at most ``window`` tokens away (backwards on a
+    tie), else keep it."""
+    for dist in range(window + 1):
+        for p in (pos - dist, pos + dist):
+            if 0 <= p <= len(hay) and (p == 0 or _BOUNDARY.search(tokenizer.decode([hay[p - 1]]))):
+                return p
     return pos
 
 
@@ -114,10 +125,10 @@ def build_case(tokenizer: TextTokenizer, haystack: Sequence[int], length: int, d
         raise ValueError(f"haystack: {len(haystack)} tokens cannot fill a context of {length} tokens "
                          f"(needs {offset + budget}); give a longer haystack source")
     hay = list(haystack[offset:offset + budget])
-    pos = _snap_to_boundary(tokenizer, hay, int(round(depth * budget)))
+    pos = _snap_to_boundary(tokenizer, hay, int(round(depth * budget)), snap_window(length))
     prompt = hay[:pos] + needle_ids + hay[pos:] + tail
     return NiahCase(prompt=prompt, answer=answer, value=needle.value, length=length, depth=float(depth), mode=mode,
-                    needle_index=needle_index, seed=seed, needle_pos=pos)
+                    needle_index=needle_index, seed=seed, needle_pos=pos, actual_depth=pos / budget)
 
 
 def _step(model, ids: torch.Tensor, cache, last_only: bool = False):
@@ -156,7 +167,7 @@ def run_case(model: torch.nn.Module, tokenizer: TextTokenizer, case: NiahCase, *
     scores the answer by teacher forcing, the original decodes greedily."""
     dev = model_device(model)
     rec = {"length": case.length, "depth": case.depth, "mode": case.mode, "needle": case.needle_index,
-           "seed": case.seed, "value": case.value}
+           "seed": case.seed, "value": case.value, "needle_pos": case.needle_pos, "actual_depth": case.actual_depth}
     if not generate:
         rec["answer_logprob"], rec["ll_correct"] = answer_loglik(model, case.prompt, case.answer)
         return rec
@@ -183,7 +194,8 @@ def run_case(model: torch.nn.Module, tokenizer: TextTokenizer, case: NiahCase, *
 
 @dataclass
 class NiahResult:
-    """All trials of one model plus the grid axes. ``grid(mode, metric)`` -> [depths][lengths] means."""
+    """All trials of one model plus the grid axes. ``grid(mode, metric)`` -> [depths][lengths] means, the
+    trials bucketed by requested depth; metric "actual_depth" gives where their needles really were."""
 
     name: str
     lengths: list
@@ -194,17 +206,20 @@ class NiahResult:
     records: list = field(default_factory=list)
 
     def grid(self, mode: str, metric: str = "accuracy") -> list:
-        key = {"accuracy": "found", "ll_accuracy": "ll_correct", "answer_logprob": "answer_logprob"}.get(metric)
+        key = {"accuracy": "found", "ll_accuracy": "ll_correct", "answer_logprob": "answer_logprob",
+               "actual_depth": "actual_depth"}.get(metric)
         if key is None:
-            raise ValueError(f"metric: expected 'accuracy', 'll_accuracy' or 'answer_logprob', got {metric!r}")
+            raise ValueError(f"metric: expected 'accuracy', 'll_accuracy', 'answer_logprob' or 'actual_depth', "
+                             f"got {metric!r}")
         if key == "found" and not self.generate:
             key = "ll_correct"
         out = []
         for d in self.depths:
             row = []
             for l in self.lengths:
-                vals = [float(r[key]) for r in self.records
-                        if r["mode"] == mode and r["length"] == l and abs(r["depth"] - d) < 1e-9]
+                vals = [float(r[key]) for r in self.records  # records from before actual_depth lack it
+                        if r["mode"] == mode and r["length"] == l and abs(r["depth"] - d) < 1e-9
+                        and r.get(key) is not None]
                 row.append(float(np.mean(vals)) if vals else float("nan"))
             out.append(row)
         return out
@@ -216,6 +231,9 @@ class NiahResult:
             if self.generate:
                 out[f"{mode}_accuracy"] = float(np.mean([r["found"] for r in rs]))
             out[f"{mode}_ll_accuracy"] = float(np.mean([r["ll_correct"] for r in rs]))
+        shifts = [abs(r["actual_depth"] - r["depth"]) for r in self.records if r.get("actual_depth") is not None]
+        if shifts:  # how far the needles moved from their requested depths to reach sentence ends
+            out["max_depth_shift"] = float(max(shifts))
         return out
 
     @classmethod
@@ -227,7 +245,8 @@ class NiahResult:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["summary"] = self.summary()
-        d["grids"] = {mode: {m: self.grid(mode, m) for m in ("accuracy", "ll_accuracy", "answer_logprob")}
+        d["grids"] = {mode: {m: self.grid(mode, m) for m in ("accuracy", "ll_accuracy", "answer_logprob",
+                                                               "actual_depth")}
                       for mode in self.modes}
         return d
 

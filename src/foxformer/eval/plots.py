@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Optional, Sequence
 
 import matplotlib
@@ -76,7 +77,13 @@ def plot_niah_heatmaps(results: Sequence, path: str, *, metric: str = "accuracy"
         grid = np.asarray(r.grid(mode, metric))[:, order]  # [depths, lengths]
         im = ax.imshow(grid, cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto")
         ax.set_xticks(range(len(lengths)), [str(l) for l in lengths], rotation=45, fontsize=7)
-        ax.set_yticks(range(len(r.depths)), [f"{100 * d:.0f}%" for d in r.depths], fontsize=7)
+        # rows are the requested depths; where the needles moved to sentence ends, the mean actual depth too
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a row without actual depths (older niah.json)
+            actual = np.nanmean(np.asarray(r.grid(mode, "actual_depth"), dtype=float), axis=1)
+        ax.set_yticks(range(len(r.depths)), [f"{100 * d:.0f}%" + (f" (at {100 * a:.0f}%)" if np.isfinite(a) and
+                                             round(100 * a) != round(100 * d) else "")
+                                             for d, a in zip(r.depths, actual)], fontsize=7)
         inside = sum(1 for l in lengths if r.train_len and l <= r.train_len)
         if 0 < inside < len(lengths):  # dashed line between lengths within training and beyond it
             ax.axvline(inside - 0.5, color="white", ls="--", lw=1.2)
