@@ -73,3 +73,30 @@ def test_config_saved_with_the_removed_deterministic_attention_key_still_loads()
     cfg = FoxConfig.from_dict({**get_preset("fox-pro-tiny").to_dict(), "deterministic_attention": False})
     assert cfg.num_layers == get_preset("fox-pro-tiny").num_layers
     FoxForCausalLM(cfg)
+
+
+NAN, INF = float("nan"), float("inf")
+NON_FINITE = {
+    "init_std-nan": dict(init_std=NAN),
+    "init_std-inf": dict(init_std=INF),
+    "rope_theta-nan": dict(rope=True, rope_theta=NAN),
+    "rope_theta-inf": dict(rope=True, rope_theta=INF),
+    "rms_norm_eps-nan": dict(rms_norm_eps=NAN),
+    "fgate_tmax-inf": dict(fgate="fixed", fgate_tmax=INF),
+    "fgate_bias_shift-nan": dict(fgate_bias_shift=NAN),
+    "fgate_bias_shift-inf-in-a-list": dict(num_layers=2, fgate_bias_shift=[0.0, [1.0, INF]], num_heads=2),
+    "evict_qk_bound-nan": dict(evict_qk_bound=NAN),
+    "evict_qk_bound-inf": dict(evict_qk_bound=INF),
+    "max_position_embeddings-negative": dict(max_position_embeddings=-5),
+    "max_position_embeddings-float": dict(max_position_embeddings=2048.5),
+    "evict_max_len-float": dict(evict_max_len=2.5),
+}
+
+
+@pytest.mark.parametrize("bad", list(NON_FINITE.values()), ids=list(NON_FINITE))
+def test_non_finite_or_non_integer_values_are_rejected(bad):
+    """NaN passes every `x <= 0` test: a NaN init_std / rms_norm_eps / rope_theta, an infinite fgate_tmax
+    (a NaN fixed gate) or a NaN eviction bound were accepted, and the model failed (or gave NaN) later."""
+    name = next(k for k in bad if k not in ("rope", "fgate", "num_layers", "num_heads"))
+    with pytest.raises(ValueError, match=name):
+        FoxConfig(hidden_size=32, **bad)

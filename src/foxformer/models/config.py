@@ -10,6 +10,10 @@ FGATES = ("data_dependent", "data_independent", "fixed", "none")
 BACKENDS = ("auto", "triton", "torch", "naive")
 
 
+def _positive_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
 def _round_up(x: float, multiple: int) -> int:
     return int(math.ceil(x / multiple) * multiple)
 
@@ -98,7 +102,7 @@ class FoxConfig(PretrainedConfig):
         for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
                      "intermediate_size"):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            if not _positive_int(value):
                 raise ValueError(f"FoxConfig.{name} must be a positive int, got {value!r}")
         if self.num_heads % self.num_kv_heads:
             raise ValueError(f"FoxConfig.num_heads ({self.num_heads}) must be a multiple of "
@@ -114,12 +118,15 @@ class FoxConfig(PretrainedConfig):
         if self.attention_backend not in BACKENDS:
             raise ValueError(f"FoxConfig.attention_backend must be one of {BACKENDS}, "
                              f"got {self.attention_backend!r}")
-        if not (0 < self.fgate_tmin <= self.fgate_tmax):
-            raise ValueError(f"FoxConfig needs 0 < fgate_tmin <= fgate_tmax, got "
+        if not (0 < self.fgate_tmin <= self.fgate_tmax < math.inf):
+            raise ValueError(f"FoxConfig needs 0 < fgate_tmin <= fgate_tmax (finite), got "
                              f"{self.fgate_tmin} and {self.fgate_tmax}")
         self._validate_inference()
-        if self.init_std <= 0 or self.rope_theta <= 0 or self.rms_norm_eps <= 0:
-            raise ValueError("FoxConfig.init_std, rope_theta and rms_norm_eps must be positive")
+        # `not 0 < x < inf` (not `x <= 0`): NaN fails every comparison and would pass.
+        for name in ("init_std", "rope_theta", "rms_norm_eps"):
+            value = getattr(self, name)
+            if not 0 < value < math.inf:
+                raise ValueError(f"FoxConfig.{name} must be positive and finite, got {value!r}")
 
     def _validate_inference(self) -> None:
         shift = self.fgate_bias_shift
@@ -134,11 +141,13 @@ class FoxConfig(PretrainedConfig):
         elif not isinstance(shift, (int, float)) or isinstance(shift, bool):
             raise ValueError(f"FoxConfig.fgate_bias_shift must be a float or a per-layer (per-head) list, "
                              f"got {shift!r}")
+        rows = shift if isinstance(shift, (list, tuple)) else [shift]
+        values = [x for row in rows for x in (row if isinstance(row, (list, tuple)) else [row])]
+        if any(isinstance(x, (int, float)) and not math.isfinite(x) for x in values):
+            raise ValueError(f"FoxConfig.fgate_bias_shift must be finite, got {shift!r}")
         if not self.has_fgate:
             # No ForgetGate is built, so a shift would be dropped without a word (set_fgate_bias_shift
             # refuses it too).
-            rows = shift if isinstance(shift, (list, tuple)) else [shift]
-            values = [x for row in rows for x in (row if isinstance(row, (list, tuple)) else [row])]
             if any(x is not None and x != 0 for x in values):
                 raise ValueError(f"FoxConfig.fgate_bias_shift must be 0 for a model with no forget gate "
                                  f"(attention={self.attention!r}, fgate={self.fgate!r}), got {shift!r}")
@@ -146,10 +155,13 @@ class FoxConfig(PretrainedConfig):
             raise ValueError(f"FoxConfig.evict_eps must be in (0, 1) or None, got {self.evict_eps!r}")
         if self.prune_eps is not None and not (0 < self.prune_eps < 1):
             raise ValueError(f"FoxConfig.prune_eps must be in (0, 1) or None, got {self.prune_eps!r}")
-        if self.evict_qk_bound is not None and self.evict_qk_bound < 0:
-            raise ValueError(f"FoxConfig.evict_qk_bound must be >= 0 or None, got {self.evict_qk_bound!r}")
-        if self.evict_max_len is not None and self.evict_max_len < 1:
+        if self.evict_qk_bound is not None and not 0 <= self.evict_qk_bound < math.inf:
+            raise ValueError(f"FoxConfig.evict_qk_bound must be finite and >= 0, or None, got {self.evict_qk_bound!r}")
+        if self.evict_max_len is not None and not _positive_int(self.evict_max_len):
             raise ValueError(f"FoxConfig.evict_max_len must be a positive int or None, got {self.evict_max_len!r}")
+        if not _positive_int(self.max_position_embeddings):
+            raise ValueError(f"FoxConfig.max_position_embeddings must be a positive int, "
+                             f"got {self.max_position_embeddings!r}")
 
     def layer_bias_shift(self, layer_idx: int) -> list[float]:
         """fgate_bias_shift of one layer as one float per head."""
