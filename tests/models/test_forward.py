@@ -122,3 +122,24 @@ def test_right_padding_in_a_plain_forward_is_accepted(preset):
     got = model(ids, attention_mask=mask).logits
     torch.testing.assert_close(got[1, :5], model(ids[1:, :5]).logits[0], rtol=1e-9, atol=1e-9)
     torch.testing.assert_close(got[0], model(ids[:1]).logits[0], rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["logits-loss", "fused-loss"])
+def test_num_items_in_batch_normalises_the_loss_for_gradient_accumulation(fused):
+    """transformers' Trainer sees **kwargs in forward, so it passes num_items_in_batch (the counted tokens
+    of all accumulated micro-batches) and no longer divides the loss by the accumulation steps: the model
+    must divide its summed loss by that count. Ignoring it made every micro-batch's mean count in full
+    (gradients k times too large with k accumulation steps)."""
+    model = make_model("fox-pro-tiny")
+    ids = tokens(4, 12)
+    labels = ids.clone()
+    labels[0, 3:7] = -100
+    labels[3, :10] = -100
+    full = model(ids, labels=labels).loss
+    n = int((labels[:, 1:] != -100).sum())  # Trainer counts labels[..., 1:] for causal LMs
+    kw = dict(return_logits=False) if fused else {}
+    parts = [model(ids[s], labels=labels[s], num_items_in_batch=torch.tensor(n), **kw).loss
+             for s in (slice(0, 1), slice(1, 4))]
+    torch.testing.assert_close(parts[0] + parts[1], full, rtol=1e-6, atol=1e-6)
+    per_token = model(ids[:1], labels=labels[:1], loss_reduction="none").loss
+    torch.testing.assert_close(parts[0], per_token.sum() / n, rtol=1e-6, atol=1e-6)

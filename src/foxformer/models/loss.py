@@ -65,12 +65,14 @@ def next_token_targets(labels: torch.Tensor, cu_seqlens: torch.Tensor | None = N
 # the CPU was exact. The loss is a few large GEMMs per chunk, so running it eagerly costs ~nothing.
 @torch.compiler.disable
 def fused_causal_lm_loss(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor,
-                         cu_seqlens: torch.Tensor | None = None) -> torch.Tensor:
+                         cu_seqlens: torch.Tensor | None = None,
+                         num_items_in_batch: int | torch.Tensor | None = None) -> torch.Tensor:
     """Mean next-token cross-entropy of ``hidden @ weight^T`` without the logits.
 
     hidden [B, T, d] (final hidden states), weight [V, d] (the LM head), labels [B, T] (shifted
     here, -100 ignored; with cu_seqlens a packed sequence's last token predicts nothing).
-    Same value as ``causal_lm_loss(lm_head(hidden), labels, cu_seqlens)``.
+    Same value as ``causal_lm_loss(lm_head(hidden), labels, cu_seqlens, num_items_in_batch=...)``:
+    the sum is divided by num_items_in_batch when it is given, else by the targets counted here.
     """
     if labels.shape != hidden.shape[:2]:
         raise ValueError(f"labels must be [batch, seq] = {tuple(hidden.shape[:2])}, got {tuple(labels.shape)}")
@@ -82,4 +84,5 @@ def fused_causal_lm_loss(hidden: torch.Tensor, weight: torch.Tensor, labels: tor
     chunk = max(1, _CHUNK_ELEMENTS // weight.shape[0])
     total = _LinearCrossEntropySum.apply(h, weight, t, chunk)
     # fp32 like causal_lm_loss (the sum itself is accumulated in fp64 for fp64 models)
-    return (total / (t != IGNORE_INDEX).sum().clamp_min(1)).float()
+    count = (t != IGNORE_INDEX).sum().clamp_min(1) if num_items_in_batch is None else num_items_in_batch
+    return (total / count).float()

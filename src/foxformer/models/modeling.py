@@ -241,11 +241,13 @@ class FoxModel(FoxPreTrainedModel):
 
 
 def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor, cu_seqlens: Optional[torch.Tensor] = None,
-                   reduction: str = "mean") -> torch.Tensor:
+                   reduction: str = "mean", num_items_in_batch: Optional[int | torch.Tensor] = None) -> torch.Tensor:
     """Next-token cross-entropy in fp32. logits [B, T, V], labels [B, T] (shifted here; -100 ignored).
 
     With cu_seqlens the last token of a packed sequence does not predict the next sequence's first.
     reduction "mean" (over counted tokens) or "none" (fp32 [B, T-1], 0 where ignored).
+    num_items_in_batch: with "mean", divide the summed loss by this count instead (the counted tokens of
+    every accumulated micro-batch, as transformers' Trainer passes it).
     """
     if reduction not in ("mean", "none"):
         raise ValueError(f"loss_reduction must be 'mean' or 'none', got {reduction!r}")
@@ -253,6 +255,10 @@ def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor, cu_seqlens: Optio
         raise ValueError(f"labels must be [batch, seq] = {tuple(logits.shape[:2])}, got {tuple(labels.shape)}")
     targets = next_token_targets(labels, cu_seqlens)
     V = logits.shape[-1]
+    if reduction == "mean" and num_items_in_batch is not None:
+        loss = F.cross_entropy(logits[:, :-1].float().reshape(-1, V), targets.reshape(-1),
+                               ignore_index=IGNORE_INDEX, reduction="sum")
+        return loss / num_items_in_batch
     loss = F.cross_entropy(logits[:, :-1].float().reshape(-1, V), targets.reshape(-1),
                            ignore_index=IGNORE_INDEX, reduction=reduction)
     return loss if reduction == "mean" else loss.view(targets.shape)
@@ -293,8 +299,11 @@ class FoxForCausalLM(FoxPreTrainedModel, GenerationMixin):
                 max_seqlen: Optional[int] = None, loss_reduction: str = "mean",
                 logits_to_keep: int | torch.Tensor = 0, output_hidden_states: Optional[bool] = None,
                 cache: Optional[FoxCache] = None, return_dict: Optional[bool] = None,
-                return_logits: bool = True, **kwargs) -> FoxCausalLMOutput:
+                return_logits: bool = True, num_items_in_batch: Optional[int | torch.Tensor] = None,
+                **kwargs) -> FoxCausalLMOutput:
         """See FoxModel.forward. labels [B, T] (the inputs themselves for LM training; -100 ignored);
+        num_items_in_batch (transformers' Trainer under gradient accumulation): the mean loss is the summed
+        loss divided by this count of targets over all accumulated micro-batches;
         loss_reduction "none" returns fp32 per-token losses [B, T-1]; logits_to_keep > 0 computes
         logits only for the last positions (generation). return_logits=False with labels and the
         mean loss computes the loss through the LM head in chunks and returns no logits (training:
@@ -305,7 +314,7 @@ class FoxForCausalLM(FoxPreTrainedModel, GenerationMixin):
                          output_hidden_states=output_hidden_states)
         h = out.last_hidden_state
         if not return_logits and labels is not None and loss_reduction == "mean" and not logits_to_keep:
-            loss = fused_causal_lm_loss(h, self.lm_head.weight, labels, cu_seqlens)
+            loss = fused_causal_lm_loss(h, self.lm_head.weight, labels, cu_seqlens, num_items_in_batch)
             return FoxCausalLMOutput(loss=loss, logits=None, hidden_states=out.hidden_states,
                                      **{CACHE_FIELD: getattr(out, CACHE_FIELD)})
         if isinstance(logits_to_keep, int):
@@ -318,7 +327,7 @@ class FoxForCausalLM(FoxPreTrainedModel, GenerationMixin):
         if labels is not None:
             if logits.shape[1] != labels.shape[1]:
                 raise ValueError("labels need logits for every position: leave logits_to_keep at 0")
-            loss = causal_lm_loss(logits, labels, cu_seqlens, loss_reduction)
+            loss = causal_lm_loss(logits, labels, cu_seqlens, loss_reduction, num_items_in_batch)
         return FoxCausalLMOutput(loss=loss, logits=logits, hidden_states=out.hidden_states,
                                  **{CACHE_FIELD: getattr(out, CACHE_FIELD)})
 
