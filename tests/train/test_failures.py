@@ -201,7 +201,7 @@ def _crash_at(step):
     return hook
 
 
-@pytest.mark.parametrize("crash_after, expected", [(5, "step_00000004"), (7, "step_00000006")],
+@pytest.mark.parametrize("crash_after, expected", [(3, "step_00000002"), (5, "step_00000004")],
                          ids=["killed-before-its-first-save", "killed-after-its-first-save"])
 def test_resuming_an_older_checkpoint_abandons_the_newer_ones(make_cfg, tmp_path, crash_after, expected):
     # resume=<older checkpoint> continued from it, but latest_checkpoint still let the abandoned newer
@@ -209,17 +209,17 @@ def test_resuming_an_older_checkpoint_abandons_the_newer_ones(make_cfg, tmp_path
     from foxformer.eval.loading import load_model
 
     run = str(tmp_path / "r")
-    train(make_cfg(out_dir=run, keep_last=4))  # step_2, 4, 6, 8
+    train(make_cfg(out_dir=run, max_steps=6, keep_last=3))  # step_2, 4, 6
     root = ckpt.checkpoint_root(run)
     with pytest.raises(_Crash):
-        train(make_cfg(out_dir=run, keep_last=4, resume=os.path.join(root, "step_00000004")),
+        train(make_cfg(out_dir=run, max_steps=6, keep_last=3, resume=os.path.join(root, "step_00000002")),
               hook=_crash_at(crash_after))
     assert os.path.basename(ckpt.latest_checkpoint(run)) == expected
     assert load_model(run, device="cpu").step == int(expected[len("step_"):])
-    assert "step_00000008" not in [os.path.basename(p) for p in ckpt.list_checkpoints(run)]
-    assert os.path.isdir(os.path.join(root, "abandoned-step_00000008"))  # kept aside, not deleted
-    summary = train(make_cfg(out_dir=run, keep_last=4))
-    assert summary["resumed_from"].endswith(expected) and summary["step"] == 8
+    assert "step_00000006" not in [os.path.basename(p) for p in ckpt.list_checkpoints(run)]
+    assert os.path.isdir(os.path.join(root, "abandoned-step_00000006"))  # kept aside, not deleted
+    summary = train(make_cfg(out_dir=run, max_steps=6, keep_last=3))
+    assert summary["resumed_from"].endswith(expected) and summary["step"] == 6
 
 
 @pytest.mark.parametrize("kw,match", [
