@@ -84,7 +84,7 @@ NON_FINITE = {
     "rms_norm_eps-nan": dict(rms_norm_eps=NAN),
     "fgate_tmax-inf": dict(fgate="fixed", fgate_tmax=INF),
     "fgate_bias_shift-nan": dict(fgate_bias_shift=NAN),
-    "fgate_bias_shift-inf-in-a-list": dict(num_layers=2, fgate_bias_shift=[0.0, [1.0, INF]], num_heads=2),
+    "fgate_bias_shift-inf-in-a-list": dict(num_layers=2, fgate_bias_shift=[0.0, [1.0, INF]]),
     "evict_qk_bound-nan": dict(evict_qk_bound=NAN),
     "evict_qk_bound-inf": dict(evict_qk_bound=INF),
     "max_position_embeddings-negative": dict(max_position_embeddings=-5),
@@ -99,4 +99,14 @@ def test_non_finite_or_non_integer_values_are_rejected(bad):
     (a NaN fixed gate) or a NaN eviction bound were accepted, and the model failed (or gave NaN) later."""
     name = next(k for k in bad if k not in ("rope", "fgate", "num_layers", "num_heads"))
     with pytest.raises(ValueError, match=name):
-        FoxConfig(hidden_size=32, **bad)
+        FoxConfig(**{"hidden_size": 32, "num_heads": 2, **bad})
+
+
+def test_num_heads_must_divide_hidden_size_when_head_dim_is_derived():
+    """head_dim=None means hidden_size // num_heads: with 5 heads on 64 dims that silently built 5 x 12 = 60-wide
+    attention (4 dims of every token dropped by q/k/v and o_proj). An explicit head_dim still decouples them."""
+    with pytest.raises(ValueError, match="num_heads"):
+        FoxConfig(hidden_size=64, num_heads=5)
+    cfg = FoxConfig(hidden_size=64, num_heads=5, head_dim=16)  # explicit: attention width 80 is intended
+    assert cfg.head_dim == 16
+    assert FoxConfig(hidden_size=64, num_heads=4).head_dim == 16

@@ -92,6 +92,10 @@ class FoxConfig(PretrainedConfig):
         if self.num_kv_heads is None:
             self.num_kv_heads = self.num_heads
         if self.head_dim is None:
+            heads_ok = isinstance(self.num_heads, int) and self.num_heads > 0
+            if heads_ok and isinstance(self.hidden_size, int) and self.hidden_size % self.num_heads:
+                raise ValueError(f"FoxConfig.num_heads ({self.num_heads}) must divide hidden_size "
+                                 f"({self.hidden_size}) when head_dim is not given")
             self.head_dim = self.hidden_size // max(self.num_heads, 1)
         if self.intermediate_size is None:
             self.intermediate_size = _round_up(2.0 / 3.0 * self.mlp_ratio * self.hidden_size, 64)
