@@ -70,3 +70,18 @@ def test_generate_with_chunked_prefill_and_left_padding():
         expected = ref if m is not None else model.generate(prompt, max_new_tokens=5, do_sample=False,
                                                             pad_token_id=0)
         assert torch.equal(out, expected)
+
+
+def test_chunked_prefill_without_passing_a_cache():
+    """generate(prefill_chunk_size=...) on its own ended in transformers' 'Cannot use prefill chunking
+    without a cache' (the model builds its FoxCache in forward, too late for chunking): generate must set
+    one up, and chunking must not change the output."""
+    model = make_model("fox-pro-tiny")
+    prompt = tokens(2, 11)
+    mask = torch.ones_like(prompt)
+    mask[1, :5] = 0  # row 1's first chunk is all padding
+    for m in (mask, None):
+        ref = model.generate(prompt, attention_mask=m, max_new_tokens=5, do_sample=False, pad_token_id=0)
+        out = model.generate(prompt, attention_mask=m, max_new_tokens=5, do_sample=False, pad_token_id=0,
+                             prefill_chunk_size=4)
+        assert torch.equal(out, ref)

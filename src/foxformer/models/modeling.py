@@ -331,6 +331,16 @@ class FoxForCausalLM(FoxPreTrainedModel, GenerationMixin):
         return FoxCausalLMOutput(loss=loss, logits=logits, hidden_states=out.hidden_states,
                                  **{CACHE_FIELD: getattr(out, CACHE_FIELD)})
 
+    def _prepare_cache_for_generation(self, generation_config, model_kwargs: dict, *args, **kwargs):
+        """transformers builds no cache for a model without DynamicCache support, and its chunked prefill
+        (prefill_chunk_size) then refuses to run: start generate with an empty FoxCache (the config's eviction
+        settings, as forward's own) unless one was passed or use_cache is False."""
+        result = super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
+        passed = model_kwargs.get("cache") is not None or model_kwargs.get("past_key_values") is not None
+        if generation_config.use_cache is not False and not passed:
+            model_kwargs[CACHE_FIELD] = self.model.new_cache()
+        return result
+
     def prepare_inputs_for_generation(self, input_ids: torch.LongTensor, next_sequence_length: Optional[int] = None,
                                       past_key_values: Optional[FoxCache] = None,
                                       attention_mask: Optional[torch.Tensor] = None,
