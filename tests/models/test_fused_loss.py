@@ -37,3 +37,24 @@ def test_fused_loss_under_bf16_autocast_is_close():
         ref = model(ids, labels=ids).loss
         got = model(ids, labels=ids, return_logits=False).loss
     assert abs(got.item() - ref.item()) < 2e-2
+
+
+NOTHING_TO_PREDICT = {"all-labels-ignored": lambda ids: torch.full_like(ids, -100),
+                      "one-token-sequences": lambda ids: ids[:, :1]}
+
+
+@pytest.mark.parametrize("case", list(NOTHING_TO_PREDICT), ids=list(NOTHING_TO_PREDICT))
+@pytest.mark.parametrize("fused", [False, True], ids=["logits-loss", "fused-loss"])
+def test_a_batch_with_no_target_has_loss_zero_and_zero_gradients(case, fused):
+    """A batch whose labels are all -100 (a fully masked SFT sample) or one token long has nothing to predict.
+    The fused loss gave 0, the logits loss NaN (mean over no element), whose backward put NaN in every
+    gradient and so in the weights after the optimizer step."""
+    model = make_model("fox-pro-tiny").train()
+    ids = torch.randint(0, VOCAB, (2, 9), generator=torch.Generator().manual_seed(0))
+    labels = NOTHING_TO_PREDICT[case](ids)
+    ids = ids[:, :labels.shape[1]]
+    loss = model(ids, labels=labels, return_logits=not fused).loss
+    assert loss.item() == 0.0
+    loss.backward()
+    for name, p in model.named_parameters():
+        assert p.grad is None or torch.all(p.grad == 0), name

@@ -255,13 +255,14 @@ def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor, cu_seqlens: Optio
         raise ValueError(f"labels must be [batch, seq] = {tuple(logits.shape[:2])}, got {tuple(labels.shape)}")
     targets = next_token_targets(labels, cu_seqlens)
     V = logits.shape[-1]
-    if reduction == "mean" and num_items_in_batch is not None:
-        loss = F.cross_entropy(logits[:, :-1].float().reshape(-1, V), targets.reshape(-1),
-                               ignore_index=IGNORE_INDEX, reduction="sum")
-        return loss / num_items_in_batch
     loss = F.cross_entropy(logits[:, :-1].float().reshape(-1, V), targets.reshape(-1),
-                           ignore_index=IGNORE_INDEX, reduction=reduction)
-    return loss if reduction == "mean" else loss.view(targets.shape)
+                           ignore_index=IGNORE_INDEX, reduction="none" if reduction == "none" else "sum")
+    if reduction == "none":
+        return loss.view(targets.shape)
+    # The sum over the counted targets, not F.cross_entropy's mean: with no target at all (every label -100,
+    # or T = 1) that is 0 / 0 = NaN, and its backward NaN in every gradient; the fused loss gives 0 too.
+    count = (targets != IGNORE_INDEX).sum().clamp_min(1) if num_items_in_batch is None else num_items_in_batch
+    return loss / count
 
 
 class FoxForCausalLM(FoxPreTrainedModel, GenerationMixin):
