@@ -110,3 +110,13 @@ def test_num_heads_must_divide_hidden_size_when_head_dim_is_derived():
     cfg = FoxConfig(hidden_size=64, num_heads=5, head_dim=16)  # explicit: attention width 80 is intended
     assert cfg.head_dim == 16
     assert FoxConfig(hidden_size=64, num_heads=4).head_dim == 16
+
+
+@pytest.mark.parametrize("flag", ["rope", "qk_norm", "output_gate", "output_norm", "kv_shift", "tie_embeddings",
+                                  "gradient_checkpointing"])
+def test_switches_must_be_bools(flag):
+    """A string is truthy: rope="false" (a hand-edited config.json, from_pretrained(..., rope="false")) turned
+    RoPE on without a word."""
+    with pytest.raises(ValueError, match=flag):
+        FoxConfig(hidden_size=32, num_heads=2, **{flag: "false"})
+    assert getattr(FoxConfig(hidden_size=32, num_heads=2, **{flag: False}), flag) is False

@@ -108,6 +108,11 @@ class FoxConfig(PretrainedConfig):
             value = getattr(self, name)
             if not _positive_int(value):
                 raise ValueError(f"FoxConfig.{name} must be a positive int, got {value!r}")
+        for name in ("rope", "qk_norm", "output_gate", "output_norm", "kv_shift", "tie_embeddings",
+                     "gradient_checkpointing"):
+            value = getattr(self, name)
+            if not isinstance(value, bool):  # a string such as "false" would be truthy
+                raise ValueError(f"FoxConfig.{name} must be True or False, got {value!r}")
         if self.num_heads % self.num_kv_heads:
             raise ValueError(f"FoxConfig.num_heads ({self.num_heads}) must be a multiple of "
                              f"num_kv_heads ({self.num_kv_heads})")
