@@ -99,3 +99,21 @@ def test_triton_head_dim_1_with_any_last_stride():
     out = forgetting_attention(qq, k, v, log_f, backend="triton")
     (out.permute(0, 3, 1, 2).float() * torch.randn(B, 1, T, H, generator=g)).sum().backward()
     assert torch.isfinite(qq.grad).all()
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "permuted"])
+def test_triton_zero_size_batch_forward_and_backward(layout):
+    """B = 0: torch calls every empty tensor contiguous whatever its strides, so .contiguous() keeps
+    them (the upstream gradient of out.sum() is an expanded stride-0 tensor, a permuted view keeps its
+    last stride); the kernels read nothing, and such tensors must not be rejected as 'not contiguous'."""
+    if layout == "permuted":
+        q = torch.zeros(0, 16, 2, 8, dtype=torch.float16).transpose(1, 3)   # [0, 8, 2, 16]
+        assert q.stride(-1) != 1
+    else:
+        q = torch.zeros(0, 8, 2, 16, dtype=torch.float16)
+    k, v = torch.zeros(0, 8, 1, 16, dtype=torch.float16), torch.zeros(0, 8, 1, 16, dtype=torch.float16)
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    out, lse = forgetting_attention(*leaves, torch.zeros(0, 8, 2), backend="triton", return_lse=True)
+    assert out.shape == (0, 8, 2, 16) and lse.shape == (0, 2, 8)
+    (out.float().sum() + lse.sum()).backward()
+    assert [t.grad.shape for t in leaves] == [(0, 8, 2, 16), (0, 8, 1, 16), (0, 8, 1, 16)]

@@ -351,7 +351,7 @@ def triton_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
     B, Tq, Hq, D = q.shape
     Tk, Hkv = k.shape[1], k.shape[2]
     for name, t in (("do", do), ("out", out)):
-        if t.shape != q.shape or (t.stride(-1) != 1 and t.shape[-1] != 1):  # D = 1: see check_inputs
+        if t.shape != q.shape or (t.stride(-1) != 1 and t.shape[-1] != 1 and t.numel()):  # see check_inputs
             raise ValueError(f"{name} must be {tuple(q.shape)} with a contiguous last dim, got {tuple(t.shape)}")
     if lse.shape != (B, Hq, Tq) or lse.dtype != torch.float32:
         raise ValueError(f"lse must be float32 [{B}, {Hq}, {Tq}], got {lse.dtype} {tuple(lse.shape)}")

@@ -284,8 +284,9 @@ def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.Ten
     if q.dtype not in (torch.float16, torch.bfloat16, torch.float32) or k.dtype != q.dtype or v.dtype != q.dtype:
         raise TypeError(f"q, k, v must share a dtype in fp16/bf16/fp32; got {q.dtype}, {k.dtype}, {v.dtype}")
     for name, t in (("q", q), ("k", k), ("v", v)):
-        # D = 1: one element per row is read, and torch keeps any last stride (even through .contiguous())
-        if t.stride(-1) != 1 and t.shape[-1] != 1:
+        # D = 1: one element per row is read, and torch keeps any last stride (even through .contiguous());
+        # the same for empty tensors (B = 0), of which nothing is read
+        if t.stride(-1) != 1 and t.shape[-1] != 1 and t.numel():
             raise ValueError(f"{name} must have a contiguous last dim, got strides {t.stride()}")
     if c.dtype != torch.float64 or tuple(c.shape) != (B, Hq, Tk):
         raise ValueError(f"c must be float64 [{B}, {Hq}, {Tk}]; got {c.dtype} {tuple(c.shape)}")
