@@ -1,6 +1,8 @@
 """`foxformer bench-model` runs on CPU at tiny size and writes its JSON."""
 import json
 
+import pytest
+
 from foxformer.bench.model import main
 
 
@@ -26,3 +28,34 @@ def test_bench_model_profile_writes_operator_table(tmp_path):
     assert rc == 0
     table = (prof / "fox-pro-tiny.txt").read_text()
     assert "Self CPU" in table and "aten::" in table
+
+
+TINY = ["--context", "32", "--tokens-per-step", "64", "--steps", "1", "--warmup", "0", "--dtype", "fp32",
+        "--vocab-size", "97", "--device", "cpu", "--backend", "torch", "--no-anchor"]
+BAD = {
+    "unknown-preset-after-a-good-one": ["--presets", "fox-pro-tiny,bogus"],
+    "context-zero": ["--context", "0"],
+    "tokens-not-a-multiple": ["--tokens-per-step", "48"],
+    "tokens-negative": ["--tokens-per-step", "-64"],
+    "steps-zero": ["--steps", "0"],
+    "warmup-negative": ["--warmup", "-1"],
+    "vocab-zero": ["--vocab-size", "0"],
+    "backend-unknown": ["--backend", "bogus"],
+    "device-unknown": ["--device", "nodevice"],
+}
+
+
+@pytest.mark.parametrize("bad", list(BAD.values()), ids=list(BAD))
+def test_bad_value_is_an_error_before_anything_runs(bad, tmp_path, capsys):
+    """Refused with 'error: ...' and exit 2 before any model is measured, not a traceback half-way."""
+    rc = main(TINY + ["--presets", "fox-pro-tiny", "--out", str(tmp_path / "bench.json")] + bad)
+    out, err = capsys.readouterr()
+    assert rc == 2 and err.startswith("error:") and "tokens_per_s" not in out
+    assert not (tmp_path / "bench.json").exists()
+
+
+def test_unknown_preset_is_named_not_the_anchor_built_from_it(tmp_path, capsys):
+    argv = [a for a in TINY if a != "--no-anchor"]
+    assert main(argv + ["--presets", "bogus", "--out", str(tmp_path / "bench.json")]) == 2
+    err = capsys.readouterr().err
+    assert "'bogus'" in err and "transformer-llama-bogus" not in err

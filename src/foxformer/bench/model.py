@@ -10,6 +10,7 @@ import argparse
 import gc
 import json
 import os
+import sys
 import time
 
 import torch
@@ -89,23 +90,50 @@ def write_profile(prof, path: str, device: torch.device, rows: int = 60) -> None
         f.write(prof.key_averages().table(sort_by=key, row_limit=rows, max_name_column_width=90))
 
 
-def run(args: argparse.Namespace) -> int:
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    dtype = DTYPES[args.dtype]
+def _check(args: argparse.Namespace) -> tuple[list[str], dict]:
+    """The preset names and the FoxConfig overrides, or a ValueError naming the bad option: checked before
+    any model is measured (an unknown preset late in --presets used to end in a traceback after the earlier
+    ones had run, their results lost)."""
+    for name in ("context", "tokens_per_step", "steps"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.warmup < 0:
+        raise ValueError(f"--warmup must be >= 0, got {args.warmup}")
     if args.tokens_per_step % args.context:
         raise ValueError(f"--tokens-per-step ({args.tokens_per_step}) must be a multiple of --context "
                          f"({args.context})")
-    batch = args.tokens_per_step // args.context
+    if args.vocab_size is not None and args.vocab_size < 1:
+        raise ValueError(f"--vocab-size must be >= 1, got {args.vocab_size}")
+    if args.device is not None:
+        try:
+            torch.device(args.device)
+        except RuntimeError:
+            raise ValueError(f"--device: not a torch device: {args.device!r}") from None
+    presets = [p.strip() for p in args.presets.split(",")]
     overrides = {"attention_backend": args.backend}
     if args.vocab_size:
         overrides["vocab_size"] = args.vocab_size
     if args.grad_ckpt:
         overrides["gradient_checkpointing"] = True
+    for preset in presets:
+        get_preset(preset, **overrides)  # ValueError: unknown preset, bad --backend
+    return presets, overrides
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        presets, overrides = _check(args)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    dtype = DTYPES[args.dtype]
+    batch = args.tokens_per_step // args.context
     entries = []
-    for preset in args.presets.split(","):
+    for preset in presets:
         entries.append((preset, preset, lambda p=preset: FoxForCausalLM(get_preset(p, **overrides))))
     if args.anchor:
-        for size in dict.fromkeys(_size_of(p) for p in args.presets.split(",")):
+        for size in dict.fromkeys(_size_of(p) for p in presets):
             ref = get_preset(f"transformer-llama-{size}", **overrides)
             entries.append((f"hf-llama-sdpa-{size}", f"transformer-llama-{size}", lambda c=ref: llama_anchor(c)))
 
