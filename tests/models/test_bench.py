@@ -59,3 +59,10 @@ def test_unknown_preset_is_named_not_the_anchor_built_from_it(tmp_path, capsys):
     assert main(argv + ["--presets", "bogus", "--out", str(tmp_path / "bench.json")]) == 2
     err = capsys.readouterr().err
     assert "'bogus'" in err and "transformer-llama-bogus" not in err
+
+
+def test_json_goes_into_a_folder_that_does_not_exist_yet(tmp_path):
+    """The results were measured, then lost to FileNotFoundError at the very end."""
+    out = tmp_path / "results" / "bench.json"
+    assert main(TINY + ["--presets", "fox-pro-tiny", "--out", str(out)]) == 0
+    assert [r["name"] for r in json.loads(out.read_text())["results"]] == ["fox-pro-tiny"]

@@ -19,7 +19,7 @@ from tqdm import tqdm
 from foxformer.models import FoxForCausalLM, count_non_embedding, get_preset, training_flops_per_token
 from foxformer.models.config import FoxConfig
 
-from .common import environment
+from .common import environment, write_json
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -175,8 +175,7 @@ def run(args: argparse.Namespace) -> int:
     for r in rows:
         print(" | ".join(_fmt(r.get(c)) for c in cols))
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump(payload, f, indent=2)
+        write_json(args.out, payload)  # creates the folder
     return 0
 
 
