@@ -133,3 +133,18 @@ def test_torch_compile_traces_without_graph_breaks():
 
     compiled = torch.compile(layer, fullgraph=True, backend="aot_eager")
     torch.testing.assert_close(compiled(q, k, v, log_f), layer(q, k, v, log_f))
+
+
+@pytest.mark.parametrize("dynamic", [None, True], ids=["dynamic-auto", "dynamic-true"])
+def test_torch_compile_with_a_softmax_scale_that_varies(dynamic):
+    """A float argument that changes between calls turns symbolic under torch.compile (a SymFloat: at
+    once with dynamic=True, at the first recompile otherwise); the finite check on softmax_scale used
+    math.isfinite, which dynamo cannot trace on it, so fullgraph compilation failed."""
+    q, k, v, log_f = make_inputs(1, 6, 10, 2, 1, 8, dtype=torch.float32)
+
+    def layer(q, k, v, log_f, scale):
+        return forgetting_attention(q, k, v, log_f, softmax_scale=scale, backend="torch")
+
+    compiled = torch.compile(layer, fullgraph=True, backend="aot_eager", dynamic=dynamic)
+    for scale in (0.3, -0.4, 0.5):
+        torch.testing.assert_close(compiled(q, k, v, log_f, scale), layer(q, k, v, log_f, scale))

@@ -64,11 +64,13 @@ def check_common(q, k, v, gate, gate_name, softmax_scale, cu_seqlens, max_seqlen
         raise ValueError(f"all tensors must be on one device, got {sorted(str(d) for d in devices)}")
     if softmax_scale is None:
         softmax_scale = 1.0 / math.sqrt(D)
-    elif not isinstance(softmax_scale, (int, float)) or not math.isfinite(softmax_scale):
+    # A float that varies between calls turns symbolic under torch.compile (a SymFloat, on which
+    # math.isfinite breaks the graph): compare instead, False for NaN and +-inf.
+    elif not isinstance(softmax_scale, (int, float, torch.SymFloat)) or not abs(softmax_scale) < math.inf:
         raise TypeError(f"softmax_scale must be a finite float or None, got {softmax_scale!r}")
     if cu_seqlens is not None:
         max_seqlen = _check_cu_seqlens(cu_seqlens, max_seqlen, B, Tq, Tk)
-    return float(softmax_scale), max_seqlen
+    return softmax_scale if isinstance(softmax_scale, torch.SymFloat) else float(softmax_scale), max_seqlen
 
 
 def _check_cu_seqlens(cu_seqlens, max_seqlen, B, Tq, Tk):
