@@ -335,8 +335,22 @@ def test_compiles_without_graph_breaks():
     torch.testing.assert_close(compiled(q, k, v, log_f), f(q, k, v, log_f))
 
 
+def test_compiles_with_a_float_qk_bound_that_varies():
+    """A float qk_bound that changes between calls turns symbolic under torch.compile (a SymFloat at the
+    first recompile); its check used math.isfinite, which dynamo cannot trace, so fullgraph failed."""
+    q, k, v, log_f, _ = make(1, 12, 12, 2, 1, 8, "strong", seed=8)
+
+    def f(q, k, v, log_f, bound):
+        return forgetting_attention(q, k, v, log_f, backend="torch", prune_eps=EPS, qk_bound=bound)
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
+    for bound in (20.0, 30.0, 40.0):
+        torch.testing.assert_close(compiled(q, k, v, log_f, bound), f(q, k, v, log_f, bound))
+
+
 @pytest.mark.parametrize("kw,err,match", [
     (dict(prune_eps=0.0), ValueError, "prune_eps"),
+    (dict(prune_eps=1e-3, qk_bound=float("nan")), ValueError, "qk_bound"),
+    (dict(prune_eps=1e-3, qk_bound=float("inf")), ValueError, "qk_bound"),
     (dict(prune_eps=1.5), ValueError, "prune_eps"),
     (dict(prune_eps="1e-3"), TypeError, "prune_eps"),
     (dict(prune_eps=1e-3, qk_bound=-1.0), ValueError, "qk_bound"),
@@ -346,7 +360,7 @@ def test_compiles_without_graph_breaks():
     # broadcastable with [B, Hq] = [1, 2], but not to it
     (dict(prune_eps=1e-3, qk_bound=torch.ones(3, 1, 2)), ValueError, "qk_bound"),
     (dict(prune_eps=1e-3, qk_bound=torch.ones(2, 1)), ValueError, "qk_bound"),
-], ids=["eps0", "eps1.5", "eps-str", "bound-neg", "bound-str", "bound-shape", "bound-nan",
+], ids=["eps0", "bound-float-nan", "bound-float-inf", "eps1.5", "eps-str", "bound-neg", "bound-str", "bound-shape", "bound-nan",
         "bound-extra-dim", "bound-grows-batch"])
 def test_bad_pruning_arguments(kw, err, match):
     q, k, v, log_f, _ = make(1, 8, 8, 2, 1, 16, "strong")

@@ -61,7 +61,9 @@ def check_pruning(prune_eps, qk_bound, B: int, Hq: int, device: torch.device) ->
         return
     if isinstance(qk_bound, bool) or not isinstance(qk_bound, (int, float)):
         raise TypeError(f"qk_bound must be 'auto', a float or a tensor, got {type(qk_bound).__name__}")
-    if not (math.isfinite(qk_bound) and qk_bound >= 0):
+    # a comparison, not math.isfinite: under torch.compile a float that varies between calls is a
+    # SymFloat, which math.isfinite cannot trace (NaN fails the comparison too)
+    if not 0 <= qk_bound < math.inf:
         raise ValueError(f"qk_bound must be finite and >= 0, got {qk_bound!r}")
 
 
