@@ -174,6 +174,16 @@ def test_no_queries_give_an_empty_output(backend):
     assert got.shape == (2, 0, 4, 16) and got.dtype == q.dtype
 
 
+@pytest.mark.parametrize("backend", ["triton", "torch"])
+@pytest.mark.parametrize("with_start", [False, True], ids=["no-start", "start"])
+def test_zero_size_batch_gives_an_empty_output(backend, with_start):
+    # the torch path took start.min() of an empty [0, Hkv] start: RuntimeError
+    q, k, v, c = make(1, 1, 20, 4, 2, 16, torch.float32, seed=6)
+    start = torch.zeros(0, 2, dtype=torch.long) if with_start else None
+    got = forgetting_attention_decode(q[:0], k[:0], v[:0], c[:0], start, backend=backend)
+    assert got.shape == (0, 1, 4, 16) and got.dtype == q.dtype
+
+
 # B, Tq, Tk, start: a start past a query's own position (Tk - Tq + i) left that row no key, so NaN
 _STARTS_PAST_A_QUERY = {
     "past-the-only-query": (1, 1, 20, [[0, 20]]),

@@ -112,7 +112,7 @@ def torch_decode(q, k, v, c, start, scale) -> torch.Tensor:
     B, Tq, Hq, D = q.shape
     Tk, Hkv = k.shape[1], k.shape[2]
     G = Hq // Hkv
-    if Tq == 0:  # no query chunks: torch.cat below would get an empty list (the Triton path returns this too)
+    if q.numel() == 0:  # Tq == 0: no query chunks for torch.cat; B == 0: start.min() of nothing (as Triton)
         return torch.empty_like(q)
     first = 0 if start is None else max(0, int(start.min()))  # a negative start hides nothing
     calc = torch.float64 if q.dtype == torch.float64 else torch.float32
