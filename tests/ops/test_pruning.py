@@ -324,6 +324,18 @@ def test_pruning_stats():
     assert one[0, 0] == 1.0 and one[0, 1] < 0.1
 
 
+@pytest.mark.parametrize("kw,err,match", [
+    (dict(prune_eps=None), TypeError, "prune_eps"),
+    (dict(prune_eps=EPS, block_m=0), ValueError, "block_m"),
+    (dict(prune_eps=EPS, block_n=-16), ValueError, "block_n"),
+], ids=["eps-none", "block-m-0", "block-n-negative"])
+def test_pruning_stats_rejects_bad_arguments_by_name(kw, err, match):
+    # prune_eps=None used to fail in float(None) inside prune_delta, block_m=0 in a range step of 0
+    q, k, _, log_f, _ = make(1, 8, 8, 2, 1, 16, "strong")
+    with pytest.raises(err, match=match):
+        pruning_stats(q, k, log_f, **kw)
+
+
 def test_compiles_without_graph_breaks():
     q, k, v, log_f, _ = make(1, 40, 40, 2, 1, 16, "strong", seed=8)
 

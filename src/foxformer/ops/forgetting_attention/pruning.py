@@ -184,6 +184,11 @@ def pruning_stats(q: torch.Tensor, k: torch.Tensor, log_fgate: torch.Tensor, pru
     """
     from .fwd import fwd_config
 
+    if prune_eps is None:  # check_pruning lets None through (pruning off), prune_delta needs a float
+        raise TypeError("prune_eps must be a float in (0, 1), got None")
+    for name, size in (("block_m", block_m), ("block_n", block_n)):
+        if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+            raise ValueError(f"{name} must be a positive int or None, got {size!r}")
     B, Tq, Hq, D = q.shape
     Tk = k.shape[1]
     if c is None:
