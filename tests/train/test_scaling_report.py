@@ -45,3 +45,22 @@ def test_run_without_training_records_is_an_error(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match="no training records"):
         scaling.summarize(str(tmp_path / "empty"), skip=0)
+
+
+@pytest.mark.parametrize("change", [dict(context=16, batch_tokens=64), dict(seed=1), dict(preset="fox-llama-tiny"),
+                                    dict(batch_tokens=256)],
+                         ids=["other-context", "other-seed", "other-preset", "other-batch-tokens"])
+def test_runs_of_another_setup_are_flagged_not_compared_silently(make_cfg, tmp_path, capsys, change):
+    """A run with another context, seed, model or batch is no scaling measurement of the reference: the report
+    names what differs and --strict fails, even where the losses happen to be close."""
+    ref = train(make_cfg(out_dir=str(tmp_path / "ref"), max_steps=2))
+    other = train(make_cfg(out_dir=str(tmp_path / "other"), max_steps=2, **change))
+    out = tmp_path / "scaling.json"
+    rc = main(["bench", "scaling", ref["out_dir"], other["out_dir"], "--skip", "0", "--tolerance", "1",
+               "--out", str(out), "--strict"])
+    rows = json.loads(out.read_text())["rows"]
+    assert rows[0]["differs"] is None
+    for key in change:
+        assert key in rows[1]["differs"]
+    text = capsys.readouterr().out
+    assert "not comparable" in text and rc == 1

@@ -14,10 +14,33 @@ after `--skip` steps (compilation and allocator warm-up). Scaling efficiency is
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+
+import yaml
 
 from ..train.metrics import read_metrics
 from .common import environment, print_table, write_json
+
+# What must be the same as in the reference for a run to be a measurement of the same training (same model,
+# data order, batch and schedule): config.yaml keys, then start-record facts derived from them. World size,
+# parallelism, micro-batching, device and stop conditions may differ: they are what is compared. data_dir is
+# left out: one dataset may sit at another (relative / absolute) path.
+SETUP_KEYS = ("preset", "model", "tokenizer", "context", "roll", "batch_tokens", "lr", "min_lr_ratio",
+              "schedule", "weight_decay", "beta1", "beta2", "eps", "grad_clip", "seed", "compile",
+              "activation_checkpointing", "fused_loss")
+DERIVED_KEYS = ("vocab_size", "bf16", "seqs_per_step", "warmup_tokens", "horizon_tokens", "non_embedding_params")
+
+
+def _setup(run_dir: str, start: dict) -> dict:
+    path = os.path.join(run_dir, "config.yaml")
+    config = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            config = yaml.safe_load(f) or {}
+    setup = {k: config[k] for k in SETUP_KEYS if k in config}
+    setup.update({k: start[k] for k in DERIVED_KEYS if k in start})
+    return setup
 
 
 def summarize(run_dir: str, skip: int) -> dict:
@@ -34,7 +57,14 @@ def summarize(run_dir: str, skip: int) -> dict:
             "grad_accum": first["grad_accum"], "micro_batch_size": first["micro_batch_size"],
             "segments": ",".join(str(s["world_size"]) for s in starts),  # world size of each (re)start
             "losses": {r["step"]: r["loss"] for r in train}, "tokens_per_s": statistics.median(timed),
-            "mfu": statistics.median(mfus) if mfus else None}
+            "mfu": statistics.median(mfus) if mfus else None, "setup": _setup(run_dir, first)}
+
+
+def differences(run: dict, ref: dict) -> str | None:
+    """'key value != reference value' for each setup key both runs record and that differs, or None."""
+    a, b = run.get("setup") or {}, ref.get("setup") or {}
+    diffs = [f"{k} {a[k]} != {b[k]}" for k in a if k in b and a[k] != b[k]]
+    return "; ".join(diffs) or None
 
 
 def compare(runs: list[dict], tolerance: float) -> list[dict]:
@@ -48,7 +78,7 @@ def compare(runs: list[dict], tolerance: float) -> list[dict]:
         rel = [d / abs(ref["losses"][s]) for d, s in zip(diffs, shared)]
         worst = max(rel) if rel else None
         rows.append({"run": run["run"], "commit": run["commit"], "gpus": run["world_size"],
-                     "segments": run["segments"],
+                     "segments": run["segments"], "differs": differences(run, ref),
                      "parallel": run["parallel"],
                      "accum": run["grad_accum"], "steps": len(shared),
                      "max_dloss": max(diffs) if diffs else None,
@@ -69,10 +99,14 @@ def run(args: argparse.Namespace) -> int:
         write_json(args.out, {"env": environment(), "reference": args.runs[0], "tolerance": args.tolerance,
                               "skip": args.skip, "rows": rows, "table": text,
                               "losses": {r["run"]: r["losses"] for r in runs}})
+    for r in rows:
+        if r["differs"]:
+            print(f"{r['run']}: not comparable with the reference {args.runs[0]} (another training setup: "
+                  f"{r['differs']}); its loss difference and efficiency measure that, not scaling")
     bad = [r["run"] for r in rows if not r["loss_match"]]
     if bad:
         print(f"loss differs from the reference by more than {args.tolerance:.1%} in: {', '.join(bad)}")
-    return 1 if bad and args.strict else 0
+    return 1 if (bad or any(r["differs"] for r in rows)) and args.strict else 0
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -80,7 +114,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--skip", type=int, default=5, help="steps left out of the throughput median")
     p.add_argument("--tolerance", type=float, default=0.01,
                    help="largest |loss - reference loss| / reference loss at any shared step that counts as a match")
-    p.add_argument("--strict", action="store_true", help="exit 1 when a run does not match")
+    p.add_argument("--strict", action="store_true",
+                   help="exit 1 when a run does not match or was trained with another setup than the reference")
     p.add_argument("--out", default=None, help="JSON file for the table, the losses and the environment")
     p.set_defaults(func=run)
 
