@@ -64,3 +64,16 @@ def test_runs_of_another_setup_are_flagged_not_compared_silently(make_cfg, tmp_p
         assert key in rows[1]["differs"]
     text = capsys.readouterr().out
     assert "not comparable" in text and rc == 1
+
+
+@pytest.mark.parametrize("bad", [["{missing}"], ["{empty}"], ["{ref}", "--skip", "-1"],
+                                 ["{ref}", "--tolerance", "-0.01"], ["{ref}", "--tolerance", "nan"]],
+                         ids=["missing-folder", "folder-without-metrics", "skip-negative", "tolerance-negative",
+                              "tolerance-nan"])
+def test_bad_input_is_an_error_exit_2(tmp_path, capsys, bad):
+    (tmp_path / "empty").mkdir()
+    ref = _fake_run(tmp_path / "ref", 1, [5.0, 4.0], 100.0)
+    names = {"missing": str(tmp_path / "missing"), "empty": str(tmp_path / "empty"), "ref": ref}
+    assert main(["bench", "scaling", ref, *(a.format(**names) for a in bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and "Traceback" not in err

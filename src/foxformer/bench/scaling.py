@@ -14,8 +14,10 @@ after `--skip` steps (compilation and allocator warm-up). Scaling efficiency is
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
+import sys
 
 import yaml
 
@@ -90,7 +92,18 @@ def compare(runs: list[dict], tolerance: float) -> list[dict]:
 
 
 def run(args: argparse.Namespace) -> int:
-    runs = [summarize(d, args.skip) for d in args.runs]
+    try:
+        if args.skip < 0:
+            raise ValueError(f"--skip must be >= 0, got {args.skip}")
+        if not (math.isfinite(args.tolerance) and args.tolerance >= 0):
+            raise ValueError(f"--tolerance must be a finite number >= 0, got {args.tolerance}")
+        for d in args.runs:
+            if not os.path.isdir(d):
+                raise ValueError(f"{d}: no such run folder")
+        runs = [summarize(d, args.skip) for d in args.runs]  # ValueError: no records, a broken metrics line
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     rows = compare(runs, args.tolerance)
     text = print_table(rows, ["run", "gpus", "segments", "parallel", "accum", "steps", "max_dloss", "mean_dloss",
                               "max_rel", "loss_match", "tok_s", "tok_s_per_gpu", "efficiency", "mfu"])
