@@ -15,12 +15,17 @@ FILLER = ("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu
 KEYS = ("Lisbon", "Zanzibar")
 
 
+def _haystack(seed: int, n_words: int, sentence_words: int):
+    """A word tokenizer and filler text cut into sentences of ``sentence_words`` words."""
+    tok = WordTokenizer(64)
+    words = np.random.default_rng(seed).choice(FILLER, n_words)
+    text = " ".join(f"{w} ." if i % sentence_words == sentence_words - 1 else str(w) for i, w in enumerate(words))
+    return tok, tok.encode(text)
+
+
 @pytest.fixture(scope="module")
 def setup():
-    tok = WordTokenizer(64)
-    words = np.random.default_rng(0).choice(FILLER, 500)
-    text = " ".join(f"{w} ." if i % 9 == 8 else str(w) for i, w in enumerate(words))  # sentences of 9 words
-    return tok, tok.encode(text)
+    return _haystack(0, 500, 9)
 
 
 @pytest.mark.parametrize("mode", ["standard", "easy"])
@@ -159,10 +164,7 @@ def test_greedy_answer_is_found_only_as_the_whole_number(setup, answer, found):
 
 @pytest.fixture(scope="module")
 def long_sentences():
-    tok = WordTokenizer(64)
-    words = np.random.default_rng(1).choice(FILLER, 5000)
-    text = " ".join(f"{w} ." if i % 60 == 59 else str(w) for i, w in enumerate(words))  # sentences of 60 words
-    return tok, tok.encode(text)
+    return _haystack(1, 5000, 60)
 
 
 @pytest.mark.parametrize("length, depth", [(512, 1.0), (512, 0.5), (4096, 1.0), (4096, 0.25)],

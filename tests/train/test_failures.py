@@ -7,6 +7,8 @@ from foxformer.train import checkpoint as ckpt
 from foxformer.train.config import load_config
 from foxformer.train.loop import train
 
+from .helpers import Crash, crash_at
+
 
 def _snapshot(root):
     out = {}
@@ -190,17 +192,6 @@ def test_data_without_validation_documents_says_how_to_fix_it(make_cfg, tmp_path
     assert "validation split" in str(err.value)
 
 
-class _Crash(RuntimeError):
-    pass
-
-
-def _crash_at(step):
-    def hook(s, rec):
-        if s == step:
-            raise _Crash(f"simulated crash after step {s}")
-    return hook
-
-
 @pytest.mark.parametrize("crash_after, expected", [(3, "step_00000002"), (5, "step_00000004")],
                          ids=["killed-before-its-first-save", "killed-after-its-first-save"])
 def test_resuming_an_older_checkpoint_abandons_the_newer_ones(make_cfg, tmp_path, crash_after, expected):
@@ -211,9 +202,9 @@ def test_resuming_an_older_checkpoint_abandons_the_newer_ones(make_cfg, tmp_path
     run = str(tmp_path / "r")
     train(make_cfg(out_dir=run, max_steps=6, keep_last=3))  # step_2, 4, 6
     root = ckpt.checkpoint_root(run)
-    with pytest.raises(_Crash):
+    with pytest.raises(Crash):
         train(make_cfg(out_dir=run, max_steps=6, keep_last=3, resume=os.path.join(root, "step_00000002")),
-              hook=_crash_at(crash_after))
+              hook=crash_at(crash_after))
     assert os.path.basename(ckpt.latest_checkpoint(run)) == expected
     assert load_model(run, device="cpu").step == int(expected[len("step_"):])
     assert "step_00000006" not in [os.path.basename(p) for p in ckpt.list_checkpoints(run)]

@@ -7,20 +7,11 @@ from foxformer.train import checkpoint as ckpt
 from foxformer.train.loop import train
 from foxformer.train.metrics import read_metrics
 
+from .helpers import Crash, crash_at
+
 
 def _losses(run_dir):
     return [r["loss"] for r in read_metrics(run_dir) if r["kind"] == "train"]
-
-
-class Crash(RuntimeError):
-    pass
-
-
-def _crash_at(step):
-    def hook(s, rec):
-        if s == step:
-            raise Crash(f"simulated crash after step {s}")
-    return hook
 
 
 @pytest.mark.parametrize("preset", ["fox-pro-tiny", "transformer-pro-tiny"])
@@ -36,7 +27,7 @@ def test_killed_and_resumed_run_matches_uninterrupted_bit_for_bit(make_cfg, tmp_
     ref = train(make_cfg(out_dir=str(tmp_path / "ref"), max_steps=6))
     run = str(tmp_path / "crashy")
     with pytest.raises(Crash):
-        train(make_cfg(out_dir=run, max_steps=6), hook=_crash_at(3))  # checkpoint at step 2; step 3 is lost
+        train(make_cfg(out_dir=run, max_steps=6), hook=crash_at(3))  # checkpoint at step 2; step 3 is lost
     assert os.path.basename(ckpt.latest_checkpoint(run)) == "step_00000002"
     resumed = train(make_cfg(out_dir=run, max_steps=6))
     assert resumed["resumed_from"].endswith("step_00000002")
