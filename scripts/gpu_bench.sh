@@ -75,9 +75,9 @@ trainprune) train_run trained_base 300 --max-steps 100000 --max-minutes "${TRAIN
        fi ;;
 train) train_run train_fox_pro_125m_16k 150
        train_run train_fox_pro_125m_16k_prune 150 --model prune_eps=4.54e-5 ;;
-attn) step attn 70 $FX bench attention --providers foxformer,sdpa_flash,sdpa_cudnn,fla --seqlens 2048,8192 \
+attn) step attn 200 $FX bench attention --providers foxformer,sdpa_flash,sdpa_cudnn,fla --seqlens 2048,8192 \
           --configs 128x12,128x12x2,64x24 --out "$OUT/attention_2k_8k_h200.json" ;;
-attnlong) step attnlong 150 $FX bench attention --providers foxformer,sdpa_flash,sdpa_cudnn,fla --seqlens 16384,65536 \
+attnlong) step attnlong 280 $FX bench attention --providers foxformer,sdpa_flash,sdpa_cudnn,fla --seqlens 16384,65536 \
           --configs 64x24,128x12,128x12x2 --out "$OUT/attention_16k_64k_h200.json" ;;
 decode) step decode_kernel 45 $FX bench decode --kernel --preset fox-pro-125m --contexts 4096,32768,65536 \
             --batches 1,32 --out "$OUT/decode_kernel_h200.json"
