@@ -85,16 +85,16 @@ step() {  # step LOG CMD...: run CMD with what is left of the budget (minus a ma
 }
 evaluate() {  # evaluate PRESET: every evaluation of one run
     local p=$1 r="$RUNS/$1"
+    # First: reading 64K tokens twice, 16 a step, is the longest evaluation; the third session lost it
+    # to the deadline behind NIAH, the fifth (a 125M model) behind the loss, gate and bias-shift steps.
+    case $p in fox-pro-*) step "eviction_$p.log" $FX eval eviction "$r" --data "$DATA" --seq-len "$EVICT_LEN" \
+        --evict-eps 4.54e-5 --no-progress ;; esac
     step "eval_loss_$p.log" $FX eval loss "$r" --data "$DATA" --within-docs --seq-len "$EVAL_LEN" \
         --num-seqs "$EVAL_SEQS" --no-progress
     case $p in fox-*) step "gates_$p.log" $FX analyze gates "$r" --data "$DATA" --no-progress
         # the inference-time gate-bias shift (the paper's length-extrapolation suggestion), up to 4x
         step "bias_shift_$p.log" $FX bias-shift --model "$r" --data "$DATA" --seq-len "$EVAL_LEN" \
             --num-seqs "$BIAS_SEQS" --shifts 0,0.5,1,2,4 --out "$OUT/bias_shift_$p.json" --no-progress ;; esac
-    # Before NIAH: reading 64K tokens twice, 16 a step, is the longest evaluation, and the third
-    # session's run lost it to the deadline behind NIAH (which the small models fail at every length).
-    case $p in fox-pro-*) step "eviction_$p.log" $FX eval eviction "$r" --data "$DATA" --seq-len "$EVICT_LEN" \
-        --evict-eps 4.54e-5 --no-progress ;; esac
     [ "$NIAH" = 1 ] && step "eval_niah_$p.log" $FX eval niah "$r" --lengths "$NIAH_LENS" --seeds "$NIAH_SEEDS" \
         --no-progress
 }
