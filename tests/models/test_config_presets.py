@@ -42,6 +42,34 @@ def test_overrides_and_head_dim_override():
     assert (cfg.head_dim, cfg.num_heads, cfg.vocab_size) == (64, 12, 1000)
 
 
+HEAD_OVERRIDES = {
+    "num_heads-rederives-head_dim": (dict(num_heads=8), (64, 8, 8)),
+    "head_dim-rederives-num_heads": (dict(head_dim=32), (64, 2, 32)),
+    "hidden_size-keeps-the-family-head_dim": (dict(hidden_size=128), (128, 8, 16)),
+    "hidden_size-and-num_heads": (dict(hidden_size=128, num_heads=2), (128, 2, 64)),
+    "both-given-are-taken-as-is": (dict(num_heads=2, head_dim=48), (64, 2, 48)),
+}
+
+
+@pytest.mark.parametrize("overrides,expected", list(HEAD_OVERRIDES.values()), ids=list(HEAD_OVERRIDES))
+def test_head_overrides_keep_the_attention_width_equal_to_hidden_size(overrides, expected):
+    """get_preset("fox-llama-tiny", num_heads=8) kept the preset's head_dim 16: 8 x 16 = 128-wide attention on a
+    64-wide model, built without a word. Only an explicit pair (num_heads and head_dim) decouples the widths."""
+    cfg = get_preset("fox-llama-tiny", **overrides)
+    assert (cfg.hidden_size, cfg.num_heads, cfg.head_dim) == expected
+    FoxForCausalLM(cfg)
+
+
+@pytest.mark.parametrize("overrides,match", [
+    (dict(num_heads=5), r"num_heads \(5\) must divide hidden_size \(64\)"),
+    (dict(head_dim=48), r"head_dim \(48\) must divide hidden_size \(64\)"),
+    (dict(hidden_size=72), r"head_dim \(16\) must divide hidden_size \(72\)"),
+], ids=["num_heads", "head_dim", "hidden_size"])
+def test_head_overrides_that_do_not_divide_hidden_size_raise(overrides, match):
+    with pytest.raises(ValueError, match=match):
+        get_preset("fox-llama-tiny", **overrides)
+
+
 @pytest.mark.parametrize("bad,match", [
     (dict(attention="linear"), "attention"),
     (dict(fgate="sometimes"), "fgate"),

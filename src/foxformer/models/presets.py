@@ -89,14 +89,33 @@ PRESETS: dict[str, dict] = {name: _preset_fields(name) for name in PRESET_NAMES}
 
 
 def get_preset(name: str, **overrides) -> FoxConfig:
-    """FoxConfig of a named preset, with any field overridden (e.g. vocab_size, attention_backend)."""
+    """FoxConfig of a named preset, with any field overridden (e.g. vocab_size, attention_backend).
+
+    A preset's num_heads and head_dim are derived from its width, so overriding one of num_heads, head_dim or
+    hidden_size re-derives the other head field to keep num_heads * head_dim == hidden_size (hidden_size alone
+    keeps the family's head_dim); only an explicit num_heads and head_dim together decouple the two widths.
+    """
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}: expected one of {sorted(PRESETS)}")
     fields = dict(PRESETS[name])
-    if "head_dim" in overrides and "num_heads" not in overrides:
-        fields["num_heads"] = fields["hidden_size"] // overrides["head_dim"]
     fields.update(overrides)
+    if "num_heads" in overrides and "head_dim" not in overrides:
+        _derive_head_field(fields, given="num_heads", derived="head_dim")
+    elif "num_heads" not in overrides and ("head_dim" in overrides or "hidden_size" in overrides):
+        _derive_head_field(fields, given="head_dim", derived="num_heads")
     return FoxConfig(**fields)
+
+
+def _derive_head_field(fields: dict, given: str, derived: str) -> None:
+    """fields[derived] = hidden_size // fields[given], refusing a remainder (the attention would silently be
+    narrower or wider than the model)."""
+    hidden, value = fields["hidden_size"], fields[given]
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (hidden, value)):
+        return  # FoxConfig names the bad field
+    if hidden % value:
+        raise ValueError(f"get_preset: {given} ({value}) must divide hidden_size ({hidden}); give both num_heads "
+                         f"and head_dim to decouple the attention width from hidden_size")
+    fields[derived] = hidden // value
 
 
 def preset_table() -> list[dict]:
