@@ -85,3 +85,42 @@ def test_cumsum_entry_rejects_non_finite_c(bad):
     c[0, 4:, 1] = bad
     with pytest.raises(ValueError, match="c must be finite"):
         forgetting_attention_cumsum(a["q"], a["k"], a["v"], c, backend="torch")
+
+
+def _varlen_half(T=40, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(1, T, 2, 16, generator=g).half() for _ in range(3))
+    return q, k, v, -torch.rand(1, T, 2, generator=g)
+
+
+def _varlen_call(compiled, backend):
+    def call(q, k, v, log_f, cu, max_seqlen):
+        return forgetting_attention(q, k, v, log_f, cu_seqlens=cu, max_seqlen=max_seqlen, backend=backend)
+    return torch.compile(call, backend="aot_eager", fullgraph=True) if compiled else call
+
+
+BACKENDS_MODES = [pytest.param(b, m, id=f"{b}-{'compiled' if m else 'eager'}")
+                  for b in ("torch", "triton") for m in (False, True)]
+BAD_CU = [
+    pytest.param([0, 5, 40], 8, id="max_seqlen-shorter-than-a-segment"),
+    pytest.param([0, 5, 48], 43, id="cu-past-T"),
+    pytest.param([0, 5, 5, 40], 35, id="cu-empty-segment"),
+]
+
+
+@pytest.mark.parametrize("backend,compiled", BACKENDS_MODES)
+@pytest.mark.parametrize("bounds,max_seqlen", BAD_CU)
+def test_bad_varlen_bounds_never_give_a_silent_answer(backend, compiled, bounds, max_seqlen):
+    """Under torch.compile reading cu_seqlens on the host would be a device sync, so the eager check is
+    skipped; the kernels' grid then trusted max_seqlen and rows of longer segments stayed unwritten."""
+    cu = torch.tensor(bounds, dtype=torch.int32)
+    with pytest.raises((ValueError, RuntimeError), match="max_seqlen|cu_seqlens"):
+        _varlen_call(compiled, backend)(*_varlen_half(), cu, max_seqlen)
+
+
+@pytest.mark.parametrize("backend,compiled", BACKENDS_MODES)
+def test_good_varlen_bounds_pass_the_device_check(backend, compiled):
+    cu = torch.tensor([0, 5, 40], dtype=torch.int32)
+    inputs = _varlen_half()
+    got = _varlen_call(compiled, backend)(*inputs, cu, 35)
+    torch.testing.assert_close(got, forgetting_attention(*inputs, cu_seqlens=cu, backend=backend))

@@ -85,6 +85,14 @@ def _check_cu_seqlens(cu_seqlens, max_seqlen, B, Tq, Tk):
     if _compiling():
         if max_seqlen is None:
             raise ValueError("max_seqlen must be given with cu_seqlens under torch.compile")
+        # Reading cu_seqlens on the host would cost a device sync (and a graph break), so the checks
+        # below run on the device: unchecked, the kernels' grid trusts max_seqlen (rows of a longer
+        # segment stayed unwritten) and a bound past T reads out of bounds. A failure raises on CPU
+        # and is a device-side assert on CUDA.
+        lengths = cu_seqlens[1:] - cu_seqlens[:-1]
+        ok = (cu_seqlens[0] == 0) & (cu_seqlens[-1] == Tk) & (lengths.min() > 0) & (lengths.max() <= max_seqlen)
+        torch._assert_async(ok, "forgetting_attention: cu_seqlens must start at 0, end at T and increase "
+                                "strictly, and max_seqlen must be >= its longest sequence")
         return int(max_seqlen)
     bounds = cu_seqlens.tolist()  # one small device-to-host copy checks everything below
     lengths = [b - a for a, b in zip(bounds[:-1], bounds[1:])]

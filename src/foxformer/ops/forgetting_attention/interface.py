@@ -119,7 +119,9 @@ def forgetting_attention(q, k, v, log_fgate, *, softmax_scale=None, cu_seqlens=N
         softmax_scale: defaults to ``1 / sqrt(D)``.
         cu_seqlens: int32 ``[N + 1]`` cumulative lengths of ``N`` sequences packed along T (then
             ``B == 1`` and ``Tq == Tk``); attention and the cumsum restart at every boundary.
-        max_seqlen: longest packed sequence (computed from ``cu_seqlens`` when None).
+        max_seqlen: longest packed sequence (computed from ``cu_seqlens`` when None). A shorter
+            value is a ValueError; under torch.compile (where it is required) it is checked on the
+            device instead: a RuntimeError on CPU, a device-side assert on CUDA.
         return_lse: also return the log-sum-exp of each row, fp32 ``[B, Hq, Tq]`` (fp64 for
             fp64 inputs).
         backend: ``"auto"`` (Triton for fp16/bf16 CUDA tensors, torch otherwise), ``"triton"``
