@@ -8,6 +8,11 @@ from .forgetting_attention import (
     naive_forgetting_attention,
     pruning_stats,
 )
+from .gated_linear_attention import (
+    gated_linear_attention,
+    naive_gated_linear_attention,
+    recurrent_gated_linear_attention,
+)
 
 __all__ = [
     "LOG_FGATE_FLOOR",
@@ -15,6 +20,9 @@ __all__ = [
     "forgetting_attention",
     "forgetting_attention_cumsum",
     "gate_cumsum",
+    "gated_linear_attention",
     "naive_forgetting_attention",
+    "naive_gated_linear_attention",
     "pruning_stats",
+    "recurrent_gated_linear_attention",
 ]

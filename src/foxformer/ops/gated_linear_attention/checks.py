@@ -1,0 +1,53 @@
+"""Input validation for gated linear attention (the shared helpers live in forgetting_attention.checks).
+
+Unlike Forgetting Attention, q, k and v cover the same positions (there is no key cache: a running
+state carries the past), and v may have its own head dim.
+"""
+from __future__ import annotations
+
+from ..forgetting_attention.checks import _FLOAT_DTYPES, _require_tensor, check_gate_values
+
+
+def check_inputs(q, k, v, log_fgate, initial_state, return_final_state, chunk_size) -> None:
+    """ValueError / TypeError naming the argument for any call the implementations cannot serve."""
+    for x, name in ((q, "q"), (k, "k"), (v, "v"), (log_fgate, "log_fgate")):
+        _require_tensor(x, name)
+    for x, name in ((q, "q"), (k, "k"), (v, "v")):
+        if x.dim() != 4:
+            raise ValueError(f"{name} must be 4-D [batch, seq, heads, head_dim], got shape {tuple(x.shape)}")
+        if x.dtype not in _FLOAT_DTYPES:
+            raise TypeError(f"{name} must be float16, bfloat16, float32 or float64, got {x.dtype}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    B, T, Hq, Dk = q.shape
+    if k.shape[:3] != v.shape[:3]:
+        raise ValueError(f"k and v must agree in batch, seq and heads, got {tuple(k.shape)} and {tuple(v.shape)}")
+    if k.shape[:2] != (B, T):
+        raise ValueError(f"k and v must be [batch, seq] = {(B, T)} like q, got {tuple(k.shape[:2])}")
+    if k.shape[3] != Dk:
+        raise ValueError(f"head_dim mismatch: q has {Dk}, k has {k.shape[3]}")
+    Hkv, Dv = k.shape[2], v.shape[3]
+    if T == 0 or Dk == 0 or Dv == 0:
+        raise ValueError(f"seq and head dims must be positive, got T={T}, Dk={Dk}, Dv={Dv}")
+    if Hkv == 0 or Hq % Hkv:
+        raise ValueError(f"query heads ({Hq}) must be a multiple of key/value heads ({Hkv})")
+    if log_fgate.shape != (B, T, Hq):
+        raise ValueError(f"log_fgate must be [batch, seq, Hq] = {(B, T, Hq)}, got {tuple(log_fgate.shape)}")
+    if log_fgate.dtype not in _FLOAT_DTYPES:
+        raise TypeError(f"log_fgate must be a floating tensor, got {log_fgate.dtype}")
+    devices = {x.device for x in (q, k, v, log_fgate)}
+    if initial_state is not None:
+        _require_tensor(initial_state, "initial_state")
+        if initial_state.shape != (B, Hq, Dk, Dv):
+            raise ValueError(f"initial_state must be [batch, Hq, Dk, Dv] = {(B, Hq, Dk, Dv)}, "
+                             f"got {tuple(initial_state.shape)}")
+        if initial_state.dtype not in _FLOAT_DTYPES:
+            raise TypeError(f"initial_state must be a floating tensor, got {initial_state.dtype}")
+        devices.add(initial_state.device)
+    if len(devices) > 1:
+        raise ValueError(f"all tensors must be on one device, got {sorted(str(d) for d in devices)}")
+    if not isinstance(return_final_state, bool):
+        raise TypeError(f"return_final_state must be True or False, got {return_final_state!r}")
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
+    check_gate_values(log_fgate, "log_fgate")
