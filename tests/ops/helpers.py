@@ -47,3 +47,12 @@ def run_with_grads(fn, q, k, v, log_f, seed=1, lse_weight=0.0, **kw):
         loss = loss + lse_weight * (lse.double() * dl).sum()
     loss.backward()
     return [out.detach(), lse.detach()] + [t.grad for t in leaves]
+
+
+def grad_of_grad(fn, q, k, v, log_f, **kw):
+    """Differentiate dq (taken with create_graph=True) again; returns the second-order dk."""
+    q, k, v, log_f = [t.detach().clone().requires_grad_() for t in (q, k, v, log_f)]
+    out = fn(q, k, v, log_f, **kw)
+    dq, = torch.autograd.grad(out.double().square().sum(), q, create_graph=True)
+    dk, = torch.autograd.grad(dq.double().square().sum(), k)
+    return dk

@@ -7,7 +7,7 @@ from hypothesis import given, settings, strategies as st
 from foxformer import forgetting_attention, forgetting_attention_cumsum, gate_cumsum
 from foxformer.ops import naive_forgetting_attention
 
-from .helpers import REL_TOL, make_inputs, rel_err, run_with_grads
+from .helpers import REL_TOL, grad_of_grad, make_inputs, rel_err, run_with_grads
 
 NAMES = ("out", "lse", "dq", "dk", "dv", "dlog_f")
 
@@ -148,3 +148,23 @@ def test_torch_compile_with_a_softmax_scale_that_varies(dynamic):
     compiled = torch.compile(layer, fullgraph=True, backend="aot_eager", dynamic=dynamic)
     for scale in (0.3, -0.4, 0.5):
         torch.testing.assert_close(compiled(q, k, v, log_f, scale), layer(q, k, v, log_f, scale))
+
+
+def test_naive_supports_double_backward():
+    q, k, v, _ = make_inputs(1, 5, 7, 2, 1, 4, seed=2)
+    # away from 0: gradgradcheck's finite differences must not step to a positive log f
+    log_f = -0.1 - torch.rand(1, 7, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    inputs = [t.requires_grad_() for t in (q, k, v, log_f)]
+
+    def fn(q, k, v, log_f):
+        return forgetting_attention(q, k, v, log_f, backend="naive").sum(-1)
+
+    assert torch.autograd.gradgradcheck(fn, inputs)
+    assert torch.isfinite(grad_of_grad(fn, *inputs)).all()
+
+
+def test_torch_backend_double_backward_is_a_clear_error():
+    """The torch backend runs its own backward (a custom op, no autograd through it): differentiating
+    the gradient again failed with torch's 'no autograd formula was registered' for an internal op."""
+    with pytest.raises(RuntimeError, match="forgetting_attention.*double backward is not supported"):
+        grad_of_grad(forgetting_attention, *make_inputs(1, 6, 6, 2, 1, 8), backend="torch")

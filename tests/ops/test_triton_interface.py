@@ -11,7 +11,7 @@ import torch
 from foxformer import forgetting_attention
 from foxformer.ops import naive_forgetting_attention
 
-from .helpers import REL_TOL, make_inputs, rel_err, run_with_grads
+from .helpers import REL_TOL, grad_of_grad, make_inputs, rel_err, run_with_grads
 
 NAMES = ("out", "lse", "dq", "dk", "dv", "dlog_f")
 
@@ -117,3 +117,11 @@ def test_triton_zero_size_batch_forward_and_backward(layout):
     assert out.shape == (0, 8, 2, 16) and lse.shape == (0, 2, 8)
     (out.float().sum() + lse.sum()).backward()
     assert [t.grad.shape for t in leaves] == [(0, 8, 2, 16), (0, 8, 1, 16), (0, 8, 1, 16)]
+
+
+def test_triton_double_backward_is_a_clear_error():
+    """The kernels' backward has no derivative of its own: differentiating the gradient again failed
+    with torch's 'no autograd formula was registered' for an internal op."""
+    low = _lowp(make_inputs(1, 6, 6, 2, 1, 16), torch.float16)
+    with pytest.raises(RuntimeError, match="forgetting_attention.*double backward is not supported"):
+        grad_of_grad(forgetting_attention, *low, backend="triton")

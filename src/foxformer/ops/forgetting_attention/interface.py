@@ -86,6 +86,17 @@ def _backward(ctx, dout, dlse):
 _fwd_op.register_autograd(_backward, setup_context=_setup_context)
 
 
+def _no_double_backward(ctx, *grads):
+    # Registered so that differentiating a gradient again names this op, instead of torch's generic
+    # "no autograd formula was registered" for an internal op. Raised only then (create_graph=True
+    # alone still works), as torch's own once_differentiable does.
+    raise RuntimeError("forgetting_attention: double backward is not supported with the triton and "
+                       "torch backends (their backward is not differentiable); use backend='naive'")
+
+
+_bwd_op.register_autograd(_no_double_backward)
+
+
 def _last_dim_contiguous(x: torch.Tensor) -> torch.Tensor:
     return x if x.stride(-1) == 1 else x.contiguous()
 
@@ -143,7 +154,8 @@ def forgetting_attention(q, k, v, log_fgate, *, softmax_scale=None, cu_seqlens=N
 
     Returns:
         ``out`` ``[B, Tq, Hq, D]`` in q's dtype, or ``(out, lse)`` when ``return_lse``.
-        Differentiable in q, k, v and log_fgate; the backward is deterministic.
+        Differentiable in q, k, v and log_fgate; the backward is deterministic. Double backward
+        (differentiating a gradient again) is supported by ``backend="naive"`` only.
     """
     softmax_scale, max_seqlen = check_common(q, k, v, log_fgate, "log_fgate", softmax_scale,
                                              cu_seqlens, max_seqlen)
