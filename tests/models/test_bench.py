@@ -13,6 +13,7 @@ def test_bench_model_tiny_cpu(tmp_path, capsys):
                "--backend", "torch", "--out", str(out)])
     assert rc == 0
     payload = json.loads(out.read_text())
+    assert payload["complete"] is True
     names = [r["name"] for r in payload["results"]]
     assert names == ["fox-pro-tiny", "transformer-llama-tiny", "hf-llama-sdpa-tiny"]
     for r in payload["results"]:
@@ -42,6 +43,7 @@ BAD = {
     "vocab-zero": ["--vocab-size", "0"],
     "backend-unknown": ["--backend", "bogus"],
     "device-unknown": ["--device", "nodevice"],
+    "peak-flops-zero": ["--peak-flops", "0"],
 }
 
 
@@ -66,3 +68,38 @@ def test_json_goes_into_a_folder_that_does_not_exist_yet(tmp_path):
     out = tmp_path / "results" / "bench.json"
     assert main(TINY + ["--presets", "fox-pro-tiny", "--out", str(out)]) == 0
     assert [r["name"] for r in json.loads(out.read_text())["results"]] == ["fox-pro-tiny"]
+
+
+def test_json_holds_every_measured_row_while_later_ones_run(tmp_path, monkeypatch):
+    """The JSON was written only after the last model: a run cut by a time limit lost every measured row."""
+    import foxformer.bench.model as bench_model
+
+    out = tmp_path / "bench.json"
+    seen = []
+    real_measure = bench_model.measure
+
+    def measure_then_cut(*args, **kwargs):
+        seen.append(json.loads(out.read_text())["results"] if out.exists() else None)
+        if len(seen) == 2:
+            raise KeyboardInterrupt  # the time limit
+        return real_measure(*args, **kwargs)
+
+    monkeypatch.setattr(bench_model, "measure", measure_then_cut)
+    with pytest.raises(KeyboardInterrupt):
+        main(TINY + ["--presets", "fox-pro-tiny,fox-llama-tiny", "--out", str(out)])
+    assert seen[0] is None
+    assert [r["name"] for r in seen[1]] == ["fox-pro-tiny"]
+    cut = json.loads(out.read_text())
+    assert [r["name"] for r in cut["results"]] == ["fox-pro-tiny"] and cut["complete"] is False
+    assert [p.name for p in tmp_path.iterdir()] == ["bench.json"]  # no temp file left behind
+
+
+def test_rows_carry_mfu_against_the_device_peak(tmp_path):
+    """Rows had model TFLOP/s but no MFU. On CPU there is no known peak (None, as in the training logs);
+    --peak-flops gives one."""
+    out = tmp_path / "bench.json"
+    assert main(TINY + ["--presets", "fox-pro-tiny", "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["results"][0]["mfu"] is None
+    assert main(TINY + ["--presets", "fox-pro-tiny", "--peak-flops", "1e9", "--out", str(out)]) == 0
+    row = json.loads(out.read_text())["results"][0]
+    assert row["mfu"] == pytest.approx(row["model_tflops"] * 1e12 / 1e9)

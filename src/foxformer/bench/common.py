@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 from pathlib import Path
 
@@ -60,6 +61,10 @@ def _fmt(x) -> str:
 
 
 def write_json(path: str | Path, payload: dict) -> None:
+    """Through a temp file and os.replace: the benchmarks rewrite their JSON after every row, and a kill
+    mid-write must leave the previous complete file, not a truncated one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(payload, indent=2))
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(payload, indent=2))
+    os.replace(tmp, path)

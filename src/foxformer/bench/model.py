@@ -18,6 +18,7 @@ from tqdm import tqdm
 
 from foxformer.models import FoxForCausalLM, count_non_embedding, get_preset, training_flops_per_token
 from foxformer.models.config import FoxConfig
+from foxformer.train.metrics import device_peak_flops, mfu
 
 from .common import environment, write_json
 
@@ -102,6 +103,8 @@ def _check(args: argparse.Namespace) -> tuple[list[str], dict]:
     if args.tokens_per_step % args.context:
         raise ValueError(f"--tokens-per-step ({args.tokens_per_step}) must be a multiple of --context "
                          f"({args.context})")
+    if args.peak_flops is not None and not args.peak_flops > 0:
+        raise ValueError(f"--peak-flops must be > 0, got {args.peak_flops}")
     if args.vocab_size is not None and args.vocab_size < 1:
         raise ValueError(f"--vocab-size must be >= 1, got {args.vocab_size}")
     if args.device is not None:
@@ -137,7 +140,13 @@ def run(args: argparse.Namespace) -> int:
             ref = get_preset(f"transformer-llama-{size}", **overrides)
             entries.append((f"hf-llama-sdpa-{size}", f"transformer-llama-{size}", lambda c=ref: llama_anchor(c)))
 
+    peak = args.peak_flops or device_peak_flops(device)
     rows = []
+    payload = {"benchmark": "model_training", "device": str(device),
+               "device_name": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+               "torch": torch.__version__, "compile": args.compile, "fused_loss": args.fused_loss,
+               "tokens_per_step": args.tokens_per_step, "steps": args.steps, "warmup": args.warmup,
+               "peak_flops": peak, "env": environment(), "complete": False, "results": rows}
     for name, preset, build in entries:
         torch.manual_seed(0)
         model = build()
@@ -157,20 +166,19 @@ def run(args: argparse.Namespace) -> int:
         flops = training_flops_per_token(cfg, args.context)
         res.update(name=name, preset=preset, context=args.context, batch=batch, dtype=args.dtype,
                    non_embedding_params=count_non_embedding(cfg),
-                   model_tflops=None if res["tokens_per_s"] is None else flops * res["tokens_per_s"] / 1e12)
+                   model_tflops=None if res["tokens_per_s"] is None else flops * res["tokens_per_s"] / 1e12,
+                   mfu=mfu(res["tokens_per_s"], flops, peak))
         rows.append(res)
         print(json.dumps(res), flush=True)
+        if args.out:  # a run cut by a time limit keeps the rows measured so far
+            write_json(args.out, payload)
         del model
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()
 
-    payload = {"benchmark": "model_training", "device": str(device),
-               "device_name": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
-               "torch": torch.__version__, "compile": args.compile, "fused_loss": args.fused_loss,
-               "tokens_per_step": args.tokens_per_step, "steps": args.steps, "warmup": args.warmup,
-               "env": environment(), "results": rows}
-    cols = ["name", "context", "batch", "tokens_per_s", "step_s", "peak_mem_gib", "model_tflops"]
+    payload["complete"] = True
+    cols = ["name", "context", "batch", "tokens_per_s", "step_s", "peak_mem_gib", "model_tflops", "mfu"]
     print(" | ".join(cols))
     for r in rows:
         print(" | ".join(_fmt(r.get(c)) for c in cols))
@@ -196,6 +204,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", default="auto", help="forgetting_attention backend")
     p.add_argument("--vocab-size", type=int, default=None)
     p.add_argument("--device", default=None)
+    p.add_argument("--peak-flops", type=float, default=None,
+                   help="per-device peak FLOP/s for the 'mfu' column; default: the dense bf16 peak of known GPUs "
+                        "(989e12 on H100/H200, as in the training logs), none on CPU")
     p.add_argument("--compile", action="store_true", help="torch.compile every model")
     p.add_argument("--fused-loss", action="store_true",
                    help="our models compute the loss through the LM head in chunks (no [B, T, V] logits)")

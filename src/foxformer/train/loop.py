@@ -25,7 +25,7 @@ from . import checkpoint as ckpt
 from .config import TrainConfig, read_saved_config, resume_conflicts, save_config
 from .distributed import (DistInfo, all_reduce_mean, barrier, broadcast_object, full_state_dicts, grad_sync,
                           init_distributed, load_full_state_dicts, wrap_model)
-from .metrics import MetricsSink, device_peak_flops, eta_string
+from .metrics import MetricsSink, device_peak_flops, eta_string, mfu
 from .optim import build_optimizer, learning_rate
 
 StepHook = Callable[[int, dict], None]
@@ -297,10 +297,10 @@ def train(cfg: TrainConfig, *, hook: StepHook | None = None, model_factory=None)
         dt = time.time() - t0
         tps = cfg.batch_tokens / dt
         speed = tps if speed is None else 0.8 * speed + 0.2 * tps
-        mfu = tps * flops_per_token / (peak * info.world_size) if peak else None
+        step_mfu = mfu(tps, flops_per_token, peak, info.world_size)
         elapsed = time.time() - start_time
         last_rec = {"kind": "train", "step": step, "tokens": tokens, "loss": loss_val, "lr": lr,
-                    "grad_norm": float(grad_norm), "tokens_per_s": tps, "mfu": mfu, "step_time_s": dt,
+                    "grad_norm": float(grad_norm), "tokens_per_s": tps, "mfu": step_mfu, "step_time_s": dt,
                     "elapsed_s": elapsed}
         if not math.isfinite(loss_val):
             raise FloatingPointError(f"training loss became {loss_val} at step {step}; lower lr or check the data")
@@ -311,7 +311,7 @@ def train(cfg: TrainConfig, *, hook: StepHook | None = None, model_factory=None)
             bar.set_postfix(loss=f"{loss_val:.3f}", tok_s=f"{tps:,.0f}", refresh=False)
             if step % cfg.log_every == 0 or step == 1 or step == cfg.total_steps:
                 tqdm.write(f"step {step}/{cfg.total_steps} tokens {tokens:,} loss {loss_val:.4f} lr {lr:.2e} "
-                           f"tok/s {tps:,.0f} MFU {'n/a' if mfu is None else f'{100 * mfu:.1f}%'} "
+                           f"tok/s {tps:,.0f} MFU {'n/a' if step_mfu is None else f'{100 * step_mfu:.1f}%'} "
                            f"ETA {eta_string(eta)}")
         time_up = cfg.max_minutes is not None and elapsed > 60 * cfg.max_minutes
         time_up = bool(broadcast_object(time_up))  # every rank stops at the same step

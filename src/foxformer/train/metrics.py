@@ -24,6 +24,14 @@ def device_peak_flops(device: torch.device) -> float | None:
     return None
 
 
+def mfu(tokens_per_s: float | None, flops_per_token: float, peak: float | None, world_size: int = 1) -> float | None:
+    """Model FLOPs utilisation of ``world_size`` devices of ``peak`` FLOP/s each; None without a peak or a
+    throughput (CPU, an unknown GPU, a run that failed)."""
+    if not peak or tokens_per_s is None:
+        return None
+    return tokens_per_s * flops_per_token / (peak * world_size)
+
+
 def eta_string(seconds: float | None) -> str:
     if seconds is None or seconds != seconds or seconds == float("inf"):
         return "?"
