@@ -207,3 +207,13 @@ def test_a_start_at_the_first_query_is_accepted(backend):
     start = torch.tensor([[Tk - Tq, 0]])          # the first query sees only its own key
     got = forgetting_attention_decode(q, k, v, c, start, softmax_scale=0.25, backend=backend)
     torch.testing.assert_close(got.double(), dense_reference(q, k, v, c, start, 0.25), rtol=0, atol=2e-5)
+
+
+@pytest.mark.parametrize("backend", ["triton", "torch"])
+@pytest.mark.parametrize("scale", [float("nan"), float("inf"), float("-inf"), "0.5", torch.tensor(0.5)],
+                         ids=["nan", "inf", "-inf", "str", "tensor"])
+def test_bad_softmax_scale_is_rejected_like_forgetting_attention(scale, backend):
+    """softmax_scale went unchecked: NaN / inf gave an all-NaN output, a string failed deep inside."""
+    q, k, v, c = make(1, 1, 20, 2, 1, 16, torch.float32)
+    with pytest.raises(TypeError, match="softmax_scale must be a finite float or None"):
+        forgetting_attention_decode(q, k, v, c, softmax_scale=scale, backend=backend)

@@ -62,15 +62,21 @@ def check_common(q, k, v, gate, gate_name, softmax_scale, cu_seqlens, max_seqlen
         devices.add(cu_seqlens.device)
     if len(devices) > 1:
         raise ValueError(f"all tensors must be on one device, got {sorted(str(d) for d in devices)}")
-    if softmax_scale is None:
-        softmax_scale = 1.0 / math.sqrt(D)
-    # A float that varies between calls turns symbolic under torch.compile (a SymFloat, on which
-    # math.isfinite breaks the graph): compare instead, False for NaN and +-inf.
-    elif not isinstance(softmax_scale, (int, float, torch.SymFloat)) or not abs(softmax_scale) < math.inf:
-        raise TypeError(f"softmax_scale must be a finite float or None, got {softmax_scale!r}")
+    softmax_scale = check_softmax_scale(softmax_scale, D)
     if cu_seqlens is not None:
         max_seqlen = _check_cu_seqlens(cu_seqlens, max_seqlen, B, Tq, Tk)
-    return softmax_scale if isinstance(softmax_scale, torch.SymFloat) else float(softmax_scale), max_seqlen
+    return softmax_scale, max_seqlen
+
+
+def check_softmax_scale(softmax_scale, head_dim: int):
+    """The scale to use: 1 / sqrt(head_dim) for None, else a finite number (a SymFloat passes as is)."""
+    if softmax_scale is None:
+        return 1.0 / math.sqrt(head_dim)
+    # A float that varies between calls turns symbolic under torch.compile (a SymFloat, on which
+    # math.isfinite breaks the graph): compare instead, False for NaN and +-inf.
+    if not isinstance(softmax_scale, (int, float, torch.SymFloat)) or not abs(softmax_scale) < math.inf:
+        raise TypeError(f"softmax_scale must be a finite float or None, got {softmax_scale!r}")
+    return softmax_scale if isinstance(softmax_scale, torch.SymFloat) else float(softmax_scale)
 
 
 def _check_cu_seqlens(cu_seqlens, max_seqlen, B, Tq, Tk):

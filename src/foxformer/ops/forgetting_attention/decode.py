@@ -14,13 +14,14 @@ their difference is what matters (see cumsum.py).
 """
 from __future__ import annotations
 
-import math
 import os
 from typing import Optional
 
 import torch
 import triton
 import triton.language as tl
+
+from .checks import check_softmax_scale
 
 LOG2E = tl.constexpr(1.4426950408889634)
 
@@ -83,6 +84,7 @@ def forgetting_attention_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
             start) means 0. Every start must be <= Tk - Tq (each query keeps at least its own key):
             checked (ValueError) for CPU tensors only; on a GPU, where checking would cost a device
             sync, a start past a query's position gives NaN in that query's rows.
+        softmax_scale: defaults to 1 / sqrt(D); else a finite number, as in forgetting_attention.
         backend: "auto" (triton for CUDA tensors, torch otherwise) | "triton" | "torch".
         num_splits: key splits per (batch, kv head) for the Triton kernel (None: enough to fill the GPU).
 
@@ -90,7 +92,7 @@ def forgetting_attention_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
         out [B, Tq, Hq, D] in q's dtype.
     """
     _check(q, k, v, c, start)
-    scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    scale = check_softmax_scale(softmax_scale, q.shape[-1])
     if backend == "auto":
         backend = "triton" if q.is_cuda else "torch"
     if backend == "triton":
