@@ -245,3 +245,23 @@ def test_generation_past_max_position_embeddings_still_evicts_without_an_explici
     state = {}
     out = list(stream_tokens(model, tokens(1, 10), GenerationConfig(max_new_tokens=30, evict_eps=1e-3), state))
     assert len(out) == 30 and cache_report(state["cache"])["kept_fraction"] < 1
+
+
+NO_EXPLICIT_N = {
+    # 10 prompt tokens + 29 fed back = 39 keys, past max_position_embeddings = 16: N must cover all 39
+    "past-max-position-embeddings": (30, 39),
+    # within it, N stays max_position_embeddings (as before)
+    "within-max-position-embeddings": (4, 16),
+}
+
+
+@pytest.mark.parametrize("max_new_tokens,n", list(NO_EXPLICIT_N.values()), ids=list(NO_EXPLICIT_N))
+def test_without_an_explicit_n_the_bound_covers_the_whole_generation(max_new_tokens, n):
+    """Without evict_max_len N was max_position_embeddings even when the generation went past it: keys were
+    evicted as if no sequence could be longer than 16, and the eps tolerance was void for the rest."""
+    model = make_model("fox-pro-tiny", gate_bias=[-3.0, -3.0, 8.0, -3.0], max_position_embeddings=16)
+    state = {}
+    cfg = GenerationConfig(max_new_tokens=max_new_tokens, evict_eps=1e-3)
+    assert len(list(stream_tokens(model, tokens(1, 10), cfg, state))) == max_new_tokens
+    want = eviction_deltas(model, 1e-3, None, n)
+    assert [layer.delta for layer in state["cache"].layers] == pytest.approx(want)

@@ -107,14 +107,22 @@ def _eval_mode(model):
         model.train(was_training)
 
 
-def _new_cache(model, cfg: GenerationConfig):
+def _new_cache(model, cfg: GenerationConfig, fed: int):
+    """The model's cache for a generation that feeds it ``fed`` tokens."""
     inner = getattr(model, "model", None)
     if hasattr(inner, "new_cache"):
         # Softmax attention never forgets: every layer would keep every key, without a word.
         if cfg.evict_eps is not None and not getattr(inner.config, "has_fgate", True):
             raise ValueError("evict_eps: KV eviction needs a forget gate (a FoX model); this model is a "
                              "softmax Transformer")
-        return inner.new_cache(cfg.evict_eps, cfg.evict_qk_bound, cfg.evict_max_len)
+        max_len = cfg.evict_max_len
+        default_n = getattr(inner.config, "max_position_embeddings", None)
+        # Without an explicit N the bound is derived for max_position_embeddings keys; FoX decodes past it, and
+        # then the evicted mass of a longer sequence is no longer bounded by eps: N must cover what is fed.
+        if max_len is None and getattr(inner.config, "evict_max_len", None) is None and default_n is not None \
+                and fed > default_n:
+            max_len = fed
+        return inner.new_cache(cfg.evict_eps, cfg.evict_qk_bound, max_len)
     if cfg.evict_eps is not None:
         raise ValueError("evict_eps: KV eviction needs a foxformer FoX model")
     return None
@@ -153,12 +161,12 @@ def stream_tokens(model, input_ids: torch.Tensor, cfg: Optional[GenerationConfig
     shift = fgate_bias_shift(model, cfg.fgate_bias_shift) if cfg.fgate_bias_shift is not None \
         else contextlib.nullcontext()
     with shift, _eval_mode(model):
-        cache = _new_cache(model, cfg)
+        # The last new token is never fed back, so the cache sees prompt + max_new_tokens - 1 tokens.
+        fed = ids.shape[1] + max(cfg.max_new_tokens - 1, 0)
+        cache = _new_cache(model, cfg, fed)
         if cache is not None:
             cache.reserve(ids.shape[1] + cfg.max_new_tokens)
-            # Refused up front rather than by the model after some tokens were streamed; the last new token
-            # is never fed back, so the cache sees prompt + max_new_tokens - 1 tokens.
-            fed = ids.shape[1] + max(cfg.max_new_tokens - 1, 0)
+            # Refused up front rather than by the model after some tokens were streamed.
             max_len = getattr(cache, "max_len", None)
             if max_len is not None and fed > max_len:
                 raise ValueError(f"evict_max_len: eviction is bounded for at most N = {max_len} tokens, but the "
