@@ -5,7 +5,7 @@ import torch
 from foxformer.models import FoxForCausalLM, get_preset
 
 VOCAB = 97
-MAIN_PRESETS = ["fox-llama-tiny", "fox-pro-tiny", "transformer-llama-tiny", "transformer-pro-tiny"]
+MAIN_PRESETS = ["fox-llama-tiny", "fox-pro-tiny", "transformer-llama-tiny", "transformer-pro-tiny", "linear-pro-tiny"]
 # Ablations on top of the FoX (LLaMA) preset: every gate kind, RoPE, each Pro component, GQA.
 VARIANTS = {
     "fgate-data_independent": dict(fgate="data_independent"),

@@ -53,7 +53,7 @@ def test_plain_forward_builds_no_cache():
     assert model(tokens(1, 5)).cache is None
 
 
-@pytest.mark.parametrize("preset_name", ["fox-pro-tiny", "transformer-pro-tiny"])
+@pytest.mark.parametrize("preset_name", ["fox-pro-tiny", "transformer-pro-tiny", "linear-pro-tiny"])
 @pytest.mark.parametrize("schedule", [[20, 3, 17], [40]], ids=["long-chunk-on-a-cache", "one-long-prefill"])
 def test_naive_backend_runs_long_cached_chunks(preset_name, schedule):
     """attention_backend="naive" is a valid config value: chunks longer than the decode path's
@@ -82,7 +82,7 @@ def test_a_passed_cache_is_used_with_use_cache_false(preset):
     assert cache.get_seq_length() == 10
 
 
-@pytest.mark.parametrize("preset_name", ["fox-pro-tiny", "transformer-pro-tiny"])
+@pytest.mark.parametrize("preset_name", ["fox-pro-tiny", "transformer-pro-tiny", "linear-pro-tiny"])
 def test_kv_shift_state_holds_only_the_last_token(preset_name):
     """k_last / v_last must not be views of the chunk's whole k / v projections: after a long prefill
     those would keep a second copy of the prompt's keys and values alive in every layer."""
@@ -107,7 +107,7 @@ CACHE_MISMATCHES = {
 }
 
 
-@pytest.mark.parametrize("preset_name", ["fox-pro-tiny", "transformer-pro-tiny"])
+@pytest.mark.parametrize("preset_name", ["fox-pro-tiny", "transformer-pro-tiny", "linear-pro-tiny"])
 @pytest.mark.parametrize("case", list(CACHE_MISMATCHES), ids=list(CACHE_MISMATCHES))
 def test_a_cache_that_does_not_fit_the_model_or_batch_is_a_named_error(preset_name, case):
     spec = CACHE_MISMATCHES[case]

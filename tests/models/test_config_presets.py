@@ -9,7 +9,16 @@ from foxformer.models.presets import preset_table, training_flops_per_token
 def test_preset_names_cover_the_grid():
     expected = {f"{f}-{b}-{s}" for f in ("fox", "transformer") for b in ("llama", "pro")
                 for s in ("tiny", "small", "125m", "360m", "760m")}
+    expected |= {f"linear-pro-{s}" for s in ("tiny", "small", "125m", "360m", "760m")}
     assert set(PRESETS) == expected
+
+
+@pytest.mark.parametrize("size", ["tiny", "small", "125m", "360m", "760m"])
+def test_linear_presets_are_fox_pro_without_the_softmax(size):
+    linear, fox = get_preset(f"linear-pro-{size}"), get_preset(f"fox-pro-{size}")
+    assert linear.attention == "linear" and linear.has_fgate
+    assert {**linear.to_dict(), "attention": "forgetting"} == fox.to_dict()
+    assert count_non_embedding(linear) == count_non_embedding(fox)
 
 
 @pytest.mark.parametrize("size,layers,d", [("small", 8, 512), ("125m", 12, 768), ("360m", 24, 1024), ("760m", 24, 1536)])
@@ -71,7 +80,10 @@ def test_head_overrides_that_do_not_divide_hidden_size_raise(overrides, match):
 
 
 @pytest.mark.parametrize("bad,match", [
-    (dict(attention="linear"), "attention"),
+    (dict(attention="mamba"), "attention"),
+    (dict(attention="linear", fgate="none"), "fgate must not be 'none'"),
+    (dict(attention="linear", evict_eps=1e-3), "evict_eps must be None"),
+    (dict(attention="linear", prune_eps=1e-3), "prune_eps must be None"),
     (dict(fgate="sometimes"), "fgate"),
     (dict(attention="softmax", fgate="data_dependent"), "fgate"),
     (dict(num_heads=12, num_kv_heads=5), "num_kv_heads"),

@@ -14,7 +14,7 @@ def _losses(run_dir):
     return [r["loss"] for r in read_metrics(run_dir) if r["kind"] == "train"]
 
 
-@pytest.mark.parametrize("preset", ["fox-pro-tiny", "transformer-pro-tiny"])
+@pytest.mark.parametrize("preset", ["fox-pro-tiny", "transformer-pro-tiny", "linear-pro-tiny"])
 def test_tiny_model_loss_falls(make_cfg, preset):
     summary = train(make_cfg(preset=preset, max_steps=20, lr=1e-2, checkpoint_every_tokens=10**9))
     losses = _losses(summary["out_dir"])

@@ -1,4 +1,5 @@
-"""Decoding cache for FoX: keys, values, the running gate cumsum c and the kv-shift states per layer.
+"""Decoding cache for FoX: keys, values, the running gate cumsum c and the kv-shift states per layer
+(gated linear attention layers: the recurrent state and the kv-shift states).
 
 c is extended with ``gate_cumsum(new_log_f, initial=last_c)``: a decode step costs O(1) in the
 cache length for the gate, and c is never recomputed over the whole cache.
@@ -38,6 +39,7 @@ class LayerCache:
     start: int64 [B, Hkv], first live entry of each (batch, kv head); entries before it are evicted.
     k_last, v_last [B, Hkv, D]: raw candidates of the last token (kv shift).
     delta: eviction threshold (log-space, < 0) or None for no eviction in this layer.
+    state [B, H, Dk, Dv]: a gated linear attention layer's recurrent state (fp32), held instead of k, v, c.
     """
 
     def __init__(self, delta: Optional[float] = None) -> None:
@@ -52,6 +54,7 @@ class LayerCache:
         self.delta = delta
         self.capacity_hint = 0  # expected total length (FoxCache.reserve): avoids a last doubling
         self.steps_since_evict = 0
+        self.state: Optional[torch.Tensor] = None
 
     # -- views -------------------------------------------------------------------------------
     @property
@@ -183,7 +186,7 @@ class LayerCache:
         self.start = torch.maximum(self.start, dead)
 
     def select(self, index: torch.Tensor) -> None:
-        for name in ("k_buf", "v_buf", "c_buf", "start", "k_last", "v_last"):
+        for name in ("k_buf", "v_buf", "c_buf", "start", "k_last", "v_last", "state"):
             t = getattr(self, name)
             if t is not None:
                 setattr(self, name, t.index_select(0, index.to(t.device)))
@@ -192,6 +195,9 @@ class LayerCache:
         """Allocated bytes of k, v and c; the bytes the live entries need, those not yet compacted
         (held) and those every key seen would need without eviction; live and seen key counts
         (per (batch, kv head) entry). One device sync (the live lengths)."""
+        if self.state is not None:  # a recurrent state: fixed size, no keys
+            n = self.state.numel() * self.state.element_size()
+            return {"allocated": n, "live": n, "held": n, "no_eviction": n, "live_keys": 0, "total_keys": 0}
         if self.k_buf is None:
             return {"allocated": 0, "live": 0, "held": 0, "no_eviction": 0, "live_keys": 0, "total_keys": 0}
         group = self.c_buf.shape[1] // self.k_buf.shape[2]
@@ -245,17 +251,27 @@ class FoxCache:
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return self.seq_len
 
-    def check_fits(self, num_layers: int, batch: int, num_kv_heads: int, head_dim: int) -> None:
+    def check_fits(self, num_layers: int, batch: int, num_kv_heads: int, head_dim: int,
+                   recurrent: bool = False) -> None:
         """ValueError unless this cache can continue a forward of ``batch`` rows through a model of these
-        shapes (a cache reused from another model or batch would fail deep inside a layer)."""
+        shapes (a cache reused from another model or batch would fail deep inside a layer, or, across
+        attention kinds, be ignored). ``recurrent``: the model's layers keep a state, not keys."""
         hint = "; a cache only continues the model and the batch that filled it"
         if len(self.layers) != num_layers:
             raise ValueError(f"past_key_values: the FoxCache has {len(self.layers)} layer(s), the model "
                              f"{num_layers}{hint}")
-        filled = next((layer for layer in self.layers if layer.k_buf is not None), None)
+        filled = next((layer for layer in self.layers if layer.k_buf is not None or layer.state is not None), None)
         if filled is None:
             return
-        B, _, Hkv, D = filled.k_buf.shape
+        if (filled.state is not None) != recurrent:
+            held, wanted = ("a recurrent state", "keys") if filled.state is not None else ("keys", "a recurrent state")
+            raise ValueError(f"past_key_values: the FoxCache holds {held}, the model's layers need {wanted}{hint}")
+        if filled.state is None:
+            B, _, Hkv, D = filled.k_buf.shape
+        else:
+            # The state is [B, H, Dk, Dv] whatever the GQA grouping; the kv-shift states carry the kv heads.
+            B, D = filled.state.shape[0], filled.state.shape[2]
+            Hkv = num_kv_heads if filled.k_last is None else filled.k_last.shape[1]
         if B != batch:
             raise ValueError(f"past_key_values: the FoxCache holds batch size {B}, the input has batch size "
                              f"{batch}{hint}")

@@ -5,7 +5,7 @@ import math
 
 from transformers import PretrainedConfig
 
-ATTENTIONS = ("forgetting", "softmax")
+ATTENTIONS = ("forgetting", "softmax", "linear")
 FGATES = ("data_dependent", "data_independent", "fixed", "none")
 BACKENDS = ("auto", "triton", "torch", "naive")
 
@@ -24,7 +24,9 @@ class FoxConfig(PretrainedConfig):
     The subclass becomes a keyword-only dataclass (transformers v5 makes every config one), so the
     fields below are the whole schema; ``__post_init__`` validates them.
 
-    attention: "forgetting" (FoX) or "softmax" (Transformer; requires fgate="none").
+    attention: "forgetting" (FoX), "softmax" (Transformer; requires fgate="none") or "linear" (the recurrent
+        baseline: gated linear attention with the forget gate and L2-normalised q, k; needs a forget gate,
+        and has no keys to evict or prune).
     fgate: forget gate kind. "data_dependent" f_t = sigmoid(w . x_t + b) per head (b starts at 0);
         "data_independent" learns only b; "fixed" freezes b; "none" = plain softmax attention.
         The last two start b from decay timescales geometric in [fgate_tmin, fgate_tmax].
@@ -124,6 +126,9 @@ class FoxConfig(PretrainedConfig):
             raise ValueError(f"FoxConfig.fgate must be one of {FGATES}, got {self.fgate!r}")
         if self.attention == "softmax" and self.fgate != "none":
             raise ValueError(f"FoxConfig.fgate must be 'none' when attention='softmax', got {self.fgate!r}")
+        if self.attention == "linear" and self.fgate == "none":
+            raise ValueError("FoxConfig.fgate must not be 'none' when attention='linear' (gated linear attention "
+                             "is defined by its forget gate; without one its state would only grow)")
         if self.attention_backend not in BACKENDS:
             raise ValueError(f"FoxConfig.attention_backend must be one of {BACKENDS}, "
                              f"got {self.attention_backend!r}")
@@ -160,6 +165,12 @@ class FoxConfig(PretrainedConfig):
             if any(x is not None and x != 0 for x in values):
                 raise ValueError(f"FoxConfig.fgate_bias_shift must be 0 for a model with no forget gate "
                                  f"(attention={self.attention!r}, fgate={self.fgate!r}), got {shift!r}")
+        if self.attention == "linear":
+            # A recurrent state has no keys: nothing to evict, no tiles to skip.
+            for name in ("evict_eps", "prune_eps"):
+                if getattr(self, name) is not None:
+                    raise ValueError(f"FoxConfig.{name} must be None when attention='linear' (the layer keeps a "
+                                     f"recurrent state, not keys), got {getattr(self, name)!r}")
         if self.evict_eps is not None and not (0 < self.evict_eps < 1):
             raise ValueError(f"FoxConfig.evict_eps must be in (0, 1) or None, got {self.evict_eps!r}")
         if self.prune_eps is not None and not (0 < self.prune_eps < 1):
@@ -184,4 +195,4 @@ class FoxConfig(PretrainedConfig):
     @property
     def has_fgate(self) -> bool:
         """Whether attention carries a forget gate (else it is causal softmax attention)."""
-        return self.attention == "forgetting" and self.fgate != "none"
+        return self.attention in ("forgetting", "linear") and self.fgate != "none"

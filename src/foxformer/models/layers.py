@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from foxformer.ops import forgetting_attention, forgetting_attention_cumsum, gate_cumsum
+from foxformer.ops import (forgetting_attention, forgetting_attention_cumsum, gate_cumsum, gated_linear_attention,
+                           naive_gated_linear_attention)
 
 from .config import FoxConfig
 
@@ -214,7 +215,7 @@ class SwiGLU(nn.Module):
 
 
 class Attention(nn.Module):
-    """Forgetting (or softmax) attention with the optional Pro components of FoxConfig."""
+    """Forgetting, softmax or gated linear attention with the optional Pro components of FoxConfig."""
 
     def __init__(self, config: FoxConfig, layer_idx: int):
         super().__init__()
@@ -283,7 +284,22 @@ class Attention(nn.Module):
             return {"prune_eps": eps, "qk_bound": "auto"}
         return {"prune_eps": eps, "qk_bound": qk_norm_bound(self.q_norm.weight, self.k_norm.weight, self.head_dim)}
 
+    def _attend_linear(self, x, q, k, v, ctx: SeqContext, cache) -> torch.Tensor:
+        """Gated linear attention. Sequence starts (left padding, packed sequences) get f = 0 from
+        _log_fgate, which clears the state there, so no earlier token leaks in. A cache holds the state."""
+        # Unit q and k (and no softmax scale): |q . k| <= 1, so the state grows only with the values and the
+        # gates' timescale; the Pro block's output RMSNorm restores the output's scale.
+        q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
+        log_f = self._log_fgate(x, ctx)
+        op = naive_gated_linear_attention if self.config.attention_backend == "naive" else gated_linear_attention
+        if cache is None:
+            return op(q, k, v, log_f)
+        out, cache.state = op(q, k, v, log_f, initial_state=cache.state, return_final_state=True)
+        return out
+
     def _attend(self, x, q, k, v, ctx: SeqContext, cache) -> torch.Tensor:
+        if self.config.attention == "linear":
+            return self._attend_linear(x, q, k, v, ctx, cache)
         backend = self.config.attention_backend
         if cache is not None:
             log_f = self._log_fgate(x, ctx)

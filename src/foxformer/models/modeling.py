@@ -134,6 +134,9 @@ class FoxModel(FoxPreTrainedModel):
 
         cfg = self.config
         eps = evict_eps if evict_eps is not None else cfg.evict_eps
+        if eps is not None and cfg.attention == "linear":
+            raise ValueError("evict_eps: KV eviction needs keys to evict; a gated linear attention model "
+                             "(attention='linear') keeps a fixed-size recurrent state")
         bound = evict_qk_bound if evict_qk_bound is not None else cfg.evict_qk_bound
         deltas = eviction_deltas(self, eps, bound, evict_max_len)
         if deltas is not None and cfg.has_fgate and all(d is None for d in deltas):
@@ -213,7 +216,8 @@ class FoxModel(FoxPreTrainedModel):
         # prefix, and dropping it would attend to the new tokens alone.
         B, T, _ = x.shape
         if cache is not None:
-            cache.check_fits(self.config.num_layers, B, self.config.num_kv_heads, self.config.head_dim)
+            cache.check_fits(self.config.num_layers, B, self.config.num_kv_heads, self.config.head_dim,
+                             recurrent=self.config.attention == "linear")
         past_len = cache.seq_len if cache is not None else 0
         if cache is not None and cache.max_len is not None and past_len + T > cache.max_len:
             raise ValueError(f"evict_max_len: the cache evicts for sequences of at most N = {cache.max_len} "

@@ -1,4 +1,5 @@
-"""Named presets "{fox,transformer}-{llama,pro}-{tiny,small,125m,360m,760m}" and parameter counting.
+"""Named presets "{fox,transformer}-{llama,pro}-{tiny,small,125m,360m,760m}" and parameter counting, plus the
+recurrent baseline "linear-pro-{size}": the FoX (Pro) preset of that size with gated linear attention.
 
 Pro presets shrink the SwiGLU width so that their non-embedding parameter count stays within 1%
 of the LLaMA preset of the same family and size (the paper's protocol). Run
@@ -75,6 +76,9 @@ def _preset_fields(name: str) -> dict:
         family, block, size = name.split("-")
     except ValueError:
         family = block = size = None
+    if family == "linear" and block == "pro" and size in SIZES:
+        # FoX (Pro) without the softmax: the same parameters, so it is compared with fox-llama as well
+        return dict(_preset_fields(f"fox-pro-{size}"), attention="linear")
     if family not in FAMILIES or block not in BLOCKS or size not in SIZES:
         raise ValueError(f"unknown preset {name!r}: expected one of {PRESET_NAMES}")
     fields = _base(family, size)
@@ -84,7 +88,8 @@ def _preset_fields(name: str) -> dict:
     return fields
 
 
-PRESET_NAMES = tuple(f"{f}-{b}-{s}" for f in FAMILIES for b in BLOCKS for s in SIZES)
+PRESET_NAMES = tuple(f"{f}-{b}-{s}" for f in FAMILIES for b in BLOCKS for s in SIZES) + \
+    tuple(f"linear-pro-{s}" for s in SIZES)
 PRESETS: dict[str, dict] = {name: _preset_fields(name) for name in PRESET_NAMES}
 
 
@@ -125,7 +130,7 @@ def preset_table() -> list[dict]:
     for name in PRESETS:
         cfg = get_preset(name)
         family, block, size = name.split("-")
-        ref = count_non_embedding(get_preset(f"{family}-llama-{size}"))
+        ref = count_non_embedding(get_preset(f"{'fox' if family == 'linear' else family}-llama-{size}"))
         n = count_non_embedding(cfg)
         rows.append(dict(name=name, layers=cfg.num_layers, hidden=cfg.hidden_size, heads=cfg.num_heads,
                          head_dim=cfg.head_dim, intermediate=cfg.intermediate_size, non_embedding=n,

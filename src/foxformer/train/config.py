@@ -71,7 +71,7 @@ class TrainConfig:
     """Everything a training run needs. ``None`` means "derive it" (see the field comments)."""
 
     # model
-    preset: str = "fox-pro-tiny"            # "{fox,transformer}-{llama,pro}-{tiny,125m,360m,760m}"
+    preset: str = "fox-pro-tiny"            # "{fox,transformer}-{llama,pro}-{size}", "linear-pro-{size}"
     model: dict = field(default_factory=dict)  # FoxConfig overrides, e.g. {hidden_size: 128}
     vocab_size: int | None = None           # None: the tokenizer's size rounded up to a multiple of 64
     # data

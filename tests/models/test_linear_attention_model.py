@@ -1,0 +1,98 @@
+"""The recurrent baseline (attention="linear"): what the shared preset tests in conftest do not cover."""
+import pytest
+import torch
+
+from foxformer.infer.bias_shift import set_fgate_bias_shift
+from foxformer.models import FoxCache
+from foxformer.models.modeling import CACHE_FIELD
+
+from .conftest import make_model, tokens
+
+
+def test_cache_holds_a_fixed_size_state_not_keys():
+    model = make_model("linear-pro-tiny")
+    cfg = model.config
+    for length in (5, 60):
+        cache = model(tokens(2, length), use_cache=True).cache
+        for layer in cache.layers:
+            assert layer.k_buf is None and layer.c_buf is None
+            assert layer.state.shape == (2, cfg.num_heads, cfg.head_dim, cfg.head_dim)
+            assert layer.k_last.shape == (2, cfg.num_kv_heads, cfg.head_dim)  # the kv-shift state
+        mem = cache.memory_bytes()
+        assert mem["allocated"] == cfg.num_layers * 2 * cfg.num_heads * cfg.head_dim ** 2 * 8
+        assert mem["total_keys"] == 0
+
+
+@pytest.mark.parametrize("filled_by,used_by,match", [("fox-pro-tiny", "linear-pro-tiny", "holds keys"),
+                                                     ("linear-pro-tiny", "fox-pro-tiny", "holds a recurrent state")])
+def test_a_cache_of_the_other_attention_kind_is_a_named_error(filled_by, used_by, match):
+    cache = make_model(filled_by)(tokens(2, 4), use_cache=True).cache
+    with pytest.raises(ValueError, match=f"past_key_values: the FoxCache {match}"):
+        make_model(used_by)(tokens(2, 3), past_key_values=cache, use_cache=True)
+
+
+def test_eviction_is_refused():
+    model = make_model("linear-pro-tiny")
+    with pytest.raises(ValueError, match="evict_eps: KV eviction needs keys"):
+        model.model.new_cache(evict_eps=1e-3)
+
+
+def test_gqa_decoding_equals_full_forward():
+    model = make_model("linear-pro-tiny", num_kv_heads=2)
+    ids = tokens(2, 12)
+    full = model(ids).logits
+    out = model(ids[:, :5], use_cache=True)
+    parts = [out.logits]
+    for t in range(5, 12):
+        parts.append(model(ids[:, t:t + 1], past_key_values=out.cache).logits)
+    torch.testing.assert_close(torch.cat(parts, 1), full, rtol=1e-9, atol=1e-9)
+
+
+def test_padding_tokens_do_not_reach_the_state():
+    """Whatever the left padding holds, the real tokens' logits and the state after them are the same."""
+    model = make_model("linear-pro-tiny")
+    ids = tokens(2, 10)
+    mask = torch.ones_like(ids)
+    mask[:, :4] = 0
+    other = ids.clone()
+    other[:, :4] = tokens(2, 4, seed=9)
+    a, b = (model(x, attention_mask=mask, use_cache=True) for x in (ids, other))
+    torch.testing.assert_close(a.logits[:, 4:], b.logits[:, 4:], rtol=1e-12, atol=1e-12)
+    for la, lb in zip(a.cache.layers, b.cache.layers):
+        torch.testing.assert_close(la.state, lb.state, rtol=1e-12, atol=1e-12)
+
+
+def test_generate_with_chunked_prefill_and_left_padding():
+    model = make_model("linear-pro-tiny")
+    prompt = tokens(2, 9)
+    mask = torch.ones_like(prompt)
+    mask[1, :5] = 0  # row 1's first chunk is all padding
+    ref = model.generate(prompt, attention_mask=mask, max_new_tokens=5, do_sample=False, pad_token_id=0)
+    out = model.generate(prompt, attention_mask=mask, max_new_tokens=5, do_sample=False, pad_token_id=0,
+                         prefill_chunk_size=4, **{CACHE_FIELD: FoxCache(model.config.num_layers)})
+    assert torch.equal(out, ref)
+    alone = model.generate(prompt[1:, 5:], max_new_tokens=5, do_sample=False, pad_token_id=0)
+    assert torch.equal(out[1:, 5:], alone)
+
+
+def test_bias_shift_changes_the_model_and_decoding_still_matches():
+    model = make_model("linear-pro-tiny")
+    ids = tokens(1, 10)
+    before = model(ids).logits
+    set_fgate_bias_shift(model, 2.0)
+    full = model(ids).logits
+    assert not torch.allclose(full, before)
+    out = model(ids[:, :3], use_cache=True)
+    parts = [out.logits] + [model(ids[:, t:t + 1], past_key_values=out.cache).logits for t in range(3, 10)]
+    torch.testing.assert_close(torch.cat(parts, 1), full, rtol=1e-9, atol=1e-9)
+
+
+def test_torch_compile_fullgraph_train_step():
+    model = make_model("linear-pro-tiny").float().train()
+    ids = tokens(2, 16)
+    ref = model(ids, labels=ids).loss
+    compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
+    loss = compiled(ids, labels=ids).loss
+    loss.backward()
+    torch.testing.assert_close(loss, ref)
+    assert model.model.layers[0].attn.fgate.proj.weight.grad is not None
