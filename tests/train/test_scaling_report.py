@@ -21,12 +21,19 @@ def test_regrouped_batches_match_and_report_efficiency(make_cfg, tmp_path):
     assert rows[1]["steps"] == 4 and rows[1]["max_dloss"] < 1e-4 and rows[1]["loss_match"]
 
 
-def _fake_run(path, world, losses, tps):
+def _start(world, step=0):
+    return {"kind": "start", "step": step, "world_size": world, "parallel": "fsdp" if world > 1 else "none",
+            "grad_accum": 1, "micro_batch_size": 1}
+
+
+def _fake_run(path, world, losses, tps, resumed_on=None):
+    """A run's folder; resumed_on: the world size it was resumed on after its first half."""
     path.mkdir()
-    recs = [{"kind": "start", "step": 0, "world_size": world, "parallel": "fsdp" if world > 1 else "none",
-             "grad_accum": 1, "micro_batch_size": 1}]
-    recs += [{"kind": "train", "step": i + 1, "loss": l, "tokens_per_s": tps, "mfu": None}
-             for i, l in enumerate(losses)]
+    recs = [_start(world)]
+    for i, l in enumerate(losses):
+        if resumed_on is not None and i == len(losses) // 2:
+            recs.append(_start(resumed_on, step=i))
+        recs.append({"kind": "train", "step": i + 1, "loss": l, "tokens_per_s": tps, "mfu": None})
     (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     return str(path)
 
@@ -77,3 +84,25 @@ def test_bad_input_is_an_error_exit_2(tmp_path, capsys, bad):
     assert main(["bench", "scaling", ref, *(a.format(**names) for a in bad)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error:") and "Traceback" not in err
+
+
+def test_a_run_resumed_on_another_world_size_has_no_efficiency(tmp_path, capsys):
+    """A run resumed on 4 GPUs after 2 got an 'efficiency' from its first world size and a throughput median over
+    both segments: a number that measures neither. Its losses still compare (the data order is the step's)."""
+    ref = _fake_run(tmp_path / "one", 1, [5.0, 4.0, 3.0, 2.0], 100.0)
+    mixed = _fake_run(tmp_path / "two-then-four", 2, [5.0, 4.0, 3.0, 2.0], 180.0, resumed_on=4)
+    rows = scaling.compare([scaling.summarize(d, skip=0) for d in (ref, mixed)], tolerance=0.01)
+    assert rows[0]["efficiency"] == pytest.approx(1.0) and rows[0]["note"] is None
+    assert rows[1]["segments"] == "2,4" and rows[1]["efficiency"] is None and rows[1]["tok_s_per_gpu"] is None
+    assert "world size changed" in rows[1]["note"] and rows[1]["loss_match"]
+    assert main(["bench", "scaling", ref, mixed, "--skip", "0", "--strict"]) == 0
+    assert "two-then-four: world size changed" in capsys.readouterr().out
+
+
+def test_a_reference_resumed_on_another_world_size_gives_no_efficiency_at_all(tmp_path):
+    """Every efficiency divides by the reference's tokens/s per GPU, which a mixed reference does not have."""
+    ref = _fake_run(tmp_path / "one-then-two", 1, [5.0, 4.0, 3.0, 2.0], 100.0, resumed_on=2)
+    two = _fake_run(tmp_path / "two", 2, [5.0, 4.0, 3.0, 2.0], 180.0)
+    rows = scaling.compare([scaling.summarize(d, skip=0) for d in (ref, two)], tolerance=0.01)
+    assert [r["efficiency"] for r in rows] == [None, None]
+    assert rows[1]["tok_s_per_gpu"] == 90.0 and "reference" in rows[1]["note"]

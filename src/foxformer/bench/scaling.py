@@ -9,7 +9,8 @@ criterion is relative (|loss - reference| / reference at every shared step), bec
 losses swing by nats from batch to batch and a small relative drift shows up as a large absolute one
 there. Throughput is the median of the per-step tokens/s
 after `--skip` steps (compilation and allocator warm-up). Scaling efficiency is
-`tokens/s / (world_size * reference tokens/s per GPU)`.
+`tokens/s / (world_size * reference tokens/s per GPU)`; a run resumed on another number of GPUs has no one
+world size, so it gets none (its losses still compare), and a reference like that gives no run one.
 """
 from __future__ import annotations
 
@@ -55,9 +56,11 @@ def summarize(run_dir: str, skip: int) -> dict:
     timed = [r["tokens_per_s"] for r in train[skip:]] or [r["tokens_per_s"] for r in train]
     mfus = [r["mfu"] for r in train[skip:] if r.get("mfu") is not None]  # None on CPU
     first = starts[0]
+    worlds = [s["world_size"] for s in starts]
     return {"run": run_dir, "commit": first.get("commit"), "world_size": first["world_size"], "parallel": first["parallel"],
             "grad_accum": first["grad_accum"], "micro_batch_size": first["micro_batch_size"],
-            "segments": ",".join(str(s["world_size"]) for s in starts),  # world size of each (re)start
+            "segments": ",".join(str(w) for w in worlds),  # world size of each (re)start
+            "world_size_changed": len(set(worlds)) > 1,
             "losses": {r["step"]: r["loss"] for r in train}, "tokens_per_s": statistics.median(timed),
             "mfu": statistics.median(mfus) if mfus else None, "setup": _setup(run_dir, first)}
 
@@ -72,9 +75,20 @@ def differences(run: dict, ref: dict) -> str | None:
 def compare(runs: list[dict], tolerance: float) -> list[dict]:
     """One row per run: loss difference to the reference over shared steps, throughput, efficiency."""
     ref = runs[0]
-    per_gpu = ref["tokens_per_s"] / ref["world_size"]
+    # A run resumed on another world size has a throughput median over segments of different sizes: dividing
+    # it by either size (or comparing with it) measures no configuration.
+    ref_changed = ref.get("world_size_changed", False)
+    per_gpu = None if ref_changed else ref["tokens_per_s"] / ref["world_size"]
     rows = []
     for run in runs:
+        changed = run.get("world_size_changed", False)
+        note = None
+        if changed:
+            note = (f"world size changed mid-run (segments {run['segments']}): no tokens/s per GPU or efficiency"
+                    + ("; no run gets one, all are measured against this reference" if run is ref else ""))
+        elif ref_changed:
+            note = f"the reference's world size changed mid-run (segments {ref['segments']}): no efficiency"
+        run_per_gpu = None if changed else run["tokens_per_s"] / run["world_size"]
         shared = sorted(set(run["losses"]) & set(ref["losses"]))
         diffs = [abs(run["losses"][s] - ref["losses"][s]) for s in shared]
         rel = [d / abs(ref["losses"][s]) for d, s in zip(diffs, shared)]
@@ -86,8 +100,9 @@ def compare(runs: list[dict], tolerance: float) -> list[dict]:
                      "max_dloss": max(diffs) if diffs else None,
                      "mean_dloss": sum(diffs) / len(diffs) if diffs else None, "max_rel": worst,
                      "loss_match": worst is not None and worst <= tolerance,
-                     "tok_s": run["tokens_per_s"], "tok_s_per_gpu": run["tokens_per_s"] / run["world_size"],
-                     "efficiency": run["tokens_per_s"] / (run["world_size"] * per_gpu), "mfu": run["mfu"]})
+                     "tok_s": run["tokens_per_s"], "tok_s_per_gpu": run_per_gpu,
+                     "efficiency": None if run_per_gpu is None or per_gpu is None else run_per_gpu / per_gpu,
+                     "mfu": run["mfu"], "world_size_changed": changed, "note": note})
     return rows
 
 
@@ -116,6 +131,9 @@ def run(args: argparse.Namespace) -> int:
         if r["differs"]:
             print(f"{r['run']}: not comparable with the reference {args.runs[0]} (another training setup: "
                   f"{r['differs']}); its loss difference and efficiency measure that, not scaling")
+    for r in rows:
+        if r["world_size_changed"]:
+            print(f"{r['run']}: {r['note']}")
     bad = [r["run"] for r in rows if not r["loss_match"]]
     if bad:
         print(f"loss differs from the reference by more than {args.tolerance:.1%} in: {', '.join(bad)}")
