@@ -245,3 +245,61 @@ def test_configs_cover_every_head_dim(monkeypatch):
         for cfg in (fwd.fwd_config(D, probe), bwd.dkdv_config(D, probe), bwd.dq_config(D, probe)):
             assert min(cfg.block_m, cfg.block_n) >= 16 and cfg.num_warps in (1, 2, 4, 8)
         assert fwd.block_d_for(D) >= max(16, D) and math.log2(fwd.block_d_for(D)).is_integer()
+
+
+class _GridRecorder:
+    """Stands in for a Triton kernel: records the grid of each launch and runs nothing."""
+
+    def __init__(self):
+        self.grids = []
+
+    def __getitem__(self, grid):
+        self.grids.append(grid)
+        return lambda *args, **kwargs: None
+
+
+GRID_SHAPES = [  # B, T, Hq, Hkv, number of packed sequences (None: dense), max_seqlen
+    pytest.param(1, 1 << 22, 16, 2, 1, 1 << 22, id="varlen-one-4M-segment"),
+    pytest.param(1, 1 << 22, 16, 2, 70000, 8192, id="varlen-70000-segments"),
+    pytest.param(70000, 64, 1, 1, None, None, id="dense-B70000"),
+    pytest.param(4375, 64, 16, 16, None, None, id="dense-BxH70000"),
+]
+
+
+@pytest.mark.parametrize("B,T,Hq,Hkv,n_seq,max_seqlen", GRID_SHAPES)
+def test_launch_grids_stay_within_cuda_limits(monkeypatch, B, T, Hq, Hkv, n_seq, max_seqlen):
+    """CUDA takes up to 2^31 - 1 programs on grid axis 0 but only 65535 on axes 1 and 2; a launch
+    past that fails on the GPU ('invalid argument'). Meta tensors and GPU tile sizes, nothing runs."""
+    from foxformer.ops.forgetting_attention import decode, pruning, tiles
+
+    rec = _GridRecorder()
+    for mod, name in ((fwd, "_fwd_kernel"), (bwd, "_delta_kernel"), (bwd, "_dkdv_kernel"), (bwd, "_dq_kernel"),
+                      (tiles, "_tile_bounds_kernel"), (pruning, "_max_sq_norm_kernel"),
+                      (decode, "_decode_split_kernel"), (decode, "_decode_merge_kernel")):
+        monkeypatch.setattr(mod, name, rec)
+    for mod, name in ((fwd, "is_interpreted"), (bwd, "is_interpreted"), (decode, "_interpreted")):
+        monkeypatch.setattr(mod, name, lambda t: False)
+    meta = dict(device="meta", dtype=torch.bfloat16)
+    q, do = torch.empty(B, T, Hq, 64, **meta), torch.empty(B, T, Hq, 64, **meta)
+    k = v = torch.empty(B, T, Hkv, 64, **meta)
+    c = torch.empty(B, Hq, T, device="meta", dtype=torch.float64)
+    cu = None if n_seq is None else torch.empty(n_seq + 1, device="meta", dtype=torch.int32)
+    delta = torch.empty(B, Hq, device="meta", dtype=torch.float64)
+    for prune in (None, delta):
+        out, lse = triton_forward(q, k, v, c, 0.125, cu, max_seqlen, prune_delta=prune)
+        triton_backward(do, q, k, v, c, out, lse, 0.125, cu, max_seqlen, prune_delta=prune)
+    pruning.max_sq_row_norms(torch.empty(1, 1, 1, 64).expand(B, T, Hq, 64))  # CPU: the custom op's real body
+    # decoding a chunk of 8K queries (G * Tq rows) against the cache
+    decode._triton_decode(q[:1, -8192:], k[:1], v[:1], c[:1].transpose(1, 2), None, 0.125, None)
+    assert len(rec.grids) == 4 + 7 + 1 + 2  # attention (with pruning: 3 tile_bounds more), norms, decode
+    for grid in rec.grids:
+        assert len(grid) <= 3 and 1 <= grid[0] <= 2**31 - 1 and all(1 <= n <= 65535 for n in grid[1:]), grid
+
+
+def test_launch_grid_past_one_launch_is_a_clear_error():
+    """A varlen grid covers max_seqlen for every sequence: 70000 sequences next to one of 4M tokens
+    would be 3.7e10 programs."""
+    from foxformer.ops.forgetting_attention.tiles import launch_grid
+
+    with pytest.raises(ValueError, match="more than one launch takes"):
+        launch_grid(32768, 16, 70000)

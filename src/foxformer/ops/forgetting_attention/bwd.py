@@ -40,7 +40,7 @@ from .fwd import (
     split_f64,
     upcast_dots,
 )
-from .tiles import query_key_range, seq_bounds, tile_bounds
+from .tiles import launch_grid, program_ids, query_key_range, seq_bounds, tile_bounds
 
 # Tuning knobs (H100/H200, bf16/fp16), keyed by padded head dim as in fwd.py; picked by a small sweep
 # on one H200 (triton 3.6, bf16, B=2, T=16K), timing each kernel alone.
@@ -77,12 +77,11 @@ def dq_config(head_dim: int, t: torch.Tensor) -> KernelConfig:
 @triton.jit
 def _delta_kernel(O, DO, DLse, Delta,
                   stride_ob, stride_ot, stride_oh, stride_db, stride_dt, stride_dh,
-                  stride_eb, stride_eh, seqlen,
+                  stride_eb, stride_eh, seqlen, n_blocks, n_heads,
                   HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
                   HAS_DLSE: tl.constexpr):
-    pid_m = tl.program_id(0)
-    head = tl.program_id(1)
-    zb = tl.program_id(2).to(tl.int64)
+    pid_m, head, zb = program_ids(n_blocks, n_heads)
+    zb = zb.to(tl.int64)
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     row_ok = rows < seqlen
@@ -152,15 +151,14 @@ def _dkdv_kernel(
     stride_dvb, stride_dvt, stride_dvh,
     stride_cb, stride_ch,
     stride_lb, stride_lh,
-    seqlen_q, seqlen_k, scale, scale2,
+    seqlen_q, seqlen_k, scale, scale2, n_blocks, n_heads,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     MASK_D: tl.constexpr, IS_VARLEN: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
     PRUNE: tl.constexpr,
 ):
-    pid_n = tl.program_id(0)
-    kv_head = tl.program_id(1)
-    zb, tok0, n_q, n_k = seq_bounds(CuSeqlens, tl.program_id(2), seqlen_q, seqlen_k, IS_VARLEN)
+    pid_n, kv_head, pid_z = program_ids(n_blocks, n_heads)
+    zb, tok0, n_q, n_k = seq_bounds(CuSeqlens, pid_z, seqlen_q, seqlen_k, IS_VARLEN)
     n0 = pid_n * BLOCK_N
     if n0 >= n_k:
         return
@@ -206,8 +204,7 @@ def _dkdv_kernel(
         if PRUNE:
             # Query tiles from i_hi on have c[first query] - c[last key] <= delta: skip them
             # (PruneBound: [n_z, Hq, n_kblocks], from tile_bounds).
-            i_hi = tl.load(PruneBound + (tl.program_id(2) * (GROUP * tl.num_programs(1)) + head)
-                           * tl.num_programs(0) + pid_n)
+            i_hi = tl.load(PruneBound + (pid_z * (GROUP * n_heads) + head) * n_blocks + pid_n)
             band_end = tl.minimum(i_mid, i_hi)
             full_end = tl.minimum(i_full, i_hi)
             tail_end = tl.minimum(n_q, i_hi)
@@ -272,15 +269,15 @@ def _dq_kernel(
     stride_dqb, stride_dqt, stride_dqh,
     stride_cb, stride_ch,
     stride_lb, stride_lh,
-    seqlen_q, seqlen_k, scale, scale2,
+    seqlen_q, seqlen_k, scale, scale2, n_blocks, n_heads,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     MASK_D: tl.constexpr, IS_VARLEN: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
     PRUNE: tl.constexpr,
 ):
-    pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
-    head = tl.program_id(1)
-    zb, tok0, n_q, n_k = seq_bounds(CuSeqlens, tl.program_id(2), seqlen_q, seqlen_k, IS_VARLEN)
+    blk, head, pid_z = program_ids(n_blocks, n_heads)
+    pid_m = n_blocks - 1 - blk
+    zb, tok0, n_q, n_k = seq_bounds(CuSeqlens, pid_z, seqlen_q, seqlen_k, IS_VARLEN)
     m0 = pid_m * BLOCK_M
     if m0 >= n_q:
         return
@@ -313,7 +310,8 @@ def _dq_kernel(
 
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     rowsum = tl.zeros([BLOCK_M], tl.float32)
-    lo, mid, hi = query_key_range(PruneBound, pid_m, p_first, n_k, BLOCK_M, BLOCK_N, PRUNE)
+    slot = (pid_z * n_heads + head) * n_blocks + pid_m  # PruneBound: [n_z, Hq, n_blocks] contiguous
+    lo, mid, hi = query_key_range(PruneBound, slot, p_first, n_k, BLOCK_M, BLOCK_N, PRUNE)
     for n0 in range(lo, mid, BLOCK_N):
         dq, rowsum = _dq_step(dq, rowsum, q, do, lse2, delta, row2, cq_hi, cq_lo, pos_q,
                               k_base, v_base, c_base, r, n0, hi, stride_kt, stride_vt, scale2,
@@ -378,10 +376,11 @@ def triton_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
     block_d = block_d_for(D)
     common = dict(HEAD_DIM=D, BLOCK_D=block_d)
     delta_block = 32 if is_interpreted(q) else DELTA_BLOCK_M
-    _delta_kernel[(triton.cdiv(Tq, delta_block), Hq, B)](
+    n_dblocks = triton.cdiv(Tq, delta_block)
+    _delta_kernel[launch_grid(n_dblocks, Hq, B)](
         out, do, dlse if dlse is not None else delta, delta,
         out.stride(0), out.stride(1), out.stride(2), do.stride(0), do.stride(1), do.stride(2),
-        delta.stride(0), delta.stride(1), Tq,
+        delta.stride(0), delta.stride(1), Tq, n_dblocks, Hq,
         BLOCK_M=delta_block, HAS_DLSE=dlse is not None, **common,
     )
 
@@ -400,7 +399,7 @@ def triton_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
     n_kblocks = triton.cdiv(int(max_seqlen) if varlen else Tk, cfg.block_n)
     bound = tile_bounds(c, prune_delta, cu, varlen, n_z, Tq, Tk, n_kblocks, cfg.block_m, cfg.block_n,
                         True) if prune else c
-    _dkdv_kernel[(n_kblocks, Hkv, n_z)](
+    _dkdv_kernel[launch_grid(n_kblocks, Hkv, n_z)](
         q, k, v, c, do, lse, delta, dk, dv, colsum, cu, bound,
         q.stride(0), q.stride(1), q.stride(2),
         k.stride(0), k.stride(1), k.stride(2),
@@ -410,7 +409,7 @@ def triton_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
         dv.stride(0), dv.stride(1), dv.stride(2),
         c.stride(0), c.stride(1),
         lse.stride(0), lse.stride(1),
-        Tq, Tk, scale, scale2,
+        Tq, Tk, scale, scale2, n_kblocks, Hkv,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **kern,
     )
 
@@ -418,7 +417,7 @@ def triton_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
     n_qblocks = triton.cdiv(int(max_seqlen) if varlen else Tq, cfg.block_m)
     bound = tile_bounds(c, prune_delta, cu, varlen, n_z, Tq, Tk, n_qblocks, cfg.block_m, cfg.block_n,
                         False) if prune else c
-    _dq_kernel[(n_qblocks, Hq, n_z)](
+    _dq_kernel[launch_grid(n_qblocks, Hq, n_z)](
         q, k, v, c, do, lse, delta, dq, rowsum, cu, bound,
         q.stride(0), q.stride(1), q.stride(2),
         k.stride(0), k.stride(1), k.stride(2),
@@ -427,7 +426,7 @@ def triton_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
         dq.stride(0), dq.stride(1), dq.stride(2),
         c.stride(0), c.stride(1),
         lse.stride(0), lse.stride(1),
-        Tq, Tk, scale, scale2,
+        Tq, Tk, scale, scale2, n_qblocks, Hq,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **kern,
     )
 

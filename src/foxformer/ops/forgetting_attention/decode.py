@@ -22,6 +22,7 @@ import triton
 import triton.language as tl
 
 from .checks import check_softmax_scale
+from .tiles import launch_grid
 
 LOG2E = tl.constexpr(1.4426950408889634)
 
@@ -164,8 +165,9 @@ def _decode_split_kernel(
     PRECISION: tl.constexpr,
 ):
     """One (batch, kv head, key split): rows are (query t, group head g) pairs, row = t * G + g."""
-    pid_bh = tl.program_id(0)
-    split = tl.program_id(1)
+    # One flat grid axis (see tiles.launch_grid); the splits of one (batch, kv head) are neighbours.
+    pid_bh = tl.program_id(0) // NUM_SPLITS
+    split = tl.program_id(0) % NUM_SPLITS
     # int64: b * stride_kb passes 2^31 elements once a layer's cache buffer does (batch 64 at a 64K
     # cache with 12 x 64 heads), and int32 offsets would then wrap silently.
     b = (pid_bh // Hkv).to(tl.int64)
@@ -241,8 +243,9 @@ def _decode_merge_kernel(
     NUM_SPLITS: tl.constexpr, BLOCK_S: tl.constexpr,
 ):
     """One (batch, kv head, row): rescale the splits to a common max and normalise."""
-    pid_bh = tl.program_id(0)
-    row = tl.program_id(1)
+    # One flat grid axis: G * Tq rows pass 65535, a second axis's limit, at a chunk of 8K queries with G = 8.
+    pid_bh = tl.program_id(0) // (G * Tq)
+    row = tl.program_id(0) % (G * Tq)
     b = (pid_bh // Hkv).to(tl.int64)  # as in the split kernel: out's batch offset may pass 2^31
     hkv = pid_bh % Hkv
     t = row // G
@@ -302,7 +305,7 @@ def _triton_decode(q, k, v, c, start, scale, num_splits) -> torch.Tensor:
     out = torch.empty_like(q)
     st = start if start is not None else c
     upcast = interp and q.dtype == torch.bfloat16  # the interpreter's bf16 dot is wrong; never on a GPU
-    _decode_split_kernel[(B * Hkv, splits)](
+    _decode_split_kernel[launch_grid(splits, B * Hkv, 1)](
         q, k, v, c, st, po, pm, pl,
         q.stride(0), q.stride(1), q.stride(2),
         k.stride(0), k.stride(1), k.stride(2),
@@ -315,7 +318,7 @@ def _triton_decode(q, k, v, c, start, scale, num_splits) -> torch.Tensor:
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         num_warps=1 if interp else 4, num_stages=1 if interp else 2,
     )
-    _decode_merge_kernel[(B * Hkv, G * Tq)](
+    _decode_merge_kernel[launch_grid(G * Tq, B * Hkv, 1)](
         po, pm, pl, out,
         out.stride(0), out.stride(1), out.stride(2),
         Tq, Hkv,

@@ -25,7 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .tiles import query_key_range, seq_bounds, tile_bounds
+from .tiles import launch_grid, program_ids, query_key_range, seq_bounds, tile_bounds
 
 LOG2E = tl.constexpr(1.4426950408889634)
 LN2 = tl.constexpr(0.6931471805599453)
@@ -205,16 +205,16 @@ def _fwd_kernel(
     stride_ob, stride_ot, stride_oh,
     stride_cb, stride_ch,
     stride_lb, stride_lh,
-    seqlen_q, seqlen_k, scale2,
+    seqlen_q, seqlen_k, scale2, n_blocks, n_heads,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     MASK_D: tl.constexpr, IS_VARLEN: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
     PRUNE: tl.constexpr,
 ):
+    blk, head, pid_z = program_ids(n_blocks, n_heads)
     # Heaviest (last) query blocks first: causal work grows with the block index.
-    pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
-    head = tl.program_id(1)
-    zb, tok0, n_q, n_k = seq_bounds(CuSeqlens, tl.program_id(2), seqlen_q, seqlen_k, IS_VARLEN)
+    pid_m = n_blocks - 1 - blk
+    zb, tok0, n_q, n_k = seq_bounds(CuSeqlens, pid_z, seqlen_q, seqlen_k, IS_VARLEN)
     m0 = pid_m * BLOCK_M
     if m0 >= n_q:
         return
@@ -242,7 +242,8 @@ def _fwd_kernel(
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
 
-    lo, mid, hi = query_key_range(PruneBound, pid_m, p_first, n_k, BLOCK_M, BLOCK_N, PRUNE)
+    slot = (pid_z * n_heads + head) * n_blocks + pid_m  # PruneBound: [n_z, Hq, n_blocks] contiguous
+    lo, mid, hi = query_key_range(PruneBound, slot, p_first, n_k, BLOCK_M, BLOCK_N, PRUNE)
     for n0 in range(lo, mid, BLOCK_N):
         acc, l_i, m_i = _fwd_step(acc, l_i, m_i, q, cq2, cq_hi, cq_lo, pos_q,
                                   k_base, v_base, c_base, r, n0, hi, stride_kt, stride_vt, scale2,
@@ -345,7 +346,7 @@ def triton_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.T
     else:
         n_blocks, n_z = triton.cdiv(Tq, cfg.block_m), B
         cu = lse  # placeholder pointer, never read
-    grid = (n_blocks, Hq, n_z)
+    grid = launch_grid(n_blocks, Hq, n_z)
     if prune:
         bound = tile_bounds(c, prune_delta, cu, varlen, n_z, Tq, Tk, n_blocks, cfg.block_m, cfg.block_n, False)
     elif block_d <= BOUNDED_RANGE_MAX_D:
@@ -360,7 +361,7 @@ def triton_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.T
         out.stride(0), out.stride(1), out.stride(2),
         c.stride(0), c.stride(1),
         lse.stride(0), lse.stride(1),
-        Tq, Tk, float(scale) * math.log2(math.e),
+        Tq, Tk, float(scale) * math.log2(math.e), n_blocks, Hq,
         GROUP=Hq // Hkv, HEAD_DIM=D,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_D=block_d,
         MASK_D=(block_d != D), IS_VARLEN=varlen, DOT_PRECISION=dot_precision(q.dtype),

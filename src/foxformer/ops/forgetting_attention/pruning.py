@@ -20,6 +20,7 @@ import triton
 import triton.language as tl
 
 from .cumsum import gate_cumsum_heads_first
+from .tiles import launch_grid, program_ids
 
 # The kernels compute |q . k| in fp32 from rounded inputs; a tiny relative margin on U keeps "auto"
 # an upper bound of what they actually compute.
@@ -68,15 +69,15 @@ def check_pruning(prune_eps, qk_bound, B: int, Hq: int, device: torch.device) ->
 
 
 @triton.jit
-def _max_sq_norm_kernel(X, Out, T, stride_b, stride_t, stride_h,
+def _max_sq_norm_kernel(X, Out, T, stride_b, stride_t, stride_h, n_blocks, n_heads,
                         D: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
-    pid_t, head, b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    pid_t, head, b = program_ids(n_blocks, n_heads)
     rows = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
     offs_d = tl.arange(0, BLOCK_D)
     ptrs = X + b.to(tl.int64) * stride_b + rows.to(tl.int64)[:, None] * stride_t + head * stride_h + offs_d[None, :]
     x = tl.load(ptrs, mask=(rows[:, None] < T) & (offs_d[None, :] < D), other=0.0).to(tl.float32)
     # squares are >= 0, so the float max is also the max of their bit patterns as int32
-    tl.atomic_max(Out + b * tl.num_programs(1) + head, tl.max(tl.sum(x * x, 1), 0).to(tl.int32, bitcast=True))
+    tl.atomic_max(Out + b * n_heads + head, tl.max(tl.sum(x * x, 1), 0).to(tl.int32, bitcast=True))
 
 
 @torch.library.custom_op("foxformer::max_sq_row_norms", mutates_args=())
@@ -88,8 +89,9 @@ def max_sq_row_norms(x: torch.Tensor) -> torch.Tensor:
         # Untuned: the whole pass over q and k (32K tokens x 24 heads x 64) costs about 0.09 ms, the gap
         # between the auto and given-bound forward rows of `gpu_bench.sh prune` / `prunegiven` (16e2708).
         block_t = 64
-        _max_sq_norm_kernel[(triton.cdiv(T, block_t), H, B)](
-            x, out, T, x.stride(0), x.stride(1), x.stride(2),
+        n_blocks = triton.cdiv(T, block_t)
+        _max_sq_norm_kernel[launch_grid(n_blocks, H, B)](
+            x, out, T, x.stride(0), x.stride(1), x.stride(2), n_blocks, H,
             D=D, BLOCK_T=block_t, BLOCK_D=triton.next_power_of_2(D), num_warps=4)
     return out.view(torch.float32)
 

@@ -57,9 +57,31 @@ def first_pruned_query_tile(c_base, c_key, delta, start, n_tiles, BLOCK_M: tl.co
     return first_true(c_base + start, BLOCK_M, c_key, delta, n_tiles, False, SEARCH_WIDTH)
 
 
+# Every CUDA grid axis but the first stops at 65535, which query tiles (T = 4M at 64 rows), batch entries
+# or packed sequences, and batch * heads all pass at realistic sizes: the kernels take one flat axis.
+MAX_GRID = 2**31 - 1
+
+
+def launch_grid(n_blocks: int, n_heads: int, n_z: int) -> tuple[int]:
+    """The grid of a launch of n_blocks x n_heads x n_z programs (see program_ids)."""
+    n = n_blocks * n_heads * n_z
+    if n > MAX_GRID:
+        raise ValueError(f"{n_blocks} blocks x {n_heads} heads x {n_z} sequences = {n} programs is more "
+                         f"than one launch takes ({MAX_GRID})")
+    return (n,)
+
+
+@triton.jit
+def program_ids(n_blocks, n_heads):
+    """(block, head, sequence) of a program of a launch_grid launch; the block varies fastest."""
+    pid = tl.program_id(0)
+    rest = pid // n_blocks
+    return pid % n_blocks, rest % n_heads, rest // n_heads
+
+
 @triton.jit
 def seq_bounds(CuSeqlens, pid_z, seqlen_q, seqlen_k, IS_VARLEN: tl.constexpr):
-    """(batch index, first token, query length, key length) of program axis 2, as int64 offsets."""
+    """(batch index, first token, query length, key length) of sequence pid_z, as int64 offsets."""
     if IS_VARLEN:
         start = tl.load(CuSeqlens + pid_z)
         n_q = tl.load(CuSeqlens + pid_z + 1) - start
@@ -75,15 +97,13 @@ def seq_bounds(CuSeqlens, pid_z, seqlen_q, seqlen_k, IS_VARLEN: tl.constexpr):
 
 
 @triton.jit
-def query_key_range(PruneBound, pid_m, p_first, n_k,
+def query_key_range(PruneBound, slot, p_first, n_k,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PRUNE: tl.constexpr):
     """Key range [lo, hi) of a query-stationary program; pruning raises lo past the key blocks this query
-    block may skip (tile_bounds found them). Tiles in [lo, mid) lie entirely at or before p_first:
-    visible to every row, no mask."""
+    block may skip (tile_bounds found them, at PruneBound[slot]). Tiles in [lo, mid) lie entirely at or
+    before p_first: visible to every row, no mask."""
     lo = 0
     if PRUNE:
-        # PruneBound is [n_z, Hq, n_blocks] contiguous, the grid of this program's launch
-        slot = (tl.program_id(2) * tl.num_programs(1) + tl.program_id(1)) * tl.num_programs(0) + pid_m
         lo = tl.multiple_of(tl.load(PruneBound + slot), BLOCK_N)  # tile_bounds returns block starts
     hi = tl.minimum(n_k, p_first + BLOCK_M)
     mid = lo + (tl.maximum(p_first + 1 - lo, 0) // BLOCK_N) * BLOCK_N
@@ -96,15 +116,15 @@ def query_key_range(PruneBound, pid_m, p_first, n_k,
 # data-dependent while loop in front of the main loops, though it ran only two rounds.
 @triton.jit
 def _tile_bounds_kernel(C, PruneDelta, CuSeqlens, Bound, stride_cb, stride_ch, seqlen_q, seqlen_k,
+                        n_blocks, n_heads,
                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, KEY_STATIONARY: tl.constexpr,
                         IS_VARLEN: tl.constexpr):
-    pid = tl.program_id(0)
-    head = tl.program_id(1)
-    zb, tok0, n_q, n_k = seq_bounds(CuSeqlens, tl.program_id(2), seqlen_q, seqlen_k, IS_VARLEN)
+    pid, head, pid_z = program_ids(n_blocks, n_heads)
+    zb, tok0, n_q, n_k = seq_bounds(CuSeqlens, pid_z, seqlen_q, seqlen_k, IS_VARLEN)
     off = n_k - n_q
     c_base = C + zb * stride_cb + head * stride_ch + tok0
-    delta = tl.load(PruneDelta + zb * tl.num_programs(1) + head)  # [B, Hq]; B == 1 (zb == 0) with varlen
-    out = Bound + (tl.program_id(2) * tl.num_programs(1) + head) * tl.num_programs(0) + pid
+    delta = tl.load(PruneDelta + zb * n_heads + head)  # [B, Hq]; B == 1 (zb == 0) with varlen
+    out = Bound + tl.program_id(0)  # [n_z, Hq, n_blocks]: the launch's program order
     if KEY_STATIONARY:
         # dk/dv: query tiles from the returned row on have c[first query] - c[last key] <= delta
         n0 = pid * BLOCK_N
@@ -125,13 +145,13 @@ def _tile_bounds_kernel(C, PruneDelta, CuSeqlens, Bound, stride_cb, stride_ch, s
 def tile_bounds(c: torch.Tensor, prune_delta: torch.Tensor, cu: torch.Tensor, varlen: bool, n_z: int,
                 seqlen_q: int, seqlen_k: int, n_blocks: int, block_m: int, block_n: int,
                 key_stationary: bool) -> torch.Tensor:
-    """Where each program of an attention launch with grid (n_blocks, Hq, n_z) starts or stops skipping
+    """Where each program of an attention launch of n_blocks x Hq x n_z programs starts or stops skipping
     tiles, int32 [n_z, Hq, n_blocks]. Query-stationary (forward, dq): the first kept key. Key-stationary
     (dk/dv, grid over query heads here): the first pruned query row. c float64 [B, Hq, Tk] contiguous."""
     Hq = c.shape[1]
     bound = torch.empty((n_z, Hq, n_blocks), dtype=torch.int32, device=c.device)
-    _tile_bounds_kernel[(n_blocks, Hq, n_z)](
-        c, prune_delta, cu, bound, c.stride(0), c.stride(1), seqlen_q, seqlen_k,
+    _tile_bounds_kernel[launch_grid(n_blocks, Hq, n_z)](
+        c, prune_delta, cu, bound, c.stride(0), c.stride(1), seqlen_q, seqlen_k, n_blocks, Hq,
         BLOCK_M=block_m, BLOCK_N=block_n, KEY_STATIONARY=key_stationary, IS_VARLEN=varlen, num_warps=2,
     )
     return bound
