@@ -24,9 +24,10 @@ def test_incremental_equals_full(preset, schedule):
     torch.testing.assert_close(torch.cat(parts, 1), full, rtol=1e-9, atol=1e-9)
 
 
-@pytest.mark.parametrize("variant", ["fgate-fixed", "fgate-data_independent", "gqa"])
-def test_incremental_equals_full_variants(variant):
-    model = make_model("fox-pro-tiny", **VARIANTS[variant])
+@pytest.mark.parametrize("preset,variant", [("fox-pro-tiny", "fgate-fixed"), ("fox-pro-tiny", "fgate-data_independent"),
+                                            ("fox-pro-tiny", "gqa"), ("linear-pro-tiny", "gqa")])
+def test_incremental_equals_full_variants(preset, variant):
+    model = make_model(preset, **VARIANTS[variant])
     ids = tokens(2, 12)
     full = model(ids).logits
     out = model(ids[:, :4], use_cache=True)

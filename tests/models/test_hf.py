@@ -1,6 +1,7 @@
 """Auto classes, save_pretrained / from_pretrained (safetensors), torch.compile."""
 import os
 
+import pytest
 import torch
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
@@ -55,8 +56,9 @@ def test_tied_embeddings_round_trip(tmp_path):
     _assert_identical(loaded.eval(), model, ids)
 
 
-def test_torch_compile_fullgraph_train_step():
-    model = make_model("fox-pro-tiny").float().train()
+@pytest.mark.parametrize("preset", ["fox-pro-tiny", "linear-pro-tiny"])
+def test_torch_compile_fullgraph_train_step(preset):
+    model = make_model(preset).float().train()
     ids = tokens(2, 16)
     ref = model(ids, labels=ids).loss
     compiled = torch.compile(model, backend="aot_eager", fullgraph=True)

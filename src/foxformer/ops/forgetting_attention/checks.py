@@ -25,8 +25,8 @@ def _require_tensor(x, name: str) -> None:
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
 
 
-def check_common(q, k, v, gate, gate_name, softmax_scale, cu_seqlens, max_seqlen):
-    """Validate shapes, dtypes and devices. Returns (softmax_scale, max_seqlen) resolved."""
+def check_qkv_tensors(q, k, v, gate, gate_name) -> None:
+    """q, k, v: 4-D tensors of one float dtype; the gate a tensor (its shape is the caller's to check)."""
     for x, name in ((q, "q"), (k, "k"), (v, "v"), (gate, gate_name)):
         _require_tensor(x, name)
     for x, name in ((q, "q"), (k, "k"), (v, "v")):
@@ -36,6 +36,11 @@ def check_common(q, k, v, gate, gate_name, softmax_scale, cu_seqlens, max_seqlen
             raise TypeError(f"{name} must be float16, bfloat16, float32 or float64, got {x.dtype}")
     if not (q.dtype == k.dtype == v.dtype):
         raise TypeError(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+
+
+def check_common(q, k, v, gate, gate_name, softmax_scale, cu_seqlens, max_seqlen):
+    """Validate shapes, dtypes and devices. Returns (softmax_scale, max_seqlen) resolved."""
+    check_qkv_tensors(q, k, v, gate, gate_name)
     B, Tq, Hq, D = q.shape
     Bk, Tk, Hkv, Dk = k.shape
     if k.shape != v.shape:

@@ -5,20 +5,12 @@ state carries the past), and v may have its own head dim.
 """
 from __future__ import annotations
 
-from ..forgetting_attention.checks import _FLOAT_DTYPES, _require_tensor, check_gate_values
+from ..forgetting_attention.checks import _FLOAT_DTYPES, _require_tensor, check_gate_values, check_qkv_tensors
 
 
 def check_inputs(q, k, v, log_fgate, initial_state, return_final_state, chunk_size) -> None:
     """ValueError / TypeError naming the argument for any call the implementations cannot serve."""
-    for x, name in ((q, "q"), (k, "k"), (v, "v"), (log_fgate, "log_fgate")):
-        _require_tensor(x, name)
-    for x, name in ((q, "q"), (k, "k"), (v, "v")):
-        if x.dim() != 4:
-            raise ValueError(f"{name} must be 4-D [batch, seq, heads, head_dim], got shape {tuple(x.shape)}")
-        if x.dtype not in _FLOAT_DTYPES:
-            raise TypeError(f"{name} must be float16, bfloat16, float32 or float64, got {x.dtype}")
-    if not (q.dtype == k.dtype == v.dtype):
-        raise TypeError(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    check_qkv_tensors(q, k, v, log_fgate, "log_fgate")
     B, T, Hq, Dk = q.shape
     if k.shape[:3] != v.shape[:3]:
         raise ValueError(f"k and v must agree in batch, seq and heads, got {tuple(k.shape)} and {tuple(v.shape)}")
