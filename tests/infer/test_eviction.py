@@ -8,6 +8,7 @@ import torch
 from foxformer.infer import cache_report, eviction_delta, eviction_deltas, output_tolerance, qk_bound_from_norms
 from foxformer.infer.generate import GenerationConfig, stream_tokens
 from foxformer.models.cache import FoxCache, LayerCache
+from foxformer.models.modeling import CACHE_FIELD
 from foxformer.ops import gate_cumsum
 from foxformer.ops.forgetting_attention.decode import forgetting_attention_decode
 
@@ -265,3 +266,15 @@ def test_without_an_explicit_n_the_bound_covers_the_whole_generation(max_new_tok
     assert len(list(stream_tokens(model, tokens(1, 10), cfg, state))) == max_new_tokens
     want = eviction_deltas(model, 1e-3, None, n)
     assert [layer.delta for layer in state["cache"].layers] == pytest.approx(want)
+
+
+@pytest.mark.parametrize("max_new_tokens,n", list(NO_EXPLICIT_N.values()), ids=list(NO_EXPLICIT_N))
+def test_hf_generate_bound_covers_the_whole_generation(max_new_tokens, n):
+    """transformers' generate built its cache with N = max_position_embeddings, whatever it went on to feed."""
+    model = make_model("fox-pro-tiny", gate_bias=[-3.0, -3.0, 8.0, -3.0], max_position_embeddings=16)
+    model.config.evict_eps = 1e-3
+    out = model.generate(tokens(1, 10), max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=0,
+                         return_dict_in_generate=True)
+    assert out.sequences.shape[1] == 10 + max_new_tokens
+    want = eviction_deltas(model, 1e-3, None, n)
+    assert [layer.delta for layer in out[CACHE_FIELD].layers] == pytest.approx(want)

@@ -343,7 +343,11 @@ class FoxForCausalLM(FoxPreTrainedModel, GenerationMixin):
         result = super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
         passed = model_kwargs.get("cache") is not None or model_kwargs.get("past_key_values") is not None
         if generation_config.use_cache is not False and not passed:
-            model_kwargs[CACHE_FIELD] = self.model.new_cache()
+            # Without an explicit evict_max_len the eviction bound holds for max_position_embeddings keys; a
+            # generation feeding more (the last new token is never fed back) needs N to cover them all.
+            fed = (generation_config.max_length or 0) - 1
+            n = fed if self.config.evict_max_len is None and fed > self.config.max_position_embeddings else None
+            model_kwargs[CACHE_FIELD] = self.model.new_cache(evict_max_len=n)
         return result
 
     def prepare_inputs_for_generation(self, input_ids: torch.LongTensor, next_sequence_length: Optional[int] = None,
