@@ -1,6 +1,7 @@
 import math
 
 import pytest
+import torch
 
 from foxformer.models import PRESETS, FoxConfig, FoxForCausalLM, count_non_embedding, get_preset
 from foxformer.models.presets import preset_table, training_flops_per_token
@@ -43,7 +44,31 @@ def test_analytic_count_matches_model(name):
     cfg = get_preset(name, vocab_size=101)
     model = FoxForCausalLM(cfg)
     assert model.num_parameters_non_embedding() == count_non_embedding(cfg)
+
+
+@pytest.mark.parametrize("name", sorted(n for n in PRESETS if n.endswith("tiny") and not n.startswith("linear")))
+def test_softmax_attention_flops_are_the_papers(name):
+    cfg = get_preset(name, vocab_size=101)
     assert training_flops_per_token(cfg, 128) == 3 * (2 * count_non_embedding(cfg) + 2 * 2 * 64 * 128)
+
+
+@pytest.mark.parametrize("context", [16, 64, 1000, 4096], ids=lambda t: f"context-{t}")
+def test_linear_attention_flops_are_the_chunked_ops_matmuls(context):
+    """The softmax term grows with the context; the chunked linear op does not: its FLOPs per token are the
+    matmuls it runs (counted here by torch), whatever the context beyond one chunk."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from foxformer.ops import gated_linear_attention
+
+    cfg = get_preset("linear-pro-tiny", vocab_size=101)
+    H, D = cfg.num_heads, cfg.head_dim
+    T = min(context, 256)  # past one chunk every token costs the same: no need to run 4K tokens
+    q, k, v = (torch.randn(1, T, H, D) for _ in range(3))
+    with FlopCounterMode(display=False) as counter:
+        gated_linear_attention(q, k, v, -torch.rand(1, T, H))
+    per_token = counter.get_total_flops() / T
+    want = 3 * (2 * count_non_embedding(cfg) + cfg.num_layers * per_token)
+    assert training_flops_per_token(cfg, context) == pytest.approx(want, rel=1e-12)
 
 
 def test_overrides_and_head_dim_override():

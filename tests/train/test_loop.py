@@ -3,6 +3,7 @@ import os
 import pytest
 import torch
 
+from foxformer.models import get_preset, training_flops_per_token
 from foxformer.train import checkpoint as ckpt
 from foxformer.train.loop import train
 from foxformer.train.metrics import read_metrics
@@ -21,6 +22,9 @@ def test_tiny_model_loss_falls(make_cfg, preset):
     assert len(losses) == 20
     assert sum(losses[-4:]) / 4 < sum(losses[:4]) / 4 - 1.0
     assert summary["val_loss"] < losses[0]
+    # MFU's FLOPs are bench model's: for linear attention the chunked op's, not the softmax term
+    start = read_metrics(summary["out_dir"])[0]
+    assert start["flops_per_token"] == training_flops_per_token(get_preset(preset, vocab_size=start["vocab_size"]), 32)
 
 
 def test_killed_and_resumed_run_matches_uninterrupted_bit_for_bit(make_cfg, tmp_path):

@@ -43,9 +43,30 @@ def count_embedding(cfg: FoxConfig) -> int:
     return cfg.vocab_size * cfg.hidden_size * (1 if cfg.tie_embeddings else 2)
 
 
+def attention_flops_per_token(cfg, context: int) -> float:
+    """Forward FLOPs per token of the attention products (those not counted by the parameters), all layers.
+
+    Softmax and forgetting attention: the paper's 2 * n_layers * d_model * T (QK^T and AV, averaged over the
+    causal positions). Gated linear attention never forms a T x T matrix: its chunked op (C = min(chunk,
+    T) tokens a chunk) costs per token and layer 2 * 2 * C * d_attn for the two C x C products inside the
+    chunk (computed in full: the causal mask zeroes, it does not skip work) plus 2 * 2 * d_head * d_attn for
+    the state products (the chunk's k^T v and q against the state it starts with), d_attn = n_heads *
+    d_head (GQA expands k and v to every query head). Counting the softmax term for it would overstate its
+    FLOPs, and MFU, more the longer the context. ``cfg``: a FoxConfig, or any config with these fields.
+    """
+    layers = getattr(cfg, "num_layers", 0)
+    if getattr(cfg, "attention", None) == "linear":
+        from foxformer.ops.gated_linear_attention.interface import CHUNK_SIZE
+
+        d_attn = cfg.num_heads * cfg.head_dim
+        return layers * (2 * 2 * min(CHUNK_SIZE, context) * d_attn + 2 * 2 * cfg.head_dim * d_attn)
+    return 2 * layers * getattr(cfg, "hidden_size", 0) * context
+
+
 def training_flops_per_token(cfg: FoxConfig, context: int) -> float:
-    """The paper's training FLOPs per token: 3 * (2N + 2 * n_layers * d_model * T)."""
-    return 3.0 * (2 * count_non_embedding(cfg) + 2 * cfg.num_layers * cfg.hidden_size * context)
+    """Training FLOPs per token, 3 * (2N + attention_flops_per_token): the paper's 3 * (2N + 2 * n_layers *
+    d_model * T) for softmax and forgetting attention, the chunked op's own count for gated linear attention."""
+    return 3.0 * (2 * count_non_embedding(cfg) + attention_flops_per_token(cfg, context))
 
 
 def _base(family: str, size: str) -> dict:

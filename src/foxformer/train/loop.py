@@ -209,8 +209,9 @@ def train(cfg: TrainConfig, *, hook: StepHook | None = None, model_factory=None)
     model.to(device)
     n_params = sum(p.numel() for p in model.parameters())
     n_nonemb = getattr(model, "num_parameters_non_embedding", lambda: n_params)()
-    flops_per_token = 3.0 * (2 * n_nonemb + 2 * getattr(model_cfg, "num_layers", 0)
-                             * getattr(model_cfg, "hidden_size", 0) * cfg.context)
+    from ..models.presets import attention_flops_per_token
+
+    flops_per_token = 3.0 * (2 * n_nonemb + attention_flops_per_token(model_cfg, cfg.context))
     peak = cfg.peak_flops or device_peak_flops(device)
 
     wrapped = wrap_model(model, info, bf16)

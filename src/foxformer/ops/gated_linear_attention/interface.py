@@ -21,6 +21,8 @@ from ..forgetting_attention.cumsum import LOG_FGATE_FLOOR
 from .checks import check_inputs
 from .reference import compute_dtype, heads_first
 
+# Tokens per chunk unless the caller picks another (the models keep it; their FLOP count reads it).
+CHUNK_SIZE = 64
 
 def _to_chunks(x: torch.Tensor, T_pad: int, C: int) -> torch.Tensor:
     """[B, H, T, D] -> [B, H, N, C, D], zero-padded at the end of T."""
@@ -28,7 +30,8 @@ def _to_chunks(x: torch.Tensor, T_pad: int, C: int) -> torch.Tensor:
     return x.view(*x.shape[:2], T_pad // C, C, x.shape[-1])
 
 
-def gated_linear_attention(q, k, v, log_fgate, *, initial_state=None, return_final_state=False, chunk_size=64):
+def gated_linear_attention(q, k, v, log_fgate, *, initial_state=None, return_final_state=False,
+                           chunk_size=CHUNK_SIZE):
     """Causal linear attention with a scalar forget gate per head and token (Mamba-2 / SSD form).
 
     ``o_i = sum_{j <= i} exp(c_i - c_j) (q_i . k_j) v_j + exp(c_i) S_0^T q_i``, ``c = cumsum(log_fgate)``:
