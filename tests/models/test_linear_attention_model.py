@@ -74,3 +74,15 @@ def test_bias_shift_changes_the_model_and_decoding_still_matches():
     out = model(ids[:, :3], use_cache=True)
     parts = [out.logits] + [model(ids[:, t:t + 1], past_key_values=out.cache).logits for t in range(3, 10)]
     torch.testing.assert_close(torch.cat(parts, 1), full, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("field", ["prune_eps", "evict_eps"])
+def test_pruning_or_eviction_set_on_a_built_model_is_refused_not_ignored(field):
+    """FoxConfig refuses them for attention='linear', but a config edited after the model was built is not
+    validated again: the forward must not run as if pruning or eviction were in effect."""
+    model = make_model("linear-pro-tiny")
+    setattr(model.config, field, 1e-3)
+    with pytest.raises(ValueError, match=f"{field}: .*attention='linear'"):
+        model(tokens(1, 8))
+    setattr(model.config, field, None)
+    model(tokens(1, 8))

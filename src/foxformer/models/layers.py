@@ -287,6 +287,12 @@ class Attention(nn.Module):
     def _attend_linear(self, x, q, k, v, ctx: SeqContext, cache) -> torch.Tensor:
         """Gated linear attention. Sequence starts (left padding, packed sequences) get f = 0 from
         _log_fgate, which clears the state there, so no earlier token leaks in. A cache holds the state."""
+        # FoxConfig refuses these for linear attention, but a config edited after the model was built is not
+        # checked again, and this path has no keys to prune or evict: running would silently ignore them.
+        for name in ("prune_eps", "evict_eps"):
+            if getattr(self.config, name) is not None:
+                raise ValueError(f"{name}: set on a model with attention='linear', whose layers keep a recurrent "
+                                 f"state, not keys to prune or evict; set it back to None")
         # Unit q and k (and no softmax scale): |q . k| <= 1, so the state grows only with the values and the
         # gates' timescale; the Pro block's output RMSNorm restores the output's scale.
         q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
