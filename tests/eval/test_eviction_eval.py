@@ -106,3 +106,12 @@ def test_a_qk_bound_in_the_config_is_used_without_the_flag(tmp_path, entry):
                      "--no-progress"]) == 0
         # other text than x: the config's bound evicts all the same (no bound would keep every key)
         assert json.load(open(os.path.join(out, "eviction.json")))["kept_fraction"] < 1
+
+
+def test_a_linear_attention_model_is_refused_before_any_pass(monkeypatch):
+    """It has a forget gate but no keys: the refusal came from new_cache only after the whole no-eviction pass
+    (at 64K tokens, 16 a step, the longest evaluation of reproduce.sh)."""
+    model = tiny_model("linear-pro-tiny", vocab=97)
+    monkeypatch.setattr(model.model, "forward", lambda *a, **k: pytest.fail("eviction_loss ran the model"))
+    with pytest.raises(ValueError, match="attention='linear'.*no keys to evict"):
+        eviction_loss(model, torch.randint(0, 97, (1, 40)), evict_eps=1e-3, progress=False)

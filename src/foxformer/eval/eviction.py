@@ -64,6 +64,10 @@ def eviction_loss(model, tokens, *, evict_eps: float, chunk: int = 16, prefill: 
         raise ValueError("model: eviction needs a foxformer FoX model (FoxForCausalLM)")
     if not model.config.has_fgate:
         raise ValueError("model: eviction needs a forget gate (a FoX model); this one has none")
+    if model.config.attention == "linear":
+        # Here, not at new_cache: that comes after the whole no-eviction pass, the longest part of the run.
+        raise ValueError("model: eviction needs cached keys; a gated linear attention model (attention='linear') "
+                         "has no keys to evict, only a fixed-size recurrent state")
     if not (isinstance(evict_eps, float) and 0.0 < evict_eps < 1.0):
         raise ValueError(f"evict_eps: expected a float in (0, 1), got {evict_eps!r}")
     # new_cache takes the config's evict_qk_bound when qk_bound is None
