@@ -1,5 +1,6 @@
 """Forget-gate statistics, decay / attention matrices and the capture of q, k, log f."""
 import math
+import os
 
 import numpy as np
 import pytest
@@ -128,3 +129,36 @@ def test_labels_that_share_a_plot_file_name_are_refused(tmp_path, names):
     with pytest.raises(ValueError, match="same plot file names"):
         save_gates(analyses, str(tmp_path), matrix_len=16)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_linear_attention_matrices_are_the_weights_the_op_gives_the_values():
+    """Gated linear attention has no softmax: A[i, j] = (q_i . k_j) exp(c_i - c_j) with unit q, k, so that
+    o_i = sum_j A[i, j] v_j, what the layer computes (a softmax over the scores would be another model)."""
+    from foxformer.ops import gated_linear_attention
+
+    model = tiny_model("linear-pro-tiny")
+    tokens = torch.randint(0, 97, (1, 24), generator=torch.Generator().manual_seed(4))
+    layer, head = 1, 2
+    a = head_matrices(model, tokens, [(layer, head)])[0]["attention"]
+    with torch.no_grad(), capture_attention(model, qk_layers=[layer]) as rec:
+        model(tokens)
+    q, k = (torch.nn.functional.normalize(rec[layer][x].double(), dim=-1) for x in ("q", "k"))
+    v = torch.randn(q.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
+    out = gated_linear_attention(q, k, v, rec[layer]["log_f"].double())
+    np.testing.assert_allclose(a @ v[0, :, head].numpy(), out[0, :, head].numpy(), rtol=1e-7, atol=1e-10)
+
+
+def test_linear_attention_plots_show_the_magnitude_of_signed_weights(tmp_path, monkeypatch):
+    """The matrix plots start their colour scale at 0 (probabilities): negative weights would vanish."""
+    from foxformer.eval import outputs
+
+    drawn = {}
+    monkeypatch.setattr(outputs.plots, "plot_matrices",
+                        lambda panels, path, **kw: drawn.setdefault(os.path.basename(path), panels) and path)
+    model = tiny_model("linear-pro-tiny")
+    tokens = torch.randint(0, 97, (1, 24), generator=torch.Generator().manual_seed(0))
+    outputs.save_gates([(gate_stats(model, tokens, name="lin"), model, tokens)], str(tmp_path), heads=[(0, 1)])
+    (label, shown), = drawn["gates_lin_attention.png"]
+    signed = head_matrices(model, tokens, [(0, 1)])[0]["attention"]
+    assert (signed < 0).any() and label == "|A| L0 H1"
+    np.testing.assert_array_equal(shown, np.abs(signed))

@@ -3,6 +3,7 @@
 For layer l and head h with gates f_t = exp(log f_t) and c_t = sum_{s<=t} log f_s:
   F[i, j] = prod_{s=j+1..i} f_s = exp(c_i - c_j)                     (j <= i), the decay matrix
   A[i, j] = softmax_j(q_i . k_j / sqrt(D) + c_i - c_j)                the attention matrix
+           = (q_i . k_j) F[i, j] with unit q, k                         (gated linear attention: no softmax)
   D(d)    = mean over queries i >= d (and sequences) of F[i, i - d]   the mean decay at distance d
   effective context length = the distance d where D(d) falls below 1/e (interpolated in log D).
 Statistics over all tokens t >= 1 of the text: mean log f, timescale 1 / -mean(log f), share of f < 0.5.
@@ -19,6 +20,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from .loading import model_device
@@ -31,6 +33,11 @@ def _attention_modules(model: torch.nn.Module) -> list:
     if layers is None or not all(hasattr(getattr(b, "attn", None), "_attend") for b in layers):
         raise TypeError(f"model: gate analysis needs a foxformer model (FoxForCausalLM); got {type(model).__name__}")
     return [b.attn for b in layers]
+
+
+def is_linear(model: torch.nn.Module) -> bool:
+    """Gated linear attention (attention="linear"): its A has no softmax."""
+    return getattr(getattr(model, "config", None), "attention", None) == "linear"
 
 
 def _body(model: torch.nn.Module) -> torch.nn.Module:
@@ -196,7 +203,8 @@ def choose_heads(stats: GateStats, count: int = 8) -> list[tuple[int, int]]:
 def head_matrices(model: torch.nn.Module, tokens, heads: Sequence[tuple[int, int]],
                   max_len: int = 256) -> list[dict]:
     """Decay matrix F and attention matrix A (fp64 numpy [T, T], T <= max_len) of each (layer, head),
-    from the first sequence of ``tokens``."""
+    from the first sequence of ``tokens``. A is what the model weighs the values with: rows of softmax
+    probabilities, or for gated linear attention signed weights (rows need not sum to 1)."""
     # a negative slice end would silently drop tokens from the end; 0 leaves nothing to run
     if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
         raise ValueError(f"matrix_len: expected a positive integer (tokens shown), got {max_len!r}")
@@ -210,6 +218,7 @@ def head_matrices(model: torch.nn.Module, tokens, heads: Sequence[tuple[int, int
         _body(model)(input_ids=tokens.to(model_device(model)))
     T = tokens.shape[1]
     causal = torch.ones(T, T, dtype=torch.bool).tril()
+    linear = is_linear(model)
     out = []
     for layer, head in heads:
         r = rec[layer]
@@ -220,9 +229,12 @@ def head_matrices(model: torch.nn.Module, tokens, heads: Sequence[tuple[int, int
         group = attns[layer].num_heads // attns[layer].num_kv_heads
         q = r["q"][0, :, head].double().cpu()
         k = r["k"][0, :, head // group].double().cpu()
-        scores = q @ k.T / math.sqrt(q.shape[-1]) + bias
-        scores = scores.masked_fill(~causal, float("-inf"))
-        attn = torch.softmax(scores, dim=-1)
         decay = torch.exp(bias).masked_fill(~causal, 0.0)
+        if linear:
+            attn = (F.normalize(q, dim=-1) @ F.normalize(k, dim=-1).T) * decay
+        else:
+            scores = q @ k.T / math.sqrt(q.shape[-1]) + bias
+            scores = scores.masked_fill(~causal, float("-inf"))
+            attn = torch.softmax(scores, dim=-1)
         out.append({"layer": layer, "head": head, "decay": decay.numpy(), "attention": attn.numpy()})
     return out

@@ -14,7 +14,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from . import plots
-from .gates import GateStats, choose_heads, head_matrices
+from .gates import GateStats, choose_heads, head_matrices, is_linear
 
 
 def find_output(run_dir: str, name: str) -> Optional[str]:
@@ -105,7 +105,11 @@ def save_gates(analyses: Sequence[tuple[GateStats, object, object]], out_dir: st
         if stats.has_gate:
             files.append(plots.plot_matrices([(f"F {lab}", m["decay"]) for lab, m in zip(labels, mats)],
                                              os.path.join(out_dir, f"gates_{tag}_decay.png"), log_scale=True))
-        files.append(plots.plot_matrices([(f"A {lab}", m["attention"]) for lab, m in zip(labels, mats)],
+        # Gated linear attention weighs values with signed q . k, which a colour scale starting at 0 would hide.
+        linear = is_linear(model)
+        files.append(plots.plot_matrices([(f"|A| {lab}" if linear else f"A {lab}",
+                                           np.abs(m["attention"]) if linear else m["attention"])
+                                          for lab, m in zip(labels, mats)],
                                          os.path.join(out_dir, f"gates_{tag}_attention.png")))
         if stats.has_gate:
             files.append(plots.plot_head_grid(np.asarray(stats.timescale), os.path.join(out_dir, f"gates_{tag}_timescale.png"),
