@@ -96,6 +96,15 @@ def test_bench_decode_kernel_mode(tmp_path):
     assert row["fox_ms"] > 0 and row["sdpa_ms"] > 0
 
 
+def test_bench_decode_kernel_mode_refuses_a_linear_preset(tmp_path):
+    """--kernel times the FoX decode op over cached keys: for a linear-pro preset that is another model's op."""
+    out = tmp_path / "k.json"
+    with pytest.raises(SystemExit, match="--kernel.*linear-pro-tiny.*recurrent state"):
+        main(["bench", "decode", "--kernel", "--preset", "linear-pro-tiny", "--contexts", "64", "--batches", "1",
+              "--device", "cpu", "--out", str(out)])
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("make_path", [pytest.param(lambda tmp: tmp, id="prompt-file-is-a-directory")])
 def test_generate_unreadable_prompt_file_is_a_clear_error(hf_dir, tmp_path, capsys, make_path):
     rc = main(["generate", "--model", hf_dir, "--tokenizer", "bytes", "--prompt-file", str(make_path(tmp_path)),
@@ -193,6 +202,7 @@ def test_bench_decode_evicts_for_the_length_it_decodes(shorten):
 NO_OP_EVICTION = {
     "fox-without-qk-norm": ("fox-llama-tiny", [], "--evict-qk-bound"),
     "transformer-preset": ("transformer-pro-tiny", [], "forget gate"),
+    "linear-attention-preset": ("linear-pro-tiny", [], "recurrent state"),
 }
 
 

@@ -160,6 +160,8 @@ def evict_skip_reason(model, evict_eps: float, qk_bound: Optional[float]) -> Opt
 
     if not getattr(model.config, "has_fgate", False):
         return "the model has no forget gate (a softmax Transformer): eviction needs a FoX model"
+    if getattr(model.config, "attention", None) == "linear":
+        return "the model keeps a fixed-size recurrent state (attention='linear'), no keys to evict"
     bound = qk_bound if qk_bound is not None else model.config.evict_qk_bound
     if all(d is None for d in eviction_deltas(model, evict_eps, bound)):
         return "no layer can evict: the model has no QK-norm, so pass --evict-qk-bound (your bound on |q.k| * scale)"
@@ -172,6 +174,9 @@ def run(args) -> dict:
     if args.kernel:
         from foxformer.models import get_preset
         cfg = get_preset(args.preset)
+        if cfg.attention == "linear":
+            raise SystemExit(f"error: --kernel times the FoX decode op over cached keys; {args.preset} decodes with "
+                             "a fixed-size recurrent state instead: bench the whole model (without --kernel)")
         rows = kernel_rows(args.contexts, args.batches, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, device, dtype)
         payload = {"env": environment(), "settings": {k: v for k, v in vars(args).items() if k != "func"},
                    "rows": rows}
