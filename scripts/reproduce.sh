@@ -2,8 +2,8 @@
 # The one-GPU reproduction of docs/results.md: train the given presets side by side on one GPU (small
 # models do not fill an H200 alone, and their compiles overlap), then evaluate each one: per-position
 # loss up to 4x the training length on held-out documents, needle in a haystack within and beyond the
-# training length, forget-gate analysis, the gate-bias shift's loss beyond the training length (FoX), and
-# KV eviction's loss change on the trained FoX (Pro).
+# training length, forget-gate analysis, the gate-bias shift's loss beyond the training length (FoX and the
+# gated linear attention baseline, linear-*), and KV eviction's loss change on the trained FoX (Pro).
 # The GPU machine keeps nothing and hands back few files: everything but checkpoints ends up in one
 # archive, $OUT/repro_bundle.tgz, even when a step fails or the deadline cuts the evaluations short.
 #
@@ -87,11 +87,15 @@ evaluate() {  # evaluate PRESET: every evaluation of one run
     local p=$1 r="$RUNS/$1"
     # First: reading 64K tokens twice, 16 a step, is the longest evaluation; the third session lost it
     # to the deadline behind NIAH, the fifth (a 125M model) behind the loss, gate and bias-shift steps.
-    case $p in fox-pro-*) step "eviction_$p.log" $FX eval eviction "$r" --data "$DATA" --seq-len "$EVICT_LEN" \
-        --evict-eps 4.54e-5 --no-progress ;; esac
+    # A linear-attention run (linear-*, or a fox preset with attention=linear) has no keys to evict.
+    case $p in
+        *attention-linear*) ;;
+        fox-pro-*) step "eviction_$p.log" $FX eval eviction "$r" --data "$DATA" --seq-len "$EVICT_LEN" \
+            --evict-eps 4.54e-5 --no-progress ;;
+    esac
     step "eval_loss_$p.log" $FX eval loss "$r" --data "$DATA" --within-docs --seq-len "$EVAL_LEN" \
         --num-seqs "$EVAL_SEQS" --no-progress
-    case $p in fox-*) step "gates_$p.log" $FX analyze gates "$r" --data "$DATA" --no-progress
+    case $p in fox-*|linear-*) step "gates_$p.log" $FX analyze gates "$r" --data "$DATA" --no-progress
         # the inference-time gate-bias shift (the paper's length-extrapolation suggestion), up to 4x
         step "bias_shift_$p.log" $FX bias-shift --model "$r" --data "$DATA" --seq-len "$EVAL_LEN" \
             --num-seqs "$BIAS_SEQS" --shifts 0,0.5,1,2,4 --out "$OUT/bias_shift_$p.json" --no-progress ;; esac
