@@ -36,6 +36,20 @@ def test_generate_streams_the_same_text_as_the_api(hf_dir, tmp_path, capsys):
     assert data["cache"]["kept_fraction"] < 1
 
 
+def test_generate_of_a_linear_attention_model_reports_its_state_not_kept_keys(tmp_path, capsys):
+    """Its cache holds no keys: 'cache kept 100.0% of keys' (of none) read as if nothing had been evicted."""
+    path = tmp_path / "linear"
+    make_model("linear-pro-tiny", dtype=torch.float32).save_pretrained(path)
+    out = tmp_path / "gen.json"
+    assert main(["generate", "--model", str(path), "--tokenizer", "bytes", "--prompt", "Once upon",
+                 "--max-new-tokens", "4", "--temperature", "0", "--ignore-eos", "--device", "cpu",
+                 "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    cache = json.loads(out.read_text())["cache"]
+    assert cache["kept_fraction"] is None and cache["total_keys"] == 0
+    assert "of keys" not in err and f"recurrent state of {cache['allocated_bytes'] / 2**10:.1f} KiB" in err
+
+
 def test_generate_reads_a_prompt_file_and_samples_with_a_seed(hf_dir, tmp_path, capsys):
     prompt = tmp_path / "prompt.txt"
     prompt.write_text("abc")

@@ -69,8 +69,12 @@ def _cmd_generate(args) -> int:
     cache = state.get("cache")
     if cache is not None and hasattr(cache, "memory_bytes"):
         result["cache"] = cache_report(cache)
-    print(f"[{n_new} tokens in {elapsed:.2f} s]" + (
-        f" cache kept {result['cache']['kept_fraction']:.1%} of keys" if "cache" in result else ""), file=sys.stderr)
+    note = ""
+    if "cache" in result:
+        kept = result["cache"]["kept_fraction"]
+        note = (f" cache: recurrent state of {result['cache']['allocated_bytes'] / 2**10:.1f} KiB" if kept is None
+                else f" cache kept {kept:.1%} of keys")
+    print(f"[{n_new} tokens in {elapsed:.2f} s]{note}", file=sys.stderr)
     if args.out:
         with open(args.out, "w") as f:
             json.dump(result, f, indent=2)

@@ -87,9 +87,11 @@ def output_tolerance(eps: float, v_max: float) -> float:
 
 
 def cache_report(cache) -> dict:
-    """Memory of a FoxCache: allocated / live / no-eviction bytes, and kept fraction of keys."""
+    """Memory of a FoxCache: allocated / live / no-eviction bytes, and kept fraction of keys (None for the
+    recurrent state of gated linear attention: no keys were ever cached, so none were kept or evicted)."""
     mem = cache.memory_bytes()
+    recurrent = any(getattr(layer, "state", None) is not None for layer in getattr(cache, "layers", ()))
+    kept = None if recurrent else mem["live_keys"] / mem["total_keys"] if mem.get("total_keys") else 1.0
     return {"allocated_bytes": mem.get("allocated", 0), "live_bytes": mem.get("live", 0),
-            "no_eviction_bytes": mem.get("no_eviction", 0),
-            "kept_fraction": mem["live_keys"] / mem["total_keys"] if mem.get("total_keys") else 1.0,
+            "no_eviction_bytes": mem.get("no_eviction", 0), "kept_fraction": kept,
             "live_keys": mem.get("live_keys", 0), "total_keys": mem.get("total_keys", 0)}
