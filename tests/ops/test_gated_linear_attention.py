@@ -6,7 +6,7 @@ from hypothesis import given, settings, strategies as st
 from foxformer.ops import (gated_linear_attention, naive_gated_linear_attention,
                            recurrent_gated_linear_attention)
 
-from .helpers import make_inputs, rel_err
+from .helpers import REL_TOL, make_inputs, rel_err
 
 IMPLS = {"chunked": gated_linear_attention, "recurrent": recurrent_gated_linear_attention}
 
@@ -74,6 +74,48 @@ def test_low_precision_inputs_accumulate_in_fp32(dtype):
     assert out.dtype == dtype and state.dtype == torch.float32
     assert rel_err(out, ref[0]) < (1e-5 if dtype == torch.float32 else 1e-2)
     assert rel_err(state, ref[1]) < 1e-5
+
+
+def _fwd_bwd(q, k, v, log_f, dtype, autocast, **kw):
+    """out, state and the gradients of q, k, v, log f for q, k, v in ``dtype`` (log f fp32 below fp64),
+    optionally under CPU autocast to ``dtype``: the model's case, where the op's own matmuls drop to it."""
+    gate_dtype = torch.float64 if dtype == torch.float64 else torch.float32
+    leaves = [t.detach().to(d).requires_grad_() for t, d in zip((q, k, v, log_f), (dtype,) * 3 + (gate_dtype,))]
+    with torch.autocast("cpu", dtype=dtype, enabled=autocast):
+        out, state = gated_linear_attention(*leaves, return_final_state=True, **kw)
+    g = torch.Generator().manual_seed(1)
+    (out.double() * torch.randn(out.shape, generator=g, dtype=torch.float64)).sum().backward()
+    return [out, state] + [t.grad for t in leaves]
+
+
+def _unit_qk(q, k, v, log_f):
+    """L2-normalised q and k, as the linear model feeds the op: |q . k| <= 1 keeps the state's scale set by v."""
+    return torch.nn.functional.normalize(q, dim=-1), torch.nn.functional.normalize(k, dim=-1), v, log_f
+
+
+LOW = [torch.bfloat16, torch.float16]
+
+
+@pytest.mark.parametrize("autocast", [False, True], ids=["plain", "autocast"])
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+def test_half_precision_inputs_against_fp64(dtype, autocast):
+    inputs = _unit_qk(*make_inputs(2, 100, 100, 4, 2, 16, gate="mixed", seed=4))
+    ref = _fwd_bwd(*inputs, torch.float64, False, chunk_size=32)
+    got = _fwd_bwd(*inputs, dtype, autocast, chunk_size=32)
+    assert got[0].dtype == dtype and got[1].dtype == torch.float32
+    for name, a, b in zip(("out", "state", "dq", "dk", "dv", "dlog_f"), got, ref):
+        assert rel_err(a, b) < REL_TOL[dtype], name
+
+
+@pytest.mark.parametrize("autocast", [False, True], ids=["plain", "autocast"])
+def test_large_cumsum_in_bf16(autocast):
+    # c reaches -6144, and |b| reaches 192 inside a chunk: exp(b) is 0 in fp32, exp(-b) would be inf
+    inputs = _unit_qk(*make_inputs(1, 2048, 2048, 2, 1, 16, gate=-3.0, seed=2))
+    ref = recurrent_gated_linear_attention(*inputs, return_final_state=True)
+    got = _fwd_bwd(*inputs, torch.bfloat16, autocast)
+    assert rel_err(got[0], ref[0]) < REL_TOL[torch.bfloat16]
+    assert rel_err(got[1], ref[1]) < REL_TOL[torch.bfloat16]
+    assert all(torch.isfinite(g).all() for g in got[2:])
 
 
 def test_state_chaining_equals_one_pass():
