@@ -115,14 +115,7 @@ def _new_cache(model, cfg: GenerationConfig, fed: int):
         if cfg.evict_eps is not None and not getattr(inner.config, "has_fgate", True):
             raise ValueError("evict_eps: KV eviction needs a forget gate (a FoX model); this model is a "
                              "softmax Transformer")
-        max_len = cfg.evict_max_len
-        default_n = getattr(inner.config, "max_position_embeddings", None)
-        # Without an explicit N the bound is derived for max_position_embeddings keys; FoX decodes past it, and
-        # then the evicted mass of a longer sequence is no longer bounded by eps: N must cover what is fed.
-        if max_len is None and getattr(inner.config, "evict_max_len", None) is None and default_n is not None \
-                and fed > default_n:
-            max_len = fed
-        return inner.new_cache(cfg.evict_eps, cfg.evict_qk_bound, max_len)
+        return inner.new_cache(cfg.evict_eps, cfg.evict_qk_bound, cfg.evict_max_len, expected_len=fed)
     if cfg.evict_eps is not None:
         raise ValueError("evict_eps: KV eviction needs a foxformer FoX model")
     return None

@@ -124,15 +124,20 @@ class FoxModel(FoxPreTrainedModel):
         return self.embed_tokens
 
     def new_cache(self, evict_eps: Optional[float] = None, evict_qk_bound: Optional[float] = None,
-                  evict_max_len: Optional[int] = None) -> FoxCache:
+                  evict_max_len: Optional[int] = None, expected_len: Optional[int] = None) -> FoxCache:
         """An empty FoxCache; eviction settings default to the config's (evict_eps None: keep all keys).
 
         An explicit evict_max_len (argument or config) is the cache's max_len: the eviction bound holds for at
         most that many keys, so the model refuses to go past it. Without one N is max_position_embeddings,
-        and FoX may still generate beyond it."""
+        and FoX may still generate beyond it; ``expected_len`` (the tokens a generation will feed the cache)
+        raises N to cover them when they exceed max_position_embeddings, else the eps tolerance would be void
+        past it."""
         from foxformer.infer.eviction import eviction_deltas
 
         cfg = self.config
+        if evict_max_len is None and cfg.evict_max_len is None and expected_len is not None \
+                and expected_len > cfg.max_position_embeddings:
+            evict_max_len = expected_len
         eps = evict_eps if evict_eps is not None else cfg.evict_eps
         if eps is not None and cfg.attention == "linear":
             raise ValueError("evict_eps: KV eviction needs keys to evict; a gated linear attention model "
@@ -343,11 +348,9 @@ class FoxForCausalLM(FoxPreTrainedModel, GenerationMixin):
         result = super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
         passed = model_kwargs.get("cache") is not None or model_kwargs.get("past_key_values") is not None
         if generation_config.use_cache is not False and not passed:
-            # Without an explicit evict_max_len the eviction bound holds for max_position_embeddings keys; a
-            # generation feeding more (the last new token is never fed back) needs N to cover them all.
+            # The last new token is never fed back: the cache sees max_length - 1 tokens.
             fed = (generation_config.max_length or 0) - 1
-            n = fed if self.config.evict_max_len is None and fed > self.config.max_position_embeddings else None
-            model_kwargs[CACHE_FIELD] = self.model.new_cache(evict_max_len=n)
+            model_kwargs[CACHE_FIELD] = self.model.new_cache(expected_len=fed)
         return result
 
     def prepare_inputs_for_generation(self, input_ids: torch.LongTensor, next_sequence_length: Optional[int] = None,
