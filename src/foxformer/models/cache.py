@@ -7,15 +7,17 @@ cache length for the gate, and c is never recomputed over the whole cache.
 Storage is preallocated and grows by doubling, so a decode step writes one row instead of
 concatenating the whole cache. With eviction (see ``foxformer.infer.eviction``) each (batch, kv head)
 keeps a start index: c never increases, so the keys that can be dropped are always the oldest and
-the live keys of a head are the suffix ``[start, length)`` of the buffer (ragged across heads).
-The dead prefix shared by all heads is reclaimed only when it is at least half the buffer, which
-keeps the copying amortised O(1) per token.
+the live keys of a head are the suffix ``[start, length)`` (ragged across heads). An evicting layer
+keeps its keys in pages (``paged_cache.PagedKV``), one list per (batch, kv head), so each head's dead
+pages are freed on their own; a non-evicting layer keeps one dense buffer.
 """
 from __future__ import annotations
 
 from typing import Optional, Sequence
 
 import torch
+
+from .paged_cache import PagedKV
 
 _MIN_CAPACITY = 16
 # Decode steps scan for dead keys every 8th step: on the H200 eviction added 2.4 ms to a 13.9 ms
@@ -40,6 +42,8 @@ class LayerCache:
     k_last, v_last [B, Hkv, D]: raw candidates of the last token (kv shift).
     delta: eviction threshold (log-space, < 0) or None for no eviction in this layer.
     state [B, H, Dk, Dv]: a gated linear attention layer's recurrent state (fp32), held instead of k, v, c.
+    paged: an evicting layer's storage (PagedKV) instead of the dense buffers; c_last [B, H] float64 its
+    newest c. Its k, v, c views are then copies, with dead keys masked (see PagedKV.dense).
     """
 
     def __init__(self, delta: Optional[float] = None) -> None:
@@ -48,33 +52,53 @@ class LayerCache:
         self.c_buf: Optional[torch.Tensor] = None
         self.start: Optional[torch.Tensor] = None
         self.length = 0
-        self.dropped = 0  # entries compacted away (absolute position of buffer index 0)
         self.k_last: Optional[torch.Tensor] = None
         self.v_last: Optional[torch.Tensor] = None
         self.delta = delta
         self.capacity_hint = 0  # expected total length (FoxCache.reserve): avoids a last doubling
         self.steps_since_evict = 0
         self.state: Optional[torch.Tensor] = None
+        self.paged: Optional[PagedKV] = None
+        self.c_last: Optional[torch.Tensor] = None
 
     # -- views -------------------------------------------------------------------------------
     @property
     def k(self) -> Optional[torch.Tensor]:
-        return None if self.k_buf is None else self.k_buf[:, :self.length]
+        return self.keys_from(0)[0]
 
     @property
     def v(self) -> Optional[torch.Tensor]:
-        return None if self.v_buf is None else self.v_buf[:, :self.length]
+        return self.keys_from(0)[1]
 
     @property
     def c(self) -> Optional[torch.Tensor]:
-        return None if self.c_buf is None else self.c_buf[:, :, :self.length].transpose(1, 2)
+        return self.keys_from(0)[2]
+
+    def keys_from(self, first: int) -> tuple:
+        """k, v [B, L, Hkv, D] and c [B, L, H] of positions [first, length): views of the dense buffers, or
+        masked copies of an evicting layer's pages; (None, None, None) for an empty cache."""
+        if self.paged is not None:
+            return self.paged.dense(first, self.start)
+        if self.k_buf is None:
+            return None, None, None
+        return (self.k_buf[:, first:self.length], self.v_buf[:, first:self.length],
+                self.c_buf[:, :, first:self.length].transpose(1, 2))
+
+    @property
+    def filled(self) -> bool:
+        return self.k_buf is not None or self.paged is not None
 
     @property
     def capacity(self) -> int:
+        """Positions the storage holds: buffer rows, or pool pages x page size (all heads together)."""
+        if self.paged is not None:
+            return self.paged.k_pages.shape[0] * self.paged.page
         return 0 if self.k_buf is None else self.k_buf.shape[1]
 
     def last_c(self) -> Optional[torch.Tensor]:
         """c of the newest cached token [B, H], or None for an empty cache."""
+        if self.paged is not None:
+            return self.c_last
         return None if self.c_buf is None or self.length == 0 else self.c_buf[:, :, self.length - 1]
 
     def live_lengths(self) -> Optional[torch.Tensor]:
@@ -89,51 +113,35 @@ class LayerCache:
         self.c_buf = c.new_empty(B, c.shape[2], capacity, dtype=torch.float64)
         self.start = torch.zeros(B, Hkv, dtype=torch.int64, device=k.device)
 
-    def _move(self, first: int, capacity: int) -> None:
-        """Keep entries [first, length) at the front of buffers of ``capacity`` rows."""
-        live = self.length - first
-        if capacity == self.capacity:
-            # In place (compaction, or a regrow that found the buffer big enough): the live part goes
-            # through a temporary, since source and target may overlap.
-            self.k_buf[:, :live] = self.k_buf[:, first:self.length].clone()
-            self.v_buf[:, :live] = self.v_buf[:, first:self.length].clone()
-            self.c_buf[:, :, :live] = self.c_buf[:, :, first:self.length].clone()
-        else:
-            k_buf, v_buf, c_buf = self.k_buf, self.v_buf, self.c_buf
-            self.k_buf = k_buf.new_empty(k_buf.shape[0], capacity, *k_buf.shape[2:])
-            self.v_buf = v_buf.new_empty(v_buf.shape[0], capacity, *v_buf.shape[2:])
-            self.c_buf = c_buf.new_empty(c_buf.shape[0], c_buf.shape[1], capacity)
-            self.k_buf[:, :live] = k_buf[:, first:self.length]
-            self.v_buf[:, :live] = v_buf[:, first:self.length]
-            self.c_buf[:, :, :live] = c_buf[:, :, first:self.length]
-        self.start -= first
-        self.length = live
-        self.dropped += first
-
     def _reserve(self, extra: int) -> None:
-        """Room for ``extra`` more entries: compact in place if half the buffer is dead, else regrow
-        (copying only the live part, so growth compacts for free)."""
+        """Room for ``extra`` more entries: regrow by doubling (never beyond the announced total length)."""
         need = self.length + extra
         if need <= self.capacity:
             return
-        first = self.min_start()
-        live_need = need - first
-        if first and first >= self.capacity // 2 and live_need <= self.capacity:
-            self._move(first, self.capacity)
-        else:
-            capacity = _capacity_for(max(live_need, 2 * (self.length - first)))
-            if self.capacity_hint >= live_need:  # never beyond the announced total length
-                capacity = min(capacity, self.capacity_hint)
-            self._move(first, capacity)
+        capacity = _capacity_for(max(need, 2 * self.length))
+        if self.capacity_hint >= need:
+            capacity = min(capacity, self.capacity_hint)
+        k_buf, v_buf, c_buf = self.k_buf, self.v_buf, self.c_buf
+        self.k_buf = k_buf.new_empty(k_buf.shape[0], capacity, *k_buf.shape[2:])
+        self.v_buf = v_buf.new_empty(v_buf.shape[0], capacity, *v_buf.shape[2:])
+        self.c_buf = c_buf.new_empty(c_buf.shape[0], c_buf.shape[1], capacity)
+        self.k_buf[:, :self.length] = k_buf[:, :self.length]
+        self.v_buf[:, :self.length] = v_buf[:, :self.length]
+        self.c_buf[:, :, :self.length] = c_buf[:, :, :self.length]
 
     def append(self, k: torch.Tensor, v: torch.Tensor, c: torch.Tensor) -> None:
         """Add a chunk: k, v [B, T, Hkv, D]; c float64 [B, T, H]."""
         T = k.shape[1]
+        if self.delta is not None:
+            if self.paged is None:
+                self.paged = PagedKV(k, c, max_len=self.capacity_hint)
+                self.start = torch.zeros(k.shape[0], k.shape[2], dtype=torch.int64, device=k.device)
+            self.paged.append(k, v, c, self.start)
+            self.length = self.paged.length
+            self.c_last = c[:, -1].to(torch.float64)
+            return
         if self.k_buf is None:
-            # A known total length is allocated exactly; an evicting layer keeps growing by doubling
-            # since its live window is usually far shorter than the sequence.
-            hint = self.capacity_hint if self.delta is None else 0
-            self._allocate(k, c, max(_capacity_for(T), hint))
+            self._allocate(k, c, max(_capacity_for(T), self.capacity_hint))  # a known total length at once
         else:
             self._reserve(T)
         end = self.length + T
@@ -172,21 +180,26 @@ class LayerCache:
                 return
             self.steps_since_evict = 0
         B, Hkv = self.start.shape
-        H = self.c_buf.shape[1]
-        threshold = self.c_buf[:, :, self.length - 1:self.length] - self.delta      # [B, H, 1]
+        H = self.c_last.shape[1]
+        threshold = self.c_last[:, :, None] - self.delta                            # [B, H, 1]
+        first = self.start.repeat_interleave(H // Hkv, dim=1)                       # [B, H]
         if window is None or window >= self.length:
-            c = self.c_buf[:, :, :self.length]
-            dead = (c >= threshold).sum(-1)                                         # prefix: c non-increasing
+            # Every position, those before a head's start read at its start: freed pages hold other
+            # heads' keys now. c is non-increasing, so the dead keys are a prefix and counting them
+            # gives the new start (a start never moves back: see the maximum below).
+            idx = torch.maximum(torch.arange(self.length, device=first.device)[None, None, :], first[:, :, None])
+            dead = (self.paged.c_at(idx) >= threshold).sum(-1)
         else:
-            first = self.start.repeat_interleave(H // Hkv, dim=1)                   # [B, H]
             idx = (first[:, :, None] + torch.arange(window, device=first.device)).clamp(max=self.length - 1)
-            c = self.c_buf.gather(2, idx)
-            dead = first + (c >= threshold).sum(-1)
+            dead = first + (self.paged.c_at(idx) >= threshold).sum(-1)
         dead = dead.view(B, Hkv, -1).amin(-1)
         self.start = torch.maximum(self.start, dead)
 
     def select(self, index: torch.Tensor) -> None:
-        for name in ("k_buf", "v_buf", "c_buf", "start", "k_last", "v_last", "state"):
+        if self.paged is not None:
+            self.start = self.paged.select(index, self.start)
+            self.c_last = self.c_last.index_select(0, index.to(self.c_last.device))
+        for name in ("k_buf", "v_buf", "c_buf", "k_last", "v_last", "state") + (("start",) if self.paged is None else ()):
             t = getattr(self, name)
             if t is not None:
                 setattr(self, name, t.index_select(0, index.to(t.device)))
@@ -198,6 +211,14 @@ class LayerCache:
         if self.state is not None:  # a recurrent state: fixed size, no keys
             n = self.state.numel() * self.state.element_size()
             return {"allocated": n, "live": n, "held": n, "no_eviction": n, "live_keys": 0, "total_keys": 0}
+        if self.paged is not None:
+            p = self.paged
+            per_entry = 2 * p.k_pages.shape[2] * p.k_pages.element_size() + p.group * p.c_pages.element_size()
+            live_keys = int(self.live_lengths().sum())
+            total_keys = self.length * self.start.numel()
+            return {"allocated": p.memory_bytes(), "live": live_keys * per_entry,
+                    "held": p.pages_in_use * p.page * per_entry, "no_eviction": total_keys * per_entry,
+                    "live_keys": live_keys, "total_keys": total_keys}
         if self.k_buf is None:
             return {"allocated": 0, "live": 0, "held": 0, "no_eviction": 0, "live_keys": 0, "total_keys": 0}
         group = self.c_buf.shape[1] // self.k_buf.shape[2]
@@ -206,7 +227,7 @@ class LayerCache:
         allocated = (self.k_buf.numel() + self.v_buf.numel()) * self.k_buf.element_size() + \
             self.c_buf.numel() * self.c_buf.element_size()
         live_keys = int(self.live_lengths().sum())
-        total_keys = (self.length + self.dropped) * self.start.numel()
+        total_keys = self.length * self.start.numel()
         return {"allocated": allocated, "live": live_keys * per_entry,
                 "held": self.length * self.start.numel() * per_entry, "no_eviction": total_keys * per_entry,
                 "live_keys": live_keys, "total_keys": total_keys}
@@ -237,6 +258,10 @@ class FoxCache:
         self.layers = [LayerCache(d) for d in deltas]
         self.seq_len = 0
         self.max_len = None if max_len is None else int(max_len)
+        if self.max_len is not None:  # the longest sequence: an evicting layer's pool stops doubling there
+            for layer in self.layers:
+                if layer.delta is not None:
+                    layer.capacity_hint = self.max_len
 
     def __len__(self) -> int:
         return len(self.layers)
@@ -260,13 +285,15 @@ class FoxCache:
         if len(self.layers) != num_layers:
             raise ValueError(f"past_key_values: the FoxCache has {len(self.layers)} layer(s), the model "
                              f"{num_layers}{hint}")
-        filled = next((layer for layer in self.layers if layer.k_buf is not None or layer.state is not None), None)
+        filled = next((layer for layer in self.layers if layer.filled or layer.state is not None), None)
         if filled is None:
             return
         if (filled.state is not None) != recurrent:
             held, wanted = ("a recurrent state", "keys") if filled.state is not None else ("keys", "a recurrent state")
             raise ValueError(f"past_key_values: the FoxCache holds {held}, the model's layers need {wanted}{hint}")
-        if filled.state is None:
+        if filled.paged is not None:
+            B, Hkv, D = filled.paged.shape
+        elif filled.state is None:
             B, _, Hkv, D = filled.k_buf.shape
         else:
             # The state is [B, H, Dk, Dv] whatever the GQA grouping; the kv-shift states carry the kv heads.

@@ -35,6 +35,11 @@ def forgetting_attention_decode(*args, **kwargs):
     return decode(*args, **kwargs)
 
 
+def forgetting_attention_decode_paged(*args, **kwargs):
+    from foxformer.ops.forgetting_attention.decode import forgetting_attention_decode_paged as decode
+    return decode(*args, **kwargs)
+
+
 @dataclass
 class SeqContext:
     """Per-forward facts every layer needs, computed once by the model.
@@ -294,8 +299,10 @@ class Attention(nn.Module):
                 raise ValueError(f"{name}: set on a model with attention='linear', whose layers keep a recurrent "
                                  f"state, not keys to prune or evict; set it back to None")
         # Unit q and k (and no softmax scale): |q . k| <= 1, so the state grows only with the values and the
-        # gates' timescale; the Pro block's output RMSNorm restores the output's scale.
-        q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
+        # gates' timescale; the Pro block's output RMSNorm restores the output's scale. CUDA autocast runs the
+        # norm inside F.normalize in fp32, so q, k came out fp32 next to a bf16 v, which the op rejects: cast
+        # back to the input's dtype, as apply_rope does on the FoX path.
+        q, k = F.normalize(q, dim=-1).to(q.dtype), F.normalize(k, dim=-1).to(k.dtype)
         log_f = self._log_fgate(x, ctx)
         op = naive_gated_linear_attention if self.config.attention_backend == "naive" else gated_linear_attention
         if cache is None:
@@ -314,18 +321,21 @@ class Attention(nn.Module):
             c = gate_cumsum(log_f, initial=cache.last_c())
             cache.append(k, v, c)
             T = q.shape[1]
-            if T <= DECODE_MAX_QUERIES:
-                # Few queries: the split-K decode op, which honours each head's eviction start.
-                out = forgetting_attention_decode(q, cache.k, cache.v, cache.c,
-                                                  cache.start if cache.evicting else None,
-                                                  backend=_decode_backend(backend, q))
+            if T <= DECODE_MAX_QUERIES and cache.paged is not None:
+                # Few queries: the split-K decode op, which honours each head's eviction start, reading
+                # each head's own pages.
+                p = cache.paged
+                out = forgetting_attention_decode_paged(q, p.k_pages, p.v_pages, p.c_pages, p.table, p.length,
+                                                        cache.start, backend=_decode_backend(backend, q))
+            elif T <= DECODE_MAX_QUERIES:
+                out = forgetting_attention_decode(q, cache.k, cache.v, cache.c, backend=_decode_backend(backend, q))
             else:
-                # Long chunk (prefill): the prefill op over the keys no head has evicted yet. Heads that
-                # evicted further still see their dead keys, which only brings them closer to exact.
-                first = cache.min_start()
+                # Long chunk (prefill): the prefill op over the keys no head has evicted yet; the dead keys of
+                # heads that evicted further are masked in that copy (PagedKV.dense).
+                k_all, v_all, c_all = cache.keys_from(cache.min_start())
                 # The cumsum op has no "naive" backend (it needs the gates, the cache holds only c); the
                 # torch backend is exact as well.
-                out = forgetting_attention_cumsum(q, cache.k[:, first:], cache.v[:, first:], cache.c[:, first:],
+                out = forgetting_attention_cumsum(q, k_all, v_all, c_all,
                                                   backend="torch" if backend == "naive" else backend,
                                                   **self._pruning())
             cache.evict(window=EVICT_WINDOW if T == 1 else None)

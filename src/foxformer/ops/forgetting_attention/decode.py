@@ -22,6 +22,7 @@ import triton
 import triton.language as tl
 
 from .checks import check_softmax_scale
+from .paging import gather_pages
 from .tiles import launch_grid
 
 LOG2E = tl.constexpr(1.4426950408889634)
@@ -103,6 +104,78 @@ def forgetting_attention_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
     raise ValueError(f"backend must be 'auto', 'triton' or 'torch', got {backend!r}")
 
 
+def _check_paged(q, k_pages, v_pages, c_pages, table, seq_len, start) -> None:
+    for name, t in (("q", q), ("k_pages", k_pages), ("v_pages", v_pages), ("c_pages", c_pages),
+                    ("page_table", table)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a tensor, got {type(t).__name__}")
+    if q.dim() != 4:
+        raise ValueError(f"q must be a 4-D tensor [B, Tq, Hq, D], got {tuple(q.shape)}")
+    B, Tq, Hq, D = q.shape
+    if table.dim() != 3 or table.shape[0] != B or table.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"page_table must be an int32/int64 tensor [B, Hkv, pages] with B = {B}, got "
+                         f"{table.dtype} {tuple(table.shape)}")
+    Hkv = table.shape[1]
+    if Hkv == 0 or Hq % Hkv:
+        raise ValueError(f"q heads ({Hq}) must be a multiple of the page table's kv heads ({Hkv})")
+    if k_pages.dim() != 3 or k_pages.shape[2] != D or v_pages.shape != k_pages.shape:
+        raise ValueError(f"k_pages and v_pages must be [P, PAGE, D] with D = {D}, got {tuple(k_pages.shape)}, "
+                         f"{tuple(v_pages.shape)}")
+    if c_pages.shape != (*k_pages.shape[:2], Hq // Hkv) or not c_pages.is_floating_point():
+        raise ValueError(f"c_pages must be a float tensor [P, PAGE, G] = {(*k_pages.shape[:2], Hq // Hkv)}, "
+                         f"got {c_pages.dtype} {tuple(c_pages.shape)}")
+    if not (q.dtype == k_pages.dtype == v_pages.dtype):
+        raise TypeError(f"q, k and v must share one dtype, got {q.dtype}, {k_pages.dtype}, {v_pages.dtype}")
+    if not (Tq <= seq_len <= table.shape[2] * k_pages.shape[1]):
+        raise ValueError(f"seq_len {seq_len} must be >= Tq ({Tq}) and fit the page table "
+                         f"({table.shape[2]} pages of {k_pages.shape[1]})")
+    if start is not None and (not isinstance(start, torch.Tensor) or start.shape != (B, Hkv)
+                              or start.is_floating_point() or start.dtype == torch.bool):
+        raise ValueError(f"start must be an integer tensor [B, Hkv] = {(B, Hkv)}, got {getattr(start, 'shape', start)}")
+    devices = {t.device for t in (q, k_pages, v_pages, c_pages, table) + (() if start is None else (start,))}
+    if len(devices) > 1:
+        raise ValueError(f"every tensor must be on one device, got {sorted(str(d) for d in devices)}")
+
+
+def forgetting_attention_decode_paged(q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor,
+                                      c_pages: torch.Tensor, page_table: torch.Tensor, seq_len: int,
+                                      start: Optional[torch.Tensor] = None, *, softmax_scale: Optional[float] = None,
+                                      backend: str = "auto", num_splits: Optional[int] = None) -> torch.Tensor:
+    """``forgetting_attention_decode`` over a paged cache: each (batch, kv head) holds its keys in its own
+    pages, so an evicting cache frees a head's dead pages whatever the other heads keep.
+
+    Args:
+        q: [B, Tq, Hq, D], the newest Tq of ``seq_len`` positions.
+        k_pages, v_pages: [P, PAGE, D] page pools; c_pages: float64 [P, PAGE, G] (G = Hq // Hkv: the
+            running cumsum of the query heads of a kv head, for the keys of that page).
+        page_table: int [B, Hkv, NP]; key j of (b, h) is row j % PAGE of page page_table[b, h, j // PAGE].
+            Entries for keys before ``start`` are never read (their pages may belong to another head).
+        seq_len: Tk, the number of positions held (dead ones included).
+        start: int [B, Hkv] first live key per (batch, kv head), as in ``forgetting_attention_decode``.
+
+    Returns:
+        out [B, Tq, Hq, D] in q's dtype.
+    """
+    _check_paged(q, k_pages, v_pages, c_pages, page_table, seq_len, start)
+    scale = check_softmax_scale(softmax_scale, q.shape[-1])
+    if backend == "auto":
+        backend = "triton" if q.is_cuda else "torch"
+    if backend == "triton":
+        return _triton_decode(q, k_pages, v_pages, c_pages, start, scale, num_splits, paged=(page_table, seq_len))
+    if backend not in ("torch", "naive"):
+        raise ValueError(f"backend must be 'auto', 'triton' or 'torch', got {backend!r}")
+    B, Hkv = page_table.shape[:2]
+    k = gather_pages(k_pages, page_table, seq_len)
+    v = gather_pages(v_pages, page_table, seq_len)
+    c = gather_pages(c_pages, page_table, seq_len).reshape(B, seq_len, q.shape[2])
+    if start is not None:
+        # Dead rows may hold another head's keys: zero them so that masked weights meet finite values.
+        dead = torch.arange(seq_len, device=q.device)[None, :, None] < start[:, None, :]   # [B, Tk, Hkv]
+        k = k.masked_fill(dead[..., None], 0)
+        v = v.masked_fill(dead[..., None], 0)
+    return torch_decode(q, k, v, c, start, scale)
+
+
 # --------------------------------------------------------------------------------------------
 # PyTorch path (CPU, reference)
 # --------------------------------------------------------------------------------------------
@@ -153,18 +226,23 @@ def torch_decode(q, k, v, c, start, scale) -> torch.Tensor:
 
 @triton.jit
 def _decode_split_kernel(
-    Q, K, V, C, START, PO, PM, PL,
+    Q, K, V, C, START, TABLE, PO, PM, PL,
     stride_qb, stride_qt, stride_qh,
     stride_kb, stride_kt, stride_kh,
     stride_vb, stride_vt, stride_vh,
     stride_cb, stride_ct, stride_ch,
     stride_sb, stride_sh,
-    Tq, Tk, Hkv, scale_log2,
+    stride_tb, stride_th,
+    Tq, Tk, Hkv, PAGE, scale_log2,
     G: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr, NUM_SPLITS: tl.constexpr, HAS_START: tl.constexpr, UPCAST: tl.constexpr,
-    PRECISION: tl.constexpr,
+    PRECISION: tl.constexpr, PAGED: tl.constexpr,
 ):
-    """One (batch, kv head, key split): rows are (query t, group head g) pairs, row = t * G + g."""
+    """One (batch, kv head, key split): rows are (query t, group head g) pairs, row = t * G + g.
+
+    PAGED: K, V are page pools [P, PAGE, D] and C [P, PAGE, G] (the stride_*b are page strides, the
+    stride_*h unused, stride_ch steps along the group); TABLE[b, hkv, j // PAGE] is key j's page.
+    """
     # One flat grid axis (see tiles.launch_grid); the splits of one (batch, kv head) are neighbours.
     pid_bh = tl.program_id(0) // NUM_SPLITS
     split = tl.program_id(0) % NUM_SPLITS
@@ -196,23 +274,43 @@ def _decode_split_kernel(
     q = tl.load(q_ptrs, mask=row_ok[:, None] & d_ok[None, :], other=0.0)
     if UPCAST:
         q = q.to(tl.float32)
-    c_q = tl.load(C + b * stride_cb + pos * stride_ct + head * stride_ch, mask=row_ok, other=0.0)
+    if PAGED:
+        table = TABLE + b * stride_tb + hkv * stride_th
+        page_q = tl.load(table + pos // PAGE, mask=row_ok, other=0).to(tl.int64)
+        c_q = tl.load(C + page_q * stride_cb + (pos % PAGE) * stride_ct + g * stride_ch, mask=row_ok, other=0.0)
+    else:
+        c_q = tl.load(C + b * stride_cb + pos * stride_ct + head * stride_ch, mask=row_ok, other=0.0)
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    k_base = K + b * stride_kb + hkv * stride_kh
-    v_base = V + b * stride_vb + hkv * stride_vh
-    c_base = C + b * stride_cb + head * stride_ch
+    if PAGED:
+        k_base = K
+        v_base = V
+        c_base = C + g * stride_ch
+    else:
+        k_base = K + b * stride_kb + hkv * stride_kh
+        v_base = V + b * stride_vb + hkv * stride_vh
+        c_base = C + b * stride_cb + head * stride_ch
     for n0 in range(lo, hi, BLOCK_N):
         n = n0 + tl.arange(0, BLOCK_N)
         n_ok = n < hi
-        kt = tl.load(k_base + n[None, :] * stride_kt + d[:, None], mask=n_ok[None, :] & d_ok[:, None], other=0.0)
-        vt = tl.load(v_base + n[:, None] * stride_vt + d[None, :], mask=n_ok[:, None] & d_ok[None, :], other=0.0)
+        if PAGED:
+            # One page lookup per key: the live range starts anywhere, so a block may straddle two pages.
+            page = tl.load(table + n // PAGE, mask=n_ok, other=0).to(tl.int64)
+            k_row = page * stride_kb + (n % PAGE) * stride_kt
+            v_row = page * stride_vb + (n % PAGE) * stride_vt
+            c_row = page * stride_cb + (n % PAGE) * stride_ct
+        else:
+            k_row = n * stride_kt
+            v_row = n * stride_vt
+            c_row = n * stride_ct
+        kt = tl.load(k_base + k_row[None, :] + d[:, None], mask=n_ok[None, :] & d_ok[:, None], other=0.0)
+        vt = tl.load(v_base + v_row[:, None] + d[None, :], mask=n_ok[:, None] & d_ok[None, :], other=0.0)
         if UPCAST:
             kt = kt.to(tl.float32)
         s = tl.dot(q, kt, input_precision=PRECISION) * scale_log2
-        c_k = tl.load(c_base[:, None] + n[None, :] * stride_ct, mask=row_ok[:, None] & n_ok[None, :], other=0.0)
+        c_k = tl.load(c_base[:, None] + c_row[None, :], mask=row_ok[:, None] & n_ok[None, :], other=0.0)
         s += ((c_q[:, None] - c_k) * LOG2E).to(tl.float32)
         ok = n_ok[None, :] & (n[None, :] <= pos[:, None]) & row_ok[:, None]
         s = tl.where(ok, s, float("-inf"))
@@ -279,9 +377,20 @@ def _pick_splits(B: int, Hkv: int, keys: int, num_splits: Optional[int], interpr
     return 1 << (splits.bit_length() - 1)
 
 
-def _triton_decode(q, k, v, c, start, scale, num_splits) -> torch.Tensor:
+def _triton_decode(q, k, v, c, start, scale, num_splits, paged=None) -> torch.Tensor:
+    """paged: None (k, v [B, Tk, Hkv, D], c [B, Tk, Hq]) or (table [B, Hkv, NP], Tk) with k, v page
+    pools [P, PAGE, D] and c [P, PAGE, G]."""
     B, Tq, Hq, D = q.shape
-    Tk, Hkv = k.shape[1], k.shape[2]
+    if paged is None:
+        Tk, Hkv = k.shape[1], k.shape[2]
+        table, page_size = c, 1  # placeholders, never read (as st below)
+        k_strides = (k.stride(0), k.stride(1), k.stride(2))
+        v_strides = (v.stride(0), v.stride(1), v.stride(2))
+    else:
+        table, Tk = paged
+        Hkv, page_size = table.shape[1], k.shape[1]
+        k_strides = (k.stride(0), k.stride(1), 0)
+        v_strides = (v.stride(0), v.stride(1), 0)
     G = Hq // Hkv
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.stride(-1) != 1 and t.shape[-1] != 1:  # D = 1: one element per row, any stride (fwd.py)
@@ -306,16 +415,16 @@ def _triton_decode(q, k, v, c, start, scale, num_splits) -> torch.Tensor:
     st = start if start is not None else c
     upcast = interp and q.dtype == torch.bfloat16  # the interpreter's bf16 dot is wrong; never on a GPU
     _decode_split_kernel[launch_grid(splits, B * Hkv, 1)](
-        q, k, v, c, st, po, pm, pl,
+        q, k, v, c, st, table, po, pm, pl,
         q.stride(0), q.stride(1), q.stride(2),
-        k.stride(0), k.stride(1), k.stride(2),
-        v.stride(0), v.stride(1), v.stride(2),
+        *k_strides, *v_strides,
         c.stride(0), c.stride(1), c.stride(2),
         st.stride(0), st.stride(1),
-        Tq, Tk, Hkv, scale * 1.4426950408889634,
+        table.stride(0), table.stride(1),
+        Tq, Tk, Hkv, page_size, scale * 1.4426950408889634,
         G=G, D=D, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, NUM_SPLITS=splits,
         HAS_START=start is not None, UPCAST=upcast,
-        PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+        PRECISION="ieee" if q.dtype == torch.float32 else "tf32", PAGED=paged is not None,
         num_warps=1 if interp else 4, num_stages=1 if interp else 2,
     )
     _decode_merge_kernel[launch_grid(G * Tq, B * Hkv, 1)](

@@ -1,0 +1,156 @@
+"""Paged key/value storage for an evicting layer cache: each (batch row, kv head) keeps its keys in its
+own pages of a shared pool, so a head that forgets fast hands its dead pages back whatever the other
+heads keep. (One dense [B, T, Hkv, D] buffer can only drop the prefix that *every* head has dropped:
+on a trained 125M FoX one long-memory head per layer kept 60% of the buffer allocated while 5% of the
+keys were live; fifth-session `eval eviction`, 64K tokens.)
+
+Layout: k, v pools [P, PAGE, D]; c pool float64 [P, PAGE, G] (the running cumsum of the G query heads
+of a kv head); a page table int32 [B, Hkv, pages] maps logical page j // PAGE of (b, h) to a pool page.
+All rows and heads advance together, so new pages are needed by all of them at the same positions.
+Pages wholly before a head's start are returned to a free list, lazily: only when an append finds the
+list too short, which costs one device sync (reading start) per PAGE tokens at most. The pool doubles
+when the free pages do not suffice and never shrinks, so it holds at most twice the peak live pages.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from foxformer.ops.forgetting_attention.paging import gather_pages
+
+# Tokens per page: a multiple of the decode kernel's 64-key block, and small next to the windows that
+# trained fast-forgetting heads keep (hundreds of keys at e^-10 in the fifth-session 125M run).
+PAGE_SIZE = 64
+# Added to the c of dead keys in dense copies: exp(-1e4) is 0 in every float format, so attention over
+# the copy (the prefill op, which has no per-head start) gives them no weight, exactly.
+_DEAD_C_OFFSET = 1e4
+
+
+class PagedKV:
+    """The pages of one layer. ``length`` positions are held per (b, h); ``start`` [B, Hkv] (owned by
+    the caller's LayerCache) marks the first live one."""
+
+    def __init__(self, k: torch.Tensor, c: torch.Tensor, page_size: int = PAGE_SIZE, max_len: int = 0) -> None:
+        B, _, Hkv, D = k.shape
+        self.page = page_size
+        self.group = c.shape[2] // Hkv
+        self.k_pages = k.new_empty(0, page_size, D)
+        self.v_pages = k.new_empty(0, page_size, D)
+        self.c_pages = c.new_empty(0, page_size, self.group, dtype=torch.float64)
+        self.table = torch.zeros(B, Hkv, 0, dtype=torch.int32, device=k.device)
+        self.table_host = np.zeros((B, Hkv, 0), dtype=np.int32)
+        self.released = np.zeros((B, Hkv), dtype=np.int64)  # logical pages handed back, per (b, h)
+        self.free: list[int] = []
+        self.length = 0
+        # The pool never needs more pages than every position of every head (max_len: the longest
+        # sequence announced, 0 if unknown), so doubling stops there.
+        self.max_pages = k.shape[0] * Hkv * -(-max_len // page_size)
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """(B, Hkv, D)."""
+        return self.table.shape[0], self.table.shape[1], self.k_pages.shape[2]
+
+    @property
+    def pages_in_use(self) -> int:
+        return self.k_pages.shape[0] - len(self.free)
+
+    # -- pages ---------------------------------------------------------------------------------
+    def release(self, start: torch.Tensor) -> None:
+        """Hand back every page wholly before ``start`` [B, Hkv] (one device sync)."""
+        # Only pages already written: a rebuilt cache (select) maps its pages after its starts are known.
+        dead = np.minimum(start.clamp(min=0).cpu().numpy() // self.page, -(-self.length // self.page))
+        for (b, h), upto in np.ndenumerate(dead):
+            if upto > self.released[b, h]:
+                self.free.extend(self.table_host[b, h, self.released[b, h]:upto].tolist())
+                self.released[b, h] = upto
+
+    def _take(self, n: int, start: torch.Tensor) -> np.ndarray:
+        if len(self.free) < n:
+            self.release(start)
+        if len(self.free) < n:
+            old = self.k_pages.shape[0]
+            need = old + n - len(self.free)
+            size = max(need, 2 * old)
+            if self.max_pages >= need:
+                size = min(size, self.max_pages)
+            for name in ("k_pages", "v_pages", "c_pages"):
+                pool = getattr(self, name)
+                grown = pool.new_empty(size, *pool.shape[1:])
+                grown[:old] = pool
+                setattr(self, name, grown)
+            self.free.extend(range(old, size))
+        ids, self.free = self.free[-n:], self.free[:-n]
+        return np.asarray(ids, dtype=np.int32)
+
+    def _map(self, first: int, last: int, start: torch.Tensor) -> None:
+        """Give logical pages [first, last) of every (b, h) a pool page."""
+        B, Hkv, _ = self.shape
+        if last > self.table.shape[2]:
+            cols = max(last, 2 * self.table.shape[2])
+            host = np.zeros((B, Hkv, cols), dtype=np.int32)
+            host[:, :, :self.table_host.shape[2]] = self.table_host
+            self.table_host = host
+            self.table = torch.from_numpy(host).to(self.table.device)
+        ids = self._take(B * Hkv * (last - first), start).reshape(B, Hkv, last - first)
+        self.table_host[:, :, first:last] = ids
+        self.table[:, :, first:last] = torch.from_numpy(ids).to(self.table.device, non_blocking=True)
+
+    def append(self, k: torch.Tensor, v: torch.Tensor, c: torch.Tensor, start: torch.Tensor) -> None:
+        """Write positions [length, length + T): k, v [B, T, Hkv, D]; c float64 [B, T, H]."""
+        B, T, Hkv, _ = k.shape
+        first, last = -(-self.length // self.page), -(-(self.length + T) // self.page)
+        if last > first:
+            self._map(first, last, start)
+        pos = torch.arange(self.length, self.length + T, device=k.device)
+        page = self.table[:, :, pos // self.page].long().transpose(1, 2)   # [B, T, Hkv]
+        row = (pos % self.page)[None, :, None]
+        self.k_pages[page, row] = k.to(self.k_pages.dtype)
+        self.v_pages[page, row] = v.to(self.v_pages.dtype)
+        self.c_pages[page, row] = c.view(B, T, Hkv, self.group).to(torch.float64)
+        self.length += T
+
+    # -- reads ---------------------------------------------------------------------------------
+    def c_at(self, pos: torch.Tensor) -> torch.Tensor:
+        """c at positions pos int64 [B, H, W] of each query head -> float64 [B, H, W] (live positions only)."""
+        B, H, _ = pos.shape
+        heads = torch.arange(H, device=pos.device)
+        b = torch.arange(B, device=pos.device)[:, None, None]
+        page = self.table[b, (heads // self.group)[None, :, None], pos // self.page].long()
+        return self.c_pages[page, pos % self.page, (heads % self.group)[None, :, None]]
+
+    def dense(self, first: int, start: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Copies of positions [first, length): k, v [B, L, Hkv, D] and c float64 [B, L, H], with the dead
+        keys of each head (before its start) zeroed and their c raised so that no query weighs them."""
+        B, Hkv, D = self.shape
+        pos = torch.arange(first, self.length, device=self.table.device)
+        n = self.length - first
+        sub = self.table[:, :, first // self.page:]
+        shift = first % self.page
+        k = gather_pages(self.k_pages, sub, shift + n)[:, shift:]
+        v = gather_pages(self.v_pages, sub, shift + n)[:, shift:]
+        c = gather_pages(self.c_pages, sub, shift + n)[:, shift:].reshape(B, n, Hkv * self.group)
+        dead = pos[None, :, None] < start[:, None, :]                                     # [B, L, Hkv]
+        k = k.masked_fill(dead[..., None], 0)
+        v = v.masked_fill(dead[..., None], 0)
+        live_c = self.c_at(start.clamp(min=0).repeat_interleave(self.group, 1)[:, :, None])[..., 0]  # [B, H]
+        dead_h = dead.repeat_interleave(self.group, 2)
+        c = torch.where(dead_h, (live_c + _DEAD_C_OFFSET)[:, None, :], c)
+        return k, v, c
+
+    def select(self, index: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
+        """Keep batch rows ``index`` (repeats allowed: beam search); returns their start. Rebuilt from
+        dense copies, since rows sharing pages would free them twice."""
+        k, v, c = self.dense(0, start)
+        index = index.to(k.device)
+        k, v, c, start = k[index], v[index], c[index], start[index]
+        fresh = PagedKV(k, c, self.page)
+        fresh.max_pages = self.max_pages // max(1, self.shape[0]) * index.numel()
+        fresh.append(k, v, c, start)
+        fresh.release(start)
+        self.__dict__.update(fresh.__dict__)
+        return start
+
+    def memory_bytes(self) -> int:
+        """Allocated bytes: the three pools and the page table."""
+        return sum(t.numel() * t.element_size() for t in (self.k_pages, self.v_pages, self.c_pages, self.table))

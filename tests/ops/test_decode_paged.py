@@ -1,0 +1,99 @@
+"""Paged decode op: keys scattered over shuffled pages of a shared pool (the layout of an evicting
+cache) give the dense decode op's answer, with the Triton kernel (interpreted) and the torch path.
+Pages before a head's start are NaN-poisoned or shared with another head: they must never be read."""
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported (conftest.py does it too)
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from foxformer.ops.forgetting_attention.decode import (  # noqa: E402
+    forgetting_attention_decode_paged,
+    gather_pages,
+)
+
+from .test_decode import dense_reference, make  # noqa: E402
+
+
+def paginate(k, v, c, page, start=None, seed=0, spare=3):
+    """Scatter k, v [B, Tk, Hkv, D] and c [B, Tk, Hq] into shuffled pages of NaN-filled pools; the
+    table entries of pages wholly before start point at one shared NaN page."""
+    B, Tk, Hkv, D = k.shape
+    G = c.shape[2] // Hkv
+    n = -(-Tk // page)
+    pool_size = B * Hkv * n + spare
+    perm = torch.randperm(pool_size, generator=torch.Generator().manual_seed(seed))
+    kp = torch.full((pool_size, page, D), float("nan"), dtype=k.dtype)
+    vp, cp = kp.clone(), torch.full((pool_size, page, G), float("nan"), dtype=torch.float64)
+    table = torch.empty(B, Hkv, n + 2, dtype=torch.int32).fill_(int(perm[-1]))   # spare columns: unused
+    poison = int(perm[-1])
+    for b in range(B):
+        for h in range(Hkv):
+            for i in range(n):
+                p = int(perm[(b * Hkv + h) * n + i])
+                lo, hi = i * page, min(Tk, (i + 1) * page)
+                if start is not None and hi <= int(start[b, h]):
+                    table[b, h, i] = poison   # a dead page: handed back to the pool, now someone else's
+                    continue
+                table[b, h, i] = p
+                kp[p, :hi - lo] = k[b, lo:hi, h]
+                vp[p, :hi - lo] = v[b, lo:hi, h]
+                cp[p, :hi - lo] = c[b, lo:hi, h * G:(h + 1) * G]
+    return kp, vp, cp, table
+
+
+CASES = {  # B, Tq, Tk, Hq, Hkv, D, page
+    "decode-mha-page16": (2, 1, 70, 4, 4, 16, 16),
+    "decode-gqa-page7": (1, 1, 97, 6, 2, 24, 7),
+    "chunk3-gqa-page32": (2, 3, 50, 4, 2, 32, 32),
+    "chunk5-mqa-page1": (1, 5, 40, 4, 1, 16, 1),
+}
+
+
+@pytest.mark.parametrize("backend", ["triton", "torch"])
+@pytest.mark.parametrize("case", list(CASES), ids=list(CASES))
+def test_paged_matches_dense(case, backend):
+    B, Tq, Tk, Hq, Hkv, D, page = CASES[case]
+    q, k, v, c = make(B, Tq, Tk, Hq, Hkv, D, torch.float32, seed=5)
+    start = torch.randint(0, Tk - Tq + 1, (B, Hkv), generator=torch.Generator().manual_seed(1))
+    start[0, 0] = 0
+    kp, vp, cp, table = paginate(k, v, c, page, start)
+    want = dense_reference(q, k, v, c, start, 0.3)
+    got = forgetting_attention_decode_paged(q, kp, vp, cp, table, Tk, start, softmax_scale=0.3, backend=backend,
+                                            **({"num_splits": 3} if backend == "triton" else {}))
+    assert got.shape == q.shape and got.dtype == q.dtype
+    torch.testing.assert_close(got.double(), want, rtol=0, atol=2e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_paged_half_precision_and_large_c(dtype):
+    q, k, v, c = make(1, 1, 64, 4, 2, 16, dtype, seed=2, c_offset=-1e5)
+    start = torch.tensor([[20, 3]])
+    kp, vp, cp, table = paginate(k, v, c, 8, start)
+    want = dense_reference(q, k, v, c, start, 0.25)
+    got = forgetting_attention_decode_paged(q, kp, vp, cp, table, 64, start, softmax_scale=0.25, backend="triton")
+    assert got.dtype == dtype
+    torch.testing.assert_close(got.double(), want, rtol=0, atol={torch.float16: 4e-3, torch.bfloat16: 3e-2}[dtype])
+
+
+def test_gather_pages_inverts_paginate():
+    _, k, v, c = make(2, 1, 33, 4, 2, 8, torch.float32, seed=3)
+    kp, vp, cp, table = paginate(k, v, c, 5)
+    assert torch.equal(gather_pages(kp, table, 33), k)
+    assert torch.equal(gather_pages(cp, table, 33).reshape(2, 33, 4), c)
+
+
+def test_paged_bad_inputs():
+    q, k, v, c = make(1, 1, 16, 4, 2, 8, torch.float32)
+    kp, vp, cp, table = paginate(k, v, c, 4)
+    with pytest.raises(ValueError, match="seq_len"):
+        forgetting_attention_decode_paged(q, kp, vp, cp, table, 100)
+    with pytest.raises(ValueError, match="c_pages"):
+        forgetting_attention_decode_paged(q, kp, vp, cp[..., :1], table, 16)
+    with pytest.raises(ValueError, match="page_table"):
+        forgetting_attention_decode_paged(q, kp, vp, cp, table.float(), 16)
+    with pytest.raises(TypeError, match="dtype"):
+        forgetting_attention_decode_paged(q.half(), kp, vp, cp, table, 16)
+    with pytest.raises(ValueError, match="start"):
+        forgetting_attention_decode_paged(q, kp, vp, cp, table, 16, torch.zeros(1, 3, dtype=torch.long))
