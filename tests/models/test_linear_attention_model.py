@@ -107,3 +107,37 @@ def test_autocast_matches_the_fp64_model(dtype):
     assert ((got - ref).norm() / ref.norm()).item() < AUTOCAST_TOL[dtype]
     out.loss.backward()
     assert all(torch.isfinite(p.grad).all() for p in model.parameters())
+
+
+def _cuda_autocast_normalize(normalize):
+    """F.normalize as CUDA autocast runs it: ``norm`` is on CUDA autocast's fp32 list (not on the CPU's),
+    so x / ||x|| comes out fp32 for a bf16 / fp16 x (seen on an H200, torch 2.11, where F.rms_norm stays
+    bf16): the linear layer handed the op fp32 q, k next to a bf16 v."""
+    def patched(x, p=2.0, dim=1, eps=1e-12, out=None):
+        if torch.is_autocast_enabled("cpu") and x.dtype in (torch.float16, torch.bfloat16):
+            return x / x.float().norm(p, dim, keepdim=True).clamp_min(eps)
+        return normalize(x, p, dim, eps, out)
+    return patched
+
+
+@pytest.mark.parametrize("dtype", list(AUTOCAST_TOL), ids=str)
+@pytest.mark.parametrize("preset", ["linear-pro-tiny", "fox-pro-tiny"])
+def test_autocast_with_cuda_fp32_norm_runs_training_and_cached_decoding(monkeypatch, preset, dtype):
+    """Under CUDA autocast the linear layer's q, k normalisation returns fp32 while v stays in the autocast
+    dtype: the layer must hand the op one dtype (as the FoX path, which the patch leaves untouched, does),
+    for training and for prefill + decoding with a cache (the recurrent state)."""
+    monkeypatch.setattr(torch.nn.functional, "normalize", _cuda_autocast_normalize(torch.nn.functional.normalize))
+    model = make_model(preset).float()
+    ids = tokens(2, 70)
+    ref = model(ids).logits
+    with torch.autocast("cpu", dtype=dtype):
+        out = model.train()(ids, labels=ids)
+        out.loss.backward()
+        assert all(torch.isfinite(p.grad).all() for p in model.parameters())
+        model.eval()
+        with torch.no_grad():
+            pre = model(ids[:, :60], use_cache=True)
+            steps = [pre.logits] + [model(ids[:, t:t + 1], past_key_values=pre.cache).logits for t in range(60, 70)]
+    got = torch.cat(steps, 1).double()
+    got, ref = (x - x.mean(-1, keepdim=True) for x in (got, ref.double()))
+    assert ((got - ref).norm() / ref.norm()).item() < AUTOCAST_TOL[dtype]
