@@ -78,8 +78,8 @@ def test_bf16_model_with_eviction_decodes_through_the_paged_kernel():
 
     torch.manual_seed(0)
     model = FoxForCausalLM(get_preset("fox-pro-tiny", vocab_size=512, num_kv_heads=2)).cuda().bfloat16().eval()
-    for layer in model.model.layers:  # realistic: some heads forget within tens of tokens
-        layer.attn.fgate.bias.data.copy_(torch.tensor([-2.0, 6.0, -1.0, 3.0]))
+    for layer in model.model.layers:  # kv head 0 forgets within tokens, kv head 1 keeps all
+        layer.attn.fgate.proj.bias.data.copy_(torch.tensor([-2.0, -3.0, -1.0, 6.0]))
     ids = torch.randint(0, 512, (2, 700), device="cuda")
     logits = {}
     for backend in ("triton", "torch"):

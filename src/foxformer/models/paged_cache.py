@@ -130,12 +130,13 @@ class PagedKV:
         k = gather_pages(self.k_pages, sub, shift + n)[:, shift:]
         v = gather_pages(self.v_pages, sub, shift + n)[:, shift:]
         c = gather_pages(self.c_pages, sub, shift + n)[:, shift:].reshape(B, n, Hkv * self.group)
+        # In place: the gathers are already copies (a chunked prefill makes one per chunk, O(live keys) each).
         dead = pos[None, :, None] < start[:, None, :]                                     # [B, L, Hkv]
-        k = k.masked_fill(dead[..., None], 0)
-        v = v.masked_fill(dead[..., None], 0)
+        k.masked_fill_(dead[..., None], 0)
+        v.masked_fill_(dead[..., None], 0)
         live_c = self.c_at(start.clamp(min=0).repeat_interleave(self.group, 1)[:, :, None])[..., 0]  # [B, H]
         dead_h = dead.repeat_interleave(self.group, 2)
-        c = torch.where(dead_h, (live_c + _DEAD_C_OFFSET)[:, None, :], c)
+        c.masked_scatter_(dead_h, (live_c + _DEAD_C_OFFSET)[:, None, :].expand_as(c)[dead_h])
         return k, v, c
 
     def select(self, index: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
