@@ -214,26 +214,42 @@ def test_bench_decode_evicts_for_the_length_it_decodes(shorten):
 
 
 NO_OP_EVICTION = {
-    "fox-without-qk-norm": ("fox-llama-tiny", [], "--evict-qk-bound"),
-    "transformer-preset": ("transformer-pro-tiny", [], "forget gate"),
-    "linear-attention-preset": ("linear-pro-tiny", [], "recurrent state"),
+    "fox-without-qk-norm": ("fox-llama-tiny", "fox", "--evict-qk-bound"),
+    "transformer-preset": ("transformer-pro-tiny", "transformer", "forget gate"),
+    "linear-attention-preset": ("linear-pro-tiny", "linear", "recurrent state"),
 }
 
 
 @pytest.mark.parametrize("case", list(NO_OP_EVICTION), ids=list(NO_OP_EVICTION))
-def test_bench_decode_marks_a_fox_evict_row_that_cannot_evict(tmp_path, capsys, case):
+def test_bench_decode_marks_an_evict_row_that_cannot_evict(tmp_path, capsys, case):
     """With no bound on |q.k| (no QK-norm) or no forget gate the fox+evict row evicted nothing and reported
     kept_fraction 1 and max_logprob_diff 0 as if eviction were free."""
-    preset, extra, reason = NO_OP_EVICTION[case]
+    preset, kind, reason = NO_OP_EVICTION[case]
     out = tmp_path / "bench.json"
     assert main(["bench", "decode", "--preset", preset, "--vocab-size", "257", "--contexts", "32", "--batches", "1",
                  "--steps", "2", "--warmup", "0", "--prefill-chunk", "32", "--device", "cpu", "--no-baseline",
-                 "--out", str(out), *extra]) == 0
+                 "--out", str(out)]) == 0
     rows = {r["model"]: r for r in json.loads(out.read_text())["rows"]}
-    assert rows["fox"]["tokens_per_s"] > 0
-    evict = rows["fox+evict"]
+    assert rows[kind]["tokens_per_s"] > 0
+    evict = rows[f"{kind}+evict"]
     assert reason in evict["skipped"] and "kept_fraction" not in evict and "max_logprob_diff" not in evict
+    assert "tokens_per_s" not in evict and "ms_per_step" not in evict
     assert reason in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("preset, kind", [("fox-pro-tiny", "fox"), ("transformer-llama-tiny", "transformer"),
+                                          ("linear-pro-tiny", "linear")])
+def test_bench_decode_labels_rows_by_the_kind_of_model(tmp_path, preset, kind):
+    """Every preset's rows were labelled "fox" / "fox+evict", Transformer and linear-attention ones too."""
+    out = tmp_path / "bench.json"
+    assert main(["bench", "decode", "--preset", preset, "--vocab-size", "257", "--contexts", "32", "--batches", "1",
+                 "--steps", "2", "--warmup", "0", "--prefill-chunk", "32", "--device", "cpu",
+                 "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["model"] for r in rows] == [kind, f"{kind}+evict", "llama-sdpa"]
+    assert [r["preset"] for r in rows] == [preset, preset, "transformer-" + preset.split("-", 1)[1]]
+    assert [r.get("evict_eps") for r in rows] == [None, 1e-3, None]
+    assert ("skipped" in rows[1]) == (kind != "fox")
 
 
 def test_bench_decode_evicts_without_qk_norm_given_a_bound(tmp_path):

@@ -1,8 +1,10 @@
 """`foxformer bench-decode` (also `foxformer bench decode`): decoding speed and memory at long context.
 
 For each context length and batch size: prefill ``context`` random tokens (in chunks), then time
-``steps`` single-token decode steps. Models: FoX (foxformer preset) without and with KV eviction,
+``steps`` single-token decode steps. Models: the foxformer preset without and with KV eviction,
 and transformers' own LlamaForCausalLM of the same size (SDPA, its DynamicCache) as the anchor.
+Rows are labelled by the preset's kind ("fox", "transformer" or "linear", see ``model_kind``; "+evict"
+for the eviction row, "llama-sdpa" for the anchor) and carry the preset name in "preset".
 Reported: tokens/s (batch * steps / time), ms per step, peak device memory during decoding, cache
 bytes, the fraction of keys eviction kept, and the largest log-probability difference that eviction
 caused on the same token stream (the measured output error).
@@ -10,8 +12,9 @@ caused on the same token stream (the measured output error).
 Random-init FoX gates all start near f = 0.5 and would evict everything; ``--gates realistic`` sets
 each layer's gate biases to timescales geometric in [2, max context] across heads (the "realistic
 gates" of DESIGN.md) so that eviction sees a mix of short and long heads. ``--model`` benches a trained
-model instead. Eviction needs a forget gate and a bound on |q.k| (QK-norm, or ``--evict-qk-bound``); without
-them the "fox+evict" rows are marked "skipped" instead of reporting an eviction that dropped nothing.
+model instead. Eviction needs a forget gate, cached keys and a bound on |q.k| (QK-norm, or ``--evict-qk-bound``);
+without them (a Transformer or linear-attention preset, FoX without QK-norm) the "+evict" rows are marked
+"skipped" instead of reporting an eviction that dropped nothing.
 """
 from __future__ import annotations
 
@@ -126,7 +129,16 @@ def measure_decode(model, *, vocab: int, context: int, batch: int, steps: int, w
     return row
 
 
+def model_kind(config) -> str:
+    """The row label of a foxformer model: "linear" (gated linear attention), "fox" (softmax attention with a
+    forget gate) or "transformer" (without one)."""
+    if getattr(config, "attention", None) == "linear":
+        return "linear"
+    return "fox" if getattr(config, "has_fgate", False) else "transformer"
+
+
 def _build(args, device: torch.device, dtype: torch.dtype):
+    """[(label, preset, model, evict_eps)]: preset is None for a --model (the settings record its path)."""
     from foxformer.models import FoxForCausalLM, get_preset
 
     from .model import llama_anchor
@@ -142,19 +154,20 @@ def _build(args, device: torch.device, dtype: torch.dtype):
         if args.gates == "realistic":
             realistic_gates(fox, args.gate_tmax or max(args.contexts))
         fox = fox.to(device=device, dtype=dtype).eval()
-    models.append(("fox", fox, None))
-    models.append(("fox+evict", fox, args.evict_eps))
+    kind, preset = model_kind(fox.config), None if args.model else args.preset
+    models.append((kind, preset, fox, None))
+    models.append((f"{kind}+evict", preset, fox, args.evict_eps))
     if args.baseline:
         family, block, size = args.preset.split("-")
-        cfg = get_preset(f"transformer-{block}-{size}", vocab_size=fox.config.vocab_size)
-        llama = llama_anchor(cfg)
+        anchor = f"transformer-{block}-{size}"
+        llama = llama_anchor(get_preset(anchor, vocab_size=fox.config.vocab_size))
         llama.config.use_cache = True
-        models.append(("llama-sdpa", llama.to(device=device, dtype=dtype).eval(), None))
+        models.append(("llama-sdpa", anchor, llama.to(device=device, dtype=dtype).eval(), None))
     return models
 
 
 def evict_skip_reason(model, evict_eps: float, qk_bound: Optional[float]) -> Optional[str]:
-    """Why the fox+evict row could not evict a single key (it would report kept_fraction 1 and
+    """Why the +evict row could not evict a single key (it would report kept_fraction 1 and
     max_logprob_diff 0 as if eviction were free), or None when some layer evicts."""
     from foxformer.infer.eviction import eviction_deltas
 
@@ -186,16 +199,18 @@ def run(args) -> dict:
         return payload
     models = _build(args, device, dtype)
     qk_bound = getattr(args, "evict_qk_bound", None)
-    skip = {name: evict_skip_reason(m, eps, qk_bound) for name, m, eps in models if eps is not None}
+    skip = {name: evict_skip_reason(m, eps, qk_bound) for name, _, m, eps in models if eps is not None}
     for name, reason in skip.items():
         if reason:
             print(f"bench decode: skipping the {name} row: {reason}", file=sys.stderr)
     rows = []
-    jobs = [(name, m, eps, ctx, b) for ctx in args.contexts for b in args.batches for name, m, eps in models]
+    jobs = [(*entry, ctx, b) for ctx in args.contexts for b in args.batches for entry in models]
+    # the no-eviction row of the same model object is the reference of the eviction row's max_logprob_diff
     reference = {}
-    for name, model, eps, ctx, b in tqdm(jobs, desc="bench decode"):
+    for name, preset, model, eps, ctx, b in tqdm(jobs, desc="bench decode"):
         if skip.get(name):
-            rows.append({"model": name, "context": ctx, "batch": b, "evict_eps": eps, "skipped": skip[name]})
+            rows.append({"model": name, "preset": preset, "context": ctx, "batch": b, "evict_eps": eps,
+                         "skipped": skip[name]})
             continue
         try:
             row = measure_decode(model, vocab=model.config.vocab_size, context=ctx, batch=b, steps=args.steps,
@@ -204,13 +219,14 @@ def run(args) -> dict:
         except torch.cuda.OutOfMemoryError:
             row = {"context": ctx, "batch": b, "error": "out of memory"}
         row["model"] = name
+        row["preset"] = preset
         if eps is not None:
             row["evict_eps"] = eps
         lp = row.pop("logprobs", None)
-        if name == "fox" and lp is not None:
-            reference[(ctx, b)] = lp
-        elif name == "fox+evict" and lp is not None and (ctx, b) in reference:
-            row["max_logprob_diff"] = float((lp - reference[(ctx, b)]).abs().max())
+        if eps is None and lp is not None:
+            reference[(id(model), ctx, b)] = lp
+        elif lp is not None and (id(model), ctx, b) in reference:
+            row["max_logprob_diff"] = float((lp - reference[(id(model), ctx, b)]).abs().max())
         rows.append(row)
         gc.collect()
         if device.type == "cuda":
@@ -262,8 +278,10 @@ def kernel_rows(contexts: list[int], batches: list[int], heads: int, kv_heads: i
 
 
 def add_parser(sub, name: str = "decode") -> argparse.ArgumentParser:
-    p = sub.add_parser(name, help="decode tokens/s and memory at long context (FoX, FoX + eviction, LLaMA SDPA)")
-    p.add_argument("--preset", default="fox-pro-125m", help="FoX preset (the baseline is transformer-<block>-<size>)")
+    p = sub.add_parser(name, help="decode tokens/s and memory at long context (a preset with and without eviction, "
+                                  "LLaMA SDPA)")
+    p.add_argument("--preset", default="fox-pro-125m",
+                   help="fox-*, transformer-* or linear-* preset (the baseline is transformer-<block>-<size>)")
     p.add_argument("--model", default=None, help="bench a trained FoX model (run dir / HF folder) instead")
     p.add_argument("--vocab-size", type=int, default=50304)
     p.add_argument("--contexts", type=ints, default=[4096, 8192, 16384, 32768, 65536])
@@ -274,7 +292,7 @@ def add_parser(sub, name: str = "decode") -> argparse.ArgumentParser:
     p.add_argument("--evict-eps", type=float, default=1e-3)
     p.add_argument("--evict-qk-bound", type=float, default=None,
                    help="without QK-norm: your bound U >= |scale q.k| (your contract); without it (or the model "
-                        "config's evict_qk_bound) the fox+evict row is skipped")
+                        "config's evict_qk_bound) the +evict row is skipped")
     p.add_argument("--gates", choices=("realistic", "init"), default="realistic")
     p.add_argument("--gate-tmax", type=float, default=None,
                    help="longest decay timescale of the realistic gates (default: the longest context)")
