@@ -296,3 +296,23 @@ def test_hf_generate_bound_covers_the_whole_generation(max_new_tokens, n):
     assert out.sequences.shape[1] == 10 + max_new_tokens
     want = eviction_deltas(model, 1e-3, None, n)
     assert [layer.delta for layer in out[CACHE_FIELD].layers] == pytest.approx(want)
+
+
+def test_beam_reorder_copies_only_the_live_pages():
+    """select rebuilt the pool from dense copies of every position, dead ones included: after one beam
+    reorder an evicting cache allocated as much as no eviction at all (and copied all of it each step)."""
+    Hkv, D, T = 8, 16, 20 * 64
+    cache = LayerCache(delta=-5.0)
+    for t0 in range(0, T, 64):
+        k = torch.randn(2, 64, Hkv, D)
+        log_f = torch.full((2, 64, Hkv), -1.0, dtype=torch.float64)
+        log_f[..., 0] = 0.0                                  # head 0 keeps every key
+        cache.append(k, k, gate_cumsum(log_f, initial=cache.last_c()))
+        cache.evict()
+    before = cache.memory_bytes()
+    want = cache.k[[1, 1, 0]][:, :, 0]
+    cache.select(torch.tensor([1, 1, 0]))
+    mem = cache.memory_bytes()
+    assert mem["live_keys"] == before["live_keys"] * 3 // 2
+    assert mem["allocated"] < 0.3 * mem["no_eviction"], mem
+    assert torch.equal(cache.k[:, :, 0], want)

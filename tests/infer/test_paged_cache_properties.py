@@ -86,10 +86,12 @@ def check_start(cache, rec_c, delta, exact):
         assert torch.equal(cache.start, n_dead), (cache.start, n_dead)
 
 
-def check_memory(cache):
+def check_memory(cache, peak):
+    """peak: the most pages any earlier step held (the pool doubles: at most twice that)."""
     m = cache.memory_bytes()
     p = cache.paged
     B, Hkv, D = p.shape
+    assert p.k_pages.shape[0] <= 2 * peak, (p.k_pages.shape[0], peak)
     assert m["total_keys"] == cache.length * B * Hkv
     assert m["live_keys"] == int((cache.length - cache.start).sum())
     assert m["live"] <= m["held"] <= m["no_eviction"] + B * Hkv * p.page * 2 * D * 8 + B * Hkv * p.page * p.group * 8
@@ -132,6 +134,7 @@ def test_random_walk_keeps_the_live_keys_and_owns_each_page_once(walk):
     rec_k = torch.empty(B, 0, Hkv, D)
     rec_v = torch.empty(B, 0, Hkv, D)
     rec_c = torch.empty(B, 0, H, dtype=torch.float64)
+    peak = 0
     for step in range(steps):
         T = int(rng.integers(1, max_chunk + 1)) if rng.random() < 0.5 else 1
         k = torch.randn(B, T, Hkv, D, generator=gen)
@@ -140,6 +143,7 @@ def test_random_walk_keeps_the_live_keys_and_owns_each_page_once(walk):
         last = rec_c[:, -1] if rec_c.shape[1] else torch.zeros(B, H, dtype=torch.float64)
         c = last[:, None, :] + log_f.cumsum(1)
         cache.append(k, v, c)
+        peak = max(peak, cache.paged.pages_in_use)
         rec_k, rec_v, rec_c = torch.cat([rec_k, k], 1), torch.cat([rec_v, v], 1), torch.cat([rec_c, c], 1)
         check_pages(cache)
         check_contents(cache, rec_k, rec_v, rec_c)
@@ -154,12 +158,12 @@ def test_random_walk_keeps_the_live_keys_and_owns_each_page_once(walk):
         check_start(cache, rec_c, delta, exact=kind == "full")
         check_pages(cache)
         check_contents(cache, rec_k, rec_v, rec_c)
-        check_memory(cache)
+        check_memory(cache, peak)
         if rng.random() < 0.2:
             index = torch.from_numpy(rng.integers(0, B, size=B))
             cache.select(index)
             rec_k, rec_v, rec_c = rec_k[index], rec_v[index], rec_c[index]
             check_pages(cache)
             check_contents(cache, rec_k, rec_v, rec_c)
-            check_memory(cache)
+            check_memory(cache, peak)
     assert bool((cache.start > 0).any()), "nothing was evicted: the walk tests nothing"

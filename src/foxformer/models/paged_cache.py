@@ -140,16 +140,26 @@ class PagedKV:
         return k, v, c
 
     def select(self, index: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
-        """Keep batch rows ``index`` (repeats allowed: beam search); returns their start. Rebuilt from
-        dense copies, since rows sharing pages would free them twice."""
-        k, v, c = self.dense(0, start)
-        index = index.to(k.device)
-        k, v, c, start = k[index], v[index], c[index], start[index]
-        fresh = PagedKV(k, c, self.page)
-        fresh.max_pages = self.max_pages // max(1, self.shape[0]) * index.numel()
-        fresh.append(k, v, c, start)
-        fresh.release(start)
-        self.__dict__.update(fresh.__dict__)
+        """Keep batch rows ``index`` (repeats allowed: beam search); returns their start. The live pages
+        (from each head's start on) are copied into a fresh pool, since rows sharing pages would free them
+        twice; dead pages are not copied (one device sync: reading start)."""
+        index = index.to(self.table.device)
+        start = start.index_select(0, index)
+        self.max_pages = self.max_pages // max(1, self.shape[0]) * index.numel()
+        n_pages = -(-self.length // self.page)
+        rows = index.cpu().numpy()
+        first = np.minimum(start.clamp(min=0).cpu().numpy() // self.page, n_pages)   # [n, Hkv]
+        keep = np.arange(n_pages)[None, None, :] >= first[..., None]                  # [n, Hkv, pages]
+        old_ids = self.table_host[rows][:, :, :n_pages][keep]
+        table_host = np.zeros((len(rows), self.table_host.shape[1], max(n_pages, self.table_host.shape[2])),
+                              dtype=np.int32)
+        table_host[:, :, :n_pages][keep] = np.arange(old_ids.size, dtype=np.int32)
+        src = torch.from_numpy(old_ids.astype(np.int64)).to(self.k_pages.device)
+        self.k_pages, self.v_pages, self.c_pages = self.k_pages[src], self.v_pages[src], self.c_pages[src]
+        self.table_host = table_host
+        self.table = torch.from_numpy(table_host).to(self.table.device)
+        self.released = first.astype(np.int64)
+        self.free = []
         return start
 
     def memory_bytes(self) -> int:
