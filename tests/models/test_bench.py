@@ -103,3 +103,41 @@ def test_rows_carry_mfu_against_the_device_peak(tmp_path):
     assert main(TINY + ["--presets", "fox-pro-tiny", "--peak-flops", "1e9", "--out", str(out)]) == 0
     row = json.loads(out.read_text())["results"][0]
     assert row["mfu"] == pytest.approx(row["model_tflops"] * 1e12 / 1e9)
+
+
+@pytest.mark.parametrize("device_name, dtype, tf32, want", [
+    pytest.param("NVIDIA H200", "bf16", False, ("bf16", 989e12), id="h200-bf16"),
+    pytest.param("NVIDIA H200", "fp16", False, ("fp16", 989e12), id="h200-fp16"),
+    pytest.param("NVIDIA H100 80GB HBM3", "fp32", True, ("tf32", 494.5e12), id="h100-fp32-with-tf32"),
+    pytest.param("NVIDIA H100 80GB HBM3", "fp32", False, ("fp32", 67e12), id="h100-fp32-without-tf32"),
+    pytest.param("NVIDIA A100-SXM4-80GB", "fp32", False, ("fp32", 19.5e12), id="a100-fp32"),
+    pytest.param("NVIDIA A10", "fp16", False, ("fp16", 125e12), id="a10-is-not-a100"),
+])
+def test_mfu_peak_follows_the_dtype(device_name, dtype, tf32, want):
+    """MFU was measured against the bf16 peak (989 TFLOP/s on H200) whatever --dtype ran: fp32 without TF32
+    reported an MFU ~15x too low."""
+    from foxformer.bench.model import mfu_peak
+
+    peak, kind, note = mfu_peak(device_name, dtype, tf32=tf32)
+    assert (kind, peak) == want and note is None
+
+
+@pytest.mark.parametrize("device_name, dtype", [
+    pytest.param("NVIDIA B200", "fp32", id="known-gpu-unknown-dtype"),
+    pytest.param("Some Future GPU", "bf16", id="unknown-gpu"),
+])
+def test_mfu_is_null_with_a_note_where_the_peak_is_unknown(device_name, dtype):
+    from foxformer.bench.model import mfu_peak
+
+    peak, kind, note = mfu_peak(device_name, dtype, tf32=False)
+    assert peak is None and kind == dtype
+    assert device_name in note and dtype in note and "--peak-flops" in note
+    assert mfu_peak(device_name, dtype, override=1e15, tf32=False) == (1e15, dtype, None)
+
+
+def test_json_says_which_peak_the_mfu_is_against(tmp_path):
+    out = tmp_path / "bench.json"
+    assert main(TINY + ["--presets", "fox-pro-tiny", "--out", str(out)]) == 0
+    payload = json.loads(out.read_text())
+    assert payload["peak_flops"] is None and payload["peak_dtype"] == "fp32" and "cpu" in payload["mfu_note"]
+    assert payload["results"][0]["mfu"] is None

@@ -1,8 +1,11 @@
 """`foxformer bench-model`: training throughput and peak memory of whole models.
 
-One training step = forward + backward + AdamW step under bf16 autocast (fp32 master weights),
+One training step = forward + backward + AdamW step under --dtype autocast (bf16 by default; fp32
+master weights; fp32 runs without autocast),
 B = tokens_per_step // context sequences of length `context`. The anchor is transformers' own
 LlamaForCausalLM with SDPA, built at the size of our Transformer (LLaMA) preset of the same size.
+MFU is measured against the device's dense peak for --dtype (``mfu_peak``), null with a note where that
+peak is not known.
 """
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ from tqdm import tqdm
 
 from foxformer.models import FoxForCausalLM, count_non_embedding, get_preset, training_flops_per_token
 from foxformer.models.config import FoxConfig
-from foxformer.train.metrics import device_peak_flops, mfu
+from foxformer.train.metrics import mfu, peak_flops
 
 from .common import environment, write_json
 
@@ -36,6 +39,23 @@ def llama_anchor(cfg: FoxConfig):
                        tie_word_embeddings=cfg.tie_embeddings, max_position_embeddings=1 << 20,
                        attn_implementation="sdpa", use_cache=False)
     return LlamaForCausalLM(lcfg)
+
+
+def mfu_peak(device_name: str, dtype: str, override: float | None = None,
+             tf32: bool | None = None) -> tuple[float | None, str, str | None]:
+    """(peak FLOP/s, the compute dtype it is for, a note why it is None) for --dtype ``dtype`` on the device
+    named ``device_name`` ("cpu" off CUDA). fp32 matmuls run on TF32 tensor cores where TF32 is allowed
+    (``tf32``, default: torch's current setting), about 7x the plain fp32 peak on H100; ``override`` is
+    --peak-flops."""
+    if dtype == "fp32" and (torch.backends.cuda.matmul.allow_tf32 if tf32 is None else tf32):
+        dtype = "tf32"
+    if override:
+        return override, dtype, None
+    peak = peak_flops(device_name, dtype)
+    if peak is None:
+        return None, dtype, (f"MFU n/a: no known dense {dtype} peak for {device_name!r}; "
+                             "pass --peak-flops (per device, FLOP/s)")
+    return peak, dtype, None
 
 
 def _size_of(preset: str) -> str:
@@ -140,13 +160,16 @@ def run(args: argparse.Namespace) -> int:
             ref = get_preset(f"transformer-llama-{size}", **overrides)
             entries.append((f"hf-llama-sdpa-{size}", f"transformer-llama-{size}", lambda c=ref: llama_anchor(c)))
 
-    peak = args.peak_flops or device_peak_flops(device)
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    peak, peak_dtype, mfu_note = mfu_peak(device_name, args.dtype, args.peak_flops)
+    if mfu_note and device.type == "cuda":
+        print(f"bench model: {mfu_note}", file=sys.stderr)
     rows = []
-    payload = {"benchmark": "model_training", "device": str(device),
-               "device_name": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+    payload = {"benchmark": "model_training", "device": str(device), "device_name": device_name,
                "torch": torch.__version__, "compile": args.compile, "fused_loss": args.fused_loss,
                "tokens_per_step": args.tokens_per_step, "steps": args.steps, "warmup": args.warmup,
-               "peak_flops": peak, "env": environment(), "complete": False, "results": rows}
+               "peak_flops": peak, "peak_dtype": peak_dtype, "mfu_note": mfu_note, "env": environment(),
+               "complete": False, "results": rows}
     for name, preset, build in entries:
         torch.manual_seed(0)
         model = build()
@@ -205,8 +228,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--vocab-size", type=int, default=None)
     p.add_argument("--device", default=None)
     p.add_argument("--peak-flops", type=float, default=None,
-                   help="per-device peak FLOP/s for the 'mfu' column; default: the dense bf16 peak of known GPUs "
-                        "(989e12 on H100/H200, as in the training logs), none on CPU")
+                   help="per-device peak FLOP/s for the 'mfu' column; default: the dense peak of known GPUs for "
+                        "--dtype (bf16 / fp16: 989e12 on H100/H200, as in the training logs; fp32: the TF32 peak "
+                        "where TF32 matmuls are allowed, else the plain fp32 one), none on CPU")
     p.add_argument("--compile", action="store_true", help="torch.compile every model")
     p.add_argument("--fused-loss", action="store_true",
                    help="our models compute the loss through the LM head in chunks (no [B, T, V] logits)")

@@ -7,21 +7,38 @@ import os
 
 import torch
 
-# Dense bf16 tensor-core peaks (FLOP/s, no sparsity) by substring of torch.cuda.get_device_name().
-PEAK_BF16 = (("H200", 989e12), ("H100", 989e12), ("H800", 989e12), ("GH200", 989e12), ("B200", 2250e12),
-             ("A100", 312e12), ("A800", 312e12), ("L40S", 362e12), ("L40", 181e12), ("L4", 121e12),
-             ("A10", 125e12), ("4090", 165e12), ("3090", 71e12))
+# Dense peaks (FLOP/s, no sparsity) by substring of torch.cuda.get_device_name(); the first match wins, so
+# "H100 PCIe" precedes "H100", "A100" precedes "A10" and "L40S", "L40" precede "L4". Per compute dtype:
+# "bf16" / "fp16" on tensor cores with fp32 accumulation (what autocast runs), "tf32" (fp32 matmuls where
+# TF32 is allowed) and "fp32" (fp32 matmuls without TF32, on CUDA cores). A dtype missing from a row is not
+# known: MFU is then n/a instead of a ratio against another dtype's peak.
+_HOPPER = {"bf16": 989e12, "fp16": 989e12, "tf32": 494.5e12, "fp32": 67e12}
+_AMPERE_DC = {"bf16": 312e12, "fp16": 312e12, "tf32": 156e12, "fp32": 19.5e12}
+PEAKS = (("H200", _HOPPER), ("H100 PCIe", {"bf16": 756e12, "fp16": 756e12, "tf32": 378e12, "fp32": 51e12}),
+         ("H100", _HOPPER), ("H800", _HOPPER), ("GH200", _HOPPER), ("B200", {"bf16": 2250e12, "fp16": 2250e12}),
+         ("A100", _AMPERE_DC), ("A800", _AMPERE_DC),
+         ("L40S", {"bf16": 362e12, "fp16": 362e12, "tf32": 183e12, "fp32": 91.6e12}),
+         ("L40", {"bf16": 181e12, "fp16": 181e12, "tf32": 90.5e12, "fp32": 90.5e12}),
+         ("L4", {"bf16": 121e12, "fp16": 121e12, "tf32": 60e12, "fp32": 30.3e12}),
+         ("A10", {"bf16": 125e12, "fp16": 125e12, "tf32": 62.5e12, "fp32": 31.2e12}),
+         ("4090", {"bf16": 165e12, "fp16": 165e12, "tf32": 82.6e12, "fp32": 82.6e12}),
+         ("3090", {"bf16": 71e12, "fp16": 71e12, "tf32": 35.6e12, "fp32": 35.6e12}))
 
 
-def device_peak_flops(device: torch.device) -> float | None:
-    """Peak bf16 FLOP/s of ``device``; None where unknown (CPU: MFU is reported as n/a)."""
+def peak_flops(device_name: str, dtype: str = "bf16") -> float | None:
+    """Dense peak FLOP/s of the GPU named ``device_name`` for ``dtype`` (a key of PEAKS' rows); None where
+    either is unknown."""
+    for key, peaks in PEAKS:
+        if key in device_name:
+            return peaks.get(dtype)
+    return None
+
+
+def device_peak_flops(device: torch.device, dtype: str = "bf16") -> float | None:
+    """Peak FLOP/s of ``device`` for ``dtype``; None where unknown (CPU: MFU is reported as n/a)."""
     if device.type != "cuda":
         return None
-    name = torch.cuda.get_device_name(device)
-    for key, peak in PEAK_BF16:
-        if key in name:
-            return peak
-    return None
+    return peak_flops(torch.cuda.get_device_name(device), dtype)
 
 
 def mfu(tokens_per_s: float | None, flops_per_token: float, peak: float | None, world_size: int = 1) -> float | None:
