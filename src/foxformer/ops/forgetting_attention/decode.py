@@ -89,6 +89,8 @@ def forgetting_attention_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
         softmax_scale: defaults to 1 / sqrt(D); else a finite number, as in forgetting_attention.
         backend: "auto" (triton for CUDA tensors, torch otherwise) | "triton" | "torch".
         num_splits: key splits per (batch, kv head) for the Triton kernel (None: enough to fill the GPU).
+            At most one per key block of the kernel (ceil(Tk / 64) on a GPU, ceil(Tk / 16) interpreted):
+            a larger count is clamped to the largest power of two within that.
 
     Returns:
         out [B, Tq, Hq, D] in q's dtype.
@@ -363,11 +365,20 @@ def _decode_merge_kernel(
     tl.store(OUT + b * stride_ob + t * stride_ot + head * stride_oh + d, o.to(OUT.dtype.element_ty), mask=d < D)
 
 
+def _block_n(interpreted: bool) -> int:
+    return 16 if interpreted else 64
+
+
 def _pick_splits(B: int, Hkv: int, keys: int, num_splits: Optional[int], interpreted: bool) -> int:
     if num_splits is not None:
         if num_splits < 1:
             raise ValueError(f"num_splits must be >= 1, got {num_splits}")
-        return num_splits
+        # A split past the last key block reads nothing yet costs a program and BLOCK_M scratch rows
+        # (10**6 splits: GiBs). Clamped rather than refused: a fixed count is valid once the cache has
+        # grown, and a short cache early in a generation should not fail on it. A power of two, as below,
+        # so that a cache growing to num_splits blocks compiles a few kernels, not one per block.
+        blocks = max(1, triton.cdiv(keys, _block_n(interpreted)))
+        return num_splits if num_splits <= blocks else 1 << (blocks.bit_length() - 1)
     if interpreted:
         return max(1, min(4, triton.cdiv(keys, 32)))
     want = triton.cdiv(_DEFAULT_TARGET_PROGRAMS, B * Hkv)
@@ -402,7 +413,7 @@ def _triton_decode(q, k, v, c, start, scale, num_splits, paged=None) -> torch.Te
     c = c if c.dtype == torch.float64 else c.double()
     # Sized for the whole cache: reading the live lengths would cost a device sync per call.
     splits = _pick_splits(B, Hkv, Tk, num_splits, interp)
-    block_n = 16 if interp else 64
+    block_n = _block_n(interp)
     block_m = max(16, triton.next_power_of_2(G * Tq))
     block_d = max(16, triton.next_power_of_2(D))
     # One scratch allocation for the partial outputs, maxima and sums, and no placeholder tensor for an
