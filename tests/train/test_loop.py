@@ -172,3 +172,15 @@ def test_validation_split_with_fewer_sequences_than_ranks(tmp_path, world, val_s
     assert all(np.isfinite(per_rank))
     if val_seqs == 1:
         assert per_rank == pytest.approx([one_loss] * world)
+
+
+@pytest.mark.parametrize("precision,peak_dtype", [("fp32", "tf32"), ("bf16", "bf16")], ids=["fp32-tf32", "bf16"])
+def test_mfu_peak_follows_the_training_precision(make_cfg, tmp_path, monkeypatch, precision, peak_dtype):
+    """fp32 training runs its matmuls on TF32 tensor cores on a GPU: its MFU is against the TF32 peak, not
+    the bf16 one (half of it on Hopper), which made fp32 runs look half as efficient as they are."""
+    import foxformer.train.loop as loop
+
+    asked = []
+    monkeypatch.setattr(loop, "device_peak_flops", lambda device, dtype="bf16": asked.append(dtype) or 1e12)
+    train(make_cfg(out_dir=str(tmp_path / precision), max_steps=1, precision=precision))
+    assert asked == [peak_dtype]

@@ -212,7 +212,8 @@ def train(cfg: TrainConfig, *, hook: StepHook | None = None, model_factory=None)
     from ..models.presets import attention_flops_per_token
 
     flops_per_token = 3.0 * (2 * n_nonemb + attention_flops_per_token(model_cfg, cfg.context))
-    peak = cfg.peak_flops or device_peak_flops(device)
+    # fp32 training runs its matmuls on TF32 tensor cores (allow_tf32 above): MFU against that peak.
+    peak = cfg.peak_flops or device_peak_flops(device, "bf16" if bf16 else "tf32")
 
     wrapped = wrap_model(model, info, bf16)
     optimizer = build_optimizer(model, cfg, device.type)
