@@ -97,3 +97,20 @@ def test_paged_bad_inputs():
         forgetting_attention_decode_paged(q.half(), kp, vp, cp, table, 16)
     with pytest.raises(ValueError, match="start"):
         forgetting_attention_decode_paged(q, kp, vp, cp, table, 16, torch.zeros(1, 3, dtype=torch.long))
+
+
+@pytest.mark.parametrize("backend", ["triton", "torch"])
+def test_entries_of_dead_pages_are_never_read(backend):
+    """The docstring's contract: a released page's table entry may be anything (here past the pool). The
+    torch path gathered every page from position 0 (a dense copy of the dead keys too, per layer and
+    step) and failed on such an entry."""
+    B, Tq, Tk, Hq, Hkv, D, page = 2, 2, 90, 4, 2, 8, 8
+    q, k, v, c = make(B, Tq, Tk, Hq, Hkv, D, torch.float32, seed=6)
+    start = torch.tensor([[17, 40], [8, 88]])
+    kp, vp, cp, table = paginate(k, v, c, page, start)
+    for b in range(B):
+        for h in range(Hkv):
+            table[b, h, :int(start[b, h]) // page] = 10 ** 6
+    want = dense_reference(q, k, v, c, start, 0.3)
+    got = forgetting_attention_decode_paged(q, kp, vp, cp, table, Tk, start, softmax_scale=0.3, backend=backend)
+    torch.testing.assert_close(got.double(), want, rtol=0, atol=2e-5)
