@@ -114,3 +114,13 @@ def test_entries_of_dead_pages_are_never_read(backend):
     want = dense_reference(q, k, v, c, start, 0.3)
     got = forgetting_attention_decode_paged(q, kp, vp, cp, table, Tk, start, softmax_scale=0.3, backend=backend)
     torch.testing.assert_close(got.double(), want, rtol=0, atol=2e-5)
+
+
+@pytest.mark.parametrize("backend", ["triton", "torch"])
+def test_a_start_past_the_first_query_is_refused_on_cpu(backend):
+    """As forgetting_attention_decode: a start past Tk - Tq leaves a query no key. The torch path, which
+    gathers from the first live page only, read the queries' c before that page instead."""
+    q, k, v, c = make(1, 3, 33, 4, 2, 8, torch.float32)
+    kp, vp, cp, table = paginate(k, v, c, 4)
+    with pytest.raises(ValueError, match="start.*Tk - Tq"):
+        forgetting_attention_decode_paged(q, kp, vp, cp, table, 33, torch.tensor([[0, 32]]), backend=backend)

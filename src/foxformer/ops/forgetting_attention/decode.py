@@ -137,6 +137,10 @@ def _check_paged(q, k_pages, v_pages, c_pages, table, seq_len, start) -> None:
     devices = {t.device for t in (q, k_pages, v_pages, c_pages, table) + (() if start is None else (start,))}
     if len(devices) > 1:
         raise ValueError(f"every tensor must be on one device, got {sorted(str(d) for d in devices)}")
+    # As in _check: free on the CPU, a device sync on a GPU (there a start past a query gives NaN rows).
+    if start is not None and start.device.type == "cpu" and Tq and start.numel() and int(start.max()) > seq_len - Tq:
+        raise ValueError(f"start: {int(start.max())} is past the first query's position Tk - Tq = {seq_len - Tq}, "
+                         f"which would then attend to no key; every start must be <= Tk - Tq")
 
 
 def forgetting_attention_decode_paged(q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor,
