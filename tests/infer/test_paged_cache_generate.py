@@ -51,7 +51,7 @@ def _left_pad(rows, pad=0):
     return ids, mask, width
 
 
-@pytest.mark.parametrize("chunk", [None, 5], ids=["one-prefill", "chunked-prefill-5"])
+@pytest.mark.parametrize("chunk", [None, 5, 20], ids=["one-prefill", "chunked-prefill-5", "chunked-prefill-20"])
 def test_left_padded_batch_with_eviction_equals_unpadded_rows(chunk):
     """The padding keys die at each row's start (f = 0 there): they must be evicted and never weighed."""
     model = make_model("fox-pro-tiny", gate_bias=FAST, num_kv_heads=2)

@@ -14,6 +14,7 @@ import torch  # noqa: E402
 
 from foxformer.models.cache import LayerCache  # noqa: E402
 from foxformer.models.paged_cache import PagedKV  # noqa: E402
+from foxformer.ops.forgetting_attention.cumsum import LOG_FGATE_FLOOR  # noqa: E402
 from foxformer.ops.forgetting_attention.decode import forgetting_attention_decode_paged  # noqa: E402
 
 
@@ -140,6 +141,8 @@ def test_random_walk_keeps_the_live_keys_and_owns_each_page_once(walk):
         k = torch.randn(B, T, Hkv, D, generator=gen)
         v = torch.randn(B, T, Hkv, D, generator=gen)
         log_f = rates[:, None, :] * torch.rand(B, T, H, generator=gen, dtype=torch.float64) * 2
+        if rng.random() < 0.1:  # a sequence start (left padding, packing): f = 0, c falls by the floor
+            log_f[int(rng.integers(B)), int(rng.integers(T)), :] = LOG_FGATE_FLOOR
         last = rec_c[:, -1] if rec_c.shape[1] else torch.zeros(B, H, dtype=torch.float64)
         c = last[:, None, :] + log_f.cumsum(1)
         cache.append(k, v, c)
