@@ -4,7 +4,6 @@ FoxCache.reserve and evict_max_len on evicting layers."""
 import pytest
 import torch
 
-from foxformer.models import FoxCache
 from foxformer.models.modeling import CACHE_FIELD
 from foxformer.models.paged_cache import PAGE_SIZE
 
