@@ -60,11 +60,12 @@ def test_paged_kernel_matches_dense_at_64k(B, Hq, Hkv):
     start = torch.randint(0, Tk // 2, (B, Hkv), device="cuda", generator=g)
     n = Tk // page
     table = torch.randperm(B * Hkv * n, device="cuda", generator=g).view(B, Hkv, n).to(torch.int32)
-    pages = lambda x: torch.empty(B * Hkv * n, page, x.shape[-1], device="cuda", dtype=x.dtype).index_copy_(  # noqa: E731
-        0, table.flatten().long(), x.transpose(1, 2).reshape(B * Hkv * n, page, x.shape[-1]))
-    c_grouped = c.view(B, Tk, Hkv, Hq // Hkv)
-    c_pages = torch.empty(B * Hkv * n, page, Hq // Hkv, device="cuda", dtype=torch.float64).index_copy_(
-        0, table.flatten().long(), c_grouped.transpose(1, 2).reshape(B * Hkv * n, page, Hq // Hkv))
+
+    def pages(x):  # [B, Tk, Hkv, X] -> pool [B * Hkv * n, page, X], page i of (b, h) at table[b, h, i]
+        pool = torch.empty(B * Hkv * n, page, x.shape[-1], device="cuda", dtype=x.dtype)
+        return pool.index_copy_(0, table.flatten().long(), x.transpose(1, 2).reshape(B * Hkv * n, page, x.shape[-1]))
+
+    c_pages = pages(c.view(B, Tk, Hkv, Hq // Hkv))   # the c of a kv head's query heads, float64
     got = forgetting_attention_decode_paged(q, pages(k), pages(v), c_pages, table, Tk, start, backend="triton")
     want = torch_decode(q, k, v, c, start, D ** -0.5)
     err = ((got.double() - want.double()).norm() / want.double().norm()).item()

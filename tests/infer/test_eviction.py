@@ -203,7 +203,8 @@ def test_beam_reorder_of_a_paged_cache_keeps_each_rows_keys():
     pages = cache.paged.table_host
     owned = [p for b in range(3) for h in range(H) for p in pages[b, h, cache.paged.released[b, h]:3]]
     assert len(owned) == len(set(owned))
-    assert torch.equal(cache.k[1, :, 1, 0], -torch.arange(150.0)) and torch.equal(cache.k[2, :, 1, 0], torch.arange(150.0))
+    assert torch.equal(cache.k[1, :, 1, 0], -torch.arange(150.0))
+    assert torch.equal(cache.k[2, :, 1, 0], torch.arange(150.0))
     cache.append(torch.ones(3, 1, H, D), torch.ones(3, 1, H, D), torch.zeros(3, 1, H, dtype=torch.float64))
     assert torch.equal(cache.k[0, -2:, 1, 0], torch.tensor([-149.0, 1.0]))
 

@@ -199,7 +199,8 @@ class LayerCache:
         if self.paged is not None:
             self.start = self.paged.select(index, self.start)
             self.c_last = self.c_last.index_select(0, index.to(self.c_last.device))
-        for name in ("k_buf", "v_buf", "c_buf", "k_last", "v_last", "state") + (("start",) if self.paged is None else ()):
+        names = ("k_buf", "v_buf", "c_buf", "k_last", "v_last", "state") + (("start",) if self.paged is None else ())
+        for name in names:
             t = getattr(self, name)
             if t is not None:
                 setattr(self, name, t.index_select(0, index.to(t.device)))
