@@ -259,3 +259,20 @@ def test_bench_decode_evicts_without_qk_norm_given_a_bound(tmp_path):
                  "--no-baseline", "--evict-qk-bound", "1.0", "--out", str(out)]) == 0
     evict = json.loads(out.read_text())["rows"][1]
     assert evict["model"] == "fox+evict" and "skipped" not in evict and evict["kept_fraction"] < 1
+
+
+def test_bench_decode_reports_the_median_step(monkeypatch):
+    """One slow step (a host hiccup) must not move ms_per_step: it is the median of per-step times; the mean
+    and the 90th percentile are reported beside it."""
+    import foxformer.bench.decode as bench
+    from foxformer.models import FoxForCausalLM, get_preset
+
+    durations = [0.010, 0.010, 0.010, 0.500, 0.010]
+    stamps = [0.0, 0.0] + [t for d in durations for t in (0.0, d)]   # the prefill, then each step's start and end
+    monkeypatch.setattr(bench.time, "perf_counter", iter(stamps).__next__)
+    model = FoxForCausalLM(get_preset("fox-pro-tiny", vocab_size=64)).eval()
+    row = bench.measure_decode(model, vocab=64, context=8, batch=2, steps=5, warmup=1, evict_eps=None,
+                               prefill_chunk=8, device=torch.device("cpu"))
+    assert row["ms_per_step"] == pytest.approx(10.0) and row["ms_per_step_p90"] == pytest.approx(10.0)
+    assert row["ms_per_step_mean"] == pytest.approx(108.0)
+    assert row["tokens_per_s"] == pytest.approx(200.0)

@@ -5,7 +5,8 @@ For each context length and batch size: prefill ``context`` random tokens (in ch
 and transformers' own LlamaForCausalLM of the same size (SDPA, its DynamicCache) as the anchor.
 Rows are labelled by the preset's kind ("fox", "transformer" or "linear", see ``model_kind``; "+evict"
 for the eviction row, "llama-sdpa" for the anchor) and carry the preset name in "preset".
-Reported: tokens/s (batch * steps / time), ms per step, peak device memory during decoding, cache
+Reported: ms per step (the median of per-step times, each step synced as generation does; the mean and
+the 90th percentile beside it), tokens/s (batch / median step), peak device memory during decoding, cache
 bytes, the fraction of keys eviction kept, and the largest log-probability difference that eviction
 caused on the same token stream (the measured output error).
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import gc
 import math
+import statistics
 import sys
 import time
 from typing import Optional
@@ -65,7 +67,8 @@ def measure_decode(model, *, vocab: int, context: int, batch: int, steps: int, w
                    keep_logprobs: int = 8, evict_qk_bound: Optional[float] = None) -> dict:
     """Prefill ``context`` random tokens, run ``warmup`` then ``steps`` timed decode steps.
 
-    Returns a row with tokens_per_s, ms_per_step, peak_mem_gib, cache_gib, kept_fraction and
+    Returns a row with tokens_per_s and ms_per_step (from the median step; the mean and the 90th percentile
+    beside them), peak_mem_gib, cache_gib, kept_fraction and
     "logprobs" (fp32 [min(steps, keep_logprobs), V] of row 0, for comparing runs on one token stream).
     """
     g = torch.Generator().manual_seed(seed)
@@ -104,17 +107,26 @@ def measure_decode(model, *, vocab: int, context: int, batch: int, steps: int, w
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     logprobs = []
-    t0 = time.perf_counter()
+    # Each step is timed to its end (a sync per step, as in generation, where the next token must reach the
+    # host): batch-1 steps are host-bound, and a mean over 16 unsynced steps varied 12 to 72 ms between rows
+    # of one run (sixth session, H200); the median of per-step times resists such spikes.
+    times = []
     for i in range(steps):
         t = context + warmup + i
+        t0 = time.perf_counter()
         out = model(input_ids=ids[:, t:t + 1], use_cache=True, logits_to_keep=1, **{kw: cache})
         cache = cache_of(out)
+        _sync(device)
+        times.append(time.perf_counter() - t0)
         if i < keep_logprobs:
             logprobs.append(out.logits[0, -1])
-    _sync(device)
-    elapsed = time.perf_counter() - t0
-    row = {"context": context, "batch": batch, "steps": steps, "ms_per_step": 1e3 * elapsed / max(steps, 1),
-           "tokens_per_s": batch * steps / elapsed if elapsed > 0 else None, "prefill_s": prefill_s}
+    elapsed = sum(times)
+    row = {"context": context, "batch": batch, "steps": steps,
+           "ms_per_step": 1e3 * statistics.median(times) if times else None,
+           "ms_per_step_mean": 1e3 * elapsed / max(steps, 1),
+           "ms_per_step_p90": 1e3 * sorted(times)[int(0.9 * (len(times) - 1))] if times else None,
+           "tokens_per_s": batch / statistics.median(times) if times and statistics.median(times) > 0 else None,
+           "prefill_s": prefill_s}
     if evict_eps is not None:
         row["evict_max_len"] = total
     if device.type == "cuda":
@@ -231,8 +243,8 @@ def run(args) -> dict:
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()
-    columns = ["model", "context", "batch", "tokens_per_s", "ms_per_step", "peak_mem_gib", "cache_gib",
-               "live_gib", "kept_fraction", "max_logprob_diff", "error", "skipped"]
+    columns = ["model", "context", "batch", "tokens_per_s", "ms_per_step", "ms_per_step_p90", "peak_mem_gib",
+               "cache_gib", "live_gib", "kept_fraction", "max_logprob_diff", "error", "skipped"]
     print_table(rows, columns)
     payload = {"env": environment(), "settings": {k: v for k, v in vars(args).items() if k != "func"}, "rows": rows}
     if args.out:
