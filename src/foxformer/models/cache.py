@@ -259,7 +259,7 @@ class FoxCache:
         self.layers = [LayerCache(d) for d in deltas]
         self.seq_len = 0
         self.max_len = None if max_len is None else int(max_len)
-        if self.max_len is not None:  # the longest sequence: an evicting layer's pool stops doubling there
+        if self.max_len is not None:  # the longest sequence: an evicting layer's pool stops growing there
             for layer in self.layers:
                 if layer.delta is not None:
                     layer.capacity_hint = self.max_len
