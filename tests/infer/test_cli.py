@@ -276,3 +276,15 @@ def test_bench_decode_reports_the_median_step(monkeypatch):
     assert row["ms_per_step"] == pytest.approx(10.0) and row["ms_per_step_p90"] == pytest.approx(10.0)
     assert row["ms_per_step_mean"] == pytest.approx(108.0)
     assert row["tokens_per_s"] == pytest.approx(200.0)
+
+
+def test_bench_decode_anchor_matches_a_loaded_models_size():
+    """With --model, the Llama anchor was built from --preset (fox-pro-125m by default) whatever the model's
+    size; it now takes the Transformer preset of the model's own (layers, hidden size), or none."""
+    from foxformer.bench.decode import anchor_preset
+    from foxformer.models import get_preset
+
+    assert anchor_preset("fox-pro-760m") == "transformer-pro-760m"
+    assert anchor_preset("fox-pro-125m", get_preset("fox-llama-small")) == "transformer-pro-small"
+    assert anchor_preset("fox-llama-125m", get_preset("fox-pro-360m")) == "transformer-llama-360m"
+    assert anchor_preset("fox-pro-125m", get_preset("fox-pro-125m", num_layers=5)) is None

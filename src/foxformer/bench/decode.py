@@ -170,12 +170,30 @@ def _build(args, device: torch.device, dtype: torch.dtype):
     models.append((kind, preset, fox, None))
     models.append((f"{kind}+evict", preset, fox, args.evict_eps))
     if args.baseline:
-        family, block, size = args.preset.split("-")
-        anchor = f"transformer-{block}-{size}"
-        llama = llama_anchor(get_preset(anchor, vocab_size=fox.config.vocab_size))
-        llama.config.use_cache = True
-        models.append(("llama-sdpa", anchor, llama.to(device=device, dtype=dtype).eval(), None))
+        anchor = anchor_preset(args.preset, fox.config if args.model else None)
+        if anchor is None:
+            print(f"bench decode: no transformer preset has the size of {args.model} (hidden_size "
+                  f"{fox.config.hidden_size}, {fox.config.num_layers} layers): no llama-sdpa anchor", file=sys.stderr)
+        else:
+            llama = llama_anchor(get_preset(anchor, vocab_size=fox.config.vocab_size))
+            llama.config.use_cache = True
+            models.append(("llama-sdpa", anchor, llama.to(device=device, dtype=dtype).eval(), None))
     return models
+
+
+def anchor_preset(preset: str, config=None) -> Optional[str]:
+    """The Transformer preset the Llama anchor is built from: transformer-<block>-<size> of ``preset``, or
+    for a loaded model (``config``) the size whose (num_layers, hidden_size) it has (None if no size has):
+    --preset's default size would otherwise stand in for a --model of any size."""
+    from foxformer.models.presets import SIZES
+
+    _, block, size = preset.split("-")
+    if config is not None:
+        sizes = [s for s, shape in SIZES.items() if shape == (config.num_layers, config.hidden_size)]
+        if not sizes:
+            return None
+        size = sizes[0]
+    return f"transformer-{block}-{size}"
 
 
 def evict_skip_reason(model, evict_eps: float, qk_bound: Optional[float]) -> Optional[str]:
