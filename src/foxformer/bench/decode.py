@@ -120,13 +120,12 @@ def measure_decode(model, *, vocab: int, context: int, batch: int, steps: int, w
         times.append(time.perf_counter() - t0)
         if i < keep_logprobs:
             logprobs.append(out.logits[0, -1])
-    elapsed = sum(times)
+    median = statistics.median(times) if times else None
     row = {"context": context, "batch": batch, "steps": steps,
-           "ms_per_step": 1e3 * statistics.median(times) if times else None,
-           "ms_per_step_mean": 1e3 * elapsed / max(steps, 1),
+           "ms_per_step": None if median is None else 1e3 * median,
+           "ms_per_step_mean": 1e3 * sum(times) / max(steps, 1),
            "ms_per_step_p90": 1e3 * sorted(times)[int(0.9 * (len(times) - 1))] if times else None,
-           "tokens_per_s": batch / statistics.median(times) if times and statistics.median(times) > 0 else None,
-           "prefill_s": prefill_s}
+           "tokens_per_s": batch / median if median else None, "prefill_s": prefill_s}
     if evict_eps is not None:
         row["evict_max_len"] = total
     if device.type == "cuda":

@@ -328,7 +328,7 @@ class Attention(nn.Module):
                 out = forgetting_attention_decode_paged(q, p.k_pages, p.v_pages, p.c_pages, p.table, p.length,
                                                         cache.start, backend=_decode_backend(backend, q))
             elif T <= DECODE_MAX_QUERIES:
-                out = forgetting_attention_decode(q, cache.k, cache.v, cache.c, backend=_decode_backend(backend, q))
+                out = forgetting_attention_decode(q, *cache.keys_from(0), backend=_decode_backend(backend, q))
             else:
                 # Long chunk (prefill): the prefill op over the keys no head has evicted yet; the dead keys of
                 # heads that evicted further are masked in that copy (PagedKV.dense).

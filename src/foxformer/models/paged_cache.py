@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from foxformer.ops.forgetting_attention.paging import gather_pages
+from foxformer.ops.forgetting_attention.paging import gather_live
 
 # Tokens per page: a multiple of the decode kernel's 64-key block, and small next to the windows that
 # trained fast-forgetting heads keep (hundreds of keys at e^-10 in the fifth-session 125M run).
@@ -126,18 +126,7 @@ class PagedKV:
     def dense(self, first: int, start: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Copies of positions [first, length): k, v [B, L, Hkv, D] and c float64 [B, L, H], with the dead
         keys of each head (before its start) zeroed and their c raised so that no query weighs them."""
-        B, Hkv, D = self.shape
-        pos = torch.arange(first, self.length, device=self.table.device)
-        n = self.length - first
-        sub = self.table[:, :, first // self.page:]
-        shift = first % self.page
-        k = gather_pages(self.k_pages, sub, shift + n)[:, shift:]
-        v = gather_pages(self.v_pages, sub, shift + n)[:, shift:]
-        c = gather_pages(self.c_pages, sub, shift + n)[:, shift:].reshape(B, n, Hkv * self.group)
-        # In place: the gathers are already copies (a chunked prefill makes one per chunk, O(live keys) each).
-        dead = pos[None, :, None] < start[:, None, :]                                     # [B, L, Hkv]
-        k.masked_fill_(dead[..., None], 0)
-        v.masked_fill_(dead[..., None], 0)
+        k, v, c, dead = gather_live(self.k_pages, self.v_pages, self.c_pages, self.table, first, self.length, start)
         live_c = self.c_at(start.clamp(min=0).repeat_interleave(self.group, 1)[:, :, None])[..., 0]  # [B, H]
         dead_h = dead.repeat_interleave(self.group, 2)
         c.masked_scatter_(dead_h, (live_c + _DEAD_C_OFFSET)[:, None, :].expand_as(c)[dead_h])

@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 
 from .checks import check_softmax_scale
-from .paging import gather_pages
+from .paging import gather_live
 from .tiles import launch_grid
 
 LOG2E = tl.constexpr(1.4426950408889634)
@@ -170,26 +170,12 @@ def forgetting_attention_decode_paged(q: torch.Tensor, k_pages: torch.Tensor, v_
         return _triton_decode(q, k_pages, v_pages, c_pages, start, scale, num_splits, paged=(page_table, seq_len))
     if backend not in ("torch", "naive"):
         raise ValueError(f"backend must be 'auto', 'triton' or 'torch', got {backend!r}")
-    B, Hkv = page_table.shape[:2]
-    page = k_pages.shape[1]
-    table, first = page_table, 0
-    if start is not None and start.numel():
-        # Only the pages from the first one any head still reads (torch_decode reads start.min() anyway),
-        # and the entries of dead pages replaced by page 0: they may be anything (released pages).
-        live = start.clamp(min=0)
-        first = int(live.min()) // page * page
-        cols = torch.arange(first // page, page_table.shape[2], device=q.device)
-        table = page_table[:, :, first // page:].masked_fill(cols < (live // page)[:, :, None], 0)
-        start = start - first
-    n = seq_len - first
-    k = gather_pages(k_pages, table, n)
-    v = gather_pages(v_pages, table, n)
-    c = gather_pages(c_pages, table, n).reshape(B, n, q.shape[2])
-    if start is not None:
-        # Dead rows may hold another head's keys: zero them so that masked weights meet finite values.
-        dead = torch.arange(n, device=q.device)[None, :, None] < start[:, None, :]   # [B, Tk, Hkv]
-        k = k.masked_fill(dead[..., None], 0)
-        v = v.masked_fill(dead[..., None], 0)
+    if start is None:
+        start = page_table.new_zeros(page_table.shape[:2], dtype=torch.int64)
+    # From the first page any head still reads (torch_decode reads from start.min() anyway).
+    first = int(start.clamp(min=0).min()) // k_pages.shape[1] * k_pages.shape[1] if start.numel() else 0
+    k, v, c, _ = gather_live(k_pages, v_pages, c_pages, page_table, first, seq_len, start)
+    start = start - first
     return torch_decode(q, k, v, c, start, scale)
 
 
