@@ -35,9 +35,9 @@ def _capacity_for(n: int) -> int:
 class LayerCache:
     """One layer's state.
 
-    Views: k, v [B, T, Hkv, D]; c float64 [B, T, H] (T = entries held, counting evicted ones not yet
-    compacted away). Storage: k_buf, v_buf [B, capacity, Hkv, D]; c_buf float64 [B, H, capacity]
-    (heads first: the decode kernel and the eviction test read it along the keys).
+    Views: k, v [B, T, Hkv, D]; c float64 [B, T, H] (T = positions seen, evicted ones included).
+    Storage: k_buf, v_buf [B, capacity, Hkv, D]; c_buf float64 [B, H, capacity] (heads first: the decode
+    kernel reads it along the keys).
     start: int64 [B, Hkv], first live entry of each (batch, kv head); entries before it are evicted.
     k_last, v_last [B, Hkv, D]: raw candidates of the last token (kv shift).
     delta: eviction threshold (log-space, < 0) or None for no eviction in this layer.
@@ -208,30 +208,27 @@ class LayerCache:
     def memory_bytes(self) -> dict:
         """Allocated bytes of k, v and c; the bytes the live entries need, those not yet compacted
         (held) and those every key seen would need without eviction; live and seen key counts
-        (per (batch, kv head) entry). One device sync (the live lengths)."""
+        (per (batch, kv head) entry). An evicting layer costs one device sync (the live lengths)."""
         if self.state is not None:  # a recurrent state: fixed size, no keys
             n = self.state.numel() * self.state.element_size()
             return {"allocated": n, "live": n, "held": n, "no_eviction": n, "live_keys": 0, "total_keys": 0}
+        if self.k_buf is None and self.paged is None:
+            return {"allocated": 0, "live": 0, "held": 0, "no_eviction": 0, "live_keys": 0, "total_keys": 0}
+        total_keys = self.length * self.start.numel()
         if self.paged is not None:
             p = self.paged
-            per_entry = 2 * p.k_pages.shape[2] * p.k_pages.element_size() + p.group * p.c_pages.element_size()
+            group, d, k_size = p.group, p.k_pages.shape[2], p.k_pages.element_size()
+            allocated, held_keys = p.memory_bytes(), p.pages_in_use * p.page
             live_keys = int(self.live_lengths().sum())
-            total_keys = self.length * self.start.numel()
-            return {"allocated": p.memory_bytes(), "live": live_keys * per_entry,
-                    "held": p.pages_in_use * p.page * per_entry, "no_eviction": total_keys * per_entry,
-                    "live_keys": live_keys, "total_keys": total_keys}
-        if self.k_buf is None:
-            return {"allocated": 0, "live": 0, "held": 0, "no_eviction": 0, "live_keys": 0, "total_keys": 0}
-        group = self.c_buf.shape[1] // self.k_buf.shape[2]
-        # k and v of one kv head, plus the c of its query heads
-        per_entry = 2 * self.k_buf.shape[-1] * self.k_buf.element_size() + group * self.c_buf.element_size()
-        allocated = (self.k_buf.numel() + self.v_buf.numel()) * self.k_buf.element_size() + \
-            self.c_buf.numel() * self.c_buf.element_size()
-        live_keys = int(self.live_lengths().sum())
-        total_keys = self.length * self.start.numel()
-        return {"allocated": allocated, "live": live_keys * per_entry,
-                "held": self.length * self.start.numel() * per_entry, "no_eviction": total_keys * per_entry,
-                "live_keys": live_keys, "total_keys": total_keys}
+        else:  # a dense layer never evicts: every key it holds is live (and no device sync to count them)
+            group, d = self.c_buf.shape[1] // self.k_buf.shape[2], self.k_buf.shape[-1]
+            k_size = self.k_buf.element_size()
+            allocated = (self.k_buf.numel() + self.v_buf.numel()) * k_size + self.c_buf.numel() * 8
+            held_keys = live_keys = total_keys
+        # k and v of one kv head, plus the float64 c of its query heads
+        per_entry = 2 * d * k_size + group * 8
+        return {"allocated": allocated, "live": live_keys * per_entry, "held": held_keys * per_entry,
+                "no_eviction": total_keys * per_entry, "live_keys": live_keys, "total_keys": total_keys}
 
 
 class FoxCache:
