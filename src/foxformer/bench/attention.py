@@ -19,7 +19,10 @@ import torch.nn.functional as F
 
 from .common import environment, print_table, time_ms, write_json
 
-PROVIDERS = ("foxformer", "sdpa_flash", "sdpa_cudnn", "fla", "flex")
+# foxformer: the op as users call it (backend "auto": the Gluon kernels on H100 / H200); gluon, triton:
+# one backend each, to compare them in one run.
+PROVIDERS = ("foxformer", "gluon", "triton", "sdpa_flash", "sdpa_cudnn", "fla", "flex")
+_BACKEND_OF = {"foxformer": "auto", "gluon": "gluon", "triton": "triton"}
 
 
 def realistic_log_fgate(B: int, T: int, H: int, device, generator=None) -> torch.Tensor:
@@ -52,9 +55,9 @@ def _inputs(B, T, Hq, Hkv, D, device, dtype, gate="realistic"):
 def _provider_fn(name, q, k, v, log_f, prune_eps=None, qk_bound="auto"):
     """A closure computing the provider's output from leaf tensors, or None if unavailable."""
     Hq, Hkv = q.shape[2], k.shape[2]
-    if name == "foxformer":
+    if name in _BACKEND_OF:
         from foxformer import forgetting_attention
-        return lambda: forgetting_attention(q, k, v, log_f, backend="triton", prune_eps=prune_eps,
+        return lambda: forgetting_attention(q, k, v, log_f, backend=_BACKEND_OF[name], prune_eps=prune_eps,
                                             qk_bound=qk_bound)
     if name in ("sdpa_flash", "sdpa_cudnn"):
         from torch.nn.attention import SDPBackend, sdpa_kernel

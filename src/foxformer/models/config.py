@@ -5,9 +5,10 @@ import math
 
 from transformers import PretrainedConfig
 
+from ..ops.forgetting_attention.checks import BACKENDS
+
 ATTENTIONS = ("forgetting", "softmax", "linear")
 FGATES = ("data_dependent", "data_independent", "fixed", "none")
-BACKENDS = ("auto", "triton", "torch", "naive")
 
 
 def _positive_int(value) -> bool:

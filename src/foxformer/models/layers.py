@@ -26,7 +26,8 @@ def _decode_backend(backend: str, q: torch.Tensor) -> str:
     under "auto", as for prefill)."""
     if backend == "auto":
         return "triton" if q.is_cuda and q.dtype in (torch.float16, torch.bfloat16) else "torch"
-    return "triton" if backend == "triton" and q.dtype != torch.float64 else "torch"
+    # The decode op has no Gluon kernel: a model on the Gluon backend decodes with the Triton one.
+    return "triton" if backend in ("triton", "gluon") and q.dtype != torch.float64 else "torch"
 
 
 def forgetting_attention_decode(*args, **kwargs):

@@ -98,6 +98,19 @@ def _delta_kernel(O, DO, DLse, Delta,
     tl.store(Delta + zb * stride_eb + head * stride_eh + rows, delta, mask=row_ok)
 
 
+def row_deltas(out: torch.Tensor, do: torch.Tensor, dlse: torch.Tensor | None, delta: torch.Tensor) -> None:
+    """delta_i = do_i . o_i (minus dlse_i) into delta float32 [B, Hq, Tq] (contiguous); out, do [B, Tq, Hq, D]."""
+    B, Tq, Hq, D = out.shape
+    delta_block = 32 if is_interpreted(out) else DELTA_BLOCK_M
+    n_dblocks = triton.cdiv(Tq, delta_block)
+    _delta_kernel[launch_grid(n_dblocks, Hq, B)](
+        out, do, dlse if dlse is not None else delta, delta,
+        out.stride(0), out.stride(1), out.stride(2), do.stride(0), do.stride(1), do.stride(2),
+        delta.stride(0), delta.stride(1), Tq, n_dblocks, Hq,
+        BLOCK_M=delta_block, HAS_DLSE=dlse is not None, HEAD_DIM=D, BLOCK_D=block_d_for(D),
+    )
+
+
 # ----------------------------------------------------------------------------------------------
 # dk, dv and the dS column sums (key-stationary)
 # ----------------------------------------------------------------------------------------------
@@ -375,14 +388,7 @@ def triton_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
 
     block_d = block_d_for(D)
     common = dict(HEAD_DIM=D, BLOCK_D=block_d)
-    delta_block = 32 if is_interpreted(q) else DELTA_BLOCK_M
-    n_dblocks = triton.cdiv(Tq, delta_block)
-    _delta_kernel[launch_grid(n_dblocks, Hq, B)](
-        out, do, dlse if dlse is not None else delta, delta,
-        out.stride(0), out.stride(1), out.stride(2), do.stride(0), do.stride(1), do.stride(2),
-        delta.stride(0), delta.stride(1), Tq, n_dblocks, Hq,
-        BLOCK_M=delta_block, HAS_DLSE=dlse is not None, **common,
-    )
+    row_deltas(out, do, dlse, delta)
 
     kern = dict(GROUP=Hq // Hkv, MASK_D=(block_d != D), IS_VARLEN=varlen,
                 DOT_PRECISION=dot_precision(q.dtype), UPCAST=upcast_dots(q), PRUNE=prune, **common)

@@ -11,7 +11,7 @@ import os
 import torch
 
 MAX_HEAD_DIM = 256
-BACKENDS = ("auto", "triton", "torch", "naive")
+BACKENDS = ("auto", "gluon", "triton", "torch", "naive")
 _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _KERNEL_DTYPES = (torch.float16, torch.bfloat16)
 
@@ -136,13 +136,30 @@ def check_gate_values(gate: torch.Tensor, name: str, allow_positive: bool = Fals
 
 
 def resolve_backend(backend: str, q: torch.Tensor) -> str:
+    """The backend a call runs on. "auto": the Gluon Hopper kernels where they cover the call (an sm_90
+    GPU, fp16 / bf16, head dim 64 or 128; hopper/dispatch.py), else the Triton kernels for CUDA fp16 /
+    bf16, else torch."""
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     if backend == "auto":
-        return "triton" if q.is_cuda and q.dtype in _KERNEL_DTYPES else "torch"
+        if not (q.is_cuda and q.dtype in _KERNEL_DTYPES):
+            return "torch"
+        return "gluon" if _gluon_reason(q.dtype, q.shape[-1], q.device) is None else "triton"
+    if backend == "gluon":
+        reason = _gluon_reason(q.dtype, q.shape[-1], q.device)
+        if reason is not None:
+            raise ValueError(f"backend='gluon': {reason}; use backend='triton' or 'auto'")
     if backend == "triton":
         if q.dtype not in _KERNEL_DTYPES:
             raise TypeError(f"the triton backend takes float16 or bfloat16, got {q.dtype}; use backend='torch'")
         if not q.is_cuda and os.environ.get("TRITON_INTERPRET", "0") != "1":
             raise ValueError("backend='triton' needs CUDA tensors (or TRITON_INTERPRET=1 for CPU tensors)")
     return backend
+
+
+# A constant while torch.compile traces: the device's capability and Triton's API do not change.
+@torch.compiler.assume_constant_result
+def _gluon_reason(dtype: torch.dtype, head_dim: int, device: torch.device) -> str | None:
+    from .hopper import dispatch  # imports Triton's Gluon API: only when a call may run on it
+
+    return dispatch.static_reason(dtype, head_dim, dispatch.device_capability(device))

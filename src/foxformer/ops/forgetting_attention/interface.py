@@ -21,7 +21,19 @@ def _lse_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
+def _kernel_backend(backend: str, **tensors: torch.Tensor) -> str:
+    """"gluon" falls back to "triton" for tensors TMA cannot address (hopper/dispatch.py)."""
+    if backend == "gluon":
+        from .hopper.dispatch import layout_reason
+        if layout_reason(**tensors) is not None:
+            return "triton"
+    return backend
+
+
 def _forward_impl(backend: str):
+    if backend == "gluon":
+        from .hopper.launch import gluon_forward
+        return gluon_forward
     if backend == "triton":
         from .fwd import triton_forward
         return triton_forward
@@ -32,6 +44,7 @@ def _forward_impl(backend: str):
 def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.Tensor, scale: float,
             cu_seqlens: Optional[torch.Tensor], max_seqlen: Optional[int],
             backend: str, prune_delta: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    backend = _kernel_backend(backend, q=q, k=k, v=v)
     out, lse = _forward_impl(backend)(q, k, v, c, scale, cu_seqlens, max_seqlen, prune_delta=prune_delta)
     return out, lse
 
@@ -48,9 +61,13 @@ def _bwd_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
             cu_seqlens: Optional[torch.Tensor], max_seqlen: Optional[int],
             backend: str, prune_delta: Optional[torch.Tensor] = None,
             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    if backend == "triton":
-        from .bwd import triton_backward
-        dq, dk, dv, dc = triton_backward(do, q, k, v, c, out, lse, scale, cu_seqlens, max_seqlen,
+    backend = _kernel_backend(backend, q=q, k=k, v=v, do=do)
+    if backend in ("gluon", "triton"):
+        if backend == "gluon":
+            from .hopper.launch import gluon_backward as kernel_backward
+        else:
+            from .bwd import triton_backward as kernel_backward
+        dq, dk, dv, dc = kernel_backward(do, q, k, v, c, out, lse, scale, cu_seqlens, max_seqlen,
                                          dlse=dlse, prune_delta=prune_delta)
     else:
         dq, dk, dv, dc = torch_backward(do, q, k, v, c, out, lse, scale, cu_seqlens, max_seqlen,
@@ -135,7 +152,9 @@ def forgetting_attention(q, k, v, log_fgate, *, softmax_scale=None, cu_seqlens=N
             device instead: a RuntimeError on CPU, a device-side assert on CUDA.
         return_lse: also return the log-sum-exp of each row, fp32 ``[B, Hq, Tq]`` (fp64 for
             fp64 inputs).
-        backend: ``"auto"`` (Triton for fp16/bf16 CUDA tensors, torch otherwise), ``"triton"``
+        backend: ``"auto"`` (the Gluon Hopper kernels where they apply, else Triton for fp16/bf16
+            CUDA tensors, torch otherwise), ``"gluon"`` (H100 / H200, fp16 / bf16, head dim 64 or 128;
+            tensors TMA cannot address, e.g. unpacked heads, run on the Triton kernels), ``"triton"``
             (CUDA, or CPU tensors under ``TRITON_INTERPRET=1``), ``"torch"`` (exact, chunked,
             O(T * chunk) memory), ``"naive"`` (materialised T x T reference).
         prune_eps: adaptive computation pruning. When set (a float in (0, 1)), the triton and

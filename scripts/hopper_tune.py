@@ -1,0 +1,172 @@
+"""Smoke-check and time the Gluon Hopper kernels' tile configs on one GPU (H100 / H200).
+
+    python scripts/hopper_tune.py smoke                 # small shapes against the float64 reference
+    python scripts/hopper_tune.py fwd bwd --out tune.json   # config sweep at T = 16K, B * T = 32K, bf16
+
+Each config is timed alone (triton.testing.do_bench, median) next to SDPA FLASH / cuDNN on the same
+shapes; the JSON keeps every row. The configs that win become FWD_CONFIGS / BWD_CONFIGS in
+src/foxformer/ops/forgetting_attention/hopper/launch.py (their comments cite the run).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+import triton
+
+from foxformer.bench.attention import realistic_log_fgate
+from foxformer.bench.common import environment
+from foxformer.ops.forgetting_attention import naive_forgetting_attention
+from foxformer.ops.forgetting_attention.cumsum import gate_cumsum_heads_first
+from foxformer.ops.forgetting_attention.hopper import launch as L
+
+DEV = "cuda"
+
+
+def _inputs(B, T, Hq, Hkv, D, dtype=torch.bfloat16, seed=0):
+    g = torch.Generator(device=DEV).manual_seed(seed)
+    q = torch.randn(B, T, Hq, D, device=DEV, dtype=dtype, generator=g)
+    k = torch.randn(B, T, Hkv, D, device=DEV, dtype=dtype, generator=g)
+    v = torch.randn(B, T, Hkv, D, device=DEV, dtype=dtype, generator=g)
+    return q, k, v, realistic_log_fgate(B, T, Hq, DEV, generator=g)
+
+
+def smoke(rows):
+    """Small shapes, forward and backward kernels called directly, against naive fp64."""
+    for D in (64, 128):
+        for (B, T, Hq, Hkv) in ((1, 128, 2, 2), (2, 300, 4, 2), (1, 1000, 2, 1)):
+            q, k, v, log_f = _inputs(B, T, Hq, Hkv, D)
+            scale = 1 / math.sqrt(D)
+            c = gate_cumsum_heads_first(log_f)
+            t0 = time.time()
+            out, lse = L.gluon_forward(q, k, v, c, scale)
+            torch.cuda.synchronize()
+            leaves = [x.double().requires_grad_() for x in (q, k, v, log_f)]
+            ref, ref_lse = naive_forgetting_attention(*leaves, scale, None, None, True)
+            do = torch.randn_like(out)
+            ref.backward(do.double())
+            dq, dk, dv, dc = L.gluon_backward(do, q, k, v, c, out, lse, scale)
+            torch.cuda.synchronize()
+            # dlog_f = reverse cumsum of dc along T (as autograd does through gate_cumsum)
+            dlf = dc.double().flip(-1).cumsum(-1).flip(-1).transpose(1, 2)
+            err = {}
+            for name, a, b in (("out", out, ref), ("lse", lse, ref_lse), ("dq", dq, leaves[0].grad),
+                               ("dk", dk, leaves[1].grad), ("dv", dv, leaves[2].grad), ("dlog_f", dlf, leaves[3].grad)):
+                a = a.double()
+                err[name] = float("nan") if not torch.isfinite(a).all() else \
+                    float((a - b).norm() / b.norm().clamp_min(1e-12))
+            row = dict(section="smoke", D=D, B=B, T=T, Hq=Hq, Hkv=Hkv, seconds=round(time.time() - t0, 2),
+                       **{k: round(v, 5) for k, v in err.items()})
+            row["ok"] = all(e < 2e-2 for e in err.values())
+            rows.append(row)
+            print(row, flush=True)
+
+
+def _time(fn):
+    return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+
+
+def _sdpa_rows(rows, D, H, T, B):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    flops = 2.0 * B * H * T * T * D
+    q, k, v, _ = _inputs(B, T, H, H, D)
+    qh, kh, vh = (x.transpose(1, 2).contiguous().requires_grad_() for x in (q, k, v))
+    do = torch.randn_like(qh)
+    for name, kind in (("sdpa_flash", SDPBackend.FLASH_ATTENTION), ("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION)):
+        def fwd():
+            with sdpa_kernel([kind]):
+                return F.scaled_dot_product_attention(qh, kh, vh, is_causal=True)
+        try:
+            with torch.no_grad():
+                ms_f = _time(fwd)
+            ms_fb = _time(lambda: fwd().backward(do))
+        except Exception as exc:
+            print(name, "failed", exc)
+            continue
+        row = dict(section="baseline", provider=name, D=D, H=H, T=T, B=B, fwd_ms=ms_f,
+                   fwd_tflops=flops / ms_f / 1e9, fwd_bwd_ms=ms_fb, fwd_bwd_tflops=3.5 * flops / ms_fb / 1e9)
+        rows.append(row)
+        print(row, flush=True)
+
+
+FWD_SWEEP = {64: [dict(), dict(q_in_regs=True)], 128: [dict(), dict(q_in_regs=True)]}
+BWD_SWEEP = {64: [dict(), dict(dkdv_block_m=64, kv_in_regs=True), dict(dkdv_block_m=64, kv_in_regs=True, dkdv_stages=3)],
+             128: [dict(), dict(dkdv_block_m=32, kv_in_regs=True)]}
+
+
+def _bwd_parts(q, k, v, c, do, out, lse, scale, cfg):
+    """Milliseconds of the dk/dv and dq kernels alone (the launcher's steps, timed one by one)."""
+    B, T, Hq, D = q.shape
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    colsum, rowsum, delta = (torch.empty(B, Hq, T, device=DEV) for _ in range(3))
+    L.row_deltas(out, do, None, delta)
+    lk = L.dkdv_launch(q, k, v, c, do, lse, delta, dk, dv, colsum, lse, lse, scale,
+                       triton.cdiv(T, L.BLOCK_M), B, False, False, cfg)
+    lq = L.dq_launch(q, k, v, c, do, lse, delta, dq, rowsum, lse, lse, scale, triton.cdiv(T, L.dq_block_m(cfg)), B,
+                     False, False, cfg)
+    return [_time(lambda: ln.kernel[ln.grid](*ln.args, **ln.constexprs, **ln.options)) for ln in (lk, lq)]
+
+
+def sweep(rows, fwd: bool, bwd: bool, T: int, tokens: int):
+    for D, H in ((64, 24), (128, 12)):
+        B = max(1, tokens // T)
+        flops = 2.0 * B * H * T * T * D
+        _sdpa_rows(rows, D, H, T, B)
+        q, k, v, log_f = _inputs(B, T, H, H, D)
+        scale = 1 / math.sqrt(D)
+        c = gate_cumsum_heads_first(log_f)
+        if fwd:
+            for over in FWD_SWEEP[D]:
+                cfg = dataclasses.replace(L.FWD_CONFIGS[D], **over)
+                try:
+                    ms = _time(lambda: L.gluon_forward(q, k, v, c, scale, cfg=cfg))
+                except Exception as exc:
+                    print("fwd", over, "failed", str(exc)[:300], flush=True)
+                    continue
+                row = dict(section="fwd", D=D, H=H, T=T, B=B, **over, fwd_ms=ms, fwd_tflops=flops / ms / 1e9)
+                rows.append(row)
+                print(row, flush=True)
+        if bwd:
+            out, lse = L.gluon_forward(q, k, v, c, scale)
+            do = torch.randn_like(out)
+            for over in BWD_SWEEP[D]:
+                cfg = dataclasses.replace(L.BWD_CONFIGS[D], **over)
+                try:
+                    ms = _time(lambda: L.gluon_backward(do, q, k, v, c, out, lse, scale, cfg=cfg))
+                except Exception as exc:
+                    print("bwd", over, "failed", str(exc)[:300], flush=True)
+                    continue
+                dkdv_ms, dq_ms = _bwd_parts(q, k, v, c, do, out, lse, scale, cfg)
+                row = dict(section="bwd", D=D, H=H, T=T, B=B, **over, bwd_ms=ms, bwd_tflops=2.5 * flops / ms / 1e9,
+                           dkdv_ms=dkdv_ms, dq_ms=dq_ms)
+                rows.append(row)
+                print(row, flush=True)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("sections", nargs="+", choices=["smoke", "fwd", "bwd"])
+    p.add_argument("--seqlen", type=int, default=16384)
+    p.add_argument("--tokens", type=int, default=32768)
+    p.add_argument("--out", default="hopper_tune.json")
+    args = p.parse_args(argv)
+    rows = []
+    try:
+        if "smoke" in args.sections:
+            smoke(rows)
+        if "fwd" in args.sections or "bwd" in args.sections:
+            sweep(rows, "fwd" in args.sections, "bwd" in args.sections, args.seqlen, args.tokens)
+    finally:
+        with open(args.out, "w") as f:
+            json.dump({"env": environment(), "rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,409 @@
+"""Gluon backward kernels of Forgetting Attention for Hopper (sm_90a); deterministic, no atomics.
+
+The maths and the two dc terms are those of the Triton backward (../bwd.py): with p_ij the forward
+probabilities, dP_ij = do_i . v_j and delta_i = do_i . o_i,
+
+    dS_ij = p_ij (dP_ij - delta_i),   dq_i = scale sum_j dS_ij k_j,   dk_j = scale sum_i dS_ij q_i,
+    dv_j = sum_i p_ij do_i,           dc_t = rowsum_t(dS) - colsum_t(dS)
+
+Two kernels, each with two consumer warpgroups and one loader warp, as the forward:
+- ``dkdv_kernel`` (key-stationary): a CTA holds 128 keys (64 per warpgroup) and streams the query
+  tiles of every query head of its GQA group: S^T = K Q^T and dP^T = V dO^T by wgmma from shared
+  memory, then dV += P^T dO and dK += dS^T Q with P^T, dS^T as register operands. The dS column sums
+  (the key term of dc) are row sums of dS^T in registers.
+- ``dq_kernel`` (query-stationary): the forward's schedule (same loader) with S = Q K^T, dP = dO V^T,
+  dQ += dS K and the dS row sums.
+Every product is written by one CTA in a fixed order, so gradients are bitwise reproducible.
+"""
+from __future__ import annotations
+
+from .compat import gl, gluon, mbarrier, thread_barrier, tma_load, warpgroup_mma, warpgroup_mma_wait
+from .fwd import LOG2E, WG_ROWS, kv_loader, release_stage, sequence_of, split_c
+
+# Per-query vectors the dk/dv loader stages beside each Q / dO tile, one row each. With the diagonal
+# tiles' bias split as (cq_hi - ck_hi) * log2(e) + (cq_lo - ck_lo) * log2(e), lse folds into the lo term:
+# the consumers then hold two vectors per masked tile instead of three (their registers are the limit).
+VEC_ROW2 = gl.constexpr(0)    # (c_i - r) * log2(e) - lse_i * log2(e): the unmasked tiles' row term
+VEC_CQ_HI = gl.constexpr(1)   # c_i - r, float32 hi part
+VEC_CQ_LO2 = gl.constexpr(2)  # (c_i - r) lo part * log2(e) - lse_i * log2(e)
+VEC_DELTA = gl.constexpr(3)   # delta_i
+N_VEC = gl.constexpr(4)
+
+
+# ----------------------------------------------------------------------------------------------
+# dq and the dS row sums (query-stationary)
+# ----------------------------------------------------------------------------------------------
+
+
+@gluon.jit
+def _dq_consumer(q_smem, do_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty, v_empty,
+                 C, Lse, Delta, DQ, RowSum, zb, tok0, head, m0, off, n_q, c_base, r, lo, n_tiles,
+                 scale, scale2, stride_dqb, stride_dqt, stride_dqh, stride_lb, stride_lh,
+                 WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
+                 NUM_STAGES: gl.constexpr):
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                        instr_shape=[16, BLOCK_N, 16])
+    dq_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                         instr_shape=[16, HEAD_DIM, 16])
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=dq_layout, k_width=2)
+    row_l: gl.constexpr = gl.SliceLayout(1, s_layout)
+    col_l: gl.constexpr = gl.SliceLayout(0, s_layout)
+    dtype: gl.constexpr = q_smem.dtype
+
+    q_w = q_smem.index(WG).reshape([WG_ROWS, HEAD_DIM])
+    do_w = do_smem.index(WG).reshape([WG_ROWS, HEAD_DIM])
+    m0w = m0 + WG * WG_ROWS
+    rows = m0w + gl.arange(0, WG_ROWS, layout=row_l)
+    row_ok = rows < n_q
+    pos_q = off + rows
+    cq_hi, cq_lo = split_c(gl.load(C + c_base + pos_q, mask=row_ok, other=r), r)
+    vec_base = zb.to(gl.int64) * stride_lb + head * stride_lh + tok0
+    lse2 = gl.load(Lse + vec_base + rows, mask=row_ok, other=0.0) * LOG2E
+    delta = gl.load(Delta + vec_base + rows, mask=row_ok, other=0.0)
+    # lse joins the per-row term of unmasked tiles: one subtraction per element fewer.
+    row2 = cq_hi * LOG2E - lse2
+    n_unmasked = gl.minimum(gl.maximum(off + m0w + 1 - lo, 0) // BLOCK_N, n_tiles)
+    offs_n = gl.arange(0, BLOCK_N, layout=col_l)
+
+    dq = gl.zeros([WG_ROWS, HEAD_DIM], gl.float32, dq_layout)
+    rowsum = gl.zeros([WG_ROWS], gl.float32, row_l)
+    zero_s = gl.zeros([WG_ROWS, BLOCK_N], gl.float32, s_layout)
+    mbarrier.wait(q_bar, 0)
+    for i in range(n_tiles):
+        s = i % NUM_STAGES
+        ph = (i // NUM_STAGES) & 1
+        k_tile = k_smem.index(s).reshape([BLOCK_N, HEAD_DIM])
+        v_tile = v_smem.index(s).reshape([BLOCK_N, HEAD_DIM])
+        mbarrier.wait(k_ready.index(s), ph)
+        s_tok = warpgroup_mma(q_w, k_tile.permute((1, 0)), zero_s, use_acc=False, is_async=True)
+        mbarrier.wait(v_ready.index(s), ph)
+        dp_tok = warpgroup_mma(do_w, v_tile.permute((1, 0)), zero_s, use_acc=False, is_async=True)
+        qk = warpgroup_mma_wait(1, deps=[s_tok])
+        if i >= n_unmasked:
+            ck_hi = c_smem.index(3 * s + 1).load(col_l)
+            ck_lo = c_smem.index(3 * s + 2).load(col_l)
+            cols = lo + i * BLOCK_N + offs_n
+            bias = ((cq_hi[:, None] - ck_hi[None, :]) + (cq_lo[:, None] - ck_lo[None, :])) * LOG2E
+            # Mask the exponent's argument: a hidden key may carry a large positive bias.
+            sc = gl.where(cols[None, :] <= pos_q[:, None], qk * scale2 + bias - lse2[:, None], float("-inf"))
+        else:
+            ck2 = c_smem.index(3 * s).load(col_l)
+            sc = qk * scale2 + (row2[:, None] - ck2[None, :])
+        p = gl.exp2(sc)
+        dp = warpgroup_mma_wait(0, deps=[dp_tok])
+        release_stage(v_empty.index(s))
+        ds = p * (dp - delta[:, None])
+        rowsum += gl.sum(ds, 1)
+        tok = warpgroup_mma(gl.convert_layout(ds.to(dtype), a_layout), k_tile, dq, is_async=True)
+        dq, _ = warpgroup_mma_wait(0, deps=[tok, k_tile])
+        release_stage(kc_empty.index(s))
+
+    dq = dq * scale
+    st_l: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (HEAD_DIM // 8), HEAD_DIM // 8], [4, 1], [1, 0])
+    rows_st = m0w + gl.arange(0, WG_ROWS, layout=gl.SliceLayout(1, st_l))
+    cols_st = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, st_l))
+    ptrs = (DQ + zb.to(gl.int64) * stride_dqb + (tok0 + rows_st).to(gl.int64)[:, None] * stride_dqt
+            + head * stride_dqh + cols_st[None, :])
+    gl.store(ptrs, gl.convert_layout(dq.to(dtype), st_l), mask=(rows_st < n_q)[:, None])
+    gl.store(RowSum + vec_base + rows, rowsum, mask=row_ok)
+
+
+@gluon.jit(do_not_specialize=["stride_dqb", "stride_dqt", "stride_dqh", "stride_cb", "stride_ch", "stride_lb",
+                              "stride_lh", "seqlen_q", "seqlen_k", "n_blocks", "n_heads", "group"])
+def dq_kernel(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DQ, RowSum, CuSeqlens, PruneBound,
+              stride_dqb, stride_dqt, stride_dqh, stride_cb, stride_ch, stride_lb, stride_lh,
+              seqlen_q, seqlen_k, scale, scale2, n_blocks, n_heads, group,
+              HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_WG: gl.constexpr,
+              NUM_STAGES: gl.constexpr, IS_VARLEN: gl.constexpr, PRUNE: gl.constexpr,
+              CONSUMER_REGS: gl.constexpr):
+    BLOCK_M: gl.constexpr = NUM_WG * WG_ROWS
+    pid = gl.program_id(0)
+    blk = pid % n_blocks
+    rest = pid // n_blocks
+    head = rest % n_heads
+    pid_z = rest // n_heads
+    pid_m = n_blocks - 1 - blk
+    zb, tok0, n_q, n_k = sequence_of(pid_z, CuSeqlens, seqlen_q, seqlen_k, IS_VARLEN)
+    m0 = pid_m * BLOCK_M
+    if m0 < n_q:
+        off = n_k - n_q
+        c_base = zb.to(gl.int64) * stride_cb + head.to(gl.int64) * stride_ch + tok0
+        p_first = off + m0
+        r = gl.load(C + c_base + p_first)
+        lo = pid * 0
+        if PRUNE:
+            lo = gl.load(PruneBound + (pid_z * n_heads + head) * n_blocks + pid_m)
+        n_tiles = gl.cdiv(gl.minimum(n_k, p_first + BLOCK_M) - lo, BLOCK_N)
+
+        dtype: gl.constexpr = q_desc.dtype
+        q_smem = gl.allocate_shared_memory(dtype, [NUM_WG, 1, WG_ROWS, HEAD_DIM], q_desc.layout)
+        do_smem = gl.allocate_shared_memory(dtype, [NUM_WG, 1, WG_ROWS, HEAD_DIM], do_desc.layout)
+        k_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, BLOCK_N, HEAD_DIM], k_desc.layout)
+        v_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, BLOCK_N, HEAD_DIM], v_desc.layout)
+        c_smem = gl.allocate_shared_memory(gl.float32, [3 * NUM_STAGES, BLOCK_N],
+                                           gl.SwizzledSharedLayout(1, 1, 1, [0]))
+        q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        k_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+        v_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+        kc_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+        v_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+        mbarrier.init(q_bar, count=1)
+        for i in gl.static_range(NUM_STAGES):
+            mbarrier.init(k_ready.index(i), count=2)
+            mbarrier.init(v_ready.index(i), count=1)
+            mbarrier.init(kc_empty.index(i), count=NUM_WG)
+            mbarrier.init(v_empty.index(i), count=NUM_WG)
+
+        kv_head = head // group
+        if NUM_WG == 3:
+            gl.warp_specialize([
+                (kv_loader, (q_desc, do_desc, k_desc, v_desc, C, q_smem, do_smem, k_smem, v_smem, c_smem,
+                             q_bar, k_ready, v_ready, kc_empty, v_empty,
+                             zb, tok0 + m0, tok0, head * HEAD_DIM, kv_head * HEAD_DIM, c_base, r, lo, n_tiles,
+                             n_k, BLOCK_N, NUM_STAGES, NUM_WG, True)),
+                (_dq_consumer, (q_smem, do_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty,
+                                v_empty, C, Lse, Delta, DQ, RowSum, zb, tok0, head, m0, off, n_q, c_base, r, lo,
+                                n_tiles, scale, scale2, stride_dqb, stride_dqt, stride_dqh, stride_lb, stride_lh,
+                                0, HEAD_DIM, BLOCK_N, NUM_STAGES)),
+                (_dq_consumer, (q_smem, do_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty,
+                                v_empty, C, Lse, Delta, DQ, RowSum, zb, tok0, head, m0, off, n_q, c_base, r, lo,
+                                n_tiles, scale, scale2, stride_dqb, stride_dqt, stride_dqh, stride_lb, stride_lh,
+                                1, HEAD_DIM, BLOCK_N, NUM_STAGES)),
+                (_dq_consumer, (q_smem, do_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty,
+                                v_empty, C, Lse, Delta, DQ, RowSum, zb, tok0, head, m0, off, n_q, c_base, r, lo,
+                                n_tiles, scale, scale2, stride_dqb, stride_dqt, stride_dqh, stride_lb, stride_lh,
+                                2, HEAD_DIM, BLOCK_N, NUM_STAGES)),
+            ], [4, 4, 4], [CONSUMER_REGS, CONSUMER_REGS, CONSUMER_REGS])
+        else:
+            gl.warp_specialize([
+                (kv_loader, (q_desc, do_desc, k_desc, v_desc, C, q_smem, do_smem, k_smem, v_smem, c_smem,
+                             q_bar, k_ready, v_ready, kc_empty, v_empty,
+                             zb, tok0 + m0, tok0, head * HEAD_DIM, kv_head * HEAD_DIM, c_base, r, lo, n_tiles,
+                             n_k, BLOCK_N, NUM_STAGES, NUM_WG, True)),
+                (_dq_consumer, (q_smem, do_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty,
+                                v_empty, C, Lse, Delta, DQ, RowSum, zb, tok0, head, m0, off, n_q, c_base, r, lo,
+                                n_tiles, scale, scale2, stride_dqb, stride_dqt, stride_dqh, stride_lb, stride_lh,
+                                0, HEAD_DIM, BLOCK_N, NUM_STAGES)),
+                (_dq_consumer, (q_smem, do_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty,
+                                v_empty, C, Lse, Delta, DQ, RowSum, zb, tok0, head, m0, off, n_q, c_base, r, lo,
+                                n_tiles, scale, scale2, stride_dqb, stride_dqt, stride_dqh, stride_lb, stride_lh,
+                                1, HEAD_DIM, BLOCK_N, NUM_STAGES)),
+            ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
+
+
+# ----------------------------------------------------------------------------------------------
+# dk, dv and the dS column sums (key-stationary)
+# ----------------------------------------------------------------------------------------------
+
+
+@gluon.jit
+def _query_range(pid_z, head, pid_n, n0, off, n_q, n_blocks, n_heads_q, PruneBound,
+                 BLOCK_M: gl.constexpr, PRUNE: gl.constexpr):
+    """Query tiles [i_lo, i_lo + n_tiles * BLOCK_M) that see key block n0, for query head `head`."""
+    i_lo = gl.maximum(n0 - off, 0)
+    i_end = n_q
+    if PRUNE:
+        # From here on c[first query] - c[last key] <= delta (tiles.tile_bounds, key-stationary).
+        i_end = gl.minimum(n_q, gl.load(PruneBound + (pid_z * n_heads_q + head) * n_blocks + pid_n))
+    return i_lo, gl.cdiv(gl.maximum(i_end - i_lo, 0), BLOCK_M)
+
+
+@gluon.jit
+def _dkdv_loader(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, q_smem, do_smem, k_smem, v_smem, vec_smem,
+                 kv_bar, ready, empty, zb, tok0, n0, kv_head, pid_z, pid_n, off, n_q, n_k, n_blocks, n_heads_q,
+                 stride_cb, stride_ch, stride_lb, stride_lh, PruneBound, group,
+                 HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, NUM_STAGES: gl.constexpr,
+                 PRUNE: gl.constexpr):
+    vec_layout: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
+    offs = gl.arange(0, BLOCK_M, layout=vec_layout)
+    mbarrier.expect(kv_bar, k_desc.block_type.nbytes + v_desc.block_type.nbytes)
+    tma_load(k_desc, [zb, tok0 + n0, kv_head * HEAD_DIM], kv_bar, k_smem)
+    tma_load(v_desc, [zb, tok0 + n0, kv_head * HEAD_DIM], kv_bar, v_smem)
+    n_last = gl.minimum(n0 + 2 * WG_ROWS, n_k) - 1
+    it = 0
+    for g in range(group):
+        head = kv_head * group + g
+        c_base = zb.to(gl.int64) * stride_cb + head.to(gl.int64) * stride_ch + tok0
+        vec_base = zb.to(gl.int64) * stride_lb + head.to(gl.int64) * stride_lh + tok0
+        r = gl.load(C + c_base + n_last)
+        i_lo, n_tiles = _query_range(pid_z, head, pid_n, n0, off, n_q, n_blocks, n_heads_q, PruneBound,
+                                     BLOCK_M, PRUNE)
+        # The vectors of the next tile are loaded one iteration ahead, hiding their latency.
+        rows = i_lo + offs
+        ok = rows < n_q
+        cq = gl.load(C + c_base + off + rows, mask=ok, other=r)
+        lse2 = gl.load(Lse + vec_base + rows, mask=ok, other=0.0) * LOG2E
+        delta = gl.load(Delta + vec_base + rows, mask=ok, other=0.0)
+        for t in range(n_tiles):
+            s = it % NUM_STAGES
+            ph = (it // NUM_STAGES) & 1
+            i0 = i_lo + t * BLOCK_M
+            nxt = i0 + BLOCK_M + offs
+            ok_n = nxt < n_q
+            cq_n = gl.load(C + c_base + off + nxt, mask=ok_n, other=r)
+            lse2_n = gl.load(Lse + vec_base + nxt, mask=ok_n, other=0.0) * LOG2E
+            delta_n = gl.load(Delta + vec_base + nxt, mask=ok_n, other=0.0)
+            mbarrier.wait(empty.index(s), ph ^ 1)
+            mbarrier.expect(ready.index(s), q_desc.block_type.nbytes + do_desc.block_type.nbytes)
+            tma_load(q_desc, [zb, tok0 + i0, head * HEAD_DIM], ready.index(s), q_smem.index(s))
+            tma_load(do_desc, [zb, tok0 + i0, head * HEAD_DIM], ready.index(s), do_smem.index(s))
+            cq_hi, cq_lo = split_c(cq, r)
+            vec_smem.index(N_VEC * s + VEC_ROW2).store(cq_hi * LOG2E - lse2)
+            vec_smem.index(N_VEC * s + VEC_CQ_HI).store(cq_hi)
+            vec_smem.index(N_VEC * s + VEC_CQ_LO2).store(cq_lo * LOG2E - lse2)
+            vec_smem.index(N_VEC * s + VEC_DELTA).store(delta)
+            thread_barrier()
+            mbarrier.arrive(ready.index(s), count=1)
+            cq = cq_n
+            lse2 = lse2_n
+            delta = delta_n
+            it += 1
+
+
+@gluon.jit
+def _dkdv_consumer(q_smem, do_smem, k_smem, v_smem, vec_smem, kv_bar, ready, empty,
+                   C, DK, DV, ColSum, zb, tok0, n0, kv_head, pid_z, pid_n, off, n_q, n_k, n_blocks, n_heads_q,
+                   scale, scale2, stride_cb, stride_ch, stride_dkb, stride_dkt, stride_dkh,
+                   stride_dvb, stride_dvt, stride_dvh, PruneBound, group,
+                   WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
+                   NUM_STAGES: gl.constexpr, PRUNE: gl.constexpr, KV_IN_REGS: gl.constexpr):
+    # Transposed orientation: tiles are [keys, queries], so dK and dV accumulate without transposes.
+    st_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                         instr_shape=[16, BLOCK_M, 16])
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                          instr_shape=[16, HEAD_DIM, 16])
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
+    key_l: gl.constexpr = gl.SliceLayout(1, st_layout)
+    qry_l: gl.constexpr = gl.SliceLayout(0, st_layout)
+    dtype: gl.constexpr = k_smem.dtype
+
+    k_w = k_smem.reshape([2 * WG_ROWS, HEAD_DIM]).slice(WG * WG_ROWS, WG_ROWS)
+    v_w = v_smem.reshape([2 * WG_ROWS, HEAD_DIM]).slice(WG * WG_ROWS, WG_ROWS)
+    kw0 = n0 + WG * WG_ROWS
+    keys = kw0 + gl.arange(0, WG_ROWS, layout=key_l)
+    key_ok = keys < n_k
+    n_last = gl.minimum(n0 + 2 * WG_ROWS, n_k) - 1
+    offs_m = gl.arange(0, BLOCK_M, layout=qry_l)
+
+    dk = gl.zeros([WG_ROWS, HEAD_DIM], gl.float32, acc_layout)
+    dv = gl.zeros([WG_ROWS, HEAD_DIM], gl.float32, acc_layout)
+    zero_st = gl.zeros([WG_ROWS, BLOCK_M], gl.float32, st_layout)
+    mbarrier.wait(kv_bar, 0)
+    if KV_IN_REGS:
+        # K and V stay put for the whole CTA: as register operands they stop costing shared-memory reads.
+        kv_a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=st_layout, k_width=2)
+        k_w = k_w.load(kv_a_layout)
+        v_w = v_w.load(kv_a_layout)
+    it = 0
+    for g in range(group):
+        head = kv_head * group + g
+        c_base = zb.to(gl.int64) * stride_cb + head.to(gl.int64) * stride_ch + tok0
+        # Reference: c at the block's last key, so c[j] - r >= 0 >= c[p_i] - r on unmasked tiles.
+        r = gl.load(C + c_base + n_last)
+        ck_hi, ck_lo = split_c(gl.load(C + c_base + keys, mask=key_ok, other=r), r)
+        ck2 = ck_hi * LOG2E
+        ck_lo2 = ck_lo * LOG2E
+        colsum = gl.zeros([WG_ROWS], gl.float32, key_l)
+        i_lo, n_tiles = _query_range(pid_z, head, pid_n, n0, off, n_q, n_blocks, n_heads_q, PruneBound,
+                                     BLOCK_M, PRUNE)
+        for t in range(n_tiles):
+            s = it % NUM_STAGES
+            ph = (it // NUM_STAGES) & 1
+            i0 = i_lo + t * BLOCK_M
+            q_tile = q_smem.index(s).reshape([BLOCK_M, HEAD_DIM])
+            do_tile = do_smem.index(s).reshape([BLOCK_M, HEAD_DIM])
+            mbarrier.wait(ready.index(s), ph)
+            s_tok = warpgroup_mma(k_w, q_tile.permute((1, 0)), zero_st, use_acc=False, is_async=True)
+            dp_tok = warpgroup_mma(v_w, do_tile.permute((1, 0)), zero_st, use_acc=False, is_async=True)
+            # Unmasked: every query of the tile comes at or after this warpgroup's last key, and exists.
+            masked = (off + i0 < kw0 + WG_ROWS - 1) | (i0 + BLOCK_M > n_q)
+            qk_t = warpgroup_mma_wait(1, deps=[s_tok])
+            if masked:
+                cq_hi = vec_smem.index(N_VEC * s + VEC_CQ_HI).load(qry_l)
+                cq_lo2 = vec_smem.index(N_VEC * s + VEC_CQ_LO2).load(qry_l)
+                rows = i0 + offs_m
+                visible = (keys[:, None] <= off + rows[None, :]) & (rows < n_q)[None, :]
+                # hi differences of nearby c are exact; mask the exponent's argument, not the result (a
+                # hidden key may carry a large positive bias).
+                sc = ((cq_hi[None, :] - ck_hi[:, None]) * LOG2E
+                      + (qk_t * scale2 + (cq_lo2[None, :] - ck_lo2[:, None])))
+                p_t = gl.exp2(gl.where(visible, sc, float("-inf")))
+            else:
+                row2 = vec_smem.index(N_VEC * s + VEC_ROW2).load(qry_l)
+                p_t = gl.exp2(qk_t * scale2 + (row2[None, :] - ck2[:, None]))
+            dv_tok = warpgroup_mma(gl.convert_layout(p_t.to(dtype), a_layout), do_tile, dv, is_async=True)
+            dp_t = warpgroup_mma_wait(1, deps=[dp_tok])
+            delta = vec_smem.index(N_VEC * s + VEC_DELTA).load(qry_l)
+            ds_t = p_t * (dp_t - delta[None, :])
+            colsum += gl.sum(ds_t, 1)
+            dk_tok = warpgroup_mma(gl.convert_layout(ds_t.to(dtype), a_layout), q_tile, dk, is_async=True)
+            dv, dk, _, _ = warpgroup_mma_wait(0, deps=[dv_tok, dk_tok, q_tile, do_tile])
+            release_stage(empty.index(s))
+            it += 1
+        gl.store(ColSum + c_base + keys, colsum, mask=key_ok)
+
+    dk = dk * scale
+    st_l: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (HEAD_DIM // 8), HEAD_DIM // 8], [4, 1], [1, 0])
+    keys_st = kw0 + gl.arange(0, WG_ROWS, layout=gl.SliceLayout(1, st_l))
+    cols_st = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, st_l))
+    tok_off = (tok0 + keys_st).to(gl.int64)[:, None]
+    st_mask = (keys_st < n_k)[:, None]
+    gl.store(DK + zb.to(gl.int64) * stride_dkb + tok_off * stride_dkt + kv_head * stride_dkh + cols_st[None, :],
+             gl.convert_layout(dk.to(dtype), st_l), mask=st_mask)
+    gl.store(DV + zb.to(gl.int64) * stride_dvb + tok_off * stride_dvt + kv_head * stride_dvh + cols_st[None, :],
+             gl.convert_layout(dv.to(dtype), st_l), mask=st_mask)
+
+
+@gluon.jit(do_not_specialize=["stride_dkb", "stride_dkt", "stride_dkh", "stride_dvb", "stride_dvt", "stride_dvh",
+                              "stride_cb", "stride_ch", "stride_lb", "stride_lh", "seqlen_q", "seqlen_k",
+                              "n_blocks", "n_heads", "group"])
+def dkdv_kernel(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DK, DV, ColSum, CuSeqlens, PruneBound,
+                stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh,
+                stride_cb, stride_ch, stride_lb, stride_lh,
+                seqlen_q, seqlen_k, scale, scale2, n_blocks, n_heads, group,
+                HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
+                NUM_STAGES: gl.constexpr, IS_VARLEN: gl.constexpr, PRUNE: gl.constexpr,
+                KV_IN_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr):
+    """Grid: key blocks of 128 x kv heads x sequences, the first key blocks (the heaviest) first."""
+    BLOCK_N: gl.constexpr = 2 * WG_ROWS
+    pid = gl.program_id(0)
+    pid_n = pid % n_blocks
+    rest = pid // n_blocks
+    kv_head = rest % n_heads
+    pid_z = rest // n_heads
+    zb, tok0, n_q, n_k = sequence_of(pid_z, CuSeqlens, seqlen_q, seqlen_k, IS_VARLEN)
+    n0 = pid_n * BLOCK_N
+    if n0 < n_k:
+        off = n_k - n_q
+        n_heads_q = n_heads * group
+        dtype: gl.constexpr = q_desc.dtype
+        k_smem = gl.allocate_shared_memory(dtype, [1, BLOCK_N, HEAD_DIM], k_desc.layout)
+        v_smem = gl.allocate_shared_memory(dtype, [1, BLOCK_N, HEAD_DIM], v_desc.layout)
+        q_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, BLOCK_M, HEAD_DIM], q_desc.layout)
+        do_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, BLOCK_M, HEAD_DIM], do_desc.layout)
+        vec_smem = gl.allocate_shared_memory(gl.float32, [N_VEC * NUM_STAGES, BLOCK_M],
+                                             gl.SwizzledSharedLayout(1, 1, 1, [0]))
+        kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+        empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+        mbarrier.init(kv_bar, count=1)
+        for i in gl.static_range(NUM_STAGES):
+            # ready: the TMA bytes of Q and dO plus the loader's arrival after it stored the vectors.
+            mbarrier.init(ready.index(i), count=2)
+            mbarrier.init(empty.index(i), count=2)
+        gl.warp_specialize([
+            (_dkdv_loader, (q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, q_smem, do_smem, k_smem, v_smem,
+                            vec_smem, kv_bar, ready, empty, zb, tok0, n0, kv_head, pid_z, pid_n, off, n_q, n_k,
+                            n_blocks, n_heads_q, stride_cb, stride_ch, stride_lb, stride_lh, PruneBound,
+                            group, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE)),
+            (_dkdv_consumer, (q_smem, do_smem, k_smem, v_smem, vec_smem, kv_bar, ready, empty,
+                              C, DK, DV, ColSum, zb, tok0, n0, kv_head, pid_z, pid_n, off, n_q, n_k, n_blocks,
+                              n_heads_q, scale, scale2, stride_cb, stride_ch, stride_dkb, stride_dkt, stride_dkh,
+                              stride_dvb, stride_dvt, stride_dvh, PruneBound, group,
+                              0, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE, KV_IN_REGS)),
+            (_dkdv_consumer, (q_smem, do_smem, k_smem, v_smem, vec_smem, kv_bar, ready, empty,
+                              C, DK, DV, ColSum, zb, tok0, n0, kv_head, pid_z, pid_n, off, n_q, n_k, n_blocks,
+                              n_heads_q, scale, scale2, stride_cb, stride_ch, stride_dkb, stride_dkt, stride_dkh,
+                              stride_dvb, stride_dvt, stride_dvh, PruneBound, group,
+                              1, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE, KV_IN_REGS)),
+        ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])

@@ -1,0 +1,311 @@
+"""Gluon forward kernel of Forgetting Attention for Hopper (sm_90a): TMA, wgmma, warp specialization.
+
+One CTA computes a BLOCK_M = 128-row query tile of one (sequence, head), heaviest causal tiles first.
+Three partitions share a ring of NUM_STAGES shared-memory stages:
+
+- two consumer warpgroups (4 warps each), each owning 64 query rows: S = Q K^T and O += P V with
+  asynchronous wgmma, the online softmax in registers, P fed to the second wgmma from registers.
+  Each warpgroup releases a stage on its own, so the two drift apart and one's softmax overlaps the
+  other's matrix products (FA3's ping-pong, without explicit scheduling);
+- one loader warp: TMA copies of Q once and of K, V per stage, and the key tile's ``c``.
+
+The bias needs ``c_k - r`` per key, with ``r = c[first query]`` a float64 reference per CTA (fwd.py
+in the parent folder explains the precision scheme). Loading float64 ``c_k`` in the consumers put
+global-load latency and float64 arithmetic on their critical path (the probe in shared/hopper lost
+30-35% to it); here the loader warp loads ``c_k`` one tile ahead, forms ``c_k - r`` in float64 and
+stores it to shared memory as float32 ``hi * log2(e)`` (unmasked tiles) and ``hi``, ``lo`` (diagonal
+tiles, where nearby pairs need the exact split). The consumers read 32 floats per thread per tile.
+
+Scores are in log2 units: ``s = qk * scale * log2(e) + (c_i - c_j) * log2(e)``. Rows past the end
+of a sequence and keys past it come from TMA's zero fill (or the next packed sequence): keys are
+cut by the causal mask, and such rows are never stored.
+"""
+from __future__ import annotations
+
+from .compat import (
+    fence_async_shared,  # noqa: F401  (re-exported for the backward)
+    gl,
+    gluon,
+    mbarrier,
+    thread_barrier,
+    tma_load,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+LOG2E = gl.constexpr(1.4426950408889634)
+LN2 = gl.constexpr(0.6931471805599453)
+# Query rows per consumer warpgroup: wgmma's M.
+WG_ROWS = gl.constexpr(64)
+
+
+@gluon.jit
+def sequence_of(pid_z, CuSeqlens, seqlen_q, seqlen_k, IS_VARLEN: gl.constexpr):
+    """(batch index, first token, query length, key length) of sequence pid_z (dense batch or packed)."""
+    if IS_VARLEN:
+        start = gl.load(CuSeqlens + pid_z)
+        n_q = gl.load(CuSeqlens + pid_z + 1) - start
+        n_k = n_q
+        tok0 = start
+        zb = pid_z * 0
+    else:
+        n_q = seqlen_q
+        n_k = seqlen_k
+        tok0 = pid_z * 0
+        zb = pid_z
+    return zb, tok0, n_q, n_k
+
+
+@gluon.jit
+def split_c(x, r):
+    """float64 c minus the float64 reference r as float32 hi + lo (hi + lo == x - r to ~48 bits)."""
+    d = x - r
+    hi = d.to(gl.float32)
+    lo = (d - hi.to(gl.float64)).to(gl.float32)
+    return hi, lo
+
+
+@gluon.jit
+def kv_loader(q_desc, do_desc, k_desc, v_desc, C, q_smem, do_smem, k_smem, v_smem, c_smem,
+              q_bar, k_ready, v_ready, kc_empty, v_empty,
+              zb, q_t0, kv_t0, q_col, kv_col, c_base, r, lo, n_tiles, n_k,
+              BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, NUM_WG: gl.constexpr, HAS_DO: gl.constexpr):
+    """The loader warpgroup of the query-stationary kernels (forward, dq): each consumer's 64 rows of Q
+    (and dO) once, then per stage a K tile, a V tile and the key tile's c relative to r (see the module
+    docstring)."""
+    c_layout: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
+    offs = gl.arange(0, BLOCK_N, layout=c_layout)
+
+    if HAS_DO:
+        mbarrier.expect(q_bar, NUM_WG * (q_desc.block_type.nbytes + do_desc.block_type.nbytes))
+    else:
+        mbarrier.expect(q_bar, NUM_WG * q_desc.block_type.nbytes)
+    for w in gl.static_range(NUM_WG):
+        tma_load(q_desc, [zb, q_t0 + w * WG_ROWS, q_col], q_bar, q_smem.index(w))
+        if HAS_DO:
+            tma_load(do_desc, [zb, q_t0 + w * WG_ROWS, q_col], q_bar, do_smem.index(w))
+    # c of the next tile is loaded one iteration ahead, so its latency hides behind the waits.
+    x = gl.load(C + c_base + lo + offs, mask=lo + offs < n_k, other=r)
+    for i in range(n_tiles):
+        s = i % NUM_STAGES
+        ph = (i // NUM_STAGES) & 1
+        n0 = lo + i * BLOCK_N
+        # Empty barriers start in phase 0: waiting for phase 1 passes on each stage's first use.
+        mbarrier.wait(kc_empty.index(s), ph ^ 1)
+        mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes)
+        tma_load(k_desc, [zb, kv_t0 + n0, kv_col], k_ready.index(s), k_smem.index(s))
+        nxt = n0 + BLOCK_N + offs
+        x_next = gl.load(C + c_base + nxt, mask=nxt < n_k, other=r)
+        hi, lo_part = split_c(x, r)
+        c_smem.index(3 * s).store(hi * LOG2E)
+        c_smem.index(3 * s + 1).store(hi)
+        c_smem.index(3 * s + 2).store(lo_part)
+        thread_barrier()
+        mbarrier.arrive(k_ready.index(s), count=1)
+        mbarrier.wait(v_empty.index(s), ph ^ 1)
+        mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes)
+        tma_load(v_desc, [zb, kv_t0 + n0, kv_col], v_ready.index(s), v_smem.index(s))
+        x = x_next
+
+
+@gluon.jit
+def _softmax_scores(qk, c_smem, s, masked, cols, pos_q, cq2, cq_hi, cq_lo, scale2,
+                    row_l: gl.constexpr, col_l: gl.constexpr):
+    """Biased log2-domain logits of one tile; -inf where a key is after the row (masked tiles only)."""
+    if masked:
+        ck_hi = c_smem.index(3 * s + 1).load(col_l)
+        ck_lo = c_smem.index(3 * s + 2).load(col_l)
+        # Nearby c on either side of a large drop: hi differences are exact, lo restores the rest.
+        bias = ((cq_hi[:, None] - ck_hi[None, :]) + (cq_lo[:, None] - ck_lo[None, :])) * LOG2E
+        # Mask the logit, not its exponent: a hidden key may carry a large positive bias.
+        sc = gl.where(cols[None, :] <= pos_q[:, None], qk * scale2 + bias, float("-inf"))
+    else:
+        ck2 = c_smem.index(3 * s).load(col_l)
+        sc = qk * scale2 + (cq2[:, None] - ck2[None, :])
+    return sc
+
+
+@gluon.jit
+def _online_softmax(sc, m_i, l_i, dtype: gl.constexpr, p_layout: gl.constexpr, orow_l: gl.constexpr):
+    """One tile's online-softmax update: P (as wgmma's register A operand), the rescale of O, m, l."""
+    m_new = gl.maximum(m_i, gl.max(sc, 1))
+    alpha = gl.exp2(m_i - m_new)
+    p = gl.exp2(sc - m_new[:, None])
+    l_i = l_i * alpha + gl.sum(p, 1)
+    p16 = gl.convert_layout(p.to(dtype), p_layout)
+    return p16, gl.convert_layout(alpha, orow_l), m_new, l_i
+
+
+@gluon.jit
+def release_stage(bar):
+    """Arrive on bar once the whole warpgroup is done with the stage (the arrive is one thread's)."""
+    thread_barrier()
+    mbarrier.arrive(bar, count=1)
+
+
+@gluon.jit
+def _fwd_loop(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, k_ready, v_ready, kc_empty, v_empty,
+              zero_qk, offs_n, pos_q, cq2, cq_hi, cq_lo, scale2, lo, n_tiles, n_unmasked,
+              HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr):
+    """QK^T, softmax, PV in turn; each wgmma waited at once (the loads still run ahead)."""
+    row_l: gl.constexpr = gl.SliceLayout(1, zero_qk.type.layout)
+    col_l: gl.constexpr = gl.SliceLayout(0, zero_qk.type.layout)
+    orow_l: gl.constexpr = gl.SliceLayout(1, acc.type.layout)
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc.type.layout, k_width=2)
+    for i in range(n_tiles):
+        s = i % NUM_STAGES
+        ph = (i // NUM_STAGES) & 1
+        mbarrier.wait(k_ready.index(s), ph)
+        k_t = k_smem.index(s).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
+        tok = warpgroup_mma(q_w, k_t, zero_qk, use_acc=False, is_async=True)
+        qk, _, _ = warpgroup_mma_wait(0, deps=[tok, q_w, k_t])
+        sc = _softmax_scores(qk, c_smem, s, i >= n_unmasked, lo + i * BLOCK_N + offs_n, pos_q,
+                             cq2, cq_hi, cq_lo, scale2, row_l, col_l)
+        release_stage(kc_empty.index(s))
+        p16, alpha, m_i, l_i = _online_softmax(sc, m_i, l_i, q_w.dtype, p_layout, orow_l)
+        acc = acc * alpha[:, None]
+        v_t = v_smem.index(s).reshape([BLOCK_N, HEAD_DIM])
+        mbarrier.wait(v_ready.index(s), ph)
+        tok = warpgroup_mma(p16, v_t, acc, is_async=True)
+        acc, _ = warpgroup_mma_wait(0, deps=[tok, v_t])
+        release_stage(v_empty.index(s))
+    return acc, m_i, l_i
+
+
+@gluon.jit
+def _fwd_consumer(q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty, v_empty,
+                  C, Out, Lse, zb, tok0, head, m0, off, n_q, c_base, r, lo, n_tiles, scale2,
+                  stride_ob, stride_ot, stride_oh, stride_lb, stride_lh,
+                  WG: gl.constexpr, NUM_WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
+                  NUM_STAGES: gl.constexpr, Q_IN_REGS: gl.constexpr):
+    qk_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                         instr_shape=[16, BLOCK_N, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                        instr_shape=[16, HEAD_DIM, 16])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    row_l: gl.constexpr = gl.SliceLayout(1, qk_layout)
+    col_l: gl.constexpr = gl.SliceLayout(0, qk_layout)
+    orow_l: gl.constexpr = gl.SliceLayout(1, o_layout)
+    dtype: gl.constexpr = q_smem.dtype
+
+    q_w = q_smem.index(WG).reshape([WG_ROWS, HEAD_DIM])
+    m0w = m0 + WG * WG_ROWS
+    rows = m0w + gl.arange(0, WG_ROWS, layout=row_l)
+    row_ok = rows < n_q
+    pos_q = off + rows
+    cq_hi, cq_lo = split_c(gl.load(C + c_base + pos_q, mask=row_ok, other=r), r)
+    cq2 = cq_hi * LOG2E
+    # Tiles before n_unmasked lie wholly at or before this warpgroup's first row: no mask needed.
+    n_unmasked = gl.minimum(gl.maximum(off + m0w + 1 - lo, 0) // BLOCK_N, n_tiles)
+
+    m_i = gl.full([WG_ROWS], float("-inf"), gl.float32, row_l)
+    l_i = gl.zeros([WG_ROWS], gl.float32, row_l)
+    acc = gl.zeros([WG_ROWS, HEAD_DIM], gl.float32, o_layout)
+    zero_qk = gl.zeros([WG_ROWS, BLOCK_N], gl.float32, qk_layout)
+    offs_n = gl.arange(0, BLOCK_N, layout=col_l)
+
+    mbarrier.wait(q_bar, 0)
+    if Q_IN_REGS:
+        q_w = q_w.load(gl.DotOperandLayout(operand_index=0, parent=qk_layout, k_width=2))
+    acc, m_i, l_i = _fwd_loop(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, k_ready, v_ready, kc_empty, v_empty,
+                              zero_qk, offs_n, pos_q, cq2, cq_hi, cq_lo, scale2, lo, n_tiles, n_unmasked,
+                              HEAD_DIM, BLOCK_N, NUM_STAGES)
+    # Every real row saw its own key, so l_i > 0; padded rows are finite and never stored.
+    o = acc / gl.convert_layout(l_i, orow_l)[:, None]
+    out_l: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (HEAD_DIM // 8), HEAD_DIM // 8], [4, 1], [1, 0])
+    o_st = gl.convert_layout(o.to(dtype), out_l)
+    rows_o = m0w + gl.arange(0, WG_ROWS, layout=gl.SliceLayout(1, out_l))
+    cols_o = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, out_l))
+    o_ptrs = (Out + zb.to(gl.int64) * stride_ob + (tok0 + rows_o).to(gl.int64)[:, None] * stride_ot
+              + head * stride_oh + cols_o[None, :])
+    gl.store(o_ptrs, o_st, mask=(rows_o < n_q)[:, None])
+    lse = (m_i + gl.log2(l_i)) * LN2
+    gl.store(Lse + zb.to(gl.int64) * stride_lb + head * stride_lh + tok0 + rows, lse, mask=row_ok)
+
+
+# Integers that reach a partition must stay runtime values: Triton would turn a 1 into a constant.
+@gluon.jit(do_not_specialize=["stride_ob", "stride_ot", "stride_oh", "stride_cb", "stride_ch", "stride_lb",
+                              "stride_lh", "seqlen_q", "seqlen_k", "n_blocks", "n_heads", "group"])
+def fwd_kernel(q_desc, k_desc, v_desc, C, Out, Lse, CuSeqlens, PruneBound,
+               stride_ob, stride_ot, stride_oh, stride_cb, stride_ch, stride_lb, stride_lh,
+               seqlen_q, seqlen_k, scale2, n_blocks, n_heads, group,
+               HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_WG: gl.constexpr,
+               NUM_STAGES: gl.constexpr, IS_VARLEN: gl.constexpr, PRUNE: gl.constexpr,
+               Q_IN_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr):
+    BLOCK_M: gl.constexpr = NUM_WG * WG_ROWS
+    pid = gl.program_id(0)
+    blk = pid % n_blocks
+    rest = pid // n_blocks
+    head = rest % n_heads
+    pid_z = rest // n_heads
+    # Heaviest (last) query tiles first: causal work grows with the tile index.
+    pid_m = n_blocks - 1 - blk
+    zb, tok0, n_q, n_k = sequence_of(pid_z, CuSeqlens, seqlen_q, seqlen_k, IS_VARLEN)
+    m0 = pid_m * BLOCK_M
+    if m0 < n_q:
+        off = n_k - n_q
+        c_base = zb.to(gl.int64) * stride_cb + head.to(gl.int64) * stride_ch + tok0
+        p_first = off + m0
+        r = gl.load(C + c_base + p_first)
+        lo = pid * 0
+        if PRUNE:
+            # PruneBound: [n_z, Hq, n_blocks], the first key (a multiple of BLOCK_N) this tile keeps.
+            lo = gl.load(PruneBound + (pid_z * n_heads + head) * n_blocks + pid_m)
+        hi = gl.minimum(n_k, p_first + BLOCK_M)
+        n_tiles = gl.cdiv(hi - lo, BLOCK_N)
+
+        dtype: gl.constexpr = q_desc.dtype
+        q_smem = gl.allocate_shared_memory(dtype, [NUM_WG, 1, WG_ROWS, HEAD_DIM], q_desc.layout)
+        k_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, BLOCK_N, HEAD_DIM], k_desc.layout)
+        v_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, BLOCK_N, HEAD_DIM], v_desc.layout)
+        c_smem = gl.allocate_shared_memory(gl.float32, [3 * NUM_STAGES, BLOCK_N],
+                                           gl.SwizzledSharedLayout(1, 1, 1, [0]))
+        q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        k_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+        v_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+        kc_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+        v_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+        mbarrier.init(q_bar, count=1)
+        for i in gl.static_range(NUM_STAGES):
+            # k_ready completes on the TMA bytes plus the loader's arrival after it stored c.
+            mbarrier.init(k_ready.index(i), count=2)
+            mbarrier.init(v_ready.index(i), count=1)
+            # Every consumer warpgroup releases every stage.
+            mbarrier.init(kc_empty.index(i), count=NUM_WG)
+            mbarrier.init(v_empty.index(i), count=NUM_WG)
+
+        kv_head = head // group
+        if NUM_WG == 3:
+            gl.warp_specialize([
+                (kv_loader, (q_desc, q_desc, k_desc, v_desc, C, q_smem, q_smem, k_smem, v_smem, c_smem,
+                             q_bar, k_ready, v_ready, kc_empty, v_empty,
+                             zb, tok0 + m0, tok0, head * HEAD_DIM, kv_head * HEAD_DIM, c_base, r, lo, n_tiles,
+                             n_k, BLOCK_N, NUM_STAGES, NUM_WG, False)),
+                (_fwd_consumer, (q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty, v_empty,
+                                 C, Out, Lse, zb, tok0, head, m0, off, n_q, c_base, r, lo, n_tiles, scale2,
+                                 stride_ob, stride_ot, stride_oh, stride_lb, stride_lh,
+                                 0, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, Q_IN_REGS)),
+                (_fwd_consumer, (q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty, v_empty,
+                                 C, Out, Lse, zb, tok0, head, m0, off, n_q, c_base, r, lo, n_tiles, scale2,
+                                 stride_ob, stride_ot, stride_oh, stride_lb, stride_lh,
+                                 1, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, Q_IN_REGS)),
+                (_fwd_consumer, (q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty, v_empty,
+                                 C, Out, Lse, zb, tok0, head, m0, off, n_q, c_base, r, lo, n_tiles, scale2,
+                                 stride_ob, stride_ot, stride_oh, stride_lb, stride_lh,
+                                 2, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, Q_IN_REGS)),
+            ], [4, 4, 4], [CONSUMER_REGS, CONSUMER_REGS, CONSUMER_REGS])
+        else:
+            gl.warp_specialize([
+                (kv_loader, (q_desc, q_desc, k_desc, v_desc, C, q_smem, q_smem, k_smem, v_smem, c_smem,
+                             q_bar, k_ready, v_ready, kc_empty, v_empty,
+                             zb, tok0 + m0, tok0, head * HEAD_DIM, kv_head * HEAD_DIM, c_base, r, lo, n_tiles,
+                             n_k, BLOCK_N, NUM_STAGES, NUM_WG, False)),
+                (_fwd_consumer, (q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty, v_empty,
+                                 C, Out, Lse, zb, tok0, head, m0, off, n_q, c_base, r, lo, n_tiles, scale2,
+                                 stride_ob, stride_ot, stride_oh, stride_lb, stride_lh,
+                                 0, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, Q_IN_REGS)),
+                (_fwd_consumer, (q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty, v_empty,
+                                 C, Out, Lse, zb, tok0, head, m0, off, n_q, c_base, r, lo, n_tiles, scale2,
+                                 stride_ob, stride_ot, stride_oh, stride_lb, stride_lh,
+                                 1, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, Q_IN_REGS)),
+            ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])

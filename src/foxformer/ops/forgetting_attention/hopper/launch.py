@@ -1,0 +1,239 @@
+"""Launches of the Gluon Hopper kernels: tile configs, TMA descriptors and grids.
+
+Each ``*_launch`` function builds a ``aot.Launch`` from the op's tensors, so the GPU path and the
+off-GPU compile tests share every argument, constexpr and option.
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+import torch
+import triton
+
+from ..bwd import row_deltas
+from ..tiles import launch_grid, tile_bounds
+from .aot import Launch
+from .bwd import dkdv_kernel, dq_kernel
+from .compat import TensorDescriptor, gl
+from .fwd import WG_ROWS, fwd_kernel
+
+BLOCK_M = 2 * WG_ROWS.value
+
+
+@dataclass(frozen=True)
+class FwdConfig:
+    """block_n: keys per stage; num_stages: depth of the K/V/c ring; num_wg: consumer warpgroups, 64 query
+    rows each (the CTA's tile is 64 * num_wg rows); consumer_regs: their setmaxnreg (the loader warpgroup
+    gets what is left of the 64K registers)."""
+
+    block_n: int
+    num_stages: int
+    num_wg: int = 2
+    q_in_regs: bool = False
+    consumer_regs: int = 240
+
+
+# Picked by `scripts/hopper_tune.py fwd bwd` on one H200 (torch 2.11, Triton 3.6, bf16, B * T = 32K, T = 16K;
+# 2026-12-01, rows in docs/bench/hopper_tune_h200.json). D 64: three consumer warpgroups (192 query rows)
+# beat two, 4.53 against 4.90 ms; D 128: Q as a register operand, 3.29 against 3.51 ms.
+FWD_CONFIGS = {64: FwdConfig(block_n=128, num_stages=3, num_wg=3, consumer_regs=160),
+               128: FwdConfig(block_n=128, num_stages=2, q_in_regs=True)}
+
+_GL_DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16"}
+
+
+def _gl_dtype(t: torch.dtype):
+    return getattr(gl, _GL_DTYPES[t])
+
+
+def _outputs(*shapes_dtypes, device) -> list[torch.Tensor]:
+    """Output buffers. Every element is written by the kernels (varlen segments cover all tokens), so they
+    start uninitialised; FOXFORMER_POISON_OUTPUTS=1 fills them with NaN instead, for tests that catch an
+    element no kernel wrote."""
+    if os.environ.get("FOXFORMER_POISON_OUTPUTS", "0") == "1":
+        return [torch.full(shape, float("nan"), dtype=dtype, device=device) for shape, dtype in shapes_dtypes]
+    return [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in shapes_dtypes]
+
+
+def rows_descriptor(x: torch.Tensor, block_rows: int) -> TensorDescriptor:
+    """TMA descriptor of x [B, T, H, D] as [B, T, H * D] (heads packed), one [1, block_rows, D] tile per
+    copy: rows past T are zero-filled per batch entry, never read from the next one."""
+    B, T, H, D = x.shape
+    block = [1, block_rows, D]
+    layout = gl.NVMMASharedLayout.get_default_for(block, _gl_dtype(x.dtype))
+    return TensorDescriptor(x, [B, T, H * D], [x.stride(0), x.stride(1), 1], block, layout)
+
+
+def fwd_block_m(cfg: FwdConfig) -> int:
+    return cfg.num_wg * WG_ROWS.value
+
+
+def forward_launch(q, k, v, c, out, lse, cu, bound, scale: float, n_blocks: int, n_z: int,
+                   varlen: bool, prune: bool, cfg: FwdConfig) -> Launch:
+    B, Tq, Hq, D = q.shape
+    Tk, Hkv = k.shape[1], k.shape[2]
+    args = (rows_descriptor(q, WG_ROWS.value), rows_descriptor(k, cfg.block_n), rows_descriptor(v, cfg.block_n),
+            c, out, lse, cu, bound,
+            out.stride(0), out.stride(1), out.stride(2), c.stride(0), c.stride(1), lse.stride(0), lse.stride(1),
+            Tq, Tk, float(scale) * math.log2(math.e), n_blocks, Hq, Hq // Hkv)
+    constexprs = dict(HEAD_DIM=D, BLOCK_N=cfg.block_n, NUM_WG=cfg.num_wg, NUM_STAGES=cfg.num_stages,
+                      IS_VARLEN=varlen, PRUNE=prune, Q_IN_REGS=cfg.q_in_regs, CONSUMER_REGS=cfg.consumer_regs)
+    return Launch(fwd_kernel, launch_grid(n_blocks, Hq, n_z), args, constexprs, dict(num_warps=4))
+
+
+def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.Tensor, scale: float,
+                  cu_seqlens: torch.Tensor | None = None, max_seqlen: int | None = None,
+                  *, prune_delta: torch.Tensor | None = None, cfg: FwdConfig | None = None,
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Forgetting Attention forward on Hopper; the contract of ``fwd.triton_forward`` (the caller has
+    checked coverage with ``dispatch.unsupported``).
+
+    q [B, Tq, Hq, D]; k, v [B, Tk, Hkv, D] (heads packed: stride(2) == D); c float64 [B, Hq, Tk];
+    prune_delta optional float64 [B, Hq]. Returns out [B, Tq, Hq, D] and lse float32 [B, Hq, Tq].
+    """
+    B, Tq, Hq, D = q.shape
+    Tk = k.shape[1]
+    cfg = cfg or FWD_CONFIGS[D]
+    c = c.contiguous()
+    varlen = cu_seqlens is not None
+    out, lse = _outputs(((B, Tq, Hq, D), q.dtype), ((B, Hq, Tq), torch.float32), device=q.device)
+    block_m = fwd_block_m(cfg)
+    if varlen:
+        n_blocks, n_z, cu = triton.cdiv(int(max_seqlen), block_m), cu_seqlens.numel() - 1, cu_seqlens.contiguous()
+    else:
+        n_blocks, n_z, cu = triton.cdiv(Tq, block_m), B, lse  # lse: a placeholder pointer, never read
+    prune = prune_delta is not None
+    bound = (tile_bounds(c, prune_delta, cu, varlen, n_z, Tq, Tk, n_blocks, block_m, cfg.block_n, False)
+             if prune else lse)
+    launch = forward_launch(q, k, v, c, out, lse, cu, bound, scale, n_blocks, n_z, varlen, prune, cfg)
+    launch.kernel[launch.grid](*launch.args, **launch.constexprs, **launch.options)
+    return out, lse
+
+
+@dataclass(frozen=True)
+class BwdConfig:
+    """dkdv_block_m: query rows per stage of the key-stationary dk/dv kernel (its CTA holds 128 keys);
+    dq_block_n: keys per stage of the dq kernel, whose CTA holds dq_num_wg consumer warpgroups of 64 query
+    rows; *_stages: ring depths; *_regs: the consumers' setmaxnreg."""
+
+    dkdv_block_m: int
+    dkdv_stages: int
+    dq_block_n: int
+    dq_stages: int
+    dq_num_wg: int = 2
+    kv_in_regs: bool = False
+    consumer_regs: int = 240
+    dq_consumer_regs: int = 240
+
+
+# Same run. D 64: K and V as register operands let 64-row query tiles beat 128-row ones (dk/dv 6.37 against
+# 6.69 ms); D 128: 64-row query tiles beat 32-row ones (5.49 against 6.36 ms) although they spill a little;
+# dq with 128-key stages, 3.73 against 4.32 ms for three warpgroups at 64 keys.
+BWD_CONFIGS = {64: BwdConfig(dkdv_block_m=64, dkdv_stages=3, dq_block_n=128, dq_stages=2, kv_in_regs=True),
+               128: BwdConfig(dkdv_block_m=64, dkdv_stages=2, dq_block_n=128, dq_stages=2)}
+
+
+def dq_block_m(cfg: BwdConfig) -> int:
+    return cfg.dq_num_wg * WG_ROWS.value
+
+
+def dkdv_launch(q, k, v, c, do, lse, delta, dk, dv, colsum, cu, bound, scale: float, n_blocks: int, n_z: int,
+                varlen: bool, prune: bool, cfg: BwdConfig) -> Launch:
+    B, Tq, Hq, D = q.shape
+    Tk, Hkv = k.shape[1], k.shape[2]
+    args = (rows_descriptor(q, cfg.dkdv_block_m), rows_descriptor(do, cfg.dkdv_block_m),
+            rows_descriptor(k, BLOCK_M), rows_descriptor(v, BLOCK_M),
+            c, lse, delta, dk, dv, colsum, cu, bound,
+            dk.stride(0), dk.stride(1), dk.stride(2), dv.stride(0), dv.stride(1), dv.stride(2),
+            c.stride(0), c.stride(1), lse.stride(0), lse.stride(1),
+            Tq, Tk, float(scale), float(scale) * math.log2(math.e), n_blocks, Hkv, Hq // Hkv)
+    constexprs = dict(HEAD_DIM=D, BLOCK_M=cfg.dkdv_block_m, NUM_STAGES=cfg.dkdv_stages,
+                      IS_VARLEN=varlen, PRUNE=prune, KV_IN_REGS=cfg.kv_in_regs, CONSUMER_REGS=cfg.consumer_regs)
+    return Launch(dkdv_kernel, launch_grid(n_blocks, Hkv, n_z), args, constexprs, dict(num_warps=4))
+
+
+def dq_launch(q, k, v, c, do, lse, delta, dq, rowsum, cu, bound, scale: float, n_blocks: int, n_z: int,
+              varlen: bool, prune: bool, cfg: BwdConfig) -> Launch:
+    B, Tq, Hq, D = q.shape
+    Tk, Hkv = k.shape[1], k.shape[2]
+    args = (rows_descriptor(q, WG_ROWS.value), rows_descriptor(do, WG_ROWS.value),
+            rows_descriptor(k, cfg.dq_block_n), rows_descriptor(v, cfg.dq_block_n),
+            c, lse, delta, dq, rowsum, cu, bound,
+            dq.stride(0), dq.stride(1), dq.stride(2), c.stride(0), c.stride(1), lse.stride(0), lse.stride(1),
+            Tq, Tk, float(scale), float(scale) * math.log2(math.e), n_blocks, Hq, Hq // Hkv)
+    constexprs = dict(HEAD_DIM=D, BLOCK_N=cfg.dq_block_n, NUM_WG=cfg.dq_num_wg, NUM_STAGES=cfg.dq_stages,
+                      IS_VARLEN=varlen, PRUNE=prune, CONSUMER_REGS=cfg.dq_consumer_regs)
+    return Launch(dq_kernel, launch_grid(n_blocks, Hq, n_z), args, constexprs, dict(num_warps=4))
+
+
+def gluon_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.Tensor,
+                   out: torch.Tensor, lse: torch.Tensor, scale: float,
+                   cu_seqlens: torch.Tensor | None = None, max_seqlen: int | None = None,
+                   *, dlse: torch.Tensor | None = None, prune_delta: torch.Tensor | None = None,
+                   cfg: BwdConfig | None = None,
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Forgetting Attention backward on Hopper; the contract of ``bwd.triton_backward``.
+
+    Returns dq [B, Tq, Hq, D], dk, dv [B, Tk, Hkv, D] (input dtypes) and dc float32 [B, Hq, Tk].
+    """
+    B, Tq, Hq, D = q.shape
+    Tk, Hkv = k.shape[1], k.shape[2]
+    cfg = cfg or BWD_CONFIGS[D]
+    if dlse is not None:
+        dlse = dlse.to(torch.float32).contiguous()
+    do = do.to(q.dtype)
+    c, lse = c.contiguous(), lse.contiguous()
+    varlen = cu_seqlens is not None
+    dq, dk, dv, colsum, rowsum, delta = _outputs(
+        ((B, Tq, Hq, D), q.dtype), ((B, Tk, Hkv, D), k.dtype), ((B, Tk, Hkv, D), v.dtype),
+        ((B, Hq, Tk), torch.float32), ((B, Hq, Tq), torch.float32), ((B, Hq, Tq), torch.float32), device=q.device)
+    row_deltas(out, do, dlse, delta)
+    prune = prune_delta is not None
+    if varlen:
+        n_z, cu, longest = cu_seqlens.numel() - 1, cu_seqlens.contiguous(), int(max_seqlen)
+    else:
+        n_z, cu, longest = B, lse, None  # lse: a placeholder pointer, never read
+
+    n_kblocks = triton.cdiv(longest or Tk, BLOCK_M)
+    bound = (tile_bounds(c, prune_delta, cu, varlen, n_z, Tq, Tk, n_kblocks, cfg.dkdv_block_m, BLOCK_M, True)
+             if prune else lse)
+    launch = dkdv_launch(q, k, v, c, do, lse, delta, dk, dv, colsum, cu, bound, scale, n_kblocks, n_z,
+                         varlen, prune, cfg)
+    launch.kernel[launch.grid](*launch.args, **launch.constexprs, **launch.options)
+
+    n_qblocks = triton.cdiv(longest or Tq, dq_block_m(cfg))
+    bound = (tile_bounds(c, prune_delta, cu, varlen, n_z, Tq, Tk, n_qblocks, dq_block_m(cfg), cfg.dq_block_n, False)
+             if prune else lse)
+    launch = dq_launch(q, k, v, c, do, lse, delta, dq, rowsum, cu, bound, scale, n_qblocks, n_z, varlen, prune, cfg)
+    launch.kernel[launch.grid](*launch.args, **launch.constexprs, **launch.options)
+
+    # dc_t = (row sum of dS at the query sitting on position t) - (column sum of dS at key t).
+    dc = colsum.neg_()
+    dc[:, :, Tk - Tq:] += rowsum
+    return dq, dk, dv, dc
+
+
+def variant_launches(tokens: int = 300):
+    """(name, Launch) of every kernel variant the dispatcher can pick, built on small CPU tensors: one per
+    kernel x head dim x dtype x packed / dense x pruned / not (the constexprs that change the code)."""
+    for D in (64, 128):
+        for dtype in (torch.bfloat16, torch.float16):
+            for varlen in (False, True):
+                for prune in (False, True):
+                    name = f"D{D}-{str(dtype).split('.')[-1]}{'-varlen' if varlen else ''}{'-prune' if prune else ''}"
+                    B, Hq, Hkv = (1, 4, 2) if varlen else (2, 4, 2)
+                    q = torch.zeros(B, tokens, Hq, D, dtype=dtype)
+                    k = torch.zeros(B, tokens, Hkv, D, dtype=dtype)
+                    c = torch.zeros(B, Hq, tokens, dtype=torch.float64)
+                    vec = torch.zeros(B, Hq, tokens)
+                    cu = torch.tensor([0, tokens], dtype=torch.int32) if varlen else vec
+                    bound = torch.zeros(B, Hq, 8, dtype=torch.int32) if prune else vec
+                    n_z = 1 if varlen else B
+                    yield f"fwd-{name}", forward_launch(q, k, k, c, q, vec, cu, bound, 0.1, 3, n_z, varlen, prune,
+                                                        FWD_CONFIGS[D])
+                    yield f"dkdv-{name}", dkdv_launch(q, k, k, c, q, vec, vec, k, k, vec, cu, bound, 0.1, 3, n_z,
+                                                      varlen, prune, BWD_CONFIGS[D])
+                    yield f"dq-{name}", dq_launch(q, k, k, c, q, vec, vec, q, vec, cu, bound, 0.1, 3, n_z, varlen,
+                                                  prune, BWD_CONFIGS[D])

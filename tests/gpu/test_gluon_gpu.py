@@ -1,0 +1,152 @@
+"""The Gluon Hopper kernels against float64 references, on an H100 / H200.
+
+Every output (out, lse) and gradient (q, k, v, log_f) at awkward shapes, gate values 0 / -5 / -30 /
+-inf, GQA, Tq < Tk, packed sequences of 1 and 77 tokens, pruning, fp16 and bf16; outputs start as NaN
+(FOXFORMER_POISON_OUTPUTS) so an element no kernel wrote fails; gradients must be bitwise identical on
+a second run. Skipped without an sm_90 GPU. Run: `python -m pytest -q tests/gpu/test_gluon_gpu.py`.
+"""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from foxformer import forgetting_attention
+from foxformer.bench.attention import realistic_log_fgate
+
+HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+pytestmark = pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU (H100 / H200)")
+DEV = "cuda"
+
+
+@pytest.fixture(autouse=True)
+def _poison(monkeypatch):
+    monkeypatch.setenv("FOXFORMER_POISON_OUTPUTS", "1")
+
+
+def _gates(kind: str, B: int, T: int, H: int, seed: int) -> torch.Tensor:
+    g = torch.Generator(device=DEV).manual_seed(seed)
+    if kind == "realistic":
+        return realistic_log_fgate(B, T, H, DEV, generator=g)
+    if kind == "mixed":
+        # Ordinary gates with 0, -5, -30 and -inf (f = 0: everything before is cut) sprinkled in.
+        log_f = F.logsigmoid(torch.randn(B, T, H, device=DEV, generator=g) + 3.0)
+        pick = torch.rand(B, T, H, device=DEV, generator=g)
+        for lo, hi, value in ((0.0, 0.1, 0.0), (0.1, 0.15, -5.0), (0.15, 0.17, -30.0), (0.17, 0.18, -float("inf"))):
+            log_f = torch.where((pick >= lo) & (pick < hi), torch.full_like(log_f, value), log_f)
+        return log_f
+    value = {"open": 0.0, "five": -5.0, "thirty": -30.0}[kind]
+    return torch.full((B, T, H), value, device=DEV)
+
+
+def _run(q, k, v, log_f, do, backend, **kw):
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v, log_f)]
+    out, lse = forgetting_attention(*leaves, backend=backend, return_lse=True, **kw)
+    out.backward(do.to(out.dtype))
+    return [out, lse] + [t.grad for t in leaves]
+
+
+def _rel(a, b):
+    """||a - b|| / ||b||, with ||b|| floored at an RMS of 1e-3: a gradient that is exactly zero (one key)
+    or nearly so (gates of -30 per token) is compared in absolute terms."""
+    a, b = a.double(), b.double()
+    assert torch.isfinite(a).all(), "non-finite values (an unwritten element stays NaN)"
+    return ((a - b).norm() / b.norm().clamp_min(1e-3 * b.numel() ** 0.5)).item()
+
+
+NAMES = ("out", "lse", "dq", "dk", "dv", "dlog_f")
+
+
+def _check(q, k, v, log_f, long_context=False, **kw):
+    """Outputs and gradients against the exact float64 reference (float32 at long context), and bitwise
+    equal on a second run. Short shapes: each error may be at most 3x that of the exact torch backend run
+    at the same input precision (+1e-3), which stays meaningful where a gradient is nearly zero (strong
+    gates, one token) and relative errors of any bf16 computation blow up."""
+    do = torch.randn(q.shape, device=DEV, dtype=q.dtype)
+    got = _run(q, k, v, log_f, do, "gluon", **kw)
+    exact_kw = {key: val for key, val in kw.items() if key != "prune_eps"}
+    if long_context:
+        exact = _run(q.float(), k.float(), v.float(), log_f, do.float(), "torch", **exact_kw)
+        errors = {name: _rel(a, b) for name, a, b in zip(NAMES, got, exact)}
+        assert all(e < 2e-2 for e in errors.values()), errors
+    else:
+        exact = _run(q.double(), k.double(), v.double(), log_f.double(), do.double(), "naive", **exact_kw)
+        same = _run(q, k, v, log_f, do, "torch", **kw)
+        errors = {name: (_rel(a, b), _rel(t, b)) for name, a, t, b in zip(NAMES, got, same, exact)}
+        assert all(e <= 3 * e_torch + 1e-3 for e, e_torch in errors.values()), errors
+    again = _run(q, k, v, log_f, do, "gluon", **kw)
+    for name, a, b in zip(NAMES, got, again):
+        assert torch.equal(a, b), f"{name} differs between two runs (not deterministic)"
+
+
+SHAPES = {  # B, Tq, Tk, Hq, Hkv
+    "T1": (2, 1, 1, 2, 2),
+    "T17": (2, 17, 17, 2, 1),
+    "T130": (1, 130, 130, 3, 3),
+    "T1000-gqa8": (1, 1000, 1000, 8, 1),
+    "T4097": (1, 4097, 4097, 2, 2),
+    "Tq77-Tk1000": (2, 77, 1000, 4, 2),
+    "Tq300-Tk301": (1, 300, 301, 2, 2),
+}
+
+
+@pytest.mark.parametrize("gates", ["mixed", "open", "five", "thirty"])
+@pytest.mark.parametrize("shape", list(SHAPES))
+@pytest.mark.parametrize("D", [64, 128], ids=lambda d: f"D{d}")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_matches_fp64(dtype, D, shape, gates):
+    B, Tq, Tk, Hq, Hkv = SHAPES[shape]
+    torch.manual_seed(0)
+    q = torch.randn(B, Tq, Hq, D, device=DEV, dtype=dtype)
+    k = torch.randn(B, Tk, Hkv, D, device=DEV, dtype=dtype)
+    v = torch.randn(B, Tk, Hkv, D, device=DEV, dtype=dtype)
+    _check(q, k, v, _gates(gates, B, Tk, Hq, seed=1))
+
+
+@pytest.mark.parametrize("prune_eps", [None, 1e-3], ids=["full", "pruned"])
+@pytest.mark.parametrize("D", [64, 128], ids=lambda d: f"D{d}")
+def test_varlen_gqa(D, prune_eps):
+    lengths = [1, 77, 1, 500, 77, 1300, 130]
+    cu = torch.tensor([0] + torch.tensor(lengths).cumsum(0).tolist(), dtype=torch.int32, device=DEV)
+    T = sum(lengths)
+    torch.manual_seed(2)
+    q = torch.randn(1, T, 8, D, device=DEV, dtype=torch.bfloat16)
+    k = torch.randn(1, T, 2, D, device=DEV, dtype=torch.bfloat16)
+    v = torch.randn(1, T, 2, D, device=DEV, dtype=torch.bfloat16)
+    _check(q, k, v, _gates("mixed", 1, T, 8, seed=3), cu_seqlens=cu, prune_eps=prune_eps)
+
+
+@pytest.mark.parametrize("D", [64, 128], ids=lambda d: f"D{d}")
+def test_pruned_realistic(D):
+    torch.manual_seed(4)
+    B, T, H = 2, 3000, 4
+    q, k, v = (torch.randn(B, T, H, D, device=DEV, dtype=torch.bfloat16) for _ in range(3))
+    _check(q, k, v, _gates("realistic", B, T, H, seed=5), prune_eps=1e-3)
+
+
+@pytest.mark.parametrize("T", [16384, 65536], ids=lambda t: f"T{t // 1024}K")
+@pytest.mark.parametrize("gates", ["realistic", "half"])
+@pytest.mark.parametrize("D,Hq,Hkv", [(64, 2, 1), (128, 2, 2)], ids=["D64-gqa", "D128"])
+def test_long_context(T, gates, D, Hq, Hkv):
+    torch.manual_seed(0)
+    q = torch.randn(1, T, Hq, D, device=DEV, dtype=torch.bfloat16)
+    k = torch.randn(1, T, Hkv, D, device=DEV, dtype=torch.bfloat16)
+    v = torch.randn(1, T, Hkv, D, device=DEV, dtype=torch.bfloat16)
+    if gates == "realistic":
+        log_f = realistic_log_fgate(1, T, Hq, DEV)
+    else:  # f ~ 0.5: |c| reaches ~45000 at 64K tokens, the precision trap
+        log_f = F.logsigmoid(torch.randn(1, T, Hq, device=DEV) * 0.3)
+    _check(q, k, v, log_f, long_context=True)
+
+
+def test_auto_picks_gluon_and_unpacked_heads_fall_back():
+    from foxformer.ops.forgetting_attention.checks import resolve_backend
+    from foxformer.ops.forgetting_attention.hopper.dispatch import layout_reason
+
+    q = torch.randn(1, 256, 4, 64, device=DEV, dtype=torch.bfloat16)
+    assert resolve_backend("auto", q) == "gluon"
+    assert resolve_backend("auto", q.float()) == "torch"
+    assert resolve_backend("auto", torch.randn(1, 8, 2, 96, device=DEV, dtype=torch.bfloat16)) == "triton"
+    # Heads not packed next to each other: TMA cannot read [B, T, H * D] rows, the Triton kernels run.
+    qkv = torch.randn(1, 256, 4, 3, 64, device=DEV, dtype=torch.bfloat16)
+    q, k, v = qkv.unbind(3)
+    assert layout_reason(q=q) is not None
+    _check(q, k, v, _gates("mixed", 1, 256, 4, seed=6))

@@ -1,0 +1,102 @@
+"""The Gluon Hopper backend without a GPU: every kernel variant compiles for sm_90a, and the dispatcher
+sends each case where it belongs. Correctness on the GPU: tests/gpu/test_gluon_gpu.py."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from foxformer import forgetting_attention
+from foxformer.ops.forgetting_attention.checks import resolve_backend
+from foxformer.ops.forgetting_attention.hopper import compat, dispatch
+
+needs_gluon = pytest.mark.skipif(not compat.AVAILABLE, reason=compat.MISSING_REASON or "no Gluon")
+
+
+@needs_gluon
+def test_compat_resolves_the_installed_tritons_names():
+    for fn in (compat.tma_load, compat.tma_store, compat.thread_barrier):
+        assert callable(fn)
+    # The 3.6 spellings raise from 3.9 on: the shim must never pick a name that only warns or raises.
+    import triton.experimental.gluon.language.nvidia.hopper.tma as tma
+    if hasattr(tma, "async_load"):
+        assert compat.tma_load is tma.async_load
+
+
+def _variants():
+    if not compat.AVAILABLE:
+        return []
+    from foxformer.ops.forgetting_attention.hopper.launch import variant_launches
+    return list(variant_launches())
+
+
+VARIANTS = _variants()
+# Local memory (spills) each kernel may use: a guard against register blow-ups, set above what ptxas 12.8
+# (Triton 3.6) and 13.x (3.9) use today (at most 72 bytes in any variant, 2026-12-01). The D 128 dk/dv
+# kernel keeps its 64-row query tiles although they spill (launch.BWD_CONFIGS says why).
+LOCAL_BUDGET = {"fwd": 64, "dq": 128, "dkdv": 512}
+
+
+@needs_gluon
+@pytest.mark.parametrize("name,launch", VARIANTS, ids=[n for n, _ in VARIANTS])
+def test_variant_compiles_for_sm90a(name, launch):
+    from foxformer.ops.forgetting_attention.hopper.aot import compile_launch, resources
+
+    res = resources(compile_launch(launch))
+    assert res["wgmma"] > 0 and res["tma"] and res["setmaxnreg"], res
+    assert res["local_bytes"] <= LOCAL_BUDGET[name.split("-")[0]], res
+    assert res["shared_bytes"] <= 227 * 1024, res
+
+
+def test_variants_cover_every_dispatchable_case():
+    if not VARIANTS:
+        pytest.skip("no Gluon")
+    names = {n for n, _ in VARIANTS}
+    for kernel in ("fwd", "dkdv", "dq"):
+        for D in dispatch.HEAD_DIMS:
+            for dtype in ("bfloat16", "float16"):
+                for tail in ("", "-varlen", "-prune", "-varlen-prune"):
+                    assert f"{kernel}-D{D}-{dtype}{tail}" in names
+
+
+@pytest.mark.parametrize("capability,dtype,D,expected", [
+    ((9, 0), torch.bfloat16, 64, None),
+    ((9, 0), torch.float16, 128, None),
+    ((9, 0), torch.bfloat16, 96, "head dim"),
+    ((9, 0), torch.float32, 64, "float16 or bfloat16"),
+    ((8, 0), torch.bfloat16, 64, "sm_80"),
+    ((10, 0), torch.bfloat16, 64, "sm_100"),
+    (None, torch.bfloat16, 64, "CPU"),
+], ids=["h100-bf16-d64", "h100-fp16-d128", "d96", "fp32", "a100", "blackwell", "cpu"])
+def test_static_reason(capability, dtype, D, expected):
+    reason = dispatch.static_reason(dtype, D, capability)
+    if expected is None:
+        assert reason is None
+    else:
+        assert expected in reason
+
+
+def test_layout_reason_packed_heads_only():
+    q = torch.zeros(2, 33, 4, 64, dtype=torch.bfloat16)
+    assert dispatch.layout_reason(q=q) is None
+    qkv = torch.zeros(2, 33, 4, 3, 64, dtype=torch.bfloat16)
+    assert "packed heads" in dispatch.layout_reason(q=qkv[:, :, :, 0])
+    fused = torch.zeros(2, 33, 3 * 4 * 64, dtype=torch.bfloat16).view(2, 33, 3, 4, 64)
+    assert dispatch.layout_reason(k=fused[:, :, 1]) is None  # a q/k/v split of a fused projection
+    odd = torch.zeros(2 * 33 * 4 * 64 + 1, dtype=torch.bfloat16)[1:].view(2, 33, 4, 64)
+    assert "16-byte" in dispatch.layout_reason(v=odd)
+
+
+def test_cpu_calls_never_reach_gluon():
+    q = torch.randn(1, 16, 2, 64)
+    assert resolve_backend("auto", q) == "torch"
+    with pytest.raises(ValueError, match="backend='gluon'.*sm_90"):
+        forgetting_attention(q, q, q, F.logsigmoid(torch.randn(1, 16, 2)), backend="gluon")
+
+
+def test_unaddressable_tensors_fall_back_to_triton():
+    from foxformer.ops.forgetting_attention.interface import _kernel_backend
+
+    q = torch.zeros(1, 8, 2, 64, dtype=torch.bfloat16)
+    assert _kernel_backend("gluon", q=q, k=q, v=q) == "gluon"
+    unpacked = torch.zeros(1, 8, 2, 2, 64, dtype=torch.bfloat16)[:, :, :, 0]
+    assert _kernel_backend("gluon", q=q, k=unpacked, v=q) == "triton"
+    assert _kernel_backend("triton", q=unpacked, k=q, v=q) == "triton"
