@@ -95,9 +95,10 @@ def _sdpa_rows(rows, D, H, T, B):
         print(row, flush=True)
 
 
-FWD_SWEEP = {64: [dict(), dict(q_in_regs=True)], 128: [dict(), dict(q_in_regs=True)]}
-BWD_SWEEP = {64: [dict(), dict(dkdv_block_m=64, kv_in_regs=True), dict(dkdv_block_m=64, kv_in_regs=True, dkdv_stages=3)],
-             128: [dict(), dict(dkdv_block_m=32, kv_in_regs=True)]}
+FWD_SWEEP = {64: [dict(), dict(num_wg=2, num_stages=2, consumer_regs=240)],
+             128: [dict(), dict(block_n=64, num_stages=2, num_wg=3, consumer_regs=160)]}
+BWD_SWEEP = {64: [dict(), dict(dkdv_block_m=64, dkdv_stages=3)],
+             128: [dict(), dict(dkdv_block_m=32), dict(dq_num_wg=3, dq_block_n=64, dq_consumer_regs=160)]}
 
 
 def _bwd_parts(q, k, v, c, do, out, lse, scale, cfg):

@@ -266,7 +266,7 @@ def _dkdv_consumer(q_smem, do_smem, k_smem, v_smem, vec_smem, kv_bar, ready, emp
                    scale, scale2, stride_cb, stride_ch, stride_dkb, stride_dkt, stride_dkh,
                    stride_dvb, stride_dvt, stride_dvh, PruneBound, group,
                    WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
-                   NUM_STAGES: gl.constexpr, PRUNE: gl.constexpr, KV_IN_REGS: gl.constexpr):
+                   NUM_STAGES: gl.constexpr, PRUNE: gl.constexpr):
     # Transposed orientation: tiles are [keys, queries], so dK and dV accumulate without transposes.
     st_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                          instr_shape=[16, BLOCK_M, 16])
@@ -289,11 +289,6 @@ def _dkdv_consumer(q_smem, do_smem, k_smem, v_smem, vec_smem, kv_bar, ready, emp
     dv = gl.zeros([WG_ROWS, HEAD_DIM], gl.float32, acc_layout)
     zero_st = gl.zeros([WG_ROWS, BLOCK_M], gl.float32, st_layout)
     mbarrier.wait(kv_bar, 0)
-    if KV_IN_REGS:
-        # K and V stay put for the whole CTA: as register operands they stop costing shared-memory reads.
-        kv_a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=st_layout, k_width=2)
-        k_w = k_w.load(kv_a_layout)
-        v_w = v_w.load(kv_a_layout)
     it = 0
     for g in range(group):
         head = kv_head * group + g
@@ -363,7 +358,7 @@ def dkdv_kernel(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DK, DV, ColSum, 
                 seqlen_q, seqlen_k, scale, scale2, n_blocks, n_heads, group,
                 HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
                 NUM_STAGES: gl.constexpr, IS_VARLEN: gl.constexpr, PRUNE: gl.constexpr,
-                KV_IN_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr):
+                CONSUMER_REGS: gl.constexpr):
     """Grid: key blocks of 128 x kv heads x sequences, the first key blocks (the heaviest) first."""
     BLOCK_N: gl.constexpr = 2 * WG_ROWS
     pid = gl.program_id(0)
@@ -400,10 +395,10 @@ def dkdv_kernel(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DK, DV, ColSum, 
                               C, DK, DV, ColSum, zb, tok0, n0, kv_head, pid_z, pid_n, off, n_q, n_k, n_blocks,
                               n_heads_q, scale, scale2, stride_cb, stride_ch, stride_dkb, stride_dkt, stride_dkh,
                               stride_dvb, stride_dvt, stride_dvh, PruneBound, group,
-                              0, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE, KV_IN_REGS)),
+                              0, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE)),
             (_dkdv_consumer, (q_smem, do_smem, k_smem, v_smem, vec_smem, kv_bar, ready, empty,
                               C, DK, DV, ColSum, zb, tok0, n0, kv_head, pid_z, pid_n, off, n_q, n_k, n_blocks,
                               n_heads_q, scale, scale2, stride_cb, stride_ch, stride_dkb, stride_dkt, stride_dkh,
                               stride_dvb, stride_dvt, stride_dvh, PruneBound, group,
-                              1, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE, KV_IN_REGS)),
+                              1, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE)),
         ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])

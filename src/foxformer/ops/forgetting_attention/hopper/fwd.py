@@ -177,7 +177,7 @@ def _fwd_consumer(q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_em
                   C, Out, Lse, zb, tok0, head, m0, off, n_q, c_base, r, lo, n_tiles, scale2,
                   stride_ob, stride_ot, stride_oh, stride_lb, stride_lh,
                   WG: gl.constexpr, NUM_WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
-                  NUM_STAGES: gl.constexpr, Q_IN_REGS: gl.constexpr):
+                  NUM_STAGES: gl.constexpr):
     qk_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                          instr_shape=[16, BLOCK_N, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -205,8 +205,6 @@ def _fwd_consumer(q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_em
     offs_n = gl.arange(0, BLOCK_N, layout=col_l)
 
     mbarrier.wait(q_bar, 0)
-    if Q_IN_REGS:
-        q_w = q_w.load(gl.DotOperandLayout(operand_index=0, parent=qk_layout, k_width=2))
     acc, m_i, l_i = _fwd_loop(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, k_ready, v_ready, kc_empty, v_empty,
                               zero_qk, offs_n, pos_q, cq2, cq_hi, cq_lo, scale2, lo, n_tiles, n_unmasked,
                               HEAD_DIM, BLOCK_N, NUM_STAGES)
@@ -231,7 +229,7 @@ def fwd_kernel(q_desc, k_desc, v_desc, C, Out, Lse, CuSeqlens, PruneBound,
                seqlen_q, seqlen_k, scale2, n_blocks, n_heads, group,
                HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_WG: gl.constexpr,
                NUM_STAGES: gl.constexpr, IS_VARLEN: gl.constexpr, PRUNE: gl.constexpr,
-               Q_IN_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr):
+               CONSUMER_REGS: gl.constexpr):
     BLOCK_M: gl.constexpr = NUM_WG * WG_ROWS
     pid = gl.program_id(0)
     blk = pid % n_blocks
@@ -284,15 +282,15 @@ def fwd_kernel(q_desc, k_desc, v_desc, C, Out, Lse, CuSeqlens, PruneBound,
                 (_fwd_consumer, (q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty, v_empty,
                                  C, Out, Lse, zb, tok0, head, m0, off, n_q, c_base, r, lo, n_tiles, scale2,
                                  stride_ob, stride_ot, stride_oh, stride_lb, stride_lh,
-                                 0, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, Q_IN_REGS)),
+                                 0, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES)),
                 (_fwd_consumer, (q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty, v_empty,
                                  C, Out, Lse, zb, tok0, head, m0, off, n_q, c_base, r, lo, n_tiles, scale2,
                                  stride_ob, stride_ot, stride_oh, stride_lb, stride_lh,
-                                 1, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, Q_IN_REGS)),
+                                 1, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES)),
                 (_fwd_consumer, (q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty, v_empty,
                                  C, Out, Lse, zb, tok0, head, m0, off, n_q, c_base, r, lo, n_tiles, scale2,
                                  stride_ob, stride_ot, stride_oh, stride_lb, stride_lh,
-                                 2, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, Q_IN_REGS)),
+                                 2, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES)),
             ], [4, 4, 4], [CONSUMER_REGS, CONSUMER_REGS, CONSUMER_REGS])
         else:
             gl.warp_specialize([
@@ -303,9 +301,9 @@ def fwd_kernel(q_desc, k_desc, v_desc, C, Out, Lse, CuSeqlens, PruneBound,
                 (_fwd_consumer, (q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty, v_empty,
                                  C, Out, Lse, zb, tok0, head, m0, off, n_q, c_base, r, lo, n_tiles, scale2,
                                  stride_ob, stride_ot, stride_oh, stride_lb, stride_lh,
-                                 0, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, Q_IN_REGS)),
+                                 0, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES)),
                 (_fwd_consumer, (q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty, v_empty,
                                  C, Out, Lse, zb, tok0, head, m0, off, n_q, c_base, r, lo, n_tiles, scale2,
                                  stride_ob, stride_ot, stride_oh, stride_lb, stride_lh,
-                                 1, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, Q_IN_REGS)),
+                                 1, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES)),
             ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
