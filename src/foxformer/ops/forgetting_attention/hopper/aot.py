@@ -3,7 +3,9 @@
 CI has no GPU, but Triton compiles Gluon for any target. ``compile_launch`` takes the very launch a
 launcher would make (kernel, arguments, constexprs and options, built from CPU tensors) and returns
 Triton's compiled kernel: its cubin, PTX, register count and spills. Tests compile every variant the
-dispatcher can pick; ``python -m foxformer.ops.forgetting_attention.hopper.aot`` prints their resources.
+dispatcher can pick; ``python -m foxformer.ops.forgetting_attention.hopper.aot`` prints their resources
+(``--json`` for the tests). Run it in a process without ``TRITON_INTERPRET=1``: the interpreter swaps
+Triton's library functions for interpreted ones, and Gluon compiles then fail after the first.
 """
 from __future__ import annotations
 
@@ -87,3 +89,43 @@ def resources(compiled) -> dict:
         "tma": "cp.async.bulk.tensor" in ptx,
         "setmaxnreg": "setmaxnreg" in ptx,
     }
+
+
+def _compile_one(name: str) -> dict:
+    from .launch import variant_launches
+
+    launch = dict(variant_launches())[name]
+    return {"name": name, **resources(compile_launch(launch))}
+
+
+def main(argv=None) -> int:
+    import argparse
+    import json
+    import sys
+    from concurrent.futures import ProcessPoolExecutor
+
+    from .launch import variant_names
+
+    p = argparse.ArgumentParser(description="Compile every Gluon kernel variant for sm_90a (no GPU needed).")
+    p.add_argument("--json", action="store_true", help="print one JSON list instead of a table")
+    p.add_argument("--jobs", type=int, default=1, help="compile in this many processes")
+    p.add_argument("--only", default="", help="compile only the variants whose name contains this")
+    args = p.parse_args(argv)
+    names = [n for n in variant_names() if args.only in n]
+    if args.jobs > 1:
+        with ProcessPoolExecutor(args.jobs) as pool:
+            rows = list(pool.map(_compile_one, names))
+    else:
+        rows = [_compile_one(n) for n in names]
+    if args.json:
+        json.dump(rows, sys.stdout)
+        return 0
+    cols = ["name", "registers", "local_bytes", "shared_bytes", "wgmma", "tma", "setmaxnreg"]
+    print(" | ".join(cols))
+    for r in rows:
+        print(" | ".join(str(r[c]) for c in cols))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

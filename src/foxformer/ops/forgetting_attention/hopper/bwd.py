@@ -18,7 +18,7 @@ Every product is written by one CTA in a fixed order, so gradients are bitwise r
 from __future__ import annotations
 
 from .compat import gl, gluon, mbarrier, thread_barrier, tma_load, warpgroup_mma, warpgroup_mma_wait
-from .fwd import LOG2E, WG_ROWS, kv_loader, release_stage, sequence_of, split_c
+from .fwd import LOG2E, WG_ROWS, key_tiles, kv_loader, kv_ring, query_program, release_stage, sequence_of, split_c
 
 # Per-query vectors the dk/dv loader stages beside each Q / dO tile, one row each. With the diagonal
 # tiles' bias split as (cq_hi - ck_hi) * log2(e) + (cq_lo - ck_lo) * log2(e), lse folds into the lo term:
@@ -117,43 +117,14 @@ def dq_kernel(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DQ, RowSum, CuSeql
               NUM_STAGES: gl.constexpr, IS_VARLEN: gl.constexpr, PRUNE: gl.constexpr,
               CONSUMER_REGS: gl.constexpr):
     BLOCK_M: gl.constexpr = NUM_WG * WG_ROWS
-    pid = gl.program_id(0)
-    blk = pid % n_blocks
-    rest = pid // n_blocks
-    head = rest % n_heads
-    pid_z = rest // n_heads
-    pid_m = n_blocks - 1 - blk
-    zb, tok0, n_q, n_k = sequence_of(pid_z, CuSeqlens, seqlen_q, seqlen_k, IS_VARLEN)
-    m0 = pid_m * BLOCK_M
+    head, pid_z, pid_m, zb, tok0, n_q, n_k, m0 = query_program(n_blocks, n_heads, CuSeqlens, seqlen_q, seqlen_k,
+                                                               BLOCK_M, IS_VARLEN)
     if m0 < n_q:
-        off = n_k - n_q
-        c_base = zb.to(gl.int64) * stride_cb + head.to(gl.int64) * stride_ch + tok0
-        p_first = off + m0
-        r = gl.load(C + c_base + p_first)
-        lo = pid * 0
-        if PRUNE:
-            lo = gl.load(PruneBound + (pid_z * n_heads + head) * n_blocks + pid_m)
-        n_tiles = gl.cdiv(gl.minimum(n_k, p_first + BLOCK_M) - lo, BLOCK_N)
-
-        dtype: gl.constexpr = q_desc.dtype
-        q_smem = gl.allocate_shared_memory(dtype, [NUM_WG, 1, WG_ROWS, HEAD_DIM], q_desc.layout)
-        do_smem = gl.allocate_shared_memory(dtype, [NUM_WG, 1, WG_ROWS, HEAD_DIM], do_desc.layout)
-        k_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, BLOCK_N, HEAD_DIM], k_desc.layout)
-        v_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, BLOCK_N, HEAD_DIM], v_desc.layout)
-        c_smem = gl.allocate_shared_memory(gl.float32, [3 * NUM_STAGES, BLOCK_N],
-                                           gl.SwizzledSharedLayout(1, 1, 1, [0]))
-        q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-        k_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-        v_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-        kc_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-        v_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-        mbarrier.init(q_bar, count=1)
-        for i in gl.static_range(NUM_STAGES):
-            mbarrier.init(k_ready.index(i), count=2)
-            mbarrier.init(v_ready.index(i), count=1)
-            mbarrier.init(kc_empty.index(i), count=NUM_WG)
-            mbarrier.init(v_empty.index(i), count=NUM_WG)
-
+        off, c_base, r, lo, n_tiles = key_tiles(C, PruneBound, zb, tok0, head, pid_z, pid_m, m0, n_q, n_k, n_blocks,
+                                                n_heads, stride_cb, stride_ch, BLOCK_M, BLOCK_N, PRUNE)
+        q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty, v_empty = kv_ring(
+            q_desc, k_desc, NUM_WG, BLOCK_N, HEAD_DIM, NUM_STAGES)
+        do_smem = gl.allocate_shared_memory(q_desc.dtype, [NUM_WG, 1, WG_ROWS, HEAD_DIM], do_desc.layout)
         kv_head = head // group
         if NUM_WG == 3:
             gl.warp_specialize([

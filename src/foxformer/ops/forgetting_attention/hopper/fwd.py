@@ -66,6 +66,62 @@ def split_c(x, r):
 
 
 @gluon.jit
+def query_program(n_blocks, n_heads, CuSeqlens, seqlen_q, seqlen_k, BLOCK_M: gl.constexpr,
+                  IS_VARLEN: gl.constexpr):
+    """(query head, sequence, query tile, batch index, first token, query and key lengths, first row) of a
+    query-stationary program. Tiles run heaviest (last) first: causal work grows with the tile index."""
+    pid = gl.program_id(0)
+    rest = pid // n_blocks
+    head = rest % n_heads
+    pid_z = rest // n_heads
+    pid_m = n_blocks - 1 - pid % n_blocks
+    zb, tok0, n_q, n_k = sequence_of(pid_z, CuSeqlens, seqlen_q, seqlen_k, IS_VARLEN)
+    return head, pid_z, pid_m, zb, tok0, n_q, n_k, pid_m * BLOCK_M
+
+
+@gluon.jit
+def key_tiles(C, PruneBound, zb, tok0, head, pid_z, pid_m, m0, n_q, n_k, n_blocks, n_heads, stride_cb, stride_ch,
+              BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, PRUNE: gl.constexpr):
+    """(Tk - Tq, the offset of this head's c, the float64 reference r = c[first query], the first key and
+    the number of key tiles) of a query tile starting at row m0 < n_q."""
+    off = n_k - n_q
+    c_base = zb.to(gl.int64) * stride_cb + head.to(gl.int64) * stride_ch + tok0
+    r = gl.load(C + c_base + off + m0)
+    lo = m0 * 0
+    if PRUNE:
+        # PruneBound: [n_z, Hq, n_blocks], the first key (a multiple of BLOCK_N) this tile keeps.
+        lo = gl.load(PruneBound + (pid_z * n_heads + head) * n_blocks + pid_m)
+    n_tiles = gl.cdiv(gl.minimum(n_k, off + m0 + BLOCK_M) - lo, BLOCK_N)
+    return off, c_base, r, lo, n_tiles
+
+
+@gluon.jit
+def kv_ring(q_desc, k_desc, NUM_WG: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
+            NUM_STAGES: gl.constexpr):
+    """Shared memory and barriers of a query-stationary CTA: each consumer's Q rows (a second buffer of
+    the same shape serves dO), and a ring of K, V and c stages."""
+    dtype: gl.constexpr = q_desc.dtype
+    q_smem = gl.allocate_shared_memory(dtype, [NUM_WG, 1, WG_ROWS, HEAD_DIM], q_desc.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, BLOCK_N, HEAD_DIM], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, BLOCK_N, HEAD_DIM], k_desc.layout)
+    c_smem = gl.allocate_shared_memory(gl.float32, [3 * NUM_STAGES, BLOCK_N], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    k_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    kc_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    v_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_bar, count=1)
+    for i in gl.static_range(NUM_STAGES):
+        # k_ready completes on the TMA bytes plus the loader's arrival after it stored c.
+        mbarrier.init(k_ready.index(i), count=2)
+        mbarrier.init(v_ready.index(i), count=1)
+        # Every consumer warpgroup releases every stage.
+        mbarrier.init(kc_empty.index(i), count=NUM_WG)
+        mbarrier.init(v_empty.index(i), count=NUM_WG)
+    return q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty, v_empty
+
+
+@gluon.jit
 def kv_loader(q_desc, do_desc, k_desc, v_desc, C, q_smem, do_smem, k_smem, v_smem, c_smem,
               q_bar, k_ready, v_ready, kc_empty, v_empty,
               zb, q_t0, kv_t0, q_col, kv_col, c_base, r, lo, n_tiles, n_k,
@@ -231,47 +287,13 @@ def fwd_kernel(q_desc, k_desc, v_desc, C, Out, Lse, CuSeqlens, PruneBound,
                NUM_STAGES: gl.constexpr, IS_VARLEN: gl.constexpr, PRUNE: gl.constexpr,
                CONSUMER_REGS: gl.constexpr):
     BLOCK_M: gl.constexpr = NUM_WG * WG_ROWS
-    pid = gl.program_id(0)
-    blk = pid % n_blocks
-    rest = pid // n_blocks
-    head = rest % n_heads
-    pid_z = rest // n_heads
-    # Heaviest (last) query tiles first: causal work grows with the tile index.
-    pid_m = n_blocks - 1 - blk
-    zb, tok0, n_q, n_k = sequence_of(pid_z, CuSeqlens, seqlen_q, seqlen_k, IS_VARLEN)
-    m0 = pid_m * BLOCK_M
+    head, pid_z, pid_m, zb, tok0, n_q, n_k, m0 = query_program(n_blocks, n_heads, CuSeqlens, seqlen_q, seqlen_k,
+                                                               BLOCK_M, IS_VARLEN)
     if m0 < n_q:
-        off = n_k - n_q
-        c_base = zb.to(gl.int64) * stride_cb + head.to(gl.int64) * stride_ch + tok0
-        p_first = off + m0
-        r = gl.load(C + c_base + p_first)
-        lo = pid * 0
-        if PRUNE:
-            # PruneBound: [n_z, Hq, n_blocks], the first key (a multiple of BLOCK_N) this tile keeps.
-            lo = gl.load(PruneBound + (pid_z * n_heads + head) * n_blocks + pid_m)
-        hi = gl.minimum(n_k, p_first + BLOCK_M)
-        n_tiles = gl.cdiv(hi - lo, BLOCK_N)
-
-        dtype: gl.constexpr = q_desc.dtype
-        q_smem = gl.allocate_shared_memory(dtype, [NUM_WG, 1, WG_ROWS, HEAD_DIM], q_desc.layout)
-        k_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, BLOCK_N, HEAD_DIM], k_desc.layout)
-        v_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, BLOCK_N, HEAD_DIM], v_desc.layout)
-        c_smem = gl.allocate_shared_memory(gl.float32, [3 * NUM_STAGES, BLOCK_N],
-                                           gl.SwizzledSharedLayout(1, 1, 1, [0]))
-        q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-        k_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-        v_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-        kc_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-        v_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-        mbarrier.init(q_bar, count=1)
-        for i in gl.static_range(NUM_STAGES):
-            # k_ready completes on the TMA bytes plus the loader's arrival after it stored c.
-            mbarrier.init(k_ready.index(i), count=2)
-            mbarrier.init(v_ready.index(i), count=1)
-            # Every consumer warpgroup releases every stage.
-            mbarrier.init(kc_empty.index(i), count=NUM_WG)
-            mbarrier.init(v_empty.index(i), count=NUM_WG)
-
+        off, c_base, r, lo, n_tiles = key_tiles(C, PruneBound, zb, tok0, head, pid_z, pid_m, m0, n_q, n_k, n_blocks,
+                                                n_heads, stride_cb, stride_ch, BLOCK_M, BLOCK_N, PRUNE)
+        q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty, v_empty = kv_ring(
+            q_desc, k_desc, NUM_WG, BLOCK_N, HEAD_DIM, NUM_STAGES)
         kv_head = head // group
         if NUM_WG == 3:
             gl.warp_specialize([

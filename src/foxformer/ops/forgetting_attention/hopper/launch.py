@@ -215,25 +215,35 @@ def gluon_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
     return dq, dk, dv, dc
 
 
+_VARIANT_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def variant_names() -> list[str]:
+    """Every kernel variant the dispatcher can pick: kernel x head dim x dtype x dense / packed x pruned
+    or not (the constexprs that change the code)."""
+    return [f"{kernel}-D{D}-{dtype}{'-varlen' if varlen else ''}{'-prune' if prune else ''}"
+            for D in (64, 128) for dtype in _VARIANT_DTYPES for varlen in (False, True) for prune in (False, True)
+            for kernel in ("fwd", "dkdv", "dq")]
+
+
 def variant_launches(tokens: int = 300):
-    """(name, Launch) of every kernel variant the dispatcher can pick, built on small CPU tensors: one per
-    kernel x head dim x dtype x packed / dense x pruned / not (the constexprs that change the code)."""
-    for D in (64, 128):
-        for dtype in (torch.bfloat16, torch.float16):
-            for varlen in (False, True):
-                for prune in (False, True):
-                    name = f"D{D}-{str(dtype).split('.')[-1]}{'-varlen' if varlen else ''}{'-prune' if prune else ''}"
-                    B, Hq, Hkv = (1, 4, 2) if varlen else (2, 4, 2)
-                    q = torch.zeros(B, tokens, Hq, D, dtype=dtype)
-                    k = torch.zeros(B, tokens, Hkv, D, dtype=dtype)
-                    c = torch.zeros(B, Hq, tokens, dtype=torch.float64)
-                    vec = torch.zeros(B, Hq, tokens)
-                    cu = torch.tensor([0, tokens], dtype=torch.int32) if varlen else vec
-                    bound = torch.zeros(B, Hq, 8, dtype=torch.int32) if prune else vec
-                    n_z = 1 if varlen else B
-                    yield f"fwd-{name}", forward_launch(q, k, k, c, q, vec, cu, bound, 0.1, 3, n_z, varlen, prune,
-                                                        FWD_CONFIGS[D])
-                    yield f"dkdv-{name}", dkdv_launch(q, k, k, c, q, vec, vec, k, k, vec, cu, bound, 0.1, 3, n_z,
-                                                      varlen, prune, BWD_CONFIGS[D])
-                    yield f"dq-{name}", dq_launch(q, k, k, c, q, vec, vec, q, vec, cu, bound, 0.1, 3, n_z, varlen,
-                                                  prune, BWD_CONFIGS[D])
+    """(name, Launch) of every variant_names() entry, built on small CPU tensors (aot.compile_launch)."""
+    for name in variant_names():
+        kernel, dim, dtype = name.split("-")[:3]
+        D, varlen, prune = int(dim[1:]), "-varlen" in name, "-prune" in name
+        B, Hq, Hkv = (1, 4, 2) if varlen else (2, 4, 2)
+        q = torch.zeros(B, tokens, Hq, D, dtype=_VARIANT_DTYPES[dtype])
+        k = torch.zeros(B, tokens, Hkv, D, dtype=_VARIANT_DTYPES[dtype])
+        c = torch.zeros(B, Hq, tokens, dtype=torch.float64)
+        vec = torch.zeros(B, Hq, tokens)
+        cu = torch.tensor([0, tokens], dtype=torch.int32) if varlen else vec
+        bound = torch.zeros(B, Hq, 8, dtype=torch.int32) if prune else vec
+        n_z = 1 if varlen else B
+        if kernel == "fwd":
+            yield name, forward_launch(q, k, k, c, q, vec, cu, bound, 0.1, 3, n_z, varlen, prune, FWD_CONFIGS[D])
+        elif kernel == "dkdv":
+            yield name, dkdv_launch(q, k, k, c, q, vec, vec, k, k, vec, cu, bound, 0.1, 3, n_z, varlen, prune,
+                                    BWD_CONFIGS[D])
+        else:
+            yield name, dq_launch(q, k, k, c, q, vec, vec, q, vec, cu, bound, 0.1, 3, n_z, varlen, prune,
+                                  BWD_CONFIGS[D])
