@@ -74,11 +74,25 @@ else:  # pragma: no cover - exercised with transformers < 5.24
             return self.past_key_values
 
 
+# Called as writer(directory, config) after save_pretrained: foxformer.models registers the standalone export (code
+# and tokenizer files, models/standalone.py). An export's copy of this file has none registered: a model loaded from
+# it re-saves through transformers' own copying of remote code.
+SAVE_WRITERS: list = []
+
+
 class FoxPreTrainedModel(PreTrainedModel):
     config_class = FoxConfig
     base_model_prefix = "model"
     supports_gradient_checkpointing = True
     _no_split_modules = ["Block"]
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """transformers' save_pretrained, then the SAVE_WRITERS (on the main process only)."""
+        out = super().save_pretrained(save_directory, *args, **kwargs)
+        if kwargs.get("is_main_process", True):
+            for writer in SAVE_WRITERS:
+                writer(save_directory, self.config)
+        return out
 
     @classmethod
     def _supports_default_dynamic_cache(cls) -> bool:
