@@ -44,7 +44,8 @@ def test_converted_logits_equal_the_official_forward(tmp_path, variant):
 
 
 def test_released_fox_pro_config(tmp_path):
-    src, cfg, _ = _official(tmp_path, "fox-pro-released")
+    # bos / eos as their config class defaults them: the gpt2-json tokenizer's ids win
+    src, cfg, _ = _official(tmp_path, "fox-pro-released", config_edit=dict(bos_token_id=1, eos_token_id=2))
     c = load_official(src).config
     assert (c.vocab_size, c.tokenizer, c.bos_token_id, c.eos_token_id) == (50257, "gpt2-json", 50256, 50256)
     assert (c.qk_norm, c.qk_norm_per_head, c.qk_norm_eps, c.rms_norm_eps) == (True, False, 1e-5, 1e-6)

@@ -208,8 +208,10 @@ def official_config(src: str, cfg: dict, state: dict, *, tokenizer: Optional[str
     if fgate != "none" and cfg.get("log_pruning_tolerance") is not None:
         fields["prune_eps"] = math.exp(float(cfg["log_pruning_tolerance"]))
     bos, eos = cfg.get("bos_token_id"), cfg.get("eos_token_id")
-    if tokenizer == "gpt2-json":  # LongCrawl64's BOS, which is also GPT-2's end of text
-        bos, eos = (GPT2_VOCAB - 1 if bos is None else bos), (GPT2_VOCAB - 1 if eos is None else eos)
+    if tokenizer == "gpt2-json":
+        # The tokenizer decides: LongCrawl64's BOS is GPT-2's end of text, whatever their config's defaults (1, 2)
+        # or nulls say.
+        bos = eos = GPT2_VOCAB - 1
     return FoxConfig(**fields, bos_token_id=bos, eos_token_id=eos, pad_token_id=cfg.get("pad_token_id"))
 
 

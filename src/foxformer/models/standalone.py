@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import warnings
 from functools import lru_cache
 from pathlib import Path
 
@@ -174,6 +175,11 @@ def write_standalone(out_dir: str | os.PathLike, config) -> dict:
     if getattr(config, "tokenizer", None):
         from foxformer.data.hf_tokenizer import save_hf_tokenizer
 
-        if save_hf_tokenizer(config.tokenizer, str(out), model_max_length=config.max_position_embeddings):
-            tokenizer = config.tokenizer
+        try:
+            if save_hf_tokenizer(config.tokenizer, str(out), model_max_length=config.max_position_embeddings):
+                tokenizer = config.tokenizer
+        except (OSError, ValueError) as e:  # the weights are saved: say what is missing rather than fail
+            warnings.warn(f"save_pretrained: the tokenizer files of {config.tokenizer!r} could not be written to "
+                          f"{out} ({e}); the model loads, AutoTokenizer and pipeline() will not find a tokenizer",
+                          stacklevel=3)
     return {"code": sorted(files), "tokenizer": tokenizer}
