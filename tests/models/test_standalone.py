@@ -95,3 +95,16 @@ def test_bundle_refuses_what_a_plain_install_lacks(monkeypatch):
             standalone.bundle()
     finally:
         standalone.bundle.cache_clear()
+
+
+def test_a_folder_loaded_with_remote_code_resaves_as_it_was(tmp_path):
+    """With foxformer installed, trust_remote_code hands over foxformer's classes and registers them for
+    transformers' copying of remote code; a re-save still holds only the standalone files."""
+    from transformers import AutoModelForCausalLM
+
+    folder, _ = _preset_export(tmp_path, "fox-llama-tiny", tokenizer="gpt2")
+    model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)
+    assert isinstance(model, FoxForCausalLM)
+    again = tmp_path / "again"
+    model.save_pretrained(again)
+    assert sorted(os.listdir(again)) == sorted(os.listdir(folder))
