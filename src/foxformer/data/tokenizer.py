@@ -168,7 +168,8 @@ def canonical_name(spec: str) -> str:
     that name, so a run's spec must be compared in this form: "tiktoken:gpt2" is stored as "gpt2")."""
     if spec == "tiktoken:gpt2":
         return GPT2_SPEC
-    if spec not in (GPT2_SPEC, GPT2_JSON_SPEC, BYTES_SPEC) and not spec.startswith(("tiktoken:", "hf:")) and os.path.isdir(spec):
+    named = spec in (GPT2_SPEC, GPT2_JSON_SPEC, BYTES_SPEC) or spec.startswith(("tiktoken:", "hf:"))
+    if not named and os.path.isdir(spec):
         return f"hf:{spec}"
     return spec
 

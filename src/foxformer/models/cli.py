@@ -38,8 +38,9 @@ def add_commands(sub) -> None:
     convert = sub.add_parser("convert", help="convert checkpoints of other code to foxformer models")
     csub = convert.add_subparsers(dest="convert_command", metavar="SOURCE")
     p = csub.add_parser("official", help="a checkpoint of the FoX paper's code (e.g. its released 760M models)",
-                        description="Reads a Hugging Face folder saved by github.com/zhixuan-lin/forgetting-transformer "
-                                    "(config.json and model.safetensors or pytorch_model.bin; a Hub id such as "
+                        description="Reads a Hugging Face folder saved by the paper's code (github.com/zhixuan-lin/"
+                                    "forgetting-transformer: config.json and model.safetensors or pytorch_model.bin; "
+                                    "a Hub id such as "
                                     "zhixuan-lin/fox-pro-760m-longcrawl64-48b where the Hub is reachable) and writes "
                                     "a foxformer model with the same logits: a standalone Hugging Face folder with "
                                     "its tokenizer. Their Mamba-2, DeltaNet, HGRN2 and Samba baselines are refused.")
