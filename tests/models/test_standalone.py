@@ -89,12 +89,24 @@ def test_bundle_refuses_what_a_plain_install_lacks(monkeypatch):
         return text, tree
 
     monkeypatch.setattr(standalone, "_parsed", parsed)
-    standalone.bundle.cache_clear()
+    for cached in (standalone.bundle, standalone._not_carried):
+        cached.cache_clear()
     try:
-        with pytest.raises(ValueError, match="foxformer.models.loss has `import triton`"):
+        with pytest.raises(ValueError, match=r"imports foxformer.models.loss at import time.*loss imports triton"):
             standalone.bundle()
     finally:
-        standalone.bundle.cache_clear()
+        for cached in (standalone.bundle, standalone._not_carried):
+            cached.cache_clear()
+
+
+def test_kernel_imports_inside_functions_become_a_clear_error():
+    """What the copy cannot carry, imported where it is used (the Gluon dispatch in the op's checks), is replaced
+    by a raise there: the copy never takes the kernels' paths, and if it did it would say why."""
+    copied = standalone.bundle()["fox_ops_forgetting_attention_checks.py"]
+    namespace = {}
+    exec(compile(copied.replace("from .", "from foxformer.ops.forgetting_attention."), "checks", "exec"), namespace)
+    with pytest.raises(ImportError, match="hopper is not in the standalone copy"):
+        namespace["_gluon_reason"](torch.bfloat16, 64, torch.device("cpu"))
 
 
 def test_a_folder_loaded_with_remote_code_resaves_as_it_was(tmp_path):

@@ -5,8 +5,9 @@ not installed, the ``auto_map`` that points transformers at it, and the tokenize
 the folder. With foxformer installed that file hands over foxformer's own classes (its kernels); without, a copy of
 foxformer's model code saved beside it: the modules the models import (config, layers, modeling, cache, ...),
 flattened into ``fox_*.py`` files of one folder with their imports rewritten, and foxformer.ops replaced by
-foxformer/ops/portable.py (exact PyTorch attention, no Triton). The copy is made from the source files at every
-export, so it is always the code that trained and tested the weights.
+foxformer/ops/portable.py (exact PyTorch attention, no Triton); kernel modules imported inside functions (paths
+the copy never takes) become a raise that says so. The copy is made from the source files at every export, so it
+is always the code that trained and tested the weights.
 """
 from __future__ import annotations
 
@@ -85,49 +86,107 @@ def _parsed(module: str) -> tuple[str, ast.Module]:
     return text, ast.parse(text)
 
 
-def _package_imports(module: str, tree: ast.Module) -> list[tuple[ast.ImportFrom, str]]:
-    """(node, target module after substitution) of every foxformer import in ``module``, at any depth; refuses
-    what the copy cannot carry."""
-    found = []
-    for node in ast.walk(tree):
+def _imports(tree: ast.AST, in_function: bool = False):
+    """(node, in_function) of every import statement under ``tree``."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node, in_function
+        else:
+            yield from _imports(node, in_function or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)))
+
+
+def _target(module: str, node: ast.ImportFrom) -> str:
+    target = _resolve(module, node)
+    return SUBSTITUTES.get(target, target)
+
+
+def _source_exists(module: str) -> bool:
+    try:
+        _source_file(module)
+    except ValueError:  # a namespace folder (foxformer.ops.forgetting_attention.hopper), or no such module
+        return False
+    return True
+
+
+@lru_cache(maxsize=None)
+def _not_carried(module: str) -> str | None:
+    """Why the copy cannot carry ``module`` (None: it can): it needs a source file whose import-time imports need
+    none of MISSING_ELSEWHERE and reach only modules the copy can carry (imports inside functions do not run at
+    import time: _edits deals with them)."""
+    if not _source_exists(module):
+        return f"{module} has no source file of its own"
+    for node, in_function in _imports(_parsed(module)[1]):
+        if in_function:
+            continue
         if isinstance(node, ast.Import):
-            for alias in node.names:
-                top = alias.name.split(".")[0]
-                if top == PACKAGE or top in MISSING_ELSEWHERE:
-                    raise ValueError(f"standalone export: {module} has `import {alias.name}`; the export can carry "
-                                     f"only from-imports of foxformer modules, and no {', '.join(MISSING_ELSEWHERE)}")
-        elif isinstance(node, ast.ImportFrom):
-            target = _resolve(module, node)
-            top = target.split(".")[0]
-            if top in MISSING_ELSEWHERE:
-                raise ValueError(f"standalone export: {module} imports {target}, which a plain transformers "
-                                 f"install may lack; keep it out of the models' imports or add a substitute")
-            if top != PACKAGE:
-                continue
-            target = SUBSTITUTES.get(target, target)
-            if _source_file(target).name == "__init__.py":
-                raise ValueError(f"standalone export: {module} imports from package {target}; import from the "
-                                 f"module that defines the names (or add a substitute)")
-            missing = {a.name for a in node.names} - _top_level_names(_parsed(target)[1])
+            missing = [a.name for a in node.names if a.name.split(".")[0] in MISSING_ELSEWHERE]
             if missing:
-                raise ValueError(f"standalone export: {module} imports {sorted(missing)} from {target}, which does "
-                                 f"not define them")
-            found.append((node, target))
-    return found
+                return f"{module} imports {missing[0]}"
+            continue
+        target = _target(module, node)
+        top = target.split(".")[0]
+        if top in MISSING_ELSEWHERE:
+            return f"{module} imports {target}"
+        if top == PACKAGE and target != module and _not_carried(target):
+            return _not_carried(target)
+    return None
 
 
-def _rewrite(text: str, edits: list[tuple[ast.ImportFrom, str]]) -> str:
-    """``text`` with each import node replaced by a relative import of the target's flat copy (AST offsets are
-    UTF-8 byte offsets: the splice works on bytes)."""
+def _unavailable(what: str) -> str:
+    message = (f"{what} is not in the standalone copy of foxformer saved with this model (it needs Triton); "
+               f"install foxformer to use it")
+    return f"raise ImportError({message!r})"
+
+
+def _edits(module: str, tree: ast.Module) -> list[tuple[ast.stmt, str, str | None]]:
+    """(node, replacement text, module copied along or None) for every import of ``module`` that the copy
+    changes: foxformer imports become relative imports of the flat copies; an import inside a function of what
+    the copy cannot carry becomes a raise (reached only by the kernels' paths, which the copy never takes); at
+    import time such an import is refused."""
+    edits = []
+    for node, in_function in _imports(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names if a.name.split(".")[0] in (PACKAGE, *MISSING_ELSEWHERE)]
+            if names and in_function:
+                edits.append((node, _unavailable(", ".join(names)), None))
+            elif names:
+                raise ValueError(f"standalone export: {module} has `import {names[0]}` at import time; the copy "
+                                 f"carries from-imports of foxformer modules, and no {', '.join(MISSING_ELSEWHERE)}")
+            continue
+        target = _target(module, node)
+        top = target.split(".")[0]
+        if top != PACKAGE and top not in MISSING_ELSEWHERE:
+            continue
+        why = f"{top} may be missing" if top != PACKAGE else _not_carried(target)
+        if why:
+            if in_function:
+                edits.append((node, _unavailable(target), None))
+                continue
+            raise ValueError(f"standalone export: {module} imports {target} at import time, which a plain "
+                             f"transformers install cannot load ({why}); import it where it is used or add a "
+                             f"substitute")
+        if _source_file(target).name == "__init__.py":
+            raise ValueError(f"standalone export: {module} imports from package {target}; import from the module "
+                             f"that defines the names (or add a substitute)")
+        missing = {a.name for a in node.names} - _top_level_names(_parsed(target)[1])
+        if missing:
+            raise ValueError(f"standalone export: {module} imports {sorted(missing)} from {target}, which does not "
+                             f"define them")
+        names = ", ".join(a.name + (f" as {a.asname}" if a.asname else "") for a in node.names)
+        edits.append((node, f"from .{flat_name(target)} import {names}", target))
+    return edits
+
+
+def _rewrite(text: str, edits: list[tuple[ast.stmt, str, str | None]]) -> str:
+    """``text`` with each edited import replaced (AST offsets are UTF-8 byte offsets: the splice works on bytes)."""
     data = text.encode("utf-8")
     starts = [0]
     for line in data.splitlines(keepends=True):
         starts.append(starts[-1] + len(line))
-    for node, target in sorted(edits, key=lambda e: (e[0].lineno, e[0].col_offset), reverse=True):
-        names = ", ".join(a.name + (f" as {a.asname}" if a.asname else "") for a in node.names)
+    for node, replacement, _ in sorted(edits, key=lambda e: (e[0].lineno, e[0].col_offset), reverse=True):
         begin = starts[node.lineno - 1] + node.col_offset
         end = starts[node.end_lineno - 1] + node.end_col_offset
-        data = data[:begin] + f"from .{flat_name(target)} import {names}".encode() + data[end:]
+        data = data[:begin] + replacement.encode() + data[end:]
     return data.decode("utf-8")
 
 
@@ -141,8 +200,8 @@ def bundle() -> dict[str, str]:
             continue
         seen.add(module)
         text, tree = _parsed(module)
-        edits = _package_imports(module, tree)
-        todo.extend(target for _, target in edits)
+        edits = _edits(module, tree)
+        todo.extend(target for _, _, target in edits if target is not None)
         source = _source_file(module).relative_to(_ROOT.parent).as_posix()
         header = f"# A copy of {source} made by foxformer's standalone export: edit that file, not this one.\n"
         footer = f"\n\n\nCOPIED_FROM = {source!r}\n"
