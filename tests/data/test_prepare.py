@@ -206,3 +206,13 @@ def test_temporary_shards_of_dead_runs_are_cleaned_up(tmp_path, jsonl_xz):
     prepare(_cfg(tmp_path, [jsonl_xz]), progress=False)
     left = sorted(n for n in os.listdir(shards) if ".tmp-" in n)
     assert left == [f"fedcba9876543210.tmp-{os.getppid()}"]  # a live PID may be a prepare running right now
+
+
+def test_gpt2_json_documents_start_with_their_bos(tmp_path, jsonl_xz, docs):
+    """LongCrawl64's layout: each document is BOS + the tokens of its JSON-escaped text; the BOS (GPT-2's end of
+    text) of the next document ends it, so no two separators meet."""
+    m = prepare(_cfg(tmp_path, [jsonl_xz], val_fraction=0.25, tokenizer="gpt2-json"), progress=False)
+    tok = load_tokenizer("gpt2-json")
+    assert m["tokenizer"] == "gpt2-json"
+    got = {tuple(d) for split in ("train", "val") for d in _split_docs(str(tmp_path / "out"), split, m)}
+    assert got == {tuple([50256] + tok.encode(d["text"])) for d in docs}

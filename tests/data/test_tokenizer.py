@@ -1,6 +1,6 @@
 import pytest
 
-from foxformer.data.tokenizer import load_tokenizer
+from foxformer.data.tokenizer import load_tokenizer, start_ids
 
 # Reference ids from tiktoken's "gpt2" encoding (OpenAI's GPT-2 BPE).
 KNOWN = [
@@ -51,3 +51,55 @@ def test_byte_tokenizer_round_trips_utf8():
     ids = tok.encode(text)
     assert ids == list(text.encode("utf-8")) and max(ids) < 256
     assert tok.decode(ids + [256]) == text
+
+
+# gpt2-json: GPT-2 BPE of json.dumps(text)[1:-1]; the escaped forms below are written out by hand.
+BY_HAND = [
+    ("a\nb", r"a\nb"),
+    ('say "hi"', r"say \"hi\""),
+    ("tab\there\\", r"tab\there\\"),
+    ("café", r"caf\u00e9"),
+    ("東京", r"\u6771\u4eac"),
+    ("😀", r"\ud83d\ude00"),  # outside the BMP: a UTF-16 surrogate pair
+    ("bell\x07", r"bell\u0007"),
+    ("a/b", "a/b"),  # json.dumps leaves slashes alone
+]
+
+
+@pytest.mark.parametrize("text,escaped", BY_HAND, ids=[e for _, e in BY_HAND])
+def test_gpt2_json_tokenizes_the_escaped_text(text, escaped):
+    tok, gpt2 = load_tokenizer("gpt2-json"), load_tokenizer("gpt2")
+    assert tok.encode(text) == gpt2.encode(escaped)
+    assert tok.decode(tok.encode(text)) == text
+
+
+def test_gpt2_json_facts():
+    tok = load_tokenizer("gpt2-json")
+    assert (tok.name, tok.vocab_size, tok.eot_id, tok.bos_id) == ("gpt2-json", 50257, 50256, 50256)
+    assert start_ids(tok) == [50256] and start_ids(load_tokenizer("gpt2")) == []
+    # GPT-2 ids: "\" 59, "u" 84, "00" 405, "e" 68, "9" 24; "Hello" 15496, ' \"' 19990, "world" 6894, '\"' 7879
+    assert tok.encode("é") == [59, 84, 405, 68, 24]
+    assert tok.encode('Hello "world"') == [15496, 19990, 6894, 7879]
+    assert tok.encode_batch(["a\nb", "é"]) == [tok.encode("a\nb"), tok.encode("é")]
+
+
+@pytest.mark.parametrize("ids_text,want", [
+    (r"cut at \u00", r"cut at \u00"),      # a stream stopped inside an escape
+    ('a bare " quote', 'a bare " quote'),  # not valid JSON, kept as written
+    (r"\ud83d alone", "\ufffd alone"),     # half of a surrogate pair
+    (r"\\u0041", r"\u0041"),               # an escaped backslash, then plain text
+])
+def test_gpt2_json_decodes_whatever_a_model_writes(ids_text, want):
+    tok, gpt2 = load_tokenizer("gpt2-json"), load_tokenizer("gpt2")
+    assert tok.decode(gpt2.encode(ids_text)) == want
+
+
+def test_hugging_face_form_of_gpt2_and_gpt2_json():
+    from foxformer.data.hf_tokenizer import hf_tokenizer
+
+    text = 'She wrote: "naïve"\n\t😀 done'
+    for spec in ("gpt2", "gpt2-json"):
+        ours, theirs = load_tokenizer(spec), hf_tokenizer(spec)
+        assert theirs(text).input_ids == start_ids(ours) + ours.encode(text)
+        assert theirs.decode(theirs(text).input_ids, skip_special_tokens=True) == text
+    assert hf_tokenizer("bytes") is None

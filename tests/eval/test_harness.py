@@ -142,6 +142,18 @@ def test_real_lm_eval_runs_local_tasks_offline(tok, tmp_path):
     assert (tmp_path / "harness.json").stat().st_size > 0
 
 
+def test_sequences_start_with_the_tokenizers_bos(tok):
+    """A tokenizer with a BOS (gpt2-json) starts every scored sequence with it, others with their end of text."""
+    class BosTok(WordTokenizer):
+        bos_id = 63
+
+    bos = BosTok(64)
+    bos.encode("a b c d e f g h i j k l m n o p")
+    model = tiny_model("fox-pro-tiny", vocab=64).double()
+    assert HarnessAdapter(model, bos, progress=False)._split("a b", " c") == ([63] + bos.encode("a b"), bos.encode("c"))
+    assert HarnessAdapter(model, tok, progress=False)._split("a b", " c")[0][0] == tok.eot_id
+
+
 @pytest.mark.parametrize("pairs", [pytest.param([("", "")], id="empty-context-and-continuation-alone"),
                                    pytest.param([("", ""), ("a", " b")], id="empty-pair-in-a-batch")])
 def test_empty_continuation_scores_zero(tok, pairs):
@@ -155,3 +167,56 @@ def test_continuation_longer_than_max_length_is_a_clear_error(tok, cont):
     adapter = HarnessAdapter(tiny_model("fox-pro-tiny", vocab=64).double(), tok, max_length=4, progress=False)
     with pytest.raises(ValueError, match="max_length"):
         adapter.loglikelihood([("a b", cont)])
+
+
+JSON_TASK = """task: fox_json_mc
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {data}
+test_split: test
+output_type: multiple_choice
+doc_to_text: "{{{{prompt}}}}"
+doc_to_choice: "{{{{choices}}}}"
+doc_to_target: "{{{{answer}}}}"
+metric_list:
+  - metric: acc
+"""
+
+
+def test_lm_eval_hf_on_an_export_scores_as_eval_harness(tmp_path, capsys):
+    """`lm_eval --model hf` on a save_pretrained folder, where foxformer cannot be imported, gives the
+    log-likelihoods `foxformer eval harness` gives (gpt2-json text: BOS first, JSON-escaped)."""
+    pytest.importorskip("lm_eval")
+    pytest.importorskip("accelerate")  # lm_eval's hf model (pip install "lm_eval[hf]")
+    import json
+
+    from foxformer.cli import main
+    from foxformer.data import load_tokenizer
+    from foxformer.eval.loading import load_model
+
+    from ..standalone_run import run_as_user
+
+    folder = str(tmp_path / "export")
+    tiny_model("fox-pro-tiny", vocab=50257, tokenizer="gpt2-json").save_pretrained(folder)
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    docs = [{"prompt": 'She said "yes"\nand', "choices": [" left", " stayed"], "answer": 0},
+            {"prompt": "Café in Zürich:", "choices": [" open", " closed 😀"], "answer": 1}]
+    (tasks / "data.jsonl").write_text("\n".join(json.dumps(d) for d in docs))
+    (tasks / "fox_json_mc.yaml").write_text(JSON_TASK.format(data=tasks / "data.jsonl"))
+    theirs = run_as_user(tmp_path, "lm_eval", {
+        "model_args": f"pretrained={folder},trust_remote_code=True,add_bos_token=True,dtype=float32",
+        "tasks": ["fox_json_mc"], "include_path": str(tasks)})
+    assert theirs["imported"] == []
+    loaded = load_model(folder, device="cpu", dtype="fp32")
+    adapter = HarnessAdapter(loaded.model, load_tokenizer(loaded.tokenizer), progress=False)
+    for sample in theirs["samples"]["fox_json_mc"]:
+        ours = adapter.loglikelihood([tuple(a) for a in sample["arguments"]])
+        assert [ll for ll, _ in ours] == pytest.approx([r[0][0] for r in sample["resps"]], abs=1e-4)
+    # the command line takes lm_eval's spellings of its arguments
+    out = tmp_path / "ours"
+    assert main(["eval", "harness", folder, "--tasks", "fox_json_mc", "--include_path", str(tasks), "--num_fewshot",
+                 "0", "--batch_size", "2", "--device", "cpu", "--out", str(out), "--no-progress"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["results"]["export"]["fox_json_mc"]["acc,none"] == theirs["results"]["fox_json_mc"]["acc,none"]

@@ -213,3 +213,12 @@ def test_heatmap_rows_are_requested_depths_labelled_with_the_actual_ones(tmp_pat
     plots.plot_niah_heatmaps([result], str(tmp_path / "niah.png"))
     labels = [t.get_text() for t in figures[0].axes[0].get_yticklabels()]
     assert labels == ["0%", "50%", "100% (at 96%)"]
+
+
+def test_prompt_of_a_tokenizer_with_bos_starts_with_it():
+    from foxformer.data import load_tokenizer
+
+    tok = load_tokenizer("gpt2-json")
+    haystack = tok.encode("The sea was calm. The birds were loud. " * 40)
+    case = build_case(tok, haystack, 96, 0.5, make_needle(0, 0))
+    assert case.prompt[0] == 50256 and 50256 not in case.prompt[1:] and len(case.prompt) == 96

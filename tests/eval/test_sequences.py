@@ -26,3 +26,13 @@ def test_within_docs_windows_hold_only_document_text(tmp_path, text_tokens):
     rows = dataset_sequences(data, 16, 4, split="train", within_docs=True)
     assert (rows != 256).all()  # 256: the byte tokenizer's end-of-text id
     assert len(rows) == (2 if text_tokens == 16 else 1)
+
+
+def test_source_sequences_start_with_the_tokenizers_bos(tmp_path):
+    from foxformer.data import load_tokenizer
+    from foxformer.eval.sequences import source_sequences
+
+    (tmp_path / "doc.txt").write_text('A "quoted" line.\n' * 30)
+    tok = load_tokenizer("gpt2-json")
+    rows = source_sequences(str(tmp_path / "doc.txt"), tok, 16, 1)
+    assert rows[0].tolist() == [50256] + tok.encode('A "quoted" line.\n' * 30)[:15]

@@ -69,6 +69,19 @@ class _ByteTok:
         return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
 
 
+def test_a_prompt_starts_with_the_tokenizers_bos():
+    """gpt2-json models read BOS first: generate prepends a tokenizer's bos_id to the prompt."""
+    class BosTok(_ByteTok):
+        bos_id = 256  # as in gpt2-json, also the end-of-text id
+
+    model = make_model("fox-pro-tiny", dtype=torch.float32)
+    text = "".join(generate(model, BosTok(), "Hi", max_new_tokens=8, temperature=0, ignore_eos=True))
+    ids = list(generate(model, [256] + list(b"Hi"), max_new_tokens=8, temperature=0))
+    assert text == BosTok().decode(ids)
+    without = list(generate(model, list(b"Hi"), max_new_tokens=8, temperature=0))
+    assert ids != without  # the BOS matters to the model, so the comparison above can tell
+
+
 def test_multibyte_characters_are_not_split(monkeypatch):
     import sys
 

@@ -90,6 +90,10 @@ def test_hf_export_round_trips(make_cfg, tmp_path):
     sd, _, _, _ = ckpt.load_checkpoint(ckpt.latest_checkpoint(run))
     for name, tensor in model.state_dict().items():
         assert torch.equal(tensor, sd[name]), name
+    # standalone: the run's tokenizer and the model code travel with the weights
+    assert model.config.tokenizer == "gpt2"
+    for name in ("tokenizer.json", "modeling_foxformer.py", "configuration_foxformer.py"):
+        assert os.path.exists(os.path.join(summary["hf_dir"], name)), name
 
 
 def test_time_limit_stops_cleanly_with_a_checkpoint(make_cfg, tmp_path):

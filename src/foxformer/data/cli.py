@@ -48,7 +48,9 @@ def add_commands(subparsers) -> None:
                                    "file or directory (.gz/.xz ok), hf:<dataset>[:<config>][@<split>].")
     p.add_argument("--source", action="append", help="source spec (repeatable); default builtin:sympy")
     p.add_argument("--out", default="data_cache/default", help="output directory")
-    p.add_argument("--tokenizer", default="gpt2", help="gpt2 (default) | bytes | tiktoken:<enc> | hf:<name or path>")
+    p.add_argument("--tokenizer", default="gpt2",
+                   help="gpt2 (default) | gpt2-json (LongCrawl64's, read by the FoX paper's released models) | "
+                        "bytes | tiktoken:<enc> | hf:<name or path>")
     p.add_argument("--val-fraction", type=float, default=0.05, help="fraction of documents held out")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-tokens-per-source", type=int, default=None, help="stop each source after about N tokens")

@@ -134,9 +134,13 @@ def _tokenize_source(spec: str, shard_dir: str, cfg: PrepareConfig, tok, progres
         def flush() -> bool:
             nonlocal n_tokens
             for doc, toks in zip(batch, tok.encode_batch([d.text for d in batch])):
+                # One token beside the text: the end-of-text separator, or the BOS of a tokenizer that starts
+                # sequences with one (gpt2-json's BOS is its end-of-text token too: a document's BOS ends the last).
                 arr = np.empty(len(toks) + 1, dtype=dtype)
-                arr[:-1] = toks
-                arr[-1] = tok.eot_id
+                if tok.bos_id is None:
+                    arr[:-1], arr[-1] = toks, tok.eot_id
+                else:
+                    arr[0], arr[1:] = tok.bos_id, toks
                 out.write(arr.tobytes())
                 n_tokens += arr.size
                 offsets.append(n_tokens)

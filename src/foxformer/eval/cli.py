@@ -260,17 +260,20 @@ def add_commands(subparsers) -> None:
     p.set_defaults(func=_run(_cmd_niah))
 
     p = sub.add_parser("harness", help="lm-evaluation-harness tasks (needs: pip install lm_eval)",
-                       description="Runs lm_eval.simple_evaluate with a foxformer model wrapper. Offline, only tasks "
-                                   "whose data are cached locally or generated (see foxformer.eval.harness).")
+                       description="Runs lm_eval.simple_evaluate with a foxformer model wrapper: lm_eval's task "
+                                   "names, and its flag spellings (--num_fewshot, --batch_size, ...) as well as ours. "
+                                   "Offline, only tasks whose data are cached locally or generated (see "
+                                   "foxformer.eval.harness; docs/interop.md for lm_eval --model hf on exports).")
     _model_args(p)
     p.add_argument("--tasks", type=words, required=True, help="comma-separated lm_eval task names")
-    p.add_argument("--tokenizer", default=None)
-    p.add_argument("--num-fewshot", type=int, default=None)
+    p.add_argument("--tokenizer", default=None, help="default: the model's (gpt2-json for converted official models)")
+    p.add_argument("--num-fewshot", "--num_fewshot", type=int, default=None)
     p.add_argument("--limit", type=float, default=None, help="examples per task (or fraction if < 1)")
-    p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--max-length", type=int, default=None, help="context window (default: training length)")
+    p.add_argument("--batch-size", "--batch_size", type=int, default=8)
+    p.add_argument("--max-length", "--max_length", type=int, default=None,
+                   help="context window (default: training length, else 2048)")
     p.add_argument("--metadata", default=None, help="JSON passed to lm_eval tasks (e.g. RULER's tokenizer)")
-    p.add_argument("--include-path", default=None,
+    p.add_argument("--include-path", "--include_path", default=None,
                    help="folder of extra lm_eval task YAMLs (e.g. over local JSON files: these run offline)")
     p.set_defaults(func=_run(_cmd_harness))
     p = sub.add_parser("eviction", help="loss change and cache memory of KV eviction on text (FoX models)",

@@ -26,12 +26,15 @@ from typing import Optional, Sequence
 import torch
 from tqdm.auto import tqdm
 
+from foxformer.data.tokenizer import start_ids
+
 from .loading import model_device
 
 
 class HarnessAdapter:
     """Text-level scoring for one causal LM. ``tokenizer``: encode(str) -> ids, decode(ids) -> str, and an
-    ``eot_id`` used as the context of requests with an empty context. ``max_length``: context window used
+    ``eot_id``; every sequence starts with its ``bos_id`` when it has one (gpt2-json), else with ``eot_id`` (so a
+    request with an empty context still has a token to predict from). ``max_length``: context window used
     (inputs are cut from the left)."""
 
     def __init__(self, model: torch.nn.Module, tokenizer, *, max_length: int = 2048, batch_size: int = 8,
@@ -43,6 +46,7 @@ class HarnessAdapter:
         self.model, self.tokenizer = model.eval(), tokenizer
         self.max_length, self.batch_size, self.progress = max_length, batch_size, progress
         self.eot_id = int(getattr(tokenizer, "eot_id", 0))
+        self.start_id = (start_ids(tokenizer) or [self.eot_id])[0]
 
     def _split(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
         # Encoding the joined text and splitting it keeps the tokenization the model saw in training at the
@@ -54,7 +58,7 @@ class HarnessAdapter:
         ctx = self.tokenizer.encode(context) if context else []
         n_ctx = len(ctx) if whole[:len(ctx)] == ctx else len(ctx) - 1
         cont = whole[n_ctx:] or self.tokenizer.encode(continuation)
-        return ([self.eot_id] + whole[:n_ctx]) if n_ctx else [self.eot_id], cont
+        return ([self.start_id] + whole[:n_ctx]) if n_ctx else [self.start_id], cont
 
     @torch.no_grad()
     def _score(self, items: Sequence[tuple[list[int], list[int]]]) -> list[tuple[float, bool]]:
@@ -102,7 +106,7 @@ class HarnessAdapter:
         dev = model_device(self.model)
         out = []
         for text in tqdm(texts, desc="rolling", unit="doc", disable=not self.progress):
-            toks = [self.eot_id] + self.tokenizer.encode(text)
+            toks = [self.start_id] + self.tokenizer.encode(text)
             total, a = 0.0, 1
             while a < len(toks):
                 b = min(len(toks), a + self.max_length)
@@ -126,7 +130,7 @@ class HarnessAdapter:
             until = kwargs.get("until") or []
             until = [until] if isinstance(until, str) else list(until)
             max_new = int(kwargs.get("max_gen_toks", 256))
-            ids = ([self.eot_id] + self.tokenizer.encode(context))[-max(1, self.max_length - max_new):]
+            ids = ([self.start_id] + self.tokenizer.encode(context))[-max(1, self.max_length - max_new):]
             res = self.model(input_ids=torch.tensor([ids], device=dev), use_cache=True)
             generated: list[int] = []
             text = ""

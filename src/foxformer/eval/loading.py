@@ -132,6 +132,11 @@ def _load_hf_dir(path: str):
             model_type = json.load(f).get("model_type")
         except json.JSONDecodeError as e:
             raise ValueError(f"model: {path}/config.json is not valid JSON ({e})") from e
+    from foxformer.models.official import OFFICIAL_TYPES
+
+    if model_type in OFFICIAL_TYPES:
+        raise ValueError(f"model: {path!r} holds a checkpoint of the FoX paper's own code ({model_type}); convert "
+                         f"it first: foxformer convert official {path} --out DIR")
     try:
         if model_type == "foxformer":
             from foxformer.models import FoxForCausalLM
@@ -142,6 +147,16 @@ def _load_hf_dir(path: str):
         return AutoModelForCausalLM.from_pretrained(path)
     except (OSError, RuntimeError, KeyError) as e:
         raise ValueError(f"model: could not load Hugging Face folder {path!r} ({e})") from e
+
+
+def _hf_tokenizer(path: str, model) -> Optional[str]:
+    """The tokenizer of a Hugging Face folder: the spec its config names, else the tokenizer files beside it."""
+    spec = getattr(model.config, "tokenizer", None)
+    if spec:
+        return spec
+    if any(os.path.exists(os.path.join(path, name)) for name in ("tokenizer.json", "tokenizer_config.json")):
+        return f"hf:{path}"
+    return None
 
 
 def _latest_step_dir(run_dir: str) -> Optional[str]:
@@ -168,7 +183,7 @@ def load_model(path: str, *, device: str | torch.device | None = "auto", dtype: 
                          f"RUN/checkpoints/step_N, or a Hugging Face folder with config.json)")
     dev = resolve_device(device)
     run_cfg: dict = {}
-    step = None
+    step = hf_path = None
     if os.path.exists(os.path.join(path, "model.pt")):
         run_dir = os.path.dirname(os.path.dirname(os.path.abspath(path)))
         model, run_cfg, step = _load_checkpoint_dir(path, run_dir)
@@ -179,11 +194,12 @@ def load_model(path: str, *, device: str | torch.device | None = "auto", dtype: 
             model, run_cfg, step = _load_checkpoint_dir(latest, path)
         elif os.path.exists(os.path.join(path, "hf", "config.json")):
             model, run_cfg = _load_hf_dir(os.path.join(path, "hf")), _read_yaml(os.path.join(path, RUN_CONFIG))
+            hf_path = os.path.join(path, "hf")
         else:
             raise ValueError(f"model: run dir {path!r} has neither checkpoints nor an hf/ export yet")
         source = "run"
     elif os.path.exists(os.path.join(path, "config.json")):
-        model = _load_hf_dir(path)
+        model, hf_path = _load_hf_dir(path), path
         parent_cfg = os.path.join(os.path.dirname(os.path.abspath(path)), RUN_CONFIG)
         if os.path.exists(parent_cfg):
             run_cfg = _read_yaml(parent_cfg)
@@ -196,8 +212,9 @@ def load_model(path: str, *, device: str | torch.device | None = "auto", dtype: 
     model = model.to(device=dev, dtype=resolve_dtype(dtype, dev)).eval()
     ctx = train_len if train_len is not None else run_cfg.get("context")
     label = name or _default_name(path)
+    tokenizer = run_cfg.get("tokenizer") or (_hf_tokenizer(hf_path, model) if hf_path else None)
     return LoadedModel(model=model, name=label, path=path, train_len=int(ctx) if ctx else None,
-                       tokenizer=run_cfg.get("tokenizer"), source=source, step=step)
+                       tokenizer=tokenizer, source=source, step=step)
 
 
 def _default_name(path: str) -> str:

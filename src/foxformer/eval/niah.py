@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from foxformer.data.tokenizer import start_ids
 from foxformer.models.calls import cache_of
 
 from .loading import model_device, vocab_size_of
@@ -117,16 +118,18 @@ def build_case(tokenizer: TextTokenizer, haystack: Sequence[int], length: int, d
     needle_ids = tokenizer.encode(needle_text)
     tail = tokenizer.encode(f"\n\n{question} {ANSWER_PREFIX.format(key=needle.key)}")
     answer = tokenizer.encode(f" {needle.value}")
-    budget = length - len(needle_ids) - len(tail)
+    head = start_ids(tokenizer)
+    fixed = len(head) + len(needle_ids) + len(tail)
+    budget = length - fixed
     if budget < 1:
         raise ValueError(f"lengths: context length {length} is too short for the needle and question "
-                         f"({len(needle_ids) + len(tail)} tokens); use lengths > {len(needle_ids) + len(tail)}")
+                         f"({fixed} tokens); use lengths > {fixed}")
     if offset + budget > len(haystack):
         raise ValueError(f"haystack: {len(haystack)} tokens cannot fill a context of {length} tokens "
                          f"(needs {offset + budget}); give a longer haystack source")
     hay = list(haystack[offset:offset + budget])
     pos = _snap_to_boundary(tokenizer, hay, int(round(depth * budget)), snap_window(length))
-    prompt = hay[:pos] + needle_ids + hay[pos:] + tail
+    prompt = head + hay[:pos] + needle_ids + hay[pos:] + tail
     return NiahCase(prompt=prompt, answer=answer, value=needle.value, length=length, depth=float(depth), mode=mode,
                     needle_index=needle_index, seed=seed, needle_pos=pos, actual_depth=pos / budget)
 

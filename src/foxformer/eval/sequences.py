@@ -31,7 +31,7 @@ def dataset_sequences(data_dir: str, seq_len: int, num: int, *, split: str = "va
         picks = np.linspace(0, len(ds) - 1, num=min(num, len(ds))).round().astype(np.int64)
         return torch.from_numpy(np.stack([ds.sequence(int(i)) for i in np.unique(picks)]))
     offsets = np.asarray(ds.doc_offsets, dtype=np.int64)
-    lengths = np.diff(offsets) - 1  # text tokens: each document ends with its end-of-text token
+    lengths = np.diff(offsets) - 1  # text tokens: each document has an end-of-text token (or starts with a BOS)
     long_docs = np.flatnonzero(lengths >= seq_len)
     if long_docs.size == 0:
         raise ValueError(f"seq_len: no document of split {split!r} in {data_dir!r} has {seq_len} text tokens "
@@ -63,13 +63,16 @@ def document_token_stream(source: str, tokenizer, *, min_tokens: int, max_docs: 
 
 
 def source_sequences(source: str, tokenizer, seq_len: int, num: int) -> torch.Tensor:
-    """int64 [N, seq_len]: the first ``seq_len`` tokens of each document with at least that many tokens."""
+    """int64 [N, seq_len]: the first ``seq_len`` tokens of each document with at least that many tokens (a
+    tokenizer's BOS first, for those that have one)."""
     _check_len(seq_len, num)
     from foxformer.data import iter_documents
 
+    from foxformer.data.tokenizer import start_ids
+
     rows = []
     for doc in iter_documents(source):
-        ids = tokenizer.encode(doc.text)
+        ids = start_ids(tokenizer) + tokenizer.encode(doc.text)
         if len(ids) >= seq_len:
             rows.append(ids[:seq_len])
             if len(rows) >= num:

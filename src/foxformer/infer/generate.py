@@ -15,6 +15,7 @@ from typing import Iterator, Optional, Sequence
 
 import torch
 
+from foxformer.data.tokenizer import start_ids
 from foxformer.models.calls import cache_keyword, cache_of, model_device
 
 from .bias_shift import fgate_bias_shift
@@ -257,7 +258,7 @@ def generate(model, tokenizer_or_ids, prompt: Optional[str] = None, *, config: O
     if _is_tokenizer(tokenizer):
         if not isinstance(prompt, str):
             raise TypeError(f"prompt: expected the prompt text (str) with a tokenizer, got {type(prompt).__name__}")
-        ids = tokenizer.encode(prompt)
+        ids = start_ids(tokenizer) + tokenizer.encode(prompt)
         if not ids:
             raise ValueError("prompt: encodes to no tokens; give at least one character")
         if config.stop_token is None and not config.ignore_eos and getattr(tokenizer, "eot_id", None) is not None:

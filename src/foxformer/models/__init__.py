@@ -5,10 +5,12 @@ AutoModel and AutoModelForCausalLM.
 """
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
+from . import modeling
 from .cache import FoxCache
 from .config import FoxConfig
 from .modeling import FoxCausalLMOutput, FoxForCausalLM, FoxModel, FoxPreTrainedModel, causal_lm_loss
 from .presets import PRESETS, count_embedding, count_non_embedding, get_preset, training_flops_per_token
+from .standalone import write_standalone
 
 
 def _register() -> None:
@@ -24,6 +26,8 @@ def _register() -> None:
 
 
 _register()
+if write_standalone not in modeling.SAVE_WRITERS:
+    modeling.SAVE_WRITERS.append(write_standalone)
 
 __all__ = [
     "FoxCache", "FoxCausalLMOutput", "FoxConfig", "FoxForCausalLM", "FoxModel", "FoxPreTrainedModel", "PRESETS",

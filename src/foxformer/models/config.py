@@ -45,6 +45,14 @@ class FoxConfig(PretrainedConfig):
     prune_eps: the attention op skips (query block, key block) tiles whose total attention probability
         per row is provably below prune_eps (None = compute every tile). The bound on |q . k| comes from
         the QK-norm weights when qk_norm is on, else from the norms of q and k ("auto").
+    qk_norm_per_head: QK-norm weights [heads, head_dim] (one per head) instead of one [head_dim] shared by
+        all heads (the form of the paper's released checkpoints and of our presets).
+    qk_norm_eps: eps of the QK-norm; None means rms_norm_eps (the official code uses 1e-5 there, 1e-6
+        elsewhere).
+    kv_shift: token shift of keys and values (the Pro block). k_shift / v_shift: each alone; None means
+        kv_shift.
+    tokenizer: spec of the tokenizer the model reads (foxformer.data.load_tokenizer: "gpt2", "gpt2-json", ...);
+        save_pretrained writes its files next to the weights and the eval commands use it. None: unknown.
     """
 
     model_type = "foxformer"
@@ -75,6 +83,10 @@ class FoxConfig(PretrainedConfig):
     output_gate: bool = False
     output_norm: bool = False
     kv_shift: bool = False
+    k_shift: bool | None = None
+    v_shift: bool | None = None
+    qk_norm_per_head: bool = False
+    qk_norm_eps: float | None = None
     tie_embeddings: bool = False
     init_std: float = 0.02
     rms_norm_eps: float = 1e-6
@@ -86,6 +98,7 @@ class FoxConfig(PretrainedConfig):
     evict_qk_bound: float | None = None
     evict_max_len: int | None = None
     prune_eps: float | None = None
+    tokenizer: str | None = None
     use_cache: bool = True
     pad_token_id: int | None = None
     bos_token_id: int | None = None
@@ -102,6 +115,12 @@ class FoxConfig(PretrainedConfig):
             self.head_dim = self.hidden_size // max(self.num_heads, 1)
         if self.intermediate_size is None:
             self.intermediate_size = _round_up(2.0 / 3.0 * self.mlp_ratio * self.hidden_size, 64)
+        if self.k_shift is None:
+            self.k_shift = self.kv_shift
+        if self.v_shift is None:
+            self.v_shift = self.kv_shift
+        if self.qk_norm_eps is None:
+            self.qk_norm_eps = self.rms_norm_eps
         super().__post_init__(**kwargs)
         self._validate()
 
@@ -111,8 +130,8 @@ class FoxConfig(PretrainedConfig):
             value = getattr(self, name)
             if not _positive_int(value):
                 raise ValueError(f"FoxConfig.{name} must be a positive int, got {value!r}")
-        for name in ("rope", "qk_norm", "output_gate", "output_norm", "kv_shift", "tie_embeddings",
-                     "gradient_checkpointing"):
+        for name in ("rope", "qk_norm", "qk_norm_per_head", "output_gate", "output_norm", "kv_shift", "k_shift",
+                     "v_shift", "tie_embeddings", "gradient_checkpointing"):
             value = getattr(self, name)
             if not isinstance(value, bool):  # a string such as "false" would be truthy
                 raise ValueError(f"FoxConfig.{name} must be True or False, got {value!r}")
@@ -137,8 +156,11 @@ class FoxConfig(PretrainedConfig):
             raise ValueError(f"FoxConfig needs 0 < fgate_tmin <= fgate_tmax (finite), got "
                              f"{self.fgate_tmin} and {self.fgate_tmax}")
         self._validate_inference()
+        if self.tokenizer is not None and (not isinstance(self.tokenizer, str) or not self.tokenizer):
+            raise ValueError(f"FoxConfig.tokenizer must be a tokenizer spec such as 'gpt2', or None, got "
+                             f"{self.tokenizer!r}")
         # `not 0 < x < inf` (not `x <= 0`): NaN fails every comparison and would pass.
-        for name in ("init_std", "rope_theta", "rms_norm_eps"):
+        for name in ("init_std", "rope_theta", "rms_norm_eps", "qk_norm_eps"):
             value = getattr(self, name)
             if not 0 < value < math.inf:
                 raise ValueError(f"FoxConfig.{name} must be positive and finite, got {value!r}")

@@ -234,10 +234,11 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(d, hkv * dh, bias=False)
         self.o_proj = nn.Linear(h * dh, d, bias=False)
         self.fgate = ForgetGate(config, layer_idx) if config.has_fgate else None
-        self.q_norm = RMSNorm(dh, config.rms_norm_eps) if config.qk_norm else None
-        self.k_norm = RMSNorm(dh, config.rms_norm_eps) if config.qk_norm else None
-        self.k_shift = KVShift(config) if config.kv_shift else None
-        self.v_shift = KVShift(config) if config.kv_shift else None
+        per_head = config.qk_norm_per_head
+        self.q_norm = RMSNorm((h, dh) if per_head else dh, config.qk_norm_eps) if config.qk_norm else None
+        self.k_norm = RMSNorm((hkv, dh) if per_head else dh, config.qk_norm_eps) if config.qk_norm else None
+        self.k_shift = KVShift(config) if config.k_shift else None
+        self.v_shift = KVShift(config) if config.v_shift else None
         self.o_norm = RMSNorm((h, dh), config.rms_norm_eps) if config.output_norm else None
         self.g_proj = nn.Linear(d, h * dh, bias=False) if config.output_gate else None
 
@@ -247,15 +248,19 @@ class Attention(nn.Module):
         q = self.q_proj(x).view(B, T, self.num_heads, self.head_dim)
         k = self.k_proj(x).view(B, T, self.num_kv_heads, self.head_dim)
         v = self.v_proj(x).view(B, T, self.num_kv_heads, self.head_dim)
+        # The cache keeps the raw candidates of the last token for the next chunk's shift: copies, as views would
+        # pin the chunk's whole k / v projections (after a long prefill, a second copy of the prompt's keys and
+        # values in every layer).
         if self.k_shift is not None:
-            # The cache keeps the raw candidates of the last token for the next chunk's shift.
-            k_last, v_last = k[:, -1], v[:, -1]
-            k = self.k_shift(x, k, None if cache is None else cache.k_last, ctx.starts)
-            v = self.v_shift(x, v, None if cache is None else cache.v_last, ctx.starts)
+            prev = None if cache is None else cache.k_last
             if cache is not None:
-                # Copies: views would pin the chunk's whole k / v projections (after a long prefill, a second
-                # copy of the prompt's keys and values in every layer).
-                cache.k_last, cache.v_last = k_last.clone(), v_last.clone()
+                cache.k_last = k[:, -1].clone()
+            k = self.k_shift(x, k, prev, ctx.starts)
+        if self.v_shift is not None:
+            prev = None if cache is None else cache.v_last
+            if cache is not None:
+                cache.v_last = v[:, -1].clone()
+            v = self.v_shift(x, v, prev, ctx.starts)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         if ctx.cos is not None:

@@ -74,11 +74,41 @@ else:  # pragma: no cover - exercised with transformers < 5.24
             return self.past_key_values
 
 
+# Called as writer(directory, config) after save_pretrained: foxformer.models registers the standalone export (code
+# and tokenizer files, models/standalone.py). An export's copy of this file has none registered: a model loaded from
+# it re-saves through transformers' own copying of remote code.
+SAVE_WRITERS: list = []
+
+
 class FoxPreTrainedModel(PreTrainedModel):
     config_class = FoxConfig
     base_model_prefix = "model"
     supports_gradient_checkpointing = True
     _no_split_modules = ["Block"]
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """transformers' save_pretrained, then the SAVE_WRITERS (on the main process only)."""
+        if not SAVE_WRITERS:
+            return super().save_pretrained(save_directory, *args, **kwargs)
+        # Loading a folder with trust_remote_code registers these classes for transformers' own copying of remote
+        # code, which would drop foxformer's package modules (not standalone) into the folder: the writers put the
+        # code there instead.
+        owners = (type(self), type(self.config))
+        registered = [cls.__dict__.get("_auto_class") for cls in owners]
+        for cls in owners:
+            cls._auto_class = None
+        try:
+            out = super().save_pretrained(save_directory, *args, **kwargs)
+        finally:
+            for cls, value in zip(owners, registered):
+                if value is None:
+                    del cls._auto_class
+                else:
+                    cls._auto_class = value
+        if kwargs.get("is_main_process", True):
+            for writer in SAVE_WRITERS:
+                writer(save_directory, self.config)
+        return out
 
     @classmethod
     def _supports_default_dynamic_cache(cls) -> bool:

@@ -28,9 +28,8 @@ def count_non_embedding(cfg: FoxConfig) -> int:
     if cfg.has_fgate:
         attn += {"data_dependent": d * h + h, "data_independent": h, "fixed": 0}[cfg.fgate]
     if cfg.qk_norm:
-        attn += 2 * dh
-    if cfg.kv_shift:
-        attn += 2 * d * hkv
+        attn += (h + hkv) * dh if cfg.qk_norm_per_head else 2 * dh
+    attn += (int(cfg.k_shift) + int(cfg.v_shift)) * d * hkv
     if cfg.output_norm:
         attn += h * dh
     if cfg.output_gate:

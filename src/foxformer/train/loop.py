@@ -57,10 +57,13 @@ def make_plan(cfg: TrainConfig, world: int, device_type: str) -> Plan:
 
 
 def build_model(cfg: TrainConfig, vocab_size: int):
+    from ..data.tokenizer import canonical_name
     from ..models import FoxForCausalLM, get_preset
 
     overrides = dict(cfg.model)
     overrides.setdefault("vocab_size", vocab_size)
+    # the model's own record of its tokenizer: its Hugging Face export writes the tokenizer files, eval reads it
+    overrides.setdefault("tokenizer", canonical_name(cfg.tokenizer))
     if cfg.context > 16384:
         overrides.setdefault("max_position_embeddings", cfg.context)
     try:
@@ -157,7 +160,8 @@ def _check_saved_config(cfg: TrainConfig, resuming: bool) -> None:
 
 
 def export_hf(model_cfg, model_sd: dict, out: str) -> str:
-    """Save a full state dict as a Hugging Face model directory (``from_pretrained`` loads it)."""
+    """Save a full state dict as a Hugging Face model directory (``from_pretrained`` loads it; with
+    ``trust_remote_code=True`` also where foxformer is not installed, and with its tokenizer files)."""
     from ..models import FoxForCausalLM
 
     model = FoxForCausalLM(model_cfg)

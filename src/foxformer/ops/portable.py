@@ -1,0 +1,83 @@
+"""The attention ops the models call, in plain PyTorch and without Triton: what a standalone Hugging Face export
+runs where foxformer is not installed (foxformer.models.standalone substitutes this module for foxformer.ops and
+for the decode module there).
+
+Every op is exact (no pruning: prune_eps and qk_bound are accepted and ignored; the backend argument too):
+prefill and other gradient-free calls take the chunked torch forward of the kernels' reference, calls that
+need a gradient the materialised reference (autograd through it), and the decode ops a dense masked softmax
+over the cache (a few queries).
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+
+from .forgetting_attention.cumsum import gate_cumsum, gate_cumsum_heads_first
+from .forgetting_attention.paging import gather_live
+from .forgetting_attention.reference import naive_forgetting_attention, torch_forward
+from .gated_linear_attention.interface import gated_linear_attention
+from .gated_linear_attention.reference import naive_gated_linear_attention
+
+__all__ = ["forgetting_attention", "forgetting_attention_cumsum", "forgetting_attention_decode",
+           "forgetting_attention_decode_paged", "gate_cumsum", "gated_linear_attention",
+           "naive_gated_linear_attention"]
+
+
+def _scale(softmax_scale: Optional[float], q: torch.Tensor) -> float:
+    return softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(q.shape[-1])
+
+
+def _needs_grad(*tensors: torch.Tensor) -> bool:
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
+def forgetting_attention(q, k, v, log_fgate, *, softmax_scale=None, cu_seqlens=None, max_seqlen=None,
+                         return_lse=False, backend="auto", prune_eps=None, qk_bound=None):
+    """foxformer.ops.forgetting_attention, exact, on any device."""
+    scale = _scale(softmax_scale, q)
+    if _needs_grad(q, k, v, log_fgate):
+        return naive_forgetting_attention(q, k, v, log_fgate, scale, cu_seqlens, max_seqlen, return_lse)
+    out, lse = torch_forward(q, k, v, gate_cumsum_heads_first(log_fgate), scale, cu_seqlens, max_seqlen)
+    return (out, lse) if return_lse else out
+
+
+def forgetting_attention_cumsum(q, k, v, c, *, softmax_scale=None, cu_seqlens=None, max_seqlen=None,
+                                return_lse=False, backend="auto", prune_eps=None, qk_bound=None):
+    """foxformer.ops.forgetting_attention_cumsum (forward only: caches run without gradients)."""
+    c_t = c.transpose(1, 2).double().contiguous()
+    out, lse = torch_forward(q, k, v, c_t, _scale(softmax_scale, q), cu_seqlens, max_seqlen)
+    return (out, lse) if return_lse else out
+
+
+def forgetting_attention_decode(q, k, v, c, start=None, *, softmax_scale=None, backend="auto", num_splits=None):
+    """The last Tq positions against a cache: q [B, Tq, Hq, D]; k, v [B, Tk, Hkv, D]; c float64 [B, Tk, Hq];
+    start int [B, Hkv] first live key of each kv head (None: 0)."""
+    B, Tq, Hq, _ = q.shape
+    Tk, Hkv = k.shape[1], k.shape[2]
+    calc = torch.float64 if q.dtype == torch.float64 else torch.float32
+    group = Hq // Hkv
+    kk = k.to(calc).repeat_interleave(group, dim=2)
+    vv = v.to(calc).repeat_interleave(group, dim=2)
+    scores = torch.einsum("bthd,bjhd->bhtj", q.to(calc), kk) * _scale(softmax_scale, q)
+    c = c.double()
+    bias = c[:, Tk - Tq:].transpose(1, 2)[..., None] - c.transpose(1, 2)[:, :, None, :]     # [B, Hq, Tq, Tk]
+    keys = torch.arange(Tk, device=q.device)
+    hidden = keys[None, :] > torch.arange(Tk - Tq, Tk, device=q.device)[:, None]             # future keys
+    hidden = hidden.expand(B, Hq, Tq, Tk)
+    if start is not None:
+        first = start.to(q.device).repeat_interleave(group, dim=1)                           # [B, Hq]
+        hidden = hidden | (keys < first[:, :, None, None])
+    scores = (scores + bias.to(calc)).masked_fill(hidden, float("-inf"))
+    out = torch.einsum("bhtj,bjhd->bthd", torch.softmax(scores, dim=-1), vv)
+    return out.to(q.dtype)
+
+
+def forgetting_attention_decode_paged(q, k_pages, v_pages, c_pages, page_table, seq_len, start=None, *,
+                                      softmax_scale=None, backend="auto", num_splits=None):
+    """forgetting_attention_decode over a paged cache (see foxformer.ops.forgetting_attention.decode)."""
+    if start is None:
+        start = page_table.new_zeros(page_table.shape[:2], dtype=torch.int64)
+    k, v, c, _ = gather_live(k_pages, v_pages, c_pages, page_table, 0, seq_len, start)
+    return forgetting_attention_decode(q, k, v, c, start, softmax_scale=softmax_scale)

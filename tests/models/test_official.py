@@ -1,0 +1,163 @@
+"""Converting checkpoints of the FoX paper's code: logits against an fp64 forward written from their code's maths
+(official_reference.py), for each supported variant, and clear refusals of what has no exact equivalent."""
+import json
+import math
+import os
+
+import pytest
+import torch
+
+from foxformer.cli import main
+from foxformer.eval.loading import load_model
+from foxformer.models import FoxConfig, FoxForCausalLM
+from foxformer.models.official import load_official, resolve_source
+
+from .official_reference import VARIANTS, official_config, official_logits, random_state, save_official
+
+
+def _official(tmp_path, variant, fmt="safetensors", state_edit=None, config_edit=None, **overrides):
+    """An official folder of ``variant``; ``config_edit`` changes its config.json after the weights were made."""
+    cfg = official_config(variant, **overrides)
+    state = random_state(cfg)
+    if state_edit is not None:
+        state_edit(state)
+    cfg.update(config_edit or {})
+    return str(save_official(str(tmp_path / f"official-{variant}"), cfg, state, fmt)), cfg, state
+
+
+def _ids(cfg, seed=1):
+    return torch.randint(0, cfg["vocab_size"], (2, 11), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_converted_logits_equal_the_official_forward(tmp_path, variant):
+    src, cfg, state = _official(tmp_path, variant, fmt="bin" if variant == "fox-v-shift-norm-only" else "safetensors")
+    model = load_official(src)
+    ids = _ids(cfg)
+    ref = official_logits(cfg, state, ids)
+    with torch.no_grad():
+        fp32 = model(ids).logits.double()
+        fp64 = model.double()(ids).logits
+    assert (fp64 - ref).abs().max() < 1e-5
+    # fp32 rounding only: a few units of 2^-24 of the largest logit, accumulated over two layers
+    assert (fp32 - ref).abs().max() < 1e-5 * ref.abs().max()
+
+
+def test_released_fox_pro_config(tmp_path):
+    # bos / eos as their config class defaults them: the gpt2-json tokenizer's ids win
+    src, cfg, _ = _official(tmp_path, "fox-pro-released", config_edit=dict(bos_token_id=1, eos_token_id=2))
+    c = load_official(src).config
+    assert (c.vocab_size, c.tokenizer, c.bos_token_id, c.eos_token_id) == (50257, "gpt2-json", 50256, 50256)
+    assert (c.qk_norm, c.qk_norm_per_head, c.qk_norm_eps, c.rms_norm_eps) == (True, False, 1e-5, 1e-6)
+    assert (c.k_shift, c.v_shift, c.output_gate, c.output_norm, c.rope) == (True, True, True, True, False)
+    assert (c.intermediate_size, c.max_position_embeddings, c.prune_eps) == (40, 16384, None)
+
+
+@pytest.mark.parametrize("variant,want", [
+    ("fox-pro-per-head", dict(qk_norm_per_head=True, tokenizer=None, attention="forgetting")),
+    ("transformer-pro", dict(attention="softmax", fgate="none", rope=True, qk_norm_per_head=False)),
+    ("transformer-llama-gqa", dict(attention="softmax", num_kv_heads=2, rope=True, rope_theta=1e4, qk_norm=False)),
+    ("fox-k-shift-gate-only", dict(k_shift=True, v_shift=False, output_gate=True, output_norm=False,
+                                   fgate="data_independent", tie_embeddings=True)),
+    ("fox-v-shift-norm-only", dict(k_shift=False, v_shift=True, output_norm=True, fgate="fixed", fgate_tmin=2.0,
+                                   fgate_tmax=64.0, qk_norm_per_head=True, prune_eps=math.exp(-10.0))),
+], ids=lambda x: x if isinstance(x, str) else "")
+def test_variant_configs(tmp_path, variant, want):
+    src, _, _ = _official(tmp_path, variant)
+    c = load_official(src).config
+    assert {k: getattr(c, k) for k in want} == pytest.approx(want)
+
+
+@pytest.mark.parametrize("field,value", [("qk_norm_eps", 1e-6), ("rms_norm_eps", 1e-5), ("qk_norm_per_head", True)])
+def test_the_comparison_sees_a_wrong_setting(tmp_path, field, value):
+    """The tolerance of the logits test is tight enough to catch the eps mistakes the issue names."""
+    src, cfg, state = _official(tmp_path, "fox-pro-released")
+    model = load_official(src).double()
+    wrong = FoxForCausalLM(FoxConfig.from_dict({**model.config.to_dict(), field: value})).double().eval()
+    sd = model.state_dict()
+    if field == "qk_norm_per_head":  # the shared weight repeated per head: the same model, another layout
+        sd = {k: v.expand(cfg["num_heads"], -1) if k.endswith(("q_norm.weight", "k_norm.weight")) else v
+              for k, v in sd.items()}
+    wrong.load_state_dict(sd)
+    ids = _ids(cfg)
+    with torch.no_grad():
+        diff = (wrong(ids).logits - official_logits(cfg, state, ids)).abs().max()
+    if field == "qk_norm_per_head":
+        assert diff < 1e-10
+    else:
+        assert diff > 1e-4
+
+
+def _drop(key):
+    return lambda state: state.pop(key)
+
+
+def _add(key, shape):
+    return lambda state: state.__setitem__(key, torch.zeros(shape))
+
+
+REFUSALS = [
+    pytest.param(dict(model_type="mamba2-project_fox"), None, "Mamba-2", id="mamba2-baseline"),
+    pytest.param(dict(model_type="delta_net-project_fox"), None, "DeltaNet", id="deltanet-baseline"),
+    pytest.param(dict(model_type="llama"), None, "not a checkpoint of the FoX paper", id="other-model-type"),
+    pytest.param(dict(hidden_act="sigmoid"), None, "SwiGLU", id="glu-mlp"),
+    pytest.param(dict(window_size=64), None, "sliding-window", id="sliding-window"),
+    pytest.param(dict(num_kv_heads=2), None, "GQA", id="gqa-in-their-fox-class"),
+    pytest.param(dict(use_output_norm=False, ogate_act="silu"), None, "sigmoid", id="silu-output-gate"),
+    pytest.param(dict(num_heads=5), None, "must divide", id="heads-not-dividing-hidden"),
+    pytest.param(dict(num_hidden_layers=3), None, "3 layers", id="layer-count"),
+    pytest.param(dict(intermediate_size=48), None, "intermediate_size", id="mlp-width"),
+    pytest.param(dict(qk_norm_share_param_across_head=False), None, "qk_norm_share_param_across_head",
+                 id="qk-norm-flag-against-weights"),
+    pytest.param({}, _add("model.layers.0.attn.q_proj.bias", (32,)), "q_proj.bias", id="unexpected-weight"),
+    pytest.param({}, _drop("model.layers.1.attn.o_proj.weight"), "missing", id="missing-weight"),
+    pytest.param({}, _add("model.layers.0.attn.o_proj.weight", (32, 16)), "wrong shape", id="wrong-shape"),
+]
+
+
+@pytest.mark.parametrize("overrides,state_edit,match", REFUSALS)
+def test_refuses_what_it_cannot_convert_exactly(tmp_path, overrides, state_edit, match):
+    src, _, _ = _official(tmp_path, "fox-pro-released", state_edit=state_edit, config_edit=overrides)
+    with pytest.raises(ValueError, match=match):
+        load_official(src)
+
+
+def test_refuses_folders_without_config_or_weights(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="config.json"):
+        load_official(str(tmp_path / "empty"))
+    (tmp_path / "empty" / "config.json").write_text(json.dumps(official_config("fox-llama")))
+    with pytest.raises(ValueError, match="model.safetensors"):
+        load_official(str(tmp_path / "empty"))
+
+
+def test_hub_id_without_network_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ValueError, match="Hub download failed"):
+        resolve_source("zhixuan-lin/no-such-model-here")
+    with pytest.raises(ValueError, match="no such folder"):
+        resolve_source("/no/such/folder")
+
+
+def test_cli_converts_and_eval_reads_the_result(tmp_path, capsys):
+    src, cfg, state = _official(tmp_path, "fox-pro-released")
+    out = str(tmp_path / "converted")
+    assert main(["convert", "official", src, "--out", out]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["tokenizer"] == "gpt2-json" and summary["qk_norm"] == "shared"
+    loaded = load_model(out, device="cpu", dtype="fp64")
+    assert loaded.tokenizer == "gpt2-json"
+    ids = _ids(cfg)
+    with torch.no_grad():
+        assert (loaded.model(ids).logits - official_logits(cfg, state, ids)).abs().max() < 1e-5
+    assert os.path.exists(os.path.join(out, "tokenization_gpt2_json.py"))
+
+
+def test_cli_error_and_eval_refusal_of_an_official_folder(tmp_path, capsys):
+    src, _, _ = _official(tmp_path, "fox-llama", model_type="mamba2-project_fox")
+    assert main(["convert", "official", src, "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.startswith("error: convert official:")
+    src, _, _ = _official(tmp_path, "fox-llama")
+    with pytest.raises(ValueError, match="convert it first"):
+        load_model(src, device="cpu")
+

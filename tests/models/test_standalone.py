@@ -1,0 +1,122 @@
+"""save_pretrained folders that stand alone: loaded in a subprocess where foxformer (and triton, tiktoken) cannot be
+imported, through AutoModelForCausalLM / AutoTokenizer / pipeline with trust_remote_code, they compute what the
+model computed here."""
+import ast
+import json
+import os
+
+import pytest
+import torch
+
+from foxformer.data.tokenizer import load_tokenizer, start_ids
+from foxformer.models import FoxForCausalLM, get_preset
+from foxformer.models import standalone
+from foxformer.models.official import convert_official
+
+from ..standalone_run import run_as_user
+from .official_reference import official_config, official_logits, random_state, save_official
+
+TEXTS = ['He said "hi"\n\tthen left\\', "naïve café – 東京 😀", "plain words"]
+
+
+def _preset_export(tmp_path, name, **overrides):
+    torch.manual_seed(0)
+    model = FoxForCausalLM(get_preset(name, vocab_size=50257, attention_backend="torch", **overrides)).eval()
+    folder = str(tmp_path / name)
+    model.save_pretrained(folder)
+    return folder, model
+
+
+def _greedy(model, ids, n):
+    return model.generate(ids[:1], max_new_tokens=n, do_sample=False)[0].tolist()
+
+
+def test_exports_load_and_compute_without_foxformer(tmp_path):
+    cfg = official_config("fox-pro-released")
+    state = random_state(cfg)
+    converted = str(tmp_path / "converted")
+    convert_official(save_official(str(tmp_path / "official"), cfg, state), converted)
+    fox_llama, llama_model = _preset_export(tmp_path, "fox-llama-tiny", tokenizer="gpt2")
+    # eviction on: generation runs the paged decode path of the portable ops
+    fox_pro, pro_model = _preset_export(tmp_path, "fox-pro-tiny", evict_eps=0.05, evict_max_len=64)
+    linear, linear_model = _preset_export(tmp_path, "linear-pro-tiny")
+    softmax, softmax_model = _preset_export(tmp_path, "transformer-llama-tiny", num_kv_heads=1)
+    ids = torch.randint(0, 50257, (2, 10), generator=torch.Generator().manual_seed(3))
+    jobs = {folder: {"ids": ids.tolist(), "new_tokens": 6} for folder in (converted, fox_llama, fox_pro, linear,
+                                                                            softmax)}
+    jobs[converted].update(texts=TEXTS, remote_tokenizer=True)
+    jobs[fox_llama].update(texts=TEXTS, remote_tokenizer=False)  # plain GPT-2: no remote code for the tokenizer
+    res = run_as_user(tmp_path, "models", jobs)
+
+    assert res["imported"] == []
+    ref = official_logits(cfg, state, ids)
+    assert (res[converted]["logits"].double() - ref).abs().max() < 1e-5 * ref.abs().max()
+    assert res[converted]["module"].endswith("fox_models_modeling")
+    converted_model = FoxForCausalLM.from_pretrained(converted).eval()
+    for folder, model in ((converted, converted_model), (fox_llama, llama_model), (fox_pro, pro_model),
+                          (linear, linear_model), (softmax, softmax_model)):
+        with torch.no_grad():
+            assert torch.allclose(res[folder]["logits"], model(ids).logits, atol=1e-5, rtol=1e-5), folder
+        assert res[folder]["generated"] == _greedy(model, ids, 6), folder
+
+    for folder, spec in ((converted, "gpt2-json"), (fox_llama, "gpt2")):
+        tok = load_tokenizer(spec)
+        assert res[folder]["encoded"] == [start_ids(tok) + tok.encode(t) for t in TEXTS]
+        assert res[folder]["decoded"] == TEXTS
+        assert res[folder]["pipeline"].startswith(TEXTS[0])
+
+
+def test_export_writes_auto_map_and_code(tmp_path):
+    folder, _ = _preset_export(tmp_path, "fox-pro-tiny")
+    with open(os.path.join(folder, "config.json")) as f:
+        saved = json.load(f)
+    assert saved["auto_map"]["AutoModelForCausalLM"] == "modeling_foxformer.FoxForCausalLM"
+    for name in standalone.bundle():
+        assert os.path.exists(os.path.join(folder, name))
+    # no tokenizer spec: no tokenizer files; the model reloads in foxformer as before
+    assert not os.path.exists(os.path.join(folder, "tokenizer.json"))
+    assert FoxForCausalLM.from_pretrained(folder).config.auto_map == saved["auto_map"]
+
+
+def test_bundle_refuses_what_a_plain_install_lacks(monkeypatch):
+    real = standalone._parsed.__wrapped__
+
+    def parsed(module):
+        text, tree = real(module)
+        if module == "foxformer.models.loss":
+            text = "import triton\n" + text
+            tree = ast.parse(text)
+        return text, tree
+
+    monkeypatch.setattr(standalone, "_parsed", parsed)
+    for cached in (standalone.bundle, standalone._not_carried):
+        cached.cache_clear()
+    try:
+        with pytest.raises(ValueError, match=r"imports foxformer.models.loss at import time.*loss imports triton"):
+            standalone.bundle()
+    finally:
+        for cached in (standalone.bundle, standalone._not_carried):
+            cached.cache_clear()
+
+
+def test_kernel_imports_inside_functions_become_a_clear_error():
+    """What the copy cannot carry, imported where it is used (the Gluon dispatch in the op's checks), is replaced
+    by a raise there: the copy never takes the kernels' paths, and if it did it would say why."""
+    copied = standalone.bundle()["fox_ops_forgetting_attention_checks.py"]
+    namespace = {}
+    exec(compile(copied.replace("from .", "from foxformer.ops.forgetting_attention."), "checks", "exec"), namespace)
+    with pytest.raises(ImportError, match="hopper is not in the standalone copy"):
+        namespace["_gluon_reason"](torch.bfloat16, 64, torch.device("cpu"))
+
+
+def test_a_folder_loaded_with_remote_code_resaves_as_it_was(tmp_path):
+    """With foxformer installed, trust_remote_code hands over foxformer's classes and registers them for
+    transformers' copying of remote code; a re-save still holds only the standalone files."""
+    from transformers import AutoModelForCausalLM
+
+    folder, _ = _preset_export(tmp_path, "fox-llama-tiny", tokenizer="gpt2")
+    model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)
+    assert isinstance(model, FoxForCausalLM)
+    again = tmp_path / "again"
+    model.save_pretrained(again)
+    assert sorted(os.listdir(again)) == sorted(os.listdir(folder))
