@@ -160,6 +160,6 @@ def resolve_backend(backend: str, q: torch.Tensor) -> str:
 # A constant while torch.compile traces: the device's capability and Triton's API do not change.
 @torch.compiler.assume_constant_result
 def _gluon_reason(dtype: torch.dtype, head_dim: int, device: torch.device) -> str | None:
-    from .hopper import dispatch  # imports Triton's Gluon API: only when a call may run on it
+    from .hopper.dispatch import device_capability, static_reason  # Triton's Gluon API: only when a call may use it
 
-    return dispatch.static_reason(dtype, head_dim, dispatch.device_capability(device))
+    return static_reason(dtype, head_dim, device_capability(device))

@@ -14,7 +14,7 @@ import functools
 
 import torch
 
-from . import compat
+from .compat import AVAILABLE, MISSING_REASON
 
 HEAD_DIMS = (64, 128)
 DTYPES = (torch.float16, torch.bfloat16)
@@ -35,8 +35,8 @@ def device_capability(device: torch.device) -> tuple[int, int] | None:
 
 
 def static_reason(dtype: torch.dtype, head_dim: int, capability: tuple[int, int] | None) -> str | None:
-    if not compat.AVAILABLE:
-        return compat.MISSING_REASON
+    if not AVAILABLE:
+        return MISSING_REASON
     if capability != CAPABILITY:
         where = "a CPU tensor" if capability is None else f"an sm_{capability[0]}{capability[1]} GPU"
         return f"the Gluon kernels need an sm_90 GPU (H100 / H200), got {where}"
