@@ -25,6 +25,14 @@ def test_tiny_model_loss_falls(make_cfg, preset):
     # MFU's FLOPs are bench model's: for linear attention the chunked op's, not the softmax term
     start = read_metrics(summary["out_dir"])[0]
     assert start["flops_per_token"] == training_flops_per_token(get_preset(preset, vocab_size=start["vocab_size"]), 32)
+    # each evaluation logs the forget gates' mean log f per layer and head (none for the Transformer)
+    cfg = get_preset(preset)
+    for rec in (r for r in read_metrics(summary["out_dir"]) if r["kind"] == "eval"):
+        if cfg.has_fgate:
+            assert torch.tensor(rec["gate_log_f"]).shape == (cfg.num_layers, cfg.num_heads)
+            assert all(v < 0 for row in rec["gate_log_f"] for v in row)
+        else:
+            assert "gate_log_f" not in rec
 
 
 def test_killed_and_resumed_run_matches_uninterrupted_bit_for_bit(make_cfg, tmp_path):

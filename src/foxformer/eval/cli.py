@@ -1,4 +1,4 @@
-"""`foxformer eval {loss,niah,harness,eviction,compare}`, `foxformer analyze gates` and `foxformer report`."""
+"""`foxformer eval {loss,niah,harness,eviction,compare,mqar}`, `foxformer analyze gates` and `foxformer report`."""
 from __future__ import annotations
 
 import argparse
@@ -204,6 +204,15 @@ def _cmd_compare(args) -> dict:
     return compare(args.run_dirs, args.out, positions=args.positions, names=args.names, reference=args.reference)
 
 
+def _cmd_mqar(args) -> dict:
+    from .mqar import config_from, run_mqar
+
+    cfg = config_from(args.preset, models=args.models, steps=args.steps, lr=args.lr, seed=args.seed,
+                      batch_size=args.batch_size, max_minutes=args.max_minutes, compile=args.compile or None)
+    return run_mqar(cfg, args.out or f"mqar_{args.preset}", device=args.device, progress=not args.no_progress,
+                    report_only=args.report_only)
+
+
 def _cmd_report(args) -> dict:
     from .report import build_report
 
@@ -298,6 +307,27 @@ def add_commands(subparsers) -> None:
     p.add_argument("--reference", default=None, help="model name the loss differences are taken to (default: last)")
     p.add_argument("--out", default="compare_out", help="output folder")
     p.set_defaults(func=_run(_cmd_compare))
+    p = sub.add_parser("mqar", help="multi-query associative recall: train small models from scratch, accuracy by "
+                                    "pairs and length",
+                       description="Zoology's synthetic recall task: key-value pairs, then queries. Trains each model "
+                                   "(matched in parameters) at one length, evaluates pairs x lengths up to 4x it; "
+                                   "writes mqar.json, mqar.md, mqar.png (and models/*.json, one per model: several "
+                                   "processes may share --out, --report-only then tables them all).")
+    p.add_argument("--preset", default="toy", help="toy (CPU, seconds) | small (the GPU size of docs/results.md)")
+    p.add_argument("--models", type=words, default=None,
+                   help="model kinds, e.g. fox-pro,transformer-pro,linear-pro,fox-llama:fgate=fixed (default: the "
+                        "preset's)")
+    p.add_argument("--steps", type=int, default=None, help="training steps per model")
+    p.add_argument("--lr", type=float, default=None)
+    p.add_argument("--batch-size", type=int, default=None)
+    p.add_argument("--seed", type=int, default=None, help="task, data and weights seed")
+    p.add_argument("--max-minutes", type=float, default=None, help="training time limit per model")
+    p.add_argument("--compile", action="store_true", help="torch.compile the models (GPU)")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    p.add_argument("--out", default=None, help="output folder (default: mqar_PRESET)")
+    p.add_argument("--report-only", action="store_true", help="train nothing: table the results already in --out")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=_run(_cmd_mqar))
     ev.set_defaults(func=lambda args: (ev.print_help(), 2)[1])
 
     an = subparsers.add_parser("analyze", help="model analyses (forget gates)")

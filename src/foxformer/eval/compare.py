@@ -7,6 +7,8 @@ their noise cancels there), the perplexity, and a table of the loss at chosen po
 
 Loss at position p in the table: the mean of L(i) over p/2 < i <= p (an octave ending at p), which is
 stable where single positions are noisy. The figures average L(i) in log-spaced bins for the same reason.
+Seeds of one model are grouped (seeds.py): the table then shows mean ± standard deviation over seeds, and
+the differences to the reference come with a bootstrap interval over seeds and sequences.
 """
 from __future__ import annotations
 
@@ -14,11 +16,16 @@ import json
 import numbers
 import os
 from types import SimpleNamespace
+from typing import Optional
 
 import numpy as np
 
+from foxformer.train.metrics import read_metrics
+
 from . import plots
-from .outputs import find_output
+from .outputs import find_output, write_json
+from .seeds import fmt_interval, fmt_spread, group_name, groups, mean_std, spread
+from .training import plot_training, summarize
 
 DEFAULT_POSITIONS = (512, 2048, 4096, 8192, 16384)
 
@@ -79,26 +86,42 @@ def log_bins(loss: np.ndarray, bins_per_octave: int = 8) -> tuple[np.ndarray, np
     return centres, means
 
 
-def _plot_binned(curves, path: str, *, reference: SimpleNamespace | None) -> str:
+def _binned_mean(members) -> tuple[np.ndarray, np.ndarray]:
+    """Positions and the mean over a group's members of their binned L(i) (every member read the same
+    sequences to the same length)."""
+    binned = [log_bins(np.asarray(c.loss, dtype=np.float64)) for c in members]
+    return binned[0][0], np.mean([y for _, y in binned], axis=0)
+
+
+def _plot_binned(members: dict, path: str, *, reference: Optional[str] = None) -> str:
+    """One line per group (the mean over its seeds) and a band from its lowest to its highest seed;
+    ``reference``: the group whose mean L(i) is subtracted from every curve."""
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    ref = None if reference is None else np.asarray(reference.loss, dtype=np.float64)
-    for n, c in enumerate(curves):
-        loss = np.asarray(c.loss, dtype=np.float64)
-        if ref is not None:
-            m = min(loss.size, ref.size)
-            loss = loss[:m] - ref[:m]
-        x, y = log_bins(loss)
-        ax.plot(x, y, "-", color=f"C{n}", lw=1.5, label=c.name)
-        if c.train_len:
+    ref = None if reference is None else np.mean([c.loss for c in members[reference]], axis=0)
+    for n, (name, group) in enumerate(members.items()):
+        rows = []
+        for c in group:
+            loss = np.asarray(c.loss, dtype=np.float64)
+            if ref is not None:
+                m = min(loss.size, ref.size)
+                loss = loss[:m] - ref[:m]
+            x, y = log_bins(loss)
+            rows.append(y)
+        rows = np.asarray(rows)
+        label = name if len(group) == 1 else f"{name} ({len(group)} seeds, band: min..max)"
+        ax.plot(x, rows.mean(axis=0), "-", color=f"C{n}", lw=1.5, label=label)
+        if len(group) > 1:
+            ax.fill_between(x, rows.min(axis=0), rows.max(axis=0), color=f"C{n}", alpha=0.2, lw=0)
+        if group[0].train_len:
             # x is i of L(i) (i tokens of context, loss.py): training reached i = train_len - 1, as in plots.py
-            ax.axvline(c.train_len - 1, color="0.4", ls="--", lw=1.0)
+            ax.axvline(group[0].train_len - 1, color="0.4", ls="--", lw=1.0)
     if ref is not None:
         ax.axhline(0.0, color="0.2", lw=0.8)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("token position i (1/8-octave bins)")
-    ax.set_ylabel("loss L(i) [nats]" if ref is None else f"L(i) - L_ref(i) [nats], ref = {reference.name}")
+    ax.set_ylabel("loss L(i) [nats]" if ref is None else f"L(i) - L_ref(i) [nats], ref = {reference}")
     what = "Per-position loss" if ref is None else "Per-position loss difference to the reference"
     ax.set_title(f"{what} (dashed: training length)", fontsize=9)
     ax.grid(alpha=0.3, which="both")
@@ -107,10 +130,9 @@ def _plot_binned(curves, path: str, *, reference: SimpleNamespace | None) -> str
 
 
 def _plot_validation(run_dirs: list[str], names: list[str], path: str) -> str | None:
-    """Validation loss against training tokens from each run's metrics.jsonl (None when no run has one)."""
+    """Validation loss against training tokens from each run's metrics.jsonl (None when no run has one);
+    the seeds of one model share its colour."""
     import matplotlib.pyplot as plt
-
-    from foxformer.train.metrics import read_metrics
 
     series = []
     for run_dir, name in zip(run_dirs, names):
@@ -120,8 +142,9 @@ def _plot_validation(run_dirs: list[str], names: list[str], path: str) -> str | 
     if not series:
         return None
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    for n, (name, tokens, loss) in enumerate(series):
-        ax.plot(np.asarray(tokens) / 1e6, loss, "o-", color=f"C{n}", ms=3, lw=1.4, label=name)
+    colour = {g: f"C{n}" for n, g in enumerate(groups(names))}
+    for name, tokens, loss in series:
+        ax.plot(np.asarray(tokens) / 1e6, loss, "o-", color=colour[group_name(name)], ms=3, lw=1.4, label=name)
     ax.set_xlabel("training tokens [M]")
     ax.set_ylabel("validation loss [nats]")
     ax.set_title("Validation loss during training", fontsize=9)
@@ -156,10 +179,118 @@ def _niah_table(results: list) -> str:
     return "\n".join(lines) + "\n"
 
 
+def final_val_loss(run_dir: str) -> Optional[float]:
+    """The run's last validation loss (its "end" record, else its last evaluation); None without metrics."""
+    records = read_metrics(run_dir)
+    ends = [r["val_loss"] for r in records if r.get("kind") == "end" and r.get("val_loss") is not None]
+    evals = [r["val_loss"] for r in records if r.get("kind") == "eval" and r.get("val_loss") is not None]
+    return (ends or evals or [None])[-1]
+
+
+def _figures(curve, positions) -> tuple[list, Optional[np.ndarray]]:
+    """The table's figures of one model (mean loss, then the octaves ending at ``positions``) and its
+    per-sequence figures [N, 1 + len(positions)] when its loss.json has them (older ones do not)."""
+    values = [curve.mean_loss] + [value_at(curve, p) for p in positions]
+    ends = getattr(curve, "octave_ends", None) or []
+    per_seq = getattr(curve, "seq_octaves", None)
+    if not per_seq or not getattr(curve, "seq_mean", None) or any(
+            v is not None and p not in ends for v, p in zip(values[1:], positions)):
+        return values, None
+    octs = np.asarray(per_seq, dtype=np.float64)
+    cols = [np.asarray(curve.seq_mean, dtype=np.float64)]
+    cols += [octs[:, ends.index(p)] if v is not None else np.full(len(octs), np.nan)
+             for v, p in zip(values[1:], positions)]
+    return values, np.stack(cols, axis=1)
+
+
+def _group_rows(members: dict, positions, val_losses: Optional[list]) -> list[dict]:
+    rows = []
+    for name, group in members.items():
+        figures = [_figures(c, positions)[0] for c in group]
+        keys = ["mean_loss"] + [f"L@{p}" for p in positions]
+        row = {"model": name, "train_len": group[0].train_len, "n_seeds": len(group), "spread": {}}
+        if val_losses is not None:
+            keys.append("final_val_loss")
+            figures = [f + [val_losses[c.run_index]] for f, c in zip(figures, group)]
+        for k, column in zip(keys, zip(*figures)):
+            if any(v is None for v in column):
+                row[k] = None
+                continue
+            row[k], std = mean_std(column)
+            row["spread"][k] = {"std": std}
+        rows.append(row)
+    return rows
+
+
+def _differences(members: dict, reference: str, positions, n_boot: int = 2000) -> list[dict]:
+    """Each group minus the reference group, with the bootstrap interval over seeds and sequences; empty
+    where a member's loss.json has no per-sequence figures."""
+    def stack(group):
+        per_seq = [_figures(c, positions)[1] for c in group]
+        return None if any(v is None for v in per_seq) else np.stack(per_seq)
+
+    ref = stack(members[reference])
+    out = []
+    for name, group in members.items():
+        values = stack(group)
+        if name == reference or values is None or ref is None or values.shape[1:] != ref.shape[1:]:
+            continue
+        s = spread(values, reference=ref, n_boot=n_boot)
+        keys = ["mean_loss"] + [f"L@{p}" for p in positions]
+        out.append({"model": name, "reference": reference,
+                    **{k: None if np.isnan(m) else {"mean": m, "lo": lo, "hi": hi}
+                       for k, m, lo, hi in zip(keys, s["mean"], s["lo"], s["hi"])}})
+    return out
+
+
+def _tables(rows: list[dict], diffs: list[dict], positions) -> str:
+    seeded = any(r["n_seeds"] > 1 for r in rows)
+    has_val = any(r.get("final_val_loss") is not None for r in rows)
+    header = (["model"] + (["seeds"] if seeded else []) + ["train length"] + (["final val loss"] if has_val else [])
+              + ["mean loss"] + [f"L({p // 2}..{p}]" for p in positions])
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for r in rows:
+        def cell(k):
+            return fmt_spread(r.get(k), r["spread"].get(k, {}).get("std"))
+        cells = [r["model"]] + ([str(r["n_seeds"])] if seeded else []) + [str(r["train_len"])]
+        cells += ([cell("final_val_loss")] if has_val else []) + [cell("mean_loss")]
+        cells += [cell(f"L@{p}") for p in positions]
+        lines.append("| " + " | ".join(cells) + " |")
+    text = ("Mean ± standard deviation over seeds:\n\n" if seeded else "") + "\n".join(lines) + "\n"
+    if diffs:
+        header = ["model - reference", "mean loss"] + [f"L({p // 2}..{p}]" for p in positions]
+        lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        for d in diffs:
+            cells = [f"{d['model']} - {d['reference']}"]
+            cells += ["-" if d[k] is None else fmt_interval(d[k]["mean"], d[k]["lo"], d[k]["hi"])
+                      for k in ["mean_loss"] + [f"L@{p}" for p in positions]]
+            lines.append("| " + " | ".join(cells) + " |")
+        what = "seeds and sequences" if seeded else "sequences"
+        text += (f"\nDifference to the reference, nats, with a 95% bootstrap interval over {what} (bold: the "
+                 f"interval excludes 0):\n\n" + "\n".join(lines) + "\n")
+    return text
+
+
+def _dynamics_table(dynamics: list[dict]) -> str:
+    if not any(d["steps"] for d in dynamics):
+        return ""
+    lines = ["| run | steps | loss spikes (> 0.1 nats) | grad norm median | grad norm max, 2nd half | "
+             "gate timescale median |", "|---|---|---|---|---|---|"]
+    for d in dynamics:
+        lines.append("| " + " | ".join([d["run"], str(d["steps"]), str(d["loss_spikes"]),
+                                        fmt_spread(d["grad_norm_median"]), fmt_spread(d["grad_norm_max_late"]),
+                                        fmt_spread(d["gate_median_timescale"], digits=1)]) + " |")
+    return "\nTraining dynamics (training.png):\n\n" + "\n".join(lines) + "\n"
+
+
 def compare(run_dirs: list[str], out_dir: str, positions=DEFAULT_POSITIONS, names: list[str] | None = None,
             reference: str | None = None) -> dict:
-    """Figures (loss_curves.png, loss_difference.png, perplexity.png, validation.png when the runs have
-    metrics.jsonl, niah.png when they have niah.json) and compare.json / compare.md in ``out_dir``. ``reference``: the model name the differences are taken to (default: the last model)."""
+    """Figures (loss_curves.png, loss_difference.png, perplexity.png, validation.png and training.png when
+    the runs have metrics.jsonl, niah.png when they have niah.json) and compare.json / compare.md in
+    ``out_dir``. Runs of one model with different seeds (names that differ only in a seed tag, or equal
+    ``names``) are one group: mean ± standard deviation over seeds, and differences to the reference group
+    with a bootstrap interval over seeds and sequences (seeds.py). ``reference``: the model (group) name the
+    differences are taken to (default: the last)."""
     # positions are 1-based: p <= 0 has an empty octave, a NaN in the table and in compare.json
     bad = [p for p in positions if isinstance(p, bool) or not isinstance(p, numbers.Integral) or p < 1]
     if bad:
@@ -175,25 +306,25 @@ def compare(run_dirs: list[str], out_dir: str, positions=DEFAULT_POSITIONS, name
             renamed[(c.run_index, c.name)] = n
             c.name = n
     os.makedirs(out_dir, exist_ok=True)
-    by_name = {c.name: c for c in curves}
-    if reference is not None and reference not in by_name:
-        raise ValueError(f"reference: {reference!r} is none of the models {sorted(by_name)}")
-    ref = by_name[reference] if reference is not None else curves[-1]
-    figs = [_plot_binned(curves, os.path.join(out_dir, "loss_curves.png"), reference=None),
-            _plot_binned(curves, os.path.join(out_dir, "loss_difference.png"), reference=ref),
+    members = {g: [curves[i] for i in idx] for g, idx in groups([c.name for c in curves]).items()}
+    if reference is not None and group_name(reference) not in members:
+        raise ValueError(f"reference: {reference!r} is none of the models {sorted(members)}")
+    ref = group_name(reference) if reference is not None else list(members)[-1]
+    figs = [_plot_binned(members, os.path.join(out_dir, "loss_curves.png")),
+            _plot_binned(members, os.path.join(out_dir, "loss_difference.png"), reference=ref),
             plots.plot_perplexity(curves, os.path.join(out_dir, "perplexity.png"))]
+    val_losses, dynamics = None, []
     if len(curves) == len(run_dirs):  # one model per run: the runs' training logs can be labelled
-        val = _plot_validation(run_dirs, [c.name for c in curves], os.path.join(out_dir, "validation.png"))
-        figs += [val] if val else []
-    rows = [{"model": c.name, "train_len": c.train_len, "mean_loss": c.mean_loss,
-             **{f"L@{p}": value_at(c, p) for p in positions}} for c in curves]
-    header = ["model", "train length", "mean loss"] + [f"L({p // 2}..{p}]" for p in positions]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for r in rows:
-        cells = [r["model"], str(r["train_len"]), f"{r['mean_loss']:.3f}"]
-        cells += ["-" if r[f"L@{p}"] is None else f"{r[f'L@{p}']:.3f}" for p in positions]
-        lines.append("| " + " | ".join(cells) + " |")
-    table = "\n".join(lines) + "\n"
+        labels = [c.name for c in curves]
+        val = _plot_validation(run_dirs, labels, os.path.join(out_dir, "validation.png"))
+        dynamics = plot_training(run_dirs, labels, os.path.join(out_dir, "training.png"))
+        figs += [f for f in (val, dynamics) if f]
+        val_losses = [final_val_loss(r) for r in run_dirs]
+        val_losses = None if all(v is None for v in val_losses) else val_losses
+        dynamics = [{"run": label, **summarize(read_metrics(r))} for r, label in zip(run_dirs, labels)]
+    rows = _group_rows(members, positions, val_losses)
+    diffs = _differences(members, ref, positions)
+    table = _tables(rows, diffs, positions) + _dynamics_table(dynamics)
     niah = []
     for i, run_dir in enumerate(run_dirs):
         for r in load_niah([run_dir]):
@@ -204,9 +335,9 @@ def compare(run_dirs: list[str], out_dir: str, positions=DEFAULT_POSITIONS, name
         table += "\nNeedle retrieval accuracy by context length (mean over depths):\n\n" + _niah_table(niah)
     with open(os.path.join(out_dir, "compare.md"), "w") as f:
         f.write(table)
-    result = {"runs": run_dirs, "positions": list(positions), "reference": ref.name, "rows": rows,
+    result = {"runs": run_dirs, "positions": list(positions), "reference": ref, "rows": rows,
+              "differences": diffs, "training": dynamics, "members": {g: [c.name for c in m] for g, m in members.items()},
               "plots": [os.path.basename(p) for p in figs]}
-    with open(os.path.join(out_dir, "compare.json"), "w") as f:
-        json.dump(result, f, indent=2)
+    write_json(os.path.join(out_dir, "compare.json"), result)
     print(table, end="")
     return result

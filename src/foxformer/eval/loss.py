@@ -132,6 +132,8 @@ class LossCurve:
 
     positions: i = 1 .. T-1; loss: mean L(i) (fp64); smoothed, smoothed_lo, smoothed_hi: moving average of
     L and its bootstrap band; lengths: context lengths l; perplexity, perplexity_lo, perplexity_hi: P(l).
+    Per sequence (so that a comparison can resample sequences, and seeds, later): seq_octaves [N][E], the
+    mean of L(i) over the octave p/2 < i <= p for each p in octave_ends (powers of 2), and seq_mean [N].
     """
 
     name: str
@@ -150,6 +152,9 @@ class LossCurve:
     perplexity: list = field(default_factory=list)
     perplexity_lo: list = field(default_factory=list)
     perplexity_hi: list = field(default_factory=list)
+    octave_ends: list = field(default_factory=list)
+    seq_octaves: list = field(default_factory=list)
+    seq_mean: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -179,6 +184,18 @@ def _check_curve_args(smooth_window, n_boot, confidence, seed) -> None:
         raise ValueError(f"seed: expected a non-negative integer, got {seed!r}")
 
 
+def octave_ends(num_positions: int) -> list[int]:
+    """Powers of 2 p >= 2 whose octave p/2 < i <= p starts inside positions 1 .. num_positions (the last one
+    may end beyond them: its mean covers the positions there are, as for the training length's octave)."""
+    return [2 ** k for k in range(1, 64) if 2 ** (k - 1) < num_positions]
+
+
+def octave_means(rows: np.ndarray, ends: Sequence[int]) -> np.ndarray:
+    """Mean of each row over each octave p/2 < i <= p (1-based positions): fp64 [N, len(ends)]."""
+    k = rows.shape[1]
+    return np.stack([rows[:, p // 2:min(p, k)].mean(axis=1) for p in ends], axis=1)
+
+
 def loss_curve(per_seq, *, name: str = "model", train_len: Optional[int] = None,
                lengths: Optional[Sequence[int]] = None, smooth_window: Optional[int] = None, n_boot: int = 1000,
                confidence: float = 0.95, seed: int = 0) -> LossCurve:
@@ -200,12 +217,14 @@ def loss_curve(per_seq, *, name: str = "model", train_len: Optional[int] = None,
     sm_lo, sm_hi = bootstrap_mean_bands(sm, n_boot=n_boot, confidence=confidence, seed=seed)
     cum_lo, cum_hi = bootstrap_mean_bands(cum, n_boot=n_boot, confidence=confidence, seed=seed + 1)
     mean = rows.mean(axis=0)
+    ends = octave_ends(k)
     return LossCurve(
         name=name, seq_len=k + 1, n_sequences=n, train_len=train_len, mean_loss=float(mean.mean()),
         smooth_window=int(window), confidence=confidence, positions=list(range(1, k + 1)), loss=mean.tolist(),
         smoothed=sm.mean(axis=0).tolist(), smoothed_lo=sm_lo.tolist(), smoothed_hi=sm_hi.tolist(),
         lengths=lengths, perplexity=np.exp(cum.mean(axis=0)).tolist(), perplexity_lo=np.exp(cum_lo).tolist(),
-        perplexity_hi=np.exp(cum_hi).tolist())
+        perplexity_hi=np.exp(cum_hi).tolist(), octave_ends=ends, seq_octaves=octave_means(rows, ends).tolist(),
+        seq_mean=rows.mean(axis=1).tolist())
 
 
 def eval_loss(model: torch.nn.Module, tokens, *, name: str = "model", train_len: Optional[int] = None,

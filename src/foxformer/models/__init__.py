@@ -9,7 +9,8 @@ from . import modeling
 from .cache import FoxCache
 from .config import FoxConfig
 from .modeling import FoxCausalLMOutput, FoxForCausalLM, FoxModel, FoxPreTrainedModel, causal_lm_loss
-from .presets import PRESETS, count_embedding, count_non_embedding, get_preset, training_flops_per_token
+from .presets import (PRESETS, count_embedding, count_non_embedding, get_preset, sized_config,
+                      training_flops_per_token)
 from .standalone import write_standalone
 
 
@@ -31,5 +32,6 @@ if write_standalone not in modeling.SAVE_WRITERS:
 
 __all__ = [
     "FoxCache", "FoxCausalLMOutput", "FoxConfig", "FoxForCausalLM", "FoxModel", "FoxPreTrainedModel", "PRESETS",
-    "causal_lm_loss", "count_embedding", "count_non_embedding", "get_preset", "training_flops_per_token",
+    "causal_lm_loss", "count_embedding", "count_non_embedding", "get_preset", "sized_config",
+    "training_flops_per_token",
 ]

@@ -12,12 +12,13 @@ from .config import FoxConfig
 # (num_layers, hidden_size); tiny is for CPU tests; small (~25M non-embedding parameters) is the size of
 # the one-GPU reproduction in docs/results.md, chosen to train ~100M+ tokens in minutes on an H200.
 SIZES = {"tiny": (2, 64), "small": (8, 512), "125m": (12, 768), "360m": (24, 1024), "760m": (24, 1536)}
-# Head dims: FoX 64, Transformer 128 (the paper's); tiny keeps 4 / 2 heads.
+# Head dims: FoX 64, Transformer 128 (the paper's), capped so that FoX keeps at least 4 heads and the
+# Transformer 2 (tiny: 16 and 32; every named size keeps the paper's dims from small up).
 HEAD_DIM = {"fox": 64, "transformer": 128}
-TINY_HEAD_DIM = {"fox": 16, "transformer": 32}
+MIN_HEADS = {"fox": 4, "transformer": 2}
 FAMILIES = ("fox", "transformer")
 BLOCKS = ("llama", "pro")
-PRO_MLP_MULTIPLE = 32
+PRO_MLP_MULTIPLE = 32  # 8 below d = 256 (tiny), where 32 would move the count by several percent
 
 
 def count_non_embedding(cfg: FoxConfig) -> int:
@@ -68,9 +69,8 @@ def training_flops_per_token(cfg: FoxConfig, context: int) -> float:
     return 3.0 * (2 * count_non_embedding(cfg) + attention_flops_per_token(cfg, context))
 
 
-def _base(family: str, size: str) -> dict:
-    layers, d = SIZES[size]
-    head_dim = (TINY_HEAD_DIM if size == "tiny" else HEAD_DIM)[family]
+def _base(family: str, layers: int, d: int) -> dict:
+    head_dim = min(HEAD_DIM[family], d // MIN_HEADS[family])
     fields = dict(num_layers=layers, hidden_size=d, num_heads=d // head_dim, head_dim=head_dim)
     if family == "fox":
         fields.update(attention="forgetting", fgate="data_dependent", rope=False)
@@ -79,35 +79,52 @@ def _base(family: str, size: str) -> dict:
     return fields
 
 
-def _pro_intermediate(family: str, size: str) -> int:
+def _pro_intermediate(family: str, layers: int, d: int) -> int:
     """SwiGLU width of the Pro preset matching the LLaMA preset's non-embedding count."""
-    llama = FoxConfig(**_base(family, size))
+    llama = FoxConfig(**_base(family, layers, d))
     target = count_non_embedding(llama)
-    pro = dict(_base(family, size), qk_norm=True, output_gate=True, output_norm=True, kv_shift=True)
-    d, layers = llama.hidden_size, llama.num_layers
+    pro = dict(_base(family, layers, d), qk_norm=True, output_gate=True, output_norm=True, kv_shift=True)
     without_mlp = count_non_embedding(FoxConfig(**pro, intermediate_size=1)) - 3 * d * layers
     exact = (target - without_mlp) / (3 * d * layers)
-    multiple = PRO_MLP_MULTIPLE if size != "tiny" else 8
+    multiple = PRO_MLP_MULTIPLE if d >= 256 else 8
     return max(multiple, int(round(exact / multiple)) * multiple)
 
 
-def _preset_fields(name: str) -> dict:
-    try:
-        family, block, size = name.split("-")
-    except ValueError:
-        family = block = size = None
-    if family == "linear" and block == "pro" and size in SIZES:
+def _kind_fields(kind: str, layers: int, d: int) -> dict:
+    """Fields of "{fox,transformer}-{llama,pro}" or "linear-pro" at num_layers=layers, hidden_size=d."""
+    family, _, block = kind.partition("-")
+    if family == "linear" and block == "pro":
         # FoX (Pro) without the softmax: the same parameters, so it is compared with fox-llama as well
-        return dict(_preset_fields(f"fox-pro-{size}"), attention="linear")
-    if family not in FAMILIES or block not in BLOCKS or size not in SIZES:
-        raise ValueError(f"unknown preset {name!r}: expected one of {PRESET_NAMES}")
-    fields = _base(family, size)
+        return dict(_kind_fields("fox-pro", layers, d), attention="linear")
+    if family not in FAMILIES or block not in BLOCKS:
+        raise ValueError(f"unknown model kind {kind!r}: expected one of {KINDS}")
+    fields = _base(family, layers, d)
     if block == "pro":
         fields.update(qk_norm=True, output_gate=True, output_norm=True, kv_shift=True,
-                      intermediate_size=_pro_intermediate(family, size))
+                      intermediate_size=_pro_intermediate(family, layers, d))
     return fields
 
 
+def _preset_fields(name: str) -> dict:
+    kind, _, size = name.rpartition("-")
+    if kind not in KINDS or size not in SIZES:
+        raise ValueError(f"unknown preset {name!r}: expected one of {PRESET_NAMES}")
+    return _kind_fields(kind, *SIZES[size])
+
+
+def sized_config(kind: str, num_layers: int, hidden_size: int, **overrides) -> FoxConfig:
+    """FoxConfig of a preset family at any size: ``kind`` is a preset name without its size ("fox-pro",
+    "transformer-llama", "linear-pro"); head dims and the Pro blocks' SwiGLU width follow the rules of the
+    named presets, so that the families stay matched in parameters at this size too."""
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (num_layers, hidden_size)):
+        raise ValueError(f"sized_config: num_layers and hidden_size must be positive integers, got "
+                         f"{num_layers!r} and {hidden_size!r}")
+    fields = _kind_fields(kind, num_layers, hidden_size)
+    fields.update(overrides)
+    return FoxConfig(**fields)
+
+
+KINDS = tuple(f"{f}-{b}" for f in FAMILIES for b in BLOCKS) + ("linear-pro",)
 PRESET_NAMES = tuple(f"{f}-{b}-{s}" for f in FAMILIES for b in BLOCKS for s in SIZES) + \
     tuple(f"linear-pro-{s}" for s in SIZES)
 PRESETS: dict[str, dict] = {name: _preset_fields(name) for name in PRESET_NAMES}

@@ -25,7 +25,7 @@ from . import checkpoint as ckpt
 from .config import TrainConfig, read_saved_config, resume_conflicts, save_config
 from .distributed import (DistInfo, all_reduce_mean, barrier, broadcast_object, full_state_dicts, grad_sync,
                           init_distributed, load_full_state_dicts, wrap_model)
-from .metrics import MetricsSink, device_peak_flops, eta_string, mfu
+from .metrics import MetricsSink, device_peak_flops, eta_string, forget_gate_means, mfu
 from .optim import build_optimizer, learning_rate
 
 StepHook = Callable[[int, dict], None]
@@ -263,8 +263,12 @@ def train(cfg: TrainConfig, *, hook: StepHook | None = None, model_factory=None)
         barrier()
 
     def run_eval() -> dict:
-        loss, _ = evaluate(model, val_ds, eval_seqs, plan.micro_batch, info, bf16)
+        with forget_gate_means(model) as gates:
+            loss, _ = evaluate(model, val_ds, eval_seqs, plan.micro_batch, info, bf16)
         rec = {"kind": "eval", "step": step, "tokens": tokens, "val_loss": loss}
+        log_f = gates.result(all_reduce_mean)
+        if log_f is not None:  # [layers][heads]: the gates' course over training (eval compare's training.png)
+            rec["gate_log_f"] = log_f
         if sink is not None:
             sink.write(rec)
         return rec

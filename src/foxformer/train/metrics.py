@@ -1,11 +1,16 @@
-"""Throughput bookkeeping (MFU against a per-device peak) and the run's metric sinks (JSONL, TensorBoard)."""
+"""Throughput bookkeeping (MFU against a per-device peak), forget-gate statistics of the evaluations, and the
+run's metric sinks (JSONL, TensorBoard)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+from typing import Callable, Optional
 
 import torch
+
+from ..models.layers import ForgetGate
 
 # Dense peaks (FLOP/s, no sparsity) by substring of torch.cuda.get_device_name(); the first match wins, so
 # "H100 PCIe" precedes "H100", "A100" precedes "A10" and "L40S", "L40" precede "L4". Per compute dtype:
@@ -56,6 +61,45 @@ def eta_string(seconds: float | None) -> str:
     h, rem = divmod(seconds, 3600)
     m, s = divmod(rem, 60)
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+class GateMeans:
+    """Sums of log f per layer and head over the tokens that the forwards inside ``forget_gate_means`` read."""
+
+    def __init__(self, num_gates: int):
+        self.sums: list[Optional[torch.Tensor]] = [None] * num_gates
+        self.tokens = 0
+
+    def result(self, reduce: Callable[[torch.Tensor], torch.Tensor] | None = None) -> Optional[list]:
+        """Mean log f, [layers][heads] as lists (None for a model without forget gates); ``reduce``
+        averages over ranks (every rank read as many tokens)."""
+        if not self.sums or self.sums[0] is None or not self.tokens:
+            return None
+        means = torch.stack(self.sums) / self.tokens
+        return (reduce(means) if reduce is not None else means).cpu().tolist()
+
+
+@contextlib.contextmanager
+def forget_gate_means(model: torch.nn.Module):
+    """Collects the forget gates' log f of every forward inside the block (training logs them with each
+    evaluation, so that the gates' course over training can be compared across seeds)."""
+    gates = [m for m in model.modules() if isinstance(m, ForgetGate)]
+    acc = GateMeans(len(gates))
+
+    def hook(i: int):
+        def fn(module, inputs, log_f):
+            total = log_f.detach().double().sum(dim=(0, 1))
+            acc.sums[i] = total if acc.sums[i] is None else acc.sums[i] + total
+            if i == 0:
+                acc.tokens += log_f.shape[0] * log_f.shape[1]
+        return fn
+
+    handles = [g.register_forward_hook(hook(i)) for i, g in enumerate(gates)]
+    try:
+        yield acc
+    finally:
+        for h in handles:
+            h.remove()
 
 
 class MetricsSink:

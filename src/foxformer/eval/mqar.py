@@ -1,0 +1,353 @@
+"""Multi-query associative recall (MQAR, the synthetic retrieval task of the Zoology benchmark): small models
+trained from scratch on key-value pairs followed by queries; accuracy by number of pairs and sequence length.
+
+A sequence of T tokens with N pairs is ``k_1 v_1 ... k_N v_N`` followed by T - 2N tokens in which each key
+appears once more (in random order, at random even offsets) followed by its value, filler tokens elsewhere.
+The model is scored at each query key: its next-token prediction must be that key's value. Keys, values and
+fillers come from disjoint ranges of the vocabulary, so a filler never looks like a query, and chance is
+1 / num_values. Training uses one length (``train_len``) and a mix of pair counts; evaluation also covers
+longer sequences, where the queries sit further from their pairs than anything seen in training, and more
+pairs than trained on.
+
+Every model is a preset family (``fox-pro``, ``transformer-pro``, ``linear-pro``, ``fox-llama``, ...; see
+``models.presets.sized_config``) at the same depth and width, so their parameter counts match as the named
+presets' do; ``kind:key=value`` overrides FoxConfig fields (``fox-llama:fgate=fixed``: a gate ablation).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Optional
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+import yaml
+from tqdm.auto import tqdm
+
+from foxformer.models import FoxForCausalLM, count_non_embedding, sized_config
+from foxformer.models.presets import KINDS
+from foxformer.train.config import TrainConfig
+from foxformer.train.optim import learning_rate, param_groups
+
+from . import plots
+from .outputs import safe_name, write_json
+
+IGNORE = -100
+LABELS = {"fox-pro": "FoX (Pro)", "transformer-pro": "Transformer (Pro)", "linear-pro": "gated linear attn (Pro)",
+          "fox-llama": "FoX (LLaMA)", "transformer-llama": "Transformer (LLaMA)"}
+
+
+@dataclass
+class MqarConfig:
+    """The task, the models and their training. Named presets in MQAR_PRESETS; saved in mqar.json."""
+
+    models: list = field(default_factory=lambda: ["transformer-pro", "fox-pro:fgate=fixed", "fox-pro"])
+    num_layers: int = 2
+    hidden_size: int = 64
+    num_keys: int = 16
+    num_values: int = 16
+    num_fillers: int = 4
+    train_len: int = 32
+    train_pairs: list = field(default_factory=lambda: [2, 4])
+    steps: int = 120
+    batch_size: int = 16
+    lr: float = 1e-2
+    warmup_steps: int = 10
+    weight_decay: float = 0.1
+    eval_lengths: list = field(default_factory=lambda: [16, 32, 64, 128])
+    eval_pairs: list = field(default_factory=lambda: [2, 4, 8])
+    eval_seqs: int = 32
+    seed: int = 0
+    max_minutes: Optional[float] = None  # per model: stops its training early (recorded as steps_done)
+    compile: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("num_layers", "hidden_size", "num_keys", "num_values", "num_fillers", "train_len", "steps",
+                     "batch_size", "eval_seqs"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name}: expected a positive integer, got {v!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"seed: expected a non-negative integer, got {self.seed!r}")
+        if not self.models:
+            raise ValueError("models: expected at least one model kind")
+        for spec in self.models:
+            parse_model(spec)
+        for name in ("train_pairs", "eval_pairs", "eval_lengths"):
+            v = list(getattr(self, name))
+            if not v or any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in v):
+                raise ValueError(f"{name}: expected a non-empty list of positive integers, got {v!r}")
+            setattr(self, name, sorted(set(v)))
+        too_many = [n for n in self.train_pairs if 4 * n > self.train_len]
+        if too_many:
+            raise ValueError(f"train_pairs: {too_many} pairs need 4 tokens each (pair and query), more than "
+                             f"train_len={self.train_len}")
+        if max(self.train_pairs + self.eval_pairs) > self.num_keys:
+            raise ValueError(f"num_keys: {self.num_keys} keys cannot make {max(self.train_pairs + self.eval_pairs)} "
+                             f"distinct pairs")
+        if not 0 <= self.warmup_steps <= self.steps or not math.isfinite(self.lr) or self.lr <= 0:
+            raise ValueError(f"lr / warmup_steps: expected lr > 0 and 0 <= warmup_steps <= steps, got "
+                             f"{self.lr!r} / {self.warmup_steps!r}")
+        if self.max_minutes is not None and not self.max_minutes > 0:
+            raise ValueError(f"max_minutes: expected a positive number or None, got {self.max_minutes!r}")
+
+    @property
+    def vocab_size(self) -> int:
+        return self.num_keys + self.num_values + self.num_fillers
+
+    def task(self) -> dict:
+        """What fixes the task and the evaluation sequences: results of equal tasks can be tabled together."""
+        skip = {"models", "max_minutes", "compile"}
+        return {k: v for k, v in asdict(self).items() if k not in skip}
+
+
+def parse_model(spec: str) -> tuple[str, dict]:
+    """"fox-llama:fgate=fixed,rope=true" -> ("fox-llama", {"fgate": "fixed", "rope": True})."""
+    kind, _, rest = str(spec).partition(":")
+    if kind not in KINDS:
+        import difflib
+
+        close = difflib.get_close_matches(kind, KINDS, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(f"models: unknown model kind {kind!r}{hint}; expected one of {KINDS}, optionally with "
+                         f":key=value FoxConfig overrides")
+    overrides = {}
+    for item in filter(None, rest.split(",")):
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise ValueError(f"models: expected key=value after ':' in {spec!r}, got {item!r}")
+        overrides[key] = yaml.safe_load(value)
+    return kind, overrides
+
+
+def model_label(spec: str) -> str:
+    kind, overrides = parse_model(spec)
+    extra = ", ".join(f"{k}={v}" for k, v in overrides.items())
+    return LABELS[kind] + (f", {extra}" if extra else "")
+
+
+# toy (the defaults): the CPU test. The Transformer (Pro) and FoX (Pro) with the fixed gate reach 1.0 within
+# 100 steps (about 5 s each on one core); FoX (Pro) with its data-dependent gate, whose bias starts at 0
+# (f = 0.5: a timescale of 1.4 tokens, as in the paper), stays near the 2-pair guess rate of 0.5 in 200.
+# small: the GPU size of docs/results.md (2 layers, d = 256, as in the middle of Zoology's grid; 1024
+# keys; lengths up to 4x the training length and pair counts up to twice those trained).
+MQAR_PRESETS = {
+    "toy": MqarConfig(),
+    "small": MqarConfig(
+        models=["fox-pro", "transformer-pro", "linear-pro", "fox-pro:fgate=data_independent", "fox-pro:fgate=fixed",
+                "fox-llama", "transformer-llama"],
+        num_layers=2, hidden_size=256, num_keys=1024, num_values=1024, num_fillers=64, train_len=512,
+        train_pairs=[16, 32, 64, 128], steps=3000, batch_size=64, lr=1e-3, warmup_steps=300,
+        eval_lengths=[256, 512, 1024, 2048], eval_pairs=[16, 32, 64, 128, 256], eval_seqs=256, max_minutes=2.0),
+}
+
+
+def mqar_batch(rng: np.random.Generator, batch: int, seq_len: int, pairs: int, cfg: MqarConfig):
+    """(inputs, targets), int64 [batch, seq_len] each; targets are IGNORE except at the query keys."""
+    if 4 * pairs > seq_len:
+        raise ValueError(f"pairs: {pairs} pairs and their queries need {4 * pairs} tokens, more than {seq_len}")
+    k0, v0, f0 = 0, cfg.num_keys, cfg.num_keys + cfg.num_values
+    x = rng.integers(f0, f0 + cfg.num_fillers, size=(batch, seq_len))
+    y = np.full((batch, seq_len), IGNORE, dtype=np.int64)
+    keys = np.argsort(rng.random((batch, cfg.num_keys)), axis=1)[:, :pairs] + k0  # distinct keys per row
+    values = rng.integers(v0, v0 + cfg.num_values, size=(batch, pairs))
+    x[:, 0:2 * pairs:2], x[:, 1:2 * pairs:2] = keys, values
+    slots = (seq_len - 2 * pairs) // 2  # query slots of two tokens after the pairs
+    rows = np.arange(batch)[:, None]
+    where = np.sort(np.argsort(rng.random((batch, slots)), axis=1)[:, :pairs], axis=1) * 2 + 2 * pairs
+    order = np.argsort(rng.random((batch, pairs)), axis=1)  # which pair each query slot asks for
+    x[rows, where], x[rows, where + 1] = keys[rows, order], values[rows, order]
+    y[rows, where] = values[rows, order]
+    return torch.from_numpy(x), torch.from_numpy(y)
+
+
+def build_model(spec: str, cfg: MqarConfig) -> FoxForCausalLM:
+    kind, overrides = parse_model(spec)
+    try:
+        model_cfg = sized_config(kind, cfg.num_layers, cfg.hidden_size, vocab_size=cfg.vocab_size,
+                                 max_position_embeddings=max(cfg.eval_lengths + [cfg.train_len]), **overrides)
+    except TypeError as e:
+        raise ValueError(f"models: bad override in {spec!r} ({e})") from e
+    return FoxForCausalLM(model_cfg)
+
+
+def _schedule(cfg: MqarConfig) -> TrainConfig:
+    """The training loop's own warm-up and cosine schedule, counted in steps (one 'token' a step)."""
+    return TrainConfig(lr=cfg.lr, context=2, batch_tokens=2, total_tokens=2 * cfg.steps,
+                       warmup_tokens=2 * cfg.warmup_steps, weight_decay=cfg.weight_decay)
+
+
+def _logits(model, x, device) -> torch.Tensor:
+    with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+        return model(input_ids=x.to(device)).logits.float()
+
+
+def train_mqar(model: FoxForCausalLM, cfg: MqarConfig, device: torch.device, *, progress: bool = True,
+               label: str = "model") -> dict:
+    """Train in place on fresh batches (seeded by cfg.seed); returns the history and the steps done."""
+    sched = _schedule(cfg)
+    opt = torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(0.9, 0.95),
+                            **({"fused": True} if device.type == "cuda" else {"foreach": True}))
+    runner = torch.compile(model) if cfg.compile else model
+    rng = np.random.default_rng([cfg.seed, 1])
+    history, start, step = [], time.time(), 0
+    log_every = max(1, cfg.steps // 50)
+    model.train()
+    bar = tqdm(range(cfg.steps), desc=f"mqar train {label}", unit="step", disable=not progress)
+    for step in bar:
+        if cfg.max_minutes is not None and time.time() - start > 60 * cfg.max_minutes:
+            break
+        pairs = cfg.train_pairs[int(rng.integers(len(cfg.train_pairs)))]
+        x, y = mqar_batch(rng, cfg.batch_size, cfg.train_len, pairs, cfg)
+        for group in opt.param_groups:
+            group["lr"] = learning_rate(2 * (step + 1), sched)
+        logits = _logits(runner, x, device)
+        y = y.to(device)
+        loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), y.view(-1), ignore_index=IGNORE)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if step % log_every == 0 or step == cfg.steps - 1:
+            mask = y != IGNORE
+            acc = (logits.argmax(-1)[mask] == y[mask]).float().mean()
+            history.append({"step": step + 1, "loss": loss.item(), "accuracy": acc.item(), "pairs": pairs})
+            bar.set_postfix(loss=f"{history[-1]['loss']:.3f}", acc=f"{history[-1]['accuracy']:.2f}", refresh=False)
+    else:
+        step = cfg.steps
+    model.eval()
+    return {"steps_done": int(step), "train_s": time.time() - start, "history": history}
+
+
+@torch.no_grad()
+def evaluate_mqar(model: FoxForCausalLM, cfg: MqarConfig, device: torch.device, batch: int = 64) -> list:
+    """Accuracy grid [eval_pairs][eval_lengths] (None where the pairs and queries do not fit the length);
+    the sequences depend on cfg.seed and the cell only, so every model reads the same ones."""
+    grid = []
+    for n in cfg.eval_pairs:
+        row = []
+        for length in cfg.eval_lengths:
+            if 4 * n > length:
+                row.append(None)
+                continue
+            rng = np.random.default_rng([cfg.seed, 2, n, length])
+            hits = total = 0
+            for s in range(0, cfg.eval_seqs, batch):
+                x, y = mqar_batch(rng, min(batch, cfg.eval_seqs - s), length, n, cfg)
+                pred = _logits(model, x, device).argmax(-1).cpu()
+                mask = y != IGNORE
+                hits += int((pred[mask] == y[mask]).sum())
+                total += int(mask.sum())
+            row.append(hits / total)
+        grid.append(row)
+    return grid
+
+
+def run_model(spec: str, cfg: MqarConfig, device: torch.device, *, progress: bool = True) -> dict:
+    """Build, train and evaluate one model (weights seeded by cfg.seed)."""
+    torch.manual_seed(cfg.seed)
+    model = build_model(spec, cfg).to(device)
+    trained = train_mqar(model, cfg, device, progress=progress, label=spec)
+    return {"model": spec, "label": model_label(spec), "non_embedding_params": count_non_embedding(model.config),
+            **trained, "accuracy": evaluate_mqar(model, cfg, device)}
+
+
+def _model_path(out_dir: str, spec: str) -> str:
+    return os.path.join(out_dir, "models", f"{safe_name(spec)}.json")
+
+
+def load_results(out_dir: str, task: dict) -> list[dict]:
+    """Every model result saved in ``out_dir``/models (refusing results of another task)."""
+    folder = os.path.join(out_dir, "models")
+    results = []
+    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+        with open(os.path.join(folder, name)) as f:
+            data = json.load(f)
+        if data["task"] != task:
+            diff = sorted(k for k in task if data["task"].get(k) != task[k])
+            raise ValueError(f"out: {os.path.join(folder, name)} holds a result of another task (differs in "
+                             f"{diff}); use another --out")
+        results.append(data["result"])
+    return results
+
+
+def table(results: list[dict], cfg: MqarConfig) -> str:
+    cells = [(n, l) for n in cfg.eval_pairs for l in cfg.eval_lengths if 4 * n <= l]
+    head = ["model", "params"] + [f"{n}@{l}" + ("*" if l > cfg.train_len or n > max(cfg.train_pairs) else "")
+                                  for n, l in cells]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in results:
+        acc = [r["accuracy"][cfg.eval_pairs.index(n)][cfg.eval_lengths.index(l)] for n, l in cells]
+        lines.append("| " + " | ".join([r["label"], f"{r['non_embedding_params'] / 1e6:.2f}M"]
+                                       + [f"{a:.2f}" for a in acc]) + " |")
+    return ("Query accuracy, pairs@length (* beyond training: longer than train_len or more pairs than trained; "
+            f"chance {1 / cfg.num_values:.3f}):\n\n" + "\n".join(lines) + "\n")
+
+
+def _plot(results: list[dict], cfg: MqarConfig, path: str) -> str:
+    import matplotlib.pyplot as plt
+
+    n = len(cfg.eval_pairs)
+    fig, axes = plt.subplots(1, n, figsize=(3.2 * n, 3.2), squeeze=False, sharey=True, layout="constrained")
+    for ax, pairs, rows in zip(axes[0], cfg.eval_pairs, range(n)):
+        for c, r in enumerate(results):
+            acc = [np.nan if a is None else a for a in r["accuracy"][rows]]
+            ax.plot(cfg.eval_lengths, acc, "o-", color=f"C{c}", ms=3, lw=1.3, label=r["label"])
+        ax.axvline(cfg.train_len, color="0.4", ls="--", lw=1.0)
+        ax.axhline(1 / cfg.num_values, color="0.6", ls=":", lw=1.0)
+        ax.set_xscale("log", base=2)
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_title(f"{pairs} pairs" + (" (more than trained)" if pairs > max(cfg.train_pairs) else ""),
+                     fontsize=9)
+        ax.set_xlabel("sequence length")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("query accuracy")
+    axes[0][-1].legend(fontsize=7)
+    fig.suptitle(f"MQAR, {cfg.num_layers} layers, d={cfg.hidden_size} (dashed: training length; dotted: chance)",
+                 fontsize=10)
+    return plots.save_figure(fig, path)
+
+
+def report(out_dir: str, cfg: MqarConfig) -> dict:
+    """mqar.json, mqar.md and mqar.png from every model result in ``out_dir`` (several processes may have
+    trained different models into one folder)."""
+    results = load_results(out_dir, cfg.task())
+    if not results:
+        raise ValueError(f"out: {out_dir!r} holds no MQAR results (run without --report-only first)")
+    text = table(results, cfg)
+    with open(os.path.join(out_dir, "mqar.md"), "w") as f:
+        f.write(text)
+    fig = _plot(results, cfg, os.path.join(out_dir, "mqar.png"))
+    data = {"command": "eval mqar", "task": cfg.task(), "chance": 1 / cfg.num_values, "plots": [os.path.basename(fig)],
+            "models": results}
+    write_json(os.path.join(out_dir, "mqar.json"), data)
+    print(text, end="")
+    return data
+
+
+def run_mqar(cfg: MqarConfig, out_dir: str, *, device: str = "auto", progress: bool = True,
+             report_only: bool = False) -> dict:
+    """Train and evaluate every model of ``cfg`` (each result saved as it completes), then the report."""
+    dev = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else
+                       ("cpu" if device == "auto" else device))
+    if not report_only:
+        for spec in cfg.models:
+            result = run_model(spec, cfg, dev, progress=progress)
+            write_json(_model_path(out_dir, spec), {"task": cfg.task(), "config": asdict(cfg), "device": str(dev),
+                                                    "result": result})
+    data = report(out_dir, cfg)
+    return {"out": out_dir, "plots": data["plots"],
+            "models": {r["label"]: {"steps_done": r["steps_done"], "train_s": round(r["train_s"], 1),
+                                    "accuracy": r["accuracy"]} for r in data["models"]}}
+
+
+def config_from(preset: str, **overrides) -> MqarConfig:
+    """A named preset with fields replaced (None values are left as the preset has them)."""
+    if preset not in MQAR_PRESETS:
+        raise ValueError(f"preset: unknown MQAR preset {preset!r}; expected one of {sorted(MQAR_PRESETS)}")
+    return dataclasses.replace(MQAR_PRESETS[preset], **{k: v for k, v in overrides.items() if v is not None})
