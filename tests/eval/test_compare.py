@@ -194,3 +194,48 @@ def test_training_length_line_is_where_the_loss_plots_draw_it(tmp_path, monkeypa
     vertical = [line.get_xdata()[0] for line in figures[figure].axes[0].lines
                 if len(line.get_xdata()) == 2 and line.get_xdata()[0] == line.get_xdata()[1]]
     assert vertical == [15]
+
+
+def _seed_run(tmp_path, name, offset, seed):
+    """A run dir with a real loss.json (per-sequence figures) and a metrics.jsonl, as training leaves them."""
+    from foxformer.eval.loss import loss_curve
+    from foxformer.eval.outputs import save_loss
+
+    rng = np.random.default_rng(seed)
+    shared = np.random.default_rng(99).normal(0, 0.3, size=(6, 1))  # the sequences' own difficulty
+    rows = 3.0 + offset + shared + rng.normal(0, 0.02, size=(6, 63))
+    run = tmp_path / name
+    save_loss([loss_curve(rows, name=name, train_len=16, n_boot=50)], str(run / "eval"),
+              {"data": "d", "split": "val", "seq_len": 64, "num_seqs": 6})
+    records = [{"kind": "train", "step": s, "tokens": 100 * s, "loss": 5.0 - s / 30 + offset, "grad_norm": 1.0,
+                "lr": 1e-3} for s in range(1, 61)]
+    records += [{"kind": "eval", "step": 60, "tokens": 6000, "val_loss": 3.0 + offset + seed / 100,
+                 "gate_log_f": [[-0.1, -0.01]]}]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return str(run)
+
+
+def test_seeds_of_a_model_are_one_group_with_spread_and_intervals(tmp_path):
+    runs = [_seed_run(tmp_path, f"fox_s{s}", 0.0, s) for s in range(3)]
+    runs += [_seed_run(tmp_path, f"tfm_s{s}", 0.1, 10 + s) for s in range(3)]
+    res = compare(runs, str(tmp_path / "out"), positions=(8, 32))
+    fox, tfm = res["rows"]
+    assert (fox["model"], fox["n_seeds"], tfm["model"]) == ("fox", 3, "tfm")
+    assert fox["final_val_loss"] == pytest.approx(3.01) and fox["spread"]["final_val_loss"]["std"] == pytest.approx(0.01)
+    assert tfm["mean_loss"] - fox["mean_loss"] == pytest.approx(0.1, abs=0.01)
+    diff = res["differences"][0]
+    assert (diff["model"], diff["reference"]) == ("fox", "tfm")
+    # the sequences' shared difficulty (std 0.3) cancels in the paired difference: a narrow interval below 0
+    assert diff["L@32"]["lo"] < diff["L@32"]["mean"] < diff["L@32"]["hi"] < 0 and diff["L@32"]["lo"] > -0.15
+    md = (tmp_path / "out" / "compare.md").read_text()
+    assert "| fox | 3 | 16 | 3.010 ± 0.010 |" in md and "**-0.1" in md
+    assert {"training.png", "validation.png"} <= set(res["plots"])
+    assert res["training"][0]["gate_median_timescale"] == pytest.approx(55.0)
+
+
+def test_single_runs_get_a_sequence_bootstrap_of_their_difference(tmp_path):
+    a, b = _seed_run(tmp_path, "a", 0.0, 0), _seed_run(tmp_path, "b", 0.0, 1)
+    res = compare([a, b], str(tmp_path / "out"), positions=(8,))
+    assert [r["n_seeds"] for r in res["rows"]] == [1, 1]
+    d = res["differences"][0]["mean_loss"]
+    assert d["lo"] <= d["mean"] <= d["hi"] and abs(d["mean"]) < 0.02

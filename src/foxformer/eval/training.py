@@ -87,7 +87,7 @@ def plot_training(run_dirs: list[str], labels: list[str], path: str) -> Optional
         gated = [(r["tokens"] / 1e6, gate_timescales(r)) for r in evals if gate_timescales(r) is not None]
         if gated:
             x = [t for t, _ in gated]
-            ax_gate.plot(x, [np.median(ts) for _, ts in gated], **kw)
+            ax_gate.plot(x, [np.median(ts) for _, ts in gated], marker="o", ms=3, **kw)
             ax_gate.plot(x, [np.percentile(ts, 90) for _, ts in gated], **{**kw, "lw": 0.6, "label": None})
     ax_loss.set_ylabel(f"training loss (EMA {SMOOTHING})")
     ax_grad.set_ylabel("gradient norm (before clipping)")
