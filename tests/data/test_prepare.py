@@ -216,3 +216,27 @@ def test_gpt2_json_documents_start_with_their_bos(tmp_path, jsonl_xz, docs):
     assert m["tokenizer"] == "gpt2-json"
     got = {tuple(d) for split in ("train", "val") for d in _split_docs(str(tmp_path / "out"), split, m)}
     assert got == {tuple([50256] + tok.encode(d["text"])) for d in docs}
+
+
+def test_leave_out_drops_a_source_from_training_and_keeps_the_full_mix_validation(tmp_path, jsonl_xz, jsonl_gz):
+    from foxformer.data import TokenDataset
+    from foxformer.eval.sequences import dataset_sequences
+
+    full = prepare(PrepareConfig(sources=[jsonl_xz, jsonl_gz], out_dir=str(tmp_path / "full"), val_fraction=0.3,
+                                 tokenizer="bytes"), progress=False)
+    lodo = prepare(PrepareConfig(sources=[jsonl_xz, jsonl_gz], out_dir=str(tmp_path / "lodo"), val_fraction=0.3,
+                                 tokenizer="bytes", leave_out=[jsonl_gz]), progress=False)
+    read = lambda d, f: (tmp_path / d / f).read_bytes()  # noqa: E731
+    assert read("full", "val.bin") == read("lodo", "val.bin") and read("full", "val.src.npy") == read("lodo", "val.src.npy")
+    full_train, lodo_train = (np.load(tmp_path / d / "train.src.npy") for d in ("full", "lodo"))
+    assert (full_train == 1).any() and not (lodo_train == 1).any()
+    assert lodo["split"]["train"]["docs"] == (full_train == 0).sum() and lodo["request"]["leave_out"] == [jsonl_gz]
+    # evaluation on the left-out source's held-out documents only, by a part of its spec
+    val = TokenDataset(str(tmp_path / "lodo"), "val", 8)
+    rows = dataset_sequences(str(tmp_path / "lodo"), 8, 10, within_docs=True, source="corpus.jsonl.gz")
+    starts = {int(o) for o, s in zip(val.doc_offsets[:-1], val.doc_sources) if s == 1}
+    assert 0 < len(rows) == len(starts)
+    with pytest.raises(ValueError, match="more than one source"):
+        dataset_sequences(str(tmp_path / "lodo"), 8, 10, within_docs=True, source="corpus")
+    with pytest.raises(ValueError, match="leave_out"):
+        PrepareConfig(sources=[jsonl_xz], leave_out=["other"]).validate()

