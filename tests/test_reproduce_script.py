@@ -18,12 +18,12 @@ EVALS = {
 }
 
 
-def evaluations(run: str) -> list[str]:
+def evaluations(run: str, env: str = "") -> list[str]:
     body = open(SCRIPT).read()
     start = body.index("evaluate() {")
     function = body[start:body.index("\n}\n", start) + 3]
-    stub = 'step() { echo "${1%%_$p.log}"; }\nFX=fx NIAH=1\n'
-    out = subprocess.run(["bash", "-c", f'{function}{stub}evaluate "$1"', "bash", run], capture_output=True,
+    stub = f'step() {{ echo "${{1%%_$p.log}}"; }}\nFX=fx NIAH=1 EVICTION=1 BIAS_SHIFT=1 {env}\n'
+    out = subprocess.run(["bash", "-c", f'{function}{stub}evaluate "$1"; true', "bash", run], capture_output=True,
                          text=True, check=True)
     return out.stdout.split()
 
@@ -32,6 +32,15 @@ def evaluations(run: str) -> list[str]:
 @pytest.mark.parametrize("run", list(EVALS), ids=list(EVALS))
 def test_each_run_gets_the_evaluations_its_model_supports(run):
     assert evaluations(run) == EVALS[run]
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_out_of_domain_and_per_source_evaluations_join_when_asked():
+    env = 'OOD="austen=d1 go=d2" EVAL_SOURCES=prose NIAH=0 EVICTION=0 BIAS_SHIFT=0'
+    assert evaluations("fox-pro-small_s1", env) == ["eval_loss", "eval_src_prose", "eval_ood_austen", "gates_ood_austen",
+                                                    "eval_ood_go", "gates_ood_go", "gates"]
+    assert evaluations("transformer-pro-small_s1", env) == ["eval_loss", "eval_src_prose", "eval_ood_austen",
+                                                            "eval_ood_go"]
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")

@@ -266,6 +266,8 @@ def load_results(out_dir: str, task: dict) -> list[dict]:
     folder = os.path.join(out_dir, "models")
     results = []
     for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+        if not name.endswith(".json"):  # another process's result being written (write_json's temporary)
+            continue
         with open(os.path.join(folder, name)) as f:
             data = json.load(f)
         if data["task"] != task:

@@ -1,0 +1,193 @@
+"""docs/results.md's issue-20 section (seeds, other domains, leave-one-domain-out, recall) from the GPU
+calls' outputs, so that no figure in it is typed by hand:
+
+    python scripts/issue20_doc.py BUNDLE_DIR...     # each: an unpacked repro_bundle.tgz of scripts/issue20.sh
+
+Finds the runs (runs/NAME_sN with their eval folders) and mqar/ in the bundles, runs `eval compare` per
+block and per text into docs/results/issue20/, compares the forget gates on the training mix with those on
+the other texts, and replaces the text between the issue20 markers of docs/results.md. Bundles that are
+missing leave their part marked pending.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import shutil
+import sys
+
+import numpy as np
+
+from foxformer.eval.compare import compare
+from foxformer.eval.seeds import SEED_SUFFIX, fmt_interval
+
+DOC, OUT = "docs/results.md", "docs/results/issue20"
+BEGIN, END = "<!-- issue20:begin -->", "<!-- issue20:end -->"
+LABELS = {"fox-pro-small": "FoX (Pro)", "transformer-pro-small": "Transformer (Pro)",
+          "fox-llama-small": "FoX (LLaMA)", "transformer-llama-small": "Transformer (LLaMA)"}
+BLOCKS = {"pro": ("fox-pro-small", "transformer-pro-small"), "llama": ("fox-llama-small", "transformer-llama-small")}
+TEXTS = {"eval": "held-out documents of the training mix", "eval_ood_austen": "Jane Austen's novels (not in the mix)",
+         "eval_ood_go": "Go source (not in the mix)", "eval_src_prose": "the mix's held-out prose documents"}
+
+
+def find_runs(bundles: list[str]) -> dict[str, list[str]]:
+    """Preset (+ '/noprose' for runs trained without the prose) -> run folders, over every bundle."""
+    import yaml
+
+    out: dict[str, list[str]] = {}
+    for b in bundles:
+        for run in sorted(glob.glob(os.path.join(b, "runs", "*"))):
+            with open(os.path.join(run, "config.yaml")) as f:
+                noprose = "noprose" in str(yaml.safe_load(f).get("data_dir", ""))
+            preset = SEED_SUFFIX.sub("", os.path.basename(run))
+            out.setdefault(preset + ("/noprose" if noprose else ""), []).append(run)
+    return out
+
+
+def _loss_files(runs: list[str], text: str) -> list[str]:
+    return [p for p in (os.path.join(r, text, "loss.json") for r in runs) if os.path.exists(p)]
+
+
+def run_compare(groups: list[tuple[str, list[str]]], text: str, reference: str, out: str):
+    """`eval compare` of one text over labelled groups of runs; None when a group has no output."""
+    files, names = [], []
+    for label, runs in groups:
+        found = _loss_files(runs, text)
+        if not found:
+            return None
+        files += found
+        names += [label] * len(found)
+    return compare(files, out, names=names, reference=reference)
+
+
+def _interval_line(diff: dict, key: str) -> str:
+    d = diff.get(key)
+    return "-" if d is None else fmt_interval(d["mean"], d["lo"], d["hi"])
+
+
+def gate_timescales(path: str) -> np.ndarray:
+    with open(path) as f:
+        model = json.load(f)["models"][0]
+    return np.asarray(model["timescale"], dtype=np.float64)  # [layers, heads]; inf: no forgetting measured
+
+
+def gates_section(runs_by_preset: dict) -> tuple[str, list[str]]:
+    """Median per-head timescale of each FoX model on the training mix and on the other texts, and a
+    scatter of one against the other."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows, fig, axes = [], None, None
+    texts = [("eval", "mix"), ("gates_ood_austen", "novels"), ("gates_ood_go", "Go")]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.4), layout="constrained")
+    for ax, preset in zip(axes, ("fox-pro-small", "fox-llama-small")):
+        for run in runs_by_preset.get(preset, []):
+            found = {tag: os.path.join(run, d, "gates.json") for d, tag in texts}
+            if not all(os.path.exists(p) for p in found.values()):
+                continue
+            ts = {tag: gate_timescales(p) for tag, p in found.items()}
+            rows.append([os.path.basename(run)] + [f"{np.median(ts[t]):.1f}" for _, t in texts]
+                        + [f"{np.mean(ts[t] < 10):.2f}" for _, t in texts])
+            for tag, marker in (("novels", "o"), ("Go", "x")):
+                ax.scatter(ts["mix"].ravel(), ts[tag].ravel(), s=10, marker=marker, alpha=0.6,
+                           label=f"{tag} ({os.path.basename(run)})")
+        ax.plot([1, 1e5], [1, 1e5], color="0.4", lw=0.8)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("head timescale on the training mix [tokens]")
+        ax.set_ylabel("on the other text [tokens] (below the line: forgets faster)")
+        ax.set_title(LABELS[preset], fontsize=9)
+        ax.legend(fontsize=6)
+    if not rows:
+        plt.close(fig)
+        return "", []
+    path = os.path.join(OUT, "gates_domains.png")
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    head = ("| run | median timescale: mix | novels | Go | heads < 10 tokens: mix | novels | Go |\n"
+            "|---|---|---|---|---|---|---|\n")
+    return head + "".join("| " + " | ".join(r) + " |\n" for r in rows), [path]
+
+
+def section(bundles: list[str]) -> str:
+    os.makedirs(OUT, exist_ok=True)
+    runs = find_runs(bundles)
+    parts = [BEGIN, "## Seeds, other domains and recall (issue 20)", "",
+             "Generated by `python scripts/issue20_doc.py` from the outputs of `bash scripts/issue20.sh seed 0|1|2`, "
+             "`lodo` and `mqar` (commands and timings in the script). Cells: mean ± standard deviation over "
+             "seeds; differences: 95% bootstrap interval over seeds and sequences, **bold** where it excludes 0.", ""]
+    summary = []
+    for text, what in TEXTS.items():
+        if text == "eval_src_prose":
+            continue
+        for block, (fox, tfm) in BLOCKS.items():
+            groups = [(LABELS[fox], runs.get(fox, [])), (LABELS[tfm], runs.get(tfm, []))]
+            if not all(g for _, g in groups):
+                continue
+            out = os.path.join(OUT, f"{text}_{block}")
+            res = run_compare(groups, text, LABELS[tfm], out)
+            if res is None:
+                continue
+            parts += [f"### {LABELS[fox]} against {LABELS[tfm]}: {what}", "",
+                      open(os.path.join(out, "compare.md")).read(), f"![loss difference]({out[5:]}/loss_difference.png)", ""]
+            if text == "eval":
+                parts += [f"![training by seed]({out[5:]}/training.png)", ""]
+            d = res["differences"][0] if res["differences"] else {}
+            n = res["rows"][0]["n_seeds"]
+            summary.append(f"- {what}, {LABELS[fox]} - {LABELS[tfm]} ({n} seeds): mean loss over 16K tokens "
+                           f"{_interval_line(d, 'mean_loss')}, 8K..16K {_interval_line(d, 'L@16384')}.")
+    lodo = [(f"{LABELS[p]}", runs.get(p, [])) for p in BLOCKS["pro"]]
+    lodo += [(f"{LABELS[p]}, no prose", runs.get(p + "/noprose", [])) for p in BLOCKS["pro"]]
+    if all(g for _, g in lodo):
+        out = os.path.join(OUT, "lodo_prose")
+        res = run_compare(lodo, "eval_src_prose", "Transformer (Pro), no prose", out)
+        if res is not None:
+            parts += ["### Leave one domain out: prose", "",
+                      "Trained on the mix without its prose (`data prepare --leave-out`), evaluated on the same "
+                      "held-out prose documents as the full-mix models (`eval loss --data-source prose`):", "",
+                      open(os.path.join(out, "compare.md")).read(), f"![prose]({out[5:]}/loss_curves.png)", ""]
+            summary += [f"- held-out prose, trained without prose, {r['model'].split(',')[0]} - Transformer (Pro): "
+                        f"{_interval_line(r, 'mean_loss')}" for r in res["differences"] if "no prose" in r["model"]]
+    else:
+        parts += ["### Leave one domain out: prose", "", "Pending: `bash scripts/issue20.sh lodo`.", ""]
+    table, figs = gates_section(runs)
+    if table:
+        parts += ["### Forget gates on the mix and on the other texts", "",
+                  "Per-head timescale 1 / -mean(log f) (`analyze gates`, 4 sequences of 1024 tokens per text):", "",
+                  table, f"![gates by text]({figs[0][5:]})", ""]
+    mqar = next((os.path.join(b, "mqar") for b in bundles if os.path.exists(os.path.join(b, "mqar", "mqar.json"))), None)
+    if mqar:
+        shutil.copytree(mqar, os.path.join(OUT, "mqar"), dirs_exist_ok=True)
+        parts += ["### Multi-query associative recall", "", open(os.path.join(mqar, "mqar.md")).read(),
+                  "![MQAR](results/issue20/mqar/mqar.png)", ""]
+    else:
+        parts += ["### Multi-query associative recall", "", "Pending: `bash scripts/issue20.sh mqar`.", ""]
+    if summary:
+        parts[5:5] = ["What the intervals say (generated):", ""] + summary + [""]
+    return "\n".join(parts) + END
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("bundles", nargs="+", help="unpacked repro_bundle.tgz folders of scripts/issue20.sh")
+    args = p.parse_args()
+    missing = [b for b in args.bundles if not os.path.isdir(b)]
+    if missing:
+        print(f"error: bundles: {missing} are not folders (unpack each repro_bundle.tgz into one)", file=sys.stderr)
+        return 2
+    text = open(DOC).read()
+    if BEGIN not in text or END not in text:
+        print(f"error: {DOC} has no {BEGIN} ... {END} section", file=sys.stderr)
+        return 2
+    new = text[:text.index(BEGIN)] + section(args.bundles) + text[text.index(END) + len(END):]
+    with open(DOC, "w") as f:
+        f.write(new)
+    print(f"wrote {DOC} and {OUT}/")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
