@@ -140,7 +140,7 @@ def section(bundles: list[str]) -> str:
                 parts += [f"![training by seed]({out[5:]}/training.png)", ""]
             d = res["differences"][0] if res["differences"] else {}
             n = res["rows"][0]["n_seeds"]
-            summary.append(f"- {what}, {LABELS[fox]} - {LABELS[tfm]} ({n} seeds): mean loss over 16K tokens "
+            summary.append(f"- {what}, {LABELS[fox]} - {LABELS[tfm]} ({n} seed{'s' if n > 1 else ''}): mean loss over 16K tokens "
                            f"{_interval_line(d, 'mean_loss')}, 8K..16K {_interval_line(d, 'L@16384')}.")
     lodo = [(f"{LABELS[p]}", runs.get(p, [])) for p in BLOCKS["pro"]]
     lodo += [(f"{LABELS[p]}, no prose", runs.get(p + "/noprose", [])) for p in BLOCKS["pro"]]

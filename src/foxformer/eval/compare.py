@@ -24,7 +24,7 @@ from foxformer.train.metrics import read_metrics
 
 from . import plots
 from .outputs import find_output, write_json
-from .seeds import fmt_interval, fmt_spread, group_name, groups, mean_std, spread
+from .seeds import SEED_SUFFIX, fmt_interval, fmt_spread, group_name, groups, mean_std, spread
 from .training import plot_training, summarize
 
 DEFAULT_POSITIONS = (512, 2048, 4096, 8192, 16384)
@@ -190,6 +190,12 @@ def _niah_table(results: list) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _seed_tag(run_dir: str, name: str) -> str:
+    """"_s1" for a run folder named like fox-pro-small_s1 whose label has no seed tag of its own."""
+    m = SEED_SUFFIX.search(os.path.basename(os.path.normpath(run_dir)))
+    return m.group(0) if m and not SEED_SUFFIX.search(name) else ""
+
+
 def final_val_loss(run_dir: str) -> Optional[float]:
     """The run's last validation loss (its "end" record, else its last evaluation); None without metrics."""
     records = read_metrics(run_dir)
@@ -326,7 +332,8 @@ def compare(run_dirs: list[str], out_dir: str, positions=DEFAULT_POSITIONS, name
             plots.plot_perplexity(curves, os.path.join(out_dir, "perplexity.png"))]
     val_losses, dynamics = None, []
     if len(curves) == len(run_dirs):  # one model per run: the runs' training logs can be labelled
-        labels = [c.name for c in curves]
+        # a run's seed tag stays on its label (the seeds of a renamed group keep apart in the plots and table)
+        labels = [c.name + _seed_tag(r, c.name) for c, r in zip(curves, run_dirs)]
         val = _plot_validation(run_dirs, labels, os.path.join(out_dir, "validation.png"))
         dynamics = plot_training(run_dirs, labels, os.path.join(out_dir, "training.png"))
         figs += [f for f in (val, dynamics) if f]

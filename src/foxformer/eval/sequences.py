@@ -36,16 +36,16 @@ def dataset_sequences(data_dir: str, seq_len: int, num: int, *, split: str = "va
         return torch.from_numpy(np.stack([ds.sequence(int(i)) for i in np.unique(picks)]))
     offsets = np.asarray(ds.doc_offsets, dtype=np.int64)
     lengths = np.diff(offsets) - 1  # text tokens: each document has an end-of-text token (or starts with a BOS)
-    long_docs = np.flatnonzero(lengths >= seq_len)
     if source is not None:
         if ds.doc_sources is None:
             raise ValueError(f"data source: {data_dir!r} was prepared before documents kept their source; prepare "
                              f"it again (the same command rebuilds it from its cached shards)")
-        long_docs = long_docs[ds.doc_sources[long_docs] == ds.source_index(source)]
+        lengths = np.where(ds.doc_sources == ds.source_index(source), lengths, -1)  # -1: another source's
+    long_docs = np.flatnonzero(lengths >= seq_len)
     if long_docs.size == 0:
         raise ValueError(f"seq_len: no document of split {split!r} in {data_dir!r}"
                          f"{'' if source is None else f' from source {source!r}'} has {seq_len} text tokens "
-                         f"(longest: {int(lengths.max()) if lengths.size else 0}); lower --seq-len or drop "
+                         f"(longest: {max(int(lengths.max()), 0) if lengths.size else 0}); lower --seq-len or drop "
                          f"--within-docs")
     order = long_docs[np.argsort(-lengths[long_docs], kind="stable")][:num]
     rows = [np.asarray(ds.tokens[offsets[d]:offsets[d] + seq_len], dtype=np.int64) for d in sorted(order)]
