@@ -22,6 +22,13 @@
 #   attnlong    foxformer against SDPA FLASH, SDPA CUDNN and fla-core at 16K and 64K (the op issue's targets, one run)
 #   decode      decode op; whole-model decoding of the 760M preset at 32K
 #   decode125   whole-model decoding of the 125M preset, 4K to 64K, with and without eviction
+#   Issue 18 (CUDA-graph decoding), in one 5-minute call: BUDGET=295 bash scripts/gpu_bench.sh graphs
+#   graphcheck  tests/gpu/test_decode_graphs_cuda.py: graphs give the eager path's greedy tokens, few captures
+#   graphs125   FoX (Pro) 125M, 32K, batch 1 and 32, eager and graphs, with and without eviction, against
+#               transformers' Llama (eager SDPA; StaticCache + torch.compile reduce-overhead); bandwidth floors
+#   graphsbase  our Transformer (Pro) 125M and the recurrent baseline through graphs; FoX (Pro) 760M, batch 1
+#   graphscomp  FoX (Pro) 125M through graphs of the torch.compile'd step, batch 1
+#   graphs      all four, then graphtargets: the issue's targets against the rows (scripts/decode_targets.py)
 # BUDGET: seconds for the whole script; a step is cut to what is left (minus bundling time) or skipped.
 set -u
 START=$(date +%s); BUDGET=${BUDGET:-100000}
@@ -47,6 +54,10 @@ train_run() {  # train_run NAME SECONDS EXTRA...: a short FoX (Pro) 125M run at 
     cp "runs_bench/$name/metrics.jsonl" "$OUT/$name.metrics.jsonl" 2>/dev/null
 }
 STEPS=${*:-fused tests tune prune model train attn decode decode125}
+# "graphs": issue 18's steps, in order
+STEPS=$(for s in $STEPS; do [ "$s" = graphs ] && echo graphcheck graphs125 graphsbase graphscomp graphtargets \
+    || echo "$s"; done)
+GRAPHS="$FX bench decode --contexts 32768 --batches 1,32 --steps 32 --warmup 4"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/env.txt"
 python -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$OUT/env.txt"
 python -c "from foxformer.provenance import code_version; print('commit', code_version())" | tee -a "$OUT/env.txt"
@@ -83,6 +94,18 @@ decode) step decode_kernel 45 $FX bench decode --kernel --preset fox-pro-125m --
             --batches 1,32 --out "$OUT/decode_kernel_h200.json"
         step decode_760m 60 $FX bench decode --preset fox-pro-760m --contexts 32768 --batches 1 \
             --steps 16 --out "$OUT/decode_model_760m_h200.json" ;;
+graphcheck) step graphcheck 50 python -m pytest -q -x tests/gpu/test_decode_graphs_cuda.py ;;
+graphs125) step graphs125 160 $GRAPHS --preset fox-pro-125m --decode eager,graphs \
+               --anchors sdpa,static-compiled --out "$OUT/decode_graphs_fox_125m.json" ;;
+graphsbase) step graphs_transformer 30 $GRAPHS --preset transformer-pro-125m --decode graphs --no-baseline \
+                --out "$OUT/decode_graphs_transformer_125m.json"
+            step graphs_linear 25 $GRAPHS --preset linear-pro-125m --decode eager,graphs --no-baseline \
+                --out "$OUT/decode_graphs_linear_125m.json"
+            step graphs_760m 25 $GRAPHS --preset fox-pro-760m --batches 1 --decode graphs --no-baseline \
+                --out "$OUT/decode_graphs_fox_760m.json" ;;
+graphscomp) step graphscomp 60 $GRAPHS --preset fox-pro-125m --batches 1 --decode compiled --no-baseline \
+                --out "$OUT/decode_graphs_fox_125m_compiled.json" ;;
+graphtargets) python scripts/decode_targets.py "$OUT" | tee "$OUT/decode_targets.txt" ;;
 decode125) step decode_model 100 $FX bench decode --preset fox-pro-125m --contexts 4096,32768,65536 \
             --batches 1,32 --steps 16 --out "$OUT/decode_model_125m_h200.json" ;;
 *) echo "unknown step $s" ;;

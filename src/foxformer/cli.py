@@ -13,6 +13,7 @@ _AREAS = (
     "foxformer.models.cli",
     "foxformer.data.cli",
     "foxformer.train.cli",
+    "foxformer.demo",
     "foxformer.eval.cli",
     "foxformer.infer.cli",
 )

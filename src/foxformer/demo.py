@@ -258,7 +258,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_demo_command(subparsers) -> None:
+def add_commands(subparsers) -> None:
     p = subparsers.add_parser("demo", help="end-to-end demo: prepare built-in data, train tiny FoX and Transformer, "
                                            "evaluate, plot, report",
                               description=__doc__)

@@ -9,6 +9,7 @@ import torch
 from foxformer.bench.decode import realistic_gates
 from foxformer.cli import main
 from foxformer.eval.eviction import _cached_pass, eviction_loss
+from foxformer.models import EvictionPolicy
 
 from .helpers import tiny_model
 
@@ -18,8 +19,7 @@ def test_no_eviction_pass_is_the_full_forward():
     x = torch.randint(0, 97, (2, 150), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         full = model(x, labels=x, loss_reduction="none").loss
-    cached, mem = _cached_pass(model, x, chunk=7, prefill=20, evict_eps=None, qk_bound=None, progress=False,
-                               desc="")
+    cached, mem = _cached_pass(model, x, chunk=7, prefill=20, policy=None, progress=False, desc="")
     assert cached.shape == full.shape and torch.allclose(cached, full, atol=1e-5)
     assert mem["kept_fraction"] == 1.0
 
@@ -66,7 +66,7 @@ def test_a_model_without_qk_norm_needs_a_bound():
         eviction_loss(model, x, evict_eps=1e-3)
     assert eviction_loss(model, x, evict_eps=1e-3, qk_bound=10.0, progress=False)["seq_len"] == 60
     with pytest.warns(UserWarning, match="no layer can evict"):
-        model.model.new_cache(evict_eps=1e-3)
+        model.model.new_cache(EvictionPolicy(1e-3))
 
 
 @pytest.mark.parametrize("config_eps", [None, 1e-1], ids=["config-without-evict-eps", "config-with-evict-eps"])
@@ -77,7 +77,7 @@ def test_the_no_eviction_pass_keeps_every_key_whatever_the_config_says(config_ep
     realistic_gates(model, 32)
     model.config.evict_eps = config_eps
     x = torch.randint(0, 97, (1, 200), generator=torch.Generator().manual_seed(1))
-    _, mem = _cached_pass(model, x, chunk=16, prefill=16, evict_eps=None, qk_bound=None, progress=False, desc="")
+    _, mem = _cached_pass(model, x, chunk=16, prefill=16, policy=None, progress=False, desc="")
     assert mem["kept_fraction"] == 1.0
     res = eviction_loss(model, x, evict_eps=1e-1, progress=False)
     assert res["kept_fraction"] < 0.9 and res["live_ratio"] < 0.9 and res["max_abs_diff"] > 0

@@ -193,7 +193,7 @@ def test_lm_eval_hf_on_an_export_scores_as_eval_harness(tmp_path, capsys):
 
     from foxformer.cli import main
     from foxformer.data import load_tokenizer
-    from foxformer.eval.loading import load_model
+    from foxformer.train.loading import load_model
 
     from ..standalone_run import run_as_user
 

@@ -4,6 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from foxformer.models import EvictionPolicy
 from foxformer.ops import gate_cumsum
 from foxformer.ops.forgetting_attention.decode import forgetting_attention_decode, torch_decode
 
@@ -48,8 +49,6 @@ def test_bf16_model_decodes_through_the_kernel():
 @pytest.mark.parametrize("B,Hq,Hkv", [(1, 12, 12), (4, 8, 2)], ids=["b1-mha", "b4-gqa4"])
 def test_paged_kernel_matches_dense_at_64k(B, Hq, Hkv):
     """The paged kernel on shuffled 64-key pages of a 64K cache against the dense torch path."""
-    from foxformer.ops.forgetting_attention.decode import forgetting_attention_decode_paged
-
     Tk, D, page = 65536, 64, 64
     g = torch.Generator(device="cuda").manual_seed(1)
     q = torch.randn(B, 1, Hq, D, device="cuda", generator=g, dtype=torch.bfloat16)
@@ -66,7 +65,8 @@ def test_paged_kernel_matches_dense_at_64k(B, Hq, Hkv):
         return pool.index_copy_(0, table.flatten().long(), x.transpose(1, 2).reshape(B * Hkv * n, page, x.shape[-1]))
 
     c_pages = pages(c.view(B, Tk, Hkv, Hq // Hkv))   # the c of a kv head's query heads, float64
-    got = forgetting_attention_decode_paged(q, pages(k), pages(v), c_pages, table, Tk, start, backend="triton")
+    got = forgetting_attention_decode(q, pages(k), pages(v), c_pages, start, page_table=table, seq_len=Tk,
+                                      backend="triton")
     want = torch_decode(q, k, v, c, start, D ** -0.5)
     err = ((got.double() - want.double()).norm() / want.double().norm()).item()
     assert err < 1e-2, err
@@ -85,7 +85,7 @@ def test_bf16_model_with_eviction_decodes_through_the_paged_kernel():
     logits = {}
     for backend in ("triton", "torch"):
         model.config.attention_backend = backend
-        cache = model.model.new_cache(evict_eps=1e-4)
+        cache = model.model.new_cache(EvictionPolicy(1e-4))
         parts = [model(ids[:, :300], cache=cache, use_cache=True).logits.float()]
         parts += [model(ids[:, t:t + 1], cache=cache, use_cache=True).logits.float() for t in range(300, 700)]
         logits[backend] = torch.cat(parts, 1)

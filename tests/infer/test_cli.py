@@ -264,7 +264,7 @@ def test_bench_decode_evicts_without_qk_norm_given_a_bound(tmp_path):
 def test_bench_decode_reports_the_median_step(monkeypatch):
     """One slow step (a host hiccup) must not move ms_per_step: it is the median of per-step times; the mean
     and the 90th percentile are reported beside it."""
-    import foxformer.bench.decode as bench
+    import foxformer.bench.decode_steps as bench
     from foxformer.models import FoxForCausalLM, get_preset
 
     durations = [0.010, 0.010, 0.010, 0.500, 0.010]

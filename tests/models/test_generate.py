@@ -56,7 +56,6 @@ def test_left_padded_forward_logits_match(preset):
 
 
 def test_generate_with_chunked_prefill_and_left_padding():
-    from foxformer.models import FoxCache
     from foxformer.models.modeling import CACHE_FIELD  # the name this transformers version's generate uses
 
     model = make_model("transformer-pro-tiny")
@@ -66,7 +65,7 @@ def test_generate_with_chunked_prefill_and_left_padding():
     ref = model.generate(prompt, attention_mask=mask, max_new_tokens=5, do_sample=False, pad_token_id=0)
     for m in (mask, None):
         out = model.generate(prompt, attention_mask=m, max_new_tokens=5, do_sample=False, pad_token_id=0,
-                             prefill_chunk_size=4, **{CACHE_FIELD: FoxCache(model.config.num_layers)})
+                             prefill_chunk_size=4, **{CACHE_FIELD: model.model.new_cache()})
         expected = ref if m is not None else model.generate(prompt, max_new_tokens=5, do_sample=False,
                                                             pad_token_id=0)
         assert torch.equal(out, expected)

@@ -3,7 +3,8 @@ import pytest
 import torch
 
 from foxformer.infer.bias_shift import set_fgate_bias_shift
-from foxformer.models import FoxCache
+from foxformer.models import EvictionPolicy
+from foxformer.models.kvcache import RecurrentState
 from foxformer.models.modeling import CACHE_FIELD
 
 from .conftest import make_model, tokens
@@ -15,7 +16,7 @@ def test_cache_holds_a_fixed_size_state_not_keys():
     for length in (5, 60):
         cache = model(tokens(2, length), use_cache=True).cache
         for layer in cache.layers:
-            assert layer.k_buf is None and layer.c_buf is None
+            assert isinstance(layer, RecurrentState)
             assert layer.state.shape == (2, cfg.num_heads, cfg.head_dim, cfg.head_dim)
             assert layer.k_last.shape == (2, cfg.num_kv_heads, cfg.head_dim)  # the kv-shift state
         mem = cache.memory_bytes()
@@ -34,7 +35,7 @@ def test_a_cache_of_the_other_attention_kind_is_a_named_error(filled_by, used_by
 def test_eviction_is_refused():
     model = make_model("linear-pro-tiny")
     with pytest.raises(ValueError, match="evict_eps: KV eviction needs keys"):
-        model.model.new_cache(evict_eps=1e-3)
+        model.model.new_cache(EvictionPolicy(1e-3))
 
 
 def test_padding_tokens_do_not_reach_the_state():
@@ -58,7 +59,7 @@ def test_generate_with_chunked_prefill_and_left_padding():
     mask[1, :5] = 0  # row 1's first chunk is all padding
     ref = model.generate(prompt, attention_mask=mask, max_new_tokens=5, do_sample=False, pad_token_id=0)
     out = model.generate(prompt, attention_mask=mask, max_new_tokens=5, do_sample=False, pad_token_id=0,
-                         prefill_chunk_size=4, **{CACHE_FIELD: FoxCache(model.config.num_layers)})
+                         prefill_chunk_size=4, **{CACHE_FIELD: model.model.new_cache()})
     assert torch.equal(out, ref)
     alone = model.generate(prompt[1:, 5:], max_new_tokens=5, do_sample=False, pad_token_id=0)
     assert torch.equal(out[1:, 5:], alone)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from foxformer.cli import main
-from foxformer.eval.loading import load_model
+from foxformer.train.loading import load_model
 from foxformer.models import FoxConfig, FoxForCausalLM
 from foxformer.models.official import load_official, resolve_source
 

@@ -234,3 +234,22 @@ def test_bad_softmax_scale_is_rejected_like_forgetting_attention(scale, backend)
     q, k, v, c = make(1, 1, 20, 2, 1, 16, torch.float32)
     with pytest.raises(TypeError, match="softmax_scale must be a finite float or None"):
         forgetting_attention_decode(q, k, v, c, softmax_scale=scale, backend=backend)
+
+
+@pytest.mark.parametrize("backend", ["triton", "torch"])
+@pytest.mark.parametrize("as_tensor", [False, True], ids=["int", "device-tensor"])
+def test_seq_len_reads_a_prefix_of_preallocated_storage(backend, as_tensor):
+    """A static cache passes its whole buffers and the number of positions held (a device tensor inside a
+    CUDA graph): the positions past seq_len, here NaN, are never read, and the queries are its last Tq."""
+    B, Tq, Tk, Hq, Hkv, D, cap = 2, 2, 45, 4, 2, 16, 80
+    q, k, v, c = make(B, Tq, Tk, Hq, Hkv, D, torch.float32, seed=9)
+    k_buf, v_buf = torch.full((B, cap, Hkv, D), float("nan")), torch.full((B, cap, Hkv, D), float("nan"))
+    c_buf = torch.full((B, Hq, cap), float("nan"), dtype=torch.float64)
+    k_buf[:, :Tk], v_buf[:, :Tk], c_buf[:, :, :Tk] = k, v, c.transpose(1, 2)
+    start = torch.tensor([[0, 30], [12, 3]])
+    seq_len = torch.tensor([Tk]) if as_tensor else Tk
+    got = forgetting_attention_decode(q, k_buf, v_buf, c_buf.transpose(1, 2), start, seq_len=seq_len,
+                                      softmax_scale=0.25, backend=backend)
+    torch.testing.assert_close(got.double(), dense_reference(q, k, v, c, start, 0.25), rtol=0, atol=2e-5)
+    with pytest.raises(ValueError, match="seq_len 81 must be"):
+        forgetting_attention_decode(q, k_buf, v_buf, c_buf.transpose(1, 2), seq_len=cap + 1, backend=backend)

@@ -1,4 +1,4 @@
-"""Paged decode op: keys scattered over shuffled pages of a shared pool (the layout of an evicting
+"""The decode op through a page table: keys scattered over shuffled pages of a shared pool (the layout of an evicting
 cache) give the dense decode op's answer, with the Triton kernel (interpreted) and the torch path.
 Pages before a head's start are NaN-poisoned or shared with another head: they must never be read."""
 import os
@@ -8,10 +8,15 @@ os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported (con
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from foxformer.ops.forgetting_attention.decode import forgetting_attention_decode_paged  # noqa: E402
+from foxformer.ops.forgetting_attention.decode import forgetting_attention_decode  # noqa: E402
 from foxformer.ops.forgetting_attention.paging import gather_pages  # noqa: E402
 
 from .test_decode import dense_reference, make  # noqa: E402
+
+
+def paged(q, kp, vp, cp, table, seq_len, start=None, **kw):
+    """The decode op over a paged cache (the argument order of the former paged entry point)."""
+    return forgetting_attention_decode(q, kp, vp, cp, start, page_table=table, seq_len=seq_len, **kw)
 
 
 def paginate(k, v, c, page, start=None, seed=0, spare=3):
@@ -58,7 +63,7 @@ def test_paged_matches_dense(case, backend):
     start[0, 0] = 0
     kp, vp, cp, table = paginate(k, v, c, page, start)
     want = dense_reference(q, k, v, c, start, 0.3)
-    got = forgetting_attention_decode_paged(q, kp, vp, cp, table, Tk, start, softmax_scale=0.3, backend=backend,
+    got = paged(q, kp, vp, cp, table, Tk, start, softmax_scale=0.3, backend=backend,
                                             **({"num_splits": 3} if backend == "triton" else {}))
     assert got.shape == q.shape and got.dtype == q.dtype
     torch.testing.assert_close(got.double(), want, rtol=0, atol=2e-5)
@@ -70,7 +75,7 @@ def test_paged_half_precision_and_large_c(dtype):
     start = torch.tensor([[20, 3]])
     kp, vp, cp, table = paginate(k, v, c, 8, start)
     want = dense_reference(q, k, v, c, start, 0.25)
-    got = forgetting_attention_decode_paged(q, kp, vp, cp, table, 64, start, softmax_scale=0.25, backend="triton")
+    got = paged(q, kp, vp, cp, table, 64, start, softmax_scale=0.25, backend="triton")
     assert got.dtype == dtype
     torch.testing.assert_close(got.double(), want, rtol=0, atol={torch.float16: 4e-3, torch.bfloat16: 3e-2}[dtype])
 
@@ -86,15 +91,15 @@ def test_paged_bad_inputs():
     q, k, v, c = make(1, 1, 16, 4, 2, 8, torch.float32)
     kp, vp, cp, table = paginate(k, v, c, 4)
     with pytest.raises(ValueError, match="seq_len"):
-        forgetting_attention_decode_paged(q, kp, vp, cp, table, 100)
-    with pytest.raises(ValueError, match="c_pages"):
-        forgetting_attention_decode_paged(q, kp, vp, cp[..., :1], table, 16)
+        paged(q, kp, vp, cp, table, 100)
+    with pytest.raises(ValueError, match="c must be a page pool"):
+        paged(q, kp, vp, cp[..., :1], table, 16)
     with pytest.raises(ValueError, match="page_table"):
-        forgetting_attention_decode_paged(q, kp, vp, cp, table.float(), 16)
+        paged(q, kp, vp, cp, table.float(), 16)
     with pytest.raises(TypeError, match="dtype"):
-        forgetting_attention_decode_paged(q.half(), kp, vp, cp, table, 16)
+        paged(q.half(), kp, vp, cp, table, 16)
     with pytest.raises(ValueError, match="start"):
-        forgetting_attention_decode_paged(q, kp, vp, cp, table, 16, torch.zeros(1, 3, dtype=torch.long))
+        paged(q, kp, vp, cp, table, 16, torch.zeros(1, 3, dtype=torch.long))
 
 
 @pytest.mark.parametrize("backend", ["triton", "torch"])
@@ -110,7 +115,7 @@ def test_entries_of_dead_pages_are_never_read(backend):
         for h in range(Hkv):
             table[b, h, :int(start[b, h]) // page] = 10 ** 6
     want = dense_reference(q, k, v, c, start, 0.3)
-    got = forgetting_attention_decode_paged(q, kp, vp, cp, table, Tk, start, softmax_scale=0.3, backend=backend)
+    got = paged(q, kp, vp, cp, table, Tk, start, softmax_scale=0.3, backend=backend)
     torch.testing.assert_close(got.double(), want, rtol=0, atol=2e-5)
 
 
@@ -121,4 +126,4 @@ def test_a_start_past_the_first_query_is_refused_on_cpu(backend):
     q, k, v, c = make(1, 3, 33, 4, 2, 8, torch.float32)
     kp, vp, cp, table = paginate(k, v, c, 4)
     with pytest.raises(ValueError, match="start.*Tk - Tq"):
-        forgetting_attention_decode_paged(q, kp, vp, cp, table, 33, torch.tensor([[0, 32]]), backend=backend)
+        paged(q, kp, vp, cp, table, 33, torch.tensor([[0, 32]]), backend=backend)

@@ -197,7 +197,7 @@ def test_data_without_validation_documents_says_how_to_fix_it(make_cfg, tmp_path
 def test_resuming_an_older_checkpoint_abandons_the_newer_ones(make_cfg, tmp_path, crash_after, expected):
     # resume=<older checkpoint> continued from it, but latest_checkpoint still let the abandoned newer
     # step folder win over `latest`: the next automatic resume and load_model(run) silently went back to it
-    from foxformer.eval.loading import load_model
+    from foxformer.train.loading import load_model
 
     run = str(tmp_path / "r")
     train(make_cfg(out_dir=run, max_steps=6, keep_last=3))  # step_2, 4, 6

@@ -1,4 +1,5 @@
-"""`foxformer bench <what>`: benchmarks that print a table and write JSON."""
+"""`foxformer bench <what>`: benchmarks that print a table and write JSON (also `foxformer bench-model` and
+`foxformer bench-decode`)."""
 from __future__ import annotations
 
 from . import attention, decode, model, scaling
@@ -11,3 +12,6 @@ def add_commands(sub) -> None:
     model.add_parser(inner)
     decode.add_parser(inner)
     scaling.add_parser(inner)
+    model.configure(sub.add_parser("bench-model", help="training tokens/s and peak memory of whole models "
+                                                       "(and transformers' LlamaForCausalLM as anchor)"))
+    decode.add_parser(sub, name="bench-decode")

@@ -1,14 +1,17 @@
-"""`foxformer bench-decode` (also `foxformer bench decode`): decoding speed and memory at long context.
+"""`foxformer bench decode` (also `foxformer bench-decode`): decoding speed and memory at long context.
 
 For each context length and batch size: prefill ``context`` random tokens (in chunks), then time
-``steps`` single-token decode steps. Models: the foxformer preset without and with KV eviction,
-and transformers' own LlamaForCausalLM of the same size (SDPA, its DynamicCache) as the anchor.
+``steps`` single-token decode steps. Models: the foxformer preset without and with KV eviction, along each
+``--decode`` path (eager, CUDA graphs, graphs of the compiled step), and transformers' own LlamaForCausalLM
+of the same size as the anchors (``--anchors``: its eager SDPA forward with a DynamicCache, "llama-sdpa";
+its StaticCache under torch.compile(mode="reduce-overhead"), "llama-static-compiled").
 Rows are labelled by the preset's kind ("fox", "transformer" or "linear", see ``model_kind``; "+evict"
-for the eviction row, "llama-sdpa" for the anchor) and carry the preset name in "preset".
+for the eviction row) and carry the preset name in "preset" and the path the steps took in "decode".
 Reported: ms per step (the median of per-step times, each step synced as generation does; the mean and
-the 90th percentile beside it), tokens/s (batch / median step), peak device memory during decoding, cache
-bytes, the fraction of keys eviction kept, and the largest log-probability difference that eviction
-caused on the same token stream (the measured output error).
+the 90th percentile beside it), tokens/s (batch / median step), prefill time, peak device memory during
+decoding, cache bytes, the fraction of keys eviction kept, the largest log-probability difference that
+eviction caused on the same token stream (the measured output error), and the memory-bandwidth floor of
+the step (decode_steps.py) with the measured time's multiple of it.
 
 Random-init FoX gates all start near f = 0.5 and would evict everything; ``--gates realistic`` sets
 each layer's gate biases to timescales geometric in [2, max context] across heads (the "realistic
@@ -22,18 +25,18 @@ from __future__ import annotations
 import argparse
 import gc
 import math
-import statistics
 import sys
-import time
 from typing import Optional
 
 import torch
 from tqdm import tqdm
 
 from foxformer.argtypes import ints
-from foxformer.models.calls import cache_keyword, cache_of
+from foxformer.models.calls import fox_blocks
+from foxformer.models.kvcache import FoxCache, check_eviction
 
 from .common import environment, print_table, write_json
+from .decode_steps import HF_PATHS, copy_bandwidth, measure_decode
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -44,7 +47,7 @@ def realistic_gates(model, max_context: int, noise: float = 0.0) -> None:
     from foxformer.models.layers import timescale_bias
 
     with torch.no_grad():
-        for block in model.model.layers:
+        for block in fox_blocks(model, "realistic gates"):
             gate = block.attn.fgate
             if gate is None:
                 continue
@@ -56,90 +59,6 @@ def realistic_gates(model, max_context: int, noise: float = 0.0) -> None:
                 gate.bias.copy_(bias.to(gate.bias))
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-
-
-@torch.no_grad()
-def measure_decode(model, *, vocab: int, context: int, batch: int, steps: int, warmup: int,
-                   evict_eps: Optional[float], prefill_chunk: int, device: torch.device, seed: int = 0,
-                   keep_logprobs: int = 8, evict_qk_bound: Optional[float] = None) -> dict:
-    """Prefill ``context`` random tokens, run ``warmup`` then ``steps`` timed decode steps.
-
-    Returns a row with tokens_per_s and ms_per_step (from the median step; the mean and the 90th percentile
-    beside them), peak_mem_gib, cache_gib, kept_fraction and
-    "logprobs" (fp32 [min(steps, keep_logprobs), V] of row 0, for comparing runs on one token stream).
-    """
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(0, vocab, (batch, context + warmup + steps), generator=g).to(device)
-    kw = cache_keyword(model)
-    cache = None
-    total = context + warmup + steps
-    if hasattr(getattr(model, "model", None), "new_cache"):
-        from foxformer.models.cache import FoxCache
-
-        # new_cache(None) falls back to the config's evict_eps: the no-eviction row would evict.
-        # N of the bound is the length decoded here, not the model's max_position_embeddings / evict_max_len:
-        # a --model with a shorter one would evict outside the eps tolerance (or refuse).
-        cache = model.model.new_cache(evict_eps=evict_eps, evict_qk_bound=evict_qk_bound, evict_max_len=total) \
-            if evict_eps is not None else FoxCache(len(model.model.layers))
-        cache.reserve(total)
-    elif evict_eps is not None:
-        raise ValueError("evict_eps: eviction needs a FoX model")
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-    # prefill_chunk is per sequence at batch <= 4; larger batches take proportionally shorter chunks so
-    # that a chunk's attention mask / score tiles (transformers materialises [B, 1, chunk, keys]) stay small.
-    chunk = max(128, prefill_chunk * 4 // max(batch, 4))
-    t0 = time.perf_counter()
-    out = None
-    for s in range(0, context, chunk):
-        out = model(input_ids=ids[:, s:min(s + chunk, context)], use_cache=True, logits_to_keep=1,
-                    **{kw: cache})
-        cache = cache_of(out)
-    _sync(device)
-    prefill_s = time.perf_counter() - t0
-    for i in range(warmup):
-        out = model(input_ids=ids[:, context + i:context + i + 1], use_cache=True, logits_to_keep=1, **{kw: cache})
-        cache = cache_of(out)
-    _sync(device)
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-    logprobs = []
-    # Each step is timed to its end (a sync per step, as in generation, where the next token must reach the
-    # host): batch-1 steps are host-bound, and a mean over 16 unsynced steps varied 12 to 72 ms between rows
-    # of one run (sixth session, H200); the median of per-step times resists such spikes.
-    times = []
-    for i in range(steps):
-        t = context + warmup + i
-        t0 = time.perf_counter()
-        out = model(input_ids=ids[:, t:t + 1], use_cache=True, logits_to_keep=1, **{kw: cache})
-        cache = cache_of(out)
-        _sync(device)
-        times.append(time.perf_counter() - t0)
-        if i < keep_logprobs:
-            logprobs.append(out.logits[0, -1])
-    median = statistics.median(times) if times else None
-    row = {"context": context, "batch": batch, "steps": steps,
-           "ms_per_step": None if median is None else 1e3 * median,
-           "ms_per_step_mean": 1e3 * sum(times) / max(steps, 1),
-           "ms_per_step_p90": 1e3 * sorted(times)[int(0.9 * (len(times) - 1))] if times else None,
-           "tokens_per_s": batch / median if median else None, "prefill_s": prefill_s}
-    if evict_eps is not None:
-        row["evict_max_len"] = total
-    if device.type == "cuda":
-        row["peak_mem_gib"] = torch.cuda.max_memory_allocated() / 2**30
-    if hasattr(cache, "memory_bytes"):
-        from foxformer.infer.eviction import cache_report
-        rep = cache_report(cache)
-        row["cache_gib"] = rep["allocated_bytes"] / 2**30
-        row["live_gib"] = rep["live_bytes"] / 2**30
-        row["kept_fraction"] = rep["kept_fraction"]
-    row["logprobs"] = torch.log_softmax(torch.stack(logprobs).float(), -1).cpu() if logprobs else None
-    return row
-
-
 def model_kind(config) -> str:
     """The row label of a foxformer model: "linear" (gated linear attention), "fox" (softmax attention with a
     forget gate) or "transformer" (without one)."""
@@ -148,15 +67,23 @@ def model_kind(config) -> str:
     return "fox" if getattr(config, "has_fgate", False) else "transformer"
 
 
+def _anchors(args, device: torch.device) -> list[str]:
+    if args.anchors != "auto":
+        return [a for a in args.anchors.split(",") if a]
+    # The compiled anchor's compile is what a GPU user runs; on the CPU it would only time inductor.
+    return list(HF_PATHS) if device.type == "cuda" else ["sdpa"]
+
+
 def _build(args, device: torch.device, dtype: torch.dtype):
-    """[(label, preset, model, evict_eps)]: preset is None for a --model (the settings record its path)."""
+    """[(label, preset, model, evict_eps, decode path)]: preset is None for a --model (the settings record its
+    path)."""
     from foxformer.models import FoxForCausalLM, get_preset
 
     from .model import llama_anchor
 
     models = []
     if args.model:
-        from foxformer.eval.loading import load_model
+        from foxformer.train.loading import load_model
         fox = load_model(args.model, device=device, dtype=dtype).model
     else:
         torch.manual_seed(0)
@@ -166,8 +93,9 @@ def _build(args, device: torch.device, dtype: torch.dtype):
             realistic_gates(fox, args.gate_tmax or max(args.contexts))
         fox = fox.to(device=device, dtype=dtype).eval()
     kind, preset = model_kind(fox.config), None if args.model else args.preset
-    models.append((kind, preset, fox, None))
-    models.append((f"{kind}+evict", preset, fox, args.evict_eps))
+    for evict in (False, True):
+        for path in args.decode:
+            models.append((f"{kind}+evict" if evict else kind, preset, fox, args.evict_eps if evict else None, path))
     if args.baseline:
         anchor = anchor_preset(args.preset, fox.config if args.model else None)
         if anchor is None:
@@ -176,7 +104,9 @@ def _build(args, device: torch.device, dtype: torch.dtype):
         else:
             llama = llama_anchor(get_preset(anchor, vocab_size=fox.config.vocab_size))
             llama.config.use_cache = True
-            models.append(("llama-sdpa", anchor, llama.to(device=device, dtype=dtype).eval(), None))
+            llama = llama.to(device=device, dtype=dtype).eval()
+            for path in _anchors(args, device):
+                models.append((f"llama-{path}", anchor, llama, None, path))
     return models
 
 
@@ -198,14 +128,12 @@ def anchor_preset(preset: str, config=None) -> Optional[str]:
 def evict_skip_reason(model, evict_eps: float, qk_bound: Optional[float]) -> Optional[str]:
     """Why the +evict row could not evict a single key (it would report kept_fraction 1 and
     max_logprob_diff 0 as if eviction were free), or None when some layer evicts."""
-    from foxformer.infer.eviction import eviction_deltas
-
     if not getattr(model.config, "has_fgate", False):
         return "the model has no forget gate (a softmax Transformer): eviction needs a FoX model"
     if getattr(model.config, "attention", None) == "linear":
         return "the model keeps a fixed-size recurrent state (attention='linear'), no keys to evict"
     bound = qk_bound if qk_bound is not None else model.config.evict_qk_bound
-    if all(d is None for d in eviction_deltas(model, evict_eps, bound)):
+    if all(block.attn.eviction_bound(bound) is None for block in fox_blocks(model, "eviction")):
         return "no layer can evict: the model has no QK-norm, so pass --evict-qk-bound (your bound on |q.k| * scale)"
     return None
 
@@ -228,15 +156,19 @@ def run(args) -> dict:
         return payload
     models = _build(args, device, dtype)
     qk_bound = getattr(args, "evict_qk_bound", None)
-    skip = {name: evict_skip_reason(m, eps, qk_bound) for name, _, m, eps in models if eps is not None}
+    skip = {name: evict_skip_reason(m, eps, qk_bound) for name, _, m, eps, _ in models if eps is not None}
     for name, reason in skip.items():
         if reason:
             print(f"bench decode: skipping the {name} row: {reason}", file=sys.stderr)
-    rows = []
+    env = environment()
+    bandwidth = copy_bandwidth(device)
+    env["copy_gb_s"] = None if bandwidth is None else bandwidth / 1e9
+    payload = {"env": env, "settings": {k: v for k, v in vars(args).items() if k != "func"}, "rows": []}
+    rows = payload["rows"]
     jobs = [(*entry, ctx, b) for ctx in args.contexts for b in args.batches for entry in models]
-    # the no-eviction row of the same model object is the reference of the eviction row's max_logprob_diff
+    # the no-eviction row of the same model object and path is the reference of the eviction row's max_logprob_diff
     reference = {}
-    for name, preset, model, eps, ctx, b in tqdm(jobs, desc="bench decode"):
+    for name, preset, model, eps, path, ctx, b in tqdm(jobs, desc="bench decode"):
         if skip.get(name):
             rows.append({"model": name, "preset": preset, "context": ctx, "batch": b, "evict_eps": eps,
                          "skipped": skip[name]})
@@ -244,26 +176,40 @@ def run(args) -> dict:
         try:
             row = measure_decode(model, vocab=model.config.vocab_size, context=ctx, batch=b, steps=args.steps,
                                  warmup=args.warmup, evict_eps=eps, prefill_chunk=args.prefill_chunk, device=device,
-                                 evict_qk_bound=qk_bound if eps is not None else None)
+                                 evict_qk_bound=qk_bound if eps is not None else None, decode=path,
+                                 bandwidth=bandwidth)
         except torch.cuda.OutOfMemoryError:
-            row = {"context": ctx, "batch": b, "error": "out of memory"}
+            row = {"context": ctx, "batch": b, "decode": path, "error": "out of memory"}
+        except Exception as e:  # noqa: BLE001  (an anchor that fails to compile must not lose the other rows)
+            if path not in HF_PATHS[1:]:
+                raise
+            row = {"context": ctx, "batch": b, "decode": path, "error": f"{type(e).__name__}: {e}"[:300]}
         row["model"] = name
         row["preset"] = preset
         if eps is not None:
             row["evict_eps"] = eps
         lp = row.pop("logprobs", None)
+        key = (id(model), path, ctx, b)
         if eps is None and lp is not None:
-            reference[(id(model), ctx, b)] = lp
-        elif lp is not None and (id(model), ctx, b) in reference:
-            row["max_logprob_diff"] = float((lp - reference[(id(model), ctx, b)]).abs().max())
+            reference[key] = lp
+        elif lp is not None and key in reference:
+            row["max_logprob_diff"] = float((lp - reference[key]).abs().max())
+        # every path decodes the same token stream: its log-probabilities against the eager path's (0 for CUDA
+        # graphs, which replay the eager path's kernels on the same storage)
+        if lp is not None and path == "eager":
+            reference[(id(model), eps, ctx, b)] = lp
+        elif lp is not None and (id(model), eps, ctx, b) in reference:
+            row["logprob_diff_vs_eager"] = float((lp - reference[(id(model), eps, ctx, b)]).abs().max())
         rows.append(row)
+        if args.out:  # after every row: a run cut short keeps what it measured
+            write_json(args.out, payload)
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()
-    columns = ["model", "context", "batch", "tokens_per_s", "ms_per_step", "ms_per_step_p90", "peak_mem_gib",
-               "cache_gib", "live_gib", "kept_fraction", "max_logprob_diff", "error", "skipped"]
+    columns = ["model", "decode", "context", "batch", "tokens_per_s", "ms_per_step", "ms_per_step_p90", "x_floor",
+               "prefill_s", "peak_mem_gib", "cache_gib", "live_gib", "kept_fraction", "max_logprob_diff",
+               "logprob_diff_vs_eager", "error", "skipped"]
     print_table(rows, columns)
-    payload = {"env": environment(), "settings": {k: v for k, v in vars(args).items() if k != "func"}, "rows": rows}
     if args.out:
         write_json(args.out, payload)
         print(f"wrote {args.out}")
@@ -306,6 +252,15 @@ def kernel_rows(contexts: list[int], batches: list[int], heads: int, kv_heads: i
     return rows
 
 
+def _decode_paths(text: str) -> list[str]:
+    paths = [x for x in text.split(",") if x]
+    bad = [x for x in paths if x not in FoxCache.DECODE_MODES]
+    if bad or not paths:
+        raise argparse.ArgumentTypeError(f"expected comma-separated decode paths from "
+                                         f"{', '.join(FoxCache.DECODE_MODES)}, got {text!r}")
+    return paths
+
+
 def add_parser(sub, name: str = "decode") -> argparse.ArgumentParser:
     p = sub.add_parser(name, help="decode tokens/s and memory at long context (a preset with and without eviction, "
                                   "LLaMA SDPA)")
@@ -325,7 +280,13 @@ def add_parser(sub, name: str = "decode") -> argparse.ArgumentParser:
     p.add_argument("--gates", choices=("realistic", "init"), default="realistic")
     p.add_argument("--gate-tmax", type=float, default=None,
                    help="longest decay timescale of the realistic gates (default: the longest context)")
-    p.add_argument("--no-baseline", dest="baseline", action="store_false", help="skip the LLaMA SDPA anchor")
+    p.add_argument("--decode", type=_decode_paths, default=["auto"],
+                   help="comma-separated decode paths of the foxformer model (a row each): auto (CUDA graphs where "
+                        "possible), graphs, compiled (graphs of the torch.compile'd step), static, eager")
+    p.add_argument("--anchors", default="auto", help="comma-separated transformers Llama anchors: sdpa (eager, "
+                   "DynamicCache), static-compiled (StaticCache + torch.compile reduce-overhead); auto: both on "
+                   "CUDA, sdpa on the CPU")
+    p.add_argument("--no-baseline", dest="baseline", action="store_false", help="skip the LLaMA anchors")
     p.add_argument("--kernel", action="store_true",
                    help="time the attention op alone (FoX decode op vs SDPA) at the preset's head shape")
     p.add_argument("--device", default="auto")
@@ -341,12 +302,15 @@ def add_parser(sub, name: str = "decode") -> argparse.ArgumentParser:
         for name in ("contexts", "batches"):
             if any(n < 1 for n in getattr(args, name)):
                 raise SystemExit(f"error: --{name} must all be >= 1, got {getattr(args, name)}")
-        if not (0 < args.evict_eps < 1):
-            raise SystemExit(f"error: --evict-eps must be in (0, 1), got {args.evict_eps}")
-        if args.evict_qk_bound is not None and not (args.evict_qk_bound >= 0 and math.isfinite(args.evict_qk_bound)):
-            raise SystemExit(f"error: --evict-qk-bound must be a finite number >= 0, got {args.evict_qk_bound}")
+        try:
+            check_eviction(args.evict_eps, args.evict_qk_bound, label="--{}")
+        except ValueError as e:
+            raise SystemExit(f"error: {e}") from None
         if args.gate_tmax is not None and not (args.gate_tmax > 0 and math.isfinite(args.gate_tmax)):
             raise SystemExit(f"error: --gate-tmax must be a finite number > 0, got {args.gate_tmax}")
+        bad = [a for a in args.anchors.split(",") if a and a not in HF_PATHS] if args.anchors != "auto" else []
+        if bad:
+            raise SystemExit(f"error: --anchors must be auto or comma-separated from {', '.join(HF_PATHS)}, got {bad}")
         run(args)
         return 0
 

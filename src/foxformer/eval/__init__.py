@@ -8,9 +8,10 @@ Python API (the CLI commands `foxformer eval ...`, `foxformer analyze gates`, `f
     gate_stats(model, tokens) -> GateStats; head_matrices(model, tokens, heads)
     save_loss / save_niah / save_gates           JSON + PNG into a folder; build_report(run_dirs, out)
 """
+from foxformer.train.loading import LoadedModel, load_model, wrap_model
+
 from .gates import GateStats, capture_attention, choose_heads, gate_stats, head_matrices, parse_heads
 from .harness import HarnessAdapter, lm_eval_available, make_lm, run_harness
-from .loading import LoadedModel, load_model, wrap_model
 from .loss import LossCurve, bootstrap_mean_bands, eval_loss, loss_curve, per_token_loss, smooth
 from .niah import MODES, Needle, NiahCase, NiahResult, build_case, make_needle, niah_grid, normalize, run_case
 from .outputs import save_gates, save_loss, save_niah

@@ -39,7 +39,7 @@ def _text_args(p: argparse.ArgumentParser, seq_len: int, num: int) -> None:
 
 
 def _load_models(args):
-    from .loading import load_model
+    from foxformer.train.loading import load_model
 
     if args.names is not None and len(args.names) != len(args.models):
         raise ValueError(f"--names: got {len(args.names)} names for {len(args.models)} models")

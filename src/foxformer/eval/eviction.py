@@ -14,25 +14,20 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from foxformer.models.calls import cache_of
+from foxformer.models.calls import backbone, cache_of, model_device
+from foxformer.models.kvcache import EvictionPolicy
 
-from .loading import model_device
 from .loss import check_tokens, fp32_head, head_losses
 
 
 @torch.no_grad()
-def _cached_pass(model, tokens: torch.Tensor, chunk: int, prefill: int, evict_eps: Optional[float],
-                 qk_bound: Optional[float], progress: bool, desc: str) -> tuple[torch.Tensor, dict]:
-    """fp32 [N, T-1] next-token losses through the cache, and the cache's peak memory."""
-    from foxformer.infer.eviction import cache_report
-
-    from foxformer.models.cache import FoxCache
-
-    body = model.model
-    if evict_eps is None:  # new_cache(None) falls back to the config's evict_eps: the baseline would evict
-        cache = FoxCache(len(body.layers))
-    else:
-        cache = body.new_cache(evict_eps=evict_eps, evict_qk_bound=qk_bound, evict_max_len=tokens.shape[1])
+def _cached_pass(model, tokens: torch.Tensor, chunk: int, prefill: int, policy: Optional[EvictionPolicy],
+                 progress: bool, desc: str) -> tuple[torch.Tensor, dict]:
+    """fp32 [N, T-1] next-token losses through the cache (``policy`` None: every key kept, whatever the
+    model config says), and the cache's peak memory."""
+    body = backbone(model)
+    # N of the bound: the sequence read here (the model's max_position_embeddings may be shorter).
+    cache = body.new_cache(policy if policy is None else EvictionPolicy(policy.eps, policy.qk_bound, tokens.shape[1]))
     head = fp32_head(model.lm_head)
     losses, peak_alloc, peak_live, report = [], 0, 0, {}
     bounds = [0, min(prefill, tokens.shape[1])]
@@ -44,7 +39,7 @@ def _cached_pass(model, tokens: torch.Tensor, chunk: int, prefill: int, evict_ep
         hidden = out.last_hidden_state[:, : max(0, min(b, tokens.shape[1] - 1) - a)]
         if hidden.shape[1]:
             losses.append(head_losses(hidden, tokens[:, a + 1:a + 1 + hidden.shape[1]], *head))
-        report = cache_report(cache)
+        report = cache.memory_report()
         peak_alloc = max(peak_alloc, report["allocated_bytes"])
         peak_live = max(peak_live, report["live_bytes"])
     mem = {"peak_allocated_bytes": peak_alloc, "peak_live_bytes": peak_live,
@@ -60,7 +55,7 @@ def eviction_loss(model, tokens, *, evict_eps: float, chunk: int = 16, prefill: 
     Returns mean losses, the per-token difference (mean, mean absolute, max absolute, fp64 means of
     fp32 losses), the memory ratios and the fraction of keys still cached at the end.
     """
-    if not hasattr(getattr(model, "model", None), "new_cache"):
+    if not hasattr(backbone(model), "new_cache"):
         raise ValueError("model: eviction needs a foxformer FoX model (FoxForCausalLM)")
     if not model.config.has_fgate:
         raise ValueError("model: eviction needs a forget gate (a FoX model); this one has none")
@@ -68,8 +63,7 @@ def eviction_loss(model, tokens, *, evict_eps: float, chunk: int = 16, prefill: 
         # Here, not at new_cache: that comes after the whole no-eviction pass, the longest part of the run.
         raise ValueError("model: eviction needs cached keys; a gated linear attention model (attention='linear') "
                          "has no keys to evict, only a fixed-size recurrent state")
-    if not (isinstance(evict_eps, float) and 0.0 < evict_eps < 1.0):
-        raise ValueError(f"evict_eps: expected a float in (0, 1), got {evict_eps!r}")
+    policy = EvictionPolicy(evict_eps, qk_bound)
     # new_cache takes the config's evict_qk_bound when qk_bound is None
     if qk_bound is None and model.config.evict_qk_bound is None and not model.config.qk_norm:
         raise ValueError("qk_bound: this model has no QK-norm, so eviction needs your bound on |q.k| * scale "
@@ -80,8 +74,8 @@ def eviction_loss(model, tokens, *, evict_eps: float, chunk: int = 16, prefill: 
     was_training = model.training
     model.eval()
     try:
-        base, base_mem = _cached_pass(model, tokens, chunk, prefill, None, qk_bound, progress, "no eviction")
-        ev, ev_mem = _cached_pass(model, tokens, chunk, prefill, evict_eps, qk_bound, progress, "eviction")
+        base, base_mem = _cached_pass(model, tokens, chunk, prefill, None, progress, "no eviction")
+        ev, ev_mem = _cached_pass(model, tokens, chunk, prefill, policy, progress, "eviction")
     finally:
         model.train(was_training)
     diff = (ev.double() - base.double()).cpu().numpy()

@@ -23,26 +23,17 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from .loading import model_device
+from foxformer.models.calls import backbone, fox_blocks, model_device
 from .loss import check_tokens
 
 
 def _attention_modules(model: torch.nn.Module) -> list:
-    body = getattr(model, "model", model)
-    layers = getattr(body, "layers", None)
-    if layers is None or not all(hasattr(getattr(b, "attn", None), "_attend") for b in layers):
-        raise TypeError(f"model: gate analysis needs a foxformer model (FoxForCausalLM); got {type(model).__name__}")
-    return [b.attn for b in layers]
+    return [b.attn for b in fox_blocks(model, "gate analysis")]
 
 
 def is_linear(model: torch.nn.Module) -> bool:
     """Gated linear attention (attention="linear"): its A has no softmax."""
     return getattr(getattr(model, "config", None), "attention", None) == "linear"
-
-
-def _body(model: torch.nn.Module) -> torch.nn.Module:
-    """The stack without the LM head: the analyses need no logits."""
-    return getattr(model, "model", model)
 
 
 @contextlib.contextmanager
@@ -151,7 +142,7 @@ def gate_stats(model: torch.nn.Module, tokens, *, name: str = "model", points: i
     log_fs: list[list[torch.Tensor]] = [[] for _ in attns]
     for s in tqdm(range(0, tokens.shape[0], batch_size), desc=f"gates {name}", unit="batch", disable=not progress):
         with capture_attention(model) as rec:
-            _body(model)(input_ids=tokens[s:s + batch_size].to(model_device(model)))
+            backbone(model)(input_ids=tokens[s:s + batch_size].to(model_device(model)))
         for layer, r in enumerate(rec):
             if r.get("log_f") is not None:
                 log_fs[layer].append(r["log_f"].cpu())
@@ -215,7 +206,7 @@ def head_matrices(model: torch.nn.Module, tokens, heads: Sequence[tuple[int, int
             raise ValueError(f"heads: ({layer}, {head}) is outside {len(attns)} layers x "
                              f"{attns[0].num_heads} heads")
     with capture_attention(model, qk_layers={l for l, _ in heads}) as rec:
-        _body(model)(input_ids=tokens.to(model_device(model)))
+        backbone(model)(input_ids=tokens.to(model_device(model)))
     T = tokens.shape[1]
     causal = torch.ones(T, T, dtype=torch.bool).tril()
     linear = is_linear(model)

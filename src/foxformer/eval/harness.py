@@ -27,8 +27,7 @@ import torch
 from tqdm.auto import tqdm
 
 from foxformer.data.tokenizer import start_ids
-
-from .loading import model_device
+from foxformer.models.calls import model_device
 
 
 class HarnessAdapter:

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from .loading import model_device, vocab_size_of
+from foxformer.models.calls import backbone, model_device, vocab_size_of
 
 
 def check_tokens(tokens, model: Optional[torch.nn.Module] = None, name: str = "tokens") -> torch.Tensor:
@@ -45,9 +45,9 @@ def check_tokens(tokens, model: Optional[torch.nn.Module] = None, name: str = "t
 def _row_losses(model: torch.nn.Module, ids: torch.Tensor, chunk: int) -> torch.Tensor:
     """fp32 [B, T-1] next-token losses; the LM head runs on ``chunk`` positions at a time so that long
     sequences never materialise [B, T, V] logits."""
-    body, head = getattr(model, "model", None), getattr(model, "lm_head", None)
+    body, head = backbone(model), getattr(model, "lm_head", None)
     targets = ids[:, 1:]
-    if body is None or head is None:  # any other HF causal LM
+    if body is model or head is None:  # any other HF causal LM
         logits = model(input_ids=ids).logits[:, :-1]
         return F.cross_entropy(logits.float().transpose(1, 2), targets, reduction="none")
     hidden = body(input_ids=ids, use_cache=False).last_hidden_state[:, :-1]

@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 from foxformer.data.tokenizer import start_ids
 from foxformer.models.calls import cache_of
 
-from .loading import model_device, vocab_size_of
+from foxformer.models.calls import model_device, vocab_size_of
 
 MODES = ("standard", "easy")
 NEEDLE = "The special magic number for {key} is: {value}."

@@ -10,17 +10,11 @@ from typing import Optional, Sequence
 
 import torch
 
+from foxformer.models.calls import fox_blocks
+
 
 def _gates(model) -> list:
-    inner = getattr(model, "model", model)
-    layers = getattr(inner, "layers", None)
-    if layers is None:
-        raise TypeError(f"model: expected a FoxForCausalLM or FoxModel, got {type(model).__name__}")
-    # Other Hugging Face models have `layers` too (LLaMA's decoder layers hold `self_attn`, not `attn`).
-    if not all(hasattr(getattr(block, "attn", None), "fgate") for block in layers):
-        raise TypeError(f"model: fgate_bias_shift needs a foxformer model (FoxForCausalLM or FoxModel), "
-                        f"got {type(model).__name__}")
-    return [block.attn.fgate for block in layers]
+    return [block.attn.fgate for block in fox_blocks(model, "fgate_bias_shift")]
 
 
 def _per_layer(shift, num_layers: int) -> list:

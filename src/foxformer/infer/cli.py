@@ -1,4 +1,4 @@
-"""`foxformer generate`, `foxformer bench-decode` and `foxformer bias-shift`."""
+"""`foxformer generate` and `foxformer bias-shift`."""
 from __future__ import annotations
 
 import argparse
@@ -7,6 +7,7 @@ import sys
 import time
 
 from foxformer.argtypes import floats
+from foxformer.models.kvcache import FoxCache
 
 
 def _shift(text: str):
@@ -31,9 +32,8 @@ def _model_args(p: argparse.ArgumentParser) -> None:
 
 def _cmd_generate(args) -> int:
     from foxformer.data import load_tokenizer
-    from foxformer.eval.loading import load_model
+    from foxformer.train.loading import load_model
 
-    from .eviction import cache_report
     from .generate import GenerationConfig, generate
 
     if (args.prompt is None) == (args.prompt_file is None):
@@ -49,7 +49,7 @@ def _cmd_generate(args) -> int:
                            top_p=args.top_p, seed=args.seed, evict_eps=args.evict_eps,
                            evict_qk_bound=args.evict_qk_bound, evict_max_len=args.evict_max_len,
                            fgate_bias_shift=args.fgate_bias_shift, prefill_chunk=args.prefill_chunk,
-                           ignore_eos=args.ignore_eos)
+                           ignore_eos=args.ignore_eos, decode=args.decode)
     state: dict = {}
     pieces = []
     t0 = time.perf_counter()
@@ -67,13 +67,17 @@ def _cmd_generate(args) -> int:
     result = {"model": args.model, "prompt_tokens": len(tokenizer.encode(prompt)), "new_tokens": n_new,
               "seconds": elapsed, "text": text, "settings": dict(vars(cfg))}
     cache = state.get("cache")
-    if cache is not None and hasattr(cache, "memory_bytes"):
-        result["cache"] = cache_report(cache)
+    if cache is not None and hasattr(cache, "memory_report"):
+        result["cache"] = cache.memory_report()
     note = ""
     if "cache" in result:
         kept = result["cache"]["kept_fraction"]
         note = (f" cache: recurrent state of {result['cache']['allocated_bytes'] / 2**10:.1f} KiB" if kept is None
                 else f" cache kept {kept:.1%} of keys")
+    decode_note = getattr(cache, "decode_note", None)
+    if decode_note:  # the one-line note of a fallback from CUDA graphs
+        result["decode_note"] = decode_note
+        note += f"; {decode_note}"
     print(f"[{n_new} tokens in {elapsed:.2f} s]{note}", file=sys.stderr)
     if args.out:
         with open(args.out, "w") as f:
@@ -82,7 +86,7 @@ def _cmd_generate(args) -> int:
 
 
 def _cmd_bias_shift(args) -> int:
-    from foxformer.eval.loading import load_model
+    from foxformer.train.loading import load_model
 
     from .bias_shift import bias_shift_sweep
 
@@ -166,6 +170,10 @@ def add_commands(subparsers) -> None:
                    help="added to the gate logits: one float, or comma-separated per layer")
     p.add_argument("--prefill-chunk", type=int, default=None, help="prompt tokens per forward")
     p.add_argument("--ignore-eos", action="store_true", help="keep going past the end-of-text token")
+    p.add_argument("--decode", default="auto", choices=FoxCache.DECODE_MODES,
+                   help="one-token steps: auto (CUDA graphs on a GPU, else eager), graphs, compiled (graphs of the "
+                        "torch.compile'd step: faster steps, a slower start), static (the graph-safe step without "
+                        "capture), eager")
     p.add_argument("--no-stream", action="store_true", help="print the text at the end instead of streaming")
     p.add_argument("--out", default=None, help="write text and stats to this JSON file")
     p.set_defaults(func=_run(_cmd_generate))
@@ -185,5 +193,3 @@ def add_commands(subparsers) -> None:
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=_run(_cmd_bias_shift))
 
-    from foxformer.bench.decode import add_parser as add_bench_decode
-    add_bench_decode(subparsers, name="bench-decode")

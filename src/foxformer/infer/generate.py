@@ -1,8 +1,9 @@
 """Streaming generation: ``foxformer.generate(model, tokenizer_or_ids, ...)`` yields tokens as they come.
 
 One forward over the prompt (optionally in chunks), then one token per step on top of the model's
-cache (FoxCache for foxformer models: preallocated, optionally evicting; any other Hugging Face
-causal LM uses its own cache). Sampling: temperature (0 = greedy), top-k, top-p, seeded.
+cache (FoxCache for foxformer models: preallocated, optionally evicting, its one-token steps replayed as
+CUDA graphs on a GPU; any other Hugging Face causal LM uses its own cache). Sampling on the device:
+temperature (0 = greedy), top-k, top-p, seeded.
 """
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ from typing import Iterator, Optional, Sequence
 import torch
 
 from foxformer.data.tokenizer import start_ids
-from foxformer.models.calls import cache_keyword, cache_of, model_device
+from foxformer.models.calls import backbone, cache_keyword, cache_of, model_device
+from foxformer.models.kvcache import EvictionPolicy, FoxCache, check_eviction
+from foxformer.train.loading import LoadedModel
 
 from .bias_shift import fgate_bias_shift
 
@@ -27,7 +30,7 @@ class GenerationConfig:
 
     temperature: 0 means greedy. top_k / top_p: None or 0 / 1.0 disable them.
     seed: seeds a private generator (the global RNG is untouched); None draws from the global RNG.
-    evict_eps, evict_qk_bound, evict_max_len: KV eviction (foxformer models; see infer/eviction.py);
+    evict_eps, evict_qk_bound, evict_max_len: KV eviction (foxformer models; see models/kvcache/policy.py);
         None falls back to the model config's values.
     fgate_bias_shift: added to the forget-gate logits while generating (float, [L] or [L][H]); None
         keeps the model's own setting.
@@ -35,6 +38,9 @@ class GenerationConfig:
         eviction bound the memory of long prompts.
     stop_token: stop a row once it emits this id (None: never stop early, or with a tokenizer that has
         ``eot_id``, stop there). ignore_eos: with a tokenizer, do not stop at its end-of-text id.
+    decode: how foxformer models run one-token steps: "auto" (CUDA graphs where possible, else eager),
+        "graphs" (the same, with a one-line note where they are not possible), "static" (the graph-safe step
+        without capture), "eager".
     """
 
     max_new_tokens: int = 64
@@ -49,6 +55,7 @@ class GenerationConfig:
     prefill_chunk: Optional[int] = None
     stop_token: Optional[int] = None
     ignore_eos: bool = False
+    decode: str = "auto"
 
     def validate(self) -> None:
         if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int) or \
@@ -65,8 +72,9 @@ class GenerationConfig:
             raise ValueError(f"top_p: expected a number in (0, 1] or None, got {self.top_p!r}")
         if self.prefill_chunk is not None and (not isinstance(self.prefill_chunk, int) or self.prefill_chunk < 1):
             raise ValueError(f"prefill_chunk: expected a positive integer or None, got {self.prefill_chunk!r}")
-        if self.evict_eps is not None and not (0 < self.evict_eps < 1):
-            raise ValueError(f"evict_eps: expected a number in (0, 1) or None, got {self.evict_eps!r}")
+        check_eviction(self.evict_eps, self.evict_qk_bound, self.evict_max_len)
+        if self.decode not in FoxCache.DECODE_MODES:
+            raise ValueError(f"decode: expected one of {', '.join(FoxCache.DECODE_MODES)}, got {self.decode!r}")
 
 
 def sample_next(logits: torch.Tensor, cfg: GenerationConfig, generator: Optional[torch.Generator]) -> torch.Tensor:
@@ -90,7 +98,7 @@ def sample_next(logits: torch.Tensor, cfg: GenerationConfig, generator: Optional
 
 
 def _unwrap(model):
-    model = getattr(model, "model", model) if not isinstance(model, torch.nn.Module) else model
+    model = model.model if isinstance(model, LoadedModel) else model
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model: expected a causal LM (torch.nn.Module) or a LoadedModel, got {type(model).__name__}")
     return model
@@ -109,17 +117,15 @@ def _eval_mode(model):
 
 
 def _new_cache(model, cfg: GenerationConfig, fed: int):
-    """The model's cache for a generation that feeds it ``fed`` tokens."""
-    inner = getattr(model, "model", None)
-    if hasattr(inner, "new_cache"):
-        # Softmax attention never forgets: every layer would keep every key, without a word.
-        if cfg.evict_eps is not None and not getattr(inner.config, "has_fgate", True):
-            raise ValueError("evict_eps: KV eviction needs a forget gate (a FoX model); this model is a "
-                             "softmax Transformer")
-        return inner.new_cache(cfg.evict_eps, cfg.evict_qk_bound, cfg.evict_max_len, expected_len=fed)
-    if cfg.evict_eps is not None:
-        raise ValueError("evict_eps: KV eviction needs a foxformer FoX model")
-    return None
+    """The model's cache for a generation that feeds it ``fed`` tokens (None: the model builds its own)."""
+    body = backbone(model)
+    if not hasattr(body, "new_cache"):
+        if cfg.evict_eps is not None:
+            raise ValueError("evict_eps: KV eviction needs a foxformer FoX model")
+        return None
+    settings = (cfg.evict_eps, cfg.evict_qk_bound, cfg.evict_max_len)
+    policy = EvictionPolicy.resolve(body.config, *settings) if any(x is not None for x in settings) else "config"
+    return body.new_cache(policy, total_len=fed, decode=cfg.decode)
 
 
 @torch.no_grad()
@@ -159,7 +165,6 @@ def stream_tokens(model, input_ids: torch.Tensor, cfg: Optional[GenerationConfig
         fed = ids.shape[1] + max(cfg.max_new_tokens - 1, 0)
         cache = _new_cache(model, cfg, fed)
         if cache is not None:
-            cache.reserve(ids.shape[1] + cfg.max_new_tokens)
             # Refused up front rather than by the model after some tokens were streamed.
             max_len = getattr(cache, "max_len", None)
             if max_len is not None and fed > max_len:

@@ -6,8 +6,8 @@ AutoModel and AutoModelForCausalLM.
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
 from . import modeling
-from .cache import FoxCache
 from .config import FoxConfig
+from .kvcache import EvictionPolicy, FoxCache
 from .modeling import FoxCausalLMOutput, FoxForCausalLM, FoxModel, FoxPreTrainedModel, causal_lm_loss
 from .presets import (PRESETS, count_embedding, count_non_embedding, get_preset, sized_config,
                       training_flops_per_token)
@@ -31,7 +31,7 @@ if write_standalone not in modeling.SAVE_WRITERS:
     modeling.SAVE_WRITERS.append(write_standalone)
 
 __all__ = [
-    "FoxCache", "FoxCausalLMOutput", "FoxConfig", "FoxForCausalLM", "FoxModel", "FoxPreTrainedModel", "PRESETS",
-    "causal_lm_loss", "count_embedding", "count_non_embedding", "get_preset", "sized_config",
-    "training_flops_per_token",
+    "EvictionPolicy", "FoxCache", "FoxCausalLMOutput", "FoxConfig", "FoxForCausalLM", "FoxModel",
+    "FoxPreTrainedModel", "PRESETS", "causal_lm_loss", "count_embedding", "count_non_embedding", "get_preset",
+    "sized_config", "training_flops_per_token",
 ]

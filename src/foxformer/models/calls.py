@@ -1,8 +1,9 @@
 """Calling any causal LM the same way (foxformer's own, and transformers 5.17 / 5.24 ones): its device,
-the keyword its forward takes the cache by, and the cache in its output."""
+its stack under the LM head, the keyword its forward takes the cache by, and the cache in its output."""
 from __future__ import annotations
 
 import inspect
+from typing import Optional
 
 import torch
 
@@ -11,6 +12,27 @@ def model_device(model: torch.nn.Module) -> torch.device:
     for p in model.parameters():
         return p.device
     return torch.device("cpu")
+
+
+def vocab_size_of(model: torch.nn.Module) -> Optional[int]:
+    size = getattr(getattr(model, "config", None), "vocab_size", None)
+    return int(size) if size else None
+
+
+def backbone(model):
+    """The stack under a causal LM's head (FoxModel of a FoxForCausalLM, LlamaModel of a LlamaForCausalLM);
+    the model itself when it is one (or has no head): transformers' ``base_model``."""
+    return getattr(model, "base_model", model)
+
+
+def fox_blocks(model, purpose: str) -> list:
+    """The Blocks of a foxformer model (FoxForCausalLM or FoxModel); TypeError saying what ``purpose`` needs
+    otherwise (other Hugging Face models have `layers` too, but LLaMA's decoder layers hold `self_attn`)."""
+    layers = getattr(backbone(model), "layers", None)
+    if layers is None or not all(hasattr(getattr(block, "attn", None), "fgate") for block in layers):
+        raise TypeError(f"model: {purpose} needs a foxformer model (FoxForCausalLM or FoxModel), "
+                        f"got {type(model).__name__}")
+    return list(layers)
 
 
 def cache_keyword(model) -> str:

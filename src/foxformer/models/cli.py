@@ -1,4 +1,4 @@
-"""Commands of the models area: `foxformer bench-model`, `foxformer presets`, `foxformer convert official`."""
+"""Commands of the models area: `foxformer presets`, `foxformer convert official`."""
 from __future__ import annotations
 
 import json
@@ -29,10 +29,6 @@ def _convert_official(args) -> int:
 
 
 def add_commands(sub) -> None:
-    from foxformer.bench import model as bench_model
-
-    bench_model.configure(sub.add_parser("bench-model", help="training tokens/s and peak memory of whole models "
-                                                             "(and transformers' LlamaForCausalLM as anchor)"))
     sub.add_parser("presets", help="list model presets with non-embedding parameter counts").set_defaults(
         func=_presets)
     convert = sub.add_parser("convert", help="convert checkpoints of other code to foxformer models")

@@ -6,6 +6,7 @@ import math
 from transformers import PretrainedConfig
 
 from ..ops.forgetting_attention.checks import BACKENDS
+from .kvcache.policy import check_eviction
 
 ATTENTIONS = ("forgetting", "softmax", "linear")
 FGATES = ("data_dependent", "data_independent", "fixed", "none")
@@ -194,14 +195,9 @@ class FoxConfig(PretrainedConfig):
                 if getattr(self, name) is not None:
                     raise ValueError(f"FoxConfig.{name} must be None when attention='linear' (the layer keeps a "
                                      f"recurrent state, not keys), got {getattr(self, name)!r}")
-        if self.evict_eps is not None and not (0 < self.evict_eps < 1):
-            raise ValueError(f"FoxConfig.evict_eps must be in (0, 1) or None, got {self.evict_eps!r}")
+        check_eviction(self.evict_eps, self.evict_qk_bound, self.evict_max_len, label="FoxConfig.{}")
         if self.prune_eps is not None and not (0 < self.prune_eps < 1):
             raise ValueError(f"FoxConfig.prune_eps must be in (0, 1) or None, got {self.prune_eps!r}")
-        if self.evict_qk_bound is not None and not 0 <= self.evict_qk_bound < math.inf:
-            raise ValueError(f"FoxConfig.evict_qk_bound must be finite and >= 0, or None, got {self.evict_qk_bound!r}")
-        if self.evict_max_len is not None and not _positive_int(self.evict_max_len):
-            raise ValueError(f"FoxConfig.evict_max_len must be a positive int or None, got {self.evict_max_len!r}")
         if not _positive_int(self.max_position_embeddings):
             raise ValueError(f"FoxConfig.max_position_embeddings must be a positive int, "
                              f"got {self.max_position_embeddings!r}")

@@ -9,36 +9,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from foxformer.ops import (forgetting_attention, forgetting_attention_cumsum, gate_cumsum, gated_linear_attention,
-                           naive_gated_linear_attention)
+from foxformer.ops import forgetting_attention, gated_linear_attention, naive_gated_linear_attention
 
 from .config import FoxConfig
-
-
-# Chunks of at most this many new tokens on top of a cache take the decode kernel (split along keys).
-DECODE_MAX_QUERIES = 16
-# Keys per head examined for eviction after a one-token step (the rest waits for later steps).
-EVICT_WINDOW = 64
-
-
-def _decode_backend(backend: str, q: torch.Tensor) -> str:
-    """The model's attention backend mapped onto the decode op's ("triton" only for CUDA half types
-    under "auto", as for prefill)."""
-    if backend == "auto":
-        return "triton" if q.is_cuda and q.dtype in (torch.float16, torch.bfloat16) else "torch"
-    # The decode op has no Gluon kernel: a model on the Gluon backend decodes with the Triton one.
-    return "triton" if backend in ("triton", "gluon") and q.dtype != torch.float64 else "torch"
-
-
-def forgetting_attention_decode(*args, **kwargs):
-    # Imported on first use: the module imports triton, which CPU-only installs may lack.
-    from foxformer.ops.forgetting_attention.decode import forgetting_attention_decode as decode
-    return decode(*args, **kwargs)
-
-
-def forgetting_attention_decode_paged(*args, **kwargs):
-    from foxformer.ops.forgetting_attention.decode import forgetting_attention_decode_paged as decode
-    return decode(*args, **kwargs)
 
 
 @dataclass
@@ -50,6 +23,8 @@ class SeqContext:
         attention must not see earlier keys there and the kv shift must not read the previous token.
     cos, sin: [B, T, 1, head_dim / 2] RoPE tables or None.
     cu_seqlens, max_seqlen: packed varlen batch (B = 1) or None.
+    cache_at: a static decode step (see models.kvcache.base): the new token's position, device int64 [1].
+    evict_scan: whether evicting caches look for dead keys in this forward (FoxCache.next_scan).
     """
 
     starts: Optional[torch.Tensor] = None
@@ -57,6 +32,15 @@ class SeqContext:
     sin: Optional[torch.Tensor] = None
     cu_seqlens: Optional[torch.Tensor] = None
     max_seqlen: Optional[int] = None
+    cache_at: Optional[torch.Tensor] = None
+    evict_scan: bool = True
+
+
+@torch.compiler.disable
+def cache_update(method, *args, **kwargs):
+    """Call a cache method as plain eager code, also inside a torch.compile'd decode step (kvcache.graphs):
+    it writes in place into storage that no compiled graph owns."""
+    return method(*args, **kwargs)
 
 
 def upcast(x: torch.Tensor) -> torch.Tensor:
@@ -243,29 +227,27 @@ class Attention(nn.Module):
         self.g_proj = nn.Linear(d, h * dh, bias=False) if config.output_gate else None
 
     def forward(self, x: torch.Tensor, ctx: SeqContext, cache=None) -> torch.Tensor:
-        """x [B, T, d] (block input after the norm) -> [B, T, d]. ``cache``: a LayerCache or None."""
+        """x [B, T, d] (block input after the norm) -> [B, T, d]. ``cache``: a kvcache LayerState or None."""
         B, T, _ = x.shape
         q = self.q_proj(x).view(B, T, self.num_heads, self.head_dim)
         k = self.k_proj(x).view(B, T, self.num_kv_heads, self.head_dim)
         v = self.v_proj(x).view(B, T, self.num_kv_heads, self.head_dim)
-        # The cache keeps the raw candidates of the last token for the next chunk's shift: copies, as views would
-        # pin the chunk's whole k / v projections (after a long prefill, a second copy of the prompt's keys and
-        # values in every layer).
+        # The cache keeps the raw candidates of the last token for the next chunk's shift (set_shift_state copies
+        # them: views would pin the chunk's whole k / v projections).
+        k_last = v_last = None
         if self.k_shift is not None:
-            prev = None if cache is None else cache.k_last
-            if cache is not None:
-                cache.k_last = k[:, -1].clone()
-            k = self.k_shift(x, k, prev, ctx.starts)
+            k_last = k[:, -1]
+            k = self.k_shift(x, k, None if cache is None else cache.shift_state()[0], ctx.starts)
         if self.v_shift is not None:
-            prev = None if cache is None else cache.v_last
-            if cache is not None:
-                cache.v_last = v[:, -1].clone()
-            v = self.v_shift(x, v, prev, ctx.starts)
+            v_last = v[:, -1]
+            v = self.v_shift(x, v, None if cache is None else cache.shift_state()[1], ctx.starts)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         if ctx.cos is not None:
             q, k = apply_rope(q, ctx.cos, ctx.sin), apply_rope(k, ctx.cos, ctx.sin)
         out = self._attend(x, q, k, v, ctx, cache)
+        if cache is not None and (k_last is not None or v_last is not None):
+            cache_update(cache.set_shift_state, k_last, v_last)
         if self.o_norm is not None:
             out = self.o_norm(out)
         out = out.reshape(B, T, self.num_heads * self.head_dim)
@@ -295,6 +277,16 @@ class Attention(nn.Module):
             return {"prune_eps": eps, "qk_bound": "auto"}
         return {"prune_eps": eps, "qk_bound": qk_norm_bound(self.q_norm.weight, self.k_norm.weight, self.head_dim)}
 
+    def eviction_bound(self, user_bound: Optional[float]) -> Optional[float]:
+        """U >= |scale * q . k| for the eviction bound (models.kvcache.policy): from the QK-norm weights, else
+        the user's ``user_bound``; None where keys are never evicted (no forget gate: softmax attention never
+        forgets; gated linear attention keeps no keys)."""
+        if self.fgate is None or self.config.attention == "linear":
+            return None
+        if self.q_norm is not None:
+            return float(qk_norm_bound(self.q_norm.weight, self.k_norm.weight, self.head_dim))
+        return user_bound
+
     def _attend_linear(self, x, q, k, v, ctx: SeqContext, cache) -> torch.Tensor:
         """Gated linear attention. Sequence starts (left padding, packed sequences) get f = 0 from
         _log_fgate, which clears the state there, so no earlier token leaks in. A cache holds the state."""
@@ -310,11 +302,11 @@ class Attention(nn.Module):
         # back to the input's dtype, as apply_rope does on the FoX path.
         q, k = F.normalize(q, dim=-1).to(q.dtype), F.normalize(k, dim=-1).to(k.dtype)
         log_f = self._log_fgate(x, ctx)
+        if cache is not None:
+            return cache_update(cache.attend, q, k, v, log_f, backend=self.config.attention_backend, pruning=dict,
+                                at=ctx.cache_at)
         op = naive_gated_linear_attention if self.config.attention_backend == "naive" else gated_linear_attention
-        if cache is None:
-            return op(q, k, v, log_f)
-        out, cache.state = op(q, k, v, log_f, initial_state=cache.state, return_final_state=True)
-        return out
+        return op(q, k, v, log_f)
 
     def _attend(self, x, q, k, v, ctx: SeqContext, cache) -> torch.Tensor:
         if self.config.attention == "linear":
@@ -322,30 +314,10 @@ class Attention(nn.Module):
         backend = self.config.attention_backend
         if cache is not None:
             log_f = self._log_fgate(x, ctx)
-            if log_f is None:
+            if log_f is None:  # plain softmax attention on a cache: c = 0 everywhere
                 log_f = upcast(x.new_zeros(x.shape[0], x.shape[1], self.num_heads))
-            c = gate_cumsum(log_f, initial=cache.last_c())
-            cache.append(k, v, c)
-            T = q.shape[1]
-            if T <= DECODE_MAX_QUERIES and cache.paged is not None:
-                # Few queries: the split-K decode op, which honours each head's eviction start, reading
-                # each head's own pages.
-                p = cache.paged
-                out = forgetting_attention_decode_paged(q, p.k_pages, p.v_pages, p.c_pages, p.table, p.length,
-                                                        cache.start, backend=_decode_backend(backend, q))
-            elif T <= DECODE_MAX_QUERIES:
-                out = forgetting_attention_decode(q, *cache.keys_from(0), backend=_decode_backend(backend, q))
-            else:
-                # Long chunk (prefill): the prefill op over the keys no head has evicted yet; the dead keys of
-                # heads that evicted further are masked in that copy (PagedKV.dense).
-                k_all, v_all, c_all = cache.keys_from(cache.min_start())
-                # The cumsum op has no "naive" backend (it needs the gates, the cache holds only c); the
-                # torch backend is exact as well.
-                out = forgetting_attention_cumsum(q, k_all, v_all, c_all,
-                                                  backend="torch" if backend == "naive" else backend,
-                                                  **self._pruning())
-            cache.evict(window=EVICT_WINDOW if T == 1 else None)
-            return out
+            return cache_update(cache.attend, q, k, v, log_f, backend=backend, pruning=self._pruning,
+                                at=ctx.cache_at, scan=ctx.evict_scan)
         log_f = self._log_fgate(x, ctx)
         if log_f is None:
             # Plain causal softmax attention: SDPA reads [B, H, T, D] views of our layout without copies.

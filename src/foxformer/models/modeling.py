@@ -13,8 +13,13 @@ from torch.utils.checkpoint import checkpoint
 from transformers import GenerationMixin, PreTrainedModel
 from transformers.utils import ModelOutput
 
-from .cache import FoxCache
 from .config import FoxConfig
+from .kvcache.cache import FoxCache
+from .kvcache.dense import DenseKV
+from .kvcache.graphs import DecodeGraphs, step_kind
+from .kvcache.paged import PagedKV
+from .kvcache.policy import EvictionPolicy
+from .kvcache.recurrent import RecurrentState
 from .layers import Block, ForgetGate, RMSNorm, SeqContext, rope_tables, timescale_bias
 from .loss import IGNORE_INDEX, fused_causal_lm_loss, next_token_targets
 
@@ -153,39 +158,54 @@ class FoxModel(FoxPreTrainedModel):
     def get_input_embeddings(self) -> nn.Embedding:
         return self.embed_tokens
 
-    def new_cache(self, evict_eps: Optional[float] = None, evict_qk_bound: Optional[float] = None,
-                  evict_max_len: Optional[int] = None, expected_len: Optional[int] = None) -> FoxCache:
-        """An empty FoxCache; eviction settings default to the config's (evict_eps None: keep all keys).
+    def new_cache(self, eviction: EvictionPolicy | str | None = "config", *, total_len: Optional[int] = None,
+                  decode: str = "auto") -> FoxCache:
+        """An empty FoxCache: the one constructor (generate, eval, bench and Hugging Face generate call it).
 
-        An explicit evict_max_len (argument or config) is the cache's max_len: the eviction bound holds for at
-        most that many keys, so the model refuses to go past it. Without one N is max_position_embeddings,
-        and FoX may still generate beyond it; ``expected_len`` (the tokens a generation will feed the cache)
-        raises N to cover them when they exceed max_position_embeddings, else the eps tolerance would be void
-        past it."""
-        from foxformer.infer.eviction import eviction_deltas
+        eviction: "config" (the config's evict_* settings; no evict_eps there: keep every key), None (keep
+            every key), or an EvictionPolicy (its unset qk_bound / max_len taken from the config).
+        total_len: the tokens the cache will be fed (prompt + new tokens - 1), if known: storage is sized
+            for it at once, and without an explicit max_len the bound's N covers it when it exceeds
+            max_position_embeddings (else the eps tolerance would be void past it; FoX may go there).
+        decode: how one-token steps run (FoxCache: "auto", "graphs", "static" or "eager").
 
+        An explicit max_len (policy or config) is the cache's max_len: the eviction bound holds for at most that
+        many keys, so the model refuses to go past it."""
         cfg = self.config
-        if evict_max_len is None and cfg.evict_max_len is None and expected_len is not None \
-                and expected_len > cfg.max_position_embeddings:
-            evict_max_len = expected_len
-        eps = evict_eps if evict_eps is not None else cfg.evict_eps
-        if eps is not None and cfg.attention == "linear":
+        if eviction == "config":
+            policy = EvictionPolicy.resolve(cfg)
+        elif eviction is None or isinstance(eviction, EvictionPolicy):
+            policy = None if eviction is None else eviction.with_defaults(cfg)
+            if policy is not None and not cfg.has_fgate:
+                # Softmax attention never forgets: every layer would keep every key, without a word.
+                raise ValueError("evict_eps: KV eviction needs a forget gate (a FoX model); this model is a "
+                                 "softmax Transformer")
+        else:
+            raise TypeError(f"eviction: expected 'config', None or an EvictionPolicy, got {eviction!r}")
+        linear = cfg.attention == "linear"
+        if policy is not None and linear:
             raise ValueError("evict_eps: KV eviction needs keys to evict; a gated linear attention model "
                              "(attention='linear') keeps a fixed-size recurrent state")
-        bound = evict_qk_bound if evict_qk_bound is not None else cfg.evict_qk_bound
-        deltas = eviction_deltas(self, eps, bound, evict_max_len)
-        if deltas is not None and cfg.has_fgate and all(d is None for d in deltas):
-            warnings.warn("evict_eps is set but no layer can evict: without QK-norm no bound on |q.k| is known; "
-                          "pass evict_qk_bound (your bound on |q.k| * scale) to evict", stacklevel=2)
-        max_len = evict_max_len if evict_max_len is not None else cfg.evict_max_len
-        evicting = deltas is not None and any(d is not None for d in deltas)
-        return FoxCache(cfg.num_layers, evict_deltas=deltas, max_len=max_len if evicting else None)
+        deltas = [None] * cfg.num_layers
+        if policy is not None:
+            n_keys = policy.n_keys(cfg.max_position_embeddings, total_len)
+            deltas = policy.deltas([block.attn.eviction_bound(policy.qk_bound) for block in self.layers], n_keys)
+            if cfg.has_fgate and all(d is None for d in deltas):
+                warnings.warn("evict_eps is set but no layer can evict: without QK-norm no bound on |q.k| is "
+                              "known; pass evict_qk_bound (your bound on |q.k| * scale) to evict", stacklevel=2)
+        evicting = any(d is not None for d in deltas)
+        max_len = policy.max_len if evicting else None
+        hint = int(total_len or 0)
+        layers = [RecurrentState() if linear else DenseKV(hint) if d is None else PagedKV(d, max_len or hint)
+                  for d in deltas]
+        return FoxCache(layers, max_len=max_len, policy=policy if evicting else None, decode=decode)
 
     def set_input_embeddings(self, value: nn.Embedding) -> None:
         self.embed_tokens = value
 
-    def _context(self, batch: int, length: int, past_len: int, attention_mask, position_ids, cu_seqlens,
-                 max_seqlen, device, dtype) -> SeqContext:
+    def _positions(self, batch: int, length: int, past_len: int, attention_mask, position_ids, cu_seqlens,
+                   device) -> tuple[Optional[torch.Tensor], torch.Tensor]:
+        """(starts, positions) of the chunk: see SeqContext.starts; positions int64 [B, T] for RoPE."""
         starts = positions = None
         if cu_seqlens is not None:
             _check_cu_seqlens(cu_seqlens, batch, length)
@@ -220,10 +240,22 @@ class FoxModel(FoxPreTrainedModel):
             positions = position_ids.to(device)
         elif positions is None:
             positions = torch.arange(past_len, past_len + length, device=device)[None].expand(batch, length)
-        cos = sin = None
-        if self.config.rope:
-            cos, sin = rope_tables(positions, self.config.head_dim, self.config.rope_theta, dtype)
-        return SeqContext(starts=starts, cos=cos, sin=sin, cu_seqlens=cu_seqlens, max_seqlen=max_seqlen)
+        return starts, positions
+
+    def _rope(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple:
+        if not self.config.rope:
+            return None, None
+        return rope_tables(positions, self.config.head_dim, self.config.rope_theta, dtype)
+
+    def static_step(self, x: torch.Tensor, positions: torch.Tensor, cache: FoxCache, scan: bool) -> torch.Tensor:
+        """One token through the stack on ``cache``, graph-safe (models.kvcache.graphs): x [B, 1, d] the embedded
+        token, positions int64 [B, 1] (RoPE); the cache's device length is the token's position. Returns the
+        final hidden state [B, 1, d]."""
+        cos, sin = self._rope(positions, x.dtype)
+        ctx = SeqContext(cos=cos, sin=sin, cache_at=cache.device_len, evict_scan=scan)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, ctx, cache[i])
+        return self.norm(x)
 
     def forward(self, input_ids: Optional[torch.LongTensor] = None, attention_mask: Optional[torch.Tensor] = None,
                 position_ids: Optional[torch.LongTensor] = None, past_key_values: Optional[FoxCache] = None,
@@ -258,7 +290,18 @@ class FoxModel(FoxPreTrainedModel):
             raise ValueError(f"evict_max_len: the cache evicts for sequences of at most N = {cache.max_len} "
                              f"tokens, this input takes it to {past_len + T}, where its eps tolerance no longer "
                              "holds; build the cache with an evict_max_len that covers the whole sequence")
-        ctx = self._context(B, T, past_len, attention_mask, position_ids, cu_seqlens, max_seqlen, x.device, x.dtype)
+        starts, positions = self._positions(B, T, past_len, attention_mask, position_ids, cu_seqlens, x.device)
+        scan = cache.next_scan(T) if cache is not None else True
+        if cache is not None and T == 1 and past_len and starts is None and not output_hidden_states:
+            kind = step_kind(cache, self.config, x)
+            if kind is not None:
+                if cache.graphs is None:
+                    cache.graphs = DecodeGraphs(compile=cache.decode == "compiled")
+                x = cache.graphs.run(self.static_step, cache, x, positions, scan, capture=kind == "graphs")
+                return FoxModelOutput(last_hidden_state=x, **{CACHE_FIELD: cache})
+        cos, sin = self._rope(positions, x.dtype)
+        ctx = SeqContext(starts=starts, cos=cos, sin=sin, cu_seqlens=cu_seqlens, max_seqlen=max_seqlen,
+                         evict_scan=scan)
 
         hidden = [] if output_hidden_states else None
         ckpt = self.gradient_checkpointing and self.training and cache is None and torch.is_grad_enabled()
@@ -380,7 +423,7 @@ class FoxForCausalLM(FoxPreTrainedModel, GenerationMixin):
         if generation_config.use_cache is not False and not passed:
             # The last new token is never fed back: the cache sees max_length - 1 tokens.
             fed = (generation_config.max_length or 0) - 1
-            model_kwargs[CACHE_FIELD] = self.model.new_cache(expected_len=fed)
+            model_kwargs[CACHE_FIELD] = self.model.new_cache(total_len=fed)
         return result
 
     def prepare_inputs_for_generation(self, input_ids: torch.LongTensor, next_sequence_length: Optional[int] = None,

@@ -14,15 +14,17 @@ from typing import Optional
 
 import torch
 
-from .forgetting_attention.cumsum import gate_cumsum, gate_cumsum_heads_first
+from .forgetting_attention.cumsum import LOG_FGATE_FLOOR, gate_cumsum, gate_cumsum_heads_first
 from .forgetting_attention.paging import gather_live
 from .forgetting_attention.reference import naive_forgetting_attention, torch_forward
 from .gated_linear_attention.interface import gated_linear_attention
 from .gated_linear_attention.reference import naive_gated_linear_attention
 
-__all__ = ["forgetting_attention", "forgetting_attention_cumsum", "forgetting_attention_decode",
-           "forgetting_attention_decode_paged", "gate_cumsum", "gated_linear_attention",
-           "naive_gated_linear_attention"]
+# This decode op reads seq_len on the host: CUDA graphs cannot replay it (models/kvcache/graphs.py checks).
+READS_LENGTH_ON_DEVICE = False
+
+__all__ = ["LOG_FGATE_FLOOR", "READS_LENGTH_ON_DEVICE", "forgetting_attention", "forgetting_attention_cumsum",
+           "forgetting_attention_decode", "gate_cumsum", "gated_linear_attention", "naive_gated_linear_attention"]
 
 
 def _scale(softmax_scale: Optional[float], q: torch.Tensor) -> float:
@@ -51,9 +53,19 @@ def forgetting_attention_cumsum(q, k, v, c, *, softmax_scale=None, cu_seqlens=No
     return (out, lse) if return_lse else out
 
 
-def forgetting_attention_decode(q, k, v, c, start=None, *, softmax_scale=None, backend="auto", num_splits=None):
-    """The last Tq positions against a cache: q [B, Tq, Hq, D]; k, v [B, Tk, Hkv, D]; c float64 [B, Tk, Hq];
-    start int [B, Hkv] first live key of each kv head (None: 0)."""
+def forgetting_attention_decode(q, k, v, c, start=None, *, page_table=None, seq_len=None, softmax_scale=None,
+                                backend="auto", num_splits=None):
+    """The last Tq of ``seq_len`` positions against a cache: q [B, Tq, Hq, D]; k, v [B, Tk, Hkv, D] and c float64
+    [B, Tk, Hq], or with ``page_table`` [B, Hkv, pages] the page pools [P, PAGE, D] and [P, PAGE, G]; start int
+    [B, Hkv] first live key of each kv head (None: 0); seq_len an int or a one-element tensor (None: Tk)."""
+    if page_table is not None or seq_len is not None:
+        n = k.shape[1] if seq_len is None else int(seq_len)
+        if page_table is None:
+            k, v, c = k[:, :n], v[:, :n], c[:, :n]
+        else:
+            if start is None:
+                start = page_table.new_zeros(page_table.shape[:2], dtype=torch.int64)
+            k, v, c, _ = gather_live(k, v, c, page_table, 0, n, start)
     B, Tq, Hq, _ = q.shape
     Tk, Hkv = k.shape[1], k.shape[2]
     calc = torch.float64 if q.dtype == torch.float64 else torch.float32
@@ -73,11 +85,3 @@ def forgetting_attention_decode(q, k, v, c, start=None, *, softmax_scale=None, b
     out = torch.einsum("bhtj,bjhd->bthd", torch.softmax(scores, dim=-1), vv)
     return out.to(q.dtype)
 
-
-def forgetting_attention_decode_paged(q, k_pages, v_pages, c_pages, page_table, seq_len, start=None, *,
-                                      softmax_scale=None, backend="auto", num_splits=None):
-    """forgetting_attention_decode over a paged cache (see foxformer.ops.forgetting_attention.decode)."""
-    if start is None:
-        start = page_table.new_zeros(page_table.shape[:2], dtype=torch.int64)
-    k, v, c, _ = gather_live(k_pages, v_pages, c_pages, page_table, 0, seq_len, start)
-    return forgetting_attention_decode(q, k, v, c, start, softmax_scale=softmax_scale)

@@ -103,6 +103,3 @@ def add_commands(subparsers) -> None:
     e.add_argument("--out", help="output directory (default: <run>/hf)")
     e.set_defaults(func=_cmd_export)
 
-    from ..demo import add_demo_command
-
-    add_demo_command(subparsers)

@@ -14,6 +14,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from foxformer.models.calls import backbone
+
 
 @dataclass
 class DistInfo:
@@ -92,7 +94,7 @@ def _fsdp_api():
 
 def _blocks(model: nn.Module) -> list[nn.Module]:
     """The repeated blocks: FSDP2 shards each one so only one block's full weights exist at a time."""
-    layers = getattr(getattr(model, "model", model), "layers", None)
+    layers = getattr(backbone(model), "layers", None)
     if isinstance(layers, nn.ModuleList):
         return list(layers)
     lists = [m for m in model.modules() if isinstance(m, nn.ModuleList) and len(m) > 0]

@@ -26,6 +26,9 @@ from .paging import gather_live
 from .tiles import launch_grid
 
 LOG2E = tl.constexpr(1.4426950408889634)
+# The Triton path reads a tensor seq_len on the device (no host sync), so a CUDA graph can replay a decode call
+# while the cache grows (models/kvcache/graphs.py); the portable ops of a standalone export cannot.
+READS_LENGTH_ON_DEVICE = True
 
 # Keys per program at least this many: fewer and the merge costs more than the split gains.
 _MIN_KEYS_PER_SPLIT = 256
@@ -36,24 +39,43 @@ def _interpreted(t: torch.Tensor) -> bool:
     return t.device.type == "cpu" or os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
-def _check(q, k, v, c, start) -> None:
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor) or t.dim() != 4:
-            raise ValueError(f"{name} must be a 4-D tensor [B, T, H, D]")
+def _check(q, k, v, c, start, page_table, seq_len) -> int:
+    """ValueError / TypeError naming the argument; returns the storage's key capacity (dense Tk, or the
+    page table's pages times the page size), which sizes the key splits."""
+    for name, t in (("q", q), ("k", k), ("v", v), ("c", c)) + ((("page_table", page_table),) if page_table is not None
+                                                                else ()):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a tensor, got {type(t).__name__}")
+    if q.dim() != 4:
+        raise ValueError(f"q must be a 4-D tensor [B, Tq, Hq, D], got {tuple(q.shape)}")
     B, Tq, Hq, D = q.shape
-    Tk, Hkv = k.shape[1], k.shape[2]
-    if k.shape != (B, Tk, Hkv, D) or v.shape != k.shape:
-        raise ValueError(f"k and v must be [B, Tk, Hkv, D] = [{B}, Tk, Hkv, {D}], got {tuple(k.shape)}, "
-                         f"{tuple(v.shape)}")
+    if page_table is None:
+        for name, t in (("k", k), ("v", v)):
+            if t.dim() != 4:
+                raise ValueError(f"{name} must be a 4-D tensor [B, T, H, D]")
+        Tk, Hkv = k.shape[1], k.shape[2]
+        if k.shape != (B, Tk, Hkv, D) or v.shape != k.shape:
+            raise ValueError(f"k and v must be [B, Tk, Hkv, D] = [{B}, Tk, Hkv, {D}], got {tuple(k.shape)}, "
+                             f"{tuple(v.shape)}")
+        capacity = Tk
+    else:
+        if page_table.dim() != 3 or page_table.shape[0] != B or page_table.dtype not in (torch.int32, torch.int64):
+            raise ValueError(f"page_table must be an int32/int64 tensor [B, Hkv, pages] with B = {B}, got "
+                             f"{page_table.dtype} {tuple(page_table.shape)}")
+        Hkv = page_table.shape[1]
+        if k.dim() != 3 or k.shape[2] != D or v.shape != k.shape:
+            raise ValueError(f"with a page_table, k and v must be page pools [P, PAGE, D] with D = {D}, got "
+                             f"{tuple(k.shape)}, {tuple(v.shape)}")
+        capacity = page_table.shape[2] * k.shape[1]
     if Hkv == 0 or Hq % Hkv:
         raise ValueError(f"q heads ({Hq}) must be a multiple of k/v heads ({Hkv})")
-    if Tq > Tk:
-        raise ValueError(f"q has more positions ({Tq}) than k ({Tk})")
     # The Triton kernel multiplies q by k and p by v as loaded: mixed dtypes failed inside Triton.
     if not (q.dtype == k.dtype == v.dtype):
         raise TypeError(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    if not isinstance(c, torch.Tensor) or c.shape != (B, Tk, Hq):
-        raise ValueError(f"c must be [B, Tk, Hq] = {(B, Tk, Hq)}, got {getattr(c, 'shape', c)}")
+    want = (B, capacity, Hq) if page_table is None else (*k.shape[:2], Hq // Hkv)
+    if tuple(c.shape) != want:
+        what = "[B, Tk, Hq]" if page_table is None else "a page pool [P, PAGE, G]"
+        raise ValueError(f"c must be {what} = {want}, got {tuple(c.shape)}")
     if not c.is_floating_point():
         raise TypeError(f"c must be a floating tensor (float64), got {c.dtype}")
     if start is not None and (not isinstance(start, torch.Tensor) or start.shape != (B, Hkv)):
@@ -61,122 +83,86 @@ def _check(q, k, v, c, start) -> None:
     # A float start was truncated by the Triton kernel but rounded up by the torch path's j >= start.
     if start is not None and (start.is_floating_point() or start.is_complex() or start.dtype == torch.bool):
         raise TypeError(f"start must be an integer tensor, got {start.dtype}")
-    devices = {t.device for t in (q, k, v, c) + (() if start is None else (start,))}
+    tensors = (q, k, v, c) + tuple(t for t in (start, page_table, seq_len) if isinstance(t, torch.Tensor))
+    devices = {t.device for t in tensors}
     if len(devices) > 1:
-        raise ValueError(f"q, k, v, c and start must be on one device, got {sorted(str(d) for d in devices)}")
+        raise ValueError(f"q, k, v, c, start, page_table and seq_len must be on one device, got "
+                         f"{sorted(str(d) for d in devices)}")
+    if isinstance(seq_len, torch.Tensor):
+        if seq_len.numel() != 1 or seq_len.is_floating_point() or seq_len.dtype == torch.bool:
+            raise ValueError(f"seq_len must be an int or a one-element integer tensor, got {seq_len.dtype} "
+                             f"{tuple(seq_len.shape)}")
+    elif seq_len is not None and (isinstance(seq_len, bool) or not isinstance(seq_len, int)):
+        raise TypeError(f"seq_len must be None, an int or a one-element integer tensor, got {type(seq_len).__name__}")
+    if page_table is not None and seq_len is None:
+        raise ValueError("seq_len: a paged cache needs the number of positions it holds")
+    # Values: free on the CPU, a device sync on a GPU (there they stay the caller's contract: a seq_len past
+    # the storage reads garbage, a start past a query's position gives NaN in that query's rows).
+    if q.device.type != "cpu":
+        return capacity
+    n = capacity if seq_len is None else int(seq_len)
+    if not Tq <= n <= capacity:
+        raise ValueError(f"seq_len {n} must be >= Tq ({Tq}) and fit the cache's storage ({capacity} positions)")
     # A start past a query's own position leaves its row no key: softmax of nothing, NaN on both paths.
-    # Reading start costs nothing on the CPU; on a GPU it would be a device sync per layer and step, so
-    # there it stays the caller's contract (see the docstring).
-    if start is not None and start.device.type == "cpu" and Tq and start.numel() and int(start.max()) > Tk - Tq:
-        raise ValueError(f"start: {int(start.max())} is past the first query's position Tk - Tq = {Tk - Tq}, "
+    if start is not None and Tq and start.numel() and int(start.max()) > n - Tq:
+        raise ValueError(f"start: {int(start.max())} is past the first query's position Tk - Tq = {n - Tq}, "
                          f"which would then attend to no key; every start must be <= Tk - Tq")
+    return capacity
 
 
 def forgetting_attention_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.Tensor,
-                                start: Optional[torch.Tensor] = None, *, softmax_scale: Optional[float] = None,
+                                start: Optional[torch.Tensor] = None, *, page_table: Optional[torch.Tensor] = None,
+                                seq_len: Optional[int | torch.Tensor] = None, softmax_scale: Optional[float] = None,
                                 backend: str = "auto", num_splits: Optional[int] = None) -> torch.Tensor:
-    """Attention of the last ``Tq`` positions against a cache (forward only).
+    """Attention of the last ``Tq`` positions against a cache (forward only), dense or paged.
 
     Args:
         q: [B, Tq, Hq, D], the newest Tq positions (Tq small: 1 for decoding, a few for speculative or
             chunked steps; any Tq is correct, but prefill is faster with ``forgetting_attention``).
-        k, v: [B, Tk, Hkv, D], may be strided views of larger buffers (the last dim contiguous).
-        c: float64 [B, Tk, Hq] running gate cumsum (may be a transposed view of a [B, Hq, cap] buffer).
+        k, v: dense [B, Tk, Hkv, D] (may be strided views of larger buffers, the last dim contiguous), or
+            with ``page_table`` page pools [P, PAGE, D].
+        c: float64 running gate cumsum: dense [B, Tk, Hq] (may be a transposed view of a [B, Hq, cap]
+            buffer), or with ``page_table`` a pool [P, PAGE, G] (G = Hq // Hkv: the c of the query heads of
+            a kv head, for the keys of that page).
         start: int [B, Hkv] first live key per (batch, kv head) (eviction); None (or a negative
-            start) means 0. Every start must be <= Tk - Tq (each query keeps at least its own key):
+            start) means 0. Every start must be <= seq_len - Tq (each query keeps at least its own key):
             checked (ValueError) for CPU tensors only; on a GPU, where checking would cost a device
             sync, a start past a query's position gives NaN in that query's rows.
+        page_table: int [B, Hkv, NP] or None (dense). Key j of (b, h) is row j % PAGE of page
+            page_table[b, h, j // PAGE]; entries for keys before ``start`` are never read (their pages
+            may belong to another head), so an evicting cache frees a head's dead pages on their own.
+        seq_len: positions held (dead ones included; the queries are the last Tq of them): None (dense:
+            Tk), an int, or a one-element integer tensor on q's device, read on the device (no host sync:
+            a CUDA graph can replay the call as the cache grows). Keys past it are never read.
         softmax_scale: defaults to 1 / sqrt(D); else a finite number, as in forgetting_attention.
         backend: "auto" (triton for CUDA tensors, torch otherwise) | "triton" | "torch".
-        num_splits: key splits per (batch, kv head) for the Triton kernel (None: enough to fill the GPU).
-            At most one per key block of the kernel (ceil(Tk / 64) on a GPU, ceil(Tk / 16) interpreted):
-            a larger count is clamped to the largest power of two within that.
+        num_splits: key splits per (batch, kv head) for the Triton kernel (None: enough to fill the GPU for
+            the storage's capacity, whatever seq_len is, so that a cache decodes with one kernel and one
+            split count from its first step to its last). At most one per key block of the kernel
+            (ceil(capacity / 64) on a GPU, / 16 interpreted): a larger count is clamped to the largest
+            power of two within that.
 
     Returns:
         out [B, Tq, Hq, D] in q's dtype.
     """
-    _check(q, k, v, c, start)
+    capacity = _check(q, k, v, c, start, page_table, seq_len)
     scale = check_softmax_scale(softmax_scale, q.shape[-1])
     if backend == "auto":
         backend = "triton" if q.is_cuda else "torch"
     if backend == "triton":
-        return _triton_decode(q, k, v, c, start, scale, num_splits)
-    if backend in ("torch", "naive"):
-        return torch_decode(q, k, v, c, start, scale)
-    raise ValueError(f"backend must be 'auto', 'triton' or 'torch', got {backend!r}")
-
-
-def _check_paged(q, k_pages, v_pages, c_pages, table, seq_len, start) -> None:
-    for name, t in (("q", q), ("k_pages", k_pages), ("v_pages", v_pages), ("c_pages", c_pages),
-                    ("page_table", table)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a tensor, got {type(t).__name__}")
-    if q.dim() != 4:
-        raise ValueError(f"q must be a 4-D tensor [B, Tq, Hq, D], got {tuple(q.shape)}")
-    B, Tq, Hq, D = q.shape
-    if table.dim() != 3 or table.shape[0] != B or table.dtype not in (torch.int32, torch.int64):
-        raise ValueError(f"page_table must be an int32/int64 tensor [B, Hkv, pages] with B = {B}, got "
-                         f"{table.dtype} {tuple(table.shape)}")
-    Hkv = table.shape[1]
-    if Hkv == 0 or Hq % Hkv:
-        raise ValueError(f"q heads ({Hq}) must be a multiple of the page table's kv heads ({Hkv})")
-    if k_pages.dim() != 3 or k_pages.shape[2] != D or v_pages.shape != k_pages.shape:
-        raise ValueError(f"k_pages and v_pages must be [P, PAGE, D] with D = {D}, got {tuple(k_pages.shape)}, "
-                         f"{tuple(v_pages.shape)}")
-    if c_pages.shape != (*k_pages.shape[:2], Hq // Hkv) or not c_pages.is_floating_point():
-        raise ValueError(f"c_pages must be a float tensor [P, PAGE, G] = {(*k_pages.shape[:2], Hq // Hkv)}, "
-                         f"got {c_pages.dtype} {tuple(c_pages.shape)}")
-    if not (q.dtype == k_pages.dtype == v_pages.dtype):
-        raise TypeError(f"q, k and v must share one dtype, got {q.dtype}, {k_pages.dtype}, {v_pages.dtype}")
-    if not (Tq <= seq_len <= table.shape[2] * k_pages.shape[1]):
-        raise ValueError(f"seq_len {seq_len} must be >= Tq ({Tq}) and fit the page table "
-                         f"({table.shape[2]} pages of {k_pages.shape[1]})")
-    if start is not None and (not isinstance(start, torch.Tensor) or start.shape != (B, Hkv)
-                              or start.is_floating_point() or start.dtype == torch.bool):
-        raise ValueError(f"start must be an integer tensor [B, Hkv] = {(B, Hkv)}, got {getattr(start, 'shape', start)}")
-    devices = {t.device for t in (q, k_pages, v_pages, c_pages, table) + (() if start is None else (start,))}
-    if len(devices) > 1:
-        raise ValueError(f"every tensor must be on one device, got {sorted(str(d) for d in devices)}")
-    # As in _check: free on the CPU, a device sync on a GPU (there a start past a query gives NaN rows).
-    if start is not None and start.device.type == "cpu" and Tq and start.numel() and int(start.max()) > seq_len - Tq:
-        raise ValueError(f"start: {int(start.max())} is past the first query's position Tk - Tq = {seq_len - Tq}, "
-                         f"which would then attend to no key; every start must be <= Tk - Tq")
-
-
-def forgetting_attention_decode_paged(q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor,
-                                      c_pages: torch.Tensor, page_table: torch.Tensor, seq_len: int,
-                                      start: Optional[torch.Tensor] = None, *, softmax_scale: Optional[float] = None,
-                                      backend: str = "auto", num_splits: Optional[int] = None) -> torch.Tensor:
-    """``forgetting_attention_decode`` over a paged cache: each (batch, kv head) holds its keys in its own
-    pages, so an evicting cache frees a head's dead pages whatever the other heads keep.
-
-    Args:
-        q: [B, Tq, Hq, D], the newest Tq of ``seq_len`` positions.
-        k_pages, v_pages: [P, PAGE, D] page pools; c_pages: float64 [P, PAGE, G] (G = Hq // Hkv: the
-            running cumsum of the query heads of a kv head, for the keys of that page).
-        page_table: int [B, Hkv, NP]; key j of (b, h) is row j % PAGE of page page_table[b, h, j // PAGE].
-            Entries for keys before ``start`` are never read (their pages may belong to another head).
-        seq_len: Tk, the number of positions held (dead ones included).
-        start: int [B, Hkv] first live key per (batch, kv head), as in ``forgetting_attention_decode``.
-
-    Returns:
-        out [B, Tq, Hq, D] in q's dtype.
-    """
-    _check_paged(q, k_pages, v_pages, c_pages, page_table, seq_len, start)
-    scale = check_softmax_scale(softmax_scale, q.shape[-1])
-    if backend == "auto":
-        backend = "triton" if q.is_cuda else "torch"
-    if backend == "triton":
-        return _triton_decode(q, k_pages, v_pages, c_pages, start, scale, num_splits, paged=(page_table, seq_len))
+        return _triton_decode(q, k, v, c, start, scale, num_splits, page_table, capacity if seq_len is None
+                              else seq_len, capacity)
     if backend not in ("torch", "naive"):
         raise ValueError(f"backend must be 'auto', 'triton' or 'torch', got {backend!r}")
+    n = capacity if seq_len is None else int(seq_len)  # a device sync on a GPU: the torch path is no graph's
+    if page_table is None:
+        return torch_decode(q, k[:, :n], v[:, :n], c[:, :n], start, scale)
     if start is None:
         start = page_table.new_zeros(page_table.shape[:2], dtype=torch.int64)
     # From the first page any head still reads (torch_decode reads from start.min() anyway).
-    first = int(start.clamp(min=0).min()) // k_pages.shape[1] * k_pages.shape[1] if start.numel() else 0
-    k, v, c, _ = gather_live(k_pages, v_pages, c_pages, page_table, first, seq_len, start)
-    start = start - first
-    return torch_decode(q, k, v, c, start, scale)
+    first = int(start.clamp(min=0).min()) // k.shape[1] * k.shape[1] if start.numel() else 0
+    k, v, c, _ = gather_live(k, v, c, page_table, first, n, start)
+    return torch_decode(q, k, v, c, start - first, scale)
 
 
 # --------------------------------------------------------------------------------------------
@@ -229,7 +215,7 @@ def torch_decode(q, k, v, c, start, scale) -> torch.Tensor:
 
 @triton.jit
 def _decode_split_kernel(
-    Q, K, V, C, START, TABLE, PO, PM, PL,
+    Q, K, V, C, START, TABLE, SEQ, PO, PM, PL,
     stride_qb, stride_qt, stride_qh,
     stride_kb, stride_kt, stride_kh,
     stride_vb, stride_vt, stride_vh,
@@ -239,12 +225,13 @@ def _decode_split_kernel(
     Tq, Tk, Hkv, PAGE, scale_log2,
     G: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr, NUM_SPLITS: tl.constexpr, HAS_START: tl.constexpr, UPCAST: tl.constexpr,
-    PRECISION: tl.constexpr, PAGED: tl.constexpr,
+    PRECISION: tl.constexpr, PAGED: tl.constexpr, DYN_LEN: tl.constexpr,
 ):
     """One (batch, kv head, key split): rows are (query t, group head g) pairs, row = t * G + g.
 
     PAGED: K, V are page pools [P, PAGE, D] and C [P, PAGE, G] (the stride_*b are page strides, the
     stride_*h unused, stride_ch steps along the group); TABLE[b, hkv, j // PAGE] is key j's page.
+    DYN_LEN: the number of positions Tk is read from SEQ (a device tensor), not passed by the host.
     """
     # One flat grid axis (see tiles.launch_grid); the splits of one (batch, kv head) are neighbours.
     pid_bh = tl.program_id(0) // NUM_SPLITS
@@ -253,6 +240,8 @@ def _decode_split_kernel(
     # cache with 12 x 64 heads), and int32 offsets would then wrap silently.
     b = (pid_bh // Hkv).to(tl.int64)
     hkv = pid_bh % Hkv
+    if DYN_LEN:
+        Tk = tl.load(SEQ).to(tl.int32)
 
     first = 0
     if HAS_START:
@@ -389,20 +378,20 @@ def _pick_splits(B: int, Hkv: int, keys: int, num_splits: Optional[int], interpr
     return 1 << (splits.bit_length() - 1)
 
 
-def _triton_decode(q, k, v, c, start, scale, num_splits, paged=None) -> torch.Tensor:
-    """paged: None (k, v [B, Tk, Hkv, D], c [B, Tk, Hq]) or (table [B, Hkv, NP], Tk) with k, v page
-    pools [P, PAGE, D] and c [P, PAGE, G]."""
+def _triton_decode(q, k, v, c, start, scale, num_splits, table, seq_len, capacity) -> torch.Tensor:
+    """table: None (k, v [B, Tk, Hkv, D], c [B, Tk, Hq]) or [B, Hkv, NP] with k, v page pools [P, PAGE, D]
+    and c [P, PAGE, G]; seq_len an int or a device tensor (read by the kernel); capacity sizes the splits."""
     B, Tq, Hq, D = q.shape
-    if paged is None:
-        Tk, Hkv = k.shape[1], k.shape[2]
-        table, page_size = c, 1  # placeholders, never read (as st below)
+    if table is None:
+        Hkv, page_size = k.shape[2], 1
+        table = c  # a placeholder, never read (as st below)
         k_strides = (k.stride(0), k.stride(1), k.stride(2))
         v_strides = (v.stride(0), v.stride(1), v.stride(2))
     else:
-        table, Tk = paged
         Hkv, page_size = table.shape[1], k.shape[1]
         k_strides = (k.stride(0), k.stride(1), 0)
         v_strides = (v.stride(0), v.stride(1), 0)
+    dyn_len = isinstance(seq_len, torch.Tensor)
     G = Hq // Hkv
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.stride(-1) != 1 and t.shape[-1] != 1:  # D = 1: one element per row, any stride (fwd.py)
@@ -412,8 +401,8 @@ def _triton_decode(q, k, v, c, start, scale, num_splits, paged=None) -> torch.Te
                         f"(use backend='torch' for fp64)")
     interp = _interpreted(q)
     c = c if c.dtype == torch.float64 else c.double()
-    # Sized for the whole cache: reading the live lengths would cost a device sync per call.
-    splits = _pick_splits(B, Hkv, Tk, num_splits, interp)
+    # Sized for the whole storage: reading the live lengths (or a device seq_len) would cost a device sync.
+    splits = _pick_splits(B, Hkv, capacity, num_splits, interp)
     block_n = _block_n(interp)
     block_m = max(16, triton.next_power_of_2(G * Tq))
     block_d = max(16, triton.next_power_of_2(D))
@@ -427,16 +416,16 @@ def _triton_decode(q, k, v, c, start, scale, num_splits, paged=None) -> torch.Te
     st = start if start is not None else c
     upcast = interp and q.dtype == torch.bfloat16  # the interpreter's bf16 dot is wrong; never on a GPU
     _decode_split_kernel[launch_grid(splits, B * Hkv, 1)](
-        q, k, v, c, st, table, po, pm, pl,
+        q, k, v, c, st, table, seq_len if dyn_len else st, po, pm, pl,
         q.stride(0), q.stride(1), q.stride(2),
         *k_strides, *v_strides,
         c.stride(0), c.stride(1), c.stride(2),
         st.stride(0), st.stride(1),
         table.stride(0), table.stride(1),
-        Tq, Tk, Hkv, page_size, scale * 1.4426950408889634,
+        Tq, 0 if dyn_len else seq_len, Hkv, page_size, scale * 1.4426950408889634,
         G=G, D=D, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, NUM_SPLITS=splits,
         HAS_START=start is not None, UPCAST=upcast,
-        PRECISION="ieee" if q.dtype == torch.float32 else "tf32", PAGED=paged is not None,
+        PRECISION="ieee" if q.dtype == torch.float32 else "tf32", PAGED=k.dim() == 3, DYN_LEN=dyn_len,
         num_warps=1 if interp else 4, num_stages=1 if interp else 2,
     )
     _decode_merge_kernel[launch_grid(G * Tq, B * Hkv, 1)](

@@ -20,6 +20,7 @@ import triton
 import triton.language as tl
 
 from .cumsum import gate_cumsum_heads_first
+from .threshold import pruning_threshold
 from .tiles import launch_grid, program_ids
 
 # The kernels compute |q . k| in fp32 from rounded inputs; a tiny relative margin on U keeps "auto"
@@ -144,8 +145,7 @@ def prune_delta(q: torch.Tensor, k: torch.Tensor, prune_eps: float, qk_bound, sc
         u = qk_bound.to(device=q.device, dtype=torch.float64)
     else:
         u = torch.full((B, Hq), float(qk_bound), dtype=torch.float64, device=q.device)
-    const = math.log(float(prune_eps)) - math.log(max(int(n_keys), 1))
-    return torch.broadcast_to(const - 2.0 * u, (B, Hq)).contiguous()
+    return torch.broadcast_to(pruning_threshold(prune_eps, u, n_keys), (B, Hq)).contiguous()
 
 
 def key_block_starts(c: torch.Tensor, delta: torch.Tensor, positions: torch.Tensor,

@@ -1,4 +1,5 @@
-"""Load models for evaluation from a run dir, one of its checkpoints, or a Hugging Face folder.
+"""Load trained models (evaluation, generation, benchmarks) from a run dir, one of its checkpoints, or a
+Hugging Face folder. It lives with the checkpoints it reads, below every area that loads models.
 
 Accepted paths:
   ``RUN_DIR``                        (has config.yaml): its latest checkpoint, else ``RUN_DIR/hf``
@@ -14,7 +15,7 @@ from typing import Optional
 
 import torch
 
-from foxformer.models.calls import model_device  # noqa: F401  (re-exported: eval modules import it here)
+from .checkpoint import latest_checkpoint, verify_checkpoint
 
 RUN_CONFIG = "config.yaml"
 
@@ -109,15 +110,7 @@ def _load_checkpoint_dir(path: str, run_dir: str):
     if not os.path.exists(cfg_path):
         raise ValueError(f"model: checkpoint {path!r} has no {RUN_CONFIG} two levels up ({run_dir!r}); "
                          f"cannot tell which model it holds")
-    try:
-        from foxformer.train.checkpoint import verify_checkpoint
-    except ImportError:  # pragma: no cover - train area absent
-        verify_checkpoint = None
-    if verify_checkpoint is not None:
-        meta = verify_checkpoint(path)
-        step = meta.get("step")
-    else:
-        step = None
+    step = verify_checkpoint(path).get("step")
     try:
         sd = torch.load(os.path.join(path, "model.pt"), map_location="cpu", weights_only=True)
     except Exception as e:
@@ -159,14 +152,6 @@ def _hf_tokenizer(path: str, model) -> Optional[str]:
     return None
 
 
-def _latest_step_dir(run_dir: str) -> Optional[str]:
-    try:
-        from foxformer.train.checkpoint import latest_checkpoint
-    except ImportError:  # pragma: no cover
-        return None
-    return latest_checkpoint(run_dir)
-
-
 def load_model(path: str, *, device: str | torch.device | None = "auto", dtype: str | torch.dtype | None = "auto",
                name: Optional[str] = None, train_len: Optional[int] = None,
                attention_backend: Optional[str] = None) -> LoadedModel:
@@ -189,7 +174,7 @@ def load_model(path: str, *, device: str | torch.device | None = "auto", dtype: 
         model, run_cfg, step = _load_checkpoint_dir(path, run_dir)
         source = "checkpoint"
     elif os.path.exists(os.path.join(path, RUN_CONFIG)):
-        latest = _latest_step_dir(path)
+        latest = latest_checkpoint(path)
         if latest is not None:
             model, run_cfg, step = _load_checkpoint_dir(latest, path)
         elif os.path.exists(os.path.join(path, "hf", "config.json")):
@@ -231,8 +216,3 @@ def wrap_model(model: torch.nn.Module, name: str = "model", train_len: Optional[
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
     return LoadedModel(model=model.eval(), name=name, path="<memory>", train_len=train_len, source="memory")
-
-
-def vocab_size_of(model: torch.nn.Module) -> Optional[int]:
-    size = getattr(getattr(model, "config", None), "vocab_size", None)
-    return int(size) if size else None

@@ -2,6 +2,8 @@
 the full forward pass; with eviction the ragged per-head starts go through the kernel too."""
 import torch
 
+from foxformer.models.kvcache import EvictionPolicy
+
 from .conftest import make_model, tokens
 
 
@@ -26,7 +28,7 @@ def test_triton_and_torch_decode_agree_with_eviction():
         model = make_model("fox-pro-tiny", dtype=torch.float16, gate_bias=[-3.0, 6.0, -3.0, -2.0],
                            attention_backend=backend)
         ids = tokens(1, 40, seed=5)
-        cache = model.model.new_cache(evict_eps=1e-4)
+        cache = model.model.new_cache(EvictionPolicy(1e-4))
         out = [model(ids[:, :8], cache=cache, use_cache=True).logits]
         out += [model(ids[:, t:t + 1], cache=cache, use_cache=True).logits for t in range(8, 40)]
         logits[backend] = torch.cat(out, 1)

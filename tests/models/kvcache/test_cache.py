@@ -3,8 +3,9 @@ import pytest
 import torch
 
 from foxformer.models import FoxCache
+from foxformer.models.kvcache import DenseKV
 
-from .conftest import VARIANTS, make_model, tokens
+from ..conftest import VARIANTS, make_model, tokens
 
 SCHEDULES = {"token-by-token": [6] + [1] * 14, "chunked-prefill": [5, 1, 7, 3, 4]}
 
@@ -114,7 +115,7 @@ def test_a_cache_that_does_not_fit_the_model_or_batch_is_a_named_error(preset_na
     spec = CACHE_MISMATCHES[case]
     model = make_model(preset_name)
     if spec["cache_model"] is None:
-        cache = FoxCache(5)
+        cache = FoxCache([DenseKV() for _ in range(5)])
     else:
         other = make_model(preset_name, **spec["cache_model"])
         cache = other(tokens(spec["cache_batch"], 4), use_cache=True).cache

@@ -1,4 +1,4 @@
-"""Seeded random walks through an evicting (paged) LayerCache: ragged chunks across page boundaries,
+"""Seeded random walks through an evicting (paged) layer cache: ragged chunks across page boundaries,
 heads that forget fast next to heads that never forget, full and windowed evictions, beam-style row
 selections. After every step the live keys read back exactly as appended, every pool page has one
 owner, the memory report adds up, and the paged decode op (torch and interpreted Triton) equals a dense
@@ -12,10 +12,9 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from foxformer.models.cache import LayerCache  # noqa: E402
-from foxformer.models.paged_cache import PagedKV  # noqa: E402
+from foxformer.models.kvcache import PagedKV  # noqa: E402
 from foxformer.ops.forgetting_attention.cumsum import LOG_FGATE_FLOOR  # noqa: E402
-from foxformer.ops.forgetting_attention.decode import forgetting_attention_decode_paged  # noqa: E402
+from foxformer.ops.forgetting_attention.decode import forgetting_attention_decode  # noqa: E402
 
 
 def dense_reference(q, k, v, c, start, scale):
@@ -32,19 +31,16 @@ def dense_reference(q, k, v, c, start, scale):
     return torch.einsum("bhij,bjhd->bihd", torch.softmax(s, -1), v.double().repeat_interleave(G, 2))
 
 
-def new_cache(delta, B, Hkv, D, G, page):
-    """An evicting LayerCache whose pages hold ``page`` tokens (PAGE_SIZE is 64: small pages stress the
+def new_cache(delta, page):
+    """An evicting layer cache whose pages hold ``page`` tokens (PAGE_SIZE is 64: small pages stress the
     boundaries)."""
-    cache = LayerCache(delta)
-    cache.paged = PagedKV(torch.empty(B, 0, Hkv, D), torch.empty(B, 0, Hkv * G, dtype=torch.float64), page)
-    cache.start = torch.zeros(B, Hkv, dtype=torch.int64)
-    return cache
+    return PagedKV(delta, page_size=page)
 
 
 def check_pages(cache):
     """Every pool page is free or owned by exactly one (b, h), as one of its pages not yet released; no
     page at or after a head's start is released."""
-    p = cache.paged
+    p = cache.pages
     B, Hkv, _ = p.shape
     n = -(-p.length // p.page)
     owned = [int(x) for b in range(B) for h in range(Hkv) for x in p.table_host[b, h, p.released[b, h]:n]]
@@ -89,8 +85,8 @@ def check_start(cache, rec_c, delta, exact):
 
 def check_memory(cache, peak):
     """peak: the most pages any earlier step held (the pool doubles: at most twice that)."""
-    m = cache.memory_bytes()
-    p = cache.paged
+    m = cache.memory()
+    p = cache.pages
     B, Hkv, D = p.shape
     assert p.k_pages.shape[0] <= 2 * peak, (p.k_pages.shape[0], peak)
     assert m["total_keys"] == cache.length * B * Hkv
@@ -105,10 +101,10 @@ def check_decode(cache, rec_k, rec_v, rec_c, Tq, gen):
     q = torch.randn(B, Tq, H, D, generator=gen)
     scale = 1 / math.sqrt(D)
     want = dense_reference(q, rec_k, rec_v, rec_c, cache.start, scale)
-    p = cache.paged
+    p = cache.pages
     for backend in ("torch", "triton"):
-        got = forgetting_attention_decode_paged(q, p.k_pages, p.v_pages, p.c_pages, p.table, p.length, cache.start,
-                                                softmax_scale=scale, backend=backend)
+        got = forgetting_attention_decode(q, p.k_pages, p.v_pages, p.c_pages, cache.start, page_table=p.table,
+                                          seq_len=p.length, softmax_scale=scale, backend=backend)
         torch.testing.assert_close(got.double(), want, rtol=0, atol=3e-5, msg=lambda m: f"{backend}: {m}")
 
 
@@ -131,7 +127,7 @@ def test_random_walk_keeps_the_live_keys_and_owns_each_page_once(walk):
     # per query head: some forget within a few tokens, some slowly, some never
     rates = torch.from_numpy(rng.choice([0.0, -0.05, -0.7, -2.5], size=(B, H))).double()
     rates[:, :G] = -2.5  # kv head 0 forgets fast in every row
-    cache = new_cache(delta, B, Hkv, D, G, page)
+    cache = new_cache(delta, page)
     rec_k = torch.empty(B, 0, Hkv, D)
     rec_v = torch.empty(B, 0, Hkv, D)
     rec_c = torch.empty(B, 0, H, dtype=torch.float64)
@@ -146,7 +142,7 @@ def test_random_walk_keeps_the_live_keys_and_owns_each_page_once(walk):
         last = rec_c[:, -1] if rec_c.shape[1] else torch.zeros(B, H, dtype=torch.float64)
         c = last[:, None, :] + log_f.cumsum(1)
         cache.append(k, v, c)
-        peak = max(peak, cache.paged.pages_in_use)
+        peak = max(peak, cache.pages.pages_in_use)
         rec_k, rec_v, rec_c = torch.cat([rec_k, k], 1), torch.cat([rec_v, v], 1), torch.cat([rec_c, c], 1)
         check_pages(cache)
         check_contents(cache, rec_k, rec_v, rec_c)
@@ -156,8 +152,7 @@ def test_random_walk_keeps_the_live_keys_and_owns_each_page_once(walk):
         if kind == "full":
             cache.evict()
         else:
-            for _ in range(8):  # windowed scans run every EVICT_EVERY-th call
-                cache.evict(window=64 if kind == "window" else 3)
+            cache.evict(window=64 if kind == "window" else 3)
         check_start(cache, rec_c, delta, exact=kind == "full")
         check_pages(cache)
         check_contents(cache, rec_k, rec_v, rec_c)

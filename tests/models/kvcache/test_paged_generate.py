@@ -4,8 +4,8 @@ FoxCache.reserve and evict_max_len on evicting layers."""
 import pytest
 import torch
 
+from foxformer.models.kvcache import PAGE_SIZE, EvictionPolicy
 from foxformer.models.modeling import CACHE_FIELD
-from foxformer.models.paged_cache import PAGE_SIZE
 
 from .conftest import make_model, tokens
 
@@ -37,7 +37,7 @@ def test_hf_generate_with_eviction_equals_without(kind):
     evicting = model.generate(prompt, **opts)
     assert torch.equal(evicting.sequences, plain.sequences)
     cache = evicting[CACHE_FIELD]
-    assert all(layer.paged is not None for layer in cache.layers) and _evicted(cache)
+    assert all(layer.pages is not None for layer in cache.layers) and _evicted(cache)
 
 
 def _left_pad(rows, pad=0):
@@ -82,7 +82,7 @@ def test_chunks_on_an_evicted_cache_stay_within_tolerance(case):
     model = make_model("fox-pro-tiny", gate_bias=bias, **overrides)
     ids = tokens(2, sum(schedule), seed=4)
     full = model(ids).logits
-    cache = model.model.new_cache(evict_eps=1e-6)
+    cache = model.model.new_cache(EvictionPolicy(1e-6))
     parts, s = [], 0
     for n in schedule:
         parts.append(model(ids[:, s:s + n], cache=cache, use_cache=True).logits)
@@ -102,15 +102,15 @@ def test_a_long_first_prefill_then_decoding():
     n = 5 * PAGE_SIZE + 7
     ids = tokens(1, n + 40, seed=6)
     full = model(ids).logits
-    cache = model.model.new_cache(evict_eps=1e-6)
+    cache = model.model.new_cache(EvictionPolicy(1e-6))
     parts = [model(ids[:, :n], cache=cache, use_cache=True).logits]
-    pools = [layer.paged.k_pages.shape[0] for layer in cache.layers]
+    pools = [layer.pages.k_pages.shape[0] for layer in cache.layers]
     for t in range(n, n + 40):
         parts.append(model(ids[:, t:t + 1], cache=cache, use_cache=True).logits)
     torch.testing.assert_close(torch.cat(parts, 1), full, rtol=0, atol=1e-4)
     for layer, pool in zip(cache.layers, pools):
         assert int(layer.start[0, 0]) > n      # kv head 0 (heads 0, 1) forgot the prompt
-        assert layer.paged.k_pages.shape[0] == pool  # no new pool page: freed pages were reused
+        assert layer.pages.k_pages.shape[0] == pool  # no new pool page: freed pages were reused
 
 
 def test_reserve_and_max_len_with_evicting_layers():
@@ -120,7 +120,7 @@ def test_reserve_and_max_len_with_evicting_layers():
     ids = tokens(2, 150, seed=2)
     want = model(ids).logits
     for make in ("reserve", "max_len"):
-        cache = model.model.new_cache(evict_eps=1e-3, evict_max_len=150 if make == "max_len" else None)
+        cache = model.model.new_cache(EvictionPolicy(1e-3, max_len=150 if make == "max_len" else None))
         if make == "reserve":
             cache.reserve(150)
         got = [model(ids[:, :70], cache=cache, use_cache=True).logits]
@@ -128,4 +128,4 @@ def test_reserve_and_max_len_with_evicting_layers():
         torch.testing.assert_close(torch.cat(got, 1), want, rtol=0, atol=1e-9)
         for layer in cache.layers:
             assert layer.delta is not None
-            assert layer.paged.k_pages.shape[0] == 2 * 4 * -(-150 // PAGE_SIZE), make
+            assert layer.pages.k_pages.shape[0] == 2 * 4 * -(-150 // PAGE_SIZE), make

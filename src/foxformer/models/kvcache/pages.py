@@ -1,4 +1,4 @@
-"""Paged key/value storage for an evicting layer cache: each (batch row, kv head) keeps its keys in its
+"""Paged key/value storage of an evicting layer (``paged.PagedKV``): each (batch row, kv head) keeps its keys in its
 own pages of a shared pool, so a head that forgets fast hands its dead pages back whatever the other
 heads keep. (One dense [B, T, Hkv, D] buffer can only drop the prefix that *every* head has dropped:
 on a trained 125M FoX one long-memory head per layer kept 60% of the buffer allocated while 5% of the
@@ -10,7 +10,8 @@ All rows and heads advance together, so new pages are needed by all of them at t
 Pages wholly before a head's start are returned to a free list, lazily: only when an append finds the
 list too short, which costs one device sync (reading start) per PAGE tokens at most. The pool grows by
 a quarter when the free pages do not suffice and never shrinks, so it holds at most 1.25x the pages ever
-in use at once.
+in use at once. The page table has a column for every page of the longest sequence announced (it doubles
+past that): a static decode step finds its page there without the host.
 """
 from __future__ import annotations
 
@@ -27,9 +28,9 @@ PAGE_SIZE = 64
 _DEAD_C_OFFSET = 1e4
 
 
-class PagedKV:
+class PagePool:
     """The pages of one layer. ``length`` positions are held per (b, h); ``start`` [B, Hkv] (owned by
-    the caller's LayerCache) marks the first live one."""
+    the caller's PagedKV) marks the first live one."""
 
     def __init__(self, k: torch.Tensor, c: torch.Tensor, page_size: int = PAGE_SIZE, max_len: int = 0) -> None:
         B, _, Hkv, D = k.shape
@@ -38,14 +39,16 @@ class PagedKV:
         self.k_pages = k.new_empty(0, page_size, D)
         self.v_pages = k.new_empty(0, page_size, D)
         self.c_pages = c.new_empty(0, page_size, self.group, dtype=torch.float64)
-        self.table = torch.zeros(B, Hkv, 0, dtype=torch.int32, device=k.device)
-        self.table_host = np.zeros((B, Hkv, 0), dtype=np.int32)
+        cols = -(-max_len // page_size)
+        self.table = torch.zeros(B, Hkv, cols, dtype=torch.int32, device=k.device)
+        self.table_host = np.zeros((B, Hkv, cols), dtype=np.int32)
         self.released = np.zeros((B, Hkv), dtype=np.int64)  # logical pages handed back, per (b, h)
         self.free: list[int] = []
         self.length = 0
+        self.mapped = 0  # logical pages of every (b, h) with a pool page
         # The pool never needs more pages than every position of every head (max_len: the longest
         # sequence announced, 0 if unknown), so growth stops there.
-        self.max_pages = k.shape[0] * Hkv * -(-max_len // page_size)
+        self.max_pages = k.shape[0] * Hkv * cols
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -99,13 +102,14 @@ class PagedKV:
         ids = self._take(B * Hkv * (last - first), start).reshape(B, Hkv, last - first)
         self.table_host[:, :, first:last] = ids
         self.table[:, :, first:last] = torch.from_numpy(ids).to(self.table.device, non_blocking=True)
+        self.mapped = last
 
     def append(self, k: torch.Tensor, v: torch.Tensor, c: torch.Tensor, start: torch.Tensor) -> None:
         """Write positions [length, length + T): k, v [B, T, Hkv, D]; c float64 [B, T, H]."""
         B, T, Hkv, _ = k.shape
-        first, last = -(-self.length // self.page), -(-(self.length + T) // self.page)
-        if last > first:
-            self._map(first, last, start)
+        last = -(-(self.length + T) // self.page)
+        if last > self.mapped:
+            self._map(self.mapped, last, start)
         pos = torch.arange(self.length, self.length + T, device=k.device)
         page = self.table[:, :, pos // self.page].long().transpose(1, 2)   # [B, T, Hkv]
         row = (pos % self.page)[None, :, None]
@@ -113,6 +117,21 @@ class PagedKV:
         self.v_pages[page, row] = v.to(self.v_pages.dtype)
         self.c_pages[page, row] = c.view(B, T, Hkv, self.group).to(torch.float64)
         self.length += T
+
+    def prepare_step(self, start: torch.Tensor) -> None:
+        """Map the page of position ``length`` if it starts a new one (before a static step writes there)."""
+        if self.length // self.page + 1 > self.mapped:
+            self._map(self.mapped, self.length // self.page + 1, start)
+
+    def write_at(self, at: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.Tensor) -> None:
+        """Static step: write position ``at`` (device int64 [1]; its page already mapped) of every (b, h):
+        k, v [B, 1, Hkv, D], c [B, 1, H]."""
+        B, _, Hkv, D = k.shape
+        page = self.table.index_select(2, at // self.page).long().flatten()          # [B * Hkv]
+        row = (at % self.page).expand(page.shape[0])
+        self.k_pages.index_put_((page, row), k.reshape(B * Hkv, D).to(self.k_pages.dtype))
+        self.v_pages.index_put_((page, row), v.reshape(B * Hkv, D).to(self.v_pages.dtype))
+        self.c_pages.index_put_((page, row), c.reshape(B * Hkv, self.group).to(torch.float64))
 
     # -- reads ---------------------------------------------------------------------------------
     def c_at(self, pos: torch.Tensor) -> torch.Tensor:
@@ -152,6 +171,7 @@ class PagedKV:
         self.table_host = table_host
         self.table = torch.from_numpy(table_host).to(self.table.device)
         self.released = first.astype(np.int64)
+        self.mapped = n_pages
         self.free = []
         return start
 

@@ -5,10 +5,10 @@ import math
 import pytest
 import torch
 
-from foxformer.infer import cache_report, eviction_delta, eviction_deltas, output_tolerance, qk_bound_from_norms
 from foxformer.infer.generate import GenerationConfig, stream_tokens
-from foxformer.models.cache import FoxCache, LayerCache
+from foxformer.models.kvcache import DenseKV, EvictionPolicy, FoxCache, PagedKV, output_tolerance
 from foxformer.models.modeling import CACHE_FIELD
+from foxformer.ops.forgetting_attention.pruning import pruning_threshold
 from foxformer.ops import gate_cumsum
 from foxformer.ops.forgetting_attention.decode import forgetting_attention_decode
 
@@ -34,7 +34,7 @@ def test_layer_cache_output_within_tolerance(eps):
     noise = 0.3 * torch.randn(B, T, Hq, dtype=torch.float64)
     logit = torch.tensor([-2.0, -1.5, -2.0, 6.0], dtype=torch.float64) + noise
     c = gate_cumsum(torch.nn.functional.logsigmoid(logit))
-    cache = LayerCache(eviction_delta(eps, U, n_max))
+    cache = PagedKV(EvictionPolicy(eps).deltas([U], n_max)[0])
     worst = 0.0
     for t in range(T):
         cache.append(k[:, t:t + 1], v[:, t:t + 1], c[:, t:t + 1])
@@ -62,7 +62,7 @@ def test_model_decoding_with_eviction_matches_and_shrinks():
     for layer in cache.layers:
         assert layer.delta is not None
         assert torch.all(layer.start[:, [0, 1, 3]] > 30) and torch.all(layer.start[:, 2] == 0)
-    rep = cache_report(cache)
+    rep = cache.memory_report()
     assert rep["kept_fraction"] < 0.5 and rep["live_bytes"] < rep["no_eviction_bytes"] / 2
 
 
@@ -72,7 +72,7 @@ def test_model_logits_close_to_full_forward():
     ids = tokens(1, 70, seed=3)
     full = model(ids).logits
     eps = 1e-3
-    cache = model.model.new_cache(evict_eps=eps)
+    cache = model.model.new_cache(EvictionPolicy(eps))
     out = model(ids[:, :10], cache=cache, use_cache=True)
     parts = [out.logits]
     for t in range(10, 70):
@@ -92,34 +92,46 @@ def test_gqa_group_is_kept_while_any_head_needs_it():
         assert int(layer.start[0, 0]) == 0 and int(layer.start[0, 1]) > 20
 
 
+def _deltas(model, policy, total_len=None):
+    return [layer.delta for layer in model.model.new_cache(policy, total_len=total_len).layers]
+
+
 def test_deltas_from_qk_norm_or_the_users_bound():
+    """One threshold per layer, from the pruning bound's own function: U from the QK-norm weights, else the
+    user's bound, else no eviction."""
     pro = make_model("fox-pro-tiny")
     attn = pro.model.layers[0].attn
     with torch.no_grad():
         attn.q_norm.weight.fill_(0.5)
         attn.k_norm.weight[3] = 2.0
-    u = qk_bound_from_norms(attn.q_norm.weight, attn.k_norm.weight, attn.head_dim)
+    u = attn.eviction_bound(None)
     assert u == pytest.approx(attn.head_dim ** 0.5 * 0.5 * 2.0 * 1.01)  # 1%: bf16 rounding of q, k
-    deltas = eviction_deltas(pro, 1e-3, max_len=1000)
-    assert deltas[0] == pytest.approx(math.log(1e-3) - 2 * u - math.log(1000))
+    deltas = _deltas(pro, EvictionPolicy(1e-3, max_len=1000))
+    assert deltas[0] == pruning_threshold(1e-3, u, 1000) == pytest.approx(math.log(1e-3) - 2 * u - math.log(1000))
     llama = make_model("fox-llama-tiny")  # no QK-norm: no eviction unless the user gives U
-    assert eviction_deltas(llama, 1e-3) == [None, None]
-    user = eviction_deltas(llama, 1e-3, qk_bound=4.0, max_len=100)
+    with pytest.warns(UserWarning, match="no layer can evict"):
+        assert _deltas(llama, EvictionPolicy(1e-3)) == [None, None]
+    user = _deltas(llama, EvictionPolicy(1e-3, qk_bound=4.0, max_len=100))
     assert user[1] == pytest.approx(math.log(1e-3) - 8 - math.log(100))
-    assert eviction_deltas(make_model("transformer-pro-tiny"), 1e-3) == [None, None]
-    assert eviction_deltas(pro, None) is None
-    for bad in (dict(eps=0.0, qk_bound=1.0, max_len=10), dict(eps=0.1, qk_bound=-1.0, max_len=10),
-                dict(eps=0.1, qk_bound=1.0, max_len=0)):
-        with pytest.raises(ValueError):
-            eviction_delta(**bad)
+    transformer = make_model("transformer-pro-tiny")
+    assert [b.attn.eviction_bound(4.0) for b in transformer.model.layers] == [None, None]
+    with pytest.raises(ValueError, match="forget gate"):
+        transformer.model.new_cache(EvictionPolicy(1e-3))
+    assert _deltas(pro, None) == [None, None]
+    for bad, name in ((dict(eps=0.0, qk_bound=1.0, max_len=10), "evict_eps"),
+                      (dict(eps=0.1, qk_bound=-1.0, max_len=10), "evict_qk_bound"),
+                      (dict(eps=0.1, qk_bound=1.0, max_len=0), "evict_max_len"),
+                      (dict(eps=None), "evict_eps")):
+        with pytest.raises(ValueError, match=name):
+            EvictionPolicy(**bad)
 
 
 def test_pages_are_reused_and_the_pool_stays_bounded():
     """Keys older than ~5 tokens die: the pool stops growing after a few pages, dead pages go back and are
     reused, and the live suffix always reads back in order."""
-    from foxformer.models.paged_cache import PAGE_SIZE
+    from foxformer.models.kvcache import PAGE_SIZE
 
-    cache = LayerCache(delta=-5.0)
+    cache = PagedKV(-5.0)
     B, H, D = 1, 2, 4
     for t in range(20 * PAGE_SIZE):
         k = torch.full((B, 1, H, D), float(t))
@@ -130,14 +142,14 @@ def test_pages_are_reused_and_the_pool_stays_bounded():
         assert torch.equal(live, torch.arange(s, t + 1, dtype=live.dtype))
         assert torch.equal(cache.v[0, s:, 1, 0], -live)
     assert int(cache.live_lengths().max()) <= 6          # c_t - c_j <= -5 is evicted
-    assert cache.paged.k_pages.shape[0] <= 2 * B * H * 2  # two pages per head at most, doubled once
-    full = LayerCache()
+    assert cache.pages.k_pages.shape[0] <= 2 * B * H * 2  # two pages per head at most, doubled once
+    full = DenseKV()
     full_caps = []
     for t in range(100):
         full.append(torch.zeros(1, 1, 1, 2), torch.zeros(1, 1, 1, 2), torch.zeros(1, 1, 1, dtype=torch.float64))
         full_caps.append(full.capacity)
     assert sorted(set(full_caps)) == [16, 32, 64, 128]
-    hinted = FoxCache(1)
+    hinted = FoxCache([DenseKV()])
     hinted.reserve(100)
     hinted[0].append(torch.zeros(1, 5, 1, 2), torch.zeros(1, 5, 1, 2), torch.zeros(1, 5, 1, dtype=torch.float64))
     assert hinted[0].capacity == 100
@@ -148,7 +160,7 @@ def test_one_long_head_does_not_pin_the_others_memory():
     of the no-eviction memory allocated with 5% of the keys live). With pages per head the allocation
     follows the live keys."""
     Hkv, D, T = 8, 16, 40 * 64
-    cache = LayerCache(delta=-5.0)
+    cache = PagedKV(-5.0)
     for t0 in range(0, T, 16):
         k = torch.randn(1, 16, Hkv, D)
         log_f = torch.full((1, 16, Hkv), -1.0, dtype=torch.float64)
@@ -156,7 +168,7 @@ def test_one_long_head_does_not_pin_the_others_memory():
         c = gate_cumsum(log_f, initial=cache.last_c())
         cache.append(k, k, c)
         cache.evict()
-    mem = cache.memory_bytes()
+    mem = cache.memory()
     assert mem["live"] < 0.15 * mem["no_eviction"]           # 1 head of 8 live, plus a few keys
     assert mem["allocated"] < 0.3 * mem["no_eviction"]       # pages follow: the pool is 1/8 and slack
     assert int(cache.start[0, 0]) == 0 and torch.all(cache.start[0, 1:] > T - 10)
@@ -181,7 +193,7 @@ def test_long_chunks_after_eviction_stay_within_tolerance():
     model = make_model("fox-pro-tiny", gate_bias=[-3.0, -2.0, -1.0, -3.0])
     ids = tokens(1, 90, seed=4)
     full = model(ids).logits
-    cache = model.model.new_cache(evict_eps=1e-6)
+    cache = model.model.new_cache(EvictionPolicy(1e-6))
     parts = [model(ids[:, s:s + 30], cache=cache, use_cache=True).logits for s in range(0, 90, 30)]
     for layer in cache.layers:  # ragged, and no head kept everything
         assert int(layer.start.min()) > 0 and int(layer.start.max()) > int(layer.start.min())
@@ -190,7 +202,7 @@ def test_long_chunks_after_eviction_stay_within_tolerance():
 
 def test_beam_reorder_of_a_paged_cache_keeps_each_rows_keys():
     """select with repeated rows (beam search) rebuilds the pages: no page is owned twice."""
-    cache = LayerCache(delta=-3.0)
+    cache = PagedKV(-3.0)
     H, D = 2, 4
     for t in range(150):
         k = torch.stack([torch.full((1, H, D), float(t)), torch.full((1, H, D), -float(t))])   # rows 0, 1
@@ -200,8 +212,8 @@ def test_beam_reorder_of_a_paged_cache_keeps_each_rows_keys():
         cache.evict()
     cache.select(torch.tensor([1, 1, 0]))
     assert cache.start.shape == (3, H) and int(cache.start[2, 0]) > 100 and int(cache.start[0, 1]) == 0
-    pages = cache.paged.table_host
-    owned = [p for b in range(3) for h in range(H) for p in pages[b, h, cache.paged.released[b, h]:3]]
+    pages = cache.pages.table_host
+    owned = [p for b in range(3) for h in range(H) for p in pages[b, h, cache.pages.released[b, h]:3]]
     assert len(owned) == len(set(owned))
     assert torch.equal(cache.k[1, :, 1, 0], -torch.arange(150.0))
     assert torch.equal(cache.k[2, :, 1, 0], torch.arange(150.0))
@@ -209,21 +221,22 @@ def test_beam_reorder_of_a_paged_cache_keeps_each_rows_keys():
     assert torch.equal(cache.k[0, -2:, 1, 0], torch.tensor([-149.0, 1.0]))
 
 
-def test_decode_step_scans_run_every_few_steps_and_full_scans_at_once():
-    from foxformer.models.cache import EVICT_EVERY
+def test_decode_steps_scan_every_few_steps_and_chunks_at_once():
+    from foxformer.models.kvcache import EVICT_EVERY
 
-    cache = LayerCache(delta=-2.0)
+    layer = PagedKV(-2.0)
+    cache = FoxCache([layer])
+    k = torch.zeros(1, 1, 1, 2)
     for t in range(40):  # log f = -1 per token: keys older than 2 tokens are dead
-        k = torch.zeros(1, 1, 1, 2)
-        cache.append(k, k, torch.full((1, 1, 1), -1.0 * t, dtype=torch.float64))
-    for step in range(1, EVICT_EVERY):
-        cache.evict(window=64)
-        assert int(cache.start[0, 0]) == 0, step       # windowed scans wait for the EVICT_EVERY-th call
-    cache.evict(window=64)
-    assert int(cache.start[0, 0]) == 38                 # ... which drops every dead key (c_39 - c_j <= -2)
-    cache.append(k, k, torch.full((1, 1, 1), -40.0, dtype=torch.float64))
-    cache.evict()                                       # a full scan (prefill chunks) runs at once
-    assert int(cache.start[0, 0]) == 39
+        layer.append(k, k, torch.full((1, 1, 1), -1.0 * t, dtype=torch.float64))
+    # one-token steps scan every EVICT_EVERY-th time (the cache decides, for every layer at once)
+    assert [cache.next_scan(1) for _ in range(2 * EVICT_EVERY)] == ([False] * (EVICT_EVERY - 1) + [True]) * 2
+    assert cache.next_scan(5)                           # a chunk always scans
+    layer.evict(window=64)
+    assert int(layer.start[0, 0]) == 38                 # a scan drops every dead key (c_39 - c_j <= -2)
+    layer.append(k, k, torch.full((1, 1, 1), -40.0, dtype=torch.float64))
+    layer.evict()
+    assert int(layer.start[0, 0]) == 39
 
 
 GROW_PAST_N = {
@@ -244,7 +257,7 @@ def test_growing_past_an_explicit_evict_max_len_is_a_clear_error(source):
     with pytest.raises(ValueError, match="evict_max_len.*12"):
         next(stream_tokens(model, prompt, GenerationConfig(max_new_tokens=4, evict_eps=1e-3, **options)))
     # the cache itself refuses a chunk that takes it past N (HF generate, direct use)
-    cache = model.model.new_cache(evict_eps=1e-3, evict_max_len=options.get("evict_max_len"))
+    cache = model.model.new_cache(EvictionPolicy(1e-3, max_len=options.get("evict_max_len")))
     out = model(prompt, past_key_values=cache, use_cache=True)
     model(prompt[:, :2], past_key_values=out.cache)
     with pytest.raises(ValueError, match="evict_max_len.*12"):
@@ -264,7 +277,7 @@ def test_generation_past_max_position_embeddings_still_evicts_without_an_explici
     model = make_model("fox-pro-tiny", gate_bias=[-3.0, -3.0, 8.0, -3.0], max_position_embeddings=16)
     state = {}
     out = list(stream_tokens(model, tokens(1, 10), GenerationConfig(max_new_tokens=30, evict_eps=1e-3), state))
-    assert len(out) == 30 and cache_report(state["cache"])["kept_fraction"] < 1
+    assert len(out) == 30 and state["cache"].memory_report()["kept_fraction"] < 1
 
 
 NO_EXPLICIT_N = {
@@ -283,7 +296,7 @@ def test_without_an_explicit_n_the_bound_covers_the_whole_generation(max_new_tok
     state = {}
     cfg = GenerationConfig(max_new_tokens=max_new_tokens, evict_eps=1e-3)
     assert len(list(stream_tokens(model, tokens(1, 10), cfg, state))) == max_new_tokens
-    want = eviction_deltas(model, 1e-3, None, n)
+    want = EvictionPolicy(1e-3).deltas([block.attn.eviction_bound(None) for block in model.model.layers], n)
     assert [layer.delta for layer in state["cache"].layers] == pytest.approx(want)
 
 
@@ -295,7 +308,7 @@ def test_hf_generate_bound_covers_the_whole_generation(max_new_tokens, n):
     out = model.generate(tokens(1, 10), max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=0,
                          return_dict_in_generate=True)
     assert out.sequences.shape[1] == 10 + max_new_tokens
-    want = eviction_deltas(model, 1e-3, None, n)
+    want = EvictionPolicy(1e-3).deltas([block.attn.eviction_bound(None) for block in model.model.layers], n)
     assert [layer.delta for layer in out[CACHE_FIELD].layers] == pytest.approx(want)
 
 
@@ -303,17 +316,17 @@ def test_beam_reorder_copies_only_the_live_pages():
     """select rebuilt the pool from dense copies of every position, dead ones included: after one beam
     reorder an evicting cache allocated as much as no eviction at all (and copied all of it each step)."""
     Hkv, D, T = 8, 16, 20 * 64
-    cache = LayerCache(delta=-5.0)
+    cache = PagedKV(-5.0)
     for t0 in range(0, T, 64):
         k = torch.randn(2, 64, Hkv, D)
         log_f = torch.full((2, 64, Hkv), -1.0, dtype=torch.float64)
         log_f[..., 0] = 0.0                                  # head 0 keeps every key
         cache.append(k, k, gate_cumsum(log_f, initial=cache.last_c()))
         cache.evict()
-    before = cache.memory_bytes()
+    before = cache.memory()
     want = cache.k[[1, 1, 0]][:, :, 0]
     cache.select(torch.tensor([1, 1, 0]))
-    mem = cache.memory_bytes()
+    mem = cache.memory()
     assert mem["live_keys"] == before["live_keys"] * 3 // 2
     assert mem["allocated"] < 0.3 * mem["no_eviction"], mem
     assert torch.equal(cache.k[:, :, 0], want)
@@ -324,7 +337,7 @@ def test_chunked_prefill_pool_follows_the_live_keys():
     when short ended at every position of every head (the sixth session's 32K / 64K batch-1 bench rows:
     100% allocated with 44-50% of keys live); growing by a quarter keeps it near the live keys."""
     Hkv, D, chunk, n = 8, 4, 64, 32
-    cache = FoxCache(1, [-5.0], max_len=chunk * n)
+    cache = FoxCache([PagedKV(-5.0, capacity_hint=chunk * n)], max_len=chunk * n)
     layer = cache[0]
     for i in range(n):
         log_f = torch.zeros(1, chunk, Hkv, dtype=torch.float64)
@@ -332,6 +345,6 @@ def test_chunked_prefill_pool_follows_the_live_keys():
         c = gate_cumsum(log_f, initial=layer.last_c())
         layer.append(torch.randn(1, chunk, Hkv, D), torch.randn(1, chunk, Hkv, D), c)
         layer.evict()
-    mem = layer.memory_bytes()
+    mem = layer.memory()
     assert mem["live"] == pytest.approx(0.5 * mem["no_eviction"], rel=0.05)
-    assert layer.paged.k_pages.shape[0] <= 0.65 * Hkv * n     # pages: live half plus one chunk and growth slack
+    assert layer.pages.k_pages.shape[0] <= 0.65 * Hkv * n     # pages: live half plus one chunk and growth slack

@@ -1,0 +1,148 @@
+"""FoxCache: the per-layer decoding states of a model plus the number of tokens seen.
+
+Pass it back as ``past_key_values`` (or ``cache``) to continue: prefill in chunks, decode token by token.
+Built by ``FoxModel.new_cache`` (the one constructor: generate, eval, bench and Hugging Face generate call
+it). Not a ``transformers.Cache`` subclass on purpose: its API differs between transformers 5.17 and 5.24,
+and generate only needs ``get_seq_length``, ``reorder_cache`` and the model's own
+``prepare_inputs_for_generation``.
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import torch
+
+from .base import LayerState
+from .policy import EVICT_EVERY, EvictionPolicy
+
+
+class FoxCache:
+    """layers: one LayerState per model layer. max_len: the N an eviction policy was derived for when it was
+    given explicitly (evict_max_len): the model refuses to grow the cache past it, where the bound would
+    no longer hold (None: no limit). policy: the EvictionPolicy (None: every key kept).
+    decode: "auto" (one-token steps replay CUDA graphs where they can, else run eagerly), "graphs" (the
+    same, saying why when they cannot), "compiled" (graphs of the torch.compile'd step), "static" (the
+    graph-safe step without capture: what graphs replay, runnable on the CPU), "eager". ``decode_note``
+    says why steps ran eagerly, if they did."""
+
+    is_compileable = False
+    is_croppable = False
+    DECODE_MODES = ("auto", "graphs", "compiled", "static", "eager")
+
+    def __init__(self, layers: Sequence[LayerState], max_len: Optional[int] = None,
+                 policy: Optional[EvictionPolicy] = None, decode: str = "auto") -> None:
+        if decode not in self.DECODE_MODES:
+            raise ValueError(f"decode: expected one of {', '.join(self.DECODE_MODES)}, got {decode!r}")
+        self.layers = list(layers)
+        self.seq_len = 0
+        self.max_len = None if max_len is None else int(max_len)
+        self.policy = policy
+        self.decode = decode
+        self.decode_steps = 0        # one-token steps: every EVICT_EVERY-th scans for dead keys
+        self.device_len: Optional[torch.Tensor] = None   # seq_len on the device (static steps read it)
+        self.graphs = None           # graphs.DecodeGraphs, built on the first static step
+        self.decode_note: Optional[str] = None
+
+    def __len__(self) -> int:
+        return len(self.layers)
+
+    def __getitem__(self, idx: int) -> LayerState:
+        return self.layers[idx]
+
+    @property
+    def is_linear(self) -> list[bool]:
+        return [False] * len(self.layers)
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self.seq_len
+
+    @property
+    def version(self) -> tuple:
+        """The addresses and shapes of every layer's storage: a captured graph is valid while this stays."""
+        return tuple((t.data_ptr(), tuple(t.shape)) if t is not None else None
+                     for layer in self.layers for t in layer.storage())
+
+    def next_scan(self, new_tokens: int) -> bool:
+        """Whether this step looks for dead keys: chunks always, one-token steps every EVICT_EVERY-th (keeping
+        keys a few steps longer is always safe, and each scan is ~10 small kernels per layer)."""
+        if new_tokens != 1:
+            return True
+        self.decode_steps += 1
+        return self.decode_steps % EVICT_EVERY == 0
+
+    def check_fits(self, num_layers: int, batch: int, num_kv_heads: int, head_dim: int,
+                   recurrent: bool = False) -> None:
+        """ValueError unless this cache can continue a forward of ``batch`` rows through a model of these
+        shapes (a cache reused from another model or batch would fail deep inside a layer, or, across
+        attention kinds, be ignored). ``recurrent``: the model's layers keep a state, not keys."""
+        hint = "; a cache only continues the model and the batch that filled it"
+        if len(self.layers) != num_layers:
+            raise ValueError(f"past_key_values: the FoxCache has {len(self.layers)} layer(s), the model "
+                             f"{num_layers}{hint}")
+        layer = next((layer for layer in self.layers if layer.filled), self.layers[0] if self.layers else None)
+        if layer is None:
+            return
+        if (layer.kind == "state") != recurrent:
+            held, wanted = ("a recurrent state", "keys") if layer.kind == "state" else ("keys", "a recurrent state")
+            raise ValueError(f"past_key_values: the FoxCache holds {held}, the model's layers need {wanted}{hint}")
+        shape = layer.shape(num_kv_heads)
+        if shape is None:
+            return
+        B, Hkv, D = shape
+        if B != batch:
+            raise ValueError(f"past_key_values: the FoxCache holds batch size {B}, the input has batch size "
+                             f"{batch}{hint}")
+        if (Hkv, D) != (num_kv_heads, head_dim):
+            raise ValueError(f"past_key_values: the FoxCache holds {Hkv} kv heads of size {D}, the model has "
+                             f"{num_kv_heads} kv heads of size {head_dim}{hint}")
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        """Keep rows ``beam_idx`` (beam search, batch selection)."""
+        for layer in self.layers:
+            layer.select(beam_idx)
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        self.reorder_cache(indices)
+
+    def reserve(self, total_len: int) -> None:
+        """Hint the total sequence length before the first forward: storage is then sized for it at once
+        instead of doubling past it."""
+        for layer in self.layers:
+            if hasattr(layer, "capacity_hint"):
+                layer.capacity_hint = int(total_len)
+
+    # -- static steps ----------------------------------------------------------------------------
+    def sync_device_len(self, device: torch.device) -> torch.Tensor:
+        """The device copy of seq_len, int64 [1], set from the host's count (after eager steps)."""
+        if self.device_len is None or self.device_len.device != device:
+            self.device_len = torch.zeros(1, dtype=torch.int64, device=device)
+        return self.device_len.fill_(self.seq_len)
+
+    def prepare_step(self) -> None:
+        for layer in self.layers:
+            layer.prepare_step()
+
+    def advance(self, n: int = 1) -> None:
+        """Count ``n`` tokens written by static steps (the device length moved inside the step)."""
+        for layer in self.layers:
+            layer.advance(n)
+        self.seq_len += n
+
+    # -- memory ----------------------------------------------------------------------------------
+    def memory_bytes(self) -> dict:
+        """LayerState.memory summed over layers (an evicting layer costs one device sync)."""
+        total: dict = {}
+        for layer in self.layers:
+            for key, value in layer.memory().items():
+                total[key] = total.get(key, 0) + value
+        return total
+
+    def memory_report(self) -> dict:
+        """allocated / live / no-eviction bytes, key counts, and the fraction of keys kept (None for recurrent
+        states: no keys were ever cached, so none were kept or evicted)."""
+        mem = self.memory_bytes()
+        recurrent = any(layer.kind == "state" for layer in self.layers)
+        kept = None if recurrent else mem["live_keys"] / mem["total_keys"] if mem.get("total_keys") else 1.0
+        return {"allocated_bytes": mem.get("allocated", 0), "live_bytes": mem.get("live", 0),
+                "no_eviction_bytes": mem.get("no_eviction", 0), "kept_fraction": kept,
+                "live_keys": mem.get("live_keys", 0), "total_keys": mem.get("total_keys", 0)}

@@ -1,0 +1,150 @@
+"""CUDA graphs of one-token decode steps.
+
+A one-token step on a FoxCache can run as the model's *static step* (``FoxModel.static_step``): the new
+token's position is a device tensor, every cache write is in place, and nothing reads back to the host
+(see ``base.py``). ``DecodeGraphs`` runs that step once eagerly (compiling kernels, initialising libraries),
+then captures it in a ``torch.cuda.CUDAGraph`` and replays it for every later step with the same shape:
+one graph launch instead of ~40 kernel launches per layer from Python, which is what a batch-1 step cost
+(12.2 ms per token for the 125M FoX at 32K on the H200, 30x its memory-bandwidth floor; issue 18).
+
+A graph holds the addresses of the cache's storage. A reallocation (a dense buffer doubling, the page pool
+growing, a beam reorder that changes the batch) changes ``FoxCache.version`` and the step is captured again;
+windowed eviction scans (every EVICT_EVERY-th step) are a second graph. Host-side work that graphs cannot
+hold runs before each replay: mapping the next page of an evicting cache, copying the inputs in.
+
+"compiled" also runs the step through ``torch.compile`` before capture, so that the elementwise work around
+the projections is fused; the cache updates stay eager code inside it (``torch.compiler.disable``).
+"""
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Callable, Optional
+
+import torch
+
+from foxformer.ops.forgetting_attention.decode import READS_LENGTH_ON_DEVICE
+
+from .base import decode_backend
+
+# A cache whose storage moved this many times has its graphs captured over and over (a beam search reordering
+# an evicting cache every step): capturing costs more than it saves, so the cache decodes eagerly from then on.
+MAX_CAPTURES = 16
+
+
+def graph_blocker(config, x: torch.Tensor, mode: str) -> Optional[str]:
+    """Why a one-token step of this model cannot be captured (None: it can); ``mode`` "static" needs no
+    capture, only a step that does not read back to the host."""
+    if mode == "static":
+        keys_on_torch = config.attention != "linear" and decode_backend(config.attention_backend, x) == "torch"
+        return "the torch decode path reads the length on the host" if keys_on_torch and x.is_cuda else None
+    if not x.is_cuda:
+        return "CUDA graphs need a CUDA device"
+    if torch.is_grad_enabled():
+        return "gradients are enabled (generation runs under torch.no_grad)"
+    if os.environ.get("FOXFORMER_CHECK_VALUES", "0") == "1":
+        return "FOXFORMER_CHECK_VALUES=1 checks values on the host"
+    if config.attention != "linear" and not READS_LENGTH_ON_DEVICE:
+        return "this copy of the decode op (a standalone export's) reads the cache length on the host"
+    if config.attention != "linear" and decode_backend(config.attention_backend, x) != "triton":
+        return (f"attention_backend={config.attention_backend!r} with {x.dtype} decodes through the torch path, "
+                "which reads the cache length on the host")
+    return None
+
+
+class _Captured:
+    def __init__(self, graph: torch.cuda.CUDAGraph, x: torch.Tensor, positions: torch.Tensor,
+                 out: torch.Tensor) -> None:
+        self.graph, self.x, self.positions, self.out = graph, x, positions, out
+
+
+class DecodeGraphs:
+    """The captured steps of one FoxCache. ``captures`` counts captures (a test checks that decoding does not
+    capture per step); ``compile``: torch.compile the step first."""
+
+    def __init__(self, compile: bool = False) -> None:
+        self.compile = compile
+        self.captures = 0
+        self.graphs: dict = {}
+        self.version = None
+        self.warm: set = set()
+        self.pool = None
+        self._compiled: Optional[Callable] = None
+
+    def _step_fn(self, step: Callable) -> Callable:
+        if not self.compile:
+            return step
+        if self._compiled is None:
+            self._compiled = torch.compile(step, dynamic=False)
+        return self._compiled
+
+    def run(self, step: Callable, cache, x: torch.Tensor, positions: torch.Tensor, scan: bool,
+            capture: bool) -> torch.Tensor:
+        """One step: ``step(x, positions, cache, scan)`` (x [B, 1, d] the embedded token, positions int64 [B, 1])
+        returns the final hidden state [B, 1, d]; replayed from a graph when ``capture``."""
+        cache.prepare_step()
+        cache.sync_device_len(x.device)
+        fn = self._step_fn(step) if capture else step
+        if not capture:
+            out = fn(x, positions, cache, scan)
+            cache.advance(1)
+            return out
+        if cache.version != self.version:  # storage moved: the graphs of the old addresses are of no use
+            self.graphs.clear()
+            self.version = cache.version
+        key = (scan, tuple(x.shape), x.dtype)
+        entry = self.graphs.get(key)
+        if entry is None:
+            if key not in self.warm:
+                # The first step of this shape runs eagerly on a side stream: kernels compile and libraries
+                # allocate their workspaces outside the capture (as torch.cuda.graphs' documentation asks).
+                self.warm.add(key)
+                side = torch.cuda.Stream(device=x.device)
+                side.wait_stream(torch.cuda.current_stream(x.device))
+                with torch.cuda.stream(side):
+                    out = fn(x, positions, cache, scan)
+                torch.cuda.current_stream(x.device).wait_stream(side)
+                cache.advance(1)
+                return out
+            entry = self._capture(fn, cache, x, positions, scan)
+            self.graphs[key] = entry
+        entry.x.copy_(x)
+        entry.positions.copy_(positions)
+        entry.graph.replay()
+        cache.advance(1)
+        return entry.out.clone()  # the next replay overwrites the graph's output
+
+    def _capture(self, fn: Callable, cache, x: torch.Tensor, positions: torch.Tensor, scan: bool) -> _Captured:
+        """Record the step without running it (the caller replays it): no host state may change inside."""
+        self.captures += 1
+        graph = torch.cuda.CUDAGraph()
+        xs, ps = x.clone(), positions.clone()
+        with torch.cuda.graph(graph, pool=self.pool):
+            out = fn(xs, ps, cache, scan)
+        self.pool = graph.pool()  # the variants of one cache share a pool: they never run at once
+        return _Captured(graph, xs, ps, out)
+
+
+def step_kind(cache, config, x: torch.Tensor) -> Optional[str]:
+    """How a one-token step on ``cache`` runs: "graphs" (captured, replayed), "static" (the graph-safe step,
+    eagerly) or None (the eager forward), by the cache's decode mode and what this model and input allow."""
+    if cache.decode == "eager":
+        return None
+    static = cache.decode == "static"
+    reason = graph_blocker(config, x, "static" if static else "graphs")
+    if reason is None and cache.graphs is not None and cache.graphs.captures >= MAX_CAPTURES:
+        reason = f"the cache's storage moved {MAX_CAPTURES} times, each time capturing the step anew"
+    if reason is not None:
+        note_eager(cache, reason, x.is_cuda)
+        return None
+    return "static" if static else "graphs"
+
+
+def note_eager(cache, reason: str, cuda: bool) -> None:
+    """Record why this cache decodes eagerly; say it once (a warning) where graphs were asked for or expected
+    (mode "graphs" / "compiled", or "auto" on a CUDA device)."""
+    if cache.decode_note is not None:
+        return
+    cache.decode_note = f"decoding eagerly: {reason}"
+    if cache.decode in ("graphs", "compiled") or (cache.decode == "auto" and cuda):
+        warnings.warn(cache.decode_note, stacklevel=4)

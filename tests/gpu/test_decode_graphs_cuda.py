@@ -1,0 +1,84 @@
+"""CUDA-graph decoding (models.kvcache.graphs) against the eager path on the GPU: the same greedy tokens for
+FoX with and without eviction, the Transformer baselines and the recurrent baseline, at batch 1 and in a
+left-padded Hugging Face batch; a fixed number of captures however many steps; seeded sampling.
+Skipped without CUDA: `python -m pytest -q tests/gpu/test_decode_graphs_cuda.py`."""
+import pytest
+import torch
+
+from foxformer.infer import GenerationConfig, stream_tokens
+from foxformer.models import FoxForCausalLM, get_preset
+from foxformer.models.modeling import CACHE_FIELD
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+CASES = {  # preset, overrides, evict_eps
+    "fox-pro": ("fox-pro-tiny", dict(num_kv_heads=2), None),
+    "fox-pro-evicting": ("fox-pro-tiny", dict(num_kv_heads=2), 1e-4),
+    "transformer-llama": ("transformer-llama-tiny", {}, None),
+    "transformer-pro": ("transformer-pro-tiny", {}, None),
+    "linear-pro": ("linear-pro-tiny", {}, None),
+}
+
+
+def _model(name):
+    preset, overrides, eps = CASES[name]
+    torch.manual_seed(0)
+    model = FoxForCausalLM(get_preset(preset, vocab_size=512, **overrides)).cuda().bfloat16().eval()
+    for layer in model.model.layers:  # heads that forget within tokens next to ones that keep everything
+        gate = layer.attn.fgate
+        if gate is not None and gate.kind == "data_dependent":
+            gate.proj.bias.data.copy_(torch.tensor([-2.0, -3.0, -1.0, 6.0]))
+    return model, eps
+
+
+def _stream(model, prompt, decode, **options):
+    state = {}
+    tokens = torch.stack(list(stream_tokens(model, prompt, GenerationConfig(decode=decode, **options), state)), 1)
+    return tokens, state["cache"]
+
+
+@pytest.mark.parametrize("name", list(CASES), ids=list(CASES))
+@pytest.mark.parametrize("batch", [1, 4])
+def test_graphs_give_the_eager_greedy_tokens_with_few_captures(name, batch):
+    model, eps = _model(name)
+    prompt = torch.randint(0, 512, (batch, 700), device="cuda", generator=torch.Generator("cuda").manual_seed(batch))
+    opts = dict(max_new_tokens=200, temperature=0, evict_eps=eps)
+    eager, _ = _stream(model, prompt, "eager", **opts)
+    graphs, cache = _stream(model, prompt, "graphs", **opts)
+    assert torch.equal(graphs, eager)
+    assert cache.decode_note is None
+    # a graph without and one with the eviction scan; an evicting cache may recapture when its pool grows
+    assert 1 <= cache.graphs.captures <= (2 if eps is None else 6), cache.graphs.captures
+
+
+def test_seeded_sampling_is_the_same_through_graphs():
+    model, _ = _model("fox-pro")
+    prompt = torch.randint(0, 512, (3, 100), device="cuda")
+    opts = dict(max_new_tokens=50, temperature=1.2, top_k=50, top_p=0.9, seed=3)
+    assert torch.equal(_stream(model, prompt, "graphs", **opts)[0], _stream(model, prompt, "eager", **opts)[0])
+
+
+@pytest.mark.parametrize("name", ["fox-pro", "fox-pro-evicting", "transformer-llama"])
+def test_hf_generate_left_padded_batch_through_graphs(name):
+    model, eps = _model(name)
+    model.config.evict_eps = eps
+    lengths = [300, 40, 170]
+    ids = torch.zeros(3, 300, dtype=torch.long, device="cuda")
+    mask = torch.zeros_like(ids)
+    for i, n in enumerate(lengths):
+        ids[i, 300 - n:] = torch.randint(0, 512, (n,), device="cuda")
+        mask[i, 300 - n:] = 1
+    seqs = {}
+    for decode in ("eager", "graphs"):
+        cache = model.model.new_cache("config", total_len=300 + 63, decode=decode)
+        seqs[decode] = model.generate(ids, attention_mask=mask, max_new_tokens=64, do_sample=False, pad_token_id=0,
+                                      **{CACHE_FIELD: cache})
+    assert torch.equal(seqs["graphs"], seqs["eager"])
+
+
+def test_hf_generate_builds_a_cache_that_replays_graphs():
+    model, _ = _model("fox-pro")
+    out = model.generate(torch.randint(0, 512, (1, 50), device="cuda"), max_new_tokens=40, do_sample=False,
+                         pad_token_id=0, return_dict_in_generate=True)
+    cache = out[CACHE_FIELD]
+    assert cache.graphs is not None and cache.graphs.captures >= 1 and cache.decode_note is None

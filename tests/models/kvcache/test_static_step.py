@@ -1,0 +1,134 @@
+"""The static decode step (models.kvcache.graphs: what CUDA graphs capture and replay) without capture, on the
+CPU: the same tokens and logits as the eager path, for FoX with and without eviction, the Transformer
+baselines and the recurrent baseline; greedy and seeded sampling; one row and left-padded batches; beam search
+reordering the cache; storage that grows; the memory report against the tensors really allocated."""
+import pytest
+import torch
+
+from foxformer.infer import GenerationConfig, stream_tokens
+from foxformer.models.kvcache import DenseKV, EvictionPolicy, PagedKV, RecurrentState
+from foxformer.models.modeling import CACHE_FIELD
+
+from .conftest import make_model, tokens
+
+FAST = [-3.0, -3.0, 8.0, -3.0]  # heads 0, 1, 3 forget within a few tokens, head 2 keeps everything
+MODELS = {  # preset, overrides, evict_eps
+    "fox-pro": ("fox-pro-tiny", dict(num_kv_heads=2), None),
+    "fox-pro-evicting": ("fox-pro-tiny", dict(num_kv_heads=2), 1e-6),
+    "transformer-llama-rope": ("transformer-llama-tiny", {}, None),
+    "transformer-pro": ("transformer-pro-tiny", {}, None),
+    "linear-pro": ("linear-pro-tiny", {}, None),
+}
+
+
+def _model(name):
+    preset, overrides, eps = MODELS[name]
+    return make_model(preset, gate_bias=FAST if preset.startswith("fox") else None, **overrides), eps
+
+
+def _stream(model, prompt, decode, **options):
+    state = {}
+    cfg = GenerationConfig(max_new_tokens=24, decode=decode, **options)
+    return torch.stack(list(stream_tokens(model, prompt, cfg, state)), 1), state["cache"]
+
+
+@pytest.mark.parametrize("name", list(MODELS), ids=list(MODELS))
+@pytest.mark.parametrize("batch", [1, 3])
+def test_static_steps_give_the_eager_tokens(name, batch):
+    model, eps = _model(name)
+    prompt = tokens(batch, 20, seed=batch)
+    sample = dict(temperature=1.3, top_k=40, seed=5) if batch == 3 else dict(temperature=0)
+    eager, _ = _stream(model, prompt, "eager", evict_eps=eps, **sample)
+    static, cache = _stream(model, prompt, "static", evict_eps=eps, **sample)
+    assert torch.equal(static, eager)
+    assert cache.graphs is not None and cache.graphs.captures == 0 and cache.decode_note is None
+    if eps is not None:
+        assert all(isinstance(layer, PagedKV) and bool((layer.start > 0).any()) for layer in cache.layers)
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("name", ["fox-pro-evicting", "transformer-llama-rope", "linear-pro"])
+def test_static_steps_give_the_eager_logits_bit_for_bit(name):
+    """Same kernels on the same storage: the eager step passes the whole buffers and the host's length, the
+    static one the device's."""
+    model, eps = _model(name)
+    ids = tokens(2, 40, seed=4)
+    logits = {}
+    for decode in ("eager", "static"):
+        cache = model.model.new_cache(None if eps is None else EvictionPolicy(eps), total_len=40, decode=decode)
+        out = [model(ids[:, :25], cache=cache, use_cache=True).logits]
+        out += [model(ids[:, t:t + 1], cache=cache, use_cache=True).logits for t in range(25, 40)]
+        logits[decode] = torch.cat(out, 1)
+    assert torch.equal(logits["static"], logits["eager"])
+
+
+@pytest.mark.parametrize("name", ["fox-pro", "fox-pro-evicting", "transformer-llama-rope"])
+@pytest.mark.parametrize("kind", ["left-padded-greedy", "beam3"])
+def test_hf_generate_through_static_steps(name, kind):
+    """Hugging Face generate drives the same step: left padding (positions from the mask) and beam search
+    (the cache reordered every step, in place for dense layers)."""
+    model, eps = _model(name)
+    model.config.evict_eps = eps
+    rows = [tokens(1, 19, seed=3)[0], tokens(1, 6, seed=4)[0], tokens(1, 12, seed=5)[0]]
+    ids = torch.zeros(3, 19, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, r in enumerate(rows):
+        ids[i, 19 - len(r):], mask[i, 19 - len(r):] = r, 1
+    opts = dict(attention_mask=mask, max_new_tokens=12, pad_token_id=0, return_dict_in_generate=True,
+                **(dict(do_sample=False) if kind.endswith("greedy") else dict(num_beams=3, do_sample=False)))
+    seqs = {}
+    for decode in ("eager", "static"):
+        cache = model.model.new_cache("config", total_len=19 + 11, decode=decode)
+        out = model.generate(ids, **{CACHE_FIELD: cache}, **opts)
+        seqs[decode] = out.sequences
+    assert torch.equal(seqs["static"], seqs["eager"])
+
+
+def test_static_steps_grow_storage_that_was_not_sized_for_them():
+    """Without a length hint a dense buffer doubles: the step makes room first (and a captured graph would be
+    captured anew: the version moves)."""
+    model, _ = _model("fox-pro")
+    ids = tokens(1, 60, seed=2)
+    want = model(ids).logits
+    cache = model.model.new_cache(decode="static")
+    got = [model(ids[:, :10], cache=cache, use_cache=True).logits]
+    versions = {cache.version}
+    for t in range(10, 60):
+        got.append(model(ids[:, t:t + 1], cache=cache, use_cache=True).logits)
+        versions.add(cache.version)
+    torch.testing.assert_close(torch.cat(got, 1), want, rtol=1e-9, atol=1e-9)
+    assert len(versions) == 3 and cache[0].capacity == 64  # 16 -> 32 -> 64
+
+
+def _allocated(layer) -> int:
+    """Bytes of the tensors a layer's storage really holds."""
+    if isinstance(layer, RecurrentState):
+        tensors = [layer.state]
+    elif isinstance(layer, DenseKV):
+        tensors = [layer.k_buf, layer.v_buf, layer.c_buf]
+    else:
+        p = layer.pages
+        tensors = [p.k_pages, p.v_pages, p.c_pages, p.table]
+    return sum(t.untyped_storage().nbytes() for t in tensors)
+
+
+@pytest.mark.parametrize("name", ["fox-pro", "fox-pro-evicting", "linear-pro"])
+def test_the_memory_report_matches_the_allocations(name):
+    model, eps = _model(name)
+    _, cache = _stream(model, tokens(2, 150, seed=6), "static", evict_eps=eps, temperature=0)
+    report = cache.memory_report()
+    assert report["allocated_bytes"] == sum(_allocated(layer) for layer in cache.layers) > 0
+    if eps is not None:
+        assert report["live_bytes"] < report["no_eviction_bytes"] and report["kept_fraction"] < 0.6
+
+
+def test_graphs_on_the_cpu_fall_back_with_one_note():
+    """"auto" quietly records why it decoded eagerly on the CPU; asking for graphs says it (once)."""
+    model, _ = _model("fox-pro")
+    eager, cache = _stream(model, tokens(1, 8), "auto", temperature=0)
+    assert cache.decode_note == "decoding eagerly: CUDA graphs need a CUDA device" and cache.graphs is None
+    with pytest.warns(UserWarning, match="decoding eagerly: CUDA graphs need a CUDA device") as record:
+        got, _ = _stream(model, tokens(1, 8), "graphs", temperature=0)
+    assert len(record) == 1 and torch.equal(got, eager)
+    with pytest.raises(ValueError, match="decode: expected one of"):
+        GenerationConfig(decode="fast").validate()
