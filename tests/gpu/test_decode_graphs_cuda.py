@@ -42,13 +42,14 @@ def _stream(model, prompt, decode, **options):
 def test_graphs_give_the_eager_greedy_tokens_with_few_captures(name, batch):
     model, eps = _model(name)
     prompt = torch.randint(0, 512, (batch, 700), device="cuda", generator=torch.Generator("cuda").manual_seed(batch))
-    opts = dict(max_new_tokens=200, temperature=0, evict_eps=eps)
+    opts = dict(max_new_tokens=120, temperature=0, evict_eps=eps)
     eager, _ = _stream(model, prompt, "eager", **opts)
     graphs, cache = _stream(model, prompt, "graphs", **opts)
     assert torch.equal(graphs, eager)
     assert cache.decode_note is None
-    # a graph without and one with the eviction scan; an evicting cache may recapture when its pool grows
-    assert 1 <= cache.graphs.captures <= (2 if eps is None else 6), cache.graphs.captures
+    # one graph; an evicting cache has a second for the steps that scan for dead keys, and captures both anew
+    # when its page pool grows
+    assert cache.graphs.captures == 1 if eps is None else 2 <= cache.graphs.captures <= 8, cache.graphs.captures
 
 
 def test_seeded_sampling_is_the_same_through_graphs():

@@ -36,6 +36,27 @@ def test_generate_streams_the_same_text_as_the_api(hf_dir, tmp_path, capsys):
     assert data["cache"]["kept_fraction"] < 1
 
 
+@pytest.mark.parametrize("decode", ["auto", "static"])
+def test_generate_says_in_one_line_when_it_decodes_without_cuda_graphs(hf_dir, tmp_path, capsys, decode):
+    """On the CPU "auto" decodes eagerly and says so in the stats line; the static step (what graphs replay)
+    gives the same text."""
+    out = tmp_path / f"{decode}.json"
+    assert main(["generate", "--model", hf_dir, "--tokenizer", "bytes", "--prompt", "Once upon", "--max-new-tokens",
+                 "9", "--temperature", "0", "--ignore-eos", "--device", "cpu", "--decode", decode,
+                 "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    data = json.loads(out.read_text())
+    note = "decoding eagerly: CUDA graphs need a CUDA device"
+    assert (note in err.splitlines()[-1] and data["decode_note"] == note) if decode == "auto" else note not in err
+    assert data["text"] == "".join(generate(_load_model(hf_dir), load_tokenizer("bytes"), "Once upon",
+                                            max_new_tokens=9, temperature=0, ignore_eos=True, decode="eager"))
+
+
+def _load_model(path):
+    from foxformer.models import FoxForCausalLM
+    return FoxForCausalLM.from_pretrained(path).eval()
+
+
 def test_generate_of_a_linear_attention_model_reports_its_state_not_kept_keys(tmp_path, capsys):
     """Its cache holds no keys: 'cache kept 100.0% of keys' (of none) read as if nothing had been evicted."""
     path = tmp_path / "linear"

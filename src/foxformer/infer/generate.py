@@ -130,11 +130,13 @@ def _new_cache(model, cfg: GenerationConfig, fed: int):
 
 @torch.no_grad()
 def stream_tokens(model, input_ids: torch.Tensor, cfg: Optional[GenerationConfig] = None,
-                  state: Optional[dict] = None, *, vocab_limit: Optional[int] = None) -> Iterator[torch.Tensor]:
+                  state: Optional[dict] = None, *, vocab_limit: Optional[int] = None,
+                  attention_mask: Optional[torch.Tensor] = None) -> Iterator[torch.Tensor]:
     """Yield the next token ids [B] one step at a time for prompts input_ids [B, T].
 
     ``state`` (a dict), if given, receives "cache" (the live cache) so callers can inspect memory.
     ``vocab_limit``: sample only ids below it (a tokenizer's vocabulary when the model's is padded past it).
+    ``attention_mask``: [B, T], 0 on left padding (prompts of different lengths in one batch).
     """
     cfg = cfg or GenerationConfig()
     cfg.validate()
@@ -155,6 +157,12 @@ def stream_tokens(model, input_ids: torch.Tensor, cfg: Optional[GenerationConfig
                              f"{vocab}; was the prompt encoded with another tokenizer?")
     dev = model_device(model)
     ids = input_ids.to(dev).long()
+    mask = None
+    if attention_mask is not None:
+        if not isinstance(attention_mask, torch.Tensor) or attention_mask.shape != ids.shape:
+            raise ValueError(f"attention_mask: expected a tensor of the prompts' shape {tuple(ids.shape)}, got "
+                             f"{getattr(attention_mask, 'shape', type(attention_mask).__name__)}")
+        mask = attention_mask.to(dev).long()
     generator = None
     if cfg.seed is not None:
         generator = torch.Generator(device=dev).manual_seed(int(cfg.seed))
@@ -175,7 +183,8 @@ def stream_tokens(model, input_ids: torch.Tensor, cfg: Optional[GenerationConfig
         chunk = cfg.prefill_chunk or ids.shape[1]
         out = None
         for s in range(0, ids.shape[1], chunk):
-            out = model(input_ids=ids[:, s:s + chunk], use_cache=True, logits_to_keep=1, **{cache_kw: cache})
+            masked = {} if mask is None else {"attention_mask": mask[:, :s + chunk]}
+            out = model(input_ids=ids[:, s:s + chunk], use_cache=True, logits_to_keep=1, **{cache_kw: cache}, **masked)
             cache = cache_of(out)
         if state is not None:
             state["cache"] = cache
@@ -191,7 +200,10 @@ def stream_tokens(model, input_ids: torch.Tensor, cfg: Optional[GenerationConfig
             yield nxt
             if step + 1 == cfg.max_new_tokens or (cfg.stop_token is not None and bool(done.all())):
                 break
-            out = model(input_ids=nxt[:, None], use_cache=True, logits_to_keep=1, **{cache_kw: cache})
+            if mask is not None:  # the padding stays hidden (and sets the positions) for every later token
+                mask = torch.cat((mask, mask.new_ones(mask.shape[0], 1)), 1)
+                masked = {"attention_mask": mask}
+            out = model(input_ids=nxt[:, None], use_cache=True, logits_to_keep=1, **{cache_kw: cache}, **masked)
             cache = cache_of(out)
             if state is not None:
                 state["cache"] = cache
@@ -224,7 +236,7 @@ def _counted(ints: Iterator[int], state: dict) -> Iterator[int]:
 
 
 def generate(model, tokenizer_or_ids, prompt: Optional[str] = None, *, config: Optional[GenerationConfig] = None,
-             state: Optional[dict] = None, **options) -> Iterator:
+             state: Optional[dict] = None, attention_mask: Optional[torch.Tensor] = None, **options) -> Iterator:
     """Stream a continuation.
 
     Args:
@@ -238,6 +250,7 @@ def generate(model, tokenizer_or_ids, prompt: Optional[str] = None, *, config: O
             prefill_chunk, stop_token). With a tokenizer that has ``eot_id``, stop_token defaults to it.
         state: optional dict that receives the live cache under "cache" (and, with a tokenizer, the number
             of tokens generated so far under "new_tokens").
+        attention_mask: with token ids [B, T] only: 0 on each row's left padding.
 
     Example::
 
@@ -261,6 +274,8 @@ def generate(model, tokenizer_or_ids, prompt: Optional[str] = None, *, config: O
         from foxformer.data import load_tokenizer
         tokenizer = load_tokenizer(tokenizer)
     if _is_tokenizer(tokenizer):
+        if attention_mask is not None:
+            raise TypeError("attention_mask: only for a batch of token ids [B, T] (left-padded prompts)")
         if not isinstance(prompt, str):
             raise TypeError(f"prompt: expected the prompt text (str) with a tokenizer, got {type(prompt).__name__}")
         ids = start_ids(tokenizer) + tokenizer.encode(prompt)
@@ -291,6 +306,8 @@ def generate(model, tokenizer_or_ids, prompt: Optional[str] = None, *, config: O
     if not isinstance(ids, torch.Tensor) or ids.dtype in (torch.float16, torch.bfloat16, torch.float32,
                                                            torch.float64) or ids.dim() not in (1, 2):
         raise TypeError("tokenizer_or_ids: expected a tokenizer, a list of int ids, or an integer tensor [T] or [B, T]")
+    if attention_mask is not None and ids.dim() != 2:
+        raise TypeError("attention_mask: only for a batch of token ids [B, T] (left-padded prompts)")
     if ids.dim() == 1:
         return (int(t[0]) for t in stream_tokens(model, ids[None], config, state))
-    return stream_tokens(model, ids, config, state)
+    return stream_tokens(model, ids, config, state, attention_mask=attention_mask)

@@ -132,3 +132,19 @@ def test_graphs_on_the_cpu_fall_back_with_one_note():
     assert len(record) == 1 and torch.equal(got, eager)
     with pytest.raises(ValueError, match="decode: expected one of"):
         GenerationConfig(decode="fast").validate()
+
+
+@pytest.mark.parametrize("name", ["fox-pro", "fox-pro-evicting", "transformer-llama-rope", "linear-pro"])
+@pytest.mark.parametrize("decode", ["eager", "static"])
+def test_a_left_padded_batch_through_foxformer_generate_gives_each_rows_tokens(name, decode):
+    from foxformer.infer import generate
+
+    model, eps = _model(name)
+    rows = [tokens(1, 17, seed=7)[0], tokens(1, 5, seed=8)[0]]
+    ids, mask = torch.zeros(2, 17, dtype=torch.long), torch.zeros(2, 17, dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, 17 - len(r):], mask[i, 17 - len(r):] = r, 1
+    opts = dict(max_new_tokens=10, temperature=0, evict_eps=eps, decode=decode, prefill_chunk=6)
+    batch = torch.stack(list(generate(model, ids, attention_mask=mask, **opts)), 1)
+    for i, r in enumerate(rows):
+        assert batch[i].tolist() == list(generate(model, r.tolist(), **opts)), f"row {i}"

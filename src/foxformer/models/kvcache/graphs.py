@@ -26,10 +26,12 @@ import torch
 from foxformer.ops.forgetting_attention.decode import READS_LENGTH_ON_DEVICE
 
 from .base import decode_backend
+from .policy import EVICT_EVERY
 
-# A cache whose storage moved this many times has its graphs captured over and over (a beam search reordering
-# an evicting cache every step): capturing costs more than it saves, so the cache decodes eagerly from then on.
-MAX_CAPTURES = 16
+# A cache whose storage moves every few steps (a beam search reordering an evicting cache, which rebuilds its
+# page pool) would be captured anew each time, which costs more than it saves: after this many captures in a
+# row, each within EVICT_EVERY steps of the last, the cache decodes eagerly.
+MAX_RECAPTURES = 3
 
 
 def graph_blocker(config, x: torch.Tensor, mode: str) -> Optional[str]:
@@ -65,6 +67,9 @@ class DecodeGraphs:
     def __init__(self, compile: bool = False) -> None:
         self.compile = compile
         self.captures = 0
+        self.steps = 0
+        self.last_capture = None  # self.steps at the last capture
+        self.recaptures = 0       # captures in a row, each soon after the last
         self.graphs: dict = {}
         self.version = None
         self.warm: set = set()
@@ -84,6 +89,9 @@ class DecodeGraphs:
         returns the final hidden state [B, 1, d]; replayed from a graph when ``capture``."""
         cache.prepare_step()
         cache.sync_device_len(x.device)
+        self.steps += 1
+        if cache.policy is None:
+            scan = False  # nothing to evict: one graph serves every step
         fn = self._step_fn(step) if capture else step
         if not capture:
             out = fn(x, positions, cache, scan)
@@ -96,14 +104,10 @@ class DecodeGraphs:
         entry = self.graphs.get(key)
         if entry is None:
             if key not in self.warm:
-                # The first step of this shape runs eagerly on a side stream: kernels compile and libraries
-                # allocate their workspaces outside the capture (as torch.cuda.graphs' documentation asks).
+                # The first step of this kind runs eagerly: kernels compile (and torch.compile traces) outside
+                # the capture, which may launch only what it records.
                 self.warm.add(key)
-                side = torch.cuda.Stream(device=x.device)
-                side.wait_stream(torch.cuda.current_stream(x.device))
-                with torch.cuda.stream(side):
-                    out = fn(x, positions, cache, scan)
-                torch.cuda.current_stream(x.device).wait_stream(side)
+                out = fn(x, positions, cache, scan)
                 cache.advance(1)
                 return out
             entry = self._capture(fn, cache, x, positions, scan)
@@ -117,6 +121,9 @@ class DecodeGraphs:
     def _capture(self, fn: Callable, cache, x: torch.Tensor, positions: torch.Tensor, scan: bool) -> _Captured:
         """Record the step without running it (the caller replays it): no host state may change inside."""
         self.captures += 1
+        soon = self.last_capture is not None and self.steps - self.last_capture < EVICT_EVERY
+        self.recaptures = self.recaptures + 1 if soon else 0
+        self.last_capture = self.steps
         graph = torch.cuda.CUDAGraph()
         xs, ps = x.clone(), positions.clone()
         with torch.cuda.graph(graph, pool=self.pool):
@@ -128,12 +135,14 @@ class DecodeGraphs:
 def step_kind(cache, config, x: torch.Tensor) -> Optional[str]:
     """How a one-token step on ``cache`` runs: "graphs" (captured, replayed), "static" (the graph-safe step,
     eagerly) or None (the eager forward), by the cache's decode mode and what this model and input allow."""
-    if cache.decode == "eager":
+    # Inside a user's torch.compile of the model, the step is traced like any other forward.
+    if cache.decode == "eager" or torch.compiler.is_compiling():
         return None
     static = cache.decode == "static"
     reason = graph_blocker(config, x, "static" if static else "graphs")
-    if reason is None and cache.graphs is not None and cache.graphs.captures >= MAX_CAPTURES:
-        reason = f"the cache's storage moved {MAX_CAPTURES} times, each time capturing the step anew"
+    if reason is None and cache.graphs is not None and cache.graphs.recaptures >= MAX_RECAPTURES:
+        reason = "the cache's storage moves every few steps (beam search over an evicting cache?): each move " \
+                 "needs a new capture"
     if reason is not None:
         note_eager(cache, reason, x.is_cuda)
         return None
