@@ -23,7 +23,8 @@ class SeqContext:
         attention must not see earlier keys there and the kv shift must not read the previous token.
     cos, sin: [B, T, 1, head_dim / 2] RoPE tables or None.
     cu_seqlens, max_seqlen: packed varlen batch (B = 1) or None.
-    cache_at: a static decode step (see models.kvcache.base): the new token's position, device int64 [1].
+    cache_at: a static decode step (see models.kvcache.base): int64 [2] on the device, the new token's position
+        and the positions held after it.
     evict_scan: whether evicting caches look for dead keys in this forward (FoxCache.next_scan).
     """
 

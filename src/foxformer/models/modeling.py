@@ -249,10 +249,10 @@ class FoxModel(FoxPreTrainedModel):
 
     def static_step(self, x: torch.Tensor, positions: torch.Tensor, cache: FoxCache, scan: bool) -> torch.Tensor:
         """One token through the stack on ``cache``, graph-safe (models.kvcache.graphs): x [B, 1, d] the embedded
-        token, positions int64 [B, 1] (RoPE); the cache's device length is the token's position. Returns the
-        final hidden state [B, 1, d]."""
+        token, positions int64 [B, 1] (RoPE); the new token's place in the cache is ``cache.step_at`` (on the
+        device). Returns the final hidden state [B, 1, d]."""
         cos, sin = self._rope(positions, x.dtype)
-        ctx = SeqContext(cos=cos, sin=sin, cache_at=cache.device_len, evict_scan=scan)
+        ctx = SeqContext(cos=cos, sin=sin, cache_at=cache.step_at, evict_scan=scan)
         for i, layer in enumerate(self.layers):
             x = layer(x, ctx, cache[i])
         return self.norm(x)

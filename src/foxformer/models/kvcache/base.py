@@ -7,9 +7,10 @@ layer's keys in per-head pages), ``RecurrentState`` (gated linear attention's fi
 Two ways to run a step:
 
 * eager (``at=None``): any chunk; the host knows the length, storage grows as needed;
-* static (``at``: the new token's position as a device tensor): one token, no host sync, no allocation that
-  outlives the step and every write in place, so that a CUDA graph can replay it (``graphs.py``). The host
-  makes room for the token first (``prepare_step``) and counts it afterwards (``advance``).
+* static (``at``: int64 [2] on the device, the new token's position and the positions held after it): one
+  token, no host sync, no allocation that outlives the step and every write in place, so that a CUDA graph
+  can replay it (``graphs.py``). The host makes room for the token first (``prepare_step``) and counts it
+  afterwards (``advance``).
 
 Each state also reorders its batch rows (``select``: beam search), reports its memory (``memory``) and
 lists its storage (``storage``: a captured graph holds their addresses, so a reallocation means a new capture).
@@ -20,8 +21,7 @@ from typing import Optional
 
 import torch
 
-from foxformer.ops import forgetting_attention_cumsum, gate_cumsum
-from foxformer.ops.forgetting_attention.decode import forgetting_attention_decode
+from foxformer.ops import LOG_FGATE_FLOOR, forgetting_attention_cumsum, gate_cumsum
 
 from .policy import EVICT_WINDOW
 
@@ -152,7 +152,7 @@ class KeyCache(LayerState):
         self.c_last = _store(self.c_last, c[:, -1].to(torch.float64))
 
     def write_at(self, at: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.Tensor) -> None:
-        """Static step: write one position ``at`` (device int64 [1]) in place."""
+        """Static step: write position ``at`` (device int64 [1]) in place."""
         self._write_at(at, k, v, c)
         self.c_last.copy_(c[:, -1])
 
@@ -176,13 +176,17 @@ class KeyCache(LayerState):
     # -- the step --------------------------------------------------------------------------------
     def attend(self, q, k, v, log_f, *, backend: str, pruning, at: Optional[torch.Tensor] = None,
                scan: bool = True) -> torch.Tensor:
-        c = gate_cumsum(log_f, initial=self.last_c())
         T = q.shape[1]
+        if T == 1 and self.length:
+            # gate_cumsum's arithmetic for one token (the same bits) without its transposes and scan
+            c = log_f.double().clamp(min=LOG_FGATE_FLOOR) + self.c_last[:, None, :]
+        else:
+            c = gate_cumsum(log_f, initial=self.last_c())
         if at is not None:
-            self.write_at(at, k, v, c)
-            out = self.decode(q, decode_backend(backend, q), at + 1)
+            self.write_at(at[:1], k, v, c)
+            out = self.decode(q, decode_backend(backend, q), at[1:])
             if scan:
-                self.evict(window=EVICT_WINDOW, last=at)
+                self.evict(window=EVICT_WINDOW, last=at[:1])
             return out
         self.append(k, v, c)
         if T <= DECODE_MAX_QUERIES:

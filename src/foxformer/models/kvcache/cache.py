@@ -39,7 +39,7 @@ class FoxCache:
         self.policy = policy
         self.decode = decode
         self.decode_steps = 0        # one-token steps: every EVICT_EVERY-th scans for dead keys
-        self.device_len: Optional[torch.Tensor] = None   # seq_len on the device (static steps read it)
+        self.step_at: Optional[torch.Tensor] = None      # a static step's position, on the device
         self.graphs = None           # graphs.DecodeGraphs, built on the first static step
         self.decode_note: Optional[str] = None
 
@@ -112,11 +112,14 @@ class FoxCache:
                 layer.capacity_hint = int(total_len)
 
     # -- static steps ----------------------------------------------------------------------------
-    def sync_device_len(self, device: torch.device) -> torch.Tensor:
-        """The device copy of seq_len, int64 [1], set from the host's count (after eager steps)."""
-        if self.device_len is None or self.device_len.device != device:
-            self.device_len = torch.zeros(1, dtype=torch.int64, device=device)
-        return self.device_len.fill_(self.seq_len)
+    def sync_step_at(self, device: torch.device) -> torch.Tensor:
+        """int64 [2] on the device, set from the host's count: the new token's position and the positions held
+        after it (what a static step writes at and attends over; base.py)."""
+        if self.step_at is None or self.step_at.device != device:
+            self.step_at = torch.zeros(2, dtype=torch.int64, device=device)
+        self.step_at[0].fill_(self.seq_len)
+        self.step_at[1].fill_(self.seq_len + 1)
+        return self.step_at
 
     def prepare_step(self) -> None:
         for layer in self.layers:

@@ -88,7 +88,7 @@ class DecodeGraphs:
         """One step: ``step(x, positions, cache, scan)`` (x [B, 1, d] the embedded token, positions int64 [B, 1])
         returns the final hidden state [B, 1, d]; replayed from a graph when ``capture``."""
         cache.prepare_step()
-        cache.sync_device_len(x.device)
+        cache.sync_step_at(x.device)
         self.steps += 1
         if cache.policy is None:
             scan = False  # nothing to evict: one graph serves every step
