@@ -26,8 +26,9 @@
 #   graphcheck  tests/gpu/test_decode_graphs_cuda.py: graphs give the eager path's greedy tokens, few captures
 #   graphs125   FoX (Pro) 125M, 32K, batch 1 and 32, eager and graphs, with and without eviction, against
 #               transformers' Llama (eager SDPA; StaticCache + torch.compile reduce-overhead); bandwidth floors
-#   graphsbase  our Transformer (Pro) 125M and the recurrent baseline through graphs; FoX (Pro) 760M, batch 1
-#   graphscomp  FoX (Pro) 125M through graphs of the torch.compile'd step, batch 1
+#   graphsbase  our Transformer (Pro) 125M through graphs; FoX (Pro) 760M, batch 1; the recurrent baseline
+#   graphscomp  FoX (Pro) 125M through graphs of the torch.compile'd step, batch 1 (in the 5 minutes only if
+#               the steps before end early; alone: BUDGET=120 ... graphscomp graphtargets)
 #   graphs      all four, then graphtargets: the issue's targets against the rows (scripts/decode_targets.py)
 # BUDGET: seconds for the whole script; a step is cut to what is left (minus bundling time) or skipped.
 set -u
@@ -57,7 +58,8 @@ STEPS=${*:-fused tests tune prune model train attn decode decode125}
 # "graphs": issue 18's steps, in order
 STEPS=$(for s in $STEPS; do [ "$s" = graphs ] && echo graphcheck graphs125 graphsbase graphscomp graphtargets \
     || echo "$s"; done)
-GRAPHS="$FX bench decode --contexts 32768 --batches 1,32 --steps 32 --warmup 4"
+# 17 warm-up steps: past the first eviction scan step (every 8th) and its capture (the next scan step)
+GRAPHS="$FX bench decode --contexts 32768 --batches 1,32 --steps 32 --warmup 17"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/env.txt"
 python -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$OUT/env.txt"
 python -c "from foxformer.provenance import code_version; print('commit', code_version())" | tee -a "$OUT/env.txt"
@@ -94,15 +96,15 @@ decode) step decode_kernel 45 $FX bench decode --kernel --preset fox-pro-125m --
             --batches 1,32 --out "$OUT/decode_kernel_h200.json"
         step decode_760m 60 $FX bench decode --preset fox-pro-760m --contexts 32768 --batches 1 \
             --steps 16 --out "$OUT/decode_model_760m_h200.json" ;;
-graphcheck) step graphcheck 50 python -m pytest -q -x tests/gpu/test_decode_graphs_cuda.py ;;
-graphs125) step graphs125 160 $GRAPHS --preset fox-pro-125m --decode eager,graphs \
+graphcheck) step graphcheck 60 python -m pytest -q -x tests/gpu/test_decode_graphs_cuda.py ;;
+graphs125) step graphs125 150 $GRAPHS --preset fox-pro-125m --decode eager,graphs \
                --anchors sdpa,static-compiled --out "$OUT/decode_graphs_fox_125m.json" ;;
 graphsbase) step graphs_transformer 30 $GRAPHS --preset transformer-pro-125m --decode graphs --no-baseline \
                 --out "$OUT/decode_graphs_transformer_125m.json"
+            step graphs_760m 35 $GRAPHS --preset fox-pro-760m --batches 1 --decode graphs --no-baseline \
+                --out "$OUT/decode_graphs_fox_760m.json"
             step graphs_linear 25 $GRAPHS --preset linear-pro-125m --decode eager,graphs --no-baseline \
-                --out "$OUT/decode_graphs_linear_125m.json"
-            step graphs_760m 25 $GRAPHS --preset fox-pro-760m --batches 1 --decode graphs --no-baseline \
-                --out "$OUT/decode_graphs_fox_760m.json" ;;
+                --out "$OUT/decode_graphs_linear_125m.json" ;;
 graphscomp) step graphscomp 60 $GRAPHS --preset fox-pro-125m --batches 1 --decode compiled --no-baseline \
                 --out "$OUT/decode_graphs_fox_125m_compiled.json" ;;
 graphtargets) python scripts/decode_targets.py "$OUT" | tee "$OUT/decode_targets.txt" ;;
