@@ -2,7 +2,7 @@
 
 Accepted paths:
   ``RUN_DIR``                        (has config.yaml): its latest checkpoint, else ``RUN_DIR/hf``
-  ``RUN_DIR/checkpoints/step_N``     one checkpoint of a run (model.pt, verified against meta.json)
+  ``RUN_DIR/checkpoints/step_N``     one checkpoint of a run (full or sharded, verified against meta.json)
   ``HF_DIR``                         (has config.json): ``FoxForCausalLM.from_pretrained`` (or AutoModelForCausalLM)
 """
 from __future__ import annotations
@@ -109,19 +109,14 @@ def _load_checkpoint_dir(path: str, run_dir: str):
     if not os.path.exists(cfg_path):
         raise ValueError(f"model: checkpoint {path!r} has no {RUN_CONFIG} two levels up ({run_dir!r}); "
                          f"cannot tell which model it holds")
+    from foxformer.train.checkpoint import read_meta
+    from foxformer.train.sharded import read_model_state_dict
+
     try:
-        from foxformer.train.checkpoint import verify_checkpoint
-    except ImportError:  # pragma: no cover - train area absent
-        verify_checkpoint = None
-    if verify_checkpoint is not None:
-        meta = verify_checkpoint(path)
-        step = meta.get("step")
-    else:
-        step = None
-    try:
-        sd = torch.load(os.path.join(path, "model.pt"), map_location="cpu", weights_only=True)
-    except Exception as e:
-        raise ValueError(f"model: could not read {os.path.join(path, 'model.pt')} ({e})") from e
+        sd = read_model_state_dict(path)  # verifies every file against meta.json first
+    except (OSError, RuntimeError, EOFError) as e:
+        raise ValueError(f"model: could not read checkpoint {path!r} ({e})") from e
+    step = read_meta(path).get("step")
     run_cfg = _read_yaml(cfg_path)
     return _model_from_run_config(run_cfg, _strip_prefixes(sd)), run_cfg, step
 
@@ -184,7 +179,7 @@ def load_model(path: str, *, device: str | torch.device | None = "auto", dtype: 
     dev = resolve_device(device)
     run_cfg: dict = {}
     step = hf_path = None
-    if os.path.exists(os.path.join(path, "model.pt")):
+    if any(os.path.exists(os.path.join(path, name)) for name in ("model.pt", ".metadata")):
         run_dir = os.path.dirname(os.path.dirname(os.path.abspath(path)))
         model, run_cfg, step = _load_checkpoint_dir(path, run_dir)
         source = "checkpoint"
