@@ -11,6 +11,7 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 
 import pytest
 import torch
@@ -164,8 +165,9 @@ def test_a_sharded_checkpoint_converts_to_one_safetensors_file_piece_by_piece(ch
                         lambda p, names, specs: reads.append(names) or real_read(p, names, specs))
     out = str(tmp_path / "hf")
     assert main(["export-hf", runs["c"], "--out", out]) == 0
-    biggest = max(t.numel() * t.element_size() for t in full.values())
-    assert len(reads) > 1 and all(sum(full[n].numel() * full[n].element_size() for n in names) <= max(biggest, 64 * 1024)
+    nbytes = {name: t.numel() * t.element_size() for name, t in full.items()}
+    # several reads, none above the budget unless one tensor alone is
+    assert len(reads) > 1 and all(sum(nbytes[n] for n in names) <= max(64 * 1024, *(nbytes[n] for n in names))
                                   for names in reads)
     assert sorted(os.listdir(out)) == ["config.json", "generation_config.json", "model.safetensors"]
     stored = load_file(os.path.join(out, "model.safetensors"))
@@ -194,3 +196,64 @@ def test_a_failing_rank_ends_the_multi_node_job_with_its_message(byte_data, tmp_
     # the checkpoint saved just before the fault was committed (its async save finished first) and is whole
     assert os.path.basename(ckpt.latest_checkpoint(run)) == "step_00000002"
     ckpt.verify_checkpoint(ckpt.latest_checkpoint(run))
+
+
+def test_async_save_lets_training_go_on_and_saves_the_state_of_its_own_step(byte_data, tmp_path, monkeypatch):
+    run = str(tmp_path / "async")
+    gate, seen = threading.Event(), {}
+    real_hash = ckpt.hash_files
+
+    def slow_hash(folder, names):  # holds step 2's commit back until step 3 has trained
+        if ckpt.step_dir_name(2) in folder:
+            gate.wait(timeout=120)  # a synchronous save would stall training here
+        return real_hash(folder, names)
+
+    def hook(step, record):
+        if step == 3:
+            seen["latest"] = ckpt.latest_checkpoint(run)
+            gate.set()
+
+    monkeypatch.setattr(ckpt, "hash_files", slow_hash)
+    train(_cfg(byte_data, run, max_steps=4, checkpoint_every_tokens=2 * 192, checkpoint_format="sharded"), hook=hook)
+    assert seen["latest"] is None  # step 3 ran while step 2's checkpoint was still being written
+    assert ckpt.checkpoint_format(ckpt.latest_checkpoint(run)) == "sharded"
+    # what was written is the state of step 2 (copied before step 3 changed the weights): resuming it
+    # retraces steps 3 and 4 exactly
+    again = str(tmp_path / "again")
+    train(_cfg(byte_data, again, max_steps=4, resume=_step_dir(run, 2), checkpoint_format="sharded"))
+    assert [_train_records(again)[s]["loss"] for s in (3, 4)] == [_train_records(run)[s]["loss"] for s in (3, 4)]
+
+
+def test_a_sharded_save_that_dies_before_its_commit_is_never_loaded(byte_data, tmp_path, monkeypatch):
+    run = str(tmp_path / "dies")
+    cfg = _cfg(byte_data, run, max_steps=4, checkpoint_every_tokens=2 * 192, checkpoint_format="sharded")
+    real_hash = ckpt.hash_files
+
+    def dying_hash(folder, names):  # step 4's shards are on disk, but nothing will vouch for them
+        if ckpt.step_dir_name(4) in folder:
+            raise OSError("disk died")
+        return real_hash(folder, names)
+
+    monkeypatch.setattr(ckpt, "hash_files", dying_hash)
+    with pytest.raises(ckpt.CheckpointError, match="step 4 could not be written.*disk died"):
+        train(cfg)
+    monkeypatch.undo()
+    root = ckpt.checkpoint_root(run)
+    leftover = [d for d in os.listdir(root) if d.startswith(".tmp-")]
+    assert len(leftover) == 1 and any(f.endswith(".distcp") for f in os.listdir(os.path.join(root, leftover[0])))
+    assert os.path.basename(ckpt.latest_checkpoint(run)) == "step_00000002"
+    summary = train(cfg)
+    assert summary["resumed_from"].endswith("step_00000002") and summary["step"] == 4
+    assert not [d for d in os.listdir(root) if d.startswith(".tmp-")]
+    # a shard changed after its commit, or a folder without meta.json, is refused
+    latest = ckpt.latest_checkpoint(run)
+    with open(os.path.join(latest, "__0_0.distcp"), "r+b") as f:
+        f.seek(100)
+        byte = f.read(1)
+        f.seek(100)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    with pytest.raises(ckpt.CheckpointError, match="__0_0.distcp is corrupted"):
+        train(_cfg(byte_data, run, max_steps=6, checkpoint_format="sharded"))
+    os.remove(os.path.join(latest, "meta.json"))
+    with pytest.raises(ckpt.CheckpointError, match="no meta.json"):
+        train(_cfg(byte_data, run, max_steps=6, checkpoint_format="sharded"))

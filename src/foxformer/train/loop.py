@@ -306,7 +306,7 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, hook: Ste
         crc = 0
         for m in range(plan.accum):
             x = train_ds.batch(base + m * plan.micro_batch, plan.micro_batch)
-            crc += batch_checksum(x, base + m * plan.micro_batch - step * plan.seqs_per_step)
+            crc = (crc + batch_checksum(x, base + m * plan.micro_batch - step * plan.seqs_per_step)) % CHECKSUM_MOD
             x = x.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else x
             with grad_sync(wrapped, info, sync=m == plan.accum - 1), _autocast(device, bf16):
                 loss = runner(x, labels=x, **loss_kwargs).loss
@@ -321,7 +321,7 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, hook: Ste
         optimizer.zero_grad(set_to_none=True)
         step += 1
         tokens += cfg.batch_tokens
-        # one collective for the loss and the data checksum (< 2^31 per rank: exact in float64)
+        # one collective for the loss and the data checksum (< 2^31 per rank: their sum is exact in float64)
         summed = all_reduce_sum(torch.stack([loss_sum.double() / plan.accum,
                                              torch.tensor(float(crc), dtype=torch.float64, device=device)]))
         loss_val, data_crc = float(summed[0]) / info.world_size, int(round(float(summed[1]))) % CHECKSUM_MOD

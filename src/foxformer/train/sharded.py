@@ -104,16 +104,18 @@ class CheckpointWriter:
             ckpt.write_small_files(tmp, step, state)
         if self.info.enabled:
             dist.barrier(group=self.group)  # the folder exists, and no rank writes before its cleaning
-        kwargs = dict(checkpoint_id=tmp, process_group=self.group, no_dist=self.group is None)
-        if not self.async_save:
-            self._commit(step, tmp, dcp.save({MODEL: msd, OPTIM: osd}, **kwargs))
-            return
-        # returns once this rank's shards are copied (staged) to host memory; the write runs in DCP's thread
-        upload = dcp.async_save({MODEL: msd, OPTIM: osd}, **kwargs)
-        upload = getattr(upload, "upload_completion", upload)  # newer torch may return both futures
+        kwargs = dict(checkpoint_id=tmp, process_group=self.group)  # no group: DCP works in this process alone
         if self._executor is None:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="foxformer-checkpoint")
-        self._pending = (step, self._executor.submit(lambda: self._commit(step, tmp, upload.result())))
+        if self.async_save:
+            # returns once this rank's shards are copied (staged) to host memory; DCP's thread writes them
+            upload = dcp.async_save({MODEL: msd, OPTIM: osd}, **kwargs)
+            upload = getattr(upload, "upload_completion", upload)  # newer torch may return both futures
+            self._pending = (step, self._executor.submit(lambda: self._commit(step, tmp, upload.result())))
+        else:  # the same path, waited for at once
+            self._pending = (step, self._executor.submit(
+                lambda: self._commit(step, tmp, dcp.save({MODEL: msd, OPTIM: osd}, **kwargs))))
+            self.wait()
 
     def wait(self) -> str | None:
         """Block until the save in flight is committed; returns its folder (None if none was in flight).
@@ -178,7 +180,7 @@ class ResumePoint:
             return
         msd, osd = get_state_dict(model, optimizer)
         state = {MODEL: msd, OPTIM: osd}
-        dcp.load(state, checkpoint_id=self.path, process_group=self.group, no_dist=self.group is None)
+        dcp.load(state, checkpoint_id=self.path, process_group=self.group)
         set_state_dict(model, optimizer, model_state_dict=state[MODEL], optim_state_dict=state[OPTIM])
 
 
@@ -253,8 +255,9 @@ def export_hf_sharded(model_cfg, path: str, out: str) -> str:
         expected.discard("lm_head.weight")
         specs.pop("lm_head.weight", None)
     if set(specs) != expected:
-        raise ckpt.CheckpointError(f"checkpoint: {path!r} does not hold this model: missing "
-                                   f"{sorted(expected - set(specs))[:5]}, unexpected {sorted(set(specs) - expected)[:5]}")
+        missing, unexpected = sorted(expected - set(specs)), sorted(set(specs) - expected)
+        raise ckpt.CheckpointError(f"checkpoint: {path!r} does not hold this model: missing {missing[:5]}, "
+                                   f"unexpected {unexpected[:5]}")
     batches, batch, size = [], [], 0
     for name in sorted(specs):
         nbytes = _nbytes(specs[name])
