@@ -169,7 +169,7 @@ def test_a_sharded_checkpoint_converts_to_one_safetensors_file_piece_by_piece(ch
     # several reads, none above the budget unless one tensor alone is
     assert len(reads) > 1 and all(sum(nbytes[n] for n in names) <= max(64 * 1024, *(nbytes[n] for n in names))
                                   for names in reads)
-    assert sorted(os.listdir(out)) == ["config.json", "generation_config.json", "model.safetensors"]
+    assert [f for f in os.listdir(out) if f.endswith(".safetensors")] == ["model.safetensors"]
     stored = load_file(os.path.join(out, "model.safetensors"))
     assert stored.keys() == full.keys() and all(torch.equal(stored[k], full[k]) for k in full)
     model = FoxForCausalLM.from_pretrained(out)
@@ -178,6 +178,7 @@ def test_a_sharded_checkpoint_converts_to_one_safetensors_file_piece_by_piece(ch
     from foxformer.train.loop import export_hf
 
     gathered = export_hf(model.config, full, str(tmp_path / "gathered"))
+    assert sorted(os.listdir(gathered)) == sorted(os.listdir(out))
     assert json.load(open(os.path.join(gathered, "config.json"))) == json.load(open(os.path.join(out, "config.json")))
     loaded = load_model(runs["c"], device="cpu")
     assert loaded.step == STEPS and all(torch.equal(v, full[k]) for k, v in loaded.model.state_dict().items())
