@@ -9,12 +9,12 @@ from foxformer.models.presets import preset_table, training_flops_per_token
 
 def test_preset_names_cover_the_grid():
     expected = {f"{f}-{b}-{s}" for f in ("fox", "transformer") for b in ("llama", "pro")
-                for s in ("tiny", "small", "125m", "360m", "760m")}
-    expected |= {f"linear-pro-{s}" for s in ("tiny", "small", "125m", "360m", "760m")}
+                for s in ("tiny", "small", "125m", "360m", "760m", "1.3b")}
+    expected |= {f"linear-pro-{s}" for s in ("tiny", "small", "125m", "360m", "760m", "1.3b")}
     assert set(PRESETS) == expected
 
 
-@pytest.mark.parametrize("size", ["tiny", "small", "125m", "360m", "760m"])
+@pytest.mark.parametrize("size", ["tiny", "small", "125m", "360m", "760m", "1.3b"])
 def test_linear_presets_are_fox_pro_without_the_softmax(size):
     linear, fox = get_preset(f"linear-pro-{size}"), get_preset(f"fox-pro-{size}")
     assert linear.attention == "linear" and linear.has_fgate
@@ -22,7 +22,8 @@ def test_linear_presets_are_fox_pro_without_the_softmax(size):
     assert count_non_embedding(linear) == count_non_embedding(fox)
 
 
-@pytest.mark.parametrize("size,layers,d", [("small", 8, 512), ("125m", 12, 768), ("360m", 24, 1024), ("760m", 24, 1536)])
+@pytest.mark.parametrize("size,layers,d", [("small", 8, 512), ("125m", 12, 768), ("360m", 24, 1024), ("760m", 24, 1536),
+                                                ("1.3b", 24, 2048)])
 def test_paper_sizes_and_head_dims(size, layers, d):
     fox, tf = get_preset(f"fox-llama-{size}"), get_preset(f"transformer-llama-{size}")
     assert (fox.num_layers, fox.hidden_size, fox.head_dim) == (layers, d, 64)

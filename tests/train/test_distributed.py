@@ -34,7 +34,7 @@ def test_two_process_gloo_run_matches_single_process(parallel, preset, make_cfg,
     assert _losses(out) == pytest.approx(_losses(single["out_dir"])[:4], abs=2e-4)
     start = read_metrics(out)[0]
     assert start["world_size"] == 2 and start["parallel"] == parallel and start["grad_accum"] == 1
-    # The distributed checkpoint is a full state dict: one process resumes it and continues on the same data.
+    # The distributed checkpoint is sharded: one process reshards it and continues on the same data.
     assert os.path.basename(ckpt.latest_checkpoint(out)) == "step_00000004"
     resumed = train(make_cfg(preset=preset, out_dir=out, max_steps=6, total_tokens=768, parallel="none"))
     assert resumed["resumed_from"].endswith("step_00000004")

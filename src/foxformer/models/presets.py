@@ -1,4 +1,4 @@
-"""Named presets "{fox,transformer}-{llama,pro}-{tiny,small,125m,360m,760m}" and parameter counting, plus the
+"""Named presets "{fox,transformer}-{llama,pro}-{tiny,small,125m,360m,760m,1.3b}" and parameter counting, plus the
 recurrent baseline "linear-pro-{size}": the FoX (Pro) preset of that size with gated linear attention.
 
 Pro presets shrink the SwiGLU width so that their non-embedding parameter count stays within 1%
@@ -10,8 +10,10 @@ from __future__ import annotations
 from .config import FoxConfig
 
 # (num_layers, hidden_size); tiny is for CPU tests; small (~25M non-embedding parameters) is the size of
-# the one-GPU reproduction in docs/results.md, chosen to train ~100M+ tokens in minutes on an H200.
-SIZES = {"tiny": (2, 64), "small": (8, 512), "125m": (12, 768), "360m": (24, 1024), "760m": (24, 1536)}
+# the one-GPU reproduction in docs/results.md, chosen to train ~100M+ tokens in minutes on an H200; 1.3b (GPT-3
+# XL's shape) is the size docs/architecture.md's multi-GPU estimate goes up to.
+SIZES = {"tiny": (2, 64), "small": (8, 512), "125m": (12, 768), "360m": (24, 1024), "760m": (24, 1536),
+         "1.3b": (24, 2048)}
 # Head dims: FoX 64, Transformer 128 (the paper's), capped so that FoX keeps at least 4 heads and the
 # Transformer 2 (tiny: 16 and 32; every named size keeps the paper's dims from small up).
 HEAD_DIM = {"fox": 64, "transformer": 128}

@@ -4,6 +4,10 @@ A checkpoint directory is assembled under a temporary name, every file fsynced, 
 size and sha256 of each file written last, and only then renamed into place; ``latest`` is replaced
 atomically after that. A crash at any moment therefore leaves either the previous checkpoint or the new
 one as ``latest``, never a half-written one. Loading re-checks sizes and hashes.
+
+Two formats share this commit: "full" (``model.pt`` / ``optim.pt``, unsharded, written by rank 0) and
+"sharded" (torch.distributed.checkpoint files written by every rank, ``train/sharded.py``); ``meta.json``
+names the format and lists every file.
 """
 
 from __future__ import annotations
@@ -20,6 +24,9 @@ import torch
 CKPT_DIR = "checkpoints"
 LATEST = "latest"
 FILES = ("model.pt", "optim.pt", "rng.pt", "state.json")
+# What a sharded checkpoint holds besides its shard files (__<rank>_<n>.distcp), which .metadata indexes.
+SHARDED_FILES = (".metadata", "rng.pt", "state.json")
+FORMATS = ("full", "sharded")
 
 
 class CheckpointError(ValueError):
@@ -140,28 +147,45 @@ def adopt_checkpoint(run_dir: str, path: str, step: int) -> list[str]:
     return moved
 
 
-def save_checkpoint(run_dir: str, step: int, model_sd: dict, optim_sd: dict, state: dict, keep_last: int) -> str:
-    """Write checkpoint ``step`` atomically, point ``latest`` at it, delete all but the newest ``keep_last``."""
+def clear_staging(run_dir: str) -> None:
+    """Delete the leftovers of saves that crashed part-way (their folders never became step folders)."""
     root = checkpoint_root(run_dir)
-    os.makedirs(root, exist_ok=True)
-    for d in os.listdir(root):  # leftovers of saves that crashed part-way
+    for d in os.listdir(root) if os.path.isdir(root) else []:
         if d.startswith(".tmp-"):
             shutil.rmtree(os.path.join(root, d), ignore_errors=True)
-    final = os.path.join(root, step_dir_name(step))
-    tmp = os.path.join(root, f".tmp-{step_dir_name(step)}-{os.getpid()}")
-    os.makedirs(tmp)
-    torch.save(model_sd, os.path.join(tmp, "model.pt"))
-    torch.save(optim_sd, os.path.join(tmp, "optim.pt"))
-    torch.save(rng_state(), os.path.join(tmp, "rng.pt"))
-    with open(os.path.join(tmp, "state.json"), "w") as f:
-        json.dump({**state, "step": step}, f, indent=2)
-    meta = {"step": step, "files": {}}
-    for name in FILES:
-        path = os.path.join(tmp, name)
+
+
+def staging_dir(run_dir: str, step: int, owner: str) -> str:
+    """Where checkpoint ``step`` is assembled before its commit; ``owner`` keeps concurrent writers apart
+    (a process id, or a name every rank of one job agrees on)."""
+    return os.path.join(checkpoint_root(run_dir), f".tmp-{step_dir_name(step)}-{owner}")
+
+
+def hash_files(folder: str, names) -> dict:
+    """{name: {size, sha256}} of files in ``folder``, each fsynced first (they must be on disk before the
+    meta.json that vouches for them)."""
+    out = {}
+    for name in names:
+        path = os.path.join(folder, name)
         _fsync_file(path)
-        meta["files"][name] = {"size": os.path.getsize(path), "sha256": _sha256(path)}
+        out[name] = {"size": os.path.getsize(path), "sha256": _sha256(path)}
+    return out
+
+
+def write_small_files(folder: str, step: int, state: dict) -> None:
+    """rng.pt (this process's generators) and state.json, common to both formats."""
+    torch.save(rng_state(), os.path.join(folder, "rng.pt"))
+    with open(os.path.join(folder, "state.json"), "w") as f:
+        json.dump({**state, "step": step}, f, indent=2)
+
+
+def commit_checkpoint(run_dir: str, step: int, tmp: str, files: dict, keep_last: int, fmt: str = "full") -> str:
+    """Vouch for the files of ``tmp`` (``files`` from :func:`hash_files`) in meta.json, rename ``tmp`` to
+    step ``step``'s folder, point ``latest`` at it and delete all but the newest ``keep_last``."""
+    root = checkpoint_root(run_dir)
+    final = os.path.join(root, step_dir_name(step))
     with open(os.path.join(tmp, "meta.json"), "w") as f:
-        json.dump(meta, f, indent=2)
+        json.dump({"step": step, "format": fmt, "files": files}, f, indent=2)
     _fsync_file(os.path.join(tmp, "meta.json"))
     _fsync_dir(tmp)
     if os.path.exists(final):  # the same step saved again after a resume: swap it out, then drop the old one
@@ -178,8 +202,20 @@ def save_checkpoint(run_dir: str, step: int, model_sd: dict, optim_sd: dict, sta
     return final
 
 
-def verify_checkpoint(path: str) -> dict:
-    """Check every file against meta.json; returns the parsed meta. Raises CheckpointError with the reason."""
+def save_checkpoint(run_dir: str, step: int, model_sd: dict, optim_sd: dict, state: dict, keep_last: int) -> str:
+    """Write full checkpoint ``step`` atomically, point ``latest`` at it, delete all but the newest ``keep_last``."""
+    os.makedirs(checkpoint_root(run_dir), exist_ok=True)
+    clear_staging(run_dir)
+    tmp = staging_dir(run_dir, step, str(os.getpid()))
+    os.makedirs(tmp)
+    torch.save(model_sd, os.path.join(tmp, "model.pt"))
+    torch.save(optim_sd, os.path.join(tmp, "optim.pt"))
+    write_small_files(tmp, step, state)
+    return commit_checkpoint(run_dir, step, tmp, hash_files(tmp, FILES), keep_last)
+
+
+def read_meta(path: str) -> dict:
+    """meta.json of checkpoint ``path``; raises CheckpointError when there is none (the save never completed)."""
     if not os.path.isdir(path):
         raise CheckpointError(f"checkpoint: {path!r} does not exist")
     meta_path = os.path.join(path, "meta.json")
@@ -190,25 +226,51 @@ def verify_checkpoint(path: str) -> dict:
             meta = json.load(f)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise CheckpointError(f"checkpoint: {meta_path} is corrupted ({e})") from e
-    for name in FILES:
-        want = meta.get("files", {}).get(name)
-        file = os.path.join(path, name)
-        if want is None or not os.path.exists(file):
+    if meta.get("format", "full") not in FORMATS:
+        raise CheckpointError(f"checkpoint: {meta_path} names an unknown format {meta.get('format')!r}")
+    return meta
+
+
+def checkpoint_format(path: str) -> str:
+    """"full" or "sharded" (checkpoints from before the sharded format have no "format": full)."""
+    return read_meta(path).get("format", "full")
+
+
+def verify_checkpoint(path: str, part: tuple[int, int] = (0, 1)) -> dict:
+    """Check the files against meta.json; returns the parsed meta. Raises CheckpointError with the reason.
+
+    ``part=(i, n)`` hashes only every n-th file from the i-th (n ranks share the reading of a sharded
+    checkpoint); the list of files is checked for completeness in every part."""
+    meta = read_meta(path)
+    listed = meta.get("files", {})
+    required = SHARDED_FILES if meta.get("format", "full") == "sharded" else FILES
+    names = sorted(set(required) | set(listed))
+    for name in names:
+        if name not in listed or not os.path.exists(os.path.join(path, name)):
             raise CheckpointError(f"checkpoint: {path!r} is missing {name}; resume from another checkpoint "
                                   f"with resume=<dir> or start a new run in another out_dir")
-        size = os.path.getsize(file)
-        if size != want["size"] or _sha256(file) != want["sha256"]:
+    index, count = part
+    for name in names[index::count]:
+        file, want = os.path.join(path, name), listed[name]
+        if os.path.getsize(file) != want["size"] or _sha256(file) != want["sha256"]:
             raise CheckpointError(f"checkpoint: {file} is corrupted (size/sha256 differ from meta.json); resume "
                                   f"from another checkpoint with resume=<dir> or start a new run in another out_dir")
     return meta
 
 
-def load_checkpoint(path: str) -> tuple[dict, dict, dict, dict]:
-    """(model_sd, optim_sd, rng, state) of a verified checkpoint, tensors on CPU."""
-    verify_checkpoint(path)
-    model_sd = torch.load(os.path.join(path, "model.pt"), map_location="cpu", weights_only=True)
-    optim_sd = torch.load(os.path.join(path, "optim.pt"), map_location="cpu", weights_only=True)
+def read_small_files(path: str) -> tuple[dict, dict]:
+    """(rng, state) of a checkpoint (verify it first)."""
     rng = torch.load(os.path.join(path, "rng.pt"), map_location="cpu", weights_only=False)
     with open(os.path.join(path, "state.json")) as f:
         state = json.load(f)
-    return model_sd, optim_sd, rng, state
+    return rng, state
+
+
+def load_checkpoint(path: str) -> tuple[dict, dict, dict, dict]:
+    """(model_sd, optim_sd, rng, state) of a verified checkpoint, tensors on CPU."""
+    if verify_checkpoint(path).get("format", "full") != "full":
+        raise CheckpointError(f"checkpoint: {path!r} is sharded; read it with foxformer.train.sharded "
+                              f"(read_model_state_dict, or resume it with foxformer train)")
+    model_sd = torch.load(os.path.join(path, "model.pt"), map_location="cpu", weights_only=True)
+    optim_sd = torch.load(os.path.join(path, "optim.pt"), map_location="cpu", weights_only=True)
+    return (model_sd, optim_sd, *read_small_files(path))

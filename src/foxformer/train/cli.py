@@ -18,6 +18,7 @@ _FLAGS = {
     "--eval-every-tokens": ("eval_every_tokens", str), "--eval-tokens": ("eval_tokens", str),
     "--parallel": ("parallel", str), "--device": ("device", str), "--seed": ("seed", int),
     "--resume": ("resume", str), "--log-every": ("log_every", int),
+    "--checkpoint-format": ("checkpoint_format", str), "--dist-timeout-minutes": ("dist_timeout_minutes", float),
 }
 _SWITCHES = {"--compile": "compile", "--activation-checkpointing": "activation_checkpointing", "--roll": "roll",
              "--fused-loss": "fused_loss"}
@@ -42,13 +43,21 @@ def _overrides(args: argparse.Namespace) -> dict:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
+    from torch.distributed.elastic.multiprocessing.errors import record
+
+    # under torchrun, record() hands an uncaught error to the launcher, which prints it as the job's cause
+    return record(_train_command)(args)
+
+
+def _train_command(args: argparse.Namespace) -> int:
     from .config import load_config
+    from .distributed import PeerFailure
     from .loop import train
 
     try:
         cfg = load_config(args.config, _overrides(args))
         summary = train(cfg)
-    except (ValueError, TypeError) as e:
+    except (ValueError, TypeError, PeerFailure) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     finally:
@@ -61,23 +70,31 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from .checkpoint import CheckpointError, latest_checkpoint, load_checkpoint
+    from .checkpoint import CheckpointError, checkpoint_format, latest_checkpoint, load_checkpoint, read_meta
     from .config import read_saved_config
     from .loop import build_model, export_hf
+    from .sharded import export_hf_sharded, model_tensor_specs
 
     try:
         path = args.checkpoint or latest_checkpoint(args.run)
         if path is None:
             raise CheckpointError(f"export: run {args.run!r} has no checkpoints")
         cfg = read_saved_config(os.path.join(args.run, "config.yaml"))
-        model_sd, _, _, state = load_checkpoint(path)
-        vocab = model_sd["lm_head.weight"].shape[0] if "lm_head.weight" in model_sd else cfg.vocab_size
-        _, model_cfg = build_model(cfg, vocab)
-        out = export_hf(model_cfg, model_sd, args.out or os.path.join(args.run, "hf"))
+        out = args.out or os.path.join(args.run, "hf")
+        if checkpoint_format(path) == "sharded":  # tensor by tensor: the model is never whole in memory
+            import torch
+
+            with torch.device("meta"):  # only the model's config is wanted here
+                _, model_cfg = build_model(cfg, model_tensor_specs(path)["model.embed_tokens.weight"][0][0])
+            out = export_hf_sharded(model_cfg, path, out)
+        else:
+            model_sd = load_checkpoint(path)[0]
+            _, model_cfg = build_model(cfg, model_sd["model.embed_tokens.weight"].shape[0])
+            out = export_hf(model_cfg, model_sd, out)
     except (ValueError, TypeError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(json.dumps({"checkpoint": path, "step": state["step"], "hf_dir": out}, indent=2))
+    print(json.dumps({"checkpoint": path, "step": read_meta(path)["step"], "hf_dir": out}, indent=2))
     return 0
 
 

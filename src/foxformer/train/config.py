@@ -23,16 +23,19 @@ SCHEDULES = ("cosine", "linear", "constant")
 PRECISIONS = ("auto", "bf16", "fp32")
 PARALLEL = ("auto", "none", "ddp", "fsdp")
 DEVICES = ("auto", "cpu", "cuda")
+CHECKPOINT_FORMATS = ("auto", "full", "sharded")
 
 INT_KEYS = ("max_steps", "micro_batch_size", "keep_last", "log_every", "seed", "vocab_size")
-BOOL_KEYS = ("roll", "compile", "activation_checkpointing", "fused_loss", "tensorboard", "export_hf", "progress")
+BOOL_KEYS = ("roll", "compile", "activation_checkpointing", "fused_loss", "tensorboard", "export_hf", "progress",
+             "checkpoint_async")
 _BOOL_WORDS = {"true": True, "yes": True, "on": True, "false": False, "no": False, "off": False}
 
 # Keys that may differ between a run and its resumption without changing what is computed step by step.
 RESUMABLE_CHANGES = frozenset({
     "max_steps", "max_minutes", "log_every", "tensorboard", "compile", "resume", "keep_last", "eval_every_tokens",
     "eval_tokens", "checkpoint_every_tokens", "export_hf", "device", "micro_batch_size", "activation_checkpointing",
-    "parallel", "progress", "data_dir", "peak_flops", "out_dir",
+    "parallel", "progress", "data_dir", "peak_flops", "out_dir", "checkpoint_format", "checkpoint_async",
+    "dist_timeout_minutes",
 })
 
 
@@ -102,11 +105,15 @@ class TrainConfig:
     fused_loss: bool = False                # loss through the LM head in chunks, no [B, T, V] logits
     device: str = "auto"
     parallel: str = "auto"                  # auto (fsdp when WORLD_SIZE > 1) | none | ddp | fsdp
+    dist_timeout_minutes: float = 10.0      # a collective waiting longer (a rank hung or gone) ends the job;
+    #                                         torch's NCCL default, and a full save or HF export takes less
     seed: int = 0
     # output
     out_dir: str = "runs/default"
     checkpoint_every_tokens: int | None = None  # None: about 10 checkpoints per run
     keep_last: int = 2
+    checkpoint_format: str = "auto"         # auto (sharded under torchrun, full for one process) | full | sharded
+    checkpoint_async: bool = True           # sharded saves are written while training goes on
     resume: str = "auto"                    # auto (latest checkpoint in out_dir) | never | <checkpoint dir>
     #                                         (a checkpoint dir sets out_dir's newer step folders aside as abandoned-step_N)
     eval_every_tokens: int | None = None    # None: about 10 evaluations per run
@@ -120,7 +127,7 @@ class TrainConfig:
     def __post_init__(self) -> None:
         # YAML 1.1 reads "2e-3" as a string; accept numeric strings for numeric fields.
         for name in ("lr", "min_lr_ratio", "weight_decay", "beta1", "beta2", "eps", "grad_clip", "max_minutes",
-                     "peak_flops"):
+                     "peak_flops", "dist_timeout_minutes"):
             value = getattr(self, name)
             if isinstance(value, str):
                 try:
@@ -161,7 +168,7 @@ class TrainConfig:
         for name in BOOL_KEYS:
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name}: expected true or false, got {getattr(self, name)!r}")
-        for name in ("batch_tokens", "context", "log_every", "keep_last"):
+        for name in ("batch_tokens", "context", "log_every", "keep_last", "dist_timeout_minutes"):
             positive(name)
         for name in ("eval_tokens", "total_tokens", "max_steps", "max_minutes", "checkpoint_every_tokens", "eval_every_tokens",
                      "vocab_size", "peak_flops"):
@@ -180,7 +187,7 @@ class TrainConfig:
         if not 0.0 <= self.min_lr_ratio <= 1.0:
             raise ValueError(f"min_lr_ratio: expected a number in [0, 1], got {self.min_lr_ratio!r}")
         for name, allowed in (("schedule", SCHEDULES), ("precision", PRECISIONS), ("parallel", PARALLEL),
-                              ("device", DEVICES)):
+                              ("device", DEVICES), ("checkpoint_format", CHECKPOINT_FORMATS)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name}: expected one of {allowed}, got {getattr(self, name)!r}")
         if not isinstance(self.model, dict):

@@ -1,13 +1,18 @@
 """Process groups, DDP / FSDP2 wrapping and full (unsharded) state dicts, so one script runs anywhere.
 
-Launch with ``torchrun --nproc-per-node N -m foxformer.cli train ...``: WORLD_SIZE/RANK/LOCAL_RANK come from
-torchrun; NCCL on CUDA, gloo on CPU.
+Launch with ``torchrun --nproc-per-node N -m foxformer.cli train ...`` (one host) or with
+``--nnodes M --rdzv-backend c10d --rdzv-endpoint HOST:PORT`` on each of M hosts: WORLD_SIZE/RANK/LOCAL_RANK
+come from torchrun; NCCL on CUDA, gloo on CPU. Every collective gives up after ``timeout_minutes``, and a
+rank that fails leaves its message in the rendezvous store, where the ranks it leaves stuck read it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
+import sys
+import time
 from dataclasses import dataclass
 
 import torch
@@ -34,8 +39,20 @@ class DistInfo:
         return self.world_size > 1
 
 
-def init_distributed(device: str = "auto", parallel: str = "auto") -> DistInfo:
+class PeerFailure(RuntimeError):
+    """Another rank failed first; this one stopped because of it (the message is that rank's)."""
+
+
+_STORE = None  # the rendezvous store: failure reports outlive the process group's broken connections
+_FAILED_KEY = "foxformer/failed/{}"
+# A rank whose collective broke on a peer's death may get there before the peer has written why it died
+# (the peer writes before it exits, which is what breaks the connection, so the wait is short).
+_REPORT_GRACE_S = 5.0
+
+
+def init_distributed(device: str = "auto", parallel: str = "auto", timeout_minutes: float = 10.0) -> DistInfo:
     """Start the process group when launched by torchrun; pick the device for this rank."""
+    global _STORE
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -47,8 +64,10 @@ def init_distributed(device: str = "auto", parallel: str = "auto") -> DistInfo:
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
     if world > 1 and not dist.is_initialized():
-        dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo",
-                                **({"device_id": dev} if dev.type == "cuda" else {}))
+        timeout = datetime.timedelta(minutes=timeout_minutes)
+        _STORE, rank, world = next(dist.rendezvous("env://", rank, world, timeout=timeout))
+        dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo", store=_STORE, rank=rank,
+                                world_size=world, timeout=timeout, **({"device_id": dev} if dev.type == "cuda" else {}))
     if world == 1:
         mode = "none" if parallel in ("auto", "none") else parallel
     else:
@@ -59,13 +78,58 @@ def init_distributed(device: str = "auto", parallel: str = "auto") -> DistInfo:
 
 
 def shutdown() -> None:
+    global _STORE
     if dist.is_initialized():
         dist.destroy_process_group()
+    _STORE = None
+
+
+def _peer_failures(info: DistInfo) -> list[str]:
+    found = []
+    for r in range(info.world_size):
+        key = _FAILED_KEY.format(r)
+        try:
+            if r != info.rank and _STORE.check([key]):
+                found.append(_STORE.get(key).decode())
+        except (RuntimeError, ValueError):  # the store went with its host: nothing more to learn
+            break
+    return found
+
+
+@contextlib.contextmanager
+def failures_reported(info: DistInfo):
+    """Leave this rank's error in the store for the others; or, when a peer failed first, raise PeerFailure
+    with the peer's message (what the user needs) instead of a broken-connection error."""
+    try:
+        yield
+    except BaseException as e:
+        if _STORE is None or not info.enabled:
+            raise
+        mine = f"{type(e).__name__}: {e}"
+        deadline = time.monotonic() + (_REPORT_GRACE_S if isinstance(e, (RuntimeError, dist.DistError)) else 0.0)
+        peers = _peer_failures(info)
+        while not peers and time.monotonic() < deadline:
+            time.sleep(0.1)
+            peers = _peer_failures(info)
+        if peers and not all(p.endswith(mine) for p in peers):  # not the error every rank ran into
+            raise PeerFailure(f"{'; '.join(peers)} (rank {info.rank} stopped with it: {mine.splitlines()[0]})") from e
+        try:
+            _STORE.set(_FAILED_KEY.format(info.rank), f"rank {info.rank} failed: {mine}")
+        except (RuntimeError, ValueError):
+            print(f"rank {info.rank}: could not report the failure to the other ranks", file=sys.stderr)
+        raise
 
 
 def barrier() -> None:
     if dist.is_initialized():
         dist.barrier()
+
+
+def all_reduce_sum(values: torch.Tensor) -> torch.Tensor:
+    if dist.is_initialized():
+        values = values.clone()
+        dist.all_reduce(values, op=dist.ReduceOp.SUM)
+    return values
 
 
 def all_reduce_mean(values: torch.Tensor) -> torch.Tensor:

@@ -3,7 +3,7 @@ Hugging Face folder. It lives with the checkpoints it reads, below every area th
 
 Accepted paths:
   ``RUN_DIR``                        (has config.yaml): its latest checkpoint, else ``RUN_DIR/hf``
-  ``RUN_DIR/checkpoints/step_N``     one checkpoint of a run (model.pt, verified against meta.json)
+  ``RUN_DIR/checkpoints/step_N``     one checkpoint of a run (full or sharded, verified against meta.json)
   ``HF_DIR``                         (has config.json): ``FoxForCausalLM.from_pretrained`` (or AutoModelForCausalLM)
 """
 from __future__ import annotations
@@ -15,7 +15,8 @@ from typing import Optional
 
 import torch
 
-from .checkpoint import latest_checkpoint, verify_checkpoint
+from .checkpoint import latest_checkpoint, read_meta
+from .sharded import read_model_state_dict
 
 RUN_CONFIG = "config.yaml"
 
@@ -110,11 +111,11 @@ def _load_checkpoint_dir(path: str, run_dir: str):
     if not os.path.exists(cfg_path):
         raise ValueError(f"model: checkpoint {path!r} has no {RUN_CONFIG} two levels up ({run_dir!r}); "
                          f"cannot tell which model it holds")
-    step = verify_checkpoint(path).get("step")
     try:
-        sd = torch.load(os.path.join(path, "model.pt"), map_location="cpu", weights_only=True)
-    except Exception as e:
-        raise ValueError(f"model: could not read {os.path.join(path, 'model.pt')} ({e})") from e
+        sd = read_model_state_dict(path)  # verifies every file against meta.json first
+    except (OSError, RuntimeError, EOFError) as e:
+        raise ValueError(f"model: could not read checkpoint {path!r} ({e})") from e
+    step = read_meta(path).get("step")
     run_cfg = _read_yaml(cfg_path)
     return _model_from_run_config(run_cfg, _strip_prefixes(sd)), run_cfg, step
 
@@ -169,7 +170,7 @@ def load_model(path: str, *, device: str | torch.device | None = "auto", dtype: 
     dev = resolve_device(device)
     run_cfg: dict = {}
     step = hf_path = None
-    if os.path.exists(os.path.join(path, "model.pt")):
+    if any(os.path.exists(os.path.join(path, name)) for name in ("model.pt", ".metadata")):
         run_dir = os.path.dirname(os.path.dirname(os.path.abspath(path)))
         model, run_cfg, step = _load_checkpoint_dir(path, run_dir)
         source = "checkpoint"

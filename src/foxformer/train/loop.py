@@ -12,6 +12,7 @@ import hashlib
 import math
 import os
 import time
+import zlib
 from dataclasses import dataclass
 from typing import Callable
 
@@ -23,10 +24,11 @@ from ..data.dataset import TokenDataset
 from ..provenance import code_version
 from . import checkpoint as ckpt
 from .config import TrainConfig, read_saved_config, resume_conflicts, save_config
-from .distributed import (DistInfo, all_reduce_mean, barrier, broadcast_object, full_state_dicts, grad_sync,
-                          init_distributed, load_full_state_dicts, wrap_model)
+from .distributed import (DistInfo, all_reduce_mean, all_reduce_sum, barrier, broadcast_object, failures_reported,
+                          full_state_dicts, grad_sync, init_distributed, wrap_model)
 from .metrics import MetricsSink, device_peak_flops, eta_string, forget_gate_means, mfu
 from .optim import build_optimizer, learning_rate
+from .sharded import CheckpointWriter, ResumePoint, checkpoint_group, resolve_format
 
 StepHook = Callable[[int, dict], None]
 
@@ -123,6 +125,17 @@ def evaluate(model: torch.nn.Module, val: TokenDataset, n_seqs: int, micro_batch
     return float(per_pos.mean()), per_pos
 
 
+CHECKSUM_MOD = 2**31 - 1
+
+
+def batch_checksum(x: torch.Tensor, first: int) -> int:
+    """A checksum of which token sequences a step trains on and where in the step's batch: sequence ``i``
+    of ``x`` (position ``first + i`` in the step) contributes crc32(tokens) * (position + 1). Summed over
+    ranks modulo CHECKSUM_MOD, it is the same for any world size that reads the same data in the same order."""
+    rows = x.cpu().numpy()
+    return sum(zlib.crc32(rows[i].tobytes()) * (first + i + 1) for i in range(rows.shape[0])) % CHECKSUM_MOD
+
+
 def data_identity(train_ds: TokenDataset, val_ds: TokenDataset) -> str:
     """A fingerprint of a prepared dataset's contents, not of its path (data may move between resumes):
     tokenizer, split sizes, document offsets and a strided sample of the training tokens."""
@@ -181,7 +194,16 @@ def train(cfg: TrainConfig, *, hook: StepHook | None = None, model_factory=None)
     ``hook(step, record)`` runs after every optimizer step (tests use it to simulate crashes);
     ``model_factory(cfg, vocab_size) -> (model, model_cfg)`` replaces :func:`build_model`.
     """
-    info = init_distributed(cfg.device, cfg.parallel)
+    info = init_distributed(cfg.device, cfg.parallel, cfg.dist_timeout_minutes)
+    group = checkpoint_group(info, cfg.dist_timeout_minutes)
+    fmt = resolve_format(cfg.checkpoint_format, info)
+    # the writer's exit waits for a save in flight; then a failure is reported to the other ranks
+    with failures_reported(info), CheckpointWriter(cfg.out_dir, info, fmt, cfg.checkpoint_async, cfg.keep_last,
+                                                   group) as writer:
+        return _train(cfg, info, writer, hook, model_factory)
+
+
+def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, hook: StepHook | None, model_factory) -> dict:
     device = info.device
     bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and device.type == "cuda")
     if device.type == "cuda":
@@ -199,10 +221,10 @@ def train(cfg: TrainConfig, *, hook: StepHook | None = None, model_factory=None)
     plan = make_plan(cfg, info.world_size, device.type)
     resume_path = _resolve_resume(cfg)
     _check_saved_config(cfg, resume_path is not None)
-    loaded = ckpt.load_checkpoint(resume_path) if resume_path else None  # verifies hashes first
+    loaded = ResumePoint(resume_path, info, writer.group) if resume_path else None  # verifies hashes first
     data_id = data_identity(train_ds, val_ds)
     # data_dir may change on resume (moved data); what it holds may not (checkpoints before this have no "data")
-    if loaded is not None and loaded[3].get("data", data_id) != data_id:
+    if loaded is not None and loaded.state.get("data", data_id) != data_id:
         raise ValueError(f"resume: {cfg.data_dir!r} holds another dataset than the one {resume_path} was trained "
                          f"on; a resumed run must see the same data. Use the original data or another out_dir "
                          f"(nothing was overwritten)")
@@ -223,12 +245,10 @@ def train(cfg: TrainConfig, *, hook: StepHook | None = None, model_factory=None)
     optimizer = build_optimizer(model, cfg, device.type)
     step, tokens = 0, 0
     if loaded is not None:
-        model_sd, optim_sd, rng, state = loaded
-        load_full_state_dicts(model, optimizer, model_sd, optim_sd, info)
-        ckpt.set_rng_state(rng)
+        loaded.restore(model, optimizer)
+        ckpt.set_rng_state(loaded.rng)
         # The data order depends on the step only, so a run may resume on another number of ranks.
-        step, tokens = int(state["step"]), int(state["tokens"])
-        del model_sd, optim_sd
+        step, tokens = int(loaded.state["step"]), int(loaded.state["tokens"])
     # `wrapped` controls gradient sync (DDP / FSDP2 methods); `runner` is what the micro-batches call.
     runner = torch.compile(wrapped) if cfg.compile else wrapped
     loss_kwargs = {"return_logits": False} if cfg.fused_loss else {}
@@ -255,12 +275,8 @@ def train(cfg: TrainConfig, *, hook: StepHook | None = None, model_factory=None)
     eval_seqs = max(1, eval_tokens // cfg.context)
 
     def save(at_step: int) -> None:
-        msd, osd = full_state_dicts(model, optimizer, info)
-        if info.is_main:
-            ckpt.save_checkpoint(cfg.out_dir, at_step, msd, osd,
-                                 {"tokens": tokens, "world_size": info.world_size,
-                                  "seqs_per_rank": plan.seqs_per_rank, "data": data_id}, cfg.keep_last)
-        barrier()
+        writer.save(at_step, model, optimizer, {"tokens": tokens, "world_size": info.world_size,
+                                                "seqs_per_rank": plan.seqs_per_rank, "data": data_id})
 
     def run_eval() -> dict:
         with forget_gate_means(model) as gates:
@@ -287,8 +303,10 @@ def train(cfg: TrainConfig, *, hook: StepHook | None = None, model_factory=None)
             group["lr"] = lr
         loss_sum = torch.zeros((), device=device)
         base = step * plan.seqs_per_step + info.rank * plan.seqs_per_rank
+        crc = 0
         for m in range(plan.accum):
             x = train_ds.batch(base + m * plan.micro_batch, plan.micro_batch)
+            crc = (crc + batch_checksum(x, base + m * plan.micro_batch - step * plan.seqs_per_step)) % CHECKSUM_MOD
             x = x.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else x
             with grad_sync(wrapped, info, sync=m == plan.accum - 1), _autocast(device, bf16):
                 loss = runner(x, labels=x, **loss_kwargs).loss
@@ -303,13 +321,16 @@ def train(cfg: TrainConfig, *, hook: StepHook | None = None, model_factory=None)
         optimizer.zero_grad(set_to_none=True)
         step += 1
         tokens += cfg.batch_tokens
-        loss_val = float(all_reduce_mean(loss_sum / plan.accum).item())
+        # one collective for the loss and the data checksum (< 2^31 per rank: their sum is exact in float64)
+        summed = all_reduce_sum(torch.stack([loss_sum.double() / plan.accum,
+                                             torch.tensor(float(crc), dtype=torch.float64, device=device)]))
+        loss_val, data_crc = float(summed[0]) / info.world_size, int(round(float(summed[1]))) % CHECKSUM_MOD
         dt = time.time() - t0
         tps = cfg.batch_tokens / dt
         speed = tps if speed is None else 0.8 * speed + 0.2 * tps
         step_mfu = mfu(tps, flops_per_token, peak, info.world_size)
         elapsed = time.time() - start_time
-        last_rec = {"kind": "train", "step": step, "tokens": tokens, "loss": loss_val, "lr": lr,
+        last_rec = {"kind": "train", "step": step, "tokens": tokens, "loss": loss_val, "data_crc": data_crc, "lr": lr,
                     "grad_norm": float(grad_norm), "tokens_per_s": tps, "mfu": step_mfu, "step_time_s": dt,
                     "elapsed_s": elapsed}
         if not math.isfinite(loss_val):

@@ -142,7 +142,7 @@ class MetricsSink:
         if self._tb is not None:
             kind = record.get("kind", "train")
             for key, value in record.items():
-                if isinstance(value, (int, float)) and key not in ("step", "kind"):
+                if isinstance(value, (int, float)) and key not in ("step", "kind", "data_crc"):
                     self._tb.add_scalar(f"{kind}/{key}", value, record["step"])
 
     def close(self) -> None:
