@@ -19,7 +19,9 @@
 #   trainprune  tile pruning on a model trained for a while: FoX (Pro) 125M at 16K trains for TRAIN_MIN
 #               minutes, then both settings resume from its checkpoint for 8 steps (needs DATA)
 #   attn        kernel rows at 2K and 8K
-#   attnlong    foxformer against SDPA FLASH, SDPA CUDNN and fla-core at 16K and 64K (the op issue's targets, one run)
+#   attnlong    the Gluon and Triton kernels against SDPA FLASH, SDPA CUDNN and fla-core at 16K and 64K (one run)
+#   gluon       the Hopper kernels: tests/gpu/test_gluon_gpu.py (8 processes), then their config sweep
+#               (scripts/hopper_tune.py fwd bwd) at 16K
 #   decode      decode op; whole-model decoding of the 760M preset at 32K
 #   decode125   whole-model decoding of the 125M preset, 4K to 64K, with and without eviction
 #   Issue 18 (CUDA-graph decoding), in one 5-minute call: BUDGET=295 bash scripts/gpu_bench.sh graphs
@@ -90,7 +92,9 @@ train) train_run train_fox_pro_125m_16k 150
        train_run train_fox_pro_125m_16k_prune 150 --model prune_eps=4.54e-5 ;;
 attn) step attn 200 $FX bench attention --providers foxformer,sdpa_flash,sdpa_cudnn,fla --seqlens 2048,8192 \
           --configs 128x12,128x12x2,64x24 --out "$OUT/attention_2k_8k_h200.json" ;;
-attnlong) step attnlong 280 $FX bench attention --providers foxformer,sdpa_flash,sdpa_cudnn,fla --seqlens 16384,65536 \
+gluon) step gluontests 150 python -m pytest -q -n 8 tests/gpu/test_gluon_gpu.py
+       step gluontune 200 python scripts/hopper_tune.py fwd bwd --out "$OUT/hopper_tune_h200.json" ;;
+attnlong) step attnlong 330 $FX bench attention --providers gluon,triton,sdpa_flash,sdpa_cudnn,fla --seqlens 16384,65536 \
           --configs 64x24,128x12,128x12x2 --out "$OUT/attention_16k_64k_h200.json" ;;
 decode) step decode_kernel 45 $FX bench decode --kernel --preset fox-pro-125m --contexts 4096,32768,65536 \
             --batches 1,32 --out "$OUT/decode_kernel_h200.json"
