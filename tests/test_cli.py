@@ -33,11 +33,82 @@ def test_a_broken_pipe_that_is_not_stdout_still_fails(monkeypatch, capfd):
     """Only a closed stdout is ended quietly: a BrokenPipeError from another pipe (a data-loader worker, a
     socket) is a real error and must not turn into a silent exit 141."""
     from foxformer import cli
-    from foxformer.models import cli as models_cli
 
     def worker_died(args):
         raise BrokenPipeError(32, "Broken pipe")
 
-    monkeypatch.setattr(models_cli, "_presets", worker_died)
+    monkeypatch.setattr(cli, "_presets", worker_died)
     with pytest.raises(BrokenPipeError):
         cli.main(["presets"])
+
+
+def _run_cli(*argv, **env):
+    return subprocess.run([sys.executable, "-m", "foxformer.cli", *argv], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": SRC, **env}, timeout=300)
+
+
+HELP_IMPORTS = """
+import argparse, contextlib, io, sys
+from foxformer.cli import build_parser
+
+def commands(parser, path):
+    yield path
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                yield from commands(child, path + [name])
+
+helped = 0
+for path in commands(build_parser(), []):
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        try:
+            build_parser().parse_args(path + ["--help"])
+        except SystemExit:
+            pass
+    helped += "usage: foxformer" in out.getvalue()
+heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "transformers", "triton"))
+print(helped, len(heavy), heavy[:5])
+"""
+
+
+def test_every_help_answers_without_torch_transformers_or_triton():
+    """`import foxformer.cli` imported torch, transformers and triton (4.5 s; `foxformer --help` took 6-8 s):
+    every command's --help, nested ones included, now leaves them out (checked in a fresh interpreter)."""
+    out = subprocess.run([sys.executable, "-c", HELP_IMPORTS], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": SRC}, timeout=300)
+    assert out.returncode == 0, out.stderr
+    helped, n_heavy, heavy = out.stdout.split(" ", 2)
+    assert int(helped) >= 20 and int(n_heavy) == 0, out.stdout
+    top = _run_cli("--help")
+    assert top.returncode == 0 and "train" in top.stdout and "generate" in top.stdout
+
+
+def test_lazy_packages_still_export_their_names():
+    import foxformer
+    from foxformer.data import prepare
+    from foxformer.infer import generate
+
+    assert callable(prepare) and callable(generate) and callable(foxformer.generate)
+    assert generate is foxformer.generate  # not the submodule foxformer.infer.generate of the same name
+    assert "TokenDataset" in dir(foxformer.data)
+
+
+def test_a_misspelled_flag_is_reported_by_its_command_with_the_closest_flag():
+    """It printed the top-level usage (`foxformer [-h] COMMAND ...`) and no hint."""
+    out = _run_cli("train", "--totl-tokens", "1Mi")
+    assert out.returncode == 2
+    assert "usage: foxformer train" in out.stderr and "did you mean --total-tokens?" in out.stderr, out.stderr
+    out = _run_cli("eval", "loss", "RUN", "--seqlen", "64")
+    assert "usage: foxformer eval loss" in out.stderr and "did you mean --seq-len?" in out.stderr, out.stderr
+
+
+def test_a_user_error_is_one_line_and_debug_shows_the_traceback(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("preset: fox-pro-tiny\nlr: [0.1\nmax_steps: 2\n")
+    out = _run_cli("train", "--config", str(bad))
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: config: not valid YAML"), out.stderr
+    assert f"({bad}, line 3, column " in lines[0]
+    debug = _run_cli("train", "--config", str(bad), FOXFORMER_DEBUG="1")
+    assert debug.returncode != 0 and "Traceback" in debug.stderr

@@ -1,27 +1,112 @@
-"""`foxformer <command>`: one entry point; each area registers its own subcommands."""
+"""`foxformer <command>`: one entry point; each area registers its own subcommands.
+
+The area modules below hold only their arguments (argparse): a command imports torch, transformers and
+triton when it runs, so `foxformer --help` and every `--help` answer at once. Errors a user can fix end in
+one `error:` line and exit code 2 (``FOXFORMER_DEBUG=1`` shows the traceback instead).
+"""
 from __future__ import annotations
 
 import argparse
+import difflib
+import errno
 import importlib
+import json
 import os
 import select
 import sys
 
 # Each module defines add_commands(subparsers); a command's handler is stored as `func`.
 _AREAS = (
-    "foxformer.bench.cli",
-    "foxformer.models.cli",
     "foxformer.data.cli",
     "foxformer.train.cli",
-    "foxformer.demo",
     "foxformer.eval.cli",
     "foxformer.infer.cli",
+    "foxformer.bench.cli",
 )
+# What a shell reports for a program killed by SIGPIPE (128 + 13); Python ignores the signal instead.
+BROKEN_PIPE_EXIT = 141
+# ... and for one stopped by Ctrl-C (128 + SIGINT).
+INTERRUPTED_EXIT = 130
+USER_ERROR_EXIT = 2
+DESCRIPTION = ("The Forgetting Transformer (FoX): prepare data, train, evaluate, generate, benchmark. "
+               "`foxformer COMMAND --help` lists a command's options.")
+
+
+def _presets(args) -> int:
+    from .models.presets import main
+
+    main()
+    return 0
+
+
+def _convert_official(args) -> int:
+    from .models.official import convert_official
+
+    tokenizer = None if args.tokenizer == "none" else args.tokenizer
+    summary = convert_official(args.src, args.out, tokenizer=tokenizer,
+                               max_position_embeddings=args.max_position_embeddings)
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+def _add_model_commands(sub) -> None:
+    """`presets` and `convert official`: the models package registers Hugging Face classes when imported, so its
+    commands live here, where nothing imports it until one runs."""
+    sub.add_parser("presets", help="list model presets with non-embedding parameter counts").set_defaults(
+        func=_presets)
+    convert = sub.add_parser("convert", help="convert checkpoints of other code to foxformer models")
+    csub = convert.add_subparsers(dest="convert_command", metavar="SOURCE")
+    p = csub.add_parser("official", help="a checkpoint of the FoX paper's code (e.g. its released 760M models)",
+                        description="Reads a Hugging Face folder saved by the paper's code (github.com/zhixuan-lin/"
+                                    "forgetting-transformer: config.json and model.safetensors or pytorch_model.bin; "
+                                    "a Hub id such as "
+                                    "zhixuan-lin/fox-pro-760m-longcrawl64-48b where the Hub is reachable) and writes "
+                                    "a foxformer model with the same logits: a standalone Hugging Face folder with "
+                                    "its tokenizer. Their Mamba-2, DeltaNet, HGRN2 and Samba baselines are refused.")
+    p.add_argument("src", metavar="SRC", help="checkpoint folder (or Hub repository id)")
+    p.add_argument("--out", required=True, help="output folder (a Hugging Face folder the eval commands read)")
+    p.add_argument("--tokenizer", default="auto",
+                   help="auto (gpt2-json for their LongCrawl64 models, their tokenizer files otherwise) | a "
+                        "tokenizer spec | none")
+    p.add_argument("--max-position-embeddings", type=int, default=None,
+                   help="written to the config (default: the checkpoint's, else 16384, the released models' "
+                        "training context)")
+    p.set_defaults(func=_convert_official)
+    convert.set_defaults(func=lambda args: (convert.print_help(), 2)[1])
+
+
+def _demo(args) -> int:
+    from .demo import run_demo
+
+    overrides = {k: v for k, v in (("tokenizer", args.tokenizer), ("context", args.context)) if v is not None}
+    summary = run_demo(out=args.out, minutes=args.minutes, device=args.device, progress=not args.no_progress,
+                       overrides=overrides)
+    print(json.dumps({k: summary[k] for k in ("out", "report", "plot", "wall_s")} |
+                     {"val_loss": {p: m["val_loss"] for p, m in summary["models"].items()}}, indent=2))
+    return 0
+
+
+def _add_demo(sub) -> None:
+    p = sub.add_parser("demo", help="end-to-end demo: prepare built-in data, train tiny FoX and Transformer, "
+                                    "evaluate, plot, report",
+                       description="Prepare the SymPy-source corpus, train a tiny FoX (Pro) and a tiny Transformer "
+                                   "(Pro) on the same number of tokens, evaluate validation loss and per-position "
+                                   "loss L(i), and write a PNG and a Markdown report. Rerunning resumes or reuses "
+                                   "whatever is already finished.")
+    p.add_argument("--minutes", type=float, default=3.0,
+                   help="training minutes of the whole demo, shared by the two models (default 3)")
+    p.add_argument("--out", default="runs/demo", help="run directory (report.md and demo.png land here)")
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--tokenizer", help="default: bytes on CPU (fast for tiny models), gpt2 on GPU")
+    p.add_argument("--context", type=int, help="sequence length (default: 512 on CPU, 2048 on GPU)")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=_demo)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="foxformer", description=__doc__)
+    parser = argparse.ArgumentParser(prog="foxformer", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _add_demo(sub)
     for name in _AREAS:
         try:
             module = importlib.import_module(name)
@@ -30,19 +115,63 @@ def build_parser() -> argparse.ArgumentParser:
                 continue
             raise
         module.add_commands(sub)
+    _add_model_commands(sub)
+    _tag_parsers(parser)
     return parser
 
 
-# What a shell reports for a program killed by SIGPIPE (128 + 13); Python ignores the signal instead.
-BROKEN_PIPE_EXIT = 141
+def _tag_parsers(parser: argparse.ArgumentParser) -> None:
+    """Record in each parser's defaults which parser it is: the innermost one chosen wins, so that parsing
+    yields the subcommand's own (for its usage line and its flags) as ``_parser``."""
+    parser.set_defaults(_parser=parser)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in set(action.choices.values()):
+                _tag_parsers(child)
+
+
+def _parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """parse_args, except that a misspelled flag is reported by the subcommand's parser (its usage, not the
+    top level's) with the closest flag it has."""
+    args, extras = parser.parse_known_args(argv)
+    own = vars(args).pop("_parser", parser)  # commands write vars(args) into their JSON
+    if extras:
+        flags = [s for a in own._actions for s in a.option_strings]
+        hints = []
+        for extra in extras:
+            close = difflib.get_close_matches(extra.split("=")[0], flags, n=1) if extra.startswith("-") else []
+            if close:
+                hints.append(f"{extra}: did you mean {close[0]}?")
+        own.error(f"unrecognized arguments: {' '.join(extras)}" + (f" ({'; '.join(hints)})" if hints else ""))
+    return args
+
+
+_OS_FIXES = {errno.ENOSPC: "free disk space or choose another location",
+             errno.EDQUOT: "free disk space or choose another location",
+             errno.EACCES: "choose a location you may write to, or fix its permissions",
+             errno.EPERM: "choose a location you may write to, or fix its permissions",
+             errno.EROFS: "the file system is read-only: choose another location",
+             errno.ENOENT: "check the path",
+             errno.EISDIR: "give a file, not a folder",
+             errno.EEXIST: "a file of that name is in the way: choose another location",
+             errno.ENOTDIR: "a part of the path is a file, not a folder"}
+
+
+def describe(exc: BaseException) -> str:
+    """The text of an `error:` line: our messages as they are, an OSError as `<what> (<path>): <how to fix>`."""
+    if isinstance(exc, OSError) and exc.strerror and str(exc).startswith("[Errno"):
+        where = f" ({exc.filename})" if exc.filename is not None else ""
+        fix = _OS_FIXES.get(exc.errno)
+        return f"{exc.strerror.lower()}{where}" + (f": {fix}" if fix else "")
+    return str(exc) or type(exc).__name__
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = _parse(parser, argv)
     if not getattr(args, "func", None):
         parser.print_help()
-        return 2
+        return USER_ERROR_EXIT
     try:
         rc = int(args.func(args) or 0)
         sys.stdout.flush()  # inside the try: a reader gone by now fails this flush, not the one at exit
@@ -51,6 +180,16 @@ def main(argv: list[str] | None = None) -> int:
             raise  # another pipe (a data-loader worker, a socket): a real error
         _silence_stdout()
         return BROKEN_PIPE_EXIT
+    except KeyboardInterrupt as e:
+        if os.environ.get("FOXFORMER_DEBUG") == "1":
+            raise
+        print(f"interrupted{': ' + str(e) if str(e) else ''}", file=sys.stderr)
+        return INTERRUPTED_EXIT
+    except (ValueError, TypeError, OSError, ImportError) as e:  # what a user can fix: a path, a value, a package
+        if os.environ.get("FOXFORMER_DEBUG") == "1":  # the full traceback, for bug reports
+            raise
+        print(f"error: {describe(e)}", file=sys.stderr)
+        return USER_ERROR_EXIT
     return rc
 
 

@@ -239,3 +239,13 @@ def test_single_runs_get_a_sequence_bootstrap_of_their_difference(tmp_path):
     assert [r["n_seeds"] for r in res["rows"]] == [1, 1]
     d = res["differences"][0]["mean_loss"]
     assert d["lo"] <= d["mean"] <= d["hi"] and abs(d["mean"]) < 0.02
+
+
+def test_default_columns_are_within_the_evaluated_length(tmp_path, capsys):
+    """The default positions (512 ... 16384) left four of five columns empty for runs evaluated at 2048."""
+    a = _write_run(tmp_path, "a", np.linspace(3, 2, 2047), seq_len=2048)
+    b = _write_run(tmp_path, "b", np.full(2047, 2.5), seq_len=2048)
+    assert main(["eval", "compare", a, b, "--out", str(tmp_path / "out")]) == 0
+    res = json.loads((tmp_path / "out" / "compare.json").read_text())
+    assert res["positions"] == [128, 256, 512, 1024, 2048]
+    assert all(row[f"L@{p}"] is not None for row in res["rows"] for p in res["positions"])

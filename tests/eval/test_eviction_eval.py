@@ -57,6 +57,13 @@ def test_cli_writes_eviction_json(tmp_path):
                  "--evict-eps", "1e-3", "--device", "cpu", "--out", str(out), "--no-progress"]) == 0
     res = json.load(open(os.path.join(out, "eviction.json")))
     assert res["seq_len"] == 200 and 0 < res["kept_fraction"] <= 1
+    # it wrote no plot: the loss change by position (log-spaced bins), where people would rather look than read
+    bins = res["by_position"]
+    assert bins["position"][0] == 1.0 and bins["position"][-1] <= 199
+    assert len(bins["mean_diff"]) == len(bins["max_abs_diff"]) == len(bins["position"])
+    assert max(bins["max_abs_diff"]) == pytest.approx(res["max_abs_diff"])
+    with open(out / "eviction.png", "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
 
 def test_a_model_without_qk_norm_needs_a_bound():

@@ -201,3 +201,13 @@ def test_sized_config_is_the_named_presets_rule_at_any_size():
         assert abs(count_non_embedding(sized_config(f"{family}-pro", 2, 256)) / llama - 1) < 0.02
     with pytest.raises(ValueError, match="unknown model kind"):
         sized_config("fox-gpt", 2, 64)
+
+
+@pytest.mark.parametrize("name", list(PRESETS))
+def test_every_preset_builds_and_runs_on_the_meta_device(name):
+    """FoX presets failed there (the op's value checks called Tensor.item()); the Transformer ones did not."""
+    with torch.device("meta"):
+        model = FoxForCausalLM(get_preset(name))
+        ids = torch.zeros(2, 16, dtype=torch.long)
+        out = model(ids, labels=ids)
+    assert out.logits.is_meta and out.logits.shape == (2, 16, model.config.vocab_size) and out.loss.is_meta

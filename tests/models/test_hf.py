@@ -5,8 +5,7 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
-import foxformer  # noqa: F401  (registers the Auto classes)
-from foxformer.models import FoxConfig, FoxForCausalLM, FoxModel
+from foxformer.models import FoxConfig, FoxForCausalLM, FoxModel  # importing foxformer.models registers them
 
 from .conftest import make_model, tokens
 

@@ -42,6 +42,9 @@ CASES = [
      ValueError, "batch must be 1"),
     ("max-seqlen-short", dict(cu_seqlens=torch.tensor([0, 6, 8], dtype=torch.int32), max_seqlen=4), ValueError, "max_seqlen"),
     ("scale", dict(softmax_scale="x"), TypeError, "softmax_scale"),
+    # q, k, v in [B, H, T, D] (with GQA) blamed the gate's shape, or claimed q had more positions than k
+    ("bhtd-layout", dict(q=torch.randn(1, 4, 8, 16), k=torch.randn(1, 2, 8, 16), v=torch.randn(1, 2, 8, 16),
+                         log_fgate=-torch.rand(1, 8, 4)), ValueError, "disagree on which dim is seq"),
 ]
 
 
@@ -124,3 +127,25 @@ def test_good_varlen_bounds_pass_the_device_check(backend, compiled):
     inputs = _varlen_half()
     got = _varlen_call(compiled, backend)(*inputs, cu, 35)
     torch.testing.assert_close(got, forgetting_attention(*inputs, cu_seqlens=cu, backend=backend))
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["batch", "cu_seqlens"])
+def test_meta_and_fake_tensors_pass_the_checks_without_values(packed):
+    """The value checks (NaN gates, cu_seqlens bounds) called Tensor.item() and failed on the meta device and
+    under FakeTensorMode, so a FoX model could not be built or traced there: shapes are checked, values skipped."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    args = _ok(B=1, Tq=8, Tk=8)
+    extra = {"cu_seqlens": torch.tensor([0, 3, 8], dtype=torch.int32)} if packed else {}
+    meta = {k: v.to("meta") for k, v in {**args, **extra}.items()}
+    out = forgetting_attention(meta.pop("q"), meta.pop("k"), meta.pop("v"), meta.pop("log_fgate"), backend="torch",
+                               **meta)
+    assert out.is_meta and out.shape == (1, 8, 4, 16)
+    with FakeTensorMode() as mode:
+        fake = {k: mode.from_tensor(v) for k, v in {**args, **extra}.items()}
+        out = forgetting_attention(fake.pop("q"), fake.pop("k"), fake.pop("v"), fake.pop("log_fgate"),
+                                   backend="torch", **fake)
+    assert out.shape == (1, 8, 4, 16)
+    with pytest.raises(ValueError, match="log_fgate must be"):  # a shape fault is still one
+        forgetting_attention(*(torch.empty(1, 8, 4, 16, device="meta") for _ in range(3)),
+                             torch.empty(1, 8, 2, device="meta"), backend="torch")

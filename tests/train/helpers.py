@@ -11,3 +11,16 @@ def crash_at(step):
         if s == step:
             raise Crash(f"simulated crash after step {s}")
     return hook
+
+
+def signal_once(proc, path, sig, timeout=240.0):
+    """Send ``sig`` to the running ``proc`` as soon as ``path`` exists (e.g. a checkpoint folder)."""
+    import os
+    import time
+
+    deadline = time.time() + timeout
+    while time.time() < deadline and proc.poll() is None:
+        if os.path.exists(path):
+            proc.send_signal(sig)
+            return
+        time.sleep(0.01)

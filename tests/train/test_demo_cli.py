@@ -48,3 +48,16 @@ def test_demo_rejects_a_bad_budget_or_context_before_any_work(tmp_path, capsys, 
     assert main(["demo", f"--{flag}", value, "--out", str(out), "--device", "cpu", "--no-progress"]) == 2
     assert flag in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_demo_minutes_are_the_whole_demos_training_time(tmp_path, monkeypatch):
+    """--minutes was documented per model, but each model got the slower one's budget: the two together took
+    between 1 and 2 times it. Now the token budget is sized so that both models train within --minutes."""
+    from foxformer import demo
+
+    speeds = {"fox-pro-tiny": 100_000.0, "transformer-pro-tiny": 300_000.0}
+    monkeypatch.setattr(demo, "_probe_tokens_per_s", lambda preset, *a: speeds[preset])
+    geo = demo._device_defaults("cpu")
+    plan = demo._plan(str(tmp_path), 1.0, "cpu", geo, 320, lambda msg: None)
+    seconds = sum(plan["total_tokens"] / s for s in speeds.values())
+    assert 0.7 * 60 <= seconds <= 60

@@ -240,8 +240,7 @@ def test_a_sharded_save_that_dies_before_its_commit_is_never_loaded(byte_data, t
         train(cfg)
     monkeypatch.undo()
     root = ckpt.checkpoint_root(run)
-    leftover = [d for d in os.listdir(root) if d.startswith(".tmp-")]
-    assert len(leftover) == 1 and any(f.endswith(".distcp") for f in os.listdir(os.path.join(root, leftover[0])))
+    assert not [d for d in os.listdir(root) if d.startswith(".tmp-")]  # its shards are removed at once (the space)
     assert os.path.basename(ckpt.latest_checkpoint(run)) == "step_00000002"
     summary = train(cfg)
     assert summary["resumed_from"].endswith("step_00000002") and summary["step"] == 4

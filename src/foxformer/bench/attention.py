@@ -11,17 +11,15 @@ gates; their TFLOP/s count the dense causal FLOPs (an effective rate).
 """
 from __future__ import annotations
 
-import argparse
 import math
 
 import torch
 import torch.nn.functional as F
 
+from .cli import PROVIDERS
 from .common import environment, print_table, time_ms, write_json
 
-# foxformer: the op as users call it (backend "auto": the Gluon kernels on H100 / H200); gluon, triton:
-# one backend each, to compare them in one run.
-PROVIDERS = ("foxformer", "gluon", "triton", "sdpa_flash", "sdpa_cudnn", "fla", "flex")
+# The backend of each foxformer provider (PROVIDERS, in bench/cli.py, says what they are).
 _BACKEND_OF = {"foxformer": "auto", "gluon": "gluon", "triton": "triton"}
 
 
@@ -183,87 +181,3 @@ def _add_speedup(row: dict, rows: list[dict]) -> None:
                 row["speedup"] = base["fwd_bwd_ms"] / row["fwd_bwd_ms"]
                 row["fwd_speedup"] = base["fwd_ms"] / row["fwd_ms"]
             return
-
-
-# Checked while parsing (exit 2, 'error: ...'), before the CUDA check: a bad value used to end in a
-# traceback on the GPU (or, for 64x24x5, in rows of a GQA shape that does not exist).
-def _bound(text: str):
-    if text == "auto":
-        return text
-    value = _number(text, "a number or 'auto'")
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"expected 'auto' or a finite number >= 0, got {text!r}")
-    return value
-
-
-def _number(text: str, what: str, kind=float):
-    try:
-        return kind(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
-
-
-def _positive_int(text: str) -> int:
-    value = _number(text, "a positive integer", int)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
-def _eps(text: str) -> float:
-    value = _number(text, "a number in (0, 1)")
-    if not 0 < value < 1:
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text!r}")
-    return value
-
-
-def _items(text: str) -> list[str]:
-    items = [x.strip() for x in text.split(",")]
-    if not all(items):
-        raise argparse.ArgumentTypeError(f"expected a comma list without empty entries, got {text!r}")
-    return items
-
-
-def _seqlens(text: str) -> list[int]:
-    return [_positive_int(t) for t in _items(text)]
-
-
-def _providers(text: str) -> list[str]:
-    names = _items(text)
-    unknown = [n for n in names if n not in PROVIDERS]
-    if unknown:
-        raise argparse.ArgumentTypeError(f"unknown provider(s) {', '.join(unknown)}; choose from {', '.join(PROVIDERS)}")
-    return names
-
-
-def _configs(text: str) -> list[tuple[int, int, int]]:
-    shapes = []
-    for cfg in _items(text):
-        parts = cfg.split("x")
-        if len(parts) not in (2, 3):
-            raise argparse.ArgumentTypeError(f"config {cfg!r}: expected DxHq or DxHqxHkv")
-        D, Hq, *rest = (_positive_int(x) for x in parts)
-        Hkv = rest[0] if rest else Hq
-        if Hq % Hkv:
-            raise argparse.ArgumentTypeError(f"config {cfg!r}: Hq = {Hq} is not a multiple of Hkv = {Hkv}")
-        shapes.append((D, Hq, Hkv))
-    return shapes
-
-
-def add_parser(sub) -> None:
-    p = sub.add_parser("attention", help="time Forgetting Attention against SDPA / fla / FlexAttention")
-    p.add_argument("--providers", type=_providers, default=",".join(PROVIDERS),
-                   help=f"comma list of {', '.join(PROVIDERS)}")
-    p.add_argument("--seqlens", type=_seqlens, default="2048,8192,16384,65536")
-    p.add_argument("--configs", type=_configs, default="64x24,128x12,128x12x2",
-                   help="comma list of DxHq or DxHqxHkv (GQA; Hq a multiple of Hkv)")
-    p.add_argument("--tokens", type=_positive_int, default=32768, help="B * T")
-    p.add_argument("--prune", action="store_true",
-                   help="add foxformer rows with tile pruning (realistic and open gates)")
-    p.add_argument("--prune-eps", type=_eps, default=1e-3,
-                   help="probability each row may lose to pruning (with --prune)")
-    p.add_argument("--qk-bound", type=_bound, default="auto",
-                   help="'auto' (a pass over the norms of q and k, timed with the op) or a given bound U on "
-                        "|scale * q . k| (no pass: what a QK-norm model gets for free)")
-    p.add_argument("--out", default="bench_attention.json")
-    p.set_defaults(func=run)

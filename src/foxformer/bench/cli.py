@@ -1,17 +1,225 @@
-"""`foxformer bench <what>`: benchmarks that print a table and write JSON (also `foxformer bench-model` and
-`foxformer bench-decode`)."""
+"""`foxformer bench <what>` (and the aliases `bench-model`, `bench-decode`): each benchmark's arguments.
+
+Only argparse here: a benchmark's module (torch, triton, transformers) is imported when it runs, so that
+`foxformer bench decode --help` answers at once.
+"""
 from __future__ import annotations
 
-from . import attention, decode, model, scaling
+import argparse
+import importlib
+import math
+
+from foxformer.argtypes import ints
+
+# foxformer: the op as users call it (backend "auto": the Gluon kernels on H100 / H200); gluon, triton:
+# one backend each, to compare them in one run.
+PROVIDERS = ("foxformer", "gluon", "triton", "sdpa_flash", "sdpa_cudnn", "fla", "flex")
+DTYPES = ("bf16", "fp16", "fp32")
+
+
+def _runner(module: str, *checks):
+    """Handler that validates the arguments with ``checks`` and then runs ``foxformer.bench.<module>.run``."""
+    def handler(args) -> int:
+        for check in checks:
+            check(args)
+        result = importlib.import_module(f"foxformer.bench.{module}").run(args)
+        return result if isinstance(result, int) else 0
+    return handler
+
+
+# Checked while parsing (exit 2, 'error: ...'), before the CUDA check: a bad value used to end in a
+# traceback on the GPU (or, for 64x24x5, in rows of a GQA shape that does not exist).
+def _number(text: str, what: str, kind=float):
+    try:
+        return kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+
+
+def _bound(text: str):
+    if text == "auto":
+        return text
+    value = _number(text, "a number or 'auto'")
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"expected 'auto' or a finite number >= 0, got {text!r}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = _number(text, "a positive integer", int)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _eps(text: str) -> float:
+    value = _number(text, "a number in (0, 1)")
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text!r}")
+    return value
+
+
+def _items(text: str) -> list[str]:
+    items = [x.strip() for x in text.split(",")]
+    if not all(items):
+        raise argparse.ArgumentTypeError(f"expected a comma list without empty entries, got {text!r}")
+    return items
+
+
+def _seqlens(text: str) -> list[int]:
+    return [_positive_int(t) for t in _items(text)]
+
+
+def _providers(text: str) -> list[str]:
+    names = _items(text)
+    unknown = [n for n in names if n not in PROVIDERS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown provider(s) {', '.join(unknown)}; choose from "
+                                         f"{', '.join(PROVIDERS)}")
+    return names
+
+
+def _configs(text: str) -> list[tuple[int, int, int]]:
+    shapes = []
+    for cfg in _items(text):
+        parts = cfg.split("x")
+        if len(parts) not in (2, 3):
+            raise argparse.ArgumentTypeError(f"config {cfg!r}: expected DxHq or DxHqxHkv")
+        D, Hq, *rest = (_positive_int(x) for x in parts)
+        Hkv = rest[0] if rest else Hq
+        if Hq % Hkv:
+            raise argparse.ArgumentTypeError(f"config {cfg!r}: Hq = {Hq} is not a multiple of Hkv = {Hkv}")
+        shapes.append((D, Hq, Hkv))
+    return shapes
+
+
+def configure_attention(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--providers", type=_providers, default=",".join(PROVIDERS),
+                   help=f"comma list of {', '.join(PROVIDERS)}")
+    p.add_argument("--seqlens", type=_seqlens, default="2048,8192,16384,65536")
+    p.add_argument("--configs", type=_configs, default="64x24,128x12,128x12x2",
+                   help="comma list of DxHq or DxHqxHkv (GQA; Hq a multiple of Hkv)")
+    p.add_argument("--tokens", type=_positive_int, default=32768, help="B * T")
+    p.add_argument("--prune", action="store_true",
+                   help="add foxformer rows with tile pruning (realistic and open gates)")
+    p.add_argument("--prune-eps", type=_eps, default=1e-3,
+                   help="probability each row may lose to pruning (with --prune)")
+    p.add_argument("--qk-bound", type=_bound, default="auto",
+                   help="'auto' (a pass over the norms of q and k, timed with the op) or a given bound U on "
+                        "|scale * q . k| (no pass: what a QK-norm model gets for free)")
+    p.add_argument("--out", default="bench_attention.json")
+    p.set_defaults(func=_runner("attention"))
+
+
+def configure_model(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--presets", default="fox-pro-125m,fox-llama-125m,transformer-llama-125m",
+                   help="comma list of preset names")
+    p.add_argument("--context", type=int, default=16384)
+    p.add_argument("--tokens-per-step", type=int, default=65536)
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--dtype", choices=DTYPES, default="bf16", help="autocast dtype")
+    p.add_argument("--backend", default="auto", help="forgetting_attention backend")
+    p.add_argument("--vocab-size", type=int, default=None)
+    p.add_argument("--device", default=None)
+    p.add_argument("--peak-flops", type=float, default=None,
+                   help="per-device peak FLOP/s for the 'mfu' column; default: the dense peak of known GPUs for "
+                        "--dtype (bf16 / fp16: 989e12 on H100/H200, as in the training logs; fp32: the TF32 peak "
+                        "where TF32 matmuls are allowed, else the plain fp32 one), none on CPU")
+    p.add_argument("--compile", action="store_true", help="torch.compile every model")
+    p.add_argument("--fused-loss", action="store_true",
+                   help="our models compute the loss through the LM head in chunks (no [B, T, V] logits)")
+    p.add_argument("--grad-ckpt", action="store_true", help="activation checkpointing")
+    p.add_argument("--no-anchor", dest="anchor", action="store_false",
+                   help="skip transformers' LlamaForCausalLM (SDPA) anchor")
+    p.add_argument("--profile", default=None, metavar="DIR",
+                   help="also profile one step per model: DIR/<name>.txt, operators by self device time")
+    p.add_argument("--out", default="bench_model.json")
+    p.set_defaults(func=_runner("model"))
+
+
+def _check_decode(args) -> None:
+    # Caught before any model is built: later they end in tracebacks (eviction_delta's ValueError, a math
+    # domain error in the realistic gates, an IndexError on an empty batch). The names of the decode paths
+    # and the eviction checks live beside torch (kvcache, decode_steps): imported here, when the benchmark
+    # runs anyway, so that parsing and --help stay free of torch.
+    from foxformer.models.kvcache import FoxCache, check_eviction
+
+    from .decode_steps import HF_PATHS
+
+    for name in ("steps", "prefill_chunk"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
+    for name in ("contexts", "batches"):
+        if any(n < 1 for n in getattr(args, name)):
+            raise ValueError(f"--{name} must all be >= 1, got {getattr(args, name)}")
+    check_eviction(args.evict_eps, args.evict_qk_bound, label="--{}")
+    if args.gate_tmax is not None and not (args.gate_tmax > 0 and math.isfinite(args.gate_tmax)):
+        raise ValueError(f"--gate-tmax must be a finite number > 0, got {args.gate_tmax}")
+    bad = [d for d in args.decode if d not in FoxCache.DECODE_MODES]
+    if bad:
+        raise ValueError(f"--decode: expected comma-separated decode paths from {', '.join(FoxCache.DECODE_MODES)}, "
+                         f"got {', '.join(bad)}")
+    bad = [a for a in args.anchors.split(",") if a and a not in HF_PATHS] if args.anchors != "auto" else []
+    if bad:
+        raise ValueError(f"--anchors must be auto or comma-separated from {', '.join(HF_PATHS)}, got {bad}")
+
+
+def configure_decode(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--preset", default="fox-pro-125m",
+                   help="fox-*, transformer-* or linear-* preset (the baseline is transformer-<block>-<size>)")
+    p.add_argument("--model", default=None, help="bench a trained FoX model (run dir / HF folder) instead")
+    p.add_argument("--vocab-size", type=int, default=50304)
+    p.add_argument("--contexts", type=ints, default=[4096, 8192, 16384, 32768, 65536])
+    p.add_argument("--batches", type=ints, default=[1, 32])
+    p.add_argument("--steps", type=int, default=32, help="timed decode steps")
+    p.add_argument("--warmup", type=int, default=4)
+    p.add_argument("--prefill-chunk", type=int, default=8192)
+    p.add_argument("--evict-eps", type=float, default=1e-3)
+    p.add_argument("--evict-qk-bound", type=float, default=None,
+                   help="without QK-norm: your bound U >= |scale q.k| (your contract); without it (or the model "
+                        "config's evict_qk_bound) the +evict row is skipped")
+    p.add_argument("--gates", choices=("realistic", "init"), default="realistic")
+    p.add_argument("--gate-tmax", type=float, default=None,
+                   help="longest decay timescale of the realistic gates (default: the longest context)")
+    p.add_argument("--decode", type=_items, default=["auto"],
+                   help="comma-separated decode paths of the foxformer model (a row each): auto (CUDA graphs where "
+                        "possible), graphs, compiled (graphs of the torch.compile'd step), static, eager")
+    p.add_argument("--anchors", default="auto", help="comma-separated transformers Llama anchors: sdpa (eager, "
+                   "DynamicCache), static-compiled (StaticCache + torch.compile reduce-overhead); auto: both on "
+                   "CUDA, sdpa on the CPU")
+    p.add_argument("--no-baseline", dest="baseline", action="store_false", help="skip the LLaMA anchors")
+    p.add_argument("--kernel", action="store_true",
+                   help="time the attention op alone (FoX decode op vs SDPA) at the preset's head shape")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", default="auto", choices=("auto", *DTYPES))
+    p.add_argument("--out", default="bench_decode.json")
+    p.set_defaults(func=_runner("decode", _check_decode))
+
+
+def configure_scaling(p: argparse.ArgumentParser) -> None:
+    p.add_argument("runs", nargs="+", help="training run folders (metrics.jsonl); the first is the reference")
+    p.add_argument("--skip", type=int, default=5, help="steps left out of the throughput median")
+    p.add_argument("--tolerance", type=float, default=0.01,
+                   help="largest |loss - reference loss| / reference loss at any shared step that counts as a match")
+    p.add_argument("--strict", action="store_true",
+                   help="exit 1 when a run does not match or was trained with another setup than the reference")
+    p.add_argument("--out", default=None, help="JSON file for the table, the losses and the environment")
+    p.set_defaults(func=_runner("scaling"))
+
+
+_MODEL_HELP = "training tokens/s and peak memory of whole models (and transformers' LlamaForCausalLM as anchor)"
+_DECODE_HELP = "decode tokens/s and memory at long context (a preset with and without eviction, LLaMA SDPA)"
 
 
 def add_commands(sub) -> None:
     bench = sub.add_parser("bench", help="benchmarks (tables + JSON)")
     inner = bench.add_subparsers(dest="bench_command", metavar="WHAT")
-    attention.add_parser(inner)
-    model.add_parser(inner)
-    decode.add_parser(inner)
-    scaling.add_parser(inner)
-    model.configure(sub.add_parser("bench-model", help="training tokens/s and peak memory of whole models "
-                                                       "(and transformers' LlamaForCausalLM as anchor)"))
-    decode.add_parser(sub, name="bench-decode")
+    configure_attention(inner.add_parser("attention", help="time Forgetting Attention against SDPA / fla / "
+                                                           "FlexAttention"))
+    configure_model(inner.add_parser("model", help=_MODEL_HELP))
+    configure_decode(inner.add_parser("decode", help=_DECODE_HELP))
+    configure_scaling(inner.add_parser("scaling", help="loss match and tokens/s scaling of runs on 1..N GPUs"))
+    bench.set_defaults(func=lambda args: (bench.print_help(), 2)[1])
+    configure_model(sub.add_parser("bench-model", help=_MODEL_HELP))
+    configure_decode(sub.add_parser("bench-decode", help=_DECODE_HELP))

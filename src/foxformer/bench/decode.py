@@ -22,18 +22,14 @@ without them (a Transformer or linear-attention preset, FoX without QK-norm) the
 """
 from __future__ import annotations
 
-import argparse
 import gc
-import math
 import sys
 from typing import Optional
 
 import torch
 from tqdm import tqdm
 
-from foxformer.argtypes import ints
 from foxformer.models.calls import fox_blocks
-from foxformer.models.kvcache import FoxCache, check_eviction
 
 from .common import environment, print_table, write_json
 from .decode_steps import HF_PATHS, copy_bandwidth, measure_decode
@@ -250,69 +246,3 @@ def kernel_rows(contexts: list[int], batches: list[int], heads: int, kv_heads: i
                     torch.cuda.empty_cache()
     print_table(rows, ["context", "batch", "fox_ms", "sdpa_ms", "fox_gb_s", "sdpa_gb_s", "error"])
     return rows
-
-
-def _decode_paths(text: str) -> list[str]:
-    paths = [x for x in text.split(",") if x]
-    bad = [x for x in paths if x not in FoxCache.DECODE_MODES]
-    if bad or not paths:
-        raise argparse.ArgumentTypeError(f"expected comma-separated decode paths from "
-                                         f"{', '.join(FoxCache.DECODE_MODES)}, got {text!r}")
-    return paths
-
-
-def add_parser(sub, name: str = "decode") -> argparse.ArgumentParser:
-    p = sub.add_parser(name, help="decode tokens/s and memory at long context (a preset with and without eviction, "
-                                  "LLaMA SDPA)")
-    p.add_argument("--preset", default="fox-pro-125m",
-                   help="fox-*, transformer-* or linear-* preset (the baseline is transformer-<block>-<size>)")
-    p.add_argument("--model", default=None, help="bench a trained FoX model (run dir / HF folder) instead")
-    p.add_argument("--vocab-size", type=int, default=50304)
-    p.add_argument("--contexts", type=ints, default=[4096, 8192, 16384, 32768, 65536])
-    p.add_argument("--batches", type=ints, default=[1, 32])
-    p.add_argument("--steps", type=int, default=32, help="timed decode steps")
-    p.add_argument("--warmup", type=int, default=4)
-    p.add_argument("--prefill-chunk", type=int, default=8192)
-    p.add_argument("--evict-eps", type=float, default=1e-3)
-    p.add_argument("--evict-qk-bound", type=float, default=None,
-                   help="without QK-norm: your bound U >= |scale q.k| (your contract); without it (or the model "
-                        "config's evict_qk_bound) the +evict row is skipped")
-    p.add_argument("--gates", choices=("realistic", "init"), default="realistic")
-    p.add_argument("--gate-tmax", type=float, default=None,
-                   help="longest decay timescale of the realistic gates (default: the longest context)")
-    p.add_argument("--decode", type=_decode_paths, default=["auto"],
-                   help="comma-separated decode paths of the foxformer model (a row each): auto (CUDA graphs where "
-                        "possible), graphs, compiled (graphs of the torch.compile'd step), static, eager")
-    p.add_argument("--anchors", default="auto", help="comma-separated transformers Llama anchors: sdpa (eager, "
-                   "DynamicCache), static-compiled (StaticCache + torch.compile reduce-overhead); auto: both on "
-                   "CUDA, sdpa on the CPU")
-    p.add_argument("--no-baseline", dest="baseline", action="store_false", help="skip the LLaMA anchors")
-    p.add_argument("--kernel", action="store_true",
-                   help="time the attention op alone (FoX decode op vs SDPA) at the preset's head shape")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--dtype", default="auto", choices=("auto", *DTYPES))
-    p.add_argument("--out", default="bench_decode.json")
-
-    def handler(args) -> int:
-        for name in ("steps", "prefill_chunk"):
-            if getattr(args, name) < 1:
-                raise SystemExit(f"error: --{name.replace('_', '-')} must be >= 1")
-        # Caught here, before any model is built: later they end in tracebacks (eviction_delta's ValueError,
-        # a math domain error in the realistic gates, an IndexError on an empty batch).
-        for name in ("contexts", "batches"):
-            if any(n < 1 for n in getattr(args, name)):
-                raise SystemExit(f"error: --{name} must all be >= 1, got {getattr(args, name)}")
-        try:
-            check_eviction(args.evict_eps, args.evict_qk_bound, label="--{}")
-        except ValueError as e:
-            raise SystemExit(f"error: {e}") from None
-        if args.gate_tmax is not None and not (args.gate_tmax > 0 and math.isfinite(args.gate_tmax)):
-            raise SystemExit(f"error: --gate-tmax must be a finite number > 0, got {args.gate_tmax}")
-        bad = [a for a in args.anchors.split(",") if a and a not in HF_PATHS] if args.anchors != "auto" else []
-        if bad:
-            raise SystemExit(f"error: --anchors must be auto or comma-separated from {', '.join(HF_PATHS)}, got {bad}")
-        run(args)
-        return 0
-
-    p.set_defaults(func=handler)
-    return p

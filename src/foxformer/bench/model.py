@@ -23,6 +23,7 @@ from foxformer.models import FoxForCausalLM, count_non_embedding, get_preset, tr
 from foxformer.models.config import FoxConfig
 from foxformer.train.metrics import mfu, peak_flops
 
+from .cli import configure_model
 from .common import environment, write_json
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -216,41 +217,9 @@ def _fmt(x) -> str:
     return f"{x:.4g}" if isinstance(x, float) else str(x)
 
 
-def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--presets", default="fox-pro-125m,fox-llama-125m,transformer-llama-125m",
-                   help="comma list of preset names")
-    p.add_argument("--context", type=int, default=16384)
-    p.add_argument("--tokens-per-step", type=int, default=65536)
-    p.add_argument("--steps", type=int, default=5)
-    p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--dtype", choices=list(DTYPES), default="bf16", help="autocast dtype")
-    p.add_argument("--backend", default="auto", help="forgetting_attention backend")
-    p.add_argument("--vocab-size", type=int, default=None)
-    p.add_argument("--device", default=None)
-    p.add_argument("--peak-flops", type=float, default=None,
-                   help="per-device peak FLOP/s for the 'mfu' column; default: the dense peak of known GPUs for "
-                        "--dtype (bf16 / fp16: 989e12 on H100/H200, as in the training logs; fp32: the TF32 peak "
-                        "where TF32 matmuls are allowed, else the plain fp32 one), none on CPU")
-    p.add_argument("--compile", action="store_true", help="torch.compile every model")
-    p.add_argument("--fused-loss", action="store_true",
-                   help="our models compute the loss through the LM head in chunks (no [B, T, V] logits)")
-    p.add_argument("--grad-ckpt", action="store_true", help="activation checkpointing")
-    p.add_argument("--no-anchor", dest="anchor", action="store_false",
-                   help="skip transformers' LlamaForCausalLM (SDPA) anchor")
-    p.add_argument("--profile", default=None, metavar="DIR",
-                   help="also profile one step per model: DIR/<name>.txt, operators by self device time")
-    p.add_argument("--out", default="bench_model.json")
-    p.set_defaults(func=run)
-
-
-def add_parser(sub) -> None:
-    """For `foxformer bench model` (bench/cli.py)."""
-    configure(sub.add_parser("model", help="training tokens/s and peak memory of whole models"))
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="foxformer bench-model", description=__doc__)
-    configure(parser)
+    configure_model(parser)
     args = parser.parse_args(argv)
     return args.func(args)
 

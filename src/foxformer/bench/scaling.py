@@ -138,19 +138,3 @@ def run(args: argparse.Namespace) -> int:
     if bad:
         print(f"loss differs from the reference by more than {args.tolerance:.1%} in: {', '.join(bad)}")
     return 1 if (bad or any(r["differs"] for r in rows)) and args.strict else 0
-
-
-def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("runs", nargs="+", help="training run folders (metrics.jsonl); the first is the reference")
-    p.add_argument("--skip", type=int, default=5, help="steps left out of the throughput median")
-    p.add_argument("--tolerance", type=float, default=0.01,
-                   help="largest |loss - reference loss| / reference loss at any shared step that counts as a match")
-    p.add_argument("--strict", action="store_true",
-                   help="exit 1 when a run does not match or was trained with another setup than the reference")
-    p.add_argument("--out", default=None, help="JSON file for the table, the losses and the environment")
-    p.set_defaults(func=run)
-
-
-def add_parser(sub) -> None:
-    """For `foxformer bench scaling` (bench/cli.py)."""
-    configure(sub.add_parser("scaling", help="loss match and tokens/s scaling of runs on 1..N GPUs"))

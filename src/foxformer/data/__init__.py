@@ -1,8 +1,11 @@
-"""Data: sources -> tokenizer -> memory-mapped token arrays -> fixed-length training sequences."""
-from .dataset import TokenDataset
-from .prepare import PrepareConfig, prepare, read_manifest
-from .sources import Document, iter_documents
-from .tokenizer import Tokenizer, load_tokenizer
+"""Data: sources -> tokenizer -> memory-mapped token arrays -> fixed-length training sequences.
 
-__all__ = ["TokenDataset", "PrepareConfig", "prepare", "read_manifest", "Document", "iter_documents",
-           "Tokenizer", "load_tokenizer"]
+Names are imported on first use (see foxformer._lazy): `foxformer data --help` needs none of them.
+"""
+from .._lazy import lazy_exports
+
+_EXPORTS = {"TokenDataset": ".dataset", "PrepareConfig": ".prepare", "prepare": ".prepare",
+            "read_manifest": ".prepare", "Document": ".sources", "iter_documents": ".sources",
+            "Tokenizer": ".tokenizer", "load_tokenizer": ".tokenizer"}
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__all__ = list(_EXPORTS)

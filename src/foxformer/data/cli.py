@@ -6,8 +6,6 @@ import argparse
 import json
 import sys
 
-from .prepare import DEFAULT_SOURCES, PrepareConfig, prepare, read_manifest
-
 
 def _summary(manifest: dict, out_dir: str) -> dict:
     split = manifest["split"]
@@ -18,19 +16,23 @@ def _summary(manifest: dict, out_dir: str) -> dict:
 
 
 def _cmd_prepare(args: argparse.Namespace) -> int:
+    from .prepare import DEFAULT_SOURCES, PrepareConfig, prepare
+
     cfg = PrepareConfig(sources=args.source or list(DEFAULT_SOURCES), out_dir=args.out, tokenizer=args.tokenizer,
                         val_fraction=args.val_fraction, seed=args.seed, max_tokens_per_source=args.max_tokens_per_source,
                         text_field=args.text_field, leave_out=args.leave_out or [])
-    try:
-        manifest = prepare(cfg, force=args.force, progress=not args.no_progress)
-    except (ValueError, TypeError, ImportError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    manifest = prepare(cfg, force=args.force, progress=not args.no_progress)
+    if not manifest["split"]["val"]["docs"] and cfg.val_fraction > 0:
+        print(f"warning: {args.out} has no validation documents (the split holds out whole documents, never the only "
+              f"one): training needs some; give several documents (a folder of .txt files, or a .jsonl file with "
+              f"one per line)", file=sys.stderr)
     print(json.dumps(_summary(manifest, args.out), indent=2))
     return 0
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
+    from .prepare import read_manifest
+
     manifest = read_manifest(args.dir)
     if manifest is None:
         print(f"error: {args.dir!r} has no manifest.json (not prepared, or the prepare was interrupted)", file=sys.stderr)
@@ -42,11 +44,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
 def _cmd_fetch_corpus(args: argparse.Namespace) -> int:
     from .corpora import fetch_corpus
 
-    try:
-        provenance = fetch_corpus(args.name, args.out, package_file=args.package_file)
-    except (ValueError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    provenance = fetch_corpus(args.name, args.out, package_file=args.package_file)
     print(json.dumps(provenance, indent=2))
     return 0
 

@@ -31,6 +31,11 @@ class TokenDataset:
             raise ValueError(f"split: expected 'train' or 'val', got {split!r}")
         if not isinstance(seq_len, int) or seq_len < 2:
             raise ValueError(f"seq_len: expected an integer >= 2, got {seq_len!r}")
+        if os.path.isfile(data_dir):  # a text file given as --data: the suggestion below would name it as --out
+            stem = os.path.splitext(os.path.basename(data_dir))[0]
+            raise ValueError(f"data: {data_dir!r} is a file, not a prepared dataset; tokenize it first with `foxformer "
+                             f"data prepare --source {data_dir} --out data_cache/{stem}` and pass --data "
+                             f"data_cache/{stem}")
         manifest = read_manifest(data_dir)
         if manifest is None:
             raise ValueError(f"data: {data_dir!r} has no manifest.json; run `foxformer data prepare --out {data_dir}` "
@@ -40,8 +45,8 @@ class TokenDataset:
         # the manifest holds the loaded tokenizer's name ("tiktoken:gpt2" is stored as "gpt2")
         if expect_tokenizer is not None and manifest["tokenizer"] != canonical_name(expect_tokenizer):
             raise ValueError(f"data: {data_dir!r} was tokenized with {manifest['tokenizer']!r} but the run expects "
-                             f"tokenizer {expect_tokenizer!r}; prepare the data again with --tokenizer "
-                             f"{expect_tokenizer} or set tokenizer: {manifest['tokenizer']}")
+                             f"tokenizer {expect_tokenizer!r}; leave the tokenizer out to use the dataset's, or "
+                             f"prepare the data again with --tokenizer {expect_tokenizer}")
         if vocab_size is not None and manifest["vocab_size"] > vocab_size:
             raise ValueError(f"data: {data_dir!r} uses a tokenizer with {manifest['vocab_size']} ids but the model's "
                              f"vocab_size is {vocab_size}")
@@ -60,11 +65,17 @@ class TokenDataset:
         self.doc_sources = np.load(os.path.join(data_dir, info["sources"])) if "sources" in info else None
         self.n_sequences = int(self.tokens.size // seq_len)
         if self.n_sequences == 0:
-            # an empty val split comes from `data prepare --val-fraction 0`: say how to get one
+            # an empty val split comes from `data prepare --val-fraction 0`, or from a single document (the split
+            # holds out whole documents, and never the only one): say which, and how to get one
             fix = ""
             if split == "val" and not self.tokens.size:
-                fix = ("; the dataset has no validation documents: prepare it again with --val-fraction above 0, or "
-                       "point --data at a dataset with a validation split")
+                if manifest["split"].get("val_fraction", 0) > 0 and manifest.get("docs") == 1:
+                    fix = ("; the dataset is one document, and the split holds out whole documents: give "
+                           "`data prepare` several (a folder of .txt files, one document each, or a .jsonl file with "
+                           "one per line), or point --data at a dataset with a validation split")
+                else:
+                    fix = ("; the dataset has no validation documents: prepare it again with --val-fraction above 0, "
+                           "or point --data at a dataset with a validation split")
             raise ValueError(f"data: split {split!r} of {data_dir!r} has {self.tokens.size} tokens, fewer than one "
                              f"sequence of seq_len={seq_len}{fix}")
         self._perm_cache: dict[int, np.ndarray] = {}

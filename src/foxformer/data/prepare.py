@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 from tqdm.auto import tqdm
 
+from ..paths import check_output_dir
 from .sources import describe_source, iter_documents
 from .tokenizer import GPT2_SPEC, load_tokenizer
 
@@ -229,6 +230,7 @@ def prepare(cfg: PrepareConfig, *, force: bool = False, progress: bool = True) -
     directory is refused unless ``force`` (then the old manifest is removed first).
     """
     cfg.validate()
+    check_output_dir(cfg.out_dir, "out_dir")
     infos = [describe_source(s) for s in cfg.sources]
     first: dict[str, str] = {}
     for info in infos:  # each copy of a document would be split on its own: one in train, one in validation

@@ -23,6 +23,8 @@ import sysconfig
 from dataclasses import dataclass
 from typing import Iterator
 
+from ..paths import decode_utf8
+
 TEXT_SUFFIXES = (".txt", ".md", ".rst", ".text")
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
 PARQUET_SUFFIXES = (".parquet",)
@@ -54,13 +56,15 @@ def _strip_compression(path: str) -> tuple[str, str | None]:
     return path, None
 
 
-def _open_text(path: str) -> io.TextIOBase:
+def _open_binary(path: str) -> io.BufferedIOBase:
+    """The file's bytes, decompressed (.gz, .xz); text is decoded by the caller, which knows the line of a byte
+    that is not UTF-8."""
     _, comp = _strip_compression(path)
     if comp == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8")
+        return gzip.open(path, "rb")
     if comp == ".xz":
-        return lzma.open(path, "rt", encoding="utf-8")
-    return open(path, "r", encoding="utf-8")
+        return lzma.open(path, "rb")
+    return open(path, "rb")
 
 
 def _file_kind(path: str) -> str | None:
@@ -162,11 +166,14 @@ def _text_value(value, where: str, text_field: str) -> str:
 def _iter_file(path: str, spec: str, text_field: str) -> Iterator[Document]:
     kind = _file_kind(path)
     if kind == "text":
-        with _open_text(path) as fh:
-            yield Document(id=path, source=spec, text=fh.read())
+        with _open_binary(path) as fh:
+            # newlines as text mode reads them (universal newlines), as before the bytes were decoded here
+            text = decode_utf8(fh.read(), path).replace("\r\n", "\n").replace("\r", "\n")
+            yield Document(id=path, source=spec, text=text)
     elif kind == "jsonl":
-        with _open_text(path) as fh:
-            for lineno, line in enumerate(fh, 1):
+        with _open_binary(path) as fh:
+            for lineno, raw in enumerate(fh, 1):
+                line = decode_utf8(raw, path, first_line=lineno)
                 if not line.strip():
                     continue
                 try:
@@ -184,7 +191,7 @@ def _iter_file(path: str, spec: str, text_field: str) -> Iterator[Document]:
         except ImportError as e:
             raise ImportError("source: Parquet files need the package pyarrow (pip install pyarrow)") from e
         base, comp = _strip_compression(path)
-        stream = _open_text(path).buffer if comp else path  # type: ignore[union-attr]
+        stream = _open_binary(path) if comp else path
         table = pq.ParquetFile(stream)
         if text_field not in table.schema_arrow.names:
             raise ValueError(f"source: {path} has no column {text_field!r} (columns: {table.schema_arrow.names})")

@@ -7,23 +7,21 @@ Python API (the CLI commands `foxformer eval ...`, `foxformer analyze gates`, `f
     niah_grid(model, tokenizer, haystack, lengths=...) -> NiahResult
     gate_stats(model, tokens) -> GateStats; head_matrices(model, tokens, heads)
     save_loss / save_niah / save_gates           JSON + PNG into a folder; build_report(run_dirs, out)
+
+Names are imported on first use (see foxformer._lazy): `foxformer eval --help` needs none of them.
 """
-from foxformer.train.loading import LoadedModel, load_model, wrap_model
+from .._lazy import lazy_exports
 
-from .gates import GateStats, capture_attention, choose_heads, gate_stats, head_matrices, parse_heads
-from .harness import HarnessAdapter, lm_eval_available, make_lm, run_harness
-from .loss import LossCurve, bootstrap_mean_bands, eval_loss, loss_curve, per_token_loss, smooth
-from .niah import MODES, Needle, NiahCase, NiahResult, build_case, make_needle, niah_grid, normalize, run_case
-from .outputs import save_gates, save_loss, save_niah
-from .report import build_report
-from .sequences import dataset_sequences, document_token_stream, source_sequences
-
-__all__ = [
-    "GateStats", "capture_attention", "choose_heads", "gate_stats", "head_matrices", "parse_heads",
-    "HarnessAdapter", "lm_eval_available", "make_lm", "run_harness",
-    "LoadedModel", "load_model", "wrap_model",
-    "LossCurve", "bootstrap_mean_bands", "eval_loss", "loss_curve", "per_token_loss", "smooth",
-    "MODES", "Needle", "NiahCase", "NiahResult", "build_case", "make_needle", "niah_grid", "normalize", "run_case",
-    "save_gates", "save_loss", "save_niah", "build_report",
-    "dataset_sequences", "document_token_stream", "source_sequences",
-]
+_EXPORTS = {"GateStats": ".gates", "capture_attention": ".gates", "choose_heads": ".gates", "gate_stats": ".gates",
+            "head_matrices": ".gates", "parse_heads": ".gates", "HarnessAdapter": ".harness",
+            "lm_eval_available": ".harness", "make_lm": ".harness", "run_harness": ".harness",
+            "LoadedModel": "foxformer.train.loading", "load_model": "foxformer.train.loading",
+            "wrap_model": "foxformer.train.loading", "LossCurve": ".loss",
+            "bootstrap_mean_bands": ".loss", "eval_loss": ".loss", "loss_curve": ".loss",
+            "per_token_loss": ".loss", "smooth": ".loss", "MODES": ".niah", "Needle": ".niah", "NiahCase": ".niah",
+            "NiahResult": ".niah", "build_case": ".niah", "make_needle": ".niah", "niah_grid": ".niah",
+            "normalize": ".niah", "run_case": ".niah", "save_gates": ".outputs", "save_loss": ".outputs",
+            "save_niah": ".outputs", "build_report": ".report", "dataset_sequences": ".sequences",
+            "document_token_stream": ".sequences", "source_sequences": ".sequences"}
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__all__ = list(_EXPORTS)

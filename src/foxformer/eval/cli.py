@@ -4,7 +4,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 
 from foxformer.argtypes import floats, ints, words
 
@@ -46,7 +45,8 @@ def _load_models(args):
     out = []
     for i, path in enumerate(args.models):
         out.append(load_model(path, device=args.device, dtype=args.dtype, train_len=args.train_len,
-                              name=args.names[i] if args.names else None, attention_backend=args.attention_backend))
+                              name=args.names[i] if args.names else None, attention_backend=args.attention_backend,
+                              progress=not args.no_progress))
     names = [m.name for m in out]
     for i, m in enumerate(out):  # duplicate labels would overwrite each other's plots
         if names.count(m.name) > 1:
@@ -190,6 +190,7 @@ def _cmd_gates(args) -> dict:
 
 def _cmd_eviction(args) -> dict:
     from .eviction import eviction_loss
+    from .plots import plot_eviction
 
     models = _load_models(args)
     tokens, where = _sequences(args, models)
@@ -201,7 +202,8 @@ def _cmd_eviction(args) -> dict:
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "eviction.json"), "w") as f:
         json.dump(res, f, indent=2)
-    return {"out": out, **res}
+    plot = plot_eviction(res, os.path.join(out, "eviction.png"))
+    return {"out": out, "plots": [os.path.basename(plot)], **{k: v for k, v in res.items() if k != "by_position"}}
 
 
 def _cmd_compare(args) -> dict:
@@ -227,15 +229,9 @@ def _cmd_report(args) -> dict:
 
 
 def _run(fn):
+    """Handler printing the command's summary as JSON (errors end in foxformer.cli.main's `error:` line)."""
     def handler(args) -> int:
-        try:
-            summary = fn(args)
-        except (ValueError, TypeError, ImportError, OSError) as e:
-            if os.environ.get("FOXFORMER_DEBUG") == "1":  # the full traceback, for bug reports
-                raise
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-        print(json.dumps(summary, indent=2, default=str))
+        print(json.dumps(fn(args), indent=2, default=str))
         return 0
 
     return handler
@@ -308,8 +304,9 @@ def add_commands(subparsers) -> None:
                                    "draws them together; the runs must have measured the same sequences.")
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     p.add_argument("--names", type=words, default=None, help="comma-separated labels, one per model")
-    p.add_argument("--positions", type=ints, default=[512, 2048, 4096, 8192, 16384],
-                   help="token positions of the table")
+    p.add_argument("--positions", type=ints, default=None,
+                   help="token positions of the table (default: the last five powers of two within the evaluated "
+                        "length)")
     p.add_argument("--reference", default=None, help="model name the loss differences are taken to (default: last)")
     p.add_argument("--out", default="compare_out", help="output folder")
     p.set_defaults(func=_run(_cmd_compare))

@@ -27,7 +27,15 @@ from .outputs import find_output, write_json
 from .seeds import SEED_SUFFIX, fmt_interval, fmt_spread, group_name, groups, mean_std, spread
 from .training import plot_training, summarize
 
-DEFAULT_POSITIONS = (512, 2048, 4096, 8192, 16384)
+# Columns of the table when none are asked for: the octaves ending at the last powers of two within the runs'
+# evaluated length (fixed positions up to 16384 left four empty columns for runs evaluated at 2048).
+DEFAULT_COLUMNS = 5
+
+
+def default_positions(seq_len: int, columns: int = DEFAULT_COLUMNS) -> list[int]:
+    """The last ``columns`` powers of two <= seq_len (the table's positions when none are given)."""
+    powers = [2 ** k for k in range(1, max(1, int(seq_len)).bit_length()) if 2 ** k <= seq_len]
+    return powers[-columns:] or [max(1, int(seq_len))]
 
 
 def _loss_json(run_dir: str) -> str:
@@ -300,19 +308,22 @@ def _dynamics_table(dynamics: list[dict]) -> str:
     return "\nTraining dynamics (training.png):\n\n" + "\n".join(lines) + "\n"
 
 
-def compare(run_dirs: list[str], out_dir: str, positions=DEFAULT_POSITIONS, names: list[str] | None = None,
+def compare(run_dirs: list[str], out_dir: str, positions=None, names: list[str] | None = None,
             reference: str | None = None) -> dict:
     """Figures (loss_curves.png, loss_difference.png, perplexity.png, validation.png and training.png when
     the runs have metrics.jsonl, niah.png when they have niah.json) and compare.json / compare.md in
     ``out_dir``. Runs of one model with different seeds (names that differ only in a seed tag, or equal
     ``names``) are one group: mean ± standard deviation over seeds, and differences to the reference group
     with a bootstrap interval over seeds and sequences (seeds.py). ``reference``: the model (group) name the
-    differences are taken to (default: the last)."""
+    differences are taken to (default: the last). ``positions``: the table's columns (None: see
+    default_positions)."""
     # positions are 1-based: p <= 0 has an empty octave, a NaN in the table and in compare.json
-    bad = [p for p in positions if isinstance(p, bool) or not isinstance(p, numbers.Integral) or p < 1]
+    bad = [p for p in positions or () if isinstance(p, bool) or not isinstance(p, numbers.Integral) or p < 1]
     if bad:
         raise ValueError(f"positions: expected token positions >= 1, got {bad}")
     curves = load_curves(run_dirs)
+    if positions is None:
+        positions = default_positions(max(c.seq_len for c in curves))
     # A run's niah.json need not hold the models of its loss.json, nor in their order: NIAH results take
     # the new name of the model of the same name in the same run, not the name at their position.
     renamed = {}

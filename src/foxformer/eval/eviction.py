@@ -53,7 +53,8 @@ def eviction_loss(model, tokens, *, evict_eps: float, chunk: int = 16, prefill: 
 
     chunk: tokens per step after the first ``prefill`` tokens (<= 16 takes the decode kernel on a GPU).
     Returns mean losses, the per-token difference (mean, mean absolute, max absolute, fp64 means of
-    fp32 losses), the memory ratios and the fraction of keys still cached at the end.
+    fp32 losses; and by position, in log-spaced bins), the memory ratios and the fraction of keys still
+    cached at the end.
     """
     if not hasattr(backbone(model), "new_cache"):
         raise ValueError("model: eviction needs a foxformer FoX model (FoxForCausalLM)")
@@ -79,6 +80,12 @@ def eviction_loss(model, tokens, *, evict_eps: float, chunk: int = 16, prefill: 
     finally:
         model.train(was_training)
     diff = (ev.double() - base.double()).cpu().numpy()
+    # ~64 log-spaced bins of positions (a 64K sequence would be 64K numbers): what the plot draws
+    n = diff.shape[1]
+    edges = np.unique(np.geomspace(1, n + 1, num=min(n, 64) + 1).astype(int))
+    by_position = {"position": [float(np.sqrt(a * (b - 1))) for a, b in zip(edges[:-1], edges[1:])],
+                   "mean_diff": [float(diff[:, a - 1:b - 1].mean()) for a, b in zip(edges[:-1], edges[1:])],
+                   "max_abs_diff": [float(np.abs(diff[:, a - 1:b - 1]).max()) for a, b in zip(edges[:-1], edges[1:])]}
     return {"evict_eps": evict_eps, "seq_len": int(tokens.shape[1]), "n_sequences": int(tokens.shape[0]),
             "chunk": chunk, "prefill": prefill,
             "loss": float(base.double().mean()), "loss_evicted": float(ev.double().mean()),
@@ -88,4 +95,5 @@ def eviction_loss(model, tokens, *, evict_eps: float, chunk: int = 16, prefill: 
             "peak_allocated_bytes": base_mem["peak_allocated_bytes"],
             "peak_allocated_bytes_evicted": ev_mem["peak_allocated_bytes"],
             "allocated_ratio": ev_mem["peak_allocated_bytes"] / max(base_mem["peak_allocated_bytes"], 1),
-            "live_ratio": ev_mem["peak_live_bytes"] / max(base_mem["peak_live_bytes"], 1)}
+            "live_ratio": ev_mem["peak_live_bytes"] / max(base_mem["peak_live_bytes"], 1),
+            "by_position": by_position}

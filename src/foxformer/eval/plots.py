@@ -158,3 +158,21 @@ def plot_decay_curves(distances: np.ndarray, decay: np.ndarray, path: str, *, ti
     if names is not None and len(names) <= 16:
         ax.legend(fontsize=6, ncol=2)
     return save_figure(fig, path)
+
+
+def plot_eviction(res: dict, path: str) -> str:
+    """Loss change that KV eviction caused, by position (``eviction_loss``'s log-spaced bins): the mean over
+    sequences and the largest at any token."""
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    bins = res["by_position"]
+    ax.plot(bins["position"], bins["max_abs_diff"], "-", color="C3", lw=1.2, label="largest |change| at a token")
+    ax.plot(bins["position"], bins["mean_diff"], "-", color="C0", lw=1.5, label="mean change")
+    ax.set_xscale("log")
+    ax.set_yscale("symlog", linthresh=1e-7)
+    ax.set_xlabel("token position i")
+    ax.set_ylabel("loss with eviction - loss without [nats]")
+    ax.set_title(f"KV eviction at eps {res['evict_eps']:g}: kept {res['kept_fraction']:.1%} of keys, peak cache "
+                 f"{res['allocated_ratio']:.2f}x", fontsize=9)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    return save_figure(fig, path)

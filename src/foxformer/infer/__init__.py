@@ -1,10 +1,12 @@
-"""Inference: streaming generation, gate-bias shift; KV eviction lives with the caches (models.kvcache)."""
-from foxformer.models.kvcache import EvictionPolicy, output_tolerance
+"""Inference: streaming generation, gate-bias shift; KV eviction lives with the caches (models.kvcache).
 
-from .bias_shift import bias_shift_sweep, fgate_bias_shift, set_fgate_bias_shift
-from .generate import GenerationConfig, generate, sample_next, stream_tokens
+Names are imported on first use (see foxformer._lazy): `foxformer generate --help` needs none of them.
+"""
+from .._lazy import lazy_exports
 
-__all__ = [
-    "EvictionPolicy", "GenerationConfig", "bias_shift_sweep", "fgate_bias_shift", "generate", "output_tolerance",
-    "sample_next", "set_fgate_bias_shift", "stream_tokens",
-]
+_EXPORTS = {"EvictionPolicy": "foxformer.models.kvcache", "output_tolerance": "foxformer.models.kvcache",
+            "bias_shift_sweep": ".bias_shift", "fgate_bias_shift": ".bias_shift", "set_fgate_bias_shift": ".bias_shift",
+            "GenerationConfig": ".generate", "generate": ".generate", "sample_next": ".generate",
+            "stream_tokens": ".generate"}
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__all__ = sorted(_EXPORTS)

@@ -1,4 +1,4 @@
-"""`foxformer generate` and `foxformer bias-shift`."""
+"""`foxformer generate` and `foxformer bias-shift` (`bench-decode` is in bench/cli.py)."""
 from __future__ import annotations
 
 import argparse
@@ -7,7 +7,7 @@ import sys
 import time
 
 from foxformer.argtypes import floats
-from foxformer.models.kvcache import FoxCache
+from foxformer.paths import read_text
 
 
 def _shift(text: str):
@@ -38,18 +38,21 @@ def _cmd_generate(args) -> int:
 
     if (args.prompt is None) == (args.prompt_file is None):
         raise ValueError("pass exactly one of --prompt TEXT and --prompt-file PATH")
-    if args.prompt_file is not None:
-        with open(args.prompt_file, encoding="utf-8") as f:
-            prompt = f.read()
-    else:
-        prompt = args.prompt
-    loaded = load_model(args.model, device=args.device, dtype=args.dtype, attention_backend=args.attention_backend)
-    tokenizer = load_tokenizer(args.tokenizer or loaded.tokenizer or "gpt2")
+    prompt = read_text(args.prompt_file) if args.prompt_file is not None else args.prompt
+    # Built first: it checks the settings (--decode among them, whose modes live with the caches and torch)
+    # before the model loads.
     cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
                            top_p=args.top_p, seed=args.seed, evict_eps=args.evict_eps,
                            evict_qk_bound=args.evict_qk_bound, evict_max_len=args.evict_max_len,
                            fgate_bias_shift=args.fgate_bias_shift, prefill_chunk=args.prefill_chunk,
                            ignore_eos=args.ignore_eos, decode=args.decode)
+    loaded = load_model(args.model, device=args.device, dtype=args.dtype, attention_backend=args.attention_backend)
+    tokenizer = load_tokenizer(args.tokenizer or loaded.tokenizer or "gpt2")
+    n_prompt = len(tokenizer.encode(prompt))
+    if loaded.train_len and n_prompt > loaded.train_len:
+        print(f"warning: the prompt has {n_prompt} tokens, more than the {loaded.train_len} the model was trained "
+              f"on ({args.model}); what follows may degrade (FoX degrades gracefully, a Transformer with RoPE "
+              f"badly)", file=sys.stderr)
     state: dict = {}
     pieces = []
     t0 = time.perf_counter()
@@ -64,7 +67,7 @@ def _cmd_generate(args) -> int:
         sys.stdout.write(text)
     sys.stdout.write("\n")
     n_new = state.get("new_tokens", 0)
-    result = {"model": args.model, "prompt_tokens": len(tokenizer.encode(prompt)), "new_tokens": n_new,
+    result = {"model": args.model, "prompt_tokens": n_prompt, "new_tokens": n_new,
               "seconds": elapsed, "text": text, "settings": dict(vars(cfg))}
     cache = state.get("cache")
     if cache is not None and hasattr(cache, "memory_report"):
@@ -91,7 +94,7 @@ def _cmd_bias_shift(args) -> int:
     from .bias_shift import bias_shift_sweep
 
     loaded = load_model(args.model, device=args.device, dtype=args.dtype, attention_backend=args.attention_backend,
-                        train_len=args.train_len)
+                        train_len=args.train_len, progress=not args.no_progress)
     tokens = _eval_tokens(args, loaded)
     res = bias_shift_sweep(loaded.model, tokens, args.shifts, train_len=loaded.train_len, bins=args.bins,
                            progress=not args.no_progress)
@@ -139,17 +142,6 @@ def _plot_bias_shift(res: dict, path: str) -> None:
     plt.close(fig)
 
 
-def _run(fn):
-    def handler(args) -> int:
-        try:
-            return fn(args)
-        # OSError, not only FileNotFoundError: a --prompt-file that is a directory or unreadable is a user mistake too
-        except (ValueError, TypeError, OSError) as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-    return handler
-
-
 def add_commands(subparsers) -> None:
     p = subparsers.add_parser("generate", help="stream a continuation from a model (sampling, eviction, bias shift)")
     _model_args(p)
@@ -170,13 +162,13 @@ def add_commands(subparsers) -> None:
                    help="added to the gate logits: one float, or comma-separated per layer")
     p.add_argument("--prefill-chunk", type=int, default=None, help="prompt tokens per forward")
     p.add_argument("--ignore-eos", action="store_true", help="keep going past the end-of-text token")
-    p.add_argument("--decode", default="auto", choices=FoxCache.DECODE_MODES,
+    p.add_argument("--decode", default="auto",
                    help="one-token steps: auto (CUDA graphs on a GPU, else eager), graphs, compiled (graphs of the "
                         "torch.compile'd step: faster steps, a slower start), static (the graph-safe step without "
                         "capture), eager")
     p.add_argument("--no-stream", action="store_true", help="print the text at the end instead of streaming")
     p.add_argument("--out", default=None, help="write text and stats to this JSON file")
-    p.set_defaults(func=_run(_cmd_generate))
+    p.set_defaults(func=_cmd_generate)
 
     p = subparsers.add_parser("bias-shift",
                               help="per-token loss under forget-gate bias shifts (beyond the training length)")
@@ -191,5 +183,4 @@ def add_commands(subparsers) -> None:
     p.add_argument("--bins", type=int, default=16)
     p.add_argument("--out", default=None, help="JSON path (default bias_shift.json; the plot sits next to it)")
     p.add_argument("--no-progress", action="store_true")
-    p.set_defaults(func=_run(_cmd_bias_shift))
-
+    p.set_defaults(func=_cmd_bias_shift)

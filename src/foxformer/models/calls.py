@@ -1,7 +1,9 @@
 """Calling any causal LM the same way (foxformer's own, and transformers 5.17 / 5.24 ones): its device,
-its stack under the LM head, the keyword its forward takes the cache by, and the cache in its output."""
+its stack under the LM head, the keyword its forward takes the cache by, the cache in its output, and transformers'
+progress bars."""
 from __future__ import annotations
 
+import contextlib
 import inspect
 from typing import Optional
 
@@ -49,3 +51,17 @@ def cache_of(out):
     # transformers 5.24 names it `cache` (and warns on `past_key_values`); 5.17 only has `past_key_values`.
     cache = getattr(out, "cache", None)
     return cache if cache is not None else getattr(out, "past_key_values", None)
+
+
+@contextlib.contextmanager
+def hf_progress(enabled: bool):
+    """transformers' own progress bars (loading and writing weights) on or off for the block, as before after:
+    `--no-progress` left them on."""
+    from transformers.utils import logging
+
+    was = logging.is_progress_bar_enabled()
+    (logging.enable_progress_bar if enabled else logging.disable_progress_bar)()
+    try:
+        yield
+    finally:
+        (logging.enable_progress_bar if was else logging.disable_progress_bar)()

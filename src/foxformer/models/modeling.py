@@ -165,8 +165,9 @@ class FoxModel(FoxPreTrainedModel):
         eviction: "config" (the config's evict_* settings; no evict_eps there: keep every key), None (keep
             every key), or an EvictionPolicy (its unset qk_bound / max_len taken from the config).
         total_len: the tokens the cache will be fed (prompt + new tokens - 1), if known: storage is sized
-            for it at once, and without an explicit max_len the bound's N covers it when it exceeds
-            max_position_embeddings (else the eps tolerance would be void past it; FoX may go there).
+            for it at once (up to max_position_embeddings; it grows past that), and without an explicit max_len
+            the bound's N covers it when it exceeds max_position_embeddings (else the eps tolerance would be void
+            past it; FoX may go there).
         decode: how one-token steps run (FoxCache: "auto", "graphs", "static" or "eager").
 
         An explicit max_len (policy or config) is the cache's max_len: the eviction bound holds for at most that
@@ -195,7 +196,9 @@ class FoxModel(FoxPreTrainedModel):
                               "known; pass evict_qk_bound (your bound on |q.k| * scale) to evict", stacklevel=2)
         evicting = any(d is not None for d in deltas)
         max_len = policy.max_len if evicting else None
-        hint = int(total_len or 0)
+        # Storage for the whole sequence at once, but no more than the model's context: past that it grows by
+        # doubling as tokens come (max_new_tokens=1e9 asked for 256 GB before the first token).
+        hint = min(int(total_len or 0), cfg.max_position_embeddings)
         layers = [RecurrentState() if linear else DenseKV(hint) if d is None else PagedKV(d, max_len or hint)
                   for d in deltas]
         return FoxCache(layers, max_len=max_len, policy=policy if evicting else None, decode=decode)
@@ -271,6 +274,9 @@ class FoxModel(FoxPreTrainedModel):
         x = self.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
         if x.dim() != 3:
             raise ValueError(f"input_ids must be [batch, seq], got shape {tuple(x.shape[:-1])}")
+        if x.shape[0] == 0 or x.shape[1] == 0:  # an IndexError deep in a layer otherwise
+            raise ValueError(f"input_ids must hold at least one token in each of at least one row, got shape "
+                             f"{tuple(x.shape[:-1])}")
         cache = cache if cache is not None else past_key_values
         if cache is not None and not isinstance(cache, FoxCache):
             raise TypeError(f"past_key_values must be a FoxCache, got {type(cache).__name__}")

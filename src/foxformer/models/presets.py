@@ -7,6 +7,8 @@ of the LLaMA preset of the same family and size (the paper's protocol). Run
 """
 from __future__ import annotations
 
+import difflib
+
 from .config import FoxConfig
 
 # (num_layers, hidden_size); tiny is for CPU tests; small (~25M non-embedding parameters) is the size of
@@ -139,8 +141,8 @@ def get_preset(name: str, **overrides) -> FoxConfig:
     hidden_size re-derives the other head field to keep num_heads * head_dim == hidden_size (hidden_size alone
     keeps the family's head_dim); only an explicit num_heads and head_dim together decouple the two widths.
     """
-    if name not in PRESETS:
-        raise ValueError(f"unknown preset {name!r}: expected one of {sorted(PRESETS)}")
+    check_preset(name)
+    check_model_keys(overrides)
     fields = dict(PRESETS[name])
     fields.update(overrides)
     if "num_heads" in overrides and "head_dim" not in overrides:
@@ -148,6 +150,30 @@ def get_preset(name: str, **overrides) -> FoxConfig:
     elif "num_heads" not in overrides and ("head_dim" in overrides or "hidden_size" in overrides):
         _derive_head_field(fields, given="head_dim", derived="num_heads")
     return FoxConfig(**fields)
+
+
+def check_preset(name: str) -> None:
+    """ValueError for an unknown preset name, with the closest one."""
+    if name not in PRESETS:
+        close = difflib.get_close_matches(str(name), PRESETS, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(f"unknown preset {name!r}{hint}: expected one of {sorted(PRESETS)}")
+
+
+def model_keys() -> list[str]:
+    """The FoxConfig fields a preset may override (FoxConfig's own, not PretrainedConfig's)."""
+    return [name for name in FoxConfig.__annotations__ if not name.startswith("_")]
+
+
+def check_model_keys(keys, where: str = "model") -> None:
+    """ValueError for a key that is no FoxConfig field, with the closest one: FoxConfig (a Hugging Face config)
+    keeps unknown keys as attributes, so `num_head=8` was stored and ignored while the preset's heads trained."""
+    known = model_keys()
+    for key in keys:
+        if key not in known:
+            close = difflib.get_close_matches(str(key), known, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(f"{where}: unknown model key {key!r}{hint}; FoxConfig keys: {', '.join(known)}")
 
 
 def _derive_head_field(fields: dict, given: str, derived: str) -> None:

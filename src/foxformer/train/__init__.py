@@ -1,7 +1,11 @@
-"""Training: config, AdamW + token schedule, atomic checkpoints, DDP/FSDP2, and the loop."""
-from .checkpoint import CheckpointError, latest_checkpoint, load_checkpoint, save_checkpoint
-from .config import TrainConfig, load_config
-from .loop import evaluate, train
+"""Training: config, AdamW + token schedule, atomic checkpoints, DDP/FSDP2, and the loop.
 
-__all__ = ["CheckpointError", "latest_checkpoint", "load_checkpoint", "save_checkpoint", "TrainConfig",
-           "load_config", "evaluate", "train"]
+Names are imported on first use (see foxformer._lazy): `foxformer train --help` needs none of them.
+"""
+from .._lazy import lazy_exports
+
+_EXPORTS = {"CheckpointError": ".checkpoint", "latest_checkpoint": ".checkpoint", "load_checkpoint": ".checkpoint",
+            "save_checkpoint": ".checkpoint", "TrainConfig": ".config", "load_config": ".config",
+            "evaluate": ".loop", "train": ".loop"}
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__all__ = list(_EXPORTS)

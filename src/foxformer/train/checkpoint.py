@@ -12,6 +12,7 @@ names the format and lists every file.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -30,7 +31,12 @@ FORMATS = ("full", "sharded")
 
 
 class CheckpointError(ValueError):
-    """A checkpoint that is missing, incomplete or corrupted."""
+    """A checkpoint that is missing, incomplete or corrupted (the message states the fact; what to do depends on
+    the command that met it, which adds its advice)."""
+
+
+class CheckpointWriteError(CheckpointError):
+    """A checkpoint that could not be written (a full disk, a folder that turned read-only)."""
 
 
 def _sha256(path: str) -> str:
@@ -100,8 +106,7 @@ def latest_checkpoint(run_dir: str) -> str | None:
         name = f.read().strip()
     path = os.path.join(checkpoint_root(run_dir), name)
     if not os.path.isdir(path):
-        raise CheckpointError(f"checkpoint: {pointer} points to {name!r}, which is missing; restore it, or resume "
-                              f"from another checkpoint with resume=<dir> (existing: "
+        raise CheckpointError(f"checkpoint: {pointer} points to {name!r}, which is missing (existing: "
                               f"{[os.path.basename(p) for p in found]})")
     # step folder names are zero-padded, so they sort by step
     return newest if os.path.basename(newest) > name else path
@@ -153,6 +158,33 @@ def clear_staging(run_dir: str) -> None:
     for d in os.listdir(root) if os.path.isdir(root) else []:
         if d.startswith(".tmp-"):
             shutil.rmtree(os.path.join(root, d), ignore_errors=True)
+
+
+def write_failure(run_dir: str, step: int, error: BaseException) -> CheckpointWriteError:
+    """The error to raise for checkpoint ``step``, whose writing failed with ``error`` (a full disk: torch.save
+    raises RuntimeError '... unexpected pos'; no permission: OSError; DCP gathers each rank's into a
+    CheckpointException): one line naming the folder and the reason. The partial folders (.tmp-*) are removed
+    first, to give the space back; the checkpoints before it stay."""
+    clear_staging(run_dir)
+    failures = getattr(error, "failures", None)  # DCP's CheckpointException: {rank: (exception, traceback)}
+    if failures:
+        error = next(iter(failures.values()))[0]
+    text = str(error).strip().removeprefix("checkpoint: ")
+    reason = error.strerror if isinstance(error, OSError) and error.strerror else (
+        text.splitlines()[-1] if text else type(error).__name__)
+    return CheckpointWriteError(f"checkpoint: step {step} could not be written ({checkpoint_root(run_dir)}): {reason}; "
+                                f"free disk space or make the folder writable, then resume (the checkpoints before "
+                                f"this one are intact)")
+
+
+@contextlib.contextmanager
+def write_errors(run_dir: str, step: int):
+    """Around the saving of checkpoint ``step``: a failed write becomes :func:`write_failure`'s
+    CheckpointWriteError (a save in the background reports its own so through the writer's wait)."""
+    try:
+        yield
+    except (OSError, RuntimeError) as e:
+        raise write_failure(run_dir, step, e) from e
 
 
 def staging_dir(run_dir: str, step: int, owner: str) -> str:
@@ -247,14 +279,12 @@ def verify_checkpoint(path: str, part: tuple[int, int] = (0, 1)) -> dict:
     names = sorted(set(required) | set(listed))
     for name in names:
         if name not in listed or not os.path.exists(os.path.join(path, name)):
-            raise CheckpointError(f"checkpoint: {path!r} is missing {name}; resume from another checkpoint "
-                                  f"with resume=<dir> or start a new run in another out_dir")
+            raise CheckpointError(f"checkpoint: {path!r} is missing {name}")
     index, count = part
     for name in names[index::count]:
         file, want = os.path.join(path, name), listed[name]
         if os.path.getsize(file) != want["size"] or _sha256(file) != want["sha256"]:
-            raise CheckpointError(f"checkpoint: {file} is corrupted (size/sha256 differ from meta.json); resume "
-                                  f"from another checkpoint with resume=<dir> or start a new run in another out_dir")
+            raise CheckpointError(f"checkpoint: {file} is corrupted (size/sha256 differ from meta.json)")
     return meta
 
 

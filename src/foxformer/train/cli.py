@@ -1,10 +1,11 @@
-"""`foxformer train`, `foxformer export-hf` and `foxformer demo`."""
+"""`foxformer train` and `foxformer export-hf`."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import shlex
 import sys
 
 # flag -> config key; every flag is optional and only overrides what the YAML (or the defaults) say.
@@ -36,7 +37,7 @@ def _overrides(args: argparse.Namespace) -> dict:
         if getattr(args, flag[2:].replace("-", "_")):
             out[key] = True
     if args.model:
-        out.setdefault("model", {}).update(parse_overrides([f"model.{m}" for m in args.model])["model"])
+        out.setdefault("model", {}).update(parse_overrides(args.model, "--model"))
     if args.no_progress:
         out["progress"] = False
     return out
@@ -50,23 +51,51 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _train_command(args: argparse.Namespace) -> int:
-    from .config import load_config
+    from .checkpoint import CheckpointWriteError
+    from .config import SAVED_CONFIG, load_config
     from .distributed import PeerFailure
     from .loop import train
 
+    overrides = _overrides(args)
+    main_rank = int(os.environ.get("RANK", "0")) == 0
+    out_dir = overrides.get("out_dir")
+    if args.config is None and out_dir and os.path.isfile(os.path.join(out_dir, SAVED_CONFIG)) and main_rank:
+        print(f"train: continuing {out_dir} with its {SAVED_CONFIG} (flags given override it)", file=sys.stderr)
+    cfg = None
     try:
-        cfg = load_config(args.config, _overrides(args))
+        cfg = load_config(args.config, overrides)
         summary = train(cfg)
-    except (ValueError, TypeError, PeerFailure) as e:
+    except KeyboardInterrupt:
+        if cfg is None:
+            raise
+        raise KeyboardInterrupt(_resume_note(cfg.out_dir)) from None
+    except CheckpointWriteError as e:
+        raise CheckpointWriteError(f"{e}; resume with: foxformer train --out {shlex.quote(cfg.out_dir)}") from None
+    except PeerFailure as e:  # this rank stopped because another failed: that rank's message is the one to give
         print(f"error: {e}", file=sys.stderr)
         return 2
     finally:
         from .distributed import shutdown
 
         shutdown()
-    if int(os.environ.get("RANK", "0")) == 0:
+    if main_rank:
         print(json.dumps(summary, indent=2))
     return 0
+
+
+def _resume_note(out_dir: str) -> str:
+    """What Ctrl-C leaves: the step in progress is abandoned; the run continues from its last checkpoint."""
+    from .checkpoint import latest_checkpoint
+
+    try:
+        last = latest_checkpoint(out_dir)
+    except ValueError:  # a dangling pointer: the resume will say what to do
+        last = None
+    command = f"foxformer train --out {shlex.quote(out_dir)}"
+    if last is None:
+        return f"training stopped ({out_dir}) before its first checkpoint; start it again with: {command}"
+    return (f"training stopped ({out_dir}); the last checkpoint is {last} (the steps after it will be redone); "
+            f"resume with: {command}")
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
@@ -75,25 +104,21 @@ def _cmd_export(args: argparse.Namespace) -> int:
     from .loop import build_model, export_hf
     from .sharded import export_hf_sharded, model_tensor_specs
 
-    try:
-        path = args.checkpoint or latest_checkpoint(args.run)
-        if path is None:
-            raise CheckpointError(f"export: run {args.run!r} has no checkpoints")
-        cfg = read_saved_config(os.path.join(args.run, "config.yaml"))
-        out = args.out or os.path.join(args.run, "hf")
-        if checkpoint_format(path) == "sharded":  # tensor by tensor: the model is never whole in memory
-            import torch
+    path = args.checkpoint or latest_checkpoint(args.run)
+    if path is None:
+        raise CheckpointError(f"export: run {args.run!r} has no checkpoints")
+    cfg = read_saved_config(os.path.join(args.run, "config.yaml"))
+    out = args.out or os.path.join(args.run, "hf")
+    if checkpoint_format(path) == "sharded":  # tensor by tensor: the model is never whole in memory
+        import torch
 
-            with torch.device("meta"):  # only the model's config is wanted here
-                _, model_cfg = build_model(cfg, model_tensor_specs(path)["model.embed_tokens.weight"][0][0])
-            out = export_hf_sharded(model_cfg, path, out)
-        else:
-            model_sd = load_checkpoint(path)[0]
-            _, model_cfg = build_model(cfg, model_sd["model.embed_tokens.weight"].shape[0])
-            out = export_hf(model_cfg, model_sd, out)
-    except (ValueError, TypeError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        with torch.device("meta"):  # only the model's config is wanted here
+            _, model_cfg = build_model(cfg, model_tensor_specs(path)["model.embed_tokens.weight"][0][0])
+        out = export_hf_sharded(model_cfg, path, out)
+    else:
+        model_sd = load_checkpoint(path)[0]
+        _, model_cfg = build_model(cfg, model_sd["model.embed_tokens.weight"].shape[0])
+        out = export_hf(model_cfg, model_sd, out)
     print(json.dumps({"checkpoint": path, "step": read_meta(path)["step"], "hf_dir": out}, indent=2))
     return 0
 
@@ -119,4 +144,3 @@ def add_commands(subparsers) -> None:
     e.add_argument("--checkpoint", help="checkpoint directory (default: the latest)")
     e.add_argument("--out", help="output directory (default: <run>/hf)")
     e.set_defaults(func=_cmd_export)
-

@@ -16,6 +16,8 @@ from typing import Any
 
 import yaml
 
+from ..models.presets import check_model_keys, check_preset
+
 _COUNT = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([KMGT]i?)?\s*$", re.IGNORECASE)
 _SCALE = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
 
@@ -79,7 +81,7 @@ class TrainConfig:
     vocab_size: int | None = None           # None: the tokenizer's size rounded up to a multiple of 64
     # data
     data_dir: str = "data_cache/default"
-    tokenizer: str = "gpt2"                 # must match the dataset's manifest
+    tokenizer: str | None = None            # None: the dataset's (its manifest); given, it must match it
     context: int = 2048                     # T, tokens per sequence
     roll: bool = False                      # random rolling of each training sequence
     # batch
@@ -192,6 +194,8 @@ class TrainConfig:
                 raise ValueError(f"{name}: expected one of {allowed}, got {getattr(self, name)!r}")
         if not isinstance(self.model, dict):
             raise TypeError(f"model: expected a mapping of FoxConfig overrides, got {type(self.model).__name__}")
+        check_preset(self.preset)
+        check_model_keys(self.model)
         if self.total_tokens is None and self.max_steps is None:
             raise ValueError("total_tokens / max_steps: set at least one (the schedule needs a horizon)")
         if self.batch_tokens % self.context:
@@ -230,12 +234,13 @@ def _check_keys(keys, where: str) -> None:
             raise ValueError(f"{where}: unknown config key {key!r}{hint}; known keys: {', '.join(sorted(known))}")
 
 
-def parse_overrides(items: list[str] | None) -> dict:
-    """``["lr=3e-4", "model.hidden_size=128"]`` -> ``{"lr": 3e-4, "model": {"hidden_size": 128}}`` (YAML values)."""
+def parse_overrides(items: list[str] | None, flag: str = "--set") -> dict:
+    """``["lr=3e-4", "model.hidden_size=128"]`` -> ``{"lr": 3e-4, "model": {"hidden_size": 128}}`` (YAML values);
+    ``flag`` names the option the items came from in errors."""
     out: dict = {}
     for item in items or []:
         if "=" not in item:
-            raise ValueError(f"--set: expected key=value, got {item!r}")
+            raise ValueError(f"{flag}: expected key=value, got {item!r}")
         key, raw = item.split("=", 1)
         value = yaml.safe_load(raw) if raw else None
         if key.startswith("model."):
@@ -245,16 +250,40 @@ def parse_overrides(items: list[str] | None) -> dict:
     return out
 
 
+SAVED_CONFIG = "config.yaml"
+
+
+def read_yaml(path: str, what: str = "config") -> Any:
+    """The YAML document in ``path``; a syntax error is a ValueError naming the file, line and column."""
+    if not os.path.exists(path):
+        raise ValueError(f"{what}: file {path!r} does not exist")
+    with open(path, encoding="utf-8") as f:
+        try:
+            return yaml.safe_load(f)
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            where = f", line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+            problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+            raise ValueError(f"{what}: not valid YAML ({path}{where}): {problem}; fix the syntax there (one "
+                             f"'key: value' per line)") from None
+
+
 def load_config(path: str | None = None, overrides: dict | None = None) -> TrainConfig:
-    """YAML file (optional) updated by ``overrides``; unknown keys raise ValueError with a suggestion."""
+    """YAML file (optional) updated by ``overrides``; unknown keys raise ValueError with a suggestion.
+
+    Without a file, the config.yaml that a run saved in ``overrides["out_dir"]`` is the base: `foxformer train
+    --out RUN` continues RUN with nothing else (flags still override it, and a resume refuses those that change
+    what is computed). A run's saved config.yaml is itself a valid file (its ``derived`` facts are skipped).
+    """
     values: dict = {}
+    if path is None and overrides and overrides.get("out_dir"):
+        saved = os.path.join(str(overrides["out_dir"]), SAVED_CONFIG)
+        path = saved if os.path.isfile(saved) else None
     if path is not None:
-        if not os.path.exists(path):
-            raise ValueError(f"config: file {path!r} does not exist")
-        with open(path) as f:
-            loaded = yaml.safe_load(f) or {}
+        loaded = read_yaml(path) or {}
         if not isinstance(loaded, dict):
             raise ValueError(f"config: {path!r} must hold a mapping of keys to values")
+        loaded.pop("derived", None)  # facts save_config adds for readers, not settings
         _check_keys(loaded, f"config {path}")
         values.update(loaded)
     if overrides:
@@ -279,10 +308,7 @@ def save_config(cfg: TrainConfig, path: str, extra: dict | None = None) -> None:
 
 
 def read_saved_config(path: str) -> TrainConfig:
-    with open(path) as f:
-        data = yaml.safe_load(f) or {}
-    data.pop("derived", None)
-    return load_config(overrides=data)
+    return load_config(path)
 
 
 def resume_conflicts(saved: TrainConfig, new: TrainConfig) -> list[str]:

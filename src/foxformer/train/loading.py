@@ -14,8 +14,12 @@ from dataclasses import dataclass
 from typing import Optional
 
 import torch
+from safetensors import SafetensorError
 
-from .checkpoint import latest_checkpoint, read_meta
+from foxformer.models.calls import hf_progress
+
+from .checkpoint import CheckpointError, latest_checkpoint, read_meta
+from .config import read_yaml
 from .sharded import read_model_state_dict
 
 RUN_CONFIG = "config.yaml"
@@ -62,10 +66,7 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torc
 
 
 def _read_yaml(path: str) -> dict:
-    import yaml
-
-    with open(path) as f:
-        data = yaml.safe_load(f) or {}
+    data = read_yaml(path, "model") or {}
     if not isinstance(data, dict):
         raise ValueError(f"model: {path} is not a mapping; is this a foxformer run dir?")
     return data
@@ -113,6 +114,9 @@ def _load_checkpoint_dir(path: str, run_dir: str):
                          f"cannot tell which model it holds")
     try:
         sd = read_model_state_dict(path)  # verifies every file against meta.json first
+    except CheckpointError as e:  # the training advice (resume from another) does not apply here
+        raise ValueError(f"model: {e}; load another checkpoint (RUN/checkpoints/step_N) or the run's Hugging Face "
+                         f"export (RUN/hf)") from None
     except (OSError, RuntimeError, EOFError) as e:
         raise ValueError(f"model: could not read checkpoint {path!r} ({e})") from e
     step = read_meta(path).get("step")
@@ -139,8 +143,9 @@ def _load_hf_dir(path: str):
         from transformers import AutoModelForCausalLM
 
         return AutoModelForCausalLM.from_pretrained(path)
-    except (OSError, RuntimeError, KeyError) as e:
-        raise ValueError(f"model: could not load Hugging Face folder {path!r} ({e})") from e
+    except (OSError, RuntimeError, KeyError, SafetensorError) as e:  # SafetensorError: a truncated file
+        raise ValueError(f"model: could not load Hugging Face folder {path!r} ({e}); if it was cut short, export "
+                         f"it again (foxformer export-hf RUN)") from e
 
 
 def _hf_tokenizer(path: str, model) -> Optional[str]:
@@ -155,12 +160,18 @@ def _hf_tokenizer(path: str, model) -> Optional[str]:
 
 def load_model(path: str, *, device: str | torch.device | None = "auto", dtype: str | torch.dtype | None = "auto",
                name: Optional[str] = None, train_len: Optional[int] = None,
-               attention_backend: Optional[str] = None) -> LoadedModel:
+               attention_backend: Optional[str] = None, progress: bool = True) -> LoadedModel:
     """Load ``path`` (see the module docstring) in eval mode on ``device``.
 
     ``train_len`` overrides the training context length read from the run's config.yaml (HF folders
-    inside a run dir, ``RUN_DIR/hf``, find it too). Raises ValueError for anything that is not a model.
+    inside a run dir, ``RUN_DIR/hf``, find it too). ``progress``: transformers' weight-loading bars.
+    Raises ValueError for anything that is not a model.
     """
+    with hf_progress(progress):
+        return _load_model(path, device, dtype, name, train_len, attention_backend)
+
+
+def _load_model(path, device, dtype, name, train_len, attention_backend) -> LoadedModel:
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"model path: expected a string path, got {type(path).__name__}")
     path = os.fspath(path)

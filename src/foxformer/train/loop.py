@@ -8,6 +8,7 @@ function of the step alone, and a resumed run (same world size) reproduces the u
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import math
 import os
@@ -21,6 +22,8 @@ import torch
 from tqdm.auto import tqdm
 
 from ..data.dataset import TokenDataset
+from ..models.calls import hf_progress
+from ..paths import check_output_dir, folder_lock
 from ..provenance import code_version
 from . import checkpoint as ckpt
 from .config import TrainConfig, read_saved_config, resume_conflicts, save_config
@@ -65,7 +68,8 @@ def build_model(cfg: TrainConfig, vocab_size: int):
     overrides = dict(cfg.model)
     overrides.setdefault("vocab_size", vocab_size)
     # the model's own record of its tokenizer: its Hugging Face export writes the tokenizer files, eval reads it
-    overrides.setdefault("tokenizer", canonical_name(cfg.tokenizer))
+    if cfg.tokenizer is not None:  # None: train() has not yet read it from the dataset's manifest
+        overrides.setdefault("tokenizer", canonical_name(cfg.tokenizer))
     if cfg.context > 16384:
         overrides.setdefault("max_position_embeddings", cfg.context)
     try:
@@ -193,17 +197,21 @@ def train(cfg: TrainConfig, *, hook: StepHook | None = None, model_factory=None)
 
     ``hook(step, record)`` runs after every optimizer step (tests use it to simulate crashes);
     ``model_factory(cfg, vocab_size) -> (model, model_cfg)`` replaces :func:`build_model`.
+    While the run writes into out_dir, out_dir is locked: a second run on it fails at once.
     """
+    check_output_dir(cfg.out_dir, "out_dir")
     info = init_distributed(cfg.device, cfg.parallel, cfg.dist_timeout_minutes)
     group = checkpoint_group(info, cfg.dist_timeout_minutes)
     fmt = resolve_format(cfg.checkpoint_format, info)
-    # the writer's exit waits for a save in flight; then a failure is reported to the other ranks
-    with failures_reported(info), CheckpointWriter(cfg.out_dir, info, fmt, cfg.checkpoint_async, cfg.keep_last,
-                                                   group) as writer:
-        return _train(cfg, info, writer, hook, model_factory)
+    # `held`: the lock on out_dir and the metric sinks, also when a step raises; it is left last, so the lock
+    # outlives the writer, whose exit waits for a save in flight; then a failure is reported to the other ranks
+    with contextlib.ExitStack() as held, failures_reported(info), \
+            CheckpointWriter(cfg.out_dir, info, fmt, cfg.checkpoint_async, cfg.keep_last, group) as writer:
+        return _train(cfg, info, writer, held, hook, model_factory)
 
 
-def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, hook: StepHook | None, model_factory) -> dict:
+def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, held: contextlib.ExitStack,
+           hook: StepHook | None, model_factory) -> dict:
     device = info.device
     bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and device.type == "cuda")
     if device.type == "cuda":
@@ -214,14 +222,20 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, hook: Ste
     train_ds = TokenDataset(cfg.data_dir, "train", cfg.context, roll=cfg.roll, seed=cfg.seed,
                             expect_tokenizer=cfg.tokenizer)
     val_ds = TokenDataset(cfg.data_dir, "val", cfg.context, expect_tokenizer=cfg.tokenizer)
+    if cfg.tokenizer is None:  # the saved config names it, for evaluation and generation
+        cfg = dataclasses.replace(cfg, tokenizer=train_ds.manifest["tokenizer"])
     vocab_size = cfg.vocab_size or int(math.ceil(train_ds.manifest["vocab_size"] / 64) * 64)
     if vocab_size < train_ds.manifest["vocab_size"]:
         raise ValueError(f"vocab_size: {vocab_size} is smaller than the dataset tokenizer's "
                          f"{train_ds.manifest['vocab_size']} ids")
     plan = make_plan(cfg, info.world_size, device.type)
-    resume_path = _resolve_resume(cfg)
-    _check_saved_config(cfg, resume_path is not None)
-    loaded = ResumePoint(resume_path, info, writer.group) if resume_path else None  # verifies hashes first
+    try:
+        resume_path = _resolve_resume(cfg)
+        _check_saved_config(cfg, resume_path is not None)
+        loaded = ResumePoint(resume_path, info, writer.group) if resume_path else None  # verifies hashes first
+    except ckpt.CheckpointError as e:
+        raise ckpt.CheckpointError(f"{e}; resume from another checkpoint (--resume RUN/checkpoints/step_N), or start "
+                                   f"a new run in another out_dir") from None
     data_id = data_identity(train_ds, val_ds)
     # data_dir may change on resume (moved data); what it holds may not (checkpoints before this have no "data")
     if loaded is not None and loaded.state.get("data", data_id) != data_id:
@@ -259,13 +273,24 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, hook: Ste
                "horizon_tokens": cfg.horizon_tokens, "params": n_params, "non_embedding_params": n_nonemb,
                "flops_per_token": flops_per_token, "peak_flops": peak, "commit": code_version()}
     sink = None
+    # Rank 0 holds the lock for the whole job; the others learn at once when it could not (no rank waits at a
+    # barrier for a peer that already stopped).
+    busy = None
     if info.is_main:
-        os.makedirs(cfg.out_dir, exist_ok=True)
+        try:
+            held.enter_context(folder_lock(cfg.out_dir, "out_dir"))  # creates out_dir
+        except ValueError as e:
+            busy = str(e)
+    busy = broadcast_object(busy)
+    if busy:
+        raise ValueError(busy)
+    if info.is_main:
         if loaded is not None:  # resume=<older checkpoint>: newer step folders must not win over this lineage
             for moved in ckpt.adopt_checkpoint(cfg.out_dir, resume_path, step):
                 tqdm.write(f"resume: {moved} is newer than {resume_path} and was set aside (not resumed from)")
         save_config(cfg, os.path.join(cfg.out_dir, "config.yaml"), derived)
         sink = MetricsSink(cfg.out_dir, step, cfg.tensorboard)
+        held.callback(sink.close)
         sink.write({"kind": "start", "step": step, "tokens": tokens, "resumed_from": resume_path, **derived})
     barrier()
 
@@ -275,8 +300,9 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, hook: Ste
     eval_seqs = max(1, eval_tokens // cfg.context)
 
     def save(at_step: int) -> None:
-        writer.save(at_step, model, optimizer, {"tokens": tokens, "world_size": info.world_size,
-                                                "seqs_per_rank": plan.seqs_per_rank, "data": data_id})
+        with ckpt.write_errors(cfg.out_dir, at_step):
+            writer.save(at_step, model, optimizer, {"tokens": tokens, "world_size": info.world_size,
+                                                    "seqs_per_rank": plan.seqs_per_rank, "data": data_id})
 
     def run_eval() -> dict:
         with forget_gate_means(model) as gates:
@@ -365,7 +391,8 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, hook: Ste
     if cfg.export_hf and hasattr(model_cfg, "to_dict"):
         msd, _ = full_state_dicts(model, optimizer, info)
         if info.is_main:
-            hf_dir = export_hf(model_cfg, msd, os.path.join(cfg.out_dir, "hf"))
+            with hf_progress(cfg.progress):
+                hf_dir = export_hf(model_cfg, msd, os.path.join(cfg.out_dir, "hf"))
         barrier()
     wall = time.time() - start_time
     summary = {"out_dir": cfg.out_dir, "step": step, "tokens": tokens, "train_loss": last_rec.get("loss"),
@@ -375,5 +402,4 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, hook: Ste
     if sink is not None:
         sink.write({"kind": "end", "step": step, "tokens": tokens, **{k: v for k, v in summary.items()
                                                                       if isinstance(v, (int, float))}})
-        sink.close()
     return summary

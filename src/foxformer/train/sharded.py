@@ -25,6 +25,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
@@ -119,15 +120,15 @@ class CheckpointWriter:
 
     def wait(self) -> str | None:
         """Block until the save in flight is committed; returns its folder (None if none was in flight).
-        Raises CheckpointError if it failed (the previous checkpoint then stays the latest)."""
+        Raises CheckpointWriteError if it failed (its partial folder removed; the previous checkpoint stays the
+        latest)."""
         if self._pending is None:
             return None
         (step, future), self._pending = self._pending, None
         try:
             return future.result()
-        except Exception as e:
-            raise ckpt.CheckpointError(f"checkpoint: step {step} could not be written ({type(e).__name__}: {e}); "
-                                       f"the previous checkpoint stays the latest") from e
+        except (Exception, CheckpointException) as e:  # DCP's is a BaseException
+            raise ckpt.write_failure(self.run_dir, step, e) from e
 
     def _commit(self, step: int, tmp: str, metadata) -> str:
         """Every rank hashes its share of the files; rank 0 vouches for them all and renames the folder."""

@@ -9,6 +9,7 @@ import math
 import os
 
 import torch
+from torch._subclasses.fake_tensor import is_fake
 
 MAX_HEAD_DIM = 256
 BACKENDS = ("auto", "gluon", "triton", "torch", "naive")
@@ -18,6 +19,12 @@ _KERNEL_DTYPES = (torch.float16, torch.bfloat16)
 
 def _compiling() -> bool:
     return torch.compiler.is_compiling()
+
+
+def _without_values(x: torch.Tensor) -> bool:
+    """Meta tensors and FakeTensorMode's tensors have shapes but no data: the value checks skip them, so that
+    models build and trace on the meta device (they failed in Tensor.item())."""
+    return x.is_meta or is_fake(x)
 
 
 def _require_tensor(x, name: str) -> None:
@@ -45,6 +52,11 @@ def check_common(q, k, v, gate, gate_name, softmax_scale, cu_seqlens, max_seqlen
     Bk, Tk, Hkv, Dk = k.shape
     if k.shape != v.shape:
         raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+    if gate.shape != (B, Tk, Hq) and gate.shape == (B, Hq, Tq):  # seq and heads swapped in one of them
+        raise ValueError(f"q {tuple(q.shape)} and {gate_name} {tuple(gate.shape)} disagree on which dim is seq: the "
+                         f"layout is q, k, v [batch, seq, heads, head_dim] and {gate_name} [batch, seq, heads]; "
+                         f"q, k, v in [batch, heads, seq, head_dim] need .transpose(1, 2) (a gate in [batch, heads, "
+                         f"seq] likewise)")
     if Bk != B:
         raise ValueError(f"batch mismatch: q has batch {B}, k and v have {Bk}")
     if Dk != D:
@@ -105,6 +117,8 @@ def _check_cu_seqlens(cu_seqlens, max_seqlen, B, Tq, Tk):
         torch._assert_async(ok, "forgetting_attention: cu_seqlens must start at 0, end at T and increase "
                                 "strictly, and max_seqlen must be >= its longest sequence")
         return int(max_seqlen)
+    if _without_values(cu_seqlens):  # no bounds to read: T bounds every sequence
+        return Tq if max_seqlen is None else int(max_seqlen)
     bounds = cu_seqlens.tolist()  # one small device-to-host copy checks everything below
     lengths = [b - a for a, b in zip(bounds[:-1], bounds[1:])]
     if bounds[0] != 0 or bounds[-1] != Tk:
@@ -122,7 +136,7 @@ def _check_cu_seqlens(cu_seqlens, max_seqlen, B, Tq, Tk):
 def check_gate_values(gate: torch.Tensor, name: str, allow_positive: bool = False) -> None:
     """Reject NaN (and positive log-gates; infinite c). Costs a device sync, so on CUDA it runs only with
     FOXFORMER_CHECK_VALUES=1; under torch.compile it never runs."""
-    if _compiling():
+    if _compiling() or _without_values(gate):
         return
     if gate.device.type == "cuda" and os.environ.get("FOXFORMER_CHECK_VALUES", "0") != "1":
         return

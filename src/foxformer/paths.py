@@ -1,0 +1,65 @@
+"""Checks on the files and folders a user names, so that a bad path fails with one line naming it.
+
+Standard library only: the data, training and inference commands all use these.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+
+LOCK_FILE = ".lock"
+
+
+def check_output_dir(path: str, what: str) -> None:
+    """ValueError unless ``path`` is a folder that can be written into, or one that can be created; nothing is
+    created. ``what`` names the setting (``out_dir``, ``--out``) in the message."""
+    full = os.path.abspath(os.fspath(path))
+    if os.path.exists(full) and not os.path.isdir(full):
+        raise ValueError(f"{what}: {path!r} is a file, not a folder: choose another location")
+    existing = full
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise ValueError(f"{what}: {path!r} cannot be created ({existing} is a file): choose another location")
+    # access() also reports a read-only mount (EROFS), for root as well
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"{what}: {path!r} is not writable ({existing} is read-only or not yours): choose "
+                         f"another location")
+
+
+def decode_utf8(data: bytes, path: str, first_line: int = 1) -> str:
+    """``data`` (the bytes of ``path`` from line ``first_line`` on) as text; bytes that are not UTF-8 are a
+    ValueError naming the file, the line and the column (Python's own message names neither file nor line)."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = first_line + data.count(b"\n", 0, e.start)
+        column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        raise ValueError(f"{path}: line {line}, column {column} is not UTF-8 (byte 0x{data[e.start]:02x}): convert "
+                         f"the file to UTF-8 (e.g. iconv -f latin1 -t utf-8) or leave it out") from None
+
+
+def read_text(path: str) -> str:
+    """The UTF-8 text of ``path`` (see decode_utf8)."""
+    with open(path, "rb") as f:
+        return decode_utf8(f.read(), path)
+
+
+@contextlib.contextmanager
+def folder_lock(folder: str, what: str):
+    """Hold an exclusive lock on ``folder`` (an flock on ``folder/.lock``, created with the folder) while the
+    block runs; ValueError at once when another process holds it. The kernel drops the lock when the holder
+    exits, also on kill -9, so a crash never leaves the folder locked."""
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, LOCK_FILE), "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ValueError(f"{what}: another process is writing into {folder!r} (it holds "
+                             f"{os.path.join(folder, LOCK_FILE)}): wait for it to end, or choose another "
+                             f"location") from None
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)

@@ -1,0 +1,74 @@
+"""`foxformer data prepare` and a dataset met by `foxformer train`, as a user meets them: a bad path or byte
+is one `error:` line naming it, and the advice given works."""
+import json
+import os
+
+import pytest
+
+from foxformer.cli import main
+
+
+def _error(capsys) -> str:
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert "Traceback" not in err and lines and lines[-1].startswith("error: "), err
+    return lines[-1]
+
+
+def test_prepare_out_naming_a_file_is_one_error_line(tmp_path, capsys):
+    src = tmp_path / "a.txt"
+    src.write_text("hello " * 50)
+    assert main(["data", "prepare", "--source", str(src), "--out", str(src), "--tokenizer", "bytes",
+                 "--no-progress"]) == 2
+    assert f"out_dir: '{src}' is a file, not a folder" in _error(capsys)
+    assert src.read_text() == "hello " * 50
+
+
+@pytest.mark.parametrize("kind", ["txt", "jsonl"])
+def test_a_source_that_is_not_utf8_names_the_file_and_line(tmp_path, capsys, kind):
+    """It was `'utf-8' codec can't decode byte 0xff in position 13`: no file, no line."""
+    good = tmp_path / "docs" / f"good.{kind}"
+    bad = tmp_path / "docs" / f"bad.{kind}"
+    good.parent.mkdir()
+    if kind == "txt":
+        good.write_text("fine text\n")
+        bad.write_bytes(b"line one\nline two\nab\xffcd\n")
+    else:
+        good.write_text(json.dumps({"text": "fine"}) + "\n")
+        bad.write_bytes(b'{"text": "a"}\n{"text": "b"}\n{"text": "ab\xffcd"}\n')
+    assert main(["data", "prepare", "--source", str(good.parent), "--out", str(tmp_path / "out"), "--tokenizer",
+                 "bytes", "--no-progress"]) == 2
+    line = _error(capsys)
+    column = 3 if kind == "txt" else 13
+    assert f"{bad}: line 3, column {column} is not UTF-8 (byte 0xff)" in line, line
+
+
+def test_one_document_explains_its_empty_validation_split(tmp_path, capsys):
+    """A single .txt document has no validation split: the advice was '--val-fraction above 0' (it was 0.05)."""
+    src = tmp_path / "book.txt"
+    src.write_text("a line of a long book\n" * 200)
+    data = str(tmp_path / "book")
+    assert main(["data", "prepare", "--source", str(src), "--out", data, "--tokenizer", "bytes",
+                 "--no-progress"]) == 0
+    assert "has no validation documents" in capsys.readouterr().err
+    assert main(["train", "--data", data, "--out", str(tmp_path / "run"), "--context", "32", "--batch-tokens", "64",
+                 "--max-steps", "1", "--no-progress"]) == 2
+    line = _error(capsys)
+    assert "the dataset is one document" in line and "--val-fraction" not in line
+
+
+def test_a_text_file_as_data_suggests_a_prepare_command_that_works(tmp_path, capsys):
+    """`--data file.txt` suggested `foxformer data prepare --out file.txt`, which then failed."""
+    src = tmp_path / "notes.txt"
+    src.write_text("some notes\n" * 20)
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        assert main(["train", "--data", "notes.txt", "--out", "run", "--max-steps", "1", "--no-progress"]) == 2
+        line = _error(capsys)
+        assert "'notes.txt' is a file, not a prepared dataset" in line
+        suggested = line.split("`foxformer ")[1].split("`")[0].split()
+        assert main(suggested + ["--tokenizer", "bytes", "--no-progress"]) == 0
+        assert os.path.exists(os.path.join("data_cache", "notes", "manifest.json"))
+    finally:
+        os.chdir(cwd)

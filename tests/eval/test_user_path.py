@@ -1,0 +1,49 @@
+"""Evaluation commands as a user meets them: a damaged checkpoint gets evaluation advice, not training's, and
+--no-progress is quiet."""
+import os
+
+import yaml
+
+from foxformer.cli import main
+from foxformer.train.checkpoint import latest_checkpoint, save_checkpoint
+
+from .helpers import tiny_model
+
+
+def _run(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text(yaml.safe_dump({"preset": "fox-pro-tiny", "model": {"attention_backend": "torch"},
+                                                     "context": 32, "tokenizer": "bytes"}))
+    save_checkpoint(str(run), 2, tiny_model("fox-pro-tiny", vocab=320).state_dict(), {}, {"tokens": 64}, keep_last=1)
+    src = tmp_path / "doc.txt"
+    src.write_text("a few words of text to read " * 20)
+    return str(run), str(src)
+
+
+def test_a_corrupted_checkpoint_met_by_eval_or_generate_gets_their_advice(tmp_path, capsys):
+    """It said 'resume from another checkpoint with resume=<dir> or start a new run in another out_dir'."""
+    run, src = _run(tmp_path)
+    weights = os.path.join(latest_checkpoint(run), "model.pt")
+    data = bytearray(open(weights, "rb").read())
+    data[len(data) // 2] ^= 0xFF
+    open(weights, "wb").write(bytes(data))
+    for argv in (["eval", "loss", run, "--source", src, "--seq-len", "32", "--num-seqs", "1", "--device", "cpu",
+                  "--no-progress"],
+                 ["generate", "--model", run, "--prompt", "a", "--device", "cpu"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and "model.pt is corrupted" in err, err
+        assert "load another checkpoint (RUN/checkpoints/step_N)" in err and "resume" not in err, err
+
+
+def test_no_progress_also_silences_the_weight_loading_bars(tmp_path, capsys):
+    hf = tmp_path / "hf"
+    tiny_model("fox-pro-tiny", vocab=320).save_pretrained(str(hf))
+    src = tmp_path / "doc.txt"
+    src.write_text("a few words of text to read " * 20)
+    capsys.readouterr()
+    assert main(["eval", "loss", str(hf), "--source", str(src), "--tokenizer", "bytes", "--seq-len", "32",
+                 "--num-seqs", "1", "--n-boot", "10", "--device", "cpu", "--out", str(tmp_path / "out"),
+                 "--no-progress"]) == 0
+    assert "Loading weights" not in capsys.readouterr().err

@@ -1,0 +1,83 @@
+"""Generation at its edges, as a user meets them: a huge --max-new-tokens, an empty input, a prompt past the
+training context, a prompt file that is not UTF-8, a damaged export."""
+import itertools
+import os
+
+import pytest
+import torch
+import yaml
+
+from foxformer.cli import main
+from foxformer.infer import GenerationConfig, stream_tokens
+
+from .conftest import make_model, tokens
+
+
+def _error(capsys) -> str:
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert "Traceback" not in err and lines and lines[-1].startswith("error: "), err
+    return lines[-1]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    """A run folder as training leaves it for generation: config.yaml (context 16, byte tokens) and hf/."""
+    run = tmp_path_factory.mktemp("run")
+    make_model("fox-pro-tiny", dtype=torch.float32).save_pretrained(run / "hf")
+    (run / "config.yaml").write_text(yaml.safe_dump({"preset": "fox-pro-tiny", "context": 16, "tokenizer": "bytes"}))
+    return run
+
+
+def test_a_huge_max_new_tokens_grows_the_cache_instead_of_allocating_it():
+    """--max-new-tokens 1000000000 sized the cache for a billion tokens before the first one (256 GB on the
+    125M model): it now starts at the model's context and grows as tokens come."""
+    model = make_model("fox-pro-tiny")
+    state: dict = {}
+    stream = stream_tokens(model, tokens(1, 5), GenerationConfig(max_new_tokens=10**9, temperature=0), state)
+    assert len(list(itertools.islice(stream, 3))) == 3
+    held = max(layer.capacity for layer in state["cache"].layers)
+    assert 0 < held <= model.config.max_position_embeddings
+
+
+def test_an_empty_input_is_a_clear_error():
+    """model(ids of shape [1, 0]) was an IndexError inside a layer."""
+    model = make_model("fox-pro-tiny")
+    for shape in ((1, 0), (0, 4)):
+        with pytest.raises(ValueError, match="at least one token"):
+            model(torch.zeros(shape, dtype=torch.long))
+
+
+def test_an_empty_prompt_is_one_error_line(run_dir, capsys):
+    assert main(["generate", "--model", str(run_dir / "hf"), "--prompt", "", "--device", "cpu"]) == 2
+    assert "prompt: encodes to no tokens" in _error(capsys)
+
+
+def test_a_prompt_past_the_training_context_warns_once(run_dir, capsys):
+    assert main(["generate", "--model", str(run_dir / "hf"), "--prompt", "x" * 40, "--max-new-tokens", "2",
+                 "--temperature", "0", "--device", "cpu"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("warning: the prompt has 40 tokens, more than the 16 the model was trained on") == 1, err
+    assert main(["generate", "--model", str(run_dir / "hf"), "--prompt", "x" * 8, "--max-new-tokens", "2",
+                 "--device", "cpu"]) == 0
+    assert "warning" not in capsys.readouterr().err
+
+
+def test_a_prompt_file_that_is_not_utf8_names_the_file_and_line(run_dir, tmp_path, capsys):
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_bytes(b"first line\nsecond \xe9t\xe9\n")  # Latin-1
+    assert main(["generate", "--model", str(run_dir / "hf"), "--prompt-file", str(prompt), "--device", "cpu"]) == 2
+    assert f"{prompt}: line 2, column 8 is not UTF-8 (byte 0xe9)" in _error(capsys)
+
+
+def test_a_truncated_safetensors_file_is_one_error_line(run_dir, tmp_path, capsys):
+    """A cut-short model.safetensors ended in a SafetensorError traceback."""
+    import shutil
+
+    hf = tmp_path / "hf"
+    shutil.copytree(run_dir / "hf", hf)
+    weights = hf / "model.safetensors"
+    os.truncate(weights, os.path.getsize(weights) // 2)
+    assert main(["generate", "--model", str(hf), "--prompt", "x", "--tokenizer", "bytes", "--device", "cpu"]) == 2
+    line = _error(capsys)
+    assert f"could not load Hugging Face folder '{hf}'" in line and "export it again" in line

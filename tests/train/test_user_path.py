@@ -1,0 +1,164 @@
+"""`foxformer train` as a user meets it: strict configs, a run's own config, one-flag resume, a clear error
+for every fault (through the CLI: the exit code and the one `error:` line are what a user sees), and the lock
+that keeps two runs out of one folder."""
+import errno
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+import torch
+import yaml
+
+from foxformer.cli import main
+from foxformer.models import get_preset
+from foxformer.train import checkpoint as ckpt
+from foxformer.train.config import load_config
+from foxformer.train.loop import train
+from foxformer.train.metrics import read_metrics
+
+from .helpers import signal_once
+
+SRC = os.path.join(os.path.dirname(__file__), "..", "..", "src")
+
+
+def _flags(data_dir, out, steps=8):
+    """The tiny run of make_cfg as command-line flags (no --tokenizer: the dataset's manifest names it)."""
+    return ["train", "--data", data_dir, "--out", out, "--preset", "fox-pro-tiny", "--context", "32",
+            "--batch-tokens", "128", "--max-steps", str(steps), "--lr", "3e-3", "--eval-tokens", "128",
+            "--checkpoint-every-tokens", "256", "--eval-every-tokens", "512", "--no-progress",
+            "--set", "tensorboard=false", "--set", "export_hf=false"]
+
+
+def _cli(*argv, timeout=300):
+    return subprocess.run([sys.executable, "-m", "foxformer.cli", *argv], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": SRC}, timeout=timeout)
+
+
+def _losses(run_dir):
+    return [r["loss"] for r in read_metrics(run_dir) if r["kind"] == "train"]
+
+
+def _one_error_line(err: str) -> str:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert "Traceback" not in err and lines and lines[-1].startswith("error: "), err
+    return lines[-1]
+
+
+# 1. unknown model keys ----------------------------------------------------------------------------------------
+def test_an_unknown_model_key_fails_with_the_closest_one(data_dir, tmp_path, capsys):
+    """`--model num_head=8` exited 0, saved num_head: 8 and trained the preset's 4 heads."""
+    out = str(tmp_path / "run")
+    assert main(_flags(data_dir, out) + ["--model", "num_head=8"]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert "unknown model key 'num_head' (did you mean 'num_heads'?)" in line
+    assert not os.path.exists(out)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"preset: fox-pro-tiny\ndata_dir: {data_dir}\nmax_steps: 1\nmodel: {{num_layer: 3}}\n")
+    with pytest.raises(ValueError, match="unknown model key 'num_layer' \\(did you mean 'num_layers'\\?\\)"):
+        load_config(str(cfg))
+    with pytest.raises(ValueError, match="did you mean 'num_heads'"):
+        get_preset("fox-pro-tiny", num_head=8)
+    with pytest.raises(ValueError, match="did you mean 'fox-pro-tiny'"):
+        get_preset("fox-pro-tinny")
+
+
+# 2. a run's own config, resume with --out alone, the tokenizer from the manifest --------------------------------
+def test_a_runs_saved_config_is_a_valid_config_file(make_cfg, tmp_path):
+    """`--config RUN/config.yaml` said: unknown config key 'derived'."""
+    first = make_cfg(out_dir=str(tmp_path / "a"), max_steps=2)
+    train(first)
+    saved = os.path.join(first.out_dir, "config.yaml")
+    assert "derived" in yaml.safe_load(open(saved))
+    again = load_config(saved, {"out_dir": str(tmp_path / "b")})
+    assert again == make_cfg(out_dir=str(tmp_path / "b"), max_steps=2, tokenizer="gpt2")
+
+
+def test_ctrl_c_says_where_to_resume_and_out_alone_resumes_to_the_same_losses(make_cfg, data_dir, tmp_path):
+    """Ctrl-C printed a traceback and no word on the last checkpoint; resuming meant repeating every flag
+    (`--out RUN` alone: 'total_tokens / max_steps: set at least one'). Now SIGINT mid-run ends with the last
+    checkpoint and the resume command, and `foxformer train --out RUN` finishes the run with the same losses
+    as an uninterrupted one."""
+    ref = train(make_cfg(out_dir=str(tmp_path / "ref"), max_steps=6))
+    run = str(tmp_path / "interrupted")
+    proc = subprocess.Popen([sys.executable, "-m", "foxformer.cli", *_flags(data_dir, run, steps=6)],
+                            env={**os.environ, "PYTHONPATH": SRC}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    signal_once(proc, os.path.join(run, "checkpoints", "step_00000002"), signal.SIGINT)
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 130, err[-2000:]
+    assert "Traceback" not in err, err[-2000:]
+    last = ckpt.latest_checkpoint(run)
+    assert f"the last checkpoint is {last}" in err and f"resume with: foxformer train --out {run}" in err, err
+    done = _cli("train", "--out", run)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"continuing {run} with its config.yaml" in done.stderr
+    assert _losses(run) == _losses(ref["out_dir"])
+    assert yaml.safe_load(open(os.path.join(run, "config.yaml")))["tokenizer"] == "gpt2"  # from the manifest
+
+
+# 6. one error line for each fault ----------------------------------------------------------------------------
+@pytest.mark.parametrize("fault", ["torch-save-full-disk", "os-full-disk"])
+def test_a_full_disk_during_a_checkpoint_is_one_error_line(data_dir, tmp_path, monkeypatch, capsys, fault):
+    """A full disk ended in a traceback from inline_container.cc ('unexpected pos'); now one line naming the
+    folder, the reason and the resume command, and no partial checkpoint folder."""
+    real_save = torch.save
+    calls = {"n": 0}
+
+    def full_disk(obj, path, *a, **k):
+        calls["n"] += 1
+        if calls["n"] > 3:  # the second checkpoint
+            if fault == "os-full-disk":
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
+            raise RuntimeError("[enforce fail at inline_container.cc:664] . unexpected pos 4352 vs 4246")
+        return real_save(obj, path, *a, **k)
+
+    monkeypatch.setattr(torch, "save", full_disk)
+    out = str(tmp_path / "run")
+    assert main(_flags(data_dir, out)) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    root = ckpt.checkpoint_root(out)
+    assert f"checkpoint: step 4 could not be written ({root})" in line
+    assert ("unexpected pos" if fault == "torch-save-full-disk" else "No space left on device") in line
+    assert f"resume with: foxformer train --out {out}" in line
+    assert sorted(os.listdir(root)) == ["latest", "step_00000002"]
+
+
+def test_out_that_is_a_file_or_read_only_is_one_error_line(data_dir, tmp_path, monkeypatch, capsys):
+    """`--out` naming a file, or a folder under a read-only mount, ended in tracebacks."""
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("x")
+    assert main(_flags(data_dir, str(a_file))) == 2
+    assert f"out_dir: '{a_file}' is a file, not a folder" in _one_error_line(capsys.readouterr().err)
+    assert main(_flags(data_dir, str(a_file / "run"))) == 2
+    assert f"cannot be created ({a_file} is a file)" in _one_error_line(capsys.readouterr().err)
+    locked = tmp_path / "read-only"
+    locked.mkdir()
+    if os.geteuid() != 0:
+        locked.chmod(0o555)
+    else:  # root writes through permissions: answer as a read-only mount does (EROFS)
+        real_access = os.access
+        monkeypatch.setattr(os, "access", lambda p, mode, **k: False if os.path.abspath(p) == str(locked)
+                            else real_access(p, mode, **k))
+    try:
+        assert main(_flags(data_dir, str(locked / "run"))) == 2
+        line = _one_error_line(capsys.readouterr().err)
+        assert f"out_dir: '{locked / 'run'}' is not writable ({locked} is read-only" in line
+    finally:
+        locked.chmod(0o755)
+    assert not os.path.exists(locked / "run")
+
+
+# 8. one run per folder ------------------------------------------------------------------------------------------
+def test_a_second_run_on_a_busy_folder_stops_at_once(data_dir, tmp_path):
+    """Two `foxformer train --out SAME` both ran and interleaved metrics.jsonl."""
+    from foxformer.paths import folder_lock
+
+    out = str(tmp_path / "busy")
+    with folder_lock(out, "out_dir"):  # what the first run holds while it writes
+        second = _cli(*_flags(data_dir, out, steps=2))
+    assert second.returncode == 2
+    assert f"another process is writing into '{out}'" in _one_error_line(second.stderr)
+    assert not os.path.exists(os.path.join(out, "metrics.jsonl"))
+    assert main(_flags(data_dir, out, steps=2)) == 0  # free again once its holder let go
