@@ -95,8 +95,24 @@ def _sdpa_rows(rows, D, H, T, B):
         print(row, flush=True)
 
 
-FWD_SWEEP = {64: [dict(), dict(num_wg=2, num_stages=2, consumer_regs=240)],
-             128: [dict(), dict(block_n=64, num_stages=2, num_wg=3, consumer_regs=160)]}
+FWD_SWEEP = {64: [dict(), dict(fold_row=False), dict(num_wg=2, num_stages=2, consumer_regs=240)],
+             128: [dict(), dict(fold_row=True)]}
+
+
+def _fwd_error(D, cfg) -> float:
+    """Largest relative error (out, lse) of one forward config against naive fp64, at awkward lengths."""
+    worst = 0.0
+    for (B, T, Hq, Hkv) in ((1, 1000, 2, 1), (2, 4097, 2, 2)):
+        q, k, v, log_f = _inputs(B, T, Hq, Hkv, D, seed=1)
+        scale = 1 / math.sqrt(D)
+        out, lse = L.gluon_forward(q, k, v, gate_cumsum_heads_first(log_f), scale, cfg=cfg)
+        ref, ref_lse = naive_forgetting_attention(q.double(), k.double(), v.double(), log_f.double(), scale,
+                                                  None, None, True)
+        for a, b in ((out, ref), (lse, ref_lse)):
+            a = a.double()
+            e = float("inf") if not torch.isfinite(a).all() else float((a - b).norm() / b.norm())
+            worst = max(worst, e)
+    return worst
 BWD_SWEEP = {64: [dict(), dict(dkdv_block_m=64, dkdv_stages=3)],
              128: [dict(), dict(dkdv_block_m=32), dict(dq_num_wg=3, dq_block_n=64, dq_consumer_regs=160)]}
 
@@ -126,11 +142,13 @@ def sweep(rows, fwd: bool, bwd: bool, T: int, tokens: int):
             for over in FWD_SWEEP[D]:
                 cfg = dataclasses.replace(L.FWD_CONFIGS[D], **over)
                 try:
+                    err = _fwd_error(D, cfg)
                     ms = _time(lambda: L.gluon_forward(q, k, v, c, scale, cfg=cfg))
                 except Exception as exc:
                     print("fwd", over, "failed", str(exc)[:300], flush=True)
                     continue
-                row = dict(section="fwd", D=D, H=H, T=T, B=B, **over, fwd_ms=ms, fwd_tflops=flops / ms / 1e9)
+                row = dict(section="fwd", D=D, H=H, T=T, B=B, **over, fwd_ms=ms, fwd_tflops=flops / ms / 1e9,
+                           rel_err=err)
                 rows.append(row)
                 print(row, flush=True)
         if bwd:

@@ -16,7 +16,8 @@ global-load latency and float64 arithmetic on their critical path (the probe in 
 stores it to shared memory as float32 ``hi * log2(e)`` (unmasked tiles) and ``hi``, ``lo`` (diagonal
 tiles, where nearby pairs need the exact split). The consumers read 32 floats per thread per tile.
 
-Scores are in log2 units: ``s = qk * scale * log2(e) + (c_i - c_j) * log2(e)``. Rows past the end
+Scores are in log2 units: ``s = qk * scale * log2(e) + (c_i - c_j) * log2(e)``; on tiles wholly before
+the query block (at D 64) the row's ``c_i`` moves into the row maximum (``_tile_softmax``). Rows past the end
 of a sequence and keys past it come from TMA's zero fill (or the next packed sequence): keys are
 cut by the causal mask, and such rows are never stored.
 """
@@ -165,28 +166,44 @@ def kv_loader(q_desc, do_desc, k_desc, v_desc, C, q_smem, do_smem, k_smem, v_sme
 
 
 @gluon.jit
-def _softmax_scores(qk, c_smem, s, masked, cols, pos_q, cq2, cq_hi, cq_lo, scale2,
-                    row_l: gl.constexpr, col_l: gl.constexpr):
-    """Biased log2-domain logits of one tile; -inf where a key is after the row (masked tiles only)."""
-    if masked:
-        ck_hi = c_smem.index(3 * s + 1).load(col_l)
-        ck_lo = c_smem.index(3 * s + 2).load(col_l)
-        # Nearby c on either side of a large drop: hi differences are exact, lo restores the rest.
-        bias = ((cq_hi[:, None] - ck_hi[None, :]) + (cq_lo[:, None] - ck_lo[None, :])) * LOG2E
-        # Mask the logit, not its exponent: a hidden key may carry a large positive bias.
-        sc = gl.where(cols[None, :] <= pos_q[:, None], qk * scale2 + bias, float("-inf"))
-    else:
-        ck2 = c_smem.index(3 * s).load(col_l)
-        sc = qk * scale2 + (cq2[:, None] - ck2[None, :])
-    return sc
+def _masked_scores(qk, c_smem, s, cols, pos_q, cq_hi, cq_lo, scale2, col_l: gl.constexpr):
+    """Biased log2-domain logits of a diagonal tile; -inf where a key is after the row."""
+    ck_hi = c_smem.index(3 * s + 1).load(col_l)
+    ck_lo = c_smem.index(3 * s + 2).load(col_l)
+    # Nearby c on either side of a large drop: hi differences are exact, lo restores the rest.
+    bias = ((cq_hi[:, None] - ck_hi[None, :]) + (cq_lo[:, None] - ck_lo[None, :])) * LOG2E
+    # Mask the logit, not its exponent: a hidden key may carry a large positive bias.
+    return gl.where(cols[None, :] <= pos_q[:, None], qk * scale2 + bias, float("-inf"))
 
 
 @gluon.jit
-def _online_softmax(sc, m_i, l_i, dtype: gl.constexpr, p_layout: gl.constexpr, orow_l: gl.constexpr):
-    """One tile's online-softmax update: P (as wgmma's register A operand), the rescale of O, m, l."""
-    m_new = gl.maximum(m_i, gl.max(sc, 1))
+def _tile_softmax(qk, c_smem, s, masked, cols, pos_q, cq2, cq_hi, cq_lo, scale2, m_i, l_i,
+                  dtype: gl.constexpr, p_layout: gl.constexpr, orow_l: gl.constexpr, col_l: gl.constexpr,
+                  FOLD_ROW: gl.constexpr):
+    """One tile's online-softmax update: P (as wgmma's register A operand), the rescale of O, m, l.
+
+    m stays in the biased domain (lse = m + log2 l). On unmasked tiles the row's c_i is a constant
+    that softmax does not see, so the scores there are t = qk * scale2 - c_j (one FMA) and the row
+    term joins the per-row maximum: exp2(t - (m - c_i)). That is one ALU operation per score fewer
+    than adding the whole bias, with no precision lost: on those tiles c_j - r >= 0 >= c_i - r, so
+    |c_j - r| and |m - c_i| never exceed the |c_i - c_j| that the full bias would round at.
+    FOLD_ROW = False adds the whole bias (see FwdConfig.fold_row).
+    """
+    if masked:
+        sc = _masked_scores(qk, c_smem, s, cols, pos_q, cq_hi, cq_lo, scale2, col_l)
+        m_new = gl.maximum(m_i, gl.max(sc, 1))
+        p = gl.exp2(sc - m_new[:, None])
+    elif FOLD_ROW:
+        ck2 = c_smem.index(3 * s).load(col_l)
+        t = qk * scale2 - ck2[None, :]
+        m_new = gl.maximum(m_i, gl.max(t, 1) + cq2)
+        p = gl.exp2(t - (m_new - cq2)[:, None])
+    else:
+        ck2 = c_smem.index(3 * s).load(col_l)
+        sc = qk * scale2 + (cq2[:, None] - ck2[None, :])
+        m_new = gl.maximum(m_i, gl.max(sc, 1))
+        p = gl.exp2(sc - m_new[:, None])
     alpha = gl.exp2(m_i - m_new)
-    p = gl.exp2(sc - m_new[:, None])
     l_i = l_i * alpha + gl.sum(p, 1)
     p16 = gl.convert_layout(p.to(dtype), p_layout)
     return p16, gl.convert_layout(alpha, orow_l), m_new, l_i
@@ -202,9 +219,8 @@ def release_stage(bar):
 @gluon.jit
 def _fwd_loop(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, k_ready, v_ready, kc_empty, v_empty,
               zero_qk, offs_n, pos_q, cq2, cq_hi, cq_lo, scale2, lo, n_tiles, n_unmasked,
-              HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr):
+              HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, FOLD_ROW: gl.constexpr):
     """QK^T, softmax, PV in turn; each wgmma waited at once (the loads still run ahead)."""
-    row_l: gl.constexpr = gl.SliceLayout(1, zero_qk.type.layout)
     col_l: gl.constexpr = gl.SliceLayout(0, zero_qk.type.layout)
     orow_l: gl.constexpr = gl.SliceLayout(1, acc.type.layout)
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc.type.layout, k_width=2)
@@ -215,10 +231,10 @@ def _fwd_loop(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, k_ready, v_ready, kc_e
         k_t = k_smem.index(s).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
         tok = warpgroup_mma(q_w, k_t, zero_qk, use_acc=False, is_async=True)
         qk, _, _ = warpgroup_mma_wait(0, deps=[tok, q_w, k_t])
-        sc = _softmax_scores(qk, c_smem, s, i >= n_unmasked, lo + i * BLOCK_N + offs_n, pos_q,
-                             cq2, cq_hi, cq_lo, scale2, row_l, col_l)
+        p16, alpha, m_i, l_i = _tile_softmax(qk, c_smem, s, i >= n_unmasked, lo + i * BLOCK_N + offs_n, pos_q,
+                                             cq2, cq_hi, cq_lo, scale2, m_i, l_i, q_w.dtype, p_layout, orow_l,
+                                             col_l, FOLD_ROW)
         release_stage(kc_empty.index(s))
-        p16, alpha, m_i, l_i = _online_softmax(sc, m_i, l_i, q_w.dtype, p_layout, orow_l)
         acc = acc * alpha[:, None]
         v_t = v_smem.index(s).reshape([BLOCK_N, HEAD_DIM])
         mbarrier.wait(v_ready.index(s), ph)
@@ -233,7 +249,7 @@ def _fwd_consumer(q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_em
                   C, Out, Lse, zb, tok0, head, m0, off, n_q, c_base, r, lo, n_tiles, scale2,
                   stride_ob, stride_ot, stride_oh, stride_lb, stride_lh,
                   WG: gl.constexpr, NUM_WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
-                  NUM_STAGES: gl.constexpr):
+                  NUM_STAGES: gl.constexpr, FOLD_ROW: gl.constexpr):
     qk_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                          instr_shape=[16, BLOCK_N, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -263,7 +279,7 @@ def _fwd_consumer(q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_em
     mbarrier.wait(q_bar, 0)
     acc, m_i, l_i = _fwd_loop(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, k_ready, v_ready, kc_empty, v_empty,
                               zero_qk, offs_n, pos_q, cq2, cq_hi, cq_lo, scale2, lo, n_tiles, n_unmasked,
-                              HEAD_DIM, BLOCK_N, NUM_STAGES)
+                              HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW)
     # Every real row saw its own key, so l_i > 0; padded rows are finite and never stored.
     o = acc / gl.convert_layout(l_i, orow_l)[:, None]
     out_l: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (HEAD_DIM // 8), HEAD_DIM // 8], [4, 1], [1, 0])
@@ -285,7 +301,7 @@ def fwd_kernel(q_desc, k_desc, v_desc, C, Out, Lse, CuSeqlens, PruneBound,
                seqlen_q, seqlen_k, scale2, n_blocks, n_heads, group,
                HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_WG: gl.constexpr,
                NUM_STAGES: gl.constexpr, IS_VARLEN: gl.constexpr, PRUNE: gl.constexpr,
-               CONSUMER_REGS: gl.constexpr):
+               CONSUMER_REGS: gl.constexpr, FOLD_ROW: gl.constexpr):
     BLOCK_M: gl.constexpr = NUM_WG * WG_ROWS
     head, pid_z, pid_m, zb, tok0, n_q, n_k, m0 = query_program(n_blocks, n_heads, CuSeqlens, seqlen_q, seqlen_k,
                                                                BLOCK_M, IS_VARLEN)
@@ -304,15 +320,15 @@ def fwd_kernel(q_desc, k_desc, v_desc, C, Out, Lse, CuSeqlens, PruneBound,
                 (_fwd_consumer, (q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty, v_empty,
                                  C, Out, Lse, zb, tok0, head, m0, off, n_q, c_base, r, lo, n_tiles, scale2,
                                  stride_ob, stride_ot, stride_oh, stride_lb, stride_lh,
-                                 0, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES)),
+                                 0, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW)),
                 (_fwd_consumer, (q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty, v_empty,
                                  C, Out, Lse, zb, tok0, head, m0, off, n_q, c_base, r, lo, n_tiles, scale2,
                                  stride_ob, stride_ot, stride_oh, stride_lb, stride_lh,
-                                 1, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES)),
+                                 1, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW)),
                 (_fwd_consumer, (q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty, v_empty,
                                  C, Out, Lse, zb, tok0, head, m0, off, n_q, c_base, r, lo, n_tiles, scale2,
                                  stride_ob, stride_ot, stride_oh, stride_lb, stride_lh,
-                                 2, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES)),
+                                 2, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW)),
             ], [4, 4, 4], [CONSUMER_REGS, CONSUMER_REGS, CONSUMER_REGS])
         else:
             gl.warp_specialize([
@@ -323,9 +339,9 @@ def fwd_kernel(q_desc, k_desc, v_desc, C, Out, Lse, CuSeqlens, PruneBound,
                 (_fwd_consumer, (q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty, v_empty,
                                  C, Out, Lse, zb, tok0, head, m0, off, n_q, c_base, r, lo, n_tiles, scale2,
                                  stride_ob, stride_ot, stride_oh, stride_lb, stride_lh,
-                                 0, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES)),
+                                 0, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW)),
                 (_fwd_consumer, (q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty, v_empty,
                                  C, Out, Lse, zb, tok0, head, m0, off, n_q, c_base, r, lo, n_tiles, scale2,
                                  stride_ob, stride_ot, stride_oh, stride_lb, stride_lh,
-                                 1, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES)),
+                                 1, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW)),
             ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])

@@ -26,20 +26,27 @@ BLOCK_M = 2 * WG_ROWS.value
 class FwdConfig:
     """block_n: keys per stage; num_stages: depth of the K/V/c ring; num_wg: consumer warpgroups, 64 query
     rows each (the CTA's tile is 64 * num_wg rows); consumer_regs: their setmaxnreg (the loader warpgroup
-    gets what is left of the 64K registers)."""
+    gets what is left of the 64K registers); fold_row: unmasked tiles leave the query's c out of the
+    scores and into the row maximum (fwd._tile_softmax), one ALU operation per score fewer."""
 
     block_n: int
     num_stages: int
     num_wg: int = 2
     consumer_regs: int = 240
+    fold_row: bool = True
 
 
 # Picked by `scripts/hopper_tune.py fwd bwd` on one H200 (torch 2.11, Triton 3.6, bf16, B * T = 32K, T = 16K;
 # 2026-12-01, rows in docs/bench/hopper_tune_h200.json). D 64: three consumer warpgroups (192 query rows)
 # beat two, 4.53 against 4.90 ms. (Q as a register operand ran D 128 faster, 3.29 against 3.51 ms, but its
-# lse drifted in the GPU tests; it is not offered until that is understood.)
+# lse drifted in the GPU tests; it is not offered until that is understood.) Eighth session, same machine,
+# old and new kernels alternated in one process (scripts/hopper_tune.py fwd and a side-by-side run): folding
+# the query's c into the row maximum took D 64 from 4.58 / 4.61 to 4.04 / 4.09 ms (+13%), and left D 128
+# 1-4% slower (3.48 / 3.57 against 3.44 / 3.42 ms), so D 128 keeps the whole bias. FA3's ping-pong (turn
+# barriers between the consumer warpgroups, PV of one tile and QK^T of the next issued back to back) was
+# slower everywhere: D 64 8.77 ms (three warpgroups spill) and 5.36 ms (two), D 128 4.05 ms.
 FWD_CONFIGS = {64: FwdConfig(block_n=128, num_stages=3, num_wg=3, consumer_regs=160),
-               128: FwdConfig(block_n=128, num_stages=2)}
+               128: FwdConfig(block_n=128, num_stages=2, fold_row=False)}
 
 _GL_DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16"}
 
@@ -79,7 +86,7 @@ def forward_launch(q, k, v, c, out, lse, cu, bound, scale: float, n_blocks: int,
             out.stride(0), out.stride(1), out.stride(2), c.stride(0), c.stride(1), lse.stride(0), lse.stride(1),
             Tq, Tk, float(scale) * math.log2(math.e), n_blocks, Hq, Hq // Hkv)
     constexprs = dict(HEAD_DIM=D, BLOCK_N=cfg.block_n, NUM_WG=cfg.num_wg, NUM_STAGES=cfg.num_stages,
-                      IS_VARLEN=varlen, PRUNE=prune, CONSUMER_REGS=cfg.consumer_regs)
+                      IS_VARLEN=varlen, PRUNE=prune, CONSUMER_REGS=cfg.consumer_regs, FOLD_ROW=cfg.fold_row)
     return Launch(fwd_kernel, launch_grid(n_blocks, Hq, n_z), args, constexprs, dict(num_warps=4))
 
 
