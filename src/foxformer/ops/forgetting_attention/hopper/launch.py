@@ -41,8 +41,9 @@ class FwdConfig:
 # beat two, 4.53 against 4.90 ms. (Q as a register operand ran D 128 faster, 3.29 against 3.51 ms, but its
 # lse drifted in the GPU tests; it is not offered until that is understood.) Eighth session, same machine,
 # old and new kernels alternated in one process (scripts/hopper_tune.py fwd and a side-by-side run): folding
-# the query's c into the row maximum took D 64 from 4.58 / 4.61 to 4.04 / 4.09 ms (+13%), and left D 128
-# 1-4% slower (3.48 / 3.57 against 3.44 / 3.42 ms), so D 128 keeps the whole bias. FA3's ping-pong (turn
+# the query's c into the row maximum took D 64 from 4.58 / 4.61 to 4.04 / 4.09 ms (+13%; 4.41 -> 4.10 ms in
+# the sweep of docs/bench/hopper_tune_fold_h200.json). At D 128 two comparisons disagreed (1-4% slower in one,
+# 3.48 / 3.57 against 3.44 / 3.42 ms; 2% faster in the sweep), so D 128 keeps the whole bias. FA3's ping-pong (turn
 # barriers between the consumer warpgroups, PV of one tile and QK^T of the next issued back to back) was
 # slower everywhere: D 64 8.77 ms (three warpgroups spill) and 5.36 ms (two), D 128 4.05 ms.
 FWD_CONFIGS = {64: FwdConfig(block_n=128, num_stages=3, num_wg=3, consumer_regs=160),
