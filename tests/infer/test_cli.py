@@ -116,6 +116,14 @@ def test_bench_decode_tiny(tmp_path):
     assert rows[0]["kept_fraction"] == 1
 
 
+def test_bench_decode_no_progress_draws_no_bar(tmp_path, capsys):
+    rc = main(["bench", "decode", "--preset", "fox-pro-tiny", "--vocab-size", "257", "--contexts", "48",
+               "--batches", "1", "--steps", "2", "--warmup", "1", "--prefill-chunk", "32", "--device", "cpu",
+               "--no-baseline", "--decode", "eager", "--no-progress", "--out", str(tmp_path / "b.json")])
+    assert rc == 0
+    assert "bench decode:" not in capsys.readouterr().err
+
+
 def test_bench_decode_is_also_top_level():
     from foxformer.cli import build_parser
 

@@ -21,6 +21,14 @@ def test_bench_model_tiny_cpu(tmp_path, capsys):
     assert "tokens_per_s" in capsys.readouterr().out
 
 
+def test_bench_model_no_progress_draws_no_bar(tmp_path, capsys):
+    rc = main(["--presets", "fox-pro-tiny", "--context", "32", "--tokens-per-step", "64", "--steps", "1",
+               "--warmup", "0", "--dtype", "fp32", "--vocab-size", "97", "--device", "cpu", "--backend", "torch",
+               "--no-anchor", "--no-progress", "--out", str(tmp_path / "b.json")])
+    assert rc == 0
+    assert "fox-pro-tiny:" not in capsys.readouterr().err
+
+
 def test_bench_model_profile_writes_operator_table(tmp_path):
     prof = tmp_path / "prof"
     rc = main(["--presets", "fox-pro-tiny", "--context", "32", "--tokens-per-step", "64", "--steps", "1",

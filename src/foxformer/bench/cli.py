@@ -134,6 +134,7 @@ def configure_model(p: argparse.ArgumentParser) -> None:
                    help="skip transformers' LlamaForCausalLM (SDPA) anchor")
     p.add_argument("--profile", default=None, metavar="DIR",
                    help="also profile one step per model: DIR/<name>.txt, operators by self device time")
+    p.add_argument("--no-progress", action="store_true")
     p.add_argument("--out", default="bench_model.json")
     p.set_defaults(func=_runner("model"))
 
@@ -193,6 +194,7 @@ def configure_decode(p: argparse.ArgumentParser) -> None:
                    help="time the attention op alone (FoX decode op vs SDPA) at the preset's head shape")
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="auto", choices=("auto", *DTYPES))
+    p.add_argument("--no-progress", action="store_true")
     p.add_argument("--out", default="bench_decode.json")
     p.set_defaults(func=_runner("decode", _check_decode))
 

@@ -80,7 +80,7 @@ def _build(args, device: torch.device, dtype: torch.dtype):
     models = []
     if args.model:
         from foxformer.train.loading import load_model
-        fox = load_model(args.model, device=device, dtype=dtype).model
+        fox = load_model(args.model, device=device, dtype=dtype, progress=not args.no_progress).model
     else:
         torch.manual_seed(0)
         fox = FoxForCausalLM(get_preset(args.preset, vocab_size=args.vocab_size,
@@ -164,7 +164,7 @@ def run(args) -> dict:
     jobs = [(*entry, ctx, b) for ctx in args.contexts for b in args.batches for entry in models]
     # the no-eviction row of the same model object and path is the reference of the eviction row's max_logprob_diff
     reference = {}
-    for name, preset, model, eps, path, ctx, b in tqdm(jobs, desc="bench decode"):
+    for name, preset, model, eps, path, ctx, b in tqdm(jobs, desc="bench decode", disable=args.no_progress):
         if skip.get(name):
             rows.append({"model": name, "preset": preset, "context": ctx, "batch": b, "evict_eps": eps,
                          "skipped": skip[name]})

@@ -65,7 +65,7 @@ def _size_of(preset: str) -> str:
 
 def measure(model: torch.nn.Module, vocab: int, context: int, batch: int, steps: int, warmup: int,
             dtype: torch.dtype, device: torch.device, desc: str, loss_kwargs: dict | None = None,
-            profile_path: str | None = None) -> dict:
+            profile_path: str | None = None, progress: bool = True) -> dict:
     """Median step time and peak memory of `steps` timed training steps after `warmup` ones; with
     profile_path, one more step under torch.profiler, its operator table written there."""
     model.to(device).train()
@@ -89,7 +89,7 @@ def measure(model: torch.nn.Module, vocab: int, context: int, batch: int, steps:
     if device.type == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-    for i in tqdm(range(warmup + steps), desc=desc, leave=False):
+    for i in tqdm(range(warmup + steps), desc=desc, leave=False, disable=not progress):
         t0 = time.perf_counter()
         loss = train_step()
         if i >= warmup:
@@ -184,7 +184,7 @@ def run(args: argparse.Namespace) -> int:
             loss_kwargs = {"return_logits": False} if args.fused_loss and ours else None
             prof = os.path.join(args.profile, f"{name}.txt") if args.profile else None
             res = measure(model, cfg.vocab_size, args.context, batch, args.steps, args.warmup, dtype, device, name,
-                          loss_kwargs, prof)
+                          loss_kwargs, prof, progress=not args.no_progress)
         except torch.OutOfMemoryError:
             res = {"step_s": None, "tokens_per_s": None, "peak_mem_gib": None, "loss": None, "error": "OOM"}
         flops = training_flops_per_token(cfg, args.context)
