@@ -36,3 +36,13 @@ def test_values_parse_into_shapes():
     assert args.providers == ["foxformer", "sdpa_flash"] and args.qk_bound == 25.0
     defaults = build_parser().parse_args(["bench", "attention"])
     assert defaults.configs == [(64, 24, 24), (128, 12, 12), (128, 12, 2)] and defaults.qk_bound == "auto"
+
+
+def test_a_provider_that_is_not_installed_gets_a_row_saying_so(monkeypatch):
+    import sys
+
+    from foxformer.bench.attention import bench_case
+
+    monkeypatch.setitem(sys.modules, "fla", None)  # `import fla...` now raises ImportError, installed or not
+    row = bench_case("fla", 1, 64, 2, 2, 64, device="cpu")
+    assert row["provider"] == "fla" and row["error"].startswith("not installed:") and "fwd_ms" not in row

@@ -73,10 +73,7 @@ def _provider_fn(name, q, k, v, log_f, prune_eps=None, qk_bound="auto"):
         run.leaves = (qh, kh, vh)
         return run
     if name == "fla":
-        try:
-            from fla.ops.forgetting_attn import parallel_forgetting_attn
-        except ImportError:
-            return None
+        from fla.ops.forgetting_attn import parallel_forgetting_attn
         return lambda: parallel_forgetting_attn(q, k, v, log_f)
     if name == "flex":
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
@@ -105,9 +102,11 @@ def bench_case(provider, B, T, Hq, Hkv, D, dtype=torch.bfloat16, device="cuda", 
     fwd_flops = 2.0 * B * Hq * T * T * D
     row = dict(provider=provider if prune_eps is None else f"{provider}+prune", gate=gate,
                T=T, B=B, Hq=Hq, Hkv=Hkv, D=D)
-    fn = _provider_fn(provider, q, k, v, log_f, prune_eps, qk_bound)
-    if fn is None:
-        return None
+    try:
+        fn = _provider_fn(provider, q, k, v, log_f, prune_eps, qk_bound)
+    except ImportError as exc:  # an asked-for provider that is not installed gets a row that says so
+        row["error"] = f"not installed: {exc}"[:160]
+        return row
     if prune_eps is not None:
         from foxformer.ops import pruning_stats
         row["prune_eps"], row["qk_bound"] = prune_eps, qk_bound
@@ -154,13 +153,11 @@ def run(args) -> int:
                           ("foxformer", "open", args.prune_eps)]
             for provider, gate, eps in cases:
                 row = bench_case(provider, B, T, Hq, Hkv, D, gate=gate, prune_eps=eps, qk_bound=args.qk_bound)
-                if row is not None:
-                    if eps is not None:
-                        _add_speedup(row, rows)
-                    rows.append(row)
-                    print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()},
-                          flush=True)
-                    write_json(args.out, {"env": environment(), "rows": rows})  # survives a kill
+                if eps is not None:
+                    _add_speedup(row, rows)
+                rows.append(row)
+                print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
+                write_json(args.out, {"env": environment(), "rows": rows})  # survives a kill
                 torch.cuda.empty_cache()
     cols = ["provider", "gate", "T", "B", "Hq", "Hkv", "D", "fwd_ms", "fwd_tflops", "fwd_bwd_ms",
             "fwd_bwd_tflops", "peak_gib", "error"]
