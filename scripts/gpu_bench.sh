@@ -62,6 +62,12 @@ STEPS=$(for s in $STEPS; do [ "$s" = graphs ] && echo graphcheck graphs125 graph
     || echo "$s"; done)
 # 17 warm-up steps: past the first eviction scan step (every 8th) and its capture (the next scan step)
 GRAPHS="$FX bench decode --contexts 32768 --batches 1,32 --steps 32 --warmup 17"
+# fla-core, the peer kernel of the attention tables: its wheel, carried in .whl/ (the GPU machine reaches no
+# registry), goes into a folder on PYTHONPATH; without it the fla rows say "not installed".
+if ls .whl/fla_core-*.whl > /dev/null 2>&1 && ! python -c "import fla" 2> /dev/null; then
+    python -m pip install -q --no-index --no-deps --target /tmp/fla_site .whl/fla_core-*.whl \
+        && export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}/tmp/fla_site"
+fi
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/env.txt"
 python -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$OUT/env.txt"
 python -c "from foxformer.provenance import code_version; print('commit', code_version())" | tee -a "$OUT/env.txt"
