@@ -115,6 +115,9 @@ def test_head_overrides_that_do_not_divide_hidden_size_raise(overrides, match):
     (dict(num_heads=12, num_kv_heads=5), "num_kv_heads"),
     (dict(attention_backend="cuda"), "attention_backend"),
     (dict(fgate_tmin=10.0, fgate_tmax=2.0), "fgate_tmin"),
+    (dict(fgate_bias_init="timescale"), "did you mean 'timescales'"),
+    (dict(fgate="fixed", fgate_bias_init="zero"), "freeze f = 0.5"),
+    (dict(attention="softmax", fgate="none", fgate_bias_init="zero"), "no forget gate"),
     (dict(hidden_size=0), "hidden_size"),
 ])
 def test_bad_config_raises(bad, match):

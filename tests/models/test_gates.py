@@ -1,10 +1,12 @@
 """Forget-gate facts: a fixed gate is ALiBi; timescale initialisation."""
+import json
 import math
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+from foxformer.models import FoxForCausalLM, get_preset
 from foxformer.models.layers import SeqContext, timescale_bias
 
 from .conftest import make_model, tokens
@@ -56,3 +58,39 @@ def test_left_padding_cuts_every_gate_kind():
         mask = torch.tensor([[0, 0, 1, 1, 1, 1]])
         torch.testing.assert_close(model(padded, attention_mask=mask).logits[:, 2:], model(row).logits,
                                    rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("preset", ["fox-pro-tiny", "fox-llama-tiny", "linear-pro-tiny"])
+def test_data_dependent_gate_starts_as_the_papers_code_or_from_timescales(preset, tmp_path):
+    """The paper's code starts w ~ N(0, init_std) and b = 0 (f = 0.5 in every head); fgate_bias_init="timescales"
+    starts b where a fixed gate stays, so that at d = 64 each head's mean timescale is its own within the
+    spread of w . x (std init_std * sqrt(d) = 0.16 on RMS-normed x), and the start survives a reload."""
+    torch.manual_seed(0)
+    paper = FoxForCausalLM(get_preset(preset))
+    for layer in paper.model.layers:
+        proj = layer.attn.fgate.proj
+        assert torch.equal(proj.bias, torch.zeros(4)) and abs(proj.weight.std().item() - 0.02) < 0.003
+    want = timescale_bias(4, 2.0, 16384.0)
+    model = FoxForCausalLM(get_preset(preset, fgate_bias_init="timescales"))
+    x = torch.randn(2, 64, 64)
+    x = x / x.pow(2).mean(-1, keepdim=True).sqrt()
+    for layer in model.model.layers:
+        gate = layer.attn.fgate
+        torch.testing.assert_close(gate.proj.bias.data, want)
+        timescale = -1.0 / gate(x).mean(dim=(0, 1))
+        ratio = timescale / (-1.0 / F.logsigmoid(want))
+        assert ((ratio > 0.7) & (ratio < 1.4)).all(), ratio
+    model.save_pretrained(tmp_path / "ts")
+    again = FoxForCausalLM.from_pretrained(tmp_path / "ts")
+    assert again.config.fgate_bias_init == "timescales"
+    torch.testing.assert_close(again.model.layers[0].attn.fgate.proj.bias.data, want)
+
+
+def test_config_saved_before_the_bias_init_field_loads_with_the_zero_start(tmp_path):
+    FoxForCausalLM(get_preset("fox-pro-tiny")).save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    saved.pop("fgate_bias_init", None)
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    cfg = FoxForCausalLM.config_class.from_pretrained(tmp_path)
+    assert cfg.fgate_bias_init is None and cfg.gate_bias_init == "zero"
+    assert torch.equal(FoxForCausalLM(cfg).model.layers[0].attn.fgate.proj.bias, torch.zeros(4))

@@ -1,6 +1,7 @@
 """FoxConfig: one typed config for FoX and Transformer models, LLaMA and Pro blocks, and the ablations."""
 from __future__ import annotations
 
+import difflib
 import math
 
 from transformers import PretrainedConfig
@@ -10,6 +11,7 @@ from .kvcache.policy import check_eviction
 
 ATTENTIONS = ("forgetting", "softmax", "linear")
 FGATES = ("data_dependent", "data_independent", "fixed", "none")
+FGATE_BIAS_INITS = ("zero", "timescales")
 
 
 def _positive_int(value) -> bool:
@@ -29,9 +31,16 @@ class FoxConfig(PretrainedConfig):
     attention: "forgetting" (FoX), "softmax" (Transformer; requires fgate="none") or "linear" (the recurrent
         baseline: gated linear attention with the forget gate and L2-normalised q, k; needs a forget gate,
         and has no keys to evict or prune).
-    fgate: forget gate kind. "data_dependent" f_t = sigmoid(w . x_t + b) per head (b starts at 0);
-        "data_independent" learns only b; "fixed" freezes b; "none" = plain softmax attention.
-        The last two start b from decay timescales geometric in [fgate_tmin, fgate_tmax].
+    fgate: forget gate kind. "data_dependent" f_t = sigmoid(w . x_t + b) per head; "data_independent" learns
+        only b; "fixed" freezes b; "none" = plain softmax attention.
+    fgate_bias_init: where b starts. "zero" (f = 0.5: a memory of ~1.4 tokens in every head) or "timescales"
+        (one decay timescale per head, geometric in [fgate_tmin, fgate_tmax]). None: the choice of the paper's
+        code for the kind: "zero" for data_dependent (the only start it allows there), "timescales" for the
+        other two ("zero" is refused for a fixed gate, which would stay at f = 0.5). A zero-started
+        data-dependent gate gets almost no gradient from tokens more than a few tens back (0.5^d): on MQAR,
+        whose answers lie tens to hundreds of tokens back, it does not open at our sizes, where the
+        timescale start learns as fast as the fixed gate (docs/results.md, MQAR section). The LM results
+        all use the zero start.
     intermediate_size: SwiGLU width; None means round_up(2/3 * mlp_ratio * hidden_size, 64).
     head_dim: None means hidden_size // num_heads. num_kv_heads: None means num_heads (no GQA).
     attention_backend: backend of the forgetting_attention op ("auto" | "triton" | "torch" | "naive").
@@ -78,6 +87,7 @@ class FoxConfig(PretrainedConfig):
     fgate: str = "data_dependent"
     fgate_tmin: float = 2.0
     fgate_tmax: float = 16384.0
+    fgate_bias_init: str | None = None
     rope: bool = False
     rope_theta: float = 500000.0
     qk_norm: bool = False
@@ -156,6 +166,7 @@ class FoxConfig(PretrainedConfig):
         if not (0 < self.fgate_tmin <= self.fgate_tmax < math.inf):
             raise ValueError(f"FoxConfig needs 0 < fgate_tmin <= fgate_tmax (finite), got "
                              f"{self.fgate_tmin} and {self.fgate_tmax}")
+        self._validate_bias_init()
         self._validate_inference()
         if self.tokenizer is not None and (not isinstance(self.tokenizer, str) or not self.tokenizer):
             raise ValueError(f"FoxConfig.tokenizer must be a tokenizer spec such as 'gpt2', or None, got "
@@ -165,6 +176,31 @@ class FoxConfig(PretrainedConfig):
             value = getattr(self, name)
             if not 0 < value < math.inf:
                 raise ValueError(f"FoxConfig.{name} must be positive and finite, got {value!r}")
+
+    def _validate_bias_init(self) -> None:
+        init = self.fgate_bias_init
+        if init is None:
+            return
+        if init not in FGATE_BIAS_INITS:
+            close = difflib.get_close_matches(str(init), FGATE_BIAS_INITS, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(f"FoxConfig.fgate_bias_init must be one of {FGATE_BIAS_INITS} or None{hint}, "
+                             f"got {init!r}")
+        if not self.has_fgate:
+            raise ValueError(f"FoxConfig.fgate_bias_init must be None for a model with no forget gate "
+                             f"(attention={self.attention!r}, fgate={self.fgate!r}), got {init!r}")
+        if self.fgate == "fixed" and init == "zero":
+            raise ValueError("FoxConfig.fgate_bias_init='zero' with fgate='fixed' would freeze f = 0.5 in every "
+                             "head (a memory of ~1.4 tokens); use 'timescales' or None")
+
+    @property
+    def gate_bias_init(self) -> str | None:
+        """fgate_bias_init with None resolved to the kind's default (None without a forget gate)."""
+        if not self.has_fgate:
+            return None
+        if self.fgate_bias_init is not None:
+            return self.fgate_bias_init
+        return "zero" if self.fgate == "data_dependent" else "timescales"
 
     def _validate_inference(self) -> None:
         shift = self.fgate_bias_shift

@@ -118,6 +118,18 @@ def timescale_bias(num_heads: int, tmin: float, tmax: float) -> torch.Tensor:
     return (-torch.log(torch.expm1(1.0 / t))).to(torch.get_default_dtype())
 
 
+def initial_gate_bias(config: FoxConfig) -> torch.Tensor:
+    """b [H] a new forget gate starts from (FoxConfig.fgate_bias_init)."""
+    if config.gate_bias_init == "zero":
+        return torch.zeros(config.num_heads)
+    return timescale_bias(config.num_heads, config.fgate_tmin, config.fgate_tmax)
+
+
+class GateProjection(nn.Linear):
+    """w, b of a data-dependent forget gate: a Linear of its own type, so that weight initialisation (which
+    transformers applies to modules holding parameters, not to the ForgetGate around it) can start b apart."""
+
+
 class ForgetGate(nn.Module):
     """log f [B, T, H] (fp32) from the block input x [B, T, d]; see FoxConfig.fgate for the kinds."""
 
@@ -126,13 +138,16 @@ class ForgetGate(nn.Module):
         self.kind = config.fgate
         self.num_heads = config.num_heads
         self.set_bias_shift(config.layer_bias_shift(layer_idx))
+        start = initial_gate_bias(config)
         if self.kind == "data_dependent":
-            self.proj = nn.Linear(config.hidden_size, config.num_heads, bias=True)
+            self.proj = GateProjection(config.hidden_size, config.num_heads, bias=True)
+            with torch.no_grad():
+                self.proj.bias.copy_(start)
         elif self.kind == "data_independent":
-            self.bias = nn.Parameter(timescale_bias(config.num_heads, config.fgate_tmin, config.fgate_tmax))
+            self.bias = nn.Parameter(start)
         else:
             # A frozen gate is a (saved) buffer: loaders re-create parameters with requires_grad=True.
-            self.register_buffer("bias", timescale_bias(config.num_heads, config.fgate_tmin, config.fgate_tmax))
+            self.register_buffer("bias", start)
 
     def set_bias_shift(self, shift) -> None:
         """Inference-time shift [H] (or a float) added to the gate logits; zeros remove it exactly.

@@ -20,7 +20,7 @@ from .kvcache.graphs import DecodeGraphs, step_kind
 from .kvcache.paged import PagedKV
 from .kvcache.policy import EvictionPolicy
 from .kvcache.recurrent import RecurrentState
-from .layers import Block, ForgetGate, RMSNorm, SeqContext, rope_tables, timescale_bias
+from .layers import Block, ForgetGate, GateProjection, RMSNorm, SeqContext, initial_gate_bias, rope_tables
 from .loss import IGNORE_INDEX, fused_causal_lm_loss, next_token_targets
 
 try:  # respects "already loaded" flags during from_pretrained (transformers v5)
@@ -122,7 +122,10 @@ class FoxPreTrainedModel(PreTrainedModel):
 
     def _init_weights(self, module: nn.Module) -> None:
         std = self.config.init_std
-        if isinstance(module, nn.Linear):
+        if isinstance(module, GateProjection):
+            _init.normal_(module.weight, mean=0.0, std=std)
+            _init.copy_(module.bias, initial_gate_bias(self.config).to(module.bias.device, module.bias.dtype))
+        elif isinstance(module, nn.Linear):
             _init.normal_(module.weight, mean=0.0, std=std)
             if module.bias is not None:
                 _init.zeros_(module.bias)
@@ -131,8 +134,7 @@ class FoxPreTrainedModel(PreTrainedModel):
         elif isinstance(module, RMSNorm):
             _init.ones_(module.weight)
         elif isinstance(module, ForgetGate) and module.kind != "data_dependent":
-            bias = timescale_bias(self.config.num_heads, self.config.fgate_tmin, self.config.fgate_tmax)
-            _init.copy_(module.bias, bias.to(module.bias.device))
+            _init.copy_(module.bias, initial_gate_bias(self.config).to(module.bias.device, module.bias.dtype))
 
 
 def _check_cu_seqlens(cu_seqlens: torch.Tensor, batch: int, length: int) -> None:
