@@ -165,8 +165,11 @@ def section(bundles: list[str]) -> str:
     mqar = next((os.path.join(b, "mqar") for b in bundles if os.path.exists(os.path.join(b, "mqar", "mqar.json"))), None)
     if mqar:
         shutil.copytree(mqar, os.path.join(OUT, "mqar"), dirs_exist_ok=True)
-        parts += ["### Multi-query associative recall", "", open(os.path.join(mqar, "mqar.md")).read(),
-                  "![MQAR](results/issue20/mqar/mqar.png)", ""]
+        parts += ["### Multi-query associative recall", "",
+                  "`bash scripts/issue20.sh mqar` (the `small` preset; why FoX's gate start matters here: section "
+                  "\"Associative recall (MQAR) and the forget gate's start\" below).", "",
+                  open(os.path.join(mqar, "mqar.md")).read(), "![MQAR](results/issue20/mqar/mqar.png)", "",
+                  "![MQAR training](results/issue20/mqar/mqar_training.png)", ""]
     else:
         parts += ["### Multi-query associative recall", "", "Pending: `bash scripts/issue20.sh mqar`.", ""]
     if summary:

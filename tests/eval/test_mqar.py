@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from foxformer.cli import main
-from foxformer.eval.mqar import IGNORE, MqarConfig, config_from, mqar_batch, parse_model
+from foxformer.eval.mqar import IGNORE, MqarConfig, config_from, mqar_batch, parse_model, table
 
 
 def test_batches_hold_pairs_then_each_key_queried_once_before_its_value():
@@ -35,9 +35,11 @@ def test_bad_settings_are_named():
 
 
 def test_cli_trains_models_that_recall_far_above_chance(tmp_path, capsys):
+    """The Transformer, the fixed gate and the data-dependent gate started from timescales all learn the toy
+    task; the gates' reach is logged while they train (a gate that never opens is visible)."""
     out = tmp_path / "mqar"
-    assert main(["eval", "mqar", "--models", "transformer-pro,fox-pro:fgate=fixed", "--out", str(out),
-                 "--no-progress"]) == 0
+    assert main(["eval", "mqar", "--models", "transformer-pro,fox-pro:fgate=fixed,fox-pro:fgate_bias_init=timescales",
+                 "--out", str(out), "--no-progress"]) == 0
     data = json.loads((out / "mqar.json").read_text())
     cfg = MqarConfig()
     assert data["chance"] == pytest.approx(1 / 16)
@@ -47,8 +49,25 @@ def test_cli_trains_models_that_recall_far_above_chance(tmp_path, capsys):
         assert max(params) / min(params) < 1.02  # matched in parameters
         within = [row[inside] for row in model["accuracy"][:2]]  # trained pair counts at the training length
         assert min(within) > 0.8, model["label"]
-    assert (out / "mqar.png").stat().st_size > 0 and "Transformer (Pro)" in (out / "mqar.md").read_text()
+    assert (out / "mqar.png").stat().st_size > 0 and (out / "mqar_training.png").stat().st_size > 0
+    assert "Transformer (Pro)" in (out / "mqar.md").read_text() and "stopped" not in (out / "mqar.md").read_text()
+    logged = {m["label"]: ["gate_log_f" in h for h in m["history"]] for m in data["models"]}
+    assert not any(logged["Transformer (Pro)"]) and all(logged["FoX (Pro), fgate_bias_init=timescales"])
+    gates = data["models"][[m["label"] for m in data["models"]].index("FoX (Pro), fgate=fixed")]["history"][-1]
+    assert len(gates["gate_log_f"]) == cfg.num_layers and all(v < 0 for v in gates["gate_log_f"][0])
     # another process's results in the same folder are tabled together; another task's are refused
     assert main(["eval", "mqar", "--out", str(out), "--report-only", "--no-progress"]) == 0
     assert main(["eval", "mqar", "--out", str(out), "--report-only", "--seed", "3"]) == 2
     assert "another task" in capsys.readouterr().err
+
+
+def test_table_says_which_models_a_time_limit_stopped():
+    """Results of unequal training (a time limit hit at 45% of the steps) must not pass as the preset's."""
+    cfg = MqarConfig(eval_lengths=[32], eval_pairs=[2])
+    done = {"label": "A", "non_embedding_params": 1e5, "steps_done": cfg.steps, "accuracy": [[1.0]],
+            "history": [{"step": cfg.steps, "gate_log_f": [[-0.5, -1e-3], [-0.1, -0.7]]}]}
+    cut = {"label": "B", "non_embedding_params": 1e5, "steps_done": 54, "accuracy": [[0.0]], "history": []}
+    text = table([done, cut], cfg)
+    row_a, row_b = (line for line in text.splitlines() if line.startswith(("| A", "| B")))
+    assert f"| {cfg.steps} | 1e+03 / 10 |" in row_a  # each layer's longest timescale, -1 / mean log f
+    assert f"54 of {cfg.steps} (stopped)" in row_b and "Stopped early" in text and ": B." in text

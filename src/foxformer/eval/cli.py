@@ -316,7 +316,8 @@ def add_commands(subparsers) -> None:
                                    "(matched in parameters) at one length, evaluates pairs x lengths up to 4x it; "
                                    "writes mqar.json, mqar.md, mqar.png (and models/*.json, one per model: several "
                                    "processes may share --out, --report-only then tables them all).")
-    p.add_argument("--preset", default="toy", help="toy (CPU, seconds) | small (the GPU size of docs/results.md)")
+    p.add_argument("--preset", default="toy", help="toy (CPU, seconds) | mid (CPU, minutes) | small (the GPU size "
+                                                   "of docs/results.md)")
     p.add_argument("--models", type=words, default=None,
                    help="model kinds, e.g. fox-pro,transformer-pro,linear-pro,fox-llama:fgate=fixed (default: the "
                         "preset's)")
@@ -324,7 +325,8 @@ def add_commands(subparsers) -> None:
     p.add_argument("--lr", type=float, default=None)
     p.add_argument("--batch-size", type=int, default=None)
     p.add_argument("--seed", type=int, default=None, help="task, data and weights seed")
-    p.add_argument("--max-minutes", type=float, default=None, help="training time limit per model")
+    p.add_argument("--max-minutes", type=float, default=None,
+                   help="training time limit per model, a guard: mqar.md marks a model it stopped before --steps")
     p.add_argument("--compile", action="store_true", help="torch.compile the models (GPU)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     p.add_argument("--out", default=None, help="output folder (default: mqar_PRESET)")
