@@ -342,7 +342,7 @@ def table(results: list[dict], cfg: MqarConfig) -> str:
             f"in training.\n\n" + "\n".join(lines) + "\n")
     if stopped:
         text += (f"\n**Stopped early** by max_minutes, before {cfg.steps} steps and with the learning rate still "
-                 f"high: {', '.join(stopped)}. Their accuracy is what that part of the training reached, not "
+                 f"high: {'; '.join(stopped)}. Their accuracy is what that part of the training reached, not "
                  f"the preset's; compare models at equal steps.\n")
     return text
 
