@@ -169,19 +169,7 @@ def test_continuation_longer_than_max_length_is_a_clear_error(tok, cont):
         adapter.loglikelihood([("a b", cont)])
 
 
-JSON_TASK = """task: fox_json_mc
-dataset_path: json
-dataset_kwargs:
-  data_files:
-    test: {data}
-test_split: test
-output_type: multiple_choice
-doc_to_text: "{{{{prompt}}}}"
-doc_to_choice: "{{{{choices}}}}"
-doc_to_target: "{{{{answer}}}}"
-metric_list:
-  - metric: acc
-"""
+JSON_TASK = LOCAL_TASKS["fox_copy_mc.yaml"].replace("task: fox_copy_mc", "task: fox_json_mc")
 
 
 def test_lm_eval_hf_on_an_export_scores_as_eval_harness(tmp_path, capsys):

@@ -155,19 +155,24 @@ def test_pages_are_reused_and_the_pool_stays_bounded():
     assert hinted[0].capacity == 100
 
 
+def _feed_one_long_head(cache, batch: int, tokens: int, chunk: int, heads: int = 8, dim: int = 16) -> None:
+    """Append `tokens` random keys in chunks, evicting after each: every head forgets (log f = -1) but head 0,
+    which keeps every key."""
+    for _ in range(0, tokens, chunk):
+        k = torch.randn(batch, chunk, heads, dim)
+        log_f = torch.full((batch, chunk, heads), -1.0, dtype=torch.float64)
+        log_f[..., 0] = 0.0
+        cache.append(k, k, gate_cumsum(log_f, initial=cache.last_c()))
+        cache.evict()
+
+
 def test_one_long_head_does_not_pin_the_others_memory():
     """The fifth-session failure: one head that never forgets kept a dense buffer whole for every head (60%
     of the no-eviction memory allocated with 5% of the keys live). With pages per head the allocation
     follows the live keys."""
-    Hkv, D, T = 8, 16, 40 * 64
+    T = 40 * 64
     cache = PagedKV(-5.0)
-    for t0 in range(0, T, 16):
-        k = torch.randn(1, 16, Hkv, D)
-        log_f = torch.full((1, 16, Hkv), -1.0, dtype=torch.float64)
-        log_f[..., 0] = 0.0                                  # head 0 keeps every key
-        c = gate_cumsum(log_f, initial=cache.last_c())
-        cache.append(k, k, c)
-        cache.evict()
+    _feed_one_long_head(cache, batch=1, tokens=T, chunk=16)
     mem = cache.memory()
     assert mem["live"] < 0.15 * mem["no_eviction"]           # 1 head of 8 live, plus a few keys
     assert mem["allocated"] < 0.3 * mem["no_eviction"]       # pages follow: the pool is 1/8 and slack
@@ -315,14 +320,8 @@ def test_hf_generate_bound_covers_the_whole_generation(max_new_tokens, n):
 def test_beam_reorder_copies_only_the_live_pages():
     """select rebuilt the pool from dense copies of every position, dead ones included: after one beam
     reorder an evicting cache allocated as much as no eviction at all (and copied all of it each step)."""
-    Hkv, D, T = 8, 16, 20 * 64
     cache = PagedKV(-5.0)
-    for t0 in range(0, T, 64):
-        k = torch.randn(2, 64, Hkv, D)
-        log_f = torch.full((2, 64, Hkv), -1.0, dtype=torch.float64)
-        log_f[..., 0] = 0.0                                  # head 0 keeps every key
-        cache.append(k, k, gate_cumsum(log_f, initial=cache.last_c()))
-        cache.evict()
+    _feed_one_long_head(cache, batch=2, tokens=20 * 64, chunk=64)
     before = cache.memory()
     want = cache.k[[1, 1, 0]][:, :, 0]
     cache.select(torch.tensor([1, 1, 0]))
