@@ -24,7 +24,6 @@ cut by the causal mask, and such rows are never stored.
 from __future__ import annotations
 
 from .compat import (
-    fence_async_shared,  # noqa: F401  (re-exported for the backward)
     gl,
     gluon,
     mbarrier,
