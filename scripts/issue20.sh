@@ -7,7 +7,8 @@
 #   bash scripts/issue20.sh seed 1        # GPU: ... seed 1
 #   bash scripts/issue20.sh seed 2        # GPU: ... seed 2
 #   bash scripts/issue20.sh lodo          # GPU: FoX (Pro) and Transformer (Pro) trained without the prose
-#   bash scripts/issue20.sh mqar          # GPU: multi-query associative recall, 4 models (MQAR_MODELS)
+#   bash scripts/issue20.sh mqar          # GPU: multi-query associative recall, 4 models (MQAR_MODELS), into
+#                                         # $OUT/mqar_bundle.tgz
 #   python scripts/issue20_doc.py BUNDLE_DIR...   # CPU: tables and figures into docs/results.md
 #
 # GPU calls carry the prepared data (`data` prints the carry list; under 64 MiB a call) and write
@@ -81,6 +82,9 @@ mqar)
     wait
     $FX eval mqar --preset small --out "$OUT/mqar" --report-only --no-progress > "$OUT/mqar_report.log" 2>&1
     cat "$OUT/mqar/mqar.md"
+    # one archive without the model weights: the device hands back few files (the first GPU run lost mqar.json)
+    (cd "$OUT" && tar -czf ../mqar_bundle.tgz --exclude=models . && find . -mindepth 1 -delete \
+        && mv ../mqar_bundle.tgz .)
     ;;
 *)
     echo "usage: bash scripts/issue20.sh data | seed N | lodo | mqar" >&2

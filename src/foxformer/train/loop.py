@@ -12,6 +12,7 @@ import dataclasses
 import hashlib
 import math
 import os
+import shutil
 import time
 import zlib
 from dataclasses import dataclass
@@ -184,9 +185,11 @@ def export_hf(model_cfg, model_sd: dict, out: str) -> str:
     model = FoxForCausalLM(model_cfg)
     model.load_state_dict(model_sd, strict=True)
     tmp = f"{out}.tmp-{os.getpid()}"
-    model.save_pretrained(tmp)
-    import shutil
-
+    try:
+        model.save_pretrained(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # no half-written export beside the run
+        raise
     shutil.rmtree(out, ignore_errors=True)
     os.replace(tmp, out)
     return out
