@@ -244,11 +244,56 @@ def _fwd_loop(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, k_ready, v_ready, kc_e
 
 
 @gluon.jit
+def _fwd_loop_overlap(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, k_ready, v_ready, kc_empty, v_empty,
+                      zero_qk, offs_n, pos_q, cq2, cq_hi, cq_lo, scale2, lo, n_tiles, n_unmasked,
+                      HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
+                      FOLD_ROW: gl.constexpr):
+    """FA3's intra-warpgroup overlap: QK^T of tile i is issued beside PV of tile i - 1, and tile i's softmax
+    runs while that PV is on the tensor cores. P of tile i - 1 stays in registers until its PV is waited."""
+    col_l: gl.constexpr = gl.SliceLayout(0, zero_qk.type.layout)
+    orow_l: gl.constexpr = gl.SliceLayout(1, acc.type.layout)
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc.type.layout, k_width=2)
+    mbarrier.wait(k_ready.index(0), 0)
+    k_t = k_smem.index(0).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
+    tok = warpgroup_mma(q_w, k_t, zero_qk, use_acc=False, is_async=True)
+    qk = warpgroup_mma_wait(0, deps=[tok])
+    # acc is zero: tile 0's rescale factor is not needed
+    p16, _, m_i, l_i = _tile_softmax(qk, c_smem, 0, 0 >= n_unmasked, lo + offs_n, pos_q, cq2, cq_hi, cq_lo,
+                                     scale2, m_i, l_i, q_w.dtype, p_layout, orow_l, col_l, FOLD_ROW)
+    release_stage(kc_empty.index(0))
+    for i in range(1, n_tiles):
+        s = i % NUM_STAGES
+        sp = (i - 1) % NUM_STAGES
+        mbarrier.wait(k_ready.index(s), (i // NUM_STAGES) & 1)
+        k_t = k_smem.index(s).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
+        s_tok = warpgroup_mma(q_w, k_t, zero_qk, use_acc=False, is_async=True)
+        v_t = v_smem.index(sp).reshape([BLOCK_N, HEAD_DIM])
+        mbarrier.wait(v_ready.index(sp), ((i - 1) // NUM_STAGES) & 1)
+        o_tok = warpgroup_mma(p16, v_t, acc, is_async=True)
+        qk = warpgroup_mma_wait(1, deps=[s_tok])
+        p_next, alpha, m_i, l_i = _tile_softmax(qk, c_smem, s, i >= n_unmasked, lo + i * BLOCK_N + offs_n, pos_q,
+                                                cq2, cq_hi, cq_lo, scale2, m_i, l_i, q_w.dtype, p_layout, orow_l,
+                                                col_l, FOLD_ROW)
+        release_stage(kc_empty.index(s))
+        acc, p_done = warpgroup_mma_wait(0, deps=[o_tok, p16])
+        release_stage(v_empty.index(sp))
+        acc = acc * alpha[:, None]
+        p16 = p_next
+    sp = (n_tiles - 1) % NUM_STAGES
+    v_t = v_smem.index(sp).reshape([BLOCK_N, HEAD_DIM])
+    mbarrier.wait(v_ready.index(sp), ((n_tiles - 1) // NUM_STAGES) & 1)
+    o_tok = warpgroup_mma(p16, v_t, acc, is_async=True)
+    acc, p_done = warpgroup_mma_wait(0, deps=[o_tok, p16])
+    release_stage(v_empty.index(sp))
+    return acc, m_i, l_i
+
+
+@gluon.jit
 def _fwd_consumer(q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty, v_empty,
                   C, Out, Lse, zb, tok0, head, m0, off, n_q, c_base, r, lo, n_tiles, scale2,
                   stride_ob, stride_ot, stride_oh, stride_lb, stride_lh,
                   WG: gl.constexpr, NUM_WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
-                  NUM_STAGES: gl.constexpr, FOLD_ROW: gl.constexpr):
+                  NUM_STAGES: gl.constexpr, FOLD_ROW: gl.constexpr, OVERLAP: gl.constexpr):
     qk_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                          instr_shape=[16, BLOCK_N, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -276,9 +321,14 @@ def _fwd_consumer(q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_em
     offs_n = gl.arange(0, BLOCK_N, layout=col_l)
 
     mbarrier.wait(q_bar, 0)
-    acc, m_i, l_i = _fwd_loop(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, k_ready, v_ready, kc_empty, v_empty,
-                              zero_qk, offs_n, pos_q, cq2, cq_hi, cq_lo, scale2, lo, n_tiles, n_unmasked,
-                              HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW)
+    if OVERLAP:
+        acc, m_i, l_i = _fwd_loop_overlap(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, k_ready, v_ready, kc_empty,
+                                          v_empty, zero_qk, offs_n, pos_q, cq2, cq_hi, cq_lo, scale2, lo, n_tiles,
+                                          n_unmasked, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW)
+    else:
+        acc, m_i, l_i = _fwd_loop(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, k_ready, v_ready, kc_empty, v_empty,
+                                  zero_qk, offs_n, pos_q, cq2, cq_hi, cq_lo, scale2, lo, n_tiles, n_unmasked,
+                                  HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW)
     # Every real row saw its own key, so l_i > 0; padded rows are finite and never stored.
     o = acc / gl.convert_layout(l_i, orow_l)[:, None]
     out_l: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (HEAD_DIM // 8), HEAD_DIM // 8], [4, 1], [1, 0])
@@ -300,7 +350,7 @@ def fwd_kernel(q_desc, k_desc, v_desc, C, Out, Lse, CuSeqlens, PruneBound,
                seqlen_q, seqlen_k, scale2, n_blocks, n_heads, group,
                HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_WG: gl.constexpr,
                NUM_STAGES: gl.constexpr, IS_VARLEN: gl.constexpr, PRUNE: gl.constexpr,
-               CONSUMER_REGS: gl.constexpr, FOLD_ROW: gl.constexpr):
+               CONSUMER_REGS: gl.constexpr, FOLD_ROW: gl.constexpr, OVERLAP: gl.constexpr):
     BLOCK_M: gl.constexpr = NUM_WG * WG_ROWS
     head, pid_z, pid_m, zb, tok0, n_q, n_k, m0 = query_program(n_blocks, n_heads, CuSeqlens, seqlen_q, seqlen_k,
                                                                BLOCK_M, IS_VARLEN)
@@ -319,15 +369,15 @@ def fwd_kernel(q_desc, k_desc, v_desc, C, Out, Lse, CuSeqlens, PruneBound,
                 (_fwd_consumer, (q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty, v_empty,
                                  C, Out, Lse, zb, tok0, head, m0, off, n_q, c_base, r, lo, n_tiles, scale2,
                                  stride_ob, stride_ot, stride_oh, stride_lb, stride_lh,
-                                 0, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW)),
+                                 0, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, OVERLAP)),
                 (_fwd_consumer, (q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty, v_empty,
                                  C, Out, Lse, zb, tok0, head, m0, off, n_q, c_base, r, lo, n_tiles, scale2,
                                  stride_ob, stride_ot, stride_oh, stride_lb, stride_lh,
-                                 1, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW)),
+                                 1, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, OVERLAP)),
                 (_fwd_consumer, (q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty, v_empty,
                                  C, Out, Lse, zb, tok0, head, m0, off, n_q, c_base, r, lo, n_tiles, scale2,
                                  stride_ob, stride_ot, stride_oh, stride_lb, stride_lh,
-                                 2, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW)),
+                                 2, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, OVERLAP)),
             ], [4, 4, 4], [CONSUMER_REGS, CONSUMER_REGS, CONSUMER_REGS])
         else:
             gl.warp_specialize([
@@ -338,9 +388,9 @@ def fwd_kernel(q_desc, k_desc, v_desc, C, Out, Lse, CuSeqlens, PruneBound,
                 (_fwd_consumer, (q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty, v_empty,
                                  C, Out, Lse, zb, tok0, head, m0, off, n_q, c_base, r, lo, n_tiles, scale2,
                                  stride_ob, stride_ot, stride_oh, stride_lb, stride_lh,
-                                 0, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW)),
+                                 0, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, OVERLAP)),
                 (_fwd_consumer, (q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty, v_empty,
                                  C, Out, Lse, zb, tok0, head, m0, off, n_q, c_base, r, lo, n_tiles, scale2,
                                  stride_ob, stride_ot, stride_oh, stride_lb, stride_lh,
-                                 1, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW)),
+                                 1, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, OVERLAP)),
             ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])

@@ -34,6 +34,7 @@ class FwdConfig:
     num_wg: int = 2
     consumer_regs: int = 240
     fold_row: bool = True
+    overlap: bool = False
 
 
 # Picked by `scripts/hopper_tune.py fwd bwd` on one H200 (torch 2.11, Triton 3.6, bf16, B * T = 32K, T = 16K;
@@ -46,8 +47,12 @@ class FwdConfig:
 # 3.48 / 3.57 against 3.44 / 3.42 ms; 2% faster in the sweep), so D 128 keeps the whole bias. FA3's ping-pong (turn
 # barriers between the consumer warpgroups, PV of one tile and QK^T of the next issued back to back) was
 # slower everywhere: D 64 8.77 ms (three warpgroups spill) and 5.36 ms (two), D 128 4.05 ms.
+# Ninth session (docs/bench/hopper_tune_overlap*_h200.json): FA3's intra-warpgroup overlap (overlap=True: QK^T of
+# tile i issued beside PV of tile i - 1, softmax while PV runs) with the row term folded took D 128 from 3.53-3.57
+# to 3.00-3.06 ms (0.94x cuDNN's forward). At D 64 it lost: 4.41 ms at two warpgroups, 5.3 ms at three with
+# 64-key stages, against 4.03; at three with 128-key stages P spilled while its wgmma read it: wrong output.
 FWD_CONFIGS = {64: FwdConfig(block_n=128, num_stages=3, num_wg=3, consumer_regs=160),
-               128: FwdConfig(block_n=128, num_stages=2, fold_row=False)}
+               128: FwdConfig(block_n=128, num_stages=2, overlap=True)}
 
 _GL_DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16"}
 
@@ -87,7 +92,8 @@ def forward_launch(q, k, v, c, out, lse, cu, bound, scale: float, n_blocks: int,
             out.stride(0), out.stride(1), out.stride(2), c.stride(0), c.stride(1), lse.stride(0), lse.stride(1),
             Tq, Tk, float(scale) * math.log2(math.e), n_blocks, Hq, Hq // Hkv)
     constexprs = dict(HEAD_DIM=D, BLOCK_N=cfg.block_n, NUM_WG=cfg.num_wg, NUM_STAGES=cfg.num_stages,
-                      IS_VARLEN=varlen, PRUNE=prune, CONSUMER_REGS=cfg.consumer_regs, FOLD_ROW=cfg.fold_row)
+                      IS_VARLEN=varlen, PRUNE=prune, CONSUMER_REGS=cfg.consumer_regs, FOLD_ROW=cfg.fold_row,
+                      OVERLAP=cfg.overlap)
     return Launch(fwd_kernel, launch_grid(n_blocks, Hq, n_z), args, constexprs, dict(num_warps=4))
 
 
