@@ -115,7 +115,7 @@ graphsbase) step graphs_transformer 30 $GRAPHS --preset transformer-pro-125m --d
                 --out "$OUT/decode_graphs_fox_760m.json"
             step graphs_linear 25 $GRAPHS --preset linear-pro-125m --decode eager,graphs --no-baseline \
                 --out "$OUT/decode_graphs_linear_125m.json" ;;
-graphscomp) step graphscomp 60 $GRAPHS --preset fox-pro-125m --batches 1 --decode compiled --no-baseline \
+graphscomp) step graphscomp 150 $GRAPHS --preset fox-pro-125m --batches 1 --decode compiled --no-baseline \
                 --out "$OUT/decode_graphs_fox_125m_compiled.json" ;;
 graphtargets) python scripts/decode_targets.py "$OUT" | tee "$OUT/decode_targets.txt" ;;
 decode125) step decode_model 100 $FX bench decode --preset fox-pro-125m --contexts 4096,32768,65536 \
