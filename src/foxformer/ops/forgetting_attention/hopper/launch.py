@@ -139,6 +139,7 @@ class BwdConfig:
     dq_num_wg: int = 2
     consumer_regs: int = 240
     dq_consumer_regs: int = 240
+    dkdv_overlap: bool = False
 
 
 # Same runs. dk/dv: 128-row query tiles at D 64 (6.59 against 7.25 ms for 64 rows), 64-row ones at D 128
@@ -164,7 +165,7 @@ def dkdv_launch(q, k, v, c, do, lse, delta, dk, dv, colsum, cu, bound, scale: fl
             c.stride(0), c.stride(1), lse.stride(0), lse.stride(1),
             Tq, Tk, float(scale), float(scale) * math.log2(math.e), n_blocks, Hkv, Hq // Hkv)
     constexprs = dict(HEAD_DIM=D, BLOCK_M=cfg.dkdv_block_m, NUM_STAGES=cfg.dkdv_stages,
-                      IS_VARLEN=varlen, PRUNE=prune, CONSUMER_REGS=cfg.consumer_regs)
+                      IS_VARLEN=varlen, PRUNE=prune, CONSUMER_REGS=cfg.consumer_regs, OVERLAP=cfg.dkdv_overlap)
     return Launch(dkdv_kernel, launch_grid(n_blocks, Hkv, n_z), args, constexprs, dict(num_warps=4))
 
 
