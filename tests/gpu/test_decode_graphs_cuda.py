@@ -83,3 +83,21 @@ def test_hf_generate_builds_a_cache_that_replays_graphs():
                          pad_token_id=0, return_dict_in_generate=True)
     cache = out[CACHE_FIELD]
     assert cache.graphs is not None and cache.graphs.captures >= 1 and cache.decode_note is None
+
+
+@torch.no_grad()
+def test_a_cache_that_grows_while_decoding_is_captured_again():
+    """A cache built without a length hint doubles its buffers at 512 entries: the step is captured again, in a
+    fresh memory pool (reusing the pool of the dropped graphs tripped the allocator), and replays what eager
+    decoding computes."""
+    model, _ = _model("fox-pro")
+    ids = torch.randint(0, 512, (2, 530), device="cuda", generator=torch.Generator("cuda").manual_seed(5))
+    logits = {}
+    for decode in ("eager", "static", "graphs"):
+        cache = model.model.new_cache(decode=decode)
+        parts = [model(ids[:, :500], cache=cache, use_cache=True).logits[:, -1:]]
+        parts += [model(ids[:, t:t + 1], cache=cache, use_cache=True).logits for t in range(500, 530)]
+        logits[decode] = torch.cat(parts, 1).float()
+    assert cache.graphs.captures == 2, cache.graphs.captures
+    assert torch.equal(logits["graphs"], logits["static"])  # the same step, replayed
+    torch.testing.assert_close(logits["graphs"], logits["eager"], atol=3e-2, rtol=0)

@@ -99,6 +99,9 @@ class DecodeGraphs:
             return out
         if cache.version != self.version:  # storage moved: the graphs of the old addresses are of no use
             self.graphs.clear()
+            # and neither is their memory pool: capturing into a pool whose graphs are all gone trips the
+            # caching allocator (an internal assert in torch 2.11, which leaves the CUDA RNG mid-capture)
+            self.pool = None
             self.version = cache.version
         key = (scan, tuple(x.shape), x.dtype)
         entry = self.graphs.get(key)
