@@ -124,11 +124,7 @@ def _worst_error(D, fwd_cfg=None, bwd_cfg=None) -> float:
     return worst
 
 
-# dk/dv with dV, dK of tile t - 1 issued behind S^T, dP^T of tile t (dkdv_overlap; only 64-row tiles keep
-# P^T and dS^T out of local memory at D 64, and none at D 128), between two runs of the default.
-BWD_SWEEP = {64: [dict(), dict(dkdv_block_m=64), dict(dkdv_block_m=64, dkdv_stages=3, dkdv_overlap=True),
-                  dict(dkdv_block_m=64, dkdv_stages=4, dkdv_overlap=True), dict()],
-             128: [dict()]}
+BWD_SWEEP = {64: [dict(), dict(dkdv_block_m=64)], 128: [dict()]}
 
 
 def _bwd_parts(q, k, v, c, do, out, lse, scale, cfg):

@@ -232,85 +232,12 @@ def _dkdv_loader(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, q_smem, do_smem
 
 
 @gluon.jit
-def _dkdv_probs(qk_t, vec_smem, s, i0, offs_m, keys, kw0, off, n_q, ck_hi, ck_lo2, ck2, scale2,
-                qry_l: gl.constexpr, BLOCK_M: gl.constexpr):
-    """P^T of one [keys, queries] tile from its S^T (the forward's probabilities, lse folded in)."""
-    # Unmasked: every query of the tile comes at or after this warpgroup's last key, and exists.
-    if (off + i0 < kw0 + WG_ROWS - 1) | (i0 + BLOCK_M > n_q):
-        cq_hi = vec_smem.index(N_VEC * s + VEC_CQ_HI).load(qry_l)
-        cq_lo2 = vec_smem.index(N_VEC * s + VEC_CQ_LO2).load(qry_l)
-        rows = i0 + offs_m
-        visible = (keys[:, None] <= off + rows[None, :]) & (rows < n_q)[None, :]
-        sc = ((cq_hi[None, :] - ck_hi[:, None]) * LOG2E + (qk_t * scale2 + (cq_lo2[None, :] - ck_lo2[:, None])))
-        p_t = gl.exp2(gl.where(visible, sc, float("-inf")))
-    else:
-        row2 = vec_smem.index(N_VEC * s + VEC_ROW2).load(qry_l)
-        p_t = gl.exp2(qk_t * scale2 + (row2[None, :] - ck2[:, None]))
-    return p_t
-
-
-@gluon.jit
-def _dkdv_head_overlap(dk, dv, colsum, it, k_w, v_w, q_smem, do_smem, vec_smem, ready, empty, zero_st, i_lo, n_tiles,
-                       offs_m, keys, kw0, off, n_q, ck_hi, ck_lo2, ck2, scale2, a_layout: gl.constexpr,
-                       qry_l: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
-                       NUM_STAGES: gl.constexpr):
-    """One query head's tiles (n_tiles >= 1) with dV and dK of tile t - 1 issued right behind S^T and dP^T of
-    tile t: the tensor cores hold four products while the warpgroup computes P^T and dS^T of tile t. A stage
-    is released one tile later than without overlap, so this wants three or more stages."""
-    dtype: gl.constexpr = q_smem.dtype
-    s = it % NUM_STAGES
-    q_tile = q_smem.index(s).reshape([BLOCK_M, HEAD_DIM])
-    do_tile = do_smem.index(s).reshape([BLOCK_M, HEAD_DIM])
-    mbarrier.wait(ready.index(s), (it // NUM_STAGES) & 1)
-    s_tok = warpgroup_mma(k_w, q_tile.permute((1, 0)), zero_st, use_acc=False, is_async=True)
-    dp_tok = warpgroup_mma(v_w, do_tile.permute((1, 0)), zero_st, use_acc=False, is_async=True)
-    qk_t = warpgroup_mma_wait(1, deps=[s_tok])
-    p_t = _dkdv_probs(qk_t, vec_smem, s, i_lo, offs_m, keys, kw0, off, n_q, ck_hi, ck_lo2, ck2, scale2, qry_l,
-                      BLOCK_M)
-    dp_t = warpgroup_mma_wait(0, deps=[dp_tok])
-    ds_t = p_t * (dp_t - vec_smem.index(N_VEC * s + VEC_DELTA).load(qry_l)[None, :])
-    colsum += gl.sum(ds_t, 1)
-    p16 = gl.convert_layout(p_t.to(dtype), a_layout)
-    ds16 = gl.convert_layout(ds_t.to(dtype), a_layout)
-    for t in range(1, n_tiles):
-        sp = it % NUM_STAGES
-        it += 1
-        s = it % NUM_STAGES
-        q_tile = q_smem.index(s).reshape([BLOCK_M, HEAD_DIM])
-        do_tile = do_smem.index(s).reshape([BLOCK_M, HEAD_DIM])
-        q_prev = q_smem.index(sp).reshape([BLOCK_M, HEAD_DIM])
-        do_prev = do_smem.index(sp).reshape([BLOCK_M, HEAD_DIM])
-        mbarrier.wait(ready.index(s), (it // NUM_STAGES) & 1)
-        s_tok = warpgroup_mma(k_w, q_tile.permute((1, 0)), zero_st, use_acc=False, is_async=True)
-        dp_tok = warpgroup_mma(v_w, do_tile.permute((1, 0)), zero_st, use_acc=False, is_async=True)
-        dv_tok = warpgroup_mma(p16, do_prev, dv, is_async=True)
-        dk_tok = warpgroup_mma(ds16, q_prev, dk, is_async=True)
-        # groups complete in issue order: S^T, dP^T, then dV, dK of the previous tile
-        qk_t = warpgroup_mma_wait(3, deps=[s_tok])
-        p_t = _dkdv_probs(qk_t, vec_smem, s, i_lo + t * BLOCK_M, offs_m, keys, kw0, off, n_q, ck_hi, ck_lo2, ck2,
-                          scale2, qry_l, BLOCK_M)
-        dp_t = warpgroup_mma_wait(2, deps=[dp_tok])
-        ds_t = p_t * (dp_t - vec_smem.index(N_VEC * s + VEC_DELTA).load(qry_l)[None, :])
-        colsum += gl.sum(ds_t, 1)
-        dv, dk, p_done, ds_done = warpgroup_mma_wait(0, deps=[dv_tok, dk_tok, p16, ds16])
-        release_stage(empty.index(sp))
-        p16 = gl.convert_layout(p_t.to(dtype), a_layout)
-        ds16 = gl.convert_layout(ds_t.to(dtype), a_layout)
-    s = it % NUM_STAGES
-    dv_tok = warpgroup_mma(p16, do_smem.index(s).reshape([BLOCK_M, HEAD_DIM]), dv, is_async=True)
-    dk_tok = warpgroup_mma(ds16, q_smem.index(s).reshape([BLOCK_M, HEAD_DIM]), dk, is_async=True)
-    dv, dk, p_done, ds_done = warpgroup_mma_wait(0, deps=[dv_tok, dk_tok, p16, ds16])
-    release_stage(empty.index(s))
-    return dk, dv, colsum, it + 1
-
-
-@gluon.jit
 def _dkdv_consumer(q_smem, do_smem, k_smem, v_smem, vec_smem, kv_bar, ready, empty,
                    C, DK, DV, ColSum, zb, tok0, n0, kv_head, pid_z, pid_n, off, n_q, n_k, n_blocks, n_heads_q,
                    scale, scale2, stride_cb, stride_ch, stride_dkb, stride_dkt, stride_dkh,
                    stride_dvb, stride_dvt, stride_dvh, PruneBound, group,
                    WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
-                   NUM_STAGES: gl.constexpr, PRUNE: gl.constexpr, OVERLAP: gl.constexpr):
+                   NUM_STAGES: gl.constexpr, PRUNE: gl.constexpr):
     # Transposed orientation: tiles are [keys, queries], so dK and dV accumulate without transposes.
     st_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                          instr_shape=[16, BLOCK_M, 16])
@@ -345,13 +272,7 @@ def _dkdv_consumer(q_smem, do_smem, k_smem, v_smem, vec_smem, kv_bar, ready, emp
         colsum = gl.zeros([WG_ROWS], gl.float32, key_l)
         i_lo, n_tiles = _query_range(pid_z, head, pid_n, n0, off, n_q, n_blocks, n_heads_q, PruneBound,
                                      BLOCK_M, PRUNE)
-        if OVERLAP:
-            if n_tiles > 0:
-                dk, dv, colsum, it = _dkdv_head_overlap(dk, dv, colsum, it, k_w, v_w, q_smem, do_smem, vec_smem,
-                                                        ready, empty, zero_st, i_lo, n_tiles, offs_m, keys, kw0, off,
-                                                        n_q, ck_hi, ck_lo2, ck2, scale2, a_layout, qry_l, HEAD_DIM,
-                                                        BLOCK_M, NUM_STAGES)
-        for t in range(0 if not OVERLAP else n_tiles, n_tiles):
+        for t in range(n_tiles):
             s = it % NUM_STAGES
             ph = (it // NUM_STAGES) & 1
             i0 = i_lo + t * BLOCK_M
@@ -408,7 +329,7 @@ def dkdv_kernel(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DK, DV, ColSum, 
                 seqlen_q, seqlen_k, scale, scale2, n_blocks, n_heads, group,
                 HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
                 NUM_STAGES: gl.constexpr, IS_VARLEN: gl.constexpr, PRUNE: gl.constexpr,
-                CONSUMER_REGS: gl.constexpr, OVERLAP: gl.constexpr):
+                CONSUMER_REGS: gl.constexpr):
     """Grid: key blocks of 128 x kv heads x sequences, the first key blocks (the heaviest) first."""
     BLOCK_N: gl.constexpr = 2 * WG_ROWS
     pid = gl.program_id(0)
@@ -445,10 +366,10 @@ def dkdv_kernel(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DK, DV, ColSum, 
                               C, DK, DV, ColSum, zb, tok0, n0, kv_head, pid_z, pid_n, off, n_q, n_k, n_blocks,
                               n_heads_q, scale, scale2, stride_cb, stride_ch, stride_dkb, stride_dkt, stride_dkh,
                               stride_dvb, stride_dvt, stride_dvh, PruneBound, group,
-                              0, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE, OVERLAP)),
+                              0, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE)),
             (_dkdv_consumer, (q_smem, do_smem, k_smem, v_smem, vec_smem, kv_bar, ready, empty,
                               C, DK, DV, ColSum, zb, tok0, n0, kv_head, pid_z, pid_n, off, n_q, n_k, n_blocks,
                               n_heads_q, scale, scale2, stride_cb, stride_ch, stride_dkb, stride_dkt, stride_dkh,
                               stride_dvb, stride_dvt, stride_dvh, PruneBound, group,
-                              1, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE, OVERLAP)),
+                              1, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE)),
         ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])

@@ -50,7 +50,8 @@ class FwdConfig:
 # Ninth session (docs/bench/hopper_tune_overlap*_h200.json): FA3's intra-warpgroup overlap (overlap=True: QK^T of
 # tile i issued beside PV of tile i - 1, softmax while PV runs) with the row term folded took D 128 from 3.53-3.57
 # to 3.00-3.06 ms (0.94x cuDNN's forward). At D 64 it lost: 4.41 ms at two warpgroups, 5.3 ms at three with
-# 64-key stages, against 4.03; at three with 128-key stages P spilled while its wgmma read it: wrong output.
+# 64-key stages, against 4.03; at three with 128-key stages it spilled 24 bytes and gave wrong output (most likely
+# P's registers reused while its wgmma read them; tests/ops/test_gluon_hopper.py caps the forward's spills).
 FWD_CONFIGS = {64: FwdConfig(block_n=128, num_stages=3, num_wg=3, consumer_regs=160),
                128: FwdConfig(block_n=128, num_stages=2, overlap=True)}
 
@@ -139,13 +140,14 @@ class BwdConfig:
     dq_num_wg: int = 2
     consumer_regs: int = 240
     dq_consumer_regs: int = 240
-    dkdv_overlap: bool = False
 
 
 # Same runs. dk/dv: 128-row query tiles at D 64 (6.59 against 7.25 ms for 64 rows), 64-row ones at D 128
 # (5.49 against 6.36 ms for 32), although both spill a little; dq with 128-key stages (3.73 against 4.32 ms
 # for three warpgroups at 64 keys). K and V as register operands of the D 64 dk/dv kernel were faster
-# (6.37 ms) but gave wrong dk: not offered.
+# (6.37 ms) but gave wrong dk: not offered. Ninth session (docs/bench/hopper_tune_dkdv_overlap_h200.json): dV, dK of
+# tile t - 1 issued behind S^T, dP^T of tile t (64-row tiles: the only ones that fit) 11.90-11.93 ms against
+# 11.76-11.77 for the whole D 64 backward; removed (commit 8256d6f has it).
 BWD_CONFIGS = {64: BwdConfig(dkdv_block_m=128, dkdv_stages=2, dq_block_n=128, dq_stages=2),
                128: BwdConfig(dkdv_block_m=64, dkdv_stages=2, dq_block_n=128, dq_stages=2)}
 
@@ -165,7 +167,7 @@ def dkdv_launch(q, k, v, c, do, lse, delta, dk, dv, colsum, cu, bound, scale: fl
             c.stride(0), c.stride(1), lse.stride(0), lse.stride(1),
             Tq, Tk, float(scale), float(scale) * math.log2(math.e), n_blocks, Hkv, Hq // Hkv)
     constexprs = dict(HEAD_DIM=D, BLOCK_M=cfg.dkdv_block_m, NUM_STAGES=cfg.dkdv_stages,
-                      IS_VARLEN=varlen, PRUNE=prune, CONSUMER_REGS=cfg.consumer_regs, OVERLAP=cfg.dkdv_overlap)
+                      IS_VARLEN=varlen, PRUNE=prune, CONSUMER_REGS=cfg.consumer_regs)
     return Launch(dkdv_kernel, launch_grid(n_blocks, Hkv, n_z), args, constexprs, dict(num_warps=4))
 
 
