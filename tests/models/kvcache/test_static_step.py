@@ -148,3 +148,60 @@ def test_a_left_padded_batch_through_foxformer_generate_gives_each_rows_tokens(n
     batch = torch.stack(list(generate(model, ids, attention_mask=mask, **opts)), 1)
     for i, r in enumerate(rows):
         assert batch[i].tolist() == list(generate(model, r.tolist(), **opts)), f"row {i}"
+
+
+def test_a_cache_whose_storage_moved_is_captured_in_a_fresh_pool(monkeypatch):
+    """DecodeGraphs' bookkeeping without a GPU (fake graphs): once the cache's storage moves, the next capture
+    gets no pool. Capturing into the pool of graphs that were all dropped tripped torch's caching allocator
+    (an internal assert on the H200, which then failed every later CUDA test of the process)."""
+    from foxformer.models.kvcache import graphs
+
+    pools = []
+
+    class FakeGraph:
+        def __init__(self):
+            self.handle = object()
+
+        def pool(self):
+            return self.handle
+
+        def replay(self):
+            pass
+
+    class FakeCapture:
+        def __init__(self, graph, pool=None):
+            pools.append(pool)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    class FakeCache:
+        policy, version = None, 0
+
+        def prepare_step(self):
+            pass
+
+        def sync_step_at(self, device):
+            pass
+
+        def advance(self, n):
+            pass
+
+    monkeypatch.setattr(graphs.torch.cuda, "CUDAGraph", FakeGraph)
+    monkeypatch.setattr(graphs.torch.cuda, "graph", FakeCapture)
+    runner, cache = graphs.DecodeGraphs(), FakeCache()
+    x, positions = torch.zeros(1, 1, 4), torch.zeros(1, 1, dtype=torch.long)
+
+    def run():
+        return runner.run(lambda x, p, c, scan: x + 1, cache, x, positions, scan=False, capture=True)
+
+    run()                    # warm-up: eager
+    run()                    # first capture, a new pool
+    run()                    # replay
+    cache.version = 1        # the storage moved (a dense buffer doubled)
+    run()                    # captured again
+    assert runner.captures == 2
+    assert pools == [None, None]
