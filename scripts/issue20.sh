@@ -18,6 +18,8 @@
 # gates on three texts; no NIAH, bias shift or eviction) take about 2 min: ~8 min a seed call. The
 # leave-one-domain-out pair trains in ~3 min (the ablation pair's time) plus ~1.5 min of evaluations;
 # MQAR trains 4 tiny models for 3000 steps each, one process each: ~3 min, at most MQAR_GUARD (4) + ~1.
+# Ninth session, lodo and mqar in one call side by side: mqar done in 4 min, lodo's training took 5.0 min and its
+# evaluations hit the budget (the gates on the mix and on the Go source were cut): give each its own call.
 set -u
 MODE=${1:-}
 DATA=${DATA:-repro_data/gpt2}; SHARED=${SHARED:-../shared/data}; CARRY=${CARRY:-repro_data/carry}
