@@ -128,6 +128,7 @@ def section(bundles: list[str]) -> str:
         if prov:
             parts += [f"- {os.path.basename(os.path.normpath(b))} (bundle folder): commit {'; '.join(prov)}"]
     parts += [""]
+    head = len(parts)  # the generated summary goes here, once the sections below are known
     summary = []
     if not any(runs.get(p) for p in BLOCKS["pro"] + BLOCKS["llama"]):
         parts += ["### Seeds and other domains", "",
@@ -199,7 +200,7 @@ def section(bundles: list[str]) -> str:
     else:
         parts += ["### Multi-query associative recall", "", "Pending: `bash scripts/issue20.sh mqar`.", ""]
     if summary:
-        parts[5:5] = ["What the intervals say (generated):", ""] + summary + [""]
+        parts[head:head] = ["What the intervals say (generated):", ""] + summary + [""]
     return "\n".join(parts) + END
 
 
