@@ -2,6 +2,8 @@
 CPU: the same tokens and logits as the eager path, for FoX with and without eviction, the Transformer
 baselines and the recurrent baseline; greedy and seeded sampling; one row and left-padded batches; beam search
 reordering the cache; storage that grows; the memory report against the tensors really allocated."""
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -150,13 +152,28 @@ def test_a_left_padded_batch_through_foxformer_generate_gives_each_rows_tokens(n
         assert batch[i].tolist() == list(generate(model, r.tolist(), **opts)), f"row {i}"
 
 
-def test_a_cache_whose_storage_moved_is_captured_in_a_fresh_pool(monkeypatch):
-    """DecodeGraphs' bookkeeping without a GPU (fake graphs): once the cache's storage moves, the next capture
-    gets no pool. Capturing into the pool of graphs that were all dropped tripped torch's caching allocator
-    (an internal assert on the H200, which then failed every later CUDA test of the process)."""
+
+class _FakeCache:
+    """What DecodeGraphs.run touches of a FoxCache."""
+    policy, version, decode, decode_note = None, 0, "graphs", None
+
+    def prepare_step(self):
+        pass
+
+    def sync_step_at(self, device):
+        pass
+
+    def advance(self, n):
+        pass
+
+
+@pytest.fixture
+def fake_graphs(monkeypatch):
+    """DecodeGraphs without a GPU: torch.cuda.CUDAGraph and torch.cuda.graph replaced by fakes that record the
+    pool each capture is given (state["pools"]) and raise when state["fail"] is set."""
     from foxformer.models.kvcache import graphs
 
-    pools = []
+    state = {"pools": [], "fail": None}
 
     class FakeGraph:
         def __init__(self):
@@ -170,38 +187,54 @@ def test_a_cache_whose_storage_moved_is_captured_in_a_fresh_pool(monkeypatch):
 
     class FakeCapture:
         def __init__(self, graph, pool=None):
-            pools.append(pool)
+            state["pools"].append(pool)
 
         def __enter__(self):
+            if state["fail"]:
+                raise RuntimeError(state["fail"])
             return self
 
         def __exit__(self, *exc):
             return False
 
-    class FakeCache:
-        policy, version = None, 0
-
-        def prepare_step(self):
-            pass
-
-        def sync_step_at(self, device):
-            pass
-
-        def advance(self, n):
-            pass
-
     monkeypatch.setattr(graphs.torch.cuda, "CUDAGraph", FakeGraph)
     monkeypatch.setattr(graphs.torch.cuda, "graph", FakeCapture)
-    runner, cache = graphs.DecodeGraphs(), FakeCache()
+    runner, cache = graphs.DecodeGraphs(), _FakeCache()
     x, positions = torch.zeros(1, 1, 4), torch.zeros(1, 1, dtype=torch.long)
 
     def run():
         return runner.run(lambda x, p, c, scan: x + 1, cache, x, positions, scan=False, capture=True)
 
+    return state, runner, cache, run
+
+
+def test_a_cache_whose_storage_moved_is_captured_in_a_fresh_pool(fake_graphs):
+    """Once the cache's storage moves, the next capture gets no pool. Capturing into the pool of graphs that
+    were all dropped tripped torch's caching allocator (an internal assert on the H200, which then failed every
+    later CUDA test of the process)."""
+    state, runner, cache, run = fake_graphs
     run()                    # warm-up: eager
     run()                    # first capture, a new pool
     run()                    # replay
     cache.version = 1        # the storage moved (a dense buffer doubled)
     run()                    # captured again
     assert runner.captures == 2
-    assert pools == [None, None]
+    assert state["pools"] == [None, None]
+
+
+def test_a_failed_capture_decodes_eagerly_with_one_note(fake_graphs, monkeypatch):
+    from foxformer.models.kvcache import graphs
+
+    state, runner, cache, run = fake_graphs
+    monkeypatch.setattr(graphs, "graph_blocker", lambda config, x, mode: None)  # as on a GPU
+    cache.graphs = runner
+    config = SimpleNamespace(attention="softmax", attention_backend="auto")
+    assert graphs.step_kind(cache, config, torch.zeros(1, 1, 4)) == "graphs"
+    state["fail"] = "operation not permitted when stream is capturing"
+    run()
+    with pytest.warns(UserWarning, match="decoding eagerly: capturing the step in a CUDA graph failed "
+                                         r"\(operation not permitted"):
+        assert torch.equal(run(), torch.ones(1, 1, 4))  # the step's eager result
+    assert cache.decode_note.startswith("decoding eagerly: capturing the step")
+    # later steps do not try again: the model's step_kind sends them down the eager path
+    assert graphs.step_kind(cache, config, torch.zeros(1, 1, 4)) is None

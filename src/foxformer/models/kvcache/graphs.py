@@ -74,6 +74,7 @@ class DecodeGraphs:
         self.version = None
         self.warm: set = set()
         self.pool = None
+        self.failed: Optional[str] = None  # why a capture failed: every later step runs eagerly
         self._compiled: Optional[Callable] = None
 
     def _step_fn(self, step: Callable) -> Callable:
@@ -113,7 +114,14 @@ class DecodeGraphs:
                 out = fn(x, positions, cache, scan)
                 cache.advance(1)
                 return out
-            entry = self._capture(fn, cache, x, positions, scan)
+            try:
+                entry = self._capture(fn, cache, x, positions, scan)
+            except RuntimeError as e:  # the capture ran nothing: the step runs eagerly, now and from here on
+                self.failed = f"capturing the step in a CUDA graph failed ({str(e).splitlines()[0][:200]})"
+                note_eager(cache, self.failed, True)
+                out = step(x, positions, cache, scan)
+                cache.advance(1)
+                return out
             self.graphs[key] = entry
         entry.x.copy_(x)
         entry.positions.copy_(positions)
@@ -143,6 +151,8 @@ def step_kind(cache, config, x: torch.Tensor) -> Optional[str]:
         return None
     static = cache.decode == "static"
     reason = graph_blocker(config, x, "static" if static else "graphs")
+    if reason is None and cache.graphs is not None and cache.graphs.failed is not None:
+        reason = cache.graphs.failed
     if reason is None and cache.graphs is not None and cache.graphs.recaptures >= MAX_RECAPTURES:
         reason = "the cache's storage moves every few steps (beam search over an evicting cache?): each move " \
                  "needs a new capture"
