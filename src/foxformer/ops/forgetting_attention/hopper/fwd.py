@@ -6,7 +6,8 @@ Three partitions share a ring of NUM_STAGES shared-memory stages:
 - two consumer warpgroups (4 warps each), each owning 64 query rows: S = Q K^T and O += P V with
   asynchronous wgmma, the online softmax in registers, P fed to the second wgmma from registers.
   Each warpgroup releases a stage on its own, so the two drift apart and one's softmax overlaps the
-  other's matrix products (FA3's ping-pong, without explicit scheduling);
+  other's matrix products (FA3's ping-pong, without explicit scheduling). With ``OVERLAP`` (D 128) each
+  warpgroup also overlaps itself: QK^T of tile i is issued beside PV of tile i - 1 (``_fwd_loop_overlap``);
 - one loader warp: TMA copies of Q once and of K, V per stage, and the key tile's ``c``.
 
 The bias needs ``c_k - r`` per key, with ``r = c[first query]`` a float64 reference per CTA (fwd.py

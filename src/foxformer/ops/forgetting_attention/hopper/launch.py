@@ -27,7 +27,9 @@ class FwdConfig:
     """block_n: keys per stage; num_stages: depth of the K/V/c ring; num_wg: consumer warpgroups, 64 query
     rows each (the CTA's tile is 64 * num_wg rows); consumer_regs: their setmaxnreg (the loader warpgroup
     gets what is left of the 64K registers); fold_row: unmasked tiles leave the query's c out of the
-    scores and into the row maximum (fwd._tile_softmax), one ALU operation per score fewer."""
+    scores and into the row maximum (fwd._tile_softmax), one ALU operation per score fewer; overlap: QK^T of
+    tile i is issued beside PV of tile i - 1 and the softmax runs while PV does (fwd._fwd_loop_overlap; P stays in
+    registers meanwhile, so a config that spills may compute garbage)."""
 
     block_n: int
     num_stages: int
@@ -44,7 +46,8 @@ class FwdConfig:
 # old and new kernels alternated in one process (scripts/hopper_tune.py fwd and a side-by-side run): folding
 # the query's c into the row maximum took D 64 from 4.58 / 4.61 to 4.04 / 4.09 ms (+13%; 4.41 -> 4.10 ms in
 # the sweep of docs/bench/hopper_tune_fold_h200.json). At D 128 two comparisons disagreed (1-4% slower in one,
-# 3.48 / 3.57 against 3.44 / 3.42 ms; 2% faster in the sweep), so D 128 keeps the whole bias. FA3's ping-pong (turn
+# 3.48 / 3.57 against 3.44 / 3.42 ms; 2% faster in the sweep), so D 128 kept the whole bias (until the overlap,
+# below). FA3's ping-pong (turn
 # barriers between the consumer warpgroups, PV of one tile and QK^T of the next issued back to back) was
 # slower everywhere: D 64 8.77 ms (three warpgroups spill) and 5.36 ms (two), D 128 4.05 ms.
 # Ninth session (docs/bench/hopper_tune_overlap*_h200.json): FA3's intra-warpgroup overlap (overlap=True: QK^T of
