@@ -104,8 +104,9 @@ def _sdpa_rows(rows, D, H, T, B):
 
 
 # The defaults first and last (drift), between them FA3's intra-warpgroup overlap (PV of tile i - 1 beside
-# QK^T of tile i) at D 64 with 64-key stages (128-key ones spill at three warpgroups and gave wrong output).
-FWD_SWEEP = {64: [dict(), dict(block_n=64, num_stages=3, overlap=True), dict(block_n=64, num_stages=4, overlap=True),
+# QK^T of tile i) at D 64 with 64-key stages (128-key ones spill at three warpgroups and gave wrong output;
+# 5.3-5.4 ms against 4.03 in the ninth session) and the D 64 ring two and four stages deep (not yet measured).
+FWD_SWEEP = {64: [dict(), dict(block_n=64, num_stages=3, overlap=True), dict(num_stages=2), dict(num_stages=4),
                   dict()],
              128: [dict(), dict(overlap=False, fold_row=False), dict()]}
 
