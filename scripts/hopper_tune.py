@@ -127,9 +127,13 @@ def _worst_error(D, fwd_cfg=None, bwd_cfg=None) -> float:
 
 # D 64's dq is ALU-bound (5.1 ms against 3.8 at D 128 for the same products): three warpgroups with 64-key stages
 # compile without spills (160 registers) and are not measured yet.
+# atomic_dq (opt-in, not bitwise reproducible): 5 products per tile instead of 7 and no dq kernel; 64-row tiles
+# spill 80 bytes at D 64 (after the dV, dK waits, where nothing is read asynchronously), 128-row ones 664.
 BWD_SWEEP = {64: [dict(), dict(dq_num_wg=3, dq_block_n=64, dq_consumer_regs=160),
-                  dict(dq_num_wg=3, dq_block_n=64, dq_stages=3, dq_consumer_regs=160), dict()],
-             128: [dict()]}
+                  dict(dq_num_wg=3, dq_block_n=64, dq_stages=3, dq_consumer_regs=160),
+                  dict(dkdv_block_m=64, atomic_dq=True), dict(dkdv_block_m=64, dkdv_stages=3, atomic_dq=True),
+                  dict()],
+             128: [dict(), dict(atomic_dq=True), dict()]}
 
 
 def _bwd_parts(q, k, v, c, do, out, lse, scale, cfg):
@@ -138,8 +142,11 @@ def _bwd_parts(q, k, v, c, do, out, lse, scale, cfg):
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     colsum, rowsum, delta = (torch.empty(B, Hq, T, device=DEV) for _ in range(3))
     L.row_deltas(out, do, None, delta)
+    dq_acc = torch.zeros(B, T, Hq, D, device=DEV) if cfg.atomic_dq else None
     lk = L.dkdv_launch(q, k, v, c, do, lse, delta, dk, dv, colsum, lse, lse, scale,
-                       triton.cdiv(T, L.BLOCK_M), B, False, False, cfg)
+                       triton.cdiv(T, L.BLOCK_M), B, False, False, cfg, dq_acc, rowsum)
+    if cfg.atomic_dq:  # no dq kernel (the dk/dv time includes dq's atomics; the buffers are not re-zeroed)
+        return [_time(lambda: lk.kernel[lk.grid](*lk.args, **lk.constexprs, **lk.options)), 0.0]
     lq = L.dq_launch(q, k, v, c, do, lse, delta, dq, rowsum, lse, lse, scale, triton.cdiv(T, L.dq_block_m(cfg)), B,
                      False, False, cfg)
     return [_time(lambda: ln.kernel[ln.grid](*ln.args, **ln.constexprs, **ln.options)) for ln in (lk, lq)]
