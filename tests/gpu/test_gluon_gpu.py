@@ -3,7 +3,7 @@
 Every output (out, lse) and gradient (q, k, v, log_f) at awkward shapes, gate values 0 / -5 / -30 /
 -inf, GQA, Tq < Tk, packed sequences of 1 and 77 tokens, pruning, fp16 and bf16; outputs start as NaN
 (FOXFORMER_POISON_OUTPUTS) so an element no kernel wrote fails; gradients must be bitwise identical on
-a second run. Skipped without an sm_90 GPU. Run: `python -m pytest -q tests/gpu/test_gluon_gpu.py`.
+a second run (except with the opt-in atomic dQ). Skipped without an sm_90 GPU. Run: `python -m pytest -q tests/gpu/test_gluon_gpu.py`.
 """
 import pytest
 import torch
