@@ -7,7 +7,7 @@
 #   bash scripts/issue20.sh seed 1        # GPU: ... seed 1
 #   bash scripts/issue20.sh seed 2        # GPU: ... seed 2
 #   bash scripts/issue20.sh lodo          # GPU: FoX (Pro) and Transformer (Pro) trained without the prose
-#   bash scripts/issue20.sh mqar          # GPU: multi-query associative recall, 4 models (MQAR_MODELS), into
+#   bash scripts/issue20.sh mqar          # GPU: multi-query associative recall, 7 models (MQAR_MODELS), into
 #                                         # $OUT/mqar_bundle.tgz
 #   python scripts/issue20_doc.py BUNDLE_DIR...   # CPU: tables and figures into docs/results.md
 #
@@ -73,10 +73,13 @@ mqar)
     # One process per model, each trained the preset's full 3000 steps: models stopped by a time limit are
     # compared at unequal steps with their learning rates undecayed (the first run: 90 s each, 790 to 2237
     # steps). MQAR_GUARD minutes only keeps the call inside the device limit; mqar.md marks a model it stopped.
-    # The default models settle docs/results.md's MQAR question: FoX (Pro)'s data-dependent gate started as
-    # the paper's code starts it and from timescales, against the fixed gate and the Transformer (Pro).
-    # ~3 min: a Pro model did 15 steps/s with 7 processes on the GPU; 4 share it here.
-    MODELS=${MQAR_MODELS:-fox-pro fox-pro:fgate_bias_init=timescales fox-pro:fgate=fixed transformer-pro}
+    # The default models: FoX (Pro)'s data-dependent gate started as the paper's code starts it and from
+    # timescales, the data-independent and fixed gates, the Transformer (Pro), and the gated linear attention
+    # baseline with both starts (the issue's table: softmax against recurrent retrieval at matched parameters).
+    # ~4 min: a Pro model did 15 steps/s with 7 processes on the GPU (3000 steps: 200 s); the ninth session's
+    # four (the first four below) took 4 min beside the lodo training.
+    MODELS=${MQAR_MODELS:-fox-pro fox-pro:fgate_bias_init=timescales fox-pro:fgate=fixed transformer-pro \
+        fox-pro:fgate=data_independent linear-pro linear-pro:fgate_bias_init=timescales}
     for m in $MODELS; do
         $FX eval mqar --preset small --models "$m" --max-minutes "${MQAR_GUARD:-4}" --out "$OUT/mqar" \
             --no-progress > "$OUT/mqar_${m//[:=,]/_}.log" 2>&1 &
