@@ -30,6 +30,7 @@ import torch.nn.functional as F
 import yaml
 from tqdm.auto import tqdm
 
+from foxformer.argtypes import did_you_mean
 from foxformer.models import FoxForCausalLM, count_non_embedding, sized_config
 from foxformer.models.presets import KINDS
 from foxformer.train.config import TrainConfig
@@ -113,12 +114,8 @@ def parse_model(spec: str) -> tuple[str, dict]:
     """"fox-llama:fgate=fixed,rope=true" -> ("fox-llama", {"fgate": "fixed", "rope": True})."""
     kind, _, rest = str(spec).partition(":")
     if kind not in KINDS:
-        import difflib
-
-        close = difflib.get_close_matches(kind, KINDS, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ValueError(f"models: unknown model kind {kind!r}{hint}; expected one of {KINDS}, optionally with "
-                         f":key=value FoxConfig overrides")
+        raise ValueError(f"models: unknown model kind {kind!r}{did_you_mean(kind, KINDS)}; expected one of {KINDS}, "
+                         f"optionally with :key=value FoxConfig overrides")
     overrides = {}
     for item in filter(None, rest.split(",")):
         key, eq, value = item.partition("=")

@@ -1,11 +1,11 @@
 """FoxConfig: one typed config for FoX and Transformer models, LLaMA and Pro blocks, and the ablations."""
 from __future__ import annotations
 
-import difflib
 import math
 
 from transformers import PretrainedConfig
 
+from ..argtypes import did_you_mean
 from ..ops.forgetting_attention.checks import BACKENDS
 from .kvcache.policy import check_eviction
 
@@ -182,10 +182,8 @@ class FoxConfig(PretrainedConfig):
         if init is None:
             return
         if init not in FGATE_BIAS_INITS:
-            close = difflib.get_close_matches(str(init), FGATE_BIAS_INITS, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ValueError(f"FoxConfig.fgate_bias_init must be one of {FGATE_BIAS_INITS} or None{hint}, "
-                             f"got {init!r}")
+            raise ValueError(f"FoxConfig.fgate_bias_init must be one of {FGATE_BIAS_INITS} or None"
+                             f"{did_you_mean(init, FGATE_BIAS_INITS)}, got {init!r}")
         if not self.has_fgate:
             raise ValueError(f"FoxConfig.fgate_bias_init must be None for a model with no forget gate "
                              f"(attention={self.attention!r}, fgate={self.fgate!r}), got {init!r}")

@@ -7,8 +7,7 @@ of the LLaMA preset of the same family and size (the paper's protocol). Run
 """
 from __future__ import annotations
 
-import difflib
-
+from ..argtypes import did_you_mean
 from .config import FoxConfig
 
 # (num_layers, hidden_size); tiny is for CPU tests; small (~25M non-embedding parameters) is the size of
@@ -155,9 +154,7 @@ def get_preset(name: str, **overrides) -> FoxConfig:
 def check_preset(name: str) -> None:
     """ValueError for an unknown preset name, with the closest one."""
     if name not in PRESETS:
-        close = difflib.get_close_matches(str(name), PRESETS, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ValueError(f"unknown preset {name!r}{hint}: expected one of {sorted(PRESETS)}")
+        raise ValueError(f"unknown preset {name!r}{did_you_mean(name, PRESETS)}: expected one of {sorted(PRESETS)}")
 
 
 def model_keys() -> list[str]:
@@ -171,9 +168,8 @@ def check_model_keys(keys, where: str = "model") -> None:
     known = model_keys()
     for key in keys:
         if key not in known:
-            close = difflib.get_close_matches(str(key), known, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ValueError(f"{where}: unknown model key {key!r}{hint}; FoxConfig keys: {', '.join(known)}")
+            raise ValueError(f"{where}: unknown model key {key!r}{did_you_mean(key, known)}; FoxConfig keys: "
+                             f"{', '.join(known)}")
 
 
 def _derive_head_field(fields: dict, given: str, derived: str) -> None:

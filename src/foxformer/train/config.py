@@ -6,7 +6,6 @@ Token counts accept suffixes: ``16K`` = 16,000, ``16Ki`` = 16,384, likewise ``M`
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import math
 import numbers
 import os
@@ -16,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from ..argtypes import did_you_mean
 from ..models.presets import check_model_keys, check_preset
 
 _COUNT = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([KMGT]i?)?\s*$", re.IGNORECASE)
@@ -229,9 +229,8 @@ def _check_keys(keys, where: str) -> None:
     known = _fields()
     for key in keys:
         if key not in known:
-            close = difflib.get_close_matches(key, known, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ValueError(f"{where}: unknown config key {key!r}{hint}; known keys: {', '.join(sorted(known))}")
+            raise ValueError(f"{where}: unknown config key {key!r}{did_you_mean(key, known)}; known keys: "
+                             f"{', '.join(sorted(known))}")
 
 
 def parse_overrides(items: list[str] | None, flag: str = "--set") -> dict:
