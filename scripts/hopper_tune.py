@@ -103,11 +103,9 @@ def _sdpa_rows(rows, D, H, T, B):
         print(row, flush=True)
 
 
-# The defaults first and last (drift), between them FA3's intra-warpgroup overlap (PV of tile i - 1 beside
-# QK^T of tile i) at D 64 with 64-key stages (128-key ones spill at three warpgroups and gave wrong output;
-# 5.3-5.4 ms against 4.03 in the ninth session) and the D 64 ring two and four stages deep (not yet measured).
-FWD_SWEEP = {64: [dict(), dict(block_n=64, num_stages=3, overlap=True), dict(num_stages=2), dict(num_stages=4),
-                  dict()],
+# The defaults first and last (drift); between them the variants still worth a row (each measured one names its
+# JSON in hopper/launch.py): D 128 without the overlap and the folded row term.
+FWD_SWEEP = {64: [dict(), dict()],
              128: [dict(), dict(overlap=False, fold_row=False), dict()]}
 
 
@@ -125,15 +123,10 @@ def _worst_error(D, fwd_cfg=None, bwd_cfg=None) -> float:
     return worst
 
 
-# D 64's dq is ALU-bound (5.1 ms against 3.8 at D 128 for the same products): three warpgroups with 64-key stages
-# compile without spills (160 registers) and are not measured yet.
-# atomic_dq (opt-in, not bitwise reproducible): 5 products per tile instead of 7 and no dq kernel; 64-row tiles
-# spill 80 bytes at D 64 (after the dV, dK waits, where nothing is read asynchronously), 128-row ones 664.
-BWD_SWEEP = {64: [dict(), dict(dq_num_wg=3, dq_block_n=64, dq_consumer_regs=160),
-                  dict(dq_num_wg=3, dq_block_n=64, dq_stages=3, dq_consumer_regs=160),
-                  dict(dkdv_block_m=64, atomic_dq=True), dict(dkdv_block_m=64, dkdv_stages=3, atomic_dq=True),
-                  dict()],
-             128: [dict(), dict(atomic_dq=True), dict()]}
+# Tenth session (docs/bench/hopper_tune_5de7330_h200.json): three dq warpgroups with 64-key stages at D 64 took
+# 5.7 ms against 5.1 for the dq kernel; dropped from the sweep.
+BWD_SWEEP = {64: [dict(), dict()],
+             128: [dict(), dict()]}
 
 
 def _bwd_parts(q, k, v, c, do, out, lse, scale, cfg):
@@ -142,11 +135,8 @@ def _bwd_parts(q, k, v, c, do, out, lse, scale, cfg):
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     colsum, rowsum, delta = (torch.empty(B, Hq, T, device=DEV) for _ in range(3))
     L.row_deltas(out, do, None, delta)
-    dq_acc = torch.zeros(B, T, Hq, D, device=DEV) if cfg.atomic_dq else None
     lk = L.dkdv_launch(q, k, v, c, do, lse, delta, dk, dv, colsum, lse, lse, scale,
-                       triton.cdiv(T, L.BLOCK_M), B, False, False, cfg, dq_acc, rowsum)
-    if cfg.atomic_dq:  # no dq kernel (the dk/dv time includes dq's atomics; the buffers are not re-zeroed)
-        return [_time(lambda: lk.kernel[lk.grid](*lk.args, **lk.constexprs, **lk.options)), 0.0]
+                       triton.cdiv(T, L.BLOCK_M), B, False, False, cfg)
     lq = L.dq_launch(q, k, v, c, do, lse, delta, dq, rowsum, lse, lse, scale, triton.cdiv(T, L.dq_block_m(cfg)), B,
                      False, False, cfg)
     return [_time(lambda: ln.kernel[ln.grid](*ln.args, **ln.constexprs, **ln.options)) for ln in (lk, lq)]

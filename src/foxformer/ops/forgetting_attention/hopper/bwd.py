@@ -17,7 +17,7 @@ Every product is written by one CTA in a fixed order, so gradients are bitwise r
 """
 from __future__ import annotations
 
-from .compat import fence_async_shared, gl, gluon, mbarrier, thread_barrier, tma_load, warpgroup_mma, warpgroup_mma_wait
+from .compat import gl, gluon, mbarrier, thread_barrier, tma_load, warpgroup_mma, warpgroup_mma_wait
 from .fwd import LOG2E, WG_ROWS, key_tiles, kv_loader, kv_ring, query_program, release_stage, sequence_of, split_c
 
 # Per-query vectors the dk/dv loader stages beside each Q / dO tile, one row each. With the diagonal
@@ -232,38 +232,12 @@ def _dkdv_loader(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, q_smem, do_smem
 
 
 @gluon.jit
-def _dq_atomic(ds_t, ds_smem, k_w, DQacc, RowSum, dq_base, vec_base, i0, n_q, stride_qat,
-               HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr):
-    """ATOMIC_DQ: this warpgroup's share of dQ and of the dS row sums for one query tile, added to fp32
-    buffers with atomics (order, hence rounding, varies between runs). dQ_part = dS K needs dS with queries
-    as rows: dS^T goes through shared memory and is read back transposed as wgmma's A operand."""
-    dq_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                        instr_shape=[16, HEAD_DIM, 16])
-    qry_l: gl.constexpr = gl.SliceLayout(0, ds_t.type.layout)
-    rows = i0 + gl.arange(0, BLOCK_M, layout=qry_l)
-    gl.atomic_add(RowSum + vec_base + rows, gl.sum(ds_t, 0), mask=rows < n_q, sem="relaxed")
-    ds_smem.store(ds_t.to(ds_smem.dtype))
-    fence_async_shared()
-    thread_barrier()
-    tok = warpgroup_mma(ds_smem.permute((1, 0)), k_w, gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, dq_layout),
-                        use_acc=False, is_async=True)
-    part = warpgroup_mma_wait(0, deps=[tok])
-    rows_d = i0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, dq_layout))
-    cols_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, dq_layout))
-    ptrs = DQacc + dq_base + rows_d.to(gl.int64)[:, None] * stride_qat + cols_d[None, :]
-    gl.atomic_add(ptrs, part, mask=(rows_d < n_q)[:, None], sem="relaxed")
-    # the next tile's store must not overwrite dS^T before every warp's wgmma has read it
-    thread_barrier()
-
-
-@gluon.jit
-def _dkdv_consumer(q_smem, do_smem, k_smem, v_smem, vec_smem, ds_smem, kv_bar, ready, empty,
-                   C, DK, DV, ColSum, DQacc, RowSum, zb, tok0, n0, kv_head, pid_z, pid_n, off, n_q, n_k, n_blocks,
-                   n_heads_q, scale, scale2, stride_cb, stride_ch, stride_dkb, stride_dkt, stride_dkh,
-                   stride_dvb, stride_dvt, stride_dvh, stride_qab, stride_qat, stride_qah, stride_lb, stride_lh,
-                   PruneBound, group,
+def _dkdv_consumer(q_smem, do_smem, k_smem, v_smem, vec_smem, kv_bar, ready, empty,
+                   C, DK, DV, ColSum, zb, tok0, n0, kv_head, pid_z, pid_n, off, n_q, n_k, n_blocks, n_heads_q,
+                   scale, scale2, stride_cb, stride_ch, stride_dkb, stride_dkt, stride_dkh,
+                   stride_dvb, stride_dvt, stride_dvh, PruneBound, group,
                    WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
-                   NUM_STAGES: gl.constexpr, PRUNE: gl.constexpr, ATOMIC_DQ: gl.constexpr):
+                   NUM_STAGES: gl.constexpr, PRUNE: gl.constexpr):
     # Transposed orientation: tiles are [keys, queries], so dK and dV accumulate without transposes.
     st_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                          instr_shape=[16, BLOCK_M, 16])
@@ -331,13 +305,6 @@ def _dkdv_consumer(q_smem, do_smem, k_smem, v_smem, vec_smem, ds_smem, kv_bar, r
             dk_tok = warpgroup_mma(gl.convert_layout(ds_t.to(dtype), a_layout), q_tile, dk, is_async=True)
             dv, dk, _, _ = warpgroup_mma_wait(0, deps=[dv_tok, dk_tok, q_tile, do_tile])
             release_stage(empty.index(s))
-            if ATOMIC_DQ:
-                # after the dV, dK products: nothing reads registers asynchronously while this may spill
-                _dq_atomic(ds_t, ds_smem.index(WG), k_w, DQacc, RowSum,
-                           zb.to(gl.int64) * stride_qab + head.to(gl.int64) * stride_qah
-                           + tok0.to(gl.int64) * stride_qat,
-                           zb.to(gl.int64) * stride_lb + head.to(gl.int64) * stride_lh + tok0, i0, n_q, stride_qat,
-                           HEAD_DIM, BLOCK_M)
             it += 1
         gl.store(ColSum + c_base + keys, colsum, mask=key_ok)
 
@@ -354,15 +321,15 @@ def _dkdv_consumer(q_smem, do_smem, k_smem, v_smem, vec_smem, ds_smem, kv_bar, r
 
 
 @gluon.jit(do_not_specialize=["stride_dkb", "stride_dkt", "stride_dkh", "stride_dvb", "stride_dvt", "stride_dvh",
-                              "stride_qab", "stride_qat", "stride_qah", "stride_cb", "stride_ch", "stride_lb",
-                              "stride_lh", "seqlen_q", "seqlen_k", "n_blocks", "n_heads", "group"])
-def dkdv_kernel(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DK, DV, ColSum, DQacc, RowSum, CuSeqlens, PruneBound,
+                              "stride_cb", "stride_ch", "stride_lb", "stride_lh", "seqlen_q", "seqlen_k",
+                              "n_blocks", "n_heads", "group"])
+def dkdv_kernel(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DK, DV, ColSum, CuSeqlens, PruneBound,
                 stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh,
-                stride_qab, stride_qat, stride_qah, stride_cb, stride_ch, stride_lb, stride_lh,
+                stride_cb, stride_ch, stride_lb, stride_lh,
                 seqlen_q, seqlen_k, scale, scale2, n_blocks, n_heads, group,
                 HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
                 NUM_STAGES: gl.constexpr, IS_VARLEN: gl.constexpr, PRUNE: gl.constexpr,
-                CONSUMER_REGS: gl.constexpr, ATOMIC_DQ: gl.constexpr):
+                CONSUMER_REGS: gl.constexpr):
     """Grid: key blocks of 128 x kv heads x sequences, the first key blocks (the heaviest) first."""
     BLOCK_N: gl.constexpr = 2 * WG_ROWS
     pid = gl.program_id(0)
@@ -382,12 +349,6 @@ def dkdv_kernel(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DK, DV, ColSum, 
         do_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, BLOCK_M, HEAD_DIM], do_desc.layout)
         vec_smem = gl.allocate_shared_memory(gl.float32, [N_VEC * NUM_STAGES, BLOCK_M],
                                              gl.SwizzledSharedLayout(1, 1, 1, [0]))
-        if ATOMIC_DQ:  # each consumer's dS^T, read back transposed by the dQ product
-            ds_smem = gl.allocate_shared_memory(dtype, [2, WG_ROWS, BLOCK_M],
-                                                gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16,
-                                                                     rank=2))
-        else:
-            ds_smem = vec_smem  # never read
         kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
         empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
@@ -401,16 +362,14 @@ def dkdv_kernel(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DK, DV, ColSum, 
                             vec_smem, kv_bar, ready, empty, zb, tok0, n0, kv_head, pid_z, pid_n, off, n_q, n_k,
                             n_blocks, n_heads_q, stride_cb, stride_ch, stride_lb, stride_lh, PruneBound,
                             group, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE)),
-            (_dkdv_consumer, (q_smem, do_smem, k_smem, v_smem, vec_smem, ds_smem, kv_bar, ready, empty,
-                              C, DK, DV, ColSum, DQacc, RowSum, zb, tok0, n0, kv_head, pid_z, pid_n, off, n_q, n_k,
-                              n_blocks, n_heads_q, scale, scale2, stride_cb, stride_ch, stride_dkb, stride_dkt,
-                              stride_dkh, stride_dvb, stride_dvt, stride_dvh, stride_qab, stride_qat, stride_qah,
-                              stride_lb, stride_lh, PruneBound, group,
-                              0, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE, ATOMIC_DQ)),
-            (_dkdv_consumer, (q_smem, do_smem, k_smem, v_smem, vec_smem, ds_smem, kv_bar, ready, empty,
-                              C, DK, DV, ColSum, DQacc, RowSum, zb, tok0, n0, kv_head, pid_z, pid_n, off, n_q, n_k,
-                              n_blocks, n_heads_q, scale, scale2, stride_cb, stride_ch, stride_dkb, stride_dkt,
-                              stride_dkh, stride_dvb, stride_dvt, stride_dvh, stride_qab, stride_qat, stride_qah,
-                              stride_lb, stride_lh, PruneBound, group,
-                              1, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE, ATOMIC_DQ)),
+            (_dkdv_consumer, (q_smem, do_smem, k_smem, v_smem, vec_smem, kv_bar, ready, empty,
+                              C, DK, DV, ColSum, zb, tok0, n0, kv_head, pid_z, pid_n, off, n_q, n_k, n_blocks,
+                              n_heads_q, scale, scale2, stride_cb, stride_ch, stride_dkb, stride_dkt, stride_dkh,
+                              stride_dvb, stride_dvt, stride_dvh, PruneBound, group,
+                              0, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE)),
+            (_dkdv_consumer, (q_smem, do_smem, k_smem, v_smem, vec_smem, kv_bar, ready, empty,
+                              C, DK, DV, ColSum, zb, tok0, n0, kv_head, pid_z, pid_n, off, n_q, n_k, n_blocks,
+                              n_heads_q, scale, scale2, stride_cb, stride_ch, stride_dkb, stride_dkt, stride_dkh,
+                              stride_dvb, stride_dvt, stride_dvh, PruneBound, group,
+                              1, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE)),
         ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])

@@ -55,6 +55,8 @@ class FwdConfig:
 # to 3.00-3.06 ms (0.94x cuDNN's forward). At D 64 it lost: 4.41 ms at two warpgroups, 5.3 ms at three with
 # 64-key stages, against 4.03; at three with 128-key stages it spilled 24 bytes and gave wrong output (most likely
 # P's registers reused while its wgmma read them; tests/ops/test_gluon_hopper.py caps the forward's spills).
+# Tenth session (docs/bench/hopper_tune_5de7330_h200.json): the D 64 ring two or four stages deep, 4.91 / 4.82 ms
+# against 4.09 for three.
 FWD_CONFIGS = {64: FwdConfig(block_n=128, num_stages=3, num_wg=3, consumer_regs=160),
                128: FwdConfig(block_n=128, num_stages=2, overlap=True)}
 
@@ -134,9 +136,7 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.Te
 class BwdConfig:
     """dkdv_block_m: query rows per stage of the key-stationary dk/dv kernel (its CTA holds 128 keys);
     dq_block_n: keys per stage of the dq kernel, whose CTA holds dq_num_wg consumer warpgroups of 64 query
-    rows; *_stages: ring depths; *_regs: the consumers' setmaxnreg. atomic_dq: the dk/dv kernel also
-    computes dQ and the dS row sums and adds them to fp32 buffers with atomics (5 matrix products per tile
-    instead of 7, no dq kernel; NOT bitwise reproducible: the order of the adds varies between runs)."""
+    rows; *_stages: ring depths; *_regs: the consumers' setmaxnreg."""
 
     dkdv_block_m: int
     dkdv_stages: int
@@ -145,7 +145,6 @@ class BwdConfig:
     dq_num_wg: int = 2
     consumer_regs: int = 240
     dq_consumer_regs: int = 240
-    atomic_dq: bool = False
 
 
 # Same runs. dk/dv: 128-row query tiles at D 64 (6.59 against 7.25 ms for 64 rows), 64-row ones at D 128
@@ -153,8 +152,10 @@ class BwdConfig:
 # for three warpgroups at 64 keys). K and V as register operands of the D 64 dk/dv kernel were faster
 # (6.37 ms) but gave wrong dk: not offered. Ninth session (docs/bench/hopper_tune_dkdv_overlap_h200.json): dV, dK of
 # tile t - 1 issued behind S^T, dP^T of tile t (64-row tiles: the only ones that fit) 11.90-11.93 ms against
-# 11.76-11.77 for the whole D 64 backward; removed (commit 8256d6f has it). atomic_dq is off everywhere: written and
-# compiled, not yet measured or tested on a GPU (tests/gpu/test_gluon_gpu.py::test_atomic_dq_option).
+# 11.76-11.77 for the whole D 64 backward; removed (commit 8256d6f has it). Tenth session
+# (docs/bench/hopper_tune_5de7330_h200.json): three dq warpgroups with 64-key stages at D 64, 5.7 against 5.1 ms.
+# dQ added by the dk/dv kernel (5 products, no dq kernel) lost in every form tried, see docs/benchmarks.md
+# (docs/bench/hopper_tune_atomic_dq_h200.json; branch exp/atomic-dq-tma).
 BWD_CONFIGS = {64: BwdConfig(dkdv_block_m=128, dkdv_stages=2, dq_block_n=128, dq_stages=2),
                128: BwdConfig(dkdv_block_m=64, dkdv_stages=2, dq_block_n=128, dq_stages=2)}
 
@@ -164,22 +165,17 @@ def dq_block_m(cfg: BwdConfig) -> int:
 
 
 def dkdv_launch(q, k, v, c, do, lse, delta, dk, dv, colsum, cu, bound, scale: float, n_blocks: int, n_z: int,
-                varlen: bool, prune: bool, cfg: BwdConfig, dq_acc=None, rowsum=None) -> Launch:
-    """dq_acc float32 [B, Tq, Hq, D] and rowsum float32 [B, Hq, Tq], zeroed: with cfg.atomic_dq the kernel adds
-    dQ / scale and the dS row sums into them (else unused)."""
+                varlen: bool, prune: bool, cfg: BwdConfig) -> Launch:
     B, Tq, Hq, D = q.shape
     Tk, Hkv = k.shape[1], k.shape[2]
-    if not cfg.atomic_dq:
-        dq_acc, rowsum = dk, colsum  # placeholders, never read
     args = (rows_descriptor(q, cfg.dkdv_block_m), rows_descriptor(do, cfg.dkdv_block_m),
             rows_descriptor(k, BLOCK_M), rows_descriptor(v, BLOCK_M),
-            c, lse, delta, dk, dv, colsum, dq_acc, rowsum, cu, bound,
+            c, lse, delta, dk, dv, colsum, cu, bound,
             dk.stride(0), dk.stride(1), dk.stride(2), dv.stride(0), dv.stride(1), dv.stride(2),
-            dq_acc.stride(0), dq_acc.stride(1), dq_acc.stride(2),
             c.stride(0), c.stride(1), lse.stride(0), lse.stride(1),
             Tq, Tk, float(scale), float(scale) * math.log2(math.e), n_blocks, Hkv, Hq // Hkv)
     constexprs = dict(HEAD_DIM=D, BLOCK_M=cfg.dkdv_block_m, NUM_STAGES=cfg.dkdv_stages,
-                      IS_VARLEN=varlen, PRUNE=prune, CONSUMER_REGS=cfg.consumer_regs, ATOMIC_DQ=cfg.atomic_dq)
+                      IS_VARLEN=varlen, PRUNE=prune, CONSUMER_REGS=cfg.consumer_regs)
     return Launch(dkdv_kernel, launch_grid(n_blocks, Hkv, n_z), args, constexprs, dict(num_warps=4))
 
 
@@ -228,22 +224,15 @@ def gluon_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
     n_kblocks = triton.cdiv(longest or Tk, BLOCK_M)
     bound = (tile_bounds(c, prune_delta, cu, varlen, n_z, Tq, Tk, n_kblocks, cfg.dkdv_block_m, BLOCK_M, True)
              if prune else lse)
-    dq_acc = None
-    if cfg.atomic_dq:  # dq and the row sums come from the dk/dv kernel: no dq kernel
-        dq_acc = torch.zeros(B, Tq, Hq, D, dtype=torch.float32, device=q.device)
-        rowsum.zero_()
     launch = dkdv_launch(q, k, v, c, do, lse, delta, dk, dv, colsum, cu, bound, scale, n_kblocks, n_z,
-                         varlen, prune, cfg, dq_acc, rowsum)
+                         varlen, prune, cfg)
     launch.kernel[launch.grid](*launch.args, **launch.constexprs, **launch.options)
-    if cfg.atomic_dq:
-        dq.copy_(dq_acc.mul_(scale))
-    else:
-        n_qblocks = triton.cdiv(longest or Tq, dq_block_m(cfg))
-        bound = (tile_bounds(c, prune_delta, cu, varlen, n_z, Tq, Tk, n_qblocks, dq_block_m(cfg), cfg.dq_block_n,
-                             False) if prune else lse)
-        launch = dq_launch(q, k, v, c, do, lse, delta, dq, rowsum, cu, bound, scale, n_qblocks, n_z, varlen, prune,
-                           cfg)
-        launch.kernel[launch.grid](*launch.args, **launch.constexprs, **launch.options)
+
+    n_qblocks = triton.cdiv(longest or Tq, dq_block_m(cfg))
+    bound = (tile_bounds(c, prune_delta, cu, varlen, n_z, Tq, Tk, n_qblocks, dq_block_m(cfg), cfg.dq_block_n, False)
+             if prune else lse)
+    launch = dq_launch(q, k, v, c, do, lse, delta, dq, rowsum, cu, bound, scale, n_qblocks, n_z, varlen, prune, cfg)
+    launch.kernel[launch.grid](*launch.args, **launch.constexprs, **launch.options)
 
     # dc_t = (row sum of dS at the query sitting on position t) - (column sum of dS at key t).
     dc = colsum.neg_()
