@@ -18,6 +18,10 @@
 # gates on three texts; no NIAH, bias shift or eviction) take about 2 min: ~8 min a seed call. The
 # leave-one-domain-out pair trains in ~3 min (the ablation pair's time) plus ~1.5 min of evaluations;
 # MQAR trains 4 tiny models for 3000 steps each, one process each: ~3 min, at most MQAR_GUARD (4) + ~1.
+# Tenth session, seed 0 (commit 5de7330): training took 5.4 min, and with 232 s left the evaluations did the mix
+# (88 s for the four models side by side) and the held-out prose (30 s); the out-of-mix losses and every gate step
+# were cut. Seed calls since: the losses first, then the gates (scripts/reproduce.sh), 16 sequences per out-of-mix
+# text (OOD_SEQS) and 4 sequences a forward pass (EVAL_BATCH).
 # Ninth session, lodo and mqar in one call side by side: mqar done in 4 min, lodo's training took 5.0 min and its
 # evaluations hit the budget (the gates on the mix and on the Go source were cut): give each its own call.
 set -u
@@ -59,7 +63,8 @@ data)
 seed)
     s=${2:?seed: give the seed, e.g. seed 0}
     # both blocks' main comparison, one seed: FoX and Transformer, LLaMA and Pro, side by side
-    DATA=$CARRY/gpt2 SEEDS=$s OOD=$OOD_DIRS EVAL_SOURCES=prose bash scripts/reproduce.sh \
+    DATA=$CARRY/gpt2 SEEDS=$s OOD=$OOD_DIRS EVAL_SOURCES=prose OOD_SEQS=${OOD_SEQS:-16} EVAL_BATCH=${EVAL_BATCH:-4} \
+        bash scripts/reproduce.sh \
         fox-pro-small transformer-pro-small fox-llama-small transformer-llama-small
     ;;
 lodo)

@@ -115,6 +115,29 @@ def gates_section(runs_by_preset: dict) -> tuple[str, list[str]]:
     return head + "".join("| " + " | ".join(r) + " |\n" for r in rows), [path]
 
 
+def _lodo(runs: dict, parts: list[str]) -> list[str]:
+    """The no-prose pair on every text it read, and the held-out prose beside the full-mix pair (when the
+    seed calls' runs are there); appends to parts, returns the summary lines."""
+    summary = []
+    nop = [(f"{LABELS[p]}, no prose", runs[p + "/noprose"]) for p in BLOCKS["pro"]]
+    full = [(LABELS[p], runs.get(p, [])) for p in BLOCKS["pro"]]
+    for text, what in TEXTS.items():
+        with_full = text == "eval_src_prose" and all(g for _, g in full)
+        out = os.path.join(OUT, f"lodo_{text}")
+        res = run_compare(full + nop if with_full else nop, text, "Transformer (Pro), no prose", out)
+        if res is None:
+            continue
+        where = "the mix without prose (held out)" if text == "eval" else what
+        if with_full:
+            where += ", beside the models trained on the whole mix (4K-token windows)"
+        parts += [f"#### {where}", "", open(os.path.join(out, "compare.md")).read(),
+                  f"![loss difference]({out[5:]}/loss_difference.png)", ""]
+        summary += [f"- {where.split(',')[0]}, trained without prose, FoX (Pro) - Transformer (Pro) (1 seed): mean "
+                    f"loss {_interval_line(r, 'mean_loss')}" for r in res["differences"]
+                    if r["model"].startswith("FoX (Pro), no prose")]
+    return summary
+
+
 def section(bundles: list[str]) -> str:
     os.makedirs(OUT, exist_ok=True)
     runs = find_runs(bundles)
@@ -134,6 +157,7 @@ def section(bundles: list[str]) -> str:
         parts += ["### Seeds and other domains", "",
                   "Pending: `bash scripts/issue20.sh seed 0`, `seed 1`, `seed 2` (one GPU call each; the four models "
                   "of both blocks, their per-position loss on the mix, the novels and the Go source, and their gates).", ""]
+    missing = []  # comparisons whose runs are there but whose evaluations are not (cut by a call's time limit)
     for text, what in TEXTS.items():
         if text == "eval_src_prose":
             continue
@@ -144,6 +168,7 @@ def section(bundles: list[str]) -> str:
             out = os.path.join(OUT, f"{text}_{block}")
             res = run_compare(groups, text, LABELS[tfm], out)
             if res is None:
+                missing.append(f"{LABELS[fox]} against {LABELS[tfm]} on {what}")
                 continue
             parts += [f"### {LABELS[fox]} against {LABELS[tfm]}: {what}", "",
                       open(os.path.join(out, "compare.md")).read(), f"![loss difference]({out[5:]}/loss_difference.png)", ""]
@@ -153,35 +178,15 @@ def section(bundles: list[str]) -> str:
             n = res["rows"][0]["n_seeds"]
             summary.append(f"- {what}, {LABELS[fox]} - {LABELS[tfm]} ({n} seed{'s' if n > 1 else ''}): mean loss over 16K tokens "
                            f"{_interval_line(d, 'mean_loss')}, 8K..16K {_interval_line(d, 'L@16384')}.")
-    lodo = [(f"{LABELS[p]}", runs.get(p, [])) for p in BLOCKS["pro"]]
-    lodo += [(f"{LABELS[p]}, no prose", runs.get(p + "/noprose", [])) for p in BLOCKS["pro"]]
-    if all(g for _, g in lodo):
-        out = os.path.join(OUT, "lodo_prose")
-        res = run_compare(lodo, "eval_src_prose", "Transformer (Pro), no prose", out)
-        if res is not None:
-            parts += ["### Leave one domain out: prose", "",
-                      "Trained on the mix without its prose (`data prepare --leave-out`), evaluated on the same "
-                      "held-out prose documents as the full-mix models (`eval loss --data-source prose`, 4K-token "
-                      "windows):", "",
-                      open(os.path.join(out, "compare.md")).read(), f"![prose]({out[5:]}/loss_curves.png)", ""]
-            summary += [f"- held-out prose, trained without prose, {r['model'].split(',')[0]} - Transformer (Pro): "
-                        f"{_interval_line(r, 'mean_loss')}" for r in res["differences"] if "no prose" in r["model"]]
-    elif all(runs.get(p + "/noprose") for p in BLOCKS["pro"]):
-        # the no-prose pair alone (the full-mix models come with the seed calls): the pair on every text it read
+    if missing:
+        parts += ["Not evaluated in these bundles (the runs are there, their evaluations are not: cut by the GPU "
+                  "call's time limit, see the bundle's logs): " + "; ".join(missing) + ".", ""]
+    if all(runs.get(p + "/noprose") for p in BLOCKS["pro"]):
         parts += ["### Leave one domain out: prose", "",
-                  "Trained on the mix without its prose (`data prepare --leave-out`); the full-mix models to set "
-                  "beside them come with the seed calls (pending). The pair against each other, on each text:", ""]
-        nop = [(f"{LABELS[p]}, no prose", runs[p + "/noprose"]) for p in BLOCKS["pro"]]
-        for text, what in TEXTS.items():
-            out = os.path.join(OUT, f"lodo_{text}")
-            res = run_compare(nop, text, "Transformer (Pro), no prose", out)
-            if res is None:
-                continue
-            where = "the mix without prose (held out)" if text == "eval" else what
-            parts += [f"#### {where}", "", open(os.path.join(out, "compare.md")).read(),
-                      f"![loss difference]({out[5:]}/loss_difference.png)", ""]
-            summary += [f"- {where}, trained without prose, FoX (Pro) - Transformer (Pro) (1 seed): mean loss "
-                        f"{_interval_line(r, 'mean_loss')}" for r in res["differences"]]
+                  "Trained on the mix without its prose (`data prepare --leave-out`). The pair against each other "
+                  "on each text it read, and (with the seed calls' full-mix models beside it) on the held-out prose:",
+                  ""]
+        summary += _lodo(runs, parts)
     else:
         parts += ["### Leave one domain out: prose", "", "Pending: `bash scripts/issue20.sh lodo`.", ""]
     table, figs = gates_section(runs)

