@@ -104,9 +104,10 @@ def _sdpa_rows(rows, D, H, T, B):
 
 
 # The defaults first and last (drift); between them the variants still worth a row (each measured one names its
-# JSON in hopper/launch.py): D 128 without the overlap and the folded row term.
-FWD_SWEEP = {64: [dict(), dict()],
-             128: [dict(), dict(overlap=False, fold_row=False), dict()]}
+# JSON in hopper/launch.py): one softmax exponential in every 2 / 4 / 8 by the FMA-pipe polynomial (D 64's
+# forward is paced by MUFU as much as by the tensor cores; exp2.py), and D 128 without the overlap and fold.
+FWD_SWEEP = {64: [dict(), dict(poly_exp2=2), dict(poly_exp2=4), dict(poly_exp2=8), dict()],
+             128: [dict(), dict(poly_exp2=4), dict(overlap=False, fold_row=False), dict()]}
 
 
 # awkward lengths: one partial tile, a single whole tile plus a row, GQA, T past a multiple of the tile

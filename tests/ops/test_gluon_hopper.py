@@ -113,3 +113,54 @@ def test_unaddressable_tensors_fall_back_to_triton():
     unpacked = torch.zeros(1, 8, 2, 2, 64, dtype=torch.bfloat16)[:, :, :, 0]
     assert _kernel_backend("gluon", q=q, k=unpacked, v=q) == "triton"
     assert _kernel_backend("triton", q=unpacked, k=q, v=q) == "triton"
+
+
+def test_polynomial_exp2_is_accurate_and_exact_at_the_edges():
+    """exp2.exp2_reference (the float32 algorithm of the kernels' FMA-pipe exponential): within 1.1e-4 of 2^x
+    on the softmax range, exact at integers (the row maximum gives 1), exactly 0 below -126 and at -inf (masked
+    scores), MUFU's exp2 on the other elements of each pack."""
+    import numpy as np
+
+    from foxformer.ops.forgetting_attention.hopper.exp2 import exp2_reference
+
+    x = np.concatenate([-np.logspace(-7, np.log10(126), 4000), -np.linspace(0, 126, 4001)]).astype(np.float32)
+    exact = np.exp2(x.astype(np.float64))
+    for pack in (2, 4, 8):
+        got = exp2_reference(x, pack).astype(np.float64)
+        assert np.max(np.abs(got / exact - 1)) < 1.1e-4
+        ints = -np.arange(0, 127, dtype=np.float32).repeat(pack)
+        assert np.array_equal(exp2_reference(ints, pack), np.exp2(ints))
+        assert np.array_equal(got[..., 0::pack], np.exp2(x[..., 0::pack]).astype(np.float64))
+        edges = np.array([-126.5, -200.0, -np.inf, -1e30] * pack, dtype=np.float32)
+        assert not exp2_reference(edges, pack)[pack - 1::pack].any()
+
+
+@needs_gluon
+def test_polynomial_exp2_forward_compiles_without_spills():
+    """FwdConfig.poly_exp2 (a tuning option, not a default, so not among VARIANTS) builds for sm_90a: the
+    inline PTX assembles, and the polynomial takes the share of the exponentials it should."""
+    code = """
+import dataclasses, json, re, torch
+from foxformer.ops.forgetting_attention.hopper.aot import compile_launch, resources
+from foxformer.ops.forgetting_attention.hopper.launch import FWD_CONFIGS, forward_launch
+rows = []
+for D, poly in ((64, 0), (64, 4), (128, 2)):
+    cfg = dataclasses.replace(FWD_CONFIGS[D], poly_exp2=poly)
+    q = torch.zeros(2, 300, 4, D, dtype=torch.bfloat16); k = torch.zeros(2, 300, 2, D, dtype=torch.bfloat16)
+    c = torch.zeros(2, 4, 300, dtype=torch.float64); vec = torch.zeros(2, 4, 300)
+    ck = compile_launch(forward_launch(q, k, k, c, q, vec, vec, vec, 0.1, 3, 2, False, False, cfg))
+    ptx = ck.asm["ptx"]
+    rows.append(dict(D=D, poly=poly, ex2=len(re.findall(r"ex2\\.approx", ptx)),
+                     floor=len(re.findall(r"add\\.rm\\.ftz\\.f32", ptx)), **resources(ck)))
+print(json.dumps(rows))
+"""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(SRC), env.get("PYTHONPATH", "")])
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    base, poly4, poly2 = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert base["floor"] == 0 and poly4["floor"] > 0 and poly2["floor"] > 0
+    # the softmax's exponentials: 3 of 4 (1 of 2) stay on MUFU; the rescale factors always do
+    assert poly4["ex2"] < base["ex2"] and poly4["floor"] * 3 <= poly4["ex2"]
+    for row in (poly4, poly2):
+        assert row["local_bytes"] <= LOCAL_BUDGET["fwd"], row

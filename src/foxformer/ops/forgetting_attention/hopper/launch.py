@@ -29,7 +29,8 @@ class FwdConfig:
     gets what is left of the 64K registers); fold_row: unmasked tiles leave the query's c out of the
     scores and into the row maximum (fwd._tile_softmax), one ALU operation per score fewer; overlap: QK^T of
     tile i is issued beside PV of tile i - 1 and the softmax runs while PV does (fwd._fwd_loop_overlap; P stays in
-    registers meanwhile, so a config that spills may compute garbage)."""
+    registers meanwhile, so a config that spills may compute garbage); poly_exp2: one softmax exponential in every
+    poly_exp2 by a polynomial on the FMA pipe instead of the MUFU unit (exp2.exp2_split; 0: none)."""
 
     block_n: int
     num_stages: int
@@ -37,6 +38,7 @@ class FwdConfig:
     consumer_regs: int = 240
     fold_row: bool = True
     overlap: bool = False
+    poly_exp2: int = 0
 
 
 # Picked by `scripts/hopper_tune.py fwd bwd` on one H200 (torch 2.11, Triton 3.6, bf16, B * T = 32K, T = 16K;
@@ -99,7 +101,7 @@ def forward_launch(q, k, v, c, out, lse, cu, bound, scale: float, n_blocks: int,
             Tq, Tk, float(scale) * math.log2(math.e), n_blocks, Hq, Hq // Hkv)
     constexprs = dict(HEAD_DIM=D, BLOCK_N=cfg.block_n, NUM_WG=cfg.num_wg, NUM_STAGES=cfg.num_stages,
                       IS_VARLEN=varlen, PRUNE=prune, CONSUMER_REGS=cfg.consumer_regs, FOLD_ROW=cfg.fold_row,
-                      OVERLAP=cfg.overlap)
+                      POLY_EXP2=cfg.poly_exp2, OVERLAP=cfg.overlap)
     return Launch(fwd_kernel, launch_grid(n_blocks, Hq, n_z), args, constexprs, dict(num_warps=4))
 
 
