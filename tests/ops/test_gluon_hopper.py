@@ -136,6 +136,14 @@ def test_polynomial_exp2_is_accurate_and_exact_at_the_edges():
 
 
 @needs_gluon
+def test_poly_exp2_takes_only_the_splits_the_kernel_has():
+    from foxformer.ops.forgetting_attention.hopper.launch import FwdConfig
+
+    with pytest.raises(ValueError, match="poly_exp2"):
+        FwdConfig(block_n=128, num_stages=2, poly_exp2=3)
+
+
+@needs_gluon
 def test_polynomial_exp2_forward_compiles_without_spills():
     """FwdConfig.poly_exp2 (a tuning option, not a default, so not among VARIANTS) builds for sm_90a: the
     inline PTX assembles, and the polynomial takes the share of the exponentials it should."""

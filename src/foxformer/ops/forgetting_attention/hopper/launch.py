@@ -17,6 +17,7 @@ from ..tiles import launch_grid, tile_bounds
 from .aot import Launch
 from .bwd import dkdv_kernel, dq_kernel
 from .compat import TensorDescriptor, gl
+from .exp2 import SPLITS
 from .fwd import WG_ROWS, fwd_kernel
 
 BLOCK_M = 2 * WG_ROWS.value
@@ -39,6 +40,10 @@ class FwdConfig:
     fold_row: bool = True
     overlap: bool = False
     poly_exp2: int = 0
+
+    def __post_init__(self):
+        if self.poly_exp2 not in SPLITS:
+            raise ValueError(f"poly_exp2: expected one of {SPLITS}, got {self.poly_exp2!r}")
 
 
 # Picked by `scripts/hopper_tune.py fwd bwd` on one H200 (torch 2.11, Triton 3.6, bf16, B * T = 32K, T = 16K;
