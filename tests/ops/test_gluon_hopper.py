@@ -115,6 +115,7 @@ def test_unaddressable_tensors_fall_back_to_triton():
     assert _kernel_backend("triton", q=unpacked, k=q, v=q) == "triton"
 
 
+@needs_gluon
 def test_polynomial_exp2_is_accurate_and_exact_at_the_edges():
     """exp2.exp2_reference (the float32 algorithm of the kernels' FMA-pipe exponential): within 1.1e-4 of 2^x
     on the softmax range, exact at integers (the row maximum gives 1), exactly 0 below -126 and at -inf (masked
