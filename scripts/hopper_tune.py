@@ -125,14 +125,11 @@ def _worst_error(D, fwd_cfg=None, bwd_cfg=None) -> float:
     return worst
 
 
-# D 64's dq is ALU-bound (5.1 ms against 3.8 at D 128 for the same products): three warpgroups with 64-key stages
-# compile without spills (160 registers) and are not measured yet.
-# atomic_dq (opt-in, not bitwise reproducible): 5 products per tile instead of 7 and no dq kernel; 64-row tiles
-# spill 80 bytes at D 64 (after the dV, dK waits, where nothing is read asynchronously), 128-row ones 664.
-BWD_SWEEP = {64: [dict(), dict(dq_num_wg=3, dq_block_n=64, dq_consumer_regs=160),
-                  dict(dq_num_wg=3, dq_block_n=64, dq_stages=3, dq_consumer_regs=160),
-                  dict(dkdv_block_m=64, atomic_dq=True), dict(dkdv_block_m=64, dkdv_stages=3, atomic_dq=True),
-                  dict()],
+# atomic_dq (opt-in, not bitwise reproducible): 5 products per tile instead of 7 and no dq kernel. The tenth
+# session's version shares dS^T between the warpgroups and adds dQ by TMA reductions; spills (sm_90a compile):
+# D 64 with 128-row tiles 656 bytes, with 64-row ones 40; D 128 (64-row) 360.
+BWD_SWEEP = {64: [dict(), dict(atomic_dq=True), dict(dkdv_block_m=64, atomic_dq=True), dict(dkdv_block_m=64),
+                  dict(atomic_dq=True, dkdv_stages=1), dict()],
              128: [dict(), dict(atomic_dq=True), dict()]}
 
 
@@ -142,10 +139,10 @@ def _bwd_parts(q, k, v, c, do, out, lse, scale, cfg):
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     colsum, rowsum, delta = (torch.empty(B, Hq, T, device=DEV) for _ in range(3))
     L.row_deltas(out, do, None, delta)
-    dq_acc = torch.zeros(B, T, Hq, D, device=DEV) if cfg.atomic_dq else None
+    scratch = L.dq_scratch(B, T, Hq, D, cfg, DEV) if cfg.atomic_dq else None
     lk = L.dkdv_launch(q, k, v, c, do, lse, delta, dk, dv, colsum, lse, lse, scale,
-                       triton.cdiv(T, L.BLOCK_M), B, False, False, cfg, dq_acc, rowsum)
-    if cfg.atomic_dq:  # no dq kernel (the dk/dv time includes dq's atomics; the buffers are not re-zeroed)
+                       triton.cdiv(T, L.BLOCK_M), B, False, False, cfg, scratch)
+    if cfg.atomic_dq:  # no dq kernel (the dk/dv time includes dQ's reductions; the scratch is not re-zeroed)
         return [_time(lambda: lk.kernel[lk.grid](*lk.args, **lk.constexprs, **lk.options)), 0.0]
     lq = L.dq_launch(q, k, v, c, do, lse, delta, dq, rowsum, lse, lse, scale, triton.cdiv(T, L.dq_block_m(cfg)), B,
                      False, False, cfg)

@@ -140,15 +140,16 @@ def test_long_context(T, gates, D, Hq, Hkv):
 
 
 @pytest.mark.parametrize("case", ["T17", "T1000-gqa8", "T4097", "Tq77-Tk1000", "varlen-pruned", "T64K"])
-@pytest.mark.parametrize("D", [64, 128], ids=lambda d: f"D{d}")
-def test_atomic_dq_option(monkeypatch, D, case):
-    """BwdConfig.atomic_dq (opt-in: dQ and the dS row sums added by the dk/dv kernel with fp32 atomics, not
-    reproducible bit for bit) is as accurate as the default backward."""
+@pytest.mark.parametrize("D,block_m", [(64, 64), (64, 128), (128, 64)], ids=lambda x: str(x))
+def test_atomic_dq_option(monkeypatch, D, block_m, case):
+    """BwdConfig.atomic_dq (opt-in: dQ added by the dk/dv kernel with TMA reductions, the dS row sums with
+    atomics; not reproducible bit for bit) is as accurate as the default backward, with the dQ product split
+    between the warpgroups by rows (128-row tiles) and by columns (64-row ones)."""
     import dataclasses
 
     from foxformer.ops.forgetting_attention.hopper import launch
 
-    monkeypatch.setitem(launch.BWD_CONFIGS, D, dataclasses.replace(launch.BWD_CONFIGS[D], dkdv_block_m=64,
+    monkeypatch.setitem(launch.BWD_CONFIGS, D, dataclasses.replace(launch.BWD_CONFIGS[D], dkdv_block_m=block_m,
                                                                      atomic_dq=True))
     torch.manual_seed(7)
     if case == "varlen-pruned":

@@ -17,7 +17,8 @@ Every product is written by one CTA in a fixed order, so gradients are bitwise r
 """
 from __future__ import annotations
 
-from .compat import fence_async_shared, gl, gluon, mbarrier, thread_barrier, tma_load, warpgroup_mma, warpgroup_mma_wait
+from .compat import (fence_async_shared, gl, gluon, mbarrier, thread_barrier, tma, tma_atomic_add, tma_load,
+                     warpgroup_mma, warpgroup_mma_wait)
 from .fwd import LOG2E, WG_ROWS, key_tiles, kv_loader, kv_ring, query_program, release_stage, sequence_of, split_c
 
 # Per-query vectors the dk/dv loader stages beside each Q / dO tile, one row each. With the diagonal
@@ -232,36 +233,75 @@ def _dkdv_loader(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, q_smem, do_smem
 
 
 @gluon.jit
-def _dq_atomic(ds_t, ds_smem, k_w, DQacc, RowSum, dq_base, vec_base, i0, n_q, stride_qat,
-               HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr):
-    """ATOMIC_DQ: this warpgroup's share of dQ and of the dS row sums for one query tile, added to fp32
-    buffers with atomics (order, hence rounding, varies between runs). dQ_part = dS K needs dS with queries
-    as rows: dS^T goes through shared memory and is read back transposed as wgmma's A operand."""
-    dq_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                        instr_shape=[16, HEAD_DIM, 16])
-    qry_l: gl.constexpr = gl.SliceLayout(0, ds_t.type.layout)
-    rows = i0 + gl.arange(0, BLOCK_M, layout=qry_l)
-    gl.atomic_add(RowSum + vec_base + rows, gl.sum(ds_t, 0), mask=rows < n_q, sem="relaxed")
-    ds_smem.store(ds_t.to(ds_smem.dtype))
+def _ds_share(ds_t, ds_smem, ds_full, ds_free, it, WG: gl.constexpr):
+    """ATOMIC_DQ, first half: put this warpgroup's dS^T half [64 keys, BLOCK_M] into the shared buffer of
+    tile `it` (two in flight) for the dQ product (_dq_reduce)."""
+    b = it % 2
+    mbarrier.wait(ds_free.index(b), ((it // 2) & 1) ^ 1)
+    ds_smem.index(b).slice(WG * WG_ROWS, WG_ROWS, dim=0).store(ds_t.to(ds_smem.dtype))
     fence_async_shared()
-    thread_barrier()
-    tok = warpgroup_mma(ds_smem.permute((1, 0)), k_w, gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, dq_layout),
-                        use_acc=False, is_async=True)
-    part = warpgroup_mma_wait(0, deps=[tok])
-    rows_d = i0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, dq_layout))
-    cols_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, dq_layout))
-    ptrs = DQacc + dq_base + rows_d.to(gl.int64)[:, None] * stride_qat + cols_d[None, :]
-    gl.atomic_add(ptrs, part, mask=(rows_d < n_q)[:, None], sem="relaxed")
-    # the next tile's store must not overwrite dS^T before every warp's wgmma has read it
-    thread_barrier()
+    release_stage(ds_full.index(b))
 
 
 @gluon.jit
-def _dkdv_consumer(q_smem, do_smem, k_smem, v_smem, vec_smem, ds_smem, kv_bar, ready, empty,
-                   C, DK, DV, ColSum, DQacc, RowSum, zb, tok0, n0, kv_head, pid_z, pid_n, off, n_q, n_k, n_blocks,
+def _dq_reduce(ds_smem, ds_full, ds_free, k_smem, ones_smem, dq_smem, rs_smem, dq_desc, rs_desc, region, i0, it,
+               scale, WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr):
+    """ATOMIC_DQ, second half: this warpgroup's share of dQ = scale dS K and of the dS row sums over all 128
+    keys (both halves of dS^T), added into fp32 scratch by TMA reductions (the order of the adds, hence the
+    rounding, varies between runs). The dQ share is [64, D] (query rows WG * 64..) for 128-row tiles and
+    [64, D / 2] (columns WG * D / 2..) for 64-row ones, so the CTA adds each element once; the row sums come
+    from a product with a ones matrix (a sum across the warps of dS^T would cost more than the rest).
+    The scratch is in tile order (launch.dq_from_scratch puts it back): one contiguous run per reduction."""
+    ROW_SPLIT: gl.constexpr = BLOCK_M == 2 * WG_ROWS
+    DQ_M: gl.constexpr = WG_ROWS if ROW_SPLIT else BLOCK_M
+    DQ_N: gl.constexpr = HEAD_DIM if ROW_SPLIT else HEAD_DIM // 2
+    STAGE_ROWS: gl.constexpr = DQ_M * DQ_N // 32
+    DO_RS: gl.constexpr = ROW_SPLIT or WG == 0
+    dq_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                        instr_shape=[16, DQ_N, 16])
+    rs_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                        instr_shape=[16, 8, 16])
+    b = it % 2
+    ds_all = ds_smem.index(b).permute((1, 0))  # [queries, 128 keys]
+    k_all = k_smem.reshape([2 * WG_ROWS, HEAD_DIM])
+    if ROW_SPLIT:
+        a_op = ds_all.slice(WG * WG_ROWS, WG_ROWS, dim=0)
+        b_op = k_all
+        rs_row = region + i0 + WG * WG_ROWS
+    else:
+        a_op = ds_all
+        b_op = k_all.slice(WG * DQ_N, DQ_N, dim=1)
+        rs_row = region + i0
+    mbarrier.wait(ds_full.index(b), (it // 2) & 1)
+    tok = warpgroup_mma(a_op, b_op, gl.zeros([DQ_M, DQ_N], gl.float32, dq_layout), use_acc=False, is_async=True)
+    if DO_RS:
+        rs_tok = warpgroup_mma(a_op, ones_smem.permute((1, 0)), gl.zeros([DQ_M, 8], gl.float32, rs_layout),
+                               use_acc=False, is_async=True)
+        part, rs, _, _ = warpgroup_mma_wait(0, deps=[tok, rs_tok, a_op, b_op])
+    else:
+        part, _, _ = warpgroup_mma_wait(0, deps=[tok, a_op, b_op])
+    release_stage(ds_free.index(b))
+    stage = dq_smem.index(WG)
+    # the previous tile's reductions must have read the staging tiles (one thread issued them: wait, then sync)
+    tma.store_wait(0)
+    thread_barrier()
+    stage.store(part * scale)
+    if DO_RS:
+        rs_smem.index(WG).store(rs)
+    fence_async_shared()
+    thread_barrier()
+    tma_atomic_add(dq_desc, [(region + i0) * (HEAD_DIM // 32) + WG * STAGE_ROWS, 0],
+                   stage._reinterpret(gl.float32, [STAGE_ROWS, 32], dq_desc.layout))
+    if DO_RS:
+        tma_atomic_add(rs_desc, [rs_row, 0], rs_smem.index(WG))
+
+
+@gluon.jit
+def _dkdv_consumer(q_smem, do_smem, k_smem, v_smem, vec_smem, ds_smem, ones_smem, dq_smem, rs_smem, kv_bar, ready,
+                   empty, ds_full, ds_free, C, DK, DV, ColSum, dq_desc, rs_desc, zb, tok0, n0, kv_head, pid_z, pid_n, off, n_q, n_k, n_blocks,
                    n_heads_q, scale, scale2, stride_cb, stride_ch, stride_dkb, stride_dkt, stride_dkh,
-                   stride_dvb, stride_dvt, stride_dvh, stride_qab, stride_qat, stride_qah, stride_lb, stride_lh,
-                   PruneBound, group,
+                   stride_dvb, stride_dvt, stride_dvh, stride_lb, stride_lh,
+                   PruneBound, group, dq_rows,
                    WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
                    NUM_STAGES: gl.constexpr, PRUNE: gl.constexpr, ATOMIC_DQ: gl.constexpr):
     # Transposed orientation: tiles are [keys, queries], so dK and dV accumulate without transposes.
@@ -328,18 +368,18 @@ def _dkdv_consumer(q_smem, do_smem, k_smem, v_smem, vec_smem, ds_smem, kv_bar, r
             delta = vec_smem.index(N_VEC * s + VEC_DELTA).load(qry_l)
             ds_t = p_t * (dp_t - delta[None, :])
             colsum += gl.sum(ds_t, 1)
+            if ATOMIC_DQ:
+                _ds_share(ds_t, ds_smem, ds_full, ds_free, it, WG)
             dk_tok = warpgroup_mma(gl.convert_layout(ds_t.to(dtype), a_layout), q_tile, dk, is_async=True)
+            if ATOMIC_DQ:  # dV, dK run beside the dQ product (whose wait covers them too)
+                _dq_reduce(ds_smem, ds_full, ds_free, k_smem, ones_smem, dq_smem, rs_smem, dq_desc, rs_desc,
+                           (zb * n_heads_q + head) * dq_rows, i0, it, scale, WG, HEAD_DIM, BLOCK_M)
             dv, dk, _, _ = warpgroup_mma_wait(0, deps=[dv_tok, dk_tok, q_tile, do_tile])
             release_stage(empty.index(s))
-            if ATOMIC_DQ:
-                # after the dV, dK products: nothing reads registers asynchronously while this may spill
-                _dq_atomic(ds_t, ds_smem.index(WG), k_w, DQacc, RowSum,
-                           zb.to(gl.int64) * stride_qab + head.to(gl.int64) * stride_qah
-                           + tok0.to(gl.int64) * stride_qat,
-                           zb.to(gl.int64) * stride_lb + head.to(gl.int64) * stride_lh + tok0, i0, n_q, stride_qat,
-                           HEAD_DIM, BLOCK_M)
             it += 1
         gl.store(ColSum + c_base + keys, colsum, mask=key_ok)
+    if ATOMIC_DQ:
+        tma.store_wait(0)  # the last reductions read shared memory that dies with the CTA
 
     dk = dk * scale
     st_l: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (HEAD_DIM // 8), HEAD_DIM // 8], [4, 1], [1, 0])
@@ -354,12 +394,13 @@ def _dkdv_consumer(q_smem, do_smem, k_smem, v_smem, vec_smem, ds_smem, kv_bar, r
 
 
 @gluon.jit(do_not_specialize=["stride_dkb", "stride_dkt", "stride_dkh", "stride_dvb", "stride_dvt", "stride_dvh",
-                              "stride_qab", "stride_qat", "stride_qah", "stride_cb", "stride_ch", "stride_lb",
-                              "stride_lh", "seqlen_q", "seqlen_k", "n_blocks", "n_heads", "group"])
-def dkdv_kernel(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DK, DV, ColSum, DQacc, RowSum, CuSeqlens, PruneBound,
+                              "stride_cb", "stride_ch", "stride_lb",
+                              "stride_lh", "seqlen_q", "seqlen_k", "n_blocks", "n_heads", "group", "dq_rows"])
+def dkdv_kernel(q_desc, do_desc, k_desc, v_desc, dq_desc, rs_desc, C, Lse, Delta, DK, DV, ColSum, CuSeqlens,
+                PruneBound,
                 stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh,
-                stride_qab, stride_qat, stride_qah, stride_cb, stride_ch, stride_lb, stride_lh,
-                seqlen_q, seqlen_k, scale, scale2, n_blocks, n_heads, group,
+                stride_cb, stride_ch, stride_lb, stride_lh,
+                seqlen_q, seqlen_k, scale, scale2, n_blocks, n_heads, group, dq_rows,
                 HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
                 NUM_STAGES: gl.constexpr, IS_VARLEN: gl.constexpr, PRUNE: gl.constexpr,
                 CONSUMER_REGS: gl.constexpr, ATOMIC_DQ: gl.constexpr):
@@ -382,12 +423,6 @@ def dkdv_kernel(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DK, DV, ColSum, 
         do_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, BLOCK_M, HEAD_DIM], do_desc.layout)
         vec_smem = gl.allocate_shared_memory(gl.float32, [N_VEC * NUM_STAGES, BLOCK_M],
                                              gl.SwizzledSharedLayout(1, 1, 1, [0]))
-        if ATOMIC_DQ:  # each consumer's dS^T, read back transposed by the dQ product
-            ds_smem = gl.allocate_shared_memory(dtype, [2, WG_ROWS, BLOCK_M],
-                                                gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16,
-                                                                     rank=2))
-        else:
-            ds_smem = vec_smem  # never read
         kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
         empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
@@ -396,21 +431,46 @@ def dkdv_kernel(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DK, DV, ColSum, 
             # ready: the TMA bytes of Q and dO plus the loader's arrival after it stored the vectors.
             mbarrier.init(ready.index(i), count=2)
             mbarrier.init(empty.index(i), count=2)
+        if ATOMIC_DQ:  # both consumers' dS^T halves (two tiles in flight) and their dQ staging tiles
+            ds_smem = gl.allocate_shared_memory(dtype, [2, 2 * WG_ROWS, BLOCK_M],
+                                                gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16,
+                                                                     rank=2))
+            DQ_M: gl.constexpr = WG_ROWS if BLOCK_M == 2 * WG_ROWS else BLOCK_M
+            DQ_N: gl.constexpr = HEAD_DIM if BLOCK_M == 2 * WG_ROWS else HEAD_DIM // 2
+            dq_smem = gl.allocate_shared_memory(gl.float32, [2, DQ_M, DQ_N], dq_desc.layout)
+            rs_smem = gl.allocate_shared_memory(gl.float32, [2, DQ_M, 8], rs_desc.layout)
+            ones_smem = gl.allocate_shared_memory(dtype, [8, BLOCK_N],
+                                                  gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16,
+                                                                       rank=2))
+            ones_smem.store(gl.full([8, BLOCK_N], 1.0, dtype, gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])))
+            fence_async_shared()
+            ds_full = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+            ds_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+            for i in gl.static_range(2):
+                mbarrier.init(ds_full.index(i), count=2)
+                mbarrier.init(ds_free.index(i), count=2)
+        else:  # placeholders, never touched
+            ds_smem = vec_smem
+            dq_smem = vec_smem
+            rs_smem = vec_smem
+            ones_smem = vec_smem
+            ds_full = kv_bar
+            ds_free = kv_bar
         gl.warp_specialize([
             (_dkdv_loader, (q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, q_smem, do_smem, k_smem, v_smem,
                             vec_smem, kv_bar, ready, empty, zb, tok0, n0, kv_head, pid_z, pid_n, off, n_q, n_k,
                             n_blocks, n_heads_q, stride_cb, stride_ch, stride_lb, stride_lh, PruneBound,
                             group, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE)),
-            (_dkdv_consumer, (q_smem, do_smem, k_smem, v_smem, vec_smem, ds_smem, kv_bar, ready, empty,
-                              C, DK, DV, ColSum, DQacc, RowSum, zb, tok0, n0, kv_head, pid_z, pid_n, off, n_q, n_k,
-                              n_blocks, n_heads_q, scale, scale2, stride_cb, stride_ch, stride_dkb, stride_dkt,
-                              stride_dkh, stride_dvb, stride_dvt, stride_dvh, stride_qab, stride_qat, stride_qah,
-                              stride_lb, stride_lh, PruneBound, group,
+            (_dkdv_consumer, (q_smem, do_smem, k_smem, v_smem, vec_smem, ds_smem, ones_smem, dq_smem, rs_smem,
+                              kv_bar, ready, empty, ds_full, ds_free, C, DK, DV, ColSum, dq_desc, rs_desc, zb, tok0, n0, kv_head, pid_z,
+                              pid_n, off, n_q, n_k, n_blocks, n_heads_q, scale, scale2, stride_cb, stride_ch,
+                              stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh,
+                              stride_lb, stride_lh, PruneBound, group, dq_rows,
                               0, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE, ATOMIC_DQ)),
-            (_dkdv_consumer, (q_smem, do_smem, k_smem, v_smem, vec_smem, ds_smem, kv_bar, ready, empty,
-                              C, DK, DV, ColSum, DQacc, RowSum, zb, tok0, n0, kv_head, pid_z, pid_n, off, n_q, n_k,
-                              n_blocks, n_heads_q, scale, scale2, stride_cb, stride_ch, stride_dkb, stride_dkt,
-                              stride_dkh, stride_dvb, stride_dvt, stride_dvh, stride_qab, stride_qat, stride_qah,
-                              stride_lb, stride_lh, PruneBound, group,
+            (_dkdv_consumer, (q_smem, do_smem, k_smem, v_smem, vec_smem, ds_smem, ones_smem, dq_smem, rs_smem,
+                              kv_bar, ready, empty, ds_full, ds_free, C, DK, DV, ColSum, dq_desc, rs_desc, zb, tok0, n0, kv_head, pid_z,
+                              pid_n, off, n_q, n_k, n_blocks, n_heads_q, scale, scale2, stride_cb, stride_ch,
+                              stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh,
+                              stride_lb, stride_lh, PruneBound, group, dq_rows,
                               1, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE, ATOMIC_DQ)),
         ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])

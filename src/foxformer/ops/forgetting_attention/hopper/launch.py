@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import os
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -163,21 +164,63 @@ def dq_block_m(cfg: BwdConfig) -> int:
     return cfg.dq_num_wg * WG_ROWS.value
 
 
+def _dq_share(cfg: BwdConfig, D: int) -> tuple[int, int]:
+    """Rows and columns of one warpgroup's share of a tile's dQ in the atomic_dq dk/dv kernel: half the rows
+    of 128-row query tiles, half the columns of 64-row ones (bwd._dq_reduce)."""
+    return (WG_ROWS.value, D) if cfg.dkdv_block_m == BLOCK_M else (cfg.dkdv_block_m, D // 2)
+
+
+def dq_scratch(B: int, Tq: int, Hq: int, D: int, cfg: BwdConfig, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Zeroed fp32 scratch that the atomic_dq kernel adds into, tile by tile: dQ [B, Hq, Tp, D] in the staging
+    order of bwd._dq_reduce (dq_from_scratch reads it back) and the dS row sums [B, Hq, Tp, 8] (column 0;
+    the product with a ones matrix writes 8); Tp is Tq rounded up to the tile."""
+    Tp = triton.cdiv(Tq, cfg.dkdv_block_m) * cfg.dkdv_block_m
+    return torch.zeros(B, Hq, Tp, D, device=device), torch.zeros(B, Hq, Tp, 8, device=device)
+
+
+def _scratch_descriptors(dq_acc: torch.Tensor, rs_acc: torch.Tensor, cfg: BwdConfig):
+    """TMA descriptors of the scratch: dQ as rows of 32 floats (128 bytes, one swizzle row), so that one
+    warpgroup's share is one box of DQ_M * DQ_N / 32 rows; the row sums as [rows, 8]."""
+    m, n = _dq_share(cfg, dq_acc.shape[-1])
+    flat, rs = dq_acc.view(-1, 32), rs_acc.view(-1, 8)
+    return (TensorDescriptor(flat, list(flat.shape), [32, 1], [m * n // 32, 32],
+                             gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32, rank=2)),
+            TensorDescriptor(rs, list(rs.shape), [8, 1], [m, 8],
+                             gl.NVMMASharedLayout(swizzle_byte_width=32, element_bitwidth=32, rank=2)))
+
+
+def dq_from_scratch(scratch: torch.Tensor, dq: torch.Tensor, cfg: BwdConfig) -> None:
+    """dq [B, Tq, Hq, D] from the scratch of dq_scratch. A tile's BLOCK_M * D floats hold two warpgroup
+    shares of m x n; a share holds n / 32 column blocks of m x 32 (the staging tile's 128-byte rows)."""
+    B, Hq, Tp, D = scratch.shape
+    bm = cfg.dkdv_block_m
+    m, n = _dq_share(cfg, D)
+    tiles = scratch.view(B, Hq, Tp // bm, 2, n // 32, m, 32)  # b h tile share col-block row col
+    if m == WG_ROWS.value and n == D:  # shares split the rows
+        order = (0, 2, 3, 5, 1, 4, 6)
+    else:  # shares split the columns
+        order = (0, 2, 5, 1, 3, 4, 6)
+    dq.copy_(tiles.permute(order).reshape(B, Tp, Hq, D)[:, :dq.shape[1]])
+
+
 def dkdv_launch(q, k, v, c, do, lse, delta, dk, dv, colsum, cu, bound, scale: float, n_blocks: int, n_z: int,
-                varlen: bool, prune: bool, cfg: BwdConfig, dq_acc=None, rowsum=None) -> Launch:
-    """dq_acc float32 [B, Tq, Hq, D] and rowsum float32 [B, Hq, Tq], zeroed: with cfg.atomic_dq the kernel adds
-    dQ / scale and the dS row sums into them (else unused)."""
+                varlen: bool, prune: bool, cfg: BwdConfig, scratch=None) -> Launch:
+    """scratch: dq_scratch's pair, with cfg.atomic_dq (the kernel then adds dQ and the dS row sums into it;
+    dense inputs only, see gluon_backward)."""
     B, Tq, Hq, D = q.shape
     Tk, Hkv = k.shape[1], k.shape[2]
-    if not cfg.atomic_dq:
-        dq_acc, rowsum = dk, colsum  # placeholders, never read
+    if cfg.atomic_dq:
+        dq_desc, rs_desc = _scratch_descriptors(*scratch, cfg)
+        dq_rows = scratch[0].shape[2]
+    else:  # placeholders, never read
+        dq_desc = rs_desc = rows_descriptor(k, BLOCK_M)
+        dq_rows = 0
     args = (rows_descriptor(q, cfg.dkdv_block_m), rows_descriptor(do, cfg.dkdv_block_m),
-            rows_descriptor(k, BLOCK_M), rows_descriptor(v, BLOCK_M),
-            c, lse, delta, dk, dv, colsum, dq_acc, rowsum, cu, bound,
+            rows_descriptor(k, BLOCK_M), rows_descriptor(v, BLOCK_M), dq_desc, rs_desc,
+            c, lse, delta, dk, dv, colsum, cu, bound,
             dk.stride(0), dk.stride(1), dk.stride(2), dv.stride(0), dv.stride(1), dv.stride(2),
-            dq_acc.stride(0), dq_acc.stride(1), dq_acc.stride(2),
             c.stride(0), c.stride(1), lse.stride(0), lse.stride(1),
-            Tq, Tk, float(scale), float(scale) * math.log2(math.e), n_blocks, Hkv, Hq // Hkv)
+            Tq, Tk, float(scale), float(scale) * math.log2(math.e), n_blocks, Hkv, Hq // Hkv, dq_rows)
     constexprs = dict(HEAD_DIM=D, BLOCK_M=cfg.dkdv_block_m, NUM_STAGES=cfg.dkdv_stages,
                       IS_VARLEN=varlen, PRUNE=prune, CONSUMER_REGS=cfg.consumer_regs, ATOMIC_DQ=cfg.atomic_dq)
     return Launch(dkdv_kernel, launch_grid(n_blocks, Hkv, n_z), args, constexprs, dict(num_warps=4))
@@ -228,15 +271,15 @@ def gluon_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
     n_kblocks = triton.cdiv(longest or Tk, BLOCK_M)
     bound = (tile_bounds(c, prune_delta, cu, varlen, n_z, Tq, Tk, n_kblocks, cfg.dkdv_block_m, BLOCK_M, True)
              if prune else lse)
-    dq_acc = None
-    if cfg.atomic_dq:  # dq and the row sums come from the dk/dv kernel: no dq kernel
-        dq_acc = torch.zeros(B, Tq, Hq, D, dtype=torch.float32, device=q.device)
-        rowsum.zero_()
+    if varlen and cfg.atomic_dq:  # the scratch has no per-sequence layout yet
+        cfg = dataclasses.replace(cfg, atomic_dq=False)
+    scratch = dq_scratch(B, Tq, Hq, D, cfg, q.device) if cfg.atomic_dq else None
     launch = dkdv_launch(q, k, v, c, do, lse, delta, dk, dv, colsum, cu, bound, scale, n_kblocks, n_z,
-                         varlen, prune, cfg, dq_acc, rowsum)
+                         varlen, prune, cfg, scratch)
     launch.kernel[launch.grid](*launch.args, **launch.constexprs, **launch.options)
-    if cfg.atomic_dq:
-        dq.copy_(dq_acc.mul_(scale))
+    if cfg.atomic_dq:  # dq and the row sums came from the dk/dv kernel: no dq kernel
+        dq_from_scratch(scratch[0], dq, cfg)
+        rowsum = scratch[1][:, :, :Tq, 0]
     else:
         n_qblocks = triton.cdiv(longest or Tq, dq_block_m(cfg))
         bound = (tile_bounds(c, prune_delta, cu, varlen, n_z, Tq, Tk, n_qblocks, dq_block_m(cfg), cfg.dq_block_n,
