@@ -162,7 +162,7 @@ class BwdConfig:
 # 11.76-11.77 for the whole D 64 backward; removed (commit 8256d6f has it). Tenth session
 # (docs/bench/hopper_tune_5de7330_h200.json): three dq warpgroups with 64-key stages at D 64, 5.7 against 5.1 ms.
 # dQ added by the dk/dv kernel (5 products, no dq kernel) lost in every form tried, see docs/benchmarks.md
-# (docs/bench/hopper_tune_atomic_dq_h200.json; branch exp/atomic-dq-tma).
+# (docs/bench/hopper_tune_atomic_dq_h200.json; commit bdeb8ae has the last form).
 BWD_CONFIGS = {64: BwdConfig(dkdv_block_m=128, dkdv_stages=2, dq_block_n=128, dq_stages=2),
                128: BwdConfig(dkdv_block_m=64, dkdv_stages=2, dq_block_n=128, dq_stages=2)}
 
