@@ -15,6 +15,10 @@ gives exactly 0, as MUFU's ex2 does for -inf (the masked scores).
 """
 from __future__ import annotations
 
+import struct
+
+import numpy as np
+
 from .compat import gl, gluon
 
 # 2^f on [0, 1), degree 3, c0 + f (c1 + f (c2 + f c3)), fitted for relative error (max 1.03e-4) with p(0) = 1 and
@@ -23,8 +27,7 @@ POLY_COEFFS = (1.0, 0.6954243488379713, 0.22630768165012655, 0.07826796951190212
 
 
 def _f32(x: float) -> str:
-    import struct
-
+    """x as a PTX float32 literal (0fXXXXXXXX)."""
     return "0f%08X" % struct.unpack("<I", struct.pack("<f", x))[0]
 
 
@@ -69,8 +72,6 @@ SPLITS = (0, 2, 4, 8)  # the POLY values exp2_split takes (0: MUFU only)
 def exp2_reference(x, pack: int):
     """What exp2_split computes, in float32 on the CPU (numpy), for tests: elements at index
     pack - 1 mod pack (in the order the kernel packs them: here, along the last axis) by the polynomial."""
-    import numpy as np
-
     x = np.asarray(x, dtype=np.float32)
     out = np.exp2(x).astype(np.float32)
     if pack:
