@@ -32,6 +32,8 @@
 #   graphscomp  FoX (Pro) 125M through graphs of the torch.compile'd step, batch 1 (in the 5 minutes only if
 #               the steps before end early; alone: BUDGET=120 ... graphscomp graphtargets)
 #   graphs      all four, then graphtargets: the targets against the rows (scripts/decode_targets.py)
+#   graphprof   where a batch-1 step's time goes: FoX (Pro) 125M at 32K through graphs and the compiled graphs,
+#               8 steps each under torch.profiler (tables in decode_profile/)
 # BUDGET: seconds for the whole script; a step is cut to what is left (minus bundling time) or skipped.
 set -u
 START=$(date +%s); BUDGET=${BUDGET:-100000}
@@ -118,6 +120,8 @@ graphsbase) step graphs_transformer 30 $GRAPHS --preset transformer-pro-125m --d
 graphscomp) step graphscomp 150 $GRAPHS --preset fox-pro-125m --batches 1 --decode compiled --no-baseline \
                 --out "$OUT/decode_graphs_fox_125m_compiled.json" ;;
 graphtargets) python scripts/decode_targets.py "$OUT" | tee "$OUT/decode_targets.txt" ;;
+graphprof) step graphprof 150 $GRAPHS --preset fox-pro-125m --batches 1 --decode graphs,compiled --no-baseline \
+               --profile "$OUT/decode_profile" --out "$OUT/decode_profile_fox_125m.json" ;;
 decode125) step decode_model 100 $FX bench decode --preset fox-pro-125m --contexts 4096,32768,65536 \
             --batches 1,32 --steps 16 --out "$OUT/decode_model_125m_h200.json" ;;
 *) echo "unknown step $s" ;;

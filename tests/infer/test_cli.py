@@ -124,6 +124,28 @@ def test_bench_decode_no_progress_draws_no_bar(tmp_path, capsys):
     assert "bench decode:" not in capsys.readouterr().err
 
 
+def test_bench_decode_profile_writes_where_the_step_time_goes(tmp_path):
+    """--profile: a few more steps per row under torch.profiler, their operator table in DIR; the timed steps and
+    the row are those of a run without it."""
+    args = ["bench", "decode", "--preset", "fox-pro-tiny", "--vocab-size", "257", "--contexts", "48", "--batches", "1",
+            "--steps", "2", "--warmup", "1", "--prefill-chunk", "32", "--device", "cpu", "--no-baseline",
+            "--decode", "eager", "--no-progress"]
+    assert main(args + ["--profile", str(tmp_path / "prof"), "--out", str(tmp_path / "p.json")]) == 0
+    tables = sorted(p.name for p in (tmp_path / "prof").iterdir())
+    assert tables == ["fox_eager_48_b1.txt", "fox_evict_eager_48_b1.txt"]
+    text = (tmp_path / "prof" / "fox_eager_48_b1.txt").read_text()
+    assert "Self CPU" in text and "aten::" in text
+    assert main(args + ["--out", str(tmp_path / "plain.json")]) == 0
+    with_profile, plain = (json.loads((tmp_path / f).read_text())["rows"][0] for f in ("p.json", "plain.json"))
+    assert with_profile["decode"] == plain["decode"] == "eager" and with_profile["steps"] == plain["steps"] == 2
+
+
+def test_bench_decode_profile_and_kernel_mode_do_not_mix(tmp_path, capsys):
+    assert main(["bench", "decode", "--kernel", "--profile", str(tmp_path), "--device", "cpu",
+                 "--out", str(tmp_path / "k.json")]) == 2
+    assert "error: --profile" in capsys.readouterr().err
+
+
 def test_bench_decode_is_also_top_level():
     from foxformer.cli import build_parser
 

@@ -164,6 +164,8 @@ def _check_decode(args) -> None:
     bad = [a for a in args.anchors.split(",") if a and a not in HF_PATHS] if args.anchors != "auto" else []
     if bad:
         raise ValueError(f"--anchors must be auto or comma-separated from {', '.join(HF_PATHS)}, got {bad}")
+    if args.profile and args.kernel:
+        raise ValueError("--profile profiles whole-model decode steps; --kernel times the attention op alone")
 
 
 def configure_decode(p: argparse.ArgumentParser) -> None:
@@ -192,6 +194,9 @@ def configure_decode(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-baseline", dest="baseline", action="store_false", help="skip the LLaMA anchors")
     p.add_argument("--kernel", action="store_true",
                    help="time the attention op alone (FoX decode op vs SDPA) at the preset's head shape")
+    p.add_argument("--profile", default=None, metavar="DIR",
+                   help="after each row's timed steps, profile 8 more: DIR/<row>_<path>_<context>_b<batch>.txt, "
+                        "operators and kernels by self device time")
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="auto", choices=("auto", *DTYPES))
     p.add_argument("--no-progress", action="store_true")

@@ -68,3 +68,11 @@ def write_json(path: str | Path, payload: dict) -> None:
     tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
     tmp.write_text(json.dumps(payload, indent=2))
     os.replace(tmp, path)
+
+
+def write_profile(prof, path: str, device: torch.device, rows: int = 60) -> None:
+    """Top operators / kernels of a torch.profiler run by self device time (CPU time on CPU), as text."""
+    key = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "w") as f:
+        f.write(prof.key_averages().table(sort_by=key, row_limit=rows, max_name_column_width=90))

@@ -11,7 +11,8 @@ Reported: ms per step (the median of per-step times, each step synced as generat
 the 90th percentile beside it), tokens/s (batch / median step), prefill time, peak device memory during
 decoding, cache bytes, the fraction of keys eviction kept, the largest log-probability difference that
 eviction caused on the same token stream (the measured output error), and the memory-bandwidth floor of
-the step (decode_steps.py) with the measured time's multiple of it.
+the step (decode_steps.py) with the measured time's multiple of it. ``--profile DIR``: a few more steps of each
+row under torch.profiler, their operator and kernel table in DIR (where a step's time goes).
 
 Random-init FoX gates all start near f = 0.5 and would evict everything; ``--gates realistic`` sets
 each layer's gate biases to timescales geometric in [2, max context] across heads (the "realistic
@@ -23,6 +24,7 @@ without them (a Transformer or linear-attention preset, FoX without QK-norm) the
 from __future__ import annotations
 
 import gc
+import os
 import sys
 from typing import Optional
 
@@ -173,7 +175,7 @@ def run(args) -> dict:
             row = measure_decode(model, vocab=model.config.vocab_size, context=ctx, batch=b, steps=args.steps,
                                  warmup=args.warmup, evict_eps=eps, prefill_chunk=args.prefill_chunk, device=device,
                                  evict_qk_bound=qk_bound if eps is not None else None, decode=path,
-                                 bandwidth=bandwidth)
+                                 bandwidth=bandwidth, profile_path=_profile_path(args.profile, name, path, ctx, b))
         except torch.cuda.OutOfMemoryError:
             row = {"context": ctx, "batch": b, "decode": path, "error": "out of memory"}
         except Exception as e:  # noqa: BLE001  (an anchor that fails to compile must not lose the other rows)
@@ -210,6 +212,13 @@ def run(args) -> dict:
         write_json(args.out, payload)
         print(f"wrote {args.out}")
     return payload
+
+
+def _profile_path(folder: Optional[str], name: str, path: str, context: int, batch: int) -> Optional[str]:
+    """DIR/<row>_<path>_<context>_b<batch>.txt of a --profile run (None without one)."""
+    if not folder:
+        return None
+    return os.path.join(folder, f"{name.replace('+', '_')}_{path}_{context}_b{batch}.txt")
 
 
 @torch.no_grad()

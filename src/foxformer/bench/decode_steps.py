@@ -21,6 +21,8 @@ import torch
 from foxformer.models.calls import backbone, cache_keyword, cache_of
 from foxformer.models.kvcache import EvictionPolicy
 
+from .common import write_profile
+
 HF_PATHS = ("sdpa", "static-compiled")
 
 
@@ -106,8 +108,11 @@ def decode_path(cache, decode: str) -> str:
 def measure_decode(model, *, vocab: int, context: int, batch: int, steps: int, warmup: int,
                    evict_eps: Optional[float], prefill_chunk: int, device: torch.device, seed: int = 0,
                    keep_logprobs: int = 8, evict_qk_bound: Optional[float] = None, decode: str = "auto",
-                   bandwidth: Optional[float] = None) -> dict:
-    """Prefill ``context`` random tokens, run ``warmup`` then ``steps`` timed decode steps along ``decode``.
+                   bandwidth: Optional[float] = None, profile_path: Optional[str] = None,
+                   profile_steps: int = 8) -> dict:
+    """Prefill ``context`` random tokens, run ``warmup`` then ``steps`` timed decode steps along ``decode``
+    (and, given ``profile_path``, ``profile_steps`` more under torch.profiler: its operator and kernel table
+    written there, for where a step's time goes).
 
     Returns a row with tokens_per_s and ms_per_step (from the median step; the mean and the 90th percentile
     beside them), prefill_s, peak_mem_gib, cache_gib, kept_fraction, the bytes a step reads and, given the
@@ -115,9 +120,10 @@ def measure_decode(model, *, vocab: int, context: int, batch: int, steps: int, w
     of row 0, for comparing runs on one token stream).
     """
     g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(0, vocab, (batch, context + warmup + steps), generator=g).to(device)
+    extra = profile_steps if profile_path else 0
+    ids = torch.randint(0, vocab, (batch, context + warmup + steps + extra), generator=g).to(device)
     kw = cache_keyword(model)
-    total = context + warmup + steps
+    total = context + warmup + steps + extra
     # None, not "config": the no-eviction row must keep every key whatever the model config says. N of the bound
     # is the length decoded here, not the model's max_position_embeddings / evict_max_len: a --model with a
     # shorter one would evict outside the eps tolerance (or refuse).
@@ -155,6 +161,14 @@ def measure_decode(model, *, vocab: int, context: int, batch: int, steps: int, w
         times.append(time.perf_counter() - t0)
         if i < keep_logprobs:
             logprobs.append(out.logits[0, -1].float().clone())
+    if profile_path:
+        with torch.profiler.profile() as prof:
+            for t in range(context + warmup + steps, total):
+                out = step(input_ids=ids[:, t:t + 1], use_cache=True, logits_to_keep=1, **{kw: cache},
+                           **where(t, t + 1))
+                cache = cache_of(out)
+            _sync(device)
+        write_profile(prof, profile_path, device)
     median = statistics.median(times) if times else None
     row = {"context": context, "batch": batch, "steps": steps, "decode": decode_path(cache, decode),
            "ms_per_step": None if median is None else 1e3 * median,

@@ -24,7 +24,7 @@ from foxformer.models.config import FoxConfig
 from foxformer.train.metrics import mfu, peak_flops
 
 from .cli import configure_model
-from .common import environment, write_json
+from .common import environment, write_json, write_profile
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -102,14 +102,6 @@ def measure(model: torch.nn.Module, vocab: int, context: int, batch: int, steps:
         write_profile(prof, profile_path, device)
     return {"step_s": step, "tokens_per_s": batch * context / step, "peak_mem_gib": peak,
             "loss": float(loss.detach())}
-
-
-def write_profile(prof, path: str, device: torch.device, rows: int = 60) -> None:
-    """Top operators / kernels of one profiled step by self device time (CPU time on CPU), as text."""
-    key = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(path, "w") as f:
-        f.write(prof.key_averages().table(sort_by=key, row_limit=rows, max_name_column_width=90))
 
 
 def _check(args: argparse.Namespace) -> tuple[list[str], dict]:
