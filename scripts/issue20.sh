@@ -15,9 +15,9 @@
 # $OUT/repro_bundle.tgz (reproduce.sh); unpack each bundle into its own folder for issue20_doc.py.
 # Time per call, from docs/results.md: four small models side by side train 45M tokens in 5.2 min with
 # compilation; their evaluations here (16K-token loss on the held-out, prose, novel and Go documents,
-# gates on three texts; no NIAH, bias shift or eviction) take about 2 min: ~8 min a seed call. The
-# leave-one-domain-out pair trains in ~3 min (the ablation pair's time) plus ~1.5 min of evaluations;
-# MQAR trains 4 tiny models for 3000 steps each, one process each: ~3 min, at most MQAR_GUARD (4) + ~1.
+# gates on three texts; no NIAH, bias shift or eviction) were planned at about 2 min and took longer (below).
+# The leave-one-domain-out pair trains in ~3 min (the ablation pair's time) plus ~1.5 min of evaluations;
+# MQAR trains its models (7 by default) for 3000 steps each, one process each: at most MQAR_GUARD (4) + ~1 min.
 # Tenth session, seed 0 (commit 5de7330): training took 5.4 min, and with 232 s left the evaluations did the mix
 # (88 s for the four models side by side) and the held-out prose (30 s); the out-of-mix losses and every gate step
 # were cut. Seed calls since: the losses first, then the gates (scripts/reproduce.sh), 16 sequences per out-of-mix

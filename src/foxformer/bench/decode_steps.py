@@ -141,9 +141,15 @@ def measure_decode(model, *, vocab: int, context: int, batch: int, steps: int, w
         cache = cache_of(out)
     _sync(device)
     prefill_s = time.perf_counter() - t0
-    for t in range(context, context + warmup):
+    def one_step(t: int):
+        """Decode token t (its cache the last step's); returns the model output."""
+        nonlocal cache
         out = step(input_ids=ids[:, t:t + 1], use_cache=True, logits_to_keep=1, **{kw: cache}, **where(t, t + 1))
         cache = cache_of(out)
+        return out
+
+    for t in range(context, context + warmup):
+        one_step(t)
     _sync(device)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
@@ -155,8 +161,7 @@ def measure_decode(model, *, vocab: int, context: int, batch: int, steps: int, w
     for i in range(steps):
         t = context + warmup + i
         t0 = time.perf_counter()
-        out = step(input_ids=ids[:, t:t + 1], use_cache=True, logits_to_keep=1, **{kw: cache}, **where(t, t + 1))
-        cache = cache_of(out)
+        out = one_step(t)
         _sync(device)
         times.append(time.perf_counter() - t0)
         if i < keep_logprobs:
@@ -164,9 +169,7 @@ def measure_decode(model, *, vocab: int, context: int, batch: int, steps: int, w
     if profile_path:
         with torch.profiler.profile() as prof:
             for t in range(context + warmup + steps, total):
-                out = step(input_ids=ids[:, t:t + 1], use_cache=True, logits_to_keep=1, **{kw: cache},
-                           **where(t, t + 1))
-                cache = cache_of(out)
+                one_step(t)
             _sync(device)
         write_profile(prof, profile_path, device)
     median = statistics.median(times) if times else None

@@ -1,8 +1,9 @@
 """exp2 split between the MUFU unit and the FMA pipe (FlashAttention-4's trick, written for Hopper).
 
-At head dim 64 the forward's softmax needs one MUFU ``ex2`` per score, and an SM's MUFU units (16 results
-a cycle) take as long over a 64 x 128 tile as its tensor cores take over the tile's two products (about
-512 cycles each): the two pipes pace each other. ``exp2_split(x, POLY)`` computes one element in every
+At head dim 64 the forward's softmax needs one MUFU ``ex2`` per score, and by the published per-SM rates
+(16 MUFU results a cycle; dense bf16 wgmma ~4096 FLOP a cycle) an SM's MUFU units take as long over a 64 x 128
+tile as its tensor cores take over the tile's two products (about 512 cycles each; arithmetic, not a
+measurement): the two pipes pace each other. ``exp2_split(x, POLY)`` computes one element in every
 POLY with a polynomial on the FMA pipe instead (128 lanes a cycle, 11 operations an element), so MUFU
 does (POLY - 1) / POLY of the work.
 
@@ -60,12 +61,10 @@ mov.b32 {out}, pb;
     return mufu + poly, ",".join(["=f"] * pack + ["f"] * pack)
 
 
-_ASM2, _CON2 = exp2_asm(2)
-_ASM4, _CON4 = exp2_asm(4)
-_ASM8, _CON8 = exp2_asm(8)
-ASM2, CON2 = gl.constexpr(_ASM2), gl.constexpr(_CON2)
-ASM4, CON4 = gl.constexpr(_ASM4), gl.constexpr(_CON4)
-ASM8, CON8 = gl.constexpr(_ASM8), gl.constexpr(_CON8)
+# Gluon reads module-level constants only as gl.constexpr, one name each
+ASM2, CON2 = (gl.constexpr(x) for x in exp2_asm(2))
+ASM4, CON4 = (gl.constexpr(x) for x in exp2_asm(4))
+ASM8, CON8 = (gl.constexpr(x) for x in exp2_asm(8))
 SPLITS = (0, 2, 4, 8)  # the POLY values exp2_split takes (0: MUFU only)
 
 
