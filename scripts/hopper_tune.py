@@ -130,7 +130,8 @@ def _worst_error(D, fwd_cfg=None, bwd_cfg=None) -> float:
 
 # Tenth session (docs/bench/hopper_tune_5de7330_h200.json): three dq warpgroups with 64-key stages at D 64 took
 # 5.7 ms against 5.1 for the dq kernel; dropped from the sweep. A third dk/dv stage with the default tiles has no
-# row yet at either D (both compile, spilling no more than the defaults; D 128's fwd+bwd is 0.2% short of 0.85x).
+# row yet at either D (both compile, spilling no more than the defaults; D 128's fwd+bwd was 0.848x against
+# 0.85x in the ninth session's one-run table).
 BWD_SWEEP = {64: [dict(), dict(dkdv_stages=3), dict()],
              128: [dict(), dict(dkdv_stages=3), dict()]}
 
