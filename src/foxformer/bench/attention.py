@@ -12,12 +12,13 @@ gates; their TFLOP/s count the dense causal FLOPs (an effective rate).
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 import torch.nn.functional as F
 
 from .cli import PROVIDERS
-from .common import environment, print_table, time_ms, write_json
+from .common import environment, print_table, time_ms, write_json, write_profile
 
 # The backend of each foxformer provider (PROVIDERS, in bench/cli.py, says what they are).
 _BACKEND_OF = {"foxformer": "auto", "gluon": "gluon", "triton": "triton"}
@@ -97,7 +98,9 @@ def _provider_fn(name, q, k, v, log_f, prune_eps=None, qk_bound="auto"):
 
 
 def bench_case(provider, B, T, Hq, Hkv, D, dtype=torch.bfloat16, device="cuda", gate="realistic",
-               prune_eps=None, qk_bound="auto"):
+               prune_eps=None, qk_bound="auto", profile_path=None):
+    """One provider on one shape: forward and forward+backward times (and with profile_path, one more
+    forward+backward under torch.profiler, its kernel table written there)."""
     q, k, v, log_f = _inputs(B, T, Hq, Hkv, D, device, dtype, gate)
     fwd_flops = 2.0 * B * Hq * T * T * D
     row = dict(provider=provider if prune_eps is None else f"{provider}+prune", gate=gate,
@@ -128,6 +131,11 @@ def bench_case(provider, B, T, Hq, Hkv, D, dtype=torch.bfloat16, device="cuda", 
         row["fwd_bwd_ms"] = time_ms(lambda: fwd_bwd())
         if torch.cuda.is_available():
             row["peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
+        if profile_path:
+            with torch.profiler.profile() as prof:
+                fwd_bwd()
+                torch.cuda.synchronize()
+            write_profile(prof, profile_path, q.device)
     except Exception as exc:  # a provider that cannot run a shape is reported, not fatal
         row["error"] = f"{type(exc).__name__}: {str(exc)[:120]}"
         return row
@@ -152,7 +160,10 @@ def run(args) -> int:
                 cases += [("foxformer", "realistic", args.prune_eps), ("foxformer", "open", None),
                           ("foxformer", "open", args.prune_eps)]
             for provider, gate, eps in cases:
-                row = bench_case(provider, B, T, Hq, Hkv, D, gate=gate, prune_eps=eps, qk_bound=args.qk_bound)
+                prof = (os.path.join(args.profile, f"{provider}_{gate}{'_prune' if eps else ''}_D{D}_{Hq}x{Hkv}_T{T}.txt")
+                        if args.profile else None)
+                row = bench_case(provider, B, T, Hq, Hkv, D, gate=gate, prune_eps=eps, qk_bound=args.qk_bound,
+                                 profile_path=prof)
                 if eps is not None:
                     _add_speedup(row, rows)
                 rows.append(row)
