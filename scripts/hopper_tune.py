@@ -108,10 +108,8 @@ def _sdpa_rows(rows, D, H, T, B):
 # forward is paced by MUFU as much as by the tensor cores; exp2.py), the same with two warpgroups and the overlap
 # (4.41 ms against 4.03 without the polynomial in the ninth session; no spills with it), and D 128 without the
 # overlap and fold.
-FWD_SWEEP = {64: [dict(), dict(poly_exp2=2), dict(poly_exp2=4), dict(poly_exp2=8),
-                  dict(num_wg=2, consumer_regs=240, overlap=True, poly_exp2=2),
-                  dict(num_wg=2, consumer_regs=240, overlap=True, poly_exp2=4), dict()],
-             128: [dict(), dict(poly_exp2=4), dict(overlap=False, fold_row=False), dict()]}
+FWD_SWEEP = {64: [dict(), dict(num_wg=2, consumer_regs=240, overlap=True), dict()],
+             128: [dict(), dict(overlap=False, fold_row=False), dict()]}
 
 
 # awkward lengths: one partial tile, a single whole tile plus a row, GQA, T past a multiple of the tile
@@ -129,11 +127,9 @@ def _worst_error(D, fwd_cfg=None, bwd_cfg=None) -> float:
 
 
 # Tenth session (docs/bench/hopper_tune_5de7330_h200.json): three dq warpgroups with 64-key stages at D 64 took
-# 5.7 ms against 5.1 for the dq kernel; dropped from the sweep. A third dk/dv stage with the default tiles has no
-# row yet at either D (both compile, spilling no more than the defaults; D 128's fwd+bwd was 0.848x against
-# 0.85x in the ninth session's one-run table).
-BWD_SWEEP = {64: [dict(), dict(dkdv_stages=3), dict()],
-             128: [dict(), dict(dkdv_stages=3), dict()]}
+# 5.7 ms against 5.1 for the dq kernel; eleventh (docs/bench/hopper_tune_73a4f5b_h200.json): a third dk/dv stage
+# gained nothing at either D (hopper/launch.py); both dropped from the sweep.
+BWD_SWEEP = {64: [dict(), dict()], 128: [dict(), dict()]}
 
 
 def _bwd_parts(q, k, v, c, do, out, lse, scale, cfg):

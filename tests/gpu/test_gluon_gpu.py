@@ -137,28 +137,6 @@ def test_long_context(T, gates, D, Hq, Hkv):
     _check(q, k, v, log_f, long_context=True)
 
 
-@pytest.mark.parametrize("case", ["T17", "T1000-gqa8", "T4097", "Tq77-Tk1000", "T64K"])
-@pytest.mark.parametrize("poly", [2, 4, 8], ids=lambda p: f"poly{p}")
-@pytest.mark.parametrize("D", [64, 128], ids=lambda d: f"D{d}")
-def test_forward_with_polynomial_exponentials(monkeypatch, D, poly, case):
-    """FwdConfig.poly_exp2 (one softmax exponential in every poly_exp2 on the FMA pipe, exp2.exp2_split) is as
-    accurate as the MUFU-only forward, masked scores and -inf gates included, and stays deterministic."""
-    import dataclasses
-
-    from foxformer.ops.forgetting_attention.hopper import launch
-
-    monkeypatch.setitem(launch.FWD_CONFIGS, D, dataclasses.replace(launch.FWD_CONFIGS[D], poly_exp2=poly))
-    torch.manual_seed(5)
-    if case == "T64K":
-        q, k, v = (torch.randn(1, 65536, 2, D, device=DEV, dtype=torch.bfloat16) for _ in range(3))
-        _check(q, k, v, F.logsigmoid(torch.randn(1, 65536, 2, device=DEV) * 0.3), long_context=True)
-        return
-    B, Tq, Tk, Hq, Hkv = SHAPES[case]
-    q = torch.randn(B, Tq, Hq, D, device=DEV, dtype=torch.bfloat16)
-    k, v = (torch.randn(B, Tk, Hkv, D, device=DEV, dtype=torch.bfloat16) for _ in range(2))
-    _check(q, k, v, _gates("mixed", B, Tk, Hq, seed=2))
-
-
 def test_auto_picks_gluon_and_unpacked_heads_fall_back():
     from foxformer.ops.forgetting_attention.checks import resolve_backend
     from foxformer.ops.forgetting_attention.hopper.dispatch import layout_reason

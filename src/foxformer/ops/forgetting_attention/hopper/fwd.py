@@ -33,7 +33,6 @@ from .compat import (
     warpgroup_mma,
     warpgroup_mma_wait,
 )
-from .exp2 import exp2_split
 
 LOG2E = gl.constexpr(1.4426950408889634)
 LN2 = gl.constexpr(0.6931471805599453)
@@ -180,7 +179,7 @@ def _masked_scores(qk, c_smem, s, cols, pos_q, cq_hi, cq_lo, scale2, col_l: gl.c
 @gluon.jit
 def _tile_softmax(qk, c_smem, s, masked, cols, pos_q, cq2, cq_hi, cq_lo, scale2, m_i, l_i,
                   dtype: gl.constexpr, p_layout: gl.constexpr, orow_l: gl.constexpr, col_l: gl.constexpr,
-                  FOLD_ROW: gl.constexpr, POLY_EXP2: gl.constexpr):
+                  FOLD_ROW: gl.constexpr):
     """One tile's online-softmax update: P (as wgmma's register A operand), the rescale of O, m, l.
 
     m stays in the biased domain (lse = m + log2 l). On unmasked tiles the row's c_i is a constant
@@ -193,17 +192,17 @@ def _tile_softmax(qk, c_smem, s, masked, cols, pos_q, cq2, cq_hi, cq_lo, scale2,
     if masked:
         sc = _masked_scores(qk, c_smem, s, cols, pos_q, cq_hi, cq_lo, scale2, col_l)
         m_new = gl.maximum(m_i, gl.max(sc, 1))
-        p = exp2_split(sc - m_new[:, None], POLY_EXP2)
+        p = gl.exp2(sc - m_new[:, None])
     elif FOLD_ROW:
         ck2 = c_smem.index(3 * s).load(col_l)
         t = qk * scale2 - ck2[None, :]
         m_new = gl.maximum(m_i, gl.max(t, 1) + cq2)
-        p = exp2_split(t - (m_new - cq2)[:, None], POLY_EXP2)
+        p = gl.exp2(t - (m_new - cq2)[:, None])
     else:
         ck2 = c_smem.index(3 * s).load(col_l)
         sc = qk * scale2 + (cq2[:, None] - ck2[None, :])
         m_new = gl.maximum(m_i, gl.max(sc, 1))
-        p = exp2_split(sc - m_new[:, None], POLY_EXP2)
+        p = gl.exp2(sc - m_new[:, None])
     alpha = gl.exp2(m_i - m_new)
     l_i = l_i * alpha + gl.sum(p, 1)
     p16 = gl.convert_layout(p.to(dtype), p_layout)
@@ -220,8 +219,7 @@ def release_stage(bar):
 @gluon.jit
 def _fwd_loop(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, k_ready, v_ready, kc_empty, v_empty,
               zero_qk, offs_n, pos_q, cq2, cq_hi, cq_lo, scale2, lo, n_tiles, n_unmasked,
-              HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, FOLD_ROW: gl.constexpr,
-              POLY_EXP2: gl.constexpr):
+              HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, FOLD_ROW: gl.constexpr):
     """QK^T, softmax, PV in turn; each wgmma waited at once (the loads still run ahead)."""
     col_l: gl.constexpr = gl.SliceLayout(0, zero_qk.type.layout)
     orow_l: gl.constexpr = gl.SliceLayout(1, acc.type.layout)
@@ -235,7 +233,7 @@ def _fwd_loop(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, k_ready, v_ready, kc_e
         qk, _, _ = warpgroup_mma_wait(0, deps=[tok, q_w, k_t])
         p16, alpha, m_i, l_i = _tile_softmax(qk, c_smem, s, i >= n_unmasked, lo + i * BLOCK_N + offs_n, pos_q,
                                              cq2, cq_hi, cq_lo, scale2, m_i, l_i, q_w.dtype, p_layout, orow_l,
-                                             col_l, FOLD_ROW, POLY_EXP2)
+                                             col_l, FOLD_ROW)
         release_stage(kc_empty.index(s))
         acc = acc * alpha[:, None]
         v_t = v_smem.index(s).reshape([BLOCK_N, HEAD_DIM])
@@ -250,7 +248,7 @@ def _fwd_loop(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, k_ready, v_ready, kc_e
 def _fwd_loop_overlap(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, k_ready, v_ready, kc_empty, v_empty,
                       zero_qk, offs_n, pos_q, cq2, cq_hi, cq_lo, scale2, lo, n_tiles, n_unmasked,
                       HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
-                      FOLD_ROW: gl.constexpr, POLY_EXP2: gl.constexpr):
+                      FOLD_ROW: gl.constexpr):
     """FA3's intra-warpgroup overlap: QK^T of tile i is issued beside PV of tile i - 1, and tile i's softmax
     runs while that PV is on the tensor cores. P of tile i - 1 stays in registers until its PV is waited."""
     col_l: gl.constexpr = gl.SliceLayout(0, zero_qk.type.layout)
@@ -262,7 +260,7 @@ def _fwd_loop_overlap(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, k_ready, v_rea
     qk = warpgroup_mma_wait(0, deps=[tok])
     # acc is zero: tile 0's rescale factor is not needed
     p16, _, m_i, l_i = _tile_softmax(qk, c_smem, 0, 0 >= n_unmasked, lo + offs_n, pos_q, cq2, cq_hi, cq_lo,
-                                     scale2, m_i, l_i, q_w.dtype, p_layout, orow_l, col_l, FOLD_ROW, POLY_EXP2)
+                                     scale2, m_i, l_i, q_w.dtype, p_layout, orow_l, col_l, FOLD_ROW)
     release_stage(kc_empty.index(0))
     for i in range(1, n_tiles):
         s = i % NUM_STAGES
@@ -276,7 +274,7 @@ def _fwd_loop_overlap(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, k_ready, v_rea
         qk = warpgroup_mma_wait(1, deps=[s_tok])
         p_next, alpha, m_i, l_i = _tile_softmax(qk, c_smem, s, i >= n_unmasked, lo + i * BLOCK_N + offs_n, pos_q,
                                                 cq2, cq_hi, cq_lo, scale2, m_i, l_i, q_w.dtype, p_layout, orow_l,
-                                                col_l, FOLD_ROW, POLY_EXP2)
+                                                col_l, FOLD_ROW)
         release_stage(kc_empty.index(s))
         acc, p_done = warpgroup_mma_wait(0, deps=[o_tok, p16])
         release_stage(v_empty.index(sp))
@@ -296,7 +294,7 @@ def _fwd_consumer(q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_em
                   C, Out, Lse, zb, tok0, head, m0, off, n_q, c_base, r, lo, n_tiles, scale2,
                   stride_ob, stride_ot, stride_oh, stride_lb, stride_lh,
                   WG: gl.constexpr, NUM_WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
-                  NUM_STAGES: gl.constexpr, FOLD_ROW: gl.constexpr, POLY_EXP2: gl.constexpr, OVERLAP: gl.constexpr):
+                  NUM_STAGES: gl.constexpr, FOLD_ROW: gl.constexpr, OVERLAP: gl.constexpr):
     qk_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                          instr_shape=[16, BLOCK_N, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -327,11 +325,11 @@ def _fwd_consumer(q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_em
     if OVERLAP:
         acc, m_i, l_i = _fwd_loop_overlap(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, k_ready, v_ready, kc_empty,
                                           v_empty, zero_qk, offs_n, pos_q, cq2, cq_hi, cq_lo, scale2, lo, n_tiles,
-                                          n_unmasked, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, POLY_EXP2)
+                                          n_unmasked, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW)
     else:
         acc, m_i, l_i = _fwd_loop(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, k_ready, v_ready, kc_empty, v_empty,
                                   zero_qk, offs_n, pos_q, cq2, cq_hi, cq_lo, scale2, lo, n_tiles, n_unmasked,
-                                  HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, POLY_EXP2)
+                                  HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW)
     # Every real row saw its own key, so l_i > 0; padded rows are finite and never stored.
     o = acc / gl.convert_layout(l_i, orow_l)[:, None]
     out_l: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (HEAD_DIM // 8), HEAD_DIM // 8], [4, 1], [1, 0])
@@ -353,8 +351,7 @@ def fwd_kernel(q_desc, k_desc, v_desc, C, Out, Lse, CuSeqlens, PruneBound,
                seqlen_q, seqlen_k, scale2, n_blocks, n_heads, group,
                HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_WG: gl.constexpr,
                NUM_STAGES: gl.constexpr, IS_VARLEN: gl.constexpr, PRUNE: gl.constexpr,
-               CONSUMER_REGS: gl.constexpr, FOLD_ROW: gl.constexpr, POLY_EXP2: gl.constexpr,
-               OVERLAP: gl.constexpr):
+               CONSUMER_REGS: gl.constexpr, FOLD_ROW: gl.constexpr, OVERLAP: gl.constexpr):
     BLOCK_M: gl.constexpr = NUM_WG * WG_ROWS
     head, pid_z, pid_m, zb, tok0, n_q, n_k, m0 = query_program(n_blocks, n_heads, CuSeqlens, seqlen_q, seqlen_k,
                                                                BLOCK_M, IS_VARLEN)
@@ -373,15 +370,15 @@ def fwd_kernel(q_desc, k_desc, v_desc, C, Out, Lse, CuSeqlens, PruneBound,
                 (_fwd_consumer, (q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty, v_empty,
                                  C, Out, Lse, zb, tok0, head, m0, off, n_q, c_base, r, lo, n_tiles, scale2,
                                  stride_ob, stride_ot, stride_oh, stride_lb, stride_lh,
-                                 0, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, POLY_EXP2, OVERLAP)),
+                                 0, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, OVERLAP)),
                 (_fwd_consumer, (q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty, v_empty,
                                  C, Out, Lse, zb, tok0, head, m0, off, n_q, c_base, r, lo, n_tiles, scale2,
                                  stride_ob, stride_ot, stride_oh, stride_lb, stride_lh,
-                                 1, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, POLY_EXP2, OVERLAP)),
+                                 1, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, OVERLAP)),
                 (_fwd_consumer, (q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty, v_empty,
                                  C, Out, Lse, zb, tok0, head, m0, off, n_q, c_base, r, lo, n_tiles, scale2,
                                  stride_ob, stride_ot, stride_oh, stride_lb, stride_lh,
-                                 2, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, POLY_EXP2, OVERLAP)),
+                                 2, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, OVERLAP)),
             ], [4, 4, 4], [CONSUMER_REGS, CONSUMER_REGS, CONSUMER_REGS])
         else:
             gl.warp_specialize([
@@ -392,9 +389,9 @@ def fwd_kernel(q_desc, k_desc, v_desc, C, Out, Lse, CuSeqlens, PruneBound,
                 (_fwd_consumer, (q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty, v_empty,
                                  C, Out, Lse, zb, tok0, head, m0, off, n_q, c_base, r, lo, n_tiles, scale2,
                                  stride_ob, stride_ot, stride_oh, stride_lb, stride_lh,
-                                 0, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, POLY_EXP2, OVERLAP)),
+                                 0, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, OVERLAP)),
                 (_fwd_consumer, (q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty, v_empty,
                                  C, Out, Lse, zb, tok0, head, m0, off, n_q, c_base, r, lo, n_tiles, scale2,
                                  stride_ob, stride_ot, stride_oh, stride_lb, stride_lh,
-                                 1, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, POLY_EXP2, OVERLAP)),
+                                 1, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, OVERLAP)),
             ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])

@@ -17,7 +17,6 @@ from ..tiles import launch_grid, tile_bounds
 from .aot import Launch
 from .bwd import dkdv_kernel, dq_kernel
 from .compat import TensorDescriptor, gl
-from .exp2 import SPLITS
 from .fwd import WG_ROWS, fwd_kernel
 
 BLOCK_M = 2 * WG_ROWS.value
@@ -30,8 +29,7 @@ class FwdConfig:
     gets what is left of the 64K registers); fold_row: unmasked tiles leave the query's c out of the
     scores and into the row maximum (fwd._tile_softmax), one ALU operation per score fewer; overlap: QK^T of
     tile i is issued beside PV of tile i - 1 and the softmax runs while PV does (fwd._fwd_loop_overlap; P stays in
-    registers meanwhile, so a config that spills may compute garbage); poly_exp2: one softmax exponential in every
-    poly_exp2 by a polynomial on the FMA pipe instead of the MUFU unit (exp2.exp2_split; 0: none)."""
+    registers meanwhile, so a config that spills may compute garbage)."""
 
     block_n: int
     num_stages: int
@@ -39,11 +37,6 @@ class FwdConfig:
     consumer_regs: int = 240
     fold_row: bool = True
     overlap: bool = False
-    poly_exp2: int = 0
-
-    def __post_init__(self):
-        if self.poly_exp2 not in SPLITS:
-            raise ValueError(f"poly_exp2: expected one of {SPLITS}, got {self.poly_exp2!r}")
 
 
 # Picked by `scripts/hopper_tune.py fwd bwd` on one H200 (torch 2.11, Triton 3.6, bf16, B * T = 32K, T = 16K;
@@ -63,7 +56,10 @@ class FwdConfig:
 # 64-key stages, against 4.03; at three with 128-key stages it spilled 24 bytes and gave wrong output (most likely
 # P's registers reused while its wgmma read them; tests/ops/test_gluon_hopper.py caps the forward's spills).
 # Tenth session (docs/bench/hopper_tune_5de7330_h200.json): the D 64 ring two or four stages deep, 4.91 / 4.82 ms
-# against 4.09 for three.
+# against 4.09 for three. Eleventh (docs/bench/hopper_tune_73a4f5b_h200.json): FlashAttention-4's split of the
+# softmax exponentials, one in every 2 / 4 / 8 by a degree-3 polynomial on the FMA pipe (commit 50bc448), was
+# slower everywhere: D 64 7.23 / 4.61 / 4.26 ms against 4.04 / 3.97, 4.77 / 4.67 with two overlapped warpgroups,
+# D 128 3.23 (1 in 4) against 3.06 / 3.02: the D 64 forward is not paced by MUFU. Removed.
 FWD_CONFIGS = {64: FwdConfig(block_n=128, num_stages=3, num_wg=3, consumer_regs=160),
                128: FwdConfig(block_n=128, num_stages=2, overlap=True)}
 
@@ -106,7 +102,7 @@ def forward_launch(q, k, v, c, out, lse, cu, bound, scale: float, n_blocks: int,
             Tq, Tk, float(scale) * math.log2(math.e), n_blocks, Hq, Hq // Hkv)
     constexprs = dict(HEAD_DIM=D, BLOCK_N=cfg.block_n, NUM_WG=cfg.num_wg, NUM_STAGES=cfg.num_stages,
                       IS_VARLEN=varlen, PRUNE=prune, CONSUMER_REGS=cfg.consumer_regs, FOLD_ROW=cfg.fold_row,
-                      POLY_EXP2=cfg.poly_exp2, OVERLAP=cfg.overlap)
+                      OVERLAP=cfg.overlap)
     return Launch(fwd_kernel, launch_grid(n_blocks, Hq, n_z), args, constexprs, dict(num_warps=4))
 
 
@@ -162,7 +158,9 @@ class BwdConfig:
 # 11.76-11.77 for the whole D 64 backward; removed (commit 8256d6f has it). Tenth session
 # (docs/bench/hopper_tune_5de7330_h200.json): three dq warpgroups with 64-key stages at D 64, 5.7 against 5.1 ms.
 # dQ added by the dk/dv kernel (5 products, no dq kernel) lost in every form tried, see docs/benchmarks.md
-# (docs/bench/hopper_tune_atomic_dq_h200.json; commit bdeb8ae has the last form).
+# (docs/bench/hopper_tune_atomic_dq_h200.json; commit bdeb8ae has the last form). Eleventh session
+# (docs/bench/hopper_tune_73a4f5b_h200.json): a third dk/dv stage, dk/dv kernel 6.60 against 6.54 / 6.60 ms at D 64
+# and 5.45 against 5.43 / 5.47 at D 128: no gain.
 BWD_CONFIGS = {64: BwdConfig(dkdv_block_m=128, dkdv_stages=2, dq_block_n=128, dq_stages=2),
                128: BwdConfig(dkdv_block_m=64, dkdv_stages=2, dq_block_n=128, dq_stages=2)}
 
