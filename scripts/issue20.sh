@@ -11,8 +11,10 @@
 #                                         # $OUT/mqar_bundle.tgz
 #   python scripts/issue20_doc.py BUNDLE_DIR...   # CPU: tables and figures into docs/results.md
 #
-# GPU calls carry the prepared data (`data` prints the carry list; under 64 MiB a call) and write
-# $OUT/repro_bundle.tgz (reproduce.sh); unpack each bundle into its own folder for issue20_doc.py.
+# GPU calls carry the prepared data as one xz archive per call kind (`data` writes them and prints the carry
+# list; the seed call's three datasets, 58 MiB raw, no longer fit beside the tree in the 64 MiB a call
+# carries: 18 MiB as xz), unpack it there, and write $OUT/repro_bundle.tgz (reproduce.sh); unpack each
+# bundle into its own folder for issue20_doc.py.
 # Time per call, from docs/results.md: four small models side by side train 45M tokens in 5.2 min with
 # compilation; their evaluations here (16K-token loss on the held-out, prose, novel and Go documents,
 # gates on three texts; no NIAH, bias shift or eviction) were planned at about 2 min and took longer (below).
@@ -38,6 +40,10 @@ export SRC_EVAL_LEN=${SRC_EVAL_LEN:-4096}
 carry_copy() {  # carry_copy SRC DST: a prepared dataset without its tokenization cache (shards/)
     mkdir -p "$2" && cp "$1"/manifest.json "$1"/*.bin "$1"/*.npy "$2"/
 }
+unpack() {  # unpack NAME: the carried archive NAME.tar.xz into $CARRY (on the GPU machine)
+    [ -f "repro_data/$1.tar.xz" ] && mkdir -p "$CARRY" && tar -xJf "repro_data/$1.tar.xz" -C "$CARRY"
+    return 0
+}
 
 case $MODE in
 data)
@@ -57,17 +63,21 @@ data)
     done
     rm -rf "$CARRY/gpt2" "$CARRY/gpt2_noprose" && carry_copy "$DATA" "$CARRY/gpt2"
     carry_copy "${DATA}_noprose" "$CARRY/gpt2_noprose"
-    du -sh "$CARRY"/*
-    echo "carry for the seed calls: $CARRY/gpt2 $CARRY/ood_austen $CARRY/ood_go; for lodo: $CARRY/gpt2_noprose"
+    tar -cf - -C "$CARRY" gpt2 ood_austen ood_go | xz -T0 -6 > repro_data/carry_seed.tar.xz || exit 1
+    tar -cf - -C "$CARRY" gpt2_noprose ood_austen ood_go | xz -T0 -6 > repro_data/carry_lodo.tar.xz || exit 1
+    du -sh "$CARRY"/* repro_data/carry_*.tar.xz
+    echo "carry for the seed calls: repro_data/carry_seed.tar.xz; for lodo: repro_data/carry_lodo.tar.xz"
     ;;
 seed)
     s=${2:?seed: give the seed, e.g. seed 0}
     # both blocks' main comparison, one seed: FoX and Transformer, LLaMA and Pro, side by side
+    unpack carry_seed
     DATA=$CARRY/gpt2 SEEDS=$s OOD=$OOD_DIRS EVAL_SOURCES=prose OOD_SEQS=${OOD_SEQS:-16} EVAL_BATCH=${EVAL_BATCH:-4} \
         bash scripts/reproduce.sh \
         fox-pro-small transformer-pro-small fox-llama-small transformer-llama-small
     ;;
 lodo)
+    unpack carry_lodo
     DATA=$CARRY/gpt2_noprose SEEDS=0 OOD=$OOD_DIRS EVAL_SOURCES=prose RUNS=runs_noprose \
         bash scripts/reproduce.sh fox-pro-small transformer-pro-small
     ;;

@@ -52,16 +52,26 @@ def _loss_files(runs: list[str], text: str) -> list[str]:
     return found if text == "eval" else [os.path.join(r, text, "loss.json") for r in found]
 
 
-def run_compare(groups: list[tuple[str, list[str]]], text: str, reference: str, out: str):
-    """`eval compare` of one text over labelled groups of runs; None when a group has no output."""
-    files, names = [], []
-    for label, runs in groups:
-        found = _loss_files(runs, text)
-        if not found:
-            return None
-        files += found
-        names += [label] * len(found)
-    return compare(files, out, names=names, reference=reference)
+def _sequences(path: str) -> str:
+    """What an evaluation read (the hash of its token sequences): only evaluations of the same sequences
+    are compared."""
+    loss = path if path.endswith(".json") else os.path.join(path, "eval", "loss.json")
+    with open(loss) as f:
+        return str(json.load(f).get("settings", {}).get("tokens_sha256"))
+
+
+def run_compare(groups: list[tuple[str, list[str]]], text: str, reference: str, out: str, dropped: list[str]):
+    """`eval compare` of one text over labelled groups of runs; None when a group has no output. Where the
+    evaluations read different sequences (an earlier call's number of sequences), the most common set is
+    kept and the others are named in ``dropped``."""
+    found = [(label, f) for label, runs in groups for f in _loss_files(runs, text)]
+    keys = [_sequences(f) for _, f in found]
+    keep = max(set(keys), key=keys.count) if keys else None
+    dropped += [f for (_, f), key in zip(found, keys) if key != keep]
+    found = [(label, f) for (label, f), key in zip(found, keys) if key == keep]
+    if {g for g, _ in groups} - {label for label, _ in found}:
+        return None
+    return compare([f for _, f in found], out, names=[label for label, _ in found], reference=reference)
 
 
 def _interval_line(diff: dict, key: str) -> str:
@@ -115,7 +125,7 @@ def gates_section(runs_by_preset: dict) -> tuple[str, list[str]]:
     return head + "".join("| " + " | ".join(r) + " |\n" for r in rows), [path]
 
 
-def _lodo(runs: dict, parts: list[str]) -> list[str]:
+def _lodo(runs: dict, parts: list[str], dropped: list[str]) -> list[str]:
     """The no-prose pair on every text it read, and the held-out prose beside the full-mix pair (when the
     seed calls' runs are there); appends to parts, returns the summary lines."""
     summary = []
@@ -124,7 +134,7 @@ def _lodo(runs: dict, parts: list[str]) -> list[str]:
     for text, what in TEXTS.items():
         with_full = text == "eval_src_prose" and all(g for _, g in full)
         out = os.path.join(OUT, f"lodo_{text}")
-        res = run_compare(full + nop if with_full else nop, text, "Transformer (Pro), no prose", out)
+        res = run_compare(full + nop if with_full else nop, text, "Transformer (Pro), no prose", out, dropped)
         if res is None:
             continue
         where = "the mix without prose (held out)" if text == "eval" else what
@@ -136,6 +146,12 @@ def _lodo(runs: dict, parts: list[str]) -> list[str]:
                     f"loss {_interval_line(r, 'mean_loss')}" for r in res["differences"]
                     if r["model"].startswith("FoX (Pro), no prose")]
     return summary
+
+
+def _in_bundle(path: str, bundles: list[str]) -> str:
+    """path as BUNDLE_FOLDER/..., the way the provenance lines name the bundles."""
+    b = next(b for b in bundles if os.path.abspath(path).startswith(os.path.abspath(b) + os.sep))
+    return os.path.relpath(path, os.path.dirname(os.path.abspath(b)))
 
 
 def section(bundles: list[str]) -> str:
@@ -158,6 +174,7 @@ def section(bundles: list[str]) -> str:
                   "Pending: `bash scripts/issue20.sh seed 0`, `seed 1`, `seed 2` (one GPU call each; the four models "
                   "of both blocks, their per-position loss on the mix, the novels and the Go source, and their gates).", ""]
     missing = []  # comparisons whose runs are there but whose evaluations are not (cut by a call's time limit)
+    dropped: list[str] = []  # evaluations of other sequences than the rest of their comparison
     for text, what in TEXTS.items():
         if text == "eval_src_prose":
             continue
@@ -166,7 +183,7 @@ def section(bundles: list[str]) -> str:
             if not all(g for _, g in groups):
                 continue
             out = os.path.join(OUT, f"{text}_{block}")
-            res = run_compare(groups, text, LABELS[tfm], out)
+            res = run_compare(groups, text, LABELS[tfm], out, dropped)
             if res is None:
                 missing.append(f"{LABELS[fox]} against {LABELS[tfm]} on {what}")
                 continue
@@ -186,9 +203,12 @@ def section(bundles: list[str]) -> str:
                   "Trained on the mix without its prose (`data prepare --leave-out`). The pair against each other "
                   "on each text it read, and (with the seed calls' full-mix models beside it) on the held-out prose:",
                   ""]
-        summary += _lodo(runs, parts)
+        summary += _lodo(runs, parts, dropped)
     else:
         parts += ["### Leave one domain out: prose", "", "Pending: `bash scripts/issue20.sh lodo`.", ""]
+    if dropped:
+        parts += ["Left out of their comparisons (they read other sequences than the rest, e.g. an earlier number of "
+                  "sequences per text): " + ", ".join(_in_bundle(f, bundles) for f in sorted(set(dropped))) + ".", ""]
     table, figs = gates_section(runs)
     if table:
         parts += ["### Forget gates on the mix and on the other texts", "",

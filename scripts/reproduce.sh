@@ -41,15 +41,21 @@ FX="python -m foxformer.cli"
 mkdir -p "$OUT" "$RUNS"
 
 left() { echo $((BUDGET - ($(date +%s) - START))); }
+STAMP=$(mktemp)  # run folders older than this call (a warm GPU machine keeps the last call's) stay out of its bundle
 bundle() {  # one archive of $OUT (logs, eval outputs, run folders without checkpoints)
     for r in "$RUNS"/*/; do
-        [ -d "$r" ] || continue
+        [ -d "$r" ] && [ "$r" -nt "$STAMP" ] || continue
         mkdir -p "$OUT/runs/$(basename "$r")"
         tar -C "$r" --exclude=checkpoints --exclude='*.pt' --exclude='*.safetensors' -cf - . \
             | tar -C "$OUT/runs/$(basename "$r")" -xf -
     done
     (cd "$OUT" && tar -czf ../repro_bundle.tgz --exclude=repro_bundle.tgz . && find . -mindepth 1 -delete \
         && mv ../repro_bundle.tgz .)
+    # the device hands back files of at most 16 MiB: a larger bundle comes back in parts
+    # (cat repro_bundle.tgz.part_* > repro_bundle.tgz)
+    if [ "$(stat -c %s "$OUT/repro_bundle.tgz")" -gt $((15 * 1024 * 1024)) ]; then
+        split -b 15M "$OUT/repro_bundle.tgz" "$OUT/repro_bundle.tgz.part_" && rm "$OUT/repro_bundle.tgz"
+    fi
     echo "=== bundled $OUT/repro_bundle.tgz ($(date +%T))"
 }
 trap bundle EXIT
