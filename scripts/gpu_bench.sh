@@ -34,6 +34,8 @@
 #   graphs      all four, then graphtargets: the targets against the rows (scripts/decode_targets.py)
 #   graphprof   where a batch-1 step's time goes: FoX (Pro) 125M at 32K through graphs and the compiled graphs,
 #               8 steps each under torch.profiler (tables in decode_profile/)
+#   decodesplits  the decode op alone at the 125M head shape, 32K, batch 1 and 32: the default key-split count
+#               against 16 to 256 splits (the op read the cache at ~2.3 TB/s at batch 1 in the eleventh session)
 # BUDGET: seconds for the whole script; a step is cut to what is left (minus bundling time) or skipped.
 set -u
 START=$(date +%s); BUDGET=${BUDGET:-100000}
@@ -122,6 +124,8 @@ graphscomp) step graphscomp 150 $GRAPHS --preset fox-pro-125m --batches 1 --deco
 graphtargets) python scripts/decode_targets.py "$OUT" | tee "$OUT/decode_targets.txt" ;;
 graphprof) step graphprof 150 $GRAPHS --preset fox-pro-125m --batches 1 --decode graphs,compiled --no-baseline \
                --profile "$OUT/decode_profile" --out "$OUT/decode_profile_fox_125m.json" ;;
+decodesplits) step decodesplits 60 $FX bench decode --kernel --preset fox-pro-125m --contexts 32768 --batches 1,32 \
+            --num-splits 16,32,64,128,256 --out "$OUT/decode_splits_h200.json" ;;
 decode125) step decode_model 100 $FX bench decode --preset fox-pro-125m --contexts 4096,32768,65536 \
             --batches 1,32 --steps 16 --out "$OUT/decode_model_125m_h200.json" ;;
 *) echo "unknown step $s" ;;

@@ -156,9 +156,10 @@ def test_bench_decode_is_also_top_level():
 def test_bench_decode_kernel_mode(tmp_path):
     out = tmp_path / "k.json"
     assert main(["bench", "decode", "--kernel", "--preset", "fox-pro-tiny", "--contexts", "64", "--batches", "1",
-                 "--device", "cpu", "--out", str(out)]) == 0
-    row = json.loads(out.read_text())["rows"][0]
-    assert row["fox_ms"] > 0 and row["sdpa_ms"] > 0
+                 "--num-splits", "2,4", "--device", "cpu", "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert rows[0]["fox_ms"] > 0 and rows[0]["sdpa_ms"] > 0
+    assert [r["splits"] for r in rows] == ["auto", 2, 4] and all(r["fox_ms"] > 0 for r in rows)
 
 
 def test_bench_decode_kernel_mode_refuses_a_linear_preset(tmp_path):

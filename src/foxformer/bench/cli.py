@@ -196,6 +196,9 @@ def configure_decode(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-baseline", dest="baseline", action="store_false", help="skip the LLaMA anchors")
     p.add_argument("--kernel", action="store_true",
                    help="time the attention op alone (FoX decode op vs SDPA) at the preset's head shape")
+    p.add_argument("--num-splits", type=ints, default=None,
+                   help="with --kernel: also a row per key-split count of the decode kernel (the default picks one "
+                        "to fill the GPU)")
     p.add_argument("--profile", default=None, metavar="DIR",
                    help="after each row's timed steps, profile 8 more: DIR/<row>_<path>_<context>_b<batch>.txt, "
                         "operators and kernels by self device time")

@@ -145,7 +145,8 @@ def run(args) -> dict:
         if cfg.attention == "linear":
             raise SystemExit(f"error: --kernel times the FoX decode op over cached keys; {args.preset} decodes with "
                              "a fixed-size recurrent state instead: bench the whole model (without --kernel)")
-        rows = kernel_rows(args.contexts, args.batches, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, device, dtype)
+        rows = kernel_rows(args.contexts, args.batches, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, device, dtype,
+                           args.num_splits)
         payload = {"env": environment(), "settings": {k: v for k, v in vars(args).items() if k != "func"},
                    "rows": rows}
         if args.out:
@@ -223,9 +224,10 @@ def _profile_path(folder: Optional[str], name: str, path: str, context: int, bat
 
 @torch.no_grad()
 def kernel_rows(contexts: list[int], batches: list[int], heads: int, kv_heads: int, head_dim: int,
-                device: torch.device, dtype: torch.dtype) -> list[dict]:
+                device: torch.device, dtype: torch.dtype, num_splits: Optional[list[int]] = None) -> list[dict]:
     """The attention op alone for one new token: FoX decode op (Triton on CUDA) against SDPA with
-    the same q / k / v (what a softmax Transformer runs), as time and effective bandwidth."""
+    the same q / k / v (what a softmax Transformer runs), as time and effective bandwidth; with num_splits, a
+    row per key-split count of the decode kernel besides the default's."""
     from foxformer.ops import gate_cumsum
     from foxformer.ops.forgetting_attention.decode import forgetting_attention_decode
 
@@ -245,13 +247,17 @@ def kernel_rows(contexts: list[int], batches: list[int], heads: int, kv_heads: i
                 sdpa = time_ms(lambda: torch.nn.functional.scaled_dot_product_attention(
                     qt, kt, vt, enable_gqa=heads != kv_heads))
                 sdpa_bytes = 2 * k.numel() * k.element_size()
-                rows.append({"model": "op", "context": T, "batch": B, "fox_ms": fox, "sdpa_ms": sdpa,
+                rows.append({"model": "op", "context": T, "batch": B, "splits": "auto", "fox_ms": fox, "sdpa_ms": sdpa,
                              "fox_gb_s": kv_bytes / fox / 1e6, "sdpa_gb_s": sdpa_bytes / sdpa / 1e6})
+                for n in num_splits or []:
+                    ms = time_ms(lambda: forgetting_attention_decode(q, k, v, c, num_splits=n))
+                    rows.append({"model": "op", "context": T, "batch": B, "splits": n, "fox_ms": ms,
+                                 "fox_gb_s": kv_bytes / ms / 1e6})
             except torch.cuda.OutOfMemoryError:
                 rows.append({"model": "op", "context": T, "batch": B, "error": "out of memory"})
             finally:
                 q = k = v = c = None
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
-    print_table(rows, ["context", "batch", "fox_ms", "sdpa_ms", "fox_gb_s", "sdpa_gb_s", "error"])
+    print_table(rows, ["context", "batch", "splits", "fox_ms", "sdpa_ms", "fox_gb_s", "sdpa_gb_s", "error"])
     return rows

@@ -180,9 +180,10 @@ class ForgetGate(nn.Module):
             self._bias_shift = self._bias_shift.to(logits.device)
         return logits + self._bias_shift.to(logits.dtype)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, logits: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """``logits``: ``self.proj(x)`` when the caller computed it (Attention's fused decode product)."""
         if self.kind == "data_dependent":
-            return F.logsigmoid(self._shift(upcast(self.proj(x))))
+            return F.logsigmoid(self._shift(upcast(self.proj(x) if logits is None else logits)))
         log_f = F.logsigmoid(self._shift(upcast(self.bias)))
         return log_f.expand(x.shape[0], x.shape[1], self.num_heads).contiguous()
 
@@ -195,10 +196,11 @@ class KVShift(nn.Module):
         self.proj = nn.Linear(config.hidden_size, config.num_kv_heads, bias=False)
 
     def forward(self, x: torch.Tensor, kk: torch.Tensor, prev: Optional[torch.Tensor],
-                starts: Optional[torch.Tensor]) -> torch.Tensor:
+                starts: Optional[torch.Tensor], logits: Optional[torch.Tensor] = None) -> torch.Tensor:
         """x [B, T, d]; kk [B, T, H, D] candidates; prev [B, H, D] the candidate before kk[:, 0] (or None
-        for zeros); starts [B, T] bool resets the shift at sequence starts."""
-        a = torch.sigmoid(self.proj(x))[..., None]
+        for zeros); starts [B, T] bool resets the shift at sequence starts; logits: ``self.proj(x)`` when the
+        caller computed it."""
+        a = torch.sigmoid(self.proj(x) if logits is None else logits)[..., None]
         first = torch.zeros_like(kk[:, :1]) if prev is None else prev[:, None].to(kk.dtype)
         # one decoded token: the shifted sequence is the previous candidate itself (no concatenation)
         shifted = first if kk.shape[1] == 1 else torch.cat((first, kk[:, :-1]), dim=1)
@@ -242,39 +244,56 @@ class Attention(nn.Module):
         self.o_norm = RMSNorm((h, dh), config.rms_norm_eps) if config.output_norm else None
         self.g_proj = nn.Linear(d, h * dh, bias=False) if config.output_gate else None
 
+    def _input_linears(self) -> dict[str, nn.Linear]:
+        """The Linear layers that read the block input, by what they give: q, k, v, and the logits of the output
+        gate (g), the data-dependent forget gate (f) and the token-shift gates (ks, vs) where the block has them."""
+        f = self.fgate.proj if self.fgate is not None and self.fgate.kind == "data_dependent" else None
+        linears = {"q": self.q_proj, "k": self.k_proj, "v": self.v_proj, "g": self.g_proj, "f": f,
+                   "ks": None if self.k_shift is None else self.k_shift.proj,
+                   "vs": None if self.v_shift is None else self.v_shift.proj}
+        return {name: lin for name, lin in linears.items() if lin is not None}
+
     def forward(self, x: torch.Tensor, ctx: SeqContext, cache=None) -> torch.Tensor:
         """x [B, T, d] (block input after the norm) -> [B, T, d]. ``cache``: a kvcache LayerState or None."""
         B, T, _ = x.shape
-        q = self.q_proj(x).view(B, T, self.num_heads, self.head_dim)
-        k = self.k_proj(x).view(B, T, self.num_kv_heads, self.head_dim)
-        v = self.v_proj(x).view(B, T, self.num_kv_heads, self.head_dim)
+        linears = self._input_linears()
+        if T == 1 and cache is not None and not torch.is_grad_enabled():
+            # a decode step: one product for all of them (models/fused_linear.py; the copy is the cache's)
+            proj = dict(zip(linears, cache.fused_inputs(x, list(linears.values()))))
+        else:
+            proj = {name: lin(x) for name, lin in linears.items()}
+        q = proj["q"].view(B, T, self.num_heads, self.head_dim)
+        k = proj["k"].view(B, T, self.num_kv_heads, self.head_dim)
+        v = proj["v"].view(B, T, self.num_kv_heads, self.head_dim)
         # The cache keeps the raw candidates of the last token for the next chunk's shift (set_shift_state copies
         # them: views would pin the chunk's whole k / v projections).
         k_last = v_last = None
         if self.k_shift is not None:
             k_last = k[:, -1]
-            k = self.k_shift(x, k, None if cache is None else cache.shift_state()[0], ctx.starts)
+            k = self.k_shift(x, k, None if cache is None else cache.shift_state()[0], ctx.starts, proj["ks"])
         if self.v_shift is not None:
             v_last = v[:, -1]
-            v = self.v_shift(x, v, None if cache is None else cache.shift_state()[1], ctx.starts)
+            v = self.v_shift(x, v, None if cache is None else cache.shift_state()[1], ctx.starts, proj["vs"])
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         if ctx.cos is not None:
             q, k = apply_rope(q, ctx.cos, ctx.sin), apply_rope(k, ctx.cos, ctx.sin)
-        out = self._attend(x, q, k, v, ctx, cache)
+        out = self._attend(x, q, k, v, ctx, cache, proj.get("f"))
         if cache is not None and (k_last is not None or v_last is not None):
             cache_update(cache.set_shift_state, k_last, v_last)
         if self.o_norm is not None:
             out = self.o_norm(out)
         out = out.reshape(B, T, self.num_heads * self.head_dim)
         if self.g_proj is not None:
-            out = out * torch.sigmoid(self.g_proj(x))
+            out = out * torch.sigmoid(proj["g"])
         return self.o_proj(out)
 
-    def _log_fgate(self, x: torch.Tensor, ctx: SeqContext) -> Optional[torch.Tensor]:
-        """fp32 [B, T, H] log f, with -inf at sequence starts; None for plain causal softmax."""
+    def _log_fgate(self, x: torch.Tensor, ctx: SeqContext, logits: Optional[torch.Tensor] = None
+                   ) -> Optional[torch.Tensor]:
+        """fp32 [B, T, H] log f, with -inf at sequence starts; None for plain causal softmax. ``logits``: the
+        data-dependent gate's projection of x, when computed already."""
         if self.fgate is not None:
-            log_f = self.fgate(x)
+            log_f = self.fgate(x, logits)
         elif ctx.starts is not None or ctx.cu_seqlens is not None:
             log_f = upcast(x.new_zeros(x.shape[0], x.shape[1], self.num_heads))
         else:
@@ -303,7 +322,7 @@ class Attention(nn.Module):
             return float(qk_norm_bound(self.q_norm.weight, self.k_norm.weight, self.head_dim))
         return user_bound
 
-    def _attend_linear(self, x, q, k, v, ctx: SeqContext, cache) -> torch.Tensor:
+    def _attend_linear(self, x, q, k, v, ctx: SeqContext, cache, f_logits) -> torch.Tensor:
         """Gated linear attention. Sequence starts (left padding, packed sequences) get f = 0 from
         _log_fgate, which clears the state there, so no earlier token leaks in. A cache holds the state."""
         # FoxConfig refuses these for linear attention, but a config edited after the model was built is not
@@ -317,24 +336,23 @@ class Attention(nn.Module):
         # norm inside F.normalize in fp32, so q, k came out fp32 next to a bf16 v, which the op rejects: cast
         # back to the input's dtype, as apply_rope does on the FoX path.
         q, k = F.normalize(q, dim=-1).to(q.dtype), F.normalize(k, dim=-1).to(k.dtype)
-        log_f = self._log_fgate(x, ctx)
+        log_f = self._log_fgate(x, ctx, f_logits)
         if cache is not None:
             return cache_update(cache.attend, q, k, v, log_f, backend=self.config.attention_backend, pruning=dict,
                                 at=ctx.cache_at)
         op = naive_gated_linear_attention if self.config.attention_backend == "naive" else gated_linear_attention
         return op(q, k, v, log_f)
 
-    def _attend(self, x, q, k, v, ctx: SeqContext, cache) -> torch.Tensor:
+    def _attend(self, x, q, k, v, ctx: SeqContext, cache, f_logits) -> torch.Tensor:
         if self.config.attention == "linear":
-            return self._attend_linear(x, q, k, v, ctx, cache)
+            return self._attend_linear(x, q, k, v, ctx, cache, f_logits)
         backend = self.config.attention_backend
+        log_f = self._log_fgate(x, ctx, f_logits)
         if cache is not None:
-            log_f = self._log_fgate(x, ctx)
             if log_f is None:  # plain softmax attention on a cache: c = 0 everywhere
                 log_f = upcast(x.new_zeros(x.shape[0], x.shape[1], self.num_heads))
             return cache_update(cache.attend, q, k, v, log_f, backend=backend, pruning=self._pruning,
                                 at=ctx.cache_at, scan=ctx.evict_scan)
-        log_f = self._log_fgate(x, ctx)
         if log_f is None:
             # Plain causal softmax attention: SDPA reads [B, H, T, D] views of our layout without copies.
             out = F.scaled_dot_product_attention(

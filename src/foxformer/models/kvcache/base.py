@@ -14,6 +14,8 @@ Two ways to run a step:
 
 Each state also reorders its batch rows (``select``: beam search), reports its memory (``memory``) and
 lists its storage (``storage``: a captured graph holds their addresses, so a reallocation means a new capture).
+It also holds the layer's input projections fused for one-token steps (``fused_inputs``: a concatenated copy of
+their weights, made by the first decode step and dropped with the cache; not counted by ``memory``).
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ import torch
 
 from foxformer.ops import LOG_FGATE_FLOOR, forgetting_attention_cumsum, gate_cumsum
 
+from ..fused_linear import FusedLinears
 from .policy import EVICT_WINDOW
 
 # Chunks of at most this many new tokens on top of a cache take the decode kernel (split along keys).
@@ -54,6 +57,7 @@ class LayerState:
     def __init__(self) -> None:
         self.k_last: Optional[torch.Tensor] = None
         self.v_last: Optional[torch.Tensor] = None
+        self.fused_inputs = FusedLinears()
 
     # -- kv shift ------------------------------------------------------------------------------
     def shift_state(self) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:

@@ -1,0 +1,60 @@
+"""One matrix product for the Linear layers that read the same input, in one-token decode steps.
+
+At batch 1 a decode step's products have one row, and on an H200 each costs one launch of about 4 us however
+wide it is: the batch-1 profile of FoX (Pro) 125M at 32K (docs/benchmarks.md, "CUDA-graph decoding") counts
+15 matrix-product kernels a layer, 0.64 of a 1.98 ms step, seven of them for the projections of the attention's
+input alone (q, k, v, the output gate, the forget gate, the two token-shift gates). ``FusedLinears`` runs such
+a group as one product over a concatenated copy of the weights. The copy is not a parameter (it is in no state
+dict, and no gradient reaches it: callers use it without gradients only), and it is made again whenever a
+source changed: a weight written in place (an optimizer step, ``load_state_dict``), replaced or moved, or a
+layer swapped for another module.
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def _plain(lin: nn.Module) -> bool:
+    """A Linear whose forward is nn.Linear's (not a subclass that computes something else, e.g. an adapter)
+    with plain (not sharded) tensors."""
+    return (isinstance(lin, nn.Linear) and type(lin).forward is nn.Linear.forward
+            and all(type(p.data) is torch.Tensor for p in lin.parameters(recurse=False)))
+
+
+class FusedLinears:
+    """``fused(x, (a, b, c))`` is ``(a(x), b(x), c(x))`` computed by one product (bias-free layers get zeros in
+    the concatenated bias). Layers that cannot share a product (not plain Linear layers, or weights of several
+    dtypes or devices) run one by one."""
+
+    def __init__(self) -> None:
+        self._weight: Optional[torch.Tensor] = None
+        self._bias: Optional[torch.Tensor] = None
+        self._key: Optional[tuple] = None
+
+    @torch.compiler.disable  # host-side bookkeeping: under torch.compile it stays eager (one graph break)
+    def weights(self, linears: Sequence[nn.Linear]) -> Optional[tuple[torch.Tensor, Optional[torch.Tensor]]]:
+        """(weight [sum of out_features, in_features], bias or None) of ``linears``, made again when a source
+        changed; None where they cannot share a product."""
+        params = [p for lin in linears for p in (lin.weight, lin.bias) if p is not None]
+        key = tuple(id(lin) for lin in linears) + tuple((p.data_ptr(), p._version) for p in params)
+        if key != self._key:
+            if not (all(_plain(lin) for lin in linears)
+                    and all(p.dtype == params[0].dtype and p.device == params[0].device for p in params)):
+                return None
+            with torch.no_grad():
+                self._weight = torch.cat([lin.weight for lin in linears])
+                biased = any(lin.bias is not None for lin in linears)
+                self._bias = torch.cat([lin.weight.new_zeros(lin.out_features) if lin.bias is None else lin.bias
+                                        for lin in linears]) if biased else None
+            self._key = key
+        return self._weight, self._bias
+
+    def __call__(self, x: torch.Tensor, linears: Sequence[nn.Linear]) -> tuple[torch.Tensor, ...]:
+        fused = self.weights(linears)
+        if fused is None:
+            return tuple(lin(x) for lin in linears)
+        return F.linear(x, *fused).split([lin.out_features for lin in linears], dim=-1)
