@@ -195,12 +195,12 @@ class KVShift(nn.Module):
         super().__init__()
         self.proj = nn.Linear(config.hidden_size, config.num_kv_heads, bias=False)
 
-    def forward(self, x: torch.Tensor, kk: torch.Tensor, prev: Optional[torch.Tensor],
-                starts: Optional[torch.Tensor], logits: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """x [B, T, d]; kk [B, T, H, D] candidates; prev [B, H, D] the candidate before kk[:, 0] (or None
-        for zeros); starts [B, T] bool resets the shift at sequence starts; logits: ``self.proj(x)`` when the
-        caller computed it."""
-        a = torch.sigmoid(self.proj(x) if logits is None else logits)[..., None]
+    def forward(self, logits: torch.Tensor, kk: torch.Tensor, prev: Optional[torch.Tensor],
+                starts: Optional[torch.Tensor]) -> torch.Tensor:
+        """logits [B, T, H] = ``self.proj(x)`` (the attention computes its input projections together); kk
+        [B, T, H, D] candidates; prev [B, H, D] the candidate before kk[:, 0] (or None for zeros); starts [B, T]
+        bool resets the shift at sequence starts."""
+        a = torch.sigmoid(logits)[..., None]
         first = torch.zeros_like(kk[:, :1]) if prev is None else prev[:, None].to(kk.dtype)
         # one decoded token: the shifted sequence is the previous candidate itself (no concatenation)
         shifted = first if kk.shape[1] == 1 else torch.cat((first, kk[:, :-1]), dim=1)
@@ -270,10 +270,10 @@ class Attention(nn.Module):
         k_last = v_last = None
         if self.k_shift is not None:
             k_last = k[:, -1]
-            k = self.k_shift(x, k, None if cache is None else cache.shift_state()[0], ctx.starts, proj["ks"])
+            k = self.k_shift(proj["ks"], k, None if cache is None else cache.shift_state()[0], ctx.starts)
         if self.v_shift is not None:
             v_last = v[:, -1]
-            v = self.v_shift(x, v, None if cache is None else cache.shift_state()[1], ctx.starts, proj["vs"])
+            v = self.v_shift(proj["vs"], v, None if cache is None else cache.shift_state()[1], ctx.starts)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         if ctx.cos is not None:
