@@ -101,3 +101,26 @@ def test_a_cache_that_grows_while_decoding_is_captured_again():
     assert cache.graphs.captures == 2, cache.graphs.captures
     assert torch.equal(logits["graphs"], logits["static"])  # the same step, replayed
     torch.testing.assert_close(logits["graphs"], logits["eager"], atol=3e-2, rtol=0)
+
+
+@pytest.mark.parametrize("name", ["fox-pro", "transformer-pro", "linear-pro"])
+def test_the_fused_input_projections_match_the_separate_ones_in_bf16(name):
+    """A one-token step's input projections run as one bf16 product (models/fused_linear.py): each output
+    within bf16 rounding of its own layer's, and the step's logits within that of a step that runs them one by
+    one (the same cache, refilled)."""
+    model, _ = _model(name)
+    attn = model.model.layers[0].attn
+    linears = list(attn._input_linears().values())
+    x = torch.randn(2, 1, model.config.hidden_size, device="cuda", dtype=torch.bfloat16)
+    cache = model.model.new_cache(None)
+    with torch.no_grad():
+        for got, lin in zip(cache[0].fused_inputs(x, linears), linears):
+            torch.testing.assert_close(got, lin(x), rtol=2e-2, atol=2e-2)
+        prompt = torch.randint(0, 512, (2, 40), device="cuda")
+        model(prompt[:, :39], cache=cache)
+        fused = model(prompt[:, 39:], cache=cache).logits
+        with torch.enable_grad():  # the fused path is for steps without gradients: this one runs them apart
+            cache = model.model.new_cache(None)
+            model(prompt[:, :39], cache=cache)
+            apart = model(prompt[:, 39:], cache=cache).logits
+    torch.testing.assert_close(fused, apart.detach(), rtol=3e-2, atol=3e-2)
