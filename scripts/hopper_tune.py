@@ -104,10 +104,8 @@ def _sdpa_rows(rows, D, H, T, B):
 
 
 # The defaults first and last (drift); between them the variants still worth a row (each measured one names its
-# JSON in hopper/launch.py): one softmax exponential in every 2 / 4 / 8 by the FMA-pipe polynomial (D 64's
-# forward is paced by MUFU as much as by the tensor cores; exp2.py), the same with two warpgroups and the overlap
-# (4.41 ms against 4.03 without the polynomial in the ninth session; no spills with it), and D 128 without the
-# overlap and fold.
+# JSON in hopper/launch.py): D 64 with two warpgroups and the overlap (4.41 ms against 4.03 in the ninth session)
+# and D 128 without the overlap and fold.
 FWD_SWEEP = {64: [dict(), dict(num_wg=2, consumer_regs=240, overlap=True), dict()],
              128: [dict(), dict(overlap=False, fold_row=False), dict()]}
 

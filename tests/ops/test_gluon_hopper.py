@@ -38,18 +38,12 @@ VARIANTS = [] if not compat.AVAILABLE else __import__(
     "foxformer.ops.forgetting_attention.hopper.launch", fromlist=["variant_names"]).variant_names()
 
 
-def _compile_env() -> dict:
-    """The environment of a process that compiles Gluon: the test session runs with TRITON_INTERPRET=1, under
-    which Gluon compiles fail after the first."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join([str(SRC), env.get("PYTHONPATH", "")])
-    return env
-
-
 @pytest.fixture(scope="module")
 def compiled():
-    """Every variant compiled for sm_90a by aot.py's command, in fresh processes (_compile_env)."""
-    env = _compile_env()
+    """Every variant compiled for sm_90a by aot.py's command, in fresh processes: the test session runs with
+    TRITON_INTERPRET=1, under which Gluon compiles fail after the first."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(SRC), env.get("PYTHONPATH", "")])
     proc = subprocess.run([sys.executable, "-m", "foxformer.ops.forgetting_attention.hopper.aot", "--json",
                            "--jobs", str(min(4, os.cpu_count() or 1))],
                           capture_output=True, text=True, env=env, timeout=1800)
