@@ -290,7 +290,7 @@ def test_launch_grids_stay_within_cuda_limits(monkeypatch, B, T, Hq, Hkv, n_seq,
         triton_backward(do, q, k, v, c, out, lse, 0.125, cu, max_seqlen, prune_delta=prune)
     pruning.max_sq_row_norms(torch.empty(1, 1, 1, 64).expand(B, T, Hq, 64))  # CPU: the custom op's real body
     # decoding a chunk of 8K queries (G * Tq rows) against the cache
-    decode._triton_decode(q[:1, -8192:], k[:1], v[:1], c[:1].transpose(1, 2), None, 0.125, None, None, T, T)
+    decode.triton_decode(q[:1, -8192:], k[:1], v[:1], c[:1].transpose(1, 2), None, 0.125, None, None, T, T)
     assert len(rec.grids) == 4 + 7 + 1 + 2  # attention (with pruning: 3 tile_bounds more), norms, decode
     for grid in rec.grids:
         assert len(grid) <= 3 and 1 <= grid[0] <= 2**31 - 1 and all(1 <= n <= 65535 for n in grid[1:]), grid

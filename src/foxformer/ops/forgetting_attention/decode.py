@@ -15,6 +15,7 @@ their difference is what matters (see cumsum.py).
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Optional
 
 import torch
@@ -150,8 +151,8 @@ def forgetting_attention_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
     if backend == "auto":
         backend = "triton" if q.is_cuda else "torch"
     if backend == "triton":
-        return _triton_decode(q, k, v, c, start, scale, num_splits, page_table, capacity if seq_len is None
-                              else seq_len, capacity)
+        return triton_decode(q, k, v, c, start, scale, num_splits, page_table, capacity if seq_len is None
+                             else seq_len, capacity)
     if backend not in ("torch", "naive"):
         raise ValueError(f"backend must be 'auto', 'triton' or 'torch', got {backend!r}")
     n = capacity if seq_len is None else int(seq_len)  # a device sync on a GPU: the torch path is no graph's
@@ -355,11 +356,25 @@ def _decode_merge_kernel(
     tl.store(OUT + b * stride_ob + t * stride_ot + head * stride_oh + d, o.to(OUT.dtype.element_ty), mask=d < D)
 
 
-def _block_n(interpreted: bool) -> int:
-    return 16 if interpreted else 64
+@dataclass(frozen=True)
+class DecodeTiles:
+    """Keys per loop step of the split kernel, its warps and software-pipeline depth (GPU only: the
+    interpreter runs 16-key blocks on one warp)."""
+
+    block_n: int = 64
+    num_warps: int = 4
+    num_stages: int = 2
 
 
-def _pick_splits(B: int, Hkv: int, keys: int, num_splits: Optional[int], interpreted: bool) -> int:
+DECODE_TILES = DecodeTiles()
+
+
+def _block_n(interpreted: bool, tiles: DecodeTiles = DECODE_TILES) -> int:
+    return 16 if interpreted else tiles.block_n
+
+
+def _pick_splits(B: int, Hkv: int, keys: int, num_splits: Optional[int], interpreted: bool,
+                 tiles: DecodeTiles = DECODE_TILES) -> int:
     if num_splits is not None:
         if num_splits < 1:
             raise ValueError(f"num_splits must be >= 1, got {num_splits}")
@@ -367,7 +382,7 @@ def _pick_splits(B: int, Hkv: int, keys: int, num_splits: Optional[int], interpr
         # (10**6 splits: GiBs). Clamped rather than refused: a fixed count is valid once the cache has
         # grown, and a short cache early in a generation should not fail on it. A power of two, as below,
         # so that a cache growing to num_splits blocks compiles a few kernels, not one per block.
-        blocks = max(1, triton.cdiv(keys, _block_n(interpreted)))
+        blocks = max(1, triton.cdiv(keys, _block_n(interpreted, tiles)))
         return num_splits if num_splits <= blocks else 1 << (blocks.bit_length() - 1)
     if interpreted:
         return max(1, min(4, triton.cdiv(keys, 32)))
@@ -378,8 +393,11 @@ def _pick_splits(B: int, Hkv: int, keys: int, num_splits: Optional[int], interpr
     return 1 << (splits.bit_length() - 1)
 
 
-def _triton_decode(q, k, v, c, start, scale, num_splits, table, seq_len, capacity) -> torch.Tensor:
-    """table: None (k, v [B, Tk, Hkv, D], c [B, Tk, Hq]) or [B, Hkv, NP] with k, v page pools [P, PAGE, D]
+def triton_decode(q, k, v, c, start, scale, num_splits, table, seq_len, capacity,
+                  tiles: DecodeTiles = DECODE_TILES) -> torch.Tensor:
+    """The Triton path of forgetting_attention_decode, unchecked (tiles: for scripts/tune_decode.py).
+
+    table: None (k, v [B, Tk, Hkv, D], c [B, Tk, Hq]) or [B, Hkv, NP] with k, v page pools [P, PAGE, D]
     and c [P, PAGE, G]; seq_len an int or a device tensor (read by the kernel); capacity sizes the splits."""
     B, Tq, Hq, D = q.shape
     if table is None:
@@ -402,8 +420,8 @@ def _triton_decode(q, k, v, c, start, scale, num_splits, table, seq_len, capacit
     interp = _interpreted(q)
     c = c if c.dtype == torch.float64 else c.double()
     # Sized for the whole storage: reading the live lengths (or a device seq_len) would cost a device sync.
-    splits = _pick_splits(B, Hkv, capacity, num_splits, interp)
-    block_n = _block_n(interp)
+    splits = _pick_splits(B, Hkv, capacity, num_splits, interp, tiles)
+    block_n = _block_n(interp, tiles)
     block_m = max(16, triton.next_power_of_2(G * Tq))
     block_d = max(16, triton.next_power_of_2(D))
     # One scratch allocation for the partial outputs, maxima and sums, and no placeholder tensor for an
@@ -426,7 +444,7 @@ def _triton_decode(q, k, v, c, start, scale, num_splits, table, seq_len, capacit
         G=G, D=D, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, NUM_SPLITS=splits,
         HAS_START=start is not None, UPCAST=upcast,
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32", PAGED=k.dim() == 3, DYN_LEN=dyn_len,
-        num_warps=1 if interp else 4, num_stages=1 if interp else 2,
+        num_warps=1 if interp else tiles.num_warps, num_stages=1 if interp else tiles.num_stages,
     )
     _decode_merge_kernel[launch_grid(G * Tq, B * Hkv, 1)](
         po, pm, pl, out,
