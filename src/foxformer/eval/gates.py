@@ -47,12 +47,12 @@ def capture_attention(model: torch.nn.Module, qk_layers: Sequence[int] = ()):
     def wrap(idx: int, attn):
         original = attn._attend
 
-        def _attend(x, q, k, v, ctx, cache, f_logits):
+        def _attend(x, q, k, v, ctx, cache, f_logits, shift=(None, None)):
             log_f = attn._log_fgate(x, ctx, f_logits)
             records[idx]["log_f"] = None if log_f is None else log_f.detach().float()
             if idx in wanted:
                 records[idx]["q"], records[idx]["k"] = q.detach().float(), k.detach().float()
-            return original(x, q, k, v, ctx, cache, f_logits)
+            return original(x, q, k, v, ctx, cache, f_logits, shift)
 
         return _attend
 

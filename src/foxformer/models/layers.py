@@ -278,9 +278,7 @@ class Attention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         if ctx.cos is not None:
             q, k = apply_rope(q, ctx.cos, ctx.sin), apply_rope(k, ctx.cos, ctx.sin)
-        out = self._attend(x, q, k, v, ctx, cache, proj.get("f"))
-        if cache is not None and (k_last is not None or v_last is not None):
-            cache_update(cache.set_shift_state, k_last, v_last)
+        out = self._attend(x, q, k, v, ctx, cache, proj.get("f"), (k_last, v_last))
         if self.o_norm is not None:
             out = self.o_norm(out)
         out = out.reshape(B, T, self.num_heads * self.head_dim)
@@ -322,7 +320,7 @@ class Attention(nn.Module):
             return float(qk_norm_bound(self.q_norm.weight, self.k_norm.weight, self.head_dim))
         return user_bound
 
-    def _attend_linear(self, x, q, k, v, ctx: SeqContext, cache, f_logits) -> torch.Tensor:
+    def _attend_linear(self, x, q, k, v, ctx: SeqContext, cache, f_logits, shift) -> torch.Tensor:
         """Gated linear attention. Sequence starts (left padding, packed sequences) get f = 0 from
         _log_fgate, which clears the state there, so no earlier token leaks in. A cache holds the state."""
         # FoxConfig refuses these for linear attention, but a config edited after the model was built is not
@@ -339,20 +337,21 @@ class Attention(nn.Module):
         log_f = self._log_fgate(x, ctx, f_logits)
         if cache is not None:
             return cache_update(cache.attend, q, k, v, log_f, backend=self.config.attention_backend, pruning=dict,
-                                at=ctx.cache_at)
+                                at=ctx.cache_at, shift=shift)
         op = naive_gated_linear_attention if self.config.attention_backend == "naive" else gated_linear_attention
         return op(q, k, v, log_f)
 
-    def _attend(self, x, q, k, v, ctx: SeqContext, cache, f_logits) -> torch.Tensor:
+    def _attend(self, x, q, k, v, ctx: SeqContext, cache, f_logits, shift=(None, None)) -> torch.Tensor:
+        """shift: the last token's raw k / v candidates (None where that shift is off), for a cache to keep."""
         if self.config.attention == "linear":
-            return self._attend_linear(x, q, k, v, ctx, cache, f_logits)
+            return self._attend_linear(x, q, k, v, ctx, cache, f_logits, shift)
         backend = self.config.attention_backend
         log_f = self._log_fgate(x, ctx, f_logits)
         if cache is not None:
             if log_f is None:  # plain softmax attention on a cache: c = 0 everywhere
                 log_f = upcast(x.new_zeros(x.shape[0], x.shape[1], self.num_heads))
             return cache_update(cache.attend, q, k, v, log_f, backend=backend, pruning=self._pruning,
-                                at=ctx.cache_at, scan=ctx.evict_scan)
+                                at=ctx.cache_at, scan=ctx.evict_scan, shift=shift)
         if log_f is None:
             # Plain causal softmax attention: SDPA reads [B, H, T, D] views of our layout without copies.
             out = F.scaled_dot_product_attention(

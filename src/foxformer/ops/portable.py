@@ -15,7 +15,7 @@ from typing import Optional
 import torch
 
 from .forgetting_attention.cumsum import LOG_FGATE_FLOOR, gate_cumsum, gate_cumsum_heads_first
-from .forgetting_attention.paging import gather_live
+from .forgetting_attention.paging import append_token_torch, gather_live
 from .forgetting_attention.reference import naive_forgetting_attention, torch_forward
 from .gated_linear_attention.interface import gated_linear_attention
 from .gated_linear_attention.reference import naive_gated_linear_attention
@@ -23,8 +23,8 @@ from .gated_linear_attention.reference import naive_gated_linear_attention
 # This decode op reads seq_len on the host: CUDA graphs cannot replay it (models/kvcache/graphs.py checks).
 READS_LENGTH_ON_DEVICE = False
 
-__all__ = ["LOG_FGATE_FLOOR", "READS_LENGTH_ON_DEVICE", "forgetting_attention", "forgetting_attention_cumsum",
-           "forgetting_attention_decode", "gate_cumsum", "gated_linear_attention", "naive_gated_linear_attention"]
+__all__ = ["LOG_FGATE_FLOOR", "READS_LENGTH_ON_DEVICE", "append_token_", "forgetting_attention",
+           "forgetting_attention_cumsum", "forgetting_attention_decode", "gate_cumsum", "gated_linear_attention", "naive_gated_linear_attention"]
 
 
 def _scale(softmax_scale: Optional[float], q: torch.Tensor) -> float:
@@ -85,3 +85,7 @@ def forgetting_attention_decode(q, k, v, c, start=None, *, page_table=None, seq_
     out = torch.einsum("bhtj,bjhd->bthd", torch.softmax(scores, dim=-1), vv)
     return out.to(q.dtype)
 
+
+def append_token_(k_buf, v_buf, c_buf, c_last, at, k, v, log_f, k_shift=None, v_shift=None, backend="auto"):
+    """foxformer.ops.forgetting_attention.append.append_token_, as separate torch ops."""
+    append_token_torch(k_buf, v_buf, c_buf, c_last, at, k, v, log_f, k_shift, v_shift)

@@ -80,11 +80,12 @@ class LayerState:
         raise NotImplementedError
 
     def attend(self, q, k, v, log_f, *, backend: str, pruning, at: Optional[torch.Tensor] = None,
-               scan: bool = True) -> torch.Tensor:
+               scan: bool = True, shift: tuple = (None, None)) -> torch.Tensor:
         """Append the chunk (k, v [B, T, Hkv, D]; log f fp32 [B, T, H]) and return q's attention [B, T, H, D]
         over everything held. ``pruning``: a callable giving the prefill op's pruning arguments (only long
         chunks call it). ``at``: static step (see the module docstring). ``scan``: whether a one-token step
-        looks for newly dead keys (longer chunks always do)."""
+        looks for newly dead keys (longer chunks always do). ``shift``: the chunk's last raw k / v candidates
+        [B, Hkv, D] (None where that shift is off), kept for the next chunk's token shift."""
         raise NotImplementedError
 
     def select(self, index: torch.Tensor) -> None:
@@ -155,15 +156,20 @@ class KeyCache(LayerState):
         self._append(k, v, c)
         self.c_last = _store(self.c_last, c[:, -1].to(torch.float64))
 
-    def write_at(self, at: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.Tensor) -> None:
-        """Static step: write position ``at`` (device int64 [1]) in place."""
+    def write_token(self, at: torch.Tensor, k: torch.Tensor, v: torch.Tensor, log_f: torch.Tensor,
+                    shift: tuple = (None, None)) -> None:
+        """Static step: write one token at position ``at`` (device int64 [1]) in place, its c extended from
+        c_last (gate_cumsum's arithmetic for one token: the same bits), and its shift state (see attend)."""
+        c = log_f.double().clamp(min=LOG_FGATE_FLOOR) + self.c_last[:, None, :]
         self._write_at(at, k, v, c)
         self.c_last.copy_(c[:, -1])
+        self.set_shift_state(*shift)
 
     def _append(self, k: torch.Tensor, v: torch.Tensor, c: torch.Tensor) -> None:
         raise NotImplementedError
 
     def _write_at(self, at: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.Tensor) -> None:
+        """write_token's storage part (implementations that keep its separate torch ops)."""
         raise NotImplementedError
 
     def decode(self, q: torch.Tensor, backend: str, seq_len) -> torch.Tensor:
@@ -179,20 +185,21 @@ class KeyCache(LayerState):
 
     # -- the step --------------------------------------------------------------------------------
     def attend(self, q, k, v, log_f, *, backend: str, pruning, at: Optional[torch.Tensor] = None,
-               scan: bool = True) -> torch.Tensor:
+               scan: bool = True, shift: tuple = (None, None)) -> torch.Tensor:
         T = q.shape[1]
+        if at is not None:
+            self.write_token(at[:1], k, v, log_f, shift)
+            out = self.decode(q, decode_backend(backend, q), at[1:])
+            if scan:
+                self.evict(window=EVICT_WINDOW, last=at[:1])
+            return out
         if T == 1 and self.length:
             # gate_cumsum's arithmetic for one token (the same bits) without its transposes and scan
             c = log_f.double().clamp(min=LOG_FGATE_FLOOR) + self.c_last[:, None, :]
         else:
             c = gate_cumsum(log_f, initial=self.last_c())
-        if at is not None:
-            self.write_at(at[:1], k, v, c)
-            out = self.decode(q, decode_backend(backend, q), at[1:])
-            if scan:
-                self.evict(window=EVICT_WINDOW, last=at[:1])
-            return out
         self.append(k, v, c)
+        self.set_shift_state(*shift)
         if T <= DECODE_MAX_QUERIES:
             # Few queries: the split-K decode op, which honours each head's eviction start.
             out = self.decode(q, decode_backend(backend, q), self.length)

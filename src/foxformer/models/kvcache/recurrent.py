@@ -30,11 +30,12 @@ class RecurrentState(LayerState):
         return self.state.shape[0], Hkv, self.state.shape[2]
 
     def attend(self, q, k, v, log_f, *, backend: str, pruning, at: Optional[torch.Tensor] = None,
-               scan: bool = True) -> torch.Tensor:
+               scan: bool = True, shift: tuple = (None, None)) -> torch.Tensor:
         """Sequence starts (left padding, packed sequences) come with f = 0, which clears the state there."""
         op = naive_gated_linear_attention if backend == "naive" else gated_linear_attention
         out, state = op(q, k, v, log_f, initial_state=self.state, return_final_state=True)
         self.state = _store(self.state, state)
+        self.set_shift_state(*shift)
         return out
 
     def select(self, index: torch.Tensor) -> None:

@@ -1,8 +1,22 @@
-"""Paged key/value layout shared by the paged decode op and the evicting cache (no Triton import: the
-cache must work on CPU-only installs without it)."""
+"""Cache layouts shared by the decode ops and the caches (no Triton import: the caches must work on CPU-only
+installs without it): the paged key/value layout, and one token's write into dense buffers."""
 from __future__ import annotations
 
 import torch
+
+from .cumsum import LOG_FGATE_FLOOR
+
+
+def append_token_torch(k_buf, v_buf, c_buf, c_last, at, k, v, log_f, k_shift=None, v_shift=None) -> None:
+    """The reference: the same writes as separate torch ops."""
+    c = log_f.double().clamp(min=LOG_FGATE_FLOOR) + c_last[:, None, :]
+    k_buf.index_copy_(1, at, k.to(k_buf.dtype))
+    v_buf.index_copy_(1, at, v.to(v_buf.dtype))
+    c_buf.index_copy_(2, at, c.transpose(1, 2))
+    c_last.copy_(c[:, -1])
+    for pair in (k_shift, v_shift):
+        if pair is not None:
+            pair[0].copy_(pair[1])
 
 
 def gather_pages(pool: torch.Tensor, table: torch.Tensor, length: int) -> torch.Tensor:

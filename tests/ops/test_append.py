@@ -1,0 +1,60 @@
+"""The one-token cache write (ops/forgetting_attention/append.py): the Triton kernel (interpreted) gives the
+torch path's bits, writes only the position asked for, and refuses mismatched shapes."""
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported (conftest.py does it too)
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from foxformer.ops.forgetting_attention.append import append_token_  # noqa: E402
+
+
+def buffers(B, cap, Hq, Hkv, D, dtype):
+    """NaN-poisoned buffers, so that a write to the wrong place shows and an unwritten one stays NaN."""
+    k_buf = torch.full((B, cap, Hkv, D), float("nan"), dtype=dtype)
+    return k_buf, k_buf.clone(), torch.full((B, Hq, cap), float("nan"), dtype=torch.float64)
+
+
+@pytest.mark.parametrize("B,Hq,Hkv,D", [(1, 4, 4, 64), (3, 6, 2, 24), (2, 8, 1, 16)],
+                         ids=["mha-d64", "gqa3-d24-batch3", "mqa8-d16"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+def test_the_kernel_writes_the_torch_paths_bits_at_the_position_only(B, Hq, Hkv, D, dtype):
+    g = torch.Generator().manual_seed(0)
+    cap, pos = 11, 7
+    k = torch.randn(B, 1, Hkv, D, generator=g).to(dtype)
+    v = torch.randn(B, 1, Hkv, D, generator=g).to(dtype)
+    log_f = torch.nn.functional.logsigmoid(torch.randn(B, 1, Hq, generator=g) * 3)
+    log_f[0, 0, 0] = float("-inf")      # a sequence start: clamped at the floor
+    if Hq > 1:
+        log_f[-1, 0, -1] = -3e4         # below the floor
+    c_last = torch.randn(B, Hq, generator=g, dtype=torch.float64) * 1e4  # large |c|: float64 all the way
+    at = torch.tensor([pos])
+    outs = {}
+    for backend in ("torch", "triton"):
+        k_buf, v_buf, c_buf = buffers(B, cap, Hq, Hkv, D, dtype)
+        last = c_last.clone()
+        append_token_(k_buf, v_buf, c_buf, last, at, k, v, log_f, backend=backend)
+        outs[backend] = (k_buf, v_buf, c_buf, last)
+    for ref, got in zip(outs["torch"], outs["triton"]):
+        assert torch.equal(ref.nan_to_num(123.0), got.nan_to_num(123.0))
+    k_buf, v_buf, c_buf, last = outs["triton"]
+    assert torch.equal(k_buf[:, pos], k[:, 0]) and torch.equal(v_buf[:, pos], v[:, 0])
+    assert torch.equal(c_buf[:, :, pos], last)
+    assert last[0, 0] == c_last[0, 0] - 1e4
+    others = [t for t in range(cap) if t != pos]
+    assert k_buf[:, others].isnan().all() and c_buf[:, :, others].isnan().all()
+
+
+def test_it_refuses_mismatched_shapes_and_dtypes():
+    k_buf, v_buf, c_buf = buffers(2, 8, 4, 2, 16, torch.float32)
+    k = torch.zeros(2, 1, 2, 16)
+    at, last, log_f = torch.tensor([3]), torch.zeros(2, 4, dtype=torch.float64), torch.zeros(2, 1, 4)
+    with pytest.raises(ValueError, match="k and v"):
+        append_token_(k_buf, v_buf, c_buf, last, at, k[:, :, :1], k, log_f)
+    with pytest.raises(ValueError, match="log_f"):
+        append_token_(k_buf, v_buf, c_buf, last, at, k, k, log_f[..., :3])
+    with pytest.raises(TypeError, match="float64"):
+        append_token_(k_buf, v_buf, c_buf.float(), last, at, k, k, log_f)
+    with pytest.raises(ValueError, match="backend"):
+        append_token_(k_buf, v_buf, c_buf, last, at, k, k, log_f, backend="cuda")
