@@ -123,13 +123,13 @@ def test_split_counts_are_powers_of_two_so_a_growing_cache_compiles_few_kernels(
 def test_an_explicit_split_count_past_the_key_blocks_is_clamped():
     """num_splits was taken as given: 10**6 allocated B * Hkv * 10**6 * BLOCK_M rows of partial results
     (GiBs) and launched programs with no key to read. Splits beyond ceil(Tk / BLOCK_N) add nothing."""
-    from foxformer.ops.forgetting_attention.decode import _pick_splits
+    from foxformer.ops.forgetting_attention.decode import DECODE_TILES, _pick_splits
 
-    # interpreted: BLOCK_N = 16, so 90 keys are 6 blocks; on a GPU BLOCK_N = 64
+    # interpreted: BLOCK_N = 16, so 90 keys are 6 blocks; on a GPU BLOCK_N = DECODE_TILES.block_n (128)
     assert _pick_splits(1, 2, 90, 6, interpreted=True) == 6
     assert _pick_splits(1, 2, 90, 7, interpreted=True) == 4  # a power of two: see _pick_splits
     assert _pick_splits(1, 2, 90, 10**6, interpreted=True) == 4
-    assert _pick_splits(1, 2, 4096, 10**6, interpreted=False) == 64
+    assert _pick_splits(1, 2, 4096, 10**6, interpreted=False) == 4096 // DECODE_TILES.block_n
     assert _pick_splits(1, 2, 0, 10**6, interpreted=False) == 1
     q, k, v, c = make(1, 2, 90, 4, 2, 16, torch.float32, seed=4)
     want = dense_reference(q, k, v, c, None, 0.25)
