@@ -25,7 +25,8 @@
 #   decode      decode op; whole-model decoding of the 760M preset at 32K
 #   decode125   whole-model decoding of the 125M preset, 4K to 64K, with and without eviction
 #   Issue 18 (CUDA-graph decoding), in one 5-minute call: BUDGET=295 bash scripts/gpu_bench.sh graphs
-#   graphcheck  tests/gpu/test_decode_graphs_cuda.py: graphs give the eager path's greedy tokens, few captures
+#   graphcheck  tests/gpu/test_decode_graphs_cuda.py: graphs give the eager path's greedy tokens, few captures;
+#               tests/gpu/test_decode_cuda.py: the decode op and the one-token cache write against torch
 #   graphs125   FoX (Pro) 125M, 32K, batch 1 and 32, eager and graphs, with and without eviction, against
 #               transformers' Llama (eager SDPA; StaticCache + torch.compile reduce-overhead); bandwidth floors
 #   graphsbase  our Transformer (Pro) 125M through graphs; FoX (Pro) 760M, batch 1; the recurrent baseline
@@ -110,7 +111,7 @@ decode) step decode_kernel 45 $FX bench decode --kernel --preset fox-pro-125m --
             --batches 1,32 --out "$OUT/decode_kernel_h200.json"
         step decode_760m 60 $FX bench decode --preset fox-pro-760m --contexts 32768 --batches 1 \
             --steps 16 --out "$OUT/decode_model_760m_h200.json" ;;
-graphcheck) step graphcheck 60 python -m pytest -q -x tests/gpu/test_decode_graphs_cuda.py ;;
+graphcheck) step graphcheck 90 python -m pytest -q -x tests/gpu/test_decode_graphs_cuda.py tests/gpu/test_decode_cuda.py ;;
 graphs125) step graphs125 150 $GRAPHS --preset fox-pro-125m --decode eager,graphs \
                --anchors sdpa,static-compiled --out "$OUT/decode_graphs_fox_125m.json" ;;
 graphsbase) step graphs_transformer 30 $GRAPHS --preset transformer-pro-125m --decode graphs --no-baseline \
