@@ -106,8 +106,8 @@ def _sdpa_rows(rows, D, H, T, B):
 # The defaults first and last (drift); between them the variants still worth a row (each measured one names its
 # JSON in hopper/launch.py): D 64 with two warpgroups and the overlap (4.41 ms against 4.03 in the ninth session)
 # and D 128 without the overlap and fold.
-FWD_SWEEP = {64: [dict(), dict(across_heads=True), dict(), dict(across_heads=True)],
-             128: [dict(), dict(across_heads=True), dict(), dict(across_heads=True)]}
+FWD_SWEEP = {64: [dict(), dict(num_wg=2, consumer_regs=240, overlap=True), dict()],
+             128: [dict(), dict(overlap=False, fold_row=False), dict()]}
 
 
 # awkward lengths: one partial tile, a single whole tile plus a row, GQA, T past a multiple of the tile
@@ -127,8 +127,7 @@ def _worst_error(D, fwd_cfg=None, bwd_cfg=None) -> float:
 # Tenth session (docs/bench/hopper_tune_5de7330_h200.json): three dq warpgroups with 64-key stages at D 64 took
 # 5.7 ms against 5.1 for the dq kernel; eleventh (docs/bench/hopper_tune_73a4f5b_h200.json): a third dk/dv stage
 # gained nothing at either D (hopper/launch.py); both dropped from the sweep.
-BWD_SWEEP = {64: [dict(), dict(across_heads=True), dict(), dict(across_heads=True)],
-             128: [dict(), dict(across_heads=True), dict(), dict(across_heads=True)]}
+BWD_SWEEP = {64: [dict(), dict()], 128: [dict(), dict()]}
 
 
 def _bwd_parts(q, k, v, c, do, out, lse, scale, cfg):

@@ -67,32 +67,15 @@ def split_c(x, r):
 
 
 @gluon.jit
-def heaviest_first(n_blocks, n_heads, ACROSS_HEADS: gl.constexpr):
-    """(tile, head, sequence) of this program, in launch order heaviest tile first (tile 0 is the heaviest).
-
-    Within each head in turn, or (ACROSS_HEADS) across every head and sequence: the tiles of one weight,
-    over all heads, then the next lighter ones. The GPU starts programs in launch order as SMs free up, so
-    the second is the longest-processing-time-first schedule: the last programs to start are the shortest
-    and the SMs finish together. Per head, each head's light tiles are followed by the next head's heavy
-    ones, which can start last and run alone."""
-    pid = gl.program_id(0)
-    if ACROSS_HEADS:
-        n_zh = gl.num_programs(0) // n_blocks
-        tile = pid // n_zh
-        rest = pid % n_zh
-    else:
-        tile = pid % n_blocks
-        rest = pid // n_blocks
-    return tile, rest % n_heads, rest // n_heads
-
-
-@gluon.jit
 def query_program(n_blocks, n_heads, CuSeqlens, seqlen_q, seqlen_k, BLOCK_M: gl.constexpr,
-                  IS_VARLEN: gl.constexpr, ACROSS_HEADS: gl.constexpr):
+                  IS_VARLEN: gl.constexpr):
     """(query head, sequence, query tile, batch index, first token, query and key lengths, first row) of a
     query-stationary program. Tiles run heaviest (last) first: causal work grows with the tile index."""
-    tile, head, pid_z = heaviest_first(n_blocks, n_heads, ACROSS_HEADS)
-    pid_m = n_blocks - 1 - tile
+    pid = gl.program_id(0)
+    rest = pid // n_blocks
+    head = rest % n_heads
+    pid_z = rest // n_heads
+    pid_m = n_blocks - 1 - pid % n_blocks
     zb, tok0, n_q, n_k = sequence_of(pid_z, CuSeqlens, seqlen_q, seqlen_k, IS_VARLEN)
     return head, pid_z, pid_m, zb, tok0, n_q, n_k, pid_m * BLOCK_M
 
@@ -368,11 +351,10 @@ def fwd_kernel(q_desc, k_desc, v_desc, C, Out, Lse, CuSeqlens, PruneBound,
                seqlen_q, seqlen_k, scale2, n_blocks, n_heads, group,
                HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_WG: gl.constexpr,
                NUM_STAGES: gl.constexpr, IS_VARLEN: gl.constexpr, PRUNE: gl.constexpr,
-               CONSUMER_REGS: gl.constexpr, FOLD_ROW: gl.constexpr, OVERLAP: gl.constexpr,
-               ACROSS_HEADS: gl.constexpr):
+               CONSUMER_REGS: gl.constexpr, FOLD_ROW: gl.constexpr, OVERLAP: gl.constexpr):
     BLOCK_M: gl.constexpr = NUM_WG * WG_ROWS
     head, pid_z, pid_m, zb, tok0, n_q, n_k, m0 = query_program(n_blocks, n_heads, CuSeqlens, seqlen_q, seqlen_k,
-                                                               BLOCK_M, IS_VARLEN, ACROSS_HEADS)
+                                                               BLOCK_M, IS_VARLEN)
     if m0 < n_q:
         off, c_base, r, lo, n_tiles = key_tiles(C, PruneBound, zb, tok0, head, pid_z, pid_m, m0, n_q, n_k, n_blocks,
                                                 n_heads, stride_cb, stride_ch, BLOCK_M, BLOCK_N, PRUNE)

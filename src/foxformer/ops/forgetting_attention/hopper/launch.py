@@ -29,8 +29,7 @@ class FwdConfig:
     gets what is left of the 64K registers); fold_row: unmasked tiles leave the query's c out of the
     scores and into the row maximum (fwd._tile_softmax), one ALU operation per score fewer; overlap: QK^T of
     tile i is issued beside PV of tile i - 1 and the softmax runs while PV does (fwd._fwd_loop_overlap; P stays in
-    registers meanwhile, so a config that spills may compute garbage); across_heads: query tiles start heaviest
-    first across every head and sequence, not within each head in turn (fwd.heaviest_first)."""
+    registers meanwhile, so a config that spills may compute garbage)."""
 
     block_n: int
     num_stages: int
@@ -38,7 +37,6 @@ class FwdConfig:
     consumer_regs: int = 240
     fold_row: bool = True
     overlap: bool = False
-    across_heads: bool = False
 
 
 # Picked by `scripts/hopper_tune.py fwd bwd` on one H200 (torch 2.11, Triton 3.6, bf16, B * T = 32K, T = 16K;
@@ -61,7 +59,12 @@ class FwdConfig:
 # against 4.09 for three. Eleventh (docs/bench/hopper_tune_73a4f5b_h200.json): FlashAttention-4's split of the
 # softmax exponentials, one in every 2 / 4 / 8 by a degree-3 polynomial on the FMA pipe (commit 50bc448), was
 # slower everywhere: D 64 7.23 / 4.61 / 4.26 ms against 4.04 / 3.97, 4.77 / 4.67 with two overlapped warpgroups,
-# D 128 3.23 (1 in 4) against 3.06 / 3.02: the D 64 forward is not paced by MUFU. Removed.
+# D 128 3.23 (1 in 4) against 3.06 / 3.02: the D 64 forward is not paced by MUFU. Removed. Twelfth
+# (docs/bench/hopper_tune_8f0d1c6_h200.json; commit 8f0d1c6 has the code): tiles started heaviest first across every
+# head and sequence rather than within each head in turn (a longest-processing-time order; a list-scheduling model
+# put the tail of the per-head order at ~2% of the D 64 forward) lost in every kernel, D 64 forward 4.20 / 4.33 ms
+# against 4.10 / 4.11, backward 12.5 against 11.8-11.9, D 128 forward 3.39-3.40 against 3.05-3.09: the per-head
+# order keeps a head's K and V in L2 for the ~90 tiles that read them at once. Removed.
 FWD_CONFIGS = {64: FwdConfig(block_n=128, num_stages=3, num_wg=3, consumer_regs=160),
                128: FwdConfig(block_n=128, num_stages=2, overlap=True)}
 
@@ -104,7 +107,7 @@ def forward_launch(q, k, v, c, out, lse, cu, bound, scale: float, n_blocks: int,
             Tq, Tk, float(scale) * math.log2(math.e), n_blocks, Hq, Hq // Hkv)
     constexprs = dict(HEAD_DIM=D, BLOCK_N=cfg.block_n, NUM_WG=cfg.num_wg, NUM_STAGES=cfg.num_stages,
                       IS_VARLEN=varlen, PRUNE=prune, CONSUMER_REGS=cfg.consumer_regs, FOLD_ROW=cfg.fold_row,
-                      OVERLAP=cfg.overlap, ACROSS_HEADS=cfg.across_heads)
+                      OVERLAP=cfg.overlap)
     return Launch(fwd_kernel, launch_grid(n_blocks, Hq, n_z), args, constexprs, dict(num_warps=4))
 
 
@@ -141,8 +144,7 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.Te
 class BwdConfig:
     """dkdv_block_m: query rows per stage of the key-stationary dk/dv kernel (its CTA holds 128 keys);
     dq_block_n: keys per stage of the dq kernel, whose CTA holds dq_num_wg consumer warpgroups of 64 query
-    rows; *_stages: ring depths; *_regs: the consumers' setmaxnreg; across_heads: both kernels start their
-    tiles heaviest first across every head and sequence (fwd.heaviest_first)."""
+    rows; *_stages: ring depths; *_regs: the consumers' setmaxnreg."""
 
     dkdv_block_m: int
     dkdv_stages: int
@@ -151,7 +153,6 @@ class BwdConfig:
     dq_num_wg: int = 2
     consumer_regs: int = 240
     dq_consumer_regs: int = 240
-    across_heads: bool = False
 
 
 # Same runs. dk/dv: 128-row query tiles at D 64 (6.59 against 7.25 ms for 64 rows), 64-row ones at D 128
@@ -184,7 +185,7 @@ def dkdv_launch(q, k, v, c, do, lse, delta, dk, dv, colsum, cu, bound, scale: fl
             c.stride(0), c.stride(1), lse.stride(0), lse.stride(1),
             Tq, Tk, float(scale), float(scale) * math.log2(math.e), n_blocks, Hkv, Hq // Hkv)
     constexprs = dict(HEAD_DIM=D, BLOCK_M=cfg.dkdv_block_m, NUM_STAGES=cfg.dkdv_stages,
-                      IS_VARLEN=varlen, PRUNE=prune, CONSUMER_REGS=cfg.consumer_regs, ACROSS_HEADS=cfg.across_heads)
+                      IS_VARLEN=varlen, PRUNE=prune, CONSUMER_REGS=cfg.consumer_regs)
     return Launch(dkdv_kernel, launch_grid(n_blocks, Hkv, n_z), args, constexprs, dict(num_warps=4))
 
 
@@ -198,8 +199,7 @@ def dq_launch(q, k, v, c, do, lse, delta, dq, rowsum, cu, bound, scale: float, n
             dq.stride(0), dq.stride(1), dq.stride(2), c.stride(0), c.stride(1), lse.stride(0), lse.stride(1),
             Tq, Tk, float(scale), float(scale) * math.log2(math.e), n_blocks, Hq, Hq // Hkv)
     constexprs = dict(HEAD_DIM=D, BLOCK_N=cfg.dq_block_n, NUM_WG=cfg.dq_num_wg, NUM_STAGES=cfg.dq_stages,
-                      IS_VARLEN=varlen, PRUNE=prune, CONSUMER_REGS=cfg.dq_consumer_regs,
-                      ACROSS_HEADS=cfg.across_heads)
+                      IS_VARLEN=varlen, PRUNE=prune, CONSUMER_REGS=cfg.dq_consumer_regs)
     return Launch(dq_kernel, launch_grid(n_blocks, Hq, n_z), args, constexprs, dict(num_warps=4))
 
 
