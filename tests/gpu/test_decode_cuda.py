@@ -94,13 +94,18 @@ def test_bf16_model_with_eviction_decodes_through_the_paged_kernel():
     assert err < 5e-2 * logits["torch"].abs().max().item(), err
 
 
+@pytest.mark.parametrize("paged", [False, True], ids=["dense", "paged"])
 @pytest.mark.parametrize("Hq,Hkv,D", [(12, 12, 64), (16, 2, 128)], ids=["mha-d64", "gqa8-d128"])
-def test_the_one_token_cache_write_gives_the_torch_ops_bits(Hq, Hkv, D):
-    """ops/forgetting_attention/append.py on CUDA: k, v, c, c_last and both shift states, bit for bit."""
+def test_the_one_token_cache_write_gives_the_torch_ops_bits(Hq, Hkv, D, paged):
+    """ops/forgetting_attention/append.py on CUDA: k, v, c, c_last and both shift states, bit for bit (dense
+    buffers, or page pools of 16 rows with each (b, h) on its own shuffled pages)."""
     from foxformer.ops.forgetting_attention.append import append_token_
 
     g = torch.Generator(device="cuda").manual_seed(0)
     B, cap = 3, 4099
+    pages = B * Hkv * (cap // 16 + 1)
+    table = torch.randperm(pages, device="cuda", generator=g).reshape(B, Hkv, -1).int() if paged else None
+    k_shape, c_shape = ((pages, 16, D), (pages, 16, Hq // Hkv)) if paged else ((B, cap, Hkv, D), (B, Hq, cap))
     k, v = (torch.randn(B, 1, Hkv, D, device="cuda", generator=g, dtype=torch.bfloat16) for _ in range(2))
     raw = [torch.randn(B, Hkv, D, device="cuda", generator=g, dtype=torch.bfloat16) for _ in range(2)]
     log_f = F.logsigmoid(torch.randn(B, 1, Hq, device="cuda", generator=g) * 4)
@@ -108,11 +113,11 @@ def test_the_one_token_cache_write_gives_the_torch_ops_bits(Hq, Hkv, D):
     c_last = torch.randn(B, Hq, device="cuda", generator=g, dtype=torch.float64) * 3e4
     outs = []
     for backend in ("torch", "triton"):
-        bufs = [torch.full((B, cap, Hkv, D), float("nan"), device="cuda", dtype=torch.bfloat16) for _ in range(2)]
-        c_buf = torch.full((B, Hq, cap), float("nan"), device="cuda", dtype=torch.float64)
+        bufs = [torch.full(k_shape, float("nan"), device="cuda", dtype=torch.bfloat16) for _ in range(2)]
+        c_buf = torch.full(c_shape, float("nan"), device="cuda", dtype=torch.float64)
         last, states = c_last.clone(), [torch.zeros_like(r) for r in raw]
         append_token_(*bufs, c_buf, last, torch.tensor([cap - 2], device="cuda"), k, v, log_f,
-                      (states[0], raw[0]), (states[1], raw[1]), backend=backend)
+                      (states[0], raw[0]), (states[1], raw[1]), page_table=table, backend=backend)
         outs.append([*bufs, c_buf, last, *states])
     for want, got in zip(*outs):
         assert torch.equal(want.nan_to_num(7.0), got.nan_to_num(7.0))

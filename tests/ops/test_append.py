@@ -58,3 +58,33 @@ def test_it_refuses_mismatched_shapes_and_dtypes():
         append_token_(k_buf, v_buf, c_buf.float(), last, at, k, k, log_f)
     with pytest.raises(ValueError, match="backend"):
         append_token_(k_buf, v_buf, c_buf, last, at, k, k, log_f, backend="cuda")
+
+
+@pytest.mark.parametrize("Hq,Hkv", [(4, 4), (6, 2)], ids=["mha", "gqa3"])
+def test_a_paged_write_lands_in_each_heads_page_with_the_torch_paths_bits(Hq, Hkv):
+    """Page pools [P, PAGE, D] / c [P, PAGE, G]: (b, h) writes row at % PAGE of page table[b, h, at // PAGE];
+    the table maps each (b, h) to its own, shuffled pages."""
+    g = torch.Generator().manual_seed(1)
+    B, D, page, n_pages, pos = 2, 16, 4, 3, 9                 # position 9: the third page, row 1
+    pool = B * Hkv * n_pages + 2
+    table = torch.randperm(pool, generator=g)[:B * Hkv * n_pages].reshape(B, Hkv, n_pages).to(torch.int32)
+    k = torch.randn(B, 1, Hkv, D, generator=g).to(torch.bfloat16)
+    v = torch.randn(B, 1, Hkv, D, generator=g).to(torch.bfloat16)
+    raw = torch.randn(B, Hkv, D, generator=g).to(torch.bfloat16)
+    log_f = torch.nn.functional.logsigmoid(torch.randn(B, 1, Hq, generator=g))
+    c_last = torch.randn(B, Hq, generator=g, dtype=torch.float64) * 100
+    outs = {}
+    for backend in ("torch", "triton"):
+        kp = torch.full((pool, page, D), float("nan"), dtype=torch.bfloat16)
+        vp, cp = kp.clone(), torch.full((pool, page, Hq // Hkv), float("nan"), dtype=torch.float64)
+        last, state = c_last.clone(), torch.zeros_like(raw)
+        append_token_(kp, vp, cp, last, torch.tensor([pos]), k, v, log_f, (state, raw), page_table=table,
+                      backend=backend)
+        outs[backend] = (kp, vp, cp, last, state)
+    for ref, got in zip(outs["torch"], outs["triton"]):
+        assert torch.equal(ref.nan_to_num(123.0), got.nan_to_num(123.0))
+    kp, vp, cp, last, state = outs["triton"]
+    pages = table[:, :, pos // page].long()                    # [B, Hkv]
+    assert torch.equal(kp[pages, pos % page], k[:, 0]) and torch.equal(vp[pages, pos % page], v[:, 0])
+    assert torch.equal(cp[pages, pos % page].reshape(B, Hq), last) and torch.equal(state, raw)
+    assert kp.isnan().any(-1).sum() == (pool * page - B * Hkv) and cp.isnan().all(-1).sum() == pool * page - B * Hkv

@@ -86,6 +86,7 @@ def forgetting_attention_decode(q, k, v, c, start=None, *, page_table=None, seq_
     return out.to(q.dtype)
 
 
-def append_token_(k_buf, v_buf, c_buf, c_last, at, k, v, log_f, k_shift=None, v_shift=None, backend="auto"):
+def append_token_(k_buf, v_buf, c_buf, c_last, at, k, v, log_f, k_shift=None, v_shift=None, *, page_table=None,
+                  backend="auto"):
     """foxformer.ops.forgetting_attention.append.append_token_, as separate torch ops."""
-    append_token_torch(k_buf, v_buf, c_buf, c_last, at, k, v, log_f, k_shift, v_shift)
+    append_token_torch(k_buf, v_buf, c_buf, c_last, at, k, v, log_f, k_shift, v_shift, page_table)

@@ -24,6 +24,7 @@ from typing import Optional
 import torch
 
 from foxformer.ops import LOG_FGATE_FLOOR, forgetting_attention_cumsum, gate_cumsum
+from foxformer.ops.forgetting_attention.append import append_token_
 
 from ..fused_linear import FusedLinears
 from .policy import EVICT_WINDOW
@@ -159,17 +160,20 @@ class KeyCache(LayerState):
     def write_token(self, at: torch.Tensor, k: torch.Tensor, v: torch.Tensor, log_f: torch.Tensor,
                     shift: tuple = (None, None)) -> None:
         """Static step: write one token at position ``at`` (device int64 [1]) in place, its c extended from
-        c_last (gate_cumsum's arithmetic for one token: the same bits), and its shift state (see attend)."""
-        c = log_f.double().clamp(min=LOG_FGATE_FLOOR) + self.c_last[:, None, :]
-        self._write_at(at, k, v, c)
-        self.c_last.copy_(c[:, -1])
-        self.set_shift_state(*shift)
+        c_last (gate_cumsum's arithmetic for one token: the same bits), and its shift state (see attend):
+        one kernel on a GPU for up to nine torch ops (ops/forgetting_attention/append.py). The shift states
+        are written in place where the prefill left them in this shape (it always does; else _store)."""
+        pairs = [None if raw is None or state is None or state.shape != raw.shape or state.dtype != raw.dtype
+                 else (state, raw) for state, raw in zip(self.shift_state(), shift)]
+        k_store, v_store, c_store, table = self._token_storage()
+        append_token_(k_store, v_store, c_store, self.c_last, at, k, v, log_f, *pairs, page_table=table)
+        self.set_shift_state(*(raw if pair is None else None for raw, pair in zip(shift, pairs)))
 
     def _append(self, k: torch.Tensor, v: torch.Tensor, c: torch.Tensor) -> None:
         raise NotImplementedError
 
-    def _write_at(self, at: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.Tensor) -> None:
-        """write_token's storage part (implementations that keep its separate torch ops)."""
+    def _token_storage(self) -> tuple:
+        """(k, v, c storage, page table or None) in append_token_'s layouts, for write_token."""
         raise NotImplementedError
 
     def decode(self, q: torch.Tensor, backend: str, seq_len) -> torch.Tensor:

@@ -10,7 +10,6 @@ from typing import Optional
 
 import torch
 
-from foxformer.ops.forgetting_attention.append import append_token_
 from foxformer.ops.forgetting_attention.decode import forgetting_attention_decode
 
 from .base import KeyCache
@@ -89,14 +88,8 @@ class DenseKV(KeyCache):
     def prepare_step(self) -> None:
         self._reserve(1)
 
-    def write_token(self, at: torch.Tensor, k: torch.Tensor, v: torch.Tensor, log_f: torch.Tensor,
-                    shift: tuple = (None, None)) -> None:
-        # One kernel on a GPU for up to nine torch ops (ops/forgetting_attention/append.py). The shift states
-        # are written in place where the prefill left them in this shape (it always does; else _store).
-        pairs = [None if raw is None or state is None or state.shape != raw.shape or state.dtype != raw.dtype
-                 else (state, raw) for state, raw in zip(self.shift_state(), shift)]
-        append_token_(self.k_buf, self.v_buf, self.c_buf, self.c_last, at, k, v, log_f, *pairs)
-        self.set_shift_state(*(raw if pair is None else None for raw, pair in zip(shift, pairs)))
+    def _token_storage(self) -> tuple:
+        return self.k_buf, self.v_buf, self.c_buf, None
 
     def decode(self, q: torch.Tensor, backend: str, seq_len) -> torch.Tensor:
         # The whole buffers and the length: the kernel's key splits follow the capacity, so eager steps and

@@ -56,8 +56,9 @@ class PagedKV(KeyCache):
     def prepare_step(self) -> None:
         self.pages.prepare_step(self.start)
 
-    def _write_at(self, at: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.Tensor) -> None:
-        self.pages.write_at(at, k, v, c)
+    def _token_storage(self) -> tuple:
+        p = self.pages
+        return p.k_pages, p.v_pages, p.c_pages, p.table
 
     def advance(self, n: int) -> None:
         self.pages.length += n

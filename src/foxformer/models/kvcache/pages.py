@@ -123,16 +123,6 @@ class PagePool:
         if self.length // self.page + 1 > self.mapped:
             self._map(self.mapped, self.length // self.page + 1, start)
 
-    def write_at(self, at: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.Tensor) -> None:
-        """Static step: write position ``at`` (device int64 [1]; its page already mapped) of every (b, h):
-        k, v [B, 1, Hkv, D], c [B, 1, H]."""
-        B, _, Hkv, D = k.shape
-        page = self.table.index_select(2, at // self.page).long().flatten()          # [B * Hkv]
-        row = (at % self.page).expand(page.shape[0])
-        self.k_pages.index_put_((page, row), k.reshape(B * Hkv, D).to(self.k_pages.dtype))
-        self.v_pages.index_put_((page, row), v.reshape(B * Hkv, D).to(self.v_pages.dtype))
-        self.c_pages.index_put_((page, row), c.reshape(B * Hkv, self.group).to(torch.float64))
-
     # -- reads ---------------------------------------------------------------------------------
     def c_at(self, pos: torch.Tensor) -> torch.Tensor:
         """c at positions pos int64 [B, H, W] of each query head -> float64 [B, H, W] (live positions only)."""

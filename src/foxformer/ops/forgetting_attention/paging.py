@@ -7,12 +7,21 @@ import torch
 from .cumsum import LOG_FGATE_FLOOR
 
 
-def append_token_torch(k_buf, v_buf, c_buf, c_last, at, k, v, log_f, k_shift=None, v_shift=None) -> None:
-    """The reference: the same writes as separate torch ops."""
-    c = log_f.double().clamp(min=LOG_FGATE_FLOOR) + c_last[:, None, :]
-    k_buf.index_copy_(1, at, k.to(k_buf.dtype))
-    v_buf.index_copy_(1, at, v.to(v_buf.dtype))
-    c_buf.index_copy_(2, at, c.transpose(1, 2))
+def append_token_torch(k_buf, v_buf, c_buf, c_last, at, k, v, log_f, k_shift=None, v_shift=None,
+                       page_table=None) -> None:
+    """The reference of append.append_token_ (same arguments): the same writes as separate torch ops."""
+    c = log_f.double().clamp(min=LOG_FGATE_FLOOR) + c_last[:, None, :]              # [B, 1, Hq]
+    if page_table is None:
+        k_buf.index_copy_(1, at, k.to(k_buf.dtype))
+        v_buf.index_copy_(1, at, v.to(v_buf.dtype))
+        c_buf.index_copy_(2, at, c.transpose(1, 2))
+    else:
+        B, _, Hkv, D = k.shape
+        page = page_table.index_select(2, at // k_buf.shape[1]).long().flatten()   # [B * Hkv]
+        row = (at % k_buf.shape[1]).expand(page.shape[0])
+        k_buf.index_put_((page, row), k.reshape(B * Hkv, D).to(k_buf.dtype))
+        v_buf.index_put_((page, row), v.reshape(B * Hkv, D).to(v_buf.dtype))
+        c_buf.index_put_((page, row), c.reshape(B * Hkv, c_buf.shape[2]))
     c_last.copy_(c[:, -1])
     for pair in (k_shift, v_shift):
         if pair is not None:
