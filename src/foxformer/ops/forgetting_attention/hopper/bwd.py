@@ -18,7 +18,8 @@ Every product is written by one CTA in a fixed order, so gradients are bitwise r
 from __future__ import annotations
 
 from .compat import gl, gluon, mbarrier, thread_barrier, tma_load, warpgroup_mma, warpgroup_mma_wait
-from .fwd import LOG2E, WG_ROWS, key_tiles, kv_loader, kv_ring, query_program, release_stage, sequence_of, split_c
+from .fwd import (LOG2E, WG_ROWS, heaviest_first, key_tiles, kv_loader, kv_ring, query_program, release_stage,
+                  sequence_of, split_c)
 
 # Per-query vectors the dk/dv loader stages beside each Q / dO tile, one row each. With the diagonal
 # tiles' bias split as (cq_hi - ck_hi) * log2(e) + (cq_lo - ck_lo) * log2(e), lse folds into the lo term:
@@ -115,10 +116,10 @@ def dq_kernel(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DQ, RowSum, CuSeql
               seqlen_q, seqlen_k, scale, scale2, n_blocks, n_heads, group,
               HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_WG: gl.constexpr,
               NUM_STAGES: gl.constexpr, IS_VARLEN: gl.constexpr, PRUNE: gl.constexpr,
-              CONSUMER_REGS: gl.constexpr):
+              CONSUMER_REGS: gl.constexpr, HEAD_GROUP: gl.constexpr):
     BLOCK_M: gl.constexpr = NUM_WG * WG_ROWS
     head, pid_z, pid_m, zb, tok0, n_q, n_k, m0 = query_program(n_blocks, n_heads, CuSeqlens, seqlen_q, seqlen_k,
-                                                               BLOCK_M, IS_VARLEN)
+                                                               BLOCK_M, IS_VARLEN, HEAD_GROUP)
     if m0 < n_q:
         off, c_base, r, lo, n_tiles = key_tiles(C, PruneBound, zb, tok0, head, pid_z, pid_m, m0, n_q, n_k, n_blocks,
                                                 n_heads, stride_cb, stride_ch, BLOCK_M, BLOCK_N, PRUNE)
@@ -329,14 +330,10 @@ def dkdv_kernel(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DK, DV, ColSum, 
                 seqlen_q, seqlen_k, scale, scale2, n_blocks, n_heads, group,
                 HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
                 NUM_STAGES: gl.constexpr, IS_VARLEN: gl.constexpr, PRUNE: gl.constexpr,
-                CONSUMER_REGS: gl.constexpr):
+                CONSUMER_REGS: gl.constexpr, HEAD_GROUP: gl.constexpr):
     """Grid: key blocks of 128 x kv heads x sequences, the first key blocks (the heaviest) first."""
     BLOCK_N: gl.constexpr = 2 * WG_ROWS
-    pid = gl.program_id(0)
-    pid_n = pid % n_blocks
-    rest = pid // n_blocks
-    kv_head = rest % n_heads
-    pid_z = rest // n_heads
+    pid_n, kv_head, pid_z = heaviest_first(n_blocks, n_heads, HEAD_GROUP)
     zb, tok0, n_q, n_k = sequence_of(pid_z, CuSeqlens, seqlen_q, seqlen_k, IS_VARLEN)
     n0 = pid_n * BLOCK_N
     if n0 < n_k:

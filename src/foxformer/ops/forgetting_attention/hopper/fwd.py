@@ -67,15 +67,30 @@ def split_c(x, r):
 
 
 @gluon.jit
+def heaviest_first(n_blocks, n_heads, HEAD_GROUP: gl.constexpr):
+    """(tile, head, sequence) of this program; tile 0 is a head's heaviest. Launch order: groups of HEAD_GROUP
+    (sequence, head) pairs in turn, and within a group the heaviest tiles of all its pairs, then the next lighter.
+
+    The GPU starts programs in launch order as SMs free up. With one pair a group (the order so far) the last
+    pair's heavy tiles start last and run alone: a list-scheduling model puts that tail at ~2% of the D 64 forward
+    at 16K. Interleaving pairs shortens it (a few pairs recover most of it in the model) while the programs running
+    at once still share the K and V of a few heads in L2; interleaving all pairs lost 3-11% (twelfth session)."""
+    pid = gl.program_id(0)
+    n_zh = gl.num_programs(0) // n_blocks
+    zh0 = pid // (HEAD_GROUP * n_blocks) * HEAD_GROUP
+    size = gl.minimum(n_zh - zh0, HEAD_GROUP)
+    local = pid - zh0 * n_blocks
+    zh = zh0 + local % size
+    return local // size, zh % n_heads, zh // n_heads
+
+
+@gluon.jit
 def query_program(n_blocks, n_heads, CuSeqlens, seqlen_q, seqlen_k, BLOCK_M: gl.constexpr,
-                  IS_VARLEN: gl.constexpr):
+                  IS_VARLEN: gl.constexpr, HEAD_GROUP: gl.constexpr):
     """(query head, sequence, query tile, batch index, first token, query and key lengths, first row) of a
     query-stationary program. Tiles run heaviest (last) first: causal work grows with the tile index."""
-    pid = gl.program_id(0)
-    rest = pid // n_blocks
-    head = rest % n_heads
-    pid_z = rest // n_heads
-    pid_m = n_blocks - 1 - pid % n_blocks
+    tile, head, pid_z = heaviest_first(n_blocks, n_heads, HEAD_GROUP)
+    pid_m = n_blocks - 1 - tile
     zb, tok0, n_q, n_k = sequence_of(pid_z, CuSeqlens, seqlen_q, seqlen_k, IS_VARLEN)
     return head, pid_z, pid_m, zb, tok0, n_q, n_k, pid_m * BLOCK_M
 
@@ -351,10 +366,11 @@ def fwd_kernel(q_desc, k_desc, v_desc, C, Out, Lse, CuSeqlens, PruneBound,
                seqlen_q, seqlen_k, scale2, n_blocks, n_heads, group,
                HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_WG: gl.constexpr,
                NUM_STAGES: gl.constexpr, IS_VARLEN: gl.constexpr, PRUNE: gl.constexpr,
-               CONSUMER_REGS: gl.constexpr, FOLD_ROW: gl.constexpr, OVERLAP: gl.constexpr):
+               CONSUMER_REGS: gl.constexpr, FOLD_ROW: gl.constexpr, OVERLAP: gl.constexpr,
+               HEAD_GROUP: gl.constexpr):
     BLOCK_M: gl.constexpr = NUM_WG * WG_ROWS
     head, pid_z, pid_m, zb, tok0, n_q, n_k, m0 = query_program(n_blocks, n_heads, CuSeqlens, seqlen_q, seqlen_k,
-                                                               BLOCK_M, IS_VARLEN)
+                                                               BLOCK_M, IS_VARLEN, HEAD_GROUP)
     if m0 < n_q:
         off, c_base, r, lo, n_tiles = key_tiles(C, PruneBound, zb, tok0, head, pid_z, pid_m, m0, n_q, n_k, n_blocks,
                                                 n_heads, stride_cb, stride_ch, BLOCK_M, BLOCK_N, PRUNE)
