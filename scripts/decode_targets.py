@@ -17,19 +17,12 @@ def pick(table, preset, model, decode, batch):
     return next((r for r in table if (r["preset"], r["model"], r.get("decode"), r["batch"]) == want), None)
 
 
-def main(out: Path) -> None:
-    table = rows(out)
-    print(f"{'preset':<22}{'model':<22}{'decode':<16}{'B':>3}{'ms':>9}{'p90':>9}{'tok/s':>9}{'x floor':>8}"
-          f"{'vs eager':>9}")
-    for r in table:
-        print(f"{r['preset']:<22}{r['model']:<22}{str(r.get('decode'))[:15]:<16}{r['batch']:>3}{r['ms_per_step']:>9.3f}"
-              f"{r['ms_per_step_p90']:>9.3f}{r['tokens_per_s']:>9.0f}{r.get('x_floor') or float('nan'):>8.2f}"
-              f"{r.get('logprob_diff_vs_eager', float('nan')):>9.2g}")
+def path_checks(table, path: str, llama) -> list[tuple]:
+    """The issue's targets on the rows of one decode path ("graphs" or "compiled")."""
     fox = "fox-pro-125m"
-    b1, b32 = pick(table, fox, "fox", "graphs", 1), pick(table, fox, "fox", "graphs", 32)
-    llama = pick(table, "transformer-pro-125m", "llama-static-compiled", "static-compiled", 1)
-    ev1 = pick(table, fox, "fox+evict", "graphs", 1)
-    big = pick(table, "fox-pro-760m", "fox", "graphs", 1)
+    b1, b32 = pick(table, fox, "fox", path, 1), pick(table, fox, "fox", path, 32)
+    ev1 = pick(table, fox, "fox+evict", path, 1)
+    big = pick(table, "fox-pro-760m", "fox", path, 1)
     checks = []
     if b1:
         checks += [("125M, 32K, batch 1: <= 1.5 ms per token (median)", b1["ms_per_step"] <= 1.5, b1["ms_per_step"]),
@@ -48,6 +41,21 @@ def main(out: Path) -> None:
     if b1 and ev1:
         checks.append(("eviction costs <= 10% per token at batch 1 (ratio)",
                        ev1["ms_per_step"] <= 1.1 * b1["ms_per_step"], ev1["ms_per_step"] / b1["ms_per_step"]))
+    return [(f"[{path}] {name}", ok, value) for name, ok, value in checks]
+
+
+def main(out: Path) -> None:
+    table = rows(out)
+    print(f"{'preset':<22}{'model':<22}{'decode':<16}{'B':>3}{'ms':>9}{'p90':>9}{'tok/s':>9}{'x floor':>8}"
+          f"{'vs eager':>9}")
+    for r in table:
+        print(f"{r['preset']:<22}{r['model']:<22}{str(r.get('decode'))[:15]:<16}{r['batch']:>3}{r['ms_per_step']:>9.3f}"
+              f"{r['ms_per_step_p90']:>9.3f}{r['tokens_per_s']:>9.0f}{r.get('x_floor') or float('nan'):>8.2f}"
+              f"{r.get('logprob_diff_vs_eager', float('nan')):>9.2g}")
+    llama = pick(table, "transformer-pro-125m", "llama-static-compiled", "static-compiled", 1)
+    checks = []
+    for path in ("graphs", "compiled"):  # each target per decode path that has rows
+        checks += path_checks(table, path, llama)
     same = [r["logprob_diff_vs_eager"] for r in table if r.get("decode") == "graphs" and "logprob_diff_vs_eager" in r]
     if same:
         checks.append(("graphs reproduce the eager log-probabilities (largest difference)", max(same) == 0, max(same)))

@@ -30,8 +30,8 @@
 #   graphs125   FoX (Pro) 125M, 32K, batch 1 and 32, eager and graphs, with and without eviction, against
 #               transformers' Llama (eager SDPA; StaticCache + torch.compile reduce-overhead); bandwidth floors
 #   graphsbase  our Transformer (Pro) 125M through graphs; FoX (Pro) 760M, batch 1; the recurrent baseline
-#   graphscomp  FoX (Pro) 125M through graphs of the torch.compile'd step, batch 1 (in the 5 minutes only if
-#               the steps before end early; alone: BUDGET=120 ... graphscomp graphtargets)
+#   graphscomp  FoX (Pro) 125M through graphs of the torch.compile'd step, batch 1 and 32, and 760M at batch 1
+#               (alone: BUDGET=240 ... graphscomp graphtargets)
 #   graphs      all four, then graphtargets: the issue's targets against the rows (scripts/decode_targets.py)
 #   graphprof   where a batch-1 step's time goes: FoX (Pro) 125M at 32K through graphs and the compiled graphs,
 #               8 steps each under torch.profiler (tables in decode_profile/)
@@ -120,8 +120,10 @@ graphsbase) step graphs_transformer 30 $GRAPHS --preset transformer-pro-125m --d
                 --out "$OUT/decode_graphs_fox_760m.json"
             step graphs_linear 25 $GRAPHS --preset linear-pro-125m --decode eager,graphs --no-baseline \
                 --out "$OUT/decode_graphs_linear_125m.json" ;;
-graphscomp) step graphscomp 150 $GRAPHS --preset fox-pro-125m --batches 1 --decode compiled --no-baseline \
-                --out "$OUT/decode_graphs_fox_125m_compiled.json" ;;
+graphscomp) step graphscomp 150 $GRAPHS --preset fox-pro-125m --decode compiled --no-baseline \
+                --out "$OUT/decode_graphs_fox_125m_compiled.json"
+            step graphscomp_760m 90 $GRAPHS --preset fox-pro-760m --batches 1 --decode compiled --no-baseline \
+                --out "$OUT/decode_graphs_fox_760m_compiled.json" ;;
 graphtargets) python scripts/decode_targets.py "$OUT" | tee "$OUT/decode_targets.txt" ;;
 graphprof) step graphprof 150 $GRAPHS --preset fox-pro-125m --batches 1 --decode graphs,compiled --no-baseline \
                --profile "$OUT/decode_profile" --out "$OUT/decode_profile_fox_125m.json" ;;
