@@ -53,6 +53,10 @@ class FusedLinears:
             self._key = key
         return self._weight, self._bias
 
+    def nbytes(self) -> int:
+        """Bytes the concatenated copy holds (0 before the first fused product)."""
+        return sum(t.numel() * t.element_size() for t in (self._weight, self._bias) if t is not None)
+
     def __call__(self, x: torch.Tensor, linears: Sequence[nn.Linear]) -> tuple[torch.Tensor, ...]:
         fused = self.weights(linears)
         if fused is None:

@@ -120,6 +120,15 @@ def test_the_memory_report_matches_the_allocations(name):
     _, cache = _stream(model, tokens(2, 150, seed=6), "static", evict_eps=eps, temperature=0)
     report = cache.memory_report()
     assert report["allocated_bytes"] == sum(_allocated(layer) for layer in cache.layers) > 0
+    # the one-token steps' fused copy of each layer's input projections (a bias for every output row where
+    # any of them has one: the forget gate's), reported on its own
+    fused = 0
+    for block in model.model.layers:
+        linears = list(block.attn._input_linears().values())
+        rows = sum(lin.out_features for lin in linears)
+        biased = any(lin.bias is not None for lin in linears)
+        fused += rows * (linears[0].in_features + biased) * linears[0].weight.element_size()
+    assert report["fused_weights_bytes"] == fused > 0
     if eps is not None:
         assert report["live_bytes"] < report["no_eviction_bytes"] and report["kept_fraction"] < 0.6
 

@@ -142,10 +142,14 @@ class FoxCache:
 
     def memory_report(self) -> dict:
         """allocated / live / no-eviction bytes, key counts, and the fraction of keys kept (None for recurrent
-        states: no keys were ever cached, so none were kept or evicted)."""
+        states: no keys were ever cached, so none were kept or evicted); fused_weights_bytes: the layers'
+        concatenated input-projection weights that one-token steps made (LayerState.fused_inputs), held beside
+        the cache for its lifetime and not in allocated_bytes."""
         mem = self.memory_bytes()
+        mem["fused_weights"] = sum(layer.fused_inputs.nbytes() for layer in self.layers)
         recurrent = any(layer.kind == "state" for layer in self.layers)
         kept = None if recurrent else mem["live_keys"] / mem["total_keys"] if mem.get("total_keys") else 1.0
         return {"allocated_bytes": mem.get("allocated", 0), "live_bytes": mem.get("live", 0),
                 "no_eviction_bytes": mem.get("no_eviction", 0), "kept_fraction": kept,
-                "live_keys": mem.get("live_keys", 0), "total_keys": mem.get("total_keys", 0)}
+                "live_keys": mem.get("live_keys", 0), "total_keys": mem.get("total_keys", 0),
+                "fused_weights_bytes": mem["fused_weights"]}
