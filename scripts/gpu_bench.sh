@@ -33,8 +33,8 @@
 #   graphscomp  FoX (Pro) 125M through graphs of the torch.compile'd step, batch 1 and 32, and 760M at batch 1
 #               (alone: BUDGET=240 ... graphscomp graphtargets)
 #   graphs      all four, then graphtargets: the targets against the rows (scripts/decode_targets.py)
-#   graphprof   where a batch-1 step's time goes: FoX (Pro) 125M at 32K through graphs and the compiled graphs,
-#               8 steps each under torch.profiler (tables in decode_profile/)
+#   graphprof   where a step's time goes: FoX (Pro) 125M at 32K, batch 1 and 32, through graphs and the compiled
+#               graphs, 8 steps each under torch.profiler (tables in decode_profile/)
 #   decodesplits  the decode op alone at the 125M head shape, 32K, batch 1 and 32: the default key-split count
 #               against 16 to 256 splits (the op read the cache at ~2.3 TB/s at batch 1 in the eleventh session)
 # BUDGET: seconds for the whole script; a step is cut to what is left (minus bundling time) or skipped.
@@ -125,7 +125,7 @@ graphscomp) step graphscomp 150 $GRAPHS --preset fox-pro-125m --decode compiled 
             step graphscomp_760m 90 $GRAPHS --preset fox-pro-760m --batches 1 --decode compiled --no-baseline \
                 --out "$OUT/decode_graphs_fox_760m_compiled.json" ;;
 graphtargets) python scripts/decode_targets.py "$OUT" | tee "$OUT/decode_targets.txt" ;;
-graphprof) step graphprof 150 $GRAPHS --preset fox-pro-125m --batches 1 --decode graphs,compiled --no-baseline \
+graphprof) step graphprof 150 $GRAPHS --preset fox-pro-125m --decode graphs,compiled --no-baseline \
                --profile "$OUT/decode_profile" --out "$OUT/decode_profile_fox_125m.json" ;;
 decodesplits) step decodesplits 60 $FX bench decode --kernel --preset fox-pro-125m --contexts 32768 --batches 1,32 \
             --num-splits 16,32,64,128,256 --out "$OUT/decode_splits_h200.json" ;;
