@@ -79,7 +79,8 @@ def main(argv=None) -> int:
                 print(bn, warps, stages, splits, "failed", str(exc)[:200], flush=True)
                 continue
             rows.append(dict(batch=B, block_n=bn, num_warps=warps, num_stages=stages, splits=splits, us=us,
-                             gb_s=mbytes / us * 1e3, max_diff=err, default=tiles == decode.DECODE_TILES and splits == auto))
+                             gb_s=mbytes / us * 1e3, max_diff=err,
+                             default=tiles == decode.DECODE_TILES and splits == auto))
             print(rows[-1], flush=True)
         q = k = v = c = None
         torch.cuda.empty_cache()

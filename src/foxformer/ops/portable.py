@@ -24,7 +24,8 @@ from .gated_linear_attention.reference import naive_gated_linear_attention
 READS_LENGTH_ON_DEVICE = False
 
 __all__ = ["LOG_FGATE_FLOOR", "READS_LENGTH_ON_DEVICE", "append_token_", "forgetting_attention",
-           "forgetting_attention_cumsum", "forgetting_attention_decode", "gate_cumsum", "gated_linear_attention", "naive_gated_linear_attention"]
+           "forgetting_attention_cumsum", "forgetting_attention_decode", "gate_cumsum", "gated_linear_attention",
+           "naive_gated_linear_attention"]
 
 
 def _scale(softmax_scale: Optional[float], q: torch.Tensor) -> float:

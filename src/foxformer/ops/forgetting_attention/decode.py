@@ -140,8 +140,8 @@ def forgetting_attention_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
         num_splits: key splits per (batch, kv head) for the Triton kernel (None: enough to fill the GPU for
             the storage's capacity, whatever seq_len is, so that a cache decodes with one kernel and one
             split count from its first step to its last). At most one per key block of the kernel
-            (ceil(capacity / DECODE_TILES.block_n) on a GPU, / 16 interpreted): a larger count is clamped to the largest
-            power of two within that.
+            (ceil(capacity / DECODE_TILES.block_n) on a GPU, / 16 interpreted): a larger count is clamped to
+            the largest power of two within that.
 
     Returns:
         out [B, Tq, Hq, D] in q's dtype.
