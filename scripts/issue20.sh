@@ -6,7 +6,8 @@
 #   bash scripts/issue20.sh seed 0        # GPU: the main comparison (both blocks, 4 models) with seed 0
 #   bash scripts/issue20.sh seed 1        # GPU: ... seed 1
 #   bash scripts/issue20.sh seed 2        # GPU: ... seed 2
-#   bash scripts/issue20.sh lodo          # GPU: FoX (Pro) and Transformer (Pro) trained without the prose
+#   bash scripts/issue20.sh lodo [SEEDS]  # GPU: FoX (Pro) and Transformer (Pro) trained without the prose
+#                                         # (SEEDS: "0" by default; "1 2" trains both seeds in one call)
 #   bash scripts/issue20.sh mqar          # GPU: multi-query associative recall, 7 models (MQAR_MODELS), into
 #                                         # $OUT/mqar_bundle.tgz
 #   python scripts/issue20_doc.py BUNDLE_DIR...   # CPU: tables and figures into docs/results.md
@@ -77,8 +78,10 @@ seed)
         fox-pro-small transformer-pro-small fox-llama-small transformer-llama-small
     ;;
 lodo)
+    # seeds: "0" (the ninth session's run), or "1 2": both pairs side by side in one call (four models, as a
+    # seed call trains)
     unpack carry_lodo
-    DATA=$CARRY/gpt2_noprose SEEDS=0 OOD=$OOD_DIRS EVAL_SOURCES=prose RUNS=runs_noprose \
+    DATA=$CARRY/gpt2_noprose SEEDS="${2:-0}" OOD=$OOD_DIRS EVAL_SOURCES=prose RUNS=runs_noprose \
         bash scripts/reproduce.sh fox-pro-small transformer-pro-small
     ;;
 mqar)
