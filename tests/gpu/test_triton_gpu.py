@@ -62,3 +62,25 @@ def test_varlen_gqa_matches_torch(prune_eps):
     ref = _grads(q.float(), k.float(), v.float(), log_f, "torch", do, cu_seqlens=cu)
     for name, a, b in zip(("out", "lse", "dq", "dk", "dv", "dlog_f"), got, ref):
         assert _rel(a, b) < 2e-2, name
+
+
+@pytest.mark.parametrize("T", [16384, 65536], ids=["16K", "64K"])
+def test_the_gate_cumsum_kernel_matches_torch_at_long_context(T):
+    """ops/forgetting_attention/scan.py on CUDA: c and the gradient of log f against the torch reference (float64),
+    strong gates (|c| in the tens of thousands at 64K) with an f = 0 gate in the middle."""
+    from foxformer.ops.forgetting_attention.cumsum import gate_cumsum_heads_first
+    from foxformer.ops.forgetting_attention.scan import triton_gate_cumsum, triton_gate_cumsum_grad
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    log_f = realistic_log_fgate(2, T, 24, "cuda", generator=g) - 0.3
+    log_f[1, T // 2, 5] = float("-inf")
+    leaf = log_f.clone().requires_grad_()
+    want = gate_cumsum_heads_first(leaf)
+    grad_c = torch.randn(2, 24, T, device="cuda", generator=g, dtype=torch.float64)
+    want.backward(grad_c)
+    got = triton_gate_cumsum(log_f)
+    assert want.abs().max() > 1e4
+    torch.testing.assert_close(got, want.detach(), rtol=1e-12, atol=1e-6)  # summation order: ~1e-9 here
+    grad = triton_gate_cumsum_grad(grad_c, log_f)
+    torch.testing.assert_close(grad, leaf.grad, rtol=1e-6, atol=1e-4)
+    assert grad[1, T // 2, 5] == 0
