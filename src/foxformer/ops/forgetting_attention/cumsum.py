@@ -14,6 +14,8 @@ import torch
 # c_i - c_j exact for pairs the floor does not separate. The gradient through the clamp is 0 at
 # floored positions, which is the true derivative: the weights it cuts are exactly 0 either way.
 LOG_FGATE_FLOOR = -1.0e4
+# Triton kernels that clamp (append.py, scan.py) take it as a float32 argument: it must be exact there.
+assert float(torch.tensor(LOG_FGATE_FLOOR, dtype=torch.float32)) == LOG_FGATE_FLOOR
 
 
 def gate_cumsum(log_fgate: torch.Tensor, initial: torch.Tensor | None = None) -> torch.Tensor:
