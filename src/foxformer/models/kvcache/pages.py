@@ -20,8 +20,9 @@ import torch
 
 from foxformer.ops.forgetting_attention.paging import gather_live
 
-# Tokens per page: a multiple of the decode kernel's 64-key block, and small next to the windows that
-# trained fast-forgetting heads keep (hundreds of keys at e^-10 in the fifth-session 125M run).
+# Tokens per page: small next to the windows that trained fast-forgetting heads keep (hundreds of keys at e^-10
+# in the fifth-session 125M run). The decode kernel looks up each key's page, so its 128-key blocks
+# (decode.DECODE_TILES) read two pages each: two contiguous 64-row runs.
 PAGE_SIZE = 64
 # Added to the c of dead keys in dense copies: exp(-1e4) is 0 in every float format, so attention over
 # the copy (the prefill op, which has no per-head start) gives them no weight, exactly.
