@@ -147,6 +147,7 @@ def _cumsum_backward(ctx, grad_c):
 
 
 _cumsum_op.register_autograd(_cumsum_backward, setup_context=_cumsum_setup_context)
+_cumsum_bwd_op.register_autograd(_no_double_backward)
 
 
 def _gate_cumsum(log_fgate: torch.Tensor, backend: str) -> torch.Tensor:
