@@ -122,3 +122,27 @@ def test_the_one_token_cache_write_gives_the_torch_ops_bits(Hq, Hkv, D, paged):
     for want, got in zip(*outs):
         assert torch.equal(want.nan_to_num(7.0), got.nan_to_num(7.0))
     assert torch.equal(outs[1][4], raw[0]) and torch.equal(outs[1][5], raw[1])
+
+
+@pytest.mark.parametrize("G", [1, 4], ids=["mha", "gqa4"])
+def test_the_eviction_scan_kernel_gives_the_torch_paths_starts(G):
+    """ops/forgetting_attention/evict_scan.py on CUDA: the windowed scan over shuffled pages of 64 rows, the newest
+    position on the device (as in a captured step)."""
+    from foxformer.ops.forgetting_attention.evict_scan import evict_scan_
+
+    g = torch.Generator(device="cuda").manual_seed(G)
+    B, Hkv, length, page = 4, 6, 4096, 64
+    H, n = Hkv * G, length // page
+    logit = torch.randn(B, length, H, device="cuda", generator=g) + torch.linspace(-3, 4, H, device="cuda")
+    c = gate_cumsum(F.logsigmoid(logit))                                           # [B, T, H]
+    table = torch.randperm(B * Hkv * n, device="cuda", generator=g).reshape(B, Hkv, n).int()
+    pool = torch.empty(B * Hkv * n, page, G, device="cuda", dtype=torch.float64)
+    pool[table.long()] = c.view(B, n, page, Hkv, G).permute(0, 3, 1, 2, 4)
+    start0 = torch.randint(0, length - 200, (B, Hkv), device="cuda", generator=g)
+    got = []
+    for backend in ("torch", "triton"):
+        start = start0.clone()
+        evict_scan_(start, pool, table, c[:, -1].contiguous(), -8.0, 64, torch.tensor([length - 1], device="cuda"),
+                    backend=backend)
+        got.append(start)
+    assert torch.equal(got[0], got[1]) and (got[1] > start0).any()

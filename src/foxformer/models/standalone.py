@@ -24,7 +24,8 @@ ENTRY_MODULES = ("foxformer.models.config", "foxformer.models.modeling")
 # The kernels need Triton, which a plain transformers install may lack: the export runs the portable ops instead.
 SUBSTITUTES = {"foxformer.ops": "foxformer.ops.portable",
                "foxformer.ops.forgetting_attention.decode": "foxformer.ops.portable",
-               "foxformer.ops.forgetting_attention.append": "foxformer.ops.portable"}
+               "foxformer.ops.forgetting_attention.append": "foxformer.ops.portable",
+               "foxformer.ops.forgetting_attention.evict_scan": "foxformer.ops.portable"}
 MISSING_ELSEWHERE = ("triton",)
 CONFIG_MODULE = "configuration_foxformer"
 MODELING_MODULE = "modeling_foxformer"

@@ -15,7 +15,7 @@ from typing import Optional
 import torch
 
 from .forgetting_attention.cumsum import LOG_FGATE_FLOOR, gate_cumsum, gate_cumsum_heads_first
-from .forgetting_attention.paging import append_token_torch, gather_live
+from .forgetting_attention.paging import append_token_torch, evict_scan_torch, gather_live
 from .forgetting_attention.reference import naive_forgetting_attention, torch_forward
 from .gated_linear_attention.interface import gated_linear_attention
 from .gated_linear_attention.reference import naive_gated_linear_attention
@@ -23,7 +23,7 @@ from .gated_linear_attention.reference import naive_gated_linear_attention
 # This decode op reads seq_len on the host: CUDA graphs cannot replay it (models/kvcache/graphs.py checks).
 READS_LENGTH_ON_DEVICE = False
 
-__all__ = ["LOG_FGATE_FLOOR", "READS_LENGTH_ON_DEVICE", "append_token_", "forgetting_attention",
+__all__ = ["LOG_FGATE_FLOOR", "READS_LENGTH_ON_DEVICE", "append_token_", "evict_scan_", "forgetting_attention",
            "forgetting_attention_cumsum", "forgetting_attention_decode", "gate_cumsum", "gated_linear_attention",
            "naive_gated_linear_attention"]
 
@@ -91,3 +91,8 @@ def append_token_(k_buf, v_buf, c_buf, c_last, at, k, v, log_f, k_shift=None, v_
                   backend="auto"):
     """foxformer.ops.forgetting_attention.append.append_token_, as separate torch ops."""
     append_token_torch(k_buf, v_buf, c_buf, c_last, at, k, v, log_f, k_shift, v_shift, page_table)
+
+
+def evict_scan_(start, c_pages, table, c_last, delta, window, last, backend="auto"):
+    """foxformer.ops.forgetting_attention.evict_scan.evict_scan_, as separate torch ops."""
+    evict_scan_torch(start, c_pages, table, c_last, delta, window, last)

@@ -13,6 +13,7 @@ from typing import Optional
 import torch
 
 from foxformer.ops.forgetting_attention.decode import forgetting_attention_decode
+from foxformer.ops.forgetting_attention.evict_scan import evict_scan_
 
 from .base import KeyCache
 from .pages import PAGE_SIZE, PagePool
@@ -85,20 +86,21 @@ class PagedKV(KeyCache):
         """
         if self.length == 0 and last is None:
             return
+        if window is not None:
+            # one kernel on a GPU (ops/forgetting_attention/evict_scan.py)
+            p = self.pages
+            evict_scan_(self.start, p.c_pages, p.table, self.c_last, self.delta, window,
+                        self.length - 1 if last is None else last)
+            return
         B, Hkv = self.start.shape
         H = self.c_last.shape[1]
         threshold = self.c_last[:, :, None] - self.delta                            # [B, H, 1]
         first = self.start.repeat_interleave(H // Hkv, dim=1)                       # [B, H]
-        if window is None:
-            # Every position, those before a head's start read at its start: freed pages hold other heads'
-            # keys now. c is non-increasing, so the dead keys are a prefix and counting them gives the new
-            # start (a start never moves back: see the maximum below).
-            idx = torch.maximum(torch.arange(self.length, device=first.device)[None, None, :], first[:, :, None])
-            dead = (self.pages.c_at(idx) >= threshold).sum(-1)
-        else:
-            idx = torch.clamp(first[:, :, None] + torch.arange(window, device=first.device),
-                              max=self.length - 1 if last is None else last)
-            dead = first + (self.pages.c_at(idx) >= threshold).sum(-1)
+        # Every position, those before a head's start read at its start: freed pages hold other heads'
+        # keys now. c is non-increasing, so the dead keys are a prefix and counting them gives the new
+        # start (a start never moves back: see the maximum below).
+        idx = torch.maximum(torch.arange(self.length, device=first.device)[None, None, :], first[:, :, None])
+        dead = (self.pages.c_at(idx) >= threshold).sum(-1)
         self.start.copy_(torch.maximum(self.start, dead.view(B, Hkv, -1).amin(-1)))
 
     def select(self, index: torch.Tensor) -> None:

@@ -58,3 +58,19 @@ def gather_live(k_pages: torch.Tensor, v_pages: torch.Tensor, c_pages: torch.Ten
     k.masked_fill_(dead[..., None], 0)
     v.masked_fill_(dead[..., None], 0)
     return k, v, c, dead
+
+
+def evict_scan_torch(start, c_pages, table, c_last, delta, window, last) -> None:
+    """The reference of evict_scan.evict_scan_ (same arguments): the window's dead keys as separate torch ops."""
+    B, Hkv = start.shape
+    page, G = c_pages.shape[1], c_pages.shape[2]
+    H = Hkv * G
+    threshold = c_last[:, :, None] - delta                                          # [B, H, 1]
+    first = start.repeat_interleave(G, dim=1)                                       # [B, H]
+    idx = torch.clamp(first[:, :, None] + torch.arange(window, device=first.device), max=last)
+    heads = torch.arange(H, device=first.device)
+    b = torch.arange(B, device=first.device)[:, None, None]
+    pages = table[b, (heads // G)[None, :, None], idx // page].long()
+    c = c_pages[pages, idx % page, (heads % G)[None, :, None]]                      # [B, H, window]
+    dead = first + (c >= threshold).sum(-1)
+    start.copy_(torch.maximum(start, dead.view(B, Hkv, G).amin(-1)))
