@@ -64,6 +64,36 @@ def test_static_steps_give_the_eager_logits_bit_for_bit(name):
     assert torch.equal(logits["static"], logits["eager"])
 
 
+@torch.no_grad()
+@pytest.mark.parametrize("name", ["fox-pro", "fox-pro-evicting"])
+def test_static_steps_through_the_triton_cache_kernels_give_the_eager_logits(name, monkeypatch):
+    """The GPU's path for a static step's writes (ops/forgetting_attention/append.py: k, v, c and the shift
+    states, dense or paged) and for an evicting layer's scan (evict_scan.py), run interpreted: the eager logits
+    bit for bit, and the same starts."""
+    import functools
+
+    from foxformer.models.kvcache import base, paged
+    from foxformer.ops.forgetting_attention.append import append_token_
+    from foxformer.ops.forgetting_attention.evict_scan import evict_scan_
+
+    model, eps = _model(name)
+    ids = tokens(2, 40, seed=9)
+    logits, starts = {}, {}
+    for decode in ("eager", "static"):
+        if decode == "static":
+            monkeypatch.setattr(base, "append_token_", functools.partial(append_token_, backend="triton"))
+            monkeypatch.setattr(paged, "evict_scan_", functools.partial(evict_scan_, backend="triton"))
+        cache = model.model.new_cache(None if eps is None else EvictionPolicy(eps), total_len=40, decode=decode)
+        out = [model(ids[:, :25], cache=cache, use_cache=True).logits]
+        out += [model(ids[:, t:t + 1], cache=cache, use_cache=True).logits for t in range(25, 40)]
+        logits[decode] = torch.cat(out, 1)
+        starts[decode] = [layer.start.clone() for layer in cache.layers if isinstance(layer, PagedKV)]
+    assert torch.equal(logits["static"], logits["eager"])
+    assert all(torch.equal(a, b) for a, b in zip(starts["static"], starts["eager"]))
+    if eps is not None:
+        assert any(bool((s > 0).any()) for s in starts["static"])
+
+
 @pytest.mark.parametrize("name", ["fox-pro", "fox-pro-evicting", "transformer-llama-rope"])
 @pytest.mark.parametrize("kind", ["left-padded-greedy", "beam3"])
 def test_hf_generate_through_static_steps(name, kind):
