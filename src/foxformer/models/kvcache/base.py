@@ -23,7 +23,8 @@ from typing import Optional
 
 import torch
 
-from foxformer.ops import LOG_FGATE_FLOOR, forgetting_attention_cumsum, gate_cumsum
+from foxformer.ops import forgetting_attention_cumsum, gate_cumsum
+from foxformer.ops.forgetting_attention.cumsum import gate_step
 from foxformer.ops.forgetting_attention.append import append_token_
 
 from ..fused_linear import FusedLinears
@@ -198,8 +199,7 @@ class KeyCache(LayerState):
                 self.evict(window=EVICT_WINDOW, last=at[:1])
             return out
         if T == 1 and self.length:
-            # gate_cumsum's arithmetic for one token (the same bits) without its transposes and scan
-            c = log_f.double().clamp(min=LOG_FGATE_FLOOR) + self.c_last[:, None, :]
+            c = gate_step(log_f, self.c_last)
         else:
             c = gate_cumsum(log_f, initial=self.last_c())
         self.append(k, v, c)

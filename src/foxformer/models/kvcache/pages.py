@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from foxformer.ops.forgetting_attention.paging import gather_live
+from foxformer.ops.forgetting_attention.paging import gather_live, page_c
 
 # Tokens per page: small next to the windows that trained fast-forgetting heads keep (hundreds of keys at e^-10
 # in the fifth-session 125M run). The decode kernel looks up each key's page, so its 128-key blocks
@@ -127,11 +127,7 @@ class PagePool:
     # -- reads ---------------------------------------------------------------------------------
     def c_at(self, pos: torch.Tensor) -> torch.Tensor:
         """c at positions pos int64 [B, H, W] of each query head -> float64 [B, H, W] (live positions only)."""
-        B, H, _ = pos.shape
-        heads = torch.arange(H, device=pos.device)
-        b = torch.arange(B, device=pos.device)[:, None, None]
-        page = self.table[b, (heads // self.group)[None, :, None], pos // self.page].long()
-        return self.c_pages[page, pos % self.page, (heads % self.group)[None, :, None]]
+        return page_c(self.c_pages, self.table, pos)
 
     def dense(self, first: int, start: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Copies of positions [first, length): k, v [B, L, Hkv, D] and c float64 [B, L, H], with the dead

@@ -41,6 +41,12 @@ def gate_cumsum(log_fgate: torch.Tensor, initial: torch.Tensor | None = None) ->
     return gate_cumsum_heads_first(log_fgate, initial).transpose(1, 2)
 
 
+def gate_step(log_fgate: torch.Tensor, c_last: torch.Tensor) -> torch.Tensor:
+    """``gate_cumsum(log_fgate, initial=c_last)`` for chunks of one token ([B, 1, H] -> float64 [B, 1, H]), the same
+    bits without the transposes and the scan: what a decode step adds to its cache's c."""
+    return log_fgate.double().clamp(min=LOG_FGATE_FLOOR) + c_last[:, None, :]
+
+
 def gate_cumsum_heads_first(log_fgate: torch.Tensor, initial: torch.Tensor | None = None) -> torch.Tensor:
     """``gate_cumsum`` laid out ``[B, H, T]`` (contiguous), the layout the kernels read.
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import torch
 
-from .cumsum import LOG_FGATE_FLOOR
+from .cumsum import gate_step
 
 
 def append_token_torch(k_buf, v_buf, c_buf, c_last, at, k, v, log_f, k_shift=None, v_shift=None,
                        page_table=None) -> None:
     """The reference of append.append_token_ (same arguments): the same writes as separate torch ops."""
-    c = log_f.double().clamp(min=LOG_FGATE_FLOOR) + c_last[:, None, :]              # [B, 1, Hq]
+    c = gate_step(log_f, c_last)                                                    # [B, 1, Hq]
     if page_table is None:
         k_buf.index_copy_(1, at, k.to(k_buf.dtype))
         v_buf.index_copy_(1, at, v.to(v_buf.dtype))
@@ -26,6 +26,17 @@ def append_token_torch(k_buf, v_buf, c_buf, c_last, at, k, v, log_f, k_shift=Non
     for pair in (k_shift, v_shift):
         if pair is not None:
             pair[0].copy_(pair[1])
+
+
+def page_c(c_pages: torch.Tensor, table: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    """c at positions pos int64 [B, H, W] of each query head -> float64 [B, H, W], from a page pool [P, PAGE, G]
+    and its table [B, Hkv, pages] (positions whose pages are mapped only)."""
+    B, H, _ = pos.shape
+    page, G = c_pages.shape[1], c_pages.shape[2]
+    heads = torch.arange(H, device=pos.device)
+    b = torch.arange(B, device=pos.device)[:, None, None]
+    pages = table[b, (heads // G)[None, :, None], pos // page].long()
+    return c_pages[pages, pos % page, (heads % G)[None, :, None]]
 
 
 def gather_pages(pool: torch.Tensor, table: torch.Tensor, length: int) -> torch.Tensor:
@@ -63,14 +74,9 @@ def gather_live(k_pages: torch.Tensor, v_pages: torch.Tensor, c_pages: torch.Ten
 def evict_scan_torch(start, c_pages, table, c_last, delta, window, last) -> None:
     """The reference of evict_scan.evict_scan_ (same arguments): the window's dead keys as separate torch ops."""
     B, Hkv = start.shape
-    page, G = c_pages.shape[1], c_pages.shape[2]
-    H = Hkv * G
+    G = c_pages.shape[2]
     threshold = c_last[:, :, None] - delta                                          # [B, H, 1]
     first = start.repeat_interleave(G, dim=1)                                       # [B, H]
     idx = torch.clamp(first[:, :, None] + torch.arange(window, device=first.device), max=last)
-    heads = torch.arange(H, device=first.device)
-    b = torch.arange(B, device=first.device)[:, None, None]
-    pages = table[b, (heads // G)[None, :, None], idx // page].long()
-    c = c_pages[pages, idx % page, (heads % G)[None, :, None]]                      # [B, H, window]
-    dead = first + (c >= threshold).sum(-1)
+    dead = first + (page_c(c_pages, table, idx) >= threshold).sum(-1)
     start.copy_(torch.maximum(start, dead.view(B, Hkv, G).amin(-1)))
