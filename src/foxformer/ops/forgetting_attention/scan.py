@@ -2,8 +2,8 @@
 
 ``cumsum.gate_cumsum_heads_first`` (torch) is the reference and what the CPU runs. On a GPU its four kernels (a
 cast, the clamp, a transposing copy and torch's float64 scan, which gives each of the B * H rows one block) took
-~60 us for the forward and as much for the reverse cumsum of the backward at B * T = 32K, H = 24 (twelfth
-session, the D 64 profile in docs/bench/profile_attention_bd30b56/): ~1.5% of the D 64 forward kernel's 4.1 ms,
+~60 us for the forward and as much for the reverse cumsum of the backward at B * T = 32K, H = 24 (the eleventh
+session's D 64 profile, docs/bench/profile_attention_bd30b56/): ~1.5% of the D 64 forward kernel's 4.1 ms,
 the margin the forward target is missed by. Here each direction is two launches of B * H * (T / CHUNK)
 programs: every chunk's sum, then every chunk's scan started from the sum of the chunks before it (after it,
 for the reverse scan of the backward). Same values as torch up to float64 rounding of the summation order.
