@@ -104,10 +104,9 @@ def _sdpa_rows(rows, D, H, T, B):
 
 
 # The defaults first and last (drift); between them the variants still worth a row (each measured one names its
-# JSON in hopper/launch.py): heaviest-first order shared by 2, 4 or 8 (sequence, head) pairs (fwd.heaviest_first;
-# not yet timed). The D 64 overlap and D 128 without overlap and fold left the sweep (ninth session's rows).
-FWD_SWEEP = {64: [dict(), dict(head_group=2), dict(head_group=4), dict(head_group=8), dict()],
-             128: [dict(), dict(head_group=4), dict()]}
+# JSON in hopper/launch.py): the launch order one head at a time (head_group 1, the default until the thirteenth
+# session). The D 64 overlap and D 128 without overlap and fold left the sweep (ninth session's rows).
+FWD_SWEEP = {64: [dict(), dict(head_group=1), dict()], 128: [dict(), dict(head_group=1), dict()]}
 
 
 # awkward lengths: one partial tile, a single whole tile plus a row, GQA, T past a multiple of the tile
@@ -126,9 +125,9 @@ def _worst_error(D, fwd_cfg=None, bwd_cfg=None) -> float:
 
 # Tenth session (docs/bench/hopper_tune_5de7330_h200.json): three dq warpgroups with 64-key stages at D 64 took
 # 5.7 ms against 5.1 for the dq kernel; eleventh (docs/bench/hopper_tune_73a4f5b_h200.json): a third dk/dv stage
-# gained nothing at either D (hopper/launch.py); both dropped from the sweep. Twelfth: the shared heaviest-first
-# order (as FWD_SWEEP's), not yet timed.
-BWD_SWEEP = {64: [dict(), dict(head_group=4), dict()], 128: [dict(), dict(head_group=4), dict()]}
+# gained nothing at either D (hopper/launch.py); both dropped from the sweep. Thirteenth: one head at a time (the
+# order until then), and the dq kernel on a second stream beside the dk/dv kernel (not yet timed).
+BWD_SWEEP = {D: [dict(), dict(head_group=1), dict(dq_side_stream=True), dict()] for D in (64, 128)}
 
 
 def _bwd_parts(q, k, v, c, do, out, lse, scale, cfg):
@@ -141,7 +140,7 @@ def _bwd_parts(q, k, v, c, do, out, lse, scale, cfg):
                        triton.cdiv(T, L.BLOCK_M), B, False, False, cfg)
     lq = L.dq_launch(q, k, v, c, do, lse, delta, dq, rowsum, lse, lse, scale, triton.cdiv(T, L.dq_block_m(cfg)), B,
                      False, False, cfg)
-    return [_time(lambda: ln.kernel[ln.grid](*ln.args, **ln.constexprs, **ln.options)) for ln in (lk, lq)]
+    return [_time(ln.run) for ln in (lk, lq)]
 
 
 def sweep(rows, fwd: bool, bwd: bool, T: int, tokens: int):

@@ -29,6 +29,10 @@ class Launch:
     constexprs: dict
     options: dict
 
+    def run(self):
+        """Launch on the current CUDA stream."""
+        self.kernel[self.grid](*self.args, **self.constexprs, **self.options)
+
 
 def _arg_type(a) -> str:
     if isinstance(a, torch.Tensor):

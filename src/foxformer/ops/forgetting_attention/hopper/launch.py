@@ -38,7 +38,7 @@ class FwdConfig:
     consumer_regs: int = 240
     fold_row: bool = True
     overlap: bool = False
-    head_group: int = 1
+    head_group: int = 4
 
 
 # Picked by `scripts/hopper_tune.py fwd bwd` on one H200 (torch 2.11, Triton 3.6, bf16, B * T = 32K, T = 16K;
@@ -66,7 +66,11 @@ class FwdConfig:
 # head and sequence rather than within each head in turn (a longest-processing-time order; a list-scheduling model
 # put the tail of the per-head order at ~2% of the D 64 forward) lost in every kernel, D 64 forward 4.20 / 4.33 ms
 # against 4.10 / 4.11, backward 12.5 against 11.8-11.9, D 128 forward 3.39-3.40 against 3.05-3.09: the per-head
-# order keeps a head's K and V in L2 for the ~90 tiles that read them at once. Removed.
+# order keeps a head's K and V in L2 for the ~90 tiles that read them at once. Removed. Thirteenth
+# (docs/bench/hopper_tune_787a5d3_h200.json): the order shared by groups of 4 pairs (head_group), D 64 forward
+# 3.98 ms against 4.35 / 4.35 one head at a time in the same run (2 pairs 4.02, 8 pairs 4.10), D 128 3.03 against
+# 3.17 / 3.10; the backward unchanged within the noise (D 64 11.75 against 11.80 / 11.90, D 128 9.46 against
+# 9.41 / 9.38), given the same order for one rule.
 FWD_CONFIGS = {64: FwdConfig(block_n=128, num_stages=3, num_wg=3, consumer_regs=160),
                128: FwdConfig(block_n=128, num_stages=2, overlap=True)}
 
@@ -137,9 +141,17 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.Te
     prune = prune_delta is not None
     bound = (tile_bounds(c, prune_delta, cu, varlen, n_z, Tq, Tk, n_blocks, block_m, cfg.block_n, False)
              if prune else lse)
-    launch = forward_launch(q, k, v, c, out, lse, cu, bound, scale, n_blocks, n_z, varlen, prune, cfg)
-    launch.kernel[launch.grid](*launch.args, **launch.constexprs, **launch.options)
+    forward_launch(q, k, v, c, out, lse, cu, bound, scale, n_blocks, n_z, varlen, prune, cfg).run()
     return out, lse
+
+
+_SIDE_STREAMS: dict[torch.device, "torch.cuda.Stream"] = {}
+
+
+def _side_stream(device: torch.device) -> "torch.cuda.Stream":
+    if device not in _SIDE_STREAMS:
+        _SIDE_STREAMS[device] = torch.cuda.Stream(device)
+    return _SIDE_STREAMS[device]
 
 
 @dataclass(frozen=True)
@@ -147,7 +159,8 @@ class BwdConfig:
     """dkdv_block_m: query rows per stage of the key-stationary dk/dv kernel (its CTA holds 128 keys);
     dq_block_n: keys per stage of the dq kernel, whose CTA holds dq_num_wg consumer warpgroups of 64 query
     rows; *_stages: ring depths; *_regs: the consumers' setmaxnreg; head_group: as FwdConfig's, for both
-    kernels."""
+    kernels; dq_side_stream: the dq kernel on a second CUDA stream beside the dk/dv kernel (they are
+    independent: each fills the SMs the other's last, lightest programs leave idle)."""
 
     dkdv_block_m: int
     dkdv_stages: int
@@ -156,7 +169,8 @@ class BwdConfig:
     dq_num_wg: int = 2
     consumer_regs: int = 240
     dq_consumer_regs: int = 240
-    head_group: int = 1
+    head_group: int = 4
+    dq_side_stream: bool = False
 
 
 # Same runs. dk/dv: 128-row query tiles at D 64 (6.59 against 7.25 ms for 64 rows), 64-row ones at D 128
@@ -239,15 +253,24 @@ def gluon_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
     n_kblocks = triton.cdiv(longest or Tk, BLOCK_M)
     bound = (tile_bounds(c, prune_delta, cu, varlen, n_z, Tq, Tk, n_kblocks, cfg.dkdv_block_m, BLOCK_M, True)
              if prune else lse)
-    launch = dkdv_launch(q, k, v, c, do, lse, delta, dk, dv, colsum, cu, bound, scale, n_kblocks, n_z,
-                         varlen, prune, cfg)
-    launch.kernel[launch.grid](*launch.args, **launch.constexprs, **launch.options)
-
+    dkdv = dkdv_launch(q, k, v, c, do, lse, delta, dk, dv, colsum, cu, bound, scale, n_kblocks, n_z,
+                       varlen, prune, cfg)
     n_qblocks = triton.cdiv(longest or Tq, dq_block_m(cfg))
     bound = (tile_bounds(c, prune_delta, cu, varlen, n_z, Tq, Tk, n_qblocks, dq_block_m(cfg), cfg.dq_block_n, False)
              if prune else lse)
-    launch = dq_launch(q, k, v, c, do, lse, delta, dq, rowsum, cu, bound, scale, n_qblocks, n_z, varlen, prune, cfg)
-    launch.kernel[launch.grid](*launch.args, **launch.constexprs, **launch.options)
+    dq_l = dq_launch(q, k, v, c, do, lse, delta, dq, rowsum, cu, bound, scale, n_qblocks, n_z, varlen, prune, cfg)
+    if cfg.dq_side_stream:
+        # Fork and join by events (valid under CUDA-graph capture); every tensor the side stream touches lives
+        # until this function returns, after the join.
+        main, side = torch.cuda.current_stream(q.device), _side_stream(q.device)
+        side.wait_stream(main)
+        with torch.cuda.stream(side):
+            dq_l.run()
+        dkdv.run()
+        main.wait_stream(side)
+    else:
+        dkdv.run()
+        dq_l.run()
 
     # dc_t = (row sum of dS at the query sitting on position t) - (column sum of dS at key t).
     dc = colsum.neg_()
