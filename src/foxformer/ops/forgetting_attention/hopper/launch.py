@@ -145,22 +145,12 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.Te
     return out, lse
 
 
-_SIDE_STREAMS: dict[torch.device, "torch.cuda.Stream"] = {}
-
-
-def _side_stream(device: torch.device) -> "torch.cuda.Stream":
-    if device not in _SIDE_STREAMS:
-        _SIDE_STREAMS[device] = torch.cuda.Stream(device)
-    return _SIDE_STREAMS[device]
-
-
 @dataclass(frozen=True)
 class BwdConfig:
     """dkdv_block_m: query rows per stage of the key-stationary dk/dv kernel (its CTA holds 128 keys);
     dq_block_n: keys per stage of the dq kernel, whose CTA holds dq_num_wg consumer warpgroups of 64 query
     rows; *_stages: ring depths; *_regs: the consumers' setmaxnreg; head_group: as FwdConfig's, for both
-    kernels; dq_side_stream: the dq kernel on a second CUDA stream beside the dk/dv kernel (they are
-    independent: each fills the SMs the other's last, lightest programs leave idle)."""
+    kernels."""
 
     dkdv_block_m: int
     dkdv_stages: int
@@ -170,7 +160,6 @@ class BwdConfig:
     consumer_regs: int = 240
     dq_consumer_regs: int = 240
     head_group: int = 4
-    dq_side_stream: bool = False
 
 
 # Same runs. dk/dv: 128-row query tiles at D 64 (6.59 against 7.25 ms for 64 rows), 64-row ones at D 128
@@ -183,7 +172,10 @@ class BwdConfig:
 # dQ added by the dk/dv kernel (5 products, no dq kernel) lost in every form tried, see docs/benchmarks.md
 # (docs/bench/hopper_tune_atomic_dq_h200.json; commit bdeb8ae has the last form). Eleventh session
 # (docs/bench/hopper_tune_73a4f5b_h200.json): a third dk/dv stage, dk/dv kernel 6.60 against 6.54 / 6.60 ms at D 64
-# and 5.45 against 5.43 / 5.47 at D 128: no gain.
+# and 5.45 against 5.43 / 5.47 at D 128: no gain. Thirteenth (docs/bench/hopper_tune_f165756_h200.json): the dq
+# kernel on a second stream beside dk/dv (the one's tail filled by the other's programs), D 64 11.68 against
+# 11.62 / 11.68 ms, D 128 9.30 against 9.34 / 9.42: no gain, removed. One head at a time (head_group 1) against 4:
+# D 64 11.50 against 11.62-11.68 in that run, 11.80 / 11.90 against 11.75 in the run before; noise-level either way.
 BWD_CONFIGS = {64: BwdConfig(dkdv_block_m=128, dkdv_stages=2, dq_block_n=128, dq_stages=2),
                128: BwdConfig(dkdv_block_m=64, dkdv_stages=2, dq_block_n=128, dq_stages=2)}
 
@@ -253,24 +245,13 @@ def gluon_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
     n_kblocks = triton.cdiv(longest or Tk, BLOCK_M)
     bound = (tile_bounds(c, prune_delta, cu, varlen, n_z, Tq, Tk, n_kblocks, cfg.dkdv_block_m, BLOCK_M, True)
              if prune else lse)
-    dkdv = dkdv_launch(q, k, v, c, do, lse, delta, dk, dv, colsum, cu, bound, scale, n_kblocks, n_z,
-                       varlen, prune, cfg)
+    dkdv_launch(q, k, v, c, do, lse, delta, dk, dv, colsum, cu, bound, scale, n_kblocks, n_z, varlen, prune,
+                cfg).run()
+
     n_qblocks = triton.cdiv(longest or Tq, dq_block_m(cfg))
     bound = (tile_bounds(c, prune_delta, cu, varlen, n_z, Tq, Tk, n_qblocks, dq_block_m(cfg), cfg.dq_block_n, False)
              if prune else lse)
-    dq_l = dq_launch(q, k, v, c, do, lse, delta, dq, rowsum, cu, bound, scale, n_qblocks, n_z, varlen, prune, cfg)
-    if cfg.dq_side_stream:
-        # Fork and join by events (valid under CUDA-graph capture); every tensor the side stream touches lives
-        # until this function returns, after the join.
-        main, side = torch.cuda.current_stream(q.device), _side_stream(q.device)
-        side.wait_stream(main)
-        with torch.cuda.stream(side):
-            dq_l.run()
-        dkdv.run()
-        main.wait_stream(side)
-    else:
-        dkdv.run()
-        dq_l.run()
+    dq_launch(q, k, v, c, do, lse, delta, dq, rowsum, cu, bound, scale, n_qblocks, n_z, varlen, prune, cfg).run()
 
     # dc_t = (row sum of dS at the query sitting on position t) - (column sum of dS at key t).
     dc = colsum.neg_()
