@@ -142,7 +142,8 @@ def _lodo(runs: dict, parts: list[str], dropped: list[str]) -> list[str]:
             where += ", beside the models trained on the whole mix (4K-token windows)"
         parts += [f"#### {where}", "", open(os.path.join(out, "compare.md")).read(),
                   f"![loss difference]({out[5:]}/loss_difference.png)", ""]
-        n = len(runs["fox-pro/noprose"])
+        # seeds that reached this evaluation (a call cut by its deadline leaves some texts with fewer)
+        n = min(r["n_seeds"] for r in res["rows"])
         summary += [f"- {where.split(',')[0]}, trained without prose, FoX (Pro) - Transformer (Pro) ({n} seed"
                     f"{'s' if n > 1 else ''}): mean loss {_interval_line(r, 'mean_loss')}" for r in res["differences"]
                     if r["model"].startswith("FoX (Pro), no prose")]

@@ -102,6 +102,14 @@ step() {  # step LOG CMD...: run CMD with what is left of the budget (minus a ma
     [ "$t" -gt 5 ] || { echo "skipped: out of time" > "$OUT/$log"; return; }
     timeout "$t" "$@" > "$OUT/$log" 2>&1 || echo "exit $? (timeout 124)" >> "$OUT/$log"
 }
+eval_sources() {  # eval_sources RUN PRESET: each of EVAL_SOURCES' held-out documents (leave-one-domain-out)
+    local src
+    for src in $EVAL_SOURCES; do
+        step "eval_src_${src}_$2.log" $FX eval loss "$1" --data "$DATA" --within-docs --data-source "$src" \
+            --seq-len "$SRC_EVAL_LEN" --num-seqs "$EVAL_SEQS" --batch-size "$EVAL_BATCH" --out "$1/eval_src_$src" \
+            --no-progress
+    done
+}
 evaluate() {  # evaluate PRESET: every evaluation of one run
     local p=$1 r="$RUNS/$1"
     # First: reading 64K tokens twice, 16 a step, is the longest evaluation; the third session lost it
@@ -117,17 +125,16 @@ evaluate() {  # evaluate PRESET: every evaluation of one run
     local gated=0; case $p in fox-*|linear-*) gated=1 ;; esac
     # The losses before the gates: a deadline cuts the last steps (the tenth session's seed call lost the
     # out-of-mix losses behind the held-out prose).
+    # SOURCES_FIRST=1: the per-source losses before the out-of-mix ones (a leave-one-domain-out call, whose
+    # point is the left-out source; the thirteenth session's lost it to the deadline behind the novels).
+    [ "${SOURCES_FIRST:-0}" = 1 ] && eval_sources "$r" "$p"
     for pair in $OOD; do  # text from outside the training mix: per-position loss
         local tag=${pair%%=*} dir=${pair#*=}
         step "eval_ood_${tag}_$p.log" $FX eval loss "$r" --data "$dir" --split train --within-docs \
             --seq-len "$EVAL_LEN" --num-seqs "$OOD_SEQS" --batch-size "$EVAL_BATCH" --out "$r/eval_ood_$tag" \
             --no-progress
     done
-    for src in $EVAL_SOURCES; do  # one domain's held-out documents (the leave-one-domain-out comparison)
-        step "eval_src_${src}_$p.log" $FX eval loss "$r" --data "$DATA" --within-docs --data-source "$src" \
-            --seq-len "$SRC_EVAL_LEN" --num-seqs "$EVAL_SEQS" --batch-size "$EVAL_BATCH" --out "$r/eval_src_$src" \
-            --no-progress
-    done
+    [ "${SOURCES_FIRST:-0}" = 1 ] || eval_sources "$r" "$p"
     for pair in $OOD; do  # the forget gates (gated models) on each out-of-mix text
         local tag=${pair%%=*} dir=${pair#*=}
         [ "$gated" = 1 ] && step "gates_ood_${tag}_$p.log" $FX analyze gates "$r" --data "$dir" --split train \

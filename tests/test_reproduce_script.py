@@ -20,8 +20,8 @@ EVALS = {
 
 def evaluations(run: str, env: str = "") -> list[str]:
     body = open(SCRIPT).read()
-    start = body.index("evaluate() {")
-    function = body[start:body.index("\n}\n", start) + 3]
+    start = body.index("eval_sources() {")
+    function = body[start:body.index("\n}\n", body.index("evaluate() {")) + 3]
     stub = f'step() {{ echo "${{1%%_$p.log}}"; }}\nFX=fx NIAH=1 EVICTION=1 BIAS_SHIFT=1 {env}\n'
     out = subprocess.run(["bash", "-c", f'{function}{stub}evaluate "$1"; true', "bash", run], capture_output=True,
                          text=True, check=True)
@@ -42,6 +42,9 @@ def test_out_of_domain_and_per_source_evaluations_join_when_asked():
                                                     "gates_ood_austen", "gates_ood_go", "gates"]
     assert evaluations("transformer-pro-small_s1", env) == ["eval_loss", "eval_ood_austen", "eval_ood_go",
                                                             "eval_src_prose"]
+    # a leave-one-domain-out call: the left-out source right after the mix
+    assert evaluations("transformer-pro-small_s1", env + " SOURCES_FIRST=1") == [
+        "eval_loss", "eval_src_prose", "eval_ood_austen", "eval_ood_go"]
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
