@@ -8,8 +8,8 @@
 #   bash scripts/issue20.sh seed 2        # GPU: ... seed 2
 #   bash scripts/issue20.sh lodo [SEEDS]  # GPU: FoX (Pro) and Transformer (Pro) trained without the prose
 #                                         # (SEEDS: "0" by default; "1 2" trains both seeds in one call)
-#   bash scripts/issue20.sh mqar          # GPU: multi-query associative recall, 7 models (MQAR_MODELS), into
-#                                         # $OUT/mqar_bundle.tgz
+#   MQAR_SEED=1 bash scripts/issue20.sh mqar   # GPU: multi-query associative recall, 7 models (MQAR_MODELS), one
+#                                         # seed (default 0), into $OUT/mqar_bundle.tgz
 #   python scripts/issue20_doc.py BUNDLE_DIR...   # CPU: tables and figures into docs/results.md
 #
 # GPU calls carry the prepared data as one xz archive per call kind (`data` writes them and prints the carry
@@ -87,7 +87,10 @@ lodo)
         bash scripts/reproduce.sh fox-pro-small transformer-pro-small
     ;;
 mqar)
+    # MQAR_SEED=N: one seed a call (the task's sequences and the weights), into $OUT/mqar_sN; issue20_doc.py tables
+    # the seeds' spread from the bundles' mqar_s* folders (the twelfth session's seed 0 is in mqar/).
     OUT=${OUT:-repro_out}; mkdir -p "$OUT"
+    SEED=${MQAR_SEED:-0}; M="$OUT/mqar_s$SEED"
     python -c "from foxformer.provenance import code_version; print(code_version())" > "$OUT/commit.txt"
     python -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())" > "$OUT/env.txt"
     # One process per model, each trained the preset's full 3000 steps: models stopped by a time limit are
@@ -96,17 +99,17 @@ mqar)
     # The default models: FoX (Pro)'s data-dependent gate started as the paper's code starts it and from
     # timescales, the data-independent and fixed gates, the Transformer (Pro), and the gated linear attention
     # baseline with both starts (the issue's table: softmax against recurrent retrieval at matched parameters).
-    # ~4 min: a Pro model did 15 steps/s with 7 processes on the GPU (3000 steps: 200 s); the ninth session's
-    # four (the first four below) took 4 min beside the lodo training.
+    # Twelfth session, 7 processes: the Pro models did 3000 steps in ~200 s, the two linear ones were stopped by
+    # the 4-minute guard at 2690 and 2744 steps; the guard is 5 minutes since (a call of ~6.5 minutes).
     MODELS=${MQAR_MODELS:-fox-pro fox-pro:fgate_bias_init=timescales fox-pro:fgate=fixed transformer-pro \
         fox-pro:fgate=data_independent linear-pro linear-pro:fgate_bias_init=timescales}
     for m in $MODELS; do
-        $FX eval mqar --preset small --models "$m" --max-minutes "${MQAR_GUARD:-4}" --out "$OUT/mqar" \
-            --no-progress > "$OUT/mqar_${m//[:=,]/_}.log" 2>&1 &
+        $FX eval mqar --preset small --models "$m" --seed "$SEED" --max-minutes "${MQAR_GUARD:-5}" --out "$M" \
+            --no-progress > "$OUT/mqar_s${SEED}_${m//[:=,]/_}.log" 2>&1 &
     done
     wait
-    $FX eval mqar --preset small --out "$OUT/mqar" --report-only --no-progress > "$OUT/mqar_report.log" 2>&1
-    cat "$OUT/mqar/mqar.md"
+    $FX eval mqar --preset small --seed "$SEED" --out "$M" --report-only --no-progress > "$OUT/mqar_report.log" 2>&1
+    cat "$M/mqar.md"
     # one archive without the model weights: the device hands back few files (the first GPU run lost mqar.json)
     (cd "$OUT" && tar -czf ../mqar_bundle.tgz --exclude=models . && find . -mindepth 1 -delete \
         && mv ../mqar_bundle.tgz .)

@@ -14,13 +14,14 @@ import argparse
 import glob
 import json
 import os
+import re
 import shutil
 import sys
 
 import numpy as np
 
 from foxformer.eval.compare import compare
-from foxformer.eval.mqar import LABELS
+from foxformer.eval.mqar import LABELS, seed_table
 from foxformer.eval.seeds import SEED_SUFFIX, fmt_interval
 
 DOC, OUT = "docs/results.md", "docs/results/issue20"
@@ -216,13 +217,19 @@ def section(bundles: list[str]) -> str:
         parts += ["### Forget gates on the mix and on the other texts", "",
                   "Per-head timescale 1 / -mean(log f) (`analyze gates`, 4 sequences of 1024 tokens per text):", "",
                   table, f"![gates by text]({figs[0][5:]})", ""]
-    mqar = next((os.path.join(b, "mqar") for b in bundles if os.path.exists(os.path.join(b, "mqar", "mqar.json"))), None)
-    if mqar:
+    # one folder per seed: mqar/ (the twelfth session's seed 0) or mqar_sN/ (MQAR_SEED=N)
+    seed_dirs = sorted((os.path.join(b, d) for b in bundles if os.path.isdir(b) for d in os.listdir(b)
+                        if re.fullmatch(r"mqar(_s\d+)?", d) and os.path.exists(os.path.join(b, d, "mqar.json"))),
+                       key=lambda d: json.load(open(os.path.join(d, "mqar.json")))["task"]["seed"])
+    if seed_dirs:
+        mqar = seed_dirs[0]
         shutil.copytree(mqar, os.path.join(OUT, "mqar"), dirs_exist_ok=True)
         parts += ["### Multi-query associative recall", "",
-                  "`bash scripts/issue20.sh mqar` (the `small` preset; why FoX's gate start matters here: section "
-                  "\"Associative recall (MQAR) and the forget gate's start\" below).", "",
-                  open(os.path.join(mqar, "mqar.md")).read(), "![MQAR](results/issue20/mqar/mqar.png)", "",
+                  "`MQAR_SEED=N bash scripts/issue20.sh mqar` (the `small` preset; why FoX's gate start matters here: "
+                  "section \"Associative recall (MQAR) and the forget gate's start\" below).", ""]
+        if len(seed_dirs) > 1:
+            parts += [seed_table(seed_dirs), "", "One seed in detail (its steps and the gates' reach):", ""]
+        parts += [open(os.path.join(mqar, "mqar.md")).read(), "![MQAR](results/issue20/mqar/mqar.png)", "",
                   "![MQAR training](results/issue20/mqar/mqar_training.png)", ""]
     else:
         parts += ["### Multi-query associative recall", "", "Pending: `bash scripts/issue20.sh mqar`.", ""]

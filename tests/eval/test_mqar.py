@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from foxformer.cli import main
-from foxformer.eval.mqar import IGNORE, MqarConfig, config_from, mqar_batch, parse_model, table
+from foxformer.eval.mqar import IGNORE, MqarConfig, config_from, mqar_batch, parse_model, seed_table, table
 
 
 def test_batches_hold_pairs_then_each_key_queried_once_before_its_value():
@@ -71,3 +71,29 @@ def test_table_says_which_models_a_time_limit_stopped():
     row_a, row_b = (line for line in text.splitlines() if line.startswith(("| A", "| B")))
     assert f"| {cfg.steps} | 1e+03 / 10 |" in row_a  # each layer's longest timescale, -1 / mean log f
     assert f"54 of {cfg.steps} (stopped)" in row_b and "Stopped early" in text and ": B." in text
+
+
+def test_seed_table_spreads_each_cell_over_seeds_and_refuses_another_task(tmp_path):
+    cfg = MqarConfig(eval_lengths=[32, 64], eval_pairs=[2, 16])
+    dirs = []
+    for seed, (acc_a, steps_b) in enumerate([(1.0, 120), (0.5, 60), (0.0, 120)]):
+        d = tmp_path / f"mqar_s{seed}"
+        d.mkdir()
+        models = [{"label": "A", "steps_done": cfg.steps, "accuracy": [[acc_a, 1.0], [None, 0.25]]},
+                  {"label": "B", "steps_done": steps_b, "accuracy": [[0.0, 0.0], [None, 0.0]]}]
+        task = MqarConfig(eval_lengths=[32, 64], eval_pairs=[2, 16], seed=seed).task()
+        (d / "mqar.json").write_text(json.dumps({"task": task, "models": models}))
+        dirs.append(str(d))
+    text = seed_table(dirs)
+    row_a, row_b = (line for line in text.splitlines() if line.startswith(("| A", "| B")))
+    # cells 2@32, 2@64, 16@64 (16 pairs do not fit 32 tokens); A's 2@32 reads 1.0, 0.5, 0.0 over the seeds
+    assert row_a == f"| A | 3 | {cfg.steps} | 0.50 ± 0.50 | 1.00 ± 0.00 | 0.25 ± 0.00 |"
+    assert row_b.startswith(f"| B | 3 | 60 of {cfg.steps} (stopped) |")
+    assert "seeds [0, 1, 2]" in text
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "mqar.json").write_text(json.dumps({"task": MqarConfig(seed=5).task(), "models": []}))
+    with pytest.raises(ValueError, match="another task"):
+        seed_table(dirs + [str(other)])
+    with pytest.raises(ValueError, match="repeat"):
+        seed_table(dirs + dirs[:1])

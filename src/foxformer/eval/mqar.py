@@ -344,6 +344,44 @@ def table(results: list[dict], cfg: MqarConfig) -> str:
     return text
 
 
+def seed_table(out_dirs: list[str]) -> str:
+    """One table over MQAR reports that differ only in the seed (one folder each: `eval mqar --seed S --out DIR`,
+    then its report), every cell the mean over seeds ± their standard deviation, with each model's seed count.
+
+    The seed fixes the task's sequences and the weights, so each seed's models read their own sequences: the
+    spread is over training and evaluation draws together."""
+    reports = []
+    for d in out_dirs:
+        with open(os.path.join(d, "mqar.json")) as f:
+            reports.append(json.load(f))
+    task = {k: v for k, v in reports[0]["task"].items() if k != "seed"}
+    for d, r in zip(out_dirs, reports):
+        if {k: v for k, v in r["task"].items() if k != "seed"} != task:
+            raise ValueError(f"out_dirs: {d} holds another task than {out_dirs[0]} (only the seed may differ)")
+    seeds = [r["task"]["seed"] for r in reports]
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"out_dirs: seeds {seeds} repeat; give one folder per seed")
+    cfg = MqarConfig(**{**task, "seed": 0})
+    by_model: dict[str, list[dict]] = {}
+    for r in reports:
+        for m in r["models"]:
+            by_model.setdefault(m["label"], []).append(m)
+    cells = [(n, l) for n in cfg.eval_pairs for l in cfg.eval_lengths if 4 * n <= l]
+    head = ["model", "seeds", "steps (fewest)"] + [
+        f"{n}@{l}" + ("*" if l > cfg.train_len or n > max(cfg.train_pairs) else "") for n, l in cells]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for label, runs in by_model.items():
+        fewest = min(m["steps_done"] for m in runs)
+        steps = f"{fewest}" + (f" of {cfg.steps} (stopped)" if fewest < cfg.steps else "")
+        acc = []
+        for n, l in cells:
+            v = np.array([m["accuracy"][cfg.eval_pairs.index(n)][cfg.eval_lengths.index(l)] for m in runs])
+            acc.append(f"{v.mean():.2f}" + (f" ± {v.std(ddof=1):.2f}" if len(v) > 1 else ""))
+        lines.append("| " + " | ".join([label, str(len(runs)), steps] + acc) + " |")
+    return (f"Query accuracy, pairs@length, mean ± standard deviation over seeds {sorted(seeds)} (* beyond "
+            f"training; chance {1 / cfg.num_values:.3f}).\n\n" + "\n".join(lines) + "\n")
+
+
 def _plot_training(results: list[dict], cfg: MqarConfig, path: str) -> str:
     """Training query accuracy and the gates' reach against the step: a gate that never opens shows here."""
     import matplotlib.pyplot as plt
