@@ -150,4 +150,3 @@ def test_auto_picks_gluon_and_unpacked_heads_fall_back():
     q, k, v = qkv.unbind(3)
     assert layout_reason(q=q) is not None
     _check(q, k, v, _gates("mixed", 1, 256, 4, seed=6))
-
