@@ -86,22 +86,14 @@ class PagedKV(KeyCache):
         """
         if self.length == 0 and last is None:
             return
-        if window is not None:
-            # one kernel on a GPU (ops/forgetting_attention/evict_scan.py)
-            p = self.pages
-            evict_scan_(self.start, p.c_pages, p.table, self.c_last, self.delta, window,
-                        self.length - 1 if last is None else last)
-            return
-        B, Hkv = self.start.shape
-        H = self.c_last.shape[1]
-        threshold = self.c_last[:, :, None] - self.delta                            # [B, H, 1]
-        first = self.start.repeat_interleave(H // Hkv, dim=1)                       # [B, H]
-        # Every position, those before a head's start read at its start: freed pages hold other heads'
-        # keys now. c is non-increasing, so the dead keys are a prefix and counting them gives the new
-        # start (a start never moves back: see the maximum below).
-        idx = torch.maximum(torch.arange(self.length, device=first.device)[None, None, :], first[:, :, None])
-        dead = (self.pages.c_at(idx) >= threshold).sum(-1)
-        self.start.copy_(torch.maximum(self.start, dead.view(B, Hkv, -1).amin(-1)))
+        p = self.pages
+        last = self.length - 1 if last is None else last
+        if window is not None:  # one kernel on a GPU (ops/forgetting_attention/evict_scan.py)
+            evict_scan_(self.start, p.c_pages, p.table, self.c_last, self.delta, window, last)
+        else:
+            # Every live position: the same count in torch, whose memory follows the length (the kernel holds
+            # its window in one program). c is non-increasing, so the dead keys are a prefix from each start.
+            evict_scan_(self.start, p.c_pages, p.table, self.c_last, self.delta, self.length, last, backend="torch")
 
     def select(self, index: torch.Tensor) -> None:
         super().select(index)

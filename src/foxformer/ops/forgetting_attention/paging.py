@@ -1,5 +1,6 @@
 """Cache layouts shared by the decode ops and the caches (no Triton import: the caches must work on CPU-only
-installs without it): the paged key/value layout, and one token's write into dense buffers."""
+installs without it): the paged key/value layout, and the torch references of the two cache kernels (one
+token's write, dense or paged; the dead-key scan of a paged cache)."""
 from __future__ import annotations
 
 import torch
