@@ -150,3 +150,30 @@ def test_auto_picks_gluon_and_unpacked_heads_fall_back():
     q, k, v = qkv.unbind(3)
     assert layout_reason(q=q) is not None
     _check(q, k, v, _gates("mixed", 1, 256, 4, seed=6))
+
+
+@pytest.mark.parametrize("D", [64, 128], ids=lambda d: f"D{d}")
+def test_column_slices_of_one_product(D):
+    """q, k, v as column slices of one [B, T, W] product, as a block's grouped input projections hand them over
+    (models/fused_linear.linear_group, W padded to 8 columns): the kernels read and write through their row
+    stride, and the gradients land in the slices."""
+    from foxformer.ops.forgetting_attention.hopper.dispatch import layout_reason
+
+    B, T, H = 2, 1000, 4
+    W = 3 * H * D + 16  # the gate columns after q, k, v
+    torch.manual_seed(3)
+    x = torch.randn(B, T, W, device=DEV, dtype=torch.bfloat16).requires_grad_()
+    q, k, v = (x[..., i * H * D:(i + 1) * H * D].view(B, T, H, D) for i in range(3))
+    assert layout_reason(q=q, k=k, v=v) is None
+    log_f = _gates("mixed", B, T, H, seed=7)
+    do = torch.randn(B, T, H, D, device=DEV, dtype=torch.bfloat16)
+    out = forgetting_attention(q, k, v, log_f, backend="gluon")
+    out.backward(do)
+    grads = [x.grad[..., i * H * D:(i + 1) * H * D].reshape(B, T, H, D) for i in range(3)]
+    assert not x.grad[..., 3 * H * D:].any()
+    leaves = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    ref = forgetting_attention(*leaves, log_f.double(), backend="naive")
+    ref.backward(do.double())
+    assert _rel(out, ref) < 2e-2
+    for g, leaf in zip(grads, leaves):
+        assert _rel(g, leaf.grad) < 2e-2

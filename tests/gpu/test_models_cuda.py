@@ -23,11 +23,17 @@ def _rel(a, b):
     return ((a.double() - b.double()).norm() / b.double().norm()).item()
 
 
+HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+
+
+@pytest.mark.parametrize("backend", ["triton", pytest.param("gluon", marks=pytest.mark.skipif(
+    not HOPPER, reason="the Gluon kernels need an sm_90 GPU"))])
 @pytest.mark.parametrize("preset", PRESETS)
-def test_bf16_triton_matches_torch_backend(preset):
+def test_bf16_kernels_match_torch_backend(preset, backend):
+    """The blocks hand the op column slices of one grouped input product (models/fused_linear.linear_group)."""
     ids = torch.randint(0, 512, (2, 1024), device="cuda")
     outs = []
-    for backend in ("triton", "torch"):
+    for backend in (backend, "torch"):
         model = _model(preset, backend)
         with torch.autocast("cuda", dtype=torch.bfloat16):
             out = model(ids, labels=ids)
