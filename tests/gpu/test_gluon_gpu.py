@@ -154,9 +154,8 @@ def test_auto_picks_gluon_and_unpacked_heads_fall_back():
 
 @pytest.mark.parametrize("D", [64, 128], ids=lambda d: f"D{d}")
 def test_column_slices_of_one_product(D):
-    """q, k, v as column slices of one [B, T, W] product, as a block's grouped input projections hand them over
-    (models/fused_linear.linear_group, W padded to 8 columns): the kernels read and write through their row
-    stride, and the gradients land in the slices."""
+    """q, k, v as column slices of one [B, T, W] product (a fused QKV projection, W a multiple of 8 columns): the
+    kernels read and write through their row stride, and the gradients land in the slices."""
     from foxformer.ops.forgetting_attention.hopper.dispatch import layout_reason
 
     B, T, H = 2, 1000, 4

@@ -1,4 +1,4 @@
-"""Models on CUDA in bf16 (Triton backend) against the exact torch backend.
+"""Models on CUDA in bf16 (Triton and, on sm_90, Gluon backends) against the exact torch backend.
 
 Skipped without CUDA; run on the GPU machine: `TRITON_INTERPRET=0 python -m pytest -q tests/gpu`.
 """
@@ -30,7 +30,6 @@ HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9,
     not HOPPER, reason="the Gluon kernels need an sm_90 GPU"))])
 @pytest.mark.parametrize("preset", PRESETS)
 def test_bf16_kernels_match_torch_backend(preset, backend):
-    """The blocks hand the op column slices of one grouped input product (models/fused_linear.linear_group)."""
     ids = torch.randint(0, 512, (2, 1024), device="cuda")
     outs = []
     for backend in (backend, "torch"):

@@ -1,11 +1,10 @@
 """FusedLinears: the input projections of a one-token decode step as one product (models/fused_linear.py), and
-never a stale or wrong one: every change to a source layer makes the copy again or skips the fusion.
-linear_group: the same grouping with gradients, for training and prefill."""
+never a stale or wrong one: every change to a source layer makes the copy again or skips the fusion."""
 import pytest
 import torch
 from torch import nn
 
-from foxformer.models.fused_linear import FusedLinears, linear_group
+from foxformer.models.fused_linear import FusedLinears
 
 from .conftest import make_model, tokens
 
@@ -48,38 +47,6 @@ def test_a_changed_source_is_never_read_from_a_stale_copy(change):
     with torch.no_grad():
         for g, want in zip(fused(x, linears), _separate(x, linears)):
             torch.testing.assert_close(g, want, rtol=1e-12, atol=1e-12)
-
-
-@pytest.mark.parametrize("widths", [(5, 3, 1), (8, 8), (64, 12, 12)], ids=["padded-9-to-16", "no-pad", "fox-like"])
-def test_linear_group_gives_each_layers_output_and_gradients(widths):
-    torch.manual_seed(0)
-    linears = [nn.Linear(8, w, bias=i == 1).double() for i, w in enumerate(widths)]
-    x = torch.randn(2, 7, 8, dtype=torch.float64, requires_grad=True)
-    got = linear_group(x, linears)
-    assert [g.shape[-1] for g in got] == list(widths)
-    # views of one product whose row stride is padded to 8 columns (the Hopper kernels' TMA alignment)
-    assert all(g.stride(-2) % 8 == 0 for g in got)
-    weights = [torch.randn_like(g) for g in got]
-    sum((g * w).sum() for g, w in zip(got, weights)).backward()
-    grads = [x.grad] + [p.grad for lin in linears for p in lin.parameters()]
-    x.grad = None
-    for lin in linears:
-        lin.zero_grad(set_to_none=True)
-    want = _separate(x, linears)
-    sum((g * w).sum() for g, w in zip(want, weights)).backward()
-    for g, w in zip(got, want):
-        torch.testing.assert_close(g, w, rtol=1e-12, atol=1e-12)
-    for g, w in zip(grads, [x.grad] + [p.grad for lin in linears for p in lin.parameters()]):
-        torch.testing.assert_close(g, w, rtol=1e-12, atol=1e-12)
-
-
-def test_linear_group_runs_layers_that_cannot_share_a_product_one_by_one():
-    linears, x = _layers(), torch.randn(1, 3, 8, dtype=torch.float64)
-    odd = _Scaled(8, 4).double()
-    got = linear_group(x, linears + [odd])
-    for g, want in zip(got, _separate(x, linears + [odd])):
-        torch.testing.assert_close(g, want, rtol=1e-12, atol=1e-12)
-    assert got[-1].is_contiguous()
 
 
 class _Scaled(nn.Linear):

@@ -1,5 +1,4 @@
-"""One matrix product for the Linear layers that read the same input: in training and prefill (``linear_group``)
-and in one-token decode steps (``FusedLinears``).
+"""One matrix product for the Linear layers that read the same input, in one-token decode steps.
 
 At batch 1 a decode step's products have one row, and on an H200 each costs one launch of about 4 us however
 wide it is: the batch-1 profile of FoX (Pro) 125M at 32K (docs/benchmarks.md, "CUDA-graph decoding") counts
@@ -9,13 +8,6 @@ a group as one product over a concatenated copy of the weights. The copy is not 
 dict, and no gradient reaches it: callers use it without gradients only), and it is made again whenever a
 source changed: a weight written in place (an optimizer step, ``load_state_dict``), replaced or moved, or a
 layer swapped for another module.
-
-In training the same grouping pays for other reasons: FoX (Pro)'s three one-column-per-head projections (the
-forget gate, the two token-shift gates; 12 columns at 125M) each ran as an sm80 cutlass kernel for unaligned
-widths, 36 launches and 5.3 of a 374 ms compiled 125M step at 16K (fourth session's profile,
-docs/bench/profile_fox_pro_125m_h200.txt), and every product reading x added one more dX to sum in the backward.
-``linear_group`` concatenates the weights on each call, with gradients (a few MB, against the 100 MB x of a
-64K-token step), so parameters, state dicts and optimizers see the layers as they are.
 """
 from __future__ import annotations
 
@@ -31,34 +23,6 @@ def _plain(lin: nn.Module) -> bool:
     with plain (not sharded) tensors."""
     return (isinstance(lin, nn.Linear) and type(lin).forward is nn.Linear.forward
             and all(type(p.data) is torch.Tensor for p in lin.parameters(recurse=False)))
-
-
-def _shareable(linears: Sequence[nn.Module]) -> bool:
-    params = [p for lin in linears for p in lin.parameters(recurse=False)]
-    return (all(_plain(lin) for lin in linears)
-            and all(p.dtype == params[0].dtype and p.device == params[0].device for p in params))
-
-
-# Columns of the grouped product padded to a multiple of 8: its outputs are views with the product's width as row
-# stride, and the Hopper kernels' TMA descriptors need 16-byte aligned strides (3108 bf16 columns are not: FoX
-# (Pro) 125M's q, k, v, g, f, ks, vs), or the op takes the slower Triton kernels (hopper/dispatch.py).
-_ALIGN_COLUMNS = 8
-
-
-def linear_group(x: torch.Tensor, linears: Sequence[nn.Linear]) -> tuple[torch.Tensor, ...]:
-    """``(a(x), b(x), ...)`` by one product over the concatenated weights, differentiable in x and every
-    weight and bias: for any number of tokens, with or without gradients. The outputs are column slices of
-    the product (views). Layers that cannot share a product run one by one (as ``FusedLinears``)."""
-    if len(linears) < 2 or not _shareable(linears):
-        return tuple(lin(x) for lin in linears)
-    widths = [lin.out_features for lin in linears]
-    pad = -sum(widths) % _ALIGN_COLUMNS
-    weights = [lin.weight for lin in linears] + ([linears[0].weight.new_zeros(pad, x.shape[-1])] if pad else [])
-    bias = None
-    if any(lin.bias is not None for lin in linears):
-        bias = torch.cat([lin.weight.new_zeros(lin.out_features) if lin.bias is None else lin.bias
-                          for lin in linears] + ([linears[0].weight.new_zeros(pad)] if pad else []))
-    return F.linear(x, torch.cat(weights), bias).split(widths + ([pad] if pad else []), dim=-1)[:len(linears)]
 
 
 class FusedLinears:
@@ -78,7 +42,8 @@ class FusedLinears:
         params = [p for lin in linears for p in (lin.weight, lin.bias) if p is not None]
         key = tuple(id(lin) for lin in linears) + tuple((p.data_ptr(), p._version) for p in params)
         if key != self._key:
-            if not _shareable(linears):
+            if not (all(_plain(lin) for lin in linears)
+                    and all(p.dtype == params[0].dtype and p.device == params[0].device for p in params)):
                 return None
             with torch.no_grad():
                 self._weight = torch.cat([lin.weight for lin in linears])

@@ -12,7 +12,6 @@ from torch import nn
 from foxformer.ops import forgetting_attention, gated_linear_attention, naive_gated_linear_attention
 
 from .config import FoxConfig
-from .fused_linear import linear_group
 
 
 @dataclass
@@ -220,8 +219,7 @@ class SwiGLU(nn.Module):
         self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = linear_group(x, (self.gate_proj, self.up_proj))
-        return self.down_proj(F.silu(gate) * up)
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
 class Attention(nn.Module):
@@ -263,7 +261,7 @@ class Attention(nn.Module):
             # a decode step: one product for all of them (models/fused_linear.py; the copy is the cache's)
             proj = dict(zip(linears, cache.fused_inputs(x, list(linears.values()))))
         else:
-            proj = dict(zip(linears, linear_group(x, list(linears.values()))))
+            proj = {name: lin(x) for name, lin in linears.items()}
         q = proj["q"].view(B, T, self.num_heads, self.head_dim)
         k = proj["k"].view(B, T, self.num_kv_heads, self.head_dim)
         v = proj["v"].view(B, T, self.num_kv_heads, self.head_dim)

@@ -176,7 +176,9 @@ class BwdConfig:
 # kernel on a second stream beside dk/dv (the one's tail filled by the other's programs), D 64 11.68 against
 # 11.62 / 11.68 ms, D 128 9.30 against 9.34 / 9.42: no gain, removed. One head at a time (head_group 1) against 4:
 # D 64 11.50 against 11.62-11.68 in that run, 11.80 / 11.90 against 11.75 in the run before; noise-level either way.
-BWD_CONFIGS = {64: BwdConfig(dkdv_block_m=128, dkdv_stages=2, dq_block_n=128, dq_stages=2),
+# Fourteenth (docs/bench/hopper_tune_bwd_decd3ad_h200.json): a third dq stage at D 64, dq kernel 4.98 ms against
+# 5.04 / 5.16 for two (the defaults first and last in one run), backward 11.67 against 11.75 / 11.86: ~1%, taken.
+BWD_CONFIGS = {64: BwdConfig(dkdv_block_m=128, dkdv_stages=2, dq_block_n=128, dq_stages=3),
                128: BwdConfig(dkdv_block_m=64, dkdv_stages=2, dq_block_n=128, dq_stages=2)}
 
 
