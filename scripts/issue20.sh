@@ -100,7 +100,8 @@ mqar)
     # timescales, the data-independent and fixed gates, the Transformer (Pro), and the gated linear attention
     # baseline with both starts (the table: softmax against recurrent retrieval at matched parameters).
     # Twelfth session, 7 processes: the Pro models did 3000 steps in ~200 s, the two linear ones were stopped by
-    # the 4-minute guard at 2690 and 2744 steps; the guard is 5 minutes since (a call of ~6.5 minutes).
+    # the 4-minute guard at 2690 and 2744 steps; the guard is 5 minutes since. Fourteenth session: seeds 1 and 2, each
+    # call 303-307 s with every model at 3000 steps (one of them beside the Gluon GPU tests).
     MODELS=${MQAR_MODELS:-fox-pro fox-pro:fgate_bias_init=timescales fox-pro:fgate=fixed transformer-pro \
         fox-pro:fgate=data_independent linear-pro linear-pro:fgate_bias_init=timescales}
     for m in $MODELS; do
