@@ -32,8 +32,8 @@ HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9,
 def test_bf16_kernels_match_torch_backend(preset, backend):
     ids = torch.randint(0, 512, (2, 1024), device="cuda")
     outs = []
-    for backend in (backend, "torch"):
-        model = _model(preset, backend)
+    for name in (backend, "torch"):
+        model = _model(preset, name)
         with torch.autocast("cuda", dtype=torch.bfloat16):
             out = model(ids, labels=ids)
         out.loss.backward()
