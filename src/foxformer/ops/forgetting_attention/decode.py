@@ -223,16 +223,18 @@ def _decode_split_kernel(
     stride_cb, stride_ct, stride_ch,
     stride_sb, stride_sh,
     stride_tb, stride_th,
-    Tq, Tk, Hkv, PAGE, scale_log2,
+    Tq, Tk, Hkv, scale_log2,
     G: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr, NUM_SPLITS: tl.constexpr, HAS_START: tl.constexpr, UPCAST: tl.constexpr,
-    PRECISION: tl.constexpr, PAGED: tl.constexpr, DYN_LEN: tl.constexpr,
+    PRECISION: tl.constexpr, PAGED: tl.constexpr, DYN_LEN: tl.constexpr, PAGE: tl.constexpr,
 ):
     """One (batch, kv head, key split): rows are (query t, group head g) pairs, row = t * G + g.
 
     PAGED: K, V are page pools [P, PAGE, D] and C [P, PAGE, G] (the stride_*b are page strides, the
     stride_*h unused, stride_ch steps along the group); TABLE[b, hkv, j // PAGE] is key j's page.
     DYN_LEN: the number of positions Tk is read from SEQ (a device tensor), not passed by the host.
+    PAGE is a compile-time constant (one page size in use: kvcache.pages.PAGE_SIZE): every key's page and row
+    are then a shift and a mask, where a runtime page size costs an integer division per key.
     """
     # One flat grid axis (see tiles.launch_grid); the splits of one (batch, kv head) are neighbours.
     pid_bh = tl.program_id(0) // NUM_SPLITS
@@ -444,10 +446,11 @@ def triton_decode(q, k, v, c, start, scale, num_splits, table, seq_len, capacity
         c.stride(0), c.stride(1), c.stride(2),
         st.stride(0), st.stride(1),
         table.stride(0), table.stride(1),
-        Tq, 0 if dyn_len else seq_len, Hkv, page_size, scale * 1.4426950408889634,
+        Tq, 0 if dyn_len else seq_len, Hkv, scale * 1.4426950408889634,
         G=G, D=D, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, NUM_SPLITS=splits,
         HAS_START=start is not None, UPCAST=upcast,
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32", PAGED=k.dim() == 3, DYN_LEN=dyn_len,
+        PAGE=page_size,
         num_warps=1 if interp else tiles.num_warps, num_stages=1 if interp else tiles.num_stages,
     )
     _decode_merge_kernel[launch_grid(G * Tq, B * Hkv, 1)](
