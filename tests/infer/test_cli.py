@@ -1,4 +1,5 @@
 """`foxformer generate`, `foxformer bias-shift` and `foxformer bench decode` / `bench-decode` end to end."""
+import gzip
 import json
 
 import pytest
@@ -132,9 +133,14 @@ def test_bench_decode_profile_writes_where_the_step_time_goes(tmp_path):
             "--decode", "eager", "--no-progress"]
     assert main(args + ["--profile", str(tmp_path / "prof"), "--out", str(tmp_path / "p.json")]) == 0
     tables = sorted(p.name for p in (tmp_path / "prof").iterdir())
-    assert tables == ["fox_eager_48_b1.txt", "fox_evict_eager_48_b1.txt"]
+    assert tables == ["fox_eager_48_b1.trace.json.gz", "fox_eager_48_b1.txt",
+                      "fox_evict_eager_48_b1.trace.json.gz", "fox_evict_eager_48_b1.txt"]
     text = (tmp_path / "prof" / "fox_eager_48_b1.txt").read_text()
     assert "Self CPU" in text and "aten::" in text
+    # the timeline beside the table: Chrome trace events of the same steps
+    with gzip.open(tmp_path / "prof" / "fox_eager_48_b1.trace.json.gz", "rt") as f:
+        events = json.load(f)["traceEvents"]
+    assert any(str(e.get("name", "")).startswith("aten::") for e in events)
     assert main(args + ["--out", str(tmp_path / "plain.json")]) == 0
     with_profile, plain = (json.loads((tmp_path / f).read_text())["rows"][0] for f in ("p.json", "plain.json"))
     assert with_profile["decode"] == plain["decode"] == "eager" and with_profile["steps"] == plain["steps"] == 2

@@ -37,6 +37,7 @@ def test_bench_model_profile_writes_operator_table(tmp_path):
     assert rc == 0
     table = (prof / "fox-pro-tiny.txt").read_text()
     assert "Self CPU" in table and "aten::" in table
+    assert (prof / "fox-pro-tiny.trace.json.gz").stat().st_size > 0
 
 
 TINY = ["--context", "32", "--tokens-per-step", "64", "--steps", "1", "--warmup", "0", "--dtype", "fp32",

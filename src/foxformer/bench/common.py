@@ -71,8 +71,11 @@ def write_json(path: str | Path, payload: dict) -> None:
 
 
 def write_profile(prof, path: str, device: torch.device, rows: int = 60) -> None:
-    """Top operators / kernels of a torch.profiler run by self device time (CPU time on CPU), as text."""
+    """Top operators / kernels of a torch.profiler run by self device time (CPU time on CPU), as text, and its
+    timeline beside it (``<path without .txt>.trace.json.gz``, for chrome://tracing or Perfetto): the table sums
+    kernel times, the timeline shows the gaps between them (where a decode step's GPU waits on the host)."""
     key = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path, "w") as f:
         f.write(prof.key_averages().table(sort_by=key, row_limit=rows, max_name_column_width=90))
+    prof.export_chrome_trace(f"{os.path.splitext(path)[0]}.trace.json.gz")
