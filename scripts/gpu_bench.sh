@@ -36,7 +36,7 @@
 #               (alone: BUDGET=240 ... graphscomp graphtargets)
 #   graphs      all four, then graphtargets: the targets against the rows (scripts/decode_targets.py)
 #   graphprof   where a step's time goes: FoX (Pro) 125M at 32K, batch 1 and 32, through graphs and the compiled
-#               graphs, 8 steps each under torch.profiler (tables in decode_profile/)
+#               graphs, 8 steps each under torch.profiler (tables and timelines in decode_profile/)
 #   decodesplits  the decode op alone at the 125M head shape, 32K, batch 1 and 32: the default key-split count
 #               against 16 to 256 splits (the op read the cache at ~2.3 TB/s at batch 1 in the eleventh session)
 # BUDGET: seconds for the whole script; a step is cut to what is left (minus bundling time) or skipped.
