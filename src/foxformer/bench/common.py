@@ -1,6 +1,7 @@
 """Shared pieces of the benchmarks: environment record, timing, tables, JSON."""
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import platform
@@ -9,6 +10,7 @@ from pathlib import Path
 import torch
 
 from ..provenance import code_version
+from .timeline import timeline_summary
 
 
 def environment() -> dict:
@@ -70,12 +72,17 @@ def write_json(path: str | Path, payload: dict) -> None:
     os.replace(tmp, path)
 
 
-def write_profile(prof, path: str, device: torch.device, rows: int = 60) -> None:
-    """Top operators / kernels of a torch.profiler run by self device time (CPU time on CPU), as text, and its
-    timeline beside it (``<path without .txt>.trace.json.gz``, for chrome://tracing or Perfetto): the table sums
-    kernel times, the timeline shows the gaps between them (where a decode step's GPU waits on the host)."""
+def write_profile(prof, path: str, device: torch.device, rows: int = 60, steps: int = 1) -> None:
+    """Top operators / kernels of a torch.profiler run by self device time (CPU time on CPU), as text, then the
+    device's busy and idle time per step and its longest gaps (bench.timeline); the timeline itself goes beside
+    it (``<path without .txt>.trace.json.gz``, for chrome://tracing or Perfetto). ``steps``: how many steps the
+    profile holds."""
     key = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    trace = f"{os.path.splitext(path)[0]}.trace.json.gz"
+    prof.export_chrome_trace(trace)
+    with gzip.open(trace, "rt") as f:
+        summary = timeline_summary(json.load(f), steps)
     with open(path, "w") as f:
         f.write(prof.key_averages().table(sort_by=key, row_limit=rows, max_name_column_width=90))
-    prof.export_chrome_trace(f"{os.path.splitext(path)[0]}.trace.json.gz")
+        f.write("\n" + summary)

@@ -171,7 +171,7 @@ def measure_decode(model, *, vocab: int, context: int, batch: int, steps: int, w
             for t in range(context + warmup + steps, total):
                 one_step(t)
             _sync(device)
-        write_profile(prof, profile_path, device)
+        write_profile(prof, profile_path, device, steps=extra)
     median = statistics.median(times) if times else None
     row = {"context": context, "batch": batch, "steps": steps, "decode": decode_path(cache, decode),
            "ms_per_step": None if median is None else 1e3 * median,
