@@ -23,8 +23,9 @@ def test_busy_idle_and_gaps():
     assert st["span_us"] == 90 and st["busy_us"] == 30 + 5 + 20 and st["idle_us"] == 35
     assert st["idle_per_step_us"] == 17.5 and st["device_intervals"] == 4
     assert [(g["us"], g["at_us"], g["host"]) for g in st["gaps"]] == [(25, 45, []), (10, 30, ["cudaMemcpyAsync"])]
+    assert st["idle_per_step_by_host_us"] == {"-": 12.5, "cudaMemcpyAsync": 5.0}
     text = timeline_summary(TRACE, steps=2)
-    assert "busy 27.5 us, idle 17.5 us" in text and "10.0 at 30.0: cudaMemcpyAsync" in text
+    assert "busy 27.5 us, idle 17.5 us" in text and "10.0 at 30.0: cudaMemcpyAsync" in text and "5.0 us: cudaMemcpyAsync" in text
 
 
 def test_cpu_profile_has_no_device_events():

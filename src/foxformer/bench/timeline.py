@@ -2,8 +2,9 @@
 
 An operator table sums kernel times; it cannot say how long the device sat idle between them, which is what a
 batch-1 decode step loses to the host (graph launches, copies, synchronisations). ``timeline_summary`` merges the
-device intervals (kernels, copies, sets) of a trace, reports their span, busy time and idle time, and lists the
-longest gaps with the host runtime calls (``cudaGraphLaunch``, ``cudaMemcpyAsync``, ...) running when each began.
+device intervals (kernels, copies, sets) of a trace, reports their span, busy time and idle time, the idle time
+by the host runtime calls (``cudaGraphLaunch``, ``cudaMemcpyAsync``, ...) running when each gap began, and the
+longest gaps.
 """
 from __future__ import annotations
 
@@ -39,13 +40,22 @@ def timeline_stats(trace: dict, steps: int = 1, top: int = 5) -> dict:
     span = merged[-1][1] - merged[0][0]
     busy = sum(end - start for start, end in merged)
     host = _intervals(events, HOST_CATEGORIES)
-    gaps = sorted(((b[0] - a[1], a[1]) for a, b in zip(merged, merged[1:])), reverse=True)[:top]
+
+    def running(at: float) -> list[str]:
+        return sorted({name for s, e, name in host if s <= at <= e})
+
+    gaps = sorted(((b[0] - a[1], a[1]) for a, b in zip(merged, merged[1:])), reverse=True)
+    # every gap's time, by the host calls running when it began ("-": none, the host was in Python)
+    by_host: dict[str, float] = {}
+    for length, at in gaps:
+        key = ", ".join(running(at)) or "-"
+        by_host[key] = by_host.get(key, 0.0) + length
     return {
         "span_us": span, "busy_us": busy, "idle_us": span - busy, "steps": steps,
         "span_per_step_us": span / steps, "busy_per_step_us": busy / steps, "idle_per_step_us": (span - busy) / steps,
         "device_intervals": len(device),
-        "gaps": [{"us": length, "at_us": at - merged[0][0],
-                  "host": sorted({name for s, e, name in host if s <= at <= e})} for length, at in gaps],
+        "idle_per_step_by_host_us": {k: v / steps for k, v in sorted(by_host.items(), key=lambda kv: -kv[1])},
+        "gaps": [{"us": length, "at_us": at - merged[0][0], "host": running(at)} for length, at in gaps[:top]],
     }
 
 
@@ -57,6 +67,8 @@ def timeline_summary(trace: dict, steps: int = 1, top: int = 5) -> str:
     lines = [f"timeline over {steps} step(s): device span {st['span_per_step_us']:.1f} us a step, busy "
              f"{st['busy_per_step_us']:.1f} us, idle {st['idle_per_step_us']:.1f} us "
              f"({st['device_intervals']} device intervals)",
-             "longest gaps (us, at us from the first device event, host calls running when the gap began):"]
+             "idle a step by the host calls running when each gap began ('-': none):"]
+    lines += [f"  {us:.1f} us: {key}" for key, us in st["idle_per_step_by_host_us"].items()]
+    lines.append("longest gaps (us, at us from the first device event, host calls running when the gap began):")
     lines += [f"  {g['us']:.1f} at {g['at_us']:.1f}: {', '.join(g['host']) or '-'}" for g in st["gaps"]]
     return "\n".join(lines) + "\n"
