@@ -103,9 +103,9 @@ def _sdpa_rows(rows, D, H, T, B):
         print(row, flush=True)
 
 
-# The defaults first and last (drift); between them the variants still worth a row (each measured one names its
-# JSON in hopper/launch.py): the launch order one head at a time (head_group 1, the default until the thirteenth
-# session). The D 64 overlap and D 128 without overlap and fold left the sweep (ninth session's rows).
+# The defaults first and last (drift); between them the variants still worth a row: the launch order one head at a
+# time (head_group 1, the default until the thirteenth session). Variants that lost, with their JSONs: docs/benchmarks.md,
+# "Hopper kernel variants tried and removed".
 FWD_SWEEP = {64: [dict(), dict(head_group=1), dict()], 128: [dict(), dict(head_group=1), dict()]}
 
 
@@ -123,11 +123,8 @@ def _worst_error(D, fwd_cfg=None, bwd_cfg=None) -> float:
     return worst
 
 
-# Tenth session (docs/bench/hopper_tune_5de7330_h200.json): three dq warpgroups with 64-key stages at D 64 took
-# 5.7 ms against 5.1 for the dq kernel; eleventh (docs/bench/hopper_tune_73a4f5b_h200.json): a third dk/dv stage
-# gained nothing at either D (hopper/launch.py); both dropped from the sweep, as the dq kernel on a second stream
-# (thirteenth). One head at a time (head_group 1, the order until the thirteenth session) stays for comparison,
-# and at D 64 the two dq stages of the thirteenth session's default (three since the fourteenth).
+# One head at a time (head_group 1, the order until the thirteenth session) stays for comparison, and at D 64 the two
+# dq stages of the thirteenth session's default (three since the fourteenth); what lost: as FWD_SWEEP's.
 BWD_SWEEP = {64: [dict(), dict(head_group=1), dict(dq_stages=2), dict()], 128: [dict(), dict(head_group=1), dict()]}
 
 

@@ -41,36 +41,14 @@ class FwdConfig:
     head_group: int = 4
 
 
-# Picked by `scripts/hopper_tune.py fwd bwd` on one H200 (torch 2.11, Triton 3.6, bf16, B * T = 32K, T = 16K;
-# 2026-12-01, rows in docs/bench/hopper_tune_h200.json). D 64: three consumer warpgroups (192 query rows)
-# beat two, 4.53 against 4.90 ms. (Q as a register operand ran D 128 faster, 3.29 against 3.51 ms, but its
-# lse drifted in the GPU tests; it is not offered until that is understood.) Eighth session, same machine,
-# old and new kernels alternated in one process (scripts/hopper_tune.py fwd and a side-by-side run): folding
-# the query's c into the row maximum took D 64 from 4.58 / 4.61 to 4.04 / 4.09 ms (+13%; 4.41 -> 4.10 ms in
-# the sweep of docs/bench/hopper_tune_fold_h200.json). At D 128 two comparisons disagreed (1-4% slower in one,
-# 3.48 / 3.57 against 3.44 / 3.42 ms; 2% faster in the sweep), so D 128 kept the whole bias (until the overlap,
-# below). FA3's ping-pong (turn
-# barriers between the consumer warpgroups, PV of one tile and QK^T of the next issued back to back) was
-# slower everywhere: D 64 8.77 ms (three warpgroups spill) and 5.36 ms (two), D 128 4.05 ms.
-# Ninth session (docs/bench/hopper_tune_overlap*_h200.json): FA3's intra-warpgroup overlap (overlap=True: QK^T of
-# tile i issued beside PV of tile i - 1, softmax while PV runs) with the row term folded took D 128 from 3.53-3.57
-# to 3.00-3.06 ms (0.94x cuDNN's forward). At D 64 it lost: 4.41 ms at two warpgroups, 5.3 ms at three with
-# 64-key stages, against 4.03; at three with 128-key stages it spilled 24 bytes and gave wrong output (most likely
-# P's registers reused while its wgmma read them; tests/ops/test_gluon_hopper.py caps the forward's spills).
-# Tenth session (docs/bench/hopper_tune_5de7330_h200.json): the D 64 ring two or four stages deep, 4.91 / 4.82 ms
-# against 4.09 for three. Eleventh (docs/bench/hopper_tune_73a4f5b_h200.json): FlashAttention-4's split of the
-# softmax exponentials, one in every 2 / 4 / 8 by a degree-3 polynomial on the FMA pipe (commit 50bc448), was
-# slower everywhere: D 64 7.23 / 4.61 / 4.26 ms against 4.04 / 3.97, 4.77 / 4.67 with two overlapped warpgroups,
-# D 128 3.23 (1 in 4) against 3.06 / 3.02: the D 64 forward is not paced by MUFU. Removed. Twelfth
-# (docs/bench/hopper_tune_8f0d1c6_h200.json; commit 8f0d1c6 has the code): tiles started heaviest first across every
-# head and sequence rather than within each head in turn (a longest-processing-time order; a list-scheduling model
-# put the tail of the per-head order at ~2% of the D 64 forward) lost in every kernel, D 64 forward 4.20 / 4.33 ms
-# against 4.10 / 4.11, backward 12.5 against 11.8-11.9, D 128 forward 3.39-3.40 against 3.05-3.09: the per-head
-# order keeps a head's K and V in L2 for the ~90 tiles that read them at once. Removed. Thirteenth
-# (docs/bench/hopper_tune_787a5d3_h200.json): the order shared by groups of 4 pairs (head_group), D 64 forward
-# 3.98 ms against 4.35 / 4.35 one head at a time in the same run (2 pairs 4.02, 8 pairs 4.10), D 128 3.03 against
-# 3.17 / 3.10; the backward unchanged within the noise (D 64 11.75 against 11.80 / 11.90, D 128 9.46 against
-# 9.41 / 9.38), given the same order for one rule.
+# Chosen by `scripts/hopper_tune.py fwd` on one H200 (torch 2.11, Triton 3.6, bf16, B * T = 32K, T = 16K), JSONs in
+# docs/bench/: D 64 three consumer warpgroups (4.53 against 4.90 ms for two: hopper_tune_h200.json), a ring three
+# 128-key stages deep (two / four: 4.91 / 4.82 against 4.09: hopper_tune_5de7330_h200.json), the query's c folded into
+# the row maximum (4.04-4.10 against 4.58-4.61: hopper_tune_fold_h200.json), no overlap (4.41-5.3 against 4.03, and
+# wrong output where it spilled: hopper_tune_overlap_h200.json); D 128 the overlap with the fold (3.00-3.06 against
+# 3.53-3.57: hopper_tune_overlap*_h200.json); both, tiles started heaviest first in groups of 4 (sequence, head) pairs
+# (D 64 3.98-4.05 against 4.35 one head at a time: hopper_tune_787a5d3_h200.json). What else was tried and removed:
+# docs/benchmarks.md, "Hopper kernel variants tried and removed".
 FWD_CONFIGS = {64: FwdConfig(block_n=128, num_stages=3, num_wg=3, consumer_regs=160),
                128: FwdConfig(block_n=128, num_stages=2, overlap=True)}
 
@@ -162,22 +140,12 @@ class BwdConfig:
     head_group: int = 4
 
 
-# Same runs. dk/dv: 128-row query tiles at D 64 (6.59 against 7.25 ms for 64 rows), 64-row ones at D 128
-# (5.49 against 6.36 ms for 32), although both spill a little; dq with 128-key stages (3.73 against 4.32 ms
-# for three warpgroups at 64 keys). K and V as register operands of the D 64 dk/dv kernel were faster
-# (6.37 ms) but gave wrong dk: not offered. Ninth session (docs/bench/hopper_tune_dkdv_overlap_h200.json): dV, dK of
-# tile t - 1 issued behind S^T, dP^T of tile t (64-row tiles: the only ones that fit) 11.90-11.93 ms against
-# 11.76-11.77 for the whole D 64 backward; removed (commit 8256d6f has it). Tenth session
-# (docs/bench/hopper_tune_5de7330_h200.json): three dq warpgroups with 64-key stages at D 64, 5.7 against 5.1 ms.
-# dQ added by the dk/dv kernel (5 products, no dq kernel) lost in every form tried, see docs/benchmarks.md
-# (docs/bench/hopper_tune_atomic_dq_h200.json; commit bdeb8ae has the last form). Eleventh session
-# (docs/bench/hopper_tune_73a4f5b_h200.json): a third dk/dv stage, dk/dv kernel 6.60 against 6.54 / 6.60 ms at D 64
-# and 5.45 against 5.43 / 5.47 at D 128: no gain. Thirteenth (docs/bench/hopper_tune_f165756_h200.json): the dq
-# kernel on a second stream beside dk/dv (the one's tail filled by the other's programs), D 64 11.68 against
-# 11.62 / 11.68 ms, D 128 9.30 against 9.34 / 9.42: no gain, removed. One head at a time (head_group 1) against 4:
-# D 64 11.50 against 11.62-11.68 in that run, 11.80 / 11.90 against 11.75 in the run before; noise-level either way.
-# Fourteenth (docs/bench/hopper_tune_bwd_decd3ad_h200.json): a third dq stage at D 64, dq kernel 4.98 ms against
-# 5.04 / 5.16 for two (the defaults first and last in one run), backward 11.67 against 11.75 / 11.86: ~1%, taken.
+# Chosen by `scripts/hopper_tune.py bwd` (same setting): dk/dv with 128-row query tiles at D 64 (6.59 against 7.25 ms
+# for 64) and 64-row ones at D 128 (5.49 against 6.36 for 32; hopper_tune_h200.json), two stages (a third: no gain,
+# hopper_tune_73a4f5b_h200.json); dq with two warpgroups and 128-key stages (3.73 against 4.32 ms for three at 64
+# keys), three stages at D 64 (dq 4.98 against 5.04 / 5.16 ms, backward 11.67 against 11.75 / 11.86:
+# hopper_tune_bwd_decd3ad_h200.json). What else was tried and removed: docs/benchmarks.md, "Hopper kernel variants
+# tried and removed".
 BWD_CONFIGS = {64: BwdConfig(dkdv_block_m=128, dkdv_stages=2, dq_block_n=128, dq_stages=3),
                128: BwdConfig(dkdv_block_m=64, dkdv_stages=2, dq_block_n=128, dq_stages=2)}
 
