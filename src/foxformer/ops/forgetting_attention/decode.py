@@ -371,7 +371,9 @@ class DecodeTiles:
 # scripts/tune_decode.py on one H200 (twelfth session, docs/bench/decode_tune_e502ffc_h200.json; 12 heads of 64,
 # bf16, 32K cache, inside CUDA graphs): 128-key steps with 4 warps and 2 stages at the default split counts,
 # batch 1 32.5 us and batch 32 761 us, against 38.4 / 815 us for 64-key steps (SDPA 29.9 / 719 us). Single
-# timings: deeper pipelines and other split counts scattered within ~15% at batch 1, none better at both.
+# timings: deeper pipelines and other split counts scattered within ~15% at batch 1, none better at both. At the 760M
+# head shape (24 heads of 64; docs/bench/decode_tune_760m_307870b_h200.json) the same tiles were the best of 48,
+# 55.4 us at batch 1 (3.75 TB/s).
 DECODE_TILES = DecodeTiles()
 
 
