@@ -8,6 +8,7 @@
 #   bash scripts/issue20.sh seed 2        # GPU: ... seed 2
 #   bash scripts/issue20.sh lodo [SEEDS]  # GPU: FoX (Pro) and Transformer (Pro) trained without the prose
 #                                         # (SEEDS: "0" by default; "1 2" trains both seeds in one call)
+#   bash scripts/issue20.sh lodo-rest "1 2"  # GPU: the left-out prose and Go only, for seeds a lodo call cut short
 #   MQAR_SEED=1 bash scripts/issue20.sh mqar   # GPU: multi-query associative recall, 7 models (MQAR_MODELS), one
 #                                         # seed (default 0), into $OUT/mqar_bundle.tgz
 #   python scripts/issue20_doc.py BUNDLE_DIR...   # CPU: tables and figures into docs/results.md
@@ -86,6 +87,16 @@ lodo)
     DATA=$CARRY/gpt2_noprose SEEDS="${2:-0}" OOD=$OOD_DIRS EVAL_SOURCES=prose SOURCES_FIRST=1 RUNS=runs_noprose \
         bash scripts/reproduce.sh fox-pro-small transformer-pro-small
     ;;
+lodo-rest)
+    # The left-out prose and Go for seeds whose lodo call ran out of time after the mix and the novels (the
+    # thirteenth session's seeds 1 and 2): the pairs trained again with those seeds, then only those two texts
+    # (EVAL_MIX=0), so that both seeds fit one call: ~6 min of training, ~2.5 of evaluations.
+    s=${2:?lodo-rest: give the seeds, e.g. lodo-rest \"1 2\"}
+    unpack carry_lodo
+    DATA=$CARRY/gpt2_noprose SEEDS="$s" OOD="go=$CARRY/ood_go" \
+        EVAL_SOURCES=prose SOURCES_FIRST=1 EVAL_MIX=0 RUNS=runs_noprose \
+        bash scripts/reproduce.sh fox-pro-small transformer-pro-small
+    ;;
 mqar)
     # MQAR_SEED=N: one seed a call (the task's sequences and the weights), into $OUT/mqar_sN; issue20_doc.py tables
     # the seeds' spread from the bundles' mqar_s* folders (the twelfth session's seed 0 is in mqar/).
@@ -116,7 +127,7 @@ mqar)
         && mv ../mqar_bundle.tgz .)
     ;;
 *)
-    echo "usage: bash scripts/issue20.sh data | seed N | lodo | mqar" >&2
+    echo "usage: bash scripts/issue20.sh data | seed N | lodo [SEEDS] | lodo-rest SEEDS | mqar" >&2
     exit 2
     ;;
 esac

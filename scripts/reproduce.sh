@@ -120,8 +120,9 @@ evaluate() {  # evaluate PRESET: every evaluation of one run
         fox-pro-*) [ "$EVICTION" = 1 ] && step "eviction_$p.log" $FX eval eviction "$r" --data "$DATA" \
             --seq-len "$EVICT_LEN" --evict-eps 4.54e-5 --no-progress ;;
     esac
-    step "eval_loss_$p.log" $FX eval loss "$r" --data "$DATA" --within-docs --seq-len "$EVAL_LEN" \
-        --num-seqs "$EVAL_SEQS" --batch-size "$EVAL_BATCH" --no-progress
+    # EVAL_MIX=0: not the held-out mix (a call that adds texts to seeds an earlier call evaluated on it)
+    [ "${EVAL_MIX:-1}" = 1 ] && step "eval_loss_$p.log" $FX eval loss "$r" --data "$DATA" --within-docs \
+        --seq-len "$EVAL_LEN" --num-seqs "$EVAL_SEQS" --batch-size "$EVAL_BATCH" --no-progress
     local gated=0; case $p in fox-*|linear-*) gated=1 ;; esac
     # The losses before the gates: a deadline cuts the last steps (the tenth session's seed call lost the
     # out-of-mix losses behind the held-out prose).

@@ -45,6 +45,9 @@ def test_out_of_domain_and_per_source_evaluations_join_when_asked():
     # a leave-one-domain-out call: the left-out source right after the mix
     assert evaluations("transformer-pro-small_s1", env + " SOURCES_FIRST=1") == [
         "eval_loss", "eval_src_prose", "eval_ood_austen", "eval_ood_go"]
+    # texts added to seeds whose mix an earlier call evaluated (issue20.sh lodo-rest)
+    assert evaluations("fox-pro-small_s1", 'OOD="go=d2" EVAL_SOURCES=prose NIAH=0 EVICTION=0 BIAS_SHIFT=0 '
+                       'SOURCES_FIRST=1 EVAL_MIX=0') == ["eval_src_prose", "eval_ood_go", "gates_ood_go", "gates"]
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
