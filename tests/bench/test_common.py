@@ -1,0 +1,21 @@
+"""bench.common.time_ms: what a timed call includes."""
+import torch
+
+from foxformer.bench.common import time_ms
+
+
+def test_timed_backward_stores_its_gradients_instead_of_adding_to_the_last_ones():
+    """grad_to_none drops the leaves' gradients before each call: the benchmark times the op's backward, not an
+    add of every gradient into the previous call's (which no training step with non-leaf inputs runs)."""
+    x = torch.randn(7, 5, requires_grad=True)
+    w = torch.randn(5, 5)
+
+    def step():
+        (x @ w).square().sum().backward()
+
+    step()
+    once = x.grad.clone()
+    time_ms(step, grad_to_none=[x])
+    assert torch.equal(x.grad, once)
+    time_ms(step)
+    assert not torch.allclose(x.grad, once)
