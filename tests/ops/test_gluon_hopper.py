@@ -43,6 +43,7 @@ def compiled():
     """Every variant compiled for sm_90a by aot.py's command, in fresh processes: the test session runs with
     TRITON_INTERPRET=1, under which Gluon compiles fail after the first."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_DEFAULT_FP_FUSION"] = "0"  # Triton 3.10's announced default: the launches must ask for FMAs
     env["PYTHONPATH"] = os.pathsep.join([str(SRC), env.get("PYTHONPATH", "")])
     proc = subprocess.run([sys.executable, "-m", "foxformer.ops.forgetting_attention.hopper.aot", "--json",
                            "--jobs", str(min(4, os.cpu_count() or 1))],
@@ -58,6 +59,7 @@ def test_variant_compiles_for_sm90a(compiled, name):
     assert res["wgmma"] > 0 and res["tma"] and res["setmaxnreg"], res
     assert res["local_bytes"] <= LOCAL_BUDGET[name.split("-")[0]], res
     assert res["shared_bytes"] <= 227 * 1024, res
+    assert res["fp_fusion"], res
 
 
 def test_variants_cover_every_dispatchable_case():

@@ -18,6 +18,7 @@ import triton.language as tl
 
 from .cumsum import LOG_FGATE_FLOOR
 from .paging import append_token_torch
+from .tiles import LAUNCH_OPTIONS
 
 
 @triton.jit
@@ -147,4 +148,4 @@ def append_token_(k_buf: torch.Tensor, v_buf: torch.Tensor, c_buf: torch.Tensor,
         kl.stride(0), kl.stride(1), kr.stride(0), kr.stride(1), vl.stride(0), vl.stride(1), vr.stride(0), vr.stride(1),
         table.stride(0), table.stride(1), Hkv, page, LOG_FGATE_FLOOR,
         D=D, BLOCK_D=triton.next_power_of_2(D), G=G, BLOCK_G=max(2, triton.next_power_of_2(G)),
-        K_SHIFT=k_shift is not None, V_SHIFT=v_shift is not None, PAGED=paged, num_warps=1)
+        K_SHIFT=k_shift is not None, V_SHIFT=v_shift is not None, PAGED=paged, num_warps=1, **LAUNCH_OPTIONS)

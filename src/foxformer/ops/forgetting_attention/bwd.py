@@ -40,7 +40,7 @@ from .fwd import (
     split_f64,
     upcast_dots,
 )
-from .tiles import launch_grid, program_ids, query_key_range, seq_bounds, tile_bounds
+from .tiles import LAUNCH_OPTIONS, launch_grid, program_ids, query_key_range, seq_bounds, tile_bounds
 
 # Tuning knobs (H100/H200, bf16/fp16), keyed by padded head dim as in fwd.py; picked by a small sweep
 # on one H200 (triton 3.6, bf16, B=2, T=16K), timing each kernel alone.
@@ -107,7 +107,7 @@ def row_deltas(out: torch.Tensor, do: torch.Tensor, dlse: torch.Tensor | None, d
         out, do, dlse if dlse is not None else delta, delta,
         out.stride(0), out.stride(1), out.stride(2), do.stride(0), do.stride(1), do.stride(2),
         delta.stride(0), delta.stride(1), Tq, n_dblocks, Hq,
-        BLOCK_M=delta_block, HAS_DLSE=dlse is not None, HEAD_DIM=D, BLOCK_D=block_d_for(D),
+        BLOCK_M=delta_block, HAS_DLSE=dlse is not None, HEAD_DIM=D, BLOCK_D=block_d_for(D), **LAUNCH_OPTIONS,
     )
 
 
@@ -417,6 +417,7 @@ def triton_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
         lse.stride(0), lse.stride(1),
         Tq, Tk, scale, scale2, n_kblocks, Hkv,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **kern,
+        **LAUNCH_OPTIONS,
     )
 
     cfg = dq_config(D, q)
@@ -434,6 +435,7 @@ def triton_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
         lse.stride(0), lse.stride(1),
         Tq, Tk, scale, scale2, n_qblocks, Hq,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **kern,
+        **LAUNCH_OPTIONS,
     )
 
     # dc_t = (row sum of dS at the query sitting on position t) - (column sum of dS at key t).

@@ -24,7 +24,7 @@ import triton.language as tl
 
 from .checks import check_softmax_scale
 from .paging import gather_live
-from .tiles import launch_grid
+from .tiles import LAUNCH_OPTIONS, launch_grid
 
 LOG2E = tl.constexpr(1.4426950408889634)
 # The Triton path reads a tensor seq_len on the device (no host sync), so a CUDA graph can replay a decode call
@@ -453,7 +453,7 @@ def triton_decode(q, k, v, c, start, scale, num_splits, table, seq_len, capacity
         HAS_START=start is not None, UPCAST=upcast,
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32", PAGED=k.dim() == 3, DYN_LEN=dyn_len,
         PAGE=page_size,
-        num_warps=1 if interp else tiles.num_warps, num_stages=1 if interp else tiles.num_stages,
+        num_warps=1 if interp else tiles.num_warps, num_stages=1 if interp else tiles.num_stages, **LAUNCH_OPTIONS,
     )
     _decode_merge_kernel[launch_grid(G * Tq, B * Hkv, 1)](
         po, pm, pl, out,
@@ -461,6 +461,6 @@ def triton_decode(q, k, v, c, start, scale, num_splits, table, seq_len, capacity
         Tq, Hkv,
         G=G, D=D, BLOCK_M=block_m, BLOCK_D=block_d, NUM_SPLITS=splits,
         BLOCK_S=max(2, triton.next_power_of_2(splits)),
-        num_warps=1 if interp else 2,
+        num_warps=1 if interp else 2, **LAUNCH_OPTIONS,
     )
     return out

@@ -15,6 +15,7 @@ import triton
 import triton.language as tl
 
 from .paging import evict_scan_torch
+from .tiles import LAUNCH_OPTIONS
 
 
 @triton.jit(do_not_specialize=["last_int"])
@@ -83,4 +84,4 @@ def evict_scan_(start: torch.Tensor, c_pages: torch.Tensor, table: torch.Tensor,
         Hkv, window, table.stride(0), table.stride(1), c_pages.stride(0), c_pages.stride(1), c_pages.stride(2),
         c_last.stride(0), c_last.stride(1),
         PAGE=c_pages.shape[1], G=G, BLOCK_G=max(2, triton.next_power_of_2(G)),
-        BLOCK_W=max(2, triton.next_power_of_2(window)), LAST_ON_DEVICE=on_device, num_warps=1)
+        BLOCK_W=max(2, triton.next_power_of_2(window)), LAST_ON_DEVICE=on_device, num_warps=1, **LAUNCH_OPTIONS)

@@ -25,7 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .tiles import launch_grid, program_ids, query_key_range, seq_bounds, tile_bounds
+from .tiles import LAUNCH_OPTIONS, launch_grid, program_ids, query_key_range, seq_bounds, tile_bounds
 
 LOG2E = tl.constexpr(1.4426950408889634)
 LN2 = tl.constexpr(0.6931471805599453)
@@ -366,6 +366,6 @@ def triton_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.T
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_D=block_d,
         MASK_D=(block_d != D), IS_VARLEN=varlen, DOT_PRECISION=dot_precision(q.dtype),
         UPCAST=upcast_dots(q), PRUNE=prune,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **LAUNCH_OPTIONS,
     )
     return out, lse

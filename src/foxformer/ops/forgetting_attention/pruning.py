@@ -21,7 +21,7 @@ import triton.language as tl
 
 from .cumsum import gate_cumsum_heads_first
 from .threshold import pruning_threshold
-from .tiles import launch_grid, program_ids
+from .tiles import LAUNCH_OPTIONS, launch_grid, program_ids
 
 # The kernels compute |q . k| in fp32 from rounded inputs; a tiny relative margin on U keeps "auto"
 # an upper bound of what they actually compute.
@@ -93,7 +93,7 @@ def max_sq_row_norms(x: torch.Tensor) -> torch.Tensor:
         n_blocks = triton.cdiv(T, block_t)
         _max_sq_norm_kernel[launch_grid(n_blocks, H, B)](
             x, out, T, x.stride(0), x.stride(1), x.stride(2), n_blocks, H,
-            D=D, BLOCK_T=block_t, BLOCK_D=triton.next_power_of_2(D), num_warps=4)
+            D=D, BLOCK_T=block_t, BLOCK_D=triton.next_power_of_2(D), num_warps=4, **LAUNCH_OPTIONS)
     return out.view(torch.float32)
 
 

@@ -15,6 +15,7 @@ import triton
 import triton.language as tl
 
 from .cumsum import LOG_FGATE_FLOOR
+from .tiles import LAUNCH_OPTIONS
 
 
 def _chunk(T: int) -> int:
@@ -89,10 +90,10 @@ def _launch(x, log_f, out, out_strides, grad: bool) -> None:
     x_strides = (x.stride(0), x.stride(1), x.stride(2)) if grad else (0, 0, 0)
     common = (T, H, n_chunks, *x_strides, log_f.stride(0), log_f.stride(1), log_f.stride(2))
     _chunk_sums_kernel[(B * H * n_chunks,)](x, log_f, sums, *common, LOG_FGATE_FLOOR, CHUNK=chunk, GRAD=grad,
-                                            num_warps=4)
+                                            num_warps=4, **LAUNCH_OPTIONS)
     _chunk_scan_kernel[(B * H * n_chunks,)](x, log_f, sums, out, *common, *out_strides, LOG_FGATE_FLOOR,
                                             CHUNK=chunk, BLOCK_C=max(2, triton.next_power_of_2(n_chunks)),
-                                            GRAD=grad, num_warps=4)
+                                            GRAD=grad, num_warps=4, **LAUNCH_OPTIONS)
 
 
 def triton_gate_cumsum(log_f: torch.Tensor) -> torch.Tensor:

@@ -92,6 +92,7 @@ def resources(compiled) -> dict:
         "wgmma": ptx.count("wgmma.mma_async"),
         "tma": "cp.async.bulk.tensor" in ptx,
         "setmaxnreg": "setmaxnreg" in ptx,
+        "fp_fusion": bool(compiled.metadata.enable_fp_fusion),
     }
 
 
@@ -124,7 +125,7 @@ def main(argv=None) -> int:
     if args.json:
         json.dump(rows, sys.stdout)
         return 0
-    cols = ["name", "registers", "local_bytes", "shared_bytes", "wgmma", "tma", "setmaxnreg"]
+    cols = ["name", "registers", "local_bytes", "shared_bytes", "wgmma", "tma", "setmaxnreg", "fp_fusion"]
     print(" | ".join(cols))
     for r in rows:
         print(" | ".join(str(r[c]) for c in cols))
