@@ -2,10 +2,14 @@
 FoX with and without eviction, the Transformer baselines and the recurrent baseline, at batch 1 and in a
 left-padded Hugging Face batch; a fixed number of captures however many steps; seeded sampling.
 Skipped without CUDA: `python -m pytest -q tests/gpu/test_decode_graphs_cuda.py`."""
+import dataclasses
+
 import pytest
 import torch
 
 from foxformer.infer import GenerationConfig, stream_tokens
+from foxformer.infer.generate import _new_cache
+from foxformer.models.calls import cache_of
 from foxformer.models import FoxForCausalLM, get_preset
 from foxformer.models.modeling import CACHE_FIELD
 
@@ -50,6 +54,25 @@ def test_graphs_give_the_eager_greedy_tokens_with_few_captures(name, batch):
     # one graph; an evicting cache has a second for the steps that scan for dead keys, and captures both anew
     # when its page pool grows
     assert cache.graphs.captures == 1 if eps is None else 2 <= cache.graphs.captures <= 8, cache.graphs.captures
+
+
+@pytest.mark.parametrize("name", ["fox-pro", "fox-pro-evicting"])
+def test_the_stream_hands_out_host_tokens_of_a_synced_token_by_token_loop(name):
+    """stream_tokens queues step t + 1 before it copies token t out (one pinned copy and an event a token): the
+    tokens it yields are host tensors, equal to a loop that waits for each token before the next step."""
+    model, eps = _model(name)
+    prompt = torch.randint(0, 512, (2, 300), device="cuda", generator=torch.Generator("cuda").manual_seed(5))
+    cfg = GenerationConfig(max_new_tokens=60, temperature=0, evict_eps=eps)
+    got = list(stream_tokens(model, prompt, cfg))
+    assert all(t.device.type == "cpu" for t in got)
+    cache = _new_cache(model, dataclasses.replace(cfg, decode="eager"), 300 + 59)   # the stream's cache, eager
+    out = model(input_ids=prompt, use_cache=True, logits_to_keep=1, **{CACHE_FIELD: cache})
+    ref = []
+    for _ in range(60):
+        nxt = out.logits[:, -1].float().argmax(-1)
+        ref.append(nxt.cpu())
+        out = model(input_ids=nxt[:, None], use_cache=True, logits_to_keep=1, **{CACHE_FIELD: cache_of(out)})
+    assert torch.equal(torch.stack(got, 1), torch.stack(ref, 1))
 
 
 def test_seeded_sampling_is_the_same_through_graphs():

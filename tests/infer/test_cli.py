@@ -115,6 +115,9 @@ def test_bench_decode_tiny(tmp_path):
     evict = rows[1]
     assert evict["tokens_per_s"] > 0 and evict["kept_fraction"] < 1 and evict["max_logprob_diff"] < 1e-2
     assert rows[0]["kept_fraction"] == 1
+    # 12 streamed steps: 10 intervals between 11 tokens (the first token's wait has no predecessor)
+    assert all(r["ms_per_token_streamed"] > 0 and r["ms_per_token_streamed_p90"] >= r["ms_per_token_streamed"]
+               for r in rows)
 
 
 def test_bench_decode_no_progress_draws_no_bar(tmp_path, capsys):
@@ -260,14 +263,14 @@ def test_bench_decode_evicts_for_the_length_it_decodes(shorten):
     below context + steps evicted as if the sequence were N long, outside the eps tolerance it reports."""
     from foxformer.bench.decode import measure_decode, realistic_gates
 
-    model = make_model("fox-pro-tiny", dtype=torch.float32, max_position_embeddings=64)
+    model = make_model("fox-pro-tiny", dtype=torch.float32, max_position_embeddings=80)
     realistic_gates(model, 48)
     run = dict(vocab=model.config.vocab_size, context=48, batch=1, steps=16, warmup=0, evict_eps=1e-3,
                prefill_chunk=32, device=torch.device("cpu"))
-    want = measure_decode(model, **run)  # N = max_position_embeddings = 64 = context + steps
+    want = measure_decode(model, **run)  # N = max_position_embeddings = 80 = context + 2 * steps (synced, streamed)
     SHORT_N[shorten](model.config)
     got = measure_decode(model, **run)
-    assert got["evict_max_len"] == want["evict_max_len"] == 64
+    assert got["evict_max_len"] == want["evict_max_len"] == 80
     assert 0 < got["kept_fraction"] == want["kept_fraction"] < 1
 
 
@@ -327,6 +330,7 @@ def test_bench_decode_reports_the_median_step(monkeypatch):
 
     durations = [0.010, 0.010, 0.010, 0.500, 0.010]
     stamps = [0.0, 0.0] + [t for d in durations for t in (0.0, d)]   # the prefill, then each step's start and end
+    stamps += [1.0, 1.02, 1.04, 1.30]   # then tokens 1 to 4 of the streamed steps reaching the host
     monkeypatch.setattr(bench.time, "perf_counter", iter(stamps).__next__)
     model = FoxForCausalLM(get_preset("fox-pro-tiny", vocab_size=64)).eval()
     row = bench.measure_decode(model, vocab=64, context=8, batch=2, steps=5, warmup=1, evict_eps=None,
@@ -334,6 +338,8 @@ def test_bench_decode_reports_the_median_step(monkeypatch):
     assert row["ms_per_step"] == pytest.approx(10.0) and row["ms_per_step_p90"] == pytest.approx(10.0)
     assert row["ms_per_step_mean"] == pytest.approx(108.0)
     assert row["tokens_per_s"] == pytest.approx(200.0)
+    assert row["ms_per_token_streamed"] == pytest.approx(20.0)    # the 0.26 s hiccup moves neither
+    assert row["ms_per_token_streamed_p90"] == pytest.approx(20.0)
 
 
 def test_bench_decode_anchor_matches_a_loaded_models_size():

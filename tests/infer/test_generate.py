@@ -108,6 +108,25 @@ def test_stop_token_ends_rows():
     assert row0[:3] == free[0, :3].tolist() and all(t == stop for t in row0[3:])
 
 
+@pytest.mark.parametrize("stop", [False, True], ids=["to-max-new-tokens", "stop-token"])
+def test_the_next_step_is_queued_before_a_token_is_handed_out(stop):
+    """A GPU then computes step t + 1 while the host takes token t: the stream asks the model for the next step
+    before it yields, never more steps than max_new_tokens - 1 after the prompt, and at most one past a stop."""
+    model = make_model("fox-pro-tiny")
+    prompt = tokens(1, 6)
+    free = list(generate(model, prompt[0], max_new_tokens=8, temperature=0))
+    calls = []
+    handle = model.register_forward_hook(lambda *_: calls.append(None))
+    options = dict(stop_token=free[2]) if stop else {}
+    steps_seen = [len(calls) for _ in stream_tokens(model, prompt, GenerationConfig(max_new_tokens=8, temperature=0,
+                                                                                     **options))]
+    handle.remove()
+    if stop:  # tokens 0, 1 and the stop token; the step queued behind the stop token is the one wasted
+        assert steps_seen == [2, 3, 4] and len(calls) == 4
+    else:     # the prefill, then one step queued behind each token but the last
+        assert steps_seen == [2, 3, 4, 5, 6, 7, 8, 8] and len(calls) == 8
+
+
 def test_other_hf_causal_lms_work():
     from transformers import LlamaConfig, LlamaForCausalLM
 

@@ -18,6 +18,7 @@ from typing import Optional
 
 import torch
 
+from foxformer.infer.generate import to_host_async
 from foxformer.models.calls import backbone, cache_keyword, cache_of
 from foxformer.models.kvcache import EvictionPolicy
 
@@ -110,20 +111,22 @@ def measure_decode(model, *, vocab: int, context: int, batch: int, steps: int, w
                    keep_logprobs: int = 8, evict_qk_bound: Optional[float] = None, decode: str = "auto",
                    bandwidth: Optional[float] = None, profile_path: Optional[str] = None,
                    profile_steps: int = 8) -> dict:
-    """Prefill ``context`` random tokens, run ``warmup`` then ``steps`` timed decode steps along ``decode``
-    (and, given ``profile_path``, ``profile_steps`` more under torch.profiler: its operator and kernel table
-    written there, for where a step's time goes).
+    """Prefill ``context`` random tokens, run ``warmup`` then ``steps`` timed decode steps along ``decode``, then
+    ``steps`` streamed ones (and, given ``profile_path``, ``profile_steps`` more under torch.profiler: its operator
+    and kernel table written there, for where a step's time goes).
 
-    Returns a row with tokens_per_s and ms_per_step (from the median step; the mean and the 90th percentile
-    beside them), prefill_s, peak_mem_gib, cache_gib, kept_fraction, the bytes a step reads and, given the
+    Returns a row with tokens_per_s and ms_per_step (from the median step, each step waited for before the next
+    is queued; the mean and the 90th percentile beside them), ms_per_token_streamed (the median interval between
+    tokens reaching the host while the next step is already queued, as generation streams them; its p90),
+    prefill_s, peak_mem_gib, cache_gib, kept_fraction, the bytes a step reads and, given the
     device's ``bandwidth`` (bytes/s), the floor they set; and "logprobs" (fp32 [min(steps, keep_logprobs), V]
     of row 0, for comparing runs on one token stream).
     """
     g = torch.Generator().manual_seed(seed)
     extra = profile_steps if profile_path else 0
-    ids = torch.randint(0, vocab, (batch, context + warmup + steps + extra), generator=g).to(device)
+    total = context + warmup + 2 * steps + extra       # the synced steps, then as many streamed ones
+    ids = torch.randint(0, vocab, (batch, total), generator=g).to(device)
     kw = cache_keyword(model)
-    total = context + warmup + steps + extra
     # None, not "config": the no-eviction row must keep every key whatever the model config says. N of the bound
     # is the length decoded here, not the model's max_position_embeddings / evict_max_len: a --model with a
     # shorter one would evict outside the eps tolerance (or refuse).
@@ -166,9 +169,24 @@ def measure_decode(model, *, vocab: int, context: int, batch: int, steps: int, w
         times.append(time.perf_counter() - t0)
         if i < keep_logprobs:
             logprobs.append(out.logits[0, -1].float().clone())
+    # Streamed, as generation runs (infer.generate.stream_tokens): step t + 1 is queued before token t is copied
+    # out and awaited, so the host's share of a step overlaps the device's; a token's time is the interval
+    # between two tokens reaching the host (argmax standing in for the sampler).
+    streamed, waiting, last = [], None, None
+    for t in range(context + warmup + steps, context + warmup + 2 * steps):
+        out = one_step(t)
+        if waiting is not None:
+            waiting()
+            now = time.perf_counter()
+            if last is not None:
+                streamed.append(now - last)
+            last = now
+        waiting = to_host_async(out.logits[:, -1].argmax(-1))
+    if waiting is not None:
+        waiting()
     if profile_path:
         with torch.profiler.profile() as prof:
-            for t in range(context + warmup + steps, total):
+            for t in range(context + warmup + 2 * steps, total):
                 one_step(t)
             _sync(device)
         write_profile(prof, profile_path, device, steps=extra)
@@ -177,7 +195,9 @@ def measure_decode(model, *, vocab: int, context: int, batch: int, steps: int, w
            "ms_per_step": None if median is None else 1e3 * median,
            "ms_per_step_mean": 1e3 * sum(times) / max(steps, 1),
            "ms_per_step_p90": 1e3 * sorted(times)[int(0.9 * (len(times) - 1))] if times else None,
-           "tokens_per_s": batch / median if median else None, "prefill_s": prefill_s}
+           "tokens_per_s": batch / median if median else None, "prefill_s": prefill_s,
+           "ms_per_token_streamed": 1e3 * statistics.median(streamed) if streamed else None,
+           "ms_per_token_streamed_p90": 1e3 * sorted(streamed)[int(0.9 * (len(streamed) - 1))] if streamed else None}
     if evict_eps is not None:
         row["evict_max_len"] = total
     if device.type == "cuda":
@@ -191,6 +211,8 @@ def measure_decode(model, *, vocab: int, context: int, batch: int, steps: int, w
     if bandwidth and median:
         row["floor_ms"] = 1e3 * row["bytes_per_step"] / bandwidth
         row["x_floor"] = row["ms_per_step"] / row["floor_ms"]
+        if streamed:
+            row["x_floor_streamed"] = row["ms_per_token_streamed"] / row["floor_ms"]
         row["gb_s"] = row["bytes_per_step"] / median / 1e9
     row["logprobs"] = torch.log_softmax(torch.stack(logprobs), -1).cpu() if logprobs else None
     return row

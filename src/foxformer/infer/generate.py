@@ -97,6 +97,22 @@ def sample_next(logits: torch.Tensor, cfg: GenerationConfig, generator: Optional
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
 
+def to_host_async(t: torch.Tensor):
+    """Start copying ``t`` to the host without waiting for the device; returns a function that waits for this
+    copy only (not for work queued after it) and returns the host tensor. On the CPU, ``t`` itself."""
+    if t.device.type != "cuda":
+        return lambda: t
+    host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+    host.copy_(t, non_blocking=True)
+    copied = torch.cuda.Event()
+    copied.record()
+
+    def wait() -> torch.Tensor:
+        copied.synchronize()
+        return host
+    return wait
+
+
 def _unwrap(model):
     model = model.model if isinstance(model, LoadedModel) else model
     if not isinstance(model, torch.nn.Module):
@@ -132,7 +148,9 @@ def _new_cache(model, cfg: GenerationConfig, fed: int):
 def stream_tokens(model, input_ids: torch.Tensor, cfg: Optional[GenerationConfig] = None,
                   state: Optional[dict] = None, *, vocab_limit: Optional[int] = None,
                   attention_mask: Optional[torch.Tensor] = None) -> Iterator[torch.Tensor]:
-    """Yield the next token ids [B] one step at a time for prompts input_ids [B, T].
+    """Yield the next token ids [B] (host tensors) one step at a time for prompts input_ids [B, T]. On a GPU the
+    model's next step is queued before each token is copied out, so the host's share of a step (taking the token,
+    preparing the next step) overlaps the device's instead of adding to it.
 
     ``state`` (a dict), if given, receives "cache" (the live cache) so callers can inspect memory.
     ``vocab_limit``: sample only ids below it (a tokenizer's vocabulary when the model's is padded past it).
@@ -197,16 +215,24 @@ def stream_tokens(model, input_ids: torch.Tensor, cfg: Optional[GenerationConfig
             if cfg.stop_token is not None:
                 nxt = torch.where(done, torch.full_like(nxt, cfg.stop_token), nxt)
                 done = done | (nxt == cfg.stop_token)
+            token = to_host_async(nxt)
+            if step + 1 < cfg.max_new_tokens:
+                # The next step is queued before this token is awaited: on a GPU it runs while the host takes
+                # the token, hands it out and prepares the step after (once every row has stopped, that one
+                # step is wasted, never wrong).
+                if mask is not None:  # the padding stays hidden (and sets the positions) for every later token
+                    mask = torch.cat((mask, mask.new_ones(mask.shape[0], 1)), 1)
+                    masked = {"attention_mask": mask}
+                out = model(input_ids=nxt[:, None], use_cache=True, logits_to_keep=1, **{cache_kw: cache},
+                            **masked)
+                cache = cache_of(out)
+                if state is not None:
+                    state["cache"] = cache
+            nxt = token()
             yield nxt
-            if step + 1 == cfg.max_new_tokens or (cfg.stop_token is not None and bool(done.all())):
+            # A stopped row keeps emitting stop_token, so every row has stopped when every token is stop_token.
+            if cfg.stop_token is not None and bool((nxt == cfg.stop_token).all()):
                 break
-            if mask is not None:  # the padding stays hidden (and sets the positions) for every later token
-                mask = torch.cat((mask, mask.new_ones(mask.shape[0], 1)), 1)
-                masked = {"attention_mask": mask}
-            out = model(input_ids=nxt[:, None], use_cache=True, logits_to_keep=1, **{cache_kw: cache}, **masked)
-            cache = cache_of(out)
-            if state is not None:
-                state["cache"] = cache
 
 
 def _is_tokenizer(obj) -> bool:
