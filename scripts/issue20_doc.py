@@ -5,8 +5,9 @@ calls' outputs, so that no figure in it is typed by hand:
 
 Finds the runs (runs/NAME_sN with their eval folders) and mqar/ in the bundles, runs `eval compare` per
 block and per text into docs/results/issue20/, compares the forget gates on the training mix with those on
-the other texts, and replaces the text between the issue20 markers of docs/results.md. Bundles that are
-missing leave their part marked pending.
+the other texts, and replaces the text between the issue20 markers of docs/results.md. A part that the given
+bundles do not cover keeps its text from the document (each part sits between unit markers): a later call's
+bundle updates its own parts only. A part that no bundle ever gave is marked pending.
 """
 from __future__ import annotations
 
@@ -114,7 +115,8 @@ def gates_section(runs_by_preset: dict) -> tuple[str, list[str]]:
         ax.set_xlabel("head timescale on the training mix [tokens]")
         ax.set_ylabel("on the other text [tokens] (below the line: forgets faster)")
         ax.set_title(LABELS[preset], fontsize=9)
-        ax.legend(fontsize=6)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=6)
     if not rows:
         plt.close(fig)
         return "", []
@@ -126,10 +128,9 @@ def gates_section(runs_by_preset: dict) -> tuple[str, list[str]]:
     return head + "".join("| " + " | ".join(r) + " |\n" for r in rows), [path]
 
 
-def _lodo(runs: dict, parts: list[str], dropped: list[str]) -> list[str]:
+def _lodo(runs: dict, units: dict, dropped: list[str]) -> None:
     """The no-prose pair on every text it read, and the held-out prose beside the full-mix pair (when the
-    seed calls' runs are there); appends to parts, returns the summary lines."""
-    summary = []
+    seed calls' runs are there): one unit per text into ``units``."""
     nop = [(f"{LABELS[p]}, no prose", runs[p + "/noprose"]) for p in BLOCKS["pro"]]
     full = [(LABELS[p], runs.get(p, [])) for p in BLOCKS["pro"]]
     for text, what in TEXTS.items():
@@ -141,14 +142,14 @@ def _lodo(runs: dict, parts: list[str], dropped: list[str]) -> list[str]:
         where = "the mix without prose (held out)" if text == "eval" else what
         if with_full:
             where += ", beside the models trained on the whole mix (4K-token windows)"
-        parts += [f"#### {where}", "", open(os.path.join(out, "compare.md")).read(),
-                  f"![loss difference]({out[5:]}/loss_difference.png)", ""]
+        body = [f"#### {where}", "", open(os.path.join(out, "compare.md")).read(),
+                f"![loss difference]({out[5:]}/loss_difference.png)", ""]
         # seeds that reached this evaluation (a call cut by its deadline leaves some texts with fewer)
         n = min(r["n_seeds"] for r in res["rows"])
-        summary += [f"- {where.split(',')[0]}, trained without prose, FoX (Pro) - Transformer (Pro) ({n} seed"
-                    f"{'s' if n > 1 else ''}): mean loss {_interval_line(r, 'mean_loss')}" for r in res["differences"]
-                    if r["model"].startswith("FoX (Pro), no prose")]
-    return summary
+        summary = [f"- {where.split(',')[0]}, trained without prose, FoX (Pro) - Transformer (Pro) ({n} seed"
+                   f"{'s' if n > 1 else ''}): mean loss {_interval_line(r, 'mean_loss')}" for r in res["differences"]
+                   if r["model"].startswith("FoX (Pro), no prose")]
+        units[f"lodo_{text}"] = (body, summary)
 
 
 def _in_bundle(path: str, bundles: list[str]) -> str:
@@ -157,25 +158,32 @@ def _in_bundle(path: str, bundles: list[str]) -> str:
     return os.path.relpath(path, os.path.dirname(os.path.abspath(b)))
 
 
-def section(bundles: list[str]) -> str:
+# The section's units in the order they appear: each generated part sits between UNIT markers and its summary
+# lines end with its id, so that a later run keeps the units its bundles do not cover (an earlier session's bundles
+# may be gone with its machine; the figures they gave stay as generated).
+MAIN_UNITS = [f"{text}_{block}" for text in TEXTS if text != "eval_src_prose" for block in BLOCKS]
+ORDER = MAIN_UNITS + ["missing", "lodo"] + [f"lodo_{text}" for text in TEXTS] + ["dropped", "gates", "mqar"]
+UNIT, UNIT_END = "<!-- issue20:unit {} -->", "<!-- /issue20:unit -->"
+_UNIT_RE = re.compile(r"<!-- issue20:unit (\S+) -->\n(.*?)\n<!-- /issue20:unit -->", re.S)
+_TAGGED_RE = re.compile(r"^(- .*) <!-- (\S+) -->$", re.M)
+_BUNDLE_RE = re.compile(r"^- (\S+) \(bundle folder\): .*$", re.M)
+
+
+def old_units(doc: str) -> tuple[dict, dict, dict]:
+    """(unit id -> body, unit id -> summary lines, bundle name -> provenance line) of the section in ``doc``."""
+    sec = doc[doc.index(BEGIN):doc.index(END)] if BEGIN in doc and END in doc else ""
+    bodies = {uid: body.split("\n") for uid, body in _UNIT_RE.findall(sec)}
+    summary: dict = {}
+    for line, uid in _TAGGED_RE.findall(sec):
+        summary.setdefault(uid, []).append(line)
+    return bodies, summary, {m.group(1): m.group(0) for m in _BUNDLE_RE.finditer(sec)}
+
+
+def section(bundles: list[str], old: tuple[dict, dict, dict] = ({}, {}, {})) -> str:
+    """The section from ``bundles``, with the units of ``old`` (``old_units``) that they do not cover."""
     os.makedirs(OUT, exist_ok=True)
     runs = find_runs(bundles)
-    parts = [BEGIN, "## Seeds, other domains and recall (issue 20)", "",
-             "Generated by `python scripts/issue20_doc.py` from the outputs of `bash scripts/issue20.sh seed 0|1|2`, "
-             "`lodo` and `mqar` (commands and timings in the script). Cells: mean ± standard deviation over "
-             "seeds; differences: 95% bootstrap interval over seeds and sequences, **bold** where it excludes 0.", ""]
-    for b in bundles:  # where each figure comes from
-        prov = [open(os.path.join(b, f)).read().strip() for f in ("commit.txt", "env.txt")
-                if os.path.exists(os.path.join(b, f))]
-        if prov:
-            parts += [f"- {os.path.basename(os.path.normpath(b))} (bundle folder): commit {'; '.join(prov)}"]
-    parts += [""]
-    head = len(parts)  # the generated summary goes here, once the sections below are known
-    summary = []
-    if not any(runs.get(p) for p in BLOCKS["pro"] + BLOCKS["llama"]):
-        parts += ["### Seeds and other domains", "",
-                  "Pending: `bash scripts/issue20.sh seed 0`, `seed 1`, `seed 2` (one GPU call each; the four models "
-                  "of both blocks, their per-position loss on the mix, the novels and the Go source, and their gates).", ""]
+    units: dict = {}  # unit id -> (body lines, summary lines), what these bundles give
     missing = []  # comparisons whose runs are there but whose evaluations are not (cut by a call's time limit)
     dropped: list[str] = []  # evaluations of other sequences than the rest of their comparison
     for text, what in TEXTS.items():
@@ -190,33 +198,30 @@ def section(bundles: list[str]) -> str:
             if res is None:
                 missing.append(f"{LABELS[fox]} against {LABELS[tfm]} on {what}")
                 continue
-            parts += [f"### {LABELS[fox]} against {LABELS[tfm]}: {what}", "",
-                      open(os.path.join(out, "compare.md")).read(), f"![loss difference]({out[5:]}/loss_difference.png)", ""]
+            body = [f"### {LABELS[fox]} against {LABELS[tfm]}: {what}", "",
+                    open(os.path.join(out, "compare.md")).read(),
+                    f"![loss difference]({out[5:]}/loss_difference.png)", ""]
             if text == "eval":
-                parts += [f"![training by seed]({out[5:]}/training.png)", ""]
+                body += [f"![training by seed]({out[5:]}/training.png)", ""]
             d = res["differences"][0] if res["differences"] else {}
             n = res["rows"][0]["n_seeds"]
-            summary.append(f"- {what}, {LABELS[fox]} - {LABELS[tfm]} ({n} seed{'s' if n > 1 else ''}): mean loss over 16K tokens "
-                           f"{_interval_line(d, 'mean_loss')}, 8K..16K {_interval_line(d, 'L@16384')}.")
+            units[f"{text}_{block}"] = (body, [
+                f"- {what}, {LABELS[fox]} - {LABELS[tfm]} ({n} seed{'s' if n > 1 else ''}): mean loss over 16K tokens "
+                f"{_interval_line(d, 'mean_loss')}, 8K..16K {_interval_line(d, 'L@16384')}."])
     if missing:
-        parts += ["Not evaluated in these bundles (the runs are there, their evaluations are not: cut by the GPU "
-                  "call's time limit, see the bundle's logs): " + "; ".join(missing) + ".", ""]
+        units["missing"] = (["Not evaluated in these bundles (the runs are there, their evaluations are not: cut by "
+                             "the GPU call's time limit, see the bundle's logs): " + "; ".join(missing) + ".", ""], [])
     if all(runs.get(p + "/noprose") for p in BLOCKS["pro"]):
-        parts += ["### Leave one domain out: prose", "",
-                  "Trained on the mix without its prose (`data prepare --leave-out`). The pair against each other "
-                  "on each text it read, and (with the seed calls' full-mix models beside it) on the held-out prose:",
-                  ""]
-        summary += _lodo(runs, parts, dropped)
-    else:
-        parts += ["### Leave one domain out: prose", "", "Pending: `bash scripts/issue20.sh lodo`.", ""]
+        _lodo(runs, units, dropped)
     if dropped:
-        parts += ["Left out of their comparisons (they read other sequences than the rest, e.g. an earlier number of "
-                  "sequences per text): " + ", ".join(_in_bundle(f, bundles) for f in sorted(set(dropped))) + ".", ""]
+        names = ", ".join(_in_bundle(f, bundles) for f in sorted(set(dropped)))
+        units["dropped"] = (["Left out of their comparisons (they read other sequences than the rest, e.g. an earlier "
+                             f"number of sequences per text): {names}.", ""], [])
     table, figs = gates_section(runs)
     if table:
-        parts += ["### Forget gates on the mix and on the other texts", "",
-                  "Per-head timescale 1 / -mean(log f) (`analyze gates`, 4 sequences of 1024 tokens per text):", "",
-                  table, f"![gates by text]({figs[0][5:]})", ""]
+        units["gates"] = (["### Forget gates on the mix and on the other texts", "",
+                           "Per-head timescale 1 / -mean(log f) (`analyze gates`, 4 sequences of 1024 tokens per "
+                           "text):", "", table, f"![gates by text]({figs[0][5:]})", ""], [])
     # one folder per seed: mqar/ (the twelfth session's seed 0) or mqar_sN/ (MQAR_SEED=N)
     seed_dirs = sorted((os.path.join(b, d) for b in bundles if os.path.isdir(b) for d in os.listdir(b)
                         if re.fullmatch(r"mqar(_s\d+)?", d) and os.path.exists(os.path.join(b, d, "mqar.json"))),
@@ -224,18 +229,54 @@ def section(bundles: list[str]) -> str:
     if seed_dirs:
         mqar = seed_dirs[0]
         shutil.copytree(mqar, os.path.join(OUT, "mqar"), dirs_exist_ok=True)
-        parts += ["### Multi-query associative recall", "",
-                  "`MQAR_SEED=N bash scripts/issue20.sh mqar` (the `small` preset; why FoX's gate start matters here: "
-                  "section \"Associative recall (MQAR) and the forget gate's start\" below).", ""]
+        body = ["### Multi-query associative recall", "",
+                "`MQAR_SEED=N bash scripts/issue20.sh mqar` (the `small` preset; why FoX's gate start matters here: "
+                "section \"Associative recall (MQAR) and the forget gate's start\" below).", ""]
         if len(seed_dirs) > 1:
-            parts += [seed_table(seed_dirs), "", "One seed in detail (its steps and the gates' reach):", ""]
-        parts += [open(os.path.join(mqar, "mqar.md")).read(), "![MQAR](results/issue20/mqar/mqar.png)", "",
-                  "![MQAR training](results/issue20/mqar/mqar_training.png)", ""]
-    else:
-        parts += ["### Multi-query associative recall", "", "Pending: `bash scripts/issue20.sh mqar`.", ""]
+            body += [seed_table(seed_dirs), "", "One seed in detail (its steps and the gates' reach):", ""]
+        units["mqar"] = (body + [open(os.path.join(mqar, "mqar.md")).read(), "![MQAR](results/issue20/mqar/mqar.png)",
+                                 "", "![MQAR training](results/issue20/mqar/mqar_training.png)", ""], [])
+    return _assemble(bundles, units, old)
+
+
+def _assemble(bundles: list[str], units: dict, old: tuple[dict, dict, dict]) -> str:
+    """The section's text: these bundles' units, the old units they do not cover, pending notes for the rest."""
+    old_bodies, old_summary, provenance = old[0], old[1], dict(old[2])
+    kept = {uid: (body, old_summary.get(uid, [])) for uid, body in old_bodies.items() if uid not in units}
+    have = {**kept, **units}
+    if any(uid.startswith("lodo_") for uid in have) and "lodo" not in units:
+        units["lodo"] = (["### Leave one domain out: prose", "",
+                          "Trained on the mix without its prose (`data prepare --leave-out`). The pair against each "
+                          "other on each text it read, and (with the seed calls' full-mix models beside it) on the "
+                          "held-out prose:", ""], [])
+        have["lodo"] = units["lodo"]
+    for b in bundles:  # where each figure comes from
+        prov = [open(os.path.join(b, f)).read().strip() for f in ("commit.txt", "env.txt")
+                if os.path.exists(os.path.join(b, f))]
+        if prov:
+            name = os.path.basename(os.path.normpath(b))
+            provenance[name] = f"- {name} (bundle folder): commit {'; '.join(prov)}"
+    parts = [BEGIN, "## Seeds, other domains and recall (issue 20)", "",
+             "Generated by `python scripts/issue20_doc.py` from the outputs of `bash scripts/issue20.sh seed 0|1|2`, "
+             "`lodo` and `mqar` (commands and timings in the script). Cells: mean ± standard deviation over "
+             "seeds; differences: 95% bootstrap interval over seeds and sequences, **bold** where it excludes 0.", ""]
+    parts += list(provenance.values()) + [""]
+    summary = [f"{line} <!-- {uid} -->" for uid in ORDER if uid in have for line in have[uid][1]]
     if summary:
-        parts[head:head] = ["What the intervals say (generated):", ""] + summary + [""]
-    return "\n".join(parts) + END
+        parts += ["What the intervals say (generated):", ""] + summary + [""]
+    if not any(uid in have for uid in MAIN_UNITS):
+        parts += ["### Seeds and other domains", "",
+                  "Pending: `bash scripts/issue20.sh seed 0`, `seed 1`, `seed 2` (one GPU call each; the four models "
+                  "of both blocks, their per-position loss on the mix, the novels and the Go source, and their "
+                  "gates).", ""]
+    for uid in ORDER:
+        if uid in have:
+            parts += [UNIT.format(uid), *have[uid][0], UNIT_END]
+        elif uid == "lodo":
+            parts += ["### Leave one domain out: prose", "", "Pending: `bash scripts/issue20.sh lodo`.", ""]
+        elif uid == "mqar":
+            parts += ["### Multi-query associative recall", "", "Pending: `bash scripts/issue20.sh mqar`.", ""]
+    return "\n".join(parts) + "\n" + END
 
 
 def main() -> int:
@@ -250,7 +291,7 @@ def main() -> int:
     if BEGIN not in text or END not in text:
         print(f"error: {DOC} has no {BEGIN} ... {END} section", file=sys.stderr)
         return 2
-    new = text[:text.index(BEGIN)] + section(args.bundles) + text[text.index(END) + len(END):]
+    new = text[:text.index(BEGIN)] + section(args.bundles, old_units(text)) + text[text.index(END) + len(END):]
     with open(DOC, "w") as f:
         f.write(new)
     print(f"wrote {DOC} and {OUT}/")

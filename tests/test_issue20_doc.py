@@ -1,0 +1,94 @@
+"""scripts/issue20_doc.py keeps the parts of docs/results.md's issue-20 section that the bundles it is given do not
+cover: a later GPU call's bundle updates its own parts, while the figures of bundles that are gone (with an earlier
+session's machine) stay as they were generated."""
+import importlib.util
+import os
+
+import pytest
+
+ROOT = os.path.join(os.path.dirname(__file__), os.pardir)
+
+
+@pytest.fixture(scope="module")
+def doc_script():
+    spec = importlib.util.spec_from_file_location("issue20_doc", os.path.join(ROOT, "scripts", "issue20_doc.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _section(mod, text):
+    return text[text.index(mod.BEGIN):text.index(mod.END) + len(mod.END)]
+
+
+def test_the_published_section_is_rebuilt_unchanged_from_its_own_units(doc_script):
+    text = open(os.path.join(ROOT, doc_script.DOC)).read()
+    units, summary, provenance = doc_script.old_units(text)
+    assert {"eval_pro", "lodo_eval_src_prose", "mqar"} <= set(units) and len(provenance) >= 8
+    assert doc_script._assemble([], {}, (units, summary, provenance)) == _section(doc_script, text)
+
+
+def test_a_new_bundle_replaces_its_own_units_and_keeps_the_rest(doc_script, tmp_path):
+    text = open(os.path.join(ROOT, doc_script.DOC)).read()
+    old = doc_script.old_units(text)
+    bundle = tmp_path / "lodo_rest_s1"
+    bundle.mkdir()
+    (bundle / "commit.txt").write_text("abc1234")
+    new_body = ["#### the mix's held-out prose documents", "", "NEW TABLE", ""]
+    new_line = "- the mix's held-out prose documents, trained without prose, FoX (Pro) - Transformer (Pro) (3 seeds): x"
+    out = doc_script._assemble([str(bundle)], {"lodo_eval_src_prose": (new_body, [new_line])}, old)
+    units, summary, provenance = doc_script.old_units(out + "\n")
+    assert units["lodo_eval_src_prose"] == new_body and summary["lodo_eval_src_prose"] == [new_line]
+    assert {uid: body for uid, body in units.items() if uid != "lodo_eval_src_prose"} == \
+        {uid: body for uid, body in old[0].items() if uid != "lodo_eval_src_prose"}
+    assert summary["eval_pro"] == old[1]["eval_pro"]
+    assert provenance["lodo_rest_s1"] == "- lodo_rest_s1 (bundle folder): commit abc1234"
+    assert list(provenance)[:-1] == list(old[2])          # the earlier bundles keep their lines, in order
+    order = [out.index(doc_script.UNIT.format(uid)) for uid in doc_script.ORDER if uid in units]
+    assert order == sorted(order)
+
+
+def test_parts_no_bundle_ever_gave_are_pending(doc_script):
+    out = doc_script._assemble([], {}, ({}, {}, {}))
+    assert out.count("Pending:") == 3 and "issue20:unit" not in out
+
+
+def _noprose_run(bundle, model, seed, offset, texts):
+    """A run of the no-prose pair as scripts/reproduce.sh leaves it: config.yaml, and loss.json per text."""
+    import numpy as np
+    import yaml
+
+    from foxformer.eval.loss import loss_curve
+    from foxformer.eval.outputs import save_loss
+
+    run = bundle / "runs" / f"{model}-small_s{seed}"
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text(yaml.safe_dump({"preset": f"{model}-small", "data_dir": "repro/gpt2_noprose"}))
+    shared = np.random.default_rng(99).normal(0, 0.3, size=(6, 1))
+    for text in texts:
+        rows = 4.0 + offset + shared + np.random.default_rng(seed).normal(0, 0.02, size=(6, 63))
+        save_loss([loss_curve(rows, name=model, train_len=16, n_boot=20)], str(run / text),
+                  {"data": "d", "split": "val", "seq_len": 64, "num_seqs": 6, "tokens_sha256": text})
+
+
+def test_a_lodo_rest_bundle_updates_the_prose_and_go_units_only(doc_script, tmp_path, monkeypatch):
+    """What the next call of `issue20.sh lodo-rest` brings (the no-prose pair, three seeds, evaluated on the
+    left-out prose and on Go only), given alone: those two units are regenerated with three seeds, every other
+    unit and summary line of the published section stays."""
+    monkeypatch.setattr(doc_script, "OUT", str(tmp_path / "out"))
+    bundle = tmp_path / "lodo_rest"
+    for seed in range(3):
+        for model, offset in (("fox-pro", 0.1), ("transformer-pro", 0.0)):
+            _noprose_run(bundle, model, seed, offset, ("eval_src_prose", "eval_ood_go"))
+    (bundle / "commit.txt").write_text("abc1234")
+    text = open(os.path.join(ROOT, doc_script.DOC)).read()
+    old = doc_script.old_units(text)
+    units, summary, provenance = doc_script.old_units(doc_script.section([str(bundle)], old) + "\n")
+    fresh = {"lodo_eval_src_prose", "lodo_eval_ood_go"}
+    assert {uid: body for uid, body in units.items() if uid not in fresh | {"lodo"}} == \
+        {uid: body for uid, body in old[0].items() if uid not in fresh | {"lodo"}}
+    for uid in fresh:
+        assert units[uid] != old[0][uid]
+        [line] = summary[uid]
+        assert "(3 seeds)" in line and "**+0.1" in line        # FoX (Pro) 0.1 behind, an interval that excludes 0
+    assert summary["lodo_eval"] == old[1]["lodo_eval"] and provenance["lodo_rest"].endswith("commit abc1234")
