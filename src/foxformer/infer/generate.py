@@ -103,9 +103,9 @@ def to_host_async(t: torch.Tensor):
     if t.device.type != "cuda":
         return lambda: t
     host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
-    host.copy_(t, non_blocking=True)
+    host.copy_(t, non_blocking=True)              # queued on t's device's current stream
     copied = torch.cuda.Event()
-    copied.record()
+    copied.record(torch.cuda.current_stream(t.device))  # that stream, also when another device is the current one
 
     def wait() -> torch.Tensor:
         copied.synchronize()
