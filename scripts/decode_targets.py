@@ -52,11 +52,12 @@ def main(out: Path) -> None:
     table = rows(out)
     nan = float("nan")
     print(f"{'preset':<22}{'model':<22}{'decode':<16}{'B':>3}{'ms':>9}{'p90':>9}{'tok/s':>9}{'x floor':>8}"
-          f"{'streamed':>9}{'vs eager':>9}")
+          f"{'host':>8}{'streamed':>9}{'vs eager':>9}")
     for r in table:
         print(f"{r['preset']:<22}{r['model']:<22}{str(r.get('decode'))[:15]:<16}{r['batch']:>3}{r['ms_per_step']:>9.3f}"
               f"{r['ms_per_step_p90']:>9.3f}{r['tokens_per_s']:>9.0f}{r.get('x_floor') or nan:>8.2f}"
-              f"{r.get('ms_per_token_streamed') or nan:>9.3f}{r.get('logprob_diff_vs_eager', nan):>9.2g}")
+              f"{r.get('ms_host_per_step') or nan:>8.3f}{r.get('ms_per_token_streamed') or nan:>9.3f}"
+              f"{r.get('logprob_diff_vs_eager', nan):>9.2g}")
     llama = pick(table, "transformer-pro-125m", "llama-static-compiled", "static-compiled", 1)
     checks = []
     for path in ("graphs", "compiled"):  # each target per decode path that has rows, both timings

@@ -329,7 +329,8 @@ def test_bench_decode_reports_the_median_step(monkeypatch):
     from foxformer.models import FoxForCausalLM, get_preset
 
     durations = [0.010, 0.010, 0.010, 0.500, 0.010]
-    stamps = [0.0, 0.0] + [t for d in durations for t in (0.0, d)]   # the prefill, then each step's start and end
+    # the prefill, then each step's start, the moment it is queued, and its end
+    stamps = [0.0, 0.0] + [t for d in durations for t in (0.0, 0.004 if d < 0.1 else 0.3, d)]
     stamps += [1.0, 1.02, 1.04, 1.30]   # then tokens 1 to 4 of the streamed steps reaching the host
     monkeypatch.setattr(bench.time, "perf_counter", iter(stamps).__next__)
     model = FoxForCausalLM(get_preset("fox-pro-tiny", vocab_size=64)).eval()
@@ -338,6 +339,7 @@ def test_bench_decode_reports_the_median_step(monkeypatch):
     assert row["ms_per_step"] == pytest.approx(10.0) and row["ms_per_step_p90"] == pytest.approx(10.0)
     assert row["ms_per_step_mean"] == pytest.approx(108.0)
     assert row["tokens_per_s"] == pytest.approx(200.0)
+    assert row["ms_host_per_step"] == pytest.approx(4.0)
     assert row["ms_per_token_streamed"] == pytest.approx(20.0)    # the 0.26 s hiccup moves neither
     assert row["ms_per_token_streamed_p90"] == pytest.approx(20.0)
 

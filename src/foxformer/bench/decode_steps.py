@@ -116,7 +116,8 @@ def measure_decode(model, *, vocab: int, context: int, batch: int, steps: int, w
     and kernel table written there, for where a step's time goes).
 
     Returns a row with tokens_per_s and ms_per_step (from the median step, each step waited for before the next
-    is queued; the mean and the 90th percentile beside them), ms_per_token_streamed (the median interval between
+    is queued; the mean and the 90th percentile beside them), ms_host_per_step (the host's part of it: until the
+    step is queued, the median), ms_per_token_streamed (the median interval between
     tokens reaching the host while the next step is already queued, as generation streams them; its p90),
     prefill_s, peak_mem_gib, cache_gib, kept_fraction, the bytes a step reads and, given the
     device's ``bandwidth`` (bytes/s), the floor they set; and "logprobs" (fp32 [min(steps, keep_logprobs), V]
@@ -160,13 +161,15 @@ def measure_decode(model, *, vocab: int, context: int, batch: int, steps: int, w
     # Each step is timed to its end (a sync per step, as in generation, where the next token must reach the
     # host): batch-1 steps are host-bound, and a mean over 16 unsynced steps varied 12 to 72 ms between rows
     # of one run (sixth session, H200); the median of per-step times resists such spikes.
-    times = []
+    times, host = [], []   # host: until the step is queued (on a GPU the device may still be running it)
     for i in range(steps):
         t = context + warmup + i
         t0 = time.perf_counter()
         out = one_step(t)
+        queued = time.perf_counter()
         _sync(device)
         times.append(time.perf_counter() - t0)
+        host.append(queued - t0)
         if i < keep_logprobs:
             logprobs.append(out.logits[0, -1].float().clone())
     # Streamed, as generation runs (infer.generate.stream_tokens): step t + 1 is queued before token t is copied
@@ -196,6 +199,7 @@ def measure_decode(model, *, vocab: int, context: int, batch: int, steps: int, w
            "ms_per_step_mean": 1e3 * sum(times) / max(steps, 1),
            "ms_per_step_p90": 1e3 * sorted(times)[int(0.9 * (len(times) - 1))] if times else None,
            "tokens_per_s": batch / median if median else None, "prefill_s": prefill_s,
+           "ms_host_per_step": 1e3 * statistics.median(host) if host else None,
            "ms_per_token_streamed": 1e3 * statistics.median(streamed) if streamed else None,
            "ms_per_token_streamed_p90": 1e3 * sorted(streamed)[int(0.9 * (len(streamed) - 1))] if streamed else None}
     if evict_eps is not None:
