@@ -9,12 +9,14 @@
 #   bash scripts/issue20.sh lodo [SEEDS]  # GPU: FoX (Pro) and Transformer (Pro) trained without the prose
 #                                         # (SEEDS: "0" by default; "1 2" trains both seeds in one call)
 #   bash scripts/issue20.sh lodo-rest "1 2"  # GPU: the left-out prose and Go only, for seeds a lodo call cut short
-#                                         # (seed 0's evaluations of them were lost with the fifteenth session's
+#                                         # (seed 0's evaluations of them were lost with an earlier session's
 #                                         # machine: `lodo-rest 0` in a call of its own gives the third seed)
 #   MQAR_SEED=1 bash scripts/issue20.sh mqar   # GPU: multi-query associative recall, 7 models (MQAR_MODELS), one
 #                                         # seed (default 0), into $OUT/mqar_bundle.tgz
 #   python scripts/issue20_doc.py BUNDLE_DIR...   # CPU: tables and figures into docs/results.md (the parts
-#                                         # these bundles give; the other parts keep their published text)
+#                                         # these bundles give; the other parts keep their published text), and
+#                                         # the bundles' inputs, slimmed, into docs/results/issue20/inputs/
+#                                         # (commit them: later runs join their seeds to the next calls')
 #
 # GPU calls carry the prepared data as one xz archive per call kind (`data` writes them and prints the carry
 # list; the seed call's three datasets, 58 MiB raw, no longer fit beside the tree in the 64 MiB a call

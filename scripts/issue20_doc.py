@@ -7,7 +7,9 @@ Finds the runs (runs/NAME_sN with their eval folders) and mqar/ in the bundles, 
 block and per text into docs/results/issue20/, compares the forget gates on the training mix with those on
 the other texts, and replaces the text between the issue20 markers of docs/results.md. A part that the given
 bundles do not cover keeps its text from the document (each part sits between unit markers): a later call's
-bundle updates its own parts only. A part that no bundle ever gave is marked pending.
+bundle updates its own parts only. A part that no bundle ever gave is marked pending. What the comparisons read
+from the bundles is kept, slimmed, in docs/results/issue20/inputs/ (commit it: the bundles go with the machine),
+and read again by later runs, so that seeds evaluated in different sessions are compared together.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ import sys
 
 import numpy as np
 
-from foxformer.eval.compare import compare
+from foxformer.eval.compare import compare, slim_curve
 from foxformer.eval.mqar import LABELS, seed_table
 from foxformer.eval.seeds import SEED_SUFFIX, fmt_interval
 
@@ -279,6 +281,65 @@ def _assemble(bundles: list[str], units: dict, old: tuple[dict, dict, dict]) -> 
     return "\n".join(parts) + "\n" + END
 
 
+def archive(bundles: list[str]) -> None:
+    """Keep what the comparisons read from ``bundles`` under OUT/inputs/<bundle>/, slimmed (a bundle does not outlive
+    the machine it was unpacked on; these folders are committed): each run's config.yaml and metrics.jsonl, per
+    text its loss.json (per-position arrays binned by compare.slim_curve, ~10 KB a model) and its gates'
+    timescales, commit.txt and env.txt, and each MQAR seed's mqar.json and mqar.md. Later runs of this script
+    read them as bundles."""
+    for b in bundles:
+        dst = os.path.join(OUT, "inputs", os.path.basename(os.path.normpath(b)))
+        if os.path.abspath(b) == os.path.abspath(dst):
+            continue
+        os.makedirs(dst, exist_ok=True)
+        for f in ("commit.txt", "env.txt"):
+            if os.path.exists(os.path.join(b, f)):
+                shutil.copy(os.path.join(b, f), dst)
+        for run in sorted(glob.glob(os.path.join(b, "runs", "*"))):
+            out = os.path.join(dst, "runs", os.path.basename(run))
+            os.makedirs(out, exist_ok=True)
+            for f in ("config.yaml", "metrics.jsonl"):
+                if os.path.exists(os.path.join(run, f)):
+                    shutil.copy(os.path.join(run, f), out)
+            for text in sorted(os.listdir(run)):
+                src = os.path.join(run, text)
+                if os.path.exists(os.path.join(src, "loss.json")):
+                    data = json.load(open(os.path.join(src, "loss.json")))
+                    data["models"] = [slim_curve(m) for m in data["models"]]
+                    _write(os.path.join(out, text, "loss.json"), data)
+                if os.path.exists(os.path.join(src, "gates.json")):
+                    models = json.load(open(os.path.join(src, "gates.json")))["models"]
+                    _write(os.path.join(out, text, "gates.json"),
+                           {"models": [{"name": m.get("name"), "timescale": m["timescale"]} for m in models]})
+        for d in sorted(os.listdir(b)):
+            if re.fullmatch(r"mqar(_s\d+)?", d) and os.path.exists(os.path.join(b, d, "mqar.json")):
+                os.makedirs(os.path.join(dst, d), exist_ok=True)
+                for f in ("mqar.json", "mqar.md"):
+                    if os.path.exists(os.path.join(b, d, f)):
+                        shutil.copy(os.path.join(b, d, f), os.path.join(dst, d))
+
+
+def _write(path: str, data: dict) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(data, f)
+
+
+def with_archive(bundles: list[str]) -> list[str]:
+    """``bundles`` and the kept ones (OUT/inputs/*) of other names: a new call's seeds join the earlier calls'."""
+    names = {os.path.basename(os.path.normpath(b)) for b in bundles}
+    kept = sorted(glob.glob(os.path.join(OUT, "inputs", "*")))
+    return list(bundles) + [k for k in kept if os.path.isdir(k) and os.path.basename(k) not in names]
+
+
+def update(text: str, bundles: list[str]) -> str:
+    """``text`` (docs/results.md) with its issue-20 section rebuilt from ``bundles`` and the kept inputs; the given
+    bundles are kept (``archive``) for later runs."""
+    section_text = section(with_archive(bundles), old_units(text))
+    archive(bundles)
+    return text[:text.index(BEGIN)] + section_text + text[text.index(END) + len(END):]
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("bundles", nargs="+", help="unpacked repro_bundle.tgz folders of scripts/issue20.sh")
@@ -291,10 +352,10 @@ def main() -> int:
     if BEGIN not in text or END not in text:
         print(f"error: {DOC} has no {BEGIN} ... {END} section", file=sys.stderr)
         return 2
-    new = text[:text.index(BEGIN)] + section(args.bundles, old_units(text)) + text[text.index(END) + len(END):]
+    new = update(text, args.bundles)
     with open(DOC, "w") as f:
         f.write(new)
-    print(f"wrote {DOC} and {OUT}/")
+    print(f"wrote {DOC} and {OUT}/ (the bundles' inputs kept in {OUT}/inputs/: commit them)")
     return 0
 
 

@@ -2,7 +2,9 @@
 cover: a later GPU call's bundle updates its own parts, while the figures of bundles that are gone (with an earlier
 session's machine) stay as they were generated."""
 import importlib.util
+import json
 import os
+import shutil
 
 import pytest
 
@@ -92,3 +94,28 @@ def test_a_lodo_rest_bundle_updates_the_prose_and_go_units_only(doc_script, tmp_
         [line] = summary[uid]
         assert "(3 seeds)" in line and "**+0.1" in line        # FoX (Pro) 0.1 behind, an interval that excludes 0
     assert summary["lodo_eval"] == old[1]["lodo_eval"] and provenance["lodo_rest"].endswith("commit abc1234")
+
+
+def test_seeds_from_two_calls_are_compared_together_through_the_kept_inputs(doc_script, tmp_path, monkeypatch):
+    """`lodo-rest 0` in one session, `lodo-rest "1 2"` in another: the first run keeps its bundle's inputs
+    (slimmed) under inputs/, the second, given only the new bundle, compares all three seeds."""
+    monkeypatch.setattr(doc_script, "OUT", str(tmp_path / "out"))
+    first, second = tmp_path / "lodo_rest_s0", tmp_path / "lodo_rest_s12"
+    for bundle, seeds in ((first, (0,)), (second, (1, 2))):
+        for seed in seeds:
+            for model, offset in (("fox-pro", 0.1), ("transformer-pro", 0.0)):
+                _noprose_run(bundle, model, seed, offset, ("eval_src_prose", "eval_ood_go"))
+        (bundle / "commit.txt").write_text(f"commit of {bundle.name}")
+    text = open(os.path.join(ROOT, doc_script.DOC)).read()
+    text = doc_script.update(text, [str(first)])
+    assert "(1 seed)" in doc_script.old_units(text)[1]["lodo_eval_ood_go"][0]
+    kept = tmp_path / "out" / "inputs" / "lodo_rest_s0" / "runs" / "fox-pro-small_s0"
+    model = json.loads((kept / "eval_ood_go" / "loss.json").read_text())["models"][0]
+    assert "bin_edges" in model and (kept / "config.yaml").exists()
+    shutil.rmtree(first)  # the machine that unpacked it is gone
+    text = doc_script.update(text, [str(second)])
+    units, summary, provenance = doc_script.old_units(text)
+    for uid in ("lodo_eval_src_prose", "lodo_eval_ood_go"):
+        assert "(3 seeds)" in summary[uid][0]
+    assert provenance["lodo_rest_s0"].endswith("commit of lodo_rest_s0")      # read from the kept inputs
+    assert provenance["lodo_rest_s12"].endswith("commit of lodo_rest_s12")

@@ -249,3 +249,46 @@ def test_default_columns_are_within_the_evaluated_length(tmp_path, capsys):
     res = json.loads((tmp_path / "out" / "compare.json").read_text())
     assert res["positions"] == [128, 256, 512, 1024, 2048]
     assert all(row[f"L@{p}"] is not None for row in res["rows"] for p in res["positions"])
+
+
+def test_slim_entries_give_the_same_table_and_intervals(tmp_path):
+    """slim_curve keeps a loss.json small enough for a repository: compared again, the table, the spreads and the
+    bootstrap intervals are those of the full entries, and the binned curves of the figures are too."""
+    import shutil
+
+    from foxformer.eval.compare import _binned_mean, expand_curve, load_curves, slim_curve
+
+    full = [_seed_run(tmp_path / "full", f"fox_s{s}", 0.0, s) for s in range(2)]
+    full += [_seed_run(tmp_path / "full", f"tfm_s{s}", 0.1, 10 + s) for s in range(2)]
+    slim = []
+    for run in full:
+        dst = tmp_path / "slim" / os.path.basename(run)
+        shutil.copytree(run, dst)
+        path = dst / "eval" / "loss.json"
+        data = json.loads(path.read_text())
+        data["models"] = [slim_curve(m) for m in data["models"]]
+        path.write_text(json.dumps(data))
+        slim.append(str(dst))
+        model = json.loads((tmp_path / "full" / os.path.basename(run) / "eval" / "loss.json").read_text())["models"][0]
+        assert len(data["models"][0]["loss"]) == len(data["models"][0]["bin_edges"]) - 1 < len(model["loss"])
+        assert len(expand_curve(data["models"][0])["loss"]) == len(model["loss"])
+    a = compare(full, str(tmp_path / "out_full"), positions=(8, 32))
+    b = compare(slim, str(tmp_path / "out_slim"), positions=(8, 32))
+    def flat(x, key=""):
+        if isinstance(x, dict):
+            return {k2: v for k, v in x.items() for k2, v in flat(v, f"{key}.{k}").items()}
+        if isinstance(x, list):
+            return {k2: v for i, v in enumerate(x) for k2, v in flat(v, f"{key}[{i}]").items()}
+        return {key: x}
+    for key in ("rows", "differences"):
+        fa, fb = flat(a[key]), flat(b[key])
+        assert fa.keys() == fb.keys()
+        assert all(fa[k] == pytest.approx(fb[k], rel=0, abs=1e-12) if isinstance(fa[k], float) else fa[k] == fb[k]
+                   for k in fa)
+    xa, ya = _binned_mean(load_curves(full[:2]))
+    xb, yb = _binned_mean(load_curves(slim[:2]))
+    assert np.array_equal(xa, xb) and np.allclose(ya, yb, rtol=0, atol=1e-12)
+
+    # at 16K positions (a 16K-token evaluation) an entry's per-position arrays shrink ~140-fold
+    big = {k: list(np.linspace(3, 4, 16383)) for k in ("positions", "loss", "smoothed", "smoothed_lo", "smoothed_hi")}
+    assert len(json.dumps(slim_curve(big))) * 100 < len(json.dumps(big))

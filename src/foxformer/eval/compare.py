@@ -66,6 +66,41 @@ def _same_sequences(a: dict, b: dict) -> bool:
     return all(a[k] == b[k] or (k == "within_docs" and None in (a[k], b[k])) for k in MEASURED)
 
 
+# The per-position arrays of a loss.json model entry: what slim_curve reduces to log-spaced bins.
+PER_POSITION = ("loss", "smoothed", "smoothed_lo", "smoothed_hi")
+
+
+def slim_curve(model: dict) -> dict:
+    """A loss.json model entry for keeping in a repository (~10 KB where the entry is ~1.3 MB at 16K positions):
+    the per-position arrays become their means over ``bin_edges`` split at the table's octaves (what the figures
+    and the table average), the rest stays (the per-sequence octave losses behind every interval included).
+    ``expand_curve`` turns it back into full-length arrays, constant within each bin: a comparison of slim
+    entries gives the same table, intervals and binned figures; only the per-position loss curves show steps."""
+    n = len(model["loss"])
+    # the figures' bins, split where an octave p/2 < i <= p of the table starts, so that both stay exact
+    starts = [2 ** k + 1 for k in range(n.bit_length()) if 2 ** k + 1 <= n]
+    edges = np.unique(np.concatenate([bin_edges(n), starts]))
+    out = {k: v for k, v in model.items() if k not in PER_POSITION + ("positions",)}
+    out["bin_edges"] = edges.tolist()
+    for k in PER_POSITION:
+        values = np.asarray(model[k], dtype=np.float64)
+        out[k] = [float(values[a - 1:b - 1].mean()) for a, b in zip(edges[:-1], edges[1:])]
+    return out
+
+
+def expand_curve(model: dict) -> dict:
+    """A model entry with full-length per-position arrays (a ``slim_curve`` entry expanded; others as they are)."""
+    if "bin_edges" not in model:
+        return model
+    edges = np.asarray(model["bin_edges"])
+    widths = np.diff(edges)
+    out = {k: v for k, v in model.items() if k != "bin_edges"}
+    out["positions"] = list(range(1, int(edges[-1])))
+    for k in PER_POSITION:
+        out[k] = np.repeat(np.asarray(model[k], dtype=np.float64), widths).tolist()
+    return out
+
+
 def load_curves(run_dirs: list[str]) -> list[SimpleNamespace]:
     """One curve per model found in the runs' loss.json files (attributes as ``plots`` expects, and
     ``run_index``: the position in ``run_dirs`` of the run it came from)."""
@@ -81,7 +116,7 @@ def load_curves(run_dirs: list[str]) -> list[SimpleNamespace]:
         elif not _same_sequences(measured, reference[1]):
             raise ValueError(f"run_dirs: {path} measured {measured}, but {reference[0]} measured {reference[1]}; "
                              f"compare only evaluations of the same sequences")
-        curves += [SimpleNamespace(**m, run_index=i) for m in data["models"]]
+        curves += [SimpleNamespace(**expand_curve(m), run_index=i) for m in data["models"]]
     return curves
 
 
@@ -95,11 +130,15 @@ def value_at(curve: SimpleNamespace, position: int) -> float | None:
     return float(loss[position // 2:hi].mean())
 
 
+def bin_edges(n: int, bins_per_octave: int = 8) -> np.ndarray:
+    """Edges of the log-spaced bins [a, b) over 1-based positions 1 .. n (the last edge is n + 1)."""
+    edges = np.unique(np.round(2.0 ** np.arange(0, np.log2(n) + 1e-9, 1 / bins_per_octave)).astype(int))
+    return np.append(edges[edges <= n], n + 1)  # position n needs the end n + 1
+
+
 def log_bins(loss: np.ndarray, bins_per_octave: int = 8) -> tuple[np.ndarray, np.ndarray]:
     """(centres, means) of L(i) over log-spaced position bins; positions are 1-based."""
-    n = loss.size
-    edges = np.unique(np.round(2.0 ** np.arange(0, np.log2(n) + 1e-9, 1 / bins_per_octave)).astype(int))
-    edges = np.append(edges[edges <= n], n + 1)  # bins are [a, b): position n needs the end n + 1
+    edges = bin_edges(loss.size, bins_per_octave)
     centres = np.sqrt(edges[:-1] * np.maximum(edges[1:] - 1, edges[:-1]))
     means = np.array([loss[a - 1:b - 1].mean() if b > a else loss[a - 1] for a, b in zip(edges[:-1], edges[1:])])
     return centres, means
