@@ -246,12 +246,11 @@ def _assemble(bundles: list[str], units: dict, old: tuple[dict, dict, dict]) -> 
     old_bodies, old_summary, provenance = old[0], old[1], dict(old[2])
     kept = {uid: (body, old_summary.get(uid, [])) for uid, body in old_bodies.items() if uid not in units}
     have = {**kept, **units}
-    if any(uid.startswith("lodo_") for uid in have) and "lodo" not in units:
-        units["lodo"] = (["### Leave one domain out: prose", "",
-                          "Trained on the mix without its prose (`data prepare --leave-out`). The pair against each "
-                          "other on each text it read, and (with the seed calls' full-mix models beside it) on the "
-                          "held-out prose:", ""], [])
-        have["lodo"] = units["lodo"]
+    if any(uid.startswith("lodo_") for uid in have):  # the heading of the leave-one-domain-out parts
+        have["lodo"] = (["### Leave one domain out: prose", "",
+                         "Trained on the mix without its prose (`data prepare --leave-out`). The pair against each "
+                         "other on each text it read, and (with the seed calls' full-mix models beside it) on the "
+                         "held-out prose:", ""], [])
     for b in bundles:  # where each figure comes from
         prov = [open(os.path.join(b, f)).read().strip() for f in ("commit.txt", "env.txt")
                 if os.path.exists(os.path.join(b, f))]
@@ -284,7 +283,7 @@ def _assemble(bundles: list[str], units: dict, old: tuple[dict, dict, dict]) -> 
 def archive(bundles: list[str]) -> None:
     """Keep what the comparisons read from ``bundles`` under OUT/inputs/<bundle>/, slimmed (a bundle does not outlive
     the machine it was unpacked on; these folders are committed): each run's config.yaml and metrics.jsonl, per
-    text its loss.json (per-position arrays binned by compare.slim_curve, ~10 KB a model) and its gates'
+    text its loss.json (per-position arrays binned by compare.slim_curve, ~20 KB a model) and its gates'
     timescales, commit.txt and env.txt, and each MQAR seed's mqar.json and mqar.md. Later runs of this script
     read them as bundles."""
     for b in bundles:
@@ -304,11 +303,11 @@ def archive(bundles: list[str]) -> None:
             for text in sorted(os.listdir(run)):
                 src = os.path.join(run, text)
                 if os.path.exists(os.path.join(src, "loss.json")):
-                    data = json.load(open(os.path.join(src, "loss.json")))
+                    data = _read(os.path.join(src, "loss.json"))
                     data["models"] = [slim_curve(m) for m in data["models"]]
                     _write(os.path.join(out, text, "loss.json"), data)
                 if os.path.exists(os.path.join(src, "gates.json")):
-                    models = json.load(open(os.path.join(src, "gates.json")))["models"]
+                    models = _read(os.path.join(src, "gates.json"))["models"]
                     _write(os.path.join(out, text, "gates.json"),
                            {"models": [{"name": m.get("name"), "timescale": m["timescale"]} for m in models]})
         for d in sorted(os.listdir(b)):
@@ -317,6 +316,11 @@ def archive(bundles: list[str]) -> None:
                 for f in ("mqar.json", "mqar.md"):
                     if os.path.exists(os.path.join(b, d, f)):
                         shutil.copy(os.path.join(b, d, f), os.path.join(dst, d))
+
+
+def _read(path: str) -> dict:
+    with open(path) as f:
+        return json.load(f)
 
 
 def _write(path: str, data: dict) -> None:

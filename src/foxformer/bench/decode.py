@@ -206,8 +206,9 @@ def run(args) -> dict:
         if device.type == "cuda":
             torch.cuda.empty_cache()
     columns = ["model", "decode", "context", "batch", "tokens_per_s", "ms_per_step", "ms_per_step_p90", "x_floor",
-               "ms_host_per_step", "ms_per_token_streamed", "x_floor_streamed", "prefill_s", "peak_mem_gib", "cache_gib", "live_gib",
-               "kept_fraction", "max_logprob_diff", "logprob_diff_vs_eager", "error", "skipped"]
+               "ms_host_per_step", "ms_per_token_streamed", "x_floor_streamed", "prefill_s", "peak_mem_gib",
+               "cache_gib", "live_gib", "kept_fraction", "max_logprob_diff", "logprob_diff_vs_eager", "error",
+               "skipped"]
     print_table(rows, columns)
     if args.out:
         write_json(args.out, payload)

@@ -105,6 +105,11 @@ def decode_path(cache, decode: str) -> str:
     return "static" if cache.graphs is not None else "eager"
 
 
+def _p90_ms(seconds: list) -> Optional[float]:
+    """The 90th percentile of ``seconds`` in milliseconds (None for none)."""
+    return 1e3 * sorted(seconds)[int(0.9 * (len(seconds) - 1))] if seconds else None
+
+
 @torch.no_grad()
 def measure_decode(model, *, vocab: int, context: int, batch: int, steps: int, warmup: int,
                    evict_eps: Optional[float], prefill_chunk: int, device: torch.device, seed: int = 0,
@@ -197,11 +202,11 @@ def measure_decode(model, *, vocab: int, context: int, batch: int, steps: int, w
     row = {"context": context, "batch": batch, "steps": steps, "decode": decode_path(cache, decode),
            "ms_per_step": None if median is None else 1e3 * median,
            "ms_per_step_mean": 1e3 * sum(times) / max(steps, 1),
-           "ms_per_step_p90": 1e3 * sorted(times)[int(0.9 * (len(times) - 1))] if times else None,
+           "ms_per_step_p90": _p90_ms(times),
            "tokens_per_s": batch / median if median else None, "prefill_s": prefill_s,
            "ms_host_per_step": 1e3 * statistics.median(host) if host else None,
            "ms_per_token_streamed": 1e3 * statistics.median(streamed) if streamed else None,
-           "ms_per_token_streamed_p90": 1e3 * sorted(streamed)[int(0.9 * (len(streamed) - 1))] if streamed else None}
+           "ms_per_token_streamed_p90": _p90_ms(streamed)}
     if evict_eps is not None:
         row["evict_max_len"] = total
     if device.type == "cuda":

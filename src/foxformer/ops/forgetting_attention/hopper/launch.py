@@ -20,6 +20,8 @@ from .compat import TensorDescriptor, gl
 from .fwd import WG_ROWS, fwd_kernel
 
 BLOCK_M = 2 * WG_ROWS.value
+# Compile options of every Gluon launch: one warpgroup runs the default partition (the loader's setup).
+OPTIONS = dict(num_warps=4, **LAUNCH_OPTIONS)
 
 
 @dataclass(frozen=True)
@@ -92,7 +94,7 @@ def forward_launch(q, k, v, c, out, lse, cu, bound, scale: float, n_blocks: int,
     constexprs = dict(HEAD_DIM=D, BLOCK_N=cfg.block_n, NUM_WG=cfg.num_wg, NUM_STAGES=cfg.num_stages,
                       IS_VARLEN=varlen, PRUNE=prune, CONSUMER_REGS=cfg.consumer_regs, FOLD_ROW=cfg.fold_row,
                       OVERLAP=cfg.overlap, HEAD_GROUP=cfg.head_group)
-    return Launch(fwd_kernel, launch_grid(n_blocks, Hq, n_z), args, constexprs, dict(num_warps=4, **LAUNCH_OPTIONS))
+    return Launch(fwd_kernel, launch_grid(n_blocks, Hq, n_z), args, constexprs, OPTIONS)
 
 
 def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.Tensor, scale: float,
@@ -166,7 +168,7 @@ def dkdv_launch(q, k, v, c, do, lse, delta, dk, dv, colsum, cu, bound, scale: fl
             Tq, Tk, float(scale), float(scale) * math.log2(math.e), n_blocks, Hkv, Hq // Hkv)
     constexprs = dict(HEAD_DIM=D, BLOCK_M=cfg.dkdv_block_m, NUM_STAGES=cfg.dkdv_stages,
                       IS_VARLEN=varlen, PRUNE=prune, CONSUMER_REGS=cfg.consumer_regs, HEAD_GROUP=cfg.head_group)
-    return Launch(dkdv_kernel, launch_grid(n_blocks, Hkv, n_z), args, constexprs, dict(num_warps=4, **LAUNCH_OPTIONS))
+    return Launch(dkdv_kernel, launch_grid(n_blocks, Hkv, n_z), args, constexprs, OPTIONS)
 
 
 def dq_launch(q, k, v, c, do, lse, delta, dq, rowsum, cu, bound, scale: float, n_blocks: int, n_z: int,
@@ -181,7 +183,7 @@ def dq_launch(q, k, v, c, do, lse, delta, dq, rowsum, cu, bound, scale: float, n
     constexprs = dict(HEAD_DIM=D, BLOCK_N=cfg.dq_block_n, NUM_WG=cfg.dq_num_wg, NUM_STAGES=cfg.dq_stages,
                       IS_VARLEN=varlen, PRUNE=prune, CONSUMER_REGS=cfg.dq_consumer_regs,
                       HEAD_GROUP=cfg.head_group)
-    return Launch(dq_kernel, launch_grid(n_blocks, Hq, n_z), args, constexprs, dict(num_warps=4, **LAUNCH_OPTIONS))
+    return Launch(dq_kernel, launch_grid(n_blocks, Hq, n_z), args, constexprs, OPTIONS)
 
 
 def gluon_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.Tensor,
