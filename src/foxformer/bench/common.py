@@ -33,7 +33,7 @@ def time_ms(fn, warmup_ms: int = 100, rep_ms: int = 400, grad_to_none=()) -> flo
     """Median wall time of fn in milliseconds (device events on CUDA). grad_to_none: leaves whose ``.grad``
     is dropped before each timed call, so that a backward stores its gradients instead of adding them to the
     last call's (an add over every input that a training step, whose attention inputs are not leaves, never
-    runs: 0.21 ms of a 13-16 ms attention forward+backward in the thirteenth session's profiles)."""
+    runs: the `aten::add_` rows of every provider in docs/bench/profile_attention_f165756/)."""
     grad_to_none = list(grad_to_none)
     if torch.cuda.is_available():
         import triton.testing

@@ -71,7 +71,7 @@ PER_POSITION = ("loss", "smoothed", "smoothed_lo", "smoothed_hi")
 
 
 def slim_curve(model: dict) -> dict:
-    """A loss.json model entry for keeping in a repository (~10 KB where the entry is ~1.3 MB at 16K positions):
+    """A loss.json model entry for keeping in a repository (19 KB where the entry is 1.3 MB, 32 sequences of 16K):
     the per-position arrays become their means over ``bin_edges`` split at the table's octaves (what the figures
     and the table average), the rest stays (the per-sequence octave losses behind every interval included).
     ``expand_curve`` turns it back into full-length arrays, constant within each bin: a comparison of slim
