@@ -9,7 +9,9 @@ the other texts, and replaces the text between the issue20 markers of docs/resul
 bundles do not cover keeps its text from the document (each part sits between unit markers): a later call's
 bundle updates its own parts only. A part that no bundle ever gave is marked pending. What the comparisons read
 from the bundles is kept, slimmed, in docs/results/issue20/inputs/ (commit it: the bundles go with the machine),
-and read again by later runs, so that seeds evaluated in different sessions are compared together.
+and read again by later runs, so that seeds evaluated in different sessions are compared together. Each
+comparison's part names the runs it read; when a new comparison does not read all of them (their inputs were
+never kept), the part it replaces stays beside it as an earlier call's result, not pooled.
 """
 from __future__ import annotations
 
@@ -78,6 +80,20 @@ def run_compare(groups: list[tuple[str, list[str]]], text: str, reference: str, 
     return compare([f for _, f in found], out, names=[label for label, _ in found], reference=reference)
 
 
+def _run_id(path: str) -> str:
+    """BUNDLE/RUN of a run folder or of a file inside it: the same name whether the bundle was given or read
+    back from the kept inputs."""
+    head, _, tail = os.path.normpath(path).partition(os.sep + "runs" + os.sep)
+    return f"{os.path.basename(head)}/{tail.split(os.sep)[0]}"
+
+
+def _compare_body(heading: str, out: str, res: dict) -> list[str]:
+    """A comparison's part: heading, tables, difference figure, and the runs it read (``INPUTS``)."""
+    return [heading, "", open(os.path.join(out, "compare.md")).read(),
+            f"![loss difference]({out[5:]}/loss_difference.png)", "",
+            INPUTS.format(" ".join(sorted({_run_id(r) for r in res["runs"]})))]
+
+
 def _interval_line(diff: dict, key: str) -> str:
     d = diff.get(key)
     return "-" if d is None else fmt_interval(d["mean"], d["lo"], d["hi"])
@@ -144,8 +160,7 @@ def _lodo(runs: dict, units: dict, dropped: list[str]) -> None:
         where = "the mix without prose (held out)" if text == "eval" else what
         if with_full:
             where += ", beside the models trained on the whole mix (4K-token windows)"
-        body = [f"#### {where}", "", open(os.path.join(out, "compare.md")).read(),
-                f"![loss difference]({out[5:]}/loss_difference.png)", ""]
+        body = _compare_body(f"#### {where}", out, res)
         # seeds that reached this evaluation (a call cut by its deadline leaves some texts with fewer)
         n = min(r["n_seeds"] for r in res["rows"])
         summary = [f"- {where.split(',')[0]}, trained without prose, FoX (Pro) - Transformer (Pro) ({n} seed"
@@ -166,6 +181,8 @@ def _in_bundle(path: str, bundles: list[str]) -> str:
 MAIN_UNITS = [f"{text}_{block}" for text in TEXTS if text != "eval_src_prose" for block in BLOCKS]
 ORDER = MAIN_UNITS + ["missing", "lodo"] + [f"lodo_{text}" for text in TEXTS] + ["dropped", "gates", "mqar"]
 UNIT, UNIT_END = "<!-- issue20:unit {} -->", "<!-- /issue20:unit -->"
+INPUTS, EARLIER = "<!-- issue20:inputs {} -->", "@earlier"
+_INPUTS_RE = re.compile(r"^<!-- issue20:inputs (.*) -->$", re.M)
 _UNIT_RE = re.compile(r"<!-- issue20:unit (\S+) -->\n(.*?)\n<!-- /issue20:unit -->", re.S)
 _TAGGED_RE = re.compile(r"^(- .*) <!-- (\S+) -->$", re.M)
 _BUNDLE_RE = re.compile(r"^- (\S+) \(bundle folder\): .*$", re.M)
@@ -200,11 +217,9 @@ def section(bundles: list[str], old: tuple[dict, dict, dict] = ({}, {}, {})) -> 
             if res is None:
                 missing.append(f"{LABELS[fox]} against {LABELS[tfm]} on {what}")
                 continue
-            body = [f"### {LABELS[fox]} against {LABELS[tfm]}: {what}", "",
-                    open(os.path.join(out, "compare.md")).read(),
-                    f"![loss difference]({out[5:]}/loss_difference.png)", ""]
+            body = _compare_body(f"### {LABELS[fox]} against {LABELS[tfm]}: {what}", out, res)
             if text == "eval":
-                body += [f"![training by seed]({out[5:]}/training.png)", ""]
+                body[-1:-1] = [f"![training by seed]({out[5:]}/training.png)", ""]
             d = res["differences"][0] if res["differences"] else {}
             n = res["rows"][0]["n_seeds"]
             units[f"{text}_{block}"] = (body, [
@@ -245,7 +260,7 @@ def _assemble(bundles: list[str], units: dict, old: tuple[dict, dict, dict]) -> 
     """The section's text: these bundles' units, the old units they do not cover, pending notes for the rest."""
     old_bodies, old_summary, provenance = old[0], old[1], dict(old[2])
     kept = {uid: (body, old_summary.get(uid, [])) for uid, body in old_bodies.items() if uid not in units}
-    have = {**kept, **units}
+    have = {**kept, **_superseded(units, old), **units}
     if any(uid.startswith("lodo_") for uid in have):  # the heading of the leave-one-domain-out parts
         have["lodo"] = (["### Leave one domain out: prose", "",
                          "Trained on the mix without its prose (`data prepare --leave-out`). The pair against each "
@@ -262,7 +277,8 @@ def _assemble(bundles: list[str], units: dict, old: tuple[dict, dict, dict]) -> 
              "`lodo` and `mqar` (commands and timings in the script). Cells: mean ± standard deviation over "
              "seeds; differences: 95% bootstrap interval over seeds and sequences, **bold** where it excludes 0.", ""]
     parts += list(provenance.values()) + [""]
-    summary = [f"{line} <!-- {uid} -->" for uid in ORDER if uid in have for line in have[uid][1]]
+    order = [u for uid in ORDER for u in (uid, uid + EARLIER)]
+    summary = [f"{line} <!-- {uid} -->" for uid in order if uid in have for line in have[uid][1]]
     if summary:
         parts += ["What the intervals say (generated):", ""] + summary + [""]
     if not any(uid in have for uid in MAIN_UNITS):
@@ -270,7 +286,7 @@ def _assemble(bundles: list[str], units: dict, old: tuple[dict, dict, dict]) -> 
                   "Pending: `bash scripts/issue20.sh seed 0`, `seed 1`, `seed 2` (one GPU call each; the four models "
                   "of both blocks, their per-position loss on the mix, the novels and the Go source, and their "
                   "gates).", ""]
-    for uid in ORDER:
+    for uid in order:
         if uid in have:
             parts += [UNIT.format(uid), *have[uid][0], UNIT_END]
         elif uid == "lodo":
@@ -327,6 +343,29 @@ def _write(path: str, data: dict) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as f:
         json.dump(data, f)
+
+
+def _inputs(body: list[str]) -> set[str] | None:
+    found = _INPUTS_RE.search("\n".join(body))
+    return set(found.group(1).split()) if found else None
+
+
+def _superseded(units: dict, old: tuple[dict, dict, dict]) -> dict:
+    """The old comparisons that ``units`` replace without reading all their runs (an earlier call whose inputs were
+    never kept): each stays as UID@earlier, its figure dropped (the new one overwrote it), its summary lines marked.
+    """
+    out = {}
+    for uid, (body, _) in units.items():
+        before, new_runs = old[0].get(uid), _inputs(body)
+        if before is None or new_runs is None or (_inputs(before) or {""}) <= new_runs:
+            continue
+        head, *rest = [line for line in before if not line.startswith("![")]
+        rest = [line for i, line in enumerate(rest) if line or i == 0 or rest[i - 1]]  # the figure's blank line
+        out[uid + EARLIER] = (
+            [f"{head}: an earlier call, not pooled with the rows above (its inputs were not kept)"]
+            + rest + old[0].get(uid + EARLIER, []),
+            [f"- earlier call, not pooled: {line[2:]}" for line in old[1].get(uid, [])] + old[1].get(uid + EARLIER, []))
+    return out
 
 
 def with_archive(bundles: list[str]) -> list[str]:

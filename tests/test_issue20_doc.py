@@ -87,12 +87,15 @@ def test_a_lodo_rest_bundle_updates_the_prose_and_go_units_only(doc_script, tmp_
     old = doc_script.old_units(text)
     units, summary, provenance = doc_script.old_units(doc_script.section([str(bundle)], old) + "\n")
     fresh = {"lodo_eval_src_prose", "lodo_eval_ood_go"}
-    assert {uid: body for uid, body in units.items() if uid not in fresh | {"lodo"}} == \
-        {uid: body for uid, body in old[0].items() if uid not in fresh | {"lodo"}}
+    earlier = {uid + doc_script.EARLIER for uid in fresh}
+    assert {uid: body for uid, body in units.items() if uid not in fresh | earlier | {"lodo"}} == \
+        {uid: body for uid, body in old[0].items() if uid not in fresh | earlier | {"lodo"}}
     for uid in fresh:
         assert units[uid] != old[0][uid]
         [line] = summary[uid]
         assert "(3 seeds)" in line and "**+0.1" in line        # FoX (Pro) 0.1 behind, an interval that excludes 0
+        assert units[uid][-1] == doc_script.INPUTS.format(" ".join(
+            f"lodo_rest/{m}-small_s{s}" for m in ("fox-pro", "transformer-pro") for s in range(3)))
     assert summary["lodo_eval"] == old[1]["lodo_eval"] and provenance["lodo_rest"].endswith("commit abc1234")
 
 
@@ -117,5 +120,26 @@ def test_seeds_from_two_calls_are_compared_together_through_the_kept_inputs(doc_
     units, summary, provenance = doc_script.old_units(text)
     for uid in ("lodo_eval_src_prose", "lodo_eval_ood_go"):
         assert "(3 seeds)" in summary[uid][0]
+        # the published part the first call replaced stays once, beside; the first call's own is pooled, not kept
+        assert text.count(doc_script.UNIT.format(uid + doc_script.EARLIER)) == 1
+        assert not any("(1 seed)" in line and "lodo_rest" in line for line in units[uid + doc_script.EARLIER])
     assert provenance["lodo_rest_s0"].endswith("commit of lodo_rest_s0")      # read from the kept inputs
     assert provenance["lodo_rest_s12"].endswith("commit of lodo_rest_s12")
+
+
+def test_a_part_replaced_without_all_its_runs_stays_beside_as_an_earlier_call(doc_script):
+    """An old comparison whose runs the new one does not read (its inputs were never kept) is not overwritten: it
+    stays as UID@earlier, marked, its figure dropped; one whose runs the new one reads is simply replaced."""
+    inputs = doc_script.INPUTS.format
+    old_body = ["#### Go source (not in the mix)", "", "OLD TABLE", "", "![loss difference](x.png)", "", inputs("a/r_s0")]
+    old = ({"lodo_eval_ood_go": old_body}, {"lodo_eval_ood_go": ["- Go (1 seed): +0.4"]}, {})
+    new = {"lodo_eval_ood_go": (["#### Go source (not in the mix)", "", "NEW", "", inputs("b/r_s1 b/r_s2")],
+                                ["- Go (2 seeds): -0.1"])}
+    units, summary, _ = doc_script.old_units(doc_script._assemble([], new, old) + "\n")
+    assert units["lodo_eval_ood_go@earlier"] == [
+        "#### Go source (not in the mix): an earlier call, not pooled with the rows above (its inputs were not kept)",
+        "", "OLD TABLE", "", inputs("a/r_s0")]
+    assert summary["lodo_eval_ood_go@earlier"] == ["- earlier call, not pooled: Go (1 seed): +0.4"]
+    new["lodo_eval_ood_go"][0][-1] = inputs("a/r_s0 b/r_s1 b/r_s2")
+    units, _, _ = doc_script.old_units(doc_script._assemble([], new, old) + "\n")
+    assert set(units) == {"lodo_eval_ood_go", "lodo"}
