@@ -8,9 +8,9 @@
 #   bash scripts/issue20.sh seed 2        # GPU: ... seed 2
 #   bash scripts/issue20.sh lodo [SEEDS]  # GPU: FoX (Pro) and Transformer (Pro) trained without the prose
 #                                         # (SEEDS: "0" by default; "1 2" trains both seeds in one call)
-#   bash scripts/issue20.sh lodo-rest "1 2"  # GPU: the left-out prose and Go only, for seeds a lodo call cut short
-#                                         # (seed 0's evaluations of them were lost with an earlier session's
-#                                         # machine: `lodo-rest 0` in a call of its own gives the third seed)
+#   bash scripts/issue20.sh lodo-rest 0   # GPU: the left-out prose and Go only, the pair trained again with the
+#                                         # given seeds (one a call finishes its schedule; seeds 1 and 2 ran in
+#                                         # the sixteenth session, seed 0's earlier evaluations are not pooled)
 #   MQAR_SEED=1 bash scripts/issue20.sh mqar   # GPU: multi-query associative recall, 7 models (MQAR_MODELS), one
 #                                         # seed (default 0), into $OUT/mqar_bundle.tgz
 #   python scripts/issue20_doc.py BUNDLE_DIR...   # CPU: tables and figures into docs/results.md (the parts
@@ -35,6 +35,10 @@
 # evaluations hit the budget (the gates on the mix and on the Go source were cut): give each its own call.
 # Thirteenth, `lodo "1 2"` (four models, 560 s budget): training 6.0 min, then 196 s of evaluations did the mix
 # and the novels only; the left-out prose now comes first (SOURCES_FIRST), Go and the gates may still be cut.
+# Sixteenth, `lodo-rest "1 2"` (commit f68f11b, 537 s): the four models ran ~124K tokens/s each and the 5.5-minute
+# guard stopped them at 319-326 of 344 steps (learning rate not fully decayed); the prose and Go losses took 162 s
+# after, the gates on the mix were cut. Four models cannot finish 45M tokens and these evaluations in one call:
+# give `lodo-rest` one seed a call (two models side by side) for the full schedule.
 set -u
 MODE=${1:-}
 DATA=${DATA:-repro_data/gpt2}; SHARED=${SHARED:-../shared/data}; CARRY=${CARRY:-repro_data/carry}
