@@ -87,11 +87,41 @@ def _run_id(path: str) -> str:
     return f"{os.path.basename(head)}/{tail.split(os.sep)[0]}"
 
 
+def _run_dir(path: str) -> str:
+    head, _, tail = os.path.normpath(path).partition(os.sep + "runs" + os.sep)
+    return os.path.join(head, "runs", tail.split(os.sep)[0])
+
+
+def stopped_early(paths: list[str]) -> list[str]:
+    """"RUN (steps of planned)" for each run among ``paths`` whose training ended before its planned tokens (the
+    call's time guard, --max-minutes): its learning rate never finished decaying, so it is not the recipe's model."""
+    import yaml
+
+    out = []
+    for run in sorted({_run_dir(p) for p in paths}):
+        try:
+            with open(os.path.join(run, "config.yaml")) as f:
+                cfg = yaml.safe_load(f)
+            with open(os.path.join(run, "metrics.jsonl")) as f:
+                end = [json.loads(line) for line in f if '"end"' in line][-1]
+            planned = -(-int(cfg["total_tokens"]) // int(cfg["batch_tokens"]))
+        except (OSError, IndexError, KeyError, TypeError):
+            continue  # a run without its training record or plan says nothing either way
+        if end["step"] < planned:
+            out.append(f"{os.path.basename(run)} ({end['step']} of {planned} steps)")
+    return out
+
+
 def _compare_body(heading: str, out: str, res: dict) -> list[str]:
-    """A comparison's part: heading, tables, difference figure, and the runs it read (``INPUTS``)."""
-    return [heading, "", open(os.path.join(out, "compare.md")).read(),
-            f"![loss difference]({out[5:]}/loss_difference.png)", "",
-            INPUTS.format(" ".join(sorted({_run_id(r) for r in res["runs"]})))]
+    """A comparison's part: heading, tables, difference figure, the runs a time guard stopped early, and the runs
+    it read (``INPUTS``)."""
+    body = [heading, "", open(os.path.join(out, "compare.md")).read(),
+            f"![loss difference]({out[5:]}/loss_difference.png)", ""]
+    early = stopped_early(res["runs"])
+    if early:
+        body += ["Stopped by the call's time guard before their planned tokens, the learning rate not fully decayed: "
+                 + ", ".join(early) + ".", ""]
+    return body + [INPUTS.format(" ".join(sorted({_run_id(r) for r in res["runs"]})))]
 
 
 def _interval_line(diff: dict, key: str) -> str:

@@ -131,7 +131,8 @@ def test_a_part_replaced_without_all_its_runs_stays_beside_as_an_earlier_call(do
     """An old comparison whose runs the new one does not read (its inputs were never kept) is not overwritten: it
     stays as UID@earlier, marked, its figure dropped; one whose runs the new one reads is simply replaced."""
     inputs = doc_script.INPUTS.format
-    old_body = ["#### Go source (not in the mix)", "", "OLD TABLE", "", "![loss difference](x.png)", "", inputs("a/r_s0")]
+    old_body = ["#### Go source (not in the mix)", "", "OLD TABLE", "", "![loss difference](x.png)", "",
+                inputs("a/r_s0")]
     old = ({"lodo_eval_ood_go": old_body}, {"lodo_eval_ood_go": ["- Go (1 seed): +0.4"]}, {})
     new = {"lodo_eval_ood_go": (["#### Go source (not in the mix)", "", "NEW", "", inputs("b/r_s1 b/r_s2")],
                                 ["- Go (2 seeds): -0.1"])}
@@ -143,3 +144,24 @@ def test_a_part_replaced_without_all_its_runs_stays_beside_as_an_earlier_call(do
     new["lodo_eval_ood_go"][0][-1] = inputs("a/r_s0 b/r_s1 b/r_s2")
     units, _, _ = doc_script.old_units(doc_script._assemble([], new, old) + "\n")
     assert set(units) == {"lodo_eval_ood_go", "lodo"}
+
+
+def test_runs_a_time_guard_stopped_are_named_with_their_steps(doc_script, tmp_path):
+    """A run whose training ended before its planned tokens (config total_tokens / batch_tokens) is listed with its
+    steps; one that finished, or one without a training record, is not."""
+    import yaml
+
+    def run(name, steps, total=45_000_000, record=True):
+        d = tmp_path / "bundle" / "runs" / name
+        (d / "eval_ood_go").mkdir(parents=True)
+        (d / "config.yaml").write_text(yaml.safe_dump({"total_tokens": total, "batch_tokens": 131072}))
+        if record:
+            (d / "metrics.jsonl").write_text(json.dumps({"kind": "eval", "step": 10}) + "\n"
+                                             + json.dumps({"kind": "end", "step": steps}) + "\n")
+        return str(d / "eval_ood_go" / "loss.json")
+
+    paths = [run("fox-pro-small_s1", 319), run("transformer-pro-small_s1", 344),
+             run("fox-pro-small_s2", 5, record=False)]
+    early = ["fox-pro-small_s1 (319 of 344 steps)"]
+    assert doc_script.stopped_early(paths) == early
+    assert doc_script.stopped_early([os.path.dirname(os.path.dirname(paths[0]))]) == early   # a run folder itself
