@@ -11,6 +11,8 @@
 #   bash scripts/issue20.sh lodo-rest 0   # GPU: the left-out prose and Go only, the pair trained again with the
 #                                         # given seeds (one a call finishes its schedule; seeds 1 and 2 ran in
 #                                         # the sixteenth session, seed 0's earlier evaluations are not pooled)
+#   bash scripts/issue20.sh ablation 0    # GPU: the LLaMA-block gate ablations with one seed: FoX (LLaMA) with its
+#                                         # data-dependent, a data-independent and a fixed gate, side by side
 #   MQAR_SEED=1 bash scripts/issue20.sh mqar   # GPU: multi-query associative recall, 7 models (MQAR_MODELS), one
 #                                         # seed (default 0), into $OUT/mqar_bundle.tgz
 #   python scripts/issue20_doc.py BUNDLE_DIR...   # CPU: tables and figures into docs/results.md (the parts
@@ -106,6 +108,16 @@ lodo-rest)
         EVAL_SOURCES=prose SOURCES_FIRST=1 EVAL_MIX=0 RUNS=runs_noprose \
         bash scripts/reproduce.sh fox-pro-small transformer-pro-small
     ;;
+ablation)
+    # The gate ablations of docs/results.md ("Gate ablations (LLaMA block)", one seed in the fifth session) with seed
+    # N: three models side by side (the fifth session's pair trained in 2.6 min, so three finish the 45M tokens
+    # inside the guard), then their loss on the mix and their gates. The data-dependent gate is named in its spec
+    # so that its runs stay apart from the seed calls' FoX (LLaMA) (issue20_doc.py compares the three).
+    s=${2:?ablation: give the seed, e.g. ablation 0}
+    unpack carry_seed
+    DATA=$CARRY/gpt2 SEEDS=$s EVAL_BATCH=${EVAL_BATCH:-4} bash scripts/reproduce.sh \
+        fox-llama-small:fgate=data_dependent fox-llama-small:fgate=data_independent fox-llama-small:fgate=fixed
+    ;;
 mqar)
     # MQAR_SEED=N: one seed a call (the task's sequences and the weights), into $OUT/mqar_sN; issue20_doc.py tables
     # the seeds' spread from the bundles' mqar_s* folders (the twelfth session's seed 0 is in mqar/).
@@ -136,7 +148,7 @@ mqar)
         && mv ../mqar_bundle.tgz .)
     ;;
 *)
-    echo "usage: bash scripts/issue20.sh data | seed N | lodo [SEEDS] | lodo-rest SEEDS | mqar" >&2
+    echo "usage: bash scripts/issue20.sh data | seed N | lodo [SEEDS] | lodo-rest SEEDS | ablation N | mqar" >&2
     exit 2
     ;;
 esac

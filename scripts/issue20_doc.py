@@ -37,17 +37,23 @@ TEXTS = {"eval": "held-out documents of the training mix", "eval_ood_austen": "J
 
 
 def find_runs(bundles: list[str]) -> dict[str, list[str]]:
-    """Model kind ("fox-pro": the preset without its size; + '/noprose' for runs trained without the prose)
-    -> run folders, over every bundle."""
+    """Model kind -> run folders, over every bundle. The kind is the preset without its size ("fox-pro"), then
+    its model overrides as in MQAR's specs (":fgate=fixed", the gate ablations), then "/noprose" for runs trained
+    without the prose."""
     import yaml
 
     out: dict[str, list[str]] = {}
     for b in bundles:
         for run in sorted(glob.glob(os.path.join(b, "runs", "*"))):
             with open(os.path.join(run, "config.yaml")) as f:
-                noprose = "noprose" in str(yaml.safe_load(f).get("data_dir", ""))
-            kind = SEED_SUFFIX.sub("", os.path.basename(run)).rpartition("-")[0]
-            out.setdefault(kind + ("/noprose" if noprose else ""), []).append(run)
+                cfg = yaml.safe_load(f)
+            kind = (cfg.get("preset") or SEED_SUFFIX.sub("", os.path.basename(run))).rpartition("-")[0]
+            overrides = cfg.get("model") or {}
+            if overrides:
+                kind += ":" + ",".join(f"{k}={v}" for k, v in sorted(overrides.items()))
+            if "noprose" in str(cfg.get("data_dir", "")):
+                kind += "/noprose"
+            out.setdefault(kind, []).append(run)
     return out
 
 
@@ -199,6 +205,30 @@ def _lodo(runs: dict, units: dict, dropped: list[str]) -> None:
         units[f"lodo_{text}"] = (body, summary)
 
 
+# The LLaMA-block gate ablations (`issue20.sh ablation N`): FoX (LLaMA) with its data-dependent gate (named, so that
+# these runs stay apart from the seed calls' FoX (LLaMA)), a learned per-head bias and the fixed (ALiBi-like) decay.
+ABLATIONS = {"fox-llama:fgate=data_dependent": "FoX (LLaMA), data-dependent gate",
+             "fox-llama:fgate=data_independent": "FoX (LLaMA), data-independent gate",
+             "fox-llama:fgate=fixed": "FoX (LLaMA), fixed gate"}
+
+
+def _ablations(runs: dict, units: dict, dropped: list[str]) -> None:
+    """The gate ablations against the data-dependent gate on the mix's held-out documents: one unit."""
+    if not all(runs.get(kind) for kind in ABLATIONS):
+        return
+    groups = [(label, runs[kind]) for kind, label in ABLATIONS.items()]
+    out = os.path.join(OUT, "ablation_llama")
+    res = run_compare(groups, "eval", groups[0][0], out, dropped)
+    if res is None:
+        return
+    body = _compare_body("### Gate ablations (LLaMA block): held-out documents of the training mix", out, res)
+    body[-1:-1] = [f"![training by seed]({out[5:]}/training.png)", ""]
+    n = min(r["n_seeds"] for r in res["rows"])
+    units["ablation_llama"] = (body, [
+        f"- gate ablations (LLaMA block), {d['model']} - {d['reference']} ({n} seed{'s' if n > 1 else ''}): mean "
+        f"loss over 16K tokens {_interval_line(d, 'mean_loss')}" for d in res["differences"]])
+
+
 def _in_bundle(path: str, bundles: list[str]) -> str:
     """path as BUNDLE_FOLDER/..., the way the provenance lines name the bundles."""
     b = next(b for b in bundles if os.path.abspath(path).startswith(os.path.abspath(b) + os.sep))
@@ -209,7 +239,8 @@ def _in_bundle(path: str, bundles: list[str]) -> str:
 # lines end with its id, so that a later run keeps the units its bundles do not cover (an earlier session's bundles
 # may be gone with its machine; the figures they gave stay as generated).
 MAIN_UNITS = [f"{text}_{block}" for text in TEXTS if text != "eval_src_prose" for block in BLOCKS]
-ORDER = MAIN_UNITS + ["missing", "lodo"] + [f"lodo_{text}" for text in TEXTS] + ["dropped", "gates", "mqar"]
+ORDER = (MAIN_UNITS + ["missing", "lodo"] + [f"lodo_{text}" for text in TEXTS]
+         + ["ablation_llama", "dropped", "gates", "mqar"])
 UNIT, UNIT_END = "<!-- issue20:unit {} -->", "<!-- /issue20:unit -->"
 INPUTS, EARLIER = "<!-- issue20:inputs {} -->", "@earlier"
 _INPUTS_RE = re.compile(r"^<!-- issue20:inputs (.*) -->$", re.M)
@@ -260,6 +291,7 @@ def section(bundles: list[str], old: tuple[dict, dict, dict] = ({}, {}, {})) -> 
                              "the GPU call's time limit, see the bundle's logs): " + "; ".join(missing) + ".", ""], [])
     if all(runs.get(p + "/noprose") for p in BLOCKS["pro"]):
         _lodo(runs, units, dropped)
+    _ablations(runs, units, dropped)
     if dropped:
         names = ", ".join(_in_bundle(f, bundles) for f in sorted(set(dropped)))
         units["dropped"] = (["Left out of their comparisons (they read other sequences than the rest, e.g. an earlier "
@@ -321,6 +353,12 @@ def _assemble(bundles: list[str], units: dict, old: tuple[dict, dict, dict]) -> 
             parts += [UNIT.format(uid), *have[uid][0], UNIT_END]
         elif uid == "lodo":
             parts += ["### Leave one domain out: prose", "", "Pending: `bash scripts/issue20.sh lodo`.", ""]
+        elif uid == "ablation_llama":
+            parts += ["### Gate ablations (LLaMA block), three seeds", "",
+                      "Pending: `bash scripts/issue20.sh ablation 0`, `ablation 1`, `ablation 2` (one GPU call each: "
+                      "FoX (LLaMA) with its data-dependent gate, a data-independent gate and a fixed gate, side by "
+                      "side, and their loss on the mix; the single-seed run is in \"Gate ablations (LLaMA block)\" "
+                      "above).", ""]
         elif uid == "mqar":
             parts += ["### Multi-query associative recall", "", "Pending: `bash scripts/issue20.sh mqar`.", ""]
     return "\n".join(parts) + "\n" + END

@@ -52,7 +52,7 @@ def test_a_new_bundle_replaces_its_own_units_and_keeps_the_rest(doc_script, tmp_
 
 def test_parts_no_bundle_ever_gave_are_pending(doc_script):
     out = doc_script._assemble([], {}, ({}, {}, {}))
-    assert out.count("Pending:") == 3 and "issue20:unit" not in out
+    assert out.count("Pending:") == 4 and "issue20:unit" not in out
 
 
 def _noprose_run(bundle, model, seed, offset, texts):
@@ -165,3 +165,49 @@ def test_runs_a_time_guard_stopped_are_named_with_their_steps(doc_script, tmp_pa
     early = ["fox-pro-small_s1 (319 of 344 steps)"]
     assert doc_script.stopped_early(paths) == early
     assert doc_script.stopped_early([os.path.dirname(os.path.dirname(paths[0]))]) == early   # a run folder itself
+
+
+def _ablation_run(bundle, fgate, seed, offset):
+    """A run of `issue20.sh ablation`: config with its gate override, a training record, loss.json of the mix."""
+    import numpy as np
+    import yaml
+
+    from foxformer.eval.loss import loss_curve
+    from foxformer.eval.outputs import save_loss
+
+    run = bundle / "runs" / f"fox-llama-small_fgate-{fgate}_s{seed}"
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text(yaml.safe_dump({"preset": "fox-llama-small", "model": {"fgate": fgate},
+                                                     "data_dir": "repro/gpt2", "total_tokens": 45_000_000,
+                                                     "batch_tokens": 131072}))
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in (
+        {"kind": "eval", "step": 100, "tokens": 13_107_200, "val_loss": 4.0 + offset},
+        {"kind": "end", "step": 344, "tokens": 45_088_768, "val_loss": 3.5 + offset})))
+    shared = np.random.default_rng(99).normal(0, 0.3, size=(6, 1))
+    rows = 4.0 + offset + shared + np.random.default_rng(seed).normal(0, 0.02, size=(6, 63))
+    save_loss([loss_curve(rows, name=run.name, train_len=16, n_boot=20)], str(run / "eval"),
+              {"data": "d", "split": "val", "seq_len": 64, "num_seqs": 6, "tokens_sha256": "mix"})
+
+
+def test_the_gate_ablations_of_three_seeds_get_their_own_unit(doc_script, tmp_path, monkeypatch):
+    """`issue20.sh ablation N` bundles: the three gates apart from the seed calls' FoX (LLaMA), compared against the
+    data-dependent gate; the other units of the published section stay."""
+    monkeypatch.setattr(doc_script, "OUT", str(tmp_path / "out"))
+    bundle = tmp_path / "ablation"
+    for seed in range(3):
+        for fgate, offset in (("data_dependent", 0.0), ("data_independent", 0.3), ("fixed", 0.3)):
+            _ablation_run(bundle, fgate, seed, offset)
+    runs = doc_script.find_runs([str(bundle)])
+    assert {kind: len(r) for kind, r in runs.items()} == {kind: 3 for kind in doc_script.ABLATIONS}
+    text = open(os.path.join(ROOT, doc_script.DOC)).read()
+    old = doc_script.old_units(text)
+    units, summary, _ = doc_script.old_units(doc_script.section([str(bundle)], old) + "\n")
+    assert {uid: body for uid, body in units.items() if uid != "ablation_llama"} == old[0]
+    lines = summary["ablation_llama"]
+    assert len(lines) == 2 and all("(3 seeds)" in line and "**+0.3" in line for line in lines)
+    assert "data-independent gate - FoX (LLaMA), data-dependent gate" in lines[0]
+
+
+def test_the_pending_ablation_note_names_its_command(doc_script):
+    out = doc_script._assemble([], {}, ({}, {}, {}))
+    assert "`bash scripts/issue20.sh ablation 0`" in out
