@@ -28,6 +28,8 @@ import numpy as np
 from foxformer.eval.compare import compare, slim_curve
 from foxformer.eval.mqar import LABELS, seed_table
 from foxformer.eval.seeds import SEED_SUFFIX, fmt_interval
+from foxformer.train.config import load_config
+from foxformer.train.metrics import read_metrics
 
 DOC, OUT = "docs/results.md", "docs/results/issue20"
 BEGIN, END = "<!-- issue20:begin -->", "<!-- issue20:end -->"
@@ -86,35 +88,31 @@ def run_compare(groups: list[tuple[str, list[str]]], text: str, reference: str, 
     return compare([f for _, f in found], out, names=[label for label, _ in found], reference=reference)
 
 
-def _run_id(path: str) -> str:
-    """BUNDLE/RUN of a run folder or of a file inside it: the same name whether the bundle was given or read
-    back from the kept inputs."""
-    head, _, tail = os.path.normpath(path).partition(os.sep + "runs" + os.sep)
-    return f"{os.path.basename(head)}/{tail.split(os.sep)[0]}"
-
-
 def _run_dir(path: str) -> str:
+    """BUNDLE/runs/RUN of a run folder or of a file inside it."""
     head, _, tail = os.path.normpath(path).partition(os.sep + "runs" + os.sep)
     return os.path.join(head, "runs", tail.split(os.sep)[0])
 
 
-def stopped_early(paths: list[str]) -> list[str]:
-    """"RUN (steps of planned)" for each run among ``paths`` whose training ended before its planned tokens (the
-    call's time guard, --max-minutes): its learning rate never finished decaying, so it is not the recipe's model."""
-    import yaml
+def _run_id(path: str) -> str:
+    """BUNDLE/RUN of a run folder or of a file inside it: the same name whether the bundle was given or read
+    back from the kept inputs."""
+    run = _run_dir(path)
+    return f"{os.path.basename(os.path.dirname(os.path.dirname(run)))}/{os.path.basename(run)}"
 
+
+def stopped_early(paths: list[str]) -> list[str]:
+    """"RUN (steps of planned)" for each run among ``paths`` whose training ended before its planned steps (the
+    call's time guard, --max-minutes): its learning rate never finished decaying, so it is not the recipe's model."""
     out = []
     for run in sorted({_run_dir(p) for p in paths}):
+        ends = [r for r in read_metrics(run) if r.get("kind") == "end"]
         try:
-            with open(os.path.join(run, "config.yaml")) as f:
-                cfg = yaml.safe_load(f)
-            with open(os.path.join(run, "metrics.jsonl")) as f:
-                end = [json.loads(line) for line in f if '"end"' in line][-1]
-            planned = -(-int(cfg["total_tokens"]) // int(cfg["batch_tokens"]))
-        except (OSError, IndexError, KeyError, TypeError):
-            continue  # a run without its training record or plan says nothing either way
-        if end["step"] < planned:
-            out.append(f"{os.path.basename(run)} ({end['step']} of {planned} steps)")
+            planned = load_config(os.path.join(run, "config.yaml")).total_steps
+        except (OSError, ValueError):
+            continue  # a run without its plan says nothing either way
+        if ends and ends[-1]["step"] < planned:
+            out.append(f"{os.path.basename(run)} ({ends[-1]['step']} of {planned} steps)")
     return out
 
 
