@@ -123,13 +123,9 @@ def _worst_error(D, fwd_cfg=None, bwd_cfg=None) -> float:
     return worst
 
 
-# One head at a time (head_group 1, the order until the thirteenth session) stays for comparison, and at D 64 the two
-# dq stages of the thirteenth session's default (three since the fourteenth); not yet timed: the dq kernel with
-# 64-key stages four deep at two warpgroups (sm_90a compile, sixteenth session: 168 registers, no spill, 216 KB of
-# shared memory at D 128; three warpgroups with 64-key stages lost at D 64: docs/benchmarks.md). What lost: as
-# FWD_SWEEP's.
-BWD_SWEEP = {64: [dict(), dict(head_group=1), dict(dq_stages=2), dict(dq_block_n=64, dq_stages=4), dict()],
-             128: [dict(), dict(head_group=1), dict(dq_block_n=64, dq_stages=4), dict()]}
+# The backward's launch order alternated with the forward's (head_group 4 against the default 1, seventeenth session),
+# twice each: the two differ by about the drift between a sweep's first and last rows. What lost: as FWD_SWEEP's.
+BWD_SWEEP = {D: [dict(), dict(head_group=4), dict(), dict(head_group=4)] for D in (64, 128)}
 
 
 def _bwd_parts(q, k, v, c, do, out, lse, scale, cfg):

@@ -97,10 +97,16 @@ def _provider_fn(name, q, k, v, log_f, prune_eps=None, qk_bound="auto"):
     raise ValueError(f"unknown provider {name!r}; choose from {PROVIDERS}")
 
 
+# Several steps, as time_ms runs them (queued without a sync): the host's launch time then overlaps the
+# device's work except before the first step, and the per-step idle time shows what the timed calls pay.
+PROFILE_STEPS = 4
+
+
 def bench_case(provider, B, T, Hq, Hkv, D, dtype=torch.bfloat16, device="cuda", gate="realistic",
                prune_eps=None, qk_bound="auto", profile_path=None):
-    """One provider on one shape: forward and forward+backward times (and with profile_path, one more
-    forward+backward under torch.profiler, its kernel table written there)."""
+    """One provider on one shape: forward and forward+backward times (and with profile_path, PROFILE_STEPS more
+    forward+backwards back to back under torch.profiler: the kernel table and the device's idle time per step,
+    as the timed calls run them, written there)."""
     q, k, v, log_f = _inputs(B, T, Hq, Hkv, D, device, dtype, gate)
     fwd_flops = 2.0 * B * Hq * T * T * D
     row = dict(provider=provider if prune_eps is None else f"{provider}+prune", gate=gate,
@@ -133,9 +139,12 @@ def bench_case(provider, B, T, Hq, Hkv, D, dtype=torch.bfloat16, device="cuda", 
             row["peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
         if profile_path:
             with torch.profiler.profile() as prof:
-                fwd_bwd()
+                for _ in range(PROFILE_STEPS):
+                    for x in (*leaves, log_f):
+                        x.grad = None
+                    fwd_bwd()
                 torch.cuda.synchronize()
-            write_profile(prof, profile_path, q.device)
+            write_profile(prof, profile_path, q.device, steps=PROFILE_STEPS)
     except Exception as exc:  # a provider that cannot run a shape is reported, not fatal
         row["error"] = f"{type(exc).__name__}: {str(exc)[:120]}"
         return row

@@ -108,7 +108,8 @@ def configure_attention(p: argparse.ArgumentParser) -> None:
                    help="'auto' (a pass over the norms of q and k, timed with the op) or a given bound U on "
                         "|scale * q . k| (no pass: what a QK-norm model gets for free)")
     p.add_argument("--profile", default=None, metavar="DIR",
-                   help="also run each row's forward+backward once under torch.profiler; kernel tables in DIR")
+                   help="also run each row's forward+backward 4 more times under torch.profiler: kernel tables and "
+                        "the device's idle time per step in DIR")
     p.add_argument("--out", default="bench_attention.json")
     p.set_defaults(func=_runner("attention"))
 
