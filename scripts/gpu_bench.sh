@@ -40,6 +40,8 @@
 #   decodesplits  the decode op alone at the 125M head shape, 32K, batch 1 and 32: the default key-split count
 #               against 16 to 256 splits (the op read the cache at ~2.3 TB/s at batch 1 in the eleventh session)
 # BUDGET: seconds for the whole script; a step is cut to what is left (minus bundling time) or skipped.
+# FOXFORMER_COMMIT: the commit to record (provenance.code_version); set it from the checkout that sent the tree where the
+# GPU machine's copy of .git lags behind it (the seventeenth session's calls all read the session's first commit).
 set -u
 START=$(date +%s); BUDGET=${BUDGET:-100000}
 OUT=${OUT:-bench_out}; DATA=${DATA:-repro_data/gpt2}; mkdir -p "$OUT"

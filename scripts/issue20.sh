@@ -41,6 +41,8 @@
 # guard stopped them at 319-326 of 344 steps (learning rate not fully decayed); the prose and Go losses took 162 s
 # after, the gates on the mix were cut. Four models cannot finish 45M tokens and these evaluations in one call:
 # give `lodo-rest` one seed a call (two models side by side) for the full schedule.
+# Seventeenth, `lodo-rest 0` (385 s): the two models ran ~240K tokens/s each, all 344 steps in 3.5 min, then 2.8 min
+# of evaluations (prose, Go, the gates on the mix and on Go). `ablation 0`: 324 s, the three models 344 steps each.
 set -u
 MODE=${1:-}
 DATA=${DATA:-repro_data/gpt2}; SHARED=${SHARED:-../shared/data}; CARRY=${CARRY:-repro_data/carry}

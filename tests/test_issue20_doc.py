@@ -202,7 +202,12 @@ def test_the_gate_ablations_of_three_seeds_get_their_own_unit(doc_script, tmp_pa
     text = open(os.path.join(ROOT, doc_script.DOC)).read()
     old = doc_script.old_units(text)
     units, summary, _ = doc_script.old_units(doc_script.section([str(bundle)], old) + "\n")
-    assert {uid: body for uid, body in units.items() if uid != "ablation_llama"} == old[0]
+
+    def others(us):
+        return {uid: body for uid, body in us.items() if not uid.startswith("ablation_llama")}
+    assert others(units) == others(old[0])
+    if "ablation_llama" in old[0]:  # the published unit read runs these bundles lack: kept beside, not pooled
+        assert "ablation_llama@earlier" in units
     lines = summary["ablation_llama"]
     assert len(lines) == 2 and all("(3 seeds)" in line and "**+0.3" in line for line in lines)
     assert "data-independent gate - FoX (LLaMA), data-dependent gate" in lines[0]
