@@ -123,10 +123,11 @@ def _worst_error(D, fwd_cfg=None, bwd_cfg=None) -> float:
     return worst
 
 
-# The launch order one head at a time (head_group 1) alternated with the default, twice each: the two differ by about
-# the drift between a sweep's first and last rows (seventeenth session: hopper_tune_7b0a783_h200.json). What lost: as
-# FWD_SWEEP's.
-BWD_SWEEP = {D: [dict(), dict(head_group=1), dict(), dict(head_group=1)] for D in (64, 128)}
+# The dq kernel computing the row deltas itself (fused_delta; compiled for sm_90a in the seventeenth session, no spill
+# with Triton 3.6, not yet timed: it saves the ~54 us row-delta kernel of docs/bench/profile_attention_092222e/)
+# alternated with the default, twice each: options within 1% of each other differ by about a sweep's drift between
+# its first and last rows (the launch orders alternated so: hopper_tune_7b0a783_h200.json). What lost: as FWD_SWEEP's.
+BWD_SWEEP = {D: [dict(), dict(fused_delta=True), dict(), dict(fused_delta=True)] for D in (64, 128)}
 
 
 def _bwd_parts(q, k, v, c, do, out, lse, scale, cfg):
@@ -138,7 +139,7 @@ def _bwd_parts(q, k, v, c, do, out, lse, scale, cfg):
     lk = L.dkdv_launch(q, k, v, c, do, lse, delta, dk, dv, colsum, lse, lse, scale,
                        triton.cdiv(T, L.BLOCK_M), B, False, False, cfg)
     lq = L.dq_launch(q, k, v, c, do, lse, delta, dq, rowsum, lse, lse, scale, triton.cdiv(T, L.dq_block_m(cfg)), B,
-                     False, False, cfg)
+                     False, False, cfg, out)
     return [_time(ln.run) for ln in (lk, lq)]
 
 

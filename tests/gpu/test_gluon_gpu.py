@@ -5,6 +5,8 @@ Every output (out, lse) and gradient (q, k, v, log_f) at awkward shapes, gate va
 (FOXFORMER_POISON_OUTPUTS) so an element no kernel wrote fails; gradients must be bitwise identical on
 a second run. Skipped without an sm_90 GPU. Run: `python -m pytest -q tests/gpu/test_gluon_gpu.py`.
 """
+import dataclasses
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -37,10 +39,14 @@ def _gates(kind: str, B: int, T: int, H: int, seed: int) -> torch.Tensor:
     return torch.full((B, T, H), value, device=DEV)
 
 
-def _run(q, k, v, log_f, do, backend, **kw):
+def _run(q, k, v, log_f, do, backend, dl=None, **kw):
+    """dl: a gradient on lse as well (the backward's dlse path)."""
     leaves = [t.detach().clone().requires_grad_() for t in (q, k, v, log_f)]
     out, lse = forgetting_attention(*leaves, backend=backend, return_lse=True, **kw)
-    out.backward(do.to(out.dtype))
+    if dl is None:
+        out.backward(do.to(out.dtype))
+    else:
+        torch.autograd.backward([out, lse], [do.to(out.dtype), dl.to(lse.dtype)])
     return [out, lse] + [t.grad for t in leaves]
 
 
@@ -55,12 +61,14 @@ def _rel(a, b):
 NAMES = ("out", "lse", "dq", "dk", "dv", "dlog_f")
 
 
-def _check(q, k, v, log_f, long_context=False, **kw):
+def _check(q, k, v, log_f, long_context=False, with_dlse=False, **kw):
     """Outputs and gradients against the exact float64 reference (float32 at long context), and bitwise
     equal on a second run. Short shapes: each error may be at most 3x that of the exact torch backend run
     at the same input precision (+1e-3), which stays meaningful where a gradient is nearly zero (strong
     gates, one token) and relative errors of any bf16 computation blow up."""
     do = torch.randn(q.shape, device=DEV, dtype=q.dtype)
+    if with_dlse:
+        kw["dl"] = torch.randn(q.shape[0], q.shape[2], q.shape[1], device=DEV, dtype=torch.float64)
     got = _run(q, k, v, log_f, do, "gluon", **kw)
     exact_kw = {key: val for key, val in kw.items() if key != "prune_eps"}
     if long_context:
@@ -135,6 +143,37 @@ def test_long_context(T, gates, D, Hq, Hkv):
     else:  # f ~ 0.5: |c| reaches ~45000 at 64K tokens, the precision trap
         log_f = F.logsigmoid(torch.randn(1, T, Hq, device=DEV) * 0.3)
     _check(q, k, v, log_f, long_context=True)
+
+
+@pytest.fixture
+def fused_delta(monkeypatch):
+    """The backward with BwdConfig.fused_delta: the dq kernel computes the row deltas and runs first."""
+    from foxformer.ops.forgetting_attention.hopper import launch
+    for D, cfg in list(launch.BWD_CONFIGS.items()):
+        monkeypatch.setitem(launch.BWD_CONFIGS, D, dataclasses.replace(cfg, fused_delta=True))
+
+
+@pytest.mark.parametrize("with_dlse", [False, True], ids=["out", "out+lse"])
+@pytest.mark.parametrize("shape", ["T1", "T130", "T1000-gqa8", "T4097", "Tq77-Tk1000"])
+@pytest.mark.parametrize("D", [64, 128], ids=lambda d: f"D{d}")
+def test_fused_delta_option(fused_delta, D, shape, with_dlse):
+    B, Tq, Tk, Hq, Hkv = SHAPES[shape]
+    torch.manual_seed(6)
+    q = torch.randn(B, Tq, Hq, D, device=DEV, dtype=torch.bfloat16)
+    k = torch.randn(B, Tk, Hkv, D, device=DEV, dtype=torch.bfloat16)
+    v = torch.randn(B, Tk, Hkv, D, device=DEV, dtype=torch.bfloat16)
+    _check(q, k, v, _gates("mixed", B, Tk, Hq, seed=7), with_dlse=with_dlse)
+
+
+@pytest.mark.parametrize("D", [64, 128], ids=lambda d: f"D{d}")
+def test_fused_delta_option_varlen(fused_delta, D):
+    lengths = [1, 77, 1, 500, 77, 130]
+    cu = torch.tensor([0] + torch.tensor(lengths).cumsum(0).tolist(), dtype=torch.int32, device=DEV)
+    T = sum(lengths)
+    torch.manual_seed(8)
+    q = torch.randn(1, T, 4, D, device=DEV, dtype=torch.bfloat16)
+    k, v = (torch.randn(1, T, 2, D, device=DEV, dtype=torch.bfloat16) for _ in range(2))
+    _check(q, k, v, _gates("mixed", 1, T, 4, seed=9), with_dlse=True, cu_seqlens=cu)
 
 
 def test_auto_picks_gluon_and_unpacked_heads_fall_back():

@@ -37,11 +37,36 @@ N_VEC = gl.constexpr(4)
 
 
 @gluon.jit
+def _row_deltas(O, DO, DLse, Delta, zb, tok0, head, m0w, n_q, vec_base, stride_b, stride_t, stride_h,
+                HEAD_DIM: gl.constexpr, HAS_DLSE: gl.constexpr):
+    """delta_i = do_i . o_i (minus dlse_i) of this warpgroup's 64 query rows, also stored for the dk/dv kernel
+    (which then runs after this one): the row-delta kernel's work without its launch. O and dO are read from
+    global memory once per CTA, while the loader fills the K / V ring; both are packed like dQ. 64 columns at a
+    time: whole rows of 128 spilled at D 128 (sm_90a compile, 136 bytes)."""
+    ld_l: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+    rows = m0w + gl.arange(0, WG_ROWS, layout=gl.SliceLayout(1, ld_l))
+    cols = gl.arange(0, 64, layout=gl.SliceLayout(0, ld_l))
+    ok = rows < n_q
+    base = zb.to(gl.int64) * stride_b + (tok0 + rows).to(gl.int64)[:, None] * stride_t + head * stride_h
+    delta = gl.zeros([WG_ROWS], gl.float32, gl.SliceLayout(1, ld_l))
+    for d0 in gl.static_range(0, HEAD_DIM, 64):
+        offs = base + (d0 + cols)[None, :]
+        o = gl.load(O + offs, mask=ok[:, None], other=0.0).to(gl.float32)
+        do = gl.load(DO + offs, mask=ok[:, None], other=0.0).to(gl.float32)
+        delta += gl.sum(o * do, 1)
+    if HAS_DLSE:
+        # A gradient on lse adds dlse_i * p_ij to dS_ij, i.e. it shifts delta_i by -dlse_i.
+        delta -= gl.load(DLse + vec_base + rows, mask=ok, other=0.0)
+    gl.store(Delta + vec_base + rows, delta, mask=ok)
+    return delta
+
+
+@gluon.jit
 def _dq_consumer(q_smem, do_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty, v_empty,
-                 C, Lse, Delta, DQ, RowSum, zb, tok0, head, m0, off, n_q, c_base, r, lo, n_tiles,
+                 C, Lse, Delta, DQ, RowSum, O, DO, DLse, zb, tok0, head, m0, off, n_q, c_base, r, lo, n_tiles,
                  scale, scale2, stride_dqb, stride_dqt, stride_dqh, stride_lb, stride_lh,
                  WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
-                 NUM_STAGES: gl.constexpr):
+                 NUM_STAGES: gl.constexpr, FUSED_DELTA: gl.constexpr, HAS_DLSE: gl.constexpr):
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                         instr_shape=[16, BLOCK_N, 16])
     dq_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -60,7 +85,11 @@ def _dq_consumer(q_smem, do_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_read
     cq_hi, cq_lo = split_c(gl.load(C + c_base + pos_q, mask=row_ok, other=r), r)
     vec_base = zb.to(gl.int64) * stride_lb + head * stride_lh + tok0
     lse2 = gl.load(Lse + vec_base + rows, mask=row_ok, other=0.0) * LOG2E
-    delta = gl.load(Delta + vec_base + rows, mask=row_ok, other=0.0)
+    if FUSED_DELTA:
+        delta = gl.convert_layout(_row_deltas(O, DO, DLse, Delta, zb, tok0, head, m0w, n_q, vec_base, stride_dqb,
+                                              stride_dqt, stride_dqh, HEAD_DIM, HAS_DLSE), row_l)
+    else:
+        delta = gl.load(Delta + vec_base + rows, mask=row_ok, other=0.0)
     # lse joins the per-row term of unmasked tiles: one subtraction per element fewer.
     row2 = cq_hi * LOG2E - lse2
     n_unmasked = gl.minimum(gl.maximum(off + m0w + 1 - lo, 0) // BLOCK_N, n_tiles)
@@ -111,12 +140,15 @@ def _dq_consumer(q_smem, do_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_read
 
 @gluon.jit(do_not_specialize=["stride_dqb", "stride_dqt", "stride_dqh", "stride_cb", "stride_ch", "stride_lb",
                               "stride_lh", "seqlen_q", "seqlen_k", "n_blocks", "n_heads", "group"])
-def dq_kernel(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DQ, RowSum, CuSeqlens, PruneBound,
+def dq_kernel(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DQ, RowSum, O, DO, DLse, CuSeqlens, PruneBound,
               stride_dqb, stride_dqt, stride_dqh, stride_cb, stride_ch, stride_lb, stride_lh,
               seqlen_q, seqlen_k, scale, scale2, n_blocks, n_heads, group,
               HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_WG: gl.constexpr,
               NUM_STAGES: gl.constexpr, IS_VARLEN: gl.constexpr, PRUNE: gl.constexpr,
-              CONSUMER_REGS: gl.constexpr, HEAD_GROUP: gl.constexpr):
+              CONSUMER_REGS: gl.constexpr, HEAD_GROUP: gl.constexpr, FUSED_DELTA: gl.constexpr,
+              HAS_DLSE: gl.constexpr):
+    """FUSED_DELTA: the consumers compute delta from O and dO (`_row_deltas`) instead of reading it, and store it for
+    the dk/dv kernel, which must then be launched after this one. O, DO, DLse: placeholders otherwise."""
     BLOCK_M: gl.constexpr = NUM_WG * WG_ROWS
     head, pid_z, pid_m, zb, tok0, n_q, n_k, m0 = query_program(n_blocks, n_heads, CuSeqlens, seqlen_q, seqlen_k,
                                                                BLOCK_M, IS_VARLEN, HEAD_GROUP)
@@ -134,17 +166,17 @@ def dq_kernel(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DQ, RowSum, CuSeql
                              zb, tok0 + m0, tok0, head * HEAD_DIM, kv_head * HEAD_DIM, c_base, r, lo, n_tiles,
                              n_k, BLOCK_N, NUM_STAGES, NUM_WG, True)),
                 (_dq_consumer, (q_smem, do_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty,
-                                v_empty, C, Lse, Delta, DQ, RowSum, zb, tok0, head, m0, off, n_q, c_base, r, lo,
+                                v_empty, C, Lse, Delta, DQ, RowSum, O, DO, DLse, zb, tok0, head, m0, off, n_q, c_base, r, lo,
                                 n_tiles, scale, scale2, stride_dqb, stride_dqt, stride_dqh, stride_lb, stride_lh,
-                                0, HEAD_DIM, BLOCK_N, NUM_STAGES)),
+                                0, HEAD_DIM, BLOCK_N, NUM_STAGES, FUSED_DELTA, HAS_DLSE)),
                 (_dq_consumer, (q_smem, do_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty,
-                                v_empty, C, Lse, Delta, DQ, RowSum, zb, tok0, head, m0, off, n_q, c_base, r, lo,
+                                v_empty, C, Lse, Delta, DQ, RowSum, O, DO, DLse, zb, tok0, head, m0, off, n_q, c_base, r, lo,
                                 n_tiles, scale, scale2, stride_dqb, stride_dqt, stride_dqh, stride_lb, stride_lh,
-                                1, HEAD_DIM, BLOCK_N, NUM_STAGES)),
+                                1, HEAD_DIM, BLOCK_N, NUM_STAGES, FUSED_DELTA, HAS_DLSE)),
                 (_dq_consumer, (q_smem, do_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty,
-                                v_empty, C, Lse, Delta, DQ, RowSum, zb, tok0, head, m0, off, n_q, c_base, r, lo,
+                                v_empty, C, Lse, Delta, DQ, RowSum, O, DO, DLse, zb, tok0, head, m0, off, n_q, c_base, r, lo,
                                 n_tiles, scale, scale2, stride_dqb, stride_dqt, stride_dqh, stride_lb, stride_lh,
-                                2, HEAD_DIM, BLOCK_N, NUM_STAGES)),
+                                2, HEAD_DIM, BLOCK_N, NUM_STAGES, FUSED_DELTA, HAS_DLSE)),
             ], [4, 4, 4], [CONSUMER_REGS, CONSUMER_REGS, CONSUMER_REGS])
         else:
             gl.warp_specialize([
@@ -153,13 +185,13 @@ def dq_kernel(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DQ, RowSum, CuSeql
                              zb, tok0 + m0, tok0, head * HEAD_DIM, kv_head * HEAD_DIM, c_base, r, lo, n_tiles,
                              n_k, BLOCK_N, NUM_STAGES, NUM_WG, True)),
                 (_dq_consumer, (q_smem, do_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty,
-                                v_empty, C, Lse, Delta, DQ, RowSum, zb, tok0, head, m0, off, n_q, c_base, r, lo,
+                                v_empty, C, Lse, Delta, DQ, RowSum, O, DO, DLse, zb, tok0, head, m0, off, n_q, c_base, r, lo,
                                 n_tiles, scale, scale2, stride_dqb, stride_dqt, stride_dqh, stride_lb, stride_lh,
-                                0, HEAD_DIM, BLOCK_N, NUM_STAGES)),
+                                0, HEAD_DIM, BLOCK_N, NUM_STAGES, FUSED_DELTA, HAS_DLSE)),
                 (_dq_consumer, (q_smem, do_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty,
-                                v_empty, C, Lse, Delta, DQ, RowSum, zb, tok0, head, m0, off, n_q, c_base, r, lo,
+                                v_empty, C, Lse, Delta, DQ, RowSum, O, DO, DLse, zb, tok0, head, m0, off, n_q, c_base, r, lo,
                                 n_tiles, scale, scale2, stride_dqb, stride_dqt, stride_dqh, stride_lb, stride_lh,
-                                1, HEAD_DIM, BLOCK_N, NUM_STAGES)),
+                                1, HEAD_DIM, BLOCK_N, NUM_STAGES, FUSED_DELTA, HAS_DLSE)),
             ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
 
 

@@ -5,6 +5,7 @@ off-GPU compile tests share every argument, constexpr and option.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from dataclasses import dataclass
@@ -130,7 +131,8 @@ class BwdConfig:
     """dkdv_block_m: query rows per stage of the key-stationary dk/dv kernel (its CTA holds 128 keys);
     dq_block_n: keys per stage of the dq kernel, whose CTA holds dq_num_wg consumer warpgroups of 64 query
     rows; *_stages: ring depths; *_regs: the consumers' setmaxnreg; head_group: as FwdConfig's, for both
-    kernels."""
+    kernels; fused_delta: the dq kernel computes the row deltas (do_i . o_i) itself and runs first, so the backward
+    launches no row-delta kernel (bwd._row_deltas)."""
 
     dkdv_block_m: int
     dkdv_stages: int
@@ -140,6 +142,7 @@ class BwdConfig:
     consumer_regs: int = 240
     dq_consumer_regs: int = 240
     head_group: int = 4
+    fused_delta: bool = False
 
 
 # Chosen by `scripts/hopper_tune.py bwd` (same setting): dk/dv with 128-row query tiles at D 64 (6.59 against 7.25 ms
@@ -175,17 +178,24 @@ def dkdv_launch(q, k, v, c, do, lse, delta, dk, dv, colsum, cu, bound, scale: fl
 
 
 def dq_launch(q, k, v, c, do, lse, delta, dq, rowsum, cu, bound, scale: float, n_blocks: int, n_z: int,
-              varlen: bool, prune: bool, cfg: BwdConfig) -> Launch:
+              varlen: bool, prune: bool, cfg: BwdConfig, out=None, dlse=None) -> Launch:
+    """With cfg.fused_delta, out (and dlse, if any) are read and delta is written; out and do must be packed as dq
+    (the kernel reads them with dq's strides)."""
     B, Tq, Hq, D = q.shape
     Tk, Hkv = k.shape[1], k.shape[2]
+    if cfg.fused_delta and not (out.stride() == do.stride() == dq.stride()):
+        raise ValueError(f"fused_delta reads out and do with dq's strides {dq.stride()}, got {out.stride()} and "
+                         f"{do.stride()}")
     args = (rows_descriptor(q, WG_ROWS.value), rows_descriptor(do, WG_ROWS.value),
             rows_descriptor(k, cfg.dq_block_n), rows_descriptor(v, cfg.dq_block_n),
-            c, lse, delta, dq, rowsum, cu, bound,
+            c, lse, delta, dq, rowsum, out if cfg.fused_delta else dq, do,
+            dlse if dlse is not None else delta, cu, bound,
             dq.stride(0), dq.stride(1), dq.stride(2), c.stride(0), c.stride(1), lse.stride(0), lse.stride(1),
             Tq, Tk, float(scale), float(scale) * math.log2(math.e), n_blocks, Hq, Hq // Hkv)
     constexprs = dict(HEAD_DIM=D, BLOCK_N=cfg.dq_block_n, NUM_WG=cfg.dq_num_wg, NUM_STAGES=cfg.dq_stages,
                       IS_VARLEN=varlen, PRUNE=prune, CONSUMER_REGS=cfg.dq_consumer_regs,
-                      HEAD_GROUP=cfg.head_group)
+                      HEAD_GROUP=cfg.head_group, FUSED_DELTA=cfg.fused_delta,
+                      HAS_DLSE=cfg.fused_delta and dlse is not None)
     return Launch(dq_kernel, launch_grid(n_blocks, Hq, n_z), args, constexprs, OPTIONS)
 
 
@@ -210,7 +220,10 @@ def gluon_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
     dq, dk, dv, colsum, rowsum, delta = _outputs(
         ((B, Tq, Hq, D), q.dtype), ((B, Tk, Hkv, D), k.dtype), ((B, Tk, Hkv, D), v.dtype),
         ((B, Hq, Tk), torch.float32), ((B, Hq, Tq), torch.float32), ((B, Hq, Tq), torch.float32), device=q.device)
-    row_deltas(out, do, dlse, delta)
+    if cfg.fused_delta:
+        out, do = out.contiguous(), do.contiguous()
+    else:
+        row_deltas(out, do, dlse, delta)
     prune = prune_delta is not None
     if varlen:
         n_z, cu, longest = cu_seqlens.numel() - 1, cu_seqlens.contiguous(), int(max_seqlen)
@@ -220,13 +233,17 @@ def gluon_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
     n_kblocks = triton.cdiv(longest or Tk, BLOCK_M)
     bound = (tile_bounds(c, prune_delta, cu, varlen, n_z, Tq, Tk, n_kblocks, cfg.dkdv_block_m, BLOCK_M, True)
              if prune else lse)
-    dkdv_launch(q, k, v, c, do, lse, delta, dk, dv, colsum, cu, bound, scale, n_kblocks, n_z, varlen, prune,
-                cfg).run()
+    dkdv_step = dkdv_launch(q, k, v, c, do, lse, delta, dk, dv, colsum, cu, bound, scale, n_kblocks, n_z, varlen, prune,
+                            cfg)
 
     n_qblocks = triton.cdiv(longest or Tq, dq_block_m(cfg))
     bound = (tile_bounds(c, prune_delta, cu, varlen, n_z, Tq, Tk, n_qblocks, dq_block_m(cfg), cfg.dq_block_n, False)
              if prune else lse)
-    dq_launch(q, k, v, c, do, lse, delta, dq, rowsum, cu, bound, scale, n_qblocks, n_z, varlen, prune, cfg).run()
+    dq_step = dq_launch(q, k, v, c, do, lse, delta, dq, rowsum, cu, bound, scale, n_qblocks, n_z, varlen, prune,
+                        cfg, out, dlse)
+    # The fused dq kernel writes the deltas the dk/dv kernel reads; otherwise the order measured within 1%.
+    for launch in ((dq_step, dkdv_step) if cfg.fused_delta else (dkdv_step, dq_step)):
+        launch.run()
 
     # dc_t = (row sum of dS at the query sitting on position t) - (column sum of dS at key t).
     dc = colsum.neg_()
@@ -239,10 +256,12 @@ _VARIANT_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 
 def variant_names() -> list[str]:
     """Every kernel variant the dispatcher can pick: kernel x head dim x dtype x dense / packed x pruned
-    or not (the constexprs that change the code)."""
-    return [f"{kernel}-D{D}-{dtype}{'-varlen' if varlen else ''}{'-prune' if prune else ''}"
-            for D in (64, 128) for dtype in _VARIANT_DTYPES for varlen in (False, True) for prune in (False, True)
-            for kernel in ("fwd", "dkdv", "dq")]
+    or not (the constexprs that change the code); then the dq kernel with BwdConfig.fused_delta (an option the
+    defaults do not take yet), dense, and packed with a gradient on lse ("-dlse")."""
+    picked = [f"{kernel}-D{D}-{dtype}{'-varlen' if varlen else ''}{'-prune' if prune else ''}"
+              for D in (64, 128) for dtype in _VARIANT_DTYPES for varlen in (False, True) for prune in (False, True)
+              for kernel in ("fwd", "dkdv", "dq")]
+    return picked + [f"dq-D{D}-bfloat16{tail}" for D in (64, 128) for tail in ("-fused", "-varlen-fused-dlse")]
 
 
 def variant_launches(tokens: int = 300):
@@ -250,6 +269,7 @@ def variant_launches(tokens: int = 300):
     for name in variant_names():
         kernel, dim, dtype = name.split("-")[:3]
         D, varlen, prune = int(dim[1:]), "-varlen" in name, "-prune" in name
+        bwd_cfg = dataclasses.replace(BWD_CONFIGS[D], fused_delta="-fused" in name)
         B, Hq, Hkv = (1, 4, 2) if varlen else (2, 4, 2)
         q = torch.zeros(B, tokens, Hq, D, dtype=_VARIANT_DTYPES[dtype])
         k = torch.zeros(B, tokens, Hkv, D, dtype=_VARIANT_DTYPES[dtype])
@@ -262,7 +282,7 @@ def variant_launches(tokens: int = 300):
             yield name, forward_launch(q, k, k, c, q, vec, cu, bound, 0.1, 3, n_z, varlen, prune, FWD_CONFIGS[D])
         elif kernel == "dkdv":
             yield name, dkdv_launch(q, k, k, c, q, vec, vec, k, k, vec, cu, bound, 0.1, 3, n_z, varlen, prune,
-                                    BWD_CONFIGS[D])
+                                    bwd_cfg)
         else:
             yield name, dq_launch(q, k, k, c, q, vec, vec, q, vec, cu, bound, 0.1, 3, n_z, varlen, prune,
-                                  BWD_CONFIGS[D])
+                                  bwd_cfg, q, vec if "-dlse" in name else None)
