@@ -149,11 +149,12 @@ class BwdConfig:
 # for 64) and 64-row ones at D 128 (5.49 against 6.36 for 32; hopper_tune_h200.json), two stages (a third: no gain,
 # hopper_tune_73a4f5b_h200.json); dq with two warpgroups and 128-key stages (3.73 against 4.32 ms for three at 64
 # keys), three stages at D 64 (dq 4.98 against 5.04 / 5.16 ms, backward 11.67 against 11.75 / 11.86:
-# hopper_tune_bwd_decd3ad_h200.json); the forward's launch order (head_group 4). One head at a time (head_group 1) beat
-# it in 8 of 10 sweep comparisons over five sessions (hopper_tune_{787a5d3,f165756,bwd_decd3ad,f68f11b,092222e}_h200.json)
-# but lost as the default: through the op at 16K, forward+backward 0.834x / 0.843x CUDNN at D 64 / 128 against
-# 0.841x / 0.847x the same day, and the sweep alternating the two was split (hopper_tune_7b0a783_h200.json). What else
-# was tried and removed: docs/benchmarks.md, "Hopper kernel variants tried and removed".
+# hopper_tune_bwd_decd3ad_h200.json); the forward's launch order (head_group 4). One head at a time (head_group 1)
+# beat it in 8 of 10 sweep comparisons over five sessions
+# (hopper_tune_{787a5d3,f165756,bwd_decd3ad,f68f11b,092222e}_h200.json) but lost as the default: through the op at
+# 16K, forward+backward 0.834x / 0.843x CUDNN at D 64 / 128 against 0.841x / 0.847x the same day, and the sweep
+# alternating the two was split (hopper_tune_7b0a783_h200.json). What else was tried and removed: docs/benchmarks.md,
+# "Hopper kernel variants tried and removed".
 BWD_CONFIGS = {64: BwdConfig(dkdv_block_m=128, dkdv_stages=2, dq_block_n=128, dq_stages=3),
                128: BwdConfig(dkdv_block_m=64, dkdv_stages=2, dq_block_n=128, dq_stages=2)}
 
