@@ -128,6 +128,10 @@ def _compare_body(heading: str, out: str, res: dict) -> list[str]:
     return body + [INPUTS.format(" ".join(sorted({_run_id(r) for r in res["runs"]})))]
 
 
+def _seeds(n: int) -> str:
+    return f"{n} seed{'s' if n > 1 else ''}"
+
+
 def _interval_line(diff: dict, key: str) -> str:
     d = diff.get(key)
     return "-" if d is None else fmt_interval(d["mean"], d["lo"], d["hi"])
@@ -197,8 +201,8 @@ def _lodo(runs: dict, units: dict, dropped: list[str]) -> None:
         body = _compare_body(f"#### {where}", out, res)
         # seeds that reached this evaluation (a call cut by its deadline leaves some texts with fewer)
         n = min(r["n_seeds"] for r in res["rows"])
-        summary = [f"- {where.split(',')[0]}, trained without prose, FoX (Pro) - Transformer (Pro) ({n} seed"
-                   f"{'s' if n > 1 else ''}): mean loss {_interval_line(r, 'mean_loss')}" for r in res["differences"]
+        summary = [f"- {where.split(',')[0]}, trained without prose, FoX (Pro) - Transformer (Pro) ({_seeds(n)}): "
+                   f"mean loss {_interval_line(r, 'mean_loss')}" for r in res["differences"]
                    if r["model"].startswith("FoX (Pro), no prose")]
         units[f"lodo_{text}"] = (body, summary)
 
@@ -223,8 +227,8 @@ def _ablations(runs: dict, units: dict, dropped: list[str]) -> None:
     body[-1:-1] = [f"![training by seed]({out[5:]}/training.png)", ""]
     n = min(r["n_seeds"] for r in res["rows"])
     units["ablation_llama"] = (body, [
-        f"- gate ablations (LLaMA block), {d['model']} - {d['reference']} ({n} seed{'s' if n > 1 else ''}): mean "
-        f"loss over 16K tokens {_interval_line(d, 'mean_loss')}" for d in res["differences"]])
+        f"- gate ablations (LLaMA block), {d['model']} - {d['reference']} ({_seeds(n)}): mean loss over 16K tokens "
+        f"{_interval_line(d, 'mean_loss')}" for d in res["differences"]])
 
 
 def _in_bundle(path: str, bundles: list[str]) -> str:
@@ -282,7 +286,7 @@ def section(bundles: list[str], old: tuple[dict, dict, dict] = ({}, {}, {})) -> 
             d = res["differences"][0] if res["differences"] else {}
             n = res["rows"][0]["n_seeds"]
             units[f"{text}_{block}"] = (body, [
-                f"- {what}, {LABELS[fox]} - {LABELS[tfm]} ({n} seed{'s' if n > 1 else ''}): mean loss over 16K tokens "
+                f"- {what}, {LABELS[fox]} - {LABELS[tfm]} ({_seeds(n)}): mean loss over 16K tokens "
                 f"{_interval_line(d, 'mean_loss')}, 8K..16K {_interval_line(d, 'L@16384')}."])
     if missing:
         units["missing"] = (["Not evaluated in these bundles (the runs are there, their evaluations are not: cut by "
