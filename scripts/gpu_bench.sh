@@ -23,7 +23,7 @@
 #               kernel tables of one forward+backward each (attention_profile/: what surrounds the kernels)
 #   attnlong    the Gluon and Triton kernels against SDPA FLASH, SDPA CUDNN and fla-core at 16K and 64K (one run)
 #   gluon       the Hopper kernels: tests/gpu/test_gluon_gpu.py (8 processes), then their config sweep
-#               (scripts/hopper_tune.py fwd bwd) at 16K
+#               (scripts/hopper_tune.py $HOPPER_SECTIONS, default "fwd bwd") at 16K
 #   decode      decode op; whole-model decoding of the 760M preset at 32K
 #   decode125   whole-model decoding of the 125M preset, 4K to 64K, with and without eviction
 #   Issue 18 (CUDA-graph decoding), in one 5-minute call: BUDGET=295 bash scripts/gpu_bench.sh graphs
@@ -108,7 +108,7 @@ train) train_run train_fox_pro_125m_16k 150
 attn) step attn 200 $FX bench attention --providers foxformer,sdpa_flash,sdpa_cudnn,fla --seqlens 2048,8192 \
           --configs 128x12,128x12x2,64x24 --out "$OUT/attention_2k_8k_h200.json" ;;
 gluon) step gluontests 150 python -m pytest -q -n 8 tests/gpu/test_gluon_gpu.py
-       step gluontune 200 python scripts/hopper_tune.py fwd bwd --out "$OUT/hopper_tune_h200.json" ;;
+       step gluontune 200 python scripts/hopper_tune.py ${HOPPER_SECTIONS:-fwd bwd} --out "$OUT/hopper_tune_h200.json" ;;
 attn16) step attn16 120 $FX bench attention --providers gluon,sdpa_cudnn --seqlens 16384 --configs 64x24,128x12 \
           --profile "$OUT/attention_profile" --out "$OUT/attention_16k_h200.json" ;;
 attnlong) step attnlong 330 $FX bench attention --providers gluon,triton,sdpa_flash,sdpa_cudnn,fla --seqlens 16384,65536 \

@@ -146,17 +146,18 @@ def test_long_context(T, gates, D, Hq, Hkv):
 
 
 @pytest.fixture
-def fused_delta(monkeypatch):
-    """The backward with BwdConfig.fused_delta: the dq kernel computes the row deltas and runs first."""
+def other_delta(monkeypatch):
+    """The backward with BwdConfig.fused_delta flipped from the defaults: the row deltas from their own kernel or
+    from the dq kernel, whichever the defaults do not take, so both paths stay tested."""
     from foxformer.ops.forgetting_attention.hopper import launch
     for D, cfg in list(launch.BWD_CONFIGS.items()):
-        monkeypatch.setitem(launch.BWD_CONFIGS, D, dataclasses.replace(cfg, fused_delta=True))
+        monkeypatch.setitem(launch.BWD_CONFIGS, D, dataclasses.replace(cfg, fused_delta=not cfg.fused_delta))
 
 
 @pytest.mark.parametrize("with_dlse", [False, True], ids=["out", "out+lse"])
 @pytest.mark.parametrize("shape", ["T1", "T130", "T1000-gqa8", "T4097", "Tq77-Tk1000"])
 @pytest.mark.parametrize("D", [64, 128], ids=lambda d: f"D{d}")
-def test_fused_delta_option(fused_delta, D, shape, with_dlse):
+def test_other_delta_path(other_delta, D, shape, with_dlse):
     B, Tq, Tk, Hq, Hkv = SHAPES[shape]
     torch.manual_seed(6)
     q = torch.randn(B, Tq, Hq, D, device=DEV, dtype=torch.bfloat16)
@@ -166,7 +167,7 @@ def test_fused_delta_option(fused_delta, D, shape, with_dlse):
 
 
 @pytest.mark.parametrize("D", [64, 128], ids=lambda d: f"D{d}")
-def test_fused_delta_option_varlen(fused_delta, D):
+def test_other_delta_path_varlen(other_delta, D):
     lengths = [1, 77, 1, 500, 77, 130]
     cu = torch.tensor([0] + torch.tensor(lengths).cumsum(0).tolist(), dtype=torch.int32, device=DEV)
     T = sum(lengths)

@@ -155,8 +155,8 @@ class BwdConfig:
 # 16K, forward+backward 0.834x / 0.843x CUDNN at D 64 / 128 against 0.841x / 0.847x the same day, and the sweep
 # alternating the two was split (hopper_tune_7b0a783_h200.json). What else was tried and removed: docs/benchmarks.md,
 # "Hopper kernel variants tried and removed".
-BWD_CONFIGS = {64: BwdConfig(dkdv_block_m=128, dkdv_stages=2, dq_block_n=128, dq_stages=3),
-               128: BwdConfig(dkdv_block_m=64, dkdv_stages=2, dq_block_n=128, dq_stages=2)}
+BWD_CONFIGS = {64: BwdConfig(dkdv_block_m=128, dkdv_stages=2, dq_block_n=128, dq_stages=3, fused_delta=True),
+               128: BwdConfig(dkdv_block_m=64, dkdv_stages=2, dq_block_n=128, dq_stages=2, fused_delta=True)}
 
 
 def dq_block_m(cfg: BwdConfig) -> int:
