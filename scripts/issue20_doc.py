@@ -41,7 +41,8 @@ TEXTS = {"eval": "held-out documents of the training mix", "eval_ood_austen": "J
 def find_runs(bundles: list[str]) -> dict[str, list[str]]:
     """Model kind -> run folders, over every bundle. The kind is the preset without its size ("fox-pro"), then
     its model overrides as in MQAR's specs (":fgate=fixed", the gate ablations), then "/noprose" for runs trained
-    without the prose."""
+    without the prose. Each kind's runs are in seed order, whichever bundles were given and in whatever order: the
+    bootstrap's draws follow the runs' order, so a comparison read back from the kept inputs gives the same figures."""
     import yaml
 
     out: dict[str, list[str]] = {}
@@ -56,7 +57,13 @@ def find_runs(bundles: list[str]) -> dict[str, list[str]]:
             if "noprose" in str(cfg.get("data_dir", "")):
                 kind += "/noprose"
             out.setdefault(kind, []).append(run)
-    return out
+    return {kind: sorted(found, key=_seed_order) for kind, found in out.items()}
+
+
+def _seed_order(run: str) -> tuple[int, str]:
+    """A run folder's seed (its name's _sN; -1 without one), then BUNDLE/RUN (the same given or kept)."""
+    m = SEED_SUFFIX.search(os.path.basename(os.path.normpath(run)))
+    return (int(m.group(1)) if m else -1, _run_id(run))
 
 
 def _loss_files(runs: list[str], text: str) -> list[str]:
