@@ -33,7 +33,9 @@ class FwdConfig:
     scores and into the row maximum (fwd._tile_softmax), one ALU operation per score fewer; overlap: QK^T of
     tile i is issued beside PV of tile i - 1 and the softmax runs while PV does (fwd._fwd_loop_overlap; P stays in
     registers meanwhile, so a config that spills may compute garbage); head_group: how many (sequence, head)
-    pairs share the heaviest-first launch order (fwd.heaviest_first; 1: each head in turn)."""
+    pairs share the heaviest-first launch order (fwd.heaviest_first; 1: each head in turn); release_once: the
+    consumers free a stage once, after PV, instead of K and c after the softmax and V after PV (fwd.release_stage:
+    half the warpgroup barriers, the loader one step less ahead)."""
 
     block_n: int
     num_stages: int
@@ -42,6 +44,7 @@ class FwdConfig:
     fold_row: bool = True
     overlap: bool = False
     head_group: int = 4
+    release_once: bool = False
 
 
 # Chosen by `scripts/hopper_tune.py fwd` on one H200 (torch 2.11, Triton 3.6, bf16, B * T = 32K, T = 16K), JSONs in
@@ -94,7 +97,7 @@ def forward_launch(q, k, v, c, out, lse, cu, bound, scale: float, n_blocks: int,
             Tq, Tk, float(scale) * math.log2(math.e), n_blocks, Hq, Hq // Hkv)
     constexprs = dict(HEAD_DIM=D, BLOCK_N=cfg.block_n, NUM_WG=cfg.num_wg, NUM_STAGES=cfg.num_stages,
                       IS_VARLEN=varlen, PRUNE=prune, CONSUMER_REGS=cfg.consumer_regs, FOLD_ROW=cfg.fold_row,
-                      OVERLAP=cfg.overlap, HEAD_GROUP=cfg.head_group)
+                      OVERLAP=cfg.overlap, HEAD_GROUP=cfg.head_group, RELEASE_ONCE=cfg.release_once)
     return Launch(fwd_kernel, launch_grid(n_blocks, Hq, n_z), args, constexprs, OPTIONS)
 
 
@@ -132,7 +135,8 @@ class BwdConfig:
     dq_block_n: keys per stage of the dq kernel, whose CTA holds dq_num_wg consumer warpgroups of 64 query
     rows; *_stages: ring depths; *_regs: the consumers' setmaxnreg; head_group: as FwdConfig's, for both
     kernels; fused_delta: the dq kernel computes the row deltas (do_i . o_i) itself and runs first, so the backward
-    launches no row-delta kernel (bwd._row_deltas)."""
+    launches no row-delta kernel (bwd._row_deltas); dq_release_once: as FwdConfig.release_once, for the dq
+    kernel (a stage freed after dQ += dS K instead of V after dP and K, c after dQ)."""
 
     dkdv_block_m: int
     dkdv_stages: int
@@ -143,6 +147,7 @@ class BwdConfig:
     dq_consumer_regs: int = 240
     head_group: int = 4
     fused_delta: bool = False
+    dq_release_once: bool = False
 
 
 # Chosen by `scripts/hopper_tune.py bwd` (same setting): dk/dv with 128-row query tiles at D 64 (6.59 against 7.25 ms
@@ -196,7 +201,7 @@ def dq_launch(q, k, v, c, do, lse, delta, dq, rowsum, cu, bound, scale: float, n
     constexprs = dict(HEAD_DIM=D, BLOCK_N=cfg.dq_block_n, NUM_WG=cfg.dq_num_wg, NUM_STAGES=cfg.dq_stages,
                       IS_VARLEN=varlen, PRUNE=prune, CONSUMER_REGS=cfg.dq_consumer_regs,
                       HEAD_GROUP=cfg.head_group, FUSED_DELTA=cfg.fused_delta,
-                      HAS_DLSE=cfg.fused_delta and dlse is not None)
+                      HAS_DLSE=cfg.fused_delta and dlse is not None, RELEASE_ONCE=cfg.dq_release_once)
     return Launch(dq_kernel, launch_grid(n_blocks, Hq, n_z), args, constexprs, OPTIONS)
 
 
