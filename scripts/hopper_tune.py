@@ -103,12 +103,10 @@ def _sdpa_rows(rows, D, H, T, B):
         print(row, flush=True)
 
 
-# The defaults alternated with one stage release per tile (release_once, eighteenth session: Triton 3.6 puts a
-# warpgroup barrier after every mbarrier arrive, so the two releases of a tile cost four barriers), twice each: options
-# within 1% of each other differ by about a sweep's drift between its first and last rows
-# (hopper_tune_7b0a783_h200.json). Variants that lost, with their JSONs: docs/benchmarks.md, "Hopper kernel variants
-# tried and removed".
-FWD_SWEEP = {D: [dict(), dict(release_once=True), dict(), dict(release_once=True)] for D in (64, 128)}
+# The defaults first and last (drift); between them the variants still worth a row: the launch order one head at a
+# time (head_group 1, the default until the thirteenth session). Variants that lost, with their JSONs: docs/benchmarks.md,
+# "Hopper kernel variants tried and removed".
+FWD_SWEEP = {64: [dict(), dict(head_group=1), dict()], 128: [dict(), dict(head_group=1), dict()]}
 
 
 # awkward lengths: one partial tile, a single whole tile plus a row, GQA, T past a multiple of the tile
@@ -125,11 +123,11 @@ def _worst_error(D, fwd_cfg=None, bwd_cfg=None) -> float:
     return worst
 
 
-# The default (the dq kernel computes the row deltas: fused_delta) alternated with the dq kernel's single stage release
-# (dq_release_once, as FWD_SWEEP's) and with the row-delta kernel, with and without it (the eighteenth session's first
-# sweep had fused_delta ahead at D 64, behind at D 128).
-BWD_SWEEP = {D: [dict(), dict(dq_release_once=True), dict(fused_delta=False),
-                 dict(fused_delta=False, dq_release_once=True), dict(), dict(dq_release_once=True)] for D in (64, 128)}
+# The defaults first and last (drift); between them the row deltas' other source (fused_delta flipped: the dq kernel at
+# D 128, their own kernel at D 64; eighteenth session, the default's comment in launch.py), twice: options within 1% of
+# each other differ by about a sweep's drift between its first and last rows (hopper_tune_7b0a783_h200.json).
+BWD_SWEEP = {64: [dict(), dict(fused_delta=False), dict(), dict(fused_delta=False), dict()],
+             128: [dict(), dict(fused_delta=True), dict(), dict(fused_delta=True), dict()]}
 
 
 def _bwd_parts(q, k, v, c, do, out, lse, scale, cfg):

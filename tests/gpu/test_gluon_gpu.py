@@ -177,40 +177,6 @@ def test_other_delta_path_varlen(other_delta, D):
     _check(q, k, v, _gates("mixed", 1, T, 4, seed=9), with_dlse=True, cu_seqlens=cu)
 
 
-@pytest.fixture
-def other_release(monkeypatch):
-    """The forward and dq kernels with FwdConfig.release_once / BwdConfig.dq_release_once flipped from the
-    defaults: one empty barrier per stage, or K, c and V released apart."""
-    from foxformer.ops.forgetting_attention.hopper import launch
-    for D, cfg in list(launch.FWD_CONFIGS.items()):
-        monkeypatch.setitem(launch.FWD_CONFIGS, D, dataclasses.replace(cfg, release_once=not cfg.release_once))
-    for D, cfg in list(launch.BWD_CONFIGS.items()):
-        monkeypatch.setitem(launch.BWD_CONFIGS, D, dataclasses.replace(cfg, dq_release_once=not cfg.dq_release_once))
-
-
-@pytest.mark.parametrize("shape", ["T1", "T130", "T1000-gqa8", "T4097", "Tq77-Tk1000"])
-@pytest.mark.parametrize("D", [64, 128], ids=lambda d: f"D{d}")
-def test_other_release_path(other_release, D, shape):
-    B, Tq, Tk, Hq, Hkv = SHAPES[shape]
-    torch.manual_seed(10)
-    q = torch.randn(B, Tq, Hq, D, device=DEV, dtype=torch.bfloat16)
-    k = torch.randn(B, Tk, Hkv, D, device=DEV, dtype=torch.bfloat16)
-    v = torch.randn(B, Tk, Hkv, D, device=DEV, dtype=torch.bfloat16)
-    _check(q, k, v, _gates("mixed", B, Tk, Hq, seed=11), with_dlse=True)
-
-
-@pytest.mark.parametrize("D", [64, 128], ids=lambda d: f"D{d}")
-def test_other_release_path_varlen_pruned(other_release, D):
-    lengths = [1, 77, 1, 500, 77, 130]
-    cu = torch.tensor([0] + torch.tensor(lengths).cumsum(0).tolist(), dtype=torch.int32, device=DEV)
-    T = sum(lengths)
-    torch.manual_seed(12)
-    q = torch.randn(1, T, 4, D, device=DEV, dtype=torch.bfloat16)
-    k, v = (torch.randn(1, T, 2, D, device=DEV, dtype=torch.bfloat16) for _ in range(2))
-    _check(q, k, v, _gates("realistic", 1, T, 4, seed=13), cu_seqlens=cu)
-    _check(q, k, v, _gates("realistic", 1, T, 4, seed=13), prune_eps=1e-3)
-
-
 def test_auto_picks_gluon_and_unpacked_heads_fall_back():
     from foxformer.ops.forgetting_attention.checks import resolve_backend
     from foxformer.ops.forgetting_attention.hopper.dispatch import layout_reason

@@ -66,8 +66,7 @@ def _dq_consumer(q_smem, do_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_read
                  C, Lse, Delta, DQ, RowSum, O, DO, DLse, zb, tok0, head, m0, off, n_q, c_base, r, lo, n_tiles,
                  scale, scale2, stride_dqb, stride_dqt, stride_dqh, stride_lb, stride_lh,
                  WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
-                 NUM_STAGES: gl.constexpr, FUSED_DELTA: gl.constexpr, HAS_DLSE: gl.constexpr,
-                 RELEASE_ONCE: gl.constexpr):
+                 NUM_STAGES: gl.constexpr, FUSED_DELTA: gl.constexpr, HAS_DLSE: gl.constexpr):
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                         instr_shape=[16, BLOCK_N, 16])
     dq_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -122,8 +121,7 @@ def _dq_consumer(q_smem, do_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_read
             sc = qk * scale2 + (row2[:, None] - ck2[None, :])
         p = gl.exp2(sc)
         dp = warpgroup_mma_wait(0, deps=[dp_tok])
-        if not RELEASE_ONCE:
-            release_stage(v_empty.index(s))
+        release_stage(v_empty.index(s))
         ds = p * (dp - delta[:, None])
         rowsum += gl.sum(ds, 1)
         tok = warpgroup_mma(gl.convert_layout(ds.to(dtype), a_layout), k_tile, dq, is_async=True)
@@ -148,7 +146,7 @@ def dq_kernel(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DQ, RowSum, O, DO,
               HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_WG: gl.constexpr,
               NUM_STAGES: gl.constexpr, IS_VARLEN: gl.constexpr, PRUNE: gl.constexpr,
               CONSUMER_REGS: gl.constexpr, HEAD_GROUP: gl.constexpr, FUSED_DELTA: gl.constexpr,
-              HAS_DLSE: gl.constexpr, RELEASE_ONCE: gl.constexpr):
+              HAS_DLSE: gl.constexpr):
     """FUSED_DELTA: the consumers compute delta from O and dO (`_row_deltas`) instead of reading it, and store it for
     the dk/dv kernel, which must then be launched after this one. O, DO, DLse: placeholders otherwise."""
     BLOCK_M: gl.constexpr = NUM_WG * WG_ROWS
@@ -158,7 +156,7 @@ def dq_kernel(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DQ, RowSum, O, DO,
         off, c_base, r, lo, n_tiles = key_tiles(C, PruneBound, zb, tok0, head, pid_z, pid_m, m0, n_q, n_k, n_blocks,
                                                 n_heads, stride_cb, stride_ch, BLOCK_M, BLOCK_N, PRUNE)
         q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty, v_empty = kv_ring(
-            q_desc, k_desc, NUM_WG, BLOCK_N, HEAD_DIM, NUM_STAGES, RELEASE_ONCE)
+            q_desc, k_desc, NUM_WG, BLOCK_N, HEAD_DIM, NUM_STAGES)
         do_smem = gl.allocate_shared_memory(q_desc.dtype, [NUM_WG, 1, WG_ROWS, HEAD_DIM], do_desc.layout)
         kv_head = head // group
         if NUM_WG == 3:
@@ -171,17 +169,17 @@ def dq_kernel(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DQ, RowSum, O, DO,
                                 v_empty, C, Lse, Delta, DQ, RowSum, O, DO, DLse, zb, tok0, head, m0, off, n_q,
                                 c_base, r, lo, n_tiles, scale, scale2, stride_dqb, stride_dqt, stride_dqh,
                                 stride_lb, stride_lh,
-                                0, HEAD_DIM, BLOCK_N, NUM_STAGES, FUSED_DELTA, HAS_DLSE, RELEASE_ONCE)),
+                                0, HEAD_DIM, BLOCK_N, NUM_STAGES, FUSED_DELTA, HAS_DLSE)),
                 (_dq_consumer, (q_smem, do_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty,
                                 v_empty, C, Lse, Delta, DQ, RowSum, O, DO, DLse, zb, tok0, head, m0, off, n_q,
                                 c_base, r, lo, n_tiles, scale, scale2, stride_dqb, stride_dqt, stride_dqh,
                                 stride_lb, stride_lh,
-                                1, HEAD_DIM, BLOCK_N, NUM_STAGES, FUSED_DELTA, HAS_DLSE, RELEASE_ONCE)),
+                                1, HEAD_DIM, BLOCK_N, NUM_STAGES, FUSED_DELTA, HAS_DLSE)),
                 (_dq_consumer, (q_smem, do_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty,
                                 v_empty, C, Lse, Delta, DQ, RowSum, O, DO, DLse, zb, tok0, head, m0, off, n_q,
                                 c_base, r, lo, n_tiles, scale, scale2, stride_dqb, stride_dqt, stride_dqh,
                                 stride_lb, stride_lh,
-                                2, HEAD_DIM, BLOCK_N, NUM_STAGES, FUSED_DELTA, HAS_DLSE, RELEASE_ONCE)),
+                                2, HEAD_DIM, BLOCK_N, NUM_STAGES, FUSED_DELTA, HAS_DLSE)),
             ], [4, 4, 4], [CONSUMER_REGS, CONSUMER_REGS, CONSUMER_REGS])
         else:
             gl.warp_specialize([
@@ -193,12 +191,12 @@ def dq_kernel(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DQ, RowSum, O, DO,
                                 v_empty, C, Lse, Delta, DQ, RowSum, O, DO, DLse, zb, tok0, head, m0, off, n_q,
                                 c_base, r, lo, n_tiles, scale, scale2, stride_dqb, stride_dqt, stride_dqh,
                                 stride_lb, stride_lh,
-                                0, HEAD_DIM, BLOCK_N, NUM_STAGES, FUSED_DELTA, HAS_DLSE, RELEASE_ONCE)),
+                                0, HEAD_DIM, BLOCK_N, NUM_STAGES, FUSED_DELTA, HAS_DLSE)),
                 (_dq_consumer, (q_smem, do_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty,
                                 v_empty, C, Lse, Delta, DQ, RowSum, O, DO, DLse, zb, tok0, head, m0, off, n_q,
                                 c_base, r, lo, n_tiles, scale, scale2, stride_dqb, stride_dqt, stride_dqh,
                                 stride_lb, stride_lh,
-                                1, HEAD_DIM, BLOCK_N, NUM_STAGES, FUSED_DELTA, HAS_DLSE, RELEASE_ONCE)),
+                                1, HEAD_DIM, BLOCK_N, NUM_STAGES, FUSED_DELTA, HAS_DLSE)),
             ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
 
 

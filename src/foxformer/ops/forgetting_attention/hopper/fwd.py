@@ -114,11 +114,9 @@ def key_tiles(C, PruneBound, zb, tok0, head, pid_z, pid_m, m0, n_q, n_k, n_block
 
 @gluon.jit
 def kv_ring(q_desc, k_desc, NUM_WG: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
-            NUM_STAGES: gl.constexpr, RELEASE_ONCE: gl.constexpr):
+            NUM_STAGES: gl.constexpr):
     """Shared memory and barriers of a query-stationary CTA: each consumer's Q rows (a second buffer of
-    the same shape serves dO), and a ring of K, V and c stages. RELEASE_ONCE: one empty barrier per stage
-    (v_empty is kc_empty; the loader's second wait on it passes at once), which the consumers arrive on
-    once, after the stage's last use (see release_stage)."""
+    the same shape serves dO), and a ring of K, V and c stages."""
     dtype: gl.constexpr = q_desc.dtype
     q_smem = gl.allocate_shared_memory(dtype, [NUM_WG, 1, WG_ROWS, HEAD_DIM], q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, BLOCK_N, HEAD_DIM], k_desc.layout)
@@ -128,10 +126,7 @@ def kv_ring(q_desc, k_desc, NUM_WG: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DI
     k_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     kc_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-    if RELEASE_ONCE:
-        v_empty = kc_empty
-    else:
-        v_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    v_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     mbarrier.init(q_bar, count=1)
     for i in gl.static_range(NUM_STAGES):
         # k_ready completes on the TMA bytes plus the loader's arrival after it stored c.
@@ -139,8 +134,7 @@ def kv_ring(q_desc, k_desc, NUM_WG: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DI
         mbarrier.init(v_ready.index(i), count=1)
         # Every consumer warpgroup releases every stage.
         mbarrier.init(kc_empty.index(i), count=NUM_WG)
-        if not RELEASE_ONCE:
-            mbarrier.init(v_empty.index(i), count=NUM_WG)
+        mbarrier.init(v_empty.index(i), count=NUM_WG)
     return q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty, v_empty
 
 
@@ -233,9 +227,7 @@ def _tile_softmax(qk, c_smem, s, masked, cols, pos_q, cq2, cq_hi, cq_lo, scale2,
 
 @gluon.jit
 def release_stage(bar):
-    """Arrive on bar once the whole warpgroup is done with the stage (the arrive is one thread's). Triton 3.6's
-    shared-memory barrier analysis also puts a warpgroup barrier after every arrive (before the next shared-memory
-    access), so each release costs two; RELEASE_ONCE halves their number in the query-stationary kernels."""
+    """Arrive on bar once the whole warpgroup is done with the stage (the arrive is one thread's)."""
     thread_barrier()
     mbarrier.arrive(bar, count=1)
 
@@ -243,8 +235,7 @@ def release_stage(bar):
 @gluon.jit
 def _fwd_loop(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, k_ready, v_ready, kc_empty, v_empty,
               zero_qk, offs_n, pos_q, cq2, cq_hi, cq_lo, scale2, lo, n_tiles, n_unmasked,
-              HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, FOLD_ROW: gl.constexpr,
-              RELEASE_ONCE: gl.constexpr):
+              HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, FOLD_ROW: gl.constexpr):
     """QK^T, softmax, PV in turn; each wgmma waited at once (the loads still run ahead)."""
     col_l: gl.constexpr = gl.SliceLayout(0, zero_qk.type.layout)
     orow_l: gl.constexpr = gl.SliceLayout(1, acc.type.layout)
@@ -259,8 +250,7 @@ def _fwd_loop(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, k_ready, v_ready, kc_e
         p16, alpha, m_i, l_i = _tile_softmax(qk, c_smem, s, i >= n_unmasked, lo + i * BLOCK_N + offs_n, pos_q,
                                              cq2, cq_hi, cq_lo, scale2, m_i, l_i, q_w.dtype, p_layout, orow_l,
                                              col_l, FOLD_ROW)
-        if not RELEASE_ONCE:
-            release_stage(kc_empty.index(s))
+        release_stage(kc_empty.index(s))
         acc = acc * alpha[:, None]
         v_t = v_smem.index(s).reshape([BLOCK_N, HEAD_DIM])
         mbarrier.wait(v_ready.index(s), ph)
@@ -274,7 +264,7 @@ def _fwd_loop(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, k_ready, v_ready, kc_e
 def _fwd_loop_overlap(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, k_ready, v_ready, kc_empty, v_empty,
                       zero_qk, offs_n, pos_q, cq2, cq_hi, cq_lo, scale2, lo, n_tiles, n_unmasked,
                       HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
-                      FOLD_ROW: gl.constexpr, RELEASE_ONCE: gl.constexpr):
+                      FOLD_ROW: gl.constexpr):
     """FA3's intra-warpgroup overlap: QK^T of tile i is issued beside PV of tile i - 1, and tile i's softmax
     runs while that PV is on the tensor cores. P of tile i - 1 stays in registers until its PV is waited."""
     col_l: gl.constexpr = gl.SliceLayout(0, zero_qk.type.layout)
@@ -287,8 +277,7 @@ def _fwd_loop_overlap(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, k_ready, v_rea
     # acc is zero: tile 0's rescale factor is not needed
     p16, _, m_i, l_i = _tile_softmax(qk, c_smem, 0, 0 >= n_unmasked, lo + offs_n, pos_q, cq2, cq_hi, cq_lo,
                                      scale2, m_i, l_i, q_w.dtype, p_layout, orow_l, col_l, FOLD_ROW)
-    if not RELEASE_ONCE:
-        release_stage(kc_empty.index(0))
+    release_stage(kc_empty.index(0))
     for i in range(1, n_tiles):
         s = i % NUM_STAGES
         sp = (i - 1) % NUM_STAGES
@@ -302,8 +291,7 @@ def _fwd_loop_overlap(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, k_ready, v_rea
         p_next, alpha, m_i, l_i = _tile_softmax(qk, c_smem, s, i >= n_unmasked, lo + i * BLOCK_N + offs_n, pos_q,
                                                 cq2, cq_hi, cq_lo, scale2, m_i, l_i, q_w.dtype, p_layout, orow_l,
                                                 col_l, FOLD_ROW)
-        if not RELEASE_ONCE:
-            release_stage(kc_empty.index(s))
+        release_stage(kc_empty.index(s))
         acc, p_done = warpgroup_mma_wait(0, deps=[o_tok, p16])
         release_stage(v_empty.index(sp))
         acc = acc * alpha[:, None]
@@ -322,8 +310,7 @@ def _fwd_consumer(q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_em
                   C, Out, Lse, zb, tok0, head, m0, off, n_q, c_base, r, lo, n_tiles, scale2,
                   stride_ob, stride_ot, stride_oh, stride_lb, stride_lh,
                   WG: gl.constexpr, NUM_WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
-                  NUM_STAGES: gl.constexpr, FOLD_ROW: gl.constexpr, OVERLAP: gl.constexpr,
-                  RELEASE_ONCE: gl.constexpr):
+                  NUM_STAGES: gl.constexpr, FOLD_ROW: gl.constexpr, OVERLAP: gl.constexpr):
     qk_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                          instr_shape=[16, BLOCK_N, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -354,11 +341,11 @@ def _fwd_consumer(q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_em
     if OVERLAP:
         acc, m_i, l_i = _fwd_loop_overlap(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, k_ready, v_ready, kc_empty,
                                           v_empty, zero_qk, offs_n, pos_q, cq2, cq_hi, cq_lo, scale2, lo, n_tiles,
-                                          n_unmasked, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, RELEASE_ONCE)
+                                          n_unmasked, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW)
     else:
         acc, m_i, l_i = _fwd_loop(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, k_ready, v_ready, kc_empty, v_empty,
                                   zero_qk, offs_n, pos_q, cq2, cq_hi, cq_lo, scale2, lo, n_tiles, n_unmasked,
-                                  HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, RELEASE_ONCE)
+                                  HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW)
     # Every real row saw its own key, so l_i > 0; padded rows are finite and never stored.
     o = acc / gl.convert_layout(l_i, orow_l)[:, None]
     out_l: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (HEAD_DIM // 8), HEAD_DIM // 8], [4, 1], [1, 0])
@@ -381,7 +368,7 @@ def fwd_kernel(q_desc, k_desc, v_desc, C, Out, Lse, CuSeqlens, PruneBound,
                HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_WG: gl.constexpr,
                NUM_STAGES: gl.constexpr, IS_VARLEN: gl.constexpr, PRUNE: gl.constexpr,
                CONSUMER_REGS: gl.constexpr, FOLD_ROW: gl.constexpr, OVERLAP: gl.constexpr,
-               HEAD_GROUP: gl.constexpr, RELEASE_ONCE: gl.constexpr):
+               HEAD_GROUP: gl.constexpr):
     BLOCK_M: gl.constexpr = NUM_WG * WG_ROWS
     head, pid_z, pid_m, zb, tok0, n_q, n_k, m0 = query_program(n_blocks, n_heads, CuSeqlens, seqlen_q, seqlen_k,
                                                                BLOCK_M, IS_VARLEN, HEAD_GROUP)
@@ -389,7 +376,7 @@ def fwd_kernel(q_desc, k_desc, v_desc, C, Out, Lse, CuSeqlens, PruneBound,
         off, c_base, r, lo, n_tiles = key_tiles(C, PruneBound, zb, tok0, head, pid_z, pid_m, m0, n_q, n_k, n_blocks,
                                                 n_heads, stride_cb, stride_ch, BLOCK_M, BLOCK_N, PRUNE)
         q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty, v_empty = kv_ring(
-            q_desc, k_desc, NUM_WG, BLOCK_N, HEAD_DIM, NUM_STAGES, RELEASE_ONCE)
+            q_desc, k_desc, NUM_WG, BLOCK_N, HEAD_DIM, NUM_STAGES)
         kv_head = head // group
         if NUM_WG == 3:
             gl.warp_specialize([
@@ -400,18 +387,15 @@ def fwd_kernel(q_desc, k_desc, v_desc, C, Out, Lse, CuSeqlens, PruneBound,
                 (_fwd_consumer, (q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty, v_empty,
                                  C, Out, Lse, zb, tok0, head, m0, off, n_q, c_base, r, lo, n_tiles, scale2,
                                  stride_ob, stride_ot, stride_oh, stride_lb, stride_lh,
-                                 0, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, OVERLAP,
-                                 RELEASE_ONCE)),
+                                 0, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, OVERLAP)),
                 (_fwd_consumer, (q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty, v_empty,
                                  C, Out, Lse, zb, tok0, head, m0, off, n_q, c_base, r, lo, n_tiles, scale2,
                                  stride_ob, stride_ot, stride_oh, stride_lb, stride_lh,
-                                 1, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, OVERLAP,
-                                 RELEASE_ONCE)),
+                                 1, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, OVERLAP)),
                 (_fwd_consumer, (q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty, v_empty,
                                  C, Out, Lse, zb, tok0, head, m0, off, n_q, c_base, r, lo, n_tiles, scale2,
                                  stride_ob, stride_ot, stride_oh, stride_lb, stride_lh,
-                                 2, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, OVERLAP,
-                                 RELEASE_ONCE)),
+                                 2, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, OVERLAP)),
             ], [4, 4, 4], [CONSUMER_REGS, CONSUMER_REGS, CONSUMER_REGS])
         else:
             gl.warp_specialize([
@@ -422,11 +406,9 @@ def fwd_kernel(q_desc, k_desc, v_desc, C, Out, Lse, CuSeqlens, PruneBound,
                 (_fwd_consumer, (q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty, v_empty,
                                  C, Out, Lse, zb, tok0, head, m0, off, n_q, c_base, r, lo, n_tiles, scale2,
                                  stride_ob, stride_ot, stride_oh, stride_lb, stride_lh,
-                                 0, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, OVERLAP,
-                                 RELEASE_ONCE)),
+                                 0, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, OVERLAP)),
                 (_fwd_consumer, (q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty, v_empty,
                                  C, Out, Lse, zb, tok0, head, m0, off, n_q, c_base, r, lo, n_tiles, scale2,
                                  stride_ob, stride_ot, stride_oh, stride_lb, stride_lh,
-                                 1, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, OVERLAP,
-                                 RELEASE_ONCE)),
+                                 1, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, OVERLAP)),
             ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])

@@ -33,9 +33,7 @@ class FwdConfig:
     scores and into the row maximum (fwd._tile_softmax), one ALU operation per score fewer; overlap: QK^T of
     tile i is issued beside PV of tile i - 1 and the softmax runs while PV does (fwd._fwd_loop_overlap; P stays in
     registers meanwhile, so a config that spills may compute garbage); head_group: how many (sequence, head)
-    pairs share the heaviest-first launch order (fwd.heaviest_first; 1: each head in turn); release_once: the
-    consumers free a stage once, after PV, instead of K and c after the softmax and V after PV (fwd.release_stage:
-    half the warpgroup barriers, the loader one step less ahead)."""
+    pairs share the heaviest-first launch order (fwd.heaviest_first; 1: each head in turn)."""
 
     block_n: int
     num_stages: int
@@ -44,7 +42,6 @@ class FwdConfig:
     fold_row: bool = True
     overlap: bool = False
     head_group: int = 4
-    release_once: bool = False
 
 
 # Chosen by `scripts/hopper_tune.py fwd` on one H200 (torch 2.11, Triton 3.6, bf16, B * T = 32K, T = 16K), JSONs in
@@ -97,7 +94,7 @@ def forward_launch(q, k, v, c, out, lse, cu, bound, scale: float, n_blocks: int,
             Tq, Tk, float(scale) * math.log2(math.e), n_blocks, Hq, Hq // Hkv)
     constexprs = dict(HEAD_DIM=D, BLOCK_N=cfg.block_n, NUM_WG=cfg.num_wg, NUM_STAGES=cfg.num_stages,
                       IS_VARLEN=varlen, PRUNE=prune, CONSUMER_REGS=cfg.consumer_regs, FOLD_ROW=cfg.fold_row,
-                      OVERLAP=cfg.overlap, HEAD_GROUP=cfg.head_group, RELEASE_ONCE=cfg.release_once)
+                      OVERLAP=cfg.overlap, HEAD_GROUP=cfg.head_group)
     return Launch(fwd_kernel, launch_grid(n_blocks, Hq, n_z), args, constexprs, OPTIONS)
 
 
@@ -135,8 +132,7 @@ class BwdConfig:
     dq_block_n: keys per stage of the dq kernel, whose CTA holds dq_num_wg consumer warpgroups of 64 query
     rows; *_stages: ring depths; *_regs: the consumers' setmaxnreg; head_group: as FwdConfig's, for both
     kernels; fused_delta: the dq kernel computes the row deltas (do_i . o_i) itself and runs first, so the backward
-    launches no row-delta kernel (bwd._row_deltas); dq_release_once: as FwdConfig.release_once, for the dq
-    kernel (a stage freed after dQ += dS K instead of V after dP and K, c after dQ)."""
+    launches no row-delta kernel (bwd._row_deltas)."""
 
     dkdv_block_m: int
     dkdv_stages: int
@@ -147,7 +143,6 @@ class BwdConfig:
     dq_consumer_regs: int = 240
     head_group: int = 4
     fused_delta: bool = False
-    dq_release_once: bool = False
 
 
 # Chosen by `scripts/hopper_tune.py bwd` (same setting): dk/dv with 128-row query tiles at D 64 (6.59 against 7.25 ms
@@ -160,8 +155,13 @@ class BwdConfig:
 # 16K, forward+backward 0.834x / 0.843x CUDNN at D 64 / 128 against 0.841x / 0.847x the same day, and the sweep
 # alternating the two was split (hopper_tune_7b0a783_h200.json). What else was tried and removed: docs/benchmarks.md,
 # "Hopper kernel variants tried and removed".
+# The row deltas from the dq kernel (fused_delta) at D 64 only: two sweeps alternating it with the row-delta kernel had
+# it ahead at D 64 (backward 11.53 / 11.72 against 11.58 / 11.81 ms, then 11.63 / 11.84 against 11.76) and behind at D
+# 128 (9.33 / 9.31 against 9.23 / 9.26, then 9.46 / 9.39 against 9.47): hopper_tune_{e2cd9ca,57431e1}_h200.json. The
+# op's profile shows why the saving is small: the fused dq kernel is 0.05 (D 64) and 0.14 ms (D 128) slower a step,
+# against 0.054 ms for the row-delta kernel (profile_attention_e2cd9ca/).
 BWD_CONFIGS = {64: BwdConfig(dkdv_block_m=128, dkdv_stages=2, dq_block_n=128, dq_stages=3, fused_delta=True),
-               128: BwdConfig(dkdv_block_m=64, dkdv_stages=2, dq_block_n=128, dq_stages=2, fused_delta=True)}
+               128: BwdConfig(dkdv_block_m=64, dkdv_stages=2, dq_block_n=128, dq_stages=2)}
 
 
 def dq_block_m(cfg: BwdConfig) -> int:
@@ -201,7 +201,7 @@ def dq_launch(q, k, v, c, do, lse, delta, dq, rowsum, cu, bound, scale: float, n
     constexprs = dict(HEAD_DIM=D, BLOCK_N=cfg.dq_block_n, NUM_WG=cfg.dq_num_wg, NUM_STAGES=cfg.dq_stages,
                       IS_VARLEN=varlen, PRUNE=prune, CONSUMER_REGS=cfg.dq_consumer_regs,
                       HEAD_GROUP=cfg.head_group, FUSED_DELTA=cfg.fused_delta,
-                      HAS_DLSE=cfg.fused_delta and dlse is not None, RELEASE_ONCE=cfg.dq_release_once)
+                      HAS_DLSE=cfg.fused_delta and dlse is not None)
     return Launch(dq_kernel, launch_grid(n_blocks, Hq, n_z), args, constexprs, OPTIONS)
 
 
@@ -260,14 +260,24 @@ def gluon_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
 _VARIANT_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
+def dq_tails(D: int, fused: bool | None = None) -> tuple[str, ...]:
+    """Name tails of the dq kernel's code variants at head dim D: with the row deltas from the dq kernel
+    (BwdConfig.fused_delta; the default config's unless given) the code differs with and without a gradient
+    on lse ("-fused", "-fused-dlse"); from their own kernel there is one ("")."""
+    fused = BWD_CONFIGS[D].fused_delta if fused is None else fused
+    return ("-fused", "-fused-dlse") if fused else ("",)
+
+
 def variant_names() -> list[str]:
     """Every kernel variant the dispatcher can pick: kernel x head dim x dtype x dense / packed x pruned
-    or not (the constexprs that change the code); then the dq kernel with BwdConfig.fused_delta (an option the
-    defaults do not take yet), dense, and packed with a gradient on lse ("-dlse")."""
-    picked = [f"{kernel}-D{D}-{dtype}{'-varlen' if varlen else ''}{'-prune' if prune else ''}"
+    or not (the constexprs that change the code; dq_tails for the dq kernel); then, as options, the dq kernel with
+    BwdConfig.fused_delta flipped from the default, bf16, dense and packed."""
+    picked = [f"{kernel}-D{D}-{dtype}{'-varlen' if varlen else ''}{'-prune' if prune else ''}{tail}"
               for D in (64, 128) for dtype in _VARIANT_DTYPES for varlen in (False, True) for prune in (False, True)
-              for kernel in ("fwd", "dkdv", "dq")]
-    return picked + [f"dq-D{D}-bfloat16{tail}" for D in (64, 128) for tail in ("-fused", "-varlen-fused-dlse")]
+              for kernel in ("fwd", "dkdv", "dq") for tail in (dq_tails(D) if kernel == "dq" else ("",))]
+    flipped = [f"dq-D{D}-bfloat16{varlen}{tail}" for D in (64, 128)
+               for varlen, tail in zip(("", "-varlen"), dq_tails(D, not BWD_CONFIGS[D].fused_delta) * 2)]
+    return picked + flipped
 
 
 def variant_launches(tokens: int = 300):
