@@ -134,6 +134,10 @@ def test_pruned_realistic(D):
 @pytest.mark.parametrize("gates", ["realistic", "half"])
 @pytest.mark.parametrize("D,Hq,Hkv", [(64, 2, 1), (128, 2, 2)], ids=["D64-gqa", "D128"])
 def test_long_context(T, gates, D, Hq, Hkv):
+    _long_context(T, gates, D, Hq, Hkv)
+
+
+def _long_context(T, gates, D, Hq, Hkv):
     torch.manual_seed(0)
     q = torch.randn(1, T, Hq, D, device=DEV, dtype=torch.bfloat16)
     k = torch.randn(1, T, Hkv, D, device=DEV, dtype=torch.bfloat16)
@@ -175,6 +179,45 @@ def test_other_delta_path_varlen(other_delta, D):
     q = torch.randn(1, T, 4, D, device=DEV, dtype=torch.bfloat16)
     k, v = (torch.randn(1, T, 2, D, device=DEV, dtype=torch.bfloat16) for _ in range(2))
     _check(q, k, v, _gates("mixed", 1, T, 4, seed=9), with_dlse=True, cu_seqlens=cu)
+
+
+@pytest.fixture
+def other_sums(monkeypatch):
+    """The backward with BwdConfig.mma_sums flipped from the defaults: the dS sums of dc by a wgmma with ones (from
+    the bf16 dS of the dQ / dK products), or across registers (fp32)."""
+    from foxformer.ops.forgetting_attention.hopper import launch
+    for D, cfg in list(launch.BWD_CONFIGS.items()):
+        monkeypatch.setitem(launch.BWD_CONFIGS, D, dataclasses.replace(cfg, mma_sums=not cfg.mma_sums))
+
+
+@pytest.mark.parametrize("shape", ["T1", "T17", "T130", "T1000-gqa8", "T4097", "Tq77-Tk1000"])
+@pytest.mark.parametrize("D", [64, 128], ids=lambda d: f"D{d}")
+def test_other_sums_path(other_sums, D, shape):
+    B, Tq, Tk, Hq, Hkv = SHAPES[shape]
+    torch.manual_seed(14)
+    q = torch.randn(B, Tq, Hq, D, device=DEV, dtype=torch.bfloat16)
+    k = torch.randn(B, Tk, Hkv, D, device=DEV, dtype=torch.bfloat16)
+    v = torch.randn(B, Tk, Hkv, D, device=DEV, dtype=torch.bfloat16)
+    _check(q, k, v, _gates("mixed", B, Tk, Hq, seed=15), with_dlse=True)
+
+
+@pytest.mark.parametrize("D", [64, 128], ids=lambda d: f"D{d}")
+def test_other_sums_path_fp16_varlen_pruned(other_sums, D):
+    lengths = [1, 77, 1, 500, 77, 130]
+    cu = torch.tensor([0] + torch.tensor(lengths).cumsum(0).tolist(), dtype=torch.int32, device=DEV)
+    T = sum(lengths)
+    torch.manual_seed(16)
+    q = torch.randn(1, T, 4, D, device=DEV, dtype=torch.float16)
+    k, v = (torch.randn(1, T, 2, D, device=DEV, dtype=torch.float16) for _ in range(2))
+    _check(q, k, v, _gates("realistic", 1, T, 4, seed=17), cu_seqlens=cu)
+    _check(q, k, v, _gates("realistic", 1, T, 4, seed=17), prune_eps=1e-3)
+
+
+@pytest.mark.parametrize("T", [16384, 65536], ids=lambda t: f"T{t // 1024}K")
+@pytest.mark.parametrize("gates", ["realistic", "half"])
+@pytest.mark.parametrize("D,Hq,Hkv", [(64, 2, 1), (128, 2, 2)], ids=["D64-gqa", "D128"])
+def test_other_sums_long_context(other_sums, T, gates, D, Hq, Hkv):
+    _long_context(T, gates, D, Hq, Hkv)
 
 
 def test_auto_picks_gluon_and_unpacked_heads_fall_back():

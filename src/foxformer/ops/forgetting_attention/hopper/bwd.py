@@ -14,10 +14,17 @@ Two kernels, each with two consumer warpgroups and one loader warp, as the forwa
 - ``dq_kernel`` (query-stationary): the forward's schedule (same loader) with S = Q K^T, dP = dO V^T,
   dQ += dS K and the dS row sums.
 Every product is written by one CTA in a fixed order, so gradients are bitwise reproducible.
+
+With ``MMA_SUMS`` the two dS sums come from the tensor cores instead: one more wgmma per tile multiplies the
+bf16 dS that the dQ / dK product reads by a [K, 8] matrix of ones. Summing a tile across its columns in registers
+is ~62 additions and shuffles per thread and tile; at D 64 leaving the sums out took the dk/dv kernel from 6.6 to
+6.0 ms and dq from 4.9 to 4.7 (docs/bench/hopper_tune_188e4b6_locate_h200.json). Both sums then add the same rounded
+values, which is what keeps dc consistent over the reverse cumsum (the row sums alone from bf16 dS, the column sums
+from fp32, lost it: docs/benchmarks.md, tenth session).
 """
 from __future__ import annotations
 
-from .compat import gl, gluon, mbarrier, thread_barrier, tma_load, warpgroup_mma, warpgroup_mma_wait
+from .compat import fence_async_shared, gl, gluon, mbarrier, thread_barrier, tma_load, warpgroup_mma, warpgroup_mma_wait
 from .fwd import (LOG2E, WG_ROWS, heaviest_first, key_tiles, kv_loader, kv_ring, query_program, release_stage,
                   sequence_of, split_c)
 
@@ -29,6 +36,28 @@ VEC_CQ_HI = gl.constexpr(1)   # c_i - r, float32 hi part
 VEC_CQ_LO2 = gl.constexpr(2)  # (c_i - r) lo part * log2(e) - lse_i * log2(e)
 VEC_DELTA = gl.constexpr(3)   # delta_i
 N_VEC = gl.constexpr(4)
+# Width of the ones operand that sums dS by wgmma (MMA_SUMS): the narrowest wgmma there is.
+SUM_N = gl.constexpr(8)
+
+
+@gluon.jit
+def _fill_ones(ones_smem, WG: gl.constexpr, NUM_STAGES: gl.constexpr, K: gl.constexpr):
+    """This warpgroup's [SUM_N, K] ones, one copy per stage, written by the generic proxy and fenced for wgmma's
+    (async) reads. A copy per stage: its address then moves with the stage as the other operand's does, so the
+    wgmma descriptors are formed in the loop (uniform registers); one loop-invariant copy kept its 8 descriptors in
+    16 vector registers, and the dk/dv kernel at D 64 spilled 248 bytes instead of 152 (sm_90a, Triton 3.6)."""
+    fill_l: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [1, 4], [1, 0])
+    for st in gl.static_range(NUM_STAGES):
+        ones_smem.index(WG * NUM_STAGES + st).store(gl.full([SUM_N, K], 1.0, ones_smem.dtype, fill_l))
+    fence_async_shared()
+    thread_barrier()
+
+
+@gluon.jit
+def _ones_smem(dtype: gl.constexpr, NUM_WG: gl.constexpr, NUM_STAGES: gl.constexpr, K: gl.constexpr):
+    """[NUM_STAGES * NUM_WG, SUM_N, K]: the ones of _fill_ones."""
+    return gl.allocate_shared_memory(dtype, [NUM_STAGES * NUM_WG, SUM_N, K],
+                                     gl.NVMMASharedLayout.get_default_for([SUM_N, K], dtype))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -62,16 +91,20 @@ def _row_deltas(O, DO, DLse, Delta, zb, tok0, head, m0w, n_q, vec_base, stride_b
 
 
 @gluon.jit
-def _dq_consumer(q_smem, do_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty, v_empty,
+def _dq_consumer(q_smem, do_smem, k_smem, v_smem, c_smem, ones_smem, q_bar, k_ready, v_ready, kc_empty, v_empty,
                  C, Lse, Delta, DQ, RowSum, O, DO, DLse, zb, tok0, head, m0, off, n_q, c_base, r, lo, n_tiles,
                  scale, scale2, stride_dqb, stride_dqt, stride_dqh, stride_lb, stride_lh,
                  WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
-                 NUM_STAGES: gl.constexpr, FUSED_DELTA: gl.constexpr, HAS_DLSE: gl.constexpr):
+                 NUM_STAGES: gl.constexpr, FUSED_DELTA: gl.constexpr, HAS_DLSE: gl.constexpr,
+                 MMA_SUMS: gl.constexpr):
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                         instr_shape=[16, BLOCK_N, 16])
     dq_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                          instr_shape=[16, HEAD_DIM, 16])
     a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=dq_layout, k_width=2)
+    sum_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                          instr_shape=[16, SUM_N, 16])
+    a_sum_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=sum_layout, k_width=2)
     row_l: gl.constexpr = gl.SliceLayout(1, s_layout)
     col_l: gl.constexpr = gl.SliceLayout(0, s_layout)
     dtype: gl.constexpr = q_smem.dtype
@@ -98,6 +131,9 @@ def _dq_consumer(q_smem, do_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_read
     dq = gl.zeros([WG_ROWS, HEAD_DIM], gl.float32, dq_layout)
     rowsum = gl.zeros([WG_ROWS], gl.float32, row_l)
     zero_s = gl.zeros([WG_ROWS, BLOCK_N], gl.float32, s_layout)
+    if MMA_SUMS:
+        _fill_ones(ones_smem, WG, NUM_STAGES, BLOCK_N)
+        rows8 = gl.zeros([WG_ROWS, SUM_N], gl.float32, sum_layout)
     mbarrier.wait(q_bar, 0)
     for i in range(n_tiles):
         s = i % NUM_STAGES
@@ -123,10 +159,20 @@ def _dq_consumer(q_smem, do_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_read
         dp = warpgroup_mma_wait(0, deps=[dp_tok])
         release_stage(v_empty.index(s))
         ds = p * (dp - delta[:, None])
-        rowsum += gl.sum(ds, 1)
-        tok = warpgroup_mma(gl.convert_layout(ds.to(dtype), a_layout), k_tile, dq, is_async=True)
-        dq, _ = warpgroup_mma_wait(0, deps=[tok, k_tile])
+        ds_a = gl.convert_layout(ds.to(dtype), a_layout)
+        tok = warpgroup_mma(ds_a, k_tile, dq, is_async=True)
+        if MMA_SUMS:
+            # The same registers: the A operand's layout does not depend on the product's width.
+            ones = ones_smem.index(WG * NUM_STAGES + s).permute((1, 0))
+            sum_tok = warpgroup_mma(gl.convert_layout(ds_a, a_sum_layout), ones, rows8, is_async=True)
+            dq, rows8, _ = warpgroup_mma_wait(0, deps=[tok, sum_tok, k_tile])
+        else:
+            rowsum += gl.sum(ds, 1)
+            dq, _ = warpgroup_mma_wait(0, deps=[tok, k_tile])
         release_stage(kc_empty.index(s))
+    if MMA_SUMS:
+        # The SUM_N columns hold the same sum: their mean is exact.
+        rowsum = gl.convert_layout(gl.sum(rows8, 1) * (1.0 / SUM_N), row_l)
 
     dq = dq * scale
     st_l: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (HEAD_DIM // 8), HEAD_DIM // 8], [4, 1], [1, 0])
@@ -146,7 +192,7 @@ def dq_kernel(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DQ, RowSum, O, DO,
               HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_WG: gl.constexpr,
               NUM_STAGES: gl.constexpr, IS_VARLEN: gl.constexpr, PRUNE: gl.constexpr,
               CONSUMER_REGS: gl.constexpr, HEAD_GROUP: gl.constexpr, FUSED_DELTA: gl.constexpr,
-              HAS_DLSE: gl.constexpr):
+              HAS_DLSE: gl.constexpr, MMA_SUMS: gl.constexpr):
     """FUSED_DELTA: the consumers compute delta from O and dO (`_row_deltas`) instead of reading it, and store it for
     the dk/dv kernel, which must then be launched after this one. O, DO, DLse: placeholders otherwise."""
     BLOCK_M: gl.constexpr = NUM_WG * WG_ROWS
@@ -158,6 +204,7 @@ def dq_kernel(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DQ, RowSum, O, DO,
         q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty, v_empty = kv_ring(
             q_desc, k_desc, NUM_WG, BLOCK_N, HEAD_DIM, NUM_STAGES)
         do_smem = gl.allocate_shared_memory(q_desc.dtype, [NUM_WG, 1, WG_ROWS, HEAD_DIM], do_desc.layout)
+        ones_smem = _ones_smem(q_desc.dtype, NUM_WG, NUM_STAGES, BLOCK_N)
         kv_head = head // group
         if NUM_WG == 3:
             gl.warp_specialize([
@@ -165,21 +212,21 @@ def dq_kernel(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DQ, RowSum, O, DO,
                              q_bar, k_ready, v_ready, kc_empty, v_empty,
                              zb, tok0 + m0, tok0, head * HEAD_DIM, kv_head * HEAD_DIM, c_base, r, lo, n_tiles,
                              n_k, BLOCK_N, NUM_STAGES, NUM_WG, True)),
-                (_dq_consumer, (q_smem, do_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty,
+                (_dq_consumer, (q_smem, do_smem, k_smem, v_smem, c_smem, ones_smem, q_bar, k_ready, v_ready, kc_empty,
                                 v_empty, C, Lse, Delta, DQ, RowSum, O, DO, DLse, zb, tok0, head, m0, off, n_q,
                                 c_base, r, lo, n_tiles, scale, scale2, stride_dqb, stride_dqt, stride_dqh,
                                 stride_lb, stride_lh,
-                                0, HEAD_DIM, BLOCK_N, NUM_STAGES, FUSED_DELTA, HAS_DLSE)),
-                (_dq_consumer, (q_smem, do_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty,
+                                0, HEAD_DIM, BLOCK_N, NUM_STAGES, FUSED_DELTA, HAS_DLSE, MMA_SUMS)),
+                (_dq_consumer, (q_smem, do_smem, k_smem, v_smem, c_smem, ones_smem, q_bar, k_ready, v_ready, kc_empty,
                                 v_empty, C, Lse, Delta, DQ, RowSum, O, DO, DLse, zb, tok0, head, m0, off, n_q,
                                 c_base, r, lo, n_tiles, scale, scale2, stride_dqb, stride_dqt, stride_dqh,
                                 stride_lb, stride_lh,
-                                1, HEAD_DIM, BLOCK_N, NUM_STAGES, FUSED_DELTA, HAS_DLSE)),
-                (_dq_consumer, (q_smem, do_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty,
+                                1, HEAD_DIM, BLOCK_N, NUM_STAGES, FUSED_DELTA, HAS_DLSE, MMA_SUMS)),
+                (_dq_consumer, (q_smem, do_smem, k_smem, v_smem, c_smem, ones_smem, q_bar, k_ready, v_ready, kc_empty,
                                 v_empty, C, Lse, Delta, DQ, RowSum, O, DO, DLse, zb, tok0, head, m0, off, n_q,
                                 c_base, r, lo, n_tiles, scale, scale2, stride_dqb, stride_dqt, stride_dqh,
                                 stride_lb, stride_lh,
-                                2, HEAD_DIM, BLOCK_N, NUM_STAGES, FUSED_DELTA, HAS_DLSE)),
+                                2, HEAD_DIM, BLOCK_N, NUM_STAGES, FUSED_DELTA, HAS_DLSE, MMA_SUMS)),
             ], [4, 4, 4], [CONSUMER_REGS, CONSUMER_REGS, CONSUMER_REGS])
         else:
             gl.warp_specialize([
@@ -187,16 +234,16 @@ def dq_kernel(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DQ, RowSum, O, DO,
                              q_bar, k_ready, v_ready, kc_empty, v_empty,
                              zb, tok0 + m0, tok0, head * HEAD_DIM, kv_head * HEAD_DIM, c_base, r, lo, n_tiles,
                              n_k, BLOCK_N, NUM_STAGES, NUM_WG, True)),
-                (_dq_consumer, (q_smem, do_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty,
+                (_dq_consumer, (q_smem, do_smem, k_smem, v_smem, c_smem, ones_smem, q_bar, k_ready, v_ready, kc_empty,
                                 v_empty, C, Lse, Delta, DQ, RowSum, O, DO, DLse, zb, tok0, head, m0, off, n_q,
                                 c_base, r, lo, n_tiles, scale, scale2, stride_dqb, stride_dqt, stride_dqh,
                                 stride_lb, stride_lh,
-                                0, HEAD_DIM, BLOCK_N, NUM_STAGES, FUSED_DELTA, HAS_DLSE)),
-                (_dq_consumer, (q_smem, do_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty,
+                                0, HEAD_DIM, BLOCK_N, NUM_STAGES, FUSED_DELTA, HAS_DLSE, MMA_SUMS)),
+                (_dq_consumer, (q_smem, do_smem, k_smem, v_smem, c_smem, ones_smem, q_bar, k_ready, v_ready, kc_empty,
                                 v_empty, C, Lse, Delta, DQ, RowSum, O, DO, DLse, zb, tok0, head, m0, off, n_q,
                                 c_base, r, lo, n_tiles, scale, scale2, stride_dqb, stride_dqt, stride_dqh,
                                 stride_lb, stride_lh,
-                                1, HEAD_DIM, BLOCK_N, NUM_STAGES, FUSED_DELTA, HAS_DLSE)),
+                                1, HEAD_DIM, BLOCK_N, NUM_STAGES, FUSED_DELTA, HAS_DLSE, MMA_SUMS)),
             ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
 
 
@@ -270,18 +317,21 @@ def _dkdv_loader(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, q_smem, do_smem
 
 
 @gluon.jit
-def _dkdv_consumer(q_smem, do_smem, k_smem, v_smem, vec_smem, kv_bar, ready, empty,
+def _dkdv_consumer(q_smem, do_smem, k_smem, v_smem, vec_smem, ones_smem, kv_bar, ready, empty,
                    C, DK, DV, ColSum, zb, tok0, n0, kv_head, pid_z, pid_n, off, n_q, n_k, n_blocks, n_heads_q,
                    scale, scale2, stride_cb, stride_ch, stride_dkb, stride_dkt, stride_dkh,
                    stride_dvb, stride_dvt, stride_dvh, PruneBound, group,
                    WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
-                   NUM_STAGES: gl.constexpr, PRUNE: gl.constexpr):
+                   NUM_STAGES: gl.constexpr, PRUNE: gl.constexpr, MMA_SUMS: gl.constexpr):
     # Transposed orientation: tiles are [keys, queries], so dK and dV accumulate without transposes.
     st_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                          instr_shape=[16, BLOCK_M, 16])
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                           instr_shape=[16, HEAD_DIM, 16])
     a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
+    sum_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                          instr_shape=[16, SUM_N, 16])
+    a_sum_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=sum_layout, k_width=2)
     key_l: gl.constexpr = gl.SliceLayout(1, st_layout)
     qry_l: gl.constexpr = gl.SliceLayout(0, st_layout)
     dtype: gl.constexpr = k_smem.dtype
@@ -297,6 +347,8 @@ def _dkdv_consumer(q_smem, do_smem, k_smem, v_smem, vec_smem, kv_bar, ready, emp
     dk = gl.zeros([WG_ROWS, HEAD_DIM], gl.float32, acc_layout)
     dv = gl.zeros([WG_ROWS, HEAD_DIM], gl.float32, acc_layout)
     zero_st = gl.zeros([WG_ROWS, BLOCK_M], gl.float32, st_layout)
+    if MMA_SUMS:
+        _fill_ones(ones_smem, WG, NUM_STAGES, BLOCK_M)
     mbarrier.wait(kv_bar, 0)
     it = 0
     for g in range(group):
@@ -308,6 +360,8 @@ def _dkdv_consumer(q_smem, do_smem, k_smem, v_smem, vec_smem, kv_bar, ready, emp
         ck2 = ck_hi * LOG2E
         ck_lo2 = ck_lo * LOG2E
         colsum = gl.zeros([WG_ROWS], gl.float32, key_l)
+        if MMA_SUMS:
+            cols8 = gl.zeros([WG_ROWS, SUM_N], gl.float32, sum_layout)
         i_lo, n_tiles = _query_range(pid_z, head, pid_n, n0, off, n_q, n_blocks, n_heads_q, PruneBound,
                                      BLOCK_M, PRUNE)
         for t in range(n_tiles):
@@ -339,11 +393,19 @@ def _dkdv_consumer(q_smem, do_smem, k_smem, v_smem, vec_smem, kv_bar, ready, emp
             dp_t = warpgroup_mma_wait(1, deps=[dp_tok])
             delta = vec_smem.index(N_VEC * s + VEC_DELTA).load(qry_l)
             ds_t = p_t * (dp_t - delta[None, :])
-            colsum += gl.sum(ds_t, 1)
-            dk_tok = warpgroup_mma(gl.convert_layout(ds_t.to(dtype), a_layout), q_tile, dk, is_async=True)
-            dv, dk, _, _ = warpgroup_mma_wait(0, deps=[dv_tok, dk_tok, q_tile, do_tile])
+            ds_a = gl.convert_layout(ds_t.to(dtype), a_layout)
+            dk_tok = warpgroup_mma(ds_a, q_tile, dk, is_async=True)
+            if MMA_SUMS:
+                ones = ones_smem.index(WG * NUM_STAGES + s).permute((1, 0))
+                sum_tok = warpgroup_mma(gl.convert_layout(ds_a, a_sum_layout), ones, cols8, is_async=True)
+                dv, dk, cols8, _, _ = warpgroup_mma_wait(0, deps=[dv_tok, dk_tok, sum_tok, q_tile, do_tile])
+            else:
+                colsum += gl.sum(ds_t, 1)
+                dv, dk, _, _ = warpgroup_mma_wait(0, deps=[dv_tok, dk_tok, q_tile, do_tile])
             release_stage(empty.index(s))
             it += 1
+        if MMA_SUMS:
+            colsum = gl.convert_layout(gl.sum(cols8, 1) * (1.0 / SUM_N), key_l)
         gl.store(ColSum + c_base + keys, colsum, mask=key_ok)
 
     dk = dk * scale
@@ -367,7 +429,7 @@ def dkdv_kernel(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DK, DV, ColSum, 
                 seqlen_q, seqlen_k, scale, scale2, n_blocks, n_heads, group,
                 HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
                 NUM_STAGES: gl.constexpr, IS_VARLEN: gl.constexpr, PRUNE: gl.constexpr,
-                CONSUMER_REGS: gl.constexpr, HEAD_GROUP: gl.constexpr):
+                CONSUMER_REGS: gl.constexpr, HEAD_GROUP: gl.constexpr, MMA_SUMS: gl.constexpr):
     """Grid: key blocks of 128 x kv heads x sequences, the first key blocks (the heaviest) first."""
     BLOCK_N: gl.constexpr = 2 * WG_ROWS
     pid_n, kv_head, pid_z = heaviest_first(n_blocks, n_heads, HEAD_GROUP)
@@ -383,6 +445,7 @@ def dkdv_kernel(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DK, DV, ColSum, 
         do_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, BLOCK_M, HEAD_DIM], do_desc.layout)
         vec_smem = gl.allocate_shared_memory(gl.float32, [N_VEC * NUM_STAGES, BLOCK_M],
                                              gl.SwizzledSharedLayout(1, 1, 1, [0]))
+        ones_smem = _ones_smem(dtype, 2, NUM_STAGES, BLOCK_M)
         kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
         empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
@@ -396,14 +459,14 @@ def dkdv_kernel(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DK, DV, ColSum, 
                             vec_smem, kv_bar, ready, empty, zb, tok0, n0, kv_head, pid_z, pid_n, off, n_q, n_k,
                             n_blocks, n_heads_q, stride_cb, stride_ch, stride_lb, stride_lh, PruneBound,
                             group, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE)),
-            (_dkdv_consumer, (q_smem, do_smem, k_smem, v_smem, vec_smem, kv_bar, ready, empty,
+            (_dkdv_consumer, (q_smem, do_smem, k_smem, v_smem, vec_smem, ones_smem, kv_bar, ready, empty,
                               C, DK, DV, ColSum, zb, tok0, n0, kv_head, pid_z, pid_n, off, n_q, n_k, n_blocks,
                               n_heads_q, scale, scale2, stride_cb, stride_ch, stride_dkb, stride_dkt, stride_dkh,
                               stride_dvb, stride_dvt, stride_dvh, PruneBound, group,
-                              0, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE)),
-            (_dkdv_consumer, (q_smem, do_smem, k_smem, v_smem, vec_smem, kv_bar, ready, empty,
+                              0, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE, MMA_SUMS)),
+            (_dkdv_consumer, (q_smem, do_smem, k_smem, v_smem, vec_smem, ones_smem, kv_bar, ready, empty,
                               C, DK, DV, ColSum, zb, tok0, n0, kv_head, pid_z, pid_n, off, n_q, n_k, n_blocks,
                               n_heads_q, scale, scale2, stride_cb, stride_ch, stride_dkb, stride_dkt, stride_dkh,
                               stride_dvb, stride_dvt, stride_dvh, PruneBound, group,
-                              1, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE)),
+                              1, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE, MMA_SUMS)),
         ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])

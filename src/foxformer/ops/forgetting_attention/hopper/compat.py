@@ -11,12 +11,13 @@ from __future__ import annotations
 try:
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+    from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
+                                                                  warpgroup_mma_wait)
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 except ImportError as exc:  # pragma: no cover - depends on the installed Triton
     AVAILABLE = False
     MISSING_REASON = f"Triton has no Gluon Hopper API ({exc})"
-    gluon = gl = mbarrier = tma = TensorDescriptor = None
+    gluon = gl = mbarrier = tma = TensorDescriptor = fence_async_shared = None
     warpgroup_mma = warpgroup_mma_wait = None
     tma_load = tma_store = thread_barrier = None
 else:
@@ -27,6 +28,6 @@ else:
     thread_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
 
 __all__ = [
-    "AVAILABLE", "MISSING_REASON", "TensorDescriptor", "gl", "gluon", "mbarrier", "thread_barrier", "tma",
-    "tma_load", "tma_store", "warpgroup_mma", "warpgroup_mma_wait",
+    "AVAILABLE", "MISSING_REASON", "TensorDescriptor", "fence_async_shared", "gl", "gluon", "mbarrier", "thread_barrier",
+    "tma", "tma_load", "tma_store", "warpgroup_mma", "warpgroup_mma_wait",
 ]

@@ -132,7 +132,8 @@ class BwdConfig:
     dq_block_n: keys per stage of the dq kernel, whose CTA holds dq_num_wg consumer warpgroups of 64 query
     rows; *_stages: ring depths; *_regs: the consumers' setmaxnreg; head_group: as FwdConfig's, for both
     kernels; fused_delta: the dq kernel computes the row deltas (do_i . o_i) itself and runs first, so the backward
-    launches no row-delta kernel (bwd._row_deltas)."""
+    launches no row-delta kernel (bwd._row_deltas); mma_sums: both kernels sum dS (for dc) by one more wgmma a tile,
+    with a matrix of ones, instead of across registers (bwd's docstring)."""
 
     dkdv_block_m: int
     dkdv_stages: int
@@ -143,6 +144,7 @@ class BwdConfig:
     dq_consumer_regs: int = 240
     head_group: int = 4
     fused_delta: bool = False
+    mma_sums: bool = False
 
 
 # Chosen by `scripts/hopper_tune.py bwd` (same setting): dk/dv with 128-row query tiles at D 64 (6.59 against 7.25 ms
@@ -179,7 +181,8 @@ def dkdv_launch(q, k, v, c, do, lse, delta, dk, dv, colsum, cu, bound, scale: fl
             c.stride(0), c.stride(1), lse.stride(0), lse.stride(1),
             Tq, Tk, float(scale), float(scale) * math.log2(math.e), n_blocks, Hkv, Hq // Hkv)
     constexprs = dict(HEAD_DIM=D, BLOCK_M=cfg.dkdv_block_m, NUM_STAGES=cfg.dkdv_stages,
-                      IS_VARLEN=varlen, PRUNE=prune, CONSUMER_REGS=cfg.consumer_regs, HEAD_GROUP=cfg.head_group)
+                      IS_VARLEN=varlen, PRUNE=prune, CONSUMER_REGS=cfg.consumer_regs, HEAD_GROUP=cfg.head_group,
+                      MMA_SUMS=cfg.mma_sums)
     return Launch(dkdv_kernel, launch_grid(n_blocks, Hkv, n_z), args, constexprs, OPTIONS)
 
 
@@ -201,7 +204,7 @@ def dq_launch(q, k, v, c, do, lse, delta, dq, rowsum, cu, bound, scale: float, n
     constexprs = dict(HEAD_DIM=D, BLOCK_N=cfg.dq_block_n, NUM_WG=cfg.dq_num_wg, NUM_STAGES=cfg.dq_stages,
                       IS_VARLEN=varlen, PRUNE=prune, CONSUMER_REGS=cfg.dq_consumer_regs,
                       HEAD_GROUP=cfg.head_group, FUSED_DELTA=cfg.fused_delta,
-                      HAS_DLSE=cfg.fused_delta and dlse is not None)
+                      HAS_DLSE=cfg.fused_delta and dlse is not None, MMA_SUMS=cfg.mma_sums)
     return Launch(dq_kernel, launch_grid(n_blocks, Hq, n_z), args, constexprs, OPTIONS)
 
 
