@@ -162,7 +162,8 @@ class BwdConfig:
 # 128 (9.33 / 9.31 against 9.23 / 9.26, then 9.46 / 9.39 against 9.47): hopper_tune_{e2cd9ca,57431e1}_h200.json. The
 # op's profile shows why the saving is small: the fused dq kernel is 0.05 (D 64) and 0.14 ms (D 128) slower a step,
 # against 0.054 ms for the row-delta kernel (profile_attention_e2cd9ca/).
-BWD_CONFIGS = {64: BwdConfig(dkdv_block_m=128, dkdv_stages=2, dq_block_n=128, dq_stages=3, fused_delta=True),
+BWD_CONFIGS = {64: BwdConfig(dkdv_block_m=128, dkdv_stages=2, dq_block_n=128, dq_stages=3, fused_delta=True,
+                             mma_sums=True),
                128: BwdConfig(dkdv_block_m=64, dkdv_stages=2, dq_block_n=128, dq_stages=2)}
 
 
