@@ -123,8 +123,9 @@ def _worst_error(D, fwd_cfg=None, bwd_cfg=None) -> float:
     return worst
 
 
-# The defaults first and last (drift); between them the dS sums by wgmma (mma_sums, eighteenth session: leaving the
-# sums out took the backward from 11.5-11.8 to 10.8 ms at D 64, hopper_tune_188e4b6_locate_h200.json), twice.
+# The defaults first and last (drift); between them the dS sums' other path (mma_sums flipped: across registers at
+# D 64, by wgmma at D 128; eighteenth session, the default's comment in launch.py), twice: options within 1% of each
+# other differ by about a sweep's drift between its first and last rows (hopper_tune_7b0a783_h200.json).
 BWD_SWEEP = {64: [dict(), dict(mma_sums=False), dict(), dict(mma_sums=False), dict()],
              128: [dict(), dict(mma_sums=True), dict(), dict(mma_sums=True), dict()]}
 

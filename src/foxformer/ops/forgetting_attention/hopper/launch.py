@@ -161,7 +161,10 @@ class BwdConfig:
 # it ahead at D 64 (backward 11.53 / 11.72 against 11.58 / 11.81 ms, then 11.63 / 11.84 against 11.76) and behind at D
 # 128 (9.33 / 9.31 against 9.23 / 9.26, then 9.46 / 9.39 against 9.47): hopper_tune_{e2cd9ca,57431e1}_h200.json. The
 # op's profile shows why the saving is small: the fused dq kernel is 0.05 (D 64) and 0.14 ms (D 128) slower a step,
-# against 0.054 ms for the row-delta kernel (profile_attention_e2cd9ca/).
+# against 0.054 ms for the row-delta kernel (profile_attention_e2cd9ca/). The dS sums by wgmma (mma_sums) at D 64 only:
+# ahead in both sweeps that alternated it with the register sums (backward 11.44 / 11.55 against 11.53-11.79 ms, then
+# 11.54 / 11.52 / 11.55 against 11.62 / 11.74; dk/dv 0.2-0.25 ms faster, dq 0.1-0.15 slower), behind at D 128 (9.42 /
+# 9.47 against 9.37, then 9.38 / 9.45 against 9.19-9.47): hopper_tune_{715b73a,6730da0}_h200.json.
 BWD_CONFIGS = {64: BwdConfig(dkdv_block_m=128, dkdv_stages=2, dq_block_n=128, dq_stages=3, fused_delta=True,
                              mma_sums=True),
                128: BwdConfig(dkdv_block_m=64, dkdv_stages=2, dq_block_n=128, dq_stages=2)}
@@ -275,13 +278,16 @@ def dq_tails(D: int, fused: bool | None = None) -> tuple[str, ...]:
 def variant_names() -> list[str]:
     """Every kernel variant the dispatcher can pick: kernel x head dim x dtype x dense / packed x pruned
     or not (the constexprs that change the code; dq_tails for the dq kernel); then, as options, the dq kernel with
-    BwdConfig.fused_delta flipped from the default, bf16, dense and packed."""
+    BwdConfig.fused_delta flipped from the default, bf16, dense and packed, and both backward kernels with
+    BwdConfig.mma_sums flipped ("-mma-sums" / "-reg-sums")."""
     picked = [f"{kernel}-D{D}-{dtype}{'-varlen' if varlen else ''}{'-prune' if prune else ''}{tail}"
               for D in (64, 128) for dtype in _VARIANT_DTYPES for varlen in (False, True) for prune in (False, True)
               for kernel in ("fwd", "dkdv", "dq") for tail in (dq_tails(D) if kernel == "dq" else ("",))]
     flipped = [f"dq-D{D}-bfloat16{varlen}{tail}" for D in (64, 128)
                for varlen, tail in zip(("", "-varlen"), dq_tails(D, not BWD_CONFIGS[D].fused_delta) * 2)]
-    return picked + flipped
+    sums = [f"{kernel}-D{D}-bfloat16{'-reg-sums' if BWD_CONFIGS[D].mma_sums else '-mma-sums'}"
+            for D in (64, 128) for kernel in ("dkdv", "dq")]
+    return picked + flipped + sums
 
 
 def variant_launches(tokens: int = 300):
@@ -290,6 +296,8 @@ def variant_launches(tokens: int = 300):
         kernel, dim, dtype = name.split("-")[:3]
         D, varlen, prune = int(dim[1:]), "-varlen" in name, "-prune" in name
         bwd_cfg = dataclasses.replace(BWD_CONFIGS[D], fused_delta="-fused" in name)
+        if name.endswith("-sums"):
+            bwd_cfg = dataclasses.replace(bwd_cfg, mma_sums=name.endswith("-mma-sums"))
         B, Hq, Hkv = (1, 4, 2) if varlen else (2, 4, 2)
         q = torch.zeros(B, tokens, Hq, D, dtype=_VARIANT_DTYPES[dtype])
         k = torch.zeros(B, tokens, Hkv, D, dtype=_VARIANT_DTYPES[dtype])
