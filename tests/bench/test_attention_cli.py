@@ -17,6 +17,7 @@ BAD = {
     "prune-eps-one": ["--prune", "--prune-eps", "1"],
     "qk-bound-negative": ["--qk-bound", "-1"],
     "qk-bound-nan": ["--qk-bound", "nan"],
+    "rounds-zero": ["--rounds", "0"],
 }
 
 
@@ -46,3 +47,54 @@ def test_a_provider_that_is_not_installed_gets_a_row_saying_so(monkeypatch):
     monkeypatch.setitem(sys.modules, "fla", None)  # `import fla...` now raises ImportError, installed or not
     row = bench_case("fla", 1, 64, 2, 2, 64, device="cpu")
     assert row["provider"] == "fla" and row["error"].startswith("not installed:") and "fwd_ms" not in row
+
+
+def test_rounds_give_medians_and_keep_every_round():
+    from foxformer.bench.attention import merge_rounds
+
+    shape = dict(provider="gluon", gate="realistic", T=1024, B=2, Hq=4, Hkv=4, D=64, peak_gib=1.0)
+    flops = 2.0 * 2 * 4 * 1024 * 1024 * 64
+    per_round = [dict(shape, fwd_ms=ms, fwd_bwd_ms=3 * ms, fwd_tflops=flops / ms / 1e9,
+                      fwd_bwd_tflops=3.5 * flops / (3 * ms) / 1e9) for ms in (2.0, 1.0, 4.0)]
+    row = merge_rounds(per_round)
+    assert row["fwd_ms"] == 2.0 and row["fwd_bwd_ms"] == 6.0
+    assert row["fwd_ms_rounds"] == [2.0, 1.0, 4.0] and row["fwd_bwd_ms_rounds"] == [6.0, 3.0, 12.0]
+    assert row["fwd_tflops"] == pytest.approx(flops / 2.0 / 1e9)
+    assert row["fwd_bwd_tflops"] == pytest.approx(3.5 * flops / 6.0 / 1e9)
+    assert per_round[0]["fwd_ms"] == 2.0 and "fwd_ms_rounds" not in per_round[0]  # inputs untouched
+    assert merge_rounds(per_round[:1]) == per_round[0]
+    failed = [dict(shape, error="OutOfMemoryError: ..."), per_round[1]]
+    assert merge_rounds(failed) == failed[0]
+
+
+def test_rounds_interleave_the_providers(monkeypatch, tmp_path):
+    """Every provider once per round, rounds one after another, one merged row per provider (no GPU: the timing is
+    replaced by a counter)."""
+    import json
+
+    import torch
+
+    from foxformer.bench import attention
+
+    calls = []
+
+    def fake_case(provider, B, T, Hq, Hkv, D, **kw):
+        calls.append(provider)
+        ms = float(len(calls))
+        flops = 2.0 * B * Hq * T * T * D
+        return dict(provider=provider, gate="realistic", T=T, B=B, Hq=Hq, Hkv=Hkv, D=D, fwd_ms=ms, fwd_bwd_ms=2 * ms,
+                    fwd_tflops=flops / ms / 1e9, fwd_bwd_tflops=3.5 * flops / (2 * ms) / 1e9)
+
+    monkeypatch.setattr(attention, "bench_case", fake_case)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(attention, "environment", dict)
+    out = tmp_path / "a.json"
+    args = build_parser().parse_args(["bench", "attention", "--providers", "foxformer,sdpa_cudnn", "--configs", "64x2",
+                                      "--seqlens", "128", "--rounds", "3", "--out", str(out)])
+    assert attention.run(args) == 0
+    assert calls == ["foxformer", "sdpa_cudnn"] * 3
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["provider"] for r in rows] == ["foxformer", "sdpa_cudnn"]
+    assert rows[0]["fwd_ms_rounds"] == [1.0, 3.0, 5.0] and rows[0]["fwd_ms"] == 3.0
+    assert rows[1]["fwd_ms_rounds"] == [2.0, 4.0, 6.0] and rows[1]["fwd_ms"] == 4.0

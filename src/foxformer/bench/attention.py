@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import os
+import statistics
 
 import torch
 import torch.nn.functional as F
@@ -168,25 +169,51 @@ def run(args) -> int:
                     cases.append(("foxformer", "realistic", None))
                 cases += [("foxformer", "realistic", args.prune_eps), ("foxformer", "open", None),
                           ("foxformer", "open", args.prune_eps)]
-            for provider, gate, eps in cases:
-                prof = (os.path.join(args.profile, f"{provider}_{gate}{'_prune' if eps else ''}_D{D}_{Hq}x{Hkv}_T{T}.txt")
-                        if args.profile else None)
-                row = bench_case(provider, B, T, Hq, Hkv, D, gate=gate, prune_eps=eps, qk_bound=args.qk_bound,
-                                 profile_path=prof)
+            # Rounds interleave the cases (every provider once, then again): a drift of the clock under the power
+            # cap then reaches every provider alike instead of whichever ran at the time.
+            timed = {case: [] for case in cases}
+            for rnd in range(args.rounds):
+                for provider, gate, eps in cases:
+                    prof = (os.path.join(args.profile,
+                                         f"{provider}_{gate}{'_prune' if eps else ''}_D{D}_{Hq}x{Hkv}_T{T}.txt")
+                            if args.profile and rnd == 0 else None)
+                    row = bench_case(provider, B, T, Hq, Hkv, D, gate=gate, prune_eps=eps, qk_bound=args.qk_bound,
+                                     profile_path=prof)
+                    timed[(provider, gate, eps)].append(row)
+                    print({"round": rnd, **{k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()}},
+                          flush=True)
+                    partial = [merge_rounds(v) for v in timed.values() if v]
+                    write_json(args.out, {"env": environment(), "rounds": args.rounds, "rows": rows + partial})
+                    torch.cuda.empty_cache()
+            for (provider, gate, eps), per_round in timed.items():
+                row = merge_rounds(per_round)
                 if eps is not None:
                     _add_speedup(row, rows)
                 rows.append(row)
-                print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
-                write_json(args.out, {"env": environment(), "rows": rows})  # survives a kill
-                torch.cuda.empty_cache()
     cols = ["provider", "gate", "T", "B", "Hq", "Hkv", "D", "fwd_ms", "fwd_tflops", "fwd_bwd_ms",
             "fwd_bwd_tflops", "peak_gib", "error"]
     if args.prune:
         cols[-1:-1] = ["kept", "speedup", "fwd_speedup"]
     table = print_table(rows, cols)
-    write_json(args.out, {"env": environment(), "rows": rows, "table": table})
+    write_json(args.out, {"env": environment(), "rounds": args.rounds, "rows": rows, "table": table})
     print(f"wrote {args.out}")
     return 0
+
+
+def merge_rounds(per_round: list[dict]) -> dict:
+    """One row from the same case timed in several rounds: the first round's row (shape, memory, errors) with the
+    medians of its times, TFLOP/s from those medians, and every round's time kept beside them ("*_ms_rounds")."""
+    row = dict(per_round[0])
+    if len(per_round) == 1 or "error" in row:
+        return row
+    fwd_flops = 2.0 * row["B"] * row["Hq"] * row["T"] * row["T"] * row["D"]
+    for key in ("fwd_ms", "fwd_bwd_ms"):
+        times = [r[key] for r in per_round if key in r]
+        row[f"{key}_rounds"] = times
+        row[key] = statistics.median(times)
+    row["fwd_tflops"] = fwd_flops / row["fwd_ms"] / 1e9
+    row["fwd_bwd_tflops"] = 3.5 * fwd_flops / row["fwd_bwd_ms"] / 1e9
+    return row
 
 
 def _add_speedup(row: dict, rows: list[dict]) -> None:

@@ -110,6 +110,9 @@ def configure_attention(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", default=None, metavar="DIR",
                    help="also run each row's forward+backward 4 more times under torch.profiler: kernel tables and "
                         "the device's idle time per step in DIR")
+    p.add_argument("--rounds", type=_positive_int, default=1,
+                   help="time every case of a shape this many times, the providers interleaved, and report medians "
+                        "(each round's times are kept in the JSON)")
     p.add_argument("--out", default="bench_attention.json")
     p.set_defaults(func=_runner("attention"))
 
