@@ -20,7 +20,8 @@ bf16 dS that the dQ / dK product reads by a [K, 8] matrix of ones. Summing a til
 is ~62 additions and shuffles per thread and tile; at D 64 leaving the sums out took the dk/dv kernel from 6.6 to
 6.0 ms and dq from 4.9 to 4.7 (docs/bench/hopper_tune_188e4b6_locate_h200.json). Both sums then add the same rounded
 values, which is what keeps dc consistent over the reverse cumsum (the row sums alone from bf16 dS, the column sums
-from fp32, lost it: docs/benchmarks.md, tenth session).
+from fp32, lost it: docs/benchmarks.md, tenth session). The extra n8 products and registers keep most of that
+saving: taken at D 64 only (launch.BWD_CONFIGS says by how much).
 """
 from __future__ import annotations
 
@@ -167,7 +168,8 @@ def _dq_consumer(q_smem, do_smem, k_smem, v_smem, c_smem, ones_smem, q_bar, k_re
             sum_tok = warpgroup_mma(gl.convert_layout(ds_a, a_sum_layout), ones, rows8, is_async=True)
             dq, rows8, _ = warpgroup_mma_wait(0, deps=[tok, sum_tok, k_tile])
         else:
-            # Summed before the product is issued, so the fp32 tile dies before the wait (after it: +1 ms at D 64).
+            # Summed before the product is issued, so the fp32 tile dies before the wait (after it, dq ran 0.1-0.5 ms
+            # slower at D 64: hopper_tune_715b73a_h200.json's default rows).
             rowsum += gl.sum(ds, 1)
             tok = warpgroup_mma(gl.convert_layout(ds.to(dtype), a_layout), k_tile, dq, is_async=True)
             dq, _ = warpgroup_mma_wait(0, deps=[tok, k_tile])

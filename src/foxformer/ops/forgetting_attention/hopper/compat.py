@@ -28,6 +28,6 @@ else:
     thread_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
 
 __all__ = [
-    "AVAILABLE", "MISSING_REASON", "TensorDescriptor", "fence_async_shared", "gl", "gluon", "mbarrier", "thread_barrier",
-    "tma", "tma_load", "tma_store", "warpgroup_mma", "warpgroup_mma_wait",
+    "AVAILABLE", "MISSING_REASON", "TensorDescriptor", "fence_async_shared", "gl", "gluon", "mbarrier",
+    "thread_barrier", "tma", "tma_load", "tma_store", "warpgroup_mma", "warpgroup_mma_wait",
 ]
