@@ -181,6 +181,19 @@ def test_other_delta_path_varlen(other_delta, D):
     _check(q, k, v, _gates("mixed", 1, T, 4, seed=9), with_dlse=True, cu_seqlens=cu)
 
 
+def _packed_then_pruned(D, dtype, seed):
+    """Packed sequences of 1 to 500 tokens (GQA 4:2), realistic gates; then the same tokens as one pruned sequence."""
+    lengths = [1, 77, 1, 500, 77, 130]
+    cu = torch.tensor([0] + torch.tensor(lengths).cumsum(0).tolist(), dtype=torch.int32, device=DEV)
+    T = sum(lengths)
+    torch.manual_seed(seed)
+    q = torch.randn(1, T, 4, D, device=DEV, dtype=dtype)
+    k, v = (torch.randn(1, T, 2, D, device=DEV, dtype=dtype) for _ in range(2))
+    log_f = _gates("realistic", 1, T, 4, seed=seed + 1)
+    _check(q, k, v, log_f, cu_seqlens=cu)
+    _check(q, k, v, log_f, prune_eps=1e-3)
+
+
 @pytest.fixture
 def other_sums(monkeypatch):
     """The backward with BwdConfig.mma_sums flipped from the defaults: the dS sums of dc by a wgmma with ones (from
@@ -203,20 +216,55 @@ def test_other_sums_path(other_sums, D, shape):
 
 @pytest.mark.parametrize("D", [64, 128], ids=lambda d: f"D{d}")
 def test_other_sums_path_fp16_varlen_pruned(other_sums, D):
-    lengths = [1, 77, 1, 500, 77, 130]
-    cu = torch.tensor([0] + torch.tensor(lengths).cumsum(0).tolist(), dtype=torch.int32, device=DEV)
-    T = sum(lengths)
-    torch.manual_seed(16)
-    q = torch.randn(1, T, 4, D, device=DEV, dtype=torch.float16)
-    k, v = (torch.randn(1, T, 2, D, device=DEV, dtype=torch.float16) for _ in range(2))
-    _check(q, k, v, _gates("realistic", 1, T, 4, seed=17), cu_seqlens=cu)
-    _check(q, k, v, _gates("realistic", 1, T, 4, seed=17), prune_eps=1e-3)
+    _packed_then_pruned(D, torch.float16, seed=16)
 
 
 @pytest.mark.parametrize("T", [16384, 65536], ids=lambda t: f"T{t // 1024}K")
 @pytest.mark.parametrize("gates", ["realistic", "half"])
 @pytest.mark.parametrize("D,Hq,Hkv", [(64, 2, 1), (128, 2, 2)], ids=["D64-gqa", "D128"])
 def test_other_sums_long_context(other_sums, T, gates, D, Hq, Hkv):
+    _long_context(T, gates, D, Hq, Hkv)
+
+
+def _factor(monkeypatch, where: str):
+    from foxformer.ops.forgetting_attention.hopper import launch
+    for D, cfg in list(launch.BWD_CONFIGS.items()):
+        monkeypatch.setitem(launch.BWD_CONFIGS, D, dataclasses.replace(
+            cfg, mma_sums=False, dq_factor=where != "dkdv", dkdv_factor=where != "dq"))
+
+
+@pytest.fixture(params=["dq", "dkdv", "both"])
+def factored(request, monkeypatch):
+    """The backward with the bias term factored out of the tiles (BwdConfig.dq_factor / dkdv_factor, register
+    sums): in the dq kernel, the dk/dv kernel or both."""
+    _factor(monkeypatch, request.param)
+
+
+@pytest.mark.parametrize("gates", ["realistic", "mixed"])
+@pytest.mark.parametrize("shape", ["T1", "T130", "T1000-gqa8", "T4097", "Tq77-Tk1000"])
+@pytest.mark.parametrize("D", [64, 128], ids=lambda d: f"D{d}")
+def test_factored_bias(factored, D, shape, gates):
+    """Realistic gates take the factored tiles; mixed ones (-30 and -inf among them) put key blocks and query rows
+    out of range, so the same launch also takes the unfactored copy."""
+    B, Tq, Tk, Hq, Hkv = SHAPES[shape]
+    torch.manual_seed(18)
+    q = torch.randn(B, Tq, Hq, D, device=DEV, dtype=torch.bfloat16)
+    k = torch.randn(B, Tk, Hkv, D, device=DEV, dtype=torch.bfloat16)
+    v = torch.randn(B, Tk, Hkv, D, device=DEV, dtype=torch.bfloat16)
+    _check(q, k, v, _gates(gates, B, Tk, Hq, seed=19), with_dlse=True)
+
+
+@pytest.mark.parametrize("D", [64, 128], ids=lambda d: f"D{d}")
+def test_factored_bias_varlen_pruned_fp16(factored, D):
+    _packed_then_pruned(D, torch.bfloat16, seed=20)
+    _packed_then_pruned(D, torch.float16, seed=20)  # fp16 keeps the unfactored kernels
+
+
+@pytest.mark.parametrize("T", [16384, 65536], ids=lambda t: f"T{t // 1024}K")
+@pytest.mark.parametrize("gates", ["realistic", "half"])
+@pytest.mark.parametrize("D,Hq,Hkv", [(64, 2, 1), (128, 2, 2)], ids=["D64-gqa", "D128"])
+def test_factored_bias_long_context(monkeypatch, T, gates, D, Hq, Hkv):
+    _factor(monkeypatch, "both")
     _long_context(T, gates, D, Hq, Hkv)
 
 

@@ -133,7 +133,9 @@ class BwdConfig:
     rows; *_stages: ring depths; *_regs: the consumers' setmaxnreg; head_group: as FwdConfig's, for both
     kernels; fused_delta: the dq kernel computes the row deltas (do_i . o_i) itself and runs first, so the backward
     launches no row-delta kernel (bwd._row_deltas); mma_sums: both kernels sum dS (for dc) by one more wgmma a tile,
-    with a matrix of ones, instead of across registers (bwd's docstring)."""
+    with a matrix of ones, instead of across registers (bwd's docstring); dq_factor, dkdv_factor: the kernel leaves
+    the row's (dq) or key's (dk/dv) term of the bias out of its tiles where it stays in range, one FMA a score fewer,
+    and scales its sums once instead (bf16 only; bwd.FACTOR_RANGE)."""
 
     dkdv_block_m: int
     dkdv_stages: int
@@ -145,6 +147,13 @@ class BwdConfig:
     head_group: int = 4
     fused_delta: bool = False
     mma_sums: bool = False
+    dq_factor: bool = False
+    dkdv_factor: bool = False
+
+    def __post_init__(self):
+        if self.mma_sums and (self.dq_factor or self.dkdv_factor):
+            raise ValueError("dq_factor / dkdv_factor need the fp32 register sums (mma_sums=False): the two kernels "
+                             "would round differently scaled dS to bf16, and dc's sums would no longer share values")
 
 
 # Chosen by `scripts/hopper_tune.py bwd` (same setting): dk/dv with 128-row query tiles at D 64 (6.59 against 7.25 ms
@@ -186,7 +195,7 @@ def dkdv_launch(q, k, v, c, do, lse, delta, dk, dv, colsum, cu, bound, scale: fl
             Tq, Tk, float(scale), float(scale) * math.log2(math.e), n_blocks, Hkv, Hq // Hkv)
     constexprs = dict(HEAD_DIM=D, BLOCK_M=cfg.dkdv_block_m, NUM_STAGES=cfg.dkdv_stages,
                       IS_VARLEN=varlen, PRUNE=prune, CONSUMER_REGS=cfg.consumer_regs, HEAD_GROUP=cfg.head_group,
-                      MMA_SUMS=cfg.mma_sums)
+                      MMA_SUMS=cfg.mma_sums, FACTOR=cfg.dkdv_factor and q.dtype == torch.bfloat16)
     return Launch(dkdv_kernel, launch_grid(n_blocks, Hkv, n_z), args, constexprs, OPTIONS)
 
 
@@ -208,7 +217,8 @@ def dq_launch(q, k, v, c, do, lse, delta, dq, rowsum, cu, bound, scale: float, n
     constexprs = dict(HEAD_DIM=D, BLOCK_N=cfg.dq_block_n, NUM_WG=cfg.dq_num_wg, NUM_STAGES=cfg.dq_stages,
                       IS_VARLEN=varlen, PRUNE=prune, CONSUMER_REGS=cfg.dq_consumer_regs,
                       HEAD_GROUP=cfg.head_group, FUSED_DELTA=cfg.fused_delta,
-                      HAS_DLSE=cfg.fused_delta and dlse is not None, MMA_SUMS=cfg.mma_sums)
+                      HAS_DLSE=cfg.fused_delta and dlse is not None, MMA_SUMS=cfg.mma_sums,
+                      FACTOR=cfg.dq_factor and q.dtype == torch.bfloat16)
     return Launch(dq_kernel, launch_grid(n_blocks, Hq, n_z), args, constexprs, OPTIONS)
 
 
@@ -279,7 +289,8 @@ def variant_names() -> list[str]:
     """Every kernel variant the dispatcher can pick: kernel x head dim x dtype x dense / packed x pruned
     or not (the constexprs that change the code; dq_tails for the dq kernel); then, as options, the dq kernel with
     BwdConfig.fused_delta flipped from the default, bf16, dense and packed, and both backward kernels with
-    BwdConfig.mma_sums flipped ("-mma-sums" / "-reg-sums")."""
+    BwdConfig.mma_sums flipped ("-mma-sums" / "-reg-sums") and with the bias term factored out ("-factor":
+    dq_factor, dkdv_factor, register sums)."""
     picked = [f"{kernel}-D{D}-{dtype}{'-varlen' if varlen else ''}{'-prune' if prune else ''}{tail}"
               for D in (64, 128) for dtype in _VARIANT_DTYPES for varlen in (False, True) for prune in (False, True)
               for kernel in ("fwd", "dkdv", "dq") for tail in (dq_tails(D) if kernel == "dq" else ("",))]
@@ -287,7 +298,9 @@ def variant_names() -> list[str]:
                for varlen, tail in zip(("", "-varlen"), dq_tails(D, not BWD_CONFIGS[D].fused_delta) * 2)]
     sums = [f"{kernel}-D{D}-bfloat16{'-reg-sums' if BWD_CONFIGS[D].mma_sums else '-mma-sums'}"
             for D in (64, 128) for kernel in ("dkdv", "dq")]
-    return picked + flipped + sums
+    factored = [f"{kernel}-D{D}-bfloat16{dq_tails(D)[0] if kernel == 'dq' else ''}-factor"
+                for D in (64, 128) for kernel in ("dkdv", "dq")]
+    return picked + flipped + sums + factored
 
 
 def variant_launches(tokens: int = 300):
@@ -298,6 +311,8 @@ def variant_launches(tokens: int = 300):
         bwd_cfg = dataclasses.replace(BWD_CONFIGS[D], fused_delta="-fused" in name)
         if name.endswith("-sums"):
             bwd_cfg = dataclasses.replace(bwd_cfg, mma_sums=name.endswith("-mma-sums"))
+        if name.endswith("-factor"):
+            bwd_cfg = dataclasses.replace(bwd_cfg, mma_sums=False, dq_factor=True, dkdv_factor=True)
         B, Hq, Hkv = (1, 4, 2) if varlen else (2, 4, 2)
         q = torch.zeros(B, tokens, Hq, D, dtype=_VARIANT_DTYPES[dtype])
         k = torch.zeros(B, tokens, Hkv, D, dtype=_VARIANT_DTYPES[dtype])
