@@ -245,7 +245,7 @@ def factored(request, monkeypatch):
 @pytest.mark.parametrize("D", [64, 128], ids=lambda d: f"D{d}")
 def test_factored_bias(factored, D, shape, gates):
     """Realistic gates take the factored tiles; mixed ones (-30 and -inf among them) put key blocks and query rows
-    out of range, so the same launch also takes the unfactored copy."""
+    out of range, so the dk/dv kernel's second launch and the dq kernel's unfactored branch run as well."""
     B, Tq, Tk, Hq, Hkv = SHAPES[shape]
     torch.manual_seed(18)
     q = torch.randn(B, Tq, Hq, D, device=DEV, dtype=torch.bfloat16)

@@ -419,7 +419,7 @@ def _dkdv_consumer(q_smem, do_smem, k_smem, v_smem, vec_smem, ones_smem, kv_bar,
                    WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
                    NUM_STAGES: gl.constexpr, PRUNE: gl.constexpr, MMA_SUMS: gl.constexpr, FACTOR: gl.constexpr):
     # Transposed orientation: tiles are [keys, queries], so dK and dV accumulate without transposes.
-    gl.static_assert(not (FACTOR and MMA_SUMS), "FACTOR scales dS before its bf16 rounding: register sums only")
+    gl.static_assert(not (FACTOR == 1 and MMA_SUMS), "FACTOR scales dS before its bf16 rounding: register sums only")
     st_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                          instr_shape=[16, BLOCK_M, 16])
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -461,28 +461,20 @@ def _dkdv_consumer(q_smem, do_smem, k_smem, v_smem, vec_smem, ones_smem, kv_bar,
                                      BLOCK_M, PRUNE)
         if not MMA_SUMS:
             cols8 = colsum  # a placeholder: the tiles take and return it
-        if FACTOR:
+        if FACTOR == 1:
             # P leaves out the key's w = exp2(-ck2) in this head's tiles (one FMA a score fewer where unmasked):
             # dK and dV, which hold the earlier heads' sums, go into p / w units before and back after, the column
-            # sums after. Only where 1 / w stays in range for every key of this warpgroup; the others take the loop
-            # as before. At D 64 the two copies spill 384 bytes (sm_90a, Triton 3.6; 152 without the option, 168
-            # with the factored copy alone, which would be wrong out of range), as a branch inside one loop did.
-            if gl.max(ck2, 0) <= FACTOR_RANGE:
-                dk = dk * gl.convert_layout(gl.exp2(ck2), acc_key_l)[:, None]
-                dv = dv * gl.convert_layout(gl.exp2(ck2), acc_key_l)[:, None]
-                it, dk, dv, colsum, cols8 = _dkdv_tiles(
-                    n_tiles, it, dk, dv, colsum, cols8, k_w, v_w, q_smem, do_smem, vec_smem, ones_smem, ready, empty,
-                    keys, ck_hi, ck_lo2, ck2, i_lo, off, kw0, n_q, scale2, zero_st, offs_m,
-                    WG, BLOCK_M, HEAD_DIM, NUM_STAGES, MMA_SUMS, True)
-                w = gl.exp2(-ck2)
-                dk = dk * gl.convert_layout(w, acc_key_l)[:, None]
-                dv = dv * gl.convert_layout(w, acc_key_l)[:, None]
-                colsum = colsum * w
-            else:
-                it, dk, dv, colsum, cols8 = _dkdv_tiles(
-                    n_tiles, it, dk, dv, colsum, cols8, k_w, v_w, q_smem, do_smem, vec_smem, ones_smem, ready, empty,
-                    keys, ck_hi, ck_lo2, ck2, i_lo, off, kw0, n_q, scale2, zero_st, offs_m,
-                    WG, BLOCK_M, HEAD_DIM, NUM_STAGES, MMA_SUMS, False)
+            # sums after. This launch only runs blocks where 1 / w stays in range (the kernel's FACTOR).
+            dk = dk * gl.convert_layout(gl.exp2(ck2), acc_key_l)[:, None]
+            dv = dv * gl.convert_layout(gl.exp2(ck2), acc_key_l)[:, None]
+            it, dk, dv, colsum, cols8 = _dkdv_tiles(
+                n_tiles, it, dk, dv, colsum, cols8, k_w, v_w, q_smem, do_smem, vec_smem, ones_smem, ready, empty,
+                keys, ck_hi, ck_lo2, ck2, i_lo, off, kw0, n_q, scale2, zero_st, offs_m,
+                WG, BLOCK_M, HEAD_DIM, NUM_STAGES, MMA_SUMS, True)
+            w = gl.exp2(-ck2)
+            dk = dk * gl.convert_layout(w, acc_key_l)[:, None]
+            dv = dv * gl.convert_layout(w, acc_key_l)[:, None]
+            colsum = colsum * w
         else:
             it, dk, dv, colsum, cols8 = _dkdv_tiles(
                 n_tiles, it, dk, dv, colsum, cols8, k_w, v_w, q_smem, do_smem, vec_smem, ones_smem, ready, empty,
@@ -507,7 +499,7 @@ def _dkdv_consumer(q_smem, do_smem, k_smem, v_smem, vec_smem, ones_smem, kv_bar,
 @gluon.jit(do_not_specialize=["stride_dkb", "stride_dkt", "stride_dkh", "stride_dvb", "stride_dvt", "stride_dvh",
                               "stride_cb", "stride_ch", "stride_lb", "stride_lh", "seqlen_q", "seqlen_k",
                               "n_blocks", "n_heads", "group"])
-def dkdv_kernel(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DK, DV, ColSum, CuSeqlens, PruneBound,
+def dkdv_kernel(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DK, DV, ColSum, CuSeqlens, PruneBound, FactorFlag,
                 stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh,
                 stride_cb, stride_ch, stride_lb, stride_lh,
                 seqlen_q, seqlen_k, scale, scale2, n_blocks, n_heads, group,
@@ -515,12 +507,21 @@ def dkdv_kernel(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DK, DV, ColSum, 
                 NUM_STAGES: gl.constexpr, IS_VARLEN: gl.constexpr, PRUNE: gl.constexpr,
                 CONSUMER_REGS: gl.constexpr, HEAD_GROUP: gl.constexpr, MMA_SUMS: gl.constexpr,
                 FACTOR: gl.constexpr):
-    """Grid: key blocks of 128 x kv heads x sequences, the first key blocks (the heaviest) first."""
+    """Grid: key blocks of 128 x kv heads x sequences, the first key blocks (the heaviest) first. FACTOR: 0, every
+    block as usual; 1, only the blocks whose FactorFlag ([n_z, kv heads, n_blocks], tiles.key_block_flags) is set,
+    with the keys' bias term left out of the tiles; 2, only the others, as usual (two launches cover them all)."""
     BLOCK_N: gl.constexpr = 2 * WG_ROWS
     pid_n, kv_head, pid_z = heaviest_first(n_blocks, n_heads, HEAD_GROUP)
     zb, tok0, n_q, n_k = sequence_of(pid_z, CuSeqlens, seqlen_q, seqlen_k, IS_VARLEN)
     n0 = pid_n * BLOCK_N
-    if n0 < n_k:
+    run = n0 < n_k
+    if FACTOR != 0:
+        flag = gl.load(FactorFlag + (pid_z * n_heads + kv_head) * n_blocks + pid_n)
+        if FACTOR == 1:
+            run = run & (flag != 0)
+        else:
+            run = run & (flag == 0)
+    if run:
         off = n_k - n_q
         n_heads_q = n_heads * group
         dtype: gl.constexpr = q_desc.dtype

@@ -14,9 +14,9 @@ import torch
 import triton
 
 from ..bwd import row_deltas
-from ..tiles import LAUNCH_OPTIONS, launch_grid, tile_bounds
+from ..tiles import LAUNCH_OPTIONS, key_block_flags, launch_grid, tile_bounds
 from .aot import Launch
-from .bwd import dkdv_kernel, dq_kernel
+from .bwd import FACTOR_RANGE, dkdv_kernel, dq_kernel
 from .compat import TensorDescriptor, gl
 from .fwd import WG_ROWS, fwd_kernel
 
@@ -183,19 +183,26 @@ def dq_block_m(cfg: BwdConfig) -> int:
     return cfg.dq_num_wg * WG_ROWS.value
 
 
+# The host's bound on c's fall across a key block for the factored dk/dv launch (nats): bwd.FACTOR_RANGE (log2 units)
+# less one for the float32 rounding of the kernels' c - r.
+DKDV_FACTOR_NATS = (FACTOR_RANGE.value - 1.0) / math.log2(math.e)
+
+
 def dkdv_launch(q, k, v, c, do, lse, delta, dk, dv, colsum, cu, bound, scale: float, n_blocks: int, n_z: int,
-                varlen: bool, prune: bool, cfg: BwdConfig) -> Launch:
+                varlen: bool, prune: bool, cfg: BwdConfig, flags=None, factor: int = 0) -> Launch:
+    """factor (with flags from tiles.key_block_flags): 1 runs only the blocks flagged for the factored tiles
+    (BwdConfig.dkdv_factor), 2 only the others; 0 every block."""
     B, Tq, Hq, D = q.shape
     Tk, Hkv = k.shape[1], k.shape[2]
     args = (rows_descriptor(q, cfg.dkdv_block_m), rows_descriptor(do, cfg.dkdv_block_m),
             rows_descriptor(k, BLOCK_M), rows_descriptor(v, BLOCK_M),
-            c, lse, delta, dk, dv, colsum, cu, bound,
+            c, lse, delta, dk, dv, colsum, cu, bound, flags if flags is not None else lse,
             dk.stride(0), dk.stride(1), dk.stride(2), dv.stride(0), dv.stride(1), dv.stride(2),
             c.stride(0), c.stride(1), lse.stride(0), lse.stride(1),
             Tq, Tk, float(scale), float(scale) * math.log2(math.e), n_blocks, Hkv, Hq // Hkv)
     constexprs = dict(HEAD_DIM=D, BLOCK_M=cfg.dkdv_block_m, NUM_STAGES=cfg.dkdv_stages,
                       IS_VARLEN=varlen, PRUNE=prune, CONSUMER_REGS=cfg.consumer_regs, HEAD_GROUP=cfg.head_group,
-                      MMA_SUMS=cfg.mma_sums, FACTOR=cfg.dkdv_factor and q.dtype == torch.bfloat16)
+                      MMA_SUMS=cfg.mma_sums, FACTOR=factor)
     return Launch(dkdv_kernel, launch_grid(n_blocks, Hkv, n_z), args, constexprs, OPTIONS)
 
 
@@ -256,8 +263,13 @@ def gluon_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
     n_kblocks = triton.cdiv(longest or Tk, BLOCK_M)
     bound = (tile_bounds(c, prune_delta, cu, varlen, n_z, Tq, Tk, n_kblocks, cfg.dkdv_block_m, BLOCK_M, True)
              if prune else lse)
-    dkdv_step = dkdv_launch(q, k, v, c, do, lse, delta, dk, dv, colsum, cu, bound, scale, n_kblocks, n_z, varlen, prune,
-                            cfg)
+    if cfg.dkdv_factor and q.dtype == torch.bfloat16:
+        flags = key_block_flags(c, cu, varlen, n_z, Tq, Tk, n_kblocks, Hq // Hkv, BLOCK_M, DKDV_FACTOR_NATS)
+        dkdv_steps = [dkdv_launch(q, k, v, c, do, lse, delta, dk, dv, colsum, cu, bound, scale, n_kblocks, n_z,
+                                  varlen, prune, cfg, flags, mode) for mode in (1, 2)]
+    else:
+        dkdv_steps = [dkdv_launch(q, k, v, c, do, lse, delta, dk, dv, colsum, cu, bound, scale, n_kblocks, n_z,
+                                  varlen, prune, cfg)]
 
     n_qblocks = triton.cdiv(longest or Tq, dq_block_m(cfg))
     bound = (tile_bounds(c, prune_delta, cu, varlen, n_z, Tq, Tk, n_qblocks, dq_block_m(cfg), cfg.dq_block_n, False)
@@ -265,7 +277,7 @@ def gluon_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
     dq_step = dq_launch(q, k, v, c, do, lse, delta, dq, rowsum, cu, bound, scale, n_qblocks, n_z, varlen, prune,
                         cfg, out, dlse)
     # The fused dq kernel writes the deltas the dk/dv kernel reads; otherwise the order measured within 1%.
-    for launch in ((dq_step, dkdv_step) if cfg.fused_delta else (dkdv_step, dq_step)):
+    for launch in ([dq_step, *dkdv_steps] if cfg.fused_delta else [*dkdv_steps, dq_step]):
         launch.run()
 
     # dc_t = (row sum of dS at the query sitting on position t) - (column sum of dS at key t).
@@ -290,7 +302,7 @@ def variant_names() -> list[str]:
     or not (the constexprs that change the code; dq_tails for the dq kernel); then, as options, the dq kernel with
     BwdConfig.fused_delta flipped from the default, bf16, dense and packed, and both backward kernels with
     BwdConfig.mma_sums flipped ("-mma-sums" / "-reg-sums") and with the bias term factored out ("-factor":
-    dq_factor, dkdv_factor, register sums)."""
+    dq_factor, dkdv_factor, register sums; the dk/dv kernel's two launches, "-factor" and "-factor-rest")."""
     picked = [f"{kernel}-D{D}-{dtype}{'-varlen' if varlen else ''}{'-prune' if prune else ''}{tail}"
               for D in (64, 128) for dtype in _VARIANT_DTYPES for varlen in (False, True) for prune in (False, True)
               for kernel in ("fwd", "dkdv", "dq") for tail in (dq_tails(D) if kernel == "dq" else ("",))]
@@ -298,8 +310,8 @@ def variant_names() -> list[str]:
                for varlen, tail in zip(("", "-varlen"), dq_tails(D, not BWD_CONFIGS[D].fused_delta) * 2)]
     sums = [f"{kernel}-D{D}-bfloat16{'-reg-sums' if BWD_CONFIGS[D].mma_sums else '-mma-sums'}"
             for D in (64, 128) for kernel in ("dkdv", "dq")]
-    factored = [f"{kernel}-D{D}-bfloat16{dq_tails(D)[0] if kernel == 'dq' else ''}-factor"
-                for D in (64, 128) for kernel in ("dkdv", "dq")]
+    factored = [f"{kernel}-D{D}-bfloat16{dq_tails(D)[0] if kernel == 'dq' else ''}-factor{rest}"
+                for D in (64, 128) for kernel, rest in (("dkdv", ""), ("dkdv", "-rest"), ("dq", ""))]
     return picked + flipped + sums + factored
 
 
@@ -311,7 +323,7 @@ def variant_launches(tokens: int = 300):
         bwd_cfg = dataclasses.replace(BWD_CONFIGS[D], fused_delta="-fused" in name)
         if name.endswith("-sums"):
             bwd_cfg = dataclasses.replace(bwd_cfg, mma_sums=name.endswith("-mma-sums"))
-        if name.endswith("-factor"):
+        if "-factor" in name:
             bwd_cfg = dataclasses.replace(bwd_cfg, mma_sums=False, dq_factor=True, dkdv_factor=True)
         B, Hq, Hkv = (1, 4, 2) if varlen else (2, 4, 2)
         q = torch.zeros(B, tokens, Hq, D, dtype=_VARIANT_DTYPES[dtype])
@@ -324,8 +336,10 @@ def variant_launches(tokens: int = 300):
         if kernel == "fwd":
             yield name, forward_launch(q, k, k, c, q, vec, cu, bound, 0.1, 3, n_z, varlen, prune, FWD_CONFIGS[D])
         elif kernel == "dkdv":
+            factor = 0 if "-factor" not in name else 2 if name.endswith("-rest") else 1
+            flags = torch.zeros(n_z, Hkv, 3, dtype=torch.int32) if factor else None
             yield name, dkdv_launch(q, k, k, c, q, vec, vec, k, k, vec, cu, bound, 0.1, 3, n_z, varlen, prune,
-                                    bwd_cfg)
+                                    bwd_cfg, flags, factor)
         else:
             yield name, dq_launch(q, k, k, c, q, vec, vec, q, vec, cu, bound, 0.1, 3, n_z, varlen, prune,
                                   bwd_cfg, q, vec if "-dlse" in name else None)
