@@ -15,7 +15,10 @@
 #   modelplain  the same, compiled without the fused loss, with transformers' Llama (compiled) as anchor
 #   profile     one compiled training step of FoX (Pro) and Transformer (LLaMA) 125M at 16K under
 #               torch.profiler: where FoX (Pro)'s extra time goes (kernel tables in profile/)
-#   train       FoX (Pro) 125M training MFU at 16K: default and tile pruning (needs DATA)
+#   train       FoX (Pro) 125M training MFU at 16K, fused loss: default and tile pruning (needs DATA)
+#   trainplain  the training loop in modelplain's setting (4 sequences a step, one micro-batch, no fused loss), 30
+#               steps: its MFU against the bench's (after modelplain in the same call: scripts/train_mfu_gap.py;
+#               DATA, else byte tokens of builtin:pydoc with the GPT-2-sized vocabulary)
 #   trainprune  tile pruning on a model trained for a while: FoX (Pro) 125M at 16K trains for TRAIN_MIN
 #               minutes, then both settings resume from its checkpoint for 8 steps (needs DATA)
 #   attn        kernel rows at 2K and 8K
@@ -57,10 +60,11 @@ step() {  # step NAME SECONDS CMD...: run CMD under a time limit, log to $OUT/NA
     timeout "$secs" "$@" > "$OUT/$name.log" 2>&1; echo "=== $name rc=$? $(date +%T)"
     tail -n 25 "$OUT/$name.log"
 }
-train_run() {  # train_run NAME SECONDS EXTRA...: a short FoX (Pro) 125M run at 16K, compiled, fused loss
+train_run() {  # train_run NAME SECONDS EXTRA...: a short FoX (Pro) 125M run at 16K, compiled (EXTRA: --fused-loss ...)
     local name=$1 secs=$2; shift 2
+    rm -rf "runs_bench/$name"  # a warm machine's earlier run would be resumed, not measured
     step "$name" "$secs" $FX train --preset fox-pro-125m --context 16384 --data "$DATA" --batch-tokens 256Ki \
-        --micro-batch-size 2 --max-steps 10 --total-tokens 100M --warmup-tokens 1M --compile --fused-loss \
+        --micro-batch-size 2 --max-steps 10 --total-tokens 100M --warmup-tokens 1M --compile \
         --log-every 1 --checkpoint-every-tokens 100G --eval-every-tokens 100G --no-progress \
         --set export_hf=false --out "runs_bench/$name" "$@"
     cp "runs_bench/$name/metrics.jsonl" "$OUT/$name.metrics.jsonl" 2>/dev/null
@@ -96,15 +100,25 @@ model) step model 150 $FX bench model --presets fox-pro-125m,transformer-llama-1
            --compile --fused-loss --no-anchor --out "$OUT/model_125m_compiled_fused_h200.json" ;;
 modelplain) step modelplain 300 $FX bench model --presets fox-pro-125m,transformer-llama-125m --context 16384 \
            --compile --out "$OUT/model_125m_compiled_h200.json" ;;
-trainprune) train_run trained_base 300 --max-steps 100000 --max-minutes "${TRAIN_MIN:-3}"
+trainprune) train_run trained_base 300 --fused-loss --max-steps 100000 --max-minutes "${TRAIN_MIN:-3}"
        ck=$(ls -d runs_bench/trained_base/checkpoints/step_* 2>/dev/null | tail -n 1)
        if [ -n "$ck" ]; then
            n=$(( 10#${ck##*step_} + 8 ))
-           train_run trained_noprune 120 --max-steps "$n" --resume "$ck"
-           train_run trained_prune 120 --max-steps "$n" --resume "$ck" --model prune_eps=4.54e-5
+           train_run trained_noprune 120 --fused-loss --max-steps "$n" --resume "$ck"
+           train_run trained_prune 120 --fused-loss --max-steps "$n" --resume "$ck" --model prune_eps=4.54e-5
        fi ;;
-train) train_run train_fox_pro_125m_16k 150
-       train_run train_fox_pro_125m_16k_prune 150 --model prune_eps=4.54e-5 ;;
+train) train_run train_fox_pro_125m_16k 150 --fused-loss
+       train_run train_fox_pro_125m_16k_prune 150 --fused-loss --model prune_eps=4.54e-5 ;;
+trainplain) data0=$DATA vocab=""  # without DATA: byte tokens of the stdlib's docs, the bench's vocabulary size
+       if [ ! -d "$DATA" ]; then
+           DATA=runs_bench/pydoc_bytes vocab="--set vocab_size=50304"
+           [ -d "$DATA" ] || $FX data prepare --source builtin:pydoc --tokenizer bytes --out "$DATA" > /dev/null
+       fi
+       train_run train_fox_pro_125m_16k_plain 150 --batch-tokens 64Ki --micro-batch-size 4 --max-steps 30 $vocab
+       DATA=$data0
+       [ -f "$OUT/model_125m_compiled_h200.json" ] && python scripts/train_mfu_gap.py \
+           "$OUT/train_fox_pro_125m_16k_plain.metrics.jsonl" "$OUT/model_125m_compiled_h200.json" \
+           | tee "$OUT/train_mfu_gap.txt" ;;
 attn) step attn 200 $FX bench attention --providers foxformer,sdpa_flash,sdpa_cudnn,fla --seqlens 2048,8192 \
           --configs 128x12,128x12x2,64x24 --out "$OUT/attention_2k_8k_h200.json" ;;
 gluon) step gluontests 150 python -m pytest -q -n 8 tests/gpu/test_gluon_gpu.py

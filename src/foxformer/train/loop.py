@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 
 from ..data.dataset import TokenDataset
 from ..models.calls import hf_progress
+from ..models.presets import attention_flops_per_token
 from ..paths import check_output_dir, folder_lock
 from ..provenance import code_version
 from . import checkpoint as ckpt
@@ -252,8 +253,6 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, held: con
     model.to(device)
     n_params = sum(p.numel() for p in model.parameters())
     n_nonemb = getattr(model, "num_parameters_non_embedding", lambda: n_params)()
-    from ..models.presets import attention_flops_per_token
-
     flops_per_token = 3.0 * (2 * n_nonemb + attention_flops_per_token(model_cfg, cfg.context))
     # fp32 training runs its matmuls on TF32 tensor cores (allow_tf32 above): MFU against that peak.
     peak = cfg.peak_flops or device_peak_flops(device, "bf16" if bf16 else "tf32")
