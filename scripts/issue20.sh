@@ -103,10 +103,11 @@ lodo)
 lodo-rest)
     # The left-out prose and Go for seeds whose lodo call ran out of time after the mix and the novels (the
     # thirteenth session's seeds 1 and 2): the pairs trained again with those seeds, then only those two texts
-    # (EVAL_MIX=0), so that both seeds fit one call: ~6 min of training, ~2.5 of evaluations.
+    # (EVAL_MIX=0), so that both seeds fit one call: ~6 min of training, ~2.5 of evaluations. Last, where time is
+    # left, FoX (Pro)'s gate-bias shift on Go (BIAS_SHIFT_OOD: shifts -1 to +2, 8 sequences of 16K tokens).
     s=${2:?lodo-rest: give the seeds, e.g. lodo-rest \"1 2\"}
     unpack carry_lodo
-    DATA=$CARRY/gpt2_noprose SEEDS="$s" OOD="go=$CARRY/ood_go" \
+    DATA=$CARRY/gpt2_noprose SEEDS="$s" OOD="go=$CARRY/ood_go" BIAS_SHIFT_OOD=1 \
         EVAL_SOURCES=prose SOURCES_FIRST=1 EVAL_MIX=0 RUNS=runs_noprose \
         bash scripts/reproduce.sh fox-pro-small transformer-pro-small
     ;;

@@ -238,6 +238,69 @@ def _ablations(runs: dict, units: dict, dropped: list[str]) -> None:
         f"{_interval_line(d, 'mean_loss')}" for d in res["differences"]])
 
 
+OOD_TAGS = {"go": "Go source", "austen": "Jane Austen's novels"}
+SHIFT_DIR = "bias_shift_ood_"
+
+
+def _kind_label(kind: str) -> str:
+    base, _, data = kind.partition("/")
+    return LABELS.get(base, base) + (", no prose" if data == "noprose" else "")
+
+
+def _bias_shift_ood(runs: dict, units: dict) -> None:
+    """The gate-bias shift on the texts from outside the mix (`BIAS_SHIFT_OOD=1`, RUN/bias_shift_ood_TAG/): per run
+    the mean loss at each shift, per model and text the seeds' mean change from shift 0, and a figure."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    found = {}  # (kind, tag) -> [(run, result)]
+    for kind, kind_runs in runs.items():
+        for run in kind_runs:
+            for path in sorted(glob.glob(os.path.join(run, SHIFT_DIR + "*", "bias_shift.json"))):
+                tag = os.path.basename(os.path.dirname(path))[len(SHIFT_DIR):]
+                found.setdefault((kind, tag), []).append((run, _read(path)))
+    if not found:
+        return
+    shifts = next(iter(found.values()))[0][1]["shifts"]
+    if 0.0 not in shifts:
+        return
+    found = {key: [(r, res) for r, res in got if res["shifts"] == shifts] for key, got in found.items()}
+    cols = " | ".join(f"{s:+g}" if s else "0" for s in shifts)
+    first = next(iter(found.values()))[0][1]
+    read = (f"{first['num_seqs']} sequences of {first['seq_len']} tokens per text" if "seq_len" in first
+            else "per text")
+    table = [f"| model | text | run | {cols} |", "|---" * (3 + len(shifts)) + "|"]
+    summary = []
+    fig, axes = plt.subplots(1, len(found), figsize=(4.2 * len(found), 3.4), layout="constrained", squeeze=False)
+    for ax, ((kind, tag), got) in zip(axes[0], sorted(found.items())):
+        text = OOD_TAGS.get(tag, tag)
+        change = np.array([np.asarray(res["mean_loss"]) - res["mean_loss"][shifts.index(0.0)] for _, res in got])
+        for (run, res), ch in zip(got, change):
+            best = int(np.argmin(res["mean_loss"]))
+            table.append(f"| {_kind_label(kind)} | {text} | {os.path.basename(run)} | "
+                         + " | ".join(f"**{v:.3f}**" if i == best else f"{v:.3f}"
+                                      for i, v in enumerate(res["mean_loss"])) + " |")
+            ax.plot(shifts, ch, marker="o", label=os.path.basename(run))
+        mean, std = change.mean(0), change.std(0, ddof=1) if len(got) > 1 else np.zeros(len(shifts))
+        summary.append(f"- gate-bias shift on {text}, {_kind_label(kind)} ({_seeds(len(got))}): mean loss change from "
+                       "shift 0 at " + ", ".join(f"{s:+g}: {m:+.3f} ± {d:.3f}" for s, m, d in zip(shifts, mean, std)
+                                                  if s != 0))
+        ax.axhline(0, color="0.4", lw=0.8)
+        ax.set_xlabel("forget-gate bias shift (positive: remembers longer)")
+        ax.set_ylabel("mean loss change from shift 0 [nats]")
+        ax.set_title(f"{_kind_label(kind)}: {text}", fontsize=9)
+        ax.legend(fontsize=6)
+    path = os.path.join(OUT, "bias_shift_ood.png")
+    os.makedirs(OUT, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    units["bias_shift_ood"] = (["### The gate-bias shift on the texts from outside the mix", "",
+                                "Mean loss at each shift of every forget gate's bias (`foxformer bias-shift`, "
+                                f"{read}; bold: the run's lowest):", "", *table, "", f"![bias shift by text]({path[5:]})", ""], summary)
+
+
 def _in_bundle(path: str, bundles: list[str]) -> str:
     """path as BUNDLE_FOLDER/..., the way the provenance lines name the bundles."""
     b = next(b for b in bundles if os.path.abspath(path).startswith(os.path.abspath(b) + os.sep))
@@ -249,7 +312,7 @@ def _in_bundle(path: str, bundles: list[str]) -> str:
 # may be gone with its machine; the figures they gave stay as generated).
 MAIN_UNITS = [f"{text}_{block}" for text in TEXTS if text != "eval_src_prose" for block in BLOCKS]
 ORDER = (MAIN_UNITS + ["missing", "lodo"] + [f"lodo_{text}" for text in TEXTS]
-         + ["ablation_llama", "dropped", "gates", "mqar"])
+         + ["ablation_llama", "dropped", "gates", "bias_shift_ood", "mqar"])
 UNIT, UNIT_END = "<!-- issue20:unit {} -->", "<!-- /issue20:unit -->"
 INPUTS, EARLIER = "<!-- issue20:inputs {} -->", "@earlier"
 _INPUTS_RE = re.compile(r"^<!-- issue20:inputs (.*) -->$", re.M)
@@ -305,6 +368,7 @@ def section(bundles: list[str], old: tuple[dict, dict, dict] = ({}, {}, {})) -> 
         names = ", ".join(_in_bundle(f, bundles) for f in sorted(set(dropped)))
         units["dropped"] = (["Left out of their comparisons (they read other sequences than the rest, e.g. an earlier "
                              f"number of sequences per text): {names}.", ""], [])
+    _bias_shift_ood(runs, units)
     table, figs = gates_section(runs)
     if table:
         units["gates"] = (["### Forget gates on the mix and on the other texts", "",
@@ -367,7 +431,7 @@ def _assemble(bundles: list[str], units: dict, old: tuple[dict, dict, dict]) -> 
                       "Pending: `bash scripts/issue20.sh ablation 0`, `ablation 1`, `ablation 2` (one GPU call each: "
                       "FoX (LLaMA) with its data-dependent gate, a data-independent gate and a fixed gate, side by "
                       "side, and their loss on the mix; the single-seed run is in \"Gate ablations (LLaMA block)\" "
-                      "above).", ""]
+                      "among the single-seed runs).", ""]
         elif uid == "mqar":
             parts += ["### Multi-query associative recall", "", "Pending: `bash scripts/issue20.sh mqar`.", ""]
     return "\n".join(parts) + "\n" + END
@@ -376,8 +440,8 @@ def _assemble(bundles: list[str], units: dict, old: tuple[dict, dict, dict]) -> 
 def archive(bundles: list[str]) -> None:
     """Keep what the comparisons read from ``bundles`` under OUT/inputs/<bundle>/, slimmed (a bundle does not outlive
     the machine it was unpacked on; these folders are committed): each run's config.yaml and metrics.jsonl, per
-    text its loss.json (per-position arrays binned by compare.slim_curve, ~20 KB a model) and its gates'
-    timescales, commit.txt and env.txt, and each MQAR seed's mqar.json and mqar.md. Later runs of this script
+    text its loss.json (per-position arrays binned by compare.slim_curve, ~20 KB a model), its gates'
+    timescales and its bias-shift means, commit.txt and env.txt, and each MQAR seed's mqar.json and mqar.md. Later runs of this script
     read them as bundles."""
     for b in bundles:
         dst = os.path.join(OUT, "inputs", os.path.basename(os.path.normpath(b)))
@@ -399,6 +463,11 @@ def archive(bundles: list[str]) -> None:
                     data = _read(os.path.join(src, "loss.json"))
                     data["models"] = [slim_curve(m) for m in data["models"]]
                     _write(os.path.join(out, text, "loss.json"), data)
+                if os.path.exists(os.path.join(src, "bias_shift.json")):
+                    data = _read(os.path.join(src, "bias_shift.json"))
+                    _write(os.path.join(out, text, "bias_shift.json"),
+                           {k: data[k] for k in ("shifts", "train_len", "mean_loss", "loss_within", "loss_beyond",
+                                                 "seq_len", "num_seqs") if k in data})
                 if os.path.exists(os.path.join(src, "gates.json")):
                     models = _read(os.path.join(src, "gates.json"))["models"]
                     _write(os.path.join(out, text, "gates.json"),

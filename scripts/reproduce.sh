@@ -14,7 +14,8 @@
 #   OOD="austen=repro_data/ood_austen go=repro_data/ood_go" EVAL_SOURCES=prose bash scripts/reproduce.sh ...
 #
 # DATA: a `foxformer data prepare` dir (docs/results.md has the command); the other knobs below
-# (NIAH=0 skips needle in a haystack, BIAS_SHIFT=0 the gate-bias shift, EVICTION=0 the KV eviction).
+# (NIAH=0 skips needle in a haystack, BIAS_SHIFT=0 the gate-bias shift, EVICTION=0 the KV eviction; BIAS_SHIFT_OOD=1
+# shifts the gates on each OOD text too).
 # SEEDS: train every preset once per seed, side by side; `eval compare` then groups the seeds of a model
 # (mean ± std, bootstrap intervals over seeds and sequences). OOD: TAG=DIR pairs of prepared datasets of
 # text from outside the training mix (`foxformer data fetch-corpus`, then `data prepare --val-fraction 0`):
@@ -142,6 +143,15 @@ evaluate() {  # evaluate PRESET: every evaluation of one run
             --within-docs --out "$r/gates_ood_$tag" --no-progress
     done
     [ "$gated" = 1 ] && step "gates_$p.log" $FX analyze gates "$r" --data "$DATA" --no-progress
+    # BIAS_SHIFT_OOD=1: the gate-bias shift on each out-of-mix text, both ways (does a gate that forgot slower or
+    # faster read that text better?), into RUN/bias_shift_ood_TAG (issue20_doc.py tables it)
+    for pair in $OOD; do
+        local tag=${pair%%=*} dir=${pair#*=}
+        [ "$gated" = 1 ] && [ "${BIAS_SHIFT_OOD:-0}" = 1 ] && mkdir -p "$r/bias_shift_ood_$tag" \
+            && step "bias_shift_ood_${tag}_$p.log" $FX bias-shift --model "$r" --data "$dir" --split train \
+            --seq-len "$EVAL_LEN" --num-seqs "$BIAS_SEQS" --shifts=-1,-0.5,0,0.5,1,2 \
+            --out "$r/bias_shift_ood_$tag/bias_shift.json" --no-progress
+    done
     # the inference-time gate-bias shift (the paper's length-extrapolation suggestion), up to 4x
     [ "$gated" = 1 ] && [ "$BIAS_SHIFT" = 1 ] && step "bias_shift_$p.log" $FX bias-shift --model "$r" \
         --data "$DATA" --seq-len "$EVAL_LEN" --num-seqs "$BIAS_SEQS" --shifts 0,0.5,1,2,4 \

@@ -216,3 +216,36 @@ def test_the_gate_ablations_of_three_seeds_get_their_own_unit(doc_script, tmp_pa
 def test_the_pending_ablation_note_names_its_command(doc_script):
     out = doc_script._assemble([], {}, ({}, {}, {}))
     assert "`bash scripts/issue20.sh ablation 0`" in out
+
+
+def test_the_gate_bias_shift_on_other_texts_gets_a_unit_and_is_kept(doc_script, tmp_path, monkeypatch):
+    """`BIAS_SHIFT_OOD=1` (lodo-rest): FoX (Pro)'s bias-shift sweep on Go per seed becomes a table, a summary line with
+    the seeds' mean change from shift 0 and a figure; archive() keeps the means, and a later run reads them back."""
+    import yaml
+
+    monkeypatch.setattr(doc_script, "OUT", str(tmp_path / "out"))
+    bundle = tmp_path / "lodo_rest_shift"
+    shifts = [-1.0, -0.5, 0.0, 0.5, 1.0, 2.0]
+    for seed in range(3):
+        run = bundle / "runs" / f"fox-pro-small_s{seed}"
+        (run / "bias_shift_ood_go").mkdir(parents=True)
+        (run / "config.yaml").write_text(yaml.safe_dump({"preset": "fox-pro-small", "data_dir": "c/gpt2_noprose"}))
+        loss = [4.0 + 0.01 * seed + 0.05 * (s - 0.5) ** 2 for s in shifts]   # lowest at +0.5 in every seed
+        (run / "bias_shift_ood_go" / "bias_shift.json").write_text(json.dumps(
+            {"shifts": shifts, "train_len": 4096, "mean_loss": loss, "loss_within": loss, "loss_beyond": loss,
+             "binned_loss": [[0.0] * 16] * len(shifts), "seq_len": 16384, "num_seqs": 8}))
+    units: dict = {}
+    doc_script._bias_shift_ood(doc_script.find_runs([str(bundle)]), units)
+    body, [line] = units["bias_shift_ood"]
+    assert line.startswith("- gate-bias shift on Go source, FoX (Pro), no prose (3 seeds): mean loss change")
+    assert "+0.5: -0.013 ± 0.000" in line and "+2: +0.100 ± 0.000" in line and "+0:" not in line
+    rows = [r for r in body if r.startswith("| FoX (Pro), no prose")]
+    assert len(rows) == 3 and all(r.split(" | ")[6] == "**" + r.split(" | ")[6].strip("*") + "**" for r in rows)
+    assert os.path.exists(tmp_path / "out" / "bias_shift_ood.png")
+
+    doc_script.archive([str(bundle)])
+    kept = tmp_path / "out" / "inputs" / bundle.name / "runs" / "fox-pro-small_s0" / "bias_shift_ood_go"
+    assert "binned_loss" not in json.loads((kept / "bias_shift.json").read_text())
+    again: dict = {}
+    doc_script._bias_shift_ood(doc_script.find_runs([str(tmp_path / "out" / "inputs" / bundle.name)]), again)
+    assert again["bias_shift_ood"][1] == [line]
