@@ -1,7 +1,6 @@
 """scripts/issue20_doc.py keeps the parts of docs/results.md's issue-20 section that the bundles it is given do not
 cover: a later GPU call's bundle updates its own parts, while the figures of bundles that are gone (with an earlier
 session's machine) stay as they were generated."""
-import importlib.util
 import json
 import os
 import shutil
@@ -12,11 +11,8 @@ ROOT = os.path.join(os.path.dirname(__file__), os.pardir)
 
 
 @pytest.fixture(scope="module")
-def doc_script():
-    spec = importlib.util.spec_from_file_location("issue20_doc", os.path.join(ROOT, "scripts", "issue20_doc.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def doc_script(load_script):
+    return load_script("issue20_doc")
 
 
 def _section(mod, text):

@@ -1,21 +1,13 @@
 """scripts/scaleout_estimate.py: the formulas docs/architecture.md writes out, checked on one row by hand."""
-import importlib.util
-from pathlib import Path
-
 import pytest
 
 from foxformer.models import get_preset
 from foxformer.models.presets import count_embedding, count_non_embedding
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "scaleout_estimate.py"
-
 
 @pytest.fixture(scope="module")
-def script():
-    spec = importlib.util.spec_from_file_location("scaleout_estimate", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def script(load_script):
+    return load_script("scaleout_estimate")
 
 
 def test_fsdp2_bytes_and_overlap_follow_the_written_formulas(script):

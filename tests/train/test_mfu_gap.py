@@ -1,7 +1,6 @@
 """scripts/train_mfu_gap.py compares the training loop's MFU with `foxformer bench model`'s (issue 17: within 2
 points on the H200). The comparison means something only if both count the same FLOPs a token against the same
 peak: a tiny CPU run with a given peak checks that, and the script's reading of both files."""
-import importlib.util
 import json
 import os
 
@@ -10,16 +9,12 @@ import pytest
 from foxformer.models import get_preset, training_flops_per_token
 from foxformer.train.loop import train
 
-ROOT = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir)
 PEAK = 1e12
 
 
 @pytest.fixture(scope="module")
-def gap_script():
-    spec = importlib.util.spec_from_file_location("train_mfu_gap", os.path.join(ROOT, "scripts", "train_mfu_gap.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def gap_script(load_script):
+    return load_script("train_mfu_gap")
 
 
 def test_the_loop_counts_the_bench_flops_and_the_script_reads_both(make_cfg, gap_script, tmp_path, capsys,
