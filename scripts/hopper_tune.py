@@ -25,7 +25,6 @@ from foxformer.bench.common import environment
 from foxformer.ops.forgetting_attention import naive_forgetting_attention
 from foxformer.ops.forgetting_attention.cumsum import gate_cumsum_heads_first
 from foxformer.ops.forgetting_attention.hopper import launch as L
-from foxformer.ops.forgetting_attention.tiles import key_block_flags
 
 DEV = "cuda"
 
@@ -140,14 +139,8 @@ def _bwd_parts(q, k, v, c, do, out, lse, scale, cfg):
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     colsum, rowsum, delta = (torch.empty(B, Hq, T, device=DEV) for _ in range(3))
     L.row_deltas(out, do, None, delta)
-    n_kblocks = triton.cdiv(T, L.BLOCK_M)
-    if cfg.dkdv_factor:  # its two launches, as gluon_backward makes them
-        flags = key_block_flags(c, lse, False, B, T, T, n_kblocks, 1, L.BLOCK_M, L.DKDV_FACTOR_NATS)
-        lks = [L.dkdv_launch(q, k, v, c, do, lse, delta, dk, dv, colsum, lse, lse, scale, n_kblocks, B, False, False,
-                             cfg, flags, mode) for mode in (1, 2)]
-    else:
-        lks = [L.dkdv_launch(q, k, v, c, do, lse, delta, dk, dv, colsum, lse, lse, scale, n_kblocks, B, False, False,
-                             cfg)]
+    lks = L.dkdv_launches(q, k, v, c, do, lse, delta, dk, dv, colsum, lse, lse, scale, triton.cdiv(T, L.BLOCK_M), B,
+                          False, False, cfg)
     lq = L.dq_launch(q, k, v, c, do, lse, delta, dq, rowsum, lse, lse, scale, triton.cdiv(T, L.dq_block_m(cfg)), B,
                      False, False, cfg, out)
     return [_time(lambda: [ln.run() for ln in lks]), _time(lq.run)]

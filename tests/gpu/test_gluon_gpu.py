@@ -149,13 +149,18 @@ def _long_context(T, gates, D, Hq, Hkv):
     _check(q, k, v, log_f, long_context=True)
 
 
+def _replace_bwd_configs(monkeypatch, change):
+    """Every head dim's BwdConfig with the fields change(cfg) returns replaced, for one test."""
+    from foxformer.ops.forgetting_attention.hopper import launch
+    for D, cfg in list(launch.BWD_CONFIGS.items()):
+        monkeypatch.setitem(launch.BWD_CONFIGS, D, dataclasses.replace(cfg, **change(cfg)))
+
+
 @pytest.fixture
 def other_delta(monkeypatch):
     """The backward with BwdConfig.fused_delta flipped from the defaults: the row deltas from their own kernel or
     from the dq kernel, whichever the defaults do not take, so both paths stay tested."""
-    from foxformer.ops.forgetting_attention.hopper import launch
-    for D, cfg in list(launch.BWD_CONFIGS.items()):
-        monkeypatch.setitem(launch.BWD_CONFIGS, D, dataclasses.replace(cfg, fused_delta=not cfg.fused_delta))
+    _replace_bwd_configs(monkeypatch, lambda cfg: dict(fused_delta=not cfg.fused_delta))
 
 
 @pytest.mark.parametrize("with_dlse", [False, True], ids=["out", "out+lse"])
@@ -198,9 +203,7 @@ def _packed_then_pruned(D, dtype, seed):
 def other_sums(monkeypatch):
     """The backward with BwdConfig.mma_sums flipped from the defaults: the dS sums of dc by a wgmma with ones (from
     the bf16 dS of the dQ / dK products), or across registers (fp32)."""
-    from foxformer.ops.forgetting_attention.hopper import launch
-    for D, cfg in list(launch.BWD_CONFIGS.items()):
-        monkeypatch.setitem(launch.BWD_CONFIGS, D, dataclasses.replace(cfg, mma_sums=not cfg.mma_sums))
+    _replace_bwd_configs(monkeypatch, lambda cfg: dict(mma_sums=not cfg.mma_sums))
 
 
 @pytest.mark.parametrize("shape", ["T1", "T17", "T130", "T1000-gqa8", "T4097", "Tq77-Tk1000"])
@@ -227,10 +230,8 @@ def test_other_sums_long_context(other_sums, T, gates, D, Hq, Hkv):
 
 
 def _factor(monkeypatch, where: str):
-    from foxformer.ops.forgetting_attention.hopper import launch
-    for D, cfg in list(launch.BWD_CONFIGS.items()):
-        monkeypatch.setitem(launch.BWD_CONFIGS, D, dataclasses.replace(
-            cfg, mma_sums=False, dq_factor=where != "dkdv", dkdv_factor=where != "dq"))
+    _replace_bwd_configs(monkeypatch, lambda cfg: dict(mma_sums=False, dq_factor=where != "dkdv",
+                                                       dkdv_factor=where != "dq"))
 
 
 @pytest.fixture(params=["dq", "dkdv", "both"])

@@ -467,19 +467,15 @@ def _dkdv_consumer(q_smem, do_smem, k_smem, v_smem, vec_smem, ones_smem, kv_bar,
             # sums after. This launch only runs blocks where 1 / w stays in range (the kernel's FACTOR).
             dk = dk * gl.convert_layout(gl.exp2(ck2), acc_key_l)[:, None]
             dv = dv * gl.convert_layout(gl.exp2(ck2), acc_key_l)[:, None]
-            it, dk, dv, colsum, cols8 = _dkdv_tiles(
-                n_tiles, it, dk, dv, colsum, cols8, k_w, v_w, q_smem, do_smem, vec_smem, ones_smem, ready, empty,
-                keys, ck_hi, ck_lo2, ck2, i_lo, off, kw0, n_q, scale2, zero_st, offs_m,
-                WG, BLOCK_M, HEAD_DIM, NUM_STAGES, MMA_SUMS, True)
+        it, dk, dv, colsum, cols8 = _dkdv_tiles(
+            n_tiles, it, dk, dv, colsum, cols8, k_w, v_w, q_smem, do_smem, vec_smem, ones_smem, ready, empty,
+            keys, ck_hi, ck_lo2, ck2, i_lo, off, kw0, n_q, scale2, zero_st, offs_m,
+            WG, BLOCK_M, HEAD_DIM, NUM_STAGES, MMA_SUMS, FACTOR == 1)
+        if FACTOR == 1:
             w = gl.exp2(-ck2)
             dk = dk * gl.convert_layout(w, acc_key_l)[:, None]
             dv = dv * gl.convert_layout(w, acc_key_l)[:, None]
             colsum = colsum * w
-        else:
-            it, dk, dv, colsum, cols8 = _dkdv_tiles(
-                n_tiles, it, dk, dv, colsum, cols8, k_w, v_w, q_smem, do_smem, vec_smem, ones_smem, ready, empty,
-                keys, ck_hi, ck_lo2, ck2, i_lo, off, kw0, n_q, scale2, zero_st, offs_m,
-                WG, BLOCK_M, HEAD_DIM, NUM_STAGES, MMA_SUMS, False)
         if MMA_SUMS:
             colsum = gl.convert_layout(gl.sum(cols8, 1) * (1.0 / SUM_N), key_l)
         gl.store(ColSum + c_base + keys, colsum, mask=key_ok)

@@ -206,6 +206,20 @@ def dkdv_launch(q, k, v, c, do, lse, delta, dk, dv, colsum, cu, bound, scale: fl
     return Launch(dkdv_kernel, launch_grid(n_blocks, Hkv, n_z), args, constexprs, OPTIONS)
 
 
+def dkdv_launches(q, k, v, c, do, lse, delta, dk, dv, colsum, cu, bound, scale: float, n_blocks: int, n_z: int,
+                  varlen: bool, prune: bool, cfg: BwdConfig) -> list[Launch]:
+    """The dk/dv kernel's launches for cfg: one over every key block, or with cfg.dkdv_factor (bf16) two, the blocks
+    tiles.key_block_flags marks factored and then the rest."""
+    if not (cfg.dkdv_factor and q.dtype == torch.bfloat16):
+        return [dkdv_launch(q, k, v, c, do, lse, delta, dk, dv, colsum, cu, bound, scale, n_blocks, n_z, varlen, prune,
+                            cfg)]
+    Tq, Hq = q.shape[1], q.shape[2]
+    Tk, Hkv = k.shape[1], k.shape[2]
+    flags = key_block_flags(c, cu, varlen, n_z, Tq, Tk, n_blocks, Hq // Hkv, BLOCK_M, DKDV_FACTOR_NATS)
+    return [dkdv_launch(q, k, v, c, do, lse, delta, dk, dv, colsum, cu, bound, scale, n_blocks, n_z, varlen, prune,
+                        cfg, flags, mode) for mode in (1, 2)]
+
+
 def dq_launch(q, k, v, c, do, lse, delta, dq, rowsum, cu, bound, scale: float, n_blocks: int, n_z: int,
               varlen: bool, prune: bool, cfg: BwdConfig, out=None, dlse=None) -> Launch:
     """With cfg.fused_delta, out (and dlse, if any) are read and delta is written; out and do must be packed as dq
@@ -263,13 +277,8 @@ def gluon_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
     n_kblocks = triton.cdiv(longest or Tk, BLOCK_M)
     bound = (tile_bounds(c, prune_delta, cu, varlen, n_z, Tq, Tk, n_kblocks, cfg.dkdv_block_m, BLOCK_M, True)
              if prune else lse)
-    if cfg.dkdv_factor and q.dtype == torch.bfloat16:
-        flags = key_block_flags(c, cu, varlen, n_z, Tq, Tk, n_kblocks, Hq // Hkv, BLOCK_M, DKDV_FACTOR_NATS)
-        dkdv_steps = [dkdv_launch(q, k, v, c, do, lse, delta, dk, dv, colsum, cu, bound, scale, n_kblocks, n_z,
-                                  varlen, prune, cfg, flags, mode) for mode in (1, 2)]
-    else:
-        dkdv_steps = [dkdv_launch(q, k, v, c, do, lse, delta, dk, dv, colsum, cu, bound, scale, n_kblocks, n_z,
-                                  varlen, prune, cfg)]
+    dkdv_steps = dkdv_launches(q, k, v, c, do, lse, delta, dk, dv, colsum, cu, bound, scale, n_kblocks, n_z, varlen,
+                               prune, cfg)
 
     n_qblocks = triton.cdiv(longest or Tq, dq_block_m(cfg))
     bound = (tile_bounds(c, prune_delta, cu, varlen, n_z, Tq, Tk, n_qblocks, dq_block_m(cfg), cfg.dq_block_n, False)
