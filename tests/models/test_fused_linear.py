@@ -1,10 +1,10 @@
-"""One product for the Linear layers that read the same input (models/fused_linear.py): FusedLinears in one-token
-decode steps, never reading a stale or wrong copy, and joint_linear in training, with each layer's gradients."""
+"""FusedLinears: the input projections of a one-token decode step as one product (models/fused_linear.py), and
+never a stale or wrong one: every change to a source layer makes the copy again or skips the fusion."""
 import pytest
 import torch
 from torch import nn
 
-from foxformer.models.fused_linear import FusedLinears, joint_linear
+from foxformer.models.fused_linear import FusedLinears
 
 from .conftest import make_model, tokens
 
@@ -87,29 +87,3 @@ def test_a_decode_step_runs_the_input_projections_as_one_product(preset):
         model(ids[:, :8], cache=cache)
         torch.testing.assert_close(model(ids[:, 8:], cache=cache).logits[:, -1], model(ids).logits[:, -1],
                                    rtol=1e-9, atol=1e-9)
-
-
-def test_joint_product_gives_each_layers_output_and_gradients():
-    linears, x = _layers(), torch.randn(2, 7, 8, dtype=torch.float64, requires_grad=True)
-    twins = [nn.Linear(8, lin.out_features, bias=lin.bias is not None).to(torch.float64) for lin in linears]
-    for twin, lin in zip(twins, linears):
-        twin.load_state_dict(lin.state_dict())
-    x2 = x.detach().clone().requires_grad_()
-    got, want = joint_linear(x, linears), _separate(x2, twins)
-    upstream = [torch.randn_like(w) for w in want]
-    sum((g * u).sum() for g, u in zip(got, upstream)).backward()
-    sum((w * u).sum() for w, u in zip(want, upstream)).backward()
-    for g, w in zip(got, want):
-        torch.testing.assert_close(g, w, rtol=1e-12, atol=1e-12)
-    torch.testing.assert_close(x.grad, x2.grad, rtol=1e-12, atol=1e-12)
-    for lin, twin in zip(linears, twins):
-        for p, q in zip(lin.parameters(), twin.parameters()):
-            torch.testing.assert_close(p.grad, q.grad, rtol=1e-12, atol=1e-12)
-
-
-def test_joint_product_keeps_a_layers_hooks():
-    linears, x = _layers(), torch.randn(2, 4, 8, dtype=torch.float64)
-    seen = []
-    linears[0].register_forward_hook(lambda mod, inp, out: seen.append(out.shape))
-    joint_linear(x, linears)
-    assert seen == [torch.Size([2, 4, 5])]

@@ -1,6 +1,4 @@
-"""One matrix product for the Linear layers that read the same input: in one-token decode steps from a cached
-concatenated copy of the weights (``FusedLinears``), elsewhere from weights concatenated in the graph
-(``joint_linear``: gradients reach each layer's weight).
+"""One matrix product for the Linear layers that read the same input, in one-token decode steps.
 
 At batch 1 a decode step's products have one row, and on an H200 each costs one launch of about 4 us however
 wide it is: the batch-1 profile of FoX (Pro) 125M at 32K (docs/benchmarks.md, "CUDA-graph decoding") counts
@@ -24,32 +22,7 @@ def _plain(lin: nn.Module) -> bool:
     """A Linear whose forward is nn.Linear's (not a subclass that computes something else, e.g. an adapter)
     with plain (not sharded) tensors."""
     return (isinstance(lin, nn.Linear) and type(lin).forward is nn.Linear.forward
-            and not (lin._forward_hooks or lin._forward_pre_hooks)  # a hook would be skipped
             and all(type(p.data) is torch.Tensor for p in lin.parameters(recurse=False)))
-
-
-def _shareable(linears: Sequence[nn.Linear]) -> bool:
-    params = [p for lin in linears for p in (lin.weight, lin.bias) if p is not None]
-    return (len(linears) > 1 and all(_plain(lin) for lin in linears)
-            and all(p.dtype == params[0].dtype and p.device == params[0].device for p in params))
-
-
-def _concat(linears: Sequence[nn.Linear]) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
-    weight = torch.cat([lin.weight for lin in linears])
-    if all(lin.bias is None for lin in linears):
-        return weight, None
-    return weight, torch.cat([lin.weight.new_zeros(lin.out_features) if lin.bias is None else lin.bias
-                              for lin in linears])
-
-
-def joint_linear(x: torch.Tensor, linears: Sequence[nn.Linear]) -> tuple[torch.Tensor, ...]:
-    """``(a(x), b(x), ...)`` by one product over weights concatenated in the graph, so that gradients reach each
-    weight. In a training step of FoX (Pro) seven layers read the attention's input, three of them 12 columns
-    wide (memory-bound: each reads all of x forward and backward), and their seven input gradients are summed;
-    one product reads x once each way and gives dx whole. Layers that cannot share a product run one by one."""
-    if not _shareable(linears):
-        return tuple(lin(x) for lin in linears)
-    return F.linear(x, *_concat(linears)).split([lin.out_features for lin in linears], dim=-1)
 
 
 class FusedLinears:
@@ -69,10 +42,14 @@ class FusedLinears:
         params = [p for lin in linears for p in (lin.weight, lin.bias) if p is not None]
         key = tuple(id(lin) for lin in linears) + tuple((p.data_ptr(), p._version) for p in params)
         if key != self._key:
-            if not _shareable(linears):
+            if not (all(_plain(lin) for lin in linears)
+                    and all(p.dtype == params[0].dtype and p.device == params[0].device for p in params)):
                 return None
             with torch.no_grad():
-                self._weight, self._bias = _concat(linears)
+                self._weight = torch.cat([lin.weight for lin in linears])
+                biased = any(lin.bias is not None for lin in linears)
+                self._bias = torch.cat([lin.weight.new_zeros(lin.out_features) if lin.bias is None else lin.bias
+                                        for lin in linears]) if biased else None
             self._key = key
         return self._weight, self._bias
 

@@ -12,7 +12,6 @@ from torch import nn
 from foxformer.ops import forgetting_attention, gated_linear_attention, naive_gated_linear_attention
 
 from .config import FoxConfig
-from .fused_linear import joint_linear
 
 
 @dataclass
@@ -262,7 +261,7 @@ class Attention(nn.Module):
             # a decode step: one product for all of them (models/fused_linear.py; the copy is the cache's)
             proj = dict(zip(linears, cache.fused_inputs(x, list(linears.values()))))
         else:
-            proj = dict(zip(linears, joint_linear(x, list(linears.values()))))
+            proj = {name: lin(x) for name, lin in linears.items()}
         q = proj["q"].view(B, T, self.num_heads, self.head_dim)
         k = proj["k"].view(B, T, self.num_kv_heads, self.head_dim)
         v = proj["v"].view(B, T, self.num_kv_heads, self.head_dim)
