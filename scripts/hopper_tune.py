@@ -123,14 +123,11 @@ def _worst_error(D, fwd_cfg=None, bwd_cfg=None) -> float:
     return worst
 
 
-# The defaults first and last (drift); between them the bias term factored out of the tiles (dq_factor, dkdv_factor
-# with register sums; added after the eighteenth session's calls, not yet timed) in each kernel alone and in both, then
-# the dS sums' other path (mma_sums flipped; the default's comment in launch.py names its sweeps): options within 1%
-# of each other differ by about a sweep's drift between its first and last rows (hopper_tune_7b0a783_h200.json).
-_FACTORED = [dict(mma_sums=False, dq_factor=True), dict(mma_sums=False, dkdv_factor=True),
-             dict(mma_sums=False, dq_factor=True, dkdv_factor=True)]
-BWD_SWEEP = {64: [dict(), *_FACTORED, dict(mma_sums=False), dict(), *_FACTORED, dict()],
-             128: [dict(), *_FACTORED, dict(mma_sums=True), dict(), *_FACTORED, dict()]}
+# The defaults first and last (drift); between them the dS sums' other path (mma_sums flipped: across registers at
+# D 64, by wgmma at D 128; eighteenth session, the default's comment in launch.py), twice: options within 1% of each
+# other differ by about a sweep's drift between its first and last rows (hopper_tune_7b0a783_h200.json).
+BWD_SWEEP = {64: [dict(), dict(mma_sums=False), dict(), dict(mma_sums=False), dict()],
+             128: [dict(), dict(mma_sums=True), dict(), dict(mma_sums=True), dict()]}
 
 
 def _bwd_parts(q, k, v, c, do, out, lse, scale, cfg):
@@ -139,11 +136,11 @@ def _bwd_parts(q, k, v, c, do, out, lse, scale, cfg):
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     colsum, rowsum, delta = (torch.empty(B, Hq, T, device=DEV) for _ in range(3))
     L.row_deltas(out, do, None, delta)
-    lks = L.dkdv_launches(q, k, v, c, do, lse, delta, dk, dv, colsum, lse, lse, scale, triton.cdiv(T, L.BLOCK_M), B,
-                          False, False, cfg)
+    lk = L.dkdv_launch(q, k, v, c, do, lse, delta, dk, dv, colsum, lse, lse, scale,
+                       triton.cdiv(T, L.BLOCK_M), B, False, False, cfg)
     lq = L.dq_launch(q, k, v, c, do, lse, delta, dq, rowsum, lse, lse, scale, triton.cdiv(T, L.dq_block_m(cfg)), B,
                      False, False, cfg, out)
-    return [_time(lambda: [ln.run() for ln in lks]), _time(lq.run)]
+    return [_time(ln.run) for ln in (lk, lq)]
 
 
 def sweep(rows, fwd: bool, bwd: bool, T: int, tokens: int):

@@ -1,6 +1,6 @@
 """Instruction counts of the Gluon kernels' inner loops, from the sm_90a SASS (no GPU needed).
 
-    PYTHONPATH=src python scripts/sass_blocks.py dkdv-D64-bfloat16 dkdv-D64-bfloat16-factor   # names: aot's variants
+    PYTHONPATH=src python scripts/sass_blocks.py dkdv-D64-bfloat16 dq-D64-bfloat16-fused   # names: aot's variants
 
 Compiles each variant as aot.py does, disassembles it (cuobjdump -sass, shipped with Triton), and prints the basic
 blocks of every innermost loop that issues wgmma (the consumers' tile loops): instructions and the opcodes that

@@ -229,46 +229,6 @@ def test_other_sums_long_context(other_sums, T, gates, D, Hq, Hkv):
     _long_context(T, gates, D, Hq, Hkv)
 
 
-def _factor(monkeypatch, where: str):
-    _replace_bwd_configs(monkeypatch, lambda cfg: dict(mma_sums=False, dq_factor=where != "dkdv",
-                                                       dkdv_factor=where != "dq"))
-
-
-@pytest.fixture(params=["dq", "dkdv", "both"])
-def factored(request, monkeypatch):
-    """The backward with the bias term factored out of the tiles (BwdConfig.dq_factor / dkdv_factor, register
-    sums): in the dq kernel, the dk/dv kernel or both."""
-    _factor(monkeypatch, request.param)
-
-
-@pytest.mark.parametrize("gates", ["realistic", "mixed"])
-@pytest.mark.parametrize("shape", ["T1", "T130", "T1000-gqa8", "T4097", "Tq77-Tk1000"])
-@pytest.mark.parametrize("D", [64, 128], ids=lambda d: f"D{d}")
-def test_factored_bias(factored, D, shape, gates):
-    """Realistic gates take the factored tiles; mixed ones (-30 and -inf among them) put key blocks and query rows
-    out of range, so the dk/dv kernel's second launch and the dq kernel's unfactored branch run as well."""
-    B, Tq, Tk, Hq, Hkv = SHAPES[shape]
-    torch.manual_seed(18)
-    q = torch.randn(B, Tq, Hq, D, device=DEV, dtype=torch.bfloat16)
-    k = torch.randn(B, Tk, Hkv, D, device=DEV, dtype=torch.bfloat16)
-    v = torch.randn(B, Tk, Hkv, D, device=DEV, dtype=torch.bfloat16)
-    _check(q, k, v, _gates(gates, B, Tk, Hq, seed=19), with_dlse=True)
-
-
-@pytest.mark.parametrize("D", [64, 128], ids=lambda d: f"D{d}")
-def test_factored_bias_varlen_pruned_fp16(factored, D):
-    _packed_then_pruned(D, torch.bfloat16, seed=20)
-    _packed_then_pruned(D, torch.float16, seed=20)  # fp16 keeps the unfactored kernels
-
-
-@pytest.mark.parametrize("T", [16384, 65536], ids=lambda t: f"T{t // 1024}K")
-@pytest.mark.parametrize("gates", ["realistic", "half"])
-@pytest.mark.parametrize("D,Hq,Hkv", [(64, 2, 1), (128, 2, 2)], ids=["D64-gqa", "D128"])
-def test_factored_bias_long_context(monkeypatch, T, gates, D, Hq, Hkv):
-    _factor(monkeypatch, "both")
-    _long_context(T, gates, D, Hq, Hkv)
-
-
 def test_auto_picks_gluon_and_unpacked_heads_fall_back():
     from foxformer.ops.forgetting_attention.checks import resolve_backend
     from foxformer.ops.forgetting_attention.hopper.dispatch import layout_reason

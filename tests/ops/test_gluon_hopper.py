@@ -117,34 +117,3 @@ def test_unaddressable_tensors_fall_back_to_triton():
     unpacked = torch.zeros(1, 8, 2, 2, 64, dtype=torch.bfloat16)[:, :, :, 0]
     assert _kernel_backend("gluon", q=q, k=unpacked, v=q) == "triton"
     assert _kernel_backend("triton", q=unpacked, k=q, v=q) == "triton"
-
-
-@pytest.mark.parametrize("varlen", [False, True], ids=["dense", "packed"])
-def test_key_block_flags_match_a_plain_loop(varlen):
-    """The dk/dv kernel's factored launch runs the key blocks flagged here: every query head of the kv head's group
-    must see c fall by at most the limit across the block (first key to last, clipped to the sequence)."""
-    from foxformer.ops.forgetting_attention.tiles import key_block_flags
-
-    torch.manual_seed(0)
-    group, block, limit = 2, 128, 60.0
-    rates = torch.tensor([0.01, 0.5, 2.0, 0.01, 0.3, 0.02], dtype=torch.float64)  # nats a token, per head
-    if varlen:
-        lengths = [1, 200, 129, 300]
-        cu = torch.tensor([0] + torch.tensor(lengths).cumsum(0).tolist(), dtype=torch.int32)
-        B, T, n_z, spans = 1, sum(lengths), len(lengths), list(zip(cu[:-1].tolist(), lengths))
-    else:
-        B, T = 2, 300
-        cu, n_z, spans = torch.zeros(1), B, [(0, T)] * B
-    log_f = -torch.rand(B, len(rates), T, dtype=torch.float64) * rates[None, :, None]
-    c = log_f.cumsum(-1).contiguous()
-    n_blocks = -(-max(n for _, n in spans) // block)
-    got = key_block_flags(c, cu, varlen, n_z, T, T, n_blocks, group, block, limit)
-    assert got.min() == 0 and got.max() == 1  # both launches get blocks
-    for z, (start, n) in enumerate(spans):
-        zb = 0 if varlen else z
-        for kv in range(len(rates) // group):
-            for b in range(n_blocks):
-                first, last = start + b * block, start + min((b + 1) * block, n) - 1
-                want = b * block >= n or all(
-                    float(c[zb, kv * group + g, first] - c[zb, kv * group + g, last]) <= limit for g in range(group))
-                assert got[z, kv, b].item() == int(want), (z, kv, b)

@@ -4,7 +4,6 @@
 ``tile_bounds`` runs one small search kernel per launch and the attention kernels load its result:
 the first key block a query block keeps (forward, dq), or the first query tile a key block skips
 (dk/dv); ``query_key_range`` turns that into the loop bounds of the query-stationary kernels.
-``key_block_flags`` says, per key block, whether c falls by at most a given amount across it.
 """
 
 from __future__ import annotations
@@ -163,32 +162,3 @@ def tile_bounds(c: torch.Tensor, prune_delta: torch.Tensor, cu: torch.Tensor, va
         **LAUNCH_OPTIONS,
     )
     return bound
-
-
-@triton.jit
-def _key_block_drops_kernel(C, CuSeqlens, Flag, stride_cb, stride_ch, seqlen_q, seqlen_k, n_blocks, n_kv_heads,
-                            group, limit, BLOCK_N: tl.constexpr, IS_VARLEN: tl.constexpr):
-    pid, kv_head, pid_z = program_ids(n_blocks, n_kv_heads)
-    zb, tok0, n_q, n_k = seq_bounds(CuSeqlens, pid_z, seqlen_q, seqlen_k, IS_VARLEN)
-    n0 = pid * BLOCK_N
-    ok = n0 >= 0  # stays true for a block past the sequence, whose program does nothing either way
-    if n0 < n_k:
-        last = tl.minimum(n0 + BLOCK_N, n_k) - 1
-        for g in range(group):
-            base = C + zb * stride_cb + (kv_head * group + g) * stride_ch + tok0
-            ok = ok & (tl.load(base + n0) - tl.load(base + last) <= limit)
-    tl.store(Flag + tl.program_id(0), ok.to(tl.int32))
-
-
-def key_block_flags(c: torch.Tensor, cu: torch.Tensor, varlen: bool, n_z: int, seqlen_q: int, seqlen_k: int,
-                    n_blocks: int, group: int, block_n: int, limit: float) -> torch.Tensor:
-    """int32 [n_z, Hkv, n_blocks], in the order of a key-stationary launch over kv heads: 1 where c falls by at
-    most `limit` across the block's keys (c[first] - c[last], c never increases) for every query head of the kv
-    head's group. c float64 [B, Hq, Tk] contiguous; cu: cu_seqlens (varlen) or any placeholder tensor."""
-    n_kv = c.shape[1] // group
-    flag = torch.empty((n_z, n_kv, n_blocks), dtype=torch.int32, device=c.device)
-    _key_block_drops_kernel[launch_grid(n_blocks, n_kv, n_z)](
-        c, cu, flag, c.stride(0), c.stride(1), seqlen_q, seqlen_k, n_blocks, n_kv, group, float(limit),
-        BLOCK_N=block_n, IS_VARLEN=varlen, num_warps=1, **LAUNCH_OPTIONS,
-    )
-    return flag

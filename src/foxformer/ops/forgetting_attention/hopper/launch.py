@@ -14,9 +14,9 @@ import torch
 import triton
 
 from ..bwd import row_deltas
-from ..tiles import LAUNCH_OPTIONS, key_block_flags, launch_grid, tile_bounds
+from ..tiles import LAUNCH_OPTIONS, launch_grid, tile_bounds
 from .aot import Launch
-from .bwd import FACTOR_RANGE, dkdv_kernel, dq_kernel
+from .bwd import dkdv_kernel, dq_kernel
 from .compat import TensorDescriptor, gl
 from .fwd import WG_ROWS, fwd_kernel
 
@@ -133,9 +133,7 @@ class BwdConfig:
     rows; *_stages: ring depths; *_regs: the consumers' setmaxnreg; head_group: as FwdConfig's, for both
     kernels; fused_delta: the dq kernel computes the row deltas (do_i . o_i) itself and runs first, so the backward
     launches no row-delta kernel (bwd._row_deltas); mma_sums: both kernels sum dS (for dc) by one more wgmma a tile,
-    with a matrix of ones, instead of across registers (bwd's docstring); dq_factor, dkdv_factor: the kernel leaves
-    the row's (dq) or key's (dk/dv) term of the bias out of its tiles where it stays in range, one FMA a score fewer,
-    and scales its sums once instead (bf16 only; bwd.FACTOR_RANGE)."""
+    with a matrix of ones, instead of across registers (bwd's docstring)."""
 
     dkdv_block_m: int
     dkdv_stages: int
@@ -147,13 +145,6 @@ class BwdConfig:
     head_group: int = 4
     fused_delta: bool = False
     mma_sums: bool = False
-    dq_factor: bool = False
-    dkdv_factor: bool = False
-
-    def __post_init__(self):
-        if self.mma_sums and (self.dq_factor or self.dkdv_factor):
-            raise ValueError("dq_factor / dkdv_factor need the fp32 register sums (mma_sums=False): the two kernels "
-                             "would round differently scaled dS to bf16, and dc's sums would no longer share values")
 
 
 # Chosen by `scripts/hopper_tune.py bwd` (same setting): dk/dv with 128-row query tiles at D 64 (6.59 against 7.25 ms
@@ -183,41 +174,20 @@ def dq_block_m(cfg: BwdConfig) -> int:
     return cfg.dq_num_wg * WG_ROWS.value
 
 
-# The host's bound on c's fall across a key block for the factored dk/dv launch (nats): bwd.FACTOR_RANGE (log2 units)
-# less one for the float32 rounding of the kernels' c - r.
-DKDV_FACTOR_NATS = (FACTOR_RANGE.value - 1.0) / math.log2(math.e)
-
-
 def dkdv_launch(q, k, v, c, do, lse, delta, dk, dv, colsum, cu, bound, scale: float, n_blocks: int, n_z: int,
-                varlen: bool, prune: bool, cfg: BwdConfig, flags=None, factor: int = 0) -> Launch:
-    """factor (with flags from tiles.key_block_flags): 1 runs only the blocks flagged for the factored tiles
-    (BwdConfig.dkdv_factor), 2 only the others; 0 every block."""
+                varlen: bool, prune: bool, cfg: BwdConfig) -> Launch:
     B, Tq, Hq, D = q.shape
     Tk, Hkv = k.shape[1], k.shape[2]
     args = (rows_descriptor(q, cfg.dkdv_block_m), rows_descriptor(do, cfg.dkdv_block_m),
             rows_descriptor(k, BLOCK_M), rows_descriptor(v, BLOCK_M),
-            c, lse, delta, dk, dv, colsum, cu, bound, flags if flags is not None else lse,
+            c, lse, delta, dk, dv, colsum, cu, bound,
             dk.stride(0), dk.stride(1), dk.stride(2), dv.stride(0), dv.stride(1), dv.stride(2),
             c.stride(0), c.stride(1), lse.stride(0), lse.stride(1),
             Tq, Tk, float(scale), float(scale) * math.log2(math.e), n_blocks, Hkv, Hq // Hkv)
     constexprs = dict(HEAD_DIM=D, BLOCK_M=cfg.dkdv_block_m, NUM_STAGES=cfg.dkdv_stages,
                       IS_VARLEN=varlen, PRUNE=prune, CONSUMER_REGS=cfg.consumer_regs, HEAD_GROUP=cfg.head_group,
-                      MMA_SUMS=cfg.mma_sums, FACTOR=factor)
+                      MMA_SUMS=cfg.mma_sums)
     return Launch(dkdv_kernel, launch_grid(n_blocks, Hkv, n_z), args, constexprs, OPTIONS)
-
-
-def dkdv_launches(q, k, v, c, do, lse, delta, dk, dv, colsum, cu, bound, scale: float, n_blocks: int, n_z: int,
-                  varlen: bool, prune: bool, cfg: BwdConfig) -> list[Launch]:
-    """The dk/dv kernel's launches for cfg: one over every key block, or with cfg.dkdv_factor (bf16) two, the blocks
-    tiles.key_block_flags marks factored and then the rest."""
-    if not (cfg.dkdv_factor and q.dtype == torch.bfloat16):
-        return [dkdv_launch(q, k, v, c, do, lse, delta, dk, dv, colsum, cu, bound, scale, n_blocks, n_z, varlen, prune,
-                            cfg)]
-    Tq, Hq = q.shape[1], q.shape[2]
-    Tk, Hkv = k.shape[1], k.shape[2]
-    flags = key_block_flags(c, cu, varlen, n_z, Tq, Tk, n_blocks, Hq // Hkv, BLOCK_M, DKDV_FACTOR_NATS)
-    return [dkdv_launch(q, k, v, c, do, lse, delta, dk, dv, colsum, cu, bound, scale, n_blocks, n_z, varlen, prune,
-                        cfg, flags, mode) for mode in (1, 2)]
 
 
 def dq_launch(q, k, v, c, do, lse, delta, dq, rowsum, cu, bound, scale: float, n_blocks: int, n_z: int,
@@ -238,8 +208,7 @@ def dq_launch(q, k, v, c, do, lse, delta, dq, rowsum, cu, bound, scale: float, n
     constexprs = dict(HEAD_DIM=D, BLOCK_N=cfg.dq_block_n, NUM_WG=cfg.dq_num_wg, NUM_STAGES=cfg.dq_stages,
                       IS_VARLEN=varlen, PRUNE=prune, CONSUMER_REGS=cfg.dq_consumer_regs,
                       HEAD_GROUP=cfg.head_group, FUSED_DELTA=cfg.fused_delta,
-                      HAS_DLSE=cfg.fused_delta and dlse is not None, MMA_SUMS=cfg.mma_sums,
-                      FACTOR=cfg.dq_factor and q.dtype == torch.bfloat16)
+                      HAS_DLSE=cfg.fused_delta and dlse is not None, MMA_SUMS=cfg.mma_sums)
     return Launch(dq_kernel, launch_grid(n_blocks, Hq, n_z), args, constexprs, OPTIONS)
 
 
@@ -277,8 +246,8 @@ def gluon_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
     n_kblocks = triton.cdiv(longest or Tk, BLOCK_M)
     bound = (tile_bounds(c, prune_delta, cu, varlen, n_z, Tq, Tk, n_kblocks, cfg.dkdv_block_m, BLOCK_M, True)
              if prune else lse)
-    dkdv_steps = dkdv_launches(q, k, v, c, do, lse, delta, dk, dv, colsum, cu, bound, scale, n_kblocks, n_z, varlen,
-                               prune, cfg)
+    dkdv_step = dkdv_launch(q, k, v, c, do, lse, delta, dk, dv, colsum, cu, bound, scale, n_kblocks, n_z, varlen, prune,
+                            cfg)
 
     n_qblocks = triton.cdiv(longest or Tq, dq_block_m(cfg))
     bound = (tile_bounds(c, prune_delta, cu, varlen, n_z, Tq, Tk, n_qblocks, dq_block_m(cfg), cfg.dq_block_n, False)
@@ -286,7 +255,7 @@ def gluon_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
     dq_step = dq_launch(q, k, v, c, do, lse, delta, dq, rowsum, cu, bound, scale, n_qblocks, n_z, varlen, prune,
                         cfg, out, dlse)
     # The fused dq kernel writes the deltas the dk/dv kernel reads; otherwise the order measured within 1%.
-    for launch in ([dq_step, *dkdv_steps] if cfg.fused_delta else [*dkdv_steps, dq_step]):
+    for launch in ((dq_step, dkdv_step) if cfg.fused_delta else (dkdv_step, dq_step)):
         launch.run()
 
     # dc_t = (row sum of dS at the query sitting on position t) - (column sum of dS at key t).
@@ -310,8 +279,7 @@ def variant_names() -> list[str]:
     """Every kernel variant the dispatcher can pick: kernel x head dim x dtype x dense / packed x pruned
     or not (the constexprs that change the code; dq_tails for the dq kernel); then, as options, the dq kernel with
     BwdConfig.fused_delta flipped from the default, bf16, dense and packed, and both backward kernels with
-    BwdConfig.mma_sums flipped ("-mma-sums" / "-reg-sums") and with the bias term factored out ("-factor":
-    dq_factor, dkdv_factor, register sums; the dk/dv kernel's two launches, "-factor" and "-factor-rest")."""
+    BwdConfig.mma_sums flipped ("-mma-sums" / "-reg-sums")."""
     picked = [f"{kernel}-D{D}-{dtype}{'-varlen' if varlen else ''}{'-prune' if prune else ''}{tail}"
               for D in (64, 128) for dtype in _VARIANT_DTYPES for varlen in (False, True) for prune in (False, True)
               for kernel in ("fwd", "dkdv", "dq") for tail in (dq_tails(D) if kernel == "dq" else ("",))]
@@ -319,9 +287,7 @@ def variant_names() -> list[str]:
                for varlen, tail in zip(("", "-varlen"), dq_tails(D, not BWD_CONFIGS[D].fused_delta) * 2)]
     sums = [f"{kernel}-D{D}-bfloat16{'-reg-sums' if BWD_CONFIGS[D].mma_sums else '-mma-sums'}"
             for D in (64, 128) for kernel in ("dkdv", "dq")]
-    factored = [f"{kernel}-D{D}-bfloat16{dq_tails(D)[0] if kernel == 'dq' else ''}-factor{rest}"
-                for D in (64, 128) for kernel, rest in (("dkdv", ""), ("dkdv", "-rest"), ("dq", ""))]
-    return picked + flipped + sums + factored
+    return picked + flipped + sums
 
 
 def variant_launches(tokens: int = 300):
@@ -332,8 +298,6 @@ def variant_launches(tokens: int = 300):
         bwd_cfg = dataclasses.replace(BWD_CONFIGS[D], fused_delta="-fused" in name)
         if name.endswith("-sums"):
             bwd_cfg = dataclasses.replace(bwd_cfg, mma_sums=name.endswith("-mma-sums"))
-        if "-factor" in name:
-            bwd_cfg = dataclasses.replace(bwd_cfg, mma_sums=False, dq_factor=True, dkdv_factor=True)
         B, Hq, Hkv = (1, 4, 2) if varlen else (2, 4, 2)
         q = torch.zeros(B, tokens, Hq, D, dtype=_VARIANT_DTYPES[dtype])
         k = torch.zeros(B, tokens, Hkv, D, dtype=_VARIANT_DTYPES[dtype])
@@ -345,10 +309,8 @@ def variant_launches(tokens: int = 300):
         if kernel == "fwd":
             yield name, forward_launch(q, k, k, c, q, vec, cu, bound, 0.1, 3, n_z, varlen, prune, FWD_CONFIGS[D])
         elif kernel == "dkdv":
-            factor = 0 if "-factor" not in name else 2 if name.endswith("-rest") else 1
-            flags = torch.zeros(n_z, Hkv, 3, dtype=torch.int32) if factor else None
             yield name, dkdv_launch(q, k, k, c, q, vec, vec, k, k, vec, cu, bound, 0.1, 3, n_z, varlen, prune,
-                                    bwd_cfg, flags, factor)
+                                    bwd_cfg)
         else:
             yield name, dq_launch(q, k, k, c, q, vec, vec, q, vec, cu, bound, 0.1, 3, n_z, varlen, prune,
                                   bwd_cfg, q, vec if "-dlse" in name else None)
