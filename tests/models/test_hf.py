@@ -55,13 +55,17 @@ def test_tied_embeddings_round_trip(tmp_path):
     _assert_identical(loaded.eval(), model, ids)
 
 
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
 @pytest.mark.parametrize("preset", ["fox-pro-tiny", "linear-pro-tiny"])
-def test_torch_compile_fullgraph_train_step(preset):
+def test_torch_compile_fullgraph_train_step(preset, dynamic):
+    """Static shapes, and dynamic ones over lengths below and above a linear-attention chunk (64 tokens)."""
     model = make_model(preset).float().train()
-    ids = tokens(2, 16)
-    ref = model(ids, labels=ids).loss
-    compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
-    loss = compiled(ids, labels=ids).loss
-    loss.backward()
-    torch.testing.assert_close(loss, ref)
-    assert model.lm_head.weight.grad is not None
+    compiled = torch.compile(model, backend="aot_eager", fullgraph=True, dynamic=dynamic)
+    for T in (16, 24, 100) if dynamic else (16,):
+        ids = tokens(2, T)
+        ref = model(ids, labels=ids).loss
+        model.zero_grad()
+        loss = compiled(ids, labels=ids).loss
+        loss.backward()
+        torch.testing.assert_close(loss, ref)
+        assert model.lm_head.weight.grad is not None

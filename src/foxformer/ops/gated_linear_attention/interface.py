@@ -55,7 +55,9 @@ def gated_linear_attention(q, k, v, log_fgate, *, initial_state=None, return_fin
     B, T, Hq, Dk = q.shape
     group = Hq // k.shape[2]
     cd = compute_dtype(q.dtype)
-    C = min(chunk_size, T)
+    # not min(): under torch.compile's dynamic shapes a symbolic min() left the chunk views' strides undecidable
+    # and the compiled train step failed ("view size is not compatible"); the branch guards on T instead
+    C = chunk_size if T >= chunk_size else T
     T_pad = -(-T // C) * C
     # Zero padding at the end is inert: k = 0 adds nothing to the state and log f = 0 does not decay it.
     qc = _to_chunks(heads_first(q, 1, cd), T_pad, C)
