@@ -3,6 +3,7 @@ import torch
 import torch.nn.functional as F
 
 from foxformer.models import FoxForCausalLM, get_preset
+from foxformer.models.layers import rope_tables
 
 from .conftest import MAIN_PRESETS, VARIANTS, VOCAB, make_model, tokens
 
@@ -101,6 +102,31 @@ def test_rope_under_bf16_autocast(case):
         parts = [out.logits.float()]
         parts += [model(ids[:, t:t + 1], past_key_values=out.cache).logits.float() for t in range(20, 24)]
     torch.testing.assert_close(torch.cat(parts, 1), full, rtol=0, atol=3e-2)
+
+
+def test_rope_tables_are_one_opaque_op_under_compile():
+    """torch.compile sees the RoPE tables as one op a forward, not the angle, cos and sin, which Inductor would
+    fuse into (and evaluate again in) every layer's RoPE kernels; the tables are the LLaMA angles."""
+    model = make_model("transformer-llama-tiny").eval()
+    graphs = []
+
+    def record(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    ids = tokens(2, 24)
+    with torch.no_grad():
+        compiled = torch.compile(model, backend=record, fullgraph=True)(ids).logits
+        torch.testing.assert_close(compiled, model(ids).logits, rtol=0, atol=0)
+    targets = [n.target for g in graphs for n in g.graph.nodes if n.op in ("call_function", "call_method")]
+    assert targets.count(torch.ops.foxformer.rope_tables.default) == 1
+    assert not [t for t in targets if "cos" in str(t) or "sin" in str(t)]
+    positions = torch.tensor([[0, 5, 70000]])
+    cos, sin = rope_tables(positions, 8, 10000.0, torch.float64)
+    angles = positions[..., None].double() * 10000.0 ** (-torch.arange(4, dtype=torch.float64) / 4)
+    assert cos.shape == sin.shape == (1, 3, 1, 4)
+    torch.testing.assert_close(cos[:, :, 0], angles.cos(), rtol=0, atol=1e-12)
+    torch.testing.assert_close(sin[:, :, 0], angles.sin(), rtol=0, atol=1e-12)
 
 
 HOLED_MASKS = {"zero-between-real-tokens": [[1, 1, 1, 0, 1, 1, 1, 1], [1] * 8],

@@ -76,11 +76,27 @@ def rope_tables(positions: torch.Tensor, head_dim: int, theta: float,
 
     Angles are formed in fp32 (fp64 for fp64 models) so that large positions keep their phase.
     """
+    return _rope_tables_op(positions, head_dim, theta, dtype)
+
+
+# An opaque op, so that torch.compile materialises the tables once a forward: traced as plain aten ops, Inductor
+# fused the angle, cos and sin into every layer's RoPE kernels, forward and backward, and evaluated them for each
+# element of q and k (H200, Transformer (LLaMA) 125M at 16K, compiled: its RoPE kernels took 34.6 ms of a 269 ms
+# step, docs/benchmarks.md "Whole models").
+@torch.library.custom_op("foxformer::rope_tables", mutates_args=())
+def _rope_tables_op(positions: torch.Tensor, head_dim: int, theta: float,
+                    dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     calc = torch.float64 if dtype == torch.float64 else torch.float32
     half = head_dim // 2
     inv_freq = theta ** (-torch.arange(half, device=positions.device, dtype=calc) * 2.0 / head_dim)
-    angles = positions.to(calc)[..., None] * inv_freq
-    return angles.cos().to(dtype)[:, :, None, :], angles.sin().to(dtype)[:, :, None, :]
+    angles = (positions.to(calc)[..., None] * inv_freq)[:, :, None, :]
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+@_rope_tables_op.register_fake
+def _(positions, head_dim, theta, dtype):
+    shape = (*positions.shape, 1, head_dim // 2)
+    return positions.new_empty(shape, dtype=dtype), positions.new_empty(shape, dtype=dtype)
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
