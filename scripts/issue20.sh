@@ -45,6 +45,8 @@
 # give `lodo-rest` one seed a call (two models side by side) for the full schedule.
 # Seventeenth, `lodo-rest 0` (385 s): the two models ran ~240K tokens/s each, all 344 steps in 3.5 min, then 2.8 min
 # of evaluations (prose, Go, the gates on the mix and on Go). `ablation 0`: 324 s, the three models 344 steps each.
+# Twenty-first, `seed-ood 0` (commit 2eb556e, 495 s): training 5.4 min (all 344 steps, 146K to 166K tokens/s each),
+# then the novels' and Go's losses in 53 s, the gates on the three texts in 68 s, the compare steps in 41 s.
 set -u
 MODE=${1:-}
 DATA=${DATA:-repro_data/gpt2}; SHARED=${SHARED:-../shared/data}; CARRY=${CARRY:-repro_data/carry}

@@ -95,6 +95,30 @@ def run_compare(groups: list[tuple[str, list[str]]], text: str, reference: str, 
     return compare([f for _, f in found], out, names=[label for label, _ in found], reference=reference)
 
 
+def _bundle(path: str) -> str:
+    """The bundle folder (absolute) of a run folder or of a file inside it."""
+    return os.path.abspath(os.path.dirname(os.path.dirname(_run_dir(path))))
+
+
+def _reads(groups: list[tuple[str, list[str]]], text: str, fresh: set[str]) -> bool:
+    """Whether a comparison of ``text`` over ``groups`` reads a run of the ``fresh`` bundles (those given, not kept):
+    one that reads kept inputs only is what the document already shows (and slim inputs kept twice over by the
+    twentieth session's run, bins of bins, break its figure), so its part keeps its published text."""
+    return any(_bundle(f) in fresh for _, runs in groups for f in _loss_files(runs, text))
+
+
+def tried(runs: list[str], text: str) -> bool:
+    """Whether the call of any of ``runs`` set out to evaluate ``text``: reproduce.sh's step writes its log
+    (eval_loss_RUN.log for the mix, TEXT_RUN.log for the others) even when the deadline skips it. A call that
+    never planned the text (`issue20.sh seed-ood`: no mix, no prose) leaves none, and its runs are not missing it."""
+    for run in runs:
+        name = os.path.basename(os.path.normpath(run))
+        log = f"eval_loss_{name}.log" if text == "eval" else f"{text}_{name}.log"
+        if os.path.exists(os.path.join(_bundle(run), log)):
+            return True
+    return False
+
+
 def _run_dir(path: str) -> str:
     """BUNDLE/runs/RUN of a run folder or of a file inside it."""
     head, _, tail = os.path.normpath(path).partition(os.sep + "runs" + os.sep)
@@ -150,15 +174,15 @@ def gate_timescales(path: str) -> np.ndarray:
     return np.asarray(model["timescale"], dtype=np.float64)  # [layers, heads]; inf: no forgetting measured
 
 
-def gates_section(runs_by_preset: dict) -> tuple[str, list[str]]:
-    """Median per-head timescale of each FoX model on the training mix and on the other texts, and a
-    scatter of one against the other."""
+def gates_section(runs_by_preset: dict) -> tuple[str, list[str], list[str]]:
+    """Median per-head timescale of each FoX model on the training mix and on the other texts, a scatter of one
+    against the other, and the runs read."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows, fig, axes = [], None, None
+    rows, read, fig, axes = [], [], None, None
     texts = [("eval", "mix"), ("gates_ood_austen", "novels"), ("gates_ood_go", "Go")]
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.4), layout="constrained")
     for ax, preset in zip(axes, ("fox-pro", "fox-llama")):
@@ -167,6 +191,7 @@ def gates_section(runs_by_preset: dict) -> tuple[str, list[str]]:
             if not all(os.path.exists(p) for p in found.values()):
                 continue
             ts = {tag: gate_timescales(p) for tag, p in found.items()}
+            read.append(run)
             rows.append([os.path.basename(run)] + [f"{np.median(ts[t]):.1f}" for _, t in texts]
                         + [f"{np.mean(ts[t] < 10):.2f}" for _, t in texts])
             for tag, marker in (("novels", "o"), ("Go", "x")):
@@ -182,16 +207,16 @@ def gates_section(runs_by_preset: dict) -> tuple[str, list[str]]:
             ax.legend(fontsize=6)
     if not rows:
         plt.close(fig)
-        return "", []
+        return "", [], []
     path = os.path.join(OUT, "gates_domains.png")
     fig.savefig(path, dpi=120)
     plt.close(fig)
     head = ("| run | median timescale: mix | novels | Go | heads < 10 tokens: mix | novels | Go |\n"
             "|---|---|---|---|---|---|---|\n")
-    return head + "".join("| " + " | ".join(r) + " |\n" for r in rows), [path]
+    return head + "".join("| " + " | ".join(r) + " |\n" for r in rows), [path], read
 
 
-def _lodo(runs: dict, units: dict, dropped: list[str]) -> None:
+def _lodo(runs: dict, units: dict, dropped: list[str], fresh: set[str]) -> None:
     """The no-prose pair on every text it read, and the held-out prose beside the full-mix pair (when the
     seed calls' runs are there): one unit per text into ``units``."""
     nop = [(f"{LABELS[p]}, no prose", runs[p + "/noprose"]) for p in BLOCKS["pro"]]
@@ -199,6 +224,8 @@ def _lodo(runs: dict, units: dict, dropped: list[str]) -> None:
     for text, what in TEXTS.items():
         with_full = text == "eval_src_prose" and all(g for _, g in full)
         out = os.path.join(OUT, f"lodo_{text}")
+        if not _reads(full + nop if with_full else nop, text, fresh):
+            continue
         res = run_compare(full + nop if with_full else nop, text, "Transformer (Pro), no prose", out, dropped)
         if res is None:
             continue
@@ -221,11 +248,13 @@ ABLATIONS = {"fox-llama:fgate=data_dependent": "FoX (LLaMA), data-dependent gate
              "fox-llama:fgate=fixed": "FoX (LLaMA), fixed gate"}
 
 
-def _ablations(runs: dict, units: dict, dropped: list[str]) -> None:
+def _ablations(runs: dict, units: dict, dropped: list[str], fresh: set[str]) -> None:
     """The gate ablations against the data-dependent gate on the mix's held-out documents: one unit."""
     if not all(runs.get(kind) for kind in ABLATIONS):
         return
     groups = [(label, runs[kind]) for kind, label in ABLATIONS.items()]
+    if not _reads(groups, "eval", fresh):
+        return
     out = os.path.join(OUT, "ablation_llama")
     res = run_compare(groups, "eval", groups[0][0], out, dropped)
     if res is None:
@@ -247,7 +276,7 @@ def _kind_label(kind: str) -> str:
     return LABELS.get(base, base) + (", no prose" if data == "noprose" else "")
 
 
-def _bias_shift_ood(runs: dict, units: dict) -> None:
+def _bias_shift_ood(runs: dict, units: dict, fresh: set[str] | None = None) -> None:
     """The gate-bias shift on the texts from outside the mix (`BIAS_SHIFT_OOD=1`, RUN/bias_shift_ood_TAG/): per run
     the mean loss at each shift, per model and text the seeds' mean change from shift 0, and a figure."""
     import matplotlib
@@ -261,7 +290,7 @@ def _bias_shift_ood(runs: dict, units: dict) -> None:
             for path in sorted(glob.glob(os.path.join(run, SHIFT_DIR + "*", "bias_shift.json"))):
                 tag = os.path.basename(os.path.dirname(path))[len(SHIFT_DIR):]
                 found.setdefault((kind, tag), []).append((run, _read(path)))
-    if not found:
+    if not found or (fresh is not None and not any(_bundle(r) in fresh for got in found.values() for r, _ in got)):
         return
     shifts = next(iter(found.values()))[0][1]["shifts"]
     if 0.0 not in shifts:
@@ -331,10 +360,13 @@ def old_units(doc: str) -> tuple[dict, dict, dict]:
     return bodies, summary, {m.group(1): m.group(0) for m in _BUNDLE_RE.finditer(sec)}
 
 
-def section(bundles: list[str], old: tuple[dict, dict, dict] = ({}, {}, {})) -> str:
-    """The section from ``bundles``, with the units of ``old`` (``old_units``) that they do not cover."""
+def section(bundles: list[str], old: tuple[dict, dict, dict] = ({}, {}, {}), given: list[str] | None = None) -> str:
+    """The section from ``bundles``, with the units of ``old`` (``old_units``) that they do not cover. ``given``: the
+    bundles of this run (the others are kept inputs, read to pool their seeds with these); every bundle by default.
+    Only the parts that read a run of ``given`` are generated again."""
     os.makedirs(OUT, exist_ok=True)
     runs = find_runs(bundles)
+    fresh = {os.path.abspath(b) for b in (bundles if given is None else given)}
     units: dict = {}  # unit id -> (body lines, summary lines), what these bundles give
     missing = []  # comparisons whose runs are there but whose evaluations are not (cut by a call's time limit)
     dropped: list[str] = []  # evaluations of other sequences than the rest of their comparison
@@ -345,10 +377,12 @@ def section(bundles: list[str], old: tuple[dict, dict, dict] = ({}, {}, {})) -> 
             groups = [(LABELS[fox], runs.get(fox, [])), (LABELS[tfm], runs.get(tfm, []))]
             if not all(g for _, g in groups):
                 continue
+            new = [r for _, g in groups for r in g if _bundle(r) in fresh]
             out = os.path.join(OUT, f"{text}_{block}")
-            res = run_compare(groups, text, LABELS[tfm], out, dropped)
+            res = run_compare(groups, text, LABELS[tfm], out, dropped) if _reads(groups, text, fresh) else None
             if res is None:
-                missing.append(f"{LABELS[fox]} against {LABELS[tfm]} on {what}")
+                if tried(new, text):
+                    missing.append(f"{LABELS[fox]} against {LABELS[tfm]} on {what}")
                 continue
             body = _compare_body(f"### {LABELS[fox]} against {LABELS[tfm]}: {what}", out, res)
             if text == "eval":
@@ -362,18 +396,21 @@ def section(bundles: list[str], old: tuple[dict, dict, dict] = ({}, {}, {})) -> 
         units["missing"] = (["Not evaluated in these bundles (the runs are there, their evaluations are not: cut by "
                              "the GPU call's time limit, see the bundle's logs): " + "; ".join(missing) + ".", ""], [])
     if all(runs.get(p + "/noprose") for p in BLOCKS["pro"]):
-        _lodo(runs, units, dropped)
-    _ablations(runs, units, dropped)
+        _lodo(runs, units, dropped, fresh)
+    _ablations(runs, units, dropped, fresh)
     if dropped:
         names = ", ".join(_in_bundle(f, bundles) for f in sorted(set(dropped)))
         units["dropped"] = (["Left out of their comparisons (they read other sequences than the rest, e.g. an earlier "
                              f"number of sequences per text): {names}.", ""], [])
-    _bias_shift_ood(runs, units)
-    table, figs = gates_section(runs)
-    if table:
+    _bias_shift_ood(runs, units, fresh)
+    table, figs, read = gates_section(runs)
+    if table and any(_bundle(r) in fresh for r in read):
+        # the runs read: a table from runs whose inputs were never kept (the eleventh session's seed 2) stays
+        # beside a new one as an earlier call's (_superseded)
         units["gates"] = (["### Forget gates on the mix and on the other texts", "",
                            "Per-head timescale 1 / -mean(log f) (`analyze gates`, 4 sequences of 1024 tokens per "
-                           "text):", "", table, f"![gates by text]({figs[0][5:]})", ""], [])
+                           "text):", "", table, f"![gates by text]({figs[0][5:]})", "",
+                           INPUTS.format(" ".join(sorted(_run_id(r) for r in read)))], [])
     # one folder per seed: mqar/ (the twelfth session's seed 0) or mqar_sN/ (MQAR_SEED=N)
     seed_dirs = sorted((os.path.join(b, d) for b in bundles if os.path.isdir(b) for d in os.listdir(b)
                         if re.fullmatch(r"mqar(_s\d+)?", d) and os.path.exists(os.path.join(b, d, "mqar.json"))),
@@ -409,8 +446,9 @@ def _assemble(bundles: list[str], units: dict, old: tuple[dict, dict, dict]) -> 
             provenance[name] = f"- {name} (bundle folder): commit {'; '.join(prov)}"
     parts = [BEGIN, "## Seeds, other domains and recall (issue 20)", "",
              "Generated by `python scripts/issue20_doc.py` from the outputs of `bash scripts/issue20.sh seed 0|1|2`, "
-             "`lodo` and `mqar` (commands and timings in the script). Cells: mean ± standard deviation over "
-             "seeds; differences: 95% bootstrap interval over seeds and sequences, **bold** where it excludes 0.", ""]
+             "`seed-ood 0`, `lodo` and `mqar` (commands and timings in the script). Cells: mean ± standard deviation "
+             "over seeds; differences: 95% bootstrap interval over seeds and sequences, **bold** where it excludes 0.",
+             ""]
     parts += list(provenance.values()) + [""]
     order = [u for uid in ORDER for u in (uid, uid + EARLIER)]
     summary = [f"{line} <!-- {uid} -->" for uid in order if uid in have for line in have[uid][1]]
@@ -461,7 +499,9 @@ def archive(bundles: list[str]) -> None:
                 src = os.path.join(run, text)
                 if os.path.exists(os.path.join(src, "loss.json")):
                     data = _read(os.path.join(src, "loss.json"))
-                    data["models"] = [slim_curve(m) for m in data["models"]]
+                    # a kept input given again is slim already: slimming its bins again averages bins of bins
+                    # (the twentieth session's lodo_rest_s1/s2 inputs: 39 bins over positions 1..104)
+                    data["models"] = [m if "bin_edges" in m else slim_curve(m) for m in data["models"]]
                     _write(os.path.join(out, text, "loss.json"), data)
                 if os.path.exists(os.path.join(src, "bias_shift.json")):
                     data = _read(os.path.join(src, "bias_shift.json"))
@@ -524,7 +564,7 @@ def with_archive(bundles: list[str]) -> list[str]:
 def update(text: str, bundles: list[str]) -> str:
     """``text`` (docs/results.md) with its issue-20 section rebuilt from ``bundles`` and the kept inputs; the given
     bundles are kept (``archive``) for later runs."""
-    section_text = section(with_archive(bundles), old_units(text))
+    section_text = section(with_archive(bundles), old_units(text), given=bundles)
     archive(bundles)
     return text[:text.index(BEGIN)] + section_text + text[text.index(END) + len(END):]
 
