@@ -264,6 +264,10 @@ def _figures(curve, positions) -> tuple[list, Optional[np.ndarray]]:
     cols = [np.asarray(curve.seq_mean, dtype=np.float64)]
     cols += [octs[:, ends.index(p)] if v is not None else np.full(len(octs), np.nan)
              for v, p in zip(values[1:], positions)]
+    # The octaves as the sequences' mean (the curve's octave mean, exactly, for sequences of equal length): a
+    # slimmed curve kept in a repository (compare.slim_curve) may have lost its octave bins, the sequences have not.
+    values = values[:1] + [float(octs[:, ends.index(p)].mean()) if v is not None else None
+                           for v, p in zip(values[1:], positions)]
     return values, np.stack(cols, axis=1)
 
 
