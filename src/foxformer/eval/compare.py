@@ -266,8 +266,7 @@ def _figures(curve, positions) -> tuple[list, Optional[np.ndarray]]:
              for v, p in zip(values[1:], positions)]
     # The octaves as the sequences' mean (the curve's octave mean, exactly, for sequences of equal length): a
     # slimmed curve kept in a repository (compare.slim_curve) may have lost its octave bins, the sequences have not.
-    values = values[:1] + [float(octs[:, ends.index(p)].mean()) if v is not None else None
-                           for v, p in zip(values[1:], positions)]
+    values = values[:1] + [float(c.mean()) if v is not None else None for v, c in zip(values[1:], cols[1:])]
     return values, np.stack(cols, axis=1)
 
 
