@@ -53,6 +53,10 @@ BAD = {
     "backend-unknown": ["--backend", "bogus"],
     "device-unknown": ["--device", "nodevice"],
     "peak-flops-zero": ["--peak-flops", "0"],
+    "override-unknown-key": ["--presets", "fox-pro-tiny:head_dims=32"],
+    "override-not-key-value": ["--presets", "fox-pro-tiny:head_dim"],
+    "override-not-dividing": ["--presets", "fox-pro-tiny:head_dim=48"],
+    "row-named-twice": ["--presets", "fox-pro-tiny,fox-pro-tiny"],
 }
 
 
@@ -150,3 +154,16 @@ def test_json_says_which_peak_the_mfu_is_against(tmp_path):
     payload = json.loads(out.read_text())
     assert payload["peak_flops"] is None and payload["peak_dtype"] == "fp32" and "cpu" in payload["mfu_note"]
     assert payload["results"][0]["mfu"] is None
+
+
+def test_a_preset_row_takes_overrides_of_its_own(tmp_path):
+    """`--presets fox-pro-tiny,fox-pro-tiny:head_dim=32` times the preset beside a variant of it (the head dim
+    the Transformer presets use), each row naming its overrides; profile files get names without the colon."""
+    out, prof = tmp_path / "bench.json", tmp_path / "prof"
+    assert main(TINY + ["--presets", "fox-pro-tiny,fox-pro-tiny:head_dim=32", "--profile", str(prof),
+                        "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["results"]
+    assert [(r["name"], r["preset"], r["overrides"]) for r in rows] == [
+        ("fox-pro-tiny", "fox-pro-tiny", {}), ("fox-pro-tiny:head_dim=32", "fox-pro-tiny", {"head_dim": 32})]
+    assert rows[0]["non_embedding_params"] != rows[1]["non_embedding_params"]  # per-head weights: 4 heads, then 2
+    assert (prof / "fox-pro-tiny_head_dim_32.txt").exists()

@@ -119,7 +119,8 @@ def configure_attention(p: argparse.ArgumentParser) -> None:
 
 def configure_model(p: argparse.ArgumentParser) -> None:
     p.add_argument("--presets", default="fox-pro-125m,fox-llama-125m,transformer-llama-125m",
-                   help="comma list of preset names")
+                   help="comma list of preset names, each optionally with FoxConfig overrides of its own after "
+                        "colons (fox-pro-125m:head_dim=128 times FoX (Pro) 125M with 6 heads of 128)")
     p.add_argument("--context", type=int, default=16384)
     p.add_argument("--tokens-per-step", type=int, default=65536)
     p.add_argument("--steps", type=int, default=5)

@@ -13,6 +13,7 @@ import argparse
 import gc
 import json
 import os
+import re
 import sys
 import time
 
@@ -21,6 +22,7 @@ from tqdm import tqdm
 
 from foxformer.models import FoxForCausalLM, count_non_embedding, get_preset, training_flops_per_token
 from foxformer.models.config import FoxConfig
+from foxformer.train.config import parse_overrides
 from foxformer.train.metrics import mfu, peak_flops
 
 from .cli import configure_model
@@ -104,10 +106,23 @@ def measure(model: torch.nn.Module, vocab: int, context: int, batch: int, steps:
             "loss": float(loss.detach())}
 
 
-def _check(args: argparse.Namespace) -> tuple[list[str], dict]:
-    """The preset names and the FoxConfig overrides, or a ValueError naming the bad option: checked before
-    any model is measured (an unknown preset late in --presets used to end in a traceback after the earlier
-    ones had run, their results lost)."""
+def _preset_spec(spec: str) -> tuple[str, dict]:
+    """``"fox-pro-125m:head_dim=128"`` -> ``("fox-pro-125m", {"head_dim": 128})``: a preset with FoxConfig
+    overrides of its own (values as YAML reads them), so that one run can time a preset beside a variant of it."""
+    name, *items = spec.split(":")
+    return name, parse_overrides(items, f"--presets {spec!r}")
+
+
+def _file_name(name: str) -> str:
+    """``name`` with only [A-Za-z0-9._-] (a row such as "fox-pro-125m:head_dim=128" names its profile files)."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name)
+
+
+def _check(args: argparse.Namespace) -> tuple[list[tuple[str, str, dict]], dict]:
+    """(row name, preset name, that row's FoxConfig overrides) for each --presets entry and the overrides
+    every row shares, or a ValueError naming the bad option: checked before any model is measured (an
+    unknown preset late in --presets used to end in a traceback after the earlier ones had run, their
+    results lost)."""
     for name in ("context", "tokens_per_step", "steps"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
@@ -125,20 +140,24 @@ def _check(args: argparse.Namespace) -> tuple[list[str], dict]:
             torch.device(args.device)
         except RuntimeError:
             raise ValueError(f"--device: not a torch device: {args.device!r}") from None
-    presets = [p.strip() for p in args.presets.split(",")]
     overrides = {"attention_backend": args.backend}
     if args.vocab_size:
         overrides["vocab_size"] = args.vocab_size
     if args.grad_ckpt:
         overrides["gradient_checkpointing"] = True
-    for preset in presets:
-        get_preset(preset, **overrides)  # ValueError: unknown preset, bad --backend
-    return presets, overrides
+    rows = []
+    for spec in (p.strip() for p in args.presets.split(",")):
+        preset, own = _preset_spec(spec)
+        get_preset(preset, **overrides, **own)  # ValueError: unknown preset or key, bad --backend or value
+        rows.append((spec, preset, own))
+    if len({name for name, _, _ in rows}) < len(rows):
+        raise ValueError(f"--presets names a row twice: {args.presets!r}")
+    return rows, overrides
 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        presets, overrides = _check(args)
+        specs, overrides = _check(args)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -146,12 +165,14 @@ def run(args: argparse.Namespace) -> int:
     dtype = DTYPES[args.dtype]
     batch = args.tokens_per_step // args.context
     entries = []
-    for preset in presets:
-        entries.append((preset, preset, lambda p=preset: FoxForCausalLM(get_preset(p, **overrides))))
+    for name, preset, own in specs:
+        cfg = get_preset(preset, **overrides, **own)
+        entries.append((name, preset, own, cfg, True, lambda c=cfg: FoxForCausalLM(c)))
     if args.anchor:
-        for size in dict.fromkeys(_size_of(p) for p in presets):
+        for size in dict.fromkeys(_size_of(preset) for _, preset, _ in specs):
             ref = get_preset(f"transformer-llama-{size}", **overrides)
-            entries.append((f"hf-llama-sdpa-{size}", f"transformer-llama-{size}", lambda c=ref: llama_anchor(c)))
+            entries.append((f"hf-llama-sdpa-{size}", f"transformer-llama-{size}", {}, ref, False,
+                            lambda c=ref: llama_anchor(c)))
 
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     peak, peak_dtype, mfu_note = mfu_peak(device_name, args.dtype, args.peak_flops)
@@ -163,24 +184,22 @@ def run(args: argparse.Namespace) -> int:
                "tokens_per_step": args.tokens_per_step, "steps": args.steps, "warmup": args.warmup,
                "peak_flops": peak, "peak_dtype": peak_dtype, "mfu_note": mfu_note, "env": environment(),
                "complete": False, "results": rows}
-    for name, preset, build in entries:
+    for name, preset, own, cfg, ours, build in entries:
         torch.manual_seed(0)
         model = build()
         if args.grad_ckpt and not isinstance(model, FoxForCausalLM):
             model.gradient_checkpointing_enable()
         if args.compile:
             model = torch.compile(model)
-        cfg = get_preset(preset, **overrides)
-        try:
-            ours = name == preset  # the transformers anchor keeps its own loss
+        try:  # the transformers anchor (ours False) keeps its own loss
             loss_kwargs = {"return_logits": False} if args.fused_loss and ours else None
-            prof = os.path.join(args.profile, f"{name}.txt") if args.profile else None
+            prof = os.path.join(args.profile, f"{_file_name(name)}.txt") if args.profile else None
             res = measure(model, cfg.vocab_size, args.context, batch, args.steps, args.warmup, dtype, device, name,
                           loss_kwargs, prof, progress=not args.no_progress)
         except torch.OutOfMemoryError:
             res = {"step_s": None, "tokens_per_s": None, "peak_mem_gib": None, "loss": None, "error": "OOM"}
         flops = training_flops_per_token(cfg, args.context)
-        res.update(name=name, preset=preset, context=args.context, batch=batch, dtype=args.dtype,
+        res.update(name=name, preset=preset, overrides=own, context=args.context, batch=batch, dtype=args.dtype,
                    non_embedding_params=count_non_embedding(cfg),
                    model_tflops=None if res["tokens_per_s"] is None else flops * res["tokens_per_s"] / 1e12,
                    mfu=mfu(res["tokens_per_s"], flops, peak))
