@@ -47,6 +47,9 @@
 # of evaluations (prose, Go, the gates on the mix and on Go). `ablation 0`: 324 s, the three models 344 steps each.
 # Twenty-first, `seed-ood 0` (commit 2eb556e, 495 s): training 5.4 min (all 344 steps, 146K to 166K tokens/s each),
 # then the novels' and Go's losses in 53 s, the gates on the three texts in 68 s, the compare steps in 41 s.
+# Twenty-second, `seed-ood 1` and `seed-ood 2` (commit d971298, 539 and 525 s of device time, one call each): all 344
+# steps (148K to 199K tokens/s), losses and gates; seed 1's on-device Go comparison was cut by the deadline
+# (issue20_doc.py computes every comparison again from the kept losses).
 set -u
 MODE=${1:-}
 DATA=${DATA:-repro_data/gpt2}; SHARED=${SHARED:-../shared/data}; CARRY=${CARRY:-repro_data/carry}
