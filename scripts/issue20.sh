@@ -15,6 +15,8 @@
 #                                         # the sixteenth session, seed 0's earlier evaluations are not pooled)
 #   bash scripts/issue20.sh ablation 0    # GPU: the LLaMA-block gate ablations with one seed: FoX (LLaMA) with its
 #                                         # data-dependent, a data-independent and a fixed gate, side by side
+#   bash scripts/issue20.sh headdim "0 1"  # GPU: FoX (Pro) at head dim 64 (the preset's) and 128 (faster to train),
+#                                         # two seeds side by side; then `headdim 2`
 #   MQAR_SEED=1 bash scripts/issue20.sh mqar   # GPU: multi-query associative recall, 7 models (MQAR_MODELS), one
 #                                         # seed (default 0), into $OUT/mqar_bundle.tgz
 #   python scripts/issue20_doc.py BUNDLE_DIR...   # CPU: tables and figures into docs/results.md (the parts
@@ -145,6 +147,16 @@ ablation)
     DATA=$CARRY/gpt2 SEEDS=$s EVAL_BATCH=${EVAL_BATCH:-4} bash scripts/reproduce.sh \
         fox-llama-small:fgate=data_dependent fox-llama-small:fgate=data_independent fox-llama-small:fgate=fixed
     ;;
+headdim)
+    # FoX (Pro) at the preset's head dim and at the Transformer presets' 128, with which FoX (Pro) 125M trains 1.15x
+    # faster (docs/benchmarks.md, "Whole models", twenty-second session): what the faster shape costs in loss. Both
+    # named in their specs, so that their runs stay apart from the seed calls' FoX (Pro); two seeds make four models
+    # side by side, a seed call's load, hence seed-ood's longer training guard (all 344 steps in its two calls).
+    s=${2:?headdim: give the seeds, e.g. headdim \"0 1\"}
+    unpack carry_seed
+    DATA=$CARRY/gpt2 SEEDS="$s" EVAL_BATCH=${EVAL_BATCH:-4} MINUTES=${HD_MINUTES:-6.2} bash scripts/reproduce.sh \
+        fox-pro-small:head_dim=64 fox-pro-small:head_dim=128
+    ;;
 mqar)
     # MQAR_SEED=N: one seed a call (the task's sequences and the weights), into $OUT/mqar_sN; issue20_doc.py tables
     # the seeds' spread from the bundles' mqar_s* folders (the twelfth session's seed 0 is in mqar/).
@@ -175,7 +187,7 @@ mqar)
         && mv ../mqar_bundle.tgz .)
     ;;
 *)
-    echo "usage: bash scripts/issue20.sh data | seed N | seed-ood N | lodo [SEEDS] | lodo-rest SEEDS | ablation N | mqar" >&2
+    echo "usage: bash scripts/issue20.sh data | seed N | seed-ood N | lodo [SEEDS] | lodo-rest SEEDS | ablation N | headdim SEEDS | mqar" >&2
     exit 2
     ;;
 esac

@@ -241,30 +241,40 @@ def _lodo(runs: dict, units: dict, dropped: list[str], fresh: set[str]) -> None:
         units[f"lodo_{text}"] = (body, summary)
 
 
-# The LLaMA-block gate ablations (`issue20.sh ablation N`): FoX (LLaMA) with its data-dependent gate (named, so that
-# these runs stay apart from the seed calls' FoX (LLaMA)), a learned per-head bias and the fixed (ALiBi-like) decay.
-ABLATIONS = {"fox-llama:fgate=data_dependent": "FoX (LLaMA), data-dependent gate",
-             "fox-llama:fgate=data_independent": "FoX (LLaMA), data-independent gate",
-             "fox-llama:fgate=fixed": "FoX (LLaMA), fixed gate"}
+# Ablations against a reference trained in the same calls, each named in its spec so that these runs stay apart from
+# the seed calls' runs of the same preset: unit id -> (heading, {kind: label}, the reference first).
+# `issue20.sh ablation N`: FoX (LLaMA)'s data-dependent gate, a learned per-head bias and the fixed (ALiBi-like) decay.
+# `issue20.sh headdim SEEDS`: FoX (Pro) at the preset's head dim and at the Transformer presets' 128, the shape that
+# trains 1.15x faster at 125M (docs/benchmarks.md, "Whole models").
+ABLATIONS = {
+    "ablation_llama": ("Gate ablations (LLaMA block)", {
+        "fox-llama:fgate=data_dependent": "FoX (LLaMA), data-dependent gate",
+        "fox-llama:fgate=data_independent": "FoX (LLaMA), data-independent gate",
+        "fox-llama:fgate=fixed": "FoX (LLaMA), fixed gate"}),
+    "headdim_pro": ("Head dim (Pro block)", {
+        "fox-pro:head_dim=64": "FoX (Pro), head dim 64 (the preset)",
+        "fox-pro:head_dim=128": "FoX (Pro), head dim 128"}),
+}
 
 
 def _ablations(runs: dict, units: dict, dropped: list[str], fresh: set[str]) -> None:
-    """The gate ablations against the data-dependent gate on the mix's held-out documents: one unit."""
-    if not all(runs.get(kind) for kind in ABLATIONS):
-        return
-    groups = [(label, runs[kind]) for kind, label in ABLATIONS.items()]
-    if not _reads(groups, "eval", fresh):
-        return
-    out = os.path.join(OUT, "ablation_llama")
-    res = run_compare(groups, "eval", groups[0][0], out, dropped)
-    if res is None:
-        return
-    body = _compare_body("### Gate ablations (LLaMA block): held-out documents of the training mix", out, res)
-    body[-1:-1] = [f"![training by seed]({out[5:]}/training.png)", ""]
-    n = min(r["n_seeds"] for r in res["rows"])
-    units["ablation_llama"] = (body, [
-        f"- gate ablations (LLaMA block), {d['model']} - {d['reference']} ({_seeds(n)}): mean loss over 16K tokens "
-        f"{_interval_line(d, 'mean_loss')}" for d in res["differences"]])
+    """Each ablation against its reference on the mix's held-out documents: one unit each."""
+    for uid, (heading, kinds) in ABLATIONS.items():
+        if not all(runs.get(kind) for kind in kinds):
+            continue
+        groups = [(label, runs[kind]) for kind, label in kinds.items()]
+        if not _reads(groups, "eval", fresh):
+            continue
+        out = os.path.join(OUT, uid)
+        res = run_compare(groups, "eval", groups[0][0], out, dropped)
+        if res is None:
+            continue
+        body = _compare_body(f"### {heading}: held-out documents of the training mix", out, res)
+        body[-1:-1] = [f"![training by seed]({out[5:]}/training.png)", ""]
+        n = min(r["n_seeds"] for r in res["rows"])
+        units[uid] = (body, [
+            f"- {heading[0].lower() + heading[1:]}, {d['model']} - {d['reference']} ({_seeds(n)}): mean loss over "
+            f"16K tokens {_interval_line(d, 'mean_loss')}" for d in res["differences"]])
 
 
 OOD_TAGS = {"go": "Go source", "austen": "Jane Austen's novels"}
@@ -341,7 +351,7 @@ def _in_bundle(path: str, bundles: list[str]) -> str:
 # may be gone with its machine; the figures they gave stay as generated).
 MAIN_UNITS = [f"{text}_{block}" for text in TEXTS if text != "eval_src_prose" for block in BLOCKS]
 ORDER = (MAIN_UNITS + ["missing", "lodo"] + [f"lodo_{text}" for text in TEXTS]
-         + ["ablation_llama", "dropped", "gates", "bias_shift_ood", "mqar"])
+         + list(ABLATIONS) + ["dropped", "gates", "bias_shift_ood", "mqar"])
 UNIT, UNIT_END = "<!-- issue20:unit {} -->", "<!-- /issue20:unit -->"
 INPUTS, EARLIER = "<!-- issue20:inputs {} -->", "@earlier"
 _INPUTS_RE = re.compile(r"^<!-- issue20:inputs (.*) -->$", re.M)
@@ -470,6 +480,11 @@ def _assemble(bundles: list[str], units: dict, old: tuple[dict, dict, dict]) -> 
                       "FoX (LLaMA) with its data-dependent gate, a data-independent gate and a fixed gate, side by "
                       "side, and their loss on the mix; the single-seed run is in \"Gate ablations (LLaMA block)\" "
                       "among the single-seed runs).", ""]
+        elif uid == "headdim_pro":
+            parts += ["### Head dim (Pro block), three seeds", "",
+                      "Pending: `bash scripts/issue20.sh headdim \"0 1\"`, then `headdim 2` (one GPU call each: FoX (Pro) "
+                      "at head dim 64, the preset's, and at 128, which trains faster, side by side, and their loss on "
+                      "the mix).", ""]
         elif uid == "mqar":
             parts += ["### Multi-query associative recall", "", "Pending: `bash scripts/issue20.sh mqar`.", ""]
     return "\n".join(parts) + "\n" + END

@@ -48,7 +48,7 @@ def test_a_new_bundle_replaces_its_own_units_and_keeps_the_rest(doc_script, tmp_
 
 def test_parts_no_bundle_ever_gave_are_pending(doc_script):
     out = doc_script._assemble([], {}, ({}, {}, {}))
-    assert out.count("Pending:") == 4 and "issue20:unit" not in out
+    assert out.count("Pending:") == 5 and "issue20:unit" not in out
 
 
 def _noprose_run(bundle, model, seed, offset, texts):
@@ -163,17 +163,18 @@ def test_runs_a_time_guard_stopped_are_named_with_their_steps(doc_script, tmp_pa
     assert doc_script.stopped_early([os.path.dirname(os.path.dirname(paths[0]))]) == early   # a run folder itself
 
 
-def _ablation_run(bundle, fgate, seed, offset):
-    """A run of `issue20.sh ablation`: config with its gate override, a training record, loss.json of the mix."""
+def _ablation_run(bundle, fgate, seed, offset, preset="fox-llama-small", key="fgate"):
+    """A run of `issue20.sh ablation` (or `headdim`: ``key="head_dim"``): config with its model override, a training
+    record, loss.json of the mix."""
     import numpy as np
     import yaml
 
     from foxformer.eval.loss import loss_curve
     from foxformer.eval.outputs import save_loss
 
-    run = bundle / "runs" / f"fox-llama-small_fgate-{fgate}_s{seed}"
+    run = bundle / "runs" / f"{preset}_{key}-{fgate}_s{seed}"
     run.mkdir(parents=True)
-    (run / "config.yaml").write_text(yaml.safe_dump({"preset": "fox-llama-small", "model": {"fgate": fgate},
+    (run / "config.yaml").write_text(yaml.safe_dump({"preset": preset, "model": {key: fgate},
                                                      "data_dir": "repro/gpt2", "total_tokens": 45_000_000,
                                                      "batch_tokens": 131072}))
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in (
@@ -194,7 +195,7 @@ def test_the_gate_ablations_of_three_seeds_get_their_own_unit(doc_script, tmp_pa
         for fgate, offset in (("data_dependent", 0.0), ("data_independent", 0.3), ("fixed", 0.3)):
             _ablation_run(bundle, fgate, seed, offset)
     runs = doc_script.find_runs([str(bundle)])
-    assert {kind: len(r) for kind, r in runs.items()} == {kind: 3 for kind in doc_script.ABLATIONS}
+    assert {kind: len(r) for kind, r in runs.items()} == {kind: 3 for kind in doc_script.ABLATIONS["ablation_llama"][1]}
     text = open(os.path.join(ROOT, doc_script.DOC)).read()
     old = doc_script.old_units(text)
     units, summary, _ = doc_script.old_units(doc_script.section([str(bundle)], old) + "\n")
@@ -209,9 +210,28 @@ def test_the_gate_ablations_of_three_seeds_get_their_own_unit(doc_script, tmp_pa
     assert "data-independent gate - FoX (LLaMA), data-dependent gate" in lines[0]
 
 
-def test_the_pending_ablation_note_names_its_command(doc_script):
+def test_the_pending_ablation_notes_name_their_commands(doc_script):
     out = doc_script._assemble([], {}, ({}, {}, {}))
-    assert "`bash scripts/issue20.sh ablation 0`" in out
+    assert "`bash scripts/issue20.sh ablation 0`" in out and '`bash scripts/issue20.sh headdim "0 1"`' in out
+
+
+def test_the_head_dims_of_three_seeds_get_their_own_unit(doc_script, tmp_path, monkeypatch):
+    """`issue20.sh headdim SEEDS` bundles: FoX (Pro) at head dim 128 against the preset's 64, both named in their specs
+    and so apart from the seed calls' FoX (Pro); the gate ablations' published unit stays as it was."""
+    monkeypatch.setattr(doc_script, "OUT", str(tmp_path / "out"))
+    bundle = tmp_path / "headdim"
+    for seed in range(3):
+        for dim, offset in ((64, 0.0), (128, 0.2)):
+            _ablation_run(bundle, dim, seed, offset, preset="fox-pro-small", key="head_dim")
+    runs = doc_script.find_runs([str(bundle)])
+    assert sorted(runs) == ["fox-pro:head_dim=128", "fox-pro:head_dim=64"]
+    old = doc_script.old_units(open(os.path.join(ROOT, doc_script.DOC)).read())
+    units, summary, _ = doc_script.old_units(doc_script.section([str(bundle)], old) + "\n")
+    assert units["ablation_llama"] == old[0]["ablation_llama"]
+    assert summary["headdim_pro"] == [line for line in summary["headdim_pro"] if "(3 seeds)" in line and "**+0.2" in line]
+    assert summary["headdim_pro"][0].startswith("- head dim (Pro block), FoX (Pro), head dim 128 - FoX (Pro), head dim "
+                                                "64 (the preset) (3 seeds)")
+    assert units["headdim_pro"][0].startswith("### Head dim (Pro block): held-out documents")
 
 
 def test_the_gate_bias_shift_on_other_texts_gets_a_unit_and_is_kept(doc_script, tmp_path, monkeypatch):
