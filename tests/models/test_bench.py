@@ -57,6 +57,7 @@ BAD = {
     "override-not-key-value": ["--presets", "fox-pro-tiny:head_dim"],
     "override-not-dividing": ["--presets", "fox-pro-tiny:head_dim=48"],
     "row-named-twice": ["--presets", "fox-pro-tiny,fox-pro-tiny"],
+    "override-not-a-number": ["--presets", "fox-pro-tiny:head_dim=abc"],
 }
 
 
@@ -167,3 +168,11 @@ def test_a_preset_row_takes_overrides_of_its_own(tmp_path):
         ("fox-pro-tiny", "fox-pro-tiny", {}), ("fox-pro-tiny:head_dim=32", "fox-pro-tiny", {"head_dim": 32})]
     assert rows[0]["non_embedding_params"] != rows[1]["non_embedding_params"]  # per-head weights: 4 heads, then 2
     assert (prof / "fox-pro-tiny_head_dim_32.txt").exists()
+
+
+def test_a_row_override_wins_over_the_shared_option(tmp_path):
+    """`:vocab_size=50` on a row beside --vocab-size 97: the row's own value, not a TypeError for the key given twice."""
+    out = tmp_path / "bench.json"
+    assert main(TINY + ["--presets", "fox-pro-tiny:vocab_size=50", "--out", str(out)]) == 0
+    row = json.loads(out.read_text())["results"][0]
+    assert row["overrides"] == {"vocab_size": 50}

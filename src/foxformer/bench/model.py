@@ -148,7 +148,7 @@ def _check(args: argparse.Namespace) -> tuple[list[tuple[str, str, dict]], dict]
     rows = []
     for spec in (p.strip() for p in args.presets.split(",")):
         preset, own = _preset_spec(spec)
-        get_preset(preset, **overrides, **own)  # ValueError: unknown preset or key, bad --backend or value
+        get_preset(preset, **{**overrides, **own})  # ValueError: unknown preset or key, bad --backend or value
         rows.append((spec, preset, own))
     if len({name for name, _, _ in rows}) < len(rows):
         raise ValueError(f"--presets names a row twice: {args.presets!r}")
@@ -166,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
     batch = args.tokens_per_step // args.context
     entries = []
     for name, preset, own in specs:
-        cfg = get_preset(preset, **overrides, **own)
+        cfg = get_preset(preset, **{**overrides, **own})
         entries.append((name, preset, own, cfg, True, lambda c=cfg: FoxForCausalLM(c)))
     if args.anchor:
         for size in dict.fromkeys(_size_of(preset) for _, preset, _ in specs):
