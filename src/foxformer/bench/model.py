@@ -118,9 +118,9 @@ def _file_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", name)
 
 
-def _check(args: argparse.Namespace) -> tuple[list[tuple[str, str, dict]], dict]:
-    """(row name, preset name, that row's FoxConfig overrides) for each --presets entry and the overrides
-    every row shares, or a ValueError naming the bad option: checked before any model is measured (an
+def _check(args: argparse.Namespace) -> tuple[list[tuple[str, str, dict, FoxConfig]], dict]:
+    """(row name, preset name, that row's FoxConfig overrides, its config) for each --presets entry and the
+    overrides every row shares, or a ValueError naming the bad option: checked before any model is measured (an
     unknown preset late in --presets used to end in a traceback after the earlier ones had run, their
     results lost)."""
     for name in ("context", "tokens_per_step", "steps"):
@@ -148,9 +148,9 @@ def _check(args: argparse.Namespace) -> tuple[list[tuple[str, str, dict]], dict]
     rows = []
     for spec in (p.strip() for p in args.presets.split(",")):
         preset, own = _preset_spec(spec)
-        get_preset(preset, **{**overrides, **own})  # ValueError: unknown preset or key, bad --backend or value
-        rows.append((spec, preset, own))
-    if len({name for name, _, _ in rows}) < len(rows):
+        # ValueError: unknown preset or key, bad --backend or value (the row's own override wins)
+        rows.append((spec, preset, own, get_preset(preset, **{**overrides, **own})))
+    if len({row[0] for row in rows}) < len(rows):
         raise ValueError(f"--presets names a row twice: {args.presets!r}")
     return rows, overrides
 
@@ -165,11 +165,10 @@ def run(args: argparse.Namespace) -> int:
     dtype = DTYPES[args.dtype]
     batch = args.tokens_per_step // args.context
     entries = []
-    for name, preset, own in specs:
-        cfg = get_preset(preset, **{**overrides, **own})
+    for name, preset, own, cfg in specs:
         entries.append((name, preset, own, cfg, True, lambda c=cfg: FoxForCausalLM(c)))
     if args.anchor:
-        for size in dict.fromkeys(_size_of(preset) for _, preset, _ in specs):
+        for size in dict.fromkeys(_size_of(spec[1]) for spec in specs):
             ref = get_preset(f"transformer-llama-{size}", **overrides)
             entries.append((f"hf-llama-sdpa-{size}", f"transformer-llama-{size}", {}, ref, False,
                             lambda c=ref: llama_anchor(c)))
