@@ -17,6 +17,8 @@
 #                                         # data-dependent, a data-independent and a fixed gate, side by side
 #   bash scripts/issue20.sh headdim "0 1"  # GPU: FoX (Pro) at head dim 64 (the preset's) and 128 (faster to train),
 #                                         # two seeds side by side; then `headdim 2`
+#   bash scripts/issue20.sh lr 1e-3 "0 1"  # GPU: FoX (Pro) and Transformer (Pro) at lr 1e-3, two seeds side by side;
+#                                         # then `lr 1e-3 2` (is FoX (Pro)'s seed spread at 2e-3 the rate's?)
 #   MQAR_SEED=1 bash scripts/issue20.sh mqar   # GPU: multi-query associative recall, 7 models (MQAR_MODELS), one
 #                                         # seed (default 0), into $OUT/mqar_bundle.tgz
 #   python scripts/issue20_doc.py BUNDLE_DIR...   # CPU: tables and figures into docs/results.md (the parts
@@ -157,6 +159,16 @@ headdim)
     DATA=$CARRY/gpt2 SEEDS="$s" EVAL_BATCH=${EVAL_BATCH:-4} MINUTES=${HD_MINUTES:-6.2} bash scripts/reproduce.sh \
         fox-pro-small:head_dim=64 fox-pro-small:head_dim=128
     ;;
+lr)
+    # The Pro pair at another learning rate, seeded: FoX (Pro)'s final validation loss spreads by 0.118 nats over
+    # three seeds at the recipe's 2e-3 (the Transformer (Pro)'s by 0.022), and the fifth session's one-seed sweep put
+    # FoX (Pro) best at 1e-3. Two seeds make four models side by side, as `headdim`.
+    lr=${2:?lr: give the learning rate and the seeds, e.g. lr 1e-3 \"0 1\"}
+    s=${3:?lr: give the seeds, e.g. lr 1e-3 \"0 1\"}
+    unpack carry_seed
+    DATA=$CARRY/gpt2 SEEDS="$s" LR=$lr EVAL_BATCH=${EVAL_BATCH:-4} MINUTES=${LR_MINUTES:-6.2} \
+        bash scripts/reproduce.sh fox-pro-small transformer-pro-small
+    ;;
 mqar)
     # MQAR_SEED=N: one seed a call (the task's sequences and the weights), into $OUT/mqar_sN; issue20_doc.py tables
     # the seeds' spread from the bundles' mqar_s* folders (the twelfth session's seed 0 is in mqar/).
@@ -187,7 +199,7 @@ mqar)
         && mv ../mqar_bundle.tgz .)
     ;;
 *)
-    echo "usage: bash scripts/issue20.sh data | seed N | seed-ood N | lodo [SEEDS] | lodo-rest SEEDS | ablation N | headdim SEEDS | mqar" >&2
+    echo "usage: bash scripts/issue20.sh data | seed N | seed-ood N | lodo [SEEDS] | lodo-rest SEEDS | ablation N | headdim SEEDS | lr LR SEEDS | mqar" >&2
     exit 2
     ;;
 esac

@@ -40,9 +40,10 @@ TEXTS = {"eval": "held-out documents of the training mix", "eval_ood_austen": "J
 
 def find_runs(bundles: list[str]) -> dict[str, list[str]]:
     """Model kind -> run folders, over every bundle. The kind is the preset without its size ("fox-pro"), then
-    its model overrides as in MQAR's specs (":fgate=fixed", the gate ablations), then "/noprose" for runs trained
-    without the prose. Each kind's runs are in seed order, whichever bundles were given and in whatever order: the
-    bootstrap's draws follow the runs' order, so a comparison read back from the kept inputs gives the same figures."""
+    its model overrides as in MQAR's specs (":fgate=fixed", the gate ablations), then "@lr=..." for a learning rate
+    other than the recipe's, then "/noprose" for runs trained without the prose. Each kind's runs are in seed order,
+    whichever bundles were given and in whatever order: the bootstrap's draws follow the runs' order, so a comparison
+    read back from the kept inputs gives the same figures."""
     import yaml
 
     out: dict[str, list[str]] = {}
@@ -54,6 +55,9 @@ def find_runs(bundles: list[str]) -> dict[str, list[str]]:
             overrides = cfg.get("model") or {}
             if overrides:
                 kind += ":" + ",".join(f"{k}={v}" for k, v in sorted(overrides.items()))
+            lr = cfg.get("lr")
+            if lr is not None and not np.isclose(float(lr), RECIPE_LR, rtol=1e-9, atol=0):
+                kind += f"@lr={float(lr):g}"
             if "noprose" in str(cfg.get("data_dir", "")):
                 kind += "/noprose"
             out.setdefault(kind, []).append(run)
@@ -241,25 +245,41 @@ def _lodo(runs: dict, units: dict, dropped: list[str], fresh: set[str]) -> None:
         units[f"lodo_{text}"] = (body, summary)
 
 
-# Ablations against a reference trained in the same calls, each named in its spec so that these runs stay apart from
-# the seed calls' runs of the same preset: unit id -> (heading, {kind: label}, the reference first).
+# Comparisons of runs trained in their own calls against a reference trained beside them, each kind named so that
+# these runs stay apart from the seed calls' runs of the same preset (an override in the spec, or a learning rate
+# other than the recipe's): unit id -> (heading, summary prefix, pending note, {kind: label}, the reference first).
 # `issue20.sh ablation N`: FoX (LLaMA)'s data-dependent gate, a learned per-head bias and the fixed (ALiBi-like) decay.
 # `issue20.sh headdim SEEDS`: FoX (Pro) at the preset's head dim and at the Transformer presets' 128, the shape that
 # trains 1.15x faster at 125M (docs/benchmarks.md, "Whole models").
+# `issue20.sh lr 1e-3 SEEDS`: the Pro pair at the rate the fifth session's one-seed sweep found best for FoX (Pro):
+# is FoX (Pro)'s seed spread at the recipe's 2e-3 the rate's doing?
 ABLATIONS = {
-    "ablation_llama": ("Gate ablations (LLaMA block)", {
-        "fox-llama:fgate=data_dependent": "FoX (LLaMA), data-dependent gate",
-        "fox-llama:fgate=data_independent": "FoX (LLaMA), data-independent gate",
-        "fox-llama:fgate=fixed": "FoX (LLaMA), fixed gate"}),
-    "headdim_pro": ("Head dim (Pro block)", {
-        "fox-pro:head_dim=64": "FoX (Pro), head dim 64 (the preset)",
-        "fox-pro:head_dim=128": "FoX (Pro), head dim 128"}),
+    "ablation_llama": (
+        "Gate ablations (LLaMA block)", "gate ablations (LLaMA block)",
+        "`bash scripts/issue20.sh ablation 0`, `ablation 1`, `ablation 2` (one GPU call each: FoX (LLaMA) with its "
+        "data-dependent gate, a data-independent gate and a fixed gate, side by side, and their loss on the mix; the "
+        "single-seed run is in \"Gate ablations (LLaMA block)\" among the single-seed runs).",
+        {"fox-llama:fgate=data_dependent": "FoX (LLaMA), data-dependent gate",
+         "fox-llama:fgate=data_independent": "FoX (LLaMA), data-independent gate",
+         "fox-llama:fgate=fixed": "FoX (LLaMA), fixed gate"}),
+    "headdim_pro": (
+        "Head dim (Pro block)", "head dim (Pro block)",
+        "`bash scripts/issue20.sh headdim \"0 1\"`, then `headdim 2` (one GPU call each: FoX (Pro) at head dim 64, "
+        "the preset's, and at 128, which trains faster, side by side, and their loss on the mix).",
+        {"fox-pro:head_dim=64": "FoX (Pro), head dim 64 (the preset)",
+         "fox-pro:head_dim=128": "FoX (Pro), head dim 128"}),
+    "lr_pro": (
+        "FoX (Pro) against Transformer (Pro) at lr 1e-3", "lr 1e-3",
+        "`bash scripts/issue20.sh lr 1e-3 \"0 1\"`, then `lr 1e-3 2` (one GPU call each: the Pro pair at half the "
+        "recipe's learning rate, and their loss on the mix: whether FoX (Pro)'s seed spread at 2e-3 is the rate's).",
+        {"transformer-pro@lr=0.001": "Transformer (Pro), lr 1e-3", "fox-pro@lr=0.001": "FoX (Pro), lr 1e-3"}),
 }
+RECIPE_LR = 2e-3  # the seed calls' rate: runs at another one get "@lr=..." in their kind
 
 
 def _ablations(runs: dict, units: dict, dropped: list[str], fresh: set[str]) -> None:
-    """Each ablation against its reference on the mix's held-out documents: one unit each."""
-    for uid, (heading, kinds) in ABLATIONS.items():
+    """Each of ABLATIONS against its reference on the mix's held-out documents: one unit each."""
+    for uid, (heading, prefix, _, kinds) in ABLATIONS.items():
         if not all(runs.get(kind) for kind in kinds):
             continue
         groups = [(label, runs[kind]) for kind, label in kinds.items()]
@@ -273,8 +293,8 @@ def _ablations(runs: dict, units: dict, dropped: list[str], fresh: set[str]) -> 
         body[-1:-1] = [f"![training by seed]({out[5:]}/training.png)", ""]
         n = min(r["n_seeds"] for r in res["rows"])
         units[uid] = (body, [
-            f"- {heading[0].lower() + heading[1:]}, {d['model']} - {d['reference']} ({_seeds(n)}): mean loss over "
-            f"16K tokens {_interval_line(d, 'mean_loss')}" for d in res["differences"]])
+            f"- {prefix}, {d['model']} - {d['reference']} ({_seeds(n)}): mean loss over 16K tokens "
+            f"{_interval_line(d, 'mean_loss')}" for d in res["differences"]])
 
 
 OOD_TAGS = {"go": "Go source", "austen": "Jane Austen's novels"}
@@ -457,7 +477,8 @@ def _assemble(bundles: list[str], units: dict, old: tuple[dict, dict, dict]) -> 
     parts = [BEGIN, "## Seeds, other domains and recall (issue 20)", "",
              "Generated by `python scripts/issue20_doc.py` from the outputs of `bash scripts/issue20.sh seed 0|1|2`, "
              "`seed-ood 0|1|2`, `lodo`, `lodo-rest`, `ablation` and `mqar` (commands and timings in the script). "
-             "Cells: mean ± standard deviation over seeds; differences: 95% bootstrap interval over seeds and sequences, **bold** where it excludes 0.",
+             "Cells: mean ± standard deviation over seeds; differences: 95% bootstrap interval over seeds and "
+             "sequences, **bold** where it excludes 0.",
              ""]
     parts += list(provenance.values()) + [""]
     order = [u for uid in ORDER for u in (uid, uid + EARLIER)]
@@ -474,17 +495,8 @@ def _assemble(bundles: list[str], units: dict, old: tuple[dict, dict, dict]) -> 
             parts += [UNIT.format(uid), *have[uid][0], UNIT_END]
         elif uid == "lodo":
             parts += ["### Leave one domain out: prose", "", "Pending: `bash scripts/issue20.sh lodo`.", ""]
-        elif uid == "ablation_llama":
-            parts += ["### Gate ablations (LLaMA block), three seeds", "",
-                      "Pending: `bash scripts/issue20.sh ablation 0`, `ablation 1`, `ablation 2` (one GPU call each: "
-                      "FoX (LLaMA) with its data-dependent gate, a data-independent gate and a fixed gate, side by "
-                      "side, and their loss on the mix; the single-seed run is in \"Gate ablations (LLaMA block)\" "
-                      "among the single-seed runs).", ""]
-        elif uid == "headdim_pro":
-            parts += ["### Head dim (Pro block), three seeds", "",
-                      "Pending: `bash scripts/issue20.sh headdim \"0 1\"`, then `headdim 2` (one GPU call each: FoX (Pro) "
-                      "at head dim 64, the preset's, and at 128, which trains faster, side by side, and their loss on "
-                      "the mix).", ""]
+        elif uid in ABLATIONS:
+            parts += [f"### {ABLATIONS[uid][0]}, three seeds", "", f"Pending: {ABLATIONS[uid][2]}", ""]
         elif uid == "mqar":
             parts += ["### Multi-query associative recall", "", "Pending: `bash scripts/issue20.sh mqar`.", ""]
     return "\n".join(parts) + "\n" + END

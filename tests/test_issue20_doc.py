@@ -48,7 +48,7 @@ def test_a_new_bundle_replaces_its_own_units_and_keeps_the_rest(doc_script, tmp_
 
 def test_parts_no_bundle_ever_gave_are_pending(doc_script):
     out = doc_script._assemble([], {}, ({}, {}, {}))
-    assert out.count("Pending:") == 5 and "issue20:unit" not in out
+    assert out.count("Pending:") == 3 + len(doc_script.ABLATIONS) and "issue20:unit" not in out
 
 
 def _noprose_run(bundle, model, seed, offset, texts):
@@ -163,20 +163,20 @@ def test_runs_a_time_guard_stopped_are_named_with_their_steps(doc_script, tmp_pa
     assert doc_script.stopped_early([os.path.dirname(os.path.dirname(paths[0]))]) == early   # a run folder itself
 
 
-def _ablation_run(bundle, fgate, seed, offset, preset="fox-llama-small", key="fgate"):
-    """A run of `issue20.sh ablation` (or `headdim`: ``key="head_dim"``): config with its model override, a training
-    record, loss.json of the mix."""
+def _ablation_run(bundle, fgate, seed, offset, preset="fox-llama-small", key="fgate", lr=None):
+    """A run of `issue20.sh ablation` (or `headdim`: ``key="head_dim"``; or `lr`: ``key=None`` and the rate): config
+    with its model override or learning rate, a training record, loss.json of the mix."""
     import numpy as np
     import yaml
 
     from foxformer.eval.loss import loss_curve
     from foxformer.eval.outputs import save_loss
 
-    run = bundle / "runs" / f"{preset}_{key}-{fgate}_s{seed}"
+    run = bundle / "runs" / (f"{preset}_{key}-{fgate}_s{seed}" if key else f"{preset}_s{seed}")
     run.mkdir(parents=True)
-    (run / "config.yaml").write_text(yaml.safe_dump({"preset": preset, "model": {key: fgate},
-                                                     "data_dir": "repro/gpt2", "total_tokens": 45_000_000,
-                                                     "batch_tokens": 131072}))
+    cfg = {"preset": preset, "data_dir": "repro/gpt2", "total_tokens": 45_000_000, "batch_tokens": 131072}
+    cfg.update({"model": {key: fgate}} if key else {}, **({"lr": lr} if lr is not None else {}))
+    (run / "config.yaml").write_text(yaml.safe_dump(cfg))
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in (
         {"kind": "eval", "step": 100, "tokens": 13_107_200, "val_loss": 4.0 + offset},
         {"kind": "end", "step": 344, "tokens": 45_088_768, "val_loss": 3.5 + offset})))
@@ -195,7 +195,8 @@ def test_the_gate_ablations_of_three_seeds_get_their_own_unit(doc_script, tmp_pa
         for fgate, offset in (("data_dependent", 0.0), ("data_independent", 0.3), ("fixed", 0.3)):
             _ablation_run(bundle, fgate, seed, offset)
     runs = doc_script.find_runs([str(bundle)])
-    assert {kind: len(r) for kind, r in runs.items()} == {kind: 3 for kind in doc_script.ABLATIONS["ablation_llama"][1]}
+    kinds = doc_script.ABLATIONS["ablation_llama"][3]
+    assert {kind: len(r) for kind, r in runs.items()} == {kind: 3 for kind in kinds}
     text = open(os.path.join(ROOT, doc_script.DOC)).read()
     old = doc_script.old_units(text)
     units, summary, _ = doc_script.old_units(doc_script.section([str(bundle)], old) + "\n")
@@ -213,6 +214,7 @@ def test_the_gate_ablations_of_three_seeds_get_their_own_unit(doc_script, tmp_pa
 def test_the_pending_ablation_notes_name_their_commands(doc_script):
     out = doc_script._assemble([], {}, ({}, {}, {}))
     assert "`bash scripts/issue20.sh ablation 0`" in out and '`bash scripts/issue20.sh headdim "0 1"`' in out
+    assert '`bash scripts/issue20.sh lr 1e-3 "0 1"`' in out
 
 
 def test_the_head_dims_of_three_seeds_get_their_own_unit(doc_script, tmp_path, monkeypatch):
@@ -228,8 +230,9 @@ def test_the_head_dims_of_three_seeds_get_their_own_unit(doc_script, tmp_path, m
     old = doc_script.old_units(open(os.path.join(ROOT, doc_script.DOC)).read())
     units, summary, _ = doc_script.old_units(doc_script.section([str(bundle)], old) + "\n")
     assert units["ablation_llama"] == old[0]["ablation_llama"]
-    assert summary["headdim_pro"] == [line for line in summary["headdim_pro"] if "(3 seeds)" in line and "**+0.2" in line]
-    assert summary["headdim_pro"][0].startswith("- head dim (Pro block), FoX (Pro), head dim 128 - FoX (Pro), head dim "
+    lines = summary["headdim_pro"]
+    assert len(lines) == 1 and "(3 seeds)" in lines[0] and "**+0.2" in lines[0]
+    assert lines[0].startswith("- head dim (Pro block), FoX (Pro), head dim 128 - FoX (Pro), head dim "
                                                 "64 (the preset) (3 seeds)")
     assert units["headdim_pro"][0].startswith("### Head dim (Pro block): held-out documents")
 
@@ -265,3 +268,22 @@ def test_the_gate_bias_shift_on_other_texts_gets_a_unit_and_is_kept(doc_script, 
     again: dict = {}
     doc_script._bias_shift_ood(doc_script.find_runs([str(tmp_path / "out" / "inputs" / bundle.name)]), again)
     assert again["bias_shift_ood"][1] == [line]
+
+
+def test_runs_at_another_learning_rate_are_their_own_kind(doc_script, tmp_path, monkeypatch):
+    """`issue20.sh lr 1e-3 SEEDS`: the Pro pair's runs at 1e-3 stay apart from the seed calls' runs at the recipe's
+    2e-3 (same preset, same run names) and get their own unit; a run at 2e-3 keeps the plain kind."""
+    monkeypatch.setattr(doc_script, "OUT", str(tmp_path / "out"))
+    bundle = tmp_path / "lr"
+    for seed in range(3):
+        for preset, offset in (("transformer-pro-small", 0.0), ("fox-pro-small", -0.1)):
+            _ablation_run(bundle, None, seed, offset, preset=preset, key=None, lr=1e-3)
+    _ablation_run(tmp_path / "recipe", None, 0, 0.0, preset="fox-pro-small", key=None, lr=2e-3)
+    runs = doc_script.find_runs([str(bundle), str(tmp_path / "recipe")])
+    assert {kind: len(r) for kind, r in runs.items()} == {"fox-pro@lr=0.001": 3, "transformer-pro@lr=0.001": 3,
+                                                         "fox-pro": 1}
+    old = doc_script.old_units(open(os.path.join(ROOT, doc_script.DOC)).read())
+    units, summary, _ = doc_script.old_units(doc_script.section([str(bundle)], old) + "\n")
+    assert summary["lr_pro"] == ["- lr 1e-3, FoX (Pro), lr 1e-3 - Transformer (Pro), lr 1e-3 (3 seeds): mean loss over "
+                                 + summary["lr_pro"][0].split("mean loss over ")[1]]
+    assert "**-0.1" in summary["lr_pro"][0] and units["eval_pro"] == old[0]["eval_pro"]

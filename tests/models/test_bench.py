@@ -171,7 +171,8 @@ def test_a_preset_row_takes_overrides_of_its_own(tmp_path):
 
 
 def test_a_row_override_wins_over_the_shared_option(tmp_path):
-    """`:vocab_size=50` on a row beside --vocab-size 97: the row's own value, not a TypeError for the key given twice."""
+    """`:vocab_size=50` on a row beside --vocab-size 97: the row's own value, not a TypeError for the key given
+    twice."""
     out = tmp_path / "bench.json"
     assert main(TINY + ["--presets", "fox-pro-tiny:vocab_size=50", "--out", str(out)]) == 0
     row = json.loads(out.read_text())["results"][0]
