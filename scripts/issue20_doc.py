@@ -526,9 +526,9 @@ def archive(bundles: list[str]) -> None:
                 src = os.path.join(run, text)
                 if os.path.exists(os.path.join(src, "loss.json")):
                     data = _read(os.path.join(src, "loss.json"))
-                    # a kept input given again is slim already: slimming its bins again averages bins of bins
-                    # (the twentieth session's lodo_rest_s1/s2 inputs: 39 bins over positions 1..104)
-                    data["models"] = [m if "bin_edges" in m else slim_curve(m) for m in data["models"]]
+                    # a kept input given again is slim already (slim_curve leaves it; the twentieth session's
+                    # lodo_rest_s1/s2 inputs were binned twice: 39 bins over positions 1..104)
+                    data["models"] = [slim_curve(m) for m in data["models"]]
                     _write(os.path.join(out, text, "loss.json"), data)
                 if os.path.exists(os.path.join(src, "bias_shift.json")):
                     data = _read(os.path.join(src, "bias_shift.json"))

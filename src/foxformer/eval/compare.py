@@ -75,7 +75,10 @@ def slim_curve(model: dict) -> dict:
     the per-position arrays become their means over ``bin_edges`` split at the table's octaves (what the figures
     and the table average), the rest stays (the per-sequence octave losses behind every interval included).
     ``expand_curve`` turns it back into full-length arrays, constant within each bin: a comparison of slim
-    entries gives the same table, intervals and binned figures; only the per-position loss curves show steps."""
+    entries gives the same table, intervals and binned figures; only the per-position loss curves show steps.
+    An entry slim already is returned as it is (binning its bins again would average bins of bins)."""
+    if "bin_edges" in model:
+        return model
     n = len(model["loss"])
     # the figures' bins, split where an octave p/2 < i <= p of the table starts, so that both stay exact
     starts = [2 ** k + 1 for k in range(n.bit_length()) if 2 ** k + 1 <= n]
