@@ -50,8 +50,10 @@ bundle() {  # one archive of $OUT (logs, eval outputs, run folders without check
         tar -C "$r" --exclude=checkpoints --exclude='*.pt' --exclude='*.safetensors' -cf - . \
             | tar -C "$OUT/runs/$(basename "$r")" -xf -
     done
-    (cd "$OUT" && tar -czf ../repro_bundle.tgz --exclude=repro_bundle.tgz . && find . -mindepth 1 -delete \
-        && mv ../repro_bundle.tgz .)
+    # built beside this call's stamp, not in $OUT's parent: two calls side by side with sibling OUTs took each
+    # other's archive there (twenty-fifth session, one bundle lost)
+    tar -C "$OUT" -czf "$STAMP.tgz" --exclude=repro_bundle.tgz . && find "$OUT" -mindepth 1 -delete \
+        && mv "$STAMP.tgz" "$OUT/repro_bundle.tgz"
     # the device hands back files of at most 16 MiB: a larger bundle comes back in parts
     # (cat repro_bundle.tgz.part_* > repro_bundle.tgz)
     if [ "$(stat -c %s "$OUT/repro_bundle.tgz")" -gt $((15 * 1024 * 1024)) ]; then
