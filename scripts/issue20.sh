@@ -194,9 +194,11 @@ mqar)
     wait
     $FX eval mqar --preset small --seed "$SEED" --out "$M" --report-only --no-progress > "$OUT/mqar_report.log" 2>&1
     cat "$M/mqar.md"
-    # one archive without the model weights: the device hands back few files (the first GPU run lost mqar.json)
-    (cd "$OUT" && tar -czf ../mqar_bundle.tgz --exclude=models . && find . -mindepth 1 -delete \
-        && mv ../mqar_bundle.tgz .)
+    # one archive without the model weights: the device hands back few files (the first GPU run lost mqar.json);
+    # built in a temporary file, not in $OUT's parent, which a call beside this one may share (reproduce.sh's
+    # bundles were taken that way in the twenty-fifth session)
+    tgz=$(mktemp --suffix=.tgz)
+    tar -C "$OUT" -czf "$tgz" --exclude=models . && find "$OUT" -mindepth 1 -delete && mv "$tgz" "$OUT/mqar_bundle.tgz"
     ;;
 *)
     echo "usage: bash scripts/issue20.sh data | seed N | seed-ood N | lodo [SEEDS] | lodo-rest SEEDS | ablation N | headdim SEEDS | lr LR SEEDS | mqar" >&2
