@@ -68,7 +68,7 @@ def test_rounds_give_medians_and_keep_every_round():
 
 
 def test_rounds_interleave_the_providers(monkeypatch, tmp_path):
-    """Every provider once per round, rounds one after another, one merged row per provider (no GPU: the timing is
+    """Every provider once per round, each round starting one provider later, one merged row per provider (no GPU: the timing is
     replaced by a counter)."""
     import json
 
@@ -93,8 +93,8 @@ def test_rounds_interleave_the_providers(monkeypatch, tmp_path):
     args = build_parser().parse_args(["bench", "attention", "--providers", "foxformer,sdpa_cudnn", "--configs", "64x2",
                                       "--seqlens", "128", "--rounds", "3", "--out", str(out)])
     assert attention.run(args) == 0
-    assert calls == ["foxformer", "sdpa_cudnn"] * 3
+    assert calls == ["foxformer", "sdpa_cudnn", "sdpa_cudnn", "foxformer", "foxformer", "sdpa_cudnn"]
     rows = json.loads(out.read_text())["rows"]
     assert [r["provider"] for r in rows] == ["foxformer", "sdpa_cudnn"]
-    assert rows[0]["fwd_ms_rounds"] == [1.0, 3.0, 5.0] and rows[0]["fwd_ms"] == 3.0
-    assert rows[1]["fwd_ms_rounds"] == [2.0, 4.0, 6.0] and rows[1]["fwd_ms"] == 4.0
+    assert rows[0]["fwd_ms_rounds"] == [1.0, 4.0, 5.0] and rows[0]["fwd_ms"] == 4.0
+    assert rows[1]["fwd_ms_rounds"] == [2.0, 3.0, 6.0] and rows[1]["fwd_ms"] == 3.0

@@ -111,8 +111,8 @@ def configure_attention(p: argparse.ArgumentParser) -> None:
                    help="also run each row's forward+backward 4 more times under torch.profiler: kernel tables and "
                         "the device's idle time per step in DIR")
     p.add_argument("--rounds", type=_positive_int, default=1,
-                   help="time every case of a shape this many times, the providers interleaved, and report medians "
-                        "(each round's times are kept in the JSON)")
+                   help="time every case of a shape this many times, the providers interleaved and their order rotated "
+                        "by one each round, and report medians (each round's times are kept in the JSON)")
     p.add_argument("--out", default="bench_attention.json")
     p.set_defaults(func=_runner("attention"))
 
