@@ -171,9 +171,9 @@ def run(args) -> int:
                           ("foxformer", "open", args.prune_eps)]
             # Rounds interleave the cases (every provider once, then again): a drift of the clock under the power
             # cap then reaches every provider alike instead of whichever ran at the time. Each round also starts one
-            # case later, so that with as many rounds as cases every provider runs once in every position: in the
-            # twenty-sixth session's all-provider run (fixed order, 3 rounds) the Gluon kernels read 2.5% slower in
-            # the rounds where they followed fla-core than in the first.
+            # case later, so that a drift within a round falls on every provider in turn (with as many rounds as
+            # cases, each runs once in every position): in the twenty-sixth session's all-provider runs at 16K every
+            # provider read ~2% slower after the first round, the Gluon kernels and CUDNN alike.
             timed = {case: [] for case in cases}
             for rnd in range(args.rounds):
                 for provider, gate, eps in cases[rnd % len(cases):] + cases[:rnd % len(cases)]:
