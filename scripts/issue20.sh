@@ -54,6 +54,9 @@
 # Twenty-second, `seed-ood 1` and `seed-ood 2` (commit d971298, 539 and 525 s of device time, one call each): all 344
 # steps (148K to 199K tokens/s), losses and gates; seed 1's on-device Go comparison was cut by the deadline
 # (issue20_doc.py computes every comparison again from the kept losses).
+# Twenty-sixth (commit 644524e): `lr 1e-3 "0 1"` 462 s (all 344 steps); `lodo-rest 0` 361 s (training 2.7 min at
+# ~310K tokens/s each, then prose, Go, gates and the bias shift on Go in 3.2 min); seed 0's two linear MQAR models
+# alone 3000 steps in ~100 s each.
 set -u
 MODE=${1:-}
 DATA=${DATA:-repro_data/gpt2}; SHARED=${SHARED:-../shared/data}; CARRY=${CARRY:-repro_data/carry}
