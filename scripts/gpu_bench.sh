@@ -27,6 +27,8 @@
 #   attn16      the Gluon kernels through the op against SDPA CUDNN at 16K, D 64 and 128, three interleaved rounds
 #               (medians), with the operator and kernel tables of one forward+backward each (attention_profile/)
 #   attnlong    the Gluon and Triton kernels against SDPA FLASH, SDPA CUDNN and fla-core at 16K and 64K (one run)
+#   attnall     the same providers at 16K, D 64 and 128, five interleaved rounds, each starting one provider later
+#               (the issue-17 table with every provider: 175 s in the twenty-sixth session)
 #   gluon       the Hopper kernels: tests/gpu/test_gluon_gpu.py (8 processes), then their config sweep
 #               (scripts/hopper_tune.py $HOPPER_SECTIONS, default "fwd bwd") at 16K
 #   decode      decode op; whole-model decoding of the 760M preset at 32K
@@ -130,6 +132,8 @@ gluon) step gluontests 150 python -m pytest -q -n 8 tests/gpu/test_gluon_gpu.py
        step gluontune 200 python scripts/hopper_tune.py ${HOPPER_SECTIONS:-fwd bwd} --out "$OUT/hopper_tune_h200.json" ;;
 attn16) step attn16 150 $FX bench attention --providers gluon,sdpa_cudnn --seqlens 16384 --configs 64x24,128x12 \
           --rounds 3 --profile "$OUT/attention_profile" --out "$OUT/attention_16k_h200.json" ;;
+attnall) step attnall 240 $FX bench attention --providers gluon,triton,sdpa_flash,sdpa_cudnn,fla --seqlens 16384 \
+          --configs 64x24,128x12 --rounds 5 --out "$OUT/attention_16k_all_h200.json" ;;
 attnlong) step attnlong 330 $FX bench attention --providers gluon,triton,sdpa_flash,sdpa_cudnn,fla --seqlens 16384,65536 \
           --configs 64x24,128x12,128x12x2 --out "$OUT/attention_16k_64k_h200.json" ;;
 decode) step decode_kernel 45 $FX bench decode --kernel --preset fox-pro-125m --contexts 4096,32768,65536 \
