@@ -253,6 +253,8 @@ def _lodo(runs: dict, units: dict, dropped: list[str], fresh: set[str]) -> None:
 # trains 1.15x faster at 125M (docs/benchmarks.md, "Whole models").
 # `issue20.sh lr 1e-3 SEEDS`: the Pro pair at the rate the fifth session's one-seed sweep found best for FoX (Pro):
 # is FoX (Pro)'s seed spread at the recipe's 2e-3 the rate's doing?
+# `issue20.sh proablation N`: FoX (Pro) without each of its four additions, at lr 1e-3, against the `lr` calls' FoX
+# (Pro) (at 1e-3 its seeds agree; at 2e-3 their spread is larger than the differences to be read).
 ABLATIONS = {
     "ablation_llama": (
         "Gate ablations (LLaMA block)", "gate ablations (LLaMA block)",
@@ -273,6 +275,16 @@ ABLATIONS = {
         "`bash scripts/issue20.sh lr 1e-3 \"0 1\"`, then `lr 1e-3 2` (one GPU call each: the Pro pair at half the "
         "recipe's learning rate, and their loss on the mix: whether FoX (Pro)'s seed spread at 2e-3 is the rate's).",
         {"transformer-pro@lr=0.001": "Transformer (Pro), lr 1e-3", "fox-pro@lr=0.001": "FoX (Pro), lr 1e-3"}),
+    "ablation_pro": (
+        "Pro-block ablations at lr 1e-3", "Pro-block ablations at lr 1e-3",
+        "`bash scripts/issue20.sh proablation 0`, `proablation 1`, `proablation 2` (one GPU call each: FoX (Pro) "
+        "at lr 1e-3 without its QK-norm, output gate, output norm or key/value shift, side by side, and their loss "
+        "on the mix, against the `lr 1e-3` calls' FoX (Pro) of the same seeds).",
+        {"fox-pro@lr=0.001": "FoX (Pro), lr 1e-3",
+         "fox-pro:qk_norm=False@lr=0.001": "FoX (Pro) without QK-norm",
+         "fox-pro:output_gate=False@lr=0.001": "FoX (Pro) without the output gate",
+         "fox-pro:output_norm=False@lr=0.001": "FoX (Pro) without the output norm",
+         "fox-pro:kv_shift=False@lr=0.001": "FoX (Pro) without the key/value shift"}),
 }
 RECIPE_LR = 2e-3  # the seed calls' rate: runs at another one get "@lr=..." in their kind
 

@@ -215,6 +215,7 @@ def test_the_pending_ablation_notes_name_their_commands(doc_script):
     out = doc_script._assemble([], {}, ({}, {}, {}))
     assert "`bash scripts/issue20.sh ablation 0`" in out and '`bash scripts/issue20.sh headdim "0 1"`' in out
     assert '`bash scripts/issue20.sh lr 1e-3 "0 1"`' in out
+    assert "`bash scripts/issue20.sh proablation 0`" in out
 
 
 def test_the_head_dims_of_three_seeds_get_their_own_unit(doc_script, tmp_path, monkeypatch):
@@ -235,6 +236,30 @@ def test_the_head_dims_of_three_seeds_get_their_own_unit(doc_script, tmp_path, m
     assert lines[0].startswith("- head dim (Pro block), FoX (Pro), head dim 128 - FoX (Pro), head dim "
                                                 "64 (the preset) (3 seeds)")
     assert units["headdim_pro"][0].startswith("### Head dim (Pro block): held-out documents")
+
+
+def test_the_pro_ablations_read_the_lr_calls_fox_pro_as_their_reference(doc_script, tmp_path, monkeypatch):
+    """`issue20.sh proablation N` bundles hold the four ablated models only; their reference is FoX (Pro) at lr 1e-3
+    from the `lr` calls' bundles, so that the unit needs both and compares each ablation against it."""
+    monkeypatch.setattr(doc_script, "OUT", str(tmp_path / "out"))
+    lr_bundle, abl_bundle = tmp_path / "lr1e-3", tmp_path / "proablation"
+    ablated = {"qk_norm": 0.1, "output_gate": 0.2, "output_norm": 0.0, "kv_shift": 0.3}
+    for seed in range(3):
+        _ablation_run(lr_bundle, None, seed, 0.0, preset="fox-pro-small", key=None, lr=1e-3)
+        for key, offset in ablated.items():
+            _ablation_run(abl_bundle, False, seed, offset, preset="fox-pro-small", key=key, lr=1e-3)
+    runs = doc_script.find_runs([str(lr_bundle), str(abl_bundle)])
+    assert sorted(runs) == sorted(doc_script.ABLATIONS["ablation_pro"][3])
+    old = doc_script.old_units(open(os.path.join(ROOT, doc_script.DOC)).read())
+    only_ablated = doc_script.old_units(doc_script.section([str(abl_bundle)], old) + "\n")
+    assert "ablation_pro" not in only_ablated[1]   # without its reference the unit is not formed
+    units, summary, _ = doc_script.old_units(doc_script.section([str(lr_bundle), str(abl_bundle)], old) + "\n")
+    assert units["lr_pro"] == old[0]["lr_pro"]    # the Transformer (Pro) at 1e-3 is not in these bundles
+    lines = summary["ablation_pro"]
+    assert len(lines) == 4 and all("(3 seeds)" in line for line in lines)
+    assert "FoX (Pro) without QK-norm - FoX (Pro), lr 1e-3 (3 seeds): mean loss over 16K tokens **+0.1" in lines[0]
+    assert "**+0.3" in lines[3] and "without the key/value shift" in lines[3]
+    assert units["ablation_pro"][0].startswith("### Pro-block ablations at lr 1e-3: held-out documents")
 
 
 def test_the_gate_bias_shift_on_other_texts_gets_a_unit_and_is_kept(doc_script, tmp_path, monkeypatch):
