@@ -458,15 +458,21 @@ def section(bundles: list[str], old: tuple[dict, dict, dict] = ({}, {}, {}), giv
                         if re.fullmatch(r"mqar(_s\d+)?", d) and os.path.exists(os.path.join(b, d, "mqar.json"))),
                        key=lambda d: json.load(open(os.path.join(d, "mqar.json")))["task"]["seed"])
     if seed_dirs:
+        # the detailed seed's figures go to a folder of its own: the published unit's (the twelfth session's seed 0,
+        # in mqar/) stay for the unit kept beside a new one whose seeds it did not read (_superseded)
         mqar = seed_dirs[0]
-        shutil.copytree(mqar, os.path.join(OUT, "mqar"), dirs_exist_ok=True)
+        figs = os.path.join(OUT, f"mqar_s{json.load(open(os.path.join(mqar, 'mqar.json')))['task']['seed']}")
+        shutil.copytree(mqar, figs, dirs_exist_ok=True)
         body = ["### Multi-query associative recall", "",
                 "`MQAR_SEED=N bash scripts/issue20.sh mqar` (the `small` preset; why FoX's gate start matters here: "
                 "section \"Associative recall (MQAR) and the forget gate's start\" below).", ""]
         if len(seed_dirs) > 1:
             body += [seed_table(seed_dirs), "", "One seed in detail (its steps and the gates' reach):", ""]
-        units["mqar"] = (body + [open(os.path.join(mqar, "mqar.md")).read(), "![MQAR](results/issue20/mqar/mqar.png)",
-                                 "", "![MQAR training](results/issue20/mqar/mqar_training.png)", ""], [])
+        read = sorted(f"{os.path.basename(os.path.dirname(os.path.abspath(d)))}/{os.path.basename(d)}"
+                      for d in seed_dirs)
+        units["mqar"] = (body + [open(os.path.join(mqar, "mqar.md")).read(), f"![MQAR]({figs[5:]}/mqar.png)", "",
+                                 f"![MQAR training]({figs[5:]}/mqar_training.png)", "", INPUTS.format(" ".join(read))],
+                         [])
     return _assemble(bundles, units, old)
 
 

@@ -262,6 +262,28 @@ def test_the_pro_ablations_read_the_lr_calls_fox_pro_as_their_reference(doc_scri
     assert units["ablation_pro"][0].startswith("### Pro-block ablations at lr 1e-3: held-out documents")
 
 
+def test_a_new_mqar_seed_keeps_the_published_table_beside_it(doc_script, tmp_path, monkeypatch):
+    """The published MQAR table pooled seeds whose folders were never kept: a call of another seed makes a unit that
+    names what it read and leaves the published one beside it (not replaced by a one-seed table), its figures in a
+    folder of the seed's own."""
+    from foxformer.eval.mqar import MqarConfig
+
+    monkeypatch.setattr(doc_script, "OUT", str(tmp_path / "out"))
+    d = tmp_path / "mqar_call" / "mqar_s3"
+    d.mkdir(parents=True)
+    task = MqarConfig(seed=3).task()
+    (d / "mqar.json").write_text(json.dumps({"task": task, "models": []}))
+    (d / "mqar.md").write_text("| model | steps |\n|---|---|\n| FoX (Pro) | 3000 |\n")
+    old = doc_script.old_units(open(os.path.join(ROOT, doc_script.DOC)).read())
+    units, _, _ = doc_script.old_units(doc_script.section([str(d.parent)], old) + "\n")
+    assert "<!-- issue20:inputs mqar_call/mqar_s3 -->" in units["mqar"]
+    assert any("/mqar_s3/mqar.png)" in line for line in units["mqar"])
+    assert units["mqar@earlier"][0].endswith("an earlier call, not pooled with the rows above (its inputs were not "
+                                             "kept)")
+    assert any("mean ± standard deviation over seeds [0, 1, 2]" in line for line in units["mqar@earlier"])
+    assert os.path.exists(tmp_path / "out" / "mqar_s3" / "mqar.json")
+
+
 def test_the_gate_bias_shift_on_other_texts_gets_a_unit_and_is_kept(doc_script, tmp_path, monkeypatch):
     """`BIAS_SHIFT_OOD=1` (lodo-rest): FoX (Pro)'s bias-shift sweep on Go per seed becomes a table, a summary line with
     the seeds' mean change from shift 0 and a figure; archive() keeps the means, and a later run reads them back."""
