@@ -218,7 +218,7 @@ mqar)
     tar -C "$OUT" -czf "$tgz" --exclude=models . && find "$OUT" -mindepth 1 -delete && mv "$tgz" "$OUT/mqar_bundle.tgz"
     ;;
 *)
-    echo "usage: bash scripts/issue20.sh data | seed N | seed-ood N | lodo [SEEDS] | lodo-rest SEEDS | ablation N | headdim SEEDS | lr LR SEEDS | mqar" >&2
+    echo "usage: bash scripts/issue20.sh data | seed N | seed-ood N | lodo [SEEDS] | lodo-rest SEEDS | ablation N | headdim SEEDS | lr LR SEEDS | proablation N | mqar" >&2
     exit 2
     ;;
 esac

@@ -454,14 +454,15 @@ def section(bundles: list[str], old: tuple[dict, dict, dict] = ({}, {}, {}), giv
                            "text):", "", table, f"![gates by text]({figs[0][5:]})", "",
                            INPUTS.format(" ".join(sorted(_run_id(r) for r in read)))], [])
     # one folder per seed: mqar/ (the twelfth session's seed 0) or mqar_sN/ (MQAR_SEED=N)
-    seed_dirs = sorted((os.path.join(b, d) for b in bundles if os.path.isdir(b) for d in os.listdir(b)
-                        if re.fullmatch(r"mqar(_s\d+)?", d) and os.path.exists(os.path.join(b, d, "mqar.json"))),
-                       key=lambda d: json.load(open(os.path.join(d, "mqar.json")))["task"]["seed"])
+    seeds = {os.path.join(b, d): _read(os.path.join(b, d, "mqar.json"))["task"]["seed"]
+             for b in bundles if os.path.isdir(b) for d in os.listdir(b)
+             if re.fullmatch(r"mqar(_s\d+)?", d) and os.path.exists(os.path.join(b, d, "mqar.json"))}
+    seed_dirs = sorted(seeds, key=seeds.get)
     if seed_dirs:
         # the detailed seed's figures go to a folder of its own: the published unit's (the twelfth session's seed 0,
         # in mqar/) stay for the unit kept beside a new one whose seeds it did not read (_superseded)
         mqar = seed_dirs[0]
-        figs = os.path.join(OUT, f"mqar_s{json.load(open(os.path.join(mqar, 'mqar.json')))['task']['seed']}")
+        figs = os.path.join(OUT, f"mqar_s{seeds[mqar]}")
         shutil.copytree(mqar, figs, dirs_exist_ok=True)
         body = ["### Multi-query associative recall", "",
                 "`MQAR_SEED=N bash scripts/issue20.sh mqar` (the `small` preset; why FoX's gate start matters here: "

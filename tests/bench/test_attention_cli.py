@@ -68,8 +68,8 @@ def test_rounds_give_medians_and_keep_every_round():
 
 
 def test_rounds_interleave_the_providers(monkeypatch, tmp_path):
-    """Every provider once per round, each round starting one provider later, one merged row per provider (no GPU: the timing is
-    replaced by a counter)."""
+    """Every provider once per round, each round starting one provider later, one merged row per provider (no GPU:
+    the timing is replaced by a counter)."""
     import json
 
     import torch
