@@ -123,11 +123,15 @@ def _worst_error(D, fwd_cfg=None, bwd_cfg=None) -> float:
     return worst
 
 
-# The defaults first and last (drift); between them the dS sums' other path (mma_sums flipped: across registers at
-# D 64, by wgmma at D 128; eighteenth session, the default's comment in launch.py), twice: options within 1% of each
-# other differ by about a sweep's drift between its first and last rows (hopper_tune_7b0a783_h200.json).
-BWD_SWEEP = {64: [dict(), dict(mma_sums=False), dict(), dict(mma_sums=False), dict()],
-             128: [dict(), dict(mma_sums=True), dict(), dict(mma_sums=True), dict()]}
+# The defaults first and last (drift); between them the other schedule (persistent kernels flipped: one CTA a tile at
+# D 64, persistent at D 128; twenty-seventh session, the default's comment in launch.py), twice: options within 1% of
+# each other differ by about a sweep's drift between its first and last rows (hopper_tune_7b0a783_h200.json).
+def _other_schedule(D: int) -> dict:
+    cfg = L.BWD_CONFIGS[D]
+    return dict(dkdv_persistent=not cfg.dkdv_persistent, dq_persistent=not cfg.dq_persistent)
+
+
+BWD_SWEEP = {D: [dict(), _other_schedule(D), dict(), _other_schedule(D), dict()] for D in (64, 128)}
 
 
 def _bwd_parts(q, k, v, c, do, out, lse, scale, cfg):
@@ -136,11 +140,15 @@ def _bwd_parts(q, k, v, c, do, out, lse, scale, cfg):
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     colsum, rowsum, delta = (torch.empty(B, Hq, T, device=DEV) for _ in range(3))
     L.row_deltas(out, do, None, delta)
-    lk = L.dkdv_launch(q, k, v, c, do, lse, delta, dk, dv, colsum, lse, lse, scale,
-                       triton.cdiv(T, L.BLOCK_M), B, False, False, cfg)
-    lq = L.dq_launch(q, k, v, c, do, lse, delta, dq, rowsum, lse, lse, scale, triton.cdiv(T, L.dq_block_m(cfg)), B,
-                     False, False, cfg, out)
-    return [_time(ln.run) for ln in (lk, lq)]
+    # Launches built for each run: a persistent kernel's task counter starts at zero.
+    def lk():
+        L.dkdv_launch(q, k, v, c, do, lse, delta, dk, dv, colsum, lse, lse, scale, triton.cdiv(T, L.BLOCK_M), B, False,
+                      False, cfg).run()
+
+    def lq():
+        L.dq_launch(q, k, v, c, do, lse, delta, dq, rowsum, lse, lse, scale, triton.cdiv(T, L.dq_block_m(cfg)), B,
+                    False, False, cfg, out).run()
+    return [_time(fn) for fn in (lk, lq)]
 
 
 def sweep(rows, fwd: bool, bwd: bool, T: int, tokens: int):

@@ -222,6 +222,35 @@ def test_other_sums_path_fp16_varlen_pruned(other_sums, D):
     _packed_then_pruned(D, torch.float16, seed=16)
 
 
+@pytest.mark.parametrize("case", ["T1", "T17", "T1000-gqa8", "T4097", "Tq77-Tk1000", "varlen", "pruned", "16K"])
+@pytest.mark.parametrize("D", [64, 128], ids=lambda d: f"D{d}")
+def test_other_schedule_is_bitwise_equal(monkeypatch, D, case):
+    """Persistent kernels (BwdConfig.*_persistent) compute each tile exactly as one CTA a tile does, only on another
+    SM and after other tiles: every output and gradient must be bitwise equal with the schedule flipped (one CTA a
+    tile where the defaults are persistent and the other way round), a gradient on lse included."""
+    B, Tq, Tk, Hq, Hkv = {"varlen": (1, 786, 786, 4, 2), "pruned": (2, 3000, 3000, 4, 2),
+                          "16K": (1, 16384, 16384, 4, 2)}.get(case) or SHAPES[case]
+    torch.manual_seed(17)
+    q = torch.randn(B, Tq, Hq, D, device=DEV, dtype=torch.bfloat16)
+    k = torch.randn(B, Tk, Hkv, D, device=DEV, dtype=torch.bfloat16)
+    v = torch.randn(B, Tk, Hkv, D, device=DEV, dtype=torch.bfloat16)
+    log_f = _gates("realistic" if case in ("pruned", "16K") else "mixed", B, Tk, Hq, seed=18)
+    kw = dict(dl=torch.randn(B, Hq, Tq, device=DEV, dtype=torch.float64))
+    if case == "varlen":
+        lengths = [1, 77, 1, 500, 77, 130]
+        kw["cu_seqlens"] = torch.tensor([0] + torch.tensor(lengths).cumsum(0).tolist(), dtype=torch.int32, device=DEV)
+    if case == "pruned":
+        kw["prune_eps"] = 1e-3
+    do = torch.randn(q.shape, device=DEV, dtype=q.dtype)
+    default = _run(q, k, v, log_f, do, "gluon", **kw)
+    _replace_bwd_configs(monkeypatch, lambda cfg: dict(dkdv_persistent=not cfg.dkdv_persistent,
+                                                       dq_persistent=not cfg.dq_persistent))
+    other = _run(q, k, v, log_f, do, "gluon", **kw)
+    for name, a, b in zip(NAMES, default, other):
+        assert torch.isfinite(a).all(), f"{name}: non-finite values (an unwritten element stays NaN)"
+        assert torch.equal(a, b), f"{name} differs between the persistent and one-CTA-a-tile schedules"
+
+
 @pytest.mark.parametrize("T", [16384, 65536], ids=lambda t: f"T{t // 1024}K")
 @pytest.mark.parametrize("gates", ["realistic", "half"])
 @pytest.mark.parametrize("D,Hq,Hkv", [(64, 2, 1), (128, 2, 2)], ids=["D64-gqa", "D128"])

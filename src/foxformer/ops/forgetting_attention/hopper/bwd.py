@@ -26,8 +26,8 @@ saving: taken at D 64 only (launch.BWD_CONFIGS says by how much).
 from __future__ import annotations
 
 from .compat import fence_async_shared, gl, gluon, mbarrier, thread_barrier, tma_load, warpgroup_mma, warpgroup_mma_wait
-from .fwd import (LOG2E, WG_ROWS, heaviest_first, key_tiles, kv_loader, kv_ring, query_program, release_stage,
-                  sequence_of, split_c)
+from .fwd import (LOG2E, WG_ROWS, heaviest_first, key_tiles, kv_loader, kv_ring, launch_order, query_program,
+                  query_task, release_stage, sequence_of, split_c)
 
 # Per-query vectors the dk/dv loader stages beside each Q / dO tile, one row each. With the diagonal
 # tiles' bias split as (cq_hi - ck_hi) * log2(e) + (cq_lo - ck_lo) * log2(e), lse folds into the lo term:
@@ -59,6 +59,40 @@ def _ones_smem(dtype: gl.constexpr, NUM_WG: gl.constexpr, NUM_STAGES: gl.constex
     """[NUM_STAGES * NUM_WG, SUM_N, K]: the ones of _fill_ones."""
     return gl.allocate_shared_memory(dtype, [NUM_STAGES * NUM_WG, SUM_N, K],
                                      gl.NVMMASharedLayout.get_default_for([SUM_N, K], dtype))
+
+
+@gluon.jit
+def _publish_task(task_smem, task_ready, task_empty, task, j):
+    """Hand the j-th task id to the consumers through a two-slot ring."""
+    one_l: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
+    s = j % 2
+    mbarrier.wait(task_empty.index(s), ((j // 2) & 1) ^ 1)
+    task_smem.index(s).store(gl.zeros([1], gl.int32, one_l) + task)
+    thread_barrier()
+    mbarrier.arrive(task_ready.index(s), count=1)
+
+
+@gluon.jit
+def _task_ring():
+    """Shared memory and barriers of the two-slot ring that hands task ids from the loader to the two consumer
+    warpgroups of a persistent kernel."""
+    task_smem = gl.allocate_shared_memory(gl.int32, [2, 1], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+    task_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    task_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(2):
+        mbarrier.init(task_ready.index(i), count=1)
+        mbarrier.init(task_empty.index(i), count=2)
+    return task_smem, task_ready, task_empty
+
+
+@gluon.jit
+def _receive_task(task_smem, task_ready, task_empty, j):
+    one_l: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
+    s = j % 2
+    mbarrier.wait(task_ready.index(s), (j // 2) & 1)
+    task = gl.sum(task_smem.index(s).load(one_l), 0)
+    release_stage(task_empty.index(s))
+    return task
 
 
 # ----------------------------------------------------------------------------------------------
@@ -97,7 +131,9 @@ def _dq_consumer(q_smem, do_smem, k_smem, v_smem, c_smem, ones_smem, q_bar, k_re
                  scale, scale2, stride_dqb, stride_dqt, stride_dqh, stride_lb, stride_lh,
                  WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
                  NUM_STAGES: gl.constexpr, FUSED_DELTA: gl.constexpr, HAS_DLSE: gl.constexpr,
-                 MMA_SUMS: gl.constexpr):
+                 MMA_SUMS: gl.constexpr, q_empty=None, q_phase=0, it0=0, PERSISTENT: gl.constexpr = False):
+    """dQ and the dS row sums of this warpgroup's 64 query rows. PERSISTENT: one task of several (kv_loader's);
+    the ones are filled by the caller, and Q / dO are released on q_empty before the stores."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                         instr_shape=[16, BLOCK_N, 16])
     dq_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -133,12 +169,13 @@ def _dq_consumer(q_smem, do_smem, k_smem, v_smem, c_smem, ones_smem, q_bar, k_re
     rowsum = gl.zeros([WG_ROWS], gl.float32, row_l)
     zero_s = gl.zeros([WG_ROWS, BLOCK_N], gl.float32, s_layout)
     if MMA_SUMS:
-        _fill_ones(ones_smem, WG, NUM_STAGES, BLOCK_N)
+        if not PERSISTENT:
+            _fill_ones(ones_smem, WG, NUM_STAGES, BLOCK_N)
         rows8 = gl.zeros([WG_ROWS, SUM_N], gl.float32, sum_layout)
-    mbarrier.wait(q_bar, 0)
+    mbarrier.wait(q_bar, q_phase)
     for i in range(n_tiles):
-        s = i % NUM_STAGES
-        ph = (i // NUM_STAGES) & 1
+        s = (it0 + i) % NUM_STAGES
+        ph = ((it0 + i) // NUM_STAGES) & 1
         k_tile = k_smem.index(s).reshape([BLOCK_N, HEAD_DIM])
         v_tile = v_smem.index(s).reshape([BLOCK_N, HEAD_DIM])
         mbarrier.wait(k_ready.index(s), ph)
@@ -174,6 +211,9 @@ def _dq_consumer(q_smem, do_smem, k_smem, v_smem, c_smem, ones_smem, q_bar, k_re
             tok = warpgroup_mma(gl.convert_layout(ds.to(dtype), a_layout), k_tile, dq, is_async=True)
             dq, _ = warpgroup_mma_wait(0, deps=[tok, k_tile])
         release_stage(kc_empty.index(s))
+    if PERSISTENT:
+        # Every product that reads Q and dO has been waited for: the loader may bring the next task's.
+        release_stage(q_empty)
     if MMA_SUMS:
         # The SUM_N columns hold the same sum: their mean is exact.
         rowsum = gl.convert_layout(gl.sum(rows8, 1) * (1.0 / SUM_N), row_l)
@@ -188,17 +228,113 @@ def _dq_consumer(q_smem, do_smem, k_smem, v_smem, c_smem, ones_smem, q_bar, k_re
     gl.store(RowSum + vec_base + rows, rowsum, mask=row_ok)
 
 
-@gluon.jit(do_not_specialize=["stride_dqb", "stride_dqt", "stride_dqh", "stride_cb", "stride_ch", "stride_lb",
-                              "stride_lh", "seqlen_q", "seqlen_k", "n_blocks", "n_heads", "group"])
-def dq_kernel(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DQ, RowSum, O, DO, DLse, CuSeqlens, PruneBound,
-              stride_dqb, stride_dqt, stride_dqh, stride_cb, stride_ch, stride_lb, stride_lh,
-              seqlen_q, seqlen_k, scale, scale2, n_blocks, n_heads, group,
-              HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_WG: gl.constexpr,
-              NUM_STAGES: gl.constexpr, IS_VARLEN: gl.constexpr, PRUNE: gl.constexpr,
-              CONSUMER_REGS: gl.constexpr, HEAD_GROUP: gl.constexpr, FUSED_DELTA: gl.constexpr,
-              HAS_DLSE: gl.constexpr, MMA_SUMS: gl.constexpr):
-    """FUSED_DELTA: the consumers compute delta from O and dO (`_row_deltas`) instead of reading it, and store it for
-    the dk/dv kernel, which must then be launched after this one. O, DO, DLse: placeholders otherwise."""
+@gluon.jit
+def _dq_persistent_loader(q_desc, do_desc, k_desc, v_desc, C, q_smem, do_smem, k_smem, v_smem, c_smem, q_bar, q_empty,
+                          k_ready, v_ready, kc_empty, v_empty, task_smem, task_ready, task_empty, Counter, n_tasks,
+                          CuSeqlens, PruneBound, seqlen_q, seqlen_k, n_blocks, n_heads, group, stride_cb, stride_ch,
+                          HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
+                          IS_VARLEN: gl.constexpr, PRUNE: gl.constexpr, HEAD_GROUP: gl.constexpr):
+    """Tasks from Counter in turn; each id is handed to the consumers, then kv_loader loads its Q, dO and tiles."""
+    BLOCK_M: gl.constexpr = 2 * WG_ROWS
+    task = gl.atomic_add(Counter, 1)
+    _publish_task(task_smem, task_ready, task_empty, task, 0)
+    j = 1
+    it = 0
+    nq = 0
+    while task < n_tasks:
+        head, pid_z, pid_m, zb, tok0, n_q, n_k, m0 = query_task(task, n_tasks, n_blocks, n_heads, CuSeqlens,
+                                                                seqlen_q, seqlen_k, BLOCK_M, IS_VARLEN, HEAD_GROUP)
+        if m0 < n_q:
+            off, c_base, r, lo, n_tiles = key_tiles(C, PruneBound, zb, tok0, head, pid_z, pid_m, m0, n_q, n_k,
+                                                    n_blocks, n_heads, stride_cb, stride_ch, BLOCK_M, BLOCK_N, PRUNE)
+            kv_loader(q_desc, do_desc, k_desc, v_desc, C, q_smem, do_smem, k_smem, v_smem, c_smem,
+                      q_bar, k_ready, v_ready, kc_empty, v_empty,
+                      zb, tok0 + m0, tok0, head * HEAD_DIM, (head // group) * HEAD_DIM, c_base, r, lo, n_tiles,
+                      n_k, BLOCK_N, NUM_STAGES, 2, True, q_empty, (nq & 1) ^ 1, it, True)
+            it += n_tiles
+            nq += 1
+        task = gl.atomic_add(Counter, 1)
+        _publish_task(task_smem, task_ready, task_empty, task, j)
+        j += 1
+
+
+@gluon.jit
+def _dq_persistent_consumer(q_smem, do_smem, k_smem, v_smem, c_smem, ones_smem, q_bar, q_empty, k_ready, v_ready,
+                            kc_empty, v_empty, task_smem, task_ready, task_empty, n_tasks, CuSeqlens, PruneBound,
+                            C, Lse, Delta, DQ, RowSum, O, DO, DLse, seqlen_q, seqlen_k, n_blocks, n_heads, scale,
+                            scale2, stride_dqb, stride_dqt, stride_dqh, stride_cb, stride_ch, stride_lb, stride_lh,
+                            WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
+                            NUM_STAGES: gl.constexpr, FUSED_DELTA: gl.constexpr, HAS_DLSE: gl.constexpr,
+                            MMA_SUMS: gl.constexpr, IS_VARLEN: gl.constexpr, PRUNE: gl.constexpr,
+                            HEAD_GROUP: gl.constexpr):
+    BLOCK_M: gl.constexpr = 2 * WG_ROWS
+    if MMA_SUMS:
+        _fill_ones(ones_smem, WG, NUM_STAGES, BLOCK_N)
+    task = _receive_task(task_smem, task_ready, task_empty, 0)
+    j = 1
+    it = 0
+    nq = 0
+    while task < n_tasks:
+        head, pid_z, pid_m, zb, tok0, n_q, n_k, m0 = query_task(task, n_tasks, n_blocks, n_heads, CuSeqlens,
+                                                                seqlen_q, seqlen_k, BLOCK_M, IS_VARLEN, HEAD_GROUP)
+        if m0 < n_q:
+            off, c_base, r, lo, n_tiles = key_tiles(C, PruneBound, zb, tok0, head, pid_z, pid_m, m0, n_q, n_k,
+                                                    n_blocks, n_heads, stride_cb, stride_ch, BLOCK_M, BLOCK_N, PRUNE)
+            _dq_consumer(q_smem, do_smem, k_smem, v_smem, c_smem, ones_smem, q_bar, k_ready, v_ready, kc_empty,
+                         v_empty, C, Lse, Delta, DQ, RowSum, O, DO, DLse, zb, tok0, head, m0, off, n_q,
+                         c_base, r, lo, n_tiles, scale, scale2, stride_dqb, stride_dqt, stride_dqh,
+                         stride_lb, stride_lh, WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FUSED_DELTA, HAS_DLSE, MMA_SUMS,
+                         q_empty, nq & 1, it, True)
+            it += n_tiles
+            nq += 1
+        task = _receive_task(task_smem, task_ready, task_empty, j)
+        j += 1
+
+
+@gluon.jit
+def _dq_persistent(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DQ, RowSum, O, DO, DLse, CuSeqlens, PruneBound,
+                   Counter, stride_dqb, stride_dqt, stride_dqh, stride_cb, stride_ch, stride_lb, stride_lh,
+                   seqlen_q, seqlen_k, scale, scale2, n_blocks, n_heads, group, n_tasks,
+                   HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
+                   IS_VARLEN: gl.constexpr, PRUNE: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                   HEAD_GROUP: gl.constexpr, FUSED_DELTA: gl.constexpr, HAS_DLSE: gl.constexpr,
+                   MMA_SUMS: gl.constexpr):
+    q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty, v_empty = kv_ring(
+        q_desc, k_desc, 2, BLOCK_N, HEAD_DIM, NUM_STAGES)
+    do_smem = gl.allocate_shared_memory(q_desc.dtype, [2, 1, WG_ROWS, HEAD_DIM], do_desc.layout)
+    ones_smem = _ones_smem(q_desc.dtype, 2, NUM_STAGES, BLOCK_N)
+    q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_empty, count=2)
+    task_smem, task_ready, task_empty = _task_ring()
+    gl.warp_specialize([
+        (_dq_persistent_loader, (q_desc, do_desc, k_desc, v_desc, C, q_smem, do_smem, k_smem, v_smem, c_smem, q_bar,
+                                 q_empty, k_ready, v_ready, kc_empty, v_empty, task_smem, task_ready, task_empty,
+                                 Counter, n_tasks, CuSeqlens, PruneBound, seqlen_q, seqlen_k, n_blocks, n_heads, group,
+                                 stride_cb, stride_ch, HEAD_DIM, BLOCK_N, NUM_STAGES, IS_VARLEN, PRUNE, HEAD_GROUP)),
+        (_dq_persistent_consumer, (q_smem, do_smem, k_smem, v_smem, c_smem, ones_smem, q_bar, q_empty, k_ready,
+                                   v_ready, kc_empty, v_empty, task_smem, task_ready, task_empty, n_tasks, CuSeqlens,
+                                   PruneBound, C, Lse, Delta, DQ, RowSum, O, DO, DLse, seqlen_q, seqlen_k, n_blocks,
+                                   n_heads, scale, scale2, stride_dqb, stride_dqt, stride_dqh, stride_cb, stride_ch,
+                                   stride_lb, stride_lh, 0, HEAD_DIM, BLOCK_N, NUM_STAGES, FUSED_DELTA, HAS_DLSE,
+                                   MMA_SUMS, IS_VARLEN, PRUNE, HEAD_GROUP)),
+        (_dq_persistent_consumer, (q_smem, do_smem, k_smem, v_smem, c_smem, ones_smem, q_bar, q_empty, k_ready,
+                                   v_ready, kc_empty, v_empty, task_smem, task_ready, task_empty, n_tasks, CuSeqlens,
+                                   PruneBound, C, Lse, Delta, DQ, RowSum, O, DO, DLse, seqlen_q, seqlen_k, n_blocks,
+                                   n_heads, scale, scale2, stride_dqb, stride_dqt, stride_dqh, stride_cb, stride_ch,
+                                   stride_lb, stride_lh, 1, HEAD_DIM, BLOCK_N, NUM_STAGES, FUSED_DELTA, HAS_DLSE,
+                                   MMA_SUMS, IS_VARLEN, PRUNE, HEAD_GROUP)),
+    ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
+
+
+@gluon.jit
+def _dq_one(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DQ, RowSum, O, DO, DLse, CuSeqlens, PruneBound,
+            stride_dqb, stride_dqt, stride_dqh, stride_cb, stride_ch, stride_lb, stride_lh,
+            seqlen_q, seqlen_k, scale, scale2, n_blocks, n_heads, group,
+            HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_WG: gl.constexpr,
+            NUM_STAGES: gl.constexpr, IS_VARLEN: gl.constexpr, PRUNE: gl.constexpr,
+            CONSUMER_REGS: gl.constexpr, HEAD_GROUP: gl.constexpr, FUSED_DELTA: gl.constexpr,
+            HAS_DLSE: gl.constexpr, MMA_SUMS: gl.constexpr):
+    """The program's own query tile (query_program)."""
     BLOCK_M: gl.constexpr = NUM_WG * WG_ROWS
     head, pid_z, pid_m, zb, tok0, n_q, n_k, m0 = query_program(n_blocks, n_heads, CuSeqlens, seqlen_q, seqlen_k,
                                                                BLOCK_M, IS_VARLEN, HEAD_GROUP)
@@ -251,6 +387,30 @@ def dq_kernel(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DQ, RowSum, O, DO,
             ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
 
 
+@gluon.jit(do_not_specialize=["stride_dqb", "stride_dqt", "stride_dqh", "stride_cb", "stride_ch", "stride_lb",
+                              "stride_lh", "seqlen_q", "seqlen_k", "n_blocks", "n_heads", "group", "n_tasks"])
+def dq_kernel(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DQ, RowSum, O, DO, DLse, CuSeqlens, PruneBound, Counter,
+              stride_dqb, stride_dqt, stride_dqh, stride_cb, stride_ch, stride_lb, stride_lh,
+              seqlen_q, seqlen_k, scale, scale2, n_blocks, n_heads, group, n_tasks,
+              HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_WG: gl.constexpr,
+              NUM_STAGES: gl.constexpr, IS_VARLEN: gl.constexpr, PRUNE: gl.constexpr,
+              CONSUMER_REGS: gl.constexpr, HEAD_GROUP: gl.constexpr, FUSED_DELTA: gl.constexpr,
+              HAS_DLSE: gl.constexpr, MMA_SUMS: gl.constexpr, PERSISTENT: gl.constexpr):
+    """FUSED_DELTA: the consumers compute delta from O and dO (`_row_deltas`) instead of reading it, and store it for
+    the dk/dv kernel, which must then be launched after this one. O, DO, DLse: placeholders otherwise.
+    PERSISTENT (two warpgroups): one CTA an SM taking the n_tasks query tiles in turn from the int32 Counter."""
+    if PERSISTENT:
+        _dq_persistent(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DQ, RowSum, O, DO, DLse, CuSeqlens, PruneBound,
+                       Counter, stride_dqb, stride_dqt, stride_dqh, stride_cb, stride_ch, stride_lb, stride_lh,
+                       seqlen_q, seqlen_k, scale, scale2, n_blocks, n_heads, group, n_tasks, HEAD_DIM, BLOCK_N,
+                       NUM_STAGES, IS_VARLEN, PRUNE, CONSUMER_REGS, HEAD_GROUP, FUSED_DELTA, HAS_DLSE, MMA_SUMS)
+    else:
+        _dq_one(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DQ, RowSum, O, DO, DLse, CuSeqlens, PruneBound,
+                stride_dqb, stride_dqt, stride_dqh, stride_cb, stride_ch, stride_lb, stride_lh, seqlen_q, seqlen_k,
+                scale, scale2, n_blocks, n_heads, group, HEAD_DIM, BLOCK_N, NUM_WG, NUM_STAGES, IS_VARLEN, PRUNE,
+                CONSUMER_REGS, HEAD_GROUP, FUSED_DELTA, HAS_DLSE, MMA_SUMS)
+
+
 # ----------------------------------------------------------------------------------------------
 # dk, dv and the dS column sums (key-stationary)
 # ----------------------------------------------------------------------------------------------
@@ -269,18 +429,19 @@ def _query_range(pid_z, head, pid_n, n0, off, n_q, n_blocks, n_heads_q, PruneBou
 
 
 @gluon.jit
-def _dkdv_loader(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, q_smem, do_smem, k_smem, v_smem, vec_smem,
-                 kv_bar, ready, empty, zb, tok0, n0, kv_head, pid_z, pid_n, off, n_q, n_k, n_blocks, n_heads_q,
-                 stride_cb, stride_ch, stride_lb, stride_lh, PruneBound, group,
-                 HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, NUM_STAGES: gl.constexpr,
-                 PRUNE: gl.constexpr):
+def _dkdv_load_task(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, q_smem, do_smem, k_smem, v_smem, vec_smem,
+                    kv_bar, ready, empty, zb, tok0, n0, kv_head, pid_z, pid_n, off, n_q, n_k, n_blocks, n_heads_q,
+                    stride_cb, stride_ch, stride_lb, stride_lh, PruneBound, group, it,
+                    HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, NUM_STAGES: gl.constexpr,
+                    PRUNE: gl.constexpr):
+    """The loads of one key block: its K and V, then the Q / dO tiles and query vectors of every query head of
+    its group through the ring, whose it-th fill this task's first is. Returns the ring position after it."""
     vec_layout: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
     offs = gl.arange(0, BLOCK_M, layout=vec_layout)
     mbarrier.expect(kv_bar, k_desc.block_type.nbytes + v_desc.block_type.nbytes)
     tma_load(k_desc, [zb, tok0 + n0, kv_head * HEAD_DIM], kv_bar, k_smem)
     tma_load(v_desc, [zb, tok0 + n0, kv_head * HEAD_DIM], kv_bar, v_smem)
     n_last = gl.minimum(n0 + 2 * WG_ROWS, n_k) - 1
-    it = 0
     for g in range(group):
         head = kv_head * group + g
         c_base = zb.to(gl.int64) * stride_cb + head.to(gl.int64) * stride_ch + tok0
@@ -318,15 +479,19 @@ def _dkdv_loader(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, q_smem, do_smem
             lse2 = lse2_n
             delta = delta_n
             it += 1
+    return it
 
 
 @gluon.jit
-def _dkdv_consumer(q_smem, do_smem, k_smem, v_smem, vec_smem, ones_smem, kv_bar, ready, empty,
-                   C, DK, DV, ColSum, zb, tok0, n0, kv_head, pid_z, pid_n, off, n_q, n_k, n_blocks, n_heads_q,
-                   scale, scale2, stride_cb, stride_ch, stride_dkb, stride_dkt, stride_dkh,
-                   stride_dvb, stride_dvt, stride_dvh, PruneBound, group,
-                   WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
-                   NUM_STAGES: gl.constexpr, PRUNE: gl.constexpr, MMA_SUMS: gl.constexpr):
+def _dkdv_consume_task(q_smem, do_smem, k_smem, v_smem, vec_smem, ones_smem, kv_bar, kv_empty, ready, empty,
+                       C, DK, DV, ColSum, zb, tok0, n0, kv_head, pid_z, pid_n, off, n_q, n_k, n_blocks, n_heads_q,
+                       scale, scale2, stride_cb, stride_ch, stride_dkb, stride_dkt, stride_dkh,
+                       stride_dvb, stride_dvt, stride_dvh, PruneBound, group, kv_phase, it,
+                       WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
+                       NUM_STAGES: gl.constexpr, PRUNE: gl.constexpr, MMA_SUMS: gl.constexpr,
+                       PERSISTENT: gl.constexpr):
+    """dK, dV and the dS column sums of one key block (this warpgroup's 64 keys); with PERSISTENT, K and V are
+    released on kv_empty before the stores. Returns the ring position after the task's tiles."""
     # Transposed orientation: tiles are [keys, queries], so dK and dV accumulate without transposes.
     st_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                          instr_shape=[16, BLOCK_M, 16])
@@ -351,10 +516,7 @@ def _dkdv_consumer(q_smem, do_smem, k_smem, v_smem, vec_smem, ones_smem, kv_bar,
     dk = gl.zeros([WG_ROWS, HEAD_DIM], gl.float32, acc_layout)
     dv = gl.zeros([WG_ROWS, HEAD_DIM], gl.float32, acc_layout)
     zero_st = gl.zeros([WG_ROWS, BLOCK_M], gl.float32, st_layout)
-    if MMA_SUMS:
-        _fill_ones(ones_smem, WG, NUM_STAGES, BLOCK_M)
-    mbarrier.wait(kv_bar, 0)
-    it = 0
+    mbarrier.wait(kv_bar, kv_phase)
     for g in range(group):
         head = kv_head * group + g
         c_base = zb.to(gl.int64) * stride_cb + head.to(gl.int64) * stride_ch + tok0
@@ -413,6 +575,9 @@ def _dkdv_consumer(q_smem, do_smem, k_smem, v_smem, vec_smem, ones_smem, kv_bar,
         if MMA_SUMS:
             colsum = gl.convert_layout(gl.sum(cols8, 1) * (1.0 / SUM_N), key_l)
         gl.store(ColSum + c_base + keys, colsum, mask=key_ok)
+    if PERSISTENT:
+        # Every product that reads K and V has been waited for: the loader may bring the next task's.
+        release_stage(kv_empty)
 
     dk = dk * scale
     st_l: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (HEAD_DIM // 8), HEAD_DIM // 8], [4, 1], [1, 0])
@@ -424,55 +589,221 @@ def _dkdv_consumer(q_smem, do_smem, k_smem, v_smem, vec_smem, ones_smem, kv_bar,
              gl.convert_layout(dk.to(dtype), st_l), mask=st_mask)
     gl.store(DV + zb.to(gl.int64) * stride_dvb + tok_off * stride_dvt + kv_head * stride_dvh + cols_st[None, :],
              gl.convert_layout(dv.to(dtype), st_l), mask=st_mask)
+    return it
 
 
-@gluon.jit(do_not_specialize=["stride_dkb", "stride_dkt", "stride_dkh", "stride_dvb", "stride_dvt", "stride_dvh",
-                              "stride_cb", "stride_ch", "stride_lb", "stride_lh", "seqlen_q", "seqlen_k",
-                              "n_blocks", "n_heads", "group"])
-def dkdv_kernel(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DK, DV, ColSum, CuSeqlens, PruneBound,
-                stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh,
-                stride_cb, stride_ch, stride_lb, stride_lh,
-                seqlen_q, seqlen_k, scale, scale2, n_blocks, n_heads, group,
-                HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
-                NUM_STAGES: gl.constexpr, IS_VARLEN: gl.constexpr, PRUNE: gl.constexpr,
-                CONSUMER_REGS: gl.constexpr, HEAD_GROUP: gl.constexpr, MMA_SUMS: gl.constexpr):
-    """Grid: key blocks of 128 x kv heads x sequences, the first key blocks (the heaviest) first."""
+@gluon.jit
+def _dkdv_task(task, n_tasks, n_blocks, n_heads, CuSeqlens, seqlen_q, seqlen_k, IS_VARLEN: gl.constexpr,
+               HEAD_GROUP: gl.constexpr):
+    """(key block, kv head, sequence, batch index, first token, query and key lengths, first key) of task `task`
+    of n_tasks, in the heaviest-first order; first key >= key length: an empty task (a short packed sequence)."""
+    pid_n, kv_head, pid_z = launch_order(task, n_tasks, n_blocks, n_heads, HEAD_GROUP)
+    zb, tok0, n_q, n_k = sequence_of(pid_z, CuSeqlens, seqlen_q, seqlen_k, IS_VARLEN)
+    return pid_n, kv_head, pid_z, zb, tok0, n_q, n_k, pid_n * (2 * WG_ROWS)
+
+
+@gluon.jit
+def _dkdv_loader(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, q_smem, do_smem, k_smem, v_smem, vec_smem,
+                 kv_bar, ready, empty, zb, tok0, n0, kv_head, pid_z, pid_n, off, n_q, n_k, n_blocks, n_heads_q,
+                 stride_cb, stride_ch, stride_lb, stride_lh, PruneBound, group,
+                 HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, NUM_STAGES: gl.constexpr,
+                 PRUNE: gl.constexpr):
+    _dkdv_load_task(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, q_smem, do_smem, k_smem, v_smem, vec_smem,
+                    kv_bar, ready, empty, zb, tok0, n0, kv_head, pid_z, pid_n, off, n_q, n_k, n_blocks, n_heads_q,
+                    stride_cb, stride_ch, stride_lb, stride_lh, PruneBound, group, n0 * 0,
+                    HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE)
+
+
+@gluon.jit
+def _dkdv_persistent_loader(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, q_smem, do_smem, k_smem, v_smem,
+                            vec_smem, kv_bar, kv_empty, ready, empty, task_smem, task_ready, task_empty, Counter,
+                            n_tasks, CuSeqlens, seqlen_q, seqlen_k, n_blocks, n_heads, stride_cb, stride_ch,
+                            stride_lb, stride_lh, PruneBound, group,
+                            HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, NUM_STAGES: gl.constexpr,
+                            PRUNE: gl.constexpr, IS_VARLEN: gl.constexpr, HEAD_GROUP: gl.constexpr):
+    """Tasks taken from Counter in turn until none is left: each id is handed to the consumers, and a task's
+    K / V wait until the consumers have released the last task's."""
+    n_heads_q = n_heads * group
+    task = gl.atomic_add(Counter, 1)
+    _publish_task(task_smem, task_ready, task_empty, task, 0)
+    j = 1
+    it = 0
+    kv = 0
+    while task < n_tasks:
+        pid_n, kv_head, pid_z, zb, tok0, n_q, n_k, n0 = _dkdv_task(task, n_tasks, n_blocks, n_heads, CuSeqlens,
+                                                                  seqlen_q, seqlen_k, IS_VARLEN, HEAD_GROUP)
+        if n0 < n_k:
+            mbarrier.wait(kv_empty, (kv & 1) ^ 1)
+            it = _dkdv_load_task(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, q_smem, do_smem, k_smem, v_smem,
+                                 vec_smem, kv_bar, ready, empty, zb, tok0, n0, kv_head, pid_z, pid_n, n_k - n_q,
+                                 n_q, n_k, n_blocks, n_heads_q, stride_cb, stride_ch, stride_lb, stride_lh,
+                                 PruneBound, group, it, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE)
+            kv += 1
+        task = gl.atomic_add(Counter, 1)
+        _publish_task(task_smem, task_ready, task_empty, task, j)
+        j += 1
+
+
+@gluon.jit
+def _dkdv_consumer(q_smem, do_smem, k_smem, v_smem, vec_smem, ones_smem, kv_bar, kv_empty, ready, empty,
+                   C, DK, DV, ColSum, zb, tok0, n0, kv_head, pid_z, pid_n, off, n_q, n_k, n_blocks, n_heads_q,
+                   scale, scale2, stride_cb, stride_ch, stride_dkb, stride_dkt, stride_dkh,
+                   stride_dvb, stride_dvt, stride_dvh, PruneBound, group,
+                   WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
+                   NUM_STAGES: gl.constexpr, PRUNE: gl.constexpr, MMA_SUMS: gl.constexpr):
+    if MMA_SUMS:
+        _fill_ones(ones_smem, WG, NUM_STAGES, BLOCK_M)
+    _dkdv_consume_task(q_smem, do_smem, k_smem, v_smem, vec_smem, ones_smem, kv_bar, kv_empty, ready, empty,
+                       C, DK, DV, ColSum, zb, tok0, n0, kv_head, pid_z, pid_n, off, n_q, n_k, n_blocks, n_heads_q,
+                       scale, scale2, stride_cb, stride_ch, stride_dkb, stride_dkt, stride_dkh,
+                       stride_dvb, stride_dvt, stride_dvh, PruneBound, group, 0, n0 * 0,
+                       WG, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE, MMA_SUMS, False)
+
+
+@gluon.jit
+def _dkdv_persistent_consumer(q_smem, do_smem, k_smem, v_smem, vec_smem, ones_smem, kv_bar, kv_empty, ready, empty,
+                              task_smem, task_ready, task_empty, n_tasks, CuSeqlens, seqlen_q, seqlen_k,
+                              C, DK, DV, ColSum, n_blocks, n_heads, scale, scale2, stride_cb, stride_ch,
+                              stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh, PruneBound,
+                              group, WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
+                              NUM_STAGES: gl.constexpr, PRUNE: gl.constexpr, MMA_SUMS: gl.constexpr,
+                              IS_VARLEN: gl.constexpr, HEAD_GROUP: gl.constexpr):
+    n_heads_q = n_heads * group
+    if MMA_SUMS:
+        _fill_ones(ones_smem, WG, NUM_STAGES, BLOCK_M)
+    task = _receive_task(task_smem, task_ready, task_empty, 0)
+    j = 1
+    it = 0
+    kv = 0
+    while task < n_tasks:
+        pid_n, kv_head, pid_z, zb, tok0, n_q, n_k, n0 = _dkdv_task(task, n_tasks, n_blocks, n_heads, CuSeqlens,
+                                                                  seqlen_q, seqlen_k, IS_VARLEN, HEAD_GROUP)
+        if n0 < n_k:
+            it = _dkdv_consume_task(q_smem, do_smem, k_smem, v_smem, vec_smem, ones_smem, kv_bar, kv_empty,
+                                    ready, empty, C, DK, DV, ColSum, zb, tok0, n0, kv_head, pid_z, pid_n,
+                                    n_k - n_q, n_q, n_k, n_blocks, n_heads_q, scale, scale2, stride_cb,
+                                    stride_ch, stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt,
+                                    stride_dvh, PruneBound, group, kv & 1, it,
+                                    WG, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE, MMA_SUMS, True)
+            kv += 1
+        task = _receive_task(task_smem, task_ready, task_empty, j)
+        j += 1
+
+
+@gluon.jit
+def _dkdv_smem(q_desc, do_desc, k_desc, v_desc, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
+               NUM_STAGES: gl.constexpr):
+    """Shared memory and barriers of a dk/dv CTA: one K / V block, a ring of Q / dO tiles and their query
+    vectors, the ones of MMA_SUMS."""
     BLOCK_N: gl.constexpr = 2 * WG_ROWS
+    dtype: gl.constexpr = q_desc.dtype
+    k_smem = gl.allocate_shared_memory(dtype, [1, BLOCK_N, HEAD_DIM], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [1, BLOCK_N, HEAD_DIM], v_desc.layout)
+    q_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, BLOCK_M, HEAD_DIM], q_desc.layout)
+    do_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, BLOCK_M, HEAD_DIM], do_desc.layout)
+    vec_smem = gl.allocate_shared_memory(gl.float32, [N_VEC * NUM_STAGES, BLOCK_M],
+                                         gl.SwizzledSharedLayout(1, 1, 1, [0]))
+    ones_smem = _ones_smem(dtype, 2, NUM_STAGES, BLOCK_M)
+    kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    kv_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(kv_bar, count=1)
+    mbarrier.init(kv_empty, count=2)
+    for i in gl.static_range(NUM_STAGES):
+        # ready: the TMA bytes of Q and dO plus the loader's arrival after it stored the vectors.
+        mbarrier.init(ready.index(i), count=2)
+        mbarrier.init(empty.index(i), count=2)
+    return k_smem, v_smem, q_smem, do_smem, vec_smem, ones_smem, kv_bar, kv_empty, ready, empty
+
+
+@gluon.jit
+def _dkdv_one(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DK, DV, ColSum, CuSeqlens, PruneBound,
+              stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh,
+              stride_cb, stride_ch, stride_lb, stride_lh, seqlen_q, seqlen_k, scale, scale2, n_blocks, n_heads, group,
+              HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, NUM_STAGES: gl.constexpr, IS_VARLEN: gl.constexpr,
+              PRUNE: gl.constexpr, CONSUMER_REGS: gl.constexpr, HEAD_GROUP: gl.constexpr, MMA_SUMS: gl.constexpr):
+    """The program's own task (heaviest_first)."""
     pid_n, kv_head, pid_z = heaviest_first(n_blocks, n_heads, HEAD_GROUP)
     zb, tok0, n_q, n_k = sequence_of(pid_z, CuSeqlens, seqlen_q, seqlen_k, IS_VARLEN)
-    n0 = pid_n * BLOCK_N
+    n0 = pid_n * (2 * WG_ROWS)
     if n0 < n_k:
         off = n_k - n_q
         n_heads_q = n_heads * group
-        dtype: gl.constexpr = q_desc.dtype
-        k_smem = gl.allocate_shared_memory(dtype, [1, BLOCK_N, HEAD_DIM], k_desc.layout)
-        v_smem = gl.allocate_shared_memory(dtype, [1, BLOCK_N, HEAD_DIM], v_desc.layout)
-        q_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, BLOCK_M, HEAD_DIM], q_desc.layout)
-        do_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, BLOCK_M, HEAD_DIM], do_desc.layout)
-        vec_smem = gl.allocate_shared_memory(gl.float32, [N_VEC * NUM_STAGES, BLOCK_M],
-                                             gl.SwizzledSharedLayout(1, 1, 1, [0]))
-        ones_smem = _ones_smem(dtype, 2, NUM_STAGES, BLOCK_M)
-        kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-        ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-        empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-        mbarrier.init(kv_bar, count=1)
-        for i in gl.static_range(NUM_STAGES):
-            # ready: the TMA bytes of Q and dO plus the loader's arrival after it stored the vectors.
-            mbarrier.init(ready.index(i), count=2)
-            mbarrier.init(empty.index(i), count=2)
+        k_smem, v_smem, q_smem, do_smem, vec_smem, ones_smem, kv_bar, kv_empty, ready, empty = _dkdv_smem(
+            q_desc, do_desc, k_desc, v_desc, HEAD_DIM, BLOCK_M, NUM_STAGES)
         gl.warp_specialize([
             (_dkdv_loader, (q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, q_smem, do_smem, k_smem, v_smem,
                             vec_smem, kv_bar, ready, empty, zb, tok0, n0, kv_head, pid_z, pid_n, off, n_q, n_k,
                             n_blocks, n_heads_q, stride_cb, stride_ch, stride_lb, stride_lh, PruneBound,
                             group, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE)),
-            (_dkdv_consumer, (q_smem, do_smem, k_smem, v_smem, vec_smem, ones_smem, kv_bar, ready, empty,
+            (_dkdv_consumer, (q_smem, do_smem, k_smem, v_smem, vec_smem, ones_smem, kv_bar, kv_empty, ready, empty,
                               C, DK, DV, ColSum, zb, tok0, n0, kv_head, pid_z, pid_n, off, n_q, n_k, n_blocks,
                               n_heads_q, scale, scale2, stride_cb, stride_ch, stride_dkb, stride_dkt, stride_dkh,
                               stride_dvb, stride_dvt, stride_dvh, PruneBound, group,
                               0, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE, MMA_SUMS)),
-            (_dkdv_consumer, (q_smem, do_smem, k_smem, v_smem, vec_smem, ones_smem, kv_bar, ready, empty,
+            (_dkdv_consumer, (q_smem, do_smem, k_smem, v_smem, vec_smem, ones_smem, kv_bar, kv_empty, ready, empty,
                               C, DK, DV, ColSum, zb, tok0, n0, kv_head, pid_z, pid_n, off, n_q, n_k, n_blocks,
                               n_heads_q, scale, scale2, stride_cb, stride_ch, stride_dkb, stride_dkt, stride_dkh,
                               stride_dvb, stride_dvt, stride_dvh, PruneBound, group,
                               1, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE, MMA_SUMS)),
         ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
+
+
+@gluon.jit
+def _dkdv_persistent(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DK, DV, ColSum, CuSeqlens, PruneBound, Counter,
+                     stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh,
+                     stride_cb, stride_ch, stride_lb, stride_lh, seqlen_q, seqlen_k, scale, scale2, n_blocks,
+                     n_heads, group, n_tasks, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
+                     NUM_STAGES: gl.constexpr, IS_VARLEN: gl.constexpr, PRUNE: gl.constexpr,
+                     CONSUMER_REGS: gl.constexpr, HEAD_GROUP: gl.constexpr, MMA_SUMS: gl.constexpr):
+    """One CTA an SM: tasks from Counter, their ids passed from the loader to the consumers through task_smem."""
+    k_smem, v_smem, q_smem, do_smem, vec_smem, ones_smem, kv_bar, kv_empty, ready, empty = _dkdv_smem(
+        q_desc, do_desc, k_desc, v_desc, HEAD_DIM, BLOCK_M, NUM_STAGES)
+    task_smem, task_ready, task_empty = _task_ring()
+    gl.warp_specialize([
+        (_dkdv_persistent_loader, (q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, q_smem, do_smem, k_smem, v_smem,
+                                   vec_smem, kv_bar, kv_empty, ready, empty, task_smem, task_ready, task_empty,
+                                   Counter, n_tasks, CuSeqlens, seqlen_q, seqlen_k, n_blocks, n_heads, stride_cb,
+                                   stride_ch, stride_lb, stride_lh, PruneBound, group,
+                                   HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE, IS_VARLEN, HEAD_GROUP)),
+        (_dkdv_persistent_consumer, (q_smem, do_smem, k_smem, v_smem, vec_smem, ones_smem, kv_bar, kv_empty, ready,
+                                     empty, task_smem, task_ready, task_empty, n_tasks, CuSeqlens, seqlen_q, seqlen_k,
+                                     C, DK, DV, ColSum, n_blocks, n_heads, scale, scale2, stride_cb, stride_ch,
+                                     stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh,
+                                     PruneBound, group, 0, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE, MMA_SUMS,
+                                     IS_VARLEN, HEAD_GROUP)),
+        (_dkdv_persistent_consumer, (q_smem, do_smem, k_smem, v_smem, vec_smem, ones_smem, kv_bar, kv_empty, ready,
+                                     empty, task_smem, task_ready, task_empty, n_tasks, CuSeqlens, seqlen_q, seqlen_k,
+                                     C, DK, DV, ColSum, n_blocks, n_heads, scale, scale2, stride_cb, stride_ch,
+                                     stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh,
+                                     PruneBound, group, 1, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE, MMA_SUMS,
+                                     IS_VARLEN, HEAD_GROUP)),
+    ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
+
+
+@gluon.jit(do_not_specialize=["stride_dkb", "stride_dkt", "stride_dkh", "stride_dvb", "stride_dvt", "stride_dvh",
+                              "stride_cb", "stride_ch", "stride_lb", "stride_lh", "seqlen_q", "seqlen_k",
+                              "n_blocks", "n_heads", "group", "n_tasks"])
+def dkdv_kernel(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DK, DV, ColSum, CuSeqlens, PruneBound, Counter,
+                stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh,
+                stride_cb, stride_ch, stride_lb, stride_lh,
+                seqlen_q, seqlen_k, scale, scale2, n_blocks, n_heads, group, n_tasks,
+                HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
+                NUM_STAGES: gl.constexpr, IS_VARLEN: gl.constexpr, PRUNE: gl.constexpr,
+                CONSUMER_REGS: gl.constexpr, HEAD_GROUP: gl.constexpr, MMA_SUMS: gl.constexpr,
+                PERSISTENT: gl.constexpr):
+    """Tasks: key blocks of 128 x kv heads x sequences (n_tasks), the first key blocks (the heaviest) first; one a
+    program, or with PERSISTENT one CTA an SM taking them in turn from the int32 Counter (zero at launch)."""
+    if PERSISTENT:
+        _dkdv_persistent(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DK, DV, ColSum, CuSeqlens, PruneBound,
+                         Counter, stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh,
+                         stride_cb, stride_ch, stride_lb, stride_lh, seqlen_q, seqlen_k, scale, scale2, n_blocks,
+                         n_heads, group, n_tasks, HEAD_DIM, BLOCK_M, NUM_STAGES, IS_VARLEN, PRUNE, CONSUMER_REGS,
+                         HEAD_GROUP, MMA_SUMS)
+    else:
+        _dkdv_one(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DK, DV, ColSum, CuSeqlens, PruneBound,
+                  stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh,
+                  stride_cb, stride_ch, stride_lb, stride_lh, seqlen_q, seqlen_k, scale, scale2, n_blocks,
+                  n_heads, group, HEAD_DIM, BLOCK_M, NUM_STAGES, IS_VARLEN, PRUNE, CONSUMER_REGS, HEAD_GROUP,
+                  MMA_SUMS)

@@ -76,8 +76,14 @@ def heaviest_first(n_blocks, n_heads, HEAD_GROUP: gl.constexpr):
     Interleaving a few pairs shortens it while the programs running at once still share the K and V of a few
     heads in L2 (4, the default, took the D 64 forward from 4.35 to 3.98-4.05 ms in the thirteenth session);
     interleaving all pairs lost 3-11% (twelfth session)."""
-    pid = gl.program_id(0)
-    n_zh = gl.num_programs(0) // n_blocks
+    return launch_order(gl.program_id(0), gl.num_programs(0), n_blocks, n_heads, HEAD_GROUP)
+
+
+@gluon.jit
+def launch_order(pid, n_programs, n_blocks, n_heads, HEAD_GROUP: gl.constexpr):
+    """heaviest_first's (tile, head, sequence) of the pid-th of n_programs tasks (persistent kernels take their
+    tasks in this order)."""
+    n_zh = n_programs // n_blocks
     zh0 = pid // (HEAD_GROUP * n_blocks) * HEAD_GROUP
     size = gl.minimum(n_zh - zh0, HEAD_GROUP)
     local = pid - zh0 * n_blocks
@@ -90,7 +96,15 @@ def query_program(n_blocks, n_heads, CuSeqlens, seqlen_q, seqlen_k, BLOCK_M: gl.
                   IS_VARLEN: gl.constexpr, HEAD_GROUP: gl.constexpr):
     """(query head, sequence, query tile, batch index, first token, query and key lengths, first row) of a
     query-stationary program. Tiles run heaviest (last) first: causal work grows with the tile index."""
-    tile, head, pid_z = heaviest_first(n_blocks, n_heads, HEAD_GROUP)
+    return query_task(gl.program_id(0), gl.num_programs(0), n_blocks, n_heads, CuSeqlens, seqlen_q, seqlen_k, BLOCK_M,
+                      IS_VARLEN, HEAD_GROUP)
+
+
+@gluon.jit
+def query_task(task, n_tasks, n_blocks, n_heads, CuSeqlens, seqlen_q, seqlen_k, BLOCK_M: gl.constexpr,
+               IS_VARLEN: gl.constexpr, HEAD_GROUP: gl.constexpr):
+    """query_program's values for the task-th of n_tasks in the launch order (persistent kernels)."""
+    tile, head, pid_z = launch_order(task, n_tasks, n_blocks, n_heads, HEAD_GROUP)
     pid_m = n_blocks - 1 - tile
     zb, tok0, n_q, n_k = sequence_of(pid_z, CuSeqlens, seqlen_q, seqlen_k, IS_VARLEN)
     return head, pid_z, pid_m, zb, tok0, n_q, n_k, pid_m * BLOCK_M
@@ -142,13 +156,17 @@ def kv_ring(q_desc, k_desc, NUM_WG: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DI
 def kv_loader(q_desc, do_desc, k_desc, v_desc, C, q_smem, do_smem, k_smem, v_smem, c_smem,
               q_bar, k_ready, v_ready, kc_empty, v_empty,
               zb, q_t0, kv_t0, q_col, kv_col, c_base, r, lo, n_tiles, n_k,
-              BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, NUM_WG: gl.constexpr, HAS_DO: gl.constexpr):
+              BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, NUM_WG: gl.constexpr, HAS_DO: gl.constexpr,
+              q_empty=None, q_phase=0, it0=0, PERSISTENT: gl.constexpr = False):
     """The loader warpgroup of the query-stationary kernels (forward, dq): each consumer's 64 rows of Q
     (and dO) once, then per stage a K tile, a V tile and the key tile's c relative to r (see the module
-    docstring)."""
+    docstring). PERSISTENT: one task of several, whose Q waits for q_empty's phase q_phase (the consumers
+    done with the last task's) and whose tiles take the ring from position it0."""
     c_layout: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
     offs = gl.arange(0, BLOCK_N, layout=c_layout)
 
+    if PERSISTENT:
+        mbarrier.wait(q_empty, q_phase)
     if HAS_DO:
         mbarrier.expect(q_bar, NUM_WG * (q_desc.block_type.nbytes + do_desc.block_type.nbytes))
     else:
@@ -160,8 +178,8 @@ def kv_loader(q_desc, do_desc, k_desc, v_desc, C, q_smem, do_smem, k_smem, v_sme
     # c of the next tile is loaded one iteration ahead, so its latency hides behind the waits.
     x = gl.load(C + c_base + lo + offs, mask=lo + offs < n_k, other=r)
     for i in range(n_tiles):
-        s = i % NUM_STAGES
-        ph = (i // NUM_STAGES) & 1
+        s = (it0 + i) % NUM_STAGES
+        ph = ((it0 + i) // NUM_STAGES) & 1
         n0 = lo + i * BLOCK_N
         # Empty barriers start in phase 0: waiting for phase 1 passes on each stage's first use.
         mbarrier.wait(kc_empty.index(s), ph ^ 1)

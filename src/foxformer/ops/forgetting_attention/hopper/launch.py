@@ -133,7 +133,9 @@ class BwdConfig:
     rows; *_stages: ring depths; *_regs: the consumers' setmaxnreg; head_group: as FwdConfig's, for both
     kernels; fused_delta: the dq kernel computes the row deltas (do_i . o_i) itself and runs first, so the backward
     launches no row-delta kernel (bwd._row_deltas); mma_sums: both kernels sum dS (for dc) by one more wgmma a tile,
-    with a matrix of ones, instead of across registers (bwd's docstring)."""
+    with a matrix of ones, instead of across registers (bwd's docstring); *_persistent: that kernel runs one CTA an SM,
+    each taking its tiles in the launch order from an atomic counter, and loads a tile's operands while the last
+    tile's results are stored (dq: two warpgroups only)."""
 
     dkdv_block_m: int
     dkdv_stages: int
@@ -145,6 +147,8 @@ class BwdConfig:
     head_group: int = 4
     fused_delta: bool = False
     mma_sums: bool = False
+    dkdv_persistent: bool = False
+    dq_persistent: bool = False
 
 
 # Chosen by `scripts/hopper_tune.py bwd` (same setting): dk/dv with 128-row query tiles at D 64 (6.59 against 7.25 ms
@@ -165,8 +169,13 @@ class BwdConfig:
 # ahead in both sweeps that alternated it with the register sums (backward 11.44 / 11.55 against 11.53-11.79 ms, then
 # 11.54 / 11.52 / 11.55 against 11.62 / 11.74; dk/dv 0.2-0.25 ms faster, dq 0.1-0.15 slower), behind at D 128 (9.42 /
 # 9.47 against 9.37, then 9.38 / 9.45 against 9.19-9.47): hopper_tune_{715b73a,6730da0}_h200.json.
+# Persistent kernels (one CTA an SM taking tiles from a counter) at D 64 only, twenty-seventh session, the backward
+# alternated with the one-CTA-a-tile kernels: dk/dv alone 11.18 / 11.29 ms against 11.43-11.50
+# (hopper_tune_persistent_dkdv_h200.json), both kernels 11.24 / 11.25 against 11.51-11.56, dk/dv 6.23 / 6.26 against
+# 6.40-6.48 (hopper_tune_persistent_h200.json); at D 128 9.54 / 9.38 against 9.28-9.36 (both) and 9.34 / 9.28 against
+# 9.30-9.41 (dk/dv alone): no gain, and the persistent dk/dv kernel spills more there (144 against 56 bytes, sm_90a).
 BWD_CONFIGS = {64: BwdConfig(dkdv_block_m=128, dkdv_stages=2, dq_block_n=128, dq_stages=3, fused_delta=True,
-                             mma_sums=True),
+                             mma_sums=True, dkdv_persistent=True, dq_persistent=True),
                128: BwdConfig(dkdv_block_m=64, dkdv_stages=2, dq_block_n=128, dq_stages=2)}
 
 
@@ -174,20 +183,35 @@ def dq_block_m(cfg: BwdConfig) -> int:
     return cfg.dq_num_wg * WG_ROWS.value
 
 
+def _sm_count(device: torch.device) -> int:
+    """Streaming multiprocessors of a CUDA device (132 off the GPU: an H100 / H200, for compile tests)."""
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 132
+
+
+def _task_counter(n_tasks: int, persistent: bool, device: torch.device, placeholder: torch.Tensor):
+    """(counter, grid) of a launch of n_tasks: persistent, one CTA an SM (at most) and a zeroed int32 counter
+    from which they take every task, their first too; otherwise a CTA a task and a placeholder pointer."""
+    if persistent:
+        return torch.zeros(1, dtype=torch.int32, device=device), (min(n_tasks, _sm_count(device)),)
+    return placeholder, (n_tasks,)
+
+
 def dkdv_launch(q, k, v, c, do, lse, delta, dk, dv, colsum, cu, bound, scale: float, n_blocks: int, n_z: int,
                 varlen: bool, prune: bool, cfg: BwdConfig) -> Launch:
     B, Tq, Hq, D = q.shape
     Tk, Hkv = k.shape[1], k.shape[2]
+    (n_tasks,) = launch_grid(n_blocks, Hkv, n_z)
+    counter, grid = _task_counter(n_tasks, cfg.dkdv_persistent, q.device, bound)
     args = (rows_descriptor(q, cfg.dkdv_block_m), rows_descriptor(do, cfg.dkdv_block_m),
             rows_descriptor(k, BLOCK_M), rows_descriptor(v, BLOCK_M),
-            c, lse, delta, dk, dv, colsum, cu, bound,
+            c, lse, delta, dk, dv, colsum, cu, bound, counter,
             dk.stride(0), dk.stride(1), dk.stride(2), dv.stride(0), dv.stride(1), dv.stride(2),
             c.stride(0), c.stride(1), lse.stride(0), lse.stride(1),
-            Tq, Tk, float(scale), float(scale) * math.log2(math.e), n_blocks, Hkv, Hq // Hkv)
+            Tq, Tk, float(scale), float(scale) * math.log2(math.e), n_blocks, Hkv, Hq // Hkv, n_tasks)
     constexprs = dict(HEAD_DIM=D, BLOCK_M=cfg.dkdv_block_m, NUM_STAGES=cfg.dkdv_stages,
                       IS_VARLEN=varlen, PRUNE=prune, CONSUMER_REGS=cfg.consumer_regs, HEAD_GROUP=cfg.head_group,
-                      MMA_SUMS=cfg.mma_sums)
-    return Launch(dkdv_kernel, launch_grid(n_blocks, Hkv, n_z), args, constexprs, OPTIONS)
+                      MMA_SUMS=cfg.mma_sums, PERSISTENT=cfg.dkdv_persistent)
+    return Launch(dkdv_kernel, grid, args, constexprs, OPTIONS)
 
 
 def dq_launch(q, k, v, c, do, lse, delta, dq, rowsum, cu, bound, scale: float, n_blocks: int, n_z: int,
@@ -199,17 +223,22 @@ def dq_launch(q, k, v, c, do, lse, delta, dq, rowsum, cu, bound, scale: float, n
     if cfg.fused_delta and not (out.stride() == do.stride() == dq.stride()):
         raise ValueError(f"fused_delta reads out and do with dq's strides {dq.stride()}, got {out.stride()} and "
                          f"{do.stride()}")
+    if cfg.dq_persistent and cfg.dq_num_wg != 2:
+        raise ValueError(f"the persistent dq kernel has two consumer warpgroups, not {cfg.dq_num_wg}")
+    (n_tasks,) = launch_grid(n_blocks, Hq, n_z)
+    counter, grid = _task_counter(n_tasks, cfg.dq_persistent, q.device, bound)
     args = (rows_descriptor(q, WG_ROWS.value), rows_descriptor(do, WG_ROWS.value),
             rows_descriptor(k, cfg.dq_block_n), rows_descriptor(v, cfg.dq_block_n),
             c, lse, delta, dq, rowsum, out if cfg.fused_delta else dq, do,
-            dlse if dlse is not None else delta, cu, bound,
+            dlse if dlse is not None else delta, cu, bound, counter,
             dq.stride(0), dq.stride(1), dq.stride(2), c.stride(0), c.stride(1), lse.stride(0), lse.stride(1),
-            Tq, Tk, float(scale), float(scale) * math.log2(math.e), n_blocks, Hq, Hq // Hkv)
+            Tq, Tk, float(scale), float(scale) * math.log2(math.e), n_blocks, Hq, Hq // Hkv, n_tasks)
     constexprs = dict(HEAD_DIM=D, BLOCK_N=cfg.dq_block_n, NUM_WG=cfg.dq_num_wg, NUM_STAGES=cfg.dq_stages,
                       IS_VARLEN=varlen, PRUNE=prune, CONSUMER_REGS=cfg.dq_consumer_regs,
                       HEAD_GROUP=cfg.head_group, FUSED_DELTA=cfg.fused_delta,
-                      HAS_DLSE=cfg.fused_delta and dlse is not None, MMA_SUMS=cfg.mma_sums)
-    return Launch(dq_kernel, launch_grid(n_blocks, Hq, n_z), args, constexprs, OPTIONS)
+                      HAS_DLSE=cfg.fused_delta and dlse is not None, MMA_SUMS=cfg.mma_sums,
+                      PERSISTENT=cfg.dq_persistent)
+    return Launch(dq_kernel, grid, args, constexprs, OPTIONS)
 
 
 def gluon_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.Tensor,
@@ -278,8 +307,9 @@ def dq_tails(D: int, fused: bool | None = None) -> tuple[str, ...]:
 def variant_names() -> list[str]:
     """Every kernel variant the dispatcher can pick: kernel x head dim x dtype x dense / packed x pruned
     or not (the constexprs that change the code; dq_tails for the dq kernel); then, as options, the dq kernel with
-    BwdConfig.fused_delta flipped from the default, bf16, dense and packed, and both backward kernels with
-    BwdConfig.mma_sums flipped ("-mma-sums" / "-reg-sums")."""
+    BwdConfig.fused_delta flipped from the default, bf16, dense and packed, both backward kernels with
+    BwdConfig.mma_sums flipped ("-mma-sums" / "-reg-sums"), and both with the other schedule, dense and packed
+    ("-persistent" / "-one-a-tile": *_persistent flipped)."""
     picked = [f"{kernel}-D{D}-{dtype}{'-varlen' if varlen else ''}{'-prune' if prune else ''}{tail}"
               for D in (64, 128) for dtype in _VARIANT_DTYPES for varlen in (False, True) for prune in (False, True)
               for kernel in ("fwd", "dkdv", "dq") for tail in (dq_tails(D) if kernel == "dq" else ("",))]
@@ -287,7 +317,10 @@ def variant_names() -> list[str]:
                for varlen, tail in zip(("", "-varlen"), dq_tails(D, not BWD_CONFIGS[D].fused_delta) * 2)]
     sums = [f"{kernel}-D{D}-bfloat16{'-reg-sums' if BWD_CONFIGS[D].mma_sums else '-mma-sums'}"
             for D in (64, 128) for kernel in ("dkdv", "dq")]
-    return picked + flipped + sums
+    schedule = [f"{kernel}-D{D}-bfloat16{varlen}{dq_tails(D)[0] if kernel == 'dq' else ''}"
+                f"{'-one-a-tile' if BWD_CONFIGS[D].dkdv_persistent else '-persistent'}"
+                for kernel in ("dkdv", "dq") for D in (64, 128) for varlen in ("", "-varlen")]
+    return picked + flipped + sums + schedule
 
 
 def variant_launches(tokens: int = 300):
@@ -298,6 +331,9 @@ def variant_launches(tokens: int = 300):
         bwd_cfg = dataclasses.replace(BWD_CONFIGS[D], fused_delta="-fused" in name)
         if name.endswith("-sums"):
             bwd_cfg = dataclasses.replace(bwd_cfg, mma_sums=name.endswith("-mma-sums"))
+        if name.endswith(("-persistent", "-one-a-tile")):
+            bwd_cfg = dataclasses.replace(bwd_cfg, dkdv_persistent=name.endswith("-persistent"),
+                                          dq_persistent=name.endswith("-persistent"))
         B, Hq, Hkv = (1, 4, 2) if varlen else (2, 4, 2)
         q = torch.zeros(B, tokens, Hq, D, dtype=_VARIANT_DTYPES[dtype])
         k = torch.zeros(B, tokens, Hkv, D, dtype=_VARIANT_DTYPES[dtype])
