@@ -106,9 +106,7 @@ def _sdpa_rows(rows, D, H, T, B):
 # The defaults first and last (drift); between them the variants still worth a row: the launch order one head at a
 # time (head_group 1, the default until the thirteenth session). Variants that lost, with their JSONs:
 # docs/benchmarks.md, "Hopper kernel variants tried and removed".
-FWD_SWEEP = {64: [dict(), dict(persistent=not L.FWD_CONFIGS[64].persistent), dict(),
-                  dict(persistent=not L.FWD_CONFIGS[64].persistent), dict()],
-             128: [dict(), dict(head_group=1), dict()]}
+FWD_SWEEP = {64: [dict(), dict(head_group=1), dict()], 128: [dict(), dict(head_group=1), dict()]}
 
 
 # awkward lengths: one partial tile, a single whole tile plus a row, GQA, T past a multiple of the tile

@@ -26,9 +26,8 @@ saving: taken at D 64 only (launch.BWD_CONFIGS says by how much).
 from __future__ import annotations
 
 from .compat import fence_async_shared, gl, gluon, mbarrier, thread_barrier, tma_load, warpgroup_mma, warpgroup_mma_wait
-from .fwd import (LOG2E, WG_ROWS, heaviest_first, key_tiles, kv_loader, kv_ring, launch_order, persistent_kv_loader,
-                  publish_task, query_program, query_task, receive_task, release_stage, sequence_of, split_c,
-                  task_ring)
+from .fwd import (LOG2E, WG_ROWS, heaviest_first, key_tiles, kv_loader, kv_ring, launch_order, query_program,
+                  query_task, release_stage, sequence_of, split_c)
 
 # Per-query vectors the dk/dv loader stages beside each Q / dO tile, one row each. With the diagonal
 # tiles' bias split as (cq_hi - ck_hi) * log2(e) + (cq_lo - ck_lo) * log2(e), lse folds into the lo term:
@@ -60,6 +59,40 @@ def _ones_smem(dtype: gl.constexpr, NUM_WG: gl.constexpr, NUM_STAGES: gl.constex
     """[NUM_STAGES * NUM_WG, SUM_N, K]: the ones of _fill_ones."""
     return gl.allocate_shared_memory(dtype, [NUM_STAGES * NUM_WG, SUM_N, K],
                                      gl.NVMMASharedLayout.get_default_for([SUM_N, K], dtype))
+
+
+@gluon.jit
+def _publish_task(task_smem, task_ready, task_empty, task, j):
+    """Hand the j-th task id to the consumers through a two-slot ring."""
+    one_l: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
+    s = j % 2
+    mbarrier.wait(task_empty.index(s), ((j // 2) & 1) ^ 1)
+    task_smem.index(s).store(gl.zeros([1], gl.int32, one_l) + task)
+    thread_barrier()
+    mbarrier.arrive(task_ready.index(s), count=1)
+
+
+@gluon.jit
+def _task_ring():
+    """Shared memory and barriers of the two-slot ring that hands task ids from the loader to the two consumer
+    warpgroups of a persistent kernel."""
+    task_smem = gl.allocate_shared_memory(gl.int32, [2, 1], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+    task_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    task_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(2):
+        mbarrier.init(task_ready.index(i), count=1)
+        mbarrier.init(task_empty.index(i), count=2)
+    return task_smem, task_ready, task_empty
+
+
+@gluon.jit
+def _receive_task(task_smem, task_ready, task_empty, j):
+    one_l: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
+    s = j % 2
+    mbarrier.wait(task_ready.index(s), (j // 2) & 1)
+    task = gl.sum(task_smem.index(s).load(one_l), 0)
+    release_stage(task_empty.index(s))
+    return task
 
 
 # ----------------------------------------------------------------------------------------------
@@ -196,6 +229,36 @@ def _dq_consumer(q_smem, do_smem, k_smem, v_smem, c_smem, ones_smem, q_bar, k_re
 
 
 @gluon.jit
+def _dq_persistent_loader(q_desc, do_desc, k_desc, v_desc, C, q_smem, do_smem, k_smem, v_smem, c_smem, q_bar, q_empty,
+                          k_ready, v_ready, kc_empty, v_empty, task_smem, task_ready, task_empty, Counter, n_tasks,
+                          CuSeqlens, PruneBound, seqlen_q, seqlen_k, n_blocks, n_heads, group, stride_cb, stride_ch,
+                          HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
+                          IS_VARLEN: gl.constexpr, PRUNE: gl.constexpr, HEAD_GROUP: gl.constexpr):
+    """Tasks from Counter in turn; each id is handed to the consumers, then kv_loader loads its Q, dO and tiles."""
+    BLOCK_M: gl.constexpr = 2 * WG_ROWS
+    task = gl.atomic_add(Counter, 1)
+    _publish_task(task_smem, task_ready, task_empty, task, 0)
+    j = 1
+    it = 0
+    nq = 0
+    while task < n_tasks:
+        head, pid_z, pid_m, zb, tok0, n_q, n_k, m0 = query_task(task, n_tasks, n_blocks, n_heads, CuSeqlens,
+                                                                seqlen_q, seqlen_k, BLOCK_M, IS_VARLEN, HEAD_GROUP)
+        if m0 < n_q:
+            off, c_base, r, lo, n_tiles = key_tiles(C, PruneBound, zb, tok0, head, pid_z, pid_m, m0, n_q, n_k,
+                                                    n_blocks, n_heads, stride_cb, stride_ch, BLOCK_M, BLOCK_N, PRUNE)
+            kv_loader(q_desc, do_desc, k_desc, v_desc, C, q_smem, do_smem, k_smem, v_smem, c_smem,
+                      q_bar, k_ready, v_ready, kc_empty, v_empty,
+                      zb, tok0 + m0, tok0, head * HEAD_DIM, (head // group) * HEAD_DIM, c_base, r, lo, n_tiles,
+                      n_k, BLOCK_N, NUM_STAGES, 2, True, q_empty, (nq & 1) ^ 1, it, True)
+            it += n_tiles
+            nq += 1
+        task = gl.atomic_add(Counter, 1)
+        _publish_task(task_smem, task_ready, task_empty, task, j)
+        j += 1
+
+
+@gluon.jit
 def _dq_persistent_consumer(q_smem, do_smem, k_smem, v_smem, c_smem, ones_smem, q_bar, q_empty, k_ready, v_ready,
                             kc_empty, v_empty, task_smem, task_ready, task_empty, n_tasks, CuSeqlens, PruneBound,
                             C, Lse, Delta, DQ, RowSum, O, DO, DLse, seqlen_q, seqlen_k, n_blocks, n_heads, scale,
@@ -207,7 +270,7 @@ def _dq_persistent_consumer(q_smem, do_smem, k_smem, v_smem, c_smem, ones_smem, 
     BLOCK_M: gl.constexpr = 2 * WG_ROWS
     if MMA_SUMS:
         _fill_ones(ones_smem, WG, NUM_STAGES, BLOCK_N)
-    task = receive_task(task_smem, task_ready, task_empty, 0)
+    task = _receive_task(task_smem, task_ready, task_empty, 0)
     j = 1
     it = 0
     nq = 0
@@ -224,7 +287,7 @@ def _dq_persistent_consumer(q_smem, do_smem, k_smem, v_smem, c_smem, ones_smem, 
                          q_empty, nq & 1, it, True)
             it += n_tiles
             nq += 1
-        task = receive_task(task_smem, task_ready, task_empty, j)
+        task = _receive_task(task_smem, task_ready, task_empty, j)
         j += 1
 
 
@@ -242,13 +305,12 @@ def _dq_persistent(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DQ, RowSum, O
     ones_smem = _ones_smem(q_desc.dtype, 2, NUM_STAGES, BLOCK_N)
     q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     mbarrier.init(q_empty, count=2)
-    task_smem, task_ready, task_empty = task_ring(2)
+    task_smem, task_ready, task_empty = _task_ring()
     gl.warp_specialize([
-        (persistent_kv_loader, (q_desc, do_desc, k_desc, v_desc, C, q_smem, do_smem, k_smem, v_smem, c_smem, q_bar,
-                                q_empty, k_ready, v_ready, kc_empty, v_empty, task_smem, task_ready, task_empty,
-                                Counter, n_tasks, CuSeqlens, PruneBound, seqlen_q, seqlen_k, n_blocks, n_heads, group,
-                                stride_cb, stride_ch, HEAD_DIM, BLOCK_N, NUM_STAGES, IS_VARLEN, PRUNE, HEAD_GROUP,
-                                2, True)),
+        (_dq_persistent_loader, (q_desc, do_desc, k_desc, v_desc, C, q_smem, do_smem, k_smem, v_smem, c_smem, q_bar,
+                                 q_empty, k_ready, v_ready, kc_empty, v_empty, task_smem, task_ready, task_empty,
+                                 Counter, n_tasks, CuSeqlens, PruneBound, seqlen_q, seqlen_k, n_blocks, n_heads, group,
+                                 stride_cb, stride_ch, HEAD_DIM, BLOCK_N, NUM_STAGES, IS_VARLEN, PRUNE, HEAD_GROUP)),
         (_dq_persistent_consumer, (q_smem, do_smem, k_smem, v_smem, c_smem, ones_smem, q_bar, q_empty, k_ready,
                                    v_ready, kc_empty, v_empty, task_smem, task_ready, task_empty, n_tasks, CuSeqlens,
                                    PruneBound, C, Lse, Delta, DQ, RowSum, O, DO, DLse, seqlen_q, seqlen_k, n_blocks,
@@ -563,7 +625,7 @@ def _dkdv_persistent_loader(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, q_sm
     K / V wait until the consumers have released the last task's."""
     n_heads_q = n_heads * group
     task = gl.atomic_add(Counter, 1)
-    publish_task(task_smem, task_ready, task_empty, task, 0)
+    _publish_task(task_smem, task_ready, task_empty, task, 0)
     j = 1
     it = 0
     kv = 0
@@ -578,7 +640,7 @@ def _dkdv_persistent_loader(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, q_sm
                                  PruneBound, group, it, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE)
             kv += 1
         task = gl.atomic_add(Counter, 1)
-        publish_task(task_smem, task_ready, task_empty, task, j)
+        _publish_task(task_smem, task_ready, task_empty, task, j)
         j += 1
 
 
@@ -609,7 +671,7 @@ def _dkdv_persistent_consumer(q_smem, do_smem, k_smem, v_smem, vec_smem, ones_sm
     n_heads_q = n_heads * group
     if MMA_SUMS:
         _fill_ones(ones_smem, WG, NUM_STAGES, BLOCK_M)
-    task = receive_task(task_smem, task_ready, task_empty, 0)
+    task = _receive_task(task_smem, task_ready, task_empty, 0)
     j = 1
     it = 0
     kv = 0
@@ -624,7 +686,7 @@ def _dkdv_persistent_consumer(q_smem, do_smem, k_smem, v_smem, vec_smem, ones_sm
                                     stride_dvh, PruneBound, group, kv & 1, it,
                                     WG, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE, MMA_SUMS, True)
             kv += 1
-        task = receive_task(task_smem, task_ready, task_empty, j)
+        task = _receive_task(task_smem, task_ready, task_empty, j)
         j += 1
 
 
@@ -698,7 +760,7 @@ def _dkdv_persistent(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DK, DV, Col
     """One CTA an SM: tasks from Counter, their ids passed from the loader to the consumers through task_smem."""
     k_smem, v_smem, q_smem, do_smem, vec_smem, ones_smem, kv_bar, kv_empty, ready, empty = _dkdv_smem(
         q_desc, do_desc, k_desc, v_desc, HEAD_DIM, BLOCK_M, NUM_STAGES)
-    task_smem, task_ready, task_empty = task_ring(2)
+    task_smem, task_ready, task_empty = _task_ring()
     gl.warp_specialize([
         (_dkdv_persistent_loader, (q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, q_smem, do_smem, k_smem, v_smem,
                                    vec_smem, kv_bar, kv_empty, ready, empty, task_smem, task_ready, task_empty,

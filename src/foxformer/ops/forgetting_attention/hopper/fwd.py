@@ -200,72 +200,6 @@ def kv_loader(q_desc, do_desc, k_desc, v_desc, C, q_smem, do_smem, k_smem, v_sme
 
 
 @gluon.jit
-def publish_task(task_smem, task_ready, task_empty, task, j):
-    """Hand the j-th task id to the consumers through a two-slot ring."""
-    one_l: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
-    s = j % 2
-    mbarrier.wait(task_empty.index(s), ((j // 2) & 1) ^ 1)
-    task_smem.index(s).store(gl.zeros([1], gl.int32, one_l) + task)
-    thread_barrier()
-    mbarrier.arrive(task_ready.index(s), count=1)
-
-
-@gluon.jit
-def task_ring(NUM_CONSUMERS: gl.constexpr):
-    """Shared memory and barriers of the two-slot ring that hands task ids from the loader to the NUM_CONSUMERS
-    consumer warpgroups of a persistent kernel."""
-    task_smem = gl.allocate_shared_memory(gl.int32, [2, 1], gl.SwizzledSharedLayout(1, 1, 1, [0]))
-    task_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    task_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(2):
-        mbarrier.init(task_ready.index(i), count=1)
-        mbarrier.init(task_empty.index(i), count=NUM_CONSUMERS)
-    return task_smem, task_ready, task_empty
-
-
-@gluon.jit
-def receive_task(task_smem, task_ready, task_empty, j):
-    one_l: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
-    s = j % 2
-    mbarrier.wait(task_ready.index(s), (j // 2) & 1)
-    task = gl.sum(task_smem.index(s).load(one_l), 0)
-    release_stage(task_empty.index(s))
-    return task
-
-
-@gluon.jit
-def persistent_kv_loader(q_desc, do_desc, k_desc, v_desc, C, q_smem, do_smem, k_smem, v_smem, c_smem, q_bar, q_empty,
-                         k_ready, v_ready, kc_empty, v_empty, task_smem, task_ready, task_empty, Counter, n_tasks,
-                         CuSeqlens, PruneBound, seqlen_q, seqlen_k, n_blocks, n_heads, group, stride_cb, stride_ch,
-                         HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
-                         IS_VARLEN: gl.constexpr, PRUNE: gl.constexpr, HEAD_GROUP: gl.constexpr,
-                         NUM_WG: gl.constexpr, HAS_DO: gl.constexpr):
-    """kv_loader of a persistent query-stationary kernel: query tiles taken from Counter in turn; each id is handed
-    to the consumers, then its Q (and dO), once the last tile's are released, and its K / V tiles."""
-    BLOCK_M: gl.constexpr = NUM_WG * WG_ROWS
-    task = gl.atomic_add(Counter, 1)
-    publish_task(task_smem, task_ready, task_empty, task, 0)
-    j = 1
-    it = 0
-    nq = 0
-    while task < n_tasks:
-        head, pid_z, pid_m, zb, tok0, n_q, n_k, m0 = query_task(task, n_tasks, n_blocks, n_heads, CuSeqlens,
-                                                                seqlen_q, seqlen_k, BLOCK_M, IS_VARLEN, HEAD_GROUP)
-        if m0 < n_q:
-            off, c_base, r, lo, n_tiles = key_tiles(C, PruneBound, zb, tok0, head, pid_z, pid_m, m0, n_q, n_k,
-                                                    n_blocks, n_heads, stride_cb, stride_ch, BLOCK_M, BLOCK_N, PRUNE)
-            kv_loader(q_desc, do_desc, k_desc, v_desc, C, q_smem, do_smem, k_smem, v_smem, c_smem,
-                      q_bar, k_ready, v_ready, kc_empty, v_empty,
-                      zb, tok0 + m0, tok0, head * HEAD_DIM, (head // group) * HEAD_DIM, c_base, r, lo, n_tiles,
-                      n_k, BLOCK_N, NUM_STAGES, NUM_WG, HAS_DO, q_empty, (nq & 1) ^ 1, it, True)
-            it += n_tiles
-            nq += 1
-        task = gl.atomic_add(Counter, 1)
-        publish_task(task_smem, task_ready, task_empty, task, j)
-        j += 1
-
-
-@gluon.jit
 def _masked_scores(qk, c_smem, s, cols, pos_q, cq_hi, cq_lo, scale2, col_l: gl.constexpr):
     """Biased log2-domain logits of a diagonal tile; -inf where a key is after the row."""
     ck_hi = c_smem.index(3 * s + 1).load(col_l)
@@ -319,16 +253,14 @@ def release_stage(bar):
 @gluon.jit
 def _fwd_loop(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, k_ready, v_ready, kc_empty, v_empty,
               zero_qk, offs_n, pos_q, cq2, cq_hi, cq_lo, scale2, lo, n_tiles, n_unmasked,
-              HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, FOLD_ROW: gl.constexpr,
-              it0=0):
-    """QK^T, softmax, PV in turn; each wgmma waited at once (the loads still run ahead). The ring from position
-    it0 (a persistent kernel's tiles after the first)."""
+              HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, FOLD_ROW: gl.constexpr):
+    """QK^T, softmax, PV in turn; each wgmma waited at once (the loads still run ahead)."""
     col_l: gl.constexpr = gl.SliceLayout(0, zero_qk.type.layout)
     orow_l: gl.constexpr = gl.SliceLayout(1, acc.type.layout)
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc.type.layout, k_width=2)
     for i in range(n_tiles):
-        s = (it0 + i) % NUM_STAGES
-        ph = ((it0 + i) // NUM_STAGES) & 1
+        s = i % NUM_STAGES
+        ph = (i // NUM_STAGES) & 1
         mbarrier.wait(k_ready.index(s), ph)
         k_t = k_smem.index(s).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
         tok = warpgroup_mma(q_w, k_t, zero_qk, use_acc=False, is_async=True)
@@ -396,10 +328,7 @@ def _fwd_consumer(q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_em
                   C, Out, Lse, zb, tok0, head, m0, off, n_q, c_base, r, lo, n_tiles, scale2,
                   stride_ob, stride_ot, stride_oh, stride_lb, stride_lh,
                   WG: gl.constexpr, NUM_WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
-                  NUM_STAGES: gl.constexpr, FOLD_ROW: gl.constexpr, OVERLAP: gl.constexpr,
-                  q_empty=None, q_phase=0, it0=0, PERSISTENT: gl.constexpr = False):
-    """Out and lse of this warpgroup's 64 query rows. PERSISTENT: one task of several (persistent_kv_loader's), Q
-    released on q_empty before the stores."""
+                  NUM_STAGES: gl.constexpr, FOLD_ROW: gl.constexpr, OVERLAP: gl.constexpr):
     qk_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                          instr_shape=[16, BLOCK_N, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -426,7 +355,7 @@ def _fwd_consumer(q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_em
     zero_qk = gl.zeros([WG_ROWS, BLOCK_N], gl.float32, qk_layout)
     offs_n = gl.arange(0, BLOCK_N, layout=col_l)
 
-    mbarrier.wait(q_bar, q_phase)
+    mbarrier.wait(q_bar, 0)
     if OVERLAP:
         acc, m_i, l_i = _fwd_loop_overlap(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, k_ready, v_ready, kc_empty,
                                           v_empty, zero_qk, offs_n, pos_q, cq2, cq_hi, cq_lo, scale2, lo, n_tiles,
@@ -434,10 +363,7 @@ def _fwd_consumer(q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_em
     else:
         acc, m_i, l_i = _fwd_loop(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, k_ready, v_ready, kc_empty, v_empty,
                                   zero_qk, offs_n, pos_q, cq2, cq_hi, cq_lo, scale2, lo, n_tiles, n_unmasked,
-                                  HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, it0)
-    if PERSISTENT:
-        # Every product that reads Q has been waited for: the loader may bring the next task's.
-        release_stage(q_empty)
+                                  HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW)
     # Every real row saw its own key, so l_i > 0; padded rows are finite and never stored.
     o = acc / gl.convert_layout(l_i, orow_l)[:, None]
     out_l: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (HEAD_DIM // 8), HEAD_DIM // 8], [4, 1], [1, 0])
@@ -451,82 +377,16 @@ def _fwd_consumer(q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_em
     gl.store(Lse + zb.to(gl.int64) * stride_lb + head * stride_lh + tok0 + rows, lse, mask=row_ok)
 
 
-@gluon.jit
-def _fwd_persistent_consumer(q_smem, k_smem, v_smem, c_smem, q_bar, q_empty, k_ready, v_ready, kc_empty, v_empty,
-                             task_smem, task_ready, task_empty, n_tasks, CuSeqlens, PruneBound, C, Out, Lse,
-                             seqlen_q, seqlen_k, n_blocks, n_heads, scale2, stride_ob, stride_ot, stride_oh,
-                             stride_cb, stride_ch, stride_lb, stride_lh,
-                             WG: gl.constexpr, NUM_WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
-                             NUM_STAGES: gl.constexpr, FOLD_ROW: gl.constexpr, IS_VARLEN: gl.constexpr,
-                             PRUNE: gl.constexpr, HEAD_GROUP: gl.constexpr):
-    BLOCK_M: gl.constexpr = NUM_WG * WG_ROWS
-    task = receive_task(task_smem, task_ready, task_empty, 0)
-    j = 1
-    it = 0
-    nq = 0
-    while task < n_tasks:
-        head, pid_z, pid_m, zb, tok0, n_q, n_k, m0 = query_task(task, n_tasks, n_blocks, n_heads, CuSeqlens,
-                                                                seqlen_q, seqlen_k, BLOCK_M, IS_VARLEN, HEAD_GROUP)
-        if m0 < n_q:
-            off, c_base, r, lo, n_tiles = key_tiles(C, PruneBound, zb, tok0, head, pid_z, pid_m, m0, n_q, n_k,
-                                                    n_blocks, n_heads, stride_cb, stride_ch, BLOCK_M, BLOCK_N, PRUNE)
-            _fwd_consumer(q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty, v_empty,
-                          C, Out, Lse, zb, tok0, head, m0, off, n_q, c_base, r, lo, n_tiles, scale2,
-                          stride_ob, stride_ot, stride_oh, stride_lb, stride_lh,
-                          WG, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, False, q_empty, nq & 1, it, True)
-            it += n_tiles
-            nq += 1
-        task = receive_task(task_smem, task_ready, task_empty, j)
-        j += 1
-
-
-@gluon.jit
-def _fwd_persistent(q_desc, k_desc, v_desc, C, Out, Lse, CuSeqlens, PruneBound, Counter,
-                    stride_ob, stride_ot, stride_oh, stride_cb, stride_ch, stride_lb, stride_lh,
-                    seqlen_q, seqlen_k, scale2, n_blocks, n_heads, group, n_tasks,
-                    HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_WG: gl.constexpr,
-                    NUM_STAGES: gl.constexpr, IS_VARLEN: gl.constexpr, PRUNE: gl.constexpr,
-                    CONSUMER_REGS: gl.constexpr, FOLD_ROW: gl.constexpr, HEAD_GROUP: gl.constexpr):
-    """One CTA an SM (three consumer warpgroups; no overlap): query tiles from Counter in turn."""
-    gl.static_assert(NUM_WG == 3, "the persistent forward has three consumer warpgroups")
-    q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty, v_empty = kv_ring(
-        q_desc, k_desc, NUM_WG, BLOCK_N, HEAD_DIM, NUM_STAGES)
-    q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    mbarrier.init(q_empty, count=NUM_WG)
-    task_smem, task_ready, task_empty = task_ring(NUM_WG)
-    gl.warp_specialize([
-        (persistent_kv_loader, (q_desc, q_desc, k_desc, v_desc, C, q_smem, q_smem, k_smem, v_smem, c_smem, q_bar,
-                                q_empty, k_ready, v_ready, kc_empty, v_empty, task_smem, task_ready, task_empty,
-                                Counter, n_tasks, CuSeqlens, PruneBound, seqlen_q, seqlen_k, n_blocks, n_heads, group,
-                                stride_cb, stride_ch, HEAD_DIM, BLOCK_N, NUM_STAGES, IS_VARLEN, PRUNE, HEAD_GROUP,
-                                NUM_WG, False)),
-        (_fwd_persistent_consumer, (q_smem, k_smem, v_smem, c_smem, q_bar, q_empty, k_ready, v_ready, kc_empty,
-                                    v_empty, task_smem, task_ready, task_empty, n_tasks, CuSeqlens, PruneBound, C,
-                                    Out, Lse, seqlen_q, seqlen_k, n_blocks, n_heads, scale2, stride_ob, stride_ot,
-                                    stride_oh, stride_cb, stride_ch, stride_lb, stride_lh,
-                                    0, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, IS_VARLEN, PRUNE, HEAD_GROUP)),
-        (_fwd_persistent_consumer, (q_smem, k_smem, v_smem, c_smem, q_bar, q_empty, k_ready, v_ready, kc_empty,
-                                    v_empty, task_smem, task_ready, task_empty, n_tasks, CuSeqlens, PruneBound, C,
-                                    Out, Lse, seqlen_q, seqlen_k, n_blocks, n_heads, scale2, stride_ob, stride_ot,
-                                    stride_oh, stride_cb, stride_ch, stride_lb, stride_lh,
-                                    1, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, IS_VARLEN, PRUNE, HEAD_GROUP)),
-        (_fwd_persistent_consumer, (q_smem, k_smem, v_smem, c_smem, q_bar, q_empty, k_ready, v_ready, kc_empty,
-                                    v_empty, task_smem, task_ready, task_empty, n_tasks, CuSeqlens, PruneBound, C,
-                                    Out, Lse, seqlen_q, seqlen_k, n_blocks, n_heads, scale2, stride_ob, stride_ot,
-                                    stride_oh, stride_cb, stride_ch, stride_lb, stride_lh,
-                                    2, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, IS_VARLEN, PRUNE, HEAD_GROUP)),
-    ], [4, 4, 4], [CONSUMER_REGS, CONSUMER_REGS, CONSUMER_REGS])
-
-
-@gluon.jit
-def _fwd_one(q_desc, k_desc, v_desc, C, Out, Lse, CuSeqlens, PruneBound,
-             stride_ob, stride_ot, stride_oh, stride_cb, stride_ch, stride_lb, stride_lh,
-             seqlen_q, seqlen_k, scale2, n_blocks, n_heads, group,
-             HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_WG: gl.constexpr,
-             NUM_STAGES: gl.constexpr, IS_VARLEN: gl.constexpr, PRUNE: gl.constexpr,
-             CONSUMER_REGS: gl.constexpr, FOLD_ROW: gl.constexpr, OVERLAP: gl.constexpr,
-             HEAD_GROUP: gl.constexpr):
-    """The program's own query tile (query_program)."""
+# Integers that reach a partition must stay runtime values: Triton would turn a 1 into a constant.
+@gluon.jit(do_not_specialize=["stride_ob", "stride_ot", "stride_oh", "stride_cb", "stride_ch", "stride_lb",
+                              "stride_lh", "seqlen_q", "seqlen_k", "n_blocks", "n_heads", "group"])
+def fwd_kernel(q_desc, k_desc, v_desc, C, Out, Lse, CuSeqlens, PruneBound,
+               stride_ob, stride_ot, stride_oh, stride_cb, stride_ch, stride_lb, stride_lh,
+               seqlen_q, seqlen_k, scale2, n_blocks, n_heads, group,
+               HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_WG: gl.constexpr,
+               NUM_STAGES: gl.constexpr, IS_VARLEN: gl.constexpr, PRUNE: gl.constexpr,
+               CONSUMER_REGS: gl.constexpr, FOLD_ROW: gl.constexpr, OVERLAP: gl.constexpr,
+               HEAD_GROUP: gl.constexpr):
     BLOCK_M: gl.constexpr = NUM_WG * WG_ROWS
     head, pid_z, pid_m, zb, tok0, n_q, n_k, m0 = query_program(n_blocks, n_heads, CuSeqlens, seqlen_q, seqlen_k,
                                                                BLOCK_M, IS_VARLEN, HEAD_GROUP)
@@ -570,27 +430,3 @@ def _fwd_one(q_desc, k_desc, v_desc, C, Out, Lse, CuSeqlens, PruneBound,
                                  stride_ob, stride_ot, stride_oh, stride_lb, stride_lh,
                                  1, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, OVERLAP)),
             ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
-
-
-# Integers that reach a partition must stay runtime values: Triton would turn a 1 into a constant.
-@gluon.jit(do_not_specialize=["stride_ob", "stride_ot", "stride_oh", "stride_cb", "stride_ch", "stride_lb",
-                              "stride_lh", "seqlen_q", "seqlen_k", "n_blocks", "n_heads", "group", "n_tasks"])
-def fwd_kernel(q_desc, k_desc, v_desc, C, Out, Lse, CuSeqlens, PruneBound, Counter,
-               stride_ob, stride_ot, stride_oh, stride_cb, stride_ch, stride_lb, stride_lh,
-               seqlen_q, seqlen_k, scale2, n_blocks, n_heads, group, n_tasks,
-               HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_WG: gl.constexpr,
-               NUM_STAGES: gl.constexpr, IS_VARLEN: gl.constexpr, PRUNE: gl.constexpr,
-               CONSUMER_REGS: gl.constexpr, FOLD_ROW: gl.constexpr, OVERLAP: gl.constexpr,
-               HEAD_GROUP: gl.constexpr, PERSISTENT: gl.constexpr):
-    """Tasks: query tiles x query heads x sequences (n_tasks), heaviest first; one a program, or with PERSISTENT
-    one CTA an SM taking them in turn from the int32 Counter (zero at launch)."""
-    if PERSISTENT:
-        _fwd_persistent(q_desc, k_desc, v_desc, C, Out, Lse, CuSeqlens, PruneBound, Counter,
-                        stride_ob, stride_ot, stride_oh, stride_cb, stride_ch, stride_lb, stride_lh,
-                        seqlen_q, seqlen_k, scale2, n_blocks, n_heads, group, n_tasks,
-                        HEAD_DIM, BLOCK_N, NUM_WG, NUM_STAGES, IS_VARLEN, PRUNE, CONSUMER_REGS, FOLD_ROW, HEAD_GROUP)
-    else:
-        _fwd_one(q_desc, k_desc, v_desc, C, Out, Lse, CuSeqlens, PruneBound,
-                 stride_ob, stride_ot, stride_oh, stride_cb, stride_ch, stride_lb, stride_lh,
-                 seqlen_q, seqlen_k, scale2, n_blocks, n_heads, group,
-                 HEAD_DIM, BLOCK_N, NUM_WG, NUM_STAGES, IS_VARLEN, PRUNE, CONSUMER_REGS, FOLD_ROW, OVERLAP, HEAD_GROUP)

@@ -33,9 +33,7 @@ class FwdConfig:
     scores and into the row maximum (fwd._tile_softmax), one ALU operation per score fewer; overlap: QK^T of
     tile i is issued beside PV of tile i - 1 and the softmax runs while PV does (fwd._fwd_loop_overlap; P stays in
     registers meanwhile, so a config that spills may compute garbage); head_group: how many (sequence, head)
-    pairs share the heaviest-first launch order (fwd.heaviest_first; 1: each head in turn); persistent: one CTA an SM
-    taking the query tiles in that order from an atomic counter, loading a tile's Q while the last tile's output is
-    stored (three warpgroups, no overlap)."""
+    pairs share the heaviest-first launch order (fwd.heaviest_first; 1: each head in turn)."""
 
     block_n: int
     num_stages: int
@@ -44,7 +42,6 @@ class FwdConfig:
     fold_row: bool = True
     overlap: bool = False
     head_group: int = 4
-    persistent: bool = False
 
 
 # Chosen by `scripts/hopper_tune.py fwd` on one H200 (torch 2.11, Triton 3.6, bf16, B * T = 32K, T = 16K), JSONs in
@@ -87,35 +84,18 @@ def fwd_block_m(cfg: FwdConfig) -> int:
     return cfg.num_wg * WG_ROWS.value
 
 
-def _sm_count(device: torch.device) -> int:
-    """Streaming multiprocessors of a CUDA device (132 off the GPU: an H100 / H200, for compile tests)."""
-    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 132
-
-
-def _task_counter(n_tasks: int, persistent: bool, device: torch.device, placeholder: torch.Tensor):
-    """(counter, grid) of a launch of n_tasks: persistent, one CTA an SM (at most) and a zeroed int32 counter
-    from which they take every task, their first too; otherwise a CTA a task and a placeholder pointer."""
-    if persistent:
-        return torch.zeros(1, dtype=torch.int32, device=device), (min(n_tasks, _sm_count(device)),)
-    return placeholder, (n_tasks,)
-
-
 def forward_launch(q, k, v, c, out, lse, cu, bound, scale: float, n_blocks: int, n_z: int,
                    varlen: bool, prune: bool, cfg: FwdConfig) -> Launch:
     B, Tq, Hq, D = q.shape
     Tk, Hkv = k.shape[1], k.shape[2]
-    if cfg.persistent and (cfg.num_wg != 3 or cfg.overlap):
-        raise ValueError("the persistent forward has three consumer warpgroups and no overlap")
-    (n_tasks,) = launch_grid(n_blocks, Hq, n_z)
-    counter, grid = _task_counter(n_tasks, cfg.persistent, q.device, bound)
     args = (rows_descriptor(q, WG_ROWS.value), rows_descriptor(k, cfg.block_n), rows_descriptor(v, cfg.block_n),
-            c, out, lse, cu, bound, counter,
+            c, out, lse, cu, bound,
             out.stride(0), out.stride(1), out.stride(2), c.stride(0), c.stride(1), lse.stride(0), lse.stride(1),
-            Tq, Tk, float(scale) * math.log2(math.e), n_blocks, Hq, Hq // Hkv, n_tasks)
+            Tq, Tk, float(scale) * math.log2(math.e), n_blocks, Hq, Hq // Hkv)
     constexprs = dict(HEAD_DIM=D, BLOCK_N=cfg.block_n, NUM_WG=cfg.num_wg, NUM_STAGES=cfg.num_stages,
                       IS_VARLEN=varlen, PRUNE=prune, CONSUMER_REGS=cfg.consumer_regs, FOLD_ROW=cfg.fold_row,
-                      OVERLAP=cfg.overlap, HEAD_GROUP=cfg.head_group, PERSISTENT=cfg.persistent)
-    return Launch(fwd_kernel, grid, args, constexprs, OPTIONS)
+                      OVERLAP=cfg.overlap, HEAD_GROUP=cfg.head_group)
+    return Launch(fwd_kernel, launch_grid(n_blocks, Hq, n_z), args, constexprs, OPTIONS)
 
 
 def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.Tensor, scale: float,
@@ -201,6 +181,19 @@ BWD_CONFIGS = {64: BwdConfig(dkdv_block_m=128, dkdv_stages=2, dq_block_n=128, dq
 
 def dq_block_m(cfg: BwdConfig) -> int:
     return cfg.dq_num_wg * WG_ROWS.value
+
+
+def _sm_count(device: torch.device) -> int:
+    """Streaming multiprocessors of a CUDA device (132 off the GPU: an H100 / H200, for compile tests)."""
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 132
+
+
+def _task_counter(n_tasks: int, persistent: bool, device: torch.device, placeholder: torch.Tensor):
+    """(counter, grid) of a launch of n_tasks: persistent, one CTA an SM (at most) and a zeroed int32 counter
+    from which they take every task, their first too; otherwise a CTA a task and a placeholder pointer."""
+    if persistent:
+        return torch.zeros(1, dtype=torch.int32, device=device), (min(n_tasks, _sm_count(device)),)
+    return placeholder, (n_tasks,)
 
 
 def dkdv_launch(q, k, v, c, do, lse, delta, dk, dv, colsum, cu, bound, scale: float, n_blocks: int, n_z: int,
@@ -327,9 +320,7 @@ def variant_names() -> list[str]:
     schedule = [f"{kernel}-D{D}-bfloat16{varlen}{dq_tails(D)[0] if kernel == 'dq' else ''}"
                 f"{'-one-a-tile' if BWD_CONFIGS[D].dkdv_persistent else '-persistent'}"
                 for kernel in ("dkdv", "dq") for D in (64, 128) for varlen in ("", "-varlen")]
-    fwd_schedule = [f"fwd-D64-bfloat16{varlen}-{'one-a-tile' if FWD_CONFIGS[64].persistent else 'persistent'}"
-                    for varlen in ("", "-varlen")]
-    return picked + flipped + sums + schedule + fwd_schedule
+    return picked + flipped + sums + schedule
 
 
 def variant_launches(tokens: int = 300):
@@ -351,11 +342,8 @@ def variant_launches(tokens: int = 300):
         cu = torch.tensor([0, tokens], dtype=torch.int32) if varlen else vec
         bound = torch.zeros(B, Hq, 8, dtype=torch.int32) if prune else vec
         n_z = 1 if varlen else B
-        fwd_cfg = FWD_CONFIGS[D]
-        if name.endswith(("-persistent", "-one-a-tile")):
-            fwd_cfg = dataclasses.replace(fwd_cfg, persistent=name.endswith("-persistent"))
         if kernel == "fwd":
-            yield name, forward_launch(q, k, k, c, q, vec, cu, bound, 0.1, 3, n_z, varlen, prune, fwd_cfg)
+            yield name, forward_launch(q, k, k, c, q, vec, cu, bound, 0.1, 3, n_z, varlen, prune, FWD_CONFIGS[D])
         elif kernel == "dkdv":
             yield name, dkdv_launch(q, k, k, c, q, vec, vec, k, k, vec, cu, bound, 0.1, 3, n_z, varlen, prune,
                                     bwd_cfg)
