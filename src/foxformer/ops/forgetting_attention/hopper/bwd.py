@@ -15,6 +15,13 @@ Two kernels, each with two consumer warpgroups and one loader warp, as the forwa
   dQ += dS K and the dS row sums.
 Every product is written by one CTA in a fixed order, so gradients are bitwise reproducible.
 
+Persistent (``PERSISTENT``; BwdConfig.dkdv_persistent / dq_persistent, the default at D 64): one CTA an SM, whose
+loader takes tiles from an int32 counter in the launch order (an atomic add, so the SMs that finish first take the
+next tiles, as the hardware scheduler would) and hands each id to the consumers through a two-slot ring
+(``_publish_task`` / ``_receive_task``); the next tile's K / V (dk/dv) or Q / dO (dq) are loaded as soon as the
+consumers release the last one's, while they store its results. Each tile's arithmetic is that of one CTA a tile,
+so both schedules give bitwise the same gradients.
+
 With ``MMA_SUMS`` the two dS sums come from the tensor cores instead: one more wgmma per tile multiplies the
 bf16 dS that the dQ / dK product reads by a [K, 8] matrix of ones. Summing a tile across its columns in registers
 is ~62 additions and shuffles per thread and tile; at D 64 leaving the sums out took the dk/dv kernel from 6.6 to
@@ -87,6 +94,7 @@ def _task_ring():
 
 @gluon.jit
 def _receive_task(task_smem, task_ready, task_empty, j):
+    """The j-th task id of _publish_task; its slot is released at once (the id is in registers)."""
     one_l: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
     s = j % 2
     mbarrier.wait(task_ready.index(s), (j // 2) & 1)
