@@ -75,6 +75,38 @@ def test_variants_cover_every_dispatchable_case():
                         assert f"{kernel}-D{D}-{dtype}{tail}{code}" in VARIANTS
 
 
+@pytest.mark.parametrize("persistent", [False, True], ids=["one-a-tile", "persistent"])
+@pytest.mark.parametrize("kernel", ["dkdv", "dq"])
+def test_backward_schedules_launch(kernel, persistent):
+    """A persistent backward kernel launches one CTA an SM (132 off the GPU, an H100 / H200) with a zeroed int32 task
+    counter, never more CTAs than tiles; one CTA a tile launches every tile. Both schedules are compiled above."""
+    if not VARIANTS:
+        pytest.skip("no Gluon")
+    import dataclasses
+
+    from foxformer.ops.forgetting_attention.hopper import launch as L
+    assert any(name.startswith(f"{kernel}-D64-") and name.endswith(("-persistent", "-one-a-tile")) for name in VARIANTS)
+    cfg = dataclasses.replace(L.BWD_CONFIGS[64], dkdv_persistent=persistent, dq_persistent=persistent)
+    for B, T, n_blocks in ((2, 300, 3), (4, 16384, 128)):
+        q = torch.zeros(B, T, 4, 64, dtype=torch.bfloat16)
+        k = torch.zeros(B, T, 2, 64, dtype=torch.bfloat16)
+        c, vec = torch.zeros(B, 4, T, dtype=torch.float64), torch.zeros(B, 4, T)
+        if kernel == "dkdv":
+            launch, n_tasks = L.dkdv_launch(q, k, k, c, q, vec, vec, k, k, vec, vec, vec, 0.1, n_blocks, B, False,
+                                            False, cfg), n_blocks * 2 * B
+        else:
+            launch, n_tasks = L.dq_launch(q, k, k, c, q, vec, vec, q, vec, vec, vec, 0.1, n_blocks, B, False, False,
+                                          cfg, q), n_blocks * 4 * B
+        assert launch.constexprs["PERSISTENT"] is persistent
+        assert launch.args[-1] == n_tasks
+        if persistent:
+            counter = next(a for a in launch.args if isinstance(a, torch.Tensor) and a.dtype == torch.int32)
+            assert counter.shape == (1,) and counter.item() == 0
+            assert launch.grid == (min(n_tasks, 132),)
+        else:
+            assert launch.grid == (n_tasks,)
+
+
 @pytest.mark.parametrize("capability,dtype,D,expected", [
     ((9, 0), torch.bfloat16, 64, None),
     ((9, 0), torch.float16, 128, None),
