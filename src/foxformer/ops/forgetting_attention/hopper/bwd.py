@@ -616,6 +616,8 @@ def _dkdv_loader(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, q_smem, do_smem
                  stride_cb, stride_ch, stride_lb, stride_lh, PruneBound, group,
                  HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, NUM_STAGES: gl.constexpr,
                  PRUNE: gl.constexpr):
+    """The loader of one CTA a tile: its one task from ring position 0, passed as n0 * 0 (a literal 0 would reach
+    _dkdv_load_task as a constexpr, which its loops cannot carry)."""
     _dkdv_load_task(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, q_smem, do_smem, k_smem, v_smem, vec_smem,
                     kv_bar, ready, empty, zb, tok0, n0, kv_head, pid_z, pid_n, off, n_q, n_k, n_blocks, n_heads_q,
                     stride_cb, stride_ch, stride_lb, stride_lh, PruneBound, group, n0 * 0,
@@ -659,6 +661,7 @@ def _dkdv_consumer(q_smem, do_smem, k_smem, v_smem, vec_smem, ones_smem, kv_bar,
                    stride_dvb, stride_dvt, stride_dvh, PruneBound, group,
                    WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
                    NUM_STAGES: gl.constexpr, PRUNE: gl.constexpr, MMA_SUMS: gl.constexpr):
+    """A consumer of one CTA a tile (ring from position 0, as _dkdv_loader)."""
     if MMA_SUMS:
         _fill_ones(ones_smem, WG, NUM_STAGES, BLOCK_M)
     _dkdv_consume_task(q_smem, do_smem, k_smem, v_smem, vec_smem, ones_smem, kv_bar, kv_empty, ready, empty,
