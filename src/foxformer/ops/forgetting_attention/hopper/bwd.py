@@ -33,8 +33,8 @@ saving: taken at D 64 only (launch.BWD_CONFIGS says by how much).
 from __future__ import annotations
 
 from .compat import fence_async_shared, gl, gluon, mbarrier, thread_barrier, tma_load, warpgroup_mma, warpgroup_mma_wait
-from .fwd import (LOG2E, WG_ROWS, heaviest_first, key_tiles, kv_loader, kv_ring, launch_order, query_program,
-                  query_task, release_stage, sequence_of, split_c)
+from .fwd import (LOG2E, WG_ROWS, key_tiles, kv_loader, kv_ring, launch_order, query_program, query_task,
+                  release_stage, sequence_of, split_c)
 
 # Per-query vectors the dk/dv loader stages beside each Q / dO tile, one row each. With the diagonal
 # tiles' bias split as (cq_hi - ck_hi) * log2(e) + (cq_lo - ck_lo) * log2(e), lse folds into the lo term:
@@ -734,10 +734,9 @@ def _dkdv_one(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DK, DV, ColSum, Cu
               stride_cb, stride_ch, stride_lb, stride_lh, seqlen_q, seqlen_k, scale, scale2, n_blocks, n_heads, group,
               HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, NUM_STAGES: gl.constexpr, IS_VARLEN: gl.constexpr,
               PRUNE: gl.constexpr, CONSUMER_REGS: gl.constexpr, HEAD_GROUP: gl.constexpr, MMA_SUMS: gl.constexpr):
-    """The program's own task (heaviest_first)."""
-    pid_n, kv_head, pid_z = heaviest_first(n_blocks, n_heads, HEAD_GROUP)
-    zb, tok0, n_q, n_k = sequence_of(pid_z, CuSeqlens, seqlen_q, seqlen_k, IS_VARLEN)
-    n0 = pid_n * (2 * WG_ROWS)
+    """The program's own task."""
+    pid_n, kv_head, pid_z, zb, tok0, n_q, n_k, n0 = _dkdv_task(gl.program_id(0), gl.num_programs(0), n_blocks, n_heads,
+                                                              CuSeqlens, seqlen_q, seqlen_k, IS_VARLEN, HEAD_GROUP)
     if n0 < n_k:
         off = n_k - n_q
         n_heads_q = n_heads * group

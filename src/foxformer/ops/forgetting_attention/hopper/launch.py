@@ -318,7 +318,7 @@ def variant_names() -> list[str]:
     sums = [f"{kernel}-D{D}-bfloat16{'-reg-sums' if BWD_CONFIGS[D].mma_sums else '-mma-sums'}"
             for D in (64, 128) for kernel in ("dkdv", "dq")]
     schedule = [f"{kernel}-D{D}-bfloat16{varlen}{dq_tails(D)[0] if kernel == 'dq' else ''}"
-                f"{'-one-a-tile' if BWD_CONFIGS[D].dkdv_persistent else '-persistent'}"
+                f"{'-one-a-tile' if getattr(BWD_CONFIGS[D], f'{kernel}_persistent') else '-persistent'}"
                 for kernel in ("dkdv", "dq") for D in (64, 128) for varlen in ("", "-varlen")]
     return picked + flipped + sums + schedule
 
