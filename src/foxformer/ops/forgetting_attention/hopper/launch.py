@@ -173,7 +173,8 @@ class BwdConfig:
 # alternated with the one-CTA-a-tile kernels: dk/dv alone 11.18 / 11.29 ms against 11.43-11.50
 # (hopper_tune_persistent_dkdv_h200.json), both kernels 11.24 / 11.25 against 11.51-11.56, dk/dv 6.23 / 6.26 against
 # 6.40-6.48 (hopper_tune_persistent_h200.json); at D 128 9.54 / 9.38 against 9.28-9.36 (both) and 9.34 / 9.28 against
-# 9.30-9.41 (dk/dv alone): no gain, and the persistent dk/dv kernel spills more there (144 against 56 bytes, sm_90a).
+# 9.30-9.41 (dk/dv alone): no gain, and the persistent dk/dv kernel spills more there (144 against 56 bytes,
+# sm_90a with Triton 3.9's ptxas).
 BWD_CONFIGS = {64: BwdConfig(dkdv_block_m=128, dkdv_stages=2, dq_block_n=128, dq_stages=3, fused_delta=True,
                              mma_sums=True, dkdv_persistent=True, dq_persistent=True),
                128: BwdConfig(dkdv_block_m=64, dkdv_stages=2, dq_block_n=128, dq_stages=2)}
