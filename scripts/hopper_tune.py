@@ -131,10 +131,7 @@ def _other_schedule(D: int) -> dict:
     return dict(dkdv_persistent=not cfg.dkdv_persistent, dq_persistent=not cfg.dq_persistent)
 
 
-# The consumer warpgroups taking turns to issue their products (*_pingpong), in both kernels and in each alone.
-PINGPONG = dict(dkdv_pingpong=True, dq_pingpong=True)
-BWD_SWEEP = {D: [dict(), PINGPONG, dict(), dict(dkdv_pingpong=True), dict(dq_pingpong=True), dict(), PINGPONG, dict()]
-             for D in (64, 128)}
+BWD_SWEEP = {D: [dict(), _other_schedule(D), dict(), _other_schedule(D), dict()] for D in (64, 128)}
 
 
 def _bwd_parts(q, k, v, c, do, out, lse, scale, cfg):

@@ -103,32 +103,6 @@ def _receive_task(task_smem, task_ready, task_empty, j):
     return task
 
 
-@gluon.jit
-def _turn_pair():
-    """Two barriers that pass the right to issue wgmma between the two consumer warpgroups (PINGPONG)."""
-    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(2):
-        mbarrier.init(turn.index(i), count=1)
-    return turn
-
-
-@gluon.jit
-def _take_turn(turn, WG: gl.constexpr, SECOND: gl.constexpr):
-    """Wait for this warpgroup's turn to issue a tile's first (S, dP) or SECOND (the gradient) products. The turn
-    alternates WG 0 first, WG 1 first, WG 0 second, WG 1 second, ..., two waits a tile on each side, so each wait's
-    parity is fixed: warpgroup 0's very first wait passes on the fresh barrier (parity 1)."""
-    if SECOND:
-        mbarrier.wait(turn.index(WG), WG)
-    else:
-        mbarrier.wait(turn.index(WG), 1 - WG)
-
-
-@gluon.jit
-def _pass_turn(turn, WG: gl.constexpr):
-    """Hand the turn to the other warpgroup once every warp of this one has issued its products."""
-    release_stage(turn.index(1 - WG))
-
-
 # ----------------------------------------------------------------------------------------------
 # dq and the dS row sums (query-stationary)
 # ----------------------------------------------------------------------------------------------
@@ -165,11 +139,9 @@ def _dq_consumer(q_smem, do_smem, k_smem, v_smem, c_smem, ones_smem, q_bar, k_re
                  scale, scale2, stride_dqb, stride_dqt, stride_dqh, stride_lb, stride_lh,
                  WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
                  NUM_STAGES: gl.constexpr, FUSED_DELTA: gl.constexpr, HAS_DLSE: gl.constexpr,
-                 MMA_SUMS: gl.constexpr, q_empty=None, q_phase=0, it0=0, PERSISTENT: gl.constexpr = False,
-                 turn=None, PINGPONG: gl.constexpr = False):
+                 MMA_SUMS: gl.constexpr, q_empty=None, q_phase=0, it0=0, PERSISTENT: gl.constexpr = False):
     """dQ and the dS row sums of this warpgroup's 64 query rows. PERSISTENT: one task of several (kv_loader's);
-    the ones are filled by the caller, and Q / dO are released on q_empty before the stores. PINGPONG (two
-    warpgroups): they take turns to issue their products (_take_turn)."""
+    the ones are filled by the caller, and Q / dO are released on q_empty before the stores."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                         instr_shape=[16, BLOCK_N, 16])
     dq_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -215,13 +187,9 @@ def _dq_consumer(q_smem, do_smem, k_smem, v_smem, c_smem, ones_smem, q_bar, k_re
         k_tile = k_smem.index(s).reshape([BLOCK_N, HEAD_DIM])
         v_tile = v_smem.index(s).reshape([BLOCK_N, HEAD_DIM])
         mbarrier.wait(k_ready.index(s), ph)
-        if PINGPONG:
-            _take_turn(turn, WG, False)
         s_tok = warpgroup_mma(q_w, k_tile.permute((1, 0)), zero_s, use_acc=False, is_async=True)
         mbarrier.wait(v_ready.index(s), ph)
         dp_tok = warpgroup_mma(do_w, v_tile.permute((1, 0)), zero_s, use_acc=False, is_async=True)
-        if PINGPONG:
-            _pass_turn(turn, WG)
         qk = warpgroup_mma_wait(1, deps=[s_tok])
         if i >= n_unmasked:
             ck_hi = c_smem.index(3 * s + 1).load(col_l)
@@ -239,24 +207,16 @@ def _dq_consumer(q_smem, do_smem, k_smem, v_smem, c_smem, ones_smem, q_bar, k_re
         ds = p * (dp - delta[:, None])
         if MMA_SUMS:
             ds_a = gl.convert_layout(ds.to(dtype), a_layout)
-            if PINGPONG:
-                _take_turn(turn, WG, True)
             tok = warpgroup_mma(ds_a, k_tile, dq, is_async=True)
             # The same registers: the A operand's layout does not depend on the product's width.
             ones = ones_smem.index(WG * NUM_STAGES + s).permute((1, 0))
             sum_tok = warpgroup_mma(gl.convert_layout(ds_a, a_sum_layout), ones, rows8, is_async=True)
-            if PINGPONG:
-                _pass_turn(turn, WG)
             dq, rows8, _ = warpgroup_mma_wait(0, deps=[tok, sum_tok, k_tile])
         else:
             # Summed before the product is issued, so the fp32 tile dies before the wait (after it, dq ran 0.1-0.5 ms
             # slower at D 64: hopper_tune_715b73a_h200.json's default rows).
             rowsum += gl.sum(ds, 1)
-            if PINGPONG:
-                _take_turn(turn, WG, True)
             tok = warpgroup_mma(gl.convert_layout(ds.to(dtype), a_layout), k_tile, dq, is_async=True)
-            if PINGPONG:
-                _pass_turn(turn, WG)
             dq, _ = warpgroup_mma_wait(0, deps=[tok, k_tile])
         release_stage(kc_empty.index(s))
     if PERSISTENT:
@@ -314,7 +274,7 @@ def _dq_persistent_consumer(q_smem, do_smem, k_smem, v_smem, c_smem, ones_smem, 
                             WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
                             NUM_STAGES: gl.constexpr, FUSED_DELTA: gl.constexpr, HAS_DLSE: gl.constexpr,
                             MMA_SUMS: gl.constexpr, IS_VARLEN: gl.constexpr, PRUNE: gl.constexpr,
-                            HEAD_GROUP: gl.constexpr, turn, PINGPONG: gl.constexpr):
+                            HEAD_GROUP: gl.constexpr):
     BLOCK_M: gl.constexpr = 2 * WG_ROWS
     if MMA_SUMS:
         _fill_ones(ones_smem, WG, NUM_STAGES, BLOCK_N)
@@ -332,7 +292,7 @@ def _dq_persistent_consumer(q_smem, do_smem, k_smem, v_smem, c_smem, ones_smem, 
                          v_empty, C, Lse, Delta, DQ, RowSum, O, DO, DLse, zb, tok0, head, m0, off, n_q,
                          c_base, r, lo, n_tiles, scale, scale2, stride_dqb, stride_dqt, stride_dqh,
                          stride_lb, stride_lh, WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FUSED_DELTA, HAS_DLSE, MMA_SUMS,
-                         q_empty, nq & 1, it, True, turn, PINGPONG)
+                         q_empty, nq & 1, it, True)
             it += n_tiles
             nq += 1
         task = _receive_task(task_smem, task_ready, task_empty, j)
@@ -346,10 +306,9 @@ def _dq_persistent(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DQ, RowSum, O
                    HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
                    IS_VARLEN: gl.constexpr, PRUNE: gl.constexpr, CONSUMER_REGS: gl.constexpr,
                    HEAD_GROUP: gl.constexpr, FUSED_DELTA: gl.constexpr, HAS_DLSE: gl.constexpr,
-                   MMA_SUMS: gl.constexpr, PINGPONG: gl.constexpr):
+                   MMA_SUMS: gl.constexpr):
     q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty, v_empty = kv_ring(
         q_desc, k_desc, 2, BLOCK_N, HEAD_DIM, NUM_STAGES)
-    turn = _turn_pair()
     do_smem = gl.allocate_shared_memory(q_desc.dtype, [2, 1, WG_ROWS, HEAD_DIM], do_desc.layout)
     ones_smem = _ones_smem(q_desc.dtype, 2, NUM_STAGES, BLOCK_N)
     q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
@@ -365,13 +324,13 @@ def _dq_persistent(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DQ, RowSum, O
                                    PruneBound, C, Lse, Delta, DQ, RowSum, O, DO, DLse, seqlen_q, seqlen_k, n_blocks,
                                    n_heads, scale, scale2, stride_dqb, stride_dqt, stride_dqh, stride_cb, stride_ch,
                                    stride_lb, stride_lh, 0, HEAD_DIM, BLOCK_N, NUM_STAGES, FUSED_DELTA, HAS_DLSE,
-                                   MMA_SUMS, IS_VARLEN, PRUNE, HEAD_GROUP, turn, PINGPONG)),
+                                   MMA_SUMS, IS_VARLEN, PRUNE, HEAD_GROUP)),
         (_dq_persistent_consumer, (q_smem, do_smem, k_smem, v_smem, c_smem, ones_smem, q_bar, q_empty, k_ready,
                                    v_ready, kc_empty, v_empty, task_smem, task_ready, task_empty, n_tasks, CuSeqlens,
                                    PruneBound, C, Lse, Delta, DQ, RowSum, O, DO, DLse, seqlen_q, seqlen_k, n_blocks,
                                    n_heads, scale, scale2, stride_dqb, stride_dqt, stride_dqh, stride_cb, stride_ch,
                                    stride_lb, stride_lh, 1, HEAD_DIM, BLOCK_N, NUM_STAGES, FUSED_DELTA, HAS_DLSE,
-                                   MMA_SUMS, IS_VARLEN, PRUNE, HEAD_GROUP, turn, PINGPONG)),
+                                   MMA_SUMS, IS_VARLEN, PRUNE, HEAD_GROUP)),
     ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
 
 
@@ -382,8 +341,8 @@ def _dq_one(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DQ, RowSum, O, DO, D
             HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_WG: gl.constexpr,
             NUM_STAGES: gl.constexpr, IS_VARLEN: gl.constexpr, PRUNE: gl.constexpr,
             CONSUMER_REGS: gl.constexpr, HEAD_GROUP: gl.constexpr, FUSED_DELTA: gl.constexpr,
-            HAS_DLSE: gl.constexpr, MMA_SUMS: gl.constexpr, PINGPONG: gl.constexpr):
-    """The program's own query tile (query_program); PINGPONG with two warpgroups only."""
+            HAS_DLSE: gl.constexpr, MMA_SUMS: gl.constexpr):
+    """The program's own query tile (query_program)."""
     BLOCK_M: gl.constexpr = NUM_WG * WG_ROWS
     head, pid_z, pid_m, zb, tok0, n_q, n_k, m0 = query_program(n_blocks, n_heads, CuSeqlens, seqlen_q, seqlen_k,
                                                                BLOCK_M, IS_VARLEN, HEAD_GROUP)
@@ -418,7 +377,6 @@ def _dq_one(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DQ, RowSum, O, DO, D
                                 2, HEAD_DIM, BLOCK_N, NUM_STAGES, FUSED_DELTA, HAS_DLSE, MMA_SUMS)),
             ], [4, 4, 4], [CONSUMER_REGS, CONSUMER_REGS, CONSUMER_REGS])
         else:
-            turn = _turn_pair()
             gl.warp_specialize([
                 (kv_loader, (q_desc, do_desc, k_desc, v_desc, C, q_smem, do_smem, k_smem, v_smem, c_smem,
                              q_bar, k_ready, v_ready, kc_empty, v_empty,
@@ -428,14 +386,12 @@ def _dq_one(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DQ, RowSum, O, DO, D
                                 v_empty, C, Lse, Delta, DQ, RowSum, O, DO, DLse, zb, tok0, head, m0, off, n_q,
                                 c_base, r, lo, n_tiles, scale, scale2, stride_dqb, stride_dqt, stride_dqh,
                                 stride_lb, stride_lh,
-                                0, HEAD_DIM, BLOCK_N, NUM_STAGES, FUSED_DELTA, HAS_DLSE, MMA_SUMS, q_bar, 0, 0,
-                                False, turn, PINGPONG)),
+                                0, HEAD_DIM, BLOCK_N, NUM_STAGES, FUSED_DELTA, HAS_DLSE, MMA_SUMS)),
                 (_dq_consumer, (q_smem, do_smem, k_smem, v_smem, c_smem, ones_smem, q_bar, k_ready, v_ready, kc_empty,
                                 v_empty, C, Lse, Delta, DQ, RowSum, O, DO, DLse, zb, tok0, head, m0, off, n_q,
                                 c_base, r, lo, n_tiles, scale, scale2, stride_dqb, stride_dqt, stride_dqh,
                                 stride_lb, stride_lh,
-                                1, HEAD_DIM, BLOCK_N, NUM_STAGES, FUSED_DELTA, HAS_DLSE, MMA_SUMS, q_bar, 0, 0,
-                                False, turn, PINGPONG)),
+                                1, HEAD_DIM, BLOCK_N, NUM_STAGES, FUSED_DELTA, HAS_DLSE, MMA_SUMS)),
             ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
 
 
@@ -447,8 +403,7 @@ def dq_kernel(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DQ, RowSum, O, DO,
               HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_WG: gl.constexpr,
               NUM_STAGES: gl.constexpr, IS_VARLEN: gl.constexpr, PRUNE: gl.constexpr,
               CONSUMER_REGS: gl.constexpr, HEAD_GROUP: gl.constexpr, FUSED_DELTA: gl.constexpr,
-              HAS_DLSE: gl.constexpr, MMA_SUMS: gl.constexpr, PERSISTENT: gl.constexpr,
-              PINGPONG: gl.constexpr = False):
+              HAS_DLSE: gl.constexpr, MMA_SUMS: gl.constexpr, PERSISTENT: gl.constexpr):
     """FUSED_DELTA: the consumers compute delta from O and dO (`_row_deltas`) instead of reading it, and store it for
     the dk/dv kernel, which must then be launched after this one. O, DO, DLse: placeholders otherwise.
     PERSISTENT (two warpgroups): one CTA an SM taking the n_tasks query tiles in turn from the int32 Counter."""
@@ -456,13 +411,12 @@ def dq_kernel(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DQ, RowSum, O, DO,
         _dq_persistent(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DQ, RowSum, O, DO, DLse, CuSeqlens, PruneBound,
                        Counter, stride_dqb, stride_dqt, stride_dqh, stride_cb, stride_ch, stride_lb, stride_lh,
                        seqlen_q, seqlen_k, scale, scale2, n_blocks, n_heads, group, n_tasks, HEAD_DIM, BLOCK_N,
-                       NUM_STAGES, IS_VARLEN, PRUNE, CONSUMER_REGS, HEAD_GROUP, FUSED_DELTA, HAS_DLSE, MMA_SUMS,
-                       PINGPONG)
+                       NUM_STAGES, IS_VARLEN, PRUNE, CONSUMER_REGS, HEAD_GROUP, FUSED_DELTA, HAS_DLSE, MMA_SUMS)
     else:
         _dq_one(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DQ, RowSum, O, DO, DLse, CuSeqlens, PruneBound,
                 stride_dqb, stride_dqt, stride_dqh, stride_cb, stride_ch, stride_lb, stride_lh, seqlen_q, seqlen_k,
                 scale, scale2, n_blocks, n_heads, group, HEAD_DIM, BLOCK_N, NUM_WG, NUM_STAGES, IS_VARLEN, PRUNE,
-                CONSUMER_REGS, HEAD_GROUP, FUSED_DELTA, HAS_DLSE, MMA_SUMS, PINGPONG)
+                CONSUMER_REGS, HEAD_GROUP, FUSED_DELTA, HAS_DLSE, MMA_SUMS)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -537,16 +491,15 @@ def _dkdv_load_task(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, q_smem, do_s
 
 
 @gluon.jit
-def _dkdv_consume_task(q_smem, do_smem, k_smem, v_smem, vec_smem, ones_smem, kv_bar, kv_empty, ready, empty, turn,
+def _dkdv_consume_task(q_smem, do_smem, k_smem, v_smem, vec_smem, ones_smem, kv_bar, kv_empty, ready, empty,
                        C, DK, DV, ColSum, zb, tok0, n0, kv_head, pid_z, pid_n, off, n_q, n_k, n_blocks, n_heads_q,
                        scale, scale2, stride_cb, stride_ch, stride_dkb, stride_dkt, stride_dkh,
                        stride_dvb, stride_dvt, stride_dvh, PruneBound, group, kv_phase, it,
                        WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
                        NUM_STAGES: gl.constexpr, PRUNE: gl.constexpr, MMA_SUMS: gl.constexpr,
-                       PERSISTENT: gl.constexpr, PINGPONG: gl.constexpr):
+                       PERSISTENT: gl.constexpr):
     """dK, dV and the dS column sums of one key block (this warpgroup's 64 keys); with PERSISTENT, K and V are
-    released on kv_empty before the stores; with PINGPONG the two warpgroups take turns to issue their products
-    (_take_turn). Returns the ring position after the task's tiles."""
+    released on kv_empty before the stores. Returns the ring position after the task's tiles."""
     # Transposed orientation: tiles are [keys, queries], so dK and dV accumulate without transposes.
     st_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                          instr_shape=[16, BLOCK_M, 16])
@@ -592,12 +545,8 @@ def _dkdv_consume_task(q_smem, do_smem, k_smem, v_smem, vec_smem, ones_smem, kv_
             q_tile = q_smem.index(s).reshape([BLOCK_M, HEAD_DIM])
             do_tile = do_smem.index(s).reshape([BLOCK_M, HEAD_DIM])
             mbarrier.wait(ready.index(s), ph)
-            if PINGPONG:
-                _take_turn(turn, WG, False)
             s_tok = warpgroup_mma(k_w, q_tile.permute((1, 0)), zero_st, use_acc=False, is_async=True)
             dp_tok = warpgroup_mma(v_w, do_tile.permute((1, 0)), zero_st, use_acc=False, is_async=True)
-            if PINGPONG:
-                _pass_turn(turn, WG)
             # Unmasked: every query of the tile comes at or after this warpgroup's last key, and exists.
             masked = (off + i0 < kw0 + WG_ROWS - 1) | (i0 + BLOCK_M > n_q)
             qk_t = warpgroup_mma_wait(1, deps=[s_tok])
@@ -614,8 +563,6 @@ def _dkdv_consume_task(q_smem, do_smem, k_smem, v_smem, vec_smem, ones_smem, kv_
             else:
                 row2 = vec_smem.index(N_VEC * s + VEC_ROW2).load(qry_l)
                 p_t = gl.exp2(qk_t * scale2 + (row2[None, :] - ck2[:, None]))
-            if PINGPONG:
-                _take_turn(turn, WG, True)
             dv_tok = warpgroup_mma(gl.convert_layout(p_t.to(dtype), a_layout), do_tile, dv, is_async=True)
             dp_t = warpgroup_mma_wait(1, deps=[dp_tok])
             delta = vec_smem.index(N_VEC * s + VEC_DELTA).load(qry_l)
@@ -625,15 +572,11 @@ def _dkdv_consume_task(q_smem, do_smem, k_smem, v_smem, vec_smem, ones_smem, kv_
                 dk_tok = warpgroup_mma(ds_a, q_tile, dk, is_async=True)
                 ones = ones_smem.index(WG * NUM_STAGES + s).permute((1, 0))
                 sum_tok = warpgroup_mma(gl.convert_layout(ds_a, a_sum_layout), ones, cols8, is_async=True)
-                if PINGPONG:
-                    _pass_turn(turn, WG)
                 dv, dk, cols8, _, _ = warpgroup_mma_wait(0, deps=[dv_tok, dk_tok, sum_tok, q_tile, do_tile])
             else:
                 # As in the dq kernel: the sum before the product (after it the dk/dv kernel took 7.6 ms, not 6.6).
                 colsum += gl.sum(ds_t, 1)
                 dk_tok = warpgroup_mma(gl.convert_layout(ds_t.to(dtype), a_layout), q_tile, dk, is_async=True)
-                if PINGPONG:
-                    _pass_turn(turn, WG)
                 dv, dk, _, _ = warpgroup_mma_wait(0, deps=[dv_tok, dk_tok, q_tile, do_tile])
             release_stage(empty.index(s))
             it += 1
@@ -712,30 +655,30 @@ def _dkdv_persistent_loader(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, q_sm
 
 
 @gluon.jit
-def _dkdv_consumer(q_smem, do_smem, k_smem, v_smem, vec_smem, ones_smem, kv_bar, kv_empty, ready, empty, turn,
+def _dkdv_consumer(q_smem, do_smem, k_smem, v_smem, vec_smem, ones_smem, kv_bar, kv_empty, ready, empty,
                    C, DK, DV, ColSum, zb, tok0, n0, kv_head, pid_z, pid_n, off, n_q, n_k, n_blocks, n_heads_q,
                    scale, scale2, stride_cb, stride_ch, stride_dkb, stride_dkt, stride_dkh,
                    stride_dvb, stride_dvt, stride_dvh, PruneBound, group,
                    WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
-                   NUM_STAGES: gl.constexpr, PRUNE: gl.constexpr, MMA_SUMS: gl.constexpr, PINGPONG: gl.constexpr):
+                   NUM_STAGES: gl.constexpr, PRUNE: gl.constexpr, MMA_SUMS: gl.constexpr):
     """A consumer of one CTA a tile (ring from position 0, as _dkdv_loader)."""
     if MMA_SUMS:
         _fill_ones(ones_smem, WG, NUM_STAGES, BLOCK_M)
-    _dkdv_consume_task(q_smem, do_smem, k_smem, v_smem, vec_smem, ones_smem, kv_bar, kv_empty, ready, empty, turn,
+    _dkdv_consume_task(q_smem, do_smem, k_smem, v_smem, vec_smem, ones_smem, kv_bar, kv_empty, ready, empty,
                        C, DK, DV, ColSum, zb, tok0, n0, kv_head, pid_z, pid_n, off, n_q, n_k, n_blocks, n_heads_q,
                        scale, scale2, stride_cb, stride_ch, stride_dkb, stride_dkt, stride_dkh,
                        stride_dvb, stride_dvt, stride_dvh, PruneBound, group, 0, n0 * 0,
-                       WG, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE, MMA_SUMS, False, PINGPONG)
+                       WG, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE, MMA_SUMS, False)
 
 
 @gluon.jit
 def _dkdv_persistent_consumer(q_smem, do_smem, k_smem, v_smem, vec_smem, ones_smem, kv_bar, kv_empty, ready, empty,
-                              turn, task_smem, task_ready, task_empty, n_tasks, CuSeqlens, seqlen_q, seqlen_k,
+                              task_smem, task_ready, task_empty, n_tasks, CuSeqlens, seqlen_q, seqlen_k,
                               C, DK, DV, ColSum, n_blocks, n_heads, scale, scale2, stride_cb, stride_ch,
                               stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh, PruneBound,
                               group, WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
                               NUM_STAGES: gl.constexpr, PRUNE: gl.constexpr, MMA_SUMS: gl.constexpr,
-                              IS_VARLEN: gl.constexpr, HEAD_GROUP: gl.constexpr, PINGPONG: gl.constexpr):
+                              IS_VARLEN: gl.constexpr, HEAD_GROUP: gl.constexpr):
     n_heads_q = n_heads * group
     if MMA_SUMS:
         _fill_ones(ones_smem, WG, NUM_STAGES, BLOCK_M)
@@ -748,11 +691,11 @@ def _dkdv_persistent_consumer(q_smem, do_smem, k_smem, v_smem, vec_smem, ones_sm
                                                                   seqlen_q, seqlen_k, IS_VARLEN, HEAD_GROUP)
         if n0 < n_k:
             it = _dkdv_consume_task(q_smem, do_smem, k_smem, v_smem, vec_smem, ones_smem, kv_bar, kv_empty,
-                                    ready, empty, turn, C, DK, DV, ColSum, zb, tok0, n0, kv_head, pid_z, pid_n,
+                                    ready, empty, C, DK, DV, ColSum, zb, tok0, n0, kv_head, pid_z, pid_n,
                                     n_k - n_q, n_q, n_k, n_blocks, n_heads_q, scale, scale2, stride_cb,
                                     stride_ch, stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt,
                                     stride_dvh, PruneBound, group, kv & 1, it,
-                                    WG, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE, MMA_SUMS, True, PINGPONG)
+                                    WG, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE, MMA_SUMS, True)
             kv += 1
         task = _receive_task(task_smem, task_ready, task_empty, j)
         j += 1
@@ -782,7 +725,7 @@ def _dkdv_smem(q_desc, do_desc, k_desc, v_desc, HEAD_DIM: gl.constexpr, BLOCK_M:
         # ready: the TMA bytes of Q and dO plus the loader's arrival after it stored the vectors.
         mbarrier.init(ready.index(i), count=2)
         mbarrier.init(empty.index(i), count=2)
-    return k_smem, v_smem, q_smem, do_smem, vec_smem, ones_smem, kv_bar, kv_empty, ready, empty, _turn_pair()
+    return k_smem, v_smem, q_smem, do_smem, vec_smem, ones_smem, kv_bar, kv_empty, ready, empty
 
 
 @gluon.jit
@@ -790,15 +733,14 @@ def _dkdv_one(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DK, DV, ColSum, Cu
               stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh,
               stride_cb, stride_ch, stride_lb, stride_lh, seqlen_q, seqlen_k, scale, scale2, n_blocks, n_heads, group,
               HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, NUM_STAGES: gl.constexpr, IS_VARLEN: gl.constexpr,
-              PRUNE: gl.constexpr, CONSUMER_REGS: gl.constexpr, HEAD_GROUP: gl.constexpr, MMA_SUMS: gl.constexpr,
-              PINGPONG: gl.constexpr):
+              PRUNE: gl.constexpr, CONSUMER_REGS: gl.constexpr, HEAD_GROUP: gl.constexpr, MMA_SUMS: gl.constexpr):
     """The program's own task."""
     pid_n, kv_head, pid_z, zb, tok0, n_q, n_k, n0 = _dkdv_task(gl.program_id(0), gl.num_programs(0), n_blocks, n_heads,
                                                               CuSeqlens, seqlen_q, seqlen_k, IS_VARLEN, HEAD_GROUP)
     if n0 < n_k:
         off = n_k - n_q
         n_heads_q = n_heads * group
-        k_smem, v_smem, q_smem, do_smem, vec_smem, ones_smem, kv_bar, kv_empty, ready, empty, turn = _dkdv_smem(
+        k_smem, v_smem, q_smem, do_smem, vec_smem, ones_smem, kv_bar, kv_empty, ready, empty = _dkdv_smem(
             q_desc, do_desc, k_desc, v_desc, HEAD_DIM, BLOCK_M, NUM_STAGES)
         gl.warp_specialize([
             (_dkdv_loader, (q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, q_smem, do_smem, k_smem, v_smem,
@@ -806,15 +748,15 @@ def _dkdv_one(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DK, DV, ColSum, Cu
                             n_blocks, n_heads_q, stride_cb, stride_ch, stride_lb, stride_lh, PruneBound,
                             group, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE)),
             (_dkdv_consumer, (q_smem, do_smem, k_smem, v_smem, vec_smem, ones_smem, kv_bar, kv_empty, ready, empty,
-                              turn, C, DK, DV, ColSum, zb, tok0, n0, kv_head, pid_z, pid_n, off, n_q, n_k, n_blocks,
+                              C, DK, DV, ColSum, zb, tok0, n0, kv_head, pid_z, pid_n, off, n_q, n_k, n_blocks,
                               n_heads_q, scale, scale2, stride_cb, stride_ch, stride_dkb, stride_dkt, stride_dkh,
                               stride_dvb, stride_dvt, stride_dvh, PruneBound, group,
-                              0, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE, MMA_SUMS, PINGPONG)),
+                              0, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE, MMA_SUMS)),
             (_dkdv_consumer, (q_smem, do_smem, k_smem, v_smem, vec_smem, ones_smem, kv_bar, kv_empty, ready, empty,
-                              turn, C, DK, DV, ColSum, zb, tok0, n0, kv_head, pid_z, pid_n, off, n_q, n_k, n_blocks,
+                              C, DK, DV, ColSum, zb, tok0, n0, kv_head, pid_z, pid_n, off, n_q, n_k, n_blocks,
                               n_heads_q, scale, scale2, stride_cb, stride_ch, stride_dkb, stride_dkt, stride_dkh,
                               stride_dvb, stride_dvt, stride_dvh, PruneBound, group,
-                              1, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE, MMA_SUMS, PINGPONG)),
+                              1, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE, MMA_SUMS)),
         ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
 
 
@@ -824,10 +766,9 @@ def _dkdv_persistent(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DK, DV, Col
                      stride_cb, stride_ch, stride_lb, stride_lh, seqlen_q, seqlen_k, scale, scale2, n_blocks,
                      n_heads, group, n_tasks, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
                      NUM_STAGES: gl.constexpr, IS_VARLEN: gl.constexpr, PRUNE: gl.constexpr,
-                     CONSUMER_REGS: gl.constexpr, HEAD_GROUP: gl.constexpr, MMA_SUMS: gl.constexpr,
-                     PINGPONG: gl.constexpr):
+                     CONSUMER_REGS: gl.constexpr, HEAD_GROUP: gl.constexpr, MMA_SUMS: gl.constexpr):
     """One CTA an SM: tasks from Counter, their ids passed from the loader to the consumers through task_smem."""
-    k_smem, v_smem, q_smem, do_smem, vec_smem, ones_smem, kv_bar, kv_empty, ready, empty, turn = _dkdv_smem(
+    k_smem, v_smem, q_smem, do_smem, vec_smem, ones_smem, kv_bar, kv_empty, ready, empty = _dkdv_smem(
         q_desc, do_desc, k_desc, v_desc, HEAD_DIM, BLOCK_M, NUM_STAGES)
     task_smem, task_ready, task_empty = _task_ring()
     gl.warp_specialize([
@@ -837,17 +778,17 @@ def _dkdv_persistent(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DK, DV, Col
                                    stride_ch, stride_lb, stride_lh, PruneBound, group,
                                    HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE, IS_VARLEN, HEAD_GROUP)),
         (_dkdv_persistent_consumer, (q_smem, do_smem, k_smem, v_smem, vec_smem, ones_smem, kv_bar, kv_empty, ready,
-                                     empty, turn, task_smem, task_ready, task_empty, n_tasks, CuSeqlens, seqlen_q, seqlen_k,
+                                     empty, task_smem, task_ready, task_empty, n_tasks, CuSeqlens, seqlen_q, seqlen_k,
                                      C, DK, DV, ColSum, n_blocks, n_heads, scale, scale2, stride_cb, stride_ch,
                                      stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh,
                                      PruneBound, group, 0, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE, MMA_SUMS,
-                                     IS_VARLEN, HEAD_GROUP, PINGPONG)),
+                                     IS_VARLEN, HEAD_GROUP)),
         (_dkdv_persistent_consumer, (q_smem, do_smem, k_smem, v_smem, vec_smem, ones_smem, kv_bar, kv_empty, ready,
-                                     empty, turn, task_smem, task_ready, task_empty, n_tasks, CuSeqlens, seqlen_q, seqlen_k,
+                                     empty, task_smem, task_ready, task_empty, n_tasks, CuSeqlens, seqlen_q, seqlen_k,
                                      C, DK, DV, ColSum, n_blocks, n_heads, scale, scale2, stride_cb, stride_ch,
                                      stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh,
                                      PruneBound, group, 1, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE, MMA_SUMS,
-                                     IS_VARLEN, HEAD_GROUP, PINGPONG)),
+                                     IS_VARLEN, HEAD_GROUP)),
     ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
 
 
@@ -861,7 +802,7 @@ def dkdv_kernel(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DK, DV, ColSum, 
                 HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
                 NUM_STAGES: gl.constexpr, IS_VARLEN: gl.constexpr, PRUNE: gl.constexpr,
                 CONSUMER_REGS: gl.constexpr, HEAD_GROUP: gl.constexpr, MMA_SUMS: gl.constexpr,
-                PERSISTENT: gl.constexpr, PINGPONG: gl.constexpr = False):
+                PERSISTENT: gl.constexpr):
     """Tasks: key blocks of 128 x kv heads x sequences (n_tasks), the first key blocks (the heaviest) first; one a
     program, or with PERSISTENT one CTA an SM taking them in turn from the int32 Counter (zero at launch)."""
     if PERSISTENT:
@@ -869,10 +810,10 @@ def dkdv_kernel(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DK, DV, ColSum, 
                          Counter, stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh,
                          stride_cb, stride_ch, stride_lb, stride_lh, seqlen_q, seqlen_k, scale, scale2, n_blocks,
                          n_heads, group, n_tasks, HEAD_DIM, BLOCK_M, NUM_STAGES, IS_VARLEN, PRUNE, CONSUMER_REGS,
-                         HEAD_GROUP, MMA_SUMS, PINGPONG)
+                         HEAD_GROUP, MMA_SUMS)
     else:
         _dkdv_one(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DK, DV, ColSum, CuSeqlens, PruneBound,
                   stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh,
                   stride_cb, stride_ch, stride_lb, stride_lh, seqlen_q, seqlen_k, scale, scale2, n_blocks,
                   n_heads, group, HEAD_DIM, BLOCK_M, NUM_STAGES, IS_VARLEN, PRUNE, CONSUMER_REGS, HEAD_GROUP,
-                  MMA_SUMS, PINGPONG)
+                  MMA_SUMS)

@@ -135,8 +135,7 @@ class BwdConfig:
     launches no row-delta kernel (bwd._row_deltas); mma_sums: both kernels sum dS (for dc) by one more wgmma a tile,
     with a matrix of ones, instead of across registers (bwd's docstring); *_persistent: that kernel runs one CTA an SM,
     each taking its tiles in the launch order from an atomic counter, and loads a tile's operands while the last
-    tile's results are stored (dq: two warpgroups only); *_pingpong: that kernel's two consumer warpgroups take turns
-    to issue their products (bwd._take_turn), so one's exponentials run while the other's products do."""
+    tile's results are stored (dq: two warpgroups only)."""
 
     dkdv_block_m: int
     dkdv_stages: int
@@ -150,8 +149,6 @@ class BwdConfig:
     mma_sums: bool = False
     dkdv_persistent: bool = False
     dq_persistent: bool = False
-    dkdv_pingpong: bool = False
-    dq_pingpong: bool = False
 
 
 # Chosen by `scripts/hopper_tune.py bwd` (same setting): dk/dv with 128-row query tiles at D 64 (6.59 against 7.25 ms
@@ -214,7 +211,7 @@ def dkdv_launch(q, k, v, c, do, lse, delta, dk, dv, colsum, cu, bound, scale: fl
             Tq, Tk, float(scale), float(scale) * math.log2(math.e), n_blocks, Hkv, Hq // Hkv, n_tasks)
     constexprs = dict(HEAD_DIM=D, BLOCK_M=cfg.dkdv_block_m, NUM_STAGES=cfg.dkdv_stages,
                       IS_VARLEN=varlen, PRUNE=prune, CONSUMER_REGS=cfg.consumer_regs, HEAD_GROUP=cfg.head_group,
-                      MMA_SUMS=cfg.mma_sums, PERSISTENT=cfg.dkdv_persistent, PINGPONG=cfg.dkdv_pingpong)
+                      MMA_SUMS=cfg.mma_sums, PERSISTENT=cfg.dkdv_persistent)
     return Launch(dkdv_kernel, grid, args, constexprs, OPTIONS)
 
 
@@ -227,8 +224,8 @@ def dq_launch(q, k, v, c, do, lse, delta, dq, rowsum, cu, bound, scale: float, n
     if cfg.fused_delta and not (out.stride() == do.stride() == dq.stride()):
         raise ValueError(f"fused_delta reads out and do with dq's strides {dq.stride()}, got {out.stride()} and "
                          f"{do.stride()}")
-    if (cfg.dq_persistent or cfg.dq_pingpong) and cfg.dq_num_wg != 2:
-        raise ValueError(f"the persistent and ping-pong dq kernels have two consumer warpgroups, not {cfg.dq_num_wg}")
+    if cfg.dq_persistent and cfg.dq_num_wg != 2:
+        raise ValueError(f"the persistent dq kernel has two consumer warpgroups, not {cfg.dq_num_wg}")
     (n_tasks,) = launch_grid(n_blocks, Hq, n_z)
     counter, grid = _task_counter(n_tasks, cfg.dq_persistent, q.device, bound)
     args = (rows_descriptor(q, WG_ROWS.value), rows_descriptor(do, WG_ROWS.value),
@@ -241,7 +238,7 @@ def dq_launch(q, k, v, c, do, lse, delta, dq, rowsum, cu, bound, scale: float, n
                       IS_VARLEN=varlen, PRUNE=prune, CONSUMER_REGS=cfg.dq_consumer_regs,
                       HEAD_GROUP=cfg.head_group, FUSED_DELTA=cfg.fused_delta,
                       HAS_DLSE=cfg.fused_delta and dlse is not None, MMA_SUMS=cfg.mma_sums,
-                      PERSISTENT=cfg.dq_persistent, PINGPONG=cfg.dq_pingpong)
+                      PERSISTENT=cfg.dq_persistent)
     return Launch(dq_kernel, grid, args, constexprs, OPTIONS)
 
 
@@ -324,9 +321,7 @@ def variant_names() -> list[str]:
     schedule = [f"{kernel}-D{D}-bfloat16{varlen}{dq_tails(D)[0] if kernel == 'dq' else ''}"
                 f"{'-one-a-tile' if getattr(BWD_CONFIGS[D], f'{kernel}_persistent') else '-persistent'}"
                 for kernel in ("dkdv", "dq") for D in (64, 128) for varlen in ("", "-varlen")]
-    pingpong = [f"{kernel}-D{D}-bfloat16{dq_tails(D)[0] if kernel == 'dq' else ''}-pingpong"
-                for kernel in ("dkdv", "dq") for D in (64, 128)]
-    return picked + flipped + sums + schedule + pingpong
+    return picked + flipped + sums + schedule
 
 
 def variant_launches(tokens: int = 300):
@@ -340,8 +335,6 @@ def variant_launches(tokens: int = 300):
         if name.endswith(("-persistent", "-one-a-tile")):
             bwd_cfg = dataclasses.replace(bwd_cfg, dkdv_persistent=name.endswith("-persistent"),
                                           dq_persistent=name.endswith("-persistent"))
-        if name.endswith("-pingpong"):
-            bwd_cfg = dataclasses.replace(bwd_cfg, dkdv_pingpong=True, dq_pingpong=True)
         B, Hq, Hkv = (1, 4, 2) if varlen else (2, 4, 2)
         q = torch.zeros(B, tokens, Hq, D, dtype=_VARIANT_DTYPES[dtype])
         k = torch.zeros(B, tokens, Hkv, D, dtype=_VARIANT_DTYPES[dtype])
