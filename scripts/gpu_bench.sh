@@ -31,6 +31,9 @@
 #               (the issue-17 table with every provider: 175 s in the twenty-sixth session)
 #   gluon       the Hopper kernels: tests/gpu/test_gluon_gpu.py (8 processes), then their config sweep
 #               (scripts/hopper_tune.py $HOPPER_SECTIONS, default "fwd bwd") at 16K
+#   ncu         the Gluon kernels' hardware counters at 16K, D 64 and 128 (Nsight Compute, clocks left alone):
+#               each kernel's report with every section's details, stall reasons included (ncu_d64.txt, ncu_d128.txt;
+#               about 60 s)
 #   decode      decode op; whole-model decoding of the 760M preset at 32K
 #   decode125   whole-model decoding of the 125M preset, 4K to 64K, with and without eviction
 #   Issue 18 (CUDA-graph decoding), in one 5-minute call: BUDGET=295 bash scripts/gpu_bench.sh graphs
@@ -128,6 +131,12 @@ trainplain) data0=$DATA vocab=""  # without DATA: byte tokens of the stdlib's do
            | tee "$OUT/train_mfu_gap.txt" ;;
 attn) step attn 200 $FX bench attention --providers foxformer,sdpa_flash,sdpa_cudnn,fla --seqlens 2048,8192 \
           --configs 128x12,128x12x2,64x24 --out "$OUT/attention_2k_8k_h200.json" ;;
+ncu) for D in 64 128; do
+         step "ncu_d$D" 120 ncu --clock-control none --kernel-name regex:'^(fwd|dkdv|dq)_kernel' --launch-skip 3 \
+             --launch-count 3 --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats \
+             --section SchedulerStats --section InstructionStats --section SourceCounters --print-details all \
+             python scripts/ncu_kernels.py --dim "$D"
+     done ;;
 gluon) step gluontests 150 python -m pytest -q -n 8 tests/gpu/test_gluon_gpu.py
        step gluontune 200 python scripts/hopper_tune.py ${HOPPER_SECTIONS:-fwd bwd} --out "$OUT/hopper_tune_h200.json" ;;
 attn16) step attn16 150 $FX bench attention --providers gluon,sdpa_cudnn --seqlens 16384 --configs 64x24,128x12 \
