@@ -9,6 +9,8 @@ Triton's library functions for interpreted ones, and Gluon compiles then fail af
 """
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass
 
 import torch
@@ -70,7 +72,8 @@ def compile_launch(launch: Launch, capability: int = 90):
 
 def resources(compiled) -> dict:
     """What the cubin needs: registers per thread at launch, local memory (spills: 0 when none), shared
-    memory, and whether the Hopper instructions the kernels are built on made it into the code."""
+    memory, whether the Hopper instructions the kernels are built on made it into the code, and the shared-memory
+    offsets of the mbarriers the SASS initializes."""
     import subprocess
     import tempfile
     from pathlib import Path
@@ -83,7 +86,11 @@ def resources(compiled) -> dict:
         f.flush()
         usage = subprocess.run([str(cuobjdump), "--dump-resource-usage", f.name], capture_output=True,
                                text=True, check=True).stdout
+        sass = subprocess.run([str(cuobjdump), "-sass", f.name], capture_output=True, text=True, check=True).stdout
     fields = dict(item.split(":", 1) for item in usage.split() if ":" in item and item.split(":", 1)[1].isdigit())
+    # mbarrier inits (SYNCS.EXCH.64) at their shared-memory offsets
+    inits = sorted({int(m.group(1) or "0", 16)
+                    for m in re.finditer(r"SYNCS\.EXCH\.64\s+URZ,\s*\[UR\d+(?:\+0x([0-9a-f]+))?\]", sass)})
     ptx = compiled.asm["ptx"]
     return {
         "registers": int(fields.get("REG", -1)),
@@ -93,6 +100,7 @@ def resources(compiled) -> dict:
         "tma": "cp.async.bulk.tensor" in ptx,
         "setmaxnreg": "setmaxnreg" in ptx,
         "fp_fusion": bool(compiled.metadata.enable_fp_fusion),
+        "barrier_offsets": inits,
     }
 
 

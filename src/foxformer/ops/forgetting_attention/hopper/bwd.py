@@ -703,9 +703,14 @@ def _dkdv_persistent_consumer(q_smem, do_smem, k_smem, v_smem, vec_smem, ones_sm
 
 @gluon.jit
 def _dkdv_smem(q_desc, do_desc, k_desc, v_desc, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
-               NUM_STAGES: gl.constexpr):
+               NUM_STAGES: gl.constexpr, PERSISTENT: gl.constexpr):
     """Shared memory and barriers of a dk/dv CTA: one K / V block, a ring of Q / dO tiles and their query
-    vectors, the ones of MMA_SUMS."""
+    vectors, the ones of MMA_SUMS; kv_empty (the consumers release K / V) only where PERSISTENT waits on it.
+
+    No barrier is allocated that no partition uses: the allocator may place a buffer that nothing reads in the
+    space of a live one, and a barrier's init there (a generic-proxy write) can land after a TMA load into that
+    space. A tree that allocated two unused barriers (b6c60a2, "ping-pong" off) had them on the dq kernel's
+    Q / dO buffer in its sm_90a SASS and trained to NaN gradients at the first step (docs/benchmarks.md)."""
     BLOCK_N: gl.constexpr = 2 * WG_ROWS
     dtype: gl.constexpr = q_desc.dtype
     k_smem = gl.allocate_shared_memory(dtype, [1, BLOCK_N, HEAD_DIM], k_desc.layout)
@@ -716,11 +721,15 @@ def _dkdv_smem(q_desc, do_desc, k_desc, v_desc, HEAD_DIM: gl.constexpr, BLOCK_M:
                                          gl.SwizzledSharedLayout(1, 1, 1, [0]))
     ones_smem = _ones_smem(dtype, 2, NUM_STAGES, BLOCK_M)
     kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    kv_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    if PERSISTENT:
+        kv_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    else:
+        kv_empty = kv_bar  # a placeholder: one CTA a tile never releases its K / V
     ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     mbarrier.init(kv_bar, count=1)
-    mbarrier.init(kv_empty, count=2)
+    if PERSISTENT:
+        mbarrier.init(kv_empty, count=2)
     for i in gl.static_range(NUM_STAGES):
         # ready: the TMA bytes of Q and dO plus the loader's arrival after it stored the vectors.
         mbarrier.init(ready.index(i), count=2)
@@ -741,7 +750,7 @@ def _dkdv_one(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DK, DV, ColSum, Cu
         off = n_k - n_q
         n_heads_q = n_heads * group
         k_smem, v_smem, q_smem, do_smem, vec_smem, ones_smem, kv_bar, kv_empty, ready, empty = _dkdv_smem(
-            q_desc, do_desc, k_desc, v_desc, HEAD_DIM, BLOCK_M, NUM_STAGES)
+            q_desc, do_desc, k_desc, v_desc, HEAD_DIM, BLOCK_M, NUM_STAGES, False)
         gl.warp_specialize([
             (_dkdv_loader, (q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, q_smem, do_smem, k_smem, v_smem,
                             vec_smem, kv_bar, ready, empty, zb, tok0, n0, kv_head, pid_z, pid_n, off, n_q, n_k,
@@ -769,7 +778,7 @@ def _dkdv_persistent(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DK, DV, Col
                      CONSUMER_REGS: gl.constexpr, HEAD_GROUP: gl.constexpr, MMA_SUMS: gl.constexpr):
     """One CTA an SM: tasks from Counter, their ids passed from the loader to the consumers through task_smem."""
     k_smem, v_smem, q_smem, do_smem, vec_smem, ones_smem, kv_bar, kv_empty, ready, empty = _dkdv_smem(
-        q_desc, do_desc, k_desc, v_desc, HEAD_DIM, BLOCK_M, NUM_STAGES)
+        q_desc, do_desc, k_desc, v_desc, HEAD_DIM, BLOCK_M, NUM_STAGES, True)
     task_smem, task_ready, task_empty = _task_ring()
     gl.warp_specialize([
         (_dkdv_persistent_loader, (q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, q_smem, do_smem, k_smem, v_smem,
