@@ -10,7 +10,7 @@ cuDNN at the plain D = 64 / D = 128 shapes, and writes JSON.
 
     PYTHONPATH=src python scripts/cudnn_augmented_attention.py --out cudnn_augmented.json
 
-Fifth-session finding it tests (docs/benchmarks.md, "Whole models"): cuDNN's D = 128 kernel runs ~2x
+Fifth-session finding it tests (docs/bench/history.md, "Whole models"): cuDNN's D = 128 kernel runs ~2x
 faster per FLOP than our D = 64 kernel. Measured sixth session on an H200: the augmented D = 72 call
 ran at 280 TFLOP/s (counting FoX's D = 64 FLOPs), against 285 for our kernel: no gain, since cuDNN's
 fast path is for D = 64 / 128, and the gate gradient came back 10x less accurate (bf16 channels).

@@ -4,7 +4,7 @@
 
 Compiles each variant as aot.py does, disassembles it (cuobjdump -sass, shipped with Triton), and prints the basic
 blocks of every innermost loop that issues wgmma (the consumers' tile loops): instructions and the opcodes that
-bound these kernels. A tile that takes one branch of the loop runs the blocks on that path; docs/benchmarks.md sums
+bound these kernels. A tile that takes one branch of the loop runs the blocks on that path; docs/bench/history.md sums
 the first consumer's blocks of the unmasked path. Needs a Triton with Gluon's Hopper API (3.6 for the H200's code).
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""scripts/sass_blocks.py splits the consumers' tile loops into basic blocks (docs/benchmarks.md's instruction counts
+"""scripts/sass_blocks.py splits the consumers' tile loops into basic blocks (docs/bench/history.md's instruction counts
 of the backward's loops come from it): checked on a hand-written SASS listing with an outer loop, an inner wgmma loop
 holding a two-way branch, and a loop without wgmma."""
 

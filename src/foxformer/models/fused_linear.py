@@ -1,7 +1,7 @@
 """One matrix product for the Linear layers that read the same input, in one-token decode steps.
 
 At batch 1 a decode step's products have one row, and on an H200 each costs one launch of about 4 us however
-wide it is: the batch-1 profile of FoX (Pro) 125M at 32K (docs/benchmarks.md, "CUDA-graph decoding") counts
+wide it is: the batch-1 profile of FoX (Pro) 125M at 32K (docs/bench/history.md, "CUDA-graph decoding") counts
 15 matrix-product kernels a layer, 0.64 of a 1.98 ms step, seven of them for the projections of the attention's
 input alone (q, k, v, the output gate, the forget gate, the two token-shift gates). ``FusedLinears`` runs such
 a group as one product over a concatenated copy of the weights. The copy is not a parameter (it is in no state

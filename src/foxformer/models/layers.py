@@ -82,7 +82,7 @@ def rope_tables(positions: torch.Tensor, head_dim: int, theta: float,
 # An opaque op, so that torch.compile materialises the tables once a forward: traced as plain aten ops, Inductor
 # fused the angle, cos and sin into every layer's RoPE kernels, forward and backward, and evaluated them for each
 # element of q and k (H200, Transformer (LLaMA) 125M at 16K, compiled: its RoPE kernels took 34.6 ms of a 269 ms
-# step, docs/benchmarks.md "Whole models").
+# step, docs/bench/history.md "Whole models").
 @torch.library.custom_op("foxformer::rope_tables", mutates_args=())
 def _rope_tables_op(positions: torch.Tensor, head_dim: int, theta: float,
                     dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:

@@ -27,7 +27,7 @@ bf16 dS that the dQ / dK product reads by a [K, 8] matrix of ones. Summing a til
 is ~62 additions and shuffles per thread and tile; at D 64 leaving the sums out took the dk/dv kernel from 6.6 to
 6.0 ms and dq from 4.9 to 4.7 (docs/bench/hopper_tune_188e4b6_locate_h200.json). Both sums then add the same rounded
 values, which is what keeps dc consistent over the reverse cumsum (the row sums alone from bf16 dS, the column sums
-from fp32, lost it: docs/benchmarks.md, tenth session). The extra n8 products and registers keep most of that
+from fp32, lost it: docs/bench/history.md, tenth session). The extra n8 products and registers keep most of that
 saving: taken at D 64 only (launch.BWD_CONFIGS says by how much).
 """
 from __future__ import annotations
