@@ -30,9 +30,9 @@ def test_compat_resolves_the_installed_tritons_names():
 
 # Local memory (spills) each kernel may use: a guard against register blow-ups, set above what ptxas 12.8
 # (Triton 3.6) and 13.x (3.9) use today (at most 176 bytes in any variant, 2026-12-01; the persistent D 64 dk/dv
-# kernel 352 bytes with ptxas 13.x, 2026-12-04). The dk/dv kernel keeps tiles that spill a little because they ran
-# faster (launch.BWD_CONFIGS). The forward's is tight: it keeps
-# P in registers while its wgmma runs (FwdConfig.overlap), the configs that passed the GPU tests spill at most
+# kernel 352 bytes with either since the compiles carry a GPU launch's pointer alignment, 2026-12-04). The dk/dv
+# kernel keeps tiles that spill a little because they ran faster (launch.BWD_CONFIGS). The forward's is tight: it
+# keeps P in registers while its wgmma runs (FwdConfig.overlap), the configs that passed the GPU tests spill at most
 # 16 bytes (scalars, Triton 3.6), and a D 64 config spilling 24 bytes gave wrong output on the H200.
 LOCAL_BUDGET = {"fwd": 16, "dq": 128, "dkdv": 512}
 VARIANTS = [] if not compat.AVAILABLE else __import__(
@@ -61,6 +61,9 @@ def test_variant_compiles_for_sm90a(compiled, name):
     assert res["local_bytes"] <= LOCAL_BUDGET[name.split("-")[0]], res
     assert res["shared_bytes"] <= 227 * 1024, res
     assert res["fp_fusion"], res
+    # Rows of O, dO, dQ, dK, dV move 16 bytes at a time: element by element, the D 64 forward's output stores used 8
+    # times the sectors they need (Nsight Compute on the H200, docs/benchmarks.md "Where the rest is").
+    assert res["scalar_16bit_global"] == 0, f"{name}: {res['scalar_16bit_global']} 2-byte global loads / stores"
     # Barriers that live through the kernel sit together; one the allocator placed elsewhere shares the space of a
     # buffer, so nothing uses it but its init, which can land after a TMA load there (bwd._dkdv_smem's docstring).
     offsets = res["barrier_offsets"]

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from .compat import fence_async_shared, gl, gluon, mbarrier, thread_barrier, tma_load, warpgroup_mma, warpgroup_mma_wait
 from .fwd import (LOG2E, WG_ROWS, key_tiles, kv_loader, kv_ring, launch_order, query_program, query_task,
-                  release_stage, sequence_of, split_c)
+                  release_stage, row_starts, sequence_of, split_c)
 
 # Per-query vectors the dk/dv loader stages beside each Q / dO tile, one row each. With the diagonal
 # tiles' bias split as (cq_hi - ck_hi) * log2(e) + (cq_lo - ck_lo) * log2(e), lse folds into the lo term:
@@ -119,7 +119,7 @@ def _row_deltas(O, DO, DLse, Delta, zb, tok0, head, m0w, n_q, vec_base, stride_b
     rows = m0w + gl.arange(0, WG_ROWS, layout=gl.SliceLayout(1, ld_l))
     cols = gl.arange(0, 64, layout=gl.SliceLayout(0, ld_l))
     ok = rows < n_q
-    base = zb.to(gl.int64) * stride_b + (tok0 + rows).to(gl.int64)[:, None] * stride_t + head * stride_h
+    base = row_starts(zb, tok0 + rows, head, stride_b, stride_t, stride_h)
     delta = gl.zeros([WG_ROWS], gl.float32, gl.SliceLayout(1, ld_l))
     for d0 in gl.static_range(0, HEAD_DIM, 64):
         offs = base + (d0 + cols)[None, :]
@@ -230,8 +230,7 @@ def _dq_consumer(q_smem, do_smem, k_smem, v_smem, c_smem, ones_smem, q_bar, k_re
     st_l: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (HEAD_DIM // 8), HEAD_DIM // 8], [4, 1], [1, 0])
     rows_st = m0w + gl.arange(0, WG_ROWS, layout=gl.SliceLayout(1, st_l))
     cols_st = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, st_l))
-    ptrs = (DQ + zb.to(gl.int64) * stride_dqb + (tok0 + rows_st).to(gl.int64)[:, None] * stride_dqt
-            + head * stride_dqh + cols_st[None, :])
+    ptrs = DQ + row_starts(zb, tok0 + rows_st, head, stride_dqb, stride_dqt, stride_dqh) + cols_st[None, :]
     gl.store(ptrs, gl.convert_layout(dq.to(dtype), st_l), mask=(rows_st < n_q)[:, None])
     gl.store(RowSum + vec_base + rows, rowsum, mask=row_ok)
 
@@ -591,11 +590,10 @@ def _dkdv_consume_task(q_smem, do_smem, k_smem, v_smem, vec_smem, ones_smem, kv_
     st_l: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (HEAD_DIM // 8), HEAD_DIM // 8], [4, 1], [1, 0])
     keys_st = kw0 + gl.arange(0, WG_ROWS, layout=gl.SliceLayout(1, st_l))
     cols_st = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, st_l))
-    tok_off = (tok0 + keys_st).to(gl.int64)[:, None]
     st_mask = (keys_st < n_k)[:, None]
-    gl.store(DK + zb.to(gl.int64) * stride_dkb + tok_off * stride_dkt + kv_head * stride_dkh + cols_st[None, :],
+    gl.store(DK + row_starts(zb, tok0 + keys_st, kv_head, stride_dkb, stride_dkt, stride_dkh) + cols_st[None, :],
              gl.convert_layout(dk.to(dtype), st_l), mask=st_mask)
-    gl.store(DV + zb.to(gl.int64) * stride_dvb + tok_off * stride_dvt + kv_head * stride_dvh + cols_st[None, :],
+    gl.store(DV + row_starts(zb, tok0 + keys_st, kv_head, stride_dvb, stride_dvt, stride_dvh) + cols_st[None, :],
              gl.convert_layout(dv.to(dtype), st_l), mask=st_mask)
     return it
 

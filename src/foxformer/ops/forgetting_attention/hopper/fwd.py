@@ -41,6 +41,21 @@ WG_ROWS = gl.constexpr(64)
 
 
 @gluon.jit
+def row_starts(zb, tokens, head, stride_b, stride_t, stride_h):
+    """[rows, 1] int64 element offsets of rows ``tokens`` of ``head`` in batch entry ``zb`` of a [B, T, H, D]
+    tensor packed like the outputs, in a form the compiler knows to be a multiple of 8 elements (the launcher
+    passes only such strides: ``launch.packed_strides``). The kernels keep their integer arguments out of
+    Triton's specialization (a stride of 1 would become a constant, which a partition cannot take), and that drops
+    the strides' divisibility too: without it every 16-byte piece of a row moves as eight 2-byte accesses (Nsight
+    Compute on the H200: 7 of every 8 sectors of the output stores excess; docs/benchmarks.md, "Where the rest
+    is"). ``(x // 8) * 8`` is x here and carries the divisibility, where Triton 3.6 keeps neither ``multiple_of``
+    nor ``assume`` on a scalar argument; rounding the row offsets, not the strides, keeps it out of the tile loops
+    (rounded strides, hoisted, held six more registers across them)."""
+    start = zb.to(gl.int64) * stride_b + tokens.to(gl.int64) * stride_t + head * stride_h
+    return ((start // 8) * 8)[:, None]
+
+
+@gluon.jit
 def sequence_of(pid_z, CuSeqlens, seqlen_q, seqlen_k, IS_VARLEN: gl.constexpr):
     """(batch index, first token, query length, key length) of sequence pid_z (dense batch or packed)."""
     if IS_VARLEN:
@@ -370,8 +385,7 @@ def _fwd_consumer(q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_em
     o_st = gl.convert_layout(o.to(dtype), out_l)
     rows_o = m0w + gl.arange(0, WG_ROWS, layout=gl.SliceLayout(1, out_l))
     cols_o = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, out_l))
-    o_ptrs = (Out + zb.to(gl.int64) * stride_ob + (tok0 + rows_o).to(gl.int64)[:, None] * stride_ot
-              + head * stride_oh + cols_o[None, :])
+    o_ptrs = Out + row_starts(zb, tok0 + rows_o, head, stride_ob, stride_ot, stride_oh) + cols_o[None, :]
     gl.store(o_ptrs, o_st, mask=(rows_o < n_q)[:, None])
     lse = (m_i + gl.log2(l_i)) * LN2
     gl.store(Lse + zb.to(gl.int64) * stride_lb + head * stride_lh + tok0 + rows, lse, mask=row_ok)

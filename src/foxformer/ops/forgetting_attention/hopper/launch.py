@@ -80,6 +80,16 @@ def rows_descriptor(x: torch.Tensor, block_rows: int) -> TensorDescriptor:
     return TensorDescriptor(x, [B, T, H * D], [x.stride(0), x.stride(1), 1], block, layout)
 
 
+def packed_strides(x: torch.Tensor) -> tuple[int, int, int]:
+    """(batch, token, head) strides of a [B, T, H, D] tensor the kernels read or write 16 bytes at a time
+    (outputs, and O / dO beside dQ): ``fwd.row_starts`` rounds each row's offset down to a multiple of 8
+    elements, so each stride must be one. Every such tensor is allocated or made contiguous here, D in {64, 128}."""
+    if x.stride(3) != 1 or any(s % 8 for s in x.stride()[:3]):
+        raise ValueError(f"the Gluon kernels need [B, T, H, D] strides in multiples of 8 elements and a unit last "
+                         f"stride, got {tuple(x.stride())}")
+    return x.stride(0), x.stride(1), x.stride(2)
+
+
 def fwd_block_m(cfg: FwdConfig) -> int:
     return cfg.num_wg * WG_ROWS.value
 
@@ -90,7 +100,7 @@ def forward_launch(q, k, v, c, out, lse, cu, bound, scale: float, n_blocks: int,
     Tk, Hkv = k.shape[1], k.shape[2]
     args = (rows_descriptor(q, WG_ROWS.value), rows_descriptor(k, cfg.block_n), rows_descriptor(v, cfg.block_n),
             c, out, lse, cu, bound,
-            out.stride(0), out.stride(1), out.stride(2), c.stride(0), c.stride(1), lse.stride(0), lse.stride(1),
+            *packed_strides(out), c.stride(0), c.stride(1), lse.stride(0), lse.stride(1),
             Tq, Tk, float(scale) * math.log2(math.e), n_blocks, Hq, Hq // Hkv)
     constexprs = dict(HEAD_DIM=D, BLOCK_N=cfg.block_n, NUM_WG=cfg.num_wg, NUM_STAGES=cfg.num_stages,
                       IS_VARLEN=varlen, PRUNE=prune, CONSUMER_REGS=cfg.consumer_regs, FOLD_ROW=cfg.fold_row,
@@ -206,7 +216,7 @@ def dkdv_launch(q, k, v, c, do, lse, delta, dk, dv, colsum, cu, bound, scale: fl
     args = (rows_descriptor(q, cfg.dkdv_block_m), rows_descriptor(do, cfg.dkdv_block_m),
             rows_descriptor(k, BLOCK_M), rows_descriptor(v, BLOCK_M),
             c, lse, delta, dk, dv, colsum, cu, bound, counter,
-            dk.stride(0), dk.stride(1), dk.stride(2), dv.stride(0), dv.stride(1), dv.stride(2),
+            *packed_strides(dk), *packed_strides(dv),
             c.stride(0), c.stride(1), lse.stride(0), lse.stride(1),
             Tq, Tk, float(scale), float(scale) * math.log2(math.e), n_blocks, Hkv, Hq // Hkv, n_tasks)
     constexprs = dict(HEAD_DIM=D, BLOCK_M=cfg.dkdv_block_m, NUM_STAGES=cfg.dkdv_stages,
@@ -232,7 +242,7 @@ def dq_launch(q, k, v, c, do, lse, delta, dq, rowsum, cu, bound, scale: float, n
             rows_descriptor(k, cfg.dq_block_n), rows_descriptor(v, cfg.dq_block_n),
             c, lse, delta, dq, rowsum, out if cfg.fused_delta else dq, do,
             dlse if dlse is not None else delta, cu, bound, counter,
-            dq.stride(0), dq.stride(1), dq.stride(2), c.stride(0), c.stride(1), lse.stride(0), lse.stride(1),
+            *packed_strides(dq), c.stride(0), c.stride(1), lse.stride(0), lse.stride(1),
             Tq, Tk, float(scale), float(scale) * math.log2(math.e), n_blocks, Hq, Hq // Hkv, n_tasks)
     constexprs = dict(HEAD_DIM=D, BLOCK_N=cfg.dq_block_n, NUM_WG=cfg.dq_num_wg, NUM_STAGES=cfg.dq_stages,
                       IS_VARLEN=varlen, PRUNE=prune, CONSUMER_REGS=cfg.dq_consumer_regs,
