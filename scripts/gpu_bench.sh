@@ -29,7 +29,8 @@
 #   attnlong    the Gluon and Triton kernels against SDPA FLASH, SDPA CUDNN and fla-core at 16K and 64K (one run)
 #   attnall     the same providers at 16K, D 64 and 128, five interleaved rounds, each starting one provider later
 #               (the issue-17 table with every provider: 175 s in the twenty-sixth session)
-#   gluon       the Hopper kernels: tests/gpu/test_gluon_gpu.py (8 processes), then their config sweep
+#   gluon       the Hopper kernels: tests/gpu/test_gluon_gpu.py and the models' GPU tests (three training steps of
+#               the small presets at the recipe's shape among them; 8 processes), then their config sweep
 #               (scripts/hopper_tune.py $HOPPER_SECTIONS, default "fwd bwd") at 16K
 #   ncu         the Gluon kernels' hardware counters at 16K, D 64 and 128 (Nsight Compute, clocks left alone):
 #               each kernel's report with every section's details, stall reasons included (ncu_d64.txt, ncu_d128.txt;
@@ -137,7 +138,7 @@ ncu) for D in 64 128; do
              --section SchedulerStats --section InstructionStats --section SourceCounters --print-details all \
              python scripts/ncu_kernels.py --dim "$D"
      done ;;
-gluon) step gluontests 150 python -m pytest -q -n 8 tests/gpu/test_gluon_gpu.py
+gluon) step gluontests 180 python -m pytest -q -n 8 tests/gpu/test_gluon_gpu.py tests/gpu/test_models_cuda.py
        step gluontune 200 python scripts/hopper_tune.py ${HOPPER_SECTIONS:-fwd bwd} --out "$OUT/hopper_tune_h200.json" ;;
 attn16) step attn16 150 $FX bench attention --providers gluon,sdpa_cudnn --seqlens 16384 --configs 64x24,128x12 \
           --rounds 3 --profile "$OUT/attention_profile" --out "$OUT/attention_16k_h200.json" ;;
