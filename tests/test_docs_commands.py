@@ -10,7 +10,7 @@ import pytest
 from foxformer.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "src").rglob("README.md"))]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), *sorted((ROOT / "src").rglob("README.md"))]
 PREFIX = re.compile(r"^(?:PYTHONPATH=\S+\s+)?(?:\.venv/bin/)?(?:python -m foxformer\.cli|foxformer)\s+(.*)$")
 
 
