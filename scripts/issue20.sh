@@ -17,6 +17,7 @@
 #                                         # data-dependent, a data-independent and a fixed gate, side by side
 #   bash scripts/issue20.sh headdim "0 1"  # GPU: FoX (Pro) at head dim 64 (the preset's) and 128 (faster to train),
 #                                         # two seeds side by side; then `headdim 2`
+#   bash scripts/issue20.sh headdim125 0  # GPU: the same two head dims at 125M, one seed a call (then 1, 2)
 #   bash scripts/issue20.sh lr 1e-3 "0 1"  # GPU: FoX (Pro) and Transformer (Pro) at lr 1e-3, two seeds side by side;
 #                                         # then `lr 1e-3 2` (is FoX (Pro)'s seed spread at 2e-3 the rate's?)
 #   bash scripts/issue20.sh proablation 0  # GPU: FoX (Pro) at lr 1e-3 without each of its four additions, one seed
@@ -163,6 +164,17 @@ headdim)
     unpack carry_seed
     DATA=$CARRY/gpt2 SEEDS="$s" EVAL_BATCH=${EVAL_BATCH:-4} MINUTES=${HD_MINUTES:-6.2} bash scripts/reproduce.sh \
         fox-pro-small:head_dim=64 fox-pro-small:head_dim=128
+    ;;
+headdim125)
+    # `headdim` at the paper's smallest size: FoX (Pro) 125M at head dim 64 (the preset, as in the paper) and 128,
+    # with which its training step runs 1.11x faster at 16K (docs/benchmarks.md, "Whole models", thirtieth session)
+    # and FoX (Pro) small reads 0.136 nats lower (three seeds). Two 125M models side by side, one seed a call:
+    # 36M tokens in 128Ki-token batches (275 steps). The fifth session's 125M alone ran 239K tokens/s at 4K;
+    # side by side each is assumed to keep ~150K, ~4 minutes of steps after ~1.5 of compilation, inside the guard.
+    s=${2:?headdim125: give the seed, e.g. headdim125 0}
+    unpack carry_seed
+    DATA=$CARRY/gpt2 SEEDS="$s" TOKENS=${HD125_TOKENS:-36M} WARMUP=${HD125_WARMUP:-3.6M} EVAL_BATCH=${EVAL_BATCH:-4} \
+        MINUTES=${HD125_MINUTES:-6.2} bash scripts/reproduce.sh fox-pro-125m:head_dim=64 fox-pro-125m:head_dim=128
     ;;
 lr)
     # The Pro pair at another learning rate, seeded: FoX (Pro)'s final validation loss spreads by 0.118 nats over

@@ -39,7 +39,8 @@ TEXTS = {"eval": "held-out documents of the training mix", "eval_ood_austen": "J
 
 
 def find_runs(bundles: list[str]) -> dict[str, list[str]]:
-    """Model kind -> run folders, over every bundle. The kind is the preset without its size ("fox-pro"), then
+    """Model kind -> run folders, over every bundle. The kind is the preset without its size for the `small` presets
+    of every seed call ("fox-pro"), the whole preset for another size ("fox-pro-125m"), then
     its model overrides as in MQAR's specs (":fgate=fixed", the gate ablations), then "@lr=..." for a learning rate
     other than the recipe's, then "/noprose" for runs trained without the prose. Each kind's runs are in seed order,
     whichever bundles were given and in whatever order: the bootstrap's draws follow the runs' order, so a comparison
@@ -51,7 +52,9 @@ def find_runs(bundles: list[str]) -> dict[str, list[str]]:
         for run in sorted(glob.glob(os.path.join(b, "runs", "*"))):
             with open(os.path.join(run, "config.yaml")) as f:
                 cfg = yaml.safe_load(f)
-            kind = (cfg.get("preset") or SEED_SUFFIX.sub("", os.path.basename(run))).rpartition("-")[0]
+            preset = cfg.get("preset") or SEED_SUFFIX.sub("", os.path.basename(run))
+            base, _, size = preset.rpartition("-")
+            kind = base if size == "small" else preset
             overrides = cfg.get("model") or {}
             if overrides:
                 kind += ":" + ",".join(f"{k}={v}" for k, v in sorted(overrides.items()))
@@ -251,6 +254,8 @@ def _lodo(runs: dict, units: dict, dropped: list[str], fresh: set[str]) -> None:
 # `issue20.sh ablation N`: FoX (LLaMA)'s data-dependent gate, a learned per-head bias and the fixed (ALiBi-like) decay.
 # `issue20.sh headdim SEEDS`: FoX (Pro) at the preset's head dim and at the Transformer presets' 128, the shape that
 # trains 1.15x faster at 125M (docs/benchmarks.md, "Whole models").
+# `issue20.sh headdim125 N`: the same two head dims at 125M, the paper's smallest size, where the presets' choice costs
+# FoX (Pro) its throughput target (docs/benchmarks.md, "Whole models").
 # `issue20.sh lr 1e-3 SEEDS`: the Pro pair at the rate the fifth session's one-seed sweep found best for FoX (Pro):
 # is FoX (Pro)'s seed spread at the recipe's 2e-3 the rate's doing?
 # `issue20.sh lr 4e-3 SEEDS`: the Pro pair at twice the recipe's rate, the sweep's third point (one seed in the fifth
@@ -272,6 +277,12 @@ ABLATIONS = {
         "the preset's, and at 128, which trains faster, side by side, and their loss on the mix).",
         {"fox-pro:head_dim=64": "FoX (Pro), head dim 64 (the preset)",
          "fox-pro:head_dim=128": "FoX (Pro), head dim 128"}),
+    "headdim_pro_125m": (
+        "Head dim at 125M (Pro block)", "head dim at 125M (Pro block)",
+        "`bash scripts/issue20.sh headdim125 0`, `headdim125 1`, `headdim125 2` (one GPU call each: FoX (Pro) 125M at "
+        "head dim 64, the preset's, and at 128 side by side, 36M tokens at 4K context, and their loss on the mix).",
+        {"fox-pro-125m:head_dim=64": "FoX (Pro) 125M, head dim 64 (the preset)",
+         "fox-pro-125m:head_dim=128": "FoX (Pro) 125M, head dim 128"}),
     "lr_pro": (
         "FoX (Pro) against Transformer (Pro) at lr 1e-3", "lr 1e-3",
         "`bash scripts/issue20.sh lr 1e-3 \"0 1\"`, then `lr 1e-3 2` (one GPU call each: the Pro pair at half the "

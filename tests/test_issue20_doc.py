@@ -215,7 +215,7 @@ def test_the_pending_ablation_notes_name_their_commands(doc_script):
     out = doc_script._assemble([], {}, ({}, {}, {}))
     assert "`bash scripts/issue20.sh ablation 0`" in out and '`bash scripts/issue20.sh headdim "0 1"`' in out
     assert '`bash scripts/issue20.sh lr 1e-3 "0 1"`' in out
-    assert "`bash scripts/issue20.sh proablation 0`" in out
+    assert "`bash scripts/issue20.sh proablation 0`" in out and "`bash scripts/issue20.sh headdim125 0`" in out
 
 
 def test_the_head_dims_of_three_seeds_get_their_own_unit(doc_script, tmp_path, monkeypatch):
@@ -236,6 +236,24 @@ def test_the_head_dims_of_three_seeds_get_their_own_unit(doc_script, tmp_path, m
     assert lines[0].startswith("- head dim (Pro block), FoX (Pro), head dim 128 - FoX (Pro), head dim "
                                                 "64 (the preset) (3 seeds)")
     assert units["headdim_pro"][0].startswith("### Head dim (Pro block): held-out documents")
+
+
+def test_the_125m_head_dims_stay_apart_from_the_small_ones(doc_script, tmp_path, monkeypatch):
+    """`issue20.sh headdim125 N` bundles: FoX (Pro) 125M at both head dims are kinds of their own (the preset's size
+    kept), so neither joins the small models' head-dim unit, which stays as published."""
+    monkeypatch.setattr(doc_script, "OUT", str(tmp_path / "out"))
+    bundle = tmp_path / "headdim125"
+    for seed in range(3):
+        for dim, offset in ((64, 0.0), (128, -0.1)):
+            _ablation_run(bundle, dim, seed, offset, preset="fox-pro-125m", key="head_dim")
+    runs = doc_script.find_runs([str(bundle)])
+    assert sorted(runs) == ["fox-pro-125m:head_dim=128", "fox-pro-125m:head_dim=64"]
+    old = doc_script.old_units(open(os.path.join(ROOT, doc_script.DOC)).read())
+    units, summary, _ = doc_script.old_units(doc_script.section([str(bundle)], old) + "\n")
+    assert units["headdim_pro"] == old[0]["headdim_pro"]
+    (line,) = summary["headdim_pro_125m"]
+    assert line.startswith("- head dim at 125M (Pro block), FoX (Pro) 125M, head dim 128 - FoX (Pro) 125M, head dim 64 "
+                           "(the preset) (3 seeds)") and "**-0.1" in line
 
 
 def test_the_pro_ablations_read_the_lr_calls_fox_pro_as_their_reference(doc_script, tmp_path, monkeypatch):
