@@ -1,6 +1,10 @@
-"""`foxformer bench attention`: bad values are refused while parsing ('error: ...', exit 2), on any machine."""
+"""`foxformer bench attention`: bad values are refused while parsing ('error: ...', exit 2), on any machine; the CPU
+run's defaults and rows."""
+import json
+
 import pytest
 
+from foxformer.bench.cli import PROVIDERS, attention_defaults
 from foxformer.cli import build_parser, main
 
 BAD = {
@@ -35,8 +39,25 @@ def test_values_parse_into_shapes():
                                       "--providers", "foxformer,sdpa_flash", "--qk-bound", "25"])
     assert args.configs == [(64, 24, 24), (128, 12, 2)] and args.seqlens == [16, 32]
     assert args.providers == ["foxformer", "sdpa_flash"] and args.qk_bound == 25.0
-    defaults = build_parser().parse_args(["bench", "attention"])
+    defaults = attention_defaults(build_parser().parse_args(["bench", "attention"]))
     assert defaults.configs == [(64, 24, 24), (128, 12, 12), (128, 12, 2)] and defaults.qk_bound == "auto"
+    assert defaults.providers == list(PROVIDERS) and defaults.tokens == 32768
+
+
+def test_a_cpu_run_defaults_to_what_a_cpu_times_in_seconds():
+    args = attention_defaults(build_parser().parse_args(["bench", "attention", "--device", "cpu", "--tokens", "256"]))
+    assert args.providers == ["foxformer", "sdpa"] and args.seqlens == [512, 2048] and args.tokens == 256
+
+
+def test_a_cpu_run_times_the_torch_backend_against_sdpa(tmp_path, capsys):
+    """`--device cpu`: both CPU paths timed in float32, a table printed and the rows written as JSON."""
+    out = tmp_path / "cpu.json"
+    assert main(["bench", "attention", "--device", "cpu", "--seqlens", "64", "--configs", "16x2", "--tokens", "128",
+                 "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["provider"] for r in rows] == ["foxformer", "sdpa"]
+    assert all(r["B"] == 2 and r["fwd_ms"] > 0 and r["fwd_bwd_ms"] > 0 and "error" not in r for r in rows)
+    assert "sdpa" in capsys.readouterr().out
 
 
 def test_a_provider_that_is_not_installed_gets_a_row_saying_so(monkeypatch):

@@ -18,7 +18,7 @@ import statistics
 import torch
 import torch.nn.functional as F
 
-from .cli import PROVIDERS
+from .cli import PROVIDERS, attention_defaults
 from .common import environment, print_table, time_ms, write_json, write_profile
 
 # The backend of each foxformer provider (PROVIDERS, in bench/cli.py, says what they are).
@@ -59,9 +59,10 @@ def _provider_fn(name, q, k, v, log_f, prune_eps=None, qk_bound="auto"):
         from foxformer import forgetting_attention
         return lambda: forgetting_attention(q, k, v, log_f, backend=_BACKEND_OF[name], prune_eps=prune_eps,
                                             qk_bound=qk_bound)
-    if name in ("sdpa_flash", "sdpa_cudnn"):
+    if name in ("sdpa", "sdpa_flash", "sdpa_cudnn"):
         from torch.nn.attention import SDPBackend, sdpa_kernel
-        kind = SDPBackend.FLASH_ATTENTION if name == "sdpa_flash" else SDPBackend.CUDNN_ATTENTION
+        kinds = {"sdpa": None, "sdpa_flash": [SDPBackend.FLASH_ATTENTION],
+                 "sdpa_cudnn": [SDPBackend.CUDNN_ATTENTION]}[name]
         # SDPA's native layout is [B, H, T, D]; its ceiling is measured there, without copies.
         qh, kh, vh = (x.detach().transpose(1, 2).contiguous().requires_grad_(x.requires_grad)
                       for x in (q, k, v))
@@ -70,7 +71,9 @@ def _provider_fn(name, q, k, v, log_f, prune_eps=None, qk_bound="auto"):
                       for x in (kh, vh))
 
         def run():
-            with sdpa_kernel([kind]):
+            if kinds is None:
+                return F.scaled_dot_product_attention(qh, kh, vh, is_causal=True)
+            with sdpa_kernel(kinds):
                 return F.scaled_dot_product_attention(qh, kh, vh, is_causal=True)
         run.leaves = (qh, kh, vh)
         return run
@@ -123,9 +126,10 @@ def bench_case(provider, B, T, Hq, Hkv, D, dtype=torch.bfloat16, device="cuda", 
         kept = pruning_stats(q, k, log_f, prune_eps, qk_bound=qk_bound).mean(0)    # [Hq]
         row["kept"] = float(kept.mean())
         row["kept_per_head"] = [round(float(x), 4) for x in kept]
+    cuda = q.device.type == "cuda"
     try:
         with torch.no_grad():
-            row["fwd_ms"] = time_ms(fn)
+            row["fwd_ms"] = time_ms(fn, cuda=cuda)
         leaves = getattr(fn, "leaves", (q, k, v))
         for x in (*leaves, log_f):
             x.requires_grad_(True)
@@ -134,9 +138,9 @@ def bench_case(provider, B, T, Hq, Hkv, D, dtype=torch.bfloat16, device="cuda", 
 
         def fwd_bwd():
             fn().backward(do)
-        torch.cuda.reset_peak_memory_stats() if torch.cuda.is_available() else None
-        row["fwd_bwd_ms"] = time_ms(lambda: fwd_bwd(), grad_to_none=(*leaves, log_f))
-        if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats() if cuda else None
+        row["fwd_bwd_ms"] = time_ms(lambda: fwd_bwd(), grad_to_none=(*leaves, log_f), cuda=cuda)
+        if cuda:
             row["peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
         if profile_path:
             with torch.profiler.profile() as prof:
@@ -144,7 +148,7 @@ def bench_case(provider, B, T, Hq, Hkv, D, dtype=torch.bfloat16, device="cuda", 
                     for x in (*leaves, log_f):
                         x.grad = None
                     fwd_bwd()
-                torch.cuda.synchronize()
+                torch.cuda.synchronize() if cuda else None
             write_profile(prof, profile_path, q.device, steps=PROFILE_STEPS)
     except Exception as exc:  # a provider that cannot run a shape is reported, not fatal
         row["error"] = f"{type(exc).__name__}: {str(exc)[:120]}"
@@ -155,9 +159,12 @@ def bench_case(provider, B, T, Hq, Hkv, D, dtype=torch.bfloat16, device="cuda", 
 
 
 def run(args) -> int:
-    if not torch.cuda.is_available():
-        print("bench attention needs a CUDA GPU")
+    args = attention_defaults(args)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("bench attention needs a CUDA GPU (or --device cpu)")
         return 1
+    # A CPU computes the op in float32 (reference.py), so the CPU rows time float32 inputs.
+    dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
     providers, shapes = args.providers, args.configs
     rows = []
     for D, Hq, Hkv in shapes:
@@ -180,14 +187,14 @@ def run(args) -> int:
                     prof = (os.path.join(args.profile,
                                          f"{provider}_{gate}{'_prune' if eps else ''}_D{D}_{Hq}x{Hkv}_T{T}.txt")
                             if args.profile and rnd == 0 else None)
-                    row = bench_case(provider, B, T, Hq, Hkv, D, gate=gate, prune_eps=eps, qk_bound=args.qk_bound,
-                                     profile_path=prof)
+                    row = bench_case(provider, B, T, Hq, Hkv, D, dtype=dtype, device=args.device, gate=gate,
+                                     prune_eps=eps, qk_bound=args.qk_bound, profile_path=prof)
                     timed[(provider, gate, eps)].append(row)
                     print({"round": rnd, **{k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()}},
                           flush=True)
                     partial = [merge_rounds(v) for v in timed.values() if v]
                     write_json(args.out, {"env": environment(), "rounds": args.rounds, "rows": rows + partial})
-                    torch.cuda.empty_cache()
+                    torch.cuda.empty_cache() if args.device == "cuda" else None
             for (provider, gate, eps), per_round in timed.items():
                 row = merge_rounds(per_round)
                 if eps is not None:

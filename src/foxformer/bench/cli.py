@@ -11,9 +11,10 @@ import math
 
 from foxformer.argtypes import ints
 
-# foxformer: the op as users call it (backend "auto": the Gluon kernels on H100 / H200); gluon, triton:
-# one backend each, to compare them in one run.
-PROVIDERS = ("foxformer", "gluon", "triton", "sdpa_flash", "sdpa_cudnn", "fla", "flex")
+# foxformer: the op as users call it (backend "auto": the Gluon kernels on H100 / H200, the chunked torch backend on
+# a CPU); gluon, triton: one backend each, to compare them in one run; sdpa: torch's SDPA with the backend it picks
+# itself (its flash kernel on a CPU), the ceiling of `--device cpu`.
+PROVIDERS = ("foxformer", "gluon", "triton", "sdpa", "sdpa_flash", "sdpa_cudnn", "fla", "flex")
 DTYPES = ("bf16", "fp16", "fp32")
 
 
@@ -94,12 +95,13 @@ def _configs(text: str) -> list[tuple[int, int, int]]:
 
 
 def configure_attention(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--providers", type=_providers, default=",".join(PROVIDERS),
-                   help=f"comma list of {', '.join(PROVIDERS)}")
-    p.add_argument("--seqlens", type=_seqlens, default="2048,8192,16384,65536")
-    p.add_argument("--configs", type=_configs, default="64x24,128x12,128x12x2",
-                   help="comma list of DxHq or DxHqxHkv (GQA; Hq a multiple of Hkv)")
-    p.add_argument("--tokens", type=_positive_int, default=32768, help="B * T")
+    p.add_argument("--providers", type=_providers, default=None,
+                   help=f"comma list of {', '.join(PROVIDERS)} (default: all of them; foxformer,sdpa on a CPU)")
+    p.add_argument("--seqlens", type=_seqlens, default=None, help="default 2048,8192,16384,65536 (CPU: 512,2048)")
+    p.add_argument("--configs", type=_configs, default=None,
+                   help="comma list of DxHq or DxHqxHkv (GQA; Hq a multiple of Hkv); default 64x24,128x12,128x12x2 "
+                        "(CPU: 16x4,64x8, the tiny and small presets' FoX heads)")
+    p.add_argument("--tokens", type=_positive_int, default=None, help="B * T (default 32768; CPU 4096)")
     p.add_argument("--prune", action="store_true",
                    help="add foxformer rows with tile pruning (realistic and open gates)")
     p.add_argument("--prune-eps", type=_eps, default=1e-3,
@@ -113,8 +115,27 @@ def configure_attention(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rounds", type=_positive_int, default=1,
                    help="time every case of a shape this many times, the providers interleaved and their order rotated "
                         "by one each round, and report medians (each round's times are kept in the JSON)")
+    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                   help="cpu: the CPU paths in float32 (foxformer's torch backend against sdpa), wall-clock medians")
     p.add_argument("--out", default="bench_attention.json")
     p.set_defaults(func=_runner("attention"))
+
+
+# What `bench attention` runs where the command line leaves it out: a GPU's sweep, and a CPU's at sizes it times in
+# seconds.
+ATTENTION_DEFAULTS = {
+    "cuda": dict(providers=list(PROVIDERS), seqlens=[2048, 8192, 16384, 65536],
+                 configs=[(64, 24, 24), (128, 12, 12), (128, 12, 2)], tokens=32768),
+    "cpu": dict(providers=["foxformer", "sdpa"], seqlens=[512, 2048], configs=[(16, 4, 4), (64, 8, 8)], tokens=4096),
+}
+
+
+def attention_defaults(args: argparse.Namespace) -> argparse.Namespace:
+    """args with every option left out filled in for its --device."""
+    for key, value in ATTENTION_DEFAULTS[args.device].items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    return args
 
 
 def configure_model(p: argparse.ArgumentParser) -> None:

@@ -29,13 +29,14 @@ def environment() -> dict:
     return env
 
 
-def time_ms(fn, warmup_ms: int = 100, rep_ms: int = 400, grad_to_none=()) -> float:
-    """Median wall time of fn in milliseconds (device events on CUDA). grad_to_none: leaves whose ``.grad``
+def time_ms(fn, warmup_ms: int = 100, rep_ms: int = 400, grad_to_none=(), cuda: bool | None = None) -> float:
+    """Median wall time of fn in milliseconds (device events on CUDA; cuda=False times a CPU function on a machine
+    that has a GPU too, by the clock, as without one). grad_to_none: leaves whose ``.grad``
     is dropped before each timed call, so that a backward stores its gradients instead of adding them to the
     last call's (an add over every input that a training step, whose attention inputs are not leaves, never
     runs: the `aten::add_` rows of every provider in docs/bench/profile_attention_f165756/)."""
     grad_to_none = list(grad_to_none)
-    if torch.cuda.is_available():
+    if torch.cuda.is_available() if cuda is None else cuda:
         import triton.testing
         return float(triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, grad_to_none=grad_to_none or None,
                                              return_mode="median"))

@@ -13,12 +13,16 @@ import math
 
 import torch
 
-# Scores held at once by the chunked backend, per chunk: 2^24 elements (64 MiB in fp32) keeps
-# several live temporaries of that size well inside a 24 GiB CPU machine at 64K tokens.
+# Scores held at once by the chunked backend, per chunk: 2^24 elements (64 MiB in fp32) keeps several live
+# temporaries of that size well inside a 24 GiB CPU machine at 64K tokens (chunks keep 16 rows at least).
 _CHUNK_ELEMENTS = 1 << 24
-# With pruning, query chunks are capped at this many rows: each chunk skips the keys that all of its
-# rows (and heads) may skip, so shorter chunks skip more.
-PRUNE_CHUNK_ROWS = 64
+# Query rows per chunk, at most. A chunk scores only the keys up to its last row (and with pruning skips the
+# keys all of its rows may skip), so short chunks skip most of the masked triangle, and their temporaries stay
+# in cache. Forward+backward ms, float32, 2 CPU cores, at B 8 T 512 4 heads of 16 (the tiny presets) / B 2 T 2048
+# 4x16 / B 1 T 4096 8x64 / B 1 T 16K 4x16: 64 rows 41 / 167 / 1360 / 9280; 32 rows 43 / 173 / 1594 / 9942;
+# 128 rows 49 / 199 / 1352 / -; the element budget alone (up to 1024 rows) 172 / 509 / 1900 / 12817 (thirtieth
+# session, `bench_case` of `foxformer bench attention` with the budget varied; docs/benchmarks.md "The CPU path").
+CHUNK_ROWS = 64
 
 
 def _segments(cu_seqlens: torch.Tensor | None, T: int) -> list[tuple[int, int]]:
@@ -78,8 +82,8 @@ def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-def _chunk_rows(batch_heads: int, keys: int) -> int:
-    return max(16, _CHUNK_ELEMENTS // max(1, batch_heads * keys))
+def _row_step(batch_heads: int, keys: int) -> int:
+    return max(16, min(CHUNK_ROWS, _CHUNK_ELEMENTS // max(1, batch_heads * keys)))
 
 
 def _heads_first(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -136,11 +140,6 @@ def _tile_scores(qg, kh, c, rows, scale, Tq, Tk, prune_delta=None):
     return s.masked_fill_(masked, float("-inf")), keys
 
 
-def _row_step(batch_heads, Tk, prune_delta):
-    step = _chunk_rows(batch_heads, Tk)
-    return step if prune_delta is None else min(step, PRUNE_CHUNK_ROWS)
-
-
 def _dense_forward(q, k, v, c, scale, prune_delta=None):
     B, Tq, Hq, D = q.shape
     Tk, Hkv = k.shape[1], k.shape[2]
@@ -152,7 +151,7 @@ def _dense_forward(q, k, v, c, scale, prune_delta=None):
     out = torch.empty(B, Hkv, group, Tq, D, dtype=cd, device=q.device)
     lse = torch.empty(B, Hkv, group, Tq, dtype=cd, device=q.device)
     pd = None if prune_delta is None else prune_delta.reshape(B, Hkv, group)
-    step = _row_step(B * Hq, Tk, pd)
+    step = _row_step(B * Hq, Tk)
     for start in range(0, Tq, step):
         rows = slice(start, min(Tq, start + step))
         s, keys = _tile_scores(qg, kh, cg, rows, scale, Tq, Tk, pd)
@@ -185,7 +184,7 @@ def _dense_backward(do, q, k, v, c, out, lse, scale, dlse, prune_delta=None):
     dv = torch.zeros_like(dk)
     dc = torch.zeros(B, Hkv, group, Tk, dtype=cd, device=q.device)
     pd = None if prune_delta is None else prune_delta.reshape(B, Hkv, group)
-    step = _row_step(B * Hq, Tk, pd)
+    step = _row_step(B * Hq, Tk)
     for start in range(0, Tq, step):
         rows = slice(start, min(Tq, start + step))
         s, keys = _tile_scores(qg, kh, cg, rows, scale, Tq, Tk, pd)
