@@ -46,6 +46,25 @@ def test_torch_low_precision_against_fp64(dtype):
         assert rel_err(a, b) < REL_TOL[dtype] * 3, name
 
 
+@pytest.mark.parametrize("gate", ["mixed", -2.0], ids=lambda g: f"gate={g}")
+def test_float32_across_chunks_with_scores_far_below_the_row_maximum(gate):
+    """Several 64-row chunks (the last one partial) in float32, with gates that put most scores more than 87 below
+    their row's maximum: the probabilities flushed to 0 there change nothing the fp64 reference can see."""
+    inputs64 = make_inputs(1, 200, 200, 2, 2, 16, gate=gate)
+    ref = run_with_grads(naive_forgetting_attention, *inputs64)
+    got = run_with_grads(_torch_backend, *[x.float() for x in inputs64])
+    for name, a, b in zip(NAMES, got, ref):
+        assert rel_err(a, b) < REL_TOL[torch.float32], name
+
+
+def test_exp_flushes_what_float32_would_make_denormal():
+    from foxformer.ops.forgetting_attention.reference import _EXP_FLOOR, _exp_
+
+    s = torch.tensor([0.0, -1.0, _EXP_FLOOR + 0.5, _EXP_FLOOR - 0.5, -200.0, float("-inf")])
+    assert torch.equal(_exp_(s.clone())[:3], s[:3].exp()) and torch.equal(_exp_(s.clone())[3:], torch.zeros(3))
+    assert torch.equal(_exp_(s.double()), s.double().exp())   # float64 keeps every tiny value
+
+
 def test_varlen_equals_separate_sequences():
     lengths = [1, 2, 77, 5]
     cu = torch.tensor([0, 1, 3, 80, 85], dtype=torch.int32)
