@@ -150,8 +150,12 @@ def _tile_scores(qg, kh, c, rows, scale, Tq, Tk, prune_delta=None):
     keys = slice(_first_kept_key(c, prune_delta, Tk - Tq + rows.start), n_keys)
     s = torch.matmul(qg[..., rows, :], kh[:, :, None, keys].transpose(-1, -2)).mul_(scale)
     s.add_(_tile_bias(c, pos, keys, s.dtype))
-    masked = torch.arange(keys.start, n_keys, device=qg.device)[None, :] > pos[:, None]
-    return s.masked_fill_(masked, float("-inf")), keys
+    # Only the chunk's last R keys (from its first row's own key on) hold pairs a row may not see: key
+    # pos[0] + j is hidden from row i when j > i. Masking that block alone, not [R, K], is what a CPU notices.
+    R = rows.stop - rows.start
+    hidden = torch.ones(R, R, dtype=torch.bool, device=qg.device).triu_(1)
+    s[..., s.shape[-1] - R:].masked_fill_(hidden, float("-inf"))
+    return s, keys
 
 
 def _dense_forward(q, k, v, c, scale, prune_delta=None):
