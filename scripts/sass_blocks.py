@@ -11,27 +11,17 @@ from __future__ import annotations
 
 import collections
 import re
-import subprocess
 import sys
-import tempfile
-from pathlib import Path
 
 OPS = ("HGMMA", "MUFU", "FFMA", "FADD", "FMUL", "FSEL", "F2FP", "LDL", "STL", "LDS", "BAR")
 
 
 def sass(name: str) -> list[tuple[int, str]]:
     """(address, instruction) of the variant's SASS."""
-    import triton
-
-    from foxformer.ops.forgetting_attention.hopper.aot import compile_launch
+    from foxformer.ops.forgetting_attention.hopper.aot import compile_launch, cuobjdump
     from foxformer.ops.forgetting_attention.hopper.launch import variant_launches
 
-    kernel = compile_launch(dict(variant_launches())[name])
-    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(kernel.asm["cubin"])
-        f.flush()
-        text = subprocess.run([str(tool), "-sass", f.name], capture_output=True, text=True, check=True).stdout
+    text = cuobjdump(compile_launch(dict(variant_launches())[name]), "-sass")
     return [(int(m.group(1), 16), m.group(2).strip())
             for m in re.finditer(r"^\s*/\*([0-9a-f]{4,})\*/\s+(.*?);", text, re.M)]
 

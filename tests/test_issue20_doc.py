@@ -218,18 +218,24 @@ def test_the_pending_ablation_notes_name_their_commands(doc_script):
     assert "`bash scripts/issue20.sh proablation 0`" in out and "`bash scripts/issue20.sh headdim125 0`" in out
 
 
-def test_the_head_dims_of_three_seeds_get_their_own_unit(doc_script, tmp_path, monkeypatch):
-    """`issue20.sh headdim SEEDS` bundles: FoX (Pro) at head dim 128 against the preset's 64, both named in their specs
-    and so apart from the seed calls' FoX (Pro); the gate ablations' published unit stays as it was."""
+def _head_dim_section(doc_script, tmp_path, monkeypatch, preset, offset_128):
+    """`issue20.sh headdim` / `headdim125` bundles of three seeds (head dim 128's loss offset_128 above 64's), the
+    section rebuilt from them: (runs by kind, the published units, the new units, the new summary lines)."""
     monkeypatch.setattr(doc_script, "OUT", str(tmp_path / "out"))
     bundle = tmp_path / "headdim"
     for seed in range(3):
-        for dim, offset in ((64, 0.0), (128, 0.2)):
-            _ablation_run(bundle, dim, seed, offset, preset="fox-pro-small", key="head_dim")
-    runs = doc_script.find_runs([str(bundle)])
-    assert sorted(runs) == ["fox-pro:head_dim=128", "fox-pro:head_dim=64"]
+        for dim, offset in ((64, 0.0), (128, offset_128)):
+            _ablation_run(bundle, dim, seed, offset, preset=preset, key="head_dim")
     old = doc_script.old_units(open(os.path.join(ROOT, doc_script.DOC)).read())
     units, summary, _ = doc_script.old_units(doc_script.section([str(bundle)], old) + "\n")
+    return doc_script.find_runs([str(bundle)]), old, units, summary
+
+
+def test_the_head_dims_of_three_seeds_get_their_own_unit(doc_script, tmp_path, monkeypatch):
+    """`issue20.sh headdim SEEDS` bundles: FoX (Pro) at head dim 128 against the preset's 64, both named in their specs
+    and so apart from the seed calls' FoX (Pro); the gate ablations' published unit stays as it was."""
+    runs, old, units, summary = _head_dim_section(doc_script, tmp_path, monkeypatch, "fox-pro-small", 0.2)
+    assert sorted(runs) == ["fox-pro:head_dim=128", "fox-pro:head_dim=64"]
     assert units["ablation_llama"] == old[0]["ablation_llama"]
     lines = summary["headdim_pro"]
     assert len(lines) == 1 and "(3 seeds)" in lines[0] and "**+0.2" in lines[0]
@@ -241,15 +247,8 @@ def test_the_head_dims_of_three_seeds_get_their_own_unit(doc_script, tmp_path, m
 def test_the_125m_head_dims_stay_apart_from_the_small_ones(doc_script, tmp_path, monkeypatch):
     """`issue20.sh headdim125 N` bundles: FoX (Pro) 125M at both head dims are kinds of their own (the preset's size
     kept), so neither joins the small models' head-dim unit, which stays as published."""
-    monkeypatch.setattr(doc_script, "OUT", str(tmp_path / "out"))
-    bundle = tmp_path / "headdim125"
-    for seed in range(3):
-        for dim, offset in ((64, 0.0), (128, -0.1)):
-            _ablation_run(bundle, dim, seed, offset, preset="fox-pro-125m", key="head_dim")
-    runs = doc_script.find_runs([str(bundle)])
+    runs, old, units, summary = _head_dim_section(doc_script, tmp_path, monkeypatch, "fox-pro-125m", -0.1)
     assert sorted(runs) == ["fox-pro-125m:head_dim=128", "fox-pro-125m:head_dim=64"]
-    old = doc_script.old_units(open(os.path.join(ROOT, doc_script.DOC)).read())
-    units, summary, _ = doc_script.old_units(doc_script.section([str(bundle)], old) + "\n")
     assert units["headdim_pro"] == old[0]["headdim_pro"]
     (line,) = summary["headdim_pro_125m"]
     assert line.startswith("- head dim at 125M (Pro block), FoX (Pro) 125M, head dim 128 - FoX (Pro) 125M, head dim 64 "

@@ -55,24 +55,28 @@ def compile_launch(launch: Launch, capability: int = 90):
     return triton.compile(src, target=target, options=options.__dict__)
 
 
-def resources(compiled) -> dict:
-    """What the cubin needs: registers per thread at launch, local memory (spills: 0 when none), shared
-    memory, whether the Hopper instructions the kernels are built on made it into the code, the shared-memory
-    offsets of the mbarriers the SASS initializes, and its global loads and stores of single 16-bit elements
-    (every [B, T, H, D] row the kernels touch outside TMA moves in 16-byte vectors: fwd.row_starts)."""
+def cuobjdump(compiled, *flags: str) -> str:
+    """What the cuobjdump shipped with Triton prints for the compiled kernel's cubin (``-sass``: its SASS)."""
     import subprocess
     import tempfile
     from pathlib import Path
 
     import triton
 
-    cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(compiled.asm["cubin"])
         f.flush()
-        usage = subprocess.run([str(cuobjdump), "--dump-resource-usage", f.name], capture_output=True,
-                               text=True, check=True).stdout
-        sass = subprocess.run([str(cuobjdump), "-sass", f.name], capture_output=True, text=True, check=True).stdout
+        return subprocess.run([str(tool), *flags, f.name], capture_output=True, text=True, check=True).stdout
+
+
+def resources(compiled) -> dict:
+    """What the cubin needs: registers per thread at launch, local memory (spills: 0 when none), shared
+    memory, whether the Hopper instructions the kernels are built on made it into the code, the shared-memory
+    offsets of the mbarriers the SASS initializes, and its global loads and stores of single 16-bit elements
+    (every [B, T, H, D] row the kernels touch outside TMA moves in 16-byte vectors: fwd.row_starts)."""
+    usage = cuobjdump(compiled, "--dump-resource-usage")
+    sass = cuobjdump(compiled, "-sass")
     fields = dict(item.split(":", 1) for item in usage.split() if ":" in item and item.split(":", 1)[1].isdigit())
     # mbarrier inits (SYNCS.EXCH.64) at their shared-memory offsets
     inits = sorted({int(m.group(1) or "0", 16)
