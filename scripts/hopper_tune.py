@@ -131,7 +131,12 @@ def _other_schedule(D: int) -> dict:
     return dict(dkdv_persistent=not cfg.dkdv_persistent, dq_persistent=not cfg.dq_persistent)
 
 
-BWD_SWEEP = {D: [dict(), _other_schedule(D), dict(), _other_schedule(D), dict()] for D in (64, 128)}
+# Then the dk/dv kernel compiled for equal lengths (BwdConfig.dkdv_equal_len), between two defaults: in its sm_90a
+# SASS (CPU, thirty-first session) the D 128 tile loop has no local-memory access (3 a tile without) and 370 instead
+# of 383 instructions on unmasked tiles; at D 64 its diagonal tiles lose 69 of 71 local accesses but the unmasked ones
+# gain 8 (11 against 3). Not yet timed.
+BWD_SWEEP = {D: [dict(), _other_schedule(D), dict(), _other_schedule(D), dict(), dict(dkdv_equal_len=True), dict(),
+                 dict(dkdv_equal_len=True), dict()] for D in (64, 128)}
 
 
 def _bwd_parts(q, k, v, c, do, out, lse, scale, cfg):

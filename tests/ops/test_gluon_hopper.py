@@ -128,6 +128,29 @@ def test_backward_schedules_launch(kernel, persistent):
             assert launch.grid == (n_tasks,)
 
 
+@pytest.mark.parametrize("Tq,Tk,varlen,expected", [(300, 300, False, True), (100, 300, False, False),
+                                                     (300, 300, True, False)],
+                         ids=["equal", "fewer-queries", "packed"])
+def test_dkdv_equal_len_only_where_lengths_are_equal(Tq, Tk, varlen, expected):
+    """BwdConfig.dkdv_equal_len makes the key offset of the queries a compile-time 0: a call with fewer queries than
+    keys, or packed sequences (whose lengths the kernel reads), must get the general kernel."""
+    if not VARIANTS:
+        pytest.skip("no Gluon")
+    import dataclasses
+
+    from foxformer.ops.forgetting_attention.hopper import launch as L
+    cfg = dataclasses.replace(L.BWD_CONFIGS[128], dkdv_equal_len=True)
+    B = 1 if varlen else 2
+    q = torch.zeros(B, Tq, 4, 128, dtype=torch.bfloat16)
+    k = torch.zeros(B, Tk, 2, 128, dtype=torch.bfloat16)
+    c, vec = torch.zeros(B, 4, Tk, dtype=torch.float64), torch.zeros(B, 4, Tk)
+    cu = torch.tensor([0, Tq], dtype=torch.int32) if varlen else vec
+    launch = L.dkdv_launch(q, k, k, c, q, vec, vec, k, k, vec, cu, vec, 0.1, 3, B, varlen, False, cfg)
+    assert launch.constexprs["EQUAL_LEN"] is expected
+    off = L.dkdv_launch(q, k, k, c, q, vec, vec, k, k, vec, cu, vec, 0.1, 3, B, varlen, False, L.BWD_CONFIGS[128])
+    assert off.constexprs["EQUAL_LEN"] is False
+
+
 @pytest.mark.parametrize("capability,dtype,D,expected", [
     ((9, 0), torch.bfloat16, 64, None),
     ((9, 0), torch.float16, 128, None),

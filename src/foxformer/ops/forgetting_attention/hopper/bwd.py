@@ -809,9 +809,13 @@ def dkdv_kernel(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DK, DV, ColSum, 
                 HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
                 NUM_STAGES: gl.constexpr, IS_VARLEN: gl.constexpr, PRUNE: gl.constexpr,
                 CONSUMER_REGS: gl.constexpr, HEAD_GROUP: gl.constexpr, MMA_SUMS: gl.constexpr,
-                PERSISTENT: gl.constexpr):
+                PERSISTENT: gl.constexpr, EQUAL_LEN: gl.constexpr):
     """Tasks: key blocks of 128 x kv heads x sequences (n_tasks), the first key blocks (the heaviest) first; one a
-    program, or with PERSISTENT one CTA an SM taking them in turn from the int32 Counter (zero at launch)."""
+    program, or with PERSISTENT one CTA an SM taking them in turn from the int32 Counter (zero at launch).
+    EQUAL_LEN: the launch has seqlen_q == seqlen_k, so the queries' offset into the keys (n_k - n_q) is 0 at
+    compile time (BwdConfig.dkdv_equal_len)."""
+    if EQUAL_LEN:
+        seqlen_k = seqlen_q
     if PERSISTENT:
         _dkdv_persistent(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DK, DV, ColSum, CuSeqlens, PruneBound,
                          Counter, stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh,

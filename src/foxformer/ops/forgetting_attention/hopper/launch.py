@@ -145,7 +145,8 @@ class BwdConfig:
     launches no row-delta kernel (bwd._row_deltas); mma_sums: both kernels sum dS (for dc) by one more wgmma a tile,
     with a matrix of ones, instead of across registers (bwd's docstring); *_persistent: that kernel runs one CTA an SM,
     each taking its tiles in the launch order from an atomic counter, and loads a tile's operands while the last
-    tile's results are stored (dq: two warpgroups only)."""
+    tile's results are stored (dq: two warpgroups only); dkdv_equal_len: the dk/dv kernel is compiled apart for
+    dense calls with as many queries as keys, where the queries' offset into the keys is 0 at compile time."""
 
     dkdv_block_m: int
     dkdv_stages: int
@@ -159,6 +160,7 @@ class BwdConfig:
     mma_sums: bool = False
     dkdv_persistent: bool = False
     dq_persistent: bool = False
+    dkdv_equal_len: bool = False
 
 
 # Chosen by `scripts/hopper_tune.py bwd` (same setting): dk/dv with 128-row query tiles at D 64 (6.59 against 7.25 ms
@@ -221,7 +223,8 @@ def dkdv_launch(q, k, v, c, do, lse, delta, dk, dv, colsum, cu, bound, scale: fl
             Tq, Tk, float(scale), float(scale) * math.log2(math.e), n_blocks, Hkv, Hq // Hkv, n_tasks)
     constexprs = dict(HEAD_DIM=D, BLOCK_M=cfg.dkdv_block_m, NUM_STAGES=cfg.dkdv_stages,
                       IS_VARLEN=varlen, PRUNE=prune, CONSUMER_REGS=cfg.consumer_regs, HEAD_GROUP=cfg.head_group,
-                      MMA_SUMS=cfg.mma_sums, PERSISTENT=cfg.dkdv_persistent)
+                      MMA_SUMS=cfg.mma_sums, PERSISTENT=cfg.dkdv_persistent,
+                      EQUAL_LEN=cfg.dkdv_equal_len and not varlen and Tq == Tk)
     return Launch(dkdv_kernel, grid, args, constexprs, OPTIONS)
 
 
@@ -319,8 +322,9 @@ def variant_names() -> list[str]:
     """Every kernel variant the dispatcher can pick: kernel x head dim x dtype x dense / packed x pruned
     or not (the constexprs that change the code; dq_tails for the dq kernel); then, as options, the dq kernel with
     BwdConfig.fused_delta flipped from the default, bf16, dense and packed, both backward kernels with
-    BwdConfig.mma_sums flipped ("-mma-sums" / "-reg-sums"), and both with the other schedule, dense and packed
-    ("-persistent" / "-one-a-tile": *_persistent flipped)."""
+    BwdConfig.mma_sums flipped ("-mma-sums" / "-reg-sums"), both with the other schedule, dense and packed
+    ("-persistent" / "-one-a-tile": *_persistent flipped), and the dk/dv kernel compiled for equal lengths
+    ("-equal-len": BwdConfig.dkdv_equal_len)."""
     picked = [f"{kernel}-D{D}-{dtype}{'-varlen' if varlen else ''}{'-prune' if prune else ''}{tail}"
               for D in (64, 128) for dtype in _VARIANT_DTYPES for varlen in (False, True) for prune in (False, True)
               for kernel in ("fwd", "dkdv", "dq") for tail in (dq_tails(D) if kernel == "dq" else ("",))]
@@ -331,7 +335,8 @@ def variant_names() -> list[str]:
     schedule = [f"{kernel}-D{D}-bfloat16{varlen}{dq_tails(D)[0] if kernel == 'dq' else ''}"
                 f"{'-one-a-tile' if getattr(BWD_CONFIGS[D], f'{kernel}_persistent') else '-persistent'}"
                 for kernel in ("dkdv", "dq") for D in (64, 128) for varlen in ("", "-varlen")]
-    return picked + flipped + sums + schedule
+    equal = [f"dkdv-D{D}-bfloat16-equal-len" for D in (64, 128) if not BWD_CONFIGS[D].dkdv_equal_len]
+    return picked + flipped + sums + schedule + equal
 
 
 def variant_launches(tokens: int = 300):
@@ -345,6 +350,8 @@ def variant_launches(tokens: int = 300):
         if name.endswith(("-persistent", "-one-a-tile")):
             bwd_cfg = dataclasses.replace(bwd_cfg, dkdv_persistent=name.endswith("-persistent"),
                                           dq_persistent=name.endswith("-persistent"))
+        if name.endswith("-equal-len"):
+            bwd_cfg = dataclasses.replace(bwd_cfg, dkdv_equal_len=True)
         B, Hq, Hkv = (1, 4, 2) if varlen else (2, 4, 2)
         q = torch.zeros(B, tokens, Hq, D, dtype=_VARIANT_DTYPES[dtype])
         k = torch.zeros(B, tokens, Hkv, D, dtype=_VARIANT_DTYPES[dtype])
