@@ -131,12 +131,14 @@ def _other_schedule(D: int) -> dict:
     return dict(dkdv_persistent=not cfg.dkdv_persistent, dq_persistent=not cfg.dq_persistent)
 
 
-# Then the dk/dv kernel compiled for equal lengths (BwdConfig.dkdv_equal_len), between two defaults: in its sm_90a
-# SASS (CPU, thirty-first session) the D 128 tile loop has no local-memory access (3 a tile without) and 370 instead
-# of 383 instructions on unmasked tiles; at D 64 its diagonal tiles lose 69 of 71 local accesses but the unmasked ones
-# gain 8 (11 against 3). Not yet timed.
+# Then the dk/dv kernel's code options (BwdConfig.dkdv_equal_len, dkdv_split_loops), each between two defaults. In
+# the sm_90a SASS (CPU, thirty-first session), equal lengths compiled in: the D 128 tile loop has no local-memory
+# access (3 a tile without) and 370 instead of 383 instructions on unmasked tiles; at D 64 the diagonal tiles lose
+# 69 of 71 local accesses but the unmasked ones gain 8 (11 against 3). Split loops: the D 128 unmasked loop 354
+# instructions, no local access; at D 64 the unmasked loop 14 and 8 local accesses (against 3 and 7). Not yet timed.
 BWD_SWEEP = {D: [dict(), _other_schedule(D), dict(), _other_schedule(D), dict(), dict(dkdv_equal_len=True), dict(),
-                 dict(dkdv_equal_len=True), dict()] for D in (64, 128)}
+                 dict(dkdv_split_loops=True), dict(), dict(dkdv_equal_len=True, dkdv_split_loops=True), dict()]
+             for D in (64, 128)}
 
 
 def _bwd_parts(q, k, v, c, do, out, lse, scale, cfg):

@@ -149,6 +149,11 @@ def test_dkdv_equal_len_only_where_lengths_are_equal(Tq, Tk, varlen, expected):
     assert launch.constexprs["EQUAL_LEN"] is expected
     off = L.dkdv_launch(q, k, k, c, q, vec, vec, k, k, vec, cu, vec, 0.1, 3, B, varlen, False, L.BWD_CONFIGS[128])
     assert off.constexprs["EQUAL_LEN"] is False
+    # The split loops hold for any lengths: the flag reaches the kernel as it is.
+    split = dataclasses.replace(L.BWD_CONFIGS[128], dkdv_split_loops=True)
+    assert L.dkdv_launch(q, k, k, c, q, vec, vec, k, k, vec, cu, vec, 0.1, 3, B, varlen, False,
+                         split).constexprs["SPLIT_LOOPS"] is True
+    assert off.constexprs["SPLIT_LOOPS"] is False
 
 
 @pytest.mark.parametrize("capability,dtype,D,expected", [

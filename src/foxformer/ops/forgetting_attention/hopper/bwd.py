@@ -44,6 +44,10 @@ VEC_CQ_HI = gl.constexpr(1)   # c_i - r, float32 hi part
 VEC_CQ_LO2 = gl.constexpr(2)  # (c_i - r) lo part * log2(e) - lse_i * log2(e)
 VEC_DELTA = gl.constexpr(3)   # delta_i
 N_VEC = gl.constexpr(4)
+# _dkdv_tile's MASK: which path a query tile takes (TILE_EITHER: decided tile by tile).
+TILE_EITHER = gl.constexpr(0)
+TILE_MASKED = gl.constexpr(1)
+TILE_UNMASKED = gl.constexpr(2)
 # Width of the ones operand that sums dS by wgmma (MMA_SUMS): the narrowest wgmma there is.
 SUM_N = gl.constexpr(8)
 
@@ -490,13 +494,75 @@ def _dkdv_load_task(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, q_smem, do_s
 
 
 @gluon.jit
+def _dkdv_tile(q_smem, do_smem, k_w, v_w, vec_smem, ones_smem, ready, empty, dk, dv, colsum, cols8, it, i0, keys,
+               kw0, ck_hi, ck_lo2, ck2, off, n_q, zero_st, scale2, offs_m,
+               MASK: gl.constexpr, WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
+               NUM_STAGES: gl.constexpr, MMA_SUMS: gl.constexpr):
+    """One query tile of _dkdv_consume_task: dV, dK and the dS column sums updated. MASK: TILE_MASKED (some pair of
+    the tile is hidden, the diagonal, or some query is past n_q), TILE_UNMASKED, or TILE_EITHER (decided here)."""
+    st_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                         instr_shape=[16, BLOCK_M, 16])
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                          instr_shape=[16, HEAD_DIM, 16])
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
+    sum_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                          instr_shape=[16, SUM_N, 16])
+    a_sum_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=sum_layout, k_width=2)
+    qry_l: gl.constexpr = gl.SliceLayout(0, st_layout)
+    dtype: gl.constexpr = q_smem.dtype
+    s = it % NUM_STAGES
+    ph = (it // NUM_STAGES) & 1
+    q_tile = q_smem.index(s).reshape([BLOCK_M, HEAD_DIM])
+    do_tile = do_smem.index(s).reshape([BLOCK_M, HEAD_DIM])
+    mbarrier.wait(ready.index(s), ph)
+    s_tok = warpgroup_mma(k_w, q_tile.permute((1, 0)), zero_st, use_acc=False, is_async=True)
+    dp_tok = warpgroup_mma(v_w, do_tile.permute((1, 0)), zero_st, use_acc=False, is_async=True)
+    if MASK == TILE_EITHER:
+        # Unmasked: every query of the tile comes at or after this warpgroup's last key, and exists.
+        masked = (off + i0 < kw0 + WG_ROWS - 1) | (i0 + BLOCK_M > n_q)
+    else:
+        masked = MASK == TILE_MASKED
+    qk_t = warpgroup_mma_wait(1, deps=[s_tok])
+    if masked:
+        cq_hi = vec_smem.index(N_VEC * s + VEC_CQ_HI).load(qry_l)
+        cq_lo2 = vec_smem.index(N_VEC * s + VEC_CQ_LO2).load(qry_l)
+        rows = i0 + offs_m
+        visible = (keys[:, None] <= off + rows[None, :]) & (rows < n_q)[None, :]
+        # hi differences of nearby c are exact; mask the exponent's argument, not the result (a hidden key may
+        # carry a large positive bias).
+        sc = ((cq_hi[None, :] - ck_hi[:, None]) * LOG2E
+              + (qk_t * scale2 + (cq_lo2[None, :] - ck_lo2[:, None])))
+        p_t = gl.exp2(gl.where(visible, sc, float("-inf")))
+    else:
+        row2 = vec_smem.index(N_VEC * s + VEC_ROW2).load(qry_l)
+        p_t = gl.exp2(qk_t * scale2 + (row2[None, :] - ck2[:, None]))
+    dv_tok = warpgroup_mma(gl.convert_layout(p_t.to(dtype), a_layout), do_tile, dv, is_async=True)
+    dp_t = warpgroup_mma_wait(1, deps=[dp_tok])
+    delta = vec_smem.index(N_VEC * s + VEC_DELTA).load(qry_l)
+    ds_t = p_t * (dp_t - delta[None, :])
+    if MMA_SUMS:
+        ds_a = gl.convert_layout(ds_t.to(dtype), a_layout)
+        dk_tok = warpgroup_mma(ds_a, q_tile, dk, is_async=True)
+        ones = ones_smem.index(WG * NUM_STAGES + s).permute((1, 0))
+        sum_tok = warpgroup_mma(gl.convert_layout(ds_a, a_sum_layout), ones, cols8, is_async=True)
+        dv, dk, cols8, _, _ = warpgroup_mma_wait(0, deps=[dv_tok, dk_tok, sum_tok, q_tile, do_tile])
+    else:
+        # As in the dq kernel: the sum before the product (after it the dk/dv kernel took 7.6 ms, not 6.6).
+        colsum += gl.sum(ds_t, 1)
+        dk_tok = warpgroup_mma(gl.convert_layout(ds_t.to(dtype), a_layout), q_tile, dk, is_async=True)
+        dv, dk, _, _ = warpgroup_mma_wait(0, deps=[dv_tok, dk_tok, q_tile, do_tile])
+    release_stage(empty.index(s))
+    return dk, dv, colsum, cols8, it + 1
+
+
+@gluon.jit
 def _dkdv_consume_task(q_smem, do_smem, k_smem, v_smem, vec_smem, ones_smem, kv_bar, kv_empty, ready, empty,
                        C, DK, DV, ColSum, zb, tok0, n0, kv_head, pid_z, pid_n, off, n_q, n_k, n_blocks, n_heads_q,
                        scale, scale2, stride_cb, stride_ch, stride_dkb, stride_dkt, stride_dkh,
                        stride_dvb, stride_dvt, stride_dvh, PruneBound, group, kv_phase, it,
                        WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
                        NUM_STAGES: gl.constexpr, PRUNE: gl.constexpr, MMA_SUMS: gl.constexpr,
-                       PERSISTENT: gl.constexpr):
+                       PERSISTENT: gl.constexpr, SPLIT_LOOPS: gl.constexpr):
     """dK, dV and the dS column sums of one key block (this warpgroup's 64 keys); with PERSISTENT, K and V are
     released on kv_empty before the stores. Returns the ring position after the task's tiles."""
     # Transposed orientation: tiles are [keys, queries], so dK and dV accumulate without transposes.
@@ -537,48 +603,34 @@ def _dkdv_consume_task(q_smem, do_smem, k_smem, v_smem, vec_smem, ones_smem, kv_
             cols8 = gl.zeros([WG_ROWS, SUM_N], gl.float32, sum_layout)
         i_lo, n_tiles = _query_range(pid_z, head, pid_n, n0, off, n_q, n_blocks, n_heads_q, PruneBound,
                                      BLOCK_M, PRUNE)
-        for t in range(n_tiles):
-            s = it % NUM_STAGES
-            ph = (it // NUM_STAGES) & 1
-            i0 = i_lo + t * BLOCK_M
-            q_tile = q_smem.index(s).reshape([BLOCK_M, HEAD_DIM])
-            do_tile = do_smem.index(s).reshape([BLOCK_M, HEAD_DIM])
-            mbarrier.wait(ready.index(s), ph)
-            s_tok = warpgroup_mma(k_w, q_tile.permute((1, 0)), zero_st, use_acc=False, is_async=True)
-            dp_tok = warpgroup_mma(v_w, do_tile.permute((1, 0)), zero_st, use_acc=False, is_async=True)
-            # Unmasked: every query of the tile comes at or after this warpgroup's last key, and exists.
-            masked = (off + i0 < kw0 + WG_ROWS - 1) | (i0 + BLOCK_M > n_q)
-            qk_t = warpgroup_mma_wait(1, deps=[s_tok])
-            if masked:
-                cq_hi = vec_smem.index(N_VEC * s + VEC_CQ_HI).load(qry_l)
-                cq_lo2 = vec_smem.index(N_VEC * s + VEC_CQ_LO2).load(qry_l)
-                rows = i0 + offs_m
-                visible = (keys[:, None] <= off + rows[None, :]) & (rows < n_q)[None, :]
-                # hi differences of nearby c are exact; mask the exponent's argument, not the result (a
-                # hidden key may carry a large positive bias).
-                sc = ((cq_hi[None, :] - ck_hi[:, None]) * LOG2E
-                      + (qk_t * scale2 + (cq_lo2[None, :] - ck_lo2[:, None])))
-                p_t = gl.exp2(gl.where(visible, sc, float("-inf")))
-            else:
-                row2 = vec_smem.index(N_VEC * s + VEC_ROW2).load(qry_l)
-                p_t = gl.exp2(qk_t * scale2 + (row2[None, :] - ck2[:, None]))
-            dv_tok = warpgroup_mma(gl.convert_layout(p_t.to(dtype), a_layout), do_tile, dv, is_async=True)
-            dp_t = warpgroup_mma_wait(1, deps=[dp_tok])
-            delta = vec_smem.index(N_VEC * s + VEC_DELTA).load(qry_l)
-            ds_t = p_t * (dp_t - delta[None, :])
-            if MMA_SUMS:
-                ds_a = gl.convert_layout(ds_t.to(dtype), a_layout)
-                dk_tok = warpgroup_mma(ds_a, q_tile, dk, is_async=True)
-                ones = ones_smem.index(WG * NUM_STAGES + s).permute((1, 0))
-                sum_tok = warpgroup_mma(gl.convert_layout(ds_a, a_sum_layout), ones, cols8, is_async=True)
-                dv, dk, cols8, _, _ = warpgroup_mma_wait(0, deps=[dv_tok, dk_tok, sum_tok, q_tile, do_tile])
-            else:
-                # As in the dq kernel: the sum before the product (after it the dk/dv kernel took 7.6 ms, not 6.6).
-                colsum += gl.sum(ds_t, 1)
-                dk_tok = warpgroup_mma(gl.convert_layout(ds_t.to(dtype), a_layout), q_tile, dk, is_async=True)
-                dv, dk, _, _ = warpgroup_mma_wait(0, deps=[dv_tok, dk_tok, q_tile, do_tile])
-            release_stage(empty.index(s))
-            it += 1
+        if not MMA_SUMS:
+            cols8 = colsum  # a placeholder _dkdv_tile passes through
+        if SPLIT_LOOPS:
+            # Tiles [0, n_head) hold the diagonal, [n_body, n_tiles) run past n_q: those runs are masked, each in
+            # its own loop, so the unmasked loop's registers are allocated without the masked path's.
+            n_head = gl.minimum(gl.cdiv(gl.maximum(kw0 + WG_ROWS - 1 - off - i_lo, 0), BLOCK_M), n_tiles)
+            n_body = gl.maximum(gl.minimum(gl.maximum(n_q - i_lo, 0) // BLOCK_M, n_tiles), n_head)
+            for t in range(n_head):
+                dk, dv, colsum, cols8, it = _dkdv_tile(
+                    q_smem, do_smem, k_w, v_w, vec_smem, ones_smem, ready, empty, dk, dv, colsum, cols8, it,
+                    i_lo + t * BLOCK_M, keys, kw0, ck_hi, ck_lo2, ck2, off, n_q, zero_st, scale2, offs_m,
+                    TILE_MASKED, WG, HEAD_DIM, BLOCK_M, NUM_STAGES, MMA_SUMS)
+            for t in range(n_head, n_body):
+                dk, dv, colsum, cols8, it = _dkdv_tile(
+                    q_smem, do_smem, k_w, v_w, vec_smem, ones_smem, ready, empty, dk, dv, colsum, cols8, it,
+                    i_lo + t * BLOCK_M, keys, kw0, ck_hi, ck_lo2, ck2, off, n_q, zero_st, scale2, offs_m,
+                    TILE_UNMASKED, WG, HEAD_DIM, BLOCK_M, NUM_STAGES, MMA_SUMS)
+            for t in range(n_body, n_tiles):
+                dk, dv, colsum, cols8, it = _dkdv_tile(
+                    q_smem, do_smem, k_w, v_w, vec_smem, ones_smem, ready, empty, dk, dv, colsum, cols8, it,
+                    i_lo + t * BLOCK_M, keys, kw0, ck_hi, ck_lo2, ck2, off, n_q, zero_st, scale2, offs_m,
+                    TILE_MASKED, WG, HEAD_DIM, BLOCK_M, NUM_STAGES, MMA_SUMS)
+        else:
+            for t in range(n_tiles):
+                dk, dv, colsum, cols8, it = _dkdv_tile(
+                    q_smem, do_smem, k_w, v_w, vec_smem, ones_smem, ready, empty, dk, dv, colsum, cols8, it,
+                    i_lo + t * BLOCK_M, keys, kw0, ck_hi, ck_lo2, ck2, off, n_q, zero_st, scale2, offs_m,
+                    TILE_EITHER, WG, HEAD_DIM, BLOCK_M, NUM_STAGES, MMA_SUMS)
         if MMA_SUMS:
             colsum = gl.convert_layout(gl.sum(cols8, 1) * (1.0 / SUM_N), key_l)
         gl.store(ColSum + c_base + keys, colsum, mask=key_ok)
@@ -658,7 +710,8 @@ def _dkdv_consumer(q_smem, do_smem, k_smem, v_smem, vec_smem, ones_smem, kv_bar,
                    scale, scale2, stride_cb, stride_ch, stride_dkb, stride_dkt, stride_dkh,
                    stride_dvb, stride_dvt, stride_dvh, PruneBound, group,
                    WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
-                   NUM_STAGES: gl.constexpr, PRUNE: gl.constexpr, MMA_SUMS: gl.constexpr):
+                   NUM_STAGES: gl.constexpr, PRUNE: gl.constexpr, MMA_SUMS: gl.constexpr,
+                   SPLIT_LOOPS: gl.constexpr):
     """A consumer of one CTA a tile (ring from position 0, as _dkdv_loader)."""
     if MMA_SUMS:
         _fill_ones(ones_smem, WG, NUM_STAGES, BLOCK_M)
@@ -666,7 +719,7 @@ def _dkdv_consumer(q_smem, do_smem, k_smem, v_smem, vec_smem, ones_smem, kv_bar,
                        C, DK, DV, ColSum, zb, tok0, n0, kv_head, pid_z, pid_n, off, n_q, n_k, n_blocks, n_heads_q,
                        scale, scale2, stride_cb, stride_ch, stride_dkb, stride_dkt, stride_dkh,
                        stride_dvb, stride_dvt, stride_dvh, PruneBound, group, 0, n0 * 0,
-                       WG, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE, MMA_SUMS, False)
+                       WG, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE, MMA_SUMS, False, SPLIT_LOOPS)
 
 
 @gluon.jit
@@ -676,7 +729,7 @@ def _dkdv_persistent_consumer(q_smem, do_smem, k_smem, v_smem, vec_smem, ones_sm
                               stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh, PruneBound,
                               group, WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
                               NUM_STAGES: gl.constexpr, PRUNE: gl.constexpr, MMA_SUMS: gl.constexpr,
-                              IS_VARLEN: gl.constexpr, HEAD_GROUP: gl.constexpr):
+                              IS_VARLEN: gl.constexpr, HEAD_GROUP: gl.constexpr, SPLIT_LOOPS: gl.constexpr):
     n_heads_q = n_heads * group
     if MMA_SUMS:
         _fill_ones(ones_smem, WG, NUM_STAGES, BLOCK_M)
@@ -693,7 +746,8 @@ def _dkdv_persistent_consumer(q_smem, do_smem, k_smem, v_smem, vec_smem, ones_sm
                                     n_k - n_q, n_q, n_k, n_blocks, n_heads_q, scale, scale2, stride_cb,
                                     stride_ch, stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt,
                                     stride_dvh, PruneBound, group, kv & 1, it,
-                                    WG, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE, MMA_SUMS, True)
+                                    WG, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE, MMA_SUMS, True,
+                                    SPLIT_LOOPS)
             kv += 1
         task = _receive_task(task_smem, task_ready, task_empty, j)
         j += 1
@@ -740,7 +794,8 @@ def _dkdv_one(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DK, DV, ColSum, Cu
               stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh,
               stride_cb, stride_ch, stride_lb, stride_lh, seqlen_q, seqlen_k, scale, scale2, n_blocks, n_heads, group,
               HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, NUM_STAGES: gl.constexpr, IS_VARLEN: gl.constexpr,
-              PRUNE: gl.constexpr, CONSUMER_REGS: gl.constexpr, HEAD_GROUP: gl.constexpr, MMA_SUMS: gl.constexpr):
+              PRUNE: gl.constexpr, CONSUMER_REGS: gl.constexpr, HEAD_GROUP: gl.constexpr, MMA_SUMS: gl.constexpr,
+              SPLIT_LOOPS: gl.constexpr):
     """The program's own task."""
     pid_n, kv_head, pid_z, zb, tok0, n_q, n_k, n0 = _dkdv_task(gl.program_id(0), gl.num_programs(0), n_blocks, n_heads,
                                                               CuSeqlens, seqlen_q, seqlen_k, IS_VARLEN, HEAD_GROUP)
@@ -758,12 +813,12 @@ def _dkdv_one(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DK, DV, ColSum, Cu
                               C, DK, DV, ColSum, zb, tok0, n0, kv_head, pid_z, pid_n, off, n_q, n_k, n_blocks,
                               n_heads_q, scale, scale2, stride_cb, stride_ch, stride_dkb, stride_dkt, stride_dkh,
                               stride_dvb, stride_dvt, stride_dvh, PruneBound, group,
-                              0, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE, MMA_SUMS)),
+                              0, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE, MMA_SUMS, SPLIT_LOOPS)),
             (_dkdv_consumer, (q_smem, do_smem, k_smem, v_smem, vec_smem, ones_smem, kv_bar, kv_empty, ready, empty,
                               C, DK, DV, ColSum, zb, tok0, n0, kv_head, pid_z, pid_n, off, n_q, n_k, n_blocks,
                               n_heads_q, scale, scale2, stride_cb, stride_ch, stride_dkb, stride_dkt, stride_dkh,
                               stride_dvb, stride_dvt, stride_dvh, PruneBound, group,
-                              1, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE, MMA_SUMS)),
+                              1, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE, MMA_SUMS, SPLIT_LOOPS)),
         ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
 
 
@@ -773,7 +828,8 @@ def _dkdv_persistent(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DK, DV, Col
                      stride_cb, stride_ch, stride_lb, stride_lh, seqlen_q, seqlen_k, scale, scale2, n_blocks,
                      n_heads, group, n_tasks, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
                      NUM_STAGES: gl.constexpr, IS_VARLEN: gl.constexpr, PRUNE: gl.constexpr,
-                     CONSUMER_REGS: gl.constexpr, HEAD_GROUP: gl.constexpr, MMA_SUMS: gl.constexpr):
+                     CONSUMER_REGS: gl.constexpr, HEAD_GROUP: gl.constexpr, MMA_SUMS: gl.constexpr,
+                     SPLIT_LOOPS: gl.constexpr):
     """One CTA an SM: tasks from Counter, their ids passed from the loader to the consumers through task_smem."""
     k_smem, v_smem, q_smem, do_smem, vec_smem, ones_smem, kv_bar, kv_empty, ready, empty = _dkdv_smem(
         q_desc, do_desc, k_desc, v_desc, HEAD_DIM, BLOCK_M, NUM_STAGES, True)
@@ -789,13 +845,13 @@ def _dkdv_persistent(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DK, DV, Col
                                      C, DK, DV, ColSum, n_blocks, n_heads, scale, scale2, stride_cb, stride_ch,
                                      stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh,
                                      PruneBound, group, 0, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE, MMA_SUMS,
-                                     IS_VARLEN, HEAD_GROUP)),
+                                     IS_VARLEN, HEAD_GROUP, SPLIT_LOOPS)),
         (_dkdv_persistent_consumer, (q_smem, do_smem, k_smem, v_smem, vec_smem, ones_smem, kv_bar, kv_empty, ready,
                                      empty, task_smem, task_ready, task_empty, n_tasks, CuSeqlens, seqlen_q, seqlen_k,
                                      C, DK, DV, ColSum, n_blocks, n_heads, scale, scale2, stride_cb, stride_ch,
                                      stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh,
                                      PruneBound, group, 1, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE, MMA_SUMS,
-                                     IS_VARLEN, HEAD_GROUP)),
+                                     IS_VARLEN, HEAD_GROUP, SPLIT_LOOPS)),
     ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
 
 
@@ -809,11 +865,12 @@ def dkdv_kernel(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DK, DV, ColSum, 
                 HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
                 NUM_STAGES: gl.constexpr, IS_VARLEN: gl.constexpr, PRUNE: gl.constexpr,
                 CONSUMER_REGS: gl.constexpr, HEAD_GROUP: gl.constexpr, MMA_SUMS: gl.constexpr,
-                PERSISTENT: gl.constexpr, EQUAL_LEN: gl.constexpr):
+                PERSISTENT: gl.constexpr, EQUAL_LEN: gl.constexpr, SPLIT_LOOPS: gl.constexpr):
     """Tasks: key blocks of 128 x kv heads x sequences (n_tasks), the first key blocks (the heaviest) first; one a
     program, or with PERSISTENT one CTA an SM taking them in turn from the int32 Counter (zero at launch).
     EQUAL_LEN: the launch has seqlen_q == seqlen_k, so the queries' offset into the keys (n_k - n_q) is 0 at
-    compile time (BwdConfig.dkdv_equal_len)."""
+    compile time (BwdConfig.dkdv_equal_len). SPLIT_LOOPS: masked and unmasked query tiles in loops of their own
+    (BwdConfig.dkdv_split_loops)."""
     if EQUAL_LEN:
         seqlen_k = seqlen_q
     if PERSISTENT:
@@ -821,10 +878,10 @@ def dkdv_kernel(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DK, DV, ColSum, 
                          Counter, stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh,
                          stride_cb, stride_ch, stride_lb, stride_lh, seqlen_q, seqlen_k, scale, scale2, n_blocks,
                          n_heads, group, n_tasks, HEAD_DIM, BLOCK_M, NUM_STAGES, IS_VARLEN, PRUNE, CONSUMER_REGS,
-                         HEAD_GROUP, MMA_SUMS)
+                         HEAD_GROUP, MMA_SUMS, SPLIT_LOOPS)
     else:
         _dkdv_one(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DK, DV, ColSum, CuSeqlens, PruneBound,
                   stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh,
                   stride_cb, stride_ch, stride_lb, stride_lh, seqlen_q, seqlen_k, scale, scale2, n_blocks,
                   n_heads, group, HEAD_DIM, BLOCK_M, NUM_STAGES, IS_VARLEN, PRUNE, CONSUMER_REGS, HEAD_GROUP,
-                  MMA_SUMS)
+                  MMA_SUMS, SPLIT_LOOPS)
