@@ -140,7 +140,9 @@ ncu) for D in 64 128; do
              python scripts/ncu_kernels.py --dim "$D"
      done ;;
 gluon) step gluontests 180 python -m pytest -q -n 8 tests/gpu/test_gluon_gpu.py tests/gpu/test_models_cuda.py
-       step gluontune 200 python scripts/hopper_tune.py ${HOPPER_SECTIONS:-fwd bwd} --out "$OUT/hopper_tune_h200.json" ;;
+       # 320 s (200 before): the backward sweep has 11 rows a head dim since the dk/dv options, 5 before
+       # (scripts/hopper_tune.py BWD_SWEEP); run HOPPER_SECTIONS=bwd alone if the step is cut
+       step gluontune 320 python scripts/hopper_tune.py ${HOPPER_SECTIONS:-fwd bwd} --out "$OUT/hopper_tune_h200.json" ;;
 attn16) step attn16 150 $FX bench attention --providers gluon,sdpa_cudnn --seqlens 16384 --configs 64x24,128x12 \
           --rounds 3 --profile "$OUT/attention_profile" --out "$OUT/attention_16k_h200.json" ;;
 attnall) step attnall 240 $FX bench attention --providers gluon,triton,sdpa_flash,sdpa_cudnn,fla --seqlens 16384 \
