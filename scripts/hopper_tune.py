@@ -131,14 +131,16 @@ def _other_schedule(D: int) -> dict:
     return dict(dkdv_persistent=not cfg.dkdv_persistent, dq_persistent=not cfg.dq_persistent)
 
 
-# Then the dk/dv kernel's code options (BwdConfig.dkdv_equal_len, dkdv_split_loops), each between two defaults. In
-# the sm_90a SASS (CPU, thirty-first session), equal lengths compiled in: the D 128 tile loop has no local-memory
-# access (3 a tile without) and 370 instead of 383 instructions on unmasked tiles; at D 64 the diagonal tiles lose
-# 69 of 71 local accesses but the unmasked ones gain 8 (11 against 3). Split loops: the D 128 unmasked loop 354
-# instructions, no local access; at D 64 the unmasked loop 14 and 8 local accesses (against 3 and 7). Not yet timed.
-BWD_SWEEP = {D: [dict(), _other_schedule(D), dict(), _other_schedule(D), dict(), dict(dkdv_equal_len=True), dict(),
-                 dict(dkdv_split_loops=True), dict(), dict(dkdv_equal_len=True, dkdv_split_loops=True), dict()]
-             for D in (64, 128)}
+# Then the dk/dv kernel's code options (BwdConfig.dkdv_equal_len, dkdv_split_loops, dkdv_delta_acc), each set between
+# two defaults. Their sm_90a SASS (CPU, thirty-first session; local-memory accesses / instructions a tile of the
+# unmasked path, first and second consumer, then the masked path's): default D 64 3 / 547 and 7 / 549, masked 71 and
+# 53; equal lengths + delta in the accumulator 0 / 537 and 0 / 536, masked 0 (609 instructions against 1096); all three
+# 0 / 536 and 0 / 534, masked 8. Default D 128 3 / 383 and 3 / 386; split loops 0 / 354; equal lengths + delta 0 / 373
+# and 0 / 369, masked 0 / 307 against 0 / 412. Not yet timed.
+_DKDV_SETS = [dict(dkdv_equal_len=True, dkdv_delta_acc=True), dict(dkdv_split_loops=True),
+              dict(dkdv_equal_len=True, dkdv_split_loops=True, dkdv_delta_acc=True)]
+BWD_SWEEP = {D: [dict(), _other_schedule(D), dict()] + [row for over in _DKDV_SETS for row in (over, dict())]
+             + [_DKDV_SETS[0], dict()] for D in (64, 128)}
 
 
 def _bwd_parts(q, k, v, c, do, out, lse, scale, cfg):

@@ -299,16 +299,18 @@ def test_column_slices_of_one_product(D):
         assert _rel(g, leaf.grad) < 2e-2
 
 
-@pytest.mark.parametrize("case", ["T1", "T17", "T130", "T1000-gqa8", "T4097", "Tq77-Tk1000", "Tq300-Tk301",
-                                  "varlen", "pruned"])
-@pytest.mark.parametrize("option", ["dkdv_equal_len", "dkdv_split_loops"])
+@pytest.mark.parametrize("case", ["T17", "T130", "T1000-gqa8", "T4097", "Tq77-Tk1000", "Tq300-Tk301", "varlen",
+                                  "pruned"])
+@pytest.mark.parametrize("options", ["equal_len", "split_loops", "delta_acc", "equal_len+delta_acc",
+                                     "equal_len+split_loops+delta_acc"])
 @pytest.mark.parametrize("D", [64, 128], ids=lambda d: f"D{d}")
-def test_dkdv_options(monkeypatch, D, option, case):
+def test_dkdv_options(monkeypatch, D, options, case):
     """The dk/dv kernel's code options (off by default until timed: scripts/hopper_tune.py bwd) against float64:
-    equal lengths compiled in (a call with Tq < Tk or packed sequences must still get the general kernel) and the
-    masked tiles in loops of their own (the diagonal first, then the unmasked run, then a tile past the end)."""
+    equal lengths compiled in (a call with Tq < Tk or packed sequences must still get the general kernel), the
+    masked tiles in loops of their own (the diagonal first, then the unmasked run, then a tile past the end) and
+    the dP product started from -delta."""
     B, Tq, Tk, Hq, Hkv = {"varlen": (1, 786, 786, 4, 2), "pruned": (2, 3000, 3000, 4, 2)}.get(case) or SHAPES[case]
-    _replace_bwd_configs(monkeypatch, lambda cfg: {option: True})
+    _replace_bwd_configs(monkeypatch, lambda cfg: {f"dkdv_{name}": True for name in options.split("+")})
     torch.manual_seed(19)
     q = torch.randn(B, Tq, Hq, D, device=DEV, dtype=torch.bfloat16)
     k = torch.randn(B, Tk, Hkv, D, device=DEV, dtype=torch.bfloat16)

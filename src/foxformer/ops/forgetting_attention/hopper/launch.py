@@ -148,7 +148,7 @@ class BwdConfig:
     tile's results are stored (dq: two warpgroups only); dkdv_equal_len: the dk/dv kernel is compiled apart for
     dense calls with as many queries as keys, where the queries' offset into the keys is 0 at compile time;
     dkdv_split_loops: the dk/dv kernel runs its masked query tiles (the diagonal, the end of the sequence) and the
-    unmasked ones in separate loops."""
+    unmasked ones in separate loops; dkdv_delta_acc: its dP product starts from -delta (bwd._dkdv_tile)."""
 
     dkdv_block_m: int
     dkdv_stages: int
@@ -164,6 +164,7 @@ class BwdConfig:
     dq_persistent: bool = False
     dkdv_equal_len: bool = False
     dkdv_split_loops: bool = False
+    dkdv_delta_acc: bool = False
 
 
 # Chosen by `scripts/hopper_tune.py bwd` (same setting): dk/dv with 128-row query tiles at D 64 (6.59 against 7.25 ms
@@ -227,7 +228,8 @@ def dkdv_launch(q, k, v, c, do, lse, delta, dk, dv, colsum, cu, bound, scale: fl
     constexprs = dict(HEAD_DIM=D, BLOCK_M=cfg.dkdv_block_m, NUM_STAGES=cfg.dkdv_stages,
                       IS_VARLEN=varlen, PRUNE=prune, CONSUMER_REGS=cfg.consumer_regs, HEAD_GROUP=cfg.head_group,
                       MMA_SUMS=cfg.mma_sums, PERSISTENT=cfg.dkdv_persistent,
-                      EQUAL_LEN=cfg.dkdv_equal_len and not varlen and Tq == Tk, SPLIT_LOOPS=cfg.dkdv_split_loops)
+                      EQUAL_LEN=cfg.dkdv_equal_len and not varlen and Tq == Tk, SPLIT_LOOPS=cfg.dkdv_split_loops,
+                      DELTA_ACC=cfg.dkdv_delta_acc)
     return Launch(dkdv_kernel, grid, args, constexprs, OPTIONS)
 
 
@@ -321,7 +323,12 @@ def dq_tails(D: int, fused: bool | None = None) -> tuple[str, ...]:
     return ("-fused", "-fused-dlse") if fused else ("",)
 
 
-_DKDV_OPTIONS = {"dkdv_equal_len": "equal-len", "dkdv_split_loops": "split-loops"}
+# The dk/dv kernel's code options (BwdConfig.dkdv_*) by variant-name part, and the combinations compiled as options:
+# each alone, and two sets whose sm_90a code has no local-memory access in the D 64 tile loop (scripts/hopper_tune.py,
+# BWD_SWEEP's comment).
+_DKDV_OPTIONS = {"dkdv_equal_len": "-equal-len", "dkdv_split_loops": "-split-loops", "dkdv_delta_acc": "-delta-acc"}
+_DKDV_OPTION_SETS = (("dkdv_equal_len",), ("dkdv_split_loops",), ("dkdv_delta_acc",),
+                     ("dkdv_equal_len", "dkdv_delta_acc"), ("dkdv_equal_len", "dkdv_split_loops", "dkdv_delta_acc"))
 
 
 def variant_names() -> list[str]:
@@ -329,9 +336,8 @@ def variant_names() -> list[str]:
     or not (the constexprs that change the code; dq_tails for the dq kernel); then, as options, the dq kernel with
     BwdConfig.fused_delta flipped from the default, bf16, dense and packed, both backward kernels with
     BwdConfig.mma_sums flipped ("-mma-sums" / "-reg-sums"), both with the other schedule, dense and packed
-    ("-persistent" / "-one-a-tile": *_persistent flipped), and the dk/dv kernel compiled for equal lengths or with
-    its masked tiles in loops of their own ("-equal-len", "-split-loops": BwdConfig.dkdv_equal_len /
-    dkdv_split_loops)."""
+    ("-persistent" / "-one-a-tile": *_persistent flipped), and the dk/dv kernel's code options, alone and in the
+    combinations of _DKDV_OPTION_SETS ("-equal-len", "-split-loops", "-delta-acc": BwdConfig.dkdv_*)."""
     picked = [f"{kernel}-D{D}-{dtype}{'-varlen' if varlen else ''}{'-prune' if prune else ''}{tail}"
               for D in (64, 128) for dtype in _VARIANT_DTYPES for varlen in (False, True) for prune in (False, True)
               for kernel in ("fwd", "dkdv", "dq") for tail in (dq_tails(D) if kernel == "dq" else ("",))]
@@ -342,8 +348,8 @@ def variant_names() -> list[str]:
     schedule = [f"{kernel}-D{D}-bfloat16{varlen}{dq_tails(D)[0] if kernel == 'dq' else ''}"
                 f"{'-one-a-tile' if getattr(BWD_CONFIGS[D], f'{kernel}_persistent') else '-persistent'}"
                 for kernel in ("dkdv", "dq") for D in (64, 128) for varlen in ("", "-varlen")]
-    options = [f"dkdv-D{D}-bfloat16-{tail}" for D in (64, 128) for field, tail in _DKDV_OPTIONS.items()
-               if not getattr(BWD_CONFIGS[D], field)]
+    options = [f"dkdv-D{D}-bfloat16" + "".join(_DKDV_OPTIONS[f] for f in fields) for D in (64, 128)
+               for fields in _DKDV_OPTION_SETS if not all(getattr(BWD_CONFIGS[D], f) for f in fields)]
     return picked + flipped + sums + schedule + options
 
 
@@ -358,9 +364,7 @@ def variant_launches(tokens: int = 300):
         if name.endswith(("-persistent", "-one-a-tile")):
             bwd_cfg = dataclasses.replace(bwd_cfg, dkdv_persistent=name.endswith("-persistent"),
                                           dq_persistent=name.endswith("-persistent"))
-        for field, tail in _DKDV_OPTIONS.items():
-            if name.endswith(f"-{tail}"):
-                bwd_cfg = dataclasses.replace(bwd_cfg, **{field: True})
+        bwd_cfg = dataclasses.replace(bwd_cfg, **{field: True for field, part in _DKDV_OPTIONS.items() if part in name})
         B, Hq, Hkv = (1, 4, 2) if varlen else (2, 4, 2)
         q = torch.zeros(B, tokens, Hq, D, dtype=_VARIANT_DTYPES[dtype])
         k = torch.zeros(B, tokens, Hkv, D, dtype=_VARIANT_DTYPES[dtype])
