@@ -94,8 +94,9 @@ python -c "import torch, triton; print('torch', torch.__version__, 'triton', tri
 python -c "from foxformer.provenance import code_version; print('commit', code_version())" | tee -a "$OUT/env.txt"
 for s in $STEPS; do case $s in
 fused) step fused 100 python -m pytest -q tests/gpu/test_fused_loss_cuda.py ;;
-# 480 s: at 931a750 the suite's 320 s limit cut it after 251 tests (history, "GPU tests"); -rA names every test
-tests) step tests 480 python -m pytest -q -rA tests/gpu ;;
+# 480 s and four processes (as the gluon step's eight): at 931a750 one process reached 251 of the suite's then 268
+# tests in the 320 s limit (history, "GPU tests"), and 80 more came since; -rA names every test in the log
+tests) step tests 480 python -m pytest -q -rA -n 4 tests/gpu ;;
 tune) step tune 150 python scripts/tune_attention.py --dims 64 --heads 24 --minutes 2 \
           --out "$OUT/tune_d64_h200.json" ;;
 prune) step prune 90 $FX bench attention --prune --providers foxformer --seqlens 4096,16384,65536 \
