@@ -579,10 +579,8 @@ def _dkdv_consume_task(q_smem, do_smem, k_smem, v_smem, vec_smem, ones_smem, kv_
                                                          instr_shape=[16, BLOCK_M, 16])
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                           instr_shape=[16, HEAD_DIM, 16])
-    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
     sum_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                           instr_shape=[16, SUM_N, 16])
-    a_sum_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=sum_layout, k_width=2)
     key_l: gl.constexpr = gl.SliceLayout(1, st_layout)
     qry_l: gl.constexpr = gl.SliceLayout(0, st_layout)
     dtype: gl.constexpr = k_smem.dtype
