@@ -322,3 +322,23 @@ def test_dkdv_options(monkeypatch, D, options, case):
     if case == "pruned":
         kw["prune_eps"] = 1e-3
     _check(q, k, v, _gates("realistic" if case == "pruned" else "mixed", B, Tk, Hq, seed=20), with_dlse=True, **kw)
+
+
+@pytest.mark.parametrize("case", ["T1", "T17", "T130", "T1000-gqa8", "T4097", "Tq77-Tk1000", "varlen", "pruned"])
+def test_forward_split_loops(monkeypatch, case):
+    """FwdConfig.split_loops (off until timed): the D 64 forward with its unmasked and masked tiles in loops of their
+    own, against float64 (the first masked tile, the query's own, can follow any number of unmasked ones)."""
+    from foxformer.ops.forgetting_attention.hopper import launch
+    monkeypatch.setitem(launch.FWD_CONFIGS, 64, dataclasses.replace(launch.FWD_CONFIGS[64], split_loops=True))
+    B, Tq, Tk, Hq, Hkv = {"varlen": (1, 786, 786, 4, 2), "pruned": (2, 3000, 3000, 4, 2)}.get(case) or SHAPES[case]
+    torch.manual_seed(21)
+    q = torch.randn(B, Tq, Hq, 64, device=DEV, dtype=torch.bfloat16)
+    k = torch.randn(B, Tk, Hkv, 64, device=DEV, dtype=torch.bfloat16)
+    v = torch.randn(B, Tk, Hkv, 64, device=DEV, dtype=torch.bfloat16)
+    kw = {}
+    if case == "varlen":
+        lengths = [1, 77, 1, 500, 77, 130]
+        kw["cu_seqlens"] = torch.tensor([0] + torch.tensor(lengths).cumsum(0).tolist(), dtype=torch.int32, device=DEV)
+    if case == "pruned":
+        kw["prune_eps"] = 1e-3
+    _check(q, k, v, _gates("realistic" if case == "pruned" else "mixed", B, Tk, Hq, seed=22), with_dlse=True, **kw)

@@ -156,6 +156,22 @@ def test_dkdv_equal_len_only_where_lengths_are_equal(Tq, Tk, varlen, expected):
     assert off.constexprs["SPLIT_LOOPS"] is False
 
 
+@pytest.mark.parametrize("split", [False, True], ids=["one-loop", "split-loops"])
+def test_forward_split_loops_reaches_the_kernel(split):
+    """FwdConfig.split_loops is a compile-time switch of the forward (both settings are compiled above)."""
+    if not VARIANTS:
+        pytest.skip("no Gluon")
+    import dataclasses
+
+    from foxformer.ops.forgetting_attention.hopper import launch as L
+    assert "fwd-D64-bfloat16-split-loops" in VARIANTS
+    cfg = dataclasses.replace(L.FWD_CONFIGS[64], split_loops=split)
+    q = torch.zeros(2, 300, 4, 64, dtype=torch.bfloat16)
+    c, vec = torch.zeros(2, 4, 300, dtype=torch.float64), torch.zeros(2, 4, 300)
+    launch = L.forward_launch(q, q, q, c, q, vec, vec, vec, 0.1, 3, 2, False, False, cfg)
+    assert launch.constexprs["SPLIT_LOOPS"] is split
+
+
 @pytest.mark.parametrize("capability,dtype,D,expected", [
     ((9, 0), torch.bfloat16, 64, None),
     ((9, 0), torch.float16, 128, None),

@@ -266,30 +266,54 @@ def release_stage(bar):
 
 
 @gluon.jit
+def _fwd_tile(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, k_ready, v_ready, kc_empty, v_empty, zero_qk, offs_n,
+              pos_q, cq2, cq_hi, cq_lo, scale2, lo, i, masked, p_layout: gl.constexpr, orow_l: gl.constexpr,
+              col_l: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
+              FOLD_ROW: gl.constexpr):
+    """Tile i: QK^T, softmax, PV in turn; each wgmma waited at once (the loads still run ahead). masked: a runtime
+    flag, or a constant in the split loops (_fwd_loop)."""
+    s = i % NUM_STAGES
+    ph = (i // NUM_STAGES) & 1
+    mbarrier.wait(k_ready.index(s), ph)
+    k_t = k_smem.index(s).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
+    tok = warpgroup_mma(q_w, k_t, zero_qk, use_acc=False, is_async=True)
+    qk, _, _ = warpgroup_mma_wait(0, deps=[tok, q_w, k_t])
+    p16, alpha, m_i, l_i = _tile_softmax(qk, c_smem, s, masked, lo + i * BLOCK_N + offs_n, pos_q, cq2, cq_hi,
+                                         cq_lo, scale2, m_i, l_i, q_w.dtype, p_layout, orow_l, col_l, FOLD_ROW)
+    release_stage(kc_empty.index(s))
+    acc = acc * alpha[:, None]
+    v_t = v_smem.index(s).reshape([BLOCK_N, HEAD_DIM])
+    mbarrier.wait(v_ready.index(s), ph)
+    tok = warpgroup_mma(p16, v_t, acc, is_async=True)
+    acc, _ = warpgroup_mma_wait(0, deps=[tok, v_t])
+    release_stage(v_empty.index(s))
+    return acc, m_i, l_i
+
+
+@gluon.jit
 def _fwd_loop(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, k_ready, v_ready, kc_empty, v_empty,
               zero_qk, offs_n, pos_q, cq2, cq_hi, cq_lo, scale2, lo, n_tiles, n_unmasked,
-              HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, FOLD_ROW: gl.constexpr):
-    """QK^T, softmax, PV in turn; each wgmma waited at once (the loads still run ahead)."""
+              HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, FOLD_ROW: gl.constexpr,
+              SPLIT_LOOPS: gl.constexpr):
+    """The tiles one after another (_fwd_tile). SPLIT_LOOPS: the unmasked tiles [0, n_unmasked) and the masked rest
+    in loops of their own, each tile's path known at compile time (FwdConfig.split_loops)."""
     col_l: gl.constexpr = gl.SliceLayout(0, zero_qk.type.layout)
     orow_l: gl.constexpr = gl.SliceLayout(1, acc.type.layout)
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc.type.layout, k_width=2)
-    for i in range(n_tiles):
-        s = i % NUM_STAGES
-        ph = (i // NUM_STAGES) & 1
-        mbarrier.wait(k_ready.index(s), ph)
-        k_t = k_smem.index(s).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
-        tok = warpgroup_mma(q_w, k_t, zero_qk, use_acc=False, is_async=True)
-        qk, _, _ = warpgroup_mma_wait(0, deps=[tok, q_w, k_t])
-        p16, alpha, m_i, l_i = _tile_softmax(qk, c_smem, s, i >= n_unmasked, lo + i * BLOCK_N + offs_n, pos_q,
-                                             cq2, cq_hi, cq_lo, scale2, m_i, l_i, q_w.dtype, p_layout, orow_l,
-                                             col_l, FOLD_ROW)
-        release_stage(kc_empty.index(s))
-        acc = acc * alpha[:, None]
-        v_t = v_smem.index(s).reshape([BLOCK_N, HEAD_DIM])
-        mbarrier.wait(v_ready.index(s), ph)
-        tok = warpgroup_mma(p16, v_t, acc, is_async=True)
-        acc, _ = warpgroup_mma_wait(0, deps=[tok, v_t])
-        release_stage(v_empty.index(s))
+    if SPLIT_LOOPS:
+        for i in range(n_unmasked):
+            acc, m_i, l_i = _fwd_tile(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, k_ready, v_ready, kc_empty, v_empty,
+                                      zero_qk, offs_n, pos_q, cq2, cq_hi, cq_lo, scale2, lo, i, False, p_layout,
+                                      orow_l, col_l, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW)
+        for i in range(n_unmasked, n_tiles):
+            acc, m_i, l_i = _fwd_tile(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, k_ready, v_ready, kc_empty, v_empty,
+                                      zero_qk, offs_n, pos_q, cq2, cq_hi, cq_lo, scale2, lo, i, True, p_layout,
+                                      orow_l, col_l, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW)
+    else:
+        for i in range(n_tiles):
+            acc, m_i, l_i = _fwd_tile(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, k_ready, v_ready, kc_empty, v_empty,
+                                      zero_qk, offs_n, pos_q, cq2, cq_hi, cq_lo, scale2, lo, i, i >= n_unmasked,
+                                      p_layout, orow_l, col_l, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW)
     return acc, m_i, l_i
 
 
@@ -343,7 +367,8 @@ def _fwd_consumer(q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_em
                   C, Out, Lse, zb, tok0, head, m0, off, n_q, c_base, r, lo, n_tiles, scale2,
                   stride_ob, stride_ot, stride_oh, stride_lb, stride_lh,
                   WG: gl.constexpr, NUM_WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
-                  NUM_STAGES: gl.constexpr, FOLD_ROW: gl.constexpr, OVERLAP: gl.constexpr):
+                  NUM_STAGES: gl.constexpr, FOLD_ROW: gl.constexpr, OVERLAP: gl.constexpr,
+                  SPLIT_LOOPS: gl.constexpr):
     qk_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                          instr_shape=[16, BLOCK_N, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -378,7 +403,7 @@ def _fwd_consumer(q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_em
     else:
         acc, m_i, l_i = _fwd_loop(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, k_ready, v_ready, kc_empty, v_empty,
                                   zero_qk, offs_n, pos_q, cq2, cq_hi, cq_lo, scale2, lo, n_tiles, n_unmasked,
-                                  HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW)
+                                  HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, SPLIT_LOOPS)
     # Every real row saw its own key, so l_i > 0; padded rows are finite and never stored.
     o = acc / gl.convert_layout(l_i, orow_l)[:, None]
     out_l: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (HEAD_DIM // 8), HEAD_DIM // 8], [4, 1], [1, 0])
@@ -400,7 +425,7 @@ def fwd_kernel(q_desc, k_desc, v_desc, C, Out, Lse, CuSeqlens, PruneBound,
                HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_WG: gl.constexpr,
                NUM_STAGES: gl.constexpr, IS_VARLEN: gl.constexpr, PRUNE: gl.constexpr,
                CONSUMER_REGS: gl.constexpr, FOLD_ROW: gl.constexpr, OVERLAP: gl.constexpr,
-               HEAD_GROUP: gl.constexpr):
+               SPLIT_LOOPS: gl.constexpr, HEAD_GROUP: gl.constexpr):
     BLOCK_M: gl.constexpr = NUM_WG * WG_ROWS
     head, pid_z, pid_m, zb, tok0, n_q, n_k, m0 = query_program(n_blocks, n_heads, CuSeqlens, seqlen_q, seqlen_k,
                                                                BLOCK_M, IS_VARLEN, HEAD_GROUP)
@@ -419,15 +444,15 @@ def fwd_kernel(q_desc, k_desc, v_desc, C, Out, Lse, CuSeqlens, PruneBound,
                 (_fwd_consumer, (q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty, v_empty,
                                  C, Out, Lse, zb, tok0, head, m0, off, n_q, c_base, r, lo, n_tiles, scale2,
                                  stride_ob, stride_ot, stride_oh, stride_lb, stride_lh,
-                                 0, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, OVERLAP)),
+                                 0, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, OVERLAP, SPLIT_LOOPS)),
                 (_fwd_consumer, (q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty, v_empty,
                                  C, Out, Lse, zb, tok0, head, m0, off, n_q, c_base, r, lo, n_tiles, scale2,
                                  stride_ob, stride_ot, stride_oh, stride_lb, stride_lh,
-                                 1, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, OVERLAP)),
+                                 1, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, OVERLAP, SPLIT_LOOPS)),
                 (_fwd_consumer, (q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty, v_empty,
                                  C, Out, Lse, zb, tok0, head, m0, off, n_q, c_base, r, lo, n_tiles, scale2,
                                  stride_ob, stride_ot, stride_oh, stride_lb, stride_lh,
-                                 2, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, OVERLAP)),
+                                 2, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, OVERLAP, SPLIT_LOOPS)),
             ], [4, 4, 4], [CONSUMER_REGS, CONSUMER_REGS, CONSUMER_REGS])
         else:
             gl.warp_specialize([
@@ -438,9 +463,9 @@ def fwd_kernel(q_desc, k_desc, v_desc, C, Out, Lse, CuSeqlens, PruneBound,
                 (_fwd_consumer, (q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty, v_empty,
                                  C, Out, Lse, zb, tok0, head, m0, off, n_q, c_base, r, lo, n_tiles, scale2,
                                  stride_ob, stride_ot, stride_oh, stride_lb, stride_lh,
-                                 0, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, OVERLAP)),
+                                 0, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, OVERLAP, SPLIT_LOOPS)),
                 (_fwd_consumer, (q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty, v_empty,
                                  C, Out, Lse, zb, tok0, head, m0, off, n_q, c_base, r, lo, n_tiles, scale2,
                                  stride_ob, stride_ot, stride_oh, stride_lb, stride_lh,
-                                 1, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, OVERLAP)),
+                                 1, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, OVERLAP, SPLIT_LOOPS)),
             ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])

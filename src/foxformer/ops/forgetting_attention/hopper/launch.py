@@ -33,7 +33,8 @@ class FwdConfig:
     scores and into the row maximum (fwd._tile_softmax), one ALU operation per score fewer; overlap: QK^T of
     tile i is issued beside PV of tile i - 1 and the softmax runs while PV does (fwd._fwd_loop_overlap; P stays in
     registers meanwhile, so a config that spills may compute garbage); head_group: how many (sequence, head)
-    pairs share the heaviest-first launch order (fwd.heaviest_first; 1: each head in turn)."""
+    pairs share the heaviest-first launch order (fwd.heaviest_first; 1: each head in turn); split_loops: without
+    overlap, the unmasked and the masked tiles run in loops of their own (fwd._fwd_loop)."""
 
     block_n: int
     num_stages: int
@@ -42,6 +43,7 @@ class FwdConfig:
     fold_row: bool = True
     overlap: bool = False
     head_group: int = 4
+    split_loops: bool = False
 
 
 # Chosen by `scripts/hopper_tune.py fwd` on one H200 (torch 2.11, Triton 3.6, bf16, B * T = 32K, T = 16K), JSONs in
@@ -104,7 +106,7 @@ def forward_launch(q, k, v, c, out, lse, cu, bound, scale: float, n_blocks: int,
             Tq, Tk, float(scale) * math.log2(math.e), n_blocks, Hq, Hq // Hkv)
     constexprs = dict(HEAD_DIM=D, BLOCK_N=cfg.block_n, NUM_WG=cfg.num_wg, NUM_STAGES=cfg.num_stages,
                       IS_VARLEN=varlen, PRUNE=prune, CONSUMER_REGS=cfg.consumer_regs, FOLD_ROW=cfg.fold_row,
-                      OVERLAP=cfg.overlap, HEAD_GROUP=cfg.head_group)
+                      OVERLAP=cfg.overlap, SPLIT_LOOPS=cfg.split_loops, HEAD_GROUP=cfg.head_group)
     return Launch(fwd_kernel, launch_grid(n_blocks, Hq, n_z), args, constexprs, OPTIONS)
 
 
@@ -336,8 +338,9 @@ def variant_names() -> list[str]:
     or not (the constexprs that change the code; dq_tails for the dq kernel); then, as options, the dq kernel with
     BwdConfig.fused_delta flipped from the default, bf16, dense and packed, both backward kernels with
     BwdConfig.mma_sums flipped ("-mma-sums" / "-reg-sums"), both with the other schedule, dense and packed
-    ("-persistent" / "-one-a-tile": *_persistent flipped), and the dk/dv kernel's code options, alone and in the
-    combinations of _DKDV_OPTION_SETS ("-equal-len", "-split-loops", "-delta-acc": BwdConfig.dkdv_*)."""
+    ("-persistent" / "-one-a-tile": *_persistent flipped), the dk/dv kernel's code options, alone and in the
+    combinations of _DKDV_OPTION_SETS ("-equal-len", "-split-loops", "-delta-acc": BwdConfig.dkdv_*), and the
+    forward without overlap with its loops split ("-split-loops": FwdConfig.split_loops), dense and packed."""
     picked = [f"{kernel}-D{D}-{dtype}{'-varlen' if varlen else ''}{'-prune' if prune else ''}{tail}"
               for D in (64, 128) for dtype in _VARIANT_DTYPES for varlen in (False, True) for prune in (False, True)
               for kernel in ("fwd", "dkdv", "dq") for tail in (dq_tails(D) if kernel == "dq" else ("",))]
@@ -350,7 +353,9 @@ def variant_names() -> list[str]:
                 for kernel in ("dkdv", "dq") for D in (64, 128) for varlen in ("", "-varlen")]
     options = [f"dkdv-D{D}-bfloat16" + "".join(_DKDV_OPTIONS[f] for f in fields) for D in (64, 128)
                for fields in _DKDV_OPTION_SETS if not all(getattr(BWD_CONFIGS[D], f) for f in fields)]
-    return picked + flipped + sums + schedule + options
+    fwd_split = [f"fwd-D{D}-bfloat16{varlen}-split-loops" for D in (64, 128) for varlen in ("", "-varlen")
+                 if not (FWD_CONFIGS[D].overlap or FWD_CONFIGS[D].split_loops)]
+    return picked + flipped + sums + schedule + options + fwd_split
 
 
 def variant_launches(tokens: int = 300):
@@ -374,7 +379,10 @@ def variant_launches(tokens: int = 300):
         bound = torch.zeros(B, Hq, 8, dtype=torch.int32) if prune else vec
         n_z = 1 if varlen else B
         if kernel == "fwd":
-            yield name, forward_launch(q, k, k, c, q, vec, cu, bound, 0.1, 3, n_z, varlen, prune, FWD_CONFIGS[D])
+            fwd_cfg = FWD_CONFIGS[D]
+            if name.endswith("-split-loops"):
+                fwd_cfg = dataclasses.replace(fwd_cfg, split_loops=True)
+            yield name, forward_launch(q, k, k, c, q, vec, cu, bound, 0.1, 3, n_z, varlen, prune, fwd_cfg)
         elif kernel == "dkdv":
             yield name, dkdv_launch(q, k, k, c, q, vec, vec, k, k, vec, cu, bound, 0.1, 3, n_z, varlen, prune,
                                     bwd_cfg)
