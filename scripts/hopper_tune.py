@@ -143,8 +143,11 @@ def _other_schedule(D: int) -> dict:
 # and 0 / 369, masked 0 / 307 against 0 / 412. Not yet timed.
 _DKDV_SETS = [dict(dkdv_equal_len=True, dkdv_delta_acc=True), dict(dkdv_split_loops=True),
               dict(dkdv_equal_len=True, dkdv_split_loops=True, dkdv_delta_acc=True)]
+# Last, at D 64, the dq kernel with its unmasked and masked key tiles in loops of their own (BwdConfig.dq_split_loops):
+# its unmasked tile one basic block instead of five split around the masked branch (469 instructions either way; at
+# D 128 the split spills, 4 local accesses a tile).
 BWD_SWEEP = {D: [dict(), _other_schedule(D), dict()] + [row for over in _DKDV_SETS for row in (over, dict())]
-             + [_DKDV_SETS[0], dict()] for D in (64, 128)}
+             + [_DKDV_SETS[0], dict()] + ([dict(dq_split_loops=True), dict()] if D == 64 else []) for D in (64, 128)}
 
 
 def _bwd_parts(q, k, v, c, do, out, lse, scale, cfg):

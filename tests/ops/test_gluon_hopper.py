@@ -158,7 +158,8 @@ def test_dkdv_equal_len_only_where_lengths_are_equal(Tq, Tk, varlen, expected):
 
 @pytest.mark.parametrize("split", [False, True], ids=["one-loop", "split-loops"])
 def test_forward_split_loops_reaches_the_kernel(split):
-    """FwdConfig.split_loops is a compile-time switch of the forward (both settings are compiled above)."""
+    """FwdConfig.split_loops is a compile-time switch of the forward, BwdConfig.dq_split_loops of the dq kernel
+    (both settings of each are compiled above)."""
     if not VARIANTS:
         pytest.skip("no Gluon")
     import dataclasses
@@ -170,6 +171,11 @@ def test_forward_split_loops_reaches_the_kernel(split):
     c, vec = torch.zeros(2, 4, 300, dtype=torch.float64), torch.zeros(2, 4, 300)
     launch = L.forward_launch(q, q, q, c, q, vec, vec, vec, 0.1, 3, 2, False, False, cfg)
     assert launch.constexprs["SPLIT_LOOPS"] is split
+    # ... and BwdConfig.dq_split_loops of the dq kernel
+    assert "dq-D64-bfloat16-fused-split-loops" in VARIANTS
+    bwd = dataclasses.replace(L.BWD_CONFIGS[64], dq_split_loops=split)
+    dq = L.dq_launch(q, q, q, c, q, vec, vec, q, vec, vec, vec, 0.1, 3, 2, False, False, bwd, q)
+    assert dq.constexprs["SPLIT_LOOPS"] is split
 
 
 @pytest.mark.parametrize("capability,dtype,D,expected", [

@@ -138,12 +138,67 @@ def _row_deltas(O, DO, DLse, Delta, zb, tok0, head, m0w, n_q, vec_base, stride_b
 
 
 @gluon.jit
+def _dq_tile(q_w, do_w, k_smem, v_smem, c_smem, ones_smem, k_ready, v_ready, kc_empty, v_empty, dq, rowsum, rows8, i,
+             it0, lo, offs_n, masked, cq_hi, cq_lo, row2, lse2, delta, pos_q, zero_s, scale2, WG: gl.constexpr,
+             HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, MMA_SUMS: gl.constexpr):
+    """Key tile i of _dq_consumer (ring position it0 + i, first key lo + i * BLOCK_N): dQ and the dS row sums
+    updated. masked: a runtime flag, or a constant in the split loops."""
+    s_layout: gl.constexpr = zero_s.type.layout
+    dq_layout: gl.constexpr = dq.type.layout
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=dq_layout, k_width=2)
+    sum_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                          instr_shape=[16, SUM_N, 16])
+    a_sum_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=sum_layout, k_width=2)
+    col_l: gl.constexpr = gl.SliceLayout(0, s_layout)
+    dtype: gl.constexpr = q_w.dtype
+    s = (it0 + i) % NUM_STAGES
+    ph = ((it0 + i) // NUM_STAGES) & 1
+    k_tile = k_smem.index(s).reshape([BLOCK_N, HEAD_DIM])
+    v_tile = v_smem.index(s).reshape([BLOCK_N, HEAD_DIM])
+    mbarrier.wait(k_ready.index(s), ph)
+    s_tok = warpgroup_mma(q_w, k_tile.permute((1, 0)), zero_s, use_acc=False, is_async=True)
+    mbarrier.wait(v_ready.index(s), ph)
+    dp_tok = warpgroup_mma(do_w, v_tile.permute((1, 0)), zero_s, use_acc=False, is_async=True)
+    qk = warpgroup_mma_wait(1, deps=[s_tok])
+    if masked:
+        ck_hi = c_smem.index(3 * s + 1).load(col_l)
+        ck_lo = c_smem.index(3 * s + 2).load(col_l)
+        cols = lo + i * BLOCK_N + offs_n
+        bias = ((cq_hi[:, None] - ck_hi[None, :]) + (cq_lo[:, None] - ck_lo[None, :])) * LOG2E
+        # Mask the exponent's argument: a hidden key may carry a large positive bias.
+        sc = gl.where(cols[None, :] <= pos_q[:, None], qk * scale2 + bias - lse2[:, None], float("-inf"))
+    else:
+        ck2 = c_smem.index(3 * s).load(col_l)
+        sc = qk * scale2 + (row2[:, None] - ck2[None, :])
+    p = gl.exp2(sc)
+    dp = warpgroup_mma_wait(0, deps=[dp_tok])
+    release_stage(v_empty.index(s))
+    ds = p * (dp - delta[:, None])
+    if MMA_SUMS:
+        ds_a = gl.convert_layout(ds.to(dtype), a_layout)
+        tok = warpgroup_mma(ds_a, k_tile, dq, is_async=True)
+        # The same registers: the A operand's layout does not depend on the product's width.
+        ones = ones_smem.index(WG * NUM_STAGES + s).permute((1, 0))
+        sum_tok = warpgroup_mma(gl.convert_layout(ds_a, a_sum_layout), ones, rows8, is_async=True)
+        dq, rows8, _ = warpgroup_mma_wait(0, deps=[tok, sum_tok, k_tile])
+    else:
+        # Summed before the product is issued, so the fp32 tile dies before the wait (after it, dq ran 0.1-0.5 ms
+        # slower at D 64: hopper_tune_715b73a_h200.json's default rows).
+        rowsum += gl.sum(ds, 1)
+        tok = warpgroup_mma(gl.convert_layout(ds.to(dtype), a_layout), k_tile, dq, is_async=True)
+        dq, _ = warpgroup_mma_wait(0, deps=[tok, k_tile])
+    release_stage(kc_empty.index(s))
+    return dq, rowsum, rows8
+
+
+@gluon.jit
 def _dq_consumer(q_smem, do_smem, k_smem, v_smem, c_smem, ones_smem, q_bar, k_ready, v_ready, kc_empty, v_empty,
                  C, Lse, Delta, DQ, RowSum, O, DO, DLse, zb, tok0, head, m0, off, n_q, c_base, r, lo, n_tiles,
                  scale, scale2, stride_dqb, stride_dqt, stride_dqh, stride_lb, stride_lh,
                  WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
                  NUM_STAGES: gl.constexpr, FUSED_DELTA: gl.constexpr, HAS_DLSE: gl.constexpr,
-                 MMA_SUMS: gl.constexpr, q_empty=None, q_phase=0, it0=0, PERSISTENT: gl.constexpr = False):
+                 MMA_SUMS: gl.constexpr, SPLIT_LOOPS: gl.constexpr, q_empty=None, q_phase=0, it0=0,
+                 PERSISTENT: gl.constexpr = False):
     """dQ and the dS row sums of this warpgroup's 64 query rows. PERSISTENT: one task of several (kv_loader's);
     the ones are filled by the caller, and Q / dO are released on q_empty before the stores."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -185,44 +240,27 @@ def _dq_consumer(q_smem, do_smem, k_smem, v_smem, c_smem, ones_smem, q_bar, k_re
             _fill_ones(ones_smem, WG, NUM_STAGES, BLOCK_N)
         rows8 = gl.zeros([WG_ROWS, SUM_N], gl.float32, sum_layout)
     mbarrier.wait(q_bar, q_phase)
-    for i in range(n_tiles):
-        s = (it0 + i) % NUM_STAGES
-        ph = ((it0 + i) // NUM_STAGES) & 1
-        k_tile = k_smem.index(s).reshape([BLOCK_N, HEAD_DIM])
-        v_tile = v_smem.index(s).reshape([BLOCK_N, HEAD_DIM])
-        mbarrier.wait(k_ready.index(s), ph)
-        s_tok = warpgroup_mma(q_w, k_tile.permute((1, 0)), zero_s, use_acc=False, is_async=True)
-        mbarrier.wait(v_ready.index(s), ph)
-        dp_tok = warpgroup_mma(do_w, v_tile.permute((1, 0)), zero_s, use_acc=False, is_async=True)
-        qk = warpgroup_mma_wait(1, deps=[s_tok])
-        if i >= n_unmasked:
-            ck_hi = c_smem.index(3 * s + 1).load(col_l)
-            ck_lo = c_smem.index(3 * s + 2).load(col_l)
-            cols = lo + i * BLOCK_N + offs_n
-            bias = ((cq_hi[:, None] - ck_hi[None, :]) + (cq_lo[:, None] - ck_lo[None, :])) * LOG2E
-            # Mask the exponent's argument: a hidden key may carry a large positive bias.
-            sc = gl.where(cols[None, :] <= pos_q[:, None], qk * scale2 + bias - lse2[:, None], float("-inf"))
-        else:
-            ck2 = c_smem.index(3 * s).load(col_l)
-            sc = qk * scale2 + (row2[:, None] - ck2[None, :])
-        p = gl.exp2(sc)
-        dp = warpgroup_mma_wait(0, deps=[dp_tok])
-        release_stage(v_empty.index(s))
-        ds = p * (dp - delta[:, None])
-        if MMA_SUMS:
-            ds_a = gl.convert_layout(ds.to(dtype), a_layout)
-            tok = warpgroup_mma(ds_a, k_tile, dq, is_async=True)
-            # The same registers: the A operand's layout does not depend on the product's width.
-            ones = ones_smem.index(WG * NUM_STAGES + s).permute((1, 0))
-            sum_tok = warpgroup_mma(gl.convert_layout(ds_a, a_sum_layout), ones, rows8, is_async=True)
-            dq, rows8, _ = warpgroup_mma_wait(0, deps=[tok, sum_tok, k_tile])
-        else:
-            # Summed before the product is issued, so the fp32 tile dies before the wait (after it, dq ran 0.1-0.5 ms
-            # slower at D 64: hopper_tune_715b73a_h200.json's default rows).
-            rowsum += gl.sum(ds, 1)
-            tok = warpgroup_mma(gl.convert_layout(ds.to(dtype), a_layout), k_tile, dq, is_async=True)
-            dq, _ = warpgroup_mma_wait(0, deps=[tok, k_tile])
-        release_stage(kc_empty.index(s))
+    if not MMA_SUMS:
+        rows8 = rowsum  # a placeholder _dq_tile passes through
+    if SPLIT_LOOPS:
+        # The unmasked tiles [0, n_unmasked), then the masked rest, in loops of their own: each tile's path is known
+        # at compile time (BwdConfig.dq_split_loops).
+        for i in range(n_unmasked):
+            dq, rowsum, rows8 = _dq_tile(q_w, do_w, k_smem, v_smem, c_smem, ones_smem, k_ready, v_ready, kc_empty,
+                                         v_empty, dq, rowsum, rows8, i, it0, lo, offs_n, False, cq_hi,
+                                         cq_lo, row2, lse2, delta, pos_q, zero_s, scale2, WG, HEAD_DIM, BLOCK_N,
+                                         NUM_STAGES, MMA_SUMS)
+        for i in range(n_unmasked, n_tiles):
+            dq, rowsum, rows8 = _dq_tile(q_w, do_w, k_smem, v_smem, c_smem, ones_smem, k_ready, v_ready, kc_empty,
+                                         v_empty, dq, rowsum, rows8, i, it0, lo, offs_n, True, cq_hi,
+                                         cq_lo, row2, lse2, delta, pos_q, zero_s, scale2, WG, HEAD_DIM, BLOCK_N,
+                                         NUM_STAGES, MMA_SUMS)
+    else:
+        for i in range(n_tiles):
+            dq, rowsum, rows8 = _dq_tile(q_w, do_w, k_smem, v_smem, c_smem, ones_smem, k_ready, v_ready, kc_empty,
+                                         v_empty, dq, rowsum, rows8, i, it0, lo, offs_n, i >= n_unmasked, cq_hi,
+                                         cq_lo, row2, lse2, delta, pos_q, zero_s, scale2, WG, HEAD_DIM, BLOCK_N,
+                                         NUM_STAGES, MMA_SUMS)
     if PERSISTENT:
         # Every product that reads Q and dO has been waited for: the loader may bring the next task's.
         release_stage(q_empty)
@@ -276,7 +314,8 @@ def _dq_persistent_consumer(q_smem, do_smem, k_smem, v_smem, c_smem, ones_smem, 
                             scale2, stride_dqb, stride_dqt, stride_dqh, stride_cb, stride_ch, stride_lb, stride_lh,
                             WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
                             NUM_STAGES: gl.constexpr, FUSED_DELTA: gl.constexpr, HAS_DLSE: gl.constexpr,
-                            MMA_SUMS: gl.constexpr, IS_VARLEN: gl.constexpr, PRUNE: gl.constexpr,
+                            MMA_SUMS: gl.constexpr, SPLIT_LOOPS: gl.constexpr, IS_VARLEN: gl.constexpr,
+                            PRUNE: gl.constexpr,
                             HEAD_GROUP: gl.constexpr):
     BLOCK_M: gl.constexpr = 2 * WG_ROWS
     if MMA_SUMS:
@@ -295,6 +334,7 @@ def _dq_persistent_consumer(q_smem, do_smem, k_smem, v_smem, c_smem, ones_smem, 
                          v_empty, C, Lse, Delta, DQ, RowSum, O, DO, DLse, zb, tok0, head, m0, off, n_q,
                          c_base, r, lo, n_tiles, scale, scale2, stride_dqb, stride_dqt, stride_dqh,
                          stride_lb, stride_lh, WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FUSED_DELTA, HAS_DLSE, MMA_SUMS,
+                         SPLIT_LOOPS,
                          q_empty, nq & 1, it, True)
             it += n_tiles
             nq += 1
@@ -309,7 +349,7 @@ def _dq_persistent(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DQ, RowSum, O
                    HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
                    IS_VARLEN: gl.constexpr, PRUNE: gl.constexpr, CONSUMER_REGS: gl.constexpr,
                    HEAD_GROUP: gl.constexpr, FUSED_DELTA: gl.constexpr, HAS_DLSE: gl.constexpr,
-                   MMA_SUMS: gl.constexpr):
+                   MMA_SUMS: gl.constexpr, SPLIT_LOOPS: gl.constexpr):
     q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty, v_empty = kv_ring(
         q_desc, k_desc, 2, BLOCK_N, HEAD_DIM, NUM_STAGES)
     do_smem = gl.allocate_shared_memory(q_desc.dtype, [2, 1, WG_ROWS, HEAD_DIM], do_desc.layout)
@@ -327,13 +367,13 @@ def _dq_persistent(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DQ, RowSum, O
                                    PruneBound, C, Lse, Delta, DQ, RowSum, O, DO, DLse, seqlen_q, seqlen_k, n_blocks,
                                    n_heads, scale, scale2, stride_dqb, stride_dqt, stride_dqh, stride_cb, stride_ch,
                                    stride_lb, stride_lh, 0, HEAD_DIM, BLOCK_N, NUM_STAGES, FUSED_DELTA, HAS_DLSE,
-                                   MMA_SUMS, IS_VARLEN, PRUNE, HEAD_GROUP)),
+                                   MMA_SUMS, SPLIT_LOOPS, IS_VARLEN, PRUNE, HEAD_GROUP)),
         (_dq_persistent_consumer, (q_smem, do_smem, k_smem, v_smem, c_smem, ones_smem, q_bar, q_empty, k_ready,
                                    v_ready, kc_empty, v_empty, task_smem, task_ready, task_empty, n_tasks, CuSeqlens,
                                    PruneBound, C, Lse, Delta, DQ, RowSum, O, DO, DLse, seqlen_q, seqlen_k, n_blocks,
                                    n_heads, scale, scale2, stride_dqb, stride_dqt, stride_dqh, stride_cb, stride_ch,
                                    stride_lb, stride_lh, 1, HEAD_DIM, BLOCK_N, NUM_STAGES, FUSED_DELTA, HAS_DLSE,
-                                   MMA_SUMS, IS_VARLEN, PRUNE, HEAD_GROUP)),
+                                   MMA_SUMS, SPLIT_LOOPS, IS_VARLEN, PRUNE, HEAD_GROUP)),
     ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
 
 
@@ -344,7 +384,7 @@ def _dq_one(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DQ, RowSum, O, DO, D
             HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_WG: gl.constexpr,
             NUM_STAGES: gl.constexpr, IS_VARLEN: gl.constexpr, PRUNE: gl.constexpr,
             CONSUMER_REGS: gl.constexpr, HEAD_GROUP: gl.constexpr, FUSED_DELTA: gl.constexpr,
-            HAS_DLSE: gl.constexpr, MMA_SUMS: gl.constexpr):
+            HAS_DLSE: gl.constexpr, MMA_SUMS: gl.constexpr, SPLIT_LOOPS: gl.constexpr):
     """The program's own query tile (query_program)."""
     BLOCK_M: gl.constexpr = NUM_WG * WG_ROWS
     head, pid_z, pid_m, zb, tok0, n_q, n_k, m0 = query_program(n_blocks, n_heads, CuSeqlens, seqlen_q, seqlen_k,
@@ -367,17 +407,17 @@ def _dq_one(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DQ, RowSum, O, DO, D
                                 v_empty, C, Lse, Delta, DQ, RowSum, O, DO, DLse, zb, tok0, head, m0, off, n_q,
                                 c_base, r, lo, n_tiles, scale, scale2, stride_dqb, stride_dqt, stride_dqh,
                                 stride_lb, stride_lh,
-                                0, HEAD_DIM, BLOCK_N, NUM_STAGES, FUSED_DELTA, HAS_DLSE, MMA_SUMS)),
+                                0, HEAD_DIM, BLOCK_N, NUM_STAGES, FUSED_DELTA, HAS_DLSE, MMA_SUMS, SPLIT_LOOPS)),
                 (_dq_consumer, (q_smem, do_smem, k_smem, v_smem, c_smem, ones_smem, q_bar, k_ready, v_ready, kc_empty,
                                 v_empty, C, Lse, Delta, DQ, RowSum, O, DO, DLse, zb, tok0, head, m0, off, n_q,
                                 c_base, r, lo, n_tiles, scale, scale2, stride_dqb, stride_dqt, stride_dqh,
                                 stride_lb, stride_lh,
-                                1, HEAD_DIM, BLOCK_N, NUM_STAGES, FUSED_DELTA, HAS_DLSE, MMA_SUMS)),
+                                1, HEAD_DIM, BLOCK_N, NUM_STAGES, FUSED_DELTA, HAS_DLSE, MMA_SUMS, SPLIT_LOOPS)),
                 (_dq_consumer, (q_smem, do_smem, k_smem, v_smem, c_smem, ones_smem, q_bar, k_ready, v_ready, kc_empty,
                                 v_empty, C, Lse, Delta, DQ, RowSum, O, DO, DLse, zb, tok0, head, m0, off, n_q,
                                 c_base, r, lo, n_tiles, scale, scale2, stride_dqb, stride_dqt, stride_dqh,
                                 stride_lb, stride_lh,
-                                2, HEAD_DIM, BLOCK_N, NUM_STAGES, FUSED_DELTA, HAS_DLSE, MMA_SUMS)),
+                                2, HEAD_DIM, BLOCK_N, NUM_STAGES, FUSED_DELTA, HAS_DLSE, MMA_SUMS, SPLIT_LOOPS)),
             ], [4, 4, 4], [CONSUMER_REGS, CONSUMER_REGS, CONSUMER_REGS])
         else:
             gl.warp_specialize([
@@ -389,12 +429,12 @@ def _dq_one(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DQ, RowSum, O, DO, D
                                 v_empty, C, Lse, Delta, DQ, RowSum, O, DO, DLse, zb, tok0, head, m0, off, n_q,
                                 c_base, r, lo, n_tiles, scale, scale2, stride_dqb, stride_dqt, stride_dqh,
                                 stride_lb, stride_lh,
-                                0, HEAD_DIM, BLOCK_N, NUM_STAGES, FUSED_DELTA, HAS_DLSE, MMA_SUMS)),
+                                0, HEAD_DIM, BLOCK_N, NUM_STAGES, FUSED_DELTA, HAS_DLSE, MMA_SUMS, SPLIT_LOOPS)),
                 (_dq_consumer, (q_smem, do_smem, k_smem, v_smem, c_smem, ones_smem, q_bar, k_ready, v_ready, kc_empty,
                                 v_empty, C, Lse, Delta, DQ, RowSum, O, DO, DLse, zb, tok0, head, m0, off, n_q,
                                 c_base, r, lo, n_tiles, scale, scale2, stride_dqb, stride_dqt, stride_dqh,
                                 stride_lb, stride_lh,
-                                1, HEAD_DIM, BLOCK_N, NUM_STAGES, FUSED_DELTA, HAS_DLSE, MMA_SUMS)),
+                                1, HEAD_DIM, BLOCK_N, NUM_STAGES, FUSED_DELTA, HAS_DLSE, MMA_SUMS, SPLIT_LOOPS)),
             ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
 
 
@@ -406,20 +446,22 @@ def dq_kernel(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DQ, RowSum, O, DO,
               HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_WG: gl.constexpr,
               NUM_STAGES: gl.constexpr, IS_VARLEN: gl.constexpr, PRUNE: gl.constexpr,
               CONSUMER_REGS: gl.constexpr, HEAD_GROUP: gl.constexpr, FUSED_DELTA: gl.constexpr,
-              HAS_DLSE: gl.constexpr, MMA_SUMS: gl.constexpr, PERSISTENT: gl.constexpr):
+              HAS_DLSE: gl.constexpr, MMA_SUMS: gl.constexpr, SPLIT_LOOPS: gl.constexpr, PERSISTENT: gl.constexpr):
     """FUSED_DELTA: the consumers compute delta from O and dO (`_row_deltas`) instead of reading it, and store it for
     the dk/dv kernel, which must then be launched after this one. O, DO, DLse: placeholders otherwise.
-    PERSISTENT (two warpgroups): one CTA an SM taking the n_tasks query tiles in turn from the int32 Counter."""
+    PERSISTENT (two warpgroups): one CTA an SM taking the n_tasks query tiles in turn from the int32 Counter.
+    SPLIT_LOOPS: unmasked and masked key tiles in loops of their own (BwdConfig.dq_split_loops)."""
     if PERSISTENT:
         _dq_persistent(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DQ, RowSum, O, DO, DLse, CuSeqlens, PruneBound,
                        Counter, stride_dqb, stride_dqt, stride_dqh, stride_cb, stride_ch, stride_lb, stride_lh,
                        seqlen_q, seqlen_k, scale, scale2, n_blocks, n_heads, group, n_tasks, HEAD_DIM, BLOCK_N,
-                       NUM_STAGES, IS_VARLEN, PRUNE, CONSUMER_REGS, HEAD_GROUP, FUSED_DELTA, HAS_DLSE, MMA_SUMS)
+                       NUM_STAGES, IS_VARLEN, PRUNE, CONSUMER_REGS, HEAD_GROUP, FUSED_DELTA, HAS_DLSE, MMA_SUMS,
+                       SPLIT_LOOPS)
     else:
         _dq_one(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DQ, RowSum, O, DO, DLse, CuSeqlens, PruneBound,
                 stride_dqb, stride_dqt, stride_dqh, stride_cb, stride_ch, stride_lb, stride_lh, seqlen_q, seqlen_k,
                 scale, scale2, n_blocks, n_heads, group, HEAD_DIM, BLOCK_N, NUM_WG, NUM_STAGES, IS_VARLEN, PRUNE,
-                CONSUMER_REGS, HEAD_GROUP, FUSED_DELTA, HAS_DLSE, MMA_SUMS)
+                CONSUMER_REGS, HEAD_GROUP, FUSED_DELTA, HAS_DLSE, MMA_SUMS, SPLIT_LOOPS)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -150,7 +150,8 @@ class BwdConfig:
     tile's results are stored (dq: two warpgroups only); dkdv_equal_len: the dk/dv kernel is compiled apart for
     dense calls with as many queries as keys, where the queries' offset into the keys is 0 at compile time;
     dkdv_split_loops: the dk/dv kernel runs its masked query tiles (the diagonal, the end of the sequence) and the
-    unmasked ones in separate loops; dkdv_delta_acc: its dP product starts from -delta (bwd._dkdv_tile)."""
+    unmasked ones in separate loops; dkdv_delta_acc: its dP product starts from -delta (bwd._dkdv_tile);
+    dq_split_loops: the dq kernel runs its unmasked and masked key tiles in separate loops."""
 
     dkdv_block_m: int
     dkdv_stages: int
@@ -167,6 +168,7 @@ class BwdConfig:
     dkdv_equal_len: bool = False
     dkdv_split_loops: bool = False
     dkdv_delta_acc: bool = False
+    dq_split_loops: bool = False
 
 
 # Chosen by `scripts/hopper_tune.py bwd` (same setting): dk/dv with 128-row query tiles at D 64 (6.59 against 7.25 ms
@@ -258,7 +260,7 @@ def dq_launch(q, k, v, c, do, lse, delta, dq, rowsum, cu, bound, scale: float, n
                       IS_VARLEN=varlen, PRUNE=prune, CONSUMER_REGS=cfg.dq_consumer_regs,
                       HEAD_GROUP=cfg.head_group, FUSED_DELTA=cfg.fused_delta,
                       HAS_DLSE=cfg.fused_delta and dlse is not None, MMA_SUMS=cfg.mma_sums,
-                      PERSISTENT=cfg.dq_persistent)
+                      SPLIT_LOOPS=cfg.dq_split_loops, PERSISTENT=cfg.dq_persistent)
     return Launch(dq_kernel, grid, args, constexprs, OPTIONS)
 
 
@@ -340,7 +342,8 @@ def variant_names() -> list[str]:
     BwdConfig.mma_sums flipped ("-mma-sums" / "-reg-sums"), both with the other schedule, dense and packed
     ("-persistent" / "-one-a-tile": *_persistent flipped), the dk/dv kernel's code options, alone and in the
     combinations of _DKDV_OPTION_SETS ("-equal-len", "-split-loops", "-delta-acc": BwdConfig.dkdv_*), and the
-    forward without overlap with its loops split ("-split-loops": FwdConfig.split_loops), dense and packed."""
+    forward without overlap and the dq kernel with their loops split ("-split-loops": FwdConfig.split_loops,
+    BwdConfig.dq_split_loops), dense and packed."""
     picked = [f"{kernel}-D{D}-{dtype}{'-varlen' if varlen else ''}{'-prune' if prune else ''}{tail}"
               for D in (64, 128) for dtype in _VARIANT_DTYPES for varlen in (False, True) for prune in (False, True)
               for kernel in ("fwd", "dkdv", "dq") for tail in (dq_tails(D) if kernel == "dq" else ("",))]
@@ -355,7 +358,10 @@ def variant_names() -> list[str]:
                for fields in _DKDV_OPTION_SETS if not all(getattr(BWD_CONFIGS[D], f) for f in fields)]
     fwd_split = [f"fwd-D{D}-bfloat16{varlen}-split-loops" for D in (64, 128) for varlen in ("", "-varlen")
                  if not (FWD_CONFIGS[D].overlap or FWD_CONFIGS[D].split_loops)]
-    return picked + flipped + sums + schedule + options + fwd_split
+    # The dq kernel's split loops at D 64 only: at D 128 they spill (144 bytes, Triton 3.9; 4 accesses a tile, 3.6).
+    dq_split = [f"dq-D64-bfloat16{varlen}{dq_tails(64)[0]}-split-loops" for varlen in ("", "-varlen")
+                if not BWD_CONFIGS[64].dq_split_loops]
+    return picked + flipped + sums + schedule + options + fwd_split + dq_split
 
 
 def variant_launches(tokens: int = 300):
@@ -369,7 +375,10 @@ def variant_launches(tokens: int = 300):
         if name.endswith(("-persistent", "-one-a-tile")):
             bwd_cfg = dataclasses.replace(bwd_cfg, dkdv_persistent=name.endswith("-persistent"),
                                           dq_persistent=name.endswith("-persistent"))
-        bwd_cfg = dataclasses.replace(bwd_cfg, **{field: True for field, part in _DKDV_OPTIONS.items() if part in name})
+        if kernel == "dkdv":
+            bwd_cfg = dataclasses.replace(bwd_cfg, **{f: True for f, part in _DKDV_OPTIONS.items() if part in name})
+        if kernel == "dq" and name.endswith("-split-loops"):
+            bwd_cfg = dataclasses.replace(bwd_cfg, dq_split_loops=True)
         B, Hq, Hkv = (1, 4, 2) if varlen else (2, 4, 2)
         q = torch.zeros(B, tokens, Hq, D, dtype=_VARIANT_DTYPES[dtype])
         k = torch.zeros(B, tokens, Hkv, D, dtype=_VARIANT_DTYPES[dtype])
