@@ -140,7 +140,8 @@ def _other_schedule(D: int) -> dict:
 # unmasked path, first and second consumer, then the masked path's): default D 64 3 / 547 and 7 / 549, masked 71 and
 # 53; equal lengths + delta in the accumulator 0 / 537 and 0 / 536, masked 0 (609 instructions against 1096); all three
 # 0 / 536 and 0 / 534, masked 8. Default D 128 3 / 383 and 3 / 386; split loops 0 / 354; equal lengths + delta 0 / 373
-# and 0 / 369, masked 0 / 307 against 0 / 412. Not yet timed.
+# and 0 / 369, masked 0 / 307 against 0 / 412. The pruned kernels' SASS alike (D 64 equal lengths + delta: 0 / 539,
+# masked 0, against 3 and 5, masked 71 and 53; D 128 split: 0 / 357 against 3 / 374). Not yet timed.
 _DKDV_SETS = [dict(dkdv_equal_len=True, dkdv_delta_acc=True), dict(dkdv_split_loops=True),
               dict(dkdv_equal_len=True, dkdv_split_loops=True, dkdv_delta_acc=True)]
 # Last, at D 64, the dq kernel with its unmasked and masked key tiles in loops of their own (BwdConfig.dq_split_loops):
