@@ -146,9 +146,6 @@ def _dq_tile(q_w, do_w, k_smem, v_smem, c_smem, ones_smem, k_ready, v_ready, kc_
     s_layout: gl.constexpr = zero_s.type.layout
     dq_layout: gl.constexpr = dq.type.layout
     a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=dq_layout, k_width=2)
-    sum_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                          instr_shape=[16, SUM_N, 16])
-    a_sum_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=sum_layout, k_width=2)
     col_l: gl.constexpr = gl.SliceLayout(0, s_layout)
     dtype: gl.constexpr = q_w.dtype
     s = (it0 + i) % NUM_STAGES
@@ -179,6 +176,7 @@ def _dq_tile(q_w, do_w, k_smem, v_smem, c_smem, ones_smem, k_ready, v_ready, kc_
         tok = warpgroup_mma(ds_a, k_tile, dq, is_async=True)
         # The same registers: the A operand's layout does not depend on the product's width.
         ones = ones_smem.index(WG * NUM_STAGES + s).permute((1, 0))
+        a_sum_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=rows8.type.layout, k_width=2)
         sum_tok = warpgroup_mma(gl.convert_layout(ds_a, a_sum_layout), ones, rows8, is_async=True)
         dq, rows8, _ = warpgroup_mma_wait(0, deps=[tok, sum_tok, k_tile])
     else:
@@ -205,10 +203,8 @@ def _dq_consumer(q_smem, do_smem, k_smem, v_smem, c_smem, ones_smem, q_bar, k_re
                                                         instr_shape=[16, BLOCK_N, 16])
     dq_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                          instr_shape=[16, HEAD_DIM, 16])
-    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=dq_layout, k_width=2)
     sum_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                           instr_shape=[16, SUM_N, 16])
-    a_sum_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=sum_layout, k_width=2)
     row_l: gl.constexpr = gl.SliceLayout(1, s_layout)
     col_l: gl.constexpr = gl.SliceLayout(0, s_layout)
     dtype: gl.constexpr = q_smem.dtype
@@ -544,15 +540,8 @@ def _dkdv_tile(q_smem, do_smem, k_w, v_w, vec_smem, ones_smem, ready, empty, dk,
     the tile is hidden, the diagonal, or some query is past n_q), TILE_UNMASKED, or TILE_EITHER (decided here).
     DELTA_ACC: the dP product starts from -delta instead of 0, so dP - delta leaves the product done and delta is
     not held beside P and dP (BwdConfig.dkdv_delta_acc)."""
-    st_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                         instr_shape=[16, BLOCK_M, 16])
-    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                          instr_shape=[16, HEAD_DIM, 16])
-    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
-    sum_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                          instr_shape=[16, SUM_N, 16])
-    a_sum_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=sum_layout, k_width=2)
-    qry_l: gl.constexpr = gl.SliceLayout(0, st_layout)
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=dv.type.layout, k_width=2)
+    qry_l: gl.constexpr = gl.SliceLayout(0, zero_st.type.layout)
     dtype: gl.constexpr = q_smem.dtype
     s = it % NUM_STAGES
     ph = (it // NUM_STAGES) & 1
@@ -595,6 +584,7 @@ def _dkdv_tile(q_smem, do_smem, k_w, v_w, vec_smem, ones_smem, ready, empty, dk,
         ds_a = gl.convert_layout(ds_t.to(dtype), a_layout)
         dk_tok = warpgroup_mma(ds_a, q_tile, dk, is_async=True)
         ones = ones_smem.index(WG * NUM_STAGES + s).permute((1, 0))
+        a_sum_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=cols8.type.layout, k_width=2)
         sum_tok = warpgroup_mma(gl.convert_layout(ds_a, a_sum_layout), ones, cols8, is_async=True)
         dv, dk, cols8, _, _ = warpgroup_mma_wait(0, deps=[dv_tok, dk_tok, sum_tok, q_tile, do_tile])
     else:
