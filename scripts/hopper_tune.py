@@ -105,9 +105,9 @@ def _sdpa_rows(rows, D, H, T, B):
 
 # The defaults first and last (drift); between them the variants still worth a row: the launch order one head at a
 # time (head_group 1, the default until the thirteenth session) and, at D 64, the unmasked and masked tiles in loops
-# of their own (FwdConfig.split_loops, not yet timed: in the sm_90a SASS the unmasked tile is one basic block of 446
-# instructions between the wgmma issue and the PV product instead of five blocks split around the masked branch,
-# 497 instructions a tile against 503, no local memory). Variants that lost, with their JSONs: docs/benchmarks.md,
+# of their own (FwdConfig.split_loops, not yet timed: in the sm_90a SASS an unmasked tile runs three basic blocks,
+# its softmax and the QK^T issue in one of 446 instructions, instead of five split around the masked branch; 497
+# instructions a tile against 503, no local memory). Variants that lost, with their JSONs: docs/benchmarks.md,
 # "Hopper kernel variants tried and removed".
 FWD_SWEEP = {64: [dict(), dict(head_group=1), dict(), dict(split_loops=True), dict(), dict(split_loops=True), dict()],
              128: [dict(), dict(head_group=1), dict()]}
@@ -145,8 +145,8 @@ def _other_schedule(D: int) -> dict:
 _DKDV_SETS = [dict(dkdv_equal_len=True, dkdv_delta_acc=True), dict(dkdv_split_loops=True),
               dict(dkdv_equal_len=True, dkdv_split_loops=True, dkdv_delta_acc=True)]
 # Last, at D 64, the dq kernel with its unmasked and masked key tiles in loops of their own (BwdConfig.dq_split_loops):
-# its unmasked tile one basic block instead of five split around the masked branch (469 instructions either way; at
-# D 128 the split spills, 4 local accesses a tile).
+# an unmasked tile three basic blocks instead of five split around the masked branch (464 instructions against 469;
+# at D 128 the split spills, 4 local accesses a tile).
 BWD_SWEEP = {D: [dict(), _other_schedule(D), dict()] + [row for over in _DKDV_SETS for row in (over, dict())]
              + [_DKDV_SETS[0], dict()] + ([dict(dq_split_loops=True), dict()] if D == 64 else []) for D in (64, 128)}
 
