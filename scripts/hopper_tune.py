@@ -103,14 +103,13 @@ def _sdpa_rows(rows, D, H, T, B):
         print(row, flush=True)
 
 
-# The defaults first and last (drift); between them the variants still worth a row: the launch order one head at a
-# time (head_group 1, the default until the thirteenth session) and, at D 64, the unmasked and masked tiles in loops
-# of their own (FwdConfig.split_loops, not yet timed: in the sm_90a SASS an unmasked tile runs three basic blocks,
-# its softmax and the QK^T issue in one of 446 instructions, instead of five split around the masked branch; 497
-# instructions a tile against 503, no local memory). Variants that lost, with their JSONs: docs/benchmarks.md,
-# "Hopper kernel variants tried and removed".
-FWD_SWEEP = {64: [dict(), dict(head_group=1), dict(), dict(split_loops=True), dict(), dict(split_loops=True), dict()],
-             128: [dict(), dict(head_group=1), dict()]}
+# The defaults first and last (drift); between them the variants still worth a row, alternating with the default: the
+# launch order one head at a time (head_group 1, the default until the thirteenth session; at D 128 it won two of four
+# sweeps, 2.97 against 3.08 ms in hopper_tune_243d2a9_h200.json). The loops split at D 64 (FwdConfig.split_loops) lost
+# there twice (4.10 / 4.13 against 3.99-4.01); variants that lost, with their JSONs: docs/benchmarks.md, "Hopper kernel
+# variants tried and removed".
+FWD_SWEEP = {64: [dict(), dict(head_group=1), dict()],
+             128: [dict(), dict(head_group=1), dict(), dict(head_group=1), dict(), dict(head_group=1), dict()]}
 
 
 # awkward lengths: one partial tile, a single whole tile plus a row, GQA, T past a multiple of the tile
@@ -135,20 +134,19 @@ def _other_schedule(D: int) -> dict:
     return dict(dkdv_persistent=not cfg.dkdv_persistent, dq_persistent=not cfg.dq_persistent)
 
 
-# Then the dk/dv kernel's code options (BwdConfig.dkdv_equal_len, dkdv_split_loops, dkdv_delta_acc), each set between
-# two defaults. Their sm_90a SASS (CPU, thirty-first session; local-memory accesses / instructions a tile of the
-# unmasked path, first and second consumer, then the masked path's): default D 64 3 / 547 and 7 / 549, masked 71 and
-# 53; equal lengths + delta in the accumulator 0 / 537 and 0 / 536, masked 0 (609 instructions against 1096); all three
-# 0 / 536 and 0 / 534, masked 8. Default D 128 3 / 383 and 3 / 386; split loops 0 / 354; equal lengths + delta 0 / 373
-# and 0 / 369, masked 0 / 307 against 0 / 412. The pruned kernels' SASS alike (D 64 equal lengths + delta: 0 / 539,
-# masked 0, against 3 and 5, masked 71 and 53; D 128 split: 0 / 357 against 3 / 374). Not yet timed.
-_DKDV_SETS = [dict(dkdv_equal_len=True, dkdv_delta_acc=True), dict(dkdv_split_loops=True),
-              dict(dkdv_equal_len=True, dkdv_split_loops=True, dkdv_delta_acc=True)]
-# Last, at D 64, the dq kernel with its unmasked and masked key tiles in loops of their own (BwdConfig.dq_split_loops):
-# an unmasked tile three basic blocks instead of five split around the masked branch (464 instructions against 469;
-# at D 128 the split spills, 4 local accesses a tile).
-BWD_SWEEP = {D: [dict(), _other_schedule(D), dict()] + [row for over in _DKDV_SETS for row in (over, dict())]
-             + [_DKDV_SETS[0], dict()] + ([dict(dq_split_loops=True), dict()] if D == 64 else []) for D in (64, 128)}
+# Then the code options (BwdConfig.dkdv_equal_len, dkdv_split_loops, dkdv_delta_acc, dq_split_loops), defaults since
+# the thirty-second session's sweep (launch.py, BWD_CONFIGS), each turned off in turn between defaults: all of them
+# (the earlier default), the dk/dv ones, at D 64 the dq kernel's. Their sm_90a SASS (CPU, thirty-first session;
+# local-memory accesses / instructions a tile of the unmasked path, first and second consumer, then the masked path's):
+# none D 64 3 / 547 and 7 / 549, masked 71 and 53; all three 0 / 536 and 0 / 534, masked 8. None D 128 3 / 383 and
+# 3 / 386; split loops 0 / 354. The dq kernel's split loops, D 64: an unmasked tile three basic blocks instead of five
+# split around the masked branch (464 instructions against 469; at D 128 they spill, 4 local accesses a tile).
+_OPTIONS_OFF = dict(dkdv_equal_len=False, dkdv_split_loops=False, dkdv_delta_acc=False, dq_split_loops=False)
+_DKDV_OFF = dict(dkdv_equal_len=False, dkdv_split_loops=False, dkdv_delta_acc=False)
+_BWD_VARIANTS = {64: [_OPTIONS_OFF, _DKDV_OFF, dict(dq_split_loops=False), _other_schedule(64), _OPTIONS_OFF],
+                 128: [_OPTIONS_OFF, dict(dkdv_equal_len=True, dkdv_delta_acc=True), _OPTIONS_OFF,
+                       dict(dkdv_equal_len=True, dkdv_delta_acc=True)]}
+BWD_SWEEP = {D: [dict()] + [row for over in _BWD_VARIANTS[D] for row in (over, dict())] for D in (64, 128)}
 
 
 def _bwd_parts(q, k, v, c, do, out, lse, scale, cfg):

@@ -320,18 +320,20 @@ def _check_case(D, case, seed):
 
 
 @pytest.mark.parametrize("case", OPTION_CASES)
-@pytest.mark.parametrize("options", ["dkdv_equal_len", "dkdv_split_loops", "dkdv_delta_acc",
+@pytest.mark.parametrize("options", ["plain", "dkdv_equal_len", "dkdv_split_loops", "dkdv_delta_acc",
                                      "dkdv_equal_len+dkdv_delta_acc",
                                      "dkdv_equal_len+dkdv_split_loops+dkdv_delta_acc", "dq_split_loops"])
 @pytest.mark.parametrize("D", [64, 128], ids=lambda d: f"D{d}")
 def test_backward_options(monkeypatch, D, options, case):
-    """The backward kernels' code options (off by default until timed: scripts/hopper_tune.py bwd): equal lengths
-    compiled in (a call with Tq < Tk or packed sequences must still get the general kernel), the masked tiles in
-    loops of their own (the diagonal first, then the unmasked run, then a tile past the end), the dP product started
-    from -delta."""
+    """The backward kernels' code options, exactly the named ones on ("plain": none; the defaults, launch.BWD_CONFIGS,
+    are what the other tests run): equal lengths compiled in (a call with Tq < Tk or packed sequences must still get
+    the general kernel), the masked tiles in loops of their own (the diagonal first, then the unmasked run, then a
+    tile past the end), the dP product started from -delta, the dq kernel's split loops."""
     if options == "dq_split_loops" and D == 128:
         pytest.skip("the dq kernel's split loops are a D 64 option (they spill at D 128: launch.variant_names)")
-    _replace_bwd_configs(monkeypatch, lambda cfg: {field: True for field in options.split("+")})
+    on = set(options.split("+"))
+    _replace_bwd_configs(monkeypatch, lambda cfg: {field: field in on for field in (
+        "dkdv_equal_len", "dkdv_split_loops", "dkdv_delta_acc", "dq_split_loops")})
     _check_case(D, case, seed=19)
 
 

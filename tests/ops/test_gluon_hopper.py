@@ -147,7 +147,8 @@ def test_dkdv_equal_len_only_where_lengths_are_equal(Tq, Tk, varlen, expected):
     cu = torch.tensor([0, Tq], dtype=torch.int32) if varlen else vec
     launch = L.dkdv_launch(q, k, k, c, q, vec, vec, k, k, vec, cu, vec, 0.1, 3, B, varlen, False, cfg)
     assert launch.constexprs["EQUAL_LEN"] is expected
-    off = L.dkdv_launch(q, k, k, c, q, vec, vec, k, k, vec, cu, vec, 0.1, 3, B, varlen, False, L.BWD_CONFIGS[128])
+    plain = dataclasses.replace(L.BWD_CONFIGS[128], dkdv_equal_len=False, dkdv_split_loops=False)
+    off = L.dkdv_launch(q, k, k, c, q, vec, vec, k, k, vec, cu, vec, 0.1, 3, B, varlen, False, plain)
     assert off.constexprs["EQUAL_LEN"] is False
     # The split loops hold for any lengths: the flag reaches the kernel as it is.
     split = dataclasses.replace(L.BWD_CONFIGS[128], dkdv_split_loops=True)
@@ -172,7 +173,7 @@ def test_forward_split_loops_reaches_the_kernel(split):
     launch = L.forward_launch(q, q, q, c, q, vec, vec, vec, 0.1, 3, 2, False, False, cfg)
     assert launch.constexprs["SPLIT_LOOPS"] is split
     # ... and BwdConfig.dq_split_loops of the dq kernel
-    assert "dq-D64-bfloat16-fused-split-loops" in VARIANTS
+    assert "dq-D64-bfloat16-fused-one-loop" in VARIANTS and "dkdv-D64-bfloat16-plain" in VARIANTS
     bwd = dataclasses.replace(L.BWD_CONFIGS[64], dq_split_loops=split)
     dq = L.dq_launch(q, q, q, c, q, vec, vec, q, vec, vec, vec, 0.1, 3, 2, False, False, bwd, q)
     assert dq.constexprs["SPLIT_LOOPS"] is split

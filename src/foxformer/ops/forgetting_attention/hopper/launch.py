@@ -195,9 +195,14 @@ class BwdConfig:
 # 6.40-6.48 (hopper_tune_persistent_h200.json); at D 128 9.54 / 9.38 against 9.28-9.36 (both) and 9.34 / 9.28 against
 # 9.30-9.41 (dk/dv alone): no gain, and the persistent dk/dv kernel spills more there (144 against 56 bytes,
 # sm_90a with Triton 3.9's ptxas).
+# The code options, thirty-second session (hopper_tune_243d2a9_h200.json; every default row of a head dim within 1%):
+# at D 128 the dk/dv kernel's split loops (dk/dv 5.08 ms against 5.35-5.40 for the six default rows; equal lengths +
+# delta start 5.23 twice, all three 5.22); at D 64 all three dk/dv options (6.03 against 6.09-6.16; each subset
+# 6.05-6.08) and the dq kernel's split loops (dq 4.64 against 4.69-5.04, backward 10.69 against 10.73-10.89).
 BWD_CONFIGS = {64: BwdConfig(dkdv_block_m=128, dkdv_stages=2, dq_block_n=128, dq_stages=3, fused_delta=True,
-                             mma_sums=True, dkdv_persistent=True, dq_persistent=True),
-               128: BwdConfig(dkdv_block_m=64, dkdv_stages=2, dq_block_n=128, dq_stages=2)}
+                             mma_sums=True, dkdv_persistent=True, dq_persistent=True, dkdv_equal_len=True,
+                             dkdv_split_loops=True, dkdv_delta_acc=True, dq_split_loops=True),
+               128: BwdConfig(dkdv_block_m=64, dkdv_stages=2, dq_block_n=128, dq_stages=2, dkdv_split_loops=True)}
 
 
 def dq_block_m(cfg: BwdConfig) -> int:
@@ -327,12 +332,16 @@ def dq_tails(D: int, fused: bool | None = None) -> tuple[str, ...]:
     return ("-fused", "-fused-dlse") if fused else ("",)
 
 
-# The dk/dv kernel's code options (BwdConfig.dkdv_*) by variant-name part, and the combinations compiled as options:
-# each alone, and two sets whose sm_90a code has no local-memory access in the D 64 tile loop (scripts/hopper_tune.py,
-# BWD_SWEEP's comment).
+# The dk/dv kernel's code options (BwdConfig.dkdv_*) by variant-name part, and the combinations compiled where they
+# are not a head dim's default: none ("-plain"), each alone, and two sets whose sm_90a code has no local-memory access
+# in the D 64 tile loop (scripts/hopper_tune.py, BWD_SWEEP's comment). A name lists exactly the options that are on.
 _DKDV_OPTIONS = {"dkdv_equal_len": "-equal-len", "dkdv_split_loops": "-split-loops", "dkdv_delta_acc": "-delta-acc"}
-_DKDV_OPTION_SETS = (("dkdv_equal_len",), ("dkdv_split_loops",), ("dkdv_delta_acc",),
+_DKDV_OPTION_SETS = ((), ("dkdv_equal_len",), ("dkdv_split_loops",), ("dkdv_delta_acc",),
                      ("dkdv_equal_len", "dkdv_delta_acc"), ("dkdv_equal_len", "dkdv_split_loops", "dkdv_delta_acc"))
+
+
+def _dkdv_option_set(cfg: BwdConfig) -> tuple[str, ...]:
+    return tuple(f for f in _DKDV_OPTIONS if getattr(cfg, f))
 
 
 def variant_names() -> list[str]:
@@ -341,9 +350,9 @@ def variant_names() -> list[str]:
     BwdConfig.fused_delta flipped from the default, bf16, dense and packed, both backward kernels with
     BwdConfig.mma_sums flipped ("-mma-sums" / "-reg-sums"), both with the other schedule, dense and packed
     ("-persistent" / "-one-a-tile": *_persistent flipped), the dk/dv kernel's code options, alone and in the
-    combinations of _DKDV_OPTION_SETS ("-equal-len", "-split-loops", "-delta-acc": BwdConfig.dkdv_*), and the
-    forward without overlap and the dq kernel with their loops split ("-split-loops": FwdConfig.split_loops,
-    BwdConfig.dq_split_loops), dense and packed."""
+    combinations of _DKDV_OPTION_SETS ("-equal-len", "-split-loops", "-delta-acc": BwdConfig.dkdv_*; "-plain": none),
+    the forward without overlap with its loops split ("-split-loops": FwdConfig.split_loops) and the D 64 dq kernel
+    with BwdConfig.dq_split_loops flipped ("-split-loops" / "-one-loop"), dense and packed."""
     picked = [f"{kernel}-D{D}-{dtype}{'-varlen' if varlen else ''}{'-prune' if prune else ''}{tail}"
               for D in (64, 128) for dtype in _VARIANT_DTYPES for varlen in (False, True) for prune in (False, True)
               for kernel in ("fwd", "dkdv", "dq") for tail in (dq_tails(D) if kernel == "dq" else ("",))]
@@ -354,13 +363,13 @@ def variant_names() -> list[str]:
     schedule = [f"{kernel}-D{D}-bfloat16{varlen}{dq_tails(D)[0] if kernel == 'dq' else ''}"
                 f"{'-one-a-tile' if getattr(BWD_CONFIGS[D], f'{kernel}_persistent') else '-persistent'}"
                 for kernel in ("dkdv", "dq") for D in (64, 128) for varlen in ("", "-varlen")]
-    options = [f"dkdv-D{D}-bfloat16" + "".join(_DKDV_OPTIONS[f] for f in fields) for D in (64, 128)
-               for fields in _DKDV_OPTION_SETS if not all(getattr(BWD_CONFIGS[D], f) for f in fields)]
+    options = [f"dkdv-D{D}-bfloat16" + ("".join(_DKDV_OPTIONS[f] for f in fields) or "-plain") for D in (64, 128)
+               for fields in _DKDV_OPTION_SETS if fields != _dkdv_option_set(BWD_CONFIGS[D])]
     fwd_split = [f"fwd-D{D}-bfloat16{varlen}-split-loops" for D in (64, 128) for varlen in ("", "-varlen")
                  if not (FWD_CONFIGS[D].overlap or FWD_CONFIGS[D].split_loops)]
     # The dq kernel's split loops at D 64 only: at D 128 they spill (144 bytes, Triton 3.9; 4 accesses a tile, 3.6).
-    dq_split = [f"dq-D64-bfloat16{varlen}{dq_tails(64)[0]}-split-loops" for varlen in ("", "-varlen")
-                if not BWD_CONFIGS[64].dq_split_loops]
+    dq_split = [f"dq-D64-bfloat16{varlen}{dq_tails(64)[0]}{'-one-loop' if BWD_CONFIGS[64].dq_split_loops else '-split-loops'}"
+                for varlen in ("", "-varlen")]
     return picked + flipped + sums + schedule + options + fwd_split + dq_split
 
 
@@ -375,10 +384,10 @@ def variant_launches(tokens: int = 300):
         if name.endswith(("-persistent", "-one-a-tile")):
             bwd_cfg = dataclasses.replace(bwd_cfg, dkdv_persistent=name.endswith("-persistent"),
                                           dq_persistent=name.endswith("-persistent"))
-        if kernel == "dkdv":
-            bwd_cfg = dataclasses.replace(bwd_cfg, **{f: True for f, part in _DKDV_OPTIONS.items() if part in name})
-        if kernel == "dq" and name.endswith("-split-loops"):
-            bwd_cfg = dataclasses.replace(bwd_cfg, dq_split_loops=True)
+        if kernel == "dkdv" and (name.endswith("-plain") or any(part in name for part in _DKDV_OPTIONS.values())):
+            bwd_cfg = dataclasses.replace(bwd_cfg, **{f: part in name for f, part in _DKDV_OPTIONS.items()})
+        if kernel == "dq" and name.endswith(("-split-loops", "-one-loop")):
+            bwd_cfg = dataclasses.replace(bwd_cfg, dq_split_loops=name.endswith("-split-loops"))
         B, Hq, Hkv = (1, 4, 2) if varlen else (2, 4, 2)
         q = torch.zeros(B, tokens, Hq, D, dtype=_VARIANT_DTYPES[dtype])
         k = torch.zeros(B, tokens, Hkv, D, dtype=_VARIANT_DTYPES[dtype])
