@@ -134,18 +134,19 @@ def _other_schedule(D: int) -> dict:
     return dict(dkdv_persistent=not cfg.dkdv_persistent, dq_persistent=not cfg.dq_persistent)
 
 
-# Then the code options (BwdConfig.dkdv_equal_len, dkdv_split_loops, dkdv_delta_acc, dq_split_loops), defaults since
-# the thirty-second session's sweep (launch.py, BWD_CONFIGS), each turned off in turn between defaults: all of them
-# (the earlier default), the dk/dv ones, at D 64 the dq kernel's. Their sm_90a SASS (CPU, thirty-first session;
-# local-memory accesses / instructions a tile of the unmasked path, first and second consumer, then the masked path's):
-# none D 64 3 / 547 and 7 / 549, masked 71 and 53; all three 0 / 536 and 0 / 534, masked 8. None D 128 3 / 383 and
-# 3 / 386; split loops 0 / 354. The dq kernel's split loops, D 64: an unmasked tile three basic blocks instead of five
-# split around the masked branch (464 instructions against 469; at D 128 they spill, 4 local accesses a tile).
-_OPTIONS_OFF = dict(dkdv_equal_len=False, dkdv_split_loops=False, dkdv_delta_acc=False, dq_split_loops=False)
-_DKDV_OFF = dict(dkdv_equal_len=False, dkdv_split_loops=False, dkdv_delta_acc=False)
-_BWD_VARIANTS = {64: [_OPTIONS_OFF, _DKDV_OFF, dict(dq_split_loops=False), _other_schedule(64), _OPTIONS_OFF],
-                 128: [_OPTIONS_OFF, dict(dkdv_equal_len=True, dkdv_delta_acc=True), _OPTIONS_OFF,
-                       dict(dkdv_equal_len=True, dkdv_delta_acc=True)]}
+# Then the code options (BwdConfig.dkdv_equal_len, dkdv_split_loops, dq_split_loops; the split loops defaults since
+# the thirty-second session's sweeps, launch.py, BWD_CONFIGS), turned off or on in turn between defaults: none (the
+# earlier default), at D 64 the dq kernel's off, and equal lengths compiled in. Their sm_90a SASS (CPU, thirty-first
+# session; local-memory accesses / instructions a tile of the unmasked path, first and second consumer): none D 64
+# 3 / 547 and 7 / 549, masked 71 and 53; none D 128 3 / 383 and 3 / 386, split loops 0 / 354. The dq kernel's split
+# loops, D 64: an unmasked tile three basic blocks instead of five split around the masked branch (464 instructions
+# against 469; at D 128 they spill, 4 local accesses a tile). The dP product started from -delta (dkdv_delta_acc) had
+# no local memory at D 64 and dk/dv 6.03-6.08 ms against 6.09-6.16 (hopper_tune_243d2a9_h200.json) but lost the gate
+# gradient's cancellation (removed; bwd._dkdv_tile).
+_OPTIONS_OFF = dict(dkdv_equal_len=False, dkdv_split_loops=False, dq_split_loops=False)
+_BWD_VARIANTS = {64: [_OPTIONS_OFF, dict(dq_split_loops=False), dict(dkdv_equal_len=True), _other_schedule(64),
+                      _OPTIONS_OFF],
+                 128: [_OPTIONS_OFF, dict(dkdv_equal_len=True), _OPTIONS_OFF]}
 BWD_SWEEP = {D: [dict()] + [row for over in _BWD_VARIANTS[D] for row in (over, dict())] for D in (64, 128)}
 
 

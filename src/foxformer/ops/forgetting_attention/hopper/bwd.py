@@ -535,11 +535,9 @@ def _dkdv_load_task(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, q_smem, do_s
 def _dkdv_tile(q_smem, do_smem, k_w, v_w, vec_smem, ones_smem, ready, empty, dk, dv, colsum, cols8, it, i0, keys,
                kw0, ck_hi, ck_lo2, ck2, off, n_q, zero_st, scale2, offs_m,
                MASK: gl.constexpr, WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
-               NUM_STAGES: gl.constexpr, MMA_SUMS: gl.constexpr, DELTA_ACC: gl.constexpr):
+               NUM_STAGES: gl.constexpr, MMA_SUMS: gl.constexpr):
     """One query tile of _dkdv_consume_task: dV, dK and the dS column sums updated. MASK: TILE_MASKED (some pair of
-    the tile is hidden, the diagonal, or some query is past n_q), TILE_UNMASKED, or TILE_EITHER (decided here).
-    DELTA_ACC: the dP product starts from -delta instead of 0, so dP - delta leaves the product done and delta is
-    not held beside P and dP (BwdConfig.dkdv_delta_acc)."""
+    the tile is hidden, the diagonal, or some query is past n_q), TILE_UNMASKED, or TILE_EITHER (decided here)."""
     a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=dv.type.layout, k_width=2)
     qry_l: gl.constexpr = gl.SliceLayout(0, zero_st.type.layout)
     dtype: gl.constexpr = q_smem.dtype
@@ -549,11 +547,7 @@ def _dkdv_tile(q_smem, do_smem, k_w, v_w, vec_smem, ones_smem, ready, empty, dk,
     do_tile = do_smem.index(s).reshape([BLOCK_M, HEAD_DIM])
     mbarrier.wait(ready.index(s), ph)
     s_tok = warpgroup_mma(k_w, q_tile.permute((1, 0)), zero_st, use_acc=False, is_async=True)
-    if DELTA_ACC:
-        delta = vec_smem.index(N_VEC * s + VEC_DELTA).load(qry_l)
-        dp_tok = warpgroup_mma(v_w, do_tile.permute((1, 0)), zero_st - delta[None, :], is_async=True)
-    else:
-        dp_tok = warpgroup_mma(v_w, do_tile.permute((1, 0)), zero_st, use_acc=False, is_async=True)
+    dp_tok = warpgroup_mma(v_w, do_tile.permute((1, 0)), zero_st, use_acc=False, is_async=True)
     if MASK == TILE_EITHER:
         # Unmasked: every query of the tile comes at or after this warpgroup's last key, and exists.
         masked = (off + i0 < kw0 + WG_ROWS - 1) | (i0 + BLOCK_M > n_q)
@@ -575,11 +569,11 @@ def _dkdv_tile(q_smem, do_smem, k_w, v_w, vec_smem, ones_smem, ready, empty, dk,
         p_t = gl.exp2(qk_t * scale2 + (row2[None, :] - ck2[:, None]))
     dv_tok = warpgroup_mma(gl.convert_layout(p_t.to(dtype), a_layout), do_tile, dv, is_async=True)
     dp_t = warpgroup_mma_wait(1, deps=[dp_tok])
-    if DELTA_ACC:
-        ds_t = p_t * dp_t
-    else:
-        delta = vec_smem.index(N_VEC * s + VEC_DELTA).load(qry_l)
-        ds_t = p_t * (dp_t - delta[None, :])
+    # delta apart, not as the dP product's starting value: the tensor cores' accumulation from -delta lost the
+    # cancellation the gate gradient rests on (dlog_f 6e-2 off at gates of -30, exactly 0 for one token: removed
+    # dkdv_delta_acc, thirty-second session).
+    delta = vec_smem.index(N_VEC * s + VEC_DELTA).load(qry_l)
+    ds_t = p_t * (dp_t - delta[None, :])
     if MMA_SUMS:
         ds_a = gl.convert_layout(ds_t.to(dtype), a_layout)
         dk_tok = warpgroup_mma(ds_a, q_tile, dk, is_async=True)
@@ -603,7 +597,7 @@ def _dkdv_consume_task(q_smem, do_smem, k_smem, v_smem, vec_smem, ones_smem, kv_
                        stride_dvb, stride_dvt, stride_dvh, PruneBound, group, kv_phase, it,
                        WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
                        NUM_STAGES: gl.constexpr, PRUNE: gl.constexpr, MMA_SUMS: gl.constexpr,
-                       PERSISTENT: gl.constexpr, SPLIT_LOOPS: gl.constexpr, DELTA_ACC: gl.constexpr):
+                       PERSISTENT: gl.constexpr, SPLIT_LOOPS: gl.constexpr):
     """dK, dV and the dS column sums of one key block (this warpgroup's 64 keys); with PERSISTENT, K and V are
     released on kv_empty before the stores. Returns the ring position after the task's tiles."""
     # Transposed orientation: tiles are [keys, queries], so dK and dV accumulate without transposes.
@@ -653,23 +647,23 @@ def _dkdv_consume_task(q_smem, do_smem, k_smem, v_smem, vec_smem, ones_smem, kv_
                 dk, dv, colsum, cols8, it = _dkdv_tile(
                     q_smem, do_smem, k_w, v_w, vec_smem, ones_smem, ready, empty, dk, dv, colsum, cols8, it,
                     i_lo + t * BLOCK_M, keys, kw0, ck_hi, ck_lo2, ck2, off, n_q, zero_st, scale2, offs_m,
-                    TILE_MASKED, WG, HEAD_DIM, BLOCK_M, NUM_STAGES, MMA_SUMS, DELTA_ACC)
+                    TILE_MASKED, WG, HEAD_DIM, BLOCK_M, NUM_STAGES, MMA_SUMS)
             for t in range(n_head, n_body):
                 dk, dv, colsum, cols8, it = _dkdv_tile(
                     q_smem, do_smem, k_w, v_w, vec_smem, ones_smem, ready, empty, dk, dv, colsum, cols8, it,
                     i_lo + t * BLOCK_M, keys, kw0, ck_hi, ck_lo2, ck2, off, n_q, zero_st, scale2, offs_m,
-                    TILE_UNMASKED, WG, HEAD_DIM, BLOCK_M, NUM_STAGES, MMA_SUMS, DELTA_ACC)
+                    TILE_UNMASKED, WG, HEAD_DIM, BLOCK_M, NUM_STAGES, MMA_SUMS)
             for t in range(n_body, n_tiles):
                 dk, dv, colsum, cols8, it = _dkdv_tile(
                     q_smem, do_smem, k_w, v_w, vec_smem, ones_smem, ready, empty, dk, dv, colsum, cols8, it,
                     i_lo + t * BLOCK_M, keys, kw0, ck_hi, ck_lo2, ck2, off, n_q, zero_st, scale2, offs_m,
-                    TILE_MASKED, WG, HEAD_DIM, BLOCK_M, NUM_STAGES, MMA_SUMS, DELTA_ACC)
+                    TILE_MASKED, WG, HEAD_DIM, BLOCK_M, NUM_STAGES, MMA_SUMS)
         else:
             for t in range(n_tiles):
                 dk, dv, colsum, cols8, it = _dkdv_tile(
                     q_smem, do_smem, k_w, v_w, vec_smem, ones_smem, ready, empty, dk, dv, colsum, cols8, it,
                     i_lo + t * BLOCK_M, keys, kw0, ck_hi, ck_lo2, ck2, off, n_q, zero_st, scale2, offs_m,
-                    TILE_EITHER, WG, HEAD_DIM, BLOCK_M, NUM_STAGES, MMA_SUMS, DELTA_ACC)
+                    TILE_EITHER, WG, HEAD_DIM, BLOCK_M, NUM_STAGES, MMA_SUMS)
         if MMA_SUMS:
             colsum = gl.convert_layout(gl.sum(cols8, 1) * (1.0 / SUM_N), key_l)
         gl.store(ColSum + c_base + keys, colsum, mask=key_ok)
@@ -750,7 +744,7 @@ def _dkdv_consumer(q_smem, do_smem, k_smem, v_smem, vec_smem, ones_smem, kv_bar,
                    stride_dvb, stride_dvt, stride_dvh, PruneBound, group,
                    WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
                    NUM_STAGES: gl.constexpr, PRUNE: gl.constexpr, MMA_SUMS: gl.constexpr,
-                   SPLIT_LOOPS: gl.constexpr, DELTA_ACC: gl.constexpr):
+                   SPLIT_LOOPS: gl.constexpr):
     """A consumer of one CTA a tile (ring from position 0, as _dkdv_loader)."""
     if MMA_SUMS:
         _fill_ones(ones_smem, WG, NUM_STAGES, BLOCK_M)
@@ -758,7 +752,7 @@ def _dkdv_consumer(q_smem, do_smem, k_smem, v_smem, vec_smem, ones_smem, kv_bar,
                        C, DK, DV, ColSum, zb, tok0, n0, kv_head, pid_z, pid_n, off, n_q, n_k, n_blocks, n_heads_q,
                        scale, scale2, stride_cb, stride_ch, stride_dkb, stride_dkt, stride_dkh,
                        stride_dvb, stride_dvt, stride_dvh, PruneBound, group, 0, n0 * 0,
-                       WG, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE, MMA_SUMS, False, SPLIT_LOOPS, DELTA_ACC)
+                       WG, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE, MMA_SUMS, False, SPLIT_LOOPS)
 
 
 @gluon.jit
@@ -768,8 +762,7 @@ def _dkdv_persistent_consumer(q_smem, do_smem, k_smem, v_smem, vec_smem, ones_sm
                               stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh, PruneBound,
                               group, WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
                               NUM_STAGES: gl.constexpr, PRUNE: gl.constexpr, MMA_SUMS: gl.constexpr,
-                              IS_VARLEN: gl.constexpr, HEAD_GROUP: gl.constexpr, SPLIT_LOOPS: gl.constexpr,
-                              DELTA_ACC: gl.constexpr):
+                              IS_VARLEN: gl.constexpr, HEAD_GROUP: gl.constexpr, SPLIT_LOOPS: gl.constexpr):
     n_heads_q = n_heads * group
     if MMA_SUMS:
         _fill_ones(ones_smem, WG, NUM_STAGES, BLOCK_M)
@@ -787,7 +780,7 @@ def _dkdv_persistent_consumer(q_smem, do_smem, k_smem, v_smem, vec_smem, ones_sm
                                     stride_ch, stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt,
                                     stride_dvh, PruneBound, group, kv & 1, it,
                                     WG, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE, MMA_SUMS, True,
-                                    SPLIT_LOOPS, DELTA_ACC)
+                                    SPLIT_LOOPS)
             kv += 1
         task = _receive_task(task_smem, task_ready, task_empty, j)
         j += 1
@@ -835,7 +828,7 @@ def _dkdv_one(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DK, DV, ColSum, Cu
               stride_cb, stride_ch, stride_lb, stride_lh, seqlen_q, seqlen_k, scale, scale2, n_blocks, n_heads, group,
               HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, NUM_STAGES: gl.constexpr, IS_VARLEN: gl.constexpr,
               PRUNE: gl.constexpr, CONSUMER_REGS: gl.constexpr, HEAD_GROUP: gl.constexpr, MMA_SUMS: gl.constexpr,
-              SPLIT_LOOPS: gl.constexpr, DELTA_ACC: gl.constexpr):
+              SPLIT_LOOPS: gl.constexpr):
     """The program's own task."""
     pid_n, kv_head, pid_z, zb, tok0, n_q, n_k, n0 = _dkdv_task(gl.program_id(0), gl.num_programs(0), n_blocks, n_heads,
                                                               CuSeqlens, seqlen_q, seqlen_k, IS_VARLEN, HEAD_GROUP)
@@ -853,12 +846,12 @@ def _dkdv_one(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DK, DV, ColSum, Cu
                               C, DK, DV, ColSum, zb, tok0, n0, kv_head, pid_z, pid_n, off, n_q, n_k, n_blocks,
                               n_heads_q, scale, scale2, stride_cb, stride_ch, stride_dkb, stride_dkt, stride_dkh,
                               stride_dvb, stride_dvt, stride_dvh, PruneBound, group,
-                              0, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE, MMA_SUMS, SPLIT_LOOPS, DELTA_ACC)),
+                              0, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE, MMA_SUMS, SPLIT_LOOPS)),
             (_dkdv_consumer, (q_smem, do_smem, k_smem, v_smem, vec_smem, ones_smem, kv_bar, kv_empty, ready, empty,
                               C, DK, DV, ColSum, zb, tok0, n0, kv_head, pid_z, pid_n, off, n_q, n_k, n_blocks,
                               n_heads_q, scale, scale2, stride_cb, stride_ch, stride_dkb, stride_dkt, stride_dkh,
                               stride_dvb, stride_dvt, stride_dvh, PruneBound, group,
-                              1, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE, MMA_SUMS, SPLIT_LOOPS, DELTA_ACC)),
+                              1, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE, MMA_SUMS, SPLIT_LOOPS)),
         ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
 
 
@@ -869,7 +862,7 @@ def _dkdv_persistent(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DK, DV, Col
                      n_heads, group, n_tasks, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
                      NUM_STAGES: gl.constexpr, IS_VARLEN: gl.constexpr, PRUNE: gl.constexpr,
                      CONSUMER_REGS: gl.constexpr, HEAD_GROUP: gl.constexpr, MMA_SUMS: gl.constexpr,
-                     SPLIT_LOOPS: gl.constexpr, DELTA_ACC: gl.constexpr):
+                     SPLIT_LOOPS: gl.constexpr):
     """One CTA an SM: tasks from Counter, their ids passed from the loader to the consumers through task_smem."""
     k_smem, v_smem, q_smem, do_smem, vec_smem, ones_smem, kv_bar, kv_empty, ready, empty = _dkdv_smem(
         q_desc, do_desc, k_desc, v_desc, HEAD_DIM, BLOCK_M, NUM_STAGES, True)
@@ -885,13 +878,13 @@ def _dkdv_persistent(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DK, DV, Col
                                      C, DK, DV, ColSum, n_blocks, n_heads, scale, scale2, stride_cb, stride_ch,
                                      stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh,
                                      PruneBound, group, 0, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE, MMA_SUMS,
-                                     IS_VARLEN, HEAD_GROUP, SPLIT_LOOPS, DELTA_ACC)),
+                                     IS_VARLEN, HEAD_GROUP, SPLIT_LOOPS)),
         (_dkdv_persistent_consumer, (q_smem, do_smem, k_smem, v_smem, vec_smem, ones_smem, kv_bar, kv_empty, ready,
                                      empty, task_smem, task_ready, task_empty, n_tasks, CuSeqlens, seqlen_q, seqlen_k,
                                      C, DK, DV, ColSum, n_blocks, n_heads, scale, scale2, stride_cb, stride_ch,
                                      stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh,
                                      PruneBound, group, 1, HEAD_DIM, BLOCK_M, NUM_STAGES, PRUNE, MMA_SUMS,
-                                     IS_VARLEN, HEAD_GROUP, SPLIT_LOOPS, DELTA_ACC)),
+                                     IS_VARLEN, HEAD_GROUP, SPLIT_LOOPS)),
     ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
 
 
@@ -905,12 +898,12 @@ def dkdv_kernel(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DK, DV, ColSum, 
                 HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
                 NUM_STAGES: gl.constexpr, IS_VARLEN: gl.constexpr, PRUNE: gl.constexpr,
                 CONSUMER_REGS: gl.constexpr, HEAD_GROUP: gl.constexpr, MMA_SUMS: gl.constexpr,
-                PERSISTENT: gl.constexpr, EQUAL_LEN: gl.constexpr, SPLIT_LOOPS: gl.constexpr, DELTA_ACC: gl.constexpr):
+                PERSISTENT: gl.constexpr, EQUAL_LEN: gl.constexpr, SPLIT_LOOPS: gl.constexpr):
     """Tasks: key blocks of 128 x kv heads x sequences (n_tasks), the first key blocks (the heaviest) first; one a
     program, or with PERSISTENT one CTA an SM taking them in turn from the int32 Counter (zero at launch).
     EQUAL_LEN: the launch has seqlen_q == seqlen_k, so the queries' offset into the keys (n_k - n_q) is 0 at
     compile time (BwdConfig.dkdv_equal_len). SPLIT_LOOPS: masked and unmasked query tiles in loops of their own
-    (BwdConfig.dkdv_split_loops). DELTA_ACC: _dkdv_tile's (BwdConfig.dkdv_delta_acc)."""
+    (BwdConfig.dkdv_split_loops)."""
     if EQUAL_LEN:
         seqlen_k = seqlen_q
     if PERSISTENT:
@@ -918,10 +911,10 @@ def dkdv_kernel(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DK, DV, ColSum, 
                          Counter, stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh,
                          stride_cb, stride_ch, stride_lb, stride_lh, seqlen_q, seqlen_k, scale, scale2, n_blocks,
                          n_heads, group, n_tasks, HEAD_DIM, BLOCK_M, NUM_STAGES, IS_VARLEN, PRUNE, CONSUMER_REGS,
-                         HEAD_GROUP, MMA_SUMS, SPLIT_LOOPS, DELTA_ACC)
+                         HEAD_GROUP, MMA_SUMS, SPLIT_LOOPS)
     else:
         _dkdv_one(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DK, DV, ColSum, CuSeqlens, PruneBound,
                   stride_dkb, stride_dkt, stride_dkh, stride_dvb, stride_dvt, stride_dvh,
                   stride_cb, stride_ch, stride_lb, stride_lh, seqlen_q, seqlen_k, scale, scale2, n_blocks,
                   n_heads, group, HEAD_DIM, BLOCK_M, NUM_STAGES, IS_VARLEN, PRUNE, CONSUMER_REGS, HEAD_GROUP,
-                  MMA_SUMS, SPLIT_LOOPS, DELTA_ACC)
+                  MMA_SUMS, SPLIT_LOOPS)

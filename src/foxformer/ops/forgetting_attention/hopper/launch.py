@@ -150,8 +150,7 @@ class BwdConfig:
     tile's results are stored (dq: two warpgroups only); dkdv_equal_len: the dk/dv kernel is compiled apart for
     dense calls with as many queries as keys, where the queries' offset into the keys is 0 at compile time;
     dkdv_split_loops: the dk/dv kernel runs its masked query tiles (the diagonal, the end of the sequence) and the
-    unmasked ones in separate loops; dkdv_delta_acc: its dP product starts from -delta (bwd._dkdv_tile);
-    dq_split_loops: the dq kernel runs its unmasked and masked key tiles in separate loops."""
+    unmasked ones in separate loops; dq_split_loops: the dq kernel runs its unmasked and masked key tiles in separate loops."""
 
     dkdv_block_m: int
     dkdv_stages: int
@@ -167,7 +166,6 @@ class BwdConfig:
     dq_persistent: bool = False
     dkdv_equal_len: bool = False
     dkdv_split_loops: bool = False
-    dkdv_delta_acc: bool = False
     dq_split_loops: bool = False
 
 
@@ -196,12 +194,15 @@ class BwdConfig:
 # 9.30-9.41 (dk/dv alone): no gain, and the persistent dk/dv kernel spills more there (144 against 56 bytes,
 # sm_90a with Triton 3.9's ptxas).
 # The code options, thirty-second session (hopper_tune_243d2a9_h200.json; every default row of a head dim within 1%):
-# at D 128 the dk/dv kernel's split loops (dk/dv 5.08 ms against 5.35-5.40 for the six default rows; equal lengths +
-# delta start 5.23 twice, all three 5.22); at D 64 all three dk/dv options (6.03 against 6.09-6.16; each subset
-# 6.05-6.08) and the dq kernel's split loops (dq 4.64 against 4.69-5.04, backward 10.69 against 10.73-10.89).
+# the dk/dv kernel's split loops at both head dims (D 128: dk/dv 5.08 ms against 5.35-5.40 for the six default rows;
+# D 64: 6.07 against 6.09-6.16) and the dq kernel's at D 64 (dq 4.64 against 4.69-5.04, backward 10.69 against
+# 10.73-10.89). Their second sweep, each turned off between defaults (hopper_tune_9917aa4_h200.json): backward D 64
+# 10.67-10.79 against 10.91 / 10.93 with none (the dq kernel's off: 10.89), D 128 8.84-8.92 against 9.03 / 9.17.
+# Equal lengths compiled in stay an option (D 64 dk/dv 6.05-6.08 with the delta start, now removed; alone it spills
+# more: launch.py's sweep comment in scripts/hopper_tune.py).
 BWD_CONFIGS = {64: BwdConfig(dkdv_block_m=128, dkdv_stages=2, dq_block_n=128, dq_stages=3, fused_delta=True,
-                             mma_sums=True, dkdv_persistent=True, dq_persistent=True, dkdv_equal_len=True,
-                             dkdv_split_loops=True, dkdv_delta_acc=True, dq_split_loops=True),
+                             mma_sums=True, dkdv_persistent=True, dq_persistent=True, dkdv_split_loops=True,
+                             dq_split_loops=True),
                128: BwdConfig(dkdv_block_m=64, dkdv_stages=2, dq_block_n=128, dq_stages=2, dkdv_split_loops=True)}
 
 
@@ -237,8 +238,7 @@ def dkdv_launch(q, k, v, c, do, lse, delta, dk, dv, colsum, cu, bound, scale: fl
     constexprs = dict(HEAD_DIM=D, BLOCK_M=cfg.dkdv_block_m, NUM_STAGES=cfg.dkdv_stages,
                       IS_VARLEN=varlen, PRUNE=prune, CONSUMER_REGS=cfg.consumer_regs, HEAD_GROUP=cfg.head_group,
                       MMA_SUMS=cfg.mma_sums, PERSISTENT=cfg.dkdv_persistent,
-                      EQUAL_LEN=cfg.dkdv_equal_len and not varlen and Tq == Tk, SPLIT_LOOPS=cfg.dkdv_split_loops,
-                      DELTA_ACC=cfg.dkdv_delta_acc)
+                      EQUAL_LEN=cfg.dkdv_equal_len and not varlen and Tq == Tk, SPLIT_LOOPS=cfg.dkdv_split_loops)
     return Launch(dkdv_kernel, grid, args, constexprs, OPTIONS)
 
 
@@ -333,11 +333,9 @@ def dq_tails(D: int, fused: bool | None = None) -> tuple[str, ...]:
 
 
 # The dk/dv kernel's code options (BwdConfig.dkdv_*) by variant-name part, and the combinations compiled where they
-# are not a head dim's default: none ("-plain"), each alone, and two sets whose sm_90a code has no local-memory access
-# in the D 64 tile loop (scripts/hopper_tune.py, BWD_SWEEP's comment). A name lists exactly the options that are on.
-_DKDV_OPTIONS = {"dkdv_equal_len": "-equal-len", "dkdv_split_loops": "-split-loops", "dkdv_delta_acc": "-delta-acc"}
-_DKDV_OPTION_SETS = ((), ("dkdv_equal_len",), ("dkdv_split_loops",), ("dkdv_delta_acc",),
-                     ("dkdv_equal_len", "dkdv_delta_acc"), ("dkdv_equal_len", "dkdv_split_loops", "dkdv_delta_acc"))
+# are not a head dim's default: none ("-plain") and each alone and both. A name lists exactly the options that are on.
+_DKDV_OPTIONS = {"dkdv_equal_len": "-equal-len", "dkdv_split_loops": "-split-loops"}
+_DKDV_OPTION_SETS = ((), ("dkdv_equal_len",), ("dkdv_split_loops",), ("dkdv_equal_len", "dkdv_split_loops"))
 
 
 def _dkdv_option_set(cfg: BwdConfig) -> tuple[str, ...]:
@@ -350,7 +348,7 @@ def variant_names() -> list[str]:
     BwdConfig.fused_delta flipped from the default, bf16, dense and packed, both backward kernels with
     BwdConfig.mma_sums flipped ("-mma-sums" / "-reg-sums"), both with the other schedule, dense and packed
     ("-persistent" / "-one-a-tile": *_persistent flipped), the dk/dv kernel's code options, alone and in the
-    combinations of _DKDV_OPTION_SETS ("-equal-len", "-split-loops", "-delta-acc": BwdConfig.dkdv_*; "-plain": none),
+    combinations of _DKDV_OPTION_SETS ("-equal-len", "-split-loops": BwdConfig.dkdv_*; "-plain": none),
     the forward without overlap with its loops split ("-split-loops": FwdConfig.split_loops) and the D 64 dq kernel
     with BwdConfig.dq_split_loops flipped ("-split-loops" / "-one-loop"), dense and packed."""
     picked = [f"{kernel}-D{D}-{dtype}{'-varlen' if varlen else ''}{'-prune' if prune else ''}{tail}"
