@@ -33,8 +33,10 @@ def test_compat_resolves_the_installed_tritons_names():
 # kernel 352 bytes with either since the compiles carry a GPU launch's pointer alignment, 2026-12-04). The dk/dv
 # kernel keeps tiles that spill a little because they ran faster (launch.BWD_CONFIGS). The forward's is tight: it
 # keeps P in registers while its wgmma runs (FwdConfig.overlap), the configs that passed the GPU tests spill at most
-# 16 bytes (scalars, Triton 3.6), and a D 64 config spilling 24 bytes gave wrong output on the H200.
-LOCAL_BUDGET = {"fwd": 16, "dq": 128, "dkdv": 512}
+# 16 bytes (scalars, Triton 3.6), and a D 64 config spilling 24 bytes gave wrong output on the H200. The D 64 dq
+# kernel's split loops (the default since the thirty-second session: the backward 1% faster on Triton 3.6, where they
+# spill 56 / 112 bytes unpruned / pruned) spill 80 / 144 bytes with Triton 3.9, against 0 / 16 in one loop.
+LOCAL_BUDGET = {"fwd": 16, "dq": 160, "dkdv": 512}
 VARIANTS = [] if not compat.AVAILABLE else __import__(
     "foxformer.ops.forgetting_attention.hopper.launch", fromlist=["variant_names"]).variant_names()
 

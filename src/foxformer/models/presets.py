@@ -17,7 +17,7 @@ SIZES = {"tiny": (2, 64), "small": (8, 512), "125m": (12, 768), "360m": (24, 102
          "1.3b": (24, 2048)}
 # Head dims: FoX 64 (the paper's at every size), Transformer 128 (the paper's at 760M; its 125M and 360M
 # Transformers use 64), capped so that FoX keeps at least 4 heads and the Transformer 2 (tiny: 16 and 32). FoX (Pro)
-# 125M trains 1.15x faster with head_dim=128 (H200, 16K, docs/benchmarks.md "Whole models"), and FoX (Pro) small
+# 125M trains 1.14x faster with head_dim=128 (H200, 16K, docs/benchmarks.md "Whole models"), and FoX (Pro) small
 # reads 0.136 nats lower with it over three seeds (docs/results.md, "Head dim (Pro block)"); at 125M three seeds
 # separate the two neither way (+0.033 [-0.120, +0.163] nats for 128: "Head dim at 125M"), so 64, the paper's
 # choice, stays the default.

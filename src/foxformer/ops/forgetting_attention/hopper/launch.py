@@ -196,10 +196,10 @@ class BwdConfig:
 # The code options, thirty-second session (hopper_tune_243d2a9_h200.json; every default row of a head dim within 1%):
 # the dk/dv kernel's split loops at both head dims (D 128: dk/dv 5.08 ms against 5.35-5.40 for the six default rows;
 # D 64: 6.07 against 6.09-6.16) and the dq kernel's at D 64 (dq 4.64 against 4.69-5.04, backward 10.69 against
-# 10.73-10.89). Their second sweep, each turned off between defaults (hopper_tune_9917aa4_h200.json): backward D 64
-# 10.67-10.79 against 10.91 / 10.93 with none (the dq kernel's off: 10.89), D 128 8.84-8.92 against 9.03 / 9.17.
-# Equal lengths compiled in stay an option (D 64 dk/dv 6.05-6.08 with the delta start, now removed; alone it spills
-# more: launch.py's sweep comment in scripts/hopper_tune.py).
+# 10.73-10.89). Then alternated with the options off (hopper_tune_{9917aa4,7f71b0f}_h200.json): backward D 64
+# 10.67-10.79 against 10.82-10.93 (the dq kernel's alone off: 10.86 / 10.89), D 128 8.84-8.92 against 9.03-9.17.
+# Equal lengths compiled in (dkdv_equal_len) stay off: on top of the split loops D 64 dk/dv 6.07 against 6.05-6.17,
+# D 128 5.21 against 5.09-5.10 (hopper_tune_7f71b0f_h200.json).
 BWD_CONFIGS = {64: BwdConfig(dkdv_block_m=128, dkdv_stages=2, dq_block_n=128, dq_stages=3, fused_delta=True,
                              mma_sums=True, dkdv_persistent=True, dq_persistent=True, dkdv_split_loops=True,
                              dq_split_loops=True),
