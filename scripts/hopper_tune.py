@@ -137,13 +137,14 @@ def _other_schedule(D: int) -> dict:
 # Then the code options (BwdConfig.dkdv_equal_len, dkdv_split_loops, dq_split_loops; the split loops defaults since
 # the thirty-second session's sweeps, launch.py, BWD_CONFIGS), turned off or on in turn between defaults: none (the
 # earlier default), at D 64 the dq kernel's off, and equal lengths compiled in. Their sm_90a SASS (CPU, Triton 3.6;
-# local-memory accesses / instructions a tile of the unmasked path, first and second consumer): none D 64 3 / 547 and
-# 7 / 549, masked 71 and 53; split loops D 64 14 / 533 and 8 / 524, masked 61-85 (`scripts/sass_blocks.py
-# dkdv-D64-bfloat16`: fewer instructions, more spills, level in time); none D 128 3 / 383 and 3 / 386, split loops
-# 0 / 354. The dq kernel's split loops, D 64: an unmasked tile three basic blocks instead of five split around the
-# masked branch (464 instructions against 469; at D 128 they spill, 4 local accesses a tile). The dP product started
-# from -delta (dkdv_delta_acc) had no local memory at D 64 and dk/dv 6.03-6.08 ms against 6.09-6.16
-# (hopper_tune_243d2a9_h200.json) but lost the gate gradient's cancellation (removed; bwd._dkdv_tile).
+# local-memory accesses / instructions a tile of the unmasked path, first and second consumer; thirty-first session
+# unless said): none D 64 3 / 547 and 7 / 549, masked 71 and 53; split loops D 64 14 / 533 and 8 / 524, masked 61-85
+# (thirty-second session, `scripts/sass_blocks.py dkdv-D64-bfloat16`: fewer instructions, more spills, level in
+# time); none D 128 3 / 383 and 3 / 386, split loops 0 / 354. The dq kernel's split loops, D 64: an unmasked tile
+# three basic blocks instead of five split around the masked branch (464 instructions against 469; at D 128 they
+# spill, 4 local accesses a tile). The dP product started from -delta (dkdv_delta_acc) had no local memory at D 64
+# and dk/dv 6.03-6.08 ms against 6.09-6.16 (hopper_tune_243d2a9_h200.json) but lost the gate gradient's
+# cancellation (removed; bwd._dkdv_tile).
 _OPTIONS_OFF = dict(dkdv_equal_len=False, dkdv_split_loops=False, dq_split_loops=False)
 _BWD_VARIANTS = {64: [_OPTIONS_OFF, dict(dq_split_loops=False), dict(dkdv_equal_len=True), _other_schedule(64),
                       _OPTIONS_OFF],

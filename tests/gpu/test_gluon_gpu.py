@@ -345,8 +345,9 @@ def test_backward_options(monkeypatch, D, options, case):
 
 @pytest.mark.parametrize("case", OPTION_CASES)
 def test_forward_split_loops(monkeypatch, case):
-    """FwdConfig.split_loops (off until timed): the D 64 forward with its unmasked and masked tiles in loops of their
-    own, against float64 (the first masked tile, the query's own, can follow any number of unmasked ones)."""
+    """FwdConfig.split_loops (off: it lost the thirty-second session's sweep): the D 64 forward with its unmasked and
+    masked tiles in loops of their own, against float64 (the first masked tile, the query's own, can follow any
+    number of unmasked ones)."""
     from foxformer.ops.forgetting_attention.hopper import launch
     monkeypatch.setitem(launch.FWD_CONFIGS, 64, dataclasses.replace(launch.FWD_CONFIGS[64], split_loops=True))
     _check_case(64, case, seed=21)

@@ -150,7 +150,8 @@ class BwdConfig:
     tile's results are stored (dq: two warpgroups only); dkdv_equal_len: the dk/dv kernel is compiled apart for
     dense calls with as many queries as keys, where the queries' offset into the keys is 0 at compile time;
     dkdv_split_loops: the dk/dv kernel runs its masked query tiles (the diagonal, the end of the sequence) and the
-    unmasked ones in separate loops; dq_split_loops: the dq kernel runs its unmasked and masked key tiles in separate loops."""
+    unmasked ones in separate loops; dq_split_loops: the dq kernel runs its unmasked and masked key tiles in
+    separate loops."""
 
     dkdv_block_m: int
     dkdv_stages: int
@@ -366,8 +367,8 @@ def variant_names() -> list[str]:
     fwd_split = [f"fwd-D{D}-bfloat16{varlen}-split-loops" for D in (64, 128) for varlen in ("", "-varlen")
                  if not (FWD_CONFIGS[D].overlap or FWD_CONFIGS[D].split_loops)]
     # The dq kernel's split loops at D 64 only: at D 128 they spill (144 bytes, Triton 3.9; 4 accesses a tile, 3.6).
-    dq_split = [f"dq-D64-bfloat16{varlen}{dq_tails(64)[0]}{'-one-loop' if BWD_CONFIGS[64].dq_split_loops else '-split-loops'}"
-                for varlen in ("", "-varlen")]
+    dq_flip = "-one-loop" if BWD_CONFIGS[64].dq_split_loops else "-split-loops"
+    dq_split = [f"dq-D64-bfloat16{varlen}{dq_tails(64)[0]}{dq_flip}" for varlen in ("", "-varlen")]
     return picked + flipped + sums + schedule + options + fwd_split + dq_split
 
 
