@@ -29,7 +29,8 @@ def test_one_product_gives_each_layers_output():
     assert weight.shape == (9, 8) and bias.shape == (9,) and not bias[:5].any() and not bias[8:].any()
 
 
-@pytest.mark.parametrize("change", ["in-place", "optimizer-step", "replaced", "swapped-layer"])
+@pytest.mark.parametrize("change", ["in-place", "optimizer-step", "replaced", "swapped-layer", "hook-added",
+                                    "forward-wrapped"])
 def test_a_changed_source_is_never_read_from_a_stale_copy(change):
     linears, x = _layers(), torch.randn(3, 1, 8, dtype=torch.float64)
     fused = FusedLinears()
@@ -42,6 +43,11 @@ def test_a_changed_source_is_never_read_from_a_stale_copy(change):
         torch.optim.SGD([p for lin in linears for p in lin.parameters()], lr=0.5).step()
     elif change == "replaced":
         linears[0].weight = nn.Parameter(torch.randn_like(linears[0].weight))
+    elif change == "hook-added":
+        linears[1].register_forward_hook(lambda mod, inp, out: out + 1)
+    elif change == "forward-wrapped":  # as accelerate's offloading wraps a layer's forward on the instance
+        inner = linears[0].forward
+        linears[0].forward = lambda inp: inner(inp) - 1
     else:
         linears[2] = nn.Linear(8, 1, bias=False).double()
     with torch.no_grad():

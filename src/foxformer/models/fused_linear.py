@@ -7,7 +7,7 @@ input alone (q, k, v, the output gate, the forget gate, the two token-shift gate
 a group as one product over a concatenated copy of the weights. The copy is not a parameter (it is in no state
 dict, and no gradient reaches it: callers use it without gradients only), and it is made again whenever a
 source changed: a weight written in place (an optimizer step, ``load_state_dict``), replaced or moved, or a
-layer swapped for another module.
+layer swapped for another module or given hooks.
 """
 from __future__ import annotations
 
@@ -18,10 +18,17 @@ import torch.nn.functional as F
 from torch import nn
 
 
+def _rewired(lin: nn.Module) -> bool:
+    """Whether calling ``lin`` runs more than its class's forward: hooks of its own, or a forward set on the
+    instance (how accelerate's offloading wraps a layer). A product that does not call the layer would skip them."""
+    return bool(lin._forward_pre_hooks or lin._forward_hooks or lin._backward_pre_hooks or lin._backward_hooks
+                or "forward" in vars(lin))
+
+
 def _plain(lin: nn.Module) -> bool:
-    """A Linear whose forward is nn.Linear's (not a subclass that computes something else, e.g. an adapter)
-    with plain (not sharded) tensors."""
-    return (isinstance(lin, nn.Linear) and type(lin).forward is nn.Linear.forward
+    """A Linear whose forward is nn.Linear's (not a subclass that computes something else, e.g. an adapter, nor
+    a rewired layer) with plain (not sharded) tensors."""
+    return (isinstance(lin, nn.Linear) and type(lin).forward is nn.Linear.forward and not _rewired(lin)
             and all(type(p.data) is torch.Tensor for p in lin.parameters(recurse=False)))
 
 
@@ -40,7 +47,9 @@ class FusedLinears:
         """(weight [sum of out_features, in_features], bias or None) of ``linears``, made again when a source
         changed; None where they cannot share a product."""
         params = [p for lin in linears for p in (lin.weight, lin.bias) if p is not None]
-        key = tuple(id(lin) for lin in linears) + tuple((p.data_ptr(), p._version) for p in params)
+        # _rewired in the key: a hook added after the copy was made must stop the fusion
+        key = (tuple((id(lin), _rewired(lin)) for lin in linears)
+               + tuple((p.data_ptr(), p._version) for p in params))
         if key != self._key:
             if not (all(_plain(lin) for lin in linears)
                     and all(p.dtype == params[0].dtype and p.device == params[0].device for p in params)):
