@@ -19,7 +19,8 @@
 #                                         # two seeds side by side; then `headdim 2`
 #   bash scripts/issue20.sh headdim125 0  # GPU: the same two head dims at 125M, one seed a call (then 1, 2)
 #   bash scripts/issue20.sh lr 1e-3 "0 1"  # GPU: FoX (Pro) and Transformer (Pro) at lr 1e-3, two seeds side by side;
-#                                         # then `lr 1e-3 2` (is FoX (Pro)'s seed spread at 2e-3 the rate's?)
+#                                         # then `lr 1e-3 2` (is FoX (Pro)'s seed spread at 2e-3 the rate's?);
+#                                         # `lr 1e-3 "0 1" llama`: the LLaMA pair
 #   bash scripts/issue20.sh proablation 0  # GPU: FoX (Pro) at lr 1e-3 without each of its four additions, one seed
 #                                         # a call (against the `lr 1e-3` calls' FoX (Pro) of the same seeds)
 #   MQAR_SEED=1 bash scripts/issue20.sh mqar   # GPU: multi-query associative recall, 7 models (MQAR_MODELS), one
@@ -180,11 +181,14 @@ lr)
     # The Pro pair at another learning rate, seeded: FoX (Pro)'s final validation loss spreads by 0.118 nats over
     # three seeds at the recipe's 2e-3 (the Transformer (Pro)'s by 0.022), and the fifth session's one-seed sweep put
     # FoX (Pro) best at 1e-3. Two seeds make four models side by side, as `headdim`.
+    # A fourth argument "llama" trains the LLaMA pair instead (one seed each in the fifth session's sweep).
     lr=${2:?lr: give the learning rate and the seeds, e.g. lr 1e-3 \"0 1\"}
     s=${3:?lr: give the seeds, e.g. lr 1e-3 \"0 1\"}
+    block=${4:-pro}
+    [ "$block" = pro ] || [ "$block" = llama ] || { echo "lr: the block is pro or llama, got $block"; exit 2; }
     unpack carry_seed
     DATA=$CARRY/gpt2 SEEDS="$s" LR=$lr EVAL_BATCH=${EVAL_BATCH:-4} MINUTES=${LR_MINUTES:-6.2} \
-        bash scripts/reproduce.sh fox-pro-small transformer-pro-small
+        bash scripts/reproduce.sh fox-$block-small transformer-$block-small
     ;;
 proablation)
     # The Pro block's additions one at a time, read from the Pro end: FoX (Pro) without its QK-norm, output gate,

@@ -260,6 +260,8 @@ def _lodo(runs: dict, units: dict, dropped: list[str], fresh: set[str]) -> None:
 # is FoX (Pro)'s seed spread at the recipe's 2e-3 the rate's doing?
 # `issue20.sh lr 4e-3 SEEDS`: the Pro pair at twice the recipe's rate, the sweep's third point (one seed in the fifth
 # session): is FoX (Pro)'s seed spread as large above 2e-3 as at it, or as small as at 1e-3?
+# `issue20.sh lr 1e-3 SEEDS llama`: the LLaMA pair at the same half rate (one seed each in the fifth session's sweep):
+# does FoX (LLaMA)'s lead over the Transformer (LLaMA) at 2e-3 hold at the sweep's other rate?
 # `issue20.sh proablation N`: FoX (Pro) without each of its four additions, at lr 1e-3, against the `lr` calls' FoX
 # (Pro) (at 1e-3 its seeds agree; at 2e-3 their spread is larger than the differences to be read).
 ABLATIONS = {
@@ -294,6 +296,12 @@ ABLATIONS = {
         "recipe's learning rate, and their loss on the mix: whether FoX (Pro)'s seed spread at 2e-3 grows or shrinks "
         "above it).",
         {"transformer-pro@lr=0.004": "Transformer (Pro), lr 4e-3", "fox-pro@lr=0.004": "FoX (Pro), lr 4e-3"}),
+    "lr_llama": (
+        "FoX (LLaMA) against Transformer (LLaMA) at lr 1e-3", "lr 1e-3 (LLaMA block)",
+        "`bash scripts/issue20.sh lr 1e-3 \"0 1\" llama`, then `lr 1e-3 2 llama` (one GPU call each: the LLaMA pair at "
+        "half the recipe's learning rate, and their loss on the mix: whether FoX (LLaMA)'s lead at 2e-3 holds at "
+        "another rate).",
+        {"transformer-llama@lr=0.001": "Transformer (LLaMA), lr 1e-3", "fox-llama@lr=0.001": "FoX (LLaMA), lr 1e-3"}),
     "ablation_pro": (
         "Pro-block ablations at lr 1e-3", "Pro-block ablations at lr 1e-3",
         "`bash scripts/issue20.sh proablation 0`, `proablation 1`, `proablation 2` (one GPU call each: FoX (Pro) "
