@@ -32,6 +32,7 @@
 #   gluon       the Hopper kernels: tests/gpu/test_gluon_gpu.py and the models' GPU tests (three training steps of
 #               the small presets at the recipe's shape among them; 8 processes), then their config sweep
 #               (scripts/hopper_tune.py $HOPPER_SECTIONS, default "fwd bwd") at 16K
+#   ncusass     the D 64 kernels' stall samples per SASS instruction (Nsight Compute's source page as CSV)
 #   ncu         the Gluon kernels' hardware counters at 16K, D 64 and 128 (Nsight Compute, clocks left alone):
 #               each kernel's report with every section's details, stall reasons included (ncu_d64.txt, ncu_d128.txt;
 #               about 60 s)
@@ -141,6 +142,15 @@ ncu) for D in 64 128; do
              --section SchedulerStats --section InstructionStats --section SourceCounters --print-details all \
              python scripts/ncu_kernels.py --dim "$D"
      done ;;
+ncusass) for K in fwd dkdv dq; do  # per-instruction stall samples of each D 64 kernel, one launch: the SASS page
+             # as CSV (ncu_sass_K.csv; scripts/ncu_roles.py splits the samples by warp role)
+             step "ncusass_$K" 100 ncu --clock-control none --kernel-name regex:"^${K}_kernel" --launch-skip 1 \
+                 --launch-count 1 --section WarpStateStats --section SourceCounters --import-source no \
+                 -o "$OUT/ncu_$K" -f python scripts/ncu_kernels.py --dim 64
+             ncu --import "$OUT/ncu_$K.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu_sass_$K.csv" \
+                 2> "$OUT/ncu_sass_$K.err"; head -c 600 "$OUT/ncu_sass_$K.err"
+             [ -s "$OUT/ncu_sass_$K.csv" ] && rm -f "$OUT/ncu_$K.ncu-rep"  # the report only where the export failed
+         done ;;
 gluon) step gluontests 180 python -m pytest -q -n 8 tests/gpu/test_gluon_gpu.py tests/gpu/test_models_cuda.py
        # 320 s (200 before the code options): the fwd + bwd sweep, 10 + 24 rows, took 49 s (243d2a9)
        # (scripts/hopper_tune.py BWD_SWEEP); run HOPPER_SECTIONS=bwd alone if the step is cut
