@@ -2,15 +2,15 @@
 
     python scripts/ncu_roles.py docs/bench/ncu_sass_53434a6_h200/ncu_sass_*.csv.xz
 
-Input: `ncu --import REPORT --page source --csv --print-source sass` of a report with the SourceCounters
-section (`bash scripts/gpu_bench.sh ncusass` writes one per D 64 kernel), plain or xz-compressed. Gluon's warp_specialize compiles each
-partition into its own stretch of SASS, each opened by a `USETMAXREG` (the register count it asks for), so the
-stretches are the roles: one holding wgmma (`HGMMA`) is a consumer warpgroup, one holding TMA loads (`UTMALDG`) and
-no wgmma the loader, the rest set-up. The out-of-line mbarrier wait loops that ptxas places after `EXIT` count
-for the stretch their closing branch returns to. Within each role the samples are classed by what the warps
-were on: waiting for their wgmma (`WARPGROUP.DEPBAR` / `ARRIVE`), issuing it, waiting on an mbarrier (the
-`SYNCS.PHASECHK` poll and its branch), a named barrier between warps (`BAR.SYNC`), the exponential (`MUFU`),
-shared / global / local memory, or other arithmetic. Prints one markdown table per kernel.
+Input: `ncu --import REPORT --page source --csv --print-source sass` of a report with the SourceCounters section
+(`bash scripts/gpu_bench.sh ncusass` writes one per D 64 kernel), plain or xz-compressed. Gluon's warp_specialize
+compiles each partition into its own stretch of SASS, each opened by a `USETMAXREG` (the register count it asks
+for), so the stretches are the roles: one holding wgmma (`HGMMA`) is a consumer warpgroup, one holding TMA loads
+(`UTMALDG`) and no wgmma the loader, the rest set-up. The out-of-line mbarrier wait loops that ptxas places after
+`EXIT` count for the stretch their closing branch returns to. Within each role the samples are classed by what the
+warps were on: waiting for their wgmma (`WARPGROUP.DEPBAR` / `ARRIVE`), issuing it, waiting on an mbarrier (the
+`SYNCS.PHASECHK` poll and its branch), a named barrier between warps (`BAR.SYNC`), the exponential (`MUFU`), shared
+/ global / local memory, or other arithmetic. Prints one markdown table per kernel.
 """
 from __future__ import annotations
 
