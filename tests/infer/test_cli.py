@@ -91,6 +91,13 @@ def test_generate_errors_are_clear(hf_dir, capsys):
     assert "top_p" in capsys.readouterr().err
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="asks for a GPU this machine lacks")
+@pytest.mark.parametrize("device", ["cuda", "cuda:0"])
+def test_generate_on_a_missing_gpu_is_a_one_line_error(hf_dir, capsys, device):
+    assert main(["generate", "--model", hf_dir, "--prompt", "x", "--tokenizer", "bytes", "--device", device]) == 2
+    assert "CUDA is not available" in capsys.readouterr().err
+
+
 def test_bias_shift_command(hf_dir, tmp_path, capsys):
     src = tmp_path / "doc.txt"
     src.write_text("The quick brown fox jumps over the lazy dog. " * 4)

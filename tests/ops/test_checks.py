@@ -66,6 +66,12 @@ def test_triton_backend_rejects_fp32():
         forgetting_attention(a["q"], a["k"], a["v"], a["log_fgate"], backend="triton")
 
 
+def test_gluon_on_cpu_tensors_points_to_a_backend_that_runs_there():
+    a = {name: t.to(torch.bfloat16) if name != "log_fgate" else t for name, t in _ok().items()}
+    with pytest.raises(ValueError, match="backend='gluon'.*use backend='torch' or 'auto'"):
+        forgetting_attention(a["q"], a["k"], a["v"], a["log_fgate"], backend="gluon")
+
+
 def test_different_devices():
     a = _ok()
     meta_k = torch.empty(1, 8, 2, 16, device="meta")

@@ -47,9 +47,15 @@ def resolve_device(device: str | torch.device | None = None) -> torch.device:
     if device is None or device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
-        return torch.device(device)
+        dev = torch.device(device)
     except (RuntimeError, TypeError) as e:
         raise ValueError(f"device: expected 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}") from e
+    # here, not at the first tensor moved: torch's own message for it is an assertion deep inside the load
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device: {device!r} requested but CUDA is not available (use 'cpu' or 'auto')")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise ValueError(f"device: {device!r} requested but this machine has {torch.cuda.device_count()} GPU(s)")
+    return dev
 
 
 def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:

@@ -162,7 +162,8 @@ def resolve_backend(backend: str, q: torch.Tensor) -> str:
     if backend == "gluon":
         reason = _gluon_reason(q.dtype, q.shape[-1], q.device)
         if reason is not None:
-            raise ValueError(f"backend='gluon': {reason}; use backend='triton' or 'auto'")
+            other = "'triton' or 'auto'" if q.is_cuda else "'torch' or 'auto'"  # triton wants CUDA tensors too
+            raise ValueError(f"backend='gluon': {reason}; use backend={other}")
     if backend == "triton":
         if q.dtype not in _KERNEL_DTYPES:
             raise TypeError(f"the triton backend takes float16 or bfloat16, got {q.dtype}; use backend='torch'")
