@@ -75,10 +75,15 @@ def read(path: str) -> tuple[list[dict], list[str]]:
     return out, reasons
 
 
+def exit_index(rows: list[dict]) -> int:
+    """Index of the kernel's last EXIT: the out-of-line wait loops follow it."""
+    return max((i for i, r in enumerate(rows) if opcode(r["source"]) == "EXIT"), default=len(rows) - 1)
+
+
 def roles(rows: list[dict]) -> list[str]:
     """The role of each instruction: "consumer N", "loader" or "set-up"."""
     starts = [i for i, r in enumerate(rows) if "USETMAXREG" in r["source"]] + [len(rows)]
-    exit_at = max((i for i, r in enumerate(rows) if opcode(r["source"]) == "EXIT"), default=len(rows) - 1)
+    exit_at = exit_index(rows)
     stretch = [0] * len(rows)  # index of the stretch each instruction lies in (0: before the first USETMAXREG)
     for n, (a, b) in enumerate(zip(starts, starts[1:]), start=1):
         for i in range(a, min(b, exit_at + 1)):
@@ -116,8 +121,8 @@ def table(path: str) -> str:
     total = sum(r["samples"] for r in rows) or 1.0
     by_role = defaultdict(lambda: defaultdict(float))
     reason_by_role = defaultdict(lambda: defaultdict(float))
-    exit_at = max(i for i, r in enumerate(rows) if opcode(r["source"]) == "EXIT")
-    wait_loops = {r["address"] for r in rows[exit_at + 1:] if opcode(r["source"]).startswith("SYNCS.PHASECHK")}
+    wait_loops = {r["address"] for r in rows[exit_index(rows) + 1:]
+                  if opcode(r["source"]).startswith("SYNCS.PHASECHK")}
     for r, role in zip(rows, role_of):
         by_role[role][instruction_class(r["source"], wait_loops)] += r["samples"]
         for n, v in r["reasons"].items():

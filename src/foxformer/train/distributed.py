@@ -50,17 +50,30 @@ _FAILED_KEY = "foxformer/failed/{}"
 _REPORT_GRACE_S = 5.0
 
 
+def resolve_device(device: str | torch.device | None = None) -> torch.device:
+    """"auto"/None -> cuda if available else cpu; a GPU the machine does not have is a ValueError."""
+    if device is None or device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(f"device: expected 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}") from e
+    # here, before a run or a model load starts: torch's own message comes later, as an assertion deep inside it
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device: {device!r} requested but CUDA is not available (use 'cpu' or 'auto')")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise ValueError(f"device: {device!r} requested but this machine has {torch.cuda.device_count()} GPU(s)")
+    return dev
+
+
 def init_distributed(device: str = "auto", parallel: str = "auto", timeout_minutes: float = 10.0) -> DistInfo:
     """Start the process group when launched by torchrun; pick the device for this rank."""
     global _STORE
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device: 'cuda' requested but CUDA is not available")
-    dev = torch.device("cuda", local_rank) if device == "cuda" else torch.device("cpu")
+    # each rank takes the GPU of its local rank; resolve_device checks that the machine has CUDA at all
+    dev = torch.device("cuda", local_rank) if resolve_device(device).type == "cuda" else torch.device("cpu")
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
     if world > 1 and not dist.is_initialized():

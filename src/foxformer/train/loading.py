@@ -20,6 +20,7 @@ from foxformer.models.calls import hf_progress
 
 from .checkpoint import CheckpointError, latest_checkpoint, read_meta
 from .config import read_yaml
+from .distributed import resolve_device
 from .sharded import read_model_state_dict
 
 RUN_CONFIG = "config.yaml"
@@ -40,22 +41,6 @@ class LoadedModel:
     tokenizer: Optional[str] = None
     source: str = "hf"
     step: Optional[int] = None
-
-
-def resolve_device(device: str | torch.device | None = None) -> torch.device:
-    """"auto"/None -> cuda if available else cpu."""
-    if device is None or device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError) as e:
-        raise ValueError(f"device: expected 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}") from e
-    # here, not at the first tensor moved: torch's own message for it is an assertion deep inside the load
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device: {device!r} requested but CUDA is not available (use 'cpu' or 'auto')")
-    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
-        raise ValueError(f"device: {device!r} requested but this machine has {torch.cuda.device_count()} GPU(s)")
-    return dev
 
 
 def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:

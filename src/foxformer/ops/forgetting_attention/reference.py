@@ -111,20 +111,18 @@ def _split(x: torch.Tensor):
     return hi, (x - hi.double()).float()
 
 
-def _tile_bias(c, pos, keys, dtype):
-    """c[pos] - c[keys] as [..., R, K] in ``dtype``, exact to fp32 rounding of the result.
+def _tile_bias(c, diag: slice, dtype):
+    """c_i - c_j for i, j in ``diag`` (a chunk's diagonal block of positions) as [..., R, R] in ``dtype``, exact to
+    fp32 rounding of the result.
 
-    In fp32 the outer difference is formed from hi/lo parts relative to the chunk's first query:
+    In fp32 the outer difference is formed from hi/lo parts relative to the block's first position:
     hi differences of nearby values are exact and lo restores what rounding c to fp32 dropped,
-    so no float64 [R, K] temporary is needed (as in the kernels).
+    so no float64 [R, R] temporary is needed (as in the kernels).
     """
     if dtype == torch.float64:
-        return c[..., pos, None] - c[..., None, keys]
-    ref = c[..., pos[:1]]
-    q_hi, q_lo = _split(c[..., pos] - ref)
-    k_hi, k_lo = _split(c[..., keys] - ref)
-    bias = q_hi[..., :, None] - k_hi[..., None, :]
-    return bias.add_(q_lo[..., :, None] - k_lo[..., None, :])
+        return c[..., diag, None] - c[..., None, diag]
+    hi, lo = _split(c[..., diag] - c[..., diag.start:diag.start + 1])
+    return (hi[..., :, None] - hi[..., None, :]).add_(lo[..., :, None] - lo[..., None, :])
 
 
 def _first_kept_key(c, prune_delta, p0):
@@ -154,7 +152,6 @@ def _tile_scores(qg, kh, c, rows, Tq, Tk, prune_delta=None):
     bias would be rounded at (the Gluon forward folds its unmasked tiles the same way).
     """
     p0, n_keys = Tk - Tq + rows.start, Tk - Tq + rows.stop  # host ints: no device sync
-    pos = torch.arange(p0, n_keys, device=qg.device)
     keys = slice(_first_kept_key(c, prune_delta, p0), n_keys)
     s = torch.matmul(qg[..., rows, :], kh[:, :, None, keys].transpose(-1, -2))
     R = rows.stop - rows.start
@@ -163,8 +160,8 @@ def _tile_scores(qg, kh, c, rows, Tq, Tk, prune_delta=None):
     if keys.start < p0:
         s[..., :s.shape[-1] - R].sub_((c[..., keys.start:p0] - ref).to(s.dtype)[..., None, :])
     diag = s[..., s.shape[-1] - R:]
-    diag.add_(_tile_bias(c, pos, slice(p0, n_keys), s.dtype))
-    # key pos[0] + j is hidden from row i when j > i: only the diagonal block holds such pairs
+    diag.add_(_tile_bias(c, slice(p0, n_keys), s.dtype))
+    # key p0 + j is hidden from row i when j > i: only the diagonal block holds such pairs
     diag.masked_fill_(torch.ones(R, R, dtype=torch.bool, device=qg.device).triu_(1), float("-inf"))
     return s, keys, row
 
