@@ -102,4 +102,28 @@ def test_hugging_face_form_of_gpt2_and_gpt2_json():
         ours, theirs = load_tokenizer(spec), hf_tokenizer(spec)
         assert theirs(text).input_ids == start_ids(ours) + ours.encode(text)
         assert theirs.decode(theirs(text).input_ids, skip_special_tokens=True) == text
-    assert hf_tokenizer("bytes") is None
+    assert hf_tokenizer("tiktoken:cl100k_base") is None  # no Hugging Face form: the export writes no files
+
+
+def test_hugging_face_form_of_bytes_gives_the_byte_ids():
+    """bytes as a tokenizers tokenizer: the same ids as foxformer's byte tokenizer (a special token's text is
+    bytes too), 256 as eos, and the same text back for any ids, even cut UTF-8."""
+    import random
+
+    from foxformer.data.hf_tokenizer import hf_tokenizer
+
+    ours, theirs = load_tokenizer("bytes"), hf_tokenizer("bytes")
+    texts = ["plain ASCII", "déf f(x): → ✓ naïve", "東京 😀👍🏽", "a\nb\r\n\tc  ", " <|endoftext|>x",
+             "\x00\x7f\u00a0\u00ad\u00ff"]
+    for text in texts:
+        assert theirs(text).input_ids == ours.encode(text) == list(text.encode("utf-8"))
+        assert theirs.decode(theirs(text).input_ids) == text
+    assert (len(theirs), theirs.eos_token_id, theirs.bos_token_id, theirs.pad_token_id) == (257, 256, 256, None)
+    # every byte valid UTF-8 has: all 1- and 2-byte characters, and a character for each lead byte of 3 and 4
+    every_byte = "".join(map(chr, [*range(0x1000), *range(0x1000, 0x10000, 0x1000),
+                                   *range(0x10000, 0x110000, 0x40000)]))
+    assert theirs(every_byte).input_ids == ours.encode(every_byte)
+    rng = random.Random(0)
+    for _ in range(300):
+        ids = [rng.randrange(257) for _ in range(rng.randrange(1, 10))]
+        assert theirs.decode(ids, skip_special_tokens=True) == ours.decode(ids)

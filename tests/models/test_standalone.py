@@ -66,6 +66,54 @@ def test_exports_load_and_compute_without_foxformer(tmp_path):
         assert res[folder]["pipeline"].startswith(TEXTS[0])
 
 
+BYTE_TEXTS = ["plain ASCII words", "naïve café – Ünïcödé", "東京の天気 😀👍🏽", "line one\nline two\r\n\tindented",
+              "  leading and trailing  ", "literal <|endoftext|> is text", "\x00\x7f\u00ff"]
+
+
+def _byte_export(tmp_path, name, stops_at_once=False):
+    torch.manual_seed(0)
+    model = FoxForCausalLM(get_preset("fox-llama-tiny", vocab_size=320, tokenizer="bytes",
+                                      attention_backend="torch")).eval()
+    if stops_at_once:  # the layers add nothing, every position's final state is the same: the eos logit wins
+        with torch.no_grad():
+            for p in model.model.layers.parameters():
+                p.zero_()
+            model.model.embed_tokens.weight.fill_(1.0)
+            model.lm_head.weight.zero_()
+            model.lm_head.weight[256] = 1.0
+    folder = str(tmp_path / name)
+    model.save_pretrained(folder)
+    return folder, model
+
+
+def test_byte_tokenizer_exports_load_and_stop_at_end_of_document_without_foxformer(tmp_path):
+    """A bytes model's export carries a tokenizer that plain AutoTokenizer loads (no remote code) with foxformer's
+    ids, and eos 256 (end of document) in its config: HF generate and pipeline() stop there."""
+    talks, talks_model = _byte_export(tmp_path, "bytes-random")
+    stops, _ = _byte_export(tmp_path, "bytes-eos", stops_at_once=True)
+    for folder in (talks, stops):
+        with open(os.path.join(folder, "config.json")) as f:
+            saved = json.load(f)
+        assert (saved["eos_token_id"], saved["bos_token_id"], saved["pad_token_id"]) == (256, 256, None)
+        with open(os.path.join(folder, "tokenizer_config.json")) as f:
+            assert "auto_map" not in json.load(f)  # no remote code
+    ids = torch.tensor([list(b"Hi there")])
+    job = {"ids": ids.tolist(), "new_tokens": 6, "texts": BYTE_TEXTS, "remote_tokenizer": False}
+    res = run_as_user(tmp_path, "models", {talks: job, stops: job})
+
+    assert res["imported"] == []
+    tok = load_tokenizer("bytes")
+    for folder in (talks, stops):
+        assert res[folder]["encoded"] == [tok.encode(t) for t in BYTE_TEXTS]
+        assert res[folder]["decoded"] == BYTE_TEXTS
+        assert res[folder]["eos"] == {"tokenizer": 256, "generation_config": 256}
+    assert res[talks]["generated"] == _greedy(talks_model, ids, 6)
+    assert res[talks]["pipeline"].startswith(BYTE_TEXTS[0])
+    # the end-of-document token ends generation: one new token, and the pipeline's text is the prompt
+    assert res[stops]["generated"] == ids[0].tolist() + [256]
+    assert res[stops]["pipeline"] == BYTE_TEXTS[0]
+
+
 def test_export_writes_auto_map_and_code(tmp_path):
     folder, _ = _preset_export(tmp_path, "fox-pro-tiny")
     with open(os.path.join(folder, "config.json")) as f:

@@ -6,7 +6,10 @@ import json
 import os
 from typing import Optional
 
-from .tokenizer import GPT2_JSON_SPEC, GPT2_SPEC, _gpt2_files, canonical_name
+from .tokenizer import BYTES_SPEC, GPT2_JSON_SPEC, GPT2_SPEC, _gpt2_files, canonical_name
+
+# The text of the byte tokenizer's end-of-document token (specs.BYTES_EOT): GPT-2's name for it
+BYTES_EOT_TEXT = "<|endoftext|>"
 
 
 def _gpt2_tables() -> tuple[dict, list]:
@@ -19,12 +22,48 @@ def _gpt2_tables() -> tuple[dict, list]:
     return vocab, merges
 
 
+def _byte_symbols() -> list[str]:
+    """The character that stands for each byte value in byte-level BPE vocabularies (GPT-2's table): the printable
+    Latin-1 characters stand for their own byte, the other 68 bytes for the code points from 256 up, in order."""
+    printable = {*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)}
+    symbols, shifted = [], 256
+    for byte in range(256):
+        if byte in printable:
+            symbols.append(chr(byte))
+        else:
+            symbols.append(chr(shifted))
+            shifted += 1
+    return symbols
+
+
+def bytes_tokenizer(**kwargs):
+    """foxformer's ``bytes`` tokenizer as a plain ``tokenizers`` tokenizer (AutoTokenizer loads it without remote
+    code): byte-level BPE whose vocabulary is the 256 bytes, each with its value as id, and no merges; id 256 is
+    the special token <|endoftext|>, eos and bos as in GPT-2. With ``split_special_tokens`` the text
+    "<|endoftext|>" in a prompt is its 13 bytes, as foxformer encodes it. ``kwargs`` go to the tokenizer."""
+    from tokenizers import AddedToken, decoders, models, pre_tokenizers
+    from tokenizers import Tokenizer as RustTokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    backend = RustTokenizer(models.BPE(vocab={symbol: byte for byte, symbol in enumerate(_byte_symbols())},
+                                       merges=[]))
+    # no regex split (without merges, words change nothing), no prefix space (the ids are the text's own bytes)
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    backend.decoder = decoders.ByteLevel()
+    backend.add_special_tokens([AddedToken(BYTES_EOT_TEXT, special=True, normalized=False)])  # id 256
+    return PreTrainedTokenizerFast(tokenizer_object=backend, eos_token=BYTES_EOT_TEXT, bos_token=BYTES_EOT_TEXT,
+                                   split_special_tokens=True, **kwargs)
+
+
 def hf_tokenizer(spec: str, model_max_length: Optional[int] = None):
     """The transformers tokenizer of ``spec``, or None where there is none: gpt2 (GPT2Tokenizer, no remote code),
     gpt2-json (GPT2JSONTokenizer: its file is copied into the export, loading needs trust_remote_code=True),
-    hf:<name or path>; bytes and tiktoken:<encoding> have no Hugging Face form."""
+    bytes (a tokenizer.json, no remote code: bytes_tokenizer), hf:<name or path>; tiktoken:<encoding> has no
+    Hugging Face form."""
     name = canonical_name(spec)
     extra = {} if model_max_length is None else {"model_max_length": int(model_max_length)}
+    if name == BYTES_SPEC:
+        return bytes_tokenizer(**extra)
     if name in (GPT2_SPEC, GPT2_JSON_SPEC):
         vocab, merges = _gpt2_tables()
         if name == GPT2_SPEC:

@@ -23,9 +23,8 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-GPT2_SPEC = "gpt2"
-GPT2_JSON_SPEC = "gpt2-json"
-BYTES_SPEC = "bytes"
+from .specs import BYTES_EOT, BYTES_SPEC, GPT2_EOT, GPT2_JSON_SPEC, GPT2_SPEC
+
 # Hashes tiktoken itself checks for OpenAI's GPT-2 files: a mismatch means a different vocabulary.
 _GPT2_VOCAB_BPE_SHA256 = "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5"
 _GPT2_ENCODER_JSON_SHA256 = "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783"
@@ -100,10 +99,10 @@ def _load_gpt2() -> Tokenizer:
     # Same pattern and special token as tiktoken's own "gpt2" encoding, so ids match it exactly.
     enc = tiktoken.Encoding(
         name="gpt2",
-        explicit_n_vocab=50257,
+        explicit_n_vocab=GPT2_EOT + 1,
         pat_str=_gpt2_pattern(),
         mergeable_ranks=ranks,
-        special_tokens={"<|endoftext|>": 50256},
+        special_tokens={"<|endoftext|>": GPT2_EOT},
     )
     return _from_tiktoken_encoding(GPT2_SPEC, enc)
 
@@ -125,9 +124,9 @@ def start_ids(tokenizer) -> list[int]:
 
 def _load_bytes() -> Tokenizer:
     def decode(ids: Sequence[int]) -> str:
-        return bytes(i for i in ids if 0 <= i < 256).decode("utf-8", errors="replace")
+        return bytes(i for i in ids if 0 <= i < BYTES_EOT).decode("utf-8", errors="replace")
 
-    return Tokenizer(name=BYTES_SPEC, vocab_size=257, eot_id=256,
+    return Tokenizer(name=BYTES_SPEC, vocab_size=BYTES_EOT + 1, eot_id=BYTES_EOT,
                      _encode_batch=lambda texts: [np.frombuffer(t.encode("utf-8"), dtype=np.uint8) for t in texts],
                      _decode=decode)
 

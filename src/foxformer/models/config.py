@@ -6,6 +6,7 @@ import math
 from transformers import PretrainedConfig
 
 from ..argtypes import did_you_mean
+from ..data.specs import document_token_ids
 from ..ops.forgetting_attention.checks import BACKENDS
 from .kvcache.policy import check_eviction
 
@@ -63,6 +64,9 @@ class FoxConfig(PretrainedConfig):
         kv_shift.
     tokenizer: spec of the tokenizer the model reads (foxformer.data.load_tokenizer: "gpt2", "gpt2-json", ...);
         save_pretrained writes its files next to the weights and the eval commands use it. None: unknown.
+    bos_token_id / eos_token_id: None with a built-in tokenizer (bytes, gpt2, gpt2-json) means its end-of-document
+        token (256 for bytes, 50256 for the GPT-2 ones), the token between documents in foxformer's data: Hugging
+        Face generate stops there. pad_token_id stays None (training packs documents, nothing is padded).
     """
 
     model_type = "foxformer"
@@ -132,6 +136,11 @@ class FoxConfig(PretrainedConfig):
             self.v_shift = self.kv_shift
         if self.qk_norm_eps is None:
             self.qk_norm_eps = self.rms_norm_eps
+        bos, eos = document_token_ids(self.tokenizer)
+        if self.bos_token_id is None:
+            self.bos_token_id = bos
+        if self.eos_token_id is None:
+            self.eos_token_id = eos
         super().__post_init__(**kwargs)
         self._validate()
 
