@@ -23,7 +23,7 @@
 #               DATA, else byte tokens of builtin:pydoc with the GPT-2-sized vocabulary)
 #   trainprune  tile pruning on a model trained for a while: FoX (Pro) 125M at 16K trains for TRAIN_MIN
 #               minutes, then both settings resume from its checkpoint for 8 steps (needs DATA); between, the
-#               checkpoint's logit headroom below QK-norm's bound (scripts/qk_headroom.py)
+#               checkpoint's attention rows' lse against the max-free forward's window (scripts/lse_window.py)
 #   attn        kernel rows at 2K and 8K
 #   attn16      the Gluon kernels through the op against SDPA CUDNN at 16K, D 64 and 128, three interleaved rounds
 #               (medians), with the operator and kernel tables of one forward+backward each (attention_profile/)
@@ -119,8 +119,8 @@ modelplain) step modelplain 300 $FX bench model --presets fox-pro-125m,transform
 trainprune) train_run trained_base 300 --fused-loss --max-steps 100000 --max-minutes "${TRAIN_MIN:-3}"
        ck=$(ls -d runs_bench/trained_base/checkpoints/step_* 2>/dev/null | tail -n 1)
        if [ -n "$ck" ]; then
-           # how far below QK-norm's bound U the trained rows' maxima lie (the static-maximum forward's premise)
-           step qkheadroom 90 python scripts/qk_headroom.py "$ck" --data "$DATA"
+           # where the trained rows' lse lie against the max-free forward's window (FwdConfig.max_free)
+           step lsewindow 90 python scripts/lse_window.py "$ck" --data "$DATA"
            n=$(( 10#${ck##*step_} + 8 ))
            train_run trained_noprune 120 --fused-loss --max-steps "$n" --resume "$ck"
            train_run trained_prune 120 --fused-loss --max-steps "$n" --resume "$ck" --model prune_eps=4.54e-5

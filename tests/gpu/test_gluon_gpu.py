@@ -351,3 +351,60 @@ def test_forward_split_loops(monkeypatch, case):
     from foxformer.ops.forgetting_attention.hopper import launch
     monkeypatch.setitem(launch.FWD_CONFIGS, 64, dataclasses.replace(launch.FWD_CONFIGS[64], split_loops=True))
     _check_case(64, case, seed=21)
+
+
+def _max_free(monkeypatch, D, sums):
+    """FwdConfig.max_free (off until timed) for one test, with its row sums by wgmma or in registers."""
+    from foxformer.ops.forgetting_attention.hopper import launch
+    monkeypatch.setitem(launch.FWD_CONFIGS, D, dataclasses.replace(launch.FWD_CONFIGS[D], max_free=True,
+                                                                   mma_sums=sums))
+
+
+@pytest.mark.parametrize("case", OPTION_CASES)
+@pytest.mark.parametrize("sums", [False, True], ids=["reg-sums", "mma-sums"])
+@pytest.mark.parametrize("D", [64, 128], ids=lambda d: f"D{d}")
+def test_forward_max_free(monkeypatch, D, sums, case):
+    """The forward without a row maximum (fwd.fwd_kernel's MAX_FREE; at D 128 in the overlapped loop) and its redo
+    launch, against float64."""
+    _max_free(monkeypatch, D, sums)
+    _check_case(D, case, seed=23)
+
+
+@pytest.mark.parametrize("T", [16384, 65536], ids=lambda t: f"T{t // 1024}K")
+@pytest.mark.parametrize("D,Hq,Hkv", [(64, 2, 1), (128, 2, 2)], ids=["D64-gqa", "D128"])
+def test_forward_max_free_long_context(monkeypatch, T, D, Hq, Hkv):
+    """|c| in the tens of thousands (gates ~0.5): the row and key terms of the max-free scores keep the precision."""
+    _max_free(monkeypatch, D, True)
+    _long_context(T, "half", D, Hq, Hkv)
+
+
+@pytest.mark.parametrize("D", [64, 128], ids=lambda d: f"D{d}")
+def test_max_free_rows_outside_the_window_are_computed_again(monkeypatch, D):
+    """Rows whose log-sum-exp lies beyond +-44 nats (a diagonal logit of +-60 under gates of -100 a token): the
+    max-free launch alone leaves NaN in exactly their lse, and with the redo launch out and lse match float64."""
+    from foxformer.ops.forgetting_attention.cumsum import gate_cumsum_heads_first
+    from foxformer.ops.forgetting_attention.hopper import launch
+    torch.manual_seed(29)
+    B, T, H = 2, 700, 2
+    q = F.normalize(torch.randn(B, T, H, D, device=DEV), dim=-1) * D ** 0.5
+    sign = torch.zeros(B, T, H, 1, device=DEV)
+    sign[:, 5::97], sign[:, 11::101] = 1.0, -1.0  # rows with lse ~ +60 and ~ -60 nats
+    k = torch.where(sign != 0, sign * q * (60 / D ** 0.5), torch.randn(B, T, H, D, device=DEV))
+    q, k, v = q.bfloat16(), k.bfloat16(), torch.randn(B, T, H, D, device=DEV, dtype=torch.bfloat16)
+    log_f = torch.full((B, T, H), -100.0, device=DEV)
+    cfg = dataclasses.replace(launch.FWD_CONFIGS[D], max_free=True, mma_sums=True)
+
+    c = gate_cumsum_heads_first(log_f)
+    out = torch.full_like(q, float("nan"))
+    lse = torch.full((B, H, T), float("nan"), device=DEV)
+    n_blocks = -(-T // launch.fwd_block_m(cfg))
+    launch.forward_launch(q, k, v, c, out, lse, lse, lse, D ** -0.5, n_blocks, B, False, False, cfg).run()
+    outside = (sign.squeeze(-1) != 0).transpose(1, 2)
+    assert torch.equal(torch.isnan(lse), outside)
+
+    monkeypatch.setitem(launch.FWD_CONFIGS, D, cfg)
+    got, got_lse = forgetting_attention(q, k, v, log_f, backend="gluon", return_lse=True)
+    ref, ref_lse = forgetting_attention(q.double(), k.double(), v.double(), log_f.double(), backend="naive",
+                                        return_lse=True)
+    assert _rel(got, ref) < 1e-2 and _rel(got_lse, ref_lse) < 1e-3
+    assert got_lse[outside].abs().min() > 44

@@ -181,6 +181,28 @@ def test_forward_split_loops_reaches_the_kernel(split):
     assert dq.constexprs["SPLIT_LOOPS"] is split
 
 
+def test_forward_max_free_options():
+    """FwdConfig.max_free reaches the kernel as MAX_FREE (with MMA_SUMS for its row sums), the redo launch as the
+    regular kernel with REDO; mma_sums only sums its P (every variant compiled above)."""
+    if not VARIANTS:
+        pytest.skip("no Gluon")
+    import dataclasses
+
+    from foxformer.ops.forgetting_attention.hopper import launch as L
+    assert {f"fwd-D{D}-bfloat16{tail}" for D in (64, 128)
+            for tail in ("-max-free", "-max-free-mma-sums", "-redo")} <= set(VARIANTS)
+    with pytest.raises(ValueError, match="max_free=True"):
+        dataclasses.replace(L.FWD_CONFIGS[64], mma_sums=True)
+    cfg = dataclasses.replace(L.FWD_CONFIGS[64], max_free=True, mma_sums=True)
+    q = torch.zeros(2, 300, 4, 64, dtype=torch.bfloat16)
+    c, vec = torch.zeros(2, 4, 300, dtype=torch.float64), torch.zeros(2, 4, 300)
+    free = L.forward_launch(q, q, q, c, q, vec, vec, vec, 0.1, 2, 2, False, False, cfg).constexprs
+    assert (free["MAX_FREE"], free["MMA_SUMS"], free["REDO"]) == (True, True, False)
+    redo = L.forward_launch(q, q, q, c, q, vec, vec, vec, 0.1, 2, 2, False, False, L.FWD_CONFIGS[64],
+                            redo=True).constexprs
+    assert (redo["MAX_FREE"], redo["MMA_SUMS"], redo["REDO"]) == (False, False, True)
+
+
 @pytest.mark.parametrize("capability,dtype,D,expected", [
     ((9, 0), torch.bfloat16, 64, None),
     ((9, 0), torch.float16, 128, None),

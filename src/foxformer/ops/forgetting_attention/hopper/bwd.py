@@ -32,9 +32,9 @@ saving: taken at D 64 only (launch.BWD_CONFIGS says by how much).
 """
 from __future__ import annotations
 
-from .compat import fence_async_shared, gl, gluon, mbarrier, thread_barrier, tma_load, warpgroup_mma, warpgroup_mma_wait
-from .fwd import (LOG2E, WG_ROWS, key_tiles, kv_loader, kv_ring, launch_order, query_program, query_task,
-                  release_stage, row_starts, sequence_of, split_c)
+from .compat import gl, gluon, mbarrier, thread_barrier, tma_load, warpgroup_mma, warpgroup_mma_wait
+from .fwd import (LOG2E, SUM_N, WG_ROWS, fill_ones, key_tiles, kv_loader, kv_ring, launch_order, ones_ring,
+                  query_program, query_task, release_stage, row_starts, sequence_of, split_c)
 
 # Per-query vectors the dk/dv loader stages beside each Q / dO tile, one row each. With the diagonal
 # tiles' bias split as (cq_hi - ck_hi) * log2(e) + (cq_lo - ck_lo) * log2(e), lse folds into the lo term:
@@ -48,30 +48,6 @@ N_VEC = gl.constexpr(4)
 TILE_EITHER = gl.constexpr(0)
 TILE_MASKED = gl.constexpr(1)
 TILE_UNMASKED = gl.constexpr(2)
-# Width of the ones operand that sums dS by wgmma (MMA_SUMS): the narrowest wgmma there is.
-SUM_N = gl.constexpr(8)
-
-
-@gluon.jit
-def _fill_ones(ones_smem, WG: gl.constexpr, NUM_STAGES: gl.constexpr, K: gl.constexpr):
-    """This warpgroup's [SUM_N, K] ones, one copy per stage, written by the generic proxy and fenced for wgmma's
-    (async) reads. A copy per stage: its address then moves with the stage as the other operand's does, so the
-    wgmma descriptors are formed in the loop (uniform registers); one loop-invariant copy kept its 8 descriptors in
-    16 vector registers, and the dk/dv kernel at D 64 spilled 248 bytes instead of 152 (sm_90a, Triton 3.6)."""
-    fill_l: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [1, 4], [1, 0])
-    for st in gl.static_range(NUM_STAGES):
-        ones_smem.index(WG * NUM_STAGES + st).store(gl.full([SUM_N, K], 1.0, ones_smem.dtype, fill_l))
-    fence_async_shared()
-    thread_barrier()
-
-
-@gluon.jit
-def _ones_smem(dtype: gl.constexpr, NUM_WG: gl.constexpr, NUM_STAGES: gl.constexpr, K: gl.constexpr):
-    """[NUM_STAGES * NUM_WG, SUM_N, K]: the ones of _fill_ones."""
-    return gl.allocate_shared_memory(dtype, [NUM_STAGES * NUM_WG, SUM_N, K],
-                                     gl.NVMMASharedLayout.get_default_for([SUM_N, K], dtype))
-
-
 @gluon.jit
 def _publish_task(task_smem, task_ready, task_empty, task, j):
     """Hand the j-th task id to the consumers through a two-slot ring."""
@@ -233,7 +209,7 @@ def _dq_consumer(q_smem, do_smem, k_smem, v_smem, c_smem, ones_smem, q_bar, k_re
     zero_s = gl.zeros([WG_ROWS, BLOCK_N], gl.float32, s_layout)
     if MMA_SUMS:
         if not PERSISTENT:
-            _fill_ones(ones_smem, WG, NUM_STAGES, BLOCK_N)
+            fill_ones(ones_smem, WG, NUM_STAGES, BLOCK_N)
         rows8 = gl.zeros([WG_ROWS, SUM_N], gl.float32, sum_layout)
     mbarrier.wait(q_bar, q_phase)
     if not MMA_SUMS:
@@ -315,7 +291,7 @@ def _dq_persistent_consumer(q_smem, do_smem, k_smem, v_smem, c_smem, ones_smem, 
                             HEAD_GROUP: gl.constexpr):
     BLOCK_M: gl.constexpr = 2 * WG_ROWS
     if MMA_SUMS:
-        _fill_ones(ones_smem, WG, NUM_STAGES, BLOCK_N)
+        fill_ones(ones_smem, WG, NUM_STAGES, BLOCK_N)
     task = _receive_task(task_smem, task_ready, task_empty, 0)
     j = 1
     it = 0
@@ -349,7 +325,7 @@ def _dq_persistent(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DQ, RowSum, O
     q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty, v_empty = kv_ring(
         q_desc, k_desc, 2, BLOCK_N, HEAD_DIM, NUM_STAGES)
     do_smem = gl.allocate_shared_memory(q_desc.dtype, [2, 1, WG_ROWS, HEAD_DIM], do_desc.layout)
-    ones_smem = _ones_smem(q_desc.dtype, 2, NUM_STAGES, BLOCK_N)
+    ones_smem = ones_ring(q_desc.dtype, 2, NUM_STAGES, BLOCK_N)
     q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     mbarrier.init(q_empty, count=2)
     task_smem, task_ready, task_empty = _task_ring()
@@ -391,7 +367,7 @@ def _dq_one(q_desc, do_desc, k_desc, v_desc, C, Lse, Delta, DQ, RowSum, O, DO, D
         q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty, v_empty = kv_ring(
             q_desc, k_desc, NUM_WG, BLOCK_N, HEAD_DIM, NUM_STAGES)
         do_smem = gl.allocate_shared_memory(q_desc.dtype, [NUM_WG, 1, WG_ROWS, HEAD_DIM], do_desc.layout)
-        ones_smem = _ones_smem(q_desc.dtype, NUM_WG, NUM_STAGES, BLOCK_N)
+        ones_smem = ones_ring(q_desc.dtype, NUM_WG, NUM_STAGES, BLOCK_N)
         kv_head = head // group
         if NUM_WG == 3:
             gl.warp_specialize([
@@ -747,7 +723,7 @@ def _dkdv_consumer(q_smem, do_smem, k_smem, v_smem, vec_smem, ones_smem, kv_bar,
                    SPLIT_LOOPS: gl.constexpr):
     """A consumer of one CTA a tile (ring from position 0, as _dkdv_loader)."""
     if MMA_SUMS:
-        _fill_ones(ones_smem, WG, NUM_STAGES, BLOCK_M)
+        fill_ones(ones_smem, WG, NUM_STAGES, BLOCK_M)
     _dkdv_consume_task(q_smem, do_smem, k_smem, v_smem, vec_smem, ones_smem, kv_bar, kv_empty, ready, empty,
                        C, DK, DV, ColSum, zb, tok0, n0, kv_head, pid_z, pid_n, off, n_q, n_k, n_blocks, n_heads_q,
                        scale, scale2, stride_cb, stride_ch, stride_dkb, stride_dkt, stride_dkh,
@@ -765,7 +741,7 @@ def _dkdv_persistent_consumer(q_smem, do_smem, k_smem, v_smem, vec_smem, ones_sm
                               IS_VARLEN: gl.constexpr, HEAD_GROUP: gl.constexpr, SPLIT_LOOPS: gl.constexpr):
     n_heads_q = n_heads * group
     if MMA_SUMS:
-        _fill_ones(ones_smem, WG, NUM_STAGES, BLOCK_M)
+        fill_ones(ones_smem, WG, NUM_STAGES, BLOCK_M)
     task = _receive_task(task_smem, task_ready, task_empty, 0)
     j = 1
     it = 0
@@ -804,7 +780,7 @@ def _dkdv_smem(q_desc, do_desc, k_desc, v_desc, HEAD_DIM: gl.constexpr, BLOCK_M:
     do_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, BLOCK_M, HEAD_DIM], do_desc.layout)
     vec_smem = gl.allocate_shared_memory(gl.float32, [N_VEC * NUM_STAGES, BLOCK_M],
                                          gl.SwizzledSharedLayout(1, 1, 1, [0]))
-    ones_smem = _ones_smem(dtype, 2, NUM_STAGES, BLOCK_M)
+    ones_smem = ones_ring(dtype, 2, NUM_STAGES, BLOCK_M)
     kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     if PERSISTENT:
         kv_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())

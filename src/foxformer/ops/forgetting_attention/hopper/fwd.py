@@ -25,6 +25,7 @@ cut by the causal mask, and such rows are never stored.
 from __future__ import annotations
 
 from .compat import (
+    fence_async_shared,
     gl,
     gluon,
     mbarrier,
@@ -38,6 +39,33 @@ LOG2E = gl.constexpr(1.4426950408889634)
 LN2 = gl.constexpr(0.6931471805599453)
 # Query rows per consumer warpgroup: wgmma's M.
 WG_ROWS = gl.constexpr(64)
+# The window of a row's sum under MAX_FREE (fwd_kernel): within it P, l and O stay normal floats far from overflow
+# (O <= l max|v|) for any T < 2^31, so the result is the maximum-subtracting kernel's.
+FREE_LO = gl.constexpr(2.0 ** -64)
+FREE_HI = gl.constexpr(2.0 ** 64)
+
+# Width of the ones operand that sums P (forward) or dS (backward) by wgmma (MMA_SUMS): the narrowest wgmma there is.
+SUM_N = gl.constexpr(8)
+
+
+@gluon.jit
+def fill_ones(ones_smem, WG: gl.constexpr, NUM_STAGES: gl.constexpr, K: gl.constexpr):
+    """This warpgroup's [SUM_N, K] ones, one copy per stage, written by the generic proxy and fenced for wgmma's
+    (async) reads. A copy per stage: its address then moves with the stage as the other operand's does, so the
+    wgmma descriptors are formed in the loop (uniform registers); one loop-invariant copy kept its 8 descriptors in
+    16 vector registers, and the dk/dv kernel at D 64 spilled 248 bytes instead of 152 (sm_90a, Triton 3.6)."""
+    fill_l: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [1, 4], [1, 0])
+    for st in gl.static_range(NUM_STAGES):
+        ones_smem.index(WG * NUM_STAGES + st).store(gl.full([SUM_N, K], 1.0, ones_smem.dtype, fill_l))
+    fence_async_shared()
+    thread_barrier()
+
+
+@gluon.jit
+def ones_ring(dtype: gl.constexpr, NUM_WG: gl.constexpr, NUM_STAGES: gl.constexpr, K: gl.constexpr):
+    """[NUM_STAGES * NUM_WG, SUM_N, K]: the ones of fill_ones."""
+    return gl.allocate_shared_memory(dtype, [NUM_STAGES * NUM_WG, SUM_N, K],
+                                     gl.NVMMASharedLayout.get_default_for([SUM_N, K], dtype))
 
 
 @gluon.jit
@@ -259,6 +287,19 @@ def _tile_softmax(qk, c_smem, s, masked, cols, pos_q, cq2, cq_hi, cq_lo, scale2,
 
 
 @gluon.jit
+def _tile_exp(qk, c_smem, s, masked, cols, pos_q, cq2, cq_hi, cq_lo, scale2, col_l: gl.constexpr):
+    """MAX_FREE's tile: P = exp2 of the biased logits themselves, with no row maximum taken out (fwd_kernel's
+    docstring). Unmasked tiles add the row and key terms as one difference: (c_i - r) <= 0 <= (c_j - r) there, so
+    neither term exceeds the |c_i - c_j| the sum rounds at."""
+    if masked:
+        sc = _masked_scores(qk, c_smem, s, cols, pos_q, cq_hi, cq_lo, scale2, col_l)
+    else:
+        ck2 = c_smem.index(3 * s).load(col_l)
+        sc = qk * scale2 + (cq2[:, None] - ck2[None, :])
+    return gl.exp2(sc)
+
+
+@gluon.jit
 def release_stage(bar):
     """Arrive on bar once the whole warpgroup is done with the stage (the arrive is one thread's)."""
     thread_barrier()
@@ -266,35 +307,80 @@ def release_stage(bar):
 
 
 @gluon.jit
-def _fwd_tile(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, k_ready, v_ready, kc_empty, v_empty, zero_qk, offs_n,
-              pos_q, cq2, cq_hi, cq_lo, scale2, lo, i, masked, p_layout: gl.constexpr, orow_l: gl.constexpr,
-              col_l: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
-              FOLD_ROW: gl.constexpr):
+def _tile_p(qk, c_smem, s, masked, cols, pos_q, cq2, cq_hi, cq_lo, scale2, m_i, l_i, dtype: gl.constexpr,
+            p_layout: gl.constexpr, orow_l: gl.constexpr, col_l: gl.constexpr, FOLD_ROW: gl.constexpr,
+            MAX_FREE: gl.constexpr, MMA_SUMS: gl.constexpr):
+    """P of one tile as wgmma's register A operand, with the row state: _tile_softmax's (p16, alpha, m, l), or under
+    MAX_FREE _tile_exp's P with l summed here (MMA_SUMS: by the caller's wgmma), m unchanged and in alpha's place
+    (nothing is rescaled)."""
+    if MAX_FREE:
+        p = _tile_exp(qk, c_smem, s, masked, cols, pos_q, cq2, cq_hi, cq_lo, scale2, col_l)
+        if not MMA_SUMS:
+            l_i = l_i + gl.sum(p, 1)
+        p16 = gl.convert_layout(p.to(dtype), p_layout)
+        alpha = m_i
+    else:
+        p16, alpha, m_i, l_i = _tile_softmax(qk, c_smem, s, masked, cols, pos_q, cq2, cq_hi, cq_lo, scale2, m_i, l_i,
+                                             dtype, p_layout, orow_l, col_l, FOLD_ROW)
+    return p16, alpha, m_i, l_i
+
+
+@gluon.jit
+def _pv(p16, v_t, acc, l_i, ones_smem, s, WG: gl.constexpr, NUM_STAGES: gl.constexpr, MAX_FREE: gl.constexpr,
+        MMA_SUMS: gl.constexpr):
+    """Issue O += P V (and, for MAX_FREE with MMA_SUMS, l += P times ones beside it); returns the tokens to wait."""
+    o_tok = warpgroup_mma(p16, v_t, acc, is_async=True)
+    sum_tok = o_tok
+    if MAX_FREE and MMA_SUMS:
+        # The same registers: the A operand's layout does not depend on the product's width.
+        sum_a: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=l_i.type.layout, k_width=2)
+        ones = ones_smem.index(WG * NUM_STAGES + s).permute((1, 0))
+        sum_tok = warpgroup_mma(gl.convert_layout(p16, sum_a), ones, l_i, is_async=True)
+    return o_tok, sum_tok
+
+
+@gluon.jit
+def _pv_wait(o_tok, sum_tok, operand, l_i, MAX_FREE: gl.constexpr, MMA_SUMS: gl.constexpr):
+    """Wait for _pv's products, keeping operand (P or V) alive until then: (acc, l)."""
+    if MAX_FREE and MMA_SUMS:
+        acc, l_i, _ = warpgroup_mma_wait(0, deps=[o_tok, sum_tok, operand])
+    else:
+        acc, _ = warpgroup_mma_wait(0, deps=[o_tok, operand])
+    return acc, l_i
+
+
+@gluon.jit
+def _fwd_tile(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, ones_smem, k_ready, v_ready, kc_empty, v_empty, zero_qk,
+              offs_n, pos_q, cq2, cq_hi, cq_lo, scale2, lo, i, masked, p_layout: gl.constexpr, orow_l: gl.constexpr,
+              col_l: gl.constexpr, WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
+              NUM_STAGES: gl.constexpr, FOLD_ROW: gl.constexpr, MAX_FREE: gl.constexpr, MMA_SUMS: gl.constexpr):
     """Tile i: QK^T, softmax, PV in turn; each wgmma waited at once (the loads still run ahead). masked: a runtime
-    flag, or a constant in the split loops (_fwd_loop)."""
+    flag, or a constant in the split loops (_fwd_loop). MAX_FREE: no maximum, no rescaling of O; with MMA_SUMS l_i is
+    a [WG_ROWS, SUM_N] accumulator that P times a matrix of ones adds to beside the PV product."""
     s = i % NUM_STAGES
     ph = (i // NUM_STAGES) & 1
     mbarrier.wait(k_ready.index(s), ph)
     k_t = k_smem.index(s).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
     tok = warpgroup_mma(q_w, k_t, zero_qk, use_acc=False, is_async=True)
     qk, _, _ = warpgroup_mma_wait(0, deps=[tok, q_w, k_t])
-    p16, alpha, m_i, l_i = _tile_softmax(qk, c_smem, s, masked, lo + i * BLOCK_N + offs_n, pos_q, cq2, cq_hi,
-                                         cq_lo, scale2, m_i, l_i, q_w.dtype, p_layout, orow_l, col_l, FOLD_ROW)
+    p16, alpha, m_i, l_i = _tile_p(qk, c_smem, s, masked, lo + i * BLOCK_N + offs_n, pos_q, cq2, cq_hi, cq_lo, scale2,
+                                   m_i, l_i, q_w.dtype, p_layout, orow_l, col_l, FOLD_ROW, MAX_FREE, MMA_SUMS)
     release_stage(kc_empty.index(s))
-    acc = acc * alpha[:, None]
+    if not MAX_FREE:
+        acc = acc * alpha[:, None]
     v_t = v_smem.index(s).reshape([BLOCK_N, HEAD_DIM])
     mbarrier.wait(v_ready.index(s), ph)
-    tok = warpgroup_mma(p16, v_t, acc, is_async=True)
-    acc, _ = warpgroup_mma_wait(0, deps=[tok, v_t])
+    o_tok, sum_tok = _pv(p16, v_t, acc, l_i, ones_smem, s, WG, NUM_STAGES, MAX_FREE, MMA_SUMS)
+    acc, l_i = _pv_wait(o_tok, sum_tok, v_t, l_i, MAX_FREE, MMA_SUMS)
     release_stage(v_empty.index(s))
     return acc, m_i, l_i
 
 
 @gluon.jit
-def _fwd_loop(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, k_ready, v_ready, kc_empty, v_empty,
-              zero_qk, offs_n, pos_q, cq2, cq_hi, cq_lo, scale2, lo, n_tiles, n_unmasked,
+def _fwd_loop(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, ones_smem, k_ready, v_ready, kc_empty, v_empty,
+              zero_qk, offs_n, pos_q, cq2, cq_hi, cq_lo, scale2, lo, n_tiles, n_unmasked, WG: gl.constexpr,
               HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, FOLD_ROW: gl.constexpr,
-              SPLIT_LOOPS: gl.constexpr):
+              SPLIT_LOOPS: gl.constexpr, MAX_FREE: gl.constexpr, MMA_SUMS: gl.constexpr):
     """The tiles one after another (_fwd_tile). SPLIT_LOOPS: the unmasked tiles [0, n_unmasked) and the masked rest
     in loops of their own, each tile's path known at compile time (FwdConfig.split_loops)."""
     col_l: gl.constexpr = gl.SliceLayout(0, zero_qk.type.layout)
@@ -302,38 +388,44 @@ def _fwd_loop(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, k_ready, v_ready, kc_e
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc.type.layout, k_width=2)
     if SPLIT_LOOPS:
         for i in range(n_unmasked):
-            acc, m_i, l_i = _fwd_tile(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, k_ready, v_ready, kc_empty, v_empty,
-                                      zero_qk, offs_n, pos_q, cq2, cq_hi, cq_lo, scale2, lo, i, False, p_layout,
-                                      orow_l, col_l, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW)
+            acc, m_i, l_i = _fwd_tile(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, ones_smem, k_ready, v_ready,
+                                      kc_empty, v_empty, zero_qk, offs_n, pos_q, cq2, cq_hi, cq_lo, scale2, lo, i,
+                                      False, p_layout, orow_l, col_l, WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW,
+                                      MAX_FREE, MMA_SUMS)
         for i in range(n_unmasked, n_tiles):
-            acc, m_i, l_i = _fwd_tile(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, k_ready, v_ready, kc_empty, v_empty,
-                                      zero_qk, offs_n, pos_q, cq2, cq_hi, cq_lo, scale2, lo, i, True, p_layout,
-                                      orow_l, col_l, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW)
+            acc, m_i, l_i = _fwd_tile(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, ones_smem, k_ready, v_ready,
+                                      kc_empty, v_empty, zero_qk, offs_n, pos_q, cq2, cq_hi, cq_lo, scale2, lo, i,
+                                      True, p_layout, orow_l, col_l, WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW,
+                                      MAX_FREE, MMA_SUMS)
     else:
         for i in range(n_tiles):
-            acc, m_i, l_i = _fwd_tile(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, k_ready, v_ready, kc_empty, v_empty,
-                                      zero_qk, offs_n, pos_q, cq2, cq_hi, cq_lo, scale2, lo, i, i >= n_unmasked,
-                                      p_layout, orow_l, col_l, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW)
+            acc, m_i, l_i = _fwd_tile(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, ones_smem, k_ready, v_ready,
+                                      kc_empty, v_empty, zero_qk, offs_n, pos_q, cq2, cq_hi, cq_lo, scale2, lo, i,
+                                      i >= n_unmasked, p_layout, orow_l, col_l, WG, HEAD_DIM, BLOCK_N, NUM_STAGES,
+                                      FOLD_ROW, MAX_FREE, MMA_SUMS)
     return acc, m_i, l_i
 
 
 @gluon.jit
-def _fwd_loop_overlap(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, k_ready, v_ready, kc_empty, v_empty,
-                      zero_qk, offs_n, pos_q, cq2, cq_hi, cq_lo, scale2, lo, n_tiles, n_unmasked,
+def _fwd_loop_overlap(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, ones_smem, k_ready, v_ready, kc_empty, v_empty,
+                      zero_qk, offs_n, pos_q, cq2, cq_hi, cq_lo, scale2, lo, n_tiles, n_unmasked, WG: gl.constexpr,
                       HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
-                      FOLD_ROW: gl.constexpr):
+                      FOLD_ROW: gl.constexpr, MAX_FREE: gl.constexpr, MMA_SUMS: gl.constexpr):
     """FA3's intra-warpgroup overlap: QK^T of tile i is issued beside PV of tile i - 1, and tile i's softmax
     runs while that PV is on the tensor cores. P of tile i - 1 stays in registers until its PV is waited."""
     col_l: gl.constexpr = gl.SliceLayout(0, zero_qk.type.layout)
     orow_l: gl.constexpr = gl.SliceLayout(1, acc.type.layout)
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc.type.layout, k_width=2)
+    # PV and, with MMA_SUMS, its row sums are in flight while QK^T is waited for
+    N_PV: gl.constexpr = 2 if MAX_FREE and MMA_SUMS else 1
+    dtype: gl.constexpr = q_w.dtype
     mbarrier.wait(k_ready.index(0), 0)
     k_t = k_smem.index(0).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
     tok = warpgroup_mma(q_w, k_t, zero_qk, use_acc=False, is_async=True)
     qk = warpgroup_mma_wait(0, deps=[tok])
     # acc is zero: tile 0's rescale factor is not needed
-    p16, _, m_i, l_i = _tile_softmax(qk, c_smem, 0, 0 >= n_unmasked, lo + offs_n, pos_q, cq2, cq_hi, cq_lo,
-                                     scale2, m_i, l_i, q_w.dtype, p_layout, orow_l, col_l, FOLD_ROW)
+    p16, _, m_i, l_i = _tile_p(qk, c_smem, 0, 0 >= n_unmasked, lo + offs_n, pos_q, cq2, cq_hi, cq_lo, scale2, m_i,
+                               l_i, dtype, p_layout, orow_l, col_l, FOLD_ROW, MAX_FREE, MMA_SUMS)
     release_stage(kc_empty.index(0))
     for i in range(1, n_tiles):
         s = i % NUM_STAGES
@@ -343,32 +435,33 @@ def _fwd_loop_overlap(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, k_ready, v_rea
         s_tok = warpgroup_mma(q_w, k_t, zero_qk, use_acc=False, is_async=True)
         v_t = v_smem.index(sp).reshape([BLOCK_N, HEAD_DIM])
         mbarrier.wait(v_ready.index(sp), ((i - 1) // NUM_STAGES) & 1)
-        o_tok = warpgroup_mma(p16, v_t, acc, is_async=True)
-        qk = warpgroup_mma_wait(1, deps=[s_tok])
-        p_next, alpha, m_i, l_i = _tile_softmax(qk, c_smem, s, i >= n_unmasked, lo + i * BLOCK_N + offs_n, pos_q,
-                                                cq2, cq_hi, cq_lo, scale2, m_i, l_i, q_w.dtype, p_layout, orow_l,
-                                                col_l, FOLD_ROW)
+        o_tok, sum_tok = _pv(p16, v_t, acc, l_i, ones_smem, sp, WG, NUM_STAGES, MAX_FREE, MMA_SUMS)
+        qk = warpgroup_mma_wait(N_PV, deps=[s_tok])
+        p_next, alpha, m_i, l_i = _tile_p(qk, c_smem, s, i >= n_unmasked, lo + i * BLOCK_N + offs_n, pos_q, cq2,
+                                          cq_hi, cq_lo, scale2, m_i, l_i, dtype, p_layout, orow_l, col_l, FOLD_ROW,
+                                          MAX_FREE, MMA_SUMS)
         release_stage(kc_empty.index(s))
-        acc, p_done = warpgroup_mma_wait(0, deps=[o_tok, p16])
+        acc, l_i = _pv_wait(o_tok, sum_tok, p16, l_i, MAX_FREE, MMA_SUMS)
         release_stage(v_empty.index(sp))
-        acc = acc * alpha[:, None]
+        if not MAX_FREE:
+            acc = acc * alpha[:, None]
         p16 = p_next
     sp = (n_tiles - 1) % NUM_STAGES
     v_t = v_smem.index(sp).reshape([BLOCK_N, HEAD_DIM])
     mbarrier.wait(v_ready.index(sp), ((n_tiles - 1) // NUM_STAGES) & 1)
-    o_tok = warpgroup_mma(p16, v_t, acc, is_async=True)
-    acc, p_done = warpgroup_mma_wait(0, deps=[o_tok, p16])
+    o_tok, sum_tok = _pv(p16, v_t, acc, l_i, ones_smem, sp, WG, NUM_STAGES, MAX_FREE, MMA_SUMS)
+    acc, l_i = _pv_wait(o_tok, sum_tok, p16, l_i, MAX_FREE, MMA_SUMS)
     release_stage(v_empty.index(sp))
     return acc, m_i, l_i
 
 
 @gluon.jit
-def _fwd_consumer(q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty, v_empty,
+def _fwd_consumer(q_smem, k_smem, v_smem, c_smem, ones_smem, q_bar, k_ready, v_ready, kc_empty, v_empty,
                   C, Out, Lse, zb, tok0, head, m0, off, n_q, c_base, r, lo, n_tiles, scale2,
                   stride_ob, stride_ot, stride_oh, stride_lb, stride_lh,
                   WG: gl.constexpr, NUM_WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
                   NUM_STAGES: gl.constexpr, FOLD_ROW: gl.constexpr, OVERLAP: gl.constexpr,
-                  SPLIT_LOOPS: gl.constexpr):
+                  SPLIT_LOOPS: gl.constexpr, MAX_FREE: gl.constexpr, MMA_SUMS: gl.constexpr):
     qk_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                          instr_shape=[16, BLOCK_N, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -394,16 +487,31 @@ def _fwd_consumer(q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_em
     acc = gl.zeros([WG_ROWS, HEAD_DIM], gl.float32, o_layout)
     zero_qk = gl.zeros([WG_ROWS, BLOCK_N], gl.float32, qk_layout)
     offs_n = gl.arange(0, BLOCK_N, layout=col_l)
+    if MAX_FREE and MMA_SUMS:
+        sum_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                              instr_shape=[16, SUM_N, 16])
+        fill_ones(ones_smem, WG, NUM_STAGES, BLOCK_N)
+        l_i = gl.zeros([WG_ROWS, SUM_N], gl.float32, sum_layout)
 
     mbarrier.wait(q_bar, 0)
     if OVERLAP:
-        acc, m_i, l_i = _fwd_loop_overlap(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, k_ready, v_ready, kc_empty,
-                                          v_empty, zero_qk, offs_n, pos_q, cq2, cq_hi, cq_lo, scale2, lo, n_tiles,
-                                          n_unmasked, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW)
+        acc, m_i, l_i = _fwd_loop_overlap(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, ones_smem, k_ready, v_ready,
+                                          kc_empty, v_empty, zero_qk, offs_n, pos_q, cq2, cq_hi, cq_lo, scale2, lo,
+                                          n_tiles, n_unmasked, WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, MAX_FREE,
+                                          MMA_SUMS)
     else:
-        acc, m_i, l_i = _fwd_loop(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, k_ready, v_ready, kc_empty, v_empty,
-                                  zero_qk, offs_n, pos_q, cq2, cq_hi, cq_lo, scale2, lo, n_tiles, n_unmasked,
-                                  HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, SPLIT_LOOPS)
+        acc, m_i, l_i = _fwd_loop(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, ones_smem, k_ready, v_ready,
+                                  kc_empty, v_empty, zero_qk, offs_n, pos_q, cq2, cq_hi, cq_lo, scale2, lo, n_tiles,
+                                  n_unmasked, WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, SPLIT_LOOPS, MAX_FREE,
+                                  MMA_SUMS)
+    if MAX_FREE:
+        if MMA_SUMS:
+            # The SUM_N columns hold the same sum: their mean is exact.
+            l_i = gl.convert_layout(gl.sum(l_i, 1) * (1.0 / SUM_N), row_l)
+        # A row whose sum left the window gets a NaN lse, which the REDO launch finds and computes again.
+        lse2 = gl.where((l_i >= FREE_LO) & (l_i <= FREE_HI), gl.log2(l_i), float("nan"))
+    else:
+        lse2 = m_i + gl.log2(l_i)
     # Every real row saw its own key, so l_i > 0; padded rows are finite and never stored.
     o = acc / gl.convert_layout(l_i, orow_l)[:, None]
     out_l: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (HEAD_DIM // 8), HEAD_DIM // 8], [4, 1], [1, 0])
@@ -412,7 +520,7 @@ def _fwd_consumer(q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_em
     cols_o = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, out_l))
     o_ptrs = Out + row_starts(zb, tok0 + rows_o, head, stride_ob, stride_ot, stride_oh) + cols_o[None, :]
     gl.store(o_ptrs, o_st, mask=(rows_o < n_q)[:, None])
-    lse = (m_i + gl.log2(l_i)) * LN2
+    lse = lse2 * LN2
     gl.store(Lse + zb.to(gl.int64) * stride_lb + head * stride_lh + tok0 + rows, lse, mask=row_ok)
 
 
@@ -425,15 +533,35 @@ def fwd_kernel(q_desc, k_desc, v_desc, C, Out, Lse, CuSeqlens, PruneBound,
                HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_WG: gl.constexpr,
                NUM_STAGES: gl.constexpr, IS_VARLEN: gl.constexpr, PRUNE: gl.constexpr,
                CONSUMER_REGS: gl.constexpr, FOLD_ROW: gl.constexpr, OVERLAP: gl.constexpr,
-               SPLIT_LOOPS: gl.constexpr, HEAD_GROUP: gl.constexpr):
+               SPLIT_LOOPS: gl.constexpr, HEAD_GROUP: gl.constexpr, MAX_FREE: gl.constexpr,
+               MMA_SUMS: gl.constexpr, REDO: gl.constexpr):
+    """One query tile (module docstring). MAX_FREE: softmax without a row maximum. The scores exp2 takes are then the
+    biased logits themselves (log2 units, c_i - c_j included), so a row's sum l is 2^(its lse): while l lies in
+    [FREE_LO, FREE_HI] its largest P (>= l / T) is a normal float and P, l and O stay far from overflowing, and the
+    result is that of the maximum-subtracting kernel. Rows outside get a NaN lse; REDO (the regular kernel, launched
+    after) skips every tile whose rows' lse holds no NaN and computes the others again, overwriting out and lse."""
     BLOCK_M: gl.constexpr = NUM_WG * WG_ROWS
     head, pid_z, pid_m, zb, tok0, n_q, n_k, m0 = query_program(n_blocks, n_heads, CuSeqlens, seqlen_q, seqlen_k,
                                                                BLOCK_M, IS_VARLEN, HEAD_GROUP)
-    if m0 < n_q:
+    todo = m0 < n_q
+    if REDO:
+        rows_l: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
+        n_nan = m0 * 0
+        for w in gl.static_range(NUM_WG):
+            rows = m0 + w * WG_ROWS + gl.arange(0, WG_ROWS, layout=rows_l)
+            lse = gl.load(Lse + zb.to(gl.int64) * stride_lb + head * stride_lh + tok0 + rows, mask=rows < n_q,
+                          other=0.0)
+            n_nan += gl.sum((lse != lse).to(gl.int32), 0)
+        todo = todo & (n_nan > 0)
+    if todo:
         off, c_base, r, lo, n_tiles = key_tiles(C, PruneBound, zb, tok0, head, pid_z, pid_m, m0, n_q, n_k, n_blocks,
                                                 n_heads, stride_cb, stride_ch, BLOCK_M, BLOCK_N, PRUNE)
         q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty, v_empty = kv_ring(
             q_desc, k_desc, NUM_WG, BLOCK_N, HEAD_DIM, NUM_STAGES)
+        if MAX_FREE and MMA_SUMS:
+            ones_smem = ones_ring(q_desc.dtype, NUM_WG, NUM_STAGES, BLOCK_N)
+        else:
+            ones_smem = c_smem  # a placeholder no partition reads
         kv_head = head // group
         if NUM_WG == 3:
             gl.warp_specialize([
@@ -441,18 +569,21 @@ def fwd_kernel(q_desc, k_desc, v_desc, C, Out, Lse, CuSeqlens, PruneBound,
                              q_bar, k_ready, v_ready, kc_empty, v_empty,
                              zb, tok0 + m0, tok0, head * HEAD_DIM, kv_head * HEAD_DIM, c_base, r, lo, n_tiles,
                              n_k, BLOCK_N, NUM_STAGES, NUM_WG, False)),
-                (_fwd_consumer, (q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty, v_empty,
+                (_fwd_consumer, (q_smem, k_smem, v_smem, c_smem, ones_smem, q_bar, k_ready, v_ready, kc_empty, v_empty,
                                  C, Out, Lse, zb, tok0, head, m0, off, n_q, c_base, r, lo, n_tiles, scale2,
                                  stride_ob, stride_ot, stride_oh, stride_lb, stride_lh,
-                                 0, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, OVERLAP, SPLIT_LOOPS)),
-                (_fwd_consumer, (q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty, v_empty,
+                                 0, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, OVERLAP, SPLIT_LOOPS, MAX_FREE,
+                                 MMA_SUMS)),
+                (_fwd_consumer, (q_smem, k_smem, v_smem, c_smem, ones_smem, q_bar, k_ready, v_ready, kc_empty, v_empty,
                                  C, Out, Lse, zb, tok0, head, m0, off, n_q, c_base, r, lo, n_tiles, scale2,
                                  stride_ob, stride_ot, stride_oh, stride_lb, stride_lh,
-                                 1, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, OVERLAP, SPLIT_LOOPS)),
-                (_fwd_consumer, (q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty, v_empty,
+                                 1, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, OVERLAP, SPLIT_LOOPS, MAX_FREE,
+                                 MMA_SUMS)),
+                (_fwd_consumer, (q_smem, k_smem, v_smem, c_smem, ones_smem, q_bar, k_ready, v_ready, kc_empty, v_empty,
                                  C, Out, Lse, zb, tok0, head, m0, off, n_q, c_base, r, lo, n_tiles, scale2,
                                  stride_ob, stride_ot, stride_oh, stride_lb, stride_lh,
-                                 2, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, OVERLAP, SPLIT_LOOPS)),
+                                 2, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, OVERLAP, SPLIT_LOOPS, MAX_FREE,
+                                 MMA_SUMS)),
             ], [4, 4, 4], [CONSUMER_REGS, CONSUMER_REGS, CONSUMER_REGS])
         else:
             gl.warp_specialize([
@@ -460,12 +591,14 @@ def fwd_kernel(q_desc, k_desc, v_desc, C, Out, Lse, CuSeqlens, PruneBound,
                              q_bar, k_ready, v_ready, kc_empty, v_empty,
                              zb, tok0 + m0, tok0, head * HEAD_DIM, kv_head * HEAD_DIM, c_base, r, lo, n_tiles,
                              n_k, BLOCK_N, NUM_STAGES, NUM_WG, False)),
-                (_fwd_consumer, (q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty, v_empty,
+                (_fwd_consumer, (q_smem, k_smem, v_smem, c_smem, ones_smem, q_bar, k_ready, v_ready, kc_empty, v_empty,
                                  C, Out, Lse, zb, tok0, head, m0, off, n_q, c_base, r, lo, n_tiles, scale2,
                                  stride_ob, stride_ot, stride_oh, stride_lb, stride_lh,
-                                 0, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, OVERLAP, SPLIT_LOOPS)),
-                (_fwd_consumer, (q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty, v_empty,
+                                 0, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, OVERLAP, SPLIT_LOOPS, MAX_FREE,
+                                 MMA_SUMS)),
+                (_fwd_consumer, (q_smem, k_smem, v_smem, c_smem, ones_smem, q_bar, k_ready, v_ready, kc_empty, v_empty,
                                  C, Out, Lse, zb, tok0, head, m0, off, n_q, c_base, r, lo, n_tiles, scale2,
                                  stride_ob, stride_ot, stride_oh, stride_lb, stride_lh,
-                                 1, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, OVERLAP, SPLIT_LOOPS)),
+                                 1, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, OVERLAP, SPLIT_LOOPS, MAX_FREE,
+                                 MMA_SUMS)),
             ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])

@@ -34,7 +34,10 @@ class FwdConfig:
     tile i is issued beside PV of tile i - 1 and the softmax runs while PV does (fwd._fwd_loop_overlap; P stays in
     registers meanwhile, so a config that spills may compute garbage); head_group: how many (sequence, head)
     pairs share the heaviest-first launch order (fwd.heaviest_first; 1: each head in turn); split_loops: without
-    overlap, the unmasked and the masked tiles run in loops of their own (fwd._fwd_loop)."""
+    overlap, the unmasked and the masked tiles run in loops of their own (fwd._fwd_loop); max_free: bf16 calls take
+    no row maximum and never rescale O (fwd.fwd_kernel's MAX_FREE), then a second launch of the same kernel without it
+    computes again the tiles where a row's sum left the window (none, unless a row's log-sum-exp is beyond ~44 nats);
+    mma_sums: with max_free, the row sums come from one more wgmma a tile (P times ones, as BwdConfig.mma_sums)."""
 
     block_n: int
     num_stages: int
@@ -44,6 +47,12 @@ class FwdConfig:
     overlap: bool = False
     head_group: int = 4
     split_loops: bool = False
+    max_free: bool = False
+    mma_sums: bool = False
+
+    def __post_init__(self):
+        if self.mma_sums and not self.max_free:
+            raise ValueError("FwdConfig: mma_sums sums the P of max_free; set max_free=True")
 
 
 # Chosen by `scripts/hopper_tune.py fwd` on one H200 (torch 2.11, Triton 3.6, bf16, B * T = 32K, T = 16K), JSONs in
@@ -97,7 +106,8 @@ def fwd_block_m(cfg: FwdConfig) -> int:
 
 
 def forward_launch(q, k, v, c, out, lse, cu, bound, scale: float, n_blocks: int, n_z: int,
-                   varlen: bool, prune: bool, cfg: FwdConfig) -> Launch:
+                   varlen: bool, prune: bool, cfg: FwdConfig, redo: bool = False) -> Launch:
+    """redo: the launch after a max_free one, which computes only the tiles whose lse that one left NaN."""
     B, Tq, Hq, D = q.shape
     Tk, Hkv = k.shape[1], k.shape[2]
     args = (rows_descriptor(q, WG_ROWS.value), rows_descriptor(k, cfg.block_n), rows_descriptor(v, cfg.block_n),
@@ -106,7 +116,8 @@ def forward_launch(q, k, v, c, out, lse, cu, bound, scale: float, n_blocks: int,
             Tq, Tk, float(scale) * math.log2(math.e), n_blocks, Hq, Hq // Hkv)
     constexprs = dict(HEAD_DIM=D, BLOCK_N=cfg.block_n, NUM_WG=cfg.num_wg, NUM_STAGES=cfg.num_stages,
                       IS_VARLEN=varlen, PRUNE=prune, CONSUMER_REGS=cfg.consumer_regs, FOLD_ROW=cfg.fold_row,
-                      OVERLAP=cfg.overlap, SPLIT_LOOPS=cfg.split_loops, HEAD_GROUP=cfg.head_group)
+                      OVERLAP=cfg.overlap, SPLIT_LOOPS=cfg.split_loops, HEAD_GROUP=cfg.head_group,
+                      MAX_FREE=cfg.max_free, MMA_SUMS=cfg.mma_sums, REDO=redo)
     return Launch(fwd_kernel, launch_grid(n_blocks, Hq, n_z), args, constexprs, OPTIONS)
 
 
@@ -123,6 +134,9 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.Te
     B, Tq, Hq, D = q.shape
     Tk = k.shape[1]
     cfg = cfg or FWD_CONFIGS[D]
+    if cfg.max_free and q.dtype != torch.bfloat16:
+        # fp16's range (2^-24 to 2^16) cannot hold P without its row maximum taken out
+        cfg = dataclasses.replace(cfg, max_free=False, mma_sums=False)
     c = c.contiguous()
     varlen = cu_seqlens is not None
     out, lse = _outputs(((B, Tq, Hq, D), q.dtype), ((B, Hq, Tq), torch.float32), device=q.device)
@@ -135,6 +149,9 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.Te
     bound = (tile_bounds(c, prune_delta, cu, varlen, n_z, Tq, Tk, n_blocks, block_m, cfg.block_n, False)
              if prune else lse)
     forward_launch(q, k, v, c, out, lse, cu, bound, scale, n_blocks, n_z, varlen, prune, cfg).run()
+    if cfg.max_free:
+        regular = dataclasses.replace(cfg, max_free=False, mma_sums=False)
+        forward_launch(q, k, v, c, out, lse, cu, bound, scale, n_blocks, n_z, varlen, prune, regular, redo=True).run()
     return out, lse
 
 
@@ -350,8 +367,10 @@ def variant_names() -> list[str]:
     BwdConfig.mma_sums flipped ("-mma-sums" / "-reg-sums"), both with the other schedule, dense and packed
     ("-persistent" / "-one-a-tile": *_persistent flipped), the dk/dv kernel's code options, alone and in the
     combinations of _DKDV_OPTION_SETS ("-equal-len", "-split-loops": BwdConfig.dkdv_*; "-plain": none),
-    the forward without overlap with its loops split ("-split-loops": FwdConfig.split_loops) and the D 64 dq kernel
-    with BwdConfig.dq_split_loops flipped ("-split-loops" / "-one-loop"), dense and packed."""
+    the forward without overlap with its loops split ("-split-loops": FwdConfig.split_loops), the D 64 dq kernel
+    with BwdConfig.dq_split_loops flipped ("-split-loops" / "-one-loop"), dense and packed, and the forward without a
+    row maximum (FwdConfig.max_free, its row sums in registers or by wgmma: "-max-free", "-max-free-mma-sums") with
+    the launch that computes its out-of-window tiles again ("-redo")."""
     picked = [f"{kernel}-D{D}-{dtype}{'-varlen' if varlen else ''}{'-prune' if prune else ''}{tail}"
               for D in (64, 128) for dtype in _VARIANT_DTYPES for varlen in (False, True) for prune in (False, True)
               for kernel in ("fwd", "dkdv", "dq") for tail in (dq_tails(D) if kernel == "dq" else ("",))]
@@ -369,7 +388,9 @@ def variant_names() -> list[str]:
     # The dq kernel's split loops at D 64 only: at D 128 they spill (144 bytes, Triton 3.9; 4 accesses a tile, 3.6).
     dq_flip = "-one-loop" if BWD_CONFIGS[64].dq_split_loops else "-split-loops"
     dq_split = [f"dq-D64-bfloat16{varlen}{dq_tails(64)[0]}{dq_flip}" for varlen in ("", "-varlen")]
-    return picked + flipped + sums + schedule + options + fwd_split + dq_split
+    max_free = [f"fwd-D{D}-bfloat16{tail}" for D in (64, 128) for tail in (
+        "-max-free", "-max-free-mma-sums", "-varlen-prune-max-free-mma-sums", "-redo")]
+    return picked + flipped + sums + schedule + options + fwd_split + dq_split + max_free
 
 
 def variant_launches(tokens: int = 300):
@@ -399,7 +420,10 @@ def variant_launches(tokens: int = 300):
             fwd_cfg = FWD_CONFIGS[D]
             if name.endswith("-split-loops"):
                 fwd_cfg = dataclasses.replace(fwd_cfg, split_loops=True)
-            yield name, forward_launch(q, k, k, c, q, vec, cu, bound, 0.1, 3, n_z, varlen, prune, fwd_cfg)
+            if "-max-free" in name:
+                fwd_cfg = dataclasses.replace(fwd_cfg, max_free=True, mma_sums="-mma-sums" in name)
+            yield name, forward_launch(q, k, k, c, q, vec, cu, bound, 0.1, 3, n_z, varlen, prune, fwd_cfg,
+                                       redo=name.endswith("-redo"))
         elif kernel == "dkdv":
             yield name, dkdv_launch(q, k, k, c, q, vec, vec, k, k, vec, cu, bound, 0.1, 3, n_z, varlen, prune,
                                     bwd_cfg)
