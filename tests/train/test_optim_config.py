@@ -71,3 +71,40 @@ def test_non_finite_numbers_are_refused(key, raw):
     # max_minutes=nan never ended the run (elapsed > nan is False), grad_clip=nan switched clipping off
     with pytest.raises(ValueError, match=key):
         load_config(overrides=parse_overrides([f"{key}={raw}", "max_steps=1"]))
+
+
+@pytest.mark.parametrize("device", ["auto", "cpu", "cuda", "cuda:1"])
+def test_device_takes_one_gpu_of_several(device):
+    assert TrainConfig(total_tokens=1000, device=device).device == device
+
+
+@pytest.mark.parametrize("device", ["gpu", "cuda:", "cuda:x", "cpu:0", 1])
+def test_device_spelling_is_checked(device):
+    with pytest.raises(ValueError, match="cuda:N"):
+        TrainConfig(total_tokens=1000, device=device)
+
+
+def test_one_named_gpu_under_torchrun_is_refused(monkeypatch):
+    """Each torchrun rank takes the GPU of its LOCAL_RANK: a device naming one GPU would put every rank on it."""
+    import torch
+
+    from foxformer.train import distributed
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ValueError, match="LOCAL_RANK"):
+        distributed.init_distributed("cuda:1")
+
+
+@pytest.mark.parametrize("device,index", [("cuda", 0), ("cuda:1", 1)])
+def test_a_single_process_takes_the_named_gpu(monkeypatch, device, index):
+    import torch
+
+    from foxformer.train import distributed
+    chosen = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    info = distributed.init_distributed(device)
+    assert info.device == torch.device("cuda", index) and chosen == [info.device]

@@ -24,7 +24,8 @@ _SCALE = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "ki": 2**10, "mi": 2*
 SCHEDULES = ("cosine", "linear", "constant")
 PRECISIONS = ("auto", "bf16", "fp32")
 PARALLEL = ("auto", "none", "ddp", "fsdp")
-DEVICES = ("auto", "cpu", "cuda")
+DEVICES = ("auto", "cpu", "cuda")  # and "cuda:N": one GPU of several (a single-process run)
+_ONE_GPU = re.compile(r"cuda:[0-9]+")
 CHECKPOINT_FORMATS = ("auto", "full", "sharded")
 
 INT_KEYS = ("max_steps", "micro_batch_size", "keep_last", "log_every", "seed", "vocab_size")
@@ -189,9 +190,11 @@ class TrainConfig:
         if not 0.0 <= self.min_lr_ratio <= 1.0:
             raise ValueError(f"min_lr_ratio: expected a number in [0, 1], got {self.min_lr_ratio!r}")
         for name, allowed in (("schedule", SCHEDULES), ("precision", PRECISIONS), ("parallel", PARALLEL),
-                              ("device", DEVICES), ("checkpoint_format", CHECKPOINT_FORMATS)):
+                              ("checkpoint_format", CHECKPOINT_FORMATS)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name}: expected one of {allowed}, got {getattr(self, name)!r}")
+        if self.device not in DEVICES and not (isinstance(self.device, str) and _ONE_GPU.fullmatch(self.device)):
+            raise ValueError(f"device: expected one of {DEVICES} or 'cuda:N', got {self.device!r}")
         if not isinstance(self.model, dict):
             raise TypeError(f"model: expected a mapping of FoxConfig overrides, got {type(self.model).__name__}")
         check_preset(self.preset)

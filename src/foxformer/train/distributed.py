@@ -72,8 +72,14 @@ def init_distributed(device: str = "auto", parallel: str = "auto", timeout_minut
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    # each rank takes the GPU of its local rank; resolve_device checks that the machine has CUDA at all
-    dev = torch.device("cuda", local_rank) if resolve_device(device).type == "cuda" else torch.device("cpu")
+    # each rank takes the GPU of its local rank (a single process the one named, if any); resolve_device checks that
+    # the machine has it
+    dev = resolve_device(device)
+    if dev.type == "cuda":
+        if dev.index is not None and world > 1:
+            raise ValueError(f"device: {device!r} names one GPU, but under torchrun (WORLD_SIZE={world}) each rank "
+                             "takes the GPU of its LOCAL_RANK; use 'cuda' or 'auto'")
+        dev = torch.device("cuda", local_rank if dev.index is None else dev.index)
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
     if world > 1 and not dist.is_initialized():
