@@ -76,7 +76,7 @@ def test_variant_compiles_for_sm90a(compiled, name):
 
 @needs_gluon
 def test_row_strides_the_kernels_vectorize_are_checked():
-    """fwd.row_starts rounds row offsets down to a multiple of 8 elements: a stride that is not one must stop the
+    """common.row_starts rounds row offsets down to a multiple of 8 elements: a stride that is not one must stop the
     launch, not move rows."""
     from foxformer.ops.forgetting_attention.hopper.launch import packed_strides
     assert packed_strides(torch.empty(2, 17, 3, 64)) == (17 * 3 * 64, 3 * 64, 64)

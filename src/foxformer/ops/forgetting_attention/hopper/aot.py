@@ -74,7 +74,7 @@ def resources(compiled) -> dict:
     """What the cubin needs: registers per thread at launch, local memory (spills: 0 when none), shared
     memory, whether the Hopper instructions the kernels are built on made it into the code, the shared-memory
     offsets of the mbarriers the SASS initializes, and its global loads and stores of single 16-bit elements
-    (every [B, T, H, D] row the kernels touch outside TMA moves in 16-byte vectors: fwd.row_starts)."""
+    (every [B, T, H, D] row the kernels touch outside TMA moves in 16-byte vectors: common.row_starts)."""
     usage = cuobjdump(compiled, "--dump-resource-usage")
     sass = cuobjdump(compiled, "-sass")
     fields = dict(item.split(":", 1) for item in usage.split() if ":" in item and item.split(":", 1)[1].isdigit())

@@ -33,8 +33,8 @@ saving: taken at D 64 only (launch.BWD_CONFIGS says by how much).
 from __future__ import annotations
 
 from .compat import gl, gluon, mbarrier, thread_barrier, tma_load, warpgroup_mma, warpgroup_mma_wait
-from .fwd import (LOG2E, SUM_N, WG_ROWS, fill_ones, key_tiles, kv_loader, kv_ring, launch_order, ones_ring,
-                  query_program, query_task, release_stage, row_starts, sequence_of, split_c)
+from .common import (LOG2E, SUM_N, WG_ROWS, fill_ones, key_tiles, kv_loader, kv_ring, launch_order, ones_ring,
+                     query_program, query_task, release_stage, row_starts, sequence_of, split_c)
 
 # Per-query vectors the dk/dv loader stages beside each Q / dO tile, one row each. With the diagonal
 # tiles' bias split as (cq_hi - ck_hi) * log2(e) + (cq_lo - ck_lo) * log2(e), lse folds into the lo term:

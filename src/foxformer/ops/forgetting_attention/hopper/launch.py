@@ -18,7 +18,8 @@ from ..tiles import LAUNCH_OPTIONS, launch_grid, tile_bounds
 from .aot import Launch
 from .bwd import dkdv_kernel, dq_kernel
 from .compat import TensorDescriptor, gl
-from .fwd import WG_ROWS, fwd_kernel
+from .common import WG_ROWS
+from .fwd import fwd_kernel
 
 BLOCK_M = 2 * WG_ROWS.value
 # Compile options of every Gluon launch: one warpgroup runs the default partition (the loader's setup).
@@ -33,7 +34,7 @@ class FwdConfig:
     scores and into the row maximum (fwd._tile_softmax), one ALU operation per score fewer; overlap: QK^T of
     tile i is issued beside PV of tile i - 1 and the softmax runs while PV does (fwd._fwd_loop_overlap; P stays in
     registers meanwhile, so a config that spills may compute garbage); head_group: how many (sequence, head)
-    pairs share the heaviest-first launch order (fwd.heaviest_first; 1: each head in turn); split_loops: without
+    pairs share the heaviest-first launch order (common.heaviest_first; 1: each head in turn); split_loops: without
     overlap, the unmasked and the masked tiles run in loops of their own (fwd._fwd_loop); max_free: bf16 calls take
     no row maximum and never rescale O (fwd.fwd_kernel's MAX_FREE), then a second launch of the same kernel without it
     computes again the tiles where a row's sum left the window (none, unless a row's log-sum-exp is beyond ~44 nats);
@@ -93,7 +94,7 @@ def rows_descriptor(x: torch.Tensor, block_rows: int) -> TensorDescriptor:
 
 def packed_strides(x: torch.Tensor) -> tuple[int, int, int]:
     """(batch, token, head) strides of a [B, T, H, D] tensor the kernels read or write 16 bytes at a time
-    (outputs, and O / dO beside dQ): ``fwd.row_starts`` rounds each row's offset down to a multiple of 8
+    (outputs, and O / dO beside dQ): ``common.row_starts`` rounds each row's offset down to a multiple of 8
     elements, so each stride must be one. Every such tensor is allocated or made contiguous here, D in {64, 128}."""
     if x.stride(3) != 1 or any(s % 8 for s in x.stride()[:3]):
         raise ValueError(f"the Gluon kernels need [B, T, H, D] strides in multiples of 8 elements and a unit last "
