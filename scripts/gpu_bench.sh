@@ -33,6 +33,8 @@
 #   gluon       the Hopper kernels: tests/gpu/test_gluon_gpu.py and the models' GPU tests (three training steps of
 #               the small presets at the recipe's shape among them; 8 processes), then their config sweep
 #               (scripts/hopper_tune.py $HOPPER_SECTIONS, default "fwd bwd") at 16K
+#   maxfree     the forward without a row maximum (FwdConfig.max_free, off until timed): its GPU tests, then the
+#               forward sweep that alternates it with the defaults (HOPPER_SECTIONS=fwd of the gluon step)
 #   ncusass     the D 64 kernels' stall samples per SASS instruction (Nsight Compute's source page as CSV)
 #   ncu         the Gluon kernels' hardware counters at 16K, D 64 and 128 (Nsight Compute, clocks left alone):
 #               each kernel's report with every section's details, stall reasons included (ncu_d64.txt, ncu_d128.txt;
@@ -158,6 +160,8 @@ gluon) step gluontests 180 python -m pytest -q -n 8 tests/gpu/test_gluon_gpu.py 
        # 320 s (200 before the code options): the fwd + bwd sweep, 10 + 24 rows, took 49 s (243d2a9)
        # (scripts/hopper_tune.py BWD_SWEEP); run HOPPER_SECTIONS=bwd alone if the step is cut
        step gluontune 320 python scripts/hopper_tune.py ${HOPPER_SECTIONS:-fwd bwd} --out "$OUT/hopper_tune_h200.json" ;;
+maxfree) step maxfreetests 150 python -m pytest -q -rA -n 4 tests/gpu/test_gluon_gpu.py -k max_free
+         step maxfreetune 200 python scripts/hopper_tune.py fwd --out "$OUT/hopper_tune_max_free_h200.json" ;;
 attn16) step attn16 150 $FX bench attention --providers gluon,sdpa_cudnn --seqlens 16384 --configs 64x24,128x12 \
           --rounds 3 --profile "$OUT/attention_profile" --out "$OUT/attention_16k_h200.json" ;;
 attnall) step attnall 240 $FX bench attention --providers gluon,triton,sdpa_flash,sdpa_cudnn,fla --seqlens 16384 \
