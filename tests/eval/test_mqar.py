@@ -97,3 +97,7 @@ def test_seed_table_spreads_each_cell_over_seeds_and_refuses_another_task(tmp_pa
         seed_table(dirs + [str(other)])
     with pytest.raises(ValueError, match="repeat"):
         seed_table(dirs + dirs[:1])
+    # the command pools them: mqar_seeds.md in --out, nothing trained
+    from foxformer.cli import main
+    assert main(["eval", "mqar", "--pool", *dirs, "--out", str(tmp_path / "pooled")]) == 0
+    assert (tmp_path / "pooled" / "mqar_seeds.md").read_text() == text

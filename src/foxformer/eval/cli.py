@@ -213,8 +213,16 @@ def _cmd_compare(args) -> dict:
 
 
 def _cmd_mqar(args) -> dict:
-    from .mqar import config_from, run_mqar
+    from .mqar import config_from, run_mqar, seed_table
 
+    if args.pool:
+        # folders of one task run with different --seed: their cells as mean +- sd (mqar_seeds.md in --out)
+        out = args.out or "mqar_seeds"
+        os.makedirs(out, exist_ok=True)
+        path = os.path.join(out, "mqar_seeds.md")
+        with open(path, "w") as f:
+            f.write(seed_table(args.pool))
+        return {"out": out, "table": os.path.basename(path), "pooled": args.pool}
     cfg = config_from(args.preset, models=args.models, steps=args.steps, lr=args.lr, seed=args.seed,
                       batch_size=args.batch_size, max_minutes=args.max_minutes, compile=args.compile or None)
     return run_mqar(cfg, args.out or f"mqar_{args.preset}", device=args.device, progress=not args.no_progress,
@@ -331,6 +339,9 @@ def add_commands(subparsers) -> None:
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     p.add_argument("--out", default=None, help="output folder (default: mqar_PRESET)")
     p.add_argument("--report-only", action="store_true", help="train nothing: table the results already in --out")
+    p.add_argument("--pool", nargs="+", metavar="DIR", default=None,
+                   help="train nothing: pool the folders of runs that differ only in --seed into one table, every "
+                        "cell the mean +- standard deviation over seeds (mqar_seeds.md in --out)")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=_run(_cmd_mqar))
     ev.set_defaults(func=lambda args: (ev.print_help(), 2)[1])
