@@ -324,8 +324,8 @@ def add_commands(subparsers) -> None:
                                    "(matched in parameters) at one length, evaluates pairs x lengths up to 4x it; "
                                    "writes mqar.json, mqar.md, mqar.png (and models/*.json, one per model: several "
                                    "processes may share --out, --report-only then tables them all).")
-    p.add_argument("--preset", default="toy", help="toy (CPU test size, a few minutes at most) | mid (CPU, 3-4 "
-                                                   "minutes a model) | small (the GPU size of docs/results.md)")
+    p.add_argument("--preset", default="toy", help="toy (CPU, ~15 s on 2 cores) | mid (CPU, under a minute a model) "
+                                                   "| small (the GPU size of docs/results.md)")
     p.add_argument("--models", type=words, default=None,
                    help="model kinds, e.g. fox-pro,transformer-pro,linear-pro,fox-llama:fgate=fixed (default: the "
                         "preset's)")
