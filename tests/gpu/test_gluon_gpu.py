@@ -354,7 +354,9 @@ def test_forward_split_loops(monkeypatch, case):
 
 
 def _max_free(monkeypatch, D, sums):
-    """FwdConfig.max_free (off until timed) for one test, with its row sums by wgmma or in registers."""
+    """FwdConfig.max_free (off until timed) for one test, with its row sums by wgmma or in registers (at D 128, in its
+    overlapped loop, in registers only)."""
+    sums = sums and D == 64
     from foxformer.ops.forgetting_attention.hopper import launch
     monkeypatch.setitem(launch.FWD_CONFIGS, D, dataclasses.replace(launch.FWD_CONFIGS[D], max_free=True,
                                                                    mma_sums=sums))
@@ -366,6 +368,8 @@ def _max_free(monkeypatch, D, sums):
 def test_forward_max_free(monkeypatch, D, sums, case):
     """The forward without a row maximum (fwd.fwd_kernel's MAX_FREE; at D 128 in the overlapped loop) and its redo
     launch, against float64."""
+    if sums and D == 128:
+        pytest.skip("the overlapped loop takes no row sums by wgmma (FwdConfig.mma_sums)")
     _max_free(monkeypatch, D, sums)
     _check_case(D, case, seed=23)
 
@@ -392,7 +396,7 @@ def test_max_free_rows_outside_the_window_are_computed_again(monkeypatch, D):
     k = torch.where(sign != 0, sign * q * (60 / D ** 0.5), torch.randn(B, T, H, D, device=DEV))
     q, k, v = q.bfloat16(), k.bfloat16(), torch.randn(B, T, H, D, device=DEV, dtype=torch.bfloat16)
     log_f = torch.full((B, T, H), -100.0, device=DEV)
-    cfg = dataclasses.replace(launch.FWD_CONFIGS[D], max_free=True, mma_sums=True)
+    cfg = dataclasses.replace(launch.FWD_CONFIGS[D], max_free=True, mma_sums=D == 64)
 
     c = gate_cumsum_heads_first(log_f)
     out = torch.full_like(q, float("nan"))

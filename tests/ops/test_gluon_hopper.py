@@ -183,16 +183,18 @@ def test_forward_split_loops_reaches_the_kernel(split):
 
 def test_forward_max_free_options():
     """FwdConfig.max_free reaches the kernel as MAX_FREE (with MMA_SUMS for its row sums), the redo launch as the
-    regular kernel with REDO; mma_sums only sums its P (every variant compiled above)."""
+    regular kernel with REDO; mma_sums only sums its P, outside the overlapped loop (every variant compiled above)."""
     if not VARIANTS:
         pytest.skip("no Gluon")
     import dataclasses
 
     from foxformer.ops.forgetting_attention.hopper import launch as L
-    assert {f"fwd-D{D}-bfloat16{tail}" for D in (64, 128)
-            for tail in ("-max-free", "-max-free-mma-sums", "-redo")} <= set(VARIANTS)
+    assert {f"fwd-D{D}-bfloat16{tail}" for D in (64, 128) for tail in ("-max-free", "-redo")} <= set(VARIANTS)
+    assert "fwd-D64-bfloat16-max-free-mma-sums" in VARIANTS
     with pytest.raises(ValueError, match="max_free=True"):
         dataclasses.replace(L.FWD_CONFIGS[64], mma_sums=True)
+    with pytest.raises(ValueError, match="overlap"):
+        dataclasses.replace(L.FWD_CONFIGS[128], max_free=True, mma_sums=True)
     cfg = dataclasses.replace(L.FWD_CONFIGS[64], max_free=True, mma_sums=True)
     q = torch.zeros(2, 300, 4, 64, dtype=torch.bfloat16)
     c, vec = torch.zeros(2, 4, 300, dtype=torch.float64), torch.zeros(2, 4, 300)

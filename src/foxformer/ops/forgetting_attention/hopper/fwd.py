@@ -195,8 +195,8 @@ def _fwd_loop_overlap(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, ones_smem, k_r
     col_l: gl.constexpr = gl.SliceLayout(0, zero_qk.type.layout)
     orow_l: gl.constexpr = gl.SliceLayout(1, acc.type.layout)
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc.type.layout, k_width=2)
-    # PV and, with MMA_SUMS, its row sums are in flight while QK^T is waited for
-    N_PV: gl.constexpr = 2 if MAX_FREE and MMA_SUMS else 1
+    # P stays in registers across PV's wgmma here: the row sums' extra product spilled (launch.FwdConfig)
+    gl.static_assert(not MMA_SUMS, "the overlapped loop takes no row sums by wgmma")
     dtype: gl.constexpr = q_w.dtype
     mbarrier.wait(k_ready.index(0), 0)
     k_t = k_smem.index(0).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
@@ -215,7 +215,7 @@ def _fwd_loop_overlap(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, ones_smem, k_r
         v_t = v_smem.index(sp).reshape([BLOCK_N, HEAD_DIM])
         mbarrier.wait(v_ready.index(sp), ((i - 1) // NUM_STAGES) & 1)
         o_tok, sum_tok = _pv(p16, v_t, acc, l_i, ones_smem, sp, WG, NUM_STAGES, MAX_FREE, MMA_SUMS)
-        qk = warpgroup_mma_wait(N_PV, deps=[s_tok])
+        qk = warpgroup_mma_wait(1, deps=[s_tok])
         p_next, alpha, m_i, l_i = _tile_p(qk, c_smem, s, i >= n_unmasked, lo + i * BLOCK_N + offs_n, pos_q, cq2,
                                           cq_hi, cq_lo, scale2, m_i, l_i, dtype, p_layout, orow_l, col_l, FOLD_ROW,
                                           MAX_FREE, MMA_SUMS)

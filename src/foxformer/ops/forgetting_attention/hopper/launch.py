@@ -38,7 +38,9 @@ class FwdConfig:
     overlap, the unmasked and the masked tiles run in loops of their own (fwd._fwd_loop); max_free: bf16 calls take
     no row maximum and never rescale O (fwd.fwd_kernel's MAX_FREE), then a second launch of the same kernel without it
     computes again the tiles where a row's sum left the window (none, unless a row's log-sum-exp is beyond ~44 nats);
-    mma_sums: with max_free, the row sums come from one more wgmma a tile (P times ones, as BwdConfig.mma_sums)."""
+    mma_sums: with max_free and without overlap, the row sums come from one more wgmma a tile (P times ones, as
+    BwdConfig.mma_sums; in the overlapped loop it spilled 80 bytes with Triton 3.9, where P lives in registers across
+    a wgmma and a spill may compute garbage)."""
 
     block_n: int
     num_stages: int
@@ -54,6 +56,9 @@ class FwdConfig:
     def __post_init__(self):
         if self.mma_sums and not self.max_free:
             raise ValueError("FwdConfig: mma_sums sums the P of max_free; set max_free=True")
+        if self.mma_sums and self.overlap:
+            raise ValueError("FwdConfig: mma_sums has no overlapped loop (its registers spill there); set "
+                             "overlap=False or mma_sums=False")
 
 
 # Chosen by `scripts/hopper_tune.py fwd` on one H200 (torch 2.11, Triton 3.6, bf16, B * T = 32K, T = 16K), JSONs in
@@ -370,8 +375,8 @@ def variant_names() -> list[str]:
     combinations of _DKDV_OPTION_SETS ("-equal-len", "-split-loops": BwdConfig.dkdv_*; "-plain": none),
     the forward without overlap with its loops split ("-split-loops": FwdConfig.split_loops), the D 64 dq kernel
     with BwdConfig.dq_split_loops flipped ("-split-loops" / "-one-loop"), dense and packed, and the forward without a
-    row maximum (FwdConfig.max_free, its row sums in registers or by wgmma: "-max-free", "-max-free-mma-sums") with
-    the launch that computes its out-of-window tiles again ("-redo")."""
+    row maximum (FwdConfig.max_free, its row sums in registers or, without overlap, by wgmma: "-max-free",
+    "-max-free-mma-sums") with the launch that computes its out-of-window tiles again ("-redo")."""
     picked = [f"{kernel}-D{D}-{dtype}{'-varlen' if varlen else ''}{'-prune' if prune else ''}{tail}"
               for D in (64, 128) for dtype in _VARIANT_DTYPES for varlen in (False, True) for prune in (False, True)
               for kernel in ("fwd", "dkdv", "dq") for tail in (dq_tails(D) if kernel == "dq" else ("",))]
@@ -389,8 +394,9 @@ def variant_names() -> list[str]:
     # The dq kernel's split loops at D 64 only: at D 128 they spill (144 bytes, Triton 3.9; 4 accesses a tile, 3.6).
     dq_flip = "-one-loop" if BWD_CONFIGS[64].dq_split_loops else "-split-loops"
     dq_split = [f"dq-D64-bfloat16{varlen}{dq_tails(64)[0]}{dq_flip}" for varlen in ("", "-varlen")]
-    max_free = [f"fwd-D{D}-bfloat16{tail}" for D in (64, 128) for tail in (
-        "-max-free", "-max-free-mma-sums", "-varlen-prune-max-free-mma-sums", "-redo")]
+    max_free = [f"fwd-D64-bfloat16{tail}" for tail in ("-max-free", "-max-free-mma-sums",
+                                                       "-varlen-prune-max-free-mma-sums", "-redo")]
+    max_free += [f"fwd-D128-bfloat16{tail}" for tail in ("-max-free", "-varlen-prune-max-free", "-redo")]
     return picked + flipped + sums + schedule + options + fwd_split + dq_split + max_free
 
 
