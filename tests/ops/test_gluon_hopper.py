@@ -248,3 +248,31 @@ def test_unaddressable_tensors_fall_back_to_triton():
     unpacked = torch.zeros(1, 8, 2, 2, 64, dtype=torch.bfloat16)[:, :, :, 0]
     assert _kernel_backend("gluon", q=q, k=unpacked, v=q) == "triton"
     assert _kernel_backend("triton", q=unpacked, k=q, v=q) == "triton"
+
+
+def test_forward_options_for_one_benchmark_run():
+    """bench model --gluon-fwd: the named fields replace the head dims' configs inside the block only, and a field
+    FwdConfig lacks or a combination it refuses stops the run before any config changes."""
+    if not VARIANTS:
+        pytest.skip("no Gluon")
+    import argparse
+
+    from foxformer.bench.cli import _gluon_fwd
+    from foxformer.ops.forgetting_attention.hopper import launch as L
+    before = dict(L.FWD_CONFIGS)
+    with L.fwd_options(_gluon_fwd("64:max_free=true,mma_sums=true;128:max_free=true")):
+        assert L.FWD_CONFIGS[64].max_free and L.FWD_CONFIGS[64].mma_sums and L.FWD_CONFIGS[128].max_free
+        assert not L.FWD_CONFIGS[128].mma_sums
+    assert L.FWD_CONFIGS == before
+    with L.fwd_options(_gluon_fwd("max_free=true")):
+        assert all(cfg.max_free for cfg in L.FWD_CONFIGS.values())
+    assert L.FWD_CONFIGS == before
+    for text, match in (("max_free=true,mma_sums=true", "head dim 128.*overlap"), ("64:max_freee=true", "no field"),
+                        ("96:max_free=true", "no config for head dim 96")):
+        with pytest.raises(ValueError, match=match):
+            with L.fwd_options(_gluon_fwd(text)):
+                pass
+        assert L.FWD_CONFIGS == before
+    for text in ("x:max_free=true", "64:max_free"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            _gluon_fwd(text)

@@ -46,6 +46,27 @@ def _bound(text: str):
     return value
 
 
+def _gluon_fwd(text: str) -> dict:
+    """'max_free=true,mma_sums=true' (every head dim) or '64:max_free=true,mma_sums=true;128:max_free=true'
+    -> {head dim or None: {FwdConfig field: value}}; the fields and values are checked when the benchmark applies
+    them (ops.forgetting_attention.hopper.launch.fwd_options)."""
+    import yaml
+
+    changes = {}
+    for part in filter(None, (p.strip() for p in text.split(";"))):
+        dim, colon, items = part.rpartition(":")
+        if colon and not dim.isdigit():
+            raise argparse.ArgumentTypeError(f"expected HEAD_DIM:field=value,..., got {part!r}")
+        fields = {}
+        for item in filter(None, items.split(",")):
+            key, eq, value = item.partition("=")
+            if not eq or not key.strip():
+                raise argparse.ArgumentTypeError(f"expected field=value, got {item!r}")
+            fields[key.strip()] = yaml.safe_load(value)
+        changes[int(dim) if colon else None] = fields
+    return changes
+
+
 def _positive_int(text: str) -> int:
     value = _number(text, "a positive integer", int)
     if value < 1:
@@ -162,6 +183,9 @@ def configure_model(p: argparse.ArgumentParser) -> None:
                    help="skip transformers' LlamaForCausalLM (SDPA) anchor")
     p.add_argument("--profile", default=None, metavar="DIR",
                    help="also profile one step per model: DIR/<name>.txt, operators by self device time")
+    p.add_argument("--gluon-fwd", type=_gluon_fwd, default=None, metavar="[D:]FIELD=VALUE,...",
+                   help="the Gluon forward's FwdConfig with these fields for this run, every head dim or D's "
+                        "(e.g. 64:max_free=true,mma_sums=true): times an option before it becomes a default")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--out", default="bench_model.json")
     p.set_defaults(func=_runner("model"))

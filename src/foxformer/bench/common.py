@@ -1,6 +1,7 @@
 """Shared pieces of the benchmarks: environment record, timing, tables, JSON."""
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
@@ -94,3 +95,13 @@ def write_profile(prof, path: str, device: torch.device, rows: int = 60, steps: 
     with open(path, "w") as f:
         f.write(prof.key_averages().table(sort_by=key, row_limit=rows, max_name_column_width=90))
         f.write("\n" + summary)
+
+
+def gluon_fwd_options(changes: dict | None):
+    """The Gluon forward's configs with ``changes`` applied for a block (launch.fwd_options), or nothing to do."""
+    if not changes:
+        return contextlib.nullcontext()
+    # only here: the launcher needs Triton's Gluon, which a CPU install may lack
+    from foxformer.ops.forgetting_attention.hopper.launch import fwd_options
+
+    return fwd_options(changes)

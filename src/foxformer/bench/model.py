@@ -26,7 +26,7 @@ from foxformer.train.config import parse_overrides
 from foxformer.train.metrics import mfu, peak_flops
 
 from .cli import configure_model
-from .common import environment, write_json, write_profile
+from .common import environment, gluon_fwd_options, write_json, write_profile
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -158,9 +158,14 @@ def _check(args: argparse.Namespace) -> tuple[list[tuple[str, str, dict, FoxConf
 def run(args: argparse.Namespace) -> int:
     try:
         specs, overrides = _check(args)
+        with gluon_fwd_options(getattr(args, "gluon_fwd", None)):
+            return _run(args, specs, overrides)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+
+
+def _run(args: argparse.Namespace, specs, overrides) -> int:
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     dtype = DTYPES[args.dtype]
     batch = args.tokens_per_step // args.context
@@ -182,7 +187,7 @@ def run(args: argparse.Namespace) -> int:
                "torch": torch.__version__, "compile": args.compile, "fused_loss": args.fused_loss,
                "tokens_per_step": args.tokens_per_step, "steps": args.steps, "warmup": args.warmup,
                "peak_flops": peak, "peak_dtype": peak_dtype, "mfu_note": mfu_note, "env": environment(),
-               "complete": False, "results": rows}
+               "gluon_fwd": getattr(args, "gluon_fwd", None), "complete": False, "results": rows}
     for name, preset, own, cfg, ours, build in entries:
         torch.manual_seed(0)
         model = build()

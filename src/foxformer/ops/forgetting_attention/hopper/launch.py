@@ -5,6 +5,7 @@ off-GPU compile tests share every argument, constexpr and option.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -71,6 +72,32 @@ class FwdConfig:
 # docs/benchmarks.md, "Hopper kernel variants tried and removed".
 FWD_CONFIGS = {64: FwdConfig(block_n=128, num_stages=3, num_wg=3, consumer_regs=160),
                128: FwdConfig(block_n=128, num_stages=2, overlap=True)}
+
+@contextlib.contextmanager
+def fwd_options(changes: dict):
+    """FWD_CONFIGS with fields replaced while the block runs, to time an option before it becomes a default
+    (``foxformer bench model --gluon-fwd``). changes: {head dim or None (every head dim): {field: value}}; every
+    change is checked (a field FwdConfig has, a combination its checks accept) before any applies."""
+    new = {}
+    for dim, fields in changes.items():
+        for D in (FWD_CONFIGS if dim is None else [dim]):
+            if D not in FWD_CONFIGS:
+                raise ValueError(f"gluon forward options: no config for head dim {D} (have {sorted(FWD_CONFIGS)})")
+            unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(FwdConfig)})
+            if unknown:
+                raise ValueError(f"gluon forward options: FwdConfig has no field {', '.join(unknown)}")
+            try:
+                new[D] = dataclasses.replace(new.get(D, FWD_CONFIGS[D]), **fields)
+            except ValueError as e:
+                raise ValueError(f"gluon forward options at head dim {D}: {e}") from None
+    old = dict(FWD_CONFIGS)
+    FWD_CONFIGS.update(new)
+    try:
+        yield
+    finally:
+        FWD_CONFIGS.clear()
+        FWD_CONFIGS.update(old)
+
 
 _GL_DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16"}
 
