@@ -158,7 +158,7 @@ def _check(args: argparse.Namespace) -> tuple[list[tuple[str, str, dict, FoxConf
 def run(args: argparse.Namespace) -> int:
     try:
         specs, overrides = _check(args)
-        with gluon_fwd_options(getattr(args, "gluon_fwd", None)):
+        with gluon_fwd_options(args.gluon_fwd):
             return _run(args, specs, overrides)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -187,7 +187,7 @@ def _run(args: argparse.Namespace, specs, overrides) -> int:
                "torch": torch.__version__, "compile": args.compile, "fused_loss": args.fused_loss,
                "tokens_per_step": args.tokens_per_step, "steps": args.steps, "warmup": args.warmup,
                "peak_flops": peak, "peak_dtype": peak_dtype, "mfu_note": mfu_note, "env": environment(),
-               "gluon_fwd": getattr(args, "gluon_fwd", None), "complete": False, "results": rows}
+               "gluon_fwd": args.gluon_fwd, "complete": False, "results": rows}
     for name, preset, own, cfg, ours, build in entries:
         torch.manual_seed(0)
         model = build()

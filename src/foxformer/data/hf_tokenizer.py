@@ -6,10 +6,8 @@ import json
 import os
 from typing import Optional
 
+from .specs import EOT_TEXT
 from .tokenizer import BYTES_SPEC, GPT2_JSON_SPEC, GPT2_SPEC, _gpt2_files, canonical_name
-
-# The text of the byte tokenizer's end-of-document token (specs.BYTES_EOT): GPT-2's name for it
-BYTES_EOT_TEXT = "<|endoftext|>"
 
 
 def _gpt2_tables() -> tuple[dict, list]:
@@ -50,8 +48,8 @@ def bytes_tokenizer(**kwargs):
     # no regex split (without merges, words change nothing), no prefix space (the ids are the text's own bytes)
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     backend.decoder = decoders.ByteLevel()
-    backend.add_special_tokens([AddedToken(BYTES_EOT_TEXT, special=True, normalized=False)])  # id 256
-    return PreTrainedTokenizerFast(tokenizer_object=backend, eos_token=BYTES_EOT_TEXT, bos_token=BYTES_EOT_TEXT,
+    backend.add_special_tokens([AddedToken(EOT_TEXT, special=True, normalized=False)])  # id 256
+    return PreTrainedTokenizerFast(tokenizer_object=backend, eos_token=EOT_TEXT, bos_token=EOT_TEXT,
                                    split_special_tokens=True, **kwargs)
 
 

@@ -12,6 +12,7 @@ GPT2_JSON_SPEC = "gpt2-json"
 BYTES_SPEC = "bytes"
 BYTES_EOT = 256    # after the 256 byte values: a 257-id vocabulary
 GPT2_EOT = 50256   # GPT-2's <|endoftext|>
+EOT_TEXT = "<|endoftext|>"  # GPT-2's name for it, which the bytes tokenizer's Hugging Face form borrows
 # The token between documents in foxformer's prepared data: it ends each document (gpt2, bytes), or starts each
 # one (gpt2-json's BOS, which is also where the previous one ended).
 _DOCUMENT_TOKEN = {BYTES_SPEC: BYTES_EOT, GPT2_SPEC: GPT2_EOT, "tiktoken:gpt2": GPT2_EOT, GPT2_JSON_SPEC: GPT2_EOT}

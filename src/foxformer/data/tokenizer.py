@@ -23,7 +23,7 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from .specs import BYTES_EOT, BYTES_SPEC, GPT2_EOT, GPT2_JSON_SPEC, GPT2_SPEC
+from .specs import BYTES_EOT, BYTES_SPEC, EOT_TEXT, GPT2_EOT, GPT2_JSON_SPEC, GPT2_SPEC
 
 # Hashes tiktoken itself checks for OpenAI's GPT-2 files: a mismatch means a different vocabulary.
 _GPT2_VOCAB_BPE_SHA256 = "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5"
@@ -102,7 +102,7 @@ def _load_gpt2() -> Tokenizer:
         explicit_n_vocab=GPT2_EOT + 1,
         pat_str=_gpt2_pattern(),
         mergeable_ranks=ranks,
-        special_tokens={"<|endoftext|>": GPT2_EOT},
+        special_tokens={EOT_TEXT: GPT2_EOT},
     )
     return _from_tiktoken_encoding(GPT2_SPEC, enc)
 

@@ -80,7 +80,6 @@ def init_distributed(device: str = "auto", parallel: str = "auto", timeout_minut
             raise ValueError(f"device: {device!r} names one GPU, but under torchrun (WORLD_SIZE={world}) each rank "
                              "takes the GPU of its LOCAL_RANK; use 'cuda' or 'auto'")
         dev = torch.device("cuda", local_rank if dev.index is None else dev.index)
-    if dev.type == "cuda":
         torch.cuda.set_device(dev)
     if world > 1 and not dist.is_initialized():
         timeout = datetime.timedelta(minutes=timeout_minutes)

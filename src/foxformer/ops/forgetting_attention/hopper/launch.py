@@ -167,9 +167,11 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.Te
     B, Tq, Hq, D = q.shape
     Tk = k.shape[1]
     cfg = cfg or FWD_CONFIGS[D]
-    if cfg.max_free and q.dtype != torch.bfloat16:
+    # the launch that redoes a max_free one's out-of-window tiles
+    regular = dataclasses.replace(cfg, max_free=False, mma_sums=False) if cfg.max_free else cfg
+    if q.dtype != torch.bfloat16:
         # fp16's range (2^-24 to 2^16) cannot hold P without its row maximum taken out
-        cfg = dataclasses.replace(cfg, max_free=False, mma_sums=False)
+        cfg = regular
     c = c.contiguous()
     varlen = cu_seqlens is not None
     out, lse = _outputs(((B, Tq, Hq, D), q.dtype), ((B, Hq, Tq), torch.float32), device=q.device)
@@ -183,7 +185,6 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.Te
              if prune else lse)
     forward_launch(q, k, v, c, out, lse, cu, bound, scale, n_blocks, n_z, varlen, prune, cfg).run()
     if cfg.max_free:
-        regular = dataclasses.replace(cfg, max_free=False, mma_sums=False)
         forward_launch(q, k, v, c, out, lse, cu, bound, scale, n_blocks, n_z, varlen, prune, regular, redo=True).run()
     return out, lse
 
