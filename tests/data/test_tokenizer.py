@@ -102,7 +102,6 @@ def test_hugging_face_form_of_gpt2_and_gpt2_json():
         ours, theirs = load_tokenizer(spec), hf_tokenizer(spec)
         assert theirs(text).input_ids == start_ids(ours) + ours.encode(text)
         assert theirs.decode(theirs(text).input_ids, skip_special_tokens=True) == text
-    assert hf_tokenizer("tiktoken:cl100k_base") is None  # no Hugging Face form: the export writes no files
 
 
 def test_hugging_face_form_of_bytes_gives_the_byte_ids():

@@ -215,3 +215,36 @@ def test_a_failed_export_leaves_no_half_written_folder(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="No space"):
         export_hf(cfg, FoxForCausalLM(cfg).state_dict(), str(tmp_path / "hf"))
     assert os.listdir(tmp_path) == []
+
+
+def test_a_run_on_any_tokenizer_exports_its_document_token_and_tokenizer(make_cfg, tmp_path):
+    """A tokenizer whose ids foxformer knows only by loading it (hf:<dir> here, tiktoken:<encoding> alike): the
+    run keeps the data's end-of-document id (config.yaml's derived facts), so its export, `foxformer export` later
+    and a model loaded from the run all stop generating there, and the export carries the tokenizer's files."""
+    import json
+
+    from transformers import AutoTokenizer
+
+    from foxformer.cli import main
+    from foxformer.data.hf_tokenizer import tiktoken_tokenizer
+    from foxformer.data.prepare import PrepareConfig, prepare
+    from foxformer.data.tokenizer import tiktoken_encoding
+    from foxformer.train.loading import load_model
+
+    tok_dir, docs = tmp_path / "tok", tmp_path / "docs"
+    tiktoken_tokenizer(tiktoken_encoding("gpt2")).save_pretrained(tok_dir)
+    docs.mkdir()
+    for i in range(6):
+        (docs / f"{i}.txt").write_text(f"Document {i}: the fox forgets what it no longer needs. " * 20)
+    data = str(tmp_path / "data")
+    prepare(PrepareConfig(sources=[str(docs)], out_dir=data, tokenizer=f"hf:{tok_dir}", val_fraction=0.34),
+            progress=False)
+    run = str(tmp_path / "run")
+    summary = train(make_cfg(data_dir=data, out_dir=run, max_steps=1, export_hf=True))
+    assert main(["export-hf", run, "--out", str(tmp_path / "again")]) == 0
+    for folder in (summary["hf_dir"], str(tmp_path / "again")):
+        with open(os.path.join(folder, "config.json")) as f:
+            saved = json.load(f)
+        assert (saved["eos_token_id"], saved["bos_token_id"], saved["tokenizer"]) == (50256, 50256, f"hf:{tok_dir}")
+        assert AutoTokenizer.from_pretrained(folder, trust_remote_code=True).eos_token_id == 50256
+    assert load_model(run, device="cpu", progress=False).model.config.eos_token_id == 50256

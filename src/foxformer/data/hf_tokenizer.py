@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from typing import Optional
 
 from .specs import EOT_TEXT
-from .tokenizer import BYTES_SPEC, GPT2_JSON_SPEC, GPT2_SPEC, _gpt2_files, canonical_name
+from .tokenizer import BYTES_SPEC, GPT2_JSON_SPEC, GPT2_SPEC, _gpt2_files, canonical_name, tiktoken_encoding
 
 
 def _gpt2_tables() -> tuple[dict, list]:
@@ -53,11 +54,84 @@ def bytes_tokenizer(**kwargs):
                                    split_special_tokens=True, **kwargs)
 
 
+def _split_by_lower_ranks(token: bytes, ranks: dict[bytes, int]) -> list[bytes]:
+    """``token`` as tiktoken's BPE leaves it when only the tokens ranked below ``token`` exist: merge the adjacent
+    pair whose union ranks lowest until none is left. A token made by a merge ends as that merge's two halves."""
+    limit = ranks[token]
+    parts = [token[i:i + 1] for i in range(len(token))]
+    while len(parts) > 1:
+        found = [(ranks[pair], i) for i in range(len(parts) - 1)
+                 if ranks.get(pair := parts[i] + parts[i + 1], limit) < limit]
+        if not found:
+            break
+        i = min(found)[1]
+        parts[i:i + 2] = [parts[i] + parts[i + 1]]
+    return parts
+
+
+# One atom (a \p{..} class, a [..] set, an escape or a character) under a possessive interval such as \p{N}{1,3}+
+_POSSESSIVE_INTERVAL = re.compile(r"(\\p\{\w+\}|\[(?:\\.|[^\]\\])*\]|\\.|[^\\()])(\{\d*,?\d*\})\+")
+
+
+def _oniguruma_pattern(pattern: str) -> str:
+    """tiktoken's pre-tokenizer regex as Oniguruma (HF tokenizers) reads it the same way. In Oniguruma's Ruby
+    syntax ``x{1,3}+`` is "x{1,3}, one or more times", not possessive as in tiktoken's regex engine, so cl100k's
+    digit groups would swallow a whole number: write the interval as an atomic group, which is what possessive
+    means. The other possessive forms (``?+``, ``*+``, ``++``) mean the same in both."""
+    rewritten = _POSSESSIVE_INTERVAL.sub(r"(?>\1\2)", pattern)
+    if re.search(r"\{\d*,?\d*\}\+", rewritten):
+        raise ValueError(f"tokenizer: a possessive interval on a group in the pattern {pattern!r} has no "
+                         f"Hugging Face form here")
+    return rewritten
+
+
+def tiktoken_tokenizer(enc, **kwargs):
+    """A tiktoken ``Encoding`` as a plain ``tokenizers`` tokenizer (no remote code) with the same ids.
+
+    tiktoken keeps ranks, not merges: a token of rank r was made by merging the two pieces that BPE with the tokens
+    ranked below r leaves of it, and HF's merge list in rank order replays tiktoken's choice (the lowest-ranked
+    union first). A whole pre-tokenized piece that is itself a token is taken at once (``ignore_merges``), as
+    tiktoken does. Special tokens keep their ids; with ``split_special_tokens`` their text in a prompt is ordinary
+    text, as foxformer encodes documents (``encode_ordinary``). The end-of-text token is eos and bos."""
+    from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
+    from tokenizers import Tokenizer as RustTokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    symbols = _byte_symbols()
+    ranks = enc._mergeable_ranks  # tiktoken's table of token bytes -> id (no public accessor)
+    specials = dict(enc._special_tokens)
+
+    def text(token: bytes) -> str:
+        return "".join(symbols[b] for b in token)
+
+    merges = []
+    for token, rank in sorted(ranks.items(), key=lambda item: item[1]):
+        if len(token) < 2:
+            continue
+        parts = _split_by_lower_ranks(token, ranks)
+        if len(parts) != 2:
+            raise ValueError(f"tokenizer: tiktoken encoding {enc.name!r}: token {token!r} (id {rank}) is not the "
+                             f"merge of two lower-ranked tokens; it has no Hugging Face BPE form")
+        merges.append((text(parts[0]), text(parts[1])))
+    vocab = {text(token): rank for token, rank in ranks.items()}
+    vocab.update(specials)  # present in the vocabulary, the added tokens below keep these ids
+    backend = RustTokenizer(models.BPE(vocab=vocab, merges=merges, ignore_merges=True))
+    backend.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(_oniguruma_pattern(enc._pat_str)), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    backend.decoder = decoders.ByteLevel()
+    backend.add_special_tokens([AddedToken(name, special=True, normalized=False)
+                                for name in sorted(specials, key=specials.get)])
+    eot = EOT_TEXT if EOT_TEXT in specials else None  # tiktoken's eot_token is this one
+    return PreTrainedTokenizerFast(tokenizer_object=backend, eos_token=eot, bos_token=eot, split_special_tokens=True,
+                                   **kwargs)
+
+
 def hf_tokenizer(spec: str, model_max_length: Optional[int] = None):
     """The transformers tokenizer of ``spec``, or None where there is none: gpt2 (GPT2Tokenizer, no remote code),
     gpt2-json (GPT2JSONTokenizer: its file is copied into the export, loading needs trust_remote_code=True),
-    bytes (a tokenizer.json, no remote code: bytes_tokenizer), hf:<name or path>; tiktoken:<encoding> has no
-    Hugging Face form."""
+    bytes (a tokenizer.json, no remote code: bytes_tokenizer), tiktoken:<encoding> (likewise: tiktoken_tokenizer),
+    hf:<name or path>."""
     name = canonical_name(spec)
     extra = {} if model_max_length is None else {"model_max_length": int(model_max_length)}
     if name == BYTES_SPEC:
@@ -73,6 +147,8 @@ def hf_tokenizer(spec: str, model_max_length: Optional[int] = None):
         tok = GPT2JSONTokenizer(vocab=vocab, merges=merges, add_bos_token=True, **extra)
         tok.register_for_auto_class("AutoTokenizer")  # save_pretrained copies its code file and writes auto_map
         return tok
+    if name.startswith("tiktoken:"):
+        return tiktoken_tokenizer(tiktoken_encoding(name.split(":", 1)[1]), **extra)
     if name.startswith("hf:"):
         from transformers import AutoTokenizer
 

@@ -21,6 +21,6 @@ _DOCUMENT_TOKEN = {BYTES_SPEC: BYTES_EOT, GPT2_SPEC: GPT2_EOT, "tiktoken:gpt2": 
 def document_token_ids(spec: Optional[str]) -> tuple[Optional[int], Optional[int]]:
     """(bos_token_id, eos_token_id) of a model trained on ``spec``'s data: both its end-of-document token, which
     ends a generation and starts one from nothing (where foxformer's harness starts its sequences); (None, None)
-    for specs whose ids are only known by loading them (tiktoken:<encoding>, hf:<name>)."""
+    for specs whose ids are only known by loading them (tiktoken:<encoding>, hf:<name>: a run keeps its data's id)."""
     token = _DOCUMENT_TOKEN.get(spec) if isinstance(spec, str) else None
     return token, token

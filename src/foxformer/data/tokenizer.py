@@ -90,21 +90,37 @@ def _gpt2_pattern() -> str:
         return r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 
 
-def _load_gpt2() -> Tokenizer:
+def _gpt2_encoding():
     import tiktoken
     import tiktoken.load
 
     vocab_bpe, encoder_json = _gpt2_files()
     ranks = tiktoken.load.data_gym_to_mergeable_bpe_ranks(vocab_bpe_file=vocab_bpe, encoder_json_file=encoder_json)
     # Same pattern and special token as tiktoken's own "gpt2" encoding, so ids match it exactly.
-    enc = tiktoken.Encoding(
+    return tiktoken.Encoding(
         name="gpt2",
         explicit_n_vocab=GPT2_EOT + 1,
         pat_str=_gpt2_pattern(),
         mergeable_ranks=ranks,
         special_tokens={EOT_TEXT: GPT2_EOT},
     )
-    return _from_tiktoken_encoding(GPT2_SPEC, enc)
+
+
+def tiktoken_encoding(name: str):
+    """The ``tiktoken.Encoding`` of the spec ``tiktoken:<name>``; "gpt2" is built from the offline files."""
+    if name == "gpt2":
+        return _gpt2_encoding()
+    import tiktoken
+
+    try:
+        return tiktoken.get_encoding(name)
+    except Exception as e:
+        raise ValueError(f"tokenizer: tiktoken encoding {name!r} could not be loaded ({e}); "
+                         f"offline, use 'gpt2' (built in) or a local Hugging Face tokenizer directory") from e
+
+
+def _load_gpt2() -> Tokenizer:
+    return _from_tiktoken_encoding(GPT2_SPEC, _gpt2_encoding())
 
 
 def _load_gpt2_json() -> Tokenizer:
@@ -132,14 +148,7 @@ def _load_bytes() -> Tokenizer:
 
 
 def _load_tiktoken(encoding: str) -> Tokenizer:
-    import tiktoken
-
-    try:
-        enc = tiktoken.get_encoding(encoding)
-    except Exception as e:
-        raise ValueError(f"tokenizer: tiktoken encoding {encoding!r} could not be loaded ({e}); "
-                         f"offline, use 'gpt2' (built in) or a local Hugging Face tokenizer directory") from e
-    return _from_tiktoken_encoding(f"tiktoken:{encoding}", enc)
+    return _from_tiktoken_encoding(f"tiktoken:{encoding}", tiktoken_encoding(encoding))
 
 
 def _load_hf(name_or_path: str) -> Tokenizer:

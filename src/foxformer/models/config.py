@@ -66,7 +66,8 @@ class FoxConfig(PretrainedConfig):
         save_pretrained writes its files next to the weights and the eval commands use it. None: unknown.
     bos_token_id / eos_token_id: None with a built-in tokenizer (bytes, gpt2, gpt2-json) means its end-of-document
         token (256 for bytes, 50256 for the GPT-2 ones), the token between documents in foxformer's data: Hugging
-        Face generate stops there. pad_token_id stays None (training packs documents, nothing is padded).
+        Face generate stops there; training sets both from its dataset for any tokenizer. pad_token_id stays None
+        (training packs documents, nothing is padded).
     """
 
     model_type = "foxformer"

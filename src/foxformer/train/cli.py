@@ -100,24 +100,26 @@ def _resume_note(out_dir: str) -> str:
 
 def _cmd_export(args: argparse.Namespace) -> int:
     from .checkpoint import CheckpointError, checkpoint_format, latest_checkpoint, load_checkpoint, read_meta
-    from .config import read_saved_config
+    from .config import read_saved_config, saved_facts
     from .loop import build_model, export_hf
     from .sharded import export_hf_sharded, model_tensor_specs
 
     path = args.checkpoint or latest_checkpoint(args.run)
     if path is None:
         raise CheckpointError(f"export: run {args.run!r} has no checkpoints")
-    cfg = read_saved_config(os.path.join(args.run, "config.yaml"))
+    cfg_path = os.path.join(args.run, "config.yaml")
+    cfg, document_token = read_saved_config(cfg_path), saved_facts(cfg_path).get("document_token")
     out = args.out or os.path.join(args.run, "hf")
     if checkpoint_format(path) == "sharded":  # tensor by tensor: the model is never whole in memory
         import torch
 
         with torch.device("meta"):  # only the model's config is wanted here
-            _, model_cfg = build_model(cfg, model_tensor_specs(path)["model.embed_tokens.weight"][0][0])
+            _, model_cfg = build_model(cfg, model_tensor_specs(path)["model.embed_tokens.weight"][0][0],
+                                       document_token)
         out = export_hf_sharded(model_cfg, path, out)
     else:
         model_sd = load_checkpoint(path)[0]
-        _, model_cfg = build_model(cfg, model_sd["model.embed_tokens.weight"].shape[0])
+        _, model_cfg = build_model(cfg, model_sd["model.embed_tokens.weight"].shape[0], document_token)
         out = export_hf(model_cfg, model_sd, out)
     print(json.dumps({"checkpoint": path, "step": read_meta(path)["step"], "hf_dir": out}, indent=2))
     return 0

@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from ..argtypes import did_you_mean
+from ..data.tokenizer import canonical_name
 from ..models.presets import check_model_keys, check_preset
 
 _COUNT = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([KMGT]i?)?\s*$", re.IGNORECASE)
@@ -307,6 +308,28 @@ def save_config(cfg: TrainConfig, path: str, extra: dict | None = None) -> None:
     with open(tmp, "w") as f:
         yaml.safe_dump(data, f, sort_keys=False)
     os.replace(tmp, path)
+
+
+def model_overrides(model: dict, *, vocab_size: int, context: Any, tokenizer: str | None = None,
+                    document_token: int | None = None) -> dict:
+    """The FoxConfig fields of a run's model beside its preset: the run's ``model`` overrides, then what its data
+    and context decide (vocabulary size, tokenizer, the token between documents, positions past 16K)."""
+    out = dict(model)
+    out.setdefault("vocab_size", int(vocab_size))
+    if tokenizer is not None:  # the model's own record: its Hugging Face export writes the tokenizer files
+        out.setdefault("tokenizer", canonical_name(tokenizer))
+    if document_token is not None:  # generation stops where the training documents ended, and starts from it
+        out.setdefault("bos_token_id", int(document_token))
+        out.setdefault("eos_token_id", int(document_token))
+    if isinstance(context, int) and context > 16384:
+        out.setdefault("max_position_embeddings", context)
+    return out
+
+
+def saved_facts(path: str) -> dict:
+    """The ``derived`` facts a run's config.yaml holds beside its settings ({} for a file without them)."""
+    loaded = read_yaml(path) or {}
+    return (loaded.get("derived") or {}) if isinstance(loaded, dict) else {}
 
 
 def read_saved_config(path: str) -> TrainConfig:

@@ -19,7 +19,7 @@ from safetensors import SafetensorError
 from foxformer.models.calls import hf_progress
 
 from .checkpoint import CheckpointError, latest_checkpoint, read_meta
-from .config import read_yaml
+from .config import model_overrides, read_yaml
 from .distributed import resolve_device
 from .sharded import read_model_state_dict
 
@@ -78,17 +78,15 @@ def _model_from_run_config(run_cfg: dict, state_dict: dict):
     from foxformer.models import FoxForCausalLM, get_preset
 
     preset = run_cfg.get("preset", "fox-pro-tiny")
-    overrides = dict(run_cfg.get("model") or {})
-    vocab = (run_cfg.get("derived") or {}).get("vocab_size") or run_cfg.get("vocab_size")
+    facts = run_cfg.get("derived") or {}
+    vocab = facts.get("vocab_size") or run_cfg.get("vocab_size")
     emb = state_dict.get("model.embed_tokens.weight")
     if emb is not None:  # the weights are the ground truth for the vocabulary size
         vocab = int(emb.shape[0])
     if vocab is None:
         raise ValueError("model: the run's config.yaml has no vocab_size and the checkpoint has no embedding")
-    overrides.setdefault("vocab_size", int(vocab))
-    context = run_cfg.get("context")
-    if isinstance(context, int) and context > 16384:
-        overrides.setdefault("max_position_embeddings", context)
+    overrides = model_overrides(run_cfg.get("model") or {}, vocab_size=vocab, context=run_cfg.get("context"),
+                                tokenizer=run_cfg.get("tokenizer"), document_token=facts.get("document_token"))
     model = FoxForCausalLM(get_preset(preset, **overrides))
     missing, unexpected = model.load_state_dict(state_dict, strict=False)
     missing = [k for k in missing if k != "lm_head.weight" or not model.config.tie_embeddings]

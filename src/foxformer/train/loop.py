@@ -28,7 +28,7 @@ from ..models.presets import attention_flops_per_token
 from ..paths import check_output_dir, folder_lock
 from ..provenance import code_version
 from . import checkpoint as ckpt
-from .config import TrainConfig, read_saved_config, resume_conflicts, save_config
+from .config import TrainConfig, model_overrides, read_saved_config, resume_conflicts, save_config
 from .distributed import (DistInfo, all_reduce_mean, all_reduce_sum, barrier, broadcast_object, failures_reported,
                           full_state_dicts, grad_sync, init_distributed, wrap_model)
 from .metrics import MetricsSink, device_peak_flops, eta_string, forget_gate_means, mfu
@@ -63,17 +63,13 @@ def make_plan(cfg: TrainConfig, world: int, device_type: str) -> Plan:
     return Plan(seqs_per_step=seqs, seqs_per_rank=per_rank, micro_batch=mbs, accum=per_rank // mbs)
 
 
-def build_model(cfg: TrainConfig, vocab_size: int):
-    from ..data.tokenizer import canonical_name
+def build_model(cfg: TrainConfig, vocab_size: int, document_token: int | None = None):
+    """(model, its FoxConfig) for ``cfg``; ``document_token``: the token between the data's documents (eos)."""
     from ..models import FoxForCausalLM, get_preset
 
-    overrides = dict(cfg.model)
-    overrides.setdefault("vocab_size", vocab_size)
-    # the model's own record of its tokenizer: its Hugging Face export writes the tokenizer files, eval reads it
-    if cfg.tokenizer is not None:  # None: train() has not yet read it from the dataset's manifest
-        overrides.setdefault("tokenizer", canonical_name(cfg.tokenizer))
-    if cfg.context > 16384:
-        overrides.setdefault("max_position_embeddings", cfg.context)
+    # cfg.tokenizer is None while train() has not yet read it from the dataset's manifest
+    overrides = model_overrides(cfg.model, vocab_size=vocab_size, context=cfg.context, tokenizer=cfg.tokenizer,
+                                document_token=document_token)
     try:
         model_cfg = get_preset(cfg.preset, **overrides)
     except TypeError as e:
@@ -248,7 +244,10 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, held: con
                          f"(nothing was overwritten)")
 
     torch.manual_seed(cfg.seed)  # identical initial weights on every rank
-    model, model_cfg = (model_factory or build_model)(cfg, vocab_size)
+    if model_factory is None:
+        model, model_cfg = build_model(cfg, vocab_size, train_ds.eot_id)
+    else:
+        model, model_cfg = model_factory(cfg, vocab_size)
     _set_activation_checkpointing(model, cfg.activation_checkpointing)
     model.to(device)
     n_params = sum(p.numel() for p in model.parameters())
@@ -273,7 +272,8 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, held: con
                "vocab_size": vocab_size, "micro_batch_size": plan.micro_batch, "grad_accum": plan.accum,
                "seqs_per_step": plan.seqs_per_step, "total_steps": cfg.total_steps, "warmup_tokens": cfg.warmup,
                "horizon_tokens": cfg.horizon_tokens, "params": n_params, "non_embedding_params": n_nonemb,
-               "flops_per_token": flops_per_token, "peak_flops": peak, "commit": code_version()}
+               "flops_per_token": flops_per_token, "peak_flops": peak, "document_token": train_ds.eot_id,
+               "commit": code_version()}
     sink = None
     # Rank 0 holds the lock for the whole job; the others learn at once when it could not (no rank waits at a
     # barrier for a peer that already stopped).
