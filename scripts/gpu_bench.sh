@@ -35,8 +35,9 @@
 #               (scripts/hopper_tune.py $HOPPER_SECTIONS, default "fwd bwd") at 16K
 #   maxfree     the forward without a row maximum (FwdConfig.max_free, off until timed): its GPU tests, then the
 #               forward sweep that alternates it with the defaults (HOPPER_SECTIONS=fwd of the gluon step)
-#   maxfreemodel  FoX (Pro) 125M at 16K, compiled, with the default forward, max_free and max_free + mma_sums
-#               (bench model --gluon-fwd), one JSON each
+#   maxfreemodel  FoX (Pro) 125M at 16K, compiled once, timed with the default forward, max_free and max_free +
+#               mma_sums in turn, two rounds (bench model --gluon-fwd x3 --rounds 2); after maxfree, one call:
+#               BUDGET=590 bash scripts/gpu_bench.sh maxfree maxfreemodel
 #   ncusass     the D 64 kernels' stall samples per SASS instruction (Nsight Compute's source page as CSV)
 #   ncu         the Gluon kernels' hardware counters at 16K, D 64 and 128 (Nsight Compute, clocks left alone):
 #               each kernel's report with every section's details, stall reasons included (ncu_d64.txt, ncu_d128.txt;
@@ -164,11 +165,10 @@ gluon) step gluontests 180 python -m pytest -q -n 8 tests/gpu/test_gluon_gpu.py 
        step gluontune 320 python scripts/hopper_tune.py ${HOPPER_SECTIONS:-fwd bwd} --out "$OUT/hopper_tune_h200.json" ;;
 maxfree) step maxfreetests 150 python -m pytest -q -rA -n 4 tests/gpu/test_gluon_gpu.py -k max_free
          step maxfreetune 200 python scripts/hopper_tune.py fwd --out "$OUT/hopper_tune_max_free_h200.json" ;;
-maxfreemodel) for opt in "" "64:max_free=true" "64:max_free=true,mma_sums=true"; do
-             tag=$(echo "${opt:-default}" | tr ':=,' '___')
-             step "maxfreemodel_$tag" 150 $FX bench model --presets fox-pro-125m --context 16384 --compile --no-anchor \
-                 ${opt:+--gluon-fwd "$opt"} --out "$OUT/model_fox_pro_125m_fwd_${tag}_h200.json"
-         done ;;
+maxfreemodel) # one compile, the three forms in turn for two rounds (bench model --gluon-fwd given three times)
+             step maxfreemodel 240 $FX bench model --presets fox-pro-125m --context 16384 --compile --no-anchor \
+                 --gluon-fwd default --gluon-fwd 64:max_free=true --gluon-fwd 64:max_free=true,mma_sums=true \
+                 --rounds 2 --out "$OUT/model_fox_pro_125m_max_free_h200.json" ;;
 attn16) step attn16 150 $FX bench attention --providers gluon,sdpa_cudnn --seqlens 16384 --configs 64x24,128x12 \
           --rounds 3 --profile "$OUT/attention_profile" --out "$OUT/attention_16k_h200.json" ;;
 attnall) step attnall 240 $FX bench attention --providers gluon,triton,sdpa_flash,sdpa_cudnn,fla --seqlens 16384 \

@@ -177,3 +177,41 @@ def test_a_row_override_wins_over_the_shared_option(tmp_path):
     assert main(TINY + ["--presets", "fox-pro-tiny:vocab_size=50", "--out", str(out)]) == 0
     row = json.loads(out.read_text())["results"][0]
     assert row["overrides"] == {"vocab_size": 50}
+
+
+def test_several_gluon_forward_settings_time_one_model_in_turn(tmp_path, monkeypatch):
+    """`--gluon-fwd default --gluon-fwd 64:max_free=true --rounds 2`: each FoX row is built (and compiled) once and
+    timed under the settings in turn, round after round, each setting in force while it is timed; rows without
+    Forgetting Attention get one row; the configs are restored after; a bad setting stops the run first."""
+    from foxformer.ops.forgetting_attention.hopper import compat
+
+    if not compat.AVAILABLE:
+        pytest.skip("no Gluon")
+    import foxformer.bench.model as bench_model
+    from foxformer.ops.forgetting_attention.hopper import launch as L
+
+    before, calls, builds = dict(L.FWD_CONFIGS), [], []
+    real_measure, real_build = bench_model.measure, bench_model.FoxForCausalLM
+
+    def measure(model, *args, **kwargs):
+        calls.append((args[7], L.FWD_CONFIGS[64].max_free))  # desc, the setting in force
+        return real_measure(model, *args, **kwargs)
+
+    monkeypatch.setattr(bench_model, "measure", measure)
+    monkeypatch.setattr(bench_model, "FoxForCausalLM", lambda cfg: builds.append(cfg.attention) or real_build(cfg))
+    out = tmp_path / "bench.json"
+    assert main(TINY + ["--presets", "fox-pro-tiny,transformer-pro-tiny", "--gluon-fwd", "default", "--gluon-fwd",
+                        "64:max_free=true", "--rounds", "2", "--out", str(out)]) == 0
+    fox, fox_max_free = "fox-pro-tiny [default]", "fox-pro-tiny [64:max_free=True]"
+    assert calls == [(fox, False), (fox_max_free, True), (fox, False), (fox_max_free, True),
+                     ("transformer-pro-tiny", False), ("transformer-pro-tiny", False)]
+    assert builds == ["forgetting", "softmax"] and L.FWD_CONFIGS == before
+    payload = json.loads(out.read_text())
+    rows = payload["results"]
+    assert [(r["name"], r["gluon_fwd"], r["rounds"]) for r in rows] == [
+        (fox, "default", 2), (fox_max_free, "64:max_free=True", 2), ("transformer-pro-tiny", "default", 2)]
+    assert payload["gluon_fwd"] == ["default", "64:max_free=True"]
+    calls.clear()
+    assert main(TINY + ["--presets", "fox-pro-tiny", "--gluon-fwd", "default", "--gluon-fwd", "64:max_freee=true",
+                        "--out", str(tmp_path / "bad.json")]) == 2
+    assert calls == [] and not (tmp_path / "bad.json").exists()

@@ -48,11 +48,13 @@ def _bound(text: str):
 
 def _gluon_fwd(text: str) -> dict:
     """'max_free=true,mma_sums=true' (every head dim) or '64:max_free=true,mma_sums=true;128:max_free=true'
-    -> {head dim or None: {FwdConfig field: value}}; the fields and values are checked when the benchmark applies
-    them (ops.forgetting_attention.hopper.launch.fwd_options)."""
+    -> {head dim or None: {FwdConfig field: value}}; 'default' -> {} (no change). The fields and values are
+    checked when the benchmark applies them (ops.forgetting_attention.hopper.launch.fwd_options)."""
     import yaml
 
     changes = {}
+    if text.strip() == "default":
+        return changes
     for part in filter(None, (p.strip() for p in text.split(";"))):
         dim, colon, items = part.rpartition(":")
         if colon and not dim.isdigit():
@@ -183,9 +185,14 @@ def configure_model(p: argparse.ArgumentParser) -> None:
                    help="skip transformers' LlamaForCausalLM (SDPA) anchor")
     p.add_argument("--profile", default=None, metavar="DIR",
                    help="also profile one step per model: DIR/<name>.txt, operators by self device time")
-    p.add_argument("--gluon-fwd", type=_gluon_fwd, default=None, metavar="[D:]FIELD=VALUE,...",
-                   help="the Gluon forward's FwdConfig with these fields for this run, every head dim or D's "
-                        "(e.g. 64:max_free=true,mma_sums=true): times an option before it becomes a default")
+    p.add_argument("--gluon-fwd", type=_gluon_fwd, action="append", default=None, metavar="[D:]FIELD=VALUE,...",
+                   help="the Gluon forward's FwdConfig with these fields, every head dim or D's (e.g. "
+                        "64:max_free=true,mma_sums=true; 'default': as it is): times an option before it becomes a "
+                        "default. Given more than once, each FoX row is compiled once and timed under every "
+                        "setting in turn, --rounds times (one row each, named 'PRESET [setting]')")
+    p.add_argument("--rounds", type=_positive_int, default=1,
+                   help="measure each row this many times, a FoX row's --gluon-fwd settings in turn each round; "
+                        "its step time is the median over all rounds' steps")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--out", default="bench_model.json")
     p.set_defaults(func=_runner("model"))

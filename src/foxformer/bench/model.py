@@ -103,7 +103,7 @@ def measure(model: torch.nn.Module, vocab: int, context: int, batch: int, steps:
             loss = train_step()
         write_profile(prof, profile_path, device)
     return {"step_s": step, "tokens_per_s": batch * context / step, "peak_mem_gib": peak,
-            "loss": float(loss.detach())}
+            "loss": float(loss.detach()), "step_times": times}
 
 
 def _preset_spec(spec: str) -> tuple[str, dict]:
@@ -155,14 +155,47 @@ def _check(args: argparse.Namespace) -> tuple[list[tuple[str, str, dict, FoxConf
     return rows, overrides
 
 
+def _fwd_label(changes: dict) -> str:
+    """A --gluon-fwd setting as it names a row: 'default', or '64:max_free=True,...;128:...'."""
+    if not changes:
+        return "default"
+    return ";".join(("" if dim is None else f"{dim}:") + ",".join(f"{k}={v}" for k, v in fields.items())
+                    for dim, fields in changes.items())
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         specs, overrides = _check(args)
-        with gluon_fwd_options(args.gluon_fwd):
-            return _run(args, specs, overrides)
+        for changes in args.gluon_fwd or []:  # every setting checked before the first model is built
+            with gluon_fwd_options(changes):
+                pass
+        return _run(args, specs, overrides)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+
+
+def _measure_settings(model, cfg, args, name, batch, dtype, device, loss_kwargs, settings) -> list[dict]:
+    """One result per Gluon forward setting, the settings taken in turn for --rounds rounds on the one (compiled)
+    model: its step times pooled over the rounds (median), so that drift in the machine falls on every setting."""
+    times: list[list[float]] = [[] for _ in settings]
+    results: list[dict] = [{} for _ in settings]
+    for r in range(args.rounds):
+        for i, changes in enumerate(settings):
+            label = name if len(settings) == 1 else f"{name} [{_fwd_label(changes)}]"
+            prof = (os.path.join(args.profile, f"{_file_name(label)}.txt")
+                    if args.profile and r == 0 else None)
+            with gluon_fwd_options(changes):
+                res = measure(model, cfg.vocab_size, args.context, batch, args.steps, args.warmup, dtype, device,
+                              label, loss_kwargs, prof, progress=not args.no_progress)
+            times[i] += res.pop("step_times")
+            peak = max(filter(None, (results[i].get("peak_mem_gib"), res["peak_mem_gib"])), default=None)
+            results[i] = {**res, "peak_mem_gib": peak, "name": label, "gluon_fwd": _fwd_label(changes)}
+    for res, pooled in zip(results, times):
+        res["step_s"] = sorted(pooled)[len(pooled) // 2]
+        res["tokens_per_s"] = batch * args.context / res["step_s"]
+        res["rounds"] = args.rounds
+    return results
 
 
 def _run(args: argparse.Namespace, specs, overrides) -> int:
@@ -187,7 +220,8 @@ def _run(args: argparse.Namespace, specs, overrides) -> int:
                "torch": torch.__version__, "compile": args.compile, "fused_loss": args.fused_loss,
                "tokens_per_step": args.tokens_per_step, "steps": args.steps, "warmup": args.warmup,
                "peak_flops": peak, "peak_dtype": peak_dtype, "mfu_note": mfu_note, "env": environment(),
-               "gluon_fwd": args.gluon_fwd, "complete": False, "results": rows}
+               "gluon_fwd": [_fwd_label(c) for c in args.gluon_fwd or []], "rounds": args.rounds,
+               "complete": False, "results": rows}
     for name, preset, own, cfg, ours, build in entries:
         torch.manual_seed(0)
         model = build()
@@ -195,20 +229,22 @@ def _run(args: argparse.Namespace, specs, overrides) -> int:
             model.gradient_checkpointing_enable()
         if args.compile:
             model = torch.compile(model)
+        # the Gluon forward's settings matter only where the model runs Forgetting Attention
+        settings = (args.gluon_fwd or [{}]) if ours and cfg.attention == "forgetting" else [{}]
         try:  # the transformers anchor (ours False) keeps its own loss
             loss_kwargs = {"return_logits": False} if args.fused_loss and ours else None
-            prof = os.path.join(args.profile, f"{_file_name(name)}.txt") if args.profile else None
-            res = measure(model, cfg.vocab_size, args.context, batch, args.steps, args.warmup, dtype, device, name,
-                          loss_kwargs, prof, progress=not args.no_progress)
+            results = _measure_settings(model, cfg, args, name, batch, dtype, device, loss_kwargs, settings)
         except torch.OutOfMemoryError:
-            res = {"step_s": None, "tokens_per_s": None, "peak_mem_gib": None, "loss": None, "error": "OOM"}
+            results = [{"name": name, "step_s": None, "tokens_per_s": None, "peak_mem_gib": None, "loss": None,
+                        "error": "OOM"}]
         flops = training_flops_per_token(cfg, args.context)
-        res.update(name=name, preset=preset, overrides=own, context=args.context, batch=batch, dtype=args.dtype,
-                   non_embedding_params=count_non_embedding(cfg),
-                   model_tflops=None if res["tokens_per_s"] is None else flops * res["tokens_per_s"] / 1e12,
-                   mfu=mfu(res["tokens_per_s"], flops, peak))
-        rows.append(res)
-        print(json.dumps(res), flush=True)
+        for res in results:
+            res.update(preset=preset, overrides=own, context=args.context, batch=batch, dtype=args.dtype,
+                       non_embedding_params=count_non_embedding(cfg),
+                       model_tflops=None if res["tokens_per_s"] is None else flops * res["tokens_per_s"] / 1e12,
+                       mfu=mfu(res["tokens_per_s"], flops, peak))
+            rows.append(res)
+            print(json.dumps(res), flush=True)
         if args.out:  # a run cut by a time limit keeps the rows measured so far
             write_json(args.out, payload)
         del model
