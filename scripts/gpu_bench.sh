@@ -36,7 +36,8 @@
 #   maxfree     the forward without a row maximum (FwdConfig.max_free, off until timed): its GPU tests, then the
 #               forward sweep that alternates it with the defaults (HOPPER_SECTIONS=fwd of the gluon step)
 #   maxfreemodel  FoX (Pro) 125M at 16K, compiled once, timed with the default forward, max_free and max_free +
-#               mma_sums in turn, two rounds (bench model --gluon-fwd x3 --rounds 2); after maxfree, one call:
+#               mma_sums in turn, two rounds (bench model --gluon-fwd x3 --rounds 2), and Transformer (LLaMA) 125M
+#               in the same run (the preset ratio under each form); after maxfree, one call:
 #               BUDGET=590 bash scripts/gpu_bench.sh maxfree maxfreemodel
 #   ncusass     the D 64 kernels' stall samples per SASS instruction (Nsight Compute's source page as CSV)
 #   ncu         the Gluon kernels' hardware counters at 16K, D 64 and 128 (Nsight Compute, clocks left alone):
@@ -164,9 +165,12 @@ gluon) step gluontests 180 python -m pytest -q -n 8 tests/gpu/test_gluon_gpu.py 
        # (scripts/hopper_tune.py BWD_SWEEP); run HOPPER_SECTIONS=bwd alone if the step is cut
        step gluontune 320 python scripts/hopper_tune.py ${HOPPER_SECTIONS:-fwd bwd} --out "$OUT/hopper_tune_h200.json" ;;
 maxfree) step maxfreetests 150 python -m pytest -q -rA -n 4 tests/gpu/test_gluon_gpu.py -k max_free
-         step maxfreetune 200 python scripts/hopper_tune.py fwd --out "$OUT/hopper_tune_max_free_h200.json" ;;
-maxfreemodel) # one compile, the three forms in turn for two rounds (bench model --gluon-fwd given three times)
-             step maxfreemodel 240 $FX bench model --presets fox-pro-125m --context 16384 --compile --no-anchor \
+         # the fwd + bwd sweep, 10 + 24 rows, took 49 s (243d2a9); fwd alone has the 10 and the max-free rows
+         step maxfreetune 120 python scripts/hopper_tune.py fwd --out "$OUT/hopper_tune_max_free_h200.json" ;;
+maxfreemodel) # one compile, the three forms in turn for two rounds (bench model --gluon-fwd given three times), and
+             # the Transformer (LLaMA) in the same run for the preset ratio of each
+             step maxfreemodel 300 $FX bench model --presets fox-pro-125m,transformer-llama-125m --context 16384 \
+                 --compile --no-anchor \
                  --gluon-fwd default --gluon-fwd 64:max_free=true --gluon-fwd 64:max_free=true,mma_sums=true \
                  --rounds 2 --out "$OUT/model_fox_pro_125m_max_free_h200.json" ;;
 attn16) step attn16 150 $FX bench attention --providers gluon,sdpa_cudnn --seqlens 16384 --configs 64x24,128x12 \
