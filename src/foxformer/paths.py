@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 
 LOCK_FILE = ".lock"
@@ -63,3 +64,17 @@ def folder_lock(folder: str, what: str):
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def write_json(path: str | os.PathLike, obj, *, sort_keys: bool = False) -> None:
+    """``obj`` as indented JSON, through a temp file and os.replace (the folder is created): a kill mid-write
+    leaves the previous complete file, never a truncated one (manifests, model configs, benchmark rows rewritten
+    after each one)."""
+    path = os.fspath(path)
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(json.dumps(obj, indent=2, sort_keys=sort_keys) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

@@ -161,3 +161,28 @@ def test_cli_error_and_eval_refusal_of_an_official_folder(tmp_path, capsys):
     with pytest.raises(ValueError, match="convert it first"):
         load_model(src, device="cpu")
 
+
+
+def test_a_converted_model_trains_on_from_its_own_weights(tmp_path):
+    """Fine-tuning the paper's released models: `train --init-from CONVERTED` starts from the converted weights and
+    config (shared QK-norm weight, eps 1e-5: no preset has them) on gpt2-json data; at lr 0 the weights stay."""
+    from foxformer.data.prepare import PrepareConfig, prepare
+    from foxformer.train import checkpoint as ckpt
+
+    src, _, _ = _official(tmp_path, "fox-pro-released", vocab_size=50257)
+    converted, docs, data, run = (str(tmp_path / name) for name in ("converted", "docs", "data", "run"))
+    assert main(["convert", "official", src, "--out", converted]) == 0
+    os.makedirs(docs)
+    for i in range(4):
+        with open(os.path.join(docs, f"{i}.txt"), "w") as f:
+            f.write(f'Document {i}: "quoted" text, escaped as JSON by gpt2-json. ' * 30)
+    prepare(PrepareConfig(sources=[docs], out_dir=data, tokenizer="gpt2-json", val_fraction=0.5), progress=False)
+    assert main(["train", "--init-from", converted, "--data", data, "--out", run, "--context", "64",
+                 "--batch-tokens", "128", "--max-steps", "1", "--lr", "0", "--eval-tokens", "128", "--no-progress",
+                 "--set", "tensorboard=false", "--set", "export_hf=false"]) == 0
+    want = load_model(converted, device="cpu", dtype="fp32", progress=False).model.state_dict()
+    got = ckpt.load_checkpoint(ckpt.latest_checkpoint(run))[0]
+    assert all(torch.equal(got[k], want[k]) for k in want)
+    with open(os.path.join(run, "model_config.json")) as f:
+        fields = json.load(f)
+    assert (fields["qk_norm_per_head"], fields["qk_norm_eps"], fields["tokenizer"]) == (False, 1e-5, "gpt2-json")

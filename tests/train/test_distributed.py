@@ -42,11 +42,15 @@ def test_two_process_gloo_run_matches_single_process(parallel, preset, make_cfg,
 
 
 def test_fsdp_with_fused_loss_matches_single_process(make_cfg, data_dir, tmp_path):
-    """The fused loss reads the LM head weight outside lm_head.forward: FSDP2 must have it unsharded."""
-    single = train(make_cfg(out_dir=str(tmp_path / "single"), max_steps=3, total_tokens=768))
+    """The fused loss reads the LM head weight outside lm_head.forward: FSDP2 must have it unsharded. Both runs
+    start from another run's model (init_from, loaded whole on every rank before FSDP2 shards it; one torchrun
+    start for both checks)."""
+    src = str(tmp_path / "src")
+    train(make_cfg(out_dir=src, preset="fox-llama-tiny", max_steps=2))
+    single = train(make_cfg(out_dir=str(tmp_path / "single"), init_from=src, max_steps=3, total_tokens=768))
     out = str(tmp_path / "fsdp-fused")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           "-m", "foxformer.cli", "train", "--data", data_dir, "--out", out, "--preset", "fox-pro-tiny",
+           "-m", "foxformer.cli", "train", "--data", data_dir, "--out", out, "--init-from", src,
            "--context", "32", "--batch-tokens", "128", "--max-steps", "3", "--total-tokens", "768", "--lr", "3e-3",
            "--eval-tokens", "128", "--checkpoint-every-tokens", "100000", "--eval-every-tokens", "100000",
            "--parallel", "fsdp", "--fused-loss", "--no-progress", "--set", "tensorboard=false",

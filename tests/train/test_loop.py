@@ -248,3 +248,48 @@ def test_a_run_on_any_tokenizer_exports_its_document_token_and_tokenizer(make_cf
         assert (saved["eos_token_id"], saved["bos_token_id"], saved["tokenizer"]) == (50256, 50256, f"hf:{tok_dir}")
         assert AutoTokenizer.from_pretrained(folder, trust_remote_code=True).eos_token_id == 50256
     assert load_model(run, device="cpu", progress=False).model.config.eos_token_id == 50256
+
+
+def test_init_from_starts_from_another_models_weights_and_architecture(make_cfg, tmp_path):
+    """`init_from` (a run, one of its checkpoints, or a Hugging Face folder): the new run's model is that model,
+    whatever its preset says, with its weights (at lr 0 they come out unchanged); model_config.json records it,
+    so resuming, exporting and loading the new run rebuild that architecture, not the preset's."""
+    from foxformer.cli import main
+    from foxformer.train.loading import load_model
+
+    src = str(tmp_path / "src")
+    train(make_cfg(out_dir=src, preset="fox-llama-tiny", model={"num_layers": 1}, max_steps=2, export_hf=True))
+    want = ckpt.load_checkpoint(ckpt.latest_checkpoint(src))[0]
+    for i, origin in enumerate([src, ckpt.latest_checkpoint(src), os.path.join(src, "hf")]):
+        run = str(tmp_path / f"ft{i}")
+        train(make_cfg(out_dir=run, init_from=origin, lr=0.0, total_tokens=256, max_steps=1))  # not fox-pro-tiny
+        got = ckpt.load_checkpoint(ckpt.latest_checkpoint(run))[0]
+        assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want), origin
+    loaded = load_model(run, device="cpu", progress=False).model  # from model_config.json, not fox-pro-tiny
+    assert (loaded.config.num_layers, loaded.config.qk_norm) == (1, False)
+    train(make_cfg(out_dir=run, init_from=origin, lr=0.0, total_tokens=256, max_steps=2))  # resumes its own
+    assert [r["resumed_from"] is not None for r in read_metrics(run) if r["kind"] == "start"] == [False, True]
+    assert main(["export-hf", run, "--out", str(tmp_path / "ft_hf")]) == 0
+    assert load_model(str(tmp_path / "ft_hf"), device="cpu", progress=False).model.config.num_layers == 1
+
+
+def test_init_from_refuses_what_does_not_fit(make_cfg, tmp_path):
+    from foxformer.data.prepare import PrepareConfig, prepare
+
+    src = str(tmp_path / "src")
+    train(make_cfg(out_dir=src, max_steps=1))
+    with pytest.raises(ValueError, match="do not fit the model with the overrides .'num_layers': 1"):
+        train(make_cfg(out_dir=str(tmp_path / "a"), init_from=src, model={"num_layers": 1}, max_steps=1))
+    with pytest.raises(ValueError, match="vocab_size: 64 given, but the model init_from names has 50304"):
+        train(make_cfg(out_dir=str(tmp_path / "b"), init_from=src, vocab_size=64, max_steps=1))
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for i in range(4):
+        (docs / f"{i}.txt").write_text(f"document {i} " * 50)
+    data = str(tmp_path / "bytes")
+    prepare(PrepareConfig(sources=[str(docs)], out_dir=data, tokenizer="bytes", val_fraction=0.5), progress=False)
+    with pytest.raises(ValueError, match="reads 'gpt2' tokens but .* was tokenized with 'bytes'"):
+        train(make_cfg(out_dir=str(tmp_path / "c"), init_from=src, data_dir=data, max_steps=1))
+    with pytest.raises(ValueError, match="init_from: model: .* is not a directory"):
+        train(make_cfg(out_dir=str(tmp_path / "d"), init_from=str(tmp_path / "nowhere"), max_steps=1))
+    assert sorted(os.listdir(tmp_path)) == ["bytes", "docs", "src"]  # nothing written for the refused runs

@@ -19,7 +19,8 @@ import torch
 import torch.nn.functional as F
 
 from .cli import PROVIDERS, attention_defaults
-from .common import environment, print_table, time_ms, write_json, write_profile
+from ..paths import write_json
+from .common import environment, print_table, time_ms, write_profile
 
 # The backend of each foxformer provider (PROVIDERS, in bench/cli.py, says what they are).
 _BACKEND_OF = {"foxformer": "auto", "gluon": "gluon", "triton": "triton"}

@@ -6,7 +6,6 @@ import gzip
 import json
 import os
 import platform
-from pathlib import Path
 
 import torch
 
@@ -69,16 +68,6 @@ def _fmt(x) -> str:
     if isinstance(x, float):
         return f"{x:.3g}" if abs(x) < 10 else f"{x:.1f}"
     return str(x)
-
-
-def write_json(path: str | Path, payload: dict) -> None:
-    """Through a temp file and os.replace: the benchmarks rewrite their JSON after every row, and a kill
-    mid-write must leave the previous complete file, not a truncated one."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(payload, indent=2))
-    os.replace(tmp, path)
 
 
 def write_profile(prof, path: str, device: torch.device, rows: int = 60, steps: int = 1) -> None:

@@ -33,7 +33,8 @@ from tqdm import tqdm
 
 from foxformer.models.calls import fox_blocks
 
-from .common import environment, print_table, write_json
+from ..paths import write_json
+from .common import environment, print_table
 from .decode_steps import HF_PATHS, copy_bandwidth, measure_decode
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}

@@ -26,7 +26,8 @@ from foxformer.train.config import parse_overrides
 from foxformer.train.metrics import mfu, peak_flops
 
 from .cli import configure_model
-from .common import environment, gluon_fwd_options, write_json, write_profile
+from ..paths import write_json
+from .common import environment, gluon_fwd_options, write_profile
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 

@@ -23,7 +23,8 @@ import sys
 import yaml
 
 from ..train.metrics import read_metrics
-from .common import environment, print_table, write_json
+from ..paths import write_json
+from .common import environment, print_table
 
 # What must be the same as in the reference for a run to be a measurement of the same training (same model,
 # data order, batch and schedule): config.yaml keys, then start-record facts derived from them. World size,

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..paths import check_output_dir
+from ..paths import check_output_dir, write_json
 from .sources import describe_source, iter_documents
 from .tokenizer import GPT2_SPEC, load_tokenizer
 
@@ -71,19 +71,6 @@ class PrepareConfig:
 
 def token_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16) if vocab_size <= 2**16 else np.dtype(np.uint32)
-
-
-def _atomic_write_bytes(path: str, data: bytes) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def _atomic_write_json(path: str, obj) -> None:
-    _atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
 
 
 def _atomic_save_npy(path: str, arr: np.ndarray) -> None:
@@ -293,5 +280,5 @@ def prepare(cfg: PrepareConfig, *, force: bool = False, progress: bool = True) -
         "config": asdict(cfg),
         "created_unix": time.time(),
     }
-    _atomic_write_json(os.path.join(cfg.out_dir, MANIFEST), manifest)
+    write_json(os.path.join(cfg.out_dir, MANIFEST), manifest, sort_keys=True)
     return manifest

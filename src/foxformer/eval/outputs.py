@@ -5,7 +5,6 @@ plot paths relative to the JSON file (``foxformer report`` reads them).
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -13,6 +12,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from ..paths import write_json as atomic_json
 from . import plots
 from .gates import GateStats, choose_heads, head_matrices, is_linear
 
@@ -43,11 +43,8 @@ def _clean(obj):
 
 
 def write_json(path: str, data: dict) -> str:
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(_clean(data), f, indent=1)
-    os.replace(tmp, path)
+    """``data`` with numpy scalars and arrays as plain JSON (paths.write_json: atomic); returns ``path``."""
+    atomic_json(path, _clean(data))
     return path
 
 

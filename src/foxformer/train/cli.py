@@ -18,7 +18,7 @@ _FLAGS = {
     "--checkpoint-every-tokens": ("checkpoint_every_tokens", str), "--keep-last": ("keep_last", int),
     "--eval-every-tokens": ("eval_every_tokens", str), "--eval-tokens": ("eval_tokens", str),
     "--parallel": ("parallel", str), "--device": ("device", str), "--seed": ("seed", int),
-    "--resume": ("resume", str), "--log-every": ("log_every", int),
+    "--resume": ("resume", str), "--log-every": ("log_every", int), "--init-from": ("init_from", str),
     "--checkpoint-format": ("checkpoint_format", str), "--dist-timeout-minutes": ("dist_timeout_minutes", float),
 }
 _SWITCHES = {"--compile": "compile", "--activation-checkpointing": "activation_checkpointing", "--roll": "roll",
@@ -100,7 +100,7 @@ def _resume_note(out_dir: str) -> str:
 
 def _cmd_export(args: argparse.Namespace) -> int:
     from .checkpoint import CheckpointError, checkpoint_format, latest_checkpoint, load_checkpoint, read_meta
-    from .config import read_saved_config, saved_facts
+    from .config import read_model_config, read_saved_config, saved_facts
     from .loop import build_model, export_hf
     from .sharded import export_hf_sharded, model_tensor_specs
 
@@ -109,17 +109,18 @@ def _cmd_export(args: argparse.Namespace) -> int:
         raise CheckpointError(f"export: run {args.run!r} has no checkpoints")
     cfg_path = os.path.join(args.run, "config.yaml")
     cfg, document_token = read_saved_config(cfg_path), saved_facts(cfg_path).get("document_token")
+    base = read_model_config(args.run)  # None for runs from before it was saved: the preset rebuilds the model
     out = args.out or os.path.join(args.run, "hf")
     if checkpoint_format(path) == "sharded":  # tensor by tensor: the model is never whole in memory
         import torch
 
         with torch.device("meta"):  # only the model's config is wanted here
             _, model_cfg = build_model(cfg, model_tensor_specs(path)["model.embed_tokens.weight"][0][0],
-                                       document_token)
+                                       document_token, base)
         out = export_hf_sharded(model_cfg, path, out)
     else:
         model_sd = load_checkpoint(path)[0]
-        _, model_cfg = build_model(cfg, model_sd["model.embed_tokens.weight"].shape[0], document_token)
+        _, model_cfg = build_model(cfg, model_sd["model.embed_tokens.weight"].shape[0], document_token, base)
         out = export_hf(model_cfg, model_sd, out)
     print(json.dumps({"checkpoint": path, "step": read_meta(path)["step"], "hf_dir": out}, indent=2))
     return 0

@@ -6,6 +6,7 @@ Token counts accept suffixes: ``16K`` = 16,000, ``16Ki`` = 16,384, likewise ``M`
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import numbers
 import os
@@ -16,8 +17,10 @@ from typing import Any
 import yaml
 
 from ..argtypes import did_you_mean
+from ..paths import write_json
 from ..data.tokenizer import canonical_name
-from ..models.presets import check_model_keys, check_preset
+from ..models.config import FoxConfig
+from ..models.presets import check_model_keys, check_preset, get_preset, model_keys
 
 _COUNT = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([KMGT]i?)?\s*$", re.IGNORECASE)
 _SCALE = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
@@ -80,6 +83,9 @@ class TrainConfig:
     # model
     preset: str = "fox-pro-tiny"            # "{fox,transformer}-{llama,pro}-{size}", "linear-pro-{size}"
     model: dict = field(default_factory=dict)  # FoxConfig overrides, e.g. {hidden_size: 128}
+    init_from: str | None = None            # start from this model's weights and config (a run dir, a checkpoint
+    #                                         dir, a Hugging Face folder such as a converted paper model) instead
+    #                                         of the preset's; ``model`` still overrides its runtime fields
     vocab_size: int | None = None           # None: the tokenizer's size rounded up to a multiple of 64
     # data
     data_dir: str = "data_cache/default"
@@ -310,20 +316,52 @@ def save_config(cfg: TrainConfig, path: str, extra: dict | None = None) -> None:
     os.replace(tmp, path)
 
 
-def model_overrides(model: dict, *, vocab_size: int, context: Any, tokenizer: str | None = None,
-                    document_token: int | None = None) -> dict:
-    """The FoxConfig fields of a run's model beside its preset: the run's ``model`` overrides, then what its data
-    and context decide (vocabulary size, tokenizer, the token between documents, positions past 16K)."""
-    out = dict(model)
-    out.setdefault("vocab_size", int(vocab_size))
-    if tokenizer is not None:  # the model's own record: its Hugging Face export writes the tokenizer files
-        out.setdefault("tokenizer", canonical_name(tokenizer))
-    if document_token is not None:  # generation stops where the training documents ended, and starts from it
-        out.setdefault("bos_token_id", int(document_token))
-        out.setdefault("eos_token_id", int(document_token))
-    if isinstance(context, int) and context > 16384:
-        out.setdefault("max_position_embeddings", context)
-    return out
+MODEL_CONFIG = "model_config.json"  # beside config.yaml: the FoxConfig a run trains, whatever built it
+
+
+def run_model_config(preset: str, model: dict, *, vocab_size: int, context: Any, tokenizer: str | None = None,
+                     document_token: int | None = None, base: dict | None = None) -> FoxConfig:
+    """The FoxConfig a run trains: ``base`` (a whole FoxConfig's fields: the run's model_config.json, or the model
+    init_from names) or else its preset, then the run's ``model`` overrides, then what its data and context decide
+    where nothing else did (vocabulary size, tokenizer, the token between documents, positions past 16K)."""
+    fields = {**(base or {}), **model}
+
+    def fill(key: str, value) -> None:
+        if value is not None and fields.get(key) is None:
+            fields[key] = value
+
+    fill("vocab_size", int(vocab_size))
+    # the model's own record: its Hugging Face export writes the tokenizer files, eval reads it
+    fill("tokenizer", None if tokenizer is None else canonical_name(tokenizer))
+    fill("bos_token_id", document_token)  # generation stops where the training documents ended, and starts there
+    fill("eos_token_id", document_token)
+    if isinstance(context, int) and context > 16384 and "max_position_embeddings" not in model:
+        fields["max_position_embeddings"] = max(fields.get("max_position_embeddings", 0), context)
+    try:
+        return get_preset(preset, **fields) if base is None else FoxConfig(**fields)
+    except TypeError as e:
+        raise ValueError(f"model: bad override in {sorted(model)} ({e})") from e
+
+
+def config_fields(model_cfg: FoxConfig) -> dict:
+    """FoxConfig's own fields of ``model_cfg`` (not PretrainedConfig's bookkeeping): enough to build it again."""
+    return {key: getattr(model_cfg, key) for key in model_keys()}
+
+
+def write_model_config(run_dir: str, model_cfg: FoxConfig) -> None:
+    """The FoxConfig fields of the model a run trains, into RUN/model_config.json."""
+    write_json(os.path.join(run_dir, MODEL_CONFIG), config_fields(model_cfg), sort_keys=True)
+
+
+def read_model_config(run_dir: str) -> dict | None:
+    """The FoxConfig fields a run saved (None for runs from before it saved them: their preset rebuilds them)."""
+    path = os.path.join(run_dir, MODEL_CONFIG)
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        fields = json.load(f)
+    check_model_keys(fields, f"model: {path}")
+    return fields
 
 
 def saved_facts(path: str) -> dict:

@@ -19,7 +19,7 @@ from safetensors import SafetensorError
 from foxformer.models.calls import hf_progress
 
 from .checkpoint import CheckpointError, latest_checkpoint, read_meta
-from .config import model_overrides, read_yaml
+from .config import read_model_config, read_yaml, run_model_config
 from .distributed import resolve_device
 from .sharded import read_model_state_dict
 
@@ -74,8 +74,8 @@ def _strip_prefixes(sd: dict) -> dict:
     return out
 
 
-def _model_from_run_config(run_cfg: dict, state_dict: dict):
-    from foxformer.models import FoxForCausalLM, get_preset
+def _model_from_run_config(run_cfg: dict, state_dict: dict, run_dir: str):
+    from foxformer.models import FoxForCausalLM
 
     preset = run_cfg.get("preset", "fox-pro-tiny")
     facts = run_cfg.get("derived") or {}
@@ -85,13 +85,15 @@ def _model_from_run_config(run_cfg: dict, state_dict: dict):
         vocab = int(emb.shape[0])
     if vocab is None:
         raise ValueError("model: the run's config.yaml has no vocab_size and the checkpoint has no embedding")
-    overrides = model_overrides(run_cfg.get("model") or {}, vocab_size=vocab, context=run_cfg.get("context"),
-                                tokenizer=run_cfg.get("tokenizer"), document_token=facts.get("document_token"))
-    model = FoxForCausalLM(get_preset(preset, **overrides))
+    # base None: a run from before model_config.json was saved, whose preset rebuilds the model
+    model = FoxForCausalLM(run_model_config(
+        preset, run_cfg.get("model") or {}, vocab_size=vocab, context=run_cfg.get("context"),
+        tokenizer=run_cfg.get("tokenizer"), document_token=facts.get("document_token"),
+        base=read_model_config(run_dir)))
     missing, unexpected = model.load_state_dict(state_dict, strict=False)
     missing = [k for k in missing if k != "lm_head.weight" or not model.config.tie_embeddings]
     if missing or unexpected:
-        raise ValueError(f"model: checkpoint does not match preset {preset!r} with {overrides}: "
+        raise ValueError(f"model: checkpoint does not match preset {preset!r} with {run_cfg.get('model') or {}}: "
                          f"missing {missing[:5]}, unexpected {unexpected[:5]}")
     return model
 
@@ -110,7 +112,7 @@ def _load_checkpoint_dir(path: str, run_dir: str):
         raise ValueError(f"model: could not read checkpoint {path!r} ({e})") from e
     step = read_meta(path).get("step")
     run_cfg = _read_yaml(cfg_path)
-    return _model_from_run_config(run_cfg, _strip_prefixes(sd)), run_cfg, step
+    return _model_from_run_config(run_cfg, _strip_prefixes(sd), run_dir), run_cfg, step
 
 
 def _load_hf_dir(path: str):

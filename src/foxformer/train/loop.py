@@ -23,12 +23,14 @@ import torch
 from tqdm.auto import tqdm
 
 from ..data.dataset import TokenDataset
+from ..data.tokenizer import canonical_name
 from ..models.calls import hf_progress
 from ..models.presets import attention_flops_per_token
 from ..paths import check_output_dir, folder_lock
 from ..provenance import code_version
 from . import checkpoint as ckpt
-from .config import TrainConfig, model_overrides, read_saved_config, resume_conflicts, save_config
+from .config import (TrainConfig, config_fields, read_model_config, read_saved_config, run_model_config,
+                     resume_conflicts, save_config, write_model_config)
 from .distributed import (DistInfo, all_reduce_mean, all_reduce_sum, barrier, broadcast_object, failures_reported,
                           full_state_dicts, grad_sync, init_distributed, wrap_model)
 from .metrics import MetricsSink, device_peak_flops, eta_string, forget_gate_means, mfu
@@ -63,19 +65,53 @@ def make_plan(cfg: TrainConfig, world: int, device_type: str) -> Plan:
     return Plan(seqs_per_step=seqs, seqs_per_rank=per_rank, micro_batch=mbs, accum=per_rank // mbs)
 
 
-def build_model(cfg: TrainConfig, vocab_size: int, document_token: int | None = None):
-    """(model, its FoxConfig) for ``cfg``; ``document_token``: the token between the data's documents (eos)."""
-    from ..models import FoxForCausalLM, get_preset
+def build_model(cfg: TrainConfig, vocab_size: int, document_token: int | None = None, base: dict | None = None):
+    """(model, its FoxConfig) for ``cfg``: its preset, or ``base`` (a whole FoxConfig's fields: the run's
+    model_config.json, or the model init_from names), with the run's overrides (train.config.run_model_config);
+    ``document_token``: the token between the data's documents (eos)."""
+    from ..models import FoxForCausalLM
 
     # cfg.tokenizer is None while train() has not yet read it from the dataset's manifest
-    overrides = model_overrides(cfg.model, vocab_size=vocab_size, context=cfg.context, tokenizer=cfg.tokenizer,
-                                document_token=document_token)
+    model_cfg = run_model_config(cfg.preset, cfg.model, vocab_size=vocab_size, context=cfg.context,
+                                 tokenizer=cfg.tokenizer, document_token=document_token, base=base)
+    return FoxForCausalLM(model_cfg), model_cfg
+
+
+def _init_source(cfg: TrainConfig, manifest: dict) -> tuple[dict, dict]:
+    """(FoxConfig fields, state dict) of the model ``cfg.init_from`` names, checked against the run's data."""
+    from ..models import FoxForCausalLM
+    from .loading import load_model
+
     try:
-        model_cfg = get_preset(cfg.preset, **overrides)
-    except TypeError as e:
-        raise ValueError(f"model: bad override in {sorted(cfg.model)} ({e})") from e
-    model = FoxForCausalLM(model_cfg)
-    return model, model_cfg
+        model = load_model(cfg.init_from, device="cpu", dtype=torch.float32, progress=False).model
+    except ValueError as e:
+        raise ValueError(f"init_from: {e}") from None
+    if not isinstance(model, FoxForCausalLM):
+        raise ValueError(f"init_from: {cfg.init_from!r} holds a {type(model).__name__}; foxformer trains "
+                         f"FoxForCausalLM models (foxformer convert official turns the paper's checkpoints into one)")
+    fields = config_fields(model.config)
+    # the machine decides these, not the model's origin
+    fields.update(attention_backend="auto", gradient_checkpointing=False)
+    data_tok, its_tok = manifest["tokenizer"], fields["tokenizer"]
+    if its_tok is not None and canonical_name(its_tok) != data_tok:
+        raise ValueError(f"init_from: the model reads {its_tok!r} tokens but {cfg.data_dir!r} was tokenized with "
+                         f"{data_tok!r}; prepare the data again with --tokenizer {its_tok}")
+    if fields["vocab_size"] < manifest["vocab_size"]:
+        raise ValueError(f"init_from: the model has {fields['vocab_size']} token ids, fewer than the "
+                         f"{manifest['vocab_size']} of {cfg.data_dir!r}'s tokenizer {data_tok!r}")
+    if cfg.vocab_size is not None and cfg.vocab_size != fields["vocab_size"]:
+        raise ValueError(f"vocab_size: {cfg.vocab_size} given, but the model init_from names has "
+                         f"{fields['vocab_size']}; leave vocab_size unset")
+    return fields, model.state_dict()
+
+
+def _load_init_weights(model: torch.nn.Module, state_dict: dict, cfg: TrainConfig) -> None:
+    try:
+        model.load_state_dict(state_dict, strict=True)
+    except RuntimeError as e:  # shapes or names: the run's model overrides changed the architecture
+        raise ValueError(f"init_from: the weights of {cfg.init_from!r} do not fit the model with the overrides "
+                         f"{cfg.model} ({str(e).splitlines()[0]} ...); override only fields that hold no weights "
+                         f"(prune_eps, fgate_bias_shift, ...)") from None
 
 
 def _set_activation_checkpointing(model: torch.nn.Module, enabled: bool) -> None:
@@ -224,10 +260,6 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, held: con
     val_ds = TokenDataset(cfg.data_dir, "val", cfg.context, expect_tokenizer=cfg.tokenizer)
     if cfg.tokenizer is None:  # the saved config names it, for evaluation and generation
         cfg = dataclasses.replace(cfg, tokenizer=train_ds.manifest["tokenizer"])
-    vocab_size = cfg.vocab_size or int(math.ceil(train_ds.manifest["vocab_size"] / 64) * 64)
-    if vocab_size < train_ds.manifest["vocab_size"]:
-        raise ValueError(f"vocab_size: {vocab_size} is smaller than the dataset tokenizer's "
-                         f"{train_ds.manifest['vocab_size']} ids")
     plan = make_plan(cfg, info.world_size, device.type)
     try:
         resume_path = _resolve_resume(cfg)
@@ -236,6 +268,13 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, held: con
     except ckpt.CheckpointError as e:
         raise ckpt.CheckpointError(f"{e}; resume from another checkpoint (--resume RUN/checkpoints/step_N), or start "
                                    f"a new run in another out_dir") from None
+    # (fields, weights) of the model the run starts from; a resumed run has its own in the checkpoint
+    source = _init_source(cfg, train_ds.manifest) if cfg.init_from is not None and loaded is None else None
+    vocab_size = source[0]["vocab_size"] if source else (
+        cfg.vocab_size or int(math.ceil(train_ds.manifest["vocab_size"] / 64) * 64))
+    if vocab_size < train_ds.manifest["vocab_size"]:
+        raise ValueError(f"vocab_size: {vocab_size} is smaller than the dataset tokenizer's "
+                         f"{train_ds.manifest['vocab_size']} ids")
     data_id = data_identity(train_ds, val_ds)
     # data_dir may change on resume (moved data); what it holds may not (checkpoints before this have no "data")
     if loaded is not None and loaded.state.get("data", data_id) != data_id:
@@ -245,7 +284,12 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, held: con
 
     torch.manual_seed(cfg.seed)  # identical initial weights on every rank
     if model_factory is None:
-        model, model_cfg = build_model(cfg, vocab_size, train_ds.eot_id)
+        # a resumed run's own record of its model, else the model it starts from, else its preset
+        base = read_model_config(cfg.out_dir) if loaded is not None else (source[0] if source else None)
+        model, model_cfg = build_model(cfg, vocab_size, train_ds.eot_id, base)
+        if source:
+            _load_init_weights(model, source[1], cfg)
+            source = None  # the weights are in the model; drop the copy
     else:
         model, model_cfg = model_factory(cfg, vocab_size)
     _set_activation_checkpointing(model, cfg.activation_checkpointing)
@@ -291,6 +335,8 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, held: con
             for moved in ckpt.adopt_checkpoint(cfg.out_dir, resume_path, step):
                 tqdm.write(f"resume: {moved} is newer than {resume_path} and was set aside (not resumed from)")
         save_config(cfg, os.path.join(cfg.out_dir, "config.yaml"), derived)
+        if hasattr(model_cfg, "to_dict"):  # loading and export rebuild the model from it, not from the preset
+            write_model_config(cfg.out_dir, model_cfg)
         sink = MetricsSink(cfg.out_dir, step, cfg.tensorboard)
         held.callback(sink.close)
         sink.write({"kind": "start", "step": step, "tokens": tokens, "resumed_from": resume_path, **derived})
