@@ -8,7 +8,8 @@ from ._lazy import lazy_exports
 __version__ = "0.1.0"
 
 _EXPORTS = {"forgetting_attention": ".ops", "forgetting_attention_cumsum": ".ops", "gate_cumsum": ".ops",
-           "generate": ".infer"}
+           "ForgettingAttention": ".models", "generate": ".infer"}
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, submodules=("models", "ops", "data", "train", "eval", "infer"))
 
-__all__ = ["forgetting_attention", "forgetting_attention_cumsum", "gate_cumsum", "generate", "__version__"]
+__all__ = ["ForgettingAttention", "forgetting_attention", "forgetting_attention_cumsum", "gate_cumsum", "generate",
+           "__version__"]

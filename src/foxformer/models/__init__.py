@@ -6,6 +6,7 @@ AutoModel and AutoModelForCausalLM.
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
 from . import modeling
+from .attention_layer import ForgettingAttention
 from .config import FoxConfig
 from .kvcache import EvictionPolicy, FoxCache
 from .modeling import FoxCausalLMOutput, FoxForCausalLM, FoxModel, FoxPreTrainedModel, causal_lm_loss
@@ -31,7 +32,7 @@ if write_standalone not in modeling.SAVE_WRITERS:
     modeling.SAVE_WRITERS.append(write_standalone)
 
 __all__ = [
-    "EvictionPolicy", "FoxCache", "FoxCausalLMOutput", "FoxConfig", "FoxForCausalLM", "FoxModel",
+    "EvictionPolicy", "FoxCache", "FoxCausalLMOutput", "FoxConfig", "ForgettingAttention", "FoxForCausalLM", "FoxModel",
     "FoxPreTrainedModel", "PRESETS", "causal_lm_loss", "count_embedding", "count_non_embedding", "get_preset",
     "sized_config", "training_flops_per_token",
 ]

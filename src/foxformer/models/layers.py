@@ -37,6 +37,22 @@ class SeqContext:
     evict_scan: bool = True
 
 
+def packed_starts(cu_seqlens: torch.Tensor, batch: int, length: int,
+                  device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(starts bool [1, T], positions int64 [1, T]) of a packed batch: True where a segment other than the first
+    begins (SeqContext.starts), and each token's position within its segment. cu_seqlens int32 [N + 1]."""
+    if not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.dim() != 1 or cu_seqlens.dtype != torch.int32:
+        raise TypeError("cu_seqlens must be a 1-D int32 tensor [N + 1]")
+    if batch != 1:
+        raise ValueError(f"cu_seqlens needs a packed batch of size 1, got batch size {batch}")
+    if cu_seqlens.numel() < 2:
+        raise ValueError("cu_seqlens must hold at least two offsets [0, T]")
+    idx = torch.arange(length, device=device)
+    cu = cu_seqlens.to(device=device, dtype=torch.long)
+    seg_start = cu[torch.searchsorted(cu[1:], idx, right=True).clamp(max=cu.numel() - 2)]
+    return ((idx == seg_start) & (idx > 0))[None], (idx - seg_start)[None]
+
+
 @torch.compiler.disable
 def cache_update(method, *args, **kwargs):
     """Call a cache method as plain eager code, also inside a torch.compile'd decode step (kvcache.graphs):

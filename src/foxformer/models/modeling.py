@@ -20,7 +20,8 @@ from .kvcache.graphs import DecodeGraphs, step_kind
 from .kvcache.paged import PagedKV
 from .kvcache.policy import EvictionPolicy
 from .kvcache.recurrent import RecurrentState
-from .layers import Block, ForgetGate, GateProjection, RMSNorm, SeqContext, initial_gate_bias, rope_tables
+from .layers import (Block, ForgetGate, GateProjection, RMSNorm, SeqContext, initial_gate_bias, packed_starts,
+                     rope_tables)
 from .loss import IGNORE_INDEX, fused_causal_lm_loss, next_token_targets
 
 try:  # respects "already loaded" flags during from_pretrained (transformers v5)
@@ -137,15 +138,6 @@ class FoxPreTrainedModel(PreTrainedModel):
             _init.copy_(module.bias, initial_gate_bias(self.config).to(module.bias.device, module.bias.dtype))
 
 
-def _check_cu_seqlens(cu_seqlens: torch.Tensor, batch: int, length: int) -> None:
-    if not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.dim() != 1 or cu_seqlens.dtype != torch.int32:
-        raise TypeError("cu_seqlens must be a 1-D int32 tensor [N + 1]")
-    if batch != 1:
-        raise ValueError(f"cu_seqlens needs a packed batch of size 1, got batch size {batch}")
-    if cu_seqlens.numel() < 2:
-        raise ValueError("cu_seqlens must hold at least two offsets [0, T]")
-
-
 class FoxModel(FoxPreTrainedModel):
     """Embedding, blocks, final RMSNorm. Returns FoxModelOutput."""
 
@@ -213,14 +205,9 @@ class FoxModel(FoxPreTrainedModel):
         """(starts, positions) of the chunk: see SeqContext.starts; positions int64 [B, T] for RoPE."""
         starts = positions = None
         if cu_seqlens is not None:
-            _check_cu_seqlens(cu_seqlens, batch, length)
             if past_len or attention_mask is not None:
                 raise ValueError("cu_seqlens cannot be combined with a cache or an attention_mask")
-            idx = torch.arange(length, device=device)
-            cu = cu_seqlens.to(device=device, dtype=torch.long)
-            seg_start = cu[torch.searchsorted(cu[1:], idx, right=True).clamp(max=cu.numel() - 2)]
-            starts = ((idx == seg_start) & (idx > 0))[None]
-            positions = (idx - seg_start)[None]
+            starts, positions = packed_starts(cu_seqlens, batch, length, device)
         elif attention_mask is not None:
             if attention_mask.dim() != 2 or attention_mask.shape != (batch, past_len + length):
                 raise ValueError(f"attention_mask must be [batch, past + new] = {(batch, past_len + length)}, "

@@ -1,0 +1,63 @@
+"""Forgetting Attention as a layer for any model (the drop-in counterpart of ``foxformer.forgetting_attention``).
+
+    layer = ForgettingAttention(hidden_size=1024, num_heads=16)      # the Pro form; pro=False: FoX (LLaMA)
+    y = layer(x)                                                      # x, y [batch, seq, hidden_size]
+    y = layer(x_packed, cu_seqlens=cu, max_seqlen=m)                  # packed documents, batch 1
+
+It is the attention of foxformer's own blocks (models.layers.Attention), built from plain arguments: the same
+parameters (q_proj, k_proj, v_proj, o_proj, fgate.proj, and with ``pro`` q_norm, k_norm, o_norm, g_proj,
+k_shift.proj, v_shift.proj), the same kernels (Gluon on H100 / H200, Triton elsewhere, the exact torch backend
+on a CPU). It holds no cache: for decoding, use FoxForCausalLM (its cache keeps the running gate sum).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from .config import FoxConfig
+from .layers import Attention, SeqContext, packed_starts
+
+
+class ForgettingAttention(Attention):
+    """Causal softmax attention with a data-dependent forget gate: x [B, T, hidden_size] -> [B, T, hidden_size].
+
+    hidden_size, num_heads: the input width and the query heads. num_kv_heads: key / value heads (GQA; None:
+        num_heads). head_dim: None means hidden_size // num_heads.
+    pro: the Pro block's additions: QK-norm (one weight shared by the heads, as in the paper's models), an
+        output gate, a per-head output RMSNorm and data-dependent key / value token shift (the paper's best
+        model); False gives FoX (LLaMA)'s attention.
+    fgate: "data_dependent" (f_t = sigmoid(w . x_t + b) per head), "data_independent" (a learnt b) or "fixed".
+    fgate_bias_init: "zero" or "timescales" (FoxConfig); None: the paper's choice for the kind.
+    backend: the op's backend ("auto", "gluon", "triton", "torch", "naive").
+    prune_eps: skip (query, key) tiles the gate has provably erased (forgetting_attention's prune_eps).
+    eps: RMSNorm eps of the QK-norm and output norm.
+    """
+
+    def __init__(self, hidden_size: int, num_heads: int, num_kv_heads: Optional[int] = None,
+                 head_dim: Optional[int] = None, *, pro: bool = True, fgate: str = "data_dependent",
+                 fgate_bias_init: Optional[str] = None, backend: str = "auto", prune_eps: Optional[float] = None,
+                 eps: float = 1e-6):
+        # FoxConfig validates every argument (and names it); vocab_size and num_layers do not apply to one layer
+        config = FoxConfig(vocab_size=1, num_layers=1, hidden_size=hidden_size, num_heads=num_heads,
+                           num_kv_heads=num_kv_heads, head_dim=head_dim, attention="forgetting", fgate=fgate,
+                           fgate_bias_init=fgate_bias_init, qk_norm=pro, output_gate=pro,
+                           output_norm=pro, kv_shift=pro, attention_backend=backend, prune_eps=prune_eps,
+                           rms_norm_eps=eps)
+        super().__init__(config, layer_idx=0)
+
+    def forward(self, x: torch.Tensor, cu_seqlens: Optional[torch.Tensor] = None,
+                max_seqlen: Optional[int] = None) -> torch.Tensor:
+        """x [B, T, hidden_size] -> [B, T, hidden_size]. cu_seqlens int32 [N + 1]: x holds N documents packed
+        into one row (B = 1) at these offsets; none attends to, or shifts in, another's tokens. max_seqlen: the
+        longest (computed from cu_seqlens when None, at the cost of a device sync)."""
+        if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.config.hidden_size:
+            shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ValueError(f"ForgettingAttention: x must be [batch, seq, {self.config.hidden_size}], got {shape}")
+        ctx = SeqContext()
+        if cu_seqlens is not None:
+            starts, _ = packed_starts(cu_seqlens, x.shape[0], x.shape[1], x.device)
+            if max_seqlen is None:
+                max_seqlen = int((cu_seqlens[1:] - cu_seqlens[:-1]).max())
+            ctx = SeqContext(starts=starts, cu_seqlens=cu_seqlens.to(x.device), max_seqlen=max_seqlen)
+        return super().forward(x, ctx)
