@@ -103,6 +103,13 @@ def test_hf_export_round_trips(make_cfg, tmp_path):
     assert model.config.tokenizer == "gpt2"
     for name in ("tokenizer.json", "modeling_foxformer.py", "configuration_foxformer.py"):
         assert os.path.exists(os.path.join(summary["hf_dir"], name)), name
+    # its model card says what it is and how this run trained it
+    card = open(os.path.join(summary["hf_dir"], "README.md")).read()
+    assert card.startswith("---\nlibrary_name: transformers") and "# FoX (Pro)" in card
+    val = [r["val_loss"] for r in read_metrics(run) if r["kind"] == "eval"][-1]
+    for fact in ("## Training", "`builtin:pydoc`", "2 steps, 256 tokens at context 32", f"{val:.4f} nats per token",
+                 "preset `fox-pro-tiny`"):
+        assert fact in card, fact
 
 
 def test_time_limit_stops_cleanly_with_a_checkpoint(make_cfg, tmp_path):
@@ -247,6 +254,7 @@ def test_a_run_on_any_tokenizer_exports_its_document_token_and_tokenizer(make_cf
             saved = json.load(f)
         assert (saved["eos_token_id"], saved["bos_token_id"], saved["tokenizer"]) == (50256, 50256, f"hf:{tok_dir}")
         assert AutoTokenizer.from_pretrained(folder, trust_remote_code=True).eos_token_id == 50256
+        assert "| validation loss |" in open(os.path.join(folder, "README.md")).read()  # export-hf's card too
     assert load_model(run, device="cpu", progress=False).model.config.eos_token_id == 50256
 
 

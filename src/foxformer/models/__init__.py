@@ -7,6 +7,7 @@ from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
 from . import modeling
 from .attention_layer import ForgettingAttention
+from .card import write_card
 from .config import FoxConfig
 from .kvcache import EvictionPolicy, FoxCache
 from .modeling import FoxCausalLMOutput, FoxForCausalLM, FoxModel, FoxPreTrainedModel, causal_lm_loss
@@ -28,8 +29,9 @@ def _register() -> None:
 
 
 _register()
-if write_standalone not in modeling.SAVE_WRITERS:
-    modeling.SAVE_WRITERS.append(write_standalone)
+for _writer in (write_standalone, write_card):
+    if _writer not in modeling.SAVE_WRITERS:
+        modeling.SAVE_WRITERS.append(_writer)
 
 __all__ = [
     "EvictionPolicy", "FoxCache", "FoxCausalLMOutput", "FoxConfig", "ForgettingAttention", "FoxForCausalLM", "FoxModel",

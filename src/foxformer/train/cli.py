@@ -117,11 +117,11 @@ def _cmd_export(args: argparse.Namespace) -> int:
         with torch.device("meta"):  # only the model's config is wanted here
             _, model_cfg = build_model(cfg, model_tensor_specs(path)["model.embed_tokens.weight"][0][0],
                                        document_token, base)
-        out = export_hf_sharded(model_cfg, path, out)
+        out = export_hf_sharded(model_cfg, path, out, run_dir=args.run)
     else:
         model_sd = load_checkpoint(path)[0]
         _, model_cfg = build_model(cfg, model_sd["model.embed_tokens.weight"].shape[0], document_token, base)
-        out = export_hf(model_cfg, model_sd, out)
+        out = export_hf(model_cfg, model_sd, out, run_dir=args.run)
     print(json.dumps({"checkpoint": path, "step": read_meta(path)["step"], "hf_dir": out}, indent=2))
     return 0
 

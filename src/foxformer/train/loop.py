@@ -29,6 +29,7 @@ from ..models.presets import attention_flops_per_token
 from ..paths import check_output_dir, folder_lock
 from ..provenance import code_version
 from . import checkpoint as ckpt
+from .card import training_facts
 from .config import (TrainConfig, config_fields, read_model_config, read_saved_config, run_model_config,
                      resume_conflicts, save_config, write_model_config)
 from .distributed import (DistInfo, all_reduce_mean, all_reduce_sum, barrier, broadcast_object, failures_reported,
@@ -210,16 +211,20 @@ def _check_saved_config(cfg: TrainConfig, resuming: bool) -> None:
                          f"run must compute the same thing. Use another out_dir (nothing was overwritten)")
 
 
-def export_hf(model_cfg, model_sd: dict, out: str) -> str:
+def export_hf(model_cfg, model_sd: dict, out: str, run_dir: str | None = None) -> str:
     """Save a full state dict as a Hugging Face model directory (``from_pretrained`` loads it; with
-    ``trust_remote_code=True`` also where foxformer is not installed, and with its tokenizer files)."""
+    ``trust_remote_code=True`` also where foxformer is not installed, and with its tokenizer files); its model card
+    says how ``run_dir`` trained it."""
     from ..models import FoxForCausalLM
+    from ..models.card import write_card
 
     model = FoxForCausalLM(model_cfg)
     model.load_state_dict(model_sd, strict=True)
     tmp = f"{out}.tmp-{os.getpid()}"
     try:
         model.save_pretrained(tmp)
+        if run_dir is not None:
+            write_card(tmp, model_cfg, training_facts(run_dir), replace=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)  # no half-written export beside the run
         raise
@@ -440,7 +445,7 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, held: con
         msd, _ = full_state_dicts(model, optimizer, info)
         if info.is_main:
             with hf_progress(cfg.progress):
-                hf_dir = export_hf(model_cfg, msd, os.path.join(cfg.out_dir, "hf"))
+                hf_dir = export_hf(model_cfg, msd, os.path.join(cfg.out_dir, "hf"), run_dir=cfg.out_dir)
         barrier()
     wall = time.time() - start_time
     summary = {"out_dir": cfg.out_dir, "step": step, "tokens": tokens, "train_loss": last_rec.get("loss"),

@@ -30,6 +30,7 @@ from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from . import checkpoint as ckpt
+from .card import training_facts
 from .distributed import DistInfo, full_state_dicts, load_full_state_dicts
 
 # DCP warns on every call without a process group, which is how one process saves and loads on purpose.
@@ -242,10 +243,12 @@ def _write_safetensors(file: str, specs: dict, batches) -> None:
         os.fsync(f.fileno())
 
 
-def export_hf_sharded(model_cfg, path: str, out: str) -> str:
+def export_hf_sharded(model_cfg, path: str, out: str, run_dir: str | None = None) -> str:
     """Convert sharded checkpoint ``path`` to a Hugging Face folder (one model.safetensors) holding at most
-    CONVERT_BATCH_BYTES of tensors (or the largest tensor) in memory at a time."""
+    CONVERT_BATCH_BYTES of tensors (or the largest tensor) in memory at a time; its model card says how
+    ``run_dir`` trained it."""
     from ..models import FoxForCausalLM
+    from ..models.card import write_card
 
     ckpt.verify_checkpoint(path)
     specs = model_tensor_specs(path)
@@ -271,6 +274,8 @@ def export_hf_sharded(model_cfg, path: str, out: str) -> str:
     tmp = f"{out}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp, state_dict={})  # config.json and generation_config.json, no weights
+    if run_dir is not None:
+        write_card(tmp, model_cfg, training_facts(run_dir), replace=True)
     _write_safetensors(os.path.join(tmp, "model.safetensors"), specs,
                        (_read_model_tensors(path, names, specs) for names in batches))
     shutil.rmtree(out, ignore_errors=True)
