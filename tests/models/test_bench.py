@@ -215,3 +215,24 @@ def test_several_gluon_forward_settings_time_one_model_in_turn(tmp_path, monkeyp
     assert main(TINY + ["--presets", "fox-pro-tiny", "--gluon-fwd", "default", "--gluon-fwd", "64:max_freee=true",
                         "--out", str(tmp_path / "bad.json")]) == 2
     assert calls == [] and not (tmp_path / "bad.json").exists()
+
+
+def test_a_cut_run_keeps_the_rounds_it_finished(tmp_path, monkeypatch):
+    """Several rounds of one model: its rows are written after each round, so a time limit in round 2 leaves the
+    first round's rows (rounds 1) in the JSON, not nothing."""
+    import foxformer.bench.model as bench_model
+
+    out, calls = tmp_path / "bench.json", []
+    real_measure = bench_model.measure
+
+    def measure_then_cut(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real_measure(*args, **kwargs)
+
+    monkeypatch.setattr(bench_model, "measure", measure_then_cut)
+    with pytest.raises(KeyboardInterrupt):
+        main(TINY + ["--presets", "fox-pro-tiny", "--rounds", "3", "--out", str(out)])
+    cut = json.loads(out.read_text())
+    assert [(r["name"], r["rounds"]) for r in cut["results"]] == [("fox-pro-tiny", 1)] and cut["complete"] is False

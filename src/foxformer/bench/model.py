@@ -176,9 +176,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
 
 
-def _measure_settings(model, cfg, args, name, batch, dtype, device, loss_kwargs, settings) -> list[dict]:
+def _measure_settings(model, cfg, args, name, batch, dtype, device, loss_kwargs, settings):
     """One result per Gluon forward setting, the settings taken in turn for --rounds rounds on the one (compiled)
-    model: its step times pooled over the rounds (median), so that drift in the machine falls on every setting."""
+    model: its step times pooled over the rounds (median), so that drift in the machine falls on every setting.
+    Yields the results after each round (a run cut by a time limit keeps the rounds it finished)."""
     times: list[list[float]] = [[] for _ in settings]
     results: list[dict] = [{} for _ in settings]
     for r in range(args.rounds):
@@ -191,12 +192,10 @@ def _measure_settings(model, cfg, args, name, batch, dtype, device, loss_kwargs,
                               label, loss_kwargs, prof, progress=not args.no_progress)
             times[i] += res.pop("step_times")
             peak = max(filter(None, (results[i].get("peak_mem_gib"), res["peak_mem_gib"])), default=None)
-            results[i] = {**res, "peak_mem_gib": peak, "name": label, "gluon_fwd": _fwd_label(changes)}
-    for res, pooled in zip(results, times):
-        res["step_s"] = sorted(pooled)[len(pooled) // 2]
-        res["tokens_per_s"] = batch * args.context / res["step_s"]
-        res["rounds"] = args.rounds
-    return results
+            step = sorted(times[i])[len(times[i]) // 2]
+            results[i] = {**res, "step_s": step, "tokens_per_s": batch * args.context / step, "peak_mem_gib": peak,
+                          "name": label, "gluon_fwd": _fwd_label(changes), "rounds": r + 1}
+        yield [dict(res) for res in results]
 
 
 def _run(args: argparse.Namespace, specs, overrides) -> int:
@@ -232,22 +231,28 @@ def _run(args: argparse.Namespace, specs, overrides) -> int:
             model = torch.compile(model)
         # the Gluon forward's settings matter only where the model runs Forgetting Attention
         settings = (args.gluon_fwd or [{}]) if ours and cfg.attention == "forgetting" else [{}]
-        try:  # the transformers anchor (ours False) keeps its own loss
-            loss_kwargs = {"return_logits": False} if args.fused_loss and ours else None
-            results = _measure_settings(model, cfg, args, name, batch, dtype, device, loss_kwargs, settings)
-        except torch.OutOfMemoryError:
-            results = [{"name": name, "step_s": None, "tokens_per_s": None, "peak_mem_gib": None, "loss": None,
-                        "error": "OOM"}]
         flops = training_flops_per_token(cfg, args.context)
-        for res in results:
-            res.update(preset=preset, overrides=own, context=args.context, batch=batch, dtype=args.dtype,
-                       non_embedding_params=count_non_embedding(cfg),
-                       model_tflops=None if res["tokens_per_s"] is None else flops * res["tokens_per_s"] / 1e12,
-                       mfu=mfu(res["tokens_per_s"], flops, peak))
-            rows.append(res)
+        first = len(rows)
+        loss_kwargs = {"return_logits": False} if args.fused_loss and ours else None  # the anchor keeps its own
+        try:
+            for results in _measure_settings(model, cfg, args, name, batch, dtype, device, loss_kwargs, settings):
+                for res in results:
+                    res.update(preset=preset, overrides=own, context=args.context, batch=batch, dtype=args.dtype,
+                               non_embedding_params=count_non_embedding(cfg),
+                               model_tflops=flops * res["tokens_per_s"] / 1e12,
+                               mfu=mfu(res["tokens_per_s"], flops, peak))
+                rows[first:] = results
+                if args.out:  # a run cut by a time limit keeps the rows (and rounds) measured so far
+                    write_json(args.out, payload)
+        except torch.OutOfMemoryError:
+            rows[first:] = [{"name": name, "preset": preset, "overrides": own, "context": args.context,
+                             "batch": batch, "dtype": args.dtype, "non_embedding_params": count_non_embedding(cfg),
+                             "step_s": None, "tokens_per_s": None,
+                             "peak_mem_gib": None, "loss": None, "model_tflops": None, "mfu": None, "error": "OOM"}]
+            if args.out:
+                write_json(args.out, payload)
+        for res in rows[first:]:
             print(json.dumps(res), flush=True)
-        if args.out:  # a run cut by a time limit keeps the rows measured so far
-            write_json(args.out, payload)
         del model
         gc.collect()
         if device.type == "cuda":
