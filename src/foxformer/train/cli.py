@@ -100,28 +100,23 @@ def _resume_note(out_dir: str) -> str:
 
 def _cmd_export(args: argparse.Namespace) -> int:
     from .checkpoint import CheckpointError, checkpoint_format, latest_checkpoint, load_checkpoint, read_meta
-    from .config import read_model_config, read_saved_config, saved_facts
-    from .loop import build_model, export_hf
+    from .config import saved_model_config
+    from .loading import read_run_config
+    from .loop import export_hf
     from .sharded import export_hf_sharded, model_tensor_specs
 
     path = args.checkpoint or latest_checkpoint(args.run)
     if path is None:
         raise CheckpointError(f"export: run {args.run!r} has no checkpoints")
-    cfg_path = os.path.join(args.run, "config.yaml")
-    cfg, document_token = read_saved_config(cfg_path), saved_facts(cfg_path).get("document_token")
-    base = read_model_config(args.run)  # None for runs from before it was saved: the preset rebuilds the model
+    run_cfg = read_run_config(os.path.join(args.run, "config.yaml"))
     out = args.out or os.path.join(args.run, "hf")
     if checkpoint_format(path) == "sharded":  # tensor by tensor: the model is never whole in memory
-        import torch
-
-        with torch.device("meta"):  # only the model's config is wanted here
-            _, model_cfg = build_model(cfg, model_tensor_specs(path)["model.embed_tokens.weight"][0][0],
-                                       document_token, base)
-        out = export_hf_sharded(model_cfg, path, out, run_dir=args.run)
+        vocab = model_tensor_specs(path)["model.embed_tokens.weight"][0][0]
+        out = export_hf_sharded(saved_model_config(args.run, run_cfg, vocab), path, out, run_dir=args.run)
     else:
         model_sd = load_checkpoint(path)[0]
-        _, model_cfg = build_model(cfg, model_sd["model.embed_tokens.weight"].shape[0], document_token, base)
-        out = export_hf(model_cfg, model_sd, out, run_dir=args.run)
+        vocab = model_sd["model.embed_tokens.weight"].shape[0]
+        out = export_hf(saved_model_config(args.run, run_cfg, vocab), model_sd, out, run_dir=args.run)
     print(json.dumps({"checkpoint": path, "step": read_meta(path)["step"], "hf_dir": out}, indent=2))
     return 0
 

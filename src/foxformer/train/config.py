@@ -364,10 +364,14 @@ def read_model_config(run_dir: str) -> dict | None:
     return fields
 
 
-def saved_facts(path: str) -> dict:
-    """The ``derived`` facts a run's config.yaml holds beside its settings ({} for a file without them)."""
-    loaded = read_yaml(path) or {}
-    return (loaded.get("derived") or {}) if isinstance(loaded, dict) else {}
+def saved_model_config(run_dir: str, run_cfg: dict, vocab_size: int) -> FoxConfig:
+    """The FoxConfig of a saved run, from its config.yaml (``run_cfg``, read as saved: settings and derived facts)
+    and its model_config.json (runs from before it was saved: their preset); ``vocab_size``: its weights'."""
+    facts = run_cfg.get("derived") or {}
+    return run_model_config(run_cfg.get("preset", "fox-pro-tiny"), run_cfg.get("model") or {},
+                            vocab_size=vocab_size, context=run_cfg.get("context"),
+                            tokenizer=run_cfg.get("tokenizer"), document_token=facts.get("document_token"),
+                            base=read_model_config(run_dir))
 
 
 def read_saved_config(path: str) -> TrainConfig:

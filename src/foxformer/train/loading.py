@@ -19,7 +19,7 @@ from safetensors import SafetensorError
 from foxformer.models.calls import hf_progress
 
 from .checkpoint import CheckpointError, latest_checkpoint, read_meta
-from .config import read_model_config, read_yaml, run_model_config
+from .config import read_yaml, saved_model_config
 from .distributed import resolve_device
 from .sharded import read_model_state_dict
 
@@ -56,7 +56,8 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torc
     return table[dtype]
 
 
-def _read_yaml(path: str) -> dict:
+def read_run_config(path: str) -> dict:
+    """A run's config.yaml as saved (settings and derived facts)."""
     data = read_yaml(path, "model") or {}
     if not isinstance(data, dict):
         raise ValueError(f"model: {path} is not a mapping; is this a foxformer run dir?")
@@ -78,18 +79,13 @@ def _model_from_run_config(run_cfg: dict, state_dict: dict, run_dir: str):
     from foxformer.models import FoxForCausalLM
 
     preset = run_cfg.get("preset", "fox-pro-tiny")
-    facts = run_cfg.get("derived") or {}
-    vocab = facts.get("vocab_size") or run_cfg.get("vocab_size")
+    vocab = (run_cfg.get("derived") or {}).get("vocab_size") or run_cfg.get("vocab_size")
     emb = state_dict.get("model.embed_tokens.weight")
     if emb is not None:  # the weights are the ground truth for the vocabulary size
         vocab = int(emb.shape[0])
     if vocab is None:
         raise ValueError("model: the run's config.yaml has no vocab_size and the checkpoint has no embedding")
-    # base None: a run from before model_config.json was saved, whose preset rebuilds the model
-    model = FoxForCausalLM(run_model_config(
-        preset, run_cfg.get("model") or {}, vocab_size=vocab, context=run_cfg.get("context"),
-        tokenizer=run_cfg.get("tokenizer"), document_token=facts.get("document_token"),
-        base=read_model_config(run_dir)))
+    model = FoxForCausalLM(saved_model_config(run_dir, run_cfg, vocab))
     missing, unexpected = model.load_state_dict(state_dict, strict=False)
     missing = [k for k in missing if k != "lm_head.weight" or not model.config.tie_embeddings]
     if missing or unexpected:
@@ -111,7 +107,7 @@ def _load_checkpoint_dir(path: str, run_dir: str):
     except (OSError, RuntimeError, EOFError) as e:
         raise ValueError(f"model: could not read checkpoint {path!r} ({e})") from e
     step = read_meta(path).get("step")
-    run_cfg = _read_yaml(cfg_path)
+    run_cfg = read_run_config(cfg_path)
     return _model_from_run_config(run_cfg, _strip_prefixes(sd), run_dir), run_cfg, step
 
 
@@ -181,7 +177,7 @@ def _load_model(path, device, dtype, name, train_len, attention_backend) -> Load
         if latest is not None:
             model, run_cfg, step = _load_checkpoint_dir(latest, path)
         elif os.path.exists(os.path.join(path, "hf", "config.json")):
-            model, run_cfg = _load_hf_dir(os.path.join(path, "hf")), _read_yaml(os.path.join(path, RUN_CONFIG))
+            model, run_cfg = _load_hf_dir(os.path.join(path, "hf")), read_run_config(os.path.join(path, RUN_CONFIG))
             hf_path = os.path.join(path, "hf")
         else:
             raise ValueError(f"model: run dir {path!r} has neither checkpoints nor an hf/ export yet")
@@ -190,7 +186,7 @@ def _load_model(path, device, dtype, name, train_len, attention_backend) -> Load
         model, hf_path = _load_hf_dir(path), path
         parent_cfg = os.path.join(os.path.dirname(os.path.abspath(path)), RUN_CONFIG)
         if os.path.exists(parent_cfg):
-            run_cfg = _read_yaml(parent_cfg)
+            run_cfg = read_run_config(parent_cfg)
         source = "hf"
     else:
         raise ValueError(f"model: {path!r} has no config.json, {RUN_CONFIG} or model.pt: not a Hugging Face "
