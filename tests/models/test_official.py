@@ -133,7 +133,7 @@ def test_refuses_folders_without_config_or_weights(tmp_path):
 
 def test_hub_id_without_network_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(ValueError, match="Hub download failed"):
+    with pytest.raises(ValueError, match="Hub download of .* failed"):
         resolve_source("zhixuan-lin/no-such-model-here")
     with pytest.raises(ValueError, match="no such folder"):
         resolve_source("/no/such/folder")
@@ -153,14 +153,45 @@ def test_cli_converts_and_eval_reads_the_result(tmp_path, capsys):
     assert os.path.exists(os.path.join(out, "tokenization_gpt2_json.py"))
 
 
-def test_cli_error_and_eval_refusal_of_an_official_folder(tmp_path, capsys):
+def test_cli_error_and_eval_of_an_official_folder(tmp_path, capsys):
     src, _, _ = _official(tmp_path, "fox-llama", model_type="mamba2-project_fox")
     assert main(["convert", "official", src, "--out", str(tmp_path / "out")]) == 2
     assert capsys.readouterr().err.startswith("error: convert official:")
-    src, _, _ = _official(tmp_path, "fox-llama")
-    with pytest.raises(ValueError, match="convert it first"):
+    with pytest.raises(ValueError, match="model: .*Mamba-2 baseline"):
         load_model(src, device="cpu")
+    src, cfg, state = _official(tmp_path, "fox-llama")  # loading converts in memory: eval reads it as is
+    loaded = load_model(src, device="cpu", dtype="fp64")
+    ids = _ids(cfg)
+    with torch.no_grad():
+        assert (loaded.model(ids).logits - official_logits(cfg, state, ids)).abs().max() < 1e-5
 
+
+def test_a_hub_id_loads_through_the_hub_cache(tmp_path, monkeypatch):
+    """`load_model("owner/name")` (eval, generate, train --init-from): the id goes to the Hub download, its folder
+    loads as a local one (an official one converted), the model keeps the id as its path and the repo as its name;
+    without the Hub the error says what to do."""
+    import foxformer.train.loading as loading
+
+    src, cfg, state = _official(tmp_path, "fox-pro-released")
+    asked = []
+    monkeypatch.setattr(loading, "download", lambda repo: asked.append(repo) or src)
+    monkeypatch.chdir(tmp_path)
+    loaded = load_model("zhixuan-lin/fox-pro-760m-longcrawl64-48b", device="cpu", dtype="fp64")
+    assert asked == ["zhixuan-lin/fox-pro-760m-longcrawl64-48b"]
+    assert (loaded.path, loaded.name) == ("zhixuan-lin/fox-pro-760m-longcrawl64-48b", "fox-pro-760m-longcrawl64-48b")
+    ids = _ids(cfg)
+    with torch.no_grad():
+        assert (loaded.model(ids).logits - official_logits(cfg, state, ids)).abs().max() < 1e-5
+
+
+def test_a_hub_id_without_the_hub_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)  # "runs/nowhere" names no local folder here, so it is taken for a Hub id
+    with pytest.raises(ValueError, match="'runs/nowhere' is no local folder, and the Hub download of runs/nowhere"):
+        load_model("runs/nowhere", device="cpu")
+    (tmp_path / "runs").mkdir()  # now a mistyped path: not sent to the Hub
+    with pytest.raises(ValueError, match="'runs/nowhere' is not a directory"):
+        load_model("runs/nowhere", device="cpu")
 
 
 def test_a_converted_model_trains_on_from_its_own_weights(tmp_path):

@@ -33,6 +33,7 @@ from typing import Optional
 import torch
 
 from .config import FoxConfig
+from .hub import download, is_hub_id
 from .modeling import FoxForCausalLM
 
 FOX_TYPE = "forgetting_transformer-project_fox"
@@ -78,16 +79,14 @@ def resolve_source(src: str) -> str:
         return src
     if os.path.exists(src):
         raise _refuse(src, "is a file; expected a checkpoint folder (config.json and the weights)")
-    if not re.fullmatch(r"[\w.-]+/[\w.-]+", src):
+    if not is_hub_id(src):
         raise _refuse(src, "no such folder (and not a Hub repository id such as "
                            "zhixuan-lin/fox-pro-760m-longcrawl64-48b)")
     try:
-        from huggingface_hub import snapshot_download
-
-        return snapshot_download(src, allow_patterns=["*.json", "*.safetensors", "*.bin", "*.txt", "*.py"])
-    except Exception as e:  # network, authentication, missing repository: all end the conversion alike
-        raise _refuse(src, f"not a local folder, and the Hub download failed ({type(e).__name__}: {e}); download "
-                           f"the folder where the Hub is reachable and pass its path") from e
+        return download(src)
+    except OSError as e:
+        raise _refuse(src, f"not a local folder, and {e}; download the folder where the Hub is reachable and "
+                           f"pass its path") from e
 
 
 def read_state_dict(folder: str) -> dict[str, torch.Tensor]:

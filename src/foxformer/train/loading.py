@@ -4,7 +4,9 @@ Hugging Face folder. It lives with the checkpoints it reads, below every area th
 Accepted paths:
   ``RUN_DIR``                        (has config.yaml): its latest checkpoint, else ``RUN_DIR/hf``
   ``RUN_DIR/checkpoints/step_N``     one checkpoint of a run (full or sharded, verified against meta.json)
-  ``HF_DIR``                         (has config.json): ``FoxForCausalLM.from_pretrained`` (or AutoModelForCausalLM)
+  ``HF_DIR``                         (has config.json): ``FoxForCausalLM.from_pretrained`` (or AutoModelForCausalLM);
+                                     a checkpoint of the FoX paper's own code converted in memory (models.official)
+  ``owner/name``                     a Hugging Face Hub repository id (no such local path): downloaded, then as HF_DIR
 """
 from __future__ import annotations
 
@@ -17,6 +19,8 @@ import torch
 from safetensors import SafetensorError
 
 from foxformer.models.calls import hf_progress
+from foxformer.models.hub import download, is_hub_id
+from foxformer.models.official import OFFICIAL_TYPES, load_official
 
 from .checkpoint import CheckpointError, latest_checkpoint, read_meta
 from .config import read_yaml, saved_model_config
@@ -117,11 +121,11 @@ def _load_hf_dir(path: str):
             model_type = json.load(f).get("model_type")
         except json.JSONDecodeError as e:
             raise ValueError(f"model: {path}/config.json is not valid JSON ({e})") from e
-    from foxformer.models.official import OFFICIAL_TYPES
-
-    if model_type in OFFICIAL_TYPES:
-        raise ValueError(f"model: {path!r} holds a checkpoint of the FoX paper's own code ({model_type}); convert "
-                         f"it first: foxformer convert official {path} --out DIR")
+    if model_type in OFFICIAL_TYPES:  # their layout, mapped exactly in memory (what `convert official` saves)
+        try:
+            return load_official(path)
+        except ValueError as e:
+            raise ValueError(f"model: {e}") from None
     try:
         if model_type == "foxformer":
             from foxformer.models import FoxForCausalLM
@@ -161,10 +165,16 @@ def load_model(path: str, *, device: str | torch.device | None = "auto", dtype: 
 def _load_model(path, device, dtype, name, train_len, attention_backend) -> LoadedModel:
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"model path: expected a string path, got {type(path).__name__}")
-    path = os.fspath(path)
+    given = path = os.fspath(path)
+    if is_hub_id(path):
+        try:
+            path = download(path)
+        except OSError as e:
+            raise ValueError(f"model: {given!r} is no local folder, and {e}; download it where the Hub is "
+                             f"reachable and pass its path") from e
     if not os.path.isdir(path):
         raise ValueError(f"model: {path!r} is not a directory (expected a run dir, a checkpoint dir "
-                         f"RUN/checkpoints/step_N, or a Hugging Face folder with config.json)")
+                         f"RUN/checkpoints/step_N, a Hugging Face folder with config.json, or a Hub id owner/name)")
     dev = resolve_device(device)
     run_cfg: dict = {}
     step = hf_path = None
@@ -195,9 +205,9 @@ def _load_model(path, device, dtype, name, train_len, attention_backend) -> Load
         model.config.attention_backend = attention_backend
     model = model.to(device=dev, dtype=resolve_dtype(dtype, dev)).eval()
     ctx = train_len if train_len is not None else run_cfg.get("context")
-    label = name or _default_name(path)
+    label = name or _default_name(given)
     tokenizer = run_cfg.get("tokenizer") or (_hf_tokenizer(hf_path, model) if hf_path else None)
-    return LoadedModel(model=model, name=label, path=path, train_len=int(ctx) if ctx else None,
+    return LoadedModel(model=model, name=label, path=given, train_len=int(ctx) if ctx else None,
                        tokenizer=tokenizer, source=source, step=step)
 
 
