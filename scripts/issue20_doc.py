@@ -302,6 +302,11 @@ ABLATIONS = {
         "half the recipe's learning rate, and their loss on the mix: whether FoX (LLaMA)'s lead at 2e-3 holds at "
         "another rate).",
         {"transformer-llama@lr=0.001": "Transformer (LLaMA), lr 1e-3", "fox-llama@lr=0.001": "FoX (LLaMA), lr 1e-3"}),
+    "lr4_llama": (
+        "FoX (LLaMA) against Transformer (LLaMA) at lr 4e-3", "lr 4e-3 (LLaMA block)",
+        "`bash scripts/issue20.sh lr 4e-3 2 llama`, then `lr 4e-3 \"0 1\" llama` (one GPU call each: the LLaMA pair "
+        "at twice the recipe's learning rate, and their loss on the mix).",
+        {"transformer-llama@lr=0.004": "Transformer (LLaMA), lr 4e-3", "fox-llama@lr=0.004": "FoX (LLaMA), lr 4e-3"}),
     "ablation_pro": (
         "Pro-block ablations at lr 1e-3", "Pro-block ablations at lr 1e-3",
         "`bash scripts/issue20.sh proablation 0`, `proablation 1`, `proablation 2` (one GPU call each: FoX (Pro) "
