@@ -33,11 +33,11 @@
 #   gluon       the Hopper kernels: tests/gpu/test_gluon_gpu.py and the models' GPU tests (three training steps of
 #               the small presets at the recipe's shape among them; 8 processes), then their config sweep
 #               (scripts/hopper_tune.py $HOPPER_SECTIONS, default "fwd bwd") at 16K
-#   maxfree     the forward without a row maximum (FwdConfig.max_free, off until timed): its GPU tests, then the
-#               forward sweep that alternates it with the defaults (HOPPER_SECTIONS=fwd of the gluon step)
-#   maxfreemodel  FoX (Pro) 125M at 16K, compiled once, timed with the default forward, max_free and max_free +
-#               mma_sums in turn, two rounds (bench model --gluon-fwd x3 --rounds 2), and Transformer (LLaMA) 125M
-#               in the same run (the preset ratio under each form); after maxfree, one call:
+#   maxfree     the forward without a row maximum (FwdConfig.max_free: D 128's default, off at D 64) and with it:
+#               their GPU tests, then the forward sweep that alternates the two (HOPPER_SECTIONS=fwd of the gluon step)
+#   maxfreemodel  FoX (Pro) 125M at 16K, compiled once, timed with the default forward and max_free in turn, two
+#               rounds (bench model --gluon-fwd x2 --rounds 2), and Transformer (LLaMA) 125M in the same run (the
+#               preset ratio under each form); after maxfree, one call:
 #               BUDGET=590 bash scripts/gpu_bench.sh maxfree maxfreemodel
 #   ncusass     the D 64 kernels' stall samples per SASS instruction (Nsight Compute's source page as CSV)
 #   ncu         the Gluon kernels' hardware counters at 16K, D 64 and 128 (Nsight Compute, clocks left alone):
@@ -171,7 +171,7 @@ maxfreemodel) # one compile, the three forms in turn for two rounds (bench model
              # the Transformer (LLaMA) in the same run for the preset ratio of each
              step maxfreemodel 300 $FX bench model --presets fox-pro-125m,transformer-llama-125m --context 16384 \
                  --compile --no-anchor \
-                 --gluon-fwd default --gluon-fwd 64:max_free=true --gluon-fwd 64:max_free=true,mma_sums=true \
+                 --gluon-fwd default --gluon-fwd 64:max_free=true \
                  --rounds 2 --out "$OUT/model_fox_pro_125m_max_free_h200.json" ;;
 attn16) step attn16 150 $FX bench attention --providers gluon,sdpa_cudnn --seqlens 16384 --configs 64x24,128x12 \
           --rounds 3 --profile "$OUT/attention_profile" --out "$OUT/attention_16k_h200.json" ;;

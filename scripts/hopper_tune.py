@@ -103,18 +103,12 @@ def _sdpa_rows(rows, D, H, T, B):
         print(row, flush=True)
 
 
-# The defaults first and last (drift); between them the variants still worth a row, alternating with the default: the
-# launch order one head at a time (head_group 1, the default until the thirteenth session; at D 128 it won two of four
-# sweeps, 2.97 against 3.08 ms in hopper_tune_243d2a9_h200.json). The loops split at D 64 (FwdConfig.split_loops) lost
-# there twice (4.10 / 4.13 against 3.99-4.01); variants that lost, with their JSONs: docs/benchmarks.md, "Hopper kernel
-# variants tried and removed". The forward without a row maximum (FwdConfig.max_free, its redo launch included in the
-# time; thirty-fourth session, not yet timed): its unmasked tile runs 389 instructions with the row sums in
-# registers and 341 with them by wgmma, against the default's 503 (scripts/sass_blocks.py, D 64, sm_90a, Triton 3.6;
-# D 128, overlapped, row sums in registers only: 426 against 570).
-_FREE = dict(max_free=True)
-_FREE_MMA = dict(max_free=True, mma_sums=True)
-FWD_SWEEP = {64: [dict(), _FREE, _FREE_MMA, dict(), _FREE_MMA, _FREE, dict(), dict(head_group=1), dict()],
-             128: [dict(), dict(head_group=1), _FREE, dict(), _FREE, dict()]}
+# The forward with and without a row maximum (FwdConfig.max_free, its redo launch included in the time), alternating
+# (drift): the one variant still worth a row. Earlier rows and what lost, with their JSONs: the launch order one head
+# at a time (head_group 1; won two of four sweeps at D 128, hopper_tune_243d2a9_h200.json), the split loops at D 64
+# (FwdConfig.split_loops, 4.10 / 4.13 against 3.99-4.01); docs/benchmarks.md, "Hopper kernel variants tried and removed".
+_FREE, _MAX = dict(max_free=True), dict(max_free=False)
+FWD_SWEEP = {64: [_MAX, _FREE, _MAX, _FREE, _MAX, _FREE], 128: [_MAX, _FREE, _MAX, _FREE, _MAX, _FREE]}
 
 
 # awkward lengths: one partial tile, a single whole tile plus a row, GQA, T past a multiple of the tile

@@ -353,24 +353,19 @@ def test_forward_split_loops(monkeypatch, case):
     _check_case(64, case, seed=21)
 
 
-def _max_free(monkeypatch, D, sums):
-    """FwdConfig.max_free (off until timed) for one test, with its row sums by wgmma or in registers (at D 128, in its
-    overlapped loop, in registers only)."""
-    sums = sums and D == 64
+def _max_free(monkeypatch, D, on=True):
+    """FwdConfig.max_free on (or off) for one test, whatever the head dim's default."""
     from foxformer.ops.forgetting_attention.hopper import launch
-    monkeypatch.setitem(launch.FWD_CONFIGS, D, dataclasses.replace(launch.FWD_CONFIGS[D], max_free=True,
-                                                                   mma_sums=sums))
+    monkeypatch.setitem(launch.FWD_CONFIGS, D, dataclasses.replace(launch.FWD_CONFIGS[D], max_free=on))
 
 
 @pytest.mark.parametrize("case", OPTION_CASES)
-@pytest.mark.parametrize("sums", [False, True], ids=["reg-sums", "mma-sums"])
+@pytest.mark.parametrize("on", [True, False], ids=["max-free", "with-max"])
 @pytest.mark.parametrize("D", [64, 128], ids=lambda d: f"D{d}")
-def test_forward_max_free(monkeypatch, D, sums, case):
+def test_forward_max_free(monkeypatch, D, on, case):
     """The forward without a row maximum (fwd.fwd_kernel's MAX_FREE; at D 128 in the overlapped loop) and its redo
-    launch, against float64."""
-    if sums and D == 128:
-        pytest.skip("the overlapped loop takes no row sums by wgmma (FwdConfig.mma_sums)")
-    _max_free(monkeypatch, D, sums)
+    launch, and the forward with it, against float64, whichever is the head dim's default."""
+    _max_free(monkeypatch, D, on)
     _check_case(D, case, seed=23)
 
 
@@ -378,7 +373,7 @@ def test_forward_max_free(monkeypatch, D, sums, case):
 @pytest.mark.parametrize("D,Hq,Hkv", [(64, 2, 1), (128, 2, 2)], ids=["D64-gqa", "D128"])
 def test_forward_max_free_long_context(monkeypatch, T, D, Hq, Hkv):
     """|c| in the tens of thousands (gates ~0.5): the row and key terms of the max-free scores keep the precision."""
-    _max_free(monkeypatch, D, True)
+    _max_free(monkeypatch, D)
     _long_context(T, "half", D, Hq, Hkv)
 
 
@@ -396,7 +391,7 @@ def test_max_free_rows_outside_the_window_are_computed_again(monkeypatch, D):
     k = torch.where(sign != 0, sign * q * (60 / D ** 0.5), torch.randn(B, T, H, D, device=DEV))
     q, k, v = q.bfloat16(), k.bfloat16(), torch.randn(B, T, H, D, device=DEV, dtype=torch.bfloat16)
     log_f = torch.full((B, T, H), -100.0, device=DEV)
-    cfg = dataclasses.replace(launch.FWD_CONFIGS[D], max_free=True, mma_sums=D == 64)
+    cfg = dataclasses.replace(launch.FWD_CONFIGS[D], max_free=True)
 
     c = gate_cumsum_heads_first(log_f)
     out = torch.full_like(q, float("nan"))

@@ -47,7 +47,7 @@ def _bound(text: str):
 
 
 def _gluon_fwd(text: str) -> dict:
-    """'max_free=true,mma_sums=true' (every head dim) or '64:max_free=true,mma_sums=true;128:max_free=true'
+    """'max_free=true' (every head dim) or '64:max_free=true,head_group=2;128:max_free=false'
     -> {head dim or None: {FwdConfig field: value}}; 'default' -> {} (no change). The fields and values are
     checked when the benchmark applies them (ops.forgetting_attention.hopper.launch.fwd_options)."""
     import yaml
@@ -187,7 +187,7 @@ def configure_model(p: argparse.ArgumentParser) -> None:
                    help="also profile one step per model: DIR/<name>.txt, operators by self device time")
     p.add_argument("--gluon-fwd", type=_gluon_fwd, action="append", default=None, metavar="[D:]FIELD=VALUE,...",
                    help="the Gluon forward's FwdConfig with these fields, every head dim or D's (e.g. "
-                        "64:max_free=true,mma_sums=true; 'default': as it is): times an option before it becomes a "
+                        "64:max_free=true; 'default': as it is): times an option before it becomes a "
                         "default. Given more than once, each FoX row is compiled once and timed under every "
                         "setting in turn, --rounds times (one row each, named 'PRESET [setting]')")
     p.add_argument("--rounds", type=_positive_int, default=1,

@@ -24,8 +24,8 @@ class Launch:
     options: dict
 
     def run(self):
-        """Launch on the current CUDA stream."""
-        self.kernel[self.grid](*self.args, **self.constexprs, **self.options)
+        """Launch on the current CUDA stream; returns Triton's compiled kernel (its ``n_spills``: local bytes)."""
+        return self.kernel[self.grid](*self.args, **self.constexprs, **self.options)
 
 
 def compile_launch(launch: Launch, capability: int = 90):
@@ -99,7 +99,7 @@ def _compile_one(name: str) -> dict:
     from .launch import variant_launches
 
     launch = dict(variant_launches())[name]
-    return {"name": name, **resources(compile_launch(launch))}
+    return {"name": name, "max_free": bool(launch.constexprs.get("MAX_FREE")), **resources(compile_launch(launch))}
 
 
 def main(argv=None) -> int:

@@ -88,14 +88,13 @@ def _tile_exp(qk, c_smem, s, masked, cols, pos_q, cq2, cq_hi, cq_lo, scale2, col
 @gluon.jit
 def _tile_p(qk, c_smem, s, masked, cols, pos_q, cq2, cq_hi, cq_lo, scale2, m_i, l_i, dtype: gl.constexpr,
             p_layout: gl.constexpr, orow_l: gl.constexpr, col_l: gl.constexpr, FOLD_ROW: gl.constexpr,
-            MAX_FREE: gl.constexpr, MMA_SUMS: gl.constexpr):
+            MAX_FREE: gl.constexpr):
     """P of one tile as wgmma's register A operand, with the row state: _tile_softmax's (p16, alpha, m, l), or under
-    MAX_FREE _tile_exp's P with l summed here (MMA_SUMS: by the caller's wgmma), m unchanged and in alpha's place
-    (nothing is rescaled)."""
+    MAX_FREE _tile_exp's P with its fp32 row sum added to m_i (the lse's; no maximum is kept) and in alpha's place
+    (nothing is rescaled), l_i left to the caller's wgmma (_pv)."""
     if MAX_FREE:
         p = _tile_exp(qk, c_smem, s, masked, cols, pos_q, cq2, cq_hi, cq_lo, scale2, col_l)
-        if not MMA_SUMS:
-            l_i = l_i + gl.sum(p, 1)
+        m_i = m_i + gl.sum(p, 1)
         p16 = gl.convert_layout(p.to(dtype), p_layout)
         alpha = m_i
     else:
@@ -105,12 +104,11 @@ def _tile_p(qk, c_smem, s, masked, cols, pos_q, cq2, cq_hi, cq_lo, scale2, m_i, 
 
 
 @gluon.jit
-def _pv(p16, v_t, acc, l_i, ones_smem, s, WG: gl.constexpr, NUM_STAGES: gl.constexpr, MAX_FREE: gl.constexpr,
-        MMA_SUMS: gl.constexpr):
-    """Issue O += P V (and, for MAX_FREE with MMA_SUMS, l += P times ones beside it); returns the tokens to wait."""
+def _pv(p16, v_t, acc, l_i, ones_smem, s, WG: gl.constexpr, NUM_STAGES: gl.constexpr, MAX_FREE: gl.constexpr):
+    """Issue O += P V (and, for MAX_FREE, l += P times ones beside it); returns the tokens to wait."""
     o_tok = warpgroup_mma(p16, v_t, acc, is_async=True)
     sum_tok = o_tok
-    if MAX_FREE and MMA_SUMS:
+    if MAX_FREE:
         # The same registers: the A operand's layout does not depend on the product's width.
         sum_a: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=l_i.type.layout, k_width=2)
         ones = ones_smem.index(WG * NUM_STAGES + s).permute((1, 0))
@@ -119,9 +117,9 @@ def _pv(p16, v_t, acc, l_i, ones_smem, s, WG: gl.constexpr, NUM_STAGES: gl.const
 
 
 @gluon.jit
-def _pv_wait(o_tok, sum_tok, operand, l_i, MAX_FREE: gl.constexpr, MMA_SUMS: gl.constexpr):
+def _pv_wait(o_tok, sum_tok, operand, l_i, MAX_FREE: gl.constexpr):
     """Wait for _pv's products, keeping operand (P or V) alive until then: (acc, l)."""
-    if MAX_FREE and MMA_SUMS:
+    if MAX_FREE:
         acc, l_i, _ = warpgroup_mma_wait(0, deps=[o_tok, sum_tok, operand])
     else:
         acc, _ = warpgroup_mma_wait(0, deps=[o_tok, operand])
@@ -132,10 +130,10 @@ def _pv_wait(o_tok, sum_tok, operand, l_i, MAX_FREE: gl.constexpr, MMA_SUMS: gl.
 def _fwd_tile(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, ones_smem, k_ready, v_ready, kc_empty, v_empty, zero_qk,
               offs_n, pos_q, cq2, cq_hi, cq_lo, scale2, lo, i, masked, p_layout: gl.constexpr, orow_l: gl.constexpr,
               col_l: gl.constexpr, WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
-              NUM_STAGES: gl.constexpr, FOLD_ROW: gl.constexpr, MAX_FREE: gl.constexpr, MMA_SUMS: gl.constexpr):
+              NUM_STAGES: gl.constexpr, FOLD_ROW: gl.constexpr, MAX_FREE: gl.constexpr):
     """Tile i: QK^T, softmax, PV in turn; each wgmma waited at once (the loads still run ahead). masked: a runtime
-    flag, or a constant in the split loops (_fwd_loop). MAX_FREE: no maximum, no rescaling of O; with MMA_SUMS l_i is
-    a [WG_ROWS, SUM_N] accumulator that P times a matrix of ones adds to beside the PV product."""
+    flag, or a constant in the split loops (_fwd_loop). MAX_FREE: no maximum, no rescaling of O; l_i is a
+    [WG_ROWS, SUM_N] accumulator that P times a matrix of ones adds to beside the PV product, m_i the fp32 row sum."""
     s = i % NUM_STAGES
     ph = (i // NUM_STAGES) & 1
     mbarrier.wait(k_ready.index(s), ph)
@@ -143,14 +141,14 @@ def _fwd_tile(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, ones_smem, k_ready, v_
     tok = warpgroup_mma(q_w, k_t, zero_qk, use_acc=False, is_async=True)
     qk, _, _ = warpgroup_mma_wait(0, deps=[tok, q_w, k_t])
     p16, alpha, m_i, l_i = _tile_p(qk, c_smem, s, masked, lo + i * BLOCK_N + offs_n, pos_q, cq2, cq_hi, cq_lo, scale2,
-                                   m_i, l_i, q_w.dtype, p_layout, orow_l, col_l, FOLD_ROW, MAX_FREE, MMA_SUMS)
+                                   m_i, l_i, q_w.dtype, p_layout, orow_l, col_l, FOLD_ROW, MAX_FREE)
     release_stage(kc_empty.index(s))
     if not MAX_FREE:
         acc = acc * alpha[:, None]
     v_t = v_smem.index(s).reshape([BLOCK_N, HEAD_DIM])
     mbarrier.wait(v_ready.index(s), ph)
-    o_tok, sum_tok = _pv(p16, v_t, acc, l_i, ones_smem, s, WG, NUM_STAGES, MAX_FREE, MMA_SUMS)
-    acc, l_i = _pv_wait(o_tok, sum_tok, v_t, l_i, MAX_FREE, MMA_SUMS)
+    o_tok, sum_tok = _pv(p16, v_t, acc, l_i, ones_smem, s, WG, NUM_STAGES, MAX_FREE)
+    acc, l_i = _pv_wait(o_tok, sum_tok, v_t, l_i, MAX_FREE)
     release_stage(v_empty.index(s))
     return acc, m_i, l_i
 
@@ -159,7 +157,7 @@ def _fwd_tile(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, ones_smem, k_ready, v_
 def _fwd_loop(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, ones_smem, k_ready, v_ready, kc_empty, v_empty,
               zero_qk, offs_n, pos_q, cq2, cq_hi, cq_lo, scale2, lo, n_tiles, n_unmasked, WG: gl.constexpr,
               HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, FOLD_ROW: gl.constexpr,
-              SPLIT_LOOPS: gl.constexpr, MAX_FREE: gl.constexpr, MMA_SUMS: gl.constexpr):
+              SPLIT_LOOPS: gl.constexpr, MAX_FREE: gl.constexpr):
     """The tiles one after another (_fwd_tile). SPLIT_LOOPS: the unmasked tiles [0, n_unmasked) and the masked rest
     in loops of their own, each tile's path known at compile time (FwdConfig.split_loops)."""
     col_l: gl.constexpr = gl.SliceLayout(0, zero_qk.type.layout)
@@ -170,18 +168,18 @@ def _fwd_loop(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, ones_smem, k_ready, v_
             acc, m_i, l_i = _fwd_tile(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, ones_smem, k_ready, v_ready,
                                       kc_empty, v_empty, zero_qk, offs_n, pos_q, cq2, cq_hi, cq_lo, scale2, lo, i,
                                       False, p_layout, orow_l, col_l, WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW,
-                                      MAX_FREE, MMA_SUMS)
+                                      MAX_FREE)
         for i in range(n_unmasked, n_tiles):
             acc, m_i, l_i = _fwd_tile(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, ones_smem, k_ready, v_ready,
                                       kc_empty, v_empty, zero_qk, offs_n, pos_q, cq2, cq_hi, cq_lo, scale2, lo, i,
                                       True, p_layout, orow_l, col_l, WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW,
-                                      MAX_FREE, MMA_SUMS)
+                                      MAX_FREE)
     else:
         for i in range(n_tiles):
             acc, m_i, l_i = _fwd_tile(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, ones_smem, k_ready, v_ready,
                                       kc_empty, v_empty, zero_qk, offs_n, pos_q, cq2, cq_hi, cq_lo, scale2, lo, i,
                                       i >= n_unmasked, p_layout, orow_l, col_l, WG, HEAD_DIM, BLOCK_N, NUM_STAGES,
-                                      FOLD_ROW, MAX_FREE, MMA_SUMS)
+                                      FOLD_ROW, MAX_FREE)
     return acc, m_i, l_i
 
 
@@ -189,14 +187,12 @@ def _fwd_loop(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, ones_smem, k_ready, v_
 def _fwd_loop_overlap(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, ones_smem, k_ready, v_ready, kc_empty, v_empty,
                       zero_qk, offs_n, pos_q, cq2, cq_hi, cq_lo, scale2, lo, n_tiles, n_unmasked, WG: gl.constexpr,
                       HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
-                      FOLD_ROW: gl.constexpr, MAX_FREE: gl.constexpr, MMA_SUMS: gl.constexpr):
+                      FOLD_ROW: gl.constexpr, MAX_FREE: gl.constexpr):
     """FA3's intra-warpgroup overlap: QK^T of tile i is issued beside PV of tile i - 1, and tile i's softmax
     runs while that PV is on the tensor cores. P of tile i - 1 stays in registers until its PV is waited."""
     col_l: gl.constexpr = gl.SliceLayout(0, zero_qk.type.layout)
     orow_l: gl.constexpr = gl.SliceLayout(1, acc.type.layout)
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc.type.layout, k_width=2)
-    # P stays in registers across PV's wgmma here: the row sums' extra product spilled (launch.FwdConfig)
-    gl.static_assert(not MMA_SUMS, "the overlapped loop takes no row sums by wgmma")
     dtype: gl.constexpr = q_w.dtype
     mbarrier.wait(k_ready.index(0), 0)
     k_t = k_smem.index(0).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
@@ -204,7 +200,7 @@ def _fwd_loop_overlap(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, ones_smem, k_r
     qk = warpgroup_mma_wait(0, deps=[tok])
     # acc is zero: tile 0's rescale factor is not needed
     p16, _, m_i, l_i = _tile_p(qk, c_smem, 0, 0 >= n_unmasked, lo + offs_n, pos_q, cq2, cq_hi, cq_lo, scale2, m_i,
-                               l_i, dtype, p_layout, orow_l, col_l, FOLD_ROW, MAX_FREE, MMA_SUMS)
+                               l_i, dtype, p_layout, orow_l, col_l, FOLD_ROW, MAX_FREE)
     release_stage(kc_empty.index(0))
     for i in range(1, n_tiles):
         s = i % NUM_STAGES
@@ -214,13 +210,13 @@ def _fwd_loop_overlap(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, ones_smem, k_r
         s_tok = warpgroup_mma(q_w, k_t, zero_qk, use_acc=False, is_async=True)
         v_t = v_smem.index(sp).reshape([BLOCK_N, HEAD_DIM])
         mbarrier.wait(v_ready.index(sp), ((i - 1) // NUM_STAGES) & 1)
-        o_tok, sum_tok = _pv(p16, v_t, acc, l_i, ones_smem, sp, WG, NUM_STAGES, MAX_FREE, MMA_SUMS)
+        o_tok, sum_tok = _pv(p16, v_t, acc, l_i, ones_smem, sp, WG, NUM_STAGES, MAX_FREE)
         qk = warpgroup_mma_wait(1, deps=[s_tok])
         p_next, alpha, m_i, l_i = _tile_p(qk, c_smem, s, i >= n_unmasked, lo + i * BLOCK_N + offs_n, pos_q, cq2,
                                           cq_hi, cq_lo, scale2, m_i, l_i, dtype, p_layout, orow_l, col_l, FOLD_ROW,
-                                          MAX_FREE, MMA_SUMS)
+                                          MAX_FREE)
         release_stage(kc_empty.index(s))
-        acc, l_i = _pv_wait(o_tok, sum_tok, p16, l_i, MAX_FREE, MMA_SUMS)
+        acc, l_i = _pv_wait(o_tok, sum_tok, p16, l_i, MAX_FREE)
         release_stage(v_empty.index(sp))
         if not MAX_FREE:
             acc = acc * alpha[:, None]
@@ -228,8 +224,8 @@ def _fwd_loop_overlap(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, ones_smem, k_r
     sp = (n_tiles - 1) % NUM_STAGES
     v_t = v_smem.index(sp).reshape([BLOCK_N, HEAD_DIM])
     mbarrier.wait(v_ready.index(sp), ((n_tiles - 1) // NUM_STAGES) & 1)
-    o_tok, sum_tok = _pv(p16, v_t, acc, l_i, ones_smem, sp, WG, NUM_STAGES, MAX_FREE, MMA_SUMS)
-    acc, l_i = _pv_wait(o_tok, sum_tok, p16, l_i, MAX_FREE, MMA_SUMS)
+    o_tok, sum_tok = _pv(p16, v_t, acc, l_i, ones_smem, sp, WG, NUM_STAGES, MAX_FREE)
+    acc, l_i = _pv_wait(o_tok, sum_tok, p16, l_i, MAX_FREE)
     release_stage(v_empty.index(sp))
     return acc, m_i, l_i
 
@@ -240,7 +236,7 @@ def _fwd_consumer(q_smem, k_smem, v_smem, c_smem, ones_smem, q_bar, k_ready, v_r
                   stride_ob, stride_ot, stride_oh, stride_lb, stride_lh,
                   WG: gl.constexpr, NUM_WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
                   NUM_STAGES: gl.constexpr, FOLD_ROW: gl.constexpr, OVERLAP: gl.constexpr,
-                  SPLIT_LOOPS: gl.constexpr, MAX_FREE: gl.constexpr, MMA_SUMS: gl.constexpr):
+                  SPLIT_LOOPS: gl.constexpr, MAX_FREE: gl.constexpr):
     qk_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                          instr_shape=[16, BLOCK_N, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -261,12 +257,12 @@ def _fwd_consumer(q_smem, k_smem, v_smem, c_smem, ones_smem, q_bar, k_ready, v_r
     # Tiles before n_unmasked lie wholly at or before this warpgroup's first row: no mask needed.
     n_unmasked = gl.minimum(gl.maximum(off + m0w + 1 - lo, 0) // BLOCK_N, n_tiles)
 
-    m_i = gl.full([WG_ROWS], float("-inf"), gl.float32, row_l)
+    m_i = gl.full([WG_ROWS], 0.0 if MAX_FREE else float("-inf"), gl.float32, row_l)
     l_i = gl.zeros([WG_ROWS], gl.float32, row_l)
     acc = gl.zeros([WG_ROWS, HEAD_DIM], gl.float32, o_layout)
     zero_qk = gl.zeros([WG_ROWS, BLOCK_N], gl.float32, qk_layout)
     offs_n = gl.arange(0, BLOCK_N, layout=col_l)
-    if MAX_FREE and MMA_SUMS:
+    if MAX_FREE:
         sum_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                               instr_shape=[16, SUM_N, 16])
         fill_ones(ones_smem, WG, NUM_STAGES, BLOCK_N)
@@ -276,19 +272,20 @@ def _fwd_consumer(q_smem, k_smem, v_smem, c_smem, ones_smem, q_bar, k_ready, v_r
     if OVERLAP:
         acc, m_i, l_i = _fwd_loop_overlap(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, ones_smem, k_ready, v_ready,
                                           kc_empty, v_empty, zero_qk, offs_n, pos_q, cq2, cq_hi, cq_lo, scale2, lo,
-                                          n_tiles, n_unmasked, WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, MAX_FREE,
-                                          MMA_SUMS)
+                                          n_tiles, n_unmasked, WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, MAX_FREE)
     else:
         acc, m_i, l_i = _fwd_loop(acc, m_i, l_i, q_w, k_smem, v_smem, c_smem, ones_smem, k_ready, v_ready,
                                   kc_empty, v_empty, zero_qk, offs_n, pos_q, cq2, cq_hi, cq_lo, scale2, lo, n_tiles,
-                                  n_unmasked, WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, SPLIT_LOOPS, MAX_FREE,
-                                  MMA_SUMS)
+                                  n_unmasked, WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, SPLIT_LOOPS, MAX_FREE)
     if MAX_FREE:
-        if MMA_SUMS:
-            # The SUM_N columns hold the same sum: their mean is exact.
-            l_i = gl.convert_layout(gl.sum(l_i, 1) * (1.0 / SUM_N), row_l)
+        # Two sums of P: O divides by the sum of the bf16 P it summed (the wgmma's; its SUM_N columns hold the same
+        # sum, so their mean is exact), the lse is that of the fp32 P (m_i). With no row maximum no P is exactly 1,
+        # and either sum alone fails a row of one dominant key by up to 2^-9: the fp32 one in O (the backward's
+        # delta = dO . O then misses dP, dq 150% off at gates of -30), the bf16 one in lse (dv 0.4% off; GPU tests,
+        # thirty-sixth session).
+        l_i = gl.convert_layout(gl.sum(l_i, 1) * (1.0 / SUM_N), row_l)
         # A row whose sum left the window gets a NaN lse, which the REDO launch finds and computes again.
-        lse2 = gl.where((l_i >= FREE_LO) & (l_i <= FREE_HI), gl.log2(l_i), float("nan"))
+        lse2 = gl.where((m_i >= FREE_LO) & (m_i <= FREE_HI), gl.log2(m_i), float("nan"))
     else:
         lse2 = m_i + gl.log2(l_i)
     # Every real row saw its own key, so l_i > 0; padded rows are finite and never stored.
@@ -312,8 +309,7 @@ def fwd_kernel(q_desc, k_desc, v_desc, C, Out, Lse, CuSeqlens, PruneBound,
                HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_WG: gl.constexpr,
                NUM_STAGES: gl.constexpr, IS_VARLEN: gl.constexpr, PRUNE: gl.constexpr,
                CONSUMER_REGS: gl.constexpr, FOLD_ROW: gl.constexpr, OVERLAP: gl.constexpr,
-               SPLIT_LOOPS: gl.constexpr, HEAD_GROUP: gl.constexpr, MAX_FREE: gl.constexpr,
-               MMA_SUMS: gl.constexpr, REDO: gl.constexpr):
+               SPLIT_LOOPS: gl.constexpr, HEAD_GROUP: gl.constexpr, MAX_FREE: gl.constexpr, REDO: gl.constexpr):
     """One query tile (module docstring). MAX_FREE: softmax without a row maximum. The scores exp2 takes are then the
     biased logits themselves (log2 units, c_i - c_j included), so a row's sum l is 2^(its lse): while l lies in
     [FREE_LO, FREE_HI] its largest P (>= l / T) is a normal float and P, l and O stay far from overflowing, and the
@@ -337,7 +333,7 @@ def fwd_kernel(q_desc, k_desc, v_desc, C, Out, Lse, CuSeqlens, PruneBound,
                                                 n_heads, stride_cb, stride_ch, BLOCK_M, BLOCK_N, PRUNE)
         q_smem, k_smem, v_smem, c_smem, q_bar, k_ready, v_ready, kc_empty, v_empty = kv_ring(
             q_desc, k_desc, NUM_WG, BLOCK_N, HEAD_DIM, NUM_STAGES)
-        if MAX_FREE and MMA_SUMS:
+        if MAX_FREE:
             ones_smem = ones_ring(q_desc.dtype, NUM_WG, NUM_STAGES, BLOCK_N)
         else:
             ones_smem = c_smem  # a placeholder no partition reads
@@ -351,18 +347,15 @@ def fwd_kernel(q_desc, k_desc, v_desc, C, Out, Lse, CuSeqlens, PruneBound,
                 (_fwd_consumer, (q_smem, k_smem, v_smem, c_smem, ones_smem, q_bar, k_ready, v_ready, kc_empty, v_empty,
                                  C, Out, Lse, zb, tok0, head, m0, off, n_q, c_base, r, lo, n_tiles, scale2,
                                  stride_ob, stride_ot, stride_oh, stride_lb, stride_lh,
-                                 0, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, OVERLAP, SPLIT_LOOPS, MAX_FREE,
-                                 MMA_SUMS)),
+                                 0, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, OVERLAP, SPLIT_LOOPS, MAX_FREE)),
                 (_fwd_consumer, (q_smem, k_smem, v_smem, c_smem, ones_smem, q_bar, k_ready, v_ready, kc_empty, v_empty,
                                  C, Out, Lse, zb, tok0, head, m0, off, n_q, c_base, r, lo, n_tiles, scale2,
                                  stride_ob, stride_ot, stride_oh, stride_lb, stride_lh,
-                                 1, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, OVERLAP, SPLIT_LOOPS, MAX_FREE,
-                                 MMA_SUMS)),
+                                 1, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, OVERLAP, SPLIT_LOOPS, MAX_FREE)),
                 (_fwd_consumer, (q_smem, k_smem, v_smem, c_smem, ones_smem, q_bar, k_ready, v_ready, kc_empty, v_empty,
                                  C, Out, Lse, zb, tok0, head, m0, off, n_q, c_base, r, lo, n_tiles, scale2,
                                  stride_ob, stride_ot, stride_oh, stride_lb, stride_lh,
-                                 2, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, OVERLAP, SPLIT_LOOPS, MAX_FREE,
-                                 MMA_SUMS)),
+                                 2, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, OVERLAP, SPLIT_LOOPS, MAX_FREE)),
             ], [4, 4, 4], [CONSUMER_REGS, CONSUMER_REGS, CONSUMER_REGS])
         else:
             gl.warp_specialize([
@@ -373,11 +366,9 @@ def fwd_kernel(q_desc, k_desc, v_desc, C, Out, Lse, CuSeqlens, PruneBound,
                 (_fwd_consumer, (q_smem, k_smem, v_smem, c_smem, ones_smem, q_bar, k_ready, v_ready, kc_empty, v_empty,
                                  C, Out, Lse, zb, tok0, head, m0, off, n_q, c_base, r, lo, n_tiles, scale2,
                                  stride_ob, stride_ot, stride_oh, stride_lb, stride_lh,
-                                 0, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, OVERLAP, SPLIT_LOOPS, MAX_FREE,
-                                 MMA_SUMS)),
+                                 0, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, OVERLAP, SPLIT_LOOPS, MAX_FREE)),
                 (_fwd_consumer, (q_smem, k_smem, v_smem, c_smem, ones_smem, q_bar, k_ready, v_ready, kc_empty, v_empty,
                                  C, Out, Lse, zb, tok0, head, m0, off, n_q, c_base, r, lo, n_tiles, scale2,
                                  stride_ob, stride_ot, stride_oh, stride_lb, stride_lh,
-                                 1, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, OVERLAP, SPLIT_LOOPS, MAX_FREE,
-                                 MMA_SUMS)),
+                                 1, NUM_WG, HEAD_DIM, BLOCK_N, NUM_STAGES, FOLD_ROW, OVERLAP, SPLIT_LOOPS, MAX_FREE)),
             ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])

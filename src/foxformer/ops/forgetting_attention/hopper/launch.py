@@ -37,11 +37,10 @@ class FwdConfig:
     registers meanwhile, so a config that spills may compute garbage); head_group: how many (sequence, head)
     pairs share the heaviest-first launch order (common.heaviest_first; 1: each head in turn); split_loops: without
     overlap, the unmasked and the masked tiles run in loops of their own (fwd._fwd_loop); max_free: bf16 calls take
-    no row maximum and never rescale O (fwd.fwd_kernel's MAX_FREE), then a second launch of the same kernel without it
-    computes again the tiles where a row's sum left the window (none, unless a row's log-sum-exp is beyond ~44 nats);
-    mma_sums: with max_free and without overlap, the row sums come from one more wgmma a tile (P times ones, as
-    BwdConfig.mma_sums; in the overlapped loop it spilled 80 bytes with Triton 3.9, where P lives in registers across
-    a wgmma and a spill may compute garbage)."""
+    no row maximum and never rescale O (fwd.fwd_kernel's MAX_FREE), summing each row's P twice: in fp32 registers
+    for the lse and by one more wgmma a tile (P times ones) for O's divisor; then a second launch of the same kernel
+    without it computes again the tiles where a row's sum left the window (none, unless a row's log-sum-exp is beyond
+    ~44 nats)."""
 
     block_n: int
     num_stages: int
@@ -52,14 +51,6 @@ class FwdConfig:
     head_group: int = 4
     split_loops: bool = False
     max_free: bool = False
-    mma_sums: bool = False
-
-    def __post_init__(self):
-        if self.mma_sums and not self.max_free:
-            raise ValueError("FwdConfig: mma_sums sums the P of max_free; set max_free=True")
-        if self.mma_sums and self.overlap:
-            raise ValueError("FwdConfig: mma_sums has no overlapped loop (its registers spill there); set "
-                             "overlap=False or mma_sums=False")
 
 
 # Chosen by `scripts/hopper_tune.py fwd` on one H200 (torch 2.11, Triton 3.6, bf16, B * T = 32K, T = 16K), JSONs in
@@ -68,16 +59,18 @@ class FwdConfig:
 # the row maximum (4.04-4.10 against 4.58-4.61: hopper_tune_fold_h200.json), no overlap (4.41-5.3 against 4.03, and
 # wrong output where it spilled: hopper_tune_overlap_h200.json); D 128 the overlap with the fold (3.00-3.06 against
 # 3.53-3.57: hopper_tune_overlap*_h200.json); both, tiles started heaviest first in groups of 4 (sequence, head) pairs
-# (D 64 3.98-4.05 against 4.35 one head at a time: hopper_tune_787a5d3_h200.json). What else was tried and removed:
-# docs/benchmarks.md, "Hopper kernel variants tried and removed".
+# (D 64 3.98-4.05 against 4.35 one head at a time: hopper_tune_787a5d3_h200.json); D 128 without a row maximum
+# (2.70 against 3.00-3.04 ms with its sums by wgmma alone: hopper_tune_max_free_h200.json, thirty-sixth session; at
+# D 64 level, 3.95 against 3.94-3.96). What else was tried and removed: docs/benchmarks.md, "Hopper kernel variants
+# tried and removed".
 FWD_CONFIGS = {64: FwdConfig(block_n=128, num_stages=3, num_wg=3, consumer_regs=160),
-               128: FwdConfig(block_n=128, num_stages=2, overlap=True)}
+               128: FwdConfig(block_n=128, num_stages=2, overlap=True, max_free=True)}
 
 @contextlib.contextmanager
 def fwd_options(changes: dict):
     """FWD_CONFIGS with fields replaced while the block runs, to time an option before it becomes a default
     (``foxformer bench model --gluon-fwd``). changes: {head dim or None (every head dim): {field: value}}; every
-    change is checked (a field FwdConfig has, a combination its checks accept) before any applies."""
+    change is checked (a head dim with a config, a field FwdConfig has) before any applies."""
     new = {}
     for dim, fields in changes.items():
         for D in (FWD_CONFIGS if dim is None else [dim]):
@@ -86,10 +79,7 @@ def fwd_options(changes: dict):
             unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(FwdConfig)})
             if unknown:
                 raise ValueError(f"gluon forward options: FwdConfig has no field {', '.join(unknown)}")
-            try:
-                new[D] = dataclasses.replace(new.get(D, FWD_CONFIGS[D]), **fields)
-            except ValueError as e:
-                raise ValueError(f"gluon forward options at head dim {D}: {e}") from None
+            new[D] = dataclasses.replace(new.get(D, FWD_CONFIGS[D]), **fields)
     old = dict(FWD_CONFIGS)
     FWD_CONFIGS.update(new)
     try:
@@ -150,8 +140,16 @@ def forward_launch(q, k, v, c, out, lse, cu, bound, scale: float, n_blocks: int,
     constexprs = dict(HEAD_DIM=D, BLOCK_N=cfg.block_n, NUM_WG=cfg.num_wg, NUM_STAGES=cfg.num_stages,
                       IS_VARLEN=varlen, PRUNE=prune, CONSUMER_REGS=cfg.consumer_regs, FOLD_ROW=cfg.fold_row,
                       OVERLAP=cfg.overlap, SPLIT_LOOPS=cfg.split_loops, HEAD_GROUP=cfg.head_group,
-                      MAX_FREE=cfg.max_free, MMA_SUMS=cfg.mma_sums, REDO=redo)
+                      MAX_FREE=cfg.max_free, REDO=redo)
     return Launch(fwd_kernel, launch_grid(n_blocks, Hq, n_z), args, constexprs, OPTIONS)
+
+
+# Local memory a forward kernel may use: a few scalars. Beyond it P (kept in registers across a wgmma) may have gone
+# to local memory and come back wrong: a D 64 config spilling 24 bytes gave wrong output on the H200. The max-free
+# forward at D 128 spills 88 bytes with Triton 3.9 (ptxas 13) and none with 3.6: where it does, gluon_forward runs
+# the call again with the row maximum and stops trying that kernel (_MAX_FREE_SPILLS: head dim, varlen, prune).
+FWD_LOCAL_BYTES = 16
+_MAX_FREE_SPILLS: set[tuple[int, bool, bool]] = set()
 
 
 def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.Tensor, scale: float,
@@ -168,23 +166,25 @@ def gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.Te
     Tk = k.shape[1]
     cfg = cfg or FWD_CONFIGS[D]
     # the launch that redoes a max_free one's out-of-window tiles
-    regular = dataclasses.replace(cfg, max_free=False, mma_sums=False) if cfg.max_free else cfg
-    if q.dtype != torch.bfloat16:
+    regular = dataclasses.replace(cfg, max_free=False) if cfg.max_free else cfg
+    varlen, prune = cu_seqlens is not None, prune_delta is not None
+    if q.dtype != torch.bfloat16 or (D, varlen, prune) in _MAX_FREE_SPILLS:
         # fp16's range (2^-24 to 2^16) cannot hold P without its row maximum taken out
         cfg = regular
     c = c.contiguous()
-    varlen = cu_seqlens is not None
     out, lse = _outputs(((B, Tq, Hq, D), q.dtype), ((B, Hq, Tq), torch.float32), device=q.device)
     block_m = fwd_block_m(cfg)
     if varlen:
         n_blocks, n_z, cu = triton.cdiv(int(max_seqlen), block_m), cu_seqlens.numel() - 1, cu_seqlens.contiguous()
     else:
         n_blocks, n_z, cu = triton.cdiv(Tq, block_m), B, lse  # lse: a placeholder pointer, never read
-    prune = prune_delta is not None
     bound = (tile_bounds(c, prune_delta, cu, varlen, n_z, Tq, Tk, n_blocks, block_m, cfg.block_n, False)
              if prune else lse)
-    forward_launch(q, k, v, c, out, lse, cu, bound, scale, n_blocks, n_z, varlen, prune, cfg).run()
-    if cfg.max_free:
+    compiled = forward_launch(q, k, v, c, out, lse, cu, bound, scale, n_blocks, n_z, varlen, prune, cfg).run()
+    if cfg.max_free and compiled.n_spills > FWD_LOCAL_BYTES:
+        _MAX_FREE_SPILLS.add((D, varlen, prune))
+        forward_launch(q, k, v, c, out, lse, cu, bound, scale, n_blocks, n_z, varlen, prune, regular).run()
+    elif cfg.max_free:
         forward_launch(q, k, v, c, out, lse, cu, bound, scale, n_blocks, n_z, varlen, prune, regular, redo=True).run()
     return out, lse
 
@@ -403,8 +403,8 @@ def variant_names() -> list[str]:
     combinations of _DKDV_OPTION_SETS ("-equal-len", "-split-loops": BwdConfig.dkdv_*; "-plain": none),
     the forward without overlap with its loops split ("-split-loops": FwdConfig.split_loops), the D 64 dq kernel
     with BwdConfig.dq_split_loops flipped ("-split-loops" / "-one-loop"), dense and packed, and the forward without a
-    row maximum (FwdConfig.max_free, its row sums in registers or, without overlap, by wgmma: "-max-free",
-    "-max-free-mma-sums") with the launch that computes its out-of-window tiles again ("-redo")."""
+    row maximum (FwdConfig.max_free: "-max-free") with the launch that computes its out-of-window tiles again
+    ("-redo")."""
     picked = [f"{kernel}-D{D}-{dtype}{'-varlen' if varlen else ''}{'-prune' if prune else ''}{tail}"
               for D in (64, 128) for dtype in _VARIANT_DTYPES for varlen in (False, True) for prune in (False, True)
               for kernel in ("fwd", "dkdv", "dq") for tail in (dq_tails(D) if kernel == "dq" else ("",))]
@@ -422,9 +422,7 @@ def variant_names() -> list[str]:
     # The dq kernel's split loops at D 64 only: at D 128 they spill (144 bytes, Triton 3.9; 4 accesses a tile, 3.6).
     dq_flip = "-one-loop" if BWD_CONFIGS[64].dq_split_loops else "-split-loops"
     dq_split = [f"dq-D64-bfloat16{varlen}{dq_tails(64)[0]}{dq_flip}" for varlen in ("", "-varlen")]
-    max_free = [f"fwd-D64-bfloat16{tail}" for tail in ("-max-free", "-max-free-mma-sums",
-                                                       "-varlen-prune-max-free-mma-sums", "-redo")]
-    max_free += [f"fwd-D128-bfloat16{tail}" for tail in ("-max-free", "-varlen-prune-max-free", "-redo")]
+    max_free = [f"fwd-D{D}-bfloat16{tail}" for D in (64, 128) for tail in ("-max-free", "-varlen-prune-max-free", "-redo")]
     return picked + flipped + sums + schedule + options + fwd_split + dq_split + max_free
 
 
@@ -456,7 +454,7 @@ def variant_launches(tokens: int = 300):
             if name.endswith("-split-loops"):
                 fwd_cfg = dataclasses.replace(fwd_cfg, split_loops=True)
             if "-max-free" in name:
-                fwd_cfg = dataclasses.replace(fwd_cfg, max_free=True, mma_sums="-mma-sums" in name)
+                fwd_cfg = dataclasses.replace(fwd_cfg, max_free=True)
             yield name, forward_launch(q, k, k, c, q, vec, cu, bound, 0.1, 3, n_z, varlen, prune, fwd_cfg,
                                        redo=name.endswith("-redo"))
         elif kernel == "dkdv":
