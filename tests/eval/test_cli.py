@@ -125,6 +125,8 @@ def test_eval_niah_and_report(workspace):
         _nonempty_png(os.path.join(report_dir, "assets", n))
     assert main(["report", workspace["run"], "--out", report_dir]) == 0
     assert "![" in open(os.path.join(report_dir, "report.md")).read()
+    assert main(["report", workspace["run"]]) == 0  # one run dir, no --out: its report/ (not the current folder)
+    assert "![" in open(os.path.join(workspace["run"], "report", "report.md")).read()
 
 
 def _error(capsys) -> str:

@@ -18,7 +18,7 @@ def _model_args(p: argparse.ArgumentParser, several: bool = True) -> None:
     p.add_argument("--attention-backend", default=None, help="override the models' attention backend")
     p.add_argument("--train-len", type=int, default=None,
                    help="training context length (read from the run's config.yaml when omitted)")
-    p.add_argument("--out", default=None, help="output folder (default: RUN_DIR/eval for one run dir, else eval_out)")
+    p.add_argument("--out", default=None, help="output folder (default: RUN_DIR/eval for one run dir, else runs/eval)")
     p.add_argument("--no-progress", action="store_true")
 
 
@@ -60,7 +60,7 @@ def _out_dir(args, models) -> str:
     if len(models) == 1 and models[0].source in ("run", "checkpoint"):
         run = models[0].path if models[0].source == "run" else os.path.dirname(os.path.dirname(models[0].path))
         return os.path.join(run, "eval")
-    return "eval_out"
+    return os.path.join("runs", "eval")
 
 
 def _tokenizer(args, models):
@@ -217,7 +217,7 @@ def _cmd_mqar(args) -> dict:
 
     if args.pool:
         # folders of one task run with different --seed: their cells as mean +- sd (mqar_seeds.md in --out)
-        out = args.out or "mqar_seeds"
+        out = args.out or os.path.join("runs", "mqar_seeds")
         os.makedirs(out, exist_ok=True)
         path = os.path.join(out, "mqar_seeds.md")
         with open(path, "w") as f:
@@ -225,14 +225,14 @@ def _cmd_mqar(args) -> dict:
         return {"out": out, "table": os.path.basename(path), "pooled": args.pool}
     cfg = config_from(args.preset, models=args.models, steps=args.steps, lr=args.lr, seed=args.seed,
                       batch_size=args.batch_size, max_minutes=args.max_minutes, compile=args.compile or None)
-    return run_mqar(cfg, args.out or f"mqar_{args.preset}", device=args.device, progress=not args.no_progress,
+    return run_mqar(cfg, args.out or os.path.join("runs", f"mqar_{args.preset}"), device=args.device, progress=not args.no_progress,
                     report_only=args.report_only)
 
 
 def _cmd_report(args) -> dict:
     from .report import build_report
 
-    out = args.out or "report"
+    out = args.out or os.path.join(args.run_dirs[0] if len(args.run_dirs) == 1 else "runs", "report")
     return {"report": build_report(args.run_dirs, out, fmt=args.format, title=args.title)}
 
 
@@ -316,7 +316,7 @@ def add_commands(subparsers) -> None:
                    help="token positions of the table (default: the last five powers of two within the evaluated "
                         "length)")
     p.add_argument("--reference", default=None, help="model name the loss differences are taken to (default: last)")
-    p.add_argument("--out", default="compare_out", help="output folder")
+    p.add_argument("--out", default=os.path.join("runs", "compare"), help="output folder (default: runs/compare)")
     p.set_defaults(func=_run(_cmd_compare))
     p = sub.add_parser("mqar", help="multi-query associative recall: train small models from scratch, accuracy by "
                                     "pairs and length",
@@ -337,7 +337,7 @@ def add_commands(subparsers) -> None:
                    help="training time limit per model, a guard: mqar.md marks a model it stopped before --steps")
     p.add_argument("--compile", action="store_true", help="torch.compile the models (GPU)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
-    p.add_argument("--out", default=None, help="output folder (default: mqar_PRESET)")
+    p.add_argument("--out", default=None, help="output folder (default: runs/mqar_PRESET; with --pool runs/mqar_seeds)")
     p.add_argument("--report-only", action="store_true", help="train nothing: table the results already in --out")
     p.add_argument("--pool", nargs="+", metavar="DIR", default=None,
                    help="train nothing: pool the folders of runs that differ only in --seed into one table, every "
@@ -364,7 +364,7 @@ def add_commands(subparsers) -> None:
                               description="Markdown (or HTML) page with the plots and tables of each RUN_DIR "
                                           "(and its eval/ folder).")
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
-    p.add_argument("--out", default=None, help="output folder (default: report)")
+    p.add_argument("--out", default=None, help="output folder (default: RUN_DIR/report for one run dir, else runs/report)")
     p.add_argument("--format", default="md", choices=("md", "html"))
     p.add_argument("--title", default="foxformer report")
     p.set_defaults(func=_run(_cmd_report))

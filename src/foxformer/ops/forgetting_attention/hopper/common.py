@@ -17,7 +17,7 @@ from .compat import fence_async_shared, gl, gluon, mbarrier, thread_barrier, tma
 LOG2E = gl.constexpr(1.4426950408889634)
 # Query rows per consumer warpgroup: wgmma's M.
 WG_ROWS = gl.constexpr(64)
-# Width of the ones operand that sums P (forward) or dS (backward) by wgmma (MMA_SUMS): the narrowest wgmma there is.
+# Width of the ones operand that sums P (forward, MAX_FREE) or dS (backward, MMA_SUMS) by wgmma: the narrowest wgmma there is.
 SUM_N = gl.constexpr(8)
 
 
