@@ -10,7 +10,7 @@ from foxformer.argtypes import floats, ints, words
 
 def _model_args(p: argparse.ArgumentParser, several: bool = True) -> None:
     p.add_argument("models", nargs="+" if several else 1, metavar="MODEL",
-                   help="run dir, RUN/checkpoints/step_N, or Hugging Face folder" + (" (several: side by side)"
+                   help="run dir, RUN/checkpoints/step_N, Hugging Face folder or Hub id owner/name" + (" (several: side by side)"
                                                                                      if several else ""))
     p.add_argument("--names", type=words, default=None, help="comma-separated labels for the models")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")

@@ -84,7 +84,7 @@ class TrainConfig:
     preset: str = "fox-pro-tiny"            # "{fox,transformer}-{llama,pro}-{size}", "linear-pro-{size}"
     model: dict = field(default_factory=dict)  # FoxConfig overrides, e.g. {hidden_size: 128}
     init_from: str | None = None            # start from this model's weights and config (a run dir, a checkpoint
-    #                                         dir, a Hugging Face folder such as a converted paper model) instead
+    #                                         dir, a Hugging Face folder or Hub id, a paper model too) instead
     #                                         of the preset's; ``model`` still overrides its runtime fields
     vocab_size: int | None = None           # None: the tokenizer's size rounded up to a multiple of 64
     # data
