@@ -187,8 +187,10 @@ lr)
     block=${4:-pro}
     [ "$block" = pro ] || [ "$block" = llama ] || { echo "lr: the block is pro or llama, got $block"; exit 2; }
     unpack carry_seed
-    DATA=$CARRY/gpt2 SEEDS="$s" LR=$lr EVAL_BATCH=${EVAL_BATCH:-4} MINUTES=${LR_MINUTES:-6.2} \
-        bash scripts/reproduce.sh fox-$block-small transformer-$block-small
+    # The run folders' names do not carry the rate: on a warm machine a call at another rate would resume (and bundle
+    # as its own) the last call's finished runs (thirty-sixth session); one folder of runs per rate and block.
+    RUNS=${RUNS:-runs_lr${lr}_$block} DATA=$CARRY/gpt2 SEEDS="$s" LR=$lr EVAL_BATCH=${EVAL_BATCH:-4} \
+        MINUTES=${LR_MINUTES:-6.2} bash scripts/reproduce.sh fox-$block-small transformer-$block-small
     ;;
 proablation)
     # The Pro block's additions one at a time, read from the Pro end: FoX (Pro) without its QK-norm, output gate,
