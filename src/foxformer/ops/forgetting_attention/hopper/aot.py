@@ -24,7 +24,8 @@ class Launch:
     options: dict
 
     def run(self):
-        """Launch on the current CUDA stream; returns Triton's compiled kernel (its ``n_spills``: local bytes)."""
+        """Launch on the current CUDA stream; returns Triton's compiled kernel (its ``n_spills``: local memory in
+        4-byte words, from the driver)."""
         return self.kernel[self.grid](*self.args, **self.constexprs, **self.options)
 
 
