@@ -232,23 +232,21 @@ def _run(args: argparse.Namespace, specs, overrides) -> int:
         # the Gluon forward's settings matter only where the model runs Forgetting Attention
         settings = (args.gluon_fwd or [{}]) if ours and cfg.attention == "forgetting" else [{}]
         flops = training_flops_per_token(cfg, args.context)
+        facts = dict(preset=preset, overrides=own, context=args.context, batch=batch, dtype=args.dtype,
+                     non_embedding_params=count_non_embedding(cfg))
         first = len(rows)
         loss_kwargs = {"return_logits": False} if args.fused_loss and ours else None  # the anchor keeps its own
         try:
             for results in _measure_settings(model, cfg, args, name, batch, dtype, device, loss_kwargs, settings):
                 for res in results:
-                    res.update(preset=preset, overrides=own, context=args.context, batch=batch, dtype=args.dtype,
-                               non_embedding_params=count_non_embedding(cfg),
-                               model_tflops=flops * res["tokens_per_s"] / 1e12,
+                    res.update(facts, model_tflops=flops * res["tokens_per_s"] / 1e12,
                                mfu=mfu(res["tokens_per_s"], flops, peak))
                 rows[first:] = results
                 if args.out:  # a run cut by a time limit keeps the rows (and rounds) measured so far
                     write_json(args.out, payload)
         except torch.OutOfMemoryError:
-            rows[first:] = [{"name": name, "preset": preset, "overrides": own, "context": args.context,
-                             "batch": batch, "dtype": args.dtype, "non_embedding_params": count_non_embedding(cfg),
-                             "step_s": None, "tokens_per_s": None,
-                             "peak_mem_gib": None, "loss": None, "model_tflops": None, "mfu": None, "error": "OOM"}]
+            rows[first:] = [{"name": name, **facts, "step_s": None, "tokens_per_s": None, "peak_mem_gib": None,
+                             "loss": None, "model_tflops": None, "mfu": None, "error": "OOM"}]
             if args.out:
                 write_json(args.out, payload)
         for res in rows[first:]:
