@@ -17,6 +17,8 @@
 #               torch.profiler: where FoX (Pro)'s extra time goes (kernel tables in profile/)
 #   headdims    FoX (Pro) and Transformer (LLaMA) 125M at 16K, compiled, each also at the other's head dim (64 / 128),
 #               with a profile of each step (profile_headdims/): how much of FoX's gap is the head dim, not the gate
+#   joint       FoX (Pro) and Transformer (LLaMA) 125M at 16K, compiled, each also with joint_input_projections (the
+#               products that read one input as one product: FoxConfig), with a profile of each step (profile_joint/)
 #   train       FoX (Pro) 125M training MFU at 16K, fused loss: default and tile pruning (needs DATA)
 #   trainplain  the training loop in modelplain's setting (4 sequences a step, one micro-batch, no fused loss), 30
 #               steps: its MFU against the bench's (after modelplain in the same call: scripts/train_mfu_gap.py;
@@ -115,6 +117,9 @@ profile) step profile 200 $FX bench model --presets fox-pro-125m,transformer-lla
 headdims) step headdims 420 $FX bench model --context 16384 --compile --no-anchor --profile "$OUT/profile_headdims" \
            --presets fox-pro-125m,transformer-llama-125m,fox-pro-125m:head_dim=128,transformer-llama-125m:head_dim=64 \
            --out "$OUT/model_125m_headdims_h200.json" ;;
+joint) step joint 420 $FX bench model --context 16384 --compile --no-anchor --profile "$OUT/profile_joint" \
+           --presets fox-pro-125m,fox-pro-125m:joint_input_projections=true,transformer-llama-125m,\
+transformer-llama-125m:joint_input_projections=true --out "$OUT/model_125m_joint_h200.json" ;;
 prunegiven) step prunegiven 90 $FX bench attention --prune --qk-bound 25 --providers foxformer \
            --seqlens 4096,16384,65536 --configs 64x24,128x12,128x12x2 \
            --out "$OUT/attention_prune_given_bound_h200.json" ;;

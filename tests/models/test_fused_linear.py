@@ -1,10 +1,11 @@
 """FusedLinears: the input projections of a one-token decode step as one product (models/fused_linear.py), and
-never a stale or wrong one: every change to a source layer makes the copy again or skips the fusion."""
+never a stale or wrong one: every change to a source layer makes the copy again or skips the fusion. joint_linear:
+the same in training, with gradients reaching every weight."""
 import pytest
 import torch
 from torch import nn
 
-from foxformer.models.fused_linear import FusedLinears
+from foxformer.models.fused_linear import JOINT_COLUMNS, FusedLinears, joint_linear
 
 from .conftest import make_model, tokens
 
@@ -93,3 +94,59 @@ def test_a_decode_step_runs_the_input_projections_as_one_product(preset):
         model(ids[:, :8], cache=cache)
         torch.testing.assert_close(model(ids[:, 8:], cache=cache).logits[:, -1], model(ids).logits[:, -1],
                                    rtol=1e-9, atol=1e-9)
+
+
+def _grads(linears, x, outs, seed=2):
+    """Gradients of x and of every parameter for a fixed random cotangent of each output."""
+    g = torch.Generator().manual_seed(seed)
+    loss = sum((out * torch.randn(out.shape, generator=g, dtype=out.dtype)).sum() for out in outs)
+    params = [p for lin in linears for p in lin.parameters()]
+    return torch.autograd.grad(loss, [x, *params])
+
+
+def test_joint_product_gives_each_layers_output_and_gradients():
+    """9 output columns padded to 16: outputs, the input's and every weight's and bias's gradients as one by one."""
+    linears = _layers()
+    x = torch.randn(2, 7, 8, dtype=torch.float64, requires_grad=True)
+    joint = joint_linear(x, linears)
+    assert [o.shape[-1] for o in joint] == [5, 3, 1]
+    assert joint[0].stride(-2) % JOINT_COLUMNS == 0  # views of the padded output
+    separate = _separate(x, linears)
+    for got, want in zip(joint, separate):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    for got, want in zip(_grads(linears, x, joint), _grads(linears, x, separate)):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_joint_product_keeps_layers_that_cannot_share_it_apart():
+    linears, x = _layers(), torch.randn(1, 3, 8, dtype=torch.float64)
+    hooked = nn.Linear(8, 2, bias=False).double()
+    hooked.register_forward_hook(lambda mod, inp, out: out + 1)
+    for group in (linears + [_Scaled(8, 4).double()], linears + [hooked]):
+        for got, want in zip(joint_linear(x, group), _separate(x, group)):
+            torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("preset", ["fox-pro-tiny", "fox-llama-tiny", "transformer-llama-tiny", "linear-pro-tiny"])
+def test_joint_input_projections_change_no_result(preset):
+    """FoxConfig.joint_input_projections: the same loss and gradients (float64), and the same state dict."""
+    ids = tokens(2, 13)
+    results = []
+    for joint in (False, True):
+        model = make_model(preset, joint_input_projections=joint).train()
+        loss = model(ids, labels=ids).loss
+        loss.backward()
+        results.append((loss.detach(), {n: p.grad for n, p in model.named_parameters()}, model.state_dict().keys()))
+    (loss0, grads0, keys0), (loss1, grads1, keys1) = results
+    assert keys0 == keys1
+    torch.testing.assert_close(loss1, loss0, rtol=1e-12, atol=1e-12)
+    for name, grad in grads0.items():
+        torch.testing.assert_close(grads1[name], grad, rtol=1e-9, atol=1e-12, msg=name)
+
+
+def test_joint_product_compiles_without_a_graph_break():
+    """Under torch.compile the joint product's checks are traced, not a break in every attention layer."""
+    linears = _layers(dtype=torch.float32)
+    x = torch.randn(2, 5, 8)
+    explained = torch._dynamo.explain(lambda inp: joint_linear(inp, linears))(x)
+    assert explained.graph_break_count == 0, explained.break_reasons

@@ -62,6 +62,11 @@ class FoxConfig(PretrainedConfig):
         elsewhere).
     kv_shift: token shift of keys and values (the Pro block). k_shift / v_shift: each alone; None means
         kv_shift.
+    joint_input_projections: the products that read the same input run as one matrix product over their weights
+        concatenated in the graph, its output padded to a multiple of 8 columns (models/fused_linear.joint_linear):
+        in the attention q, k, v and the logits of the gates the block has (in training and prefill; one-token
+        decode steps fuse them either way), in the MLP its gate and up projections. The same weights and state
+        dict; results equal up to the products' rounding.
     tokenizer: spec of the tokenizer the model reads (foxformer.data.load_tokenizer: "gpt2", "gpt2-json", ...);
         save_pretrained writes its files next to the weights and the eval commands use it. None: unknown.
     bos_token_id / eos_token_id: None with a built-in tokenizer (bytes, gpt2, gpt2-json) means its end-of-document
@@ -108,6 +113,7 @@ class FoxConfig(PretrainedConfig):
     rms_norm_eps: float = 1e-6
     attention_backend: str = "auto"
     gradient_checkpointing: bool = False
+    joint_input_projections: bool = False
     max_position_embeddings: int = 16384
     fgate_bias_shift: float | list = 0.0
     evict_eps: float | None = None
@@ -152,7 +158,7 @@ class FoxConfig(PretrainedConfig):
             if not _positive_int(value):
                 raise ValueError(f"FoxConfig.{name} must be a positive int, got {value!r}")
         for name in ("rope", "qk_norm", "qk_norm_per_head", "output_gate", "output_norm", "kv_shift", "k_shift",
-                     "v_shift", "tie_embeddings", "gradient_checkpointing"):
+                     "v_shift", "tie_embeddings", "gradient_checkpointing", "joint_input_projections"):
             value = getattr(self, name)
             if not isinstance(value, bool):  # a string such as "false" would be truthy
                 raise ValueError(f"FoxConfig.{name} must be True or False, got {value!r}")

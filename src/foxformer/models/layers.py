@@ -12,6 +12,7 @@ from torch import nn
 from foxformer.ops import forgetting_attention, gated_linear_attention, naive_gated_linear_attention
 
 from .config import FoxConfig
+from .fused_linear import joint_linear
 
 
 @dataclass
@@ -246,12 +247,17 @@ class SwiGLU(nn.Module):
 
     def __init__(self, config: FoxConfig):
         super().__init__()
+        self.joint = config.joint_input_projections
         self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
         self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
         self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        if self.joint:
+            gate, up = joint_linear(x, (self.gate_proj, self.up_proj))
+        else:
+            gate, up = self.gate_proj(x), self.up_proj(x)
+        return self.down_proj(F.silu(gate) * up)
 
 
 class Attention(nn.Module):
@@ -292,6 +298,8 @@ class Attention(nn.Module):
         if T == 1 and cache is not None and not torch.is_grad_enabled():
             # a decode step: one product for all of them (models/fused_linear.py; the copy is the cache's)
             proj = dict(zip(linears, cache.fused_inputs(x, list(linears.values()))))
+        elif self.config.joint_input_projections:
+            proj = dict(zip(linears, joint_linear(x, list(linears.values()))))
         else:
             proj = {name: lin(x) for name, lin in linears.items()}
         q = proj["q"].view(B, T, self.num_heads, self.head_dim)
