@@ -11,8 +11,8 @@ replaced or moved, or a layer swapped for another module or given hooks.
 
 In training and prefill (``joint_linear``, FoxConfig.joint_input_projections): the weights are concatenated in the
 graph, so gradients reach each of them. The FoX (Pro) 125M training step's profile at 16K (thirty-second session,
-docs/bench/profile_model_headdims_7f71b0f/) spends 5.5 ms of its 300 on the three 12-column gate projections (sm_80
-kernels for 2-byte-aligned rows, 45 to 62 us each, forward and backward), and sums seven input gradients.
+docs/bench/profile_model_headdims_7f71b0f/) spends 5.5 ms of its 300 on the three 12-column gate projections (cuBLAS's
+sm_80 ``align2`` kernels, 45 to 62 us each, forward and backward), and sums seven input gradients.
 """
 from __future__ import annotations
 
@@ -54,9 +54,10 @@ def _concat(linears: Sequence[nn.Linear], pad: int = 0) -> tuple[torch.Tensor, O
                               for lin in linears] + [linears[0].weight.new_zeros(pad)])
 
 
-# Output columns of a joint product are padded to a multiple of 8: rows of 16 bytes in bf16, the alignment cuBLAS's
-# Hopper kernels need. The unpadded joint product of 1665dd7 (3,108 columns, rows 8-byte aligned) bought FoX (Pro)
-# 125M nothing on the H200 (206.6K tokens/s against 206.8K, docs/bench/history.md, twentieth session).
+# Output columns of a joint product are padded to a multiple of 8: rows of 16 bytes in bf16, the alignment of
+# cuBLAS's Hopper kernels (the 12-column gate products, rows of 24 bytes, ran on its sm_80 align2 kernels). The
+# unpadded joint product of 1665dd7 (3,108 columns, rows of 6,216 bytes) bought FoX (Pro) 125M nothing on the H200
+# (206.6K tokens/s against 206.8K, docs/bench/history.md, twentieth session).
 JOINT_COLUMNS = 8
 
 
