@@ -156,6 +156,13 @@ def test_bad_arguments():
         generate(model, [1.5, 2.0])
     with pytest.raises(TypeError, match="model"):
         generate("not a model", [1, 2])
+    with pytest.raises(ValueError, match="seed: expected an integer"):
+        list(generate(model, [1, 2], seed="a"))
+    for stop in (-1, 1.5):
+        with pytest.raises(ValueError, match="stop_token: expected a token id"):
+            list(generate(model, [1, 2], stop_token=stop))
+    with pytest.raises(ValueError, match="stop_token: 999 is outside the model's vocabulary"):
+        list(generate(model, [1, 2], stop_token=999))
 
 
 @pytest.mark.parametrize("shift", [0.0, 1.0], ids=["zero-shift", "positive-shift"])

@@ -69,6 +69,10 @@ BAD = {
                             ValueError, "packed batch of size 1"),
     "cu-seqlens-int64": (dict(), lambda layer: layer(torch.randn(1, 8, 32), cu_seqlens=torch.tensor([0, 8])),
                          TypeError, "int32"),
+    "no-tokens": (dict(), lambda layer: layer(torch.randn(2, 0, 32)), ValueError, "at least one token"),
+    "dtype-of-weights": (dict(), lambda layer: layer(torch.randn(1, 8, 32, dtype=torch.float64)), TypeError,
+                         r"\.to\(torch.float64\) or run it under torch.autocast"),
+    "head-dim-past-the-op": (dict(head_dim=300), None, ValueError, "head_dim must be at most 256"),
     "gate-kind": (dict(fgate="dynamic"), None, ValueError, "fgate"),
     "heads-not-dividing": (dict(num_heads=5), None, ValueError, "num_heads"),
 }

@@ -77,6 +77,32 @@ def test_bad_inputs_raise():
         model(ids[:1], cu_seqlens=torch.tensor([0, 8]))
     with pytest.raises(ValueError, match="loss_reduction"):
         model(ids, labels=ids, loss_reduction="sum")
+    with pytest.raises(ValueError, match="use_cache: a packed batch"):  # returned no cache without a word
+        model(ids[:1], cu_seqlens=torch.tensor([0, 3, 8], dtype=torch.int32), use_cache=True)
+
+
+@pytest.mark.parametrize("return_logits", [True, False], ids=["logits", "fused-loss"])
+def test_bad_token_ids_and_labels_name_the_argument(return_logits):
+    """Were a bare IndexError from the embedding or the loss, a tuple index error, or a message that blamed
+    logits_to_keep (labels one position short); a negative logits_to_keep dropped the first position."""
+    model = make_model("fox-pro-tiny")
+    ids = tokens(2, 6)
+    call = dict(return_logits=return_logits)
+    for bad in (torch.full_like(ids, VOCAB), torch.full_like(ids, -1)):
+        with pytest.raises(ValueError, match="input_ids: token id .* outside the model's vocabulary of 97"):
+            model(bad, **call)
+        with pytest.raises(ValueError, match=r"labels: token id .* vocabulary of 97 \(or -100, ignored\)"):
+            model(ids, labels=bad, **call)
+    for labels in (ids[:, :5], ids[0]):
+        with pytest.raises(ValueError, match=r"labels must be \[batch, seq\] = \(2, 6\)"):
+            model(ids, labels=labels, **call)
+    with pytest.raises(TypeError, match="input_ids: expected an integer tensor"):
+        model(ids.float(), **call)
+    with pytest.raises(ValueError, match="logits_to_keep must be >= 0"):
+        model(ids, logits_to_keep=-1, **call)
+    ignored = ids.clone()
+    ignored[:, :3] = -100
+    assert torch.isfinite(model(ids, labels=ignored, **call).loss)
 
 
 AUTOCAST_CASES = {"fox-llama+rope": ("fox-llama-tiny", dict(rope=True)),

@@ -184,3 +184,24 @@ def test_export_without_the_tokenizer_package_warns_and_keeps_the_model(tmp_path
     ids = torch.tensor([[1, 2, 3]])
     with torch.no_grad():
         assert torch.equal(FoxForCausalLM.from_pretrained(folder).eval()(ids).logits, model(ids).logits)
+
+
+def test_the_portable_ops_check_their_inputs_as_the_kernels_entry_points_do():
+    """foxformer.ops.portable (what an export runs without foxformer) took a positive gate, a bad cu_seqlens or a
+    head count that does not divide without a word, or failed inside a reshape."""
+    from foxformer.ops import portable
+
+    q, k, v = torch.randn(1, 5, 2, 4), torch.randn(1, 5, 2, 4), torch.randn(1, 5, 2, 4)
+    log_f = -torch.rand(1, 5, 2)
+    cases = [(dict(log_fgate=-log_f), ValueError, "<= 0"),
+             (dict(cu_seqlens=torch.tensor([0, 2, 4], dtype=torch.int32)), ValueError, "end at T=5"),
+             (dict(q=torch.randn(1, 5, 3, 4), log_fgate=-torch.rand(1, 5, 3)), ValueError, "multiple"),
+             (dict(q=torch.randn(1, 7, 2, 4)), ValueError, "more positions")]
+    for overrides, exc, match in cases:
+        args = dict(q=q, k=k, v=v, log_fgate=log_f)
+        args.update(overrides)
+        extra = {key: args.pop(key) for key in list(args) if key == "cu_seqlens"}
+        with pytest.raises(exc, match=match):
+            portable.forgetting_attention(args["q"], args["k"], args["v"], args["log_fgate"], **extra)
+    with pytest.raises(ValueError, match="NaN"):
+        portable.forgetting_attention_cumsum(q, k, v, torch.full((1, 5, 2), float("nan")))

@@ -88,3 +88,32 @@ def test_a_paged_write_lands_in_each_heads_page_with_the_torch_paths_bits(Hq, Hk
     assert torch.equal(kp[pages, pos % page], k[:, 0]) and torch.equal(vp[pages, pos % page], v[:, 0])
     assert torch.equal(cp[pages, pos % page].reshape(B, Hq), last) and torch.equal(state, raw)
     assert kp.isnan().any(-1).sum() == (pool * page - B * Hkv) and cp.isnan().all(-1).sum() == pool * page - B * Hkv
+
+
+def test_it_refuses_a_bad_position_or_gate_on_the_cpu():
+    """A position outside the storage was a raw index_copy_ error; a positive or NaN log_f corrupted c_last."""
+    k_buf, v_buf, c_buf = buffers(2, 8, 4, 2, 16, torch.float32)
+    k = torch.zeros(2, 1, 2, 16)
+    last, log_f = torch.zeros(2, 4, dtype=torch.float64), torch.zeros(2, 1, 4)
+    for at in (torch.tensor([8]), torch.tensor([-1])):
+        with pytest.raises(ValueError, match="outside the storage"):
+            append_token_(k_buf, v_buf, c_buf, last, at, k, k, log_f)
+    for at in (3, torch.tensor([3], dtype=torch.int32), torch.tensor([3, 4])):
+        with pytest.raises(TypeError, match="at must be an int64 tensor of one element"):
+            append_token_(k_buf, v_buf, c_buf, last, at, k, k, log_f)
+    for bad, match in ((0.5, "<= 0"), (float("nan"), "NaN")):
+        with pytest.raises(ValueError, match=match):
+            append_token_(k_buf, v_buf, c_buf, last, torch.tensor([3]), k, k, torch.full((2, 1, 4), bad))
+    assert not last.any()
+
+
+def test_a_paged_write_refuses_an_unmapped_page():
+    pool = torch.zeros(5, 4, 16)
+    c_pool = torch.zeros(5, 4, 2, dtype=torch.float64)
+    table = torch.tensor([[[0, 1], [2, -1]]], dtype=torch.int32)     # [B 1, Hkv 2, 2 pages of 4]
+    k, last, log_f = torch.zeros(1, 1, 2, 16), torch.zeros(1, 4, dtype=torch.float64), torch.zeros(1, 1, 4)
+    append_token_(pool, pool.clone(), c_pool, last, torch.tensor([3]), k, k, log_f, page_table=table)
+    with pytest.raises(ValueError, match="not mapped"):
+        append_token_(pool, pool.clone(), c_pool, last, torch.tensor([4]), k, k, log_f, page_table=table)
+    with pytest.raises(ValueError, match="past the page table"):
+        append_token_(pool, pool.clone(), c_pool, last, torch.tensor([8]), k, k, log_f, page_table=table)

@@ -42,6 +42,10 @@ CASES = [
      ValueError, "batch must be 1"),
     ("max-seqlen-short", dict(cu_seqlens=torch.tensor([0, 6, 8], dtype=torch.int32), max_seqlen=4), ValueError, "max_seqlen"),
     ("scale", dict(softmax_scale="x"), TypeError, "softmax_scale"),
+    ("max-seqlen-str", dict(cu_seqlens=torch.tensor([0, 6, 8], dtype=torch.int32), max_seqlen="6"), TypeError,
+     "max_seqlen must be an int"),
+    ("max-seqlen-float", dict(max_seqlen=5.7), TypeError, "max_seqlen must be an int"),
+    ("return-lse-str", dict(return_lse="yes"), TypeError, "return_lse must be True or False"),
     # q, k, v in [B, H, T, D] (with GQA) blamed the gate's shape, or claimed q had more positions than k
     ("bhtd-layout", dict(q=torch.randn(1, 4, 8, 16), k=torch.randn(1, 2, 8, 16), v=torch.randn(1, 2, 8, 16),
                          log_fgate=-torch.rand(1, 8, 4)), ValueError, "disagree on which dim is seq"),

@@ -127,3 +127,39 @@ def test_a_start_past_the_first_query_is_refused_on_cpu(backend):
     kp, vp, cp, table = paginate(k, v, c, 4)
     with pytest.raises(ValueError, match="start.*Tk - Tq"):
         paged(q, kp, vp, cp, table, 33, torch.tensor([[0, 32]]), backend=backend)
+
+
+@pytest.mark.parametrize("entry", [-1, 99], ids=["negative", "past-the-pool"])
+def test_a_live_key_on_an_unmapped_page_is_refused_on_cpu(entry):
+    """A negative entry wrapped around to the pool's last page (Python indexing) and gave another page's keys
+    without a word; one past the pool was a raw IndexError."""
+    q, k, v, c = make(1, 1, 16, 4, 2, 8, torch.float32)
+    kp, vp, cp, table = paginate(k, v, c, 4)
+    table[0, 1, 2] = entry
+    for backend in ("torch", "triton"):
+        with pytest.raises(ValueError, match=r"page_table\[0, 1, 2\]"):
+            paged(q, kp, vp, cp, table, 16, backend=backend)
+
+
+def test_a_non_finite_c_at_a_live_key_is_refused_and_at_a_dead_one_ignored():
+    q, k, v, c = make(1, 1, 33, 4, 2, 8, torch.float32)
+    start = torch.tensor([[9, 0]])
+    kp, vp, cp, table = paginate(k, v, c, 4, start)
+    want = dense_reference(q, k, v, c, start, 0.3)
+    # position 8 of kv head 0: dead (before its start 9), on a page the call still reads
+    cp[int(table[0, 0, 2]), 0] = float("nan")
+    torch.testing.assert_close(paged(q, kp, vp, cp, table, 33, start, softmax_scale=0.3, backend="torch").double(),
+                               want, rtol=0, atol=2e-5)
+    cp[int(table[0, 1, 3]), 1] = float("inf")   # position 13 of kv head 1: live
+    with pytest.raises(ValueError, match="c must be finite at every live key"):
+        paged(q, kp, vp, cp, table, 33, start, backend="torch")
+
+
+def test_decode_refuses_integer_inputs_and_bad_options():
+    q, k, v, c = make(1, 1, 16, 4, 2, 8, torch.float32)
+    with pytest.raises(TypeError, match="floating"):
+        forgetting_attention_decode((q * 3).long(), (k * 3).long(), (v * 3).long(), c)
+    with pytest.raises(ValueError, match="num_splits"):
+        forgetting_attention_decode(q, k, v, c, num_splits=-1)
+    with pytest.raises(ValueError, match="backend must be 'auto', 'triton' or 'torch'"):
+        forgetting_attention_decode(q, k, v, c, backend="naive")

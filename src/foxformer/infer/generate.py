@@ -19,6 +19,7 @@ import torch
 from foxformer.data.tokenizer import start_ids
 from foxformer.models.calls import backbone, cache_keyword, cache_of, model_device
 from foxformer.models.kvcache import EvictionPolicy, FoxCache, check_eviction
+from foxformer.models.loss import check_token_ids
 from foxformer.train.loading import LoadedModel
 
 from .bias_shift import fgate_bias_shift
@@ -73,6 +74,11 @@ class GenerationConfig:
         if self.prefill_chunk is not None and (not isinstance(self.prefill_chunk, int) or self.prefill_chunk < 1):
             raise ValueError(f"prefill_chunk: expected a positive integer or None, got {self.prefill_chunk!r}")
         check_eviction(self.evict_eps, self.evict_qk_bound, self.evict_max_len)
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
+            raise ValueError(f"seed: expected an integer or None, got {self.seed!r}")
+        stop = self.stop_token
+        if stop is not None and (isinstance(stop, bool) or not isinstance(stop, int) or stop < 0):
+            raise ValueError(f"stop_token: expected a token id (an integer >= 0) or None, got {stop!r}")
         if self.decode not in FoxCache.DECODE_MODES:
             raise ValueError(f"decode: expected one of {', '.join(FoxCache.DECODE_MODES)}, got {self.decode!r}")
 
@@ -162,17 +168,13 @@ def stream_tokens(model, input_ids: torch.Tensor, cfg: Optional[GenerationConfig
     if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.shape[1] < 1:
         raise ValueError(f"input_ids: expected a LongTensor [batch, seq] with seq >= 1, got "
                          f"{getattr(input_ids, 'shape', type(input_ids).__name__)}")
-    # .long() below would truncate them (1.7 -> token 1); generate() refuses them as well.
-    if input_ids.dtype.is_floating_point or input_ids.dtype.is_complex:
-        raise TypeError(f"input_ids: expected an integer tensor [batch, seq] of token ids, got {input_ids.dtype}")
     embed = model.get_input_embeddings() if callable(getattr(model, "get_input_embeddings", None)) else None
     vocab = getattr(embed, "num_embeddings", None)
-    # Out-of-range ids would reach the embedding: IndexError on the CPU, a device-side assert on a GPU.
-    if vocab is not None and input_ids.numel():
-        lo, hi = int(input_ids.min()), int(input_ids.max())
-        if lo < 0 or hi >= vocab:
-            raise ValueError(f"input_ids: token id {lo if lo < 0 else hi} is outside the model's vocabulary of "
-                             f"{vocab}; was the prompt encoded with another tokenizer?")
+    # .long() below would truncate float ids (1.7 -> token 1); the prompt's values are read once, on any device.
+    check_token_ids(input_ids, vocab if vocab is not None else 2 ** 63 - 1, "input_ids", values=vocab is not None)
+    if cfg.stop_token is not None and vocab is not None and cfg.stop_token >= vocab:
+        raise ValueError(f"stop_token: {cfg.stop_token} is outside the model's vocabulary of {vocab}, so no row "
+                         f"would ever stop at it")
     dev = model_device(model)
     ids = input_ids.to(dev).long()
     mask = None

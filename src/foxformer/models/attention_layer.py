@@ -54,6 +54,13 @@ class ForgettingAttention(Attention):
         if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.config.hidden_size:
             shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
             raise ValueError(f"ForgettingAttention: x must be [batch, seq, {self.config.hidden_size}], got {shape}")
+        if x.shape[0] == 0 or x.shape[1] == 0:
+            raise ValueError(f"ForgettingAttention: x must hold at least one token in each of at least one row, got "
+                             f"{tuple(x.shape)}")
+        weight = self.q_proj.weight
+        if x.dtype != weight.dtype and not torch.is_autocast_enabled(x.device.type):
+            raise TypeError(f"ForgettingAttention: x is {x.dtype} but the layer's weights are {weight.dtype}: move "
+                            f"the layer with .to({x.dtype}) or run it under torch.autocast")
         ctx = SeqContext()
         if cu_seqlens is not None:
             starts, _ = packed_starts(cu_seqlens, x.shape[0], x.shape[1], x.device)

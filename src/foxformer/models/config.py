@@ -7,7 +7,7 @@ from transformers import PretrainedConfig
 
 from ..argtypes import did_you_mean
 from ..data.specs import document_token_ids
-from ..ops.forgetting_attention.checks import BACKENDS
+from ..ops.forgetting_attention.checks import BACKENDS, MAX_HEAD_DIM
 from .kvcache.policy import check_eviction
 
 ATTENTIONS = ("forgetting", "softmax", "linear")
@@ -165,6 +165,9 @@ class FoxConfig(PretrainedConfig):
         if self.num_heads % self.num_kv_heads:
             raise ValueError(f"FoxConfig.num_heads ({self.num_heads}) must be a multiple of "
                              f"num_kv_heads ({self.num_kv_heads})")
+        if self.attention == "forgetting" and self.head_dim > MAX_HEAD_DIM:
+            raise ValueError(f"FoxConfig.head_dim must be at most {MAX_HEAD_DIM} with attention='forgetting' (the "
+                             f"op's kernels), got {self.head_dim}")
         if self.rope and self.head_dim % 2:
             raise ValueError(f"FoxConfig.head_dim must be even with rope=True, got {self.head_dim}")
         if self.attention not in ATTENTIONS:

@@ -10,6 +10,28 @@ from __future__ import annotations
 import torch
 
 IGNORE_INDEX = -100
+
+
+def check_token_ids(ids: torch.Tensor, vocab: int, name: str, *, ignore: int | None = None,
+                    values: bool | None = None) -> None:
+    """ids must be an integer tensor of ids in [0, vocab) (or ``ignore``): outside it the embedding (or the loss)
+    fails with a bare IndexError on the CPU and a device-side assert on a GPU. The values are read where that is
+    free (CPU tensors, outside torch.compile) unless ``values`` says otherwise: on a GPU it costs a device sync,
+    which a caller does once (a prompt), not at every step."""
+    if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
+        raise TypeError(f"{name}: expected an integer tensor of token ids, got {ids.dtype}")
+    if values is None:
+        values = ids.device.type == "cpu" and not torch.compiler.is_compiling()
+    if not values or not ids.numel():
+        return
+    bad = (ids < 0) | (ids >= vocab)
+    if ignore is not None:
+        bad &= ids != ignore
+    if bool(bad.any()):
+        wrong = int(ids[bad][0])
+        allowed = f" (or {ignore}, ignored)" if ignore is not None else ""
+        raise ValueError(f"{name}: token id {wrong} is outside the model's vocabulary of {vocab}{allowed}; were "
+                         f"they encoded with another tokenizer?")
 # Rows per chunk such that one chunk's fp32 logits stay under 2^28 elements (1 GiB).
 _CHUNK_ELEMENTS = 1 << 28
 

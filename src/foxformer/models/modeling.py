@@ -22,7 +22,7 @@ from .kvcache.policy import EvictionPolicy
 from .kvcache.recurrent import RecurrentState
 from .layers import (Block, ForgetGate, GateProjection, RMSNorm, SeqContext, initial_gate_bias, packed_starts,
                      rope_tables)
-from .loss import IGNORE_INDEX, fused_causal_lm_loss, next_token_targets
+from .loss import IGNORE_INDEX, check_token_ids, fused_causal_lm_loss, next_token_targets
 
 try:  # respects "already loaded" flags during from_pretrained (transformers v5)
     from transformers import initialization as _init
@@ -260,6 +260,8 @@ class FoxModel(FoxPreTrainedModel):
         Pass the returned cache back as ``past_key_values`` to continue (chunked prefill, decoding)."""
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("pass exactly one of input_ids and inputs_embeds")
+        if input_ids is not None:
+            check_token_ids(input_ids, self.config.vocab_size, "input_ids")
         x = self.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
         if x.dim() != 3:
             raise ValueError(f"input_ids must be [batch, seq], got shape {tuple(x.shape[:-1])}")
@@ -272,8 +274,11 @@ class FoxModel(FoxPreTrainedModel):
         if use_cache is None:
             # Plain forwards (training, evaluation) skip the cache; generate asks for it explicitly.
             use_cache = cache is not None
+        if use_cache and cu_seqlens is not None:
+            raise ValueError("use_cache: a packed batch (cu_seqlens) holds several sequences in one row, which no "
+                             "cache can continue; pass the sequences as rows of a batch to decode them")
         if use_cache and cache is None:
-            cache = self.new_cache() if cu_seqlens is None else None
+            cache = self.new_cache()
         # use_cache=False only means "build no cache" (as in transformers): a cache passed in holds the
         # prefix, and dropping it would attend to the new tokens alone.
         B, T, _ = x.shape
@@ -386,11 +391,18 @@ class FoxForCausalLM(FoxPreTrainedModel, GenerationMixin):
         logits only for the last positions (generation). return_logits=False with labels and the
         mean loss computes the loss through the LM head in chunks and returns no logits (training:
         no [B, T, V] tensor at all)."""
+        if isinstance(logits_to_keep, int) and logits_to_keep < 0:
+            raise ValueError(f"logits_to_keep must be >= 0 (0: every position), got {logits_to_keep}")
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                          past_key_values=past_key_values, cache=cache, inputs_embeds=inputs_embeds,
                          use_cache=use_cache, cu_seqlens=cu_seqlens, max_seqlen=max_seqlen,
                          output_hidden_states=output_hidden_states)
         h = out.last_hidden_state
+        if labels is not None:
+            if not isinstance(labels, torch.Tensor) or labels.shape != h.shape[:2]:
+                raise ValueError(f"labels must be [batch, seq] = {tuple(h.shape[:2])} like the input, got "
+                                 f"{tuple(getattr(labels, 'shape', ())) or type(labels).__name__}")
+            check_token_ids(labels, self.config.vocab_size, "labels", ignore=IGNORE_INDEX)
         if not return_logits and labels is not None and loss_reduction == "mean" and not logits_to_keep:
             loss = fused_causal_lm_loss(h, self.lm_head.weight, labels, cu_seqlens, num_items_in_batch)
             return FoxCausalLMOutput(loss=loss, logits=None, hidden_states=out.hidden_states,

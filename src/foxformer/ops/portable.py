@@ -9,11 +9,9 @@ over the cache (a few queries).
 """
 from __future__ import annotations
 
-import math
-from typing import Optional
-
 import torch
 
+from .forgetting_attention.checks import check_common, check_gate_values, check_return_lse, check_softmax_scale
 from .forgetting_attention.cumsum import LOG_FGATE_FLOOR, gate_cumsum, gate_cumsum_heads_first
 from .forgetting_attention.paging import append_token_torch, evict_scan_torch, gather_live
 from .forgetting_attention.reference import naive_forgetting_attention, torch_forward
@@ -28,18 +26,16 @@ __all__ = ["LOG_FGATE_FLOOR", "READS_LENGTH_ON_DEVICE", "append_token_", "evict_
            "naive_gated_linear_attention"]
 
 
-def _scale(softmax_scale: Optional[float], q: torch.Tensor) -> float:
-    return softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(q.shape[-1])
-
-
 def _needs_grad(*tensors: torch.Tensor) -> bool:
     return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
 def forgetting_attention(q, k, v, log_fgate, *, softmax_scale=None, cu_seqlens=None, max_seqlen=None,
                          return_lse=False, backend="auto", prune_eps=None, qk_bound=None):
-    """foxformer.ops.forgetting_attention, exact, on any device."""
-    scale = _scale(softmax_scale, q)
+    """foxformer.ops.forgetting_attention, exact, on any device; its input checks."""
+    scale, max_seqlen = check_common(q, k, v, log_fgate, "log_fgate", softmax_scale, cu_seqlens, max_seqlen)
+    check_return_lse(return_lse)
+    check_gate_values(log_fgate, "log_fgate")
     if _needs_grad(q, k, v, log_fgate):
         return naive_forgetting_attention(q, k, v, log_fgate, scale, cu_seqlens, max_seqlen, return_lse)
     out, lse = torch_forward(q, k, v, gate_cumsum_heads_first(log_fgate), scale, cu_seqlens, max_seqlen)
@@ -48,9 +44,12 @@ def forgetting_attention(q, k, v, log_fgate, *, softmax_scale=None, cu_seqlens=N
 
 def forgetting_attention_cumsum(q, k, v, c, *, softmax_scale=None, cu_seqlens=None, max_seqlen=None,
                                 return_lse=False, backend="auto", prune_eps=None, qk_bound=None):
-    """foxformer.ops.forgetting_attention_cumsum (forward only: caches run without gradients)."""
+    """foxformer.ops.forgetting_attention_cumsum (forward only: caches run without gradients); its input checks."""
+    scale, max_seqlen = check_common(q, k, v, c, "c", softmax_scale, cu_seqlens, max_seqlen)
+    check_return_lse(return_lse)
+    check_gate_values(c, "c", allow_positive=True)
     c_t = c.transpose(1, 2).double().contiguous()
-    out, lse = torch_forward(q, k, v, c_t, _scale(softmax_scale, q), cu_seqlens, max_seqlen)
+    out, lse = torch_forward(q, k, v, c_t, scale, cu_seqlens, max_seqlen)
     return (out, lse) if return_lse else out
 
 
@@ -73,7 +72,7 @@ def forgetting_attention_decode(q, k, v, c, start=None, *, page_table=None, seq_
     group = Hq // Hkv
     kk = k.to(calc).repeat_interleave(group, dim=2)
     vv = v.to(calc).repeat_interleave(group, dim=2)
-    scores = torch.einsum("bthd,bjhd->bhtj", q.to(calc), kk) * _scale(softmax_scale, q)
+    scores = torch.einsum("bthd,bjhd->bhtj", q.to(calc), kk) * check_softmax_scale(softmax_scale, q.shape[-1])
     c = c.double()
     bias = c[:, Tk - Tq:].transpose(1, 2)[..., None] - c.transpose(1, 2)[:, :, None, :]     # [B, Hq, Tq, Tk]
     keys = torch.arange(Tk, device=q.device)

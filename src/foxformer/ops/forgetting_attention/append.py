@@ -16,6 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .checks import check_gate_values
 from .cumsum import LOG_FGATE_FLOOR
 from .paging import append_token_torch
 from .tiles import LAUNCH_OPTIONS
@@ -72,6 +73,20 @@ def _append_kernel(K, V, LOGF, AT, KBUF, VBUF, CBUF, CLAST, KLAST, KRAW, VLAST, 
     _copy_row(VLAST, VRAW, b, h, stride_vlb, stride_vlh, stride_vrb, stride_vrh, d, d_ok, V_SHIFT)
 
 
+def _check_position(at: int, pool_pages: Optional[int], rows: int, page_table: Optional[torch.Tensor]) -> None:
+    """``at`` a row of dense storage (rows: its capacity), or of a mapped page of a pool (rows: the page size)."""
+    if page_table is None:
+        if not 0 <= at < rows:
+            raise ValueError(f"at = {at} is outside the storage's {rows} positions")
+        return
+    if not 0 <= at < page_table.shape[2] * rows:
+        raise ValueError(f"at = {at} is past the page table's {page_table.shape[2]} pages of {rows} positions")
+    pages = page_table[:, :, at // rows]
+    if bool(((pages < 0) | (pages >= pool_pages)).any()):
+        raise ValueError(f"the page of position {at} is not mapped in every (batch, kv head) of the page table "
+                         f"(entries {pages.flatten().tolist()[:8]} ..., pool pages 0 to {pool_pages - 1})")
+
+
 def append_token_(k_buf: torch.Tensor, v_buf: torch.Tensor, c_buf: torch.Tensor, c_last: torch.Tensor,
                   at: torch.Tensor, k: torch.Tensor, v: torch.Tensor, log_f: torch.Tensor,
                   k_shift: Optional[tuple[torch.Tensor, torch.Tensor]] = None,
@@ -83,7 +98,8 @@ def append_token_(k_buf: torch.Tensor, v_buf: torch.Tensor, c_buf: torch.Tensor,
         k_buf, v_buf: dense [B, capacity, Hkv, D], or with ``page_table`` page pools [P, PAGE, D].
         c_buf: float64, dense [B, Hq, capacity], or with ``page_table`` a pool [P, PAGE, G] (G = Hq // Hkv).
         c_last: float64 [B, Hq], c of the newest cached token, replaced by the new token's.
-        at: int64 [1] on the storage's device, the position written (read on the device: no host sync).
+        at: int64 [1] on the storage's device, the position written (read on the device: no host sync; on the
+            CPU it must be a position of the storage, and log_f without NaN or positive values: ValueError).
         k, v: [B, 1, Hkv, D] the token's rows; log_f: [B, 1, Hq] its log forget gate (clamped at
             LOG_FGATE_FLOOR as gate_cumsum does).
         k_shift, v_shift: optional (state, raw), both [B, Hkv, D]: raw (the token's k / v candidates before
@@ -112,6 +128,14 @@ def append_token_(k_buf: torch.Tensor, v_buf: torch.Tensor, c_buf: torch.Tensor,
         if pair is not None and not (pair[0].shape == pair[1].shape == (B, Hkv, D)):
             raise ValueError(f"{name} must be (state, raw), both [B, Hkv, D] = {(B, Hkv, D)}, got "
                              f"{tuple(pair[0].shape)}, {tuple(pair[1].shape)}")
+    if not isinstance(at, torch.Tensor):
+        raise TypeError(f"at must be an int64 tensor of one element, got {type(at).__name__}")
+    if at.dtype != torch.int64 or at.numel() != 1 or at.device != k_buf.device:
+        raise TypeError(f"at must be an int64 tensor of one element on the storage's device ({k_buf.device}), got "
+                        f"{at.dtype} {tuple(at.shape)} on {at.device}")
+    if k_buf.device.type == "cpu":  # values: free here, a device sync on a GPU (there the caller's contract)
+        _check_position(int(at), k_buf.shape[0] if page_table is not None else None, k_buf.shape[1], page_table)
+        check_gate_values(log_f, "log_f")
     if backend == "auto":
         backend = "triton" if k_buf.is_cuda else "torch"
     if backend == "torch":

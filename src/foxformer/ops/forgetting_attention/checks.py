@@ -80,9 +80,17 @@ def check_common(q, k, v, gate, gate_name, softmax_scale, cu_seqlens, max_seqlen
     if len(devices) > 1:
         raise ValueError(f"all tensors must be on one device, got {sorted(str(d) for d in devices)}")
     softmax_scale = check_softmax_scale(softmax_scale, D)
+    # int() would take "5", 5.7 or a tensor without a word (a SymInt is how torch.compile passes an int)
+    if max_seqlen is not None and (isinstance(max_seqlen, bool) or not isinstance(max_seqlen, (int, torch.SymInt))):
+        raise TypeError(f"max_seqlen must be an int or None, got {type(max_seqlen).__name__} {max_seqlen!r}")
     if cu_seqlens is not None:
         max_seqlen = _check_cu_seqlens(cu_seqlens, max_seqlen, B, Tq, Tk)
     return softmax_scale, max_seqlen
+
+
+def check_return_lse(return_lse) -> None:
+    if not isinstance(return_lse, bool):  # "yes" or a tensor would be taken for True (or raise) without a word
+        raise TypeError(f"return_lse must be True or False, got {return_lse!r}")
 
 
 def check_softmax_scale(softmax_scale, head_dim: int):

@@ -73,6 +73,8 @@ def _check(q, k, v, c, start, page_table, seq_len) -> int:
     # The Triton kernel multiplies q by k and p by v as loaded: mixed dtypes failed inside Triton.
     if not (q.dtype == k.dtype == v.dtype):
         raise TypeError(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not q.is_floating_point():  # the torch path would return a truncated integer result
+        raise TypeError(f"q, k and v must be floating tensors, got {q.dtype}")
     want = (B, capacity, Hq) if page_table is None else (*k.shape[:2], Hq // Hkv)
     if tuple(c.shape) != want:
         what = "[B, Tk, Hq]" if page_table is None else "a page pool [P, PAGE, G]"
@@ -108,7 +110,22 @@ def _check(q, k, v, c, start, page_table, seq_len) -> int:
     if start is not None and Tq and start.numel() and int(start.max()) > n - Tq:
         raise ValueError(f"start: {int(start.max())} is past the first query's position Tk - Tq = {n - Tq}, "
                          f"which would then attend to no key; every start must be <= Tk - Tq")
+    if page_table is not None:
+        _check_pages(page_table, k.shape[0], k.shape[1], start, n)
     return capacity
+
+
+def _check_pages(page_table: torch.Tensor, pool_pages: int, page: int, start: Optional[torch.Tensor], n: int) -> None:
+    """Every page the call reads (those holding a live key of positions [start, n)) must be in [0, P): a negative
+    entry would wrap around to another page (Python indexing), silently."""
+    first = (start.clamp(min=0) if start is not None else page_table.new_zeros(page_table.shape[:2])) // page
+    cols = torch.arange(page_table.shape[2], device=page_table.device)
+    read = (cols >= first[..., None]) & (cols < -(-n // page))
+    bad = read & ((page_table < 0) | (page_table >= pool_pages))
+    if bool(bad.any()):
+        b, h, j = (int(i) for i in bad.nonzero()[0])
+        raise ValueError(f"page_table[{b}, {h}, {j}] = {int(page_table[b, h, j])} is not a page of the pool "
+                         f"(pages 0 to {pool_pages - 1}); every page a live key sits on must be mapped")
 
 
 def forgetting_attention_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.Tensor,
@@ -136,7 +153,8 @@ def forgetting_attention_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
             Tk), an int, or a one-element integer tensor on q's device, read on the device (no host sync:
             a CUDA graph can replay the call as the cache grows). Keys past it are never read.
         softmax_scale: defaults to 1 / sqrt(D); else a finite number, as in forgetting_attention.
-        backend: "auto" (triton for CUDA tensors, torch otherwise) | "triton" | "torch".
+        backend: "auto" (triton for CUDA tensors, torch otherwise) | "triton" | "torch". The torch path also
+            rejects a c that is not finite at a live key (ValueError).
         num_splits: key splits per (batch, kv head) for the Triton kernel (None: enough to fill the GPU for
             the storage's capacity, whatever seq_len is, so that a cache decodes with one kernel and one
             split count from its first step to its last). At most one per key block of the kernel
@@ -148,22 +166,41 @@ def forgetting_attention_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
     """
     capacity = _check(q, k, v, c, start, page_table, seq_len)
     scale = check_softmax_scale(softmax_scale, q.shape[-1])
+    if num_splits is not None and (isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits < 1):
+        raise ValueError(f"num_splits must be None or an int >= 1, got {num_splits!r}")
     if backend == "auto":
         backend = "triton" if q.is_cuda else "torch"
     if backend == "triton":
         return triton_decode(q, k, v, c, start, scale, num_splits, page_table, capacity if seq_len is None
                              else seq_len, capacity)
-    if backend not in ("torch", "naive"):
+    if backend != "torch":
         raise ValueError(f"backend must be 'auto', 'triton' or 'torch', got {backend!r}")
     n = capacity if seq_len is None else int(seq_len)  # a device sync on a GPU: the torch path is no graph's
     if page_table is None:
-        return torch_decode(q, k[:, :n], v[:, :n], c[:, :n], start, scale)
+        k, v, c, first = k[:, :n], v[:, :n], c[:, :n], 0
+    else:
+        if start is None:
+            start = page_table.new_zeros(page_table.shape[:2], dtype=torch.int64)
+        # From the first page any head still reads (torch_decode reads from start.min() anyway).
+        first = int(start.clamp(min=0).min()) // k.shape[1] * k.shape[1] if start.numel() else 0
+        k, v, c, _ = gather_live(k, v, c, page_table, first, n, start)
+    _check_live_c(c, start, first, Hkv=k.shape[2])
+    return torch_decode(q, k, v, c, start if start is None else start - first, scale)
+
+
+def _check_live_c(c: torch.Tensor, start: Optional[torch.Tensor], first: int, Hkv: int) -> None:
+    """c [B, L, Hq] of positions first.. must be finite at every live key (an evicted key's may be anything): one
+    NaN or infinity there is NaN in the output (forgetting_attention_cumsum checks its c the same way). The torch
+    path only: the Triton one runs inside CUDA graphs, where a check would cost a device sync."""
     if start is None:
-        start = page_table.new_zeros(page_table.shape[:2], dtype=torch.int64)
-    # From the first page any head still reads (torch_decode reads from start.min() anyway).
-    first = int(start.clamp(min=0).min()) // k.shape[1] * k.shape[1] if start.numel() else 0
-    k, v, c, _ = gather_live(k, v, c, page_table, first, n, start)
-    return torch_decode(q, k, v, c, start - first, scale)
+        ok = torch.isfinite(c).all()
+    else:
+        B, L, Hq = c.shape
+        pos = torch.arange(first, first + L, device=c.device)
+        live = pos[None, :, None] >= start.repeat_interleave(Hq // Hkv, dim=1)[:, None, :]
+        ok = (torch.isfinite(c) | ~live).all()
+    if not bool(ok):
+        raise ValueError("c must be finite at every live key (gate_cumsum floors -inf gates), got NaN or inf")
 
 
 # --------------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from typing import Optional
 
 import torch
 
-from .checks import check_common, check_gate_values, resolve_backend
+from .checks import check_common, check_gate_values, check_return_lse, resolve_backend
 from .cumsum import gate_cumsum_heads_first
 from .pruning import check_pruning, prune_delta
 from .reference import naive_forgetting_attention, torch_backward, torch_forward
@@ -187,7 +187,9 @@ def forgetting_attention(q, k, v, log_fgate, *, softmax_scale=None, cu_seqlens=N
             or decoding on top of a cache): query ``i`` sits at key position ``Tk - Tq + i``.
         k, v: ``[B, Tk, Hkv, D]``; ``Hq`` must be a multiple of ``Hkv`` (GQA, MQA).
         log_fgate: ``[B, Tk, Hq]`` log forget gate (``F.logsigmoid`` of the gate logits), ``<= 0``,
-            one per query head; ``-inf`` (f = 0) hides every key before that token.
+            one per query head; ``-inf`` (f = 0) hides every key before that token. (The cumsum puts
+            ``LOG_FGATE_FLOOR`` = -1e4 in its place: exact while a row's scores ``scale * q . k`` differ by
+            less than about 9000, i.e. always in practice; ``"naive"`` is exact at any scale.)
         softmax_scale: defaults to ``1 / sqrt(D)``.
         cu_seqlens: int32 ``[N + 1]`` cumulative lengths of ``N`` sequences packed along T (then
             ``B == 1`` and ``Tq == Tk``); attention and the cumsum restart at every boundary.
@@ -222,6 +224,7 @@ def forgetting_attention(q, k, v, log_fgate, *, softmax_scale=None, cu_seqlens=N
     """
     softmax_scale, max_seqlen = check_common(q, k, v, log_fgate, "log_fgate", softmax_scale,
                                              cu_seqlens, max_seqlen)
+    check_return_lse(return_lse)
     check_gate_values(log_fgate, "log_fgate")
     check_pruning(prune_eps, qk_bound, q.shape[0], q.shape[2], q.device)
     backend = resolve_backend(backend, q)
@@ -243,6 +246,7 @@ def forgetting_attention_cumsum(q, k, v, c, *, softmax_scale=None, cu_seqlens=No
     (prune_eps) assumes c never increases along T, as ``gate_cumsum`` guarantees.
     """
     softmax_scale, max_seqlen = check_common(q, k, v, c, "c", softmax_scale, cu_seqlens, max_seqlen)
+    check_return_lse(return_lse)
     check_gate_values(c, "c", allow_positive=True)
     check_pruning(prune_eps, qk_bound, q.shape[0], q.shape[2], q.device)
     backend = resolve_backend(backend, q)
