@@ -112,3 +112,37 @@ def test_a_user_error_is_one_line_and_debug_shows_the_traceback(tmp_path):
     assert f"({bad}, line 3, column " in lines[0]
     debug = _run_cli("train", "--config", str(bad), FOXFORMER_DEBUG="1")
     assert debug.returncode != 0 and "Traceback" in debug.stderr
+
+
+def test_version_names_the_release_and_the_commit():
+    out = _run_cli("--version")
+    assert out.returncode == 0 and out.stdout.startswith("foxformer 0.1.0"), out
+
+
+def test_an_error_line_starts_a_line_of_its_own_after_an_open_progress_bar(monkeypatch, capsys):
+    """An exception inside a progress bar printed `...tok_s=33,474]error: ...` on the bar's line."""
+    from tqdm import tqdm
+
+    import foxformer.cli as cli
+
+    def fail(args):
+        bar = tqdm(total=10, desc="work")
+        bar.update(3)
+        raise ValueError("source: broken")
+
+    monkeypatch.setattr(cli, "_presets", fail)  # build_parser, called by main, takes the command from here
+    assert cli.main(["presets"]) == 2
+    err = capsys.readouterr().err
+    assert "\nerror: source: broken" in err and not tqdm._instances
+
+
+def test_every_help_gives_the_defaults_a_user_would_otherwise_guess():
+    """`generate --temperature` (0.8: sampling) and `eval loss --num-seqs` said nothing of their defaults."""
+    import re
+
+    help_text = " ".join(_run_cli("bias-shift", "--help").stdout.split())
+    assert "--seq-len SEQ_LEN default: 4096" in help_text and "--shifts SHIFTS comma-separated shifts (default: " \
+        "0,0.5,1,2)" in help_text
+    loss = " ".join(_run_cli("eval", "loss", "--help").stdout.split())
+    assert re.search(r"--num-seqs NUM_SEQS .*?\(default: \d+\)", loss) and "--no-progress (default" not in loss
+    assert "default 0.8" in " ".join(_run_cli("generate", "--help").stdout.split())

@@ -103,8 +103,24 @@ def _add_demo(sub) -> None:
     p.set_defaults(func=_demo)
 
 
+class _Version(argparse.Action):
+    """--version, with the commit where there is one: read when asked (git runs only then)."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from . import __version__
+        from .provenance import code_version
+
+        commit = code_version()
+        print(f"foxformer {__version__}" + (f" (commit {commit})" if commit else ""))
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="foxformer", description=DESCRIPTION)
+    parser.add_argument("--version", action=_Version, help="print the version (and the commit) and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_demo(sub)
     for name in _AREAS:
@@ -120,10 +136,36 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _said_default(action: argparse.Action) -> str | None:
+    """An option's default as its help shows it, or None where there is none worth saying (None, False)."""
+    default = action.default
+    if not action.option_strings or default is None or default is False or default is argparse.SUPPRESS:
+        return None
+    if isinstance(default, (list, tuple)):
+        default = ",".join(f"{x:g}" if isinstance(x, float) else str(x) for x in default)
+    return str(default).replace("%", "%%")
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """An option's help ends with its default where it has one worth saying and the text does not give it
+    already: `generate --temperature` samples at 0.8 unless told, which a user would not guess."""
+
+    def _get_help_string(self, action):
+        text, said = action.help or "", _said_default(action)
+        if said is None or "default" in text.lower() or text == argparse.SUPPRESS:
+            return text
+        return f"{text} (default: {said})"
+
+
 def _tag_parsers(parser: argparse.ArgumentParser) -> None:
     """Record in each parser's defaults which parser it is: the innermost one chosen wins, so that parsing
-    yields the subcommand's own (for its usage line and its flags) as ``_parser``."""
+    yields the subcommand's own (for its usage line and its flags) as ``_parser``; every parser's help gives the
+    options' defaults (_HelpFormatter)."""
     parser.set_defaults(_parser=parser)
+    parser.formatter_class = _HelpFormatter
+    for action in parser._actions:
+        if action.help is None and _said_default(action) is not None:  # argparse prints no help line for None
+            action.help = f"default: {_said_default(action)}"
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for child in set(action.choices.values()):
@@ -183,14 +225,24 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as e:
         if os.environ.get("FOXFORMER_DEBUG") == "1":
             raise
+        _close_bars()
         print(f"interrupted{': ' + str(e) if str(e) else ''}", file=sys.stderr)
         return INTERRUPTED_EXIT
     except (ValueError, TypeError, OSError, ImportError) as e:  # what a user can fix: a path, a value, a package
         if os.environ.get("FOXFORMER_DEBUG") == "1":  # the full traceback, for bug reports
             raise
+        _close_bars()
         print(f"error: {describe(e)}", file=sys.stderr)
         return USER_ERROR_EXIT
     return rc
+
+
+def _close_bars() -> None:
+    """Close the progress bars an exception left open, so that its line starts a line of its own (it was glued
+    to the bar's: `...tok_s=33,474]interrupted: ...`)."""
+    tqdm = getattr(sys.modules.get("tqdm.std"), "tqdm", None)
+    for bar in list(getattr(tqdm, "_instances", ())):
+        bar.close()
 
 
 def _stdout_reader_gone() -> bool:

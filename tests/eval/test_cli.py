@@ -262,3 +262,19 @@ def test_analyze_gates_refuses_labels_that_share_plot_files(workspace, capsys, t
                  "--no-progress"]) == 2
     assert "'a b' and 'a_b' would get the same plot file names" in _error(capsys)
     assert not out.exists()
+
+
+def test_report_of_a_missing_folder_is_an_error_that_leaves_nothing_behind(tmp_path, capsys):
+    """A typo (runs/qiuck) wrote runs/qiuck/report/report.md saying "No results found", exit code 0."""
+    missing = tmp_path / "qiuck"
+    assert main(["report", str(missing)]) == 2
+    assert "no run folder" in capsys.readouterr().err and not missing.exists()
+
+
+def test_eval_loss_says_when_fewer_sequences_fit_than_asked(workspace, tmp_path, capsys):
+    """The results held 4 sequences for --num-seqs 64 and only the JSON said so."""
+    out = tmp_path / "few"
+    assert main(["eval", "loss", workspace["hf"], "--data", workspace["data"], "--seq-len", "256", "--num-seqs", "64",
+                 "--out", str(out), "--device", "cpu", "--no-progress"]) == 0
+    n = json.loads((out / "loss.json").read_text())["models"][0]["summary"]["n_sequences"]
+    assert n < 64 and f"note: only {n} sequences of 256 tokens" in capsys.readouterr().err

@@ -1,6 +1,7 @@
 """`foxformer generate`, `foxformer bias-shift` and `foxformer bench decode` / `bench-decode` end to end."""
 import gzip
 import json
+import os
 
 import pytest
 import torch
@@ -109,6 +110,19 @@ def test_bias_shift_command(hf_dir, tmp_path, capsys):
     data = json.loads(out.read_text())
     assert data["shifts"] == [0.0, 1.0] and data["loss_beyond"][1] is not None
     assert (tmp_path / "shift.png").exists()
+
+
+def test_bias_shift_writes_under_runs_eval_unless_told(hf_dir, tmp_path, monkeypatch):
+    """It wrote bias_shift.json and .png into the current folder, unlike every other eval command."""
+    src = tmp_path / "doc.txt"
+    src.write_text("The quick brown fox jumps over the lazy dog. " * 4)
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    assert main(["bias-shift", "--model", hf_dir, "--tokenizer", "bytes", "--source", str(src), "--seq-len", "64",
+                 "--num-seqs", "1", "--shifts", "0", "--bins", "2", "--device", "cpu", "--no-progress"]) == 0
+    assert sorted(os.listdir(work)) == ["runs"]
+    assert (work / "runs" / "eval" / "bias_shift.json").exists() and (work / "runs" / "eval" / "bias_shift.png").exists()
 
 
 def test_bench_decode_tiny(tmp_path):

@@ -286,9 +286,9 @@ def add_commands(sub) -> None:
     inner = bench.add_subparsers(dest="bench_command", metavar="WHAT")
     configure_attention(inner.add_parser("attention", help="time Forgetting Attention against SDPA / fla / "
                                                            "FlexAttention"))
-    configure_model(inner.add_parser("model", help=_MODEL_HELP))
-    configure_decode(inner.add_parser("decode", help=_DECODE_HELP))
+    configure_model(inner.add_parser("model", help=_MODEL_HELP, description=_MODEL_HELP))
+    configure_decode(inner.add_parser("decode", help=_DECODE_HELP, description=_DECODE_HELP))
     configure_scaling(inner.add_parser("scaling", help="loss match and tokens/s scaling of runs on 1..N GPUs"))
     bench.set_defaults(func=lambda args: (bench.print_help(), 2)[1])
-    configure_model(sub.add_parser("bench-model", help=_MODEL_HELP))
-    configure_decode(sub.add_parser("bench-decode", help=_DECODE_HELP))
+    configure_model(sub.add_parser("bench-model", help="the same as `bench model`", description=_MODEL_HELP))
+    configure_decode(sub.add_parser("bench-decode", help="the same as `bench decode`", description=_DECODE_HELP))

@@ -67,6 +67,11 @@ def _open_binary(path: str) -> io.BufferedIOBase:
     return open(path, "rb")
 
 
+# What a source folder's files may be, as messages say it
+KINDS_SAID = (f"{'/'.join(TEXT_SUFFIXES)} (one document a file), {'/'.join(JSONL_SUFFIXES)} (JSON Lines: one "
+              f"document a line, field 'text') or {'/'.join(PARQUET_SUFFIXES)}, each optionally .gz or .xz")
+
+
 def _file_kind(path: str) -> str | None:
     base, _ = _strip_compression(path.lower())
     if base.endswith(TEXT_SUFFIXES):
@@ -81,8 +86,7 @@ def _file_kind(path: str) -> str | None:
 def _list_files(path: str) -> list[str]:
     if os.path.isfile(path):
         if _file_kind(path) is None:
-            raise ValueError(f"source: {path!r} is not a supported file; expected .txt/.md/.jsonl/.parquet "
-                             f"(optionally .gz or .xz)")
+            raise ValueError(f"source: {path!r} is not a supported file; expected {KINDS_SAID}")
         return [path]
     if os.path.isdir(path):
         found = []
@@ -90,7 +94,8 @@ def _list_files(path: str) -> list[str]:
             dirs.sort()
             found.extend(os.path.join(root, f) for f in sorted(files) if _file_kind(f) is not None)
         if not found:
-            raise ValueError(f"source: directory {path!r} holds no .txt/.md/.jsonl/.parquet files")
+            raise ValueError(f"source: directory {path!r} holds no file of a kind read as documents: {KINDS_SAID} "
+                             f"(source code: gather the files into a .jsonl, one {{\"text\": ...}} a line)")
         return found
     raise ValueError(f"source: {path!r} does not exist (expected a file, a directory, 'builtin:<name>' with "
                      f"name in {BUILTINS}, or 'hf:<dataset>')")

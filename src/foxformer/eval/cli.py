@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 
 from foxformer.argtypes import floats, ints, words
 
@@ -55,12 +56,9 @@ def _load_models(args):
 
 
 def _out_dir(args, models) -> str:
-    if args.out:
-        return args.out
-    if len(models) == 1 and models[0].source in ("run", "checkpoint"):
-        run = models[0].path if models[0].source == "run" else os.path.dirname(os.path.dirname(models[0].path))
-        return os.path.join(run, "eval")
-    return os.path.join("runs", "eval")
+    from .outputs import default_out_dir
+
+    return args.out or default_out_dir(models)
 
 
 def _tokenizer(args, models):
@@ -107,12 +105,17 @@ def _sequences(args, models):
         tokens = dataset_sequences(args.data, args.seq_len, args.num_seqs, split=args.split,
                                    within_docs=args.within_docs, source=args.data_source)
         where = {"data": args.data, "split": args.split, "within_docs": args.within_docs}
-        return tokens, {**where, "data_source": args.data_source} if args.data_source else where
-    if args.source:
+        where = {**where, "data_source": args.data_source} if args.data_source else where
+    elif args.source:
         tok, spec = _tokenizer(args, models)
-        return source_sequences(args.source, tok, args.seq_len, args.num_seqs), {"source": args.source,
-                                                                                 "tokenizer": spec}
-    raise ValueError("pass --data DIR (a prepared dataset) or --source SPEC (text) to evaluate on")
+        tokens, where = source_sequences(args.source, tok, args.seq_len, args.num_seqs), {"source": args.source,
+                                                                                          "tokenizer": spec}
+    else:
+        raise ValueError("pass --data DIR (a prepared dataset) or --source SPEC (text) to evaluate on")
+    if len(tokens) < args.num_seqs:  # the results hold fewer sequences than asked for: say so, not only in the JSON
+        print(f"note: only {len(tokens)} sequences of {args.seq_len} tokens in {args.data or args.source} "
+              f"(--num-seqs {args.num_seqs}); a shorter --seq-len gives more", file=sys.stderr)
+    return tokens, where
 
 
 def _cmd_loss(args) -> dict:
@@ -232,6 +235,10 @@ def _cmd_mqar(args) -> dict:
 def _cmd_report(args) -> dict:
     from .report import build_report
 
+    missing = [d for d in args.run_dirs if not os.path.isdir(d)]
+    if missing:  # a typo made (and left behind) an empty folder with a page saying "No results found"
+        raise ValueError(f"report: no run folder {', '.join(map(repr, missing))}; give the folders training or the "
+                         f"eval commands wrote")
     out = args.out or os.path.join(args.run_dirs[0] if len(args.run_dirs) == 1 else "runs", "report")
     return {"report": build_report(args.run_dirs, out, fmt=args.format, title=args.title)}
 

@@ -27,6 +27,15 @@ def find_output(run_dir: str, name: str) -> Optional[str]:
     return None
 
 
+def default_out_dir(models) -> str:
+    """Where an eval command writes unless told: RUN/eval for one model loaded from a run dir (or one of its
+    checkpoints), runs/eval otherwise. models: train.loading.LoadedModel objects."""
+    if len(models) == 1 and models[0].source in ("run", "checkpoint"):
+        run = models[0].path if models[0].source == "run" else os.path.dirname(os.path.dirname(models[0].path))
+        return os.path.join(run, "eval")
+    return os.path.join("runs", "eval")
+
+
 def _clean(obj):
     """JSON without NaN/inf (they become null), numpy scalars as Python numbers."""
     if isinstance(obj, dict):

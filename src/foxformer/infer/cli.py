@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -89,6 +90,7 @@ def _cmd_generate(args) -> int:
 
 
 def _cmd_bias_shift(args) -> int:
+    from foxformer.eval.outputs import default_out_dir
     from foxformer.train.loading import load_model
 
     from .bias_shift import bias_shift_sweep
@@ -99,7 +101,11 @@ def _cmd_bias_shift(args) -> int:
     res = bias_shift_sweep(loaded.model, tokens, args.shifts, train_len=loaded.train_len, bins=args.bins,
                            progress=not args.no_progress)
     res.update({"model": args.model, "seq_len": int(tokens.shape[1]), "num_seqs": int(tokens.shape[0])})
-    out = args.out or "bias_shift.json"
+    if args.out:
+        out = args.out
+    else:
+        out = os.path.join(default_out_dir([loaded]), "bias_shift.json")
+        os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out, "w") as f:
         json.dump(res, f, indent=2)
     _plot_bias_shift(res, out.rsplit(".", 1)[0] + ".png")
@@ -143,12 +149,16 @@ def _plot_bias_shift(res: dict, path: str) -> None:
 
 
 def add_commands(subparsers) -> None:
-    p = subparsers.add_parser("generate", help="stream a continuation from a model (sampling, eviction, bias shift)")
+    p = subparsers.add_parser("generate", help="stream a continuation from a model (sampling, eviction, bias shift)",
+                              description="Continue a prompt with a model (a run dir, a checkpoint, a Hugging Face "
+                                          "folder or Hub id), streaming the text as it comes. Sampling by default "
+                                          "(--temperature 0.8; 0 is greedy); the KV cache keeps the running gate sum, "
+                                          "and --evict-eps drops keys the forget gate has provably erased.")
     _model_args(p)
     p.add_argument("--prompt", default=None, help="prompt text")
     p.add_argument("--prompt-file", default=None, help="file holding the prompt text")
-    p.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument("--temperature", type=float, default=0.8, help="0 = greedy")
+    p.add_argument("--max-new-tokens", type=int, default=128, help="default 128")
+    p.add_argument("--temperature", type=float, default=0.8, help="default 0.8; 0 = greedy")
     p.add_argument("--top-k", type=int, default=None)
     p.add_argument("--top-p", type=float, default=None)
     p.add_argument("--seed", type=int, default=None)
@@ -181,6 +191,7 @@ def add_commands(subparsers) -> None:
     p.add_argument("--num-seqs", type=int, default=8)
     p.add_argument("--train-len", type=int, default=None, help="training context (default: the run's)")
     p.add_argument("--bins", type=int, default=16)
-    p.add_argument("--out", default=None, help="JSON path (default bias_shift.json; the plot sits next to it)")
+    p.add_argument("--out", default=None, help="JSON path (default: RUN/eval/bias_shift.json for a run dir, else "
+                                               "runs/eval/bias_shift.json; the plot sits next to it)")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=_cmd_bias_shift)

@@ -28,4 +28,6 @@ def download(repo_id: str) -> str:
 
         return snapshot_download(repo_id, allow_patterns=MODEL_FILES)
     except Exception as e:  # network, authentication, missing repository: each ends the load alike
-        raise OSError(f"the Hub download of {repo_id} failed ({type(e).__name__}: {e})") from e
+        # the first line only: huggingface_hub's messages run over several (the CLI's errors are one line)
+        why = next((line.strip() for line in str(e).splitlines() if line.strip()), "")
+        raise OSError(f"the Hub download of {repo_id} failed ({type(e).__name__}: {why})") from e

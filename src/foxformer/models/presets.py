@@ -208,6 +208,9 @@ def main() -> None:
     for r in preset_table():
         print(f"{r['name']:24s} {r['layers']:3d} {r['hidden']:5d} {r['heads']:3d} {r['head_dim']:4d} "
               f"{r['intermediate']:5d} {r['non_embedding']:12,d} {100 * r['vs_llama']:+8.2f}%")
+    print("L layers, d width, H query heads, Dh head dim, mlp SwiGLU width; non-emb: parameters outside the "
+          "embeddings; vs llama: against the same family's LLaMA-block preset of that size (FoX's for linear-pro), "
+          "which the Pro MLP's width is chosen to match")
 
 
 if __name__ == "__main__":
