@@ -59,8 +59,12 @@ def _train_command(args: argparse.Namespace) -> int:
     overrides = _overrides(args)
     main_rank = int(os.environ.get("RANK", "0")) == 0
     out_dir = overrides.get("out_dir")
-    if args.config is None and out_dir and os.path.isfile(os.path.join(out_dir, SAVED_CONFIG)) and main_rank:
+    saved = bool(out_dir) and os.path.isfile(os.path.join(out_dir, SAVED_CONFIG))
+    if args.config is None and out_dir and saved and main_rank:
         print(f"train: continuing {out_dir} with its {SAVED_CONFIG} (flags given override it)", file=sys.stderr)
+    # `--out RUN` alone means "continue RUN": where there is none, the horizon error would hide a mistyped name
+    if args.config is None and out_dir and not saved and not {"data_dir", "total_tokens", "max_steps"} & set(overrides):
+        raise ValueError(_no_run_to_continue(out_dir))
     cfg = None
     try:
         cfg = load_config(args.config, overrides)
@@ -80,11 +84,27 @@ def _train_command(args: argparse.Namespace) -> int:
         shutdown()
     if main_rank:
         print(json.dumps(summary, indent=2))
+        if summary.get("time_limit"):
+            why = f" at the time limit (max_minutes {cfg.max_minutes:g}) after step {summary['step']}"
+            print(_resume_note(cfg.out_dir, why, redone=False), file=sys.stderr)
     return 0
 
 
-def _resume_note(out_dir: str) -> str:
-    """What Ctrl-C leaves: the step in progress is abandoned; the run continues from its last checkpoint."""
+def _no_run_to_continue(out_dir: str) -> str:
+    from ..argtypes import did_you_mean
+    from .config import SAVED_CONFIG
+
+    parent = os.path.dirname(os.path.normpath(out_dir))
+    names = os.listdir(parent or ".") if os.path.isdir(parent or ".") else []
+    runs = [os.path.join(parent, name) for name in names if os.path.isfile(os.path.join(parent, name, SAVED_CONFIG))]
+    return (f"out_dir: there is no run in {out_dir!r} to continue{did_you_mean(os.path.normpath(out_dir), runs)}; "
+            f"start one with: foxformer train --data DIR --out {shlex.quote(out_dir)} --max-steps N (or "
+            f"--total-tokens N), DIR made by `foxformer data prepare`")
+
+
+def _resume_note(out_dir: str, why: str = "", redone: bool = True) -> str:
+    """Where a stopped run stands and the command that continues it (after Ctrl-C, which abandons the step in
+    progress: ``redone``, or at the time limit, just after a checkpoint); ``why`` follows "training stopped"."""
     from .checkpoint import latest_checkpoint
 
     try:
@@ -93,9 +113,9 @@ def _resume_note(out_dir: str) -> str:
         last = None
     command = f"foxformer train --out {shlex.quote(out_dir)}"
     if last is None:
-        return f"training stopped ({out_dir}) before its first checkpoint; start it again with: {command}"
-    return (f"training stopped ({out_dir}); the last checkpoint is {last} (the steps after it will be redone); "
-            f"resume with: {command}")
+        return f"training stopped{why} ({out_dir}) before its first checkpoint; start it again with: {command}"
+    redo = " (the steps after it will be redone)" if redone else ""
+    return f"training stopped{why} ({out_dir}); the last checkpoint is {last}{redo}; resume with: {command}"
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
@@ -126,12 +146,15 @@ def add_commands(subparsers) -> None:
         "train", help="train a FoX / Transformer model (CPU, GPU, or torchrun with FSDP2/DDP)",
         description="Train from a YAML config and/or flags; resumes automatically from out_dir. Launch on many "
                     "GPUs with: torchrun --nproc-per-node N -m foxformer.cli train ...")
+    from .config import describe_key  # light: the models and torch are imported only when a run starts
+
     p.add_argument("--config", help="YAML file with TrainConfig keys")
     for flag, (key, typ) in _FLAGS.items():
-        counts = " (token counts accept 16Ki, 512Ki, 2.5Gi, 1M)" if typ is str and "tokens" in key else ""
-        p.add_argument(flag, type=typ, default=None, help=f"config key {key}{counts}")
+        counts = "token counts accept 16Ki, 512Ki, 2.5Gi, 1M" if typ is str and "tokens" in key else ""
+        # default=None: a flag not given leaves the YAML's (or a continued run's) value, so the help says the default
+        p.add_argument(flag, type=typ, default=None, help=f"config key {key}{describe_key(key, counts)}")
     for flag, key in _SWITCHES.items():
-        p.add_argument(flag, action="store_true", help=f"set {key}: true")
+        p.add_argument(flag, action="store_true", help=f"set {key}: true{describe_key(key)}")
     p.add_argument("--model", action="append", metavar="KEY=VALUE", help="FoxConfig override (repeatable)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="any TrainConfig key (repeatable)")
     p.add_argument("--no-progress", action="store_true")

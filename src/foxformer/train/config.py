@@ -12,15 +12,17 @@ import numbers
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from ..argtypes import did_you_mean
 from ..paths import write_json
-from ..data.tokenizer import canonical_name
-from ..models.config import FoxConfig
-from ..models.presets import check_model_keys, check_preset, get_preset, model_keys
+
+# The models (torch, transformers) and the tokenizers (numpy) are imported where used: `foxformer train --help`
+# reads the defaults below, and every --help answers without them.
+if TYPE_CHECKING:
+    from ..models.config import FoxConfig
 
 _COUNT = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([KMGT]i?)?\s*$", re.IGNORECASE)
 _SCALE = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
@@ -31,6 +33,8 @@ PARALLEL = ("auto", "none", "ddp", "fsdp")
 DEVICES = ("auto", "cpu", "cuda")  # and "cuda:N": one GPU of several (a single-process run)
 _ONE_GPU = re.compile(r"cuda:[0-9]+")
 CHECKPOINT_FORMATS = ("auto", "full", "sharded")
+CHOICES = {"schedule": SCHEDULES, "precision": PRECISIONS, "parallel": PARALLEL,
+           "checkpoint_format": CHECKPOINT_FORMATS}
 
 INT_KEYS = ("max_steps", "micro_batch_size", "keep_last", "log_every", "seed", "vocab_size")
 BOOL_KEYS = ("roll", "compile", "activation_checkpointing", "fused_loss", "tensorboard", "export_hf", "progress",
@@ -196,14 +200,15 @@ class TrainConfig:
             raise ValueError(f"context: expected at least 2 tokens, got {self.context}")
         if not 0.0 <= self.min_lr_ratio <= 1.0:
             raise ValueError(f"min_lr_ratio: expected a number in [0, 1], got {self.min_lr_ratio!r}")
-        for name, allowed in (("schedule", SCHEDULES), ("precision", PRECISIONS), ("parallel", PARALLEL),
-                              ("checkpoint_format", CHECKPOINT_FORMATS)):
+        for name, allowed in CHOICES.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name}: expected one of {allowed}, got {getattr(self, name)!r}")
         if self.device not in DEVICES and not (isinstance(self.device, str) and _ONE_GPU.fullmatch(self.device)):
             raise ValueError(f"device: expected one of {DEVICES} or 'cuda:N', got {self.device!r}")
         if not isinstance(self.model, dict):
             raise TypeError(f"model: expected a mapping of FoxConfig overrides, got {type(self.model).__name__}")
+        from ..models.presets import check_model_keys, check_preset
+
         check_preset(self.preset)
         check_model_keys(self.model)
         if self.total_tokens is None and self.max_steps is None:
@@ -233,6 +238,28 @@ class TrainConfig:
 
 def _fields() -> dict[str, dataclasses.Field]:
     return {f.name: f for f in dataclasses.fields(TrainConfig)}
+
+
+def _shown(key: str, value: Any) -> str:
+    if value is None or value is dataclasses.MISSING:
+        return "unset"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, int) and key.endswith("tokens"):  # the suffixed form a flag accepts, where one is exact
+        for suffix, scale in (("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+            if value >= scale and value % scale == 0:
+                return f"{value // scale}{suffix} = {value}"
+    return str(value)
+
+
+def describe_key(key: str, note: str = "") -> str:
+    """What `foxformer train --help` adds to a key's name: the values it takes where the config fixes them, and
+    its default (then ``note``), e.g. ``", one of cosine, linear, constant (default: cosine)"``."""
+    allowed = {**CHOICES, "device": DEVICES + ("cuda:N",)}.get(key)
+    choices = f", one of {', '.join(allowed)}" if allowed else ""
+    return f"{choices} (default: {_shown(key, _fields()[key].default)}{'; ' + note if note else ''})"
 
 
 def _check_keys(keys, where: str) -> None:
@@ -324,6 +351,10 @@ def run_model_config(preset: str, model: dict, *, vocab_size: int, context: Any,
     """The FoxConfig a run trains: ``base`` (a whole FoxConfig's fields: the run's model_config.json, or the model
     init_from names) or else its preset, then the run's ``model`` overrides, then what its data and context decide
     where nothing else did (vocabulary size, tokenizer, the token between documents, positions past 16K)."""
+    from ..data.tokenizer import canonical_name
+    from ..models.config import FoxConfig
+    from ..models.presets import get_preset
+
     fields = {**(base or {}), **model}
 
     def fill(key: str, value) -> None:
@@ -345,6 +376,8 @@ def run_model_config(preset: str, model: dict, *, vocab_size: int, context: Any,
 
 def config_fields(model_cfg: FoxConfig) -> dict:
     """FoxConfig's own fields of ``model_cfg`` (not PretrainedConfig's bookkeeping): enough to build it again."""
+    from ..models.presets import model_keys
+
     return {key: getattr(model_cfg, key) for key in model_keys()}
 
 
@@ -360,6 +393,8 @@ def read_model_config(run_dir: str) -> dict | None:
         return None
     with open(path) as f:
         fields = json.load(f)
+    from ..models.presets import check_model_keys
+
     check_model_keys(fields, f"model: {path}")
     return fields
 

@@ -12,7 +12,9 @@ import dataclasses
 import hashlib
 import math
 import os
+import shlex
 import shutil
+import sys
 import time
 import zlib
 from dataclasses import dataclass
@@ -208,7 +210,23 @@ def _check_saved_config(cfg: TrainConfig, resuming: bool) -> None:
     conflicts = resume_conflicts(read_saved_config(saved_path), cfg)
     if conflicts:
         raise ValueError(f"resume: the config differs from the one saved in {saved_path} in {conflicts}; a resumed "
-                         f"run must compute the same thing. Use another out_dir (nothing was overwritten)")
+                         f"run must compute the same thing (nothing was overwritten). To go on from its weights with "
+                         f"the new settings, start a new run: foxformer train --config {shlex.quote(saved_path)} "
+                         f"--init-from {shlex.quote(cfg.out_dir)} --out NEW_DIR plus the changed flags")
+
+
+def _announce(cfg: TrainConfig, n_params: int, train_tokens: int) -> None:
+    """One line on what a new run trains: a mistyped --out starts one with every default, which should show."""
+    model = f"the weights of {cfg.init_from}" if cfg.init_from else cfg.preset
+    length = f"{cfg.total_steps:,} step{'s' * (cfg.total_steps != 1)} ({cfg.total_steps * cfg.batch_tokens:,} tokens)"
+    limit = f", at most {cfg.max_minutes:g} minutes" if cfg.max_minutes is not None else ""
+    tqdm.write(f"train: new run in {cfg.out_dir}: {model} ({n_params:,} parameters) on {cfg.data_dir}, context "
+               f"{cfg.context}, {cfg.batch_tokens:,} tokens per step, {length}{limit}", file=sys.stderr)
+    if cfg.batch_tokens > train_tokens:  # the GPU-sized defaults on a small dataset: minutes per step, no progress
+        tqdm.write(f"train: warning: one step holds {cfg.batch_tokens:,} tokens, more than the {train_tokens:,} of "
+                   f"the training split of {cfg.data_dir} (each step reads it {cfg.batch_tokens / train_tokens:.1f} "
+                   f"times over); lower --batch-tokens (and --context, now {cfg.context}, which it is a multiple "
+                   f"of)", file=sys.stderr)
 
 
 def export_hf(model_cfg, model_sd: dict, out: str, run_dir: str | None = None) -> str:
@@ -349,6 +367,8 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, held: con
         sink = MetricsSink(cfg.out_dir, step, cfg.tensorboard)
         held.callback(sink.close)
         sink.write({"kind": "start", "step": step, "tokens": tokens, "resumed_from": resume_path, **derived})
+        if loaded is None:
+            _announce(cfg, n_params, train_ds.tokens.size)
     barrier()
 
     ckpt_every = cfg.checkpoint_every_tokens or max(cfg.batch_tokens, cfg.horizon_tokens // 10)
@@ -372,6 +392,7 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, held: con
             sink.write(rec)
         return rec
 
+    time_up = False
     bar = tqdm(total=cfg.total_steps, initial=step, desc="train", unit="step",
                disable=not (info.is_main and cfg.progress))
     start_time, start_tokens, start_step = time.time(), tokens, step
@@ -455,7 +476,8 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, held: con
     summary = {"out_dir": cfg.out_dir, "step": step, "tokens": tokens, "train_loss": last_rec.get("loss"),
                "val_loss": last_eval.get("val_loss"), "tokens_per_s": (tokens - start_tokens) / wall if wall else None,
                "resumed_from": resume_path, "hf_dir": hf_dir, "params": n_params, "non_embedding_params": n_nonemb,
-               "world_size": info.world_size, "parallel": info.mode, "device": str(device), "wall_s": wall}
+               "world_size": info.world_size, "parallel": info.mode, "device": str(device), "wall_s": wall,
+               "time_limit": time_up and step < cfg.total_steps}
     if sink is not None:
         sink.write({"kind": "end", "step": step, "tokens": tokens, **{k: v for k, v in summary.items()
                                                                       if isinstance(v, (int, float))}})

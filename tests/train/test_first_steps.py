@@ -1,0 +1,117 @@
+"""What a new user met in `foxformer train`: flags described only by their config key, GPU-sized defaults that
+silently took minutes a step on a small dataset, no word on what a new run trains (a mistyped --out started one
+with every default), a time limit that stopped without a word, and a refused resume with no way forward."""
+import json
+import os
+import shlex
+import subprocess
+import sys
+
+import yaml
+
+from foxformer.cli import main
+from foxformer.data.prepare import PrepareConfig, prepare
+from foxformer.train import checkpoint as ckpt
+from foxformer.train.config import TrainConfig
+from foxformer.train.metrics import read_metrics
+
+from .test_user_path import SRC, _flags, _one_error_line
+
+HELP = """
+import sys
+from foxformer.cli import build_parser
+parser = build_parser()
+try:
+    parser.parse_args(["train", "--help"])
+except SystemExit:
+    pass
+print("HEAVY", sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "transformers")))
+"""
+
+
+def _summary(out: str) -> dict:
+    return json.loads(out[out.index("{\n"):])
+
+
+def test_train_help_gives_each_flags_default_and_allowed_values_without_torch():
+    done = subprocess.run([sys.executable, "-c", HELP], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": SRC}, timeout=120)
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.split())  # argparse wraps lines
+    assert text.endswith("HEAVY []"), text[-300:]
+    assert f"--lr LR config key lr (default: {TrainConfig.lr:g})" in text
+    assert f"--context CONTEXT config key context (default: {TrainConfig.context})" in text
+    assert "config key batch_tokens (default: 512Ki = 524288; token counts accept" in text
+    assert "config key schedule, one of cosine, linear, constant (default: cosine)" in text
+    assert "config key device, one of auto, cpu, cuda, cuda:N (default: auto)" in text
+    assert "config key max_steps (default: unset)" in text
+    assert "set compile: true (default: false)" in text
+
+
+def test_a_new_run_says_what_it_trains_and_warns_when_one_step_outgrows_the_data(tmp_path, capsys):
+    data = str(tmp_path / "small")
+    (tmp_path / "docs.jsonl").write_text("".join(json.dumps({"text": f"doc {i}: " + "abc def " * 20}) + "\n"
+                                                 for i in range(40)))
+    prepare(PrepareConfig(sources=[str(tmp_path / "docs.jsonl")], tokenizer="bytes", out_dir=data,
+                          val_fraction=0.1), progress=False)
+    out = str(tmp_path / "run")
+    argv = _flags(data, out, steps=1)
+    argv[argv.index("--batch-tokens") + 1] = "8Ki"  # the split holds about 6K tokens
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    start = [line for line in err.splitlines() if line.startswith("train: new run in")]
+    assert len(start) == 1 and (f"train: new run in {out}: fox-pro-tiny (" in start[0]
+                                and f"parameters) on {data}, context 32, 8,192 tokens per step, 1 step "
+                                    f"(8,192 tokens)" in start[0]), err
+    warning = [line for line in err.splitlines() if line.startswith("train: warning:")]
+    assert len(warning) == 1 and "one step holds 8,192 tokens, more than the" in warning[0], err
+    assert "lower --batch-tokens (and --context, now 32" in warning[0]
+    assert main(_flags(data, str(tmp_path / "fits"), steps=1)) == 0  # 128 tokens a step: no warning
+    assert "warning" not in capsys.readouterr().err
+
+
+def test_out_naming_no_run_says_so_and_the_closest_run(make_cfg, data_dir, tmp_path, capsys):
+    """`train --out runs/quikc` failed with 'total_tokens / max_steps: set at least one'."""
+    from foxformer.train.loop import train
+
+    train(make_cfg(out_dir=str(tmp_path / "quick"), max_steps=1))
+    typo = str(tmp_path / "quikc")
+    assert main(["train", "--out", typo]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert f"out_dir: there is no run in '{typo}' to continue (did you mean '{tmp_path / 'quick'}'?)" in line
+    assert f"start one with: foxformer train --data DIR --out {typo} --max-steps N" in line
+    assert not os.path.exists(typo)
+
+
+def test_a_time_limit_says_where_it_stopped_and_how_to_continue(data_dir, tmp_path, capsys):
+    out = str(tmp_path / "run")
+    argv = _flags(data_dir, out, steps=1000) + ["--max-minutes", "1e-9"]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert _summary(captured.out)["time_limit"] is True
+    last = ckpt.latest_checkpoint(out)
+    assert captured.err.splitlines()[-1] == (
+        f"training stopped at the time limit (max_minutes 1e-09) after step 1 ({out}); the last checkpoint is "
+        f"{last}; resume with: foxformer train --out {out}")
+    assert main(["train", "--out", out]) == 0  # the command it gave: one more step within the same limit
+    captured = capsys.readouterr()
+    assert _summary(captured.out)["step"] == 2 and "after step 2" in captured.err.splitlines()[-1]
+    assert "new run" not in captured.err
+
+
+def test_a_refused_resume_gives_a_command_that_starts_from_its_weights(data_dir, tmp_path, capsys):
+    run = str(tmp_path / "quick")
+    assert main(_flags(data_dir, run, steps=4)) == 0
+    capsys.readouterr()
+    assert main(["train", "--out", run, "--lr", "1e-2"]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert "differs" in line and "'lr'" in line and "nothing was overwritten" in line
+    command = line[line.index("foxformer train --config"):line.index(" plus the changed flags")]
+    assert command.endswith(f"--init-from {run} --out NEW_DIR")
+    new = str(tmp_path / "new")
+    assert main(shlex.split(command.replace("NEW_DIR", new))[1:] + ["--lr", "1e-2"]) == 0
+    saved = yaml.safe_load(open(os.path.join(new, "config.yaml")))
+    assert saved["lr"] == 1e-2 and saved["init_from"] == run and saved["data_dir"] == data_dir
+    first = [r["loss"] for r in read_metrics(run) if r["kind"] == "train"]
+    again = [r["loss"] for r in read_metrics(new) if r["kind"] == "train"]
+    assert again[0] < first[0] - 0.5  # it went on from the trained weights, not from a fresh model
