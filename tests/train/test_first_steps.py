@@ -115,3 +115,18 @@ def test_a_refused_resume_gives_a_command_that_starts_from_its_weights(data_dir,
     first = [r["loss"] for r in read_metrics(run) if r["kind"] == "train"]
     again = [r["loss"] for r in read_metrics(new) if r["kind"] == "train"]
     assert again[0] < first[0] - 0.5  # it went on from the trained weights, not from a fresh model
+
+
+def test_export_names_a_missing_run_and_finds_a_checkpoint_by_its_name(data_dir, tmp_path, capsys):
+    """`export-hf runs/qiuck` said the run "has no checkpoints"; `--checkpoint step_00000002` (a name the run
+    lists) was looked up in the current folder."""
+    assert main(["export-hf", str(tmp_path / "qiuck")]) == 2
+    assert "no run folder" in _one_error_line(capsys.readouterr().err)
+    run = str(tmp_path / "run")
+    assert main(_flags(data_dir, run, steps=2)) == 0
+    name = os.path.basename(ckpt.list_checkpoints(run)[0])
+    capsys.readouterr()
+    assert main(["export-hf", run, "--checkpoint", name, "--out", str(tmp_path / "hf")]) == 0
+    assert json.loads(capsys.readouterr().out)["checkpoint"].endswith(name)
+    assert main(["export-hf", run, "--checkpoint", "step_00009999"]) == 2
+    assert f"(it has: {name}" in _one_error_line(capsys.readouterr().err)

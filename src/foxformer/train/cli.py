@@ -118,6 +118,21 @@ def _resume_note(out_dir: str, why: str = "", redone: bool = True) -> str:
     return f"training stopped{why} ({out_dir}); the last checkpoint is {last}{redo}; resume with: {command}"
 
 
+def _named_checkpoint(run: str, name: str) -> str:
+    """--checkpoint as given (a folder), else a checkpoint of the run by its name (step_00000260); an unknown name
+    lists the run's checkpoints."""
+    from .checkpoint import CheckpointError, checkpoint_root, list_checkpoints
+
+    if os.path.isdir(name):
+        return name
+    inside = os.path.join(checkpoint_root(run), name)
+    if os.path.isdir(inside):
+        return inside
+    have = ", ".join(os.path.basename(c) for c in list_checkpoints(run)) or "none"
+    raise CheckpointError(f"export: --checkpoint {name!r} is neither a folder nor a checkpoint of {run!r} (it has: "
+                          f"{have})")
+
+
 def _cmd_export(args: argparse.Namespace) -> int:
     from .checkpoint import CheckpointError, checkpoint_format, latest_checkpoint, load_checkpoint, read_meta
     from .config import saved_model_config
@@ -125,7 +140,9 @@ def _cmd_export(args: argparse.Namespace) -> int:
     from .loop import export_hf
     from .sharded import export_hf_sharded, model_tensor_specs
 
-    path = args.checkpoint or latest_checkpoint(args.run)
+    if not os.path.isdir(args.run):
+        raise ValueError(f"export: no run folder {args.run!r}")
+    path = _named_checkpoint(args.run, args.checkpoint) if args.checkpoint else latest_checkpoint(args.run)
     if path is None:
         raise CheckpointError(f"export: run {args.run!r} has no checkpoints")
     run_cfg = read_run_config(os.path.join(args.run, "config.yaml"))
@@ -162,6 +179,7 @@ def add_commands(subparsers) -> None:
 
     e = subparsers.add_parser("export-hf", help="export a training checkpoint as a Hugging Face model directory")
     e.add_argument("run", help="run directory (out_dir of `foxformer train`)")
-    e.add_argument("--checkpoint", help="checkpoint directory (default: the latest)")
+    e.add_argument("--checkpoint", help="checkpoint folder, or its name in the run (step_00000260; default: the "
+                                        "latest)")
     e.add_argument("--out", help="output directory (default: <run>/hf)")
     e.set_defaults(func=_cmd_export)
