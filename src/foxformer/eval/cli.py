@@ -11,8 +11,8 @@ from foxformer.argtypes import floats, ints, words
 
 def _model_args(p: argparse.ArgumentParser, several: bool = True) -> None:
     p.add_argument("models", nargs="+" if several else 1, metavar="MODEL",
-                   help="run dir, RUN/checkpoints/step_N, Hugging Face folder or Hub id owner/name" + (" (several: side by side)"
-                                                                                     if several else ""))
+                   help="run dir, RUN/checkpoints/step_N, Hugging Face folder or Hub id owner/name"
+                        + (" (several: side by side)" if several else ""))
     p.add_argument("--names", type=words, default=None, help="comma-separated labels for the models")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     p.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA, fp32 on CPU) | fp32 | bf16 | fp16")
@@ -228,8 +228,8 @@ def _cmd_mqar(args) -> dict:
         return {"out": out, "table": os.path.basename(path), "pooled": args.pool}
     cfg = config_from(args.preset, models=args.models, steps=args.steps, lr=args.lr, seed=args.seed,
                       batch_size=args.batch_size, max_minutes=args.max_minutes, compile=args.compile or None)
-    return run_mqar(cfg, args.out or os.path.join("runs", f"mqar_{args.preset}"), device=args.device, progress=not args.no_progress,
-                    report_only=args.report_only)
+    return run_mqar(cfg, args.out or os.path.join("runs", f"mqar_{args.preset}"), device=args.device,
+                    progress=not args.no_progress, report_only=args.report_only)
 
 
 def _cmd_report(args) -> dict:
@@ -371,7 +371,8 @@ def add_commands(subparsers) -> None:
                               description="Markdown (or HTML) page with the plots and tables of each RUN_DIR "
                                           "(and its eval/ folder).")
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
-    p.add_argument("--out", default=None, help="output folder (default: RUN_DIR/report for one run dir, else runs/report)")
+    p.add_argument("--out", default=None,
+                   help="output folder (default: RUN_DIR/report for one run dir, else runs/report)")
     p.add_argument("--format", default="md", choices=("md", "html"))
     p.add_argument("--title", default="foxformer report")
     p.set_defaults(func=_run(_cmd_report))

@@ -24,7 +24,8 @@ def _shift(text: str):
 
 
 def _model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", required=True, help="run dir, checkpoint dir RUN/checkpoints/step_N, HF folder or Hub id owner/name")
+    p.add_argument("--model", required=True,
+                   help="run dir, checkpoint dir RUN/checkpoints/step_N, HF folder or Hub id owner/name")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     p.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA, fp32 on CPU) | fp32 | bf16 | fp16")
     p.add_argument("--attention-backend", default=None, help="override the model's attention backend")

@@ -171,7 +171,7 @@ def stream_tokens(model, input_ids: torch.Tensor, cfg: Optional[GenerationConfig
     embed = model.get_input_embeddings() if callable(getattr(model, "get_input_embeddings", None)) else None
     vocab = getattr(embed, "num_embeddings", None)
     # .long() below would truncate float ids (1.7 -> token 1); the prompt's values are read once, on any device.
-    check_token_ids(input_ids, vocab if vocab is not None else 2 ** 63 - 1, "input_ids", values=vocab is not None)
+    check_token_ids(input_ids, vocab, "input_ids", values=True)
     if cfg.stop_token is not None and vocab is not None and cfg.stop_token >= vocab:
         raise ValueError(f"stop_token: {cfg.stop_token} is outside the model's vocabulary of {vocab}, so no row "
                          f"would ever stop at it")

@@ -247,13 +247,13 @@ class SwiGLU(nn.Module):
 
     def __init__(self, config: FoxConfig):
         super().__init__()
-        self.joint = config.joint_input_projections
+        self.config = config
         self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
         self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
         self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.joint:
+        if self.config.joint_input_projections:  # read at each call, as Attention does
             gate, up = joint_linear(x, (self.gate_proj, self.up_proj))
         else:
             gate, up = self.gate_proj(x), self.up_proj(x)

@@ -12,9 +12,9 @@ import torch
 IGNORE_INDEX = -100
 
 
-def check_token_ids(ids: torch.Tensor, vocab: int, name: str, *, ignore: int | None = None,
+def check_token_ids(ids: torch.Tensor, vocab: int | None, name: str, *, ignore: int | None = None,
                     values: bool | None = None) -> None:
-    """ids must be an integer tensor of ids in [0, vocab) (or ``ignore``): outside it the embedding (or the loss)
+    """ids must be an integer tensor of ids in [0, vocab) (or ``ignore``; vocab None: any id): outside it the embedding (or the loss)
     fails with a bare IndexError on the CPU and a device-side assert on a GPU. The values are read where that is
     free (CPU tensors, outside torch.compile) unless ``values`` says otherwise: on a GPU it costs a device sync,
     which a caller does once (a prompt), not at every step."""
@@ -22,7 +22,7 @@ def check_token_ids(ids: torch.Tensor, vocab: int, name: str, *, ignore: int | N
         raise TypeError(f"{name}: expected an integer tensor of token ids, got {ids.dtype}")
     if values is None:
         values = ids.device.type == "cpu" and not torch.compiler.is_compiling()
-    if not values or not ids.numel():
+    if vocab is None or not values or not ids.numel():
         return
     bad = (ids < 0) | (ids >= vocab)
     if ignore is not None:
