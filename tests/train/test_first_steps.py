@@ -7,6 +7,7 @@ import shlex
 import subprocess
 import sys
 
+import pytest
 import yaml
 
 from foxformer.cli import main
@@ -130,3 +131,25 @@ def test_export_names_a_missing_run_and_finds_a_checkpoint_by_its_name(data_dir,
     assert json.loads(capsys.readouterr().out)["checkpoint"].endswith(name)
     assert main(["export-hf", run, "--checkpoint", "step_00009999"]) == 2
     assert f"(it has: {name}" in _one_error_line(capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("extra, said", [
+    (["--total-tokens", "12x"], "--total-tokens (total_tokens): expected a token count such as 524288"),
+    (["--lr", "-1"], "--lr (lr): expected a finite non-negative number, got -1.0"),
+    (["--schedule", "cosin"], "--schedule (schedule): expected one of"),
+], ids=["token-count", "negative-lr", "schedule"])
+def test_a_bad_flag_value_is_named_by_its_flag(data_dir, tmp_path, capsys, extra, said):
+    """Errors named the config key (total_tokens) where the user had typed a flag (--total-tokens)."""
+    assert main(_flags(data_dir, str(tmp_path / "run"), steps=1) + extra) == 2
+    assert said in _one_error_line(capsys.readouterr().err)
+
+
+def test_a_bad_value_set_by_config_key_keeps_the_key(data_dir, tmp_path, capsys):
+    assert main(_flags(data_dir, str(tmp_path / "run"), steps=1) + ["--set", "warmup_tokens=12x"]) == 2
+    assert "error: warmup_tokens: expected a token count" in _one_error_line(capsys.readouterr().err)
+
+
+def test_no_horizon_names_the_flags_that_set_one(data_dir, tmp_path, capsys):
+    assert main(["train", "--data", data_dir, "--out", str(tmp_path / "run"), "--preset", "fox-pro-tiny"]) == 2
+    assert ("total_tokens / max_steps: set at least one (the schedule needs a horizon): give --total-tokens or "
+            "--max-steps") in _one_error_line(capsys.readouterr().err)

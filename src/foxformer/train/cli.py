@@ -67,7 +67,10 @@ def _train_command(args: argparse.Namespace) -> int:
         raise ValueError(_no_run_to_continue(out_dir))
     cfg = None
     try:
-        cfg = load_config(args.config, overrides)
+        try:
+            cfg = load_config(args.config, overrides)
+        except ValueError as e:
+            raise ValueError(_in_flags(str(e), args)) from None
         summary = train(cfg)
     except KeyboardInterrupt:
         if cfg is None:
@@ -88,6 +91,19 @@ def _train_command(args: argparse.Namespace) -> int:
             why = f" at the time limit (max_minutes {cfg.max_minutes:g}) after step {summary['step']}"
             print(_resume_note(cfg.out_dir, why, redone=False), file=sys.stderr)
     return 0
+
+
+def _in_flags(message: str, args: argparse.Namespace) -> str:
+    """A config error in the user's words: TrainConfig names keys (``total_tokens: ...``); a key set by a flag
+    on this command line is named by that flag, and the horizon error lists the flags that set it."""
+    given = {key: flag for flag, (key, _) in _FLAGS.items() if getattr(args, flag[2:].replace("-", "_")) is not None}
+    given.update({key: flag for flag, key in _SWITCHES.items() if getattr(args, flag[2:].replace("-", "_"))})
+    key, sep, rest = message.partition(": ")
+    if sep and key in given:
+        return f"{given[key]} ({key}): {rest}"
+    if key == "total_tokens / max_steps":
+        return f"{message}: give --total-tokens or --max-steps"
+    return message
 
 
 def _no_run_to_continue(out_dir: str) -> str:
