@@ -79,13 +79,16 @@ def test_eval_loss_two_models_side_by_side(workspace, capsys):
         _nonempty_png(os.path.join(out, name))
 
 
-def test_eval_loss_within_documents_and_from_a_text_source(workspace):
+def test_eval_loss_within_documents_and_from_a_text_source(workspace, capsys):
     out = str(workspace["root"] / "loss_src")
     assert main(["eval", "loss", workspace["hf"], "--source", workspace["texts"], "--seq-len", "48", "--num-seqs",
                  "2", "--n-boot", "20", "--device", "cpu", "--out", out, "--no-progress"]) == 0
     assert json.load(open(os.path.join(out, "loss.json")))["models"][0]["n_sequences"] == 2
+    assert "replacing" not in capsys.readouterr().err
     assert main(["eval", "loss", workspace["hf"], "--data", workspace["data"], "--within-docs", "--seq-len", "48",
                  "--num-seqs", "3", "--n-boot", "20", "--device", "cpu", "--out", out, "--no-progress"]) == 0
+    # the second run's results take the first one's place, and the user is told
+    assert f"note: replacing {os.path.join(out, 'loss.json')} (written " in capsys.readouterr().err
 
 
 def test_analyze_gates_writes_stats_and_plots(workspace):

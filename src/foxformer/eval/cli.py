@@ -5,6 +5,7 @@ import argparse
 import json
 import os
 import sys
+import time
 
 from foxformer.argtypes import floats, ints, words
 
@@ -55,10 +56,17 @@ def _load_models(args):
     return out
 
 
-def _out_dir(args, models) -> str:
+def _out_dir(args, models, writes: str) -> str:
+    """The command's output folder; an earlier run's ``writes`` (loss.json, ...) there is replaced, which the
+    user hears about (a second `eval loss` on other data silently took the first one's place)."""
     from .outputs import default_out_dir
 
-    return args.out or default_out_dir(models)
+    out = args.out or default_out_dir(models)
+    earlier = os.path.join(out, writes)
+    if os.path.exists(earlier):
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(os.path.getmtime(earlier)))
+        print(f"note: replacing {earlier} (written {when}); --out DIR writes elsewhere", file=sys.stderr)
+    return out
 
 
 def _tokenizer(args, models):
@@ -124,11 +132,11 @@ def _cmd_loss(args) -> dict:
     from .outputs import save_loss
 
     models = _load_models(args)
+    out = _out_dir(args, models, "loss.json")
     tokens, where = _sequences(args, models)
     curves = [eval_loss(m.model, tokens, name=m.name, train_len=m.train_len, batch_size=args.batch_size,
                         lengths=args.lengths, smooth_window=args.smooth, n_boot=args.n_boot,
                         confidence=args.confidence, seed=args.seed, progress=not args.no_progress) for m in models]
-    out = _out_dir(args, models)
     settings = {**where, "seq_len": int(tokens.shape[1]), "num_seqs": int(tokens.shape[0]),
                 "models": [m.path for m in models], "n_boot": args.n_boot, "confidence": args.confidence,
                 "tokens_sha256": tokens_fingerprint(tokens)}
@@ -142,6 +150,7 @@ def _cmd_niah(args) -> dict:
     from .sequences import document_token_stream
 
     models = _load_models(args)
+    out = _out_dir(args, models, "niah.json")
     tok, spec = _tokenizer(args, models)
     need = max(args.lengths) + 4096
     haystack = document_token_stream(args.haystack, tok, min_tokens=need)
@@ -149,7 +158,6 @@ def _cmd_niah(args) -> dict:
                          needles=args.needles, seeds=args.seeds, generate=not args.no_generate,
                          max_new_tokens=args.max_new_tokens, name=m.name, train_len=m.train_len,
                          progress=not args.no_progress) for m in models]
-    out = _out_dir(args, models)
     settings = {"haystack": args.haystack, "tokenizer": spec, "lengths": args.lengths, "depths": args.depths,
                 "modes": args.modes, "needles": args.needles, "seeds": args.seeds, "generate": not args.no_generate,
                 "models": [m.path for m in models]}
@@ -162,7 +170,7 @@ def _cmd_harness(args) -> dict:
 
     models = _load_models(args)
     tok, spec = _tokenizer(args, models)
-    out = _out_dir(args, models)
+    out = _out_dir(args, models, "harness.json" if len(models) == 1 else f"harness_{models[0].name}.json")
     metadata = json.loads(args.metadata) if args.metadata else None
     results = {}
     for m in models:
@@ -179,12 +187,12 @@ def _cmd_gates(args) -> dict:
     from .outputs import plot_tags, save_gates
 
     models = _load_models(args)
+    out = _out_dir(args, models, "gates.json")
     plot_tags([m.name for m in models])  # refuse labels whose plots would overwrite each other before any work
     tokens, where = _sequences(args, models)
     heads = parse_heads(args.heads)
     analyses = [(gate_stats(m.model, tokens, name=m.name, batch_size=args.batch_size, progress=not args.no_progress),
                  m.model, tokens) for m in models]
-    out = _out_dir(args, models)
     settings = {**where, "seq_len": int(tokens.shape[1]), "num_seqs": int(tokens.shape[0]),
                 "models": [m.path for m in models], "matrix_len": args.matrix_len}
     data = save_gates(analyses, out, settings, heads=heads, matrix_len=args.matrix_len)
@@ -196,12 +204,12 @@ def _cmd_eviction(args) -> dict:
     from .plots import plot_eviction
 
     models = _load_models(args)
+    out = _out_dir(args, models, "eviction.json")
     tokens, where = _sequences(args, models)
     m = models[0]
     res = eviction_loss(m.model, tokens, evict_eps=args.evict_eps, chunk=args.chunk, prefill=args.prefill,
                         qk_bound=args.qk_bound, progress=not args.no_progress)
     res = {"name": m.name, "model": m.path, **where, **res}
-    out = _out_dir(args, models)
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "eviction.json"), "w") as f:
         json.dump(res, f, indent=2)
