@@ -74,5 +74,26 @@ def test_parquet_source_reads_text_column_or_names_missing_pyarrow(tmp_path):
 
 
 def test_hf_source_without_datasets_or_hub_is_a_clear_error():
-    with pytest.raises((ImportError, ValueError), match="datasets|could not be loaded"):
+    with pytest.raises((ImportError, ValueError), match="datasets|could not be loaded|cannot be reached"):
         list(iter_documents("hf:nobody/nothing@train"))
+
+
+def test_hf_source_without_a_route_to_the_hub_fails_at_once(monkeypatch):
+    """Offline, `datasets` retried for ~15 s before its error; one connection attempt now says why."""
+    import socket
+
+    pytest.importorskip("datasets")
+    tried = []
+
+    def no_route(address, timeout=None):
+        tried.append((address, timeout))
+        raise OSError("Network is unreachable")
+
+    for var in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "https://hub.example.org:8443")
+    monkeypatch.setattr(socket, "create_connection", no_route)
+    with pytest.raises(ValueError, match=r"'hf:nobody/nothing@train' streams from the Hugging Face hub, and "
+                                         r"hub.example.org:8443 cannot be reached from here \(Network is unreachable\)"):
+        list(iter_documents("hf:nobody/nothing@train"))
+    assert tried == [(("hub.example.org", 8443), 3.0)]

@@ -214,12 +214,32 @@ def _parse_hf(spec: str) -> tuple[str, str | None, str]:
     return name, config or None, split or "train"
 
 
+def _check_hub_reachable(spec: str, timeout: float = 3.0) -> None:
+    """Streaming an hf: source needs the hub; without a route to it, `datasets` retried for ~15 s before its
+    error. One TCP connection (HF_ENDPOINT's host) says so at once; behind a proxy the probe proves nothing, so
+    it is skipped there."""
+    import socket
+    import urllib.parse
+
+    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return
+    url = urllib.parse.urlsplit(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    host, port = url.hostname or "huggingface.co", url.port or (80 if url.scheme == "http" else 443)
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as e:
+        raise ValueError(f"source: {spec!r} streams from the Hugging Face hub, and {host}:{port} cannot be reached "
+                         f"from here ({e}); save the dataset as .jsonl / .parquet where it can be reached and give "
+                         f"that file as the source") from None
+
+
 def _iter_hf(spec: str, text_field: str) -> Iterator[Document]:
     try:
         import datasets
     except ImportError as e:
         raise ImportError("source: Hugging Face datasets need the package datasets (pip install datasets)") from e
     name, config, split = _parse_hf(spec)
+    _check_hub_reachable(spec)
     try:
         ds = datasets.load_dataset(name, config, split=split, streaming=True)
     except Exception as e:
