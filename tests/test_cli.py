@@ -146,3 +146,6 @@ def test_every_help_gives_the_defaults_a_user_would_otherwise_guess():
     loss = " ".join(_run_cli("eval", "loss", "--help").stdout.split())
     assert re.search(r"--num-seqs NUM_SEQS .*?\(default: \d+\)", loss) and "--no-progress (default" not in loss
     assert "default 0.8" in " ".join(_run_cli("generate", "--help").stdout.split())
+    # a switch's default is the setting it turns off: `--no-anchor (default: True)` read as "no anchor by default"
+    model = " ".join(_run_cli("bench", "model", "--help").stdout.split())
+    assert "--no-anchor" in model and "(default: True)" not in model

@@ -137,9 +137,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _said_default(action: argparse.Action) -> str | None:
-    """An option's default as its help shows it, or None where there is none worth saying (None, False)."""
+    """An option's default as its help shows it, or None where there is none worth saying (None, False, and a
+    switch's: `--no-anchor`'s True is the setting it turns off, and read as though the anchor were off)."""
     default = action.default
-    if not action.option_strings or default is None or default is False or default is argparse.SUPPRESS:
+    switch = isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction))
+    if not action.option_strings or default is None or default is False or default is argparse.SUPPRESS or switch:
         return None
     if isinstance(default, (list, tuple)):
         default = ",".join(f"{x:g}" if isinstance(x, float) else str(x) for x in default)
