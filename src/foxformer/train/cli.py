@@ -25,17 +25,18 @@ _SWITCHES = {"--compile": "compile", "--activation-checkpointing": "activation_c
              "--fused-loss": "fused_loss"}
 
 
+def _flags_given(args: argparse.Namespace) -> dict:
+    """{config key: (flag, value)} for each of _FLAGS and _SWITCHES given on this command line."""
+    given = {key: (flag, getattr(args, flag[2:].replace("-", "_"))) for flag, (key, _) in _FLAGS.items()}
+    given.update({key: (flag, getattr(args, flag[2:].replace("-", "_")) or None) for flag, key in _SWITCHES.items()})
+    return {key: (flag, value) for key, (flag, value) in given.items() if value is not None}
+
+
 def _overrides(args: argparse.Namespace) -> dict:
     from .config import parse_overrides
 
     out = parse_overrides(args.set)
-    for flag, (key, _) in _FLAGS.items():
-        value = getattr(args, flag[2:].replace("-", "_"))
-        if value is not None:
-            out[key] = value
-    for flag, key in _SWITCHES.items():
-        if getattr(args, flag[2:].replace("-", "_")):
-            out[key] = True
+    out.update({key: value for key, (_, value) in _flags_given(args).items()})
     if args.model:
         out.setdefault("model", {}).update(parse_overrides(args.model, "--model"))
     if args.no_progress:
@@ -96,11 +97,10 @@ def _train_command(args: argparse.Namespace) -> int:
 def _in_flags(message: str, args: argparse.Namespace) -> str:
     """A config error in the user's words: TrainConfig names keys (``total_tokens: ...``); a key set by a flag
     on this command line is named by that flag, and the horizon error lists the flags that set it."""
-    given = {key: flag for flag, (key, _) in _FLAGS.items() if getattr(args, flag[2:].replace("-", "_")) is not None}
-    given.update({key: flag for flag, key in _SWITCHES.items() if getattr(args, flag[2:].replace("-", "_"))})
+    given = _flags_given(args)
     key, sep, rest = message.partition(": ")
     if sep and key in given:
-        return f"{given[key]} ({key}): {rest}"
+        return f"{given[key][0]} ({key}): {rest}"
     if key == "total_tokens / max_steps":
         return f"{message}: give --total-tokens or --max-steps"
     return message
