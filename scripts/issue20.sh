@@ -182,6 +182,8 @@ lr)
     # three seeds at the recipe's 2e-3 (the Transformer (Pro)'s by 0.022), and the fifth session's one-seed sweep put
     # FoX (Pro) best at 1e-3. Two seeds make four models side by side, as `headdim`.
     # A fourth argument "llama" trains the LLaMA pair instead (one seed each in the fifth session's sweep).
+    # LR_MODELS="fox-llama-small" trains one model of the pair: four side by side need more than an H100's 80 GiB
+    # (thirty-ninth session: the fourth ran out of memory), and a lost run is trained again on its own.
     lr=${2:?lr: give the learning rate and the seeds, e.g. lr 1e-3 \"0 1\"}
     s=${3:?lr: give the seeds, e.g. lr 1e-3 \"0 1\"}
     block=${4:-pro}
@@ -190,7 +192,7 @@ lr)
     # The run folders' names do not carry the rate: on a warm machine a call at another rate would resume (and bundle
     # as its own) the last call's finished runs (thirty-sixth session); one folder of runs per rate and block.
     RUNS=${RUNS:-runs_lr${lr}_$block} DATA=$CARRY/gpt2 SEEDS="$s" LR=$lr EVAL_BATCH=${EVAL_BATCH:-4} \
-        MINUTES=${LR_MINUTES:-6.2} bash scripts/reproduce.sh fox-$block-small transformer-$block-small
+        MINUTES=${LR_MINUTES:-6.2} bash scripts/reproduce.sh ${LR_MODELS:-fox-$block-small transformer-$block-small}
     ;;
 proablation)
     # The Pro block's additions one at a time, read from the Pro end: FoX (Pro) without its QK-norm, output gate,
