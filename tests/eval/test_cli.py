@@ -281,3 +281,15 @@ def test_eval_loss_says_when_fewer_sequences_fit_than_asked(workspace, tmp_path,
                  "--out", str(out), "--device", "cpu", "--no-progress"]) == 0
     n = json.loads((out / "loss.json").read_text())["models"][0]["summary"]["n_sequences"]
     assert n < 64 and f"note: only {n} sequences of 256 tokens" in capsys.readouterr().err
+
+
+def test_the_replace_note_names_every_file_a_command_would_replace(tmp_path, capsys):
+    from argparse import Namespace
+
+    from foxformer.eval.cli import _out_dir
+
+    # a second two-model `eval harness` replaces the second model's file too, not only the first's
+    (tmp_path / "harness_b.json").write_text("{}")
+    assert _out_dir(Namespace(out=str(tmp_path)), [], "harness_a.json", "harness_b.json") == str(tmp_path)
+    err = capsys.readouterr().err
+    assert f"replacing {tmp_path / 'harness_b.json'}" in err and "harness_a.json" not in err

@@ -56,17 +56,23 @@ def _load_models(args):
     return out
 
 
-def _out_dir(args, models, writes: str) -> str:
+def _out_dir(args, models, *writes: str) -> str:
     """The command's output folder; an earlier run's ``writes`` (loss.json, ...) there is replaced, which the
     user hears about (a second `eval loss` on other data silently took the first one's place)."""
     from .outputs import default_out_dir
 
     out = args.out or default_out_dir(models)
-    earlier = os.path.join(out, writes)
-    if os.path.exists(earlier):
-        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(os.path.getmtime(earlier)))
-        print(f"note: replacing {earlier} (written {when}); --out DIR writes elsewhere", file=sys.stderr)
+    for name in writes:
+        earlier = os.path.join(out, name)
+        if os.path.exists(earlier):
+            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(os.path.getmtime(earlier)))
+            print(f"note: replacing {earlier} (written {when}); --out DIR writes elsewhere", file=sys.stderr)
     return out
+
+
+def _harness_file(models, m) -> str:
+    """The harness results' file of model ``m``: one per model when several share the folder."""
+    return "harness.json" if len(models) == 1 else f"harness_{m.name}.json"
 
 
 def _tokenizer(args, models):
@@ -170,13 +176,13 @@ def _cmd_harness(args) -> dict:
 
     models = _load_models(args)
     tok, spec = _tokenizer(args, models)
-    out = _out_dir(args, models, "harness.json" if len(models) == 1 else f"harness_{models[0].name}.json")
+    out = _out_dir(args, models, *(_harness_file(models, m) for m in models))
     metadata = json.loads(args.metadata) if args.metadata else None
     results = {}
     for m in models:
         adapter = HarnessAdapter(m.model, tok, max_length=args.max_length or m.train_len or 2048,
                                  batch_size=args.batch_size, progress=not args.no_progress)
-        path = os.path.join(out, "harness.json" if len(models) == 1 else f"harness_{m.name}.json")
+        path = os.path.join(out, _harness_file(models, m))
         results[m.name] = run_harness(adapter, args.tasks, num_fewshot=args.num_fewshot, limit=args.limit,
                                       metadata=metadata, out_path=path, include_path=args.include_path)["results"]
     return {"out": out, "results": results}
