@@ -58,3 +58,35 @@ def test_a_batch_with_no_target_has_loss_zero_and_zero_gradients(case, fused):
     loss.backward()
     for name, p in model.named_parameters():
         assert p.grad is None or torch.all(p.grad == 0), name
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["batch", "packed"])
+def test_per_token_losses_without_logits_match_the_logits_loss(packed, monkeypatch):
+    """Evaluation's per-token losses (train's `evaluate`) through the head in chunks: the same values as from the
+    logits, 0 at ignored targets and at a packed sequence's last token, and no logits returned."""
+    monkeypatch.setattr(loss_mod, "_CHUNK_ELEMENTS", 5 * VOCAB)
+    model = make_model("fox-pro-tiny").eval()
+    g = torch.Generator().manual_seed(2)
+    if packed:
+        ids = torch.randint(0, VOCAB, (1, 31), generator=g)
+        kw = dict(cu_seqlens=torch.tensor([0, 12, 31], dtype=torch.int32), max_seqlen=19)
+    else:
+        ids = torch.randint(0, VOCAB, (2, 17), generator=g)
+        kw = {}
+    labels = ids.clone()
+    labels[0, 3] = -100
+    with torch.no_grad():
+        ref = model(ids, labels=labels, loss_reduction="none", **kw)
+        got = model(ids, labels=labels, loss_reduction="none", return_logits=False, **kw)
+    assert got.logits is None and got.loss.dtype == torch.float32 and got.loss.shape == (ids.shape[0], ids.shape[1] - 1)
+    torch.testing.assert_close(got.loss, ref.loss, rtol=1e-6, atol=1e-6)
+    assert got.loss[0, 2] == 0 and (not packed or got.loss[0, 11] == 0)
+    assert torch.all(got.loss[ref.loss != 0] > 0)
+
+
+def test_per_token_losses_with_gradients_keep_the_logits():
+    """With autograd on, the per-token losses come from the logits (the chunked path keeps no graph)."""
+    model = make_model("fox-pro-tiny")
+    ids = torch.randint(0, VOCAB, (1, 9), generator=torch.Generator().manual_seed(3))
+    out = model(ids, labels=ids, loss_reduction="none", return_logits=False)
+    assert out.logits is not None and out.loss.requires_grad

@@ -22,7 +22,7 @@ from .kvcache.policy import EvictionPolicy
 from .kvcache.recurrent import RecurrentState
 from .layers import (Block, ForgetGate, GateProjection, RMSNorm, SeqContext, initial_gate_bias, packed_starts,
                      rope_tables)
-from .loss import IGNORE_INDEX, check_token_ids, fused_causal_lm_loss, next_token_targets
+from .loss import IGNORE_INDEX, check_token_ids, chunked_token_losses, fused_causal_lm_loss, next_token_targets
 
 try:  # respects "already loaded" flags during from_pretrained (transformers v5)
     from transformers import initialization as _init
@@ -390,7 +390,7 @@ class FoxForCausalLM(FoxPreTrainedModel, GenerationMixin):
         loss_reduction "none" returns fp32 per-token losses [B, T-1]; logits_to_keep > 0 computes
         logits only for the last positions (generation). return_logits=False with labels and the
         mean loss computes the loss through the LM head in chunks and returns no logits (training:
-        no [B, T, V] tensor at all)."""
+        no [B, T, V] tensor at all); so do the per-token losses under torch.no_grad (evaluation)."""
         if isinstance(logits_to_keep, int) and logits_to_keep < 0:
             raise ValueError(f"logits_to_keep must be >= 0 (0: every position), got {logits_to_keep}")
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
@@ -403,10 +403,16 @@ class FoxForCausalLM(FoxPreTrainedModel, GenerationMixin):
                 raise ValueError(f"labels must be [batch, seq] = {tuple(h.shape[:2])} like the input, got "
                                  f"{tuple(getattr(labels, 'shape', ())) or type(labels).__name__}")
             check_token_ids(labels, self.config.vocab_size, "labels", ignore=IGNORE_INDEX)
-        if not return_logits and labels is not None and loss_reduction == "mean" and not logits_to_keep:
-            loss = fused_causal_lm_loss(h, self.lm_head.weight, labels, cu_seqlens, num_items_in_batch)
-            return FoxCausalLMOutput(loss=loss, logits=None, hidden_states=out.hidden_states,
-                                     **{CACHE_FIELD: getattr(out, CACHE_FIELD)})
+        if not return_logits and labels is not None and not logits_to_keep:
+            if loss_reduction == "mean":
+                loss = fused_causal_lm_loss(h, self.lm_head.weight, labels, cu_seqlens, num_items_in_batch)
+            elif loss_reduction == "none" and not torch.is_grad_enabled():
+                loss = chunked_token_losses(h, self.lm_head.weight, labels, cu_seqlens)
+            else:
+                loss = None
+            if loss is not None:
+                return FoxCausalLMOutput(loss=loss, logits=None, hidden_states=out.hidden_states,
+                                         **{CACHE_FIELD: getattr(out, CACHE_FIELD)})
         if isinstance(logits_to_keep, int):
             if logits_to_keep:
                 h = h[:, -logits_to_keep:]

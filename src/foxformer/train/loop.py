@@ -139,9 +139,10 @@ def _check_gradients_arrived(model: torch.nn.Module) -> None:
 
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, val: TokenDataset, n_seqs: int, micro_batch: int, info: DistInfo,
-             bf16: bool) -> tuple[float, np.ndarray]:
+             bf16: bool, loss_kwargs: dict | None = None) -> tuple[float, np.ndarray]:
     """Mean validation loss and per-position loss L(i) (fp64 [T-1]) over ``n_seqs`` sequences spread evenly
-    over the validation split (so that many documents, not just the first, are represented).
+    over the validation split (so that many documents, not just the first, are represented). ``loss_kwargs``
+    as the training step's: {"return_logits": False} computes the losses without the [B, T, V] logits.
 
     Sequences are dealt to ranks in equal numbers (every rank must run the same forwards under FSDP); a split
     with fewer sequences than ranks deals some of them twice.
@@ -158,7 +159,7 @@ def evaluate(model: torch.nn.Module, val: TokenDataset, n_seqs: int, micro_batch
         idx = mine[i:i + micro_batch]
         x = torch.from_numpy(np.stack([val.sequence(j) for j in idx])).to(info.device)
         with _autocast(info.device, bf16):
-            per_tok = model(x, labels=x, loss_reduction="none").loss  # [B, T-1]
+            per_tok = model(x, labels=x, loss_reduction="none", **(loss_kwargs or {})).loss  # [B, T-1]
         sums += per_tok.double().sum(0)
     model.train(was_training)
     per_pos = all_reduce_mean(sums * world) / n_seqs if info.enabled else sums / n_seqs
@@ -383,7 +384,7 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, held: con
 
     def run_eval() -> dict:
         with forget_gate_means(model) as gates:
-            loss, _ = evaluate(model, val_ds, eval_seqs, plan.micro_batch, info, bf16)
+            loss, _ = evaluate(model, val_ds, eval_seqs, plan.micro_batch, info, bf16, loss_kwargs)
         rec = {"kind": "eval", "step": step, "tokens": tokens, "val_loss": loss}
         log_f = gates.result(all_reduce_mean)
         if log_f is not None:  # [layers][heads]: the gates' course over training (eval compare's training.png)
