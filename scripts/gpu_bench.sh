@@ -68,6 +68,10 @@ START=$(date +%s); BUDGET=${BUDGET:-100000}
 OUT=${OUT:-bench_out}; DATA=${DATA:-repro_data/gpt2}; mkdir -p "$OUT"
 export TRITON_INTERPRET=0
 FX="python -m foxformer.cli"
+# The card in the JSON names (h100, h200, ...): the thirty-ninth session's calls got H100s, whose figures went into
+# files named for the H200 until this.
+GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | grep -oiE "[A-Z][0-9]{3}" | head -1 \
+    | tr '[:upper:]' '[:lower:]'); GPU=${GPU:-gpu}
 bundle() { (cd "$OUT" && tar -czf ../bench_bundle.tgz . && find . -mindepth 1 -delete && mv ../bench_bundle.tgz .); }
 trap bundle EXIT
 step() {  # step NAME SECONDS CMD...: run CMD under a time limit, log to $OUT/NAME.log
@@ -109,24 +113,24 @@ fused) step fused 100 python -m pytest -q tests/gpu/test_fused_loss_cuda.py ;;
 # the 378 tests took 206 s.
 tests) step tests 480 python -m pytest -q -rA -n 4 tests/gpu ;;
 tune) step tune 150 python scripts/tune_attention.py --dims 64 --heads 24 --minutes 2 \
-          --out "$OUT/tune_d64_h200.json" ;;
+          --out "$OUT/tune_d64_${GPU}.json" ;;
 prune) step prune 90 $FX bench attention --prune --providers foxformer --seqlens 4096,16384,65536 \
-           --configs 64x24,128x12,128x12x2 --out "$OUT/attention_prune_h200.json" ;;
+           --configs 64x24,128x12,128x12x2 --out "$OUT/attention_prune_${GPU}.json" ;;
 profile) step profile 200 $FX bench model --presets fox-pro-125m,transformer-llama-125m --context 16384 \
-           --compile --no-anchor --steps 3 --warmup 2 --profile "$OUT/profile" --out "$OUT/model_profiled_h200.json" ;;
+           --compile --no-anchor --steps 3 --warmup 2 --profile "$OUT/profile" --out "$OUT/model_profiled_${GPU}.json" ;;
 headdims) step headdims 420 $FX bench model --context 16384 --compile --no-anchor --profile "$OUT/profile_headdims" \
            --presets fox-pro-125m,transformer-llama-125m,fox-pro-125m:head_dim=128,transformer-llama-125m:head_dim=64 \
-           --out "$OUT/model_125m_headdims_h200.json" ;;
+           --out "$OUT/model_125m_headdims_${GPU}.json" ;;
 joint) step joint 420 $FX bench model --context 16384 --compile --no-anchor --profile "$OUT/profile_joint" \
            --presets fox-pro-125m,fox-pro-125m:joint_input_projections=true,transformer-llama-125m,\
-transformer-llama-125m:joint_input_projections=true --out "$OUT/model_125m_joint_h200.json" ;;
+transformer-llama-125m:joint_input_projections=true --out "$OUT/model_125m_joint_${GPU}.json" ;;
 prunegiven) step prunegiven 90 $FX bench attention --prune --qk-bound 25 --providers foxformer \
            --seqlens 4096,16384,65536 --configs 64x24,128x12,128x12x2 \
-           --out "$OUT/attention_prune_given_bound_h200.json" ;;
+           --out "$OUT/attention_prune_given_bound_${GPU}.json" ;;
 model) step model 150 $FX bench model --presets fox-pro-125m,transformer-llama-125m --context 16384 \
-           --compile --fused-loss --no-anchor --out "$OUT/model_125m_compiled_fused_h200.json" ;;
+           --compile --fused-loss --no-anchor --out "$OUT/model_125m_compiled_fused_${GPU}.json" ;;
 modelplain) step modelplain 300 $FX bench model --presets fox-pro-125m,transformer-llama-125m --context 16384 \
-           --compile --out "$OUT/model_125m_compiled_h200.json" ;;
+           --compile --out "$OUT/model_125m_compiled_${GPU}.json" ;;
 trainprune) train_run trained_base 300 --fused-loss --max-steps 100000 --max-minutes "${TRAIN_MIN:-3}"
        ck=$(ls -d runs_bench/trained_base/checkpoints/step_* 2>/dev/null | tail -n 1)
        if [ -n "$ck" ]; then
@@ -145,11 +149,11 @@ trainplain) data0=$DATA vocab=""  # without DATA: byte tokens of the stdlib's do
        fi
        train_run train_fox_pro_125m_16k_plain 150 --batch-tokens 64Ki --micro-batch-size 4 --max-steps 30 $vocab
        DATA=$data0
-       [ -f "$OUT/model_125m_compiled_h200.json" ] && python scripts/train_mfu_gap.py \
-           "$OUT/train_fox_pro_125m_16k_plain.metrics.jsonl" "$OUT/model_125m_compiled_h200.json" \
+       [ -f "$OUT/model_125m_compiled_${GPU}.json" ] && python scripts/train_mfu_gap.py \
+           "$OUT/train_fox_pro_125m_16k_plain.metrics.jsonl" "$OUT/model_125m_compiled_${GPU}.json" \
            | tee "$OUT/train_mfu_gap.txt" ;;
 attn) step attn 200 $FX bench attention --providers foxformer,sdpa_flash,sdpa_cudnn,fla --seqlens 2048,8192 \
-          --configs 128x12,128x12x2,64x24 --out "$OUT/attention_2k_8k_h200.json" ;;
+          --configs 128x12,128x12x2,64x24 --out "$OUT/attention_2k_8k_${GPU}.json" ;;
 ncu) for D in 64 128; do
          step "ncu_d$D" 120 ncu --clock-control none --kernel-name regex:'^(fwd|dkdv|dq)_kernel' --launch-skip 3 \
              --launch-count 3 --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats \
@@ -168,26 +172,26 @@ ncusass) for K in fwd dkdv dq; do  # per-instruction stall samples of each D 64 
 gluon) step gluontests 180 python -m pytest -q -n 8 tests/gpu/test_gluon_gpu.py tests/gpu/test_models_cuda.py
        # 320 s (200 before the code options): the fwd + bwd sweep, 10 + 24 rows, took 49 s (243d2a9)
        # (scripts/hopper_tune.py BWD_SWEEP); run HOPPER_SECTIONS=bwd alone if the step is cut
-       step gluontune 320 python scripts/hopper_tune.py ${HOPPER_SECTIONS:-fwd bwd} --out "$OUT/hopper_tune_h200.json" ;;
+       step gluontune 320 python scripts/hopper_tune.py ${HOPPER_SECTIONS:-fwd bwd} --out "$OUT/hopper_tune_${GPU}.json" ;;
 maxfree) step maxfreetests 150 python -m pytest -q -rA -n 4 tests/gpu/test_gluon_gpu.py -k max_free
          # the fwd + bwd sweep, 10 + 24 rows, took 49 s (243d2a9); fwd alone has the 10 and the max-free rows
-         step maxfreetune 120 python scripts/hopper_tune.py fwd --out "$OUT/hopper_tune_max_free_h200.json" ;;
+         step maxfreetune 120 python scripts/hopper_tune.py fwd --out "$OUT/hopper_tune_max_free_${GPU}.json" ;;
 maxfreemodel) # one compile, the three forms in turn for two rounds (bench model --gluon-fwd given three times), and
              # the Transformer (LLaMA) in the same run for the preset ratio of each
              step maxfreemodel 300 $FX bench model --presets fox-pro-125m,transformer-llama-125m --context 16384 \
                  --compile --no-anchor \
                  --gluon-fwd default --gluon-fwd 64:max_free=true \
-                 --rounds 2 --out "$OUT/model_fox_pro_125m_max_free_h200.json" ;;
+                 --rounds 2 --out "$OUT/model_fox_pro_125m_max_free_${GPU}.json" ;;
 attn16) step attn16 150 $FX bench attention --providers gluon,sdpa_cudnn --seqlens 16384 --configs 64x24,128x12 \
-          --rounds 3 --profile "$OUT/attention_profile" --out "$OUT/attention_16k_h200.json" ;;
+          --rounds 3 --profile "$OUT/attention_profile" --out "$OUT/attention_16k_${GPU}.json" ;;
 attnall) step attnall 240 $FX bench attention --providers gluon,triton,sdpa_flash,sdpa_cudnn,fla --seqlens 16384 \
-          --configs 64x24,128x12 --rounds 5 --out "$OUT/attention_16k_all_h200.json" ;;
+          --configs 64x24,128x12 --rounds 5 --out "$OUT/attention_16k_all_${GPU}.json" ;;
 attnlong) step attnlong 330 $FX bench attention --providers gluon,triton,sdpa_flash,sdpa_cudnn,fla --seqlens 16384,65536 \
-          --configs 64x24,128x12,128x12x2 --out "$OUT/attention_16k_64k_h200.json" ;;
+          --configs 64x24,128x12,128x12x2 --out "$OUT/attention_16k_64k_${GPU}.json" ;;
 decode) step decode_kernel 45 $FX bench decode --kernel --preset fox-pro-125m --contexts 4096,32768,65536 \
-            --batches 1,32 --out "$OUT/decode_kernel_h200.json"
+            --batches 1,32 --out "$OUT/decode_kernel_${GPU}.json"
         step decode_760m 60 $FX bench decode --preset fox-pro-760m --contexts 32768 --batches 1 \
-            --steps 16 --out "$OUT/decode_model_760m_h200.json" ;;
+            --steps 16 --out "$OUT/decode_model_760m_${GPU}.json" ;;
 graphcheck) step graphcheck 90 python -m pytest -q -x tests/gpu/test_decode_graphs_cuda.py tests/gpu/test_decode_cuda.py ;;
 graphs125) step graphs125 150 $GRAPHS --preset fox-pro-125m --decode eager,graphs \
                --anchors sdpa,static-compiled --out "$OUT/decode_graphs_fox_125m.json" ;;
@@ -205,8 +209,8 @@ graphtargets) python scripts/decode_targets.py "$OUT" | tee "$OUT/decode_targets
 graphprof) step graphprof 150 $GRAPHS --preset fox-pro-125m --decode graphs,compiled --no-baseline \
                --profile "$OUT/decode_profile" --out "$OUT/decode_profile_fox_125m.json" ;;
 decodesplits) step decodesplits 60 $FX bench decode --kernel --preset fox-pro-125m --contexts 32768 --batches 1,32 \
-            --num-splits 16,32,64,128,256 --out "$OUT/decode_splits_h200.json" ;;
+            --num-splits 16,32,64,128,256 --out "$OUT/decode_splits_${GPU}.json" ;;
 decode125) step decode_model 100 $FX bench decode --preset fox-pro-125m --contexts 4096,32768,65536 \
-            --batches 1,32 --steps 16 --out "$OUT/decode_model_125m_h200.json" ;;
+            --batches 1,32 --steps 16 --out "$OUT/decode_model_125m_${GPU}.json" ;;
 *) echo "unknown step $s" ;;
 esac; done
