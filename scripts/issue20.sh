@@ -182,8 +182,9 @@ lr)
     # three seeds at the recipe's 2e-3 (the Transformer (Pro)'s by 0.022), and the fifth session's one-seed sweep put
     # FoX (Pro) best at 1e-3. Two seeds make four models side by side, as `headdim`.
     # A fourth argument "llama" trains the LLaMA pair instead (one seed each in the fifth session's sweep).
-    # LR_MODELS="fox-llama-small" trains one model of the pair: four side by side need more than an H100's 80 GiB
-    # (thirty-ninth session: the fourth ran out of memory), and a lost run is trained again on its own.
+    # LR_MODELS="fox-llama-small" trains one model of the pair: a lost run is trained again on its own (thirty-ninth
+    # session, an H100: the fourth of four side by side ran out of its 80 GiB at the first evaluation, whose fp32
+    # logits took 6 GiB; evaluation has since gone through the head in chunks, four on an H100 not tried again).
     lr=${2:?lr: give the learning rate and the seeds, e.g. lr 1e-3 \"0 1\"}
     s=${3:?lr: give the seeds, e.g. lr 1e-3 \"0 1\"}
     block=${4:-pro}
