@@ -29,6 +29,14 @@ def check_output_dir(path: str, what: str) -> None:
                          f"another location")
 
 
+def check_output_file(path: str, what: str) -> None:
+    """ValueError unless ``path`` names a file that can be written (its folder existing or creatable); checked
+    before the work, which `generate --out /no/such/dir/x.json` lost after it finished."""
+    if os.path.isdir(path):
+        raise ValueError(f"{what}: {path!r} is a folder: name a file, e.g. {os.path.join(path, 'out.json')!r}")
+    check_output_dir(os.path.dirname(os.path.abspath(os.fspath(path))), what)
+
+
 def decode_utf8(data: bytes, path: str, first_line: int = 1) -> str:
     """``data`` (the bytes of ``path`` from line ``first_line`` on) as text; bytes that are not UTF-8 are a
     ValueError naming the file, the line and the column (Python's own message names neither file nor line)."""

@@ -375,3 +375,27 @@ def test_bench_decode_anchor_matches_a_loaded_models_size():
     assert anchor_preset("fox-pro-125m", get_preset("fox-llama-small")) == "transformer-pro-small"
     assert anchor_preset("fox-llama-125m", get_preset("fox-pro-360m")) == "transformer-llama-360m"
     assert anchor_preset("fox-pro-125m", get_preset("fox-pro-125m", num_layers=5)) is None
+
+
+@pytest.mark.parametrize("prompt", ["Hi", "a prompt of more than sixteen bytes"], ids=["decode-path", "prefill-path"])
+@pytest.mark.parametrize("backend,said", [("bogus", "error: FoxConfig.attention_backend must be one of"),
+                                          ("triton", "error: backend='triton' needs CUDA tensors")],
+                         ids=["unknown", "triton-on-cpu"])
+def test_generate_checks_the_attention_backend_whatever_the_prompt_length(hf_dir, capsys, monkeypatch, prompt,
+                                                                          backend, said):
+    """Prompts of up to 16 tokens go through the decode op: an unknown backend ran the torch path silently and
+    triton on CPU tensors ended in Triton's "0 active drivers" traceback, while longer prompts were refused."""
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    assert main(["generate", "--model", hf_dir, "--tokenizer", "bytes", "--prompt", prompt, "--max-new-tokens", "2",
+                 "--device", "cpu", "--dtype", "bf16" if backend == "triton" else "fp32",
+                 "--attention-backend", backend]) == 2
+    assert said in capsys.readouterr().err
+
+
+def test_generate_checks_its_out_file_before_the_work(hf_dir, tmp_path, capsys):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    assert main(["generate", "--model", hf_dir, "--tokenizer", "bytes", "--prompt", "Hi", "--max-new-tokens", "2",
+                 "--device", "cpu", "--out", str(blocker / "x.json")]) == 2
+    captured = capsys.readouterr()
+    assert "error: --out: " in captured.err and "is a file" in captured.err and captured.out == ""

@@ -267,3 +267,40 @@ def test_stream_tokens_refuses_float_ids_like_generate(dtype):
         generate(model, ids, max_new_tokens=1)
     with pytest.raises(TypeError, match="integer tensor"):
         next(stream_tokens(model, ids, GenerationConfig(max_new_tokens=1)))
+
+
+class _HFStyleTokenizer:
+    """Bytes in, one letter a token out, and the end of text named as a Hugging Face tokenizer names it
+    (``eos_token_id``, no ``eot_id``): the export's own tokenizer loaded by AutoTokenizer."""
+
+    def __init__(self, eos_token_id: int):
+        self.eos_token_id = eos_token_id
+
+    def __len__(self) -> int:
+        return VOCAB
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode())
+
+    def decode(self, ids) -> str:
+        return "".join(chr(ord("a") + i % 26) for i in ids)
+
+
+def test_a_hugging_face_tokenizer_stops_at_its_eos_token():
+    model = make_model("fox-pro-tiny")
+    ids = list(b"Once upon")
+    free = list(generate(model, ids, max_new_tokens=6, temperature=0))
+    stop = free[2]
+    tok = _HFStyleTokenizer(stop)
+    text = "".join(generate(model, tok, "Once upon", max_new_tokens=6, temperature=0))
+    assert text == tok.decode(free[:free.index(stop)])
+    assert "".join(generate(model, tok, "Once upon", max_new_tokens=6, temperature=0, ignore_eos=True)) == \
+        tok.decode(free)
+
+
+@pytest.mark.parametrize("option", ["evict_qk_bound", "evict_max_len"])
+def test_an_eviction_bound_without_eviction_is_a_clear_error(option):
+    """--evict-max-len or --evict-qk-bound alone kept every key and said nothing."""
+    model = make_model("fox-pro-tiny")
+    with pytest.raises(ValueError, match=f"{option}: it sets the bound of KV eviction, which runs only with evict_eps"):
+        list(generate(model, tokens(1, 5), max_new_tokens=2, **{option: 100 if option == "evict_max_len" else 5.0}))

@@ -1,4 +1,5 @@
 """generate: greedy equals a hand-written greedy loop; left-padded batches equal unpadded rows."""
+import pytest
 import torch
 
 from .conftest import make_model, tokens
@@ -84,3 +85,17 @@ def test_chunked_prefill_without_passing_a_cache():
         out = model.generate(prompt, attention_mask=m, max_new_tokens=5, do_sample=False, pad_token_id=0,
                              prefill_chunk_size=4)
         assert torch.equal(out, ref)
+
+
+UNSUPPORTED = {"prompt-lookup": {"prompt_lookup_num_tokens": 3},
+               "attentions": {"output_attentions": True, "return_dict_in_generate": True},
+               "static-cache": {"cache_implementation": "static"}}
+
+
+@pytest.mark.parametrize("case", list(UNSUPPORTED), ids=list(UNSUPPORTED))
+def test_hf_generate_options_foxformer_cannot_honour_are_refused(case):
+    """They crashed inside transformers (AttributeError on FoxCache or on the output) or were ignored."""
+    model = make_model("fox-pro-tiny")
+    option = next(iter(UNSUPPORTED[case]))
+    with pytest.raises(ValueError, match=f"generate: {option}="):
+        model.generate(tokens(1, 6), max_new_tokens=3, do_sample=False, **UNSUPPORTED[case])

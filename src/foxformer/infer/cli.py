@@ -8,7 +8,7 @@ import sys
 import time
 
 from foxformer.argtypes import floats
-from foxformer.paths import read_text
+from foxformer.paths import check_output_file, read_text, write_json
 
 
 def _shift(text: str):
@@ -41,6 +41,8 @@ def _cmd_generate(args) -> int:
     if (args.prompt is None) == (args.prompt_file is None):
         raise ValueError("pass exactly one of --prompt TEXT and --prompt-file PATH")
     prompt = read_text(args.prompt_file) if args.prompt_file is not None else args.prompt
+    if args.out:
+        check_output_file(args.out, "--out")
     # Built first: it checks the settings (--decode among them, whose modes live with the caches and torch)
     # before the model loads.
     cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
@@ -85,8 +87,7 @@ def _cmd_generate(args) -> int:
         note += f"; {decode_note}"
     print(f"[{n_new} tokens in {elapsed:.2f} s]{note}", file=sys.stderr)
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump(result, f, indent=2)
+        write_json(args.out, result)
     return 0
 
 

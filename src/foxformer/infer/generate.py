@@ -37,8 +37,8 @@ class GenerationConfig:
         keeps the model's own setting.
     prefill_chunk: prompt tokens per forward (None: the whole prompt at once). Smaller chunks let
         eviction bound the memory of long prompts.
-    stop_token: stop a row once it emits this id (None: never stop early, or with a tokenizer that has
-        ``eot_id``, stop there). ignore_eos: with a tokenizer, do not stop at its end-of-text id.
+    stop_token: stop a row once it emits this id (None: never stop early, or with a tokenizer that has an
+        end-of-text id, stop there). ignore_eos: with a tokenizer, do not stop at its end-of-text id.
     decode: how foxformer models run one-token steps: "auto" (CUDA graphs where possible, else eager),
         "graphs" (the same, with a one-line note where they are not possible), "static" (the graph-safe step
         without capture), "eager".
@@ -147,6 +147,13 @@ def _new_cache(model, cfg: GenerationConfig, fed: int):
         return None
     settings = (cfg.evict_eps, cfg.evict_qk_bound, cfg.evict_max_len)
     policy = EvictionPolicy.resolve(body.config, *settings) if any(x is not None for x in settings) else "config"
+    if policy is None:
+        # evict_qk_bound / evict_max_len alone kept every key without a word: they only shape eps's bound
+        given = [n for n, v in (("evict_qk_bound", cfg.evict_qk_bound), ("evict_max_len", cfg.evict_max_len))
+                 if v is not None]
+        raise ValueError(f"{' and '.join(given)}: {'they set' if len(given) > 1 else 'it sets'} the bound of KV "
+                         f"eviction, which runs only with evict_eps (here or in the model's config); give evict_eps "
+                         f"(--evict-eps), e.g. 1e-3")
     return body.new_cache(policy, total_len=fed, decode=cfg.decode)
 
 
@@ -263,6 +270,16 @@ def _counted(ints: Iterator[int], state: dict) -> Iterator[int]:
         yield t
 
 
+def _end_id(tokenizer) -> Optional[int]:
+    """The tokenizer's end-of-text id: ours name it ``eot_id``, a Hugging Face tokenizer (an export's own, loaded
+    by AutoTokenizer) ``eos_token_id``; generation with the latter ran past its end marker into junk."""
+    for name in ("eot_id", "eos_token_id"):
+        value = getattr(tokenizer, name, None)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
 def generate(model, tokenizer_or_ids, prompt: Optional[str] = None, *, config: Optional[GenerationConfig] = None,
              state: Optional[dict] = None, attention_mask: Optional[torch.Tensor] = None, **options) -> Iterator:
     """Stream a continuation.
@@ -275,7 +292,8 @@ def generate(model, tokenizer_or_ids, prompt: Optional[str] = None, *, config: O
         prompt: the prompt text (with a tokenizer only).
         config / options: a GenerationConfig, or its fields as keywords (max_new_tokens, temperature,
             top_k, top_p, seed, evict_eps, evict_qk_bound, evict_max_len, fgate_bias_shift,
-            prefill_chunk, stop_token). With a tokenizer that has ``eot_id``, stop_token defaults to it.
+            prefill_chunk, stop_token). stop_token defaults to the tokenizer's end-of-text id (``eot_id``, or a
+            Hugging Face tokenizer's ``eos_token_id``).
         state: optional dict that receives the live cache under "cache" (and, with a tokenizer, the number
             of tokens generated so far under "new_tokens").
         attention_mask: with token ids [B, T] only: 0 on each row's left padding.
@@ -309,8 +327,9 @@ def generate(model, tokenizer_or_ids, prompt: Optional[str] = None, *, config: O
         ids = start_ids(tokenizer) + tokenizer.encode(prompt)
         if not ids:
             raise ValueError("prompt: encodes to no tokens; give at least one character")
-        if config.stop_token is None and not config.ignore_eos and getattr(tokenizer, "eot_id", None) is not None:
-            config = dataclasses.replace(config, stop_token=int(tokenizer.eot_id))
+        end = _end_id(tokenizer)
+        if config.stop_token is None and not config.ignore_eos and end is not None:
+            config = dataclasses.replace(config, stop_token=end)
         # A model's vocabulary is often padded past the tokenizer's (50304 for GPT-2's 50257): ids there
         # cannot be decoded (tiktoken raises KeyError), so they are never sampled.
         # (A raw Hugging Face tokenizer's vocab_size leaves out its added tokens; its len() counts them.)

@@ -151,6 +151,13 @@ class FoxConfig(PretrainedConfig):
         super().__post_init__(**kwargs)
         self._validate()
 
+    def set_attention_backend(self, backend: str) -> None:
+        """The attention backend, checked: also a loaded model's override (`--attention-backend`), which was
+        set after construction unchecked and then ignored or not depending on the prompt's length."""
+        if backend not in BACKENDS:
+            raise ValueError(f"FoxConfig.attention_backend must be one of {BACKENDS}, got {backend!r}")
+        self.attention_backend = backend
+
     def _validate(self) -> None:
         for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
                      "intermediate_size"):
@@ -179,9 +186,7 @@ class FoxConfig(PretrainedConfig):
         if self.attention == "linear" and self.fgate == "none":
             raise ValueError("FoxConfig.fgate must not be 'none' when attention='linear' (gated linear attention "
                              "is defined by its forget gate; without one its state would only grow)")
-        if self.attention_backend not in BACKENDS:
-            raise ValueError(f"FoxConfig.attention_backend must be one of {BACKENDS}, "
-                             f"got {self.attention_backend!r}")
+        self.set_attention_backend(self.attention_backend)
         if not (0 < self.fgate_tmin <= self.fgate_tmax < math.inf):
             raise ValueError(f"FoxConfig needs 0 < fgate_tmin <= fgate_tmax (finite), got "
                              f"{self.fgate_tmin} and {self.fgate_tmax}")

@@ -431,6 +431,18 @@ class FoxForCausalLM(FoxPreTrainedModel, GenerationMixin):
         """transformers builds no cache for a model without DynamicCache support, and its chunked prefill
         (prefill_chunk_size) then refuses to run: start generate with an empty FoxCache (the config's eviction
         settings, as forward's own) unless one was passed or use_cache is False."""
+        # Options whose paths need what FoxCache and these outputs do not have: they failed deep inside
+        # transformers (an AttributeError on the cache or on the output) or, for a static cache, were ignored.
+        unsupported = {"prompt_lookup_num_tokens": "prompt-lookup decoding (it crops the cache)",
+                       "assistant_model": "assisted decoding (it crops the cache)",
+                       "output_attentions": "attention weights (the fused kernels never form them)",
+                       "cache_implementation": "another cache implementation (FoX keeps its gate sums in FoxCache)"}
+        for name, what in unsupported.items():
+            value = getattr(generation_config, name, None) or (model_kwargs.get(name) if name == "assistant_model"
+                                                               else None)
+            if value:
+                raise ValueError(f"generate: {name}={value!r} asks for {what}, which foxformer models do not "
+                                 f"support; leave it out")
         result = super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
         passed = model_kwargs.get("cache") is not None or model_kwargs.get("past_key_values") is not None
         if generation_config.use_cache is not False and not passed:

@@ -201,8 +201,8 @@ def _load_model(path, device, dtype, name, train_len, attention_backend) -> Load
     else:
         raise ValueError(f"model: {path!r} has no config.json, {RUN_CONFIG} or model.pt: not a Hugging Face "
                          f"folder, a run dir or a checkpoint")
-    if attention_backend is not None and hasattr(model.config, "attention_backend"):
-        model.config.attention_backend = attention_backend
+    if attention_backend is not None and hasattr(model.config, "set_attention_backend"):
+        model.config.set_attention_backend(attention_backend)
     model = model.to(device=dev, dtype=resolve_dtype(dtype, dev)).eval()
     ctx = train_len if train_len is not None else run_cfg.get("context")
     label = name or _default_name(given)

@@ -1,5 +1,6 @@
 """Forgetting Attention: exact references and fused Triton kernels (see README.md here)."""
 from .cumsum import LOG_FGATE_FLOOR, gate_cumsum
+from .decode import forgetting_attention_decode
 from .interface import forgetting_attention, forgetting_attention_cumsum
 from .pruning import auto_qk_bound, pruning_stats
 from .reference import naive_forgetting_attention
@@ -9,6 +10,7 @@ __all__ = [
     "auto_qk_bound",
     "forgetting_attention",
     "forgetting_attention_cumsum",
+    "forgetting_attention_decode",
     "gate_cumsum",
     "naive_forgetting_attention",
     "pruning_stats",

@@ -175,9 +175,15 @@ def resolve_backend(backend: str, q: torch.Tensor) -> str:
     if backend == "triton":
         if q.dtype not in _KERNEL_DTYPES:
             raise TypeError(f"the triton backend takes float16 or bfloat16, got {q.dtype}; use backend='torch'")
-        if not q.is_cuda and os.environ.get("TRITON_INTERPRET", "0") != "1":
-            raise ValueError("backend='triton' needs CUDA tensors (or TRITON_INTERPRET=1 for CPU tensors)")
+        check_triton_device(q)
     return backend
+
+
+def check_triton_device(q: torch.Tensor) -> None:
+    """The Triton kernels read CUDA tensors (CPU ones only under the interpreter): on a CPU tensor they
+    failed with Triton's own "0 active drivers" traceback."""
+    if not q.is_cuda and os.environ.get("TRITON_INTERPRET", "0") != "1":
+        raise ValueError("backend='triton' needs CUDA tensors (or TRITON_INTERPRET=1 for CPU tensors)")
 
 
 # A constant while torch.compile traces: the device's capability and Triton's API do not change.

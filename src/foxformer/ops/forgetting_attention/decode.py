@@ -22,7 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .checks import check_softmax_scale
+from .checks import check_softmax_scale, check_triton_device
 from .paging import gather_live
 from .tiles import LAUNCH_OPTIONS, launch_grid
 
@@ -171,6 +171,7 @@ def forgetting_attention_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
     if backend == "auto":
         backend = "triton" if q.is_cuda else "torch"
     if backend == "triton":
+        check_triton_device(q)
         return triton_decode(q, k, v, c, start, scale, num_splits, page_table, capacity if seq_len is None
                              else seq_len, capacity)
     if backend != "torch":
