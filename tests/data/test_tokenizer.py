@@ -117,7 +117,7 @@ def test_hugging_face_form_of_bytes_gives_the_byte_ids():
     for text in texts:
         assert theirs(text).input_ids == ours.encode(text) == list(text.encode("utf-8"))
         assert theirs.decode(theirs(text).input_ids) == text
-    assert (len(theirs), theirs.eos_token_id, theirs.bos_token_id, theirs.pad_token_id) == (257, 256, 256, None)
+    assert (len(theirs), theirs.eos_token_id, theirs.bos_token_id, theirs.pad_token_id) == (257, 256, 256, 256)
     # every byte valid UTF-8 has: all 1- and 2-byte characters, and a character for each lead byte of 3 and 4
     every_byte = "".join(map(chr, [*range(0x1000), *range(0x1000, 0x10000, 0x1000),
                                    *range(0x10000, 0x110000, 0x40000)]))

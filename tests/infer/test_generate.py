@@ -304,3 +304,20 @@ def test_an_eviction_bound_without_eviction_is_a_clear_error(option):
     model = make_model("fox-pro-tiny")
     with pytest.raises(ValueError, match=f"{option}: it sets the bound of KV eviction, which runs only with evict_eps"):
         list(generate(model, tokens(1, 5), max_new_tokens=2, **{option: 100 if option == "evict_max_len" else 5.0}))
+
+
+def test_an_exported_tokenizer_pads_a_batch_of_prompts_for_generation():
+    """The export's tokenizer had no pad token (`padding=True` raised) and padded on the right (which the model
+    refuses): now left padding with the end-of-text token, and each row generates as it does alone."""
+    from foxformer.data.hf_tokenizer import hf_tokenizer
+
+    tok = hf_tokenizer("bytes")
+    model = make_model("fox-pro-tiny")
+    prompts = ["Hi", "Hello world"]
+    batch = tok(prompts, padding=True, return_tensors="pt")
+    assert tok.padding_side == "left" and batch["attention_mask"][0, 0] == 0
+    both = model.generate(**batch, max_new_tokens=3, do_sample=False, pad_token_id=tok.pad_token_id)[:, -3:]
+    for row, text in enumerate(prompts):
+        alone = model.generate(tok(text, return_tensors="pt")["input_ids"], max_new_tokens=3, do_sample=False,
+                               pad_token_id=tok.pad_token_id)[:, -3:]
+        assert torch.equal(both[row], alone[0])

@@ -133,6 +133,23 @@ def hf_tokenizer(spec: str, model_max_length: Optional[int] = None):
     bytes (a tokenizer.json, no remote code: bytes_tokenizer), tiktoken:<encoding> (likewise: tiktoken_tokenizer),
     hf:<name or path>."""
     name = canonical_name(spec)
+    if name.startswith("hf:"):
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(name[3:], **({} if model_max_length is None
+                                                          else {"model_max_length": int(model_max_length)}))
+    tok = _own_tokenizer(name, model_max_length)
+    if tok is not None:
+        # A batch of prompts: `tok(prompts, padding=True)` had no pad token, and right padding puts a 0 between a
+        # prompt and its continuation, which the models refuse. Padding with the end-of-text token on the left is
+        # what generation needs (the mask hides it; the model's pad_token_id stays None, nothing is padded in
+        # training).
+        tok.pad_token = tok.eos_token
+        tok.padding_side = "left"
+    return tok
+
+
+def _own_tokenizer(name: str, model_max_length: Optional[int]):
     extra = {} if model_max_length is None else {"model_max_length": int(model_max_length)}
     if name == BYTES_SPEC:
         return bytes_tokenizer(**extra)
@@ -149,10 +166,6 @@ def hf_tokenizer(spec: str, model_max_length: Optional[int] = None):
         return tok
     if name.startswith("tiktoken:"):
         return tiktoken_tokenizer(tiktoken_encoding(name.split(":", 1)[1]), **extra)
-    if name.startswith("hf:"):
-        from transformers import AutoTokenizer
-
-        return AutoTokenizer.from_pretrained(name[3:], **extra)
     return None
 
 
