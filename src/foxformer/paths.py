@@ -8,6 +8,8 @@ import contextlib
 import fcntl
 import json
 import os
+import shutil
+import sys
 
 LOCK_FILE = ".lock"
 
@@ -35,6 +37,46 @@ def check_output_file(path: str, what: str) -> None:
     if os.path.isdir(path):
         raise ValueError(f"{what}: {path!r} is a folder: name a file, e.g. {os.path.join(path, 'out.json')!r}")
     check_output_dir(os.path.dirname(os.path.abspath(os.fspath(path))), what)
+
+
+# What a training run's folder holds (train/loop.py, train/checkpoint.py): an export never replaces such a folder.
+RUN_FOLDER_FILES = ("config.yaml", "checkpoints", "metrics.jsonl")
+
+
+def check_export_dir(path: str, what: str) -> bool:
+    """An export replaces its folder whole: ValueError unless ``path`` is absent, empty, or an earlier export (a
+    config.json and nothing of a run folder's); never the current folder or one that holds it. True when an
+    earlier export is there (the caller says it replaces it). ``export-hf --out DIR`` removed DIR whatever it held:
+    a user's files, the run folder itself, the current folder."""
+    full = os.path.abspath(os.fspath(path))
+    if not os.path.exists(full):
+        return False
+    if not os.path.isdir(full):
+        raise ValueError(f"{what}: {path!r} is a file, not a folder: choose another location")
+    here = os.getcwd()
+    if here == full or here.startswith(full + os.sep):
+        raise ValueError(f"{what}: {path!r} is the current folder or holds it, and an export replaces its folder: "
+                         f"name a new one, e.g. {os.path.join(path, 'hf')!r}")
+    entries = sorted(os.listdir(full))
+    if not entries:
+        return False
+    run_files = [e for e in entries if e in RUN_FOLDER_FILES]
+    if run_files:
+        raise ValueError(f"{what}: {path!r} is a training run's folder (it holds {', '.join(run_files)}), and an "
+                         f"export replaces its folder: name a new one, e.g. {os.path.join(path, 'hf')!r}")
+    if "config.json" not in entries:
+        shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
+        raise ValueError(f"{what}: {path!r} holds other files ({shown}), and an export replaces its folder: name an "
+                         f"empty or new one")
+    return True
+
+
+def replace_export(tmp: str, out: str, earlier: bool) -> None:
+    """The finished export ``tmp`` in ``out``'s place (``out`` passed check_export_dir before the work)."""
+    if earlier:
+        print(f"note: replacing the earlier export in {out}", file=sys.stderr)
+    shutil.rmtree(out, ignore_errors=True)
+    os.replace(tmp, out)
 
 
 def decode_utf8(data: bytes, path: str, first_line: int = 1) -> str:

@@ -153,3 +153,29 @@ def test_no_horizon_names_the_flags_that_set_one(data_dir, tmp_path, capsys):
     assert main(["train", "--data", data_dir, "--out", str(tmp_path / "run"), "--preset", "fox-pro-tiny"]) == 2
     assert ("total_tokens / max_steps: set at least one (the schedule needs a horizon): give --total-tokens or "
             "--max-steps") in _one_error_line(capsys.readouterr().err)
+
+
+def test_export_never_replaces_a_folder_it_did_not_write(data_dir, tmp_path, capsys, monkeypatch):
+    """`export-hf --out DIR` removed DIR whatever it held: a user's files, the run folder itself, the current
+    folder. Now only an earlier export (which it says it replaces) or an empty folder is replaced."""
+    run = str(tmp_path / "run")
+    assert main(_flags(data_dir, run, steps=2)) == 0
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    capsys.readouterr()
+    assert main(["export-hf", run, "--out", str(mine)]) == 2
+    assert "holds other files (notes.txt)" in _one_error_line(capsys.readouterr().err)
+    assert (mine / "notes.txt").read_text() == "keep me"
+    assert main(["export-hf", run, "--out", run]) == 2
+    assert "is a training run's folder" in _one_error_line(capsys.readouterr().err)
+    assert ckpt.list_checkpoints(run)
+    monkeypatch.chdir(mine)
+    assert main(["export-hf", run, "--out", "."]) == 2
+    assert "is the current folder" in _one_error_line(capsys.readouterr().err)
+    assert (mine / "notes.txt").exists()
+    out = str(tmp_path / "hf")
+    assert main(["export-hf", run, "--out", out]) == 0
+    assert main(["export-hf", run, "--out", out]) == 0
+    assert f"note: replacing the earlier export in {out}" in capsys.readouterr().err
+    assert os.path.exists(os.path.join(out, "config.json"))

@@ -28,7 +28,7 @@ from ..data.dataset import TokenDataset
 from ..data.tokenizer import canonical_name
 from ..models.calls import hf_progress
 from ..models.presets import attention_flops_per_token
-from ..paths import check_output_dir, folder_lock
+from ..paths import check_export_dir, check_output_dir, folder_lock, replace_export
 from ..provenance import code_version
 from . import checkpoint as ckpt
 from .card import training_facts
@@ -237,6 +237,7 @@ def export_hf(model_cfg, model_sd: dict, out: str, run_dir: str | None = None) -
     from ..models import FoxForCausalLM
     from ..models.card import write_card
 
+    earlier = check_export_dir(out, "export")
     model = FoxForCausalLM(model_cfg)
     model.load_state_dict(model_sd, strict=True)
     tmp = f"{out}.tmp-{os.getpid()}"
@@ -247,8 +248,7 @@ def export_hf(model_cfg, model_sd: dict, out: str, run_dir: str | None = None) -
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)  # no half-written export beside the run
         raise
-    shutil.rmtree(out, ignore_errors=True)
-    os.replace(tmp, out)
+    replace_export(tmp, out, earlier)
     return out
 
 
@@ -260,6 +260,8 @@ def train(cfg: TrainConfig, *, hook: StepHook | None = None, model_factory=None)
     While the run writes into out_dir, out_dir is locked: a second run on it fails at once.
     """
     check_output_dir(cfg.out_dir, "out_dir")
+    if cfg.export_hf:  # before the training, not after it: the export replaces out_dir/hf whole
+        check_export_dir(os.path.join(cfg.out_dir, "hf"), "out_dir/hf")
     info = init_distributed(cfg.device, cfg.parallel, cfg.dist_timeout_minutes)
     group = checkpoint_group(info, cfg.dist_timeout_minutes)
     fmt = resolve_format(cfg.checkpoint_format, info)

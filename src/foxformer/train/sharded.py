@@ -29,6 +29,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
+from ..paths import check_export_dir, replace_export
 from . import checkpoint as ckpt
 from .card import training_facts
 from .distributed import DistInfo, full_state_dicts, load_full_state_dicts
@@ -271,6 +272,7 @@ def export_hf_sharded(model_cfg, path: str, out: str, run_dir: str | None = None
         batch.append(name)
         size += nbytes
     batches.append(batch)
+    earlier = check_export_dir(out, "export")
     tmp = f"{out}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp, state_dict={})  # config.json and generation_config.json, no weights
@@ -278,6 +280,5 @@ def export_hf_sharded(model_cfg, path: str, out: str, run_dir: str | None = None
         write_card(tmp, model_cfg, training_facts(run_dir), replace=True)
     _write_safetensors(os.path.join(tmp, "model.safetensors"), specs,
                        (_read_model_tensors(path, names, specs) for names in batches))
-    shutil.rmtree(out, ignore_errors=True)
-    os.replace(tmp, out)
+    replace_export(tmp, out, earlier)
     return out
