@@ -179,3 +179,34 @@ def test_export_never_replaces_a_folder_it_did_not_write(data_dir, tmp_path, cap
     assert main(["export-hf", run, "--out", out]) == 0
     assert f"note: replacing the earlier export in {out}" in capsys.readouterr().err
     assert os.path.exists(os.path.join(out, "config.json"))
+
+
+def test_a_run_at_its_end_says_why_nothing_trains(data_dir, tmp_path, capsys):
+    """`foxformer train --out RUN` again on a finished run printed only its summary (train_loss null)."""
+    run = str(tmp_path / "run")
+    assert main(_flags(data_dir, run, steps=2)) == 0
+    capsys.readouterr()
+    assert main(["train", "--out", run]) == 0
+    err = capsys.readouterr().err
+    # max_steps set the schedule here (no total_tokens): going further is a new schedule
+    assert f"train: nothing to train: {run} is at step 2, the end of its schedule (256 tokens); a longer " in err
+    assert f"--init-from {run} --out NEW_DIR --total-tokens N" in err
+
+
+def test_a_refused_resume_with_another_model_does_not_advise_init_from(data_dir, tmp_path, capsys):
+    """The advice to go on with --init-from trained the saved FoX weights under the new preset's name."""
+    run = str(tmp_path / "run")
+    assert main(_flags(data_dir, run, steps=2)) == 0
+    capsys.readouterr()
+    argv = _flags(data_dir, run, steps=2)
+    argv[argv.index("fox-pro-tiny")] = "transformer-pro-tiny"
+    assert main(argv) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert "the model differs" in line and "--init-from" not in line and "--out NEW_DIR" in line
+
+
+def test_a_warm_up_as_long_as_the_schedule_is_warned_about(data_dir, tmp_path, capsys):
+    argv = _flags(data_dir, str(tmp_path / "run"), steps=2) + ["--total-tokens", "256", "--warmup-tokens", "1Mi"]
+    assert main(argv) == 0
+    assert "train: warning: the warm-up (1,048,576 tokens) is as long as the schedule (256)" in \
+        capsys.readouterr().err

@@ -204,11 +204,32 @@ def _resolve_resume(cfg: TrainConfig) -> str | None:
     return cfg.resume
 
 
+def _say_nothing_to_train(cfg: TrainConfig, step: int) -> None:
+    """A resumed run already at its end printed only its summary (train_loss null, 0 tokens/s), so a user who
+    ran it again for "one more minute" did not learn why nothing happened."""
+    schedule = -(-cfg.horizon_tokens // cfg.batch_tokens)
+    if cfg.max_steps is not None and cfg.max_steps < schedule:
+        how = f"give a larger --max-steps to go on (its schedule runs to step {schedule:,})"
+        end = f"max_steps {cfg.max_steps:,}"
+    else:
+        saved = shlex.quote(os.path.join(cfg.out_dir, "config.yaml"))
+        how = (f"a longer schedule is a new run from its weights: foxformer train --config {saved} --init-from "
+               f"{shlex.quote(cfg.out_dir)} --out NEW_DIR --total-tokens N")
+        end = f"schedule ({cfg.horizon_tokens:,} tokens)"
+    tqdm.write(f"train: nothing to train: {cfg.out_dir} is at step {step:,}, the end of its {end}; {how}",
+               file=sys.stderr)
+
+
 def _check_saved_config(cfg: TrainConfig, resuming: bool) -> None:
     saved_path = os.path.join(cfg.out_dir, "config.yaml")
     if not resuming or not os.path.exists(saved_path):
         return
     conflicts = resume_conflicts(read_saved_config(saved_path), cfg)
+    if conflicts and any(k in ("preset", "model") for k in conflicts):
+        # --init-from would carry the saved model's weights and architecture under the new preset's name
+        raise ValueError(f"resume: the model differs from the one saved in {saved_path} ({conflicts}); another "
+                         f"model is a new run in another folder (nothing was overwritten): foxformer train --config "
+                         f"{shlex.quote(saved_path)} --out NEW_DIR plus the changed flags")
     if conflicts:
         raise ValueError(f"resume: the config differs from the one saved in {saved_path} in {conflicts}; a resumed "
                          f"run must compute the same thing (nothing was overwritten). To go on from its weights with "
@@ -223,6 +244,10 @@ def _announce(cfg: TrainConfig, n_params: int, train_tokens: int) -> None:
     limit = f", at most {cfg.max_minutes:g} minutes" if cfg.max_minutes is not None else ""
     tqdm.write(f"train: new run in {cfg.out_dir}: {model} ({n_params:,} parameters) on {cfg.data_dir}, context "
                f"{cfg.context}, {cfg.batch_tokens:,} tokens per step, {length}{limit}", file=sys.stderr)
+    if cfg.warmup >= cfg.horizon_tokens:  # the rate never reached its peak (32Ki tokens with 1Mi of warm-up: 3%)
+        tqdm.write(f"train: warning: the warm-up ({cfg.warmup:,} tokens) is as long as the schedule "
+                   f"({cfg.horizon_tokens:,}): the learning rate never reaches {cfg.lr:g}; lower --warmup-tokens "
+                   f"(default: a tenth of the schedule)", file=sys.stderr)
     if cfg.batch_tokens > train_tokens:  # the GPU-sized defaults on a small dataset: minutes per step, no progress
         tqdm.write(f"train: warning: one step holds {cfg.batch_tokens:,} tokens, more than the {train_tokens:,} of "
                    f"the training split of {cfg.data_dir} (each step reads it {cfg.batch_tokens / train_tokens:.1f} "
@@ -395,6 +420,8 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, held: con
             sink.write(rec)
         return rec
 
+    if step >= cfg.total_steps and info.is_main:
+        _say_nothing_to_train(cfg, step)
     time_up = False
     bar = tqdm(total=cfg.total_steps, initial=step, desc="train", unit="step",
                disable=not (info.is_main and cfg.progress))
