@@ -293,3 +293,18 @@ def test_the_replace_note_names_every_file_a_command_would_replace(tmp_path, cap
     assert _out_dir(Namespace(out=str(tmp_path)), [], "harness_a.json", "harness_b.json") == str(tmp_path)
     err = capsys.readouterr().err
     assert f"replacing {tmp_path / 'harness_b.json'}" in err and "harness_a.json" not in err
+
+
+def test_eval_loss_reads_a_jsonl_source_by_its_text_field(workspace, tmp_path, capsys):
+    """`--source notes.jsonl` whose text is in "body" failed with "set text_field / --text-field", a flag these
+    commands did not have."""
+    notes = tmp_path / "notes.jsonl"
+    notes.write_text("".join(json.dumps({"body": "words of a note, long enough for a window " * 4}) + "\n"
+                             for _ in range(3)))
+    out = str(tmp_path / "loss")
+    argv = ["eval", "loss", workspace["hf"], "--source", str(notes), "--seq-len", "40", "--num-seqs", "2",
+            "--n-boot", "10", "--device", "cpu", "--out", out, "--no-progress"]
+    assert main(argv) == 2
+    assert "has no field 'text'" in capsys.readouterr().err
+    assert main(argv + ["--text-field", "body"]) == 0
+    assert json.load(open(os.path.join(out, "loss.json")))["models"][0]["n_sequences"] == 2

@@ -34,6 +34,7 @@ def _text_args(p: argparse.ArgumentParser, seq_len: int, num: int) -> None:
                         "part naming one source, e.g. prose)")
     p.add_argument("--source", default=None,
                    help="text source instead of --data: file/dir (.txt/.jsonl[.xz]) or builtin:pydoc|sympy|stdlib")
+    p.add_argument("--text-field", default="text", help="with --source: the JSONL field / Parquet column of the text")
     p.add_argument("--tokenizer", default=None, help="tokenizer for --source (default: the run's, else gpt2)")
     p.add_argument("--seq-len", type=int, default=seq_len, help="tokens per sequence")
     p.add_argument("--num-seqs", type=int, default=num, help="number of sequences")
@@ -122,8 +123,8 @@ def _sequences(args, models):
         where = {**where, "data_source": args.data_source} if args.data_source else where
     elif args.source:
         tok, spec = _tokenizer(args, models)
-        tokens, where = source_sequences(args.source, tok, args.seq_len, args.num_seqs), {"source": args.source,
-                                                                                          "tokenizer": spec}
+        tokens = source_sequences(args.source, tok, args.seq_len, args.num_seqs, args.text_field)
+        where = {"source": args.source, "tokenizer": spec}
     else:
         raise ValueError("pass --data DIR (a prepared dataset) or --source SPEC (text) to evaluate on")
     if len(tokens) < args.num_seqs:  # the results hold fewer sequences than asked for: say so, not only in the JSON

@@ -72,16 +72,16 @@ def document_token_stream(source: str, tokenizer, *, min_tokens: int, max_docs: 
     return ids
 
 
-def source_sequences(source: str, tokenizer, seq_len: int, num: int) -> torch.Tensor:
+def source_sequences(source: str, tokenizer, seq_len: int, num: int, text_field: str = "text") -> torch.Tensor:
     """int64 [N, seq_len]: the first ``seq_len`` tokens of each document with at least that many tokens (a
-    tokenizer's BOS first, for those that have one)."""
+    tokenizer's BOS first, for those that have one). ``text_field``: the JSONL field / Parquet column of the text."""
     _check_len(seq_len, num)
     from foxformer.data import iter_documents
 
     from foxformer.data.tokenizer import start_ids
 
     rows = []
-    for doc in iter_documents(source):
+    for doc in iter_documents(source, text_field):
         ids = start_ids(tokenizer) + tokenizer.encode(doc.text)
         if len(ids) >= seq_len:
             rows.append(ids[:seq_len])

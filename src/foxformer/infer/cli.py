@@ -126,7 +126,7 @@ def _eval_tokens(args, loaded):
     if args.data:
         return dataset_sequences(args.data, args.seq_len, args.num_seqs, split=args.split, within_docs=True)
     tok = load_tokenizer(args.tokenizer or loaded.tokenizer or "gpt2")
-    return source_sequences(args.source, tok, args.seq_len, args.num_seqs)
+    return source_sequences(args.source, tok, args.seq_len, args.num_seqs, args.text_field)
 
 
 def _plot_bias_shift(res: dict, path: str) -> None:
@@ -189,6 +189,7 @@ def add_commands(subparsers) -> None:
     p.add_argument("--data", default=None, help="prepared dataset dir (windows inside documents)")
     p.add_argument("--split", default="val", choices=("train", "val"))
     p.add_argument("--source", default=None, help="text source spec (as in foxformer eval)")
+    p.add_argument("--text-field", default="text", help="with --source: the JSONL field / Parquet column of the text")
     p.add_argument("--seq-len", type=int, default=4096)
     p.add_argument("--num-seqs", type=int, default=8)
     p.add_argument("--train-len", type=int, default=None, help="training context (default: the run's)")
