@@ -321,3 +321,26 @@ def test_an_exported_tokenizer_pads_a_batch_of_prompts_for_generation():
         alone = model.generate(tok(text, return_tensors="pt")["input_ids"], max_new_tokens=3, do_sample=False,
                                pad_token_id=tok.pad_token_id)[:, -3:]
         assert torch.equal(both[row], alone[0])
+
+
+def test_a_prompt_row_without_a_real_token_is_a_clear_error():
+    model = make_model("fox-pro-tiny")
+    mask = torch.ones(2, 5, dtype=torch.long)
+    mask[1] = 0
+    with pytest.raises(ValueError, match="attention_mask: row 1 has no real token"):
+        list(generate(model, tokens(2, 5), max_new_tokens=2, attention_mask=mask))
+
+
+def test_a_seed_outside_the_generators_range_is_refused_up_front():
+    with pytest.raises(ValueError, match=r"seed: expected an integer in \[-2\*\*63, 2\*\*64\)"):
+        GenerationConfig(seed=2**70).validate()
+    GenerationConfig(seed=2**64 - 1).validate()
+
+
+def test_the_decode_benchmarks_p90_is_a_nearest_rank_percentile():
+    from foxformer.bench.decode_steps import _p90_ms
+
+    assert _p90_ms([0.002, 0.001]) == pytest.approx(1.9)  # was the minimum of two, below their median
+    assert _p90_ms([i / 1000 for i in range(1, 12)]) == pytest.approx(10.0)
+    assert _p90_ms([0.003]) == pytest.approx(3.0)
+    assert _p90_ms([]) is None

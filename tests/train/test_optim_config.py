@@ -108,3 +108,11 @@ def test_a_single_process_takes_the_named_gpu(monkeypatch, device, index):
     monkeypatch.setenv("WORLD_SIZE", "1")
     info = distributed.init_distributed(device)
     assert info.device == torch.device("cuda", index) and chosen == [info.device]
+
+
+def test_batch_tokens_off_the_context_names_the_nearest_multiple():
+    from foxformer.train.config import TrainConfig
+
+    with pytest.raises(ValueError, match=r"3000 is not a multiple of context=256 \(a step holds whole sequences\): "
+                                         r"give 3072"):
+        TrainConfig(context=256, batch_tokens=3000, max_steps=1, data_dir="d", out_dir="o").validate()

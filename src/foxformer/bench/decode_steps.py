@@ -12,6 +12,7 @@ bandwidth that takes ``floor_ms``. ``x_floor`` = measured / floor.
 from __future__ import annotations
 
 import inspect
+import math
 import statistics
 import time
 from typing import Optional
@@ -106,8 +107,15 @@ def decode_path(cache, decode: str) -> str:
 
 
 def _p90_ms(seconds: list) -> Optional[float]:
-    """The 90th percentile of ``seconds`` in milliseconds (None for none)."""
-    return 1e3 * sorted(seconds)[int(0.9 * (len(seconds) - 1))] if seconds else None
+    """The 90th percentile of ``seconds`` in milliseconds (None for none), interpolated between the two nearest
+    ranks as numpy.percentile does: the rank rounded down read the minimum of two steps, below their median."""
+    if not seconds:
+        return None
+    ranked = sorted(seconds)
+    at = 0.9 * (len(ranked) - 1)
+    low = math.floor(at)
+    high = min(low + 1, len(ranked) - 1)
+    return 1e3 * (ranked[low] + (at - low) * (ranked[high] - ranked[low]))
 
 
 @torch.no_grad()

@@ -74,8 +74,10 @@ class GenerationConfig:
         if self.prefill_chunk is not None and (not isinstance(self.prefill_chunk, int) or self.prefill_chunk < 1):
             raise ValueError(f"prefill_chunk: expected a positive integer or None, got {self.prefill_chunk!r}")
         check_eviction(self.evict_eps, self.evict_qk_bound, self.evict_max_len)
-        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
-            raise ValueError(f"seed: expected an integer or None, got {self.seed!r}")
+        # torch.Generator.manual_seed's range: past it a bare "Overflow when unpacking long long" after the load
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)
+                                      or not -2**63 <= self.seed < 2**64):
+            raise ValueError(f"seed: expected an integer in [-2**63, 2**64) or None, got {self.seed!r}")
         stop = self.stop_token
         if stop is not None and (isinstance(stop, bool) or not isinstance(stop, int) or stop < 0):
             raise ValueError(f"stop_token: expected a token id (an integer >= 0) or None, got {stop!r}")
@@ -190,6 +192,10 @@ def stream_tokens(model, input_ids: torch.Tensor, cfg: Optional[GenerationConfig
             raise ValueError(f"attention_mask: expected a tensor of the prompts' shape {tuple(ids.shape)}, got "
                              f"{getattr(attention_mask, 'shape', type(attention_mask).__name__)}")
         mask = attention_mask.to(dev).long()
+        empty = (mask.sum(1) == 0).nonzero().flatten().tolist()  # one read of the prompt's mask, as for its ids
+        if empty:
+            raise ValueError(f"attention_mask: row {empty[0]} has no real token (every entry 0): give it a prompt "
+                             f"or leave the row out")
     generator = None
     if cfg.seed is not None:
         generator = torch.Generator(device=dev).manual_seed(int(cfg.seed))

@@ -214,7 +214,9 @@ class TrainConfig:
         if self.total_tokens is None and self.max_steps is None:
             raise ValueError("total_tokens / max_steps: set at least one (the schedule needs a horizon)")
         if self.batch_tokens % self.context:
-            raise ValueError(f"batch_tokens: {self.batch_tokens} is not a multiple of context={self.context}")
+            near = max(self.context, round(self.batch_tokens / self.context) * self.context)
+            raise ValueError(f"batch_tokens: {self.batch_tokens} is not a multiple of context={self.context} (a step "
+                             f"holds whole sequences): give {near}")
 
     # derived quantities -------------------------------------------------------------------------------------
     @property
