@@ -240,3 +240,18 @@ def test_leave_out_drops_a_source_from_training_and_keeps_the_full_mix_validatio
         dataset_sequences(str(tmp_path / "lodo"), 8, 10, within_docs=True, source="corpus")
     with pytest.raises(ValueError, match="leave_out"):
         PrepareConfig(sources=[jsonl_xz], leave_out=["other"]).validate()
+
+
+def test_a_refused_request_says_what_changed(tmp_path):
+    """A folder source that gained a file was refused as "a different request (tokenizer 'bytes', sources
+    ['mydata'])", exactly what the user had typed."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.txt").write_text("first document " * 40)
+    (docs / "b.txt").write_text("second document " * 40)
+    prepare(_cfg(tmp_path, [str(docs)]), progress=False)
+    (docs / "c.txt").write_text("a third document " * 40)
+    with pytest.raises(ValueError, match=f"the files of {str(docs)!r} changed since"):
+        prepare(_cfg(tmp_path, [str(docs)]), progress=False)
+    with pytest.raises(ValueError, match=r"val_fraction 0\.05 then, 0\.25 now"):
+        prepare(_cfg(tmp_path, [str(docs)], val_fraction=0.25), force=False, progress=False)

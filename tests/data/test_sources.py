@@ -1,4 +1,5 @@
 import json
+import re
 
 import pytest
 
@@ -97,3 +98,14 @@ def test_hf_source_without_a_route_to_the_hub_fails_at_once(monkeypatch):
                                          r"hub.example.org:8443 cannot be reached from here \(Network is unreachable\)"):
         list(iter_documents("hf:nobody/nothing@train"))
     assert tried == [(("hub.example.org", 8443), 3.0)]
+
+
+@pytest.mark.parametrize("content, said", [
+    ('[{"text": "a"}, {"text": "b"}]\n', "holds a JSON list, not an object: JSONL takes one object per line"),
+    ('{"body": "a", "id": 1}\n', "has no field 'text' (its fields: 'body', 'id'); set text_field"),
+], ids=["json-array", "other-field"])
+def test_a_jsonl_file_of_another_shape_says_what_it_holds(tmp_path, content, said):
+    path = tmp_path / "notes.json"
+    path.write_text(content)
+    with pytest.raises(ValueError, match=re.escape(said)):
+        list(iter_documents(str(path)))

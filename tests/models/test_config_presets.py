@@ -214,3 +214,8 @@ def test_every_preset_builds_and_runs_on_the_meta_device(name):
         ids = torch.zeros(2, 16, dtype=torch.long)
         out = model(ids, labels=ids)
     assert out.logits.is_meta and out.logits.shape == (2, 16, model.config.vocab_size) and out.loss.is_meta
+
+
+def test_a_yaml_boolean_for_the_gate_kind_says_how_yaml_read_it():
+    with pytest.raises(ValueError, match="got False \\(YAML reads off / on / no / yes as booleans"):
+        FoxConfig(fgate=False)

@@ -210,6 +210,24 @@ def _write_split(out_dir: str, name: str, picks: np.ndarray, shards: list[tuple[
             "tokens": int(offsets[-1])}
 
 
+def _request_changes(old: dict, new: dict) -> str:
+    """What differs between two prepare requests, in words: the same sources whose files changed read as "the
+    same request" when only the specs were shown."""
+    said = []
+    old_sources = {s["spec"]: s.get("fingerprint") for s in old.get("sources", [])}
+    new_sources = {s["spec"]: s.get("fingerprint") for s in new.get("sources", [])}
+    if list(old_sources) != list(new_sources):
+        said.append(f"sources {list(old_sources)} then, {list(new_sources)} now")
+    else:
+        changed = [spec for spec in new_sources if old_sources[spec] != new_sources[spec]]
+        if changed:
+            said.append(f"the files of {', '.join(map(repr, changed))} changed since")
+    for key in sorted((set(old) | set(new)) - {"sources"}):
+        if old.get(key) != new.get(key):
+            said.append(f"{key} {old.get(key)!r} then, {new.get(key)!r} now")
+    return "; ".join(said) or "a request recorded by another version"
+
+
 def prepare(cfg: PrepareConfig, *, force: bool = False, progress: bool = True) -> dict:
     """Build (or reuse) the token arrays described by ``cfg``; returns the manifest.
 
@@ -239,8 +257,8 @@ def prepare(cfg: PrepareConfig, *, force: bool = False, progress: bool = True) -
             force = True
         if not force:
             raise ValueError(f"out_dir: {cfg.out_dir!r} already holds a dataset prepared from a different request "
-                             f"(tokenizer {old.get('tokenizer')!r}, sources "
-                             f"{[s['spec'] for s in old.get('sources', [])]}); use another directory or --force")
+                             f"({_request_changes(old.get('request') or {}, request)}); use another directory or "
+                             f"--force")
     tok = load_tokenizer(cfg.tokenizer)  # a bad spec fails here, before out_dir is touched
     os.makedirs(cfg.out_dir, exist_ok=True)
     if old is not None:

@@ -185,9 +185,13 @@ def _iter_file(path: str, spec: str, text_field: str) -> Iterator[Document]:
                     row = json.loads(line)
                 except json.JSONDecodeError as e:
                     raise ValueError(f"source: {path}:{lineno} is not valid JSON ({e})") from e
-                if not isinstance(row, dict) or text_field not in row:
-                    raise ValueError(f"source: {path}:{lineno} has no field {text_field!r} "
-                                     f"(set text_field / --text-field)")
+                if not isinstance(row, dict):  # a .json file holding one array is the usual case
+                    raise ValueError(f"source: {path}:{lineno} holds a JSON {type(row).__name__}, not an object: "
+                                     f"JSONL takes one object per line, e.g. {{\"{text_field}\": \"...\"}}")
+                if text_field not in row:
+                    fields = ", ".join(map(repr, list(row)[:5]))
+                    raise ValueError(f"source: {path}:{lineno} has no field {text_field!r} (its fields: {fields}); "
+                                     f"set text_field / --text-field")
                 yield Document(id=str(row.get("id", f"{path}:{lineno}")), source=spec,
                                text=_text_value(row[text_field], f"{path}:{lineno}", text_field))
     elif kind == "parquet":

@@ -180,7 +180,10 @@ class FoxConfig(PretrainedConfig):
         if self.attention not in ATTENTIONS:
             raise ValueError(f"FoxConfig.attention must be one of {ATTENTIONS}, got {self.attention!r}")
         if self.fgate not in FGATES:
-            raise ValueError(f"FoxConfig.fgate must be one of {FGATES}, got {self.fgate!r}")
+            # YAML reads `fgate: off` (or no, yes, on) as a boolean
+            hint = " (YAML reads off / on / no / yes as booleans: quote the value)" if isinstance(self.fgate, bool) \
+                else ""
+            raise ValueError(f"FoxConfig.fgate must be one of {FGATES}, got {self.fgate!r}{hint}")
         if self.attention == "softmax" and self.fgate != "none":
             raise ValueError(f"FoxConfig.fgate must be 'none' when attention='softmax', got {self.fgate!r}")
         if self.attention == "linear" and self.fgate == "none":
