@@ -210,3 +210,13 @@ def test_a_warm_up_as_long_as_the_schedule_is_warned_about(data_dir, tmp_path, c
     assert main(argv) == 0
     assert "train: warning: the warm-up (1,048,576 tokens) is as long as the schedule (256)" in \
         capsys.readouterr().err
+
+
+def test_export_of_a_checkpoint_folder_names_the_run_and_the_flag(data_dir, tmp_path, capsys):
+    run = str(tmp_path / "run")
+    assert main(_flags(data_dir, run, steps=2)) == 0
+    path = ckpt.list_checkpoints(run)[-1]
+    capsys.readouterr()
+    assert main(["export-hf", path]) == 2
+    assert f"foxformer export-hf {run} --checkpoint {os.path.basename(path)}" in \
+        _one_error_line(capsys.readouterr().err)

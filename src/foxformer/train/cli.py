@@ -158,6 +158,11 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
     if not os.path.isdir(args.run):
         raise ValueError(f"export: no run folder {args.run!r}")
+    if os.path.exists(os.path.join(args.run, "meta.json")):  # a checkpoint folder, not its run's
+        run = os.path.dirname(os.path.dirname(os.path.abspath(args.run)))
+        name = os.path.basename(os.path.normpath(args.run))
+        raise ValueError(f"export: {args.run!r} is a checkpoint; export-hf takes its run folder and the checkpoint "
+                         f"by name: foxformer export-hf {run} --checkpoint {name}")
     path = _named_checkpoint(args.run, args.checkpoint) if args.checkpoint else latest_checkpoint(args.run)
     if path is None:
         raise CheckpointError(f"export: run {args.run!r} has no checkpoints")
