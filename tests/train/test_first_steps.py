@@ -220,3 +220,13 @@ def test_export_of_a_checkpoint_folder_names_the_run_and_the_flag(data_dir, tmp_
     assert main(["export-hf", path]) == 2
     assert f"foxformer export-hf {run} --checkpoint {os.path.basename(path)}" in \
         _one_error_line(capsys.readouterr().err)
+
+
+def test_the_resume_note_under_torchrun_names_the_launch(tmp_path, monkeypatch):
+    from foxformer.train.cli import _resume_note
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    note = _resume_note(str(tmp_path / "run"))
+    assert "start it again with: torchrun --nproc-per-node N -m foxformer.cli train --out" in note
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert _resume_note(str(tmp_path / "run")).endswith(f"with: foxformer train --out {tmp_path / 'run'}")

@@ -74,7 +74,7 @@ def _train_command(args: argparse.Namespace) -> int:
             raise ValueError(_in_flags(str(e), args)) from None
         summary = train(cfg)
     except KeyboardInterrupt:
-        if cfg is None:
+        if cfg is None or not main_rank:  # one note per run, not one per process under torchrun
             raise
         raise KeyboardInterrupt(_resume_note(cfg.out_dir)) from None
     except CheckpointWriteError as e:
@@ -128,6 +128,9 @@ def _resume_note(out_dir: str, why: str = "", redone: bool = True) -> str:
     except ValueError:  # a dangling pointer: the resume will say what to do
         last = None
     command = f"foxformer train --out {shlex.quote(out_dir)}"
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        command = (f"torchrun --nproc-per-node N -m foxformer.cli train --out {shlex.quote(out_dir)} (the same "
+                   f"launch, any number of processes)")
     if last is None:
         return f"training stopped{why} ({out_dir}) before its first checkpoint; start it again with: {command}"
     redo = " (the steps after it will be redone)" if redone else ""
