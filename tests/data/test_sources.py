@@ -109,3 +109,12 @@ def test_a_jsonl_file_of_another_shape_says_what_it_holds(tmp_path, content, sai
     path.write_text(content)
     with pytest.raises(ValueError, match=re.escape(said)):
         list(iter_documents(str(path)))
+
+
+def test_a_folder_source_leaves_hidden_files_and_folders_out(tmp_path):
+    """macOS's ._notes.txt resource forks are not UTF-8 and failed the whole folder; .git held no documents."""
+    (tmp_path / "notes.txt").write_text("the user's text")
+    (tmp_path / "._notes.txt").write_bytes(b"\x00\x05\x16\x07\xff\xfe")
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git" / "description.txt").write_text("not a document")
+    assert [d.text for d in iter_documents(str(tmp_path))] == ["the user's text"]

@@ -91,8 +91,10 @@ def _list_files(path: str) -> list[str]:
     if os.path.isdir(path):
         found = []
         for root, dirs, files in os.walk(path):
-            dirs.sort()
-            found.extend(os.path.join(root, f) for f in sorted(files) if _file_kind(f) is not None)
+            # hidden entries (.git, an editor's swap files, macOS's ._ resource forks) are not the user's documents
+            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+            found.extend(os.path.join(root, f) for f in sorted(files)
+                         if not f.startswith(".") and _file_kind(f) is not None)
         if not found:
             raise ValueError(f"source: directory {path!r} holds no file of a kind read as documents: {KINDS_SAID} "
                              f"(source code: gather the files into a .jsonl, one {{\"text\": ...}} a line)")
