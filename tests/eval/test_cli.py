@@ -1,6 +1,7 @@
 """`foxformer eval loss|niah|harness`, `foxformer analyze gates`, `foxformer report` end to end on tiny models."""
 import json
 import os
+import shutil
 
 import pytest
 import torch
@@ -308,3 +309,16 @@ def test_eval_loss_reads_a_jsonl_source_by_its_text_field(workspace, tmp_path, c
     assert "has no field 'text'" in capsys.readouterr().err
     assert main(argv + ["--text-field", "body"]) == 0
     assert json.load(open(os.path.join(out, "loss.json")))["models"][0]["n_sequences"] == 2
+
+
+def test_eval_loss_of_a_run_defaults_to_the_data_it_trained_on(workspace, tmp_path, capsys):
+    """`eval loss RUN` without --data stopped; the run's config.yaml names its dataset."""
+    run = tmp_path / "run"
+    shutil.copytree(workspace["run"], run)
+    saved = yaml.safe_load(open(run / "config.yaml"))
+    yaml.safe_dump({**saved, "data_dir": workspace["data"]}, open(run / "config.yaml", "w"))
+    out = str(tmp_path / "loss")
+    assert main(["eval", "loss", str(run), "--seq-len", "48", "--num-seqs", "2", "--n-boot", "10", "--device",
+                 "cpu", "--out", out, "--no-progress"]) == 0
+    assert f"note: --data {workspace['data']} (the dataset the runs trained on" in capsys.readouterr().err
+    assert json.load(open(os.path.join(out, "loss.json")))["settings"]["data"] == workspace["data"]

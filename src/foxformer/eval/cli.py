@@ -25,7 +25,9 @@ def _model_args(p: argparse.ArgumentParser, several: bool = True) -> None:
 
 
 def _text_args(p: argparse.ArgumentParser, seq_len: int, num: int) -> None:
-    p.add_argument("--data", default=None, help="prepared dataset dir (foxformer data prepare)")
+    p.add_argument("--data", default=None,
+                   help="prepared dataset dir (foxformer data prepare; default: the one the runs trained on, if they "
+                        "share it)")
     p.add_argument("--split", default="val", choices=("train", "val"))
     p.add_argument("--within-docs", action="store_true",
                    help="only windows inside one document (every position has real context)")
@@ -110,6 +112,15 @@ def _check_data_tokenizer(data_dir: str, models) -> None:
                              f"{m.tokenizer}")
 
 
+def _runs_data(models) -> str | None:
+    """The one prepared dataset every model's run trained on, where it still exists (else None)."""
+    dirs = {m.data_dir for m in models}
+    if len(dirs) != 1 or None in dirs:
+        return None
+    data = dirs.pop()
+    return data if os.path.isfile(os.path.join(data, "manifest.json")) else None
+
+
 def _sequences(args, models):
     from .sequences import dataset_sequences, source_sequences
 
@@ -125,6 +136,10 @@ def _sequences(args, models):
         tok, spec = _tokenizer(args, models)
         tokens = source_sequences(args.source, tok, args.seq_len, args.num_seqs, args.text_field)
         where = {"source": args.source, "tokenizer": spec}
+    elif _runs_data(models):
+        args.data = _runs_data(models)
+        print(f"note: --data {args.data} (the dataset the runs trained on; its {args.split} split)", file=sys.stderr)
+        return _sequences(args, models)
     else:
         raise ValueError("pass --data DIR (a prepared dataset) or --source SPEC (text) to evaluate on")
     if len(tokens) < args.num_seqs:  # the results hold fewer sequences than asked for: say so, not only in the JSON

@@ -35,7 +35,8 @@ class LoadedModel:
     """A model ready for evaluation plus what the plots need to know about it.
 
     train_len: the training context length (None if unknown); tokenizer: spec string such as "gpt2";
-    source: "run" | "checkpoint" | "hf"; step: training step of the weights (None if unknown).
+    source: "run" | "checkpoint" | "hf"; step: training step of the weights (None if unknown);
+    data_dir: the prepared dataset its run trained on (None if unknown).
     """
 
     model: torch.nn.Module
@@ -45,6 +46,7 @@ class LoadedModel:
     tokenizer: Optional[str] = None
     source: str = "hf"
     step: Optional[int] = None
+    data_dir: Optional[str] = None
 
 
 def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
@@ -208,7 +210,7 @@ def _load_model(path, device, dtype, name, train_len, attention_backend) -> Load
     label = name or _default_name(given)
     tokenizer = run_cfg.get("tokenizer") or (_hf_tokenizer(hf_path, model) if hf_path else None)
     return LoadedModel(model=model, name=label, path=given, train_len=int(ctx) if ctx else None,
-                       tokenizer=tokenizer, source=source, step=step)
+                       tokenizer=tokenizer, source=source, step=step, data_dir=run_cfg.get("data_dir"))
 
 
 def _default_name(path: str) -> str:
