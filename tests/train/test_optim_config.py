@@ -116,3 +116,13 @@ def test_batch_tokens_off_the_context_names_the_nearest_multiple():
     with pytest.raises(ValueError, match=r"3000 is not a multiple of context=256 \(a step holds whole sequences\): "
                                          r"give 3072"):
         TrainConfig(context=256, batch_tokens=3000, max_steps=1, data_dir="d", out_dir="o").validate()
+
+
+@pytest.mark.parametrize("device, conflict", [("cpu", False), ("cuda", True)], ids=["cpu", "cuda"])
+def test_precision_auto_and_its_resolved_value_resume_alike(device, conflict):
+    """A CPU run saved with precision auto refused `--precision fp32`, the precision it had computed in."""
+    from foxformer.train.config import resume_conflicts
+
+    saved = TrainConfig(max_steps=1, data_dir="d", out_dir="o", device=device)
+    new = TrainConfig(max_steps=1, data_dir="d", out_dir="o", device=device, precision="fp32")
+    assert ("precision" in resume_conflicts(saved, new)) is conflict

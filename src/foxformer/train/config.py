@@ -415,10 +415,24 @@ def read_saved_config(path: str) -> TrainConfig:
     return load_config(path)
 
 
+def _precision_on(precision: str, device: str) -> str:
+    """The precision a run computes in on ``device`` (TrainConfig.precision's "auto": bf16 on CUDA, else fp32)."""
+    if precision != "auto":
+        return precision
+    if device == "auto":
+        import torch
+
+        return "bf16" if torch.cuda.is_available() else "fp32"
+    return "bf16" if device.startswith("cuda") else "fp32"
+
+
 def resume_conflicts(saved: TrainConfig, new: TrainConfig) -> list[str]:
     """Keys whose change would make a resumed run compute something else."""
     a, b = saved.to_dict(), new.to_dict()
     keys = sorted(k for k in a if k not in RESUMABLE_CHANGES and a[k] != b.get(k))
+    # "auto" is fp32 on a CPU: `--precision fp32` there computes the same thing (and --device may change anyway)
+    if "precision" in keys and _precision_on(saved.precision, new.device) == _precision_on(new.precision, new.device):
+        keys.remove("precision")
     if saved.horizon_tokens != new.horizon_tokens and "total_tokens" not in keys:
         keys.append("max_steps (it sets the schedule horizon while total_tokens is unset)")
     return keys
