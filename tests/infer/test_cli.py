@@ -400,3 +400,13 @@ def test_generate_checks_its_out_file_before_the_work(hf_dir, tmp_path, capsys):
                  "--device", "cpu", "--out", str(blocker / "x.json")]) == 2
     captured = capsys.readouterr()
     assert "error: --out: " in captured.err and "is a file" in captured.err and captured.out == ""
+
+
+def test_generate_records_the_stop_token_it_used_and_says_a_fallback_once(hf_dir, tmp_path, capsys):
+    """--out said "stop_token": null for a run that stopped at the tokenizer's end of text; --decode graphs on a
+    CPU printed its fallback twice (a UserWarning pointing into torch, then the summary line)."""
+    out = tmp_path / "gen.json"
+    assert main(["generate", "--model", hf_dir, "--tokenizer", "bytes", "--prompt", "Once", "--max-new-tokens", "3",
+                 "--device", "cpu", "--decode", "graphs", "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["settings"]["stop_token"] == 256
+    assert capsys.readouterr().err.count("decoding eagerly") == 1

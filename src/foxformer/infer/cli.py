@@ -6,6 +6,7 @@ import json
 import os
 import sys
 import time
+import warnings
 
 from foxformer.argtypes import floats
 from foxformer.paths import check_output_file, read_text, write_json
@@ -36,7 +37,9 @@ def _cmd_generate(args) -> int:
     from foxformer.data import load_tokenizer
     from foxformer.train.loading import load_model
 
-    from .generate import GenerationConfig, generate
+    from foxformer.data.tokenizer import start_ids
+
+    from .generate import GenerationConfig, end_of_text_id, generate
 
     if (args.prompt is None) == (args.prompt_file is None):
         raise ValueError("pass exactly one of --prompt TEXT and --prompt-file PATH")
@@ -52,7 +55,7 @@ def _cmd_generate(args) -> int:
                            ignore_eos=args.ignore_eos, decode=args.decode)
     loaded = load_model(args.model, device=args.device, dtype=args.dtype, attention_backend=args.attention_backend)
     tokenizer = load_tokenizer(args.tokenizer or loaded.tokenizer or "gpt2")
-    n_prompt = len(tokenizer.encode(prompt))
+    n_prompt = len(start_ids(tokenizer) + tokenizer.encode(prompt))  # what the model reads, a BOS included
     if loaded.train_len and n_prompt > loaded.train_len:
         print(f"warning: the prompt has {n_prompt} tokens, more than the {loaded.train_len} the model was trained "
               f"on ({args.model}); what follows may degrade (FoX degrades gracefully, a Transformer with RoPE "
@@ -60,11 +63,13 @@ def _cmd_generate(args) -> int:
     state: dict = {}
     pieces = []
     t0 = time.perf_counter()
-    for piece in generate(loaded.model, tokenizer, prompt, config=cfg, state=state):
-        pieces.append(piece)
-        if not args.no_stream:
-            sys.stdout.write(piece)
-            sys.stdout.flush()
+    with warnings.catch_warnings():  # a fallback from CUDA graphs is said once, on the summary line below
+        warnings.filterwarnings("ignore", message="decoding eagerly")
+        for piece in generate(loaded.model, tokenizer, prompt, config=cfg, state=state):
+            pieces.append(piece)
+            if not args.no_stream:
+                sys.stdout.write(piece)
+                sys.stdout.flush()
     elapsed = time.perf_counter() - t0
     text = "".join(pieces)
     if args.no_stream:
@@ -73,6 +78,8 @@ def _cmd_generate(args) -> int:
     n_new = state.get("new_tokens", 0)
     result = {"model": args.model, "prompt_tokens": n_prompt, "new_tokens": n_new,
               "seconds": elapsed, "text": text, "settings": dict(vars(cfg))}
+    if cfg.stop_token is None and not cfg.ignore_eos:  # the tokenizer's end of text, which generate stops at
+        result["settings"]["stop_token"] = end_of_text_id(tokenizer)
     cache = state.get("cache")
     if cache is not None and hasattr(cache, "memory_report"):
         result["cache"] = cache.memory_report()

@@ -276,7 +276,7 @@ def _counted(ints: Iterator[int], state: dict) -> Iterator[int]:
         yield t
 
 
-def _end_id(tokenizer) -> Optional[int]:
+def end_of_text_id(tokenizer) -> Optional[int]:
     """The tokenizer's end-of-text id: ours name it ``eot_id``, a Hugging Face tokenizer (an export's own, loaded
     by AutoTokenizer) ``eos_token_id``; generation with the latter ran past its end marker into junk."""
     for name in ("eot_id", "eos_token_id"):
@@ -333,7 +333,7 @@ def generate(model, tokenizer_or_ids, prompt: Optional[str] = None, *, config: O
         ids = start_ids(tokenizer) + tokenizer.encode(prompt)
         if not ids:
             raise ValueError("prompt: encodes to no tokens; give at least one character")
-        end = _end_id(tokenizer)
+        end = end_of_text_id(tokenizer)
         if config.stop_token is None and not config.ignore_eos and end is not None:
             config = dataclasses.replace(config, stop_token=end)
         # A model's vocabulary is often padded past the tokenizer's (50304 for GPT-2's 50257): ids there
