@@ -292,3 +292,61 @@ def test_slim_entries_give_the_same_table_and_intervals(tmp_path):
     # at 16K positions (a 16K-token evaluation) an entry's per-position arrays shrink ~140-fold
     big = {k: list(np.linspace(3, 4, 16383)) for k in ("positions", "loss", "smoothed", "smoothed_lo", "smoothed_hi")}
     assert len(json.dumps(slim_curve(big))) * 100 < len(json.dumps(big))
+
+
+def _configured_run(tmp_path, folder, preset, seed, offset=0.0):
+    """A run named "model" (its folder's name) with the config.yaml training saves."""
+    import yaml
+
+    run = _seed_run(tmp_path / folder, "model", offset, seed)
+    with open(os.path.join(run, "config.yaml"), "w") as f:
+        yaml.safe_dump({"preset": preset, "model": {}, "seed": seed}, f)
+    return run
+
+
+@pytest.mark.parametrize("case", ["other-model", "same-seed", "same-run"])
+def test_runs_that_are_not_seeds_of_one_model_are_not_pooled(tmp_path, case):
+    """Two experiments' folders both named "model" (a FoX and a Transformer) were averaged as two seeds; a run
+    given twice read as two seeds with a spread of 0."""
+    a = _configured_run(tmp_path, "expA", "fox-pro-tiny", 0)
+    if case == "same-run":
+        b = a
+    else:
+        b = _configured_run(tmp_path, "expB", "transformer-pro-tiny" if case == "other-model" else "fox-pro-tiny",
+                            0 if case == "same-seed" else 1, offset=0.1)
+    said = {"other-model": "train different models", "same-seed": "share a seed",
+            "same-run": "one run folder as several seeds"}[case]
+    with pytest.raises(ValueError, match=said):
+        compare([a, b], str(tmp_path / "out"))
+    if case != "same-run":  # named apart, they compare as two models
+        res = compare([a, b], str(tmp_path / "out"), names=["A", "B"])
+        assert [r["model"] for r in res["rows"]] == ["A", "B"]
+
+
+def test_a_run_folder_holding_another_models_evaluation_is_refused(tmp_path):
+    a = _configured_run(tmp_path, "expA", "fox-pro-tiny", 0)
+    other = tmp_path / "other_model"
+    other.mkdir()
+    loss = os.path.join(a, "eval", "loss.json")
+    data = json.load(open(loss))
+    data["settings"]["models"] = [str(other)]
+    json.dump(data, open(loss, "w"))
+    with pytest.raises(ValueError, match="holds the evaluation of .*other_model, not of the run"):
+        compare([a, _seed_run(tmp_path, "b", 0.1, 1)], str(tmp_path / "out"))
+
+
+def test_one_sequence_gives_no_interval_rather_than_a_zero_width_one(tmp_path):
+    from foxformer.eval.loss import loss_curve
+    from foxformer.eval.outputs import save_loss
+
+    runs = []
+    for name, level in (("a", 3.0), ("b", 3.5)):
+        rows = np.full((1, 63), level) + np.random.default_rng(0).normal(0, 0.01, size=(1, 63))
+        save_loss([loss_curve(rows, name=name, train_len=16, n_boot=20)], str(tmp_path / name / "eval"),
+                  {"data": "d", "split": "val", "seq_len": 64, "num_seqs": 1})
+        runs.append(str(tmp_path / name))
+    res = compare(runs, str(tmp_path / "out"), positions=(8,))
+    d = res["differences"][0]["mean_loss"]
+    assert d["mean"] == pytest.approx(-0.5, abs=0.01) and d["lo"] is None and d["hi"] is None
+    md = (tmp_path / "out" / "compare.md").read_text()
+    assert "[no interval: 1 sequence]" in md and "**" not in md.split("Difference")[1]

@@ -104,6 +104,17 @@ def expand_curve(model: dict) -> dict:
     return out
 
 
+def _check_evaluated_here(run_dir: str, path: str, models: list) -> None:
+    """A run folder's loss.json must be of that run: `eval loss OTHER --out RUN/eval` put OTHER's curve under
+    RUN's name (and RUN's validation loss beside it). Paths that do not exist from here are not judged."""
+    if _run_settings(run_dir) is None or len(models) != 1 or not os.path.exists(str(models[0])):
+        return  # an evaluation's own folder, or one whose model is not on this machine
+    run, model = os.path.realpath(run_dir), os.path.realpath(str(models[0]))
+    if model != run and not model.startswith(run + os.sep):
+        raise ValueError(f"run_dirs: {path} holds the evaluation of {models[0]}, not of the run {run_dir}; "
+                         f"compare {models[0]} itself, or evaluate {run_dir} into its own folder")
+
+
 def load_curves(run_dirs: list[str]) -> list[SimpleNamespace]:
     """One curve per model found in the runs' loss.json files (attributes as ``plots`` expects, and
     ``run_index``: the position in ``run_dirs`` of the run it came from)."""
@@ -113,6 +124,7 @@ def load_curves(run_dirs: list[str]) -> list[SimpleNamespace]:
         with open(path) as f:
             data = json.load(f)
         s = data.get("settings", {})
+        _check_evaluated_here(run_dir, path, s.get("models") or [])
         measured = {k: s.get(k) for k in MEASURED + ("tokens_sha256",)}
         if reference is None:
             reference = (path, measured)
@@ -121,6 +133,42 @@ def load_curves(run_dirs: list[str]) -> list[SimpleNamespace]:
                              f"compare only evaluations of the same sequences")
         curves += [SimpleNamespace(**expand_curve(m), run_index=i) for m in data["models"]]
     return curves
+
+
+def _run_settings(run_dir: str) -> Optional[dict]:
+    """The training config a run folder saved (None for a loss.json given alone or a folder without one)."""
+    path = os.path.join(run_dir, "config.yaml")
+    if not os.path.isfile(path):
+        return None
+    import yaml
+
+    with open(path) as f:
+        return yaml.safe_load(f) or {}
+
+
+def check_seed_groups(members: dict, run_dirs: list[str]) -> None:
+    """Runs pooled as seeds of one model must be that: the same preset and model settings, different seeds, each
+    folder once. Runs are grouped by their models' names, and two experiments' folders both named "model" (a FoX
+    and a Transformer) were averaged as two seeds, a run given twice as two seeds with a spread of 0."""
+    for name, group in members.items():
+        runs = [c.run_index for c in group]
+        if len(set(runs)) < len(runs) or len(group) < 2:
+            continue  # one loss.json holding a model twice is its own business (names say which)
+        where = [os.path.realpath(run_dirs[i]) for i in runs]
+        if len(set(where)) < len(where):
+            raise ValueError(f"run_dirs: {name!r} would pool one run folder as several seeds; give each run once")
+        saved = [(run_dirs[i], _run_settings(run_dirs[i])) for i in runs]
+        saved = [(r, cfg) for r, cfg in saved if cfg is not None]
+        for (r0, a), (r1, b) in zip(saved, saved[1:]):
+            if (a.get("preset"), a.get("model") or {}) != (b.get("preset"), b.get("model") or {}):
+                raise ValueError(f"run_dirs: {r0} and {r1} are grouped as seeds of {name!r} (their models share the "
+                                 f"name) but train different models (preset {a.get('preset')!r}, model "
+                                 f"{a.get('model') or {}} against {b.get('preset')!r}, {b.get('model') or {}}); "
+                                 f"tell them apart with --names")
+        seeds = [cfg.get("seed") for _, cfg in saved]  # train writes it; a config without one is not judged
+        if None not in seeds and len(set(seeds)) < len(seeds):
+            raise ValueError(f"run_dirs: the runs grouped as seeds of {name!r} ({', '.join(r for r, _ in saved)}) "
+                             f"share a seed ({seeds}); give --names to compare them as different models")
 
 
 def value_at(curve: SimpleNamespace, position: int) -> float | None:
@@ -308,7 +356,8 @@ def _differences(members: dict, reference: str, positions, n_boot: int = 2000) -
         s = spread(values, reference=ref, n_boot=n_boot)
         keys = ["mean_loss"] + [f"L@{p}" for p in positions]
         out.append({"model": name, "reference": reference,
-                    **{k: None if np.isnan(m) else {"mean": m, "lo": lo, "hi": hi}
+                    **{k: None if np.isnan(m) else {"mean": m, "lo": None if np.isnan(lo) else lo,
+                                                      "hi": None if np.isnan(hi) else hi}
                        for k, m, lo, hi in zip(keys, s["mean"], s["lo"], s["hi"])}})
     return out
 
@@ -380,6 +429,7 @@ def compare(run_dirs: list[str], out_dir: str, positions=None, names: list[str] 
             c.name = n
     os.makedirs(out_dir, exist_ok=True)
     members = {g: [curves[i] for i in idx] for g, idx in groups([c.name for c in curves]).items()}
+    check_seed_groups(members, run_dirs)
     if reference is not None and group_name(reference) not in members:
         raise ValueError(f"reference: {reference!r} is none of the models {sorted(members)}")
     ref = group_name(reference) if reference is not None else list(members)[-1]

@@ -10,6 +10,7 @@ common with seed s of another).
 """
 from __future__ import annotations
 
+import math
 import re
 from typing import Optional, Sequence
 
@@ -67,6 +68,10 @@ def spread(values: np.ndarray, *, reference: Optional[np.ndarray] = None, n_boot
         std = None
     alpha = (1.0 - confidence) / 2
     lo, hi = np.quantile(reps, [alpha, 1 - alpha], axis=0)
+    if values.shape[0] * values.shape[1] < 2:
+        # one seed and one sequence: every resample is that sequence, a zero-width "interval" that excluded 0
+        # and was printed in bold as a difference beyond the spread
+        lo = hi = np.full_like(lo, np.nan)
     return {"mean": mean.tolist(), "std": None if std is None else std.tolist(), "lo": lo.tolist(),
             "hi": hi.tolist()}
 
@@ -84,7 +89,10 @@ def fmt_spread(mean: Optional[float], std: Optional[float] = None, digits: int =
     return f"{mean:.{digits}f}" + ("" if std is None else f" ± {std:.{digits}f}")
 
 
-def fmt_interval(mean: float, lo: float, hi: float, digits: int = 3) -> str:
-    """"-0.028 [-0.051, -0.004]", in bold when the interval excludes 0 (the difference exceeds the spread)."""
+def fmt_interval(mean: float, lo: Optional[float], hi: Optional[float], digits: int = 3) -> str:
+    """"-0.028 [-0.051, -0.004]", in bold when the interval excludes 0 (the difference exceeds the spread);
+    "-0.028 [no interval: 1 sequence]" where there is none (lo / hi None or NaN)."""
+    if lo is None or hi is None or math.isnan(lo) or math.isnan(hi):
+        return f"{mean:+.{digits}f} [no interval: 1 sequence]"
     text = f"{mean:+.{digits}f} [{lo:+.{digits}f}, {hi:+.{digits}f}]"
     return f"**{text}**" if lo > 0 or hi < 0 else text
