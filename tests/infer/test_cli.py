@@ -410,3 +410,22 @@ def test_generate_records_the_stop_token_it_used_and_says_a_fallback_once(hf_dir
                  "--device", "cpu", "--decode", "graphs", "--out", str(out)]) == 0
     assert json.loads(out.read_text())["settings"]["stop_token"] == 256
     assert capsys.readouterr().err.count("decoding eagerly") == 1
+
+
+def test_bias_shift_out_is_a_file_or_a_folder_checked_before_the_sweep(hf_dir, tmp_path, capsys):
+    """A missing parent folder or a folder given as --out failed after the whole sweep."""
+    src = tmp_path / "doc.txt"
+    src.write_text("The quick brown fox jumps over the lazy dog. " * 4)
+    common = ["bias-shift", "--model", hf_dir, "--tokenizer", "bytes", "--source", str(src), "--seq-len", "64",
+              "--num-seqs", "3", "--train-len", "32", "--shifts", "0", "--bins", "4", "--device", "cpu",
+              "--no-progress"]
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    assert main(common + ["--out", str(blocker / "x.json")]) == 2
+    assert "error: --out: " in capsys.readouterr().err
+    folder = tmp_path / "results"
+    assert main(common + ["--out", str(folder)]) == 0
+    data = json.loads((folder / "bias_shift.json").read_text())
+    assert data["source"] == str(src) and data["num_seqs"] == 1
+    assert (folder / "bias_shift.png").exists()
+    assert "note: only 1 sequences of 64 tokens (--num-seqs 3)" in capsys.readouterr().err

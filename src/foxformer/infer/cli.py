@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -104,19 +103,25 @@ def _cmd_bias_shift(args) -> int:
 
     from .bias_shift import bias_shift_sweep
 
+    # --out: a .json file, or a folder for bias_shift.json; checked before the work (a missing folder or a
+    # folder given as the file failed after the whole sweep)
+    out = args.out
+    if out and (os.path.isdir(out) or not out.endswith(".json")):
+        out = os.path.join(out, "bias_shift.json")
+    if out:
+        check_output_file(out, "--out")
     loaded = load_model(args.model, device=args.device, dtype=args.dtype, attention_backend=args.attention_backend,
                         train_len=args.train_len, progress=not args.no_progress)
     tokens = _eval_tokens(args, loaded)
+    if len(tokens) < args.num_seqs:  # as eval loss says it
+        print(f"note: only {len(tokens)} sequences of {args.seq_len} tokens (--num-seqs {args.num_seqs}); a shorter "
+              f"--seq-len gives more", file=sys.stderr)
     res = bias_shift_sweep(loaded.model, tokens, args.shifts, train_len=loaded.train_len, bins=args.bins,
                            progress=not args.no_progress)
-    res.update({"model": args.model, "seq_len": int(tokens.shape[1]), "num_seqs": int(tokens.shape[0])})
-    if args.out:
-        out = args.out
-    else:
-        out = os.path.join(default_out_dir([loaded]), "bias_shift.json")
-        os.makedirs(os.path.dirname(out), exist_ok=True)
-    with open(out, "w") as f:
-        json.dump(res, f, indent=2)
+    res.update({"model": args.model, "seq_len": int(tokens.shape[1]), "num_seqs": int(tokens.shape[0]),
+                "data": args.data, "split": args.split if args.data else None, "source": args.source})
+    out = out or os.path.join(default_out_dir([loaded]), "bias_shift.json")
+    write_json(out, res)
     _plot_bias_shift(res, out.rsplit(".", 1)[0] + ".png")
     for s, a, b in zip(res["shifts"], res["loss_within"], res["loss_beyond"]):
         print(f"shift {s:+.3g}: loss within train_len {a:.4f}, beyond {b if b is None else round(b, 4)}")
@@ -201,7 +206,8 @@ def add_commands(subparsers) -> None:
     p.add_argument("--num-seqs", type=int, default=8)
     p.add_argument("--train-len", type=int, default=None, help="training context (default: the run's)")
     p.add_argument("--bins", type=int, default=16)
-    p.add_argument("--out", default=None, help="JSON path (default: RUN/eval/bias_shift.json for a run dir, else "
-                                               "runs/eval/bias_shift.json; the plot sits next to it)")
+    p.add_argument("--out", default=None, help="JSON path, or a folder for bias_shift.json (default: "
+                                               "RUN/eval/bias_shift.json for a run dir, else runs/eval/bias_shift.json; "
+                                               "the plot sits next to it)")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=_cmd_bias_shift)
