@@ -350,3 +350,19 @@ def test_one_sequence_gives_no_interval_rather_than_a_zero_width_one(tmp_path):
     assert d["mean"] == pytest.approx(-0.5, abs=0.01) and d["lo"] is None and d["hi"] is None
     md = (tmp_path / "out" / "compare.md").read_text()
     assert "[no interval: 1 sequence]" in md and "**" not in md.split("Difference")[1]
+
+
+def test_a_needle_run_without_generation_removes_the_earlier_generation_heatmap(tmp_path):
+    """`eval niah --no-generate` into a folder of an earlier NIAH kept its niah_heatmap.png (other models,
+    other lengths) beside the new niah.json."""
+    from foxformer.eval.niah import NiahResult
+    from foxformer.eval.outputs import save_niah
+
+    records = [{"length": 32, "depth": 0.0, "mode": "standard", "needle": 0, "seed": 0, "value": "1",
+                "answer_logprob": -1.0, "ll_correct": True, "found": True}]
+    result = NiahResult(name="a", lengths=[32], depths=[0.0], modes=["standard"], train_len=32, records=records)
+    save_niah([result], str(tmp_path))
+    assert (tmp_path / "niah_heatmap.png").exists()
+    result.generate = False
+    assert save_niah([result], str(tmp_path))["plots"] == ["niah_ll_heatmap.png"]
+    assert not (tmp_path / "niah_heatmap.png").exists()

@@ -5,6 +5,7 @@ plot paths relative to the JSON file (``foxformer report`` reads them).
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
@@ -90,6 +91,9 @@ def save_niah(results: Sequence, out_dir: str, settings: Optional[dict] = None) 
     files = []
     if all(r.generate for r in results):
         files.append(os.path.basename(plots.plot_niah_heatmaps(results, os.path.join(out_dir, "niah_heatmap.png"))))
+    else:  # an earlier run's generation heatmap (other models, other lengths) would sit beside this niah.json
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(out_dir, "niah_heatmap.png"))
     files.append(os.path.basename(plots.plot_niah_heatmaps(results, os.path.join(out_dir, "niah_ll_heatmap.png"),
                                                            metric="ll_accuracy")))
     data = {"command": "eval niah", "settings": settings or {}, "plots": files,
