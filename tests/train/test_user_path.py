@@ -96,7 +96,10 @@ def test_ctrl_c_says_where_to_resume_and_out_alone_resumes_to_the_same_losses(ma
     done = _cli("train", "--out", run)
     assert done.returncode == 0, done.stderr[-2000:]
     assert f"continuing {run} with its config.yaml" in done.stderr
-    assert _losses(run) == _losses(ref["out_dir"])
+    # The reference ran in this process, the interrupted run in a child: on a loaded 2-core CI machine their second
+    # step once differed in the 7th digit (10.800350 against 10.800348, thirty-ninth session) before any
+    # interruption; a resume that read other data or lost the optimizer state differs by far more.
+    assert _losses(run) == pytest.approx(_losses(ref["out_dir"]), rel=1e-5, abs=0)
     assert yaml.safe_load(open(os.path.join(run, "config.yaml")))["tokenizer"] == "gpt2"  # from the manifest
 
 
