@@ -136,8 +136,8 @@ def _sequences(args, models):
         tok, spec = _tokenizer(args, models)
         tokens = source_sequences(args.source, tok, args.seq_len, args.num_seqs, args.text_field)
         where = {"source": args.source, "tokenizer": spec}
-    elif _runs_data(models):
-        args.data = _runs_data(models)
+    elif data := _runs_data(models):
+        args.data = data
         print(f"note: --data {args.data} (the dataset the runs trained on; its {args.split} split)", file=sys.stderr)
         return _sequences(args, models)
     else:

@@ -82,6 +82,18 @@ def next_token_targets(labels: torch.Tensor, cu_seqlens: torch.Tensor | None = N
     return targets
 
 
+def _rows_and_targets(hidden: torch.Tensor, labels: torch.Tensor, cu_seqlens: torch.Tensor | None):
+    """(rows [N, d] of the positions that predict, in autocast's dtype under autocast; their targets [N];
+    the targets [B, T-1]) of hidden [B, T, d] and labels [B, T]."""
+    if labels.shape != hidden.shape[:2]:
+        raise ValueError(f"labels must be [batch, seq] = {tuple(hidden.shape[:2])}, got {tuple(labels.shape)}")
+    targets = next_token_targets(labels, cu_seqlens)
+    h = hidden[:, :-1].reshape(-1, hidden.shape[-1])
+    if torch.is_autocast_enabled(h.device.type):
+        h = h.to(torch.get_autocast_dtype(h.device.type))
+    return h, targets.reshape(-1), targets
+
+
 # Dynamo stays out: on the H200 (torch 2.11, CUDA) a compiled model calling this Function got no gradient
 # at all (tests/gpu/test_fused_loss_cuda.py: eager passed, compiled failed, 2026-11-29), while torch 2.13 on
 # the CPU was exact. The loss is a few large GEMMs per chunk, so running it eagerly costs ~nothing.
@@ -96,13 +108,7 @@ def fused_causal_lm_loss(hidden: torch.Tensor, weight: torch.Tensor, labels: tor
     Same value as ``causal_lm_loss(lm_head(hidden), labels, cu_seqlens, num_items_in_batch=...)``:
     the sum is divided by num_items_in_batch when it is given, else by the targets counted here.
     """
-    if labels.shape != hidden.shape[:2]:
-        raise ValueError(f"labels must be [batch, seq] = {tuple(hidden.shape[:2])}, got {tuple(labels.shape)}")
-    targets = next_token_targets(labels, cu_seqlens)
-    h = hidden[:, :-1].reshape(-1, hidden.shape[-1])
-    t = targets.reshape(-1)
-    if torch.is_autocast_enabled(h.device.type):
-        h = h.to(torch.get_autocast_dtype(h.device.type))
+    h, t, targets = _rows_and_targets(hidden, labels, cu_seqlens)
     chunk = max(1, _CHUNK_ELEMENTS // weight.shape[0])
     total = _LinearCrossEntropySum.apply(h, weight, t, chunk)
     # fp32 like causal_lm_loss (the sum itself is accumulated in fp64 for fp64 models)
@@ -120,13 +126,7 @@ def chunked_token_losses(hidden: torch.Tensor, weight: torch.Tensor, labels: tor
     fp32 logits of 6 GiB for 8 x 4K tokens and ran out of memory beside three other runs on an H100 (thirty-ninth
     session); the rows go through the head one chunk at a time, as in training.
     """
-    if labels.shape != hidden.shape[:2]:
-        raise ValueError(f"labels must be [batch, seq] = {tuple(hidden.shape[:2])}, got {tuple(labels.shape)}")
-    targets = next_token_targets(labels, cu_seqlens)
-    h = hidden[:, :-1].reshape(-1, hidden.shape[-1])
-    t = targets.reshape(-1)
-    if torch.is_autocast_enabled(h.device.type):
-        h = h.to(torch.get_autocast_dtype(h.device.type))
+    h, t, targets = _rows_and_targets(hidden, labels, cu_seqlens)
     acc = torch.promote_types(h.dtype, torch.float32)
     out = torch.zeros(t.shape, dtype=torch.float32, device=h.device)
     chunk = max(1, _CHUNK_ELEMENTS // weight.shape[0])
