@@ -18,6 +18,8 @@
 #   bash scripts/issue20.sh headdim "0 1"  # GPU: FoX (Pro) at head dim 64 (the preset's) and 128 (faster to train),
 #                                         # two seeds side by side; then `headdim 2`
 #   bash scripts/issue20.sh headdim125 0  # GPU: the same two head dims at 125M, one seed a call (then 1, 2)
+#   bash scripts/issue20.sh bias125 "0 1"  # GPU: FoX (Pro) 125M with seeds, and its gate-bias shift on the mix (then
+#                                         # `bias125 2`)
 #   bash scripts/issue20.sh lr 1e-3 "0 1"  # GPU: FoX (Pro) and Transformer (Pro) at lr 1e-3, two seeds side by side;
 #                                         # then `lr 1e-3 2` (is FoX (Pro)'s seed spread at 2e-3 the rate's?);
 #                                         # `lr 1e-3 "0 1" llama`: the LLaMA pair
@@ -177,6 +179,18 @@ headdim125)
     DATA=$CARRY/gpt2 SEEDS="$s" TOKENS=${HD125_TOKENS:-36M} WARMUP=${HD125_WARMUP:-3.6M} EVAL_BATCH=${EVAL_BATCH:-4} \
         MINUTES=${HD125_MINUTES:-6.2} bash scripts/reproduce.sh fox-pro-125m:head_dim=64 fox-pro-125m:head_dim=128
     ;;
+bias125)
+    # The 125M FoX (Pro) and its gate-bias shift on the mix (one seed in the fifth session, "A 125M FoX (Pro), and the
+    # inference-time gate-bias shift"), with seeds: the preset at headdim125's recipe (36M tokens in 128Ki-token
+    # batches, 275 steps), its loss on the mix, then `bias-shift` on 8 held-out sequences of 16K tokens (4x the
+    # training length) from -1 to +4 into RUN/bias_shift_mix. Two seeds side by side fit one call as headdim125's
+    # pair does; then `bias125 2` alone.
+    s=${2:?bias125: give the seeds, e.g. bias125 \"0 1\"}
+    unpack carry_seed
+    DATA=$CARRY/gpt2 SEEDS="$s" TOKENS=${HD125_TOKENS:-36M} WARMUP=${HD125_WARMUP:-3.6M} EVAL_BATCH=${EVAL_BATCH:-4} \
+        MINUTES=${HD125_MINUTES:-6.2} BIAS_SHIFT=1 BIAS_SHIFTS=-1,-0.5,0,0.5,1,2,4 RUNS=runs_bias125 \
+        bash scripts/reproduce.sh fox-pro-125m
+    ;;
 lr)
     # The Pro pair at another learning rate, seeded: FoX (Pro)'s final validation loss spreads by 0.118 nats over
     # three seeds at the recipe's 2e-3 (the Transformer (Pro)'s by 0.022), and the fifth session's one-seed sweep put
@@ -239,7 +253,7 @@ mqar)
     tar -C "$OUT" -czf "$tgz" --exclude=models . && find "$OUT" -mindepth 1 -delete && mv "$tgz" "$OUT/mqar_bundle.tgz"
     ;;
 *)
-    echo "usage: bash scripts/issue20.sh data | seed N | seed-ood N | lodo [SEEDS] | lodo-rest SEEDS | ablation N | headdim SEEDS | lr LR SEEDS | proablation N | mqar" >&2
+    echo "usage: bash scripts/issue20.sh data | seed N | seed-ood N | lodo [SEEDS] | lodo-rest SEEDS | ablation N | headdim SEEDS | headdim125 N | bias125 SEEDS | lr LR SEEDS [llama] | proablation N | mqar" >&2
     exit 2
     ;;
 esac

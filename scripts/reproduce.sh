@@ -37,7 +37,7 @@ EXTRA=${EXTRA:---compile}; EVAL_EVERY=${EVAL_EVERY:-9M}
 EVAL_LEN=${EVAL_LEN:-$((4 * CONTEXT))}; EVAL_SEQS=${EVAL_SEQS:-32}; SRC_EVAL_LEN=${SRC_EVAL_LEN:-$EVAL_LEN}
 OOD_SEQS=${OOD_SEQS:-$EVAL_SEQS}; EVAL_BATCH=${EVAL_BATCH:-1}
 NIAH=${NIAH:-1}; NIAH_LENS=${NIAH_LENS:-$((CONTEXT / 2)),$CONTEXT,$((2 * CONTEXT)),$((4 * CONTEXT))}; NIAH_SEEDS=${NIAH_SEEDS:-0}
-EVICT_LEN=${EVICT_LEN:-$((16 * CONTEXT))}; BIAS_SEQS=${BIAS_SEQS:-8}
+EVICT_LEN=${EVICT_LEN:-$((16 * CONTEXT))}; BIAS_SEQS=${BIAS_SEQS:-8}; BIAS_SHIFTS=${BIAS_SHIFTS:-0,0.5,1,2,4}
 FX="python -m foxformer.cli"
 mkdir -p "$OUT" "$RUNS"
 
@@ -154,10 +154,11 @@ evaluate() {  # evaluate PRESET: every evaluation of one run
             --seq-len "$EVAL_LEN" --num-seqs "$BIAS_SEQS" --shifts=-1,-0.5,0,0.5,1,2 \
             --out "$r/bias_shift_ood_$tag/bias_shift.json" --no-progress
     done
-    # the inference-time gate-bias shift (the paper's length-extrapolation suggestion), up to 4x
-    [ "$gated" = 1 ] && [ "$BIAS_SHIFT" = 1 ] && step "bias_shift_$p.log" $FX bias-shift --model "$r" \
-        --data "$DATA" --seq-len "$EVAL_LEN" --num-seqs "$BIAS_SEQS" --shifts 0,0.5,1,2,4 \
-        --out "$OUT/bias_shift_$p.json" --no-progress
+    # the inference-time gate-bias shift (the paper's length-extrapolation suggestion), up to 4x, into
+    # RUN/bias_shift_mix (in the run's folder, so that the bundle and issue20_doc.py's kept inputs carry it)
+    [ "$gated" = 1 ] && [ "$BIAS_SHIFT" = 1 ] && mkdir -p "$r/bias_shift_mix" && step "bias_shift_$p.log" \
+        $FX bias-shift --model "$r" --data "$DATA" --seq-len "$EVAL_LEN" --num-seqs "$BIAS_SEQS" \
+        --shifts="$BIAS_SHIFTS" --out "$r/bias_shift_mix/bias_shift.json" --no-progress
     [ "$NIAH" = 1 ] && step "eval_niah_$p.log" $FX eval niah "$r" --lengths "$NIAH_LENS" --seeds "$NIAH_SEEDS" \
         --no-progress
 }
