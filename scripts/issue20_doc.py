@@ -342,66 +342,94 @@ def _ablations(runs: dict, units: dict, dropped: list[str], fresh: set[str]) -> 
 
 
 OOD_TAGS = {"go": "Go source", "austen": "Jane Austen's novels"}
-SHIFT_DIR = "bias_shift_ood_"
+# The bias-shift sweeps a run's folder may hold: unit id -> (folder glob, heading, figure, whether the table splits
+# each loss at the training length). `BIAS_SHIFT_OOD=1` (lodo-rest) writes RUN/bias_shift_ood_TAG; reproduce.sh's
+# in-mix sweep (BIAS_SHIFT=1, `issue20.sh bias125`) RUN/bias_shift_mix, whose question is the training length.
+SHIFT_UNITS = {
+    "bias_shift_ood": ("bias_shift_ood_*", "The gate-bias shift on the texts from outside the mix", "bias_shift_ood",
+                       False),
+    "bias_shift_mix": ("bias_shift_mix", "The gate-bias shift on the mix's held-out documents", "bias_shift_mix",
+                       True),
+}
 
 
 def _kind_label(kind: str) -> str:
     base, _, data = kind.partition("/")
-    return LABELS.get(base, base) + (", no prose" if data == "noprose" else "")
+    size = re.fullmatch(r"(.*)-(\d+m)", base)
+    label = LABELS.get(base) or (f"{LABELS[size.group(1)]} {size.group(2).upper()}"
+                                 if size and size.group(1) in LABELS else base)
+    return label + (", no prose" if data == "noprose" else "")
 
 
-def _bias_shift_ood(runs: dict, units: dict, fresh: set[str] | None = None) -> None:
-    """The gate-bias shift on the texts from outside the mix (`BIAS_SHIFT_OOD=1`, RUN/bias_shift_ood_TAG/): per run
-    the mean loss at each shift, per model and text the seeds' mean change from shift 0, and a figure."""
+def _shift_text(folder: str) -> str:
+    name = os.path.basename(folder)
+    if name == "bias_shift_mix":
+        return "the mix's held-out documents"
+    tag = name[len("bias_shift_ood_"):]
+    return OOD_TAGS.get(tag, tag)
+
+
+def _bias_shifts(runs: dict, units: dict, fresh: set[str] | None = None) -> None:
+    """Each of SHIFT_UNITS found in the runs' folders: per run the mean loss at each shift (with a split at the
+    training length, within / beyond, where the unit asks), per model and text the seeds' mean change from shift 0,
+    and a figure."""
+    for uid, (pattern, heading, fig_name, split) in SHIFT_UNITS.items():
+        found = {}  # (kind, text) -> [(run, result)]
+        for kind, kind_runs in runs.items():
+            for run in kind_runs:
+                for path in sorted(glob.glob(os.path.join(run, pattern, "bias_shift.json"))):
+                    found.setdefault((kind, _shift_text(os.path.dirname(path))), []).append((run, _read(path)))
+        if found and (fresh is None or any(_bundle(r) in fresh for got in found.values() for r, _ in got)):
+            _bias_shift_unit(found, units, uid, heading, fig_name, split)
+
+
+def _bias_shift_unit(found: dict, units: dict, uid: str, heading: str, fig_name: str, split: bool) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    found = {}  # (kind, tag) -> [(run, result)]
-    for kind, kind_runs in runs.items():
-        for run in kind_runs:
-            for path in sorted(glob.glob(os.path.join(run, SHIFT_DIR + "*", "bias_shift.json"))):
-                tag = os.path.basename(os.path.dirname(path))[len(SHIFT_DIR):]
-                found.setdefault((kind, tag), []).append((run, _read(path)))
-    if not found or (fresh is not None and not any(_bundle(r) in fresh for got in found.values() for r, _ in got)):
-        return
     shifts = next(iter(found.values()))[0][1]["shifts"]
     if 0.0 not in shifts:
         return
     found = {key: [(r, res) for r, res in got if res["shifts"] == shifts] for key, got in found.items()}
+    zero = shifts.index(0.0)
     cols = " | ".join(f"{s:+g}" if s else "0" for s in shifts)
     first = next(iter(found.values()))[0][1]
     read = (f"{first['num_seqs']} sequences of {first['seq_len']} tokens per text" if "seq_len" in first
             else "per text")
+    if split:
+        read += f"; each cell: loss within / beyond the training length of {first['train_len']} tokens"
     table = [f"| model | text | run | {cols} |", "|---" * (3 + len(shifts)) + "|"]
     summary = []
     fig, axes = plt.subplots(1, len(found), figsize=(4.2 * len(found), 3.4), layout="constrained", squeeze=False)
-    for ax, ((kind, tag), got) in zip(axes[0], sorted(found.items())):
-        text = OOD_TAGS.get(tag, tag)
-        change = np.array([np.asarray(res["mean_loss"]) - res["mean_loss"][shifts.index(0.0)] for _, res in got])
+    for ax, ((kind, text), got) in zip(axes[0], sorted(found.items())):
+        key = "loss_beyond" if split else "mean_loss"
+        change = np.array([np.asarray(res[key]) - res[key][zero] for _, res in got])
         for (run, res), ch in zip(got, change):
             best = int(np.argmin(res["mean_loss"]))
+            cells = ([f"{a:.3f} / {b:.3f}" for a, b in zip(res["loss_within"], res["loss_beyond"])] if split
+                     else [f"{v:.3f}" for v in res["mean_loss"]])
             table.append(f"| {_kind_label(kind)} | {text} | {os.path.basename(run)} | "
-                         + " | ".join(f"**{v:.3f}**" if i == best else f"{v:.3f}"
-                                      for i, v in enumerate(res["mean_loss"])) + " |")
+                         + " | ".join(f"**{c}**" if i == best else c for i, c in enumerate(cells)) + " |")
             ax.plot(shifts, ch, marker="o", label=os.path.basename(run))
         mean, std = change.mean(0), change.std(0, ddof=1) if len(got) > 1 else np.zeros(len(shifts))
-        summary.append(f"- gate-bias shift on {text}, {_kind_label(kind)} ({_seeds(len(got))}): mean loss change from "
+        what = "loss beyond the training length" if split else "mean loss"
+        summary.append(f"- gate-bias shift on {text}, {_kind_label(kind)} ({_seeds(len(got))}): {what} change from "
                        "shift 0 at " + ", ".join(f"{s:+g}: {m:+.3f} ± {d:.3f}" for s, m, d in zip(shifts, mean, std)
                                                   if s != 0))
         ax.axhline(0, color="0.4", lw=0.8)
         ax.set_xlabel("forget-gate bias shift (positive: remembers longer)")
-        ax.set_ylabel("mean loss change from shift 0 [nats]")
+        ax.set_ylabel(f"{what} change from shift 0 [nats]")
         ax.set_title(f"{_kind_label(kind)}: {text}", fontsize=9)
-        ax.legend(fontsize=6)
-    path = os.path.join(OUT, "bias_shift_ood.png")
+        ax.legend(fontsize=6, title="run", title_fontsize=6)
+    path = os.path.join(OUT, fig_name + ".png")
     os.makedirs(OUT, exist_ok=True)
     fig.savefig(path, dpi=120)
     plt.close(fig)
-    units["bias_shift_ood"] = (["### The gate-bias shift on the texts from outside the mix", "",
-                                "Mean loss at each shift of every forget gate's bias (`foxformer bias-shift`, "
-                                f"{read}; bold: the run's lowest):", "", *table, "", f"![bias shift by text]({path[5:]})", ""], summary)
+    units[uid] = ([f"### {heading}", "", "Mean loss at each shift of every forget gate's bias (`foxformer bias-shift`, "
+                   f"{read}; bold: the run's lowest mean):", "", *table, "", f"![bias shift by text]({path[5:]})", ""],
+                  summary)
 
 
 def _in_bundle(path: str, bundles: list[str]) -> str:
@@ -415,7 +443,7 @@ def _in_bundle(path: str, bundles: list[str]) -> str:
 # may be gone with its machine; the figures they gave stay as generated).
 MAIN_UNITS = [f"{text}_{block}" for text in TEXTS if text != "eval_src_prose" for block in BLOCKS]
 ORDER = (MAIN_UNITS + ["missing", "lodo"] + [f"lodo_{text}" for text in TEXTS]
-         + list(ABLATIONS) + ["dropped", "gates", "bias_shift_ood", "mqar"])
+         + list(ABLATIONS) + ["dropped", "gates"] + list(SHIFT_UNITS) + ["mqar"])
 UNIT, UNIT_END = "<!-- issue20:unit {} -->", "<!-- /issue20:unit -->"
 INPUTS, EARLIER = "<!-- issue20:inputs {} -->", "@earlier"
 _INPUTS_RE = re.compile(r"^<!-- issue20:inputs (.*) -->$", re.M)
@@ -476,7 +504,7 @@ def section(bundles: list[str], old: tuple[dict, dict, dict] = ({}, {}, {}), giv
         names = ", ".join(_in_bundle(f, bundles) for f in sorted(set(dropped)))
         units["dropped"] = (["Left out of their comparisons (they read other sequences than the rest, e.g. an earlier "
                              f"number of sequences per text): {names}.", ""], [])
-    _bias_shift_ood(runs, units, fresh)
+    _bias_shifts(runs, units, fresh)
     table, figs, read = gates_section(runs)
     if table and any(_bundle(r) in fresh for r in read):
         # the runs read: a table from runs whose inputs were never kept (the eleventh session's seed 2) stays

@@ -320,7 +320,7 @@ def test_the_gate_bias_shift_on_other_texts_gets_a_unit_and_is_kept(doc_script, 
             {"shifts": shifts, "train_len": 4096, "mean_loss": loss, "loss_within": loss, "loss_beyond": loss,
              "binned_loss": [[0.0] * 16] * len(shifts), "seq_len": 16384, "num_seqs": 8}))
     units: dict = {}
-    doc_script._bias_shift_ood(doc_script.find_runs([str(bundle)]), units)
+    doc_script._bias_shifts(doc_script.find_runs([str(bundle)]), units)
     body, [line] = units["bias_shift_ood"]
     assert line.startswith("- gate-bias shift on Go source, FoX (Pro), no prose (3 seeds): mean loss change")
     assert "+0.5: -0.013 ± 0.000" in line and "+2: +0.100 ± 0.000" in line and "+0:" not in line
@@ -332,8 +332,39 @@ def test_the_gate_bias_shift_on_other_texts_gets_a_unit_and_is_kept(doc_script, 
     kept = tmp_path / "out" / "inputs" / bundle.name / "runs" / "fox-pro-small_s0" / "bias_shift_ood_go"
     assert "binned_loss" not in json.loads((kept / "bias_shift.json").read_text())
     again: dict = {}
-    doc_script._bias_shift_ood(doc_script.find_runs([str(tmp_path / "out" / "inputs" / bundle.name)]), again)
+    doc_script._bias_shifts(doc_script.find_runs([str(tmp_path / "out" / "inputs" / bundle.name)]), again)
     assert again["bias_shift_ood"][1] == [line]
+
+
+def test_the_gate_bias_shift_on_the_mix_splits_at_the_training_length(doc_script, tmp_path, monkeypatch):
+    """`issue20.sh bias125` (reproduce.sh's in-mix sweep into RUN/bias_shift_mix): FoX (Pro) 125M's seeds become their
+    own unit, each cell the loss within / beyond the training length, the summary the change beyond it; the OOD
+    unit is not made from it."""
+    import yaml
+
+    monkeypatch.setattr(doc_script, "OUT", str(tmp_path / "out"))
+    bundle = tmp_path / "bias125"
+    shifts = [-1.0, 0.0, 1.0, 4.0]
+    for seed in range(2):
+        run = bundle / "runs" / f"fox-pro-125m_s{seed}"
+        (run / "bias_shift_mix").mkdir(parents=True)
+        (run / "config.yaml").write_text(yaml.safe_dump({"preset": "fox-pro-125m", "data_dir": "c/gpt2"}))
+        within = [2.5 + 0.1 * s * s + 0.01 * seed for s in shifts]
+        beyond = [w - 0.02 + 0.01 * s for w, s in zip(within, shifts)]
+        (run / "bias_shift_mix" / "bias_shift.json").write_text(json.dumps(
+            {"shifts": shifts, "train_len": 4096, "mean_loss": within, "loss_within": within, "loss_beyond": beyond,
+             "seq_len": 16384, "num_seqs": 8}))
+    units: dict = {}
+    doc_script._bias_shifts(doc_script.find_runs([str(bundle)]), units)
+    assert set(units) == {"bias_shift_mix"}
+    body, [line] = units["bias_shift_mix"]
+    assert body[0] == "### The gate-bias shift on the mix's held-out documents"
+    assert line.startswith("- gate-bias shift on the mix's held-out documents, FoX (Pro) 125M (2 seeds): loss beyond "
+                           "the training length change from shift 0 at -1: +0.090 ± 0.000")
+    assert "+4: +1.640 ± 0.000" in line
+    rows = [r for r in body if r.startswith("| FoX (Pro) 125M |")]
+    assert len(rows) == 2 and "| **2.500 / 2.480** |" in rows[0]
+    assert os.path.exists(tmp_path / "out" / "bias_shift_mix.png")
 
 
 def test_runs_at_another_learning_rate_are_their_own_kind(doc_script, tmp_path, monkeypatch):
