@@ -1,8 +1,8 @@
 """`foxformer report RUN_DIR...`: one Markdown or HTML page with training curves and the eval / analyze outputs.
 
 Each RUN_DIR (a training run or any folder) is searched for the outputs of ``foxformer eval loss`` (loss.json),
-``eval niah`` (niah.json), ``eval harness`` (harness.json) and ``analyze gates`` (gates.json), in the folder
-itself and in its ``eval/`` sub-folder (the commands' default output for a run dir), plus the run's
+``eval niah`` (niah.json), ``eval harness`` (harness.json), ``analyze gates`` (gates.json), ``eval eviction``
+(eviction.json) and ``bias-shift`` (bias_shift.json), in the folder itself and in its ``eval/`` sub-folder (the commands' default output for a run dir), plus the run's
 metrics.jsonl. Plots are copied next to the page, so the report folder can be moved as a whole.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from . import plots
 from .outputs import find_output, safe_name
 
-OUTPUTS = ("loss.json", "niah.json", "gates.json", "harness.json")
+OUTPUTS = ("loss.json", "niah.json", "gates.json", "harness.json", "eviction.json", "bias_shift.json")
 
 
 @dataclass
@@ -133,6 +133,29 @@ def _gate_blocks(data: dict, base: str, out_dir: str, tag: str) -> list[Block]:
     return _summary_blocks("Forget gates", data, base, out_dir, tag)
 
 
+def _beside(path: str, out_dir: str, tag: str) -> list[Block]:
+    """The figure a command drew next to its JSON (eviction.png, bias_shift.png), when it is there."""
+    png = path.rsplit(".", 1)[0] + ".png"
+    return [Block("img", _copy_image(png, out_dir, tag))] if os.path.exists(png) else []
+
+
+def _eviction_blocks(data: dict, path: str, out_dir: str, tag: str) -> list[Block]:
+    keys = [("model", "name"), ("sequences", "n_sequences"), ("seq_len", "seq_len"), ("evict_eps", "evict_eps"),
+            ("loss", "loss"), ("loss with eviction", "loss_evicted"), ("mean absolute loss change", "mean_abs_diff"),
+            ("largest absolute loss change", "max_abs_diff"), ("keys kept", "kept_fraction"),
+            ("peak memory ratio", "allocated_ratio")]
+    rows = [["metric", "value"]] + [[label, data.get(k)] for label, k in keys if k in data]
+    return [Block("h3", "KV eviction"), Block("table", rows=rows)] + _beside(path, out_dir, tag)
+
+
+def _bias_shift_blocks(data: dict, path: str, out_dir: str, tag: str) -> list[Block]:
+    train_len = data.get("train_len")
+    rows = [["shift", "mean loss", f"loss < {train_len}", f"loss >= {train_len}"]]
+    rows += [list(r) for r in zip(data.get("shifts", []), data.get("mean_loss", []), data.get("loss_within", []),
+                                  data.get("loss_beyond", []))]
+    return [Block("h3", "Forget-gate bias shift"), Block("table", rows=rows)] + _beside(path, out_dir, tag)
+
+
 def _harness_blocks(data: dict) -> list[Block]:
     rows = [["task", "metric", "value"]]
     for task, metrics in (data.get("results") or {}).items():
@@ -160,6 +183,10 @@ def collect(run_dirs: list[str], out_dir: str) -> list[Block]:
         path = find_output(run_dir, "harness.json")
         if path:
             section += _harness_blocks(_read_json(path))
+        for name, fn in (("eviction.json", _eviction_blocks), ("bias_shift.json", _bias_shift_blocks)):
+            path = find_output(run_dir, name)
+            if path:
+                section += fn(_read_json(path), path, out_dir, tag)
         if not section:
             section = [Block("p", f"No results found in {run_dir} (looked for metrics.jsonl and "
                                   f"{', '.join(OUTPUTS)} in it and in its eval/ folder).")]
