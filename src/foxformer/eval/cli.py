@@ -7,7 +7,7 @@ import os
 import sys
 import time
 
-from foxformer.argtypes import floats, ints, words
+from foxformer.argtypes import count, counts, floats, ints, words
 
 
 def _model_args(p: argparse.ArgumentParser, several: bool = True) -> None:
@@ -18,8 +18,8 @@ def _model_args(p: argparse.ArgumentParser, several: bool = True) -> None:
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     p.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA, fp32 on CPU) | fp32 | bf16 | fp16")
     p.add_argument("--attention-backend", default=None, help="override the models' attention backend")
-    p.add_argument("--train-len", type=int, default=None,
-                   help="training context length (read from the run's config.yaml when omitted)")
+    p.add_argument("--train-len", type=count, default=None,
+                   help="training context length, e.g. 2048 or 2Ki (read from the run's config.yaml when omitted)")
     p.add_argument("--out", default=None, help="output folder (default: RUN_DIR/eval for one run dir, else runs/eval)")
     p.add_argument("--no-progress", action="store_true")
 
@@ -38,7 +38,7 @@ def _text_args(p: argparse.ArgumentParser, seq_len: int, num: int) -> None:
                    help="text source instead of --data: file/dir (.txt/.jsonl[.xz]) or builtin:pydoc|sympy|stdlib")
     p.add_argument("--text-field", default="text", help="with --source: the JSONL field / Parquet column of the text")
     p.add_argument("--tokenizer", default=None, help="tokenizer for --source (default: the run's, else gpt2)")
-    p.add_argument("--seq-len", type=int, default=seq_len, help="tokens per sequence")
+    p.add_argument("--seq-len", type=count, default=seq_len, help="tokens per sequence, e.g. 4096 or 4Ki")
     p.add_argument("--num-seqs", type=int, default=num, help="number of sequences")
 
 
@@ -292,7 +292,8 @@ def add_commands(subparsers) -> None:
     _model_args(p)
     _text_args(p, seq_len=2048, num=64)
     p.add_argument("--batch-size", type=int, default=1)
-    p.add_argument("--lengths", type=ints, default=None, help="context lengths l for P(l) (default: powers of 2)")
+    p.add_argument("--lengths", type=counts, default=None,
+                   help="context lengths l for P(l), e.g. 512,1Ki,2Ki (default: powers of 2)")
     p.add_argument("--smooth", type=int, default=None, help="moving-average window for L(i) (default T/64)")
     p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples over sequences")
     p.add_argument("--confidence", type=float, default=0.95)
@@ -306,7 +307,7 @@ def add_commands(subparsers) -> None:
     p.add_argument("--haystack", default="builtin:pydoc",
                    help="haystack text source: file/dir (.txt/.jsonl[.xz]) or builtin:pydoc|sympy|stdlib")
     p.add_argument("--tokenizer", default=None, help="default: the run's tokenizer, else gpt2")
-    p.add_argument("--lengths", type=ints, default=[1024, 2048, 4096], help="context lengths")
+    p.add_argument("--lengths", type=counts, default=[1024, 2048, 4096], help="context lengths, e.g. 1Ki,2Ki,4Ki")
     p.add_argument("--depths", type=floats, default=[0.0, 0.25, 0.5, 0.75, 1.0], help="needle depths in [0, 1]")
     p.add_argument("--modes", type=words, default=["standard", "easy"], help="standard,easy")
     p.add_argument("--needles", type=int, default=2, help="needles (key/value pairs) per cell")
@@ -326,7 +327,7 @@ def add_commands(subparsers) -> None:
     p.add_argument("--num-fewshot", "--num_fewshot", type=int, default=None)
     p.add_argument("--limit", type=float, default=None, help="examples per task (or fraction if < 1)")
     p.add_argument("--batch-size", "--batch_size", type=int, default=8)
-    p.add_argument("--max-length", "--max_length", type=int, default=None,
+    p.add_argument("--max-length", "--max_length", type=count, default=None,
                    help="context window (default: training length, else 2048)")
     p.add_argument("--metadata", default=None, help="JSON passed to lm_eval tasks (e.g. RULER's tokenizer)")
     p.add_argument("--include-path", "--include_path", default=None,

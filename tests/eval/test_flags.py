@@ -1,0 +1,43 @@
+"""Flags of the eval commands as users and scripts pass them: token lengths spelled as elsewhere in the project,
+typos in lists caught, and the flags every command shares."""
+import pytest
+
+from foxformer import argtypes
+from foxformer.cli import build_parser, main
+from foxformer.train import config
+
+
+def _parsed(argv):
+    return build_parser().parse_args(argv)
+
+
+def test_lengths_take_the_suffixes_of_the_training_config():
+    """`--lengths 1Ki` was refused while `context: 16Ki` and `total_tokens: 1Gi` were read everywhere else."""
+    args = _parsed(["eval", "niah", "m", "--lengths", "1Ki,4K,2048", "--train-len", "2Ki"])
+    assert args.lengths == [1024, 4000, 2048] and args.train_len == 2048
+    args = _parsed(["eval", "loss", "m", "--lengths", "512,1Ki", "--seq-len", "4Ki"])
+    assert args.lengths == [512, 1024] and args.seq_len == 4096
+    assert config.parse_count is argtypes.parse_count  # one reading of a count for the whole project
+
+
+@pytest.mark.parametrize("lengths", ["256,,512", "256,512,", ""], ids=["double-comma", "trailing-comma", "empty"])
+def test_an_empty_item_in_a_list_is_refused(lengths, capsys):
+    """"256,,512" ran the grid at 256 and 512 only: the length the typo lost went unnoticed."""
+    with pytest.raises(SystemExit) as exc:
+        main(["eval", "niah", "m", "--lengths", lengths])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.endswith(f"argument --lengths: empty item in {lengths!r}: separate the values with single commas")
+
+
+@pytest.mark.parametrize("flag", ["--depths", "--modes", "--seeds"])
+def test_every_list_flag_refuses_empty_items(flag, capsys):
+    with pytest.raises(SystemExit):
+        main(["eval", "niah", "m", flag, "1,,0"])
+    assert "empty item in '1,,0'" in capsys.readouterr().err
+
+
+def test_a_length_that_is_no_count_names_the_bad_item(capsys):
+    with pytest.raises(SystemExit):
+        main(["eval", "niah", "m", "--lengths", "1Ki,2Kb"])
+    assert "argument --lengths: expected a token count such as 4096 or 4Ki, got '2Kb'" in capsys.readouterr().err
