@@ -350,9 +350,9 @@ def add_commands(subparsers) -> None:
                                    "draws them together; the runs must have measured the same sequences.")
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     p.add_argument("--names", type=words, default=None, help="comma-separated labels, one per model")
-    p.add_argument("--positions", type=ints, default=None,
-                   help="token positions of the table (default: the last five powers of two within the evaluated "
-                        "length)")
+    p.add_argument("--positions", type=counts, default=None,
+                   help="token positions p of the table, powers of two (its columns: the octaves p/2 < i <= p), "
+                        "e.g. 1Ki,4Ki (default: the last five powers of two within the evaluated length)")
     p.add_argument("--reference", default=None, help="model name the loss differences are taken to (default: last)")
     p.add_argument("--out", default=os.path.join("runs", "compare"), help="output folder (default: runs/compare)")
     p.set_defaults(func=_run(_cmd_compare))
