@@ -167,10 +167,11 @@ def _cmd_loss(args) -> dict:
 
 
 def _cmd_niah(args) -> dict:
-    from .niah import niah_grid
+    from .niah import check_grid, niah_grid
     from .outputs import save_niah
     from .sequences import document_token_stream
 
+    check_grid(args.lengths, args.depths, args.modes, args.needles, args.seeds)
     models = _load_models(args)
     out = _out_dir(args, models, "niah.json")
     tok, spec = _tokenizer(args, models)
