@@ -41,3 +41,18 @@ def test_a_length_that_is_no_count_names_the_bad_item(capsys):
     with pytest.raises(SystemExit):
         main(["eval", "niah", "m", "--lengths", "1Ki,2Kb"])
     assert "argument --lengths: expected a token count such as 4096 or 4Ki, got '2Kb'" in capsys.readouterr().err
+
+
+def _help(argv, capsys) -> str:
+    with pytest.raises(SystemExit) as exc:
+        main([*argv, "--help"])
+    assert exc.value.code == 0
+    return " ".join(capsys.readouterr().out.split())  # argparse wraps lines where it likes
+
+
+def test_the_eviction_help_describes_its_one_model(capsys):
+    """`eval eviction --help` offered "comma-separated labels for the models" for a command of one model."""
+    text = _help(["eval", "eviction"], capsys)
+    assert "--names NAME label of the model in the results" in text and "labels for the models" not in text
+    assert "override the attention backend of the model " in text
+    assert "comma-separated labels for the models" in _help(["eval", "loss"], capsys)

@@ -14,10 +14,16 @@ def _model_args(p: argparse.ArgumentParser, several: bool = True) -> None:
     p.add_argument("models", nargs="+" if several else 1, metavar="MODEL",
                    help="run dir, RUN/checkpoints/step_N, Hugging Face folder or Hub id owner/name"
                         + (" (several: side by side)" if several else ""))
-    p.add_argument("--names", type=words, default=None, help="comma-separated labels for the models")
+    if several:
+        p.add_argument("--names", type=words, default=None,
+                       help="comma-separated labels for the models (default: their folders' names)")
+    else:  # one model: the flag of the other commands, so that scripts pass it to all of them
+        p.add_argument("--names", type=words, default=None, metavar="NAME",
+                       help="label of the model in the results (default: its folder's name)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     p.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA, fp32 on CPU) | fp32 | bf16 | fp16")
-    p.add_argument("--attention-backend", default=None, help="override the models' attention backend")
+    p.add_argument("--attention-backend", default=None,
+                   help="override the attention backend of the model" + ("s" if several else ""))
     p.add_argument("--train-len", type=count, default=None,
                    help="training context length, e.g. 2048 or 2Ki (read from the run's config.yaml when omitted)")
     p.add_argument("--out", default=None, help="output folder (default: RUN_DIR/eval for one run dir, else runs/eval)")
