@@ -1,5 +1,6 @@
 """Flags of the eval commands as users and scripts pass them: token lengths spelled as elsewhere in the project,
 typos in lists caught, and the flags every command shares."""
+import numpy as np
 import pytest
 
 from foxformer import argtypes
@@ -56,3 +57,27 @@ def test_the_eviction_help_describes_its_one_model(capsys):
     assert "--names NAME label of the model in the results" in text and "labels for the models" not in text
     assert "override the attention backend of the model " in text
     assert "comma-separated labels for the models" in _help(["eval", "loss"], capsys)
+
+
+def _evaluated_run(tmp_path, name):
+    """A folder with the loss.json `eval loss` leaves."""
+    from foxformer.eval.loss import loss_curve
+    from foxformer.eval.outputs import save_loss
+
+    rows = np.random.default_rng(len(name)).normal(3.0, 0.1, size=(2, 31))
+    save_loss([loss_curve(rows, name=name, n_boot=20)], str(tmp_path / name / "eval"),
+              {"data": "d", "split": "val", "seq_len": 32, "num_seqs": 2})
+    return str(tmp_path / name)
+
+
+def test_compare_and_report_accept_no_progress_as_every_eval_command_does(tmp_path, capsys):
+    """Scripts pass --no-progress to every eval command; compare and report stopped them with "unrecognized
+    arguments". Neither shows a progress bar, which their help says."""
+    a, b = _evaluated_run(tmp_path, "a"), _evaluated_run(tmp_path, "b")
+    assert main(["eval", "compare", a, b, "--out", str(tmp_path / "cmp"), "--no-progress"]) == 0
+    assert (tmp_path / "cmp" / "compare.md").exists()
+    assert main(["report", a, "--out", str(tmp_path / "report"), "--no-progress"]) == 0
+    assert (tmp_path / "report" / "report.md").exists()
+    for argv in (["eval", "compare"], ["report"]):
+        assert "--no-progress accepted as by the other eval commands; this one shows no progress bar" in _help(
+            argv, capsys)

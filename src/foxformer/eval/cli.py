@@ -27,7 +27,13 @@ def _model_args(p: argparse.ArgumentParser, several: bool = True) -> None:
     p.add_argument("--train-len", type=count, default=None,
                    help="training context length, e.g. 2048 or 2Ki (read from the run's config.yaml when omitted)")
     p.add_argument("--out", default=None, help="output folder (default: RUN_DIR/eval for one run dir, else runs/eval)")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def _no_progress(p: argparse.ArgumentParser) -> None:
+    """--no-progress where there is no progress bar: scripts pass it to every eval command alike."""
+    p.add_argument("--no-progress", action="store_true",
+                   help="accepted as by the other eval commands; this one shows no progress bar")
 
 
 def _text_args(p: argparse.ArgumentParser, seq_len: int, num: int) -> None:
@@ -362,6 +368,7 @@ def add_commands(subparsers) -> None:
                         "e.g. 1Ki,4Ki (default: the last five powers of two within the evaluated length)")
     p.add_argument("--reference", default=None, help="model name the loss differences are taken to (default: last)")
     p.add_argument("--out", default=os.path.join("runs", "compare"), help="output folder (default: runs/compare)")
+    _no_progress(p)
     p.set_defaults(func=_run(_cmd_compare))
     p = sub.add_parser("mqar", help="multi-query associative recall: train small models from scratch, accuracy by "
                                     "pairs and length",
@@ -413,4 +420,5 @@ def add_commands(subparsers) -> None:
                    help="output folder (default: RUN_DIR/report for one run dir, else runs/report)")
     p.add_argument("--format", default="md", choices=("md", "html"))
     p.add_argument("--title", default="foxformer report")
+    _no_progress(p)
     p.set_defaults(func=_run(_cmd_report))
