@@ -1,27 +1,75 @@
-"""argparse types for the comma-separated lists the CLI commands take (--lengths 1024,2048 ...), and the
+"""argparse types for the comma-separated lists the CLI commands take (--lengths 1024,2048 ...), token counts
+with suffixes (``16K`` = 16,000, ``16Ki`` = 16,384, likewise ``M``/``Mi``/``G``/``Gi``/``T``/``Ti``), and the
 "did you mean" hint of every check that refuses an unknown name."""
 from __future__ import annotations
 
 import argparse
 import difflib
+import re
+from typing import Any
+
+_COUNT = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([KMGT]i?)?\s*$", re.IGNORECASE)
+_SCALE = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
+
+
+def parse_count(value: Any, name: str) -> int:
+    """``"512Ki"`` -> 524288; ints pass through. Raises ValueError naming ``name``."""
+    if isinstance(value, bool):
+        raise ValueError(f"{name}: expected a token count such as 524288 or '512Ki', got {value!r}")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        m = _COUNT.match(value)
+        if m:
+            scale = _SCALE[m.group(2).lower()] if m.group(2) else 1
+            count = float(m.group(1)) * scale
+            if count == round(count):  # "1000.5" or "0.1Ki" is no count of tokens: refuse rather than round
+                return int(round(count))
+    raise ValueError(f"{name}: expected a token count such as 524288 or '512Ki', got {value!r}")
+
+
+def _items(text: str) -> list[str]:
+    """The items of a comma-separated list. An empty one ("256,,512", a trailing comma) is refused: the value
+    a typo lost would otherwise leave a smaller grid that looks complete."""
+    items = [x.strip() for x in text.split(",")]
+    if not all(items):
+        raise argparse.ArgumentTypeError(f"empty item in {text!r}: separate the values with single commas")
+    return items
 
 
 def ints(text: str) -> list[int]:
+    items = _items(text)
     try:
-        return [int(x) for x in text.split(",") if x.strip()]
+        return [int(x) for x in items]
     except ValueError as e:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from e
 
 
 def floats(text: str) -> list[float]:
+    items = _items(text)
     try:
-        return [float(x) for x in text.split(",") if x.strip()]
+        return [float(x) for x in items]
     except ValueError as e:
         raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from e
 
 
 def words(text: str) -> list[str]:
-    return [x.strip() for x in text.split(",") if x.strip()]
+    return _items(text)
+
+
+def count(text: str) -> int:
+    """One token count: 4096, 4Ki, 4K (as the training config takes them)."""
+    try:
+        return parse_count(text, "count")
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"expected a token count such as 4096 or 4Ki, got {text!r}") from e
+
+
+def counts(text: str) -> list[int]:
+    """Comma-separated token counts: 1Ki,2048,4K."""
+    return [count(x) for x in _items(text)]
 
 
 def did_you_mean(word, choices) -> str:

@@ -139,6 +139,31 @@ def test_positions_before_the_first_are_refused(tmp_path, positions):
         compare([a], str(tmp_path / "out"), positions=positions)
 
 
+def test_positions_that_are_not_powers_of_two_are_refused_with_the_nearest_ones(tmp_path, capsys):
+    """`--positions 24,40` gave the loss table its columns but dropped the difference table without a word: a
+    loss.json keeps the sequences' losses only over the octaves ending at powers of two, which its intervals
+    resample."""
+    a, b = _seed_run(tmp_path, "a", 0.0, 0), _seed_run(tmp_path, "b", 0.1, 1)
+    out = str(tmp_path / "out")
+    assert main(["eval", "compare", a, b, "--out", out, "--positions", "24,40,1"]) == 2
+    assert capsys.readouterr().err.strip() == ("error: positions: expected powers of two >= 2 (the octaves whose "
+                                               "per-sequence losses loss.json keeps), got [24, 40, 1]; e.g. 2,32")
+    assert not os.path.exists(out)
+    assert main(["eval", "compare", a, b, "--out", out, "--positions", "16,32"]) == 0
+    assert [d["model"] for d in json.loads((tmp_path / "out" / "compare.json").read_text())["differences"]] == ["a"]
+
+
+def test_a_missing_difference_table_is_said_in_the_table(tmp_path):
+    """loss.json files without per-sequence losses (written by older versions) have no interval to give: the
+    difference table was missing with nothing saying why."""
+    a = _write_run(tmp_path, "a", np.ones(63))
+    b = _write_run(tmp_path, "b", np.full(63, 2.0))
+    res = compare([a, b], str(tmp_path / "out"), positions=(8,))
+    assert res["differences"] == []
+    assert "No difference to b for a: a loss.json keeps no per-sequence losses" in (
+        tmp_path / "out" / "compare.md").read_text()
+
+
 def _write_models(tmp_path, run, loss_models, niah_models):
     """A run whose loss.json and niah.json hold the named models (NIAH accuracy 1 for every model)."""
     from foxformer.eval.niah import NiahResult

@@ -54,9 +54,10 @@ def test_cli_writes_eviction_json(tmp_path):
     src.write_text(" ".join(f"word{i % 50}" for i in range(3000)))
     out = tmp_path / "out"
     assert main(["eval", "eviction", str(hf), "--source", str(src), "--tokenizer", "bytes", "--seq-len", "200",
-                 "--evict-eps", "1e-3", "--device", "cpu", "--out", str(out), "--no-progress"]) == 0
+                 "--evict-eps", "1e-3", "--device", "cpu", "--out", str(out), "--no-progress", "--names", "fox"]) == 0
     res = json.load(open(os.path.join(out, "eviction.json")))
     assert res["seq_len"] == 200 and 0 < res["kept_fraction"] <= 1
+    assert res["name"] == "fox"  # --names labels the one model, as its help says
     # it wrote no plot: the loss change by position (log-spaced bins), where people would rather look than read
     bins = res["by_position"]
     assert bins["position"][0] == 1.0 and bins["position"][-1] <= 199

@@ -1,4 +1,6 @@
 """Per-position loss, perplexity and bootstrap bands."""
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -64,6 +66,32 @@ def test_bootstrap_bands_contain_the_mean(n_rows):
     if n_rows == 50:  # a real band: wider than nothing, narrower than the spread of single rows
         width = hi - lo
         assert np.all(width > 0) and np.all(width < rows.std(0) * 2)
+
+
+@pytest.mark.parametrize("n_seqs", [1, 3], ids=["one-seq", "three-seqs"])
+def test_one_sequence_draws_no_bootstrap_band(n_seqs, tmp_path, monkeypatch):
+    """With one sequence every resample is that sequence: loss_curve.png drew a zero-width "95% bootstrap band",
+    which read as a curve known exactly."""
+    from foxformer.eval import plots
+    from foxformer.eval.outputs import save_loss
+
+    figures, save = {}, plots.save_figure
+
+    def capture(fig, path):
+        figures[os.path.basename(path)] = fig
+        return save(fig, path)
+
+    monkeypatch.setattr(plots, "save_figure", capture)
+    rows = np.random.default_rng(0).normal(3.0, 0.5, size=(n_seqs, 63))
+    save_loss([loss_curve(rows, name="m", n_boot=50)], str(tmp_path))
+    loss_ax, ppl_ax = figures["loss_curve.png"].axes[0], figures["perplexity.png"].axes[0]
+    bands = [len(ax.collections) for ax in (loss_ax, ppl_ax)]
+    if n_seqs == 1:
+        assert bands == [0, 0]
+        assert "no interval: 1 sequence" in loss_ax.get_title() and "bootstrap band" not in loss_ax.get_title()
+        assert ppl_ax.get_legend().get_texts()[0].get_text() == "m (1 sequence: no interval)"
+    else:
+        assert bands == [1, 1] and "95% bootstrap band" in loss_ax.get_title()
 
 
 def test_bootstrap_band_of_eval_loss_contains_curve():

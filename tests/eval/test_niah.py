@@ -1,4 +1,5 @@
 """Needle in a haystack: prompt construction, scoring, and the copy / forget-everything models."""
+import re
 import types
 
 import numpy as np
@@ -94,6 +95,28 @@ def test_bad_grid_fails_clearly(setup, kwargs, match):
     tok, hay = setup
     with pytest.raises(ValueError, match=match):
         niah_grid(copy_model(64), tok, hay, keys=KEYS, progress=False, **kwargs)
+
+
+@pytest.mark.parametrize("kwargs, said", [
+    (dict(lengths=[80], depths=[0.0, 0.5, 0.5]), "depths: 0.5 is given more than once in [0.0, 0.5, 0.5]"),
+    (dict(lengths=[80, 96, 80]), "lengths: 80 is given more than once in [80, 96, 80]"),
+    (dict(lengths=[80], seeds=[0, 0]), "seeds: 0 is given more than once"),
+    (dict(lengths=[80], modes=["easy", "easy"]), "modes: 'easy' is given more than once"),
+], ids=["depths", "lengths", "seeds", "modes"])
+def test_a_value_given_twice_is_refused(setup, kwargs, said):
+    """`--depths 0,0.5,0.5` ran the 0.5 trials twice: the heatmap showed that row twice, each an accuracy over
+    copies of the same trials (a repeated seed draws the same needles and offsets)."""
+    tok, hay = setup
+    with pytest.raises(ValueError, match=re.escape(said)):
+        niah_grid(copy_model(64), tok, hay, keys=KEYS, progress=False, **kwargs)
+
+
+def test_the_command_refuses_a_repeated_depth_before_loading_any_model(tmp_path, capsys):
+    from foxformer.cli import main
+
+    assert main(["eval", "niah", str(tmp_path / "no-such-run"), "--depths", "0,0.5,0.50", "--no-progress"]) == 2
+    assert capsys.readouterr().err.strip() == ("error: depths: 0.5 is given more than once in [0.0, 0.5, 0.5]; "
+                                               "give each value once")
 
 
 def test_haystack_outside_vocabulary_fails(setup):

@@ -7,21 +7,33 @@ import os
 import sys
 import time
 
-from foxformer.argtypes import floats, ints, words
+from foxformer.argtypes import count, counts, floats, ints, words
 
 
 def _model_args(p: argparse.ArgumentParser, several: bool = True) -> None:
     p.add_argument("models", nargs="+" if several else 1, metavar="MODEL",
                    help="run dir, RUN/checkpoints/step_N, Hugging Face folder or Hub id owner/name"
                         + (" (several: side by side)" if several else ""))
-    p.add_argument("--names", type=words, default=None, help="comma-separated labels for the models")
+    if several:
+        p.add_argument("--names", type=words, default=None,
+                       help="comma-separated labels for the models (default: their folders' names)")
+    else:  # one model: the flag of the other commands, so that scripts pass it to all of them
+        p.add_argument("--names", type=words, default=None, metavar="NAME",
+                       help="label of the model in the results (default: its folder's name)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     p.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA, fp32 on CPU) | fp32 | bf16 | fp16")
-    p.add_argument("--attention-backend", default=None, help="override the models' attention backend")
-    p.add_argument("--train-len", type=int, default=None,
-                   help="training context length (read from the run's config.yaml when omitted)")
+    p.add_argument("--attention-backend", default=None,
+                   help="override the attention backend of the model" + ("s" if several else ""))
+    p.add_argument("--train-len", type=count, default=None,
+                   help="training context length, e.g. 2048 or 2Ki (read from the run's config.yaml when omitted)")
     p.add_argument("--out", default=None, help="output folder (default: RUN_DIR/eval for one run dir, else runs/eval)")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def _no_progress(p: argparse.ArgumentParser) -> None:
+    """--no-progress where there is no progress bar: scripts pass it to every eval command alike."""
+    p.add_argument("--no-progress", action="store_true",
+                   help="accepted as by the other eval commands; this one shows no progress bar")
 
 
 def _text_args(p: argparse.ArgumentParser, seq_len: int, num: int) -> None:
@@ -38,7 +50,7 @@ def _text_args(p: argparse.ArgumentParser, seq_len: int, num: int) -> None:
                    help="text source instead of --data: file/dir (.txt/.jsonl[.xz]) or builtin:pydoc|sympy|stdlib")
     p.add_argument("--text-field", default="text", help="with --source: the JSONL field / Parquet column of the text")
     p.add_argument("--tokenizer", default=None, help="tokenizer for --source (default: the run's, else gpt2)")
-    p.add_argument("--seq-len", type=int, default=seq_len, help="tokens per sequence")
+    p.add_argument("--seq-len", type=count, default=seq_len, help="tokens per sequence, e.g. 4096 or 4Ki")
     p.add_argument("--num-seqs", type=int, default=num, help="number of sequences")
 
 
@@ -167,10 +179,11 @@ def _cmd_loss(args) -> dict:
 
 
 def _cmd_niah(args) -> dict:
-    from .niah import niah_grid
+    from .niah import check_grid, niah_grid
     from .outputs import save_niah
     from .sequences import document_token_stream
 
+    check_grid(args.lengths, args.depths, args.modes, args.needles, args.seeds)
     models = _load_models(args)
     out = _out_dir(args, models, "niah.json")
     tok, spec = _tokenizer(args, models)
@@ -292,7 +305,8 @@ def add_commands(subparsers) -> None:
     _model_args(p)
     _text_args(p, seq_len=2048, num=64)
     p.add_argument("--batch-size", type=int, default=1)
-    p.add_argument("--lengths", type=ints, default=None, help="context lengths l for P(l) (default: powers of 2)")
+    p.add_argument("--lengths", type=counts, default=None,
+                   help="context lengths l for P(l), e.g. 512,1Ki,2Ki (default: powers of 2)")
     p.add_argument("--smooth", type=int, default=None, help="moving-average window for L(i) (default T/64)")
     p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples over sequences")
     p.add_argument("--confidence", type=float, default=0.95)
@@ -306,7 +320,7 @@ def add_commands(subparsers) -> None:
     p.add_argument("--haystack", default="builtin:pydoc",
                    help="haystack text source: file/dir (.txt/.jsonl[.xz]) or builtin:pydoc|sympy|stdlib")
     p.add_argument("--tokenizer", default=None, help="default: the run's tokenizer, else gpt2")
-    p.add_argument("--lengths", type=ints, default=[1024, 2048, 4096], help="context lengths")
+    p.add_argument("--lengths", type=counts, default=[1024, 2048, 4096], help="context lengths, e.g. 1Ki,2Ki,4Ki")
     p.add_argument("--depths", type=floats, default=[0.0, 0.25, 0.5, 0.75, 1.0], help="needle depths in [0, 1]")
     p.add_argument("--modes", type=words, default=["standard", "easy"], help="standard,easy")
     p.add_argument("--needles", type=int, default=2, help="needles (key/value pairs) per cell")
@@ -326,7 +340,7 @@ def add_commands(subparsers) -> None:
     p.add_argument("--num-fewshot", "--num_fewshot", type=int, default=None)
     p.add_argument("--limit", type=float, default=None, help="examples per task (or fraction if < 1)")
     p.add_argument("--batch-size", "--batch_size", type=int, default=8)
-    p.add_argument("--max-length", "--max_length", type=int, default=None,
+    p.add_argument("--max-length", "--max_length", type=count, default=None,
                    help="context window (default: training length, else 2048)")
     p.add_argument("--metadata", default=None, help="JSON passed to lm_eval tasks (e.g. RULER's tokenizer)")
     p.add_argument("--include-path", "--include_path", default=None,
@@ -349,11 +363,12 @@ def add_commands(subparsers) -> None:
                                    "draws them together; the runs must have measured the same sequences.")
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     p.add_argument("--names", type=words, default=None, help="comma-separated labels, one per model")
-    p.add_argument("--positions", type=ints, default=None,
-                   help="token positions of the table (default: the last five powers of two within the evaluated "
-                        "length)")
+    p.add_argument("--positions", type=counts, default=None,
+                   help="token positions p of the table, powers of two (its columns: the octaves p/2 < i <= p), "
+                        "e.g. 1Ki,4Ki (default: the last five powers of two within the evaluated length)")
     p.add_argument("--reference", default=None, help="model name the loss differences are taken to (default: last)")
     p.add_argument("--out", default=os.path.join("runs", "compare"), help="output folder (default: runs/compare)")
+    _no_progress(p)
     p.set_defaults(func=_run(_cmd_compare))
     p = sub.add_parser("mqar", help="multi-query associative recall: train small models from scratch, accuracy by "
                                     "pairs and length",
@@ -405,4 +420,5 @@ def add_commands(subparsers) -> None:
                    help="output folder (default: RUN_DIR/report for one run dir, else runs/report)")
     p.add_argument("--format", default="md", choices=("md", "html"))
     p.add_argument("--title", default="foxformer report")
+    _no_progress(p)
     p.set_defaults(func=_run(_cmd_report))

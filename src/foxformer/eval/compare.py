@@ -13,6 +13,7 @@ the differences to the reference come with a bootstrap interval over seeds and s
 from __future__ import annotations
 
 import json
+import math
 import numbers
 import os
 from types import SimpleNamespace
@@ -411,10 +412,15 @@ def compare(run_dirs: list[str], out_dir: str, positions=None, names: list[str] 
     with a bootstrap interval over seeds and sequences (seeds.py). ``reference``: the model (group) name the
     differences are taken to (default: the last). ``positions``: the table's columns (None: see
     default_positions)."""
-    # positions are 1-based: p <= 0 has an empty octave, a NaN in the table and in compare.json
-    bad = [p for p in positions or () if isinstance(p, bool) or not isinstance(p, numbers.Integral) or p < 1]
+    # A loss.json keeps each sequence's loss only over the octaves ending at powers of two from 2 (loss.octave_ends),
+    # which the difference table resamples: at other positions it was left out without a word (and a slim entry's
+    # bins do not even give their table value exactly).
+    bad = [p for p in positions or () if isinstance(p, bool) or not isinstance(p, numbers.Integral) or p < 2
+           or p & (p - 1)]
     if bad:
-        raise ValueError(f"positions: expected token positions >= 1, got {bad}")
+        near = sorted({1 << max(1, round(math.log2(p))) for p in bad if isinstance(p, numbers.Real) and p >= 1})
+        raise ValueError(f"positions: expected powers of two >= 2 (the octaves whose per-sequence losses loss.json "
+                         f"keeps), got {bad}" + (f"; e.g. {','.join(map(str, near))}" if near else ""))
     curves = load_curves(run_dirs)
     if positions is None:
         positions = default_positions(max(c.seq_len for c in curves))
@@ -448,7 +454,12 @@ def compare(run_dirs: list[str], out_dir: str, positions=None, names: list[str] 
         dynamics = [{"run": label, **summarize(read_metrics(r))} for r, label in zip(run_dirs, labels)]
     rows = _group_rows(members, positions, val_losses)
     diffs = _differences(members, ref, positions)
-    table = _tables(rows, diffs, positions) + _dynamics_table(dynamics)
+    table = _tables(rows, diffs, positions)
+    lacking = [g for g in members if g != ref and g not in {d["model"] for d in diffs}]
+    if lacking:  # loss.json files written before the per-sequence losses were kept: nothing to resample
+        table += (f"\nNo difference to {ref} for {', '.join(lacking)}: a loss.json keeps no per-sequence losses; "
+                  f"evaluate again with `foxformer eval loss` for one.\n")
+    table += _dynamics_table(dynamics)
     niah = []
     for i, run_dir in enumerate(run_dirs):
         for r in load_niah([run_dir]):

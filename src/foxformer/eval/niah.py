@@ -254,7 +254,8 @@ class NiahResult:
         return d
 
 
-def _check_grid(lengths, depths, modes, needles: int, seeds) -> None:
+def check_grid(lengths, depths, modes, needles: int, seeds) -> None:
+    """Refuse a grid niah_grid cannot run, before any model is loaded."""
     if not lengths or any(isinstance(l, bool) or not isinstance(l, int) or l < 2 for l in lengths):
         raise ValueError(f"lengths: expected a non-empty list of integer context lengths, got {lengths!r}")
     if not depths or any(not 0.0 <= float(d) <= 1.0 for d in depths):
@@ -269,6 +270,12 @@ def _check_grid(lengths, depths, modes, needles: int, seeds) -> None:
     # numpy's own error for a negative seed names no argument
     if any(isinstance(s, bool) or not isinstance(s, numbers.Integral) or s < 0 for s in seeds):
         raise ValueError(f"seeds: expected non-negative integers, got {list(seeds)!r}")
+    # a repeat runs its trials again: a heatmap row shown twice, or a cell's accuracy over copies of one trial
+    for key, values in (("lengths", lengths), ("depths", depths), ("modes", modes), ("seeds", seeds)):
+        values = list(values)
+        twice = next((v for i, v in enumerate(values) if v in values[:i]), None)
+        if twice is not None:
+            raise ValueError(f"{key}: {twice!r} is given more than once in {values}; give each value once")
 
 
 def niah_grid(model: torch.nn.Module, tokenizer: TextTokenizer, haystack: Sequence[int], *,
@@ -279,7 +286,7 @@ def niah_grid(model: torch.nn.Module, tokenizer: TextTokenizer, haystack: Sequen
     """Run every (mode, length, depth, needle, seed) trial. ``haystack``: token ids of local text, at least
     max(lengths) long (plus room for the per-seed offsets)."""
     lengths, depths, modes, seeds = list(lengths), [float(d) for d in depths], list(modes), list(seeds)
-    _check_grid(lengths, depths, modes, needles, seeds)
+    check_grid(lengths, depths, modes, needles, seeds)
     # no new tokens cannot contain the answer: every trial would be scored as missed
     if max_new_tokens is not None and (isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int)
                                        or max_new_tokens < 1):

@@ -21,34 +21,45 @@ def save_figure(fig, path: str) -> str:
     return path
 
 
+def _banded(curve) -> bool:
+    """Whether a curve has a bootstrap band: resampling one sequence gives that sequence, a zero-width band that
+    reads as a certain curve."""
+    return curve.n_sequences > 1
+
+
 def plot_loss_curves(curves: Sequence, path: str, *, title: str = "Per-position loss") -> str:
-    """Smoothed L(i) with bootstrap bands, one line per model; dashed vertical lines at training lengths."""
+    """Smoothed L(i) with bootstrap bands (none for one sequence), one line per model; dashed vertical lines at
+    training lengths."""
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for n, c in enumerate(curves):
         color = f"C{n}"
         x = np.asarray(c.positions)
         ax.plot(x, c.smoothed, color=color, lw=1.4, label=f"{c.name} (mean {c.mean_loss:.3f})")
-        ax.fill_between(x, c.smoothed_lo, c.smoothed_hi, color=color, alpha=0.2, lw=0)
+        if _banded(c):
+            ax.fill_between(x, c.smoothed_lo, c.smoothed_hi, color=color, alpha=0.2, lw=0)
         if c.train_len:
             ax.axvline(c.train_len - 1, color=color, ls="--", lw=1.0, alpha=0.8)
     ax.set_xlabel("token position i (context length)")
     ax.set_ylabel("loss L(i) [nats]")
     if max(len(c.positions) for c in curves) > 64:
         ax.set_xscale("log")
-    ax.set_title(f"{title} (smoothed, {int(100 * curves[0].confidence)}% bootstrap band; dashed: train length)",
-                 fontsize=9)
+    band = (f"{int(100 * curves[0].confidence)}% bootstrap band" if any(map(_banded, curves))
+            else "no interval: 1 sequence")
+    ax.set_title(f"{title} (smoothed, {band}; dashed: train length)", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return save_figure(fig, path)
 
 
 def plot_perplexity(curves: Sequence, path: str, *, title: str = "Perplexity vs context length") -> str:
-    """P(l) = exp(mean L(1..l)) with bootstrap bands; log-log axes."""
+    """P(l) = exp(mean L(1..l)) with bootstrap bands (none for one sequence); log-log axes."""
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for n, c in enumerate(curves):
         color = f"C{n}"
-        ax.plot(c.lengths, c.perplexity, "o-", color=color, ms=3, lw=1.4, label=c.name)
-        ax.fill_between(c.lengths, c.perplexity_lo, c.perplexity_hi, color=color, alpha=0.2, lw=0)
+        ax.plot(c.lengths, c.perplexity, "o-", color=color, ms=3, lw=1.4,
+                label=c.name if _banded(c) else f"{c.name} (1 sequence: no interval)")
+        if _banded(c):
+            ax.fill_between(c.lengths, c.perplexity_lo, c.perplexity_hi, color=color, alpha=0.2, lw=0)
         if c.train_len:
             ax.axvline(c.train_len - 1, color=color, ls="--", lw=1.0, alpha=0.8)
     ax.set_xscale("log", base=2)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from ..argtypes import did_you_mean
+from ..argtypes import did_you_mean, parse_count
 from ..paths import write_json
 
 # The models (torch, transformers) and the tokenizers (numpy) are imported where used: `foxformer train --help`
@@ -24,8 +24,6 @@ from ..paths import write_json
 if TYPE_CHECKING:
     from ..models.config import FoxConfig
 
-_COUNT = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([KMGT]i?)?\s*$", re.IGNORECASE)
-_SCALE = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
 
 SCHEDULES = ("cosine", "linear", "constant")
 PRECISIONS = ("auto", "bf16", "fp32")
@@ -60,24 +58,6 @@ def _parse_int(value: Any, name: str) -> Any:
     if isinstance(value, float) and value.is_integer():
         return int(value)
     return value
-
-
-def parse_count(value: Any, name: str) -> int:
-    """``"512Ki"`` -> 524288; ints pass through. Raises ValueError naming ``name``."""
-    if isinstance(value, bool):
-        raise ValueError(f"{name}: expected a token count such as 524288 or '512Ki', got {value!r}")
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str):
-        m = _COUNT.match(value)
-        if m:
-            scale = _SCALE[m.group(2).lower()] if m.group(2) else 1
-            count = float(m.group(1)) * scale
-            if count == round(count):  # "1000.5" or "0.1Ki" is no count of tokens: refuse rather than round
-                return int(round(count))
-    raise ValueError(f"{name}: expected a token count such as 524288 or '512Ki', got {value!r}")
 
 
 @dataclass

@@ -1,0 +1,83 @@
+"""Flags of the eval commands as users and scripts pass them: token lengths spelled as elsewhere in the project,
+typos in lists caught, and the flags every command shares."""
+import numpy as np
+import pytest
+
+from foxformer import argtypes
+from foxformer.cli import build_parser, main
+from foxformer.train import config
+
+
+def _parsed(argv):
+    return build_parser().parse_args(argv)
+
+
+def test_lengths_take_the_suffixes_of_the_training_config():
+    """`--lengths 1Ki` was refused while `context: 16Ki` and `total_tokens: 1Gi` were read everywhere else."""
+    args = _parsed(["eval", "niah", "m", "--lengths", "1Ki,4K,2048", "--train-len", "2Ki"])
+    assert args.lengths == [1024, 4000, 2048] and args.train_len == 2048
+    args = _parsed(["eval", "loss", "m", "--lengths", "512,1Ki", "--seq-len", "4Ki"])
+    assert args.lengths == [512, 1024] and args.seq_len == 4096
+    assert config.parse_count is argtypes.parse_count  # one reading of a count for the whole project
+
+
+@pytest.mark.parametrize("lengths", ["256,,512", "256,512,", ""], ids=["double-comma", "trailing-comma", "empty"])
+def test_an_empty_item_in_a_list_is_refused(lengths, capsys):
+    """"256,,512" ran the grid at 256 and 512 only: the length the typo lost went unnoticed."""
+    with pytest.raises(SystemExit) as exc:
+        main(["eval", "niah", "m", "--lengths", lengths])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.endswith(f"argument --lengths: empty item in {lengths!r}: separate the values with single commas")
+
+
+@pytest.mark.parametrize("flag", ["--depths", "--modes", "--seeds"])
+def test_every_list_flag_refuses_empty_items(flag, capsys):
+    with pytest.raises(SystemExit):
+        main(["eval", "niah", "m", flag, "1,,0"])
+    assert "empty item in '1,,0'" in capsys.readouterr().err
+
+
+def test_a_length_that_is_no_count_names_the_bad_item(capsys):
+    with pytest.raises(SystemExit):
+        main(["eval", "niah", "m", "--lengths", "1Ki,2Kb"])
+    assert "argument --lengths: expected a token count such as 4096 or 4Ki, got '2Kb'" in capsys.readouterr().err
+
+
+def _help(argv, capsys) -> str:
+    with pytest.raises(SystemExit) as exc:
+        main([*argv, "--help"])
+    assert exc.value.code == 0
+    return " ".join(capsys.readouterr().out.split())  # argparse wraps lines where it likes
+
+
+def test_the_eviction_help_describes_its_one_model(capsys):
+    """`eval eviction --help` offered "comma-separated labels for the models" for a command of one model."""
+    text = _help(["eval", "eviction"], capsys)
+    assert "--names NAME label of the model in the results" in text and "labels for the models" not in text
+    assert "override the attention backend of the model " in text
+    assert "comma-separated labels for the models" in _help(["eval", "loss"], capsys)
+
+
+def _evaluated_run(tmp_path, name):
+    """A folder with the loss.json `eval loss` leaves."""
+    from foxformer.eval.loss import loss_curve
+    from foxformer.eval.outputs import save_loss
+
+    rows = np.random.default_rng(len(name)).normal(3.0, 0.1, size=(2, 31))
+    save_loss([loss_curve(rows, name=name, n_boot=20)], str(tmp_path / name / "eval"),
+              {"data": "d", "split": "val", "seq_len": 32, "num_seqs": 2})
+    return str(tmp_path / name)
+
+
+def test_compare_and_report_accept_no_progress_as_every_eval_command_does(tmp_path, capsys):
+    """Scripts pass --no-progress to every eval command; compare and report stopped them with "unrecognized
+    arguments". Neither shows a progress bar, which their help says."""
+    a, b = _evaluated_run(tmp_path, "a"), _evaluated_run(tmp_path, "b")
+    assert main(["eval", "compare", a, b, "--out", str(tmp_path / "cmp"), "--no-progress"]) == 0
+    assert (tmp_path / "cmp" / "compare.md").exists()
+    assert main(["report", a, "--out", str(tmp_path / "report"), "--no-progress"]) == 0
+    assert (tmp_path / "report" / "report.md").exists()
+    for argv in (["eval", "compare"], ["report"]):
+        assert "--no-progress accepted as by the other eval commands; this one shows no progress bar" in _help(
+            argv, capsys)
