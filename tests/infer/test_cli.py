@@ -112,6 +112,29 @@ def test_bias_shift_command(hf_dir, tmp_path, capsys):
     assert (tmp_path / "shift.png").exists()
 
 
+def test_bias_shift_and_generate_take_the_model_as_eval_does_or_as_the_flag(hf_dir, tmp_path, capsys):
+    """`eval loss RUN` and `analyze gates RUN` take the model positionally; bias-shift and generate took only
+    --model RUN. Both forms work now; two different models are refused before the work."""
+    src = tmp_path / "doc.txt"
+    src.write_text("The quick brown fox jumps over the lazy dog. " * 4)
+    common = ["--tokenizer", "bytes", "--source", str(src), "--seq-len", "64", "--num-seqs", "1", "--shifts", "0,1",
+              "--bins", "2", "--device", "cpu", "--no-progress"]
+    positional, flag = tmp_path / "positional.json", tmp_path / "flag.json"
+    assert main(["bias-shift", hf_dir, *common, "--out", str(positional)]) == 0
+    assert main(["bias-shift", *common, "--model", hf_dir, "--out", str(flag)]) == 0
+    runs = [json.loads(path.read_text()) for path in (positional, flag)]
+    assert runs[0]["model"] == runs[1]["model"] == hf_dir and runs[0]["loss_within"] == runs[1]["loss_within"]
+    gen = ["--tokenizer", "bytes", "--prompt", "Once", "--max-new-tokens", "3", "--temperature", "0", "--device", "cpu"]
+    assert main(["generate", hf_dir, *gen, "--model", hf_dir + os.sep]) == 0  # the same model twice: fine
+    capsys.readouterr()
+    assert main(["bias-shift", hf_dir, *common, "--model", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"error: two models given, {hf_dir} and --model {tmp_path}: pass one"
+    assert main(["generate", *gen]) == 2
+    assert capsys.readouterr().err.strip().startswith("error: no model given: pass MODEL")
+    assert not (tmp_path / "bias_shift.json").exists()
+
+
 def test_bias_shift_writes_under_runs_eval_unless_told(hf_dir, tmp_path, monkeypatch):
     """It wrote bias_shift.json and .png into the current folder, unlike every other eval command."""
     src = tmp_path / "doc.txt"

@@ -24,12 +24,24 @@ def _shift(text: str):
 
 
 def _model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", required=True,
+    p.add_argument("run", nargs="?", default=None, metavar="MODEL",
                    help="run dir, checkpoint dir RUN/checkpoints/step_N, HF folder or Hub id owner/name")
+    # the flag came first: scripts pass it
+    p.add_argument("--model", default=None, help="MODEL as a flag")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     p.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA, fp32 on CPU) | fp32 | bf16 | fp16")
     p.add_argument("--attention-backend", default=None, help="override the model's attention backend")
     p.add_argument("--tokenizer", default=None, help="tokenizer spec (default: the run's, else gpt2)")
+
+
+def _resolve_model(args) -> None:
+    """Set ``args.model`` from MODEL or --model, whichever was given (both: the same one)."""
+    run, flag = args.run, args.model
+    if run is not None and flag is not None and os.path.normpath(run) != os.path.normpath(flag):
+        raise ValueError(f"two models given, {run} and --model {flag}: pass one")
+    if run is None and flag is None:
+        raise ValueError("no model given: pass MODEL (a run dir, checkpoint, Hugging Face folder or Hub id)")
+    args.model = run if run is not None else flag
 
 
 def _cmd_generate(args) -> int:
@@ -40,6 +52,7 @@ def _cmd_generate(args) -> int:
 
     from .generate import GenerationConfig, end_of_text_id, generate
 
+    _resolve_model(args)
     if (args.prompt is None) == (args.prompt_file is None):
         raise ValueError("pass exactly one of --prompt TEXT and --prompt-file PATH")
     prompt = read_text(args.prompt_file) if args.prompt_file is not None else args.prompt
@@ -103,6 +116,7 @@ def _cmd_bias_shift(args) -> int:
 
     from .bias_shift import bias_shift_sweep
 
+    _resolve_model(args)
     # --out: a .json file, or a folder for bias_shift.json; checked before the work (a missing folder or a
     # folder given as the file failed after the whole sweep)
     out = args.out
