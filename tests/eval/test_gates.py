@@ -162,3 +162,32 @@ def test_linear_attention_plots_show_the_magnitude_of_signed_weights(tmp_path, m
     signed = head_matrices(model, tokens, [(0, 1)])[0]["attention"]
     assert (signed < 0).any() and label == "|A| L0 H1"
     np.testing.assert_array_equal(shown, np.abs(signed))
+
+
+def test_every_gate_plot_says_what_its_colours_and_lines_are(tmp_path, monkeypatch):
+    """The colour bars of the decay and attention matrices had no label, and the per-head decay curves no legend
+    (save_gates gave no names): each colour bar now names its quantity and unit, each line plot has a legend."""
+    from foxformer.eval import outputs
+
+    figures = {}
+    save = outputs.plots.save_figure
+    monkeypatch.setattr(outputs.plots, "save_figure",
+                        lambda fig, path: figures.setdefault(os.path.basename(path), fig) and save(fig, path))
+    model = tiny_model("fox-pro-tiny")
+    tokens = torch.randint(0, 97, (1, 32), generator=torch.Generator().manual_seed(0))
+    stats = gate_stats(model, tokens, name="fox")
+    outputs.save_gates([(stats, model, tokens)], str(tmp_path), heads=[(0, 1), (1, 0)])
+    assert sorted(figures) == sorted(f"gates_fox_{k}.png" for k in
+                                     ("decay", "attention", "timescale", "eff_context", "decay_curves"))
+    assert all((tmp_path / name).exists() for name in figures)
+    bars = {name: [ax.get_ylabel() for ax in fig.axes if ax.get_label() == "<colorbar>"]
+            for name, fig in figures.items()}
+    assert bars["gates_fox_decay.png"] == ["log10 decay F [fraction kept]"] * 2
+    assert bars["gates_fox_attention.png"] == ["attention weight [probability]"] * 2
+    assert bars["gates_fox_timescale.png"] == ["log10 timescale [tokens]"]
+    assert bars["gates_fox_eff_context.png"] == ["log10 effective context [tokens]"]
+    (curves,) = figures["gates_fox_decay_curves.png"].axes
+    legend = [t.get_text() for t in curves.get_legend().get_texts()]
+    assert legend == [f"layer {i}" for i in range(stats.num_layers)] + ["1/e"]
+    assert len(curves.get_lines()) == stats.num_layers * len(stats.timescale[0]) + 1
+    assert "[tokens]" in curves.get_xlabel()

@@ -114,27 +114,32 @@ def save_gates(analyses: Sequence[tuple[GateStats, object, object]], out_dir: st
         labels = [f"L{m['layer']} H{m['head']}" for m in mats]
         if stats.has_gate:
             files.append(plots.plot_matrices([(f"F {lab}", m["decay"]) for lab, m in zip(labels, mats)],
-                                             os.path.join(out_dir, f"gates_{tag}_decay.png"), log_scale=True))
+                                             os.path.join(out_dir, f"gates_{tag}_decay.png"), log_scale=True,
+                                             label="decay F [fraction kept]"))
         # Gated linear attention weighs values with signed q . k, which a colour scale starting at 0 would hide.
         linear = is_linear(model)
         files.append(plots.plot_matrices([(f"|A| {lab}" if linear else f"A {lab}",
                                            np.abs(m["attention"]) if linear else m["attention"])
                                           for lab, m in zip(labels, mats)],
-                                         os.path.join(out_dir, f"gates_{tag}_attention.png")))
+                                         os.path.join(out_dir, f"gates_{tag}_attention.png"),
+                                         label="|weight| of the value [unnormalised]" if linear
+                                         else "attention weight [probability]"))
         if stats.has_gate:
             files.append(plots.plot_head_grid(np.asarray(stats.timescale), os.path.join(out_dir, f"gates_{tag}_timescale.png"),
-                                              title=f"{stats.name}: timescale 1 / -mean(log f)", label="tokens",
+                                              title=f"{stats.name}: timescale 1 / -mean(log f)", label="timescale [tokens]",
                                               log=True))
             eff = np.asarray([[np.inf if e is None else e for e in row] for row in stats.eff_context])
             files.append(plots.plot_head_grid(np.where(np.isinf(eff), stats.max_distance, eff),
                                               os.path.join(out_dir, f"gates_{tag}_eff_context.png"),
                                               title=f"{stats.name}: effective context length (decay < 1/e; "
                                                     f"{stats.max_distance} = beyond the text)",
-                                              label="tokens", log=True))
+                                              label="effective context [tokens]", log=True))
             decay = np.concatenate([np.asarray(d).T for d in stats.decay], axis=0)  # [L*H, distances]
             files.append(plots.plot_decay_curves(np.asarray(stats.distances), decay,
                                                  os.path.join(out_dir, f"gates_{tag}_decay_curves.png"),
-                                                 title=f"{stats.name}: mean decay per head vs distance"))
+                                                 title=f"{stats.name}: mean decay per head vs distance",
+                                                 groups=[f"layer {layer}" for layer, d in enumerate(stats.decay)
+                                                         for _ in np.asarray(d).T]))
         models.append({"summary": stats.summary(), "heads_plotted": [list(h) for h in chosen], **stats.to_dict()})
     data = {"command": "analyze gates", "settings": settings or {}, "models": models,
             "plots": [os.path.basename(f) for f in files]}

@@ -108,13 +108,19 @@ def plot_niah_heatmaps(results: Sequence, path: str, *, metric: str = "accuracy"
     return save_figure(fig, path)
 
 
-def plot_matrices(panels: Sequence[tuple[str, np.ndarray]], path: str, *, ncols: int = 4,
+def plot_matrices(panels: Sequence[tuple[str, np.ndarray]], path: str, *, label: str, ncols: int = 4,
                   log_scale: bool = False) -> str:
-    """A grid of lower-triangular matrices (decay F or attention A), key position on x, query on y."""
+    return save_figure(matrices_figure(panels, label=label, ncols=ncols, log_scale=log_scale), path)
+
+
+def matrices_figure(panels: Sequence[tuple[str, np.ndarray]], *, label: str, ncols: int = 4,
+                    log_scale: bool = False):
+    """A grid of lower-triangular matrices (decay F or attention A), key position on x, query on y; ``label``:
+    what the colour shows, with its unit (log10 is added for ``log_scale``)."""
     cols = min(ncols, len(panels))
     rows = -(-len(panels) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(2.8 * cols, 2.8 * rows), squeeze=False, layout="constrained")
-    for ax, (label, m) in zip(axes.flat, panels):
+    for ax, (title, m) in zip(axes.flat, panels):
         m = np.asarray(m, dtype=np.float64)
         if log_scale:
             shown = np.log10(np.clip(m, 1e-6, None))
@@ -122,18 +128,26 @@ def plot_matrices(panels: Sequence[tuple[str, np.ndarray]], path: str, *, ncols:
         else:
             im = ax.imshow(np.where(np.tril(np.ones_like(m)) > 0, m, np.nan), cmap="viridis", vmin=0.0,
                            vmax=max(float(np.nanmax(m)), 1e-12))
-        ax.set_title(label, fontsize=8)
+        ax.set_title(title, fontsize=8)
+        ax.set_xlabel("key j", fontsize=7)
+        ax.set_ylabel("query i", fontsize=7)
         ax.set_xticks([])
         ax.set_yticks([])
-        fig.colorbar(im, ax=ax, fraction=0.046, pad=0.02)
+        fig.colorbar(im, ax=ax, fraction=0.046, pad=0.02).set_label(f"log10 {label}" if log_scale else label,
+                                                                    fontsize=7)
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
-    return save_figure(fig, path)
+    return fig
 
 
 def plot_head_grid(values: np.ndarray, path: str, *, title: str, label: str, log: bool = False,
                    annotate: bool = True) -> str:
-    """Layers x heads heatmap of one per-head statistic (e.g. timescale, effective context length)."""
+    return save_figure(head_grid_figure(values, title=title, label=label, log=log, annotate=annotate), path)
+
+
+def head_grid_figure(values: np.ndarray, *, title: str, label: str, log: bool = False, annotate: bool = True):
+    """Layers x heads heatmap of one per-head statistic (e.g. timescale, effective context length); ``label``:
+    the statistic with its unit."""
     v = np.asarray(values, dtype=np.float64)
     fig, ax = plt.subplots(figsize=(max(3.0, 0.5 * v.shape[1] + 2), max(2.5, 0.35 * v.shape[0] + 1.5)))
     shown = np.log10(np.clip(v, 1e-12, None)) if log else v
@@ -148,27 +162,38 @@ def plot_head_grid(values: np.ndarray, path: str, *, title: str, label: str, log
             ax.text(j, i, txt, ha="center", va="center", fontsize=6, color="cyan")
     fig.colorbar(im, ax=ax, label=f"log10 {label}" if log else label)
     ax.set_title(title, fontsize=9)
-    return save_figure(fig, path)
+    return fig
 
 
 def plot_decay_curves(distances: np.ndarray, decay: np.ndarray, path: str, *, title: str,
-                      names: Optional[Sequence[str]] = None) -> str:
-    """Mean decay D(d) per head (lines) against distance d, with the 1/e threshold."""
+                      groups: Sequence[str]) -> str:
+    return save_figure(decay_curves_figure(distances, decay, title=title, groups=groups), path)
+
+
+def decay_curves_figure(distances: np.ndarray, decay: np.ndarray, *, title: str, groups: Sequence[str]):
+    """Mean decay D(d) per head (lines) against distance d, with the 1/e threshold. ``groups``: one name per line;
+    the lines of a name (a layer's heads) share its colour and its entry in the legend, which every head having
+    its own would make unreadable."""
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     d = np.asarray(decay)
-    for i in range(d.shape[0]):
-        ax.plot(distances, d[i], lw=0.8, alpha=0.7, label=None if names is None else names[i])
+    names = list(dict.fromkeys(groups))
+    colors = dict(zip(names, [f"C{i}" for i in range(len(names))] if len(names) <= 10
+                      else matplotlib.colormaps["viridis"](np.linspace(0, 1, len(names)))))
+    labelled = set()
+    for row, group in zip(d, groups):
+        ax.plot(distances, row, lw=0.8, alpha=0.7, color=colors[group],
+                label=None if group in labelled else group)
+        labelled.add(group)
     ax.axhline(np.exp(-1.0), color="k", ls="--", lw=1.0, label="1/e")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_ylim(1e-6, 1.5)
-    ax.set_xlabel("distance d")
-    ax.set_ylabel("mean decay prod f over d steps")
+    ax.set_xlabel("distance d [tokens]")
+    ax.set_ylabel("mean decay prod f over d steps [fraction kept]")
     ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3, which="both")
-    if names is not None and len(names) <= 16:
-        ax.legend(fontsize=6, ncol=2)
-    return save_figure(fig, path)
+    ax.legend(fontsize=6, ncol=1 + len(names) // 12)
+    return fig
 
 
 def plot_eviction(res: dict, path: str) -> str:
