@@ -230,3 +230,27 @@ def test_the_resume_note_under_torchrun_names_the_launch(tmp_path, monkeypatch):
     assert "start it again with: torchrun --nproc-per-node N -m foxformer.cli train --out" in note
     monkeypatch.setenv("WORLD_SIZE", "1")
     assert _resume_note(str(tmp_path / "run")).endswith(f"with: foxformer train --out {tmp_path / 'run'}")
+
+
+def test_a_run_started_from_another_model_records_no_preset_and_refuses_one(data_dir, tmp_path, capsys):
+    """A run started --init-from saved `preset: fox-pro-tiny` (the default) or the --preset given in its
+    config.yaml, and its model card said so, though it trains the model it starts from: it records none now, and a
+    --preset given with --init-from, which would be ignored, is refused."""
+    src, new = str(tmp_path / "src"), str(tmp_path / "new")
+    assert main(_flags(data_dir, src, steps=1) + ["--model", "num_layers=1"]) == 0
+    flags = _flags(data_dir, new, steps=1)
+    flags[flags.index("--preset"):flags.index("--preset") + 2] = ["--init-from", src, "--total-tokens", "256"]
+    capsys.readouterr()
+    assert main(flags + ["--preset", "transformer-pro-tiny"]) == 2
+    assert _one_error_line(capsys.readouterr().err) == (
+        f"error: --preset (preset): the run trains the model init_from names ({src}), its architecture and weights, "
+        f"so no preset is built; leave --preset out")
+    assert not os.path.exists(new)
+    assert main(flags) == 0
+    saved = yaml.safe_load(open(os.path.join(new, "config.yaml")))
+    assert saved["preset"] is None and saved["init_from"] == src
+    with open(os.path.join(new, "model_config.json")) as f:
+        assert json.load(f)["num_layers"] == 1
+    assert main(["train", "--out", new, "--max-steps", "2"]) == 0  # the run resumes from what it saved
+    assert [r["resumed_from"] is not None for r in read_metrics(new) if r["kind"] == "start"] == [False, True]
+    assert yaml.safe_load(open(os.path.join(new, "config.yaml")))["preset"] is None

@@ -72,6 +72,9 @@ def _train_command(args: argparse.Namespace) -> int:
             cfg = load_config(args.config, overrides)
         except ValueError as e:
             raise ValueError(_in_flags(str(e), args)) from None
+        if cfg.init_from is not None and "preset" in _flags_given(args):
+            raise ValueError(f"--preset (preset): the run trains the model init_from names ({cfg.init_from}), its "
+                             f"architecture and weights, so no preset is built; leave --preset out")
         summary = train(cfg)
     except KeyboardInterrupt:
         if cfg is None or not main_rank:  # one note per run, not one per process under torchrun

@@ -65,7 +65,8 @@ class TrainConfig:
     """Everything a training run needs. ``None`` means "derive it" (see the field comments)."""
 
     # model
-    preset: str = "fox-pro-tiny"            # "{fox,transformer}-{llama,pro}-{size}", "linear-pro-{size}"
+    preset: str | None = "fox-pro-tiny"     # "{fox,transformer}-{llama,pro}-{size}", "linear-pro-{size}"; None
+    #                                         with init_from, whose model replaces it
     model: dict = field(default_factory=dict)  # FoxConfig overrides, e.g. {hidden_size: 128}
     init_from: str | None = None            # start from this model's weights and config (a run dir, a checkpoint
     #                                         dir, a Hugging Face folder or Hub id, a paper model too) instead
@@ -142,6 +143,10 @@ class TrainConfig:
             value = getattr(self, name)
             if isinstance(value, str) and value.strip().lower() in _BOOL_WORDS:
                 setattr(self, name, _BOOL_WORDS[value.strip().lower()])
+        if self.init_from is not None:
+            # the model init_from names is the architecture (model_config.json records it): a preset here would
+            # be saved in config.yaml, and read by cards and comparisons, without ever being built
+            self.preset = None
         self.validate()
 
     def validate(self) -> None:
@@ -189,7 +194,8 @@ class TrainConfig:
             raise TypeError(f"model: expected a mapping of FoxConfig overrides, got {type(self.model).__name__}")
         from ..models.presets import check_model_keys, check_preset
 
-        check_preset(self.preset)
+        if self.init_from is None:
+            check_preset(self.preset)
         check_model_keys(self.model)
         if self.total_tokens is None and self.max_steps is None:
             raise ValueError("total_tokens / max_steps: set at least one (the schedule needs a horizon)")

@@ -343,8 +343,7 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, held: con
             source = None  # the weights are in the model; drop the copy
             if info.is_main:
                 tqdm.write(f"init_from: starting from the weights and config of {cfg.init_from} "
-                           f"({model_cfg.num_layers} layers, width {model_cfg.hidden_size}; preset {cfg.preset!r} "
-                           f"not used)")
+                           f"({model_cfg.num_layers} layers, width {model_cfg.hidden_size}; no preset)")
     else:
         model, model_cfg = model_factory(cfg, vocab_size)
     _set_activation_checkpointing(model, cfg.activation_checkpointing)
