@@ -99,3 +99,21 @@ def test_hf_generate_options_foxformer_cannot_honour_are_refused(case):
     option = next(iter(UNSUPPORTED[case]))
     with pytest.raises(ValueError, match=f"generate: {option}="):
         model.generate(tokens(1, 6), max_new_tokens=3, do_sample=False, **UNSUPPORTED[case])
+
+
+def test_generate_past_the_training_length_warns_once_naming_it():
+    """Hugging Face generate ran past the length a model was trained on without a word (foxformer's CLI warns):
+    it says so once per model where config.train_len records that length, and not within it."""
+    import warnings
+
+    model = make_model("fox-pro-tiny", train_len=8)
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        model.generate(tokens(1, 4), max_new_tokens=4, do_sample=False)  # 8 tokens: within
+        assert said == []
+        model.generate(tokens(1, 6), max_new_tokens=4, do_sample=False)
+        model.generate(tokens(1, 6), max_new_tokens=9, do_sample=False)
+        make_model("fox-pro-tiny").generate(tokens(1, 6), max_new_tokens=40, do_sample=False)  # length unknown
+    assert [str(w.message) for w in said] == [
+        "generate: the prompt and new tokens may reach 10 tokens, more than the 8 this model was trained on "
+        "(config.train_len); past them FoX degrades gracefully, a Transformer with RoPE badly"]

@@ -258,6 +258,33 @@ def test_a_run_on_any_tokenizer_exports_its_document_token_and_tokenizer(make_cf
     assert load_model(run, device="cpu", progress=False).model.config.eos_token_id == 50256
 
 
+def test_exports_record_the_training_length_which_hf_generate_warns_past(make_cfg, tmp_path):
+    """An export's config.json recorded no training length (max_position_embeddings is 16384 whatever the
+    context), so Hugging Face generate could not tell when a prompt and its continuation ran past it: train_len is
+    the run's context in the run's model_config.json and in both exports, and generate says once when it may go
+    past."""
+    import json
+    import warnings
+
+    from transformers import AutoModelForCausalLM
+
+    from foxformer.cli import main
+
+    run = str(tmp_path / "run")
+    summary = train(make_cfg(out_dir=run, max_steps=1, export_hf=True))
+    assert main(["export-hf", run, "--out", str(tmp_path / "again")]) == 0
+    for folder in (run, summary["hf_dir"], str(tmp_path / "again")):
+        with open(os.path.join(folder, "model_config.json" if folder == run else "config.json")) as f:
+            assert json.load(f)["train_len"] == 32, folder
+    model = AutoModelForCausalLM.from_pretrained(str(tmp_path / "again")).eval()
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        model.generate(torch.zeros(1, 30, dtype=torch.long), max_new_tokens=4, do_sample=False)
+    assert [str(w.message).split(";")[0] for w in said if "train_len" in str(w.message)] == [
+        "generate: the prompt and new tokens may reach 34 tokens, more than the 32 this model was trained on "
+        "(config.train_len)"]
+
+
 def test_init_from_starts_from_another_models_weights_and_architecture(make_cfg, tmp_path):
     """`init_from` (a run, one of its checkpoints, or a Hugging Face folder): the new run's model is that model,
     whatever its preset says, with its weights (at lr 0 they come out unchanged); model_config.json records it,

@@ -69,6 +69,8 @@ class FoxConfig(PretrainedConfig):
         dict; results equal up to the products' rounding.
     tokenizer: spec of the tokenizer the model reads (foxformer.data.load_tokenizer: "gpt2", "gpt2-json", ...);
         save_pretrained writes its files next to the weights and the eval commands use it. None: unknown.
+    train_len: the longest sequences (tokens) the weights were trained on, which training records; generate warns
+        once when a prompt and its new tokens may run past it. None: unknown.
     bos_token_id / eos_token_id: None with a built-in tokenizer (bytes, gpt2, gpt2-json) means its end-of-document
         token (256 for bytes, 50256 for the GPT-2 ones), the token between documents in foxformer's data: Hugging
         Face generate stops there; training sets both from its dataset for any tokenizer. pad_token_id stays None
@@ -121,6 +123,7 @@ class FoxConfig(PretrainedConfig):
     evict_max_len: int | None = None
     prune_eps: float | None = None
     tokenizer: str | None = None
+    train_len: int | None = None
     use_cache: bool = True
     pad_token_id: int | None = None
     bos_token_id: int | None = None
@@ -262,6 +265,8 @@ class FoxConfig(PretrainedConfig):
         if not _positive_int(self.max_position_embeddings):
             raise ValueError(f"FoxConfig.max_position_embeddings must be a positive int, "
                              f"got {self.max_position_embeddings!r}")
+        if self.train_len is not None and not _positive_int(self.train_len):
+            raise ValueError(f"FoxConfig.train_len must be a positive int or None, got {self.train_len!r}")
 
     def layer_bias_shift(self, layer_idx: int) -> list[float]:
         """fgate_bias_shift of one layer as one float per head."""

@@ -443,6 +443,12 @@ class FoxForCausalLM(FoxPreTrainedModel, GenerationMixin):
             if value:
                 raise ValueError(f"generate: {name}={value!r} asks for {what}, which foxformer models do not "
                                  f"support; leave it out")
+        trained = self.config.train_len
+        if trained and (generation_config.max_length or 0) > trained and not getattr(self, "_said_train_len", False):
+            self._said_train_len = True  # once per model: generate runs in loops
+            warnings.warn(f"generate: the prompt and new tokens may reach {generation_config.max_length} tokens, more "
+                          f"than the {trained} this model was trained on (config.train_len); past them FoX degrades "
+                          f"gracefully, a Transformer with RoPE badly", stacklevel=3)
         result = super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
         passed = model_kwargs.get("cache") is not None or model_kwargs.get("past_key_values") is not None
         if generation_config.use_cache is not False and not passed:

@@ -338,7 +338,8 @@ def run_model_config(preset: str, model: dict, *, vocab_size: int, context: Any,
                      document_token: int | None = None, base: dict | None = None) -> FoxConfig:
     """The FoxConfig a run trains: ``base`` (a whole FoxConfig's fields: the run's model_config.json, or the model
     init_from names) or else its preset, then the run's ``model`` overrides, then what its data and context decide
-    where nothing else did (vocabulary size, tokenizer, the token between documents, positions past 16K)."""
+    where nothing else did (vocabulary size, tokenizer, the token between documents, positions past 16K), and
+    train_len, which the context sets."""
     from ..data.tokenizer import canonical_name
     from ..models.config import FoxConfig
     from ..models.presets import get_preset
@@ -356,6 +357,9 @@ def run_model_config(preset: str, model: dict, *, vocab_size: int, context: Any,
     fill("eos_token_id", document_token)
     if isinstance(context, int) and context > 16384 and "max_position_embeddings" not in model:
         fields["max_position_embeddings"] = max(fields.get("max_position_embeddings", 0), context)
+    if isinstance(context, int) and "train_len" not in model:
+        # a run trains at its context; one started from a model keeps the longer context that model had
+        fields["train_len"] = max(fields.get("train_len") or 0, context)
     try:
         return get_preset(preset, **fields) if base is None else FoxConfig(**fields)
     except TypeError as e:

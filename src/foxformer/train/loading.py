@@ -206,7 +206,7 @@ def _load_model(path, device, dtype, name, train_len, attention_backend) -> Load
     if attention_backend is not None and hasattr(model.config, "set_attention_backend"):
         model.config.set_attention_backend(attention_backend)
     model = model.to(device=dev, dtype=resolve_dtype(dtype, dev)).eval()
-    ctx = train_len if train_len is not None else run_cfg.get("context")
+    ctx = train_len if train_len is not None else run_cfg.get("context") or getattr(model.config, "train_len", None)
     label = name or _default_name(given)
     tokenizer = run_cfg.get("tokenizer") or (_hf_tokenizer(hf_path, model) if hf_path else None)
     return LoadedModel(model=model, name=label, path=given, train_len=int(ctx) if ctx else None,
