@@ -104,6 +104,35 @@ def test_hugging_face_form_of_gpt2_and_gpt2_json():
         assert theirs.decode(theirs(text).input_ids, skip_special_tokens=True) == text
 
 
+def test_saved_tokenizers_load_without_remote_code_except_gpt2_json(tmp_path, monkeypatch):
+    """`AutoTokenizer.from_pretrained(export)` asked whether to run remote code for a gpt2-json export. gpt2 and
+    bytes load as plain tokenizers; gpt2-json cannot be one: JSON escaping (a \\uXXXX escape for each non-ASCII
+    character) is code no step of a tokenizer.json expresses, and a plain GPT2Tokenizer would read newlines, quotes
+    and non-ASCII text otherwise than the model did. Without trust_remote_code it is transformers' error, as
+    docs/interop.md says; foxformer's own class loads the folder without remote code."""
+    import io
+
+    from transformers import AutoTokenizer
+
+    from foxformer.data.hf_tokenizer import save_hf_tokenizer
+    from foxformer.data.tokenization_gpt2_json import GPT2JSONTokenizer
+
+    text = 'She wrote: "naïve"\n\t😀 done'
+    for spec in ("gpt2", "bytes", "gpt2-json"):
+        assert save_hf_tokenizer(spec, str(tmp_path / spec))
+    for spec in ("gpt2", "bytes"):
+        ours, theirs = load_tokenizer(spec), AutoTokenizer.from_pretrained(tmp_path / spec)
+        assert theirs(text).input_ids == start_ids(ours) + ours.encode(text)
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))  # no one at a terminal to answer transformers' question
+    with pytest.raises(ValueError, match="(?s)contains custom code.*`trust_remote_code=True`"):
+        AutoTokenizer.from_pretrained(tmp_path / "gpt2-json")
+    ours = load_tokenizer("gpt2-json")
+    for theirs in (AutoTokenizer.from_pretrained(tmp_path / "gpt2-json", trust_remote_code=True),
+                   GPT2JSONTokenizer.from_pretrained(tmp_path / "gpt2-json")):
+        assert theirs(text).input_ids == start_ids(ours) + ours.encode(text)
+        assert theirs.decode(theirs(text).input_ids, skip_special_tokens=True) == text
+
+
 def test_hugging_face_form_of_bytes_gives_the_byte_ids():
     """bytes as a tokenizers tokenizer: the same ids as foxformer's byte tokenizer (a special token's text is
     bytes too), 256 as eos, and the same text back for any ids, even cut UTF-8."""
