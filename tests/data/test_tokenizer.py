@@ -123,6 +123,8 @@ def test_saved_tokenizers_load_without_remote_code_except_gpt2_json(tmp_path, mo
     for spec in ("gpt2", "bytes"):
         ours, theirs = load_tokenizer(spec), AutoTokenizer.from_pretrained(tmp_path / spec)
         assert theirs(text).input_ids == start_ids(ours) + ours.encode(text)
+        # batched generation needs left padding: the saved files said nothing, so a loaded one padded on the right
+        assert (theirs.padding_side, theirs.pad_token) == ("left", "<|endoftext|>")
     monkeypatch.setattr("sys.stdin", io.StringIO(""))  # no one at a terminal to answer transformers' question
     with pytest.raises(ValueError, match="(?s)contains custom code.*`trust_remote_code=True`"):
         AutoTokenizer.from_pretrained(tmp_path / "gpt2-json")
@@ -131,6 +133,7 @@ def test_saved_tokenizers_load_without_remote_code_except_gpt2_json(tmp_path, mo
                    GPT2JSONTokenizer.from_pretrained(tmp_path / "gpt2-json")):
         assert theirs(text).input_ids == start_ids(ours) + ours.encode(text)
         assert theirs.decode(theirs(text).input_ids, skip_special_tokens=True) == text
+        assert theirs.padding_side == "left"
 
 
 def test_hugging_face_form_of_bytes_gives_the_byte_ids():

@@ -140,17 +140,18 @@ def hf_tokenizer(spec: str, model_max_length: Optional[int] = None):
                                                           else {"model_max_length": int(model_max_length)}))
     tok = _own_tokenizer(name, model_max_length)
     if tok is not None:
-        # A batch of prompts: `tok(prompts, padding=True)` had no pad token, and right padding puts a 0 between a
-        # prompt and its continuation, which the models refuse. Padding with the end-of-text token on the left is
-        # what generation needs (the mask hides it; the model's pad_token_id stays None, nothing is padded in
-        # training).
         tok.pad_token = tok.eos_token
-        tok.padding_side = "left"
     return tok
 
 
 def _own_tokenizer(name: str, model_max_length: Optional[int]):
-    extra = {} if model_max_length is None else {"model_max_length": int(model_max_length)}
+    # A batch of prompts: `tok(prompts, padding=True)` had no pad token (hf_tokenizer sets the end-of-text token),
+    # and right padding puts a 0 between a prompt and its continuation, which the models refuse: generation needs
+    # left padding (the mask hides it; nothing is padded in training). A constructor argument, as the attribute
+    # set afterwards is not saved: the export's tokenizer padded on the right.
+    extra = {"padding_side": "left"}
+    if model_max_length is not None:
+        extra["model_max_length"] = int(model_max_length)
     if name == BYTES_SPEC:
         return bytes_tokenizer(**extra)
     if name in (GPT2_SPEC, GPT2_JSON_SPEC):
