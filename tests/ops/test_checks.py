@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from foxformer import forgetting_attention, forgetting_attention_cumsum
+from foxformer import forgetting_attention, forgetting_attention_cumsum, gate_cumsum
 
 
 def _ok(B=1, Tq=8, Tk=8, Hq=4, Hkv=2, D=16):
@@ -159,3 +159,52 @@ def test_meta_and_fake_tensors_pass_the_checks_without_values(packed):
     with pytest.raises(ValueError, match="log_fgate must be"):  # a shape fault is still one
         forgetting_attention(*(torch.empty(1, 8, 4, 16, device="meta") for _ in range(3)),
                              torch.empty(1, 8, 2, device="meta"), backend="torch")
+
+
+def _jvp(f, x):
+    return torch.func.jvp(f, (x,), (torch.ones_like(x),))[1]
+
+
+def _forward_ad(f, x):
+    from torch.autograd import forward_ad
+
+    with forward_ad.dual_level():
+        return forward_ad.unpack_dual(f(forward_ad.make_dual(x, torch.ones_like(x)))).tangent
+
+
+def _func_grad(f, x):
+    return torch.func.grad(lambda y: f(y).sum())(x)
+
+
+TRANSFORMS = [pytest.param(_jvp, "forward-mode", id="func-jvp"),
+              pytest.param(_forward_ad, "forward-mode", id="forward_ad-dual"),
+              pytest.param(_func_grad, "torch.func.grad", id="func-grad")]
+ENTRIES = [pytest.param(False, id="log_fgate"), pytest.param(True, id="cumsum")]
+
+
+@pytest.mark.parametrize("from_cumsum", ENTRIES)
+@pytest.mark.parametrize("transform,match", TRANSFORMS)
+def test_function_transforms_the_custom_ops_lack_are_refused(transform, match, from_cumsum):
+    """The backends other than "naive" are custom ops with a backward alone: torch.func.jvp and forward_ad gave
+    them a zero tangent without a word, and torch.func.grad failed on autograd.Function internals."""
+    a = {name: t.double() for name, t in _ok().items()}
+    if from_cumsum:
+        c = gate_cumsum(a["log_fgate"])
+        f = lambda q: forgetting_attention_cumsum(q, a["k"], a["v"], c, backend="torch")  # noqa: E731
+    else:
+        f = lambda q: forgetting_attention(q, a["k"], a["v"], a["log_fgate"], backend="torch")  # noqa: E731
+    with pytest.raises(RuntimeError, match=f"backend='torch'.*{match}.*use backend='naive'"):
+        transform(f, a["q"])
+
+
+@pytest.mark.parametrize("transform", [pytest.param(p.values[0], id=p.id) for p in TRANSFORMS])
+def test_naive_backend_runs_the_function_transforms(transform):
+    """What the refusal points to: the naive backend's derivatives along q match central differences."""
+    a = {name: t.double() for name, t in _ok().items()}
+    f = lambda q: forgetting_attention(q, a["k"], a["v"], a["log_fgate"], backend="naive")  # noqa: E731
+    got = transform(f, a["q"])
+    h = 1e-6
+    along_ones = (f(a["q"] + h) - f(a["q"] - h)) / (2 * h)
+    if transform is _func_grad:  # the gradient of sum(f), contracted with the same direction
+        got, along_ones = got.sum(), along_ones.sum()
+    torch.testing.assert_close(got, along_ones, rtol=1e-6, atol=1e-6)

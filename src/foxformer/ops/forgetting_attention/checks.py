@@ -10,6 +10,7 @@ import os
 
 import torch
 from torch._subclasses.fake_tensor import is_fake
+from torch.autograd.forward_ad import unpack_dual
 
 MAX_HEAD_DIM = 256
 BACKENDS = ("auto", "gluon", "triton", "torch", "naive")
@@ -155,6 +156,20 @@ def check_gate_values(gate: torch.Tensor, name: str, allow_positive: bool = Fals
         raise ValueError(f"{name} must be finite (gate_cumsum floors -inf gates), got inf")
     if not allow_positive and (gate > 0).any():
         raise ValueError(f"{name} must be <= 0 (it is log f with f in [0, 1]); use F.logsigmoid on the gate logits")
+
+
+def check_differentiation(backend: str, *tensors: torch.Tensor) -> None:
+    """Only "naive" is plain torch; the other backends are torch.library custom ops with a backward alone.
+    Forward-mode AD (torch.func.jvp, jacfwd, torch.autograd.forward_ad) gave their outputs a zero tangent
+    without a word, and torch.func.grad / jacrev failed with a message about autograd.Function internals."""
+    if backend == "naive" or _compiling():
+        return
+    if any(unpack_dual(t).tangent is not None for t in tensors):
+        raise RuntimeError(f"backend={backend!r} has no forward-mode derivative (torch.func.jvp, jacfwd, "
+                           f"torch.autograd.forward_ad); use backend='naive'")
+    if any(torch._C._functorch.is_gradtrackingtensor(t) for t in tensors):
+        raise RuntimeError(f"backend={backend!r} does not run under torch.func.grad, vjp or jacrev (use "
+                           f"tensor.backward() or torch.autograd.grad); or use backend='naive'")
 
 
 def resolve_backend(backend: str, q: torch.Tensor) -> str:
