@@ -3,6 +3,7 @@ import pytest
 import torch
 
 from foxformer import forgetting_attention, forgetting_attention_cumsum, gate_cumsum
+from foxformer.ops import naive_forgetting_attention
 
 
 def _ok(B=1, Tq=8, Tk=8, Hq=4, Hkv=2, D=16):
@@ -10,11 +11,13 @@ def _ok(B=1, Tq=8, Tk=8, Hq=4, Hkv=2, D=16):
                 v=torch.randn(B, Tk, Hkv, D), log_fgate=-torch.rand(B, Tk, Hq))
 
 
-def _call(**overrides):
+def _call(fn=None, **overrides):
     args = _ok()
     kwargs = {key: overrides.pop(key) for key in list(overrides) if key not in args}
     args.update(overrides)
-    return forgetting_attention(args["q"], args["k"], args["v"], args["log_fgate"], backend="torch", **kwargs)
+    if fn is None:
+        fn, kwargs["backend"] = forgetting_attention, "torch"
+    return fn(args["q"], args["k"], args["v"], args["log_fgate"], **kwargs)
 
 
 CASES = [
@@ -56,6 +59,14 @@ CASES = [
 def test_bad_input(overrides, exc, match):
     with pytest.raises(exc, match=match):
         _call(**overrides)
+
+
+@pytest.mark.parametrize("overrides,exc,match", [pytest.param(*c[1:], id=c[0]) for c in CASES])
+def test_the_naive_reference_checks_its_input_alike(overrides, exc, match):
+    """naive_forgetting_attention is public and checked nothing: a cu_seqlens ending before T returned fewer rows
+    than q has, a positive or NaN gate gave NaN, a bad max_seqlen passed."""
+    with pytest.raises(exc, match=match):
+        _call(naive_forgetting_attention, **overrides)
 
 
 def test_unknown_backend():

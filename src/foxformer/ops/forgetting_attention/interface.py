@@ -15,7 +15,7 @@ import torch
 from .checks import check_common, check_differentiation, check_gate_values, check_return_lse, resolve_backend
 from .cumsum import gate_cumsum_heads_first
 from .pruning import check_pruning, prune_delta
-from .reference import naive_forgetting_attention, torch_backward, torch_forward
+from .reference import naive_unchecked, torch_backward, torch_forward
 from .scan import triton_gate_cumsum, triton_gate_cumsum_grad
 
 
@@ -232,8 +232,7 @@ def forgetting_attention(q, k, v, log_fgate, *, softmax_scale=None, cu_seqlens=N
     backend = resolve_backend(backend, q)
     check_differentiation(backend, q, k, v, log_fgate)
     if backend == "naive":
-        return naive_forgetting_attention(q, k, v, log_fgate, softmax_scale, cu_seqlens, max_seqlen,
-                                          return_lse)
+        return naive_unchecked(q, k, v, log_fgate, softmax_scale, cu_seqlens, return_lse)
     return _attend(q, k, v, _gate_cumsum(log_fgate, backend), softmax_scale, cu_seqlens, max_seqlen,
                    return_lse, backend, prune_eps, qk_bound)
 
