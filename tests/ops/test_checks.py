@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from foxformer import forgetting_attention, forgetting_attention_cumsum, gate_cumsum
-from foxformer.ops import naive_forgetting_attention
+from foxformer.ops import gated_linear_attention, naive_forgetting_attention
 
 
 def _ok(B=1, Tq=8, Tk=8, Hq=4, Hkv=2, D=16):
@@ -219,3 +219,21 @@ def test_naive_backend_runs_the_function_transforms(transform):
     if transform is _func_grad:  # the gradient of sum(f), contracted with the same direction
         got, along_ones = got.sum(), along_ones.sum()
     torch.testing.assert_close(got, along_ones, rtol=1e-6, atol=1e-6)
+
+
+VMAPPED = [pytest.param(lambda q, k, v, f: forgetting_attention(q, k, v, f, backend="torch"), id="torch"),
+           pytest.param(lambda q, k, v, f: forgetting_attention(q, k, v, f, backend="naive"), id="naive"),
+           pytest.param(lambda q, k, v, f: gated_linear_attention(q, k, v, f), id="gated_linear_attention")]
+
+
+@pytest.mark.parametrize("fn", VMAPPED)
+def test_vmap_over_the_gates_checks_every_element(fn):
+    """The gate checks took bool() of a batched tensor, which torch.vmap refuses ("data-dependent control
+    flow"): vmap over the gates failed on every backend. They now read the values under vmap's wrapper."""
+    a = {name: t.double() for name, t in _ok().items()}
+    gates = -torch.rand(3, *a["log_fgate"].shape, dtype=torch.float64)
+    per_gate = torch.vmap(lambda f: fn(a["q"], a["k"], a["v"], f), in_dims=3)(gates.movedim(0, 3))
+    torch.testing.assert_close(per_gate, torch.stack([fn(a["q"], a["k"], a["v"], f) for f in gates]))
+    gates[2, 0, 5, 1] = 0.5
+    with pytest.raises(ValueError, match="log_fgate must be <= 0"):
+        torch.vmap(lambda f: fn(a["q"], a["k"], a["v"], f))(gates)

@@ -149,6 +149,10 @@ def check_gate_values(gate: torch.Tensor, name: str, allow_positive: bool = Fals
         return
     if gate.device.type == "cuda" and os.environ.get("FOXFORMER_CHECK_VALUES", "0") != "1":
         return
+    # Under torch.vmap, bool() of a batched tensor is data-dependent control flow, which vmap refuses: the
+    # checks read the tensor under torch.func's wrappers (every batch element's values at once).
+    while torch._C._functorch.is_functorch_wrapped_tensor(gate):
+        gate = torch._C._functorch.get_unwrapped(gate)
     if torch.isnan(gate).any():
         raise ValueError(f"{name} contains NaN")
     # A cumsum c (allow_positive) is subtracted from itself: an infinite entry gives inf - inf = nan.
