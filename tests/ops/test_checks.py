@@ -237,3 +237,33 @@ def test_vmap_over_the_gates_checks_every_element(fn):
     gates[2, 0, 5, 1] = 0.5
     with pytest.raises(ValueError, match="log_fgate must be <= 0"):
         torch.vmap(lambda f: fn(a["q"], a["k"], a["v"], f))(gates)
+
+
+GATE_CUMSUM_CASES = [
+    ("list", dict(log_fgate=[[[-0.5]]]), TypeError, "log_fgate must be a torch.Tensor"),
+    ("2d", dict(log_fgate=-torch.rand(8, 4)), ValueError, r"log_fgate must be \[B, T, H\]"),
+    ("int", dict(log_fgate=torch.zeros(1, 8, 4, dtype=torch.int64)), TypeError, "log_fgate must be a floating"),
+    ("nan", dict(log_fgate=torch.full((1, 8, 4), float("nan"))), ValueError, "NaN"),
+    ("positive", dict(log_fgate=torch.full((1, 8, 4), 0.5)), ValueError, "<= 0"),
+    ("plus-inf", dict(log_fgate=torch.full((1, 8, 4), float("inf"))), ValueError, "<= 0"),
+    ("initial-shape", dict(initial=torch.zeros(4, 1)), ValueError, r"initial must be \[B, H\]"),
+    ("initial-int", dict(initial=torch.zeros(1, 4, dtype=torch.int64)), TypeError, "initial must be a floating"),
+    ("initial-device", dict(initial=torch.zeros(1, 4, device="meta")), ValueError, "initial must be on log_fgate's"),
+]
+
+
+@pytest.mark.parametrize("overrides,exc,match", [pytest.param(*c[1:], id=c[0]) for c in GATE_CUMSUM_CASES])
+def test_gate_cumsum_checks_its_gate_as_the_attention_ops_do(overrides, exc, match):
+    """gate_cumsum took a positive or NaN gate without a word (and the cumsum ops downstream check only that c is
+    finite), failed on .dim() for a list, and left a wrong initial to torch's own errors."""
+    args = dict(log_fgate=-torch.rand(1, 8, 4), initial=None) | overrides
+    with pytest.raises(exc, match=match):
+        gate_cumsum(args["log_fgate"], initial=args["initial"])
+
+
+def test_gate_cumsum_accepts_cut_gates_and_an_initial_value():
+    """-inf (f = 0) is a valid gate: floored, not refused."""
+    log_f = -torch.rand(1, 8, 4, dtype=torch.float64)
+    log_f[0, 3] = float("-inf")
+    c = gate_cumsum(log_f, initial=torch.full((1, 4), -2.0, dtype=torch.float64))
+    torch.testing.assert_close(c, (log_f.clamp(min=-1e4).cumsum(1) - 2.0))

@@ -176,6 +176,26 @@ def check_differentiation(backend: str, *tensors: torch.Tensor) -> None:
                            f"tensor.backward() or torch.autograd.grad); or use backend='naive'")
 
 
+def check_gate_cumsum(log_fgate, initial) -> None:
+    """gate_cumsum's arguments: a list failed on .dim(), and a NaN or positive gate gave a c that every op then
+    took as it was (the cumsum ops check only that c is finite)."""
+    _require_tensor(log_fgate, "log_fgate")
+    if log_fgate.dim() != 3:
+        raise ValueError(f"log_fgate must be [B, T, H], got shape {tuple(log_fgate.shape)}")
+    if log_fgate.dtype not in _FLOAT_DTYPES:
+        raise TypeError(f"log_fgate must be a floating tensor, got {log_fgate.dtype}")
+    if initial is not None:
+        _require_tensor(initial, "initial")
+        if initial.shape != (log_fgate.shape[0], log_fgate.shape[2]):
+            raise ValueError(f"initial must be [B, H] = {(log_fgate.shape[0], log_fgate.shape[2])}, "
+                             f"got {tuple(initial.shape)}")
+        if initial.dtype not in _FLOAT_DTYPES:
+            raise TypeError(f"initial must be a floating tensor (the c of the last cached token), got {initial.dtype}")
+        if initial.device != log_fgate.device:
+            raise ValueError(f"initial must be on log_fgate's device {log_fgate.device}, got {initial.device}")
+    check_gate_values(log_fgate, "log_fgate")
+
+
 def resolve_backend(backend: str, q: torch.Tensor) -> str:
     """The backend a call runs on. "auto": the Gluon Hopper kernels where they cover the call (an sm_90
     GPU, fp16 / bf16, head dim 64 or 128; hopper/dispatch.py), else the Triton kernels for CUDA fp16 /
