@@ -2,7 +2,8 @@
 import pytest
 import torch
 
-from foxformer import forgetting_attention, forgetting_attention_cumsum
+from foxformer import forgetting_attention, forgetting_attention_cumsum, gate_cumsum
+from foxformer.ops import gated_linear_attention, naive_forgetting_attention
 
 
 def _ok(B=1, Tq=8, Tk=8, Hq=4, Hkv=2, D=16):
@@ -10,11 +11,13 @@ def _ok(B=1, Tq=8, Tk=8, Hq=4, Hkv=2, D=16):
                 v=torch.randn(B, Tk, Hkv, D), log_fgate=-torch.rand(B, Tk, Hq))
 
 
-def _call(**overrides):
+def _call(fn=None, **overrides):
     args = _ok()
     kwargs = {key: overrides.pop(key) for key in list(overrides) if key not in args}
     args.update(overrides)
-    return forgetting_attention(args["q"], args["k"], args["v"], args["log_fgate"], backend="torch", **kwargs)
+    if fn is None:
+        fn, kwargs["backend"] = forgetting_attention, "torch"
+    return fn(args["q"], args["k"], args["v"], args["log_fgate"], **kwargs)
 
 
 CASES = [
@@ -56,6 +59,14 @@ CASES = [
 def test_bad_input(overrides, exc, match):
     with pytest.raises(exc, match=match):
         _call(**overrides)
+
+
+@pytest.mark.parametrize("overrides,exc,match", [pytest.param(*c[1:], id=c[0]) for c in CASES])
+def test_the_naive_reference_checks_its_input_alike(overrides, exc, match):
+    """naive_forgetting_attention is public and checked nothing: a cu_seqlens ending before T returned fewer rows
+    than q has, a positive or NaN gate gave NaN, a bad max_seqlen passed."""
+    with pytest.raises(exc, match=match):
+        _call(naive_forgetting_attention, **overrides)
 
 
 def test_unknown_backend():
@@ -159,3 +170,100 @@ def test_meta_and_fake_tensors_pass_the_checks_without_values(packed):
     with pytest.raises(ValueError, match="log_fgate must be"):  # a shape fault is still one
         forgetting_attention(*(torch.empty(1, 8, 4, 16, device="meta") for _ in range(3)),
                              torch.empty(1, 8, 2, device="meta"), backend="torch")
+
+
+def _jvp(f, x):
+    return torch.func.jvp(f, (x,), (torch.ones_like(x),))[1]
+
+
+def _forward_ad(f, x):
+    from torch.autograd import forward_ad
+
+    with forward_ad.dual_level():
+        return forward_ad.unpack_dual(f(forward_ad.make_dual(x, torch.ones_like(x)))).tangent
+
+
+def _func_grad(f, x):
+    return torch.func.grad(lambda y: f(y).sum())(x)
+
+
+TRANSFORMS = [pytest.param(_jvp, "forward-mode", id="func-jvp"),
+              pytest.param(_forward_ad, "forward-mode", id="forward_ad-dual"),
+              pytest.param(_func_grad, "torch.func.grad", id="func-grad")]
+ENTRIES = [pytest.param(False, id="log_fgate"), pytest.param(True, id="cumsum")]
+
+
+@pytest.mark.parametrize("from_cumsum", ENTRIES)
+@pytest.mark.parametrize("transform,match", TRANSFORMS)
+def test_function_transforms_the_custom_ops_lack_are_refused(transform, match, from_cumsum):
+    """The backends other than "naive" are custom ops with a backward alone: torch.func.jvp and forward_ad gave
+    them a zero tangent without a word, and torch.func.grad failed on autograd.Function internals."""
+    a = {name: t.double() for name, t in _ok().items()}
+    if from_cumsum:
+        c = gate_cumsum(a["log_fgate"])
+        f = lambda q: forgetting_attention_cumsum(q, a["k"], a["v"], c, backend="torch")  # noqa: E731
+    else:
+        f = lambda q: forgetting_attention(q, a["k"], a["v"], a["log_fgate"], backend="torch")  # noqa: E731
+    with pytest.raises(RuntimeError, match=f"backend='torch'.*{match}.*use backend='naive'"):
+        transform(f, a["q"])
+
+
+@pytest.mark.parametrize("transform", [pytest.param(p.values[0], id=p.id) for p in TRANSFORMS])
+def test_naive_backend_runs_the_function_transforms(transform):
+    """What the refusal points to: the naive backend's derivatives along q match central differences."""
+    a = {name: t.double() for name, t in _ok().items()}
+    f = lambda q: forgetting_attention(q, a["k"], a["v"], a["log_fgate"], backend="naive")  # noqa: E731
+    got = transform(f, a["q"])
+    h = 1e-6
+    along_ones = (f(a["q"] + h) - f(a["q"] - h)) / (2 * h)
+    if transform is _func_grad:  # the gradient of sum(f), contracted with the same direction
+        got, along_ones = got.sum(), along_ones.sum()
+    torch.testing.assert_close(got, along_ones, rtol=1e-6, atol=1e-6)
+
+
+VMAPPED = [pytest.param(lambda q, k, v, f: forgetting_attention(q, k, v, f, backend="torch"), id="torch"),
+           pytest.param(lambda q, k, v, f: forgetting_attention(q, k, v, f, backend="naive"), id="naive"),
+           pytest.param(lambda q, k, v, f: gated_linear_attention(q, k, v, f), id="gated_linear_attention")]
+
+
+@pytest.mark.parametrize("fn", VMAPPED)
+def test_vmap_over_the_gates_checks_every_element(fn):
+    """The gate checks took bool() of a batched tensor, which torch.vmap refuses ("data-dependent control
+    flow"): vmap over the gates failed on every backend. They now read the values under vmap's wrapper."""
+    a = {name: t.double() for name, t in _ok().items()}
+    gates = -torch.rand(3, *a["log_fgate"].shape, dtype=torch.float64)
+    per_gate = torch.vmap(lambda f: fn(a["q"], a["k"], a["v"], f), in_dims=3)(gates.movedim(0, 3))
+    torch.testing.assert_close(per_gate, torch.stack([fn(a["q"], a["k"], a["v"], f) for f in gates]))
+    gates[2, 0, 5, 1] = 0.5
+    with pytest.raises(ValueError, match="log_fgate must be <= 0"):
+        torch.vmap(lambda f: fn(a["q"], a["k"], a["v"], f))(gates)
+
+
+GATE_CUMSUM_CASES = [
+    ("list", dict(log_fgate=[[[-0.5]]]), TypeError, "log_fgate must be a torch.Tensor"),
+    ("2d", dict(log_fgate=-torch.rand(8, 4)), ValueError, r"log_fgate must be \[B, T, H\]"),
+    ("int", dict(log_fgate=torch.zeros(1, 8, 4, dtype=torch.int64)), TypeError, "log_fgate must be a floating"),
+    ("nan", dict(log_fgate=torch.full((1, 8, 4), float("nan"))), ValueError, "NaN"),
+    ("positive", dict(log_fgate=torch.full((1, 8, 4), 0.5)), ValueError, "<= 0"),
+    ("plus-inf", dict(log_fgate=torch.full((1, 8, 4), float("inf"))), ValueError, "<= 0"),
+    ("initial-shape", dict(initial=torch.zeros(4, 1)), ValueError, r"initial must be \[B, H\]"),
+    ("initial-int", dict(initial=torch.zeros(1, 4, dtype=torch.int64)), TypeError, "initial must be a floating"),
+    ("initial-device", dict(initial=torch.zeros(1, 4, device="meta")), ValueError, "initial must be on log_fgate's"),
+]
+
+
+@pytest.mark.parametrize("overrides,exc,match", [pytest.param(*c[1:], id=c[0]) for c in GATE_CUMSUM_CASES])
+def test_gate_cumsum_checks_its_gate_as_the_attention_ops_do(overrides, exc, match):
+    """gate_cumsum took a positive or NaN gate without a word (and the cumsum ops downstream check only that c is
+    finite), failed on .dim() for a list, and left a wrong initial to torch's own errors."""
+    args = dict(log_fgate=-torch.rand(1, 8, 4), initial=None) | overrides
+    with pytest.raises(exc, match=match):
+        gate_cumsum(args["log_fgate"], initial=args["initial"])
+
+
+def test_gate_cumsum_accepts_cut_gates_and_an_initial_value():
+    """-inf (f = 0) is a valid gate: floored, not refused."""
+    log_f = -torch.rand(1, 8, 4, dtype=torch.float64)
+    log_f[0, 3] = float("-inf")
+    c = gate_cumsum(log_f, initial=torch.full((1, 4), -2.0, dtype=torch.float64))
+    torch.testing.assert_close(c, (log_f.clamp(min=-1e4).cumsum(1) - 2.0))

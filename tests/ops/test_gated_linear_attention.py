@@ -118,6 +118,17 @@ def test_large_cumsum_in_bf16(autocast):
     assert all(torch.isfinite(g).all() for g in got[2:])
 
 
+@pytest.mark.parametrize("impl", IMPLS)
+def test_an_empty_batch_gives_empty_outputs_and_gradients(impl):
+    """As forgetting_attention does at batch 0: the chunked op failed reshaping its zero-element output to
+    [0, H, T, -1], whose -1 has no single answer (Dv differs from Dk here, so the shape is read, not guessed)."""
+    q = torch.randn(0, 5, 4, 8, requires_grad=True)
+    k, v, log_f = torch.randn(0, 5, 2, 8), torch.randn(0, 5, 2, 6), -torch.rand(0, 5, 4)
+    out, state = IMPLS[impl](q, k, v, log_f, return_final_state=True, chunk_size=2)
+    out.sum().backward()
+    assert out.shape == (0, 5, 4, 6) and state.shape == (0, 4, 8, 6) and q.grad.shape == q.shape
+
+
 def test_state_chaining_equals_one_pass():
     q, k, v, log_f = make_inputs(2, 130, 130, 4, 2, 16, gate="mixed", seed=3)
     whole, final = gated_linear_attention(q, k, v, log_f, return_final_state=True, chunk_size=24)

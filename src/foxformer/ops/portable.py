@@ -14,7 +14,7 @@ import torch
 from .forgetting_attention.checks import check_common, check_gate_values, check_return_lse, check_softmax_scale
 from .forgetting_attention.cumsum import LOG_FGATE_FLOOR, gate_cumsum, gate_cumsum_heads_first
 from .forgetting_attention.paging import append_token_torch, evict_scan_torch, gather_live
-from .forgetting_attention.reference import naive_forgetting_attention, torch_forward
+from .forgetting_attention.reference import naive_unchecked, torch_forward
 from .gated_linear_attention.interface import gated_linear_attention
 from .gated_linear_attention.reference import naive_gated_linear_attention
 
@@ -37,7 +37,7 @@ def forgetting_attention(q, k, v, log_fgate, *, softmax_scale=None, cu_seqlens=N
     check_return_lse(return_lse)
     check_gate_values(log_fgate, "log_fgate")
     if _needs_grad(q, k, v, log_fgate):
-        return naive_forgetting_attention(q, k, v, log_fgate, scale, cu_seqlens, max_seqlen, return_lse)
+        return naive_unchecked(q, k, v, log_fgate, scale, cu_seqlens, return_lse)
     out, lse = torch_forward(q, k, v, gate_cumsum_heads_first(log_fgate), scale, cu_seqlens, max_seqlen)
     return (out, lse) if return_lse else out
 

@@ -10,6 +10,7 @@ import os
 
 import torch
 from torch._subclasses.fake_tensor import is_fake
+from torch.autograd.forward_ad import unpack_dual
 
 MAX_HEAD_DIM = 256
 BACKENDS = ("auto", "gluon", "triton", "torch", "naive")
@@ -148,6 +149,10 @@ def check_gate_values(gate: torch.Tensor, name: str, allow_positive: bool = Fals
         return
     if gate.device.type == "cuda" and os.environ.get("FOXFORMER_CHECK_VALUES", "0") != "1":
         return
+    # Under torch.vmap, bool() of a batched tensor is data-dependent control flow, which vmap refuses: the
+    # checks read the tensor under torch.func's wrappers (every batch element's values at once).
+    while torch._C._functorch.is_functorch_wrapped_tensor(gate):
+        gate = torch._C._functorch.get_unwrapped(gate)
     if torch.isnan(gate).any():
         raise ValueError(f"{name} contains NaN")
     # A cumsum c (allow_positive) is subtracted from itself: an infinite entry gives inf - inf = nan.
@@ -155,6 +160,40 @@ def check_gate_values(gate: torch.Tensor, name: str, allow_positive: bool = Fals
         raise ValueError(f"{name} must be finite (gate_cumsum floors -inf gates), got inf")
     if not allow_positive and (gate > 0).any():
         raise ValueError(f"{name} must be <= 0 (it is log f with f in [0, 1]); use F.logsigmoid on the gate logits")
+
+
+def check_differentiation(backend: str, *tensors: torch.Tensor) -> None:
+    """Only "naive" is plain torch; the other backends are torch.library custom ops with a backward alone.
+    Forward-mode AD (torch.func.jvp, jacfwd, torch.autograd.forward_ad) gave their outputs a zero tangent
+    without a word, and torch.func.grad / jacrev failed with a message about autograd.Function internals."""
+    if backend == "naive" or _compiling():
+        return
+    if any(unpack_dual(t).tangent is not None for t in tensors):
+        raise RuntimeError(f"backend={backend!r} has no forward-mode derivative (torch.func.jvp, jacfwd, "
+                           f"torch.autograd.forward_ad); use backend='naive'")
+    if any(torch._C._functorch.is_gradtrackingtensor(t) for t in tensors):
+        raise RuntimeError(f"backend={backend!r} does not run under torch.func.grad, vjp or jacrev (use "
+                           f"tensor.backward() or torch.autograd.grad); or use backend='naive'")
+
+
+def check_gate_cumsum(log_fgate, initial) -> None:
+    """gate_cumsum's arguments: a list failed on .dim(), and a NaN or positive gate gave a c that every op then
+    took as it was (the cumsum ops check only that c is finite)."""
+    _require_tensor(log_fgate, "log_fgate")
+    if log_fgate.dim() != 3:
+        raise ValueError(f"log_fgate must be [B, T, H], got shape {tuple(log_fgate.shape)}")
+    if log_fgate.dtype not in _FLOAT_DTYPES:
+        raise TypeError(f"log_fgate must be a floating tensor, got {log_fgate.dtype}")
+    if initial is not None:
+        _require_tensor(initial, "initial")
+        if initial.shape != (log_fgate.shape[0], log_fgate.shape[2]):
+            raise ValueError(f"initial must be [B, H] = {(log_fgate.shape[0], log_fgate.shape[2])}, "
+                             f"got {tuple(initial.shape)}")
+        if initial.dtype not in _FLOAT_DTYPES:
+            raise TypeError(f"initial must be a floating tensor (the c of the last cached token), got {initial.dtype}")
+        if initial.device != log_fgate.device:
+            raise ValueError(f"initial must be on log_fgate's device {log_fgate.device}, got {initial.device}")
+    check_gate_values(log_fgate, "log_fgate")
 
 
 def resolve_backend(backend: str, q: torch.Tensor) -> str:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from .checks import check_gate_cumsum
+
 # log f = -inf (f = 0) would turn c_i - c_j into -inf - (-inf) = nan. Any value this low already
 # makes exp(c_i - c_j) exactly 0 in fp32 (underflow starts near -104), while float64 keeps
 # c_i - c_j exact for pairs the floor does not separate. The gradient through the clamp is 0 at
@@ -29,15 +31,10 @@ def gate_cumsum(log_fgate: torch.Tensor, initial: torch.Tensor | None = None) ->
     Returns:
         ``[B, T, H]`` float64 tensor ``c[t] = initial + sum_{l <= t} log_fgate[l]`` (with ``-inf``
         replaced by a finite floor), a view of a heads-first ``[B, H, T]`` tensor.
-        Differentiable with respect to ``log_fgate`` and ``initial``.
+        Differentiable with respect to ``log_fgate`` and ``initial``. The values are checked as
+        ``forgetting_attention`` checks its gate (NaN and positive entries are a ValueError).
     """
-    if log_fgate.dim() != 3:
-        raise ValueError(f"log_fgate must be [B, T, H], got shape {tuple(log_fgate.shape)}")
-    if initial is not None and initial.shape != (log_fgate.shape[0], log_fgate.shape[2]):
-        raise ValueError(
-            f"initial must be [B, H] = {(log_fgate.shape[0], log_fgate.shape[2])}, "
-            f"got {tuple(initial.shape)}"
-        )
+    check_gate_cumsum(log_fgate, initial)
     return gate_cumsum_heads_first(log_fgate, initial).transpose(1, 2)
 
 

@@ -12,10 +12,10 @@ from typing import Optional
 
 import torch
 
-from .checks import check_common, check_gate_values, check_return_lse, resolve_backend
+from .checks import check_common, check_differentiation, check_gate_values, check_return_lse, resolve_backend
 from .cumsum import gate_cumsum_heads_first
 from .pruning import check_pruning, prune_delta
-from .reference import naive_forgetting_attention, torch_backward, torch_forward
+from .reference import naive_unchecked, torch_backward, torch_forward
 from .scan import triton_gate_cumsum, triton_gate_cumsum_grad
 
 
@@ -220,7 +220,9 @@ def forgetting_attention(q, k, v, log_fgate, *, softmax_scale=None, cu_seqlens=N
     Returns:
         ``out`` ``[B, Tq, Hq, D]`` in q's dtype, or ``(out, lse)`` when ``return_lse``.
         Differentiable in q, k, v and log_fgate; the backward is deterministic. Double backward
-        (differentiating a gradient again) is supported by ``backend="naive"`` only.
+        (differentiating a gradient again), forward-mode AD (``torch.func.jvp``, ``jacfwd``) and
+        ``torch.func.grad`` / ``jacrev`` are supported by ``backend="naive"`` only (a RuntimeError on the
+        others).
     """
     softmax_scale, max_seqlen = check_common(q, k, v, log_fgate, "log_fgate", softmax_scale,
                                              cu_seqlens, max_seqlen)
@@ -228,9 +230,9 @@ def forgetting_attention(q, k, v, log_fgate, *, softmax_scale=None, cu_seqlens=N
     check_gate_values(log_fgate, "log_fgate")
     check_pruning(prune_eps, qk_bound, q.shape[0], q.shape[2], q.device)
     backend = resolve_backend(backend, q)
+    check_differentiation(backend, q, k, v, log_fgate)
     if backend == "naive":
-        return naive_forgetting_attention(q, k, v, log_fgate, softmax_scale, cu_seqlens, max_seqlen,
-                                          return_lse)
+        return naive_unchecked(q, k, v, log_fgate, softmax_scale, cu_seqlens, return_lse)
     return _attend(q, k, v, _gate_cumsum(log_fgate, backend), softmax_scale, cu_seqlens, max_seqlen,
                    return_lse, backend, prune_eps, qk_bound)
 
@@ -252,6 +254,7 @@ def forgetting_attention_cumsum(q, k, v, c, *, softmax_scale=None, cu_seqlens=No
     backend = resolve_backend(backend, q)
     if backend == "naive":
         raise ValueError("backend='naive' needs log_fgate: call forgetting_attention instead")
+    check_differentiation(backend, q, k, v, c)
     c_t = c.transpose(1, 2).double().contiguous()
     return _attend(q, k, v, c_t, softmax_scale, cu_seqlens, max_seqlen, return_lse, backend,
                    prune_eps, qk_bound)

@@ -9,9 +9,10 @@
 """
 from __future__ import annotations
 
-import math
 
 import torch
+
+from .checks import check_common, check_gate_values, check_return_lse
 
 # Scores held at once by the chunked backend, per chunk: 2^24 elements (64 MiB in fp32) keeps several live
 # temporaries of that size well inside a 24 GiB CPU machine at 64K tokens (chunks keep 16 rows at least).
@@ -39,17 +40,24 @@ def _segments(cu_seqlens: torch.Tensor | None, T: int) -> list[tuple[int, int]]:
 
 def naive_forgetting_attention(q, k, v, log_fgate, softmax_scale=None, cu_seqlens=None,
                                max_seqlen=None, return_lse=False):
-    """Materialised reference; same arguments and outputs as ``forgetting_attention``.
+    """Materialised reference; same arguments, input checks and outputs as ``forgetting_attention``.
 
     Computes in the input dtype (pass float64 tensors for a high-precision reference).
     ``log_fgate = -inf`` is handled exactly: it cuts every key before it, with no floor.
     """
-    del max_seqlen  # only the kernels need it
-    scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    # Unchecked, a cu_seqlens not ending at T dropped the rows past its end and a positive gate gave NaN.
+    softmax_scale, max_seqlen = check_common(q, k, v, log_fgate, "log_fgate", softmax_scale, cu_seqlens,
+                                             max_seqlen)
+    check_return_lse(return_lse)
+    check_gate_values(log_fgate, "log_fgate")
+    return naive_unchecked(q, k, v, log_fgate, softmax_scale, cu_seqlens, return_lse)
+
+
+def naive_unchecked(q, k, v, log_fgate, scale, cu_seqlens=None, return_lse=False):
+    """``naive_forgetting_attention`` for inputs already checked (the scale resolved)."""
     if cu_seqlens is not None:
         pieces = [
-            naive_forgetting_attention(q[:, s:e], k[:, s:e], v[:, s:e], log_fgate[:, s:e], scale,
-                                       return_lse=True)
+            naive_unchecked(q[:, s:e], k[:, s:e], v[:, s:e], log_fgate[:, s:e], scale, return_lse=True)
             for s, e in _segments(cu_seqlens, q.shape[1])
         ]
         out = torch.cat([o for o, _ in pieces], dim=1)

@@ -81,5 +81,5 @@ def gated_linear_attention(q, k, v, log_fgate, *, initial_state=None, return_fin
         state = across[:, :, n, None, None] * state + local[:, :, n]
     q_from_start = qc * b.to(cd).exp()[..., None]
     out = out + torch.matmul(q_from_start, torch.stack(starts, dim=2))
-    out = out.reshape(B, Hq, T_pad, -1)[:, :, :T].transpose(1, 2).to(q.dtype)
+    out = out.reshape(B, Hq, T_pad, v.shape[-1])[:, :, :T].transpose(1, 2).to(q.dtype)
     return (out, state) if return_final_state else out
