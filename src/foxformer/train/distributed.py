@@ -87,7 +87,13 @@ def init_distributed(device: str = "auto", parallel: str = "auto", timeout_minut
         dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo", store=_STORE, rank=rank,
                                 world_size=world, timeout=timeout, **({"device_id": dev} if dev.type == "cuda" else {}))
     if world == 1:
-        mode = "none" if parallel in ("auto", "none") else parallel
+        # one process has nothing to spread; DDP and FSDP2 would also need the process group no launcher started.
+        # A run saved under torchrun records its `parallel`, and it resumes here too.
+        mode = "none"
+        if parallel in ("ddp", "fsdp"):
+            print(f"train: parallel {parallel} spreads a run over several processes, and this is one (WORLD_SIZE "
+                  f"unset or 1): it trains as a single process; for several, launch it with: torchrun "
+                  f"--nproc-per-node N -m foxformer.cli train ...", file=sys.stderr)
     else:
         mode = "fsdp" if parallel == "auto" else parallel
         if mode == "none":
