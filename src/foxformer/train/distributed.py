@@ -172,6 +172,15 @@ def broadcast_object(obj, src: int = 0):
     return box[0]
 
 
+def gather_objects(obj, group=None) -> list:
+    """``obj`` of every rank, in rank order (``[obj]`` for one process)."""
+    if not dist.is_initialized():
+        return [obj]
+    out = [None] * dist.get_world_size(group)
+    dist.all_gather_object(out, obj, group=group)
+    return out
+
+
 def _fsdp_api():
     try:
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
