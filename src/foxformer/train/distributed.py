@@ -83,7 +83,13 @@ def init_distributed(device: str = "auto", parallel: str = "auto", timeout_minut
         torch.cuda.set_device(dev)
     if world > 1 and not dist.is_initialized():
         timeout = datetime.timedelta(minutes=timeout_minutes)
-        _STORE, rank, world = next(dist.rendezvous("env://", rank, world, timeout=timeout))
+        try:
+            _STORE, rank, world = next(dist.rendezvous("env://", rank, world, timeout=timeout))
+        except (ValueError, dist.DistError) as e:  # torch's words name the variable or the wait, not the launcher
+            raise ValueError(f"WORLD_SIZE={world} makes this one of {world} processes, but they could not meet "
+                             f"({str(e).splitlines()[0]}); start them with torchrun --nproc-per-node N -m "
+                             f"foxformer.cli train ... (it sets WORLD_SIZE, RANK, MASTER_ADDR and MASTER_PORT), or "
+                             f"unset WORLD_SIZE to train in one process") from None
         dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo", store=_STORE, rank=rank,
                                 world_size=world, timeout=timeout, **({"device_id": dev} if dev.type == "cuda" else {}))
     if world == 1:
