@@ -59,3 +59,17 @@ def test_fsdp_with_fused_loss_matches_single_process(make_cfg, data_dir, tmp_pat
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert _losses(out) == pytest.approx(_losses(single["out_dir"])[:3], abs=2e-4)
+
+
+def test_ddp_and_fsdp_on_one_process_train_as_one(make_cfg, tmp_path, capsys):
+    """A run saved under torchrun records parallel: ddp or fsdp, and `foxformer train --out RUN` without torchrun
+    resumes it: one process, whose losses are the single-process run's (it stopped with torch's "Default process
+    group has not been initialized")."""
+    ref = train(make_cfg(out_dir=str(tmp_path / "ref"), max_steps=4, total_tokens=512))
+    first = train(make_cfg(max_steps=2, total_tokens=512, parallel="ddp"))
+    resumed = train(make_cfg(max_steps=4, total_tokens=512, parallel="fsdp"))
+    assert (first["parallel"], resumed["parallel"]) == ("none", "none")
+    assert resumed["resumed_from"].endswith("step_00000002")
+    assert _losses(resumed["out_dir"]) == _losses(ref["out_dir"])
+    err = capsys.readouterr().err
+    assert "parallel ddp spreads a run over several processes" in err and "torchrun --nproc-per-node N" in err

@@ -90,6 +90,21 @@ def test_gradient_accumulation_matches_one_big_batch(make_cfg, tmp_path):
     assert _losses(b["out_dir"]) == pytest.approx(_losses(a["out_dir"]), abs=1e-4)
 
 
+def test_a_batch_that_does_not_split_over_the_ranks_says_what_would(make_cfg):
+    """Errors that said only what was wrong: each names values that work (batch_tokens may not change on resume,
+    so the process count is the other way out)."""
+    from foxformer.train.loop import make_plan
+
+    with pytest.raises(ValueError, match=r"3 sequences of 32 cannot be split evenly over 2 ranks: give 64 or 128 "
+                                         r"\(multiples of 2 ranks x 32\), or launch a number of processes that "
+                                         r"divides 3 \(1, 3\)"):
+        make_plan(make_cfg(batch_tokens=96), 2, "cpu")
+    with pytest.raises(ValueError, match=r"micro_batch_size: 2 does not divide the 3 sequences per rank and step "
+                                         r"\(6 sequences of 32 over 2 ranks\): give one that does \(1, 3\), or 0"):
+        make_plan(make_cfg(batch_tokens=192, micro_batch_size=2), 2, "cpu")
+    assert make_plan(make_cfg(batch_tokens=192, micro_batch_size=3), 2, "cpu").accum == 1
+
+
 def test_hf_export_round_trips(make_cfg, tmp_path):
     from foxformer.models import FoxForCausalLM
 

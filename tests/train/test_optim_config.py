@@ -96,6 +96,28 @@ def test_one_named_gpu_under_torchrun_is_refused(monkeypatch):
         distributed.init_distributed("cuda:1")
 
 
+@pytest.mark.parametrize("master,said", [(None, "MASTER_ADDR expected"), ("127.0.0.1", "1/2 clients joined")])
+def test_world_size_without_a_launcher_says_to_use_torchrun(monkeypatch, master, said):
+    """WORLD_SIZE set by hand (or left from another job): torch's own errors named a variable or a wait, not
+    torchrun; the second process never comes, so rank 0 waits for it until the timeout."""
+    import socket
+
+    from foxformer.train import distributed
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.delenv("MASTER_ADDR", raising=False)
+    if master is not None:
+        with socket.socket() as s:
+            s.bind((master, 0))
+            port = s.getsockname()[1]
+        monkeypatch.setenv("MASTER_ADDR", master)
+        monkeypatch.setenv("MASTER_PORT", str(port))
+    with pytest.raises(ValueError, match=rf"WORLD_SIZE=2 makes this one of 2 processes, but they could not meet "
+                                         rf"\(.*{said}.*\); start them with torchrun --nproc-per-node N .* or "
+                                         rf"unset WORLD_SIZE to train in one process"):
+        distributed.init_distributed("cpu", timeout_minutes=0.02)
+
+
 @pytest.mark.parametrize("device,index", [("cuda", 0), ("cuda:1", 1)])
 def test_a_single_process_takes_the_named_gpu(monkeypatch, device, index):
     import torch

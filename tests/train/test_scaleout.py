@@ -8,6 +8,7 @@ per node) trains FSDP2 and saves sharded checkpoints; a 3-process DDP launch res
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -56,9 +57,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _launch(nodes: int, per_node: int, args: list[str], script: list[str] | None = None, timeout: float = 300):
-    """``nodes`` torchrun launches over the loopback address, as on ``nodes`` hosts (one alone: standalone).
-    Returns [(returncode, stdout, stderr)] per node."""
+def _launch(nodes: int, per_node: int, args: list[str], script: list[str] | None = None, timeout: float = 300,
+            node_args: list[list[str]] | None = None):
+    """``nodes`` torchrun launches over the loopback address, as on ``nodes`` hosts (one alone: standalone);
+    ``node_args[i]`` is added to node i's command line. Returns [(returncode, stdout, stderr)] per node."""
     target = script or ["-m", "foxformer.cli", "train"]
     if nodes == 1:
         rdzv = [["--standalone"]]
@@ -68,8 +70,9 @@ def _launch(nodes: int, per_node: int, args: list[str], script: list[str] | None
                  "--rdzv-id", f"job{port}", "--rdzv-conf", f"is_host={int(i == 0)}"] for i in range(nodes)]
     env = {**os.environ, "PYTHONPATH": SRC, "OMP_NUM_THREADS": "1"}
     procs = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", *r, "--nproc-per-node", str(per_node),
-                               *target, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for r in rdzv]
+                               *target, *args, *extra], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
+             for r, extra in zip(rdzv, node_args or [[]] * nodes)]
     try:
         outputs = [p.communicate(timeout=timeout) for p in procs]
         return [(p.returncode, *output) for p, output in zip(procs, outputs)]
@@ -197,6 +200,21 @@ def test_a_failing_rank_ends_the_multi_node_job_with_its_message(byte_data, tmp_
     # the checkpoint saved just before the fault was committed (its async save finished first) and is whole
     assert os.path.basename(ckpt.latest_checkpoint(run)) == "step_00000002"
     ckpt.verify_checkpoint(ckpt.latest_checkpoint(run))
+
+
+def test_hosts_launched_with_different_flags_stop_before_training(byte_data, tmp_path):
+    """Each host's torchrun reads its own command line: another lr on one trained its replica apart without a
+    word. Another path to the same data is no difference."""
+    run = str(tmp_path / "mixed")
+    copy = str(tmp_path / "same-data")
+    shutil.copytree(byte_data, copy)
+    results = _launch(2, 1, _cli_args(byte_data, run, parallel="ddp"), timeout=240,
+                      node_args=[[], ["--lr", "1e-3", "--data", copy]])
+    for rc, _, err in results:
+        assert rc != 0
+        assert re.search(r"error: the ranks of this job were started with different settings: lr \(rank 0: 0\.00[13], "
+                         r"rank 1: 0\.00[13]\); start every process with the same flags", err), err[-3000:]
+    assert not os.path.exists(run)
 
 
 def test_async_save_lets_training_go_on_and_saves_the_state_of_its_own_step(byte_data, tmp_path, monkeypatch):

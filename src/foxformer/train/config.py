@@ -99,7 +99,7 @@ class TrainConfig:
     activation_checkpointing: bool = False
     fused_loss: bool = False                # loss through the LM head in chunks, no [B, T, V] logits
     device: str = "auto"
-    parallel: str = "auto"                  # auto (fsdp when WORLD_SIZE > 1) | none | ddp | fsdp
+    parallel: str = "auto"                  # auto (fsdp when WORLD_SIZE > 1) | none | ddp | fsdp (one process: none)
     dist_timeout_minutes: float = 10.0      # a collective waiting longer (a rank hung or gone) ends the job;
     #                                         torch's NCCL default, and a full save or HF export takes less
     seed: int = 0

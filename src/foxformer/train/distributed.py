@@ -83,11 +83,23 @@ def init_distributed(device: str = "auto", parallel: str = "auto", timeout_minut
         torch.cuda.set_device(dev)
     if world > 1 and not dist.is_initialized():
         timeout = datetime.timedelta(minutes=timeout_minutes)
-        _STORE, rank, world = next(dist.rendezvous("env://", rank, world, timeout=timeout))
+        try:
+            _STORE, rank, world = next(dist.rendezvous("env://", rank, world, timeout=timeout))
+        except (ValueError, dist.DistError) as e:  # torch's words name the variable or the wait, not the launcher
+            raise ValueError(f"WORLD_SIZE={world} makes this one of {world} processes, but they could not meet "
+                             f"({str(e).splitlines()[0]}); start them with torchrun --nproc-per-node N -m "
+                             f"foxformer.cli train ... (it sets WORLD_SIZE, RANK, MASTER_ADDR and MASTER_PORT), or "
+                             f"unset WORLD_SIZE to train in one process") from None
         dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo", store=_STORE, rank=rank,
                                 world_size=world, timeout=timeout, **({"device_id": dev} if dev.type == "cuda" else {}))
     if world == 1:
-        mode = "none" if parallel in ("auto", "none") else parallel
+        # one process has nothing to spread; DDP and FSDP2 would also need the process group no launcher started.
+        # A run saved under torchrun records its `parallel`, and it resumes here too.
+        mode = "none"
+        if parallel in ("ddp", "fsdp"):
+            print(f"train: parallel {parallel} spreads a run over several processes, and this is one (WORLD_SIZE "
+                  f"unset or 1): it trains as a single process; for several, launch it with: torchrun "
+                  f"--nproc-per-node N -m foxformer.cli train ...", file=sys.stderr)
     else:
         mode = "fsdp" if parallel == "auto" else parallel
         if mode == "none":
@@ -164,6 +176,15 @@ def broadcast_object(obj, src: int = 0):
     box = [obj]
     dist.broadcast_object_list(box, src=src)
     return box[0]
+
+
+def gather_objects(obj, group=None) -> list:
+    """``obj`` of every rank, in rank order (``[obj]`` for one process)."""
+    if not dist.is_initialized():
+        return [obj]
+    out = [None] * dist.get_world_size(group)
+    dist.all_gather_object(out, obj, group=group)
+    return out
 
 
 def _fsdp_api():

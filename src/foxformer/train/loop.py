@@ -35,7 +35,7 @@ from .card import training_facts
 from .config import (TrainConfig, config_fields, read_model_config, read_saved_config, run_model_config,
                      resume_conflicts, save_config, write_model_config)
 from .distributed import (DistInfo, all_reduce_mean, all_reduce_sum, barrier, broadcast_object, failures_reported,
-                          full_state_dicts, grad_sync, init_distributed, wrap_model)
+                          full_state_dicts, gather_objects, grad_sync, init_distributed, wrap_model)
 from .metrics import MetricsSink, device_peak_flops, eta_string, forget_gate_means, mfu
 from .optim import build_optimizer, learning_rate
 from .sharded import CheckpointWriter, ResumePoint, checkpoint_group, resolve_format
@@ -56,15 +56,23 @@ class Plan:
 def make_plan(cfg: TrainConfig, world: int, device_type: str) -> Plan:
     seqs = cfg.batch_tokens // cfg.context
     if seqs % world:
-        raise ValueError(f"batch_tokens: {cfg.batch_tokens} tokens = {seqs} sequences of {cfg.context} cannot be split "
-                         f"evenly over {world} ranks")
+        unit = world * cfg.context
+        near = " or ".join(f"{n:,}" for n in (seqs // world * unit, (seqs // world + 1) * unit) if n)
+        # batch_tokens may not change on resume (it is what a step computes): there, the process count is the fix
+        counts = ", ".join(str(d) for d in range(1, seqs + 1) if seqs % d == 0)
+        raise ValueError(f"batch_tokens: {cfg.batch_tokens:,} tokens = {seqs} sequences of {cfg.context} cannot be "
+                         f"split evenly over {world} ranks: give {near} (multiples of {world} ranks x {cfg.context}), "
+                         f"or launch a number of processes that divides {seqs} ({counts})")
     per_rank = seqs // world
     mbs = cfg.micro_batch_size
     if mbs == 0:  # largest divisor of per_rank within a token budget per forward
         budget = max(1, (32768 if device_type == "cuda" else 8192) // cfg.context)
         mbs = max(d for d in range(1, per_rank + 1) if per_rank % d == 0 and d <= budget)
     if per_rank % mbs:
-        raise ValueError(f"micro_batch_size: {mbs} does not divide the {per_rank} sequences per rank and step")
+        fits = ", ".join(str(d) for d in range(1, per_rank + 1) if per_rank % d == 0)
+        raise ValueError(f"micro_batch_size: {mbs} does not divide the {per_rank} sequences per rank and step "
+                         f"({seqs} sequences of {cfg.context} over {world} rank{'s' * (world > 1)}): give one that "
+                         f"does ({fits}), or 0 to let the run choose")
     return Plan(seqs_per_step=seqs, seqs_per_rank=per_rank, micro_batch=mbs, accum=per_rank // mbs)
 
 
@@ -190,6 +198,32 @@ def data_identity(train_ds: TokenDataset, val_ds: TokenDataset) -> str:
     return h.hexdigest()[:16]
 
 
+# What only rank 0 does (console, metrics), and where each host keeps the data (compared by its contents instead).
+_PER_RANK_KEYS = ("progress", "log_every", "tensorboard", "data_dir")
+
+
+def _check_ranks_agree(cfg: TrainConfig, data_id: str) -> None:
+    """Each torchrun launch (one a host) reads its own command line, and each rank would train what its own said:
+    another lr or schedule on one host diverges its replica without a word, another out_dir splits the checkpoints."""
+    mine = {**{k: v for k, v in dataclasses.asdict(cfg).items() if k not in _PER_RANK_KEYS}, "data": data_id}
+    ranks = gather_objects((mine, cfg.data_dir))
+    shown = []
+    for key in mine:
+        other = next((i for i, (r, _) in enumerate(ranks) if r[key] != ranks[0][0][key]), None)
+        if other is None:
+            continue
+        if key == "data":
+            shown.append(f"the data (rank 0 reads {ranks[0][1]!r}, rank {other} {ranks[other][1]!r}, which holds "
+                         f"other tokens)")
+        else:
+            shown.append(f"{key} (rank 0: {ranks[0][0][key]!r}, rank {other}: {ranks[other][0][key]!r})")
+    if not shown:
+        return
+    raise ValueError(f"the ranks of this job were started with different settings: {'; '.join(shown)}; start every "
+                     f"process with the same flags and config (on several hosts, the same command on each), or each "
+                     f"trains something else (nothing was written)")
+
+
 def _resolve_resume(cfg: TrainConfig) -> str | None:
     existing = ckpt.list_checkpoints(cfg.out_dir)
     if cfg.resume == "never":
@@ -311,6 +345,8 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, held: con
     val_ds = TokenDataset(cfg.data_dir, "val", cfg.context, expect_tokenizer=cfg.tokenizer)
     if cfg.tokenizer is None:  # the saved config names it, for evaluation and generation
         cfg = dataclasses.replace(cfg, tokenizer=train_ds.manifest["tokenizer"])
+    data_id = data_identity(train_ds, val_ds)
+    _check_ranks_agree(cfg, data_id)
     plan = make_plan(cfg, info.world_size, device.type)
     try:
         resume_path = _resolve_resume(cfg)
@@ -326,7 +362,6 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, held: con
     if vocab_size < train_ds.manifest["vocab_size"]:
         raise ValueError(f"vocab_size: {vocab_size} is smaller than the dataset tokenizer's "
                          f"{train_ds.manifest['vocab_size']} ids")
-    data_id = data_identity(train_ds, val_ds)
     # data_dir may change on resume (moved data); what it holds may not (checkpoints before this have no "data")
     if loaded is not None and loaded.state.get("data", data_id) != data_id:
         raise ValueError(f"resume: {cfg.data_dir!r} holds another dataset than the one {resume_path} was trained "

@@ -32,7 +32,7 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 from ..paths import check_export_dir, replace_export
 from . import checkpoint as ckpt
 from .card import training_facts
-from .distributed import DistInfo, full_state_dicts, load_full_state_dicts
+from .distributed import DistInfo, full_state_dicts, gather_objects, load_full_state_dicts
 
 # DCP warns on every call without a process group, which is how one process saves and loads on purpose.
 warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
@@ -54,14 +54,6 @@ def checkpoint_group(info: DistInfo, timeout_minutes: float):
     if not info.enabled:
         return None
     return dist.new_group(backend="gloo", timeout=datetime.timedelta(minutes=timeout_minutes))
-
-
-def _gather(obj, group) -> list:
-    if group is None:
-        return [obj]
-    out = [None] * dist.get_world_size(group)
-    dist.all_gather_object(out, obj, group=group)
-    return out
 
 
 class CheckpointWriter:
@@ -139,7 +131,7 @@ class CheckpointWriter:
             mine, error = ckpt.hash_files(tmp, files[self.info.rank::self.info.world_size]), None
         except OSError as e:
             mine, error = {}, f"rank {self.info.rank}: {e}"
-        parts = _gather((mine, error), self.group)
+        parts = gather_objects((mine, error), self.group)
         outcome = None
         if self.info.is_main:
             errors = [err for _, err in parts if err]
@@ -148,7 +140,7 @@ class CheckpointWriter:
             else:
                 merged = {name: h for part, _ in parts for name, h in part.items()}
                 outcome = ckpt.commit_checkpoint(self.run_dir, step, tmp, merged, self.keep_last, "sharded")
-        outcome = _gather(outcome, self.group)[0]
+        outcome = gather_objects(outcome, self.group)[0]
         if isinstance(outcome, Exception):
             raise outcome
         return outcome
@@ -170,7 +162,7 @@ class ResumePoint:
             error = None
         except ckpt.CheckpointError as e:
             error = str(e)
-        errors = [e for e in _gather(error, group) if e]
+        errors = [e for e in gather_objects(error, group) if e]
         if errors:
             raise ckpt.CheckpointError(errors[0])
 
