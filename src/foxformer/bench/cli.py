@@ -10,6 +10,7 @@ import importlib
 import math
 
 from foxformer.argtypes import ints
+from foxformer.paths import check_output_dir, check_output_file
 
 # foxformer: the op as users call it (backend "auto": the Gluon kernels on H100 / H200, the chunked torch backend on
 # a CPU); gluon, triton: one backend each, to compare them in one run; sdpa: torch's SDPA with the backend it picks
@@ -18,10 +19,20 @@ PROVIDERS = ("foxformer", "gluon", "triton", "sdpa", "sdpa_flash", "sdpa_cudnn",
 DTYPES = ("bf16", "fp16", "fp32")
 
 
+def _check_outputs(args) -> None:
+    # Before any timing: a --out naming a folder, or inside a file, failed at the first write of the rows, after
+    # the first case had run (and left its temp file beside the folder).
+    if getattr(args, "out", None):
+        check_output_file(args.out, "--out")
+    if getattr(args, "profile", None):
+        check_output_dir(args.profile, "--profile")
+
+
 def _runner(module: str, *checks):
-    """Handler that validates the arguments with ``checks`` and then runs ``foxformer.bench.<module>.run``."""
+    """Handler that validates the arguments with ``checks`` and the output paths, then runs
+    ``foxformer.bench.<module>.run``."""
     def handler(args) -> int:
-        for check in checks:
+        for check in (*checks, _check_outputs):
             check(args)
         result = importlib.import_module(f"foxformer.bench.{module}").run(args)
         return result if isinstance(result, int) else 0
