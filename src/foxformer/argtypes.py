@@ -72,6 +72,19 @@ def counts(text: str) -> list[int]:
     return [count(x) for x in _items(text)]
 
 
+def distinct(kind):
+    """The list type ``kind`` refusing a value given twice: a benchmark timed it twice as separate rows, or (the
+    same provider twice) merged the two into one row as if they were rounds."""
+    def parse(text: str) -> list:
+        values = kind(text)
+        repeated = [v for i, v in enumerate(values) if v in values[:i]]
+        if repeated:
+            raise argparse.ArgumentTypeError(f"{text!r} gives {repeated[0]!r} more than once")
+        return values
+    parse.__name__ = kind.__name__
+    return parse
+
+
 def did_you_mean(word, choices) -> str:
     """`` (did you mean 'x'?)`` with the choice closest to ``word``, or "" when none is close."""
     close = difflib.get_close_matches(str(word), list(choices), n=1)

@@ -22,6 +22,9 @@ BAD = {
     "qk-bound-negative": ["--qk-bound", "-1"],
     "qk-bound-nan": ["--qk-bound", "nan"],
     "rounds-zero": ["--rounds", "0"],
+    "provider-twice": ["--providers", "sdpa,foxformer,sdpa"],
+    "seqlen-twice": ["--seqlens", "64,64"],
+    "config-twice-spelled-two-ways": ["--configs", "64x24,64x24x24"],
 }
 
 

@@ -46,3 +46,16 @@ def test_profile_folder_inside_a_file_is_refused_before_the_run(name, tmp_path, 
     blocker.write_text("")
     assert main([*SUBCOMMANDS[name], "--profile", str(blocker / "prof")]) == 2
     assert capsys.readouterr().err.startswith("error: --profile:")
+
+
+@pytest.mark.parametrize("argv", [["--contexts", "64,128,64"], ["--batches", "1,1"], ["--decode", "eager,eager"],
+                                  ["--kernel", "--num-splits", "2,2"]])
+def test_decode_refuses_a_list_entry_given_twice(argv, capsys, never_runs):
+    with pytest.raises(SystemExit) as e:
+        main([*SUBCOMMANDS["decode"], *argv])
+    assert e.value.code == 2 and "more than once" in capsys.readouterr().err
+
+
+def test_decode_refuses_an_anchor_given_twice(capsys, never_runs):
+    assert main([*SUBCOMMANDS["decode"], "--anchors", "sdpa,sdpa"]) == 2
+    assert "more than once" in capsys.readouterr().err

@@ -9,7 +9,7 @@ import argparse
 import importlib
 import math
 
-from foxformer.argtypes import ints
+from foxformer.argtypes import distinct, ints, words
 from foxformer.paths import check_output_dir, check_output_file
 
 # foxformer: the op as users call it (backend "auto": the Gluon kernels on H100 / H200, the chunked torch backend on
@@ -94,19 +94,14 @@ def _eps(text: str) -> float:
     return value
 
 
-def _items(text: str) -> list[str]:
-    items = [x.strip() for x in text.split(",")]
-    if not all(items):
-        raise argparse.ArgumentTypeError(f"expected a comma list without empty entries, got {text!r}")
-    return items
-
-
+@distinct
 def _seqlens(text: str) -> list[int]:
-    return [_positive_int(t) for t in _items(text)]
+    return [_positive_int(t) for t in words(text)]
 
 
+@distinct
 def _providers(text: str) -> list[str]:
-    names = _items(text)
+    names = words(text)
     unknown = [n for n in names if n not in PROVIDERS]
     if unknown:
         raise argparse.ArgumentTypeError(f"unknown provider(s) {', '.join(unknown)}; choose from "
@@ -114,9 +109,10 @@ def _providers(text: str) -> list[str]:
     return names
 
 
+@distinct
 def _configs(text: str) -> list[tuple[int, int, int]]:
     shapes = []
-    for cfg in _items(text):
+    for cfg in words(text):
         parts = cfg.split("x")
         if len(parts) not in (2, 3):
             raise argparse.ArgumentTypeError(f"config {cfg!r}: expected DxHq or DxHqxHkv")
@@ -231,9 +227,12 @@ def _check_decode(args) -> None:
     if bad:
         raise ValueError(f"--decode: expected comma-separated decode paths from {', '.join(FoxCache.DECODE_MODES)}, "
                          f"got {', '.join(bad)}")
-    bad = [a for a in args.anchors.split(",") if a and a not in HF_PATHS] if args.anchors != "auto" else []
+    anchors = args.anchors.split(",") if args.anchors != "auto" else []
+    bad = [a for a in anchors if a and a not in HF_PATHS]
     if bad:
         raise ValueError(f"--anchors must be auto or comma-separated from {', '.join(HF_PATHS)}, got {bad}")
+    if len(set(anchors)) < len(anchors):
+        raise ValueError(f"--anchors names an anchor more than once: {args.anchors!r}")
     if args.profile and args.kernel:
         raise ValueError("--profile profiles whole-model decode steps; --kernel times the attention op alone")
 
@@ -243,8 +242,8 @@ def configure_decode(p: argparse.ArgumentParser) -> None:
                    help="fox-*, transformer-* or linear-* preset (the baseline is transformer-<block>-<size>)")
     p.add_argument("--model", default=None, help="bench a trained FoX model (run dir / HF folder) instead")
     p.add_argument("--vocab-size", type=int, default=50304)
-    p.add_argument("--contexts", type=ints, default=[4096, 8192, 16384, 32768, 65536])
-    p.add_argument("--batches", type=ints, default=[1, 32])
+    p.add_argument("--contexts", type=distinct(ints), default=[4096, 8192, 16384, 32768, 65536])
+    p.add_argument("--batches", type=distinct(ints), default=[1, 32])
     p.add_argument("--steps", type=int, default=32, help="timed decode steps")
     p.add_argument("--warmup", type=int, default=4)
     p.add_argument("--prefill-chunk", type=int, default=8192)
@@ -255,7 +254,7 @@ def configure_decode(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gates", choices=("realistic", "init"), default="realistic")
     p.add_argument("--gate-tmax", type=float, default=None,
                    help="longest decay timescale of the realistic gates (default: the longest context)")
-    p.add_argument("--decode", type=_items, default=["auto"],
+    p.add_argument("--decode", type=distinct(words), default=["auto"],
                    help="comma-separated decode paths of the foxformer model (a row each): auto (CUDA graphs where "
                         "possible), graphs, compiled (graphs of the torch.compile'd step), static, eager")
     p.add_argument("--anchors", default="auto", help="comma-separated transformers Llama anchors: sdpa (eager, "
@@ -264,7 +263,7 @@ def configure_decode(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-baseline", dest="baseline", action="store_false", help="skip the LLaMA anchors")
     p.add_argument("--kernel", action="store_true",
                    help="time the attention op alone (FoX decode op vs SDPA) at the preset's head shape")
-    p.add_argument("--num-splits", type=ints, default=None,
+    p.add_argument("--num-splits", type=distinct(ints), default=None,
                    help="with --kernel: also a row per key-split count of the decode kernel (the default picks one "
                         "to fill the GPU)")
     p.add_argument("--profile", default=None, metavar="DIR",
