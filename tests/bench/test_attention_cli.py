@@ -59,6 +59,7 @@ def test_a_cpu_run_times_the_torch_backend_against_sdpa(tmp_path, capsys):
                  "--out", str(out)]) == 0
     rows = json.loads(out.read_text())["rows"]
     assert [r["provider"] for r in rows] == ["foxformer", "sdpa"]
+    assert [r["backend"] for r in rows] == ["torch", "flash"]  # "auto" and torch's own SDPA pick, as they ran
     assert all(r["B"] == 2 and r["fwd_ms"] > 0 and r["fwd_bwd_ms"] > 0 and "error" not in r for r in rows)
     assert "sdpa" in capsys.readouterr().out
 
@@ -122,3 +123,20 @@ def test_rounds_interleave_the_providers(monkeypatch, tmp_path):
     assert [r["provider"] for r in rows] == ["foxformer", "sdpa_cudnn"]
     assert rows[0]["fwd_ms_rounds"] == [1.0, 4.0, 5.0] and rows[0]["fwd_ms"] == 4.0
     assert rows[1]["fwd_ms_rounds"] == [2.0, 3.0, 6.0] and rows[1]["fwd_ms"] == 3.0
+
+
+def test_a_row_names_the_kernels_that_ran_not_the_ones_asked_for(monkeypatch):
+    """The gluon provider on tensors TMA cannot address runs the Triton kernels: its row says triton (the op
+    falls back inside; the row said gluon). No GPU: the resolved backend is made "gluon" and q is a strided
+    slice."""
+    import torch
+
+    from foxformer.bench.attention import _ran_on
+    from foxformer.ops.forgetting_attention import interface
+
+    q = torch.randn(1, 8, 2, 128)[..., :64]
+    k = v = torch.randn(1, 8, 2, 64)
+    monkeypatch.setattr(interface, "resolve_backend", lambda backend, q: "gluon")
+    assert _ran_on("gluon", None, q, k, v) == "triton"
+    assert _ran_on("gluon", None, q.contiguous(), k, v) == "gluon"
+    assert _ran_on("sdpa_cudnn", None, q, k, v) == "cudnn" and _ran_on("fla", None, q, k, v) == "fla"

@@ -102,6 +102,26 @@ def _provider_fn(name, q, k, v, log_f, prune_eps=None, qk_bound="auto"):
     raise ValueError(f"unknown provider {name!r}; choose from {PROVIDERS}")
 
 
+_SDPA_FORCED = {"sdpa_flash": "flash", "sdpa_cudnn": "cudnn"}
+
+
+def _ran_on(name, fn, q, k, v) -> str:
+    """The kernels a provider's row timed: the op's backend as resolved for these tensors (the foxformer provider's
+    "auto" is the Gluon kernels on an H100 / H200, Triton's on other GPUs, the torch backend on a CPU), and the
+    SDPA kernel torch picks itself for "sdpa" (its cuDNN, flash or memory-efficient one by GPU and version)."""
+    if name in _BACKEND_OF:
+        from foxformer.ops.forgetting_attention.interface import kernel_backend
+        return kernel_backend(q, k, v, _BACKEND_OF[name])
+    if name in _SDPA_FORCED:  # sdpa_kernel raises where it cannot run, so it is that kernel or an error row
+        return _SDPA_FORCED[name]
+    if name == "sdpa":
+        from torch.nn.attention import SDPBackend
+        choice = torch._fused_sdp_choice(*fn.leaves, None, 0.0, True)
+        return {SDPBackend.FLASH_ATTENTION: "flash", SDPBackend.EFFICIENT_ATTENTION: "efficient",
+                SDPBackend.CUDNN_ATTENTION: "cudnn", SDPBackend.MATH: "math"}.get(SDPBackend(choice), "unknown")
+    return name
+
+
 # Several steps, as time_ms runs them (queued without a sync): the host's launch time then overlaps the
 # device's work except before the first step, and the per-step idle time shows what the timed calls pay.
 PROFILE_STEPS = 4
@@ -129,6 +149,7 @@ def bench_case(provider, B, T, Hq, Hkv, D, dtype=torch.bfloat16, device="cuda", 
         row["kept_per_head"] = [round(float(x), 4) for x in kept]
     cuda = q.device.type == "cuda"
     try:
+        row["backend"] = _ran_on(provider, fn, q, k, v)
         with torch.no_grad():
             row["fwd_ms"] = time_ms(fn, cuda=cuda)
         leaves = getattr(fn, "leaves", (q, k, v))
@@ -201,7 +222,7 @@ def run(args) -> int:
                 if eps is not None:
                     _add_speedup(row, rows)
                 rows.append(row)
-    cols = ["provider", "gate", "T", "B", "Hq", "Hkv", "D", "fwd_ms", "fwd_tflops", "fwd_bwd_ms",
+    cols = ["provider", "backend", "gate", "T", "B", "Hq", "Hkv", "D", "fwd_ms", "fwd_tflops", "fwd_bwd_ms",
             "fwd_bwd_tflops", "peak_gib", "error"]
     if args.prune:
         cols[-1:-1] = ["kept", "speedup", "fwd_speedup"]

@@ -32,6 +32,13 @@ def _kernel_backend(backend: str, **tensors: torch.Tensor) -> str:
     return backend
 
 
+def kernel_backend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, backend: str = "auto") -> str:
+    """The backend a forward of these tensors runs on: ``backend`` resolved ("auto" by device, dtype and head dim),
+    then "gluon" as "triton" for tensors TMA cannot address. A benchmark's row names it: "auto" is another kernel
+    on another GPU."""
+    return _kernel_backend(resolve_backend(backend, q), q=q, k=k, v=v)
+
+
 def _forward_impl(backend: str):
     if backend == "gluon":
         from .hopper.launch import gluon_forward
