@@ -59,3 +59,33 @@ def test_decode_refuses_a_list_entry_given_twice(argv, capsys, never_runs):
 def test_decode_refuses_an_anchor_given_twice(capsys, never_runs):
     assert main([*SUBCOMMANDS["decode"], "--anchors", "sdpa,sdpa"]) == 2
     assert "more than once" in capsys.readouterr().err
+
+
+TINY_RUNS = {
+    "attention": ["--seqlens", "16", "--configs", "16x2", "--tokens", "16", "--providers", "foxformer"],
+    "model": ["--context", "16", "--tokens-per-step", "16", "--steps", "1", "--warmup", "0", "--no-anchor",
+              "--no-progress", "--backend", "torch", "--dtype", "fp32"],
+    "decode": ["--contexts", "16", "--batches", "1", "--steps", "1", "--warmup", "0", "--prefill-chunk", "16",
+               "--decode", "eager", "--no-baseline", "--no-progress"],
+}
+
+
+@pytest.mark.parametrize("name", list(TINY_RUNS))
+def test_the_json_says_how_and_where_it_was_measured(name, tmp_path):
+    """Versions, device and commit (env), the command, and every setting as it ran, defaults filled in: a model run
+    with --backend torch read like one with auto."""
+    import json
+
+    out = tmp_path / "r.json"
+    assert main([*SUBCOMMANDS[name], *TINY_RUNS[name], "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["command"] == f"foxformer bench {name}"
+    assert {"torch", "python", "device", "commit"} <= set(data["env"])
+    settings = data["settings"]
+    assert settings["out"] == str(out) and "func" not in settings
+    if name == "attention":
+        assert settings["providers"] == ["foxformer"] and settings["device"] == "cpu" and data["dtype"] == "float32"
+    if name == "model":
+        assert settings["backend"] == "torch" and settings["presets"] == "fox-pro-tiny"
+    if name == "decode":
+        assert settings["contexts"] == [16] and settings["decode"] == ["eager"]

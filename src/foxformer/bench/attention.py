@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from .cli import PROVIDERS, attention_defaults
 from ..paths import write_json
-from .common import environment, print_table, time_ms, write_profile
+from .common import environment, print_table, run_record, time_ms, write_profile
 
 # The backend of each foxformer provider (PROVIDERS, in bench/cli.py, says what they are).
 _BACKEND_OF = {"foxformer": "auto", "gluon": "gluon", "triton": "triton"}
@@ -188,6 +188,8 @@ def run(args) -> int:
     # A CPU computes the op in float32 (reference.py), so the CPU rows time float32 inputs.
     dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
     providers, shapes = args.providers, args.configs
+    record = {"env": environment(), **run_record(args, "attention"), "dtype": str(dtype).removeprefix("torch."),
+              "rounds": args.rounds}
     rows = []
     for D, Hq, Hkv in shapes:
         for T in args.seqlens:
@@ -215,7 +217,7 @@ def run(args) -> int:
                     print({"round": rnd, **{k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()}},
                           flush=True)
                     partial = [merge_rounds(v) for v in timed.values() if v]
-                    write_json(args.out, {"env": environment(), "rounds": args.rounds, "rows": rows + partial})
+                    write_json(args.out, {**record, "rows": rows + partial})
                     torch.cuda.empty_cache() if args.device == "cuda" else None
             for (provider, gate, eps), per_round in timed.items():
                 row = merge_rounds(per_round)
@@ -227,7 +229,7 @@ def run(args) -> int:
     if args.prune:
         cols[-1:-1] = ["kept", "speedup", "fwd_speedup"]
     table = print_table(rows, cols)
-    write_json(args.out, {"env": environment(), "rounds": args.rounds, "rows": rows, "table": table})
+    write_json(args.out, {**record, "rows": rows, "table": table})
     print(f"wrote {args.out}")
     return 0
 

@@ -29,6 +29,16 @@ def environment() -> dict:
     return env
 
 
+def run_record(args, benchmark: str) -> dict:
+    """How a result was asked for: ``foxformer bench <benchmark>`` and every option's value as it ran (defaults filled
+    in), stored beside ``environment()`` in each benchmark's JSON (a run with --backend triton read like one with
+    auto)."""
+    # "_parser" is argparse's object, left in by a bare parse_args
+    settings = {k: v for k, v in vars(args).items()
+                if k not in ("func", "command", "bench_command") and not k.startswith("_")}
+    return {"command": f"foxformer bench {benchmark}", "settings": settings}
+
+
 def time_ms(fn, warmup_ms: int = 100, rep_ms: int = 400, grad_to_none=(), cuda: bool | None = None) -> float:
     """Median wall time of fn in milliseconds (device events on CUDA; cuda=False times a CPU function on a machine
     that has a GPU too, by the clock, as without one). grad_to_none: leaves whose ``.grad``

@@ -34,7 +34,7 @@ from tqdm import tqdm
 from foxformer.models.calls import fox_blocks
 
 from ..paths import write_json
-from .common import environment, print_table
+from .common import environment, print_table, run_record
 from .decode_steps import HF_PATHS, copy_bandwidth, measure_decode
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -148,8 +148,7 @@ def run(args) -> dict:
                              "a fixed-size recurrent state instead: bench the whole model (without --kernel)")
         rows = kernel_rows(args.contexts, args.batches, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, device, dtype,
                            args.num_splits)
-        payload = {"env": environment(), "settings": {k: v for k, v in vars(args).items() if k != "func"},
-                   "rows": rows}
+        payload = {"env": environment(), **run_record(args, "decode"), "rows": rows}
         if args.out:
             write_json(args.out, payload)
             print(f"wrote {args.out}")
@@ -163,7 +162,7 @@ def run(args) -> dict:
     env = environment()
     bandwidth = copy_bandwidth(device)
     env["copy_gb_s"] = None if bandwidth is None else bandwidth / 1e9
-    payload = {"env": env, "settings": {k: v for k, v in vars(args).items() if k != "func"}, "rows": []}
+    payload = {"env": env, **run_record(args, "decode"), "rows": []}
     rows = payload["rows"]
     jobs = [(*entry, ctx, b) for ctx in args.contexts for b in args.batches for entry in models]
     # the no-eviction row of the same model object and path is the reference of the eviction row's max_logprob_diff

@@ -27,7 +27,7 @@ from foxformer.train.metrics import mfu, peak_flops
 
 from .cli import configure_model
 from ..paths import write_json
-from .common import environment, gluon_fwd_options, write_profile
+from .common import environment, gluon_fwd_options, run_record, write_profile
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -220,6 +220,7 @@ def _run(args: argparse.Namespace, specs, overrides) -> int:
                "torch": torch.__version__, "compile": args.compile, "fused_loss": args.fused_loss,
                "tokens_per_step": args.tokens_per_step, "steps": args.steps, "warmup": args.warmup,
                "peak_flops": peak, "peak_dtype": peak_dtype, "mfu_note": mfu_note, "env": environment(),
+               **run_record(args, "model"),
                "gluon_fwd": [_fwd_label(c) for c in args.gluon_fwd or []], "rounds": args.rounds,
                "complete": False, "results": rows}
     for name, preset, own, cfg, ours, build in entries:

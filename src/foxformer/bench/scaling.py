@@ -24,7 +24,7 @@ import yaml
 
 from ..train.metrics import read_metrics
 from ..paths import write_json
-from .common import environment, print_table
+from .common import environment, print_table, run_record
 
 # What must be the same as in the reference for a run to be a measurement of the same training (same model,
 # data order, batch and schedule): config.yaml keys, then start-record facts derived from them. World size,
@@ -125,8 +125,8 @@ def run(args: argparse.Namespace) -> int:
                               "max_rel", "loss_match", "tok_s", "tok_s_per_gpu", "efficiency", "mfu"])
     if args.out:
         # The runs' own commits are in the rows; env is where this report was made.
-        write_json(args.out, {"env": environment(), "reference": args.runs[0], "tolerance": args.tolerance,
-                              "skip": args.skip, "rows": rows, "table": text,
+        write_json(args.out, {"env": environment(), **run_record(args, "scaling"), "reference": args.runs[0],
+                              "tolerance": args.tolerance, "skip": args.skip, "rows": rows, "table": text,
                               "losses": {r["run"]: r["losses"] for r in runs}})
     for r in rows:
         if r["differs"]:
