@@ -112,6 +112,7 @@ def test_rounds_interleave_the_providers(monkeypatch, tmp_path):
 
     monkeypatch.setattr(attention, "bench_case", fake_case)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
     monkeypatch.setattr(attention, "environment", dict)
     out = tmp_path / "a.json"

@@ -89,3 +89,19 @@ def test_the_json_says_how_and_where_it_was_measured(name, tmp_path):
         assert settings["backend"] == "torch" and settings["presets"] == "fox-pro-tiny"
     if name == "decode":
         assert settings["contexts"] == [16] and settings["decode"] == ["eager"]
+
+
+DEVICES = [("attention", "cuda"), ("model", "cuda"), ("model", "cuda:1"), ("model", "gpu"), ("decode", "cuda"),
+           ("decode", "cuda:0"), ("decode", "gpu")]
+
+
+@pytest.mark.parametrize("name,device", DEVICES)
+def test_a_device_this_machine_lacks_is_one_error_line(name, device, monkeypatch, capsys):
+    """Not a traceback (a CPU-only torch's AssertionError, torch.device's RuntimeError), and before any model is
+    built."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main([*SUBCOMMANDS[name], "--device", device]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --device") and "Traceback" not in err

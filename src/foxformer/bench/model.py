@@ -27,7 +27,7 @@ from foxformer.train.metrics import mfu, peak_flops
 
 from .cli import configure_model
 from ..paths import write_json
-from .common import environment, gluon_fwd_options, run_record, write_profile
+from .common import bench_device, environment, gluon_fwd_options, run_record, write_profile
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -136,11 +136,7 @@ def _check(args: argparse.Namespace) -> tuple[list[tuple[str, str, dict, FoxConf
         raise ValueError(f"--peak-flops must be > 0, got {args.peak_flops}")
     if args.vocab_size is not None and args.vocab_size < 1:
         raise ValueError(f"--vocab-size must be >= 1, got {args.vocab_size}")
-    if args.device is not None:
-        try:
-            torch.device(args.device)
-        except RuntimeError:
-            raise ValueError(f"--device: not a torch device: {args.device!r}") from None
+    bench_device(args.device)
     overrides = {"attention_backend": args.backend}
     if args.vocab_size:
         overrides["vocab_size"] = args.vocab_size
@@ -199,7 +195,7 @@ def _measure_settings(model, cfg, args, name, batch, dtype, device, loss_kwargs,
 
 
 def _run(args: argparse.Namespace, specs, overrides) -> int:
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    device = bench_device(args.device)
     dtype = DTYPES[args.dtype]
     batch = args.tokens_per_step // args.context
     entries = []
