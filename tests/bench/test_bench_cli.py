@@ -105,3 +105,15 @@ def test_a_device_this_machine_lacks_is_one_error_line(name, device, monkeypatch
     assert main([*SUBCOMMANDS[name], "--device", device]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: --device") and "Traceback" not in err
+
+
+def test_every_decode_path_is_compared_with_eager_whichever_runs_first(tmp_path):
+    import json
+
+    out = tmp_path / "d.json"
+    argv = [a if a != "eager" else "static,eager" for a in TINY_RUNS["decode"]]
+    assert main([*SUBCOMMANDS["decode"], *argv, "--out", str(out)]) == 0
+    rows = {(r["model"], r["decode"]): r for r in json.loads(out.read_text())["rows"]}
+    assert rows[("fox", "static")]["logprob_diff_vs_eager"] < 1e-4
+    assert rows[("fox+evict", "static")]["logprob_diff_vs_eager"] < 1e-4
+    assert "logprob_diff_vs_eager" not in rows[("fox", "eager")]

@@ -166,7 +166,7 @@ def run(args) -> dict:
     rows = payload["rows"]
     jobs = [(*entry, ctx, b) for ctx in args.contexts for b in args.batches for entry in models]
     # the no-eviction row of the same model object and path is the reference of the eviction row's max_logprob_diff
-    reference = {}
+    reference, before_eager = {}, {}
     for name, preset, model, eps, path, ctx, b in tqdm(jobs, desc="bench decode", disable=args.no_progress):
         if skip.get(name):
             rows.append({"model": name, "preset": preset, "context": ctx, "batch": b, "evict_eps": eps,
@@ -194,11 +194,17 @@ def run(args) -> dict:
         elif lp is not None and key in reference:
             row["max_logprob_diff"] = float((lp - reference[key]).abs().max())
         # every path decodes the same token stream: its log-probabilities against the eager path's (0 for CUDA
-        # graphs, which replay the eager path's kernels on the same storage)
+        # graphs, which replay the eager path's kernels on the same storage), whichever of them ran first (with
+        # --decode graphs,eager the rows before eager's went without)
+        same = (id(model), eps, ctx, b)
         if lp is not None and path == "eager":
-            reference[(id(model), eps, ctx, b)] = lp
-        elif lp is not None and (id(model), eps, ctx, b) in reference:
-            row["logprob_diff_vs_eager"] = float((lp - reference[(id(model), eps, ctx, b)]).abs().max())
+            reference[same] = lp
+            for earlier, earlier_lp in before_eager.pop(same, []):
+                earlier["logprob_diff_vs_eager"] = float((earlier_lp - lp).abs().max())
+        elif lp is not None and same in reference:
+            row["logprob_diff_vs_eager"] = float((lp - reference[same]).abs().max())
+        elif lp is not None:
+            before_eager.setdefault(same, []).append((row, lp))
         rows.append(row)
         if args.out:  # after every row: a run cut short keeps what it measured
             write_json(args.out, payload)
