@@ -116,9 +116,12 @@ def _ran_on(name, fn, q, k, v) -> str:
         return _SDPA_FORCED[name]
     if name == "sdpa":
         from torch.nn.attention import SDPBackend
-        choice = torch._fused_sdp_choice(*fn.leaves, None, 0.0, True)
+        try:  # a private torch function: a torch that moved it costs the row its label, not its timing
+            choice = SDPBackend(torch._fused_sdp_choice(*fn.leaves, None, 0.0, True))
+        except (AttributeError, TypeError, ValueError, RuntimeError):
+            return "unknown"
         return {SDPBackend.FLASH_ATTENTION: "flash", SDPBackend.EFFICIENT_ATTENTION: "efficient",
-                SDPBackend.CUDNN_ATTENTION: "cudnn", SDPBackend.MATH: "math"}.get(SDPBackend(choice), "unknown")
+                SDPBackend.CUDNN_ATTENTION: "cudnn", SDPBackend.MATH: "math"}.get(choice, "unknown")
     return name
 
 
