@@ -149,3 +149,23 @@ def test_every_help_gives_the_defaults_a_user_would_otherwise_guess():
     # a switch's default is the setting it turns off: `--no-anchor (default: True)` read as "no anchor by default"
     model = " ".join(_run_cli("bench", "model", "--help").stdout.split())
     assert "--no-anchor" in model and "(default: True)" not in model
+
+
+@pytest.mark.parametrize("rank, message, shown", [("0", "", "interrupted"), ("1", "", None),
+                                                   ("1", "stopped at step 3", "interrupted: stopped at step 3")],
+                         ids=["rank0-bare", "rank1-bare-silent", "rank1-with-message"])
+def test_ctrl_c_under_torchrun_is_said_once(monkeypatch, capsys, rank, message, shown):
+    """Ctrl-C reaches every torchrun process: rank 0 says where to resume, and the other ranks' bare
+    'interrupted' lines only repeated it; a rank with something of its own to say still says it."""
+    import argparse
+
+    from foxformer import cli
+
+    def stopped(_args):
+        raise KeyboardInterrupt(message) if message else KeyboardInterrupt
+
+    monkeypatch.setenv("RANK", rank)
+    monkeypatch.setattr(cli, "_parse", lambda parser, argv: argparse.Namespace(func=stopped))
+    assert cli.main([]) == cli.INTERRUPTED_EXIT
+    err = capsys.readouterr().err.strip()
+    assert err == (shown or "")

@@ -228,7 +228,9 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("FOXFORMER_DEBUG") == "1":
             raise
         _close_bars()
-        print(f"interrupted{': ' + str(e) if str(e) else ''}", file=sys.stderr)
+        # under torchrun rank 0 says where to resume; the other ranks' bare "interrupted" only repeated it
+        if str(e) or os.environ.get("RANK", "0") == "0":
+            print(f"interrupted{': ' + str(e) if str(e) else ''}", file=sys.stderr)
         return INTERRUPTED_EXIT
     except (ValueError, TypeError, OSError, ImportError) as e:  # what a user can fix: a path, a value, a package
         if os.environ.get("FOXFORMER_DEBUG") == "1":  # the full traceback, for bug reports
