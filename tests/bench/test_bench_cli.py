@@ -117,3 +117,16 @@ def test_every_decode_path_is_compared_with_eager_whichever_runs_first(tmp_path)
     assert rows[("fox", "static")]["logprob_diff_vs_eager"] < 1e-4
     assert rows[("fox+evict", "static")]["logprob_diff_vs_eager"] < 1e-4
     assert "logprob_diff_vs_eager" not in rows[("fox", "eager")]
+
+
+def test_gpu_only_providers_on_a_cpu_say_they_need_cuda(monkeypatch):
+    """On a CPU the cuDNN row ended in torch's message cut at 120 characters (before the reason), and the triton
+    row blamed the dtype (fp32), which was not what to change."""
+    import torch
+
+    from foxformer.bench.attention import bench_case
+
+    monkeypatch.setenv("TRITON_INTERPRET", "0")  # the suite's interpreter would run Triton on CPU tensors
+    for provider in ("sdpa_cudnn", "triton"):
+        row = bench_case(provider, 1, 16, 2, 2, 16, dtype=torch.float32, device="cpu")
+        assert "CUDA" in row["error"] and "float16" not in row["error"], row

@@ -67,6 +67,8 @@ def _provider_fn(name, q, k, v, log_f, prune_eps=None, qk_bound="auto"):
         # SDPA's native layout is [B, H, T, D]; its ceiling is measured there, without copies.
         qh, kh, vh = (x.detach().transpose(1, 2).contiguous().requires_grad_(x.requires_grad)
                       for x in (q, k, v))
+        if name == "sdpa_cudnn" and not q.is_cuda:  # torch's own message says so past the row's 120 characters
+            raise RuntimeError("SDPA's cuDNN kernels need a CUDA GPU")
         if Hq != Hkv:
             kh, vh = (x.detach().repeat_interleave(Hq // Hkv, 1).requires_grad_(x.requires_grad)
                       for x in (kh, vh))
@@ -143,6 +145,9 @@ def bench_case(provider, B, T, Hq, Hkv, D, dtype=torch.bfloat16, device="cuda", 
         fn = _provider_fn(provider, q, k, v, log_f, prune_eps, qk_bound)
     except ImportError as exc:  # an asked-for provider that is not installed gets a row that says so
         row["error"] = f"not installed: {exc}"[:160]
+        return row
+    except RuntimeError as exc:  # one that cannot run on this device
+        row["error"] = str(exc)
         return row
     if prune_eps is not None:
         from foxformer.ops import pruning_stats

@@ -212,9 +212,9 @@ def resolve_backend(backend: str, q: torch.Tensor) -> str:
             other = "'triton' or 'auto'" if q.is_cuda else "'torch' or 'auto'"  # triton wants CUDA tensors too
             raise ValueError(f"backend='gluon': {reason}; use backend={other}")
     if backend == "triton":
+        check_triton_device(q)  # first: on a CPU the device, not the dtype, is what to change
         if q.dtype not in _KERNEL_DTYPES:
             raise TypeError(f"the triton backend takes float16 or bfloat16, got {q.dtype}; use backend='torch'")
-        check_triton_device(q)
     return backend
 
 
