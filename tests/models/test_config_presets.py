@@ -95,6 +95,35 @@ def test_head_overrides_keep_the_attention_width_equal_to_hidden_size(overrides,
     FoxForCausalLM(cfg)
 
 
+PRO_SHAPE_OVERRIDES = {
+    "hidden_size": dict(hidden_size=128),
+    "mlp_ratio": dict(mlp_ratio=8.0),
+    "wider-attention": dict(num_heads=8, head_dim=16),
+}
+
+
+@pytest.mark.parametrize("kind", ["fox-pro", "transformer-pro", "linear-pro"])
+@pytest.mark.parametrize("overrides", list(PRO_SHAPE_OVERRIDES.values()), ids=list(PRO_SHAPE_OVERRIDES))
+def test_pro_mlp_width_follows_shape_overrides(kind, overrides):
+    """A Pro preset fixes intermediate_size for its own shape: `--model mlp_ratio=8` on fox-pro-tiny was accepted,
+    recorded in the run's card, and never read (the MLP stayed 168 wide), and hidden_size=128 kept the MLP of the
+    64-wide model. The width is chosen again so that the Pro model matches its LLaMA counterpart."""
+    base = get_preset(f"{kind}-tiny")
+    pro = get_preset(f"{kind}-tiny", **overrides)
+    llama = get_preset(f"{kind.replace('linear', 'fox').replace('pro', 'llama')}-tiny", **overrides)
+    assert pro.intermediate_size != base.intermediate_size
+    assert abs(count_non_embedding(pro) / count_non_embedding(llama) - 1) < 0.01
+    assert get_preset(f"{kind}-tiny", **overrides, intermediate_size=100).intermediate_size == 100
+
+
+def test_sized_config_takes_overrides_as_get_preset_does():
+    from foxformer.models import sized_config
+
+    assert sized_config("fox-pro", 2, 64, mlp_ratio=8.0).to_dict() == get_preset("fox-pro-tiny", mlp_ratio=8.0).to_dict()
+    with pytest.raises(ValueError, match="did you mean 'mlp_ratio'"):
+        sized_config("fox-pro", 2, 64, mlp_ration=8.0)
+
+
 @pytest.mark.parametrize("overrides,match", [
     (dict(num_heads=5), r"num_heads \(5\) must divide hidden_size \(64\)"),
     (dict(head_dim=48), r"head_dim \(48\) must divide hidden_size \(64\)"),
