@@ -200,6 +200,27 @@ def test_non_finite_or_non_integer_values_are_rejected(bad):
         FoxConfig(**{"hidden_size": 32, "num_heads": 2, **bad})
 
 
+def test_numbers_yaml_reads_as_strings_are_read_as_numbers():
+    """YAML 1.1 reads 1e-5 (no dot) as a string: `--model rms_norm_eps=1e-5` or `init_std: 2e-2` in a config file
+    failed with "'<' not supported between instances of 'int' and 'str'"."""
+    import yaml
+
+    cfg = FoxConfig(hidden_size=32, num_heads=2, **{k: yaml.safe_load(v) for k, v in [
+        ("rms_norm_eps", "1e-5"), ("init_std", "2e-2"), ("prune_eps", "1e-3"), ("mlp_ratio", "3")]})
+    assert (cfg.rms_norm_eps, cfg.init_std, cfg.prune_eps, cfg.mlp_ratio) == (1e-5, 2e-2, 1e-3, 3)
+    assert cfg.qk_norm_eps == 1e-5 and cfg.intermediate_size == 64
+
+
+@pytest.mark.parametrize("bad", [dict(rope_theta="abc"), dict(mlp_ratio="abc"), dict(init_std=True),
+                                 dict(evict_eps=[0.1]), dict(mlp_ratio=0.0), dict(mlp_ratio=-4.0), dict(mlp_ratio=NAN)],
+                         ids=["string", "mlp_ratio-string", "bool", "list", "mlp_ratio-zero", "mlp_ratio-negative",
+                              "mlp_ratio-nan"])
+def test_non_numbers_are_one_error_naming_the_field(bad):
+    (name,) = bad
+    with pytest.raises(ValueError, match=f"FoxConfig.{name} must be"):
+        FoxConfig(hidden_size=32, num_heads=2, **bad)
+
+
 def test_num_heads_must_divide_hidden_size_when_head_dim_is_derived():
     """head_dim=None means hidden_size // num_heads: with 5 heads on 64 dims that silently built 5 x 12 = 60-wide
     attention (4 dims of every token dropped by q/k/v and o_proj). An explicit head_dim still decouples them."""

@@ -13,6 +13,8 @@ from .kvcache.policy import check_eviction
 ATTENTIONS = ("forgetting", "softmax", "linear")
 FGATES = ("data_dependent", "data_independent", "fixed", "none")
 FGATE_BIAS_INITS = ("zero", "timescales")
+NUMBERS = ("mlp_ratio", "fgate_tmin", "fgate_tmax", "rope_theta", "init_std", "rms_norm_eps")
+OPTIONAL_NUMBERS = ("qk_norm_eps", "evict_eps", "evict_qk_bound", "prune_eps")
 
 
 def _positive_int(value) -> bool:
@@ -130,6 +132,7 @@ class FoxConfig(PretrainedConfig):
     eos_token_id: int | None = None
 
     def __post_init__(self, **kwargs):
+        self._read_numbers()
         if self.num_kv_heads is None:
             self.num_kv_heads = self.num_heads
         if self.head_dim is None:
@@ -138,7 +141,7 @@ class FoxConfig(PretrainedConfig):
                 raise ValueError(f"FoxConfig.num_heads ({self.num_heads}) must divide hidden_size "
                                  f"({self.hidden_size}) when head_dim is not given")
             self.head_dim = self.hidden_size // max(self.num_heads, 1)
-        if self.intermediate_size is None:
+        if self.intermediate_size is None and 0 < self.mlp_ratio < math.inf:  # else _validate names mlp_ratio
             self.intermediate_size = _round_up(2.0 / 3.0 * self.mlp_ratio * self.hidden_size, 64)
         if self.k_shift is None:
             self.k_shift = self.kv_shift
@@ -161,7 +164,30 @@ class FoxConfig(PretrainedConfig):
             raise ValueError(f"FoxConfig.attention_backend must be one of {BACKENDS}, got {backend!r}")
         self.attention_backend = backend
 
+    def _read_numbers(self) -> None:
+        """The real-valued fields as numbers, before anything is derived from them. YAML 1.1 reads `1e-5` (no dot)
+        as a string, so `--model rms_norm_eps=1e-5` or `init_std: 2e-2` reached the checks below as text and
+        failed with a bare TypeError (or, for mlp_ratio, was multiplied into the MLP width's rounding)."""
+        for name in NUMBERS + OPTIONAL_NUMBERS:
+            value = getattr(self, name)
+            if value is None and name in OPTIONAL_NUMBERS:
+                continue
+            if isinstance(value, str):
+                try:
+                    value = float(value)
+                except ValueError:
+                    pass
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"FoxConfig.{name} must be a number{' or None' if name in OPTIONAL_NUMBERS else ''}, "
+                                 f"got {value!r}")
+            setattr(self, name, value)
+
     def _validate(self) -> None:
+        # `not 0 < x < inf` (not `x <= 0`): NaN fails every comparison and would pass.
+        for name in ("mlp_ratio", "init_std", "rope_theta", "rms_norm_eps", "qk_norm_eps"):
+            value = getattr(self, name)
+            if not 0 < value < math.inf:
+                raise ValueError(f"FoxConfig.{name} must be positive and finite, got {value!r}")
         for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
                      "intermediate_size"):
             value = getattr(self, name)
@@ -201,11 +227,6 @@ class FoxConfig(PretrainedConfig):
         if self.tokenizer is not None and (not isinstance(self.tokenizer, str) or not self.tokenizer):
             raise ValueError(f"FoxConfig.tokenizer must be a tokenizer spec such as 'gpt2', or None, got "
                              f"{self.tokenizer!r}")
-        # `not 0 < x < inf` (not `x <= 0`): NaN fails every comparison and would pass.
-        for name in ("init_std", "rope_theta", "rms_norm_eps", "qk_norm_eps"):
-            value = getattr(self, name)
-            if not 0 < value < math.inf:
-                raise ValueError(f"FoxConfig.{name} must be positive and finite, got {value!r}")
 
     def _validate_bias_init(self) -> None:
         init = self.fgate_bias_init
