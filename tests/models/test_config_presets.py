@@ -154,6 +154,37 @@ def test_bad_config_raises(bad, match):
         FoxConfig(**bad)
 
 
+UNREAD = {
+    "fgate_tmin-zero-started-gate": ("fox-pro-tiny", dict(fgate_tmin=4.0), "fgate_tmin"),
+    "fgate_tmax-no-gate": ("transformer-llama-tiny", dict(fgate_tmax=100.0), "fgate_tmax"),
+    "rope_theta-without-rope": ("fox-pro-tiny", dict(rope_theta=10000.0), "rope_theta"),
+    "qk_norm_per_head-without-qk_norm": ("fox-llama-tiny", dict(qk_norm_per_head=True), "qk_norm_per_head"),
+    "prune_eps-softmax": ("transformer-pro-tiny", dict(prune_eps=1e-3), "prune_eps"),
+    "evict_eps-softmax": ("transformer-llama-tiny", dict(evict_eps=1e-3, evict_qk_bound=10.0), "evict_eps"),
+}
+
+
+@pytest.mark.parametrize("preset,overrides,name", list(UNREAD.values()), ids=list(UNREAD))
+def test_settings_the_model_never_reads_are_refused(preset, overrides, name):
+    """Each was accepted, saved in the run's config and card, and never read by the model built: the zero-started
+    gate ignores the timescales, FoX without RoPE its theta, softmax attention pruning and eviction (it never
+    forgets, so no key is provably negligible)."""
+    with pytest.raises(ValueError, match=f"FoxConfig.{name}"):
+        get_preset(preset, **overrides)
+
+
+@pytest.mark.parametrize("preset,overrides", [
+    ("fox-pro-tiny", dict(fgate_bias_init="timescales", fgate_tmin=4.0)),
+    ("fox-llama-tiny", dict(fgate="fixed", fgate_tmax=100.0)),
+    ("fox-pro-tiny", dict(rope=True, rope_theta=10000.0)),
+    ("fox-pro-tiny", dict(qk_norm_per_head=True)),
+    ("transformer-llama-tiny", dict(rope=False)),
+], ids=["timescales", "fixed-gate", "rope", "per-head-qk-norm", "transformer-nope"])
+def test_the_same_settings_where_they_are_read_are_taken(preset, overrides):
+    cfg = get_preset(preset, **overrides)
+    assert all(getattr(cfg, k) == v for k, v in overrides.items())
+
+
 def test_unknown_preset_raises():
     with pytest.raises(ValueError, match="unknown preset"):
         get_preset("fox-llama-7b")

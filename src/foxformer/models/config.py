@@ -15,6 +15,9 @@ FGATES = ("data_dependent", "data_independent", "fixed", "none")
 FGATE_BIAS_INITS = ("zero", "timescales")
 NUMBERS = ("mlp_ratio", "fgate_tmin", "fgate_tmax", "rope_theta", "init_std", "rms_norm_eps")
 OPTIONAL_NUMBERS = ("qk_norm_eps", "evict_eps", "evict_qk_bound", "prune_eps")
+# Defaults of fields only some models read: set elsewhere, they are refused rather than carried along unread.
+TIMESCALE_DEFAULTS = {"fgate_tmin": 2.0, "fgate_tmax": 16384.0}
+ROPE_THETA_DEFAULT = 500000.0
 
 
 def _positive_int(value) -> bool:
@@ -44,6 +47,9 @@ class FoxConfig(PretrainedConfig):
         whose answers lie tens to hundreds of tokens back, it does not open at our sizes, where the
         timescale start learns as fast as the fixed gate (docs/results.md, MQAR section). The LM results
         all use the zero start.
+    A setting the chosen model would not read is refused, not carried along: fgate_tmin / fgate_tmax without the
+    "timescales" start, rope_theta without rope, qk_norm_per_head without qk_norm, evict_eps / prune_eps with
+    softmax or linear attention.
     intermediate_size: SwiGLU width; None means round_up(2/3 * mlp_ratio * hidden_size, 64).
     head_dim: None means hidden_size // num_heads. num_kv_heads: None means num_heads (no GQA).
     attention_backend: backend of the forgetting_attention op ("auto" | "triton" | "torch" | "naive").
@@ -99,11 +105,11 @@ class FoxConfig(PretrainedConfig):
     intermediate_size: int | None = None
     attention: str = "forgetting"
     fgate: str = "data_dependent"
-    fgate_tmin: float = 2.0
-    fgate_tmax: float = 16384.0
+    fgate_tmin: float = TIMESCALE_DEFAULTS["fgate_tmin"]
+    fgate_tmax: float = TIMESCALE_DEFAULTS["fgate_tmax"]
     fgate_bias_init: str | None = None
     rope: bool = False
-    rope_theta: float = 500000.0
+    rope_theta: float = ROPE_THETA_DEFAULT
     qk_norm: bool = False
     output_gate: bool = False
     output_norm: bool = False
@@ -224,6 +230,7 @@ class FoxConfig(PretrainedConfig):
                              f"{self.fgate_tmin} and {self.fgate_tmax}")
         self._validate_bias_init()
         self._validate_inference()
+        self._validate_read()
         if self.tokenizer is not None and (not isinstance(self.tokenizer, str) or not self.tokenizer):
             raise ValueError(f"FoxConfig.tokenizer must be a tokenizer spec such as 'gpt2', or None, got "
                              f"{self.tokenizer!r}")
@@ -241,6 +248,30 @@ class FoxConfig(PretrainedConfig):
         if self.fgate == "fixed" and init == "zero":
             raise ValueError("FoxConfig.fgate_bias_init='zero' with fgate='fixed' would freeze f = 0.5 in every "
                              "head (a memory of ~1.4 tokens); use 'timescales' or None")
+
+    def _validate_read(self) -> None:
+        """Settings the chosen model never reads, refused: `--model fgate_tmin=4` on fox-pro trained the zero-started
+        gate while the run's config and card recorded the timescale."""
+        if self.gate_bias_init != "timescales":
+            for name, default in TIMESCALE_DEFAULTS.items():
+                if getattr(self, name) != default:
+                    here = (f"fgate_bias_init is {self.gate_bias_init!r} here" if self.has_fgate
+                            else "this model has no forget gate")
+                    raise ValueError(f"FoxConfig.{name} sets the timescales the forget-gate bias starts from, read only "
+                                     f"with fgate_bias_init='timescales' ({here}): leave {name} out, got "
+                                     f"{getattr(self, name)!r}")
+        if not self.rope and self.rope_theta != ROPE_THETA_DEFAULT:
+            raise ValueError(f"FoxConfig.rope_theta is read only with rope=True; set rope=True or leave rope_theta "
+                             f"out, got {self.rope_theta!r}")
+        if self.qk_norm_per_head and not self.qk_norm:
+            raise ValueError("FoxConfig.qk_norm_per_head=True is read only with qk_norm=True; set qk_norm=True or "
+                             "leave qk_norm_per_head out")
+        if self.attention == "softmax":
+            # Softmax attention never forgets: no key is provably negligible, so nothing is skipped or evicted.
+            for name in ("evict_eps", "prune_eps"):
+                if getattr(self, name) is not None:
+                    raise ValueError(f"FoxConfig.{name} must be None for a model with no forget gate "
+                                     f"(attention='softmax'), got {getattr(self, name)!r}")
 
     @property
     def gate_bias_init(self) -> str | None:
