@@ -197,6 +197,11 @@ class TrainConfig:
         if self.init_from is None:
             check_preset(self.preset)
         check_model_keys(self.model)
+        if "gradient_checkpointing" in self.model:
+            # the loop sets it on the model's layers from activation_checkpointing, over whatever the model says
+            raise ValueError("model: gradient_checkpointing is not read in training, where activation_checkpointing "
+                             "decides it for every layer; set activation_checkpointing: true "
+                             "(--activation-checkpointing) instead")
         if self.total_tokens is None and self.max_steps is None:
             raise ValueError("total_tokens / max_steps: set at least one (the schedule needs a horizon)")
         if self.batch_tokens % self.context:
