@@ -95,6 +95,35 @@ def test_head_overrides_keep_the_attention_width_equal_to_hidden_size(overrides,
     FoxForCausalLM(cfg)
 
 
+PRO_SHAPE_OVERRIDES = {
+    "hidden_size": dict(hidden_size=128),
+    "mlp_ratio": dict(mlp_ratio=8.0),
+    "wider-attention": dict(num_heads=8, head_dim=16),
+}
+
+
+@pytest.mark.parametrize("kind", ["fox-pro", "transformer-pro", "linear-pro"])
+@pytest.mark.parametrize("overrides", list(PRO_SHAPE_OVERRIDES.values()), ids=list(PRO_SHAPE_OVERRIDES))
+def test_pro_mlp_width_follows_shape_overrides(kind, overrides):
+    """A Pro preset fixes intermediate_size for its own shape: `--model mlp_ratio=8` on fox-pro-tiny was accepted,
+    recorded in the run's card, and never read (the MLP stayed 168 wide), and hidden_size=128 kept the MLP of the
+    64-wide model. The width is chosen again so that the Pro model matches its LLaMA counterpart."""
+    base = get_preset(f"{kind}-tiny")
+    pro = get_preset(f"{kind}-tiny", **overrides)
+    llama = get_preset(f"{kind.replace('linear', 'fox').replace('pro', 'llama')}-tiny", **overrides)
+    assert pro.intermediate_size != base.intermediate_size
+    assert abs(count_non_embedding(pro) / count_non_embedding(llama) - 1) < 0.01
+    assert get_preset(f"{kind}-tiny", **overrides, intermediate_size=100).intermediate_size == 100
+
+
+def test_sized_config_takes_overrides_as_get_preset_does():
+    from foxformer.models import sized_config
+
+    assert sized_config("fox-pro", 2, 64, mlp_ratio=8.0).to_dict() == get_preset("fox-pro-tiny", mlp_ratio=8.0).to_dict()
+    with pytest.raises(ValueError, match="did you mean 'mlp_ratio'"):
+        sized_config("fox-pro", 2, 64, mlp_ration=8.0)
+
+
 @pytest.mark.parametrize("overrides,match", [
     (dict(num_heads=5), r"num_heads \(5\) must divide hidden_size \(64\)"),
     (dict(head_dim=48), r"head_dim \(48\) must divide hidden_size \(64\)"),
@@ -123,6 +152,37 @@ def test_head_overrides_that_do_not_divide_hidden_size_raise(overrides, match):
 def test_bad_config_raises(bad, match):
     with pytest.raises(ValueError, match=match):
         FoxConfig(**bad)
+
+
+UNREAD = {
+    "fgate_tmin-zero-started-gate": ("fox-pro-tiny", dict(fgate_tmin=4.0), "fgate_tmin"),
+    "fgate_tmax-no-gate": ("transformer-llama-tiny", dict(fgate_tmax=100.0), "fgate_tmax"),
+    "rope_theta-without-rope": ("fox-pro-tiny", dict(rope_theta=10000.0), "rope_theta"),
+    "qk_norm_per_head-without-qk_norm": ("fox-llama-tiny", dict(qk_norm_per_head=True), "qk_norm_per_head"),
+    "prune_eps-softmax": ("transformer-pro-tiny", dict(prune_eps=1e-3), "prune_eps"),
+    "evict_eps-softmax": ("transformer-llama-tiny", dict(evict_eps=1e-3, evict_qk_bound=10.0), "evict_eps"),
+}
+
+
+@pytest.mark.parametrize("preset,overrides,name", list(UNREAD.values()), ids=list(UNREAD))
+def test_settings_the_model_never_reads_are_refused(preset, overrides, name):
+    """Each was accepted, saved in the run's config and card, and never read by the model built: the zero-started
+    gate ignores the timescales, FoX without RoPE its theta, softmax attention pruning and eviction (it never
+    forgets, so no key is provably negligible)."""
+    with pytest.raises(ValueError, match=f"FoxConfig.{name}"):
+        get_preset(preset, **overrides)
+
+
+@pytest.mark.parametrize("preset,overrides", [
+    ("fox-pro-tiny", dict(fgate_bias_init="timescales", fgate_tmin=4.0)),
+    ("fox-llama-tiny", dict(fgate="fixed", fgate_tmax=100.0)),
+    ("fox-pro-tiny", dict(rope=True, rope_theta=10000.0)),
+    ("fox-pro-tiny", dict(qk_norm_per_head=True)),
+    ("transformer-llama-tiny", dict(rope=False)),
+], ids=["timescales", "fixed-gate", "rope", "per-head-qk-norm", "transformer-nope"])
+def test_the_same_settings_where_they_are_read_are_taken(preset, overrides):
+    cfg = get_preset(preset, **overrides)
+    assert all(getattr(cfg, k) == v for k, v in overrides.items())
 
 
 def test_unknown_preset_raises():
@@ -169,6 +229,27 @@ def test_non_finite_or_non_integer_values_are_rejected(bad):
     name = next(k for k in bad if k not in ("rope", "fgate", "num_layers", "num_heads"))
     with pytest.raises(ValueError, match=name):
         FoxConfig(**{"hidden_size": 32, "num_heads": 2, **bad})
+
+
+def test_numbers_yaml_reads_as_strings_are_read_as_numbers():
+    """YAML 1.1 reads 1e-5 (no dot) as a string: `--model rms_norm_eps=1e-5` or `init_std: 2e-2` in a config file
+    failed with "'<' not supported between instances of 'int' and 'str'"."""
+    import yaml
+
+    cfg = FoxConfig(hidden_size=32, num_heads=2, **{k: yaml.safe_load(v) for k, v in [
+        ("rms_norm_eps", "1e-5"), ("init_std", "2e-2"), ("prune_eps", "1e-3"), ("mlp_ratio", "3")]})
+    assert (cfg.rms_norm_eps, cfg.init_std, cfg.prune_eps, cfg.mlp_ratio) == (1e-5, 2e-2, 1e-3, 3)
+    assert cfg.qk_norm_eps == 1e-5 and cfg.intermediate_size == 64
+
+
+@pytest.mark.parametrize("bad", [dict(rope_theta="abc"), dict(mlp_ratio="abc"), dict(init_std=True),
+                                 dict(evict_eps=[0.1]), dict(mlp_ratio=0.0), dict(mlp_ratio=-4.0), dict(mlp_ratio=NAN)],
+                         ids=["string", "mlp_ratio-string", "bool", "list", "mlp_ratio-zero", "mlp_ratio-negative",
+                              "mlp_ratio-nan"])
+def test_non_numbers_are_one_error_naming_the_field(bad):
+    (name,) = bad
+    with pytest.raises(ValueError, match=f"FoxConfig.{name} must be"):
+        FoxConfig(hidden_size=32, num_heads=2, **bad)
 
 
 def test_num_heads_must_divide_hidden_size_when_head_dim_is_derived():

@@ -148,3 +148,11 @@ def test_precision_auto_and_its_resolved_value_resume_alike(device, conflict):
     saved = TrainConfig(max_steps=1, data_dir="d", out_dir="o", device=device)
     new = TrainConfig(max_steps=1, data_dir="d", out_dir="o", device=device, precision="fp32")
     assert ("precision" in resume_conflicts(saved, new)) is conflict
+
+
+def test_a_model_gradient_checkpointing_override_points_to_activation_checkpointing():
+    """`--model gradient_checkpointing=true` was saved in the run's model config and exported, while the loop set
+    every layer's flag from activation_checkpointing (false): the run trained without it."""
+    with pytest.raises(ValueError, match="activation_checkpointing"):
+        load_config(None, {"max_steps": 1, **parse_overrides(["model.gradient_checkpointing=true"])})
+    assert TrainConfig(max_steps=1, activation_checkpointing=True).activation_checkpointing

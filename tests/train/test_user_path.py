@@ -64,6 +64,25 @@ def test_an_unknown_model_key_fails_with_the_closest_one(data_dir, tmp_path, cap
         get_preset("fox-pro-tinny")
 
 
+@pytest.mark.parametrize("twice,said", [
+    (["--model", "hidden_size=64", "--model", "hidden_size=128"], "--model: hidden_size is given twice"),
+    (["--set", "model.hidden_size=128", "--model", "hidden_size=96"], "--model: hidden_size is given twice"),
+    (["--set", "lr=1e-3", "--lr", "2e-3"], "--lr (lr): given as 0.002 and by --set lr"),
+], ids=["model-twice", "set-and-model", "set-and-flag"])
+def test_a_key_given_twice_with_two_values_is_refused(tmp_path, capsys, twice, said):
+    """The last one won without a word: `--model hidden_size=64 ... --model hidden_size=128` trained 128."""
+    out = str(tmp_path / "run")
+    assert main(["train", "--data", str(tmp_path), "--out", out, "--max-steps", "1", *twice]) == 2
+    assert said in _one_error_line(capsys.readouterr().err)
+    assert not os.path.exists(out)
+
+
+def test_a_key_given_twice_with_one_value_is_taken():
+    from foxformer.train.config import parse_overrides
+
+    assert parse_overrides(["model.rope=true", "model.rope=on", "lr=1e-3"]) == {"model": {"rope": True}, "lr": "1e-3"}
+
+
 # 2. a run's own config, resume with --out alone, the tokenizer from the manifest --------------------------------
 def test_a_runs_saved_config_is_a_valid_config_file(make_cfg, tmp_path):
     """`--config RUN/config.yaml` said: unknown config key 'derived'."""

@@ -13,6 +13,11 @@ from .kvcache.policy import check_eviction
 ATTENTIONS = ("forgetting", "softmax", "linear")
 FGATES = ("data_dependent", "data_independent", "fixed", "none")
 FGATE_BIAS_INITS = ("zero", "timescales")
+NUMBERS = ("mlp_ratio", "fgate_tmin", "fgate_tmax", "rope_theta", "init_std", "rms_norm_eps")
+OPTIONAL_NUMBERS = ("qk_norm_eps", "evict_eps", "evict_qk_bound", "prune_eps")
+# Defaults of fields only some models read: set elsewhere, they are refused rather than carried along unread.
+TIMESCALE_DEFAULTS = {"fgate_tmin": 2.0, "fgate_tmax": 16384.0}
+ROPE_THETA_DEFAULT = 500000.0
 
 
 def _positive_int(value) -> bool:
@@ -42,6 +47,9 @@ class FoxConfig(PretrainedConfig):
         whose answers lie tens to hundreds of tokens back, it does not open at our sizes, where the
         timescale start learns as fast as the fixed gate (docs/results.md, MQAR section). The LM results
         all use the zero start.
+    A setting the chosen model would not read is refused, not carried along: fgate_tmin / fgate_tmax without the
+    "timescales" start, rope_theta without rope, qk_norm_per_head without qk_norm, evict_eps / prune_eps with
+    softmax or linear attention.
     intermediate_size: SwiGLU width; None means round_up(2/3 * mlp_ratio * hidden_size, 64).
     head_dim: None means hidden_size // num_heads. num_kv_heads: None means num_heads (no GQA).
     attention_backend: backend of the forgetting_attention op ("auto" | "triton" | "torch" | "naive").
@@ -97,11 +105,11 @@ class FoxConfig(PretrainedConfig):
     intermediate_size: int | None = None
     attention: str = "forgetting"
     fgate: str = "data_dependent"
-    fgate_tmin: float = 2.0
-    fgate_tmax: float = 16384.0
+    fgate_tmin: float = TIMESCALE_DEFAULTS["fgate_tmin"]
+    fgate_tmax: float = TIMESCALE_DEFAULTS["fgate_tmax"]
     fgate_bias_init: str | None = None
     rope: bool = False
-    rope_theta: float = 500000.0
+    rope_theta: float = ROPE_THETA_DEFAULT
     qk_norm: bool = False
     output_gate: bool = False
     output_norm: bool = False
@@ -130,6 +138,7 @@ class FoxConfig(PretrainedConfig):
     eos_token_id: int | None = None
 
     def __post_init__(self, **kwargs):
+        self._read_numbers()
         if self.num_kv_heads is None:
             self.num_kv_heads = self.num_heads
         if self.head_dim is None:
@@ -138,7 +147,7 @@ class FoxConfig(PretrainedConfig):
                 raise ValueError(f"FoxConfig.num_heads ({self.num_heads}) must divide hidden_size "
                                  f"({self.hidden_size}) when head_dim is not given")
             self.head_dim = self.hidden_size // max(self.num_heads, 1)
-        if self.intermediate_size is None:
+        if self.intermediate_size is None and 0 < self.mlp_ratio < math.inf:  # else _validate names mlp_ratio
             self.intermediate_size = _round_up(2.0 / 3.0 * self.mlp_ratio * self.hidden_size, 64)
         if self.k_shift is None:
             self.k_shift = self.kv_shift
@@ -161,7 +170,30 @@ class FoxConfig(PretrainedConfig):
             raise ValueError(f"FoxConfig.attention_backend must be one of {BACKENDS}, got {backend!r}")
         self.attention_backend = backend
 
+    def _read_numbers(self) -> None:
+        """The real-valued fields as numbers, before anything is derived from them. YAML 1.1 reads `1e-5` (no dot)
+        as a string, so `--model rms_norm_eps=1e-5` or `init_std: 2e-2` reached the checks below as text and
+        failed with a bare TypeError (or, for mlp_ratio, was multiplied into the MLP width's rounding)."""
+        for name in NUMBERS + OPTIONAL_NUMBERS:
+            value = getattr(self, name)
+            if value is None and name in OPTIONAL_NUMBERS:
+                continue
+            if isinstance(value, str):
+                try:
+                    value = float(value)
+                except ValueError:
+                    pass
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"FoxConfig.{name} must be a number{' or None' if name in OPTIONAL_NUMBERS else ''}, "
+                                 f"got {value!r}")
+            setattr(self, name, value)
+
     def _validate(self) -> None:
+        # `not 0 < x < inf` (not `x <= 0`): NaN fails every comparison and would pass.
+        for name in ("mlp_ratio", "init_std", "rope_theta", "rms_norm_eps", "qk_norm_eps"):
+            value = getattr(self, name)
+            if not 0 < value < math.inf:
+                raise ValueError(f"FoxConfig.{name} must be positive and finite, got {value!r}")
         for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
                      "intermediate_size"):
             value = getattr(self, name)
@@ -198,14 +230,10 @@ class FoxConfig(PretrainedConfig):
                              f"{self.fgate_tmin} and {self.fgate_tmax}")
         self._validate_bias_init()
         self._validate_inference()
+        self._validate_read()
         if self.tokenizer is not None and (not isinstance(self.tokenizer, str) or not self.tokenizer):
             raise ValueError(f"FoxConfig.tokenizer must be a tokenizer spec such as 'gpt2', or None, got "
                              f"{self.tokenizer!r}")
-        # `not 0 < x < inf` (not `x <= 0`): NaN fails every comparison and would pass.
-        for name in ("init_std", "rope_theta", "rms_norm_eps", "qk_norm_eps"):
-            value = getattr(self, name)
-            if not 0 < value < math.inf:
-                raise ValueError(f"FoxConfig.{name} must be positive and finite, got {value!r}")
 
     def _validate_bias_init(self) -> None:
         init = self.fgate_bias_init
@@ -220,6 +248,30 @@ class FoxConfig(PretrainedConfig):
         if self.fgate == "fixed" and init == "zero":
             raise ValueError("FoxConfig.fgate_bias_init='zero' with fgate='fixed' would freeze f = 0.5 in every "
                              "head (a memory of ~1.4 tokens); use 'timescales' or None")
+
+    def _validate_read(self) -> None:
+        """Settings the chosen model never reads, refused: `--model fgate_tmin=4` on fox-pro trained the zero-started
+        gate while the run's config and card recorded the timescale."""
+        if self.gate_bias_init != "timescales":
+            for name, default in TIMESCALE_DEFAULTS.items():
+                if getattr(self, name) != default:
+                    here = (f"fgate_bias_init is {self.gate_bias_init!r} here" if self.has_fgate
+                            else "this model has no forget gate")
+                    raise ValueError(f"FoxConfig.{name} sets the timescales the forget-gate bias starts from, read only "
+                                     f"with fgate_bias_init='timescales' ({here}): leave {name} out, got "
+                                     f"{getattr(self, name)!r}")
+        if not self.rope and self.rope_theta != ROPE_THETA_DEFAULT:
+            raise ValueError(f"FoxConfig.rope_theta is read only with rope=True; set rope=True or leave rope_theta "
+                             f"out, got {self.rope_theta!r}")
+        if self.qk_norm_per_head and not self.qk_norm:
+            raise ValueError("FoxConfig.qk_norm_per_head=True is read only with qk_norm=True; set qk_norm=True or "
+                             "leave qk_norm_per_head out")
+        if self.attention == "softmax":
+            # Softmax attention never forgets: no key is provably negligible, so nothing is skipped or evicted.
+            for name in ("evict_eps", "prune_eps"):
+                if getattr(self, name) is not None:
+                    raise ValueError(f"FoxConfig.{name} must be None for a model with no forget gate "
+                                     f"(attention='softmax'), got {getattr(self, name)!r}")
 
     @property
     def gate_bias_init(self) -> str | None:

@@ -32,7 +32,7 @@ from typing import Optional
 
 import torch
 
-from .config import FoxConfig
+from .config import ROPE_THETA_DEFAULT, FoxConfig
 from .hub import download, is_hub_id
 from .modeling import FoxForCausalLM
 
@@ -188,11 +188,12 @@ def official_config(src: str, cfg: dict, state: dict, *, tokenizer: Optional[str
     if qk_norm and shared is not None and bool(shared) == per_head:
         raise _refuse(src, f"qk_norm_share_param_across_head={shared} but the QK-norm weight is "
                            f"{tuple(q_norm.shape)} (head_dim {head_dim}, hidden {hidden})")
+    rope = bool(cfg.get("use_rope", not fox_class))
     fields = dict(
         vocab_size=int(state["model.embeddings.weight"].shape[0]), hidden_size=hidden, num_layers=layers,
         num_heads=heads, num_kv_heads=cfg.get("num_kv_heads") or heads, head_dim=head_dim,
         intermediate_size=inter, attention="forgetting" if fgate != "none" else "softmax", fgate=fgate,
-        rope=bool(cfg.get("use_rope", not fox_class)), rope_theta=float(cfg.get("rope_base", 500000.0)),
+        rope=rope, rope_theta=float(cfg.get("rope_base", ROPE_THETA_DEFAULT)) if rope else ROPE_THETA_DEFAULT,
         qk_norm=qk_norm, qk_norm_per_head=per_head, qk_norm_eps=QK_NORM_EPS,
         output_gate=fox_class and bool(cfg.get("use_output_gate")),
         output_norm=fox_class and bool(cfg.get("use_output_norm")),

@@ -86,12 +86,18 @@ def _base(family: str, layers: int, d: int) -> dict:
     return fields
 
 
-def _pro_intermediate(family: str, layers: int, d: int) -> int:
-    """SwiGLU width of the Pro preset matching the LLaMA preset's non-embedding count."""
-    llama = FoxConfig(**_base(family, layers, d))
-    target = count_non_embedding(llama)
-    pro = dict(_base(family, layers, d), qk_norm=True, output_gate=True, output_norm=True, kv_shift=True)
-    without_mlp = count_non_embedding(FoxConfig(**pro, intermediate_size=1)) - 3 * d * layers
+# The Pro additions, and the fields that decide how wide the Pro MLP must be to match the LLaMA block's count.
+PRO_BLOCK = dict(qk_norm=True, output_gate=True, output_norm=True, kv_shift=True)
+_WIDTH_INPUTS = ("hidden_size", "num_heads", "num_kv_heads", "head_dim", "mlp_ratio")
+
+
+def _pro_intermediate(fields: dict) -> int:
+    """SwiGLU width of the Pro block whose non-embedding count matches the LLaMA block with the same ``fields``
+    (width, heads, mlp_ratio, attention and gate; the LLaMA block's width follows mlp_ratio)."""
+    shape = {k: fields[k] for k in ("num_layers", "attention", "fgate", *_WIDTH_INPUTS) if k in fields}
+    layers, d = shape["num_layers"], shape["hidden_size"]
+    target = count_non_embedding(FoxConfig(**shape))
+    without_mlp = count_non_embedding(FoxConfig(**shape, **PRO_BLOCK, intermediate_size=1)) - 3 * d * layers
     exact = (target - without_mlp) / (3 * d * layers)
     multiple = PRO_MLP_MULTIPLE if d >= 256 else 8
     return max(multiple, int(round(exact / multiple)) * multiple)
@@ -107,8 +113,7 @@ def _kind_fields(kind: str, layers: int, d: int) -> dict:
         raise ValueError(f"unknown model kind {kind!r}: expected one of {KINDS}")
     fields = _base(family, layers, d)
     if block == "pro":
-        fields.update(qk_norm=True, output_gate=True, output_norm=True, kv_shift=True,
-                      intermediate_size=_pro_intermediate(family, layers, d))
+        fields.update(PRO_BLOCK, intermediate_size=_pro_intermediate(fields))
     return fields
 
 
@@ -126,9 +131,8 @@ def sized_config(kind: str, num_layers: int, hidden_size: int, **overrides) -> F
     if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (num_layers, hidden_size)):
         raise ValueError(f"sized_config: num_layers and hidden_size must be positive integers, got "
                          f"{num_layers!r} and {hidden_size!r}")
-    fields = _kind_fields(kind, num_layers, hidden_size)
-    fields.update(overrides)
-    return FoxConfig(**fields)
+    check_model_keys(overrides)
+    return FoxConfig(**_overridden(_kind_fields(kind, num_layers, hidden_size), overrides))
 
 
 KINDS = tuple(f"{f}-{b}" for f in FAMILIES for b in BLOCKS) + ("linear-pro",)
@@ -143,16 +147,28 @@ def get_preset(name: str, **overrides) -> FoxConfig:
     A preset's num_heads and head_dim are derived from its width, so overriding one of num_heads, head_dim or
     hidden_size re-derives the other head field to keep num_heads * head_dim == hidden_size (hidden_size alone
     keeps the family's head_dim); only an explicit num_heads and head_dim together decouple the two widths.
+    A Pro preset's SwiGLU width, fixed for its own shape, is chosen again for the overridden one (hidden_size,
+    heads, mlp_ratio), so that it still matches the LLaMA preset with the same overrides; an explicit
+    intermediate_size is kept as given.
     """
     check_preset(name)
     check_model_keys(overrides)
-    fields = dict(PRESETS[name])
-    fields.update(overrides)
+    return FoxConfig(**_overridden(PRESETS[name], overrides))
+
+
+def _overridden(preset: dict, overrides: dict) -> dict:
+    """A preset's fields with ``overrides``, the fields derived from the overridden ones derived again."""
+    fields = {**preset, **overrides}
     if "num_heads" in overrides and "head_dim" not in overrides:
         _derive_head_field(fields, given="num_heads", derived="head_dim")
     elif "num_heads" not in overrides and ("head_dim" in overrides or "hidden_size" in overrides):
         _derive_head_field(fields, given="head_dim", derived="num_heads")
-    return FoxConfig(**fields)
+    # The Pro width was computed for the preset's shape: kept, a wider model (or an mlp_ratio, which the fixed
+    # width would leave unread) trained an MLP out of proportion to it and unmatched to its LLaMA counterpart.
+    pro = preset.get("intermediate_size") is not None and "intermediate_size" not in overrides
+    if pro and set(_WIDTH_INPUTS) & set(overrides):
+        fields["intermediate_size"] = _pro_intermediate(fields)
+    return fields
 
 
 def check_preset(name: str) -> None:

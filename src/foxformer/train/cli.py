@@ -36,9 +36,12 @@ def _overrides(args: argparse.Namespace) -> dict:
     from .config import parse_overrides
 
     out = parse_overrides(args.set)
-    out.update({key: value for key, (_, value) in _flags_given(args).items()})
+    for key, (flag, value) in _flags_given(args).items():
+        if key in out and str(out[key]) != str(value):  # a flag's value is its text, --set's a YAML value
+            raise ValueError(f"{flag} ({key}): given as {value!r} and by --set {key}={out[key]!r}; give it once")
+        out[key] = value
     if args.model:
-        out.setdefault("model", {}).update(parse_overrides(args.model, "--model"))
+        parse_overrides(args.model, "--model", into=out.setdefault("model", {}))
     if args.no_progress:
         out["progress"] = False
     return out

@@ -197,6 +197,11 @@ class TrainConfig:
         if self.init_from is None:
             check_preset(self.preset)
         check_model_keys(self.model)
+        if "gradient_checkpointing" in self.model:
+            # the loop sets it on the model's layers from activation_checkpointing, over whatever the model says
+            raise ValueError("model: gradient_checkpointing is not read in training, where activation_checkpointing "
+                             "decides it for every layer; set activation_checkpointing: true "
+                             "(--activation-checkpointing) instead")
         if self.total_tokens is None and self.max_steps is None:
             raise ValueError("total_tokens / max_steps: set at least one (the schedule needs a horizon)")
         if self.batch_tokens % self.context:
@@ -258,19 +263,23 @@ def _check_keys(keys, where: str) -> None:
                              f"{', '.join(sorted(known))}")
 
 
-def parse_overrides(items: list[str] | None, flag: str = "--set") -> dict:
-    """``["lr=3e-4", "model.hidden_size=128"]`` -> ``{"lr": 3e-4, "model": {"hidden_size": 128}}`` (YAML values);
-    ``flag`` names the option the items came from in errors."""
-    out: dict = {}
+def parse_overrides(items: list[str] | None, flag: str = "--set", into: dict | None = None) -> dict:
+    """``["lr=3e-4", "model.hidden_size=128"]`` -> ``{"lr": 3e-4, "model": {"hidden_size": 128}}`` (YAML values),
+    added to ``into`` where given; ``flag`` names the option the items came from in errors. A key given twice with
+    two values is refused: the last one won without a word, which one command line built from pieces hides."""
+    out: dict = {} if into is None else into
     for item in items or []:
         if "=" not in item:
             raise ValueError(f"{flag}: expected key=value, got {item!r}")
         key, raw = item.split("=", 1)
+        key = key.strip()
         value = yaml.safe_load(raw) if raw else None
+        target = out
         if key.startswith("model."):
-            out.setdefault("model", {})[key[len("model."):]] = value
-        else:
-            out[key.strip()] = value
+            target, key = out.setdefault("model", {}), key[len("model."):]
+        if key in target and target[key] != value:
+            raise ValueError(f"{flag}: {key} is given twice, as {target[key]!r} and as {value!r}; give it once")
+        target[key] = value
     return out
 
 
