@@ -12,6 +12,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 from transformers import GenerationMixin, PreTrainedModel
 from transformers.utils import ModelOutput
+from transformers.utils.generic import can_return_tuple
 
 from .config import FoxConfig
 from .kvcache.cache import FoxCache
@@ -249,6 +250,7 @@ class FoxModel(FoxPreTrainedModel):
             x = layer(x, ctx, cache[i])
         return self.norm(x)
 
+    @can_return_tuple
     def forward(self, input_ids: Optional[torch.LongTensor] = None, attention_mask: Optional[torch.Tensor] = None,
                 position_ids: Optional[torch.LongTensor] = None, past_key_values: Optional[FoxCache] = None,
                 inputs_embeds: Optional[torch.Tensor] = None, use_cache: Optional[bool] = None,
@@ -257,7 +259,8 @@ class FoxModel(FoxPreTrainedModel):
                 return_dict: Optional[bool] = None, **kwargs) -> FoxModelOutput:
         """input_ids [B, T] (or inputs_embeds [B, T, d]); attention_mask [B, past + T] (1 = real token,
         left padding supported); cu_seqlens int32 [N + 1] for a packed batch with B = 1.
-        Pass the returned cache back as ``past_key_values`` to continue (chunked prefill, decoding)."""
+        Pass the returned cache back as ``past_key_values`` to continue (chunked prefill, decoding).
+        return_dict=False (or config.return_dict False): the output's non-None fields as a tuple, as in transformers."""
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("pass exactly one of input_ids and inputs_embeds")
         if input_ids is not None:
@@ -375,6 +378,7 @@ class FoxForCausalLM(FoxPreTrainedModel, GenerationMixin):
         skip = {id(self.model.embed_tokens.weight), id(self.lm_head.weight)}
         return sum(p.numel() for p in self.parameters() if id(p) not in skip)
 
+    @can_return_tuple
     def forward(self, input_ids: Optional[torch.LongTensor] = None, attention_mask: Optional[torch.Tensor] = None,
                 position_ids: Optional[torch.LongTensor] = None, past_key_values: Optional[FoxCache] = None,
                 inputs_embeds: Optional[torch.Tensor] = None, labels: Optional[torch.LongTensor] = None,
@@ -396,7 +400,7 @@ class FoxForCausalLM(FoxPreTrainedModel, GenerationMixin):
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                          past_key_values=past_key_values, cache=cache, inputs_embeds=inputs_embeds,
                          use_cache=use_cache, cu_seqlens=cu_seqlens, max_seqlen=max_seqlen,
-                         output_hidden_states=output_hidden_states)
+                         output_hidden_states=output_hidden_states, return_dict=True)
         h = out.last_hidden_state
         if labels is not None:
             if not isinstance(labels, torch.Tensor) or labels.shape != h.shape[:2]:
