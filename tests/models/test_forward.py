@@ -1,3 +1,7 @@
+import contextlib
+import inspect
+import warnings
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -64,6 +68,54 @@ def test_gradient_checkpointing_gives_same_gradients(preset, length):
         model(ids, attention_mask=mask, labels=ids).loss.backward()
         grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
     torch.testing.assert_close(grads[0], grads[1])
+
+
+def _saved_tensors(model, ids) -> int:
+    count = 0
+
+    def pack(t):
+        nonlocal count
+        count += 1
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(ids, labels=ids)
+    return count
+
+
+def test_gradient_checkpointing_enable_uses_transformers_settings():
+    """gradient_checkpointing_kwargs, every_n_layers and offload were ignored: every layer was checkpointed with
+    FoxModel's own non-reentrant call."""
+    ids = tokens(2, 12)
+    model = make_model("fox-pro-tiny", num_layers=4).train()
+    model(ids, labels=ids).loss.backward()
+    ref = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    saved = {"none": _saved_tensors(model, ids)}
+    contexts = []
+
+    def context_fn():
+        contexts.append(1)
+        return contextlib.nullcontext(), contextlib.nullcontext()
+
+    settings = {"all": {}, "context_fn": {"use_reentrant": False, "context_fn": context_fn},
+                "reentrant": {"use_reentrant": True}}
+    for name, kwargs in settings.items():
+        model.zero_grad()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # the alias of activation_checkpointing_enable
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs or None)
+        saved[name] = _saved_tensors(model, ids)
+        model(ids, labels=ids).loss.backward()
+        for n, p in model.named_parameters():
+            if n in ref:
+                torch.testing.assert_close(p.grad, ref[n], msg=f"{name}: {n}")
+    assert saved["all"] == saved["context_fn"] == saved["reentrant"] < saved["none"] / 4
+    assert len(contexts) == 2 * 4  # each layer's forward and its recompute
+    enable = getattr(model, "activation_checkpointing_enable", None)  # transformers >= 5.25
+    if enable is not None and "every_n_layers" in inspect.signature(enable).parameters:
+        model.activation_checkpointing_disable()
+        model.activation_checkpointing_enable(every_n_layers=2)
+        assert saved["all"] < _saved_tensors(model, ids) < saved["none"]
 
 
 def test_bad_inputs_raise():

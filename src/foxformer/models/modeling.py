@@ -4,6 +4,7 @@ from __future__ import annotations
 import warnings
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Optional
 
 import torch
@@ -117,6 +118,15 @@ class FoxPreTrainedModel(PreTrainedModel):
                 writer(save_directory, self.config)
         return out
 
+    def _set_gradient_checkpointing(self, enable: bool = True, gradient_checkpointing_func=checkpoint, **kwargs):
+        """transformers' own, which hands FoxModel its checkpoint function (use_reentrant, offload, ... bound in);
+        every_n_layers reaches only transformers' GradientCheckpointingLayer blocks, so FoxModel keeps it too."""
+        super()._set_gradient_checkpointing(enable, gradient_checkpointing_func, **kwargs)
+        every = kwargs.get("every_n_layers", 1)
+        for module in self.modules():
+            if isinstance(module, FoxModel):
+                module.checkpoint_every = every
+
     @classmethod
     def _supports_default_dynamic_cache(cls) -> bool:
         # The model builds its own FoxCache (the HF DynamicCache has no room for c and shift states).
@@ -148,6 +158,7 @@ class FoxModel(FoxPreTrainedModel):
         self.layers = nn.ModuleList(Block(config, i) for i in range(config.num_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.gradient_checkpointing = False
+        self.checkpoint_every = 1
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Embedding:
@@ -308,12 +319,15 @@ class FoxModel(FoxPreTrainedModel):
 
         hidden = [] if output_hidden_states else None
         ckpt = self.gradient_checkpointing and self.training and cache is None and torch.is_grad_enabled()
+        # Set by transformers' gradient_checkpointing_enable; a flag set directly (training's
+        # activation_checkpointing) gets the non-reentrant default.
+        ckpt_fn = getattr(self, "_gradient_checkpointing_func", None) or partial(checkpoint, use_reentrant=False)
         for i, layer in enumerate(self.layers):
             if hidden is not None:
                 hidden.append(x)
             layer_cache = cache[i] if cache is not None else None
-            if ckpt:
-                x = checkpoint(layer, x, ctx, layer_cache, use_reentrant=False)
+            if ckpt and i % self.checkpoint_every == 0:
+                x = ckpt_fn(layer, x, ctx, layer_cache)
             else:
                 x = layer(x, ctx, layer_cache)
         x = self.norm(x)
