@@ -131,6 +131,10 @@ def test_bad_inputs_raise():
         model(ids, labels=ids, loss_reduction="sum")
     with pytest.raises(ValueError, match="use_cache: a packed batch"):  # returned no cache without a word
         model(ids[:1], cu_seqlens=torch.tensor([0, 3, 8], dtype=torch.int32), use_cache=True)
+    for forward in (model, model.model):  # accepted and ignored: the output had no attentions field at all
+        with pytest.raises(ValueError, match="output_attentions=True: .* never form attention weights"):
+            forward(ids, output_attentions=True)
+    assert model(ids, output_attentions=False).logits.shape == (2, 8, VOCAB)
 
 
 @pytest.mark.parametrize("return_logits", [True, False], ids=["logits", "fused-loss"])

@@ -267,11 +267,15 @@ class FoxModel(FoxPreTrainedModel):
                 inputs_embeds: Optional[torch.Tensor] = None, use_cache: Optional[bool] = None,
                 cu_seqlens: Optional[torch.Tensor] = None, max_seqlen: Optional[int] = None,
                 output_hidden_states: Optional[bool] = None, cache: Optional[FoxCache] = None,
-                return_dict: Optional[bool] = None, **kwargs) -> FoxModelOutput:
+                return_dict: Optional[bool] = None, output_attentions: Optional[bool] = None,
+                **kwargs) -> FoxModelOutput:
         """input_ids [B, T] (or inputs_embeds [B, T, d]); attention_mask [B, past + T] (1 = real token,
         left padding supported); cu_seqlens int32 [N + 1] for a packed batch with B = 1.
         Pass the returned cache back as ``past_key_values`` to continue (chunked prefill, decoding).
         return_dict=False (or config.return_dict False): the output's non-None fields as a tuple, as in transformers."""
+        if output_attentions:
+            raise ValueError("output_attentions=True: foxformer models never form attention weights (the fused "
+                             "kernels compute the output directly); leave it out")
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("pass exactly one of input_ids and inputs_embeds")
         if input_ids is not None:
@@ -401,7 +405,7 @@ class FoxForCausalLM(FoxPreTrainedModel, GenerationMixin):
                 logits_to_keep: int | torch.Tensor = 0, output_hidden_states: Optional[bool] = None,
                 cache: Optional[FoxCache] = None, return_dict: Optional[bool] = None,
                 return_logits: bool = True, num_items_in_batch: Optional[int | torch.Tensor] = None,
-                **kwargs) -> FoxCausalLMOutput:
+                output_attentions: Optional[bool] = None, **kwargs) -> FoxCausalLMOutput:
         """See FoxModel.forward. labels [B, T] (the inputs themselves for LM training; -100 ignored);
         num_items_in_batch (transformers' Trainer under gradient accumulation): the mean loss is the summed
         loss divided by this count of targets over all accumulated micro-batches;
@@ -414,7 +418,8 @@ class FoxForCausalLM(FoxPreTrainedModel, GenerationMixin):
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                          past_key_values=past_key_values, cache=cache, inputs_embeds=inputs_embeds,
                          use_cache=use_cache, cu_seqlens=cu_seqlens, max_seqlen=max_seqlen,
-                         output_hidden_states=output_hidden_states, return_dict=True)
+                         output_hidden_states=output_hidden_states, output_attentions=output_attentions,
+                         return_dict=True)
         h = out.last_hidden_state
         if labels is not None:
             if not isinstance(labels, torch.Tensor) or labels.shape != h.shape[:2]:
