@@ -86,3 +86,16 @@ def test_return_dict_false_gives_the_fields_as_a_tuple():
     model.config.return_dict = False
     assert isinstance(model(ids), tuple) and isinstance(model.model(ids), tuple)
     assert torch.equal(model(ids, return_dict=True).logits, ref.logits)
+
+
+def test_output_hidden_states_defaults_to_the_config():
+    """config.output_hidden_states=True (transformers' default for the argument) was ignored."""
+    model = make_model("fox-pro-tiny")
+    ids = tokens(2, 8)
+    assert model(ids).hidden_states is None
+    asked = model(ids, output_hidden_states=True).hidden_states
+    assert len(asked) == model.config.num_layers + 1
+    model.config.output_hidden_states = True
+    for a, b in zip(model(ids).hidden_states, asked, strict=True):
+        assert torch.equal(a, b)
+    assert model(ids, output_hidden_states=False).hidden_states is None

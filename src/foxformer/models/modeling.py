@@ -276,6 +276,8 @@ class FoxModel(FoxPreTrainedModel):
         if output_attentions:
             raise ValueError("output_attentions=True: foxformer models never form attention weights (the fused "
                              "kernels compute the output directly); leave it out")
+        if output_hidden_states is None:
+            output_hidden_states = self.config.output_hidden_states
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("pass exactly one of input_ids and inputs_embeds")
         if input_ids is not None:
