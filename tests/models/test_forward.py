@@ -118,6 +118,20 @@ def test_gradient_checkpointing_enable_uses_transformers_settings():
         assert saved["all"] < _saved_tensors(model, ids) < saved["none"]
 
 
+def test_gradient_checkpointing_with_a_cache_says_it_is_skipped():
+    """A training forward with use_cache=True ran every layer unchecked without a word."""
+    ids = tokens(2, 8)
+    model = make_model("fox-pro-tiny", gradient_checkpointing=True).train()
+    with pytest.warns(UserWarning, match="gradient checkpointing: this forward runs without it"):
+        out = model(ids, labels=ids, use_cache=True)
+    torch.testing.assert_close(out.loss, model(ids, labels=ids).loss)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model(ids, labels=ids)
+        with torch.no_grad():  # nothing to recompute: generating from a model in training mode
+            model(ids, use_cache=True)
+
+
 def test_bad_inputs_raise():
     model = make_model("fox-llama-tiny")
     ids = tokens(2, 8)

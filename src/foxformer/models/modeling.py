@@ -324,7 +324,12 @@ class FoxModel(FoxPreTrainedModel):
                          evict_scan=scan)
 
         hidden = [] if output_hidden_states else None
-        ckpt = self.gradient_checkpointing and self.training and cache is None and torch.is_grad_enabled()
+        ckpt = self.gradient_checkpointing and self.training and torch.is_grad_enabled()
+        if ckpt and cache is not None:
+            warnings.warn("gradient checkpointing: this forward runs without it, as it writes a cache (use_cache=True "
+                          "or past_key_values) that the recompute would write twice; pass use_cache=False and no "
+                          "cache to checkpoint", stacklevel=3)
+            ckpt = False
         # Set by transformers' gradient_checkpointing_enable; a flag set directly (training's
         # activation_checkpointing) gets the non-reentrant default.
         ckpt_fn = getattr(self, "_gradient_checkpointing_func", None) or partial(checkpoint, use_reentrant=False)
