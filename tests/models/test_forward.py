@@ -1,3 +1,7 @@
+import contextlib
+import inspect
+import warnings
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -66,6 +70,68 @@ def test_gradient_checkpointing_gives_same_gradients(preset, length):
     torch.testing.assert_close(grads[0], grads[1])
 
 
+def _saved_tensors(model, ids) -> int:
+    count = 0
+
+    def pack(t):
+        nonlocal count
+        count += 1
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(ids, labels=ids)
+    return count
+
+
+def test_gradient_checkpointing_enable_uses_transformers_settings():
+    """gradient_checkpointing_kwargs, every_n_layers and offload were ignored: every layer was checkpointed with
+    FoxModel's own non-reentrant call."""
+    ids = tokens(2, 12)
+    model = make_model("fox-pro-tiny", num_layers=4).train()
+    model(ids, labels=ids).loss.backward()
+    ref = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    saved = {"none": _saved_tensors(model, ids)}
+    contexts = []
+
+    def context_fn():
+        contexts.append(1)
+        return contextlib.nullcontext(), contextlib.nullcontext()
+
+    settings = {"all": {}, "context_fn": {"use_reentrant": False, "context_fn": context_fn},
+                "reentrant": {"use_reentrant": True}}
+    for name, kwargs in settings.items():
+        model.zero_grad()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # the alias of activation_checkpointing_enable
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs or None)
+        saved[name] = _saved_tensors(model, ids)
+        model(ids, labels=ids).loss.backward()
+        for n, p in model.named_parameters():
+            if n in ref:
+                torch.testing.assert_close(p.grad, ref[n], msg=f"{name}: {n}")
+    assert saved["all"] == saved["context_fn"] == saved["reentrant"] < saved["none"] / 4
+    assert len(contexts) == 2 * 4  # each layer's forward and its recompute
+    enable = getattr(model, "activation_checkpointing_enable", None)  # transformers >= 5.25
+    if enable is not None and "every_n_layers" in inspect.signature(enable).parameters:
+        model.activation_checkpointing_disable()
+        model.activation_checkpointing_enable(every_n_layers=2)
+        assert saved["all"] < _saved_tensors(model, ids) < saved["none"]
+
+
+def test_gradient_checkpointing_with_a_cache_says_it_is_skipped():
+    """A training forward with use_cache=True ran every layer unchecked without a word."""
+    ids = tokens(2, 8)
+    model = make_model("fox-pro-tiny", gradient_checkpointing=True).train()
+    with pytest.warns(UserWarning, match="gradient checkpointing: this forward runs without it"):
+        out = model(ids, labels=ids, use_cache=True)
+    torch.testing.assert_close(out.loss, model(ids, labels=ids).loss)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model(ids, labels=ids)
+        with torch.no_grad():  # nothing to recompute: generating from a model in training mode
+            model(ids, use_cache=True)
+
+
 def test_bad_inputs_raise():
     model = make_model("fox-llama-tiny")
     ids = tokens(2, 8)
@@ -79,6 +145,10 @@ def test_bad_inputs_raise():
         model(ids, labels=ids, loss_reduction="sum")
     with pytest.raises(ValueError, match="use_cache: a packed batch"):  # returned no cache without a word
         model(ids[:1], cu_seqlens=torch.tensor([0, 3, 8], dtype=torch.int32), use_cache=True)
+    for forward in (model, model.model):  # accepted and ignored: the output had no attentions field at all
+        with pytest.raises(ValueError, match="output_attentions=True: .* never form attention weights"):
+            forward(ids, output_attentions=True)
+    assert model(ids, output_attentions=False).logits.shape == (2, 8, VOCAB)
 
 
 @pytest.mark.parametrize("return_logits", [True, False], ids=["logits", "fused-loss"])

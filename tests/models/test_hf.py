@@ -69,3 +69,33 @@ def test_torch_compile_fullgraph_train_step(preset, dynamic):
         loss.backward()
         torch.testing.assert_close(loss, ref)
         assert model.lm_head.weight.grad is not None
+
+
+def test_return_dict_false_gives_the_fields_as_a_tuple():
+    """`loss, logits = model(..., return_dict=False)` unpacked a ModelOutput's keys: the strings 'loss' and 'logits'."""
+    model = make_model("fox-pro-tiny")
+    ids = tokens(2, 8)
+    ref = model(ids, labels=ids)
+    loss, logits = model(ids, labels=ids, return_dict=False)
+    assert torch.equal(loss, ref.loss) and torch.equal(logits, ref.logits)
+    logits, cache = model(ids, use_cache=True, return_dict=False)
+    torch.testing.assert_close(logits, ref.logits)  # the cache-writing path rounds apart
+    assert cache.get_seq_length() == 8
+    (hidden,) = model.model(ids, return_dict=False)
+    assert torch.equal(hidden, model.model(ids).last_hidden_state)
+    model.config.return_dict = False
+    assert isinstance(model(ids), tuple) and isinstance(model.model(ids), tuple)
+    assert torch.equal(model(ids, return_dict=True).logits, ref.logits)
+
+
+def test_output_hidden_states_defaults_to_the_config():
+    """config.output_hidden_states=True (transformers' default for the argument) was ignored."""
+    model = make_model("fox-pro-tiny")
+    ids = tokens(2, 8)
+    assert model(ids).hidden_states is None
+    asked = model(ids, output_hidden_states=True).hidden_states
+    assert len(asked) == model.config.num_layers + 1
+    model.config.output_hidden_states = True
+    for a, b in zip(model(ids).hidden_states, asked, strict=True):
+        assert torch.equal(a, b)
+    assert model(ids, output_hidden_states=False).hidden_states is None

@@ -4,6 +4,7 @@ from __future__ import annotations
 import warnings
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Optional
 
 import torch
@@ -12,6 +13,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 from transformers import GenerationMixin, PreTrainedModel
 from transformers.utils import ModelOutput
+from transformers.utils.generic import can_return_tuple
 
 from .config import FoxConfig
 from .kvcache.cache import FoxCache
@@ -116,6 +118,15 @@ class FoxPreTrainedModel(PreTrainedModel):
                 writer(save_directory, self.config)
         return out
 
+    def _set_gradient_checkpointing(self, enable: bool = True, gradient_checkpointing_func=checkpoint, **kwargs):
+        """transformers' own, which hands FoxModel its checkpoint function (use_reentrant, offload, ... bound in);
+        every_n_layers reaches only transformers' GradientCheckpointingLayer blocks, so FoxModel keeps it too."""
+        super()._set_gradient_checkpointing(enable, gradient_checkpointing_func, **kwargs)
+        every = kwargs.get("every_n_layers", 1)
+        for module in self.modules():
+            if isinstance(module, FoxModel):
+                module.checkpoint_every = every
+
     @classmethod
     def _supports_default_dynamic_cache(cls) -> bool:
         # The model builds its own FoxCache (the HF DynamicCache has no room for c and shift states).
@@ -147,6 +158,7 @@ class FoxModel(FoxPreTrainedModel):
         self.layers = nn.ModuleList(Block(config, i) for i in range(config.num_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.gradient_checkpointing = False
+        self.checkpoint_every = 1
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Embedding:
@@ -249,15 +261,23 @@ class FoxModel(FoxPreTrainedModel):
             x = layer(x, ctx, cache[i])
         return self.norm(x)
 
+    @can_return_tuple
     def forward(self, input_ids: Optional[torch.LongTensor] = None, attention_mask: Optional[torch.Tensor] = None,
                 position_ids: Optional[torch.LongTensor] = None, past_key_values: Optional[FoxCache] = None,
                 inputs_embeds: Optional[torch.Tensor] = None, use_cache: Optional[bool] = None,
                 cu_seqlens: Optional[torch.Tensor] = None, max_seqlen: Optional[int] = None,
                 output_hidden_states: Optional[bool] = None, cache: Optional[FoxCache] = None,
-                return_dict: Optional[bool] = None, **kwargs) -> FoxModelOutput:
+                return_dict: Optional[bool] = None, output_attentions: Optional[bool] = None,
+                **kwargs) -> FoxModelOutput:
         """input_ids [B, T] (or inputs_embeds [B, T, d]); attention_mask [B, past + T] (1 = real token,
         left padding supported); cu_seqlens int32 [N + 1] for a packed batch with B = 1.
-        Pass the returned cache back as ``past_key_values`` to continue (chunked prefill, decoding)."""
+        Pass the returned cache back as ``past_key_values`` to continue (chunked prefill, decoding).
+        return_dict=False (or config.return_dict False): the output's non-None fields as a tuple, as in transformers."""
+        if output_attentions:
+            raise ValueError("output_attentions=True: foxformer models never form attention weights (the fused "
+                             "kernels compute the output directly); leave it out")
+        if output_hidden_states is None:
+            output_hidden_states = self.config.output_hidden_states
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("pass exactly one of input_ids and inputs_embeds")
         if input_ids is not None:
@@ -304,13 +324,21 @@ class FoxModel(FoxPreTrainedModel):
                          evict_scan=scan)
 
         hidden = [] if output_hidden_states else None
-        ckpt = self.gradient_checkpointing and self.training and cache is None and torch.is_grad_enabled()
+        ckpt = self.gradient_checkpointing and self.training and torch.is_grad_enabled()
+        if ckpt and cache is not None:
+            warnings.warn("gradient checkpointing: this forward runs without it, as it writes a cache (use_cache=True "
+                          "or past_key_values) that the recompute would write twice; pass use_cache=False and no "
+                          "cache to checkpoint", stacklevel=3)
+            ckpt = False
+        # Set by transformers' gradient_checkpointing_enable; a flag set directly (training's
+        # activation_checkpointing) gets the non-reentrant default.
+        ckpt_fn = getattr(self, "_gradient_checkpointing_func", None) or partial(checkpoint, use_reentrant=False)
         for i, layer in enumerate(self.layers):
             if hidden is not None:
                 hidden.append(x)
             layer_cache = cache[i] if cache is not None else None
-            if ckpt:
-                x = checkpoint(layer, x, ctx, layer_cache, use_reentrant=False)
+            if ckpt and i % self.checkpoint_every == 0:
+                x = ckpt_fn(layer, x, ctx, layer_cache)
             else:
                 x = layer(x, ctx, layer_cache)
         x = self.norm(x)
@@ -375,6 +403,7 @@ class FoxForCausalLM(FoxPreTrainedModel, GenerationMixin):
         skip = {id(self.model.embed_tokens.weight), id(self.lm_head.weight)}
         return sum(p.numel() for p in self.parameters() if id(p) not in skip)
 
+    @can_return_tuple
     def forward(self, input_ids: Optional[torch.LongTensor] = None, attention_mask: Optional[torch.Tensor] = None,
                 position_ids: Optional[torch.LongTensor] = None, past_key_values: Optional[FoxCache] = None,
                 inputs_embeds: Optional[torch.Tensor] = None, labels: Optional[torch.LongTensor] = None,
@@ -383,7 +412,7 @@ class FoxForCausalLM(FoxPreTrainedModel, GenerationMixin):
                 logits_to_keep: int | torch.Tensor = 0, output_hidden_states: Optional[bool] = None,
                 cache: Optional[FoxCache] = None, return_dict: Optional[bool] = None,
                 return_logits: bool = True, num_items_in_batch: Optional[int | torch.Tensor] = None,
-                **kwargs) -> FoxCausalLMOutput:
+                output_attentions: Optional[bool] = None, **kwargs) -> FoxCausalLMOutput:
         """See FoxModel.forward. labels [B, T] (the inputs themselves for LM training; -100 ignored);
         num_items_in_batch (transformers' Trainer under gradient accumulation): the mean loss is the summed
         loss divided by this count of targets over all accumulated micro-batches;
@@ -396,7 +425,8 @@ class FoxForCausalLM(FoxPreTrainedModel, GenerationMixin):
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                          past_key_values=past_key_values, cache=cache, inputs_embeds=inputs_embeds,
                          use_cache=use_cache, cu_seqlens=cu_seqlens, max_seqlen=max_seqlen,
-                         output_hidden_states=output_hidden_states)
+                         output_hidden_states=output_hidden_states, output_attentions=output_attentions,
+                         return_dict=True)
         h = out.last_hidden_state
         if labels is not None:
             if not isinstance(labels, torch.Tensor) or labels.shape != h.shape[:2]:
