@@ -208,8 +208,9 @@ def test_hosts_launched_with_different_flags_stop_before_training(byte_data, tmp
     run = str(tmp_path / "mixed")
     copy = str(tmp_path / "same-data")
     shutil.copytree(byte_data, copy)
-    results = _launch(2, 1, _cli_args(byte_data, run, parallel="ddp"), timeout=240,
-                      node_args=[[], ["--lr", "1e-3", "--data", copy]])
+    # each host its own whole command line (a flag added to the other's --set lr would be refused as given twice)
+    results = _launch(2, 1, [], timeout=240, node_args=[_cli_args(byte_data, run, parallel="ddp"),
+                                                        _cli_args(copy, run, parallel="ddp", lr=1e-3)])
     for rc, _, err in results:
         assert rc != 0
         assert re.search(r"error: the ranks of this job were started with different settings: lr \(rank 0: 0\.00[13], "
