@@ -116,6 +116,13 @@ def test_pro_mlp_width_follows_shape_overrides(kind, overrides):
     assert get_preset(f"{kind}-tiny", **overrides, intermediate_size=100).intermediate_size == 100
 
 
+@pytest.mark.parametrize("preset", ["fox-pro-small", "fox-pro-125m"])
+def test_another_split_of_the_same_attention_width_keeps_the_pro_mlp(preset):
+    """docs/results.md's head-dim runs (`fox-pro-small:head_dim=128`, `fox-pro-125m:head_dim=128`) trained the
+    preset's MLP width: rerunning their commands must build the same models."""
+    assert get_preset(preset, head_dim=128).intermediate_size == get_preset(preset).intermediate_size
+
+
 def test_sized_config_takes_overrides_as_get_preset_does():
     from foxformer.models import sized_config
 

@@ -147,13 +147,17 @@ def get_preset(name: str, **overrides) -> FoxConfig:
     A preset's num_heads and head_dim are derived from its width, so overriding one of num_heads, head_dim or
     hidden_size re-derives the other head field to keep num_heads * head_dim == hidden_size (hidden_size alone
     keeps the family's head_dim); only an explicit num_heads and head_dim together decouple the two widths.
-    A Pro preset's SwiGLU width, fixed for its own shape, is chosen again for the overridden one (hidden_size,
-    heads, mlp_ratio), so that it still matches the LLaMA preset with the same overrides; an explicit
-    intermediate_size is kept as given.
+    A Pro preset's SwiGLU width, fixed for its own shape, is chosen again where hidden_size, mlp_ratio or the
+    attention width (num_heads * head_dim) changes, so that it still matches the LLaMA preset with the same
+    overrides (another split of the same attention width keeps it); an explicit intermediate_size is kept.
     """
     check_preset(name)
     check_model_keys(overrides)
     return FoxConfig(**_overridden(PRESETS[name], overrides))
+
+
+def _attention_width(fields: dict) -> int:
+    return (fields.get("num_heads") or 1) * (fields.get("head_dim") or fields["hidden_size"] // fields["num_heads"])
 
 
 def _overridden(preset: dict, overrides: dict) -> dict:
@@ -165,8 +169,11 @@ def _overridden(preset: dict, overrides: dict) -> dict:
         _derive_head_field(fields, given="head_dim", derived="num_heads")
     # The Pro width was computed for the preset's shape: kept, a wider model (or an mlp_ratio, which the fixed
     # width would leave unread) trained an MLP out of proportion to it and unmatched to its LLaMA counterpart.
+    # Another split of the same attention width moves the count by a few per-head weights and keeps the width:
+    # the head-dim runs of docs/results.md (`fox-pro-small:head_dim=128`, "Head dim (Pro block)") trained with it.
     pro = preset.get("intermediate_size") is not None and "intermediate_size" not in overrides
-    if pro and set(_WIDTH_INPUTS) & set(overrides):
+    attention_width = _attention_width(fields) != _attention_width(preset)
+    if pro and ({"hidden_size", "mlp_ratio"} & set(overrides) or attention_width):
         fields["intermediate_size"] = _pro_intermediate(fields)
     return fields
 
