@@ -252,3 +252,23 @@ def test_seq_len_reads_a_prefix_of_preallocated_storage(backend, as_tensor):
     torch.testing.assert_close(got.double(), dense_reference(q, k, v, c, start, 0.25), rtol=0, atol=2e-5)
     with pytest.raises(ValueError, match="seq_len 81 must be"):
         forgetting_attention_decode(q, k_buf, v_buf, c_buf.transpose(1, 2), seq_len=cap + 1, backend=backend)
+
+
+def test_the_forward_only_kernel_warns_where_a_gradient_was_asked():
+    """The Triton decode returns an output without a gradient: a loss built on it lost that part of its gradient
+    without a word. It warns (a sampling loop without torch.no_grad() wants the values only, so no error); the
+    torch path is differentiable, and under no_grad nothing is said."""
+    import warnings
+
+    q, k, v, c = make(1, 1, 20, 2, 2, 16, torch.float32)
+    q.requires_grad_(True)
+    with pytest.warns(UserWarning, match="forward only.*no gradient"):
+        out = forgetting_attention_decode(q, k, v, c, backend="triton")
+    assert not out.requires_grad
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with torch.no_grad():
+            forgetting_attention_decode(q, k, v, c, backend="triton")
+        out = forgetting_attention_decode(q, k, v, c, backend="torch")
+    out.sum().backward()
+    assert q.grad is not None and torch.isfinite(q.grad).all()

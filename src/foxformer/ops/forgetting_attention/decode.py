@@ -15,6 +15,7 @@ their difference is what matters (see cumsum.py).
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass
 from typing import Optional
 
@@ -132,7 +133,8 @@ def forgetting_attention_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
                                 start: Optional[torch.Tensor] = None, *, page_table: Optional[torch.Tensor] = None,
                                 seq_len: Optional[int | torch.Tensor] = None, softmax_scale: Optional[float] = None,
                                 backend: str = "auto", num_splits: Optional[int] = None) -> torch.Tensor:
-    """Attention of the last ``Tq`` positions against a cache (forward only), dense or paged.
+    """Attention of the last ``Tq`` positions against a cache, dense or paged (the Triton kernel is forward only,
+    and warns where its inputs require grad; the torch path is differentiable).
 
     Args:
         q: [B, Tq, Hq, D], the newest Tq positions (Tq small: 1 for decoding, a few for speculative or
@@ -172,6 +174,11 @@ def forgetting_attention_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
         backend = "triton" if q.is_cuda else "torch"
     if backend == "triton":
         check_triton_device(q)
+        if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, c)):
+            # a warning, not an error: a sampling loop without torch.no_grad() wants the values only
+            warnings.warn("forgetting_attention_decode: the triton backend is forward only, so its output carries "
+                          "no gradient to q, k, v or c; run it under torch.no_grad(), or use backend='torch' for "
+                          "gradients", stacklevel=2)
         return triton_decode(q, k, v, c, start, scale, num_splits, page_table, capacity if seq_len is None
                              else seq_len, capacity)
     if backend != "torch":
