@@ -210,8 +210,8 @@ def forgetting_attention(q, k, v, log_fgate, *, softmax_scale=None, cu_seqlens=N
             tensors TMA cannot address, e.g. unpacked heads, run on the Triton kernels), ``"triton"``
             (CUDA, or CPU tensors under ``TRITON_INTERPRET=1``), ``"torch"`` (exact, chunked,
             O(T * chunk) memory), ``"naive"`` (materialised T x T reference).
-        prune_eps: adaptive computation pruning. When set (a float in (0, 1)), the triton and
-            torch backends skip every (query block, key block) tile whose pairs all satisfy
+        prune_eps: adaptive computation pruning. When set (a float in (0, 1)), the gluon, triton
+            and torch backends skip every (query block, key block) tile whose pairs all satisfy
             ``c_i - c_j <= log(prune_eps) - 2U - log(N)`` (N: Tk, or max_seqlen with varlen):
             each row then loses at most ``prune_eps`` of its attention probability, so
             ``|out - exact| <= 2 * prune_eps * max|v|`` and ``|lse - exact| <= -log(1 - prune_eps)``.
