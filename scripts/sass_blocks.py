@@ -67,8 +67,15 @@ def inner_loops(code: list[tuple[int, str]]) -> list[list[list[tuple[int, str]]]
 
 
 def main(names: list[str]) -> int:
-    if not names:
+    if not names or names[0] in ("-h", "--help"):
         print(__doc__, file=sys.stderr)
+        return 0 if names else 2
+    from foxformer.ops.forgetting_attention.hopper.launch import variant_launches
+
+    known = dict(variant_launches())
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        print(f"error: unknown variants {unknown}; aot's variants are: {', '.join(sorted(known))}", file=sys.stderr)
         return 2
     for name in names:
         print(f"== {name}")
