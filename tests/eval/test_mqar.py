@@ -101,3 +101,23 @@ def test_seed_table_spreads_each_cell_over_seeds_and_refuses_another_task(tmp_pa
     from foxformer.cli import main
     assert main(["eval", "mqar", "--pool", *dirs, "--out", str(tmp_path / "pooled")]) == 0
     assert (tmp_path / "pooled" / "mqar_seeds.md").read_text() == text
+
+
+def test_a_rerun_of_another_task_into_the_same_out_is_refused_before_training(tmp_path, capsys):
+    """It trained every model, overwrote the earlier task's result files with its own, then refused the folder."""
+    out = tmp_path / "mqar"
+    base = ["eval", "mqar", "--models", "transformer-pro", "--out", str(out), "--no-progress"]
+    assert main(base + ["--steps", "12"]) == 0
+    earlier = (out / "models" / "transformer-pro.json").read_text()
+    capsys.readouterr()
+    assert main(base + ["--steps", "13"]) == 2
+    assert "another task" in capsys.readouterr().err
+    assert (out / "models" / "transformer-pro.json").read_text() == earlier
+
+
+def test_a_bad_override_of_a_later_model_is_refused_before_the_first_trains(tmp_path, capsys):
+    out = tmp_path / "mqar"
+    assert main(["eval", "mqar", "--models", "transformer-pro,fox-pro:fgate=fixd", "--steps", "12", "--out", str(out),
+                 "--no-progress"]) == 2
+    assert "fgate" in capsys.readouterr().err
+    assert not out.exists()

@@ -80,8 +80,6 @@ class MqarConfig:
             raise ValueError(f"seed: expected a non-negative integer, got {self.seed!r}")
         if not self.models:
             raise ValueError("models: expected at least one model kind")
-        for spec in self.models:
-            parse_model(spec)
         for name in ("train_pairs", "eval_pairs", "eval_lengths"):
             v = list(getattr(self, name))
             if not v or any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in v):
@@ -99,6 +97,8 @@ class MqarConfig:
                              f"{self.lr!r} / {self.warmup_steps!r}")
         if self.max_minutes is not None and not self.max_minutes > 0:
             raise ValueError(f"max_minutes: expected a positive number or None, got {self.max_minutes!r}")
+        for spec in self.models:  # a bad override of the last model was found after training all the others
+            model_config(spec, self)
 
     @property
     def vocab_size(self) -> int:
@@ -123,6 +123,15 @@ def parse_model(spec: str) -> tuple[str, dict]:
             raise ValueError(f"models: expected key=value after ':' in {spec!r}, got {item!r}")
         overrides[key] = yaml.safe_load(value)
     return kind, overrides
+
+
+def model_config(spec: str, cfg: MqarConfig):
+    kind, overrides = parse_model(spec)
+    try:
+        return sized_config(kind, cfg.num_layers, cfg.hidden_size, vocab_size=cfg.vocab_size,
+                            max_position_embeddings=max(cfg.eval_lengths + [cfg.train_len]), **overrides)
+    except TypeError as e:
+        raise ValueError(f"models: bad override in {spec!r} ({e})") from e
 
 
 def model_label(spec: str) -> str:
@@ -198,13 +207,7 @@ def longest_timescales(log_f: list) -> list[float]:
 
 
 def build_model(spec: str, cfg: MqarConfig) -> FoxForCausalLM:
-    kind, overrides = parse_model(spec)
-    try:
-        model_cfg = sized_config(kind, cfg.num_layers, cfg.hidden_size, vocab_size=cfg.vocab_size,
-                                 max_position_embeddings=max(cfg.eval_lengths + [cfg.train_len]), **overrides)
-    except TypeError as e:
-        raise ValueError(f"models: bad override in {spec!r} ({e})") from e
-    return FoxForCausalLM(model_cfg)
+    return FoxForCausalLM(model_config(spec, cfg))
 
 
 def _schedule(cfg: MqarConfig) -> TrainConfig:
@@ -458,6 +461,7 @@ def run_mqar(cfg: MqarConfig, out_dir: str, *, device: str = "auto", progress: b
     dev = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else
                        ("cpu" if device == "auto" else device))
     if not report_only:
+        load_results(out_dir, cfg.task())  # another task's results there are refused before any training
         for spec in cfg.models:
             result = run_model(spec, cfg, dev, progress=progress)
             write_json(_model_path(out_dir, spec), {"task": cfg.task(), "config": asdict(cfg), "device": str(dev),
