@@ -121,3 +121,17 @@ def test_a_bad_override_of_a_later_model_is_refused_before_the_first_trains(tmp_
                  "--no-progress"]) == 2
     assert "fgate" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_models_flag_takes_several_overrides_of_one_model_and_refuses_a_repeat(tmp_path, capsys):
+    """The second override of "fox-llama:fgate=fixed,rope=true" was read as a model kind 'rope=true'."""
+    from foxformer.argtypes import model_specs
+
+    assert model_specs("fox-llama:fgate=fixed,rope=true,transformer-pro,fox-pro:fgate=fixed") == [
+        "fox-llama:fgate=fixed,rope=true", "transformer-pro", "fox-pro:fgate=fixed"]
+    out = tmp_path / "mqar"
+    assert main(["eval", "mqar", "--models", "fox-pro:fgate=fixed,fgate_tmax=64", "--steps", "12", "--out", str(out),
+                 "--no-progress"]) == 0
+    assert "FoX (Pro), fgate=fixed, fgate_tmax=64 |" in (out / "mqar.md").read_text()
+    with pytest.raises(ValueError, match="more than once"):
+        MqarConfig(models=["fox-pro", "fox-pro"])

@@ -80,6 +80,9 @@ class MqarConfig:
             raise ValueError(f"seed: expected a non-negative integer, got {self.seed!r}")
         if not self.models:
             raise ValueError("models: expected at least one model kind")
+        twice = [m for i, m in enumerate(self.models) if m in self.models[:i]]
+        if twice:  # one result file a spec: the second run would silently replace the first
+            raise ValueError(f"models: {twice[0]!r} is given more than once")
         for name in ("train_pairs", "eval_pairs", "eval_lengths"):
             v = list(getattr(self, name))
             if not v or any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in v):
