@@ -135,3 +135,28 @@ def test_models_flag_takes_several_overrides_of_one_model_and_refuses_a_repeat(t
     assert "FoX (Pro), fgate=fixed, fgate_tmax=64 |" in (out / "mqar.md").read_text()
     with pytest.raises(ValueError, match="more than once"):
         MqarConfig(models=["fox-pro", "fox-pro"])
+
+
+def test_a_stopped_model_is_marked_in_the_plots_and_the_json_and_the_seed_is_stated(tmp_path, monkeypatch):
+    """The plots showed a model stopped at 45% of its steps under its plain label, beside the finished ones."""
+    import matplotlib.axes
+
+    from foxformer.eval import mqar
+
+    labels, titles = [], []
+    real_plot, real_title = matplotlib.axes.Axes.plot, matplotlib.figure.Figure.suptitle
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot",
+                        lambda self, *a, **k: (labels.append(k.get("label")), real_plot(self, *a, **k))[1])
+    monkeypatch.setattr(matplotlib.figure.Figure, "suptitle",
+                        lambda self, t, **k: (titles.append(t), real_title(self, t, **k))[1])
+    cfg = MqarConfig(eval_lengths=[32], eval_pairs=[2], seed=4)
+    (tmp_path / "models").mkdir()
+    for label, done in (("A", cfg.steps), ("B", 54)):
+        result = {"model": label, "label": label, "non_embedding_params": 1e5, "steps_done": done, "train_s": 1.0,
+                  "accuracy": [[0.5]], "history": [{"step": done, "loss": 1.0, "accuracy": 0.5, "pairs": 2}]}
+        (tmp_path / "models" / f"{label}.json").write_text(json.dumps({"task": cfg.task(), "result": result}))
+    data = mqar.report(str(tmp_path), cfg)
+    assert [m["stopped"] for m in data["models"]] == [False, True]
+    assert "A" in labels and f"B (stopped at 54 of {cfg.steps} steps)" in labels and "B" not in labels
+    assert len(titles) == 2 and all(f"{cfg.steps} steps, seed 4" in t for t in titles)
+    assert "seed 4, 32 sequences a cell" in (tmp_path / "mqar.md").read_text()
