@@ -59,6 +59,19 @@ def words(text: str) -> list[str]:
     return _items(text)
 
 
+def model_specs(text: str) -> list[str]:
+    """Comma-separated ``kind[:key=value,...]`` model specs: a ``key=value`` item continues the spec before it,
+    so that "fox-llama:fgate=fixed,rope=true,transformer-pro" is two models (a model's second override was
+    read as a model of its own)."""
+    specs: list[str] = []
+    for item in _items(text):
+        if specs and ":" in specs[-1] and "=" in item and ":" not in item.partition("=")[0]:
+            specs[-1] += f",{item}"
+        else:
+            specs.append(item)
+    return specs
+
+
 def count(text: str) -> int:
     """One token count: 4096, 4Ki, 4K (as the training config takes them)."""
     try:

@@ -208,3 +208,17 @@ def test_lm_eval_hf_on_an_export_scores_as_eval_harness(tmp_path, capsys):
                  "0", "--batch_size", "2", "--device", "cpu", "--out", str(out), "--no-progress"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["results"]["export"]["fox_json_mc"]["acc,none"] == theirs["results"]["fox_json_mc"]["acc,none"]
+
+
+def test_an_unknown_task_is_one_line_naming_it(tmp_path, capsys):
+    """lm_eval's KeyError for a misspelled task ended the command in a traceback."""
+    pytest.importorskip("lm_eval")
+    from foxformer.cli import main
+
+    hf = tmp_path / "hf"
+    tiny_model("fox-pro-tiny", vocab=320).save_pretrained(str(hf))
+    capsys.readouterr()
+    assert main(["eval", "harness", str(hf), "--tasks", "lambada_opnai", "--tokenizer", "bytes", "--device", "cpu",
+                 "--out", str(tmp_path / "out"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "no task 'lambada_opnai' (did you mean 'lambada_openai'?)" in err, err

@@ -101,3 +101,62 @@ def test_seed_table_spreads_each_cell_over_seeds_and_refuses_another_task(tmp_pa
     from foxformer.cli import main
     assert main(["eval", "mqar", "--pool", *dirs, "--out", str(tmp_path / "pooled")]) == 0
     assert (tmp_path / "pooled" / "mqar_seeds.md").read_text() == text
+
+
+def test_a_rerun_of_another_task_into_the_same_out_is_refused_before_training(tmp_path, capsys):
+    """It trained every model, overwrote the earlier task's result files with its own, then refused the folder."""
+    out = tmp_path / "mqar"
+    base = ["eval", "mqar", "--models", "transformer-pro", "--out", str(out), "--no-progress"]
+    assert main(base + ["--steps", "12"]) == 0
+    earlier = (out / "models" / "transformer-pro.json").read_text()
+    capsys.readouterr()
+    assert main(base + ["--steps", "13"]) == 2
+    assert "another task" in capsys.readouterr().err
+    assert (out / "models" / "transformer-pro.json").read_text() == earlier
+
+
+def test_a_bad_override_of_a_later_model_is_refused_before_the_first_trains(tmp_path, capsys):
+    out = tmp_path / "mqar"
+    assert main(["eval", "mqar", "--models", "transformer-pro,fox-pro:fgate=fixd", "--steps", "12", "--out", str(out),
+                 "--no-progress"]) == 2
+    assert "fgate" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_models_flag_takes_several_overrides_of_one_model_and_refuses_a_repeat(tmp_path, capsys):
+    """The second override of "fox-llama:fgate=fixed,rope=true" was read as a model kind 'rope=true'."""
+    from foxformer.argtypes import model_specs
+
+    assert model_specs("fox-llama:fgate=fixed,rope=true,transformer-pro,fox-pro:fgate=fixed") == [
+        "fox-llama:fgate=fixed,rope=true", "transformer-pro", "fox-pro:fgate=fixed"]
+    out = tmp_path / "mqar"
+    assert main(["eval", "mqar", "--models", "fox-pro:fgate=fixed,fgate_tmax=64", "--steps", "12", "--out", str(out),
+                 "--no-progress"]) == 0
+    assert "FoX (Pro), fgate=fixed, fgate_tmax=64 |" in (out / "mqar.md").read_text()
+    with pytest.raises(ValueError, match="more than once"):
+        MqarConfig(models=["fox-pro", "fox-pro"])
+
+
+def test_a_stopped_model_is_marked_in_the_plots_and_the_json_and_the_seed_is_stated(tmp_path, monkeypatch):
+    """The plots showed a model stopped at 45% of its steps under its plain label, beside the finished ones."""
+    import matplotlib.axes
+
+    from foxformer.eval import mqar
+
+    labels, titles = [], []
+    real_plot, real_title = matplotlib.axes.Axes.plot, matplotlib.figure.Figure.suptitle
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot",
+                        lambda self, *a, **k: (labels.append(k.get("label")), real_plot(self, *a, **k))[1])
+    monkeypatch.setattr(matplotlib.figure.Figure, "suptitle",
+                        lambda self, t, **k: (titles.append(t), real_title(self, t, **k))[1])
+    cfg = MqarConfig(eval_lengths=[32], eval_pairs=[2], seed=4)
+    (tmp_path / "models").mkdir()
+    for label, done in (("A", cfg.steps), ("B", 54)):
+        result = {"model": label, "label": label, "non_embedding_params": 1e5, "steps_done": done, "train_s": 1.0,
+                  "accuracy": [[0.5]], "history": [{"step": done, "loss": 1.0, "accuracy": 0.5, "pairs": 2}]}
+        (tmp_path / "models" / f"{label}.json").write_text(json.dumps({"task": cfg.task(), "result": result}))
+    data = mqar.report(str(tmp_path), cfg)
+    assert [m["stopped"] for m in data["models"]] == [False, True]
+    assert "A" in labels and f"B (stopped at 54 of {cfg.steps} steps)" in labels and "B" not in labels
+    assert len(titles) == 2 and all(f"{cfg.steps} steps, seed 4" in t for t in titles)
+    assert "seed 4, 32 sequences a cell" in (tmp_path / "mqar.md").read_text()

@@ -7,7 +7,7 @@ import os
 import sys
 import time
 
-from foxformer.argtypes import count, counts, floats, ints, words
+from foxformer.argtypes import count, counts, floats, ints, model_specs, words
 
 
 def _model_args(p: argparse.ArgumentParser, several: bool = True) -> None:
@@ -378,8 +378,9 @@ def add_commands(subparsers) -> None:
                                    "processes may share --out, --report-only then tables them all).")
     p.add_argument("--preset", default="toy", help="toy (CPU, ~15 s on 2 cores) | mid (CPU, under a minute a model) "
                                                    "| small (the GPU size of docs/results.md)")
-    p.add_argument("--models", type=words, default=None,
-                   help="model kinds, e.g. fox-pro,transformer-pro,linear-pro,fox-llama:fgate=fixed (default: the "
+    p.add_argument("--models", type=model_specs, default=None,
+                   help="model kinds, e.g. fox-pro,transformer-pro,linear-pro,fox-llama:fgate=fixed,rope=true "
+                        "(key=value items after a ':' override FoxConfig fields of that model; default: the "
                         "preset's)")
     p.add_argument("--steps", type=int, default=None, help="training steps per model")
     p.add_argument("--lr", type=float, default=None)

@@ -26,6 +26,7 @@ from typing import Optional, Sequence
 import torch
 from tqdm.auto import tqdm
 
+from foxformer.argtypes import did_you_mean
 from foxformer.data.tokenizer import start_ids
 from foxformer.models.calls import model_device
 
@@ -184,6 +185,15 @@ def make_lm(adapter: HarnessAdapter):
     return FoxLM()
 
 
+def _check_tasks(manager, tasks: Sequence[str]) -> None:
+    """Refuse a task lm_eval does not know: its KeyError left a traceback, not a line naming the task."""
+    for task in tasks:
+        if task in manager.all_tasks or os.path.exists(task) or ("*" in task and manager.match_tasks([task])):
+            continue
+        raise ValueError(f"tasks: lm_eval knows no task {task!r}{did_you_mean(task, manager.all_tasks)}; "
+                         f"`lm_eval ls tasks` lists them, --include-path adds a folder of task YAMLs")
+
+
 def run_harness(adapter: HarnessAdapter, tasks: Sequence[str], *, num_fewshot: Optional[int] = None,
                 limit: Optional[float] = None, metadata: Optional[dict] = None, out_path: Optional[str] = None,
                 include_path: Optional[str] = None) -> dict:
@@ -196,11 +206,11 @@ def run_harness(adapter: HarnessAdapter, tasks: Sequence[str], *, num_fewshot: O
     lm = make_lm(adapter)
     import lm_eval
 
-    kwargs = dict(model=lm, tasks=list(tasks), num_fewshot=num_fewshot, limit=limit)
-    if include_path is not None:
-        from lm_eval.tasks import TaskManager
+    from lm_eval.tasks import TaskManager
 
-        kwargs["task_manager"] = TaskManager(include_path=include_path)
+    manager = TaskManager(include_path=include_path)
+    _check_tasks(manager, tasks)
+    kwargs = dict(model=lm, tasks=list(tasks), num_fewshot=num_fewshot, limit=limit, task_manager=manager)
     if metadata:
         kwargs["metadata"] = metadata
     res = lm_eval.simple_evaluate(**kwargs)

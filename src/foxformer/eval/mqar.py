@@ -80,8 +80,9 @@ class MqarConfig:
             raise ValueError(f"seed: expected a non-negative integer, got {self.seed!r}")
         if not self.models:
             raise ValueError("models: expected at least one model kind")
-        for spec in self.models:
-            parse_model(spec)
+        twice = [m for i, m in enumerate(self.models) if m in self.models[:i]]
+        if twice:  # one result file a spec: the second run would silently replace the first
+            raise ValueError(f"models: {twice[0]!r} is given more than once")
         for name in ("train_pairs", "eval_pairs", "eval_lengths"):
             v = list(getattr(self, name))
             if not v or any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in v):
@@ -99,6 +100,8 @@ class MqarConfig:
                              f"{self.lr!r} / {self.warmup_steps!r}")
         if self.max_minutes is not None and not self.max_minutes > 0:
             raise ValueError(f"max_minutes: expected a positive number or None, got {self.max_minutes!r}")
+        for spec in self.models:  # a bad override of the last model was found after training all the others
+            model_config(spec, self)
 
     @property
     def vocab_size(self) -> int:
@@ -123,6 +126,15 @@ def parse_model(spec: str) -> tuple[str, dict]:
             raise ValueError(f"models: expected key=value after ':' in {spec!r}, got {item!r}")
         overrides[key] = yaml.safe_load(value)
     return kind, overrides
+
+
+def model_config(spec: str, cfg: MqarConfig):
+    kind, overrides = parse_model(spec)
+    try:
+        return sized_config(kind, cfg.num_layers, cfg.hidden_size, vocab_size=cfg.vocab_size,
+                            max_position_embeddings=max(cfg.eval_lengths + [cfg.train_len]), **overrides)
+    except TypeError as e:
+        raise ValueError(f"models: bad override in {spec!r} ({e})") from e
 
 
 def model_label(spec: str) -> str:
@@ -198,13 +210,7 @@ def longest_timescales(log_f: list) -> list[float]:
 
 
 def build_model(spec: str, cfg: MqarConfig) -> FoxForCausalLM:
-    kind, overrides = parse_model(spec)
-    try:
-        model_cfg = sized_config(kind, cfg.num_layers, cfg.hidden_size, vocab_size=cfg.vocab_size,
-                                 max_position_embeddings=max(cfg.eval_lengths + [cfg.train_len]), **overrides)
-    except TypeError as e:
-        raise ValueError(f"models: bad override in {spec!r} ({e})") from e
-    return FoxForCausalLM(model_cfg)
+    return FoxForCausalLM(model_config(spec, cfg))
 
 
 def _schedule(cfg: MqarConfig) -> TrainConfig:
@@ -334,10 +340,10 @@ def table(results: list[dict], cfg: MqarConfig) -> str:
             stopped.append(r["label"])
         lines.append("| " + " | ".join([r["label"], f"{r['non_embedding_params'] / 1e6:.2f}M", steps,
                                         _final_timescales(r)] + [f"{a:.2f}" for a in acc]) + " |")
-    text = ("Query accuracy, pairs@length (* beyond training: longer than train_len or more pairs than trained; "
-            f"chance {1 / cfg.num_values:.3f}). Gate reach: per layer, the longest decay timescale of its heads "
-            f"at the end of training (tokens; -1 / mean log f): the answers lie up to {cfg.train_len} tokens back "
-            f"in training.\n\n" + "\n".join(lines) + "\n")
+    text = (f"Query accuracy, pairs@length (seed {cfg.seed}, {cfg.eval_seqs} sequences a cell; * beyond training: "
+            f"longer than train_len or more pairs than trained; chance {1 / cfg.num_values:.3f}). Gate reach: per "
+            f"layer, the longest decay timescale of its heads at the end of training (tokens; -1 / mean log f): the "
+            f"answers lie up to {cfg.train_len} tokens back in training.\n\n" + "\n".join(lines) + "\n")
     if stopped:
         text += (f"\n**Stopped early** by max_minutes, before {cfg.steps} steps and with the learning rate still "
                  f"high: {'; '.join(stopped)}. Their accuracy is what that part of the training reached, not "
@@ -383,6 +389,16 @@ def seed_table(out_dirs: list[str]) -> str:
             f"training; chance {1 / cfg.num_values:.3f}).\n\n" + "\n".join(lines) + "\n")
 
 
+def _legend(result: dict, cfg: MqarConfig) -> str:
+    """A model's label in the plots, with the steps a time limit stopped it at: its curve is not the preset's."""
+    done = result["steps_done"]
+    return result["label"] + (f" (stopped at {done} of {cfg.steps} steps)" if done < cfg.steps else "")
+
+
+def _run_title(cfg: MqarConfig) -> str:
+    return f"{cfg.num_layers} layers, d={cfg.hidden_size}, {cfg.steps} steps, seed {cfg.seed}"
+
+
 def _plot_training(results: list[dict], cfg: MqarConfig, path: str) -> str:
     """Training query accuracy and the gates' reach against the step: a gate that never opens shows here."""
     import matplotlib.pyplot as plt
@@ -390,7 +406,7 @@ def _plot_training(results: list[dict], cfg: MqarConfig, path: str) -> str:
     fig, (acc_ax, gate_ax) = plt.subplots(1, 2, figsize=(9.6, 3.4), layout="constrained")
     for c, r in enumerate(results):
         steps = [h["step"] for h in r["history"]]
-        acc_ax.plot(steps, [h["accuracy"] for h in r["history"]], color=f"C{c}", lw=1.2, label=r["label"])
+        acc_ax.plot(steps, [h["accuracy"] for h in r["history"]], color=f"C{c}", lw=1.2, label=_legend(r, cfg))
         gated = [h for h in r["history"] if "gate_log_f" in h]
         reach = np.array([longest_timescales(h["gate_log_f"]) for h in gated])
         for layer in range(reach.shape[1] if reach.size else 0):
@@ -406,7 +422,7 @@ def _plot_training(results: list[dict], cfg: MqarConfig, path: str) -> str:
     gate_ax.set_title("solid: first layer, dashed: second; dotted: train_len", fontsize=9)
     for ax in (acc_ax, gate_ax):
         ax.grid(alpha=0.3)
-    fig.suptitle(f"MQAR training, {cfg.num_layers} layers, d={cfg.hidden_size}", fontsize=10)
+    fig.suptitle(f"MQAR training, {_run_title(cfg)}", fontsize=10)
     return plots.save_figure(fig, path)
 
 
@@ -418,7 +434,7 @@ def _plot(results: list[dict], cfg: MqarConfig, path: str) -> str:
     for ax, pairs, rows in zip(axes[0], cfg.eval_pairs, range(n)):
         for c, r in enumerate(results):
             acc = [np.nan if a is None else a for a in r["accuracy"][rows]]
-            ax.plot(cfg.eval_lengths, acc, "o-", color=f"C{c}", ms=3, lw=1.3, label=r["label"])
+            ax.plot(cfg.eval_lengths, acc, "o-", color=f"C{c}", ms=3, lw=1.3, label=_legend(r, cfg))
         ax.axvline(cfg.train_len, color="0.4", ls="--", lw=1.0)
         ax.axhline(1 / cfg.num_values, color="0.6", ls=":", lw=1.0)
         ax.set_xscale("log", base=2)
@@ -429,7 +445,7 @@ def _plot(results: list[dict], cfg: MqarConfig, path: str) -> str:
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("query accuracy")
     axes[0][-1].legend(fontsize=7)
-    fig.suptitle(f"MQAR, {cfg.num_layers} layers, d={cfg.hidden_size} (dashed: training length; dotted: chance)",
+    fig.suptitle(f"MQAR, {_run_title(cfg)} (dashed: training length; dotted: chance)",
                  fontsize=10)
     return plots.save_figure(fig, path)
 
@@ -446,7 +462,8 @@ def report(out_dir: str, cfg: MqarConfig) -> dict:
     figs = [_plot(results, cfg, os.path.join(out_dir, "mqar.png")),
             _plot_training(results, cfg, os.path.join(out_dir, "mqar_training.png"))]
     data = {"command": "eval mqar", "task": cfg.task(), "chance": 1 / cfg.num_values,
-            "plots": [os.path.basename(f) for f in figs], "models": results}
+            "plots": [os.path.basename(f) for f in figs],
+            "models": [{**r, "stopped": r["steps_done"] < cfg.steps} for r in results]}
     write_json(os.path.join(out_dir, "mqar.json"), data)
     print(text, end="")
     return data
@@ -458,6 +475,7 @@ def run_mqar(cfg: MqarConfig, out_dir: str, *, device: str = "auto", progress: b
     dev = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else
                        ("cpu" if device == "auto" else device))
     if not report_only:
+        load_results(out_dir, cfg.task())  # another task's results there are refused before any training
         for spec in cfg.models:
             result = run_model(spec, cfg, dev, progress=progress)
             write_json(_model_path(out_dir, spec), {"task": cfg.task(), "config": asdict(cfg), "device": str(dev),
@@ -465,6 +483,7 @@ def run_mqar(cfg: MqarConfig, out_dir: str, *, device: str = "auto", progress: b
     data = report(out_dir, cfg)
     return {"out": out_dir, "plots": data["plots"],
             "models": {r["label"]: {"steps_done": r["steps_done"], "steps": cfg.steps,
+                                    "stopped": r["steps_done"] < cfg.steps,
                                     "train_s": round(r["train_s"], 1), "accuracy": r["accuracy"]}
                        for r in data["models"]}}
 
