@@ -330,6 +330,8 @@ def test_init_from_refuses_what_does_not_fit(make_cfg, tmp_path):
     train(make_cfg(out_dir=src, max_steps=1))
     with pytest.raises(ValueError, match="do not fit the model with the overrides .'num_layers': 1"):
         train(make_cfg(out_dir=str(tmp_path / "a"), init_from=src, model={"num_layers": 1}, max_steps=1))
+    with pytest.raises(ValueError, match=r"init_from: model.mlp_ratio=8.0 cannot apply: the MLP .* is \d+ wide"):
+        train(make_cfg(out_dir=str(tmp_path / "r"), init_from=src, model={"mlp_ratio": 8.0}, max_steps=1))
     with pytest.raises(ValueError, match="vocab_size: 64 given, but the model init_from names has 50304"):
         train(make_cfg(out_dir=str(tmp_path / "b"), init_from=src, vocab_size=64, max_steps=1))
     docs = tmp_path / "docs"

@@ -113,6 +113,12 @@ def _init_source(cfg: TrainConfig, manifest: dict) -> tuple[dict, dict]:
     if cfg.vocab_size is not None and cfg.vocab_size != fields["vocab_size"]:
         raise ValueError(f"vocab_size: {cfg.vocab_size} given, but the model init_from names has "
                          f"{fields['vocab_size']}; leave vocab_size unset")
+    ratio = cfg.model.get("mlp_ratio")
+    if (ratio is not None and fields.get("intermediate_size") is not None and "intermediate_size" not in cfg.model
+            and ratio != fields.get("mlp_ratio")):
+        # the model's explicit intermediate_size wins over an mlp_ratio, which would be recorded and never read
+        raise ValueError(f"init_from: model.mlp_ratio={ratio!r} cannot apply: the MLP of the model init_from names is "
+                         f"{fields['intermediate_size']} wide, and its weights have that width; leave mlp_ratio out")
     return fields, model.state_dict()
 
 
