@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from typing import Optional, Sequence
+from typing import Sequence
 
 import matplotlib
 

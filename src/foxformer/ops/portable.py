@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from .forgetting_attention.checks import check_common, check_gate_values, check_return_lse, check_softmax_scale
+from .forgetting_attention.checks import check_inputs, check_softmax_scale
 from .forgetting_attention.cumsum import LOG_FGATE_FLOOR, gate_cumsum, gate_cumsum_heads_first
 from .forgetting_attention.paging import append_token_torch, evict_scan_torch, gather_live
 from .forgetting_attention.reference import naive_unchecked, torch_forward
@@ -33,9 +33,8 @@ def _needs_grad(*tensors: torch.Tensor) -> bool:
 def forgetting_attention(q, k, v, log_fgate, *, softmax_scale=None, cu_seqlens=None, max_seqlen=None,
                          return_lse=False, backend="auto", prune_eps=None, qk_bound=None):
     """foxformer.ops.forgetting_attention, exact, on any device; its input checks."""
-    scale, max_seqlen = check_common(q, k, v, log_fgate, "log_fgate", softmax_scale, cu_seqlens, max_seqlen)
-    check_return_lse(return_lse)
-    check_gate_values(log_fgate, "log_fgate")
+    scale, max_seqlen = check_inputs(q, k, v, log_fgate, "log_fgate", softmax_scale, cu_seqlens, max_seqlen,
+                                     return_lse)
     if _needs_grad(q, k, v, log_fgate):
         return naive_unchecked(q, k, v, log_fgate, scale, cu_seqlens, return_lse)
     out, lse = torch_forward(q, k, v, gate_cumsum_heads_first(log_fgate), scale, cu_seqlens, max_seqlen)
@@ -45,9 +44,7 @@ def forgetting_attention(q, k, v, log_fgate, *, softmax_scale=None, cu_seqlens=N
 def forgetting_attention_cumsum(q, k, v, c, *, softmax_scale=None, cu_seqlens=None, max_seqlen=None,
                                 return_lse=False, backend="auto", prune_eps=None, qk_bound=None):
     """foxformer.ops.forgetting_attention_cumsum (forward only: caches run without gradients); its input checks."""
-    scale, max_seqlen = check_common(q, k, v, c, "c", softmax_scale, cu_seqlens, max_seqlen)
-    check_return_lse(return_lse)
-    check_gate_values(c, "c", allow_positive=True)
+    scale, max_seqlen = check_inputs(q, k, v, c, "c", softmax_scale, cu_seqlens, max_seqlen, return_lse)
     c_t = c.transpose(1, 2).double().contiguous()
     out, lse = torch_forward(q, k, v, c_t, scale, cu_seqlens, max_seqlen)
     return (out, lse) if return_lse else out

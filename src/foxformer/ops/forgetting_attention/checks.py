@@ -94,6 +94,15 @@ def check_return_lse(return_lse) -> None:
         raise TypeError(f"return_lse must be True or False, got {return_lse!r}")
 
 
+def check_inputs(q, k, v, gate, name: str, softmax_scale, cu_seqlens, max_seqlen, return_lse):
+    """The attention ops' argument checks (forgetting_attention with its gate log f, name "log_fgate"; the cumsum
+    form with c, name "c", which may be positive): (softmax scale, max_seqlen) resolved."""
+    scale, max_seqlen = check_common(q, k, v, gate, name, softmax_scale, cu_seqlens, max_seqlen)
+    check_return_lse(return_lse)
+    check_gate_values(gate, name, allow_positive=name == "c")
+    return scale, max_seqlen
+
+
 def check_softmax_scale(softmax_scale, head_dim: int):
     """The scale to use: 1 / sqrt(head_dim) for None, else a finite number (a SymFloat passes as is)."""
     if softmax_scale is None:

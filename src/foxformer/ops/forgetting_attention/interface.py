@@ -12,7 +12,7 @@ from typing import Optional
 
 import torch
 
-from .checks import check_common, check_differentiation, check_gate_values, check_return_lse, resolve_backend
+from .checks import check_differentiation, check_inputs, resolve_backend
 from .cumsum import gate_cumsum_heads_first
 from .pruning import check_pruning, prune_delta
 from .reference import naive_unchecked, torch_backward, torch_forward
@@ -231,10 +231,8 @@ def forgetting_attention(q, k, v, log_fgate, *, softmax_scale=None, cu_seqlens=N
         ``torch.func.grad`` / ``jacrev`` are supported by ``backend="naive"`` only (a RuntimeError on the
         others).
     """
-    softmax_scale, max_seqlen = check_common(q, k, v, log_fgate, "log_fgate", softmax_scale,
-                                             cu_seqlens, max_seqlen)
-    check_return_lse(return_lse)
-    check_gate_values(log_fgate, "log_fgate")
+    softmax_scale, max_seqlen = check_inputs(q, k, v, log_fgate, "log_fgate", softmax_scale, cu_seqlens,
+                                             max_seqlen, return_lse)
     check_pruning(prune_eps, qk_bound, q.shape[0], q.shape[2], q.device)
     backend = resolve_backend(backend, q)
     check_differentiation(backend, q, k, v, log_fgate)
@@ -254,9 +252,7 @@ def forgetting_attention_cumsum(q, k, v, c, *, softmax_scale=None, cu_seqlens=No
     ``backend="naive"`` is not offered here (it needs the gates themselves). Pruning
     (prune_eps) assumes c never increases along T, as ``gate_cumsum`` guarantees.
     """
-    softmax_scale, max_seqlen = check_common(q, k, v, c, "c", softmax_scale, cu_seqlens, max_seqlen)
-    check_return_lse(return_lse)
-    check_gate_values(c, "c", allow_positive=True)
+    softmax_scale, max_seqlen = check_inputs(q, k, v, c, "c", softmax_scale, cu_seqlens, max_seqlen, return_lse)
     check_pruning(prune_eps, qk_bound, q.shape[0], q.shape[2], q.device)
     backend = resolve_backend(backend, q)
     if backend == "naive":

@@ -9,10 +9,9 @@
 """
 from __future__ import annotations
 
-
 import torch
 
-from .checks import check_common, check_gate_values, check_return_lse
+from .checks import check_inputs
 
 # Scores held at once by the chunked backend, per chunk: 2^24 elements (64 MiB in fp32) keeps several live
 # temporaries of that size well inside a 24 GiB CPU machine at 64K tokens (chunks keep 16 rows at least).
@@ -46,10 +45,8 @@ def naive_forgetting_attention(q, k, v, log_fgate, softmax_scale=None, cu_seqlen
     ``log_fgate = -inf`` is handled exactly: it cuts every key before it, with no floor.
     """
     # Unchecked, a cu_seqlens not ending at T dropped the rows past its end and a positive gate gave NaN.
-    softmax_scale, max_seqlen = check_common(q, k, v, log_fgate, "log_fgate", softmax_scale, cu_seqlens,
-                                             max_seqlen)
-    check_return_lse(return_lse)
-    check_gate_values(log_fgate, "log_fgate")
+    softmax_scale, _ = check_inputs(q, k, v, log_fgate, "log_fgate", softmax_scale, cu_seqlens, max_seqlen,
+                                    return_lse)
     return naive_unchecked(q, k, v, log_fgate, softmax_scale, cu_seqlens, return_lse)
 
 
