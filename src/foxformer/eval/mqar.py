@@ -483,7 +483,7 @@ def run_mqar(cfg: MqarConfig, out_dir: str, *, device: str = "auto", progress: b
     data = report(out_dir, cfg)
     return {"out": out_dir, "plots": data["plots"],
             "models": {r["label"]: {"steps_done": r["steps_done"], "steps": cfg.steps,
-                                    "stopped": r["steps_done"] < cfg.steps,
+                                    "stopped": r["stopped"],
                                     "train_s": round(r["train_s"], 1), "accuracy": r["accuracy"]}
                        for r in data["models"]}}
 
