@@ -44,6 +44,29 @@ def test_a_length_that_is_no_count_names_the_bad_item(capsys):
     assert "argument --lengths: expected a token count such as 4096 or 4Ki, got '2Kb'" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv, flag, text, twice", [
+    (["eval", "loss", "m"], "--lengths", "512,1Ki,512", 512),
+    (["eval", "loss", "m"], "--lengths", "1Ki,1024", 1024),  # two spellings of one length
+    (["eval", "compare", "run"], "--positions", "8,32,8", 8),
+], ids=["loss-lengths", "loss-lengths-spelled-twice", "compare-positions"])
+def test_a_value_given_twice_is_refused_in_one_line(argv, flag, text, twice, capsys):
+    """`eval loss --lengths 512,1Ki,512` dropped the repeat without a word (as eval niah and bench refuse it)."""
+    with pytest.raises(SystemExit) as exc:
+        main([*argv, flag, text])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.endswith(f"error: argument {flag}: {text!r} gives {twice} more than once")
+
+
+def test_loss_lengths_in_any_order_are_reported_ascending_as_the_help_says(capsys):
+    from foxformer.eval.loss import loss_curve
+
+    assert _parsed(["eval", "loss", "m", "--lengths", "4,1,2"]).lengths == [4, 1, 2]
+    rows = np.random.default_rng(0).normal(3.0, 0.1, size=(2, 7))
+    assert loss_curve(rows, lengths=[4, 1, 2], n_boot=20).lengths == [1, 2, 4]
+    assert "results list them in ascending order" in _help(["eval", "loss"], capsys)
+
+
 def _help(argv, capsys) -> str:
     with pytest.raises(SystemExit) as exc:
         main([*argv, "--help"])

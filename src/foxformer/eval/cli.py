@@ -7,7 +7,7 @@ import os
 import sys
 import time
 
-from foxformer.argtypes import count, counts, floats, ints, model_specs, words
+from foxformer.argtypes import count, counts, distinct, floats, ints, model_specs, words
 
 
 def _model_args(p: argparse.ArgumentParser, several: bool = True) -> None:
@@ -305,8 +305,10 @@ def add_commands(subparsers) -> None:
     _model_args(p)
     _text_args(p, seq_len=2048, num=64)
     p.add_argument("--batch-size", type=int, default=1)
-    p.add_argument("--lengths", type=counts, default=None,
-                   help="context lengths l for P(l), e.g. 512,1Ki,2Ki (default: powers of 2)")
+    # a repeat was dropped without a word (P(l) is one value per l), like the flag's typo it usually is
+    p.add_argument("--lengths", type=distinct(counts), default=None,
+                   help="context lengths l for P(l), each once, e.g. 512,1Ki,2Ki; results list them in ascending "
+                        "order, as the plots do (default: powers of 2)")
     p.add_argument("--smooth", type=int, default=None, help="moving-average window for L(i) (default T/64)")
     p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples over sequences")
     p.add_argument("--confidence", type=float, default=0.95)
@@ -363,7 +365,7 @@ def add_commands(subparsers) -> None:
                                    "draws them together; the runs must have measured the same sequences.")
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     p.add_argument("--names", type=words, default=None, help="comma-separated labels, one per model")
-    p.add_argument("--positions", type=counts, default=None,
+    p.add_argument("--positions", type=distinct(counts), default=None,
                    help="token positions p of the table, powers of two (its columns: the octaves p/2 < i <= p), "
                         "e.g. 1Ki,4Ki (default: the last five powers of two within the evaluated length)")
     p.add_argument("--reference", default=None, help="model name the loss differences are taken to (default: last)")
