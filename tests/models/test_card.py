@@ -5,11 +5,11 @@ from foxformer.models.card import model_name
 
 
 def test_save_pretrained_writes_a_card_and_keeps_the_users(tmp_path):
-    model = FoxForCausalLM(get_preset("transformer-llama-tiny", vocab_size=64, tokenizer="bytes"))
+    model = FoxForCausalLM(get_preset("transformer-llama-tiny", vocab_size=257, tokenizer="bytes"))
     model.save_pretrained(tmp_path / "a")
     card = (tmp_path / "a" / "README.md").read_text()
     assert card.startswith("---\nlibrary_name: transformers\npipeline_tag: text-generation\n")
-    for fact in ("# Transformer (LLaMA)", "| forget gate | none |", "RoPE", "bytes (64 ids, end of document 256)",
+    for fact in ("# Transformer (LLaMA)", "| forget gate | none |", "RoPE", "bytes (257 ids, end of document 256)",
                  "trust_remote_code=True"):
         assert fact in card, fact
     assert "## Training" not in card  # a plain save knows nothing of training

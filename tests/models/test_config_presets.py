@@ -1,4 +1,5 @@
 import math
+import re
 
 import pytest
 import torch
@@ -257,6 +258,40 @@ def test_non_numbers_are_one_error_naming_the_field(bad):
     (name,) = bad
     with pytest.raises(ValueError, match=f"FoxConfig.{name} must be"):
         FoxConfig(hidden_size=32, num_heads=2, **bad)
+
+
+BAD_TOKEN_IDS = {
+    "eos-past-the-vocabulary": (dict(eos_token_id=64), "eos_token_id", "got 64"),
+    "pad-negative": (dict(pad_token_id=-1), "pad_token_id", "got -1"),
+    "bos-string": (dict(bos_token_id="1"), "bos_token_id", "got '1'"),
+    "bos-float": (dict(bos_token_id=1.0), "bos_token_id", "got 1.0"),
+    "pad-bool": (dict(pad_token_id=False), "pad_token_id", "got False"),
+    "eos-list-with-a-bad-id": (dict(eos_token_id=[1, 99]), "eos_token_id", "got [1, 99]"),
+    "eos-empty-list": (dict(eos_token_id=[]), "eos_token_id", "got []"),
+    "bos-list": (dict(bos_token_id=[1]), "bos_token_id", "got [1]"),
+    "tokenizer-end-of-document-past-the-vocabulary": (
+        dict(tokenizer="bytes"), "bos_token_id", "got 256 (the end-of-document token of tokenizer 'bytes')"),
+}
+
+
+@pytest.mark.parametrize("bad, name, got", list(BAD_TOKEN_IDS.values()), ids=list(BAD_TOKEN_IDS))
+def test_token_ids_outside_the_vocabulary_or_not_ints_are_refused(bad, name, got):
+    """An eos id the model cannot emit never stopped generation, and a bos or pad id past the vocabulary was
+    blamed on the input_ids when fed, far from the config that held it."""
+    with pytest.raises(ValueError, match=re.escape(f"FoxConfig.{name} must be a token id in [0, vocab_size=64)")
+                       + f".* {re.escape(got)}$"):
+        FoxConfig(vocab_size=64, hidden_size=32, num_heads=2, **bad)
+
+
+def test_token_ids_in_the_vocabulary_none_or_an_eos_list_are_taken():
+    cfg = FoxConfig(vocab_size=64, hidden_size=32, num_heads=2, bos_token_id=0, eos_token_id=[63, 5], pad_token_id=None)
+    assert (cfg.bos_token_id, cfg.eos_token_id, cfg.pad_token_id) == (0, [63, 5], None)
+    cfg = FoxConfig(vocab_size=257, hidden_size=32, num_heads=2, tokenizer="bytes")
+    assert (cfg.bos_token_id, cfg.eos_token_id) == (256, 256)
+    again = FoxConfig.from_dict(cfg.to_dict())  # a saved config loads as it was written
+    assert (again.bos_token_id, again.eos_token_id, again.pad_token_id) == (256, 256, None)
+    for name in PRESETS:
+        get_preset(name, tokenizer="gpt2")  # every preset's vocabulary holds GPT-2's end of text
 
 
 def test_num_heads_must_divide_hidden_size_when_head_dim_is_derived():

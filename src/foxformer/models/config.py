@@ -82,7 +82,7 @@ class FoxConfig(PretrainedConfig):
     bos_token_id / eos_token_id: None with a built-in tokenizer (bytes, gpt2, gpt2-json) means its end-of-document
         token (256 for bytes, 50256 for the GPT-2 ones), the token between documents in foxformer's data: Hugging
         Face generate stops there; training sets both from its dataset for any tokenizer. pad_token_id stays None
-        (training packs documents, nothing is padded).
+        (training packs documents, nothing is padded). Each id lies in [0, vocab_size); eos may be a list of them.
     """
 
     model_type = "foxformer"
@@ -204,6 +204,7 @@ class FoxConfig(PretrainedConfig):
             value = getattr(self, name)
             if not isinstance(value, bool):  # a string such as "false" would be truthy
                 raise ValueError(f"FoxConfig.{name} must be True or False, got {value!r}")
+        self._validate_token_ids()
         if self.num_heads % self.num_kv_heads:
             raise ValueError(f"FoxConfig.num_heads ({self.num_heads}) must be a multiple of "
                              f"num_kv_heads ({self.num_kv_heads})")
@@ -234,6 +235,28 @@ class FoxConfig(PretrainedConfig):
         if self.tokenizer is not None and (not isinstance(self.tokenizer, str) or not self.tokenizer):
             raise ValueError(f"FoxConfig.tokenizer must be a tokenizer spec such as 'gpt2', or None, got "
                              f"{self.tokenizer!r}")
+
+    def _validate_token_ids(self) -> None:
+        """bos / eos / pad ids inside the vocabulary, or None. One outside it (or "3", 3.0) was taken unchecked:
+        the model can never emit such an eos, so generation ran on to its limit, and a bos or pad id fed to the
+        model was blamed on the input_ids (on a GPU, whose decode steps do not read the ids, a device-side assert
+        in the embedding), far from the config. transformers only warns, and only at save, because configs on the
+        Hub carry pad_token_id=-1; foxformer never wrote one (training packs documents, pads nothing). eos may be
+        a list of ids, as transformers' generate takes it (any of them stops a sequence)."""
+        document = document_token_ids(self.tokenizer)[1]
+        for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
+            value = getattr(self, name)
+            several = name == "eos_token_id" and isinstance(value, (list, tuple)) and len(value) > 0
+            for token in value if several else [value]:
+                if token is None and not several:
+                    continue
+                if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < self.vocab_size:
+                    # the tokenizer's end-of-document id fills bos and eos when they are not given
+                    whence = (f" (the end-of-document token of tokenizer {self.tokenizer!r})"
+                              if document is not None and token == document else "")
+                    raise ValueError(f"FoxConfig.{name} must be a token id in [0, vocab_size={self.vocab_size})"
+                                     f"{' or a list of them' if name == 'eos_token_id' else ''} or None, got "
+                                     f"{value!r}{whence}")
 
     def _validate_bias_init(self) -> None:
         init = self.fgate_bias_init
