@@ -115,6 +115,20 @@ def test_a_rerun_of_another_task_into_the_same_out_is_refused_before_training(tm
     assert (out / "models" / "transformer-pro.json").read_text() == earlier
 
 
+@pytest.mark.parametrize("preset, warmup", [("toy", 10), ("mid", 50)])
+def test_steps_below_the_warm_up_name_the_steps_flag(preset, warmup, tmp_path, capsys):
+    """`--steps 5` was refused with "lr / warmup_steps: ...": the command has no flag for the warm-up."""
+    assert main(["eval", "mqar", "--preset", preset, "--steps", str(warmup - 1), "--out", str(tmp_path / "m")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"error: steps: expected at least {warmup}, the steps over which the learning rate warms up, "
+                   f"got {warmup - 1}")
+    assert not (tmp_path / "m").exists()
+    with pytest.raises(ValueError, match="^lr: expected a positive learning rate, got 0.0$"):
+        MqarConfig(lr=0.0)
+    with pytest.raises(ValueError, match="^warmup_steps: expected a non-negative integer, got -1$"):
+        MqarConfig(warmup_steps=-1)
+
+
 def test_a_bad_override_of_a_later_model_is_refused_before_the_first_trains(tmp_path, capsys):
     out = tmp_path / "mqar"
     assert main(["eval", "mqar", "--models", "transformer-pro,fox-pro:fgate=fixd", "--steps", "12", "--out", str(out),

@@ -95,9 +95,15 @@ class MqarConfig:
         if max(self.train_pairs + self.eval_pairs) > self.num_keys:
             raise ValueError(f"num_keys: {self.num_keys} keys cannot make {max(self.train_pairs + self.eval_pairs)} "
                              f"distinct pairs")
-        if not 0 <= self.warmup_steps <= self.steps or not math.isfinite(self.lr) or self.lr <= 0:
-            raise ValueError(f"lr / warmup_steps: expected lr > 0 and 0 <= warmup_steps <= steps, got "
-                             f"{self.lr!r} / {self.warmup_steps!r}")
+        if isinstance(self.lr, bool) or not isinstance(self.lr, (int, float)) or not 0 < self.lr < math.inf:
+            raise ValueError(f"lr: expected a positive learning rate, got {self.lr!r}")
+        w = self.warmup_steps
+        if isinstance(w, bool) or not isinstance(w, int) or w < 0:
+            raise ValueError(f"warmup_steps: expected a non-negative integer, got {w!r}")
+        if w > self.steps:
+            # named after steps: the presets fix the warm-up, and `eval mqar` has a --steps flag but no warm-up flag
+            raise ValueError(f"steps: expected at least {w}, the steps over which the learning rate warms up, "
+                             f"got {self.steps}")
         if self.max_minutes is not None and not self.max_minutes > 0:
             raise ValueError(f"max_minutes: expected a positive number or None, got {self.max_minutes!r}")
         for spec in self.models:  # a bad override of the last model was found after training all the others
