@@ -199,3 +199,26 @@ def test_documented_python_names_resolve():
         except AttributeError:
             broken.append(name)
     assert not broken, broken
+
+
+def test_modules_the_docs_run_with_python_m_are_scripts_their_packages_do_not_import():
+    """`python -m foxformer.models.presets` (docs/results.md) printed runpy's RuntimeWarning: foxformer.models
+    imports presets, so runpy found the module loaded before running it as __main__. `foxformer presets` is that
+    table's command. A module shown with `python -m` (in the docs or a docstring) has a __main__ guard and is not
+    imported by its packages."""
+    import os
+    import subprocess
+    import sys
+
+    texts = [doc.read_text() for doc in MAIN_DOCS] + [f.read_text() for f in (ROOT / "src").rglob("*.py")]
+    names = sorted({m.group(1) for text in texts for m in re.finditer(r"python -m (foxformer(?:\.\w+)+)", text)})
+    assert "foxformer.cli" in names and "foxformer.models.presets" not in names
+    for name in names:
+        source = ROOT / "src" / (name.replace(".", "/") + ".py")
+        assert 'if __name__ == "__main__":' in source.read_text(), name
+    parents = sorted({n.rpartition(".")[0] for n in names})
+    code = (f"import importlib, sys\nfor p in {parents!r}: importlib.import_module(p)\n"
+            f"print([n for n in {names!r} if n in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    assert out.stdout.strip() == "[]", out.stdout

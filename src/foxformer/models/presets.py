@@ -2,8 +2,8 @@
 recurrent baseline "linear-pro-{size}": the FoX (Pro) preset of that size with gated linear attention.
 
 Pro presets shrink the SwiGLU width so that their non-embedding parameter count stays within 1%
-of the LLaMA preset of the same family and size (the paper's protocol). Run
-``python -m foxformer.models.presets`` to print the counts.
+of the LLaMA preset of the same family and size (the paper's protocol). ``foxformer presets`` prints the counts
+(not ``python -m`` on this module: the package imports it first, and runpy warns of the second copy).
 """
 from __future__ import annotations
 
@@ -234,7 +234,3 @@ def main() -> None:
     print("L layers, d width, H query heads, Dh head dim, mlp SwiGLU width; non-emb: parameters outside the "
           "embeddings; vs llama: against the same family's LLaMA-block preset of that size (FoX's for linear-pro), "
           "which the Pro MLP's width is chosen to match")
-
-
-if __name__ == "__main__":
-    main()
