@@ -99,3 +99,58 @@ def test_output_hidden_states_defaults_to_the_config():
     for a, b in zip(model(ids).hidden_states, asked, strict=True):
         assert torch.equal(a, b)
     assert model(ids, output_hidden_states=False).hidden_states is None
+
+
+def _unknown_kwarg_warnings(caught) -> list[str]:
+    return [str(w.message) for w in caught if "unknown keyword argument" in str(w.message)]
+
+
+def test_a_misspelled_forward_argument_warns_once_naming_it():
+    """forward's **kwargs (which Trainer needs to pass num_items_in_batch) swallowed `attention_maks=` without a
+    word, and the batch ran unmasked."""
+    import warnings
+
+    model, ids = make_model("fox-pro-tiny"), tokens(2, 8)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model(ids, attention_maks=torch.ones_like(ids))
+        model(ids, attention_maks=torch.ones_like(ids))  # once per model: training calls forward every step
+        model.model(ids, use_cach=False)
+        # what transformers, its collators, tokenizers and PEFT pass: ignored in silence
+        model(ids, token_type_ids=torch.zeros_like(ids), cache_position=torch.arange(8), position_ids=None,
+              cu_seq_lens_q=None, max_length_q=None, seq_idx=None, num_items_in_batch=None, task_ids=None)
+    assert _unknown_kwarg_warnings(caught) == [
+        "FoxForCausalLM.forward: unknown keyword argument 'attention_maks' is ignored (did you mean 'attention_mask'?)",
+        "FoxModel.forward: unknown keyword argument 'use_cach' is ignored (did you mean 'use_cache'?)"]
+    assert all(w.filename == __file__ for w in caught if "unknown keyword" in str(w.message))
+
+
+def test_generate_trainer_and_peft_pass_nothing_the_warning_names(tmp_path):
+    """The warning must not fire for what transformers itself passes: generate (greedy, sampling, beams, a
+    left-padded batch, chunked prefill), Trainer with gradient accumulation (num_items_in_batch) and a PEFT
+    adapter's forward and generate."""
+    import warnings
+
+    from transformers import Trainer, TrainingArguments
+
+    model, ids = make_model("fox-pro-tiny"), tokens(2, 10)
+    mask = torch.ones_like(ids)
+    mask[0, :3] = 0
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.generate(ids, attention_mask=mask, max_new_tokens=4, do_sample=False, pad_token_id=0)
+        model.generate(ids, attention_mask=mask, max_new_tokens=4, do_sample=True, top_k=5, pad_token_id=0)
+        model.generate(ids, max_new_tokens=4, num_beams=2, do_sample=False, pad_token_id=0)
+        model.generate(ids, attention_mask=mask, max_new_tokens=4, do_sample=False, pad_token_id=0,
+                       prefill_chunk_size=4, return_dict_in_generate=True, output_scores=True)
+        model.float().train()
+        rows = [{"input_ids": r, "labels": r} for r in tokens(4, 12)]
+        args = TrainingArguments(output_dir=str(tmp_path), max_steps=1, per_device_train_batch_size=2,
+                                 gradient_accumulation_steps=2, report_to=[], use_cpu=True, save_strategy="no")
+        Trainer(model=model, args=args, train_dataset=rows).train()
+        peft = pytest.importorskip("peft")
+        adapted = peft.get_peft_model(model, peft.LoraConfig(r=2, target_modules=["q_proj"], task_type="CAUSAL_LM"))
+        adapted(input_ids=ids, attention_mask=mask, labels=ids).loss.backward()
+        adapted.eval().generate(input_ids=ids, attention_mask=mask, max_new_tokens=3, do_sample=False,
+                                pad_token_id=0)
+    assert _unknown_kwarg_warnings(caught) == []

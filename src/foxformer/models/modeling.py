@@ -1,6 +1,7 @@
 """Hugging Face classes: FoxModel (the stack) and FoxForCausalLM (LM head, loss, generate)."""
 from __future__ import annotations
 
+import inspect
 import warnings
 
 from dataclasses import dataclass
@@ -13,8 +14,9 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 from transformers import GenerationMixin, PreTrainedModel
 from transformers.utils import ModelOutput
-from transformers.utils.generic import can_return_tuple
+from transformers.utils.generic import TransformersKwargs, can_return_tuple
 
+from ..argtypes import did_you_mean
 from .config import FoxConfig
 from .kvcache.cache import FoxCache
 from .kvcache.dense import DenseKV
@@ -87,6 +89,15 @@ else:  # pragma: no cover - exercised with transformers < 5.24
 # it re-saves through transformers' own copying of remote code.
 SAVE_WRITERS: list = []
 
+# Keyword arguments that transformers and the libraries around it may pass to a model's forward beyond those the
+# forwards below name, taken without a warning: the typed model kwargs (TransformersKwargs: output flags, the packing
+# collator's cu_seq_lens_* / max_length_* / seq_idx, ...), cache_position and mm_encoder_outputs (transformers' own
+# prepare_inputs_for_generation; foxformer's passes neither), token_type_ids (tokenizers return it, `model(**batch)`
+# passes it on, PEFT sets it to None), task_ids (PEFT's poly adapters). foxformer reads none of them (its packed
+# batches take cu_seqlens). generate, Trainer and PEFT's LoRA pass only names the forwards have (tests/models/test_hf).
+HF_FORWARD_KWARGS = frozenset(TransformersKwargs.__annotations__) | {"cache_position", "mm_encoder_outputs",
+                                                                      "token_type_ids", "task_ids"}
+
 
 class FoxPreTrainedModel(PreTrainedModel):
     config_class = FoxConfig
@@ -126,6 +137,21 @@ class FoxPreTrainedModel(PreTrainedModel):
         for module in self.modules():
             if isinstance(module, FoxModel):
                 module.checkpoint_every = every
+
+    def _warn_unread_kwargs(self, kwargs: dict) -> None:
+        """forward's **kwargs (transformers' Trainer passes num_items_in_batch only to a forward that has them)
+        swallowed a misspelled argument without a word: `attention_maks=mask` ran unmasked. Once per model and
+        name (training calls forward every step); a warning, not an error, for callers that pass more than
+        HF_FORWARD_KWARGS knows."""
+        unknown = [k for k in kwargs if k not in HF_FORWARD_KWARGS and k not in getattr(self, "_said_kwargs", ())]
+        if not unknown:
+            return
+        self._said_kwargs = {*getattr(self, "_said_kwargs", ()), *unknown}
+        named = [k for k in inspect.signature(self.forward).parameters if k != "kwargs"]
+        for name in unknown:
+            # pointed at the line calling model(...): past forward, can_return_tuple and nn.Module's two call frames
+            warnings.warn(f"{type(self).__name__}.forward: unknown keyword argument {name!r} is ignored"
+                          f"{did_you_mean(name, named)}", stacklevel=6)
 
     @classmethod
     def _supports_default_dynamic_cache(cls) -> bool:
@@ -273,6 +299,8 @@ class FoxModel(FoxPreTrainedModel):
         left padding supported); cu_seqlens int32 [N + 1] for a packed batch with B = 1.
         Pass the returned cache back as ``past_key_values`` to continue (chunked prefill, decoding).
         return_dict=False (or config.return_dict False): the output's non-None fields as a tuple, as in transformers."""
+        if kwargs:
+            self._warn_unread_kwargs(kwargs)
         if output_attentions:
             raise ValueError("output_attentions=True: foxformer models never form attention weights (the fused "
                              "kernels compute the output directly); leave it out")
@@ -420,6 +448,8 @@ class FoxForCausalLM(FoxPreTrainedModel, GenerationMixin):
         logits only for the last positions (generation). return_logits=False with labels and the
         mean loss computes the loss through the LM head in chunks and returns no logits (training:
         no [B, T, V] tensor at all); so do the per-token losses under torch.no_grad (evaluation)."""
+        if kwargs:
+            self._warn_unread_kwargs(kwargs)
         if isinstance(logits_to_keep, int) and logits_to_keep < 0:
             raise ValueError(f"logits_to_keep must be >= 0 (0: every position), got {logits_to_keep}")
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
