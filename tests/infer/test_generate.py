@@ -98,6 +98,48 @@ def test_multibyte_characters_are_not_split(monkeypatch):
     assert pieces == ["é", "€", "😀"]  # nothing after the end-of-text token, no replacement characters
 
 
+def _scripted(monkeypatch, script):
+    """generate's text path over a fixed sequence of new ids (no model)."""
+    import sys
+
+    gen = sys.modules["foxformer.infer.generate"]
+
+    def fake_stream(model, ids, cfg, state, **kwargs):
+        for t in script[:cfg.max_new_tokens]:
+            yield torch.tensor([t])
+
+    monkeypatch.setattr(gen, "stream_tokens", fake_stream)
+    return gen
+
+
+def test_gpt2_json_streams_its_escapes_decoded(monkeypatch):
+    """The paper's models (gpt2-json) write an escape such as \\u00e9 as several tokens: each was decoded alone,
+    so the stream (and `foxformer generate`'s text) showed '\\u00e9', '\\n' and '\\ud83d\\ude00' verbatim."""
+    tok = load_tokenizer("gpt2-json")
+    text = 'caf\u00e9 said "hi"\n\tC:\\path\\ \U0001F600 \u20ac, \\u00e9 stays literal'
+    gen = _scripted(monkeypatch, tok.encode(text) + [tok.eot_id])
+    pieces = list(gen.generate(make_model(), tok, "x", max_new_tokens=100))
+    assert "".join(pieces) == text == tok.decode(tok.encode(text)) and len(pieces) > 10
+
+
+def test_a_sentencepiece_tokenizer_streams_the_spaces_between_words(monkeypatch):
+    """Decoded one piece at a time, a SentencePiece-style tokenizer (Hugging Face's Metaspace decoder) drops the
+    space of each word's leading '\u2581': the stream read 'Helloworld!' for 'Hello world!'."""
+    from tokenizers import Tokenizer, decoders, models
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<unk>": 0, "</s>": 1, "\u2581Hello": 2, "\u2581world": 3, "!": 4, "<0xC3>": 5, "<0xA9>": 6}
+    inner = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>", byte_fallback=True))
+    inner.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                       decoders.Strip(" ", 1, 0)])
+    tok = PreTrainedTokenizerFast(tokenizer_object=inner, eos_token="</s>", unk_token="<unk>")
+    script = [2, 3, 4, 5, 6, 3, tok.eos_token_id]
+    gen = _scripted(monkeypatch, script)
+    pieces = list(gen.generate(make_model(), tok, "Hello", max_new_tokens=20))
+    assert pieces == ["Hello", " world", "!", "\u00e9", " world"]
+    assert "".join(pieces) == tok.decode(script[:-1]) == "Hello world!\u00e9 world"
+
+
 def test_stop_token_ends_rows():
     model = make_model("fox-pro-tiny")
     prompt = tokens(2, 6)

@@ -255,16 +255,36 @@ def _is_tokenizer(obj) -> bool:
 
 
 def _text_pieces(tokens: Iterator[int], tokenizer) -> Iterator[str]:
-    """Decode incrementally; ids that end inside a UTF-8 character wait for the rest of it."""
-    pending: list[int] = []
+    """Decode incrementally, so that the pieces add up to the text of all the ids.
+
+    A token's text can depend on the ids around it: a SentencePiece decoder drops the space that starts a text's
+    first word, a cleanup joins " ," to the word before it, a gpt2-json escape spans several tokens. So each
+    step decodes a window that starts at the last piece's ids and hands out what its text adds to that piece's;
+    ids whose text may still change with the next ones (an unfinished UTF-8 character, shown as a final U+FFFD,
+    or a tokenizer's ``ends_open``) wait for them."""
+    ends_open = getattr(tokenizer, "ends_open", None)
+    window: list[int] = []  # the last piece's ids, then the ids not handed out yet
+    shown = 0               # how many of window are the last piece's
+    head = ""               # their text
     for tok in tokens:
-        pending.append(tok)
-        text = tokenizer.decode(pending)
-        if text and not text.endswith("\ufffd"):
-            pending.clear()
-            yield text
-    if pending:
-        yield tokenizer.decode(pending)
+        window.append(tok)
+        text = tokenizer.decode(window)
+        if text.endswith("\ufffd") or (ends_open is not None and ends_open(window)):
+            continue
+        if text.startswith(head):
+            piece = text[len(head):]
+        else:  # the new ids changed the last piece's text, which is out: theirs alone
+            piece = tokenizer.decode(window[shown:])
+        if piece:
+            yield piece
+            window = window[shown:]
+            shown = len(window)
+            head = tokenizer.decode(window)
+    if len(window) > shown:
+        text = tokenizer.decode(window)
+        piece = text[len(head):] if text.startswith(head) else tokenizer.decode(window[shown:])
+        if piece:
+            yield piece
 
 
 def _counted(ints: Iterator[int], state: dict) -> Iterator[int]:
