@@ -248,6 +248,27 @@ def test_non_finite_temperature_is_refused_up_front(temperature):
         generate(make_model(), [1, 2], temperature=temperature, top_k=5)
 
 
+@pytest.mark.parametrize("temperature", [1e-3, 1e-39, 1e-300], ids=["small", "below-float32-normals", "tiny"])
+def test_a_tiny_temperature_samples_greedily(temperature):
+    """Logits / 1e-39 overflowed float32 (inf - inf: NaN), and 1e-300 became 0 in it: 'probability tensor contains
+    either inf, nan or element < 0' after the prefill, where temperature -> 0 is greedy decoding."""
+    model = make_model("fox-pro-tiny")
+    prompt = tokens(1, 6)[0]
+    greedy = list(generate(model, prompt, max_new_tokens=8, temperature=0))
+    assert list(generate(model, prompt, max_new_tokens=8, temperature=temperature, seed=0)) == greedy
+    logits = torch.tensor([[30.0, 29.0, -1e4]])
+    assert int(sample_next(logits, GenerationConfig(temperature=1e-300), torch.Generator().manual_seed(0))) == 0
+
+
+@pytest.mark.parametrize("option, value", [("top_p", "0.9"), ("top_p", True), ("top_k", True), ("top_k", 2.5),
+                                           ("temperature", True)])
+def test_sampling_options_of_the_wrong_type_are_refused_by_name(option, value):
+    """top_p='0.9' was a bare "'<' not supported between 'int' and 'str'", top_k=True a TypeError from torch.topk
+    after the prefill, temperature=True sampled at 1."""
+    with pytest.raises(ValueError, match=f"{option}: expected"):
+        generate(make_model(), [1, 2], **{option: value})
+
+
 @pytest.mark.parametrize("prompt", [
     pytest.param([1, VOCAB], id="id-equal-to-vocab-size"),
     pytest.param([1, 50256], id="gpt2-id-on-a-byte-model"),

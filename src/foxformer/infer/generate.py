@@ -64,12 +64,14 @@ class GenerationConfig:
             raise ValueError(f"max_new_tokens: expected an integer >= 0, got {self.max_new_tokens!r}")
         # NaN passes `< 0` (and fails in multinomial after the prefill); inf makes every logit 0, so
         # top-k / top-p would keep the whole vocabulary.
-        if not isinstance(self.temperature, (int, float)) or \
+        if isinstance(self.temperature, bool) or not isinstance(self.temperature, (int, float)) or \
                 not math.isfinite(self.temperature) or self.temperature < 0:
             raise ValueError(f"temperature: expected a finite number >= 0 (0 = greedy), got {self.temperature!r}")
-        if self.top_k is not None and (not isinstance(self.top_k, int) or self.top_k < 0):
+        if self.top_k is not None and (isinstance(self.top_k, bool) or not isinstance(self.top_k, int)
+                                       or self.top_k < 0):
             raise ValueError(f"top_k: expected an integer >= 0 or None, got {self.top_k!r}")
-        if self.top_p is not None and not (0 < self.top_p <= 1):
+        if self.top_p is not None and (isinstance(self.top_p, bool) or not isinstance(self.top_p, (int, float))
+                                       or not 0 < self.top_p <= 1):
             raise ValueError(f"top_p: expected a number in (0, 1] or None, got {self.top_p!r}")
         if self.prefill_chunk is not None and (not isinstance(self.prefill_chunk, int) or self.prefill_chunk < 1):
             raise ValueError(f"prefill_chunk: expected a positive integer or None, got {self.prefill_chunk!r}")
@@ -90,7 +92,9 @@ def sample_next(logits: torch.Tensor, cfg: GenerationConfig, generator: Optional
     logits = logits.float()
     if cfg.temperature == 0:
         return logits.argmax(-1)
-    logits = logits / cfg.temperature
+    # From the best logit down, and by no less than float32's smallest normal number: a tiny temperature then
+    # tends to greedy (0 for the best, -inf for the rest) instead of overflowing (inf - inf: NaN in the softmax).
+    logits = (logits - logits.amax(-1, keepdim=True)) / max(cfg.temperature, torch.finfo(torch.float32).tiny)
     if cfg.top_k and cfg.top_k < logits.shape[-1]:
         kth = torch.topk(logits, cfg.top_k, dim=-1).values[:, -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
