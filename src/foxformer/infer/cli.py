@@ -74,14 +74,20 @@ def _cmd_generate(args) -> int:
               f"badly)", file=sys.stderr)
     state: dict = {}
     pieces = []
+    interrupted = None
     t0 = time.perf_counter()
     with warnings.catch_warnings():  # a fallback from CUDA graphs is said once, on the summary line below
         warnings.filterwarnings("ignore", message="decoding eagerly")
-        for piece in generate(loaded.model, tokenizer, prompt, config=cfg, state=state):
-            pieces.append(piece)
-            if not args.no_stream:
-                sys.stdout.write(piece)
-                sys.stdout.flush()
+        try:
+            for piece in generate(loaded.model, tokenizer, prompt, config=cfg, state=state):
+                pieces.append(piece)
+                if not args.no_stream:
+                    sys.stdout.write(piece)
+                    sys.stdout.flush()
+        except KeyboardInterrupt as e:
+            # Ctrl-C ends a generation as its end would (the text so far, --no-stream's too, its line ended, the
+            # summary and --out), then the command stops as interrupted
+            interrupted = e
     elapsed = time.perf_counter() - t0
     text = "".join(pieces)
     if args.no_stream:
@@ -89,7 +95,7 @@ def _cmd_generate(args) -> int:
     sys.stdout.write("\n")
     n_new = state.get("new_tokens", 0)
     result = {"model": args.model, "prompt_tokens": n_prompt, "new_tokens": n_new,
-              "seconds": elapsed, "text": text, "settings": dict(vars(cfg))}
+              "seconds": elapsed, "text": text, "settings": dict(vars(cfg)), "interrupted": interrupted is not None}
     if cfg.stop_token is None and not cfg.ignore_eos:  # the tokenizer's end of text, which generate stops at
         result["settings"]["stop_token"] = end_of_text_id(tokenizer)
     cache = state.get("cache")
@@ -107,6 +113,8 @@ def _cmd_generate(args) -> int:
     print(f"[{n_new} tokens in {elapsed:.2f} s]{note}", file=sys.stderr)
     if args.out:
         write_json(args.out, result)
+    if interrupted is not None:
+        raise interrupted
     return 0
 
 
