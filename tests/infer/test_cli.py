@@ -483,3 +483,15 @@ def test_generate_interrupted_keeps_the_text_so_far(hf_dir, tmp_path, capsys, mo
     assert captured.out == want + "\n" and data["text"] == want and data["interrupted"] is True
     lines = captured.err.splitlines()
     assert lines[-2].startswith(f"[{data['new_tokens']} tokens in") and lines[-1] == "interrupted"
+
+
+def test_generate_top_k_0_and_top_p_1_sample_from_every_token_as_the_help_says(hf_dir, capsys):
+    common = ["generate", "--model", hf_dir, "--tokenizer", "bytes", "--prompt", "abc", "--max-new-tokens", "8",
+              "--temperature", "1", "--seed", "3", "--ignore-eos", "--device", "cpu", "--no-stream"]
+    texts = []
+    for extra in ([], ["--top-k", "0"], ["--top-k", "100000"], ["--top-p", "1"]):
+        assert main(common + extra) == 0
+        texts.append(capsys.readouterr().out)
+    assert len(set(texts)) == 1 and texts[0].strip()
+    assert main(common + ["--top-k", "1"]) == 0
+    assert capsys.readouterr().out != texts[0]  # a filter that bites changes the text, so the comparison can tell

@@ -193,17 +193,23 @@ def add_commands(subparsers) -> None:
     _model_args(p)
     p.add_argument("--prompt", default=None, help="prompt text")
     p.add_argument("--prompt-file", default=None, help="file holding the prompt text")
-    p.add_argument("--max-new-tokens", type=int, default=128, help="default 128")
+    p.add_argument("--max-new-tokens", type=int, default=128,
+                   help="default 128; fewer where the end-of-text token comes first (see --ignore-eos)")
     p.add_argument("--temperature", type=float, default=0.8, help="default 0.8; 0 = greedy")
-    p.add_argument("--top-k", type=int, default=None)
-    p.add_argument("--top-p", type=float, default=None)
-    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--top-k", type=int, default=None, help="sample among the K most likely tokens (default, 0: all)")
+    p.add_argument("--top-p", type=float, default=None,
+                   help="sample among the fewest most likely tokens whose probabilities reach P, in (0, 1] "
+                        "(default, 1: all)")
+    p.add_argument("--seed", type=int, default=None,
+                   help="sampling seed: the same seed, settings, model and device give the same text "
+                        "(default: a new draw each run)")
     p.add_argument("--evict-eps", type=float, default=None,
                    help="evict cached keys whose attention probability is provably below this / N")
     p.add_argument("--evict-qk-bound", type=float, default=None,
                    help="without QK-norm: your bound U >= |scale q.k| (your contract; needed for eviction)")
-    p.add_argument("--evict-max-len", type=int, default=None, help="N of the bound (default max_position_embeddings); "
-                   "given, prompt + new tokens may not exceed it")
+    p.add_argument("--evict-max-len", type=int, default=None,
+                   help="N of the bound (default: max_position_embeddings, or the prompt and new tokens where they are "
+                        "more); given, the prompt and new tokens may not exceed it")
     p.add_argument("--fgate-bias-shift", type=_shift, default=None,
                    help="added to the gate logits: one float, or comma-separated per layer")
     p.add_argument("--prefill-chunk", type=int, default=None, help="prompt tokens per forward")
