@@ -240,6 +240,32 @@ def test_generation_leaves_the_module_mode_as_it_was(mode):
     assert model.training
 
 
+@pytest.mark.parametrize("decode", ["eager", "static"])
+def test_streams_of_one_model_with_different_shifts_can_alternate(decode):
+    """A stream set its fgate_bias_shift on the model until it ended: zip(plain, shifted) gave the plain stream the
+    shift from its second token on, a forward of the caller's between two tokens ran shifted too, and two alternating
+    streams left a training model in eval mode. Each stream now holds its shift and eval mode only in its forwards."""
+    model = make_model("fox-pro-tiny")
+    prompt = tokens(1, 8)[0]
+    options = dict(max_new_tokens=10, temperature=0, decode=decode)
+    plain, shifted = (list(generate(model, prompt, **options, fgate_bias_shift=s)) for s in (None, 3.0))
+    assert plain != shifted  # the shift changes the tokens, so the comparisons below can tell
+    pairs = list(zip(generate(model, prompt, **options), generate(model, prompt, **options, fgate_bias_shift=3.0)))
+    assert [a for a, _ in pairs] == plain and [b for _, b in pairs] == shifted
+    stream = generate(model, prompt, **options, fgate_bias_shift=3.0)
+    next(stream)
+    assert all(block.attn.fgate.bias_shift is None for block in model.model.layers)
+    ids = torch.cat([prompt, torch.tensor(plain[:1])])[None]
+    assert int(model(ids).logits[0, -1].argmax()) == plain[1]
+    assert list(stream) == shifted[1:]
+    model.train()
+    first, second = generate(model, prompt, **options), generate(model, prompt, **options)
+    next(first), next(second)
+    assert model.training
+    list(first)
+    assert list(second) == plain[1:] and model.training
+
+
 @pytest.mark.parametrize("temperature", [float("nan"), float("inf")], ids=["nan", "inf"])
 def test_non_finite_temperature_is_refused_up_front(temperature):
     """NaN passed `temperature < 0` and ended in torch.multinomial's 'probability tensor contains inf, nan'

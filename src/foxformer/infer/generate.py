@@ -22,7 +22,7 @@ from foxformer.models.kvcache import EvictionPolicy, FoxCache, check_eviction
 from foxformer.models.loss import check_token_ids
 from foxformer.train.loading import LoadedModel
 
-from .bias_shift import fgate_bias_shift
+from .bias_shift import HeldShift
 
 
 @dataclass
@@ -133,15 +133,20 @@ def _unwrap(model):
 
 
 @contextlib.contextmanager
-def _eval_mode(model):
-    # The caller's mode comes back afterwards (also when the stream is closed early): a training loop that
-    # samples text must not go on in eval mode (no gradient checkpointing, no dropout).
+def _turn(model, shift: Optional[HeldShift]):
+    """The model as one generation's forward runs it: in eval mode, with that generation's gate shift (None: the
+    model's own). Only for the forward: between tokens the model is the caller's again, so a training loop that
+    samples text goes on in its mode (also after a stream closed early), and streams of one model with different
+    shifts can alternate (zip(plain, shifted) gave the plain one the shift, and left a training model in eval mode)."""
     was_training = model.training
-    model.eval()
+    if was_training:
+        model.eval()
     try:
-        yield
+        with shift if shift is not None else contextlib.nullcontext():
+            yield
     finally:
-        model.train(was_training)
+        if was_training:
+            model.train()
 
 
 def _new_cache(model, cfg: GenerationConfig, fed: int):
@@ -203,55 +208,56 @@ def stream_tokens(model, input_ids: torch.Tensor, cfg: Optional[GenerationConfig
     generator = None
     if cfg.seed is not None:
         generator = torch.Generator(device=dev).manual_seed(int(cfg.seed))
-    shift = fgate_bias_shift(model, cfg.fgate_bias_shift) if cfg.fgate_bias_shift is not None \
-        else contextlib.nullcontext()
-    with shift, _eval_mode(model):
-        # The last new token is never fed back, so the cache sees prompt + max_new_tokens - 1 tokens.
-        fed = ids.shape[1] + max(cfg.max_new_tokens - 1, 0)
-        cache = _new_cache(model, cfg, fed)
-        if cache is not None:
-            # Refused up front rather than by the model after some tokens were streamed.
-            max_len = getattr(cache, "max_len", None)
-            if max_len is not None and fed > max_len:
-                raise ValueError(f"evict_max_len: eviction is bounded for at most N = {max_len} tokens, but the "
-                                 f"prompt ({ids.shape[1]} tokens) and max_new_tokens ({cfg.max_new_tokens}) reach "
-                                 f"{fed}; raise evict_max_len or lower max_new_tokens")
-        cache_kw = cache_keyword(model)
-        chunk = cfg.prefill_chunk or ids.shape[1]
-        out = None
-        for s in range(0, ids.shape[1], chunk):
-            masked = {} if mask is None else {"attention_mask": mask[:, :s + chunk]}
-            out = model(input_ids=ids[:, s:s + chunk], use_cache=True, logits_to_keep=1, **{cache_kw: cache}, **masked)
-            cache = cache_of(out)
-        if state is not None:
-            state["cache"] = cache
-        done = torch.zeros(ids.shape[0], dtype=torch.bool, device=dev)
-        for step in range(cfg.max_new_tokens):
-            logits = out.logits[:, -1]
-            if vocab_limit is not None:
-                logits = logits[:, :vocab_limit]  # ids past it (a padded vocabulary) have no text
-            nxt = sample_next(logits, cfg, generator)
-            if cfg.stop_token is not None:
-                nxt = torch.where(done, torch.full_like(nxt, cfg.stop_token), nxt)
-                done = done | (nxt == cfg.stop_token)
-            token = to_host_async(nxt)
-            if step + 1 < cfg.max_new_tokens:
-                # The next step is queued before this token is awaited: on a GPU it runs while the host takes
-                # the token, hands it out and prepares the step after (once every row has stopped, that one
-                # step is wasted, never wrong).
-                if mask is not None:  # the padding stays hidden (and sets the positions) for every later token
-                    mask = torch.cat((mask, mask.new_ones(mask.shape[0], 1)), 1)
-                    masked = {"attention_mask": mask}
+    shift = HeldShift(model, cfg.fgate_bias_shift) if cfg.fgate_bias_shift is not None else None
+    # The last new token is never fed back, so the cache sees prompt + max_new_tokens - 1 tokens.
+    fed = ids.shape[1] + max(cfg.max_new_tokens - 1, 0)
+    cache = _new_cache(model, cfg, fed)
+    if cache is not None:
+        # Refused up front rather than by the model after some tokens were streamed.
+        max_len = getattr(cache, "max_len", None)
+        if max_len is not None and fed > max_len:
+            raise ValueError(f"evict_max_len: eviction is bounded for at most N = {max_len} tokens, but the "
+                             f"prompt ({ids.shape[1]} tokens) and max_new_tokens ({cfg.max_new_tokens}) reach "
+                             f"{fed}; raise evict_max_len or lower max_new_tokens")
+    cache_kw = cache_keyword(model)
+    chunk = cfg.prefill_chunk or ids.shape[1]
+    out = None
+    for s in range(0, ids.shape[1], chunk):
+        masked = {} if mask is None else {"attention_mask": mask[:, :s + chunk]}
+        with _turn(model, shift):
+            out = model(input_ids=ids[:, s:s + chunk], use_cache=True, logits_to_keep=1, **{cache_kw: cache},
+                        **masked)
+        cache = cache_of(out)
+    if state is not None:
+        state["cache"] = cache
+    done = torch.zeros(ids.shape[0], dtype=torch.bool, device=dev)
+    for step in range(cfg.max_new_tokens):
+        logits = out.logits[:, -1]
+        if vocab_limit is not None:
+            logits = logits[:, :vocab_limit]  # ids past it (a padded vocabulary) have no text
+        nxt = sample_next(logits, cfg, generator)
+        if cfg.stop_token is not None:
+            nxt = torch.where(done, torch.full_like(nxt, cfg.stop_token), nxt)
+            done = done | (nxt == cfg.stop_token)
+        token = to_host_async(nxt)
+        if step + 1 < cfg.max_new_tokens:
+            # The next step is queued before this token is awaited: on a GPU it runs while the host takes
+            # the token, hands it out and prepares the step after (once every row has stopped, that one
+            # step is wasted, never wrong).
+            if mask is not None:  # the padding stays hidden (and sets the positions) for every later token
+                mask = torch.cat((mask, mask.new_ones(mask.shape[0], 1)), 1)
+                masked = {"attention_mask": mask}
+            with _turn(model, shift):
                 out = model(input_ids=nxt[:, None], use_cache=True, logits_to_keep=1, **{cache_kw: cache},
                             **masked)
-                cache = cache_of(out)
-                if state is not None:
-                    state["cache"] = cache
-            nxt = token()
-            yield nxt
-            # A stopped row keeps emitting stop_token, so every row has stopped when every token is stop_token.
-            if cfg.stop_token is not None and bool((nxt == cfg.stop_token).all()):
-                break
+            cache = cache_of(out)
+            if state is not None:
+                state["cache"] = cache
+        nxt = token()
+        yield nxt
+        # A stopped row keeps emitting stop_token, so every row has stopped when every token is stop_token.
+        if cfg.stop_token is not None and bool((nxt == cfg.stop_token).all()):
+            break
 
 
 def _is_tokenizer(obj) -> bool:
