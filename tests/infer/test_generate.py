@@ -433,3 +433,13 @@ def test_the_decode_benchmarks_p90_is_a_nearest_rank_percentile():
     assert _p90_ms([i / 1000 for i in range(1, 12)]) == pytest.approx(10.0)
     assert _p90_ms([0.003]) == pytest.approx(3.0)
     assert _p90_ms([]) is None
+
+
+def test_the_docstrings_name_every_option_and_decode_mode():
+    """generate's docstring left out ignore_eos and decode, GenerationConfig's the "compiled" decode mode."""
+    import dataclasses
+
+    from foxformer.models.kvcache import FoxCache
+
+    assert all(field.name in generate.__doc__ for field in dataclasses.fields(GenerationConfig))
+    assert all(f'"{mode}"' in GenerationConfig.__doc__ for mode in FoxCache.DECODE_MODES)

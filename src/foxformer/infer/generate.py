@@ -40,8 +40,8 @@ class GenerationConfig:
     stop_token: stop a row once it emits this id (None: never stop early, or with a tokenizer that has an
         end-of-text id, stop there). ignore_eos: with a tokenizer, do not stop at its end-of-text id.
     decode: how foxformer models run one-token steps: "auto" (CUDA graphs where possible, else eager),
-        "graphs" (the same, with a one-line note where they are not possible), "static" (the graph-safe step
-        without capture), "eager".
+        "graphs" (the same, with a one-line note where they are not possible), "compiled" (graphs of the
+        torch.compile'd step), "static" (the graph-safe step without capture), "eager".
     """
 
     max_new_tokens: int = 64
@@ -328,7 +328,7 @@ def generate(model, tokenizer_or_ids, prompt: Optional[str] = None, *, config: O
         prompt: the prompt text (with a tokenizer only).
         config / options: a GenerationConfig, or its fields as keywords (max_new_tokens, temperature,
             top_k, top_p, seed, evict_eps, evict_qk_bound, evict_max_len, fgate_bias_shift,
-            prefill_chunk, stop_token). stop_token defaults to the tokenizer's end-of-text id (``eot_id``, or a
+            prefill_chunk, stop_token, ignore_eos, decode). stop_token defaults to the tokenizer's end-of-text id (``eot_id``, or a
             Hugging Face tokenizer's ``eos_token_id``).
         state: optional dict that receives the live cache under "cache" (and, with a tokenizer, the number
             of tokens generated so far under "new_tokens").
