@@ -1,5 +1,6 @@
 """`foxformer generate`, `foxformer bias-shift` and `foxformer bench decode` / `bench-decode` end to end."""
 import gzip
+import itertools
 import json
 import os
 
@@ -452,3 +453,45 @@ def test_bias_shift_out_is_a_file_or_a_folder_checked_before_the_sweep(hf_dir, t
     assert data["source"] == str(src) and data["num_seqs"] == 1
     assert (folder / "bias_shift.png").exists()
     assert "note: only 1 sequences of 64 tokens (--num-seqs 3)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "no-stream"])
+def test_generate_interrupted_keeps_the_text_so_far(hf_dir, tmp_path, capsys, monkeypatch, stream):
+    """Ctrl-C left the streamed line unended, printed no --no-stream text at all and wrote no --out: now the
+    generation ends as it would at its end (text, newline, summary line, --out marked interrupted), exit code 130."""
+    import sys
+
+    module = sys.modules["foxformer.infer.generate"]
+    real = module.generate
+
+    def stopped(*args, **kwargs):
+        for i, piece in enumerate(real(*args, **kwargs)):
+            if i == 5:
+                raise KeyboardInterrupt
+            yield piece
+
+    monkeypatch.setattr(module, "generate", stopped)
+    out = tmp_path / "gen.json"
+    args = ["generate", "--model", hf_dir, "--tokenizer", "bytes", "--prompt", "Once upon", "--max-new-tokens", "12",
+            "--temperature", "0", "--ignore-eos", "--device", "cpu", "--out", str(out)]
+    assert main(args + ([] if stream else ["--no-stream"])) == 130
+    captured = capsys.readouterr()
+    data = json.loads(out.read_text())
+    whole = real(_load_model(hf_dir), load_tokenizer("bytes"), "Once upon", max_new_tokens=12, temperature=0,
+                 ignore_eos=True)
+    want = "".join(itertools.islice(whole, 5))
+    assert captured.out == want + "\n" and data["text"] == want and data["interrupted"] is True
+    lines = captured.err.splitlines()
+    assert lines[-2].startswith(f"[{data['new_tokens']} tokens in") and lines[-1] == "interrupted"
+
+
+def test_generate_top_k_0_and_top_p_1_sample_from_every_token_as_the_help_says(hf_dir, capsys):
+    common = ["generate", "--model", hf_dir, "--tokenizer", "bytes", "--prompt", "abc", "--max-new-tokens", "8",
+              "--temperature", "1", "--seed", "3", "--ignore-eos", "--device", "cpu", "--no-stream"]
+    texts = []
+    for extra in ([], ["--top-k", "0"], ["--top-k", "100000"], ["--top-p", "1"]):
+        assert main(common + extra) == 0
+        texts.append(capsys.readouterr().out)
+    assert len(set(texts)) == 1 and texts[0].strip()
+    assert main(common + ["--top-k", "1"]) == 0
+    assert capsys.readouterr().out != texts[0]  # a filter that bites changes the text, so the comparison can tell

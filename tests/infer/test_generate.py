@@ -98,6 +98,48 @@ def test_multibyte_characters_are_not_split(monkeypatch):
     assert pieces == ["é", "€", "😀"]  # nothing after the end-of-text token, no replacement characters
 
 
+def _scripted(monkeypatch, script):
+    """generate's text path over a fixed sequence of new ids (no model)."""
+    import sys
+
+    gen = sys.modules["foxformer.infer.generate"]
+
+    def fake_stream(model, ids, cfg, state, **kwargs):
+        for t in script[:cfg.max_new_tokens]:
+            yield torch.tensor([t])
+
+    monkeypatch.setattr(gen, "stream_tokens", fake_stream)
+    return gen
+
+
+def test_gpt2_json_streams_its_escapes_decoded(monkeypatch):
+    """The paper's models (gpt2-json) write an escape such as \\u00e9 as several tokens: each was decoded alone,
+    so the stream (and `foxformer generate`'s text) showed '\\u00e9', '\\n' and '\\ud83d\\ude00' verbatim."""
+    tok = load_tokenizer("gpt2-json")
+    text = 'caf\u00e9 said "hi"\n\tC:\\path\\ \U0001F600 \u20ac, \\u00e9 stays literal'
+    gen = _scripted(monkeypatch, tok.encode(text) + [tok.eot_id])
+    pieces = list(gen.generate(make_model(), tok, "x", max_new_tokens=100))
+    assert "".join(pieces) == text == tok.decode(tok.encode(text)) and len(pieces) > 10
+
+
+def test_a_sentencepiece_tokenizer_streams_the_spaces_between_words(monkeypatch):
+    """Decoded one piece at a time, a SentencePiece-style tokenizer (Hugging Face's Metaspace decoder) drops the
+    space of each word's leading '\u2581': the stream read 'Helloworld!' for 'Hello world!'."""
+    from tokenizers import Tokenizer, decoders, models
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<unk>": 0, "</s>": 1, "\u2581Hello": 2, "\u2581world": 3, "!": 4, "<0xC3>": 5, "<0xA9>": 6}
+    inner = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>", byte_fallback=True))
+    inner.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                       decoders.Strip(" ", 1, 0)])
+    tok = PreTrainedTokenizerFast(tokenizer_object=inner, eos_token="</s>", unk_token="<unk>")
+    script = [2, 3, 4, 5, 6, 3, tok.eos_token_id]
+    gen = _scripted(monkeypatch, script)
+    pieces = list(gen.generate(make_model(), tok, "Hello", max_new_tokens=20))
+    assert pieces == ["Hello", " world", "!", "\u00e9", " world"]
+    assert "".join(pieces) == tok.decode(script[:-1]) == "Hello world!\u00e9 world"
+
+
 def test_stop_token_ends_rows():
     model = make_model("fox-pro-tiny")
     prompt = tokens(2, 6)
@@ -198,12 +240,59 @@ def test_generation_leaves_the_module_mode_as_it_was(mode):
     assert model.training
 
 
+@pytest.mark.parametrize("decode", ["eager", "static"])
+def test_streams_of_one_model_with_different_shifts_can_alternate(decode):
+    """A stream set its fgate_bias_shift on the model until it ended: zip(plain, shifted) gave the plain stream the
+    shift from its second token on, a forward of the caller's between two tokens ran shifted too, and two alternating
+    streams left a training model in eval mode. Each stream now holds its shift and eval mode only in its forwards."""
+    model = make_model("fox-pro-tiny")
+    prompt = tokens(1, 8)[0]
+    options = dict(max_new_tokens=10, temperature=0, decode=decode)
+    plain, shifted = (list(generate(model, prompt, **options, fgate_bias_shift=s)) for s in (None, 3.0))
+    assert plain != shifted  # the shift changes the tokens, so the comparisons below can tell
+    pairs = list(zip(generate(model, prompt, **options), generate(model, prompt, **options, fgate_bias_shift=3.0)))
+    assert [a for a, _ in pairs] == plain and [b for _, b in pairs] == shifted
+    stream = generate(model, prompt, **options, fgate_bias_shift=3.0)
+    next(stream)
+    assert all(block.attn.fgate.bias_shift is None for block in model.model.layers)
+    ids = torch.cat([prompt, torch.tensor(plain[:1])])[None]
+    assert int(model(ids).logits[0, -1].argmax()) == plain[1]
+    assert list(stream) == shifted[1:]
+    model.train()
+    first, second = generate(model, prompt, **options), generate(model, prompt, **options)
+    next(first), next(second)
+    assert model.training
+    list(first)
+    assert list(second) == plain[1:] and model.training
+
+
 @pytest.mark.parametrize("temperature", [float("nan"), float("inf")], ids=["nan", "inf"])
 def test_non_finite_temperature_is_refused_up_front(temperature):
     """NaN passed `temperature < 0` and ended in torch.multinomial's 'probability tensor contains inf, nan'
     after the prefill; inf flattened every logit to 0, so top-k / top-p kept the whole vocabulary."""
     with pytest.raises(ValueError, match="temperature"):
         generate(make_model(), [1, 2], temperature=temperature, top_k=5)
+
+
+@pytest.mark.parametrize("temperature", [1e-3, 1e-39, 1e-300], ids=["small", "below-float32-normals", "tiny"])
+def test_a_tiny_temperature_samples_greedily(temperature):
+    """Logits / 1e-39 overflowed float32 (inf - inf: NaN), and 1e-300 became 0 in it: 'probability tensor contains
+    either inf, nan or element < 0' after the prefill, where temperature -> 0 is greedy decoding."""
+    model = make_model("fox-pro-tiny")
+    prompt = tokens(1, 6)[0]
+    greedy = list(generate(model, prompt, max_new_tokens=8, temperature=0))
+    assert list(generate(model, prompt, max_new_tokens=8, temperature=temperature, seed=0)) == greedy
+    logits = torch.tensor([[30.0, 29.0, -1e4]])
+    assert int(sample_next(logits, GenerationConfig(temperature=1e-300), torch.Generator().manual_seed(0))) == 0
+
+
+@pytest.mark.parametrize("option, value", [("top_p", "0.9"), ("top_p", True), ("top_k", True), ("top_k", 2.5),
+                                           ("temperature", True)])
+def test_sampling_options_of_the_wrong_type_are_refused_by_name(option, value):
+    """top_p='0.9' was a bare "'<' not supported between 'int' and 'str'", top_k=True a TypeError from torch.topk
+    after the prefill, temperature=True sampled at 1."""
+    with pytest.raises(ValueError, match=f"{option}: expected"):
+        generate(make_model(), [1, 2], **{option: value})
 
 
 @pytest.mark.parametrize("prompt", [
@@ -344,3 +433,13 @@ def test_the_decode_benchmarks_p90_is_a_nearest_rank_percentile():
     assert _p90_ms([i / 1000 for i in range(1, 12)]) == pytest.approx(10.0)
     assert _p90_ms([0.003]) == pytest.approx(3.0)
     assert _p90_ms([]) is None
+
+
+def test_the_docstrings_name_every_option_and_decode_mode():
+    """generate's docstring left out ignore_eos and decode, GenerationConfig's the "compiled" decode mode."""
+    import dataclasses
+
+    from foxformer.models.kvcache import FoxCache
+
+    assert all(field.name in generate.__doc__ for field in dataclasses.fields(GenerationConfig))
+    assert all(f'"{mode}"' in GenerationConfig.__doc__ for mode in FoxCache.DECODE_MODES)

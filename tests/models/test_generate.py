@@ -117,3 +117,23 @@ def test_generate_past_the_training_length_warns_once_naming_it():
     assert [str(w.message) for w in said] == [
         "generate: the prompt and new tokens may reach 10 tokens, more than the 8 this model was trained on "
         "(config.train_len); past them FoX degrades gracefully, a Transformer with RoPE badly"]
+
+
+def test_a_cache_passed_to_generate_must_hold_the_start_of_its_input():
+    """A cache filled by an earlier generate and passed again with another, no longer, prompt: transformers sliced
+    the input from a negative count of new tokens (a 10-token prompt on a 14-token cache fed its last 6 tokens on
+    top of the old ones, a 14-token one all of them) and returned a continuation of neither. Continuing it with the
+    whole sequence still works."""
+    from foxformer.models.modeling import CACHE_FIELD
+
+    model = make_model("fox-pro-tiny")
+    cache = model.model.new_cache()
+    first = model.generate(tokens(1, 10), max_new_tokens=5, do_sample=False, pad_token_id=0, **{CACHE_FIELD: cache})
+    for length in (4, 10, 14):
+        with pytest.raises(ValueError, match=f"the cache already holds 14 tokens and the whole input is {length}"):
+            model.generate(tokens(1, length, seed=9), max_new_tokens=3, do_sample=False, pad_token_id=0,
+                           **{CACHE_FIELD: cache})
+    longer = torch.cat([first, tokens(1, 3, seed=5)], 1)
+    assert torch.equal(model.generate(longer, max_new_tokens=3, do_sample=False, pad_token_id=0,
+                                      **{CACHE_FIELD: cache}),
+                       model.generate(longer, max_new_tokens=3, do_sample=False, pad_token_id=0))

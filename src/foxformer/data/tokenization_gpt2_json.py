@@ -34,6 +34,16 @@ def json_unescape(text: str) -> str:
     return out.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
+# An odd run of backslashes at the end (an even one is escaped backslashes), perhaps with the start of \uXXXX.
+_OPEN_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\(?:u[0-9a-fA-F]{0,3})?\Z")
+
+
+def ends_inside_escape(text: str) -> bool:
+    """Whether the escaped ``text`` stops inside an escape, whose rest (and so what it decodes to) comes after it:
+    the tokens of one escape (``\\u00e9`` is several GPT-2 tokens) must be decoded together."""
+    return _OPEN_ESCAPE.search(text) is not None
+
+
 def _escape_input(text):
     if isinstance(text, str):
         return json_escape(text)

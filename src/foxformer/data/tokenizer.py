@@ -45,6 +45,7 @@ class Tokenizer:
     _encode_batch: Callable[[list[str]], list[list[int]]]
     _decode: Callable[[Sequence[int]], str]
     bos_id: Optional[int] = None
+    _open_end: Optional[Callable[[Sequence[int]], bool]] = None
 
     def encode(self, text: str) -> list[int]:
         # plain Python ints: the byte tokenizer's numpy uint8 ids would become a ByteTensor
@@ -56,6 +57,12 @@ class Tokenizer:
 
     def decode(self, ids: Sequence[int]) -> str:
         return self._decode(list(ids))
+
+    def ends_open(self, ids: Sequence[int]) -> bool:
+        """Whether the text of ``ids`` may still change with the ids after them in a way its decoded text does not
+        show (a character whose UTF-8 bytes continue there shows as a final U+FFFD): gpt2-json's escapes, which
+        decode verbatim until they are complete. A stream holds such ids back."""
+        return self._open_end is not None and self._open_end(list(ids))
 
 
 def _gpt2_files() -> tuple[str, str]:
@@ -124,12 +131,13 @@ def _load_gpt2() -> Tokenizer:
 
 
 def _load_gpt2_json() -> Tokenizer:
-    from .tokenization_gpt2_json import json_escape, json_unescape
+    from .tokenization_gpt2_json import ends_inside_escape, json_escape, json_unescape
 
     gpt2 = _load_gpt2()
     return Tokenizer(name=GPT2_JSON_SPEC, vocab_size=gpt2.vocab_size, eot_id=gpt2.eot_id, bos_id=gpt2.eot_id,
                      _encode_batch=lambda texts: gpt2.encode_batch([json_escape(t) for t in texts]),
-                     _decode=lambda ids: json_unescape(gpt2.decode(ids)))
+                     _decode=lambda ids: json_unescape(gpt2.decode(ids)),
+                     _open_end=lambda ids: ends_inside_escape(gpt2.decode(ids)))
 
 
 def start_ids(tokenizer) -> list[int]:

@@ -74,6 +74,32 @@ def fgate_bias_shift(model, shift):
                 gate.set_bias_shift(0.0 if value is None else value)
 
 
+class HeldShift:
+    """A shift held by the gates only inside ``with`` blocks (each forward of one generation), the model's own one
+    outside them: a paused generation's shift does not reach another generation of the same model, nor the
+    caller's forwards between its tokens. Checked (as set_fgate_bias_shift checks it) when made."""
+
+    def __init__(self, model, shift) -> None:
+        self.gates = _gates(model)
+        own = [None if gate is None else gate.swap_bias_shift(None) for gate in self.gates]
+        try:
+            set_fgate_bias_shift(model, shift)
+        finally:
+            self.tensors = [None if gate is None else gate.swap_bias_shift(value)
+                            for gate, value in zip(self.gates, own)]
+        self.own: list = []
+
+    def __enter__(self) -> "HeldShift":
+        self.own = [None if gate is None else gate.swap_bias_shift(value)
+                    for gate, value in zip(self.gates, self.tensors)]
+        return self
+
+    def __exit__(self, *exc) -> None:
+        # read back: a forward moves a gate's shift to the device of its input
+        self.tensors = [None if gate is None else gate.swap_bias_shift(value)
+                        for gate, value in zip(self.gates, self.own)]
+
+
 def bias_shift_sweep(model, tokens, shifts: Sequence[float], *, train_len: Optional[int] = None,
                      bins: int = 16, batch_size: int = 1, progress: bool = False) -> dict:
     """Per-token loss under each uniform shift in ``shifts``.

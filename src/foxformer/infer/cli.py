@@ -74,14 +74,20 @@ def _cmd_generate(args) -> int:
               f"badly)", file=sys.stderr)
     state: dict = {}
     pieces = []
+    interrupted = None
     t0 = time.perf_counter()
     with warnings.catch_warnings():  # a fallback from CUDA graphs is said once, on the summary line below
         warnings.filterwarnings("ignore", message="decoding eagerly")
-        for piece in generate(loaded.model, tokenizer, prompt, config=cfg, state=state):
-            pieces.append(piece)
-            if not args.no_stream:
-                sys.stdout.write(piece)
-                sys.stdout.flush()
+        try:
+            for piece in generate(loaded.model, tokenizer, prompt, config=cfg, state=state):
+                pieces.append(piece)
+                if not args.no_stream:
+                    sys.stdout.write(piece)
+                    sys.stdout.flush()
+        except KeyboardInterrupt as e:
+            # Ctrl-C ends a generation as its end would (the text so far, --no-stream's too, its line ended, the
+            # summary and --out), then the command stops as interrupted
+            interrupted = e
     elapsed = time.perf_counter() - t0
     text = "".join(pieces)
     if args.no_stream:
@@ -89,7 +95,7 @@ def _cmd_generate(args) -> int:
     sys.stdout.write("\n")
     n_new = state.get("new_tokens", 0)
     result = {"model": args.model, "prompt_tokens": n_prompt, "new_tokens": n_new,
-              "seconds": elapsed, "text": text, "settings": dict(vars(cfg))}
+              "seconds": elapsed, "text": text, "settings": dict(vars(cfg)), "interrupted": interrupted is not None}
     if cfg.stop_token is None and not cfg.ignore_eos:  # the tokenizer's end of text, which generate stops at
         result["settings"]["stop_token"] = end_of_text_id(tokenizer)
     cache = state.get("cache")
@@ -107,6 +113,8 @@ def _cmd_generate(args) -> int:
     print(f"[{n_new} tokens in {elapsed:.2f} s]{note}", file=sys.stderr)
     if args.out:
         write_json(args.out, result)
+    if interrupted is not None:
+        raise interrupted
     return 0
 
 
@@ -185,17 +193,23 @@ def add_commands(subparsers) -> None:
     _model_args(p)
     p.add_argument("--prompt", default=None, help="prompt text")
     p.add_argument("--prompt-file", default=None, help="file holding the prompt text")
-    p.add_argument("--max-new-tokens", type=int, default=128, help="default 128")
+    p.add_argument("--max-new-tokens", type=int, default=128,
+                   help="default 128; fewer where the end-of-text token comes first (see --ignore-eos)")
     p.add_argument("--temperature", type=float, default=0.8, help="default 0.8; 0 = greedy")
-    p.add_argument("--top-k", type=int, default=None)
-    p.add_argument("--top-p", type=float, default=None)
-    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--top-k", type=int, default=None, help="sample among the K most likely tokens (default, 0: all)")
+    p.add_argument("--top-p", type=float, default=None,
+                   help="sample among the fewest most likely tokens whose probabilities reach P, in (0, 1] "
+                        "(default, 1: all)")
+    p.add_argument("--seed", type=int, default=None,
+                   help="sampling seed: the same seed, settings, model and device give the same text "
+                        "(default: a new draw each run)")
     p.add_argument("--evict-eps", type=float, default=None,
                    help="evict cached keys whose attention probability is provably below this / N")
     p.add_argument("--evict-qk-bound", type=float, default=None,
                    help="without QK-norm: your bound U >= |scale q.k| (your contract; needed for eviction)")
-    p.add_argument("--evict-max-len", type=int, default=None, help="N of the bound (default max_position_embeddings); "
-                   "given, prompt + new tokens may not exceed it")
+    p.add_argument("--evict-max-len", type=int, default=None,
+                   help="N of the bound (default: max_position_embeddings, or the prompt and new tokens where they are "
+                        "more); given, the prompt and new tokens may not exceed it")
     p.add_argument("--fgate-bias-shift", type=_shift, default=None,
                    help="added to the gate logits: one float, or comma-separated per layer")
     p.add_argument("--prefill-chunk", type=int, default=None, help="prompt tokens per forward")

@@ -22,7 +22,7 @@ from foxformer.models.kvcache import EvictionPolicy, FoxCache, check_eviction
 from foxformer.models.loss import check_token_ids
 from foxformer.train.loading import LoadedModel
 
-from .bias_shift import fgate_bias_shift
+from .bias_shift import HeldShift
 
 
 @dataclass
@@ -40,8 +40,8 @@ class GenerationConfig:
     stop_token: stop a row once it emits this id (None: never stop early, or with a tokenizer that has an
         end-of-text id, stop there). ignore_eos: with a tokenizer, do not stop at its end-of-text id.
     decode: how foxformer models run one-token steps: "auto" (CUDA graphs where possible, else eager),
-        "graphs" (the same, with a one-line note where they are not possible), "static" (the graph-safe step
-        without capture), "eager".
+        "graphs" (the same, with a one-line note where they are not possible), "compiled" (graphs of the
+        torch.compile'd step), "static" (the graph-safe step without capture), "eager".
     """
 
     max_new_tokens: int = 64
@@ -64,12 +64,14 @@ class GenerationConfig:
             raise ValueError(f"max_new_tokens: expected an integer >= 0, got {self.max_new_tokens!r}")
         # NaN passes `< 0` (and fails in multinomial after the prefill); inf makes every logit 0, so
         # top-k / top-p would keep the whole vocabulary.
-        if not isinstance(self.temperature, (int, float)) or \
+        if isinstance(self.temperature, bool) or not isinstance(self.temperature, (int, float)) or \
                 not math.isfinite(self.temperature) or self.temperature < 0:
             raise ValueError(f"temperature: expected a finite number >= 0 (0 = greedy), got {self.temperature!r}")
-        if self.top_k is not None and (not isinstance(self.top_k, int) or self.top_k < 0):
+        if self.top_k is not None and (isinstance(self.top_k, bool) or not isinstance(self.top_k, int)
+                                       or self.top_k < 0):
             raise ValueError(f"top_k: expected an integer >= 0 or None, got {self.top_k!r}")
-        if self.top_p is not None and not (0 < self.top_p <= 1):
+        if self.top_p is not None and (isinstance(self.top_p, bool) or not isinstance(self.top_p, (int, float))
+                                       or not 0 < self.top_p <= 1):
             raise ValueError(f"top_p: expected a number in (0, 1] or None, got {self.top_p!r}")
         if self.prefill_chunk is not None and (not isinstance(self.prefill_chunk, int) or self.prefill_chunk < 1):
             raise ValueError(f"prefill_chunk: expected a positive integer or None, got {self.prefill_chunk!r}")
@@ -90,7 +92,9 @@ def sample_next(logits: torch.Tensor, cfg: GenerationConfig, generator: Optional
     logits = logits.float()
     if cfg.temperature == 0:
         return logits.argmax(-1)
-    logits = logits / cfg.temperature
+    # From the best logit down, and by no less than float32's smallest normal number: a tiny temperature then
+    # tends to greedy (0 for the best, -inf for the rest) instead of overflowing (inf - inf: NaN in the softmax).
+    logits = (logits - logits.amax(-1, keepdim=True)) / max(cfg.temperature, torch.finfo(torch.float32).tiny)
     if cfg.top_k and cfg.top_k < logits.shape[-1]:
         kth = torch.topk(logits, cfg.top_k, dim=-1).values[:, -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -129,15 +133,20 @@ def _unwrap(model):
 
 
 @contextlib.contextmanager
-def _eval_mode(model):
-    # The caller's mode comes back afterwards (also when the stream is closed early): a training loop that
-    # samples text must not go on in eval mode (no gradient checkpointing, no dropout).
+def _turn(model, shift: Optional[HeldShift]):
+    """The model as one generation's forward runs it: in eval mode, with that generation's gate shift (None: the
+    model's own). Only for the forward: between tokens the model is the caller's again, so a training loop that
+    samples text goes on in its mode (also after a stream closed early), and streams of one model with different
+    shifts can alternate (zip(plain, shifted) gave the plain one the shift, and left a training model in eval mode)."""
     was_training = model.training
-    model.eval()
+    if was_training:
+        model.eval()
     try:
-        yield
+        with shift if shift is not None else contextlib.nullcontext():
+            yield
     finally:
-        model.train(was_training)
+        if was_training:
+            model.train()
 
 
 def _new_cache(model, cfg: GenerationConfig, fed: int):
@@ -199,55 +208,56 @@ def stream_tokens(model, input_ids: torch.Tensor, cfg: Optional[GenerationConfig
     generator = None
     if cfg.seed is not None:
         generator = torch.Generator(device=dev).manual_seed(int(cfg.seed))
-    shift = fgate_bias_shift(model, cfg.fgate_bias_shift) if cfg.fgate_bias_shift is not None \
-        else contextlib.nullcontext()
-    with shift, _eval_mode(model):
-        # The last new token is never fed back, so the cache sees prompt + max_new_tokens - 1 tokens.
-        fed = ids.shape[1] + max(cfg.max_new_tokens - 1, 0)
-        cache = _new_cache(model, cfg, fed)
-        if cache is not None:
-            # Refused up front rather than by the model after some tokens were streamed.
-            max_len = getattr(cache, "max_len", None)
-            if max_len is not None and fed > max_len:
-                raise ValueError(f"evict_max_len: eviction is bounded for at most N = {max_len} tokens, but the "
-                                 f"prompt ({ids.shape[1]} tokens) and max_new_tokens ({cfg.max_new_tokens}) reach "
-                                 f"{fed}; raise evict_max_len or lower max_new_tokens")
-        cache_kw = cache_keyword(model)
-        chunk = cfg.prefill_chunk or ids.shape[1]
-        out = None
-        for s in range(0, ids.shape[1], chunk):
-            masked = {} if mask is None else {"attention_mask": mask[:, :s + chunk]}
-            out = model(input_ids=ids[:, s:s + chunk], use_cache=True, logits_to_keep=1, **{cache_kw: cache}, **masked)
-            cache = cache_of(out)
-        if state is not None:
-            state["cache"] = cache
-        done = torch.zeros(ids.shape[0], dtype=torch.bool, device=dev)
-        for step in range(cfg.max_new_tokens):
-            logits = out.logits[:, -1]
-            if vocab_limit is not None:
-                logits = logits[:, :vocab_limit]  # ids past it (a padded vocabulary) have no text
-            nxt = sample_next(logits, cfg, generator)
-            if cfg.stop_token is not None:
-                nxt = torch.where(done, torch.full_like(nxt, cfg.stop_token), nxt)
-                done = done | (nxt == cfg.stop_token)
-            token = to_host_async(nxt)
-            if step + 1 < cfg.max_new_tokens:
-                # The next step is queued before this token is awaited: on a GPU it runs while the host takes
-                # the token, hands it out and prepares the step after (once every row has stopped, that one
-                # step is wasted, never wrong).
-                if mask is not None:  # the padding stays hidden (and sets the positions) for every later token
-                    mask = torch.cat((mask, mask.new_ones(mask.shape[0], 1)), 1)
-                    masked = {"attention_mask": mask}
+    shift = HeldShift(model, cfg.fgate_bias_shift) if cfg.fgate_bias_shift is not None else None
+    # The last new token is never fed back, so the cache sees prompt + max_new_tokens - 1 tokens.
+    fed = ids.shape[1] + max(cfg.max_new_tokens - 1, 0)
+    cache = _new_cache(model, cfg, fed)
+    if cache is not None:
+        # Refused up front rather than by the model after some tokens were streamed.
+        max_len = getattr(cache, "max_len", None)
+        if max_len is not None and fed > max_len:
+            raise ValueError(f"evict_max_len: eviction is bounded for at most N = {max_len} tokens, but the "
+                             f"prompt ({ids.shape[1]} tokens) and max_new_tokens ({cfg.max_new_tokens}) reach "
+                             f"{fed}; raise evict_max_len or lower max_new_tokens")
+    cache_kw = cache_keyword(model)
+    chunk = cfg.prefill_chunk or ids.shape[1]
+    out = None
+    for s in range(0, ids.shape[1], chunk):
+        masked = {} if mask is None else {"attention_mask": mask[:, :s + chunk]}
+        with _turn(model, shift):
+            out = model(input_ids=ids[:, s:s + chunk], use_cache=True, logits_to_keep=1, **{cache_kw: cache},
+                        **masked)
+        cache = cache_of(out)
+    if state is not None:
+        state["cache"] = cache
+    done = torch.zeros(ids.shape[0], dtype=torch.bool, device=dev)
+    for step in range(cfg.max_new_tokens):
+        logits = out.logits[:, -1]
+        if vocab_limit is not None:
+            logits = logits[:, :vocab_limit]  # ids past it (a padded vocabulary) have no text
+        nxt = sample_next(logits, cfg, generator)
+        if cfg.stop_token is not None:
+            nxt = torch.where(done, torch.full_like(nxt, cfg.stop_token), nxt)
+            done = done | (nxt == cfg.stop_token)
+        token = to_host_async(nxt)
+        if step + 1 < cfg.max_new_tokens:
+            # The next step is queued before this token is awaited: on a GPU it runs while the host takes
+            # the token, hands it out and prepares the step after (once every row has stopped, that one
+            # step is wasted, never wrong).
+            if mask is not None:  # the padding stays hidden (and sets the positions) for every later token
+                mask = torch.cat((mask, mask.new_ones(mask.shape[0], 1)), 1)
+                masked = {"attention_mask": mask}
+            with _turn(model, shift):
                 out = model(input_ids=nxt[:, None], use_cache=True, logits_to_keep=1, **{cache_kw: cache},
                             **masked)
-                cache = cache_of(out)
-                if state is not None:
-                    state["cache"] = cache
-            nxt = token()
-            yield nxt
-            # A stopped row keeps emitting stop_token, so every row has stopped when every token is stop_token.
-            if cfg.stop_token is not None and bool((nxt == cfg.stop_token).all()):
-                break
+            cache = cache_of(out)
+            if state is not None:
+                state["cache"] = cache
+        nxt = token()
+        yield nxt
+        # A stopped row keeps emitting stop_token, so every row has stopped when every token is stop_token.
+        if cfg.stop_token is not None and bool((nxt == cfg.stop_token).all()):
+            break
 
 
 def _is_tokenizer(obj) -> bool:
@@ -255,16 +265,36 @@ def _is_tokenizer(obj) -> bool:
 
 
 def _text_pieces(tokens: Iterator[int], tokenizer) -> Iterator[str]:
-    """Decode incrementally; ids that end inside a UTF-8 character wait for the rest of it."""
-    pending: list[int] = []
+    """Decode incrementally, so that the pieces add up to the text of all the ids.
+
+    A token's text can depend on the ids around it: a SentencePiece decoder drops the space that starts a text's
+    first word, a cleanup joins " ," to the word before it, a gpt2-json escape spans several tokens. So each
+    step decodes a window that starts at the last piece's ids and hands out what its text adds to that piece's;
+    ids whose text may still change with the next ones (an unfinished UTF-8 character, shown as a final U+FFFD,
+    or a tokenizer's ``ends_open``) wait for them."""
+    ends_open = getattr(tokenizer, "ends_open", None)
+    window: list[int] = []  # the last piece's ids, then the ids not handed out yet
+    shown = 0               # how many of window are the last piece's
+    head = ""               # their text
     for tok in tokens:
-        pending.append(tok)
-        text = tokenizer.decode(pending)
-        if text and not text.endswith("\ufffd"):
-            pending.clear()
-            yield text
-    if pending:
-        yield tokenizer.decode(pending)
+        window.append(tok)
+        text = tokenizer.decode(window)
+        if text.endswith("\ufffd") or (ends_open is not None and ends_open(window)):
+            continue
+        if text.startswith(head):
+            piece = text[len(head):]
+        else:  # the new ids changed the last piece's text, which is out: theirs alone
+            piece = tokenizer.decode(window[shown:])
+        if piece:
+            yield piece
+            window = window[shown:]
+            shown = len(window)
+            head = tokenizer.decode(window)
+    if len(window) > shown:
+        text = tokenizer.decode(window)
+        piece = text[len(head):] if text.startswith(head) else tokenizer.decode(window[shown:])
+        if piece:
+            yield piece
 
 
 def _counted(ints: Iterator[int], state: dict) -> Iterator[int]:
@@ -298,7 +328,7 @@ def generate(model, tokenizer_or_ids, prompt: Optional[str] = None, *, config: O
         prompt: the prompt text (with a tokenizer only).
         config / options: a GenerationConfig, or its fields as keywords (max_new_tokens, temperature,
             top_k, top_p, seed, evict_eps, evict_qk_bound, evict_max_len, fgate_bias_shift,
-            prefill_chunk, stop_token). stop_token defaults to the tokenizer's end-of-text id (``eot_id``, or a
+            prefill_chunk, stop_token, ignore_eos, decode). stop_token defaults to the tokenizer's end-of-text id (``eot_id``, or a
             Hugging Face tokenizer's ``eos_token_id``).
         state: optional dict that receives the live cache under "cache" (and, with a tokenizer, the number
             of tokens generated so far under "new_tokens").

@@ -206,6 +206,12 @@ class ForgetGate(nn.Module):
         """float64 [H] or None (no shift)."""
         return self._bias_shift
 
+    def swap_bias_shift(self, shift: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+        """Hold ``shift``, a ``bias_shift`` this gate held before (None: no shift), and return the one it held. The
+        tensor itself comes back, not a copy: a CUDA graph captured while the gate held it reads it again."""
+        previous, self._bias_shift = self._bias_shift, shift
+        return previous
+
     def _shift(self, logits: torch.Tensor) -> torch.Tensor:
         if self._bias_shift is None:
             return logits

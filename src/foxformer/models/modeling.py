@@ -533,6 +533,13 @@ class FoxForCausalLM(FoxPreTrainedModel, GenerationMixin):
             new = input_ids.shape[1] - past
         else:  # only the new chunk (chunked prefill without a mask)
             new = input_ids.shape[1]
+        if new < 1:
+            # A cache passed to generate holds the start of the sequence its inputs continue; a cache from another
+            # generation took this input as new tokens past its own (or, shorter still, as an empty input).
+            held = attention_mask.shape[1] if attention_mask is not None else input_ids.shape[1]
+            raise ValueError(f"generate: the cache already holds {past} tokens and the whole input is {held}, no new "
+                             f"token past them: pass the whole sequence (the cached tokens, then the new ones), or a "
+                             f"new cache (model.model.new_cache())")
         inputs = {"attention_mask": attention_mask, "past_key_values": cache, "use_cache": use_cache}
         if inputs_embeds is not None and past == 0:
             inputs["inputs_embeds"] = inputs_embeds[:, -new:]
