@@ -233,6 +233,19 @@ def test_valid_adam_betas_and_eps_are_accepted(make_cfg, kw):
     assert all(getattr(cfg, k) == float(v) for k, v in kw.items())
 
 
+
+@pytest.mark.parametrize("override", ["beta1=0", "beta2=0", "lr=1", "grad_clip=2"])
+def test_whole_numbers_for_float_keys_build_the_optimizer(make_cfg, override):
+    # `--set beta2=0` is a YAML int beside beta1's float: AdamW refused the pair ("betas must be either both
+    # floats or both Tensors"), an error naming neither the key nor the flag
+    from foxformer.train.config import parse_overrides
+    from foxformer.train.optim import build_optimizer
+
+    cfg = make_cfg(**parse_overrides([override]))
+    key = override.split("=")[0]
+    assert type(getattr(cfg, key)) is float
+    build_optimizer(torch.nn.Linear(2, 2), cfg, "cpu")
+
 def _poisoned_model(poison):
     """A train() model_factory: the run's own model, with ``poison(model)`` attaching the fault (hooks)."""
     from foxformer.train.loop import build_model

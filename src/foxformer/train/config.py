@@ -129,6 +129,10 @@ class TrainConfig:
                     setattr(self, name, float(value))
                 except ValueError:
                     raise ValueError(f"{name}: expected a number, got {value!r}") from None
+            elif isinstance(value, int) and not isinstance(value, bool):
+                # beta2=0 (a YAML int beside beta1's float) failed in AdamW: "betas must be either both floats or
+                # both Tensors"; a bool stays one, for validate to refuse
+                setattr(self, name, float(value))
         for name in ("batch_tokens", "context", "total_tokens", "warmup_tokens", "checkpoint_every_tokens",
                      "eval_every_tokens", "eval_tokens"):
             value = getattr(self, name)
