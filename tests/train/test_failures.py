@@ -284,13 +284,16 @@ def test_a_nan_gradient_under_a_finite_loss_stops_before_its_checkpoint(make_cfg
     assert [os.path.basename(p) for p in ckpt.list_checkpoints(run)] == ["step_00000001", "step_00000002"]
     assert os.path.basename(ckpt.latest_checkpoint(run)) == "step_00000002"
     assert all(_all_finite(p) for p in ckpt.list_checkpoints(run))
-    assert "grad_clip=1" in str(_diverged_with(make_cfg, grad_clip=0.0))
+    assert "another --out; --init-from one of those checkpoints" in str(err.value)
 
 
-def _diverged_with(make_cfg, **kw):
+def test_the_divergence_advice_follows_the_run(make_cfg, tmp_path):
     from foxformer.train.loop import _diverged
 
-    return _diverged(make_cfg(**kw), 7, "the loss is nan")
+    said = str(_diverged(make_cfg(out_dir=str(tmp_path / "none"), grad_clip=0.0), 1, "the loss is nan"))
+    # no checkpoint to start again from, and clipping, which was off, is one of the fixes
+    assert "the run has no checkpoint. Start a new run (another --out) with a lower --lr" in said
+    assert said.endswith("and clip the gradients (--set grad_clip=1; 0 turned clipping off)")
 
 
 @pytest.mark.parametrize("where, step, said", [

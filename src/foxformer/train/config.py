@@ -89,7 +89,7 @@ class TrainConfig:
     beta1: float = 0.9
     beta2: float = 0.95
     eps: float = 1e-8
-    grad_clip: float = 1.0
+    grad_clip: float = 1.0                  # the global gradient norm is clipped to this; 0: no clipping
     total_tokens: int | None = None         # schedule horizon and stop; None: max_steps * batch_tokens
     max_steps: int | None = None            # stop after this many steps (does not change the schedule)
     max_minutes: float | None = None        # stop after this much training wall time

@@ -153,12 +153,15 @@ def _diverged(cfg: TrainConfig, step: int, what: str) -> TrainingDiverged:
     """The error for step ``step``, at which ``what`` happened; raised before that step's checkpoint, so the run's
     checkpoints all hold finite weights (a non-finite gradient already made the weights NaN in memory)."""
     clip = "" if cfg.grad_clip > 0 else ", and clip the gradients (--set grad_clip=1; 0 turned clipping off)"
+    if ckpt.list_checkpoints(cfg.out_dir):
+        saved = f"the checkpoints in {ckpt.checkpoint_root(cfg.out_dir)} are from before it"
+        start = "another --out; --init-from one of those checkpoints keeps its weights"
+    else:
+        saved, start = "the run has no checkpoint", "another --out"
     # a resume keeps the run's lr and schedule (resume refuses to change them) and would diverge at this step again
     return TrainingDiverged(
-        f"training diverged at step {step}: {what}; step {step} was not checkpointed, and the checkpoints in "
-        f"{ckpt.checkpoint_root(cfg.out_dir)} are from before it. Start a new run (another --out; --init-from one "
-        f"of those checkpoints keeps its weights) with a lower --lr (now {cfg.lr:g}) or a longer --warmup-tokens "
-        f"(now {cfg.warmup:,}){clip}")
+        f"training diverged at step {step}: {what}; step {step} was not checkpointed, and {saved}. Start a new run "
+        f"({start}) with a lower --lr (now {cfg.lr:g}) or a longer --warmup-tokens (now {cfg.warmup:,}){clip}")
 
 
 def _check_gradients_arrived(model: torch.nn.Module) -> None:
