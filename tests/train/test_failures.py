@@ -2,6 +2,7 @@ import hashlib
 import os
 
 import pytest
+import torch
 
 from foxformer.train import checkpoint as ckpt
 from foxformer.train.config import load_config
@@ -230,3 +231,98 @@ def test_adam_betas_and_eps_are_checked(make_cfg, kw, match):
 def test_valid_adam_betas_and_eps_are_accepted(make_cfg, kw):
     cfg = make_cfg(**kw)
     assert all(getattr(cfg, k) == float(v) for k, v in kw.items())
+
+
+
+@pytest.mark.parametrize("override", ["beta1=0", "beta2=0", "lr=1", "grad_clip=2"])
+def test_whole_numbers_for_float_keys_build_the_optimizer(make_cfg, override):
+    # `--set beta2=0` is a YAML int beside beta1's float: AdamW refused the pair ("betas must be either both
+    # floats or both Tensors"), an error naming neither the key nor the flag
+    from foxformer.train.config import parse_overrides
+    from foxformer.train.optim import build_optimizer
+
+    cfg = make_cfg(**parse_overrides([override]))
+    key = override.split("=")[0]
+    assert type(getattr(cfg, key)) is float
+    build_optimizer(torch.nn.Linear(2, 2), cfg, "cpu")
+
+def _poisoned_model(poison):
+    """A train() model_factory: the run's own model, with ``poison(model)`` attaching the fault (hooks)."""
+    from foxformer.train.loop import build_model
+
+    def factory(cfg, vocab_size):
+        model, model_cfg = build_model(cfg, vocab_size)
+        poison(model)
+        return model, model_cfg
+
+    return factory
+
+
+def _all_finite(checkpoint):
+    return all(torch.isfinite(t).all() for t in ckpt.load_checkpoint(checkpoint)[0].values())
+
+
+def test_a_nan_gradient_under_a_finite_loss_stops_before_its_checkpoint(make_cfg, tmp_path):
+    # only the loss was checked: a NaN gradient under a finite loss made the weights NaN, that step's checkpoint
+    # was saved with them as `latest`, and the run failed one step later (resuming failed at the same place again)
+    from foxformer.train.loop import TrainingDiverged
+
+    backwards = {"n": 0}
+
+    def nan_at_third_backward(model):
+        def hook(grad):
+            backwards["n"] += 1
+            return grad * float("nan") if backwards["n"] == 3 else grad
+        model.get_output_embeddings().weight.register_hook(hook)
+
+    run = str(tmp_path / "r")
+    cfg = make_cfg(out_dir=run, checkpoint_every_tokens=128, keep_last=10)
+    with pytest.raises(TrainingDiverged, match=r"diverged at step 3: the loss is [0-9.]+ and the gradient norm nan"
+                       ) as err:
+        train(cfg, model_factory=_poisoned_model(nan_at_third_backward))
+    assert "--lr" in str(err.value) and "--warmup-tokens" in str(err.value) and "grad_clip" not in str(err.value)
+    assert [os.path.basename(p) for p in ckpt.list_checkpoints(run)] == ["step_00000001", "step_00000002"]
+    assert os.path.basename(ckpt.latest_checkpoint(run)) == "step_00000002"
+    assert all(_all_finite(p) for p in ckpt.list_checkpoints(run))
+    assert "another --out; --init-from one of those checkpoints" in str(err.value)
+
+
+def test_the_divergence_advice_follows_the_run(make_cfg, tmp_path):
+    from foxformer.train.loop import _diverged
+
+    said = str(_diverged(make_cfg(out_dir=str(tmp_path / "none"), grad_clip=0.0), 1, "the loss is nan"))
+    # no checkpoint to start again from, and clipping, which was off, is one of the fixes
+    assert "the run has no checkpoint. Start a new run (another --out) with a lower --lr" in said
+    assert said.endswith("and clip the gradients (--set grad_clip=1; 0 turned clipping off)")
+
+
+@pytest.mark.parametrize("where, step, said", [
+    ("train", 3, r"the forward pass overflowed \(log_fgate contains NaN\)"),
+    ("eval", 2, r"the validation forward pass overflowed \(log_fgate contains NaN\)"),
+    ("eval-logits", 2, "the validation loss is nan"),
+], ids=["training-gate", "validation-gate", "validation-logits"])
+def test_a_forward_that_overflows_stops_the_run_at_its_step(make_cfg, tmp_path, where, step, said):
+    # the attention op's value check ended the run with "error: log_fgate contains NaN", naming no step and
+    # no fix (the loss, which the loop checks, is never computed); a NaN validation loss was logged, and the
+    # step's checkpoint saved, as though nothing had happened
+    from foxformer.models.layers import ForgetGate
+    from foxformer.train.loop import TrainingDiverged
+
+    forwards = {"n": 0}
+
+    def nan_forward(model):
+        target = (model.get_output_embeddings() if where == "eval-logits"
+                  else next(m for m in model.modules() if isinstance(m, ForgetGate)))
+
+        def hook(module, args, out):
+            if module.training != (where == "train"):
+                return out
+            forwards["n"] += 1
+            return out * float("nan") if where != "train" or forwards["n"] == step else out
+        target.register_forward_hook(hook)
+
+    run = str(tmp_path / "r")
+    with pytest.raises(TrainingDiverged, match=rf"diverged at step {step}: {said};"):
+        train(make_cfg(out_dir=run, checkpoint_every_tokens=128, eval_every_tokens=256, keep_last=10),
+              model_factory=_poisoned_model(nan_forward))
+    assert os.path.basename(ckpt.latest_checkpoint(run)) == f"step_{step - 1:08d}"

@@ -174,6 +174,32 @@ def test_out_that_is_a_file_or_read_only_is_one_error_line(data_dir, tmp_path, m
     assert not os.path.exists(locked / "run")
 
 
+def test_a_diverged_run_is_one_error_line_naming_the_step(data_dir, tmp_path, monkeypatch, capsys):
+    """A NaN loss ended in a FloatingPointError traceback (and a FoX model's NaN gate in 'error: log_fgate
+    contains NaN', naming no step); now one line with the step, what went non-finite and what to change."""
+    from foxformer.train import loop
+
+    real_build = loop.build_model
+
+    def nan_loss_from_step_3(*args, **kwargs):
+        model, model_cfg = real_build(*args, **kwargs)
+        calls = {"n": 0}
+
+        def poison(module, inputs, out):
+            calls["n"] += module.training
+            return out * float("nan") if module.training and calls["n"] >= 3 else out
+        model.get_output_embeddings().register_forward_hook(poison)
+        return model, model_cfg
+
+    monkeypatch.setattr(loop, "build_model", nan_loss_from_step_3)
+    out = str(tmp_path / "run")
+    assert main([*_flags(data_dir, out), "--set", "grad_clip=0"]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert line.startswith("error: training diverged at step 3: the loss is nan and the gradient norm nan at lr ")
+    assert "--lr (now 0.003)" in line and "--set grad_clip=1" in line
+    assert os.path.basename(ckpt.latest_checkpoint(out)) == "step_00000002"
+
+
 # 8. one run per folder ------------------------------------------------------------------------------------------
 def test_a_second_run_on_a_busy_folder_stops_at_once(data_dir, tmp_path):
     """Two `foxformer train --out SAME` both ran and interleaved metrics.jsonl."""

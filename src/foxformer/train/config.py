@@ -89,7 +89,7 @@ class TrainConfig:
     beta1: float = 0.9
     beta2: float = 0.95
     eps: float = 1e-8
-    grad_clip: float = 1.0
+    grad_clip: float = 1.0                  # the global gradient norm is clipped to this; 0: no clipping
     total_tokens: int | None = None         # schedule horizon and stop; None: max_steps * batch_tokens
     max_steps: int | None = None            # stop after this many steps (does not change the schedule)
     max_minutes: float | None = None        # stop after this much training wall time
@@ -129,6 +129,10 @@ class TrainConfig:
                     setattr(self, name, float(value))
                 except ValueError:
                     raise ValueError(f"{name}: expected a number, got {value!r}") from None
+            elif isinstance(value, int) and not isinstance(value, bool):
+                # beta2=0 (a YAML int beside beta1's float) failed in AdamW: "betas must be either both floats or
+                # both Tensors"; a bool stays one, for validate to refuse
+                setattr(self, name, float(value))
         for name in ("batch_tokens", "context", "total_tokens", "warmup_tokens", "checkpoint_every_tokens",
                      "eval_every_tokens", "eval_tokens"):
             value = getattr(self, name)

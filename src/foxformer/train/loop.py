@@ -28,6 +28,7 @@ from ..data.dataset import TokenDataset
 from ..data.tokenizer import canonical_name
 from ..models.calls import hf_progress
 from ..models.presets import attention_flops_per_token
+from ..ops.forgetting_attention.checks import NonFiniteValueError
 from ..paths import check_export_dir, check_output_dir, folder_lock, replace_export
 from ..provenance import code_version
 from . import checkpoint as ckpt
@@ -141,6 +142,26 @@ def _autocast(device: torch.device, bf16: bool):
     if not bf16:
         return contextlib.nullcontext()
     return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+
+
+class TrainingDiverged(FloatingPointError, ValueError):
+    """The loss or the gradients stopped being finite. A ValueError too: what fixes it is a setting (lr, warm-up,
+    clipping), and the CLI gives those as one error line, not a traceback."""
+
+
+def _diverged(cfg: TrainConfig, step: int, what: str) -> TrainingDiverged:
+    """The error for step ``step``, at which ``what`` happened; raised before that step's checkpoint, so the run's
+    checkpoints all hold finite weights (a non-finite gradient already made the weights NaN in memory)."""
+    clip = "" if cfg.grad_clip > 0 else ", and clip the gradients (--set grad_clip=1; 0 turned clipping off)"
+    if ckpt.list_checkpoints(cfg.out_dir):
+        saved = f"the checkpoints in {ckpt.checkpoint_root(cfg.out_dir)} are from before it"
+        start = "another --out; --init-from one of those checkpoints keeps its weights"
+    else:
+        saved, start = "the run has no checkpoint", "another --out"
+    # a resume keeps the run's lr and schedule (resume refuses to change them) and would diverge at this step again
+    return TrainingDiverged(
+        f"training diverged at step {step}: {what}; step {step} was not checkpointed, and {saved}. Start a new run "
+        f"({start}) with a lower --lr (now {cfg.lr:g}) or a longer --warmup-tokens (now {cfg.warmup:,}){clip}")
 
 
 def _check_gradients_arrived(model: torch.nn.Module) -> None:
@@ -450,8 +471,13 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, held: con
                                                     "seqs_per_rank": plan.seqs_per_rank, "data": data_id})
 
     def run_eval() -> dict:
-        with forget_gate_means(model) as gates:
-            loss, _ = evaluate(model, val_ds, eval_seqs, plan.micro_batch, info, bf16, loss_kwargs)
+        try:
+            with forget_gate_means(model) as gates:
+                loss, _ = evaluate(model, val_ds, eval_seqs, plan.micro_batch, info, bf16, loss_kwargs)
+        except NonFiniteValueError as e:
+            raise _diverged(cfg, step, f"the validation forward pass overflowed ({e})") from None
+        if not math.isfinite(loss):  # a model that gives NaN on held-out text is no checkpoint to keep
+            raise _diverged(cfg, step, f"the validation loss is {loss:g}")
         rec = {"kind": "eval", "step": step, "tokens": tokens, "val_loss": loss}
         log_f = gates.result(all_reduce_mean)
         if log_f is not None:  # [layers][heads]: the gates' course over training (eval compare's training.png)
@@ -482,9 +508,12 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, held: con
             x = train_ds.batch(base + m * plan.micro_batch, plan.micro_batch)
             crc = (crc + batch_checksum(x, base + m * plan.micro_batch - step * plan.seqs_per_step)) % CHECKSUM_MOD
             x = x.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else x
-            with grad_sync(wrapped, info, sync=m == plan.accum - 1), _autocast(device, bf16):
-                loss = runner(x, labels=x, **loss_kwargs).loss
-            (loss / plan.accum).backward()
+            try:
+                with grad_sync(wrapped, info, sync=m == plan.accum - 1), _autocast(device, bf16):
+                    loss = runner(x, labels=x, **loss_kwargs).loss
+                (loss / plan.accum).backward()
+            except NonFiniteValueError as e:  # the attention ops' value check, before the loss could show it
+                raise _diverged(cfg, step + 1, f"the forward pass overflowed ({e})") from None
             loss_sum += loss.detach()
         if step == start_step:
             _check_gradients_arrived(model)
@@ -507,8 +536,10 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, held: con
         last_rec = {"kind": "train", "step": step, "tokens": tokens, "loss": loss_val, "data_crc": data_crc, "lr": lr,
                     "grad_norm": float(grad_norm), "tokens_per_s": tps, "mfu": step_mfu, "step_time_s": dt,
                     "elapsed_s": elapsed}
-        if not math.isfinite(loss_val):
-            raise FloatingPointError(f"training loss became {loss_val} at step {step}; lower lr or check the data")
+        # the gradient too: a finite loss over a NaN gradient saved NaN weights as the latest checkpoint
+        if not (math.isfinite(loss_val) and math.isfinite(last_rec["grad_norm"])):
+            raise _diverged(cfg, step, f"the loss is {loss_val:g} and the gradient norm {last_rec['grad_norm']:g} "
+                                       f"at lr {lr:.3g}")
         eta = (cfg.total_steps - step) * cfg.batch_tokens / speed if speed else None
         if sink is not None:
             sink.write(last_rec)

@@ -18,6 +18,11 @@ _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _KERNEL_DTYPES = (torch.float16, torch.bfloat16)
 
 
+class NonFiniteValueError(ValueError):
+    """A gate holding NaN (or an infinite cumsum). Its own class: a caller whose gate comes from trained weights
+    (the training loop) can tell a model that diverged from a wrong argument."""
+
+
 def _compiling() -> bool:
     return torch.compiler.is_compiling()
 
@@ -163,10 +168,10 @@ def check_gate_values(gate: torch.Tensor, name: str, allow_positive: bool = Fals
     while torch._C._functorch.is_functorch_wrapped_tensor(gate):
         gate = torch._C._functorch.get_unwrapped(gate)
     if torch.isnan(gate).any():
-        raise ValueError(f"{name} contains NaN")
+        raise NonFiniteValueError(f"{name} contains NaN")
     # A cumsum c (allow_positive) is subtracted from itself: an infinite entry gives inf - inf = nan.
     if allow_positive and torch.isinf(gate).any():
-        raise ValueError(f"{name} must be finite (gate_cumsum floors -inf gates), got inf")
+        raise NonFiniteValueError(f"{name} must be finite (gate_cumsum floors -inf gates), got inf")
     if not allow_positive and (gate > 0).any():
         raise ValueError(f"{name} must be <= 0 (it is log f with f in [0, 1]); use F.logsigmoid on the gate logits")
 
