@@ -1,6 +1,7 @@
 """FoxConfig: one typed config for FoX and Transformer models, LLaMA and Pro blocks, and the ablations."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from transformers import PretrainedConfig
@@ -162,6 +163,21 @@ class FoxConfig(PretrainedConfig):
             self.eos_token_id = eos
         super().__post_init__(**kwargs)
         self._validate()
+
+    @classmethod
+    def from_dict(cls, config_dict: dict, **kwargs):
+        """transformers' from_dict, with the keyword overrides of ``from_pretrained(dir, attention_backend=...)`` read
+        as fields of the saved dict: transformers sets them on the built config, past ``__post_init__``, so a value
+        no model reads (evict_eps on a Transformer) was kept unread, and a malformed one (a backend's typo, a
+        per-layer list of the wrong length, "1e-5") failed in the forward or never."""
+        own = {f.name for f in dataclasses.fields(cls)} - {f.name for f in dataclasses.fields(PretrainedConfig)}
+        config_dict = dict(config_dict)
+        for key in list(kwargs):
+            name = cls.attribute_map.get(key, key)
+            if name in own:
+                config_dict.pop(key, None)
+                config_dict[name] = kwargs.pop(key)
+        return super().from_dict(config_dict, **kwargs)
 
     def set_attention_backend(self, backend: str) -> None:
         """The attention backend, checked: also a loaded model's override (`--attention-backend`), which was
