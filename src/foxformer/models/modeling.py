@@ -118,6 +118,14 @@ class FoxPreTrainedModel(PreTrainedModel):
                 writer(save_directory, self.config)
         return out
 
+    def _upload_modified_files(self, working_dir, *args, **kwargs):
+        """transformers' Hub upload, after the SAVE_WRITERS: save_pretrained(push_to_hub=True) uploads from inside
+        transformers' save_pretrained, before the writers above ran, and the repository got weights and a config
+        without the code, auto_map and tokenizer files that load it where foxformer is not installed."""
+        for writer in SAVE_WRITERS:
+            writer(working_dir, self.config)
+        return super()._upload_modified_files(working_dir, *args, **kwargs)
+
     def _set_gradient_checkpointing(self, enable: bool = True, gradient_checkpointing_func=checkpoint, **kwargs):
         """transformers' own, which hands FoxModel its checkpoint function (use_reentrant, offload, ... bound in);
         every_n_layers reaches only transformers' GradientCheckpointingLayer blocks, so FoxModel keeps it too."""
