@@ -3,6 +3,7 @@ import re
 
 import pytest
 import torch
+from transformers import AutoConfig
 
 from foxformer.models import PRESETS, FoxConfig, FoxForCausalLM, count_non_embedding, get_preset
 from foxformer.models.presets import preset_table, training_flops_per_token
@@ -203,6 +204,23 @@ def test_config_aliases_for_transformers():
     assert cfg.num_hidden_layers == 2 and cfg.num_attention_heads == 4
     assert cfg.num_key_value_heads == 2 and cfg.tie_word_embeddings
     assert math.isclose(cfg.initializer_range, 0.02)
+
+
+def test_hugging_face_names_given_to_the_constructor_shape_the_model_as_the_fields_do():
+    """transformers set num_attention_heads & co. after __post_init__, which had derived head_dim and num_kv_heads
+    from the default 12 heads: 24 heads became 24 x 64 wide (not 768) with GQA over 12, and hidden_size=64 with 4
+    heads was refused for 12; initializer_range='2e-2' (YAML's reading) escaped the reading of numbers."""
+    for given in ({"num_attention_heads": 24}, {"num_heads": 24}):
+        cfg = FoxConfig(**given)
+        assert (cfg.num_heads, cfg.head_dim, cfg.num_kv_heads) == (24, 32, 24)
+    cfg = AutoConfig.for_model("foxformer", hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                               num_hidden_layers=3, fgate_bias_shift=[0.0, 1.0, 2.0], initializer_range="2e-2")
+    assert (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.num_layers, cfg.init_std) == (4, 2, 16, 3, 0.02)
+    saved = {**get_preset("fox-pro-tiny").to_dict(), "num_attention_heads": 2}
+    del saved["num_heads"], saved["head_dim"], saved["num_kv_heads"]
+    assert (FoxConfig.from_dict(saved).head_dim, FoxConfig.from_dict(saved, num_heads=8).head_dim) == (32, 8)
+    with pytest.raises(ValueError, match="num_heads is given twice, as num_heads=4 and as num_attention_heads=8"):
+        FoxConfig(hidden_size=64, num_heads=4, num_attention_heads=8)
 
 
 def test_config_saved_with_the_removed_deterministic_attention_key_still_loads():

@@ -137,3 +137,37 @@ def test_a_cache_passed_to_generate_must_hold_the_start_of_its_input():
     assert torch.equal(model.generate(longer, max_new_tokens=3, do_sample=False, pad_token_id=0,
                                       **{CACHE_FIELD: cache}),
                        model.generate(longer, max_new_tokens=3, do_sample=False, pad_token_id=0))
+
+
+def test_generate_hands_hidden_state_requests_and_position_ids_to_the_forward():
+    """prepare_inputs_for_generation kept only the ids, mask and cache: return_dict_in_generate's hidden_states were a
+    tuple of None, and position_ids (extended by generate as it goes) were dropped for the mask's positions."""
+    model = make_model("fox-llama-tiny", rope=True)
+    with torch.no_grad():
+        for layer in model.model.layers:  # sharper attention: RoPE's positions move the logits clearly
+            layer.attn.q_proj.weight.mul_(20)
+            layer.attn.k_proj.weight.mul_(20)
+    prompt = tokens(2, 7)
+    mask = torch.ones_like(prompt)
+    mask[1, :2] = 0
+    out = model.generate(prompt, attention_mask=mask, max_new_tokens=3, do_sample=False, pad_token_id=0,
+                         return_dict_in_generate=True, output_hidden_states=True)
+    full = model(out.sequences[:, :-1], attention_mask=torch.cat([mask, torch.ones(2, 2, dtype=mask.dtype)], 1),
+                 output_hidden_states=True).hidden_states
+    assert len(out.hidden_states) == 3
+    for step, states in enumerate(out.hidden_states):
+        assert len(states) == model.config.num_layers + 1
+        at = slice(0, 7) if step == 0 else slice(6 + step, 7 + step)
+        for got, want in zip(states, full, strict=True):
+            torch.testing.assert_close(got[1:], want[1:, at], rtol=1e-7, atol=1e-7)  # row 0's padding: row 1
+    spread = (mask.cumsum(-1) - 1).clamp(min=0) * 3  # not a shift: RoPE sees only differences
+    got = model.generate(prompt, attention_mask=mask, position_ids=spread, max_new_tokens=4, do_sample=False,
+                         pad_token_id=0, return_dict_in_generate=True, output_logits=True).logits
+    seq, pos = prompt, spread
+    for step in range(4):
+        full_mask = torch.cat([mask, torch.ones(2, step, dtype=mask.dtype)], 1)
+        logits = model(seq, attention_mask=full_mask, position_ids=pos).logits[:, -1]
+        torch.testing.assert_close(got[step], logits.float())  # generate hands logits out in fp32
+        seq = torch.cat([seq, logits.argmax(-1, keepdim=True)], 1)
+        pos = torch.cat([pos, pos[:, -1:] + 1], 1)  # generate's extension of the positions passed
+    assert (got[0] - model(prompt, attention_mask=mask).logits[:, -1].float()).abs().max() > 1e-2

@@ -154,3 +154,26 @@ def test_generate_trainer_and_peft_pass_nothing_the_warning_names(tmp_path):
         adapted.eval().generate(input_ids=ids, attention_mask=mask, max_new_tokens=3, do_sample=False,
                                 pad_token_id=0)
     assert _unknown_kwarg_warnings(caught) == []
+
+
+def test_from_pretrained_overrides_are_checked_as_the_constructor_checks_them(tmp_path):
+    """transformers sets from_pretrained's keyword overrides on the built config, past its checks: evict_eps on a
+    Transformer was kept and never read, a backend's typo was kept, a per-layer shift of the wrong length failed in
+    the forward with an IndexError, "1e-5" with a TypeError."""
+    make_model("transformer-llama-tiny").save_pretrained(tmp_path)
+    refused = {"evict_eps": (0.05, "must be None for a model with no forget gate"),
+               "attention_backend": ("tritn", "attention_backend must be one of"),
+               "fgate_bias_shift": ([1.0], "one entry per layer"),
+               "num_hidden_layers": ("3", "num_layers must be a positive int")}
+    for name, (value, message) in refused.items():
+        with pytest.raises(ValueError, match=message):
+            AutoModelForCausalLM.from_pretrained(tmp_path, **{name: value})
+        with pytest.raises(ValueError, match=message):
+            AutoConfig.from_pretrained(tmp_path, **{name: value})
+    loaded = FoxForCausalLM.from_pretrained(tmp_path, rms_norm_eps="1e-5", tie_word_embeddings=True,
+                                            attention_backend="naive")
+    assert (loaded.config.rms_norm_eps, loaded.config.tie_embeddings, loaded.config.attention_backend) == \
+        (1e-5, True, "naive")
+    config, unused = AutoConfig.from_pretrained(tmp_path, attention_backend="torch", not_a_field=1,
+                                                return_unused_kwargs=True)
+    assert config.attention_backend == "torch" and unused == {"not_a_field": 1}

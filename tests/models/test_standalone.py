@@ -170,6 +170,43 @@ def test_a_folder_loaded_with_remote_code_resaves_as_it_was(tmp_path):
     assert sorted(os.listdir(again)) == sorted(os.listdir(folder))
 
 
+def test_hub_uploads_carry_the_standalone_files(tmp_path, monkeypatch):
+    """save_pretrained(push_to_hub=True) uploads from inside transformers' save_pretrained, before foxformer wrote the
+    code, auto_map and tokenizer files: the Hub repository held weights and a config naming model_type foxformer,
+    which nothing without foxformer loads. Both ways to push upload them (no network: the upload is recorded)."""
+    import types
+
+    import transformers.modeling_utils as modeling_utils
+    import transformers.utils.hub as hub
+
+    uploads = []
+
+    def upload(self, working_dir, repo_id, files_timestamps, **kwargs):
+        names = [f for f in os.listdir(working_dir)
+                 if f not in files_timestamps or os.path.getmtime(os.path.join(working_dir, f)) > files_timestamps[f]]
+        with open(os.path.join(working_dir, "config.json")) as f:
+            uploads.append((set(names), json.load(f)))
+
+    class Card:
+        def save(self, path):
+            with open(path, "w") as f:
+                f.write("the Hub's card\n")
+
+    hub_api = types.SimpleNamespace(create_repo=lambda repo_id, **kwargs: types.SimpleNamespace(repo_id=repo_id))
+    for module in (modeling_utils, hub):
+        monkeypatch.setattr(module, "hf_api", lambda: hub_api)
+        monkeypatch.setattr(module, "create_and_tag_model_card", lambda *args, **kwargs: Card())
+    monkeypatch.setattr(hub.PushToHubMixin, "_upload_modified_files", upload)
+    torch.manual_seed(0)
+    model = FoxForCausalLM(get_preset("fox-llama-tiny", vocab_size=50257, tokenizer="gpt2", attention_backend="torch"))
+    model.save_pretrained(tmp_path / "pushed", push_to_hub=True, repo_id="me/fox")
+    model.push_to_hub("me/fox")
+    assert len(uploads) == 2
+    for names, config in uploads:
+        assert set(standalone.bundle()) | {"tokenizer.json", "model.safetensors", "config.json"} <= names
+        assert config["auto_map"] == standalone.AUTO_MAP
+
+
 def test_export_without_the_tokenizer_package_warns_and_keeps_the_model(tmp_path, monkeypatch):
     """A machine without the tokenizer's package (no registry on the GPU machine) still gets the model saved."""
     import foxformer.data.hf_tokenizer as hf_tok

@@ -1,6 +1,7 @@
 """FoxConfig: one typed config for FoX and Transformer models, LLaMA and Pro blocks, and the ablations."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from transformers import PretrainedConfig
@@ -138,6 +139,7 @@ class FoxConfig(PretrainedConfig):
     eos_token_id: int | None = None
 
     def __post_init__(self, **kwargs):
+        self._read_aliases(kwargs)
         self._read_numbers()
         if self.num_kv_heads is None:
             self.num_kv_heads = self.num_heads
@@ -162,6 +164,38 @@ class FoxConfig(PretrainedConfig):
             self.eos_token_id = eos
         super().__post_init__(**kwargs)
         self._validate()
+
+    @classmethod
+    def from_dict(cls, config_dict: dict, **kwargs):
+        """transformers' from_dict, with the keyword overrides of ``from_pretrained(dir, attention_backend=...)`` read
+        as fields of the saved dict: transformers sets them on the built config, past ``__post_init__``, so a value
+        no model reads (evict_eps on a Transformer) was kept unread, and a malformed one (a backend's typo, a
+        per-layer list of the wrong length, "1e-5") failed in the forward or never."""
+        own = {f.name for f in dataclasses.fields(cls)} - {f.name for f in dataclasses.fields(PretrainedConfig)}
+        config_dict = dict(config_dict)
+        for key in list(kwargs):
+            name = cls.attribute_map.get(key, key)
+            if name in own:
+                for spelling in [name] + [a for a, n in cls.attribute_map.items() if n == name]:
+                    config_dict.pop(spelling, None)
+                config_dict[name] = kwargs.pop(key)
+        return super().from_dict(config_dict, **kwargs)
+
+    def _read_aliases(self, kwargs: dict) -> None:
+        """Hugging Face's names of fields (num_attention_heads, tie_word_embeddings, ...) as those fields, before
+        anything is derived from them: transformers sets them after ``__post_init__``, so
+        ``FoxConfig(num_attention_heads=24)`` got head_dim and num_kv_heads from the default 12 heads (a model
+        twice as wide in attention, with GQA) and ``FoxConfig(hidden_size=64, num_attention_heads=4)`` was refused
+        for 12 heads."""
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        for alias, name in self.attribute_map.items():
+            if alias not in kwargs:
+                continue
+            value = kwargs.pop(alias)
+            current = getattr(self, name)
+            if current != defaults[name] and current != value:
+                raise ValueError(f"FoxConfig.{name} is given twice, as {name}={current!r} and as {alias}={value!r}")
+            setattr(self, name, value)
 
     def set_attention_backend(self, backend: str) -> None:
         """The attention backend, checked: also a loaded model's override (`--attention-backend`), which was

@@ -129,6 +129,14 @@ class FoxPreTrainedModel(PreTrainedModel):
                 writer(save_directory, self.config)
         return out
 
+    def _upload_modified_files(self, working_dir, *args, **kwargs):
+        """transformers' Hub upload, after the SAVE_WRITERS: save_pretrained(push_to_hub=True) uploads from inside
+        transformers' save_pretrained, before the writers above ran, and the repository got weights and a config
+        without the code, auto_map and tokenizer files that load it where foxformer is not installed."""
+        for writer in SAVE_WRITERS:
+            writer(working_dir, self.config)
+        return super()._upload_modified_files(working_dir, *args, **kwargs)
+
     def _set_gradient_checkpointing(self, enable: bool = True, gradient_checkpointing_func=checkpoint, **kwargs):
         """transformers' own, which hands FoxModel its checkpoint function (use_reentrant, offload, ... bound in);
         every_n_layers reaches only transformers' GradientCheckpointingLayer blocks, so FoxModel keeps it too."""
@@ -403,6 +411,10 @@ def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor, cu_seqlens: Optio
     return loss / count
 
 
+# generate's bookkeeping, never a forward argument (transformers drops the first two too)
+_NOT_FORWARDED = ("labels", "next_sequence_length", "is_first_iteration")
+
+
 class FoxForCausalLM(FoxPreTrainedModel, GenerationMixin):
     """FoxModel + LM head. ``model(ids, labels=ids)`` gives the mean next-token loss (shifted inside)."""
 
@@ -547,4 +559,13 @@ class FoxForCausalLM(FoxPreTrainedModel, GenerationMixin):
             inputs["input_ids"] = input_ids[:, -new:].contiguous()
         if logits_to_keep is not None:
             inputs["logits_to_keep"] = logits_to_keep
+        position_ids = kwargs.pop("position_ids", None)
+        if position_ids is not None:  # generate extends them by one per new token, as it does the mask
+            inputs["position_ids"] = position_ids[..., -new:]
+        # The rest of generate's model inputs (output_hidden_states, arguments of a user's own) reach the forward, as
+        # transformers' own prepare_inputs_for_generation hands them on: dropped, return_dict_in_generate's
+        # hidden_states were a tuple of None and RoPE read positions of the mask instead of the ones passed.
+        for key, value in kwargs.items():
+            if key not in _NOT_FORWARDED and key not in inputs:
+                inputs[key] = value
         return inputs
