@@ -177,3 +177,23 @@ def test_from_pretrained_overrides_are_checked_as_the_constructor_checks_them(tm
     config, unused = AutoConfig.from_pretrained(tmp_path, attention_backend="torch", not_a_field=1,
                                                 return_unused_kwargs=True)
     assert config.attention_backend == "torch" and unused == {"not_a_field": 1}
+
+
+@pytest.mark.parametrize("flash_attn_kwargs", [False, True])
+def test_trainer_takes_the_flattening_collator(tmp_path, flash_attn_kwargs):
+    """transformers' padding-free collator (documents packed into one row, marked by restarting position_ids or
+    by cu_seq_lens_q / cu_seq_lens_k / max_length_q / max_length_k) through Trainer: a step runs, nothing warns."""
+    import warnings
+
+    from transformers import DataCollatorWithFlattening, Trainer, TrainingArguments
+
+    model = make_model("transformer-llama-tiny").float().train()
+    rows = [{"input_ids": tokens(1, n, seed=i)[0].tolist()} for i, n in enumerate([6, 11, 3, 8])]
+    args = TrainingArguments(output_dir=str(tmp_path), max_steps=2, per_device_train_batch_size=2, report_to=[],
+                             use_cpu=True, save_strategy="no", logging_steps=1)
+    collator = DataCollatorWithFlattening(return_flash_attn_kwargs=flash_attn_kwargs)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = Trainer(model=model, args=args, train_dataset=rows, data_collator=collator).train()
+    assert _unknown_kwarg_warnings(caught) == []
+    assert result.global_step == 2 and torch.isfinite(torch.tensor(result.training_loss))

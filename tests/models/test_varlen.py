@@ -1,4 +1,5 @@
 """A packed batch (cu_seqlens, B = 1) gives the logits and losses of the separate sequences."""
+import pytest
 import torch
 
 from .conftest import make_model, tokens
@@ -28,3 +29,88 @@ def test_packed_backward(preset):
     cu = torch.tensor([0, 9, 16], dtype=torch.int32)
     model(packed, cu_seqlens=cu, labels=packed).loss.backward()
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+# transformers' DataCollatorWithFlattening packs a batch's documents into one row and marks them with position_ids
+# restarting at 0 (its default), the flash-attention offsets cu_seq_lens_q / cu_seq_lens_k with max_length_q /
+# max_length_k, or seq_idx. The forwards read only cu_seqlens and took these as unknown keywords: every document
+# attended to the ones before it, without a word.
+DOC_LENGTHS = (5, 11, 3)
+COLLATORS = {"position_ids": {},
+             "flash_attn_kwargs": dict(return_flash_attn_kwargs=True),
+             "flash_attn_kwargs_only": dict(return_flash_attn_kwargs=True, return_position_ids=False),
+             "seq_idx_only": dict(return_seq_idx=True, return_position_ids=False),
+             "everything": dict(return_flash_attn_kwargs=True, return_seq_idx=True)}
+
+
+def _documents() -> list[list[int]]:
+    return [tokens(1, n, seed=30 + i)[0].tolist() for i, n in enumerate(DOC_LENGTHS)]
+
+
+def _flattened(**flags) -> dict:
+    from transformers import DataCollatorWithFlattening
+
+    return DataCollatorWithFlattening(**flags)([{"input_ids": doc} for doc in _documents()])
+
+
+@pytest.mark.parametrize("preset", ["fox-llama-tiny", "transformer-llama-tiny"])
+@pytest.mark.parametrize("collator", COLLATORS)
+def test_a_flattening_collator_batch_gives_each_document_alone(preset, collator):
+    model = make_model(preset).float()
+    batch = _flattened(**COLLATORS[collator])
+    alone = [model(torch.tensor([doc]), labels=torch.tensor([doc])) for doc in _documents()]
+    out = model(**batch)
+    torch.testing.assert_close(out.logits, torch.cat([o.logits for o in alone], 1))
+    # The collator's labels are -100 at each document's first token: the mean over the documents' own targets.
+    counts = [n - 1 for n in DOC_LENGTHS]
+    mean = sum(o.loss * c for o, c in zip(alone, counts)) / sum(counts)
+    torch.testing.assert_close(out.loss, mean)
+    torch.testing.assert_close(model(**batch, return_logits=False).loss, mean)  # the fused loss of training
+    inputs = {k: v for k, v in batch.items() if k != "labels"}
+    alone = [model.model(torch.tensor([doc])).last_hidden_state for doc in _documents()]
+    torch.testing.assert_close(model.model(**inputs).last_hidden_state, torch.cat(alone, 1))
+
+
+def test_restarting_position_ids_pack_like_cu_seqlens_in_the_loss_too():
+    """labels = input_ids (no -100 at the starts): a document's last token must not predict the next one's first."""
+    model = make_model("transformer-llama-tiny")
+    batch = _flattened()
+    ids, positions = batch["input_ids"], batch["position_ids"]
+    cu = torch.tensor([0, 5, 16, 19], dtype=torch.int32)
+    want = model(ids, cu_seqlens=cu, labels=ids, loss_reduction="none")
+    got = model(ids, position_ids=positions, labels=ids, loss_reduction="none")
+    torch.testing.assert_close(got.loss, want.loss, rtol=0, atol=0)
+    torch.testing.assert_close(got.logits, want.logits, rtol=0, atol=0)
+
+
+def test_padded_rows_with_transformers_position_ids_are_no_packed_rows():
+    """transformers numbers padding 1 (then 0, 1, ... for the real tokens): no document starts there."""
+    model = make_model("transformer-llama-tiny")
+    ids = tokens(2, 9)
+    mask = torch.ones_like(ids)
+    mask[0, :3] = 0
+    positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
+    torch.testing.assert_close(model(ids, attention_mask=mask, position_ids=positions).logits,
+                               model(ids, attention_mask=mask).logits, rtol=0, atol=0)
+
+
+def test_packing_markers_that_disagree_or_cannot_hold_are_refused():
+    model = make_model("fox-llama-tiny")
+    batch = _flattened(return_flash_attn_kwargs=True)
+    ids = batch["input_ids"]
+    other = torch.tensor([0, 5, 17, 19], dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"cu_seqlens \[0, 5, 17, 19\] and cu_seq_lens_q \[0, 5, 16, 19\] mark "
+                                         r"different documents"):
+        model(**batch, cu_seqlens=other)
+    with pytest.raises(ValueError, match="cu_seq_lens_q .* and cu_seq_lens_k .* differ: .* causal self-attention"):
+        model(ids, cu_seq_lens_q=batch["cu_seq_lens_q"], cu_seq_lens_k=other)
+    with pytest.raises(ValueError, match="cu_seq_lens_q .* and seq_idx .* mark different documents"):
+        model(ids, cu_seq_lens_q=other, seq_idx=_flattened(return_seq_idx=True)["seq_idx"])
+    model(**batch, cu_seqlens=batch["cu_seq_lens_q"].clone())  # the same documents twice: fine
+    restarting = batch["position_ids"]
+    with pytest.raises(ValueError, match="position_ids restart within a row.*batch of size 1.*got 2 rows"):
+        model(ids.expand(2, -1), position_ids=restarting.expand(2, -1))
+    with pytest.raises(ValueError, match="position_ids restart within a row.*takes no attention_mask"):
+        model(ids, position_ids=restarting, attention_mask=torch.ones_like(ids))
+    with pytest.raises(ValueError, match="position_ids restart within a row.*no cache can continue"):
+        model(ids, position_ids=restarting, use_cache=True)

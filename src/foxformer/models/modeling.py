@@ -89,14 +89,123 @@ else:  # pragma: no cover - exercised with transformers < 5.24
 # it re-saves through transformers' own copying of remote code.
 SAVE_WRITERS: list = []
 
+# How transformers marks documents packed into one row (DataCollatorWithFlattening; prepare_fa_kwargs_from_position_ids
+# for its flash-attention path): the offsets cu_seq_lens_q / cu_seq_lens_k with max_length_q / max_length_k, seq_idx
+# (the document of each token), or position_ids alone that restart at each document (the collator's default). The
+# forwards read them (packed_documents): taken as unknown keywords, a packed batch attended across its documents.
+HF_PACKING_KWARGS = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k", "seq_idx")
+
 # Keyword arguments that transformers and the libraries around it may pass to a model's forward beyond those the
-# forwards below name, taken without a warning: the typed model kwargs (TransformersKwargs: output flags, the packing
-# collator's cu_seq_lens_* / max_length_* / seq_idx, ...), cache_position and mm_encoder_outputs (transformers' own
-# prepare_inputs_for_generation; foxformer's passes neither), token_type_ids (tokenizers return it, `model(**batch)`
-# passes it on, PEFT sets it to None), task_ids (PEFT's poly adapters). foxformer reads none of them (its packed
-# batches take cu_seqlens). generate, Trainer and PEFT's LoRA pass only names the forwards have (tests/models/test_hf).
-HF_FORWARD_KWARGS = frozenset(TransformersKwargs.__annotations__) | {"cache_position", "mm_encoder_outputs",
-                                                                      "token_type_ids", "task_ids"}
+# forwards below name, taken without a warning: the typed model kwargs (TransformersKwargs: output flags,
+# is_causal, ...), cache_position and mm_encoder_outputs (transformers' own prepare_inputs_for_generation;
+# foxformer's passes neither), token_type_ids (tokenizers return it, `model(**batch)` passes it on, PEFT sets it to
+# None), task_ids (PEFT's poly adapters). foxformer reads none of them. generate, Trainer and PEFT's LoRA pass only
+# names the forwards have (tests/models/test_hf).
+HF_FORWARD_KWARGS = (frozenset(TransformersKwargs.__annotations__) - set(HF_PACKING_KWARGS)) | {
+    "cache_position", "mm_encoder_outputs", "token_type_ids", "task_ids"}
+
+
+def _shown(t: torch.Tensor) -> str:
+    values = t.reshape(-1).tolist()
+    return str(values) if len(values) <= 12 else f"{values[:6]} ... {values[-3:]} ({len(values)} values)"
+
+
+def _offsets(name: str, value) -> torch.Tensor:
+    """int32 [N + 1] offsets from an HF cu_seq_lens_* (annotated LongTensor there, int32 from the collator)."""
+    if not isinstance(value, torch.Tensor) or value.dim() != 1 or value.dtype.is_floating_point \
+            or value.dtype == torch.bool:
+        raise TypeError(f"{name} must be a 1-D integer tensor [N + 1] of document offsets, got "
+                        f"{type(value).__name__} {tuple(getattr(value, 'shape', ()))}")
+    return value.to(torch.int32)
+
+
+def _offsets_of_starts(new_doc: torch.Tensor, length: int) -> torch.Tensor:
+    """int32 [N + 1] offsets of a row whose documents begin where ``new_doc`` (bool [1, T - 1], for tokens 1..T-1)
+    is True."""
+    inner = new_doc[0].nonzero().flatten() + 1
+    return torch.cat((inner.new_zeros(1), inner, inner.new_full((1,), length))).to(torch.int32)
+
+
+def _check_same(first: torch.Tensor, first_name: str, second: torch.Tensor, second_name: str) -> None:
+    if not torch.equal(first.to(second.device, torch.int32), second.to(torch.int32)):
+        raise ValueError(f"{first_name} {_shown(first)} and {second_name} {_shown(second)} mark different "
+                         f"documents in the packed row; pass one of them")
+
+
+def packed_documents(kwargs: dict, inputs: Optional[torch.Tensor], position_ids: Optional[torch.Tensor],
+                     cu_seqlens: Optional[torch.Tensor], max_seqlen: Optional[int],
+                     attention_mask: Optional[torch.Tensor], cached: bool
+                     ) -> tuple[Optional[torch.Tensor], Optional[int]]:
+    """(cu_seqlens, max_seqlen) of a forward, with transformers' packing markers (HF_PACKING_KWARGS, popped from
+    ``kwargs``) and position_ids that restart within a row taken into account.
+
+    inputs: input_ids or inputs_embeds, for the batch size and length (None: the forward's own checks refuse it).
+    cached: the forward continues or builds a cache. Every marker given must agree with cu_seqlens and the
+    others; cu_seq_lens_k must equal cu_seq_lens_q (causal self-attention: one set of documents). position_ids mark
+    documents only where nothing else does, as in transformers' flash attention; they stay the RoPE positions."""
+    hf = {name: kwargs.pop(name, None) for name in HF_PACKING_KWARGS}
+    if inputs is None or inputs.dim() < 2:
+        return cu_seqlens, max_seqlen
+    batch, length = inputs.shape[:2]
+    source = "cu_seqlens" if cu_seqlens is not None else None
+    given = [(name, _offsets(name, hf[name])) for name in ("cu_seq_lens_q", "cu_seq_lens_k") if hf[name] is not None]
+    if len(given) == 2 and not torch.equal(given[0][1], given[1][1].to(given[0][1].device)):
+        raise ValueError(f"cu_seq_lens_q {_shown(given[0][1])} and cu_seq_lens_k {_shown(given[1][1])} differ: "
+                         f"foxformer models are causal self-attention, whose queries and keys are the same tokens")
+    if given:
+        name, offsets = given[0]
+        if cu_seqlens is None:
+            cu_seqlens, source = offsets, name
+        else:
+            _check_same(cu_seqlens, source, offsets, name)
+    lengths = [int(hf[name]) for name in ("max_length_q", "max_length_k") if hf[name] is not None]
+    if len(set(lengths)) > 1:
+        raise ValueError(f"max_length_q = {lengths[0]} and max_length_k = {lengths[1]} differ: foxformer models are "
+                         f"causal self-attention, whose queries and keys are the same tokens")
+    if max_seqlen is None and lengths:
+        max_seqlen = lengths[0]
+    seq_idx = hf["seq_idx"]
+    if seq_idx is not None:
+        if not isinstance(seq_idx, torch.Tensor) or seq_idx.shape != (batch, length):
+            raise ValueError(f"seq_idx must be [batch, seq] = {(batch, length)}, the document of each token, got "
+                             f"{tuple(getattr(seq_idx, 'shape', ())) or type(seq_idx).__name__}")
+        new_doc = seq_idx[:, 1:] != seq_idx[:, :-1]
+        if batch != 1:
+            if bool(new_doc.any()):
+                raise ValueError(f"seq_idx marks documents packed into a row, which need a batch of size 1 (one "
+                                 f"row), got {batch} rows; pack every document into one row")
+        elif cu_seqlens is None:
+            cu_seqlens = _offsets_of_starts(new_doc, length)
+        else:
+            _check_same(cu_seqlens, source, _offsets_of_starts(new_doc, length), "seq_idx")
+    if cu_seqlens is not None or position_ids is None or length < 2:
+        return cu_seqlens, max_seqlen
+    positions = position_ids[None] if position_ids.dim() == 1 else position_ids
+    if positions.dim() != 2 or positions.shape[1] != length or positions.shape[0] not in (1, batch):
+        raise ValueError(f"position_ids must be [batch, seq] = {(batch, length)} (or [1, seq]), got "
+                         f"{tuple(position_ids.shape)}")
+    # A document begins where the position does not grow. Padding is none: only pairs of real tokens count, so
+    # padded rows with transformers' position_ids (1 at padding, then 0, 1, ...) are no packed rows.
+    new_doc = positions[:, 1:] <= positions[:, :-1]
+    if attention_mask is not None and attention_mask.shape == (batch, length):
+        real = attention_mask.to(new_doc.device).bool()
+        new_doc = new_doc & real[:, 1:] & real[:, :-1]
+    if not bool(new_doc.any()):
+        return cu_seqlens, max_seqlen
+    what = ("position_ids restart within a row, which marks documents packed into it (as transformers' "
+            "DataCollatorWithFlattening packs them)")
+    if batch != 1:
+        raise ValueError(f"{what}: packed documents need a batch of size 1 (one row), got {batch} rows; pack every "
+                         f"document into one row, or pass them as rows of their own with an attention_mask")
+    if attention_mask is not None:
+        raise ValueError(f"{what}: a packed row takes no attention_mask (its documents hold no padding); leave it "
+                         f"out")
+    if cached:
+        raise ValueError(f"{what}, which no cache can continue; pass the documents as rows of a batch to decode them")
+    cu_seqlens = _offsets_of_starts(new_doc, length)
+    if max_seqlen is None:
+        max_seqlen = int((cu_seqlens[1:] - cu_seqlens[:-1]).max())
+    return cu_seqlens, max_seqlen
 
 
 class FoxPreTrainedModel(PreTrainedModel):
@@ -306,7 +415,11 @@ class FoxModel(FoxPreTrainedModel):
         """input_ids [B, T] (or inputs_embeds [B, T, d]); attention_mask [B, past + T] (1 = real token,
         left padding supported); cu_seqlens int32 [N + 1] for a packed batch with B = 1.
         Pass the returned cache back as ``past_key_values`` to continue (chunked prefill, decoding).
-        return_dict=False (or config.return_dict False): the output's non-None fields as a tuple, as in transformers."""
+        return_dict=False (or config.return_dict False): the output's non-None fields as a tuple, as in transformers.
+        Packed documents may also be marked as transformers marks them (packed_documents)."""
+        cu_seqlens, max_seqlen = packed_documents(
+            kwargs, input_ids if input_ids is not None else inputs_embeds, position_ids, cu_seqlens, max_seqlen,
+            attention_mask, bool(use_cache) or cache is not None or past_key_values is not None)
         if kwargs:
             self._warn_unread_kwargs(kwargs)
         if output_attentions:
@@ -460,6 +573,10 @@ class FoxForCausalLM(FoxPreTrainedModel, GenerationMixin):
         logits only for the last positions (generation). return_logits=False with labels and the
         mean loss computes the loss through the LM head in chunks and returns no logits (training:
         no [B, T, V] tensor at all); so do the per-token losses under torch.no_grad (evaluation)."""
+        # Here too, not only in FoxModel: the loss must not count a document's last token predicting the next one's.
+        cu_seqlens, max_seqlen = packed_documents(
+            kwargs, input_ids if input_ids is not None else inputs_embeds, position_ids, cu_seqlens, max_seqlen,
+            attention_mask, bool(use_cache) or cache is not None or past_key_values is not None)
         if kwargs:
             self._warn_unread_kwargs(kwargs)
         if isinstance(logits_to_keep, int) and logits_to_keep < 0:
