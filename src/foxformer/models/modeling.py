@@ -187,8 +187,10 @@ def packed_documents(kwargs: dict, inputs: Optional[torch.Tensor], position_ids:
     # A document begins where the position does not grow. Padding is none: only pairs of real tokens count, so
     # padded rows with transformers' position_ids (1 at padding, then 0, 1, ...) are no packed rows.
     new_doc = positions[:, 1:] <= positions[:, :-1]
-    if attention_mask is not None and attention_mask.shape == (batch, length):
-        real = attention_mask.to(new_doc.device).bool()
+    if attention_mask is not None and attention_mask.dim() == 2 and attention_mask.shape[0] == batch \
+            and attention_mask.shape[1] >= length:
+        # a mask longer than the input covers the cached tokens too (a prefill chunk): the input's are its last
+        real = attention_mask[:, -length:].to(new_doc.device).bool()
         new_doc = new_doc & real[:, 1:] & real[:, :-1]
     if not bool(new_doc.any()):
         return cu_seqlens, max_seqlen
