@@ -4,6 +4,7 @@ Standard library only: the data, training and inference commands all use these.
 """
 from __future__ import annotations
 
+import codecs
 import contextlib
 import fcntl
 import json
@@ -12,6 +13,9 @@ import shutil
 import sys
 
 LOCK_FILE = ".lock"
+# UTF-32 first: its little-endian mark starts with UTF-16's
+_FOREIGN_BOMS = ((codecs.BOM_UTF32_LE, "UTF-32LE"), (codecs.BOM_UTF32_BE, "UTF-32BE"),
+                 (codecs.BOM_UTF16_LE, "UTF-16LE"), (codecs.BOM_UTF16_BE, "UTF-16BE"))
 
 
 def check_output_dir(path: str, what: str) -> None:
@@ -81,14 +85,39 @@ def replace_export(tmp: str, out: str, earlier: bool) -> None:
 
 def decode_utf8(data: bytes, path: str, first_line: int = 1) -> str:
     """``data`` (the bytes of ``path`` from line ``first_line`` on) as text; bytes that are not UTF-8 are a
-    ValueError naming the file, the line and the column (Python's own message names neither file nor line)."""
+    ValueError naming the file, the line and the column (Python's own message names neither file nor line).
+
+    At the file's start (``first_line`` 1) a UTF-8 byte-order mark is no text: Windows editors write one, and it
+    became a document's first character (a .jsonl file's first line was not JSON). A UTF-16 or UTF-32 one names
+    its encoding: the advice to convert from Latin-1 made such a file decode into NULs between its letters. A
+    NUL byte is no text either (UTF-16 without a byte-order mark, or a binary file), though it is valid UTF-8."""
+    start = 0
+    if first_line == 1:
+        for bom, encoding in _FOREIGN_BOMS:
+            if data.startswith(bom):
+                raise ValueError(f"{path} is {encoding} text (it starts with a {encoding} byte-order mark), not "
+                                 f"UTF-8: convert it (iconv -f {encoding[:6]} -t utf-8, which drops the mark) or "
+                                 f"leave it out")
+        if data.startswith(codecs.BOM_UTF8):
+            start = len(codecs.BOM_UTF8)
     try:
-        return data.decode("utf-8")
+        text = str(memoryview(data)[start:], "utf-8")
     except UnicodeDecodeError as e:
-        line = first_line + data.count(b"\n", 0, e.start)
-        column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
-        raise ValueError(f"{path}: line {line}, column {column} is not UTF-8 (byte 0x{data[e.start]:02x}): convert "
-                         f"the file to UTF-8 (e.g. iconv -f latin1 -t utf-8) or leave it out") from None
+        pos = start + e.start
+        raise ValueError(f"{path}: {_line_column(data, pos, first_line)} is not UTF-8 (byte 0x{data[pos]:02x}): "
+                         f"convert the file to UTF-8 (e.g. iconv -f latin1 -t utf-8) or leave it out") from None
+    if "\x00" in text:
+        pos = data.index(b"\x00", start)
+        raise ValueError(f"{path}: {_line_column(data, pos, first_line)} is a NUL byte, which text does not hold: "
+                         f"the file is UTF-16 without a byte-order mark, or not text: convert it (iconv -f utf-16le -t "
+                         f"utf-8) or leave it out")
+    return text
+
+
+def _line_column(data: bytes, pos: int, first_line: int) -> str:
+    line = first_line + data.count(b"\n", 0, pos)
+    column = pos - (data.rfind(b"\n", 0, pos) + 1) + 1
+    return f"line {line}, column {column}"
 
 
 def read_text(path: str) -> str:

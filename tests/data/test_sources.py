@@ -1,3 +1,4 @@
+import codecs
 import json
 import re
 
@@ -118,3 +119,32 @@ def test_a_folder_source_leaves_hidden_files_and_folders_out(tmp_path):
     (tmp_path / ".git").mkdir()
     (tmp_path / ".git" / "description.txt").write_text("not a document")
     assert [d.text for d in iter_documents(str(tmp_path))] == ["the user's text"]
+
+
+@pytest.mark.parametrize("kind", ["txt", "jsonl"])
+def test_a_utf8_byte_order_mark_is_not_part_of_the_text(tmp_path, kind):
+    """Windows editors start files with one: it was the document's first character, and a .jsonl file's first
+    line was refused as not JSON."""
+    path = tmp_path / f"notes.{kind}"
+    body = "hello\r\nworld\r\n" if kind == "txt" else '{"text": "hello"}\r\n{"text": "world"}\r\n'
+    path.write_bytes(codecs.BOM_UTF8 + body.encode())
+    want = ["hello\nworld\n"] if kind == "txt" else ["hello", "world"]
+    assert [d.text for d in iter_documents(str(path))] == want
+
+
+@pytest.mark.parametrize("data, said", [
+    ("hello wörld".encode("utf-16"), "is UTF-16LE text (it starts with a UTF-16LE byte-order mark), not UTF-8: "
+                                     "convert it (iconv -f UTF-16 -t utf-8"),
+    ("hello wörld".encode("utf-32"), "is UTF-32LE text"),
+    ("hello world".encode("utf-16-le"), ": line 1, column 2 is a NUL byte, which text does not hold: the file is "
+                                        "UTF-16 without a byte-order mark, or not text"),
+    (b"PK\x03\x04\x00\x00binary", ": line 1, column 5 is a NUL byte"),
+], ids=["utf16-bom", "utf32-bom", "utf16-no-bom", "binary"])
+def test_utf16_and_binary_files_are_refused_by_name(tmp_path, data, said):
+    """The advice was to convert from Latin-1 (which turns UTF-16 into letters and NULs); without a byte-order
+    mark, ASCII in UTF-16, or a binary file that happens to be valid UTF-8, was tokenized with its NULs."""
+    path = tmp_path / "docs" / "notes.txt"
+    path.parent.mkdir()
+    path.write_bytes(data)
+    with pytest.raises(ValueError, match=re.escape(f"{path}{said}" if said[0] == ":" else f"{path} {said}")):
+        list(iter_documents(str(path.parent)))
