@@ -148,3 +148,23 @@ def test_utf16_and_binary_files_are_refused_by_name(tmp_path, data, said):
     path.write_bytes(data)
     with pytest.raises(ValueError, match=re.escape(f"{path}{said}" if said[0] == ":" else f"{path} {said}")):
         list(iter_documents(str(path.parent)))
+
+
+@pytest.mark.parametrize("name", ["cut.jsonl.xz", "cut.jsonl.gz", "plain.txt.gz"],
+                         ids=["truncated-xz", "truncated-gz", "not-gzip"])
+def test_a_damaged_compressed_file_is_named(tmp_path, name):
+    """A download cut short ended in a traceback of EOFError: 'Compressed file ended before the end-of-stream
+    marker was reached', naming no file; a .gz that was not gzip in BadGzipFile."""
+    import gzip
+    import lzma
+
+    rows = "".join(json.dumps({"text": f"document {i} " * 20}) + "\n" for i in range(300)).encode()
+    path = tmp_path / name
+    if name == "plain.txt.gz":
+        path.write_bytes(b"just text")
+    else:
+        packed = (lzma if name.endswith(".xz") else gzip).compress(rows)
+        path.write_bytes(packed[:len(packed) // 2])
+    ext = name.rsplit(".", 1)[1]
+    with pytest.raises(ValueError, match=re.escape(f"source: {path} is not a complete .{ext} file (")):
+        list(iter_documents(str(path)))

@@ -20,6 +20,7 @@ import json
 import lzma
 import os
 import sysconfig
+import zlib
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -170,7 +171,20 @@ def _text_value(value, where: str, text_field: str) -> str:
     return value
 
 
+# What the decompressors raise for a file cut short or not compressed as its name says
+_DAMAGED_COMPRESSION = (EOFError, lzma.LZMAError, zlib.error, gzip.BadGzipFile)
+
+
 def _iter_file(path: str, spec: str, text_field: str) -> Iterator[Document]:
+    try:
+        yield from _read_file(path, spec, text_field)
+    except _DAMAGED_COMPRESSION as e:
+        raise ValueError(f"source: {path} is not a complete {_strip_compression(path)[1]} file ({e}): cut short (an "
+                         f"interrupted download or copy?) or not compressed as its name says; fetch it again, or "
+                         f"leave it out") from None
+
+
+def _read_file(path: str, spec: str, text_field: str) -> Iterator[Document]:
     kind = _file_kind(path)
     if kind == "text":
         with _open_binary(path) as fh:
