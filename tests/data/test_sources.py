@@ -168,3 +168,41 @@ def test_a_damaged_compressed_file_is_named(tmp_path, name):
     ext = name.rsplit(".", 1)[1]
     with pytest.raises(ValueError, match=re.escape(f"source: {path} is not a complete .{ext} file (")):
         list(iter_documents(str(path)))
+
+
+def test_a_folder_source_follows_links_once_and_names_broken_ones(tmp_path, monkeypatch):
+    """A linked folder was left out without a word, a file linked beside itself was read twice (a copy in train,
+    one in validation), a link to nothing ended in FileNotFoundError and an unreadable folder was skipped."""
+    import os
+
+    shared, corpus = tmp_path / "shared", tmp_path / "corpus"
+    shared.mkdir()
+    (shared / "linked.txt").write_text("from a linked folder")
+    (corpus / "sub").mkdir(parents=True)
+    (corpus / "b.txt").write_text("a document")
+    (corpus / "sub" / "c.txt").write_text("in a subfolder")
+    os.symlink(shared, corpus / "more")
+    os.symlink(corpus / "b.txt", corpus / "a.txt")  # sorts before the file it links to
+    os.symlink(corpus, corpus / "sub" / "loop")  # a link to a folder above
+    os.symlink(shared, corpus / "sub" / "again")
+    docs = list(iter_documents(str(corpus)))
+    assert [(os.path.relpath(d.id, corpus), d.text) for d in docs] == [
+        ("b.txt", "a document"), ("more/linked.txt", "from a linked folder"), ("sub/c.txt", "in a subfolder")]
+
+    os.symlink(tmp_path / "gone.txt", corpus / "z.txt")
+    with pytest.raises(ValueError, match=re.escape(f"'{corpus / 'z.txt'}' is a symbolic link to "
+                                                   f"'{tmp_path / 'gone.txt'}', which does not exist")):
+        describe_source(str(corpus))
+    os.remove(corpus / "z.txt")
+
+    real_scandir = os.scandir
+
+    def refused(folder):
+        if str(folder).endswith("sub"):
+            raise PermissionError(13, "Permission denied", str(folder))
+        return real_scandir(folder)
+
+    monkeypatch.setattr(os, "scandir", refused)
+    with pytest.raises(ValueError, match=re.escape(f"the folder '{corpus / 'sub'}' in '{corpus}' cannot be read "
+                                                   f"(Permission denied)")):
+        describe_source(str(corpus))

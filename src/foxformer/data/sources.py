@@ -90,18 +90,47 @@ def _list_files(path: str) -> list[str]:
             raise ValueError(f"source: {path!r} is not a supported file; expected {KINDS_SAID}")
         return [path]
     if os.path.isdir(path):
-        found = []
-        for root, dirs, files in os.walk(path):
-            # hidden entries (.git, an editor's swap files, macOS's ._ resource forks) are not the user's documents
-            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-            found.extend(os.path.join(root, f) for f in sorted(files)
-                         if not f.startswith(".") and _file_kind(f) is not None)
-        if not found:
-            raise ValueError(f"source: directory {path!r} holds no file of a kind read as documents: {KINDS_SAID} "
-                             f"(source code: gather the files into a .jsonl, one {{\"text\": ...}} a line)")
-        return found
+        return _walk_folder(path)
+    if os.path.islink(path):
+        raise ValueError(f"source: {path!r} is a symbolic link to {os.readlink(path)!r}, which does not exist")
     raise ValueError(f"source: {path!r} does not exist (expected a file, a directory, 'builtin:<name>' with "
                      f"name in {BUILTINS}, or 'hf:<dataset>')")
+
+
+def _walk_folder(path: str) -> list[str]:
+    """The document files under ``path``, sorted, recursive. Linked folders are the user's documents too (they
+    were left out without a word); a folder or file reached twice through links is read once (under its own
+    name rather than a link's), since each copy of a document would be split on its own (one in train, one in
+    validation), and a link to a folder above is not walked forever. A folder that cannot be read, or a link to
+    nothing, is an error, not fewer documents."""
+    def unreadable(e: OSError):
+        raise ValueError(f"source: the folder {e.filename!r} in {path!r} cannot be read ({e.strerror})") from None
+
+    walked, chosen, seen_dirs = [], {}, {os.path.realpath(path)}
+    for root, dirs, files in os.walk(path, onerror=unreadable, followlinks=True):
+        # hidden entries (.git, an editor's swap files, macOS's ._ resource forks) are not the user's documents
+        kept = []
+        for d in sorted(d for d in dirs if not d.startswith(".")):
+            real = os.path.realpath(os.path.join(root, d))
+            if real not in seen_dirs:
+                seen_dirs.add(real)
+                kept.append(d)
+        dirs[:] = kept
+        for f in sorted(files):
+            full = os.path.join(root, f)
+            if f.startswith(".") or _file_kind(f) is None:
+                continue
+            if not os.path.exists(full):
+                raise ValueError(f"source: {full!r} is a symbolic link to {os.readlink(full)!r}, which does not "
+                                 f"exist: remove the link or restore its file")
+            real = os.path.realpath(full)
+            walked.append((full, real))
+            if real not in chosen or os.path.islink(chosen[real]) and not os.path.islink(full):
+                chosen[real] = full
+    if not walked:
+        raise ValueError(f"source: directory {path!r} holds no file of a kind read as documents: {KINDS_SAID} "
+                         f"(source code: gather the files into a .jsonl, one {{\"text\": ...}} a line)")
+    return [full for full, real in walked if chosen[real] == full]
 
 
 def _package_dir(name: str) -> str:
