@@ -255,3 +255,42 @@ def test_a_refused_request_says_what_changed(tmp_path):
         prepare(_cfg(tmp_path, [str(docs)]), progress=False)
     with pytest.raises(ValueError, match=r"val_fraction 0\.05 then, 0\.25 now"):
         prepare(_cfg(tmp_path, [str(docs)], val_fraction=0.25), force=False, progress=False)
+
+
+def _hf_tokenizer_with_ids_past_65535(folder) -> None:
+    """A word-level Hugging Face tokenizer whose word "big" has the id 70000 (its len() is 4) and whose eos
+    token is "</s>"."""
+    pytest.importorskip("tokenizers")
+    from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    backend = Tokenizer(models.WordLevel(vocab={"[UNK]": 0, "a": 1, "big": 70000}, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    backend.add_special_tokens([AddedToken("</s>", special=True)])
+    PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="</s>", unk_token="[UNK]").save_pretrained(folder)
+
+
+def test_hf_tokenizer_ids_past_its_len_and_special_token_text_in_documents(tmp_path):
+    """The token dtype came from len(tokenizer): an id past it (70000 with 4 entries) ended in numpy's
+    OverflowError (older numpy wrapped it around in silence); and a document quoting "</s>" held the
+    end-of-document id in its middle."""
+    _hf_tokenizer_with_ids_past_65535(tmp_path / "tok")
+    src = tmp_path / "docs.jsonl"
+    src.write_text("".join(json.dumps({"text": f"a big {'a ' * i}</s> a"}) + "\n" for i in range(6)))
+    m = prepare(_cfg(tmp_path, [str(src)], tokenizer=f"hf:{tmp_path / 'tok'}", val_fraction=0.3), progress=False)
+    assert (m["vocab_size"], m["dtype"], m["eot_id"]) == (70001, "uint32", 3)
+    docs = _split_docs(str(tmp_path / "out"), "train", m) + _split_docs(str(tmp_path / "out"), "val", m)
+    assert len(docs) == 6
+    for doc in docs:
+        assert doc[:2] == [1, 70000] and doc[-2:] == [1, 3] and 3 not in doc[:-1]
+
+
+def test_ids_outside_the_vocabulary_are_refused(tmp_path, jsonl_gz, monkeypatch):
+    from foxformer.data.tokenizer import Tokenizer
+
+    liar = Tokenizer(name="liar", vocab_size=300, eot_id=299, _encode_batch=lambda texts: [[5, 70000] for _ in texts],
+                     _decode=lambda ids: "")
+    monkeypatch.setattr(prep_mod, "load_tokenizer", lambda spec: liar)
+    with pytest.raises(ValueError, match=r"tokenizer: liar gave the id 70000 for the document 'doc0' of .*, outside "
+                                         r"its vocabulary of 300 ids; the token arrays \(uint16\) cannot hold it"):
+        prepare(_cfg(tmp_path, [jsonl_gz]), progress=False)

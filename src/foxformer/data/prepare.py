@@ -115,6 +115,17 @@ def _remove_stale_tmp_shards(shards_root: str) -> None:
             shutil.rmtree(os.path.join(shards_root, name), ignore_errors=True)
 
 
+def _check_ids(toks, tok, spec: str, doc) -> None:
+    """Ids outside the tokenizer's vocabulary would wrap around in the token array's dtype (or end in numpy's
+    OverflowError): the model would read other tokens than the text's."""
+    ids = np.asarray(toks)
+    if ids.size and (ids.min() < 0 or ids.max() >= tok.vocab_size):
+        bad = int(ids.min()) if ids.min() < 0 else int(ids.max())
+        raise ValueError(f"tokenizer: {tok.name} gave the id {bad} for the document {doc.id!r} of {spec!r}, outside "
+                         f"its vocabulary of {tok.vocab_size} ids; the token arrays ({token_dtype(tok.vocab_size)}) "
+                         f"cannot hold it")
+
+
 def _tokenize_source(spec: str, shard_dir: str, cfg: PrepareConfig, tok, progress: bool) -> dict:
     """Tokenize one source into ``shard_dir`` (skipped when its done-marker exists)."""
     done_path = os.path.join(shard_dir, "done.json")
@@ -133,6 +144,7 @@ def _tokenize_source(spec: str, shard_dir: str, cfg: PrepareConfig, tok, progres
         def flush() -> bool:
             nonlocal n_tokens
             for doc, toks in zip(batch, tok.encode_batch([d.text for d in batch])):
+                _check_ids(toks, tok, spec, doc)
                 # One token beside the text: the end-of-text separator, or the BOS of a tokenizer that starts
                 # sequences with one (gpt2-json's BOS is its end-of-text token too: a document's BOS ends the last).
                 arr = np.empty(len(toks) + 1, dtype=dtype)

@@ -173,9 +173,14 @@ def _load_hf(name_or_path: str) -> Tokenizer:
         raise ValueError(f"tokenizer: Hugging Face tokenizer {name_or_path!r} has no eos token to separate documents")
 
     def encode_batch(texts: list[str]) -> list[list[int]]:
-        return tok(texts, add_special_tokens=False)["input_ids"]
+        # Documents are plain text, as for tiktoken's encode_ordinary: a document quoting "</s>" was given the
+        # end-of-document id there, a boundary inside it that the model learnt from and packed attention cut at.
+        return tok(texts, add_special_tokens=False, split_special_tokens=True)["input_ids"]
 
-    return Tokenizer(name=f"hf:{name_or_path}", vocab_size=len(tok), eot_id=int(eot),
+    # len() counts the entries; a vocabulary with gaps in its ids (an added token numbered past the rest) has
+    # ids beyond it, which the token arrays (uint16 up to 65536 ids) must hold
+    vocab_size = max(len(tok), max(tok.get_vocab().values(), default=-1) + 1)
+    return Tokenizer(name=f"hf:{name_or_path}", vocab_size=vocab_size, eot_id=int(eot),
                      _encode_batch=encode_batch, _decode=lambda ids: tok.decode(ids))
 
 
