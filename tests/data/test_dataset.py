@@ -1,3 +1,5 @@
+import re
+
 import numpy as np
 import pytest
 
@@ -86,3 +88,37 @@ def test_a_tokenizer_directory_matches_its_hf_name(tmp_path):
     np.arange(4, dtype=np.uint16).tofile(os.path.join(data, "train.bin"))
     np.save(os.path.join(data, "train.idx.npy"), np.array([0, 4]))
     assert len(TokenDataset(str(data), "train", 2, expect_tokenizer=str(tok_dir))) == 2
+
+
+@pytest.mark.parametrize("damage", ["cut-tokens", "cut-index", "other-index", "manifest"])
+def test_a_damaged_dataset_is_refused_and_prepare_rebuilds_it(tmp_path, jsonl_xz, damage):
+    """The loader's advice for a cut-short token file, "prepare it again", did nothing: prepare returned the
+    manifest of the same request without looking at its files, also with --force. A document index that did not
+    match its tokens was loaded as it was, and a cut-short one or a damaged manifest.json was numpy's or json's
+    error naming no file."""
+    import json
+    import os
+
+    cfg = PrepareConfig(sources=[jsonl_xz], out_dir=str(tmp_path / "d"), val_fraction=0.2, tokenizer="bytes")
+    prepare(cfg, progress=False)
+    files = {n: (tmp_path / "d" / n).read_bytes() for n in ("train.bin", "train.idx.npy", "val.bin")}
+    target = {"cut-tokens": "train.bin", "cut-index": "train.idx.npy", "other-index": "train.idx.npy",
+              "manifest": "manifest.json"}[damage]
+    path = tmp_path / "d" / target
+    if damage == "other-index":
+        np.save(path, np.array([0, 5]))
+    else:
+        path.write_bytes(path.read_bytes()[:-8])
+    said = {"cut-tokens": f"{path} has {len(files['train.bin']) - 8} bytes, the manifest expects "
+                          f"{len(files['train.bin'])}",
+            "cut-index": f"{path} cannot be read", "other-index": f"{path} holds 2 entries, the manifest's",
+            "manifest": f"{path} is damaged"}[damage]
+    with pytest.raises(ValueError, match=re.escape(f"data: {said}")):
+        TokenDataset(cfg.out_dir, "train", 16)
+    if damage == "manifest":
+        with pytest.raises(ValueError, match="with --force"):
+            prepare(cfg, progress=False)
+    m = prepare(cfg, force=damage == "manifest", progress=False)
+    assert json.loads((tmp_path / "d" / "manifest.json").read_text())["tokens"] == m["tokens"]
+    assert {n: (tmp_path / "d" / n).read_bytes() for n in files} == files
+    assert len(TokenDataset(cfg.out_dir, "train", 16)) > 0 and os.path.exists(path)

@@ -14,7 +14,7 @@ import os
 import numpy as np
 import torch
 
-from .prepare import FORMAT, read_manifest
+from .prepare import FORMAT, read_manifest, split_damage
 from .tokenizer import canonical_name
 
 
@@ -55,10 +55,10 @@ class TokenDataset:
         self.split, self.seq_len, self.roll, self.seed = split, seq_len, roll, seed
         path = os.path.join(data_dir, info["file"])
         dtype = np.dtype(manifest["dtype"])
-        size = os.path.getsize(path) if os.path.exists(path) else -1
-        if size != info["tokens"] * dtype.itemsize:
-            raise ValueError(f"data: {path} has {size} bytes, the manifest expects {info['tokens'] * dtype.itemsize}; "
-                             f"the dataset is damaged, prepare it again")
+        damage = split_damage(data_dir, manifest, split)
+        if damage:
+            raise ValueError(f"data: {damage}; the dataset is damaged, prepare it again (the same `foxformer data "
+                             f"prepare` command rebuilds it)")
         self.tokens = np.memmap(path, dtype=dtype, mode="r") if info["tokens"] else np.zeros(0, dtype)
         self.doc_offsets = np.load(os.path.join(data_dir, info["index"]))
         # each document's index into manifest["sources"] (None for datasets prepared before it was kept)

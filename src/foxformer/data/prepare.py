@@ -83,8 +83,48 @@ def read_manifest(out_dir: str) -> dict | None:
     path = os.path.join(out_dir, MANIFEST)
     if not os.path.exists(path):
         return None
-    with open(path) as f:
-        return json.load(f)
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        manifest = json.loads(data)
+    except ValueError as e:  # also bytes that are not UTF-8
+        raise ValueError(f"data: {path} is damaged ({e}); prepare the dataset again (with --force)") from None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("split"), dict):
+        raise ValueError(f"data: {path} is not a prepared dataset's manifest (no 'split'); prepare the dataset "
+                         f"again (with --force)")
+    return manifest
+
+
+def split_damage(out_dir: str, manifest: dict, split: str) -> str | None:
+    """How the files of ``split`` disagree with the manifest, in words; None when they agree. A cut-short token
+    file (a full disk, a partial copy) or a document index of another build would give sequences and document
+    boundaries that are not the documents'."""
+    info = manifest["split"][split]
+    path = os.path.join(out_dir, info["file"])
+    want = info["tokens"] * np.dtype(manifest["dtype"]).itemsize
+    if not os.path.exists(path):
+        return f"{path} is missing"
+    if os.path.getsize(path) != want:
+        return f"{path} has {os.path.getsize(path)} bytes, the manifest expects {want}"
+    arrays = {}
+    for key, shape in (("index", (info["docs"] + 1,)), ("sources", (info["docs"],))):
+        if key not in info:  # datasets written before the source index was kept
+            continue
+        name = os.path.join(out_dir, info[key])
+        try:
+            arrays[key] = np.load(name)
+        except (OSError, ValueError) as e:
+            return f"{name} cannot be read ({e})"
+        if arrays[key].shape != shape:
+            return f"{name} holds {arrays[key].shape[0] if arrays[key].ndim else 0} entries, the manifest's " \
+                   f"{info['docs']} documents need {shape[0]}"
+    offsets = arrays.get("index")
+    if offsets is not None and (offsets[0] != 0 or offsets[-1] != info["tokens"] or (np.diff(offsets) < 0).any()):
+        return f"{os.path.join(out_dir, info['index'])} does not index the {info['tokens']} tokens of {path}"
+    sources = arrays.get("sources")
+    if sources is not None and sources.size and not 0 <= sources.min() <= sources.max() < len(manifest["sources"]):
+        return f"{os.path.join(out_dir, info['sources'])} names sources the manifest does not have"
+    return None
 
 
 def _shard_key(spec: str, fingerprint: str, cfg: PrepareConfig) -> str:
@@ -260,10 +300,17 @@ def prepare(cfg: PrepareConfig, *, force: bool = False, progress: bool = True) -
                "max_tokens_per_source": cfg.max_tokens_per_source, "text_field": cfg.text_field}
     if cfg.leave_out:  # absent otherwise: datasets prepared before the option keep matching their request
         request["leave_out"] = list(cfg.leave_out)
-    old = read_manifest(cfg.out_dir)
+    try:
+        old = read_manifest(cfg.out_dir)
+    except ValueError:
+        if not force:
+            raise
+        old = {}  # removed below, as a different request's would be
     if old is not None:
-        # a dataset written before the per-document source index is rebuilt (same request: no --force needed)
-        if old.get("request") == request and all("sources" in old["split"][n] for n in ("train", "val")):
+        # rebuilt (same request: no --force needed): a dataset written before the per-document source index, and
+        # one whose files no longer match it (the dataset loader's advice, "prepare it again", did nothing)
+        if old.get("request") == request and all("sources" in old["split"][n] and not split_damage(cfg.out_dir, old, n)
+                                                 for n in ("train", "val")):
             return old
         if old.get("request") == request:
             force = True
