@@ -294,3 +294,33 @@ def test_ids_outside_the_vocabulary_are_refused(tmp_path, jsonl_gz, monkeypatch)
     with pytest.raises(ValueError, match=r"tokenizer: liar gave the id 70000 for the document 'doc0' of .*, outside "
                                          r"its vocabulary of 300 ids; the token arrays \(uint16\) cannot hold it"):
         prepare(_cfg(tmp_path, [jsonl_gz]), progress=False)
+
+
+@pytest.mark.parametrize("spec", ["gpt2", "gpt2-json", "bytes"])
+def test_long_documents_are_tokenized_in_parts_with_the_same_ids(tmp_path, monkeypatch, spec):
+    """A document was encoded whole: a 190 MB text file took 2.3 GB with gpt2 (its ids as Python ints), and its
+    tokens were copied whole again when the split was written."""
+    import dataclasses
+
+    from pydoc_data.topics import topics
+
+    src = tmp_path / "books"
+    src.mkdir()
+    keys = sorted(topics)
+    for i in range(4):
+        (src / f"book{i}.txt").write_text("".join(topics[k] for k in keys[10 * i:10 * i + 10]))
+    (src / "note.txt").write_text("a short one")
+    whole = prepare(PrepareConfig(sources=[str(src)], out_dir=str(tmp_path / "whole"), tokenizer=spec,
+                                  val_fraction=0.2), progress=False)
+    tok = load_tokenizer(spec)
+    seen = []
+    spy = dataclasses.replace(tok, _encode_batch=lambda texts: seen.extend(map(len, texts)) or tok.encode_batch(texts))
+    monkeypatch.setattr(prep_mod, "load_tokenizer", lambda name: spy)
+    monkeypatch.setattr(prep_mod, "PIECE_CHARS", 1000)
+    parts = prepare(PrepareConfig(sources=[str(src)], out_dir=str(tmp_path / "parts"), tokenizer=spec,
+                                  val_fraction=0.2), progress=False)
+    longest = max(os.path.getsize(f) for f in src.iterdir())
+    assert longest > 20_000 and max(seen) < 5000  # a part ends at the first place to cut after 1000 characters
+    assert parts["split"] == whole["split"]
+    for name in ("train.bin", "val.bin", "train.idx.npy", "val.idx.npy"):
+        assert (tmp_path / "parts" / name).read_bytes() == (tmp_path / "whole" / name).read_bytes()

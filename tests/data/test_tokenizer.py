@@ -158,3 +158,21 @@ def test_hugging_face_form_of_bytes_gives_the_byte_ids():
     for _ in range(300):
         ids = [rng.randrange(257) for _ in range(rng.randrange(1, 10))]
         assert theirs.decode(ids, skip_special_tokens=True) == ours.decode(ids)
+
+
+# Text around the cuts' edges: whitespace runs before a word, contractions, digits, escapes, non-ASCII letters
+_AWKWARD = ("x  y z\n\n w don't stop 12 ab 3x a\tb a\n b é f 😀 g \"q\" r\\ s 東京 t " * 30)
+
+
+@pytest.mark.parametrize("spec", ["gpt2", "gpt2-json", "bytes"])
+def test_a_long_text_encoded_in_pieces_gives_the_ids_of_the_whole(spec):
+    """A document of gigabytes was encoded at once into one list of Python ints (about 40 bytes a token): the
+    parts cut only where the ids either side stay the whole text's."""
+    from pydoc_data.topics import topics
+
+    tok = load_tokenizer(spec)
+    text = _AWKWARD + "".join(topics[k] for k in sorted(topics)[:40])
+    pieces = list(tok.encode_pieces(text, 500))
+    assert len(pieces) > len(text) // 2000
+    assert [int(i) for piece in pieces for i in piece] == tok.encode(text)
+    assert [list(p) for p in tok.encode_pieces("short", 500)] == [tok.encode("short")]

@@ -32,6 +32,9 @@ from .tokenizer import GPT2_SPEC, load_tokenizer
 FORMAT = "foxformer-tokens-v1"
 MANIFEST = "manifest.json"
 DEFAULT_SOURCES = ("builtin:sympy",)
+# A longer document is encoded in parts of about this many characters (Tokenizer.encode_pieces): its ids as one
+# list of Python ints took about 40 bytes a token
+PIECE_CHARS = 1 << 20
 
 
 @dataclass
@@ -155,15 +158,15 @@ def _remove_stale_tmp_shards(shards_root: str) -> None:
             shutil.rmtree(os.path.join(shards_root, name), ignore_errors=True)
 
 
-def _check_ids(toks, tok, spec: str, doc) -> None:
-    """Ids outside the tokenizer's vocabulary would wrap around in the token array's dtype (or end in numpy's
-    OverflowError): the model would read other tokens than the text's."""
+def _token_array(toks, tok, dtype: np.dtype, spec: str, doc) -> np.ndarray:
+    """``toks`` in the token arrays' dtype. Ids outside the tokenizer's vocabulary would wrap around in it (or end
+    in numpy's OverflowError): the model would read other tokens than the text's."""
     ids = np.asarray(toks)
     if ids.size and (ids.min() < 0 or ids.max() >= tok.vocab_size):
         bad = int(ids.min()) if ids.min() < 0 else int(ids.max())
         raise ValueError(f"tokenizer: {tok.name} gave the id {bad} for the document {doc.id!r} of {spec!r}, outside "
-                         f"its vocabulary of {tok.vocab_size} ids; the token arrays ({token_dtype(tok.vocab_size)}) "
-                         f"cannot hold it")
+                         f"its vocabulary of {tok.vocab_size} ids; the token arrays ({dtype}) cannot hold it")
+    return ids.astype(dtype, copy=False)
 
 
 def _tokenize_source(spec: str, shard_dir: str, cfg: PrepareConfig, tok, progress: bool) -> dict:
@@ -179,27 +182,35 @@ def _tokenize_source(spec: str, shard_dir: str, cfg: PrepareConfig, tok, progres
     offsets, ids, n_tokens = [0], [], 0
     bar = tqdm(desc=f"tokenize {spec}", unit="tok", unit_scale=True, disable=not progress)
     with open(os.path.join(tmp_dir, "tokens.bin"), "wb") as out:
-        batch = []
+        batch, batch_chars = [], 0
+        bos = None if tok.bos_id is None else np.asarray([tok.bos_id], dtype=dtype).tobytes()
+        eot = np.asarray([tok.eot_id], dtype=dtype).tobytes()
 
         def flush() -> bool:
-            nonlocal n_tokens
-            for doc, toks in zip(batch, tok.encode_batch([d.text for d in batch])):
-                _check_ids(toks, tok, spec, doc)
+            nonlocal n_tokens, batch_chars
+            short = iter(tok.encode_batch([d.text for d in batch if len(d.text) <= PIECE_CHARS]))
+            for doc in batch:
+                pieces = [next(short)] if len(doc.text) <= PIECE_CHARS else tok.encode_pieces(doc.text, PIECE_CHARS)
                 # One token beside the text: the end-of-text separator, or the BOS of a tokenizer that starts
                 # sequences with one (gpt2-json's BOS is its end-of-text token too: a document's BOS ends the last).
-                arr = np.empty(len(toks) + 1, dtype=dtype)
-                if tok.bos_id is None:
-                    arr[:-1], arr[-1] = toks, tok.eot_id
-                else:
-                    arr[0], arr[1:] = tok.bos_id, toks
-                out.write(arr.tobytes())
-                n_tokens += arr.size
+                if bos is not None:
+                    out.write(bos)
+                size = 1
+                for toks in pieces:
+                    arr = _token_array(toks, tok, dtype, spec, doc)
+                    out.write(arr.tobytes())
+                    size += arr.size
+                    bar.update(arr.size)
+                if bos is None:
+                    out.write(eot)
+                bar.update(1)
+                n_tokens += size
                 offsets.append(n_tokens)
                 ids.append(doc.id)
-                bar.update(arr.size)
                 if cfg.max_tokens_per_source and n_tokens >= cfg.max_tokens_per_source:
                     return True
             batch.clear()
+            batch_chars = 0
             return False
 
         capped = False
@@ -207,7 +218,9 @@ def _tokenize_source(spec: str, shard_dir: str, cfg: PrepareConfig, tok, progres
             if not doc.text:
                 continue
             batch.append(doc)
-            if len(batch) >= 32 and flush():
+            batch_chars += len(doc.text)
+            # by count for the threads of a batch encode, by size so that 32 long documents are not all held
+            if (len(batch) >= 32 or batch_chars >= 8 * PIECE_CHARS) and flush():
                 capped = True
                 break
         if not capped and batch:
@@ -250,7 +263,7 @@ def _write_split(out_dir: str, name: str, picks: np.ndarray, shards: list[tuple[
             s, d = doc_table[g]
             toks, offs = shards[s]
             piece = np.asarray(toks[offs[d]:offs[d + 1]], dtype=dtype)
-            out.write(piece.tobytes())
+            out.write(memoryview(piece))  # no copy: a long document's tokens twice over in memory
             offsets.append(offsets[-1] + piece.size)
         out.flush()
         os.fsync(out.fileno())

@@ -217,9 +217,12 @@ def _read_file(path: str, spec: str, text_field: str) -> Iterator[Document]:
     kind = _file_kind(path)
     if kind == "text":
         with _open_binary(path) as fh:
-            # newlines as text mode reads them (universal newlines), as before the bytes were decoded here
-            text = decode_utf8(fh.read(), path).replace("\r\n", "\n").replace("\r", "\n")
-            yield Document(id=path, source=spec, text=text)
+            data = fh.read()
+        text = decode_utf8(data, path)
+        del data  # a long document's bytes beside its text: twice the memory while it is tokenized
+        if "\r" in text:  # newlines as text mode reads them (universal newlines), as before the bytes were decoded
+            text = text.replace("\r\n", "\n").replace("\r", "\n")
+        yield Document(id=path, source=spec, text=text)
     elif kind == "jsonl":
         with _open_binary(path) as fh:
             for lineno, raw in enumerate(fh, 1):
