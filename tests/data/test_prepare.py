@@ -324,3 +324,31 @@ def test_long_documents_are_tokenized_in_parts_with_the_same_ids(tmp_path, monke
     assert parts["split"] == whole["split"]
     for name in ("train.bin", "val.bin", "train.idx.npy", "val.idx.npy"):
         assert (tmp_path / "parts" / name).read_bytes() == (tmp_path / "whole" / name).read_bytes()
+
+
+def test_prepare_says_what_it_left_out(tmp_path, capsys):
+    """A folder's .py files beside its README.md were left out in silence (a dataset of the READMEs), and so were
+    empty documents; a document of only whitespace was tokenized as one."""
+    from foxformer.cli import main
+
+    src = tmp_path / "project"
+    (src / "pkg").mkdir(parents=True)
+    (src / "README.md").write_text("the project's readme " * 10)
+    (src / "NOTES.txt").write_text("notes on the project " * 10)
+    (src / "blank.txt").write_text("  \n\t\n")
+    (src / "empty.md").write_text("")
+    for name in ("a.py", "pkg/b.py", "pkg/c.py", "LICENSE"):
+        (src / name).write_text("x = 1\n")
+    assert main(["data", "prepare", "--source", str(src), "--out", str(tmp_path / "out"), "--tokenizer", "bytes",
+                 "--no-progress"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["docs"] == 2
+    assert f"note: {src}: 2 empty document(s) (or only whitespace) left out" in captured.err
+    assert f"note: {src}: 4 file(s) of kinds not read as documents left out (3 .py, 1 (no extension)); read are " \
+           f".txt/.md" in captured.err
+    m = read_manifest(str(tmp_path / "out"))
+    assert m["sources"][0]["empty_docs"] == 2 and m["sources"][0]["left_out_files"] == {".py": 3, "(no extension)": 1}
+    (src / "README.md").write_text(" ")
+    (src / "NOTES.txt").write_text("\n")
+    with pytest.raises(ValueError, match=r"yielded no non-empty documents \(4 empty or only whitespace\)"):
+        prepare(_cfg(tmp_path, [str(src)], tokenizer="bytes"), force=True, progress=False)

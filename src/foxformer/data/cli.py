@@ -17,11 +17,20 @@ def _summary(manifest: dict, out_dir: str) -> dict:
 
 def _cmd_prepare(args: argparse.Namespace) -> int:
     from .prepare import DEFAULT_SOURCES, PrepareConfig, prepare
+    from .sources import KINDS_SAID
 
     cfg = PrepareConfig(sources=args.source or list(DEFAULT_SOURCES), out_dir=args.out, tokenizer=args.tokenizer,
                         val_fraction=args.val_fraction, seed=args.seed, max_tokens_per_source=args.max_tokens_per_source,
                         text_field=args.text_field, leave_out=args.leave_out or [])
     manifest = prepare(cfg, force=args.force, progress=not args.no_progress)
+    for source in manifest["sources"]:  # left out in silence, a folder's .py files read as a dataset of its READMEs
+        if source.get("empty_docs"):
+            print(f"note: {source['spec']}: {source['empty_docs']} empty document(s) (or only whitespace) left out",
+                  file=sys.stderr)
+        if source.get("left_out_files"):
+            kinds = ", ".join(f"{n} {ext}" for ext, n in source["left_out_files"].items())
+            print(f"note: {source['spec']}: {sum(source['left_out_files'].values())} file(s) of kinds not read as "
+                  f"documents left out ({kinds}); read are {KINDS_SAID}", file=sys.stderr)
     if not manifest["split"]["val"]["docs"] and cfg.val_fraction > 0:
         print(f"warning: {args.out} has no validation documents (the split holds out whole documents, never the only "
               f"one): training needs some; give several documents (a folder of .txt files, or a .jsonl file with "

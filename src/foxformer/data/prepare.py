@@ -213,9 +213,10 @@ def _tokenize_source(spec: str, shard_dir: str, cfg: PrepareConfig, tok, progres
             batch_chars = 0
             return False
 
-        capped = False
+        capped, empty = False, 0
         for doc in iter_documents(spec, cfg.text_field):
-            if not doc.text:
+            if not doc.text or doc.text.isspace():  # isspace: no copy of a long text, unlike strip()
+                empty += 1
                 continue
             batch.append(doc)
             batch_chars += len(doc.text)
@@ -230,11 +231,11 @@ def _tokenize_source(spec: str, shard_dir: str, cfg: PrepareConfig, tok, progres
     bar.close()
     if not ids:
         shutil.rmtree(tmp_dir, ignore_errors=True)
-        raise ValueError(f"sources: {spec!r} yielded no non-empty documents")
+        raise ValueError(f"sources: {spec!r} yielded no non-empty documents ({empty} empty or only whitespace)")
     np.save(os.path.join(tmp_dir, "docs.npy"), np.asarray(offsets, dtype=np.int64))
     with open(os.path.join(tmp_dir, "ids.json"), "w") as f:
         json.dump(ids, f)
-    info = {"spec": spec, "docs": len(ids), "tokens": int(n_tokens)}
+    info = {"spec": spec, "docs": len(ids), "tokens": int(n_tokens), "empty_docs": empty}
     with open(os.path.join(tmp_dir, "done.json"), "w") as f:
         json.dump(info, f)
     shutil.rmtree(shard_dir, ignore_errors=True)
@@ -342,7 +343,8 @@ def prepare(cfg: PrepareConfig, *, force: bool = False, progress: bool = True) -
     for s_idx, info in enumerate(infos):
         shard_dir = os.path.join(cfg.out_dir, "shards", _shard_key(info.spec, info.fingerprint, cfg))
         meta = _tokenize_source(info.spec, shard_dir, cfg, tok, progress)
-        shard_infos.append({**meta, "fingerprint": info.fingerprint, "shard": os.path.relpath(shard_dir, cfg.out_dir)})
+        shard_infos.append({**meta, "fingerprint": info.fingerprint, "shard": os.path.relpath(shard_dir, cfg.out_dir),
+                            **({"left_out_files": dict(info.left_out)} if info.left_out else {})})
         toks = np.memmap(os.path.join(shard_dir, "tokens.bin"), dtype=dtype, mode="r")
         offs = np.load(os.path.join(shard_dir, "docs.npy"))
         if offs[-1] != toks.size:

@@ -48,6 +48,8 @@ class SourceInfo:
     spec: str
     kind: str  # "builtin" | "file" | "hf"
     fingerprint: str
+    # a folder's files of kinds not read as documents, by extension: (".py", 120), ... (most first)
+    left_out: tuple[tuple[str, int], ...] = ()
 
 
 def _strip_compression(path: str) -> tuple[str, str | None]:
@@ -85,10 +87,15 @@ def _file_kind(path: str) -> str | None:
 
 
 def _list_files(path: str) -> list[str]:
+    return _scan(path)[0]
+
+
+def _scan(path: str) -> tuple[list[str], dict[str, int]]:
+    """The document files of ``path``, and the number of a folder's other files by extension."""
     if os.path.isfile(path):
         if _file_kind(path) is None:
             raise ValueError(f"source: {path!r} is not a supported file; expected {KINDS_SAID}")
-        return [path]
+        return [path], {}
     if os.path.isdir(path):
         return _walk_folder(path)
     if os.path.islink(path):
@@ -97,7 +104,7 @@ def _list_files(path: str) -> list[str]:
                      f"name in {BUILTINS}, or 'hf:<dataset>')")
 
 
-def _walk_folder(path: str) -> list[str]:
+def _walk_folder(path: str) -> tuple[list[str], dict[str, int]]:
     """The document files under ``path``, sorted, recursive. Linked folders are the user's documents too (they
     were left out without a word); a folder or file reached twice through links is read once (under its own
     name rather than a link's), since each copy of a document would be split on its own (one in train, one in
@@ -106,7 +113,7 @@ def _walk_folder(path: str) -> list[str]:
     def unreadable(e: OSError):
         raise ValueError(f"source: the folder {e.filename!r} in {path!r} cannot be read ({e.strerror})") from None
 
-    walked, chosen, seen_dirs = [], {}, {os.path.realpath(path)}
+    walked, chosen, seen_dirs, other = [], {}, {os.path.realpath(path)}, {}
     for root, dirs, files in os.walk(path, onerror=unreadable, followlinks=True):
         # hidden entries (.git, an editor's swap files, macOS's ._ resource forks) are not the user's documents
         kept = []
@@ -118,7 +125,11 @@ def _walk_folder(path: str) -> list[str]:
         dirs[:] = kept
         for f in sorted(files):
             full = os.path.join(root, f)
-            if f.startswith(".") or _file_kind(f) is None:
+            if f.startswith("."):
+                continue
+            if _file_kind(f) is None:
+                ext = os.path.splitext(f)[1].lower() or "(no extension)"
+                other[ext] = other.get(ext, 0) + 1
                 continue
             if not os.path.exists(full):
                 raise ValueError(f"source: {full!r} is a symbolic link to {os.readlink(full)!r}, which does not "
@@ -130,7 +141,7 @@ def _walk_folder(path: str) -> list[str]:
     if not walked:
         raise ValueError(f"source: directory {path!r} holds no file of a kind read as documents: {KINDS_SAID} "
                          f"(source code: gather the files into a .jsonl, one {{\"text\": ...}} a line)")
-    return [full for full, real in walked if chosen[real] == full]
+    return [full for full, real in walked if chosen[real] == full], other
 
 
 def _package_dir(name: str) -> str:
@@ -318,11 +329,12 @@ def describe_source(spec: str) -> SourceInfo:
     if spec.startswith("hf:"):
         name, config, split = _parse_hf(spec)
         return SourceInfo(spec=spec, kind="hf", fingerprint=f"{name}:{config}@{split}")
-    files = _list_files(spec)
+    files, other = _scan(spec)
     stamp = ";".join(f"{os.path.abspath(f)}|{os.path.getsize(f)}|{int(os.path.getmtime(f))}" for f in files)
     import hashlib
 
-    return SourceInfo(spec=spec, kind="file", fingerprint=hashlib.sha256(stamp.encode()).hexdigest()[:16])
+    return SourceInfo(spec=spec, kind="file", fingerprint=hashlib.sha256(stamp.encode()).hexdigest()[:16],
+                      left_out=tuple(sorted(other.items(), key=lambda item: (-item[1], item[0]))))
 
 
 def iter_documents(spec: str, text_field: str = "text") -> Iterator[Document]:
