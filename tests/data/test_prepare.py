@@ -1,6 +1,7 @@
 import importlib
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -352,3 +353,19 @@ def test_prepare_says_what_it_left_out(tmp_path, capsys):
     (src / "NOTES.txt").write_text("\n")
     with pytest.raises(ValueError, match=r"yielded no non-empty documents \(4 empty or only whitespace\)"):
         prepare(_cfg(tmp_path, [str(src)], tokenizer="bytes"), force=True, progress=False)
+
+
+def test_leave_out_that_empties_the_training_split_is_refused(tmp_path):
+    """With the only document of the kept source drawn for validation, prepare wrote a dataset whose training
+    split was empty, and training failed on it with 'split train has 0 tokens'."""
+    for name, n in (("kept", 1), ("other", 5)):
+        (tmp_path / name).mkdir()
+        for i in range(n):
+            (tmp_path / name / f"{i}.txt").write_text(f"document {i} of {name} " * 5)
+    sources = [str(tmp_path / "kept"), str(tmp_path / "other")]
+    seed = next(s for s in range(100) if 0 in prep_mod._split_documents(6, 0.05, s)[1])
+    with pytest.raises(ValueError, match=re.escape(f"leave_out: the training split would be empty: the 1 document(s) "
+                                                   f"of {sources[:1]} all fell in the validation split "
+                                                   f"(val_fraction 0.05, seed {seed})")):
+        prepare(_cfg(tmp_path, sources, leave_out=sources[1:], seed=seed, tokenizer="bytes"), progress=False)
+    assert read_manifest(str(tmp_path / "out")) is None

@@ -356,6 +356,12 @@ def prepare(cfg: PrepareConfig, *, force: bool = False, progress: bool = True) -
     train_docs, val_docs = _split_documents(len(doc_table_arr), cfg.val_fraction, cfg.seed)
     left_out = [i for i, info in enumerate(infos) if info.spec in cfg.leave_out]
     train_docs = train_docs[~np.isin(doc_table_arr[train_docs, 0], left_out)]
+    if not len(train_docs):  # the split keeps one training document, of any source: it may be a left-out one's
+        kept = [info.spec for i, info in enumerate(infos) if i not in left_out]
+        n_kept = int((~np.isin(doc_table_arr[:, 0], left_out)).sum())
+        raise ValueError(f"leave_out: the training split would be empty: the {n_kept} document(s) of {kept} all fell "
+                         f"in the validation split (val_fraction {cfg.val_fraction}, seed {cfg.seed}); give those "
+                         f"sources more documents, or another seed")
     splits = {name: _write_split(cfg.out_dir, name, picks, shards, doc_table_arr, dtype, progress)
               for name, picks in (("train", train_docs), ("val", val_docs))}
     manifest = {
