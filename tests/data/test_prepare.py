@@ -369,3 +369,22 @@ def test_leave_out_that_empties_the_training_split_is_refused(tmp_path):
                                                    f"(val_fraction 0.05, seed {seed})")):
         prepare(_cfg(tmp_path, sources, leave_out=sources[1:], seed=seed, tokenizer="bytes"), progress=False)
     assert read_manifest(str(tmp_path / "out")) is None
+
+
+@pytest.mark.parametrize("n_docs, noted", [(2, "1 of 2 documents (50%)"), (9, "1 of 9 documents (11%)"),
+                                           (20, None)])
+def test_a_validation_share_far_above_the_request_is_noted(tmp_path, capsys, n_docs, noted):
+    """Two documents with --val-fraction 0.05 held one out (half the data) without a word."""
+    from foxformer.cli import main
+
+    src = tmp_path / "docs"
+    src.mkdir()
+    for i in range(n_docs):
+        (src / f"{i}.txt").write_text(f"document {i} " * 10)
+    assert main(["data", "prepare", "--source", str(src), "--out", str(tmp_path / "d"), "--tokenizer", "bytes",
+                 "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    if noted is None:
+        assert "held out" not in err
+    else:
+        assert f"note: {noted} held out for validation, more than the 5% asked" in err

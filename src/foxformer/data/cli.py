@@ -31,6 +31,11 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
             kinds = ", ".join(f"{n} {ext}" for ext, n in source["left_out_files"].items())
             print(f"note: {source['spec']}: {sum(source['left_out_files'].values())} file(s) of kinds not read as "
                   f"documents left out ({kinds}); read are {KINDS_SAID}", file=sys.stderr)
+    held, docs = manifest["split"]["val"]["docs"], manifest["docs"]
+    if held and held > 2 * cfg.val_fraction * docs:  # the split's minimum of one document, over a few
+        print(f"note: {held} of {docs} documents ({held / docs:.0%}) held out for validation, more than the "
+              f"{cfg.val_fraction:.0%} asked: the split holds out at least one whole document; give more documents "
+              f"for a smaller share", file=sys.stderr)
     if not manifest["split"]["val"]["docs"] and cfg.val_fraction > 0:
         print(f"warning: {args.out} has no validation documents (the split holds out whole documents, never the only "
               f"one): training needs some; give several documents (a folder of .txt files, or a .jsonl file with "
