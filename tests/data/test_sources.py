@@ -73,6 +73,12 @@ def test_parquet_source_reads_text_column_or_names_missing_pyarrow(tmp_path):
     assert [d.text for d in iter_documents(str(path))] == ["alpha", "beta"]
     with pytest.raises(ValueError, match="no column 'body'"):
         list(iter_documents(str(path), text_field="body"))
+    # a column of numbers or bytes ended in AttributeError / TypeError deep in prepare
+    with pytest.raises(ValueError, match=re.escape(f"source: {path} row 0 has a int in field 'n', not text")):
+        list(iter_documents(str(path), text_field="n"))
+    pq.write_table(pa.table({"text": [b"raw bytes"]}), path)
+    with pytest.raises(ValueError, match=re.escape(f"source: {path} row 0 has a bytes in field 'text', not text")):
+        list(iter_documents(str(path)))
 
 
 def test_hf_source_without_datasets_or_hub_is_a_clear_error():

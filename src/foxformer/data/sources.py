@@ -266,7 +266,8 @@ def _read_file(path: str, spec: str, text_field: str) -> Iterator[Document]:
         row_no = 0
         for batch in table.iter_batches(columns=[text_field]):
             for text in batch.column(0).to_pylist():
-                yield Document(id=f"{path}:{row_no}", source=spec, text=text or "")
+                yield Document(id=f"{path}:{row_no}", source=spec,
+                               text=_text_value(text, f"{path} row {row_no}", text_field))
                 row_no += 1
 
 
