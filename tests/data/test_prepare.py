@@ -178,6 +178,12 @@ def test_cli_prepare_and_info(tmp_path, jsonl_xz, capsys):
     assert main(["data", "info", out]) == 0
     assert json.loads(capsys.readouterr().out) == summary
     assert main(["data", "info", str(tmp_path / "missing")]) == 2
+    # a cut-short token file: info printed the summary of a sound dataset, which training then refused
+    with open(os.path.join(out, "val.bin"), "r+b") as f:
+        f.truncate(10)
+    capsys.readouterr()
+    assert main(["data", "info", out]) == 2
+    assert f"error: {os.path.join(out, 'val.bin')} has 10 bytes, the manifest expects" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("existing", [False, True], ids=["new-dir", "forced-over-a-dataset"])

@@ -45,13 +45,19 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
-    from .prepare import read_manifest
+    from .prepare import read_manifest, split_damage
 
     manifest = read_manifest(args.dir)
     if manifest is None:
         print(f"error: {args.dir!r} has no manifest.json (not prepared, or the prepare was interrupted)", file=sys.stderr)
         return 2
     print(json.dumps(_summary(manifest, args.dir), indent=2))
+    # the summary alone read as a sound dataset that training would then refuse
+    damage = [d for d in (split_damage(args.dir, manifest, n) for n in ("train", "val")) if d]
+    if damage:
+        print(f"error: {'; '.join(damage)}; the dataset is damaged, prepare it again (the same `foxformer data "
+              f"prepare` command rebuilds it)", file=sys.stderr)
+        return 2
     return 0
 
 
