@@ -39,7 +39,8 @@ from .distributed import (DistInfo, all_reduce_sum, barrier, broadcast_object, f
                           gather_objects, grad_sync, init_distributed, wrap_model)
 from .metrics import GateMeans, MetricsSink, device_peak_flops, eta_string, forget_gate_means, mfu
 from .optim import build_optimizer, learning_rate
-from .sharded import CheckpointWriter, ResumePoint, checkpoint_group, resolve_format
+from .sharded import (CheckpointWriter, ResumePoint, check_same_resume, check_shared_run_dir, checkpoint_group,
+                      resolve_format)
 
 StepHook = Callable[[int, dict], None]
 
@@ -386,6 +387,7 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, held: con
     plan = make_plan(cfg, info.world_size, device.type)
     try:
         resume_path = _resolve_resume(cfg)
+        check_same_resume(cfg.out_dir, resume_path, info, writer.group)
         _check_saved_config(cfg, resume_path is not None)
         loaded = ResumePoint(resume_path, info, writer.group) if resume_path else None  # verifies hashes first
     except ckpt.CheckpointError as e:
@@ -455,6 +457,7 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, held: con
     busy = broadcast_object(busy)
     if busy:
         raise ValueError(busy)
+    check_shared_run_dir(cfg.out_dir, info, writer.group)
     if info.is_main:
         if loaded is not None:  # resume=<older checkpoint>: newer step folders must not win over this lineage
             for moved in ckpt.adopt_checkpoint(cfg.out_dir, resume_path, step):
