@@ -219,10 +219,11 @@ def test_hosts_launched_with_different_flags_stop_before_training(byte_data, tmp
     assert not os.path.exists(run)
 
 
-def test_ranks_that_do_not_share_out_dir_stop_before_training(byte_data, tmp_path):
-    """A relative --out on each rank's own folder stands for a local disk on each host. A new run failed at its
+def test_ranks_that_do_not_see_the_same_folders_stop_before_training(byte_data, tmp_path):
+    """A relative path on each rank's own folder stands for a local disk on each host. A new run failed at its
     first checkpoint (an interval into the run) with advice to free disk space; a resume waited in a collective
-    for a rank that found no checkpoint, until the timeout ended it with gloo's words."""
+    for a rank that found no checkpoint, until the timeout ended it with gloo's words; init_from trained a mix of
+    the weights each rank read (FSDP2 keeps each rank's shard of its own)."""
     base = str(tmp_path / "host")
     args = _cli_args(byte_data, "run", max_steps=2, parallel="fsdp")
     for resumed in (False, True):
@@ -239,6 +240,15 @@ def test_ranks_that_do_not_share_out_dir_stop_before_training(byte_data, tmp_pat
         assert sorted(os.listdir(ckpt.checkpoint_root(base + "0/run"))) == (["latest", "step_00000001"] if resumed
                                                                              else [])
         assert [r["step"] for r in read_metrics(base + "0/run") if r["kind"] == "train"] == [1] * resumed
+    # one shared out_dir, but --init-from run reads step 1 on rank 0 and step 2 on rank 1
+    train(_cfg(byte_data, base + "1/run", max_steps=2))
+    shared = str(tmp_path / "shared")
+    args = _cli_args(byte_data, shared, max_steps=2, parallel="fsdp", init_from="run")
+    (rc, _, err), = _launch(1, 2, args, script=[RANK_FOLDER, base], timeout=240)
+    assert rc != 0
+    assert ("error: init_from: the ranks of this job read different weights from 'run' (rank 0 read the checkpoint "
+            "of step 1, rank 1 that of step 2)") in err, err[-3000:]
+    assert not os.path.exists(shared)
 
 
 def test_async_save_lets_training_go_on_and_saves_the_state_of_its_own_step(byte_data, tmp_path, monkeypatch):

@@ -96,9 +96,11 @@ def _init_source(cfg: TrainConfig, manifest: dict) -> tuple[dict, dict]:
     from .loading import load_model
 
     try:
-        model = load_model(cfg.init_from, device="cpu", dtype=torch.float32, progress=False).model
+        loaded = load_model(cfg.init_from, device="cpu", dtype=torch.float32, progress=False)
     except ValueError as e:
         raise ValueError(f"init_from: {e}") from None
+    model = loaded.model
+    _check_same_weights(cfg.init_from, model.state_dict(), loaded.step)
     if not isinstance(model, FoxForCausalLM):
         raise ValueError(f"init_from: {cfg.init_from!r} holds a {type(model).__name__}; foxformer trains "
                          f"FoxForCausalLM models (foxformer convert official turns the paper's checkpoints into one)")
@@ -122,6 +124,32 @@ def _init_source(cfg: TrainConfig, manifest: dict) -> tuple[dict, dict]:
         raise ValueError(f"init_from: model.mlp_ratio={ratio!r} cannot apply: the MLP of the model init_from names is "
                          f"{fields['intermediate_size']} wide, and its weights have that width; leave mlp_ratio out")
     return fields, model.state_dict()
+
+
+def _weights_identity(state_dict: dict) -> str:
+    """A fingerprint of a state dict's contents: names, shapes and a strided sample of each tensor (a few MiB of
+    reads even for billions of parameters; any two training steps differ throughout)."""
+    h = hashlib.sha256()
+    for name in sorted(state_dict):
+        flat = state_dict[name].detach().reshape(-1)
+        h.update(f"{name}:{tuple(state_dict[name].shape)}".encode())
+        h.update(flat[::max(1, flat.numel() // 4096)].to(torch.float64).numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def _check_same_weights(init_from: str, state_dict: dict, step: int | None) -> None:
+    """Each rank reads init_from itself, and FSDP2 keeps each rank's shard of what that rank read: a run that
+    committed a checkpoint while the ranks read it (or another folder of that name on each host) trained a mix
+    of two models without a word."""
+    ranks = gather_objects((_weights_identity(state_dict), step))
+    other = next((r for r, (identity, _) in enumerate(ranks) if identity != ranks[0][0]), None)
+    if other is None:
+        return
+    steps = (f" (rank 0 read the checkpoint of step {ranks[0][1]}, rank {other} that of step {ranks[other][1]})"
+             if ranks[0][1] != ranks[other][1] else "")
+    raise ValueError(f"init_from: the ranks of this job read different weights from {init_from!r}{steps}: a run that "
+                     f"saved a checkpoint meanwhile, or another folder of that name on each host; name one checkpoint "
+                     f"(--init-from RUN/checkpoints/step_N) on storage all hosts share (nothing was trained)")
 
 
 def _load_init_weights(model: torch.nn.Module, state_dict: dict, cfg: TrainConfig) -> None:
