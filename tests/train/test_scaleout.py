@@ -219,6 +219,13 @@ def test_hosts_launched_with_different_flags_stop_before_training(byte_data, tmp
     assert not os.path.exists(run)
 
 
+def _said_by_each_rank(err: str, start: str, ranks: int = 2) -> None:
+    """Every rank gives the error, each on a line of its own (print's separate write of the newline let two ranks'
+    lines run into one)."""
+    said = [line for line in err.splitlines() if "error: " in line]
+    assert len(said) == ranks and all(line.startswith(start) for line in said), err[-3000:]
+
+
 def test_ranks_that_do_not_see_the_same_folders_stop_before_training(byte_data, tmp_path):
     """A relative path on each rank's own folder stands for a local disk on each host. A new run failed at its
     first checkpoint (an interval into the run) with advice to free disk space; a resume waited in a collective
@@ -235,6 +242,7 @@ def test_ranks_that_do_not_see_the_same_folders_stop_before_training(byte_data, 
         assert ("they find different checkpoints to resume from in it (rank 0: run/checkpoints/step_00000001, "
                 "rank 1: none)" if resumed else "rank 1 on host ") in err, err[-3000:]
         assert "give --out a folder on storage all hosts share" in err and "Timed out" not in err
+        _said_by_each_rank(err, "error: out_dir: ")
         assert not os.path.exists(base + "1/run")
         # the probe leaves nothing, and no step was trained
         assert sorted(os.listdir(ckpt.checkpoint_root(base + "0/run"))) == (["latest", "step_00000001"] if resumed
@@ -248,6 +256,7 @@ def test_ranks_that_do_not_see_the_same_folders_stop_before_training(byte_data, 
     assert rc != 0
     assert ("error: init_from: the ranks of this job read different weights from 'run' (rank 0 read the checkpoint "
             "of step 1, rank 1 that of step 2)") in err, err[-3000:]
+    _said_by_each_rank(err, "error: init_from: ")
     assert not os.path.exists(shared)
 
 
