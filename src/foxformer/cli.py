@@ -210,6 +210,13 @@ def describe(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
+def _say_error(line: str) -> None:
+    """``line`` on stderr in one write: under torchrun every rank runs with ``python -u``, where print writes the
+    text and its newline apart, and the ranks' lines ran into each other (``...to let the run chooseerror: ...``)."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = _parse(parser, argv)
@@ -230,13 +237,13 @@ def main(argv: list[str] | None = None) -> int:
         _close_bars()
         # under torchrun rank 0 says where to resume; the other ranks' bare "interrupted" only repeated it
         if str(e) or os.environ.get("RANK", "0") == "0":
-            print(f"interrupted{': ' + str(e) if str(e) else ''}", file=sys.stderr)
+            _say_error(f"interrupted{': ' + str(e) if str(e) else ''}")
         return INTERRUPTED_EXIT
     except (ValueError, TypeError, OSError, ImportError) as e:  # what a user can fix: a path, a value, a package
         if os.environ.get("FOXFORMER_DEBUG") == "1":  # the full traceback, for bug reports
             raise
         _close_bars()
-        print(f"error: {describe(e)}", file=sys.stderr)
+        _say_error(f"error: {describe(e)}")
         return USER_ERROR_EXIT
     return rc
 

@@ -16,22 +16,35 @@ def _losses(run_dir):
     return [r["loss"] for r in read_metrics(run_dir) if r["kind"] == "train"]
 
 
+def _evals(run_dir):
+    """{step: (val_loss, gate_log_f)} of a run's evaluations."""
+    return {r["step"]: (r["val_loss"], r.get("gate_log_f")) for r in read_metrics(run_dir) if r["kind"] == "eval"}
+
+
 # The recurrent baseline only under FSDP2: its sharding of the new modules is what DDP cannot get wrong,
 # and each case costs a torchrun start (~9 s).
 @pytest.mark.parametrize("parallel,preset", [("ddp", "fox-pro-tiny"), ("fsdp", "fox-pro-tiny"),
                                              ("fsdp", "linear-pro-tiny")], ids=lambda x: x)
 def test_two_process_gloo_run_matches_single_process(parallel, preset, make_cfg, data_dir, tmp_path):
-    single = train(make_cfg(preset=preset, out_dir=str(tmp_path / "single"), max_steps=6, total_tokens=768))
+    # 3 validation sequences: one rank evaluates two, the other one and a copy it leaves out
+    single = train(make_cfg(preset=preset, out_dir=str(tmp_path / "single"), max_steps=6, total_tokens=768,
+                            eval_tokens=96))
     out = str(tmp_path / parallel)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
            "-m", "foxformer.cli", "train", "--data", data_dir, "--out", out, "--preset", preset,
-           "--context", "32", "--batch-tokens", "128", "--max-steps", "4", "--total-tokens", "768", "--lr", "3e-3", "--eval-tokens", "128",
+           "--context", "32", "--batch-tokens", "128", "--max-steps", "4", "--total-tokens", "768", "--lr", "3e-3", "--eval-tokens", "96",
            "--checkpoint-every-tokens", "256", "--eval-every-tokens", "512", "--parallel", parallel,
            "--no-progress", "--set", "tensorboard=false", "--set", "export_hf=false"]
     env = {**os.environ, "PYTHONPATH": os.path.abspath(SRC), "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert _losses(out) == pytest.approx(_losses(single["out_dir"])[:4], abs=2e-4)
+    # the same validation sequences on any number of ranks (the count rounded to a multiple of the ranks chose
+    # others, so a run resumed on another world size logged another loss for the same weights)
+    evals, single_evals = _evals(out), _evals(single["out_dir"])
+    assert list(evals) == [4]
+    assert evals[4][0] == pytest.approx(single_evals[4][0], abs=2e-4)
+    assert evals[4][1] == [pytest.approx(row, abs=1e-5) for row in single_evals[4][1]]  # the gates' means
     start = read_metrics(out)[0]
     assert start["world_size"] == 2 and start["parallel"] == parallel and start["grad_accum"] == 1
     # The distributed checkpoint is sharded: one process reshards it and continues on the same data.

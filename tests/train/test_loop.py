@@ -192,6 +192,7 @@ def test_validation_split_with_fewer_sequences_than_ranks(tmp_path, world, val_s
     from foxformer.models import FoxForCausalLM, get_preset
     from foxformer.train.distributed import DistInfo
     from foxformer.train.loop import evaluate
+    from foxformer.train.metrics import forget_gate_means
 
     src = tmp_path / "docs.jsonl"
     src.write_text("".join(json.dumps({"text": f"document {i} " + "words " * 6}) + "\n" for i in range(8)))
@@ -204,12 +205,19 @@ def test_validation_split_with_fewer_sequences_than_ranks(tmp_path, world, val_s
     torch.manual_seed(0)
     model = FoxForCausalLM(get_preset("fox-pro-tiny", vocab_size=320, attention_backend="torch"))
     cpu = torch.device("cpu")
-    one_loss, _ = evaluate(model, val, 8, 2, DistInfo(0, 1, 0, cpu, "none"), False)
-    per_rank = [evaluate(model, val, 8, 2, DistInfo(r, world, r, cpu, "ddp"), False)[0] for r in range(world)]
-    # each rank's share (no process group here: the all-reduce is the identity) is a real sequence's loss
-    assert all(np.isfinite(per_rank))
-    if val_seqs == 1:
-        assert per_rank == pytest.approx([one_loss] * world)
+    with forget_gate_means(model) as one_gates:
+        one_loss, _ = evaluate(model, val, 8, 2, DistInfo(0, 1, 0, cpu, "none"), False, gates=one_gates)
+    per_rank, gates = [], []
+    for r in range(world):
+        with forget_gate_means(model) as g:
+            per_rank.append(evaluate(model, val, 8, 2, DistInfo(r, world, r, cpu, "ddp"), False, gates=g)[0])
+        gates.append(g)
+    # no process group here: each rank's share is what it adds to the all-reduced sums, and the ranks' padding
+    # copies add nothing, to the loss or to the gates' means
+    assert all(np.isfinite(per_rank)) and sum(per_rank) == pytest.approx(one_loss)
+    assert sum(g.tokens for g in gates) == one_gates.tokens == val_seqs * seq_len
+    for i, total in enumerate(one_gates.sums):
+        assert sum(g.sums[i] for g in gates).tolist() == pytest.approx(total.tolist())
 
 
 @pytest.mark.parametrize("precision,peak_dtype", [("fp32", "tf32"), ("bf16", "bf16")], ids=["fp32-tf32", "bf16"])

@@ -25,6 +25,7 @@ from foxformer.train.metrics import read_metrics
 
 SRC = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "src"))
 FAILING_RANK = os.path.join(os.path.dirname(__file__), "failing_rank.py")
+RANK_FOLDER = os.path.join(os.path.dirname(__file__), "rank_folder.py")
 STEPS = 6
 # 12 sequences of 16 tokens a step: divisible by 1, 2, 3 and 4 ranks
 RUN = dict(preset="fox-pro-tiny", context=16, batch_tokens=192, total_tokens=STEPS * 192, lr=3e-3, eval_tokens=64,
@@ -216,6 +217,47 @@ def test_hosts_launched_with_different_flags_stop_before_training(byte_data, tmp
         assert re.search(r"error: the ranks of this job were started with different settings: lr \(rank 0: 0\.00[13], "
                          r"rank 1: 0\.00[13]\); start every process with the same flags", err), err[-3000:]
     assert not os.path.exists(run)
+
+
+def _said_by_each_rank(err: str, start: str, ranks: int = 2) -> None:
+    """Every rank gives the error, each on a line of its own (print's separate write of the newline let two ranks'
+    lines run into one)."""
+    said = [line for line in err.splitlines() if "error: " in line]
+    assert len(said) == ranks and all(line.startswith(start) for line in said), err[-3000:]
+
+
+def test_ranks_that_do_not_see_the_same_folders_stop_before_training(byte_data, tmp_path):
+    """A relative path on each rank's own folder stands for a local disk on each host. A new run failed at its
+    first checkpoint (an interval into the run) with advice to free disk space; a resume waited in a collective
+    for a rank that found no checkpoint, until the timeout ended it with gloo's words; init_from trained a mix of
+    the weights each rank read (FSDP2 keeps each rank's shard of its own)."""
+    base = str(tmp_path / "host")
+    args = _cli_args(byte_data, "run", max_steps=2, parallel="fsdp")
+    for resumed in (False, True):
+        if resumed:  # rank 0's folder holds a run with a checkpoint, rank 1's none
+            train(_cfg(byte_data, base + "0/run", max_steps=1))
+        (rc, _, err), = _launch(1, 2, args, script=[RANK_FOLDER, base], timeout=240)
+        assert rc != 0
+        assert "error: out_dir: the processes of this job do not see one folder 'run' (a local disk on each" in err
+        assert ("they find different checkpoints to resume from in it (rank 0: run/checkpoints/step_00000001, "
+                "rank 1: none)" if resumed else "rank 1 on host ") in err, err[-3000:]
+        assert "give --out a folder on storage all hosts share" in err and "Timed out" not in err
+        _said_by_each_rank(err, "error: out_dir: ")
+        assert not os.path.exists(base + "1/run")
+        # the probe leaves nothing, and no step was trained
+        assert sorted(os.listdir(ckpt.checkpoint_root(base + "0/run"))) == (["latest", "step_00000001"] if resumed
+                                                                             else [])
+        assert [r["step"] for r in read_metrics(base + "0/run") if r["kind"] == "train"] == [1] * resumed
+    # one shared out_dir, but --init-from run reads step 1 on rank 0 and step 2 on rank 1
+    train(_cfg(byte_data, base + "1/run", max_steps=2))
+    shared = str(tmp_path / "shared")
+    args = _cli_args(byte_data, shared, max_steps=2, parallel="fsdp", init_from="run")
+    (rc, _, err), = _launch(1, 2, args, script=[RANK_FOLDER, base], timeout=240)
+    assert rc != 0
+    assert ("error: init_from: the ranks of this job read different weights from 'run' (rank 0 read the checkpoint "
+            "of step 1, rank 1 that of step 2)") in err, err[-3000:]
+    _said_by_each_rank(err, "error: init_from: ")
+    assert not os.path.exists(shared)
 
 
 def test_async_save_lets_training_go_on_and_saves_the_state_of_its_own_step(byte_data, tmp_path, monkeypatch):

@@ -86,7 +86,7 @@ def _train_command(args: argparse.Namespace) -> int:
     except CheckpointWriteError as e:
         raise CheckpointWriteError(f"{e}; resume with: foxformer train --out {shlex.quote(cfg.out_dir)}") from None
     except PeerFailure as e:  # this rank stopped because another failed: that rank's message is the one to give
-        print(f"error: {e}", file=sys.stderr)
+        sys.stderr.write(f"error: {e}\n")  # one write, as foxformer.cli._say_error: every rank may say it at once
         return 2
     finally:
         from .distributed import shutdown

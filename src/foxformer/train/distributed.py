@@ -162,14 +162,6 @@ def all_reduce_sum(values: torch.Tensor) -> torch.Tensor:
     return values
 
 
-def all_reduce_mean(values: torch.Tensor) -> torch.Tensor:
-    if dist.is_initialized():
-        values = values.clone()
-        dist.all_reduce(values, op=dist.ReduceOp.SUM)
-        values /= dist.get_world_size()
-    return values
-
-
 def broadcast_object(obj, src: int = 0):
     if not dist.is_initialized():
         return obj

@@ -35,11 +35,12 @@ from . import checkpoint as ckpt
 from .card import training_facts
 from .config import (TrainConfig, config_fields, read_model_config, read_saved_config, run_model_config,
                      resume_conflicts, save_config, write_model_config)
-from .distributed import (DistInfo, all_reduce_mean, all_reduce_sum, barrier, broadcast_object, failures_reported,
-                          full_state_dicts, gather_objects, grad_sync, init_distributed, wrap_model)
-from .metrics import MetricsSink, device_peak_flops, eta_string, forget_gate_means, mfu
+from .distributed import (DistInfo, all_reduce_sum, barrier, broadcast_object, failures_reported, full_state_dicts,
+                          gather_objects, grad_sync, init_distributed, wrap_model)
+from .metrics import GateMeans, MetricsSink, device_peak_flops, eta_string, forget_gate_means, mfu
 from .optim import build_optimizer, learning_rate
-from .sharded import CheckpointWriter, ResumePoint, checkpoint_group, resolve_format
+from .sharded import (CheckpointWriter, ResumePoint, check_same_resume, check_shared_run_dir, checkpoint_group,
+                      resolve_format)
 
 StepHook = Callable[[int, dict], None]
 
@@ -95,9 +96,11 @@ def _init_source(cfg: TrainConfig, manifest: dict) -> tuple[dict, dict]:
     from .loading import load_model
 
     try:
-        model = load_model(cfg.init_from, device="cpu", dtype=torch.float32, progress=False).model
+        loaded = load_model(cfg.init_from, device="cpu", dtype=torch.float32, progress=False)
     except ValueError as e:
         raise ValueError(f"init_from: {e}") from None
+    model = loaded.model
+    _check_same_weights(cfg.init_from, model.state_dict(), loaded.step)
     if not isinstance(model, FoxForCausalLM):
         raise ValueError(f"init_from: {cfg.init_from!r} holds a {type(model).__name__}; foxformer trains "
                          f"FoxForCausalLM models (foxformer convert official turns the paper's checkpoints into one)")
@@ -121,6 +124,32 @@ def _init_source(cfg: TrainConfig, manifest: dict) -> tuple[dict, dict]:
         raise ValueError(f"init_from: model.mlp_ratio={ratio!r} cannot apply: the MLP of the model init_from names is "
                          f"{fields['intermediate_size']} wide, and its weights have that width; leave mlp_ratio out")
     return fields, model.state_dict()
+
+
+def _weights_identity(state_dict: dict) -> str:
+    """A fingerprint of a state dict's contents: names, shapes and a strided sample of each tensor (a few MiB of
+    reads even for billions of parameters; any two training steps differ throughout)."""
+    h = hashlib.sha256()
+    for name in sorted(state_dict):
+        flat = state_dict[name].detach().reshape(-1)
+        h.update(f"{name}:{tuple(state_dict[name].shape)}".encode())
+        h.update(flat[::max(1, flat.numel() // 4096)].to(torch.float64).numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def _check_same_weights(init_from: str, state_dict: dict, step: int | None) -> None:
+    """Each rank reads init_from itself, and FSDP2 keeps each rank's shard of what that rank read: a run that
+    committed a checkpoint while the ranks read it (or another folder of that name on each host) trained a mix
+    of two models without a word."""
+    ranks = gather_objects((_weights_identity(state_dict), step))
+    other = next((r for r, (identity, _) in enumerate(ranks) if identity != ranks[0][0]), None)
+    if other is None:
+        return
+    steps = (f" (rank 0 read the checkpoint of step {ranks[0][1]}, rank {other} that of step {ranks[other][1]})"
+             if ranks[0][1] != ranks[other][1] else "")
+    raise ValueError(f"init_from: the ranks of this job read different weights from {init_from!r}{steps}: a run that "
+                     f"saved a checkpoint meanwhile, or another folder of that name on each host; name one checkpoint "
+                     f"(--init-from RUN/checkpoints/step_N) on storage all hosts share (nothing was trained)")
 
 
 def _load_init_weights(model: torch.nn.Module, state_dict: dict, cfg: TrainConfig) -> None:
@@ -174,31 +203,40 @@ def _check_gradients_arrived(model: torch.nn.Module) -> None:
 
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, val: TokenDataset, n_seqs: int, micro_batch: int, info: DistInfo,
-             bf16: bool, loss_kwargs: dict | None = None) -> tuple[float, np.ndarray]:
+             bf16: bool, loss_kwargs: dict | None = None, gates: GateMeans | None = None) -> tuple[float, np.ndarray]:
     """Mean validation loss and per-position loss L(i) (fp64 [T-1]) over ``n_seqs`` sequences spread evenly
     over the validation split (so that many documents, not just the first, are represented). ``loss_kwargs``
     as the training step's: {"return_logits": False} computes the losses without the [B, T, V] logits.
+    ``gates``: the forget_gate_means of the block around the call, told which rows of each forward count.
 
-    Sequences are dealt to ranks in equal numbers (every rank must run the same forwards under FSDP); a split
-    with fewer sequences than ranks deals some of them twice.
+    The sequences are the same for any world size, so a run resumed on another number of ranks goes on with
+    comparable validation losses (rounding their count to a multiple of the ranks gave others, and another
+    loss for the same weights). Every rank runs as many forwards (FSDP's gathers need it): a rank with fewer
+    sequences fills its last rows with copies that are left out of the sums.
     """
     world = info.world_size
     # Raising here stopped the run at its first evaluation, before the checkpoint, on every resume.
-    n_seqs = max(world, min(n_seqs, len(val)) // world * world)
+    n_seqs = max(1, min(n_seqs, len(val)))
     chosen = np.linspace(0, len(val) - 1, n_seqs).round().astype(int)
     mine = [int(j) for j in chosen[info.rank::world]]
+    counted = len(mine)
+    mine += [int(chosen[0])] * (-(-n_seqs // world) - counted)
     was_training = model.training
     model.eval()
     sums = torch.zeros(val.seq_len - 1, dtype=torch.float64, device=info.device)
     for i in range(0, len(mine), micro_batch):
         idx = mine[i:i + micro_batch]
+        real = max(0, min(len(idx), counted - i))  # the copies come last
+        if gates is not None:
+            gates.rows = real
         x = torch.from_numpy(np.stack([val.sequence(j) for j in idx])).to(info.device)
         with _autocast(info.device, bf16):
             per_tok = model(x, labels=x, loss_reduction="none", **(loss_kwargs or {})).loss  # [B, T-1]
-        sums += per_tok.double().sum(0)
+        sums += per_tok[:real].double().sum(0)
+    if gates is not None:
+        gates.rows = None
     model.train(was_training)
-    per_pos = all_reduce_mean(sums * world) / n_seqs if info.enabled else sums / n_seqs
-    per_pos = per_pos.cpu().numpy()
+    per_pos = (all_reduce_sum(sums) / n_seqs).cpu().numpy()
     return float(per_pos.mean()), per_pos
 
 
@@ -377,6 +415,7 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, held: con
     plan = make_plan(cfg, info.world_size, device.type)
     try:
         resume_path = _resolve_resume(cfg)
+        check_same_resume(cfg.out_dir, resume_path, info, writer.group)
         _check_saved_config(cfg, resume_path is not None)
         loaded = ResumePoint(resume_path, info, writer.group) if resume_path else None  # verifies hashes first
     except ckpt.CheckpointError as e:
@@ -446,6 +485,7 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, held: con
     busy = broadcast_object(busy)
     if busy:
         raise ValueError(busy)
+    check_shared_run_dir(cfg.out_dir, info, writer.group)
     if info.is_main:
         if loaded is not None:  # resume=<older checkpoint>: newer step folders must not win over this lineage
             for moved in ckpt.adopt_checkpoint(cfg.out_dir, resume_path, step):
@@ -473,13 +513,13 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, held: con
     def run_eval() -> dict:
         try:
             with forget_gate_means(model) as gates:
-                loss, _ = evaluate(model, val_ds, eval_seqs, plan.micro_batch, info, bf16, loss_kwargs)
+                loss, _ = evaluate(model, val_ds, eval_seqs, plan.micro_batch, info, bf16, loss_kwargs, gates)
         except NonFiniteValueError as e:
             raise _diverged(cfg, step, f"the validation forward pass overflowed ({e})") from None
         if not math.isfinite(loss):  # a model that gives NaN on held-out text is no checkpoint to keep
             raise _diverged(cfg, step, f"the validation loss is {loss:g}")
         rec = {"kind": "eval", "step": step, "tokens": tokens, "val_loss": loss}
-        log_f = gates.result(all_reduce_mean)
+        log_f = gates.result(all_reduce_sum)
         if log_f is not None:  # [layers][heads]: the gates' course over training (eval compare's training.png)
             rec["gate_log_f"] = log_f
         if sink is not None:

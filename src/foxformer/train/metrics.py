@@ -64,19 +64,27 @@ def eta_string(seconds: float | None) -> str:
 
 
 class GateMeans:
-    """Sums of log f per layer and head over the tokens that the forwards inside ``forget_gate_means`` read."""
+    """Sums of log f per layer and head over the tokens that the forwards inside ``forget_gate_means`` read.
+    ``rows``: how many leading rows of the next forwards count (None: all); a rank pads its last batch of an
+    evaluation with copies of sequences that the others read."""
 
     def __init__(self, num_gates: int):
         self.sums: list[Optional[torch.Tensor]] = [None] * num_gates
         self.tokens = 0
+        self.rows: Optional[int] = None
 
     def result(self, reduce: Callable[[torch.Tensor], torch.Tensor] | None = None) -> Optional[list]:
-        """Mean log f, [layers][heads] as lists (None for a model without forget gates); ``reduce``
-        averages over ranks (every rank read as many tokens)."""
-        if not self.sums or self.sums[0] is None or not self.tokens:
+        """Mean log f, [layers][heads] as lists (None for a model without forget gates); ``reduce`` sums over
+        ranks (every rank calls it, also one whose rows were all copies: ranks may read unequal token counts)."""
+        if not self.sums or self.sums[0] is None:
             return None
-        means = torch.stack(self.sums) / self.tokens
-        return (reduce(means) if reduce is not None else means).cpu().tolist()
+        sums = torch.stack(self.sums)
+        totals = torch.cat([sums.flatten(), sums.new_tensor([float(self.tokens)])])
+        if reduce is not None:
+            totals = reduce(totals)
+        if not totals[-1]:
+            return None
+        return (totals[:-1] / totals[-1]).reshape(sums.shape).cpu().tolist()
 
 
 @contextlib.contextmanager
@@ -88,7 +96,8 @@ def forget_gate_means(model: torch.nn.Module):
 
     def hook(i: int):
         def fn(module, inputs, log_f):
-            total = log_f.detach().double().sum(dim=(0, 1))
+            log_f = log_f.detach()[:acc.rows]
+            total = log_f.double().sum(dim=(0, 1))
             acc.sums[i] = total if acc.sums[i] is None else acc.sums[i] + total
             if i == 0:
                 acc.tokens += log_f.shape[0] * log_f.shape[1]

@@ -17,8 +17,10 @@ import datetime
 import json
 import os
 import shutil
+import socket
 import struct
 import sys
+import uuid
 import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -54,6 +56,48 @@ def checkpoint_group(info: DistInfo, timeout_minutes: float):
     if not info.enabled:
         return None
     return dist.new_group(backend="gloo", timeout=datetime.timedelta(minutes=timeout_minutes))
+
+
+def _not_one_folder(run_dir: str, what: str) -> ValueError:
+    return ValueError(f"out_dir: the processes of this job do not see one folder {run_dir!r} (a local disk on each "
+                      f"host?): {what}; every process writes its part of each checkpoint there and reads all of them "
+                      f"to resume, so give --out a folder on storage all hosts share, at the same path on each "
+                      f"(nothing was trained)")
+
+
+def check_same_resume(run_dir: str, path: str | None, info: DistInfo, group) -> None:
+    """Every rank must resume from the one checkpoint: a rank that found none (or another) went on while the
+    others waited for it in the resume's collectives, until the timeout ended the job with gloo's words."""
+    if not info.enabled:
+        return
+    paths = gather_objects(path, group)
+    other = next((r for r, p in enumerate(paths) if p != paths[0]), None)
+    if other is not None:
+        raise _not_one_folder(run_dir, f"they find different checkpoints to resume from in it (rank 0: "
+                                       f"{paths[0] or 'none'}, rank {other}: {paths[other] or 'none'})")
+
+
+def check_shared_run_dir(run_dir: str, info: DistInfo, group) -> None:
+    """Stop a job whose ranks write into different folders of one name before it trains (rank 0 holds the run's
+    lock): its sharded checkpoints failed only at the first save, an interval into the run, with advice about
+    disk space."""
+    if not info.enabled:
+        return
+    probe = None
+    if info.is_main:
+        # a name no rank looked up before (network file systems cache a lookup that failed); under checkpoints/,
+        # where a save clears what a crash here would leave
+        probe = os.path.join(ckpt.checkpoint_root(run_dir), f".tmp-ranks-{uuid.uuid4().hex}")
+        os.makedirs(probe)
+    probe = gather_objects(probe, group)[0]
+    seen = gather_objects((os.path.isdir(probe), socket.gethostname()), group)
+    if info.is_main:
+        os.rmdir(probe)
+    blind = [f"rank {r} on host {host}" for r, (ok, host) in enumerate(seen) if not ok]
+    if blind:
+        shown = ", ".join(blind[:4]) + (f" and {len(blind) - 4} more" if len(blind) > 4 else "")
+        raise _not_one_folder(run_dir, f"{shown} {'does' if len(blind) == 1 else 'do'} not see what rank 0 on "
+                                       f"host {seen[0][1]} creates in it")
 
 
 class CheckpointWriter:
