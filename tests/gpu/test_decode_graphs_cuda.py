@@ -147,3 +147,21 @@ def test_the_fused_input_projections_match_the_separate_ones_in_bf16(name):
             model(prompt[:, :39], cache=cache)
             apart = model(prompt[:, 39:], cache=cache).logits
     torch.testing.assert_close(fused, apart.detach(), rtol=3e-2, atol=3e-2)
+
+
+def test_streams_with_different_gate_shifts_alternate_through_graphs():
+    """A stream holds its fgate_bias_shift only during its own forwards and puts the same shift tensors back each
+    time, so the graphs it captured read its shift on every replay: a plain and a shifted stream consumed side by
+    side (zip) each give their own eager tokens, and the model keeps no shift afterwards."""
+    model, _ = _model("fox-pro")
+    prompt = torch.randint(0, 512, (2, 400), device="cuda", generator=torch.Generator("cuda").manual_seed(11))
+    opts = dict(max_new_tokens=80, temperature=0)
+    plain_ref, _ = _stream(model, prompt, "eager", **opts)
+    shifted_ref, _ = _stream(model, prompt, "eager", fgate_bias_shift=4.0, **opts)
+    assert not torch.equal(plain_ref, shifted_ref)  # the shift moves these heads' memory enough to change tokens
+    plain = stream_tokens(model, prompt, GenerationConfig(decode="graphs", **opts))
+    shifted = stream_tokens(model, prompt, GenerationConfig(decode="graphs", fgate_bias_shift=4.0, **opts))
+    both = [(a, b) for a, b in zip(plain, shifted)]
+    assert torch.equal(torch.stack([a for a, _ in both], 1), plain_ref)
+    assert torch.equal(torch.stack([b for _, b in both], 1), shifted_ref)
+    assert all(layer.attn.fgate.bias_shift is None for layer in model.model.layers)
