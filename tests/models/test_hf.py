@@ -125,6 +125,15 @@ def test_a_misspelled_forward_argument_warns_once_naming_it():
     assert all(w.filename == __file__ for w in caught if "unknown keyword" in str(w.message))
 
 
+def test_a_bidirectional_request_is_refused():
+    """is_causal=False (a name transformers' typed kwargs carry) ran causal attention without a word."""
+    model, ids = make_model("fox-pro-tiny"), tokens(1, 6)
+    for forward in (model, model.model):
+        with pytest.raises(ValueError, match="is_causal=False, but foxformer's attention is causal"):
+            forward(ids, is_causal=False)
+    torch.testing.assert_close(model(ids, is_causal=True).logits, model(ids).logits)
+
+
 def test_generate_trainer_and_peft_pass_nothing_the_warning_names(tmp_path):
     """The warning must not fire for what transformers itself passes: generate (greedy, sampling, beams, a
     left-padded batch, chunked prefill), Trainer with gradient accumulation (num_items_in_batch) and a PEFT

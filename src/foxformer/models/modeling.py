@@ -261,7 +261,11 @@ class FoxPreTrainedModel(PreTrainedModel):
         """forward's **kwargs (transformers' Trainer passes num_items_in_batch only to a forward that has them)
         swallowed a misspelled argument without a word: `attention_maks=mask` ran unmasked. Once per model and
         name (training calls forward every step); a warning, not an error, for callers that pass more than
-        HF_FORWARD_KWARGS knows."""
+        HF_FORWARD_KWARGS knows. is_causal=False (one of those names) is refused: the attention is causal
+        whatever is asked, and a bidirectional request ran causal without a word."""
+        if kwargs.get("is_causal") is False:
+            raise ValueError(f"{type(self).__name__}.forward: is_causal=False, but foxformer's attention is causal "
+                             f"(the forget gate decays along one direction); leave it out")
         unknown = [k for k in kwargs if k not in HF_FORWARD_KWARGS and k not in getattr(self, "_said_kwargs", ())]
         if not unknown:
             return
