@@ -55,14 +55,15 @@ class TokenDataset:
         self.split, self.seq_len, self.roll, self.seed = split, seq_len, roll, seed
         path = os.path.join(data_dir, info["file"])
         dtype = np.dtype(manifest["dtype"])
-        damage = split_damage(data_dir, manifest, split)
+        arrays: dict = {}
+        damage = split_damage(data_dir, manifest, split, arrays)
         if damage:
             raise ValueError(f"data: {damage}; the dataset is damaged, prepare it again (the same `foxformer data "
                              f"prepare` command rebuilds it)")
         self.tokens = np.memmap(path, dtype=dtype, mode="r") if info["tokens"] else np.zeros(0, dtype)
-        self.doc_offsets = np.load(os.path.join(data_dir, info["index"]))
+        self.doc_offsets = arrays["index"]
         # each document's index into manifest["sources"] (None for datasets prepared before it was kept)
-        self.doc_sources = np.load(os.path.join(data_dir, info["sources"])) if "sources" in info else None
+        self.doc_sources = arrays.get("sources")
         self.n_sequences = int(self.tokens.size // seq_len)
         if self.n_sequences == 0:
             # an empty val split comes from `data prepare --val-fraction 0`, or from a single document (the split

@@ -98,10 +98,11 @@ def read_manifest(out_dir: str) -> dict | None:
     return manifest
 
 
-def split_damage(out_dir: str, manifest: dict, split: str) -> str | None:
+def split_damage(out_dir: str, manifest: dict, split: str, arrays: dict | None = None) -> str | None:
     """How the files of ``split`` disagree with the manifest, in words; None when they agree. A cut-short token
     file (a full disk, a partial copy) or a document index of another build would give sequences and document
-    boundaries that are not the documents'."""
+    boundaries that are not the documents'. ``arrays``: a dict that receives the document and source indexes
+    read for the check ("index", "sources"), so that the dataset does not read them again."""
     info = manifest["split"][split]
     path = os.path.join(out_dir, info["file"])
     want = info["tokens"] * np.dtype(manifest["dtype"]).itemsize
@@ -109,7 +110,7 @@ def split_damage(out_dir: str, manifest: dict, split: str) -> str | None:
         return f"{path} is missing"
     if os.path.getsize(path) != want:
         return f"{path} has {os.path.getsize(path)} bytes, the manifest expects {want}"
-    arrays = {}
+    arrays = {} if arrays is None else arrays
     for key, shape in (("index", (info["docs"] + 1,)), ("sources", (info["docs"],))):
         if key not in info:  # datasets written before the source index was kept
             continue

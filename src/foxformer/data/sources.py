@@ -86,10 +86,6 @@ def _file_kind(path: str) -> str | None:
     return None
 
 
-def _list_files(path: str) -> list[str]:
-    return _scan(path)[0]
-
-
 def _scan(path: str) -> tuple[list[str], dict[str, int]]:
     """The document files of ``path``, and the number of a folder's other files by extension."""
     if os.path.isfile(path):
@@ -347,5 +343,5 @@ def iter_documents(spec: str, text_field: str = "text") -> Iterator[Document]:
     elif info.kind == "hf":
         yield from _iter_hf(spec, text_field)
     else:
-        for path in _list_files(spec):
+        for path in _scan(spec)[0]:
             yield from _iter_file(path, spec, text_field)

@@ -276,23 +276,24 @@ def _text_pieces(tokens: Iterator[int], tokenizer) -> Iterator[str]:
     window: list[int] = []  # the last piece's ids, then the ids not handed out yet
     shown = 0               # how many of window are the last piece's
     head = ""               # their text
+
+    def added(text: str) -> str:
+        # the new ids changed the last piece's text, which is out: theirs alone
+        return text[len(head):] if text.startswith(head) else tokenizer.decode(window[shown:])
+
     for tok in tokens:
         window.append(tok)
         text = tokenizer.decode(window)
         if text.endswith("\ufffd") or (ends_open is not None and ends_open(window)):
             continue
-        if text.startswith(head):
-            piece = text[len(head):]
-        else:  # the new ids changed the last piece's text, which is out: theirs alone
-            piece = tokenizer.decode(window[shown:])
+        piece = added(text)
         if piece:
             yield piece
             window = window[shown:]
             shown = len(window)
             head = tokenizer.decode(window)
     if len(window) > shown:
-        text = tokenizer.decode(window)
-        piece = text[len(head):] if text.startswith(head) else tokenizer.decode(window[shown:])
+        piece = added(tokenizer.decode(window))
         if piece:
             yield piece
 
