@@ -268,6 +268,8 @@ def test_bench_decode_plain_fox_row_keeps_every_key(config_eps):
     pytest.param("--batches", "0", id="batch-zero"),
     pytest.param("--gate-tmax", "0", id="gate-tmax-zero"),
     pytest.param("--evict-qk-bound", "-1", id="evict-qk-bound-negative"),
+    pytest.param("--warmup", "-3", id="warmup-negative"),
+    pytest.param("--num-splits", "0", id="num-splits-zero"),
 ])
 def test_bench_decode_refuses_bad_numbers_up_front(tmp_path, capsys, option, value):
     """These ended in tracebacks after the models were built: 'evict_eps must be in (0, 1)' from
@@ -277,6 +279,26 @@ def test_bench_decode_refuses_bad_numbers_up_front(tmp_path, capsys, option, val
             "--out", str(tmp_path / "b.json"), option, value]
     assert main(args) == 2
     assert f"error: {option}" in capsys.readouterr().err
+    assert not (tmp_path / "b.json").exists()
+
+
+@pytest.mark.parametrize("extra, said", [
+    pytest.param(["--kernel", "--model", "MODEL"], "--kernel times the attention op at a preset's head shape",
+                 id="kernel-with-a-model"),
+    pytest.param(["--num-splits", "2"], "--num-splits sets the key splits of the decode op's rows under --kernel",
+                 id="num-splits-without-kernel"),
+    pytest.param(["--gates", "init", "--gate-tmax", "100"], "--gates init keeps the initial ones",
+                 id="gate-tmax-with-init-gates"),
+    pytest.param(["--model", "MODEL", "--gate-tmax", "100"], "a --model keeps its trained gates",
+                 id="gate-tmax-with-a-model"),
+])
+def test_bench_decode_refuses_options_it_would_drop(hf_dir, tmp_path, capsys, extra, said):
+    """Each was ignored without a word: --kernel with --model timed the op at the default preset's (125M) head shape,
+    not the model's; --num-splits without --kernel and --gate-tmax on gates it does not set changed nothing."""
+    args = ["bench", "decode", "--preset", "fox-pro-tiny", "--vocab-size", "257", "--contexts", "48", "--batches", "1",
+            "--steps", "1", "--warmup", "0", "--device", "cpu", "--no-baseline", "--out", str(tmp_path / "b.json")]
+    assert main(args + [hf_dir if a == "MODEL" else a for a in extra]) == 2
+    assert said in capsys.readouterr().err.splitlines()[-1]
     assert not (tmp_path / "b.json").exists()
 
 

@@ -217,9 +217,12 @@ def _check_decode(args) -> None:
     for name in ("steps", "prefill_chunk"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
-    for name in ("contexts", "batches"):
-        if any(n < 1 for n in getattr(args, name)):
-            raise ValueError(f"--{name} must all be >= 1, got {getattr(args, name)}")
+    # a negative count ran no warm-up and sized the cache short of the steps (a misleading evict_max_len error)
+    if args.warmup < 0:
+        raise ValueError(f"--warmup must be >= 0, got {args.warmup}")
+    for name in ("contexts", "batches", "num_splits"):
+        if any(n < 1 for n in getattr(args, name) or ()):
+            raise ValueError(f"--{name.replace('_', '-')} must all be >= 1, got {getattr(args, name)}")
     check_eviction(args.evict_eps, args.evict_qk_bound, label="--{}")
     if args.gate_tmax is not None and not (args.gate_tmax > 0 and math.isfinite(args.gate_tmax)):
         raise ValueError(f"--gate-tmax must be a finite number > 0, got {args.gate_tmax}")
@@ -235,6 +238,18 @@ def _check_decode(args) -> None:
         raise ValueError(f"--anchors names an anchor more than once: {args.anchors!r}")
     if args.profile and args.kernel:
         raise ValueError("--profile profiles whole-model decode steps; --kernel times the attention op alone")
+    # Each of these was dropped without a word: --kernel timed the op at --preset's head shape whatever --model was,
+    # --num-splits applies to --kernel rows only, and --gate-tmax shapes the gates --gates realistic sets on a preset.
+    if args.kernel and args.model:
+        raise ValueError("--kernel times the attention op at a preset's head shape, not a --model's: pass --preset "
+                         "(the preset of the model's shape) instead of --model")
+    if args.num_splits is not None and not args.kernel:
+        raise ValueError("--num-splits sets the key splits of the decode op's rows under --kernel; add --kernel, or "
+                         "leave --num-splits out")
+    if args.gate_tmax is not None and (args.model or args.gates != "realistic"):
+        kept = "a --model keeps its trained gates" if args.model else "--gates init keeps the initial ones"
+        raise ValueError(f"--gate-tmax sets the timescales of the gates --gates realistic gives a --preset; {kept}: "
+                         "leave it out")
 
 
 def configure_decode(p: argparse.ArgumentParser) -> None:
