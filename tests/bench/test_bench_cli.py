@@ -92,13 +92,13 @@ def test_the_json_says_how_and_where_it_was_measured(name, tmp_path):
 
 
 DEVICES = [("attention", "cuda"), ("model", "cuda"), ("model", "cuda:1"), ("model", "gpu"), ("decode", "cuda"),
-           ("decode", "cuda:0"), ("decode", "gpu")]
+           ("decode", "cuda:0"), ("decode", "gpu"), ("decode", "meta"), ("model", "mps")]
 
 
 @pytest.mark.parametrize("name,device", DEVICES)
 def test_a_device_this_machine_lacks_is_one_error_line(name, device, monkeypatch, capsys):
-    """Not a traceback (a CPU-only torch's AssertionError, torch.device's RuntimeError), and before any model is
-    built."""
+    """Not a traceback (a CPU-only torch's AssertionError, torch.device's RuntimeError, a meta tensor's value read
+    back), and before any model is built."""
     import torch
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)

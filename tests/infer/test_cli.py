@@ -100,6 +100,18 @@ def test_generate_on_a_missing_gpu_is_a_one_line_error(hf_dir, capsys, device):
     assert "CUDA is not available" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("device", ["meta", "mps"])
+@pytest.mark.parametrize("command", ["generate", "bench-decode"])
+def test_a_device_type_the_code_does_not_run_on_is_a_one_line_error(hf_dir, tmp_path, capsys, command, device):
+    """torch knows these names, so they passed the device check: 'meta' ended in a traceback from the first value
+    a forward read back, 'mps' in torch's 'not linked with support for mps devices'."""
+    args = (["generate", hf_dir, "--prompt", "x", "--tokenizer", "bytes"] if command == "generate" else
+            ["bench", "decode", "--preset", "fox-pro-tiny", "--out", str(tmp_path / "b.json")])
+    assert main(args + ["--device", device]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines()[-1] == f"error: device: expected 'auto', 'cpu', 'cuda' or 'cuda:N', got '{device}'", err
+
+
 def test_bias_shift_command(hf_dir, tmp_path, capsys):
     src = tmp_path / "doc.txt"
     src.write_text("The quick brown fox jumps over the lazy dog. " * 4)

@@ -18,9 +18,11 @@ import statistics
 import torch
 import torch.nn.functional as F
 
+from foxformer.train.distributed import resolve_device
+
 from .cli import PROVIDERS, attention_defaults
 from ..paths import write_json
-from .common import bench_device, environment, print_table, run_record, time_ms, write_profile
+from .common import environment, print_table, run_record, time_ms, write_profile
 
 # The backend of each foxformer provider (PROVIDERS, in bench/cli.py, says what they are).
 _BACKEND_OF = {"foxformer": "auto", "gluon": "gluon", "triton": "triton"}
@@ -190,7 +192,7 @@ def bench_case(provider, B, T, Hq, Hkv, D, dtype=torch.bfloat16, device="cuda", 
 
 def run(args) -> int:
     args = attention_defaults(args)
-    bench_device(args.device)
+    resolve_device(args.device, "--device")
     # A CPU computes the op in float32 (reference.py), so the CPU rows time float32 inputs.
     dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
     providers, shapes = args.providers, args.configs

@@ -29,23 +29,6 @@ def environment() -> dict:
     return env
 
 
-def bench_device(name: str | None) -> torch.device:
-    """--device as a torch.device: None or "auto" the GPU where there is one, else the CPU. ValueError for a name
-    torch does not know or a CUDA device this machine lacks (each ended in torch's traceback: an AssertionError
-    from a CPU-only torch)."""
-    if name in (None, "auto"):
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise ValueError(f"--device: not a torch device: {name!r}") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"--device {name}: this machine has no CUDA GPU (torch {torch.__version__}): use --device cpu")
-    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
-        raise ValueError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA GPU(s)")
-    return device
-
-
 def run_record(args, benchmark: str) -> dict:
     """How a result was asked for: ``foxformer bench <benchmark>`` and every option's value as it ran (defaults filled
     in), stored beside ``environment()`` in each benchmark's JSON (a run with --backend triton read like one with

@@ -32,9 +32,10 @@ import torch
 from tqdm import tqdm
 
 from foxformer.models.calls import fox_blocks
+from foxformer.train.distributed import resolve_device
 
 from ..paths import write_json
-from .common import bench_device, environment, print_table, run_record
+from .common import environment, print_table, run_record
 from .decode_steps import HF_PATHS, copy_bandwidth, measure_decode
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -138,7 +139,7 @@ def evict_skip_reason(model, evict_eps: float, qk_bound: Optional[float]) -> Opt
 
 
 def run(args) -> dict:
-    device = bench_device(args.device)
+    device = resolve_device(args.device, "--device")
     dtype = DTYPES[args.dtype] if args.dtype != "auto" else (torch.bfloat16 if device.type == "cuda" else torch.float32)
     if args.kernel:
         from foxformer.models import get_preset

@@ -23,11 +23,12 @@ from tqdm import tqdm
 from foxformer.models import FoxForCausalLM, count_non_embedding, get_preset, training_flops_per_token
 from foxformer.models.config import FoxConfig
 from foxformer.train.config import parse_overrides
+from foxformer.train.distributed import resolve_device
 from foxformer.train.metrics import mfu, peak_flops
 
 from .cli import configure_model
 from ..paths import write_json
-from .common import bench_device, environment, gluon_fwd_options, run_record, write_profile
+from .common import environment, gluon_fwd_options, run_record, write_profile
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -136,7 +137,7 @@ def _check(args: argparse.Namespace) -> tuple[list[tuple[str, str, dict, FoxConf
         raise ValueError(f"--peak-flops must be > 0, got {args.peak_flops}")
     if args.vocab_size is not None and args.vocab_size < 1:
         raise ValueError(f"--vocab-size must be >= 1, got {args.vocab_size}")
-    bench_device(args.device)
+    resolve_device(args.device, "--device")
     overrides = {"attention_backend": args.backend}
     if args.vocab_size:
         overrides["vocab_size"] = args.vocab_size
@@ -195,7 +196,7 @@ def _measure_settings(model, cfg, args, name, batch, dtype, device, loss_kwargs,
 
 
 def _run(args: argparse.Namespace, specs, overrides) -> int:
-    device = bench_device(args.device)
+    device = resolve_device(args.device, "--device")
     dtype = DTYPES[args.dtype]
     batch = args.tokens_per_step // args.context
     entries = []

@@ -50,19 +50,24 @@ _FAILED_KEY = "foxformer/failed/{}"
 _REPORT_GRACE_S = 5.0
 
 
-def resolve_device(device: str | torch.device | None = None) -> torch.device:
-    """"auto"/None -> cuda if available else cpu; a GPU the machine does not have is a ValueError."""
+def resolve_device(device: str | torch.device | None = None, label: str = "device") -> torch.device:
+    """"auto"/None -> cuda if available else cpu; a GPU the machine does not have, or a device type other than cpu
+    and cuda, is a ValueError whose message starts with ``label`` (the setting's name: "--device" for a flag)."""
     if device is None or device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
         dev = torch.device(device)
-    except (RuntimeError, TypeError) as e:
-        raise ValueError(f"device: expected 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}") from e
+    except (RuntimeError, TypeError):
+        dev = None
+    # torch knows more device types ('meta', 'mps', ...) than the code runs on: 'meta' ended in a traceback
+    # from the first value a forward read back, 'mps' in "PyTorch is not linked with support for mps devices"
+    if dev is None or dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"{label}: expected 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}")
     # here, before a run or a model load starts: torch's own message comes later, as an assertion deep inside it
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device: {device!r} requested but CUDA is not available (use 'cpu' or 'auto')")
+        raise ValueError(f"{label}: {device!r} requested but CUDA is not available (use 'cpu' or 'auto')")
     if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
-        raise ValueError(f"device: {device!r} requested but this machine has {torch.cuda.device_count()} GPU(s)")
+        raise ValueError(f"{label}: {device!r} requested but this machine has {torch.cuda.device_count()} GPU(s)")
     return dev
 
 
