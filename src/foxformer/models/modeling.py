@@ -356,7 +356,8 @@ class FoxModel(FoxPreTrainedModel):
         hint = min(int(total_len or 0), cfg.max_position_embeddings)
         layers = [RecurrentState() if linear else DenseKV(hint) if d is None else PagedKV(d, max_len or hint)
                   for d in deltas]
-        return FoxCache(layers, max_len=max_len, policy=policy if evicting else None, decode=decode)
+        return FoxCache(layers, max_len=max_len, policy=policy if evicting else None, decode=decode,
+                        bound_len=n_keys if evicting and max_len is None else None)
 
     def set_input_embeddings(self, value: nn.Embedding) -> None:
         self.embed_tokens = value
@@ -453,7 +454,8 @@ class FoxModel(FoxPreTrainedModel):
             raise ValueError("use_cache: a packed batch (cu_seqlens) holds several sequences in one row, which no "
                              "cache can continue; pass the sequences as rows of a batch to decode them")
         if use_cache and cache is None:
-            cache = self.new_cache()
+            # sized, and its eviction bound derived, for this input at least (a prompt past max_position_embeddings)
+            cache = self.new_cache(total_len=x.shape[1])
         # use_cache=False only means "build no cache" (as in transformers): a cache passed in holds the
         # prefix, and dropping it would attend to the new tokens alone.
         B, T, _ = x.shape
@@ -461,10 +463,8 @@ class FoxModel(FoxPreTrainedModel):
             cache.check_fits(self.config.num_layers, B, self.config.num_kv_heads, self.config.head_dim,
                              recurrent=self.config.attention == "linear")
         past_len = cache.seq_len if cache is not None else 0
-        if cache is not None and cache.max_len is not None and past_len + T > cache.max_len:
-            raise ValueError(f"evict_max_len: the cache evicts for sequences of at most N = {cache.max_len} "
-                             f"tokens, this input takes it to {past_len + T}, where its eps tolerance no longer "
-                             "holds; build the cache with an evict_max_len that covers the whole sequence")
+        if cache is not None:
+            cache.check_length(past_len + T)
         starts, positions = self._positions(B, T, past_len, attention_mask, position_ids, cu_seqlens, x.device)
         scan = cache.next_scan(T) if cache is not None else True
         if cache is not None and T == 1 and past_len and starts is None and not output_hidden_states:

@@ -1,6 +1,7 @@
 """Eviction: the output stays within 2 * eps * max|v| of exact attention, the cache shrinks on
 strongly forgetting heads and keeps long heads whole, buffers grow by doubling and compact rarely."""
 import math
+import warnings
 
 import pytest
 import torch
@@ -315,6 +316,25 @@ def test_hf_generate_bound_covers_the_whole_generation(max_new_tokens, n):
     assert out.sequences.shape[1] == 10 + max_new_tokens
     want = EvictionPolicy(1e-3).deltas([block.attn.eviction_bound(None) for block in model.model.layers], n)
     assert [layer.delta for layer in out[CACHE_FIELD].layers] == pytest.approx(want)
+
+
+def test_a_cache_the_forward_builds_covers_its_input_and_warns_once_past_its_n():
+    """model(ids, use_cache=True) with the config's evict_eps built its cache with N = max_position_embeddings: a
+    40-token prompt on a 16-position model, and every token after it, evicted as if no sequence were longer than 16
+    (the eps tolerance void) without a word. N now covers the input, and a continuation past it warns once."""
+    model = make_model("fox-pro-tiny", gate_bias=[-3.0, -3.0, 8.0, -3.0], max_position_embeddings=16)
+    model.config.evict_eps = 1e-3
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        out = model(tokens(1, 40), use_cache=True)
+        assert not said
+        for _ in range(3):
+            model(tokens(1, 1), past_key_values=out.cache, use_cache=True)
+    want = EvictionPolicy(1e-3).deltas([block.attn.eviction_bound(None) for block in model.model.layers], 40)
+    assert [layer.delta for layer in out.cache.layers] == pytest.approx(want)
+    assert [str(w.message).split(",")[0] for w in said] == [
+        "eviction: the cache now holds 41 tokens"], [str(w.message) for w in said]
+    assert "more than the N = 40 its bound was derived for" in str(said[0].message)
 
 
 def test_beam_reorder_copies_only_the_live_pages():

@@ -8,6 +8,7 @@ and generate only needs ``get_seq_length``, ``reorder_cache`` and the model's ow
 """
 from __future__ import annotations
 
+import warnings
 from typing import Optional, Sequence
 
 import torch
@@ -23,19 +24,23 @@ class FoxCache:
     decode: "auto" (one-token steps replay CUDA graphs where they can, else run eagerly), "graphs" (the
     same, saying why when they cannot), "compiled" (graphs of the torch.compile'd step), "static" (the
     graph-safe step without capture: what graphs replay, runnable on the CPU), "eager". ``decode_note``
-    says why steps ran eagerly, if they did."""
+    says why steps ran eagerly, if they did. bound_len: the N the eviction bound was derived for when the cache
+    chose it (max_position_embeddings, or the length announced to ``new_cache``); past it the model warns once."""
 
     is_compileable = False
     is_croppable = False
     DECODE_MODES = ("auto", "graphs", "compiled", "static", "eager")
 
     def __init__(self, layers: Sequence[LayerState], max_len: Optional[int] = None,
-                 policy: Optional[EvictionPolicy] = None, decode: str = "auto") -> None:
+                 policy: Optional[EvictionPolicy] = None, decode: str = "auto",
+                 bound_len: Optional[int] = None) -> None:
         if decode not in self.DECODE_MODES:
             raise ValueError(f"decode: expected one of {', '.join(self.DECODE_MODES)}, got {decode!r}")
         self.layers = list(layers)
         self.seq_len = 0
         self.max_len = None if max_len is None else int(max_len)
+        self.bound_len = None if bound_len is None else int(bound_len)
+        self.said_past_bound = False
         self.policy = policy
         self.decode = decode
         self.decode_steps = 0        # one-token steps: every EVICT_EVERY-th scans for dead keys
@@ -69,6 +74,22 @@ class FoxCache:
             return True
         self.decode_steps += 1
         return self.decode_steps % EVICT_EVERY == 0
+
+    def check_length(self, total: int) -> None:
+        """Before a forward takes the cache to ``total`` tokens: past an explicit max_len a ValueError, past the
+        bound_len the cache chose a warning (once): the eps tolerance of eviction holds for N tokens only."""
+        if self.max_len is not None and total > self.max_len:
+            raise ValueError(f"evict_max_len: the cache evicts for sequences of at most N = {self.max_len} "
+                             f"tokens, this input takes it to {total}, where its eps tolerance no longer "
+                             "holds; build the cache with an evict_max_len that covers the whole sequence")
+        if self.bound_len is not None and total > self.bound_len and not self.said_past_bound:
+            # A cache a forward built for itself, continued past max_position_embeddings, evicted for N =
+            # max_position_embeddings without a word. Not an error: FoX may go there, and the keys kept are exact.
+            self.said_past_bound = True
+            warnings.warn(f"eviction: the cache now holds {total} tokens, more than the N = {self.bound_len} its "
+                          f"bound was derived for, so the keys it evicts may carry more than eps of a row's "
+                          f"attention; announce the whole length (new_cache(total_len=...), or evict_max_len)",
+                          stacklevel=3)
 
     def check_fits(self, num_layers: int, batch: int, num_kv_heads: int, head_dim: int,
                    recurrent: bool = False) -> None:
