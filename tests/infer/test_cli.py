@@ -125,6 +125,25 @@ def test_bias_shift_command(hf_dir, tmp_path, capsys):
     assert (tmp_path / "shift.png").exists()
 
 
+@pytest.mark.parametrize("option, value, said", [
+    pytest.param("--bins", "0", "bins: expected a positive number of position bins, got 0", id="no-bins"),
+    pytest.param("--train-len", "0", "train_len: expected the training context, a positive number of tokens, got 0",
+                 id="train-len-zero"),
+    pytest.param("--train-len", "-5", "train_len: expected the training context, a positive number of tokens, got -5",
+                 id="train-len-negative"),
+])
+def test_bias_shift_refuses_settings_it_would_misread(hf_dir, tmp_path, capsys, option, value, said):
+    """--bins 0 wrote a result and a plot without a single bin; --train-len 0 or -5 was read as no training length,
+    every position counted as within it."""
+    src = tmp_path / "doc.txt"
+    src.write_text("The quick brown fox jumps over the lazy dog. " * 4)
+    out = tmp_path / "shift.json"
+    assert main(["bias-shift", hf_dir, "--tokenizer", "bytes", "--source", str(src), "--seq-len", "64", "--num-seqs",
+                 "1", "--device", "cpu", "--no-progress", "--out", str(out), option, value]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == f"error: {said}"
+    assert not out.exists()
+
+
 def test_bias_shift_and_generate_take_the_model_as_eval_does_or_as_the_flag(hf_dir, tmp_path, capsys):
     """`eval loss RUN` and `analyze gates RUN` take the model positionally; bias-shift and generate took only
     --model RUN. Both forms work now; two different models are refused before the work."""

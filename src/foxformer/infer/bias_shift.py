@@ -112,6 +112,9 @@ def bias_shift_sweep(model, tokens, shifts: Sequence[float], *, train_len: Optio
 
     if not shifts:
         raise ValueError("shifts: expected at least one value")
+    # bins=0 wrote a result and a plot with no bin at all
+    if isinstance(bins, bool) or not isinstance(bins, int) or bins < 1:
+        raise ValueError(f"bins: expected a positive number of position bins, got {bins!r}")
     result = {"shifts": [float(s) for s in shifts], "train_len": train_len, "mean_loss": [], "loss_within": [],
               "loss_beyond": [], "binned_loss": []}
     edges = None

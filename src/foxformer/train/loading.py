@@ -160,6 +160,10 @@ def load_model(path: str, *, device: str | torch.device | None = "auto", dtype: 
     inside a run dir, ``RUN_DIR/hf``, find it too). ``progress``: transformers' weight-loading bars.
     Raises ValueError for anything that is not a model.
     """
+    # 0 or a negative count (--train-len of eval and bias-shift) was taken as no training length: every position
+    # counted as within it, without a word
+    if train_len is not None and (isinstance(train_len, bool) or not isinstance(train_len, int) or train_len < 1):
+        raise ValueError(f"train_len: expected the training context, a positive number of tokens, got {train_len!r}")
     with hf_progress(progress):
         return _load_model(path, device, dtype, name, train_len, attention_backend)
 
