@@ -109,7 +109,8 @@ def test_a_device_type_the_code_does_not_run_on_is_a_one_line_error(hf_dir, tmp_
             ["bench", "decode", "--preset", "fox-pro-tiny", "--out", str(tmp_path / "b.json")])
     assert main(args + ["--device", device]) == 2
     err = capsys.readouterr().err
-    assert err.splitlines()[-1] == f"error: device: expected 'auto', 'cpu', 'cuda' or 'cuda:N', got '{device}'", err
+    label = "device" if command == "generate" else "--device"
+    assert err.splitlines()[-1] == f"error: {label}: expected 'auto', 'cpu', 'cuda' or 'cuda:N', got '{device}'", err
 
 
 def test_bias_shift_command(hf_dir, tmp_path, capsys):
