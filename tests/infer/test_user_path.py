@@ -81,3 +81,16 @@ def test_a_truncated_safetensors_file_is_one_error_line(run_dir, tmp_path, capsy
     assert main(["generate", "--model", str(hf), "--prompt", "x", "--tokenizer", "bytes", "--device", "cpu"]) == 2
     line = _error(capsys)
     assert f"could not load Hugging Face folder '{hf}'" in line and "export it again" in line
+
+
+@pytest.mark.parametrize("inside", ["checkpoints", "checkpoints/latest", "checkpoints/step_00000099"],
+                         ids=["checkpoints-folder", "latest-pointer-file", "missing-step"])
+def test_a_path_inside_a_run_that_is_no_model_names_the_run_dir(run_dir, tmp_path, capsys, inside):
+    """RUN/checkpoints (or its `latest` pointer, or a step that is not there) said only what it is not; the run dir is
+    what loads the latest checkpoint."""
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.yaml").write_text((run_dir / "config.yaml").read_text())
+    (run / "checkpoints" / "latest").write_text("step_00000008\n")
+    assert main(["generate", str(run / inside), "--prompt", "x", "--device", "cpu"]) == 2
+    assert _error(capsys).endswith(f"; for the run's latest checkpoint pass the run dir {run}")

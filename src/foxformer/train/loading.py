@@ -168,6 +168,16 @@ def load_model(path: str, *, device: str | torch.device | None = "auto", dtype: 
         return _load_model(path, device, dtype, name, train_len, attention_backend)
 
 
+def _run_hint(path: str) -> str:
+    """For a path inside a run that is no model (RUN/checkpoints, its ``latest`` pointer file): the run dir, which
+    loads the latest checkpoint."""
+    here = os.path.abspath(path)
+    for run in (os.path.dirname(here), os.path.dirname(os.path.dirname(here))):
+        if os.path.exists(os.path.join(run, RUN_CONFIG)):
+            return f"; for the run's latest checkpoint pass the run dir {run}"
+    return ""
+
+
 def _load_model(path, device, dtype, name, train_len, attention_backend) -> LoadedModel:
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"model path: expected a string path, got {type(path).__name__}")
@@ -180,7 +190,8 @@ def _load_model(path, device, dtype, name, train_len, attention_backend) -> Load
                              f"reachable and pass its path") from e
     if not os.path.isdir(path):
         raise ValueError(f"model: {path!r} is not a directory (expected a run dir, a checkpoint dir "
-                         f"RUN/checkpoints/step_N, a Hugging Face folder with config.json, or a Hub id owner/name)")
+                         f"RUN/checkpoints/step_N, a Hugging Face folder with config.json, or a Hub id owner/name)"
+                         f"{_run_hint(path)}")
     dev = resolve_device(device)
     run_cfg: dict = {}
     step = hf_path = None
@@ -206,7 +217,7 @@ def _load_model(path, device, dtype, name, train_len, attention_backend) -> Load
         source = "hf"
     else:
         raise ValueError(f"model: {path!r} has no config.json, {RUN_CONFIG} or model.pt: not a Hugging Face "
-                         f"folder, a run dir or a checkpoint")
+                         f"folder, a run dir or a checkpoint{_run_hint(path)}")
     if attention_backend is not None and hasattr(model.config, "set_attention_backend"):
         model.config.set_attention_backend(attention_backend)
     model = model.to(device=dev, dtype=resolve_dtype(dtype, dev)).eval()
