@@ -419,8 +419,9 @@ def _bias_shift_unit(found: dict, units: dict, uid: str, heading: str, fig_name:
                        "shift 0 at " + ", ".join(f"{s:+g}: {m:+.3f} ± {d:.3f}" for s, m, d in zip(shifts, mean, std)
                                                   if s != 0))
         ax.axhline(0, color="0.4", lw=0.8)
-        ax.set_xlabel("forget-gate bias shift (positive: remembers longer)")
-        ax.set_ylabel(f"{what} change from shift 0 [nats]")
+        # two-line labels: on a one-panel figure the one-line ones ran past its edges
+        ax.set_xlabel("forget-gate bias shift\n(positive: remembers longer)")
+        ax.set_ylabel(f"{what}\nchange from shift 0 [nats]")
         ax.set_title(f"{_kind_label(kind)}: {text}", fontsize=9)
         ax.legend(fontsize=6, title="run", title_fontsize=6)
     path = os.path.join(OUT, fig_name + ".png")
