@@ -41,6 +41,15 @@ def check_tokens(tokens, model: Optional[torch.nn.Module] = None, name: str = "t
     return tokens.long()
 
 
+def check_finite(values, what: str) -> None:
+    """Refuse NaN or inf in a model's outputs (``values``: a tensor or array of its logits or losses). Every
+    instrument turns them into a number that reads as a result: an accuracy of 0, a null loss in the JSON."""
+    finite = torch.isfinite(values).all() if isinstance(values, torch.Tensor) else np.isfinite(values).all()
+    if not bool(finite):
+        raise ValueError(f"{what}: the model's outputs contain NaN or inf; check its weights (a diverged "
+                         f"checkpoint?) or evaluate in fp32 (--dtype fp32)")
+
+
 @torch.no_grad()
 def _row_losses(model: torch.nn.Module, ids: torch.Tensor, chunk: int) -> torch.Tensor:
     """fp32 [B, T-1] next-token losses; the LM head runs on ``chunk`` positions at a time so that long
@@ -204,8 +213,7 @@ def loss_curve(per_seq, *, name: str = "model", train_len: Optional[int] = None,
     rows = np.asarray(per_seq.double().numpy() if isinstance(per_seq, torch.Tensor) else per_seq, dtype=np.float64)
     if rows.ndim != 2 or rows.shape[0] < 1 or rows.shape[1] < 1:
         raise ValueError(f"per_seq: expected losses [num_sequences, positions], got shape {rows.shape}")
-    if not np.isfinite(rows).all():
-        raise ValueError("per_seq: losses contain NaN or inf; the model's outputs are not finite")
+    check_finite(rows, "per_seq")
     n, k = rows.shape
     window = smooth_window if smooth_window is not None else max(1, k // 64)
     lengths = sorted({int(l) for l in (lengths or default_context_lengths(k))})
