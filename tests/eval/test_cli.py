@@ -177,6 +177,27 @@ def test_harness_command_without_lm_eval_says_how_to_install(workspace, capsys, 
     assert "pip install lm_eval" in _error(capsys)
 
 
+@pytest.mark.parametrize("flags, said", [
+    pytest.param([], "pip install lm_eval", id="no-lm-eval"),
+    pytest.param(["--metadata", "{max_seq_lengths: [4096]}"], "--metadata: '{max_seq_lengths: [4096]}' is not JSON",
+                 id="metadata-not-json"),
+    pytest.param(["--metadata", "[4096]"], "--metadata: expected a JSON object", id="metadata-not-an-object")])
+def test_harness_refuses_before_loading_any_model(capsys, tmp_path, monkeypatch, flags, said):
+    """A missing lm_eval was found only after the models had loaded; a typo in --metadata too, in json's words
+    naming no flag ("Expecting property name enclosed in double quotes")."""
+    import sys
+
+    if flags:
+        pytest.importorskip("lm_eval")
+    else:
+        for name in [m for m in sys.modules if m == "lm_eval" or m.startswith("lm_eval.")]:
+            monkeypatch.delitem(sys.modules, name)
+        monkeypatch.setitem(sys.modules, "lm_eval", None)  # imports fail as if it were not installed
+    missing = str(tmp_path / "not_loaded")  # loading it would be an error of its own
+    assert main(["eval", "harness", missing, "--tasks", "lambada_openai", *flags, "--no-progress"]) == 2
+    assert said in _error(capsys)
+
+
 def _run_with_tokenizer(workspace, tmp_path, tokenizer: str) -> str:
     import shutil
 

@@ -164,13 +164,19 @@ def lm_eval_available() -> bool:
     return True
 
 
-def make_lm(adapter: HarnessAdapter):
-    """An ``lm_eval.api.model.LM`` delegating to ``adapter``. Raises ImportError without lm_eval."""
+def require_lm_eval() -> type:
+    """lm_eval's ``LM`` base class; an ImportError saying how to install lm_eval where it is missing."""
     try:
         from lm_eval.api.model import LM
     except ImportError as e:
         raise ImportError("foxformer eval harness needs lm-evaluation-harness: pip install lm_eval "
                           "(the GPU machine has no registry: install it on a machine that has one)") from e
+    return LM
+
+
+def make_lm(adapter: HarnessAdapter):
+    """An ``lm_eval.api.model.LM`` delegating to ``adapter``. Raises ImportError without lm_eval."""
+    LM = require_lm_eval()
 
     class FoxLM(LM):
         """foxformer model for lm-evaluation-harness (requests are lm_eval Instances with ``.args``)."""
