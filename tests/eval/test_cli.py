@@ -296,6 +296,12 @@ def test_report_of_a_missing_folder_is_an_error_that_leaves_nothing_behind(tmp_p
     assert "no run folder" in capsys.readouterr().err and not missing.exists()
 
 
+def test_eval_loss_refuses_context_lengths_beyond_seq_len_before_loading_a_model(tmp_path, capsys):
+    missing = str(tmp_path / "not_loaded")  # loading it would be an error of its own
+    assert main(["eval", "loss", missing, "--seq-len", "512", "--lengths", "256,1Ki", "--no-progress"]) == 2
+    assert "lengths: context lengths must lie in [1, 511] (seq_len - 1), got [1024]" in _error(capsys)
+
+
 def test_eval_loss_says_when_fewer_sequences_fit_than_asked(workspace, tmp_path, capsys):
     """The results held 4 sequences for --num-seqs 64 and only the JSON said so."""
     out = tmp_path / "few"

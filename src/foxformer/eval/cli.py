@@ -157,9 +157,11 @@ def _sequences(args, models):
 
 def _cmd_loss(args) -> dict:
     from .compare import tokens_fingerprint
-    from .loss import eval_loss
+    from .loss import context_lengths, eval_loss
     from .outputs import save_loss
 
+    if args.seq_len >= 2:  # else _sequences says what is wrong with it
+        context_lengths(args.lengths, args.seq_len - 1)  # before loading any model
     models = _load_models(args)
     out = _out_dir(args, models, "loss.json")
     tokens, where = _sequences(args, models)

@@ -135,6 +135,16 @@ def default_context_lengths(max_len: int) -> list[int]:
     return lengths + [max_len]
 
 
+def context_lengths(lengths: Optional[Sequence[int]], num_positions: int) -> list[int]:
+    """The context lengths l of P(l) in ascending order (None: powers of 2 and num_positions), each within
+    1 .. num_positions (seq_len - 1: the contexts the evaluated sequences have)."""
+    lengths = sorted({int(l) for l in (lengths or default_context_lengths(num_positions))})
+    bad = [l for l in lengths if not 1 <= l <= num_positions]
+    if bad:
+        raise ValueError(f"lengths: context lengths must lie in [1, {num_positions}] (seq_len - 1), got {bad}")
+    return lengths
+
+
 @dataclass
 class LossCurve:
     """Result of :func:`loss_curve` for one model (every array has one value per position or length).
@@ -216,10 +226,7 @@ def loss_curve(per_seq, *, name: str = "model", train_len: Optional[int] = None,
     check_finite(rows, "per_seq")
     n, k = rows.shape
     window = smooth_window if smooth_window is not None else max(1, k // 64)
-    lengths = sorted({int(l) for l in (lengths or default_context_lengths(k))})
-    bad = [l for l in lengths if not 1 <= l <= k]
-    if bad:
-        raise ValueError(f"lengths: context lengths must lie in [1, {k}] (seq_len - 1), got {bad}")
+    lengths = context_lengths(lengths, k)
     sm = smooth(rows, window)
     cum = np.cumsum(rows, axis=1)[:, np.asarray(lengths) - 1] / np.asarray(lengths, dtype=np.float64)
     sm_lo, sm_hi = bootstrap_mean_bands(sm, n_boot=n_boot, confidence=confidence, seed=seed)
@@ -240,6 +247,8 @@ def eval_loss(model: torch.nn.Module, tokens, *, name: str = "model", train_len:
               n_boot: int = 1000, confidence: float = 0.95, seed: int = 0, progress: bool = True) -> LossCurve:
     """per_token_loss + loss_curve in one call. tokens int64 [N, T_eval]; T_eval may exceed train_len."""
     _check_curve_args(smooth_window, n_boot, confidence, seed)
+    tokens = check_tokens(tokens, model)
+    context_lengths(lengths, tokens.shape[1] - 1)  # before the model reads every sequence, not after
     losses = per_token_loss(model, tokens, batch_size=batch_size, progress=progress)
     return loss_curve(losses, name=name, train_len=train_len, lengths=lengths, smooth_window=smooth_window,
                       n_boot=n_boot, confidence=confidence, seed=seed)
