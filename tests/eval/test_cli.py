@@ -285,7 +285,7 @@ def test_analyze_gates_refuses_labels_that_share_plot_files(workspace, capsys, t
     assert main(["analyze", "gates", workspace["run"], workspace["hf"], "--names", "a b,a_b", "--data",
                  workspace["data"], "--seq-len", "32", "--num-seqs", "1", "--device", "cpu", "--out", str(out),
                  "--no-progress"]) == 2
-    assert "'a b' and 'a_b' would get the same plot file names" in _error(capsys)
+    assert "'a b' and 'a_b' would get the same file names (gates_a_b_*.png)" in _error(capsys)
     assert not out.exists()
 
 
@@ -309,6 +309,19 @@ def test_eval_loss_says_when_fewer_sequences_fit_than_asked(workspace, tmp_path,
                  "--out", str(out), "--device", "cpu", "--no-progress"]) == 0
     n = json.loads((out / "loss.json").read_text())["models"][0]["summary"]["n_sequences"]
     assert n < 64 and f"note: only {n} sequences of 256 tokens" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("where", [pytest.param("--source", id="text-source"),
+                                   pytest.param("--within-docs", id="within-docs")])
+def test_too_few_sequences_of_documents_are_not_blamed_on_seq_len_alone(workspace, tmp_path, capsys, where):
+    """A text source and --within-docs take one window per document: "a shorter --seq-len gives more" sent the
+    user to shorten sequences that every document already gave."""
+    data = ["--source", workspace["texts"]] if where == "--source" else ["--data", workspace["data"], "--within-docs"]
+    assert main(["eval", "loss", workspace["hf"], *data, "--seq-len", "48", "--num-seqs", "9", "--n-boot", "5",
+                 "--out", str(tmp_path), "--device", "cpu", "--no-progress"]) == 0
+    n = json.loads((tmp_path / "loss.json").read_text())["models"][0]["n_sequences"]
+    assert f"note: only {n} sequences of 48 tokens" in (err := _error(capsys))
+    assert "each document that long gives one; a shorter --seq-len lets more documents in" in err
 
 
 def test_the_replace_note_names_every_file_a_command_would_replace(tmp_path, capsys):

@@ -150,8 +150,12 @@ def _sequences(args, models):
     else:
         raise ValueError("pass --data DIR (a prepared dataset) or --source SPEC (text) to evaluate on")
     if len(tokens) < args.num_seqs:  # the results hold fewer sequences than asked for: say so, not only in the JSON
-        print(f"note: only {len(tokens)} sequences of {args.seq_len} tokens in {args.data or args.source} "
-              f"(--num-seqs {args.num_seqs}); a shorter --seq-len gives more", file=sys.stderr)
+        # windows of a split's concatenated documents multiply as --seq-len shrinks; a document's own windows do not
+        per_doc = args.source or args.within_docs
+        how = ("each document that long gives one; a shorter --seq-len lets more documents in" if per_doc
+               else "a shorter --seq-len gives more")
+        print(f"note: only {len(tokens)} sequence{'s' if len(tokens) > 1 else ''} of {args.seq_len} tokens in "
+              f"{args.data or args.source} (--num-seqs {args.num_seqs}); {how}", file=sys.stderr)
     return tokens, where
 
 
