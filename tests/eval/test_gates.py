@@ -126,7 +126,7 @@ def test_labels_that_share_a_plot_file_name_are_refused(tmp_path, names):
     for seed, name in enumerate(names):
         model = tiny_model("fox-pro-tiny", seed=seed)
         analyses.append((gate_stats(model, tokens, name=name), model, tokens))
-    with pytest.raises(ValueError, match="same plot file names"):
+    with pytest.raises(ValueError, match="same file names"):
         save_gates(analyses, str(tmp_path), matrix_len=16)
     assert list(tmp_path.iterdir()) == []
 
