@@ -177,6 +177,27 @@ def test_harness_command_without_lm_eval_says_how_to_install(workspace, capsys, 
     assert "pip install lm_eval" in _error(capsys)
 
 
+@pytest.mark.parametrize("flags, said", [
+    pytest.param([], "pip install lm_eval", id="no-lm-eval"),
+    pytest.param(["--metadata", "{max_seq_lengths: [4096]}"], "--metadata: '{max_seq_lengths: [4096]}' is not JSON",
+                 id="metadata-not-json"),
+    pytest.param(["--metadata", "[4096]"], "--metadata: expected a JSON object", id="metadata-not-an-object")])
+def test_harness_refuses_before_loading_any_model(capsys, tmp_path, monkeypatch, flags, said):
+    """A missing lm_eval was found only after the models had loaded; a typo in --metadata too, in json's words
+    naming no flag ("Expecting property name enclosed in double quotes")."""
+    import sys
+
+    if flags:
+        pytest.importorskip("lm_eval")
+    else:
+        for name in [m for m in sys.modules if m == "lm_eval" or m.startswith("lm_eval.")]:
+            monkeypatch.delitem(sys.modules, name)
+        monkeypatch.setitem(sys.modules, "lm_eval", None)  # imports fail as if it were not installed
+    missing = str(tmp_path / "not_loaded")  # loading it would be an error of its own
+    assert main(["eval", "harness", missing, "--tasks", "lambada_openai", *flags, "--no-progress"]) == 2
+    assert said in _error(capsys)
+
+
 def _run_with_tokenizer(workspace, tmp_path, tokenizer: str) -> str:
     import shutil
 
@@ -264,7 +285,7 @@ def test_analyze_gates_refuses_labels_that_share_plot_files(workspace, capsys, t
     assert main(["analyze", "gates", workspace["run"], workspace["hf"], "--names", "a b,a_b", "--data",
                  workspace["data"], "--seq-len", "32", "--num-seqs", "1", "--device", "cpu", "--out", str(out),
                  "--no-progress"]) == 2
-    assert "'a b' and 'a_b' would get the same plot file names" in _error(capsys)
+    assert "'a b' and 'a_b' would get the same file names (gates_a_b_*.png)" in _error(capsys)
     assert not out.exists()
 
 
@@ -275,6 +296,12 @@ def test_report_of_a_missing_folder_is_an_error_that_leaves_nothing_behind(tmp_p
     assert "no run folder" in capsys.readouterr().err and not missing.exists()
 
 
+def test_eval_loss_refuses_context_lengths_beyond_seq_len_before_loading_a_model(tmp_path, capsys):
+    missing = str(tmp_path / "not_loaded")  # loading it would be an error of its own
+    assert main(["eval", "loss", missing, "--seq-len", "512", "--lengths", "256,1Ki", "--no-progress"]) == 2
+    assert "lengths: context lengths must lie in [1, 511] (seq_len - 1), got [1024]" in _error(capsys)
+
+
 def test_eval_loss_says_when_fewer_sequences_fit_than_asked(workspace, tmp_path, capsys):
     """The results held 4 sequences for --num-seqs 64 and only the JSON said so."""
     out = tmp_path / "few"
@@ -282,6 +309,19 @@ def test_eval_loss_says_when_fewer_sequences_fit_than_asked(workspace, tmp_path,
                  "--out", str(out), "--device", "cpu", "--no-progress"]) == 0
     n = json.loads((out / "loss.json").read_text())["models"][0]["summary"]["n_sequences"]
     assert n < 64 and f"note: only {n} sequences of 256 tokens" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("where", [pytest.param("--source", id="text-source"),
+                                   pytest.param("--within-docs", id="within-docs")])
+def test_too_few_sequences_of_documents_are_not_blamed_on_seq_len_alone(workspace, tmp_path, capsys, where):
+    """A text source and --within-docs take one window per document: "a shorter --seq-len gives more" sent the
+    user to shorten sequences that every document already gave."""
+    data = ["--source", workspace["texts"]] if where == "--source" else ["--data", workspace["data"], "--within-docs"]
+    assert main(["eval", "loss", workspace["hf"], *data, "--seq-len", "48", "--num-seqs", "9", "--n-boot", "5",
+                 "--out", str(tmp_path), "--device", "cpu", "--no-progress"]) == 0
+    n = json.loads((tmp_path / "loss.json").read_text())["models"][0]["n_sequences"]
+    assert f"note: only {n} sequences of 48 tokens" in (err := _error(capsys))
+    assert "each document that long gives one; a shorter --seq-len lets more documents in" in err
 
 
 def test_the_replace_note_names_every_file_a_command_would_replace(tmp_path, capsys):

@@ -126,7 +126,7 @@ def test_labels_that_share_a_plot_file_name_are_refused(tmp_path, names):
     for seed, name in enumerate(names):
         model = tiny_model("fox-pro-tiny", seed=seed)
         analyses.append((gate_stats(model, tokens, name=name), model, tokens))
-    with pytest.raises(ValueError, match="same plot file names"):
+    with pytest.raises(ValueError, match="same file names"):
         save_gates(analyses, str(tmp_path), matrix_len=16)
     assert list(tmp_path.iterdir()) == []
 
@@ -191,3 +191,23 @@ def test_every_gate_plot_says_what_its_colours_and_lines_are(tmp_path, monkeypat
     assert legend == [f"layer {i}" for i in range(stats.num_layers)] + ["1/e"]
     assert len(curves.get_lines()) == stats.num_layers * len(stats.timescale[0]) + 1
     assert "[tokens]" in curves.get_xlabel()
+
+
+def test_head_grid_numbers_and_title_stay_readable():
+    """Every number was written in cyan, which vanished on the pale end of the colour map, and the effective
+    context plot's title ran past a 4-head figure over its colour bar's label."""
+    import matplotlib.colors as mcolors
+    import matplotlib.pyplot as plt
+
+    from foxformer.eval.plots import head_grid_figure
+
+    title = "fox: effective context length (decay < 1/e; 255 = beyond the text)"
+    fig = head_grid_figure(np.array([[1.0, 3.0, 10.0, 300.0]]), title=title, label="tokens", log=True)
+    ax = fig.axes[0]
+    colours = {t.get_text(): mcolors.to_hex(t.get_color()) for t in ax.texts}
+    assert colours["1.00"] == "#ffffff" and colours["300"] == "#000000"  # the dark end and the pale end
+    fig.canvas.draw()
+    shown = ax.title.get_window_extent()
+    assert ax.title.get_text().replace("\n", " ") == title
+    assert shown.x1 <= ax.get_window_extent().x1 + 1 and shown.x0 >= 0
+    plt.close(fig)

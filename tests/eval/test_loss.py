@@ -136,6 +136,15 @@ def test_bad_curve_arguments_fail_before_the_model_runs(kwargs, match, monkeypat
         loss_curve(np.ones((2, 10)), **kwargs)
 
 
+def test_a_context_length_beyond_the_sequences_is_refused_before_the_model_runs(monkeypatch):
+    """`eval loss --seq-len 512 --lengths 1Ki` read every sequence through the model, then failed."""
+    from foxformer.eval import loss
+
+    monkeypatch.setattr(loss, "per_token_loss", lambda *a, **k: pytest.fail("the model ran"))
+    with pytest.raises(ValueError, match=r"lengths: context lengths must lie in \[1, 39\] \(seq_len - 1\), got \[40\]"):
+        eval_loss(tiny_model(), torch.zeros(2, 40, dtype=torch.long), lengths=[8, 40], progress=False)
+
+
 def test_bad_curve_arguments_fail_clearly():
     rows = np.ones((2, 10))
     with pytest.raises(ValueError, match="lengths"):

@@ -32,3 +32,18 @@ def test_report_shows_eviction_and_bias_shift_with_their_figures(tmp_path):
 def test_a_folder_without_outputs_names_every_output_looked_for(tmp_path):
     page = open(build_report([str(tmp_path)], str(tmp_path / "report"))).read()
     assert "eviction.json, bias_shift.json" in page
+
+
+def test_report_shows_the_harness_results_of_every_model_evaluated_together(tmp_path):
+    """`eval harness A B` writes one file per model, and the report, which looked for harness.json only, said
+    "No results found" for the folder."""
+    from foxformer.eval.outputs import model_outputs
+
+    run = tmp_path / "run"
+    (run / "eval").mkdir(parents=True)
+    for file, acc in zip(model_outputs("harness", ["fox", "tf"]), (0.75, 0.5)):
+        (run / "eval" / file).write_text(json.dumps({"results": {"my_mc": {"acc,none": acc}}}))
+    page = open(build_report([str(run)], str(tmp_path / "report"))).read()
+    fox, tf = page.index("### lm-evaluation-harness: fox"), page.index("### lm-evaluation-harness: tf")
+    assert fox < page.index("| my_mc | acc,none | 0.75 |") < tf < page.index("| my_mc | acc,none | 0.5 |")
+    assert "No results found" not in page

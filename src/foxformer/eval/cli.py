@@ -85,11 +85,6 @@ def _out_dir(args, models, *writes: str) -> str:
     return out
 
 
-def _harness_file(models, m) -> str:
-    """The harness results' file of model ``m``: one per model when several share the folder."""
-    return "harness.json" if len(models) == 1 else f"harness_{m.name}.json"
-
-
 def _tokenizer(args, models):
     from foxformer.data import load_tokenizer
     from foxformer.data.tokenizer import canonical_name
@@ -155,16 +150,22 @@ def _sequences(args, models):
     else:
         raise ValueError("pass --data DIR (a prepared dataset) or --source SPEC (text) to evaluate on")
     if len(tokens) < args.num_seqs:  # the results hold fewer sequences than asked for: say so, not only in the JSON
-        print(f"note: only {len(tokens)} sequences of {args.seq_len} tokens in {args.data or args.source} "
-              f"(--num-seqs {args.num_seqs}); a shorter --seq-len gives more", file=sys.stderr)
+        # windows of a split's concatenated documents multiply as --seq-len shrinks; a document's own windows do not
+        per_doc = args.source or args.within_docs
+        how = ("each document that long gives one; a shorter --seq-len lets more documents in" if per_doc
+               else "a shorter --seq-len gives more")
+        print(f"note: only {len(tokens)} sequence{'s' if len(tokens) > 1 else ''} of {args.seq_len} tokens in "
+              f"{args.data or args.source} (--num-seqs {args.num_seqs}); {how}", file=sys.stderr)
     return tokens, where
 
 
 def _cmd_loss(args) -> dict:
     from .compare import tokens_fingerprint
-    from .loss import eval_loss
+    from .loss import context_lengths, eval_loss
     from .outputs import save_loss
 
+    if args.seq_len >= 2:  # else _sequences says what is wrong with it
+        context_lengths(args.lengths, args.seq_len - 1)  # before loading any model
     models = _load_models(args)
     out = _out_dir(args, models, "loss.json")
     tokens, where = _sequences(args, models)
@@ -201,17 +202,29 @@ def _cmd_niah(args) -> dict:
 
 
 def _cmd_harness(args) -> dict:
-    from .harness import HarnessAdapter, run_harness
+    from .harness import HarnessAdapter, require_lm_eval, run_harness
+    from .outputs import model_outputs
 
+    # before the models load (minutes for large ones): the missing package, and a typo in --metadata, whose
+    # json error named no flag ("error: Expecting value: line 1 column 1 (char 0)")
+    require_lm_eval()
+    try:
+        metadata = json.loads(args.metadata) if args.metadata else None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"--metadata: {args.metadata!r} is not JSON ({e}); give an object, e.g. "
+                         f"'{{\"max_seq_lengths\": [4096]}}'") from e
+    if metadata is not None and not isinstance(metadata, dict):
+        raise ValueError(f"--metadata: expected a JSON object {{...}} (lm_eval passes its keys to the tasks), got "
+                         f"{args.metadata!r}")
     models = _load_models(args)
     tok, spec = _tokenizer(args, models)
-    out = _out_dir(args, models, *(_harness_file(models, m) for m in models))
-    metadata = json.loads(args.metadata) if args.metadata else None
+    files = model_outputs("harness", [m.name for m in models])
+    out = _out_dir(args, models, *files)
     results = {}
-    for m in models:
+    for m, file in zip(models, files):
         adapter = HarnessAdapter(m.model, tok, max_length=args.max_length or m.train_len or 2048,
                                  batch_size=args.batch_size, progress=not args.no_progress)
-        path = os.path.join(out, _harness_file(models, m))
+        path = os.path.join(out, file)
         results[m.name] = run_harness(adapter, args.tasks, num_fewshot=args.num_fewshot, limit=args.limit,
                                       metadata=metadata, out_path=path, include_path=args.include_path)["results"]
     return {"out": out, "results": results}

@@ -17,7 +17,7 @@ from tqdm.auto import tqdm
 from foxformer.models.calls import backbone, cache_of, model_device
 from foxformer.models.kvcache import EvictionPolicy
 
-from .loss import check_tokens, fp32_head, head_losses
+from .loss import check_finite, check_tokens, fp32_head, head_losses
 
 
 @torch.no_grad()
@@ -76,7 +76,9 @@ def eviction_loss(model, tokens, *, evict_eps: float, chunk: int = 16, prefill: 
     model.eval()
     try:
         base, base_mem = _cached_pass(model, tokens, chunk, prefill, None, progress, "no eviction")
+        check_finite(base, "eviction")  # before the second pass, which would take as long for nothing
         ev, ev_mem = _cached_pass(model, tokens, chunk, prefill, policy, progress, "eviction")
+        check_finite(ev, "eviction")
     finally:
         model.train(was_training)
     diff = (ev.double() - base.double()).cpu().numpy()

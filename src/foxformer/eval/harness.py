@@ -30,6 +30,8 @@ from foxformer.argtypes import did_you_mean
 from foxformer.data.tokenizer import start_ids
 from foxformer.models.calls import model_device
 
+from .loss import check_finite
+
 
 class HarnessAdapter:
     """Text-level scoring for one causal LM. ``tokenizer``: encode(str) -> ids, decode(ids) -> str, and an
@@ -87,7 +89,9 @@ class HarnessAdapter:
             batch = torch.zeros(len(seqs), width, dtype=torch.long)
             for r, ids in enumerate(seqs):
                 batch[r, :len(ids)] = torch.tensor(ids)
-            logp = torch.log_softmax(self.model(input_ids=batch.to(dev)).logits.float(), dim=-1)
+            logits = self.model(input_ids=batch.to(dev)).logits.float()
+            check_finite(logits, "harness")
+            logp = torch.log_softmax(logits, dim=-1)
             for r, i in enumerate(idx):
                 cont = items[i][1]
                 n = len(seqs[r])
@@ -112,6 +116,7 @@ class HarnessAdapter:
                 b = min(len(toks), a + self.max_length)
                 s = max(0, b - 1 - self.max_length)
                 logits = self.model(input_ids=torch.tensor([toks[s:b - 1]], device=dev)).logits[0].float()
+                check_finite(logits, "harness")
                 logp = torch.log_softmax(logits[a - 1 - s:], dim=-1)
                 target = torch.tensor(toks[a:b], device=logp.device)
                 total += float(logp.gather(1, target[:, None]).sum())
@@ -132,6 +137,7 @@ class HarnessAdapter:
             max_new = int(kwargs.get("max_gen_toks", 256))
             ids = ([self.start_id] + self.tokenizer.encode(context))[-max(1, self.max_length - max_new):]
             res = self.model(input_ids=torch.tensor([ids], device=dev), use_cache=True)
+            check_finite(res.logits[0, -1], "harness")
             generated: list[int] = []
             text = ""
             for _ in range(max_new):
@@ -158,13 +164,19 @@ def lm_eval_available() -> bool:
     return True
 
 
-def make_lm(adapter: HarnessAdapter):
-    """An ``lm_eval.api.model.LM`` delegating to ``adapter``. Raises ImportError without lm_eval."""
+def require_lm_eval() -> type:
+    """lm_eval's ``LM`` base class; an ImportError saying how to install lm_eval where it is missing."""
     try:
         from lm_eval.api.model import LM
     except ImportError as e:
         raise ImportError("foxformer eval harness needs lm-evaluation-harness: pip install lm_eval "
                           "(the GPU machine has no registry: install it on a machine that has one)") from e
+    return LM
+
+
+def make_lm(adapter: HarnessAdapter):
+    """An ``lm_eval.api.model.LM`` delegating to ``adapter``. Raises ImportError without lm_eval."""
+    LM = require_lm_eval()
 
     class FoxLM(LM):
         """foxformer model for lm-evaluation-harness (requests are lm_eval Instances with ``.args``)."""

@@ -41,6 +41,15 @@ def check_tokens(tokens, model: Optional[torch.nn.Module] = None, name: str = "t
     return tokens.long()
 
 
+def check_finite(values, what: str) -> None:
+    """Refuse NaN or inf in a model's outputs (``values``: a tensor or array of its logits or losses). Every
+    instrument turns them into a number that reads as a result: an accuracy of 0, a null loss in the JSON."""
+    finite = torch.isfinite(values).all() if isinstance(values, torch.Tensor) else np.isfinite(values).all()
+    if not bool(finite):
+        raise ValueError(f"{what}: the model's outputs contain NaN or inf; check its weights (a diverged "
+                         f"checkpoint?) or evaluate in fp32 (--dtype fp32)")
+
+
 @torch.no_grad()
 def _row_losses(model: torch.nn.Module, ids: torch.Tensor, chunk: int) -> torch.Tensor:
     """fp32 [B, T-1] next-token losses; the LM head runs on ``chunk`` positions at a time so that long
@@ -126,6 +135,16 @@ def default_context_lengths(max_len: int) -> list[int]:
     return lengths + [max_len]
 
 
+def context_lengths(lengths: Optional[Sequence[int]], num_positions: int) -> list[int]:
+    """The context lengths l of P(l) in ascending order (None: powers of 2 and num_positions), each within
+    1 .. num_positions (seq_len - 1: the contexts the evaluated sequences have)."""
+    lengths = sorted({int(l) for l in (lengths or default_context_lengths(num_positions))})
+    bad = [l for l in lengths if not 1 <= l <= num_positions]
+    if bad:
+        raise ValueError(f"lengths: context lengths must lie in [1, {num_positions}] (seq_len - 1), got {bad}")
+    return lengths
+
+
 @dataclass
 class LossCurve:
     """Result of :func:`loss_curve` for one model (every array has one value per position or length).
@@ -204,14 +223,10 @@ def loss_curve(per_seq, *, name: str = "model", train_len: Optional[int] = None,
     rows = np.asarray(per_seq.double().numpy() if isinstance(per_seq, torch.Tensor) else per_seq, dtype=np.float64)
     if rows.ndim != 2 or rows.shape[0] < 1 or rows.shape[1] < 1:
         raise ValueError(f"per_seq: expected losses [num_sequences, positions], got shape {rows.shape}")
-    if not np.isfinite(rows).all():
-        raise ValueError("per_seq: losses contain NaN or inf; the model's outputs are not finite")
+    check_finite(rows, "per_seq")
     n, k = rows.shape
     window = smooth_window if smooth_window is not None else max(1, k // 64)
-    lengths = sorted({int(l) for l in (lengths or default_context_lengths(k))})
-    bad = [l for l in lengths if not 1 <= l <= k]
-    if bad:
-        raise ValueError(f"lengths: context lengths must lie in [1, {k}] (seq_len - 1), got {bad}")
+    lengths = context_lengths(lengths, k)
     sm = smooth(rows, window)
     cum = np.cumsum(rows, axis=1)[:, np.asarray(lengths) - 1] / np.asarray(lengths, dtype=np.float64)
     sm_lo, sm_hi = bootstrap_mean_bands(sm, n_boot=n_boot, confidence=confidence, seed=seed)
@@ -232,6 +247,8 @@ def eval_loss(model: torch.nn.Module, tokens, *, name: str = "model", train_len:
               n_boot: int = 1000, confidence: float = 0.95, seed: int = 0, progress: bool = True) -> LossCurve:
     """per_token_loss + loss_curve in one call. tokens int64 [N, T_eval]; T_eval may exceed train_len."""
     _check_curve_args(smooth_window, n_boot, confidence, seed)
+    tokens = check_tokens(tokens, model)
+    context_lengths(lengths, tokens.shape[1] - 1)  # before the model reads every sequence, not after
     losses = per_token_loss(model, tokens, batch_size=batch_size, progress=progress)
     return loss_curve(losses, name=name, train_len=train_len, lengths=lengths, smooth_window=smooth_window,
                       n_boot=n_boot, confidence=confidence, seed=seed)

@@ -31,6 +31,8 @@ from foxformer.models.calls import cache_of
 
 from foxformer.models.calls import model_device, vocab_size_of
 
+from .loss import check_finite
+
 MODES = ("standard", "easy")
 NEEDLE = "The special magic number for {key} is: {value}."
 QUESTION = "What is the special magic number for {key}?"
@@ -157,6 +159,7 @@ def answer_loglik(model: torch.nn.Module, prompt: Sequence[int], answer: Sequenc
 
 def _score_answer(logits: torch.Tensor, answer: Sequence[int]) -> tuple[float, bool]:
     """logits [len(answer), V] predicting each answer token."""
+    check_finite(logits, "niah")
     target = torch.tensor(list(answer), device=logits.device)
     logp = torch.log_softmax(logits, dim=-1)
     total = float(logp.gather(1, target[:, None]).sum())

@@ -28,6 +28,18 @@ def find_output(run_dir: str, name: str) -> Optional[str]:
     return None
 
 
+def find_model_outputs(run_dir: str, prefix: str) -> list[tuple[Optional[str], str]]:
+    """(model tag, or None for PREFIX.json; path) of every ``model_outputs`` file in a run dir, else in its eval/
+    sub-folder, in name order."""
+    for folder in (run_dir, os.path.join(run_dir, "eval")):
+        names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+        found = [(None if f == f"{prefix}.json" else f[len(prefix) + 1:-len(".json")], os.path.join(folder, f))
+                 for f in names if f == f"{prefix}.json" or (f.startswith(f"{prefix}_") and f.endswith(".json"))]
+        if found:
+            return found
+    return []
+
+
 def default_out_dir(models) -> str:
     """Where an eval command writes unless told: RUN/eval for one model loaded from a run dir (or one of its
     checkpoints), runs/eval otherwise. models: train.loading.LoadedModel objects."""
@@ -62,18 +74,26 @@ def safe_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") or "model"
 
 
-def plot_tags(names: Sequence[str], prefix: str = "gates_") -> list[str]:
-    """The file-name tag of each model's plots (``safe_name`` of its label). Labels that differ only in what
-    safe_name replaces ("a b", "a_b") would write the same files, one model's plots silently overwriting the
-    other's: that is a ValueError."""
+def plot_tags(names: Sequence[str], prefix: str = "gates_", suffix: str = "_*.png") -> list[str]:
+    """The file-name tag of each model's files PREFIX<tag>SUFFIX (``safe_name`` of its label). Labels that differ
+    only in what safe_name replaces ("a b", "a_b") would write the same files, one model's results silently
+    overwriting the other's: that is a ValueError."""
     tags = [safe_name(n) for n in names]
     for i, tag in enumerate(tags):
         first = tags.index(tag)
         if first != i:
-            raise ValueError(f"names: models {names[first]!r} and {names[i]!r} would get the same plot file names "
-                             f"({prefix}{tag}_*.png); label them apart in letters, digits, '.', '-' or '_' "
+            raise ValueError(f"names: models {names[first]!r} and {names[i]!r} would get the same file names "
+                             f"({prefix}{tag}{suffix}); label them apart in letters, digits, '.', '-' or '_' "
                              f"(--names)")
     return tags
+
+
+def model_outputs(prefix: str, names: Sequence[str]) -> list[str]:
+    """File names of the results of the models ``names`` that one command evaluates into one folder: PREFIX.json
+    for a single model, PREFIX_<tag>.json each for several (``plot_tags``: labels that would share one refused)."""
+    if len(names) == 1:
+        return [f"{prefix}.json"]
+    return [f"{prefix}_{tag}.json" for tag in plot_tags(names, prefix=f"{prefix}_", suffix=".json")]
 
 
 def save_loss(curves: Sequence, out_dir: str, settings: Optional[dict] = None) -> dict:

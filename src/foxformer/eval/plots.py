@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import textwrap
 import warnings
 from typing import Sequence
 
@@ -159,9 +160,13 @@ def head_grid_figure(values: np.ndarray, *, title: str, label: str, log: bool = 
     if annotate and v.size <= 400:
         for (i, j), x in np.ndenumerate(v):
             txt = "inf" if not np.isfinite(x) else (f"{x:.0f}" if abs(x) >= 10 else f"{x:.2f}")
-            ax.text(j, i, txt, ha="center", va="center", fontsize=6, color="cyan")
+            # one colour on every cell was unreadable on some: cyan vanished on magma's pale yellow end
+            r, g, b, _ = im.cmap(im.norm(shown[i, j]))
+            ax.text(j, i, txt, ha="center", va="center", fontsize=6,
+                    color="black" if 0.299 * r + 0.587 * g + 0.114 * b > 0.5 else "white")
     fig.colorbar(im, ax=ax, label=f"log10 {label}" if log else label)
-    ax.set_title(title, fontsize=9)
+    # a title longer than a few heads' width ran over the colour bar's label
+    ax.set_title(textwrap.fill(title, width=max(30, int(9 * fig.get_figwidth()))), fontsize=9)
     return fig
 
 

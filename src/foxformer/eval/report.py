@@ -1,7 +1,8 @@
 """`foxformer report RUN_DIR...`: one Markdown or HTML page with training curves and the eval / analyze outputs.
 
 Each RUN_DIR (a training run or any folder) is searched for the outputs of ``foxformer eval loss`` (loss.json),
-``eval niah`` (niah.json), ``eval harness`` (harness.json), ``analyze gates`` (gates.json), ``eval eviction``
+``eval niah`` (niah.json), ``eval harness`` (harness.json, or harness_<model>.json for each of several models
+evaluated together), ``analyze gates`` (gates.json), ``eval eviction``
 (eviction.json) and ``bias-shift`` (bias_shift.json), in the folder itself and in its ``eval/`` sub-folder (the commands' default output for a run dir), plus the run's
 metrics.jsonl. Plots are copied next to the page, so the report folder can be moved as a whole.
 """
@@ -14,9 +15,9 @@ import shutil
 from dataclasses import dataclass, field
 
 from . import plots
-from .outputs import find_output, safe_name
+from .outputs import find_model_outputs, find_output, safe_name
 
-OUTPUTS = ("loss.json", "niah.json", "gates.json", "harness.json", "eviction.json", "bias_shift.json")
+OUTPUTS = ("loss.json", "niah.json", "gates.json", "harness[_MODEL].json", "eviction.json", "bias_shift.json")
 
 
 @dataclass
@@ -156,13 +157,13 @@ def _bias_shift_blocks(data: dict, path: str, out_dir: str, tag: str) -> list[Bl
     return [Block("h3", "Forget-gate bias shift"), Block("table", rows=rows)] + _beside(path, out_dir, tag)
 
 
-def _harness_blocks(data: dict) -> list[Block]:
+def _harness_blocks(data: dict, model: str | None) -> list[Block]:
     rows = [["task", "metric", "value"]]
     for task, metrics in (data.get("results") or {}).items():
         for k, v in metrics.items():
             if isinstance(v, (int, float)) and not isinstance(v, bool):
                 rows.append([task, k, v])
-    return [Block("h3", "lm-evaluation-harness"), Block("table", rows=rows)]
+    return [Block("h3", "lm-evaluation-harness" + (f": {model}" if model else "")), Block("table", rows=rows)]
 
 
 def collect(run_dirs: list[str], out_dir: str) -> list[Block]:
@@ -180,9 +181,8 @@ def collect(run_dirs: list[str], out_dir: str) -> list[Block]:
             path = find_output(run_dir, name)
             if path:
                 section += fn(_read_json(path), os.path.dirname(path), out_dir, tag)
-        path = find_output(run_dir, "harness.json")
-        if path:
-            section += _harness_blocks(_read_json(path))
+        for model, path in find_model_outputs(run_dir, "harness"):
+            section += _harness_blocks(_read_json(path), model)
         for name, fn in (("eviction.json", _eviction_blocks), ("bias_shift.json", _bias_shift_blocks)):
             path = find_output(run_dir, name)
             if path:
