@@ -89,7 +89,7 @@ def test_lazy_packages_still_export_their_names():
     from foxformer.infer import generate
 
     assert callable(prepare) and callable(generate) and callable(foxformer.generate)
-    assert generate is foxformer.generate  # not the submodule foxformer.infer.generate of the same name
+    assert generate is foxformer.generate
     assert "TokenDataset" in dir(foxformer.data)
 
 

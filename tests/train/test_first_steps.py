@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from foxformer.cli import main
-from foxformer.data.prepare import PrepareConfig, prepare
+from foxformer.data.preparation import PrepareConfig, prepare
 from foxformer.train import checkpoint as ckpt
 from foxformer.train.config import TrainConfig
 from foxformer.train.metrics import read_metrics

@@ -8,7 +8,7 @@ from transformers import PretrainedConfig
 
 from ..argtypes import did_you_mean
 from ..data.specs import document_token_ids
-from ..ops.forgetting_attention.checks import BACKENDS, MAX_HEAD_DIM
+from ..ops.forgetting_attn.checks import BACKENDS, MAX_HEAD_DIM
 from .kvcache.policy import check_eviction
 
 ATTENTIONS = ("forgetting", "softmax", "linear")

@@ -28,7 +28,7 @@ from ..data.dataset import TokenDataset
 from ..data.tokenizer import canonical_name
 from ..models.calls import hf_progress
 from ..models.presets import attention_flops_per_token
-from ..ops.forgetting_attention.checks import NonFiniteValueError
+from ..ops.forgetting_attn.checks import NonFiniteValueError
 from ..paths import check_export_dir, check_output_dir, folder_lock, replace_export
 from ..provenance import code_version
 from . import checkpoint as ckpt
