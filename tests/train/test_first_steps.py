@@ -193,6 +193,36 @@ def test_a_run_at_its_end_says_why_nothing_trains(data_dir, tmp_path, capsys):
     assert f"--init-from {run} --out NEW_DIR --total-tokens N" in err
 
 
+def test_a_finished_constant_schedule_run_goes_on_as_if_it_had_had_the_longer_horizon(data_dir, tmp_path, capsys):
+    """A finished run went on only as a new run (--init-from). Under a constant schedule a longer horizon leaves
+    every step's learning rate as it was (the warm-up kept), so the run itself goes on, to the same losses."""
+    run, whole = str(tmp_path / "run"), str(tmp_path / "whole")
+    assert main(_flags(data_dir, run, steps=2) + ["--schedule", "constant"]) == 0
+    capsys.readouterr()
+    assert main(["train", "--out", run]) == 0
+    said = capsys.readouterr().err
+    command = said[said.index("foxformer train --out"):].strip()
+    assert command == f"foxformer train --out {run} --max-steps N --warmup-tokens 25"  # a tenth of 256 tokens
+    # the unset warm-up is a tenth of the horizon: 4 steps would warm up over 51 tokens
+    assert main(["train", "--out", run, "--max-steps", "4"]) == 2
+    assert "keep the run's with --warmup-tokens 25" in _one_error_line(capsys.readouterr().err)
+    assert main(shlex.split(command.replace("N", "4"))[1:]) == 0
+    assert main(_flags(data_dir, whole, steps=4) + ["--schedule", "constant", "--warmup-tokens", "25"]) == 0
+    went_on, straight = ([(r["step"], r["lr"], r["loss"]) for r in read_metrics(d) if r["kind"] == "train"]
+                         for d in (run, whole))
+    assert [step for step, _, _ in went_on] == [1, 2, 3, 4] and went_on == straight
+
+
+def test_a_finished_cosine_run_given_a_longer_horizon_says_why_that_is_a_new_run(data_dir, tmp_path, capsys):
+    run = str(tmp_path / "run")
+    assert main(_flags(data_dir, run, steps=2)) == 0
+    capsys.readouterr()
+    assert main(["train", "--out", run, "--max-steps", "4", "--warmup-tokens", "25"]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert "a cosine schedule decays to its horizon, only a constant one extends on resume" in line
+    assert f"--init-from {run} --out NEW_DIR" in line
+
+
 def test_a_refused_resume_with_another_model_does_not_advise_init_from(data_dir, tmp_path, capsys):
     """The advice to go on with --init-from trained the saved FoX weights under the new preset's name."""
     run = str(tmp_path / "run")

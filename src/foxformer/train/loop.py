@@ -310,10 +310,17 @@ def _say_nothing_to_train(cfg: TrainConfig, step: int) -> None:
     if cfg.max_steps is not None and cfg.max_steps < schedule:
         how = f"give a larger --max-steps to go on (its schedule runs to step {schedule:,})"
         end = f"max_steps {cfg.max_steps:,}"
+    elif cfg.schedule == "constant":  # resume_conflicts lets its horizon change
+        longer = "--total-tokens N" if cfg.total_tokens is not None else "--max-steps N"
+        warmup = f" --warmup-tokens {cfg.warmup}" if cfg.warmup_tokens is None else ""  # else a tenth of N
+        how = (f"its constant schedule goes on to a longer horizon: foxformer train --out {shlex.quote(cfg.out_dir)} "
+               f"{longer}{warmup}")
+        end = f"schedule ({cfg.horizon_tokens:,} tokens)"
     else:
         saved = shlex.quote(os.path.join(cfg.out_dir, "config.yaml"))
-        how = (f"a longer schedule is a new run from its weights: foxformer train --config {saved} --init-from "
-               f"{shlex.quote(cfg.out_dir)} --out NEW_DIR --total-tokens N")
+        how = (f"a longer {cfg.schedule} schedule changes the learning rate of the steps taken, so it is a new run "
+               f"from its weights: foxformer train --config {saved} --init-from {shlex.quote(cfg.out_dir)} --out "
+               f"NEW_DIR --total-tokens N")
         end = f"schedule ({cfg.horizon_tokens:,} tokens)"
     tqdm.write(f"train: nothing to train: {cfg.out_dir} is at step {step:,}, the end of its {end}; {how}",
                file=sys.stderr)
