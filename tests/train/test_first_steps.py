@@ -144,6 +144,20 @@ def test_a_bad_flag_value_is_named_by_its_flag(data_dir, tmp_path, capsys, extra
     assert said in _one_error_line(capsys.readouterr().err)
 
 
+@pytest.mark.parametrize("extra, said", [
+    (["--set", "lrr=1"], "error: --set: unknown config key 'lrr' (did you mean 'lr'?); known keys: "),
+    (["--set", "=3"], "error: --set: expected key=value, got '=3'"),
+    (["--model", "hidden_size=abc"], "error: FoxConfig.hidden_size must be a positive int, got 'abc'"),
+    (["--set", "model.num_heads=four"], "error: FoxConfig.num_heads must be a positive int, got 'four'"),
+], ids=["unknown-key", "no-key", "model-width-not-a-number", "model-heads-not-a-number"])
+def test_a_bad_set_or_model_item_says_which_and_why(data_dir, tmp_path, capsys, extra, said):
+    """--set's unknown keys were "overrides: unknown config key" (a word of the API, not of the command line),
+    `--set =3` an unknown key '', and a model width that is no number a bare TypeError of the width's
+    derivation ("can't multiply sequence by non-int of type 'float'")."""
+    assert main(_flags(data_dir, str(tmp_path / "run"), steps=1) + extra) == 2
+    assert _one_error_line(capsys.readouterr().err).startswith(said)
+
+
 def test_a_bad_value_set_by_config_key_keeps_the_key(data_dir, tmp_path, capsys):
     assert main(_flags(data_dir, str(tmp_path / "run"), steps=1) + ["--set", "warmup_tokens=12x"]) == 2
     assert "error: warmup_tokens: expected a token count" in _one_error_line(capsys.readouterr().err)

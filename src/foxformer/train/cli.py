@@ -120,6 +120,8 @@ def _in_flags(message: str, args: argparse.Namespace) -> str:
         return f"{given[key][0]} ({key}): {rest}"
     if key == "total_tokens / max_steps":
         return f"{message}: give --total-tokens or --max-steps"
+    if key == "overrides":  # what load_config calls them: on this command line only --set names keys
+        return f"--set: {rest}"
     return message
 
 

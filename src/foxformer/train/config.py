@@ -273,10 +273,10 @@ def parse_overrides(items: list[str] | None, flag: str = "--set", into: dict | N
     two values is refused: the last one won without a word, which one command line built from pieces hides."""
     out: dict = {} if into is None else into
     for item in items or []:
-        if "=" not in item:
-            raise ValueError(f"{flag}: expected key=value, got {item!r}")
-        key, raw = item.split("=", 1)
+        key, sep, raw = item.partition("=")
         key = key.strip()
+        if not sep or not key:
+            raise ValueError(f"{flag}: expected key=value, got {item!r}")
         value = yaml.safe_load(raw) if raw else None
         target = out
         if key.startswith("model."):
