@@ -298,3 +298,13 @@ def test_a_run_started_from_another_model_records_no_preset_and_refuses_one(data
     assert main(["train", "--out", new, "--max-steps", "2"]) == 0  # the run resumes from what it saved
     assert [r["resumed_from"] is not None for r in read_metrics(new) if r["kind"] == "start"] == [False, True]
     assert yaml.safe_load(open(os.path.join(new, "config.yaml")))["preset"] is None
+
+
+def test_a_log_file_gets_the_step_lines_and_no_progress_bar_frames(data_dir, tmp_path, capsys):
+    """With stderr redirected (`2> train.log`, nohup) the bar wrote a frame at each update, carriage returns in
+    one endless line of the log. Off a terminal the step lines on stdout are the progress."""
+    argv = [a for a in _flags(data_dir, str(tmp_path / "run"), steps=2) if a != "--no-progress"]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert "\r" not in captured.err and "%|" not in captured.err
+    assert "step 1/2 tokens 128 loss" in captured.out and "step 2/2 tokens 256 loss" in captured.out

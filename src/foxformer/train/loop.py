@@ -536,8 +536,10 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, held: con
     if step >= cfg.total_steps and info.is_main:
         _say_nothing_to_train(cfg, step)
     time_up = False
+    # None: no bar where stderr is not a terminal (`2> train.log`, nohup), whose log got a frame at every update
+    # in one endless line; the step lines on stdout every log_every steps are the progress there
     bar = tqdm(total=cfg.total_steps, initial=step, desc="train", unit="step",
-               disable=not (info.is_main and cfg.progress))
+               disable=None if info.is_main and cfg.progress else True)
     start_time, start_tokens, start_step = time.time(), tokens, step
     last_rec: dict = {}
     last_eval: dict = {}
