@@ -23,6 +23,7 @@ _FLAGS = {
 }
 # What a key does where its name does not say it, for --help.
 _MEANING = {
+    "preset": "; `foxformer presets` lists them with their sizes",
     "schedule": ": the learning rate rises linearly over the warm-up to lr, then cosine and linear decay it to "
                 "min_lr_ratio * lr at the horizon (total_tokens), constant holds it. A finished run may go on to a "
                 "larger --total-tokens (or --max-steps) only under constant, its warm-up kept; under cosine and "
