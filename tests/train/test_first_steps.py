@@ -237,6 +237,24 @@ def test_a_finished_cosine_run_given_a_longer_horizon_says_why_that_is_a_new_run
     assert f"--init-from {run} --out NEW_DIR" in line
 
 
+def test_out_inside_a_runs_checkpoints_is_refused_naming_the_run(data_dir, tmp_path, capsys):
+    """`--out RUN/checkpoints/step_N` (meant as --resume or --init-from) said there was "no run to continue", and
+    with --data it trained a new run inside the checkpoint, which went when keep_last removed that checkpoint."""
+    run = str(tmp_path / "run")
+    assert main(_flags(data_dir, run, steps=2)) == 0
+    capsys.readouterr()
+    step = ckpt.list_checkpoints(run)[-1]
+    for out, what in ((step, "a checkpoint"), (ckpt.checkpoint_root(run), "the checkpoints folder")):
+        before = sorted(os.listdir(out))
+        for argv in (["train", "--out", out], _flags(data_dir, out, steps=1)):
+            assert main(argv) == 2
+            assert _one_error_line(capsys.readouterr().err) == (
+                f"error: out_dir: {out!r} is {what} of the run {run}, not a run folder; continue that run with "
+                f"--out {run} (plus --resume CHECKPOINT to go back to one), or start a new run from a checkpoint's "
+                f"weights with --init-from CHECKPOINT --out NEW_DIR")
+        assert sorted(os.listdir(out)) == before
+
+
 def test_a_refused_resume_with_another_model_does_not_advise_init_from(data_dir, tmp_path, capsys):
     """The advice to go on with --init-from trained the saved FoX weights under the new preset's name."""
     run = str(tmp_path / "run")

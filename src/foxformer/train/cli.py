@@ -67,7 +67,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _train_command(args: argparse.Namespace) -> int:
-    from .checkpoint import CheckpointWriteError
+    from .checkpoint import CheckpointWriteError, check_not_in_a_run
     from .config import SAVED_CONFIG, load_config
     from .distributed import PeerFailure
     from .loop import train
@@ -78,6 +78,8 @@ def _train_command(args: argparse.Namespace) -> int:
     saved = bool(out_dir) and os.path.isfile(os.path.join(out_dir, SAVED_CONFIG))
     if args.config is None and out_dir and saved and main_rank:
         print(f"train: continuing {out_dir} with its {SAVED_CONFIG} (flags given override it)", file=sys.stderr)
+    if out_dir:  # before the next check, which would call a checkpoint "no run to continue"
+        check_not_in_a_run(out_dir)
     # `--out RUN` alone means "continue RUN": where there is none, the horizon error would hide a mistyped name
     if args.config is None and out_dir and not saved and not {"data_dir", "total_tokens", "max_steps"} & set(overrides):
         raise ValueError(_no_run_to_continue(out_dir))
