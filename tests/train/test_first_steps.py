@@ -219,7 +219,7 @@ def test_a_finished_constant_schedule_run_goes_on_as_if_it_had_had_the_longer_ho
     assert command == f"foxformer train --out {run} --max-steps N --warmup-tokens 25"  # a tenth of 256 tokens
     # the unset warm-up is a tenth of the horizon: 4 steps would warm up over 51 tokens
     assert main(["train", "--out", run, "--max-steps", "4"]) == 2
-    assert "keep the run's with --warmup-tokens 25" in _one_error_line(capsys.readouterr().err)
+    assert "keep it with --warmup-tokens 25" in _one_error_line(capsys.readouterr().err)
     assert main(shlex.split(command.replace("N", "4"))[1:]) == 0
     assert main(_flags(data_dir, whole, steps=4) + ["--schedule", "constant", "--warmup-tokens", "25"]) == 0
     went_on, straight = ([(r["step"], r["lr"], r["loss"]) for r in read_metrics(d) if r["kind"] == "train"]

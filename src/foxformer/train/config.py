@@ -445,7 +445,7 @@ def resume_conflicts(saved: TrainConfig, new: TrainConfig) -> list[str]:
     constant = saved.schedule == new.schedule == "constant"
     if saved.warmup != new.warmup:
         derived = a["warmup_tokens"] == b["warmup_tokens"]  # unset in both: a tenth of a changed horizon
-        keep = f"; keep the run's with --warmup-tokens {saved.warmup}" if constant else ""
+        keep = f"; keep it with --warmup-tokens {saved.warmup}" if constant else ""
         keys.append(f"warmup_tokens (unset: a tenth of the horizon, {new.warmup:,} tokens now, {saved.warmup:,} in "
                     f"the run{keep})" if derived else "warmup_tokens")
     if saved.horizon_tokens != new.horizon_tokens and not constant:
