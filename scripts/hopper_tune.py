@@ -5,7 +5,7 @@
 
 Each config is timed alone (triton.testing.do_bench, median) next to SDPA FLASH / cuDNN on the same
 shapes; the JSON keeps every row. The configs that win become FWD_CONFIGS / BWD_CONFIGS in
-src/foxformer/ops/forgetting_attention/hopper/launch.py (their comments cite the run).
+src/foxformer/ops/forgetting_attn/hopper/launch.py (their comments cite the run).
 """
 from __future__ import annotations
 
@@ -22,9 +22,9 @@ import triton
 
 from foxformer.bench.attention import realistic_log_fgate
 from foxformer.bench.common import environment
-from foxformer.ops.forgetting_attention import naive_forgetting_attention
-from foxformer.ops.forgetting_attention.cumsum import gate_cumsum_heads_first
-from foxformer.ops.forgetting_attention.hopper import launch as L
+from foxformer.ops.forgetting_attn import naive_forgetting_attention
+from foxformer.ops.forgetting_attn.cumsum import gate_cumsum_heads_first
+from foxformer.ops.forgetting_attn.hopper import launch as L
 
 DEV = "cuda"
 

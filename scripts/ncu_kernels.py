@@ -17,8 +17,8 @@ import math
 import torch
 
 from foxformer.bench.attention import realistic_log_fgate
-from foxformer.ops.forgetting_attention.cumsum import gate_cumsum_heads_first
-from foxformer.ops.forgetting_attention.hopper import launch as L
+from foxformer.ops.forgetting_attn.cumsum import gate_cumsum_heads_first
+from foxformer.ops.forgetting_attn.hopper import launch as L
 
 
 def main(argv=None) -> None:

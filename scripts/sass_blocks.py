@@ -18,8 +18,8 @@ OPS = ("HGMMA", "MUFU", "FFMA", "FADD", "FMUL", "FSEL", "F2FP", "LDL", "STL", "L
 
 def sass(name: str) -> list[tuple[int, str]]:
     """(address, instruction) of the variant's SASS."""
-    from foxformer.ops.forgetting_attention.hopper.aot import compile_launch, cuobjdump
-    from foxformer.ops.forgetting_attention.hopper.launch import variant_launches
+    from foxformer.ops.forgetting_attn.hopper.aot import compile_launch, cuobjdump
+    from foxformer.ops.forgetting_attn.hopper.launch import variant_launches
 
     text = cuobjdump(compile_launch(dict(variant_launches())[name]), "-sass")
     return [(int(m.group(1), 16), m.group(2).strip())
@@ -70,7 +70,7 @@ def main(names: list[str]) -> int:
     if not names or names[0] in ("-h", "--help"):
         print(__doc__, file=sys.stderr)
         return 0 if names else 2
-    from foxformer.ops.forgetting_attention.hopper.launch import variant_launches
+    from foxformer.ops.forgetting_attn.hopper.launch import variant_launches
 
     known = dict(variant_launches())
     unknown = [n for n in names if n not in known]

@@ -18,8 +18,8 @@ import time
 import torch
 
 from foxformer.bench.attention import realistic_log_fgate
-from foxformer.ops.forgetting_attention import bwd, fwd
-from foxformer.ops.forgetting_attention.cumsum import gate_cumsum
+from foxformer.ops.forgetting_attn import bwd, fwd
+from foxformer.ops.forgetting_attn.cumsum import gate_cumsum
 
 KC = fwd.KernelConfig
 FWD_CANDIDATES = [KC(m, n, w, s) for (m, n), w, s in itertools.product(

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from foxformer.bench.common import environment
 from foxformer.ops import gate_cumsum
-from foxformer.ops.forgetting_attention import decode
+from foxformer.ops.forgetting_attn import decode
 
 CALLS = 20  # per graph replay
 

@@ -89,7 +89,7 @@ def test_lazy_packages_still_export_their_names():
     from foxformer.infer import generate
 
     assert callable(prepare) and callable(generate) and callable(foxformer.generate)
-    assert generate is foxformer.generate  # not the submodule foxformer.infer.generate of the same name
+    assert generate is foxformer.generate
     assert "TokenDataset" in dir(foxformer.data)
 
 
@@ -165,7 +165,37 @@ def test_ctrl_c_under_torchrun_is_said_once(monkeypatch, capsys, rank, message, 
         raise KeyboardInterrupt(message) if message else KeyboardInterrupt
 
     monkeypatch.setenv("RANK", rank)
-    monkeypatch.setattr(cli, "_parse", lambda parser, argv: argparse.Namespace(func=stopped))
+    monkeypatch.setattr(cli, "_parse", lambda parser, argv: (argparse.Namespace(func=stopped),
+                                                             argparse.ArgumentParser(prog="foxformer train")))
     assert cli.main([]) == cli.INTERRUPTED_EXIT
     err = capsys.readouterr().err.strip()
     assert err == (shown or "")
+
+
+@pytest.mark.parametrize("argv", [["export-hf", "RUN"], ["eval", "niah", "RUN"], ["generate", "RUN", "--prompt", "x"],
+                                  ["demo"]], ids=["export-hf", "eval-niah", "generate", "demo"])
+def test_a_command_of_one_process_refuses_to_be_one_of_several_under_torchrun(monkeypatch, capsys, argv):
+    """Under torchrun every process ran the whole command, and the copies wrote the same outputs at once (an
+    export's folder, eval's JSON and plots). Now the job stops before any work, said once, by rank 0."""
+    from foxformer import cli
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    for rank, said in (("0", True), ("1", False)):
+        monkeypatch.setenv("RANK", rank)
+        assert cli.main(argv) == cli.USER_ERROR_EXIT
+        err = capsys.readouterr().err
+        expected = (f"error: foxformer {argv[0]}{' ' + argv[1] if argv[0] == 'eval' else ''} runs in one process, "
+                    f"and WORLD_SIZE=2 makes this one of 2 (torchrun sets it): each would run the whole command and "
+                    f"write the same outputs; run it without torchrun (or unset WORLD_SIZE)\n")
+        assert err == (expected if said else "")
+
+
+@pytest.mark.parametrize("world, command, refused", [("2", "foxformer train", False),
+                                                     ("1", "foxformer export-hf", False),
+                                                     ("4", "foxformer bench model", True)],
+                         ids=["train-is-distributed", "one-process", "bench-under-torchrun"])
+def test_only_train_runs_as_one_process_of_several(monkeypatch, world, command, refused):
+    from foxformer import cli
+
+    monkeypatch.setenv("WORLD_SIZE", world)
+    assert (cli._one_of_several(command) is not None) is refused

@@ -9,27 +9,18 @@ from __future__ import annotations
 
 import importlib
 import sys
-import types
-
-
-class _LazyPackage(types.ModuleType):
-    def __setattr__(self, name: str, value) -> None:
-        # Importing a submodule sets it as an attribute of its package. Where an export shares the submodule's
-        # name (infer.generate, data.prepare) the export must win, as when __init__ imported it eagerly.
-        if name in vars(self).get("_EXPORTS", ()) and isinstance(value, types.ModuleType) \
-                and value.__name__ == f"{self.__name__}.{name}":
-            return
-        super().__setattr__(name, value)
 
 
 def lazy_exports(package: str, exports: dict[str, str], submodules: tuple[str, ...] = ()):
     """Make ``package`` import its names on first use; returns ``(__getattr__, __dir__)`` for its namespace.
 
     ``exports`` maps a public name to the module that defines it (relative, e.g. ``".dataset"``, or absolute
-    for a name the package re-exports from a lower one) and is kept as the package's ``_EXPORTS``; ``submodules`` are reachable as attributes without an import."""
+    for a name the package re-exports from a lower one); ``submodules`` are reachable as attributes without an
+    import. No export may share a submodule's name: importing the submodule sets the package attribute, and
+    ``import package.name as m`` reads that attribute, so one of the two would get the other's object
+    (tests/test_imports.py checks every module).
+    """
     module = sys.modules[package]
-    module._EXPORTS = exports
-    module.__class__ = _LazyPackage
 
     def __getattr__(name: str):
         if name in submodules:

@@ -28,6 +28,9 @@ BROKEN_PIPE_EXIT = 141
 # ... and for one stopped by Ctrl-C (128 + SIGINT).
 INTERRUPTED_EXIT = 130
 USER_ERROR_EXIT = 2
+# The commands that run as one process of several under torchrun. Any other ran whole in every process, the
+# copies writing the same files at once (eval's JSON and plots, export-hf's folder).
+DISTRIBUTED_COMMANDS = ("train",)
 DESCRIPTION = ("The Forgetting Transformer (FoX): prepare data, train, evaluate, generate, benchmark. "
                "`foxformer COMMAND --help` lists a command's options.")
 
@@ -174,9 +177,9 @@ def _tag_parsers(parser: argparse.ArgumentParser) -> None:
                 _tag_parsers(child)
 
 
-def _parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+def _parse(parser: argparse.ArgumentParser, argv: list[str] | None):
     """parse_args, except that a misspelled flag is reported by the subcommand's parser (its usage, not the
-    top level's) with the closest flag it has."""
+    top level's) with the closest flag it has; returns the arguments and that parser."""
     args, extras = parser.parse_known_args(argv)
     own = vars(args).pop("_parser", parser)  # commands write vars(args) into their JSON
     if extras:
@@ -187,7 +190,18 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.
             if close:
                 hints.append(f"{extra}: did you mean {close[0]}?")
         own.error(f"unrecognized arguments: {' '.join(extras)}" + (f" ({'; '.join(hints)})" if hints else ""))
-    return args
+    return args, own
+
+
+def _one_of_several(command: str) -> str | None:
+    """Why ``command`` (its parser's prog, ``foxformer eval niah``) may not run here: this is one process of
+    several (torchrun sets WORLD_SIZE) and the command is not one of DISTRIBUTED_COMMANDS; None where it may."""
+    world = os.environ.get("WORLD_SIZE", "1")
+    if not world.isdigit() or int(world) <= 1 or command.split()[1] in DISTRIBUTED_COMMANDS:
+        return None
+    return (f"{command} runs in one process, and WORLD_SIZE={world} makes this one of {world} (torchrun sets it): "
+            f"each would run the whole command and write the same outputs; run it without torchrun (or unset "
+            f"WORLD_SIZE)")
 
 
 _OS_FIXES = {errno.ENOSPC: "free disk space or choose another location",
@@ -219,9 +233,14 @@ def _say_error(line: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = _parse(parser, argv)
+    args, own = _parse(parser, argv)
     if not getattr(args, "func", None):
         parser.print_help()
+        return USER_ERROR_EXIT
+    refused = _one_of_several(own.prog)
+    if refused:
+        if os.environ.get("RANK", "0") == "0":  # one line for the job, not one per process
+            _say_error(f"error: {refused}")
         return USER_ERROR_EXIT
     try:
         rc = int(args.func(args) or 0)

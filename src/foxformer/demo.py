@@ -182,7 +182,7 @@ def run_demo(out: str = "runs/demo", minutes: float = 3.0, device: str = "auto",
     lr, eval_tokens).
     """
     from .data.dataset import TokenDataset
-    from .data.prepare import PrepareConfig, prepare
+    from .data.preparation import PrepareConfig, prepare
     from .train.config import TrainConfig
     from .train.distributed import init_distributed
     from .train.loop import evaluate, train

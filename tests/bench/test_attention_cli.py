@@ -133,7 +133,7 @@ def test_a_row_names_the_kernels_that_ran_not_the_ones_asked_for(monkeypatch):
     import torch
 
     from foxformer.bench.attention import _ran_on
-    from foxformer.ops.forgetting_attention import interface
+    from foxformer.ops.forgetting_attn import interface
 
     q = torch.randn(1, 8, 2, 128)[..., :64]
     k = v = torch.randn(1, 8, 2, 64)

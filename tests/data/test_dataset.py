@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from foxformer.data.dataset import TokenDataset
-from foxformer.data.prepare import PrepareConfig, prepare
+from foxformer.data.preparation import PrepareConfig, prepare
 
 
 @pytest.fixture

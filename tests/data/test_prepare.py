@@ -6,10 +6,10 @@ import re
 import numpy as np
 import pytest
 
-from foxformer.data.prepare import PrepareConfig, prepare, read_manifest
+from foxformer.data.preparation import PrepareConfig, prepare, read_manifest
 from foxformer.data.tokenizer import load_tokenizer
 
-prep_mod = importlib.import_module("foxformer.data.prepare")
+prep_mod = importlib.import_module("foxformer.data.preparation")
 
 
 def _cfg(tmp_path, sources, **kw):

@@ -137,6 +137,33 @@ def _error(capsys) -> str:
     return capsys.readouterr().err
 
 
+def _niah_on(run, haystack, lengths, out):
+    return main(["eval", "niah", run, "--haystack", str(haystack), "--lengths", lengths, "--depths", "0", "--needles",
+                 "1", "--modes", "standard", "--no-generate", "--device", "cpu", "--no-progress", "--out", str(out)])
+
+
+def test_a_haystack_shorter_than_the_longest_context_is_refused_saying_what_it_holds(workspace, capsys, tmp_path):
+    """The error said only that 8192 + 4096 tokens were needed, for a need of the longest context alone."""
+    from foxformer.data import load_tokenizer
+
+    text = "The tide came in over the flat grey sand. " * 20
+    (tmp_path / "short.txt").write_text(text)
+    held = len(load_tokenizer("gpt2").encode(text))
+    assert _niah_on(workspace["run"], tmp_path / "short.txt", "96,512", tmp_path / "o") == 2
+    assert _error(capsys).strip() == (f"error: --haystack: '{tmp_path / 'short.txt'}' holds {held} tokens, 512 are "
+                                      f"needed; the longest of --lengths is 512 tokens: give a source with more text "
+                                      f"or shorter --lengths")
+
+
+def test_a_haystack_as_long_as_the_longest_context_serves_with_a_note(workspace, capsys, tmp_path):
+    """It was refused unless it held 4096 tokens more than the longest context: room for the offsets only."""
+    (tmp_path / "hay.txt").write_text("The tide came in over the flat grey sand. " * 30)
+    assert _niah_on(workspace["run"], tmp_path / "hay.txt", "96,160", tmp_path / "o") == 0
+    assert "note: --haystack holds" in _error(capsys)
+    records = json.load(open(tmp_path / "o" / "niah.json"))["models"][0]["records"]
+    assert sorted(r["length"] for r in records) == [96, 160]
+
+
 def test_bad_checkpoints_and_lengths_fail_clearly(workspace, capsys, tmp_path):
     data = workspace["data"]
     common = ["--data", data, "--num-seqs", "2", "--device", "cpu", "--no-progress", "--out", str(tmp_path)]

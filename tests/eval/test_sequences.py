@@ -5,7 +5,7 @@ def _byte_dataset(tmp_path, text_lengths):
     """A prepared dataset (byte tokenizer, all in train) of documents with these numbers of text tokens."""
     import json
 
-    from foxformer.data.prepare import PrepareConfig, prepare
+    from foxformer.data.preparation import PrepareConfig, prepare
 
     src = tmp_path / "docs.jsonl"
     src.write_text("".join(json.dumps({"id": f"d{i}", "text": chr(ord("a") + i) * n}) + "\n"

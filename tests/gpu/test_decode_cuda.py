@@ -6,7 +6,7 @@ import torch.nn.functional as F
 
 from foxformer.models import EvictionPolicy
 from foxformer.ops import gate_cumsum
-from foxformer.ops.forgetting_attention.decode import forgetting_attention_decode, torch_decode
+from foxformer.ops.forgetting_attn.decode import forgetting_attention_decode, torch_decode
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
@@ -97,9 +97,9 @@ def test_bf16_model_with_eviction_decodes_through_the_paged_kernel():
 @pytest.mark.parametrize("paged", [False, True], ids=["dense", "paged"])
 @pytest.mark.parametrize("Hq,Hkv,D", [(12, 12, 64), (16, 2, 128)], ids=["mha-d64", "gqa8-d128"])
 def test_the_one_token_cache_write_gives_the_torch_ops_bits(Hq, Hkv, D, paged):
-    """ops/forgetting_attention/append.py on CUDA: k, v, c, c_last and both shift states, bit for bit (dense
+    """ops/forgetting_attn/append.py on CUDA: k, v, c, c_last and both shift states, bit for bit (dense
     buffers, or page pools of 16 rows with each (b, h) on its own shuffled pages)."""
-    from foxformer.ops.forgetting_attention.append import append_token_
+    from foxformer.ops.forgetting_attn.append import append_token_
 
     g = torch.Generator(device="cuda").manual_seed(0)
     B, cap = 3, 4099
@@ -126,9 +126,9 @@ def test_the_one_token_cache_write_gives_the_torch_ops_bits(Hq, Hkv, D, paged):
 
 @pytest.mark.parametrize("G", [1, 4], ids=["mha", "gqa4"])
 def test_the_eviction_scan_kernel_gives_the_torch_paths_starts(G):
-    """ops/forgetting_attention/evict_scan.py on CUDA: the windowed scan over shuffled pages of 64 rows, the newest
+    """ops/forgetting_attn/evict_scan.py on CUDA: the windowed scan over shuffled pages of 64 rows, the newest
     position on the device (as in a captured step)."""
-    from foxformer.ops.forgetting_attention.evict_scan import evict_scan_
+    from foxformer.ops.forgetting_attn.evict_scan import evict_scan_
 
     g = torch.Generator(device="cuda").manual_seed(G)
     B, Hkv, length, page = 4, 6, 4096, 64

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from foxformer.infer import GenerationConfig, stream_tokens
-from foxformer.infer.generate import _new_cache
+from foxformer.infer.generation import _new_cache
 from foxformer.models.calls import cache_of
 from foxformer.models import FoxForCausalLM, get_preset
 from foxformer.models.modeling import CACHE_FIELD

@@ -151,7 +151,7 @@ def _long_context(T, gates, D, Hq, Hkv):
 
 def _replace_bwd_configs(monkeypatch, change):
     """Every head dim's BwdConfig with the fields change(cfg) returns replaced, for one test."""
-    from foxformer.ops.forgetting_attention.hopper import launch
+    from foxformer.ops.forgetting_attn.hopper import launch
     for D, cfg in list(launch.BWD_CONFIGS.items()):
         monkeypatch.setitem(launch.BWD_CONFIGS, D, dataclasses.replace(cfg, **change(cfg)))
 
@@ -259,8 +259,8 @@ def test_other_sums_long_context(other_sums, T, gates, D, Hq, Hkv):
 
 
 def test_auto_picks_gluon_and_unpacked_heads_fall_back():
-    from foxformer.ops.forgetting_attention.checks import resolve_backend
-    from foxformer.ops.forgetting_attention.hopper.dispatch import layout_reason
+    from foxformer.ops.forgetting_attn.checks import resolve_backend
+    from foxformer.ops.forgetting_attn.hopper.dispatch import layout_reason
 
     q = torch.randn(1, 256, 4, 64, device=DEV, dtype=torch.bfloat16)
     assert resolve_backend("auto", q) == "gluon"
@@ -277,7 +277,7 @@ def test_auto_picks_gluon_and_unpacked_heads_fall_back():
 def test_column_slices_of_one_product(D):
     """q, k, v as column slices of one [B, T, W] product (a fused QKV projection, W a multiple of 8 columns): the
     kernels read and write through their row stride, and the gradients land in the slices."""
-    from foxformer.ops.forgetting_attention.hopper.dispatch import layout_reason
+    from foxformer.ops.forgetting_attn.hopper.dispatch import layout_reason
 
     B, T, H = 2, 1000, 4
     W = 3 * H * D + 16  # the gate columns after q, k, v
@@ -348,14 +348,14 @@ def test_forward_split_loops(monkeypatch, case):
     """FwdConfig.split_loops (off: it lost the thirty-second session's sweep): the D 64 forward with its unmasked and
     masked tiles in loops of their own, against float64 (the first masked tile, the query's own, can follow any
     number of unmasked ones)."""
-    from foxformer.ops.forgetting_attention.hopper import launch
+    from foxformer.ops.forgetting_attn.hopper import launch
     monkeypatch.setitem(launch.FWD_CONFIGS, 64, dataclasses.replace(launch.FWD_CONFIGS[64], split_loops=True))
     _check_case(64, case, seed=21)
 
 
 def _max_free(monkeypatch, D, on=True):
     """FwdConfig.max_free on (or off) for one test, whatever the head dim's default."""
-    from foxformer.ops.forgetting_attention.hopper import launch
+    from foxformer.ops.forgetting_attn.hopper import launch
     monkeypatch.setitem(launch.FWD_CONFIGS, D, dataclasses.replace(launch.FWD_CONFIGS[D], max_free=on))
 
 
@@ -381,8 +381,8 @@ def test_forward_max_free_long_context(monkeypatch, T, D, Hq, Hkv):
 def test_max_free_rows_outside_the_window_are_computed_again(monkeypatch, D):
     """Rows whose log-sum-exp lies beyond +-44 nats (a diagonal logit of +-60 under gates of -100 a token): the
     max-free launch alone leaves NaN in exactly their lse, and with the redo launch out and lse match float64."""
-    from foxformer.ops.forgetting_attention.cumsum import gate_cumsum_heads_first
-    from foxformer.ops.forgetting_attention.hopper import launch
+    from foxformer.ops.forgetting_attn.cumsum import gate_cumsum_heads_first
+    from foxformer.ops.forgetting_attn.hopper import launch
     torch.manual_seed(29)
     B, T, H = 2, 700, 2
     q = F.normalize(torch.randn(B, T, H, D, device=DEV), dim=-1) * D ** 0.5

@@ -66,10 +66,10 @@ def test_varlen_gqa_matches_torch(prune_eps):
 
 @pytest.mark.parametrize("T", [16384, 65536], ids=["16K", "64K"])
 def test_the_gate_cumsum_kernel_matches_torch_at_long_context(T):
-    """ops/forgetting_attention/scan.py on CUDA: c and the gradient of log f against the torch reference (float64),
+    """ops/forgetting_attn/scan.py on CUDA: c and the gradient of log f against the torch reference (float64),
     strong gates (|c| in the tens of thousands at 64K) with an f = 0 gate in the middle."""
-    from foxformer.ops.forgetting_attention.cumsum import gate_cumsum_heads_first
-    from foxformer.ops.forgetting_attention.scan import triton_gate_cumsum, triton_gate_cumsum_grad
+    from foxformer.ops.forgetting_attn.cumsum import gate_cumsum_heads_first
+    from foxformer.ops.forgetting_attn.scan import triton_gate_cumsum, triton_gate_cumsum_grad
 
     g = torch.Generator(device="cuda").manual_seed(0)
     log_f = realistic_log_fgate(2, T, 24, "cuda", generator=g) - 0.3

@@ -513,9 +513,7 @@ def test_bias_shift_out_is_a_file_or_a_folder_checked_before_the_sweep(hf_dir, t
 def test_generate_interrupted_keeps_the_text_so_far(hf_dir, tmp_path, capsys, monkeypatch, stream):
     """Ctrl-C left the streamed line unended, printed no --no-stream text at all and wrote no --out: now the
     generation ends as it would at its end (text, newline, summary line, --out marked interrupted), exit code 130."""
-    import sys
-
-    module = sys.modules["foxformer.infer.generate"]
+    from foxformer.infer import generation as module
     real = module.generate
 
     def stopped(*args, **kwargs):

@@ -183,12 +183,12 @@ def test_several_gluon_forward_settings_time_one_model_in_turn(tmp_path, monkeyp
     """`--gluon-fwd default --gluon-fwd 64:max_free=true --rounds 2`: each FoX row is built (and compiled) once and
     timed under the settings in turn, round after round, each setting in force while it is timed; rows without
     Forgetting Attention get one row; the configs are restored after; a bad setting stops the run first."""
-    from foxformer.ops.forgetting_attention.hopper import compat
+    from foxformer.ops.forgetting_attn.hopper import compat
 
     if not compat.AVAILABLE:
         pytest.skip("no Gluon")
     import foxformer.bench.model as bench_model
-    from foxformer.ops.forgetting_attention.hopper import launch as L
+    from foxformer.ops.forgetting_attn.hopper import launch as L
 
     before, calls, builds = dict(L.FWD_CONFIGS), [], []
     real_measure, real_build = bench_model.measure, bench_model.FoxForCausalLM

@@ -197,7 +197,7 @@ def test_a_hub_id_without_the_hub_is_a_clear_error(tmp_path, monkeypatch):
 def test_a_converted_model_trains_on_from_its_own_weights(tmp_path):
     """Fine-tuning the paper's released models: `train --init-from CONVERTED` starts from the converted weights and
     config (shared QK-norm weight, eps 1e-5: no preset has them) on gpt2-json data; at lr 0 the weights stay."""
-    from foxformer.data.prepare import PrepareConfig, prepare
+    from foxformer.data.preparation import PrepareConfig, prepare
     from foxformer.train import checkpoint as ckpt
 
     src, _, _ = _official(tmp_path, "fox-pro-released", vocab_size=50257)

@@ -150,9 +150,9 @@ def test_bundle_refuses_what_a_plain_install_lacks(monkeypatch):
 def test_kernel_imports_inside_functions_become_a_clear_error():
     """What the copy cannot carry, imported where it is used (the Gluon dispatch in the op's checks), is replaced
     by a raise there: the copy never takes the kernels' paths, and if it did it would say why."""
-    copied = standalone.bundle()["fox_ops_forgetting_attention_checks.py"]
+    copied = standalone.bundle()["fox_ops_forgetting_attn_checks.py"]
     namespace = {}
-    exec(compile(copied.replace("from .", "from foxformer.ops.forgetting_attention."), "checks", "exec"), namespace)
+    exec(compile(copied.replace("from .", "from foxformer.ops.forgetting_attn."), "checks", "exec"), namespace)
     with pytest.raises(ImportError, match=r"hopper\.dispatch is not in the standalone copy"):
         namespace["_gluon_reason"](torch.bfloat16, 64, torch.device("cpu"))
 

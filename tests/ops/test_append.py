@@ -1,4 +1,4 @@
-"""The one-token cache write (ops/forgetting_attention/append.py): the Triton kernel (interpreted) gives the
+"""The one-token cache write (ops/forgetting_attn/append.py): the Triton kernel (interpreted) gives the
 torch path's bits, writes only the position asked for, and refuses mismatched shapes."""
 import os
 
@@ -7,7 +7,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported (con
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from foxformer.ops.forgetting_attention.append import append_token_  # noqa: E402
+from foxformer.ops.forgetting_attn.append import append_token_  # noqa: E402
 
 
 def buffers(B, cap, Hq, Hkv, D, dtype):

@@ -112,7 +112,7 @@ def test_bad_inputs():
 
 
 def test_split_counts_are_powers_of_two_so_a_growing_cache_compiles_few_kernels():
-    from foxformer.ops.forgetting_attention.decode import _pick_splits
+    from foxformer.ops.forgetting_attn.decode import _pick_splits
 
     seen = {_pick_splits(1, 12, keys, None, interpreted=False) for keys in range(1, 70000, 7)}
     assert all(s & (s - 1) == 0 for s in seen) and len(seen) <= 8
@@ -122,7 +122,7 @@ def test_split_counts_are_powers_of_two_so_a_growing_cache_compiles_few_kernels(
 def test_an_explicit_split_count_past_the_key_blocks_is_clamped():
     """num_splits was taken as given: 10**6 allocated B * Hkv * 10**6 * BLOCK_M rows of partial results
     (GiBs) and launched programs with no key to read. Splits beyond ceil(Tk / BLOCK_N) add nothing."""
-    from foxformer.ops.forgetting_attention.decode import DECODE_TILES, _pick_splits
+    from foxformer.ops.forgetting_attn.decode import DECODE_TILES, _pick_splits
 
     # interpreted: BLOCK_N = 16, so 90 keys are 6 blocks; on a GPU BLOCK_N = DECODE_TILES.block_n (128)
     assert _pick_splits(1, 2, 90, 6, interpreted=True) == 6

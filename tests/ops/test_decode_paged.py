@@ -8,8 +8,8 @@ os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported (con
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from foxformer.ops.forgetting_attention.decode import forgetting_attention_decode  # noqa: E402
-from foxformer.ops.forgetting_attention.paging import gather_pages  # noqa: E402
+from foxformer.ops.forgetting_attn.decode import forgetting_attention_decode  # noqa: E402
+from foxformer.ops.forgetting_attn.paging import gather_pages  # noqa: E402
 
 from .test_decode import dense_reference, make  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""The windowed eviction scan (ops/forgetting_attention/evict_scan.py): the Triton kernel (interpreted) gives the
+"""The windowed eviction scan (ops/forgetting_attn/evict_scan.py): the Triton kernel (interpreted) gives the
 torch path's starts on shuffled pages, with GQA, ragged starts and the newest position as an int or on the device."""
 import os
 
@@ -9,7 +9,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from foxformer.ops import gate_cumsum  # noqa: E402
-from foxformer.ops.forgetting_attention.evict_scan import evict_scan_  # noqa: E402
+from foxformer.ops.forgetting_attn.evict_scan import evict_scan_  # noqa: E402
 
 
 def paged_c(B, Hkv, G, length, page, seed):

@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 
 from foxformer import forgetting_attention
-from foxformer.ops.forgetting_attention.checks import resolve_backend
-from foxformer.ops.forgetting_attention.hopper import compat, dispatch
+from foxformer.ops.forgetting_attn.checks import resolve_backend
+from foxformer.ops.forgetting_attn.hopper import compat, dispatch
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 needs_gluon = pytest.mark.skipif(not compat.AVAILABLE, reason=compat.MISSING_REASON or "no Gluon")
@@ -41,7 +41,7 @@ def test_compat_resolves_the_installed_tritons_names():
 LOCAL_BUDGET = {"fwd": 16, "dq": 160, "dkdv": 512}
 MAX_FREE_BUDGET = 128
 VARIANTS = [] if not compat.AVAILABLE else __import__(
-    "foxformer.ops.forgetting_attention.hopper.launch", fromlist=["variant_names"]).variant_names()
+    "foxformer.ops.forgetting_attn.hopper.launch", fromlist=["variant_names"]).variant_names()
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +51,7 @@ def compiled():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_DEFAULT_FP_FUSION"] = "0"  # Triton 3.10's announced default: the launches must ask for FMAs
     env["PYTHONPATH"] = os.pathsep.join([str(SRC), env.get("PYTHONPATH", "")])
-    proc = subprocess.run([sys.executable, "-m", "foxformer.ops.forgetting_attention.hopper.aot", "--json",
+    proc = subprocess.run([sys.executable, "-m", "foxformer.ops.forgetting_attn.hopper.aot", "--json",
                            "--jobs", str(min(4, os.cpu_count() or 1))],
                           capture_output=True, text=True, env=env, timeout=1800)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -81,7 +81,7 @@ def test_variant_compiles_for_sm90a(compiled, name):
 def test_row_strides_the_kernels_vectorize_are_checked():
     """common.row_starts rounds row offsets down to a multiple of 8 elements: a stride that is not one must stop the
     launch, not move rows."""
-    from foxformer.ops.forgetting_attention.hopper.launch import packed_strides
+    from foxformer.ops.forgetting_attn.hopper.launch import packed_strides
     assert packed_strides(torch.empty(2, 17, 3, 64)) == (17 * 3 * 64, 3 * 64, 64)
     with pytest.raises(ValueError, match="multiples of 8"):
         packed_strides(torch.empty(2, 17, 3, 68)[..., :64])
@@ -92,7 +92,7 @@ def test_row_strides_the_kernels_vectorize_are_checked():
 def test_variants_cover_every_dispatchable_case():
     if not VARIANTS:
         pytest.skip("no Gluon")
-    from foxformer.ops.forgetting_attention.hopper.launch import dq_tails
+    from foxformer.ops.forgetting_attn.hopper.launch import dq_tails
     for kernel in ("fwd", "dkdv", "dq"):
         for D in dispatch.HEAD_DIMS:
             for dtype in ("bfloat16", "float16"):
@@ -110,7 +110,7 @@ def test_backward_schedules_launch(kernel, persistent):
         pytest.skip("no Gluon")
     import dataclasses
 
-    from foxformer.ops.forgetting_attention.hopper import launch as L
+    from foxformer.ops.forgetting_attn.hopper import launch as L
     assert any(name.startswith(f"{kernel}-D64-") and name.endswith(("-persistent", "-one-a-tile")) for name in VARIANTS)
     cfg = dataclasses.replace(L.BWD_CONFIGS[64], dkdv_persistent=persistent, dq_persistent=persistent)
     for B, T, n_blocks in ((2, 300, 3), (4, 16384, 128)):
@@ -143,7 +143,7 @@ def test_dkdv_equal_len_only_where_lengths_are_equal(Tq, Tk, varlen, expected):
         pytest.skip("no Gluon")
     import dataclasses
 
-    from foxformer.ops.forgetting_attention.hopper import launch as L
+    from foxformer.ops.forgetting_attn.hopper import launch as L
     cfg = dataclasses.replace(L.BWD_CONFIGS[128], dkdv_equal_len=True)
     B = 1 if varlen else 2
     q = torch.zeros(B, Tq, 4, 128, dtype=torch.bfloat16)
@@ -170,7 +170,7 @@ def test_forward_split_loops_reaches_the_kernel(split):
         pytest.skip("no Gluon")
     import dataclasses
 
-    from foxformer.ops.forgetting_attention.hopper import launch as L
+    from foxformer.ops.forgetting_attn.hopper import launch as L
     assert "fwd-D64-bfloat16-split-loops" in VARIANTS
     cfg = dataclasses.replace(L.FWD_CONFIGS[64], split_loops=split)
     q = torch.zeros(2, 300, 4, 64, dtype=torch.bfloat16)
@@ -191,7 +191,7 @@ def test_forward_max_free_options():
         pytest.skip("no Gluon")
     import dataclasses
 
-    from foxformer.ops.forgetting_attention.hopper import launch as L
+    from foxformer.ops.forgetting_attn.hopper import launch as L
     assert {f"fwd-D{D}-bfloat16{tail}" for D in (64, 128) for tail in ("-max-free", "-redo")} <= set(VARIANTS)
     cfg = dataclasses.replace(L.FWD_CONFIGS[64], max_free=True)
     q = torch.zeros(2, 300, 4, 64, dtype=torch.bfloat16)
@@ -213,7 +213,7 @@ def test_a_spilling_max_free_forward_is_run_again_with_the_row_maximum(monkeypat
     import dataclasses
     import types
 
-    from foxformer.ops.forgetting_attention.hopper import launch as L
+    from foxformer.ops.forgetting_attn.hopper import launch as L
     monkeypatch.setattr(L, "_MAX_FREE_SPILLS", set())
     runs = []
 
@@ -272,7 +272,7 @@ def test_cpu_calls_never_reach_gluon():
 
 
 def test_unaddressable_tensors_fall_back_to_triton():
-    from foxformer.ops.forgetting_attention.interface import _kernel_backend
+    from foxformer.ops.forgetting_attn.interface import _kernel_backend
 
     q = torch.zeros(1, 8, 2, 64, dtype=torch.bfloat16)
     assert _kernel_backend("gluon", q=q, k=q, v=q) == "gluon"
@@ -289,7 +289,7 @@ def test_forward_options_for_one_benchmark_run():
     import argparse
 
     from foxformer.bench.cli import _gluon_fwd
-    from foxformer.ops.forgetting_attention.hopper import launch as L
+    from foxformer.ops.forgetting_attn.hopper import launch as L
     before = dict(L.FWD_CONFIGS)
     with L.fwd_options(_gluon_fwd("64:max_free=true,head_group=2;128:max_free=false")):
         assert L.FWD_CONFIGS[64].max_free and L.FWD_CONFIGS[64].head_group == 2 and not L.FWD_CONFIGS[128].max_free

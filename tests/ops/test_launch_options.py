@@ -14,11 +14,11 @@ from triton.runtime.interpreter import InterpretedFunction  # noqa: E402
 
 from foxformer import forgetting_attention  # noqa: E402
 from foxformer.ops import gate_cumsum  # noqa: E402
-from foxformer.ops.forgetting_attention import (append, bwd, decode, evict_scan, fwd, pruning, scan,  # noqa: E402
+from foxformer.ops.forgetting_attn import (append, bwd, decode, evict_scan, fwd, pruning, scan,  # noqa: E402
                                                 tiles)
-from foxformer.ops.forgetting_attention.append import append_token_  # noqa: E402
-from foxformer.ops.forgetting_attention.decode import forgetting_attention_decode  # noqa: E402
-from foxformer.ops.forgetting_attention.evict_scan import evict_scan_  # noqa: E402
+from foxformer.ops.forgetting_attn.append import append_token_  # noqa: E402
+from foxformer.ops.forgetting_attn.decode import forgetting_attention_decode  # noqa: E402
+from foxformer.ops.forgetting_attn.evict_scan import evict_scan_  # noqa: E402
 
 MODULES = (append, bwd, decode, evict_scan, fwd, pruning, scan, tiles)
 

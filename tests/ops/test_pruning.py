@@ -17,11 +17,11 @@ import triton.language as tl
 
 from foxformer import forgetting_attention
 from foxformer.ops import auto_qk_bound, gate_cumsum, pruning_stats
-from foxformer.ops.forgetting_attention.bwd import INTERPRET_DKDV_CONFIG, INTERPRET_DQ_CONFIG, triton_backward
-from foxformer.ops.forgetting_attention.fwd import INTERPRET_FWD_CONFIG, triton_forward
-from foxformer.ops.forgetting_attention.tiles import SEARCH_WIDTH, first_true, tile_bounds
-from foxformer.ops.forgetting_attention.pruning import key_block_starts, max_sq_row_norms, prune_delta
-from foxformer.ops.forgetting_attention.reference import torch_backward, torch_forward
+from foxformer.ops.forgetting_attn.bwd import INTERPRET_DKDV_CONFIG, INTERPRET_DQ_CONFIG, triton_backward
+from foxformer.ops.forgetting_attn.fwd import INTERPRET_FWD_CONFIG, triton_forward
+from foxformer.ops.forgetting_attn.tiles import SEARCH_WIDTH, first_true, tile_bounds
+from foxformer.ops.forgetting_attn.pruning import key_block_starts, max_sq_row_norms, prune_delta
+from foxformer.ops.forgetting_attn.reference import torch_backward, torch_forward
 
 EPS = 1e-3
 ROUND = 1e-5  # fp32 rounding allowance, relative to each bound's scale

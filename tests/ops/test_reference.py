@@ -58,7 +58,7 @@ def test_float32_across_chunks_with_scores_far_below_the_row_maximum(gate):
 
 
 def test_exp_flushes_what_float32_would_make_denormal():
-    from foxformer.ops.forgetting_attention.reference import _EXP_FLOOR, _exp_
+    from foxformer.ops.forgetting_attn.reference import _EXP_FLOOR, _exp_
 
     s = torch.tensor([0.0, -1.0, _EXP_FLOOR + 0.5, _EXP_FLOOR - 0.5, -200.0, float("-inf")])
     assert torch.equal(_exp_(s.clone())[:3], s[:3].exp()) and torch.equal(_exp_(s.clone())[3:], torch.zeros(3))

@@ -1,4 +1,4 @@
-"""The op's gate cumsum in Triton (ops/forgetting_attention/scan.py, interpreted here) against the torch reference
+"""The op's gate cumsum in Triton (ops/forgetting_attn/scan.py, interpreted here) against the torch reference
 (cumsum.gate_cumsum_heads_first and its autograd): values and gradients, across chunk boundaries, with gates at
 -inf and below the floor."""
 import os
@@ -9,8 +9,8 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from foxformer.ops.forgetting_attention.cumsum import gate_cumsum_heads_first  # noqa: E402
-from foxformer.ops.forgetting_attention.scan import triton_gate_cumsum, triton_gate_cumsum_grad  # noqa: E402
+from foxformer.ops.forgetting_attn.cumsum import gate_cumsum_heads_first  # noqa: E402
+from foxformer.ops.forgetting_attn.scan import triton_gate_cumsum, triton_gate_cumsum_grad  # noqa: E402
 
 
 @pytest.mark.parametrize("B,T,H", [(1, 1, 1), (2, 17, 3), (1, 1024, 2), (2, 2500, 3)],
@@ -45,7 +45,7 @@ def test_a_transposed_gate_view_is_read_through_its_strides():
 
 def test_the_registered_ops_pass_torch_opcheck():
     """Schema, fake tensors (torch.compile), autograd registration: the op path through scan.py."""
-    from foxformer.ops.forgetting_attention import interface
+    from foxformer.ops.forgetting_attn import interface
 
     log_f = F.logsigmoid(torch.randn(2, 37, 3)).requires_grad_()
     for op, args in ((interface._cumsum_op, (log_f,)),

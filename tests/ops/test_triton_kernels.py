@@ -13,9 +13,9 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from triton.runtime.interpreter import InterpretedFunction  # noqa: E402
 
-from foxformer.ops.forgetting_attention import bwd, fwd  # noqa: E402
-from foxformer.ops.forgetting_attention.bwd import triton_backward  # noqa: E402
-from foxformer.ops.forgetting_attention.fwd import triton_forward  # noqa: E402
+from foxformer.ops.forgetting_attn import bwd, fwd  # noqa: E402
+from foxformer.ops.forgetting_attn.bwd import triton_backward  # noqa: E402
+from foxformer.ops.forgetting_attn.fwd import triton_forward  # noqa: E402
 
 assert isinstance(fwd._fwd_kernel, InterpretedFunction), (
     "foxformer Triton kernels were imported before TRITON_INTERPRET=1 was set")
@@ -270,7 +270,7 @@ GRID_SHAPES = [  # B, T, Hq, Hkv, number of packed sequences (None: dense), max_
 def test_launch_grids_stay_within_cuda_limits(monkeypatch, B, T, Hq, Hkv, n_seq, max_seqlen):
     """CUDA takes up to 2^31 - 1 programs on grid axis 0 but only 65535 on axes 1 and 2; a launch
     past that fails on the GPU ('invalid argument'). Meta tensors and GPU tile sizes, nothing runs."""
-    from foxformer.ops.forgetting_attention import decode, pruning, tiles
+    from foxformer.ops.forgetting_attn import decode, pruning, tiles
 
     rec = _GridRecorder()
     for mod, name in ((fwd, "_fwd_kernel"), (bwd, "_delta_kernel"), (bwd, "_dkdv_kernel"), (bwd, "_dq_kernel"),
@@ -299,7 +299,7 @@ def test_launch_grids_stay_within_cuda_limits(monkeypatch, B, T, Hq, Hkv, n_seq,
 def test_launch_grid_past_one_launch_is_a_clear_error():
     """A varlen grid covers max_seqlen for every sequence: 70000 sequences next to one of 4M tokens
     would be 3.7e10 programs."""
-    from foxformer.ops.forgetting_attention.tiles import launch_grid
+    from foxformer.ops.forgetting_attn.tiles import launch_grid
 
     with pytest.raises(ValueError, match="more than one launch takes"):
         launch_grid(32768, 16, 70000)

@@ -1,6 +1,6 @@
 import pytest
 
-from foxformer.data.prepare import PrepareConfig, prepare
+from foxformer.data.preparation import PrepareConfig, prepare
 from foxformer.train.config import TrainConfig
 
 

@@ -160,7 +160,7 @@ def test_resume_on_other_data_is_refused_but_moved_data_resumes(make_cfg, data_d
     # resumed on a re-prepared or other dataset silently continued on different sequences
     import shutil
 
-    from foxformer.data.prepare import PrepareConfig, prepare
+    from foxformer.data.preparation import PrepareConfig, prepare
 
     run = str(tmp_path / "run")
 
@@ -183,7 +183,7 @@ def test_resume_on_other_data_is_refused_but_moved_data_resumes(make_cfg, data_d
 
 def test_data_without_validation_documents_says_how_to_fix_it(make_cfg, tmp_path):
     # the message said only that split 'val' had 0 tokens, not what to do about it
-    from foxformer.data.prepare import PrepareConfig, prepare
+    from foxformer.data.preparation import PrepareConfig, prepare
 
     data = tmp_path / "no val"
     prepare(PrepareConfig(sources=["builtin:pydoc"], out_dir=str(data), val_fraction=0.0), progress=False)

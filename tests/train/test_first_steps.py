@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from foxformer.cli import main
-from foxformer.data.prepare import PrepareConfig, prepare
+from foxformer.data.preparation import PrepareConfig, prepare
 from foxformer.train import checkpoint as ckpt
 from foxformer.train.config import TrainConfig
 from foxformer.train.metrics import read_metrics
@@ -144,6 +144,20 @@ def test_a_bad_flag_value_is_named_by_its_flag(data_dir, tmp_path, capsys, extra
     assert said in _one_error_line(capsys.readouterr().err)
 
 
+@pytest.mark.parametrize("extra, said", [
+    (["--set", "lrr=1"], "error: --set: unknown config key 'lrr' (did you mean 'lr'?); known keys: "),
+    (["--set", "=3"], "error: --set: expected key=value, got '=3'"),
+    (["--model", "hidden_size=abc"], "error: FoxConfig.hidden_size must be a positive int, got 'abc'"),
+    (["--set", "model.num_heads=four"], "error: FoxConfig.num_heads must be a positive int, got 'four'"),
+], ids=["unknown-key", "no-key", "model-width-not-a-number", "model-heads-not-a-number"])
+def test_a_bad_set_or_model_item_says_which_and_why(data_dir, tmp_path, capsys, extra, said):
+    """--set's unknown keys were "overrides: unknown config key" (a word of the API, not of the command line),
+    `--set =3` an unknown key '', and a model width that is no number a bare TypeError of the width's
+    derivation ("can't multiply sequence by non-int of type 'float'")."""
+    assert main(_flags(data_dir, str(tmp_path / "run"), steps=1) + extra) == 2
+    assert _one_error_line(capsys.readouterr().err).startswith(said)
+
+
 def test_a_bad_value_set_by_config_key_keeps_the_key(data_dir, tmp_path, capsys):
     assert main(_flags(data_dir, str(tmp_path / "run"), steps=1) + ["--set", "warmup_tokens=12x"]) == 2
     assert "error: warmup_tokens: expected a token count" in _one_error_line(capsys.readouterr().err)
@@ -191,6 +205,54 @@ def test_a_run_at_its_end_says_why_nothing_trains(data_dir, tmp_path, capsys):
     # max_steps set the schedule here (no total_tokens): going further is a new schedule
     assert f"train: nothing to train: {run} is at step 2, the end of its schedule (256 tokens); a longer " in err
     assert f"--init-from {run} --out NEW_DIR --total-tokens N" in err
+
+
+def test_a_finished_constant_schedule_run_goes_on_as_if_it_had_had_the_longer_horizon(data_dir, tmp_path, capsys):
+    """A finished run went on only as a new run (--init-from). Under a constant schedule a longer horizon leaves
+    every step's learning rate as it was (the warm-up kept), so the run itself goes on, to the same losses."""
+    run, whole = str(tmp_path / "run"), str(tmp_path / "whole")
+    assert main(_flags(data_dir, run, steps=2) + ["--schedule", "constant"]) == 0
+    capsys.readouterr()
+    assert main(["train", "--out", run]) == 0
+    said = capsys.readouterr().err
+    command = said[said.index("foxformer train --out"):].strip()
+    assert command == f"foxformer train --out {run} --max-steps N --warmup-tokens 25"  # a tenth of 256 tokens
+    # the unset warm-up is a tenth of the horizon: 4 steps would warm up over 51 tokens
+    assert main(["train", "--out", run, "--max-steps", "4"]) == 2
+    assert "keep it with --warmup-tokens 25" in _one_error_line(capsys.readouterr().err)
+    assert main(shlex.split(command.replace("N", "4"))[1:]) == 0
+    assert main(_flags(data_dir, whole, steps=4) + ["--schedule", "constant", "--warmup-tokens", "25"]) == 0
+    went_on, straight = ([(r["step"], r["lr"], r["loss"]) for r in read_metrics(d) if r["kind"] == "train"]
+                         for d in (run, whole))
+    assert [step for step, _, _ in went_on] == [1, 2, 3, 4] and went_on == straight
+
+
+def test_a_finished_cosine_run_given_a_longer_horizon_says_why_that_is_a_new_run(data_dir, tmp_path, capsys):
+    run = str(tmp_path / "run")
+    assert main(_flags(data_dir, run, steps=2)) == 0
+    capsys.readouterr()
+    assert main(["train", "--out", run, "--max-steps", "4", "--warmup-tokens", "25"]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert "a cosine schedule decays to its horizon, only a constant one extends on resume" in line
+    assert f"--init-from {run} --out NEW_DIR" in line
+
+
+def test_out_inside_a_runs_checkpoints_is_refused_naming_the_run(data_dir, tmp_path, capsys):
+    """`--out RUN/checkpoints/step_N` (meant as --resume or --init-from) said there was "no run to continue", and
+    with --data it trained a new run inside the checkpoint, which went when keep_last removed that checkpoint."""
+    run = str(tmp_path / "run")
+    assert main(_flags(data_dir, run, steps=2)) == 0
+    capsys.readouterr()
+    step = ckpt.list_checkpoints(run)[-1]
+    for out, what in ((step, "a checkpoint"), (ckpt.checkpoint_root(run), "the checkpoints folder")):
+        before = sorted(os.listdir(out))
+        for argv in (["train", "--out", out], _flags(data_dir, out, steps=1)):
+            assert main(argv) == 2
+            assert _one_error_line(capsys.readouterr().err) == (
+                f"error: out_dir: {out!r} is {what} of the run {run}, not a run folder; continue that run with "
+                f"--out {run} (plus --resume CHECKPOINT to go back to one), or start a new run from a checkpoint's "
+                f"weights with --init-from CHECKPOINT --out NEW_DIR")
+        assert sorted(os.listdir(out)) == before
 
 
 def test_a_refused_resume_with_another_model_does_not_advise_init_from(data_dir, tmp_path, capsys):
@@ -254,3 +316,13 @@ def test_a_run_started_from_another_model_records_no_preset_and_refuses_one(data
     assert main(["train", "--out", new, "--max-steps", "2"]) == 0  # the run resumes from what it saved
     assert [r["resumed_from"] is not None for r in read_metrics(new) if r["kind"] == "start"] == [False, True]
     assert yaml.safe_load(open(os.path.join(new, "config.yaml")))["preset"] is None
+
+
+def test_a_log_file_gets_the_step_lines_and_no_progress_bar_frames(data_dir, tmp_path, capsys):
+    """With stderr redirected (`2> train.log`, nohup) the bar wrote a frame at each update, carriage returns in
+    one endless line of the log. Off a terminal the step lines on stdout are the progress."""
+    argv = [a for a in _flags(data_dir, str(tmp_path / "run"), steps=2) if a != "--no-progress"]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert "\r" not in captured.err and "%|" not in captured.err
+    assert "step 1/2 tokens 128 loss" in captured.out and "step 2/2 tokens 256 loss" in captured.out

@@ -188,7 +188,7 @@ def test_validation_split_with_fewer_sequences_than_ranks(tmp_path, world, val_s
     import numpy as np
 
     from foxformer.data.dataset import TokenDataset
-    from foxformer.data.prepare import PrepareConfig, prepare
+    from foxformer.data.preparation import PrepareConfig, prepare
     from foxformer.models import FoxForCausalLM, get_preset
     from foxformer.train.distributed import DistInfo
     from foxformer.train.loop import evaluate
@@ -257,7 +257,7 @@ def test_a_run_on_any_tokenizer_exports_its_document_token_and_tokenizer(make_cf
 
     from foxformer.cli import main
     from foxformer.data.hf_tokenizer import tiktoken_tokenizer
-    from foxformer.data.prepare import PrepareConfig, prepare
+    from foxformer.data.preparation import PrepareConfig, prepare
     from foxformer.data.tokenizer import tiktoken_encoding
     from foxformer.train.loading import load_model
 
@@ -332,7 +332,7 @@ def test_init_from_starts_from_another_models_weights_and_architecture(make_cfg,
 
 
 def test_init_from_refuses_what_does_not_fit(make_cfg, tmp_path):
-    from foxformer.data.prepare import PrepareConfig, prepare
+    from foxformer.data.preparation import PrepareConfig, prepare
 
     src = str(tmp_path / "src")
     train(make_cfg(out_dir=src, max_steps=1))

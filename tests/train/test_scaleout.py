@@ -35,7 +35,7 @@ RUN = dict(preset="fox-pro-tiny", context=16, batch_tokens=192, total_tokens=STE
 @pytest.fixture(scope="module")
 def byte_data(tmp_path_factory):
     """Byte-level tokens: a 320-entry vocabulary keeps every checkpoint near 1 MB."""
-    from foxformer.data.prepare import PrepareConfig, prepare
+    from foxformer.data.preparation import PrepareConfig, prepare
 
     out = tmp_path_factory.mktemp("bytes") / "pydoc"
     prepare(PrepareConfig(sources=["builtin:pydoc"], out_dir=str(out), tokenizer="bytes", val_fraction=0.1,

@@ -149,6 +149,22 @@ def test_a_full_disk_during_a_checkpoint_is_one_error_line(data_dir, tmp_path, m
     assert sorted(os.listdir(root)) == ["latest", "step_00000002"]
 
 
+def test_a_full_disk_under_the_metrics_names_their_file(tmp_path):
+    """A full disk while a step's record was written said "no space left on device" and not where."""
+    from foxformer.train.metrics import MetricsSink
+
+    class FullDisk:
+        def write(self, text):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    sink = MetricsSink(str(tmp_path), 0, tensorboard=False)
+    sink._file.close()
+    sink._file = FullDisk()
+    with pytest.raises(OSError) as raised:
+        sink.write({"kind": "train", "step": 1, "loss": 5.0})
+    assert raised.value.errno == errno.ENOSPC and raised.value.filename == str(tmp_path / "metrics.jsonl")
+
+
 def test_out_that_is_a_file_or_read_only_is_one_error_line(data_dir, tmp_path, monkeypatch, capsys):
     """`--out` naming a file, or a folder under a read-only mount, ended in tracebacks."""
     a_file = tmp_path / "notes.txt"

@@ -114,7 +114,7 @@ def _ran_on(name, fn, q, k, v) -> str:
     "auto" is the Gluon kernels on an H100 / H200, Triton's on other GPUs, the torch backend on a CPU), and the
     SDPA kernel torch picks itself for "sdpa" (its cuDNN, flash or memory-efficient one by GPU and version)."""
     if name in _BACKEND_OF:
-        from foxformer.ops.forgetting_attention.interface import kernel_backend
+        from foxformer.ops.forgetting_attn.interface import kernel_backend
         return kernel_backend(q, k, v, _BACKEND_OF[name])
     if name in _SDPA_FORCED:  # sdpa_kernel raises where it cannot run, so it is that kernel or an error row
         return _SDPA_FORCED[name]

@@ -60,7 +60,7 @@ def _bound(text: str):
 def _gluon_fwd(text: str) -> dict:
     """'max_free=true' (every head dim) or '64:max_free=true,head_group=2;128:max_free=false'
     -> {head dim or None: {FwdConfig field: value}}; 'default' -> {} (no change). The fields and values are
-    checked when the benchmark applies them (ops.forgetting_attention.hopper.launch.fwd_options)."""
+    checked when the benchmark applies them (ops.forgetting_attn.hopper.launch.fwd_options)."""
     import yaml
 
     changes = {}

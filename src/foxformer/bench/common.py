@@ -101,6 +101,6 @@ def gluon_fwd_options(changes: dict | None):
     if not changes:
         return contextlib.nullcontext()
     # only here: the launcher needs Triton's Gluon, which a CPU install may lack
-    from foxformer.ops.forgetting_attention.hopper.launch import fwd_options
+    from foxformer.ops.forgetting_attn.hopper.launch import fwd_options
 
     return fwd_options(changes)

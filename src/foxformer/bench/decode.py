@@ -237,7 +237,7 @@ def kernel_rows(contexts: list[int], batches: list[int], heads: int, kv_heads: i
     the same q / k / v (what a softmax Transformer runs), as time and effective bandwidth; with num_splits, a
     row per key-split count of the decode kernel besides the default's."""
     from foxformer.ops import gate_cumsum
-    from foxformer.ops.forgetting_attention.decode import forgetting_attention_decode
+    from foxformer.ops.forgetting_attn.decode import forgetting_attention_decode
 
     from .common import time_ms
 

@@ -19,7 +19,7 @@ from typing import Optional
 
 import torch
 
-from foxformer.infer.generate import to_host_async
+from foxformer.infer.generation import to_host_async
 from foxformer.models.calls import backbone, cache_keyword, cache_of
 from foxformer.models.kvcache import EvictionPolicy
 
@@ -185,7 +185,7 @@ def measure_decode(model, *, vocab: int, context: int, batch: int, steps: int, w
         host.append(queued - t0)
         if i < keep_logprobs:
             logprobs.append(out.logits[0, -1].float().clone())
-    # Streamed, as generation runs (infer.generate.stream_tokens): step t + 1 is queued before token t is copied
+    # Streamed, as generation runs (infer.generation.stream_tokens): step t + 1 is queued before token t is copied
     # out and awaited, so the host's share of a step overlaps the device's; a token's time is the interval
     # between two tokens reaching the host (argmax standing in for the sampler).
     streamed, waiting, last = [], None, None

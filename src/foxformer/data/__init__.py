@@ -4,8 +4,8 @@ Names are imported on first use (see foxformer._lazy): `foxformer data --help` n
 """
 from .._lazy import lazy_exports
 
-_EXPORTS = {"TokenDataset": ".dataset", "PrepareConfig": ".prepare", "prepare": ".prepare",
-            "read_manifest": ".prepare", "Document": ".sources", "iter_documents": ".sources",
+_EXPORTS = {"TokenDataset": ".dataset", "PrepareConfig": ".preparation", "prepare": ".preparation",
+            "read_manifest": ".preparation", "Document": ".sources", "iter_documents": ".sources",
             "Tokenizer": ".tokenizer", "load_tokenizer": ".tokenizer"}
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 __all__ = list(_EXPORTS)

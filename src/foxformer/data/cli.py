@@ -16,7 +16,7 @@ def _summary(manifest: dict, out_dir: str) -> dict:
 
 
 def _cmd_prepare(args: argparse.Namespace) -> int:
-    from .prepare import DEFAULT_SOURCES, PrepareConfig, prepare
+    from .preparation import DEFAULT_SOURCES, PrepareConfig, prepare
     from .sources import KINDS_SAID
 
     cfg = PrepareConfig(sources=args.source or list(DEFAULT_SOURCES), out_dir=args.out, tokenizer=args.tokenizer,
@@ -45,7 +45,7 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
-    from .prepare import read_manifest, split_damage
+    from .preparation import read_manifest, split_damage
 
     manifest = read_manifest(args.dir)
     if manifest is None:

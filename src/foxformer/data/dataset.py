@@ -14,7 +14,7 @@ import os
 import numpy as np
 import torch
 
-from .prepare import FORMAT, read_manifest, split_damage
+from .preparation import FORMAT, read_manifest, split_damage
 from .tokenizer import canonical_name
 
 

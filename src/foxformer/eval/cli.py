@@ -180,7 +180,7 @@ def _cmd_loss(args) -> dict:
 
 
 def _cmd_niah(args) -> dict:
-    from .niah import check_grid, niah_grid
+    from .niah import HAYSTACK_ROOM, check_grid, niah_grid
     from .outputs import save_niah
     from .sequences import document_token_stream
 
@@ -188,8 +188,14 @@ def _cmd_niah(args) -> dict:
     models = _load_models(args)
     out = _out_dir(args, models, "niah.json")
     tok, spec = _tokenizer(args, models)
-    need = max(args.lengths) + 4096
-    haystack = document_token_stream(args.haystack, tok, min_tokens=need)
+    longest = max(args.lengths)
+    haystack = document_token_stream(args.haystack, tok, min_tokens=longest, enough=longest + HAYSTACK_ROOM,
+                                     what="--haystack", fix=f"the longest of --lengths is {longest} tokens: give a "
+                                                            f"source with more text or shorter --lengths")
+    if len(haystack) < longest + HAYSTACK_ROOM:
+        print(f"note: --haystack holds {len(haystack)} tokens, fewer than the {longest + HAYSTACK_ROOM} that cut "
+              f"each needle's and seed's prompts of {longest} tokens from their own stretch of text: their "
+              f"haystacks overlap more", file=sys.stderr)
     results = [niah_grid(m.model, tok, haystack, lengths=args.lengths, depths=args.depths, modes=args.modes,
                          needles=args.needles, seeds=args.seeds, generate=not args.no_generate,
                          max_new_tokens=args.max_new_tokens, name=m.name, train_len=m.train_len,
@@ -333,7 +339,9 @@ def add_commands(subparsers) -> None:
                                    "depths; greedy answers and answer log-likelihoods; writes niah.json and heatmaps.")
     _model_args(p)
     p.add_argument("--haystack", default="builtin:pydoc",
-                   help="haystack text source: file/dir (.txt/.jsonl[.xz]) or builtin:pydoc|sympy|stdlib")
+                   help="haystack text source: file/dir (.txt/.jsonl[.xz]) or builtin:pydoc|sympy|stdlib; at least "
+                        "as many tokens as the longest of --lengths (up to 4096 more are read, for each needle's "
+                        "and seed's prompts to start at their own offset)")
     p.add_argument("--tokenizer", default=None, help="default: the run's tokenizer, else gpt2")
     p.add_argument("--lengths", type=counts, default=[1024, 2048, 4096], help="context lengths, e.g. 1Ki,2Ki,4Ki")
     p.add_argument("--depths", type=floats, default=[0.0, 0.25, 0.5, 0.75, 1.0], help="needle depths in [0, 1]")

@@ -41,6 +41,10 @@ DEFAULT_KEYS = ("Lisbon", "the old lighthouse", "a silver kettle", "the violet c
                 "a paper crane", "the northern bridge", "Zanzibar", "the wooden flute", "a copper lantern",
                 "the frozen lake")
 _BOUNDARY = re.compile(r"[.!?\n]\s*$")
+# Text the command reads beyond the longest context: each (seed, needle) cuts its prompts from a random offset
+# within it, so that they stand in different text. A shorter haystack still serves (offsets then vary less):
+# the prompts, needle and question included, are never longer than the longest context.
+HAYSTACK_ROOM = 4096
 
 
 class TextTokenizer(Protocol):

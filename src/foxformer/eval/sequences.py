@@ -52,12 +52,16 @@ def dataset_sequences(data_dir: str, seq_len: int, num: int, *, split: str = "va
     return torch.from_numpy(np.stack(rows))
 
 
-def document_token_stream(source: str, tokenizer, *, min_tokens: int, max_docs: Optional[int] = None,
-                          separator: Optional[int] = None) -> list[int]:
-    """Token ids of a text source's documents joined (by ``separator`` if given) until ``min_tokens`` are
-    collected. ``source``: a spec of ``foxformer.data.iter_documents`` (file, directory, builtin:...)."""
+def document_token_stream(source: str, tokenizer, *, min_tokens: int, enough: Optional[int] = None,
+                          max_docs: Optional[int] = None, separator: Optional[int] = None, what: str = "source",
+                          fix: str = "give a source with more text") -> list[int]:
+    """Token ids of a text source's documents joined (by ``separator`` if given) until ``enough`` (default
+    ``min_tokens``) are collected. ``source``: a spec of ``foxformer.data.iter_documents`` (file, directory,
+    builtin:...). Fewer than ``min_tokens`` is refused in one line: ``what`` names the option, ``fix`` says
+    what to do."""
     from foxformer.data import iter_documents
 
+    enough = min_tokens if enough is None else max(enough, min_tokens)
     ids: list[int] = []
     for i, doc in enumerate(iter_documents(source)):
         if max_docs is not None and i >= max_docs:
@@ -65,10 +69,10 @@ def document_token_stream(source: str, tokenizer, *, min_tokens: int, max_docs: 
         ids.extend(tokenizer.encode(doc.text))
         if separator is not None:
             ids.append(separator)
-        if len(ids) >= min_tokens:
+        if len(ids) >= enough:
             break
     if len(ids) < min_tokens:
-        raise ValueError(f"source: {source!r} holds only {len(ids)} tokens, fewer than the {min_tokens} needed")
+        raise ValueError(f"{what}: {source!r} holds {len(ids)} tokens, {min_tokens} are needed; {fix}")
     return ids
 
 

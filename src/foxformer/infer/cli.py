@@ -50,7 +50,7 @@ def _cmd_generate(args) -> int:
 
     from foxformer.data.tokenizer import start_ids
 
-    from .generate import GenerationConfig, end_of_text_id, generate
+    from .generation import GenerationConfig, end_of_text_id, generate
 
     _resolve_model(args)
     if (args.prompt is None) == (args.prompt_file is None):

@@ -8,7 +8,7 @@ from transformers import PretrainedConfig
 
 from ..argtypes import did_you_mean
 from ..data.specs import document_token_ids
-from ..ops.forgetting_attention.checks import BACKENDS, MAX_HEAD_DIM
+from ..ops.forgetting_attn.checks import BACKENDS, MAX_HEAD_DIM
 from .kvcache.policy import check_eviction
 
 ATTENTIONS = ("forgetting", "softmax", "linear")
@@ -141,6 +141,9 @@ class FoxConfig(PretrainedConfig):
     def __post_init__(self, **kwargs):
         self._read_aliases(kwargs)
         self._read_numbers()
+        # the widths derived below are computed from the given ones: `hidden_size: abc` failed there, in a bare
+        # TypeError ("can't multiply sequence by non-int of type 'float'")
+        self._check_widths(unset_ok=True)
         if self.num_kv_heads is None:
             self.num_kv_heads = self.num_heads
         if self.head_dim is None:
@@ -222,17 +225,21 @@ class FoxConfig(PretrainedConfig):
                                  f"got {value!r}")
             setattr(self, name, value)
 
+    def _check_widths(self, unset_ok: bool = False) -> None:
+        """The integer sizes are positive ints; with ``unset_ok``, those still None (to be derived) pass."""
+        for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
+                     "intermediate_size"):
+            value = getattr(self, name)
+            if not _positive_int(value) and not (unset_ok and value is None):
+                raise ValueError(f"FoxConfig.{name} must be a positive int, got {value!r}")
+
     def _validate(self) -> None:
         # `not 0 < x < inf` (not `x <= 0`): NaN fails every comparison and would pass.
         for name in ("mlp_ratio", "init_std", "rope_theta", "rms_norm_eps", "qk_norm_eps"):
             value = getattr(self, name)
             if not 0 < value < math.inf:
                 raise ValueError(f"FoxConfig.{name} must be positive and finite, got {value!r}")
-        for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
-                     "intermediate_size"):
-            value = getattr(self, name)
-            if not _positive_int(value):
-                raise ValueError(f"FoxConfig.{name} must be a positive int, got {value!r}")
+        self._check_widths()
         for name in ("rope", "qk_norm", "qk_norm_per_head", "output_gate", "output_norm", "kv_shift", "k_shift",
                      "v_shift", "tie_embeddings", "gradient_checkpointing", "joint_input_projections"):
             value = getattr(self, name)

@@ -63,7 +63,7 @@ def attention_flops_per_token(cfg, context: int) -> float:
     """
     layers = getattr(cfg, "num_layers", 0)
     if getattr(cfg, "attention", None) == "linear":
-        from foxformer.ops.gated_linear_attention.interface import CHUNK_SIZE
+        from foxformer.ops.gated_linear_attn.interface import CHUNK_SIZE
 
         d_attn = cfg.num_heads * cfg.head_dim
         return layers * (2 * 2 * min(CHUNK_SIZE, context) * d_attn + 2 * 2 * cfg.head_dim * d_attn)

@@ -23,9 +23,9 @@ _ROOT = Path(__file__).resolve().parents[1]
 ENTRY_MODULES = ("foxformer.models.config", "foxformer.models.modeling")
 # The kernels need Triton, which a plain transformers install may lack: the export runs the portable ops instead.
 SUBSTITUTES = {"foxformer.ops": "foxformer.ops.portable",
-               "foxformer.ops.forgetting_attention.decode": "foxformer.ops.portable",
-               "foxformer.ops.forgetting_attention.append": "foxformer.ops.portable",
-               "foxformer.ops.forgetting_attention.evict_scan": "foxformer.ops.portable"}
+               "foxformer.ops.forgetting_attn.decode": "foxformer.ops.portable",
+               "foxformer.ops.forgetting_attn.append": "foxformer.ops.portable",
+               "foxformer.ops.forgetting_attn.evict_scan": "foxformer.ops.portable"}
 MISSING_ELSEWHERE = ("triton",)
 CONFIG_MODULE = "configuration_foxformer"
 MODELING_MODULE = "modeling_foxformer"
@@ -105,7 +105,7 @@ def _target(module: str, node: ast.ImportFrom) -> str:
 def _source_exists(module: str) -> bool:
     try:
         _source_file(module)
-    except ValueError:  # a namespace folder (foxformer.ops.forgetting_attention.hopper), or no such module
+    except ValueError:  # a namespace folder (foxformer.ops.forgetting_attn.hopper), or no such module
         return False
     return True
 

@@ -1,5 +1,5 @@
 """Attention operators."""
-from .forgetting_attention import (
+from .forgetting_attn import (
     LOG_FGATE_FLOOR,
     auto_qk_bound,
     forgetting_attention,
@@ -9,7 +9,7 @@ from .forgetting_attention import (
     naive_forgetting_attention,
     pruning_stats,
 )
-from .gated_linear_attention import (
+from .gated_linear_attn import (
     gated_linear_attention,
     naive_gated_linear_attention,
     recurrent_gated_linear_attention,

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import torch
 
-from .forgetting_attention.checks import check_inputs, check_softmax_scale
-from .forgetting_attention.cumsum import LOG_FGATE_FLOOR, gate_cumsum, gate_cumsum_heads_first
-from .forgetting_attention.paging import append_token_torch, evict_scan_torch, gather_live
-from .forgetting_attention.reference import naive_unchecked, torch_forward
-from .gated_linear_attention.interface import gated_linear_attention
-from .gated_linear_attention.reference import naive_gated_linear_attention
+from .forgetting_attn.checks import check_inputs, check_softmax_scale
+from .forgetting_attn.cumsum import LOG_FGATE_FLOOR, gate_cumsum, gate_cumsum_heads_first
+from .forgetting_attn.paging import append_token_torch, evict_scan_torch, gather_live
+from .forgetting_attn.reference import naive_unchecked, torch_forward
+from .gated_linear_attn.interface import gated_linear_attention
+from .gated_linear_attn.reference import naive_gated_linear_attention
 
 # This decode op reads seq_len on the host: CUDA graphs cannot replay it (models/kvcache/graphs.py checks).
 READS_LENGTH_ON_DEVICE = False
@@ -85,10 +85,10 @@ def forgetting_attention_decode(q, k, v, c, start=None, *, page_table=None, seq_
 
 def append_token_(k_buf, v_buf, c_buf, c_last, at, k, v, log_f, k_shift=None, v_shift=None, *, page_table=None,
                   backend="auto"):
-    """foxformer.ops.forgetting_attention.append.append_token_, as separate torch ops."""
+    """foxformer.ops.forgetting_attn.append.append_token_, as separate torch ops."""
     append_token_torch(k_buf, v_buf, c_buf, c_last, at, k, v, log_f, k_shift, v_shift, page_table)
 
 
 def evict_scan_(start, c_pages, table, c_last, delta, window, last, backend="auto"):
-    """foxformer.ops.forgetting_attention.evict_scan.evict_scan_, as separate torch ops."""
+    """foxformer.ops.forgetting_attn.evict_scan.evict_scan_, as separate torch ops."""
     evict_scan_torch(start, c_pages, table, c_last, delta, window, last)

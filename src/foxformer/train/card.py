@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from ..data.prepare import read_manifest
+from ..data.preparation import read_manifest
 from .config import SAVED_CONFIG, read_yaml
 from .metrics import read_metrics
 

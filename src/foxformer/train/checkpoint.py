@@ -86,6 +86,21 @@ def checkpoint_root(run_dir: str) -> str:
     return os.path.join(run_dir, CKPT_DIR)
 
 
+def check_not_in_a_run(out_dir: str) -> None:
+    """ValueError where ``out_dir`` is a checkpoint of a run, or its checkpoints folder: a run trained there
+    mixed its files with the checkpoint's, and went when the run's keep_last removed that checkpoint."""
+    given, parent = os.path.normpath(out_dir), os.path.dirname(os.path.abspath(out_dir))
+    if os.path.isfile(os.path.join(given, "meta.json")):
+        run, what = os.path.dirname(os.path.dirname(given)) or os.path.dirname(parent), "a checkpoint"
+    elif os.path.basename(given) == CKPT_DIR and os.path.isfile(os.path.join(parent, "config.yaml")):
+        run, what = os.path.dirname(given) or parent, "the checkpoints folder"
+    else:
+        return
+    raise ValueError(f"out_dir: {out_dir!r} is {what} of the run {run}, not a run folder; continue that run with "
+                     f"--out {run} (plus --resume CHECKPOINT to go back to one), or start a new run from a "
+                     f"checkpoint's weights with --init-from CHECKPOINT --out NEW_DIR")
+
+
 def list_checkpoints(run_dir: str) -> list[str]:
     root = checkpoint_root(run_dir)
     if not os.path.isdir(root):

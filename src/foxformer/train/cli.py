@@ -21,6 +21,18 @@ _FLAGS = {
     "--resume": ("resume", str), "--log-every": ("log_every", int), "--init-from": ("init_from", str),
     "--checkpoint-format": ("checkpoint_format", str), "--dist-timeout-minutes": ("dist_timeout_minutes", float),
 }
+# What a key does where its name does not say it, for --help.
+_MEANING = {
+    "preset": "; `foxformer presets` lists them with their sizes",
+    "schedule": ": the learning rate rises linearly over the warm-up to lr, then cosine and linear decay it to "
+                "min_lr_ratio * lr at the horizon (total_tokens), constant holds it. A finished run may go on to a "
+                "larger --total-tokens (or --max-steps) only under constant, its warm-up kept; under cosine and "
+                "linear a longer horizon would change the rate of the steps already taken, so the longer run is a "
+                "new one (--init-from RUN)",
+    "warmup_tokens": "; unset: a tenth of the horizon, at most 256Mi",
+    "total_tokens": "; the schedule's horizon and where training ends (unset: max_steps * batch_tokens)",
+    "max_steps": "; stop after this many steps (the horizon too, while total_tokens is unset)",
+}
 _SWITCHES = {"--compile": "compile", "--activation-checkpointing": "activation_checkpointing", "--roll": "roll",
              "--fused-loss": "fused_loss"}
 
@@ -55,7 +67,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _train_command(args: argparse.Namespace) -> int:
-    from .checkpoint import CheckpointWriteError
+    from .checkpoint import CheckpointWriteError, check_not_in_a_run
     from .config import SAVED_CONFIG, load_config
     from .distributed import PeerFailure
     from .loop import train
@@ -66,6 +78,8 @@ def _train_command(args: argparse.Namespace) -> int:
     saved = bool(out_dir) and os.path.isfile(os.path.join(out_dir, SAVED_CONFIG))
     if args.config is None and out_dir and saved and main_rank:
         print(f"train: continuing {out_dir} with its {SAVED_CONFIG} (flags given override it)", file=sys.stderr)
+    if out_dir:  # before the next check, which would call a checkpoint "no run to continue"
+        check_not_in_a_run(out_dir)
     # `--out RUN` alone means "continue RUN": where there is none, the horizon error would hide a mistyped name
     if args.config is None and out_dir and not saved and not {"data_dir", "total_tokens", "max_steps"} & set(overrides):
         raise ValueError(_no_run_to_continue(out_dir))
@@ -109,6 +123,8 @@ def _in_flags(message: str, args: argparse.Namespace) -> str:
         return f"{given[key][0]} ({key}): {rest}"
     if key == "total_tokens / max_steps":
         return f"{message}: give --total-tokens or --max-steps"
+    if key == "overrides":  # what load_config calls them: on this command line only --set names keys
+        return f"--set: {rest}"
     return message
 
 
@@ -199,7 +215,8 @@ def add_commands(subparsers) -> None:
     for flag, (key, typ) in _FLAGS.items():
         counts = "token counts accept 16Ki, 512Ki, 2.5Gi, 1M" if typ is str and "tokens" in key else ""
         # default=None: a flag not given leaves the YAML's (or a continued run's) value, so the help says the default
-        p.add_argument(flag, type=typ, default=None, help=f"config key {key}{describe_key(key, counts)}")
+        p.add_argument(flag, type=typ, default=None,
+                       help=f"config key {key}{describe_key(key, counts)}{_MEANING.get(key, '')}")
     for flag, key in _SWITCHES.items():
         p.add_argument(flag, action="store_true", help=f"set {key}: true{describe_key(key)}")
     p.add_argument("--model", action="append", metavar="KEY=VALUE", help="FoxConfig override (repeatable)")

@@ -273,10 +273,10 @@ def parse_overrides(items: list[str] | None, flag: str = "--set", into: dict | N
     two values is refused: the last one won without a word, which one command line built from pieces hides."""
     out: dict = {} if into is None else into
     for item in items or []:
-        if "=" not in item:
-            raise ValueError(f"{flag}: expected key=value, got {item!r}")
-        key, raw = item.split("=", 1)
+        key, sep, raw = item.partition("=")
         key = key.strip()
+        if not sep or not key:
+            raise ValueError(f"{flag}: expected key=value, got {item!r}")
         value = yaml.safe_load(raw) if raw else None
         target = out
         if key.startswith("model."):
@@ -430,12 +430,27 @@ def _precision_on(precision: str, device: str) -> str:
 
 
 def resume_conflicts(saved: TrainConfig, new: TrainConfig) -> list[str]:
-    """Keys whose change would make a resumed run compute something else."""
+    """Keys whose change would make a resumed run compute something else.
+
+    The horizon (total_tokens, or max_steps while it is unset) may change under a constant schedule that keeps
+    its warm-up: every step's learning rate is then what it was, and the resumed run is the run that had the
+    new horizon from its start. Cosine and linear decay to the horizon, so there another one changes the
+    learning rate of steps already taken."""
     a, b = saved.to_dict(), new.to_dict()
-    keys = sorted(k for k in a if k not in RESUMABLE_CHANGES and a[k] != b.get(k))
+    schedule_keys = {"total_tokens", "warmup_tokens"}  # judged by what they set below, not by their text
+    keys = sorted(k for k in a if k not in RESUMABLE_CHANGES | schedule_keys and a[k] != b.get(k))
     # "auto" is fp32 on a CPU: `--precision fp32` there computes the same thing (and --device may change anyway)
     if "precision" in keys and _precision_on(saved.precision, new.device) == _precision_on(new.precision, new.device):
         keys.remove("precision")
-    if saved.horizon_tokens != new.horizon_tokens and "total_tokens" not in keys:
-        keys.append("max_steps (it sets the schedule horizon while total_tokens is unset)")
+    constant = saved.schedule == new.schedule == "constant"
+    if saved.warmup != new.warmup:
+        derived = a["warmup_tokens"] == b["warmup_tokens"]  # unset in both: a tenth of a changed horizon
+        keep = f"; keep it with --warmup-tokens {saved.warmup}" if constant else ""
+        keys.append(f"warmup_tokens (unset: a tenth of the horizon, {new.warmup:,} tokens now, {saved.warmup:,} in "
+                    f"the run{keep})" if derived else "warmup_tokens")
+    if saved.horizon_tokens != new.horizon_tokens and not constant:
+        horizon = ("total_tokens" if a["total_tokens"] != b["total_tokens"]
+                   else "max_steps (it sets the schedule horizon while total_tokens is unset)")
+        keys.append(f"{horizon}: a {saved.schedule} schedule decays to its horizon, only a constant one extends on "
+                    f"resume")
     return keys

@@ -28,7 +28,7 @@ from ..data.dataset import TokenDataset
 from ..data.tokenizer import canonical_name
 from ..models.calls import hf_progress
 from ..models.presets import attention_flops_per_token
-from ..ops.forgetting_attention.checks import NonFiniteValueError
+from ..ops.forgetting_attn.checks import NonFiniteValueError
 from ..paths import check_export_dir, check_output_dir, folder_lock, replace_export
 from ..provenance import code_version
 from . import checkpoint as ckpt
@@ -310,10 +310,17 @@ def _say_nothing_to_train(cfg: TrainConfig, step: int) -> None:
     if cfg.max_steps is not None and cfg.max_steps < schedule:
         how = f"give a larger --max-steps to go on (its schedule runs to step {schedule:,})"
         end = f"max_steps {cfg.max_steps:,}"
+    elif cfg.schedule == "constant":  # resume_conflicts lets its horizon change
+        longer = "--total-tokens N" if cfg.total_tokens is not None else "--max-steps N"
+        warmup = f" --warmup-tokens {cfg.warmup}" if cfg.warmup_tokens is None else ""  # else a tenth of N
+        how = (f"its constant schedule goes on to a longer horizon: foxformer train --out {shlex.quote(cfg.out_dir)} "
+               f"{longer}{warmup}")
+        end = f"schedule ({cfg.horizon_tokens:,} tokens)"
     else:
         saved = shlex.quote(os.path.join(cfg.out_dir, "config.yaml"))
-        how = (f"a longer schedule is a new run from its weights: foxformer train --config {saved} --init-from "
-               f"{shlex.quote(cfg.out_dir)} --out NEW_DIR --total-tokens N")
+        how = (f"a longer {cfg.schedule} schedule changes the learning rate of the steps taken, so it is a new run "
+               f"from its weights: foxformer train --config {saved} --init-from {shlex.quote(cfg.out_dir)} --out "
+               f"NEW_DIR --total-tokens N")
         end = f"schedule ({cfg.horizon_tokens:,} tokens)"
     tqdm.write(f"train: nothing to train: {cfg.out_dir} is at step {step:,}, the end of its {end}; {how}",
                file=sys.stderr)
@@ -384,6 +391,7 @@ def train(cfg: TrainConfig, *, hook: StepHook | None = None, model_factory=None)
     While the run writes into out_dir, out_dir is locked: a second run on it fails at once.
     """
     check_output_dir(cfg.out_dir, "out_dir")
+    ckpt.check_not_in_a_run(cfg.out_dir)
     if cfg.export_hf:  # before the training, not after it: the export replaces out_dir/hf whole
         check_export_dir(os.path.join(cfg.out_dir, "hf"), "out_dir/hf")
     info = init_distributed(cfg.device, cfg.parallel, cfg.dist_timeout_minutes)
@@ -529,8 +537,10 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, held: con
     if step >= cfg.total_steps and info.is_main:
         _say_nothing_to_train(cfg, step)
     time_up = False
+    # None: no bar where stderr is not a terminal (`2> train.log`, nohup), whose log got a frame at every update
+    # in one endless line; the step lines on stdout every log_every steps are the progress there
     bar = tqdm(total=cfg.total_steps, initial=step, desc="train", unit="step",
-               disable=not (info.is_main and cfg.progress))
+               disable=None if info.is_main and cfg.progress else True)
     start_time, start_tokens, start_step = time.time(), tokens, step
     last_rec: dict = {}
     last_eval: dict = {}

@@ -146,8 +146,11 @@ class MetricsSink:
         os.replace(tmp, self.path)
 
     def write(self, record: dict) -> None:
-        self._file.write(json.dumps(record) + "\n")
-        self._file.flush()
+        try:
+            self._file.write(json.dumps(record) + "\n")
+            self._file.flush()
+        except OSError as e:  # a full disk said "no space left on device" and not where
+            raise OSError(e.errno, e.strerror, self.path) from None
         if self._tb is not None:
             kind = record.get("kind", "train")
             for key, value in record.items():

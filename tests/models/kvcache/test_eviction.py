@@ -6,12 +6,12 @@ import warnings
 import pytest
 import torch
 
-from foxformer.infer.generate import GenerationConfig, stream_tokens
+from foxformer.infer.generation import GenerationConfig, stream_tokens
 from foxformer.models.kvcache import DenseKV, EvictionPolicy, FoxCache, PagedKV, output_tolerance
 from foxformer.models.modeling import CACHE_FIELD
-from foxformer.ops.forgetting_attention.pruning import pruning_threshold
+from foxformer.ops.forgetting_attn.pruning import pruning_threshold
 from foxformer.ops import gate_cumsum
-from foxformer.ops.forgetting_attention.decode import forgetting_attention_decode
+from foxformer.ops.forgetting_attn.decode import forgetting_attention_decode
 
 from .conftest import make_model, tokens
 

@@ -13,8 +13,8 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from foxformer.models.kvcache import PagedKV  # noqa: E402
-from foxformer.ops.forgetting_attention.cumsum import LOG_FGATE_FLOOR  # noqa: E402
-from foxformer.ops.forgetting_attention.decode import forgetting_attention_decode  # noqa: E402
+from foxformer.ops.forgetting_attn.cumsum import LOG_FGATE_FLOOR  # noqa: E402
+from foxformer.ops.forgetting_attn.decode import forgetting_attention_decode  # noqa: E402
 
 
 def dense_reference(q, k, v, c, start, scale):

@@ -67,14 +67,14 @@ def test_static_steps_give_the_eager_logits_bit_for_bit(name):
 @torch.no_grad()
 @pytest.mark.parametrize("name", ["fox-pro", "fox-pro-evicting"])
 def test_static_steps_through_the_triton_cache_kernels_give_the_eager_logits(name, monkeypatch):
-    """The GPU's path for a static step's writes (ops/forgetting_attention/append.py: k, v, c and the shift
+    """The GPU's path for a static step's writes (ops/forgetting_attn/append.py: k, v, c and the shift
     states, dense or paged) and for an evicting layer's scan (evict_scan.py), run interpreted: the eager logits
     bit for bit, and the same starts."""
     import functools
 
     from foxformer.models.kvcache import base, paged
-    from foxformer.ops.forgetting_attention.append import append_token_
-    from foxformer.ops.forgetting_attention.evict_scan import evict_scan_
+    from foxformer.ops.forgetting_attn.append import append_token_
+    from foxformer.ops.forgetting_attn.evict_scan import evict_scan_
 
     model, eps = _model(name)
     ids = tokens(2, 40, seed=9)

@@ -24,8 +24,8 @@ from typing import Optional
 import torch
 
 from foxformer.ops import forgetting_attention_cumsum, gate_cumsum
-from foxformer.ops.forgetting_attention.cumsum import gate_step
-from foxformer.ops.forgetting_attention.append import append_token_
+from foxformer.ops.forgetting_attn.cumsum import gate_step
+from foxformer.ops.forgetting_attn.append import append_token_
 
 from ..fused_linear import FusedLinears
 from .policy import EVICT_WINDOW
@@ -162,7 +162,7 @@ class KeyCache(LayerState):
                     shift: tuple = (None, None)) -> None:
         """Static step: write one token at position ``at`` (device int64 [1]) in place, its c extended from
         c_last (gate_cumsum's arithmetic for one token: the same bits), and its shift state (see attend):
-        one kernel on a GPU for up to nine torch ops (ops/forgetting_attention/append.py). The shift states
+        one kernel on a GPU for up to nine torch ops (ops/forgetting_attn/append.py). The shift states
         are written in place where the prefill left them in this shape (it always does; else _store)."""
         pairs = [None if raw is None or state is None or state.shape != raw.shape or state.dtype != raw.dtype
                  else (state, raw) for state, raw in zip(self.shift_state(), shift)]

@@ -10,7 +10,7 @@ from typing import Optional
 
 import torch
 
-from foxformer.ops.forgetting_attention.decode import forgetting_attention_decode
+from foxformer.ops.forgetting_attn.decode import forgetting_attention_decode
 
 from .base import KeyCache
 

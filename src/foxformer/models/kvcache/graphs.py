@@ -23,7 +23,7 @@ from typing import Callable, Optional
 
 import torch
 
-from foxformer.ops.forgetting_attention.decode import READS_LENGTH_ON_DEVICE
+from foxformer.ops.forgetting_attn.decode import READS_LENGTH_ON_DEVICE
 
 from .base import decode_backend
 from .policy import EVICT_EVERY

@@ -12,8 +12,8 @@ from typing import Optional
 
 import torch
 
-from foxformer.ops.forgetting_attention.decode import forgetting_attention_decode
-from foxformer.ops.forgetting_attention.evict_scan import evict_scan_
+from foxformer.ops.forgetting_attn.decode import forgetting_attention_decode
+from foxformer.ops.forgetting_attn.evict_scan import evict_scan_
 
 from .base import KeyCache
 from .pages import PAGE_SIZE, PagePool
@@ -88,7 +88,7 @@ class PagedKV(KeyCache):
             return
         p = self.pages
         last = self.length - 1 if last is None else last
-        if window is not None:  # one kernel on a GPU (ops/forgetting_attention/evict_scan.py)
+        if window is not None:  # one kernel on a GPU (ops/forgetting_attn/evict_scan.py)
             evict_scan_(self.start, p.c_pages, p.table, self.c_last, self.delta, window, last)
         else:
             # Every live position: the same count in torch, whose memory follows the length (the kernel holds

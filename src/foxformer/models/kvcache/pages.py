@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from foxformer.ops.forgetting_attention.paging import gather_live, page_c
+from foxformer.ops.forgetting_attn.paging import gather_live, page_c
 
 # Tokens per page: small next to the windows that trained fast-forgetting heads keep (hundreds of keys at e^-10
 # in the fifth-session 125M run). The decode kernel looks up each key's page, so its 128-key blocks

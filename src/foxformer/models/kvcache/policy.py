@@ -7,7 +7,7 @@ query's attention once
 
 because c never increases (later queries only push c_i - c_j lower), the query's own key keeps its
 largest logit >= -U, and every logit is <= U. This is the bound of tile pruning, computed by the same
-function (``pruning_threshold``, which ops/forgetting_attention/pruning.py calls). N is the longest sequence the cache
+function (``pruning_threshold``, which ops/forgetting_attn/pruning.py calls). N is the longest sequence the cache
 will hold (so the evicted keys of one row carry at most eps in total), U a bound on |scale * q . k|:
 
 * with QK-norm: U from the norm weights (``Attention.eviction_bound``; RMS-normalised vectors have norm
@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from foxformer.ops.forgetting_attention.threshold import pruning_threshold
+from foxformer.ops.forgetting_attn.threshold import pruning_threshold
 
 # Decode steps scan for dead keys every 8th step: on the H200 eviction added 2.4 ms to a 13.9 ms decode
 # step of the 125M model at 64K (bench decode, 2026-11-29), almost all of it kernel launches.

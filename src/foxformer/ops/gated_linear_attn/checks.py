@@ -5,7 +5,7 @@ state carries the past), and v may have its own head dim.
 """
 from __future__ import annotations
 
-from ..forgetting_attention.checks import _FLOAT_DTYPES, _require_tensor, check_gate_values, check_qkv_tensors
+from ..forgetting_attn.checks import _FLOAT_DTYPES, _require_tensor, check_gate_values, check_qkv_tensors
 
 
 def check_inputs(q, k, v, log_fgate, initial_state, return_final_state, chunk_size) -> None:

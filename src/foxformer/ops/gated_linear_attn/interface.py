@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..forgetting_attention.cumsum import LOG_FGATE_FLOOR
+from ..forgetting_attn.cumsum import LOG_FGATE_FLOOR
 from .checks import check_inputs
 from .reference import compute_dtype, heads_first
 

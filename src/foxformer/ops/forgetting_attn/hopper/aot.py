@@ -3,7 +3,7 @@
 CI has no GPU, but Triton compiles Gluon for any target. ``compile_launch`` takes the very launch a
 launcher would make (kernel, arguments, constexprs and options, built from CPU tensors) and returns
 Triton's compiled kernel: its cubin, PTX, register count and spills. Tests compile every variant the
-dispatcher can pick; ``python -m foxformer.ops.forgetting_attention.hopper.aot`` prints their resources
+dispatcher can pick; ``python -m foxformer.ops.forgetting_attn.hopper.aot`` prints their resources
 (``--json`` for the tests). Run it in a process without ``TRITON_INTERPRET=1``: the interpreter swaps
 Triton's library functions for interpreted ones, and Gluon compiles then fail after the first.
 """
