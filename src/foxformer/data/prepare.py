@@ -14,6 +14,7 @@ anything it describes is replaced, so an interrupted run never leaves files that
 
 from __future__ import annotations
 
+import array
 import hashlib
 import json
 import numbers
@@ -35,6 +36,8 @@ DEFAULT_SOURCES = ("builtin:sympy",)
 # A longer document is encoded in parts of about this many characters (Tokenizer.encode_pieces): its ids as one
 # list of Python ints took about 40 bytes a token
 PIECE_CHARS = 1 << 20
+# The split files are written this many documents at a time (see _write_split)
+WRITE_CHUNK_DOCS = 1 << 18
 
 
 @dataclass
@@ -180,15 +183,17 @@ def _tokenize_source(spec: str, shard_dir: str, cfg: PrepareConfig, tok, progres
     shutil.rmtree(tmp_dir, ignore_errors=True)
     os.makedirs(tmp_dir)
     dtype = token_dtype(tok.vocab_size)
-    offsets, ids, n_tokens = [0], [], 0
+    # 8 bytes a document, and the ids straight to their file: as Python lists, ~10M tiny documents held gigabytes
+    offsets, n_docs, n_tokens = array.array("q", [0]), 0, 0
     bar = tqdm(desc=f"tokenize {spec}", unit="tok", unit_scale=True, disable=not progress)
-    with open(os.path.join(tmp_dir, "tokens.bin"), "wb") as out:
+    with open(os.path.join(tmp_dir, "tokens.bin"), "wb") as out, \
+            open(os.path.join(tmp_dir, "ids.json"), "w", encoding="utf-8") as ids_out:
         batch, batch_chars = [], 0
         bos = None if tok.bos_id is None else np.asarray([tok.bos_id], dtype=dtype).tobytes()
         eot = np.asarray([tok.eot_id], dtype=dtype).tobytes()
 
         def flush() -> bool:
-            nonlocal n_tokens, batch_chars
+            nonlocal n_tokens, n_docs, batch_chars
             short = iter(tok.encode_batch([d.text for d in batch if len(d.text) <= PIECE_CHARS]))
             for doc in batch:
                 pieces = [next(short)] if len(doc.text) <= PIECE_CHARS else tok.encode_pieces(doc.text, PIECE_CHARS)
@@ -207,7 +212,8 @@ def _tokenize_source(spec: str, shard_dir: str, cfg: PrepareConfig, tok, progres
                 bar.update(1)
                 n_tokens += size
                 offsets.append(n_tokens)
-                ids.append(doc.id)
+                ids_out.write((", " if n_docs else "[") + json.dumps(doc.id))  # json.dump's form of the list
+                n_docs += 1
                 if cfg.max_tokens_per_source and n_tokens >= cfg.max_tokens_per_source:
                     return True
             batch.clear()
@@ -227,16 +233,15 @@ def _tokenize_source(spec: str, shard_dir: str, cfg: PrepareConfig, tok, progres
                 break
         if not capped and batch:
             flush()
+        ids_out.write("]")
         out.flush()
         os.fsync(out.fileno())
     bar.close()
-    if not ids:
+    if not n_docs:
         shutil.rmtree(tmp_dir, ignore_errors=True)
         raise ValueError(f"sources: {spec!r} yielded no non-empty documents ({empty} empty or only whitespace)")
-    np.save(os.path.join(tmp_dir, "docs.npy"), np.asarray(offsets, dtype=np.int64))
-    with open(os.path.join(tmp_dir, "ids.json"), "w") as f:
-        json.dump(ids, f)
-    info = {"spec": spec, "docs": len(ids), "tokens": int(n_tokens), "empty_docs": empty}
+    np.save(os.path.join(tmp_dir, "docs.npy"), np.frombuffer(offsets, dtype=np.int64))
+    info = {"spec": spec, "docs": n_docs, "tokens": int(n_tokens), "empty_docs": empty}
     with open(os.path.join(tmp_dir, "done.json"), "w") as f:
         json.dump(info, f)
     shutil.rmtree(shard_dir, ignore_errors=True)
@@ -259,20 +264,29 @@ def _write_split(out_dir: str, name: str, picks: np.ndarray, shards: list[tuple[
     """{name}.bin, its document index and each document's source index (doc_table[:, 0])."""
     path = os.path.join(out_dir, f"{name}.bin")
     tmp = f"{path}.tmp-{os.getpid()}"
-    offsets = [0]
+    # numpy, not a list of Python ints (~40 bytes a document: gigabytes at ~10M tiny documents), and worked out a
+    # chunk of documents at a time (each takes a few arrays of its own while its places are looked up)
+    offsets = np.zeros(len(picks) + 1, dtype=np.int64)
+    bar = tqdm(total=len(picks), desc=f"write {name}", unit="doc", disable=not progress)
     with open(tmp, "wb") as out:
-        for g in tqdm(picks, desc=f"write {name}", unit="doc", disable=not progress):
-            s, d = doc_table[g]
-            toks, offs = shards[s]
-            piece = np.asarray(toks[offs[d]:offs[d + 1]], dtype=dtype)
-            out.write(memoryview(piece))  # no copy: a long document's tokens twice over in memory
-            offsets.append(offsets[-1] + piece.size)
+        for first in range(0, len(picks), WRITE_CHUNK_DOCS):
+            chunk = doc_table[picks[first:first + WRITE_CHUNK_DOCS]]
+            starts, ends = np.empty(len(chunk), dtype=np.int64), np.empty(len(chunk), dtype=np.int64)
+            for s, (_, offs) in enumerate(shards):
+                mine = chunk[:, 0] == s
+                starts[mine], ends[mine] = offs[chunk[mine, 1]], offs[chunk[mine, 1] + 1]
+            np.cumsum(ends - starts, out=offsets[first + 1:first + 1 + len(chunk)])
+            offsets[first + 1:first + 1 + len(chunk)] += offsets[first]
+            for s, a, b in zip(chunk[:, 0], starts, ends):
+                piece = np.asarray(shards[s][0][a:b], dtype=dtype)
+                out.write(memoryview(piece))  # no copy: a long document's tokens twice over in memory
+            bar.update(len(chunk))
         out.flush()
         os.fsync(out.fileno())
+    bar.close()
     os.replace(tmp, path)
-    _atomic_save_npy(os.path.join(out_dir, f"{name}.idx.npy"), np.asarray(offsets, dtype=np.int64))
-    _atomic_save_npy(os.path.join(out_dir, f"{name}.src.npy"),
-                     np.asarray(doc_table[picks, 0] if len(picks) else [], dtype=np.int16))
+    _atomic_save_npy(os.path.join(out_dir, f"{name}.idx.npy"), offsets)
+    _atomic_save_npy(os.path.join(out_dir, f"{name}.src.npy"), doc_table[picks, 0].astype(np.int16))
     return {"file": f"{name}.bin", "index": f"{name}.idx.npy", "sources": f"{name}.src.npy", "docs": int(len(picks)),
             "tokens": int(offsets[-1])}
 
@@ -340,7 +354,7 @@ def prepare(cfg: PrepareConfig, *, force: bool = False, progress: bool = True) -
     _remove_stale_tmp_shards(os.path.join(cfg.out_dir, "shards"))
 
     dtype = token_dtype(tok.vocab_size)
-    shard_infos, shards, doc_table = [], [], []
+    shard_infos, shards = [], []
     for s_idx, info in enumerate(infos):
         shard_dir = os.path.join(cfg.out_dir, "shards", _shard_key(info.spec, info.fingerprint, cfg))
         meta = _tokenize_source(info.spec, shard_dir, cfg, tok, progress)
@@ -352,8 +366,9 @@ def prepare(cfg: PrepareConfig, *, force: bool = False, progress: bool = True) -
             raise ValueError(f"shard {shard_dir} is inconsistent (index says {offs[-1]} tokens, file has {toks.size}); "
                              f"delete it and rerun")
         shards.append((toks, offs))
-        doc_table.extend((s_idx, d) for d in range(len(offs) - 1))
-    doc_table_arr = np.asarray(doc_table, dtype=np.int64)
+    # [n_docs, 2]: each document's (source, document in its source), 16 bytes a document
+    doc_table_arr = np.concatenate([np.stack([np.full(len(offs) - 1, s_idx), np.arange(len(offs) - 1)], axis=1)
+                                    for s_idx, (_, offs) in enumerate(shards)]).astype(np.int64, copy=False)
     train_docs, val_docs = _split_documents(len(doc_table_arr), cfg.val_fraction, cfg.seed)
     left_out = [i for i, info in enumerate(infos) if info.spec in cfg.leave_out]
     train_docs = train_docs[~np.isin(doc_table_arr[train_docs, 0], left_out)]
