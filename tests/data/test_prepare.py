@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from foxformer.data.prepare import PrepareConfig, prepare, read_manifest
+from foxformer.paths import write_json
 from foxformer.data.tokenizer import load_tokenizer
 
 prep_mod = importlib.import_module("foxformer.data.prepare")
@@ -262,6 +263,52 @@ def test_a_refused_request_says_what_changed(tmp_path):
         prepare(_cfg(tmp_path, [str(docs)]), progress=False)
     with pytest.raises(ValueError, match=r"val_fraction 0\.05 then, 0\.25 now"):
         prepare(_cfg(tmp_path, [str(docs)], val_fraction=0.25), force=False, progress=False)
+
+
+
+def _same_size_edit_within_the_second(path, before: str, after: str, prepare_it):
+    """``prepare_it()`` on ``path`` holding ``before``, then ``after`` (the same size) written later in the same
+    second of mtime."""
+    second = 1_700_000_000 * 10**9
+    path.write_text(before)
+    os.utime(path, ns=(second + 100_000_000,) * 2)
+    first = prepare_it()
+    path.write_text(after)
+    os.utime(path, ns=(second + 900_000_000,) * 2)
+    return first
+
+
+def test_an_edit_of_the_same_size_within_the_second_is_seen(tmp_path):
+    """Fingerprints held whole-second mtimes: an edit that kept the size within the second was the same request
+    (the dataset came back as it was), and --force reused the shard of the text before it."""
+    src = tmp_path / "a.txt"
+    cfg = _cfg(tmp_path, [str(src)], tokenizer="bytes", val_fraction=0)
+    _same_size_edit_within_the_second(src, "first words " * 50, "other words " * 50,
+                                      lambda: prepare(cfg, progress=False))
+    with pytest.raises(ValueError, match=f"the files of {re.escape(repr(str(src)))} changed since"):
+        prepare(cfg, progress=False)
+    m = prepare(cfg, force=True, progress=False)
+    assert [bytes(d[:-1]).decode() for d in _split_docs(cfg.out_dir, "train", m)] == ["other words " * 50]
+
+
+def test_a_dataset_recorded_with_whole_second_fingerprints_is_rebuilt_by_the_same_command(tmp_path):
+    """A dataset prepared before nanosecond mtimes holds the whole-second fingerprint in its request: the same
+    command rebuilds it (its tokens may be those of an earlier edit) rather than refusing it as another request."""
+    from foxformer.data.sources import describe_source
+
+    src = tmp_path / "a.txt"
+    cfg = _cfg(tmp_path, [str(src)], tokenizer="bytes", val_fraction=0)
+
+    def prepare_as_before():
+        m = prepare(cfg, progress=False)
+        m["request"]["sources"][0]["fingerprint"] = describe_source(str(src)).older_fingerprint
+        write_json(os.path.join(cfg.out_dir, "manifest.json"), m)
+
+    _same_size_edit_within_the_second(src, "first words " * 50, "other words " * 50, prepare_as_before)
+    m = prepare(cfg, progress=False)
+    assert m["request"]["sources"][0]["fingerprint"] == describe_source(str(src)).fingerprint
+    assert [bytes(d[:-1]).decode() for d in _split_docs(cfg.out_dir, "train", m)] == ["other words " * 50]
+    assert prepare(cfg, progress=False) == m  # and then reused as any dataset is
 
 
 def _hf_tokenizer_with_ids_past_65535(folder) -> None:

@@ -329,6 +329,8 @@ def prepare(cfg: PrepareConfig, *, force: bool = False, progress: bool = True) -
                "max_tokens_per_source": cfg.max_tokens_per_source, "text_field": cfg.text_field}
     if cfg.leave_out:  # absent otherwise: datasets prepared before the option keep matching their request
         request["leave_out"] = list(cfg.leave_out)
+    whole_second_request = {**request, "sources": [{"spec": i.spec, "fingerprint": i.older_fingerprint or i.fingerprint}
+                                              for i in infos]}
     try:
         old = read_manifest(cfg.out_dir)
     except ValueError:
@@ -336,12 +338,13 @@ def prepare(cfg: PrepareConfig, *, force: bool = False, progress: bool = True) -
             raise
         old = {}  # removed below, as a different request's would be
     if old is not None:
-        # rebuilt (same request: no --force needed): a dataset written before the per-document source index, and
-        # one whose files no longer match it (the dataset loader's advice, "prepare it again", did nothing)
+        # rebuilt (same request: no --force needed): a dataset written before the per-document source index, one
+        # whose files no longer match it (the dataset loader's advice, "prepare it again", did nothing), and one
+        # whose request holds its files' whole-second fingerprints (its tokens may be those of an earlier edit)
         if old.get("request") == request and all("sources" in old["split"][n] and not split_damage(cfg.out_dir, old, n)
                                                  for n in ("train", "val")):
             return old
-        if old.get("request") == request:
+        if old.get("request") in (request, whole_second_request):
             force = True
         if not force:
             raise ValueError(f"out_dir: {cfg.out_dir!r} already holds a dataset prepared from a different request "

@@ -50,6 +50,9 @@ class SourceInfo:
     fingerprint: str
     # a folder's files of kinds not read as documents, by extension: (".py", 120), ... (most first)
     left_out: tuple[tuple[str, int], ...] = ()
+    # files: the fingerprint of whole-second mtimes, which datasets prepared before nanosecond ones recorded (an
+    # edit of the same size within the second kept it, and the stale tokens with it)
+    older_fingerprint: str | None = None
 
 
 def _strip_compression(path: str) -> tuple[str, str | None]:
@@ -327,11 +330,18 @@ def describe_source(spec: str) -> SourceInfo:
         name, config, split = _parse_hf(spec)
         return SourceInfo(spec=spec, kind="hf", fingerprint=f"{name}:{config}@{split}")
     files, other = _scan(spec)
-    stamp = ";".join(f"{os.path.abspath(f)}|{os.path.getsize(f)}|{int(os.path.getmtime(f))}" for f in files)
+    stats = [(os.path.abspath(f), os.stat(f)) for f in files]
+    return SourceInfo(spec=spec, kind="file", fingerprint=_files_fingerprint(stats, lambda st: st.st_mtime_ns),
+                      left_out=tuple(sorted(other.items(), key=lambda item: (-item[1], item[0]))),
+                      older_fingerprint=_files_fingerprint(stats, lambda st: int(st.st_mtime)))
+
+
+def _files_fingerprint(stats: list[tuple[str, os.stat_result]], mtime) -> str:
+    """Files' paths, sizes and ``mtime`` of their stats, hashed."""
     import hashlib
 
-    return SourceInfo(spec=spec, kind="file", fingerprint=hashlib.sha256(stamp.encode()).hexdigest()[:16],
-                      left_out=tuple(sorted(other.items(), key=lambda item: (-item[1], item[0]))))
+    stamp = ";".join(f"{path}|{st.st_size}|{mtime(st)}" for path, st in stats)
+    return hashlib.sha256(stamp.encode()).hexdigest()[:16]
 
 
 def iter_documents(spec: str, text_field: str = "text") -> Iterator[Document]:
