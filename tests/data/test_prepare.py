@@ -495,3 +495,28 @@ def test_many_tiny_documents_are_kept_in_arrays_not_python_objects(tmp_path, mon
     shard = os.path.join(out, m["sources"][0]["shard"])
     with open(os.path.join(shard, "ids.json")) as f:
         assert json.load(f) == [f"n{i}" for i in range(n)]
+
+
+def test_a_prepare_into_a_folder_another_one_is_writing_is_refused(tmp_path, jsonl_xz, jsonl_gz, monkeypatch):
+    """Two prepares at once into one folder both said they were done, and left one's train.bin under the other's
+    index and manifest."""
+    from foxformer.paths import folder_lock
+
+    cfg = _cfg(tmp_path, [jsonl_xz])
+    with folder_lock(cfg.out_dir, "out_dir"):  # as a prepare in another process holds it
+        with pytest.raises(ValueError, match="another process is writing into"):
+            prepare(cfg, progress=False)
+    assert read_manifest(cfg.out_dir) is None and not (tmp_path / "out" / "shards").exists()
+    # one that finished while this one loaded its tokenizer: seen under the lock, not written over
+    real = prep_mod.load_tokenizer
+
+    def another_prepare_finishes_first(spec):
+        monkeypatch.setattr(prep_mod, "load_tokenizer", real)
+        prepare(_cfg(tmp_path, [jsonl_gz]), progress=False)
+        return real(spec)
+
+    monkeypatch.setattr(prep_mod, "load_tokenizer", another_prepare_finishes_first)
+    with pytest.raises(ValueError, match="different request"):
+        prepare(cfg, progress=False)
+    assert [s["spec"] for s in read_manifest(cfg.out_dir)["sources"]] == [jsonl_gz]
+    assert prepare(cfg, force=True, progress=False)["docs"] == 20

@@ -7,6 +7,7 @@ Output directory layout::
     val.bin,   val.idx.npy,   val.src.npy                     by the end-of-document token; idx = int64 [n_docs+1];
                                                               src = int16 [n_docs], each document's source index
     manifest.json                                             written last: its presence means "complete"
+    .lock                                                     locked while a prepare writes (another is refused)
 
 Every file is written under a temporary name and renamed into place, and the manifest is removed before
 anything it describes is replaced, so an interrupted run never leaves files that a later run trusts.
@@ -26,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..paths import check_output_dir, write_json
+from ..paths import check_output_dir, folder_lock, write_json
 from .sources import describe_source, iter_documents
 from .tokenizer import GPT2_SPEC, load_tokenizer
 
@@ -330,32 +331,51 @@ def prepare(cfg: PrepareConfig, *, force: bool = False, progress: bool = True) -
     if cfg.leave_out:  # absent otherwise: datasets prepared before the option keep matching their request
         request["leave_out"] = list(cfg.leave_out)
     whole_second_request = {**request, "sources": [{"spec": i.spec, "fingerprint": i.older_fingerprint or i.fingerprint}
-                                              for i in infos]}
+                                                   for i in infos]}
+    reused, _ = _existing_dataset(cfg.out_dir, request, whole_second_request, force)
+    if reused is not None:
+        return reused
+    tok = load_tokenizer(cfg.tokenizer)  # a bad spec fails here, before out_dir is touched
+    # Two prepares at once into one folder each wrote the other's files over its own and both said they were done:
+    # a train.bin of one request under the other's index and manifest. The second is refused while the first runs.
+    with folder_lock(cfg.out_dir, "out_dir"):
+        # again, under the lock: a prepare that held it may have written the same dataset, or another one
+        reused, replace = _existing_dataset(cfg.out_dir, request, whole_second_request, force)
+        if reused is not None:
+            return reused
+        if replace:
+            os.remove(os.path.join(cfg.out_dir, MANIFEST))
+        return _build(cfg, infos, request, tok, progress)
+
+
+def _existing_dataset(out_dir: str, request: dict, whole_second_request: dict,
+                      force: bool) -> tuple[dict | None, bool]:
+    """(the manifest of the dataset in ``out_dir`` when it is complete and of ``request``, whether a manifest is
+    there to remove before building); ValueError for another request's dataset unless ``force``."""
     try:
-        old = read_manifest(cfg.out_dir)
+        old = read_manifest(out_dir)
     except ValueError:
         if not force:
             raise
-        old = {}  # removed below, as a different request's would be
-    if old is not None:
-        # rebuilt (same request: no --force needed): a dataset written before the per-document source index, one
-        # whose files no longer match it (the dataset loader's advice, "prepare it again", did nothing), and one
-        # whose request holds its files' whole-second fingerprints (its tokens may be those of an earlier edit)
-        if old.get("request") == request and all("sources" in old["split"][n] and not split_damage(cfg.out_dir, old, n)
-                                                 for n in ("train", "val")):
-            return old
-        if old.get("request") in (request, whole_second_request):
-            force = True
-        if not force:
-            raise ValueError(f"out_dir: {cfg.out_dir!r} already holds a dataset prepared from a different request "
-                             f"({_request_changes(old.get('request') or {}, request)}); use another directory or "
-                             f"--force")
-    tok = load_tokenizer(cfg.tokenizer)  # a bad spec fails here, before out_dir is touched
-    os.makedirs(cfg.out_dir, exist_ok=True)
-    if old is not None:
-        os.remove(os.path.join(cfg.out_dir, MANIFEST))
-    _remove_stale_tmp_shards(os.path.join(cfg.out_dir, "shards"))
+        return None, True  # removed, as a different request's would be
+    if old is None:
+        return None, False
+    # rebuilt (same request: no --force needed): a dataset written before the per-document source index, one
+    # whose files no longer match it (the dataset loader's advice, "prepare it again", did nothing), and one
+    # whose request holds its files' whole-second fingerprints (its tokens may be those of an earlier edit)
+    if old.get("request") == request and all("sources" in old["split"][n] and not split_damage(out_dir, old, n)
+                                             for n in ("train", "val")):
+        return old, False
+    if not force and old.get("request") not in (request, whole_second_request):
+        raise ValueError(f"out_dir: {out_dir!r} already holds a dataset prepared from a different request "
+                         f"({_request_changes(old.get('request') or {}, request)}); use another directory or "
+                         f"--force")
+    return None, True
 
+
+def _build(cfg: PrepareConfig, infos: list, request: dict, tok, progress: bool) -> dict:
+    """Tokenize the sources of ``infos`` (reusing finished shards), write the splits, then the manifest."""
+    _remove_stale_tmp_shards(os.path.join(cfg.out_dir, "shards"))
     dtype = token_dtype(tok.vocab_size)
     shard_infos, shards = [], []
     for s_idx, info in enumerate(infos):
