@@ -520,3 +520,18 @@ def test_a_prepare_into_a_folder_another_one_is_writing_is_refused(tmp_path, jso
         prepare(cfg, progress=False)
     assert [s["spec"] for s in read_manifest(cfg.out_dir)["sources"]] == [jsonl_gz]
     assert prepare(cfg, force=True, progress=False)["docs"] == 20
+
+
+@pytest.mark.parametrize("out", ["docs/tokens", "docs"], ids=["inside-the-source-folder", "the-source-folder"])
+def test_an_out_dir_in_a_folder_source_is_refused(tmp_path, monkeypatch, out):
+    """The first prepare worked; the same command again was refused as a request whose files had changed (the
+    dataset's own), and with --force read its done.json as a document."""
+    monkeypatch.chdir(tmp_path)
+    os.mkdir("docs")
+    for i in range(3):
+        (tmp_path / "docs" / f"d{i}.txt").write_text(f"document {i}")
+    with pytest.raises(ValueError, match=f"out_dir: '{out}' is (inside )?the source folder 'docs', whose files are "
+                                         f"read as documents"):
+        prepare(PrepareConfig(sources=["docs"], out_dir=out, tokenizer="bytes"), progress=False)
+    assert sorted(os.listdir("docs")) == ["d0.txt", "d1.txt", "d2.txt"]
+    assert prepare(PrepareConfig(sources=["docs"], out_dir="tokens", tokenizer="bytes"), progress=False)["docs"] == 3

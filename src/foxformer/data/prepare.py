@@ -325,6 +325,7 @@ def prepare(cfg: PrepareConfig, *, force: bool = False, progress: bool = True) -
             raise ValueError(f"sources: {info.spec!r} is {first[info.fingerprint]!r} again; a source given twice "
                              f"would put copies of its documents in both train and validation")
         first[info.fingerprint] = info.spec
+        _check_out_dir_outside(cfg.out_dir, info)
     request = {"sources": [{"spec": i.spec, "fingerprint": i.fingerprint} for i in infos],
                "tokenizer": cfg.tokenizer, "val_fraction": cfg.val_fraction, "seed": cfg.seed,
                "max_tokens_per_source": cfg.max_tokens_per_source, "text_field": cfg.text_field}
@@ -346,6 +347,19 @@ def prepare(cfg: PrepareConfig, *, force: bool = False, progress: bool = True) -
         if replace:
             os.remove(os.path.join(cfg.out_dir, MANIFEST))
         return _build(cfg, infos, request, tok, progress)
+
+
+def _check_out_dir_outside(out_dir: str, info) -> None:
+    """ValueError when ``out_dir`` is the folder source ``info`` or inside it: the first prepare worked, and the
+    same command again was refused as a request whose files had changed (the dataset's own), then with --force
+    read its done.json as a document."""
+    if info.kind != "file" or not os.path.isdir(info.spec):
+        return
+    folder, out = os.path.realpath(info.spec), os.path.realpath(out_dir)
+    if out == folder or out.startswith(folder.rstrip(os.sep) + os.sep):
+        raise ValueError(f"out_dir: {out_dir!r} is {'' if out == folder else 'inside '}the source folder "
+                         f"{info.spec!r}, whose files are read as documents: the dataset's own (.json, .npy) would be "
+                         f"read with them when it is prepared again; choose an out_dir outside it")
 
 
 def _existing_dataset(out_dir: str, request: dict, whole_second_request: dict,
