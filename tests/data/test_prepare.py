@@ -535,3 +535,18 @@ def test_an_out_dir_in_a_folder_source_is_refused(tmp_path, monkeypatch, out):
         prepare(PrepareConfig(sources=["docs"], out_dir=out, tokenizer="bytes"), progress=False)
     assert sorted(os.listdir("docs")) == ["d0.txt", "d1.txt", "d2.txt"]
     assert prepare(PrepareConfig(sources=["docs"], out_dir="tokens", tokenizer="bytes"), progress=False)["docs"] == 3
+
+
+@pytest.mark.parametrize("drop", ["tokenizer", "split.val"], ids=["no-tokenizer", "no-val-split"])
+def test_a_manifest_without_what_the_commands_read_is_one_line(tmp_path, jsonl_gz, capsys, drop):
+    """Another tool's manifest.json, or an edited one, ended `data info` and training in a KeyError traceback."""
+    from foxformer.cli import main
+
+    m = prepare(_cfg(tmp_path, [jsonl_gz]), progress=False)
+    del (m["split"] if drop == "split.val" else m)[drop.split(".")[-1]]
+    write_json(tmp_path / "out" / "manifest.json", m)
+    lacks = "split.val.file, split.val.tokens, split.val.docs" if drop == "split.val" else "tokenizer"
+    assert main(["data", "info", str(tmp_path / "out")]) == 2
+    assert f"is not a complete prepared dataset's manifest (it lacks {lacks}); prepare the dataset again " \
+           f"(with --force)" in capsys.readouterr().err
+    assert prepare(_cfg(tmp_path, [jsonl_gz]), force=True, progress=False)["docs"] == 6

@@ -86,6 +86,9 @@ def _atomic_save_npy(path: str, arr: np.ndarray) -> None:
     os.replace(tmp, path)
 
 
+_MANIFEST_KEYS = ("format", "tokenizer", "vocab_size", "eot_id", "dtype", "sources", "docs", "tokens")
+
+
 def read_manifest(out_dir: str) -> dict | None:
     path = os.path.join(out_dir, MANIFEST)
     if not os.path.exists(path):
@@ -99,6 +102,13 @@ def read_manifest(out_dir: str) -> dict | None:
     if not isinstance(manifest, dict) or not isinstance(manifest.get("split"), dict):
         raise ValueError(f"data: {path} is not a prepared dataset's manifest (no 'split'); prepare the dataset "
                          f"again (with --force)")
+    # what the commands read from it: another tool's manifest.json (or an edited one) ended in a KeyError traceback
+    missing = [key for key in _MANIFEST_KEYS if key not in manifest] + \
+              [f"split.{name}.{key}" for name in ("train", "val") for key in ("file", "tokens", "docs")
+               if not isinstance(manifest["split"].get(name), dict) or key not in manifest["split"][name]]
+    if missing:
+        raise ValueError(f"data: {path} is not a complete prepared dataset's manifest (it lacks {', '.join(missing)}); "
+                         f"prepare the dataset again (with --force)")
     return manifest
 
 
