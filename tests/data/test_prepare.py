@@ -550,3 +550,21 @@ def test_a_manifest_without_what_the_commands_read_is_one_line(tmp_path, jsonl_g
     assert f"is not a complete prepared dataset's manifest (it lacks {lacks}); prepare the dataset again " \
            f"(with --force)" in capsys.readouterr().err
     assert prepare(_cfg(tmp_path, [jsonl_gz]), force=True, progress=False)["docs"] == 6
+
+
+@pytest.mark.parametrize("second", ["docs/b.txt", "docs/more", "link"], ids=["a-file-in-the-folder",
+                                                                           "a-folder-in-the-folder", "a-link-to-it"])
+def test_sources_that_read_the_same_file_are_refused(tmp_path, monkeypatch, second):
+    """A folder and a file in it (or a folder in it, or a link to it) read their documents twice, in silence: one
+    copy could land in train and the other in validation."""
+    monkeypatch.chdir(tmp_path)
+    os.makedirs("docs/more")
+    for name in ("a.txt", "b.txt", "more/c.txt"):
+        (tmp_path / "docs" / name).write_text(f"the document {name}")
+    os.symlink("docs", "link")
+    here = re.escape(os.path.realpath(tmp_path))
+    with pytest.raises(ValueError, match=f"sources: 'docs' and '{second}' both read {here}/docs/(b|more/c|a).txt; a "
+                                         f"file read twice would put copies of its documents in both train and "
+                                         f"validation"):
+        prepare(PrepareConfig(sources=["docs", second], out_dir="out", tokenizer="bytes"), progress=False)
+    assert not os.path.exists("out")

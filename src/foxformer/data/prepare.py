@@ -330,11 +330,18 @@ def prepare(cfg: PrepareConfig, *, force: bool = False, progress: bool = True) -
     check_output_dir(cfg.out_dir, "out_dir")
     infos = [describe_source(s) for s in cfg.sources]
     first: dict[str, str] = {}
+    read_by: dict[str, str] = {}
     for info in infos:  # each copy of a document would be split on its own: one in train, one in validation
         if info.fingerprint in first:
             raise ValueError(f"sources: {info.spec!r} is {first[info.fingerprint]!r} again; a source given twice "
                              f"would put copies of its documents in both train and validation")
         first[info.fingerprint] = info.spec
+        # a folder and a file in it (or two nested folders): its documents were read twice, in silence
+        for path in info.files:
+            if read_by.setdefault(path, info.spec) != info.spec:
+                raise ValueError(f"sources: {read_by[path]!r} and {info.spec!r} both read {path}; a file read "
+                                 f"twice would put copies of its documents in both train and validation: give each "
+                                 f"file through one source only")
         _check_out_dir_outside(cfg.out_dir, info)
     request = {"sources": [{"spec": i.spec, "fingerprint": i.fingerprint} for i in infos],
                "tokenizer": cfg.tokenizer, "val_fraction": cfg.val_fraction, "seed": cfg.seed,

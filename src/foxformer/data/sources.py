@@ -50,6 +50,8 @@ class SourceInfo:
     fingerprint: str
     # a folder's files of kinds not read as documents, by extension: (".py", 120), ... (most first)
     left_out: tuple[tuple[str, int], ...] = ()
+    # files: the real paths of the files read, in order
+    files: tuple[str, ...] = ()
     # files: the fingerprint of whole-second mtimes, which datasets prepared before nanosecond ones recorded (an
     # edit of the same size within the second kept it, and the stale tokens with it)
     older_fingerprint: str | None = None
@@ -333,6 +335,7 @@ def describe_source(spec: str) -> SourceInfo:
     stats = [(os.path.abspath(f), os.stat(f)) for f in files]
     return SourceInfo(spec=spec, kind="file", fingerprint=_files_fingerprint(stats, lambda st: st.st_mtime_ns),
                       left_out=tuple(sorted(other.items(), key=lambda item: (-item[1], item[0]))),
+                      files=tuple(os.path.realpath(f) for f in files),
                       older_fingerprint=_files_fingerprint(stats, lambda st: int(st.st_mtime)))
 
 
