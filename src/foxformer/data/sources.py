@@ -213,13 +213,13 @@ def _text_value(value, where: str, text_field: str) -> str:
 
 
 # What the decompressors raise for a file cut short or not compressed as its name says
-_DAMAGED_COMPRESSION = (EOFError, lzma.LZMAError, zlib.error, gzip.BadGzipFile)
+DAMAGED_COMPRESSION = (EOFError, lzma.LZMAError, zlib.error, gzip.BadGzipFile)
 
 
 def _iter_file(path: str, spec: str, text_field: str) -> Iterator[Document]:
     try:
         yield from _read_file(path, spec, text_field)
-    except _DAMAGED_COMPRESSION as e:
+    except DAMAGED_COMPRESSION as e:
         raise ValueError(f"source: {path} is not a complete {_strip_compression(path)[1]} file ({e}): cut short (an "
                          f"interrupted download or copy?) or not compressed as its name says; fetch it again, or "
                          f"leave it out") from None
