@@ -44,6 +44,18 @@ def test_text_that_is_not_a_string_names_the_line(tmp_path, value):
         list(iter_documents(str(p)))
 
 
+def test_half_a_surrogate_pair_names_the_line_and_a_whole_pair_is_its_character(tmp_path):
+    """JSON's \\ud800 without its other half: gpt2 read it as U+FFFD in silence, the bytes tokenizer stopped with
+    "'utf-8' codec can't encode character" and Hugging Face ones with a TypeError, neither naming a file."""
+    p = tmp_path / "x.jsonl"
+    p.write_text('{"text": "a smile \\ud83d\\ude00"}\n{"text": "cut \\uD83D here"}\n')
+    with pytest.raises(ValueError, match=r"x.jsonl:2 holds \\ud83d in field 'text', half of a UTF-16 surrogate "
+                                         r"pair without its other half"):
+        list(iter_documents(str(p)))
+    p.write_text('{"text": "a smile \\ud83d\\ude00"}\n')
+    assert [d.text for d in iter_documents(str(p))] == ["a smile \N{GRINNING FACE}"]
+
+
 @pytest.mark.parametrize("spec,match", [("builtin:nothing", "built-in"), ("/no/such/file.jsonl", "does not exist")],
                          ids=["unknown-builtin", "missing-file"])
 def test_bad_specs(spec, match):

@@ -19,6 +19,7 @@ import io
 import json
 import lzma
 import os
+import re
 import sysconfig
 import zlib
 from dataclasses import dataclass
@@ -212,6 +213,9 @@ def _text_value(value, where: str, text_field: str) -> str:
     return value
 
 
+# Half of a UTF-16 surrogate pair: no character, and not encodable as UTF-8
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
 # What the decompressors raise for a file cut short or not compressed as its name says
 DAMAGED_COMPRESSION = (EOFError, lzma.LZMAError, zlib.error, gzip.BadGzipFile)
 
@@ -252,8 +256,16 @@ def _read_file(path: str, spec: str, text_field: str) -> Iterator[Document]:
                     fields = ", ".join(map(repr, list(row)[:5]))
                     raise ValueError(f"source: {path}:{lineno} has no field {text_field!r} (its fields: {fields}); "
                                      f"set text_field / --text-field")
-                yield Document(id=str(row.get("id", f"{path}:{lineno}")), source=spec,
-                               text=_text_value(row[text_field], f"{path}:{lineno}", text_field))
+                text = _text_value(row[text_field], f"{path}:{lineno}", text_field)
+                # JSON's escapes are the one way into a str of half a UTF-16 pair: gpt2 read it as U+FFFD in silence,
+                # the bytes and Hugging Face tokenizers stopped with an error that named no file
+                lone = _LONE_SURROGATE.search(text) if b"\\u" in raw else None
+                if lone:
+                    raise ValueError(f"source: {path}:{lineno} holds \\u{ord(lone.group()):04x} in field "
+                                     f"{text_field!r}, half of a UTF-16 surrogate pair without its other half, which "
+                                     f"is no text: fix the row (\\ufffd is the replacement character) or leave the "
+                                     f"file out")
+                yield Document(id=str(row.get("id", f"{path}:{lineno}")), source=spec, text=text)
     elif kind == "parquet":
         try:
             import pyarrow.parquet as pq
