@@ -568,3 +568,18 @@ def test_sources_that_read_the_same_file_are_refused(tmp_path, monkeypatch, seco
                                          f"validation"):
         prepare(PrepareConfig(sources=["docs", second], out_dir="out", tokenizer="bytes"), progress=False)
     assert not os.path.exists("out")
+
+
+def test_a_forced_request_whose_source_fails_leaves_the_dataset_there(tmp_path, jsonl_xz):
+    """--force removed the manifest first: a new source with a bad line deleted the dataset it was to replace."""
+    from foxformer.data.dataset import TokenDataset
+
+    cfg = _cfg(tmp_path, [jsonl_xz])
+    first = prepare(cfg, progress=False)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"text": "fine"}) + "\n{not json\n")
+    with pytest.raises(ValueError, match="bad.jsonl:2 is not valid JSON"):
+        prepare(_cfg(tmp_path, [jsonl_xz, str(bad)]), force=True, progress=False)
+    assert read_manifest(cfg.out_dir) == first
+    assert len(TokenDataset(cfg.out_dir, "train", 16)) == first["split"]["train"]["tokens"] // 16
+    assert prepare(cfg, progress=False) == first  # still the same request's, reused

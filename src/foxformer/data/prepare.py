@@ -324,7 +324,7 @@ def prepare(cfg: PrepareConfig, *, force: bool = False, progress: bool = True) -
     """Build (or reuse) the token arrays described by ``cfg``; returns the manifest.
 
     A complete output built from the same request is reused untouched; a different request in the same
-    directory is refused unless ``force`` (then the old manifest is removed first).
+    directory is refused unless ``force`` (then the old dataset stays whole until the new sources are tokenized).
     """
     cfg.validate()
     check_output_dir(cfg.out_dir, "out_dir")
@@ -361,9 +361,7 @@ def prepare(cfg: PrepareConfig, *, force: bool = False, progress: bool = True) -
         reused, replace = _existing_dataset(cfg.out_dir, request, whole_second_request, force)
         if reused is not None:
             return reused
-        if replace:
-            os.remove(os.path.join(cfg.out_dir, MANIFEST))
-        return _build(cfg, infos, request, tok, progress)
+        return _build(cfg, infos, request, tok, progress, replace)
 
 
 def _check_out_dir_outside(out_dir: str, info) -> None:
@@ -404,8 +402,10 @@ def _existing_dataset(out_dir: str, request: dict, whole_second_request: dict,
     return None, True
 
 
-def _build(cfg: PrepareConfig, infos: list, request: dict, tok, progress: bool) -> dict:
-    """Tokenize the sources of ``infos`` (reusing finished shards), write the splits, then the manifest."""
+def _build(cfg: PrepareConfig, infos: list, request: dict, tok, progress: bool, replace: bool) -> dict:
+    """Tokenize the sources of ``infos`` (reusing finished shards), write the splits, then the manifest.
+    ``replace``: the manifest there is removed once the sources are tokenized, before the splits it describes are
+    written over (a source that fails to read leaves the dataset there as it was)."""
     _remove_stale_tmp_shards(os.path.join(cfg.out_dir, "shards"))
     dtype = token_dtype(tok.vocab_size)
     shard_infos, shards = [], []
@@ -432,6 +432,8 @@ def _build(cfg: PrepareConfig, infos: list, request: dict, tok, progress: bool) 
         raise ValueError(f"leave_out: the training split would be empty: the {n_kept} document(s) of {kept} all fell "
                          f"in the validation split (val_fraction {cfg.val_fraction}, seed {cfg.seed}); give those "
                          f"sources more documents, or another seed")
+    if replace:
+        os.remove(os.path.join(cfg.out_dir, MANIFEST))
     splits = {name: _write_split(cfg.out_dir, name, picks, shards, doc_table_arr, dtype, progress)
               for name, picks in (("train", train_docs), ("val", val_docs))}
     manifest = {
