@@ -122,7 +122,10 @@ def test_hf_source_without_a_route_to_the_hub_fails_at_once(monkeypatch):
 @pytest.mark.parametrize("content, said", [
     ('[{"text": "a"}, {"text": "b"}]\n', "holds a JSON list, not an object: JSONL takes one object per line"),
     ('{"body": "a", "id": 1}\n', "has no field 'text' (its fields: 'body', 'id'); set text_field"),
-], ids=["json-array", "other-field"])
+    # json's message said "line 2 column 1" of a file's line 1
+    ('[\n  {"text": "a"}\n]\n', "notes.json:1 ends inside a JSON value: JSONL takes one whole object per line"),
+    ('{"text": "a"}\n{"text": "b",}\n', "notes.json:2 is not valid JSON at column 14 (Expecting property name"),
+], ids=["json-array", "other-field", "pretty-printed", "trailing-comma"])
 def test_a_jsonl_file_of_another_shape_says_what_it_holds(tmp_path, content, said):
     path = tmp_path / "notes.json"
     path.write_text(content)

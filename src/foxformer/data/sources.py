@@ -248,7 +248,14 @@ def _read_file(path: str, spec: str, text_field: str) -> Iterator[Document]:
                 try:
                     row = json.loads(line)
                 except json.JSONDecodeError as e:
-                    raise ValueError(f"source: {path}:{lineno} is not valid JSON ({e})") from e
+                    if e.pos >= len(line.rstrip()):  # said "not valid JSON (Expecting value: line 2 column 1)"
+                        raise ValueError(f"source: {path}:{lineno} ends inside a JSON value: JSONL takes one whole "
+                                         f"object per line, and a .json file of one value over several lines (an "
+                                         f"array, pretty-printed) is not read: write it one object a line (jq -c "
+                                         f"'.[]' does that for an array)") from None
+                    # json's own "line 1" is the row's: its column is the one to name
+                    raise ValueError(f"source: {path}:{lineno} is not valid JSON at column {e.colno} ({e.msg})") \
+                        from None
                 if not isinstance(row, dict):  # a .json file holding one array is the usual case
                     raise ValueError(f"source: {path}:{lineno} holds a JSON {type(row).__name__}, not an object: "
                                      f"JSONL takes one object per line, e.g. {{\"{text_field}\": \"...\"}}")
