@@ -152,8 +152,10 @@ def test_builtin_corpus_works_offline(tmp_path):
 
 
 @pytest.mark.parametrize("kw,match", [({"val_fraction": 1.5}, "val_fraction"), ({"sources": []}, "sources"),
-                                      ({"max_tokens_per_source": 0}, "max_tokens_per_source")],
-                         ids=["val-fraction", "no-sources", "zero-cap"])
+                                      ({"max_tokens_per_source": 0}, "max_tokens_per_source"),
+                                      ({"sources": [f"{i}.txt" for i in range(32769)]},
+                                       "sources: 32769 sources, more than the 32768 a dataset records")],
+                         ids=["val-fraction", "no-sources", "zero-cap", "more-sources-than-int16-indexes"])
 def test_bad_config_is_a_clear_error(tmp_path, kw, match):
     cfg = PrepareConfig(out_dir=str(tmp_path / "o"), **kw)
     with pytest.raises(ValueError, match=match):

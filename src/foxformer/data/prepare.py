@@ -60,6 +60,10 @@ class PrepareConfig:
     def validate(self) -> None:
         if not self.sources or not all(isinstance(s, str) and s for s in self.sources):
             raise ValueError(f"sources: expected a non-empty list of source specs, got {self.sources!r}")
+        # each document's source index is int16 (the splits' .src.npy): more wrapped around, after the tokenizing
+        if len(self.sources) > np.iinfo(np.int16).max + 1:
+            raise ValueError(f"sources: {len(self.sources)} sources, more than the {np.iinfo(np.int16).max + 1} a "
+                             f"dataset records; give the files' folders as sources (a folder is one source)")
         unknown = [s for s in self.leave_out if s not in self.sources]
         if unknown:
             raise ValueError(f"leave_out: {unknown} are not among the sources {self.sources}; give a source exactly "
