@@ -585,3 +585,43 @@ def test_a_forced_request_whose_source_fails_leaves_the_dataset_there(tmp_path, 
     assert read_manifest(cfg.out_dir) == first
     assert len(TokenDataset(cfg.out_dir, "train", 16)) == first["split"]["train"]["tokens"] // 16
     assert prepare(cfg, progress=False) == first  # still the same request's, reused
+
+
+def _word_tokenizer(folder, vocab: dict) -> None:
+    """A word-level Hugging Face tokenizer of ``vocab`` (and "</s>" as eos) saved in ``folder``."""
+    pytest.importorskip("tokenizers")
+    from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    backend = Tokenizer(models.WordLevel(vocab={"[UNK]": 0, **vocab}, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    backend.add_special_tokens([AddedToken("</s>", special=True)])
+    PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="</s>", unk_token="[UNK]").save_pretrained(folder)
+
+
+def test_a_tokenizer_saved_again_in_its_folder_is_a_changed_request(tmp_path):
+    """A tokenizer folder's spec stayed the same when another tokenizer was saved there: the same command returned
+    the dataset in the old ids, and --force reused its shards, so training read ids the tokenizer no longer had."""
+    from foxformer.data.sources import describe_source
+
+    src = tmp_path / "docs.jsonl"
+    src.write_text("".join(json.dumps({"text": t}) + "\n" for t in ("a b a", "b b")))
+    tok = tmp_path / "tok"
+    cfg = _cfg(tmp_path, [str(src)], tokenizer=str(tok), val_fraction=0)
+    _word_tokenizer(tok, {"a": 1, "b": 2})
+    load_tokenizer.cache_clear()
+    m = prepare(cfg, progress=False)
+    assert _split_docs(cfg.out_dir, "train", m) == [[1, 2, 1, 3], [2, 2, 3]]
+    _word_tokenizer(tok, {"b": 1, "a": 2})
+    load_tokenizer.cache_clear()  # the process-wide cache holds a spec's first load
+    with pytest.raises(ValueError, match=f"the files of the tokenizer {re.escape(repr(str(tok)))} changed since"):
+        prepare(cfg, progress=False)
+    m = prepare(cfg, force=True, progress=False)
+    assert _split_docs(cfg.out_dir, "train", m) == [[2, 1, 2, 3], [1, 1, 3]]
+    # a dataset prepared before the tokenizer folder was fingerprinted: rebuilt by the same command, then reused
+    del m["request"]["tokenizer_files"]
+    m["request"]["sources"][0]["fingerprint"] = describe_source(str(src)).older_fingerprint
+    write_json(os.path.join(cfg.out_dir, "manifest.json"), m)
+    rebuilt = prepare(cfg, progress=False)
+    assert "tokenizer_files" in rebuilt["request"] and prepare(cfg, progress=False) == rebuilt
+    load_tokenizer.cache_clear()

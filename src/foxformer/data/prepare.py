@@ -28,8 +28,8 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..paths import check_output_dir, folder_lock, write_json
-from .sources import describe_source, iter_documents
-from .tokenizer import GPT2_SPEC, load_tokenizer
+from .sources import describe_source, files_fingerprint, iter_documents
+from .tokenizer import GPT2_SPEC, canonical_name, load_tokenizer
 
 FORMAT = "foxformer-tokens-v1"
 MANIFEST = "manifest.json"
@@ -149,9 +149,23 @@ def split_damage(out_dir: str, manifest: dict, split: str, arrays: dict | None =
     return None
 
 
-def _shard_key(spec: str, fingerprint: str, cfg: PrepareConfig) -> str:
-    blob = json.dumps([spec, fingerprint, cfg.tokenizer, cfg.max_tokens_per_source, cfg.text_field])
+def _shard_key(spec: str, fingerprint: str, cfg: PrepareConfig, tokenizer_files: str | None) -> str:
+    parts = [spec, fingerprint, cfg.tokenizer, cfg.max_tokens_per_source, cfg.text_field]
+    blob = json.dumps(parts + [tokenizer_files] if tokenizer_files else parts)  # the keys of other tokenizers kept
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _tokenizer_files(spec: str) -> str | None:
+    """The fingerprint of the files of a tokenizer spec that names a local folder (a Hugging Face tokenizer saved
+    there), None for others: a tokenizer saved again in the same folder (new ids under the same spec) left the
+    dataset, and even --force's shards, in the old tokenizer's ids."""
+    name = canonical_name(spec)
+    folder = name[3:] if name.startswith("hf:") else ""
+    if not os.path.isdir(folder):
+        return None
+    paths = sorted(os.path.join(folder, f) for f in os.listdir(folder) if not f.startswith("."))
+    return files_fingerprint([(os.path.abspath(p), os.stat(p)) for p in paths if os.path.isfile(p)],
+                             lambda st: st.st_mtime_ns)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -319,7 +333,10 @@ def _request_changes(old: dict, new: dict) -> str:
         if changed:
             said.append(f"the files of {', '.join(map(repr, changed))} changed since")
     for key in sorted((set(old) | set(new)) - {"sources"}):
-        if old.get(key) != new.get(key):
+        if key == "tokenizer_files" and old.get("tokenizer") == new.get("tokenizer"):
+            if old.get(key) != new.get(key):
+                said.append(f"the files of the tokenizer {new.get('tokenizer')!r} changed since")
+        elif old.get(key) != new.get(key):
             said.append(f"{key} {old.get(key)!r} then, {new.get(key)!r} now")
     return "; ".join(said) or "a request recorded by another version"
 
@@ -352,9 +369,13 @@ def prepare(cfg: PrepareConfig, *, force: bool = False, progress: bool = True) -
                "max_tokens_per_source": cfg.max_tokens_per_source, "text_field": cfg.text_field}
     if cfg.leave_out:  # absent otherwise: datasets prepared before the option keep matching their request
         request["leave_out"] = list(cfg.leave_out)
-    whole_second_request = {**request, "sources": [{"spec": i.spec, "fingerprint": i.older_fingerprint or i.fingerprint}
-                                                   for i in infos]}
-    reused, _ = _existing_dataset(cfg.out_dir, request, whole_second_request, force)
+    tokenizer_files = _tokenizer_files(cfg.tokenizer)
+    if tokenizer_files:  # likewise: for a tokenizer folder only
+        request["tokenizer_files"] = tokenizer_files
+    # the request as datasets prepared before nanosecond mtimes and tokenizer folders' fingerprints recorded it
+    older_request = {**{k: v for k, v in request.items() if k != "tokenizer_files"},
+                     "sources": [{"spec": i.spec, "fingerprint": i.older_fingerprint or i.fingerprint} for i in infos]}
+    reused, _ = _existing_dataset(cfg.out_dir, request, older_request, force)
     if reused is not None:
         return reused
     tok = load_tokenizer(cfg.tokenizer)  # a bad spec fails here, before out_dir is touched
@@ -362,7 +383,7 @@ def prepare(cfg: PrepareConfig, *, force: bool = False, progress: bool = True) -
     # a train.bin of one request under the other's index and manifest. The second is refused while the first runs.
     with folder_lock(cfg.out_dir, "out_dir"):
         # again, under the lock: a prepare that held it may have written the same dataset, or another one
-        reused, replace = _existing_dataset(cfg.out_dir, request, whole_second_request, force)
+        reused, replace = _existing_dataset(cfg.out_dir, request, older_request, force)
         if reused is not None:
             return reused
         return _build(cfg, infos, request, tok, progress, replace)
@@ -381,7 +402,7 @@ def _check_out_dir_outside(out_dir: str, info) -> None:
                          f"read with them when it is prepared again; choose an out_dir outside it")
 
 
-def _existing_dataset(out_dir: str, request: dict, whole_second_request: dict,
+def _existing_dataset(out_dir: str, request: dict, older_request: dict,
                       force: bool) -> tuple[dict | None, bool]:
     """(the manifest of the dataset in ``out_dir`` when it is complete and of ``request``, whether a manifest is
     there to remove before building); ValueError for another request's dataset unless ``force``."""
@@ -395,11 +416,11 @@ def _existing_dataset(out_dir: str, request: dict, whole_second_request: dict,
         return None, False
     # rebuilt (same request: no --force needed): a dataset written before the per-document source index, one
     # whose files no longer match it (the dataset loader's advice, "prepare it again", did nothing), and one
-    # whose request holds its files' whole-second fingerprints (its tokens may be those of an earlier edit)
+    # whose request is in the older form (its tokens may be those of an earlier edit, or an earlier tokenizer)
     if old.get("request") == request and all("sources" in old["split"][n] and not split_damage(out_dir, old, n)
                                              for n in ("train", "val")):
         return old, False
-    if not force and old.get("request") not in (request, whole_second_request):
+    if not force and old.get("request") not in (request, older_request):
         raise ValueError(f"out_dir: {out_dir!r} already holds a dataset prepared from a different request "
                          f"({_request_changes(old.get('request') or {}, request)}); use another directory or "
                          f"--force")
@@ -414,7 +435,8 @@ def _build(cfg: PrepareConfig, infos: list, request: dict, tok, progress: bool, 
     dtype = token_dtype(tok.vocab_size)
     shard_infos, shards = [], []
     for s_idx, info in enumerate(infos):
-        shard_dir = os.path.join(cfg.out_dir, "shards", _shard_key(info.spec, info.fingerprint, cfg))
+        shard_dir = os.path.join(cfg.out_dir, "shards",
+                                 _shard_key(info.spec, info.fingerprint, cfg, request.get("tokenizer_files")))
         meta = _tokenize_source(info.spec, shard_dir, cfg, tok, progress)
         shard_infos.append({**meta, "fingerprint": info.fingerprint, "shard": os.path.relpath(shard_dir, cfg.out_dir),
                             **({"left_out_files": dict(info.left_out)} if info.left_out else {})})

@@ -352,14 +352,15 @@ def describe_source(spec: str) -> SourceInfo:
         return SourceInfo(spec=spec, kind="hf", fingerprint=f"{name}:{config}@{split}")
     files, other = _scan(spec)
     stats = [(os.path.abspath(f), os.stat(f)) for f in files]
-    return SourceInfo(spec=spec, kind="file", fingerprint=_files_fingerprint(stats, lambda st: st.st_mtime_ns),
+    return SourceInfo(spec=spec, kind="file", fingerprint=files_fingerprint(stats, lambda st: st.st_mtime_ns),
                       left_out=tuple(sorted(other.items(), key=lambda item: (-item[1], item[0]))),
                       files=tuple(os.path.realpath(f) for f in files),
-                      older_fingerprint=_files_fingerprint(stats, lambda st: int(st.st_mtime)))
+                      older_fingerprint=files_fingerprint(stats, lambda st: int(st.st_mtime)))
 
 
-def _files_fingerprint(stats: list[tuple[str, os.stat_result]], mtime) -> str:
-    """Files' paths, sizes and ``mtime`` of their stats, hashed."""
+def files_fingerprint(stats: list[tuple[str, os.stat_result]], mtime) -> str:
+    """Files' paths, sizes and ``mtime`` of their stats (os.stat of each), hashed: it changes when a file is saved
+    again."""
     import hashlib
 
     stamp = ";".join(f"{path}|{st.st_size}|{mtime(st)}" for path, st in stats)
