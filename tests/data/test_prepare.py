@@ -202,7 +202,7 @@ def test_a_bad_tokenizer_leaves_the_output_dir_as_it_was(tmp_path, jsonl_xz, jso
     assert (sorted(os.listdir(out)) if out.exists() else None) == before
 
 
-def test_temporary_shards_of_dead_runs_are_cleaned_up(tmp_path, jsonl_xz):
+def test_temporaries_of_dead_runs_are_cleaned_up(tmp_path, jsonl_xz):
     # shards/<key>.tmp-PID folders of killed runs stayed forever (each a partial copy of a tokenized source)
     import subprocess
     import sys
@@ -213,9 +213,17 @@ def test_temporary_shards_of_dead_runs_are_cleaned_up(tmp_path, jsonl_xz):
     for name in (f"0123456789abcdef.tmp-{dead.pid}", f"fedcba9876543210.tmp-{os.getppid()}"):
         (shards / name).mkdir(parents=True)
         (shards / name / "tokens.bin").write_bytes(b"partial")
+    # and those of the splits (a split's size each): a run killed while it wrote them left them for good
+    out = tmp_path / "out"
+    for name in (f"train.bin.tmp-{dead.pid}", f"val.idx.npy.tmp-{dead.pid}.npy", f"manifest.json.tmp-{dead.pid}",
+                 f"val.bin.tmp-{os.getppid()}", f"notes.txt.tmp-{dead.pid}"):
+        (out / name).write_bytes(b"partial")
     prepare(_cfg(tmp_path, [jsonl_xz]), progress=False)
     left = sorted(n for n in os.listdir(shards) if ".tmp-" in n)
     assert left == [f"fedcba9876543210.tmp-{os.getppid()}"]  # a live PID may be a prepare running right now
+    # the user's own files are not a prepare's to remove
+    assert sorted(n for n in os.listdir(out) if ".tmp-" in n) == [f"notes.txt.tmp-{dead.pid}",
+                                                                   f"val.bin.tmp-{os.getppid()}"]
 
 
 def test_gpt2_json_documents_start_with_their_bos(tmp_path, jsonl_xz, docs):

@@ -180,15 +180,23 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _remove_stale_tmp_shards(shards_root: str) -> None:
-    """Delete ``<key>.tmp-PID`` folders of runs that were killed part-way: those of PIDs no longer running
-    (and of this process: an earlier, interrupted call). A live PID may be a prepare running right now."""
-    if not os.path.isdir(shards_root):
+def _remove_stale_tmp(folder: str, names: tuple[str, ...] | None = None) -> None:
+    """Delete the ``<name>.tmp-PID[...]`` files and folders in ``folder`` of runs that were killed part-way: those
+    of PIDs no longer running (and of this process: an earlier, interrupted call); a live PID may be a prepare
+    running right now. ``names``: only temporaries of these (an out_dir may hold the user's other files)."""
+    if not os.path.isdir(folder):
         return
-    for name in os.listdir(shards_root):
-        _, sep, pid = name.rpartition(".tmp-")
-        if sep and pid.isdigit() and (int(pid) == os.getpid() or not _pid_alive(int(pid))):
-            shutil.rmtree(os.path.join(shards_root, name), ignore_errors=True)
+    for entry in os.listdir(folder):
+        name, sep, rest = entry.rpartition(".tmp-")
+        pid = rest.split(".", 1)[0]
+        if not sep or not pid.isdigit() or names is not None and name not in names:
+            continue
+        if int(pid) == os.getpid() or not _pid_alive(int(pid)):
+            path = os.path.join(folder, entry)
+            if os.path.isdir(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                os.remove(path)
 
 
 def _token_array(toks, tok, dtype: np.dtype, spec: str, doc) -> np.ndarray:
@@ -431,7 +439,10 @@ def _build(cfg: PrepareConfig, infos: list, request: dict, tok, progress: bool, 
     """Tokenize the sources of ``infos`` (reusing finished shards), write the splits, then the manifest.
     ``replace``: the manifest there is removed once the sources are tokenized, before the splits it describes are
     written over (a source that fails to read leaves the dataset there as it was)."""
-    _remove_stale_tmp_shards(os.path.join(cfg.out_dir, "shards"))
+    _remove_stale_tmp(os.path.join(cfg.out_dir, "shards"))
+    # a run killed while it wrote the splits left their temporaries (a split's size each) beside them, for good
+    _remove_stale_tmp(cfg.out_dir, (MANIFEST, *(f"{split}.{ext}" for split in ("train", "val")
+                                                for ext in ("bin", "idx.npy", "src.npy"))))
     dtype = token_dtype(tok.vocab_size)
     shard_infos, shards = [], []
     for s_idx, info in enumerate(infos):
