@@ -1,5 +1,6 @@
 import codecs
 import json
+import os
 import re
 
 import pytest
@@ -227,3 +228,20 @@ def test_a_folder_source_follows_links_once_and_names_broken_ones(tmp_path, monk
     with pytest.raises(ValueError, match=re.escape(f"the folder '{corpus / 'sub'}' in '{corpus}' cannot be read "
                                                    f"(Permission denied)")):
         describe_source(str(corpus))
+
+
+@pytest.mark.parametrize("twin", ["a.txt.gz", "a.txt.xz"])
+def test_a_file_beside_its_compressed_copy_is_refused(tmp_path, twin):
+    """`gzip -k` keeps a.txt beside a.txt.gz: the folder's documents held each of its documents twice."""
+    import gzip
+    import lzma
+
+    (tmp_path / "a.txt").write_text("one document")
+    (tmp_path / "b.txt").write_text("another")
+    with (gzip.open if twin.endswith(".gz") else lzma.open)(tmp_path / twin, "wt") as f:
+        f.write("one document")
+    with pytest.raises(ValueError, match=f"'{tmp_path}/a.txt' and '{tmp_path}/{twin}' are one file with and without "
+                                         f"compression"):
+        describe_source(str(tmp_path))
+    os.remove(tmp_path / "a.txt")
+    assert [d.text for d in iter_documents(str(tmp_path))] == ["one document", "another"]

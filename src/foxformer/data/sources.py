@@ -143,7 +143,16 @@ def _walk_folder(path: str) -> tuple[list[str], dict[str, int]]:
     if not walked:
         raise ValueError(f"source: directory {path!r} holds no file of a kind read as documents: {KINDS_SAID} "
                          f"(source code: gather the files into a .jsonl, one {{\"text\": ...}} a line)")
-    return [full for full, real in walked if chosen[real] == full], other
+    files = [full for full, real in walked if chosen[real] == full]
+    # a.txt beside a.txt.gz (gzip -k keeps the original): the same documents twice, one copy may land in validation
+    by_base: dict[str, str] = {}
+    for full in files:
+        other_form = by_base.setdefault(_strip_compression(full)[0], full)
+        if other_form != full:
+            raise ValueError(f"source: {other_form!r} and {full!r} are one file with and without compression: its "
+                             f"documents would be read twice (a copy could land in train and another in validation); "
+                             f"move one out of {path!r}")
+    return files, other
 
 
 def _package_dir(name: str) -> str:
