@@ -307,23 +307,23 @@ def _parse_hf(spec: str) -> tuple[str, str | None, str]:
     return name, config or None, split or "train"
 
 
-def _check_hub_reachable(spec: str, timeout: float = 3.0) -> None:
-    """Streaming an hf: source needs the hub; without a route to it, `datasets` retried for ~15 s before its
-    error. One TCP connection (HF_ENDPOINT's host) says so at once; behind a proxy the probe proves nothing, so
-    it is skipped there."""
+def hub_unreachable(timeout: float = 3.0) -> str | None:
+    """Why the Hugging Face hub cannot be reached ("host:port cannot be reached from here (error)"), None when it
+    can or when that cannot be told. Without a route to it, `datasets` retried for ~15 s and transformers for
+    ~65 s before their errors; one TCP connection (HF_ENDPOINT's host) says so at once. Behind a proxy it proves
+    nothing: None."""
     import socket
     import urllib.parse
 
     if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
-        return
+        return None
     url = urllib.parse.urlsplit(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
     host, port = url.hostname or "huggingface.co", url.port or (80 if url.scheme == "http" else 443)
     try:
         socket.create_connection((host, port), timeout=timeout).close()
     except OSError as e:
-        raise ValueError(f"source: {spec!r} streams from the Hugging Face hub, and {host}:{port} cannot be reached "
-                         f"from here ({e}); save the dataset as .jsonl / .parquet where it can be reached and give "
-                         f"that file as the source") from None
+        return f"{host}:{port} cannot be reached from here ({e})"
+    return None
 
 
 def _iter_hf(spec: str, text_field: str) -> Iterator[Document]:
@@ -332,7 +332,10 @@ def _iter_hf(spec: str, text_field: str) -> Iterator[Document]:
     except ImportError as e:
         raise ImportError("source: Hugging Face datasets need the package datasets (pip install datasets)") from e
     name, config, split = _parse_hf(spec)
-    _check_hub_reachable(spec)
+    unreachable = hub_unreachable()
+    if unreachable:  # streaming needs the hub
+        raise ValueError(f"source: {spec!r} streams from the Hugging Face hub, and {unreachable}; save the dataset "
+                         f"as .jsonl / .parquet where it can be reached and give that file as the source")
     try:
         ds = datasets.load_dataset(name, config, split=split, streaming=True)
     except Exception as e:

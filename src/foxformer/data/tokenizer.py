@@ -24,6 +24,7 @@ from typing import Callable, Iterator, Optional, Sequence
 
 import numpy as np
 
+from .sources import hub_unreachable
 from .specs import BYTES_EOT, BYTES_SPEC, EOT_TEXT, GPT2_EOT, GPT2_JSON_SPEC, GPT2_SPEC
 
 # Hashes tiktoken itself checks for OpenAI's GPT-2 files: a mismatch means a different vocabulary.
@@ -194,9 +195,15 @@ def _load_hf(name_or_path: str) -> Tokenizer:
         from transformers import AutoTokenizer
     except ImportError as e:
         raise ImportError("Hugging Face tokenizers need the package transformers") from e
+    # a hub name without a route to the hub: transformers retried for about a minute before it looked in its cache
+    unreachable = None if os.path.isdir(name_or_path) else hub_unreachable()
     try:
-        tok = AutoTokenizer.from_pretrained(name_or_path)
+        tok = AutoTokenizer.from_pretrained(name_or_path, **({"local_files_only": True} if unreachable else {}))
     except Exception as e:
+        if unreachable:
+            raise ValueError(f"tokenizer: Hugging Face tokenizer {name_or_path!r} is not in the local cache, and "
+                             f"{unreachable}; save it where it can be reached (save_pretrained) and give that "
+                             f"folder as --tokenizer") from None
         raise ValueError(f"tokenizer: Hugging Face tokenizer {name_or_path!r} could not be loaded ({e})") from e
     eot = tok.eos_token_id
     if eot is None:
