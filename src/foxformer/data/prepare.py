@@ -28,8 +28,8 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..paths import check_output_dir, folder_lock, write_json
-from .sources import describe_source, files_fingerprint, iter_documents
-from .tokenizer import GPT2_SPEC, canonical_name, load_tokenizer
+from .sources import describe_source, iter_documents
+from .tokenizer import GPT2_SPEC, load_tokenizer, tokenizer_files
 
 FORMAT = "foxformer-tokens-v1"
 MANIFEST = "manifest.json"
@@ -149,23 +149,10 @@ def split_damage(out_dir: str, manifest: dict, split: str, arrays: dict | None =
     return None
 
 
-def _shard_key(spec: str, fingerprint: str, cfg: PrepareConfig, tokenizer_files: str | None) -> str:
+def _shard_key(spec: str, fingerprint: str, cfg: PrepareConfig, folder_files: str | None) -> str:
     parts = [spec, fingerprint, cfg.tokenizer, cfg.max_tokens_per_source, cfg.text_field]
-    blob = json.dumps(parts + [tokenizer_files] if tokenizer_files else parts)  # the keys of other tokenizers kept
+    blob = json.dumps(parts + [folder_files] if folder_files else parts)  # the keys of other tokenizers kept
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-def _tokenizer_files(spec: str) -> str | None:
-    """The fingerprint of the files of a tokenizer spec that names a local folder (a Hugging Face tokenizer saved
-    there), None for others: a tokenizer saved again in the same folder (new ids under the same spec) left the
-    dataset, and even --force's shards, in the old tokenizer's ids."""
-    name = canonical_name(spec)
-    folder = name[3:] if name.startswith("hf:") else ""
-    if not os.path.isdir(folder):
-        return None
-    paths = sorted(os.path.join(folder, f) for f in os.listdir(folder) if not f.startswith("."))
-    return files_fingerprint([(os.path.abspath(p), os.stat(p)) for p in paths if os.path.isfile(p)],
-                             lambda st: st.st_mtime_ns)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -377,9 +364,9 @@ def prepare(cfg: PrepareConfig, *, force: bool = False, progress: bool = True) -
                "max_tokens_per_source": cfg.max_tokens_per_source, "text_field": cfg.text_field}
     if cfg.leave_out:  # absent otherwise: datasets prepared before the option keep matching their request
         request["leave_out"] = list(cfg.leave_out)
-    tokenizer_files = _tokenizer_files(cfg.tokenizer)
-    if tokenizer_files:  # likewise: for a tokenizer folder only
-        request["tokenizer_files"] = tokenizer_files
+    folder_files = tokenizer_files(cfg.tokenizer)
+    if folder_files:  # likewise: for a tokenizer folder only (a tokenizer saved again there is another request)
+        request["tokenizer_files"] = folder_files
     # the request as datasets prepared before nanosecond mtimes and tokenizer folders' fingerprints recorded it
     older_request = {**{k: v for k, v in request.items() if k != "tokenizer_files"},
                      "sources": [{"spec": i.spec, "fingerprint": i.older_fingerprint or i.fingerprint} for i in infos]}
