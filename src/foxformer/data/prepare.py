@@ -328,11 +328,10 @@ def _request_changes(old: dict, new: dict) -> str:
         if changed:
             said.append(f"the files of {', '.join(map(repr, changed))} changed since")
     for key in sorted((set(old) | set(new)) - {"sources"}):
-        if key == "tokenizer_files" and old.get("tokenizer") == new.get("tokenizer"):
-            if old.get(key) != new.get(key):
-                said.append(f"the files of the tokenizer {new.get('tokenizer')!r} changed since")
-        elif old.get(key) != new.get(key):
-            said.append(f"{key} {old.get(key)!r} then, {new.get(key)!r} now")
+        if old.get(key) == new.get(key) or key == "tokenizer_files" and old.get("tokenizer") != new.get("tokenizer"):
+            continue  # another tokenizer is said as such, not by its folder's fingerprint
+        said.append(f"the files of the tokenizer {new['tokenizer']!r} changed since" if key == "tokenizer_files" else
+                    f"{key} {old.get(key)!r} then, {new.get(key)!r} now")
     return "; ".join(said) or "a request recorded by another version"
 
 
