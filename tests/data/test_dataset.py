@@ -82,8 +82,9 @@ def test_a_tokenizer_directory_matches_its_hf_name(tmp_path):
     data = tmp_path / "d"
     data.mkdir()
     manifest = {"format": "foxformer-tokens-v1", "tokenizer": f"hf:{tok_dir}", "vocab_size": 100, "eot_id": 0,
-                "dtype": "uint16", "split": {"train": {"file": "train.bin", "index": "train.idx.npy", "docs": 1,
-                                                       "tokens": 4}}}
+                "dtype": "uint16", "sources": [], "docs": 1, "tokens": 4,
+                "split": {"train": {"file": "train.bin", "index": "train.idx.npy", "docs": 1, "tokens": 4},
+                          "val": {"file": "val.bin", "docs": 0, "tokens": 0}}}
     (data / "manifest.json").write_text(json.dumps(manifest))
     np.arange(4, dtype=np.uint16).tofile(os.path.join(data, "train.bin"))
     np.save(os.path.join(data, "train.idx.npy"), np.array([0, 4]))

