@@ -119,11 +119,13 @@ def _offsets(name: str, value) -> torch.Tensor:
     return value.to(torch.int32)
 
 
-def _offsets_of_starts(new_doc: torch.Tensor, length: int) -> torch.Tensor:
-    """int32 [N + 1] offsets of a row whose documents begin where ``new_doc`` (bool [1, T - 1], for tokens 1..T-1)
-    is True."""
-    inner = new_doc[0].nonzero().flatten() + 1
-    return torch.cat((inner.new_zeros(1), inner, inner.new_full((1,), length))).to(torch.int32)
+def _offsets_of_starts(new_doc: torch.Tensor) -> torch.Tensor:
+    """int32 [N + 1] offsets of the documents of rows that begin one where ``new_doc`` (bool [B, T - 1], for tokens
+    1..T-1 of each row) is True, and one at each row's first token: into the rows' tokens one row after another
+    ([B * T]). N == B: no row holds two documents."""
+    rows, length = new_doc.shape[0], new_doc.shape[1] + 1
+    begins = torch.cat((new_doc.new_ones(rows, 1), new_doc), 1).reshape(-1).nonzero().flatten()
+    return torch.cat((begins, begins.new_full((1,), rows * length))).to(torch.int32)
 
 
 def _check_same(first: torch.Tensor, first_name: str, second: torch.Tensor, second_name: str) -> None:
@@ -132,20 +134,31 @@ def _check_same(first: torch.Tensor, first_name: str, second: torch.Tensor, seco
                          f"documents in the packed row; pass one of them")
 
 
+def _packing_said(source: str) -> str:
+    if source == "position_ids":
+        return ("position_ids restart within a row, which marks documents packed into it (as transformers' "
+                "DataCollatorWithFlattening packs them)")
+    return f"{source} marks documents packed into one row"
+
+
 def packed_documents(kwargs: dict, inputs: Optional[torch.Tensor], position_ids: Optional[torch.Tensor],
                      cu_seqlens: Optional[torch.Tensor], max_seqlen: Optional[int],
                      attention_mask: Optional[torch.Tensor], cached: bool
-                     ) -> tuple[Optional[torch.Tensor], Optional[int]]:
-    """(cu_seqlens, max_seqlen) of a forward, with transformers' packing markers (HF_PACKING_KWARGS, popped from
-    ``kwargs``) and position_ids that restart within a row taken into account.
+                     ) -> tuple[Optional[torch.Tensor], Optional[int], int]:
+    """(cu_seqlens, max_seqlen, rows) of a forward, with transformers' packing markers (HF_PACKING_KWARGS, popped
+    from ``kwargs``) and position_ids that restart within a row taken into account.
 
     inputs: input_ids or inputs_embeds, for the batch size and length (None: the forward's own checks refuse it).
     cached: the forward continues or builds a cache. Every marker given must agree with cu_seqlens and the
     others; cu_seq_lens_k must equal cu_seq_lens_q (causal self-attention: one set of documents). position_ids mark
-    documents only where nothing else does, as in transformers' flash attention; they stay the RoPE positions."""
+    documents only where nothing else does, as in transformers' flash attention; they stay the RoPE positions.
+    Offsets (cu_seqlens, cu_seq_lens_q / _k) index one packed row; seq_idx and position_ids may mark documents in
+    several rows [B, T]: rows is then B, the offsets index the rows' tokens one row after another ([B * T], each
+    row's first token beginning a document), and the forwards run them as that one row (one_row, as_rows).
+    A packed row takes no attention_mask and no cache: refused, naming the marker the caller passed."""
     hf = {name: kwargs.pop(name, None) for name in HF_PACKING_KWARGS}
     if inputs is None or inputs.dim() < 2:
-        return cu_seqlens, max_seqlen
+        return cu_seqlens, max_seqlen, 1
     batch, length = inputs.shape[:2]
     source = "cu_seqlens" if cu_seqlens is not None else None
     given = [(name, _offsets(name, hf[name])) for name in ("cu_seq_lens_q", "cu_seq_lens_k") if hf[name] is not None]
@@ -158,56 +171,76 @@ def packed_documents(kwargs: dict, inputs: Optional[torch.Tensor], position_ids:
             cu_seqlens, source = offsets, name
         else:
             _check_same(cu_seqlens, source, offsets, name)
+    if cu_seqlens is not None and batch != 1:
+        raise ValueError(f"{_packing_said(source)}, which needs a batch of size 1 (one row), got {batch} rows; pack "
+                         f"every document into one row")
     lengths = [int(hf[name]) for name in ("max_length_q", "max_length_k") if hf[name] is not None]
     if len(set(lengths)) > 1:
         raise ValueError(f"max_length_q = {lengths[0]} and max_length_k = {lengths[1]} differ: foxformer models are "
                          f"causal self-attention, whose queries and keys are the same tokens")
     if max_seqlen is None and lengths:
         max_seqlen = lengths[0]
+    new_doc = None
     seq_idx = hf["seq_idx"]
     if seq_idx is not None:
         if not isinstance(seq_idx, torch.Tensor) or seq_idx.shape != (batch, length):
             raise ValueError(f"seq_idx must be [batch, seq] = {(batch, length)}, the document of each token, got "
                              f"{tuple(getattr(seq_idx, 'shape', ())) or type(seq_idx).__name__}")
-        new_doc = seq_idx[:, 1:] != seq_idx[:, :-1]
-        if batch != 1:
-            if bool(new_doc.any()):
-                raise ValueError(f"seq_idx marks documents packed into a row, which need a batch of size 1 (one "
-                                 f"row), got {batch} rows; pack every document into one row")
-        elif cu_seqlens is None:
-            cu_seqlens = _offsets_of_starts(new_doc, length)
-        else:
-            _check_same(cu_seqlens, source, _offsets_of_starts(new_doc, length), "seq_idx")
-    if cu_seqlens is not None or position_ids is None or length < 2:
-        return cu_seqlens, max_seqlen
-    positions = position_ids[None] if position_ids.dim() == 1 else position_ids
-    if positions.dim() != 2 or positions.shape[1] != length or positions.shape[0] not in (1, batch):
-        raise ValueError(f"position_ids must be [batch, seq] = {(batch, length)} (or [1, seq]), got "
-                         f"{tuple(position_ids.shape)}")
-    # A document begins where the position does not grow. Padding is none: only pairs of real tokens count, so
-    # padded rows with transformers' position_ids (1 at padding, then 0, 1, ...) are no packed rows.
-    new_doc = positions[:, 1:] <= positions[:, :-1]
-    if attention_mask is not None and attention_mask.dim() == 2 and attention_mask.shape[0] == batch \
-            and attention_mask.shape[1] >= length:
-        # a mask longer than the input covers the cached tokens too (a prefill chunk): the input's are its last
-        real = attention_mask[:, -length:].to(new_doc.device).bool()
-        new_doc = new_doc & real[:, 1:] & real[:, :-1]
-    if not bool(new_doc.any()):
-        return cu_seqlens, max_seqlen
-    what = ("position_ids restart within a row, which marks documents packed into it (as transformers' "
-            "DataCollatorWithFlattening packs them)")
-    if batch != 1:
-        raise ValueError(f"{what}: packed documents need a batch of size 1 (one row), got {batch} rows; pack every "
-                         f"document into one row, or pass them as rows of their own with an attention_mask")
+        new_doc, marker = seq_idx[:, 1:] != seq_idx[:, :-1], "seq_idx"
+    elif cu_seqlens is None and position_ids is not None and length >= 2:
+        positions = position_ids[None] if position_ids.dim() == 1 else position_ids
+        if positions.dim() != 2 or positions.shape[1] != length or positions.shape[0] not in (1, batch):
+            raise ValueError(f"position_ids must be [batch, seq] = {(batch, length)} (or [1, seq]), got "
+                             f"{tuple(position_ids.shape)}")
+        # A document begins where the position does not grow. Padding is none: only pairs of real tokens count, so
+        # padded rows with transformers' position_ids (1 at padding, then 0, 1, ...) are no packed rows.
+        new_doc, marker = (positions[:, 1:] <= positions[:, :-1]).expand(batch, -1), "position_ids"
+        if attention_mask is not None and attention_mask.dim() == 2 and attention_mask.shape[0] == batch \
+                and attention_mask.shape[1] >= length:
+            # a mask longer than the input covers the cached tokens too (a prefill chunk): the input's are its last
+            real = attention_mask[:, -length:].to(new_doc.device).bool()
+            new_doc = new_doc & real[:, 1:] & real[:, :-1]
+    rows = 1
+    if new_doc is not None:
+        offsets = _offsets_of_starts(new_doc)
+        if cu_seqlens is not None:
+            _check_same(cu_seqlens, source, offsets, marker)
+        elif offsets.numel() > batch + 1:
+            cu_seqlens, source, rows = offsets, marker, batch
+            if max_seqlen is None:
+                max_seqlen = int((offsets[1:] - offsets[:-1]).max())
+    if cu_seqlens is None:
+        return None, max_seqlen, 1
     if attention_mask is not None:
-        raise ValueError(f"{what}: a packed row takes no attention_mask (its documents hold no padding); leave it "
-                         f"out")
+        raise ValueError(f"{_packing_said(source)}: a packed row takes no attention_mask (its documents hold no "
+                         f"padding); leave it out")
     if cached:
-        raise ValueError(f"{what}, which no cache can continue; pass the documents as rows of a batch to decode them")
-    cu_seqlens = _offsets_of_starts(new_doc, length)
-    if max_seqlen is None:
-        max_seqlen = int((cu_seqlens[1:] - cu_seqlens[:-1]).max())
-    return cu_seqlens, max_seqlen
+        raise ValueError(f"{_packing_said(source)}, which no cache can continue; pass the documents as rows of a "
+                         f"batch to decode them")
+    return cu_seqlens, max_seqlen, rows
+
+
+def one_row(rows: int, *tensors: Optional[torch.Tensor]) -> list[Optional[torch.Tensor]]:
+    """Inputs [B, T, ...] of a batch whose documents packed_documents made into one packed row (``rows`` = B) as that
+    row [1, B * T, ...]; position_ids [1, T] or [T] are every row's. None stays None; rows = 1: the tensors as given."""
+    if rows == 1:
+        return list(tensors)
+    flat = []
+    for t in tensors:
+        if t is not None:
+            t = t if t.dim() > 1 else t[None]
+            t = t.expand(rows, *t.shape[1:]).reshape(1, rows * t.shape[1], *t.shape[2:])
+        flat.append(t)
+    return flat
+
+
+def as_rows(out: FoxModelOutput, rows: int) -> FoxModelOutput:
+    """FoxModel's output of one_row's packed row, as the batch's ``rows`` rows: hidden states [B, T, d]."""
+    def split(h: torch.Tensor) -> torch.Tensor:
+        return h.reshape(rows, -1, h.shape[-1])
+
+    return FoxModelOutput(last_hidden_state=split(out.last_hidden_state),
+                          hidden_states=None if out.hidden_states is None else tuple(map(split, out.hidden_states)))
 
 
 class FoxPreTrainedModel(PreTrainedModel):
@@ -365,9 +398,7 @@ class FoxModel(FoxPreTrainedModel):
                    device) -> tuple[Optional[torch.Tensor], torch.Tensor]:
         """(starts, positions) of the chunk: see SeqContext.starts; positions int64 [B, T] for RoPE."""
         starts = positions = None
-        if cu_seqlens is not None:
-            if past_len or attention_mask is not None:
-                raise ValueError("cu_seqlens cannot be combined with a cache or an attention_mask")
+        if cu_seqlens is not None:  # packed_documents refused a cache or an attention_mask beside it
             starts, positions = packed_starts(cu_seqlens, batch, length, device)
         elif attention_mask is not None:
             if attention_mask.dim() != 2 or attention_mask.shape != (batch, past_len + length):
@@ -423,9 +454,10 @@ class FoxModel(FoxPreTrainedModel):
         Pass the returned cache back as ``past_key_values`` to continue (chunked prefill, decoding).
         return_dict=False (or config.return_dict False): the output's non-None fields as a tuple, as in transformers.
         Packed documents may also be marked as transformers marks them (packed_documents)."""
-        cu_seqlens, max_seqlen = packed_documents(
+        cu_seqlens, max_seqlen, rows = packed_documents(
             kwargs, input_ids if input_ids is not None else inputs_embeds, position_ids, cu_seqlens, max_seqlen,
             attention_mask, bool(use_cache) or cache is not None or past_key_values is not None)
+        input_ids, inputs_embeds, position_ids = one_row(rows, input_ids, inputs_embeds, position_ids)
         if kwargs:
             self._warn_unread_kwargs(kwargs)
         if output_attentions:
@@ -449,9 +481,6 @@ class FoxModel(FoxPreTrainedModel):
         if use_cache is None:
             # Plain forwards (training, evaluation) skip the cache; generate asks for it explicitly.
             use_cache = cache is not None
-        if use_cache and cu_seqlens is not None:
-            raise ValueError("use_cache: a packed batch (cu_seqlens) holds several sequences in one row, which no "
-                             "cache can continue; pass the sequences as rows of a batch to decode them")
         if use_cache and cache is None:
             cache = self.new_cache()
         # use_cache=False only means "build no cache" (as in transformers): a cache passed in holds the
@@ -501,8 +530,9 @@ class FoxModel(FoxPreTrainedModel):
             hidden.append(x)
         if cache is not None:
             cache.seq_len += T
-        return FoxModelOutput(last_hidden_state=x, hidden_states=tuple(hidden) if hidden is not None else None,
-                              **{CACHE_FIELD: cache})
+        out = FoxModelOutput(last_hidden_state=x, hidden_states=tuple(hidden) if hidden is not None else None,
+                             **{CACHE_FIELD: cache})
+        return as_rows(out, rows) if rows > 1 else out
 
 
 def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor, cu_seqlens: Optional[torch.Tensor] = None,
@@ -580,18 +610,22 @@ class FoxForCausalLM(FoxPreTrainedModel, GenerationMixin):
         mean loss computes the loss through the LM head in chunks and returns no logits (training:
         no [B, T, V] tensor at all); so do the per-token losses under torch.no_grad (evaluation)."""
         # Here too, not only in FoxModel: the loss must not count a document's last token predicting the next one's.
-        cu_seqlens, max_seqlen = packed_documents(
+        cu_seqlens, max_seqlen, rows = packed_documents(
             kwargs, input_ids if input_ids is not None else inputs_embeds, position_ids, cu_seqlens, max_seqlen,
             attention_mask, bool(use_cache) or cache is not None or past_key_values is not None)
         if kwargs:
             self._warn_unread_kwargs(kwargs)
         if isinstance(logits_to_keep, int) and logits_to_keep < 0:
             raise ValueError(f"logits_to_keep must be >= 0 (0: every position), got {logits_to_keep}")
-        out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                         past_key_values=past_key_values, cache=cache, inputs_embeds=inputs_embeds,
+        # Documents of several rows run as one packed row; the loss reads the rows' offsets (next_token_targets).
+        flat_ids, flat_embeds, flat_positions = one_row(rows, input_ids, inputs_embeds, position_ids)
+        out = self.model(input_ids=flat_ids, attention_mask=attention_mask, position_ids=flat_positions,
+                         past_key_values=past_key_values, cache=cache, inputs_embeds=flat_embeds,
                          use_cache=use_cache, cu_seqlens=cu_seqlens, max_seqlen=max_seqlen,
                          output_hidden_states=output_hidden_states, output_attentions=output_attentions,
                          return_dict=True)
+        if rows > 1:
+            out = as_rows(out, rows)
         h = out.last_hidden_state
         if labels is not None:
             if not isinstance(labels, torch.Tensor) or labels.shape != h.shape[:2]:
