@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 
 from transformers import PretrainedConfig
 
@@ -19,6 +20,10 @@ OPTIONAL_NUMBERS = ("qk_norm_eps", "evict_eps", "evict_qk_bound", "prune_eps")
 # Defaults of fields only some models read: set elsewhere, they are refused rather than carried along unread.
 TIMESCALE_DEFAULTS = {"fgate_tmin": 2.0, "fgate_tmax": 16384.0}
 ROPE_THETA_DEFAULT = 500000.0
+# Keys a saved config carries beside the fields: transformers writes model_type, exports auto_map, and configs of
+# earlier foxformer versions a field since removed. Kept as attributes (as transformers keeps any key) without a word.
+SAVED_KEYS = frozenset({"auto_map", "model_type", "deterministic_attention"})
+_SAID_KEYS: set[str] = set()  # misspelled keys warned of, once per process: from_pretrained builds configs repeatedly
 
 
 def _positive_int(value) -> bool:
@@ -163,6 +168,7 @@ class FoxConfig(PretrainedConfig):
         if self.eos_token_id is None:
             self.eos_token_id = eos
         super().__post_init__(**kwargs)
+        self._warn_misspelled(kwargs)
         self._validate()
 
     @classmethod
@@ -196,6 +202,22 @@ class FoxConfig(PretrainedConfig):
             if current != defaults[name] and current != value:
                 raise ValueError(f"FoxConfig.{name} is given twice, as {name}={current!r} and as {alias}={value!r}")
             setattr(self, name, value)
+
+    def _warn_misspelled(self, kwargs: dict) -> None:
+        """Keys of ``kwargs`` that are no field but close to one: transformers keeps any key as an attribute, so
+        ``FoxConfig(num_hiden_layers=2)`` built the default 12 layers without a word. Keys transformers reads
+        itself (torch_dtype, generation settings, ...) it has taken out of the config; those that saved configs
+        carry (SAVED_KEYS) are known."""
+        known = [f.name for f in dataclasses.fields(self)] + list(self.attribute_map)
+        for key in kwargs:
+            if key in SAVED_KEYS or key in _SAID_KEYS or key not in vars(self):
+                continue
+            hint = did_you_mean(key, known)
+            if hint:
+                _SAID_KEYS.add(key)
+                # past this method, __post_init__ and the dataclass __init__: the line that built the config
+                warnings.warn(f"FoxConfig: {key!r} is no field of FoxConfig; it is kept as an attribute that no "
+                              f"model reads{hint}", stacklevel=4)
 
     def set_attention_backend(self, backend: str) -> None:
         """The attention backend, checked: also a loaded model's override (`--attention-backend`), which was
