@@ -1,6 +1,7 @@
 """A packed batch (cu_seqlens, B = 1) gives the logits and losses of the separate sequences."""
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from .conftest import make_model, tokens
 
@@ -185,3 +186,38 @@ def test_position_ids_of_one_row_restart_every_row_of_the_batch():
     alone = torch.cat([model(ids[:, a:b]).logits for a, b in ((0, 5), (5, 16), (16, 19))], 1)
     torch.testing.assert_close(model(ids, position_ids=batch["position_ids"]).logits, alone)
     torch.testing.assert_close(model(ids, position_ids=batch["position_ids"][0]).logits, alone)
+
+
+class _HostReads(TorchDispatchMode):
+    """Counts the ops that read a tensor's values on the host: each a device sync on a GPU."""
+
+    READS = {"aten._local_scalar_dense.default", "aten.nonzero.default", "aten.equal.default"}
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.count += str(func) in self.READS
+        return func(*args, **(kwargs or {}))
+
+
+def _host_reads(forward) -> int:
+    with torch.no_grad(), _HostReads() as reads:
+        forward()
+    return reads.count
+
+
+def test_position_ids_cost_one_device_sync_alone_and_none_beside_a_mask():
+    """Looking for restarts read position_ids on the host twice per FoxForCausalLM forward (its own look, then
+    FoxModel's), and beside an attention_mask once more than the mask's own checks."""
+    model = make_model("transformer-llama-tiny")
+    ids = tokens(2, 12)
+    mask = torch.ones_like(ids)
+    mask[0, :3] = 0
+    plain, padded = torch.arange(12).expand(2, -1), (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
+    assert _host_reads(lambda: model(ids, position_ids=plain)) == _host_reads(lambda: model(ids)) + 1
+    assert _host_reads(lambda: model(ids, attention_mask=mask, position_ids=padded)) == \
+        _host_reads(lambda: model(ids, attention_mask=mask))
+    with pytest.raises(ValueError, match="position_ids restart within a row.*takes no attention_mask"):
+        model(ids, attention_mask=mask, position_ids=torch.tensor([0, 1, 2, 0, 1, 2] * 2).expand(2, -1))

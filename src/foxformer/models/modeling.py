@@ -40,14 +40,19 @@ except ImportError:  # pragma: no cover
 _NEW_CACHE_NAME = isinstance(getattr(ModelOutput, "past_key_values", None), property)
 CACHE_FIELD = "cache" if _NEW_CACHE_NAME else "past_key_values"
 
+# FoxModelOutput.cu_seqlens: int32 [N + 1] offsets of the documents the forward ran packed, given or derived from
+# transformers' markers (packed_documents), into the rows' tokens one row after another; None when none were packed.
+# FoxForCausalLM's loss reads them there: deriving them again from position_ids cost a second device sync.
+
 if _NEW_CACHE_NAME:
     @dataclass
     class FoxModelOutput(ModelOutput):
-        """last_hidden_state [B, T, d]; cache (also readable as past_key_values)."""
+        """last_hidden_state [B, T, d]; cache (also readable as past_key_values); cu_seqlens (above)."""
 
         last_hidden_state: Optional[torch.Tensor] = None
         cache: Optional[FoxCache] = None
         hidden_states: Optional[tuple[torch.Tensor, ...]] = None
+        cu_seqlens: Optional[torch.Tensor] = None
 
     @dataclass
     class FoxCausalLMOutput(ModelOutput):
@@ -60,11 +65,12 @@ if _NEW_CACHE_NAME:
 else:  # pragma: no cover - exercised with transformers < 5.24
     @dataclass
     class FoxModelOutput(ModelOutput):
-        """last_hidden_state [B, T, d]; past_key_values (also readable as cache)."""
+        """last_hidden_state [B, T, d]; past_key_values (also readable as cache); cu_seqlens (above)."""
 
         last_hidden_state: Optional[torch.Tensor] = None
         past_key_values: Optional[FoxCache] = None
         hidden_states: Optional[tuple[torch.Tensor, ...]] = None
+        cu_seqlens: Optional[torch.Tensor] = None
 
         @property
         def cache(self) -> Optional[FoxCache]:
@@ -122,7 +128,7 @@ def _offsets(name: str, value) -> torch.Tensor:
 def _offsets_of_starts(new_doc: torch.Tensor) -> torch.Tensor:
     """int32 [N + 1] offsets of the documents of rows that begin one where ``new_doc`` (bool [B, T - 1], for tokens
     1..T-1 of each row) is True, and one at each row's first token: into the rows' tokens one row after another
-    ([B * T]). N == B: no row holds two documents."""
+    ([B * T])."""
     rows, length = new_doc.shape[0], new_doc.shape[1] + 1
     begins = torch.cat((new_doc.new_ones(rows, 1), new_doc), 1).reshape(-1).nonzero().flatten()
     return torch.cat((begins, begins.new_full((1,), rows * length))).to(torch.int32)
@@ -141,6 +147,20 @@ def _packing_said(source: str) -> str:
     return f"{source} marks documents packed into one row"
 
 
+def _masked_packing(source: str) -> ValueError:
+    return ValueError(f"{_packing_said(source)}: a packed row takes no attention_mask (its documents hold no "
+                      f"padding); leave it out")
+
+
+def _restarts(positions: torch.Tensor, real: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """bool [B, T - 1]: where tokens 1..T-1 of position_ids [B, T] (or [T]) begin a document, their position not
+    growing. real (bool [B, T], the attention mask's): only pairs of real tokens count, so padded rows with
+    transformers' position_ids (1 at padding, then 0, 1, ...) are no packed rows."""
+    positions = positions[None] if positions.dim() == 1 else positions
+    new_doc = positions[:, 1:] <= positions[:, :-1]
+    return new_doc if real is None else new_doc & real[:, 1:] & real[:, :-1]
+
+
 def packed_documents(kwargs: dict, inputs: Optional[torch.Tensor], position_ids: Optional[torch.Tensor],
                      cu_seqlens: Optional[torch.Tensor], max_seqlen: Optional[int],
                      attention_mask: Optional[torch.Tensor], cached: bool
@@ -154,7 +174,7 @@ def packed_documents(kwargs: dict, inputs: Optional[torch.Tensor], position_ids:
     documents only where nothing else does, as in transformers' flash attention; they stay the RoPE positions.
     Offsets (cu_seqlens, cu_seq_lens_q / _k) index one packed row; seq_idx and position_ids may mark documents in
     several rows [B, T]: rows is then B, the offsets index the rows' tokens one row after another ([B * T], each
-    row's first token beginning a document), and the forwards run them as that one row (one_row, as_rows).
+    row's first token beginning a document), and FoxModel runs them as that one row (_one_row, _as_rows).
     A packed row takes no attention_mask and no cache: refused, naming the marker the caller passed."""
     hf = {name: kwargs.pop(name, None) for name in HF_PACKING_KWARGS}
     if inputs is None or inputs.dim() < 2:
@@ -192,35 +212,28 @@ def packed_documents(kwargs: dict, inputs: Optional[torch.Tensor], position_ids:
         if positions.dim() != 2 or positions.shape[1] != length or positions.shape[0] not in (1, batch):
             raise ValueError(f"position_ids must be [batch, seq] = {(batch, length)} (or [1, seq]), got "
                              f"{tuple(position_ids.shape)}")
-        # A document begins where the position does not grow. Padding is none: only pairs of real tokens count, so
-        # padded rows with transformers' position_ids (1 at padding, then 0, 1, ...) are no packed rows.
-        new_doc, marker = (positions[:, 1:] <= positions[:, :-1]).expand(batch, -1), "position_ids"
-        if attention_mask is not None and attention_mask.dim() == 2 and attention_mask.shape[0] == batch \
-                and attention_mask.shape[1] >= length:
-            # a mask longer than the input covers the cached tokens too (a prefill chunk): the input's are its last
-            real = attention_mask[:, -length:].to(new_doc.device).bool()
-            new_doc = new_doc & real[:, 1:] & real[:, :-1]
+        # Beside a mask a restart is refused: FoxModel._positions looks for one in the device sync it makes anyway.
+        if attention_mask is None:
+            new_doc, marker = _restarts(positions).expand(batch, -1), "position_ids"
     rows = 1
     if new_doc is not None:
-        offsets = _offsets_of_starts(new_doc)
         if cu_seqlens is not None:
-            _check_same(cu_seqlens, source, offsets, marker)
-        elif offsets.numel() > batch + 1:
-            cu_seqlens, source, rows = offsets, marker, batch
+            _check_same(cu_seqlens, source, _offsets_of_starts(new_doc), marker)
+        elif bool(new_doc.any()):  # the one device sync where no row holds two documents (the common case)
+            cu_seqlens, source, rows = _offsets_of_starts(new_doc), marker, batch
             if max_seqlen is None:
-                max_seqlen = int((offsets[1:] - offsets[:-1]).max())
+                max_seqlen = int((cu_seqlens[1:] - cu_seqlens[:-1]).max())
     if cu_seqlens is None:
         return None, max_seqlen, 1
     if attention_mask is not None:
-        raise ValueError(f"{_packing_said(source)}: a packed row takes no attention_mask (its documents hold no "
-                         f"padding); leave it out")
+        raise _masked_packing(source)
     if cached:
         raise ValueError(f"{_packing_said(source)}, which no cache can continue; pass the documents as rows of a "
                          f"batch to decode them")
     return cu_seqlens, max_seqlen, rows
 
 
-def one_row(rows: int, *tensors: Optional[torch.Tensor]) -> list[Optional[torch.Tensor]]:
+def _one_row(rows: int, *tensors: Optional[torch.Tensor]) -> list[Optional[torch.Tensor]]:
     """Inputs [B, T, ...] of a batch whose documents packed_documents made into one packed row (``rows`` = B) as that
     row [1, B * T, ...]; position_ids [1, T] or [T] are every row's. None stays None; rows = 1: the tensors as given."""
     if rows == 1:
@@ -234,13 +247,14 @@ def one_row(rows: int, *tensors: Optional[torch.Tensor]) -> list[Optional[torch.
     return flat
 
 
-def as_rows(out: FoxModelOutput, rows: int) -> FoxModelOutput:
-    """FoxModel's output of one_row's packed row, as the batch's ``rows`` rows: hidden states [B, T, d]."""
+def _as_rows(out: FoxModelOutput, rows: int) -> FoxModelOutput:
+    """FoxModel's output of _one_row's packed row, as the batch's ``rows`` rows: hidden states [B, T, d]."""
     def split(h: torch.Tensor) -> torch.Tensor:
         return h.reshape(rows, -1, h.shape[-1])
 
     return FoxModelOutput(last_hidden_state=split(out.last_hidden_state),
-                          hidden_states=None if out.hidden_states is None else tuple(map(split, out.hidden_states)))
+                          hidden_states=None if out.hidden_states is None else tuple(map(split, out.hidden_states)),
+                          cu_seqlens=out.cu_seqlens)
 
 
 class FoxPreTrainedModel(PreTrainedModel):
@@ -413,7 +427,12 @@ class FoxModel(FoxPreTrainedModel):
             # one): a 0 between real tokens would still be attended to, so refuse it instead of ignoring it.
             last = mask.shape[1] - 1 - mask.flip(1).int().argmax(dim=1)
             holed = (last - first + 1 > mask.sum(1)) & mask.any(1)
-            holed, any_start = torch.stack((holed.any(), starts.any())).tolist()  # one sync for both
+            restarted = holed.new_zeros(())
+            if position_ids is not None and length > 1:  # left to this sync by packed_documents
+                restarted = _restarts(position_ids.to(device), mask[:, past_len:]).any()
+            holed, any_start, restarted = torch.stack((holed.any(), starts.any(), restarted)).tolist()  # one sync
+            if restarted:
+                raise _masked_packing("position_ids")
             if holed:
                 raise ValueError("attention_mask: a 0 between two real tokens (1s) is not supported; only "
                                  "left padding (and right padding without a cache continuing it) is")
@@ -457,7 +476,7 @@ class FoxModel(FoxPreTrainedModel):
         cu_seqlens, max_seqlen, rows = packed_documents(
             kwargs, input_ids if input_ids is not None else inputs_embeds, position_ids, cu_seqlens, max_seqlen,
             attention_mask, bool(use_cache) or cache is not None or past_key_values is not None)
-        input_ids, inputs_embeds, position_ids = one_row(rows, input_ids, inputs_embeds, position_ids)
+        input_ids, inputs_embeds, position_ids = _one_row(rows, input_ids, inputs_embeds, position_ids)
         if kwargs:
             self._warn_unread_kwargs(kwargs)
         if output_attentions:
@@ -531,8 +550,8 @@ class FoxModel(FoxPreTrainedModel):
         if cache is not None:
             cache.seq_len += T
         out = FoxModelOutput(last_hidden_state=x, hidden_states=tuple(hidden) if hidden is not None else None,
-                             **{CACHE_FIELD: cache})
-        return as_rows(out, rows) if rows > 1 else out
+                             cu_seqlens=cu_seqlens, **{CACHE_FIELD: cache})
+        return _as_rows(out, rows) if rows > 1 else out
 
 
 def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor, cu_seqlens: Optional[torch.Tensor] = None,
@@ -609,23 +628,18 @@ class FoxForCausalLM(FoxPreTrainedModel, GenerationMixin):
         logits only for the last positions (generation). return_logits=False with labels and the
         mean loss computes the loss through the LM head in chunks and returns no logits (training:
         no [B, T, V] tensor at all); so do the per-token losses under torch.no_grad (evaluation)."""
-        # Here too, not only in FoxModel: the loss must not count a document's last token predicting the next one's.
-        cu_seqlens, max_seqlen, rows = packed_documents(
-            kwargs, input_ids if input_ids is not None else inputs_embeds, position_ids, cu_seqlens, max_seqlen,
-            attention_mask, bool(use_cache) or cache is not None or past_key_values is not None)
+        packing = {name: kwargs.pop(name) for name in HF_PACKING_KWARGS if name in kwargs}  # FoxModel reads them
         if kwargs:
             self._warn_unread_kwargs(kwargs)
         if isinstance(logits_to_keep, int) and logits_to_keep < 0:
             raise ValueError(f"logits_to_keep must be >= 0 (0: every position), got {logits_to_keep}")
-        # Documents of several rows run as one packed row; the loss reads the rows' offsets (next_token_targets).
-        flat_ids, flat_embeds, flat_positions = one_row(rows, input_ids, inputs_embeds, position_ids)
-        out = self.model(input_ids=flat_ids, attention_mask=attention_mask, position_ids=flat_positions,
-                         past_key_values=past_key_values, cache=cache, inputs_embeds=flat_embeds,
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                         past_key_values=past_key_values, cache=cache, inputs_embeds=inputs_embeds,
                          use_cache=use_cache, cu_seqlens=cu_seqlens, max_seqlen=max_seqlen,
                          output_hidden_states=output_hidden_states, output_attentions=output_attentions,
-                         return_dict=True)
-        if rows > 1:
-            out = as_rows(out, rows)
+                         return_dict=True, **packing)
+        # the documents FoxModel ran packed: a document's last token must not predict the next one's first
+        cu_seqlens = out.cu_seqlens
         h = out.last_hidden_state
         if labels is not None:
             if not isinstance(labels, torch.Tensor) or labels.shape != h.shape[:2]:
