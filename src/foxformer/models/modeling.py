@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 from transformers import GenerationMixin, PreTrainedModel
+from transformers.generation import GenerationMode
 from transformers.utils import ModelOutput
 from transformers.utils.generic import TransformersKwargs, can_return_tuple
 
@@ -677,15 +678,20 @@ class FoxForCausalLM(FoxPreTrainedModel, GenerationMixin):
         # Options whose paths need what FoxCache and these outputs do not have: they failed deep inside
         # transformers (an AttributeError on the cache or on the output) or, for a static cache, were ignored.
         unsupported = {"prompt_lookup_num_tokens": "prompt-lookup decoding (it crops the cache)",
-                       "assistant_model": "assisted decoding (it crops the cache)",
+                       "assistant_early_exit": "assisted decoding (it crops the cache)",
                        "output_attentions": "attention weights (the fused kernels never form them)",
                        "cache_implementation": "another cache implementation (FoX keeps its gate sums in FoxCache)"}
         for name, what in unsupported.items():
-            value = getattr(generation_config, name, None) or (model_kwargs.get(name) if name == "assistant_model"
-                                                               else None)
+            value = getattr(generation_config, name, None)
             if value:
                 raise ValueError(f"generate: {name}={value!r} asks for {what}, which foxformer models do not "
                                  f"support; leave it out")
+        # transformers 5.25 keeps assistant_model out of model_kwargs and hands the generation mode here instead:
+        # the check of model_kwargs alone let it through to an AttributeError on FoxCache (activate_past_recording).
+        mode = next((a for a in (*args, *kwargs.values()) if isinstance(a, GenerationMode)), None)
+        if model_kwargs.get("assistant_model") is not None or mode == GenerationMode.ASSISTED_GENERATION:
+            raise ValueError("generate: an assistant_model asks for assisted decoding (it crops the cache), which "
+                             "foxformer models do not support; leave it out")
         trained = self.config.train_len
         if trained and (generation_config.max_length or 0) > trained and not getattr(self, "_said_train_len", False):
             self._said_train_len = True  # once per model: generate runs in loops
