@@ -260,7 +260,7 @@ class FoxConfig(PretrainedConfig):
             value = getattr(self, name)
             if not isinstance(value, bool):  # a string such as "false" would be truthy
                 raise ValueError(f"FoxConfig.{name} must be True or False, got {value!r}")
-        self._validate_token_ids()
+        self.validate_token_ids()
         if self.num_heads % self.num_kv_heads:
             raise ValueError(f"FoxConfig.num_heads ({self.num_heads}) must be a multiple of "
                              f"num_kv_heads ({self.num_kv_heads})")
@@ -292,13 +292,15 @@ class FoxConfig(PretrainedConfig):
             raise ValueError(f"FoxConfig.tokenizer must be a tokenizer spec such as 'gpt2', or None, got "
                              f"{self.tokenizer!r}")
 
-    def _validate_token_ids(self) -> None:
+    def validate_token_ids(self, vocab_size: int | None = None) -> None:
         """bos / eos / pad ids inside the vocabulary, or None. One outside it (or "3", 3.0) was taken unchecked:
         the model can never emit such an eos, so generation ran on to its limit, and a bos or pad id fed to the
         model was blamed on the input_ids (on a GPU, whose decode steps do not read the ids, a device-side assert
         in the embedding), far from the config. transformers only warns, and only at save, because configs on the
         Hub carry pad_token_id=-1; foxformer never wrote one (training packs documents, pads nothing). eos may be
-        a list of ids, as transformers' generate takes it (any of them stops a sequence)."""
+        a list of ids, as transformers' generate takes it (any of them stops a sequence). vocab_size: a size the
+        vocabulary is about to take (resize_token_embeddings); None: the config's."""
+        vocab_size = self.vocab_size if vocab_size is None else vocab_size
         document = document_token_ids(self.tokenizer)[1]
         for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
             value = getattr(self, name)
@@ -306,11 +308,11 @@ class FoxConfig(PretrainedConfig):
             for token in value if several else [value]:
                 if token is None and not several:
                     continue
-                if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < self.vocab_size:
+                if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < vocab_size:
                     # the tokenizer's end-of-document id fills bos and eos when they are not given
                     whence = (f" (the end-of-document token of tokenizer {self.tokenizer!r})"
                               if document is not None and token == document else "")
-                    raise ValueError(f"FoxConfig.{name} must be a token id in [0, vocab_size={self.vocab_size})"
+                    raise ValueError(f"FoxConfig.{name} must be a token id in [0, vocab_size={vocab_size})"
                                      f"{' or a list of them' if name == 'eos_token_id' else ''} or None, got "
                                      f"{value!r}{whence}")
 

@@ -296,6 +296,20 @@ class FoxPreTrainedModel(PreTrainedModel):
             writer(working_dir, self.config)
         return super()._upload_modified_files(working_dir, *args, **kwargs)
 
+    def resize_token_embeddings(self, new_num_tokens: Optional[int] = None, pad_to_multiple_of: Optional[int] = None,
+                                mean_resizing: bool = True) -> nn.Embedding:
+        """transformers' resize, refused where the config's bos / eos / pad ids would fall outside the new vocabulary:
+        transformers set vocab_size alone, so a shrunk model kept an eos it can never emit (generate ran on to its
+        limit) without a word."""
+        if new_num_tokens is not None:
+            size = -(-new_num_tokens // pad_to_multiple_of) * pad_to_multiple_of if pad_to_multiple_of else new_num_tokens
+            try:
+                self.config.validate_token_ids(size)
+            except ValueError as e:
+                raise ValueError(f"resize_token_embeddings({new_num_tokens}): {e}; set it inside the new vocabulary "
+                                 f"first") from None
+        return super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+
     def _set_gradient_checkpointing(self, enable: bool = True, gradient_checkpointing_func=checkpoint, **kwargs):
         """transformers' own, which hands FoxModel its checkpoint function (use_reentrant, offload, ... bound in);
         every_n_layers reaches only transformers' GradientCheckpointingLayer blocks, so FoxModel keeps it too."""
