@@ -246,6 +246,16 @@ def test_a_misspelled_key_warns_once_naming_the_field(monkeypatch):
         FoxConfig(fgate_tmn=4.0)
 
 
+def test_a_misspelled_override_at_loading_warns_instead_of_vanishing(tmp_path, monkeypatch):
+    """transformers sets from_pretrained's overrides only where the config has the attribute: the others it drops."""
+    monkeypatch.setattr(config_module, "_SAID_KEYS", set())
+    get_preset("fox-llama-tiny", vocab_size=300).save_pretrained(tmp_path)
+    with pytest.warns(UserWarning, match="'num_hiden_layers' is no field of FoxConfig; the override is ignored "
+                                         r"\(did you mean 'num_hidden_layers'\?\)"):
+        cfg = AutoConfig.from_pretrained(tmp_path, num_hiden_layers=1, num_hidden_layers=3)
+    assert cfg.num_layers == 3
+
+
 def test_keys_transformers_reads_or_saved_configs_carry_and_far_ones_are_silent(tmp_path, monkeypatch):
     monkeypatch.setattr(config_module, "_SAID_KEYS", set())
     with warnings.catch_warnings():

@@ -34,6 +34,19 @@ def _round_up(x: float, multiple: int) -> int:
     return int(math.ceil(x / multiple) * multiple)
 
 
+def _warn_misspelled(keys: list[str], fate: str, stacklevel: int) -> None:
+    """Warn of each key (no field of FoxConfig) that is close to a field's name, once per key and process; keys that
+    saved configs carry (SAVED_KEYS) are known. stacklevel: the caller's, for the line the warning names."""
+    known = [f.name for f in dataclasses.fields(FoxConfig)] + list(FoxConfig.attribute_map)
+    for key in keys:
+        if key in SAVED_KEYS or key in _SAID_KEYS:
+            continue
+        hint = did_you_mean(key, known)
+        if hint:
+            _SAID_KEYS.add(key)
+            warnings.warn(f"FoxConfig: {key!r} is no field of FoxConfig; {fate}{hint}", stacklevel=stacklevel + 1)
+
+
 class FoxConfig(PretrainedConfig):
     """Configuration of a FoX / Transformer causal LM (Hugging Face ``model_type`` "foxformer").
 
@@ -168,7 +181,11 @@ class FoxConfig(PretrainedConfig):
         if self.eos_token_id is None:
             self.eos_token_id = eos
         super().__post_init__(**kwargs)
-        self._warn_misspelled(kwargs)
+        # transformers keeps any key as an attribute: FoxConfig(num_hiden_layers=2) built 12 layers without a word.
+        # Keys it reads itself (torch_dtype, generation settings, ...) it has taken out of the config by now.
+        # Past __post_init__ and the dataclass __init__: the line that built the config.
+        _warn_misspelled([k for k in kwargs if k in vars(self)], "it is kept as an attribute that no model reads",
+                         stacklevel=3)
         self._validate()
 
     @classmethod
@@ -185,6 +202,8 @@ class FoxConfig(PretrainedConfig):
                 for spelling in [name] + [a for a, n in cls.attribute_map.items() if n == name]:
                     config_dict.pop(spelling, None)
                 config_dict[name] = kwargs.pop(key)
+        # transformers sets an override only on an attribute the config has, and drops the others without a word
+        _warn_misspelled([k for k in kwargs if not hasattr(cls, k)], "the override is ignored", stacklevel=2)
         return super().from_dict(config_dict, **kwargs)
 
     def _read_aliases(self, kwargs: dict) -> None:
@@ -202,22 +221,6 @@ class FoxConfig(PretrainedConfig):
             if current != defaults[name] and current != value:
                 raise ValueError(f"FoxConfig.{name} is given twice, as {name}={current!r} and as {alias}={value!r}")
             setattr(self, name, value)
-
-    def _warn_misspelled(self, kwargs: dict) -> None:
-        """Keys of ``kwargs`` that are no field but close to one: transformers keeps any key as an attribute, so
-        ``FoxConfig(num_hiden_layers=2)`` built the default 12 layers without a word. Keys transformers reads
-        itself (torch_dtype, generation settings, ...) it has taken out of the config; those that saved configs
-        carry (SAVED_KEYS) are known."""
-        known = [f.name for f in dataclasses.fields(self)] + list(self.attribute_map)
-        for key in kwargs:
-            if key in SAVED_KEYS or key in _SAID_KEYS or key not in vars(self):
-                continue
-            hint = did_you_mean(key, known)
-            if hint:
-                _SAID_KEYS.add(key)
-                # past this method, __post_init__ and the dataclass __init__: the line that built the config
-                warnings.warn(f"FoxConfig: {key!r} is no field of FoxConfig; it is kept as an attribute that no "
-                              f"model reads{hint}", stacklevel=4)
 
     def set_attention_backend(self, backend: str) -> None:
         """The attention backend, checked: also a loaded model's override (`--attention-backend`), which was
