@@ -487,7 +487,8 @@ class FoxModel(FoxPreTrainedModel):
         left padding supported); cu_seqlens int32 [N + 1] for a packed batch with B = 1.
         Pass the returned cache back as ``past_key_values`` to continue (chunked prefill, decoding).
         return_dict=False (or config.return_dict False): the output's non-None fields as a tuple, as in transformers.
-        Packed documents may also be marked as transformers marks them (packed_documents)."""
+        Packed documents may also be marked as transformers marks them (packed_documents), in several rows too; the
+        offsets the forward ran come back as the output's cu_seqlens."""
         cu_seqlens, max_seqlen, rows = packed_documents(
             kwargs, input_ids if input_ids is not None else inputs_embeds, position_ids, cu_seqlens, max_seqlen,
             attention_mask, bool(use_cache) or cache is not None or past_key_values is not None)
