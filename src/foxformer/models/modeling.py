@@ -302,7 +302,8 @@ class FoxPreTrainedModel(PreTrainedModel):
         transformers set vocab_size alone, so a shrunk model kept an eos it can never emit (generate ran on to its
         limit) without a word."""
         if new_num_tokens is not None:
-            size = -(-new_num_tokens // pad_to_multiple_of) * pad_to_multiple_of if pad_to_multiple_of else new_num_tokens
+            multiple = pad_to_multiple_of or 1  # transformers rounds the size up to it
+            size = -(-new_num_tokens // multiple) * multiple
             try:
                 self.config.validate_token_ids(size)
             except ValueError as e:
