@@ -1,10 +1,12 @@
 import math
 import re
+import warnings
 
 import pytest
 import torch
 from transformers import AutoConfig
 
+from foxformer.models import config as config_module
 from foxformer.models import PRESETS, FoxConfig, FoxForCausalLM, count_non_embedding, get_preset
 from foxformer.models.presets import preset_table, training_flops_per_token
 
@@ -228,6 +230,44 @@ def test_config_saved_with_the_removed_deterministic_attention_key_still_loads()
     cfg = FoxConfig.from_dict({**get_preset("fox-pro-tiny").to_dict(), "deterministic_attention": False})
     assert cfg.num_layers == get_preset("fox-pro-tiny").num_layers
     FoxForCausalLM(cfg)
+
+
+def test_a_misspelled_key_warns_once_naming_the_field(monkeypatch):
+    """transformers keeps any key as an attribute: FoxConfig(num_hiden_layers=2) built the default 12 layers."""
+    monkeypatch.setattr(config_module, "_SAID_KEYS", set())
+    with pytest.warns(UserWarning, match="'num_hiden_layers' is no field of FoxConfig.*did you mean "
+                                         "'num_hidden_layers'") as said:
+        cfg = FoxConfig(num_hiden_layers=2)
+        FoxConfig(num_hiden_layers=2)
+        FoxConfig.from_dict({**get_preset("fox-llama-tiny").to_dict(), "num_hiden_layers": 2})
+    assert len(said) == 1 and said[0].filename == __file__  # pointed at the line building the config
+    assert cfg.num_layers == 12
+    with pytest.warns(UserWarning, match="'fgate_tmn' is no field.*did you mean 'fgate_tmin'"):
+        FoxConfig(fgate_tmn=4.0)
+
+
+def test_a_misspelled_override_at_loading_warns_instead_of_vanishing(tmp_path, monkeypatch):
+    """transformers sets from_pretrained's overrides only where the config has the attribute: the others it drops."""
+    monkeypatch.setattr(config_module, "_SAID_KEYS", set())
+    get_preset("fox-llama-tiny", vocab_size=300).save_pretrained(tmp_path)
+    with pytest.warns(UserWarning, match="'num_hiden_layers' is no field of FoxConfig; the override is ignored "
+                                         r"\(did you mean 'num_hidden_layers'\?\)"):
+        cfg = AutoConfig.from_pretrained(tmp_path, num_hiden_layers=1, num_hidden_layers=3)
+    assert cfg.num_layers == 3
+
+
+def test_keys_transformers_reads_or_saved_configs_carry_and_far_ones_are_silent(tmp_path, monkeypatch):
+    monkeypatch.setattr(config_module, "_SAID_KEYS", set())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        # torch_dtype is close to dtype, num_beams to num_heads: transformers takes both out of the config itself
+        cfg = FoxConfig(torch_dtype="bfloat16", num_beams=4, auto_map={}, my_own_note="kept")
+        assert cfg.my_own_note == "kept" and cfg.dtype == torch.bfloat16
+        model = FoxForCausalLM(get_preset("fox-llama-tiny", vocab_size=300))
+        model.save_pretrained(tmp_path)
+        AutoConfig.from_pretrained(tmp_path)
+        AutoConfig.from_pretrained(tmp_path, trust_remote_code=True)
+        FoxConfig.from_dict({**get_preset("fox-pro-tiny").to_dict(), "deterministic_attention": False})
 
 
 NAN, INF = float("nan"), float("inf")

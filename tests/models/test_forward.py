@@ -137,13 +137,15 @@ def test_bad_inputs_raise():
     ids = tokens(2, 8)
     with pytest.raises(ValueError, match="attention_mask"):
         model(ids, attention_mask=torch.ones(2, 5))
-    with pytest.raises(ValueError, match="batch size"):
+    with pytest.raises(ValueError, match="cu_seqlens marks documents packed into one row, which needs a batch of "
+                                         "size 1"):
         model(ids, cu_seqlens=torch.tensor([0, 8], dtype=torch.int32))
     with pytest.raises(TypeError, match="cu_seqlens"):
         model(ids[:1], cu_seqlens=torch.tensor([0, 8]))
     with pytest.raises(ValueError, match="loss_reduction"):
         model(ids, labels=ids, loss_reduction="sum")
-    with pytest.raises(ValueError, match="use_cache: a packed batch"):  # returned no cache without a word
+    # returned no cache without a word
+    with pytest.raises(ValueError, match="cu_seqlens marks documents .* no cache can continue"):
         model(ids[:1], cu_seqlens=torch.tensor([0, 3, 8], dtype=torch.int32), use_cache=True)
     for forward in (model, model.model):  # accepted and ignored: the output had no attentions field at all
         with pytest.raises(ValueError, match="output_attentions=True: .* never form attention weights"):

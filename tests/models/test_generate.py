@@ -88,6 +88,7 @@ def test_chunked_prefill_without_passing_a_cache():
 
 
 UNSUPPORTED = {"prompt-lookup": {"prompt_lookup_num_tokens": 3},
+               "assistant-early-exit": {"assistant_early_exit": 1},
                "attentions": {"output_attentions": True, "return_dict_in_generate": True},
                "static-cache": {"cache_implementation": "static"}}
 
@@ -99,6 +100,14 @@ def test_hf_generate_options_foxformer_cannot_honour_are_refused(case):
     option = next(iter(UNSUPPORTED[case]))
     with pytest.raises(ValueError, match=f"generate: {option}="):
         model.generate(tokens(1, 6), max_new_tokens=3, do_sample=False, **UNSUPPORTED[case])
+
+
+def test_an_assistant_model_is_refused_before_transformers_reaches_the_cache():
+    """transformers 5.25 no longer hands assistant_model over in model_kwargs, where the refusal looked: assisted
+    decoding ran into an AttributeError on FoxCache (activate_past_recording)."""
+    model = make_model("fox-pro-tiny")
+    with pytest.raises(ValueError, match="generate: an assistant_model asks for assisted decoding"):
+        model.generate(tokens(1, 6), max_new_tokens=3, do_sample=False, assistant_model=make_model("fox-pro-tiny"))
 
 
 def test_generate_past_the_training_length_warns_once_naming_it():

@@ -55,6 +55,22 @@ def test_tied_embeddings_round_trip(tmp_path):
     _assert_identical(loaded.eval(), model, ids)
 
 
+def test_resizing_the_vocabulary_keeps_the_token_ids_inside_it(tmp_path):
+    """transformers' resize set vocab_size alone: a vocabulary shrunk below eos kept an eos the model can never emit
+    (generate ran on to its limit) without a word."""
+    model = make_model("fox-llama-tiny", eos_token_id=90, bos_token_id=3)
+    with pytest.raises(ValueError, match=r"^resize_token_embeddings\(80\): FoxConfig.eos_token_id must be a token id "
+                                         r"in \[0, vocab_size=80\).*got 90; set it inside the new vocabulary first"):
+        model.resize_token_embeddings(80)
+    assert model.config.vocab_size == 97 and model.lm_head.weight.shape[0] == 97  # untouched
+    model.resize_token_embeddings(70, pad_to_multiple_of=64)  # eos 90 lies past 70, inside the 128 it pads to
+    assert model.config.vocab_size == 128
+    model.resize_token_embeddings(120)
+    model.save_pretrained(tmp_path)
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float64)
+    assert loaded.config.vocab_size == 120 and loaded(tokens(1, 5)).logits.shape[-1] == 120
+
+
 @pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
 @pytest.mark.parametrize("preset", ["fox-pro-tiny", "linear-pro-tiny"])
 def test_torch_compile_fullgraph_train_step(preset, dynamic):

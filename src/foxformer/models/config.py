@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 
 from transformers import PretrainedConfig
 
@@ -19,6 +20,10 @@ OPTIONAL_NUMBERS = ("qk_norm_eps", "evict_eps", "evict_qk_bound", "prune_eps")
 # Defaults of fields only some models read: set elsewhere, they are refused rather than carried along unread.
 TIMESCALE_DEFAULTS = {"fgate_tmin": 2.0, "fgate_tmax": 16384.0}
 ROPE_THETA_DEFAULT = 500000.0
+# Keys a saved config carries beside the fields: transformers writes model_type, exports auto_map, and configs of
+# earlier foxformer versions a field since removed. Kept as attributes (as transformers keeps any key) without a word.
+SAVED_KEYS = frozenset({"auto_map", "model_type", "deterministic_attention"})
+_SAID_KEYS: set[str] = set()  # misspelled keys warned of, once per process: from_pretrained builds configs repeatedly
 
 
 def _positive_int(value) -> bool:
@@ -27,6 +32,19 @@ def _positive_int(value) -> bool:
 
 def _round_up(x: float, multiple: int) -> int:
     return int(math.ceil(x / multiple) * multiple)
+
+
+def _warn_misspelled(keys: list[str], fate: str, stacklevel: int) -> None:
+    """Warn of each key (no field of FoxConfig) that is close to a field's name, once per key and process; keys that
+    saved configs carry (SAVED_KEYS) are known. stacklevel: the caller's, for the line the warning names."""
+    known = [f.name for f in dataclasses.fields(FoxConfig)] + list(FoxConfig.attribute_map)
+    for key in keys:
+        if key in SAVED_KEYS or key in _SAID_KEYS:
+            continue
+        hint = did_you_mean(key, known)
+        if hint:
+            _SAID_KEYS.add(key)
+            warnings.warn(f"FoxConfig: {key!r} is no field of FoxConfig; {fate}{hint}", stacklevel=stacklevel + 1)
 
 
 class FoxConfig(PretrainedConfig):
@@ -166,6 +184,11 @@ class FoxConfig(PretrainedConfig):
         if self.eos_token_id is None:
             self.eos_token_id = eos
         super().__post_init__(**kwargs)
+        # transformers keeps any key as an attribute: FoxConfig(num_hiden_layers=2) built 12 layers without a word.
+        # Keys it reads itself (torch_dtype, generation settings, ...) it has taken out of the config by now.
+        # Past __post_init__ and the dataclass __init__: the line that built the config.
+        _warn_misspelled([k for k in kwargs if k in vars(self)], "it is kept as an attribute that no model reads",
+                         stacklevel=3)
         self._validate()
 
     @classmethod
@@ -182,6 +205,8 @@ class FoxConfig(PretrainedConfig):
                 for spelling in [name] + [a for a, n in cls.attribute_map.items() if n == name]:
                     config_dict.pop(spelling, None)
                 config_dict[name] = kwargs.pop(key)
+        # transformers sets an override only on an attribute the config has, and drops the others without a word
+        _warn_misspelled([k for k in kwargs if not hasattr(cls, k)], "the override is ignored", stacklevel=2)
         return super().from_dict(config_dict, **kwargs)
 
     def _read_aliases(self, kwargs: dict) -> None:
@@ -245,7 +270,7 @@ class FoxConfig(PretrainedConfig):
             value = getattr(self, name)
             if not isinstance(value, bool):  # a string such as "false" would be truthy
                 raise ValueError(f"FoxConfig.{name} must be True or False, got {value!r}")
-        self._validate_token_ids()
+        self.validate_token_ids()
         if self.num_heads % self.num_kv_heads:
             raise ValueError(f"FoxConfig.num_heads ({self.num_heads}) must be a multiple of "
                              f"num_kv_heads ({self.num_kv_heads})")
@@ -277,13 +302,15 @@ class FoxConfig(PretrainedConfig):
             raise ValueError(f"FoxConfig.tokenizer must be a tokenizer spec such as 'gpt2', or None, got "
                              f"{self.tokenizer!r}")
 
-    def _validate_token_ids(self) -> None:
+    def validate_token_ids(self, vocab_size: int | None = None) -> None:
         """bos / eos / pad ids inside the vocabulary, or None. One outside it (or "3", 3.0) was taken unchecked:
         the model can never emit such an eos, so generation ran on to its limit, and a bos or pad id fed to the
         model was blamed on the input_ids (on a GPU, whose decode steps do not read the ids, a device-side assert
         in the embedding), far from the config. transformers only warns, and only at save, because configs on the
         Hub carry pad_token_id=-1; foxformer never wrote one (training packs documents, pads nothing). eos may be
-        a list of ids, as transformers' generate takes it (any of them stops a sequence)."""
+        a list of ids, as transformers' generate takes it (any of them stops a sequence). vocab_size: a size the
+        vocabulary is about to take (resize_token_embeddings); None: the config's."""
+        vocab_size = self.vocab_size if vocab_size is None else vocab_size
         document = document_token_ids(self.tokenizer)[1]
         for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
             value = getattr(self, name)
@@ -291,11 +318,11 @@ class FoxConfig(PretrainedConfig):
             for token in value if several else [value]:
                 if token is None and not several:
                     continue
-                if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < self.vocab_size:
+                if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < vocab_size:
                     # the tokenizer's end-of-document id fills bos and eos when they are not given
                     whence = (f" (the end-of-document token of tokenizer {self.tokenizer!r})"
                               if document is not None and token == document else "")
-                    raise ValueError(f"FoxConfig.{name} must be a token id in [0, vocab_size={self.vocab_size})"
+                    raise ValueError(f"FoxConfig.{name} must be a token id in [0, vocab_size={vocab_size})"
                                      f"{' or a list of them' if name == 'eos_token_id' else ''} or None, got "
                                      f"{value!r}{whence}")
 

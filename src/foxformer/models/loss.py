@@ -74,12 +74,18 @@ class _LinearCrossEntropySum(torch.autograd.Function):
 
 def next_token_targets(labels: torch.Tensor, cu_seqlens: torch.Tensor | None = None) -> torch.Tensor:
     """labels [B, T] -> targets [B, T-1] of positions 0..T-2; with cu_seqlens the last token of a
-    packed sequence gets IGNORE_INDEX (it must not predict the next sequence's first token)."""
-    targets = labels[:, 1:]
-    if cu_seqlens is not None and cu_seqlens.numel() > 2:
-        targets = targets.clone()
-        targets[:, cu_seqlens[1:-1].long() - 1] = IGNORE_INDEX
-    return targets
+    packed sequence gets IGNORE_INDEX (it must not predict the next sequence's first token).
+
+    cu_seqlens: int32 [N + 1] offsets into the tokens of every row, one row after another ([B * T]; with B = 1 the
+    row itself): documents of several rows packed as one (models.modeling.packed_documents)."""
+    if cu_seqlens is None or cu_seqlens.numel() <= 2:
+        return labels[:, 1:]
+    B, T = labels.shape
+    # A row's last token predicts nothing anyway: the targets get that column too, so that every offset lands in
+    # them (a row's end among the offsets is one more ignored target, no index past the row).
+    targets = torch.cat((labels[:, 1:], labels.new_full((B, 1), IGNORE_INDEX)), 1).reshape(-1)
+    targets[cu_seqlens[1:-1].to(labels.device).long() - 1] = IGNORE_INDEX
+    return targets.view(B, T)[:, :-1]
 
 
 def _rows_and_targets(hidden: torch.Tensor, labels: torch.Tensor, cu_seqlens: torch.Tensor | None):

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 from transformers import GenerationMixin, PreTrainedModel
+from transformers.generation import GenerationMode
 from transformers.utils import ModelOutput
 from transformers.utils.generic import TransformersKwargs, can_return_tuple
 
@@ -40,14 +41,19 @@ except ImportError:  # pragma: no cover
 _NEW_CACHE_NAME = isinstance(getattr(ModelOutput, "past_key_values", None), property)
 CACHE_FIELD = "cache" if _NEW_CACHE_NAME else "past_key_values"
 
+# FoxModelOutput.cu_seqlens: int32 [N + 1] offsets of the documents the forward ran packed, given or derived from
+# transformers' markers (packed_documents), into the rows' tokens one row after another; None when none were packed.
+# FoxForCausalLM's loss reads them there: deriving them again from position_ids cost a second device sync.
+
 if _NEW_CACHE_NAME:
     @dataclass
     class FoxModelOutput(ModelOutput):
-        """last_hidden_state [B, T, d]; cache (also readable as past_key_values)."""
+        """last_hidden_state [B, T, d]; cache (also readable as past_key_values); cu_seqlens (above)."""
 
         last_hidden_state: Optional[torch.Tensor] = None
         cache: Optional[FoxCache] = None
         hidden_states: Optional[tuple[torch.Tensor, ...]] = None
+        cu_seqlens: Optional[torch.Tensor] = None
 
     @dataclass
     class FoxCausalLMOutput(ModelOutput):
@@ -60,11 +66,12 @@ if _NEW_CACHE_NAME:
 else:  # pragma: no cover - exercised with transformers < 5.24
     @dataclass
     class FoxModelOutput(ModelOutput):
-        """last_hidden_state [B, T, d]; past_key_values (also readable as cache)."""
+        """last_hidden_state [B, T, d]; past_key_values (also readable as cache); cu_seqlens (above)."""
 
         last_hidden_state: Optional[torch.Tensor] = None
         past_key_values: Optional[FoxCache] = None
         hidden_states: Optional[tuple[torch.Tensor, ...]] = None
+        cu_seqlens: Optional[torch.Tensor] = None
 
         @property
         def cache(self) -> Optional[FoxCache]:
@@ -119,11 +126,13 @@ def _offsets(name: str, value) -> torch.Tensor:
     return value.to(torch.int32)
 
 
-def _offsets_of_starts(new_doc: torch.Tensor, length: int) -> torch.Tensor:
-    """int32 [N + 1] offsets of a row whose documents begin where ``new_doc`` (bool [1, T - 1], for tokens 1..T-1)
-    is True."""
-    inner = new_doc[0].nonzero().flatten() + 1
-    return torch.cat((inner.new_zeros(1), inner, inner.new_full((1,), length))).to(torch.int32)
+def _offsets_of_starts(new_doc: torch.Tensor) -> torch.Tensor:
+    """int32 [N + 1] offsets of the documents of rows that begin one where ``new_doc`` (bool [B, T - 1], for tokens
+    1..T-1 of each row) is True, and one at each row's first token: into the rows' tokens one row after another
+    ([B * T])."""
+    rows, length = new_doc.shape[0], new_doc.shape[1] + 1
+    begins = torch.cat((new_doc.new_ones(rows, 1), new_doc), 1).reshape(-1).nonzero().flatten()
+    return torch.cat((begins, begins.new_full((1,), rows * length))).to(torch.int32)
 
 
 def _check_same(first: torch.Tensor, first_name: str, second: torch.Tensor, second_name: str) -> None:
@@ -132,20 +141,45 @@ def _check_same(first: torch.Tensor, first_name: str, second: torch.Tensor, seco
                          f"documents in the packed row; pass one of them")
 
 
+def _packing_said(source: str) -> str:
+    if source == "position_ids":
+        return ("position_ids restart within a row, which marks documents packed into it (as transformers' "
+                "DataCollatorWithFlattening packs them)")
+    return f"{source} marks documents packed into one row"
+
+
+def _masked_packing(source: str) -> ValueError:
+    return ValueError(f"{_packing_said(source)}: a packed row takes no attention_mask (its documents hold no "
+                      f"padding); leave it out")
+
+
+def _restarts(positions: torch.Tensor, real: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """bool [B, T - 1]: where tokens 1..T-1 of position_ids [B, T] (or [T]) begin a document, their position not
+    growing. real (bool [B, T], the attention mask's): only pairs of real tokens count, so padded rows with
+    transformers' position_ids (1 at padding, then 0, 1, ...) are no packed rows."""
+    positions = positions[None] if positions.dim() == 1 else positions
+    new_doc = positions[:, 1:] <= positions[:, :-1]
+    return new_doc if real is None else new_doc & real[:, 1:] & real[:, :-1]
+
+
 def packed_documents(kwargs: dict, inputs: Optional[torch.Tensor], position_ids: Optional[torch.Tensor],
                      cu_seqlens: Optional[torch.Tensor], max_seqlen: Optional[int],
                      attention_mask: Optional[torch.Tensor], cached: bool
-                     ) -> tuple[Optional[torch.Tensor], Optional[int]]:
-    """(cu_seqlens, max_seqlen) of a forward, with transformers' packing markers (HF_PACKING_KWARGS, popped from
-    ``kwargs``) and position_ids that restart within a row taken into account.
+                     ) -> tuple[Optional[torch.Tensor], Optional[int], int]:
+    """(cu_seqlens, max_seqlen, rows) of a forward, with transformers' packing markers (HF_PACKING_KWARGS, popped
+    from ``kwargs``) and position_ids that restart within a row taken into account.
 
     inputs: input_ids or inputs_embeds, for the batch size and length (None: the forward's own checks refuse it).
     cached: the forward continues or builds a cache. Every marker given must agree with cu_seqlens and the
     others; cu_seq_lens_k must equal cu_seq_lens_q (causal self-attention: one set of documents). position_ids mark
-    documents only where nothing else does, as in transformers' flash attention; they stay the RoPE positions."""
+    documents only where nothing else does, as in transformers' flash attention; they stay the RoPE positions.
+    Offsets (cu_seqlens, cu_seq_lens_q / _k) index one packed row; seq_idx and position_ids may mark documents in
+    several rows [B, T]: rows is then B, the offsets index the rows' tokens one row after another ([B * T], each
+    row's first token beginning a document), and FoxModel runs them as that one row (_one_row, _as_rows).
+    A packed row takes no attention_mask and no cache: refused, naming the marker the caller passed."""
     hf = {name: kwargs.pop(name, None) for name in HF_PACKING_KWARGS}
     if inputs is None or inputs.dim() < 2:
-        return cu_seqlens, max_seqlen
+        return cu_seqlens, max_seqlen, 1
     batch, length = inputs.shape[:2]
     source = "cu_seqlens" if cu_seqlens is not None else None
     given = [(name, _offsets(name, hf[name])) for name in ("cu_seq_lens_q", "cu_seq_lens_k") if hf[name] is not None]
@@ -158,56 +192,70 @@ def packed_documents(kwargs: dict, inputs: Optional[torch.Tensor], position_ids:
             cu_seqlens, source = offsets, name
         else:
             _check_same(cu_seqlens, source, offsets, name)
+    if cu_seqlens is not None and batch != 1:
+        raise ValueError(f"{_packing_said(source)}, which needs a batch of size 1 (one row), got {batch} rows; pack "
+                         f"every document into one row")
     lengths = [int(hf[name]) for name in ("max_length_q", "max_length_k") if hf[name] is not None]
     if len(set(lengths)) > 1:
         raise ValueError(f"max_length_q = {lengths[0]} and max_length_k = {lengths[1]} differ: foxformer models are "
                          f"causal self-attention, whose queries and keys are the same tokens")
     if max_seqlen is None and lengths:
         max_seqlen = lengths[0]
+    new_doc = None
     seq_idx = hf["seq_idx"]
     if seq_idx is not None:
         if not isinstance(seq_idx, torch.Tensor) or seq_idx.shape != (batch, length):
             raise ValueError(f"seq_idx must be [batch, seq] = {(batch, length)}, the document of each token, got "
                              f"{tuple(getattr(seq_idx, 'shape', ())) or type(seq_idx).__name__}")
-        new_doc = seq_idx[:, 1:] != seq_idx[:, :-1]
-        if batch != 1:
-            if bool(new_doc.any()):
-                raise ValueError(f"seq_idx marks documents packed into a row, which need a batch of size 1 (one "
-                                 f"row), got {batch} rows; pack every document into one row")
-        elif cu_seqlens is None:
-            cu_seqlens = _offsets_of_starts(new_doc, length)
-        else:
-            _check_same(cu_seqlens, source, _offsets_of_starts(new_doc, length), "seq_idx")
-    if cu_seqlens is not None or position_ids is None or length < 2:
-        return cu_seqlens, max_seqlen
-    positions = position_ids[None] if position_ids.dim() == 1 else position_ids
-    if positions.dim() != 2 or positions.shape[1] != length or positions.shape[0] not in (1, batch):
-        raise ValueError(f"position_ids must be [batch, seq] = {(batch, length)} (or [1, seq]), got "
-                         f"{tuple(position_ids.shape)}")
-    # A document begins where the position does not grow. Padding is none: only pairs of real tokens count, so
-    # padded rows with transformers' position_ids (1 at padding, then 0, 1, ...) are no packed rows.
-    new_doc = positions[:, 1:] <= positions[:, :-1]
-    if attention_mask is not None and attention_mask.dim() == 2 and attention_mask.shape[0] == batch \
-            and attention_mask.shape[1] >= length:
-        # a mask longer than the input covers the cached tokens too (a prefill chunk): the input's are its last
-        real = attention_mask[:, -length:].to(new_doc.device).bool()
-        new_doc = new_doc & real[:, 1:] & real[:, :-1]
-    if not bool(new_doc.any()):
-        return cu_seqlens, max_seqlen
-    what = ("position_ids restart within a row, which marks documents packed into it (as transformers' "
-            "DataCollatorWithFlattening packs them)")
-    if batch != 1:
-        raise ValueError(f"{what}: packed documents need a batch of size 1 (one row), got {batch} rows; pack every "
-                         f"document into one row, or pass them as rows of their own with an attention_mask")
+        new_doc, marker = seq_idx[:, 1:] != seq_idx[:, :-1], "seq_idx"
+    elif cu_seqlens is None and position_ids is not None and length >= 2:
+        positions = position_ids[None] if position_ids.dim() == 1 else position_ids
+        if positions.dim() != 2 or positions.shape[1] != length or positions.shape[0] not in (1, batch):
+            raise ValueError(f"position_ids must be [batch, seq] = {(batch, length)} (or [1, seq]), got "
+                             f"{tuple(position_ids.shape)}")
+        # Beside a mask a restart is refused: FoxModel._positions looks for one in the device sync it makes anyway.
+        if attention_mask is None:
+            new_doc, marker = _restarts(positions).expand(batch, -1), "position_ids"
+    rows = 1
+    if new_doc is not None:
+        if cu_seqlens is not None:
+            _check_same(cu_seqlens, source, _offsets_of_starts(new_doc), marker)
+        elif bool(new_doc.any()):  # the one device sync where no row holds two documents (the common case)
+            cu_seqlens, source, rows = _offsets_of_starts(new_doc), marker, batch
+            if max_seqlen is None:
+                max_seqlen = int((cu_seqlens[1:] - cu_seqlens[:-1]).max())
+    if cu_seqlens is None:
+        return None, max_seqlen, 1
     if attention_mask is not None:
-        raise ValueError(f"{what}: a packed row takes no attention_mask (its documents hold no padding); leave it "
-                         f"out")
+        raise _masked_packing(source)
     if cached:
-        raise ValueError(f"{what}, which no cache can continue; pass the documents as rows of a batch to decode them")
-    cu_seqlens = _offsets_of_starts(new_doc, length)
-    if max_seqlen is None:
-        max_seqlen = int((cu_seqlens[1:] - cu_seqlens[:-1]).max())
-    return cu_seqlens, max_seqlen
+        raise ValueError(f"{_packing_said(source)}, which no cache can continue; pass the documents as rows of a "
+                         f"batch to decode them")
+    return cu_seqlens, max_seqlen, rows
+
+
+def _one_row(rows: int, *tensors: Optional[torch.Tensor]) -> list[Optional[torch.Tensor]]:
+    """Inputs [B, T, ...] of a batch whose documents packed_documents made into one packed row (``rows`` = B) as that
+    row [1, B * T, ...]; position_ids [1, T] or [T] are every row's. None stays None; rows = 1: the tensors as given."""
+    if rows == 1:
+        return list(tensors)
+    flat = []
+    for t in tensors:
+        if t is not None:
+            t = t if t.dim() > 1 else t[None]
+            t = t.expand(rows, *t.shape[1:]).reshape(1, rows * t.shape[1], *t.shape[2:])
+        flat.append(t)
+    return flat
+
+
+def _as_rows(out: FoxModelOutput, rows: int) -> FoxModelOutput:
+    """FoxModel's output of _one_row's packed row, as the batch's ``rows`` rows: hidden states [B, T, d]."""
+    def split(h: torch.Tensor) -> torch.Tensor:
+        return h.reshape(rows, -1, h.shape[-1])
+
+    return FoxModelOutput(last_hidden_state=split(out.last_hidden_state),
+                          hidden_states=None if out.hidden_states is None else tuple(map(split, out.hidden_states)),
+                          cu_seqlens=out.cu_seqlens)
 
 
 class FoxPreTrainedModel(PreTrainedModel):
@@ -247,6 +295,21 @@ class FoxPreTrainedModel(PreTrainedModel):
         for writer in SAVE_WRITERS:
             writer(working_dir, self.config)
         return super()._upload_modified_files(working_dir, *args, **kwargs)
+
+    def resize_token_embeddings(self, new_num_tokens: Optional[int] = None, pad_to_multiple_of: Optional[int] = None,
+                                mean_resizing: bool = True) -> nn.Embedding:
+        """transformers' resize, refused where the config's bos / eos / pad ids would fall outside the new vocabulary:
+        transformers set vocab_size alone, so a shrunk model kept an eos it can never emit (generate ran on to its
+        limit) without a word."""
+        if new_num_tokens is not None:
+            multiple = pad_to_multiple_of or 1  # transformers rounds the size up to it
+            size = -(-new_num_tokens // multiple) * multiple
+            try:
+                self.config.validate_token_ids(size)
+            except ValueError as e:
+                raise ValueError(f"resize_token_embeddings({new_num_tokens}): {e}; set it inside the new vocabulary "
+                                 f"first") from None
+        return super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
 
     def _set_gradient_checkpointing(self, enable: bool = True, gradient_checkpointing_func=checkpoint, **kwargs):
         """transformers' own, which hands FoxModel its checkpoint function (use_reentrant, offload, ... bound in);
@@ -366,9 +429,7 @@ class FoxModel(FoxPreTrainedModel):
                    device) -> tuple[Optional[torch.Tensor], torch.Tensor]:
         """(starts, positions) of the chunk: see SeqContext.starts; positions int64 [B, T] for RoPE."""
         starts = positions = None
-        if cu_seqlens is not None:
-            if past_len or attention_mask is not None:
-                raise ValueError("cu_seqlens cannot be combined with a cache or an attention_mask")
+        if cu_seqlens is not None:  # packed_documents refused a cache or an attention_mask beside it
             starts, positions = packed_starts(cu_seqlens, batch, length, device)
         elif attention_mask is not None:
             if attention_mask.dim() != 2 or attention_mask.shape != (batch, past_len + length):
@@ -383,7 +444,12 @@ class FoxModel(FoxPreTrainedModel):
             # one): a 0 between real tokens would still be attended to, so refuse it instead of ignoring it.
             last = mask.shape[1] - 1 - mask.flip(1).int().argmax(dim=1)
             holed = (last - first + 1 > mask.sum(1)) & mask.any(1)
-            holed, any_start = torch.stack((holed.any(), starts.any())).tolist()  # one sync for both
+            restarted = holed.new_zeros(())
+            if position_ids is not None and length > 1:  # left to this sync by packed_documents
+                restarted = _restarts(position_ids.to(device), mask[:, past_len:]).any()
+            holed, any_start, restarted = torch.stack((holed.any(), starts.any(), restarted)).tolist()  # one sync
+            if restarted:
+                raise _masked_packing("position_ids")
             if holed:
                 raise ValueError("attention_mask: a 0 between two real tokens (1s) is not supported; only "
                                  "left padding (and right padding without a cache continuing it) is")
@@ -423,10 +489,12 @@ class FoxModel(FoxPreTrainedModel):
         left padding supported); cu_seqlens int32 [N + 1] for a packed batch with B = 1.
         Pass the returned cache back as ``past_key_values`` to continue (chunked prefill, decoding).
         return_dict=False (or config.return_dict False): the output's non-None fields as a tuple, as in transformers.
-        Packed documents may also be marked as transformers marks them (packed_documents)."""
-        cu_seqlens, max_seqlen = packed_documents(
+        Packed documents may also be marked as transformers marks them (packed_documents), in several rows too; the
+        offsets the forward ran come back as the output's cu_seqlens."""
+        cu_seqlens, max_seqlen, rows = packed_documents(
             kwargs, input_ids if input_ids is not None else inputs_embeds, position_ids, cu_seqlens, max_seqlen,
             attention_mask, bool(use_cache) or cache is not None or past_key_values is not None)
+        input_ids, inputs_embeds, position_ids = _one_row(rows, input_ids, inputs_embeds, position_ids)
         if kwargs:
             self._warn_unread_kwargs(kwargs)
         if output_attentions:
@@ -450,9 +518,6 @@ class FoxModel(FoxPreTrainedModel):
         if use_cache is None:
             # Plain forwards (training, evaluation) skip the cache; generate asks for it explicitly.
             use_cache = cache is not None
-        if use_cache and cu_seqlens is not None:
-            raise ValueError("use_cache: a packed batch (cu_seqlens) holds several sequences in one row, which no "
-                             "cache can continue; pass the sequences as rows of a batch to decode them")
         if use_cache and cache is None:
             # sized, and its eviction bound derived, for this input at least (a prompt past max_position_embeddings)
             cache = self.new_cache(total_len=x.shape[1])
@@ -501,8 +566,9 @@ class FoxModel(FoxPreTrainedModel):
             hidden.append(x)
         if cache is not None:
             cache.seq_len += T
-        return FoxModelOutput(last_hidden_state=x, hidden_states=tuple(hidden) if hidden is not None else None,
-                              **{CACHE_FIELD: cache})
+        out = FoxModelOutput(last_hidden_state=x, hidden_states=tuple(hidden) if hidden is not None else None,
+                             cu_seqlens=cu_seqlens, **{CACHE_FIELD: cache})
+        return _as_rows(out, rows) if rows > 1 else out
 
 
 def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor, cu_seqlens: Optional[torch.Tensor] = None,
@@ -579,10 +645,7 @@ class FoxForCausalLM(FoxPreTrainedModel, GenerationMixin):
         logits only for the last positions (generation). return_logits=False with labels and the
         mean loss computes the loss through the LM head in chunks and returns no logits (training:
         no [B, T, V] tensor at all); so do the per-token losses under torch.no_grad (evaluation)."""
-        # Here too, not only in FoxModel: the loss must not count a document's last token predicting the next one's.
-        cu_seqlens, max_seqlen = packed_documents(
-            kwargs, input_ids if input_ids is not None else inputs_embeds, position_ids, cu_seqlens, max_seqlen,
-            attention_mask, bool(use_cache) or cache is not None or past_key_values is not None)
+        packing = {name: kwargs.pop(name) for name in HF_PACKING_KWARGS if name in kwargs}  # FoxModel reads them
         if kwargs:
             self._warn_unread_kwargs(kwargs)
         if isinstance(logits_to_keep, int) and logits_to_keep < 0:
@@ -591,7 +654,9 @@ class FoxForCausalLM(FoxPreTrainedModel, GenerationMixin):
                          past_key_values=past_key_values, cache=cache, inputs_embeds=inputs_embeds,
                          use_cache=use_cache, cu_seqlens=cu_seqlens, max_seqlen=max_seqlen,
                          output_hidden_states=output_hidden_states, output_attentions=output_attentions,
-                         return_dict=True)
+                         return_dict=True, **packing)
+        # the documents FoxModel ran packed: a document's last token must not predict the next one's first
+        cu_seqlens = out.cu_seqlens
         h = out.last_hidden_state
         if labels is not None:
             if not isinstance(labels, torch.Tensor) or labels.shape != h.shape[:2]:
@@ -629,15 +694,20 @@ class FoxForCausalLM(FoxPreTrainedModel, GenerationMixin):
         # Options whose paths need what FoxCache and these outputs do not have: they failed deep inside
         # transformers (an AttributeError on the cache or on the output) or, for a static cache, were ignored.
         unsupported = {"prompt_lookup_num_tokens": "prompt-lookup decoding (it crops the cache)",
-                       "assistant_model": "assisted decoding (it crops the cache)",
+                       "assistant_early_exit": "assisted decoding (it crops the cache)",
                        "output_attentions": "attention weights (the fused kernels never form them)",
                        "cache_implementation": "another cache implementation (FoX keeps its gate sums in FoxCache)"}
         for name, what in unsupported.items():
-            value = getattr(generation_config, name, None) or (model_kwargs.get(name) if name == "assistant_model"
-                                                               else None)
+            value = getattr(generation_config, name, None)
             if value:
                 raise ValueError(f"generate: {name}={value!r} asks for {what}, which foxformer models do not "
                                  f"support; leave it out")
+        # transformers 5.25 keeps assistant_model out of model_kwargs and hands the generation mode here instead:
+        # the check of model_kwargs alone let it through to an AttributeError on FoxCache (activate_past_recording).
+        mode = next((a for a in (*args, *kwargs.values()) if isinstance(a, GenerationMode)), None)
+        if model_kwargs.get("assistant_model") is not None or mode == GenerationMode.ASSISTED_GENERATION:
+            raise ValueError("generate: an assistant_model asks for assisted decoding (it crops the cache), which "
+                             "foxformer models do not support; leave it out")
         trained = self.config.train_len
         if trained and (generation_config.max_length or 0) > trained and not getattr(self, "_said_train_len", False):
             self._said_train_len = True  # once per model: generate runs in loops
