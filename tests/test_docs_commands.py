@@ -1,7 +1,8 @@
 """Every `foxformer ...` command shown in the README and docs/ parses with the current CLI (docs that
 quote a removed flag or a renamed command fail here, not in a user's terminal). Commands with
-placeholders (`...`, `[optional]`, `<...>`, `RUN_A`) are skipped there; their flags, and the files, script
-steps and Python names the docs point at, are checked below. Nothing is executed."""
+placeholders (`...`, `[optional]`, `<...>`, `RUN_A`) are skipped there; their flags, the flags of the commands the
+scripts run and the package's messages and help texts show, the config keys they set, and the files, script steps and
+Python names the docs point at, are checked below. Nothing is executed."""
 import re
 import shlex
 from pathlib import Path
@@ -76,7 +77,8 @@ def test_documented_train_command_makes_a_valid_config(command):
 # The checks above parse only complete commands. Below, what they skip: the flags of commands with placeholders
 # (`foxformer eval niah RUN_DIR --lengths ...`), of `torchrun ... -m foxformer.cli`, of the `# = foxformer ...`
 # lines under `gpu_bench.sh` steps and of commands quoted in prose; argparse would also take an abbreviation of a
-# renamed flag. And the files, steps and Python names the docs point at.
+# renamed flag. The same for the `$FX ...` commands of scripts/*.sh and the commands the package's own messages,
+# docstrings and help texts show. And the config keys, files, steps and Python names the docs point at.
 MAIN_DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "src").rglob("README.md"))]
 COMMAND = re.compile(r"(?:-m foxformer\.cli|(?<![\w/.-])(?<!from )(?<!import )foxformer)\s+([a-z-][^`]*)")
 
@@ -117,19 +119,68 @@ def _subparsers(parser):
     return next((a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction)), {})
 
 
+def _script_commands():
+    """(script:line, text after `$FX`) for the commands the GPU scripts run, whose outputs are the published numbers:
+    a renamed flag fails here, not minutes into a lent machine's call. gpu_bench.sh's `GRAPHS="$FX bench decode ..."`
+    stands for its prefix."""
+    for script in sorted((ROOT / "scripts").glob("*.sh")):
+        text = script.read_text()
+        prefixes = dict(re.findall(r'^(\w+)="\$FX ([^"]*)"$', text, re.M))
+        lines, i = text.splitlines(), 0
+        while i < len(lines):
+            line, start = lines[i], i + 1
+            while line.endswith("\\") and i + 1 < len(lines):
+                i += 1
+                line = line[:-1] + " " + lines[i].strip()
+            i += 1
+            for name, prefix in prefixes.items():
+                line = line.replace(f"${name} ", f"$FX {prefix} ")
+            for m in re.finditer(r"\$FX\s+([a-z][^;|&>]*)", line):
+                yield f"{script.relative_to(ROOT)}:{start}", m.group(1)
+
+
+def _code_commands():
+    """Commands the package itself shows: the hints of its errors and messages (`resume with: foxformer train --out
+    RUN`), docstrings and every parser's help text. Prose such as "foxformer model" names no command and is left out."""
+    parser = build_parser()
+    top = set(_subparsers(parser))
+    for source in sorted((ROOT / "src").rglob("*.py")):
+        lines, i = source.read_text().splitlines(), 0
+        while i < len(lines):
+            line, start = lines[i], i + 1
+            # a message's string literals run on over lines: "... `foxformer data "\n f"prepare` ..."
+            while re.search(r'"$', line) and i + 1 < len(lines) and re.match(r'\s*[rbf]*"', lines[i + 1]):
+                i += 1
+                line = re.sub(r'"$', "", line) + re.sub(r'^\s*[rbf]*"', "", lines[i])
+            i += 1
+            for m in COMMAND.finditer(line):
+                if m.group(1).split()[0] in top:
+                    yield f"{source.relative_to(ROOT)}:{start}", m.group(1)
+    pending = [([], parser)]
+    while pending:
+        path, p = pending.pop()
+        pending += [(path + [name], sub) for name, sub in _subparsers(p).items()]
+        for text in [p.description, p.epilog, *(a.help for a in p._actions)]:
+            for m in COMMAND.finditer(" ".join((text or "").split())):
+                if m.group(1).split()[0] in top:
+                    yield f"help of foxformer {' '.join(path)}", m.group(1)
+
+
 def _flag_cases():
     parser, seen = build_parser(), set()
-    for where, command in _quoted_commands():
+    for where, command in [*_quoted_commands(), *_script_commands(), *_code_commands()]:
         words, p, path = command.split(), parser, []
-        while words and words[0] in _subparsers(p):
-            p = _subparsers(p)[words[0]]
-            path.append(words.pop(0))
+        while words and words[0].rstrip(";:,.)") in _subparsers(p):  # `foxformer data prepare`; default: ...
+            p = _subparsers(p)[words[0].rstrip(";:,.)")]
+            path.append(words.pop(0).rstrip(";:,.)"))
         if words and "|" in words[0] and set(words[0].split("|")) <= set(_subparsers(p)):  # bench attention|model
+            continue
+        if words and path and _subparsers(p) and re.match(r"[<{.]", words[0]):  # eval {loss,niah,...}, bench <what>
             continue
         if (not path or _subparsers(p)) and not (words and words[0].startswith("-")):
             yield pytest.param(where, command, None, id=f"{where}:{command[:30]}")
             continue
-        for flag in (w.strip("`,.()").split("=")[0] for w in words if w.startswith("--")):
+        for flag in (w.strip("`,.()\"'").split("=")[0] for w in words if w.startswith("--")):
             if (" ".join(path), flag) not in seen:
                 seen.add((" ".join(path), flag))
                 yield pytest.param(p, " ".join(path), flag, id=f"{where}:{' '.join(path)} {flag}")
@@ -140,6 +191,35 @@ def test_documented_flag_exists(parser, command, flag):
     assert flag is not None, f"`foxformer {command}`: no such command"
     flags = {s for a in parser._actions for s in a.option_strings}
     assert flag in flags, f"`foxformer {command}` has no {flag} (its flags: {sorted(flags)})"
+
+
+def test_documented_config_keys_exist():
+    """`--set KEY=VALUE` names a TrainConfig key, `--model KEY=VALUE` and `PRESET:KEY=VALUE,...` (bench model
+    --presets, eval mqar --models, reproduce.sh's runs) FoxConfig fields, in the docs, the scripts and the code's
+    own hints: a misspelt key is refused, so a documented one that no longer exists stops the command it is in."""
+    import dataclasses
+
+    from foxformer.models.presets import model_keys
+    from foxformer.train.config import TrainConfig
+
+    train_keys, fox_keys = {f.name for f in dataclasses.fields(TrainConfig)}, set(model_keys())
+    sources = [*MAIN_DOCS, *sorted((ROOT / "scripts").glob("*.sh")), *sorted((ROOT / "src").rglob("*.py"))]
+    unknown, seen = [], 0
+    for source in sources:
+        text = source.read_text()
+        for m in re.finditer(r"--(set|model)[ =][\'\"]?([\w.]+)=", text):
+            kind, key = m.groups()
+            if kind == "set" and key.startswith("model."):
+                kind, key = "model", key[len("model."):]
+            seen += 1
+            if key not in (train_keys if kind == "set" else fox_keys):
+                unknown.append(f"{source.relative_to(ROOT)}: --{kind} {key}=")
+        for m in re.finditer(r"(?<![\w-])(?:fox|transformer|linear)-[\w.-]*:((?:\w+=[^\s,`\'\"]+,?)+)", text):
+            for key in (item.split("=")[0] for item in m.group(1).split(",") if "=" in item):
+                seen += 1
+                if key not in fox_keys:
+                    unknown.append(f"{source.relative_to(ROOT)}: {m.group(0)}")
+    assert seen >= 10 and not unknown, unknown
 
 
 # Names in the docs that are no files of this repository: what an export writes, and the paper's code.
