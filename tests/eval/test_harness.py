@@ -1,12 +1,14 @@
 """The lm-evaluation-harness adapter (lm_eval itself is optional: a stand-in module checks the wrapper class)."""
 import sys
 import types
+import warnings
 from types import SimpleNamespace
 
 import pytest
 import torch
 
 from foxformer.eval import HarnessAdapter, make_lm, per_token_loss
+from foxformer.infer import GenerationConfig, stream_tokens
 
 from .helpers import WordTokenizer, copy_model, tiny_model
 
@@ -50,6 +52,20 @@ def test_copy_model_is_greedy_on_a_repeat_and_generates_until_stop(tok):
     assert greedy and ll > -1e-3 and not greedy_bad and ll_bad < -10
     assert adapter.generate_until([("a b c d e a", {"until": ["e"], "max_gen_toks": 10})]) == ["b c d "]
     assert adapter.generate_until([("a b c d e a", {"until": [], "max_gen_toks": 2})]) == ["b c"]
+
+
+def test_generation_past_the_context_announces_its_length_to_an_evicting_cache(tok):
+    """A config evict_eps derives the eviction bound for the tokens the cache is told of: generate_until tells it
+    the whole length (it warned once decoding passed max_position_embeddings) and decodes as generate does."""
+    model = tiny_model("fox-pro-tiny", vocab=64, max_position_embeddings=16, evict_eps=1e-3).double()
+    context, new = "a b c d e f g h i j k l m n", 10
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        text, = HarnessAdapter(model, tok, max_length=64, progress=False).generate_until(
+            [(context, {"until": [], "max_gen_toks": new})])
+        ids = torch.tensor([[tok.eot_id] + tok.encode(context)])
+        greedy = [int(t) for t in stream_tokens(model, ids, GenerationConfig(max_new_tokens=new, temperature=0))]
+    assert text == tok.decode(greedy[:greedy.index(tok.eot_id)] if tok.eot_id in greedy else greedy)
 
 
 def test_lm_eval_wrapper_delegates(tok, monkeypatch):

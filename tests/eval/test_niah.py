@@ -1,6 +1,7 @@
 """Needle in a haystack: prompt construction, scoring, and the copy / forget-everything models."""
 import re
 import types
+import warnings
 
 import numpy as np
 import pytest
@@ -8,6 +9,7 @@ import torch
 
 from foxformer.eval import build_case, make_needle, niah_grid, normalize, run_case
 from foxformer.eval.niah import answer_loglik
+from foxformer.infer import GenerationConfig, stream_tokens
 
 from .helpers import WordTokenizer, copy_model, tiny_model
 
@@ -76,6 +78,19 @@ def test_loglik_without_generation_matches_cached_scoring(setup):
     assert "found" in rec and "generated" in rec
     cheap = run_case(model, tok, case, generate=False)
     assert "found" not in cheap and cheap["answer_logprob"] == pytest.approx(ll)
+
+
+def test_decoding_past_the_context_announces_its_length_to_an_evicting_cache(setup):
+    """A config evict_eps derives the eviction bound for the tokens the cache is told of: run_case tells it the
+    whole length (it warned once decoding passed max_position_embeddings) and decodes as generate does."""
+    tok, hay = setup
+    model = tiny_model("fox-pro-tiny", vocab=64, max_position_embeddings=48, evict_eps=1e-3).double()
+    case = build_case(tok, hay, 44, 0.5, make_needle(0, 0, KEYS))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        rec = run_case(model, tok, case, max_new_tokens=8)
+        greedy = stream_tokens(model, torch.tensor([case.prompt]), GenerationConfig(max_new_tokens=8, temperature=0))
+        assert rec["generated"] == tok.decode([int(t) for t in greedy])
 
 
 @pytest.mark.parametrize("kwargs, match", [

@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 
 from foxformer.argtypes import did_you_mean
 from foxformer.data.tokenizer import start_ids
-from foxformer.models.calls import model_device
+from foxformer.models.calls import cache_of, fresh_cache, model_device
 
 from .loss import check_finite
 
@@ -127,8 +127,6 @@ class HarnessAdapter:
     @torch.no_grad()
     def generate_until(self, requests: Sequence[tuple[str, dict]]) -> list[str]:
         """Greedy continuation of each context until a stop string or ``max_gen_toks`` tokens."""
-        from foxformer.models.calls import cache_of
-
         dev = model_device(self.model)
         out = []
         for context, kwargs in tqdm(requests, desc="generate", unit="req", disable=not self.progress):
@@ -136,7 +134,9 @@ class HarnessAdapter:
             until = [until] if isinstance(until, str) else list(until)
             max_new = int(kwargs.get("max_gen_toks", 256))
             ids = ([self.start_id] + self.tokenizer.encode(context))[-max(1, self.max_length - max_new):]
-            res = self.model(input_ids=torch.tensor([ids], device=dev), use_cache=True)
+            # The last new token is never fed back: the cache sees the context and max_new - 1 tokens.
+            cache = fresh_cache(self.model, len(ids) + max_new - 1)
+            res = self.model(input_ids=torch.tensor([ids], device=dev), past_key_values=cache, use_cache=True)
             check_finite(res.logits[0, -1], "harness")
             generated: list[int] = []
             text = ""
@@ -146,7 +146,7 @@ class HarnessAdapter:
                     break
                 generated.append(token)
                 text = self.tokenizer.decode(generated)
-                if any(u in text for u in until):
+                if any(u in text for u in until) or len(generated) == max_new:
                     break
                 res = self.model(input_ids=torch.tensor([[token]], device=dev), past_key_values=cache_of(res),
                                  use_cache=True)

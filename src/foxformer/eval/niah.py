@@ -27,9 +27,7 @@ import torch
 from tqdm.auto import tqdm
 
 from foxformer.data.tokenizer import start_ids
-from foxformer.models.calls import cache_of
-
-from foxformer.models.calls import model_device, vocab_size_of
+from foxformer.models.calls import cache_of, fresh_cache, model_device, vocab_size_of
 
 from .loss import check_finite
 
@@ -182,7 +180,10 @@ def run_case(model: torch.nn.Module, tokenizer: TextTokenizer, case: NiahCase, *
         rec["answer_logprob"], rec["ll_correct"] = answer_loglik(model, case.prompt, case.answer)
         return rec
     new = max_new_tokens if max_new_tokens is not None else len(case.answer) + 4
-    last, cache, _ = _step(model, torch.tensor([case.prompt], device=dev), None, last_only=True)
+    # The last new token is never fed back; the scoring copy is fed all but the last answer token.
+    fed = len(case.prompt) + max(new - 1, len(case.answer) - 1, 0)
+    cache = fresh_cache(model, fed)
+    last, cache, _ = _step(model, torch.tensor([case.prompt], device=dev), cache, last_only=True)
     forced_cache = copy.deepcopy(cache)
     if len(case.answer) > 1:
         _, _, logits = _step(model, torch.tensor([case.answer[:-1]], device=dev), forced_cache)
@@ -192,10 +193,11 @@ def run_case(model: torch.nn.Module, tokenizer: TextTokenizer, case: NiahCase, *
     rec["answer_logprob"], rec["ll_correct"] = _score_answer(answer_logits, case.answer)
     del forced_cache
     generated: list[int] = []
-    for _ in range(new):
+    for step in range(new):
         token = int(last.argmax(-1))
         generated.append(token)
-        last, cache, _ = _step(model, torch.tensor([[token]], device=dev), cache)
+        if step + 1 < new:
+            last, cache, _ = _step(model, torch.tensor([[token]], device=dev), cache)
     text = tokenizer.decode(generated)
     rec["generated"] = text
     rec["found"] = answer_found(text, case.value)

@@ -17,7 +17,7 @@ from typing import Iterator, Optional, Sequence
 import torch
 
 from foxformer.data.tokenizer import start_ids
-from foxformer.models.calls import backbone, cache_keyword, cache_of, model_device
+from foxformer.models.calls import backbone, cache_keyword, cache_of, fresh_cache, model_device
 from foxformer.models.kvcache import EvictionPolicy, FoxCache, check_eviction
 from foxformer.models.loss import check_token_ids
 from foxformer.train.loading import LoadedModel
@@ -165,7 +165,7 @@ def _new_cache(model, cfg: GenerationConfig, fed: int):
         raise ValueError(f"{' and '.join(given)}: {'they set' if len(given) > 1 else 'it sets'} the bound of KV "
                          f"eviction, which runs only with evict_eps (here or in the model's config); give evict_eps "
                          f"(--evict-eps), e.g. 1e-3")
-    return body.new_cache(policy, total_len=fed, decode=cfg.decode)
+    return fresh_cache(model, fed, policy, decode=cfg.decode)
 
 
 @torch.no_grad()
