@@ -416,6 +416,13 @@ def test_a_prompt_row_without_a_real_token_is_a_clear_error():
         list(generate(model, tokens(2, 5), max_new_tokens=2, attention_mask=mask))
 
 
+def test_a_fractional_prompt_mask_is_refused_as_such_not_as_an_empty_row():
+    """A cast to integers made 0.5 a 0, and a row of 0.5s 'a row without a real token'."""
+    mask = torch.full((2, 5), 0.5)
+    with pytest.raises(ValueError, match=r"attention_mask: expected only 0 \(padding\) and 1 .*got 0\.5"):
+        list(generate(make_model("fox-pro-tiny"), tokens(2, 5), max_new_tokens=2, attention_mask=mask))
+
+
 def test_a_seed_outside_the_generators_range_is_refused_up_front():
     with pytest.raises(ValueError, match=r"seed: expected an integer in \[-2\*\*63, 2\*\*64\)"):
         GenerationConfig(seed=2**70).validate()

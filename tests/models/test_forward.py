@@ -244,6 +244,28 @@ def test_attention_mask_zero_between_real_tokens_is_rejected(preset, mask):
         model(ids[:, 5:6], attention_mask=torch.tensor([[1] * 6, [1, 1, 1, 0, 0, 1]]), past_key_values=out.cache)
 
 
+NOT_BINARY_MASKS = {"twos": (torch.tensor([[0, 2, 2, 2], [2, 2, 2, 2]]), "2"),
+                    "a-half": (torch.tensor([[0, 1, 1, 1], [0.5, 1, 1, 1]]), "0.5"),
+                    "minus-one": (torch.tensor([[-1, 1, 1, 1], [1, 1, 1, 1]]), "-1"),
+                    "nan": (torch.tensor([[0, 1, 1, float("nan")], [1, 1, 1, 1]]), "nan")}
+
+
+@pytest.mark.parametrize("name", list(NOT_BINARY_MASKS), ids=list(NOT_BINARY_MASKS))
+def test_attention_mask_values_other_than_0_and_1_are_refused(name):
+    """2s read as 1s and 0.5 as 1 (bool) without a word: any value but 0 and 1 is refused, naming it."""
+    mask, said = NOT_BINARY_MASKS[name]
+    with pytest.raises(ValueError, match=rf"attention_mask: expected only 0 \(padding\) and 1 .*got {said}"):
+        make_model("fox-pro-tiny")(tokens(2, 4), attention_mask=mask)
+
+
+def test_attention_masks_of_0_and_1_in_any_dtype_agree():
+    model = make_model("fox-pro-tiny")
+    ids, mask = tokens(2, 4), torch.tensor([[0, 0, 1, 1], [1, 1, 1, 1]])
+    want = model(ids, attention_mask=mask).logits
+    for dtype in (torch.bool, torch.int32, torch.float32, torch.float64):
+        torch.testing.assert_close(model(ids, attention_mask=mask.to(dtype)).logits, want, rtol=0, atol=0)
+
+
 def test_right_padding_in_a_plain_forward_is_accepted(preset):
     model = make_model(preset)
     ids = tokens(2, 8)

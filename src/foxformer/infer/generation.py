@@ -200,8 +200,9 @@ def stream_tokens(model, input_ids: torch.Tensor, cfg: Optional[GenerationConfig
         if not isinstance(attention_mask, torch.Tensor) or attention_mask.shape != ids.shape:
             raise ValueError(f"attention_mask: expected a tensor of the prompts' shape {tuple(ids.shape)}, got "
                              f"{getattr(attention_mask, 'shape', type(attention_mask).__name__)}")
-        mask = attention_mask.to(dev).long()
-        empty = (mask.sum(1) == 0).nonzero().flatten().tolist()  # one read of the prompt's mask, as for its ids
+        # As given: the model refuses values other than 0 and 1, which a cast here would have rounded away.
+        mask = attention_mask.to(dev)
+        empty = (mask == 0).all(1).nonzero().flatten().tolist()  # one read of the prompt's mask, as for its ids
         if empty:
             raise ValueError(f"attention_mask: row {empty[0]} has no real token (every entry 0): give it a prompt "
                              f"or leave the row out")

@@ -435,7 +435,11 @@ class FoxModel(FoxPreTrainedModel):
             if attention_mask.dim() != 2 or attention_mask.shape != (batch, past_len + length):
                 raise ValueError(f"attention_mask must be [batch, past + new] = {(batch, past_len + length)}, "
                                  f"got {tuple(attention_mask.shape)}")
-            mask = attention_mask.to(device=device).bool()
+            given = attention_mask.to(device=device)
+            mask = given.bool()
+            # Any value but 0 and 1 changes on the way to bool and back (2 and 0.5 read as 1, NaN too): a mask of
+            # other values (weights, counts) has no meaning here, so it is refused rather than rounded.
+            other = given != mask.to(given.dtype)
             # Left padding: each row's first real token cuts off everything before it.
             first = mask.int().argmax(dim=1)
             abs_pos = torch.arange(past_len, past_len + length, device=device)
@@ -447,7 +451,11 @@ class FoxModel(FoxPreTrainedModel):
             restarted = holed.new_zeros(())
             if position_ids is not None and length > 1:  # left to this sync by packed_documents
                 restarted = _restarts(position_ids.to(device), mask[:, past_len:]).any()
-            holed, any_start, restarted = torch.stack((holed.any(), starts.any(), restarted)).tolist()  # one sync
+            flags = torch.stack((other.any(), holed.any(), starts.any(), restarted)).tolist()  # one sync
+            not_binary, holed, any_start, restarted = flags
+            if not_binary:
+                raise ValueError(f"attention_mask: expected only 0 (padding) and 1 (real token), got "
+                                 f"{given[other][0].item()!r}; pass a bool or 0/1 mask")
             if restarted:
                 raise _masked_packing("position_ids")
             if holed:
