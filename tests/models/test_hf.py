@@ -55,6 +55,20 @@ def test_tied_embeddings_round_trip(tmp_path):
     _assert_identical(loaded.eval(), model, ids)
 
 
+@pytest.mark.parametrize("loader", [FoxForCausalLM, AutoModelForCausalLM], ids=["fox-class", "auto-class"])
+def test_tying_an_untied_checkpoint_leaves_its_config_saying_untied(tmp_path, loader):
+    """transformers keeps a checkpoint's two different matrices apart under tie_word_embeddings=True; the config
+    said tied all the same, and the model saved again wrote that into its config.json."""
+    model = make_model("fox-llama-tiny")
+    model.save_pretrained(tmp_path / "untied")
+    loaded = loader.from_pretrained(tmp_path / "untied", tie_word_embeddings=True, dtype=torch.float64)
+    assert loaded.lm_head.weight is not loaded.model.embed_tokens.weight
+    assert loaded.config.tie_embeddings is False and loaded.config.tie_word_embeddings is False
+    _assert_identical(loaded.eval(), model, tokens(1, 6))
+    loaded.save_pretrained(tmp_path / "again")
+    assert AutoConfig.from_pretrained(tmp_path / "again").tie_embeddings is False
+
+
 def test_resizing_the_vocabulary_keeps_the_token_ids_inside_it(tmp_path):
     """transformers' resize set vocab_size alone: a vocabulary shrunk below eos kept an eos the model can never emit
     (generate ran on to its limit) without a word."""
@@ -195,10 +209,9 @@ def test_from_pretrained_overrides_are_checked_as_the_constructor_checks_them(tm
             AutoModelForCausalLM.from_pretrained(tmp_path, **{name: value})
         with pytest.raises(ValueError, match=message):
             AutoConfig.from_pretrained(tmp_path, **{name: value})
-    loaded = FoxForCausalLM.from_pretrained(tmp_path, rms_norm_eps="1e-5", tie_word_embeddings=True,
-                                            attention_backend="naive")
-    assert (loaded.config.rms_norm_eps, loaded.config.tie_embeddings, loaded.config.attention_backend) == \
-        (1e-5, True, "naive")
+    loaded = FoxForCausalLM.from_pretrained(tmp_path, rms_norm_eps="1e-5", attention_backend="naive")
+    assert (loaded.config.rms_norm_eps, loaded.config.attention_backend) == (1e-5, "naive")
+    assert AutoConfig.from_pretrained(tmp_path, tie_word_embeddings=True).tie_embeddings is True
     config, unused = AutoConfig.from_pretrained(tmp_path, attention_backend="torch", not_a_field=1,
                                                 return_unused_kwargs=True)
     assert config.attention_backend == "torch" and unused == {"not_a_field": 1}

@@ -619,6 +619,17 @@ class FoxForCausalLM(FoxPreTrainedModel, GenerationMixin):
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.post_init()
 
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        """transformers' from_pretrained, with the config saying whether the LM head is the embedding: a checkpoint
+        holding two different matrices stays untied under ``tie_word_embeddings=True`` (transformers warns), but
+        the config kept saying tied, and a model saved again wrote that lie into its config.json."""
+        loaded = super().from_pretrained(*args, **kwargs)
+        model = loaded[0] if isinstance(loaded, tuple) else loaded  # output_loading_info=True: (model, info)
+        if model.config.tie_embeddings and model.lm_head.weight is not model.model.embed_tokens.weight:
+            model.config.tie_embeddings = False
+        return loaded
+
     def get_input_embeddings(self) -> nn.Embedding:
         return self.model.embed_tokens
 
