@@ -136,6 +136,34 @@ def test_an_error_line_starts_a_line_of_its_own_after_an_open_progress_bar(monke
     assert "\nerror: source: broken" in err and not tqdm._instances
 
 
+def test_foxformers_warnings_are_one_line_under_the_cli_and_pythons_elsewhere(monkeypatch, capsys):
+    """`evict_eps is set but no layer can evict` came out under Python's `path.py:123: UserWarning:` prefix with
+    the source line echoed; other code's warnings, and foxformer's outside the CLI, keep Python's form."""
+    import warnings
+
+    import foxformer.cli as cli
+    from foxformer.models import FoxModel, get_preset
+    from foxformer.models.kvcache import EvictionPolicy
+
+    model = FoxModel(get_preset("fox-llama-tiny", vocab_size=16))  # no QK-norm: no bound, no layer can evict
+
+    def warn(args):
+        model.new_cache(EvictionPolicy(1e-3))
+        warnings.warn("not foxformer's")
+        return 0
+
+    monkeypatch.setattr(cli, "_presets", warn)
+    with warnings.catch_warnings(record=True) as python_shown:
+        warnings.simplefilter("always")
+        assert cli.main(["presets"]) == 0
+        assert capsys.readouterr().err.splitlines() == [
+            "warning: evict_eps is set but no layer can evict: without QK-norm no bound on |q.k| is known; pass "
+            "evict_qk_bound (your bound on |q.k| * scale) to evict"]
+        assert [str(w.message) for w in python_shown] == ["not foxformer's"]
+        model.new_cache(EvictionPolicy(1e-3))  # the CLI has returned: a library call's warning is Python's again
+        assert str(python_shown[-1].message).startswith("evict_eps is set") and not capsys.readouterr().err
+
+
 def test_every_help_gives_the_defaults_a_user_would_otherwise_guess():
     """`generate --temperature` (0.8: sampling) and `eval loss --num-seqs` said nothing of their defaults."""
     import re

@@ -7,6 +7,7 @@ one `error:` line and exit code 2 (``FOXFORMER_DEBUG=1`` shows the traceback ins
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import errno
 import importlib
@@ -14,6 +15,7 @@ import json
 import os
 import select
 import sys
+import warnings
 
 # Each module defines add_commands(subparsers); a command's handler is stored as `func`.
 _AREAS = (
@@ -231,7 +233,42 @@ def _say_error(line: str) -> None:
     sys.stderr.flush()
 
 
+def _issued_by_foxformer(frame) -> bool:
+    """Whether the warning being shown was raised by foxformer's code: the first frame from ``frame`` up that is
+    not the warnings module's own. Not the file the warning names, which its stacklevel points at the caller
+    (often transformers' or torch's wrappers around a forward)."""
+    while frame is not None and frame.f_globals.get("__name__") in ("warnings", "_py_warnings"):  # 3.14: the latter
+        frame = frame.f_back
+    return frame is not None and frame.f_globals.get("__name__", "").split(".")[0] == "foxformer"
+
+
+def _warning_lines(previous):
+    """A warnings.showwarning for the CLI: foxformer's own UserWarnings as one `warning: ...` line (they speak to
+    the user, to whom Python's `path.py:123: UserWarning:` prefix and echoed source line are noise); any other
+    warning as ``previous`` shows it."""
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        if not (issubclass(category, UserWarning) and _issued_by_foxformer(sys._getframe(1))):
+            previous(message, category, filename, lineno, file, line)
+            return
+        tqdm = getattr(sys.modules.get("tqdm.std"), "tqdm", None)
+        # An open progress bar is cleared first: the line was glued to the bar's otherwise.
+        with tqdm.external_write_mode(file=sys.stderr) if tqdm is not None else contextlib.nullcontext():
+            _say_error(f"warning: {message}")
+    return show
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one command, showing foxformer's warnings as `warning:` lines while it runs; after it they are shown
+    as Python shows them again (main is also called in-process, by tests and scripts)."""
+    previous = warnings.showwarning
+    warnings.showwarning = _warning_lines(previous)
+    try:
+        return _main(argv)
+    finally:
+        warnings.showwarning = previous
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args, own = _parse(parser, argv)
     if not getattr(args, "func", None):
