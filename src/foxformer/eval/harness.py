@@ -29,6 +29,7 @@ from tqdm.auto import tqdm
 from foxformer.argtypes import did_you_mean
 from foxformer.data.tokenizer import start_ids
 from foxformer.models.calls import model_device
+from foxformer.progress import bars_shown
 
 from .loss import check_finite
 
@@ -78,7 +79,7 @@ class HarnessAdapter:
                        key=lambda i: -len(items[i][0]) - len(items[i][1]))
         dev = model_device(self.model)
         for s in tqdm(range(0, len(order), self.batch_size), desc="loglikelihood", unit="batch",
-                      disable=not self.progress):
+                      disable=not bars_shown(self.progress)):
             idx = order[s:s + self.batch_size]
             seqs = []
             for i in idx:
@@ -109,7 +110,7 @@ class HarnessAdapter:
         """Total log-likelihood of each text, in windows of ``max_length`` that each see the most context."""
         dev = model_device(self.model)
         out = []
-        for text in tqdm(texts, desc="rolling", unit="doc", disable=not self.progress):
+        for text in tqdm(texts, desc="rolling", unit="doc", disable=not bars_shown(self.progress)):
             toks = [self.start_id] + self.tokenizer.encode(text)
             total, a = 0.0, 1
             while a < len(toks):
@@ -131,7 +132,8 @@ class HarnessAdapter:
 
         dev = model_device(self.model)
         out = []
-        for context, kwargs in tqdm(requests, desc="generate", unit="req", disable=not self.progress):
+        for context, kwargs in tqdm(requests, desc="generate", unit="req",
+                                    disable=not bars_shown(self.progress)):
             until = kwargs.get("until") or []
             until = [until] if isinstance(until, str) else list(until)
             max_new = int(kwargs.get("max_gen_toks", 256))

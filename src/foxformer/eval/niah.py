@@ -30,6 +30,7 @@ from foxformer.data.tokenizer import start_ids
 from foxformer.models.calls import cache_of
 
 from foxformer.models.calls import model_device, vocab_size_of
+from foxformer.progress import bars_shown
 
 from .loss import check_finite
 
@@ -305,7 +306,7 @@ def niah_grid(model: torch.nn.Module, tokenizer: TextTokenizer, haystack: Sequen
     result = NiahResult(name=name, lengths=lengths, depths=depths, modes=modes, train_len=train_len,
                         generate=generate)
     total = len(modes) * len(lengths) * len(depths) * needles * len(seeds)
-    bar = tqdm(total=total, desc=f"niah {name}", unit="trial", disable=not progress)
+    bar = tqdm(total=total, desc=f"niah {name}", unit="trial", disable=not bars_shown(progress))
     for seed in seeds:
         for n in range(needles):
             needle = make_needle(n, seed, keys)
