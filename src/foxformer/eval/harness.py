@@ -32,6 +32,7 @@ from foxformer.models.calls import model_device
 from foxformer.progress import bars_shown
 
 from .loss import check_finite
+from .outputs import note_replacing
 
 
 class HarnessAdapter:
@@ -232,6 +233,7 @@ def run_harness(adapter: HarnessAdapter, tasks: Sequence[str], *, num_fewshot: O
                "n-shot": res.get("n-shot", {}), "config": {"tasks": list(tasks), "num_fewshot": num_fewshot,
                                                            "limit": limit, "max_length": adapter.max_length}}
     if out_path:
+        note_replacing(out_path)
         os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
         with open(out_path, "w") as f:
             json.dump(results, f, indent=2, default=str)
