@@ -52,6 +52,13 @@ def note_replacing(*paths: str) -> None:
             print(f"note: replacing {path} (written {when}); --out DIR writes elsewhere", file=sys.stderr)
 
 
+def markdown_table(rows: Sequence[Sequence[str]]) -> str:
+    """``rows`` (the header first, cells as text) as a Markdown table, without a final newline."""
+    head, *body = rows
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in body])
+
+
 def default_out_dir(models) -> str:
     """Where an eval command writes unless told: RUN/eval for one model loaded from a run dir (or one of its
     checkpoints), runs/eval otherwise. models: train.loading.LoadedModel objects."""
