@@ -351,16 +351,34 @@ def test_too_few_sequences_of_documents_are_not_blamed_on_seq_len_alone(workspac
     assert "each document that long gives one; a shorter --seq-len lets more documents in" in err
 
 
-def test_the_replace_note_names_every_file_a_command_would_replace(tmp_path, capsys):
-    from argparse import Namespace
-
-    from foxformer.eval.cli import _out_dir
+def test_the_replace_note_names_every_file_a_command_replaces(tmp_path, capsys):
+    from foxformer.eval.outputs import note_replacing
 
     # a second two-model `eval harness` replaces the second model's file too, not only the first's
     (tmp_path / "harness_b.json").write_text("{}")
-    assert _out_dir(Namespace(out=str(tmp_path)), [], "harness_a.json", "harness_b.json") == str(tmp_path)
+    note_replacing(str(tmp_path / "harness_a.json"), str(tmp_path / "harness_b.json"))
     err = capsys.readouterr().err
     assert f"replacing {tmp_path / 'harness_b.json'}" in err and "harness_a.json" not in err
+
+
+@pytest.mark.parametrize("command, flags", [
+    ("loss", ["--source", "SOURCE", "--data", "DATA", "--n-boot", "20"]),
+    ("gates", ["--source", "SOURCE", "--data", "DATA"]),
+    ("eviction", ["--source", "SOURCE", "--data", "DATA"]),
+    ("niah", ["--haystack", "SOURCE", "--lengths", "200000", "--depths", "0", "--needles", "1", "--no-generate"]),
+], ids=["eval-loss", "analyze-gates", "eval-eviction", "eval-niah"])
+def test_no_replace_note_when_a_check_fails_before_anything_is_written(workspace, tmp_path, capsys, command,
+                                                                        flags):
+    """The note came before the checks that follow loading the models: `eval loss --data D --source S` announced
+    replacing loss.json, then failed and left it as it was."""
+    name = {"gates": "gates.json"}.get(command, f"{command}.json")
+    (tmp_path / name).write_text("{}")
+    flags = [workspace["texts"] if f == "SOURCE" else workspace["data"] if f == "DATA" else f for f in flags]
+    head = ["analyze", "gates"] if command == "gates" else ["eval", command]
+    assert main([*head, workspace["hf"], *flags, "--device", "cpu", "--out", str(tmp_path), "--no-progress"]) != 0
+    err = _error(capsys)
+    assert "error:" in err and "replacing" not in err
+    assert (tmp_path / name).read_text() == "{}"
 
 
 def test_eval_loss_reads_a_jsonl_source_by_its_text_field(workspace, tmp_path, capsys):

@@ -91,6 +91,9 @@ def test_lm_eval_wrapper_delegates(tok, monkeypatch):
 
 
 def test_make_lm_without_lm_eval_explains(tok, monkeypatch):
+    # submodules an earlier test imported (the eval CLI's harness tests) would still import from sys.modules
+    for name in [m for m in sys.modules if m.startswith("lm_eval.")]:
+        monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "lm_eval", None)  # import fails as if not installed
     with pytest.raises(ImportError, match="pip install lm_eval"):
         make_lm(HarnessAdapter(copy_model(64), tok, progress=False))

@@ -31,7 +31,7 @@ def test_report_shows_eviction_and_bias_shift_with_their_figures(tmp_path):
 
 def test_a_folder_without_outputs_names_every_output_looked_for(tmp_path):
     page = open(build_report([str(tmp_path)], str(tmp_path / "report"))).read()
-    assert "eviction.json, bias_shift.json" in page
+    assert "eviction.json, bias_shift.json, compare.json, mqar.json" in page
 
 
 def test_report_shows_the_harness_results_of_every_model_evaluated_together(tmp_path):
@@ -47,3 +47,42 @@ def test_report_shows_the_harness_results_of_every_model_evaluated_together(tmp_
     fox, tf = page.index("### lm-evaluation-harness: fox"), page.index("### lm-evaluation-harness: tf")
     assert fox < page.index("| my_mc | acc,none | 0.75 |") < tf < page.index("| my_mc | acc,none | 0.5 |")
     assert "No results found" not in page
+
+
+def test_report_shows_a_comparison_with_its_tables_and_figures(tmp_path, capsys):
+    """A compare output folder got "No results found": the report did not look for compare.json."""
+    import numpy as np
+
+    from foxformer.eval.compare import compare
+    from tests.eval.test_compare import _write_run
+
+    a = _write_run(tmp_path, "a", np.arange(63, dtype=float))
+    b = _write_run(tmp_path, "b", np.full(63, 2.0))
+    out = tmp_path / "cmp"
+    result = compare([a, b], str(out), positions=(8, 32))
+    capsys.readouterr()
+    page = open(build_report([str(out)], str(tmp_path / "report"))).read()
+    assert "No results found" not in page and "### Comparison (reference: b)" in page
+    assert "| model | train length | mean loss | L(4..8] | L(16..32] |" in page
+    assert f"| a | 16 | {result['rows'][0]['mean_loss']:.3f} | 5.500 | 23.500 |" in page
+    assert sorted(os.listdir(tmp_path / "report" / "assets")) == [f"0_cmp_{p}" for p in sorted(result["plots"])]
+
+
+def test_report_shows_an_mqar_table_and_its_figures(tmp_path, capsys):
+    """An `eval mqar` output folder got "No results found": the report did not look for mqar.json."""
+    from foxformer.eval import mqar
+
+    cfg = mqar.MqarConfig(eval_lengths=[32], eval_pairs=[2])
+    (tmp_path / "mqar" / "models").mkdir(parents=True)
+    for label, done, acc in (("A", cfg.steps, 0.75), ("B", 54, 0.25)):
+        result = {"model": label, "label": label, "non_embedding_params": 1e5, "steps_done": done, "train_s": 1.0,
+                  "accuracy": [[acc]], "history": [{"step": done, "loss": 1.0, "accuracy": acc, "pairs": 2}]}
+        (tmp_path / "mqar" / "models" / f"{label}.json").write_text(json.dumps({"task": cfg.task(),
+                                                                                "result": result}))
+    mqar.report(str(tmp_path / "mqar"), cfg)
+    capsys.readouterr()
+    page = open(build_report([str(tmp_path / "mqar")], str(tmp_path / "report"), fmt="html")).read()
+    assert "No results found" not in page and "<h3>MQAR (multi-query associative recall)</h3>" in page
+    assert f"<td>A</td><td>0.10M</td><td>{cfg.steps}</td><td>-</td><td>0.75</td>" in page
+    assert f"<td>B</td><td>0.10M</td><td>54 of {cfg.steps} (stopped)</td>" in page and "Stopped early" in page
+    assert sorted(os.listdir(tmp_path / "report" / "assets")) == ["0_mqar_mqar.png", "0_mqar_mqar_training.png"]

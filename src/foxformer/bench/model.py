@@ -28,6 +28,7 @@ from foxformer.train.metrics import mfu, peak_flops
 
 from .cli import configure_model
 from ..paths import write_json
+from ..progress import bars_shown
 from .common import environment, gluon_fwd_options, run_record, write_profile
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -93,7 +94,7 @@ def measure(model: torch.nn.Module, vocab: int, context: int, batch: int, steps:
     if device.type == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-    for i in tqdm(range(warmup + steps), desc=desc, leave=False, disable=not progress):
+    for i in tqdm(range(warmup + steps), desc=desc, leave=False, disable=not bars_shown(progress)):
         t0 = time.perf_counter()
         loss = train_step()
         if i >= warmup:

@@ -5,7 +5,6 @@ import argparse
 import json
 import os
 import sys
-import time
 
 from foxformer.argtypes import count, counts, distinct, floats, ints, model_specs, words
 
@@ -71,18 +70,10 @@ def _load_models(args):
     return out
 
 
-def _out_dir(args, models, *writes: str) -> str:
-    """The command's output folder; an earlier run's ``writes`` (loss.json, ...) there is replaced, which the
-    user hears about (a second `eval loss` on other data silently took the first one's place)."""
+def _out_dir(args, models) -> str:
     from .outputs import default_out_dir
 
-    out = args.out or default_out_dir(models)
-    for name in writes:
-        earlier = os.path.join(out, name)
-        if os.path.exists(earlier):
-            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(os.path.getmtime(earlier)))
-            print(f"note: replacing {earlier} (written {when}); --out DIR writes elsewhere", file=sys.stderr)
-    return out
+    return args.out or default_out_dir(models)
 
 
 def _tokenizer(args, models):
@@ -162,12 +153,12 @@ def _sequences(args, models):
 def _cmd_loss(args) -> dict:
     from .compare import tokens_fingerprint
     from .loss import context_lengths, eval_loss
-    from .outputs import save_loss
+    from .outputs import note_replacing, save_loss
 
     if args.seq_len >= 2:  # else _sequences says what is wrong with it
         context_lengths(args.lengths, args.seq_len - 1)  # before loading any model
     models = _load_models(args)
-    out = _out_dir(args, models, "loss.json")
+    out = _out_dir(args, models)
     tokens, where = _sequences(args, models)
     curves = [eval_loss(m.model, tokens, name=m.name, train_len=m.train_len, batch_size=args.batch_size,
                         lengths=args.lengths, smooth_window=args.smooth, n_boot=args.n_boot,
@@ -175,18 +166,19 @@ def _cmd_loss(args) -> dict:
     settings = {**where, "seq_len": int(tokens.shape[1]), "num_seqs": int(tokens.shape[0]),
                 "models": [m.path for m in models], "n_boot": args.n_boot, "confidence": args.confidence,
                 "tokens_sha256": tokens_fingerprint(tokens)}
+    note_replacing(os.path.join(out, "loss.json"))
     data = save_loss(curves, out, settings)
     return {"out": out, "plots": data["plots"], "models": [m["summary"] for m in data["models"]]}
 
 
 def _cmd_niah(args) -> dict:
     from .niah import HAYSTACK_ROOM, check_grid, niah_grid
-    from .outputs import save_niah
+    from .outputs import note_replacing, save_niah
     from .sequences import document_token_stream
 
     check_grid(args.lengths, args.depths, args.modes, args.needles, args.seeds)
     models = _load_models(args)
-    out = _out_dir(args, models, "niah.json")
+    out = _out_dir(args, models)
     tok, spec = _tokenizer(args, models)
     longest = max(args.lengths)
     haystack = document_token_stream(args.haystack, tok, min_tokens=longest, enough=longest + HAYSTACK_ROOM,
@@ -203,6 +195,7 @@ def _cmd_niah(args) -> dict:
     settings = {"haystack": args.haystack, "tokenizer": spec, "lengths": args.lengths, "depths": args.depths,
                 "modes": args.modes, "needles": args.needles, "seeds": args.seeds, "generate": not args.no_generate,
                 "models": [m.path for m in models]}
+    note_replacing(os.path.join(out, "niah.json"))
     data = save_niah(results, out, settings)
     return {"out": out, "plots": data["plots"], "models": [m["summary"] for m in data["models"]]}
 
@@ -225,7 +218,7 @@ def _cmd_harness(args) -> dict:
     models = _load_models(args)
     tok, spec = _tokenizer(args, models)
     files = model_outputs("harness", [m.name for m in models])
-    out = _out_dir(args, models, *files)
+    out = _out_dir(args, models)
     results = {}
     for m, file in zip(models, files):
         adapter = HarnessAdapter(m.model, tok, max_length=args.max_length or m.train_len or 2048,
@@ -238,10 +231,10 @@ def _cmd_harness(args) -> dict:
 
 def _cmd_gates(args) -> dict:
     from .gates import gate_stats, parse_heads
-    from .outputs import plot_tags, save_gates
+    from .outputs import note_replacing, plot_tags, save_gates
 
     models = _load_models(args)
-    out = _out_dir(args, models, "gates.json")
+    out = _out_dir(args, models)
     plot_tags([m.name for m in models])  # refuse labels whose plots would overwrite each other before any work
     tokens, where = _sequences(args, models)
     heads = parse_heads(args.heads)
@@ -249,21 +242,24 @@ def _cmd_gates(args) -> dict:
                  m.model, tokens) for m in models]
     settings = {**where, "seq_len": int(tokens.shape[1]), "num_seqs": int(tokens.shape[0]),
                 "models": [m.path for m in models], "matrix_len": args.matrix_len}
+    note_replacing(os.path.join(out, "gates.json"))
     data = save_gates(analyses, out, settings, heads=heads, matrix_len=args.matrix_len)
     return {"out": out, "plots": data["plots"], "models": [m["summary"] for m in data["models"]]}
 
 
 def _cmd_eviction(args) -> dict:
     from .eviction import eviction_loss
+    from .outputs import note_replacing
     from .plots import plot_eviction
 
     models = _load_models(args)
-    out = _out_dir(args, models, "eviction.json")
+    out = _out_dir(args, models)
     tokens, where = _sequences(args, models)
     m = models[0]
     res = eviction_loss(m.model, tokens, evict_eps=args.evict_eps, chunk=args.chunk, prefill=args.prefill,
                         qk_bound=args.qk_bound, progress=not args.no_progress)
     res = {"name": m.name, "model": m.path, **where, **res}
+    note_replacing(os.path.join(out, "eviction.json"))
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "eviction.json"), "w") as f:
         json.dump(res, f, indent=2)

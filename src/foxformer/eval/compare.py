@@ -24,7 +24,7 @@ import numpy as np
 from foxformer.train.metrics import read_metrics
 
 from . import plots
-from .outputs import find_output, write_json
+from .outputs import find_output, markdown_table, write_json
 from .seeds import SEED_SUFFIX, fmt_interval, fmt_spread, group_name, groups, mean_std, spread
 from .training import plot_training, summarize
 
@@ -363,44 +363,64 @@ def _differences(members: dict, reference: str, positions, n_boot: int = 2000) -
     return out
 
 
-def _tables(rows: list[dict], diffs: list[dict], positions) -> str:
+def loss_rows(rows: list[dict], positions) -> list[list[str]]:
+    """compare.json's "rows" as table rows, the header first: each model (group)'s losses, ± the standard
+    deviation over seeds where a group has several."""
     seeded = any(r["n_seeds"] > 1 for r in rows)
     has_val = any(r.get("final_val_loss") is not None for r in rows)
     header = (["model"] + (["seeds"] if seeded else []) + ["train length"] + (["final val loss"] if has_val else [])
               + ["mean loss"] + [f"L({p // 2}..{p}]" for p in positions])
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    table = [header]
     for r in rows:
         def cell(k):
             return fmt_spread(r.get(k), r["spread"].get(k, {}).get("std"))
         cells = [r["model"]] + ([str(r["n_seeds"])] if seeded else []) + [str(r["train_len"])]
         cells += ([cell("final_val_loss")] if has_val else []) + [cell("mean_loss")]
         cells += [cell(f"L@{p}") for p in positions]
-        lines.append("| " + " | ".join(cells) + " |")
-    text = ("Mean ± standard deviation over seeds:\n\n" if seeded else "") + "\n".join(lines) + "\n"
+        table.append(cells)
+    return table
+
+
+def difference_rows(diffs: list[dict], positions) -> list[list[str]]:
+    """compare.json's "differences" as table rows, the header first: each group minus the reference, with its
+    bootstrap interval."""
+    table = [["model - reference", "mean loss"] + [f"L({p // 2}..{p}]" for p in positions]]
+    for d in diffs:
+        cells = [f"{d['model']} - {d['reference']}"]
+        cells += ["-" if d[k] is None else fmt_interval(d[k]["mean"], d[k]["lo"], d[k]["hi"])
+                  for k in ["mean_loss"] + [f"L@{p}" for p in positions]]
+        table.append(cells)
+    return table
+
+
+def dynamics_rows(dynamics: list[dict]) -> list[list[str]]:
+    """compare.json's "training" as table rows, the header first; only the header where no run has steps."""
+    table = [["run", "steps", "loss spikes (> 0.1 nats)", "grad norm median", "grad norm max, 2nd half",
+              "gate timescale median"]]
+    if not any(d["steps"] for d in dynamics):
+        return table
+    for d in dynamics:
+        table.append([d["run"], str(d["steps"]), str(d["loss_spikes"]), fmt_spread(d["grad_norm_median"]),
+                      fmt_spread(d["grad_norm_max_late"]), fmt_spread(d["gate_median_timescale"], digits=1)])
+    return table
+
+
+def _tables(rows: list[dict], diffs: list[dict], positions) -> str:
+    seeded = any(r["n_seeds"] > 1 for r in rows)
+    text = ("Mean ± standard deviation over seeds:\n\n" if seeded else "") + markdown_table(
+        loss_rows(rows, positions)) + "\n"
     if diffs:
-        header = ["model - reference", "mean loss"] + [f"L({p // 2}..{p}]" for p in positions]
-        lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        for d in diffs:
-            cells = [f"{d['model']} - {d['reference']}"]
-            cells += ["-" if d[k] is None else fmt_interval(d[k]["mean"], d[k]["lo"], d[k]["hi"])
-                      for k in ["mean_loss"] + [f"L@{p}" for p in positions]]
-            lines.append("| " + " | ".join(cells) + " |")
         what = "seeds and sequences" if seeded else "sequences"
         text += (f"\nDifference to the reference, nats, with a 95% bootstrap interval over {what} (bold: the "
-                 f"interval excludes 0):\n\n" + "\n".join(lines) + "\n")
+                 f"interval excludes 0):\n\n" + markdown_table(difference_rows(diffs, positions)) + "\n")
     return text
 
 
 def _dynamics_table(dynamics: list[dict]) -> str:
-    if not any(d["steps"] for d in dynamics):
+    table = dynamics_rows(dynamics)
+    if len(table) == 1:
         return ""
-    lines = ["| run | steps | loss spikes (> 0.1 nats) | grad norm median | grad norm max, 2nd half | "
-             "gate timescale median |", "|---|---|---|---|---|---|"]
-    for d in dynamics:
-        lines.append("| " + " | ".join([d["run"], str(d["steps"]), str(d["loss_spikes"]),
-                                        fmt_spread(d["grad_norm_median"]), fmt_spread(d["grad_norm_max_late"]),
-                                        fmt_spread(d["gate_median_timescale"], digits=1)]) + " |")
-    return "\nTraining dynamics (training.png):\n\n" + "\n".join(lines) + "\n"
+    return "\nTraining dynamics (training.png):\n\n" + markdown_table(table) + "\n"
 
 
 def compare(run_dirs: list[str], out_dir: str, positions=None, names: list[str] | None = None,

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from foxformer.models.calls import backbone, fox_blocks, model_device
+from foxformer.progress import bars_shown
 from .loss import check_tokens
 
 
@@ -140,7 +141,8 @@ def gate_stats(model: torch.nn.Module, tokens, *, name: str = "model", points: i
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size: expected a positive integer, got {batch_size!r}")
     log_fs: list[list[torch.Tensor]] = [[] for _ in attns]
-    for s in tqdm(range(0, tokens.shape[0], batch_size), desc=f"gates {name}", unit="batch", disable=not progress):
+    for s in tqdm(range(0, tokens.shape[0], batch_size), desc=f"gates {name}", unit="batch",
+                  disable=not bars_shown(progress)):
         with capture_attention(model) as rec:
             backbone(model)(input_ids=tokens[s:s + batch_size].to(model_device(model)))
         for layer, r in enumerate(rec):

@@ -29,8 +29,10 @@ from tqdm.auto import tqdm
 from foxformer.argtypes import did_you_mean
 from foxformer.data.tokenizer import start_ids
 from foxformer.models.calls import cache_of, fresh_cache, model_device
+from foxformer.progress import bars_shown
 
 from .loss import check_finite
+from .outputs import note_replacing
 
 
 class HarnessAdapter:
@@ -78,7 +80,7 @@ class HarnessAdapter:
                        key=lambda i: -len(items[i][0]) - len(items[i][1]))
         dev = model_device(self.model)
         for s in tqdm(range(0, len(order), self.batch_size), desc="loglikelihood", unit="batch",
-                      disable=not self.progress):
+                      disable=not bars_shown(self.progress)):
             idx = order[s:s + self.batch_size]
             seqs = []
             for i in idx:
@@ -109,7 +111,7 @@ class HarnessAdapter:
         """Total log-likelihood of each text, in windows of ``max_length`` that each see the most context."""
         dev = model_device(self.model)
         out = []
-        for text in tqdm(texts, desc="rolling", unit="doc", disable=not self.progress):
+        for text in tqdm(texts, desc="rolling", unit="doc", disable=not bars_shown(self.progress)):
             toks = [self.start_id] + self.tokenizer.encode(text)
             total, a = 0.0, 1
             while a < len(toks):
@@ -129,7 +131,8 @@ class HarnessAdapter:
         """Greedy continuation of each context until a stop string or ``max_gen_toks`` tokens."""
         dev = model_device(self.model)
         out = []
-        for context, kwargs in tqdm(requests, desc="generate", unit="req", disable=not self.progress):
+        for context, kwargs in tqdm(requests, desc="generate", unit="req",
+                                    disable=not bars_shown(self.progress)):
             until = kwargs.get("until") or []
             until = [until] if isinstance(until, str) else list(until)
             max_new = int(kwargs.get("max_gen_toks", 256))
@@ -230,6 +233,7 @@ def run_harness(adapter: HarnessAdapter, tasks: Sequence[str], *, num_fewshot: O
                "n-shot": res.get("n-shot", {}), "config": {"tasks": list(tasks), "num_fewshot": num_fewshot,
                                                            "limit": limit, "max_length": adapter.max_length}}
     if out_path:
+        note_replacing(out_path)
         os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
         with open(out_path, "w") as f:
             json.dump(results, f, indent=2, default=str)

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from foxformer.models.calls import backbone, model_device, vocab_size_of
+from foxformer.progress import bars_shown
 
 
 def check_tokens(tokens, model: Optional[torch.nn.Module] = None, name: str = "tokens") -> torch.Tensor:
@@ -91,7 +92,8 @@ def per_token_loss(model: torch.nn.Module, tokens, *, batch_size: int = 1, chunk
         raise ValueError(f"batch_size: expected a positive integer, got {batch_size!r}")
     dev = model_device(model)
     out = []
-    for s in tqdm(range(0, tokens.shape[0], batch_size), desc="loss", unit="batch", disable=not progress):
+    for s in tqdm(range(0, tokens.shape[0], batch_size), desc="loss", unit="batch",
+                  disable=not bars_shown(progress)):
         out.append(_row_losses(model, tokens[s:s + batch_size].to(dev), chunk).cpu())
     return torch.cat(out, dim=0)
 

@@ -33,12 +33,13 @@ from tqdm.auto import tqdm
 from foxformer.argtypes import did_you_mean
 from foxformer.models import FoxForCausalLM, count_non_embedding, sized_config
 from foxformer.models.presets import KINDS
+from foxformer.progress import bars_shown
 from foxformer.train.config import TrainConfig
 from foxformer.train.metrics import forget_gate_means
 from foxformer.train.optim import learning_rate, param_groups
 
 from . import plots
-from .outputs import safe_name, write_json
+from .outputs import markdown_table, safe_name, write_json
 
 IGNORE = -100
 LABELS = {"fox-pro": "FoX (Pro)", "transformer-pro": "Transformer (Pro)", "linear-pro": "gated linear attn (Pro)",
@@ -241,7 +242,7 @@ def train_mqar(model: FoxForCausalLM, cfg: MqarConfig, device: torch.device, *, 
     history, start, step = [], time.time(), 0
     log_every = max(1, cfg.steps // 50)
     model.train()
-    bar = tqdm(range(cfg.steps), desc=f"mqar train {label}", unit="step", disable=not progress)
+    bar = tqdm(range(cfg.steps), desc=f"mqar train {label}", unit="step", disable=not bars_shown(progress))
     for step in bar:
         if cfg.max_minutes is not None and time.time() - start > 60 * cfg.max_minutes:
             break
@@ -332,29 +333,42 @@ def _final_timescales(result: dict) -> str:
     return " / ".join(f"{t:.3g}" for t in longest_timescales(logged[-1])) if logged else "-"
 
 
-def table(results: list[dict], cfg: MqarConfig) -> str:
+def table_rows(results: list[dict], cfg: MqarConfig) -> list[list[str]]:
+    """The query accuracy of each model (mqar.json's "models") at each pairs@length cell, as table rows, the
+    header first (* marks cells beyond training)."""
     cells = [(n, l) for n in cfg.eval_pairs for l in cfg.eval_lengths if 4 * n <= l]
     head = ["model", "params", "steps", "gate reach"] + [
         f"{n}@{l}" + ("*" if l > cfg.train_len or n > max(cfg.train_pairs) else "") for n, l in cells]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    stopped = []
+    rows = [head]
     for r in results:
         acc = [r["accuracy"][cfg.eval_pairs.index(n)][cfg.eval_lengths.index(l)] for n, l in cells]
-        steps = f"{r['steps_done']}"
-        if r["steps_done"] < cfg.steps:
-            steps += f" of {cfg.steps} (stopped)"
-            stopped.append(r["label"])
-        lines.append("| " + " | ".join([r["label"], f"{r['non_embedding_params'] / 1e6:.2f}M", steps,
-                                        _final_timescales(r)] + [f"{a:.2f}" for a in acc]) + " |")
-    text = (f"Query accuracy, pairs@length (seed {cfg.seed}, {cfg.eval_seqs} sequences a cell; * beyond training: "
+        steps = f"{r['steps_done']}" + (f" of {cfg.steps} (stopped)" if r["steps_done"] < cfg.steps else "")
+        rows.append([r["label"], f"{r['non_embedding_params'] / 1e6:.2f}M", steps, _final_timescales(r)]
+                    + [f"{a:.2f}" for a in acc])
+    return rows
+
+
+def table_caption(cfg: MqarConfig) -> str:
+    return (f"Query accuracy, pairs@length (seed {cfg.seed}, {cfg.eval_seqs} sequences a cell; * beyond training: "
             f"longer than train_len or more pairs than trained; chance {1 / cfg.num_values:.3f}). Gate reach: per "
             f"layer, the longest decay timescale of its heads at the end of training (tokens; -1 / mean log f): the "
-            f"answers lie up to {cfg.train_len} tokens back in training.\n\n" + "\n".join(lines) + "\n")
-    if stopped:
-        text += (f"\n**Stopped early** by max_minutes, before {cfg.steps} steps and with the learning rate still "
-                 f"high: {'; '.join(stopped)}. Their accuracy is what that part of the training reached, not "
-                 f"the preset's; compare models at equal steps.\n")
-    return text
+            f"answers lie up to {cfg.train_len} tokens back in training.")
+
+
+def stopped_note(results: list[dict], cfg: MqarConfig) -> str:
+    """A warning naming the models a time limit stopped early ("" where none was)."""
+    stopped = [r["label"] for r in results if r["steps_done"] < cfg.steps]
+    if not stopped:
+        return ""
+    return (f"**Stopped early** by max_minutes, before {cfg.steps} steps and with the learning rate still high: "
+            f"{'; '.join(stopped)}. Their accuracy is what that part of the training reached, not the preset's; "
+            f"compare models at equal steps.")
+
+
+def table(results: list[dict], cfg: MqarConfig) -> str:
+    text = table_caption(cfg) + "\n\n" + markdown_table(table_rows(results, cfg)) + "\n"
+    note = stopped_note(results, cfg)
+    return text + (f"\n{note}\n" if note else "")
 
 
 def seed_table(out_dirs: list[str]) -> str:

@@ -27,7 +27,14 @@ import torch
 from tqdm.auto import tqdm
 
 from foxformer.data.tokenizer import start_ids
+<<<<<<< HEAD
 from foxformer.models.calls import cache_of, fresh_cache, model_device, vocab_size_of
+=======
+from foxformer.models.calls import cache_of
+
+from foxformer.models.calls import model_device, vocab_size_of
+from foxformer.progress import bars_shown
+>>>>>>> side42-b2
 
 from .loss import check_finite
 
@@ -307,7 +314,7 @@ def niah_grid(model: torch.nn.Module, tokenizer: TextTokenizer, haystack: Sequen
     result = NiahResult(name=name, lengths=lengths, depths=depths, modes=modes, train_len=train_len,
                         generate=generate)
     total = len(modes) * len(lengths) * len(depths) * needles * len(seeds)
-    bar = tqdm(total=total, desc=f"niah {name}", unit="trial", disable=not progress)
+    bar = tqdm(total=total, desc=f"niah {name}", unit="trial", disable=not bars_shown(progress))
     for seed in seeds:
         for n in range(needles):
             needle = make_needle(n, seed, keys)

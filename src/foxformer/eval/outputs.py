@@ -9,6 +9,8 @@ import contextlib
 import math
 import os
 import re
+import sys
+import time
 from typing import Optional, Sequence
 
 import numpy as np
@@ -38,6 +40,23 @@ def find_model_outputs(run_dir: str, prefix: str) -> list[tuple[Optional[str], s
         if found:
             return found
     return []
+
+
+def note_replacing(*paths: str) -> None:
+    """Tell the user which of ``paths`` (an earlier run's loss.json, ...) the write about to happen replaces: a
+    second `eval loss` on other data silently took the first one's place. Called right before the write: told
+    earlier, a check that then failed announced a replacement that never happened."""
+    for path in paths:
+        if os.path.exists(path):
+            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(os.path.getmtime(path)))
+            print(f"note: replacing {path} (written {when}); --out DIR writes elsewhere", file=sys.stderr)
+
+
+def markdown_table(rows: Sequence[Sequence[str]]) -> str:
+    """``rows`` (the header first, cells as text) as a Markdown table, without a final newline."""
+    head, *body = rows
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in body])
 
 
 def default_out_dir(models) -> str:

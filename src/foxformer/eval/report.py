@@ -2,9 +2,10 @@
 
 Each RUN_DIR (a training run or any folder) is searched for the outputs of ``foxformer eval loss`` (loss.json),
 ``eval niah`` (niah.json), ``eval harness`` (harness.json, or harness_<model>.json for each of several models
-evaluated together), ``analyze gates`` (gates.json), ``eval eviction``
-(eviction.json) and ``bias-shift`` (bias_shift.json), in the folder itself and in its ``eval/`` sub-folder (the commands' default output for a run dir), plus the run's
-metrics.jsonl. Plots are copied next to the page, so the report folder can be moved as a whole.
+evaluated together), ``analyze gates`` (gates.json), ``eval eviction`` (eviction.json), ``bias-shift``
+(bias_shift.json), ``eval compare`` (compare.json) and ``eval mqar`` (mqar.json), in the folder itself and in its
+``eval/`` sub-folder (the commands' default output for a run dir), plus the run's metrics.jsonl. Plots are copied
+next to the page, so the report folder can be moved as a whole.
 """
 from __future__ import annotations
 
@@ -15,9 +16,12 @@ import shutil
 from dataclasses import dataclass, field
 
 from . import plots
-from .outputs import find_model_outputs, find_output, safe_name
+from .compare import difference_rows, dynamics_rows, loss_rows
+from .mqar import MqarConfig, stopped_note, table_caption, table_rows
+from .outputs import find_model_outputs, find_output, markdown_table, safe_name
 
-OUTPUTS = ("loss.json", "niah.json", "gates.json", "harness[_MODEL].json", "eviction.json", "bias_shift.json")
+OUTPUTS = ("loss.json", "niah.json", "gates.json", "harness[_MODEL].json", "eviction.json", "bias_shift.json",
+           "compare.json", "mqar.json")
 
 
 @dataclass
@@ -166,6 +170,28 @@ def _harness_blocks(data: dict, model: str | None) -> list[Block]:
     return [Block("h3", "lm-evaluation-harness" + (f": {model}" if model else "")), Block("table", rows=rows)]
 
 
+def _compare_blocks(data: dict, base: str, out_dir: str, tag: str) -> list[Block]:
+    positions = data.get("positions", [])
+    out = [Block("h3", f"Comparison (reference: {data.get('reference')})"),
+           Block("table", rows=loss_rows(data.get("rows", []), positions))]
+    if data.get("differences"):
+        out += [Block("p", "Difference to the reference, nats, with a 95% bootstrap interval (bold: the interval "
+                           "excludes 0):"), Block("table", rows=difference_rows(data["differences"], positions))]
+    dynamics = dynamics_rows(data.get("training") or [])
+    if len(dynamics) > 1:
+        out += [Block("p", "Training dynamics:"), Block("table", rows=dynamics)]
+    return out + _images(data, base, out_dir, tag)
+
+
+def _mqar_blocks(data: dict, base: str, out_dir: str, tag: str) -> list[Block]:
+    cfg = MqarConfig(**data.get("task", {}))
+    results = data.get("models", [])
+    out = [Block("h3", "MQAR (multi-query associative recall)"), Block("p", table_caption(cfg)),
+           Block("table", rows=table_rows(results, cfg))]
+    note = stopped_note(results, cfg)
+    return out + ([Block("p", note)] if note else []) + _images(data, base, out_dir, tag)
+
+
 def collect(run_dirs: list[str], out_dir: str) -> list[Block]:
     """Blocks of the page for ``run_dirs``; copies or draws the images into ``out_dir``/assets."""
     if not run_dirs:
@@ -177,7 +203,8 @@ def collect(run_dirs: list[str], out_dir: str) -> list[Block]:
         # the tag names image files: Markdown link targets cannot hold spaces
         tag = f"{n}_{safe_name(os.path.basename(os.path.abspath(run_dir)))}"
         section = _training_blocks(run_dir, out_dir, tag)
-        for name, fn in (("loss.json", _loss_blocks), ("niah.json", _niah_blocks), ("gates.json", _gate_blocks)):
+        for name, fn in (("loss.json", _loss_blocks), ("niah.json", _niah_blocks), ("gates.json", _gate_blocks),
+                         ("compare.json", _compare_blocks), ("mqar.json", _mqar_blocks)):
             path = find_output(run_dir, name)
             if path:
                 section += fn(_read_json(path), os.path.dirname(path), out_dir, tag)
@@ -195,10 +222,7 @@ def collect(run_dirs: list[str], out_dir: str) -> list[Block]:
 
 
 def _md_table(rows: list) -> str:
-    head, *body = [[_fmt(c) for c in r] for r in rows]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join(r) + " |" for r in body]
-    return "\n".join(lines)
+    return markdown_table([[_fmt(c) for c in r] for r in rows])
 
 
 def render_markdown(blocks: list[Block], title: str) -> str:

@@ -9,6 +9,8 @@ from typing import Optional
 
 import torch
 
+from ..progress import bars_shown
+
 
 def model_device(model: torch.nn.Module) -> torch.device:
     for p in model.parameters():
@@ -68,11 +70,11 @@ def cache_of(out):
 @contextlib.contextmanager
 def hf_progress(enabled: bool):
     """transformers' own progress bars (loading and writing weights) on or off for the block, as before after:
-    `--no-progress` left them on."""
+    `--no-progress` left them on, and off a terminal they wrote their frames into the log (see bars_shown)."""
     from transformers.utils import logging
 
     was = logging.is_progress_bar_enabled()
-    (logging.enable_progress_bar if enabled else logging.disable_progress_bar)()
+    (logging.enable_progress_bar if bars_shown(enabled) else logging.disable_progress_bar)()
     try:
         yield
     finally:

@@ -30,6 +30,7 @@ from ..models.calls import hf_progress
 from ..models.presets import attention_flops_per_token
 from ..ops.forgetting_attn.checks import NonFiniteValueError
 from ..paths import check_export_dir, check_output_dir, folder_lock, replace_export
+from ..progress import bars_shown
 from ..provenance import code_version
 from . import checkpoint as ckpt
 from .card import training_facts
@@ -537,10 +538,9 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, held: con
     if step >= cfg.total_steps and info.is_main:
         _say_nothing_to_train(cfg, step)
     time_up = False
-    # None: no bar where stderr is not a terminal (`2> train.log`, nohup), whose log got a frame at every update
-    # in one endless line; the step lines on stdout every log_every steps are the progress there
+    # off a terminal the step lines on stdout every log_every steps are the progress
     bar = tqdm(total=cfg.total_steps, initial=step, desc="train", unit="step",
-               disable=None if info.is_main and cfg.progress else True)
+               disable=not bars_shown(info.is_main and cfg.progress))
     start_time, start_tokens, start_step = time.time(), tokens, step
     last_rec: dict = {}
     last_eval: dict = {}

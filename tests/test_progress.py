@@ -1,0 +1,69 @@
+"""Progress bars off a terminal: `cmd 2> run.log` (nohup, a pipe) got a carriage-return frame at every update of
+every bar, all on one endless line of the log. Only `train` had stopped drawing there; every bar follows
+foxformer.progress.bars_shown now, and --no-progress still turns them off on a terminal."""
+import io
+import sys
+
+import pytest
+import torch
+
+from foxformer.data.preparation import PrepareConfig, prepare
+from foxformer.eval.gates import gate_stats
+from foxformer.eval.loss import per_token_loss
+from foxformer.models.calls import hf_progress
+from foxformer.progress import bars_shown
+from tests.eval.helpers import tiny_model
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+@pytest.mark.parametrize("wanted, terminal, shown", [(True, True, True), (True, False, False),
+                                                     (False, True, False), (False, False, False)],
+                         ids=["wanted-on-a-terminal", "wanted-into-a-log", "no-progress-on-a-terminal",
+                              "no-progress-into-a-log"])
+def test_a_bar_is_drawn_only_where_wanted_and_on_a_terminal(monkeypatch, wanted, terminal, shown):
+    monkeypatch.setattr(sys, "stderr", _Terminal() if terminal else io.StringIO())
+    assert bars_shown(wanted) is shown
+
+
+def _prepare(tmp_path):
+    tmp_path.mkdir()
+    book = tmp_path / "book.txt"
+    book.write_text("A short book. " * 50 + "\n\n" + "Another part. " * 30, encoding="utf-8")
+    prepare(PrepareConfig(sources=[str(book)], out_dir=str(tmp_path / "data"), val_fraction=0.0), progress=True)
+
+
+def _loss(tmp_path):
+    per_token_loss(tiny_model(), torch.randint(0, 97, (3, 16)), progress=True)
+
+
+def _gates(tmp_path):
+    gate_stats(tiny_model(), torch.randint(0, 97, (3, 16)), batch_size=1, progress=True)
+
+
+@pytest.mark.parametrize("run", [_prepare, _loss, _gates], ids=["data-prepare", "eval-loss", "eval-gates"])
+def test_a_log_gets_no_bar_frames_and_a_terminal_gets_the_bar(tmp_path, monkeypatch, run):
+    log = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", log)
+    run(tmp_path / "log")
+    assert "\r" not in log.getvalue() and "|" not in log.getvalue()
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    run(tmp_path / "terminal")
+    assert "\r" in terminal.getvalue() and "%|" in terminal.getvalue()
+
+
+def test_transformers_loading_bars_follow_the_same_rule(monkeypatch):
+    from transformers.utils import logging
+
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    with hf_progress(True):
+        assert not logging.is_progress_bar_enabled()
+    monkeypatch.setattr(sys, "stderr", _Terminal())
+    with hf_progress(True):
+        assert logging.is_progress_bar_enabled()
+    with hf_progress(False):
+        assert not logging.is_progress_bar_enabled()
