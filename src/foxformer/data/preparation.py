@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 
 from ..paths import check_output_dir, folder_lock, write_json
 from .sources import describe_source, iter_documents
-from .tokenizer import GPT2_SPEC, load_tokenizer, tokenizer_files
+from .tokenizer import GPT2_SPEC, canonical_name, load_tokenizer, tokenizer_files
 
 FORMAT = "foxformer-tokens-v1"
 MANIFEST = "manifest.json"
@@ -114,6 +114,22 @@ def read_manifest(out_dir: str) -> dict | None:
         raise ValueError(f"data: {path} is not a complete prepared dataset's manifest (it lacks {', '.join(missing)}); "
                          f"prepare the dataset again (with --force)")
     return manifest
+
+
+def tokenizer_change(manifest: dict, spec: str) -> str | None:
+    """How the tokenizer ``spec`` differs from the one the dataset of ``manifest`` was prepared with, when both
+    bear one name (another name is the caller's to refuse), in words; None when nothing is seen to differ. A
+    folder's tokenizer is compared by the fingerprint of its files (tokenizer_files): another tokenizer saved
+    there since gives its ids to other tokens. A dataset prepared before the fingerprint was recorded, or a folder
+    that is not there (the spec read elsewhere), is taken at its name."""
+    recorded = (manifest.get("request") or {}).get("tokenizer_files")
+    if not recorded or canonical_name(spec) != manifest["tokenizer"]:
+        return None
+    now = tokenizer_files(spec)
+    if now is None or now == recorded:
+        return None
+    return f"the files of the tokenizer {manifest['tokenizer']!r} changed since the data was prepared with it " \
+           f"(another tokenizer saved in its folder: the data's ids may stand for other tokens in it)"
 
 
 def split_damage(out_dir: str, manifest: dict, split: str, arrays: dict | None = None) -> str | None:
