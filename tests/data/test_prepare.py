@@ -621,3 +621,20 @@ def test_a_tokenizer_saved_again_in_its_folder_is_a_changed_request(tmp_path):
     rebuilt = prepare(cfg, progress=False)
     assert "tokenizer_files" in rebuilt["request"] and prepare(cfg, progress=False) == rebuilt
 
+
+def test_a_rebuild_removes_the_shards_its_manifest_no_longer_names(tmp_path, jsonl_xz, jsonl_gz):
+    """Each rebuild (a source edited or dropped, another tokenizer) left the shards of what it no longer read in
+    shards/, a copy of their tokens each, for good. They go once the new manifest is written, not before."""
+    shards = tmp_path / "out" / "shards"
+    both = prepare(_cfg(tmp_path, [jsonl_xz, jsonl_gz]), progress=False)
+    keys = [os.path.basename(s["shard"]) for s in both["sources"]]
+    (shards / "notes.txt").write_text("not a shard: left alone")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{not json\n")
+    with pytest.raises(ValueError, match="bad.jsonl:1 is not valid JSON"):
+        prepare(_cfg(tmp_path, [jsonl_xz, str(bad)]), force=True, progress=False)
+    assert set(keys) <= set(os.listdir(shards))  # the old dataset is still there, and a rerun reuses them
+    one = prepare(_cfg(tmp_path, [jsonl_xz]), force=True, progress=False)
+    assert one["sources"][0]["shard"] == both["sources"][0]["shard"]  # reused, and kept
+    assert sorted(os.listdir(shards)) == sorted([keys[0], "notes.txt"])
+    assert prepare(_cfg(tmp_path, [jsonl_xz]), progress=False) == one  # complete without them: reused

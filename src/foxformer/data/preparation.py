@@ -2,7 +2,8 @@
 
 Output directory layout::
 
-    shards/<key>/tokens.bin, docs.npy, ids.json, done.json   one tokenized source (cache; reruns skip it)
+    shards/<key>/tokens.bin, docs.npy, ids.json, done.json   one tokenized source (cache; reruns skip it, and a
+                                                              finished prepare removes those it no longer reads)
     train.bin, train.idx.npy, train.src.npy                   tokens of the training documents, each followed
     val.bin,   val.idx.npy,   val.src.npy                     by the end-of-document token; idx = int64 [n_docs+1];
                                                               src = int16 [n_docs], each document's source index
@@ -20,6 +21,7 @@ import hashlib
 import json
 import numbers
 import os
+import re
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
@@ -490,4 +492,16 @@ def _build(cfg: PrepareConfig, infos: list, request: dict, tok, progress: bool, 
         "created_unix": time.time(),
     }
     write_json(os.path.join(cfg.out_dir, MANIFEST), manifest, sort_keys=True)
+    _prune_shards(cfg.out_dir, {os.path.basename(info["shard"]) for info in shard_infos})
     return manifest
+
+
+def _prune_shards(out_dir: str, kept: set[str]) -> None:
+    """Delete the shards of ``out_dir`` that its manifest no longer names (a source edited, another tokenizer):
+    each kept a copy of its source's tokens for good. Called with the folder lock held, once the manifest is
+    written: a prepare that fails before it still has them to reuse."""
+    folder = os.path.join(out_dir, "shards")
+    for entry in os.listdir(folder):
+        # only shard keys: temporaries are _remove_stale_tmp's, and the folder holds nothing else of ours
+        if entry not in kept and re.fullmatch(r"[0-9a-f]{16}", entry) and os.path.isdir(os.path.join(folder, entry)):
+            shutil.rmtree(os.path.join(folder, entry))
