@@ -123,3 +123,28 @@ def test_a_damaged_dataset_is_refused_and_prepare_rebuilds_it(tmp_path, jsonl_xz
     assert json.loads((tmp_path / "d" / "manifest.json").read_text())["tokens"] == m["tokens"]
     assert {n: (tmp_path / "d" / n).read_bytes() for n in files} == files
     assert len(TokenDataset(cfg.out_dir, "train", 16)) > 0 and os.path.exists(path)
+
+
+def test_a_tokenizer_folder_saved_again_since_the_data_is_refused(tmp_path):
+    """The run's tokenizer was compared with the dataset's by name only: another tokenizer saved in the folder
+    between `data prepare` and `train` went unnoticed, and the run was recorded with a tokenizer whose ids stood
+    for other tokens than the data's."""
+    import json
+
+    from .helpers import word_dataset, word_tokenizer
+
+    data, tok = word_dataset(tmp_path)
+    for spec in (tok, f"hf:{tok}"):
+        assert len(TokenDataset(data, "train", 32, expect_tokenizer=spec)) > 0
+    word_tokenizer(tok, {"b": 1, "a": 2})
+    for spec in (tok, f"hf:{tok}"):
+        with pytest.raises(ValueError, match=rf"the files of the tokenizer {re.escape(repr(f'hf:{tok}'))} changed "
+                                             rf"since the data was prepared with it .*prepare the data again with "
+                                             rf"--force.*or save the tokenizer the data was made with back"):
+            TokenDataset(data, "train", 32, expect_tokenizer=spec)
+    assert len(TokenDataset(data, "train", 32)) > 0  # its ids alone, as evaluation on --data reads them
+    # a dataset prepared before the folder's fingerprint was recorded: compared by name, as then
+    manifest = json.loads((tmp_path / "words" / "manifest.json").read_text())
+    del manifest["request"]["tokenizer_files"]
+    (tmp_path / "words" / "manifest.json").write_text(json.dumps(manifest))
+    assert len(TokenDataset(data, "train", 32, expect_tokenizer=tok)) > 0

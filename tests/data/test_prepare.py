@@ -10,6 +10,8 @@ from foxformer.data.preparation import PrepareConfig, prepare, read_manifest
 from foxformer.paths import write_json
 from foxformer.data.tokenizer import load_tokenizer
 
+from .helpers import word_tokenizer
+
 prep_mod = importlib.import_module("foxformer.data.preparation")
 
 
@@ -595,18 +597,6 @@ def test_a_forced_request_whose_source_fails_leaves_the_dataset_there(tmp_path, 
     assert prepare(cfg, progress=False) == first  # still the same request's, reused
 
 
-def _word_tokenizer(folder, vocab: dict) -> None:
-    """A word-level Hugging Face tokenizer of ``vocab`` (and "</s>" as eos) saved in ``folder``."""
-    pytest.importorskip("tokenizers")
-    from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    backend = Tokenizer(models.WordLevel(vocab={"[UNK]": 0, **vocab}, unk_token="[UNK]"))
-    backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    backend.add_special_tokens([AddedToken("</s>", special=True)])
-    PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="</s>", unk_token="[UNK]").save_pretrained(folder)
-
-
 def test_a_tokenizer_saved_again_in_its_folder_is_a_changed_request(tmp_path):
     """A tokenizer folder's spec stayed the same when another tokenizer was saved there: the same command returned
     the dataset in the old ids, and --force reused its shards, so training read ids the tokenizer no longer had."""
@@ -616,10 +606,10 @@ def test_a_tokenizer_saved_again_in_its_folder_is_a_changed_request(tmp_path):
     src.write_text("".join(json.dumps({"text": t}) + "\n" for t in ("a b a", "b b")))
     tok = tmp_path / "tok"
     cfg = _cfg(tmp_path, [str(src)], tokenizer=str(tok), val_fraction=0)
-    _word_tokenizer(tok, {"a": 1, "b": 2})
+    word_tokenizer(tok, {"a": 1, "b": 2})
     m = prepare(cfg, progress=False)
     assert _split_docs(cfg.out_dir, "train", m) == [[1, 2, 1, 3], [2, 2, 3]]
-    _word_tokenizer(tok, {"b": 1, "a": 2})  # loaded again, not the process's cached first load
+    word_tokenizer(tok, {"b": 1, "a": 2})  # loaded again, not the process's cached first load
     with pytest.raises(ValueError, match=f"the files of the tokenizer {re.escape(repr(str(tok)))} changed since"):
         prepare(cfg, progress=False)
     m = prepare(cfg, force=True, progress=False)
@@ -630,3 +620,21 @@ def test_a_tokenizer_saved_again_in_its_folder_is_a_changed_request(tmp_path):
     write_json(os.path.join(cfg.out_dir, "manifest.json"), m)
     rebuilt = prepare(cfg, progress=False)
     assert "tokenizer_files" in rebuilt["request"] and prepare(cfg, progress=False) == rebuilt
+
+
+def test_a_rebuild_removes_the_shards_its_manifest_no_longer_names(tmp_path, jsonl_xz, jsonl_gz):
+    """Each rebuild (a source edited or dropped, another tokenizer) left the shards of what it no longer read in
+    shards/, a copy of their tokens each, for good. They go once the new manifest is written, not before."""
+    shards = tmp_path / "out" / "shards"
+    both = prepare(_cfg(tmp_path, [jsonl_xz, jsonl_gz]), progress=False)
+    keys = [os.path.basename(s["shard"]) for s in both["sources"]]
+    (shards / "notes.txt").write_text("not a shard: left alone")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{not json\n")
+    with pytest.raises(ValueError, match="bad.jsonl:1 is not valid JSON"):
+        prepare(_cfg(tmp_path, [jsonl_xz, str(bad)]), force=True, progress=False)
+    assert set(keys) <= set(os.listdir(shards))  # the old dataset is still there, and a rerun reuses them
+    one = prepare(_cfg(tmp_path, [jsonl_xz]), force=True, progress=False)
+    assert one["sources"][0]["shard"] == both["sources"][0]["shard"]  # reused, and kept
+    assert sorted(os.listdir(shards)) == sorted([keys[0], "notes.txt"])
+    assert prepare(_cfg(tmp_path, [jsonl_xz]), progress=False) == one  # complete without them: reused

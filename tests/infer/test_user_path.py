@@ -94,3 +94,30 @@ def test_a_path_inside_a_run_that_is_no_model_names_the_run_dir(run_dir, tmp_pat
     (run / "checkpoints" / "latest").write_text("step_00000008\n")
     assert main(["generate", str(run / inside), "--prompt", "x", "--device", "cpu"]) == 2
     assert _error(capsys).endswith(f"; for the run's latest checkpoint pass the run dir {run}")
+
+
+@pytest.mark.parametrize("command", [
+    ["generate", "RUN", "--prompt", "a b", "--max-new-tokens", "2"],
+    ["bias-shift", "RUN", "--source", "TEXT", "--seq-len", "8", "--num-seqs", "1", "--shifts", "0"],
+    ["eval", "loss", "RUN", "--source", "TEXT", "--seq-len", "8", "--num-seqs", "1", "--n-boot", "10"],
+], ids=["generate", "bias-shift", "eval-loss"])
+def test_a_tokenizer_folder_saved_again_since_the_runs_data_is_one_error_line(tmp_path, capsys, command):
+    """A run names its tokenizer by its folder: another tokenizer saved there since its data was prepared
+    tokenized prompts and text into ids that stood for other tokens in the model's training, without a word."""
+    from ..data.helpers import word_dataset, word_tokenizer
+
+    data, tok = word_dataset(tmp_path)
+    run = tmp_path / "run"
+    make_model("fox-pro-tiny", dtype=torch.float32).save_pretrained(run / "hf")
+    (run / "config.yaml").write_text(yaml.safe_dump({"preset": "fox-pro-tiny", "context": 16,
+                                                     "tokenizer": f"hf:{tok}", "data_dir": data}))
+    text = tmp_path / "text.txt"
+    text.write_text(" ".join(["a", "b"] * 20))
+    argv = [{"RUN": str(run), "TEXT": str(text)}.get(a, a) for a in command] + ["--device", "cpu"]
+    assert main(argv) == 0  # the tokenizer the data was made with
+    word_tokenizer(tok, {"b": 1, "a": 2})
+    assert main(argv) == 2
+    line = _error(capsys)
+    assert f"run was trained on {data!r}, and the files of the tokenizer 'hf:{tok}' changed since" in line
+    assert line.endswith("save the tokenizer the data was made with back in its folder, or train on data prepared "
+                         "again with the new one")

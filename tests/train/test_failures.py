@@ -76,6 +76,20 @@ def test_wrong_tokenizer_dataset_fails_before_writing(make_cfg, tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.parametrize("given", [True, False], ids=["tokenizer-given", "tokenizer-from-the-data"])
+def test_a_tokenizer_folder_saved_again_since_the_data_fails_before_writing(make_cfg, tmp_path, given):
+    """Compared by name only, a tokenizer folder saved again between `data prepare` and `train` trained a run on
+    ids that the tokenizer its config names now gives to other tokens."""
+    from ..data.helpers import word_dataset, word_tokenizer
+
+    data, tok = word_dataset(tmp_path)
+    word_tokenizer(tok, {"b": 1, "a": 2})
+    out = tmp_path / "never"
+    with pytest.raises(ValueError, match="the files of the tokenizer .* changed since the data was prepared"):
+        train(make_cfg(data_dir=data, out_dir=str(out), tokenizer=tok if given else None))
+    assert not out.exists()
+
+
 def test_changed_config_on_resume_is_refused(finished_run, make_cfg):
     run = finished_run.out_dir
     before = _snapshot(run)

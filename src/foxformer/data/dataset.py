@@ -14,7 +14,7 @@ import os
 import numpy as np
 import torch
 
-from .preparation import FORMAT, read_manifest, split_damage
+from .preparation import FORMAT, read_manifest, split_damage, tokenizer_change
 from .tokenizer import canonical_name
 
 
@@ -47,6 +47,10 @@ class TokenDataset:
             raise ValueError(f"data: {data_dir!r} was tokenized with {manifest['tokenizer']!r} but the run expects "
                              f"tokenizer {expect_tokenizer!r}; leave the tokenizer out to use the dataset's, or "
                              f"prepare the data again with --tokenizer {expect_tokenizer}")
+        change = None if expect_tokenizer is None else tokenizer_change(manifest, expect_tokenizer)
+        if change:
+            raise ValueError(f"data: {data_dir!r}: {change}; prepare the data again with --force (the same `foxformer "
+                             f"data prepare` command), or save the tokenizer the data was made with back in its folder")
         if vocab_size is not None and manifest["vocab_size"] > vocab_size:
             raise ValueError(f"data: {data_dir!r} uses a tokenizer with {manifest['vocab_size']} ids but the model's "
                              f"vocab_size is {vocab_size}")

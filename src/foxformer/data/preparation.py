@@ -2,7 +2,8 @@
 
 Output directory layout::
 
-    shards/<key>/tokens.bin, docs.npy, ids.json, done.json   one tokenized source (cache; reruns skip it)
+    shards/<key>/tokens.bin, docs.npy, ids.json, done.json   one tokenized source (cache; reruns skip it, and a
+                                                              finished prepare removes those it no longer reads)
     train.bin, train.idx.npy, train.src.npy                   tokens of the training documents, each followed
     val.bin,   val.idx.npy,   val.src.npy                     by the end-of-document token; idx = int64 [n_docs+1];
                                                               src = int16 [n_docs], each document's source index
@@ -20,6 +21,7 @@ import hashlib
 import json
 import numbers
 import os
+import re
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
@@ -30,7 +32,7 @@ from tqdm.auto import tqdm
 from ..paths import check_output_dir, folder_lock, write_json
 from ..progress import bars_shown
 from .sources import describe_source, iter_documents
-from .tokenizer import GPT2_SPEC, load_tokenizer, tokenizer_files
+from .tokenizer import GPT2_SPEC, canonical_name, load_tokenizer, tokenizer_files
 
 FORMAT = "foxformer-tokens-v1"
 MANIFEST = "manifest.json"
@@ -115,6 +117,22 @@ def read_manifest(out_dir: str) -> dict | None:
         raise ValueError(f"data: {path} is not a complete prepared dataset's manifest (it lacks {', '.join(missing)}); "
                          f"prepare the dataset again (with --force)")
     return manifest
+
+
+def tokenizer_change(manifest: dict, spec: str) -> str | None:
+    """How the tokenizer ``spec`` differs from the one the dataset of ``manifest`` was prepared with, when both
+    bear one name (another name is the caller's to refuse), in words; None when nothing is seen to differ. A
+    folder's tokenizer is compared by the fingerprint of its files (tokenizer_files): another tokenizer saved
+    there since gives its ids to other tokens. A dataset prepared before the fingerprint was recorded, or a folder
+    that is not there (the spec read elsewhere), is taken at its name."""
+    recorded = (manifest.get("request") or {}).get("tokenizer_files")
+    if not recorded or canonical_name(spec) != manifest["tokenizer"]:
+        return None
+    now = tokenizer_files(spec)
+    if now is None or now == recorded:
+        return None
+    return f"the files of the tokenizer {manifest['tokenizer']!r} changed since the data was prepared with it " \
+           f"(another tokenizer saved in its folder: the data's ids may stand for other tokens in it)"
 
 
 def split_damage(out_dir: str, manifest: dict, split: str, arrays: dict | None = None) -> str | None:
@@ -475,4 +493,16 @@ def _build(cfg: PrepareConfig, infos: list, request: dict, tok, progress: bool, 
         "created_unix": time.time(),
     }
     write_json(os.path.join(cfg.out_dir, MANIFEST), manifest, sort_keys=True)
+    _prune_shards(cfg.out_dir, {os.path.basename(info["shard"]) for info in shard_infos})
     return manifest
+
+
+def _prune_shards(out_dir: str, kept: set[str]) -> None:
+    """Delete the shards of ``out_dir`` that its manifest no longer names (a source edited, another tokenizer):
+    each kept a copy of its source's tokens for good. Called with the folder lock held, once the manifest is
+    written: a prepare that fails before it still has them to reuse."""
+    folder = os.path.join(out_dir, "shards")
+    for entry in os.listdir(folder):
+        # only shard keys: temporaries are _remove_stale_tmp's, and the folder holds nothing else of ours
+        if entry not in kept and re.fullmatch(r"[0-9a-f]{16}", entry) and os.path.isdir(os.path.join(folder, entry)):
+            shutil.rmtree(os.path.join(folder, entry))

@@ -79,6 +79,7 @@ def _out_dir(args, models) -> str:
 def _tokenizer(args, models):
     from foxformer.data import load_tokenizer
     from foxformer.data.tokenizer import canonical_name
+    from foxformer.train.loading import check_tokenizer
 
     # one tokenization feeds every model: models trained on different ones cannot share it
     known = sorted({canonical_name(m.tokenizer) for m in models if m.tokenizer})
@@ -91,6 +92,7 @@ def _tokenizer(args, models):
         raise ValueError(f"--tokenizer: {given!r} is not the tokenizer the models were trained with "
                          f"({known[0]!r}); leave --tokenizer out to use theirs")
     spec = given or next((m.tokenizer for m in models if m.tokenizer), None) or "gpt2"
+    check_tokenizer(models, spec)
     return load_tokenizer(spec), spec
 
 

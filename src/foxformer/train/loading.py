@@ -18,6 +18,7 @@ from typing import Optional
 import torch
 from safetensors import SafetensorError
 
+from foxformer.data.preparation import read_manifest, tokenizer_change
 from foxformer.models.calls import hf_progress
 from foxformer.models.hub import download, is_hub_id
 from foxformer.models.official import OFFICIAL_TYPES, load_official
@@ -226,6 +227,22 @@ def _load_model(path, device, dtype, name, train_len, attention_backend) -> Load
     tokenizer = run_cfg.get("tokenizer") or (_hf_tokenizer(hf_path, model) if hf_path else None)
     return LoadedModel(model=model, name=label, path=given, train_len=int(ctx) if ctx else None,
                        tokenizer=tokenizer, source=source, step=step, data_dir=run_cfg.get("data_dir"))
+
+
+def check_tokenizer(models: list[LoadedModel], spec: str) -> None:
+    """ValueError when ``spec`` names a tokenizer folder whose files changed since the dataset a model's run trained
+    on was prepared with it (data.preparation.tokenizer_change): text tokenized with it now would give the model
+    ids that stood for other tokens in its training. Models without a dataset that is still there pass."""
+    for m in models:
+        try:
+            manifest = read_manifest(m.data_dir) if m.data_dir and os.path.isdir(m.data_dir) else None
+        except ValueError:  # a damaged dataset: nothing here reads it, and there is no fingerprint to compare
+            manifest = None
+        change = manifest and tokenizer_change(manifest, spec)
+        if change:
+            raise ValueError(f"tokenizer: {m.name} was trained on {m.data_dir!r}, and {change}; save the tokenizer "
+                             f"the data was made with back in its folder, or train on data prepared again with the "
+                             f"new one")
 
 
 def _default_name(path: str) -> str:
