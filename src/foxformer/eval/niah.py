@@ -27,14 +27,8 @@ import torch
 from tqdm.auto import tqdm
 
 from foxformer.data.tokenizer import start_ids
-<<<<<<< HEAD
 from foxformer.models.calls import cache_of, fresh_cache, model_device, vocab_size_of
-=======
-from foxformer.models.calls import cache_of
-
-from foxformer.models.calls import model_device, vocab_size_of
 from foxformer.progress import bars_shown
->>>>>>> side42-b2
 
 from .loss import check_finite
 
