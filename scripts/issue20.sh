@@ -20,6 +20,8 @@
 #   bash scripts/issue20.sh headdim125 0  # GPU: the same two head dims at 125M, one seed a call (then 1, 2)
 #   bash scripts/issue20.sh bias125 "0 1"  # GPU: FoX (Pro) 125M with seeds, and its gate-bias shift on the mix (then
 #                                         # `bias125 2`)
+#   bash scripts/issue20.sh biasstatic "1 2"  # GPU: the LLaMA block's static gates (data-independent, fixed) with
+#                                         # seeds, and their gate-bias shift on the mix (then `biasstatic 0`)
 #   bash scripts/issue20.sh lr 1e-3 "0 1"  # GPU: FoX (Pro) and Transformer (Pro) at lr 1e-3, two seeds side by side;
 #                                         # then `lr 1e-3 2` (is FoX (Pro)'s seed spread at 2e-3 the rate's?);
 #                                         # `lr 1e-3 "0 1" llama`: the LLaMA pair
@@ -191,6 +193,19 @@ bias125)
         MINUTES=${HD125_MINUTES:-6.2} BIAS_SHIFT=1 BIAS_SHIFTS=-1,-0.5,0,0.5,1,2,4 RUNS=runs_bias125 \
         bash scripts/reproduce.sh fox-pro-125m
     ;;
+biasstatic)
+    # The gate-bias shift of the LLaMA block's static gates on the mix (one seed each in the fifth session's table of
+    # "A 125M FoX (Pro), and the inference-time gate-bias shift"), with seeds: the data-independent and the fixed
+    # gate trained as `ablation N` trains them (the same recipe, specs and seeds), then only `bias-shift` on 8
+    # held-out sequences of 16K tokens from -1 to +4, as `bias125`. Their loss on the mix and their gates are the
+    # `ablation` calls' (EVAL_MIX=0, GATES=0: issue20_doc.py pools no run twice). Two seeds make four models side
+    # by side, a seed call's load (seed-ood's guard); then `biasstatic 0` alone.
+    s=${2:?biasstatic: give the seeds, e.g. biasstatic \"1 2\"}
+    unpack carry_seed
+    DATA=$CARRY/gpt2 SEEDS="$s" EVAL_MIX=0 GATES=0 BIAS_SHIFT=1 BIAS_SHIFTS=-1,-0.5,0,0.5,1,2,4 \
+        MINUTES=${OOD_MINUTES:-6.2} RUNS=runs_biasstatic bash scripts/reproduce.sh \
+        fox-llama-small:fgate=data_independent fox-llama-small:fgate=fixed
+    ;;
 lr)
     # The Pro pair at another learning rate, seeded: FoX (Pro)'s final validation loss spreads by 0.118 nats over
     # three seeds at the recipe's 2e-3 (the Transformer (Pro)'s by 0.022), and the fifth session's one-seed sweep put
@@ -253,7 +268,7 @@ mqar)
     tar -C "$OUT" -czf "$tgz" --exclude=models . && find "$OUT" -mindepth 1 -delete && mv "$tgz" "$OUT/mqar_bundle.tgz"
     ;;
 *)
-    echo "usage: bash scripts/issue20.sh data | seed N | seed-ood N | lodo [SEEDS] | lodo-rest SEEDS | ablation N | headdim SEEDS | headdim125 N | bias125 SEEDS | lr LR SEEDS [llama] | proablation N | mqar" >&2
+    echo "usage: bash scripts/issue20.sh data | seed N | seed-ood N | lodo [SEEDS] | lodo-rest SEEDS | ablation N | headdim SEEDS | headdim125 N | bias125 SEEDS | biasstatic SEEDS | lr LR SEEDS [llama] | proablation N | mqar" >&2
     exit 2
     ;;
 esac

@@ -356,7 +356,8 @@ SHIFT_UNITS = {
 def _kind_label(kind: str) -> str:
     base, _, data = kind.partition("/")
     size = re.fullmatch(r"(.*)-(\d+m)", base)
-    label = LABELS.get(base) or (f"{LABELS[size.group(1)]} {size.group(2).upper()}"
+    ablated = {k: label for _, _, _, kinds in ABLATIONS.values() for k, label in kinds.items()}
+    label = LABELS.get(base) or ablated.get(base) or (f"{LABELS[size.group(1)]} {size.group(2).upper()}"
                                  if size and size.group(1) in LABELS else base)
     return label + (", no prose" if data == "noprose" else "")
 

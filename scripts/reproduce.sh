@@ -144,7 +144,8 @@ evaluate() {  # evaluate PRESET: every evaluation of one run
         [ "$gated" = 1 ] && step "gates_ood_${tag}_$p.log" $FX analyze gates "$r" --data "$dir" --split train \
             --within-docs --out "$r/gates_ood_$tag" --no-progress
     done
-    [ "$gated" = 1 ] && step "gates_$p.log" $FX analyze gates "$r" --data "$DATA" --no-progress
+    # GATES=0: not the gates on the mix (a call whose runs repeat seeds whose gates an earlier call analysed)
+    [ "$gated" = 1 ] && [ "${GATES:-1}" = 1 ] && step "gates_$p.log" $FX analyze gates "$r" --data "$DATA" --no-progress
     # BIAS_SHIFT_OOD=1: the gate-bias shift on each out-of-mix text, both ways (does a gate that forgot slower or
     # faster read that text better?), into RUN/bias_shift_ood_TAG (issue20_doc.py tables it)
     for pair in $OOD; do

@@ -384,3 +384,32 @@ def test_runs_at_another_learning_rate_are_their_own_kind(doc_script, tmp_path, 
     assert summary["lr_pro"] == ["- lr 1e-3, FoX (Pro), lr 1e-3 - Transformer (Pro), lr 1e-3 (3 seeds): mean loss over "
                                  + summary["lr_pro"][0].split("mean loss over ")[1]]
     assert "**-0.1" in summary["lr_pro"][0] and units["eval_pro"] == old[0]["eval_pro"]
+
+
+def test_the_static_gates_bias_shift_is_labelled_as_their_ablation(doc_script, tmp_path, monkeypatch):
+    """`issue20.sh biasstatic`: the LLaMA block's data-independent and fixed gates, bias-shifted on the mix without
+    their loss on it (their ablation calls have that), get the ablation's labels in the bias-shift unit, and their
+    runs do not enter the ablation unit (no loss on the mix to pool twice)."""
+    import yaml
+
+    monkeypatch.setattr(doc_script, "OUT", str(tmp_path / "out"))
+    bundle = tmp_path / "biasstatic"
+    shifts = [-1.0, 0.0, 4.0]
+    for gate in ("data_independent", "fixed"):
+        run = bundle / "runs" / f"fox-llama-small_fgate-{gate}_s1"
+        (run / "bias_shift_mix").mkdir(parents=True)
+        (run / "config.yaml").write_text(yaml.safe_dump(
+            {"preset": "fox-llama-small", "model": {"fgate": gate}, "data_dir": "c/gpt2"}))
+        (run / "bias_shift_mix" / "bias_shift.json").write_text(json.dumps(
+            {"shifts": shifts, "train_len": 4096, "mean_loss": [3.2, 3.1, 4.5], "loss_within": [3.2, 3.1, 4.5],
+             "loss_beyond": [3.1, 3.0, 4.4], "seq_len": 16384, "num_seqs": 8}))
+    runs = doc_script.find_runs([str(bundle)])
+    units: dict = {}
+    doc_script._bias_shifts(runs, units)
+    body, lines = units["bias_shift_mix"]
+    assert [r.split(" | ")[0] for r in body if r.startswith("| FoX (LLaMA)")] == [
+        "| FoX (LLaMA), data-independent gate", "| FoX (LLaMA), fixed gate"]
+    assert all("(1 seed)" in line for line in lines), lines
+    ablation_units: dict = {}
+    doc_script._ablations(runs, ablation_units, [], {os.path.abspath(bundle)})
+    assert ablation_units == {}
