@@ -220,6 +220,39 @@ def test_validation_split_with_fewer_sequences_than_ranks(tmp_path, world, val_s
         assert sum(g.sums[i] for g in gates).tolist() == pytest.approx(total.tolist())
 
 
+def test_validation_goes_through_the_head_in_chunks_with_the_logits_paths_losses(tmp_path):
+    """The periodic validation never builds the [B, T, V] logits (they ran a run out of memory beside three others
+    on an H100 when the run trained without --fused-loss), and its per-position losses are the logits path's."""
+    import json
+
+    import numpy as np
+
+    from foxformer.data.dataset import TokenDataset
+    from foxformer.data.preparation import PrepareConfig, prepare
+    from foxformer.models import FoxForCausalLM, get_preset
+    from foxformer.train.distributed import DistInfo
+    from foxformer.train.loop import evaluate
+
+    src = tmp_path / "docs.jsonl"
+    src.write_text("".join(json.dumps({"text": f"document {i} " + "some words " * 20}) + "\n" for i in range(8)))
+    prepare(PrepareConfig(sources=[str(src)], out_dir=str(tmp_path / "data"), tokenizer="bytes", val_fraction=0.5),
+            progress=False)
+    val = TokenDataset(str(tmp_path / "data"), "val", 64)
+    torch.manual_seed(0)
+    model = FoxForCausalLM(get_preset("fox-pro-tiny", vocab_size=320, attention_backend="torch"))
+    x = torch.from_numpy(np.stack([val.sequence(j) for j in range(len(val))]))
+    with torch.no_grad():
+        want = model(x, labels=x, loss_reduction="none").loss.double().mean(0).numpy()
+
+    def no_logits(module, args):
+        raise AssertionError("the evaluation built the [B, T, V] logits")
+
+    hook = model.lm_head.register_forward_pre_hook(no_logits)
+    loss, per_pos = evaluate(model, val, len(val), 2, DistInfo(0, 1, 0, torch.device("cpu"), "none"), False)
+    hook.remove()
+    assert per_pos == pytest.approx(want, rel=1e-5, abs=1e-6) and loss == pytest.approx(want.mean(), rel=1e-6)
+
+
 @pytest.mark.parametrize("precision,peak_dtype", [("fp32", "tf32"), ("bf16", "bf16")], ids=["fp32-tf32", "bf16"])
 def test_mfu_peak_follows_the_training_precision(make_cfg, tmp_path, monkeypatch, precision, peak_dtype):
     """fp32 training runs its matmuls on TF32 tensor cores on a GPU: its MFU is against the TF32 peak, not

@@ -204,10 +204,11 @@ def _check_gradients_arrived(model: torch.nn.Module) -> None:
 
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, val: TokenDataset, n_seqs: int, micro_batch: int, info: DistInfo,
-             bf16: bool, loss_kwargs: dict | None = None, gates: GateMeans | None = None) -> tuple[float, np.ndarray]:
+             bf16: bool, gates: GateMeans | None = None) -> tuple[float, np.ndarray]:
     """Mean validation loss and per-position loss L(i) (fp64 [T-1]) over ``n_seqs`` sequences spread evenly
-    over the validation split (so that many documents, not just the first, are represented). ``loss_kwargs``
-    as the training step's: {"return_logits": False} computes the losses without the [B, T, V] logits.
+    over the validation split (so that many documents, not just the first, are represented), through the LM head
+    in chunks whatever the training step does: the [B, T, V] fp32 logits of 8 x 4K tokens (6 GiB) ran a run out
+    of memory at its first evaluation beside three others on an H100 (forty-third session, without --fused-loss).
     ``gates``: the forget_gate_means of the block around the call, told which rows of each forward count.
 
     The sequences are the same for any world size, so a run resumed on another number of ranks goes on with
@@ -232,7 +233,7 @@ def evaluate(model: torch.nn.Module, val: TokenDataset, n_seqs: int, micro_batch
             gates.rows = real
         x = torch.from_numpy(np.stack([val.sequence(j) for j in idx])).to(info.device)
         with _autocast(info.device, bf16):
-            per_tok = model(x, labels=x, loss_reduction="none", **(loss_kwargs or {})).loss  # [B, T-1]
+            per_tok = model(x, labels=x, loss_reduction="none", return_logits=False).loss  # [B, T-1]
         sums += per_tok[:real].double().sum(0)
     if gates is not None:
         gates.rows = None
@@ -524,7 +525,7 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, held: con
     def run_eval() -> dict:
         try:
             with forget_gate_means(model) as gates:
-                loss, _ = evaluate(model, val_ds, eval_seqs, plan.micro_batch, info, bf16, loss_kwargs, gates)
+                loss, _ = evaluate(model, val_ds, eval_seqs, plan.micro_batch, info, bf16, gates)
         except NonFiniteValueError as e:
             raise _diverged(cfg, step, f"the validation forward pass overflowed ({e})") from None
         if not math.isfinite(loss):  # a model that gives NaN on held-out text is no checkpoint to keep
