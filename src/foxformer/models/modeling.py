@@ -18,7 +18,7 @@ from transformers.utils import ModelOutput
 from transformers.utils.generic import TransformersKwargs, can_return_tuple
 
 from ..argtypes import did_you_mean
-from .config import FoxConfig
+from .config import FoxConfig, field_hint
 from .kvcache.cache import FoxCache
 from .kvcache.dense import DenseKV
 from .kvcache.graphs import DecodeGraphs, step_kind
@@ -264,6 +264,18 @@ class FoxPreTrainedModel(PreTrainedModel):
     supports_gradient_checkpointing = True
     _no_split_modules = ["Block"]
 
+    def __init__(self, config: FoxConfig, **kwargs):
+        """from_pretrained hands the model every keyword that is neither a loading option nor an attribute of the
+        config (the config only warned, "ignored"): ``from_pretrained(dir, num_hiden_layers=1)`` ended in a bare
+        TypeError from __init__. Refused as transformers refuses it for its own models, in one line naming the
+        field meant."""
+        if kwargs:
+            key = next(iter(kwargs))
+            raise TypeError(f"{type(self).__name__}: unknown keyword argument {key!r}{field_hint(key)}: "
+                            f"from_pretrained takes FoxConfig's fields and transformers' loading options; fix the name "
+                            f"or leave it out")
+        super().__init__(config)
+
     def save_pretrained(self, save_directory, *args, **kwargs):
         """transformers' save_pretrained, then the SAVE_WRITERS (on the main process only)."""
         if not SAVE_WRITERS:
@@ -364,8 +376,8 @@ class FoxPreTrainedModel(PreTrainedModel):
 class FoxModel(FoxPreTrainedModel):
     """Embedding, blocks, final RMSNorm. Returns FoxModelOutput."""
 
-    def __init__(self, config: FoxConfig):
-        super().__init__(config)
+    def __init__(self, config: FoxConfig, **kwargs):
+        super().__init__(config, **kwargs)
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(Block(config, i) for i in range(config.num_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
@@ -613,8 +625,8 @@ class FoxForCausalLM(FoxPreTrainedModel, GenerationMixin):
 
     _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
 
-    def __init__(self, config: FoxConfig):
-        super().__init__(config)
+    def __init__(self, config: FoxConfig, **kwargs):
+        super().__init__(config, **kwargs)
         self.model = FoxModel(config)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.post_init()
