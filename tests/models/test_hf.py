@@ -70,6 +70,21 @@ def test_tying_an_untied_checkpoint_leaves_its_config_saying_untied(tmp_path, lo
 
 
 @pytest.mark.parametrize("loader", [FoxForCausalLM, AutoModelForCausalLM], ids=["fox-class", "auto-class"])
+def test_untying_a_tied_checkpoint_starts_the_head_as_the_embedding(tmp_path, loader):
+    """A tied checkpoint holds no lm_head.weight: loaded with tie_word_embeddings=False the head was randomly
+    initialised (transformers reported it missing) and the model computed other logits than the one saved."""
+    model = make_model("fox-llama-tiny", tie_embeddings=True)
+    model.save_pretrained(tmp_path)
+    loaded, info = loader.from_pretrained(tmp_path, tie_word_embeddings=False, dtype=torch.float64,
+                                          output_loading_info=True)
+    assert info["missing_keys"] == set() and loaded.config.tie_embeddings is False
+    assert loaded.lm_head.weight is not loaded.model.embed_tokens.weight
+    assert torch.equal(loaded.lm_head.weight, model.model.embed_tokens.weight)
+    ids = tokens(2, 7)
+    torch.testing.assert_close(loaded.eval()(ids).logits, model(ids).logits, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("loader", [FoxForCausalLM, AutoModelForCausalLM], ids=["fox-class", "auto-class"])
 def test_a_misspelled_override_at_loading_is_one_error_naming_the_field(tmp_path, loader):
     """transformers hands the model the keywords the config has no attribute for: the config warned that it ignored
     num_hiden_layers, then __init__ raised a bare TypeError (as for transformers' own models)."""

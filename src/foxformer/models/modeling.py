@@ -642,6 +642,21 @@ class FoxForCausalLM(FoxPreTrainedModel, GenerationMixin):
             model.config.tie_embeddings = False
         return loaded
 
+    def _adjust_missing_and_unexpected_keys(self, loading_info, *args, **kwargs):
+        """transformers' clean-up of the load report, after the weights are in and tied: a checkpoint saved tied holds
+        no lm_head.weight, so loading it untied (``tie_word_embeddings=False``) left the head randomly initialised
+        (reported missing), and the model computed other logits than the one saved. The head starts as a copy of
+        the embedding instead, which is what the saved model computed with, and is no longer reported missing.
+        loading_info: the load's LoadStateDictInfo (in earlier transformers 5 releases, the missing keys themselves)."""
+        missing = getattr(loading_info, "missing_keys", loading_info)
+        head, embedding = self.lm_head.weight, self.model.embed_tokens.weight
+        if ("lm_head.weight" in missing and "model.embed_tokens.weight" not in missing and head is not embedding
+                and head.shape == embedding.shape and "meta" not in (head.device.type, embedding.device.type)):
+            with torch.no_grad():
+                head.copy_(embedding)
+            missing.remove("lm_head.weight")
+        return super()._adjust_missing_and_unexpected_keys(loading_info, *args, **kwargs)
+
     def get_input_embeddings(self) -> nn.Embedding:
         return self.model.embed_tokens
 
