@@ -616,6 +616,10 @@ def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor, cu_seqlens: Optio
     return loss / count
 
 
+# transformers' cache_implementation for its default cache (DynamicCache): one that grows as tokens come, which
+# FoxCache, the cache generate runs foxformer models on, is (storage for max_length at once, doubling past it)
+DYNAMIC_CACHE = "dynamic"
+
 # generate's bookkeeping, never a forward argument (transformers drops the first two too)
 _NOT_FORWARDED = ("labels", "next_sequence_length", "is_first_iteration")
 
@@ -745,9 +749,13 @@ class FoxForCausalLM(FoxPreTrainedModel, GenerationMixin):
                        "cache_implementation": "another cache implementation (FoX keeps its gate sums in FoxCache)"}
         for name, what in unsupported.items():
             value = getattr(generation_config, name, None)
+            if name == "cache_implementation" and value == DYNAMIC_CACHE:
+                continue
             if value:
+                other = (f" or pass {DYNAMIC_CACHE!r} (FoxCache, also the default)"
+                         if name == "cache_implementation" else "")
                 raise ValueError(f"generate: {name}={value!r} asks for {what}, which foxformer models do not "
-                                 f"support; leave it out")
+                                 f"support; leave it out{other}")
         # transformers 5.25 keeps assistant_model out of model_kwargs and hands the generation mode here instead:
         # the check of model_kwargs alone let it through to an AttributeError on FoxCache (activate_past_recording).
         mode = next((a for a in (*args, *kwargs.values()) if isinstance(a, GenerationMode)), None)
@@ -760,8 +768,16 @@ class FoxForCausalLM(FoxPreTrainedModel, GenerationMixin):
             warnings.warn(f"generate: the prompt and new tokens may reach {generation_config.max_length} tokens, more "
                           f"than the {trained} this model was trained on (config.train_len); past them FoX degrades "
                           f"gracefully, a Transformer with RoPE badly", stacklevel=3)
-        result = super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
         passed = model_kwargs.get("cache") is not None or model_kwargs.get("past_key_values") is not None
+        asked = generation_config.cache_implementation
+        if asked == DYNAMIC_CACHE and not passed:
+            # transformers would say it ignores the request: FoxCache grants it (transformers refuses it beside a
+            # cache passed in, so it keeps it there)
+            generation_config.cache_implementation = None
+        try:
+            result = super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
+        finally:
+            generation_config.cache_implementation = asked
         if generation_config.use_cache is not False and not passed:
             # The last new token is never fed back: the cache sees max_length - 1 tokens.
             fed = (generation_config.max_length or 0) - 1
