@@ -547,3 +547,21 @@ def test_generate_top_k_0_and_top_p_1_sample_from_every_token_as_the_help_says(h
     assert len(set(texts)) == 1 and texts[0].strip()
     assert main(common + ["--top-k", "1"]) == 0
     assert capsys.readouterr().out != texts[0]  # a filter that bites changes the text, so the comparison can tell
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "no-stream"])
+def test_generate_stops_at_the_first_stop_string_and_cuts_it_off(hf_dir, tmp_path, capsys, stream):
+    common = ["generate", "--model", hf_dir, "--tokenizer", "bytes", "--prompt", "Once upon", "--max-new-tokens",
+              "16", "--temperature", "0", "--ignore-eos", "--device", "cpu"]
+    assert main(common + ["--no-stream"]) == 0
+    free = capsys.readouterr().out[:-1]
+    stops = [free[7:9], free[3:5]]  # the second comes first in the text
+    out = tmp_path / "gen.json"
+    args = common + [f"--stop={stops[0]}", f"--stop={stops[1]}", "--out", str(out)] + ([] if stream else
+                                                                                         ["--no-stream"])
+    assert main(args) == 0
+    want = free[:min(free.index(stop) for stop in stops)]
+    assert len(want) < len(free) - 2
+    assert capsys.readouterr().out == want + "\n"
+    data = json.loads(out.read_text())
+    assert data["text"] == want and data["settings"]["stop"] == stops and data["new_tokens"] < 16

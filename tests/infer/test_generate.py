@@ -136,6 +136,97 @@ def test_a_sentencepiece_tokenizer_streams_the_spaces_between_words(monkeypatch)
     assert "".join(pieces) == tok.decode(script[:-1]) == "Hello world!\u00e9 world"
 
 
+STOPS = {"split-across-tokens": (["o w"], 20, ["Hell"]),
+         "first-found-in-the-text": ([". The", "ll"], 20, ["He"]),
+         "held-back-then-released": (["worlds", ". X"], 20, ["Hello", " ", "world", ". The", " end"]),
+         "held-back-at-the-last-token": (["worlds"], 2, ["Hello", " ", "world"]),
+         "one-string": (" end", 20, ["Hello", " world", ".", " The"])}
+
+
+@pytest.mark.parametrize("stops, max_new_tokens, pieces", list(STOPS.values()), ids=list(STOPS))
+def test_stop_strings_cut_the_streamed_text_before_them(monkeypatch, stops, max_new_tokens, pieces):
+    """Stop strings end the text, which stops before the first one in it (the stop string is not output); text that
+    may begin one is held back until the next token tells, so no piece streamed out holds part of a stop string."""
+    tok = load_tokenizer("gpt2")
+    gen = _scripted(monkeypatch, tok.encode("Hello world. The end") + [tok.eot_id])
+    state = {}
+    assert list(gen.generate(make_model(), tok, "x", max_new_tokens=max_new_tokens, stop=stops, state=state)) == pieces
+    if stops == ["o w"]:
+        assert state["new_tokens"] == 2  # " world" completed the stop string: nothing read past it
+
+
+def test_stop_strings_end_a_generation_early():
+    model = make_model("fox-pro-tiny")
+    tok = load_tokenizer("bytes")
+    free = "".join(generate(model, tok, "Once upon", max_new_tokens=24, temperature=0, ignore_eos=True))
+    stop = free[6:9]
+    calls = []
+    handle = model.register_forward_hook(lambda *_: calls.append(None))
+    state = {}
+    text = "".join(generate(model, tok, "Once upon", max_new_tokens=24, temperature=0, ignore_eos=True, stop=[stop],
+                            state=state))
+    handle.remove()
+    assert text == free[:free.index(stop)] and len(free) > len(text) + len(stop)
+    assert state["new_tokens"] < 24 and len(calls) <= state["new_tokens"] + 1  # the prefill, one step queued per token
+
+
+def test_rows_of_a_batch_end_each_at_its_first_stop(monkeypatch):
+    """A list of prompts yields each row's piece per step: a row ends at a stop string or the stop token when it
+    comes ("" after that), the others go on, and no token is read once every row has ended."""
+    from foxformer.infer import generation as gen
+
+    tok = load_tokenizer("gpt2")
+    rows = [tok.encode("Hello. The end"), tok.encode("Hello world, and more. The end"),
+            tok.encode("Hi") + [tok.eot_id] + tok.encode(" unread")]
+    width = max(map(len, rows))
+    script = torch.tensor([row + [tok.eot_id] * (width - len(row)) for row in rows])
+    read = []
+
+    def fake_stream(model, ids, cfg, state, **kwargs):
+        assert kwargs["attention_mask"].tolist() == [[0, 0, 1], [0, 1, 1], [1, 1, 1]]  # left padding
+        for step in range(script.shape[1]):
+            read.append(step)
+            yield script[:, step]
+
+    monkeypatch.setattr(gen, "stream_tokens", fake_stream)
+    state = {}
+    steps = list(gen.generate(make_model(), tok, ["a", "b c", "a longer prompt"], max_new_tokens=40,
+                              stop=[". The"], state=state))
+    assert [[step[row] for step in steps] for row in range(3)] == [
+        ["Hello", "", "", "", "", "", ""],
+        ["Hello", " world", ",", " and", " more", "", ""],  # "." held back: it may begin ". The"
+        ["Hi", "", "", "", "", "", ""]]
+    assert state["new_tokens"] == [3, 7, 1] and len(read) == len(steps) == 7 < width
+
+
+def test_a_batch_of_prompts_gives_each_row_its_text_alone():
+    model = make_model("fox-pro-tiny")
+    tok = load_tokenizer("bytes")
+    prompts = ["Once upon", "Hi", "A longer prompt"]
+    free = "".join(generate(model, tok, prompts[0], max_new_tokens=16, temperature=0, ignore_eos=True))
+    options = dict(max_new_tokens=16, temperature=0, ignore_eos=True, stop=[free[4:6]])
+    alone = ["".join(generate(model, tok, p, **options)) for p in prompts]
+    steps = list(generate(model, tok, prompts, **options))
+    assert ["".join(step[row] for step in steps) for row in range(3)] == alone
+    assert alone[0] == free[:free.index(free[4:6])]
+
+
+@pytest.mark.parametrize("case", ["token-ids", "empty-string", "not-a-string"])
+def test_stop_strings_need_a_tokenizer_and_text(case):
+    model = make_model("fox-pro-tiny")
+    if case == "token-ids":
+        with pytest.raises(ValueError, match=r"^stop: stop strings are found in the decoded text, which token ids "
+                                             r"alone do not give; pass a tokenizer"):
+            list(generate(model, tokens(2, 5), max_new_tokens=2, stop=["x"]))
+        with pytest.raises(ValueError, match=r"^stop: stop strings are found in the decoded text"):
+            list(stream_tokens(model, tokens(2, 5), GenerationConfig(max_new_tokens=2, stop="x")))
+    else:
+        value = ["ok", ""] if case == "empty-string" else ["ok", 3]
+        with pytest.raises(ValueError, match=r"^stop: expected a stop string or a list of them \(each non-empty\), "
+                                             r"or None, got \['ok', "):
+            generate(model, load_tokenizer("bytes"), "Hi", max_new_tokens=2, stop=value)
+
+
 def test_stop_token_ends_rows():
     model = make_model("fox-pro-tiny")
     prompt = tokens(2, 6)

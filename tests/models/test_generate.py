@@ -102,6 +102,24 @@ def test_hf_generate_options_foxformer_cannot_honour_are_refused(case):
         model.generate(tokens(1, 6), max_new_tokens=3, do_sample=False, **UNSUPPORTED[case])
 
 
+def test_the_dynamic_cache_implementation_is_the_models_own_growing_cache():
+    """cache_implementation="dynamic" (transformers' DynamicCache, its default: one that grows as tokens come) was
+    refused as "another cache implementation"; FoxCache is such a cache, so it runs on that and decodes the same."""
+    from foxformer.models.modeling import CACHE_FIELD
+
+    model = make_model("fox-pro-tiny")
+    prompt = tokens(2, 6)
+    plain = model.generate(prompt, max_new_tokens=5, do_sample=False, pad_token_id=0)
+    out = model.generate(prompt, max_new_tokens=5, do_sample=False, pad_token_id=0, cache_implementation="dynamic",
+                         return_dict_in_generate=True)
+    assert torch.equal(out.sequences, plain) and type(getattr(out, CACHE_FIELD)).__name__ == "FoxCache"
+    assert model.generation_config.cache_implementation is None  # the request held for that call only
+    with pytest.raises(ValueError, match=r"generate: cache_implementation='static' asks for another cache "
+                                         r"implementation .* leave it out or pass 'dynamic' \(FoxCache, also the "
+                                         r"default\)$"):
+        model.generate(prompt, max_new_tokens=2, do_sample=False, cache_implementation="static")
+
+
 def test_an_assistant_model_is_refused_before_transformers_reaches_the_cache():
     """transformers 5.25 no longer hands assistant_model over in model_kwargs, where the refusal looked: assisted
     decoding ran into an AttributeError on FoxCache (activate_past_recording)."""

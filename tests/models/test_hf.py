@@ -69,6 +69,40 @@ def test_tying_an_untied_checkpoint_leaves_its_config_saying_untied(tmp_path, lo
     assert AutoConfig.from_pretrained(tmp_path / "again").tie_embeddings is False
 
 
+@pytest.mark.parametrize("loader", [FoxForCausalLM, AutoModelForCausalLM], ids=["fox-class", "auto-class"])
+def test_untying_a_tied_checkpoint_starts_the_head_as_the_embedding(tmp_path, loader):
+    """A tied checkpoint holds no lm_head.weight: loaded with tie_word_embeddings=False the head was randomly
+    initialised (transformers reported it missing) and the model computed other logits than the one saved."""
+    model = make_model("fox-llama-tiny", tie_embeddings=True)
+    model.save_pretrained(tmp_path)
+    loaded, info = loader.from_pretrained(tmp_path, tie_word_embeddings=False, dtype=torch.float64,
+                                          output_loading_info=True)
+    assert info["missing_keys"] == set() and loaded.config.tie_embeddings is False
+    assert loaded.lm_head.weight is not loaded.model.embed_tokens.weight
+    assert torch.equal(loaded.lm_head.weight, model.model.embed_tokens.weight)
+    ids = tokens(2, 7)
+    torch.testing.assert_close(loaded.eval()(ids).logits, model(ids).logits, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("loader", [FoxForCausalLM, AutoModelForCausalLM], ids=["fox-class", "auto-class"])
+def test_a_misspelled_override_at_loading_is_one_error_naming_the_field(tmp_path, loader):
+    """transformers hands the model the keywords the config has no attribute for: the config warned that it ignored
+    num_hiden_layers, then __init__ raised a bare TypeError (as for transformers' own models)."""
+    import warnings
+
+    make_model("fox-llama-tiny").save_pretrained(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "the override is ignored" before the error
+        with pytest.raises(TypeError, match=r"^FoxForCausalLM: unknown keyword argument 'num_hiden_layers' \(did you "
+                                            r"mean 'num_hidden_layers'\?\): from_pretrained takes FoxConfig's "
+                                            r"fields and transformers' loading options; fix the name or leave it "
+                                            r"out$"):
+            loader.from_pretrained(tmp_path, num_hiden_layers=1)
+    with pytest.raises(TypeError, match=r"^FoxModel: unknown keyword argument 'colour': from_pretrained"):
+        FoxModel.from_pretrained(tmp_path, colour="red")
+    assert loader.from_pretrained(tmp_path, attention_backend="naive").config.attention_backend == "naive"
+
+
 def test_resizing_the_vocabulary_keeps_the_token_ids_inside_it(tmp_path):
     """transformers' resize set vocab_size alone: a vocabulary shrunk below eos kept an eos the model can never emit
     (generate ran on to its limit) without a word."""

@@ -64,7 +64,7 @@ def _cmd_generate(args) -> int:
                            top_p=args.top_p, seed=args.seed, evict_eps=args.evict_eps,
                            evict_qk_bound=args.evict_qk_bound, evict_max_len=args.evict_max_len,
                            fgate_bias_shift=args.fgate_bias_shift, prefill_chunk=args.prefill_chunk,
-                           ignore_eos=args.ignore_eos, decode=args.decode)
+                           stop=args.stop, ignore_eos=args.ignore_eos, decode=args.decode)
     loaded = load_model(args.model, device=args.device, dtype=args.dtype, attention_backend=args.attention_backend)
     spec = args.tokenizer or loaded.tokenizer or "gpt2"
     check_tokenizer([loaded], spec)
@@ -219,6 +219,9 @@ def add_commands(subparsers) -> None:
                    help="added to the gate logits: one float, or comma-separated per layer")
     p.add_argument("--prefill-chunk", type=int, default=None, help="prompt tokens per forward")
     p.add_argument("--ignore-eos", action="store_true", help="keep going past the end-of-text token")
+    p.add_argument("--stop", action="append", default=None, metavar="TEXT",
+                   help="stop once the text contains TEXT, which is cut off with what follows (repeatable: the first "
+                        "found stops). Taken literally: for a newline pass your shell's, e.g. --stop $'\\n'")
     p.add_argument("--decode", default="auto",
                    help="one-token steps: auto (CUDA graphs on a GPU, else eager), graphs, compiled (graphs of the "
                         "torch.compile'd step: faster steps, a slower start), static (the graph-safe step without "

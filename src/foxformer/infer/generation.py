@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import itertools
 import math
 from dataclasses import dataclass
 from typing import Iterator, Optional, Sequence
@@ -39,6 +38,10 @@ class GenerationConfig:
         eviction bound the memory of long prompts.
     stop_token: stop a row once it emits this id (None: never stop early, or with a tokenizer that has an
         end-of-text id, stop there). ignore_eos: with a tokenizer, do not stop at its end-of-text id.
+    stop: stop strings (one str or a list of them; with a tokenizer only, as they are found in the decoded text):
+        a row ends once its text contains one of them, and its text is cut before it (the stop string is not
+        part of the output, as the stop token is not; a stream holds back text that may begin one until the next
+        token tells). Each row of a batch ends at its own.
     decode: how foxformer models run one-token steps: "auto" (CUDA graphs where possible, else eager),
         "graphs" (the same, with a one-line note where they are not possible), "compiled" (graphs of the
         torch.compile'd step), "static" (the graph-safe step without capture), "eager".
@@ -55,6 +58,7 @@ class GenerationConfig:
     fgate_bias_shift: Optional[float | list] = None
     prefill_chunk: Optional[int] = None
     stop_token: Optional[int] = None
+    stop: Optional[str | Sequence[str]] = None
     ignore_eos: bool = False
     decode: str = "auto"
 
@@ -83,8 +87,21 @@ class GenerationConfig:
         stop = self.stop_token
         if stop is not None and (isinstance(stop, bool) or not isinstance(stop, int) or stop < 0):
             raise ValueError(f"stop_token: expected a token id (an integer >= 0) or None, got {stop!r}")
+        _stop_strings(self.stop)
         if self.decode not in FoxCache.DECODE_MODES:
             raise ValueError(f"decode: expected one of {', '.join(FoxCache.DECODE_MODES)}, got {self.decode!r}")
+
+
+_NO_TEXT = ("stop: stop strings are found in the decoded text, which token ids alone do not give; pass a tokenizer and "
+            "the prompt text (generate(model, tokenizer, prompt, stop=[...])) or use stop_token")
+
+
+def _stop_strings(stop) -> tuple[str, ...]:
+    """GenerationConfig.stop as a tuple of stop strings (a str alone is one), checked."""
+    strings = (stop,) if isinstance(stop, str) else () if stop is None else stop
+    if not isinstance(strings, (list, tuple)) or not all(isinstance(x, str) and x for x in strings):
+        raise ValueError(f"stop: expected a stop string or a list of them (each non-empty), or None, got {stop!r}")
+    return tuple(strings)
 
 
 def sample_next(logits: torch.Tensor, cfg: GenerationConfig, generator: Optional[torch.Generator]) -> torch.Tensor:
@@ -182,6 +199,8 @@ def stream_tokens(model, input_ids: torch.Tensor, cfg: Optional[GenerationConfig
     """
     cfg = cfg or GenerationConfig()
     cfg.validate()
+    if cfg.stop:
+        raise ValueError(_NO_TEXT)
     model = _unwrap(model)
     if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.shape[1] < 1:
         raise ValueError(f"input_ids: expected a LongTensor [batch, seq] with seq >= 1, got "
@@ -265,47 +284,113 @@ def _is_tokenizer(obj) -> bool:
     return callable(getattr(obj, "encode", None)) and callable(getattr(obj, "decode", None))
 
 
-def _text_pieces(tokens: Iterator[int], tokenizer) -> Iterator[str]:
-    """Decode incrementally, so that the pieces add up to the text of all the ids.
+class _TextDecoder:
+    """Decodes one row's ids incrementally, so that the pieces add up to the text of all the ids.
 
     A token's text can depend on the ids around it: a SentencePiece decoder drops the space that starts a text's
     first word, a cleanup joins " ," to the word before it, a gpt2-json escape spans several tokens. So each
     step decodes a window that starts at the last piece's ids and hands out what its text adds to that piece's;
     ids whose text may still change with the next ones (an unfinished UTF-8 character, shown as a final U+FFFD,
     or a tokenizer's ``ends_open``) wait for them."""
-    ends_open = getattr(tokenizer, "ends_open", None)
-    window: list[int] = []  # the last piece's ids, then the ids not handed out yet
-    shown = 0               # how many of window are the last piece's
-    head = ""               # their text
 
-    def added(text: str) -> str:
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self.ends_open = getattr(tokenizer, "ends_open", None)
+        self.window: list[int] = []  # the last piece's ids, then the ids not handed out yet
+        self.shown = 0               # how many of window are the last piece's
+        self.head = ""               # their text
+
+    def _added(self, text: str) -> str:
         # the new ids changed the last piece's text, which is out: theirs alone
-        return text[len(head):] if text.startswith(head) else tokenizer.decode(window[shown:])
+        return text[len(self.head):] if text.startswith(self.head) else self.tokenizer.decode(self.window[self.shown:])
 
-    for tok in tokens:
-        window.append(tok)
-        text = tokenizer.decode(window)
-        if text.endswith("\ufffd") or (ends_open is not None and ends_open(window)):
-            continue
-        piece = added(text)
+    def add(self, token: int) -> str:
+        """The text ``token`` adds ("" while it waits for the ids after it)."""
+        self.window.append(token)
+        text = self.tokenizer.decode(self.window)
+        if text.endswith("\ufffd") or (self.ends_open is not None and self.ends_open(self.window)):
+            return ""
+        piece = self._added(text)
         if piece:
-            yield piece
-            window = window[shown:]
-            shown = len(window)
-            head = tokenizer.decode(window)
-    if len(window) > shown:
-        piece = added(tokenizer.decode(window))
-        if piece:
-            yield piece
+            self.window = self.window[self.shown:]
+            self.shown = len(self.window)
+            self.head = self.tokenizer.decode(self.window)
+        return piece
+
+    def finish(self) -> str:
+        """The text of the ids still waiting (the row has no more)."""
+        piece = self._added(self.tokenizer.decode(self.window)) if len(self.window) > self.shown else ""
+        self.shown = len(self.window)
+        return piece
 
 
-def _counted(ints: Iterator[int], state: dict) -> Iterator[int]:
-    # The text does not tell how many tokens made it: it re-encodes to other ids (merges, bytes that are not
-    # UTF-8 and decode to U+FFFD).
-    state["new_tokens"] = 0
-    for t in ints:
-        state["new_tokens"] += 1
-        yield t
+class _StopText:
+    """One row's text cut before the first of the stop strings: the text up to it is handed out, the stop string and
+    what follows are not. Text that may be the start of a stop string (a suffix that is a prefix of one) is held back
+    until the next piece tells, so a stop string is found whole and cut even when tokens split it, also in a stream
+    (the text already handed out never holds the start of a stop string)."""
+
+    def __init__(self, stops: Sequence[str]):
+        self.stops = stops
+        self.held = ""
+        self.stopped = False
+
+    def add(self, piece: str) -> str:
+        """The text ``piece`` releases; after a stop string, "" (and ``stopped`` is True)."""
+        if self.stopped:
+            return ""
+        text = self.held + piece
+        found = [i for i in (text.find(stop) for stop in self.stops) if i >= 0]
+        if found:
+            self.stopped, self.held = True, ""
+            return text[:min(found)]
+        keep = max((k for stop in self.stops for k in range(min(len(stop) - 1, len(text)), 0, -1)
+                    if text.endswith(stop[:k])), default=0)
+        self.held = text[len(text) - keep:]
+        return text[:len(text) - keep]
+
+    def finish(self) -> str:
+        """The text held back (the row has no more, so it began no stop string)."""
+        held, self.held = self.held, ""
+        return "" if self.stopped else held
+
+
+def _row_texts(tokens: Iterator[torch.Tensor], tokenizer, stop_token: Optional[int], stops: Sequence[str],
+               state: Optional[dict], single: bool) -> Iterator[list[str]]:
+    """The text pieces of each row ([B] strs per step, "" where a row adds none) from the token stream ([B] per
+    step). A row ends at stop_token (not decoded) or at a stop string (cut before it), each row when it comes; the
+    stream is left once every row has ended. state["new_tokens"]: the tokens of each row that made its text (an
+    int for a ``single`` row)."""
+    rows = None
+    if state is not None and single:
+        state["new_tokens"] = 0
+    for step in tokens:
+        if rows is None:
+            rows = [(_TextDecoder(tokenizer), _StopText(stops)) for _ in range(step.shape[0])]
+            counts, ended = [0] * len(rows), [False] * len(rows)
+        pieces = []
+        for i, (decoder, stop) in enumerate(rows):
+            token = int(step[i])
+            if ended[i]:
+                pieces.append("")
+                continue
+            if token == stop_token:
+                ended[i] = True
+                pieces.append(stop.add(decoder.finish()) + stop.finish())
+                continue
+            counts[i] += 1
+            pieces.append(stop.add(decoder.add(token)))
+            ended[i] = stop.stopped
+        if state is not None:
+            state["new_tokens"] = counts[0] if single else list(counts)
+        yield pieces
+        if all(ended):
+            return
+    if rows is not None:
+        rest = [stop.add(decoder.finish()) + stop.finish() if not done else ""
+                for (decoder, stop), done in zip(rows, ended)]
+        if any(rest):
+            yield rest
 
 
 def end_of_text_id(tokenizer) -> Optional[int]:
@@ -318,8 +403,9 @@ def end_of_text_id(tokenizer) -> Optional[int]:
     return None
 
 
-def generate(model, tokenizer_or_ids, prompt: Optional[str] = None, *, config: Optional[GenerationConfig] = None,
-             state: Optional[dict] = None, attention_mask: Optional[torch.Tensor] = None, **options) -> Iterator:
+def generate(model, tokenizer_or_ids, prompt: Optional[str | Sequence[str]] = None, *,
+             config: Optional[GenerationConfig] = None, state: Optional[dict] = None,
+             attention_mask: Optional[torch.Tensor] = None, **options) -> Iterator:
     """Stream a continuation.
 
     Args:
@@ -327,18 +413,21 @@ def generate(model, tokenizer_or_ids, prompt: Optional[str] = None, *, config: O
         tokenizer_or_ids: a tokenizer (``encode``/``decode``; or a spec string such as "gpt2") together
             with ``prompt`` text: yields text pieces. Or prompt token ids (list of ints or a LongTensor
             [T]): yields ints; a LongTensor [B, T]: yields LongTensors [B].
-        prompt: the prompt text (with a tokenizer only).
+        prompt: the prompt text (with a tokenizer only); a list of texts generates them as one batch (left-padded),
+            yielding per step a list with each row's piece ("" where a row adds none, or has ended).
         config / options: a GenerationConfig, or its fields as keywords (max_new_tokens, temperature,
             top_k, top_p, seed, evict_eps, evict_qk_bound, evict_max_len, fgate_bias_shift,
-            prefill_chunk, stop_token, ignore_eos, decode). stop_token defaults to the tokenizer's end-of-text id (``eot_id``, or a
-            Hugging Face tokenizer's ``eos_token_id``).
+            prefill_chunk, stop_token, stop, ignore_eos, decode). stop_token defaults to the tokenizer's end-of-text
+            id (``eot_id``, or a Hugging Face tokenizer's ``eos_token_id``). stop (stop strings) needs a tokenizer:
+            each row's text ends before the first stop string in it.
         state: optional dict that receives the live cache under "cache" (and, with a tokenizer, the number
-            of tokens generated so far under "new_tokens").
+            of tokens generated so far under "new_tokens": a list of each row's for a list of prompts).
         attention_mask: with token ids [B, T] only: 0 on each row's left padding.
 
     Example::
 
-        for piece in foxformer.generate(model, load_tokenizer("gpt2"), "Once upon a time", max_new_tokens=50):
+        for piece in foxformer.generate(model, load_tokenizer("gpt2"), "Once upon a time", max_new_tokens=50,
+                                        stop=["\\n\\n"]):
             print(piece, end="", flush=True)
     """
     if config is not None and options:
@@ -359,12 +448,18 @@ def generate(model, tokenizer_or_ids, prompt: Optional[str] = None, *, config: O
         tokenizer = load_tokenizer(tokenizer)
     if _is_tokenizer(tokenizer):
         if attention_mask is not None:
-            raise TypeError("attention_mask: only for a batch of token ids [B, T] (left-padded prompts)")
-        if not isinstance(prompt, str):
-            raise TypeError(f"prompt: expected the prompt text (str) with a tokenizer, got {type(prompt).__name__}")
-        ids = start_ids(tokenizer) + tokenizer.encode(prompt)
-        if not ids:
-            raise ValueError("prompt: encodes to no tokens; give at least one character")
+            raise TypeError("attention_mask: only for a batch of token ids [B, T] (left-padded prompts); with a "
+                            "tokenizer, pass the prompts as a list of texts")
+        single = isinstance(prompt, str)
+        texts = [prompt] if single else prompt
+        if not isinstance(texts, (list, tuple)) or not texts or not all(isinstance(t, str) for t in texts):
+            raise TypeError(f"prompt: expected the prompt text (str) or a non-empty list of them with a tokenizer, "
+                            f"got {type(prompt).__name__}")
+        rows = [start_ids(tokenizer) + tokenizer.encode(text) for text in texts]
+        empty = [i for i, row in enumerate(rows) if not row]
+        if empty:
+            raise ValueError("prompt: encodes to no tokens; give at least one character" if single else
+                             f"prompt: row {empty[0]} encodes to no tokens; give it at least one character")
         end = end_of_text_id(tokenizer)
         if config.stop_token is None and not config.ignore_eos and end is not None:
             config = dataclasses.replace(config, stop_token=end)
@@ -372,16 +467,18 @@ def generate(model, tokenizer_or_ids, prompt: Optional[str] = None, *, config: O
         # cannot be decoded (tiktoken raises KeyError), so they are never sampled.
         # (A raw Hugging Face tokenizer's vocab_size leaves out its added tokens; its len() counts them.)
         limit = len(tokenizer) if hasattr(tokenizer, "__len__") else getattr(tokenizer, "vocab_size", None)
-        stream = stream_tokens(model, torch.tensor([ids]), config, state,
+        # Left padding, hidden by the mask (its id is never read: 0 lies in every vocabulary).
+        pads = [max(map(len, rows)) - len(row) for row in rows]
+        ids = torch.tensor([[0] * pad + row for pad, row in zip(pads, rows)])
+        mask = torch.tensor([[0] * pad + [1] * len(row) for pad, row in zip(pads, rows)]) if any(pads) else None
+        stream = stream_tokens(model, ids, dataclasses.replace(config, stop=None), state, attention_mask=mask,
                                vocab_limit=int(limit) if isinstance(limit, int) and limit > 0 else None)
-        ints = (int(t[0]) for t in stream)
-        if config.stop_token is not None:
-            ints = itertools.takewhile(lambda t: t != config.stop_token, ints)
-        if state is not None:
-            ints = _counted(ints, state)
-        return _text_pieces(ints, tokenizer)
+        pieces = _row_texts(stream, tokenizer, config.stop_token, _stop_strings(config.stop), state, single)
+        return (row[0] for row in pieces if row[0]) if single else pieces
     if prompt is not None:
         raise TypeError("prompt: only used with a tokenizer; pass token ids as the second argument instead")
+    if config.stop:
+        raise ValueError(_NO_TEXT)
     ids = tokenizer_or_ids
     if isinstance(ids, Sequence) and not isinstance(ids, torch.Tensor):
         if not ids or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):

@@ -34,14 +34,18 @@ def _round_up(x: float, multiple: int) -> int:
     return int(math.ceil(x / multiple) * multiple)
 
 
+def field_hint(key: str) -> str:
+    """`` (did you mean 'x'?)`` with the field of FoxConfig (or its Hugging Face name) closest to ``key``, or ""."""
+    return did_you_mean(key, [f.name for f in dataclasses.fields(FoxConfig)] + list(FoxConfig.attribute_map))
+
+
 def _warn_misspelled(keys: list[str], fate: str, stacklevel: int) -> None:
     """Warn of each key (no field of FoxConfig) that is close to a field's name, once per key and process; keys that
     saved configs carry (SAVED_KEYS) are known. stacklevel: the caller's, for the line the warning names."""
-    known = [f.name for f in dataclasses.fields(FoxConfig)] + list(FoxConfig.attribute_map)
     for key in keys:
         if key in SAVED_KEYS or key in _SAID_KEYS:
             continue
-        hint = did_you_mean(key, known)
+        hint = field_hint(key)
         if hint:
             _SAID_KEYS.add(key)
             warnings.warn(f"FoxConfig: {key!r} is no field of FoxConfig; {fate}{hint}", stacklevel=stacklevel + 1)
@@ -205,8 +209,11 @@ class FoxConfig(PretrainedConfig):
                 for spelling in [name] + [a for a, n in cls.attribute_map.items() if n == name]:
                     config_dict.pop(spelling, None)
                 config_dict[name] = kwargs.pop(key)
-        # transformers sets an override only on an attribute the config has, and drops the others without a word
-        _warn_misspelled([k for k in kwargs if not hasattr(cls, k)], "the override is ignored", stacklevel=2)
+        # transformers sets an override only on an attribute the config has, and drops the others without a word;
+        # with return_unused_kwargs it hands them back instead (from_pretrained of a model passes them to the model,
+        # which refuses them: FoxPreTrainedModel), so "ignored" would be untrue there
+        if not kwargs.get("return_unused_kwargs"):
+            _warn_misspelled([k for k in kwargs if not hasattr(cls, k)], "the override is ignored", stacklevel=2)
         return super().from_dict(config_dict, **kwargs)
 
     def _read_aliases(self, kwargs: dict) -> None:

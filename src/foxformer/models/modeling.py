@@ -18,7 +18,7 @@ from transformers.utils import ModelOutput
 from transformers.utils.generic import TransformersKwargs, can_return_tuple
 
 from ..argtypes import did_you_mean
-from .config import FoxConfig
+from .config import FoxConfig, field_hint
 from .kvcache.cache import FoxCache
 from .kvcache.dense import DenseKV
 from .kvcache.graphs import DecodeGraphs, step_kind
@@ -264,6 +264,18 @@ class FoxPreTrainedModel(PreTrainedModel):
     supports_gradient_checkpointing = True
     _no_split_modules = ["Block"]
 
+    def __init__(self, config: FoxConfig, **kwargs):
+        """from_pretrained hands the model every keyword that is neither a loading option nor an attribute of the
+        config (the config only warned, "ignored"): ``from_pretrained(dir, num_hiden_layers=1)`` ended in a bare
+        TypeError from __init__. Refused as transformers refuses it for its own models, in one line naming the
+        field meant."""
+        if kwargs:
+            key = next(iter(kwargs))
+            raise TypeError(f"{type(self).__name__}: unknown keyword argument {key!r}{field_hint(key)}: "
+                            f"from_pretrained takes FoxConfig's fields and transformers' loading options; fix the name "
+                            f"or leave it out")
+        super().__init__(config)
+
     def save_pretrained(self, save_directory, *args, **kwargs):
         """transformers' save_pretrained, then the SAVE_WRITERS (on the main process only)."""
         if not SAVE_WRITERS:
@@ -364,8 +376,8 @@ class FoxPreTrainedModel(PreTrainedModel):
 class FoxModel(FoxPreTrainedModel):
     """Embedding, blocks, final RMSNorm. Returns FoxModelOutput."""
 
-    def __init__(self, config: FoxConfig):
-        super().__init__(config)
+    def __init__(self, config: FoxConfig, **kwargs):
+        super().__init__(config, **kwargs)
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(Block(config, i) for i in range(config.num_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
@@ -604,6 +616,10 @@ def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor, cu_seqlens: Optio
     return loss / count
 
 
+# transformers' cache_implementation for its default cache (DynamicCache): one that grows as tokens come, which
+# FoxCache, the cache generate runs foxformer models on, is (storage for max_length at once, doubling past it)
+DYNAMIC_CACHE = "dynamic"
+
 # generate's bookkeeping, never a forward argument (transformers drops the first two too)
 _NOT_FORWARDED = ("labels", "next_sequence_length", "is_first_iteration")
 
@@ -613,8 +629,8 @@ class FoxForCausalLM(FoxPreTrainedModel, GenerationMixin):
 
     _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
 
-    def __init__(self, config: FoxConfig):
-        super().__init__(config)
+    def __init__(self, config: FoxConfig, **kwargs):
+        super().__init__(config, **kwargs)
         self.model = FoxModel(config)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.post_init()
@@ -629,6 +645,21 @@ class FoxForCausalLM(FoxPreTrainedModel, GenerationMixin):
         if model.config.tie_embeddings and model.lm_head.weight is not model.model.embed_tokens.weight:
             model.config.tie_embeddings = False
         return loaded
+
+    def _adjust_missing_and_unexpected_keys(self, loading_info, *args, **kwargs):
+        """transformers' clean-up of the load report, after the weights are in and tied: a checkpoint saved tied holds
+        no lm_head.weight, so loading it untied (``tie_word_embeddings=False``) left the head randomly initialised
+        (reported missing), and the model computed other logits than the one saved. The head starts as a copy of
+        the embedding instead, which is what the saved model computed with, and is no longer reported missing.
+        loading_info: the load's LoadStateDictInfo (in earlier transformers 5 releases, the missing keys themselves)."""
+        missing = getattr(loading_info, "missing_keys", loading_info)
+        head, embedding = self.lm_head.weight, self.model.embed_tokens.weight
+        if ("lm_head.weight" in missing and "model.embed_tokens.weight" not in missing and head is not embedding
+                and head.shape == embedding.shape and "meta" not in (head.device.type, embedding.device.type)):
+            with torch.no_grad():
+                head.copy_(embedding)
+            missing.remove("lm_head.weight")
+        return super()._adjust_missing_and_unexpected_keys(loading_info, *args, **kwargs)
 
     def get_input_embeddings(self) -> nn.Embedding:
         return self.model.embed_tokens
@@ -718,9 +749,13 @@ class FoxForCausalLM(FoxPreTrainedModel, GenerationMixin):
                        "cache_implementation": "another cache implementation (FoX keeps its gate sums in FoxCache)"}
         for name, what in unsupported.items():
             value = getattr(generation_config, name, None)
+            if name == "cache_implementation" and value == DYNAMIC_CACHE:
+                continue
             if value:
+                other = (f" or pass {DYNAMIC_CACHE!r} (FoxCache, also the default)"
+                         if name == "cache_implementation" else "")
                 raise ValueError(f"generate: {name}={value!r} asks for {what}, which foxformer models do not "
-                                 f"support; leave it out")
+                                 f"support; leave it out{other}")
         # transformers 5.25 keeps assistant_model out of model_kwargs and hands the generation mode here instead:
         # the check of model_kwargs alone let it through to an AttributeError on FoxCache (activate_past_recording).
         mode = next((a for a in (*args, *kwargs.values()) if isinstance(a, GenerationMode)), None)
@@ -733,8 +768,16 @@ class FoxForCausalLM(FoxPreTrainedModel, GenerationMixin):
             warnings.warn(f"generate: the prompt and new tokens may reach {generation_config.max_length} tokens, more "
                           f"than the {trained} this model was trained on (config.train_len); past them FoX degrades "
                           f"gracefully, a Transformer with RoPE badly", stacklevel=3)
-        result = super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
         passed = model_kwargs.get("cache") is not None or model_kwargs.get("past_key_values") is not None
+        asked = generation_config.cache_implementation
+        if asked == DYNAMIC_CACHE and not passed:
+            # transformers would say it ignores the request: FoxCache grants it (transformers refuses it beside a
+            # cache passed in, so it keeps it there)
+            generation_config.cache_implementation = None
+        try:
+            result = super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
+        finally:
+            generation_config.cache_implementation = asked
         if generation_config.use_cache is not False and not passed:
             # The last new token is never fed back: the cache sees max_length - 1 tokens.
             fed = (generation_config.max_length or 0) - 1
