@@ -199,12 +199,13 @@ biasstatic)
     # gate trained as `ablation N` trains them (the same recipe, specs and seeds), then only `bias-shift` on 8
     # held-out sequences of 16K tokens from -1 to +4, as `bias125`. Their loss on the mix and their gates are the
     # `ablation` calls' (EVAL_MIX=0, GATES=0: issue20_doc.py pools no run twice). Two seeds make four models side
-    # by side, a seed call's load (seed-ood's guard); then `biasstatic 0` alone.
+    # by side, a seed call's load (seed-ood's guard); then `biasstatic 0` alone. STATIC_GATES="data_independent":
+    # one gate only (a seed whose run of the other gate is kept already: pooling it twice would count it twice).
     s=${2:?biasstatic: give the seeds, e.g. biasstatic \"1 2\"}
+    specs=(); for g in ${STATIC_GATES:-data_independent fixed}; do specs+=("fox-llama-small:fgate=$g"); done
     unpack carry_seed
     DATA=$CARRY/gpt2 SEEDS="$s" EVAL_MIX=0 GATES=0 BIAS_SHIFT=1 BIAS_SHIFTS=-1,-0.5,0,0.5,1,2,4 \
-        MINUTES=${OOD_MINUTES:-6.2} RUNS=runs_biasstatic bash scripts/reproduce.sh \
-        fox-llama-small:fgate=data_independent fox-llama-small:fgate=fixed
+        MINUTES=${OOD_MINUTES:-6.2} RUNS=runs_biasstatic bash scripts/reproduce.sh "${specs[@]}"
     ;;
 lr)
     # The Pro pair at another learning rate, seeded: FoX (Pro)'s final validation loss spreads by 0.118 nats over
