@@ -288,14 +288,17 @@ def _cmd_compare(args) -> dict:
 
 def _cmd_mqar(args) -> dict:
     from .mqar import config_from, run_mqar, seed_table
+    from .outputs import note_replacing
 
     if args.pool:
         # folders of one task run with different --seed: their cells as mean +- sd (mqar_seeds.md in --out)
         out = args.out or os.path.join("runs", "mqar_seeds")
+        text = seed_table(args.pool)  # before the file is opened: a refused folder emptied the earlier table
         os.makedirs(out, exist_ok=True)
         path = os.path.join(out, "mqar_seeds.md")
+        note_replacing(path)
         with open(path, "w") as f:
-            f.write(seed_table(args.pool))
+            f.write(text)
         return {"out": out, "table": os.path.basename(path), "pooled": args.pool}
     cfg = config_from(args.preset, models=args.models, steps=args.steps, lr=args.lr, seed=args.seed,
                       batch_size=args.batch_size, max_minutes=args.max_minutes, compile=args.compile or None)
