@@ -1,3 +1,4 @@
+import os
 import re
 
 import numpy as np
@@ -71,7 +72,6 @@ def test_tokenizer_aliases_of_the_manifest_name_are_accepted(data_dir, spec):
 
 def test_a_tokenizer_directory_matches_its_hf_name(tmp_path):
     import json
-    import os
 
     from foxformer.data.tokenizer import canonical_name
 
@@ -98,7 +98,6 @@ def test_a_damaged_dataset_is_refused_and_prepare_rebuilds_it(tmp_path, jsonl_xz
     match its tokens was loaded as it was, and a cut-short one or a damaged manifest.json was numpy's or json's
     error naming no file."""
     import json
-    import os
 
     cfg = PrepareConfig(sources=[jsonl_xz], out_dir=str(tmp_path / "d"), val_fraction=0.2, tokenizer="bytes")
     prepare(cfg, progress=False)
@@ -148,3 +147,48 @@ def test_a_tokenizer_folder_saved_again_since_the_data_is_refused(tmp_path):
     del manifest["request"]["tokenizer_files"]
     (tmp_path / "words" / "manifest.json").write_text(json.dumps(manifest))
     assert len(TokenDataset(data, "train", 32, expect_tokenizer=tok)) > 0
+
+
+def test_a_tokenizer_folder_saved_again_or_moved_with_the_same_content_is_accepted(tmp_path, monkeypatch):
+    """The folder's fingerprint was its files' absolute paths and mtimes: the same tokenizer saved again, or the
+    project folder moved or copied, refused a dataset made with that very tokenizer. Content decides now."""
+    import pathlib
+    import shutil
+
+    from .helpers import word_dataset, word_tokenizer
+
+    os.makedirs(tmp_path / "home" / "project")
+    monkeypatch.chdir(tmp_path / "home" / "project")  # the tokenizer named from the project's root, as "tok"
+    data, tok = word_dataset(pathlib.Path("."))
+    word_tokenizer(tok, {"a": 1, "b": 2})  # the same tokenizer saved again: new mtimes, the same bytes
+    assert len(TokenDataset(data, "train", 32, expect_tokenizer=tok)) > 0
+    shutil.copytree(tmp_path / "home", tmp_path / "copy")  # copytree keeps mtimes; the absolute paths are others
+    shutil.move(tmp_path / "home", tmp_path / "moved")
+    for where in ("copy", "moved"):
+        monkeypatch.chdir(tmp_path / where / "project")
+        assert len(TokenDataset(data, "train", 32, expect_tokenizer=tok)) > 0
+    word_tokenizer(tok, {"a": 2, "b": 1})  # other content under the same name is still refused
+    with pytest.raises(ValueError, match="the files of the tokenizer 'hf:tok' changed since the data was prepared"):
+        TokenDataset(data, "train", 32, expect_tokenizer=tok)
+
+
+def test_a_dataset_that_recorded_its_tokenizer_folder_by_file_times_is_checked_by_them(tmp_path):
+    """Datasets prepared before the content fingerprint hold the folder's paths and mtimes: untouched, they keep
+    working; touched, nothing can tell the same tokenizer from another, so they are refused with what to do."""
+    import json
+
+    from foxformer.data.tokenizer import older_tokenizer_files
+
+    from .helpers import word_dataset, word_tokenizer
+
+    data, tok = word_dataset(tmp_path)
+    path = os.path.join(data, "manifest.json")
+    manifest = json.loads(open(path).read())
+    manifest["request"]["tokenizer_files"] = older_tokenizer_files(tok)
+    open(path, "w").write(json.dumps(manifest))
+    assert len(TokenDataset(data, "train", 32, expect_tokenizer=tok)) > 0
+    word_tokenizer(tok, {"a": 1, "b": 2})  # even the same tokenizer: its times changed
+    with pytest.raises(ValueError, match=r"changed since the data was prepared with it, or their times or place did: "
+                                         r"that dataset records its tokenizer folder by its files' paths and times "
+                                         r"\(an older foxformer\).*; prepare the data again with --force"):
+        TokenDataset(data, "train", 32, expect_tokenizer=tok)

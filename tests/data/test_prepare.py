@@ -8,7 +8,7 @@ import pytest
 
 from foxformer.data.preparation import PrepareConfig, prepare, read_manifest
 from foxformer.paths import write_json
-from foxformer.data.tokenizer import load_tokenizer
+from foxformer.data.tokenizer import load_tokenizer, older_tokenizer_files, tokenizer_files
 
 from .helpers import word_tokenizer
 
@@ -597,17 +597,23 @@ def test_a_forced_request_whose_source_fails_leaves_the_dataset_there(tmp_path, 
     assert prepare(cfg, progress=False) == first  # still the same request's, reused
 
 
-def test_a_tokenizer_saved_again_in_its_folder_is_a_changed_request(tmp_path):
-    """A tokenizer folder's spec stayed the same when another tokenizer was saved there: the same command returned
-    the dataset in the old ids, and --force reused its shards, so training read ids the tokenizer no longer had."""
-    from foxformer.data.sources import describe_source
-
+def _word_dataset(tmp_path):
+    """(config, manifest, tokenizer folder, source): two documents "a b a" and "b b" prepared with the word
+    tokenizer {"a": 1, "b": 2} in its folder, all of them training documents."""
     src = tmp_path / "docs.jsonl"
     src.write_text("".join(json.dumps({"text": t}) + "\n" for t in ("a b a", "b b")))
     tok = tmp_path / "tok"
     cfg = _cfg(tmp_path, [str(src)], tokenizer=str(tok), val_fraction=0)
     word_tokenizer(tok, {"a": 1, "b": 2})
-    m = prepare(cfg, progress=False)
+    return cfg, prepare(cfg, progress=False), tok, src
+
+
+def test_a_tokenizer_saved_again_in_its_folder_is_a_changed_request(tmp_path):
+    """A tokenizer folder's spec stayed the same when another tokenizer was saved there: the same command returned
+    the dataset in the old ids, and --force reused its shards, so training read ids the tokenizer no longer had."""
+    from foxformer.data.sources import describe_source
+
+    cfg, m, tok, src = _word_dataset(tmp_path)
     assert _split_docs(cfg.out_dir, "train", m) == [[1, 2, 1, 3], [2, 2, 3]]
     word_tokenizer(tok, {"b": 1, "a": 2})  # loaded again, not the process's cached first load
     with pytest.raises(ValueError, match=f"the files of the tokenizer {re.escape(repr(str(tok)))} changed since"):
@@ -638,3 +644,22 @@ def test_a_rebuild_removes_the_shards_its_manifest_no_longer_names(tmp_path, jso
     assert one["sources"][0]["shard"] == both["sources"][0]["shard"]  # reused, and kept
     assert sorted(os.listdir(shards)) == sorted([keys[0], "notes.txt"])
     assert prepare(_cfg(tmp_path, [jsonl_xz]), progress=False) == one  # complete without them: reused
+
+
+def test_a_dataset_that_recorded_its_tokenizer_folder_by_file_times_is_rebuilt_while_they_hold(tmp_path):
+    """The same command on a dataset of the file-times fingerprint: while the folder is untouched it is rebuilt
+    (no --force) and records the content; once it was saved again, it is a changed request, as it cannot be told."""
+    cfg, m, tok, src = _word_dataset(tmp_path)
+    assert m["request"]["tokenizer_files"] == tokenizer_files(str(tok)) and prepare(cfg, progress=False) == m
+    word_tokenizer(tok, {"a": 1, "b": 2})  # the same content saved again: reused
+    assert prepare(cfg, progress=False) == m
+    older = {**m, "request": {**m["request"], "tokenizer_files": older_tokenizer_files(str(tok))}}
+    write_json(os.path.join(cfg.out_dir, "manifest.json"), older)
+    rebuilt = prepare(cfg, progress=False)
+    assert rebuilt["request"] == m["request"] and rebuilt["created_unix"] > m["created_unix"]
+    assert _split_docs(cfg.out_dir, "train", rebuilt) == [[1, 2, 1, 3], [2, 2, 3]]
+    write_json(os.path.join(cfg.out_dir, "manifest.json"), older)
+    word_tokenizer(tok, {"a": 1, "b": 2})
+    with pytest.raises(ValueError, match=f"the files of the tokenizer {re.escape(repr(str(tok)))} changed since"):
+        prepare(cfg, progress=False)
+    assert prepare(cfg, force=True, progress=False)["request"] == m["request"]

@@ -66,7 +66,11 @@ def test_runs_that_measured_different_sequences_are_refused(tmp_path):
 def test_cli_names_and_missing_run(tmp_path, capsys):
     a = _write_run(tmp_path, "a", np.ones(63))
     assert main(["eval", "compare", a, "--names", "FoX", "--out", str(tmp_path / "o")]) == 0
-    assert "| FoX |" in capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert "| FoX |" in out and "replacing" not in err
+    # a second comparison into the same folder replaced the first without a word, unlike the other eval commands
+    assert main(["eval", "compare", a, "--out", str(tmp_path / "o")]) == 0
+    assert f"note: replacing {tmp_path / 'o' / 'compare.json'} (written " in capsys.readouterr().err
     assert main(["eval", "compare", str(tmp_path / "nope"), "--out", str(tmp_path / "o")]) == 2
     assert "no loss.json" in capsys.readouterr().err
 

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from foxformer.cli import main
+from foxformer.eval import mqar
 from foxformer.eval.mqar import IGNORE, MqarConfig, config_from, mqar_batch, parse_model, seed_table, table
 
 
@@ -73,7 +74,7 @@ def test_table_says_which_models_a_time_limit_stopped():
     assert f"54 of {cfg.steps} (stopped)" in row_b and "Stopped early" in text and ": B." in text
 
 
-def test_seed_table_spreads_each_cell_over_seeds_and_refuses_another_task(tmp_path):
+def test_seed_table_spreads_each_cell_over_seeds_and_refuses_another_task(tmp_path, capsys):
     cfg = MqarConfig(eval_lengths=[32, 64], eval_pairs=[2, 16])
     dirs = []
     for seed, (acc_a, steps_b) in enumerate([(1.0, 120), (0.5, 60), (0.0, 120)]):
@@ -101,9 +102,14 @@ def test_seed_table_spreads_each_cell_over_seeds_and_refuses_another_task(tmp_pa
     from foxformer.cli import main
     assert main(["eval", "mqar", "--pool", *dirs, "--out", str(tmp_path / "pooled")]) == 0
     assert (tmp_path / "pooled" / "mqar_seeds.md").read_text() == text
+    # a refused pooling left the earlier table empty (the file was opened before the table was made)
+    assert main(["eval", "mqar", "--pool", *dirs, str(other), "--out", str(tmp_path / "pooled")]) == 2
+    assert (tmp_path / "pooled" / "mqar_seeds.md").read_text() == text
+    assert main(["eval", "mqar", "--pool", *dirs, "--out", str(tmp_path / "pooled")]) == 0
+    assert f"note: replacing {tmp_path / 'pooled' / 'mqar_seeds.md'} (written " in capsys.readouterr().err
 
 
-def test_a_rerun_of_another_task_into_the_same_out_is_refused_before_training(tmp_path, capsys):
+def test_a_rerun_of_another_task_into_the_same_out_is_refused_before_training(tmp_path, capsys, monkeypatch):
     """It trained every model, overwrote the earlier task's result files with its own, then refused the folder."""
     out = tmp_path / "mqar"
     base = ["eval", "mqar", "--models", "transformer-pro", "--out", str(out), "--no-progress"]
@@ -113,6 +119,14 @@ def test_a_rerun_of_another_task_into_the_same_out_is_refused_before_training(tm
     assert main(base + ["--steps", "13"]) == 2
     assert "another task" in capsys.readouterr().err
     assert (out / "models" / "transformer-pro.json").read_text() == earlier
+    assert "replacing" not in capsys.readouterr().err  # the first run wrote into an empty folder
+    # the same task again replaces the model's result and the report, and says so, as the other eval commands do
+    # (the model trained as before: its training is the earlier one's result)
+    monkeypatch.setattr(mqar, "run_model", lambda *args, **kwargs: json.loads(earlier)["result"])
+    assert main(base + ["--steps", "12"]) == 0
+    err = capsys.readouterr().err
+    for path in (out / "models" / "transformer-pro.json", out / "mqar.json"):
+        assert f"note: replacing {path} (written " in err, err
 
 
 @pytest.mark.parametrize("preset, warmup", [("toy", 10), ("mid", 50)])

@@ -86,3 +86,38 @@ def test_report_shows_an_mqar_table_and_its_figures(tmp_path, capsys):
     assert f"<td>A</td><td>0.10M</td><td>{cfg.steps}</td><td>-</td><td>0.75</td>" in page
     assert f"<td>B</td><td>0.10M</td><td>54 of {cfg.steps} (stopped)</td>" in page and "Stopped early" in page
     assert sorted(os.listdir(tmp_path / "report" / "assets")) == ["0_mqar_mqar.png", "0_mqar_mqar_training.png"]
+
+
+def test_the_html_report_renders_the_bold_of_compare_and_mqar_texts(tmp_path, capsys):
+    """Their texts are Markdown: the HTML page showed "**-0.100 [...]**" and "**Stopped early**" literally."""
+    from foxformer.eval import mqar
+    from foxformer.eval.compare import compare
+    from tests.eval.test_compare import _seed_run
+
+    runs = [_seed_run(tmp_path, "fox", 0.0, 0), _seed_run(tmp_path, "tfm", 0.1, 1)]
+    diff = compare(runs, str(tmp_path / "cmp"), positions=(8, 32))["differences"][0]["L@32"]
+    assert diff["hi"] < 0  # an interval that excludes 0: bold in compare.md
+    cfg = mqar.MqarConfig(eval_lengths=[32, 64], eval_pairs=[2])
+    (tmp_path / "mqar" / "models").mkdir(parents=True)
+    result = {"model": "B", "label": "B", "non_embedding_params": 1e5, "steps_done": 54, "train_s": 1.0,
+              "accuracy": [[0.25, 0.5]], "history": [{"step": 54, "loss": 1.0, "accuracy": 0.25, "pairs": 2}]}
+    (tmp_path / "mqar" / "models" / "B.json").write_text(json.dumps({"task": cfg.task(), "result": result}))
+    mqar.report(str(tmp_path / "mqar"), cfg)
+    capsys.readouterr()
+    assert "**" in (tmp_path / "cmp" / "compare.md").read_text() + (tmp_path / "mqar" / "mqar.md").read_text()
+    page = open(build_report([str(tmp_path / "cmp"), str(tmp_path / "mqar")], str(tmp_path / "report"),
+                             fmt="html")).read()
+    assert "**" not in page
+    assert f"<td><strong>{diff['mean']:+.3f} [{diff['lo']:+.3f}, {diff['hi']:+.3f}]</strong></td>" in page
+    assert "<p><strong>Stopped early</strong> by max_minutes" in page
+    assert "<th>2@64*</th>" in page and "; * beyond training" in page  # a lone "*" marks a cell, not emphasis
+    md = open(build_report([str(tmp_path / "cmp")], str(tmp_path / "report_md"))).read()
+    assert f"| **{diff['mean']:+.3f} [" in md  # the Markdown page keeps its Markdown
+
+
+def test_inline_markdown_in_html_is_rendered_and_the_rest_escaped():
+    from foxformer.eval.report import _inline_html
+
+    assert _inline_html("see `eval loss` <here> & **a < b**") == \
+        "see <code>eval loss</code> &lt;here&gt; &amp; <strong>a &lt; b</strong>"
+    assert _inline_html(0.5) == "0.5" and _inline_html(None) == ""

@@ -47,3 +47,35 @@ def test_no_progress_also_silences_the_weight_loading_bars(tmp_path, capsys):
                  "--num-seqs", "1", "--n-boot", "10", "--device", "cpu", "--out", str(tmp_path / "out"),
                  "--no-progress"]) == 0
     assert "Loading weights" not in capsys.readouterr().err
+
+
+def test_eval_data_checks_a_tokenizer_folder_by_content_not_by_name(tmp_path, capsys):
+    """--data compared the model's tokenizer with the dataset's by name only: a dataset prepared after another
+    tokenizer was saved in the folder (or before, and evaluated after) was read as the model's ids."""
+    from foxformer.data.preparation import PrepareConfig, prepare
+
+    from ..data.helpers import word_dataset, word_tokenizer
+
+    data, tok = word_dataset(tmp_path)
+    run = tmp_path / "run"
+    tiny_model("fox-pro-tiny", vocab=320).save_pretrained(str(run / "hf"))
+    (run / "config.yaml").write_text(yaml.safe_dump({"preset": "fox-pro-tiny", "context": 32,
+                                                     "tokenizer": f"hf:{tok}", "data_dir": data}))
+    argv = ["eval", "loss", str(run), "--seq-len", "32", "--num-seqs", "1", "--n-boot", "10", "--device", "cpu",
+            "--no-progress", "--out", str(tmp_path / "eval")]
+    other = str(tmp_path / "other")
+    prepare(PrepareConfig(sources=[str(tmp_path / "words.jsonl")], out_dir=other, tokenizer=tok, val_fraction=0.5),
+            progress=False)
+    assert main(argv + ["--data", other]) == 0  # the same tokenizer: accepted
+    capsys.readouterr()
+    word_tokenizer(tok, {"b": 1, "a": 2})
+    assert main(argv + ["--data", other]) == 2
+    err = capsys.readouterr().err
+    assert f"--data: {other!r}: the files of the tokenizer 'hf:{tok}' changed since the data was prepared" in err
+    newer = str(tmp_path / "newer")  # the folder's new tokenizer made it: the model's training data had the old one
+    prepare(PrepareConfig(sources=[str(tmp_path / "words.jsonl")], out_dir=newer, tokenizer=tok, val_fraction=0.5),
+            progress=False)
+    assert main(argv + ["--data", newer]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and f"run was trained on {data!r}, and the files of the tokenizer 'hf:{tok}' " \
+                                      f"changed since" in err, err

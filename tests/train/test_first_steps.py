@@ -199,12 +199,29 @@ def test_a_run_at_its_end_says_why_nothing_trains(data_dir, tmp_path, capsys):
     """`foxformer train --out RUN` again on a finished run printed only its summary (train_loss null)."""
     run = str(tmp_path / "run")
     assert main(_flags(data_dir, run, steps=2)) == 0
-    capsys.readouterr()
-    assert main(["train", "--out", run]) == 0
-    err = capsys.readouterr().err
-    # max_steps set the schedule here (no total_tokens): going further is a new schedule
-    assert f"train: nothing to train: {run} is at step 2, the end of its schedule (256 tokens); a longer " in err
-    assert f"--init-from {run} --out NEW_DIR --total-tokens N" in err
+    printed = capsys.readouterr().out
+    first = json.loads(printed[printed.index("{\n"):])  # after the line saying what the new run trains
+    files = {name: os.path.getmtime(os.path.join(run, name)) for name in ("metrics.jsonl", "config.yaml")}
+    metrics = open(os.path.join(run, "metrics.jsonl")).read()
+    last_eval = [r for r in read_metrics(run) if r["kind"] == "eval"][-1]
+    # again, and resumed from its last checkpoint by name: each appended another evaluation of step 2 (and start
+    # and end records), which plots and reports showed twice; now nothing is evaluated or written
+    for again in (["train", "--out", run], ["train", "--out", run, "--resume", ckpt.latest_checkpoint(run)]):
+        assert main(again) == 0
+        out, err = capsys.readouterr()
+        # max_steps set the schedule here (no total_tokens): going further is a new schedule
+        assert f"train: nothing to train: {run} is at step 2, the end of its schedule (256 tokens); a longer " in err
+        assert f"--init-from {run} --out NEW_DIR --total-tokens N" in err
+        summary = json.loads(out)
+        assert (summary["step"], summary["val_loss"], summary["trained"]) == (2, last_eval["val_loss"], False)
+        assert summary["hf_dir"] is None and summary["params"] == first["params"]  # export_hf=false: no export
+        assert "export-hf" not in err
+        assert open(os.path.join(run, "metrics.jsonl")).read() == metrics
+        assert {name: os.path.getmtime(os.path.join(run, name)) for name in files} == files
+    # a finished run wanting an export it lacks is told how to write one, still without training or evaluating
+    assert main(["train", "--out", run, "--set", "export_hf=true"]) == 0
+    assert f"train: {run} has no Hugging Face export; foxformer export-hf {run} writes it" in capsys.readouterr().err
+    assert open(os.path.join(run, "metrics.jsonl")).read() == metrics
 
 
 def test_a_finished_constant_schedule_run_goes_on_as_if_it_had_had_the_longer_horizon(data_dir, tmp_path, capsys):

@@ -32,7 +32,8 @@ from tqdm.auto import tqdm
 from ..paths import check_output_dir, folder_lock, write_json
 from ..progress import bars_shown
 from .sources import describe_source, iter_documents
-from .tokenizer import GPT2_SPEC, canonical_name, load_tokenizer, tokenizer_files
+from .tokenizer import (CONTENT_PREFIX, GPT2_SPEC, canonical_name, load_tokenizer, older_tokenizer_files,
+                        tokenizer_files)
 
 FORMAT = "foxformer-tokens-v1"
 MANIFEST = "manifest.json"
@@ -122,17 +123,24 @@ def read_manifest(out_dir: str) -> dict | None:
 def tokenizer_change(manifest: dict, spec: str) -> str | None:
     """How the tokenizer ``spec`` differs from the one the dataset of ``manifest`` was prepared with, when both
     bear one name (another name is the caller's to refuse), in words; None when nothing is seen to differ. A
-    folder's tokenizer is compared by the fingerprint of its files (tokenizer_files): another tokenizer saved
-    there since gives its ids to other tokens. A dataset prepared before the fingerprint was recorded, or a folder
-    that is not there (the spec read elsewhere), is taken at its name."""
+    folder's tokenizer is compared by the content of its files (tokenizer_files): another tokenizer saved there
+    since gives its ids to other tokens. A dataset prepared before the content was recorded holds the folder's file
+    paths and times (older_tokenizer_files): the same ones show the folder untouched; other ones cannot tell a
+    folder saved again, moved or copied from another tokenizer, so they are refused too. A dataset prepared before
+    any of it was recorded, or a folder that is not there (the spec read elsewhere), is taken at its name."""
     recorded = (manifest.get("request") or {}).get("tokenizer_files")
     if not recorded or canonical_name(spec) != manifest["tokenizer"]:
         return None
-    now = tokenizer_files(spec)
+    content = recorded.startswith(CONTENT_PREFIX)
+    now = (tokenizer_files if content else older_tokenizer_files)(spec)
     if now is None or now == recorded:
         return None
-    return f"the files of the tokenizer {manifest['tokenizer']!r} changed since the data was prepared with it " \
-           f"(another tokenizer saved in its folder: the data's ids may stand for other tokens in it)"
+    if content:
+        return f"the files of the tokenizer {manifest['tokenizer']!r} changed since the data was prepared with it " \
+               f"(another tokenizer saved in its folder: the data's ids may stand for other tokens in it)"
+    return f"the files of the tokenizer {manifest['tokenizer']!r} changed since the data was prepared with it, or " \
+           f"their times or place did: that dataset records its tokenizer folder by its files' paths and times " \
+           f"(an older foxformer), which cannot tell the folder saved again, moved or copied from another tokenizer"
 
 
 def split_damage(out_dir: str, manifest: dict, split: str, arrays: dict | None = None) -> str | None:
@@ -386,9 +394,12 @@ def prepare(cfg: PrepareConfig, *, force: bool = False, progress: bool = True) -
     if folder_files:  # likewise: for a tokenizer folder only (a tokenizer saved again there is another request)
         request["tokenizer_files"] = folder_files
     # the request as datasets prepared before nanosecond mtimes and tokenizer folders' fingerprints recorded it
-    older_request = {**{k: v for k, v in request.items() if k != "tokenizer_files"},
-                     "sources": [{"spec": i.spec, "fingerprint": i.older_fingerprint or i.fingerprint} for i in infos]}
-    reused, _ = _existing_dataset(cfg.out_dir, request, older_request, force)
+    older_requests = [{**{k: v for k, v in request.items() if k != "tokenizer_files"},
+                       "sources": [{"spec": i.spec, "fingerprint": i.older_fingerprint or i.fingerprint}
+                                   for i in infos]}]
+    if folder_files:  # and before the folder's content was: its files' paths and times, still the same
+        older_requests.append({**request, "tokenizer_files": older_tokenizer_files(cfg.tokenizer)})
+    reused, _ = _existing_dataset(cfg.out_dir, request, older_requests, force)
     if reused is not None:
         return reused
     tok = load_tokenizer(cfg.tokenizer)  # a bad spec fails here, before out_dir is touched
@@ -396,7 +407,7 @@ def prepare(cfg: PrepareConfig, *, force: bool = False, progress: bool = True) -
     # a train.bin of one request under the other's index and manifest. The second is refused while the first runs.
     with folder_lock(cfg.out_dir, "out_dir"):
         # again, under the lock: a prepare that held it may have written the same dataset, or another one
-        reused, replace = _existing_dataset(cfg.out_dir, request, older_request, force)
+        reused, replace = _existing_dataset(cfg.out_dir, request, older_requests, force)
         if reused is not None:
             return reused
         return _build(cfg, infos, request, tok, progress, replace)
@@ -415,7 +426,7 @@ def _check_out_dir_outside(out_dir: str, info) -> None:
                          f"read with them when it is prepared again; choose an out_dir outside it")
 
 
-def _existing_dataset(out_dir: str, request: dict, older_request: dict,
+def _existing_dataset(out_dir: str, request: dict, older_requests: list[dict],
                       force: bool) -> tuple[dict | None, bool]:
     """(the manifest of the dataset in ``out_dir`` when it is complete and of ``request``, whether a manifest is
     there to remove before building); ValueError for another request's dataset unless ``force``."""
@@ -433,7 +444,7 @@ def _existing_dataset(out_dir: str, request: dict, older_request: dict,
     if old.get("request") == request and all("sources" in old["split"][n] and not split_damage(out_dir, old, n)
                                              for n in ("train", "val")):
         return old, False
-    if not force and old.get("request") not in (request, older_request):
+    if not force and old.get("request") not in (request, *older_requests):
         raise ValueError(f"out_dir: {out_dir!r} already holds a dataset prepared from a different request "
                          f"({_request_changes(old.get('request') or {}, request)}); use another directory or "
                          f"--force")

@@ -232,17 +232,50 @@ def canonical_name(spec: str) -> str:
     return spec
 
 
-def tokenizer_files(spec: str) -> Optional[str]:
-    """For a spec that names a local folder (a Hugging Face tokenizer saved there), a fingerprint of its files
-    (paths, sizes, nanosecond mtimes; a model folder's weights are not read); None for other specs. It changes
-    when another tokenizer is saved there, under the same spec and name."""
+# The files of a Hugging Face tokenizer folder that decide its ids: vocabulary, merges, normalisation and
+# pre-tokenisation (tokenizer.json, tokenizer_config.json, vocab.*, merges.txt), special and added tokens, and
+# sentencepiece or tiktoken models. A model folder's weights, card and config are not read.
+_TOKENIZER_FILE = re.compile(r"(tokenizer|vocab|merges|spiece|sentencepiece|special_tokens_map|added_tokens)"
+                             r".*|.*\.(model|tiktoken)")
+# tokenizer_files' form; manifests written before it hold files_fingerprint of the folder (see older_tokenizer_files)
+CONTENT_PREFIX = "sha256:"
+
+
+def _tokenizer_folder(spec: str) -> str:
     name = canonical_name(spec)
     folder = name[3:] if name.startswith("hf:") else ""
-    if not os.path.isdir(folder):
+    return folder if os.path.isdir(folder) else ""
+
+
+def _folder_files(folder: str) -> list[str]:
+    return sorted(f for f in os.listdir(folder) if not f.startswith(".") and os.path.isfile(os.path.join(folder, f)))
+
+
+def tokenizer_files(spec: str) -> Optional[str]:
+    """For a spec that names a local folder (a Hugging Face tokenizer saved there), a fingerprint of the content
+    of its tokenizer files (_TOKENIZER_FILE) and their names in the folder, ``"sha256:<16 hex digits>"``; None for
+    other specs. It changes when another tokenizer is saved there, under the same spec and name, and stays when the
+    same one is saved again or the folder is moved or copied."""
+    folder = _tokenizer_folder(spec)
+    if not folder:
         return None
-    paths = sorted(os.path.join(folder, f) for f in os.listdir(folder) if not f.startswith("."))
-    return files_fingerprint([(os.path.abspath(p), os.stat(p)) for p in paths if os.path.isfile(p)],
-                             lambda st: st.st_mtime_ns)
+    h = hashlib.sha256(b"hf-tokenizer-folder")
+    for name in _folder_files(folder):
+        if _TOKENIZER_FILE.fullmatch(name):
+            with open(os.path.join(folder, name), "rb") as f:
+                h.update(f"\0{name}\0".encode() + hashlib.sha256(f.read()).digest())
+    return CONTENT_PREFIX + h.hexdigest()[:16]
+
+
+def older_tokenizer_files(spec: str) -> Optional[str]:
+    """:func:`tokenizer_files` as datasets prepared before it recorded it: the absolute paths, sizes and nanosecond
+    mtimes of every file in the folder. Equal to a recorded one, the folder is untouched since; unequal, it was
+    saved again, moved or copied, and whether its content changed cannot be told."""
+    folder = _tokenizer_folder(spec)
+    if not folder:
+        return None
+    paths = [os.path.abspath(os.path.join(folder, f)) for f in _folder_files(folder)]
+    return files_fingerprint([(p, os.stat(p)) for p in paths], lambda st: st.st_mtime_ns)
 
 
 def load_tokenizer(spec: str = GPT2_SPEC) -> Tokenizer:

@@ -98,9 +98,13 @@ def _tokenizer(args, models):
 
 def _check_data_tokenizer(data_dir: str, models) -> None:
     """Refuse a prepared dataset that another tokenizer than a model's made (its ids may still lie in the
-    model's vocabulary, and the loss would be reported as if they were text)."""
+    model's vocabulary, and the loss would be reported as if they were text): another name, or a tokenizer folder
+    whose content changed since either the dataset or the model's training data was prepared with it
+    (data.preparation.tokenizer_change, as train and generate check it)."""
     from foxformer.data import read_manifest
+    from foxformer.data.preparation import tokenizer_change
     from foxformer.data.tokenizer import canonical_name
+    from foxformer.train.loading import check_tokenizer
 
     manifest = read_manifest(data_dir)
     if manifest is None:
@@ -110,6 +114,13 @@ def _check_data_tokenizer(data_dir: str, models) -> None:
             raise ValueError(f"--data: {data_dir!r} was tokenized with {manifest.get('tokenizer')!r}, but "
                              f"{m.name} was trained with {m.tokenizer!r}; prepare the data with --tokenizer "
                              f"{m.tokenizer}")
+        change = m.tokenizer and tokenizer_change(manifest, m.tokenizer)
+        if change:
+            raise ValueError(f"--data: {data_dir!r}: {change}; prepare the data again with --force (the same "
+                             f"`foxformer data prepare` command), or save the tokenizer {m.name} was trained with "
+                             f"back in its folder")
+        if m.tokenizer:
+            check_tokenizer([m], m.tokenizer)
 
 
 def _runs_data(models) -> str | None:
@@ -277,14 +288,17 @@ def _cmd_compare(args) -> dict:
 
 def _cmd_mqar(args) -> dict:
     from .mqar import config_from, run_mqar, seed_table
+    from .outputs import note_replacing
 
     if args.pool:
         # folders of one task run with different --seed: their cells as mean +- sd (mqar_seeds.md in --out)
         out = args.out or os.path.join("runs", "mqar_seeds")
+        text = seed_table(args.pool)  # before the file is opened: a refused folder emptied the earlier table
         os.makedirs(out, exist_ok=True)
         path = os.path.join(out, "mqar_seeds.md")
+        note_replacing(path)
         with open(path, "w") as f:
-            f.write(seed_table(args.pool))
+            f.write(text)
         return {"out": out, "table": os.path.basename(path), "pooled": args.pool}
     cfg = config_from(args.preset, models=args.models, steps=args.steps, lr=args.lr, seed=args.seed,
                       batch_size=args.batch_size, max_minutes=args.max_minutes, compile=args.compile or None)

@@ -24,7 +24,7 @@ import numpy as np
 from foxformer.train.metrics import read_metrics
 
 from . import plots
-from .outputs import find_output, markdown_table, write_json
+from .outputs import find_output, markdown_table, note_replacing, write_json
 from .seeds import SEED_SUFFIX, fmt_interval, fmt_spread, group_name, groups, mean_std, spread
 from .training import plot_training, summarize
 
@@ -459,6 +459,7 @@ def compare(run_dirs: list[str], out_dir: str, positions=None, names: list[str] 
     if reference is not None and group_name(reference) not in members:
         raise ValueError(f"reference: {reference!r} is none of the models {sorted(members)}")
     ref = group_name(reference) if reference is not None else list(members)[-1]
+    note_replacing(os.path.join(out_dir, "compare.json"))
     figs = [_plot_binned(members, os.path.join(out_dir, "loss_curves.png")),
             _plot_binned(members, os.path.join(out_dir, "loss_difference.png"), reference=ref),
             plots.plot_perplexity(curves, os.path.join(out_dir, "perplexity.png"))]

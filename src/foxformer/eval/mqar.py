@@ -39,7 +39,7 @@ from foxformer.train.metrics import forget_gate_means
 from foxformer.train.optim import learning_rate, param_groups
 
 from . import plots
-from .outputs import markdown_table, safe_name, write_json
+from .outputs import markdown_table, note_replacing, safe_name, write_json
 
 IGNORE = -100
 LABELS = {"fox-pro": "FoX (Pro)", "transformer-pro": "Transformer (Pro)", "linear-pro": "gated linear attn (Pro)",
@@ -477,6 +477,7 @@ def report(out_dir: str, cfg: MqarConfig) -> dict:
     if not results:
         raise ValueError(f"out: {out_dir!r} holds no MQAR results (run without --report-only first)")
     text = table(results, cfg)
+    note_replacing(os.path.join(out_dir, "mqar.json"))
     with open(os.path.join(out_dir, "mqar.md"), "w") as f:
         f.write(text)
     figs = [_plot(results, cfg, os.path.join(out_dir, "mqar.png")),
@@ -498,6 +499,7 @@ def run_mqar(cfg: MqarConfig, out_dir: str, *, device: str = "auto", progress: b
         load_results(out_dir, cfg.task())  # another task's results there are refused before any training
         for spec in cfg.models:
             result = run_model(spec, cfg, dev, progress=progress)
+            note_replacing(_model_path(out_dir, spec))
             write_json(_model_path(out_dir, spec), {"task": cfg.task(), "config": asdict(cfg), "device": str(dev),
                                                     "result": result})
     data = report(out_dir, cfg)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import html
 import json
 import os
+import re
 import shutil
 from dataclasses import dataclass, field
 
@@ -241,6 +242,21 @@ def render_markdown(blocks: list[Block], title: str) -> str:
     return "\n\n".join(parts) + "\n"
 
 
+# The Markdown that compare's and mqar's texts hold (fmt_interval's bold intervals, stopped_note, code spans): a
+# lone "*" stays text, as in "2@64*" and "* beyond training"
+_INLINE_MARKDOWN = re.compile(r"\*\*(.+?)\*\*|`([^`]+)`")
+
+
+def _inline_html(text) -> str:
+    """A paragraph's or table cell's Markdown text as HTML: **bold** and `code` rendered, the rest escaped."""
+    text, parts, done = _fmt(text), [], 0
+    for m in _INLINE_MARKDOWN.finditer(text):
+        tag, inner = ("strong", m[1]) if m[1] is not None else ("code", m[2])
+        parts += [html.escape(text[done:m.start()]), f"<{tag}>{html.escape(inner)}</{tag}>"]
+        done = m.end()
+    return "".join(parts) + html.escape(text[done:])
+
+
 def render_html(blocks: list[Block], title: str) -> str:
     esc = html.escape
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{esc(title)}</title>",
@@ -251,13 +267,13 @@ def render_html(blocks: list[Block], title: str) -> str:
         if b.kind in ("h2", "h3"):
             parts.append(f"<{b.kind}>{esc(b.text)}</{b.kind}>")
         elif b.kind == "p":
-            parts.append(f"<p>{esc(b.text)}</p>")
+            parts.append(f"<p>{_inline_html(b.text)}</p>")
         elif b.kind == "img":
             parts.append(f"<p><img src='{esc(b.text)}' alt='{esc(os.path.basename(b.text))}'></p>")
         elif b.kind == "table":
             head, *body = b.rows
-            parts.append("<table><tr>" + "".join(f"<th>{esc(_fmt(c))}</th>" for c in head) + "</tr>")
-            parts += ["<tr>" + "".join(f"<td>{esc(_fmt(c))}</td>" for c in r) + "</tr>" for r in body]
+            parts.append("<table><tr>" + "".join(f"<th>{_inline_html(c)}</th>" for c in head) + "</tr>")
+            parts += ["<tr>" + "".join(f"<td>{_inline_html(c)}</td>" for c in r) + "</tr>" for r in body]
             parts.append("</table>")
     parts.append("</body></html>")
     return "\n".join(parts)

@@ -38,7 +38,8 @@ from .config import (TrainConfig, config_fields, read_model_config, read_saved_c
                      resume_conflicts, save_config, write_model_config)
 from .distributed import (DistInfo, all_reduce_sum, barrier, broadcast_object, failures_reported, full_state_dicts,
                           gather_objects, grad_sync, init_distributed, wrap_model)
-from .metrics import GateMeans, MetricsSink, device_peak_flops, eta_string, forget_gate_means, mfu
+from .metrics import (GateMeans, MetricsSink, device_peak_flops, eta_string, forget_gate_means, mfu,
+                      read_metrics)
 from .optim import build_optimizer, learning_rate
 from .sharded import (CheckpointWriter, ResumePoint, check_same_resume, check_shared_run_dir, checkpoint_group,
                       resolve_format)
@@ -328,6 +329,34 @@ def _say_nothing_to_train(cfg: TrainConfig, step: int) -> None:
                file=sys.stderr)
 
 
+def _finished_summary(cfg: TrainConfig, info: DistInfo, step: int, tokens: int, resume_path: str) -> dict:
+    """The summary of a run resumed at the end of its schedule, from its own records: it is said why nothing
+    trains, and nothing is evaluated or written. Evaluated again, each rerun of `foxformer train --out RUN`
+    appended another validation record (and start and end records) of the last step to metrics.jsonl, which
+    plots and reports then showed twice."""
+    if info.is_main:
+        _say_nothing_to_train(cfg, step)
+    records = [r for r in read_metrics(cfg.out_dir) if r.get("step", 0) <= step]
+
+    def last(kind: str, key: str):
+        return next((r[key] for r in reversed(records) if r.get("kind") == kind and r.get(key) is not None), None)
+
+    from .loading import read_run_config
+
+    facts = read_run_config(os.path.join(cfg.out_dir, "config.yaml")).get("derived") or {}
+    hf_dir = os.path.join(cfg.out_dir, "hf")
+    exported = os.path.exists(os.path.join(hf_dir, "config.json"))
+    if cfg.export_hf and not exported and info.is_main:  # the end's export failed, or export_hf was off then
+        tqdm.write(f"train: {cfg.out_dir} has no Hugging Face export; foxformer export-hf "
+                   f"{shlex.quote(cfg.out_dir)} writes it", file=sys.stderr)
+    return {"out_dir": cfg.out_dir, "step": step, "tokens": tokens, "train_loss": last("train", "loss"),
+            "val_loss": last("eval", "val_loss"), "tokens_per_s": None, "resumed_from": resume_path,
+            "hf_dir": hf_dir if exported else None,
+            "params": facts.get("params"), "non_embedding_params": facts.get("non_embedding_params"),
+            "world_size": info.world_size, "parallel": info.mode, "device": str(info.device), "wall_s": 0.0,
+            "time_limit": False, "trained": False}
+
+
 def _check_saved_config(cfg: TrainConfig, resuming: bool) -> None:
     saved_path = os.path.join(cfg.out_dir, "config.yaml")
     if not resuming or not os.path.exists(saved_path):
@@ -445,6 +474,8 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, held: con
         raise ValueError(f"resume: {cfg.data_dir!r} holds another dataset than the one {resume_path} was trained "
                          f"on; a resumed run must see the same data. Use the original data or another out_dir "
                          f"(nothing was overwritten)")
+    if loaded is not None and int(loaded.state["step"]) >= cfg.total_steps:
+        return _finished_summary(cfg, info, int(loaded.state["step"]), int(loaded.state["tokens"]), resume_path)
 
     torch.manual_seed(cfg.seed)  # identical initial weights on every rank
     if model_factory is None:
@@ -538,8 +569,6 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, held: con
             sink.write(rec)
         return rec
 
-    if step >= cfg.total_steps and info.is_main:
-        _say_nothing_to_train(cfg, step)
     time_up = False
     # off a terminal the step lines on stdout every log_every steps are the progress
     bar = tqdm(total=cfg.total_steps, initial=step, desc="train", unit="step",
@@ -617,7 +646,7 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, held: con
             break
     bar.close()
 
-    if step == 0 or not last_eval:  # resumed a finished run, or nothing to do: still report validation
+    if not last_eval:  # no step taken (a finished run returned before): still report validation
         last_eval = run_eval()
     hf_dir = None
     if cfg.export_hf and hasattr(model_cfg, "to_dict"):
