@@ -7,6 +7,8 @@ import shutil
 
 import pytest
 
+from .eval.helpers import save_loss_unplotted
+
 ROOT = os.path.join(os.path.dirname(__file__), os.pardir)
 
 
@@ -57,7 +59,6 @@ def _noprose_run(bundle, model, seed, offset, texts):
     import yaml
 
     from foxformer.eval.loss import loss_curve
-    from foxformer.eval.outputs import save_loss
 
     run = bundle / "runs" / f"{model}-small_s{seed}"
     run.mkdir(parents=True)
@@ -65,8 +66,8 @@ def _noprose_run(bundle, model, seed, offset, texts):
     shared = np.random.default_rng(99).normal(0, 0.3, size=(6, 1))
     for text in texts:
         rows = 4.0 + offset + shared + np.random.default_rng(seed).normal(0, 0.02, size=(6, 63))
-        save_loss([loss_curve(rows, name=model, train_len=16, n_boot=20)], str(run / text),
-                  {"data": "d", "split": "val", "seq_len": 64, "num_seqs": 6, "tokens_sha256": text})
+        save_loss_unplotted([loss_curve(rows, name=model, train_len=16, n_boot=20)], str(run / text),
+                            {"data": "d", "split": "val", "seq_len": 64, "num_seqs": 6, "tokens_sha256": text})
 
 
 def test_a_lodo_rest_bundle_updates_the_prose_and_go_units_only(doc_script, tmp_path, monkeypatch):
@@ -170,7 +171,6 @@ def _ablation_run(bundle, fgate, seed, offset, preset="fox-llama-small", key="fg
     import yaml
 
     from foxformer.eval.loss import loss_curve
-    from foxformer.eval.outputs import save_loss
 
     run = bundle / "runs" / (f"{preset}_{key}-{fgate}_s{seed}" if key else f"{preset}_s{seed}")
     run.mkdir(parents=True)
@@ -182,8 +182,8 @@ def _ablation_run(bundle, fgate, seed, offset, preset="fox-llama-small", key="fg
         {"kind": "end", "step": 344, "tokens": 45_088_768, "val_loss": 3.5 + offset})))
     shared = np.random.default_rng(99).normal(0, 0.3, size=(6, 1))
     rows = 4.0 + offset + shared + np.random.default_rng(seed).normal(0, 0.02, size=(6, 63))
-    save_loss([loss_curve(rows, name=run.name, train_len=16, n_boot=20)], str(run / "eval"),
-              {"data": "d", "split": "val", "seq_len": 64, "num_seqs": 6, "tokens_sha256": "mix"})
+    save_loss_unplotted([loss_curve(rows, name=run.name, train_len=16, n_boot=20)], str(run / "eval"),
+                        {"data": "d", "split": "val", "seq_len": 64, "num_seqs": 6, "tokens_sha256": "mix"})
 
 
 def test_the_gate_ablations_of_three_seeds_get_their_own_unit(doc_script, tmp_path, monkeypatch):

@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import math
+import os
 import re
 
+import pytest
 import torch
 
 from foxformer.models import FoxConfig, FoxForCausalLM, get_preset
@@ -70,3 +72,20 @@ def copy_model(vocab: int, forget_all: bool = False) -> FoxForCausalLM:
         attn.o_proj.weight[V:, :] = eye
         model.lm_head.weight[:, V:] = 10.0 * eye
     return model
+
+
+def save_loss_unplotted(curves, out_dir: str, settings: dict) -> dict:
+    """``save_loss`` for the made-up runs that `eval compare` and the doc scripts read: their loss.json as eval
+    writes it, but their own two figures as empty files. Nothing reads those, and rendering them (two PNGs a run,
+    a dozen runs a test) was most of those tests' time."""
+    from foxformer.eval import outputs, plots
+
+    def placeholder(fig, path):
+        plots.plt.close(fig)
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        open(path, "wb").close()
+        return path
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(plots, "save_figure", placeholder)
+        return outputs.save_loss(curves, out_dir, settings)

@@ -8,6 +8,8 @@ import pytest
 from foxformer.cli import main
 from foxformer.eval.compare import compare, log_bins, value_at
 
+from .helpers import save_loss_unplotted
+
 
 def _write_run(tmp_path, name, loss, *, seq_len=64, data="d"):
     run = tmp_path / name / "eval"
@@ -228,14 +230,13 @@ def test_training_length_line_is_where_the_loss_plots_draw_it(tmp_path, monkeypa
 def _seed_run(tmp_path, name, offset, seed):
     """A run dir with a real loss.json (per-sequence figures) and a metrics.jsonl, as training leaves them."""
     from foxformer.eval.loss import loss_curve
-    from foxformer.eval.outputs import save_loss
 
     rng = np.random.default_rng(seed)
     shared = np.random.default_rng(99).normal(0, 0.3, size=(6, 1))  # the sequences' own difficulty
     rows = 3.0 + offset + shared + rng.normal(0, 0.02, size=(6, 63))
     run = tmp_path / name
-    save_loss([loss_curve(rows, name=name, train_len=16, n_boot=50)], str(run / "eval"),
-              {"data": "d", "split": "val", "seq_len": 64, "num_seqs": 6})
+    save_loss_unplotted([loss_curve(rows, name=name, train_len=16, n_boot=50)], str(run / "eval"),
+                        {"data": "d", "split": "val", "seq_len": 64, "num_seqs": 6})
     records = [{"kind": "train", "step": s, "tokens": 100 * s, "loss": 5.0 - s / 30 + offset, "grad_norm": 1.0,
                 "lr": 1e-3} for s in range(1, 61)]
     records += [{"kind": "eval", "step": 60, "tokens": 6000, "val_loss": 3.0 + offset + seed / 100,
@@ -366,13 +367,12 @@ def test_a_run_folder_holding_another_models_evaluation_is_refused(tmp_path):
 
 def test_one_sequence_gives_no_interval_rather_than_a_zero_width_one(tmp_path):
     from foxformer.eval.loss import loss_curve
-    from foxformer.eval.outputs import save_loss
 
     runs = []
     for name, level in (("a", 3.0), ("b", 3.5)):
         rows = np.full((1, 63), level) + np.random.default_rng(0).normal(0, 0.01, size=(1, 63))
-        save_loss([loss_curve(rows, name=name, train_len=16, n_boot=20)], str(tmp_path / name / "eval"),
-                  {"data": "d", "split": "val", "seq_len": 64, "num_seqs": 1})
+        save_loss_unplotted([loss_curve(rows, name=name, train_len=16, n_boot=20)], str(tmp_path / name / "eval"),
+                            {"data": "d", "split": "val", "seq_len": 64, "num_seqs": 1})
         runs.append(str(tmp_path / name))
     res = compare(runs, str(tmp_path / "out"), positions=(8,))
     d = res["differences"][0]["mean_loss"]

@@ -118,7 +118,7 @@ def check_dtypes(got, q, k):
 DENSE_CASES = [
     (2, 17, 17, 2, 2, 16, torch.float16, "slow"),
     (1, 64, 64, 4, 1, 64, torch.bfloat16, "strong"),
-    (1, 130, 130, 8, 1, 48, torch.float16, "open"),
+    (1, 130, 130, 4, 1, 48, torch.float16, "open"),  # the interpreter's time goes with Hq: 8:1 runs at T 17 below
     (2, 1, 37, 4, 1, 100, torch.bfloat16, "hard"),
     (1, 17, 80, 8, 1, 128, torch.float16, "closed"),
     (1, 130, 161, 1, 1, 100, torch.bfloat16, "closed"),

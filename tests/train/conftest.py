@@ -6,8 +6,11 @@ from foxformer.train.config import TrainConfig
 
 @pytest.fixture(scope="session")
 def data_dir(tmp_path_factory):
+    """Byte-level tokens: GPT-2's 50,257-entry vocabulary made the embedding, the output layer and AdamW's state
+    of the tiny models ~60 times their layers, and most of every training test's time."""
     out = tmp_path_factory.mktemp("data") / "pydoc"
-    prepare(PrepareConfig(sources=["builtin:pydoc"], out_dir=str(out), val_fraction=0.1), progress=False)
+    prepare(PrepareConfig(sources=["builtin:pydoc"], out_dir=str(out), tokenizer="bytes", val_fraction=0.1),
+            progress=False)
     return str(out)
 
 

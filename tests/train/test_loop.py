@@ -79,7 +79,7 @@ def test_keep_last_and_resolved_config(make_cfg, tmp_path):
     import yaml
 
     # the tokenizer left out comes from the dataset's manifest, and the saved config names it
-    assert read_saved_config(os.path.join(run, "config.yaml")) == make_cfg(out_dir=run, keep_last=2, tokenizer="gpt2")
+    assert read_saved_config(os.path.join(run, "config.yaml")) == make_cfg(out_dir=run, keep_last=2, tokenizer="bytes")
     derived = yaml.safe_load(open(os.path.join(run, "config.yaml")))["derived"]
     assert derived["grad_accum"] == 1 and derived["seqs_per_step"] == 4 and derived["world_size"] == 1
 
@@ -115,7 +115,7 @@ def test_hf_export_round_trips(make_cfg, tmp_path):
     for name, tensor in model.state_dict().items():
         assert torch.equal(tensor, sd[name]), name
     # standalone: the run's tokenizer and the model code travel with the weights
-    assert model.config.tokenizer == "gpt2"
+    assert model.config.tokenizer == "bytes"
     for name in ("tokenizer.json", "modeling_foxformer.py", "configuration_foxformer.py"):
         assert os.path.exists(os.path.join(summary["hf_dir"], name)), name
     # its model card says what it is and how this run trained it
@@ -373,16 +373,16 @@ def test_init_from_refuses_what_does_not_fit(make_cfg, tmp_path):
         train(make_cfg(out_dir=str(tmp_path / "a"), init_from=src, model={"num_layers": 1}, max_steps=1))
     with pytest.raises(ValueError, match=r"init_from: model.mlp_ratio=8.0 cannot apply: the MLP .* is \d+ wide"):
         train(make_cfg(out_dir=str(tmp_path / "r"), init_from=src, model={"mlp_ratio": 8.0}, max_steps=1))
-    with pytest.raises(ValueError, match="vocab_size: 64 given, but the model init_from names has 50304"):
+    with pytest.raises(ValueError, match="vocab_size: 64 given, but the model init_from names has 320"):
         train(make_cfg(out_dir=str(tmp_path / "b"), init_from=src, vocab_size=64, max_steps=1))
     docs = tmp_path / "docs"
     docs.mkdir()
     for i in range(4):
         (docs / f"{i}.txt").write_text(f"document {i} " * 50)
-    data = str(tmp_path / "bytes")
-    prepare(PrepareConfig(sources=[str(docs)], out_dir=data, tokenizer="bytes", val_fraction=0.5), progress=False)
-    with pytest.raises(ValueError, match="reads 'gpt2' tokens but .* was tokenized with 'bytes'"):
+    data = str(tmp_path / "gpt2")
+    prepare(PrepareConfig(sources=[str(docs)], out_dir=data, tokenizer="gpt2", val_fraction=0.5), progress=False)
+    with pytest.raises(ValueError, match="reads 'bytes' tokens but .* was tokenized with 'gpt2'"):
         train(make_cfg(out_dir=str(tmp_path / "c"), init_from=src, data_dir=data, max_steps=1))
     with pytest.raises(ValueError, match="init_from: model: .* is not a directory"):
         train(make_cfg(out_dir=str(tmp_path / "d"), init_from=str(tmp_path / "nowhere"), max_steps=1))
-    assert sorted(os.listdir(tmp_path)) == ["bytes", "docs", "src"]  # nothing written for the refused runs
+    assert sorted(os.listdir(tmp_path)) == ["docs", "gpt2", "src"]  # nothing written for the refused runs

@@ -91,7 +91,7 @@ def test_a_runs_saved_config_is_a_valid_config_file(make_cfg, tmp_path):
     saved = os.path.join(first.out_dir, "config.yaml")
     assert "derived" in yaml.safe_load(open(saved))
     again = load_config(saved, {"out_dir": str(tmp_path / "b")})
-    assert again == make_cfg(out_dir=str(tmp_path / "b"), max_steps=2, tokenizer="gpt2")
+    assert again == make_cfg(out_dir=str(tmp_path / "b"), max_steps=2, tokenizer="bytes")
 
 
 def test_ctrl_c_says_where_to_resume_and_out_alone_resumes_to_the_same_losses(make_cfg, data_dir, tmp_path):
@@ -119,7 +119,7 @@ def test_ctrl_c_says_where_to_resume_and_out_alone_resumes_to_the_same_losses(ma
     # step once differed in the 7th digit (10.800350 against 10.800348, thirty-ninth session) before any
     # interruption; a resume that read other data or lost the optimizer state differs by far more.
     assert _losses(run) == pytest.approx(_losses(ref["out_dir"]), rel=1e-5, abs=0)
-    assert yaml.safe_load(open(os.path.join(run, "config.yaml")))["tokenizer"] == "gpt2"  # from the manifest
+    assert yaml.safe_load(open(os.path.join(run, "config.yaml")))["tokenizer"] == "bytes"  # from the manifest
 
 
 # 6. one error line for each fault ----------------------------------------------------------------------------
