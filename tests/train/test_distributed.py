@@ -1,5 +1,6 @@
 """Two CPU processes through torchrun (gloo) must reproduce the single-process run, for DDP and FSDP2."""
 import os
+import signal
 import subprocess
 import sys
 
@@ -8,6 +9,8 @@ import pytest
 from foxformer.train import checkpoint as ckpt
 from foxformer.train.loop import train
 from foxformer.train.metrics import read_metrics
+
+from .helpers import signal_once
 
 SRC = os.path.join(os.path.dirname(__file__), "..", "..", "src")
 
@@ -86,3 +89,39 @@ def test_ddp_and_fsdp_on_one_process_train_as_one(make_cfg, tmp_path, capsys):
     assert _losses(resumed["out_dir"]) == _losses(ref["out_dir"])
     err = capsys.readouterr().err
     assert "parallel ddp spreads a run over several processes" in err and "torchrun --nproc-per-node N" in err
+
+
+# SIGTERM as SLURM delivers it (to torchrun and to each worker; torchrun forwards its copy), Ctrl-C as a terminal
+# does (to torchrun alone: its workers run in sessions of their own, and it forwards the signal)
+@pytest.mark.parametrize("sig, children, parallel, said", [
+    (signal.SIGTERM, True, "fsdp", "training stopped on SIGTERM after step {step} ({out}); the last checkpoint is "
+                                   "{last}; resume with: torchrun"),
+    (signal.SIGINT, False, "ddp", "interrupted: training stopped ({out}); the last checkpoint is {last} (the steps "
+                                  "after it will be redone); resume with: torchrun")],
+    ids=["sigterm-to-every-process", "ctrl-c-to-torchrun"])
+def test_a_stopped_torchrun_job_says_where_once_and_resumes_to_the_same_losses(sig, children, parallel, said,
+                                                                               make_cfg, data_dir, tmp_path):
+    """SIGTERM under torchrun stops every rank after the same step (they agree at its end) with a checkpoint;
+    Ctrl-C abandons the step. Either way the job says once where it stands, rank 0 alone, with no traceback
+    from a rank (torchrun's own, of its SignalException, is torchrun's), and resumes to the losses of one run."""
+    out = str(tmp_path / parallel)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+           "-m", "foxformer.cli", "train", "--data", data_dir, "--out", out, "--preset", "fox-pro-tiny",
+           "--context", "32", "--batch-tokens", "128", "--max-steps", "300", "--total-tokens", str(300 * 128),
+           "--lr", "3e-3", "--eval-tokens", "96", "--checkpoint-every-tokens", "256", "--eval-every-tokens", "512",
+           "--parallel", parallel, "--no-progress", "--set", "tensorboard=false", "--set", "export_hf=false"]
+    env = {**os.environ, "PYTHONPATH": os.path.abspath(SRC), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    signal_once(proc, os.path.join(out, "checkpoints", "step_00000002"), sig, children=children)
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) != 0, err[-3000:]
+    last = ckpt.latest_checkpoint(out)
+    step = int(os.path.basename(last).removeprefix("step_"))
+    notes = [line for line in err.splitlines() if "training stopped" in line]
+    assert len(notes) == 1 and notes[0].startswith(said.format(step=step, out=out, last=last)), err[-3000:]
+    frames = [line for line in err.splitlines() if line.lstrip().startswith('File "')]
+    assert not [f for f in frames if "foxformer" in f], err[-3000:]
+    ref = train(make_cfg(out_dir=str(tmp_path / "ref"), max_steps=step + 2, total_tokens=300 * 128))
+    resumed = train(make_cfg(out_dir=out, max_steps=step + 2, total_tokens=300 * 128, parallel="none"))
+    assert resumed["resumed_from"] == last
+    assert _losses(out) == pytest.approx(_losses(ref["out_dir"]), abs=2e-4)
