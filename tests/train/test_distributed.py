@@ -5,8 +5,10 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from foxformer.train import checkpoint as ckpt
+from foxformer.train import distributed
 from foxformer.train.loop import train
 from foxformer.train.metrics import read_metrics
 
@@ -120,8 +122,44 @@ def test_a_stopped_torchrun_job_says_where_once_and_resumes_to_the_same_losses(s
     notes = [line for line in err.splitlines() if "training stopped" in line]
     assert len(notes) == 1 and notes[0].startswith(said.format(step=step, out=out, last=last)), err[-3000:]
     frames = [line for line in err.splitlines() if line.lstrip().startswith('File "')]
-    assert not [f for f in frames if "foxformer" in f], err[-3000:]
+    assert not [f for f in frames if os.path.join(os.path.abspath(SRC), "foxformer") in f], err[-3000:]
     ref = train(make_cfg(out_dir=str(tmp_path / "ref"), max_steps=step + 2, total_tokens=300 * 128))
     resumed = train(make_cfg(out_dir=out, max_steps=step + 2, total_tokens=300 * 128, parallel="none"))
     assert resumed["resumed_from"] == last
     assert _losses(out) == pytest.approx(_losses(ref["out_dir"]), abs=2e-4)
+
+
+class _Store:
+    """The rendezvous store's check / get / set, in memory."""
+
+    def __init__(self, reports):
+        self.data = {f"foxformer/failed/{rank}": text.encode() for rank, text in reports.items()}
+
+    def check(self, keys):
+        return all(k in self.data for k in keys)
+
+    def get(self, key):
+        return self.data[key]
+
+    def set(self, key, value):
+        self.data[key] = value.encode()
+
+
+@pytest.mark.parametrize("peer, raised, expected, left", [
+    ("rank 0 was interrupted (Ctrl-C)", RuntimeError("Connection closed by peer"), KeyboardInterrupt, None),
+    ("rank 0 was interrupted (Ctrl-C)", KeyboardInterrupt(), KeyboardInterrupt, "rank 1 was interrupted (Ctrl-C)"),
+    ("rank 0 failed: ValueError: bad batch", KeyboardInterrupt(), distributed.PeerFailure, None),
+], ids=["peer-interrupted-broke-my-collective", "both-interrupted", "peer-failed-then-ctrl-c"])
+def test_a_peers_ctrl_c_is_no_failure_of_the_job(monkeypatch, peer, raised, expected, left):
+    """Ctrl-C reaching one rank first broke the other's collective, which then said "error: rank 0 failed:
+    KeyboardInterrupt" beside rank 0's note; now it stops as interrupted too, and the command says it once."""
+    store = _Store({0: peer})
+    monkeypatch.setattr(distributed, "_STORE", store)
+    monkeypatch.setattr(distributed, "_REPORT_GRACE_S", 0.0)
+    info = distributed.DistInfo(rank=1, world_size=2, local_rank=1, device=torch.device("cpu"), mode="ddp")
+    with pytest.raises(expected) as caught:
+        with distributed.failures_reported(info):
+            raise raised
+    if expected is distributed.PeerFailure:  # a peer's real failure is still the message to give
+        assert str(caught.value).startswith("rank 0 failed: ValueError: bad batch (rank 1 stopped with it")
+    assert store.data.get("foxformer/failed/1") == (left.encode() if left else None)  # what rank 2, 3... would read
