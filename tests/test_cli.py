@@ -231,3 +231,28 @@ def test_only_train_runs_as_one_process_of_several(monkeypatch, world, command, 
 
     monkeypatch.setenv("WORLD_SIZE", world)
     assert (cli._one_of_several(command) is not None) is refused
+
+
+# A command interrupted with something in its frames whose freeing waits (as a DDP model with collectives in flight
+# that the peers abandoned: every rank waited for the others until torchrun's SIGKILL, 30 s later, note unsaid).
+_STUCK = """
+import argparse, sys, time
+from foxformer import cli
+
+class Stuck:
+    def __del__(self):
+        time.sleep(60)
+
+def interrupted(_args):
+    held = Stuck()
+    raise KeyboardInterrupt("training stopped (RUN); resume with: torchrun ...")
+
+cli._parse = lambda parser, argv: (argparse.Namespace(func=interrupted), argparse.ArgumentParser(prog="foxformer train"))
+sys.exit(cli.main([]))
+"""
+
+
+def test_ctrl_c_under_torchrun_ends_the_process_once_it_is_said():
+    proc = subprocess.run([sys.executable, "-c", _STUCK], capture_output=True, text=True, timeout=30,
+                          env={**os.environ, "PYTHONPATH": SRC, "WORLD_SIZE": "2", "RANK": "0"})
+    assert (proc.returncode, proc.stderr) == (130, "interrupted: training stopped (RUN); resume with: torchrun ...\n")

@@ -294,6 +294,12 @@ def _main(argv: list[str] | None) -> int:
         # under torchrun rank 0 says where to resume; the other ranks' bare "interrupted" only repeated it
         if str(e) or os.environ.get("RANK", "0") == "0":
             _say_error(f"interrupted{': ' + str(e) if str(e) else ''}")
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            # one process of a torchrun job: the step Ctrl-C abandoned left collectives in flight that no peer
+            # will match, and freeing them (this exception's frames hold the model) kept the ranks waiting for
+            # each other until torchrun killed them 30 s later (a Ctrl-C to one rank: the 10-minute timeout)
+            sys.stdout.flush()
+            os._exit(INTERRUPTED_EXIT)
         return INTERRUPTED_EXIT
     except (ValueError, TypeError, OSError, ImportError) as e:  # what a user can fix: a path, a value, a package
         if os.environ.get("FOXFORMER_DEBUG") == "1":  # the full traceback, for bug reports

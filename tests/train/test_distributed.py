@@ -1,13 +1,18 @@
 """Two CPU processes through torchrun (gloo) must reproduce the single-process run, for DDP and FSDP2."""
 import os
+import signal
 import subprocess
 import sys
 
 import pytest
+import torch
 
 from foxformer.train import checkpoint as ckpt
+from foxformer.train import distributed
 from foxformer.train.loop import train
 from foxformer.train.metrics import read_metrics
+
+from .helpers import signal_once
 
 SRC = os.path.join(os.path.dirname(__file__), "..", "..", "src")
 
@@ -86,3 +91,75 @@ def test_ddp_and_fsdp_on_one_process_train_as_one(make_cfg, tmp_path, capsys):
     assert _losses(resumed["out_dir"]) == _losses(ref["out_dir"])
     err = capsys.readouterr().err
     assert "parallel ddp spreads a run over several processes" in err and "torchrun --nproc-per-node N" in err
+
+
+# SIGTERM as SLURM delivers it (to torchrun and to each worker; torchrun forwards its copy), Ctrl-C as a terminal
+# does (to torchrun alone: its workers run in sessions of their own, and it forwards the signal)
+@pytest.mark.parametrize("sig, children, parallel, said", [
+    (signal.SIGTERM, True, "fsdp", "training stopped on SIGTERM after step {step} ({out}); the last checkpoint is "
+                                   "{last}; resume with: torchrun"),
+    (signal.SIGINT, False, "ddp", "interrupted: training stopped ({out}); the last checkpoint is {last} (the steps "
+                                  "after it will be redone); resume with: torchrun")],
+    ids=["sigterm-to-every-process", "ctrl-c-to-torchrun"])
+def test_a_stopped_torchrun_job_says_where_once_and_resumes_to_the_same_losses(sig, children, parallel, said,
+                                                                               make_cfg, data_dir, tmp_path):
+    """SIGTERM under torchrun stops every rank after the same step (they agree at its end) with a checkpoint;
+    Ctrl-C abandons the step. Either way the job says once where it stands, rank 0 alone, with no traceback
+    from a rank (torchrun's own, of its SignalException, is torchrun's), and resumes to the losses of one run."""
+    out = str(tmp_path / parallel)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+           "-m", "foxformer.cli", "train", "--data", data_dir, "--out", out, "--preset", "fox-pro-tiny",
+           "--context", "32", "--batch-tokens", "128", "--max-steps", "300", "--total-tokens", str(300 * 128),
+           "--lr", "3e-3", "--eval-tokens", "96", "--checkpoint-every-tokens", "256", "--eval-every-tokens", "512",
+           "--parallel", parallel, "--no-progress", "--set", "tensorboard=false", "--set", "export_hf=false"]
+    env = {**os.environ, "PYTHONPATH": os.path.abspath(SRC), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    signal_once(proc, os.path.join(out, "checkpoints", "step_00000002"), sig, children=children)
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) != 0, err[-3000:]
+    last = ckpt.latest_checkpoint(out)
+    step = int(os.path.basename(last).removeprefix("step_"))
+    notes = [line for line in err.splitlines() if "training stopped" in line]
+    assert len(notes) == 1 and notes[0].startswith(said.format(step=step, out=out, last=last)), err[-3000:]
+    frames = [line for line in err.splitlines() if line.lstrip().startswith('File "')]
+    assert not [f for f in frames if os.path.join(os.path.abspath(SRC), "foxformer") in f], err[-3000:]
+    ref = train(make_cfg(out_dir=str(tmp_path / "ref"), max_steps=step + 2, total_tokens=300 * 128))
+    resumed = train(make_cfg(out_dir=out, max_steps=step + 2, total_tokens=300 * 128, parallel="none"))
+    assert resumed["resumed_from"] == last
+    assert _losses(out) == pytest.approx(_losses(ref["out_dir"]), abs=2e-4)
+
+
+class _Store:
+    """The rendezvous store's check / get / set, in memory."""
+
+    def __init__(self, reports):
+        self.data = {f"foxformer/failed/{rank}": text.encode() for rank, text in reports.items()}
+
+    def check(self, keys):
+        return all(k in self.data for k in keys)
+
+    def get(self, key):
+        return self.data[key]
+
+    def set(self, key, value):
+        self.data[key] = value.encode()
+
+
+@pytest.mark.parametrize("peer, raised, expected, left", [
+    ("rank 0 was interrupted (Ctrl-C)", RuntimeError("Connection closed by peer"), KeyboardInterrupt, None),
+    ("rank 0 was interrupted (Ctrl-C)", KeyboardInterrupt(), KeyboardInterrupt, "rank 1 was interrupted (Ctrl-C)"),
+    ("rank 0 failed: ValueError: bad batch", KeyboardInterrupt(), distributed.PeerFailure, None),
+], ids=["peer-interrupted-broke-my-collective", "both-interrupted", "peer-failed-then-ctrl-c"])
+def test_a_peers_ctrl_c_is_no_failure_of_the_job(monkeypatch, peer, raised, expected, left):
+    """Ctrl-C reaching one rank first broke the other's collective, which then said "error: rank 0 failed:
+    KeyboardInterrupt" beside rank 0's note; now it stops as interrupted too, and the command says it once."""
+    store = _Store({0: peer})
+    monkeypatch.setattr(distributed, "_STORE", store)
+    monkeypatch.setattr(distributed, "_REPORT_GRACE_S", 0.0)
+    info = distributed.DistInfo(rank=1, world_size=2, local_rank=1, device=torch.device("cpu"), mode="ddp")
+    with pytest.raises(expected) as caught:
+        with distributed.failures_reported(info):
+            raise raised
+    if expected is distributed.PeerFailure:  # a peer's real failure is still the message to give
+        assert str(caught.value).startswith("rank 0 failed: ValueError: bad batch (rank 1 stopped with it")
+    assert store.data.get("foxformer/failed/1") == (left.encode() if left else None)  # what rank 2, 3... would read

@@ -314,8 +314,8 @@ def test_the_divergence_advice_follows_the_run(make_cfg, tmp_path):
 @pytest.mark.parametrize("where, step, said", [
     ("train", 3, r"the forward pass overflowed \(log_fgate contains NaN\)"),
     ("eval", 2, r"the validation forward pass overflowed \(log_fgate contains NaN\)"),
-    ("eval-logits", 2, "the validation loss is nan"),
-], ids=["training-gate", "validation-gate", "validation-logits"])
+    ("eval-hidden", 2, "the validation loss is nan"),
+], ids=["training-gate", "validation-gate", "validation-hidden-states"])
 def test_a_forward_that_overflows_stops_the_run_at_its_step(make_cfg, tmp_path, where, step, said):
     # the attention op's value check ended the run with "error: log_fgate contains NaN", naming no step and
     # no fix (the loss, which the loop checks, is never computed); a NaN validation loss was logged, and the
@@ -326,7 +326,9 @@ def test_a_forward_that_overflows_stops_the_run_at_its_step(make_cfg, tmp_path, 
     forwards = {"n": 0}
 
     def nan_forward(model):
-        target = (model.get_output_embeddings() if where == "eval-logits"
+        # the validation's losses come from the final norm's output through the head's weight in chunks (no
+        # forward of the head itself): NaN hidden states there give a NaN loss and no op's value check
+        target = (model.model.norm if where == "eval-hidden"
                   else next(m for m in model.modules() if isinstance(m, ForgetGate)))
 
         def hook(module, args, out):

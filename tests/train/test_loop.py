@@ -1,4 +1,5 @@
 import os
+import signal
 
 import pytest
 import torch
@@ -45,6 +46,41 @@ def test_killed_and_resumed_run_matches_uninterrupted_bit_for_bit(make_cfg, tmp_
     assert resumed["resumed_from"].endswith("step_00000002")
     assert _losses(run) == _losses(ref["out_dir"])  # exact float equality, step by step
     assert resumed["val_loss"] == ref["val_loss"]
+
+
+def test_sigterm_saves_after_the_step_in_progress_and_the_resume_goes_on_bit_for_bit(make_cfg, tmp_path):
+    """A preempted run lost every step since its last periodic checkpoint. Now the step in progress ends with a
+    checkpoint of its own and the run returns."""
+    ref = train(make_cfg(out_dir=str(tmp_path / "ref"), max_steps=6))
+    run = str(tmp_path / "stopped")
+    before = signal.getsignal(signal.SIGTERM)
+
+    def signal_at_2(step, rec):
+        if step == 2:  # between steps: the next one is the step in progress
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    stopped = train(make_cfg(out_dir=run, max_steps=6), hook=signal_at_2)
+    assert (stopped["stopped_by"], stopped["step"]) == ("SIGTERM", 3)
+    assert os.path.basename(ckpt.latest_checkpoint(run)) == "step_00000003"  # the periodic ones: 2, 4, 6
+    assert signal.getsignal(signal.SIGTERM) is before
+    resumed = train(make_cfg(out_dir=run, max_steps=6))
+    assert resumed["resumed_from"].endswith("step_00000003") and resumed["stopped_by"] is None
+    assert _losses(run) == _losses(ref["out_dir"])  # exact float equality, step by step
+    assert resumed["val_loss"] == ref["val_loss"]
+
+
+def test_a_stop_signal_while_the_run_loads_trains_no_step(make_cfg, tmp_path):
+    """A run preempted while it loads stops before its first step: a step and a save would only lengthen the
+    seconds the scheduler gives it."""
+    from foxformer.train.loop import build_model
+
+    def signalled_while_building(cfg, vocab_size):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return build_model(cfg, vocab_size)
+
+    summary = train(make_cfg(max_steps=4), model_factory=signalled_while_building)
+    assert (summary["stopped_by"], summary["step"], summary["val_loss"]) == ("SIGTERM", 0, None)
+    assert ckpt.latest_checkpoint(summary["out_dir"]) is None and _losses(summary["out_dir"]) == []
 
 
 def test_crash_while_writing_a_checkpoint_keeps_the_previous_one(make_cfg, tmp_path, monkeypatch):

@@ -122,6 +122,29 @@ def test_ctrl_c_says_where_to_resume_and_out_alone_resumes_to_the_same_losses(ma
     assert yaml.safe_load(open(os.path.join(run, "config.yaml")))["tokenizer"] == "bytes"  # from the manifest
 
 
+def test_sigterm_saves_says_where_and_exits_143_and_the_run_resumes_to_the_same_losses(make_cfg, data_dir, tmp_path):
+    """A scheduler's SIGTERM (preemption, the time limit) killed the run: everything since its last periodic
+    checkpoint was lost. Now it ends the step in progress, saves it, says where and how to resume in one line and
+    exits 143 (128 + SIGTERM), and the resumed run has the losses of an uninterrupted one."""
+    run = str(tmp_path / "preempted")
+    flags = [*_flags(data_dir, run, steps=300), "--total-tokens", str(300 * 128)]
+    proc = subprocess.Popen([sys.executable, "-m", "foxformer.cli", *flags], env={**os.environ, "PYTHONPATH": SRC},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    signal_once(proc, os.path.join(run, "checkpoints", "step_00000002"), signal.SIGTERM)
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 143, err[-2000:]
+    last = ckpt.latest_checkpoint(run)
+    step = int(os.path.basename(last).removeprefix("step_"))
+    assert err.splitlines()[-1] == (f"training stopped on SIGTERM after step {step} ({run}); the last checkpoint is "
+                                    f"{last}; resume with: foxformer train --out {run}"), err
+    assert "Traceback" not in err
+    ref = train(make_cfg(out_dir=str(tmp_path / "ref"), max_steps=step + 2, total_tokens=300 * 128))
+    resumed = train(make_cfg(out_dir=run, max_steps=step + 2, total_tokens=300 * 128))
+    assert resumed["resumed_from"] == last
+    # rel 1e-5: the child and this process may round one reduction differently (see the Ctrl-C test above)
+    assert _losses(run) == pytest.approx(_losses(ref["out_dir"]), rel=1e-5, abs=0)
+
+
 # 6. one error line for each fault ----------------------------------------------------------------------------
 @pytest.mark.parametrize("fault", ["torch-save-full-disk", "os-full-disk"])
 def test_a_full_disk_during_a_checkpoint_is_one_error_line(data_dir, tmp_path, monkeypatch, capsys, fault):

@@ -62,15 +62,21 @@ def _overrides(args: argparse.Namespace) -> dict:
 def _cmd_train(args: argparse.Namespace) -> int:
     from torch.distributed.elastic.multiprocessing.errors import record
 
-    # under torchrun, record() hands an uncaught error to the launcher, which prints it as the job's cause
-    return record(_train_command)(args)
+    from .stopping import StopSignals
+
+    # around the whole command, which ends the process: the note on where a stopped run stands comes after the
+    # training, and a signal then must not cut it short
+    with StopSignals(exiting=True) as signals:
+        # under torchrun, record() hands an uncaught error to the launcher, which prints it as the job's cause
+        return record(_train_command)(args, signals)
 
 
-def _train_command(args: argparse.Namespace) -> int:
+def _train_command(args: argparse.Namespace, signals) -> int:
     from .checkpoint import CheckpointWriteError, check_not_in_a_run
     from .config import SAVED_CONFIG, load_config
     from .distributed import PeerFailure
     from .loop import train
+    from .stopping import exit_status
 
     overrides = _overrides(args)
     main_rank = int(os.environ.get("RANK", "0")) == 0
@@ -92,7 +98,7 @@ def _train_command(args: argparse.Namespace) -> int:
         if cfg.init_from is not None and "preset" in _flags_given(args):
             raise ValueError(f"--preset (preset): the run trains the model init_from names ({cfg.init_from}), its "
                              f"architecture and weights, so no preset is built; leave --preset out")
-        summary = train(cfg)
+        summary = train(cfg, signals=signals)
     except KeyboardInterrupt:
         if cfg is None or not main_rank:  # one note per run, not one per process under torchrun
             raise
@@ -111,6 +117,11 @@ def _train_command(args: argparse.Namespace) -> int:
         if summary.get("time_limit"):
             why = f" at the time limit (max_minutes {cfg.max_minutes:g}) after step {summary['step']}"
             print(_resume_note(cfg.out_dir, why, redone=False), file=sys.stderr)
+        elif summary.get("stopped_by"):
+            why = f" on {summary['stopped_by']} after step {summary['step']}"
+            print(_resume_note(cfg.out_dir, why, redone=False), file=sys.stderr)
+    if summary.get("stopped_by"):  # every rank: torchrun reports the first status that is not 0
+        return exit_status(summary["stopped_by"])
     return 0
 
 
@@ -142,7 +153,8 @@ def _no_run_to_continue(out_dir: str) -> str:
 
 def _resume_note(out_dir: str, why: str = "", redone: bool = True) -> str:
     """Where a stopped run stands and the command that continues it (after Ctrl-C, which abandons the step in
-    progress: ``redone``, or at the time limit, just after a checkpoint); ``why`` follows "training stopped"."""
+    progress: ``redone``, or at the time limit or on SIGTERM, just after a checkpoint); ``why`` follows "training
+    stopped"."""
     from .checkpoint import latest_checkpoint
 
     try:
@@ -208,7 +220,9 @@ def add_commands(subparsers) -> None:
     p = subparsers.add_parser(
         "train", help="train a FoX / Transformer model (CPU, GPU, or torchrun with FSDP2/DDP)",
         description="Train from a YAML config and/or flags; resumes automatically from out_dir. Launch on many "
-                    "GPUs with: torchrun --nproc-per-node N -m foxformer.cli train ...")
+                    "GPUs with: torchrun --nproc-per-node N -m foxformer.cli train ... SIGTERM or SIGUSR1 (a "
+                    "scheduler's preemption or time limit) stops it after the step in progress with a checkpoint "
+                    "and exit status 128 + the signal (143, 138); a second SIGTERM ends it at once.")
     from .config import describe_key  # light: the models and torch are imported only when a run starts
 
     p.add_argument("--config", help="YAML file with TrainConfig keys")

@@ -45,6 +45,7 @@ class PeerFailure(RuntimeError):
 
 _STORE = None  # the rendezvous store: failure reports outlive the process group's broken connections
 _FAILED_KEY = "foxformer/failed/{}"
+_INTERRUPTED = "was interrupted (Ctrl-C)"  # what a rank that stopped on KeyboardInterrupt leaves there
 # A rank whose collective broke on a peer's death may get there before the peer has written why it died
 # (the peer writes before it exits, which is what breaks the connection, so the wait is short).
 _REPORT_GRACE_S = 5.0
@@ -134,7 +135,9 @@ def _peer_failures(info: DistInfo) -> list[str]:
 @contextlib.contextmanager
 def failures_reported(info: DistInfo):
     """Leave this rank's error in the store for the others; or, when a peer failed first, raise PeerFailure
-    with the peer's message (what the user needs) instead of a broken-connection error."""
+    with the peer's message (what the user needs) instead of a broken-connection error. A Ctrl-C is no
+    failure: a rank whose peer was interrupted first raises KeyboardInterrupt, which the command says once for
+    the job (its "error: rank 0 failed: KeyboardInterrupt" line repeated rank 0's note)."""
     try:
         yield
     except BaseException as e:
@@ -146,10 +149,14 @@ def failures_reported(info: DistInfo):
         while not peers and time.monotonic() < deadline:
             time.sleep(0.1)
             peers = _peer_failures(info)
-        if peers and not all(p.endswith(mine) for p in peers):  # not the error every rank ran into
-            raise PeerFailure(f"{'; '.join(peers)} (rank {info.rank} stopped with it: {mine.splitlines()[0]})") from e
+        failed = [p for p in peers if not p.endswith(_INTERRUPTED)]
+        if failed and not all(p.endswith(mine) for p in failed):  # not the error every rank ran into
+            raise PeerFailure(f"{'; '.join(failed)} (rank {info.rank} stopped with it: {mine.splitlines()[0]})") from e
+        if peers and not failed and not isinstance(e, KeyboardInterrupt):
+            raise KeyboardInterrupt from e
         try:
-            _STORE.set(_FAILED_KEY.format(info.rank), f"rank {info.rank} failed: {mine}")
+            _STORE.set(_FAILED_KEY.format(info.rank), f"rank {info.rank} {_INTERRUPTED}"
+                       if isinstance(e, KeyboardInterrupt) else f"rank {info.rank} failed: {mine}")
         except (RuntimeError, ValueError):
             print(f"rank {info.rank}: could not report the failure to the other ranks", file=sys.stderr)
         raise

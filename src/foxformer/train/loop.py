@@ -43,6 +43,7 @@ from .metrics import (GateMeans, MetricsSink, device_peak_flops, eta_string, for
 from .optim import build_optimizer, learning_rate
 from .sharded import (CheckpointWriter, ResumePoint, check_same_resume, check_shared_run_dir, checkpoint_group,
                       resolve_format)
+from .stopping import StopSignals
 
 StepHook = Callable[[int, dict], None]
 
@@ -414,12 +415,15 @@ def export_hf(model_cfg, model_sd: dict, out: str, run_dir: str | None = None) -
     return out
 
 
-def train(cfg: TrainConfig, *, hook: StepHook | None = None, model_factory=None) -> dict:
+def train(cfg: TrainConfig, *, hook: StepHook | None = None, model_factory=None,
+          signals: StopSignals | None = None) -> dict:
     """Run (or resume) training as configured; returns a summary dict (rank 0 has the full one).
 
     ``hook(step, record)`` runs after every optimizer step (tests use it to simulate crashes);
     ``model_factory(cfg, vocab_size) -> (model, model_cfg)`` replaces :func:`build_model`.
-    While the run writes into out_dir, out_dir is locked: a second run on it fails at once.
+    While the run writes into out_dir, out_dir is locked: a second run on it fails at once. SIGTERM or SIGUSR1
+    (train.stopping) stops it after the step in progress with a checkpoint: ``summary["stopped_by"]`` names it;
+    ``signals``: the caller's StopSignals, entered (else the run installs its own while it runs).
     """
     check_output_dir(cfg.out_dir, "out_dir")
     ckpt.check_not_in_a_run(cfg.out_dir)
@@ -431,12 +435,18 @@ def train(cfg: TrainConfig, *, hook: StepHook | None = None, model_factory=None)
     # `held`: the lock on out_dir and the metric sinks, also when a step raises; it is left last, so the lock
     # outlives the writer, whose exit waits for a save in flight; then a failure is reported to the other ranks
     with contextlib.ExitStack() as held, failures_reported(info), \
+            (StopSignals() if signals is None else contextlib.nullcontext(signals)) as stop, \
             CheckpointWriter(cfg.out_dir, info, fmt, cfg.checkpoint_async, cfg.keep_last, group) as writer:
-        return _train(cfg, info, writer, held, hook, model_factory)
+        return _train(cfg, info, writer, held, stop, hook, model_factory)
+
+
+def _stop_agreed(stop: StopSignals, device: torch.device) -> bool:
+    """Whether any rank was asked to stop (every rank calls it at the same point, and all get the same answer)."""
+    return bool(all_reduce_sum(torch.tensor(float(stop.requested), device=device)) > 0)
 
 
 def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, held: contextlib.ExitStack,
-           hook: StepHook | None, model_factory) -> dict:
+           stop: StopSignals, hook: StepHook | None, model_factory) -> dict:
     device = info.device
     bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and device.type == "cuda")
     if device.type == "cuda":
@@ -570,6 +580,8 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, held: con
         return rec
 
     time_up = False
+    # a stop asked for while the run loaded: its checkpoint (if any) is where it stands, no step is needed
+    stopped = _stop_agreed(stop, device)
     # off a terminal the step lines on stdout every log_every steps are the progress
     bar = tqdm(total=cfg.total_steps, initial=step, desc="train", unit="step",
                disable=not bars_shown(info.is_main and cfg.progress))
@@ -578,7 +590,7 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, held: con
     last_eval: dict = {}
     speed = None
     model.train()
-    while step < cfg.total_steps:
+    while step < cfg.total_steps and not stopped:
         t0 = time.time()
         lr = learning_rate(tokens + cfg.batch_tokens, cfg)
         for group in optimizer.param_groups:
@@ -606,10 +618,14 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, held: con
         optimizer.zero_grad(set_to_none=True)
         step += 1
         tokens += cfg.batch_tokens
-        # one collective for the loss and the data checksum (< 2^31 per rank: their sum is exact in float64)
+        # one collective for the loss, the data checksum (< 2^31 per rank: their sum is exact in float64) and the
+        # ranks asked to stop, so that all stop after this step together (a rank that stopped alone would leave
+        # the others waiting in the next step's collectives)
         summed = all_reduce_sum(torch.stack([loss_sum.double() / plan.accum,
-                                             torch.tensor(float(crc), dtype=torch.float64, device=device)]))
+                                             torch.tensor(float(crc), dtype=torch.float64, device=device),
+                                             torch.tensor(float(stop.requested), dtype=torch.float64, device=device)]))
         loss_val, data_crc = float(summed[0]) / info.world_size, int(round(float(summed[1]))) % CHECKSUM_MOD
+        stopped = float(summed[2]) > 0
         dt = time.time() - t0
         tps = cfg.batch_tokens / dt
         speed = tps if speed is None else 0.8 * speed + 0.2 * tps
@@ -638,18 +654,24 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, held: con
             last_eval = run_eval()
             if sink is not None:
                 tqdm.write(f"step {step} val_loss {last_eval['val_loss']:.4f}")
-        if tokens // ckpt_every != (tokens - cfg.batch_tokens) // ckpt_every or finished:
+        # a stop on a signal saves at once: the scheduler kills the job seconds later (the step's periodic
+        # evaluation, if due, ran above: the resumed run starts after it)
+        if tokens // ckpt_every != (tokens - cfg.batch_tokens) // ckpt_every or finished or stopped:
             save(step)
         if hook is not None:
             hook(step, last_rec)
         if time_up:
             break
     bar.close()
+    stopped = stopped and step < cfg.total_steps  # a stop asked for in the last step: the run is finished
+    if stopped:
+        writer.wait()  # an asynchronous save's commit: the note on where the run stopped names that checkpoint
+        stop.done()
 
-    if not last_eval:  # no step taken (a finished run returned before): still report validation
+    if not stopped and not last_eval:  # no step taken (a finished run returned before): still report validation
         last_eval = run_eval()
     hf_dir = None
-    if cfg.export_hf and hasattr(model_cfg, "to_dict"):
+    if cfg.export_hf and hasattr(model_cfg, "to_dict") and not stopped:
         msd, _ = full_state_dicts(model, optimizer, info)
         if info.is_main:
             with hf_progress(cfg.progress):
@@ -660,7 +682,7 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, held: con
                "val_loss": last_eval.get("val_loss"), "tokens_per_s": (tokens - start_tokens) / wall if wall else None,
                "resumed_from": resume_path, "hf_dir": hf_dir, "params": n_params, "non_embedding_params": n_nonemb,
                "world_size": info.world_size, "parallel": info.mode, "device": str(device), "wall_s": wall,
-               "time_limit": time_up and step < cfg.total_steps}
+               "time_limit": time_up and step < cfg.total_steps, "stopped_by": stop.name if stopped else None}
     if sink is not None:
         sink.write({"kind": "end", "step": step, "tokens": tokens, **{k: v for k, v in summary.items()
                                                                       if isinstance(v, (int, float))}})

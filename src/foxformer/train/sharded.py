@@ -119,8 +119,10 @@ class CheckpointWriter:
         except Exception as e:
             if exc_type is None:
                 raise
-            # the run failed anyway: its own error is the one to report
-            print(f"{e} (while the run stopped with {exc_type.__name__})", file=sys.stderr)
+            # the run failed anyway: its own error is the one to report. After Ctrl-C, the note on where the run
+            # stands names the last checkpoint written; a save the other ranks left unfinished is no news
+            if not issubclass(exc_type, KeyboardInterrupt):
+                print(f"{e} (while the run stopped with {exc_type.__name__})", file=sys.stderr)
         finally:
             if self._executor is not None:
                 self._executor.shutdown(wait=True)

@@ -1,0 +1,91 @@
+"""Stopping a run on a signal: what a scheduler sends before it kills a job, and Ctrl-C.
+
+SIGTERM (SLURM's scancel, its time limit, and most schedulers' preemption) and SIGUSR1 (SLURM's ``--signal``
+warning before the time limit) ask for a stop: the loop finishes the step in progress, the ranks agree at the
+step's end, save a checkpoint and ``foxformer train`` exits with :func:`exit_status`. A second one later than
+:data:`REPEAT_WINDOW_S` ends the process at once, by the signal itself, without a checkpoint. Ctrl-C (SIGINT)
+abandons the step in progress (KeyboardInterrupt), as in any Python program.
+
+One signal often arrives twice: SLURM signals every process of a job step and torchrun forwards what it got to
+its workers again, a few milliseconds apart. A repeat within the window is that one request, not a second.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+# Signals that ask for a stop at the end of the step in progress.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+REPEAT_WINDOW_S = 2.0
+
+
+def exit_status(name: str) -> int:
+    """What `foxformer train` exits with after a stop on the signal ``name`` ("SIGTERM"): 128 + its number (143
+    for SIGTERM, 138 for SIGUSR1), what a shell reports for a process that signal ended, so job scripts that
+    treat 143 as "preempted" (requeue, resume) keep working."""
+    return 128 + signal.Signals[name]
+
+
+class StopSignals:
+    """While the ``with`` block runs: :attr:`signum` is the first stop signal received (None until then), and
+    SIGINT raises KeyboardInterrupt once per :data:`REPEAT_WINDOW_S`; a signal ignored before stays ignored.
+    The previous handlers come back at its end; with ``exiting`` (the block ends the process), stop signals stay
+    ignored after a stop that is :meth:`done`. Outside the main thread (where Python lets no handler be
+    installed) it installs nothing."""
+
+    def __init__(self, exiting: bool = False) -> None:
+        self.signum: int | None = None
+        self.exiting = exiting
+        self._done = False
+        self._stop_at = 0.0
+        self._interrupt_at: float | None = None
+        self._previous: dict = {}
+
+    @property
+    def requested(self) -> bool:
+        return self.signum is not None
+
+    @property
+    def name(self) -> str | None:
+        return None if self.signum is None else signal.Signals(self.signum).name
+
+    def done(self) -> None:
+        """The stop's checkpoint is committed: from now on a stop signal is ignored. Under torchrun the launcher
+        signals the ranks still running once one has exited, and would cut short the ranks still saying where
+        the run stopped."""
+        self._done = True
+
+    def __enter__(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            handlers = {**{sig: self._stop for sig in STOP_SIGNALS}, signal.SIGINT: self._interrupt}
+            for sig, handler in handlers.items():
+                # a signal the process was started to ignore (`nohup`, a background job's SIGINT) stays ignored
+                if signal.getsignal(sig) is not signal.SIG_IGN:
+                    self._previous[sig] = signal.signal(sig, handler)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, previous in self._previous.items():
+            if self._done and self.exiting and sig in STOP_SIGNALS:
+                previous = signal.SIG_IGN
+            signal.signal(sig, previous if previous is not None else signal.SIG_DFL)
+        self._previous = {}
+
+    def _stop(self, signum: int, frame) -> None:
+        now = time.monotonic()
+        if self.signum is None:
+            self.signum, self._stop_at = signum, now
+        elif not self._done and now - self._stop_at >= REPEAT_WINDOW_S:
+            # the signal's own end, as without this handler: a shell shows 128 + signum and no cleanup delays it
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+
+    def _interrupt(self, signum: int, frame) -> None:
+        now = time.monotonic()
+        if self._interrupt_at is not None and now - self._interrupt_at < REPEAT_WINDOW_S:
+            return  # the launcher's copy of the Ctrl-C being handled: it would cut that handling short
+        self._interrupt_at = now
+        raise KeyboardInterrupt

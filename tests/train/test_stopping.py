@@ -1,0 +1,76 @@
+"""StopSignals: what one signal, its copy, and a second one do (the loop's use of it is in test_loop.py, a job's
+in test_user_path.py and test_distributed.py)."""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from foxformer.train.stopping import StopSignals, exit_status
+
+SRC = os.path.join(os.path.dirname(__file__), "..", "..", "src")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1], ids=lambda s: s.name)
+def test_a_stop_signal_is_recorded_and_its_copy_is_the_same_request(sig):
+    with StopSignals() as stop:
+        os.kill(os.getpid(), sig)
+        os.kill(os.getpid(), sig)  # the launcher's copy, milliseconds later: no second request, the process lives
+        assert (stop.requested, stop.name) == (True, sig.name)
+    assert exit_status(stop.name) == 128 + sig
+
+
+def test_sigint_raises_once_for_a_ctrl_c_and_its_copy():
+    with StopSignals() as stop:
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGINT)  # torchrun's copy of the same Ctrl-C: the handling it would cut goes on
+        assert not stop.requested
+
+
+def test_the_handlers_before_come_back_and_an_ignored_signal_stays_ignored():
+    def mine(*args):
+        pass
+
+    previous = signal.signal(signal.SIGTERM, mine)
+    ignored = signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # as `nohup` or a parent may leave a signal
+    try:
+        with StopSignals() as stop:
+            os.kill(os.getpid(), signal.SIGUSR1)
+            assert not stop.requested
+        assert signal.getsignal(signal.SIGTERM) is mine and signal.getsignal(signal.SIGUSR1) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGUSR1, ignored)
+
+
+# A process that receives SIGTERM, then again WAIT seconds later; the window is shortened to 0.2 s.
+_TWICE = textwrap.dedent("""
+    import os, signal, sys, time
+    from foxformer.train import stopping
+    stopping.REPEAT_WINDOW_S = 0.2
+    with stopping.StopSignals(exiting=True) as stop:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.3)
+        if sys.argv[1] == "done":
+            stop.done()
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.1)
+        print("in the block", flush=True)
+    os.kill(os.getpid(), signal.SIGTERM)  # the process's last moments, with the stop done
+    print("after the block", flush=True)
+""")
+
+
+@pytest.mark.parametrize("when, status, said", [("saving", -signal.SIGTERM, ""),
+                                                ("done", 0, "in the block\nafter the block\n")],
+                         ids=["second-while-saving-ends-it-at-once", "after-the-checkpoint-ignored"])
+def test_a_second_sigterm_ends_the_process_unless_the_stop_is_done(when, status, said):
+    """A second SIGTERM (later than a launcher's copy) ends the process by the signal, without a checkpoint; once
+    the stop's checkpoint is committed, torchrun's SIGTERM to the ranks still exiting is ignored, so that rank 0
+    still says where the run stopped."""
+    proc = subprocess.run([sys.executable, "-c", _TWICE, when], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": SRC})
+    assert (proc.returncode, proc.stdout) == (status, said), proc.stderr
