@@ -226,8 +226,10 @@ def run_demo(out: str = "runs/demo", minutes: float = 3.0, device: str = "auto",
         summary = train(cfg)
         log(f"evaluating {preset}")
         from .models import FoxForCausalLM
+        from .models.calls import hf_progress
 
-        model = FoxForCausalLM.from_pretrained(summary["hf_dir"]).to(device)
+        with hf_progress(progress):  # transformers' loading bar wrote its frames into a log off a terminal
+            model = FoxForCausalLM.from_pretrained(summary["hf_dir"]).to(device)
         val = TokenDataset(data_dir, "val", plan["context"], expect_tokenizer=geo["tokenizer"])
         info = init_distributed(device, "none")
         loss, per_pos = evaluate(model, val, max(1, plan["eval_tokens"] // plan["context"]),

@@ -24,7 +24,7 @@ def test_train_cli_writes_resolved_config_and_summary(data_dir, tmp_path, capsys
     assert os.path.exists(tmp_path / "hf" / "config.json")
 
 
-def test_demo_end_to_end_small(tmp_path):
+def test_demo_end_to_end_small(tmp_path, capsys):
     from foxformer.demo import run_demo
 
     out = str(tmp_path / "demo")
@@ -38,6 +38,8 @@ def test_demo_end_to_end_small(tmp_path):
     assert os.path.getsize(os.path.join(out, "demo.png")) > 10_000
     data = json.load(open(os.path.join(out, "demo_summary.json")))
     assert len(data["per_position"]["fox-pro-tiny"]) == 63
+    # no bar without progress: transformers' weight-loading bar came through when the demo read its exports
+    assert "Loading weights" not in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("flag,value", [
