@@ -86,22 +86,23 @@ def test_training_steps_at_the_recipe_shape_have_finite_gradients(preset):
 
 
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("field", ["joint_input_projections", "joint_gate_projections"])
 @pytest.mark.parametrize("preset", ["fox-llama-tiny", "fox-pro-tiny", "transformer-llama-tiny"])
-def test_joint_input_projections_match_one_product_a_layer(preset, compiled):
-    """FoxConfig.joint_input_projections under bf16 autocast, on the default kernels (in FoX (LLaMA) q, k and v
-    reach the op as views of the padded joint output: strided rows the Gluon kernels read by TMA): the loss and
-    gradients of the separate products, to bf16 rounding."""
+def test_joint_projections_match_one_product_a_layer(preset, field, compiled):
+    """FoxConfig.joint_input_projections / joint_gate_projections under bf16 autocast, on the default kernels (in
+    FoX (LLaMA) q, k and v reach the op as views of the padded joint output: strided rows the Gluon kernels read by
+    TMA; the gate logits are views too): the loss and gradients of the separate products, to bf16 rounding."""
     ids = torch.randint(0, 512, (2, 1024), device="cuda")
     outs = []
     for joint in (False, True):
-        model = _model(preset, "auto", joint_input_projections=joint)
+        model = _model(preset, "auto", **{"joint_gate_projections": False, field: joint})
         step = torch.compile(model) if compiled else model
         with torch.autocast("cuda", dtype=torch.bfloat16):
             out = step(ids, labels=ids)
         out.loss.backward()
         attn = model.model.layers[0].attn
         mlp = model.model.layers[0].mlp
-        outs.append((out.loss, attn.q_proj.weight.grad, attn.v_proj.weight.grad, mlp.up_proj.weight.grad))
+        outs.append((out.loss, *(lin.weight.grad for lin in attn._input_linears().values()), mlp.up_proj.weight.grad))
     (a, *ga), (b, *gb) = outs
     assert abs(a.item() - b.item()) < 1e-2
     for x, y in zip(ga, gb):

@@ -4,6 +4,7 @@ the same in training, with gradients reaching every weight."""
 import pytest
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from foxformer.models.fused_linear import JOINT_COLUMNS, FusedLinears, joint_linear
 
@@ -127,13 +128,16 @@ def test_joint_product_keeps_layers_that_cannot_share_it_apart():
             torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("field", ["joint_input_projections", "joint_gate_projections"])
 @pytest.mark.parametrize("preset", ["fox-pro-tiny", "fox-llama-tiny", "transformer-llama-tiny", "linear-pro-tiny"])
-def test_joint_input_projections_change_no_result(preset):
-    """FoxConfig.joint_input_projections: the same loss and gradients (float64), and the same state dict."""
+def test_joint_projections_change_no_result(preset, field):
+    """FoxConfig.joint_input_projections / joint_gate_projections: the same loss and gradients (float64), and the
+    same state dict."""
     ids = tokens(2, 13)
     results = []
     for joint in (False, True):
-        model = make_model(preset, joint_input_projections=joint).train()
+        # the gate products apart in the reference (they are joint by default)
+        model = make_model(preset, **{"joint_gate_projections": False, field: joint}).train()
         loss = model(ids, labels=ids).loss
         loss.backward()
         results.append((loss.detach(), {n: p.grad for n, p in model.named_parameters()}, model.state_dict().keys()))
@@ -142,6 +146,31 @@ def test_joint_input_projections_change_no_result(preset):
     torch.testing.assert_close(loss1, loss0, rtol=1e-12, atol=1e-12)
     for name, grad in grads0.items():
         torch.testing.assert_close(grads1[name], grad, rtol=1e-9, atol=1e-12, msg=name)
+
+
+class _Products(TorchDispatchMode):
+    """Counts the matrix products (aten mm / addmm / bmm) run under it."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.overloadpacket in (torch.ops.aten.mm, torch.ops.aten.addmm, torch.ops.aten.bmm):
+            self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_joint_gate_projections_run_one_product_a_layer():
+    """FoX (Pro)'s forget gate and two token-shift gates: three products a layer apart, one joint (the default)."""
+    ids = tokens(1, 9)
+    counts = {}
+    for joint in (False, True):
+        model = make_model("fox-pro-tiny", joint_gate_projections=joint)
+        with torch.no_grad(), _Products() as products:
+            model(ids)
+        counts[joint] = products.count
+    assert counts[False] - counts[True] == 2 * model.config.num_layers
 
 
 def test_joint_product_compiles_without_a_graph_break():

@@ -98,6 +98,10 @@ class FoxConfig(PretrainedConfig):
         in the attention q, k, v and the logits of the gates the block has (in training and prefill; one-token
         decode steps fuse them either way), in the MLP its gate and up projections. The same weights and state
         dict; results equal up to the products' rounding.
+    joint_gate_projections: the attention's one-logit-per-head products (the data-dependent forget gate, the
+        token-shift gates) as one product, padded likewise; in training and prefill, and implied by
+        joint_input_projections. Alone, cuBLAS runs each of these 12-column products on a slow kernel (rows of
+        24 bytes); the same weights and state dict, results equal up to the products' rounding.
     tokenizer: spec of the tokenizer the model reads (foxformer.data.load_tokenizer: "gpt2", "gpt2-json", ...);
         save_pretrained writes its files next to the weights and the eval commands use it. None: unknown.
     train_len: the longest sequences (tokens) the weights were trained on, which training records; generate warns
@@ -147,6 +151,7 @@ class FoxConfig(PretrainedConfig):
     attention_backend: str = "auto"
     gradient_checkpointing: bool = False
     joint_input_projections: bool = False
+    joint_gate_projections: bool = True
     max_position_embeddings: int = 16384
     fgate_bias_shift: float | list = 0.0
     evict_eps: float | None = None
@@ -273,7 +278,8 @@ class FoxConfig(PretrainedConfig):
                 raise ValueError(f"FoxConfig.{name} must be positive and finite, got {value!r}")
         self._check_widths()
         for name in ("rope", "qk_norm", "qk_norm_per_head", "output_gate", "output_norm", "kv_shift", "k_shift",
-                     "v_shift", "tie_embeddings", "gradient_checkpointing", "joint_input_projections"):
+                     "v_shift", "tie_embeddings", "gradient_checkpointing", "joint_input_projections",
+                     "joint_gate_projections"):
             value = getattr(self, name)
             if not isinstance(value, bool):  # a string such as "false" would be truthy
                 raise ValueError(f"FoxConfig.{name} must be True or False, got {value!r}")

@@ -266,6 +266,12 @@ class SwiGLU(nn.Module):
         return self.down_proj(F.silu(gate) * up)
 
 
+# The input products with one output per head (FoxConfig.joint_gate_projections): separately, three 768 -> 12
+# products a layer took 5.5 ms of FoX (Pro) 125M's 300 ms step at 16K on the H200 (cuBLAS's sm_80 align2 kernels,
+# forward and backward: docs/bench/profile_model_headdims_7f71b0f/).
+GATE_LOGITS = ("f", "ks", "vs")
+
+
 class Attention(nn.Module):
     """Forgetting, softmax or gated linear attention with the optional Pro components of FoxConfig."""
 
@@ -307,7 +313,9 @@ class Attention(nn.Module):
         elif self.config.joint_input_projections:
             proj = dict(zip(linears, joint_linear(x, list(linears.values()))))
         else:
-            proj = {name: lin(x) for name, lin in linears.items()}
+            gates = [name for name in GATE_LOGITS if name in linears] if self.config.joint_gate_projections else []
+            proj = {name: lin(x) for name, lin in linears.items() if name not in gates}
+            proj.update(zip(gates, joint_linear(x, [linears[name] for name in gates])))
         q = proj["q"].view(B, T, self.num_heads, self.head_dim)
         k = proj["k"].view(B, T, self.num_kv_heads, self.head_dim)
         v = proj["v"].view(B, T, self.num_kv_heads, self.head_dim)
