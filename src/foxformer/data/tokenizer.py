@@ -24,7 +24,7 @@ from typing import Callable, Iterator, Optional, Sequence
 
 import numpy as np
 
-from .sources import files_fingerprint, hub_unreachable
+from .sources import content_fingerprint, files_fingerprint, hub_unreachable
 from .specs import BYTES_EOT, BYTES_SPEC, EOT_TEXT, GPT2_EOT, GPT2_JSON_SPEC, GPT2_SPEC
 
 # Hashes tiktoken itself checks for OpenAI's GPT-2 files: a mismatch means a different vocabulary.
@@ -259,8 +259,6 @@ def canonical_name(spec: str) -> str:
 # sentencepiece or tiktoken models. A model folder's weights, card and config are not read.
 _TOKENIZER_FILE = re.compile(r"(tokenizer|vocab|merges|spiece|sentencepiece|special_tokens_map|added_tokens)"
                              r".*|.*\.(model|tiktoken)")
-# tokenizer_files' form; manifests written before it hold files_fingerprint of the folder (see older_tokenizer_files)
-CONTENT_PREFIX = "sha256:"
 
 
 def _tokenizer_folder(spec: str) -> str:
@@ -275,18 +273,16 @@ def _folder_files(folder: str) -> list[str]:
 
 def tokenizer_files(spec: str) -> Optional[str]:
     """For a spec that names a local folder (a Hugging Face tokenizer saved there), a fingerprint of the content
-    of its tokenizer files (_TOKENIZER_FILE) and their names in the folder, ``"sha256:<16 hex digits>"``; None for
-    other specs. It changes when another tokenizer is saved there, under the same spec and name, and stays when the
-    same one is saved again or the folder is moved or copied."""
+    of its tokenizer files (_TOKENIZER_FILE) and their names in the folder (content_fingerprint); None for other
+    specs. It changes when another tokenizer is saved there, under the same spec and name, and stays when the same
+    one is saved again or the folder is moved or copied. Manifests written before it hold files_fingerprint of the
+    folder (older_tokenizer_files)."""
     folder = _tokenizer_folder(spec)
     if not folder:
         return None
-    h = hashlib.sha256(b"hf-tokenizer-folder")
-    for name in _folder_files(folder):
-        if _TOKENIZER_FILE.fullmatch(name):
-            with open(os.path.join(folder, name), "rb") as f:
-                h.update(f"\0{name}\0".encode() + hashlib.sha256(f.read()).digest())
-    return CONTENT_PREFIX + h.hexdigest()[:16]
+    return content_fingerprint("hf-tokenizer-folder", [(name, os.path.join(folder, name))
+                                                       for name in _folder_files(folder)
+                                                       if _TOKENIZER_FILE.fullmatch(name)])
 
 
 def older_tokenizer_files(spec: str) -> Optional[str]:
