@@ -313,7 +313,7 @@ def test_a_dataset_recorded_with_whole_second_fingerprints_is_rebuilt_by_the_sam
 
     def prepare_as_before():
         m = prepare(cfg, progress=False)
-        m["request"]["sources"][0]["fingerprint"] = describe_source(str(src)).older_fingerprint
+        m["request"]["sources"][0]["fingerprint"] = describe_source(str(src)).older_fingerprints[1]
         write_json(os.path.join(cfg.out_dir, "manifest.json"), m)
 
     _same_size_edit_within_the_second(src, "first words " * 50, "other words " * 50, prepare_as_before)
@@ -622,7 +622,7 @@ def test_a_tokenizer_saved_again_in_its_folder_is_a_changed_request(tmp_path):
     assert _split_docs(cfg.out_dir, "train", m) == [[2, 1, 2, 3], [1, 1, 3]]
     # a dataset prepared before the tokenizer folder was fingerprinted: rebuilt by the same command, then reused
     del m["request"]["tokenizer_files"]
-    m["request"]["sources"][0]["fingerprint"] = describe_source(str(src)).older_fingerprint
+    m["request"]["sources"][0]["fingerprint"] = describe_source(str(src)).older_fingerprints[1]
     write_json(os.path.join(cfg.out_dir, "manifest.json"), m)
     rebuilt = prepare(cfg, progress=False)
     assert "tokenizer_files" in rebuilt["request"] and prepare(cfg, progress=False) == rebuilt

@@ -31,9 +31,8 @@ from tqdm.auto import tqdm
 
 from ..paths import check_output_dir, folder_lock, write_json
 from ..progress import bars_shown
-from .sources import describe_source, iter_documents
-from .tokenizer import (CONTENT_PREFIX, GPT2_SPEC, canonical_name, load_tokenizer, older_tokenizer_files,
-                        tokenizer_files)
+from .sources import CONTENT_PREFIX, by_file_times, describe_source, iter_documents
+from .tokenizer import GPT2_SPEC, canonical_name, load_tokenizer, older_tokenizer_files, tokenizer_files
 
 FORMAT = "foxformer-tokens-v1"
 MANIFEST = "manifest.json"
@@ -352,8 +351,15 @@ def _request_changes(old: dict, new: dict) -> str:
         said.append(f"sources {list(old_sources)} then, {list(new_sources)} now")
     else:
         changed = [spec for spec in new_sources if old_sources[spec] != new_sources[spec]]
-        if changed:
-            said.append(f"the files of {', '.join(map(repr, changed))} changed since")
+        by_times = [spec for spec in changed if by_file_times(str(old_sources[spec]))]
+        by_content = [spec for spec in changed if spec not in by_times]
+        if by_content:
+            said.append(f"the files of {', '.join(map(repr, by_content))} changed since (their content, or which "
+                        f"files there are)")
+        if by_times:
+            said.append(f"the files of {', '.join(map(repr, by_times))} changed since, or their times or place did: "
+                        f"that dataset records its sources by their files' paths and times (an older foxformer), "
+                        f"which cannot tell files touched, moved or copied from changed ones")
     for key in sorted((set(old) | set(new)) - {"sources"}):
         if old.get(key) == new.get(key) or key == "tokenizer_files" and old.get("tokenizer") != new.get("tokenizer"):
             continue  # another tokenizer is said as such, not by its folder's fingerprint
@@ -374,16 +380,17 @@ def prepare(cfg: PrepareConfig, *, force: bool = False, progress: bool = True) -
     first: dict[str, str] = {}
     read_by: dict[str, str] = {}
     for info in infos:  # each copy of a document would be split on its own: one in train, one in validation
-        if info.fingerprint in first:
-            raise ValueError(f"sources: {info.spec!r} is {first[info.fingerprint]!r} again; a source given twice "
-                             f"would put copies of its documents in both train and validation")
-        first[info.fingerprint] = info.spec
         # a folder and a file in it (or two nested folders): its documents were read twice, in silence
         for path in info.files:
             if read_by.setdefault(path, info.spec) != info.spec:
                 raise ValueError(f"sources: {read_by[path]!r} and {info.spec!r} both read {path}; a file read "
                                  f"twice would put copies of its documents in both train and validation: give each "
                                  f"file through one source only")
+        if info.fingerprint in first:
+            raise ValueError(f"sources: {info.spec!r} is {first[info.fingerprint]!r} again (or a copy: the same "
+                             f"files and content); a source given twice would put copies of its documents in both "
+                             f"train and validation")
+        first[info.fingerprint] = info.spec
         _check_out_dir_outside(cfg.out_dir, info)
     request = {"sources": [{"spec": i.spec, "fingerprint": i.fingerprint} for i in infos],
                "tokenizer": cfg.tokenizer, "val_fraction": cfg.val_fraction, "seed": cfg.seed,
@@ -393,12 +400,7 @@ def prepare(cfg: PrepareConfig, *, force: bool = False, progress: bool = True) -
     folder_files = tokenizer_files(cfg.tokenizer)
     if folder_files:  # likewise: for a tokenizer folder only (a tokenizer saved again there is another request)
         request["tokenizer_files"] = folder_files
-    # the request as datasets prepared before nanosecond mtimes and tokenizer folders' fingerprints recorded it
-    older_requests = [{**{k: v for k, v in request.items() if k != "tokenizer_files"},
-                       "sources": [{"spec": i.spec, "fingerprint": i.older_fingerprint or i.fingerprint}
-                                   for i in infos]}]
-    if folder_files:  # and before the folder's content was: its files' paths and times, still the same
-        older_requests.append({**request, "tokenizer_files": older_tokenizer_files(cfg.tokenizer)})
+    older_requests = _older_requests(request, infos, cfg.tokenizer)
     reused, _ = _existing_dataset(cfg.out_dir, request, older_requests, force)
     if reused is not None:
         return reused
@@ -411,6 +413,22 @@ def prepare(cfg: PrepareConfig, *, force: bool = False, progress: bool = True) -
         if reused is not None:
             return reused
         return _build(cfg, infos, request, tok, progress, replace)
+
+
+def _older_requests(request: dict, infos: list, tokenizer: str) -> list[dict]:
+    """``request`` in each form older datasets recorded it, as it reads now: source files by their paths, sizes and
+    nanosecond mtimes, and whole-second ones before; a tokenizer folder by its files' paths and times, and not at
+    all before. A dataset of one of them was prepared from sources and a tokenizer untouched since (or edited
+    within the second): the same command rebuilds it in the current form, where another request is refused."""
+    older = [i.older_fingerprints or (i.fingerprint,) * 2 for i in infos]  # builtin and hf: one form all along
+    sources = [request["sources"]] + [[{"spec": i.spec, "fingerprint": fps[k]} for i, fps in zip(infos, older)]
+                                      for k in (0, 1)]
+    folder = [{}]
+    if "tokenizer_files" in request:
+        folder += [{"tokenizer_files": request["tokenizer_files"]},
+                   {"tokenizer_files": older_tokenizer_files(tokenizer)}]
+    rest = {k: v for k, v in request.items() if k not in ("sources", "tokenizer_files")}
+    return [{**rest, "sources": s, **f} for s in sources for f in folder]
 
 
 def _check_out_dir_outside(out_dir: str, info) -> None:

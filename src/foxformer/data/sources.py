@@ -53,9 +53,9 @@ class SourceInfo:
     left_out: tuple[tuple[str, int], ...] = ()
     # files: the real paths of the files read, in order
     files: tuple[str, ...] = ()
-    # files: the fingerprint of whole-second mtimes, which datasets prepared before nanosecond ones recorded (an
-    # edit of the same size within the second kept it, and the stale tokens with it)
-    older_fingerprint: str | None = None
+    # files: the fingerprints that datasets prepared before content ones recorded, by the files' paths, sizes and
+    # nanosecond mtimes, and before those whole-second ones (an edit of the same size within the second kept it)
+    older_fingerprints: tuple[str, ...] = ()
 
 
 def _strip_compression(path: str) -> tuple[str, str | None]:
@@ -347,45 +347,84 @@ def _iter_hf(spec: str, text_field: str) -> Iterator[Document]:
                                                                                text_field))
 
 
-def describe_source(spec: str) -> SourceInfo:
-    """Resolve a spec without reading documents; raises ValueError for a bad spec."""
+def _source_kind(spec: str) -> str:
+    """"builtin", "hf" or "file" for a spec of that form; TypeError or ValueError for a bad one."""
     if not isinstance(spec, str) or not spec:
         raise TypeError(f"source: expected a non-empty spec string, got {spec!r}")
     if spec.startswith("builtin:"):
-        name = spec.split(":", 1)[1]
-        if name not in BUILTINS:
-            raise ValueError(f"source: unknown built-in corpus {name!r}; expected one of {BUILTINS}")
+        if spec.split(":", 1)[1] not in BUILTINS:
+            raise ValueError(f"source: unknown built-in corpus {spec.split(':', 1)[1]!r}; expected one of {BUILTINS}")
+        return "builtin"
+    return "hf" if spec.startswith("hf:") else "file"
+
+
+def describe_source(spec: str) -> SourceInfo:
+    """Resolve a spec without parsing documents (a file source's files are read for their fingerprint); raises
+    ValueError for a bad spec."""
+    kind = _source_kind(spec)
+    if kind == "builtin":
         import sys
 
+        name = spec.split(":", 1)[1]
         version = _package_version("sympy") if name == "sympy" else sys.version.split()[0]
-        return SourceInfo(spec=spec, kind="builtin", fingerprint=f"{name}-{version}")
-    if spec.startswith("hf:"):
+        return SourceInfo(spec=spec, kind=kind, fingerprint=f"{name}-{version}")
+    if kind == "hf":
         name, config, split = _parse_hf(spec)
-        return SourceInfo(spec=spec, kind="hf", fingerprint=f"{name}:{config}@{split}")
+        return SourceInfo(spec=spec, kind=kind, fingerprint=f"{name}:{config}@{split}")
     files, other = _scan(spec)
+    # by content and names within the source: a copied, moved or touched source is the same; its paths and mtimes
+    # made it another request
+    root = spec if os.path.isdir(spec) else os.path.dirname(spec)
     stats = [(os.path.abspath(f), os.stat(f)) for f in files]
-    return SourceInfo(spec=spec, kind="file", fingerprint=files_fingerprint(stats, lambda st: st.st_mtime_ns),
+    return SourceInfo(spec=spec, kind=kind,
+                      fingerprint=content_fingerprint("source", [(os.path.relpath(f, root), f) for f in files]),
                       left_out=tuple(sorted(other.items(), key=lambda item: (-item[1], item[0]))),
                       files=tuple(os.path.realpath(f) for f in files),
-                      older_fingerprint=files_fingerprint(stats, lambda st: int(st.st_mtime)))
+                      older_fingerprints=(files_fingerprint(stats, lambda st: st.st_mtime_ns),
+                                          files_fingerprint(stats, lambda st: int(st.st_mtime))))
+
+
+# content_fingerprint's form; fingerprints without it are files_fingerprint's, of paths, sizes and times
+CONTENT_PREFIX = "sha256:"
+
+
+def content_fingerprint(kind: str, files: list[tuple[str, str]]) -> str:
+    """The names and content of ``files``, (name, path) each in order, hashed: ``"sha256:<16 hex digits>"``. It
+    stays when the files are saved again, moved or copied, and changes with a name or a byte; ``kind`` tells one
+    kind of files' fingerprints from another's."""
+    import hashlib
+
+    h = hashlib.sha256(kind.encode())
+    for name, path in files:
+        digest = hashlib.sha256()
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):  # a corpus file of gigabytes is not read whole
+                digest.update(block)
+        h.update(f"\0{name}\0".encode() + digest.digest())
+    return CONTENT_PREFIX + h.hexdigest()[:16]
 
 
 def files_fingerprint(stats: list[tuple[str, os.stat_result]], mtime) -> str:
     """Files' paths, sizes and ``mtime`` of their stats (os.stat of each), hashed: it changes when a file is saved
-    again."""
+    again. The fingerprint older datasets recorded (content_fingerprint has replaced it)."""
     import hashlib
 
     stamp = ";".join(f"{path}|{st.st_size}|{mtime(st)}" for path, st in stats)
     return hashlib.sha256(stamp.encode()).hexdigest()[:16]
 
 
+def by_file_times(fingerprint: str) -> bool:
+    """Whether a source fingerprint a dataset recorded is files_fingerprint's, of paths, sizes and times."""
+    return re.fullmatch(r"[0-9a-f]{16}", fingerprint) is not None
+
+
 def iter_documents(spec: str, text_field: str = "text") -> Iterator[Document]:
     """Yield the documents of one source spec in a fixed order."""
-    info = describe_source(spec)
-    if info.kind == "builtin":
+    kind = _source_kind(spec)
+    if kind == "builtin":
         name = spec.split(":", 1)[1]
         yield from {"sympy": _iter_sympy, "pydoc": _iter_pydoc, "stdlib": _iter_stdlib}[name]()
-    elif info.kind == "hf":
+    elif kind == "hf":
         yield from _iter_hf(spec, text_field)
     else:
         for path in _scan(spec)[0]:

@@ -24,7 +24,7 @@ from typing import Callable, Iterator, Optional, Sequence
 
 import numpy as np
 
-from .sources import files_fingerprint, hub_unreachable
+from .sources import content_fingerprint, files_fingerprint, hub_unreachable
 from .specs import BYTES_EOT, BYTES_SPEC, EOT_TEXT, GPT2_EOT, GPT2_JSON_SPEC, GPT2_SPEC
 
 # Hashes tiktoken itself checks for OpenAI's GPT-2 files: a mismatch means a different vocabulary.
@@ -62,7 +62,8 @@ class Tokenizer:
         """The ids of ``text``, as ``encode_batch`` gives them, in consecutive parts of about ``size`` characters
         each: a document of gigabytes became one list of Python ints, about 40 bytes a token (a 190 MB text file
         took 2.3 GB with gpt2). Only cut where the ids on either side stay those of the whole text (``_cut``);
-        a tokenizer without such places (tiktoken's other encodings, Hugging Face's) encodes the text whole."""
+        a tokenizer without such places (tiktoken's other encodings, Hugging Face's that do not split text as
+        GPT-2 does: _hf_cut) encodes the text whole."""
         start = 0
         while start < len(text):
             end = len(text)
@@ -108,6 +109,25 @@ _GPT2_CUT = re.compile(r"[A-Za-z0-9](?= [A-Za-z])")
 def _gpt2_cut(text: str, pos: int) -> int:
     found = _GPT2_CUT.search(text, pos)
     return -1 if found is None else found.end()
+
+
+def _hf_cut(tok) -> Optional[Callable[[str, int], int]]:
+    """:func:`_gpt2_cut` for a Hugging Face tokenizer that splits text as GPT-2 does, None for any other (its
+    documents are encoded whole): no normaliser, the byte-level pre-tokenizer with GPT-2's regex, BPE without
+    dropout (it never merges across the regex's pieces), and no added token matched in the text that could span a
+    cut (one holding whitespace, or taking the whitespace beside it). Special tokens are not matched: documents are
+    encoded with split_special_tokens."""
+    backend = getattr(tok, "backend_tokenizer", None)  # a slow (Python) tokenizer has none
+    if backend is None:
+        return None
+    pre, model = backend.pre_tokenizer, backend.model
+    if backend.normalizer is not None or type(pre).__name__ != "ByteLevel" or not pre.use_regex \
+            or type(model).__name__ != "BPE" or model.dropout:
+        return None
+    for added in backend.get_added_tokens_decoder().values():
+        if not added.special and (added.lstrip or added.rstrip or re.search(r"\s", added.content)):
+            return None
+    return _gpt2_cut
 
 
 def _from_tiktoken_encoding(name: str, enc) -> Tokenizer:
@@ -212,13 +232,15 @@ def _load_hf(name_or_path: str) -> Tokenizer:
     def encode_batch(texts: list[str]) -> list[list[int]]:
         # Documents are plain text, as for tiktoken's encode_ordinary: a document quoting "</s>" was given the
         # end-of-document id there, a boundary inside it that the model learnt from and packed attention cut at.
-        return tok(texts, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+        # verbose=False: a document longer than the model's context is no error here (training cuts sequences from
+        # the token stream), and transformers' warning said it would be one.
+        return tok(texts, add_special_tokens=False, split_special_tokens=True, verbose=False)["input_ids"]
 
     # len() counts the entries; a vocabulary with gaps in its ids (an added token numbered past the rest) has
     # ids beyond it, which the token arrays (uint16 up to 65536 ids) must hold
     vocab_size = max(len(tok), max(tok.get_vocab().values(), default=-1) + 1)
     return Tokenizer(name=f"hf:{name_or_path}", vocab_size=vocab_size, eot_id=int(eot),
-                     _encode_batch=encode_batch, _decode=lambda ids: tok.decode(ids))
+                     _encode_batch=encode_batch, _decode=lambda ids: tok.decode(ids), _cut=_hf_cut(tok))
 
 
 def canonical_name(spec: str) -> str:
@@ -237,8 +259,6 @@ def canonical_name(spec: str) -> str:
 # sentencepiece or tiktoken models. A model folder's weights, card and config are not read.
 _TOKENIZER_FILE = re.compile(r"(tokenizer|vocab|merges|spiece|sentencepiece|special_tokens_map|added_tokens)"
                              r".*|.*\.(model|tiktoken)")
-# tokenizer_files' form; manifests written before it hold files_fingerprint of the folder (see older_tokenizer_files)
-CONTENT_PREFIX = "sha256:"
 
 
 def _tokenizer_folder(spec: str) -> str:
@@ -253,18 +273,16 @@ def _folder_files(folder: str) -> list[str]:
 
 def tokenizer_files(spec: str) -> Optional[str]:
     """For a spec that names a local folder (a Hugging Face tokenizer saved there), a fingerprint of the content
-    of its tokenizer files (_TOKENIZER_FILE) and their names in the folder, ``"sha256:<16 hex digits>"``; None for
-    other specs. It changes when another tokenizer is saved there, under the same spec and name, and stays when the
-    same one is saved again or the folder is moved or copied."""
+    of its tokenizer files (_TOKENIZER_FILE) and their names in the folder (content_fingerprint); None for other
+    specs. It changes when another tokenizer is saved there, under the same spec and name, and stays when the same
+    one is saved again or the folder is moved or copied. Manifests written before it hold files_fingerprint of the
+    folder (older_tokenizer_files)."""
     folder = _tokenizer_folder(spec)
     if not folder:
         return None
-    h = hashlib.sha256(b"hf-tokenizer-folder")
-    for name in _folder_files(folder):
-        if _TOKENIZER_FILE.fullmatch(name):
-            with open(os.path.join(folder, name), "rb") as f:
-                h.update(f"\0{name}\0".encode() + hashlib.sha256(f.read()).digest())
-    return CONTENT_PREFIX + h.hexdigest()[:16]
+    return content_fingerprint("hf-tokenizer-folder", [(name, os.path.join(folder, name))
+                                                       for name in _folder_files(folder)
+                                                       if _TOKENIZER_FILE.fullmatch(name)])
 
 
 def older_tokenizer_files(spec: str) -> Optional[str]:
