@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from foxformer.train.stopping import StopSignals, exit_status
+from foxformer.train.stopping import StopSignals, exit_status, launcher_note
 
 SRC = os.path.join(os.path.dirname(__file__), "..", "..", "src")
 
@@ -89,3 +89,39 @@ def test_a_copy_of_the_first_signal_does_not_end_a_stop_that_is_done():
         stop.done()
         os.kill(os.getpid(), signal.SIGTERM)  # within the window: the process lives
         assert stop.name == "SIGTERM"
+
+
+_TORCHRUN = {"TORCHELASTIC_RUN_ID": "r1", "TORCHELASTIC_SIGNALS_TO_HANDLE": "SIGTERM,SIGINT,SIGHUP,SIGQUIT"}
+
+
+@pytest.mark.parametrize("environ, lost", [
+    ({**_TORCHRUN, "SLURM_JOB_ID": "7"}, "SIGUSR1"),
+    (_TORCHRUN, None),  # outside SLURM nothing sends SIGUSR1 unasked
+    ({**_TORCHRUN, "SLURM_JOB_ID": "7", "TORCHELASTIC_SIGNALS_TO_HANDLE": "SIGTERM,SIGINT,SIGUSR1"}, None),
+    ({**_TORCHRUN, "TORCHELASTIC_SIGNALS_TO_HANDLE": "SIGINT"}, "SIGTERM"),
+    ({"TORCHELASTIC_RUN_ID": "r1", "SLURM_JOB_ID": "7"}, None),  # a torchrun without the option: it cannot tell
+    ({"TORCHELASTIC_SIGNALS_TO_HANDLE": "SIGTERM", "SLURM_JOB_ID": "7"}, None),  # set by hand, no torchrun
+], ids=["slurm-default-torchrun", "default-torchrun-outside-slurm", "slurm-sigusr1-handled", "sigterm-not-handled",
+        "torchrun-without-the-option", "no-torchrun"])
+def test_the_launcher_note_names_a_stop_signal_torchrun_will_not_pass_on(environ, lost):
+    note = launcher_note(environ)
+    if lost is None:
+        assert note is None
+    else:
+        handled = environ["TORCHELASTIC_SIGNALS_TO_HANDLE"]
+        assert f"and {lost} sent to it ends it at once" in note
+        assert note.endswith(f"launch with torchrun --signals-to-handle {handled},{lost}")
+
+
+def test_a_torchrun_worker_in_a_slurm_job_is_told_to_have_sigusr1_passed_on():
+    """What a worker of the installed torchrun sees, with its default signals and with SIGUSR1 added."""
+    code = "from foxformer.train.stopping import launcher_note; print(launcher_note())"
+    said = []
+    for extra in ([], ["--signals-to-handle", "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"]):
+        proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+                               "1", *extra, "--no-python", sys.executable, "-c", code], capture_output=True,
+                              text=True, timeout=120, env={**os.environ, "PYTHONPATH": SRC, "SLURM_JOB_ID": "7"})
+        assert proc.returncode == 0, proc.stderr
+        said.append(proc.stdout.strip())
+    assert said[0].endswith("launch with torchrun --signals-to-handle SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1")
+    assert said[1] == "None"

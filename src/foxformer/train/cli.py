@@ -76,10 +76,12 @@ def _train_command(args: argparse.Namespace, signals) -> int:
     from .config import SAVED_CONFIG, load_config
     from .distributed import PeerFailure, barrier
     from .loop import train
-    from .stopping import exit_status
+    from .stopping import exit_status, launcher_note
 
     overrides = _overrides(args)
     main_rank = int(os.environ.get("RANK", "0")) == 0
+    if main_rank and (note := launcher_note()):
+        print(note, file=sys.stderr)
     out_dir = overrides.get("out_dir")
     saved = bool(out_dir) and os.path.isfile(os.path.join(out_dir, SAVED_CONFIG))
     if args.config is None and out_dir and saved and main_rank:
@@ -232,7 +234,9 @@ def add_commands(subparsers) -> None:
         description="Train from a YAML config and/or flags; resumes automatically from out_dir. Launch on many "
                     "GPUs with: torchrun --nproc-per-node N -m foxformer.cli train ... SIGTERM or SIGUSR1 (a "
                     "scheduler's preemption or time limit) stops it after the step in progress with a checkpoint "
-                    "and exit status 128 + the signal (143, 138); a second SIGTERM ends it at once.")
+                    "and exit status 128 + the signal (143, 138); a second one ends it at once. torchrun passes "
+                    "SIGUSR1 on only with --signals-to-handle SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1 (else SIGUSR1 "
+                    "ends torchrun itself at once).")
     from .config import describe_key  # light: the models and torch are imported only when a run starts
 
     p.add_argument("--config", help="YAML file with TrainConfig keys")

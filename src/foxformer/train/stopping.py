@@ -8,6 +8,9 @@ checkpoint is not yet committed; with :func:`exit_status` once it is (nothing is
 hangs, such as a process group's destroy, needs no SIGKILL). Ctrl-C (SIGINT) abandons the step in progress
 (KeyboardInterrupt), as in any Python program.
 
+torchrun passes on to its workers only the signals of its ``--signals-to-handle`` (SIGTERM, SIGINT, SIGHUP,
+SIGQUIT by default) and dies of any other at once: :func:`launcher_note` says so where a stop signal would be lost.
+
 One signal often arrives twice: SLURM signals every process of a job step and torchrun forwards what it got to
 its workers again, a few milliseconds apart. A repeat within the window is that one request, not a second.
 """
@@ -97,6 +100,25 @@ class StopSignals:
             return  # the launcher's copy of the Ctrl-C being handled: it would cut that handling short
         self._interrupt_at = now
         raise KeyboardInterrupt
+
+
+def launcher_note(environ=os.environ) -> str | None:
+    """A one-line note where the torchrun that started this process will not pass a stop signal on to it, else
+    None. Its workers' environment holds its --signals-to-handle (TORCHELASTIC_SIGNALS_TO_HANDLE, with
+    TORCHELASTIC_RUN_ID; a torchrun without the option sets neither, and then nothing is said). SIGUSR1 counts
+    only in a SLURM job, where ``--signal=USR1@S`` sends it; elsewhere nothing sends it unasked."""
+    handled = environ.get("TORCHELASTIC_SIGNALS_TO_HANDLE")
+    if handled is None or "TORCHELASTIC_RUN_ID" not in environ:
+        return None
+    names = [name.strip() for name in handled.split(",") if name.strip()]
+    lost = [sig.name for sig in STOP_SIGNALS
+            if sig.name not in names and (sig != signal.SIGUSR1 or "SLURM_JOB_ID" in environ)]
+    if not lost:
+        return None
+    lost_said = " and ".join(lost)
+    return (f"train: note: torchrun passes on to its workers only {','.join(names) or 'no signal'} (its "
+            f"--signals-to-handle), and {lost_said} sent to it ends it at once; for {lost_said} to stop the run with "
+            f"a checkpoint, launch with torchrun --signals-to-handle {','.join(names + lost)}")
 
 
 def _flush_output() -> None:
