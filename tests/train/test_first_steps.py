@@ -214,6 +214,8 @@ def test_a_run_at_its_end_says_why_nothing_trains(data_dir, tmp_path, capsys):
         assert f"--init-from {run} --out NEW_DIR --total-tokens N" in err
         summary = json.loads(out)
         assert (summary["step"], summary["val_loss"], summary["trained"]) == (2, last_eval["val_loss"], False)
+        # the same keys as the run's own summary (its stopped_by was missing), in the same order
+        assert list(summary) == list(first) and (first["trained"], summary["stopped_by"]) == (True, None)
         assert summary["hf_dir"] is None and summary["params"] == first["params"]  # export_hf=false: no export
         assert "export-hf" not in err
         assert open(os.path.join(run, "metrics.jsonl")).read() == metrics

@@ -80,6 +80,7 @@ def test_a_stop_signal_while_the_run_loads_trains_no_step(make_cfg, tmp_path):
 
     summary = train(make_cfg(max_steps=4), model_factory=signalled_while_building)
     assert (summary["stopped_by"], summary["step"], summary["val_loss"]) == ("SIGTERM", 0, None)
+    assert summary["trained"] is False
     assert ckpt.latest_checkpoint(summary["out_dir"]) is None and _losses(summary["out_dir"]) == []
 
 

@@ -74,12 +74,14 @@ def _cmd_train(args: argparse.Namespace) -> int:
 def _train_command(args: argparse.Namespace, signals) -> int:
     from .checkpoint import CheckpointWriteError, check_not_in_a_run
     from .config import SAVED_CONFIG, load_config
-    from .distributed import PeerFailure
+    from .distributed import PeerFailure, barrier
     from .loop import train
-    from .stopping import exit_status
+    from .stopping import exit_status, launcher_note
 
     overrides = _overrides(args)
     main_rank = int(os.environ.get("RANK", "0")) == 0
+    if main_rank and (note := launcher_note()):
+        print(note, file=sys.stderr)
     out_dir = overrides.get("out_dir")
     saved = bool(out_dir) and os.path.isfile(os.path.join(out_dir, SAVED_CONFIG))
     if args.config is None and out_dir and saved and main_rank:
@@ -99,6 +101,12 @@ def _train_command(args: argparse.Namespace, signals) -> int:
             raise ValueError(f"--preset (preset): the run trains the model init_from names ({cfg.init_from}), its "
                              f"architecture and weights, so no preset is built; leave --preset out")
         summary = train(cfg, signals=signals)
+        if main_rank:
+            _say_summary(summary, cfg)
+        if summary.get("stopped_by"):
+            # torchrun signals the ranks still running once one has exited, and after the stop's checkpoint a
+            # signal ends a rank at once: no rank exits before rank 0 has said where the run stopped
+            barrier()
     except KeyboardInterrupt:
         if cfg is None or not main_rank:  # one note per run, not one per process under torchrun
             raise
@@ -112,17 +120,21 @@ def _train_command(args: argparse.Namespace, signals) -> int:
         from .distributed import shutdown
 
         shutdown()
-    if main_rank:
-        print(json.dumps(summary, indent=2))
-        if summary.get("time_limit"):
-            why = f" at the time limit (max_minutes {cfg.max_minutes:g}) after step {summary['step']}"
-            print(_resume_note(cfg.out_dir, why, redone=False), file=sys.stderr)
-        elif summary.get("stopped_by"):
-            why = f" on {summary['stopped_by']} after step {summary['step']}"
-            print(_resume_note(cfg.out_dir, why, redone=False), file=sys.stderr)
     if summary.get("stopped_by"):  # every rank: torchrun reports the first status that is not 0
         return exit_status(summary["stopped_by"])
     return 0
+
+
+def _say_summary(summary: dict, cfg) -> None:
+    """The run's summary on stdout and, for a run that stopped before its end, where it stands."""
+    print(json.dumps(summary, indent=2), flush=True)
+    if summary.get("time_limit"):
+        why = f" at the time limit (max_minutes {cfg.max_minutes:g})"
+    elif summary.get("stopped_by"):
+        why = f" on {summary['stopped_by']}"
+    else:
+        return
+    print(_resume_note(cfg.out_dir, f"{why} after step {summary['step']}", redone=False), file=sys.stderr, flush=True)
 
 
 def _in_flags(message: str, args: argparse.Namespace) -> str:
@@ -222,7 +234,9 @@ def add_commands(subparsers) -> None:
         description="Train from a YAML config and/or flags; resumes automatically from out_dir. Launch on many "
                     "GPUs with: torchrun --nproc-per-node N -m foxformer.cli train ... SIGTERM or SIGUSR1 (a "
                     "scheduler's preemption or time limit) stops it after the step in progress with a checkpoint "
-                    "and exit status 128 + the signal (143, 138); a second SIGTERM ends it at once.")
+                    "and exit status 128 + the signal (143, 138); a second one ends it at once. torchrun passes "
+                    "SIGUSR1 on only with --signals-to-handle SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1 (else SIGUSR1 "
+                    "ends torchrun itself at once).")
     from .config import describe_key  # light: the models and torch are imported only when a run starts
 
     p.add_argument("--config", help="YAML file with TrainConfig keys")

@@ -44,6 +44,7 @@ from .optim import build_optimizer, learning_rate
 from .sharded import (CheckpointWriter, ResumePoint, check_same_resume, check_shared_run_dir, checkpoint_group,
                       resolve_format)
 from .stopping import StopSignals
+from .summary import RunSummary
 
 StepHook = Callable[[int, dict], None]
 
@@ -350,12 +351,12 @@ def _finished_summary(cfg: TrainConfig, info: DistInfo, step: int, tokens: int, 
     if cfg.export_hf and not exported and info.is_main:  # the end's export failed, or export_hf was off then
         tqdm.write(f"train: {cfg.out_dir} has no Hugging Face export; foxformer export-hf "
                    f"{shlex.quote(cfg.out_dir)} writes it", file=sys.stderr)
-    return {"out_dir": cfg.out_dir, "step": step, "tokens": tokens, "train_loss": last("train", "loss"),
-            "val_loss": last("eval", "val_loss"), "tokens_per_s": None, "resumed_from": resume_path,
-            "hf_dir": hf_dir if exported else None,
-            "params": facts.get("params"), "non_embedding_params": facts.get("non_embedding_params"),
-            "world_size": info.world_size, "parallel": info.mode, "device": str(info.device), "wall_s": 0.0,
-            "time_limit": False, "trained": False}
+    return RunSummary(
+        out_dir=cfg.out_dir, step=step, tokens=tokens, train_loss=last("train", "loss"),
+        val_loss=last("eval", "val_loss"), tokens_per_s=None, resumed_from=resume_path,
+        hf_dir=hf_dir if exported else None, params=facts.get("params"),
+        non_embedding_params=facts.get("non_embedding_params"), world_size=info.world_size, parallel=info.mode,
+        device=str(info.device), wall_s=0.0, trained=False).to_dict()
 
 
 def _check_saved_config(cfg: TrainConfig, resuming: bool) -> None:
@@ -678,11 +679,13 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, held: con
                 hf_dir = export_hf(model_cfg, msd, os.path.join(cfg.out_dir, "hf"), run_dir=cfg.out_dir)
         barrier()
     wall = time.time() - start_time
-    summary = {"out_dir": cfg.out_dir, "step": step, "tokens": tokens, "train_loss": last_rec.get("loss"),
-               "val_loss": last_eval.get("val_loss"), "tokens_per_s": (tokens - start_tokens) / wall if wall else None,
-               "resumed_from": resume_path, "hf_dir": hf_dir, "params": n_params, "non_embedding_params": n_nonemb,
-               "world_size": info.world_size, "parallel": info.mode, "device": str(device), "wall_s": wall,
-               "time_limit": time_up and step < cfg.total_steps, "stopped_by": stop.name if stopped else None}
+    summary = RunSummary(
+        out_dir=cfg.out_dir, step=step, tokens=tokens, train_loss=last_rec.get("loss"),
+        val_loss=last_eval.get("val_loss"), tokens_per_s=(tokens - start_tokens) / wall if wall else None,
+        resumed_from=resume_path, hf_dir=hf_dir, params=n_params, non_embedding_params=n_nonemb,
+        world_size=info.world_size, parallel=info.mode, device=str(device), wall_s=wall,
+        time_limit=time_up and step < cfg.total_steps, stopped_by=stop.name if stopped else None,
+        trained=step > start_step).to_dict()
     if sink is not None:
         sink.write({"kind": "end", "step": step, "tokens": tokens, **{k: v for k, v in summary.items()
                                                                       if isinstance(v, (int, float))}})

@@ -3,8 +3,13 @@
 SIGTERM (SLURM's scancel, its time limit, and most schedulers' preemption) and SIGUSR1 (SLURM's ``--signal``
 warning before the time limit) ask for a stop: the loop finishes the step in progress, the ranks agree at the
 step's end, save a checkpoint and ``foxformer train`` exits with :func:`exit_status`. A second one later than
-:data:`REPEAT_WINDOW_S` ends the process at once, by the signal itself, without a checkpoint. Ctrl-C (SIGINT)
-abandons the step in progress (KeyboardInterrupt), as in any Python program.
+:data:`REPEAT_WINDOW_S` ends the process at once: by the signal itself, without a checkpoint, while the stop's
+checkpoint is not yet committed; with :func:`exit_status` once it is (nothing is lost then, and a teardown that
+hangs, such as a process group's destroy, needs no SIGKILL). Ctrl-C (SIGINT) abandons the step in progress
+(KeyboardInterrupt), as in any Python program.
+
+torchrun passes on to its workers only the signals of its ``--signals-to-handle`` (SIGTERM, SIGINT, SIGHUP,
+SIGQUIT by default) and dies of any other at once: :func:`launcher_note` says so where a stop signal would be lost.
 
 One signal often arrives twice: SLURM signals every process of a job step and torchrun forwards what it got to
 its workers again, a few milliseconds apart. A repeat within the window is that one request, not a second.
@@ -14,6 +19,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 import time
 
@@ -32,8 +38,8 @@ def exit_status(name: str) -> int:
 class StopSignals:
     """While the ``with`` block runs: :attr:`signum` is the first stop signal received (None until then), and
     SIGINT raises KeyboardInterrupt once per :data:`REPEAT_WINDOW_S`; a signal ignored before stays ignored.
-    The previous handlers come back at its end; with ``exiting`` (the block ends the process), stop signals stay
-    ignored after a stop that is :meth:`done`. Outside the main thread (where Python lets no handler be
+    The previous handlers come back at its end; with ``exiting`` (the block ends the process), after a stop that
+    is :meth:`done` the stop signals keep ending the process at once to its end. Outside the main thread (where Python lets no handler be
     installed) it installs nothing."""
 
     def __init__(self, exiting: bool = False) -> None:
@@ -53,9 +59,9 @@ class StopSignals:
         return None if self.signum is None else signal.Signals(self.signum).name
 
     def done(self) -> None:
-        """The stop's checkpoint is committed: from now on a stop signal is ignored. Under torchrun the launcher
-        signals the ranks still running once one has exited, and would cut short the ranks still saying where
-        the run stopped."""
+        """The stop's checkpoint is committed: from now on a stop signal (but the first one's copy) ends the
+        process at once with :func:`exit_status`. Under torchrun the launcher signals the ranks still running once
+        one has exited, so rank 0 says where the run stopped before any rank may exit (train.cli)."""
         self._done = True
 
     def __enter__(self) -> StopSignals:
@@ -69,16 +75,21 @@ class StopSignals:
 
     def __exit__(self, *exc) -> None:
         for sig, previous in self._previous.items():
-            if self._done and self.exiting and sig in STOP_SIGNALS:
-                previous = signal.SIG_IGN
-            signal.signal(sig, previous if previous is not None else signal.SIG_DFL)
+            if not (self._done and self.exiting and sig in STOP_SIGNALS):
+                signal.signal(sig, previous if previous is not None else signal.SIG_DFL)
         self._previous = {}
 
     def _stop(self, signum: int, frame) -> None:
         now = time.monotonic()
         if self.signum is None:
             self.signum, self._stop_at = signum, now
-        elif not self._done and now - self._stop_at >= REPEAT_WINDOW_S:
+        elif now - self._stop_at < REPEAT_WINDOW_S:
+            return  # the first one's copy: the stop is under way
+        elif self._done:
+            # the checkpoint is on disk: end with the stop's own status, whatever the teardown is waiting on
+            _flush_output()
+            os._exit(exit_status(self.name))
+        else:
             # the signal's own end, as without this handler: a shell shows 128 + signum and no cleanup delays it
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
@@ -89,3 +100,32 @@ class StopSignals:
             return  # the launcher's copy of the Ctrl-C being handled: it would cut that handling short
         self._interrupt_at = now
         raise KeyboardInterrupt
+
+
+def launcher_note(environ=os.environ) -> str | None:
+    """A one-line note where the torchrun that started this process will not pass a stop signal on to it, else
+    None. Its workers' environment holds its --signals-to-handle (TORCHELASTIC_SIGNALS_TO_HANDLE, with
+    TORCHELASTIC_RUN_ID; a torchrun without the option sets neither, and then nothing is said). SIGUSR1 counts
+    only in a SLURM job, where ``--signal=USR1@S`` sends it; elsewhere nothing sends it unasked."""
+    handled = environ.get("TORCHELASTIC_SIGNALS_TO_HANDLE")
+    if handled is None or "TORCHELASTIC_RUN_ID" not in environ:
+        return None
+    names = [name.strip() for name in handled.split(",") if name.strip()]
+    lost = [sig.name for sig in STOP_SIGNALS
+            if sig.name not in names and (sig != signal.SIGUSR1 or "SLURM_JOB_ID" in environ)]
+    if not lost:
+        return None
+    lost_said = " and ".join(lost)
+    return (f"train: note: torchrun passes on to its workers only {','.join(names) or 'no signal'} (its "
+            f"--signals-to-handle), and {lost_said} sent to it ends it at once; for {lost_said} to stop the run with "
+            f"a checkpoint, launch with torchrun --signals-to-handle {','.join(names + lost)}")
+
+
+def _flush_output() -> None:
+    """What the process printed so far (the summary, the note on where it stopped), before an ``os._exit`` that
+    skips Python's own flush; a stream the interrupted code was writing to at that moment is left as it is."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, RuntimeError, AttributeError):  # closed, reentrant, or None
+            pass
