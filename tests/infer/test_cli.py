@@ -537,6 +537,64 @@ def test_generate_interrupted_keeps_the_text_so_far(hf_dir, tmp_path, capsys, mo
     assert lines[-2].startswith(f"[{data['new_tokens']} tokens in") and lines[-1] == "interrupted"
 
 
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "no-stream"])
+def test_generate_interrupted_prints_the_text_held_back_for_a_stop_string(hf_dir, tmp_path, capsys, monkeypatch,
+                                                                          stream):
+    """With a stop string, Ctrl-C dropped the text held back as it might begin one, though it was generated: now
+    it is printed, the line ended, and the command exits as interrupted (130)."""
+    from foxformer.infer import generation as module
+    common = ["generate", "--model", hf_dir, "--tokenizer", "bytes", "--prompt", "Once upon", "--temperature", "0",
+              "--ignore-eos", "--device", "cpu"]
+    assert main(common + ["--max-new-tokens", "6", "--no-stream"]) == 0
+    so_far = capsys.readouterr().out[:-1]
+    real = module.stream_tokens
+
+    def interrupted(*args, **kwargs):  # Ctrl-C while the seventh token is generated
+        yield from itertools.islice(real(*args, **kwargs), 6)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(module, "stream_tokens", interrupted)
+    out = tmp_path / "gen.json"
+    stop = so_far[-2:] + "\u2603"  # its start ends the text so far, so that is held back; it never completes
+    args = common + ["--max-new-tokens", "12", "--stop", stop, "--out", str(out)]
+    assert main(args + ([] if stream else ["--no-stream"])) == 130
+    captured = capsys.readouterr()
+    assert len(so_far) >= 2 and captured.out == so_far + "\n" and captured.err.splitlines()[-1] == "interrupted"
+    data = json.loads(out.read_text())
+    assert data["text"] == so_far and data["interrupted"] is True and data["new_tokens"] == 6
+
+
+def test_generate_interrupted_while_printing_still_prints_the_text_held_back(hf_dir, capsys, monkeypatch):
+    """Ctrl-C while a piece is printed (not while the stream runs): the interrupt is thrown into the stream, which
+    hands out what it held back."""
+    import sys
+
+    from foxformer.infer import generation as module
+
+    def scripted(*args, **kwargs):
+        yield from (torch.tensor([byte]) for byte in b"Hello world")
+
+    class Terminal:  # Ctrl-C right after the third piece is printed
+        def __init__(self, real):
+            self.real, self.pieces = real, 0
+
+        def write(self, text):
+            self.real.write(text)
+            self.pieces += 1
+            if self.pieces == 3:
+                raise KeyboardInterrupt
+
+        def flush(self):
+            self.real.flush()
+
+    monkeypatch.setattr(module, "stream_tokens", scripted)
+    monkeypatch.setattr(sys, "stdout", Terminal(sys.stdout))
+    assert main(["generate", "--model", hf_dir, "--tokenizer", "bytes", "--prompt", "x", "--max-new-tokens", "20",
+                 "--device", "cpu", "--stop", "l!"]) == 130
+    # "H", "e", then "l" as the second "l" came (which, held back, may begin "l!"), printed as "Hell" after Ctrl-C
+    assert capsys.readouterr().out == "Hell\n"
+
+
 def test_generate_top_k_0_and_top_p_1_sample_from_every_token_as_the_help_says(hf_dir, capsys):
     common = ["generate", "--model", hf_dir, "--tokenizer", "bytes", "--prompt", "abc", "--max-new-tokens", "8",
               "--temperature", "1", "--seed", "3", "--ignore-eos", "--device", "cpu", "--no-stream"]

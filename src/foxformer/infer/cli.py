@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
@@ -77,19 +78,28 @@ def _cmd_generate(args) -> int:
     state: dict = {}
     pieces = []
     interrupted = None
+
+    def emit(piece: str) -> None:
+        pieces.append(piece)
+        if not args.no_stream:
+            sys.stdout.write(piece)
+            sys.stdout.flush()
+
     t0 = time.perf_counter()
     with warnings.catch_warnings():  # a fallback from CUDA graphs is said once, on the summary line below
         warnings.filterwarnings("ignore", message="decoding eagerly")
+        stream = generate(loaded.model, tokenizer, prompt, config=cfg, state=state)
         try:
-            for piece in generate(loaded.model, tokenizer, prompt, config=cfg, state=state):
-                pieces.append(piece)
-                if not args.no_stream:
-                    sys.stdout.write(piece)
-                    sys.stdout.flush()
+            for piece in stream:
+                emit(piece)
         except KeyboardInterrupt as e:
             # Ctrl-C ends a generation as its end would (the text so far, --no-stream's too, its line ended, the
-            # summary and --out), then the command stops as interrupted
+            # summary and --out), then the command stops as interrupted. The stream hands out the text it held
+            # back for the stop strings, then the interrupt: here, or, where Ctrl-C came while a piece was printed,
+            # once the interrupt is thrown in (a stream that raised it has ended, and raises it again).
             interrupted = e
+            with contextlib.suppress(KeyboardInterrupt):
+                emit(stream.throw(KeyboardInterrupt()))
     elapsed = time.perf_counter() - t0
     text = "".join(pieces)
     if args.no_stream:
