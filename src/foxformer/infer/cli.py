@@ -8,7 +8,7 @@ import sys
 import time
 import warnings
 
-from foxformer.argtypes import floats
+from foxformer.argtypes import ESCAPES, escaped, floats
 from foxformer.paths import check_output_file, read_text, write_json
 
 
@@ -229,9 +229,10 @@ def add_commands(subparsers) -> None:
                    help="added to the gate logits: one float, or comma-separated per layer")
     p.add_argument("--prefill-chunk", type=int, default=None, help="prompt tokens per forward")
     p.add_argument("--ignore-eos", action="store_true", help="keep going past the end-of-text token")
-    p.add_argument("--stop", action="append", default=None, metavar="TEXT",
+    p.add_argument("--stop", action="append", default=None, metavar="TEXT", type=escaped,
                    help="stop once the text contains TEXT, which is cut off with what follows (repeatable: the first "
-                        "found stops). Taken literally: for a newline pass your shell's, e.g. --stop $'\\n'")
+                        f"found stops). Backslash escapes are read: {ESCAPES}; e.g. --stop '\\n' stops at the end "
+                        "of a line")
     p.add_argument("--decode", default="auto",
                    help="one-token steps: auto (CUDA graphs on a GPU, else eager), graphs, compiled (graphs of the "
                         "torch.compile'd step: faster steps, a slower start), static (the graph-safe step without "
