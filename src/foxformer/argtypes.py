@@ -1,6 +1,6 @@
 """argparse types for the comma-separated lists the CLI commands take (--lengths 1024,2048 ...), token counts
-with suffixes (``16K`` = 16,000, ``16Ki`` = 16,384, likewise ``M``/``Mi``/``G``/``Gi``/``T``/``Ti``), and the
-"did you mean" hint of every check that refuses an unknown name."""
+with suffixes (``16K`` = 16,000, ``16Ki`` = 16,384, likewise ``M``/``Mi``/``G``/``Gi``/``T``/``Ti``), text with
+backslash escapes (``--stop '\\n'``), and the "did you mean" hint of every check that refuses an unknown name."""
 from __future__ import annotations
 
 import argparse
@@ -96,6 +96,36 @@ def distinct(kind):
         return values
     parse.__name__ = kind.__name__
     return parse
+
+
+_ESCAPE = re.compile(r"\\(?:([nrt\\])|x([0-9a-fA-F]{2})|u([0-9a-fA-F]{4})|U([0-9a-fA-F]{8})|(.?))", re.DOTALL)
+_CONTROL = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\"}
+_HEX_DIGITS = {"x": 2, "u": 4, "U": 8}
+ESCAPES = r"\n, \t, \r, \\ (a backslash), \xNN, \uNNNN, \UNNNNNNNN"
+
+
+def escaped(text: str) -> str:
+    r"""``text`` with its backslash escapes read (ESCAPES; \xNN and \uNNNN are code points, as in Python), for text
+    a shell makes hard to type: ``--stop '\n'``. Any other backslash is refused rather than kept, so that a typo
+    does not pass as literal text."""
+    def read(m: re.Match) -> str:
+        control, *codes, other = m.groups()
+        if control:
+            return _CONTROL[control]
+        code = next((c for c in codes if c), None)
+        if code is None:
+            shown = text[m.start():m.start() + 2 + _HEX_DIGITS.get(other, 0)]
+            why = (f"\\{other} takes {_HEX_DIGITS[other]} hex digits" if other in _HEX_DIGITS else
+                   "a lone backslash ends the text" if not other else f"\\{other} is no escape")
+            raise argparse.ArgumentTypeError(f"bad escape \"{shown}\" in \"{text}\": {why}; the escapes are {ESCAPES}")
+        point = int(code, 16)
+        if 0xD800 <= point <= 0xDFFF or point > 0x10FFFF:
+            raise argparse.ArgumentTypeError(f"bad escape \"{m.group(0)}\" in \"{text}\": U+{point:04X} is no "
+                                             f"character (a surrogate, or past U+10FFFF); write one past U+FFFF as "
+                                             f"\\UNNNNNNNN")
+        return chr(point)
+
+    return _ESCAPE.sub(read, text)
 
 
 def did_you_mean(word, choices) -> str:

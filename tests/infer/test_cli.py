@@ -537,6 +537,64 @@ def test_generate_interrupted_keeps_the_text_so_far(hf_dir, tmp_path, capsys, mo
     assert lines[-2].startswith(f"[{data['new_tokens']} tokens in") and lines[-1] == "interrupted"
 
 
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "no-stream"])
+def test_generate_interrupted_prints_the_text_held_back_for_a_stop_string(hf_dir, tmp_path, capsys, monkeypatch,
+                                                                          stream):
+    """With a stop string, Ctrl-C dropped the text held back as it might begin one, though it was generated: now
+    it is printed, the line ended, and the command exits as interrupted (130)."""
+    from foxformer.infer import generation as module
+    common = ["generate", "--model", hf_dir, "--tokenizer", "bytes", "--prompt", "Once upon", "--temperature", "0",
+              "--ignore-eos", "--device", "cpu"]
+    assert main(common + ["--max-new-tokens", "6", "--no-stream"]) == 0
+    so_far = capsys.readouterr().out[:-1]
+    real = module.stream_tokens
+
+    def interrupted(*args, **kwargs):  # Ctrl-C while the seventh token is generated
+        yield from itertools.islice(real(*args, **kwargs), 6)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(module, "stream_tokens", interrupted)
+    out = tmp_path / "gen.json"
+    stop = so_far[-2:] + "\u2603"  # its start ends the text so far, so that is held back; it never completes
+    args = common + ["--max-new-tokens", "12", "--stop", stop, "--out", str(out)]
+    assert main(args + ([] if stream else ["--no-stream"])) == 130
+    captured = capsys.readouterr()
+    assert len(so_far) >= 2 and captured.out == so_far + "\n" and captured.err.splitlines()[-1] == "interrupted"
+    data = json.loads(out.read_text())
+    assert data["text"] == so_far and data["interrupted"] is True and data["new_tokens"] == 6
+
+
+def test_generate_interrupted_while_printing_still_prints_the_text_held_back(hf_dir, capsys, monkeypatch):
+    """Ctrl-C while a piece is printed (not while the stream runs): the interrupt is thrown into the stream, which
+    hands out what it held back."""
+    import sys
+
+    from foxformer.infer import generation as module
+
+    def scripted(*args, **kwargs):
+        yield from (torch.tensor([byte]) for byte in b"Hello world")
+
+    class Terminal:  # Ctrl-C right after the third piece is printed
+        def __init__(self, real):
+            self.real, self.pieces = real, 0
+
+        def write(self, text):
+            self.real.write(text)
+            self.pieces += 1
+            if self.pieces == 3:
+                raise KeyboardInterrupt
+
+        def flush(self):
+            self.real.flush()
+
+    monkeypatch.setattr(module, "stream_tokens", scripted)
+    monkeypatch.setattr(sys, "stdout", Terminal(sys.stdout))
+    assert main(["generate", "--model", hf_dir, "--tokenizer", "bytes", "--prompt", "x", "--max-new-tokens", "20",
+                 "--device", "cpu", "--stop", "l!"]) == 130
+    # "H", "e", then "l" as the second "l" came (which, held back, may begin "l!"), printed as "Hell" after Ctrl-C
+    assert capsys.readouterr().out == "Hell\n"
+
+
 def test_generate_top_k_0_and_top_p_1_sample_from_every_token_as_the_help_says(hf_dir, capsys):
     common = ["generate", "--model", hf_dir, "--tokenizer", "bytes", "--prompt", "abc", "--max-new-tokens", "8",
               "--temperature", "1", "--seed", "3", "--ignore-eos", "--device", "cpu", "--no-stream"]
@@ -565,3 +623,51 @@ def test_generate_stops_at_the_first_stop_string_and_cuts_it_off(hf_dir, tmp_pat
     assert capsys.readouterr().out == want + "\n"
     data = json.loads(out.read_text())
     assert data["text"] == want and data["settings"]["stop"] == stops and data["new_tokens"] < 16
+
+
+ESCAPES = {"newline": (r"\n", "\n"), "tab": (r"\t", "\t"), "carriage-return": (r"\r", "\r"),
+           "backslash": (r"\\", "\\"), "backslash-then-n": (r"\\n", "\\n"), "hex": (r"\x41", "A"),
+           "u4": (r"\u00e9", "\u00e9"), "U8": (r"\U0001F600", "\U0001F600"), "in-text": (r"Q:\tA\n\n", "Q:\tA\n\n"),
+           "none": ("plain: text", "plain: text")}
+
+
+@pytest.mark.parametrize("typed, stop", list(ESCAPES.values()), ids=list(ESCAPES))
+def test_generate_stop_reads_backslash_escapes(typed, stop):
+    """`--stop '\\n'` passed a backslash and an n, so a newline could not be a stop string without the shell's help."""
+    from foxformer.cli import build_parser
+    assert build_parser().parse_args(["generate", "m", "--stop", typed, "--stop", "x"]).stop == [stop, "x"]
+
+
+BAD_ESCAPES = {"unknown": (r"a\qb", r'bad escape "\q" in "a\qb": \q is no escape; the escapes are \n, '),
+               "short-hex": (r"\x4", r'bad escape "\x4" in "\x4": \x takes 2 hex digits; '),
+               "short-u4": (r"\u12g4", r'bad escape "\u12g4" in "\u12g4": \u takes 4 hex digits; '),
+               "lone-backslash-at-the-end": ("ab\\", r'bad escape "\" in "ab\": a lone backslash ends the text; '),
+               "surrogate": (r"\ud83d", r'bad escape "\ud83d" in "\ud83d": U+D83D is no character ')}
+
+
+@pytest.mark.parametrize("typed, error", list(BAD_ESCAPES.values()), ids=list(BAD_ESCAPES))
+def test_generate_stop_refuses_a_malformed_escape_in_one_line(typed, error, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["generate", "m", "--stop", typed])
+    assert exc.value.code == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith(f"foxformer generate: error: argument --stop: {error}")
+
+
+def test_generate_stops_at_a_newline_typed_as_an_escape(hf_dir, capsys, monkeypatch):
+    """End to end: `--stop '\\n'` ends the text at its first line; the Python API's stop strings stay literal."""
+    from foxformer.infer import generation as module
+    common = ["generate", "--model", hf_dir, "--tokenizer", "bytes", "--prompt", "Once upon", "--temperature", "0",
+              "--ignore-eos", "--device", "cpu", "--max-new-tokens", "12"]
+    assert main(common) == 0
+    free = capsys.readouterr().out[:-1]
+    assert main(common + ["--stop", f"\\U{ord(free[5]):08x}"]) == 0  # the tiny model's text, cut at its 6th character
+    assert capsys.readouterr().out == free[:free.index(free[5])] + "\n"
+
+    text = b"Once upon a time\nthere was\\n a fox"
+    monkeypatch.setattr(module, "stream_tokens", lambda *args, **kwargs: (torch.tensor([b]) for b in text))
+    assert main(common + ["--stop", r"\n"]) == 0
+    assert capsys.readouterr().out == "Once upon a time\n"
+    model = _load_model(hf_dir)
+    assert "".join(generate(model, load_tokenizer("bytes"), "x", stop=[r"\n"], max_new_tokens=40)) == (
+        "Once upon a time\nthere was")

@@ -96,13 +96,19 @@ def test_multibyte_characters_are_not_split(monkeypatch):
     assert pieces == ["é", "€", "😀"]  # nothing after the end-of-text token, no replacement characters
 
 
-def _scripted(monkeypatch, script):
-    """generate's text path over a fixed sequence of new ids (no model)."""
+def _scripted(monkeypatch, script, interrupt_after=None):
+    """generate's text path over a fixed sequence of new ids (no model): [T] ids for one row, or [B, T] (rows);
+    Ctrl-C (a KeyboardInterrupt from the source) after ``interrupt_after`` steps."""
     from foxformer.infer import generation as gen
 
+    steps = torch.tensor(script)
+    steps = steps[:, None] if steps.dim() == 1 else steps.T  # [T, B]
+
     def fake_stream(model, ids, cfg, state, **kwargs):
-        for t in script[:cfg.max_new_tokens]:
-            yield torch.tensor([t])
+        for i, step in enumerate(steps[:cfg.max_new_tokens]):
+            if i == interrupt_after:
+                raise KeyboardInterrupt
+            yield step
 
     monkeypatch.setattr(gen, "stream_tokens", fake_stream)
     return gen
@@ -197,6 +203,56 @@ def test_rows_of_a_batch_end_each_at_its_first_stop(monkeypatch):
         ["Hello", " world", ",", " and", " more", "", ""],  # "." held back: it may begin ". The"
         ["Hi", "", "", "", "", "", ""]]
     assert state["new_tokens"] == [3, 7, 1] and len(read) == len(steps) == 7 < width
+
+
+def _until_interrupted(stream) -> list:
+    """What a stream hands out before its KeyboardInterrupt (which it must raise)."""
+    out = []
+    with pytest.raises(KeyboardInterrupt):
+        for piece in stream:
+            out.append(piece)
+    return out
+
+
+def test_ctrl_c_hands_out_the_text_held_back_for_a_stop_string(monkeypatch):
+    """The text held back as it may begin a stop string was lost on Ctrl-C, though generated and no stop string:
+    now an interrupted stream hands it out as one more piece, then raises the KeyboardInterrupt."""
+    tok = load_tokenizer("gpt2")
+    gen = _scripted(monkeypatch, tok.encode("Hello world. The end"), interrupt_after=2)
+    assert _until_interrupted(gen.generate(make_model(), tok, "x", max_new_tokens=20, stop=["worlds"])) == [
+        "Hello", " ", "world"]
+    # Ctrl-C while the caller handles a piece: thrown in at the yield, the interrupt gets the same piece
+    gen = _scripted(monkeypatch, tok.encode("Hello world. The end"))
+    stream = gen.generate(make_model(), tok, "x", max_new_tokens=20, stop=["worlds"])
+    assert [next(stream), next(stream)] == ["Hello", " "]
+    assert stream.throw(KeyboardInterrupt()) == "world"
+    with pytest.raises(KeyboardInterrupt):
+        next(stream)
+
+
+@pytest.mark.parametrize("where", ["between-steps", "mid-step"])
+def test_ctrl_c_ends_each_row_of_a_batch_with_all_its_text(monkeypatch, where):
+    """Every row hands out its text so far: what it held back, and (Ctrl-C while a step is decoded) the pieces the
+    step already gave the rows before."""
+    tok = load_tokenizer("gpt2")
+    rows = [tok.encode("Hello world. The end"), tok.encode("Hi there, the end"),
+            tok.encode("Hi") + [tok.eot_id] * 4]
+    gen = _scripted(monkeypatch, rows, interrupt_after=3 if where == "between-steps" else None)
+    if where == "mid-step":
+        real, calls = gen._TextDecoder.add, []
+
+        def add(self, token):
+            calls.append(token)
+            if len(calls) == 5:  # step 2, row 1 (" there"); row 0 has just released " " of " world"
+                raise KeyboardInterrupt
+            return real(self, token)
+
+        monkeypatch.setattr(gen._TextDecoder, "add", add)
+    steps = _until_interrupted(gen.generate(make_model(), tok, ["a", "b", "c"], max_new_tokens=20,
+                                            stop=["world. T", ", the!"]))
+    want = ["Hello world.", "Hi there,", "Hi"] if where == "between-steps" else ["Hello world", "Hi", "Hi"]
+    assert ["".join(step[row] for step in steps) for row in range(3)] == want
+    assert steps[-1] == (["world.", ",", ""] if where == "between-steps" else [" world", "", ""])
 
 
 def test_a_batch_of_prompts_gives_each_row_its_text_alone():

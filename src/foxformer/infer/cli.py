@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
 import warnings
 
-from foxformer.argtypes import floats
+from foxformer.argtypes import ESCAPES, escaped, floats
 from foxformer.paths import check_output_file, read_text, write_json
 
 
@@ -77,19 +78,28 @@ def _cmd_generate(args) -> int:
     state: dict = {}
     pieces = []
     interrupted = None
+
+    def emit(piece: str) -> None:
+        pieces.append(piece)
+        if not args.no_stream:
+            sys.stdout.write(piece)
+            sys.stdout.flush()
+
     t0 = time.perf_counter()
     with warnings.catch_warnings():  # a fallback from CUDA graphs is said once, on the summary line below
         warnings.filterwarnings("ignore", message="decoding eagerly")
+        stream = generate(loaded.model, tokenizer, prompt, config=cfg, state=state)
         try:
-            for piece in generate(loaded.model, tokenizer, prompt, config=cfg, state=state):
-                pieces.append(piece)
-                if not args.no_stream:
-                    sys.stdout.write(piece)
-                    sys.stdout.flush()
+            for piece in stream:
+                emit(piece)
         except KeyboardInterrupt as e:
             # Ctrl-C ends a generation as its end would (the text so far, --no-stream's too, its line ended, the
-            # summary and --out), then the command stops as interrupted
+            # summary and --out), then the command stops as interrupted. The stream hands out the text it held
+            # back for the stop strings, then the interrupt: here, or, where Ctrl-C came while a piece was printed,
+            # once the interrupt is thrown in (a stream that raised it has ended, and raises it again).
             interrupted = e
+            with contextlib.suppress(KeyboardInterrupt):
+                emit(stream.throw(KeyboardInterrupt()))
     elapsed = time.perf_counter() - t0
     text = "".join(pieces)
     if args.no_stream:
@@ -219,9 +229,10 @@ def add_commands(subparsers) -> None:
                    help="added to the gate logits: one float, or comma-separated per layer")
     p.add_argument("--prefill-chunk", type=int, default=None, help="prompt tokens per forward")
     p.add_argument("--ignore-eos", action="store_true", help="keep going past the end-of-text token")
-    p.add_argument("--stop", action="append", default=None, metavar="TEXT",
+    p.add_argument("--stop", action="append", default=None, metavar="TEXT", type=escaped,
                    help="stop once the text contains TEXT, which is cut off with what follows (repeatable: the first "
-                        "found stops). Taken literally: for a newline pass your shell's, e.g. --stop $'\\n'")
+                        f"found stops). Backslash escapes are read: {ESCAPES}; e.g. --stop '\\n' stops at the end "
+                        "of a line")
     p.add_argument("--decode", default="auto",
                    help="one-token steps: auto (CUDA graphs on a GPU, else eager), graphs, compiled (graphs of the "
                         "torch.compile'd step: faster steps, a slower start), static (the graph-safe step without "

@@ -356,41 +356,53 @@ class _StopText:
 
 
 def _row_texts(tokens: Iterator[torch.Tensor], tokenizer, stop_token: Optional[int], stops: Sequence[str],
-               state: Optional[dict], single: bool) -> Iterator[list[str]]:
-    """The text pieces of each row ([B] strs per step, "" where a row adds none) from the token stream ([B] per
-    step). A row ends at stop_token (not decoded) or at a stop string (cut before it), each row when it comes; the
-    stream is left once every row has ended. state["new_tokens"]: the tokens of each row that made its text (an
-    int for a ``single`` row)."""
-    rows = None
+               state: Optional[dict], single: bool) -> Iterator:
+    """The text pieces of each row ([B] strs per step, "" where a row adds none; for a ``single`` row its str
+    alone, and only where it adds text) from the token stream ([B] per step). A row ends at stop_token (not decoded)
+    or at a stop string (cut before it), each row when it comes; the stream is left once every row has ended.
+    state["new_tokens"]: the tokens of each row that made its text (an int for a ``single`` row).
+
+    A KeyboardInterrupt, raised by the token stream or thrown in at a yield, ends the rows as the stream's end
+    would: the text not handed out yet (held back as it may have begun a stop string, though none came) comes out
+    as one more piece, then the interrupt goes on."""
+    rows, counts, ended = [], [], []
+    pieces: list[str] = []  # the step's pieces so far, until handed out
     if state is not None and single:
         state["new_tokens"] = 0
-    for step in tokens:
-        if rows is None:
-            rows = [(_TextDecoder(tokenizer), _StopText(stops)) for _ in range(step.shape[0])]
-            counts, ended = [0] * len(rows), [False] * len(rows)
-        pieces = []
-        for i, (decoder, stop) in enumerate(rows):
-            token = int(step[i])
-            if ended[i]:
-                pieces.append("")
-                continue
-            if token == stop_token:
-                ended[i] = True
-                pieces.append(stop.add(decoder.finish()) + stop.finish())
-                continue
-            counts[i] += 1
-            pieces.append(stop.add(decoder.add(token)))
-            ended[i] = stop.stopped
-        if state is not None:
-            state["new_tokens"] = counts[0] if single else list(counts)
-        yield pieces
-        if all(ended):
-            return
-    if rows is not None:
-        rest = [stop.add(decoder.finish()) + stop.finish() if not done else ""
-                for (decoder, stop), done in zip(rows, ended)]
-        if any(rest):
-            yield rest
+    interrupted = None
+    try:
+        for step in tokens:
+            if not rows:
+                rows = [(_TextDecoder(tokenizer), _StopText(stops)) for _ in range(step.shape[0])]
+                counts, ended = [0] * len(rows), [False] * len(rows)
+            for i, (decoder, stop) in enumerate(rows):
+                token = int(step[i])
+                if ended[i]:
+                    pieces.append("")
+                    continue
+                if token == stop_token:
+                    ended[i] = True
+                    pieces.append(stop.add(decoder.finish()) + stop.finish())
+                    continue
+                counts[i] += 1
+                pieces.append(stop.add(decoder.add(token)))
+                ended[i] = stop.stopped
+            if state is not None:
+                state["new_tokens"] = counts[0] if single else list(counts)
+            out, pieces = pieces, []
+            if not single or out[0]:
+                yield out[0] if single else out
+            if all(ended):
+                return
+    except KeyboardInterrupt as e:
+        interrupted = e
+    pieces += [""] * (len(rows) - len(pieces))
+    rest = [piece + (stop.add(decoder.finish()) + stop.finish() if not done else "")
+            for piece, (decoder, stop), done in zip(pieces, rows, ended)]
+    if any(rest):
+        yield rest[0] if single else rest
+    if interrupted is not None:
+        raise interrupted
 
 
 def end_of_text_id(tokenizer) -> Optional[int]:
@@ -473,8 +485,7 @@ def generate(model, tokenizer_or_ids, prompt: Optional[str | Sequence[str]] = No
         mask = torch.tensor([[0] * pad + [1] * len(row) for pad, row in zip(pads, rows)]) if any(pads) else None
         stream = stream_tokens(model, ids, dataclasses.replace(config, stop=None), state, attention_mask=mask,
                                vocab_limit=int(limit) if isinstance(limit, int) and limit > 0 else None)
-        pieces = _row_texts(stream, tokenizer, config.stop_token, _stop_strings(config.stop), state, single)
-        return (row[0] for row in pieces if row[0]) if single else pieces
+        return _row_texts(stream, tokenizer, config.stop_token, _stop_strings(config.stop), state, single)
     if prompt is not None:
         raise TypeError("prompt: only used with a tokenizer; pass token ids as the second argument instead")
     if config.stop:
