@@ -595,6 +595,24 @@ def test_generate_interrupted_while_printing_still_prints_the_text_held_back(hf_
     assert capsys.readouterr().out == "Hell\n"
 
 
+def test_generate_interrupted_before_the_first_token_still_ends_as_interrupted(hf_dir, tmp_path, capsys,
+                                                                              monkeypatch):
+    """Ctrl-C while generate() sets up (before the stream is asked for a token): the summary, an --out marked
+    interrupted and exit 130, as an interrupt later does."""
+    from foxformer.infer import generation as module
+
+    def setting_up(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(module, "generate", setting_up)
+    out = tmp_path / "gen.json"
+    assert main(["generate", "--model", hf_dir, "--tokenizer", "bytes", "--prompt", "x", "--max-new-tokens", "4",
+                 "--device", "cpu", "--out", str(out)]) == 130
+    data = json.loads(out.read_text())
+    assert data["text"] == "" and data["interrupted"] is True
+    assert capsys.readouterr().err.splitlines()[-1] == "interrupted"
+
+
 def test_generate_top_k_0_and_top_p_1_sample_from_every_token_as_the_help_says(hf_dir, capsys):
     common = ["generate", "--model", hf_dir, "--tokenizer", "bytes", "--prompt", "abc", "--max-new-tokens", "8",
               "--temperature", "1", "--seed", "3", "--ignore-eos", "--device", "cpu", "--no-stream"]

@@ -88,8 +88,9 @@ def _cmd_generate(args) -> int:
     t0 = time.perf_counter()
     with warnings.catch_warnings():  # a fallback from CUDA graphs is said once, on the summary line below
         warnings.filterwarnings("ignore", message="decoding eagerly")
-        stream = generate(loaded.model, tokenizer, prompt, config=cfg, state=state)
+        stream = None
         try:
+            stream = generate(loaded.model, tokenizer, prompt, config=cfg, state=state)
             for piece in stream:
                 emit(piece)
         except KeyboardInterrupt as e:
@@ -98,8 +99,9 @@ def _cmd_generate(args) -> int:
             # back for the stop strings, then the interrupt: here, or, where Ctrl-C came while a piece was printed,
             # once the interrupt is thrown in (a stream that raised it has ended, and raises it again).
             interrupted = e
-            with contextlib.suppress(KeyboardInterrupt):
-                emit(stream.throw(KeyboardInterrupt()))
+            if stream is not None:  # None: Ctrl-C came before the first token was asked for
+                with contextlib.suppress(KeyboardInterrupt, StopIteration):
+                    emit(stream.throw(KeyboardInterrupt()))
     elapsed = time.perf_counter() - t0
     text = "".join(pieces)
     if args.no_stream:

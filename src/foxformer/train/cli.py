@@ -232,7 +232,7 @@ def add_commands(subparsers) -> None:
     p = subparsers.add_parser(
         "train", help="train a FoX / Transformer model (CPU, GPU, or torchrun with FSDP2/DDP)",
         description="Train from a YAML config and/or flags; resumes automatically from out_dir. Launch on many "
-                    "GPUs with: torchrun --nproc-per-node N -m foxformer.cli train ... SIGTERM or SIGUSR1 (a "
+                    "GPUs with: `torchrun --nproc-per-node N -m foxformer.cli train ...`. SIGTERM or SIGUSR1 (a "
                     "scheduler's preemption or time limit) stops it after the step in progress with a checkpoint "
                     "and exit status 128 + the signal (143, 138); a second one ends it at once. torchrun passes "
                     "SIGUSR1 on only with --signals-to-handle SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1 (else SIGUSR1 "
