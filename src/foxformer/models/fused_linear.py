@@ -10,9 +10,10 @@ and it is made again whenever a source changed: a weight written in place (an op
 replaced or moved, or a layer swapped for another module or given hooks.
 
 In training and prefill (``joint_linear``, FoxConfig.joint_input_projections, and joint_gate_projections for the
-gates' products alone): the weights are concatenated in the graph, so gradients reach each of them. The FoX (Pro) 125M training step's profile at 16K (thirty-second session,
-docs/bench/profile_model_headdims_7f71b0f/) spends 5.5 ms of its 300 on the three 12-column gate projections (cuBLAS's
-sm_80 ``align2`` kernels, 45 to 62 us each, forward and backward), and sums seven input gradients.
+gates' products alone): the weights are concatenated in the graph, so gradients reach each of them. The FoX (Pro)
+125M training step's profile at 16K (thirty-second session, docs/bench/profile_model_headdims_7f71b0f/) spends 5.5 ms
+of its 300 on the three 12-column gate projections (cuBLAS's sm_80 ``align2`` kernels, 45 to 62 us each, forward and
+backward), and sums seven input gradients.
 """
 from __future__ import annotations
 

@@ -268,7 +268,8 @@ class SwiGLU(nn.Module):
 
 # The input products with one output per head (FoxConfig.joint_gate_projections): separately, three 768 -> 12
 # products a layer took 5.5 ms of FoX (Pro) 125M's 300 ms step at 16K on the H200 (cuBLAS's sm_80 align2 kernels,
-# forward and backward: docs/bench/profile_model_headdims_7f71b0f/).
+# forward and backward: docs/bench/profile_model_headdims_7f71b0f/); as one product the step took 2.0-2.5% less on an
+# H100 (forty-fourth session, docs/bench/model_125m_gates_ab66d7b_h100.json).
 GATE_LOGITS = ("f", "ks", "vs")
 
 
