@@ -24,8 +24,8 @@ from .pro_block.reference import gate_norm_reference, shift_norm_reference
 READS_LENGTH_ON_DEVICE = False
 
 __all__ = ["LOG_FGATE_FLOOR", "READS_LENGTH_ON_DEVICE", "append_token_", "evict_scan_", "forgetting_attention",
-           "forgetting_attention_cumsum", "forgetting_attention_decode", "gate_cumsum", "gate_norm", "gated_linear_attention",
-           "naive_gated_linear_attention", "shift_norm"]
+           "forgetting_attention_cumsum", "forgetting_attention_decode", "gate_cumsum", "gate_norm",
+           "gated_linear_attention", "naive_gated_linear_attention", "shift_norm"]
 
 
 def _needs_grad(*tensors: torch.Tensor) -> bool:
