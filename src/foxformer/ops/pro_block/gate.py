@@ -7,7 +7,7 @@ import triton
 import triton.language as tl
 
 from .tiles import (LAUNCH_OPTIONS, NUM_WARPS, block_sizes, grid, last_dim_contiguous, partials_dtype,
-                    reduce_partials, rows, sigmoid, up)
+                    reduce_partials, sigmoid, tile, up)
 
 
 @triton.jit
@@ -22,9 +22,7 @@ def _gate_norm_kernel(O, G, W, DY, Y, DO, DG, DW_PART, T, n_rows, D, eps,
     """Forward: Y. BACKWARD: DO, DG and the weight gradient's per-program sums DW_PART [programs, H, D]."""
     h = tl.program_id(1)
     H = tl.num_programs(1)
-    n, b, t, ok = rows(T, n_rows, BLOCK_T)
-    d = tl.arange(0, BLOCK_D)
-    d_ok = d < D
+    n, b, t, ok, d, d_ok = tile(T, n_rows, D, BLOCK_T, BLOCK_D)
     mask = ok[:, None] & d_ok[None, :]
     o = _load_rows(O, b, t, h, d, mask, so_b, so_t, so_h, F64)
     sg = sigmoid(_load_rows(G, b, t, h, d, mask, sg_b, sg_t, sg_h, F64))
@@ -48,7 +46,8 @@ def _gate_norm_kernel(O, G, W, DY, Y, DO, DG, DW_PART, T, n_rows, D, eps,
 
 def _heads(g: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
     """g as [B, T, H, D] (a view: its rows' D elements are contiguous)."""
-    return last_dim_contiguous(g).view(o.shape) if g.dim() == 4 else last_dim_contiguous(g).unflatten(-1, o.shape[2:])
+    g = last_dim_contiguous(g)
+    return g if g.dim() == 4 else g.unflatten(-1, o.shape[2:])
 
 
 def _launch(o, g, weight, eps, dy=None, outs=(None, None, None, None)):

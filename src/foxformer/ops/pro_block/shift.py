@@ -15,7 +15,7 @@ import triton
 import triton.language as tl
 
 from .tiles import (LAUNCH_OPTIONS, NUM_WARPS, block_sizes, grid, last_dim_contiguous, partials_dtype,
-                    reduce_partials, rows, sigmoid, up)
+                    reduce_partials, sigmoid, tile, up)
 
 
 @triton.jit
@@ -60,9 +60,7 @@ def _shift_norm_fwd_kernel(X, LOGITS, PREV, STARTS, W, Y, T, n_rows, D, eps,
                            HAS_WEIGHT: tl.constexpr, F64: tl.constexpr, BLOCK_T: tl.constexpr,
                            BLOCK_D: tl.constexpr):
     h = tl.program_id(1)
-    n, b, t, ok = rows(T, n_rows, BLOCK_T)
-    d = tl.arange(0, BLOCK_D)
-    d_ok = d < D
+    n, b, t, ok, d, d_ok = tile(T, n_rows, D, BLOCK_T, BLOCK_D)
     u, _, _, _ = _mix(X, LOGITS, PREV, STARTS, b, t, ok, h, d, d_ok, sx_b, sx_t, sx_h, sl_b, sl_t, sl_h, sp_b, sp_h,
                       ss_b, ss_t, HAS_SHIFT, HAS_PREV, HAS_STARTS, F64)
     if HAS_WEIGHT:
@@ -104,9 +102,7 @@ def _shift_norm_bwd_kernel(X, LOGITS, PREV, STARTS, W, DY, DX, DLOGITS, DPREV, D
                            BLOCK_D: tl.constexpr):
     h = tl.program_id(1)
     H = tl.num_programs(1)
-    n, b, t, ok = rows(T, n_rows, BLOCK_T)
-    d = tl.arange(0, BLOCK_D)
-    d_ok = d < D
+    n, b, t, ok, d, d_ok = tile(T, n_rows, D, BLOCK_T, BLOCK_D)
     tile_ok = ok[:, None] & d_ok[None, :]
     du, diff, a, fresh, dw = _row_grads(X, LOGITS, PREV, STARTS, W, DY, n, T, ok, h, d, d_ok, D, eps,
                                         sx_b, sx_t, sx_h, sl_b, sl_t, sl_h, sp_b, sp_h, ss_b, ss_t, sw_h,

@@ -53,10 +53,11 @@ def up(x, F64: tl.constexpr):
 
 
 @triton.jit
-def rows(T, n_rows, BLOCK_T: tl.constexpr):
-    """(flat row b * T + t, b, t, in range) of this program's rows, int64."""
+def tile(T, n_rows, D, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
+    """This program's tile: its rows (flat b * T + t, b, t, in range; int64 [BLOCK_T]) and columns (d, in range)."""
     n = tl.program_id(0).to(tl.int64) * BLOCK_T + tl.arange(0, BLOCK_T)
-    return n, n // T, n % T, n < n_rows
+    d = tl.arange(0, BLOCK_D)
+    return n, n // T, n % T, n < n_rows, d, d < D
 
 
 @triton.jit
@@ -65,4 +66,4 @@ def sigmoid(z):
 
 
 __all__ = ["LAUNCH_OPTIONS", "NUM_WARPS", "block_sizes", "grid", "last_dim_contiguous", "partials_dtype",
-           "reduce_partials", "rows", "sigmoid", "up"]
+           "reduce_partials", "sigmoid", "tile", "up"]
