@@ -19,17 +19,24 @@ SHIFT_VARIANTS = {
 }
 
 
-@pytest.fixture(autouse=True)
-def poisoned_empty(monkeypatch):
-    """Floating torch.empty filled with NaN, so that an output element (or weight partial) a kernel leaves
-    unwritten shows as NaN."""
-    real = torch.empty
+class _PoisonedTorch:
+    """torch as the kernel modules see it, its empty() filled with NaN for floating dtypes: an output element (or
+    weight partial) a kernel leaves unwritten shows as NaN. Patched into those modules alone: replacing torch.empty
+    itself would leak into caches of torch's (torch.utils._device's constructor list)."""
 
+    def __getattr__(self, name):
+        return getattr(torch, name)
+
+    @staticmethod
     def empty(*args, **kwargs):
-        t = real(*args, **kwargs)
+        t = torch.empty(*args, **kwargs)
         return t.fill_(float("nan")) if t.is_floating_point() else t
 
-    monkeypatch.setattr(torch, "empty", empty)
+
+@pytest.fixture(autouse=True)
+def poisoned_empty(monkeypatch):
+    for module in (shift, gate):
+        monkeypatch.setattr(module, "torch", _PoisonedTorch())
 
 
 @pytest.fixture(params=["4rows", "default"], ids=lambda p: f"tile-{p}")
