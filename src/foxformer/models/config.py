@@ -102,6 +102,10 @@ class FoxConfig(PretrainedConfig):
         token-shift gates) as one product, padded likewise; in training and prefill, and implied by
         joint_input_projections. Alone, cuBLAS runs each of these 12-column products on a slow kernel (rows of
         24 bytes); the same weights and state dict, results equal up to the products' rounding.
+    fused_pro_ops: in training and prefill without a cache, the Pro block's extras run as fused ops
+        (foxformer.ops.shift_norm: the token shift with the QK-norm; gate_norm: the output norm with the output gate;
+        Triton kernels on CUDA, their exact references elsewhere); cached decoding keeps the modules. Off until timed
+        on a GPU. The same weights; results equal up to rounding (one rounding per op instead of one per step).
     tokenizer: spec of the tokenizer the model reads (foxformer.data.load_tokenizer: "gpt2", "gpt2-json", ...);
         save_pretrained writes its files next to the weights and the eval commands use it. None: unknown.
     train_len: the longest sequences (tokens) the weights were trained on, which training records; generate warns
@@ -152,6 +156,7 @@ class FoxConfig(PretrainedConfig):
     gradient_checkpointing: bool = False
     joint_input_projections: bool = False
     joint_gate_projections: bool = True
+    fused_pro_ops: bool = False
     max_position_embeddings: int = 16384
     fgate_bias_shift: float | list = 0.0
     evict_eps: float | None = None
@@ -279,7 +284,7 @@ class FoxConfig(PretrainedConfig):
         self._check_widths()
         for name in ("rope", "qk_norm", "qk_norm_per_head", "output_gate", "output_norm", "kv_shift", "k_shift",
                      "v_shift", "tie_embeddings", "gradient_checkpointing", "joint_input_projections",
-                     "joint_gate_projections"):
+                     "joint_gate_projections", "fused_pro_ops"):
             value = getattr(self, name)
             if not isinstance(value, bool):  # a string such as "false" would be truthy
                 raise ValueError(f"FoxConfig.{name} must be True or False, got {value!r}")

@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from foxformer.ops import forgetting_attention, gated_linear_attention, naive_gated_linear_attention
+from foxformer.ops import (forgetting_attention, gate_norm, gated_linear_attention, naive_gated_linear_attention,
+                           shift_norm)
 
 from .config import FoxConfig
 from .fused_linear import joint_linear
@@ -227,6 +228,16 @@ class ForgetGate(nn.Module):
         return log_f.expand(x.shape[0], x.shape[1], self.num_heads).contiguous()
 
 
+def _shift_norm_or_not(x: torch.Tensor, logits: Optional[torch.Tensor], norm: Optional[RMSNorm],
+                       starts: Optional[torch.Tensor]) -> torch.Tensor:
+    """x after its token shift (logits given) and its RMSNorm (norm given) as one shift_norm (FoxConfig.fused_pro_ops);
+    x itself where the block has neither."""
+    if logits is None and norm is None:
+        return x
+    weight, eps = (None, 1e-6) if norm is None else (norm.weight, norm.eps)
+    return shift_norm(x, logits, None, starts if logits is not None else None, weight, eps)
+
+
 class KVShift(nn.Module):
     """Token shift y_t = a_t * kk_{t-1} + (1 - a_t) * kk_t, a_t = sigmoid(w . x_t) per head."""
 
@@ -320,8 +331,30 @@ class Attention(nn.Module):
         q = proj["q"].view(B, T, self.num_heads, self.head_dim)
         k = proj["k"].view(B, T, self.num_kv_heads, self.head_dim)
         v = proj["v"].view(B, T, self.num_kv_heads, self.head_dim)
-        # The cache keeps the raw candidates of the last token for the next chunk's shift (set_shift_state copies
-        # them: views would pin the chunk's whole k / v projections).
+        fused = self.config.fused_pro_ops and cache is None
+        if fused:
+            q, k, v = (_shift_norm_or_not(q, None, self.q_norm, None),
+                       _shift_norm_or_not(k, proj.get("ks"), self.k_norm, ctx.starts),
+                       _shift_norm_or_not(v, proj.get("vs"), None, ctx.starts))
+            shift = (None, None)
+        else:
+            q, k, v, shift = self._shift_and_norm(q, k, v, proj, ctx, cache)
+        if ctx.cos is not None:
+            q, k = apply_rope(q, ctx.cos, ctx.sin), apply_rope(k, ctx.cos, ctx.sin)
+        out = self._attend(x, q, k, v, ctx, cache, proj.get("f"), shift)
+        if fused and self.o_norm is not None and self.g_proj is not None:
+            return self.o_proj(gate_norm(out, proj["g"], self.o_norm.weight, self.o_norm.eps).reshape(B, T, -1))
+        if self.o_norm is not None:
+            out = self.o_norm(out)
+        out = out.reshape(B, T, self.num_heads * self.head_dim)
+        if self.g_proj is not None:
+            out = out * torch.sigmoid(proj["g"])
+        return self.o_proj(out)
+
+    def _shift_and_norm(self, q, k, v, proj: dict, ctx: SeqContext, cache):
+        """q, k, v after the token shifts and the QK-norm by the modules, and the last token's raw k / v candidates
+        (None where that shift is off): the cache keeps them for the next chunk's shift (set_shift_state copies
+        them: views would pin the chunk's whole k / v projections)."""
         k_last = v_last = None
         if self.k_shift is not None:
             k_last = k[:, -1]
@@ -331,15 +364,7 @@ class Attention(nn.Module):
             v = self.v_shift(proj["vs"], v, None if cache is None else cache.shift_state()[1], ctx.starts)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        if ctx.cos is not None:
-            q, k = apply_rope(q, ctx.cos, ctx.sin), apply_rope(k, ctx.cos, ctx.sin)
-        out = self._attend(x, q, k, v, ctx, cache, proj.get("f"), (k_last, v_last))
-        if self.o_norm is not None:
-            out = self.o_norm(out)
-        out = out.reshape(B, T, self.num_heads * self.head_dim)
-        if self.g_proj is not None:
-            out = out * torch.sigmoid(proj["g"])
-        return self.o_proj(out)
+        return q, k, v, (k_last, v_last)
 
     def _log_fgate(self, x: torch.Tensor, ctx: SeqContext, logits: Optional[torch.Tensor] = None
                    ) -> Optional[torch.Tensor]:

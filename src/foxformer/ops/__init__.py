@@ -14,6 +14,7 @@ from .gated_linear_attn import (
     naive_gated_linear_attention,
     recurrent_gated_linear_attention,
 )
+from .pro_block import gate_norm, shift_norm
 
 __all__ = [
     "LOG_FGATE_FLOOR",
@@ -22,9 +23,11 @@ __all__ = [
     "forgetting_attention_cumsum",
     "forgetting_attention_decode",
     "gate_cumsum",
+    "gate_norm",
     "gated_linear_attention",
     "naive_forgetting_attention",
     "naive_gated_linear_attention",
     "pruning_stats",
     "recurrent_gated_linear_attention",
+    "shift_norm",
 ]

@@ -17,13 +17,15 @@ from .forgetting_attn.paging import append_token_torch, evict_scan_torch, gather
 from .forgetting_attn.reference import naive_unchecked, torch_forward
 from .gated_linear_attn.interface import gated_linear_attention
 from .gated_linear_attn.reference import naive_gated_linear_attention
+from .pro_block.checks import check_gate_norm, check_shift_norm
+from .pro_block.reference import gate_norm_reference, shift_norm_reference
 
 # This decode op reads seq_len on the host: CUDA graphs cannot replay it (models/kvcache/graphs.py checks).
 READS_LENGTH_ON_DEVICE = False
 
 __all__ = ["LOG_FGATE_FLOOR", "READS_LENGTH_ON_DEVICE", "append_token_", "evict_scan_", "forgetting_attention",
-           "forgetting_attention_cumsum", "forgetting_attention_decode", "gate_cumsum", "gated_linear_attention",
-           "naive_gated_linear_attention"]
+           "forgetting_attention_cumsum", "forgetting_attention_decode", "gate_cumsum", "gate_norm",
+           "gated_linear_attention", "naive_gated_linear_attention", "shift_norm"]
 
 
 def _needs_grad(*tensors: torch.Tensor) -> bool:
@@ -92,3 +94,15 @@ def append_token_(k_buf, v_buf, c_buf, c_last, at, k, v, log_f, k_shift=None, v_
 def evict_scan_(start, c_pages, table, c_last, delta, window, last, backend="auto"):
     """foxformer.ops.forgetting_attn.evict_scan.evict_scan_, as separate torch ops."""
     evict_scan_torch(start, c_pages, table, c_last, delta, window, last)
+
+
+def shift_norm(x, logits=None, prev=None, starts=None, weight=None, eps=1e-6, *, backend="auto"):
+    """foxformer.ops.shift_norm, exact (its reference) on any device; its input checks."""
+    check_shift_norm(x, logits, prev, starts, weight, eps)
+    return shift_norm_reference(x, logits, prev, starts, weight, eps)
+
+
+def gate_norm(o, g, weight, eps=1e-6, *, backend="auto"):
+    """foxformer.ops.gate_norm, exact (its reference) on any device; its input checks."""
+    check_gate_norm(o, g, weight, eps)
+    return gate_norm_reference(o, g, weight, eps)

@@ -1,0 +1,69 @@
+"""What the Pro block's kernels share: tile sizes, row indexing, the compute dtype and the weight gradient's reduction.
+
+Each program takes BLOCK_T rows of one head: a [BLOCK_T, D] tile of a [B, T, H, D] tensor whose rows (b, t) may
+lie at any strides (the model's q, k, v and gate are views of one joint product), each row of D contiguous.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ..forgetting_attn.tiles import LAUNCH_OPTIONS
+
+# Elements of one program's tile: 64 rows of D 64, 8 KB of bf16 per tensor it reads. Not tuned yet.
+TILE_ELEMENTS = 4096
+NUM_WARPS = 4
+
+
+def block_sizes(D: int) -> tuple[int, int]:
+    """(BLOCK_T, BLOCK_D) of a head dim D."""
+    block_d = triton.next_power_of_2(D)
+    return max(1, TILE_ELEMENTS // block_d), block_d
+
+
+def grid(n_rows: int, heads: int, block_t: int) -> tuple[int, int]:
+    return triton.cdiv(n_rows, block_t), heads
+
+
+def last_dim_contiguous(x: torch.Tensor) -> torch.Tensor:
+    """The kernels read rows at any strides but each row's D elements contiguous."""
+    return x if x.stride(-1) == 1 else x.contiguous()
+
+
+def reduce_partials(partials: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """The weight gradient from per-program sums [programs, H, D]: a deterministic torch reduction instead of
+    atomics, summed over heads too for a weight [D] shared by all heads."""
+    dims = (0,) if weight.dim() == 2 else (0, 1)
+    return partials.sum(dims).to(weight.dtype)
+
+
+def partials_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+@triton.jit
+def up(x, F64: tl.constexpr):
+    """x in the compute dtype: fp32, fp64 for fp64 inputs."""
+    if F64:
+        y = x.to(tl.float64)
+    else:
+        y = x.to(tl.float32)
+    return y
+
+
+@triton.jit
+def tile(T, n_rows, D, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
+    """This program's tile: its rows (flat b * T + t, b, t, in range; int64 [BLOCK_T]) and columns (d, in range)."""
+    n = tl.program_id(0).to(tl.int64) * BLOCK_T + tl.arange(0, BLOCK_T)
+    d = tl.arange(0, BLOCK_D)
+    return n, n // T, n % T, n < n_rows, d, d < D
+
+
+@triton.jit
+def sigmoid(z):
+    return 1.0 / (1.0 + tl.exp(-z))
+
+
+__all__ = ["LAUNCH_OPTIONS", "NUM_WARPS", "block_sizes", "grid", "last_dim_contiguous", "partials_dtype",
+           "reduce_partials", "sigmoid", "tile", "up"]

@@ -1,0 +1,82 @@
+"""FoxConfig.fused_pro_ops: the Pro block's extras as the fused shift_norm / gate_norm ops give the modules' loss and
+every parameter gradient (float64: rounding only), and leave cached decoding as it was."""
+import pytest
+import torch
+
+from foxformer.ops.pro_block import interface
+
+from .conftest import make_model, tokens
+
+CASES = {
+    "fox-pro": ("fox-pro-tiny", {}),
+    "fox-pro-gqa-perhead": ("fox-pro-tiny", dict(num_kv_heads=2, qk_norm_per_head=True)),
+    "k-shift-only": ("fox-pro-tiny", dict(kv_shift=False, k_shift=True, output_gate=False)),
+    "transformer-pro": ("transformer-pro-tiny", {}),
+    "linear-pro": ("linear-pro-tiny", {}),
+}
+
+
+def _loss_and_grads(model, **batch):
+    model.zero_grad(set_to_none=True)
+    loss = model(**batch).loss
+    loss.backward()
+    return loss.detach(), {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+
+
+def _assert_same_training(preset, overrides, **batch):
+    off = _loss_and_grads(make_model(preset, **overrides).train(), **batch)
+    on = _loss_and_grads(make_model(preset, fused_pro_ops=True, **overrides).train(), **batch)
+    torch.testing.assert_close(on[0], off[0], rtol=1e-12, atol=0)
+    assert on[1].keys() == off[1].keys()
+    for name, grad in off[1].items():
+        torch.testing.assert_close(on[1][name], grad, rtol=1e-9, atol=1e-12, msg=name)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_fused_pro_ops_give_the_same_loss_and_gradients(case):
+    preset, overrides = CASES[case]
+    ids = tokens(2, 13)
+    _assert_same_training(preset, overrides, input_ids=ids, labels=ids)
+
+
+def test_packed_documents_reset_the_fused_shift():
+    ids = tokens(1, 16)
+    _assert_same_training("fox-pro-tiny", {}, input_ids=ids, labels=ids,
+                          cu_seqlens=torch.tensor([0, 5, 6, 16], dtype=torch.int32))
+
+
+def test_through_the_triton_kernels(monkeypatch):
+    """The same with the kernels themselves (the interpreter on CPU, in float64), not the references "auto" picks on
+    a CPU: left padding makes sequence starts inside the batch."""
+    calls = []
+
+    def kernels(backend, x):
+        calls.append(x.shape)
+        return "triton"
+
+    monkeypatch.setattr(interface, "resolve_backend", kernels)
+    ids = tokens(2, 11)
+    mask = torch.ones_like(ids)
+    mask[1, :3] = 0
+    _assert_same_training("fox-pro-tiny", dict(num_kv_heads=2), input_ids=ids, labels=ids, attention_mask=mask)
+    assert len(calls) == 2 * 4  # 2 layers: q, k, v and the output
+
+
+def test_cached_decoding_is_unchanged():
+    ids = tokens(2, 12)
+    off, on = make_model("fox-pro-tiny"), make_model("fox-pro-tiny", fused_pro_ops=True)
+    with torch.no_grad():
+        full = on(ids).logits
+        steps = []
+        for model in (off, on):
+            out = model(ids[:, :8], use_cache=True)
+            parts = [out.logits] + [model(ids[:, t:t + 1], past_key_values=out.cache).logits for t in range(8, 12)]
+            steps.append(torch.cat(parts, 1))
+    assert torch.equal(steps[0], steps[1])  # a cache takes the modules' path either way
+    torch.testing.assert_close(steps[1], full, rtol=1e-9, atol=1e-9)
+
+
+def test_flag_is_a_bool():
+    from foxformer.models import get_preset
+    with pytest.raises(ValueError, match="fused_pro_ops must be True or False"):
+        get_preset("fox-pro-tiny", fused_pro_ops="yes")
