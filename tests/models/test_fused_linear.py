@@ -129,7 +129,8 @@ def test_joint_product_keeps_layers_that_cannot_share_it_apart():
 
 
 @pytest.mark.parametrize("field", ["joint_input_projections", "joint_gate_projections"])
-@pytest.mark.parametrize("preset", ["fox-pro-tiny", "fox-llama-tiny", "transformer-llama-tiny", "linear-pro-tiny"])
+@pytest.mark.parametrize("preset", ["fox-pro-tiny", "fox-llama-tiny", "transformer-llama-tiny", "transformer-pro-tiny",
+                                    "linear-pro-tiny"])
 def test_joint_projections_change_no_result(preset, field):
     """FoxConfig.joint_input_projections / joint_gate_projections: the same loss and gradients (float64), and the
     same state dict."""
