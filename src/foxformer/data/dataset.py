@@ -14,8 +14,8 @@ import os
 import numpy as np
 import torch
 
-from .preparation import FORMAT, read_manifest, split_damage, tokenizer_change
-from .tokenizer import canonical_name
+from .preparation import FORMAT, read_manifest, recorded_tokenizer_files, split_damage, tokenizer_change
+from .tokenizer import moved_hint, same_tokenizer
 
 
 class TokenDataset:
@@ -42,11 +42,16 @@ class TokenDataset:
                              f"first (an interrupted prepare leaves no manifest)")
         if manifest.get("format") != FORMAT:
             raise ValueError(f"data: {data_dir!r} has format {manifest.get('format')!r}, expected {FORMAT!r}")
-        # the manifest holds the loaded tokenizer's name ("tiktoken:gpt2" is stored as "gpt2")
-        if expect_tokenizer is not None and manifest["tokenizer"] != canonical_name(expect_tokenizer):
+        # the manifest holds the loaded tokenizer's name ("tiktoken:gpt2" is stored as "gpt2"); a folder of the
+        # same content elsewhere is the same tokenizer (the project or the folder moved)
+        files = recorded_tokenizer_files(manifest)
+        if expect_tokenizer is not None and not same_tokenizer(manifest["tokenizer"], expect_tokenizer, files):
+            gone = moved_hint(manifest["tokenizer"], files)
+            fix = f" (another tokenizer); {gone}" if gone else \
+                f"; leave the tokenizer out to use the dataset's, or prepare the data again with --tokenizer " \
+                f"{expect_tokenizer}"
             raise ValueError(f"data: {data_dir!r} was tokenized with {manifest['tokenizer']!r} but the run expects "
-                             f"tokenizer {expect_tokenizer!r}; leave the tokenizer out to use the dataset's, or "
-                             f"prepare the data again with --tokenizer {expect_tokenizer}")
+                             f"tokenizer {expect_tokenizer!r}{fix}")
         change = None if expect_tokenizer is None else tokenizer_change(manifest, expect_tokenizer)
         if change:
             raise ValueError(f"data: {data_dir!r}: {change}; prepare the data again with --force (the same `foxformer "

@@ -119,6 +119,12 @@ def read_manifest(out_dir: str) -> dict | None:
     return manifest
 
 
+def recorded_tokenizer_files(manifest: dict) -> str | None:
+    """The fingerprint of the tokenizer folder the dataset of ``manifest`` was prepared with (tokenizer_files, or
+    older_tokenizer_files in older datasets); None for other tokenizers, and datasets older still."""
+    return (manifest.get("request") or {}).get("tokenizer_files")
+
+
 def tokenizer_change(manifest: dict, spec: str) -> str | None:
     """How the tokenizer ``spec`` differs from the one the dataset of ``manifest`` was prepared with, when both
     bear one name (another name is the caller's to refuse), in words; None when nothing is seen to differ. A
@@ -127,7 +133,7 @@ def tokenizer_change(manifest: dict, spec: str) -> str | None:
     paths and times (older_tokenizer_files): the same ones show the folder untouched; other ones cannot tell a
     folder saved again, moved or copied from another tokenizer, so they are refused too. A dataset prepared before
     any of it was recorded, or a folder that is not there (the spec read elsewhere), is taken at its name."""
-    recorded = (manifest.get("request") or {}).get("tokenizer_files")
+    recorded = recorded_tokenizer_files(manifest)
     if not recorded or canonical_name(spec) != manifest["tokenizer"]:
         return None
     content = recorded.startswith(CONTENT_PREFIX)

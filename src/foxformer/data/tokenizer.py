@@ -24,7 +24,7 @@ from typing import Callable, Iterator, Optional, Sequence
 
 import numpy as np
 
-from .sources import content_fingerprint, files_fingerprint, hub_unreachable
+from .sources import CONTENT_PREFIX, content_fingerprint, files_fingerprint, hub_unreachable
 from .specs import BYTES_EOT, BYTES_SPEC, EOT_TEXT, GPT2_EOT, GPT2_JSON_SPEC, GPT2_SPEC
 
 # Hashes tiktoken itself checks for OpenAI's GPT-2 files: a mismatch means a different vocabulary.
@@ -296,11 +296,46 @@ def older_tokenizer_files(spec: str) -> Optional[str]:
     return files_fingerprint([(p, os.stat(p)) for p in paths], lambda st: st.st_mtime_ns)
 
 
+def same_tokenizer(recorded: str, spec: str, recorded_files: Optional[str] = None,
+                   spec_files: Optional[str] = None) -> bool:
+    """Whether ``spec`` names the tokenizer recorded as ``recorded`` (a manifest's or a run's name): the same
+    canonical name, or two local folders whose tokenizer files have the same content (tokenizer_files), wherever
+    they lie: a project or a tokenizer folder moved or copied keeps its tokenizer. ``recorded_files`` and
+    ``spec_files``: the content fingerprints recorded with either, where the folder may be gone since (else read
+    from the folder). A tokenizer named the same whose folder changed since is tokenizer_change's to tell."""
+    if canonical_name(spec) == canonical_name(recorded):
+        return True
+    here = [fp if fp and fp.startswith(CONTENT_PREFIX) else tokenizer_files(name)
+            for name, fp in ((recorded, recorded_files), (spec, spec_files))]
+    return here[0] is not None and here[0] == here[1]
+
+
+def gone_folder(name: str, recorded_files: Optional[str] = None) -> str:
+    """The tokenizer folder ``name`` names where it is no longer there ("" otherwise, or for a hub name): an
+    absolute path, or any path recorded with a fingerprint of its files (only folders have one)."""
+    spec = canonical_name(name)
+    path = spec[3:] if spec.startswith("hf:") else spec if recorded_files else ""
+    if not path or os.path.isdir(path) or not (os.path.isabs(path) or recorded_files):
+        return ""
+    return path
+
+
+def moved_hint(name: str, recorded_files: Optional[str] = None) -> str:
+    """What to do about a recorded tokenizer whose folder is gone (gone_folder), in words; "" otherwise."""
+    path = gone_folder(name, recorded_files)
+    if not path:
+        return ""
+    return (f"the tokenizer folder {path} is no longer there: if it moved, pass its new path with --tokenizer "
+            f"(its files are checked against the record)")
+
+
 def load_tokenizer(spec: str = GPT2_SPEC) -> Tokenizer:
     """Load a tokenizer from a spec string (see the module docstring), once a process: again for a folder whose
     files changed (a process kept the tokenizer it had loaded from the folder before another was saved there)."""
     if not isinstance(spec, str) or not spec:
         raise TypeError(f"tokenizer: expected a non-empty spec string such as 'gpt2', got {spec!r}")
+    if gone_folder(spec):  # the hub was asked for it as a repository name, which it cannot be
+        raise ValueError(f"tokenizer: {moved_hint(spec)}")
     return _load_tokenizer(spec, tokenizer_files(spec))
 
 

@@ -78,39 +78,43 @@ def _out_dir(args, models) -> str:
 
 def _tokenizer(args, models):
     from foxformer.data import load_tokenizer
-    from foxformer.data.tokenizer import canonical_name
+    from foxformer.data.tokenizer import moved_hint, same_tokenizer
     from foxformer.train.loading import check_tokenizer
 
     # one tokenization feeds every model: models trained on different ones cannot share it
-    known = sorted({canonical_name(m.tokenizer) for m in models if m.tokenizer})
-    if len(known) > 1:
-        raise ValueError(f"models: they were trained with different tokenizers ({', '.join(known)}); evaluate "
-                         f"them in separate commands")
+    known = [m for m in models if m.tokenizer]
+    other = next((m for m in known if not same_tokenizer(known[0].tokenizer, m.tokenizer, known[0].tokenizer_files,
+                                                         m.tokenizer_files)), None)
+    if other is not None:
+        raise ValueError(f"models: they were trained with different tokenizers ({known[0].tokenizer!r}, "
+                         f"{other.tokenizer!r}); evaluate them in separate commands")
     given = getattr(args, "tokenizer", None)
     # another tokenizer's ids may still lie in the model's vocabulary, and the results would look valid
-    if given and known and canonical_name(given) != known[0]:
+    if given and known and not same_tokenizer(known[0].tokenizer, given, known[0].tokenizer_files):
+        gone = moved_hint(known[0].tokenizer, known[0].tokenizer_files)
         raise ValueError(f"--tokenizer: {given!r} is not the tokenizer the models were trained with "
-                         f"({known[0]!r}); leave --tokenizer out to use theirs")
-    spec = given or next((m.tokenizer for m in models if m.tokenizer), None) or "gpt2"
+                         f"({known[0].tokenizer!r})" + (f"; {gone}" if gone else "; leave --tokenizer out to use theirs"))
+    spec = given or next((m.tokenizer for m in known), None) or "gpt2"
     check_tokenizer(models, spec)
     return load_tokenizer(spec), spec
 
 
 def _check_data_tokenizer(data_dir: str, models) -> None:
     """Refuse a prepared dataset that another tokenizer than a model's made (its ids may still lie in the
-    model's vocabulary, and the loss would be reported as if they were text): another name, or a tokenizer folder
-    whose content changed since either the dataset or the model's training data was prepared with it
-    (data.preparation.tokenizer_change, as train and generate check it)."""
+    model's vocabulary, and the loss would be reported as if they were text): another tokenizer (data.tokenizer.
+    same_tokenizer), or a tokenizer folder whose content changed since either the dataset or the model's training
+    data was prepared with it (data.preparation.tokenizer_change, as train and generate check it)."""
     from foxformer.data import read_manifest
-    from foxformer.data.preparation import tokenizer_change
-    from foxformer.data.tokenizer import canonical_name
+    from foxformer.data.preparation import recorded_tokenizer_files, tokenizer_change
+    from foxformer.data.tokenizer import same_tokenizer
     from foxformer.train.loading import check_tokenizer
 
     manifest = read_manifest(data_dir)
     if manifest is None:
         return  # dataset_sequences says what is missing
     for m in models:
-        if m.tokenizer and canonical_name(m.tokenizer) != manifest.get("tokenizer"):
+        if m.tokenizer and not same_tokenizer(manifest["tokenizer"], m.tokenizer, recorded_tokenizer_files(manifest),
+                                              m.tokenizer_files):
             raise ValueError(f"--data: {data_dir!r} was tokenized with {manifest.get('tokenizer')!r}, but "
                              f"{m.name} was trained with {m.tokenizer!r}; prepare the data with --tokenizer "
                              f"{m.tokenizer}")

@@ -37,7 +37,9 @@ class LoadedModel:
 
     train_len: the training context length (None if unknown); tokenizer: spec string such as "gpt2";
     source: "run" | "checkpoint" | "hf"; step: training step of the weights (None if unknown);
-    data_dir: the prepared dataset its run trained on (None if unknown).
+    data_dir: the prepared dataset its run trained on (None if unknown); tokenizer_files: the content fingerprint
+    of its tokenizer folder as its run recorded it (data.tokenizer.tokenizer_files; None for other tokenizers and
+    unknown ones), which tells the folder moved elsewhere from another tokenizer.
     """
 
     model: torch.nn.Module
@@ -48,6 +50,7 @@ class LoadedModel:
     source: str = "hf"
     step: Optional[int] = None
     data_dir: Optional[str] = None
+    tokenizer_files: Optional[str] = None
 
 
 def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
@@ -226,7 +229,8 @@ def _load_model(path, device, dtype, name, train_len, attention_backend) -> Load
     label = name or _default_name(given)
     tokenizer = run_cfg.get("tokenizer") or (_hf_tokenizer(hf_path, model) if hf_path else None)
     return LoadedModel(model=model, name=label, path=given, train_len=int(ctx) if ctx else None,
-                       tokenizer=tokenizer, source=source, step=step, data_dir=run_cfg.get("data_dir"))
+                       tokenizer=tokenizer, source=source, step=step, data_dir=run_cfg.get("data_dir"),
+                       tokenizer_files=(run_cfg.get("derived") or {}).get("tokenizer_files"))
 
 
 def check_tokenizer(models: list[LoadedModel], spec: str) -> None:

@@ -25,7 +25,8 @@ import torch
 from tqdm.auto import tqdm
 
 from ..data.dataset import TokenDataset
-from ..data.tokenizer import canonical_name
+from ..data.preparation import recorded_tokenizer_files
+from ..data.tokenizer import moved_hint, same_tokenizer, tokenizer_files
 from ..models.calls import hf_progress
 from ..models.presets import attention_flops_per_token
 from ..ops.forgetting_attn.checks import NonFiniteValueError
@@ -112,7 +113,7 @@ def _init_source(cfg: TrainConfig, manifest: dict) -> tuple[dict, dict]:
     # the machine decides these, not the model's origin
     fields.update(attention_backend="auto", gradient_checkpointing=False)
     data_tok, its_tok = manifest["tokenizer"], fields["tokenizer"]
-    if its_tok is not None and canonical_name(its_tok) != data_tok:
+    if its_tok is not None and not same_tokenizer(data_tok, its_tok, recorded_tokenizer_files(manifest)):
         raise ValueError(f"init_from: the model reads {its_tok!r} tokens but {cfg.data_dir!r} was tokenized with "
                          f"{data_tok!r}; prepare the data again with --tokenizer {its_tok}")
     if fields["vocab_size"] < manifest["vocab_size"]:
@@ -359,11 +360,17 @@ def _finished_summary(cfg: TrainConfig, info: DistInfo, step: int, tokens: int, 
         device=str(info.device), wall_s=0.0, trained=False).to_dict()
 
 
-def _check_saved_config(cfg: TrainConfig, resuming: bool) -> None:
+def _check_saved_config(cfg: TrainConfig, resuming: bool, data_tokenizer_files: str | None) -> None:
+    """``data_tokenizer_files``: the dataset's record of its tokenizer folder, which both the saved tokenizer and
+    the run's were checked against: a folder moved since is given by its new path."""
     saved_path = os.path.join(cfg.out_dir, "config.yaml")
     if not resuming or not os.path.exists(saved_path):
         return
-    conflicts = resume_conflicts(read_saved_config(saved_path), cfg)
+    saved = read_saved_config(saved_path)
+    conflicts = resume_conflicts(saved, cfg)
+    if "tokenizer" in conflicts and saved.tokenizer and same_tokenizer(saved.tokenizer, cfg.tokenizer,
+                                                                       data_tokenizer_files):
+        conflicts.remove("tokenizer")
     if conflicts and any(k in ("preset", "model") for k in conflicts):
         # --init-from would carry the saved model's weights and architecture under the new preset's name
         raise ValueError(f"resume: the model differs from the one saved in {saved_path} ({conflicts}); another "
@@ -458,6 +465,10 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, held: con
     train_ds = TokenDataset(cfg.data_dir, "train", cfg.context, roll=cfg.roll, seed=cfg.seed,
                             expect_tokenizer=cfg.tokenizer)
     if cfg.tokenizer is None:  # the saved config names it, for evaluation and generation
+        gone = moved_hint(train_ds.manifest["tokenizer"], recorded_tokenizer_files(train_ds.manifest))
+        if gone:  # it would send them to a folder that is not there
+            raise ValueError(f"data: {cfg.data_dir!r} was tokenized with {train_ds.manifest['tokenizer']!r}, and "
+                             f"{gone}")
         cfg = dataclasses.replace(cfg, tokenizer=train_ds.manifest["tokenizer"])
     # checked against the dataset's own tokenizer too: its folder may hold another one since, which the saved
     # config would send evaluation and generation to
@@ -468,7 +479,7 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, held: con
     try:
         resume_path = _resolve_resume(cfg)
         check_same_resume(cfg.out_dir, resume_path, info, writer.group)
-        _check_saved_config(cfg, resume_path is not None)
+        _check_saved_config(cfg, resume_path is not None, recorded_tokenizer_files(train_ds.manifest))
         loaded = ResumePoint(resume_path, info, writer.group) if resume_path else None  # verifies hashes first
     except ckpt.CheckpointError as e:
         raise ckpt.CheckpointError(f"{e}; resume from another checkpoint (--resume RUN/checkpoints/step_N), or start "
@@ -527,6 +538,9 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, held: con
                "horizon_tokens": cfg.horizon_tokens, "params": n_params, "non_embedding_params": n_nonemb,
                "flops_per_token": flops_per_token, "peak_flops": peak, "document_token": train_ds.eot_id,
                "commit": code_version()}
+    folder_files = tokenizer_files(cfg.tokenizer)
+    if folder_files:  # the folder's content: evaluation accepts the same tokenizer moved elsewhere by it
+        derived["tokenizer_files"] = folder_files
     sink = None
     # Rank 0 holds the lock for the whole job; the others learn at once when it could not (no rank waits at a
     # barrier for a peer that already stopped).
