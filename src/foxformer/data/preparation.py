@@ -31,6 +31,7 @@ from tqdm.auto import tqdm
 
 from ..paths import check_output_dir, folder_lock, write_json
 from ..progress import bars_shown
+from .digests import CACHE_FILE as DIGESTS, DigestCache
 from .sources import CONTENT_PREFIX, by_file_times, describe_source, iter_documents
 from .tokenizer import GPT2_SPEC, canonical_name, load_tokenizer, older_tokenizer_files, tokenizer_files
 
@@ -382,7 +383,14 @@ def prepare(cfg: PrepareConfig, *, force: bool = False, progress: bool = True) -
     """
     cfg.validate()
     check_output_dir(cfg.out_dir, "out_dir")
-    infos = [describe_source(s) for s in cfg.sources]
+    # the sources' digests, kept in the dataset's folder for the next prepare (which reads unchanged files no more)
+    digests = DigestCache(os.path.join(cfg.out_dir, DIGESTS), progress)
+    manifest = _prepare(cfg, [describe_source(s, digests) for s in cfg.sources], force, progress)
+    digests.save()
+    return manifest
+
+
+def _prepare(cfg: PrepareConfig, infos: list, force: bool, progress: bool) -> dict:
     first: dict[str, str] = {}
     read_by: dict[str, str] = {}
     for info in infos:  # each copy of a document would be split on its own: one in train, one in validation

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from ..paths import decode_utf8
+from .digests import read_digests
 
 TEXT_SUFFIXES = (".txt", ".md", ".rst", ".text")
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
@@ -358,9 +359,9 @@ def _source_kind(spec: str) -> str:
     return "hf" if spec.startswith("hf:") else "file"
 
 
-def describe_source(spec: str) -> SourceInfo:
-    """Resolve a spec without parsing documents (a file source's files are read for their fingerprint); raises
-    ValueError for a bad spec."""
+def describe_source(spec: str, digests=read_digests) -> SourceInfo:
+    """Resolve a spec without parsing documents (a file source's files are read for their fingerprint, through
+    ``digests``: see content_fingerprint); raises ValueError for a bad spec."""
     kind = _source_kind(spec)
     if kind == "builtin":
         import sys
@@ -377,7 +378,8 @@ def describe_source(spec: str) -> SourceInfo:
     root = spec if os.path.isdir(spec) else os.path.dirname(spec)
     stats = [(os.path.abspath(f), os.stat(f)) for f in files]
     return SourceInfo(spec=spec, kind=kind,
-                      fingerprint=content_fingerprint("source", [(os.path.relpath(f, root), f) for f in files]),
+                      fingerprint=content_fingerprint("source", [(os.path.relpath(f, root), f) for f in files],
+                                                      digests),
                       left_out=tuple(sorted(other.items(), key=lambda item: (-item[1], item[0]))),
                       files=tuple(os.path.realpath(f) for f in files),
                       older_fingerprints=(files_fingerprint(stats, lambda st: st.st_mtime_ns),
@@ -388,19 +390,16 @@ def describe_source(spec: str) -> SourceInfo:
 CONTENT_PREFIX = "sha256:"
 
 
-def content_fingerprint(kind: str, files: list[tuple[str, str]]) -> str:
+def content_fingerprint(kind: str, files: list[tuple[str, str]], digests=read_digests) -> str:
     """The names and content of ``files``, (name, path) each in order, hashed: ``"sha256:<16 hex digits>"``. It
     stays when the files are saved again, moved or copied, and changes with a name or a byte; ``kind`` tells one
-    kind of files' fingerprints from another's."""
+    kind of files' fingerprints from another's. ``digests``: the sha256 of each path's bytes (read_digests, or a
+    digests.DigestCache that spares reading unchanged files again)."""
     import hashlib
 
     h = hashlib.sha256(kind.encode())
-    for name, path in files:
-        digest = hashlib.sha256()
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):  # a corpus file of gigabytes is not read whole
-                digest.update(block)
-        h.update(f"\0{name}\0".encode() + digest.digest())
+    for (name, _), digest in zip(files, digests([path for _, path in files])):
+        h.update(f"\0{name}\0".encode() + digest)
     return CONTENT_PREFIX + h.hexdigest()[:16]
 
 
