@@ -78,21 +78,10 @@ def _out_dir(args, models) -> str:
 
 def _tokenizer(args, models):
     from foxformer.data import load_tokenizer
-    from foxformer.data.tokenizer import canonical_name
-    from foxformer.train.loading import check_tokenizer
+    from foxformer.train.loading import tokenizer_spec
 
-    # one tokenization feeds every model: models trained on different ones cannot share it
-    known = sorted({canonical_name(m.tokenizer) for m in models if m.tokenizer})
-    if len(known) > 1:
-        raise ValueError(f"models: they were trained with different tokenizers ({', '.join(known)}); evaluate "
-                         f"them in separate commands")
-    given = getattr(args, "tokenizer", None)
-    # another tokenizer's ids may still lie in the model's vocabulary, and the results would look valid
-    if given and known and canonical_name(given) != known[0]:
-        raise ValueError(f"--tokenizer: {given!r} is not the tokenizer the models were trained with "
-                         f"({known[0]!r}); leave --tokenizer out to use theirs")
-    spec = given or next((m.tokenizer for m in models if m.tokenizer), None) or "gpt2"
-    check_tokenizer(models, spec)
+    # one tokenization feeds every model: tokenizer_spec refuses models trained on different ones
+    spec = tokenizer_spec(models, getattr(args, "tokenizer", None))
     return load_tokenizer(spec), spec
 
 

@@ -19,6 +19,7 @@ import torch
 from safetensors import SafetensorError
 
 from foxformer.data.preparation import read_manifest, tokenizer_change
+from foxformer.data.tokenizer import canonical_name
 from foxformer.models.calls import hf_progress
 from foxformer.models.hub import download, is_hub_id
 from foxformer.models.official import OFFICIAL_TYPES, load_official
@@ -227,6 +228,24 @@ def _load_model(path, device, dtype, name, train_len, attention_backend) -> Load
     tokenizer = run_cfg.get("tokenizer") or (_hf_tokenizer(hf_path, model) if hf_path else None)
     return LoadedModel(model=model, name=label, path=given, train_len=int(ctx) if ctx else None,
                        tokenizer=tokenizer, source=source, step=step, data_dir=run_cfg.get("data_dir"))
+
+
+def tokenizer_spec(models: list[LoadedModel], given: Optional[str] = None) -> str:
+    """The tokenizer to feed ``models`` text with: ``given`` (--tokenizer), else the one they trained with, else
+    gpt2. ValueError when the models trained with different tokenizers, when ``given`` is not theirs (another
+    tokenizer's ids may still lie in the model's vocabulary: the text read or written would be garbage that looks
+    valid), or when check_tokenizer refuses it."""
+    known = sorted({canonical_name(m.tokenizer) for m in models if m.tokenizer})
+    if len(known) > 1:
+        raise ValueError(f"models: they were trained with different tokenizers ({', '.join(known)}); evaluate "
+                         f"them in separate commands")
+    if given and known and canonical_name(given) != known[0]:
+        names = ", ".join(m.name for m in models if m.tokenizer)
+        raise ValueError(f"--tokenizer: {given!r} is not the tokenizer {names} trained with ({known[0]!r}); leave "
+                         f"--tokenizer out to use {known[0]!r}")
+    spec = given or next((m.tokenizer for m in models if m.tokenizer), None) or "gpt2"
+    check_tokenizer(models, spec)
+    return spec
 
 
 def check_tokenizer(models: list[LoadedModel], spec: str) -> None:
