@@ -57,18 +57,26 @@ def test_one_document_explains_its_empty_validation_split(tmp_path, capsys):
     assert "the dataset is one document" in line and "--val-fraction" not in line
 
 
-def test_a_text_file_as_data_suggests_a_prepare_command_that_works(tmp_path, capsys):
-    """`--data file.txt` suggested `foxformer data prepare --out file.txt`, which then failed."""
-    src = tmp_path / "notes.txt"
-    src.write_text("some notes\n" * 20)
+@pytest.mark.parametrize("given, what, stem", [("notes.txt", "a file", "notes"),
+                                                ("notes", "a folder of documents", "notes")],
+                         ids=["text-file", "folder-of-text-files"])
+def test_text_as_data_suggests_a_prepare_command_that_works(tmp_path, capsys, given, what, stem):
+    """`--data file.txt` suggested `foxformer data prepare --out file.txt`, which then failed; `--data folder` of
+    .txt files suggested the same, which prepared SymPy's source (the default) into the user's folder."""
+    (tmp_path / "notes").mkdir()
+    for i in range(3):
+        (tmp_path / "notes" / f"n{i}.txt").write_text(f"some notes {i}\n" * 20)
+    (tmp_path / "notes.txt").write_text("some notes\n" * 20)
     cwd = os.getcwd()
     os.chdir(tmp_path)
     try:
-        assert main(["train", "--data", "notes.txt", "--out", "run", "--max-steps", "1", "--no-progress"]) == 2
+        assert main(["train", "--data", given, "--out", "run", "--max-steps", "1", "--no-progress"]) == 2
         line = _error(capsys)
-        assert "'notes.txt' is a file, not a prepared dataset" in line
+        assert f"'{given}' is {what}, not a prepared dataset" in line
         suggested = line.split("`foxformer ")[1].split("`")[0].split()
         assert main(suggested + ["--tokenizer", "bytes", "--no-progress"]) == 0
-        assert os.path.exists(os.path.join("data_cache", "notes", "manifest.json"))
+        manifest = json.load(open(os.path.join("data_cache", stem, "manifest.json")))
+        assert [s["spec"] for s in manifest["sources"]] == [given]
+        assert sorted(os.listdir("notes")) == ["n0.txt", "n1.txt", "n2.txt"]
     finally:
         os.chdir(cwd)

@@ -58,11 +58,27 @@ def test_log_bins_include_every_position_and_the_last(n):
     assert centres[0] == 1.0 and centres[-1] <= n and np.all(np.diff(centres) > 0)
 
 
-def test_runs_that_measured_different_sequences_are_refused(tmp_path):
+@pytest.mark.parametrize("b_settings, said", [
+    ({"data": "other", "tokens_sha256": "2"}, "(--data other against d)"),
+    ({"seq_len": 128, "num_seqs": 4, "tokens_sha256": "2"}, "(--seq-len 128 against 64, --num-seqs 4 against 2)"),
+    ({"tokens_sha256": "2"}, "(the same flags, but other tokens: the data changed between the evaluations)"),
+], ids=["other-data", "other-length-and-count", "same-flags-other-tokens"])
+def test_runs_that_measured_different_sequences_are_refused_naming_the_flags(tmp_path, capsys, b_settings, said):
+    # the message held both evaluations' settings as two dicts of nine keys each, to be told apart by eye; the same
+    # tokens (tokens_sha256) under other flags are the same sequences, so every case here reads other tokens
     a = _write_run(tmp_path, "a", np.ones(63))
-    b = _write_run(tmp_path, "b", np.ones(63), data="other")
-    with pytest.raises(ValueError, match="same sequences"):
-        compare([a, b], str(tmp_path / "out"))
+    b = _write_run(tmp_path, "b", np.ones(63))
+    for run, extra in ((a, {"tokens_sha256": "1"}), (b, b_settings)):
+        path = os.path.join(run, "eval", "loss.json")
+        data = json.load(open(path))
+        data["settings"].update({"tokens_sha256": "1", **extra})
+        open(path, "w").write(json.dumps(data))
+    assert main(["eval", "compare", a, b, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"error: run_dirs: {b}/eval/loss.json and {a}/eval/loss.json measured different sequences {said}; "
+                   f"compare only evaluations of the same sequences: run `foxformer eval loss` on each run with the "
+                   f"same flags")
+    assert not (tmp_path / "out").exists()
 
 
 def test_cli_names_and_missing_run(tmp_path, capsys):

@@ -689,3 +689,30 @@ def test_generate_stops_at_a_newline_typed_as_an_escape(hf_dir, capsys, monkeypa
     model = _load_model(hf_dir)
     assert "".join(generate(model, load_tokenizer("bytes"), "x", stop=[r"\n"], max_new_tokens=40)) == (
         "Once upon a time\nthere was")
+
+
+@pytest.fixture(scope="module")
+def bytes_dir(tmp_path_factory):
+    """A model whose config records the tokenizer it trained with, as every export does."""
+    path = tmp_path_factory.mktemp("bytes_model")
+    make_model("fox-pro-tiny", dtype=torch.float32, tokenizer="bytes").save_pretrained(path)
+    return str(path)
+
+
+@pytest.mark.parametrize("command", [
+    ["generate", "--prompt", "the cat", "--max-new-tokens", "2"],
+    ["bias-shift", "--source", "builtin:pydoc", "--seq-len", "64", "--num-seqs", "1", "--shifts", "0"],
+], ids=["generate", "bias-shift"])
+def test_a_tokenizer_other_than_the_models_is_refused_by_name(bytes_dir, tmp_path, capsys, command):
+    # generate fed a model the ids of another tokenizer and printed what they decoded to, with exit status 0;
+    # eval loss refused it already
+    out = tmp_path / "out.json"
+    args = [command[0], bytes_dir, *command[1:], "--device", "cpu", "--out", str(out)]
+    assert main([*args, "--tokenizer", "gpt2"]) == 2
+    captured = capsys.readouterr()
+    name = os.path.basename(bytes_dir)
+    assert captured.err.splitlines()[-1] == (f"error: --tokenizer: 'gpt2' is not the tokenizer {name} trained with "
+                                             f"('bytes'); leave --tokenizer out to use 'bytes'")
+    assert captured.out == "" and not out.exists()
+    if command[0] == "generate":  # its own tokenizer, named or not, is used
+        assert main([*args, "--tokenizer", "bytes"]) == 0 and out.exists()

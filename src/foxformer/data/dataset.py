@@ -15,7 +15,15 @@ import numpy as np
 import torch
 
 from .preparation import FORMAT, read_manifest, recorded_tokenizer_files, split_damage, tokenizer_change
+from .sources import holds_documents
 from .tokenizer import moved_hint, same_tokenizer
+
+
+def _unprepared(path: str) -> str:
+    what = "a file" if os.path.isfile(path) else "a folder of documents"
+    stem = os.path.splitext(os.path.basename(os.path.abspath(path)))[0]
+    return (f"data: {path!r} is {what}, not a prepared dataset; tokenize it first with `foxformer data prepare "
+            f"--source {path} --out data_cache/{stem}` and pass --data data_cache/{stem}")
 
 
 class TokenDataset:
@@ -31,12 +39,13 @@ class TokenDataset:
             raise ValueError(f"split: expected 'train' or 'val', got {split!r}")
         if not isinstance(seq_len, int) or seq_len < 2:
             raise ValueError(f"seq_len: expected an integer >= 2, got {seq_len!r}")
-        if os.path.isfile(data_dir):  # a text file given as --data: the suggestion below would name it as --out
-            stem = os.path.splitext(os.path.basename(data_dir))[0]
-            raise ValueError(f"data: {data_dir!r} is a file, not a prepared dataset; tokenize it first with `foxformer "
-                             f"data prepare --source {data_dir} --out data_cache/{stem}` and pass --data "
-                             f"data_cache/{stem}")
+        # text given as --data: the advice for an empty folder would name it as --out, and `data prepare` would
+        # then fail on a file, or write SymPy's source (its default) beside the user's documents
+        if os.path.isfile(data_dir):
+            raise ValueError(_unprepared(data_dir))
         manifest = read_manifest(data_dir)
+        if manifest is None and holds_documents(data_dir):
+            raise ValueError(_unprepared(data_dir))
         if manifest is None:
             raise ValueError(f"data: {data_dir!r} has no manifest.json; run `foxformer data prepare --out {data_dir}` "
                              f"first (an interrupted prepare leaves no manifest)")

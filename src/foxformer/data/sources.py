@@ -107,6 +107,14 @@ def _scan(path: str) -> tuple[list[str], dict[str, int]]:
                      f"name in {BUILTINS}, or 'hf:<dataset>')")
 
 
+def holds_documents(path: str) -> bool:
+    """Whether ``path`` is a file or folder that `data prepare --source` would read documents from."""
+    try:
+        return bool(_scan(path)[0])
+    except ValueError:
+        return False
+
+
 def _walk_folder(path: str) -> tuple[list[str], dict[str, int]]:
     """The document files under ``path``, sorted, recursive. Linked folders are the user's documents too (they
     were left out without a word); a folder or file reached twice through links is read once (under its own

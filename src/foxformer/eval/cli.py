@@ -78,24 +78,10 @@ def _out_dir(args, models) -> str:
 
 def _tokenizer(args, models):
     from foxformer.data import load_tokenizer
-    from foxformer.data.tokenizer import moved_hint, same_tokenizer
-    from foxformer.train.loading import check_tokenizer
+    from foxformer.train.loading import tokenizer_spec
 
-    # one tokenization feeds every model: models trained on different ones cannot share it
-    known = [m for m in models if m.tokenizer]
-    other = next((m for m in known if not same_tokenizer(known[0].tokenizer, m.tokenizer, known[0].tokenizer_files,
-                                                         m.tokenizer_files)), None)
-    if other is not None:
-        raise ValueError(f"models: they were trained with different tokenizers ({known[0].tokenizer!r}, "
-                         f"{other.tokenizer!r}); evaluate them in separate commands")
-    given = getattr(args, "tokenizer", None)
-    # another tokenizer's ids may still lie in the model's vocabulary, and the results would look valid
-    if given and known and not same_tokenizer(known[0].tokenizer, given, known[0].tokenizer_files):
-        gone = moved_hint(known[0].tokenizer, known[0].tokenizer_files)
-        raise ValueError(f"--tokenizer: {given!r} is not the tokenizer the models were trained with "
-                         f"({known[0].tokenizer!r})" + (f"; {gone}" if gone else "; leave --tokenizer out to use theirs"))
-    spec = given or next((m.tokenizer for m in known), None) or "gpt2"
-    check_tokenizer(models, spec)
+    # one tokenization feeds every model: tokenizer_spec refuses models trained on different ones
+    spec = tokenizer_spec(models, getattr(args, "tokenizer", None))
     return load_tokenizer(spec), spec
 
 

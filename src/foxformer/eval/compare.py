@@ -67,6 +67,17 @@ def _same_sequences(a: dict, b: dict) -> bool:
     return all(a[k] == b[k] or (k == "within_docs" and None in (a[k], b[k])) for k in MEASURED)
 
 
+def _how_measured_differently(a: dict, b: dict) -> str:
+    """The `eval loss` flags (each setting of MEASURED is one) whose values differ, in words."""
+    def said(value) -> str:
+        return ("given" if value else "not given") if isinstance(value, bool) else "unset" if value is None \
+            else str(value)
+
+    flags = [f"--{k.replace('_', '-')} {said(a[k])} against {said(b[k])}" for k in MEASURED
+             if a[k] != b[k] and not (k == "within_docs" and None in (a[k], b[k]))]
+    return ", ".join(flags) or "the same flags, but other tokens: the data changed between the evaluations"
+
+
 # The per-position arrays of a loss.json model entry: what slim_curve reduces to log-spaced bins.
 PER_POSITION = ("loss", "smoothed", "smoothed_lo", "smoothed_hi")
 
@@ -130,8 +141,9 @@ def load_curves(run_dirs: list[str]) -> list[SimpleNamespace]:
         if reference is None:
             reference = (path, measured)
         elif not _same_sequences(measured, reference[1]):
-            raise ValueError(f"run_dirs: {path} measured {measured}, but {reference[0]} measured {reference[1]}; "
-                             f"compare only evaluations of the same sequences")
+            raise ValueError(f"run_dirs: {path} and {reference[0]} measured different sequences "
+                             f"({_how_measured_differently(measured, reference[1])}); compare only evaluations of "
+                             f"the same sequences: run `foxformer eval loss` on each run with the same flags")
         curves += [SimpleNamespace(**expand_curve(m), run_index=i) for m in data["models"]]
     return curves
 

@@ -47,7 +47,7 @@ def _resolve_model(args) -> None:
 
 def _cmd_generate(args) -> int:
     from foxformer.data import load_tokenizer
-    from foxformer.train.loading import check_tokenizer, load_model
+    from foxformer.train.loading import load_model, tokenizer_spec
 
     from foxformer.data.tokenizer import start_ids
 
@@ -67,9 +67,7 @@ def _cmd_generate(args) -> int:
                            fgate_bias_shift=args.fgate_bias_shift, prefill_chunk=args.prefill_chunk,
                            stop=args.stop, ignore_eos=args.ignore_eos, decode=args.decode)
     loaded = load_model(args.model, device=args.device, dtype=args.dtype, attention_backend=args.attention_backend)
-    spec = args.tokenizer or loaded.tokenizer or "gpt2"
-    check_tokenizer([loaded], spec)
-    tokenizer = load_tokenizer(spec)
+    tokenizer = load_tokenizer(tokenizer_spec([loaded], args.tokenizer))
     n_prompt = len(start_ids(tokenizer) + tokenizer.encode(prompt))  # what the model reads, a BOS included
     if loaded.train_len and n_prompt > loaded.train_len:
         print(f"warning: the prompt has {n_prompt} tokens, more than the {loaded.train_len} the model was trained "
@@ -167,16 +165,14 @@ def _cmd_bias_shift(args) -> int:
 
 def _eval_tokens(args, loaded):
     from foxformer.data import load_tokenizer
-    from foxformer.train.loading import check_tokenizer
+    from foxformer.train.loading import tokenizer_spec
     from foxformer.eval.sequences import dataset_sequences, source_sequences
 
     if bool(args.data) == bool(args.source):
         raise ValueError("pass exactly one of --data DIR (prepared dataset) and --source SPEC (text)")
     if args.data:
         return dataset_sequences(args.data, args.seq_len, args.num_seqs, split=args.split, within_docs=True)
-    spec = args.tokenizer or loaded.tokenizer or "gpt2"
-    check_tokenizer([loaded], spec)
-    tok = load_tokenizer(spec)
+    tok = load_tokenizer(tokenizer_spec([loaded], args.tokenizer))
     return source_sequences(args.source, tok, args.seq_len, args.num_seqs, args.text_field)
 
 

@@ -19,6 +19,7 @@ import torch
 from safetensors import SafetensorError
 
 from foxformer.data.preparation import read_manifest, tokenizer_change
+from foxformer.data.tokenizer import moved_hint, same_tokenizer
 from foxformer.models.calls import hf_progress
 from foxformer.models.hub import download, is_hub_id
 from foxformer.models.official import OFFICIAL_TYPES, load_official
@@ -231,6 +232,28 @@ def _load_model(path, device, dtype, name, train_len, attention_backend) -> Load
     return LoadedModel(model=model, name=label, path=given, train_len=int(ctx) if ctx else None,
                        tokenizer=tokenizer, source=source, step=step, data_dir=run_cfg.get("data_dir"),
                        tokenizer_files=(run_cfg.get("derived") or {}).get("tokenizer_files"))
+
+
+def tokenizer_spec(models: list[LoadedModel], given: Optional[str] = None) -> str:
+    """The tokenizer to feed ``models`` text with: ``given`` (--tokenizer), else the one they trained with, else
+    gpt2. ValueError when the models trained with different tokenizers, when ``given`` is not theirs (another
+    tokenizer's ids may still lie in the model's vocabulary: the text read or written would be garbage that looks
+    valid), or when check_tokenizer refuses it. A tokenizer folder counts by its files' content wherever it lies
+    (data.tokenizer.same_tokenizer): a moved project keeps its tokenizer."""
+    known = [m for m in models if m.tokenizer]
+    other = next((m for m in known if not same_tokenizer(known[0].tokenizer, m.tokenizer, known[0].tokenizer_files,
+                                                         m.tokenizer_files)), None)
+    if other is not None:
+        raise ValueError(f"models: they were trained with different tokenizers ({known[0].tokenizer!r}, "
+                         f"{other.tokenizer!r}); evaluate them in separate commands")
+    if given and known and not same_tokenizer(known[0].tokenizer, given, known[0].tokenizer_files):
+        names = ", ".join(m.name for m in known)
+        gone = moved_hint(known[0].tokenizer, known[0].tokenizer_files)
+        raise ValueError(f"--tokenizer: {given!r} is not the tokenizer {names} trained with ({known[0].tokenizer!r}); "
+                         + (gone or f"leave --tokenizer out to use {known[0].tokenizer!r}"))
+    spec = given or next((m.tokenizer for m in known), None) or "gpt2"
+    check_tokenizer(models, spec)
+    return spec
 
 
 def check_tokenizer(models: list[LoadedModel], spec: str) -> None:
