@@ -51,8 +51,14 @@ def test_wrong_tokenizer_is_refused(data_dir):
 
 
 def test_unprepared_or_damaged_data(tmp_path, data_dir):
+    # a path that is not there: the advice names --source (`data prepare --out` alone prepares SymPy's code)
+    missing = str(tmp_path / "nothing")
+    with pytest.raises(ValueError, match=re.escape(f"does not exist; prepare a dataset there from your text with "
+                                                   f"`foxformer data prepare --source TEXT --out {missing}`")):
+        TokenDataset(missing, "train", 16)
+    os.makedirs(missing)
     with pytest.raises(ValueError, match="no manifest"):
-        TokenDataset(str(tmp_path / "nothing"), "train", 16)
+        TokenDataset(missing, "train", 16)
     with open(f"{data_dir}/train.bin", "ab") as f:
         f.write(b"\x00\x00")
     with pytest.raises(ValueError, match="damaged"):

@@ -87,10 +87,10 @@ def test_parquet_source_reads_text_column_or_names_missing_pyarrow(tmp_path):
     with pytest.raises(ValueError, match="no column 'body'"):
         list(iter_documents(str(path), text_field="body"))
     # a column of numbers or bytes ended in AttributeError / TypeError deep in prepare
-    with pytest.raises(ValueError, match=re.escape(f"source: {path} row 0 has a int in field 'n', not text")):
+    with pytest.raises(ValueError, match=re.escape(f"source: {path} row 0 has a value of type int in field 'n', not text")):
         list(iter_documents(str(path), text_field="n"))
     pq.write_table(pa.table({"text": [b"raw bytes"]}), path)
-    with pytest.raises(ValueError, match=re.escape(f"source: {path} row 0 has a bytes in field 'text', not text")):
+    with pytest.raises(ValueError, match=re.escape(f"source: {path} row 0 has a value of type bytes in field 'text', not text")):
         list(iter_documents(str(path)))
 
 

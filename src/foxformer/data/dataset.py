@@ -46,6 +46,11 @@ class TokenDataset:
         manifest = read_manifest(data_dir)
         if manifest is None and holds_documents(data_dir):
             raise ValueError(_unprepared(data_dir))
+        if manifest is None and not os.path.exists(data_dir):
+            # `data prepare --out` alone would make one there from its default source (SymPy's code), not the user's
+            raise ValueError(f"data: {data_dir!r} does not exist; prepare a dataset there from your text with "
+                             f"`foxformer data prepare --source TEXT --out {data_dir}` (TEXT: a file, a folder or a "
+                             f"built-in corpus)")
         if manifest is None:
             raise ValueError(f"data: {data_dir!r} has no manifest.json; run `foxformer data prepare --out {data_dir}` "
                              f"first (an interrupted prepare leaves no manifest)")

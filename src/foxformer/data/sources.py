@@ -227,7 +227,8 @@ def _text_value(value, where: str, text_field: str) -> str:
     if value is None:
         return ""
     if not isinstance(value, str):
-        raise ValueError(f"source: {where} has a {type(value).__name__} in field {text_field!r}, not text")
+        raise ValueError(f"source: {where} has a value of type {type(value).__name__} in field {text_field!r}, "
+                         f"not text")
     return value
 
 
