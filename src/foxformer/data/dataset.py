@@ -19,11 +19,21 @@ from .sources import holds_documents
 from .tokenizer import moved_hint, same_tokenizer
 
 
-def _unprepared(path: str) -> str:
-    what = "a file" if os.path.isfile(path) else "a folder of documents"
-    stem = os.path.splitext(os.path.basename(os.path.abspath(path)))[0]
-    return (f"data: {path!r} is {what}, not a prepared dataset; tokenize it first with `foxformer data prepare "
-            f"--source {path} --out data_cache/{stem}` and pass --data data_cache/{stem}")
+def _no_dataset(path: str) -> str:
+    """Why ``path``, which holds no manifest.json, is no prepared dataset, and the command that makes one. Text
+    given as --data: the advice for an empty folder would name it as --out, and `data prepare` would then fail on
+    a file, or write SymPy's source (its default) beside the user's documents; a path that is not there likewise
+    needs --source."""
+    if os.path.isfile(path) or holds_documents(path):
+        what = "a file" if os.path.isfile(path) else "a folder of documents"
+        stem = os.path.splitext(os.path.basename(os.path.abspath(path)))[0]
+        return (f"data: {path!r} is {what}, not a prepared dataset; tokenize it first with `foxformer data prepare "
+                f"--source {path} --out data_cache/{stem}` and pass --data data_cache/{stem}")
+    if not os.path.exists(path):
+        return (f"data: {path!r} does not exist; prepare a dataset there from your text with `foxformer data "
+                f"prepare --source TEXT --out {path}` (TEXT: a file, a folder or a built-in corpus)")
+    return (f"data: {path!r} has no manifest.json; run `foxformer data prepare --out {path}` first (an interrupted "
+            f"prepare leaves no manifest)")
 
 
 class TokenDataset:
@@ -39,21 +49,9 @@ class TokenDataset:
             raise ValueError(f"split: expected 'train' or 'val', got {split!r}")
         if not isinstance(seq_len, int) or seq_len < 2:
             raise ValueError(f"seq_len: expected an integer >= 2, got {seq_len!r}")
-        # text given as --data: the advice for an empty folder would name it as --out, and `data prepare` would
-        # then fail on a file, or write SymPy's source (its default) beside the user's documents
-        if os.path.isfile(data_dir):
-            raise ValueError(_unprepared(data_dir))
-        manifest = read_manifest(data_dir)
-        if manifest is None and holds_documents(data_dir):
-            raise ValueError(_unprepared(data_dir))
-        if manifest is None and not os.path.exists(data_dir):
-            # `data prepare --out` alone would make one there from its default source (SymPy's code), not the user's
-            raise ValueError(f"data: {data_dir!r} does not exist; prepare a dataset there from your text with "
-                             f"`foxformer data prepare --source TEXT --out {data_dir}` (TEXT: a file, a folder or a "
-                             f"built-in corpus)")
+        manifest = read_manifest(data_dir)  # None for a file too (no manifest.json under it)
         if manifest is None:
-            raise ValueError(f"data: {data_dir!r} has no manifest.json; run `foxformer data prepare --out {data_dir}` "
-                             f"first (an interrupted prepare leaves no manifest)")
+            raise ValueError(_no_dataset(data_dir))
         if manifest.get("format") != FORMAT:
             raise ValueError(f"data: {data_dir!r} has format {manifest.get('format')!r}, expected {FORMAT!r}")
         # the manifest holds the loaded tokenizer's name ("tiktoken:gpt2" is stored as "gpt2"); a folder of the
