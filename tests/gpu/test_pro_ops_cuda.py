@@ -45,7 +45,7 @@ def _strided(*shape, extra=24):
     return view.unflatten(-1, shape[2:]) if len(shape) > 3 else view
 
 
-@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("shape", list(SHAPES.values()), ids=list(SHAPES))
 @pytest.mark.parametrize("case", ["shift+norm", "shift+prev+starts", "norm-only"])
 def test_shift_norm_bf16(shape, case):
     B, T, H, D = shape
@@ -61,7 +61,7 @@ def test_shift_norm_bf16(shape, case):
     _check(lambda **kw: shift_norm(**kw, backend="triton"), shift_norm_reference, args)
 
 
-@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("shape", list(SHAPES.values()), ids=list(SHAPES))
 def test_gate_norm_bf16(shape):
     B, T, H, D = shape
     torch.manual_seed(2)
