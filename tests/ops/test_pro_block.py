@@ -44,7 +44,7 @@ def tile(request, monkeypatch):
     """4 rows a program (tiles cross sequence ends and T is no multiple of them), or the default tile."""
     if request.param == "4rows":
         for module in (shift, gate):
-            monkeypatch.setattr(module, "block_sizes", lambda D: (4, max(2, 1 << (D - 1).bit_length())))
+            monkeypatch.setattr(module, "block_sizes", lambda D, kernel: (4, max(2, 1 << (D - 1).bit_length()), 4))
 
 
 def _rand(*shape, seed, dtype=torch.float64, strided=False):

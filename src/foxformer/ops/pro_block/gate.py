@@ -6,7 +6,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .tiles import (LAUNCH_OPTIONS, NUM_WARPS, block_sizes, grid, last_dim_contiguous, partials_dtype,
+from .tiles import (LAUNCH_OPTIONS, block_sizes, grid, last_dim_contiguous, partials_dtype,
                     reduce_partials, sigmoid, tile, up)
 
 
@@ -55,13 +55,13 @@ def _launch(o, g, weight, eps, dy=None, outs=(None, None, None, None)):
     g = _heads(g, o)
     weight = last_dim_contiguous(weight)
     B, T, H, D = o.shape
-    block_t, block_d = block_sizes(D)
+    block_t, block_d, num_warps = block_sizes(D, "gate_fwd" if dy is None else "gate_bwd")
     dy_strides = (0, 0, 0) if dy is None else (dy.stride(0), dy.stride(1), dy.stride(2))
     ptrs = [o if p is None else p for p in (dy, *outs)]
     _gate_norm_kernel[grid(B * T, H, block_t)](
         o, g, weight, *ptrs, T, B * T, D, eps, o.stride(0), o.stride(1), o.stride(2), g.stride(0), g.stride(1),
         g.stride(2), *dy_strides, weight.stride(0) if weight.dim() == 2 else 0, BACKWARD=dy is not None,
-        F64=o.dtype == torch.float64, BLOCK_T=block_t, BLOCK_D=block_d, num_warps=NUM_WARPS, **LAUNCH_OPTIONS)
+        F64=o.dtype == torch.float64, BLOCK_T=block_t, BLOCK_D=block_d, num_warps=num_warps, **LAUNCH_OPTIONS)
 
 
 def gate_norm_forward(o: torch.Tensor, g: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -77,7 +77,7 @@ def gate_norm_backward(dy, o, g, weight, eps: float):
     B, T, H, D = o.shape
     do = torch.empty(o.shape, dtype=o.dtype, device=o.device)
     dg = torch.empty(g.shape, dtype=g.dtype, device=g.device)
-    partials = torch.empty(triton.cdiv(B * T, block_sizes(D)[0]), H, D, dtype=partials_dtype(o.dtype),
-                           device=o.device)
+    n_programs = triton.cdiv(B * T, block_sizes(D, "gate_bwd")[0])
+    partials = torch.empty(n_programs, H, D, dtype=partials_dtype(o.dtype), device=o.device)
     _launch(o, g, weight, eps, dy=dy, outs=(None, do, dg, partials))
     return do, dg, reduce_partials(partials, weight)

@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .tiles import (LAUNCH_OPTIONS, NUM_WARPS, block_sizes, grid, last_dim_contiguous, partials_dtype,
+from .tiles import (LAUNCH_OPTIONS, block_sizes, grid, last_dim_contiguous, partials_dtype,
                     reduce_partials, sigmoid, tile, up)
 
 
@@ -153,10 +153,10 @@ def shift_norm_forward(x: torch.Tensor, logits: Optional[torch.Tensor], prev: Op
     B, T, H, D = x.shape
     y = torch.empty(B, T, H, D, dtype=x.dtype, device=x.device)
     ptrs, strides, flags = _operands(x, logits, prev, starts, weight)
-    block_t, block_d = block_sizes(D)
+    block_t, block_d, num_warps = block_sizes(D, "shift_fwd")
     _shift_norm_fwd_kernel[grid(B * T, H, block_t)](
         x, *ptrs, y, T, B * T, D, eps, x.stride(0), x.stride(1), x.stride(2), *strides, **flags,
-        BLOCK_T=block_t, BLOCK_D=block_d, num_warps=NUM_WARPS, **LAUNCH_OPTIONS)
+        BLOCK_T=block_t, BLOCK_D=block_d, num_warps=num_warps, **LAUNCH_OPTIONS)
     return y
 
 
@@ -164,7 +164,7 @@ def shift_norm_backward(dy, x, logits, prev, starts, weight, eps: float):
     """(dx, dlogits, dprev, dweight), contiguous, each in its input's dtype; None where that input is None."""
     x, dy = last_dim_contiguous(x), last_dim_contiguous(dy)
     B, T, H, D = x.shape
-    block_t, block_d = block_sizes(D)
+    block_t, block_d, num_warps = block_sizes(D, "shift_bwd")
     n_programs = triton.cdiv(B * T, block_t)
     dx = torch.empty(B, T, H, D, dtype=x.dtype, device=x.device)
     dlogits = None if logits is None else torch.empty(B, T, H, dtype=logits.dtype, device=x.device)
@@ -176,5 +176,5 @@ def shift_norm_backward(dy, x, logits, prev, starts, weight, eps: float):
     _shift_norm_bwd_kernel[grid(B * T, H, block_t)](
         x, *ptrs, dy, dx, *outs, T, B * T, D, eps, x.stride(0), x.stride(1), x.stride(2), *strides,
         dy.stride(0), dy.stride(1), dy.stride(2), **flags,
-        BLOCK_T=block_t, BLOCK_D=block_d, num_warps=NUM_WARPS, **LAUNCH_OPTIONS)
+        BLOCK_T=block_t, BLOCK_D=block_d, num_warps=num_warps, **LAUNCH_OPTIONS)
     return dx, dlogits, dprev, None if weight is None else reduce_partials(partials, weight)

@@ -5,21 +5,33 @@ lie at any strides (the model's q, k, v and gate are views of one joint product)
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import triton
 import triton.language as tl
 
 from ..forgetting_attn.tiles import LAUNCH_OPTIONS
 
-# Elements of one program's tile: 64 rows of D 64, 8 KB of bf16 per tensor it reads. Not tuned yet.
-TILE_ELEMENTS = 4096
-NUM_WARPS = 4
 
 
-def block_sizes(D: int) -> tuple[int, int]:
-    """(BLOCK_T, BLOCK_D) of a head dim D."""
+@dataclass(frozen=True)
+class Tile:
+    """One pass's launch: ``elements`` of a program's [BLOCK_T, BLOCK_D] tile and its warps."""
+    elements: int = 4096
+    num_warps: int = 4
+
+
+# One entry per kernel and pass; scripts/tune_pro_ops.py times others by replacing them. Not tuned yet: 64 rows of
+# D 64 a program, 8 KB of bf16 per tensor it reads.
+TILES = {"shift_fwd": Tile(), "shift_bwd": Tile(), "gate_fwd": Tile(), "gate_bwd": Tile()}
+
+
+def block_sizes(D: int, kernel: str) -> tuple[int, int, int]:
+    """(BLOCK_T, BLOCK_D, num_warps) of a head dim D for one of TILES' kernels."""
+    tile_ = TILES[kernel]
     block_d = triton.next_power_of_2(D)
-    return max(1, TILE_ELEMENTS // block_d), block_d
+    return max(1, tile_.elements // block_d), block_d, tile_.num_warps
 
 
 def grid(n_rows: int, heads: int, block_t: int) -> tuple[int, int]:
@@ -65,5 +77,5 @@ def sigmoid(z):
     return 1.0 / (1.0 + tl.exp(-z))
 
 
-__all__ = ["LAUNCH_OPTIONS", "NUM_WARPS", "block_sizes", "grid", "last_dim_contiguous", "partials_dtype",
+__all__ = ["LAUNCH_OPTIONS", "TILES", "Tile", "block_sizes", "grid", "last_dim_contiguous", "partials_dtype",
            "reduce_partials", "sigmoid", "tile", "up"]

@@ -1,0 +1,125 @@
+"""Time the Pro block's fused ops (ops/pro_block) on one GPU over tile sizes and warps, beside Inductor.
+
+    python scripts/tune_pro_ops.py --out pro_ops_tune.json
+
+Each case is one of FoX (Pro) 125M's calls at 16K (B 4, 12 heads of 64, bf16; q, k, v and the output gate are views
+of one joint product, as in the model): q's norm, k's shift + norm, v's shift, the output norm + gate. Every
+(elements, warps) row times each kernel's forward and backward launcher alone (median of CUDA-event timings), and
+its effective bandwidth from the bytes the pass must move; the last row per case is the reference compiled by
+Inductor, forward and forward + backward through autograd, as the model runs without fused_pro_ops. The winners
+become tiles.TILES (its comment cites the run).
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+
+import torch
+
+from foxformer.bench.common import environment
+from foxformer.ops.pro_block import gate, gate_norm_reference, shift, shift_norm_reference, tiles
+
+B, T, H, D = 4, 16384, 12, 64
+REPS = 30
+ELEMENTS = (1024, 2048, 4096, 8192, 16384)
+WARPS = (1, 2, 4, 8)
+
+
+def ms(fn) -> float:
+    """Median milliseconds of fn over REPS timed calls, after three untimed."""
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(REPS):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return sorted(times)[len(times) // 2]
+
+
+def inputs() -> dict:
+    """The model's tensors: views into joint products [B, T, 4 H D] and [B, T, 40], the output contiguous."""
+    torch.manual_seed(0)
+    wide = torch.randn(B, T, 4 * H * D, device="cuda", dtype=torch.bfloat16)
+    small = torch.randn(B, T, 40, device="cuda", dtype=torch.bfloat16)
+    view = lambda i: wide[..., i * H * D:(i + 1) * H * D].unflatten(-1, (H, D))  # noqa: E731
+    return dict(q=view(0), k=view(1), v=view(2), g=wide[..., 3 * H * D:], ks=small[..., 12:24], vs=small[..., 24:36],
+                o=torch.randn(B, T, H, D, device="cuda", dtype=torch.bfloat16),
+                w_d=1 + 0.1 * torch.randn(D, device="cuda"), w_hd=1 + 0.1 * torch.randn(H, D, device="cuda"),
+                dy=torch.randn(B, T, H, D, device="cuda", dtype=torch.bfloat16))
+
+
+def cases(x: dict) -> dict:
+    """name -> (kernel prefix, fused forward, fused backward, reference (differentiable args), bytes fwd, bwd)."""
+    act = B * T * H * D * 2  # one [B, T, H, D] bf16 tensor
+    gate_b = B * T * H * 2
+    dy = x["dy"]
+    return {
+        "q norm": ("shift", lambda: shift.shift_norm_forward(x["q"], None, None, None, x["w_d"], 1e-6),
+                   lambda: shift.shift_norm_backward(dy, x["q"], None, None, None, x["w_d"], 1e-6),
+                   (shift_norm_reference, dict(x=x["q"], weight=x["w_d"])), 2 * act, 3 * act),
+        "k shift+norm": ("shift", lambda: shift.shift_norm_forward(x["k"], x["ks"], None, None, x["w_d"], 1e-6),
+                         lambda: shift.shift_norm_backward(dy, x["k"], x["ks"], None, None, x["w_d"], 1e-6),
+                         (shift_norm_reference, dict(x=x["k"], logits=x["ks"], weight=x["w_d"])),
+                         2 * act + gate_b, 3 * act + 2 * gate_b),
+        "v shift": ("shift", lambda: shift.shift_norm_forward(x["v"], x["vs"], None, None, None, 1e-6),
+                    lambda: shift.shift_norm_backward(dy, x["v"], x["vs"], None, None, None, 1e-6),
+                    (shift_norm_reference, dict(x=x["v"], logits=x["vs"])), 2 * act + gate_b, 3 * act + 2 * gate_b),
+        "gate+norm": ("gate", lambda: gate.gate_norm_forward(x["o"], x["g"], x["w_hd"], 1e-6),
+                      lambda: gate.gate_norm_backward(dy, x["o"], x["g"], x["w_hd"], 1e-6),
+                      (gate_norm_reference, dict(o=x["o"], g=x["g"], weight=x["w_hd"])), 3 * act, 5 * act),
+    }
+
+
+def inductor_ms(ref, args: dict, dy: torch.Tensor) -> tuple[float, float]:
+    """(forward, forward + backward) of the reference compiled by Inductor, the inputs' leaves as in training."""
+    fn = torch.compile(ref)
+    leaves = {k: v.detach().clone().requires_grad_() if v.is_floating_point() else v for k, v in args.items()}
+    fwd = ms(lambda: fn(**leaves))
+    return fwd, ms(lambda: fn(**leaves).backward(dy))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--out", default="pro_ops_tune.json")
+    args = p.parse_args(argv)
+    x = inputs()
+    rows = []
+    default = dict(tiles.TILES)
+    for name, (kernel, fwd, bwd, (ref, ref_args), bytes_f, bytes_b) in cases(x).items():
+        for elements, warps in itertools.product(ELEMENTS, WARPS):
+            tile = tiles.Tile(elements, warps)
+            tiles.TILES.update({f"{kernel}_fwd": tile, f"{kernel}_bwd": tile})
+            f, b = ms(fwd), ms(bwd)
+            rows.append(dict(case=name, provider="fused", elements=elements, warps=warps, fwd_ms=f, bwd_ms=b,
+                             fwd_gbs=bytes_f / f / 1e6, bwd_gbs=bytes_b / b / 1e6))
+            print(f"{name:14s} {elements:6d} x{warps}  fwd {f:.4f} ms ({bytes_f / f / 1e6:6.0f} GB/s)  "
+                  f"bwd {b:.4f} ms ({bytes_b / b / 1e6:6.0f} GB/s)", flush=True)
+        tiles.TILES.update(default)
+        f, fb = inductor_ms(ref, ref_args, x["dy"])
+        rows.append(dict(case=name, provider="inductor", fwd_ms=f, bwd_ms=fb - f, fwd_bwd_ms=fb))
+        print(f"{name:14s} inductor  fwd {f:.4f} ms  fwd+bwd {fb:.4f} ms", flush=True)
+    best = {}
+    for r in rows:
+        if r["provider"] == "fused":
+            for pass_ in ("fwd", "bwd"):
+                key = (r["case"], pass_)
+                if key not in best or r[f"{pass_}_ms"] < best[key][f"{pass_}_ms"]:
+                    best[key] = r
+    print("\ncase | pass | best elements x warps | ms | GB/s | default (4096 x 4) ms")
+    for (case, pass_), r in best.items():
+        d = next(q for q in rows if q["case"] == case and q.get("elements") == 4096 and q.get("warps") == 4)
+        print(f"{case} | {pass_} | {r['elements']} x {r['warps']} | {r[f'{pass_}_ms']:.4f} | "
+              f"{r[f'{pass_}_gbs']:.0f} | {d[f'{pass_}_ms']:.4f}")
+    with open(args.out, "w") as fh:
+        json.dump(dict(environment=environment(), shape=dict(B=B, T=T, H=H, D=D), rows=rows), fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
