@@ -19,8 +19,8 @@
 #               with a profile of each step (profile_headdims/): how much of FoX's gap is the head dim, not the gate
 #   joint       FoX (Pro) and Transformer (LLaMA) 125M at 16K, compiled, each also with joint_input_projections (the
 #               products that read one input as one product: FoxConfig), with a profile of each step (profile_joint/)
-#   fusedpro    FoX (Pro) 125M at 16K, compiled, also with fused_pro_ops (the token shifts, QK-norm, output norm and
-#               gate as the Triton ops of ops/pro_block), and Transformer (LLaMA) 125M: what the fused ops buy
+#   fusedpro    FoX (Pro) 125M at 16K, compiled, also without fused_pro_ops (on by default: the token shifts, QK-norm,
+#               output norm and gate as the Triton ops of ops/pro_block), and Transformer (LLaMA) 125M: what they buy
 #   train       FoX (Pro) 125M training MFU at 16K, fused loss: default and tile pruning (needs DATA)
 #   trainplain  the training loop in modelplain's setting (4 sequences a step, one micro-batch, no fused loss), 30
 #               steps: its MFU against the bench's (after modelplain in the same call: scripts/train_mfu_gap.py;
@@ -127,7 +127,7 @@ joint) step joint 420 $FX bench model --context 16384 --compile --no-anchor --pr
            --presets fox-pro-125m,fox-pro-125m:joint_input_projections=true,transformer-llama-125m,\
 transformer-llama-125m:joint_input_projections=true --out "$OUT/model_125m_joint_${GPU}.json" ;;
 fusedpro) step fusedpro 300 $FX bench model --context 16384 --compile --no-anchor \
-           --presets fox-pro-125m,fox-pro-125m:fused_pro_ops=true,transformer-llama-125m \
+           --presets fox-pro-125m,fox-pro-125m:fused_pro_ops=false,transformer-llama-125m \
            --out "$OUT/model_125m_fused_pro_${GPU}.json" ;;
 prunegiven) step prunegiven 90 $FX bench attention --prune --qk-bound 25 --providers foxformer \
            --seqlens 4096,16384,65536 --configs 64x24,128x12,128x12x2 \
