@@ -24,7 +24,7 @@ def _loss_and_grads(model, **batch):
 
 
 def _assert_same_training(preset, overrides, **batch):
-    off = _loss_and_grads(make_model(preset, **overrides).train(), **batch)
+    off = _loss_and_grads(make_model(preset, fused_pro_ops=False, **overrides).train(), **batch)
     on = _loss_and_grads(make_model(preset, fused_pro_ops=True, **overrides).train(), **batch)
     torch.testing.assert_close(on[0], off[0], rtol=1e-12, atol=0)
     assert on[1].keys() == off[1].keys()
@@ -64,7 +64,7 @@ def test_through_the_triton_kernels(monkeypatch):
 
 def test_cached_decoding_is_unchanged():
     ids = tokens(2, 12)
-    off, on = make_model("fox-pro-tiny"), make_model("fox-pro-tiny", fused_pro_ops=True)
+    off, on = make_model("fox-pro-tiny", fused_pro_ops=False), make_model("fox-pro-tiny", fused_pro_ops=True)
     with torch.no_grad():
         full = on(ids).logits
         steps = []
@@ -74,6 +74,11 @@ def test_cached_decoding_is_unchanged():
             steps.append(torch.cat(parts, 1))
     assert torch.equal(steps[0], steps[1])  # a cache takes the modules' path either way
     torch.testing.assert_close(steps[1], full, rtol=1e-9, atol=1e-9)
+
+
+def test_the_presets_fuse_by_default():
+    from foxformer.models import get_preset
+    assert get_preset("fox-pro-125m").fused_pro_ops
 
 
 def test_flag_is_a_bool():
