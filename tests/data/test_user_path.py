@@ -80,3 +80,24 @@ def test_text_as_data_suggests_a_prepare_command_that_works(tmp_path, capsys, gi
         assert sorted(os.listdir("notes")) == ["n0.txt", "n1.txt", "n2.txt"]
     finally:
         os.chdir(cwd)
+
+
+@pytest.mark.parametrize("source, said", [
+    ("/dev/null", "error: source: '/dev/null' is not a regular file or folder (a device, pipe or socket); give a "
+                  "file or a folder of documents"),
+    ("hf:", "error: source: 'hf:' names no dataset; expected hf:<dataset>[:<config>][@<split>], e.g. "
+            "'hf:roneneldan/TinyStories'"),
+    ("hf::wikitext-2-raw-v1@test", "error: source: 'hf::wikitext-2-raw-v1@test' names no dataset; expected "
+                                   "hf:<dataset>[:<config>][@<split>], e.g. 'hf:roneneldan/TinyStories'"),
+], ids=["device-file", "hf-without-a-name", "hf-config-without-a-name"])
+def test_a_source_that_names_no_documents_is_refused_at_once(tmp_path, capsys, monkeypatch, source, said):
+    """/dev/null was said not to exist; `hf:` went to the network (a hub check, then `datasets`) for no dataset."""
+    def no_network(*args, **kwargs):
+        raise AssertionError("the hub was asked")
+
+    monkeypatch.setattr("foxformer.data.sources.hub_unreachable", no_network)
+    out = tmp_path / "out"
+    assert main(["data", "prepare", "--source", source, "--out", str(out), "--tokenizer", "bytes",
+                 "--no-progress"]) == 2
+    assert _error(capsys) == said
+    assert not out.exists()
