@@ -101,3 +101,19 @@ def test_a_source_that_names_no_documents_is_refused_at_once(tmp_path, capsys, m
                  "--no-progress"]) == 2
     assert _error(capsys) == said
     assert not out.exists()
+
+
+def test_info_on_a_folder_of_text_suggests_the_prepare_command(tmp_path, capsys, monkeypatch):
+    """`data info notes` (a folder of .txt files) said "no manifest.json", as for an interrupted prepare."""
+    (tmp_path / "notes").mkdir()
+    for i in range(3):
+        (tmp_path / "notes" / f"n{i}.txt").write_text(f"some notes {i}\n" * 20)
+    monkeypatch.chdir(tmp_path)
+    assert main(["data", "info", "notes"]) == 2
+    assert _error(capsys) == ("error: data: 'notes' is a folder of documents, not a prepared dataset; tokenize it "
+                              "first with `foxformer data prepare --source notes --out data_cache/notes`")
+    assert main(["data", "prepare", "--source", "notes", "--out", "data_cache/notes", "--tokenizer", "bytes",
+                 "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["data", "info", "data_cache/notes"]) == 0
+    assert json.loads(capsys.readouterr().out)["docs"] == 3
