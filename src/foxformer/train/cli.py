@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import sys
 
@@ -100,7 +101,13 @@ def _train_command(args: argparse.Namespace, signals) -> int:
         if cfg.init_from is not None and "preset" in _flags_given(args):
             raise ValueError(f"--preset (preset): the run trains the model init_from names ({cfg.init_from}), its "
                              f"architecture and weights, so no preset is built; leave --preset out")
-        summary = train(cfg, signals=signals)
+        try:
+            summary = train(cfg, signals=signals)
+        except ValueError as e:
+            said = _in_model_flags(str(e), args)
+            if said is None:
+                raise
+            raise ValueError(said) from None
         if main_rank:
             _say_summary(summary, cfg)
         if summary.get("stopped_by"):
@@ -149,6 +156,26 @@ def _in_flags(message: str, args: argparse.Namespace) -> str:
     if key == "overrides":  # what load_config calls them: on this command line only --set names keys
         return f"--set: {rest}"
     return message
+
+
+def _in_model_flags(message: str, args: argparse.Namespace) -> str | None:
+    """A FoxConfig error on a field that --model (or --set model.KEY) set on this command line, named by that
+    item (``--model num_layers=abc: num_layers must be ...``): the model is built in the run, which names the
+    field as FoxConfig's. The field the error is about first, then one it names beside it (num_heads must be a
+    multiple of num_kv_heads). None for any other error."""
+    field = re.match(r"FoxConfig\.(\w+)", message)
+    if not field:
+        return None
+    given = []
+    for flag, items in (("--model", args.model), ("--set", args.set)):
+        for item in items or []:
+            key = item.partition("=")[0].strip()
+            if key.startswith("model.") or flag == "--model":
+                given.append((key.removeprefix("model."), f"{flag} {item}"))
+    for key, said in sorted(given, key=lambda g: g[0] != field[1]):
+        if re.search(rf"\b{re.escape(key)}\b", message):
+            return f"{said}: {message[len('FoxConfig.'):]}"
+    return None
 
 
 def _no_run_to_continue(out_dir: str) -> str:
