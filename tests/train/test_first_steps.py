@@ -49,6 +49,24 @@ def test_train_help_gives_each_flags_default_and_allowed_values_without_torch():
     assert "set compile: true (default: false)" in text
 
 
+@pytest.mark.parametrize("flag, said", [
+    ("--resume RESUME", "config key resume (default: auto); auto continues from out_dir's latest checkpoint (a new "
+                        "run where it has none), never refuses an out_dir that has checkpoints, a checkpoint folder "
+                        "resumes from that one"),
+    ("--micro-batch-size MICRO_BATCH_SIZE", "config key micro_batch_size (default: 0); sequences each rank runs in "
+                                            "one forward and backward pass"),
+    ("--eval-tokens EVAL_TOKENS", "config key eval_tokens (default: unset; token counts accept 16Ki, 512Ki, 2.5Gi, "
+                                  "1M); validation tokens at each evaluation"),
+], ids=["resume", "micro-batch-size", "eval-tokens"])
+def test_train_help_says_what_a_flag_does_beyond_its_key(capsys, flag, said):
+    """--resume, --micro-batch-size and --eval-tokens said only "config key X" and a default."""
+    from foxformer.cli import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["train", "--help"])
+    assert f"{flag} {said}" in " ".join(capsys.readouterr().out.split())
+
+
 def test_a_new_run_says_what_it_trains_and_warns_when_one_step_outgrows_the_data(tmp_path, capsys):
     data = str(tmp_path / "small")
     (tmp_path / "docs.jsonl").write_text("".join(json.dumps({"text": f"doc {i}: " + "abc def " * 20}) + "\n"

@@ -22,18 +22,6 @@ _FLAGS = {
     "--resume": ("resume", str), "--log-every": ("log_every", int), "--init-from": ("init_from", str),
     "--checkpoint-format": ("checkpoint_format", str), "--dist-timeout-minutes": ("dist_timeout_minutes", float),
 }
-# What a key does where its name does not say it, for --help.
-_MEANING = {
-    "preset": "; `foxformer presets` lists them with their sizes",
-    "schedule": ": the learning rate rises linearly over the warm-up to lr, then cosine and linear decay it to "
-                "min_lr_ratio * lr at the horizon (total_tokens), constant holds it. A finished run may go on to a "
-                "larger --total-tokens (or --max-steps) only under constant, its warm-up kept; under cosine and "
-                "linear a longer horizon would change the rate of the steps already taken, so the longer run is a "
-                "new one (--init-from RUN)",
-    "warmup_tokens": "; unset: a tenth of the horizon, at most 256Mi",
-    "total_tokens": "; the schedule's horizon and where training ends (unset: max_steps * batch_tokens)",
-    "max_steps": "; stop after this many steps (the horizon too, while total_tokens is unset)",
-}
 _SWITCHES = {"--compile": "compile", "--activation-checkpointing": "activation_checkpointing", "--roll": "roll",
              "--fused-loss": "fused_loss"}
 
@@ -271,7 +259,7 @@ def add_commands(subparsers) -> None:
         counts = "token counts accept 16Ki, 512Ki, 2.5Gi, 1M" if typ is str and "tokens" in key else ""
         # default=None: a flag not given leaves the YAML's (or a continued run's) value, so the help says the default
         p.add_argument(flag, type=typ, default=None,
-                       help=f"config key {key}{describe_key(key, counts)}{_MEANING.get(key, '')}")
+                       help=f"config key {key}{describe_key(key, counts)}")
     for flag, key in _SWITCHES.items():
         p.add_argument(flag, action="store_true", help=f"set {key}: true{describe_key(key)}")
     p.add_argument("--model", action="append", metavar="KEY=VALUE", help="FoxConfig override (repeatable)")
