@@ -165,13 +165,17 @@ def test_a_bad_flag_value_is_named_by_its_flag(data_dir, tmp_path, capsys, extra
 @pytest.mark.parametrize("extra, said", [
     (["--set", "lrr=1"], "error: --set: unknown config key 'lrr' (did you mean 'lr'?); known keys: "),
     (["--set", "=3"], "error: --set: expected key=value, got '=3'"),
-    (["--model", "hidden_size=abc"], "error: FoxConfig.hidden_size must be a positive int, got 'abc'"),
-    (["--set", "model.num_heads=four"], "error: FoxConfig.num_heads must be a positive int, got 'four'"),
-], ids=["unknown-key", "no-key", "model-width-not-a-number", "model-heads-not-a-number"])
+    (["--model", "hidden_size=abc"], "error: --model hidden_size=abc: hidden_size must be a positive int, got 'abc'"),
+    (["--set", "model.num_heads=four"], "error: --set model.num_heads=four: num_heads must be a positive int, got "
+                                        "'four'"),
+    (["--model", "num_kv_heads=3"], "error: --model num_kv_heads=3: num_heads (4) must be a multiple of "
+                                    "num_kv_heads (3)"),
+], ids=["unknown-key", "no-key", "model-width-not-a-number", "model-heads-not-a-number", "model-field-named-beside"])
 def test_a_bad_set_or_model_item_says_which_and_why(data_dir, tmp_path, capsys, extra, said):
     """--set's unknown keys were "overrides: unknown config key" (a word of the API, not of the command line),
     `--set =3` an unknown key '', and a model width that is no number a bare TypeError of the width's
-    derivation ("can't multiply sequence by non-int of type 'float'")."""
+    derivation ("can't multiply sequence by non-int of type 'float'"), then an error on FoxConfig.hidden_size, a
+    name the user never typed: a bad --model item is named as given."""
     assert main(_flags(data_dir, str(tmp_path / "run"), steps=1) + extra) == 2
     assert _one_error_line(capsys.readouterr().err).startswith(said)
 

@@ -77,18 +77,6 @@ def test_a_key_given_twice_with_two_values_is_refused(tmp_path, capsys, twice, s
     assert not os.path.exists(out)
 
 
-@pytest.mark.parametrize("given,said", [
-    (["--model", "num_layers=abc"], "error: --model num_layers=abc: num_layers must be a positive int, got 'abc'"),
-    (["--set", "model.rms_norm_eps=x"], "error: --set model.rms_norm_eps=x: rms_norm_eps must be a number, got 'x'"),
-    (["--model", "num_kv_heads=3"], "error: --model num_kv_heads=3: num_heads (4) must be a multiple of "
-                                    "num_kv_heads (3)"),
-], ids=["model-field", "set-model-field", "model-field-named-beside"])
-def test_a_bad_model_value_names_the_flag_that_gave_it(data_dir, tmp_path, capsys, given, said):
-    """The error named FoxConfig.num_layers, a field the user never typed."""
-    assert main(_flags(data_dir, str(tmp_path / "run"), steps=1) + given) == 2
-    assert _one_error_line(capsys.readouterr().err) == said
-
-
 def test_a_key_given_twice_with_one_value_is_taken():
     from foxformer.train.config import parse_overrides
 
