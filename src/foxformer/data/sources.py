@@ -9,7 +9,7 @@ Source spec strings (see :func:`parse_source`):
   ``<path>``                 ``.txt``/``.md`` (whole file = one document), ``.jsonl`` (one document a line, field
                              ``text``), ``.parquet`` (column ``text``, needs pyarrow), each optionally ``.gz``/``.xz``;
                              a directory means every such file inside it (sorted, recursive).
-  ``hf:<dataset>[:<config>][@<split>]``  a Hugging Face dataset (needs ``datasets`` and a reachable hub), column ``text``.
+  ``hf:<name>[:<config>][@<split>]``  a Hugging Face dataset (needs ``datasets`` and a reachable hub), column ``text``.
 """
 
 from __future__ import annotations
