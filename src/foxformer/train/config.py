@@ -267,9 +267,9 @@ _MEANINGS = {
                         "divides a rank's sequences within 32Ki tokens a pass (8Ki on CPU)",
     "eval_tokens": "; validation tokens at each evaluation, in sequences spread evenly over the val split (at most "
                    "all of it); unset: 256Ki on CUDA, 8Ki on CPU",
-    "resume": "; auto continues from out_dir's latest checkpoint (a new run where it has none), never refuses an "
-              "out_dir that has checkpoints, a checkpoint folder resumes from that one (out_dir's later step "
-              "folders are set aside as abandoned-step_N)",
+    "resume": "; auto: continue from out_dir's latest checkpoint (a new run where it has none); never: a new run, "
+              "refused where out_dir has checkpoints; a checkpoint folder: continue from that one (out_dir's later "
+              "step folders are set aside as abandoned-step_N)",
 }
 
 
