@@ -50,9 +50,9 @@ def test_train_help_gives_each_flags_default_and_allowed_values_without_torch():
 
 
 @pytest.mark.parametrize("flag, said", [
-    ("--resume RESUME", "config key resume (default: auto); auto continues from out_dir's latest checkpoint (a new "
-                        "run where it has none), never refuses an out_dir that has checkpoints, a checkpoint folder "
-                        "resumes from that one"),
+    ("--resume RESUME", "config key resume (default: auto); auto: continue from out_dir's latest checkpoint (a new "
+                        "run where it has none); never: a new run, refused where out_dir has checkpoints; a "
+                        "checkpoint folder: continue from that one"),
     ("--micro-batch-size MICRO_BATCH_SIZE", "config key micro_batch_size (default: 0); sequences each rank runs in "
                                             "one forward and backward pass"),
     ("--eval-tokens EVAL_TOKENS", "config key eval_tokens (default: unset; token counts accept 16Ki, 512Ki, 2.5Gi, "
