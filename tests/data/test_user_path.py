@@ -80,3 +80,40 @@ def test_text_as_data_suggests_a_prepare_command_that_works(tmp_path, capsys, gi
         assert sorted(os.listdir("notes")) == ["n0.txt", "n1.txt", "n2.txt"]
     finally:
         os.chdir(cwd)
+
+
+@pytest.mark.parametrize("source, said", [
+    ("/dev/null", "error: source: '/dev/null' is not a regular file or folder (a device, pipe or socket); give a "
+                  "file or a folder of documents"),
+    ("hf:", "error: source: 'hf:' names no dataset; expected hf:<dataset>[:<config>][@<split>], e.g. "
+            "'hf:roneneldan/TinyStories'"),
+    ("hf::wikitext-2-raw-v1@test", "error: source: 'hf::wikitext-2-raw-v1@test' names no dataset; expected "
+                                   "hf:<dataset>[:<config>][@<split>], e.g. 'hf:roneneldan/TinyStories'"),
+], ids=["device-file", "hf-without-a-name", "hf-config-without-a-name"])
+def test_a_source_that_names_no_documents_is_refused_at_once(tmp_path, capsys, monkeypatch, source, said):
+    """/dev/null was said not to exist; `hf:` went to the network (a hub check, then `datasets`) for no dataset."""
+    def no_network(*args, **kwargs):
+        raise AssertionError("the hub was asked")
+
+    monkeypatch.setattr("foxformer.data.sources.hub_unreachable", no_network)
+    out = tmp_path / "out"
+    assert main(["data", "prepare", "--source", source, "--out", str(out), "--tokenizer", "bytes",
+                 "--no-progress"]) == 2
+    assert _error(capsys) == said
+    assert not out.exists()
+
+
+def test_info_on_a_folder_of_text_suggests_the_prepare_command(tmp_path, capsys, monkeypatch):
+    """`data info notes` (a folder of .txt files) said "no manifest.json", as for an interrupted prepare."""
+    (tmp_path / "notes").mkdir()
+    for i in range(3):
+        (tmp_path / "notes" / f"n{i}.txt").write_text(f"some notes {i}\n" * 20)
+    monkeypatch.chdir(tmp_path)
+    assert main(["data", "info", "notes"]) == 2
+    assert _error(capsys) == ("error: data: 'notes' is a folder of documents, not a prepared dataset; tokenize it "
+                              "first with `foxformer data prepare --source notes --out data_cache/notes`")
+    assert main(["data", "prepare", "--source", "notes", "--out", "data_cache/notes", "--tokenizer", "bytes",
+                 "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["data", "info", "data_cache/notes"]) == 0
+    assert json.loads(capsys.readouterr().out)["docs"] == 3

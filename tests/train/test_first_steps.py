@@ -49,6 +49,24 @@ def test_train_help_gives_each_flags_default_and_allowed_values_without_torch():
     assert "set compile: true (default: false)" in text
 
 
+@pytest.mark.parametrize("flag, said", [
+    ("--resume RESUME", "config key resume (default: auto); auto: continue from out_dir's latest checkpoint (a new "
+                        "run where it has none); never: a new run, refused where out_dir has checkpoints; a "
+                        "checkpoint folder: continue from that one"),
+    ("--micro-batch-size MICRO_BATCH_SIZE", "config key micro_batch_size (default: 0); sequences each rank runs in "
+                                            "one forward and backward pass"),
+    ("--eval-tokens EVAL_TOKENS", "config key eval_tokens (default: unset; token counts accept 16Ki, 512Ki, 2.5Gi, "
+                                  "1M); validation tokens at each evaluation"),
+], ids=["resume", "micro-batch-size", "eval-tokens"])
+def test_train_help_says_what_a_flag_does_beyond_its_key(capsys, flag, said):
+    """--resume, --micro-batch-size and --eval-tokens said only "config key X" and a default."""
+    from foxformer.cli import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["train", "--help"])
+    assert f"{flag} {said}" in " ".join(capsys.readouterr().out.split())
+
+
 def test_a_new_run_says_what_it_trains_and_warns_when_one_step_outgrows_the_data(tmp_path, capsys):
     data = str(tmp_path / "small")
     (tmp_path / "docs.jsonl").write_text("".join(json.dumps({"text": f"doc {i}: " + "abc def " * 20}) + "\n"
@@ -147,13 +165,17 @@ def test_a_bad_flag_value_is_named_by_its_flag(data_dir, tmp_path, capsys, extra
 @pytest.mark.parametrize("extra, said", [
     (["--set", "lrr=1"], "error: --set: unknown config key 'lrr' (did you mean 'lr'?); known keys: "),
     (["--set", "=3"], "error: --set: expected key=value, got '=3'"),
-    (["--model", "hidden_size=abc"], "error: FoxConfig.hidden_size must be a positive int, got 'abc'"),
-    (["--set", "model.num_heads=four"], "error: FoxConfig.num_heads must be a positive int, got 'four'"),
-], ids=["unknown-key", "no-key", "model-width-not-a-number", "model-heads-not-a-number"])
+    (["--model", "hidden_size=abc"], "error: --model hidden_size=abc: hidden_size must be a positive int, got 'abc'"),
+    (["--set", "model.num_heads=four"], "error: --set model.num_heads=four: num_heads must be a positive int, got "
+                                        "'four'"),
+    (["--model", "num_kv_heads=3"], "error: --model num_kv_heads=3: num_heads (4) must be a multiple of "
+                                    "num_kv_heads (3)"),
+], ids=["unknown-key", "no-key", "model-width-not-a-number", "model-heads-not-a-number", "model-field-named-beside"])
 def test_a_bad_set_or_model_item_says_which_and_why(data_dir, tmp_path, capsys, extra, said):
     """--set's unknown keys were "overrides: unknown config key" (a word of the API, not of the command line),
     `--set =3` an unknown key '', and a model width that is no number a bare TypeError of the width's
-    derivation ("can't multiply sequence by non-int of type 'float'")."""
+    derivation ("can't multiply sequence by non-int of type 'float'"), then an error on FoxConfig.hidden_size, a
+    name the user never typed: a bad --model item is named as given."""
     assert main(_flags(data_dir, str(tmp_path / "run"), steps=1) + extra) == 2
     assert _one_error_line(capsys.readouterr().err).startswith(said)
 

@@ -63,7 +63,9 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
     manifest = read_manifest(args.dir)
     if manifest is None:
-        print(f"error: {args.dir!r} has no manifest.json (not prepared, or the prepare was interrupted)", file=sys.stderr)
+        from .dataset import no_dataset  # torch: only where there is no dataset to summarize
+
+        print(f"error: {no_dataset(args.dir, flag=None)}", file=sys.stderr)
         return 2
     print(json.dumps(_summary(manifest, args.dir), indent=2))
     # the summary alone read as a sound dataset that training would then refuse

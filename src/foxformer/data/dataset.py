@@ -19,16 +19,17 @@ from .sources import holds_documents
 from .tokenizer import moved_hint, same_tokenizer
 
 
-def _no_dataset(path: str) -> str:
-    """Why ``path``, which holds no manifest.json, is no prepared dataset, and the command that makes one. Text
-    given as --data: the advice for an empty folder would name it as --out, and `data prepare` would then fail on
-    a file, or write SymPy's source (its default) beside the user's documents; a path that is not there likewise
-    needs --source."""
+def no_dataset(path: str, flag: str | None = "--data") -> str:
+    """Why ``path``, which holds no manifest.json, is no prepared dataset, and the command that makes one (then
+    to be given as ``flag``, where the command takes the dataset by one). Text given as --data: the advice for an
+    empty folder would name it as --out, and `data prepare` would then fail on a file, or write SymPy's source
+    (its default) beside the user's documents; a path that is not there likewise needs --source."""
     if os.path.isfile(path) or holds_documents(path):
         what = "a file" if os.path.isfile(path) else "a folder of documents"
         stem = os.path.splitext(os.path.basename(os.path.abspath(path)))[0]
+        then = f" and pass {flag} data_cache/{stem}" if flag else ""
         return (f"data: {path!r} is {what}, not a prepared dataset; tokenize it first with `foxformer data prepare "
-                f"--source {path} --out data_cache/{stem}` and pass --data data_cache/{stem}")
+                f"--source {path} --out data_cache/{stem}`{then}")
     if not os.path.exists(path):
         return (f"data: {path!r} does not exist; prepare a dataset there from your text with `foxformer data "
                 f"prepare --source TEXT --out {path}` (TEXT: a file, a folder or a built-in corpus)")
@@ -51,7 +52,7 @@ class TokenDataset:
             raise ValueError(f"seq_len: expected an integer >= 2, got {seq_len!r}")
         manifest = read_manifest(data_dir)  # None for a file too (no manifest.json under it)
         if manifest is None:
-            raise ValueError(_no_dataset(data_dir))
+            raise ValueError(no_dataset(data_dir))
         if manifest.get("format") != FORMAT:
             raise ValueError(f"data: {data_dir!r} has format {manifest.get('format')!r}, expected {FORMAT!r}")
         # the manifest holds the loaded tokenizer's name ("tiktoken:gpt2" is stored as "gpt2"); a folder of the

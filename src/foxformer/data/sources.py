@@ -103,8 +103,11 @@ def _scan(path: str) -> tuple[list[str], dict[str, int]]:
         return _walk_folder(path)
     if os.path.islink(path):
         raise ValueError(f"source: {path!r} is a symbolic link to {os.readlink(path)!r}, which does not exist")
+    if os.path.exists(path):  # /dev/null, a FIFO, a socket, a shell's <(...): "does not exist" was untrue
+        raise ValueError(f"source: {path!r} is not a regular file or folder (a device, pipe or socket); give a file "
+                         f"or a folder of documents")
     raise ValueError(f"source: {path!r} does not exist (expected a file, a directory, 'builtin:<name>' with "
-                     f"name in {BUILTINS}, or 'hf:<dataset>')")
+                     f"name in {BUILTINS}, or {HF_FORM!r})")
 
 
 def holds_documents(path: str) -> bool:
@@ -310,10 +313,15 @@ def _read_file(path: str, spec: str, text_field: str) -> Iterator[Document]:
                 row_no += 1
 
 
+HF_FORM = "hf:<dataset>[:<config>][@<split>]"
+
+
 def _parse_hf(spec: str) -> tuple[str, str | None, str]:
     rest = spec[3:]
     rest, _, split = rest.partition("@")
     name, _, config = rest.partition(":")
+    if not name.strip():  # else `datasets` was asked for no dataset, over the network, and failed after a wait
+        raise ValueError(f"source: {spec!r} names no dataset; expected {HF_FORM}, e.g. 'hf:roneneldan/TinyStories'")
     return name, config or None, split or "train"
 
 
@@ -365,7 +373,10 @@ def _source_kind(spec: str) -> str:
         if spec.split(":", 1)[1] not in BUILTINS:
             raise ValueError(f"source: unknown built-in corpus {spec.split(':', 1)[1]!r}; expected one of {BUILTINS}")
         return "builtin"
-    return "hf" if spec.startswith("hf:") else "file"
+    if spec.startswith("hf:"):
+        _parse_hf(spec)
+        return "hf"
+    return "file"
 
 
 def describe_source(spec: str, digests=read_digests) -> SourceInfo:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import sys
 
@@ -20,18 +21,6 @@ _FLAGS = {
     "--parallel": ("parallel", str), "--device": ("device", str), "--seed": ("seed", int),
     "--resume": ("resume", str), "--log-every": ("log_every", int), "--init-from": ("init_from", str),
     "--checkpoint-format": ("checkpoint_format", str), "--dist-timeout-minutes": ("dist_timeout_minutes", float),
-}
-# What a key does where its name does not say it, for --help.
-_MEANING = {
-    "preset": "; `foxformer presets` lists them with their sizes",
-    "schedule": ": the learning rate rises linearly over the warm-up to lr, then cosine and linear decay it to "
-                "min_lr_ratio * lr at the horizon (total_tokens), constant holds it. A finished run may go on to a "
-                "larger --total-tokens (or --max-steps) only under constant, its warm-up kept; under cosine and "
-                "linear a longer horizon would change the rate of the steps already taken, so the longer run is a "
-                "new one (--init-from RUN)",
-    "warmup_tokens": "; unset: a tenth of the horizon, at most 256Mi",
-    "total_tokens": "; the schedule's horizon and where training ends (unset: max_steps * batch_tokens)",
-    "max_steps": "; stop after this many steps (the horizon too, while total_tokens is unset)",
 }
 _SWITCHES = {"--compile": "compile", "--activation-checkpointing": "activation_checkpointing", "--roll": "roll",
              "--fused-loss": "fused_loss"}
@@ -100,7 +89,13 @@ def _train_command(args: argparse.Namespace, signals) -> int:
         if cfg.init_from is not None and "preset" in _flags_given(args):
             raise ValueError(f"--preset (preset): the run trains the model init_from names ({cfg.init_from}), its "
                              f"architecture and weights, so no preset is built; leave --preset out")
-        summary = train(cfg, signals=signals)
+        try:
+            summary = train(cfg, signals=signals)
+        except ValueError as e:
+            said = _in_model_flags(str(e), args)
+            if said is None:
+                raise
+            raise ValueError(said) from None
         if main_rank:
             _say_summary(summary, cfg)
         if summary.get("stopped_by"):
@@ -149,6 +144,26 @@ def _in_flags(message: str, args: argparse.Namespace) -> str:
     if key == "overrides":  # what load_config calls them: on this command line only --set names keys
         return f"--set: {rest}"
     return message
+
+
+def _in_model_flags(message: str, args: argparse.Namespace) -> str | None:
+    """A FoxConfig error on a field that --model (or --set model.KEY) set on this command line, named by that
+    item (``--model num_layers=abc: num_layers must be ...``): the model is built in the run, which names the
+    field as FoxConfig's. The field the error is about first, then one it names beside it (num_heads must be a
+    multiple of num_kv_heads). None for any other error."""
+    field = re.match(r"FoxConfig\.(\w+)", message)
+    if not field:
+        return None
+    given = []
+    for flag, items in (("--model", args.model), ("--set", args.set)):
+        for item in items or []:
+            key = item.partition("=")[0].strip()
+            if key.startswith("model.") or flag == "--model":
+                given.append((key.removeprefix("model."), f"{flag} {item}"))
+    for key, said in sorted(given, key=lambda g: g[0] != field[1]):
+        if re.search(rf"\b{re.escape(key)}\b", message):
+            return f"{said}: {message[len('FoxConfig.'):]}"
+    return None
 
 
 def _no_run_to_continue(out_dir: str) -> str:
@@ -244,7 +259,7 @@ def add_commands(subparsers) -> None:
         counts = "token counts accept 16Ki, 512Ki, 2.5Gi, 1M" if typ is str and "tokens" in key else ""
         # default=None: a flag not given leaves the YAML's (or a continued run's) value, so the help says the default
         p.add_argument(flag, type=typ, default=None,
-                       help=f"config key {key}{describe_key(key, counts)}{_MEANING.get(key, '')}")
+                       help=f"config key {key}{describe_key(key, counts)}")
     for flag, key in _SWITCHES.items():
         p.add_argument(flag, action="store_true", help=f"set {key}: true{describe_key(key)}")
     p.add_argument("--model", action="append", metavar="KEY=VALUE", help="FoxConfig override (repeatable)")

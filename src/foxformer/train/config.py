@@ -251,12 +251,36 @@ def _shown(key: str, value: Any) -> str:
     return str(value)
 
 
+# What a key does where its name does not say it, after its default in `foxformer train --help`
+_MEANINGS = {
+    "preset": "; `foxformer presets` lists them with their sizes",
+    "schedule": ": the learning rate rises linearly over the warm-up to lr, then cosine and linear decay it to "
+                "min_lr_ratio * lr at the horizon (total_tokens), constant holds it. A finished run may go on to a "
+                "larger --total-tokens (or --max-steps) only under constant, its warm-up kept; under cosine and "
+                "linear a longer horizon would change the rate of the steps already taken, so the longer run is a "
+                "new one (--init-from RUN)",
+    "warmup_tokens": "; unset: a tenth of the horizon, at most 256Mi",
+    "total_tokens": "; the schedule's horizon and where training ends (unset: max_steps * batch_tokens)",
+    "max_steps": "; stop after this many steps (the horizon too, while total_tokens is unset)",
+    "micro_batch_size": "; sequences each rank runs in one forward and backward pass, the step's gradient summed "
+                        "over as many passes as its batch needs (less memory, the same step); 0: the largest that "
+                        "divides a rank's sequences within 32Ki tokens a pass (8Ki on CPU)",
+    "eval_tokens": "; validation tokens at each evaluation, in sequences spread evenly over the val split (at most "
+                   "all of it); unset: 256Ki on CUDA, 8Ki on CPU",
+    "resume": "; auto: continue from out_dir's latest checkpoint (a new run where it has none); never: a new run, "
+              "refused where out_dir has checkpoints; a checkpoint folder: continue from that one (out_dir's later "
+              "step folders are set aside as abandoned-step_N)",
+}
+
+
 def describe_key(key: str, note: str = "") -> str:
     """What `foxformer train --help` adds to a key's name: the values it takes where the config fixes them, and
-    its default (then ``note``), e.g. ``", one of cosine, linear, constant (default: cosine)"``."""
+    its default (then ``note``) and what it does (_MEANINGS), e.g. ``", one of cosine, linear, constant (default:
+    cosine): the learning rate rises ..."``."""
     allowed = {**CHOICES, "device": DEVICES + ("cuda:N",)}.get(key)
     choices = f", one of {', '.join(allowed)}" if allowed else ""
-    return f"{choices} (default: {_shown(key, _fields()[key].default)}{'; ' + note if note else ''})"
+    return (f"{choices} (default: {_shown(key, _fields()[key].default)}{'; ' + note if note else ''})"
+            f"{_MEANINGS.get(key, '')}")
 
 
 def _check_keys(keys, where: str) -> None:
