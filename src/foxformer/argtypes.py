@@ -1,6 +1,7 @@
 """argparse types for the comma-separated lists the CLI commands take (--lengths 1024,2048 ...), token counts
 with suffixes (``16K`` = 16,000, ``16Ki`` = 16,384, likewise ``M``/``Mi``/``G``/``Gi``/``T``/``Ti``), text with
-backslash escapes (``--stop '\\n'``), and the "did you mean" hint of every check that refuses an unknown name."""
+backslash escapes (``--stop '\\n'``), the "did you mean" hint of every check that refuses an unknown name, and
+how a check that serves both the Python API and the CLI names a setting (``top_p`` or ``--top-p``)."""
 from __future__ import annotations
 
 import argparse
