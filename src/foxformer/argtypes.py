@@ -1,6 +1,7 @@
 """argparse types for the comma-separated lists the CLI commands take (--lengths 1024,2048 ...), token counts
 with suffixes (``16K`` = 16,000, ``16Ki`` = 16,384, likewise ``M``/``Mi``/``G``/``Gi``/``T``/``Ti``), text with
-backslash escapes (``--stop '\\n'``), and the "did you mean" hint of every check that refuses an unknown name."""
+backslash escapes (``--stop '\\n'``), the "did you mean" hint of every check that refuses an unknown name, and
+how a check that serves both the Python API and the CLI names a setting (``top_p`` or ``--top-p``)."""
 from __future__ import annotations
 
 import argparse
@@ -132,3 +133,16 @@ def did_you_mean(word, choices) -> str:
     """`` (did you mean 'x'?)`` with the choice closest to ``word``, or "" when none is close."""
     close = difflib.get_close_matches(str(word), list(choices), n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def setting_name(label: str, field: str) -> str:
+    """``field`` as ``label`` names it: "{}" the keyword itself, "FoxConfig.{}" a config's attribute, "--{}" a
+    command's flag (underscores become dashes): one check serves the Python API and the CLI, each in its words."""
+    text = label.format(field)
+    return text.replace("_", "-") if text.startswith("--") else text
+
+
+def unset_said(label: str) -> str:
+    """How a message of ``label``'s check (see setting_name) tells to leave a setting unset: a flag's user cannot
+    type None, and was offered it ("--top-p: expected a number in (0, 1] or None")."""
+    return "leave it out" if label.startswith("--") else "None"

@@ -8,7 +8,7 @@ import torch
 import yaml
 
 from foxformer.cli import main
-from foxformer.data import PrepareConfig, prepare
+from foxformer.data import PrepareConfig, prepare, read_manifest
 from foxformer.eval import load_model
 from foxformer.train.checkpoint import save_checkpoint
 
@@ -183,7 +183,11 @@ def test_bad_checkpoints_and_lengths_fail_clearly(workspace, capsys, tmp_path):
     assert main(["eval", "loss", str(bad_run), *common]) == 2
     assert "corrupted" in _error(capsys)
     assert main(["eval", "loss", workspace["hf"], *common, "--seq-len", "100000"]) == 2
-    assert "fewer than one sequence of seq_len=100000" in _error(capsys)
+    size = read_manifest(data)["split"]["val"]["tokens"]
+    assert _error(capsys).splitlines()[-1] == (f"error: seq_len: split 'val' of {data!r} has {size} tokens, fewer "
+                                               f"than one sequence of 100000; the largest workable --seq-len is {size}")
+    assert main(["eval", "loss", workspace["hf"], *common, "--seq-len", str(size)]) == 0  # the largest does work
+    capsys.readouterr()
     assert main(["eval", "loss", workspace["hf"], *common, "--seq-len", "1"]) == 2
     assert "seq_len" in _error(capsys)
     assert main(["eval", "loss", workspace["hf"], "--device", "cpu", "--no-progress"]) == 2

@@ -1,6 +1,7 @@
 """`foxformer eval compare`: separately evaluated runs side by side."""
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -75,7 +76,7 @@ def test_runs_that_measured_different_sequences_are_refused_naming_the_flags(tmp
         open(path, "w").write(json.dumps(data))
     assert main(["eval", "compare", a, b, "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == (f"error: run_dirs: {b}/eval/loss.json and {a}/eval/loss.json measured different sequences {said}; "
+    assert err == (f"error: {b} and {a} measured different sequences {said}; "
                    f"compare only evaluations of the same sequences: run `foxformer eval loss` on each run with the "
                    f"same flags")
     assert not (tmp_path / "out").exists()
@@ -90,7 +91,12 @@ def test_cli_names_and_missing_run(tmp_path, capsys):
     assert main(["eval", "compare", a, "--out", str(tmp_path / "o")]) == 0
     assert f"note: replacing {tmp_path / 'o' / 'compare.json'} (written " in capsys.readouterr().err
     assert main(["eval", "compare", str(tmp_path / "nope"), "--out", str(tmp_path / "o")]) == 2
-    assert "no loss.json" in capsys.readouterr().err
+    assert capsys.readouterr().err == f"error: {tmp_path / 'nope'}: no such run folder or loss.json\n"
+    (tmp_path / "unevaluated").mkdir()
+    assert main(["eval", "compare", str(tmp_path / "unevaluated"), "--out", str(tmp_path / "o")]) == 2
+    run = tmp_path / "unevaluated"
+    assert capsys.readouterr().err == (f"error: {run} has no loss.json (nor has {run / 'eval'}): run `foxformer eval "
+                                       f"loss {run}` first\n")
 
 
 def test_value_at_the_last_position_uses_the_last_octave():
@@ -361,7 +367,8 @@ def test_runs_that_are_not_seeds_of_one_model_are_not_pooled(tmp_path, case):
         b = _configured_run(tmp_path, "expB", "transformer-pro-tiny" if case == "other-model" else "fox-pro-tiny",
                             0 if case == "same-seed" else 1, offset=0.1)
     said = {"other-model": "train different models", "same-seed": "share a seed",
-            "same-run": "one run folder as several seeds"}[case]
+            "same-run": f"^{re.escape(a)} is given more than once: 'model' would pool it as several seeds; give each "
+                        f"run once$"}[case]
     with pytest.raises(ValueError, match=said):
         compare([a, b], str(tmp_path / "out"))
     if case != "same-run":  # named apart, they compare as two models
@@ -377,7 +384,8 @@ def test_a_run_folder_holding_another_models_evaluation_is_refused(tmp_path):
     data = json.load(open(loss))
     data["settings"]["models"] = [str(other)]
     json.dump(data, open(loss, "w"))
-    with pytest.raises(ValueError, match="holds the evaluation of .*other_model, not of the run"):
+    said = f"^{re.escape(a)}: its loss.json holds the evaluation of .*other_model, not of this run"
+    with pytest.raises(ValueError, match=said):
         compare([a, _seed_run(tmp_path, "b", 0.1, 1)], str(tmp_path / "out"))
 
 

@@ -36,3 +36,17 @@ def test_source_sequences_start_with_the_tokenizers_bos(tmp_path):
     tok = load_tokenizer("gpt2-json")
     rows = source_sequences(str(tmp_path / "doc.txt"), tok, 16, 1)
     assert rows[0].tolist() == [50256] + tok.encode('A "quoted" line.\n' * 30)[:15]
+
+
+def test_a_seq_len_past_the_split_says_the_largest_that_works(tmp_path):
+    """The dataset's error ("fewer than one sequence of seq_len=100000") left the user to guess a length; within
+    documents (the split shorter than seq_len), it failed the same way before the documents' lengths were read."""
+    from foxformer.eval.sequences import dataset_sequences
+
+    data = _byte_dataset(tmp_path, [15, 40])  # 57 tokens: each document ends in an end-of-text token
+    with pytest.raises(ValueError, match=r"^seq_len: split 'train' of '.*' has 57 tokens, fewer than one sequence of "
+                                         r"100; the largest workable --seq-len is 57$"):
+        dataset_sequences(data, 100, 2, split="train")
+    assert dataset_sequences(data, 57, 2, split="train").shape == (1, 57)
+    with pytest.raises(ValueError, match=r"has 100 text tokens \(longest: 40\)"):
+        dataset_sequences(data, 100, 2, split="train", within_docs=True)

@@ -90,7 +90,24 @@ def test_generate_errors_are_clear(hf_dir, capsys):
     assert "--prompt" in capsys.readouterr().err
     assert main(["generate", "--model", hf_dir, "--prompt", "x", "--top-p", "2", "--tokenizer", "bytes",
                  "--device", "cpu"]) == 2
-    assert "top_p" in capsys.readouterr().err
+    assert "--top-p" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag, value, said", [
+    pytest.param("--top-p", "0", "--top-p: expected a number in (0, 1], got 0.0; leave it out (or 1) for no nucleus "
+                 "sampling", id="top-p-zero"),
+    pytest.param("--top-k", "-1", "--top-k: expected an integer >= 0, got -1; leave it out (or 0) to sample from "
+                 "every token", id="top-k-negative"),
+    pytest.param("--prefill-chunk", "0", "--prefill-chunk: expected a positive integer, got 0; leave it out to read "
+                 "the prompt in one forward", id="prefill-chunk-zero"),
+    pytest.param("--evict-eps", "2", "--evict-eps must be in (0, 1), got 2.0; leave it out for no eviction",
+                 id="evict-eps-two"),
+])
+def test_generate_names_a_bad_setting_by_its_flag_without_offering_none(tmp_path, capsys, flag, value, said):
+    """`--top-p 0` said "top_p: expected a number in (0, 1] or None": a field name, and a value no flag takes.
+    Refused before the model loads (the model here does not exist)."""
+    assert main(["generate", str(tmp_path / "no-model"), "--prompt", "x", flag, value]) == 2
+    assert capsys.readouterr().err.splitlines() == [f"error: {said}"]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="asks for a GPU this machine lacks")

@@ -8,7 +8,7 @@ from transformers import AutoConfig
 
 from foxformer.models import config as config_module
 from foxformer.models import PRESETS, FoxConfig, FoxForCausalLM, count_non_embedding, get_preset
-from foxformer.models.presets import preset_table, training_flops_per_token
+from foxformer.models.presets import model_keys, preset_table, sized_config, training_flops_per_token
 
 
 def test_preset_names_cover_the_grid():
@@ -268,6 +268,23 @@ def test_keys_transformers_reads_or_saved_configs_carry_and_far_ones_are_silent(
         AutoConfig.from_pretrained(tmp_path)
         AutoConfig.from_pretrained(tmp_path, trust_remote_code=True)
         FoxConfig.from_dict({**get_preset("fox-pro-tiny").to_dict(), "deterministic_attention": False})
+
+
+@pytest.mark.parametrize("build", [
+    pytest.param(lambda **kw: get_preset("fox-pro-tiny", **kw), id="get-preset"),
+    pytest.param(lambda **kw: sized_config("fox-pro", 2, 64, **kw), id="sized-config"),
+])
+@pytest.mark.parametrize("key, hint", [
+    pytest.param("colour", "", id="far-from-every-field"),
+    pytest.param("num_head", " (did you mean 'num_heads'?)", id="close-to-a-field"),
+])
+def test_an_override_that_is_no_field_is_refused_listing_the_fields(build, key, hint):
+    """FoxConfig (a Hugging Face config) keeps any key as an attribute, and warns only of one close to a field:
+    an override is what the user means to train, so any unknown one is an error (saved configs' extra keys are
+    the loading's, above)."""
+    said = f"model: unknown model key {key!r}{hint}; FoxConfig keys: {', '.join(model_keys())}"
+    with pytest.raises(ValueError, match=f"^{re.escape(said)}$"):
+        build(**{key: 1})
 
 
 NAN, INF = float("nan"), float("inf")

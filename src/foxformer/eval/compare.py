@@ -41,8 +41,11 @@ def default_positions(seq_len: int, columns: int = DEFAULT_COLUMNS) -> list[int]
 
 def _loss_json(run_dir: str) -> str:
     path = run_dir if os.path.isfile(run_dir) else find_output(run_dir, "loss.json")
+    if not os.path.exists(run_dir):
+        raise ValueError(f"{run_dir}: no such run folder or loss.json")
     if path is None:
-        raise ValueError(f"run_dirs: {run_dir!r} has no loss.json (run `foxformer eval loss {run_dir}` first)")
+        raise ValueError(f"{run_dir} has no loss.json (nor has {os.path.join(run_dir, 'eval')}): run `foxformer eval "
+                         f"loss {run_dir}` first")
     return path
 
 
@@ -123,8 +126,8 @@ def _check_evaluated_here(run_dir: str, path: str, models: list) -> None:
         return  # an evaluation's own folder, or one whose model is not on this machine
     run, model = os.path.realpath(run_dir), os.path.realpath(str(models[0]))
     if model != run and not model.startswith(run + os.sep):
-        raise ValueError(f"run_dirs: {path} holds the evaluation of {models[0]}, not of the run {run_dir}; "
-                         f"compare {models[0]} itself, or evaluate {run_dir} into its own folder")
+        raise ValueError(f"{run_dir}: its {os.path.basename(path)} holds the evaluation of {models[0]}, not of this "
+                         f"run; compare {models[0]} itself, or evaluate {run_dir} into its own folder")
 
 
 def load_curves(run_dirs: list[str]) -> list[SimpleNamespace]:
@@ -139,9 +142,9 @@ def load_curves(run_dirs: list[str]) -> list[SimpleNamespace]:
         _check_evaluated_here(run_dir, path, s.get("models") or [])
         measured = {k: s.get(k) for k in MEASURED + ("tokens_sha256",)}
         if reference is None:
-            reference = (path, measured)
+            reference = (run_dir, measured)
         elif not _same_sequences(measured, reference[1]):
-            raise ValueError(f"run_dirs: {path} and {reference[0]} measured different sequences "
+            raise ValueError(f"{run_dir} and {reference[0]} measured different sequences "
                              f"({_how_measured_differently(measured, reference[1])}); compare only evaluations of "
                              f"the same sequences: run `foxformer eval loss` on each run with the same flags")
         curves += [SimpleNamespace(**expand_curve(m), run_index=i) for m in data["models"]]
@@ -169,18 +172,20 @@ def check_seed_groups(members: dict, run_dirs: list[str]) -> None:
             continue  # one loss.json holding a model twice is its own business (names say which)
         where = [os.path.realpath(run_dirs[i]) for i in runs]
         if len(set(where)) < len(where):
-            raise ValueError(f"run_dirs: {name!r} would pool one run folder as several seeds; give each run once")
+            repeated = next(run_dirs[i] for i, w in zip(runs, where) if where.count(w) > 1)
+            raise ValueError(f"{repeated} is given more than once: {name!r} would pool it as several seeds; give each "
+                             f"run once")
         saved = [(run_dirs[i], _run_settings(run_dirs[i])) for i in runs]
         saved = [(r, cfg) for r, cfg in saved if cfg is not None]
         for (r0, a), (r1, b) in zip(saved, saved[1:]):
             if (a.get("preset"), a.get("model") or {}) != (b.get("preset"), b.get("model") or {}):
-                raise ValueError(f"run_dirs: {r0} and {r1} are grouped as seeds of {name!r} (their models share the "
+                raise ValueError(f"{r0} and {r1} are grouped as seeds of {name!r} (their models share the "
                                  f"name) but train different models (preset {a.get('preset')!r}, model "
                                  f"{a.get('model') or {}} against {b.get('preset')!r}, {b.get('model') or {}}); "
                                  f"tell them apart with --names")
         seeds = [cfg.get("seed") for _, cfg in saved]  # train writes it; a config without one is not judged
         if None not in seeds and len(set(seeds)) < len(seeds):
-            raise ValueError(f"run_dirs: the runs grouped as seeds of {name!r} ({', '.join(r for r, _ in saved)}) "
+            raise ValueError(f"the runs grouped as seeds of {name!r} ({', '.join(r for r, _ in saved)}) "
                              f"share a seed ({seeds}); give --names to compare them as different models")
 
 

@@ -14,6 +14,17 @@ def _check_len(seq_len: int, num: int) -> None:
         raise ValueError(f"num_sequences: expected a positive integer, got {num!r}")
 
 
+def _split_size(data_dir: str, split: str) -> int:
+    """The tokens of ``split`` as the dataset's manifest records them; 0 where it cannot tell (TokenDataset says
+    why)."""
+    from foxformer.data import read_manifest
+
+    try:
+        return int(read_manifest(data_dir)["split"][split]["tokens"])
+    except (TypeError, KeyError, ValueError):
+        return 0
+
+
 def dataset_sequences(data_dir: str, seq_len: int, num: int, *, split: str = "val",
                       within_docs: bool = False, source: Optional[str] = None) -> torch.Tensor:
     """int64 [N, seq_len] from a prepared dataset (``foxformer data prepare``), N = min(num, available).
@@ -27,7 +38,14 @@ def dataset_sequences(data_dir: str, seq_len: int, num: int, *, split: str = "va
     _check_len(seq_len, num)
     from foxformer.data import TokenDataset
 
-    ds = TokenDataset(data_dir, split, seq_len)  # raises a clear ValueError when the split is too short
+    # A split shorter than seq_len is refused here with the largest seq_len that works (the dataset's own error
+    # gives none); within documents, the check of their lengths below does that. An empty split is the dataset's
+    # to explain (how to prepare one).
+    size = _split_size(data_dir, split)
+    if not within_docs and 2 <= size < seq_len:
+        raise ValueError(f"seq_len: split {split!r} of {data_dir!r} has {size} tokens, fewer than one sequence of "
+                         f"{seq_len}; the largest workable --seq-len is {size}")
+    ds = TokenDataset(data_dir, split, min(seq_len, size) if size >= 2 else seq_len)
     if source is not None and not within_docs:
         raise ValueError("data source: choosing a source's documents needs --within-docs (windows of the "
                          "concatenated split cross documents of every source)")

@@ -59,13 +59,14 @@ def _cmd_generate(args) -> int:
     prompt = read_text(args.prompt_file) if args.prompt_file is not None else args.prompt
     if args.out:
         check_output_file(args.out, "--out")
-    # Built first: it checks the settings (--decode among them, whose modes live with the caches and torch)
-    # before the model loads.
+    # Checked first, before the model loads (--decode among them, whose modes live with the caches and torch),
+    # each bad setting named by its flag.
     cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
                            top_p=args.top_p, seed=args.seed, evict_eps=args.evict_eps,
                            evict_qk_bound=args.evict_qk_bound, evict_max_len=args.evict_max_len,
                            fgate_bias_shift=args.fgate_bias_shift, prefill_chunk=args.prefill_chunk,
                            stop=args.stop, ignore_eos=args.ignore_eos, decode=args.decode)
+    cfg.validate(label="--{}")
     loaded = load_model(args.model, device=args.device, dtype=args.dtype, attention_backend=args.attention_backend)
     tokenizer = load_tokenizer(tokenizer_spec([loaded], args.tokenizer))
     n_prompt = len(start_ids(tokenizer) + tokenizer.encode(prompt))  # what the model reads, a BOS included

@@ -15,6 +15,7 @@ from typing import Iterator, Optional, Sequence
 
 import torch
 
+from foxformer.argtypes import setting_name, unset_said
 from foxformer.data.tokenizer import start_ids
 from foxformer.models.calls import backbone, cache_keyword, cache_of, fresh_cache, model_device
 from foxformer.models.kvcache import EvictionPolicy, FoxCache, check_eviction
@@ -62,45 +63,55 @@ class GenerationConfig:
     ignore_eos: bool = False
     decode: str = "auto"
 
-    def validate(self) -> None:
+    def validate(self, label: str = "{}") -> None:
+        """ValueError naming the first bad setting; ``label`` formats its name (argtypes.setting_name): the
+        keyword by default, "--{}" for the CLI's flags."""
+        unset = unset_said(label)
+
+        def refuse(field: str, expected: str, unset_for: str = "") -> None:
+            value = getattr(self, field)
+            hint = f"; {unset} {unset_for}" if unset_for else ""
+            raise ValueError(f"{setting_name(label, field)}: expected {expected}, got {value!r}{hint}")
+
         if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int) or \
                 self.max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens: expected an integer >= 0, got {self.max_new_tokens!r}")
+            refuse("max_new_tokens", "an integer >= 0")
         # NaN passes `< 0` (and fails in multinomial after the prefill); inf makes every logit 0, so
         # top-k / top-p would keep the whole vocabulary.
         if isinstance(self.temperature, bool) or not isinstance(self.temperature, (int, float)) or \
                 not math.isfinite(self.temperature) or self.temperature < 0:
-            raise ValueError(f"temperature: expected a finite number >= 0 (0 = greedy), got {self.temperature!r}")
+            refuse("temperature", "a finite number >= 0 (0 = greedy)")
         if self.top_k is not None and (isinstance(self.top_k, bool) or not isinstance(self.top_k, int)
                                        or self.top_k < 0):
-            raise ValueError(f"top_k: expected an integer >= 0 or None, got {self.top_k!r}")
+            refuse("top_k", "an integer >= 0", "(or 0) to sample from every token")
         if self.top_p is not None and (isinstance(self.top_p, bool) or not isinstance(self.top_p, (int, float))
                                        or not 0 < self.top_p <= 1):
-            raise ValueError(f"top_p: expected a number in (0, 1] or None, got {self.top_p!r}")
+            refuse("top_p", "a number in (0, 1]", "(or 1) for no nucleus sampling")
         if self.prefill_chunk is not None and (not isinstance(self.prefill_chunk, int) or self.prefill_chunk < 1):
-            raise ValueError(f"prefill_chunk: expected a positive integer or None, got {self.prefill_chunk!r}")
-        check_eviction(self.evict_eps, self.evict_qk_bound, self.evict_max_len)
+            refuse("prefill_chunk", "a positive integer", "to read the prompt in one forward")
+        check_eviction(self.evict_eps, self.evict_qk_bound, self.evict_max_len, label=label)
         # torch.Generator.manual_seed's range: past it a bare "Overflow when unpacking long long" after the load
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)
                                       or not -2**63 <= self.seed < 2**64):
-            raise ValueError(f"seed: expected an integer in [-2**63, 2**64) or None, got {self.seed!r}")
+            refuse("seed", "an integer in [-2**63, 2**64)", "for a new draw each time")
         stop = self.stop_token
         if stop is not None and (isinstance(stop, bool) or not isinstance(stop, int) or stop < 0):
-            raise ValueError(f"stop_token: expected a token id (an integer >= 0) or None, got {stop!r}")
-        _stop_strings(self.stop)
+            refuse("stop_token", "a token id (an integer >= 0)", "to stop at the tokenizer's end of text")
+        _stop_strings(self.stop, label)
         if self.decode not in FoxCache.DECODE_MODES:
-            raise ValueError(f"decode: expected one of {', '.join(FoxCache.DECODE_MODES)}, got {self.decode!r}")
+            refuse("decode", f"one of {', '.join(FoxCache.DECODE_MODES)}")
 
 
 _NO_TEXT = ("stop: stop strings are found in the decoded text, which token ids alone do not give; pass a tokenizer and "
             "the prompt text (generate(model, tokenizer, prompt, stop=[...])) or use stop_token")
 
 
-def _stop_strings(stop) -> tuple[str, ...]:
-    """GenerationConfig.stop as a tuple of stop strings (a str alone is one), checked."""
+def _stop_strings(stop, label: str = "{}") -> tuple[str, ...]:
+    """GenerationConfig.stop as a tuple of stop strings (a str alone is one), checked (``label``: as validate's)."""
     strings = (stop,) if isinstance(stop, str) else () if stop is None else stop
     if not isinstance(strings, (list, tuple)) or not all(isinstance(x, str) and x for x in strings):
-        raise ValueError(f"stop: expected a stop string or a list of them (each non-empty), or None, got {stop!r}")
+        raise ValueError(f"{setting_name(label, 'stop')}: expected a stop string or a list of them (each non-empty), "
+                         f"got {stop!r}; {unset_said(label)} for none")
     return tuple(strings)
 
 

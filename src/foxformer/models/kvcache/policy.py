@@ -24,6 +24,7 @@ import math
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
+from foxformer.argtypes import setting_name, unset_said
 from foxformer.ops.forgetting_attn.threshold import pruning_threshold
 
 # Decode steps scan for dead keys every 8th step: on the H200 eviction added 2.4 ms to a 13.9 ms decode
@@ -38,20 +39,21 @@ _FIELDS = {"eps": "evict_eps", "qk_bound": "evict_qk_bound", "max_len": "evict_m
 
 def check_eviction(eps=None, qk_bound=None, max_len=None, *, label: str = "{}") -> None:
     """ValueError naming the setting for an invalid evict_eps / evict_qk_bound / evict_max_len (None passes).
-    ``label`` formats the name: "FoxConfig.{}" for a config field, "--{}" for a flag (underscores become
-    dashes there)."""
+    ``label`` formats the name (argtypes.setting_name): "FoxConfig.{}" for a config field, "--{}" for a flag."""
     def name(field: str) -> str:
-        text = label.format(_FIELDS[field])
-        return text.replace("_", "-") if text.startswith("--") else text
+        return setting_name(label, _FIELDS[field])
 
+    unset = unset_said(label)
     # NaN fails every comparison below, so `not (0 < x < 1)` refuses it too.
     if eps is not None and (isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < 1):
-        raise ValueError(f"{name('eps')} must be in (0, 1) or None, got {eps!r}")
+        raise ValueError(f"{name('eps')} must be in (0, 1), got {eps!r}; {unset} for no eviction")
     if qk_bound is not None and (isinstance(qk_bound, bool) or not isinstance(qk_bound, (int, float))
                                  or not 0 <= qk_bound < math.inf):
-        raise ValueError(f"{name('qk_bound')} must be finite and >= 0, or None, got {qk_bound!r}")
+        raise ValueError(f"{name('qk_bound')} must be finite and >= 0, got {qk_bound!r}; {unset} to keep every key "
+                         f"of the layers without QK-norm")
     if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1):
-        raise ValueError(f"{name('max_len')} must be a positive int or None, got {max_len!r}")
+        raise ValueError(f"{name('max_len')} must be a positive int, got {max_len!r}; {unset} for "
+                         f"max_position_embeddings (or the generation's length where it is more)")
 
 
 @dataclass(frozen=True)
