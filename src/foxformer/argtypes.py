@@ -135,10 +135,11 @@ def did_you_mean(word, choices) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def setting_name(label: str, field: str) -> str:
+def setting_name(label: str, field: str, flag: str | None = None) -> str:
     """``field`` as ``label`` names it: "{}" the keyword itself, "FoxConfig.{}" a config's attribute, "--{}" a
-    command's flag (underscores become dashes): one check serves the Python API and the CLI, each in its words."""
-    text = label.format(field)
+    command's flag (underscores become dashes): one check serves the Python API and the CLI, each in its words.
+    ``flag``: the flag's own name where it is not the keyword's (``--smooth`` sets ``smooth_window``)."""
+    text = label.format(flag if flag and label.startswith("--") else field)
     return text.replace("_", "-") if text.startswith("--") else text
 
 
