@@ -184,17 +184,38 @@ def test_bad_checkpoints_and_lengths_fail_clearly(workspace, capsys, tmp_path):
     assert "corrupted" in _error(capsys)
     assert main(["eval", "loss", workspace["hf"], *common, "--seq-len", "100000"]) == 2
     size = read_manifest(data)["split"]["val"]["tokens"]
-    assert _error(capsys).splitlines()[-1] == (f"error: seq_len: split 'val' of {data!r} has {size} tokens, fewer "
+    assert _error(capsys).splitlines()[-1] == (f"error: --seq-len: split 'val' of {data!r} has {size} tokens, fewer "
                                                f"than one sequence of 100000; the largest workable --seq-len is {size}")
     assert main(["eval", "loss", workspace["hf"], *common, "--seq-len", str(size)]) == 0  # the largest does work
     capsys.readouterr()
     assert main(["eval", "loss", workspace["hf"], *common, "--seq-len", "1"]) == 2
-    assert "seq_len" in _error(capsys)
+    assert "--seq-len" in _error(capsys)
     assert main(["eval", "loss", workspace["hf"], "--device", "cpu", "--no-progress"]) == 2
     assert "--data" in _error(capsys)
     assert main(["eval", "niah", workspace["hf"], "--haystack", workspace["texts"], "--lengths", "8", "--device",
                  "cpu", "--no-progress", "--out", str(tmp_path)]) == 2
     assert "too short" in _error(capsys)
+
+
+@pytest.mark.parametrize("argv, said", [
+    pytest.param(["eval", "eviction", "{hf}", "--chunk", "0"], "--chunk: expected a positive integer, got 0",
+                 id="eviction-chunk"),
+    pytest.param(["eval", "eviction", "{hf}", "--prefill", "0"], "--prefill: expected a positive integer, got 0",
+                 id="eviction-prefill"),
+    pytest.param(["analyze", "gates", "{hf}", "--matrix-len", "0"],
+                 "--matrix-len: expected a positive integer (tokens shown), got 0", id="gates-matrix-len"),
+    pytest.param(["analyze", "gates", "{hf}", "--heads", "0:99"], "--heads: (0, 99) is outside 2 layers x 4 heads",
+                 id="gates-heads-outside"),
+    pytest.param(["analyze", "gates", "{hf}", "{hf}", "--names", "a b,a_b"],
+                 "--names: models 'a b' and 'a_b' would get the same file names (gates_a_b_*.png); label them apart "
+                 "in letters, digits, '.', '-' or '_'", id="gates-names"),
+])
+def test_errors_found_once_the_model_is_loaded_name_the_flag(workspace, capsys, tmp_path, argv, said):
+    argv = [a.format(hf=workspace["hf"]) for a in argv]
+    common = ["--data", workspace["data"], "--seq-len", "32", "--num-seqs", "1", "--device", "cpu", "--no-progress",
+              "--out", str(tmp_path)]
+    assert main([*argv, *common]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [f"error: {said}"]
 
 
 def test_harness_command_without_lm_eval_says_how_to_install(workspace, capsys, tmp_path, monkeypatch):
@@ -330,7 +351,7 @@ def test_report_of_a_missing_folder_is_an_error_that_leaves_nothing_behind(tmp_p
 def test_eval_loss_refuses_context_lengths_beyond_seq_len_before_loading_a_model(tmp_path, capsys):
     missing = str(tmp_path / "not_loaded")  # loading it would be an error of its own
     assert main(["eval", "loss", missing, "--seq-len", "512", "--lengths", "256,1Ki", "--no-progress"]) == 2
-    assert "lengths: context lengths must lie in [1, 511] (seq_len - 1), got [1024]" in _error(capsys)
+    assert "--lengths: context lengths must lie in [1, 511] (--seq-len - 1), got [1024]" in _error(capsys)
 
 
 def test_eval_loss_says_when_fewer_sequences_fit_than_asked(workspace, tmp_path, capsys):

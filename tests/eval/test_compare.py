@@ -174,11 +174,25 @@ def test_positions_that_are_not_powers_of_two_are_refused_with_the_nearest_ones(
     a, b = _seed_run(tmp_path, "a", 0.0, 0), _seed_run(tmp_path, "b", 0.1, 1)
     out = str(tmp_path / "out")
     assert main(["eval", "compare", a, b, "--out", out, "--positions", "24,40,1"]) == 2
-    assert capsys.readouterr().err.strip() == ("error: positions: expected powers of two >= 2 (the octaves whose "
+    assert capsys.readouterr().err.strip() == ("error: --positions: expected powers of two >= 2 (the octaves whose "
                                                "per-sequence losses loss.json keeps), got [24, 40, 1]; e.g. 2,32")
     assert not os.path.exists(out)
     assert main(["eval", "compare", a, b, "--out", out, "--positions", "16,32"]) == 0
     assert [d["model"] for d in json.loads((tmp_path / "out" / "compare.json").read_text())["differences"]] == ["a"]
+
+
+@pytest.mark.parametrize("flags, said", [
+    pytest.param(["--names", "x,y,z"], "--names: 3 given for 2 models; give one name per model", id="names"),
+    pytest.param(["--reference", "c"], "--reference: 'c' is none of the models ['a', 'b']", id="reference"),
+])
+def test_the_command_names_the_flag_the_api_its_keyword(tmp_path, capsys, flags, said):
+    a, b = _write_run(tmp_path, "a", np.ones(63)), _write_run(tmp_path, "b", np.ones(63))
+    assert main(["eval", "compare", a, b, "--out", str(tmp_path / "out"), *flags]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [f"error: {said}"]
+    assert not (tmp_path / "out").exists()
+    keyword = {flags[0].lstrip("-"): flags[1].split(",") if flags[0] == "--names" else flags[1]}
+    with pytest.raises(ValueError, match=re.escape(said.lstrip("-"))):
+        compare([a, b], str(tmp_path / "api"), **keyword)
 
 
 def test_a_missing_difference_table_is_said_in_the_table(tmp_path):

@@ -70,7 +70,7 @@ def test_cli_writes_eviction_json(tmp_path):
 def test_a_model_without_qk_norm_needs_a_bound():
     model = tiny_model("fox-llama-tiny", vocab=97)
     x = torch.randint(0, 97, (1, 60))
-    with pytest.raises(ValueError, match="--qk-bound"):
+    with pytest.raises(ValueError, match=r"^qk_bound: this model has no QK-norm"):
         eviction_loss(model, x, evict_eps=1e-3)
     assert eviction_loss(model, x, evict_eps=1e-3, qk_bound=10.0, progress=False)["seq_len"] == 60
     with pytest.warns(UserWarning, match="no layer can evict"):

@@ -130,7 +130,7 @@ def test_the_command_refuses_a_repeated_depth_before_loading_any_model(tmp_path,
     from foxformer.cli import main
 
     assert main(["eval", "niah", str(tmp_path / "no-such-run"), "--depths", "0,0.5,0.50", "--no-progress"]) == 2
-    assert capsys.readouterr().err.strip() == ("error: depths: 0.5 is given more than once in [0.0, 0.5, 0.5]; "
+    assert capsys.readouterr().err.strip() == ("error: --depths: 0.5 is given more than once in [0.0, 0.5, 0.5]; "
                                                "give each value once")
 
 

@@ -45,7 +45,7 @@ def test_a_seq_len_past_the_split_says_the_largest_that_works(tmp_path):
 
     data = _byte_dataset(tmp_path, [15, 40])  # 57 tokens: each document ends in an end-of-text token
     with pytest.raises(ValueError, match=r"^seq_len: split 'train' of '.*' has 57 tokens, fewer than one sequence of "
-                                         r"100; the largest workable --seq-len is 57$"):
+                                         r"100; the largest workable seq_len is 57$"):
         dataset_sequences(data, 100, 2, split="train")
     assert dataset_sequences(data, 57, 2, split="train").shape == (1, 57)
     with pytest.raises(ValueError, match=r"has 100 text tokens \(longest: 40\)"):

@@ -8,6 +8,9 @@ import sys
 
 from foxformer.argtypes import count, counts, distinct, floats, ints, model_specs, words
 
+# How the API's checks name a setting in this module's errors (argtypes.setting_name): by its flag.
+FLAGS = "--{}"
+
 
 def _model_args(p: argparse.ArgumentParser, several: bool = True) -> None:
     p.add_argument("models", nargs="+" if several else 1, metavar="MODEL",
@@ -130,12 +133,12 @@ def _sequences(args, models):
     if args.data:
         _check_data_tokenizer(args.data, models)
         tokens = dataset_sequences(args.data, args.seq_len, args.num_seqs, split=args.split,
-                                   within_docs=args.within_docs, source=args.data_source)
+                                   within_docs=args.within_docs, source=args.data_source, label=FLAGS)
         where = {"data": args.data, "split": args.split, "within_docs": args.within_docs}
         where = {**where, "data_source": args.data_source} if args.data_source else where
     elif args.source:
         tok, spec = _tokenizer(args, models)
-        tokens = source_sequences(args.source, tok, args.seq_len, args.num_seqs, args.text_field)
+        tokens = source_sequences(args.source, tok, args.seq_len, args.num_seqs, args.text_field, label=FLAGS)
         where = {"source": args.source, "tokenizer": spec}
     elif data := _runs_data(models):
         args.data = data
@@ -155,11 +158,15 @@ def _sequences(args, models):
 
 def _cmd_loss(args) -> dict:
     from .compare import tokens_fingerprint
-    from .loss import context_lengths, eval_loss
+    from .loss import check_batch_size, check_curve_args, context_lengths, eval_loss
     from .outputs import note_replacing, save_loss
+    from .sequences import check_sequences
 
-    if args.seq_len >= 2:  # else _sequences says what is wrong with it
-        context_lengths(args.lengths, args.seq_len - 1)  # before loading any model
+    # before loading any model (eval_loss checks them again, naming its keywords)
+    check_sequences(args.seq_len, args.num_seqs, label=FLAGS)
+    check_curve_args(args.smooth, args.n_boot, args.confidence, args.seed, label=FLAGS)
+    check_batch_size(args.batch_size, label=FLAGS)
+    context_lengths(args.lengths, args.seq_len - 1, label=FLAGS)
     models = _load_models(args)
     out = _out_dir(args, models)
     tokens, where = _sequences(args, models)
@@ -179,7 +186,7 @@ def _cmd_niah(args) -> dict:
     from .outputs import note_replacing, save_niah
     from .sequences import document_token_stream
 
-    check_grid(args.lengths, args.depths, args.modes, args.needles, args.seeds)
+    check_grid(args.lengths, args.depths, args.modes, args.needles, args.seeds, args.max_new_tokens, label=FLAGS)
     models = _load_models(args)
     out = _out_dir(args, models)
     tok, spec = _tokenizer(args, models)
@@ -194,7 +201,7 @@ def _cmd_niah(args) -> dict:
     results = [niah_grid(m.model, tok, haystack, lengths=args.lengths, depths=args.depths, modes=args.modes,
                          needles=args.needles, seeds=args.seeds, generate=not args.no_generate,
                          max_new_tokens=args.max_new_tokens, name=m.name, train_len=m.train_len,
-                         progress=not args.no_progress) for m in models]
+                         progress=not args.no_progress, label=FLAGS) for m in models]
     settings = {"haystack": args.haystack, "tokenizer": spec, "lengths": args.lengths, "depths": args.depths,
                 "modes": args.modes, "needles": args.needles, "seeds": args.seeds, "generate": not args.no_generate,
                 "models": [m.path for m in models]}
@@ -220,7 +227,7 @@ def _cmd_harness(args) -> dict:
                          f"{args.metadata!r}")
     models = _load_models(args)
     tok, spec = _tokenizer(args, models)
-    files = model_outputs("harness", [m.name for m in models])
+    files = model_outputs("harness", [m.name for m in models], label=FLAGS)
     out = _out_dir(args, models)
     results = {}
     for m, file in zip(models, files):
@@ -234,19 +241,24 @@ def _cmd_harness(args) -> dict:
 
 def _cmd_gates(args) -> dict:
     from .gates import gate_stats, parse_heads
+    from .loss import check_batch_size
     from .outputs import note_replacing, plot_tags, save_gates
+    from .sequences import check_sequences
 
+    check_sequences(args.seq_len, args.num_seqs, label=FLAGS)  # before loading any model, as those below
+    check_batch_size(args.batch_size, label=FLAGS)
+    heads = parse_heads(args.heads, label=FLAGS)
     models = _load_models(args)
     out = _out_dir(args, models)
-    plot_tags([m.name for m in models])  # refuse labels whose plots would overwrite each other before any work
+    # refuse labels whose plots would overwrite each other before any work
+    plot_tags([m.name for m in models], label=FLAGS)
     tokens, where = _sequences(args, models)
-    heads = parse_heads(args.heads)
     analyses = [(gate_stats(m.model, tokens, name=m.name, batch_size=args.batch_size, progress=not args.no_progress),
                  m.model, tokens) for m in models]
     settings = {**where, "seq_len": int(tokens.shape[1]), "num_seqs": int(tokens.shape[0]),
                 "models": [m.path for m in models], "matrix_len": args.matrix_len}
     note_replacing(os.path.join(out, "gates.json"))
-    data = save_gates(analyses, out, settings, heads=heads, matrix_len=args.matrix_len)
+    data = save_gates(analyses, out, settings, heads=heads, matrix_len=args.matrix_len, label=FLAGS)
     return {"out": out, "plots": data["plots"], "models": [m["summary"] for m in data["models"]]}
 
 
@@ -260,7 +272,7 @@ def _cmd_eviction(args) -> dict:
     tokens, where = _sequences(args, models)
     m = models[0]
     res = eviction_loss(m.model, tokens, evict_eps=args.evict_eps, chunk=args.chunk, prefill=args.prefill,
-                        qk_bound=args.qk_bound, progress=not args.no_progress)
+                        qk_bound=args.qk_bound, progress=not args.no_progress, label=FLAGS)
     res = {"name": m.name, "model": m.path, **where, **res}
     note_replacing(os.path.join(out, "eviction.json"))
     os.makedirs(out, exist_ok=True)
@@ -273,7 +285,8 @@ def _cmd_eviction(args) -> dict:
 def _cmd_compare(args) -> dict:
     from .compare import compare
 
-    return compare(args.run_dirs, args.out, positions=args.positions, names=args.names, reference=args.reference)
+    return compare(args.run_dirs, args.out, positions=args.positions, names=args.names, reference=args.reference,
+                   label=FLAGS)
 
 
 def _cmd_mqar(args) -> dict:

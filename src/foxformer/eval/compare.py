@@ -21,6 +21,7 @@ from typing import Optional
 
 import numpy as np
 
+from foxformer.argtypes import setting_name
 from foxformer.train.metrics import read_metrics
 
 from . import plots
@@ -441,14 +442,15 @@ def _dynamics_table(dynamics: list[dict]) -> str:
 
 
 def compare(run_dirs: list[str], out_dir: str, positions=None, names: list[str] | None = None,
-            reference: str | None = None) -> dict:
+            reference: str | None = None, label: str = "{}") -> dict:
     """Figures (loss_curves.png, loss_difference.png, perplexity.png, validation.png and training.png when
     the runs have metrics.jsonl, niah.png when they have niah.json) and compare.json / compare.md in
     ``out_dir``. Runs of one model with different seeds (names that differ only in a seed tag, or equal
     ``names``) are one group: mean ± standard deviation over seeds, and differences to the reference group
     with a bootstrap interval over seeds and sequences (seeds.py). ``reference``: the model (group) name the
     differences are taken to (default: the last). ``positions``: the table's columns (None: see
-    default_positions)."""
+    default_positions). ``label`` names those settings in errors as argtypes.setting_name does ("--{}": the
+    flags of `eval compare`)."""
     # A loss.json keeps each sequence's loss only over the octaves ending at powers of two from 2 (loss.octave_ends),
     # which the difference table resamples: at other positions it was left out without a word (and a slim entry's
     # bins do not even give their table value exactly).
@@ -456,7 +458,7 @@ def compare(run_dirs: list[str], out_dir: str, positions=None, names: list[str] 
            or p & (p - 1)]
     if bad:
         near = sorted({1 << max(1, round(math.log2(p))) for p in bad if isinstance(p, numbers.Real) and p >= 1})
-        raise ValueError(f"positions: expected powers of two >= 2 (the octaves whose per-sequence losses loss.json "
+        raise ValueError(f"{setting_name(label, 'positions')}: expected powers of two >= 2 (the octaves whose per-sequence losses loss.json "
                          f"keeps), got {bad}" + (f"; e.g. {','.join(map(str, near))}" if near else ""))
     curves = load_curves(run_dirs)
     if positions is None:
@@ -466,15 +468,16 @@ def compare(run_dirs: list[str], out_dir: str, positions=None, names: list[str] 
     renamed = {}
     if names:
         if len(names) != len(curves):
-            raise ValueError(f"names: {len(names)} given for {len(curves)} models")
+            raise ValueError(f"{setting_name(label, 'names')}: {len(names)} given for {len(curves)} models; give "
+                             f"one name per model")
         for c, n in zip(curves, names):
             renamed[(c.run_index, c.name)] = n
             c.name = n
-    os.makedirs(out_dir, exist_ok=True)
     members = {g: [curves[i] for i in idx] for g, idx in groups([c.name for c in curves]).items()}
     check_seed_groups(members, run_dirs)
     if reference is not None and group_name(reference) not in members:
-        raise ValueError(f"reference: {reference!r} is none of the models {sorted(members)}")
+        raise ValueError(f"{setting_name(label, 'reference')}: {reference!r} is none of the models {sorted(members)}")
+    os.makedirs(out_dir, exist_ok=True)  # after the checks: a refused comparison leaves no empty folder
     ref = group_name(reference) if reference is not None else list(members)[-1]
     note_replacing(os.path.join(out_dir, "compare.json"))
     figs = [_plot_binned(members, os.path.join(out_dir, "loss_curves.png")),

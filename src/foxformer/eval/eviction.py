@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from foxformer.argtypes import setting_name
 from foxformer.models.calls import backbone, cache_of, model_device
 from foxformer.models.kvcache import EvictionPolicy
 from foxformer.progress import bars_shown
@@ -50,13 +51,14 @@ def _cached_pass(model, tokens: torch.Tensor, chunk: int, prefill: int, policy: 
 
 
 def eviction_loss(model, tokens, *, evict_eps: float, chunk: int = 16, prefill: int = 16,
-                  qk_bound: Optional[float] = None, progress: bool = True) -> dict:
+                  qk_bound: Optional[float] = None, progress: bool = True, label: str = "{}") -> dict:
     """Loss and cache memory with and without eviction on ``tokens`` (int64 [N, T]).
 
     chunk: tokens per step after the first ``prefill`` tokens (<= 16 takes the decode kernel on a GPU).
     Returns mean losses, the per-token difference (mean, mean absolute, max absolute, fp64 means of
     fp32 losses; and by position, in log-spaced bins), the memory ratios and the fraction of keys still
-    cached at the end.
+    cached at the end. ``label`` names chunk, prefill and qk_bound in errors as argtypes.setting_name does
+    ("--{}": the flags of `eval eviction`).
     """
     if not hasattr(backbone(model), "new_cache"):
         raise ValueError("model: eviction needs a foxformer FoX model (FoxForCausalLM)")
@@ -69,10 +71,12 @@ def eviction_loss(model, tokens, *, evict_eps: float, chunk: int = 16, prefill: 
     policy = EvictionPolicy(evict_eps, qk_bound)
     # new_cache takes the config's evict_qk_bound when qk_bound is None
     if qk_bound is None and model.config.evict_qk_bound is None and not model.config.qk_norm:
-        raise ValueError("qk_bound: this model has no QK-norm, so eviction needs your bound on |q.k| * scale "
-                         "(--qk-bound, or evict_qk_bound in its config); without one it would evict nothing")
-    if chunk < 1 or prefill < 1:
-        raise ValueError(f"chunk and prefill must be >= 1, got {chunk} and {prefill}")
+        raise ValueError(f"{setting_name(label, 'qk_bound')}: this model has no QK-norm, so eviction needs your "
+                         f"bound on |q.k| * scale (or evict_qk_bound in its config); without one it would evict "
+                         f"nothing")
+    for field, value in (("chunk", chunk), ("prefill", prefill)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{setting_name(label, field)}: expected a positive integer, got {value!r}")
     tokens = check_tokens(tokens, model).to(model_device(model))
     was_training = model.training
     model.eval()

@@ -23,9 +23,10 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from foxformer.argtypes import setting_name
 from foxformer.models.calls import backbone, fox_blocks, model_device
 from foxformer.progress import bars_shown
-from .loss import check_tokens
+from .loss import check_batch_size, check_tokens
 
 
 def _attention_modules(model: torch.nn.Module) -> list:
@@ -138,8 +139,7 @@ def gate_stats(model: torch.nn.Module, tokens, *, name: str = "model", points: i
     ``points``: distances at which the mean decay is measured (geometric); ``batch_size``: sequences per forward."""
     tokens = check_tokens(tokens, model)
     attns = _attention_modules(model)
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size: expected a positive integer, got {batch_size!r}")
+    check_batch_size(batch_size)
     log_fs: list[list[torch.Tensor]] = [[] for _ in attns]
     for s in tqdm(range(0, tokens.shape[0], batch_size), desc=f"gates {name}", unit="batch",
                   disable=not bars_shown(progress)):
@@ -168,8 +168,9 @@ def gate_stats(model: torch.nn.Module, tokens, *, name: str = "model", points: i
     return stats
 
 
-def parse_heads(spec: Optional[str]) -> Optional[list[tuple[int, int]]]:
-    """"0:1,3:2" -> [(0, 1), (3, 2)] (layer:head); None or "" -> None (automatic choice)."""
+def parse_heads(spec: Optional[str], *, label: str = "{}") -> Optional[list[tuple[int, int]]]:
+    """"0:1,3:2" -> [(0, 1), (3, 2)] (layer:head); None or "" -> None (automatic choice). ``label`` names the
+    setting as argtypes.setting_name does: the keyword, or "--{}" the flag of `analyze gates`."""
     if not spec:
         return None
     out = []
@@ -178,7 +179,7 @@ def parse_heads(spec: Optional[str]) -> Optional[list[tuple[int, int]]]:
             layer, head = part.split(":")
             out.append((int(layer), int(head)))
         except ValueError as e:
-            raise ValueError(f"heads: expected 'layer:head[,layer:head...]' such as '0:1,3:2', got {spec!r}") from e
+            raise ValueError(f"{setting_name(label, 'heads')}: expected 'layer:head[,layer:head...]' such as '0:1,3:2', got {spec!r}") from e
     return out
 
 
@@ -194,18 +195,19 @@ def choose_heads(stats: GateStats, count: int = 8) -> list[tuple[int, int]]:
 
 @torch.no_grad()
 def head_matrices(model: torch.nn.Module, tokens, heads: Sequence[tuple[int, int]],
-                  max_len: int = 256) -> list[dict]:
+                  max_len: int = 256, label: str = "{}") -> list[dict]:
     """Decay matrix F and attention matrix A (fp64 numpy [T, T], T <= max_len) of each (layer, head),
     from the first sequence of ``tokens``. A is what the model weighs the values with: rows of softmax
-    probabilities, or for gated linear attention signed weights (rows need not sum to 1)."""
+    probabilities, or for gated linear attention signed weights (rows need not sum to 1). ``label``: as
+    parse_heads' (``max_len`` is save_gates' and the command's matrix_len)."""
     # a negative slice end would silently drop tokens from the end; 0 leaves nothing to run
     if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
-        raise ValueError(f"matrix_len: expected a positive integer (tokens shown), got {max_len!r}")
+        raise ValueError(f"{setting_name(label, 'matrix_len')}: expected a positive integer (tokens shown), got {max_len!r}")
     tokens = check_tokens(tokens, model)[:1, :max_len]
     attns = _attention_modules(model)
     for layer, head in heads:
         if not (0 <= layer < len(attns) and 0 <= head < attns[layer].num_heads):
-            raise ValueError(f"heads: ({layer}, {head}) is outside {len(attns)} layers x "
+            raise ValueError(f"{setting_name(label, 'heads')}: ({layer}, {head}) is outside {len(attns)} layers x "
                              f"{attns[0].num_heads} heads")
     with capture_attention(model, qk_layers={l for l, _ in heads}) as rec:
         backbone(model)(input_ids=tokens.to(model_device(model)))

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from foxformer.argtypes import setting_name
 from foxformer.models.calls import backbone, model_device, vocab_size_of
 from foxformer.progress import bars_shown
 
@@ -81,6 +82,12 @@ def head_losses(hidden: torch.Tensor, targets: torch.Tensor, weight: torch.Tenso
     return torch.cat(parts, dim=1)
 
 
+def check_batch_size(batch_size, *, label: str = "{}") -> None:
+    """``label`` names the setting as argtypes.setting_name does: the keyword, or "--{}" a command's flag."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"{setting_name(label, 'batch_size')}: expected a positive integer, got {batch_size!r}")
+
+
 def per_token_loss(model: torch.nn.Module, tokens, *, batch_size: int = 1, chunk: int = 2048,
                    progress: bool = False) -> torch.Tensor:
     """Next-token cross-entropy of every position: fp32 [N, T-1] on the CPU for tokens [N, T] (or [T]).
@@ -88,8 +95,7 @@ def per_token_loss(model: torch.nn.Module, tokens, *, batch_size: int = 1, chunk
     Row n, column i is -log p(tokens[n, i+1] | tokens[n, :i+1]). Runs under no_grad on the model's device.
     """
     tokens = check_tokens(tokens, model)
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size: expected a positive integer, got {batch_size!r}")
+    check_batch_size(batch_size)
     dev = model_device(model)
     out = []
     for s in tqdm(range(0, tokens.shape[0], batch_size), desc="loss", unit="batch",
@@ -137,13 +143,14 @@ def default_context_lengths(max_len: int) -> list[int]:
     return lengths + [max_len]
 
 
-def context_lengths(lengths: Optional[Sequence[int]], num_positions: int) -> list[int]:
+def context_lengths(lengths: Optional[Sequence[int]], num_positions: int, *, label: str = "{}") -> list[int]:
     """The context lengths l of P(l) in ascending order (None: powers of 2 and num_positions), each within
-    1 .. num_positions (seq_len - 1: the contexts the evaluated sequences have)."""
+    1 .. num_positions (seq_len - 1: the contexts the evaluated sequences have). ``label``: as check_batch_size's."""
     lengths = sorted({int(l) for l in (lengths or default_context_lengths(num_positions))})
     bad = [l for l in lengths if not 1 <= l <= num_positions]
     if bad:
-        raise ValueError(f"lengths: context lengths must lie in [1, {num_positions}] (seq_len - 1), got {bad}")
+        raise ValueError(f"{setting_name(label, 'lengths')}: context lengths must lie in [1, {num_positions}] "
+                         f"({setting_name(label, 'seq_len')} - 1), got {bad}")
     return lengths
 
 
@@ -192,17 +199,22 @@ class LossCurve:
         return out
 
 
-def _check_curve_args(smooth_window, n_boot, confidence, seed) -> None:
-    """Checked before any model runs: numpy's own error for a negative seed names no argument."""
+def check_curve_args(smooth_window, n_boot, confidence, seed, *, label: str = "{}") -> None:
+    """Checked before any model runs: numpy's own error for a negative seed names no argument. ``label``: as
+    check_batch_size's (``--smooth`` sets smooth_window)."""
+    def name(field: str, flag: Optional[str] = None) -> str:
+        return setting_name(label, field, flag)
+
     if smooth_window is not None and (isinstance(smooth_window, bool) or not isinstance(smooth_window, int)
                                       or smooth_window < 1):
-        raise ValueError(f"smooth_window: expected a positive integer (1: no smoothing), got {smooth_window!r}")
+        raise ValueError(f"{name('smooth_window', 'smooth')}: expected a positive integer (1: no smoothing), got "
+                         f"{smooth_window!r}")
     if isinstance(n_boot, bool) or not isinstance(n_boot, int) or n_boot < 1:
-        raise ValueError(f"n_boot: expected a positive integer, got {n_boot!r}")
+        raise ValueError(f"{name('n_boot')}: expected a positive integer, got {n_boot!r}")
     if not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence: expected a number in (0, 1), got {confidence!r}")
+        raise ValueError(f"{name('confidence')}: expected a number in (0, 1), got {confidence!r}")
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
-        raise ValueError(f"seed: expected a non-negative integer, got {seed!r}")
+        raise ValueError(f"{name('seed')}: expected a non-negative integer, got {seed!r}")
 
 
 def octave_ends(num_positions: int) -> list[int]:
@@ -221,7 +233,7 @@ def loss_curve(per_seq, *, name: str = "model", train_len: Optional[int] = None,
                lengths: Optional[Sequence[int]] = None, smooth_window: Optional[int] = None, n_boot: int = 1000,
                confidence: float = 0.95, seed: int = 0) -> LossCurve:
     """Curves and bands from per-sequence, per-position losses [N, T-1] (accumulated in fp64)."""
-    _check_curve_args(smooth_window, n_boot, confidence, seed)
+    check_curve_args(smooth_window, n_boot, confidence, seed)
     rows = np.asarray(per_seq.double().numpy() if isinstance(per_seq, torch.Tensor) else per_seq, dtype=np.float64)
     if rows.ndim != 2 or rows.shape[0] < 1 or rows.shape[1] < 1:
         raise ValueError(f"per_seq: expected losses [num_sequences, positions], got shape {rows.shape}")
@@ -248,7 +260,7 @@ def eval_loss(model: torch.nn.Module, tokens, *, name: str = "model", train_len:
               batch_size: int = 1, lengths: Optional[Sequence[int]] = None, smooth_window: Optional[int] = None,
               n_boot: int = 1000, confidence: float = 0.95, seed: int = 0, progress: bool = True) -> LossCurve:
     """per_token_loss + loss_curve in one call. tokens int64 [N, T_eval]; T_eval may exceed train_len."""
-    _check_curve_args(smooth_window, n_boot, confidence, seed)
+    check_curve_args(smooth_window, n_boot, confidence, seed)
     tokens = check_tokens(tokens, model)
     context_lengths(lengths, tokens.shape[1] - 1)  # before the model reads every sequence, not after
     losses = per_token_loss(model, tokens, batch_size=batch_size, progress=progress)

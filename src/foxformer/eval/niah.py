@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from foxformer.argtypes import setting_name
 from foxformer.data.tokenizer import start_ids
 from foxformer.models.calls import cache_of, fresh_cache, model_device, vocab_size_of
 from foxformer.progress import bars_shown
@@ -111,8 +112,10 @@ def _snap_to_boundary(tokenizer: TextTokenizer, hay: Sequence[int], pos: int, wi
 
 
 def build_case(tokenizer: TextTokenizer, haystack: Sequence[int], length: int, depth: float, needle: Needle, *,
-               mode: str = "standard", offset: int = 0, needle_index: int = 0, seed: int = 0) -> NiahCase:
-    """Prompt of exactly ``length`` tokens: haystack[offset:...] with the needle at relative ``depth``."""
+               mode: str = "standard", offset: int = 0, needle_index: int = 0, seed: int = 0,
+               label: str = "{}") -> NiahCase:
+    """Prompt of exactly ``length`` tokens: haystack[offset:...] with the needle at relative ``depth``. ``label``:
+    as check_grid's."""
     if mode not in MODES:
         raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
     if not 0.0 <= depth <= 1.0:
@@ -127,10 +130,11 @@ def build_case(tokenizer: TextTokenizer, haystack: Sequence[int], length: int, d
     fixed = len(head) + len(needle_ids) + len(tail)
     budget = length - fixed
     if budget < 1:
-        raise ValueError(f"lengths: context length {length} is too short for the needle and question "
-                         f"({fixed} tokens); use lengths > {fixed}")
+        name = setting_name(label, "lengths")
+        raise ValueError(f"{name}: context length {length} is too short for the needle and question "
+                         f"({fixed} tokens); use {name} > {fixed}")
     if offset + budget > len(haystack):
-        raise ValueError(f"haystack: {len(haystack)} tokens cannot fill a context of {length} tokens "
+        raise ValueError(f"{setting_name(label, 'haystack')}: {len(haystack)} tokens cannot fill a context of {length} tokens "
                          f"(needs {offset + budget}); give a longer haystack source")
     hay = list(haystack[offset:offset + budget])
     pos = _snap_to_boundary(tokenizer, hay, int(round(depth * budget)), snap_window(length))
@@ -264,46 +268,53 @@ class NiahResult:
         return d
 
 
-def check_grid(lengths, depths, modes, needles: int, seeds) -> None:
-    """Refuse a grid niah_grid cannot run, before any model is loaded."""
+def check_grid(lengths, depths, modes, needles: int, seeds, max_new_tokens: Optional[int] = None, *,
+               label: str = "{}") -> None:
+    """Refuse a grid niah_grid cannot run, before any model is loaded. ``label`` names the settings as
+    argtypes.setting_name does: the keywords by default, "--{}" the flags of `eval niah`."""
+    def name(field: str) -> str:
+        return setting_name(label, field)
+
     if not lengths or any(isinstance(l, bool) or not isinstance(l, int) or l < 2 for l in lengths):
-        raise ValueError(f"lengths: expected a non-empty list of integer context lengths, got {lengths!r}")
+        raise ValueError(f"{name('lengths')}: expected a non-empty list of integer context lengths >= 2, got "
+                         f"{lengths!r}")
     if not depths or any(not 0.0 <= float(d) <= 1.0 for d in depths):
-        raise ValueError(f"depths: expected a non-empty list of numbers in [0, 1], got {depths!r}")
+        raise ValueError(f"{name('depths')}: expected a non-empty list of numbers in [0, 1], got {depths!r}")
     bad = [m for m in modes if m not in MODES]
     if not modes or bad:
-        raise ValueError(f"modes: expected a non-empty subset of {MODES}, got {list(modes)!r}")
+        raise ValueError(f"{name('modes')}: expected a non-empty subset of {MODES}, got {list(modes)!r}")
     if isinstance(needles, bool) or not isinstance(needles, int) or needles < 1:
-        raise ValueError(f"needles: expected a positive integer (needles per cell), got {needles!r}")
+        raise ValueError(f"{name('needles')}: expected a positive integer (needles per cell), got {needles!r}")
     if not seeds:
-        raise ValueError("seeds: expected at least one seed")
+        raise ValueError(f"{name('seeds')}: expected at least one seed")
     # numpy's own error for a negative seed names no argument
     if any(isinstance(s, bool) or not isinstance(s, numbers.Integral) or s < 0 for s in seeds):
-        raise ValueError(f"seeds: expected non-negative integers, got {list(seeds)!r}")
+        raise ValueError(f"{name('seeds')}: expected non-negative integers, got {list(seeds)!r}")
+    # no new tokens cannot contain the answer: every trial would be scored as missed
+    if max_new_tokens is not None and (isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int)
+                                       or max_new_tokens < 1):
+        raise ValueError(f"{name('max_new_tokens')}: expected a positive integer, got {max_new_tokens!r}")
     # a repeat runs its trials again: a heatmap row shown twice, or a cell's accuracy over copies of one trial
     for key, values in (("lengths", lengths), ("depths", depths), ("modes", modes), ("seeds", seeds)):
         values = list(values)
         twice = next((v for i, v in enumerate(values) if v in values[:i]), None)
         if twice is not None:
-            raise ValueError(f"{key}: {twice!r} is given more than once in {values}; give each value once")
+            raise ValueError(f"{name(key)}: {twice!r} is given more than once in {values}; give each value once")
 
 
 def niah_grid(model: torch.nn.Module, tokenizer: TextTokenizer, haystack: Sequence[int], *,
               lengths: Sequence[int], depths: Sequence[float] = (0.0, 0.25, 0.5, 0.75, 1.0),
               modes: Sequence[str] = MODES, needles: int = 2, seeds: Sequence[int] = (0,),
               keys: Sequence[str] = DEFAULT_KEYS, generate: bool = True, max_new_tokens: Optional[int] = None,
-              name: str = "model", train_len: Optional[int] = None, progress: bool = True) -> NiahResult:
+              name: str = "model", train_len: Optional[int] = None, progress: bool = True,
+              label: str = "{}") -> NiahResult:
     """Run every (mode, length, depth, needle, seed) trial. ``haystack``: token ids of local text, at least
-    max(lengths) long (plus room for the per-seed offsets)."""
+    max(lengths) long (plus room for the per-seed offsets). ``label``: as check_grid's."""
     lengths, depths, modes, seeds = list(lengths), [float(d) for d in depths], list(modes), list(seeds)
-    check_grid(lengths, depths, modes, needles, seeds)
-    # no new tokens cannot contain the answer: every trial would be scored as missed
-    if max_new_tokens is not None and (isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int)
-                                       or max_new_tokens < 1):
-        raise ValueError(f"max_new_tokens: expected a positive integer, got {max_new_tokens!r}")
+    check_grid(lengths, depths, modes, needles, seeds, max_new_tokens, label=label)
     vocab = vocab_size_of(model)
     if vocab is not None and haystack and max(haystack) >= vocab:
-        raise ValueError(f"haystack: token id {max(haystack)} is outside the model's vocabulary of {vocab}; "
+        raise ValueError(f"{setting_name(label, 'haystack')}: token id {max(haystack)} is outside the model's vocabulary of {vocab}; "
                          f"use the tokenizer the model was trained with")
     result = NiahResult(name=name, lengths=lengths, depths=depths, modes=modes, train_len=train_len,
                         generate=generate)
@@ -319,7 +330,7 @@ def niah_grid(model: torch.nn.Module, tokenizer: TextTokenizer, haystack: Sequen
                 for mode in modes:
                     for depth in depths:
                         case = build_case(tokenizer, haystack, length, depth, needle, mode=mode, offset=offset,
-                                          needle_index=n, seed=seed)
+                                          needle_index=n, seed=seed, label=label)
                         result.records.append(run_case(model, tokenizer, case, generate=generate,
                                                        max_new_tokens=max_new_tokens))
                         bar.update(1)

@@ -15,6 +15,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from ..argtypes import setting_name
 from ..paths import write_json as atomic_json
 from . import plots
 from .gates import GateStats, choose_heads, head_matrices, is_linear
@@ -93,26 +94,28 @@ def safe_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") or "model"
 
 
-def plot_tags(names: Sequence[str], prefix: str = "gates_", suffix: str = "_*.png") -> list[str]:
+def plot_tags(names: Sequence[str], prefix: str = "gates_", suffix: str = "_*.png", *,
+              label: str = "{}") -> list[str]:
     """The file-name tag of each model's files PREFIX<tag>SUFFIX (``safe_name`` of its label). Labels that differ
     only in what safe_name replaces ("a b", "a_b") would write the same files, one model's results silently
-    overwriting the other's: that is a ValueError."""
+    overwriting the other's: that is a ValueError naming the labels' setting as ``label`` has it
+    (argtypes.setting_name: "--{}" for the flag --names)."""
     tags = [safe_name(n) for n in names]
     for i, tag in enumerate(tags):
         first = tags.index(tag)
         if first != i:
-            raise ValueError(f"names: models {names[first]!r} and {names[i]!r} would get the same file names "
-                             f"({prefix}{tag}{suffix}); label them apart in letters, digits, '.', '-' or '_' "
-                             f"(--names)")
+            raise ValueError(f"{setting_name(label, 'names')}: models {names[first]!r} and {names[i]!r} would get "
+                             f"the same file names ({prefix}{tag}{suffix}); label them apart in letters, digits, "
+                             f"'.', '-' or '_'")
     return tags
 
 
-def model_outputs(prefix: str, names: Sequence[str]) -> list[str]:
+def model_outputs(prefix: str, names: Sequence[str], *, label: str = "{}") -> list[str]:
     """File names of the results of the models ``names`` that one command evaluates into one folder: PREFIX.json
     for a single model, PREFIX_<tag>.json each for several (``plot_tags``: labels that would share one refused)."""
     if len(names) == 1:
         return [f"{prefix}.json"]
-    return [f"{prefix}_{tag}.json" for tag in plot_tags(names, prefix=f"{prefix}_", suffix=".json")]
+    return [f"{prefix}_{tag}.json" for tag in plot_tags(names, prefix=f"{prefix}_", suffix=".json", label=label)]
 
 
 def save_loss(curves: Sequence, out_dir: str, settings: Optional[dict] = None) -> dict:
@@ -142,14 +145,15 @@ def save_niah(results: Sequence, out_dir: str, settings: Optional[dict] = None) 
 
 
 def save_gates(analyses: Sequence[tuple[GateStats, object, object]], out_dir: str,
-               settings: Optional[dict] = None, heads: Optional[list] = None, matrix_len: int = 256) -> dict:
+               settings: Optional[dict] = None, heads: Optional[list] = None, matrix_len: int = 256,
+               label: str = "{}") -> dict:
     """gates.json and per model: decay / attention matrix grids, timescale and effective-context heatmaps and
-    mean-decay curves. ``analyses``: (stats, model, tokens) per model."""
+    mean-decay curves. ``analyses``: (stats, model, tokens) per model. ``label``: as head_matrices'."""
     files, models = [], []
-    tags = plot_tags([stats.name for stats, _, _ in analyses])
+    tags = plot_tags([stats.name for stats, _, _ in analyses], label=label)
     for (stats, model, tokens), tag in zip(analyses, tags):
         chosen = heads or choose_heads(stats)
-        mats = head_matrices(model, tokens, chosen, max_len=matrix_len)
+        mats = head_matrices(model, tokens, chosen, max_len=matrix_len, label=label)
         labels = [f"L{m['layer']} H{m['head']}" for m in mats]
         if stats.has_gate:
             files.append(plots.plot_matrices([(f"F {lab}", m["decay"]) for lab, m in zip(labels, mats)],

@@ -6,12 +6,17 @@ from typing import Optional
 import numpy as np
 import torch
 
+from foxformer.argtypes import setting_name
 
-def _check_len(seq_len: int, num: int) -> None:
+
+def check_sequences(seq_len: int, num: int, *, label: str = "{}") -> None:
+    """Refuse a length or count no sequences can be cut to. ``label`` names the settings as argtypes.setting_name
+    does: the keywords by default, "--{}" for the flags of the eval commands (--seq-len, --num-seqs)."""
     if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 2:
-        raise ValueError(f"seq_len: expected an integer >= 2 (tokens per evaluation sequence), got {seq_len!r}")
+        raise ValueError(f"{setting_name(label, 'seq_len')}: expected an integer >= 2 (tokens per evaluation "
+                         f"sequence), got {seq_len!r}")
     if isinstance(num, bool) or not isinstance(num, int) or num < 1:
-        raise ValueError(f"num_sequences: expected a positive integer, got {num!r}")
+        raise ValueError(f"{setting_name(label, 'num', 'num_seqs')}: expected a positive integer, got {num!r}")
 
 
 def _split_size(data_dir: str, split: str) -> int:
@@ -26,16 +31,17 @@ def _split_size(data_dir: str, split: str) -> int:
 
 
 def dataset_sequences(data_dir: str, seq_len: int, num: int, *, split: str = "val",
-                      within_docs: bool = False, source: Optional[str] = None) -> torch.Tensor:
+                      within_docs: bool = False, source: Optional[str] = None, label: str = "{}") -> torch.Tensor:
     """int64 [N, seq_len] from a prepared dataset (``foxformer data prepare``), N = min(num, available).
 
     within_docs=False: consecutive windows of the concatenated split (documents joined by end-of-text),
     spread evenly over the split. within_docs=True: only windows that lie inside one document (long-context
     evaluation: every position really has that much context), at most one per document, longest docs first;
     a window holds text only, never the document's closing end-of-text token. ``source`` (needs within_docs):
-    only documents of that source of the dataset (see TokenDataset.source_index).
+    only documents of that source of the dataset (see TokenDataset.source_index). ``label``: as check_sequences'.
     """
-    _check_len(seq_len, num)
+    check_sequences(seq_len, num, label=label)
+    name = setting_name(label, "seq_len")
     from foxformer.data import TokenDataset
 
     # A split shorter than seq_len is refused here with the largest seq_len that works (the dataset's own error
@@ -43,8 +49,8 @@ def dataset_sequences(data_dir: str, seq_len: int, num: int, *, split: str = "va
     # to explain (how to prepare one).
     size = _split_size(data_dir, split)
     if not within_docs and 2 <= size < seq_len:
-        raise ValueError(f"seq_len: split {split!r} of {data_dir!r} has {size} tokens, fewer than one sequence of "
-                         f"{seq_len}; the largest workable --seq-len is {size}")
+        raise ValueError(f"{name}: split {split!r} of {data_dir!r} has {size} tokens, fewer than one sequence of "
+                         f"{seq_len}; the largest workable {name} is {size}")
     ds = TokenDataset(data_dir, split, min(seq_len, size) if size >= 2 else seq_len)
     if source is not None and not within_docs:
         raise ValueError("data source: choosing a source's documents needs --within-docs (windows of the "
@@ -61,10 +67,10 @@ def dataset_sequences(data_dir: str, seq_len: int, num: int, *, split: str = "va
         lengths = np.where(ds.doc_sources == ds.source_index(source), lengths, -1)  # -1: another source's
     long_docs = np.flatnonzero(lengths >= seq_len)
     if long_docs.size == 0:
-        raise ValueError(f"seq_len: no document of split {split!r} in {data_dir!r}"
+        raise ValueError(f"{name}: no document of split {split!r} in {data_dir!r}"
                          f"{'' if source is None else f' from source {source!r}'} has {seq_len} text tokens "
-                         f"(longest: {max(int(lengths.max()), 0) if lengths.size else 0}); lower --seq-len or drop "
-                         f"--within-docs")
+                         f"(longest: {max(int(lengths.max()), 0) if lengths.size else 0}); lower {name} or drop "
+                         f"{setting_name(label, 'within_docs')}")
     order = long_docs[np.argsort(-lengths[long_docs], kind="stable")][:num]
     rows = [np.asarray(ds.tokens[offsets[d]:offsets[d] + seq_len], dtype=np.int64) for d in sorted(order)]
     return torch.from_numpy(np.stack(rows))
@@ -94,10 +100,12 @@ def document_token_stream(source: str, tokenizer, *, min_tokens: int, enough: Op
     return ids
 
 
-def source_sequences(source: str, tokenizer, seq_len: int, num: int, text_field: str = "text") -> torch.Tensor:
+def source_sequences(source: str, tokenizer, seq_len: int, num: int, text_field: str = "text", *,
+                     label: str = "{}") -> torch.Tensor:
     """int64 [N, seq_len]: the first ``seq_len`` tokens of each document with at least that many tokens (a
-    tokenizer's BOS first, for those that have one). ``text_field``: the JSONL field / Parquet column of the text."""
-    _check_len(seq_len, num)
+    tokenizer's BOS first, for those that have one). ``text_field``: the JSONL field / Parquet column of the text.
+    ``label``: as check_sequences'."""
+    check_sequences(seq_len, num, label=label)
     from foxformer.data import iter_documents
 
     from foxformer.data.tokenizer import start_ids
@@ -110,6 +118,7 @@ def source_sequences(source: str, tokenizer, seq_len: int, num: int, text_field:
             if len(rows) >= num:
                 break
     if not rows:
-        raise ValueError(f"seq_len: no document of {source!r} has {seq_len} tokens; lower --seq-len or use a "
-                         f"source with longer documents")
+        name = setting_name(label, "seq_len")
+        raise ValueError(f"{name}: no document of {source!r} has {seq_len} tokens; lower {name} or use a source "
+                         f"with longer documents")
     return torch.tensor(rows, dtype=torch.int64)

@@ -1,0 +1,66 @@
+"""The eval commands' errors name the flag to fix (`--seq-len: ...`), not the keyword the check has in the Python
+API (`seq_len: ...`), which the API's own errors keep. These are refused before any model loads: the model
+named here does not exist."""
+import pytest
+
+from foxformer.cli import main
+from foxformer.eval.loss import check_curve_args
+from foxformer.eval.niah import check_grid
+from foxformer.eval.sequences import check_sequences
+
+LOSS = ["eval", "loss", "no-such-run"]
+NIAH = ["eval", "niah", "no-such-run"]
+GATES = ["analyze", "gates", "no-such-run"]
+
+
+@pytest.mark.parametrize("argv, said", [
+    pytest.param([*LOSS, "--seq-len", "1"], "--seq-len: expected an integer >= 2 (tokens per evaluation sequence), "
+                                            "got 1", id="loss-seq-len"),
+    pytest.param([*LOSS, "--num-seqs", "0"], "--num-seqs: expected a positive integer, got 0", id="loss-num-seqs"),
+    pytest.param([*LOSS, "--smooth", "0"], "--smooth: expected a positive integer (1: no smoothing), got 0",
+                 id="loss-smooth"),
+    pytest.param([*LOSS, "--n-boot", "0"], "--n-boot: expected a positive integer, got 0", id="loss-n-boot"),
+    pytest.param([*LOSS, "--confidence", "1.5"], "--confidence: expected a number in (0, 1), got 1.5",
+                 id="loss-confidence"),
+    pytest.param([*LOSS, "--seed", "-1"], "--seed: expected a non-negative integer, got -1", id="loss-seed"),
+    pytest.param([*LOSS, "--batch-size", "0"], "--batch-size: expected a positive integer, got 0",
+                 id="loss-batch-size"),
+    pytest.param([*LOSS, "--seq-len", "512", "--lengths", "256,1Ki"],
+                 "--lengths: context lengths must lie in [1, 511] (--seq-len - 1), got [1024]", id="loss-lengths"),
+    pytest.param([*NIAH, "--lengths", "1"], "--lengths: expected a non-empty list of integer context lengths >= 2, "
+                                            "got [1]", id="niah-lengths"),
+    pytest.param([*NIAH, "--depths", "0,1.5"], "--depths: expected a non-empty list of numbers in [0, 1], got "
+                                               "[0.0, 1.5]", id="niah-depths"),
+    pytest.param([*NIAH, "--modes", "hard"], "--modes: expected a non-empty subset of ('standard', 'easy'), got "
+                                             "['hard']", id="niah-modes"),
+    pytest.param([*NIAH, "--needles", "0"], "--needles: expected a positive integer (needles per cell), got 0",
+                 id="niah-needles"),
+    pytest.param([*NIAH, "--seeds", "-1"], "--seeds: expected non-negative integers, got [-1]", id="niah-seeds"),
+    pytest.param([*NIAH, "--max-new-tokens", "0"], "--max-new-tokens: expected a positive integer, got 0",
+                 id="niah-max-new-tokens"),
+    pytest.param([*GATES, "--num-seqs", "0"], "--num-seqs: expected a positive integer, got 0", id="gates-num-seqs"),
+    pytest.param([*GATES, "--batch-size", "0"], "--batch-size: expected a positive integer, got 0",
+                 id="gates-batch-size"),
+    pytest.param([*GATES, "--heads", "0-1"], "--heads: expected 'layer:head[,layer:head...]' such as '0:1,3:2', "
+                                             "got '0-1'", id="gates-heads"),
+    pytest.param(["eval", "compare", "no-such-run", "--positions", "24"],
+                 "--positions: expected powers of two >= 2 (the octaves whose per-sequence losses loss.json keeps), "
+                 "got [24]; e.g. 32", id="compare-positions"),
+])
+def test_an_error_names_the_flag(argv, said, capsys):
+    assert main([*argv, "--no-progress"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [f"error: {said}"]
+
+
+@pytest.mark.parametrize("check, said", [
+    pytest.param(lambda: check_sequences(1, 4), "seq_len: expected an integer >= 2", id="seq-len"),
+    pytest.param(lambda: check_sequences(8, 0), "num: expected a positive integer, got 0", id="num"),
+    pytest.param(lambda: check_curve_args(0, 10, 0.9, 0), "smooth_window: expected a positive integer",
+                 id="smooth-window"),
+    pytest.param(lambda: check_grid([8], [0.0], ["easy"], 1, [0], 0), "max_new_tokens: expected a positive integer",
+                 id="max-new-tokens"),
+])
+def test_the_python_api_names_its_keyword(check, said):
+    with pytest.raises(ValueError) as exc:
+        check()
+    assert str(exc.value).startswith(said)
