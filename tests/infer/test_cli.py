@@ -100,7 +100,7 @@ def test_generate_errors_are_clear(hf_dir, capsys):
                  "every token", id="top-k-negative"),
     pytest.param("--prefill-chunk", "0", "--prefill-chunk: expected a positive integer, got 0; leave it out to read "
                  "the prompt in one forward", id="prefill-chunk-zero"),
-    pytest.param("--evict-eps", "2", "--evict-eps must be in (0, 1), got 2.0; leave it out for no eviction",
+    pytest.param("--evict-eps", "2", "--evict-eps must be in (0, 1), got 2.0",
                  id="evict-eps-two"),
 ])
 def test_generate_names_a_bad_setting_by_its_flag_without_offering_none(tmp_path, capsys, flag, value, said):

@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from foxformer.argtypes import setting_name, unset_said
+from foxformer.argtypes import setting_name
 from foxformer.ops.forgetting_attn.threshold import pruning_threshold
 
 # Decode steps scan for dead keys every 8th step: on the H200 eviction added 2.4 ms to a 13.9 ms decode
@@ -43,17 +43,17 @@ def check_eviction(eps=None, qk_bound=None, max_len=None, *, label: str = "{}") 
     def name(field: str) -> str:
         return setting_name(label, _FIELDS[field])
 
-    unset = unset_said(label)
+    # What None means differs by caller (no eviction in a FoxConfig, the model config's setting in generate, the
+    # default tolerance in `eval eviction`), so the message only says None passes, and not to a flag's user.
+    none = "" if label.startswith("--") else " or None"
     # NaN fails every comparison below, so `not (0 < x < 1)` refuses it too.
     if eps is not None and (isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < 1):
-        raise ValueError(f"{name('eps')} must be in (0, 1), got {eps!r}; {unset} for no eviction")
+        raise ValueError(f"{name('eps')} must be in (0, 1){none}, got {eps!r}")
     if qk_bound is not None and (isinstance(qk_bound, bool) or not isinstance(qk_bound, (int, float))
                                  or not 0 <= qk_bound < math.inf):
-        raise ValueError(f"{name('qk_bound')} must be finite and >= 0, got {qk_bound!r}; {unset} to keep every key "
-                         f"of the layers without QK-norm")
+        raise ValueError(f"{name('qk_bound')} must be finite and >= 0{none}, got {qk_bound!r}")
     if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1):
-        raise ValueError(f"{name('max_len')} must be a positive int, got {max_len!r}; {unset} for "
-                         f"max_position_embeddings (or the generation's length where it is more)")
+        raise ValueError(f"{name('max_len')} must be a positive int{none}, got {max_len!r}")
 
 
 @dataclass(frozen=True)
