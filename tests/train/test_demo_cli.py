@@ -63,3 +63,16 @@ def test_demo_minutes_are_the_whole_demos_training_time(tmp_path, monkeypatch):
     plan = demo._plan(str(tmp_path), 1.0, "cpu", geo, 320, lambda msg: None)
     seconds = sum(plan["total_tokens"] / s for s in speeds.values())
     assert 0.7 * 60 <= seconds <= 60
+
+
+def test_demo_takes_each_models_faster_of_two_interleaved_probes(tmp_path, monkeypatch):
+    """A burst of other load during one probe (a test run beside the demo) no longer shrinks the plan: the first
+    probe of the transformer is slowed here, its second is not."""
+    from foxformer import demo
+
+    measured = iter([100_000.0, 20_000.0, 110_000.0, 300_000.0])  # fox, transformer, fox, transformer
+    order = []
+    monkeypatch.setattr(demo, "_probe_tokens_per_s", lambda preset, *a: order.append(preset) or next(measured))
+    plan = demo._plan(str(tmp_path), 1.0, "cpu", demo._device_defaults("cpu"), 320, lambda msg: None)
+    assert order == [*demo.MODELS, *demo.MODELS]
+    assert plan["speeds"] == {"fox-pro-tiny": 110_000.0, "transformer-pro-tiny": 300_000.0}
