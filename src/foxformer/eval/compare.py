@@ -458,8 +458,8 @@ def compare(run_dirs: list[str], out_dir: str, positions=None, names: list[str] 
            or p & (p - 1)]
     if bad:
         near = sorted({1 << max(1, round(math.log2(p))) for p in bad if isinstance(p, numbers.Real) and p >= 1})
-        raise ValueError(f"{setting_name(label, 'positions')}: expected powers of two >= 2 (the octaves whose per-sequence losses loss.json "
-                         f"keeps), got {bad}" + (f"; e.g. {','.join(map(str, near))}" if near else ""))
+        raise ValueError(f"{setting_name(label, 'positions')}: expected powers of two >= 2 (the octaves whose "
+                         f"per-sequence losses loss.json keeps), got {bad}" + (f"; e.g. {','.join(map(str, near))}" if near else ""))
     curves = load_curves(run_dirs)
     if positions is None:
         positions = default_positions(max(c.seq_len for c in curves))

@@ -179,7 +179,8 @@ def parse_heads(spec: Optional[str], *, label: str = "{}") -> Optional[list[tupl
             layer, head = part.split(":")
             out.append((int(layer), int(head)))
         except ValueError as e:
-            raise ValueError(f"{setting_name(label, 'heads')}: expected 'layer:head[,layer:head...]' such as '0:1,3:2', got {spec!r}") from e
+            raise ValueError(f"{setting_name(label, 'heads')}: expected 'layer:head[,layer:head...]' such as "
+                             f"'0:1,3:2', got {spec!r}") from e
     return out
 
 
@@ -202,7 +203,8 @@ def head_matrices(model: torch.nn.Module, tokens, heads: Sequence[tuple[int, int
     parse_heads' (``max_len`` is save_gates' and the command's matrix_len)."""
     # a negative slice end would silently drop tokens from the end; 0 leaves nothing to run
     if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
-        raise ValueError(f"{setting_name(label, 'matrix_len')}: expected a positive integer (tokens shown), got {max_len!r}")
+        raise ValueError(f"{setting_name(label, 'matrix_len')}: expected a positive integer (tokens shown), got "
+                         f"{max_len!r}")
     tokens = check_tokens(tokens, model)[:1, :max_len]
     attns = _attention_modules(model)
     for layer, head in heads:

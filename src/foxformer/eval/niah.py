@@ -134,8 +134,8 @@ def build_case(tokenizer: TextTokenizer, haystack: Sequence[int], length: int, d
         raise ValueError(f"{name}: context length {length} is too short for the needle and question "
                          f"({fixed} tokens); use {name} > {fixed}")
     if offset + budget > len(haystack):
-        raise ValueError(f"{setting_name(label, 'haystack')}: {len(haystack)} tokens cannot fill a context of {length} tokens "
-                         f"(needs {offset + budget}); give a longer haystack source")
+        raise ValueError(f"{setting_name(label, 'haystack')}: {len(haystack)} tokens cannot fill a context of "
+                         f"{length} tokens (needs {offset + budget}); give a longer haystack source")
     hay = list(haystack[offset:offset + budget])
     pos = _snap_to_boundary(tokenizer, hay, int(round(depth * budget)), snap_window(length))
     prompt = head + hay[:pos] + needle_ids + hay[pos:] + tail
@@ -314,8 +314,8 @@ def niah_grid(model: torch.nn.Module, tokenizer: TextTokenizer, haystack: Sequen
     check_grid(lengths, depths, modes, needles, seeds, max_new_tokens, label=label)
     vocab = vocab_size_of(model)
     if vocab is not None and haystack and max(haystack) >= vocab:
-        raise ValueError(f"{setting_name(label, 'haystack')}: token id {max(haystack)} is outside the model's vocabulary of {vocab}; "
-                         f"use the tokenizer the model was trained with")
+        raise ValueError(f"{setting_name(label, 'haystack')}: token id {max(haystack)} is outside the model's "
+                         f"vocabulary of {vocab}; use the tokenizer the model was trained with")
     result = NiahResult(name=name, lengths=lengths, depths=depths, modes=modes, train_len=train_len,
                         generate=generate)
     total = len(modes) * len(lengths) * len(depths) * needles * len(seeds)
