@@ -7,7 +7,7 @@ import triton
 import triton.language as tl
 
 from .tiles import (LAUNCH_OPTIONS, block_sizes, grid, last_dim_contiguous, partials_dtype,
-                    reduce_partials, sigmoid, tile, up)
+                    reduce_partials, rms_norm_grad, rstd, sigmoid, tile, up)
 
 
 @triton.jit
@@ -27,14 +27,13 @@ def _gate_norm_kernel(O, G, W, DY, Y, DO, DG, DW_PART, T, n_rows, D, eps,
     o = _load_rows(O, b, t, h, d, mask, so_b, so_t, so_h, F64)
     sg = sigmoid(_load_rows(G, b, t, h, d, mask, sg_b, sg_t, sg_h, F64))
     w = up(tl.load(W + h * sw_h + d, mask=d_ok, other=0.0), F64)
-    r = 1.0 / tl.sqrt(tl.sum(o * o, axis=1) / D + eps)
+    r = rstd(o, D, eps)
     out = (n * H + h) * D
     if BACKWARD:
         dy = _load_rows(DY, b, t, h, d, mask, sd_b, sd_t, sd_h, F64)
         normed = o * r[:, None]
         dg = dy * normed * w[None, :] * sg * (1.0 - sg)
-        gw = dy * sg * w[None, :]
-        do = r[:, None] * gw - o * (r * r * r * tl.sum(gw * o, axis=1) / D)[:, None]
+        do = rms_norm_grad(o, r, dy * sg * w[None, :], D)
         tl.store(DO + out[:, None] + d[None, :], do.to(DO.dtype.element_ty), mask=mask)
         tl.store(DG + out[:, None] + d[None, :], dg.to(DG.dtype.element_ty), mask=mask)
         part = tl.sum(dy * sg * normed, axis=0)

@@ -15,7 +15,7 @@ import triton
 import triton.language as tl
 
 from .tiles import (LAUNCH_OPTIONS, block_sizes, grid, last_dim_contiguous, partials_dtype,
-                    reduce_partials, sigmoid, tile, up)
+                    reduce_partials, rms_norm_grad, rstd, sigmoid, tile, up)
 
 
 @triton.jit
@@ -49,11 +49,6 @@ def _mix(X, LOGITS, PREV, STARTS, b, t, ok, h, d, d_ok,
 
 
 @triton.jit
-def _rstd(u, D, eps):
-    return 1.0 / tl.sqrt(tl.sum(u * u, axis=1) / D + eps)
-
-
-@triton.jit
 def _shift_norm_fwd_kernel(X, LOGITS, PREV, STARTS, W, Y, T, n_rows, D, eps,
                            sx_b, sx_t, sx_h, sl_b, sl_t, sl_h, sp_b, sp_h, ss_b, ss_t, sw_h,
                            HAS_SHIFT: tl.constexpr, HAS_PREV: tl.constexpr, HAS_STARTS: tl.constexpr,
@@ -65,7 +60,7 @@ def _shift_norm_fwd_kernel(X, LOGITS, PREV, STARTS, W, Y, T, n_rows, D, eps,
                       ss_b, ss_t, HAS_SHIFT, HAS_PREV, HAS_STARTS, F64)
     if HAS_WEIGHT:
         w = up(tl.load(W + h * sw_h + d, mask=d_ok, other=0.0), F64)
-        u = u * _rstd(u, D, eps)[:, None] * w[None, :]
+        u = u * rstd(u, D, eps)[:, None] * w[None, :]
     y_row = (n * tl.num_programs(1) + h) * D
     tl.store(Y + y_row[:, None] + d[None, :], u.to(Y.dtype.element_ty), mask=ok[:, None] & d_ok[None, :])
 
@@ -84,9 +79,8 @@ def _row_grads(X, LOGITS, PREV, STARTS, W, DY, n, T, ok, h, d, d_ok, D, eps,
     dy = up(tl.load(DY + dy_row[:, None] + d[None, :], mask=ok[:, None] & d_ok[None, :], other=0.0), F64)
     if HAS_WEIGHT:
         w = up(tl.load(W + h * sw_h + d, mask=d_ok, other=0.0), F64)
-        r = _rstd(u, D, eps)
-        gw = dy * w[None, :]
-        du = r[:, None] * gw - u * (r * r * r * tl.sum(gw * u, axis=1) / D)[:, None]
+        r = rstd(u, D, eps)
+        du = rms_norm_grad(u, r, dy * w[None, :], D)
         dw = dy * u * r[:, None]
     else:
         du = dy

@@ -79,5 +79,17 @@ def sigmoid(z):
     return 1.0 / (1.0 + tl.exp(-z))
 
 
+@triton.jit
+def rstd(u, D, eps):
+    """1 / RMS of each row of u [BLOCK_T, BLOCK_D] (padding columns are zeros), [BLOCK_T]."""
+    return 1.0 / tl.sqrt(tl.sum(u * u, axis=1) / D + eps)
+
+
+@triton.jit
+def rms_norm_grad(u, r, gw, D):
+    """The gradient of u through ``u * r`` (r = rstd(u)), given ``gw``: the output's gradient times the weight."""
+    return r[:, None] * gw - u * (r * r * r * tl.sum(gw * u, axis=1) / D)[:, None]
+
+
 __all__ = ["LAUNCH_OPTIONS", "TILES", "Tile", "block_sizes", "grid", "last_dim_contiguous", "partials_dtype",
-           "reduce_partials", "sigmoid", "tile", "up"]
+           "reduce_partials", "rms_norm_grad", "rstd", "sigmoid", "tile", "up"]
