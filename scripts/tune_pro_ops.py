@@ -4,10 +4,10 @@
 
 Each case is one of FoX (Pro) 125M's calls at 16K (B 4, 12 heads of 64, bf16; q, k, v and the output gate are views
 of one joint product, as in the model): q's norm, k's shift + norm, v's shift, the output norm + gate. Every
-(elements, warps) row times each kernel's forward and backward launcher alone (median of CUDA-event timings), and
-its effective bandwidth from the bytes the pass must move; the last row per case is the reference compiled by
-Inductor, forward and forward + backward through autograd, as the model runs without fused_pro_ops. The winners
-become tiles.TILES (its comment cites the run).
+(elements, warps, programs numbered head-fastest or not: Tile.heads_inner) row times each kernel's forward and
+backward launcher alone (median of CUDA-event timings), and its effective bandwidth from the bytes the pass must
+move; the last row per case is the reference compiled by Inductor, forward and forward + backward through autograd,
+as the model runs without fused_pro_ops. The winners become tiles.TILES (its comment cites the run).
 """
 from __future__ import annotations
 
@@ -23,8 +23,10 @@ from foxformer.ops.pro_block import gate, gate_norm_reference, shift, shift_norm
 
 B, T, H, D = 4, 16384, 12, 64
 REPS = 30
-ELEMENTS = (1024, 2048, 4096, 8192, 16384)
+# 8K and 16K elements lost every case on the H100 (fbff5a5), up to 20x slower with few warps
+ELEMENTS = (1024, 2048, 4096)
 WARPS = (1, 2, 4, 8)
+HEADS_INNER = (False, True)
 
 
 def ms(fn) -> float:
@@ -91,15 +93,17 @@ def main(argv=None) -> int:
     x = inputs()
     rows = []
     default = dict(tiles.TILES)
+    cases_kernel = {name: c[0] for name, c in cases(x).items()}
     for name, (kernel, fwd, bwd, (ref, ref_args), bytes_f, bytes_b) in cases(x).items():
-        for elements, warps in itertools.product(ELEMENTS, WARPS):
-            tile = tiles.Tile(elements, warps)
+        for elements, warps, inner in itertools.product(ELEMENTS, WARPS, HEADS_INNER):
+            tile = tiles.Tile(elements, warps, inner)
             tiles.TILES.update({f"{kernel}_fwd": tile, f"{kernel}_bwd": tile})
             f, b = ms(fwd), ms(bwd)
-            rows.append(dict(case=name, provider="fused", elements=elements, warps=warps, fwd_ms=f, bwd_ms=b,
-                             fwd_gbs=bytes_f / f / 1e6, bwd_gbs=bytes_b / b / 1e6))
-            print(f"{name:14s} {elements:6d} x{warps}  fwd {f:.4f} ms ({bytes_f / f / 1e6:6.0f} GB/s)  "
-                  f"bwd {b:.4f} ms ({bytes_b / b / 1e6:6.0f} GB/s)", flush=True)
+            rows.append(dict(case=name, provider="fused", elements=elements, warps=warps, heads_inner=inner,
+                             fwd_ms=f, bwd_ms=b, fwd_gbs=bytes_f / f / 1e6, bwd_gbs=bytes_b / b / 1e6))
+            print(f"{name:14s} {elements:6d} x{warps} {'heads-inner' if inner else 'rows-inner ':11s}  "
+                  f"fwd {f:.4f} ms ({bytes_f / f / 1e6:6.0f} GB/s)  bwd {b:.4f} ms ({bytes_b / b / 1e6:6.0f} GB/s)",
+                  flush=True)
         tiles.TILES.update(default)
         f, fb = inductor_ms(ref, ref_args, x["dy"])
         rows.append(dict(case=name, provider="inductor", fwd_ms=f, bwd_ms=fb - f, fwd_bwd_ms=fb))
@@ -111,11 +115,15 @@ def main(argv=None) -> int:
                 key = (r["case"], pass_)
                 if key not in best or r[f"{pass_}_ms"] < best[key][f"{pass_}_ms"]:
                     best[key] = r
-    print("\ncase | pass | best elements x warps | ms | GB/s | default (4096 x 4) ms")
+    print("\ncase | pass | best elements x warps, order | ms | GB/s | TILES' ms")
     for (case, pass_), r in best.items():
-        d = next(q for q in rows if q["case"] == case and q.get("elements") == 4096 and q.get("warps") == 4)
-        print(f"{case} | {pass_} | {r['elements']} x {r['warps']} | {r[f'{pass_}_ms']:.4f} | "
-              f"{r[f'{pass_}_gbs']:.0f} | {d[f'{pass_}_ms']:.4f}")
+        kernel = cases_kernel[case]
+        now = default[f"{kernel}_{pass_}"]
+        d = next((q for q in rows if q["case"] == case and q.get("elements") == now.elements
+                  and q.get("warps") == now.num_warps and q.get("heads_inner") == now.heads_inner), None)
+        order = "heads-inner" if r["heads_inner"] else "rows-inner"
+        print(f"{case} | {pass_} | {r['elements']} x {r['warps']}, {order} | {r[f'{pass_}_ms']:.4f} | "
+              f"{r[f'{pass_}_gbs']:.0f} | {'-' if d is None else format(d[f'{pass_}_ms'], '.4f')}")
     with open(args.out, "w") as fh:
         json.dump(dict(environment=environment(), shape=dict(B=B, T=T, H=H, D=D), rows=rows), fh, indent=1)
     return 0

@@ -39,12 +39,15 @@ def poisoned_empty(monkeypatch):
         monkeypatch.setattr(module, "torch", _PoisonedTorch())
 
 
-@pytest.fixture(params=["4rows", "default"], ids=lambda p: f"tile-{p}")
+@pytest.fixture(params=["4rows", "4rows-heads-inner", "default"], ids=lambda p: f"tile-{p}")
 def tile(request, monkeypatch):
-    """4 rows a program (tiles cross sequence ends and T is no multiple of them), or the default tile."""
-    if request.param == "4rows":
+    """4 rows a program (tiles cross sequence ends and T is no multiple of them), numbered head-fastest or not,
+    or the default tile."""
+    if request.param != "default":
+        heads_inner = request.param.endswith("heads-inner")
         for module in (shift, gate):
-            monkeypatch.setattr(module, "block_sizes", lambda D, kernel: (4, max(2, 1 << (D - 1).bit_length()), 4))
+            monkeypatch.setattr(module, "block_sizes",
+                                lambda D, kernel: (4, max(2, 1 << (D - 1).bit_length()), 4, heads_inner))
 
 
 def _rand(*shape, seed, dtype=torch.float64, strided=False):

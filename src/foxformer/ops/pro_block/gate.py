@@ -7,7 +7,7 @@ import triton
 import triton.language as tl
 
 from .tiles import (LAUNCH_OPTIONS, block_sizes, grid, last_dim_contiguous, partials_dtype,
-                    reduce_partials, rms_norm_grad, rstd, sigmoid, tile, up)
+                    program, reduce_partials, rms_norm_grad, rstd, sigmoid, tile, up)
 
 
 @triton.jit
@@ -16,13 +16,13 @@ def _load_rows(P, b, t, h, d, mask, s_b, s_t, s_h, F64: tl.constexpr):
 
 
 @triton.jit
-def _gate_norm_kernel(O, G, W, DY, Y, DO, DG, DW_PART, T, n_rows, D, eps,
+def _gate_norm_kernel(O, G, W, DY, Y, DO, DG, DW_PART, T, n_rows, H, D, eps,
                       so_b, so_t, so_h, sg_b, sg_t, sg_h, sd_b, sd_t, sd_h, sw_h,
-                      BACKWARD: tl.constexpr, F64: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
-    """Forward: Y. BACKWARD: DO, DG and the weight gradient's per-program sums DW_PART [programs, H, D]."""
-    h = tl.program_id(1)
-    H = tl.num_programs(1)
-    n, b, t, ok, d, d_ok = tile(T, n_rows, D, BLOCK_T, BLOCK_D)
+                      BACKWARD: tl.constexpr, F64: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
+                      HEADS_INNER: tl.constexpr):
+    """Forward: Y. BACKWARD: DO, DG and the weight gradient's per-row-block sums DW_PART [blocks, H, D]."""
+    blk, h = program(H, HEADS_INNER)
+    n, b, t, ok, d, d_ok = tile(blk, T, n_rows, D, BLOCK_T, BLOCK_D)
     mask = ok[:, None] & d_ok[None, :]
     o = _load_rows(O, b, t, h, d, mask, so_b, so_t, so_h, F64)
     sg = sigmoid(_load_rows(G, b, t, h, d, mask, sg_b, sg_t, sg_h, F64))
@@ -37,7 +37,7 @@ def _gate_norm_kernel(O, G, W, DY, Y, DO, DG, DW_PART, T, n_rows, D, eps,
         tl.store(DO + out[:, None] + d[None, :], do.to(DO.dtype.element_ty), mask=mask)
         tl.store(DG + out[:, None] + d[None, :], dg.to(DG.dtype.element_ty), mask=mask)
         part = tl.sum(dy * sg * normed, axis=0)
-        tl.store(DW_PART + (tl.program_id(0) * H + h) * D + d, part.to(DW_PART.dtype.element_ty), mask=d_ok)
+        tl.store(DW_PART + (blk * H + h) * D + d, part.to(DW_PART.dtype.element_ty), mask=d_ok)
     else:
         y = o * r[:, None] * w[None, :] * sg
         tl.store(Y + out[:, None] + d[None, :], y.to(Y.dtype.element_ty), mask=mask)
@@ -54,13 +54,14 @@ def _launch(o, g, weight, eps, dy=None, outs=(None, None, None, None)):
     g = _heads(g, o)
     weight = last_dim_contiguous(weight)
     B, T, H, D = o.shape
-    block_t, block_d, num_warps = block_sizes(D, "gate_fwd" if dy is None else "gate_bwd")
+    block_t, block_d, num_warps, heads_inner = block_sizes(D, "gate_fwd" if dy is None else "gate_bwd")
     dy_strides = (0, 0, 0) if dy is None else (dy.stride(0), dy.stride(1), dy.stride(2))
     ptrs = [o if p is None else p for p in (dy, *outs)]
-    _gate_norm_kernel[grid(B * T, H, block_t)](
-        o, g, weight, *ptrs, T, B * T, D, eps, o.stride(0), o.stride(1), o.stride(2), g.stride(0), g.stride(1),
+    _gate_norm_kernel[grid(B * T, H, block_t, heads_inner)](
+        o, g, weight, *ptrs, T, B * T, H, D, eps, o.stride(0), o.stride(1), o.stride(2), g.stride(0), g.stride(1),
         g.stride(2), *dy_strides, weight.stride(0) if weight.dim() == 2 else 0, BACKWARD=dy is not None,
-        F64=o.dtype == torch.float64, BLOCK_T=block_t, BLOCK_D=block_d, num_warps=num_warps, **LAUNCH_OPTIONS)
+        F64=o.dtype == torch.float64, BLOCK_T=block_t, BLOCK_D=block_d, HEADS_INNER=heads_inner, num_warps=num_warps,
+        **LAUNCH_OPTIONS)
 
 
 def gate_norm_forward(o: torch.Tensor, g: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

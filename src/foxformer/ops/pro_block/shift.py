@@ -15,7 +15,7 @@ import triton
 import triton.language as tl
 
 from .tiles import (LAUNCH_OPTIONS, block_sizes, grid, last_dim_contiguous, partials_dtype,
-                    reduce_partials, rms_norm_grad, rstd, sigmoid, tile, up)
+                    program, reduce_partials, rms_norm_grad, rstd, sigmoid, tile, up)
 
 
 @triton.jit
@@ -49,19 +49,19 @@ def _mix(X, LOGITS, PREV, STARTS, b, t, ok, h, d, d_ok,
 
 
 @triton.jit
-def _shift_norm_fwd_kernel(X, LOGITS, PREV, STARTS, W, Y, T, n_rows, D, eps,
+def _shift_norm_fwd_kernel(X, LOGITS, PREV, STARTS, W, Y, T, n_rows, H, D, eps,
                            sx_b, sx_t, sx_h, sl_b, sl_t, sl_h, sp_b, sp_h, ss_b, ss_t, sw_h,
                            HAS_SHIFT: tl.constexpr, HAS_PREV: tl.constexpr, HAS_STARTS: tl.constexpr,
                            HAS_WEIGHT: tl.constexpr, F64: tl.constexpr, BLOCK_T: tl.constexpr,
-                           BLOCK_D: tl.constexpr):
-    h = tl.program_id(1)
-    n, b, t, ok, d, d_ok = tile(T, n_rows, D, BLOCK_T, BLOCK_D)
+                           BLOCK_D: tl.constexpr, HEADS_INNER: tl.constexpr):
+    blk, h = program(H, HEADS_INNER)
+    n, b, t, ok, d, d_ok = tile(blk, T, n_rows, D, BLOCK_T, BLOCK_D)
     u, _, _, _ = _mix(X, LOGITS, PREV, STARTS, b, t, ok, h, d, d_ok, sx_b, sx_t, sx_h, sl_b, sl_t, sl_h, sp_b, sp_h,
                       ss_b, ss_t, HAS_SHIFT, HAS_PREV, HAS_STARTS, F64)
     if HAS_WEIGHT:
         w = up(tl.load(W + h * sw_h + d, mask=d_ok, other=0.0), F64)
         u = u * rstd(u, D, eps)[:, None] * w[None, :]
-    y_row = (n * tl.num_programs(1) + h) * D
+    y_row = (n * H + h) * D
     tl.store(Y + y_row[:, None] + d[None, :], u.to(Y.dtype.element_ty), mask=ok[:, None] & d_ok[None, :])
 
 
@@ -89,14 +89,13 @@ def _row_grads(X, LOGITS, PREV, STARTS, W, DY, n, T, ok, h, d, d_ok, D, eps,
 
 
 @triton.jit
-def _shift_norm_bwd_kernel(X, LOGITS, PREV, STARTS, W, DY, DX, DLOGITS, DPREV, DW_PART, T, n_rows, D, eps,
+def _shift_norm_bwd_kernel(X, LOGITS, PREV, STARTS, W, DY, DX, DLOGITS, DPREV, DW_PART, T, n_rows, H, D, eps,
                            sx_b, sx_t, sx_h, sl_b, sl_t, sl_h, sp_b, sp_h, ss_b, ss_t, sw_h, sd_b, sd_t, sd_h,
                            HAS_SHIFT: tl.constexpr, HAS_PREV: tl.constexpr, HAS_STARTS: tl.constexpr,
                            HAS_WEIGHT: tl.constexpr, F64: tl.constexpr, BLOCK_T: tl.constexpr,
-                           BLOCK_D: tl.constexpr):
-    h = tl.program_id(1)
-    H = tl.num_programs(1)
-    n, b, t, ok, d, d_ok = tile(T, n_rows, D, BLOCK_T, BLOCK_D)
+                           BLOCK_D: tl.constexpr, HEADS_INNER: tl.constexpr):
+    blk, h = program(H, HEADS_INNER)
+    n, b, t, ok, d, d_ok = tile(blk, T, n_rows, D, BLOCK_T, BLOCK_D)
     tile_ok = ok[:, None] & d_ok[None, :]
     du, diff, a, fresh, dw = _row_grads(X, LOGITS, PREV, STARTS, W, DY, n, T, ok, h, d, d_ok, D, eps,
                                         sx_b, sx_t, sx_h, sl_b, sl_t, sl_h, sp_b, sp_h, ss_b, ss_t, sw_h,
@@ -119,7 +118,7 @@ def _shift_norm_bwd_kernel(X, LOGITS, PREV, STARTS, W, DY, DX, DLOGITS, DPREV, D
     tl.store(DX + ((n * H + h) * D)[:, None] + d[None, :], dx.to(DX.dtype.element_ty), mask=tile_ok)
     if HAS_WEIGHT:
         part = tl.sum(dw, axis=0)
-        tl.store(DW_PART + (tl.program_id(0) * H + h) * D + d, part.to(DW_PART.dtype.element_ty), mask=d_ok)
+        tl.store(DW_PART + (blk * H + h) * D + d, part.to(DW_PART.dtype.element_ty), mask=d_ok)
 
 
 def _operands(x, logits, prev, starts, weight) -> tuple[list, list, dict]:
@@ -147,10 +146,10 @@ def shift_norm_forward(x: torch.Tensor, logits: Optional[torch.Tensor], prev: Op
     B, T, H, D = x.shape
     y = torch.empty(B, T, H, D, dtype=x.dtype, device=x.device)
     ptrs, strides, flags = _operands(x, logits, prev, starts, weight)
-    block_t, block_d, num_warps = block_sizes(D, "shift_fwd")
-    _shift_norm_fwd_kernel[grid(B * T, H, block_t)](
-        x, *ptrs, y, T, B * T, D, eps, x.stride(0), x.stride(1), x.stride(2), *strides, **flags,
-        BLOCK_T=block_t, BLOCK_D=block_d, num_warps=num_warps, **LAUNCH_OPTIONS)
+    block_t, block_d, num_warps, heads_inner = block_sizes(D, "shift_fwd")
+    _shift_norm_fwd_kernel[grid(B * T, H, block_t, heads_inner)](
+        x, *ptrs, y, T, B * T, H, D, eps, x.stride(0), x.stride(1), x.stride(2), *strides, **flags,
+        BLOCK_T=block_t, BLOCK_D=block_d, HEADS_INNER=heads_inner, num_warps=num_warps, **LAUNCH_OPTIONS)
     return y
 
 
@@ -158,7 +157,7 @@ def shift_norm_backward(dy, x, logits, prev, starts, weight, eps: float):
     """(dx, dlogits, dprev, dweight), contiguous, each in its input's dtype; None where that input is None."""
     x, dy = last_dim_contiguous(x), last_dim_contiguous(dy)
     B, T, H, D = x.shape
-    block_t, block_d, num_warps = block_sizes(D, "shift_bwd")
+    block_t, block_d, num_warps, heads_inner = block_sizes(D, "shift_bwd")
     n_programs = triton.cdiv(B * T, block_t)
     dx = torch.empty(B, T, H, D, dtype=x.dtype, device=x.device)
     dlogits = None if logits is None else torch.empty(B, T, H, dtype=logits.dtype, device=x.device)
@@ -167,8 +166,8 @@ def shift_norm_backward(dy, x, logits, prev, starts, weight, eps: float):
                                                        device=x.device)
     ptrs, strides, flags = _operands(x, logits, prev, starts, weight)
     outs = [dx if o is None else o for o in (dlogits, dprev, partials)]
-    _shift_norm_bwd_kernel[grid(B * T, H, block_t)](
-        x, *ptrs, dy, dx, *outs, T, B * T, D, eps, x.stride(0), x.stride(1), x.stride(2), *strides,
+    _shift_norm_bwd_kernel[grid(B * T, H, block_t, heads_inner)](
+        x, *ptrs, dy, dx, *outs, T, B * T, H, D, eps, x.stride(0), x.stride(1), x.stride(2), *strides,
         dy.stride(0), dy.stride(1), dy.stride(2), **flags,
-        BLOCK_T=block_t, BLOCK_D=block_d, num_warps=num_warps, **LAUNCH_OPTIONS)
+        BLOCK_T=block_t, BLOCK_D=block_d, HEADS_INNER=heads_inner, num_warps=num_warps, **LAUNCH_OPTIONS)
     return dx, dlogits, dprev, None if weight is None else reduce_partials(partials, weight)

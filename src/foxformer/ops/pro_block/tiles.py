@@ -17,9 +17,12 @@ from ..forgetting_attn.tiles import LAUNCH_OPTIONS
 
 @dataclass(frozen=True)
 class Tile:
-    """One pass's launch: ``elements`` of a program's [BLOCK_T, BLOCK_D] tile and its warps."""
+    """One pass's launch: ``elements`` of a program's [BLOCK_T, BLOCK_D] tile and its warps; ``heads_inner``
+    numbers the programs head-fastest, so that those running at once read the same rows' heads (adjacent in
+    memory) rather than one head's rows (a head's D elements every H * D)."""
     elements: int = 4096
     num_warps: int = 4
+    heads_inner: bool = False
 
 
 # One entry per kernel and pass, the fastest of 1K-16K elements x 1-8 warps at FoX (Pro) 125M's four calls at 16K
@@ -29,15 +32,17 @@ class Tile:
 TILES = {"shift_fwd": Tile(2048, 4), "shift_bwd": Tile(2048, 4), "gate_fwd": Tile(1024, 2), "gate_bwd": Tile(2048, 4)}
 
 
-def block_sizes(D: int, kernel: str) -> tuple[int, int, int]:
-    """(BLOCK_T, BLOCK_D, num_warps) of a head dim D for one of TILES' kernels."""
+def block_sizes(D: int, kernel: str) -> tuple[int, int, int, bool]:
+    """(BLOCK_T, BLOCK_D, num_warps, heads_inner) of a head dim D for one of TILES' kernels."""
     tile_ = TILES[kernel]
     block_d = triton.next_power_of_2(D)
-    return max(1, tile_.elements // block_d), block_d, tile_.num_warps
+    return max(1, tile_.elements // block_d), block_d, tile_.num_warps, tile_.heads_inner
 
 
-def grid(n_rows: int, heads: int, block_t: int) -> tuple[int, int]:
-    return triton.cdiv(n_rows, block_t), heads
+def grid(n_rows: int, heads: int, block_t: int, heads_inner: bool) -> tuple[int, ...]:
+    """One axis of row blocks x heads, head-fastest, or two (row blocks, heads): see Tile.heads_inner."""
+    blocks = triton.cdiv(n_rows, block_t)
+    return (blocks * heads,) if heads_inner else (blocks, heads)
 
 
 def last_dim_contiguous(x: torch.Tensor) -> torch.Tensor:
@@ -67,9 +72,22 @@ def up(x, F64: tl.constexpr):
 
 
 @triton.jit
-def tile(T, n_rows, D, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
-    """This program's tile: its rows (flat b * T + t, b, t, in range; int64 [BLOCK_T]) and columns (d, in range)."""
-    n = tl.program_id(0).to(tl.int64) * BLOCK_T + tl.arange(0, BLOCK_T)
+def program(H, HEADS_INNER: tl.constexpr):
+    """(row block, head) of this program, in grid's numbering."""
+    if HEADS_INNER:
+        pid = tl.program_id(0)
+        blk = pid // H
+        h = pid % H
+    else:
+        blk = tl.program_id(0)
+        h = tl.program_id(1)
+    return blk, h
+
+
+@triton.jit
+def tile(blk, T, n_rows, D, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
+    """Row block blk's tile: its rows (flat b * T + t, b, t, in range; int64 [BLOCK_T]) and columns (d, in range)."""
+    n = blk.to(tl.int64) * BLOCK_T + tl.arange(0, BLOCK_T)
     d = tl.arange(0, BLOCK_D)
     return n, n // T, n % T, n < n_rows, d, d < D
 
@@ -92,4 +110,4 @@ def rms_norm_grad(u, r, gw, D):
 
 
 __all__ = ["LAUNCH_OPTIONS", "TILES", "Tile", "block_sizes", "grid", "last_dim_contiguous", "partials_dtype",
-           "reduce_partials", "rms_norm_grad", "rstd", "sigmoid", "tile", "up"]
+           "program", "reduce_partials", "rms_norm_grad", "rstd", "sigmoid", "tile", "up"]
