@@ -4,6 +4,7 @@ named here does not exist."""
 import pytest
 
 from foxformer.cli import main
+from foxformer.eval.harness import check_max_length, check_request, known_tasks
 from foxformer.eval.loss import check_curve_args
 from foxformer.eval.niah import check_grid
 from foxformer.eval.sequences import check_sequences
@@ -11,6 +12,8 @@ from foxformer.eval.sequences import check_sequences
 LOSS = ["eval", "loss", "no-such-run"]
 NIAH = ["eval", "niah", "no-such-run"]
 GATES = ["analyze", "gates", "no-such-run"]
+# the settings are checked before lm_eval is looked for: these need no lm_eval
+HARNESS = ["eval", "harness", "no-such-run", "--tasks", "lambada_openai"]
 
 
 @pytest.mark.parametrize("argv, said", [
@@ -46,6 +49,20 @@ GATES = ["analyze", "gates", "no-such-run"]
     pytest.param(["eval", "compare", "no-such-run", "--positions", "24"],
                  "--positions: expected powers of two >= 2 (the octaves whose per-sequence losses loss.json keeps), "
                  "got [24]; e.g. 32", id="compare-positions"),
+    pytest.param([*HARNESS, "--max-length", "1"], "--max-length: expected an integer >= 2, got 1",
+                 id="harness-max-length"),
+    # 0 was no error: `--max-length 0 or the training length` took the training length
+    pytest.param([*HARNESS, "--max-length", "0"], "--max-length: expected an integer >= 2, got 0",
+                 id="harness-max-length-zero"),
+    pytest.param([*HARNESS, "--batch_size", "0"], "--batch-size: expected a positive integer, got 0",
+                 id="harness-batch-size"),
+    pytest.param([*HARNESS, "--num-fewshot", "-1"], "--num-fewshot: expected an integer >= 0, got -1; leave it out "
+                                                    "for each task's own", id="harness-num-fewshot"),
+    pytest.param([*HARNESS, "--limit", "0"], "--limit: expected a whole number of examples per task or a fraction "
+                                             "in (0, 1), got 0.0; leave it out for all of them", id="harness-limit"),
+    pytest.param([*HARNESS, "--limit", "2.5"], "--limit: expected a whole number of examples per task or a fraction "
+                                               "in (0, 1), got 2.5; leave it out for all of them",
+                 id="harness-limit-not-whole"),
 ])
 def test_an_error_names_the_flag(argv, said, capsys):
     assert main([*argv, "--no-progress"]) == 2
@@ -64,3 +81,26 @@ def test_the_python_api_names_its_keyword(check, said):
     with pytest.raises(ValueError) as exc:
         check()
     assert str(exc.value).startswith(said)
+
+
+def test_the_harness_api_names_its_keywords():
+    for check, said in [(lambda: check_max_length(1), "max_length: expected an integer >= 2, got 1"),
+                        (lambda: check_request([]), "tasks: expected at least one lm_eval task name"),
+                        (lambda: check_request(["x"], num_fewshot=-1), "num_fewshot: expected an integer >= 0, got -1; "
+                                                                       "None for each task's own"),
+                        (lambda: check_request(["x"], limit=-1), "limit: expected a whole number of examples per "
+                                                                 "task or a fraction in (0, 1), got -1; None for all")]:
+        with pytest.raises(ValueError) as exc:
+            check()
+        assert str(exc.value).startswith(said)
+
+
+def test_an_unknown_harness_task_is_named_by_the_flag_before_any_model_loads(capsys):
+    pytest.importorskip("lm_eval")
+    assert main(["eval", "harness", "no-such-run", "--tasks", "lambada_opnai", "--no-progress"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "error: --tasks: lm_eval knows no task 'lambada_opnai' (did you mean 'lambada_openai'?); `lm_eval ls tasks` "
+        "lists them, --include-path adds a folder of task YAMLs"]
+    with pytest.raises(ValueError, match="^tasks: lm_eval knows no task 'lambada_opnai' .*, include_path adds"):
+        known_tasks(["lambada_opnai"])
+

@@ -211,11 +211,16 @@ def _cmd_niah(args) -> dict:
 
 
 def _cmd_harness(args) -> dict:
-    from .harness import HarnessAdapter, require_lm_eval, run_harness
+    from .harness import HarnessAdapter, check_max_length, check_request, known_tasks, require_lm_eval, run_harness
+    from .loss import check_batch_size
     from .outputs import model_outputs
 
-    # before the models load (minutes for large ones): the missing package, and a typo in --metadata, whose
-    # json error named no flag ("error: Expecting value: line 1 column 1 (char 0)")
+    # before the models load (minutes for large ones): the settings, the missing package, a typo in --metadata,
+    # whose json error named no flag ("error: Expecting value: line 1 column 1 (char 0)"), and an unknown task
+    if args.max_length is not None:  # else each model's training length, known once it loads
+        check_max_length(args.max_length, label=FLAGS)
+    check_batch_size(args.batch_size, label=FLAGS)
+    check_request(args.tasks, args.num_fewshot, args.limit, label=FLAGS)
     require_lm_eval()
     try:
         metadata = json.loads(args.metadata) if args.metadata else None
@@ -225,6 +230,7 @@ def _cmd_harness(args) -> dict:
     if metadata is not None and not isinstance(metadata, dict):
         raise ValueError(f"--metadata: expected a JSON object {{...}} (lm_eval passes its keys to the tasks), got "
                          f"{args.metadata!r}")
+    manager = known_tasks(args.tasks, args.include_path, label=FLAGS)
     models = _load_models(args)
     tok, spec = _tokenizer(args, models)
     files = model_outputs("harness", [m.name for m in models], label=FLAGS)
@@ -235,7 +241,7 @@ def _cmd_harness(args) -> dict:
                                  batch_size=args.batch_size, progress=not args.no_progress)
         path = os.path.join(out, file)
         results[m.name] = run_harness(adapter, args.tasks, num_fewshot=args.num_fewshot, limit=args.limit,
-                                      metadata=metadata, out_path=path, include_path=args.include_path)["results"]
+                                      metadata=metadata, out_path=path, task_manager=manager)["results"]
     return {"out": out, "results": results}
 
 

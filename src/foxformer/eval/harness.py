@@ -26,13 +26,35 @@ from typing import Optional, Sequence
 import torch
 from tqdm.auto import tqdm
 
-from foxformer.argtypes import did_you_mean
+from foxformer.argtypes import did_you_mean, setting_name, unset_said
 from foxformer.data.tokenizer import start_ids
 from foxformer.models.calls import cache_of, fresh_cache, model_device
 from foxformer.progress import bars_shown
 
-from .loss import check_finite
+from .loss import check_batch_size, check_finite
 from .outputs import note_replacing
+
+
+def check_max_length(max_length, *, label: str = "{}") -> None:
+    """``label`` names the setting as argtypes.setting_name does: the keyword, or "--{}" a command's flag."""
+    if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 2:
+        raise ValueError(f"{setting_name(label, 'max_length')}: expected an integer >= 2, got {max_length!r}")
+
+
+def check_request(tasks, num_fewshot=None, limit=None, *, label: str = "{}") -> None:
+    """What run_harness asks lm_eval for, refused before lm_eval (or, in the CLI, any model) loads: lm_eval ran a
+    negative num_fewshot as zero-shot, a limit of 0 as no limit and a limit of 2.5 as 2. ``label``: as
+    check_max_length's."""
+    if not tasks:
+        raise ValueError(f"{setting_name(label, 'tasks')}: expected at least one lm_eval task name")
+    if num_fewshot is not None and (isinstance(num_fewshot, bool) or not isinstance(num_fewshot, int)
+                                    or num_fewshot < 0):
+        raise ValueError(f"{setting_name(label, 'num_fewshot')}: expected an integer >= 0, got {num_fewshot!r}; "
+                         f"{unset_said(label)} for each task's own")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, float)) or not limit > 0
+                              or (limit >= 1 and not float(limit).is_integer())):
+        raise ValueError(f"{setting_name(label, 'limit')}: expected a whole number of examples per task or a "
+                         f"fraction in (0, 1), got {limit!r}; {unset_said(label)} for all of them")
 
 
 class HarnessAdapter:
@@ -43,10 +65,8 @@ class HarnessAdapter:
 
     def __init__(self, model: torch.nn.Module, tokenizer, *, max_length: int = 2048, batch_size: int = 8,
                  progress: bool = True):
-        if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 2:
-            raise ValueError(f"max_length: expected an integer >= 2, got {max_length!r}")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size: expected a positive integer, got {batch_size!r}")
+        check_max_length(max_length)
+        check_batch_size(batch_size)
         self.model, self.tokenizer = model.eval(), tokenizer
         self.max_length, self.batch_size, self.progress = max_length, batch_size, progress
         self.eot_id = int(getattr(tokenizer, "eot_id", 0))
@@ -200,31 +220,36 @@ def make_lm(adapter: HarnessAdapter):
     return FoxLM()
 
 
-def _check_tasks(manager, tasks: Sequence[str]) -> None:
-    """Refuse a task lm_eval does not know: its KeyError left a traceback, not a line naming the task."""
+def known_tasks(tasks: Sequence[str], include_path: Optional[str] = None, *, label: str = "{}"):
+    """lm_eval's TaskManager over its tasks and ``include_path``'s, refusing a task it does not know (lm_eval's
+    KeyError left a traceback, not a line naming the task). It reads every task YAML, seconds: the CLI makes it
+    once, before any model loads, for every model's run_harness. ``label``: as check_max_length's."""
+    require_lm_eval()
+    from lm_eval.tasks import TaskManager
+
+    manager = TaskManager(include_path=include_path)
     for task in tasks:
         if task in manager.all_tasks or os.path.exists(task) or ("*" in task and manager.match_tasks([task])):
             continue
-        raise ValueError(f"tasks: lm_eval knows no task {task!r}{did_you_mean(task, manager.all_tasks)}; "
-                         f"`lm_eval ls tasks` lists them, --include-path adds a folder of task YAMLs")
+        raise ValueError(f"{setting_name(label, 'tasks')}: lm_eval knows no task {task!r}"
+                         f"{did_you_mean(task, manager.all_tasks)}; `lm_eval ls tasks` lists them, "
+                         f"{setting_name(label, 'include_path')} adds a folder of task YAMLs")
+    return manager
 
 
 def run_harness(adapter: HarnessAdapter, tasks: Sequence[str], *, num_fewshot: Optional[int] = None,
                 limit: Optional[float] = None, metadata: Optional[dict] = None, out_path: Optional[str] = None,
-                include_path: Optional[str] = None) -> dict:
+                include_path: Optional[str] = None, task_manager=None) -> dict:
     """``lm_eval.simple_evaluate`` on ``tasks``; returns (and writes to ``out_path``) its "results" part.
 
     ``include_path``: a folder of lm_eval task YAML files (for example tasks over local JSON files,
-    which run offline) added to lm_eval's own tasks."""
-    if not tasks:
-        raise ValueError("tasks: expected at least one lm_eval task name")
+    which run offline) added to lm_eval's own tasks. ``task_manager``: what known_tasks returned for these
+    tasks and include_path, to reuse (else it is made here)."""
+    check_request(tasks, num_fewshot, limit)
     lm = make_lm(adapter)
     import lm_eval
 
-    from lm_eval.tasks import TaskManager
-
-    manager = TaskManager(include_path=include_path)
-    _check_tasks(manager, tasks)
+    manager = task_manager if task_manager is not None else known_tasks(tasks, include_path)
     kwargs = dict(model=lm, tasks=list(tasks), num_fewshot=num_fewshot, limit=limit, task_manager=manager)
     if metadata:
         kwargs["metadata"] = metadata
