@@ -6,6 +6,7 @@ import pytest
 from foxformer.cli import main
 from foxformer.eval.harness import check_max_length, check_request, known_tasks
 from foxformer.eval.loss import check_curve_args
+from foxformer.eval.mqar import MqarConfig, config_from, parse_model, seed_table
 from foxformer.eval.niah import check_grid
 from foxformer.eval.sequences import check_sequences
 
@@ -104,3 +105,59 @@ def test_an_unknown_harness_task_is_named_by_the_flag_before_any_model_loads(cap
     with pytest.raises(ValueError, match="^tasks: lm_eval knows no task 'lambada_opnai' .*, include_path adds"):
         known_tasks(["lambada_opnai"])
 
+
+MQAR = ["eval", "mqar", "--no-progress"]
+
+
+@pytest.mark.parametrize("argv, said", [
+    pytest.param(["--steps", "0"], "--steps: expected a positive integer, got 0", id="steps"),
+    pytest.param(["--batch-size", "0"], "--batch-size: expected a positive integer, got 0", id="batch-size"),
+    pytest.param(["--seed", "-1"], "--seed: expected a non-negative integer, got -1", id="seed"),
+    pytest.param(["--lr", "0"], "--lr: expected a positive learning rate, got 0.0", id="lr"),
+    pytest.param(["--max-minutes", "0"], "--max-minutes: expected a positive number, got 0.0; leave it out for no "
+                                         "time limit", id="max-minutes"),
+    pytest.param(["--preset", "tyo"], "--preset: unknown MQAR preset 'tyo' (did you mean 'toy'?); expected one of "
+                                      "['mid', 'small', 'toy']", id="preset"),
+    pytest.param(["--models", "fox-pro,fox-pro"], "--models: 'fox-pro' is given more than once", id="models-twice"),
+    pytest.param(["--models", "fox-pro:fgate"], "--models: expected key=value after ':' in 'fox-pro:fgate', got "
+                                                "'fgate'", id="models-no-value"),
+    pytest.param(["--models", "transformer-pro,fox-pro:fgate=fixd"],
+                 "--models fox-pro:fgate=fixd: fgate must be one of ('data_dependent', 'data_independent', 'fixed', "
+                 "'none'), got 'fixd'", id="models-bad-value"),
+])
+def test_an_mqar_error_names_the_flag(argv, said, tmp_path, capsys):
+    out = tmp_path / "mqar"
+    assert main([*MQAR, *argv, "--out", str(out)]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [f"error: {said}"]
+    assert not out.exists()
+
+
+def test_an_unknown_key_in_an_mqar_model_names_the_flag_and_the_model(tmp_path, capsys):
+    assert main([*MQAR, "--models", "fox-pro:fgate_bias=1", "--out", str(tmp_path / "mqar")]) == 2
+    assert capsys.readouterr().err.startswith("error: --models fox-pro:fgate_bias=1: unknown model key 'fgate_bias' "
+                                              "(did you mean ")
+
+
+def test_mqar_pool_errors_name_the_flag(tmp_path, capsys):
+    assert main(["eval", "mqar", "--steps", "12", "--models", "fox-pro:fgate=fixed", "--out", str(tmp_path / "a"),
+                 "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main([*MQAR, "--pool", str(tmp_path / "a"), str(tmp_path / "a"), "--out", str(tmp_path / "p")]) == 2
+    assert capsys.readouterr().err.strip() == "error: --pool: seeds [0, 0] repeat; give one folder per seed"
+    with pytest.raises(ValueError, match=r"^out_dirs: seeds \[0, 0\] repeat"):
+        seed_table([str(tmp_path / "a")] * 2)
+
+
+@pytest.mark.parametrize("check, said", [
+    pytest.param(lambda: MqarConfig(steps=0), "steps: expected a positive integer, got 0", id="steps"),
+    pytest.param(lambda: MqarConfig(max_minutes=0), "max_minutes: expected a positive number, got 0; None for no time "
+                                                    "limit", id="max-minutes"),
+    pytest.param(lambda: MqarConfig(models=["fox-pro:fgate_bias=1"]), "models fox-pro:fgate_bias=1: unknown model "
+                                                                      "key 'fgate_bias'", id="model-key"),
+    pytest.param(lambda: config_from("tyo"), "preset: unknown MQAR preset 'tyo'", id="preset"),
+    pytest.param(lambda: parse_model("fox-por"), "models: unknown model kind 'fox-por'", id="model-kind"),
+])
+def test_the_mqar_api_names_its_keywords(check, said):
+    with pytest.raises(ValueError) as exc:
+        check()
+    assert str(exc.value).startswith(said)

@@ -134,7 +134,7 @@ def test_steps_below_the_warm_up_name_the_steps_flag(preset, warmup, tmp_path, c
     """`--steps 5` was refused with "lr / warmup_steps: ...": the command has no flag for the warm-up."""
     assert main(["eval", "mqar", "--preset", preset, "--steps", str(warmup - 1), "--out", str(tmp_path / "m")]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == (f"error: steps: expected at least {warmup}, the steps over which the learning rate warms up, "
+    assert err == (f"error: --steps: expected at least {warmup}, the steps over which the learning rate warms up, "
                    f"got {warmup - 1}")
     assert not (tmp_path / "m").exists()
     with pytest.raises(ValueError, match="^lr: expected a positive learning rate, got 0.0$"):

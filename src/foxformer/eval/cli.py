@@ -302,14 +302,15 @@ def _cmd_mqar(args) -> dict:
     if args.pool:
         # folders of one task run with different --seed: their cells as mean +- sd (mqar_seeds.md in --out)
         out = args.out or os.path.join("runs", "mqar_seeds")
-        text = seed_table(args.pool)  # before the file is opened: a refused folder emptied the earlier table
+        # before the file is opened: a refused folder emptied the earlier table
+        text = seed_table(args.pool, label=FLAGS)
         os.makedirs(out, exist_ok=True)
         path = os.path.join(out, "mqar_seeds.md")
         note_replacing(path)
         with open(path, "w") as f:
             f.write(text)
         return {"out": out, "table": os.path.basename(path), "pooled": args.pool}
-    cfg = config_from(args.preset, models=args.models, steps=args.steps, lr=args.lr, seed=args.seed,
+    cfg = config_from(args.preset, label=FLAGS, models=args.models, steps=args.steps, lr=args.lr, seed=args.seed,
                       batch_size=args.batch_size, max_minutes=args.max_minutes, compile=args.compile or None)
     return run_mqar(cfg, args.out or os.path.join("runs", f"mqar_{args.preset}"), device=args.device,
                     progress=not args.no_progress, report_only=args.report_only)

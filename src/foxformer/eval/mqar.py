@@ -21,7 +21,7 @@ import math
 import os
 import time
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import InitVar, asdict, dataclass, field
 from typing import Optional
 
 import numpy as np
@@ -30,9 +30,9 @@ import torch.nn.functional as F
 import yaml
 from tqdm.auto import tqdm
 
-from foxformer.argtypes import did_you_mean
+from foxformer.argtypes import did_you_mean, setting_name, unset_said
 from foxformer.models import FoxForCausalLM, count_non_embedding, sized_config
-from foxformer.models.presets import KINDS
+from foxformer.models.presets import KINDS, check_model_keys
 from foxformer.progress import bars_shown
 from foxformer.train.config import TrainConfig
 from foxformer.train.metrics import forget_gate_means
@@ -46,9 +46,14 @@ LABELS = {"fox-pro": "FoX (Pro)", "transformer-pro": "Transformer (Pro)", "linea
           "fox-llama": "FoX (LLaMA)", "transformer-llama": "Transformer (LLaMA)"}
 
 
+# MqarConfig's fields that `eval mqar` sets by a flag of the same name
+_FLAGGED = frozenset({"models", "steps", "lr", "batch_size", "seed", "max_minutes"})
+
+
 @dataclass
 class MqarConfig:
-    """The task, the models and their training. Named presets in MQAR_PRESETS; saved in mqar.json."""
+    """The task, the models and their training. Named presets in MQAR_PRESETS; saved in mqar.json. ``label``
+    (not saved) names the settings in errors as argtypes.setting_name does: "--{}" for `eval mqar`'s flags."""
 
     models: list = field(default_factory=lambda: ["transformer-pro", "fox-pro:fgate=fixed", "fox-pro",
                                                   "fox-pro:fgate_bias_init=timescales"])
@@ -70,20 +75,26 @@ class MqarConfig:
     seed: int = 0
     max_minutes: Optional[float] = None  # per model: stops its training early (recorded as steps_done)
     compile: bool = False
+    label: InitVar[str] = "{}"
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, label: str) -> None:
+        def named(key: str) -> str:
+            # the fields `eval mqar` has no flag for come from its presets: a preset's mistake keeps their keyword
+            # rather than naming a flag that does not exist
+            return setting_name(label, key) if key in _FLAGGED else key
+
         for name in ("num_layers", "hidden_size", "num_keys", "num_values", "num_fillers", "train_len", "steps",
                      "batch_size", "eval_seqs"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name}: expected a positive integer, got {v!r}")
+                raise ValueError(f"{named(name)}: expected a positive integer, got {v!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise ValueError(f"seed: expected a non-negative integer, got {self.seed!r}")
+            raise ValueError(f"{named('seed')}: expected a non-negative integer, got {self.seed!r}")
         if not self.models:
-            raise ValueError("models: expected at least one model kind")
+            raise ValueError(f"{named('models')}: expected at least one model kind")
         twice = [m for i, m in enumerate(self.models) if m in self.models[:i]]
         if twice:  # one result file a spec: the second run would silently replace the first
-            raise ValueError(f"models: {twice[0]!r} is given more than once")
+            raise ValueError(f"{named('models')}: {twice[0]!r} is given more than once")
         for name in ("train_pairs", "eval_pairs", "eval_lengths"):
             v = list(getattr(self, name))
             if not v or any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in v):
@@ -97,18 +108,19 @@ class MqarConfig:
             raise ValueError(f"num_keys: {self.num_keys} keys cannot make {max(self.train_pairs + self.eval_pairs)} "
                              f"distinct pairs")
         if isinstance(self.lr, bool) or not isinstance(self.lr, (int, float)) or not 0 < self.lr < math.inf:
-            raise ValueError(f"lr: expected a positive learning rate, got {self.lr!r}")
+            raise ValueError(f"{named('lr')}: expected a positive learning rate, got {self.lr!r}")
         w = self.warmup_steps
         if isinstance(w, bool) or not isinstance(w, int) or w < 0:
             raise ValueError(f"warmup_steps: expected a non-negative integer, got {w!r}")
         if w > self.steps:
             # named after steps: the presets fix the warm-up, and `eval mqar` has a --steps flag but no warm-up flag
-            raise ValueError(f"steps: expected at least {w}, the steps over which the learning rate warms up, "
-                             f"got {self.steps}")
+            raise ValueError(f"{named('steps')}: expected at least {w}, the steps over which the learning rate "
+                             f"warms up, got {self.steps}")
         if self.max_minutes is not None and not self.max_minutes > 0:
-            raise ValueError(f"max_minutes: expected a positive number or None, got {self.max_minutes!r}")
+            raise ValueError(f"{named('max_minutes')}: expected a positive number, got {self.max_minutes!r}; "
+                             f"{unset_said(label)} for no time limit")
         for spec in self.models:  # a bad override of the last model was found after training all the others
-            model_config(spec, self)
+            model_config(spec, self, label=label)
 
     @property
     def vocab_size(self) -> int:
@@ -120,28 +132,38 @@ class MqarConfig:
         return {k: v for k, v in asdict(self).items() if k not in skip}
 
 
-def parse_model(spec: str) -> tuple[str, dict]:
-    """"fox-llama:fgate=fixed,rope=true" -> ("fox-llama", {"fgate": "fixed", "rope": True})."""
+def parse_model(spec: str, *, label: str = "{}") -> tuple[str, dict]:
+    """"fox-llama:fgate=fixed,rope=true" -> ("fox-llama", {"fgate": "fixed", "rope": True}). ``label``: as
+    MqarConfig's."""
     kind, _, rest = str(spec).partition(":")
     if kind not in KINDS:
-        raise ValueError(f"models: unknown model kind {kind!r}{did_you_mean(kind, KINDS)}; expected one of {KINDS}, "
-                         f"optionally with :key=value FoxConfig overrides")
+        raise ValueError(f"{setting_name(label, 'models')}: unknown model kind {kind!r}{did_you_mean(kind, KINDS)}; "
+                         f"expected one of {KINDS}, optionally with :key=value FoxConfig overrides")
     overrides = {}
     for item in filter(None, rest.split(",")):
         key, eq, value = item.partition("=")
         if not eq or not key:
-            raise ValueError(f"models: expected key=value after ':' in {spec!r}, got {item!r}")
+            raise ValueError(f"{setting_name(label, 'models')}: expected key=value after ':' in {spec!r}, got "
+                             f"{item!r}")
         overrides[key] = yaml.safe_load(value)
     return kind, overrides
 
 
-def model_config(spec: str, cfg: MqarConfig):
-    kind, overrides = parse_model(spec)
+def model_config(spec: str, cfg: MqarConfig, *, label: str = "{}"):
+    """The FoxConfig of ``spec``; an error in its overrides names the spec, as `train --model ITEM` names the item
+    (``label``: as MqarConfig's)."""
+    kind, overrides = parse_model(spec, label=label)
+    where = f"{setting_name(label, 'models')} {spec}"
+    check_model_keys(overrides, where)
     try:
         return sized_config(kind, cfg.num_layers, cfg.hidden_size, vocab_size=cfg.vocab_size,
                             max_position_embeddings=max(cfg.eval_lengths + [cfg.train_len]), **overrides)
     except TypeError as e:
-        raise ValueError(f"models: bad override in {spec!r} ({e})") from e
+        raise ValueError(f"{where}: bad override ({e})") from e
+    except ValueError as e:
+        if not str(e).startswith("FoxConfig."):
+            raise
+        raise ValueError(f"{where}: {str(e).removeprefix('FoxConfig.')}") from e
 
 
 def model_label(spec: str) -> str:
@@ -371,12 +393,12 @@ def table(results: list[dict], cfg: MqarConfig) -> str:
     return text + (f"\n{note}\n" if note else "")
 
 
-def seed_table(out_dirs: list[str]) -> str:
+def seed_table(out_dirs: list[str], *, label: str = "{}") -> str:
     """One table over MQAR reports that differ only in the seed (one folder each: `eval mqar --seed S --out DIR`,
     then its report), every cell the mean over seeds ± their standard deviation, with each model's seed count.
 
     The seed fixes the task's sequences and the weights, so each seed's models read their own sequences: the
-    spread is over training and evaluation draws together."""
+    spread is over training and evaluation draws together. ``label``: as MqarConfig's (--pool gives out_dirs)."""
     reports = []
     for d in out_dirs:
         with open(os.path.join(d, "mqar.json")) as f:
@@ -384,10 +406,12 @@ def seed_table(out_dirs: list[str]) -> str:
     task = {k: v for k, v in reports[0]["task"].items() if k != "seed"}
     for d, r in zip(out_dirs, reports):
         if {k: v for k, v in r["task"].items() if k != "seed"} != task:
-            raise ValueError(f"out_dirs: {d} holds another task than {out_dirs[0]} (only the seed may differ)")
+            raise ValueError(f"{setting_name(label, 'out_dirs', 'pool')}: {d} holds another task than {out_dirs[0]} "
+                             f"(only the seed may differ)")
     seeds = [r["task"]["seed"] for r in reports]
     if len(set(seeds)) != len(seeds):
-        raise ValueError(f"out_dirs: seeds {seeds} repeat; give one folder per seed")
+        raise ValueError(f"{setting_name(label, 'out_dirs', 'pool')}: seeds {seeds} repeat; give one folder per "
+                         f"seed")
     cfg = MqarConfig(**{**task, "seed": 0})
     by_model: dict[str, list[dict]] = {}
     for r in reports:
@@ -510,8 +534,11 @@ def run_mqar(cfg: MqarConfig, out_dir: str, *, device: str = "auto", progress: b
                        for r in data["models"]}}
 
 
-def config_from(preset: str, **overrides) -> MqarConfig:
-    """A named preset with fields replaced (None values are left as the preset has them)."""
+def config_from(preset: str, *, label: str = "{}", **overrides) -> MqarConfig:
+    """A named preset with fields replaced (None values are left as the preset has them). ``label``: as
+    MqarConfig's."""
     if preset not in MQAR_PRESETS:
-        raise ValueError(f"preset: unknown MQAR preset {preset!r}; expected one of {sorted(MQAR_PRESETS)}")
-    return dataclasses.replace(MQAR_PRESETS[preset], **{k: v for k, v in overrides.items() if v is not None})
+        raise ValueError(f"{setting_name(label, 'preset')}: unknown MQAR preset {preset!r}"
+                         f"{did_you_mean(preset, MQAR_PRESETS)}; expected one of {sorted(MQAR_PRESETS)}")
+    return dataclasses.replace(MQAR_PRESETS[preset], label=label,
+                               **{k: v for k, v in overrides.items() if v is not None})
