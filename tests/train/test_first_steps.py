@@ -170,7 +170,13 @@ def test_a_bad_flag_value_is_named_by_its_flag(data_dir, tmp_path, capsys, extra
                                         "'four'"),
     (["--model", "num_kv_heads=3"], "error: --model num_kv_heads=3: num_heads (4) must be a multiple of "
                                     "num_kv_heads (3)"),
-], ids=["unknown-key", "no-key", "model-width-not-a-number", "model-heads-not-a-number", "model-field-named-beside"])
+    (["--model", "hidden_size=64", "--model", "num_head=8"],
+     "error: --model num_head=8: unknown model key 'num_head' (did you mean 'num_heads'?); FoxConfig keys: "),
+    (["--set", "model.fgate_bias=1"], "error: --set model.fgate_bias=1: unknown model key 'fgate_bias'"),
+    (["--model", "gradient_checkpointing=true"], "error: --model gradient_checkpointing=true: gradient_checkpointing "
+                                                 "is not read in training"),
+], ids=["unknown-key", "no-key", "model-width-not-a-number", "model-heads-not-a-number", "model-field-named-beside",
+        "unknown-model-key", "unknown-model-key-by-set", "model-key-not-read"])
 def test_a_bad_set_or_model_item_says_which_and_why(data_dir, tmp_path, capsys, extra, said):
     """--set's unknown keys were "overrides: unknown config key" (a word of the API, not of the command line),
     `--set =3` an unknown key '', and a model width that is no number a bare TypeError of the width's

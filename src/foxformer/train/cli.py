@@ -143,27 +143,35 @@ def _in_flags(message: str, args: argparse.Namespace) -> str:
         return f"{message}: give --total-tokens or --max-steps"
     if key == "overrides":  # what load_config calls them: on this command line only --set names keys
         return f"--set: {rest}"
+    if key == "model" and (item := _model_item(rest, args)):
+        return f"{item}: {rest}"
     return message
 
 
 def _in_model_flags(message: str, args: argparse.Namespace) -> str | None:
     """A FoxConfig error on a field that --model (or --set model.KEY) set on this command line, named by that
     item (``--model num_layers=abc: num_layers must be ...``): the model is built in the run, which names the
-    field as FoxConfig's. The field the error is about first, then one it names beside it (num_heads must be a
-    multiple of num_kv_heads). None for any other error."""
-    field = re.match(r"FoxConfig\.(\w+)", message)
-    if not field:
+    field as FoxConfig's. None for any other error."""
+    if not message.startswith("FoxConfig."):
         return None
+    rest = message[len("FoxConfig."):]
+    item = _model_item(rest, args)
+    return f"{item}: {rest}" if item else None
+
+
+def _model_item(message: str, args: argparse.Namespace) -> str | None:
+    """The --model (or --set model.KEY) item of this command line whose key ``message`` names first, as typed
+    (``--model num_kv_heads=3``): the field an error is about comes first (``unknown model key 'x'``, ``num_heads
+    must be ...``), one named beside it after (num_heads must be a multiple of num_kv_heads). None where the
+    message names none."""
     given = []
     for flag, items in (("--model", args.model), ("--set", args.set)):
         for item in items or []:
             key = item.partition("=")[0].strip()
             if key.startswith("model.") or flag == "--model":
                 given.append((key.removeprefix("model."), f"{flag} {item}"))
-    for key, said in sorted(given, key=lambda g: g[0] != field[1]):
-        if re.search(rf"\b{re.escape(key)}\b", message):
-            return f"{said}: {message[len('FoxConfig.'):]}"
-    return None
+    named = [(m.start(), said) for key, said in given if (m := re.search(rf"\b{re.escape(key)}\b", message))]
+    return min(named)[1] if named else None
 
 
 def _no_run_to_continue(out_dir: str) -> str:
