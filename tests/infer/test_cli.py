@@ -3,6 +3,7 @@ import gzip
 import itertools
 import json
 import os
+import re
 
 import pytest
 import torch
@@ -292,6 +293,16 @@ def test_generate_reports_the_number_of_tokens_generated(hf_dir, tmp_path, capsy
                  "--out", str(out)]) == 0
     assert json.loads(out.read_text())["new_tokens"] == n
     assert f"[{n} tokens in" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("stream", [pytest.param([], id="streamed"), pytest.param(["--no-stream"], id="no-stream")])
+def test_generate_of_no_new_tokens_prints_no_empty_line(hf_dir, capsys, stream):
+    """`--max-new-tokens 0` printed a bare empty line, as if the model had written a line break."""
+    assert main(["generate", "--model", hf_dir, "--tokenizer", "bytes", "--prompt", "abc", "--max-new-tokens", "0",
+                 "--device", "cpu", *stream]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert re.match(r"\[0 tokens in \d+\.\d\d s, as --max-new-tokens 0 asks\]", captured.err.splitlines()[-1])
 
 
 @pytest.mark.parametrize("config_eps", [None, 0.5], ids=["config-without-evict-eps", "config-with-evict-eps"])

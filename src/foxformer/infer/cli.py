@@ -105,7 +105,8 @@ def _cmd_generate(args) -> int:
     text = "".join(pieces)
     if args.no_stream:
         sys.stdout.write(text)
-    sys.stdout.write("\n")
+    if text:  # the newline ends the text's line; no text (--max-new-tokens 0, an end of text first) is no line
+        sys.stdout.write("\n")
     n_new = state.get("new_tokens", 0)
     result = {"model": args.model, "prompt_tokens": n_prompt, "new_tokens": n_new,
               "seconds": elapsed, "text": text, "settings": dict(vars(cfg)), "interrupted": interrupted is not None}
@@ -123,7 +124,8 @@ def _cmd_generate(args) -> int:
     if decode_note:  # the one-line note of a fallback from CUDA graphs
         result["decode_note"] = decode_note
         note += f"; {decode_note}"
-    print(f"[{n_new} tokens in {elapsed:.2f} s]{note}", file=sys.stderr)
+    asked = ", as --max-new-tokens 0 asks" if cfg.max_new_tokens == 0 else ""
+    print(f"[{n_new} tokens in {elapsed:.2f} s{asked}]{note}", file=sys.stderr)
     if args.out:
         write_json(args.out, result)
     if interrupted is not None:
