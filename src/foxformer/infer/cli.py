@@ -254,8 +254,8 @@ def add_commands(subparsers) -> None:
     p.add_argument("--num-seqs", type=int, default=8)
     p.add_argument("--train-len", type=int, default=None, help="training context (default: the run's)")
     p.add_argument("--bins", type=int, default=16)
-    p.add_argument("--out", default=None, help="JSON path, or a folder for bias_shift.json (default: "
-                                               "RUN/eval/bias_shift.json for a run dir, else runs/eval/bias_shift.json; "
-                                               "the plot sits next to it)")
+    p.add_argument("--out", default=None,
+                   help="JSON path, or a folder for bias_shift.json (default: RUN/eval/bias_shift.json for a run "
+                        "dir, else runs/eval/bias_shift.json; the plot sits next to it)")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=_cmd_bias_shift)
