@@ -89,13 +89,16 @@ def inductor_ms(ref, args: dict, dy: torch.Tensor) -> tuple[float, float]:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", default="pro_ops_tune.json")
+    p.add_argument("--elements", type=int, nargs="+", default=ELEMENTS)
+    p.add_argument("--warps", type=int, nargs="+", default=WARPS)
+    p.add_argument("--no-inductor", action="store_true", help="skip the compiled reference's rows")
     args = p.parse_args(argv)
     x = inputs()
     rows = []
     default = dict(tiles.TILES)
     cases_kernel = {name: c[0] for name, c in cases(x).items()}
     for name, (kernel, fwd, bwd, (ref, ref_args), bytes_f, bytes_b) in cases(x).items():
-        for elements, warps, inner in itertools.product(ELEMENTS, WARPS, HEADS_INNER):
+        for elements, warps, inner in itertools.product(args.elements, args.warps, HEADS_INNER):
             tile = tiles.Tile(elements, warps, inner)
             tiles.TILES.update({f"{kernel}_fwd": tile, f"{kernel}_bwd": tile})
             f, b = ms(fwd), ms(bwd)
@@ -105,6 +108,8 @@ def main(argv=None) -> int:
                   f"fwd {f:.4f} ms ({bytes_f / f / 1e6:6.0f} GB/s)  bwd {b:.4f} ms ({bytes_b / b / 1e6:6.0f} GB/s)",
                   flush=True)
         tiles.TILES.update(default)
+        if args.no_inductor:
+            continue
         f, fb = inductor_ms(ref, ref_args, x["dy"])
         rows.append(dict(case=name, provider="inductor", fwd_ms=f, bwd_ms=fb - f, fwd_bwd_ms=fb))
         print(f"{name:14s} inductor  fwd {f:.4f} ms  fwd+bwd {fb:.4f} ms", flush=True)
