@@ -96,8 +96,8 @@ def main(argv=None) -> int:
     x = inputs()
     rows = []
     default = dict(tiles.TILES)
-    cases_kernel = {name: c[0] for name, c in cases(x).items()}
-    for name, (kernel, fwd, bwd, (ref, ref_args), bytes_f, bytes_b) in cases(x).items():
+    timed = cases(x)
+    for name, (kernel, fwd, bwd, (ref, ref_args), bytes_f, bytes_b) in timed.items():
         for elements, warps, inner in itertools.product(args.elements, args.warps, HEADS_INNER):
             tile = tiles.Tile(elements, warps, inner)
             tiles.TILES.update({f"{kernel}_fwd": tile, f"{kernel}_bwd": tile})
@@ -122,8 +122,7 @@ def main(argv=None) -> int:
                     best[key] = r
     print("\ncase | pass | best elements x warps, order | ms | GB/s | TILES' ms")
     for (case, pass_), r in best.items():
-        kernel = cases_kernel[case]
-        now = default[f"{kernel}_{pass_}"]
+        now = default[f"{timed[case][0]}_{pass_}"]
         d = next((q for q in rows if q["case"] == case and q.get("elements") == now.elements
                   and q.get("warps") == now.num_warps and q.get("heads_inner") == now.heads_inner), None)
         order = "heads-inner" if r["heads_inner"] else "rows-inner"
