@@ -401,6 +401,14 @@ def test_an_eviction_bound_without_evict_eps_is_named_by_its_flag(hf_dir, capsys
         f"config); give --evict-eps, e.g. 1e-3")
 
 
+def test_a_per_layer_fgate_bias_shift_of_the_wrong_length_is_named_by_its_flag(hf_dir, capsys):
+    """Said as "fgate_bias_shift: expected ...", the keyword; the model (2 layers) is needed to tell."""
+    assert main(["generate", hf_dir, "--tokenizer", "bytes", "--prompt", "x", "--device", "cpu",
+                 "--fgate-bias-shift", "1,2,3"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1].startswith(
+        "error: --fgate-bias-shift: expected a float, a list of 2 (one per layer)")
+
+
 @pytest.mark.parametrize("value", ["nan", "0.5,inf"])
 def test_a_non_finite_fgate_bias_shift_is_refused_as_the_flag_is_read(tmp_path, capsys, value):
     """"fgate_bias_shift must be finite" came from the gates, after the model loaded."""

@@ -256,7 +256,7 @@ def stream_tokens(model, input_ids: torch.Tensor, cfg: Optional[GenerationConfig
     generator = None
     if cfg.seed is not None:
         generator = torch.Generator(device=dev).manual_seed(int(cfg.seed))
-    shift = HeldShift(model, cfg.fgate_bias_shift) if cfg.fgate_bias_shift is not None else None
+    shift = HeldShift(model, cfg.fgate_bias_shift, label) if cfg.fgate_bias_shift is not None else None
     # The last new token is never fed back, so the cache sees prompt + max_new_tokens - 1 tokens.
     fed = ids.shape[1] + max(cfg.max_new_tokens - 1, 0)
     cache = _new_cache(model, cfg, fed, label)
