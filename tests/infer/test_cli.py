@@ -370,12 +370,52 @@ def test_generate_with_a_tokenizer_larger_than_the_model_is_a_clear_error(hf_dir
     assert "error: input_ids: token id 15496" in err and "vocabulary of 257" in err
 
 
+def test_an_evict_max_len_below_the_new_tokens_is_refused_before_the_model_loads(tmp_path, capsys):
+    """It failed after the load, in the keyword's words ("evict_max_len: eviction is bounded for at most N = 2"):
+    the cache is fed at least one prompt token and every new token but the last, so N < --max-new-tokens is
+    wrong whatever the prompt (the model here does not exist)."""
+    assert main(["generate", str(tmp_path / "no-model"), "--prompt", "x", "--evict-eps", "1e-4",
+                 "--evict-max-len", "2"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "error: --evict-max-len: expected an integer >= 128, got 2; it bounds the tokens the cache holds: the prompt "
+        "(at least one token) and every new token but the last (--max-new-tokens 128)"]
+
+
 def test_generate_past_an_explicit_evict_max_len_is_a_clear_error(hf_dir, capsys):
-    # "Once upon" is 9 byte tokens: with N = 2 the eviction bound was silently void
+    # "Once upon" is 9 byte tokens: with N = 5 the eviction bound was silently void
     assert main(["generate", "--model", hf_dir, "--tokenizer", "bytes", "--prompt", "Once upon", "--max-new-tokens",
-                 "4", "--evict-eps", "1e-4", "--evict-max-len", "2", "--device", "cpu"]) == 2
+                 "4", "--evict-eps", "1e-4", "--evict-max-len", "5", "--device", "cpu"]) == 2
     captured = capsys.readouterr()
-    assert "error: evict_max_len: " in captured.err and "N = 2" in captured.err and captured.out == ""
+    assert captured.err.splitlines()[-1] == (
+        "error: --evict-max-len: expected an integer >= 12, got 5; it bounds the tokens the cache holds: the prompt "
+        "(9 tokens) and every new token but the last (--max-new-tokens 4)") and captured.out == ""
+
+
+@pytest.mark.parametrize("option", ["--evict-qk-bound", "--evict-max-len"])
+def test_an_eviction_bound_without_evict_eps_is_named_by_its_flag(hf_dir, capsys, option):
+    """Said as "evict_max_len: it sets the bound ... give evict_eps (--evict-eps)": keywords the user did not type."""
+    assert main(["generate", hf_dir, "--tokenizer", "bytes", "--prompt", "x", "--max-new-tokens", "2",
+                 "--device", "cpu", option, "100"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"error: {option}: it sets the bound of KV eviction, which runs only with --evict-eps (here or in the model's "
+        f"config); give --evict-eps, e.g. 1e-3")
+
+
+def test_a_per_layer_fgate_bias_shift_of_the_wrong_length_is_named_by_its_flag(hf_dir, capsys):
+    """Said as "fgate_bias_shift: expected ...", the keyword; the model (2 layers) is needed to tell."""
+    assert main(["generate", hf_dir, "--tokenizer", "bytes", "--prompt", "x", "--device", "cpu",
+                 "--fgate-bias-shift", "1,2,3"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1].startswith(
+        "error: --fgate-bias-shift: expected a float, a list of 2 (one per layer)")
+
+
+@pytest.mark.parametrize("value", ["nan", "0.5,inf"])
+def test_a_non_finite_fgate_bias_shift_is_refused_as_the_flag_is_read(tmp_path, capsys, value):
+    """"fgate_bias_shift must be finite" came from the gates, after the model loaded."""
+    with pytest.raises(SystemExit) as e:
+        main(["generate", str(tmp_path / "no-model"), "--prompt", "x", "--fgate-bias-shift", value])
+    assert e.value.code == 2
+    assert f"argument --fgate-bias-shift: expected finite numbers, got '{value}'" in capsys.readouterr().err
 
 
 SHORT_N = {

@@ -594,3 +594,11 @@ def test_the_docstrings_name_every_option_and_decode_mode():
 
     assert all(field.name in generate.__doc__ for field in dataclasses.fields(GenerationConfig))
     assert all(f'"{mode}"' in GenerationConfig.__doc__ for mode in FoxCache.DECODE_MODES)
+
+
+def test_an_evict_max_len_below_max_new_tokens_is_refused_by_the_config():
+    """Whatever the prompt, the cache is fed it and every new token but the last: N below max_new_tokens failed
+    only once the prompt was read (after a model load, in the CLI)."""
+    with pytest.raises(ValueError, match=r"^evict_max_len: expected an integer >= 10, got 5; .*\(max_new_tokens=10\)$"):
+        GenerationConfig(max_new_tokens=10, evict_max_len=5).validate()
+    GenerationConfig(max_new_tokens=10, evict_max_len=10).validate()

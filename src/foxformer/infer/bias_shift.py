@@ -10,6 +10,7 @@ from typing import Optional, Sequence
 
 import torch
 
+from foxformer.argtypes import setting_name
 from foxformer.models.calls import fox_blocks
 
 
@@ -17,38 +18,40 @@ def _gates(model) -> list:
     return [block.attn.fgate for block in fox_blocks(model, "fgate_bias_shift")]
 
 
-def _per_layer(shift, num_layers: int) -> list:
+def _per_layer(shift, num_layers: int, name: str = "fgate_bias_shift") -> list:
     if isinstance(shift, torch.Tensor):
         shift = shift.detach().cpu().double()
         if shift.dim() == 0:
             return [float(shift)] * num_layers
         if shift.dim() in (1, 2) and shift.shape[0] == num_layers:
             return list(shift)
-        raise ValueError(f"fgate_bias_shift: a tensor must be a scalar, [num_layers={num_layers}] or "
+        raise ValueError(f"{name}: a tensor must be a scalar, [num_layers={num_layers}] or "
                          f"[num_layers, num_heads], got shape {tuple(shift.shape)}")
     if isinstance(shift, (int, float)) and not isinstance(shift, bool):
         return [float(shift)] * num_layers
     if isinstance(shift, Sequence) and len(shift) == num_layers:
         return list(shift)
-    raise ValueError(f"fgate_bias_shift: expected a float, a list of {num_layers} (one per layer) or a nested "
+    raise ValueError(f"{name}: expected a float, a list of {num_layers} (one per layer) or a nested "
                      f"list [num_layers][num_heads], got {shift!r}")
 
 
-def set_fgate_bias_shift(model, shift) -> list[Optional[torch.Tensor]]:
+def set_fgate_bias_shift(model, shift, label: str = "{}") -> list[Optional[torch.Tensor]]:
     """Set the inference-time gate-logit shift of every layer; returns the previous shifts (for restore).
 
     shift: a float (whole model), a list / tensor [num_layers] (per layer) or [num_layers][num_heads]
     (per layer and head); None entries or 0 mean no shift. Layers without a forget gate must get 0.
+    label: how errors name the setting (argtypes.setting_name): the keyword, or "--{}" a command's flag.
     """
+    name = setting_name(label, "fgate_bias_shift")
     gates = _gates(model)
-    values = _per_layer(shift, len(gates))
+    values = _per_layer(shift, len(gates), name)
     previous = [None if g is None else g.bias_shift for g in gates]
     try:
         for i, (gate, value) in enumerate(zip(gates, values)):
             value = 0.0 if value is None else value
             if gate is None:
                 if bool(torch.as_tensor(value, dtype=torch.float64).ne(0).any()):
-                    raise ValueError(f"fgate_bias_shift: layer {i} has no forget gate (softmax attention); "
+                    raise ValueError(f"{name}: layer {i} has no forget gate (softmax attention); "
                                      f"its shift must be 0")
                 continue
             gate.set_bias_shift(value)
@@ -77,13 +80,14 @@ def fgate_bias_shift(model, shift):
 class HeldShift:
     """A shift held by the gates only inside ``with`` blocks (each forward of one generation), the model's own one
     outside them: a paused generation's shift does not reach another generation of the same model, nor the
-    caller's forwards between its tokens. Checked (as set_fgate_bias_shift checks it) when made."""
+    caller's forwards between its tokens. Checked (as set_fgate_bias_shift checks it, ``label`` as it names
+    the setting) when made."""
 
-    def __init__(self, model, shift) -> None:
+    def __init__(self, model, shift, label: str = "{}") -> None:
         self.gates = _gates(model)
         own = [None if gate is None else gate.swap_bias_shift(None) for gate in self.gates]
         try:
-            set_fgate_bias_shift(model, shift)
+            set_fgate_bias_shift(model, shift, label)
         finally:
             self.tensors = [None if gate is None else gate.swap_bias_shift(value)
                             for gate, value in zip(self.gates, own)]

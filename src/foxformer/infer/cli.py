@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import sys
 import time
@@ -10,6 +11,9 @@ import warnings
 
 from foxformer.argtypes import ESCAPES, escaped, floats
 from foxformer.paths import check_output_file, read_text, write_json
+
+# How the API's checks name a setting in this module's errors (argtypes.setting_name): by its flag.
+FLAGS = "--{}"
 
 
 def _shift(text: str):
@@ -21,6 +25,9 @@ def _shift(text: str):
                                          f"got {text!r}") from e
     if not values:
         raise argparse.ArgumentTypeError("expected at least one value")
+    # the gates refuse nan / inf too, but only once the model has loaded, and by their keyword
+    if not all(math.isfinite(v) for v in values):
+        raise argparse.ArgumentTypeError(f"expected finite numbers, got {text!r}")
     return values[0] if len(values) == 1 else values
 
 
@@ -66,7 +73,7 @@ def _cmd_generate(args) -> int:
                            evict_qk_bound=args.evict_qk_bound, evict_max_len=args.evict_max_len,
                            fgate_bias_shift=args.fgate_bias_shift, prefill_chunk=args.prefill_chunk,
                            stop=args.stop, ignore_eos=args.ignore_eos, decode=args.decode)
-    cfg.validate(label="--{}")
+    cfg.validate(label=FLAGS)
     loaded = load_model(args.model, device=args.device, dtype=args.dtype, attention_backend=args.attention_backend)
     tokenizer = load_tokenizer(tokenizer_spec([loaded], args.tokenizer))
     n_prompt = len(start_ids(tokenizer) + tokenizer.encode(prompt))  # what the model reads, a BOS included
@@ -89,7 +96,7 @@ def _cmd_generate(args) -> int:
         warnings.filterwarnings("ignore", message="decoding eagerly")
         stream = None
         try:
-            stream = generate(loaded.model, tokenizer, prompt, config=cfg, state=state)
+            stream = generate(loaded.model, tokenizer, prompt, config=cfg, state=state, label=FLAGS)
             for piece in stream:
                 emit(piece)
         except KeyboardInterrupt as e:

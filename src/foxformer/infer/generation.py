@@ -90,6 +90,7 @@ class GenerationConfig:
         if self.prefill_chunk is not None and (not isinstance(self.prefill_chunk, int) or self.prefill_chunk < 1):
             refuse("prefill_chunk", "a positive integer", "to read the prompt in one forward")
         check_eviction(self.evict_eps, self.evict_qk_bound, self.evict_max_len, label=label)
+        check_evict_len(self.evict_max_len, self.max_new_tokens, label=label)
         # torch.Generator.manual_seed's range: past it a bare "Overflow when unpacking long long" after the load
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)
                                       or not -2**63 <= self.seed < 2**64):
@@ -100,6 +101,22 @@ class GenerationConfig:
         _stop_strings(self.stop, label)
         if self.decode not in FoxCache.DECODE_MODES:
             refuse("decode", f"one of {', '.join(FoxCache.DECODE_MODES)}")
+
+
+def check_evict_len(max_len: Optional[int], max_new_tokens: int, prompt_tokens: Optional[int] = None,
+                    label: str = "{}") -> None:
+    """ValueError unless N = ``max_len`` (None passes) covers what the cache is fed: the prompt (None: not read yet,
+    so its least, one token) and every new token but the last, which is never fed back. Past N the model refuses
+    to go (the eps bound no longer holds), so a short N is caught here, before any model loads or token streams.
+    ``label``: as GenerationConfig.validate's."""
+    fed = (prompt_tokens or 1) + max(max_new_tokens - 1, 0)
+    if max_len is None or max_len >= fed:
+        return
+    flag = label.startswith("--")
+    new = f"{setting_name(label, 'max_new_tokens')}{' ' if flag else '='}{max_new_tokens}"
+    prompt = "at least one token" if prompt_tokens is None else f"{prompt_tokens} tokens"
+    raise ValueError(f"{setting_name(label, 'evict_max_len')}: expected an integer >= {fed}, got {max_len}; it bounds "
+                     f"the tokens the cache holds: the prompt ({prompt}) and every new token but the last ({new})")
 
 
 _NO_TEXT = ("stop: stop strings are found in the decoded text, which token ids alone do not give; pass a tokenizer and "
@@ -177,29 +194,28 @@ def _turn(model, shift: Optional[HeldShift]):
             model.train()
 
 
-def _new_cache(model, cfg: GenerationConfig, fed: int):
+def _new_cache(model, cfg: GenerationConfig, fed: int, label: str = "{}"):
     """The model's cache for a generation that feeds it ``fed`` tokens (None: the model builds its own)."""
     body = backbone(model)
     if not hasattr(body, "new_cache"):
         if cfg.evict_eps is not None:
-            raise ValueError("evict_eps: KV eviction needs a foxformer FoX model")
+            raise ValueError(f"{setting_name(label, 'evict_eps')}: KV eviction needs a foxformer FoX model")
         return None
     settings = (cfg.evict_eps, cfg.evict_qk_bound, cfg.evict_max_len)
     policy = EvictionPolicy.resolve(body.config, *settings) if any(x is not None for x in settings) else "config"
     if policy is None:
         # evict_qk_bound / evict_max_len alone kept every key without a word: they only shape eps's bound
-        given = [n for n, v in (("evict_qk_bound", cfg.evict_qk_bound), ("evict_max_len", cfg.evict_max_len))
-                 if v is not None]
+        given = [setting_name(label, n) for n in ("evict_qk_bound", "evict_max_len") if getattr(cfg, n) is not None]
+        eps = setting_name(label, "evict_eps")
         raise ValueError(f"{' and '.join(given)}: {'they set' if len(given) > 1 else 'it sets'} the bound of KV "
-                         f"eviction, which runs only with evict_eps (here or in the model's config); give evict_eps "
-                         f"(--evict-eps), e.g. 1e-3")
+                         f"eviction, which runs only with {eps} (here or in the model's config); give {eps}, e.g. 1e-3")
     return fresh_cache(model, fed, policy, decode=cfg.decode)
 
 
 @torch.no_grad()
 def stream_tokens(model, input_ids: torch.Tensor, cfg: Optional[GenerationConfig] = None,
                   state: Optional[dict] = None, *, vocab_limit: Optional[int] = None,
-                  attention_mask: Optional[torch.Tensor] = None) -> Iterator[torch.Tensor]:
+                  attention_mask: Optional[torch.Tensor] = None, label: str = "{}") -> Iterator[torch.Tensor]:
     """Yield the next token ids [B] (host tensors) one step at a time for prompts input_ids [B, T]. On a GPU the
     model's next step is queued before each token is copied out, so the host's share of a step (taking the token,
     preparing the next step) overlaps the device's instead of adding to it.
@@ -207,9 +223,10 @@ def stream_tokens(model, input_ids: torch.Tensor, cfg: Optional[GenerationConfig
     ``state`` (a dict), if given, receives "cache" (the live cache) so callers can inspect memory.
     ``vocab_limit``: sample only ids below it (a tokenizer's vocabulary when the model's is padded past it).
     ``attention_mask``: [B, T], 0 on left padding (prompts of different lengths in one batch).
+    ``label``: how errors name the settings (argtypes.setting_name): the keywords, or "--{}" the CLI's flags.
     """
     cfg = cfg or GenerationConfig()
-    cfg.validate()
+    cfg.validate(label)
     if cfg.stop:
         raise ValueError(_NO_TEXT)
     model = _unwrap(model)
@@ -239,17 +256,12 @@ def stream_tokens(model, input_ids: torch.Tensor, cfg: Optional[GenerationConfig
     generator = None
     if cfg.seed is not None:
         generator = torch.Generator(device=dev).manual_seed(int(cfg.seed))
-    shift = HeldShift(model, cfg.fgate_bias_shift) if cfg.fgate_bias_shift is not None else None
+    shift = HeldShift(model, cfg.fgate_bias_shift, label) if cfg.fgate_bias_shift is not None else None
     # The last new token is never fed back, so the cache sees prompt + max_new_tokens - 1 tokens.
     fed = ids.shape[1] + max(cfg.max_new_tokens - 1, 0)
-    cache = _new_cache(model, cfg, fed)
-    if cache is not None:
-        # Refused up front rather than by the model after some tokens were streamed.
-        max_len = getattr(cache, "max_len", None)
-        if max_len is not None and fed > max_len:
-            raise ValueError(f"evict_max_len: eviction is bounded for at most N = {max_len} tokens, but the "
-                             f"prompt ({ids.shape[1]} tokens) and max_new_tokens ({cfg.max_new_tokens}) reach "
-                             f"{fed}; raise evict_max_len or lower max_new_tokens")
+    cache = _new_cache(model, cfg, fed, label)
+    # Refused up front rather than by the model after some tokens were streamed; N may be the model config's.
+    check_evict_len(getattr(cache, "max_len", None), cfg.max_new_tokens, ids.shape[1], label)
     cache_kw = cache_keyword(model)
     chunk = cfg.prefill_chunk or ids.shape[1]
     out = None
@@ -428,7 +440,7 @@ def end_of_text_id(tokenizer) -> Optional[int]:
 
 def generate(model, tokenizer_or_ids, prompt: Optional[str | Sequence[str]] = None, *,
              config: Optional[GenerationConfig] = None, state: Optional[dict] = None,
-             attention_mask: Optional[torch.Tensor] = None, **options) -> Iterator:
+             attention_mask: Optional[torch.Tensor] = None, label: str = "{}", **options) -> Iterator:
     """Stream a continuation.
 
     Args:
@@ -446,6 +458,7 @@ def generate(model, tokenizer_or_ids, prompt: Optional[str | Sequence[str]] = No
         state: optional dict that receives the live cache under "cache" (and, with a tokenizer, the number
             of tokens generated so far under "new_tokens": a list of each row's for a list of prompts).
         attention_mask: with token ids [B, T] only: 0 on each row's left padding.
+        label: how errors name the settings (argtypes.setting_name): the keywords, or "--{}" the CLI's flags.
 
     Example::
 
@@ -460,7 +473,7 @@ def generate(model, tokenizer_or_ids, prompt: Optional[str | Sequence[str]] = No
             config = GenerationConfig(**options)
         except TypeError as e:
             raise TypeError(f"generate: unknown option ({e})") from e
-    config.validate()
+    config.validate(label)
     _unwrap(model)
     tokenizer = tokenizer_or_ids
     if isinstance(tokenizer, str):
@@ -495,7 +508,7 @@ def generate(model, tokenizer_or_ids, prompt: Optional[str | Sequence[str]] = No
         ids = torch.tensor([[0] * pad + row for pad, row in zip(pads, rows)])
         mask = torch.tensor([[0] * pad + [1] * len(row) for pad, row in zip(pads, rows)]) if any(pads) else None
         stream = stream_tokens(model, ids, dataclasses.replace(config, stop=None), state, attention_mask=mask,
-                               vocab_limit=int(limit) if isinstance(limit, int) and limit > 0 else None)
+                               vocab_limit=int(limit) if isinstance(limit, int) and limit > 0 else None, label=label)
         return _row_texts(stream, tokenizer, config.stop_token, _stop_strings(config.stop), state, single)
     if prompt is not None:
         raise TypeError("prompt: only used with a tokenizer; pass token ids as the second argument instead")
@@ -513,5 +526,5 @@ def generate(model, tokenizer_or_ids, prompt: Optional[str | Sequence[str]] = No
     if attention_mask is not None and ids.dim() != 2:
         raise TypeError("attention_mask: only for a batch of token ids [B, T] (left-padded prompts)")
     if ids.dim() == 1:
-        return (int(t[0]) for t in stream_tokens(model, ids[None], config, state))
-    return stream_tokens(model, ids, config, state, attention_mask=attention_mask)
+        return (int(t[0]) for t in stream_tokens(model, ids[None], config, state, label=label))
+    return stream_tokens(model, ids, config, state, attention_mask=attention_mask, label=label)
