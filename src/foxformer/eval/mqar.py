@@ -160,7 +160,7 @@ def model_config(spec: str, cfg: MqarConfig, *, label: str = "{}"):
     task = {"vocab_size": (cfg.vocab_size, "num_keys + num_values + num_fillers"),
             "max_position_embeddings": (max(cfg.eval_lengths + [cfg.train_len]), "the longest of eval_lengths and "
                                                                                  "train_len")}
-    for key in task.keys() & overrides.keys():
+    for key in sorted(task.keys() & overrides.keys()):  # the first of them, the same on every run
         raise ValueError(f"{where}: {key} is the task's ({task[key][1]}: {task[key][0]}); leave it out")
     size = {key: overrides.pop(key, getattr(cfg, key)) for key in ("num_layers", "hidden_size")}
     try:
