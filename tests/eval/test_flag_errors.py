@@ -124,6 +124,14 @@ MQAR = ["eval", "mqar", "--no-progress"]
     pytest.param(["--models", "transformer-pro,fox-pro:fgate=fixd"],
                  "--models fox-pro:fgate=fixd: fgate must be one of ('data_dependent', 'data_independent', 'fixed', "
                  "'none'), got 'fixd'", id="models-bad-value"),
+    pytest.param(["--models", "fox-pro:num_heads=3"], "--models fox-pro:num_heads=3: num_heads (3) must divide "
+                 "hidden_size (64); give both num_heads and head_dim to decouple the attention width from hidden_size",
+                 id="models-heads-not-dividing"),
+    pytest.param(["--models", "fox-pro:num_layers=0"], "--models fox-pro:num_layers=0: num_layers must be a positive "
+                                                       "int, got 0", id="models-depth"),
+    pytest.param(["--models", "fox-pro:max_position_embeddings=64"],
+                 "--models fox-pro:max_position_embeddings=64: max_position_embeddings is the task's (the longest of "
+                 "eval_lengths and train_len: 128); leave it out", id="models-task-field"),
 ])
 def test_an_mqar_error_names_the_flag(argv, said, tmp_path, capsys):
     out = tmp_path / "mqar"

@@ -165,6 +165,21 @@ def test_models_flag_takes_several_overrides_of_one_model_and_refuses_a_repeat(t
         MqarConfig(models=["fox-pro", "fox-pro"])
 
 
+def test_a_model_may_have_its_own_depth_and_width_but_not_the_task_s_vocabulary():
+    """`--models fox-pro:num_layers=3` failed in "bad override (sized_config() got multiple values for argument
+    'num_layers')": the task's depth and width are a model's defaults, which its spec may override (sized at its
+    own size: heads and the Pro MLP width follow), while the vocabulary and positions are the task's."""
+    from foxformer.models import sized_config
+
+    cfg = MqarConfig()
+    deeper = mqar.model_config("fox-pro:num_layers=3,hidden_size=128", cfg)
+    assert deeper.to_dict() == sized_config("fox-pro", 3, 128, vocab_size=cfg.vocab_size,
+                                            max_position_embeddings=deeper.max_position_embeddings).to_dict()
+    with pytest.raises(ValueError, match=r"^models fox-pro:vocab_size=3: vocab_size is the task's \(num_keys \+ "
+                                         r"num_values \+ num_fillers: 36\); leave it out$"):
+        mqar.model_config("fox-pro:vocab_size=3", cfg)
+
+
 def test_a_stopped_model_is_marked_in_the_plots_and_the_json_and_the_seed_is_stated(tmp_path, monkeypatch):
     """The plots showed a model stopped at 45% of its steps under its plain label, beside the finished ones."""
     import matplotlib.axes

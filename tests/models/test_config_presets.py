@@ -1,4 +1,5 @@
 import math
+import pickle
 import re
 import warnings
 
@@ -8,6 +9,7 @@ from transformers import AutoConfig
 
 from foxformer.models import config as config_module
 from foxformer.models import PRESETS, FoxConfig, FoxForCausalLM, count_non_embedding, get_preset
+from foxformer.models.config import ConfigError
 from foxformer.models.presets import model_keys, preset_table, sized_config, training_flops_per_token
 
 
@@ -143,6 +145,32 @@ def test_sized_config_takes_overrides_as_get_preset_does():
 def test_head_overrides_that_do_not_divide_hidden_size_raise(overrides, match):
     with pytest.raises(ValueError, match=match):
         get_preset("fox-llama-tiny", **overrides)
+
+
+@pytest.mark.parametrize("build, where, reason, fields", [
+    (lambda: FoxConfig(hidden_size=64, num_heads=4, num_kv_heads=3), "FoxConfig.",
+     "num_heads (4) must be a multiple of num_kv_heads (3)", ("num_heads", "num_kv_heads")),
+    (lambda: FoxConfig(qk_norm=True, evict_max_len=0), "FoxConfig.", "evict_max_len must be a positive int or None",
+     ("evict_max_len",)),
+    (lambda: get_preset("fox-pro-tiny", num_heads=3), "get_preset: ", "num_heads (3) must divide hidden_size (64); ",
+     ("num_heads", "hidden_size")),
+    (lambda: sized_config("fox-pro", 2, 64, head_dim=48), "sized_config: ", "head_dim (48) must divide hidden_size",
+     ("head_dim", "hidden_size")),
+    (lambda: sized_config("fox-pro", 0, 64), "sized_config: ", "num_layers must be a positive int, got 0",
+     ("num_layers",)),
+    (lambda: get_preset("fox-pro-tiny", num_head=8), "model: ", "unknown model key 'num_head' (did you mean",
+     ("num_head",)),
+], ids=["foxconfig", "eviction", "get-preset", "sized-config", "sized-config-size", "unknown-key"])
+def test_a_refused_setting_says_which_fields(build, where, reason, fields):
+    """The CLIs found the field an error was about by cutting "FoxConfig." off its text (and missed get_preset's);
+    ConfigError carries the fields, and the reason apart from the name of what refused it."""
+    with pytest.raises(ConfigError) as caught:
+        build()
+    error = caught.value
+    assert isinstance(error, ValueError) and str(error).startswith(where + reason)
+    assert (error.where, error.reason[:len(reason)], error.fields) == (where, reason, fields)
+    again = pickle.loads(pickle.dumps(error))  # as from a worker process
+    assert (str(again), again.reason, again.fields) == (str(error), error.reason, fields)
 
 
 @pytest.mark.parametrize("bad,match", [

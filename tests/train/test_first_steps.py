@@ -175,13 +175,17 @@ def test_a_bad_flag_value_is_named_by_its_flag(data_dir, tmp_path, capsys, extra
     (["--set", "model.fgate_bias=1"], "error: --set model.fgate_bias=1: unknown model key 'fgate_bias'"),
     (["--model", "gradient_checkpointing=true"], "error: --model gradient_checkpointing=true: gradient_checkpointing "
                                                  "is not read in training"),
+    (["--model", "num_heads=3"], "error: --model num_heads=3: num_heads (3) must divide hidden_size (64); give both "),
+    (["--set", "model.hidden_size=72"], "error: --set model.hidden_size=72: head_dim (16) must divide hidden_size "
+                                        "(72)"),
 ], ids=["unknown-key", "no-key", "model-width-not-a-number", "model-heads-not-a-number", "model-field-named-beside",
-        "unknown-model-key", "unknown-model-key-by-set", "model-key-not-read"])
+        "unknown-model-key", "unknown-model-key-by-set", "model-key-not-read", "preset-heads", "preset-width-by-set"])
 def test_a_bad_set_or_model_item_says_which_and_why(data_dir, tmp_path, capsys, extra, said):
     """--set's unknown keys were "overrides: unknown config key" (a word of the API, not of the command line),
     `--set =3` an unknown key '', and a model width that is no number a bare TypeError of the width's
     derivation ("can't multiply sequence by non-int of type 'float'"), then an error on FoxConfig.hidden_size, a
-    name the user never typed: a bad --model item is named as given."""
+    name the user never typed: a bad --model item is named as given. get_preset's refusals were left unnamed
+    ("get_preset: num_heads (3) must divide ...")."""
     assert main(_flags(data_dir, str(tmp_path / "run"), steps=1) + extra) == 2
     assert _one_error_line(capsys.readouterr().err).startswith(said)
 

@@ -11,7 +11,8 @@ pairs than trained on.
 
 Every model is a preset family (``fox-pro``, ``transformer-pro``, ``linear-pro``, ``fox-llama``, ...; see
 ``models.presets.sized_config``) at the same depth and width, so their parameter counts match as the named
-presets' do; ``kind:key=value`` overrides FoxConfig fields (``fox-llama:fgate=fixed``: a gate ablation).
+presets' do; ``kind:key=value`` overrides FoxConfig fields (``fox-llama:fgate=fixed``: a gate ablation;
+``fox-pro:num_layers=4``: that model deeper, its heads and MLP width chosen for its own size).
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ from tqdm.auto import tqdm
 
 from foxformer.argtypes import did_you_mean, setting_name, unset_said
 from foxformer.models import FoxForCausalLM, count_non_embedding, sized_config
+from foxformer.models.config import ConfigError
 from foxformer.models.presets import KINDS, check_model_keys
 from foxformer.progress import bars_shown
 from foxformer.train.config import TrainConfig
@@ -155,15 +157,16 @@ def model_config(spec: str, cfg: MqarConfig, *, label: str = "{}"):
     kind, overrides = parse_model(spec, label=label)
     where = f"{setting_name(label, 'models')} {spec}"
     check_model_keys(overrides, where)
+    task = {"vocab_size": (cfg.vocab_size, "num_keys + num_values + num_fillers"),
+            "max_position_embeddings": (max(cfg.eval_lengths + [cfg.train_len]), "the longest of eval_lengths and "
+                                                                                 "train_len")}
+    for key in sorted(task.keys() & overrides.keys()):  # the first of them, the same on every run
+        raise ValueError(f"{where}: {key} is the task's ({task[key][1]}: {task[key][0]}); leave it out")
+    size = {key: overrides.pop(key, getattr(cfg, key)) for key in ("num_layers", "hidden_size")}
     try:
-        return sized_config(kind, cfg.num_layers, cfg.hidden_size, vocab_size=cfg.vocab_size,
-                            max_position_embeddings=max(cfg.eval_lengths + [cfg.train_len]), **overrides)
-    except TypeError as e:
-        raise ValueError(f"{where}: bad override ({e})") from e
-    except ValueError as e:
-        if not str(e).startswith("FoxConfig."):
-            raise
-        raise ValueError(f"{where}: {str(e).removeprefix('FoxConfig.')}") from e
+        return sized_config(kind, **size, **{key: value for key, (value, _) in task.items()}, **overrides)
+    except ConfigError as e:  # the spec is what its user typed; the reason names the field
+        raise ValueError(f"{where}: {e.reason}") from e
 
 
 def model_label(spec: str) -> str:

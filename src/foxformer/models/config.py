@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import warnings
 
@@ -49,6 +50,19 @@ def _warn_misspelled(keys: list[str], fate: str, stacklevel: int) -> None:
         if hint:
             _SAID_KEYS.add(key)
             warnings.warn(f"FoxConfig: {key!r} is no field of FoxConfig; {fate}{hint}", stacklevel=stacklevel + 1)
+
+
+class ConfigError(ValueError):
+    """A model setting refused. ``fields``: the FoxConfig fields it is about, the refused one first, then those it
+    is refused beside; a command line names by them the item its user typed (``--model num_heads=3: ...``), where
+    the message names the field. ``reason``: the message past ``where``, the prefix naming what refused it."""
+
+    def __init__(self, reason: str, *fields: str, where: str = "FoxConfig."):
+        super().__init__(f"{where}{reason}")
+        self.reason, self.fields, self.where = reason, fields, where
+
+    def __reduce__(self):  # pickled as its arguments (a worker's error reaching its parent), not as args[0] alone
+        return functools.partial(ConfigError, where=self.where), (self.reason, *self.fields)
 
 
 class FoxConfig(PretrainedConfig):
@@ -182,8 +196,8 @@ class FoxConfig(PretrainedConfig):
         if self.head_dim is None:
             heads_ok = isinstance(self.num_heads, int) and self.num_heads > 0
             if heads_ok and isinstance(self.hidden_size, int) and self.hidden_size % self.num_heads:
-                raise ValueError(f"FoxConfig.num_heads ({self.num_heads}) must divide hidden_size "
-                                 f"({self.hidden_size}) when head_dim is not given")
+                raise ConfigError(f"num_heads ({self.num_heads}) must divide hidden_size "
+                                  f"({self.hidden_size}) when head_dim is not given", "num_heads", "hidden_size")
             self.head_dim = self.hidden_size // max(self.num_heads, 1)
         if self.intermediate_size is None and 0 < self.mlp_ratio < math.inf:  # else _validate names mlp_ratio
             self.intermediate_size = _round_up(2.0 / 3.0 * self.mlp_ratio * self.hidden_size, 64)
@@ -240,14 +254,14 @@ class FoxConfig(PretrainedConfig):
             value = kwargs.pop(alias)
             current = getattr(self, name)
             if current != defaults[name] and current != value:
-                raise ValueError(f"FoxConfig.{name} is given twice, as {name}={current!r} and as {alias}={value!r}")
+                raise ConfigError(f"{name} is given twice, as {name}={current!r} and as {alias}={value!r}", name)
             setattr(self, name, value)
 
     def set_attention_backend(self, backend: str) -> None:
         """The attention backend, checked: also a loaded model's override (`--attention-backend`), which was
         set after construction unchecked and then ignored or not depending on the prompt's length."""
         if backend not in BACKENDS:
-            raise ValueError(f"FoxConfig.attention_backend must be one of {BACKENDS}, got {backend!r}")
+            raise ConfigError(f"attention_backend must be one of {BACKENDS}, got {backend!r}", "attention_backend")
         self.attention_backend = backend
 
     def _read_numbers(self) -> None:
@@ -264,8 +278,8 @@ class FoxConfig(PretrainedConfig):
                 except ValueError:
                     pass
             if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ValueError(f"FoxConfig.{name} must be a number{' or None' if name in OPTIONAL_NUMBERS else ''}, "
-                                 f"got {value!r}")
+                raise ConfigError(f"{name} must be a number{' or None' if name in OPTIONAL_NUMBERS else ''}, "
+                                  f"got {value!r}", name)
             setattr(self, name, value)
 
     def _check_widths(self, unset_ok: bool = False) -> None:
@@ -274,52 +288,54 @@ class FoxConfig(PretrainedConfig):
                      "intermediate_size"):
             value = getattr(self, name)
             if not _positive_int(value) and not (unset_ok and value is None):
-                raise ValueError(f"FoxConfig.{name} must be a positive int, got {value!r}")
+                raise ConfigError(f"{name} must be a positive int, got {value!r}", name)
 
     def _validate(self) -> None:
         # `not 0 < x < inf` (not `x <= 0`): NaN fails every comparison and would pass.
         for name in ("mlp_ratio", "init_std", "rope_theta", "rms_norm_eps", "qk_norm_eps"):
             value = getattr(self, name)
             if not 0 < value < math.inf:
-                raise ValueError(f"FoxConfig.{name} must be positive and finite, got {value!r}")
+                raise ConfigError(f"{name} must be positive and finite, got {value!r}", name)
         self._check_widths()
         for name in ("rope", "qk_norm", "qk_norm_per_head", "output_gate", "output_norm", "kv_shift", "k_shift",
                      "v_shift", "tie_embeddings", "gradient_checkpointing", "joint_input_projections",
                      "joint_gate_projections", "fused_pro_ops"):
             value = getattr(self, name)
             if not isinstance(value, bool):  # a string such as "false" would be truthy
-                raise ValueError(f"FoxConfig.{name} must be True or False, got {value!r}")
+                raise ConfigError(f"{name} must be True or False, got {value!r}", name)
         self.validate_token_ids()
         if self.num_heads % self.num_kv_heads:
-            raise ValueError(f"FoxConfig.num_heads ({self.num_heads}) must be a multiple of "
-                             f"num_kv_heads ({self.num_kv_heads})")
+            raise ConfigError(f"num_heads ({self.num_heads}) must be a multiple of "
+                              f"num_kv_heads ({self.num_kv_heads})", "num_heads", "num_kv_heads")
         if self.attention == "forgetting" and self.head_dim > MAX_HEAD_DIM:
-            raise ValueError(f"FoxConfig.head_dim must be at most {MAX_HEAD_DIM} with attention='forgetting' (the "
-                             f"op's kernels), got {self.head_dim}")
+            raise ConfigError(f"head_dim must be at most {MAX_HEAD_DIM} with attention='forgetting' (the "
+                              f"op's kernels), got {self.head_dim}", "head_dim", "attention")
         if self.rope and self.head_dim % 2:
-            raise ValueError(f"FoxConfig.head_dim must be even with rope=True, got {self.head_dim}")
+            raise ConfigError(f"head_dim must be even with rope=True, got {self.head_dim}", "head_dim", "rope")
         if self.attention not in ATTENTIONS:
-            raise ValueError(f"FoxConfig.attention must be one of {ATTENTIONS}, got {self.attention!r}")
+            raise ConfigError(f"attention must be one of {ATTENTIONS}, got {self.attention!r}", "attention")
         if self.fgate not in FGATES:
             # YAML reads `fgate: off` (or no, yes, on) as a boolean
             hint = " (YAML reads off / on / no / yes as booleans: quote the value)" if isinstance(self.fgate, bool) \
                 else ""
-            raise ValueError(f"FoxConfig.fgate must be one of {FGATES}, got {self.fgate!r}{hint}")
+            raise ConfigError(f"fgate must be one of {FGATES}, got {self.fgate!r}{hint}", "fgate")
         if self.attention == "softmax" and self.fgate != "none":
-            raise ValueError(f"FoxConfig.fgate must be 'none' when attention='softmax', got {self.fgate!r}")
+            raise ConfigError(f"fgate must be 'none' when attention='softmax', got {self.fgate!r}", "fgate",
+                              "attention")
         if self.attention == "linear" and self.fgate == "none":
-            raise ValueError("FoxConfig.fgate must not be 'none' when attention='linear' (gated linear attention "
-                             "is defined by its forget gate; without one its state would only grow)")
+            raise ConfigError("fgate must not be 'none' when attention='linear' (gated linear attention "
+                              "is defined by its forget gate; without one its state would only grow)", "fgate",
+                              "attention")
         self.set_attention_backend(self.attention_backend)
         if not (0 < self.fgate_tmin <= self.fgate_tmax < math.inf):
-            raise ValueError(f"FoxConfig needs 0 < fgate_tmin <= fgate_tmax (finite), got "
-                             f"{self.fgate_tmin} and {self.fgate_tmax}")
+            raise ConfigError(f"fgate_tmin and fgate_tmax need 0 < fgate_tmin <= fgate_tmax (finite), got "
+                              f"{self.fgate_tmin} and {self.fgate_tmax}", "fgate_tmin", "fgate_tmax")
         self._validate_bias_init()
         self._validate_inference()
         self._validate_read()
         if self.tokenizer is not None and (not isinstance(self.tokenizer, str) or not self.tokenizer):
-            raise ValueError(f"FoxConfig.tokenizer must be a tokenizer spec such as 'gpt2', or None, got "
-                             f"{self.tokenizer!r}")
+            raise ConfigError(f"tokenizer must be a tokenizer spec such as 'gpt2', or None, got "
+                              f"{self.tokenizer!r}", "tokenizer")
 
     def validate_token_ids(self, vocab_size: int | None = None) -> None:
         """bos / eos / pad ids inside the vocabulary, or None. One outside it (or "3", 3.0) was taken unchecked:
@@ -341,23 +357,24 @@ class FoxConfig(PretrainedConfig):
                     # the tokenizer's end-of-document id fills bos and eos when they are not given
                     whence = (f" (the end-of-document token of tokenizer {self.tokenizer!r})"
                               if document is not None and token == document else "")
-                    raise ValueError(f"FoxConfig.{name} must be a token id in [0, vocab_size={vocab_size})"
-                                     f"{' or a list of them' if name == 'eos_token_id' else ''} or None, got "
-                                     f"{value!r}{whence}")
+                    raise ConfigError(f"{name} must be a token id in [0, vocab_size={vocab_size})"
+                                      f"{' or a list of them' if name == 'eos_token_id' else ''} or None, got "
+                                      f"{value!r}{whence}", name)
 
     def _validate_bias_init(self) -> None:
         init = self.fgate_bias_init
         if init is None:
             return
         if init not in FGATE_BIAS_INITS:
-            raise ValueError(f"FoxConfig.fgate_bias_init must be one of {FGATE_BIAS_INITS} or None"
-                             f"{did_you_mean(init, FGATE_BIAS_INITS)}, got {init!r}")
+            raise ConfigError(f"fgate_bias_init must be one of {FGATE_BIAS_INITS} or None"
+                              f"{did_you_mean(init, FGATE_BIAS_INITS)}, got {init!r}", "fgate_bias_init")
         if not self.has_fgate:
-            raise ValueError(f"FoxConfig.fgate_bias_init must be None for a model with no forget gate "
-                             f"(attention={self.attention!r}, fgate={self.fgate!r}), got {init!r}")
+            raise ConfigError(f"fgate_bias_init must be None for a model with no forget gate "
+                              f"(attention={self.attention!r}, fgate={self.fgate!r}), got {init!r}",
+                              "fgate_bias_init", "attention", "fgate")
         if self.fgate == "fixed" and init == "zero":
-            raise ValueError("FoxConfig.fgate_bias_init='zero' with fgate='fixed' would freeze f = 0.5 in every "
-                             "head (a memory of ~1.4 tokens); use 'timescales' or None")
+            raise ConfigError("fgate_bias_init='zero' with fgate='fixed' would freeze f = 0.5 in every "
+                              "head (a memory of ~1.4 tokens); use 'timescales' or None", "fgate_bias_init", "fgate")
 
     def _validate_read(self) -> None:
         """Settings the chosen model never reads, refused: `--model fgate_tmin=4` on fox-pro trained the zero-started
@@ -367,21 +384,21 @@ class FoxConfig(PretrainedConfig):
                 if getattr(self, name) != default:
                     here = (f"fgate_bias_init is {self.gate_bias_init!r} here" if self.has_fgate
                             else "this model has no forget gate")
-                    raise ValueError(f"FoxConfig.{name} sets the timescales the forget-gate bias starts from, read only "
-                                     f"with fgate_bias_init='timescales' ({here}): leave {name} out, got "
-                                     f"{getattr(self, name)!r}")
+                    raise ConfigError(f"{name} sets the timescales the forget-gate bias starts from, read only "
+                                      f"with fgate_bias_init='timescales' ({here}): leave {name} out, got "
+                                      f"{getattr(self, name)!r}", name, "fgate_bias_init", "fgate", "attention")
         if not self.rope and self.rope_theta != ROPE_THETA_DEFAULT:
-            raise ValueError(f"FoxConfig.rope_theta is read only with rope=True; set rope=True or leave rope_theta "
-                             f"out, got {self.rope_theta!r}")
+            raise ConfigError(f"rope_theta is read only with rope=True; set rope=True or leave rope_theta "
+                              f"out, got {self.rope_theta!r}", "rope_theta", "rope")
         if self.qk_norm_per_head and not self.qk_norm:
-            raise ValueError("FoxConfig.qk_norm_per_head=True is read only with qk_norm=True; set qk_norm=True or "
-                             "leave qk_norm_per_head out")
+            raise ConfigError("qk_norm_per_head=True is read only with qk_norm=True; set qk_norm=True or "
+                              "leave qk_norm_per_head out", "qk_norm_per_head", "qk_norm")
         if self.attention == "softmax":
             # Softmax attention never forgets: no key is provably negligible, so nothing is skipped or evicted.
             for name in ("evict_eps", "prune_eps"):
                 if getattr(self, name) is not None:
-                    raise ValueError(f"FoxConfig.{name} must be None for a model with no forget gate "
-                                     f"(attention='softmax'), got {getattr(self, name)!r}")
+                    raise ConfigError(f"{name} must be None for a model with no forget gate "
+                                      f"(attention='softmax'), got {getattr(self, name)!r}", name, "attention")
 
     @property
     def gate_bias_init(self) -> str | None:
@@ -396,39 +413,44 @@ class FoxConfig(PretrainedConfig):
         shift = self.fgate_bias_shift
         if isinstance(shift, (list, tuple)):
             if len(shift) != self.num_layers:
-                raise ValueError(f"FoxConfig.fgate_bias_shift as a list needs one entry per layer "
-                                 f"({self.num_layers}), got {len(shift)}")
+                raise ConfigError(f"fgate_bias_shift as a list needs one entry per layer "
+                                  f"({self.num_layers}), got {len(shift)}", "fgate_bias_shift", "num_layers")
             for row in shift:
                 if isinstance(row, (list, tuple)) and len(row) != self.num_heads:
-                    raise ValueError(f"FoxConfig.fgate_bias_shift rows need one value per head "
-                                     f"({self.num_heads}), got {len(row)}")
+                    raise ConfigError(f"fgate_bias_shift rows need one value per head "
+                                      f"({self.num_heads}), got {len(row)}", "fgate_bias_shift", "num_heads")
         elif not isinstance(shift, (int, float)) or isinstance(shift, bool):
-            raise ValueError(f"FoxConfig.fgate_bias_shift must be a float or a per-layer (per-head) list, "
-                             f"got {shift!r}")
+            raise ConfigError(f"fgate_bias_shift must be a float or a per-layer (per-head) list, "
+                              f"got {shift!r}", "fgate_bias_shift")
         rows = shift if isinstance(shift, (list, tuple)) else [shift]
         values = [x for row in rows for x in (row if isinstance(row, (list, tuple)) else [row])]
         if any(isinstance(x, (int, float)) and not math.isfinite(x) for x in values):
-            raise ValueError(f"FoxConfig.fgate_bias_shift must be finite, got {shift!r}")
+            raise ConfigError(f"fgate_bias_shift must be finite, got {shift!r}", "fgate_bias_shift")
         if not self.has_fgate:
             # No ForgetGate is built, so a shift would be dropped without a word (set_fgate_bias_shift
             # refuses it too).
             if any(x is not None and x != 0 for x in values):
-                raise ValueError(f"FoxConfig.fgate_bias_shift must be 0 for a model with no forget gate "
-                                 f"(attention={self.attention!r}, fgate={self.fgate!r}), got {shift!r}")
+                raise ConfigError(f"fgate_bias_shift must be 0 for a model with no forget gate "
+                                  f"(attention={self.attention!r}, fgate={self.fgate!r}), got {shift!r}",
+                                  "fgate_bias_shift", "attention", "fgate")
         if self.attention == "linear":
             # A recurrent state has no keys: nothing to evict, no tiles to skip.
             for name in ("evict_eps", "prune_eps"):
                 if getattr(self, name) is not None:
-                    raise ValueError(f"FoxConfig.{name} must be None when attention='linear' (the layer keeps a "
-                                     f"recurrent state, not keys), got {getattr(self, name)!r}")
-        check_eviction(self.evict_eps, self.evict_qk_bound, self.evict_max_len, label="FoxConfig.{}")
+                    raise ConfigError(f"{name} must be None when attention='linear' (the layer keeps a "
+                                      f"recurrent state, not keys), got {getattr(self, name)!r}", name, "attention")
+        for field, key in (("evict_eps", "eps"), ("evict_qk_bound", "qk_bound"), ("evict_max_len", "max_len")):
+            try:  # one field a call: the error is about that one
+                check_eviction(**{key: getattr(self, field)})
+            except ValueError as e:
+                raise ConfigError(str(e), field) from None
         if self.prune_eps is not None and not (0 < self.prune_eps < 1):
-            raise ValueError(f"FoxConfig.prune_eps must be in (0, 1) or None, got {self.prune_eps!r}")
+            raise ConfigError(f"prune_eps must be in (0, 1) or None, got {self.prune_eps!r}", "prune_eps")
         if not _positive_int(self.max_position_embeddings):
-            raise ValueError(f"FoxConfig.max_position_embeddings must be a positive int, "
-                             f"got {self.max_position_embeddings!r}")
+            raise ConfigError(f"max_position_embeddings must be a positive int, "
+                              f"got {self.max_position_embeddings!r}", "max_position_embeddings")
         if self.train_len is not None and not _positive_int(self.train_len):
-            raise ValueError(f"FoxConfig.train_len must be a positive int or None, got {self.train_len!r}")
+            raise ConfigError(f"train_len must be a positive int or None, got {self.train_len!r}", "train_len")
 
     def layer_bias_shift(self, layer_idx: int) -> list[float]:
         """fgate_bias_shift of one layer as one float per head."""

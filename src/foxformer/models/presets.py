@@ -8,7 +8,7 @@ of the LLaMA preset of the same family and size (the paper's protocol). ``foxfor
 from __future__ import annotations
 
 from ..argtypes import did_you_mean
-from .config import FoxConfig
+from .config import ConfigError, FoxConfig
 
 # (num_layers, hidden_size); tiny is for CPU tests; small (~25M non-embedding parameters) is the size of
 # the one-GPU reproduction in docs/results.md, chosen to train ~100M+ tokens in minutes on an H200; 1.3b (GPT-3
@@ -128,11 +128,11 @@ def sized_config(kind: str, num_layers: int, hidden_size: int, **overrides) -> F
     """FoxConfig of a preset family at any size: ``kind`` is a preset name without its size ("fox-pro",
     "transformer-llama", "linear-pro"); head dims and the Pro blocks' SwiGLU width follow the rules of the
     named presets, so that the families stay matched in parameters at this size too."""
-    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (num_layers, hidden_size)):
-        raise ValueError(f"sized_config: num_layers and hidden_size must be positive integers, got "
-                         f"{num_layers!r} and {hidden_size!r}")
+    for name, value in (("num_layers", num_layers), ("hidden_size", hidden_size)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"{name} must be a positive int, got {value!r}", name, where="sized_config: ")
     check_model_keys(overrides)
-    return FoxConfig(**_overridden(_kind_fields(kind, num_layers, hidden_size), overrides))
+    return FoxConfig(**_overridden(_kind_fields(kind, num_layers, hidden_size), overrides, "sized_config"))
 
 
 KINDS = tuple(f"{f}-{b}" for f in FAMILIES for b in BLOCKS) + ("linear-pro",)
@@ -153,20 +153,21 @@ def get_preset(name: str, **overrides) -> FoxConfig:
     """
     check_preset(name)
     check_model_keys(overrides)
-    return FoxConfig(**_overridden(PRESETS[name], overrides))
+    return FoxConfig(**_overridden(PRESETS[name], overrides, "get_preset"))
 
 
 def _attention_width(fields: dict) -> int:
     return (fields.get("num_heads") or 1) * (fields.get("head_dim") or fields["hidden_size"] // fields["num_heads"])
 
 
-def _overridden(preset: dict, overrides: dict) -> dict:
-    """A preset's fields with ``overrides``, the fields derived from the overridden ones derived again."""
+def _overridden(preset: dict, overrides: dict, caller: str) -> dict:
+    """A preset's fields with ``overrides``, the fields derived from the overridden ones derived again; ``caller``
+    names the function in an error."""
     fields = {**preset, **overrides}
     if "num_heads" in overrides and "head_dim" not in overrides:
-        _derive_head_field(fields, given="num_heads", derived="head_dim")
+        _derive_head_field(fields, caller, given="num_heads", derived="head_dim")
     elif "num_heads" not in overrides and ("head_dim" in overrides or "hidden_size" in overrides):
-        _derive_head_field(fields, given="head_dim", derived="num_heads")
+        _derive_head_field(fields, caller, given="head_dim", derived="num_heads")
     # The Pro width was computed for the preset's shape: kept, a wider model (or an mlp_ratio, which the fixed
     # width would leave unread) trained an MLP out of proportion to it and unmatched to its LLaMA counterpart.
     # Another split of the same attention width moves the count by a few per-head weights and keeps the width:
@@ -195,19 +196,20 @@ def check_model_keys(keys, where: str = "model") -> None:
     known = model_keys()
     for key in keys:
         if key not in known:
-            raise ValueError(f"{where}: unknown model key {key!r}{did_you_mean(key, known)}; FoxConfig keys: "
-                             f"{', '.join(known)}")
+            raise ConfigError(f"unknown model key {key!r}{did_you_mean(key, known)}; FoxConfig keys: "
+                              f"{', '.join(known)}", key, where=f"{where}: ")
 
 
-def _derive_head_field(fields: dict, given: str, derived: str) -> None:
+def _derive_head_field(fields: dict, caller: str, given: str, derived: str) -> None:
     """fields[derived] = hidden_size // fields[given], refusing a remainder (the attention would silently be
     narrower or wider than the model)."""
     hidden, value = fields["hidden_size"], fields[given]
     if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (hidden, value)):
         return  # FoxConfig names the bad field
     if hidden % value:
-        raise ValueError(f"get_preset: {given} ({value}) must divide hidden_size ({hidden}); give both num_heads "
-                         f"and head_dim to decouple the attention width from hidden_size")
+        raise ConfigError(f"{given} ({value}) must divide hidden_size ({hidden}); give both num_heads and head_dim "
+                          f"to decouple the attention width from hidden_size", given, "hidden_size",
+                          where=f"{caller}: ")
     fields[derived] = hidden // value
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shlex
 import sys
 
@@ -85,14 +84,14 @@ def _train_command(args: argparse.Namespace, signals) -> int:
         try:
             cfg = load_config(args.config, overrides)
         except ValueError as e:
-            raise ValueError(_in_flags(str(e), args)) from None
+            raise ValueError(_in_flags(e, args)) from None
         if cfg.init_from is not None and "preset" in _flags_given(args):
             raise ValueError(f"--preset (preset): the run trains the model init_from names ({cfg.init_from}), its "
                              f"architecture and weights, so no preset is built; leave --preset out")
         try:
             summary = train(cfg, signals=signals)
         except ValueError as e:
-            said = _in_model_flags(str(e), args)
+            said = _in_model_flags(e, args)
             if said is None:
                 raise
             raise ValueError(said) from None
@@ -132,10 +131,13 @@ def _say_summary(summary: dict, cfg) -> None:
     print(_resume_note(cfg.out_dir, f"{why} after step {summary['step']}", redone=False), file=sys.stderr, flush=True)
 
 
-def _in_flags(message: str, args: argparse.Namespace) -> str:
+def _in_flags(error: ValueError, args: argparse.Namespace) -> str:
     """A config error in the user's words: TrainConfig names keys (``total_tokens: ...``); a key set by a flag
     on this command line is named by that flag, and the horizon error lists the flags that set it."""
+    if said := _in_model_flags(error, args):
+        return said
     given = _flags_given(args)
+    message = str(error)
     key, sep, rest = message.partition(": ")
     if sep and key in given:
         return f"{given[key][0]} ({key}): {rest}"
@@ -143,35 +145,33 @@ def _in_flags(message: str, args: argparse.Namespace) -> str:
         return f"{message}: give --total-tokens or --max-steps"
     if key == "overrides":  # what load_config calls them: on this command line only --set names keys
         return f"--set: {rest}"
-    if key == "model" and (item := _model_item(rest, args)):
-        return f"{item}: {rest}"
     return message
 
 
-def _in_model_flags(message: str, args: argparse.Namespace) -> str | None:
-    """A FoxConfig error on a field that --model (or --set model.KEY) set on this command line, named by that
-    item (``--model num_layers=abc: num_layers must be ...``): the model is built in the run, which names the
-    field as FoxConfig's. None for any other error."""
-    if not message.startswith("FoxConfig."):
+def _in_model_flags(error: ValueError, args: argparse.Namespace) -> str | None:
+    """A model setting's error (models.config.ConfigError, whoever raised it: FoxConfig, get_preset, TrainConfig's
+    check of the keys) on a field that --model (or --set model.KEY) set on this command line, named by that item
+    (``--model num_heads=3: num_heads (3) must divide ...``) in place of the function that refused it. None for
+    any other error."""
+    from ..models.config import ConfigError
+
+    if not isinstance(error, ConfigError):
         return None
-    rest = message[len("FoxConfig."):]
-    item = _model_item(rest, args)
-    return f"{item}: {rest}" if item else None
+    item = _model_item(error.fields, args)
+    return f"{item}: {error.reason}" if item else None
 
 
-def _model_item(message: str, args: argparse.Namespace) -> str | None:
-    """The --model (or --set model.KEY) item of this command line whose key ``message`` names first, as typed
-    (``--model num_kv_heads=3``): the field an error is about comes first (``unknown model key 'x'``, ``num_heads
-    must be ...``), one named beside it after (num_heads must be a multiple of num_kv_heads). None where the
-    message names none."""
-    given = []
-    for flag, items in (("--model", args.model), ("--set", args.set)):
+def _model_item(fields: tuple[str, ...], args: argparse.Namespace) -> str | None:
+    """The --model (or --set model.KEY) item of this command line, as typed (``--model num_kv_heads=3``), that set
+    the first of ``fields`` set there (an error's fields: the refused one, then those beside it). None where none
+    was."""
+    given = {}
+    for flag, items in (("--set", args.set), ("--model", args.model)):  # --model's items are applied last
         for item in items or []:
             key = item.partition("=")[0].strip()
             if key.startswith("model.") or flag == "--model":
-                given.append((key.removeprefix("model."), f"{flag} {item}"))
-    named = [(m.start(), said) for key, said in given if (m := re.search(rf"\b{re.escape(key)}\b", message))]
-    return min(named)[1] if named else None
+                given[key.removeprefix("model.")] = f"{flag} {item}"
+    return next((given[field] for field in fields if field in given), None)
 
 
 def _no_run_to_continue(out_dir: str) -> str:

@@ -196,6 +196,7 @@ class TrainConfig:
             raise ValueError(f"device: expected one of {DEVICES} or 'cuda:N', got {self.device!r}")
         if not isinstance(self.model, dict):
             raise TypeError(f"model: expected a mapping of FoxConfig overrides, got {type(self.model).__name__}")
+        from ..models.config import ConfigError
         from ..models.presets import check_model_keys, check_preset
 
         if self.init_from is None:
@@ -203,9 +204,9 @@ class TrainConfig:
         check_model_keys(self.model)
         if "gradient_checkpointing" in self.model:
             # the loop sets it on the model's layers from activation_checkpointing, over whatever the model says
-            raise ValueError("model: gradient_checkpointing is not read in training, where activation_checkpointing "
-                             "decides it for every layer; set activation_checkpointing: true "
-                             "(--activation-checkpointing) instead")
+            raise ConfigError("gradient_checkpointing is not read in training, where activation_checkpointing "
+                              "decides it for every layer; set activation_checkpointing: true "
+                              "(--activation-checkpointing) instead", "gradient_checkpointing", where="model: ")
         if self.total_tokens is None and self.max_steps is None:
             raise ValueError("total_tokens / max_steps: set at least one (the schedule needs a horizon)")
         if self.batch_tokens % self.context:
