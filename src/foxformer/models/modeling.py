@@ -427,9 +427,12 @@ class FoxModel(FoxPreTrainedModel):
         evicting = any(d is not None for d in deltas)
         max_len = policy.max_len if evicting else None
         # Storage for the whole sequence at once, but no more than the model's context: past that it grows by
-        # doubling as tokens come (max_new_tokens=1e9 asked for 256 GB before the first token).
+        # doubling as tokens come (max_new_tokens=1e9 asked for 256 GB before the first token). N only caps it:
+        # evict_max_len=10**11 sized the page tables for N, 50 GB for a few tokens.
         hint = min(int(total_len or 0), cfg.max_position_embeddings)
-        layers = [RecurrentState() if linear else DenseKV(hint) if d is None else PagedKV(d, max_len or hint)
+        if max_len is not None:
+            hint = min(hint, max_len)
+        layers = [RecurrentState() if linear else DenseKV(hint) if d is None else PagedKV(d, hint, max_len=max_len)
                   for d in deltas]
         return FoxCache(layers, max_len=max_len, policy=policy if evicting else None, decode=decode,
                         bound_len=n_keys if evicting and max_len is None else None)

@@ -127,10 +127,11 @@ class FoxCache:
 
     def reserve(self, total_len: int) -> None:
         """Hint the total sequence length before the first forward: storage is then sized for it at once
-        instead of doubling past it."""
+        instead of doubling past it (never past max_len: the model refuses to go there)."""
+        total_len = int(total_len) if self.max_len is None else min(int(total_len), self.max_len)
         for layer in self.layers:
             if hasattr(layer, "capacity_hint"):
-                layer.capacity_hint = int(total_len)
+                layer.capacity_hint = total_len
 
     # -- static steps ----------------------------------------------------------------------------
     def sync_step_at(self, device: torch.device) -> torch.Tensor:

@@ -21,12 +21,15 @@ from .pages import PAGE_SIZE, PagePool
 
 class PagedKV(KeyCache):
     """delta: the eviction threshold (log space, < 0) of this layer. start int64 [B, Hkv]: first live
-    position of each (batch, kv head). Views (k, v, c) are copies with the dead keys masked."""
+    position of each (batch, kv head). Views (k, v, c) are copies with the dead keys masked. max_len: N, the
+    most positions the cache will hold (the bound's; None: unknown): it caps storage, capacity_hint sizes it."""
 
-    def __init__(self, delta: float, capacity_hint: int = 0, page_size: int = PAGE_SIZE) -> None:
+    def __init__(self, delta: float, capacity_hint: int = 0, page_size: int = PAGE_SIZE,
+                 max_len: Optional[int] = None) -> None:
         super().__init__(capacity_hint)
         self.delta = float(delta)
         self.page_size = page_size
+        self.max_len = max_len
         self.pages: Optional[PagePool] = None
         self.start: Optional[torch.Tensor] = None
 
@@ -49,7 +52,7 @@ class PagedKV(KeyCache):
 
     def _append(self, k: torch.Tensor, v: torch.Tensor, c: torch.Tensor) -> None:
         if self.pages is None:
-            self.pages = PagePool(k, c, self.page_size, max_len=self.capacity_hint)
+            self.pages = PagePool(k, c, self.page_size, self.capacity_hint, self.max_len)
             self.start = torch.zeros(k.shape[0], k.shape[2], dtype=torch.int64, device=k.device)
         self.pages.append(k, v, c, self.start)
         self.length = self.pages.length

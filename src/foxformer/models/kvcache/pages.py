@@ -10,10 +10,13 @@ All rows and heads advance together, so new pages are needed by all of them at t
 Pages wholly before a head's start are returned to a free list, lazily: only when an append finds the
 list too short, which costs one device sync (reading start) per PAGE tokens at most. The pool grows by
 a quarter when the free pages do not suffice and never shrinks, so it holds at most 1.25x the pages ever
-in use at once. The page table has a column for every page of the longest sequence announced (it doubles
-past that): a static decode step finds its page there without the host.
+in use at once. The page table has a column for every page of the length announced (it doubles past that):
+a static decode step finds its page there without the host. N (the eviction bound's max_len) only caps
+the growth of both: it may be far beyond any length fed (evict_max_len=10**11 sized a 50 GB table).
 """
 from __future__ import annotations
+
+from typing import Optional
 
 import numpy as np
 import torch
@@ -33,23 +36,30 @@ class PagePool:
     """The pages of one layer. ``length`` positions are held per (b, h); ``start`` [B, Hkv] (owned by
     the caller's PagedKV) marks the first live one."""
 
-    def __init__(self, k: torch.Tensor, c: torch.Tensor, page_size: int = PAGE_SIZE, max_len: int = 0) -> None:
+    def __init__(self, k: torch.Tensor, c: torch.Tensor, page_size: int = PAGE_SIZE, capacity: int = 0,
+                 max_len: Optional[int] = None) -> None:
+        """capacity: the length announced (the table's columns at once); max_len: the most positions of a head
+        ever held (N of the bound; None: unknown)."""
         B, _, Hkv, D = k.shape
         self.page = page_size
         self.group = c.shape[2] // Hkv
         self.k_pages = k.new_empty(0, page_size, D)
         self.v_pages = k.new_empty(0, page_size, D)
         self.c_pages = c.new_empty(0, page_size, self.group, dtype=torch.float64)
-        cols = -(-max_len // page_size)
+        cols = -(-capacity // page_size)
+        # N caps the table (the model refuses to go past it); without N a sequence may run past the length announced.
+        self.max_cols = None if max_len is None else -(-max_len // page_size)
+        if self.max_cols is not None:
+            cols = min(cols, self.max_cols)
         self.table = torch.zeros(B, Hkv, cols, dtype=torch.int32, device=k.device)
         self.table_host = np.zeros((B, Hkv, cols), dtype=np.int32)
         self.released = np.zeros((B, Hkv), dtype=np.int64)  # logical pages handed back, per (b, h)
         self.free: list[int] = []
         self.length = 0
         self.mapped = 0  # logical pages of every (b, h) with a pool page
-        # The pool never needs more pages than every position of every head (max_len: the longest
-        # sequence announced, 0 if unknown), so growth stops there.
-        self.max_pages = k.shape[0] * Hkv * cols
+        # The pool never needs more pages than every position of every head (N, else the length announced;
+        # 0 if neither is known), so growth stops there.
+        self.max_pages = k.shape[0] * Hkv * (cols if self.max_cols is None else self.max_cols)
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -96,6 +106,8 @@ class PagePool:
         B, Hkv, _ = self.shape
         if last > self.table.shape[2]:
             cols = max(last, 2 * self.table.shape[2])
+            if self.max_cols is not None:
+                cols = max(last, min(cols, self.max_cols))
             host = np.zeros((B, Hkv, cols), dtype=np.int32)
             host[:, :, :self.table_host.shape[2]] = self.table_host
             self.table_host = host
