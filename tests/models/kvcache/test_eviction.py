@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from foxformer.infer.generation import GenerationConfig, stream_tokens
-from foxformer.models.kvcache import DenseKV, EvictionPolicy, FoxCache, PagedKV, output_tolerance
+from foxformer.models.kvcache import PAGE_SIZE, DenseKV, EvictionPolicy, FoxCache, PagedKV, output_tolerance
 from foxformer.models.modeling import CACHE_FIELD
 from foxformer.ops.forgetting_attn.pruning import pruning_threshold
 from foxformer.ops import gate_cumsum
@@ -269,6 +269,72 @@ def test_growing_past_an_explicit_evict_max_len_is_a_clear_error(source):
     with pytest.raises(ValueError, match="evict_max_len.*12"):
         model(prompt[:, :1], past_key_values=out.cache)
     assert out.cache.get_seq_length() == 12
+
+
+HUGE_N = 10**11
+
+
+def _pages(n: int) -> int:
+    return -(-n // PAGE_SIZE)
+
+
+def _assert_sized_for(cache, fed: int, batch: int, slack: float = 1.0) -> None:
+    """Every evicting layer's page table has no column past the pages of ``fed`` positions (``slack``: a table that
+    doubled on demand), and its pool no more pages than every head holding all of them (x1.25: quarter growth)."""
+    for layer in cache.layers:
+        pool = layer.pages
+        assert pool.table.shape[2] <= slack * _pages(fed) and pool.table_host.shape == tuple(pool.table.shape)
+        assert pool.k_pages.shape[0] <= 1.25 * batch * pool.shape[1] * _pages(fed)
+
+
+GENERATE_HUGE_N = {
+    "stream_tokens": lambda model, prompt, n: stream_tokens(
+        model, prompt, GenerationConfig(max_new_tokens=n, evict_eps=1e-3, evict_max_len=HUGE_N), _CACHE),
+    "hf-generate": lambda model, prompt, n: _hf_generate(model, prompt, n),
+}
+_CACHE: dict = {}
+
+
+def _hf_generate(model, prompt, n):
+    model.config.evict_eps, model.config.evict_max_len = 1e-3, HUGE_N
+    out = model.generate(prompt, max_new_tokens=n, do_sample=False, pad_token_id=0, return_dict_in_generate=True)
+    _CACHE["cache"] = out[CACHE_FIELD]
+    return out.sequences[0, prompt.shape[1]:]
+
+
+@pytest.mark.parametrize("how", list(GENERATE_HUGE_N), ids=list(GENERATE_HUGE_N))
+def test_a_huge_explicit_n_sizes_storage_for_the_tokens_fed(how):
+    """--evict-max-len 99999999999 sized each evicting layer's page table for N (a column per 64 positions of
+    every head, on the device and the host): 50 GB for a few tokens, until the process was killed. Storage now
+    follows the tokens the generation feeds; N stays the bound eviction is derived for."""
+    model = make_model("fox-pro-tiny", gate_bias=[-3.0, -3.0, 8.0, -3.0])
+    prompt, n = tokens(1, 70), 80
+    _CACHE.clear()
+    assert len(list(GENERATE_HUGE_N[how](model, prompt, n))) == n
+    cache = _CACHE["cache"]
+    fed = 70 + n - 1
+    _assert_sized_for(cache, fed, batch=1)
+    assert cache.max_len == HUGE_N
+    want = EvictionPolicy(1e-3).deltas([block.attn.eviction_bound(None) for block in model.model.layers], HUGE_N)
+    assert [layer.delta for layer in cache.layers] == pytest.approx(want)
+
+
+@pytest.mark.parametrize("decode", ["static", "eager"])
+def test_a_huge_explicit_n_without_a_length_grows_storage_on_demand(decode):
+    """A cache built without the length it will be fed (new_cache(policy), then forwards): its page tables grow
+    with the tokens (static steps map each new page before writing) instead of covering N at once."""
+    model = make_model("fox-pro-tiny", gate_bias=[8.0, 8.0, 8.0, 8.0])  # nothing forgets: every page stays
+    ids = tokens(2, 150, seed=2)
+    want = model(ids).logits
+    cache = model.model.new_cache(EvictionPolicy(1e-3, max_len=HUGE_N), decode=decode)
+    got = [model(ids[:, :70], cache=cache, use_cache=True).logits]
+    got += [model(ids[:, t:t + 1], cache=cache, use_cache=True).logits for t in range(70, 150)]
+    torch.testing.assert_close(torch.cat(got, 1), want, rtol=0, atol=1e-9)
+    assert cache.decode_note is None and (cache.graphs is not None) == (decode == "static")
+    _assert_sized_for(cache, 150, batch=2, slack=2)
+    capped = model.model.new_cache(EvictionPolicy(1e-3, max_len=150))  # a length announced past N is capped at N
+    capped.reserve(HUGE_N)
+    assert all(layer.capacity_hint == 150 for layer in capped.layers)
 
 
 def test_config_evict_max_len_is_enforced_in_hf_generate():

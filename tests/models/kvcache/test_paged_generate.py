@@ -114,8 +114,8 @@ def test_a_long_first_prefill_then_decoding():
 
 
 def test_reserve_and_max_len_with_evicting_layers():
-    """reserve (a total length hint) on an evicting layer and FoxCache(max_len): the pool never grows past
-    every position of every head, and a capped pool still holds a sequence of that length."""
+    """reserve (a total length hint) on an evicting layer and FoxCache(max_len): the pool and the page table never
+    grow past every position of every head, and a capped pool still holds a sequence of that length."""
     model = make_model("fox-pro-tiny", gate_bias=[8.0, 8.0, 8.0, 8.0])  # nothing forgets: every page stays
     ids = tokens(2, 150, seed=2)
     want = model(ids).logits
@@ -129,3 +129,4 @@ def test_reserve_and_max_len_with_evicting_layers():
         for layer in cache.layers:
             assert layer.delta is not None
             assert layer.pages.k_pages.shape[0] == 2 * 4 * -(-150 // PAGE_SIZE), make
+            assert layer.pages.table.shape[2] == -(-150 // PAGE_SIZE), make  # max_len: doubling stops at N
