@@ -391,6 +391,17 @@ def test_generate_past_an_explicit_evict_max_len_is_a_clear_error(hf_dir, capsys
         "(9 tokens) and every new token but the last (--max-new-tokens 4)") and captured.out == ""
 
 
+def test_generate_with_a_huge_evict_max_len_sizes_the_cache_for_the_tokens_fed(hf_dir, tmp_path, capsys):
+    """--evict-max-len 99999999999 sized each evicting layer's page table for N: memory grew until the process was
+    killed. 12 tokens fed take one page per kv head and layer (tens of KiB); a table for N alone is GBs."""
+    out = tmp_path / "gen.json"
+    assert main(["generate", "--model", hf_dir, "--tokenizer", "bytes", "--prompt", "Once upon", "--max-new-tokens",
+                 "4", "--evict-eps", "1e-4", "--evict-max-len", "99999999999", "--device", "cpu",
+                 "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["settings"]["evict_max_len"] == 99999999999 and data["cache"]["allocated_bytes"] < 2**20
+
+
 @pytest.mark.parametrize("option", ["--evict-qk-bound", "--evict-max-len"])
 def test_an_eviction_bound_without_evict_eps_is_named_by_its_flag(hf_dir, capsys, option):
     """Said as "evict_max_len: it sets the bound ... give evict_eps (--evict-eps)": keywords the user did not type."""
