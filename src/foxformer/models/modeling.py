@@ -401,7 +401,7 @@ class FoxModel(FoxPreTrainedModel):
         decode: how one-token steps run (FoxCache: "auto", "graphs", "static" or "eager").
 
         An explicit max_len (policy or config) is the cache's max_len: the eviction bound holds for at most that
-        many keys, so the model refuses to go past it."""
+        many keys, so the model refuses to go past it. It caps storage and never sizes it (it may be 10**11)."""
         cfg = self.config
         if eviction == "config":
             policy = EvictionPolicy.resolve(cfg)
