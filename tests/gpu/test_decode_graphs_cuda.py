@@ -11,6 +11,7 @@ from foxformer.infer import GenerationConfig, stream_tokens
 from foxformer.infer.generation import _new_cache
 from foxformer.models.calls import cache_of
 from foxformer.models import FoxForCausalLM, get_preset
+from foxformer.models.kvcache import PAGE_SIZE, EvictionPolicy
 from foxformer.models.modeling import CACHE_FIELD
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -123,6 +124,25 @@ def test_a_cache_that_grows_while_decoding_is_captured_again():
         logits[decode] = torch.cat(parts, 1).float()
     assert cache.graphs.captures == 2, cache.graphs.captures
     assert torch.equal(logits["graphs"], logits["static"])  # the same step, replayed
+    torch.testing.assert_close(logits["graphs"], logits["eager"], atol=3e-2, rtol=0)
+
+
+@torch.no_grad()
+def test_a_huge_explicit_n_without_a_hint_grows_the_page_tables_and_is_captured_again():
+    """evict_max_len=10**11 sized each page table for N (GBs); without a length hint the tables now double as pages
+    are mapped (at 128 and 256 positions here): each growth moves the storage, so the step is captured again and
+    replays what the static step computes."""
+    model, eps = _model("fox-pro-evicting")
+    ids = torch.randint(0, 512, (2, 300), device="cuda", generator=torch.Generator("cuda").manual_seed(6))
+    logits = {}
+    for decode in ("eager", "static", "graphs"):
+        cache = model.model.new_cache(EvictionPolicy(eps, max_len=10**11), decode=decode)
+        parts = [model(ids[:, :100], cache=cache, use_cache=True).logits[:, -1:]]
+        parts += [model(ids[:, t:t + 1], cache=cache, use_cache=True).logits for t in range(100, 300)]
+        logits[decode] = torch.cat(parts, 1).float()
+        assert all(layer.pages.table.shape[2] <= 2 * -(-300 // PAGE_SIZE) for layer in cache.layers)
+    assert cache.decode_note is None and cache.graphs.captures >= 4, cache.graphs.captures
+    assert torch.equal(logits["graphs"], logits["static"])
     torch.testing.assert_close(logits["graphs"], logits["eager"], atol=3e-2, rtol=0)
 
 
