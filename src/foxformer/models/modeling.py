@@ -428,7 +428,7 @@ class FoxModel(FoxPreTrainedModel):
         max_len = policy.max_len if evicting else None
         # Storage for the whole sequence at once, but no more than the model's context: past that it grows by
         # doubling as tokens come (max_new_tokens=1e9 asked for 256 GB before the first token). N only caps it:
-        # evict_max_len=10**11 sized the page tables for N, 50 GB for a few tokens.
+        # evict_max_len=10**11 sized the page tables for N: 6 GB per kv head and layer, on the device and the host.
         hint = min(int(total_len or 0), cfg.max_position_embeddings)
         if max_len is not None:
             hint = min(hint, max_len)

@@ -305,7 +305,7 @@ def _hf_generate(model, prompt, n):
 @pytest.mark.parametrize("how", list(GENERATE_HUGE_N), ids=list(GENERATE_HUGE_N))
 def test_a_huge_explicit_n_sizes_storage_for_the_tokens_fed(how):
     """--evict-max-len 99999999999 sized each evicting layer's page table for N (a column per 64 positions of
-    every head, on the device and the host): 50 GB for a few tokens, until the process was killed. Storage now
+    every head, on the device and the host): 6 GB per kv head and layer, until the process was killed. Storage now
     follows the tokens the generation feeds; N stays the bound eviction is derived for."""
     model = make_model("fox-pro-tiny", gate_bias=[-3.0, -3.0, 8.0, -3.0])
     prompt, n = tokens(1, 70), 80

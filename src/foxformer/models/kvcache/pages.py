@@ -12,7 +12,7 @@ list too short, which costs one device sync (reading start) per PAGE tokens at m
 a quarter when the free pages do not suffice and never shrinks, so it holds at most 1.25x the pages ever
 in use at once. The page table has a column for every page of the length announced (it doubles past that):
 a static decode step finds its page there without the host. N (the eviction bound's max_len) only caps
-the growth of both: it may be far beyond any length fed (evict_max_len=10**11 sized a 50 GB table).
+the growth of both: it may be far beyond any length fed (evict_max_len=10**11 sized 6 GB of table per kv head).
 """
 from __future__ import annotations
 
