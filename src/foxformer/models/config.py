@@ -283,11 +283,13 @@ class FoxConfig(PretrainedConfig):
             setattr(self, name, value)
 
     def _check_widths(self, unset_ok: bool = False) -> None:
-        """The integer sizes are positive ints; with ``unset_ok``, those still None (to be derived) pass."""
+        """The integer sizes are positive ints; with ``unset_ok``, those still None that are derived pass (a None
+        hidden_size reached the MLP width's derivation as a bare TypeError)."""
         for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
                      "intermediate_size"):
             value = getattr(self, name)
-            if not _positive_int(value) and not (unset_ok and value is None):
+            derived = name in ("num_kv_heads", "head_dim", "intermediate_size")
+            if not _positive_int(value) and not (unset_ok and derived and value is None):
                 raise ConfigError(f"{name} must be a positive int, got {value!r}", name)
 
     def _validate(self) -> None:
