@@ -260,9 +260,15 @@ class FoxConfig(PretrainedConfig):
     def set_attention_backend(self, backend: str) -> None:
         """The attention backend, checked: also a loaded model's override (`--attention-backend`), which was
         set after construction unchecked and then ignored or not depending on the prompt's length."""
+        self.check_attention_backend(backend)
+        self.attention_backend = backend
+
+    @staticmethod
+    def check_attention_backend(backend: str) -> None:
+        """ConfigError for a backend no model runs: the check of set_attention_backend, for a loader to make
+        before the weights it would set it on have loaded."""
         if backend not in BACKENDS:
             raise ConfigError(f"attention_backend must be one of {BACKENDS}, got {backend!r}", "attention_backend")
-        self.attention_backend = backend
 
     def _read_numbers(self) -> None:
         """The real-valued fields as numbers, before anything is derived from them. YAML 1.1 reads `1e-5` (no dot)
