@@ -130,3 +130,45 @@ def test_gpu_only_providers_on_a_cpu_say_they_need_cuda(monkeypatch):
     for provider in ("sdpa_cudnn", "triton"):
         row = bench_case(provider, 1, 16, 2, 2, 16, dtype=torch.float32, device="cpu")
         assert "CUDA" in row["error"] and "float16" not in row["error"], row
+
+
+UNKNOWN = "unknown preset 'nope': expected one of ['fox-llama-1.3b', "
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--presets", "fox-pro-125m:num_heads=5"], "--presets fox-pro-125m:num_heads=5: num_heads (5) must divide "
+                                                "hidden_size (768); give both num_heads and head_dim"),
+    (["--presets", "fox-pro-tiny:num_kv_heads=3"], "--presets fox-pro-tiny:num_kv_heads=3: num_heads (4) must be a "
+                                                   "multiple of num_kv_heads (3)"),
+    (["--presets", "fox-pro-tiny:vocab_size=x"], "--presets fox-pro-tiny:vocab_size=x: vocab_size must be a positive "
+                                                 "int, got 'x'"),
+    (["--presets", "fox-pro-tiny,fox-pro-tiny:bogus=1"], "--presets fox-pro-tiny:bogus=1: unknown model key 'bogus'; "),
+    (["--presets", "fox-pro-tiny:num_heads"], "--presets fox-pro-tiny:num_heads: expected key=value, got 'num_heads'"),
+    (["--presets", "fox-pro-tiny,nope"], f"--presets nope: {UNKNOWN}"),
+    (["--presets", "fox-pro-tiny", "--backend", "foo"], "--backend: attention_backend must be one of ('auto', "),
+    # the row's own backend wins over --backend, whose value the anchor still takes
+    (["--presets", "fox-pro-tiny:attention_backend=torch", "--backend", "foo"], "--backend: attention_backend must "),
+    (["--presets", "fox-pro-tiny:attention_backend=foo", "--backend", "torch"], "--presets "
+     "fox-pro-tiny:attention_backend=foo: attention_backend must be one of ('auto', "),
+], ids=["heads-not-dividing", "kv-heads", "not-a-number", "unknown-key", "not-key-value", "unknown-preset",
+        "backend", "backend-of-the-anchor", "backend-of-the-row"])
+def test_bench_model_names_the_preset_or_flag_typed_before_any_model_is_built(argv, said, monkeypatch, capsys,
+                                                                              tmp_path):
+    """They began "get_preset: ..." or "FoxConfig.num_kv_heads ...": a function and a field, not what was typed."""
+    import foxformer.bench.model as bench_model
+
+    monkeypatch.setattr(bench_model, "FoxForCausalLM", lambda cfg: pytest.fail("a model was built"))
+    assert main(["bench", "model", "--device", "cpu", *argv, "--out", str(tmp_path / "b.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {said}"), err
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--preset", "nope"], f"--preset: {UNKNOWN}"),
+    (["--preset", "nope", "--kernel"], f"--preset: {UNKNOWN}"),
+    (["--preset", "fox-pro-tiny", "--vocab-size", "0"], "--vocab-size: vocab_size must be a positive int, got 0"),
+], ids=["unknown-preset", "unknown-preset-kernel", "vocab-size"])
+def test_bench_decode_names_the_flag_typed_before_any_model_is_built(argv, said, capsys, tmp_path, never_runs):
+    assert main(["bench", "decode", "--device", "cpu", *argv, "--out", str(tmp_path / "b.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {said}"), err

@@ -64,6 +64,12 @@ HARNESS = ["eval", "harness", "no-such-run", "--tasks", "lambada_openai"]
     pytest.param([*HARNESS, "--limit", "2.5"], "--limit: expected a whole number of examples per task or a fraction "
                                                "in (0, 1), got 2.5; leave it out for all of them",
                  id="harness-limit-not-whole"),
+    pytest.param([*LOSS, "--dtype", "foo"], "--dtype: expected one of auto, fp32, float32, bf16, bfloat16, fp16, "
+                                            "float16, fp64, got 'foo'", id="loss-dtype"),
+    pytest.param([*NIAH, "--device", "foo"], "--device: expected 'auto', 'cpu', 'cuda' or 'cuda:N', got 'foo'",
+                 id="niah-device"),
+    pytest.param([*GATES, "--attention-backend", "foo"], "--attention-backend: attention_backend must be one of "
+                 "('auto', 'gluon', 'triton', 'torch', 'naive'), got 'foo'", id="gates-attention-backend"),
 ])
 def test_an_error_names_the_flag(argv, said, capsys):
     assert main([*argv, "--no-progress"]) == 2
@@ -81,6 +87,19 @@ def test_an_error_names_the_flag(argv, said, capsys):
 def test_the_python_api_names_its_keyword(check, said):
     with pytest.raises(ValueError) as exc:
         check()
+    assert str(exc.value).startswith(said)
+
+
+@pytest.mark.parametrize("setting, said", [
+    (dict(dtype="foo"), "dtype: expected one of auto, "),
+    (dict(device="foo"), "device: expected 'auto', "),
+    (dict(attention_backend="foo"), "FoxConfig.attention_backend must be one of "),
+])
+def test_load_model_names_its_keywords(setting, said, tmp_path):
+    from foxformer.train.loading import load_model
+
+    with pytest.raises(ValueError) as exc:
+        load_model(str(tmp_path / "no-model"), **setting)
     assert str(exc.value).startswith(said)
 
 

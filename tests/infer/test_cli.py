@@ -127,8 +127,28 @@ def test_a_device_type_the_code_does_not_run_on_is_a_one_line_error(hf_dir, tmp_
             ["bench", "decode", "--preset", "fox-pro-tiny", "--out", str(tmp_path / "b.json")])
     assert main(args + ["--device", device]) == 2
     err = capsys.readouterr().err
-    label = "device" if command == "generate" else "--device"
-    assert err.splitlines()[-1] == f"error: {label}: expected 'auto', 'cpu', 'cuda' or 'cuda:N', got '{device}'", err
+    assert err.splitlines()[-1] == f"error: --device: expected 'auto', 'cpu', 'cuda' or 'cuda:N', got '{device}'", err
+
+
+@pytest.mark.parametrize("flag, said", [
+    ("--dtype", "--dtype: expected one of auto, fp32, float32, bf16, bfloat16, fp16, float16, fp64, got 'foo'"),
+    ("--device", "--device: expected 'auto', 'cpu', 'cuda' or 'cuda:N', got 'foo'"),
+    ("--attention-backend", "--attention-backend: attention_backend must be one of ('auto', 'gluon', 'triton', "
+                            "'torch', 'naive'), got 'foo'"),
+])
+@pytest.mark.parametrize("command", [["generate", "--prompt", "x"], ["bias-shift", "--source", "builtin:pydoc"]],
+                         ids=["generate", "bias-shift"])
+def test_a_bad_model_loading_flag_is_named_by_its_flag_before_the_model_loads(tmp_path, capsys, command, flag, said):
+    """They said "dtype:", "device:" and "FoxConfig.attention_backend", names the user never typed, and --dtype's
+    and --attention-backend's only once the weights had loaded (the model here does not exist)."""
+    assert main([*command, str(tmp_path / "no-model"), flag, "foo"]) == 2
+    assert capsys.readouterr().err.splitlines() == [f"error: {said}"]
+
+
+def test_bias_shift_asks_for_its_text_before_the_model_loads(tmp_path, capsys):
+    assert main(["bias-shift", str(tmp_path / "no-model")]) == 2
+    assert capsys.readouterr().err.splitlines() == ["error: pass exactly one of --data DIR (prepared dataset) and "
+                                                    "--source SPEC (text)"]
 
 
 def test_bias_shift_command(hf_dir, tmp_path, capsys):
@@ -536,7 +556,7 @@ def test_bench_decode_anchor_matches_a_loaded_models_size():
 
 
 @pytest.mark.parametrize("prompt", ["Hi", "a prompt of more than sixteen bytes"], ids=["decode-path", "prefill-path"])
-@pytest.mark.parametrize("backend,said", [("bogus", "error: FoxConfig.attention_backend must be one of"),
+@pytest.mark.parametrize("backend,said", [("bogus", "error: --attention-backend: attention_backend must be one of"),
                                           ("triton", "error: backend='triton' needs CUDA tensors")],
                          ids=["unknown", "triton-on-cpu"])
 def test_generate_checks_the_attention_backend_whatever_the_prompt_length(hf_dir, capsys, monkeypatch, prompt,

@@ -173,6 +173,23 @@ def test_a_refused_setting_says_which_fields(build, where, reason, fields):
     assert (str(again), again.reason, again.fields) == (str(error), error.reason, fields)
 
 
+@pytest.mark.parametrize("preset", ["fox-pro-tiny", "fox-llama-tiny"])
+@pytest.mark.parametrize("overrides, field", [
+    (dict(hidden_size=None), "hidden_size"),
+    (dict(num_heads={"a": 1}), "num_heads"),
+    (dict(head_dim=[64]), "head_dim"),
+    (dict(num_heads=None, head_dim=None), "num_heads"),
+    (dict(num_heads="abc", head_dim="abc"), "num_heads"),
+])
+def test_a_width_of_the_wrong_type_is_a_config_error_naming_it(preset, overrides, field):
+    """The widths a preset derives others from were multiplied before any check: a bare TypeError ("unsupported
+    operand type(s) for *: 'float' and 'NoneType'"), which training reported as a "bad override" of no key."""
+    with pytest.raises(ConfigError) as caught:
+        get_preset(preset, **overrides)
+    assert caught.value.fields[0] == field
+    assert caught.value.reason.startswith(f"{field} must be a positive int, got ")
+
+
 @pytest.mark.parametrize("bad,match", [
     (dict(attention="mamba"), "attention"),
     (dict(attention="linear", fgate="none"), "fgate must not be 'none'"),

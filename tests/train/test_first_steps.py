@@ -178,8 +178,11 @@ def test_a_bad_flag_value_is_named_by_its_flag(data_dir, tmp_path, capsys, extra
     (["--model", "num_heads=3"], "error: --model num_heads=3: num_heads (3) must divide hidden_size (64); give both "),
     (["--set", "model.hidden_size=72"], "error: --set model.hidden_size=72: head_dim (16) must divide hidden_size "
                                         "(72)"),
+    (["--model", "hidden_size=null"], "error: --model hidden_size=null: hidden_size must be a positive int, got None"),
+    (["--model", "num_heads=[4]"], "error: --model num_heads=[4]: num_heads must be a positive int, got [4]"),
 ], ids=["unknown-key", "no-key", "model-width-not-a-number", "model-heads-not-a-number", "model-field-named-beside",
-        "unknown-model-key", "unknown-model-key-by-set", "model-key-not-read", "preset-heads", "preset-width-by-set"])
+        "unknown-model-key", "unknown-model-key-by-set", "model-key-not-read", "preset-heads", "preset-width-by-set",
+        "model-width-none", "model-heads-a-list"])
 def test_a_bad_set_or_model_item_says_which_and_why(data_dir, tmp_path, capsys, extra, said):
     """--set's unknown keys were "overrides: unknown config key" (a word of the API, not of the command line),
     `--set =3` an unknown key '', and a model width that is no number a bare TypeError of the width's

@@ -212,6 +212,7 @@ def _check_decode(args) -> None:
     # runs anyway, so that parsing and --help stay free of torch.
     from foxformer.models.kvcache import FoxCache, check_eviction
 
+    from .decode import preset_model_config
     from .decode_steps import HF_PATHS
 
     for name in ("steps", "prefill_chunk"):
@@ -250,6 +251,8 @@ def _check_decode(args) -> None:
         kept = "a --model keeps its trained gates" if args.model else "--gates init keeps the initial ones"
         raise ValueError(f"--gate-tmax sets the timescales of the gates --gates realistic gives a --preset; {kept}: "
                          "leave it out")
+    if not args.model:
+        preset_model_config(args)
 
 
 def configure_decode(p: argparse.ArgumentParser) -> None:

@@ -39,6 +39,21 @@ def run_record(args, benchmark: str) -> dict:
     return {"command": f"foxformer bench {benchmark}", "settings": settings}
 
 
+def preset_config(preset: str, said: str, flags: dict[str, str], **overrides):
+    """``get_preset(preset, **overrides)``, a refusal named as the command line set it: by ``flags[field]`` for the
+    first field it is about that a flag set ({field: flag}), else by ``said``, what named the preset (``--presets
+    fox-pro-125m:num_heads=5``); get_preset and FoxConfig name a function and a field the user never typed."""
+    from foxformer.models import get_preset
+    from foxformer.models.config import ConfigError
+
+    try:
+        return get_preset(preset, **overrides)
+    except ConfigError as e:
+        raise ValueError(f"{next((flags[f] for f in e.fields if f in flags), said)}: {e.reason}") from None
+    except ValueError as e:  # an unknown preset
+        raise ValueError(f"{said}: {e}") from None
+
+
 def time_ms(fn, warmup_ms: int = 100, rep_ms: int = 400, grad_to_none=(), cuda: bool | None = None) -> float:
     """Median wall time of fn in milliseconds (device events on CUDA; cuda=False times a CPU function on a machine
     that has a GPU too, by the clock, as without one). grad_to_none: leaves whose ``.grad``

@@ -36,7 +36,7 @@ from foxformer.train.distributed import resolve_device
 
 from ..paths import write_json
 from ..progress import bars_shown
-from .common import environment, print_table, run_record
+from .common import environment, preset_config, print_table, run_record
 from .decode_steps import HF_PATHS, copy_bandwidth, measure_decode
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -75,6 +75,14 @@ def _anchors(args, device: torch.device) -> list[str]:
     return list(HF_PATHS) if device.type == "cuda" else ["sdpa"]
 
 
+def preset_model_config(args):
+    """The FoxConfig of --preset as the benchmark builds it (--vocab-size, positions past the longest of
+    --contexts), refused in the words of those flags."""
+    flags = {"vocab_size": "--vocab-size", "max_position_embeddings": "--contexts"}
+    return preset_config(args.preset, "--preset", flags, vocab_size=args.vocab_size,
+                         max_position_embeddings=max(max(args.contexts) * 2, 16384))
+
+
 def _build(args, device: torch.device, dtype: torch.dtype):
     """[(label, preset, model, evict_eps, decode path)]: preset is None for a --model (the settings record its
     path)."""
@@ -88,8 +96,7 @@ def _build(args, device: torch.device, dtype: torch.dtype):
         fox = load_model(args.model, device=device, dtype=dtype, progress=not args.no_progress).model
     else:
         torch.manual_seed(0)
-        fox = FoxForCausalLM(get_preset(args.preset, vocab_size=args.vocab_size,
-                                        max_position_embeddings=max(max(args.contexts) * 2, 16384)))
+        fox = FoxForCausalLM(preset_model_config(args))
         if args.gates == "realistic":
             realistic_gates(fox, args.gate_tmax or max(args.contexts))
         fox = fox.to(device=device, dtype=dtype).eval()
@@ -143,8 +150,7 @@ def run(args) -> dict:
     device = resolve_device(args.device, "--device")
     dtype = DTYPES[args.dtype] if args.dtype != "auto" else (torch.bfloat16 if device.type == "cuda" else torch.float32)
     if args.kernel:
-        from foxformer.models import get_preset
-        cfg = get_preset(args.preset)
+        cfg = preset_model_config(args)
         if cfg.attention == "linear":
             raise SystemExit(f"error: --kernel times the FoX decode op over cached keys; {args.preset} decodes with "
                              "a fixed-size recurrent state instead: bench the whole model (without --kernel)")

@@ -20,7 +20,7 @@ import time
 import torch
 from tqdm import tqdm
 
-from foxformer.models import FoxForCausalLM, count_non_embedding, get_preset, training_flops_per_token
+from foxformer.models import FoxForCausalLM, count_non_embedding, training_flops_per_token
 from foxformer.models.config import FoxConfig
 from foxformer.train.config import parse_overrides
 from foxformer.train.distributed import resolve_device
@@ -29,9 +29,11 @@ from foxformer.train.metrics import mfu, peak_flops
 from .cli import configure_model
 from ..paths import write_json
 from ..progress import bars_shown
-from .common import environment, gluon_fwd_options, run_record, write_profile
+from .common import environment, gluon_fwd_options, preset_config, run_record, write_profile
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+# The FoxConfig fields a flag sets on every row (and on the anchors), for errors in the flag's words.
+FLAGS = {"attention_backend": "--backend", "vocab_size": "--vocab-size", "gradient_checkpointing": "--grad-ckpt"}
 
 
 def llama_anchor(cfg: FoxConfig):
@@ -113,7 +115,7 @@ def _preset_spec(spec: str) -> tuple[str, dict]:
     """``"fox-pro-125m:head_dim=128"`` -> ``("fox-pro-125m", {"head_dim": 128})``: a preset with FoxConfig
     overrides of its own (values as YAML reads them), so that one run can time a preset beside a variant of it."""
     name, *items = spec.split(":")
-    return name, parse_overrides(items, f"--presets {spec!r}")
+    return name, parse_overrides(items, f"--presets {spec}")
 
 
 def _file_name(name: str) -> str:
@@ -147,8 +149,10 @@ def _check(args: argparse.Namespace) -> tuple[list[tuple[str, str, dict, FoxConf
     rows = []
     for spec in (p.strip() for p in args.presets.split(",")):
         preset, own = _preset_spec(spec)
-        # ValueError: unknown preset or key, bad --backend or value (the row's own override wins)
-        rows.append((spec, preset, own, get_preset(preset, **{**overrides, **own})))
+        said = f"--presets {spec}"
+        # the row's own override wins over the flag's, and its error is the row's
+        cfg = preset_config(preset, said, {**FLAGS, **dict.fromkeys(own, said)}, **{**overrides, **own})
+        rows.append((spec, preset, own, cfg))
     if len({row[0] for row in rows}) < len(rows):
         raise ValueError(f"--presets names a row twice: {args.presets!r}")
     return rows, overrides
@@ -205,7 +209,7 @@ def _run(args: argparse.Namespace, specs, overrides) -> int:
         entries.append((name, preset, own, cfg, True, lambda c=cfg: FoxForCausalLM(c)))
     if args.anchor:
         for size in dict.fromkeys(_size_of(spec[1]) for spec in specs):
-            ref = get_preset(f"transformer-llama-{size}", **overrides)
+            ref = preset_config(f"transformer-llama-{size}", "--presets", FLAGS, **overrides)
             entries.append((f"hf-llama-sdpa-{size}", f"transformer-llama-{size}", {}, ref, False,
                             lambda c=ref: llama_anchor(c)))
 

@@ -74,7 +74,8 @@ def _cmd_generate(args) -> int:
                            fgate_bias_shift=args.fgate_bias_shift, prefill_chunk=args.prefill_chunk,
                            stop=args.stop, ignore_eos=args.ignore_eos, decode=args.decode)
     cfg.validate(label=FLAGS)
-    loaded = load_model(args.model, device=args.device, dtype=args.dtype, attention_backend=args.attention_backend)
+    loaded = load_model(args.model, device=args.device, dtype=args.dtype, attention_backend=args.attention_backend,
+                        label=FLAGS)
     tokenizer = load_tokenizer(tokenizer_spec([loaded], args.tokenizer))
     n_prompt = len(start_ids(tokenizer) + tokenizer.encode(prompt))  # what the model reads, a BOS included
     if loaded.train_len and n_prompt > loaded.train_len:
@@ -147,6 +148,8 @@ def _cmd_bias_shift(args) -> int:
     from .bias_shift import bias_shift_sweep
 
     _resolve_model(args)
+    if bool(args.data) == bool(args.source):  # before the model loads, as every check of a flag
+        raise ValueError("pass exactly one of --data DIR (prepared dataset) and --source SPEC (text)")
     # --out: a .json file, or a folder for bias_shift.json; checked before the work (a missing folder or a
     # folder given as the file failed after the whole sweep)
     out = args.out
@@ -155,7 +158,7 @@ def _cmd_bias_shift(args) -> int:
     if out:
         check_output_file(out, "--out")
     loaded = load_model(args.model, device=args.device, dtype=args.dtype, attention_backend=args.attention_backend,
-                        train_len=args.train_len, progress=not args.no_progress)
+                        train_len=args.train_len, progress=not args.no_progress, label=FLAGS)
     tokens = _eval_tokens(args, loaded)
     if len(tokens) < args.num_seqs:  # as eval loss says it
         print(f"note: only {len(tokens)} sequences of {args.seq_len} tokens (--num-seqs {args.num_seqs}); a shorter "
@@ -178,8 +181,6 @@ def _eval_tokens(args, loaded):
     from foxformer.train.loading import tokenizer_spec
     from foxformer.eval.sequences import dataset_sequences, source_sequences
 
-    if bool(args.data) == bool(args.source):
-        raise ValueError("pass exactly one of --data DIR (prepared dataset) and --source SPEC (text)")
     if args.data:
         return dataset_sequences(args.data, args.seq_len, args.num_seqs, split=args.split, within_docs=True)
     tok = load_tokenizer(tokenizer_spec([loaded], args.tokenizer))

@@ -260,9 +260,15 @@ class FoxConfig(PretrainedConfig):
     def set_attention_backend(self, backend: str) -> None:
         """The attention backend, checked: also a loaded model's override (`--attention-backend`), which was
         set after construction unchecked and then ignored or not depending on the prompt's length."""
+        self.check_attention_backend(backend)
+        self.attention_backend = backend
+
+    @staticmethod
+    def check_attention_backend(backend: str) -> None:
+        """ConfigError for a backend no model runs: the check of set_attention_backend, for a loader to make
+        before the weights it would set it on have loaded."""
         if backend not in BACKENDS:
             raise ConfigError(f"attention_backend must be one of {BACKENDS}, got {backend!r}", "attention_backend")
-        self.attention_backend = backend
 
     def _read_numbers(self) -> None:
         """The real-valued fields as numbers, before anything is derived from them. YAML 1.1 reads `1e-5` (no dot)
@@ -283,11 +289,13 @@ class FoxConfig(PretrainedConfig):
             setattr(self, name, value)
 
     def _check_widths(self, unset_ok: bool = False) -> None:
-        """The integer sizes are positive ints; with ``unset_ok``, those still None (to be derived) pass."""
+        """The integer sizes are positive ints; with ``unset_ok``, those still None that are derived pass (a None
+        hidden_size reached the MLP width's derivation as a bare TypeError)."""
         for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
                      "intermediate_size"):
             value = getattr(self, name)
-            if not _positive_int(value) and not (unset_ok and value is None):
+            derived = name in ("num_kv_heads", "head_dim", "intermediate_size")
+            if not _positive_int(value) and not (unset_ok and derived and value is None):
                 raise ConfigError(f"{name} must be a positive int, got {value!r}", name)
 
     def _validate(self) -> None:

@@ -156,8 +156,12 @@ def get_preset(name: str, **overrides) -> FoxConfig:
     return FoxConfig(**_overridden(PRESETS[name], overrides, "get_preset"))
 
 
-def _attention_width(fields: dict) -> int:
-    return (fields.get("num_heads") or 1) * (fields.get("head_dim") or fields["hidden_size"] // fields["num_heads"])
+def _attention_width(fields: dict) -> int | None:
+    """None where a width it is made of is no positive int: FoxConfig names that field."""
+    heads, head_dim, hidden = (fields.get(name) for name in ("num_heads", "head_dim", "hidden_size"))
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (heads, head_dim or 1, hidden)):
+        return None
+    return heads * (head_dim or hidden // heads)
 
 
 def _overridden(preset: dict, overrides: dict, caller: str) -> dict:

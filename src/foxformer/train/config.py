@@ -398,10 +398,7 @@ def run_model_config(preset: str, model: dict, *, vocab_size: int, context: Any,
     if isinstance(context, int) and "train_len" not in model:
         # a run trains at its context; one started from a model keeps the longer context that model had
         fields["train_len"] = max(fields.get("train_len") or 0, context)
-    try:
-        return get_preset(preset, **fields) if base is None else FoxConfig(**fields)
-    except TypeError as e:
-        raise ValueError(f"model: bad override in {sorted(model)} ({e})") from e
+    return get_preset(preset, **fields) if base is None else FoxConfig(**fields)
 
 
 def config_fields(model_cfg: FoxConfig) -> dict:

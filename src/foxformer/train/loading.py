@@ -18,9 +18,11 @@ from typing import Optional
 import torch
 from safetensors import SafetensorError
 
+from foxformer.argtypes import setting_name
 from foxformer.data.preparation import read_manifest, tokenizer_change
 from foxformer.data.tokenizer import moved_hint, same_tokenizer
 from foxformer.models.calls import hf_progress
+from foxformer.models.config import ConfigError, FoxConfig
 from foxformer.models.hub import download, is_hub_id
 from foxformer.models.official import OFFICIAL_TYPES, load_official
 
@@ -54,8 +56,8 @@ class LoadedModel:
     tokenizer_files: Optional[str] = None
 
 
-def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
-    """"auto" -> bf16 on CUDA, fp32 on CPU."""
+def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device, label: str = "{}") -> torch.dtype:
+    """"auto" -> bf16 on CUDA, fp32 on CPU. ``label``: how an error names the setting (argtypes.setting_name)."""
     if isinstance(dtype, torch.dtype):
         return dtype
     table = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
@@ -63,7 +65,7 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torc
     if dtype in (None, "auto"):
         return torch.bfloat16 if device.type == "cuda" else torch.float32
     if dtype not in table:
-        raise ValueError(f"dtype: expected one of auto, {', '.join(table)}, got {dtype!r}")
+        raise ValueError(f"{setting_name(label, 'dtype')}: expected one of auto, {', '.join(table)}, got {dtype!r}")
     return table[dtype]
 
 
@@ -158,17 +160,28 @@ def _hf_tokenizer(path: str, model) -> Optional[str]:
 
 def load_model(path: str, *, device: str | torch.device | None = "auto", dtype: str | torch.dtype | None = "auto",
                name: Optional[str] = None, train_len: Optional[int] = None,
-               attention_backend: Optional[str] = None, progress: bool = True) -> LoadedModel:
+               attention_backend: Optional[str] = None, progress: bool = True, label: str = "{}") -> LoadedModel:
     """Load ``path`` (see the module docstring) in eval mode on ``device``.
 
     ``train_len`` overrides the training context length read from the run's config.yaml (HF folders
     inside a run dir, ``RUN_DIR/hf``, find it too). ``progress``: transformers' weight-loading bars.
-    Raises ValueError for anything that is not a model.
+    Raises ValueError for anything that is not a model; a bad device, dtype or attention backend before the
+    weights load, named as ``label`` names settings (argtypes.setting_name: "--{}" by their flags).
     """
     # 0 or a negative count (--train-len of eval and bias-shift) was taken as no training length: every position
     # counted as within it, without a word
     if train_len is not None and (isinstance(train_len, bool) or not isinstance(train_len, int) or train_len < 1):
         raise ValueError(f"train_len: expected the training context, a positive number of tokens, got {train_len!r}")
+    device = resolve_device(device, setting_name(label, "device"))
+    dtype = resolve_dtype(dtype, device, label)
+    if attention_backend is not None:
+        try:
+            FoxConfig.check_attention_backend(attention_backend)
+        except ConfigError as e:
+            if not label.startswith("--"):
+                raise
+            # the flag's user typed no FoxConfig attribute
+            raise ConfigError(e.reason, *e.fields, where=f"{setting_name(label, e.fields[0])}: ") from None
     with hf_progress(progress):
         return _load_model(path, device, dtype, name, train_len, attention_backend)
 
@@ -197,7 +210,6 @@ def _load_model(path, device, dtype, name, train_len, attention_backend) -> Load
         raise ValueError(f"model: {path!r} is not a directory (expected a run dir, a checkpoint dir "
                          f"RUN/checkpoints/step_N, a Hugging Face folder with config.json, or a Hub id owner/name)"
                          f"{_run_hint(path)}")
-    dev = resolve_device(device)
     run_cfg: dict = {}
     step = hf_path = None
     if any(os.path.exists(os.path.join(path, name)) for name in ("model.pt", ".metadata")):
@@ -225,7 +237,7 @@ def _load_model(path, device, dtype, name, train_len, attention_backend) -> Load
                          f"folder, a run dir or a checkpoint{_run_hint(path)}")
     if attention_backend is not None and hasattr(model.config, "set_attention_backend"):
         model.config.set_attention_backend(attention_backend)
-    model = model.to(device=dev, dtype=resolve_dtype(dtype, dev)).eval()
+    model = model.to(device=device, dtype=dtype).eval()
     ctx = train_len if train_len is not None else run_cfg.get("context") or getattr(model.config, "train_len", None)
     label = name or _default_name(given)
     tokenizer = run_cfg.get("tokenizer") or (_hf_tokenizer(hf_path, model) if hf_path else None)
