@@ -6,7 +6,8 @@ import os
 import pytest
 
 from foxformer.data.hf_tokenizer import save_hf_tokenizer
-from foxformer.data.tokenizer import _hf_cut, load_tokenizer
+from foxformer.data.tokenizer import load_tokenizer
+from foxformer.data.tokenizer_cuts import hf_cut
 
 from .helpers import word_tokenizer
 
@@ -94,6 +95,6 @@ def test_other_tokenizers_are_encoded_whole(gpt2_folder, tmp_path):
     words = load_tokenizer(str(tmp_path / "words"))
     assert words._cut is None and _pieces(words, "a b " * 100, 8) == [words.encode("a b " * 100)]
     hf = AutoTokenizer.from_pretrained(gpt2_folder)
-    assert _hf_cut(hf) is not None
+    assert hf_cut(hf) is not None
     hf.add_tokens(["x y"])  # "...x| y..." is one token, whichever side of the space it is cut
-    assert _hf_cut(hf) is None
+    assert hf_cut(hf) is None

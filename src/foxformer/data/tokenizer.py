@@ -26,6 +26,7 @@ import numpy as np
 
 from .sources import CONTENT_PREFIX, content_fingerprint, files_fingerprint, hub_unreachable
 from .specs import BYTES_EOT, BYTES_SPEC, EOT_TEXT, GPT2_EOT, GPT2_JSON_SPEC, GPT2_SPEC
+from .tokenizer_cuts import gpt2_cut, hf_cut, pattern_cut
 
 # Hashes tiktoken itself checks for OpenAI's GPT-2 files: a mismatch means a different vocabulary.
 _GPT2_VOCAB_BPE_SHA256 = "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5"
@@ -62,8 +63,8 @@ class Tokenizer:
         """The ids of ``text``, as ``encode_batch`` gives them, in consecutive parts of about ``size`` characters
         each: a document of gigabytes became one list of Python ints, about 40 bytes a token (a 190 MB text file
         took 2.3 GB with gpt2). Only cut where the ids on either side stay those of the whole text (``_cut``);
-        a tokenizer without such places (tiktoken's other encodings, Hugging Face's that do not split text as
-        GPT-2 does: _hf_cut) encodes the text whole."""
+        a tokenizer without such places (one whose pre-tokenizer is not proven safe: tokenizer_cuts) encodes the
+        text whole."""
         start = 0
         while start < len(text):
             end = len(text)
@@ -99,43 +100,12 @@ def _gpt2_files() -> tuple[str, str]:
     return vocab_bpe, encoder_json
 
 
-# A letter or digit, then a space and a letter: GPT-2's pre-tokenizer ends a piece after the first and starts the
-# next with " letter", and none of its patterns looks behind, so the ids on either side of the space are those of
-# the whole text. Cut there only (a run of whitespace is read ahead: "\n\n" is one token, "  " before a word
-# two). ASCII only, so that the JSON escaping of gpt2-json leaves the three characters as they are.
-_GPT2_CUT = re.compile(r"[A-Za-z0-9](?= [A-Za-z])")
-
-
-def _gpt2_cut(text: str, pos: int) -> int:
-    found = _GPT2_CUT.search(text, pos)
-    return -1 if found is None else found.end()
-
-
-def _hf_cut(tok) -> Optional[Callable[[str, int], int]]:
-    """:func:`_gpt2_cut` for a Hugging Face tokenizer that splits text as GPT-2 does, None for any other (its
-    documents are encoded whole): no normaliser, the byte-level pre-tokenizer with GPT-2's regex, BPE without
-    dropout (it never merges across the regex's pieces), and no added token matched in the text that could span a
-    cut (one holding whitespace, or taking the whitespace beside it). Special tokens are not matched: documents are
-    encoded with split_special_tokens."""
-    backend = getattr(tok, "backend_tokenizer", None)  # a slow (Python) tokenizer has none
-    if backend is None:
-        return None
-    pre, model = backend.pre_tokenizer, backend.model
-    if backend.normalizer is not None or type(pre).__name__ != "ByteLevel" or not pre.use_regex \
-            or type(model).__name__ != "BPE" or model.dropout:
-        return None
-    for added in backend.get_added_tokens_decoder().values():
-        if not added.special and (added.lstrip or added.rstrip or re.search(r"\s", added.content)):
-            return None
-    return _gpt2_cut
-
-
 def _from_tiktoken_encoding(name: str, enc) -> Tokenizer:
     eot = enc.eot_token
     # encode_ordinary: documents are plain text, special-token strings inside them are ordinary text.
     return Tokenizer(name=name, vocab_size=enc.n_vocab, eot_id=eot,
                      _encode_batch=lambda texts: enc.encode_ordinary_batch(texts, num_threads=max(1, os.cpu_count() or 1)),
-                     _decode=enc.decode)
+                     _decode=enc.decode, _cut=pattern_cut(getattr(enc, "_pat_str", None)))
 
 
 def _gpt2_pattern() -> str:
@@ -176,9 +146,7 @@ def tiktoken_encoding(name: str):
 
 
 def _load_gpt2() -> Tokenizer:
-    tok = _from_tiktoken_encoding(GPT2_SPEC, _gpt2_encoding())
-    tok._cut = _gpt2_cut
-    return tok
+    return _from_tiktoken_encoding(GPT2_SPEC, _gpt2_encoding())
 
 
 def _load_gpt2_json() -> Tokenizer:
@@ -188,7 +156,7 @@ def _load_gpt2_json() -> Tokenizer:
     return Tokenizer(name=GPT2_JSON_SPEC, vocab_size=gpt2.vocab_size, eot_id=gpt2.eot_id, bos_id=gpt2.eot_id,
                      _encode_batch=lambda texts: gpt2.encode_batch([json_escape(t) for t in texts]),
                      _decode=lambda ids: json_unescape(gpt2.decode(ids)),
-                     _open_end=lambda ids: ends_inside_escape(gpt2.decode(ids)), _cut=_gpt2_cut)
+                     _open_end=lambda ids: ends_inside_escape(gpt2.decode(ids)), _cut=gpt2_cut)
 
 
 def start_ids(tokenizer) -> list[int]:
@@ -240,7 +208,7 @@ def _load_hf(name_or_path: str) -> Tokenizer:
     # ids beyond it, which the token arrays (uint16 up to 65536 ids) must hold
     vocab_size = max(len(tok), max(tok.get_vocab().values(), default=-1) + 1)
     return Tokenizer(name=f"hf:{name_or_path}", vocab_size=vocab_size, eot_id=int(eot),
-                     _encode_batch=encode_batch, _decode=lambda ids: tok.decode(ids), _cut=_hf_cut(tok))
+                     _encode_batch=encode_batch, _decode=lambda ids: tok.decode(ids), _cut=hf_cut(tok))
 
 
 def canonical_name(spec: str) -> str:
