@@ -26,6 +26,8 @@ _CUT = re.compile(r"[A-Za-z0-9](?= [A-Za-z])")
 _GPT2_HF = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"  # ByteLevel's own regex
 _LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
            r"\s*[\r\n]+|\s+(?!\S)|\s+")  # also cl100k_base's in older tiktoken
+_CL100K = (r"'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|"
+           r"\s*[\r\n]|\s+(?!\S)|\s")
 _O200K_WORDS = r"[\p{Ll}\p{Lm}\p{Lo}\p{M}]"
 _O200K_CAPS = r"[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]"
 _O200K_S = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
@@ -35,8 +37,8 @@ SAFE_PATTERNS = frozenset({
     r"'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s",  # r50k
     _LLAMA3,
     _LLAMA3.replace(r"\p{N}{1,3}", r"\p{N}"),  # Qwen2
-    r"'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|"
-    r"\s+(?!\S)|\s",  # cl100k_base
+    _CL100K,  # cl100k_base
+    _CL100K.replace(r"\p{N}{1,3}+", r"(?>\p{N}{1,3})"),  # cl100k_base exported to Hugging Face (_oniguruma_pattern)
     rf"[^\r\n\p{{L}}\p{{N}}]?{_O200K_CAPS}*{_O200K_WORDS}+{_O200K_S}|"
     rf"[^\r\n\p{{L}}\p{{N}}]?{_O200K_CAPS}+{_O200K_WORDS}*{_O200K_S}|"
     r"\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+",  # o200k_base
