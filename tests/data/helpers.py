@@ -5,6 +5,7 @@ import json
 import pytest
 
 from foxformer.data.preparation import PrepareConfig, prepare
+from foxformer.data.tokenizer import tiktoken_encoding
 
 
 def word_tokenizer(folder, vocab: dict) -> None:
@@ -30,3 +31,14 @@ def word_dataset(tmp_path) -> tuple[str, str]:
     prepare(PrepareConfig(sources=[str(src)], out_dir=str(data), tokenizer=str(tok), val_fraction=0.5),
             progress=False)
     return str(data), str(tok)
+
+
+def gpt2_ranks_with(monkeypatch, constructor: str):
+    """An encoding with GPT-2's ranks (offline) and the pattern and special tokens of tiktoken's ``constructor``:
+    the pre-tokenizer regexes of the newer encodings (possessive quantifiers, case classes) must run in HF too."""
+    import tiktoken
+    import tiktoken_ext.openai_public as public
+
+    ranks = tiktoken_encoding("gpt2")._mergeable_ranks
+    monkeypatch.setattr(public, "load_tiktoken_bpe", lambda *args, **kwargs: ranks)
+    return tiktoken.Encoding(**getattr(public, constructor)())

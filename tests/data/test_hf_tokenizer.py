@@ -9,6 +9,8 @@ from foxformer.data import hf_tokenizer as hf_tok
 from foxformer.data.specs import EOT_TEXT, GPT2_EOT
 from foxformer.data.tokenizer import load_tokenizer, tiktoken_encoding
 
+from .helpers import gpt2_ranks_with
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ODD_TEXTS = [
     "héllo wörld  \n\n\t  x", f"{EOT_TEXT} between {EOT_TEXT}", "1234567 numbers 3.14159 and 1,000,000",
@@ -37,16 +39,6 @@ def _same_ids(enc, tok, texts) -> None:
         assert tok.decode(got) == enc.decode(want)
 
 
-def _gpt2_ranks_with(monkeypatch, constructor: str) -> tiktoken.Encoding:
-    """An encoding with GPT-2's ranks (offline) and the pattern and special tokens of tiktoken's ``constructor``:
-    the pre-tokenizer regexes of the newer encodings (possessive quantifiers, case classes) must run in HF too."""
-    import tiktoken_ext.openai_public as public
-
-    ranks = tiktoken_encoding("gpt2")._mergeable_ranks
-    monkeypatch.setattr(public, "load_tiktoken_bpe", lambda *args, **kwargs: ranks)
-    return tiktoken.Encoding(**getattr(public, constructor)())
-
-
 def test_gpt2_encoding_converts_to_the_same_ids():
     enc = tiktoken_encoding("gpt2")
     tok = hf_tok.tiktoken_tokenizer(enc)
@@ -58,7 +50,7 @@ def test_gpt2_encoding_converts_to_the_same_ids():
 
 @pytest.mark.parametrize("constructor", ["cl100k_base", "o200k_base"])
 def test_newer_patterns_and_special_ids_convert(monkeypatch, constructor):
-    enc = _gpt2_ranks_with(monkeypatch, constructor)
+    enc = gpt2_ranks_with(monkeypatch, constructor)
     tok = hf_tok.tiktoken_tokenizer(enc)
     _same_ids(enc, tok, ODD_TEXTS + _texts()[-3:])
     for name, i in enc._special_tokens.items():  # ids past the ranks, with gaps: each keeps its own
@@ -69,7 +61,7 @@ def test_newer_patterns_and_special_ids_convert(monkeypatch, constructor):
 def test_tiktoken_spec_saves_files_that_autotokenizer_loads(monkeypatch, tmp_path):
     from transformers import AutoTokenizer
 
-    enc = _gpt2_ranks_with(monkeypatch, "cl100k_base")
+    enc = gpt2_ranks_with(monkeypatch, "cl100k_base")
     monkeypatch.setattr(tiktoken, "get_encoding", lambda name: enc)
     assert hf_tok.save_hf_tokenizer("tiktoken:cl100k_base", str(tmp_path), model_max_length=4096)
     tok = AutoTokenizer.from_pretrained(tmp_path)
