@@ -28,7 +28,8 @@ class Tile:
 # One entry per kernel and pass, the fastest of 1K-16K elements x 1-8 warps at FoX (Pro) 125M's four calls at 16K
 # on an H100 (`python scripts/tune_pro_ops.py`, docs/bench/pro_ops_tune_fbff5a5_h100.json): 2K x 4 for both
 # shift passes (k's backward 0.262 ms against 0.460 at the first guess, 4K x 4), 1K x 2 for gate's forward, 2K x 4
-# for its backward (0.267 against 0.323). Larger tiles with few warps ran up to 20x slower.
+# for its backward (0.267 against 0.323). Larger tiles with few warps ran up to 20x slower. Each pass's best tile of a
+# later sweep, and heads_inner, timed level with these in the model's step (docs/bench/ab_pro_tiles_fce6a94_h100.json).
 TILES = {"shift_fwd": Tile(2048, 4), "shift_bwd": Tile(2048, 4), "gate_fwd": Tile(1024, 2), "gate_bwd": Tile(2048, 4)}
 
 
