@@ -150,8 +150,12 @@ UNKNOWN = "unknown preset 'nope': expected one of ['fox-llama-1.3b', "
     (["--presets", "fox-pro-tiny:attention_backend=torch", "--backend", "foo"], "--backend: attention_backend must "),
     (["--presets", "fox-pro-tiny:attention_backend=foo", "--backend", "torch"], "--presets "
      "fox-pro-tiny:attention_backend=foo: attention_backend must be one of ('auto', "),
+    # every row's own backend won and no anchor took the flag's: it was unused without a word
+    (["--presets", "fox-pro-tiny:attention_backend=naive,fox-pro-tiny:attention_backend=torch", "--no-anchor",
+      "--backend", "torch"], "--backend: every --presets row sets its own attention_backend and --no-anchor leaves "
+                             "no anchor to take it; leave --backend out"),
 ], ids=["heads-not-dividing", "kv-heads", "not-a-number", "unknown-key", "not-key-value", "unknown-preset",
-        "backend", "backend-of-the-anchor", "backend-of-the-row"])
+        "backend", "backend-of-the-anchor", "backend-of-the-row", "backend-no-row-takes"])
 def test_bench_model_names_the_preset_or_flag_typed_before_any_model_is_built(argv, said, monkeypatch, capsys,
                                                                               tmp_path):
     """They began "get_preset: ..." or "FoxConfig.num_kv_heads ...": a function and a field, not what was typed."""
@@ -161,6 +165,19 @@ def test_bench_model_names_the_preset_or_flag_typed_before_any_model_is_built(ar
     assert main(["bench", "model", "--device", "cpu", *argv, "--out", str(tmp_path / "b.json")]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: {said}"), err
+
+
+@pytest.mark.parametrize("argv", [[], ["--no-anchor"], ["--backend", "torch"]], ids=["left-out", "left-out-no-anchor",
+                                                                                   "taken-by-the-anchor"])
+def test_bench_model_takes_rows_of_their_own_backends_with_backend_left_out_or_taken(argv, monkeypatch, tmp_path):
+    import foxformer.bench.model as bench_model
+
+    seen = {}
+    monkeypatch.setattr(bench_model, "_run", lambda args, specs, overrides: seen.update(args=args, specs=specs) or 0)
+    assert main(["bench", "model", "--device", "cpu", "--presets", "fox-pro-tiny:attention_backend=naive", *argv,
+                 "--out", str(tmp_path / "b.json")]) == 0
+    assert [cfg.attention_backend for *_, cfg in seen["specs"]] == ["naive"]
+    assert seen["args"].backend == ("torch" if argv[-1:] == ["torch"] else "auto")  # as the record says it ran
 
 
 @pytest.mark.parametrize("argv, said", [

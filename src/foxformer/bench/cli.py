@@ -177,7 +177,8 @@ def configure_model(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--dtype", choices=DTYPES, default="bf16", help="autocast dtype")
-    p.add_argument("--backend", default="auto", help="forgetting_attention backend")
+    # None: left out, which a row setting its own attention_backend is told apart from (bench/model.py's _check)
+    p.add_argument("--backend", default=None, help="forgetting_attention backend (default: auto)")
     p.add_argument("--vocab-size", type=int, default=None)
     p.add_argument("--device", default=None)
     p.add_argument("--peak-flops", type=float, default=None,

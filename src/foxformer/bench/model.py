@@ -141,6 +141,9 @@ def _check(args: argparse.Namespace) -> tuple[list[tuple[str, str, dict, FoxConf
     if args.vocab_size is not None and args.vocab_size < 1:
         raise ValueError(f"--vocab-size must be >= 1, got {args.vocab_size}")
     resolve_device(args.device, "--device")
+    given_backend = args.backend is not None
+    if not given_backend:  # the record (run_record) says what ran: the config's own
+        args.backend = FoxConfig.attention_backend
     overrides = {"attention_backend": args.backend}
     if args.vocab_size:
         overrides["vocab_size"] = args.vocab_size
@@ -155,6 +158,9 @@ def _check(args: argparse.Namespace) -> tuple[list[tuple[str, str, dict, FoxConf
         rows.append((spec, preset, own, cfg))
     if len({row[0] for row in rows}) < len(rows):
         raise ValueError(f"--presets names a row twice: {args.presets!r}")
+    if given_backend and not args.anchor and all("attention_backend" in own for _, _, own, _ in rows):
+        raise ValueError("--backend: every --presets row sets its own attention_backend and --no-anchor leaves no "
+                         "anchor to take it; leave --backend out")
     return rows, overrides
 
 
