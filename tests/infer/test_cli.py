@@ -145,6 +145,43 @@ def test_a_bad_model_loading_flag_is_named_by_its_flag_before_the_model_loads(tm
     assert capsys.readouterr().err.splitlines() == [f"error: {said}"]
 
 
+@pytest.fixture(scope="module")
+def llama_dir(tmp_path_factory):
+    """Another library's model: a tiny Llama saved by transformers."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    path = tmp_path_factory.mktemp("llama")
+    LlamaForCausalLM(LlamaConfig(vocab_size=257, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                 num_attention_heads=2, num_key_value_heads=2)).save_pretrained(path)
+    return str(path)
+
+
+@pytest.mark.parametrize("command", [["generate", "--prompt", "x"], ["bias-shift", "--source", "builtin:pydoc"],
+                                     ["eval", "loss", "--source", "builtin:pydoc"]],
+                         ids=["generate", "bias-shift", "eval-loss"])
+def test_an_attention_backend_for_another_librarys_model_is_refused_before_its_weights_load(llama_dir, capsys,
+                                                                                           monkeypatch, command):
+    """It passed the value check and was then dropped: the Llama ran its own attention without a word."""
+    import transformers
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained",
+                        lambda *a, **k: pytest.fail("the weights loaded"))
+    assert main([*command, llama_dir, "--tokenizer", "bytes", "--device", "cpu", "--attention-backend", "torch"]) == 2
+    assert capsys.readouterr().err.splitlines() == [f"error: --attention-backend: only foxformer models have "
+                                                    f"attention backends; {llama_dir} is a llama model; leave it "
+                                                    f"out for it"]
+
+
+def test_load_model_names_its_attention_backend_keyword_for_another_librarys_model(llama_dir):
+    from foxformer.train.loading import load_model
+
+    with pytest.raises(ValueError) as exc:
+        load_model(llama_dir, device="cpu", attention_backend="torch", progress=False)
+    assert str(exc.value) == (f"attention_backend: only foxformer models have attention backends; {llama_dir} is a "
+                              f"llama model; None for it")
+    assert type(load_model(llama_dir, device="cpu", progress=False).model).__name__ == "LlamaForCausalLM"
+
+
 def test_bias_shift_asks_for_its_text_before_the_model_loads(tmp_path, capsys):
     assert main(["bias-shift", str(tmp_path / "no-model")]) == 2
     assert capsys.readouterr().err.splitlines() == ["error: pass exactly one of --data DIR (prepared dataset) and "

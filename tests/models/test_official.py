@@ -164,6 +164,8 @@ def test_cli_error_and_eval_of_an_official_folder(tmp_path, capsys):
     ids = _ids(cfg)
     with torch.no_grad():
         assert (loaded.model(ids).logits - official_logits(cfg, state, ids)).abs().max() < 1e-5
+    # loaded as a FoxForCausalLM, it has the attention backends another library's model is refused for
+    assert load_model(src, device="cpu", attention_backend="naive").model.config.attention_backend == "naive"
 
 
 def test_a_hub_id_loads_through_the_hub_cache(tmp_path, monkeypatch):

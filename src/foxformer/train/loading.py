@@ -18,7 +18,7 @@ from typing import Optional
 import torch
 from safetensors import SafetensorError
 
-from foxformer.argtypes import setting_name
+from foxformer.argtypes import setting_name, unset_said
 from foxformer.data.preparation import read_manifest, tokenizer_change
 from foxformer.data.tokenizer import moved_hint, same_tokenizer
 from foxformer.models.calls import hf_progress
@@ -124,12 +124,18 @@ def _load_checkpoint_dir(path: str, run_dir: str):
     return _model_from_run_config(run_cfg, _strip_prefixes(sd), run_dir), run_cfg, step
 
 
-def _load_hf_dir(path: str):
+def _load_hf_dir(path: str, attention_backend: Optional[str], label: str):
     with open(os.path.join(path, "config.json")) as f:
         try:
             model_type = json.load(f).get("model_type")
         except json.JSONDecodeError as e:
             raise ValueError(f"model: {path}/config.json is not valid JSON ({e})") from e
+    # another library's model has no attention backend to set: the value was dropped without a word; refused
+    # here, from config.json, before its weights load (the official types load as FoxForCausalLM)
+    if attention_backend is not None and model_type not in ("foxformer", *OFFICIAL_TYPES):
+        raise ValueError(f"{setting_name(label, 'attention_backend')}: only foxformer models have attention "
+                         f"backends; {path} is {'a ' + model_type if model_type else 'no foxformer'} model; "
+                         f"{unset_said(label)} for it")
     if model_type in OFFICIAL_TYPES:  # their layout, mapped exactly in memory (what `convert official` saves)
         try:
             return load_official(path)
@@ -165,8 +171,9 @@ def load_model(path: str, *, device: str | torch.device | None = "auto", dtype: 
 
     ``train_len`` overrides the training context length read from the run's config.yaml (HF folders
     inside a run dir, ``RUN_DIR/hf``, find it too). ``progress``: transformers' weight-loading bars.
-    Raises ValueError for anything that is not a model; a bad device, dtype or attention backend before the
-    weights load, named as ``label`` names settings (argtypes.setting_name: "--{}" by their flags).
+    Raises ValueError for anything that is not a model; a bad device, dtype or attention backend, or an attention
+    backend for another library's model (which has none), before the weights load, named as ``label`` names
+    settings (argtypes.setting_name: "--{}" by their flags).
     """
     # 0 or a negative count (--train-len of eval and bias-shift) was taken as no training length: every position
     # counted as within it, without a word
@@ -183,7 +190,7 @@ def load_model(path: str, *, device: str | torch.device | None = "auto", dtype: 
             # the flag's user typed no FoxConfig attribute
             raise ConfigError(e.reason, *e.fields, where=f"{setting_name(label, e.fields[0])}: ") from None
     with hf_progress(progress):
-        return _load_model(path, device, dtype, name, train_len, attention_backend)
+        return _load_model(path, device, dtype, name, train_len, attention_backend, label)
 
 
 def _run_hint(path: str) -> str:
@@ -196,7 +203,7 @@ def _run_hint(path: str) -> str:
     return ""
 
 
-def _load_model(path, device, dtype, name, train_len, attention_backend) -> LoadedModel:
+def _load_model(path, device, dtype, name, train_len, attention_backend, label) -> LoadedModel:
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"model path: expected a string path, got {type(path).__name__}")
     given = path = os.fspath(path)
@@ -221,13 +228,14 @@ def _load_model(path, device, dtype, name, train_len, attention_backend) -> Load
         if latest is not None:
             model, run_cfg, step = _load_checkpoint_dir(latest, path)
         elif os.path.exists(os.path.join(path, "hf", "config.json")):
-            model, run_cfg = _load_hf_dir(os.path.join(path, "hf")), read_run_config(os.path.join(path, RUN_CONFIG))
             hf_path = os.path.join(path, "hf")
+            model = _load_hf_dir(hf_path, attention_backend, label)
+            run_cfg = read_run_config(os.path.join(path, RUN_CONFIG))
         else:
             raise ValueError(f"model: run dir {path!r} has neither checkpoints nor an hf/ export yet")
         source = "run"
     elif os.path.exists(os.path.join(path, "config.json")):
-        model, hf_path = _load_hf_dir(path), path
+        model, hf_path = _load_hf_dir(path, attention_backend, label), path
         parent_cfg = os.path.join(os.path.dirname(os.path.abspath(path)), RUN_CONFIG)
         if os.path.exists(parent_cfg):
             run_cfg = read_run_config(parent_cfg)
@@ -235,7 +243,7 @@ def _load_model(path, device, dtype, name, train_len, attention_backend) -> Load
     else:
         raise ValueError(f"model: {path!r} has no config.json, {RUN_CONFIG} or model.pt: not a Hugging Face "
                          f"folder, a run dir or a checkpoint{_run_hint(path)}")
-    if attention_backend is not None and hasattr(model.config, "set_attention_backend"):
+    if attention_backend is not None:  # a FoxForCausalLM: _load_hf_dir refused any other model
         model.config.set_attention_backend(attention_backend)
     model = model.to(device=device, dtype=dtype).eval()
     ctx = train_len if train_len is not None else run_cfg.get("context") or getattr(model.config, "train_len", None)
