@@ -182,6 +182,16 @@ def test_load_model_names_its_attention_backend_keyword_for_another_librarys_mod
     assert type(load_model(llama_dir, device="cpu", progress=False).model).__name__ == "LlamaForCausalLM"
 
 
+def test_models_compared_under_one_attention_backend_give_it_to_the_foxformer_ones(hf_dir, llama_dir):
+    """eval loads several models under one --attention-backend: a Llama beside FoX keeps its own attention."""
+    from foxformer.train.loading import load_model
+
+    fox, llama = (load_model(path, device="cpu", attention_backend="torch", progress=False, label="--{}",
+                             among_others=True) for path in (hf_dir, llama_dir))
+    assert fox.model.config.attention_backend == "torch"
+    assert type(llama.model).__name__ == "LlamaForCausalLM"
+
+
 def test_bias_shift_asks_for_its_text_before_the_model_loads(tmp_path, capsys):
     assert main(["bias-shift", str(tmp_path / "no-model")]) == 2
     assert capsys.readouterr().err.splitlines() == ["error: pass exactly one of --data DIR (prepared dataset) and "

@@ -65,7 +65,7 @@ def _load_models(args):
     for i, path in enumerate(args.models):
         out.append(load_model(path, device=args.device, dtype=args.dtype, train_len=args.train_len,
                               name=args.names[i] if args.names else None, attention_backend=args.attention_backend,
-                              progress=not args.no_progress, label=FLAGS))
+                              progress=not args.no_progress, label=FLAGS, among_others=len(args.models) > 1))
     names = [m.name for m in out]
     for i, m in enumerate(out):  # duplicate labels would overwrite each other's plots
         if names.count(m.name) > 1:

@@ -124,7 +124,7 @@ def _load_checkpoint_dir(path: str, run_dir: str):
     return _model_from_run_config(run_cfg, _strip_prefixes(sd), run_dir), run_cfg, step
 
 
-def _load_hf_dir(path: str, attention_backend: Optional[str], label: str):
+def _load_hf_dir(path: str, attention_backend: Optional[str], label: str, among_others: bool = False):
     with open(os.path.join(path, "config.json")) as f:
         try:
             model_type = json.load(f).get("model_type")
@@ -132,7 +132,7 @@ def _load_hf_dir(path: str, attention_backend: Optional[str], label: str):
             raise ValueError(f"model: {path}/config.json is not valid JSON ({e})") from e
     # another library's model has no attention backend to set: the value was dropped without a word; refused
     # here, from config.json, before its weights load (the official types load as FoxForCausalLM)
-    if attention_backend is not None and model_type not in ("foxformer", *OFFICIAL_TYPES):
+    if attention_backend is not None and not among_others and model_type not in ("foxformer", *OFFICIAL_TYPES):
         raise ValueError(f"{setting_name(label, 'attention_backend')}: only foxformer models have attention "
                          f"backends; {path} is {'a ' + model_type if model_type else 'no foxformer'} model; "
                          f"{unset_said(label)} for it")
@@ -166,14 +166,16 @@ def _hf_tokenizer(path: str, model) -> Optional[str]:
 
 def load_model(path: str, *, device: str | torch.device | None = "auto", dtype: str | torch.dtype | None = "auto",
                name: Optional[str] = None, train_len: Optional[int] = None,
-               attention_backend: Optional[str] = None, progress: bool = True, label: str = "{}") -> LoadedModel:
+               attention_backend: Optional[str] = None, progress: bool = True, label: str = "{}",
+               among_others: bool = False) -> LoadedModel:
     """Load ``path`` (see the module docstring) in eval mode on ``device``.
 
     ``train_len`` overrides the training context length read from the run's config.yaml (HF folders
     inside a run dir, ``RUN_DIR/hf``, find it too). ``progress``: transformers' weight-loading bars.
     Raises ValueError for anything that is not a model; a bad device, dtype or attention backend, or an attention
     backend for another library's model (which has none), before the weights load, named as ``label`` names
-    settings (argtypes.setting_name: "--{}" by their flags).
+    settings (argtypes.setting_name: "--{}" by their flags). ``among_others``: the model is one of several
+    compared under one attention backend (eval), so another library's keeps its own attention instead.
     """
     # 0 or a negative count (--train-len of eval and bias-shift) was taken as no training length: every position
     # counted as within it, without a word
@@ -190,7 +192,7 @@ def load_model(path: str, *, device: str | torch.device | None = "auto", dtype: 
             # the flag's user typed no FoxConfig attribute
             raise ConfigError(e.reason, *e.fields, where=f"{setting_name(label, e.fields[0])}: ") from None
     with hf_progress(progress):
-        return _load_model(path, device, dtype, name, train_len, attention_backend, label)
+        return _load_model(path, device, dtype, name, train_len, attention_backend, label, among_others)
 
 
 def _run_hint(path: str) -> str:
@@ -203,7 +205,7 @@ def _run_hint(path: str) -> str:
     return ""
 
 
-def _load_model(path, device, dtype, name, train_len, attention_backend, label) -> LoadedModel:
+def _load_model(path, device, dtype, name, train_len, attention_backend, label, among_others) -> LoadedModel:
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"model path: expected a string path, got {type(path).__name__}")
     given = path = os.fspath(path)
@@ -229,13 +231,13 @@ def _load_model(path, device, dtype, name, train_len, attention_backend, label) 
             model, run_cfg, step = _load_checkpoint_dir(latest, path)
         elif os.path.exists(os.path.join(path, "hf", "config.json")):
             hf_path = os.path.join(path, "hf")
-            model = _load_hf_dir(hf_path, attention_backend, label)
+            model = _load_hf_dir(hf_path, attention_backend, label, among_others)
             run_cfg = read_run_config(os.path.join(path, RUN_CONFIG))
         else:
             raise ValueError(f"model: run dir {path!r} has neither checkpoints nor an hf/ export yet")
         source = "run"
     elif os.path.exists(os.path.join(path, "config.json")):
-        model, hf_path = _load_hf_dir(path, attention_backend, label), path
+        model, hf_path = _load_hf_dir(path, attention_backend, label, among_others), path
         parent_cfg = os.path.join(os.path.dirname(os.path.abspath(path)), RUN_CONFIG)
         if os.path.exists(parent_cfg):
             run_cfg = read_run_config(parent_cfg)
@@ -243,7 +245,8 @@ def _load_model(path, device, dtype, name, train_len, attention_backend, label) 
     else:
         raise ValueError(f"model: {path!r} has no config.json, {RUN_CONFIG} or model.pt: not a Hugging Face "
                          f"folder, a run dir or a checkpoint{_run_hint(path)}")
-    if attention_backend is not None:  # a FoxForCausalLM: _load_hf_dir refused any other model
+    # a FoxForCausalLM, or among_others: _load_hf_dir refused any other model
+    if attention_backend is not None and hasattr(model.config, "set_attention_backend"):
         model.config.set_attention_backend(attention_backend)
     model = model.to(device=device, dtype=dtype).eval()
     ctx = train_len if train_len is not None else run_cfg.get("context") or getattr(model.config, "train_len", None)
