@@ -5,7 +5,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
 
 import pytest
 
@@ -14,18 +13,11 @@ from foxformer.train.stopping import StopSignals, exit_status, launcher_note
 SRC = os.path.join(os.path.dirname(__file__), "..", "..", "src")
 
 
-def _to_main_thread(sig) -> None:
-    """The signal, delivered to this thread: os.kill lets the kernel pick any of the process's threads (earlier
-    tests leave some), and the Python handler waits until that thread's C handler has run, by when the main thread
-    may have left a short block (CI, 2 cores: a SIGINT raised after its pytest.raises had ended)."""
-    signal.pthread_kill(threading.main_thread().ident, sig)
-
-
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1], ids=lambda s: s.name)
 def test_a_stop_signal_is_recorded_and_its_copy_is_the_same_request(sig):
     with StopSignals() as stop:
-        _to_main_thread(sig)
-        _to_main_thread(sig)  # the launcher's copy, milliseconds later: no second request, the process lives
+        os.kill(os.getpid(), sig)
+        os.kill(os.getpid(), sig)  # the launcher's copy, milliseconds later: no second request, the process lives
         assert (stop.requested, stop.name) == (True, sig.name)
     assert exit_status(stop.name) == 128 + sig
 
@@ -33,8 +25,8 @@ def test_a_stop_signal_is_recorded_and_its_copy_is_the_same_request(sig):
 def test_sigint_raises_once_for_a_ctrl_c_and_its_copy():
     with StopSignals() as stop:
         with pytest.raises(KeyboardInterrupt):
-            _to_main_thread(signal.SIGINT)
-        _to_main_thread(signal.SIGINT)  # torchrun's copy of the same Ctrl-C: the handling it would cut goes on
+            os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGINT)  # torchrun's copy of the same Ctrl-C: the handling it would cut goes on
         assert not stop.requested
 
 
@@ -46,7 +38,7 @@ def test_the_handlers_before_come_back_and_an_ignored_signal_stays_ignored():
     ignored = signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # as `nohup` or a parent may leave a signal
     try:
         with StopSignals() as stop:
-            _to_main_thread(signal.SIGUSR1)
+            os.kill(os.getpid(), signal.SIGUSR1)
             assert not stop.requested
         assert signal.getsignal(signal.SIGTERM) is mine and signal.getsignal(signal.SIGUSR1) is signal.SIG_IGN
     finally:
