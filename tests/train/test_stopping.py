@@ -23,11 +23,17 @@ def test_a_stop_signal_is_recorded_and_its_copy_is_the_same_request(sig):
 
 
 def test_sigint_raises_once_for_a_ctrl_c_and_its_copy():
-    with StopSignals() as stop:
-        with pytest.raises(KeyboardInterrupt):
-            os.kill(os.getpid(), signal.SIGINT)
-        os.kill(os.getpid(), signal.SIGINT)  # torchrun's copy of the same Ctrl-C: the handling it would cut goes on
-        assert not stop.requested
+    # Python's own handler, as in a terminal: a shell starts a background job (`pytest ... &`) with SIGINT
+    # ignored, which StopSignals rightly leaves ignored, and the Ctrl-C would raise nothing
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with StopSignals() as stop:
+            with pytest.raises(KeyboardInterrupt):
+                os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)  # torchrun's copy of the same Ctrl-C: the handling it would cut goes on
+            assert not stop.requested
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def test_the_handlers_before_come_back_and_an_ignored_signal_stays_ignored():
