@@ -27,7 +27,7 @@ SAVED_KEYS = frozenset({"auto_map", "model_type", "deterministic_attention"})
 _SAID_KEYS: set[str] = set()  # misspelled keys warned of, once per process: from_pretrained builds configs repeatedly
 
 
-def _positive_int(value) -> bool:
+def is_positive_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
@@ -295,7 +295,7 @@ class FoxConfig(PretrainedConfig):
                      "intermediate_size"):
             value = getattr(self, name)
             derived = name in ("num_kv_heads", "head_dim", "intermediate_size")
-            if not _positive_int(value) and not (unset_ok and derived and value is None):
+            if not is_positive_int(value) and not (unset_ok and derived and value is None):
                 raise ConfigError(f"{name} must be a positive int, got {value!r}", name)
 
     def _validate(self) -> None:
@@ -454,10 +454,10 @@ class FoxConfig(PretrainedConfig):
                 raise ConfigError(str(e), field) from None
         if self.prune_eps is not None and not (0 < self.prune_eps < 1):
             raise ConfigError(f"prune_eps must be in (0, 1) or None, got {self.prune_eps!r}", "prune_eps")
-        if not _positive_int(self.max_position_embeddings):
+        if not is_positive_int(self.max_position_embeddings):
             raise ConfigError(f"max_position_embeddings must be a positive int, "
                               f"got {self.max_position_embeddings!r}", "max_position_embeddings")
-        if self.train_len is not None and not _positive_int(self.train_len):
+        if self.train_len is not None and not is_positive_int(self.train_len):
             raise ConfigError(f"train_len must be a positive int or None, got {self.train_len!r}", "train_len")
 
     def layer_bias_shift(self, layer_idx: int) -> list[float]:

@@ -8,7 +8,7 @@ of the LLaMA preset of the same family and size (the paper's protocol). ``foxfor
 from __future__ import annotations
 
 from ..argtypes import did_you_mean
-from .config import ConfigError, FoxConfig
+from .config import ConfigError, FoxConfig, is_positive_int
 
 # (num_layers, hidden_size); tiny is for CPU tests; small (~25M non-embedding parameters) is the size of
 # the one-GPU reproduction in docs/results.md, chosen to train ~100M+ tokens in minutes on an H200; 1.3b (GPT-3
@@ -129,7 +129,7 @@ def sized_config(kind: str, num_layers: int, hidden_size: int, **overrides) -> F
     "transformer-llama", "linear-pro"); head dims and the Pro blocks' SwiGLU width follow the rules of the
     named presets, so that the families stay matched in parameters at this size too."""
     for name, value in (("num_layers", num_layers), ("hidden_size", hidden_size)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        if not is_positive_int(value):
             raise ConfigError(f"{name} must be a positive int, got {value!r}", name, where="sized_config: ")
     check_model_keys(overrides)
     return FoxConfig(**_overridden(_kind_fields(kind, num_layers, hidden_size), overrides, "sized_config"))
@@ -159,7 +159,7 @@ def get_preset(name: str, **overrides) -> FoxConfig:
 def _attention_width(fields: dict) -> int | None:
     """None where a width it is made of is no positive int: FoxConfig names that field."""
     heads, head_dim, hidden = (fields.get(name) for name in ("num_heads", "head_dim", "hidden_size"))
-    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (heads, head_dim or 1, hidden)):
+    if not all(is_positive_int(v) for v in (heads, head_dim or 1, hidden)):
         return None
     return heads * (head_dim or hidden // heads)
 
@@ -208,7 +208,7 @@ def _derive_head_field(fields: dict, caller: str, given: str, derived: str) -> N
     """fields[derived] = hidden_size // fields[given], refusing a remainder (the attention would silently be
     narrower or wider than the model)."""
     hidden, value = fields["hidden_size"], fields[given]
-    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (hidden, value)):
+    if not all(is_positive_int(v) for v in (hidden, value)):
         return  # FoxConfig names the bad field
     if hidden % value:
         raise ConfigError(f"{given} ({value}) must divide hidden_size ({hidden}); give both num_heads and head_dim "
