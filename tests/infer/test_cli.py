@@ -101,8 +101,12 @@ def test_generate_errors_are_clear(hf_dir, capsys):
                  "every token", id="top-k-negative"),
     pytest.param("--prefill-chunk", "0", "--prefill-chunk: expected a positive integer, got 0; leave it out to read "
                  "the prompt in one forward", id="prefill-chunk-zero"),
-    pytest.param("--evict-eps", "2", "--evict-eps must be in (0, 1), got 2.0",
-                 id="evict-eps-two"),
+    pytest.param("--evict-eps", "2", "--evict-eps: expected a number in (0, 1), got 2.0", id="evict-eps-two"),
+    pytest.param("--evict-qk-bound", "-1", "--evict-qk-bound: expected a finite number >= 0, got -1.0",
+                 id="evict-qk-bound-negative"),
+    # "--evict-max-len must be a positive int": the models layer's words, beside "--evict-max-len: expected ..."
+    pytest.param("--evict-max-len", "0", "--evict-max-len: expected a positive integer, got 0",
+                 id="evict-max-len-zero"),
 ])
 def test_generate_names_a_bad_setting_by_its_flag_without_offering_none(tmp_path, capsys, flag, value, said):
     """`--top-p 0` said "top_p: expected a number in (0, 1] or None": a field name, and a value no flag takes.

@@ -596,6 +596,18 @@ def test_the_docstrings_name_every_option_and_decode_mode():
     assert all(f'"{mode}"' in GenerationConfig.__doc__ for mode in FoxCache.DECODE_MODES)
 
 
+@pytest.mark.parametrize("field, value, said", [
+    ("evict_eps", 2.0, "evict_eps: expected a number in (0, 1) or None, got 2.0"),
+    ("evict_qk_bound", -1.0, "evict_qk_bound: expected a finite number >= 0 or None, got -1.0"),
+    ("evict_max_len", 0, "evict_max_len: expected a positive integer or None, got 0"),
+])
+def test_a_bad_eviction_setting_is_named_by_its_keyword(field, value, said):
+    """The API's words for what the CLI names by its flag (tests/infer/test_cli.py): the keyword, None offered."""
+    with pytest.raises(ValueError) as caught:
+        list(generate(make_model(), [1, 2, 3], max_new_tokens=2, **{field: value}))
+    assert str(caught.value) == said
+
+
 def test_an_evict_max_len_below_max_new_tokens_is_refused_by_the_config():
     """Whatever the prompt, the cache is fed it and every new token but the last: N below max_new_tokens failed
     only once the prompt was read (after a model load, in the CLI)."""

@@ -150,8 +150,8 @@ def test_head_overrides_that_do_not_divide_hidden_size_raise(overrides, match):
 @pytest.mark.parametrize("build, where, reason, fields", [
     (lambda: FoxConfig(hidden_size=64, num_heads=4, num_kv_heads=3), "FoxConfig.",
      "num_heads (4) must be a multiple of num_kv_heads (3)", ("num_heads", "num_kv_heads")),
-    (lambda: FoxConfig(qk_norm=True, evict_max_len=0), "FoxConfig.", "evict_max_len must be a positive int or None",
-     ("evict_max_len",)),
+    (lambda: FoxConfig(qk_norm=True, evict_max_len=0), "FoxConfig.",
+     "evict_max_len: expected a positive integer or None", ("evict_max_len",)),
     (lambda: get_preset("fox-pro-tiny", num_heads=3), "get_preset: ", "num_heads (3) must divide hidden_size (64); ",
      ("num_heads", "hidden_size")),
     (lambda: sized_config("fox-pro", 2, 64, head_dim=48), "sized_config: ", "head_dim (48) must divide hidden_size",

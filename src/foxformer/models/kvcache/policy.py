@@ -39,7 +39,9 @@ _FIELDS = {"eps": "evict_eps", "qk_bound": "evict_qk_bound", "max_len": "evict_m
 
 def check_eviction(eps=None, qk_bound=None, max_len=None, *, label: str = "{}") -> None:
     """ValueError naming the setting for an invalid evict_eps / evict_qk_bound / evict_max_len (None passes).
-    ``label`` formats the name (argtypes.setting_name): "FoxConfig.{}" for a config field, "--{}" for a flag."""
+    ``label`` formats the name (argtypes.setting_name): "FoxConfig.{}" for a config field, "--{}" for a flag. Worded
+    as generate's and eval's own checks are ("--top-p: expected ..."): beside those, `--evict-max-len 0` read as the
+    models layer's words rather than the flag's."""
     def name(field: str) -> str:
         return setting_name(label, _FIELDS[field])
 
@@ -48,12 +50,12 @@ def check_eviction(eps=None, qk_bound=None, max_len=None, *, label: str = "{}") 
     none = "" if label.startswith("--") else " or None"
     # NaN fails every comparison below, so `not (0 < x < 1)` refuses it too.
     if eps is not None and (isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < 1):
-        raise ValueError(f"{name('eps')} must be in (0, 1){none}, got {eps!r}")
+        raise ValueError(f"{name('eps')}: expected a number in (0, 1){none}, got {eps!r}")
     if qk_bound is not None and (isinstance(qk_bound, bool) or not isinstance(qk_bound, (int, float))
                                  or not 0 <= qk_bound < math.inf):
-        raise ValueError(f"{name('qk_bound')} must be finite and >= 0{none}, got {qk_bound!r}")
+        raise ValueError(f"{name('qk_bound')}: expected a finite number >= 0{none}, got {qk_bound!r}")
     if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1):
-        raise ValueError(f"{name('max_len')} must be a positive int{none}, got {max_len!r}")
+        raise ValueError(f"{name('max_len')}: expected a positive integer{none}, got {max_len!r}")
 
 
 @dataclass(frozen=True)
@@ -72,7 +74,7 @@ class EvictionPolicy:
 
     def __post_init__(self) -> None:
         if self.eps is None:
-            raise ValueError("evict_eps must be in (0, 1), got None (no eviction: pass no policy)")
+            raise ValueError("evict_eps: expected a number in (0, 1), got None (no eviction: pass no policy)")
         check_eviction(self.eps, self.qk_bound, self.max_len)
 
     @classmethod
