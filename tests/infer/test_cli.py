@@ -483,6 +483,25 @@ def test_an_eviction_bound_without_evict_eps_is_named_by_its_flag(hf_dir, capsys
         f"config); give --evict-eps, e.g. 1e-3")
 
 
+@pytest.mark.parametrize("preset, said", [
+    pytest.param("transformer-pro-tiny", "KV eviction needs a forget gate (a FoX model); this model is a softmax "
+                 "Transformer", id="softmax"),
+    pytest.param("linear-pro-tiny", "KV eviction needs keys to evict; a gated linear attention model "
+                 "(attention='linear') keeps a fixed-size recurrent state", id="linear"),
+])
+def test_evict_eps_on_a_model_that_cannot_evict_is_named_by_its_flag(tmp_path, capsys, preset, said):
+    """The model's new_cache refused it as "evict_eps: ...", the keyword, to a user who typed --evict-eps; the Python
+    API keeps naming the keyword."""
+    path = tmp_path / preset
+    make_model(preset, dtype=torch.float32).save_pretrained(path)
+    assert main(["generate", str(path), "--tokenizer", "bytes", "--prompt", "x", "--max-new-tokens", "2",
+                 "--device", "cpu", "--evict-eps", "1e-3"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == f"error: --evict-eps: {said}"
+    with pytest.raises(ValueError) as caught:
+        list(generate(_load_model(path), load_tokenizer("bytes"), "x", max_new_tokens=2, evict_eps=1e-3))
+    assert str(caught.value) == f"evict_eps: {said}"
+
+
 def test_a_per_layer_fgate_bias_shift_of_the_wrong_length_is_named_by_its_flag(hf_dir, capsys):
     """Said as "fgate_bias_shift: expected ...", the keyword; the model (2 layers) is needed to tell."""
     assert main(["generate", hf_dir, "--tokenizer", "bytes", "--prompt", "x", "--device", "cpu",

@@ -209,7 +209,7 @@ def _new_cache(model, cfg: GenerationConfig, fed: int, label: str = "{}"):
         eps = setting_name(label, "evict_eps")
         raise ValueError(f"{' and '.join(given)}: {'they set' if len(given) > 1 else 'it sets'} the bound of KV "
                          f"eviction, which runs only with {eps} (here or in the model's config); give {eps}, e.g. 1e-3")
-    return fresh_cache(model, fed, policy, decode=cfg.decode)
+    return fresh_cache(model, fed, policy, decode=cfg.decode, label=label)
 
 
 @torch.no_grad()

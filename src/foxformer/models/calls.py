@@ -39,16 +39,16 @@ def fox_blocks(model, purpose: str) -> list:
     return list(layers)
 
 
-def fresh_cache(model, total_len: int, eviction="config", decode: str = "auto"):
+def fresh_cache(model, total_len: int, eviction="config", decode: str = "auto", label: str = "{}"):
     """An empty cache for a model that will be fed ``total_len`` tokens (prompt and every token fed back):
     foxformer models' FoxCache (``FoxModel.new_cache``), sized and its eviction bound derived for the whole length
     at once; None for other models, which build their own. A cache a forward builds for itself covers that
     forward's input only: decoding past max_position_embeddings then warned that the config's evict_eps no longer
-    held. eviction, decode: as ``FoxModel.new_cache`` takes them."""
+    held. eviction, decode, label: as ``FoxModel.new_cache`` takes them."""
     body = backbone(model)
     if not hasattr(body, "new_cache"):
         return None
-    return body.new_cache(eviction, total_len=total_len, decode=decode)
+    return body.new_cache(eviction, total_len=total_len, decode=decode, label=label)
 
 
 def cache_keyword(model) -> str:

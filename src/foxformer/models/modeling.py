@@ -17,7 +17,7 @@ from transformers.generation import GenerationMode
 from transformers.utils import ModelOutput
 from transformers.utils.generic import TransformersKwargs, can_return_tuple
 
-from ..argtypes import did_you_mean
+from ..argtypes import did_you_mean, setting_name
 from .config import FoxConfig, field_hint
 from .kvcache.cache import FoxCache
 from .kvcache.dense import DenseKV
@@ -389,7 +389,7 @@ class FoxModel(FoxPreTrainedModel):
         return self.embed_tokens
 
     def new_cache(self, eviction: EvictionPolicy | str | None = "config", *, total_len: Optional[int] = None,
-                  decode: str = "auto") -> FoxCache:
+                  decode: str = "auto", label: str = "{}") -> FoxCache:
         """An empty FoxCache: the one constructor (generate, eval, bench and Hugging Face generate call it).
 
         eviction: "config" (the config's evict_* settings; no evict_eps there: keep every key), None (keep
@@ -399,6 +399,8 @@ class FoxModel(FoxPreTrainedModel):
             the bound's N covers it when it exceeds max_position_embeddings (else the eps tolerance would be void
             past it; FoX may go there).
         decode: how one-token steps run (FoxCache: "auto", "graphs", "static" or "eager").
+        label: how an eviction policy this model cannot serve is named (argtypes.setting_name): the keyword
+            evict_eps, or "--{}" a command's flag.
 
         An explicit max_len (policy or config) is the cache's max_len: the eviction bound holds for at most that
         many keys, so the model refuses to go past it. It caps storage and never sizes it (it may be 10**11)."""
@@ -409,14 +411,14 @@ class FoxModel(FoxPreTrainedModel):
             policy = None if eviction is None else eviction.with_defaults(cfg)
             if policy is not None and not cfg.has_fgate:
                 # Softmax attention never forgets: every layer would keep every key, without a word.
-                raise ValueError("evict_eps: KV eviction needs a forget gate (a FoX model); this model is a "
-                                 "softmax Transformer")
+                raise ValueError(f"{setting_name(label, 'evict_eps')}: KV eviction needs a forget gate (a FoX model); "
+                                 f"this model is a softmax Transformer")
         else:
             raise TypeError(f"eviction: expected 'config', None or an EvictionPolicy, got {eviction!r}")
         linear = cfg.attention == "linear"
         if policy is not None and linear:
-            raise ValueError("evict_eps: KV eviction needs keys to evict; a gated linear attention model "
-                             "(attention='linear') keeps a fixed-size recurrent state")
+            raise ValueError(f"{setting_name(label, 'evict_eps')}: KV eviction needs keys to evict; a gated linear "
+                             f"attention model (attention='linear') keeps a fixed-size recurrent state")
         deltas = [None] * cfg.num_layers
         if policy is not None:
             n_keys = policy.n_keys(cfg.max_position_embeddings, total_len)
