@@ -109,6 +109,20 @@ def test_hf_generate_builds_a_cache_that_replays_graphs():
     assert cache.graphs is not None and cache.graphs.captures >= 1 and cache.decode_note is None
 
 
+def test_hf_generate_with_the_static_cache_implementation_replays_graphs_giving_the_eager_tokens():
+    """cache_implementation="static" asks for what transformers' StaticCache is for: fixed-shape steps replayed as
+    CUDA graphs ("graphs"); no note (and so no warning) where they can."""
+    model, _ = _model("fox-pro")
+    ids = torch.randint(0, 512, (2, 50), device="cuda")
+    eager = model.generate(ids, max_new_tokens=40, do_sample=False, pad_token_id=0,
+                           **{CACHE_FIELD: model.model.new_cache(total_len=50 + 39, decode="eager")})
+    out = model.generate(ids, max_new_tokens=40, do_sample=False, pad_token_id=0, cache_implementation="static",
+                         return_dict_in_generate=True)
+    cache = out[CACHE_FIELD]
+    assert torch.equal(out.sequences, eager)
+    assert cache.decode == "graphs" and cache.graphs.captures >= 1 and cache.decode_note is None
+
+
 @torch.no_grad()
 def test_a_cache_that_grows_while_decoding_is_captured_again():
     """A cache built without a length hint doubles its buffers at 512 entries: the step is captured again, in a

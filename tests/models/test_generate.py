@@ -90,7 +90,8 @@ def test_chunked_prefill_without_passing_a_cache():
 UNSUPPORTED = {"prompt-lookup": {"prompt_lookup_num_tokens": 3},
                "assistant-early-exit": {"assistant_early_exit": 1},
                "attentions": {"output_attentions": True, "return_dict_in_generate": True},
-               "static-cache": {"cache_implementation": "static"}}
+               "offloaded-static-cache": {"cache_implementation": "offloaded_static"},
+               "quantized-cache": {"cache_implementation": "quantized"}}
 
 
 @pytest.mark.parametrize("case", list(UNSUPPORTED), ids=list(UNSUPPORTED))
@@ -114,10 +115,70 @@ def test_the_dynamic_cache_implementation_is_the_models_own_growing_cache():
                          return_dict_in_generate=True)
     assert torch.equal(out.sequences, plain) and type(getattr(out, CACHE_FIELD)).__name__ == "FoxCache"
     assert model.generation_config.cache_implementation is None  # the request held for that call only
-    with pytest.raises(ValueError, match=r"generate: cache_implementation='static' asks for another cache "
-                                         r"implementation .* leave it out or pass 'dynamic' \(FoxCache, also the "
-                                         r"default\)$"):
-        model.generate(prompt, max_new_tokens=2, do_sample=False, cache_implementation="static")
+    with pytest.raises(ValueError, match=r"generate: cache_implementation='offloaded' asks for another cache "
+                                         r"implementation .* leave it out or pass one of 'dynamic', 'static' "
+                                         r"\(FoxCache: the default, or one-token steps replayed as CUDA graphs\)$"):
+        model.generate(prompt, max_new_tokens=2, do_sample=False, cache_implementation="offloaded")
+
+
+def test_the_static_cache_implementation_decodes_the_same_and_says_why_the_cpu_replays_no_graphs(preset):
+    """cache_implementation="static" (transformers' StaticCache: storage for max_length up front, fixed-shape steps
+    compiled into CUDA graphs) was refused; FoxCache is preallocated, so it runs on that with its steps asked to replay
+    CUDA graphs ("graphs"). The CPU has none: the steps run eagerly, giving the default's tokens, and say why."""
+    from foxformer.models.modeling import CACHE_FIELD
+
+    model = make_model(preset)
+    prompt = tokens(3, 7)
+    mask = torch.ones_like(prompt)
+    mask[1, :4] = 0  # left padding
+    for m in (None, mask):
+        plain = model.generate(prompt, attention_mask=m, max_new_tokens=6, do_sample=False, pad_token_id=0)
+        with pytest.warns(UserWarning, match="^decoding eagerly: CUDA graphs need a CUDA device$"):
+            out = model.generate(prompt, attention_mask=m, max_new_tokens=6, do_sample=False, pad_token_id=0,
+                                 cache_implementation="static", return_dict_in_generate=True)
+        cache = getattr(out, CACHE_FIELD)
+        assert torch.equal(out.sequences, plain)
+        assert cache.decode == "graphs" and cache.decode_note == "decoding eagerly: CUDA graphs need a CUDA device"
+    assert model.generation_config.cache_implementation is None  # the request held for that call only
+
+
+def test_the_static_cache_implementation_without_compiling_runs_the_fixed_shape_step_uncaptured(preset):
+    """disable_compile=True leaves transformers' StaticCache steps fixed-shape but eager: FoxCache's "static" mode,
+    the step graphs would replay, runs on the CPU too (no warning: nothing was asked that it cannot do)."""
+    import warnings
+
+    from foxformer.models.modeling import CACHE_FIELD
+
+    model = make_model(preset)
+    prompt = tokens(2, 7)
+    plain = model.generate(prompt, max_new_tokens=6, do_sample=False, pad_token_id=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = model.generate(prompt, max_new_tokens=6, do_sample=False, pad_token_id=0, cache_implementation="static",
+                             disable_compile=True, return_dict_in_generate=True)
+    cache = getattr(out, CACHE_FIELD)
+    assert torch.equal(out.sequences, plain)
+    assert cache.decode == "static" and cache.decode_note is None and cache.graphs.steps == 5
+    assert cache.graphs.captures == 0
+
+
+def test_the_static_cache_implementation_beside_a_cache_or_a_compile_config_is_as_in_transformers():
+    """As for transformers' own caches: beside a cache passed in, refused (transformers' message); with a
+    compile_config, transformers says it skips its compile (FoxCache is no compileable Cache) and the tokens stay."""
+    from transformers import CompileConfig
+
+    from foxformer.models.modeling import CACHE_FIELD
+
+    model = make_model("fox-pro-tiny")
+    prompt = tokens(2, 6)
+    with pytest.raises(ValueError, match="Passing both `cache_implementation`"):
+        model.generate(prompt, max_new_tokens=3, do_sample=False, pad_token_id=0, cache_implementation="static",
+                       **{CACHE_FIELD: model.model.new_cache()})
+    plain = model.generate(prompt, max_new_tokens=4, do_sample=False, pad_token_id=0)
+    with pytest.warns(UserWarning, match="CUDA graphs need a CUDA device"):
+        out = model.generate(prompt, max_new_tokens=4, do_sample=False, pad_token_id=0, cache_implementation="static",
+                             compile_config=CompileConfig())
+    assert torch.equal(out, plain)
 
 
 def test_an_assistant_model_is_refused_before_transformers_reaches_the_cache():

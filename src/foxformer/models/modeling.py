@@ -621,9 +621,20 @@ def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor, cu_seqlens: Optio
     return loss / count
 
 
-# transformers' cache_implementation for its default cache (DynamicCache): one that grows as tokens come, which
-# FoxCache, the cache generate runs foxformer models on, is (storage for max_length at once, doubling past it)
-DYNAMIC_CACHE = "dynamic"
+# The values of transformers' cache_implementation that FoxCache, the one cache generate runs foxformer models on,
+# grants, each with the decode mode of its one-token steps (FoxCache.DECODE_MODES). DynamicCache, transformers'
+# default, grows as tokens come, as FoxCache does (storage for max_length at once, doubling past it): the default mode.
+# StaticCache is storage for max_length allocated up front and steps of fixed shapes, which transformers compiles (on
+# CUDA, by default with mode "reduce-overhead") to replay them as CUDA graphs: the speed asked for is the graphs.
+# "graphs" is FoxCache's fixed-shape step (storage preallocated, the position on the device, writes in place) captured
+# and replayed, the same tokens as eager; unlike "auto" it says why where it cannot capture (the CPU, where
+# transformers compiles nothing either: the step runs eagerly). Not its namesake "static": the same step uncaptured,
+# slower than the default on CUDA. Not "compiled": a torch.compile per storage shape for a few percent a step
+# (docs/benchmarks.md), and transformers compiles no FoxCache (not a compileable Cache: it skips a compile_config).
+DYNAMIC_CACHE, STATIC_CACHE = "dynamic", "static"
+CACHE_DECODE_MODES = {DYNAMIC_CACHE: "auto", STATIC_CACHE: "graphs"}
+# disable_compile=True leaves transformers' StaticCache steps fixed-shape and eager: FoxCache's step uncaptured.
+UNCOMPILED_STATIC_DECODE = "static"
 
 # generate's bookkeeping, never a forward argument (transformers drops the first two too)
 _NOT_FORWARDED = ("labels", "next_sequence_length", "is_first_iteration")
@@ -754,11 +765,11 @@ class FoxForCausalLM(FoxPreTrainedModel, GenerationMixin):
                        "cache_implementation": "another cache implementation (FoX keeps its gate sums in FoxCache)"}
         for name, what in unsupported.items():
             value = getattr(generation_config, name, None)
-            if name == "cache_implementation" and value == DYNAMIC_CACHE:
+            if name == "cache_implementation" and value in CACHE_DECODE_MODES:
                 continue
             if value:
-                other = (f" or pass {DYNAMIC_CACHE!r} (FoxCache, also the default)"
-                         if name == "cache_implementation" else "")
+                other = (f" or pass one of {', '.join(map(repr, CACHE_DECODE_MODES))} (FoxCache: the default, "
+                         f"or one-token steps replayed as CUDA graphs)" if name == "cache_implementation" else "")
                 raise ValueError(f"generate: {name}={value!r} asks for {what}, which foxformer models do not "
                                  f"support; leave it out{other}")
         # transformers 5.25 keeps assistant_model out of model_kwargs and hands the generation mode here instead:
@@ -775,18 +786,21 @@ class FoxForCausalLM(FoxPreTrainedModel, GenerationMixin):
                           f"gracefully, a Transformer with RoPE badly", stacklevel=3)
         passed = model_kwargs.get("cache") is not None or model_kwargs.get("past_key_values") is not None
         asked = generation_config.cache_implementation
-        if asked == DYNAMIC_CACHE and not passed:
+        if asked in CACHE_DECODE_MODES and not passed:
             # transformers would say it ignores the request: FoxCache grants it (transformers refuses it beside a
-            # cache passed in, so it keeps it there)
+            # cache passed in, as it does for its own caches, so it keeps it there)
             generation_config.cache_implementation = None
         try:
             result = super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
         finally:
             generation_config.cache_implementation = asked
         if generation_config.use_cache is not False and not passed:
+            decode = CACHE_DECODE_MODES[asked or DYNAMIC_CACHE]  # any other value was refused above
+            if asked == STATIC_CACHE and getattr(generation_config, "disable_compile", False):
+                decode = UNCOMPILED_STATIC_DECODE
             # The last new token is never fed back: the cache sees max_length - 1 tokens.
             fed = (generation_config.max_length or 0) - 1
-            model_kwargs[CACHE_FIELD] = self.model.new_cache(total_len=fed)
+            model_kwargs[CACHE_FIELD] = self.model.new_cache(total_len=fed, decode=decode)
         return result
 
     def prepare_inputs_for_generation(self, input_ids: torch.LongTensor, next_sequence_length: Optional[int] = None,
