@@ -1,6 +1,9 @@
 """generate: greedy equals a hand-written greedy loop; left-padded batches equal unpadded rows."""
+import re
+
 import pytest
 import torch
+from transformers import GenerationConfig
 
 from .conftest import make_model, tokens
 
@@ -259,3 +262,77 @@ def test_generate_hands_hidden_state_requests_and_position_ids_to_the_forward():
         seq = torch.cat([seq, logits.argmax(-1, keepdim=True)], 1)
         pos = torch.cat([pos, pos[:, -1:] + 1], 1)  # generate's extension of the positions passed
     assert (got[0] - model(prompt, attention_mask=mask).logits[:, -1].float()).abs().max() > 1e-2
+
+
+def _paged_refusal(asked):
+    return (f"{asked} asks for transformers' paged cache, which foxformer models do not support: FoX keeps its gate "
+            f"sums and shift states in its own FoxCache, and the paged cache has no place for them; use generate "
+            f"(cache_implementation left out or one of 'dynamic', 'static'), or foxformer's own paged KV cache with "
+            f"eviction (FoxModel.new_cache, `foxformer generate`)")
+
+
+def _batching_manager(model):
+    from transformers import ContinuousBatchingConfig
+    from transformers.generation.continuous_batching.continuous_api import ContinuousBatchingManager
+
+    return ContinuousBatchingManager(model, GenerationConfig(eos_token_id=-1), ContinuousBatchingConfig())
+
+
+def _batching_context(model):
+    with model.continuous_batching_context_manager():
+        pass
+
+
+_BATCHING = "continuous batching (generate_batch, continuous_batching_context_manager, init_continuous_batching)"
+PAGED = {
+    "generate-cache_implementation": (
+        lambda m: m.generate(tokens(2, 6), max_new_tokens=3, do_sample=False, pad_token_id=0,
+                             cache_implementation="paged"),
+        "generate: cache_implementation='paged' (continuous batching)"),
+    "generation_config": (
+        lambda m: m.generate(tokens(2, 6), generation_config=GenerationConfig(
+            cache_implementation="paged", max_new_tokens=3, do_sample=False, pad_token_id=0)),
+        "generate: cache_implementation='paged' (continuous batching)"),
+    "generate_batch": (lambda m: m.generate_batch(tokens(2, 6).tolist(), max_new_tokens=3), _BATCHING),
+    "init_continuous_batching": (lambda m: m.init_continuous_batching(), _BATCHING),
+    "continuous_batching_context_manager": (_batching_context, _BATCHING),
+    "ContinuousBatchingManager": (_batching_manager,
+                                  "attn_implementation='paged|eager' (continuous batching's attention)"),
+    "set_attn_implementation-eager": (lambda m: m.set_attn_implementation("paged|eager"),
+                                      "attn_implementation='paged|eager' (continuous batching's attention)"),
+    "set_attn_implementation-sdpa": (lambda m: m.set_attn_implementation("paged|sdpa"),
+                                     "attn_implementation='paged|sdpa' (continuous batching's attention)"),
+}
+
+
+@pytest.mark.parametrize("entry", list(PAGED), ids=list(PAGED))
+def test_every_way_into_transformers_paged_cache_is_refused_and_leaves_the_model_as_it_was(entry):
+    """generate(cache_implementation="paged") switched to continuous batching before any check of ours; there, as in
+    generate_batch, the forward's refusal was only logged by the batching thread: generate returned the prompts alone,
+    generate_batch requests without tokens. init_continuous_batching (and a manager built by hand) switched the model to
+    "paged|eager", which transformers accepts from any model and foxformer's attention ran as if not asked."""
+    model = make_model("fox-pro-tiny")
+    prompt = tokens(2, 6)
+    plain = model.generate(prompt, max_new_tokens=4, do_sample=False, pad_token_id=0)
+    call, asked = PAGED[entry]
+    with pytest.raises(ValueError, match=f"^{re.escape(_paged_refusal(asked))}$"):
+        call(model)
+    assert model.config._attn_implementation == "eager" and model.generation_config.cache_implementation is None
+    assert torch.equal(model.generate(prompt, max_new_tokens=4, do_sample=False, pad_token_id=0), plain)
+    for cache in ("dynamic", "static"):  # static uncompiled: no CUDA here for the graphs it would replay
+        out = model.generate(prompt, max_new_tokens=4, do_sample=False, pad_token_id=0, cache_implementation=cache,
+                             disable_compile=True)
+        assert torch.equal(out, plain), cache
+
+
+@pytest.mark.parametrize("implementation", ["paged|eager", "paged|sdpa"])
+def test_loading_with_paged_attention_is_refused(tmp_path, implementation):
+    """transformers accepts attn_implementation="paged|eager" from any model: foxformer's attention read none of it,
+    and the model loaded for continuous batching failed only there. "paged|sdpa" said sdpa was not supported yet."""
+    from foxformer.models import FoxForCausalLM
+
+    make_model("fox-pro-tiny").save_pretrained(tmp_path)
+    asked = f"attn_implementation={implementation!r} (continuous batching's attention)"
+    with pytest.raises(ValueError, match=f"^{re.escape(_paged_refusal(asked))}$"):
+        FoxForCausalLM.from_pretrained(tmp_path, attn_implementation=implementation)
+    assert FoxForCausalLM.from_pretrained(tmp_path, attn_implementation="eager").config._attn_implementation == "eager"

@@ -351,6 +351,15 @@ class FoxPreTrainedModel(PreTrainedModel):
             warnings.warn(f"{type(self).__name__}.forward: unknown keyword argument {name!r} is ignored"
                           f"{did_you_mean(name, named)}", stacklevel=6)
 
+    def _check_and_adjust_attn_implementation(self, attn_implementation, *args, **kwargs):
+        """transformers' check, with paged attention refused (see PAGED_CACHE): from_pretrained's and the config's
+        attn_implementation and set_attn_implementation pass here, and so does a ContinuousBatchingManager built by
+        hand, which switches the model to "paged|eager". transformers accepts "paged|eager" from any model, and
+        foxformer's attention, reading none of it, ran as if it was not asked."""
+        if isinstance(attn_implementation, str) and attn_implementation.startswith(PAGED_ATTENTION):
+            raise paged_refusal(f"attn_implementation={attn_implementation!r} (continuous batching's attention)")
+        return super()._check_and_adjust_attn_implementation(attn_implementation, *args, **kwargs)
+
     @classmethod
     def _supports_default_dynamic_cache(cls) -> bool:
         # The model builds its own FoxCache (the HF DynamicCache has no room for c and shift states).
@@ -635,6 +644,33 @@ DYNAMIC_CACHE, STATIC_CACHE = "dynamic", "static"
 CACHE_DECODE_MODES = {DYNAMIC_CACHE: "auto", STATIC_CACHE: "graphs"}
 # disable_compile=True leaves transformers' StaticCache steps fixed-shape and eager: FoxCache's step uncaptured.
 UNCOMPILED_STATIC_DECODE = "static"
+# transformers' continuous batching (generate_batch and its kin, and generate's cache_implementation="paged", which
+# never reaches _prepare_cache_for_generation) runs the forward on its PagedAttentionCache through "paged|..."
+# attention. The forward refused the call, but the batching thread only logs a failed request: generate returned the
+# prompts without a new token, and without an error.
+PAGED_CACHE, PAGED_ATTENTION = "paged", "paged|"
+
+
+def paged_refusal(asked: str) -> ValueError:
+    """The one message for every way into transformers' paged cache, ``asked`` saying which."""
+    accepted = ", ".join(map(repr, CACHE_DECODE_MODES))
+    return ValueError(f"{asked} asks for transformers' paged cache, which foxformer models do not support: FoX keeps "
+                      f"its gate sums and shift states in its own FoxCache, and the paged cache has no place for them; "
+                      f"use generate (cache_implementation left out or one of {accepted}), or foxformer's own paged KV "
+                      f"cache with eviction (FoxModel.new_cache, `foxformer generate`)")
+
+
+def check_cache_implementation(value: Optional[str]) -> None:
+    """ValueError for a cache_implementation FoxCache does not grant: another cache failed deep inside transformers
+    (an AttributeError on the cache) or, for a static cache, was ignored."""
+    if not value or value in CACHE_DECODE_MODES:
+        return
+    if value == PAGED_CACHE:
+        raise paged_refusal(f"generate: cache_implementation={value!r} (continuous batching)")
+    accepted = ", ".join(map(repr, CACHE_DECODE_MODES))
+    raise ValueError(f"generate: cache_implementation={value!r} asks for another cache implementation (FoX keeps its "
+                     f"gate sums in FoxCache), which foxformer models do not support; leave it out or pass one of "
+                     f"{accepted} (FoxCache: the default, or one-token steps replayed as CUDA graphs)")
 
 # generate's bookkeeping, never a forward argument (transformers drops the first two too)
 _NOT_FORWARDED = ("labels", "next_sequence_length", "is_first_iteration")
@@ -753,25 +789,32 @@ class FoxForCausalLM(FoxPreTrainedModel, GenerationMixin):
         return FoxCausalLMOutput(loss=loss, logits=logits, hidden_states=out.hidden_states,
                                  **{CACHE_FIELD: getattr(out, CACHE_FIELD)})
 
+    def generate(self, *args, **kwargs):
+        """transformers' generate, with cache_implementation checked first: passed as a keyword it is read before
+        the generation config is built (its "paged" switches to continuous batching, see PAGED_CACHE)."""
+        check_cache_implementation(kwargs.get("cache_implementation"))
+        return super().generate(*args, **kwargs)
+
+    def init_continuous_batching(self, *args, **kwargs):
+        """Refused (see PAGED_CACHE): generate_batch and continuous_batching_context_manager start here."""
+        raise paged_refusal("continuous batching (generate_batch, continuous_batching_context_manager, "
+                            "init_continuous_batching)")
+
     def _prepare_cache_for_generation(self, generation_config, model_kwargs: dict, *args, **kwargs):
         """transformers builds no cache for a model without DynamicCache support, and its chunked prefill
         (prefill_chunk_size) then refuses to run: start generate with an empty FoxCache (the config's eviction
         settings, as forward's own) unless one was passed or use_cache is False."""
         # Options whose paths need what FoxCache and these outputs do not have: they failed deep inside
-        # transformers (an AttributeError on the cache or on the output) or, for a static cache, were ignored.
+        # transformers (an AttributeError on the cache or on the output).
         unsupported = {"prompt_lookup_num_tokens": "prompt-lookup decoding (it crops the cache)",
                        "assistant_early_exit": "assisted decoding (it crops the cache)",
-                       "output_attentions": "attention weights (the fused kernels never form them)",
-                       "cache_implementation": "another cache implementation (FoX keeps its gate sums in FoxCache)"}
+                       "output_attentions": "attention weights (the fused kernels never form them)"}
         for name, what in unsupported.items():
             value = getattr(generation_config, name, None)
-            if name == "cache_implementation" and value in CACHE_DECODE_MODES:
-                continue
             if value:
-                other = (f" or pass one of {', '.join(map(repr, CACHE_DECODE_MODES))} (FoxCache: the default, "
-                         f"or one-token steps replayed as CUDA graphs)" if name == "cache_implementation" else "")
                 raise ValueError(f"generate: {name}={value!r} asks for {what}, which foxformer models do not "
-                                 f"support; leave it out{other}")
+                                 f"support; leave it out")
+        check_cache_implementation(generation_config.cache_implementation)
         # transformers 5.25 keeps assistant_model out of model_kwargs and hands the generation mode here instead:
         # the check of model_kwargs alone let it through to an AttributeError on FoxCache (activate_past_recording).
         mode = next((a for a in (*args, *kwargs.values()) if isinstance(a, GenerationMode)), None)
