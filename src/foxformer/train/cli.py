@@ -60,7 +60,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _train_command(args: argparse.Namespace, signals) -> int:
-    from .checkpoint import CheckpointWriteError, check_not_in_a_run
+    from .checkpoint import CheckpointWriteError, check_not_data_or_model, check_not_in_a_run
     from .config import SAVED_CONFIG, load_config
     from .distributed import PeerFailure, barrier
     from .loop import train
@@ -76,6 +76,7 @@ def _train_command(args: argparse.Namespace, signals) -> int:
         print(f"train: continuing {out_dir} with its {SAVED_CONFIG} (flags given override it)", file=sys.stderr)
     if out_dir:  # before the next check, which would call a checkpoint "no run to continue"
         check_not_in_a_run(out_dir)
+        check_not_data_or_model(out_dir, "--out")
     # `--out RUN` alone means "continue RUN": where there is none, the horizon error would hide a mistyped name
     if args.config is None and out_dir and not saved and not {"data_dir", "total_tokens", "max_steps"} & set(overrides):
         raise ValueError(_no_run_to_continue(out_dir))
