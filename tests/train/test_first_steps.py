@@ -361,6 +361,23 @@ def test_export_of_a_checkpoint_folder_names_the_run_and_the_flag(data_dir, tmp_
         _one_error_line(capsys.readouterr().err)
 
 
+def test_export_of_the_checkpoints_folder_or_an_export_says_what_it_is(data_dir, tmp_path, capsys):
+    """Both were "export: run ... has no checkpoints", of a folder of nothing but checkpoints."""
+    run = str(tmp_path / "run")
+    assert main(_flags(data_dir, run, steps=2)) == 0
+    capsys.readouterr()
+    assert main(["export-hf", ckpt.checkpoint_root(run), "--out", str(tmp_path / "hf")]) == 2
+    assert _one_error_line(capsys.readouterr().err) == (
+        f"error: export: {ckpt.checkpoint_root(run)!r} is the checkpoints folder of the run {run}; export-hf takes "
+        f"the run folder: foxformer export-hf {run}")
+    assert main(["export-hf", run, "--out", str(tmp_path / "hf")]) == 0
+    capsys.readouterr()
+    assert main(["export-hf", str(tmp_path / "hf"), "--out", str(tmp_path / "again")]) == 2
+    assert "is a Hugging Face model folder (it holds config.json), which from_pretrained and every foxformer " \
+        "command load as is; export-hf takes a run folder" in _one_error_line(capsys.readouterr().err)
+    assert not (tmp_path / "again").exists()
+
+
 def test_the_resume_note_under_torchrun_names_the_launch(tmp_path, monkeypatch):
     from foxformer.train.cli import _resume_note
 

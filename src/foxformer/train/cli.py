@@ -223,7 +223,8 @@ def _named_checkpoint(run: str, name: str) -> str:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from .checkpoint import CheckpointError, checkpoint_format, latest_checkpoint, load_checkpoint, read_meta
+    from .checkpoint import (CKPT_DIR, CheckpointError, checkpoint_format, latest_checkpoint, load_checkpoint,
+                             read_meta)
     from .config import saved_model_config
     from .loading import read_run_config
     from .loop import export_hf
@@ -236,6 +237,15 @@ def _cmd_export(args: argparse.Namespace) -> int:
         name = os.path.basename(os.path.normpath(args.run))
         raise ValueError(f"export: {args.run!r} is a checkpoint; export-hf takes its run folder and the checkpoint "
                          f"by name: foxformer export-hf {run} --checkpoint {name}")
+    # both were "run ... has no checkpoints": of a checkpoints folder, of an export that needs none
+    parent = os.path.dirname(os.path.abspath(args.run))
+    if os.path.basename(os.path.normpath(args.run)) == CKPT_DIR and os.path.isfile(os.path.join(parent, "config.yaml")):
+        raise ValueError(f"export: {args.run!r} is the checkpoints folder of the run {parent}; export-hf takes the run "
+                         f"folder: foxformer export-hf {parent}")
+    if os.path.isfile(os.path.join(args.run, "config.json")) and not os.path.isfile(
+            os.path.join(args.run, "config.yaml")):
+        raise ValueError(f"export: {args.run!r} is a Hugging Face model folder (it holds config.json), which "
+                         f"from_pretrained and every foxformer command load as is; export-hf takes a run folder")
     path = _named_checkpoint(args.run, args.checkpoint) if args.checkpoint else latest_checkpoint(args.run)
     if path is None:
         raise CheckpointError(f"export: run {args.run!r} has no checkpoints")
