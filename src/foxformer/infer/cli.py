@@ -182,18 +182,10 @@ def _cmd_bias_shift(args) -> int:
 def _run_data(model: str) -> str | None:
     """The prepared dataset that the run of ``model`` (a run dir, one of its checkpoints, its hf/ export) trained
     on, where it still exists: eval loss takes it when neither --data nor --source is given, and so does this."""
-    from foxformer.train.loading import RUN_CONFIG, read_run_config
+    from foxformer.train.loading import RUN_CONFIG, read_run_config, run_dir_of
 
-    if not os.path.isdir(model):
-        return None
-    path = os.path.abspath(model)
-    if any(os.path.exists(os.path.join(path, name)) for name in ("model.pt", ".metadata")):
-        path = os.path.dirname(os.path.dirname(path))
-    elif not os.path.exists(os.path.join(path, RUN_CONFIG)) and os.path.exists(os.path.join(path, "config.json")):
-        path = os.path.dirname(path)
-    if not os.path.isfile(os.path.join(path, RUN_CONFIG)):
-        return None
-    data = read_run_config(os.path.join(path, RUN_CONFIG)).get("data_dir")
+    run = run_dir_of(model) if os.path.isdir(model) else None
+    data = read_run_config(os.path.join(run, RUN_CONFIG)).get("data_dir") if run else None
     return data if data and os.path.isfile(os.path.join(data, "manifest.json")) else None
 
 
