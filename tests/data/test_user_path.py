@@ -24,6 +24,20 @@ def test_prepare_out_naming_a_file_is_one_error_line(tmp_path, capsys):
     assert src.read_text() == "hello " * 50
 
 
+@pytest.mark.parametrize("name, what", [("config.yaml", "a training run's folder"),
+                                        ("config.json", "a Hugging Face model folder")])
+def test_prepare_out_naming_a_run_or_a_model_folder_is_refused(tmp_path, capsys, name, what):
+    """`--out RUN` wrote the dataset's shards and splits among the run's checkpoints (or a model's files)."""
+    out = tmp_path / "taken"
+    out.mkdir()
+    (out / name).write_text("{}\n")
+    assert main(["data", "prepare", "--source", "builtin:pydoc", "--out", str(out), "--tokenizer", "bytes",
+                 "--no-progress"]) == 2
+    assert _error(capsys) == (f"error: out_dir: '{out}' is {what} (it holds {name}), not a dataset folder: name a "
+                              f"new folder for the dataset, e.g. data_cache/NAME")
+    assert os.listdir(out) == [name]
+
+
 @pytest.mark.parametrize("kind", ["txt", "jsonl"])
 def test_a_source_that_is_not_utf8_names_the_file_and_line(tmp_path, capsys, kind):
     """It was `'utf-8' codec can't decode byte 0xff in position 13`: no file, no line."""

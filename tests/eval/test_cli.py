@@ -348,6 +348,22 @@ def test_report_of_a_missing_folder_is_an_error_that_leaves_nothing_behind(tmp_p
     assert "no run folder" in capsys.readouterr().err and not missing.exists()
 
 
+def test_report_of_folders_without_results_is_an_error_that_leaves_nothing_behind(tmp_path, capsys):
+    """A dataset, an export or a checkpoint given in place of its run got a report/ folder whose page said "No
+    results found", exit code 0. Among folders with results, one without keeps its line on the page."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "manifest.json").write_text("{}")
+    assert main(["report", str(data)]) == 2
+    assert _error(capsys).startswith(f"error: report: no results in '{data}' (looked for metrics.jsonl and loss.json")
+    assert os.listdir(data) == ["manifest.json"]
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text(json.dumps({"kind": "train", "step": 1, "tokens": 8, "loss": 3.0}) + "\n")
+    assert main(["report", str(data), str(run), "--out", str(tmp_path / "both")]) == 0
+    assert f"No results found in {data}" in (tmp_path / "both" / "report.md").read_text()
+
+
 def test_eval_loss_refuses_context_lengths_beyond_seq_len_before_loading_a_model(tmp_path, capsys):
     missing = str(tmp_path / "not_loaded")  # loading it would be an error of its own
     assert main(["eval", "loss", missing, "--seq-len", "512", "--lengths", "256,1Ki", "--no-progress"]) == 2

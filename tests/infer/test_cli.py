@@ -4,6 +4,7 @@ import itertools
 import json
 import os
 import re
+import shutil
 
 import pytest
 import torch
@@ -200,6 +201,27 @@ def test_bias_shift_asks_for_its_text_before_the_model_loads(tmp_path, capsys):
     assert main(["bias-shift", str(tmp_path / "no-model")]) == 2
     assert capsys.readouterr().err.splitlines() == ["error: pass exactly one of --data DIR (prepared dataset) and "
                                                     "--source SPEC (text)"]
+
+
+def test_bias_shift_reads_the_runs_dataset_as_eval_loss_does(hf_dir, tmp_path, capsys):
+    """`eval loss RUN` took the run's dataset when given no text; `bias-shift RUN` said to pass --data or --source."""
+    from foxformer.data import PrepareConfig, prepare
+
+    docs = tmp_path / "docs.jsonl"
+    docs.write_text("".join(json.dumps({"text": f"doc {i}: " + "the quick brown fox " * 20}) + "\n" for i in range(20)))
+    data = str(tmp_path / "data")
+    prepare(PrepareConfig(sources=[str(docs)], out_dir=data, tokenizer="bytes", val_fraction=0.2), progress=False)
+    run = tmp_path / "run"
+    shutil.copytree(hf_dir, run / "hf")
+    (run / "config.yaml").write_text(f"data_dir: {data}\ntokenizer: bytes\ncontext: 32\n")
+    for model in (run, run / "hf"):
+        out = tmp_path / f"{model.name}.json"
+        assert main(["bias-shift", str(model), "--seq-len", "64", "--num-seqs", "2", "--shifts", "0,1", "--bins", "2",
+                     "--device", "cpu", "--no-progress", "--out", str(out)]) == 0
+        assert f"note: --data {data} (the dataset the run trained on; its val split)" in capsys.readouterr().err
+        assert json.loads(out.read_text())["data"] == data
+    assert main(["bias-shift", hf_dir, "--no-progress"]) == 2  # no run, so no dataset of its own
+    assert capsys.readouterr().err.splitlines()[-1].startswith("error: pass exactly one of --data DIR")
 
 
 def test_bias_shift_command(hf_dir, tmp_path, capsys):

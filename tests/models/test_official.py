@@ -153,6 +153,28 @@ def test_cli_converts_and_eval_reads_the_result(tmp_path, capsys):
     assert os.path.exists(os.path.join(out, "tokenization_gpt2_json.py"))
 
 
+def test_cli_out_that_is_no_export_is_refused_before_the_conversion(tmp_path, capsys):
+    """`--out` was written into whatever it named: a run's folder, a user's files, the checkpoint being read."""
+    src, _, _ = _official(tmp_path, "fox-llama")
+    mine, run = tmp_path / "mine", tmp_path / "run"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    run.mkdir()
+    (run / "config.yaml").write_text("preset: fox-pro-tiny\n")
+    for out, said in ((str(mine), "holds other files (notes.txt), and an export replaces its folder"),
+                      (str(run), "is a training run's folder (it holds config.yaml)"),
+                      (src, "is the checkpoint being converted (SRC): name a new folder")):
+        before = sorted(os.listdir(out))
+        assert main(["convert", "official", src, "--out", out]) == 2
+        assert capsys.readouterr().err.startswith(f"error: --out: {out!r} {said}")
+        assert sorted(os.listdir(out)) == before
+    out = str(tmp_path / "converted")  # an earlier conversion is replaced whole
+    for _ in range(2):
+        assert main(["convert", "official", src, "--out", out]) == 0
+    assert "note: replacing the earlier export" in capsys.readouterr().err
+    assert sorted(os.listdir(tmp_path)) == ["converted", "mine", "official-fox-llama", "run"]
+
+
 def test_cli_error_and_eval_of_an_official_folder(tmp_path, capsys):
     src, _, _ = _official(tmp_path, "fox-llama", model_type="mamba2-project_fox")
     assert main(["convert", "official", src, "--out", str(tmp_path / "out")]) == 2

@@ -3,6 +3,7 @@ silently took minutes a step on a small dataset, no word on what a new run train
 with every default), a time limit that stopped without a word, and a refused resume with no way forward."""
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from foxformer.cli import main
 from foxformer.data.preparation import PrepareConfig, prepare
 from foxformer.train import checkpoint as ckpt
 from foxformer.train.config import TrainConfig
+from foxformer.train.loop import train
 from foxformer.train.metrics import read_metrics
 
 from .test_user_path import SRC, _flags, _one_error_line
@@ -91,7 +93,6 @@ def test_a_new_run_says_what_it_trains_and_warns_when_one_step_outgrows_the_data
 
 def test_out_naming_no_run_says_so_and_the_closest_run(make_cfg, data_dir, tmp_path, capsys):
     """`train --out runs/quikc` failed with 'total_tokens / max_steps: set at least one'."""
-    from foxformer.train.loop import train
 
     train(make_cfg(out_dir=str(tmp_path / "quick"), max_steps=1))
     typo = str(tmp_path / "quikc")
@@ -309,6 +310,28 @@ def test_out_inside_a_runs_checkpoints_is_refused_naming_the_run(data_dir, tmp_p
         assert sorted(os.listdir(out)) == before
 
 
+def test_out_naming_the_dataset_or_a_model_folder_is_refused(data_dir, tmp_path, capsys):
+    """`--out DATA` (the flags swapped) and `--out RUN/hf` trained a run into the dataset's or the model's folder,
+    its checkpoints and export mixed with the shards or the model's files."""
+    run = str(tmp_path / "run")
+    assert main(_flags(data_dir, run, steps=2)) == 0
+    capsys.readouterr()
+    hf = os.path.join(run, "hf")
+    main(["export-hf", run, "--out", hf])
+    capsys.readouterr()
+    for out, what, hint in ((data_dir, "a prepared dataset (it holds manifest.json)", "the dataset goes to --data"),
+                            (hf, "a Hugging Face model folder (it holds config.json)",
+                             "to train on from its weights, pass it as --init-from")):
+        before = sorted(os.listdir(out))
+        assert main(_flags(data_dir, out, steps=1)) == 2
+        assert _one_error_line(capsys.readouterr().err) == (
+            f"error: --out: {out!r} is {what}, not a run folder: name a new folder for the run; {hint}")
+        assert sorted(os.listdir(out)) == before
+        with pytest.raises(ValueError, match=re.escape(f"out_dir: '{out}' is {what}, not a run folder")):
+            train(TrainConfig(data_dir=data_dir, out_dir=out, preset="fox-pro-tiny", context=32, batch_tokens=128,
+                              max_steps=1))
+
+
 def test_a_refused_resume_with_another_model_does_not_advise_init_from(data_dir, tmp_path, capsys):
     """The advice to go on with --init-from trained the saved FoX weights under the new preset's name."""
     run = str(tmp_path / "run")
@@ -336,6 +359,23 @@ def test_export_of_a_checkpoint_folder_names_the_run_and_the_flag(data_dir, tmp_
     assert main(["export-hf", path]) == 2
     assert f"foxformer export-hf {run} --checkpoint {os.path.basename(path)}" in \
         _one_error_line(capsys.readouterr().err)
+
+
+def test_export_of_the_checkpoints_folder_or_an_export_says_what_it_is(data_dir, tmp_path, capsys):
+    """Both were "export: run ... has no checkpoints", of a folder of nothing but checkpoints."""
+    run = str(tmp_path / "run")
+    assert main(_flags(data_dir, run, steps=2)) == 0
+    capsys.readouterr()
+    assert main(["export-hf", ckpt.checkpoint_root(run), "--out", str(tmp_path / "hf")]) == 2
+    assert _one_error_line(capsys.readouterr().err) == (
+        f"error: export: {ckpt.checkpoint_root(run)!r} is the checkpoints folder of the run {run}; export-hf takes "
+        f"the run folder: foxformer export-hf {run}")
+    assert main(["export-hf", run, "--out", str(tmp_path / "hf")]) == 0
+    capsys.readouterr()
+    assert main(["export-hf", str(tmp_path / "hf"), "--out", str(tmp_path / "again")]) == 2
+    assert "is a Hugging Face model folder (it holds config.json), which from_pretrained and every foxformer " \
+        "command load as is; export-hf takes a run folder" in _one_error_line(capsys.readouterr().err)
+    assert not (tmp_path / "again").exists()
 
 
 def test_the_resume_note_under_torchrun_names_the_launch(tmp_path, monkeypatch):

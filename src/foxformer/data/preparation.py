@@ -383,11 +383,23 @@ def prepare(cfg: PrepareConfig, *, force: bool = False, progress: bool = True) -
     """
     cfg.validate()
     check_output_dir(cfg.out_dir, "out_dir")
+    _check_not_run_or_model(cfg.out_dir)
     # the sources' digests, kept in the dataset's folder for the next prepare (which reads unchanged files no more)
     digests = DigestCache(os.path.join(cfg.out_dir, DIGESTS), progress)
     manifest = _prepare(cfg, [describe_source(s, digests) for s in cfg.sources], force, progress)
     digests.save()
     return manifest
+
+
+def _check_not_run_or_model(out_dir: str) -> None:
+    """ValueError where ``out_dir``, holding no dataset, is a training run's folder or a Hugging Face model folder:
+    `--out RUN` wrote the dataset's shards and splits among the run's checkpoints, or the model's files."""
+    if os.path.isfile(os.path.join(out_dir, MANIFEST)):
+        return
+    for name, what in (("config.yaml", "a training run's folder"), ("config.json", "a Hugging Face model folder")):
+        if os.path.isfile(os.path.join(out_dir, name)):
+            raise ValueError(f"out_dir: {out_dir!r} is {what} (it holds {name}), not a dataset folder: name a new "
+                             f"folder for the dataset, e.g. data_cache/NAME")
 
 
 def _prepare(cfg: PrepareConfig, infos: list, force: bool, progress: bool) -> dict:

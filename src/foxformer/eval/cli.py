@@ -317,12 +317,16 @@ def _cmd_mqar(args) -> dict:
 
 
 def _cmd_report(args) -> dict:
-    from .report import build_report
+    from .report import LOOKED_FOR, build_report, has_results
 
     missing = [d for d in args.run_dirs if not os.path.isdir(d)]
     if missing:  # a typo made (and left behind) an empty folder with a page saying "No results found"
         raise ValueError(f"report: no run folder {', '.join(map(repr, missing))}; give the folders training or the "
                          f"eval commands wrote")
+    # a dataset, an export or a checkpoint given for its run got a report/ folder with a page saying so
+    if not any(has_results(d) for d in args.run_dirs):
+        raise ValueError(f"report: no results in {', '.join(map(repr, args.run_dirs))} ({LOOKED_FOR}); give the "
+                         f"folders training or the eval commands wrote")
     out = args.out or os.path.join(args.run_dirs[0] if len(args.run_dirs) == 1 else "runs", "report")
     return {"report": build_report(args.run_dirs, out, fmt=args.format, title=args.title)}
 

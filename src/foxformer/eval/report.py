@@ -25,6 +25,16 @@ OUTPUTS = ("loss.json", "niah.json", "gates.json", "harness[_MODEL].json", "evic
            "compare.json", "mqar.json")
 
 
+LOOKED_FOR = f"looked for metrics.jsonl and {', '.join(OUTPUTS)} in it and in its eval/ folder"
+
+
+def has_results(run_dir: str) -> bool:
+    """Whether ``run_dir`` holds anything a report shows (what :func:`collect` looks for)."""
+    if os.path.exists(os.path.join(run_dir, "metrics.jsonl")) or find_model_outputs(run_dir, "harness"):
+        return True
+    return any(find_output(run_dir, name) for name in OUTPUTS if "[" not in name)
+
+
 @dataclass
 class Block:
     kind: str  # "h2" | "h3" | "p" | "img" | "table"
@@ -216,8 +226,7 @@ def collect(run_dirs: list[str], out_dir: str) -> list[Block]:
             if path:
                 section += fn(_read_json(path), path, out_dir, tag)
         if not section:
-            section = [Block("p", f"No results found in {run_dir} (looked for metrics.jsonl and "
-                                  f"{', '.join(OUTPUTS)} in it and in its eval/ folder).")]
+            section = [Block("p", f"No results found in {run_dir} ({LOOKED_FOR}).")]
         blocks += [Block("h2", os.path.abspath(run_dir))] + section
     return blocks
 

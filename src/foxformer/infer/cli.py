@@ -148,6 +148,9 @@ def _cmd_bias_shift(args) -> int:
     from .bias_shift import bias_shift_sweep
 
     _resolve_model(args)
+    if not args.data and not args.source and (data := _run_data(args.model)):
+        args.data = data
+        print(f"note: --data {data} (the dataset the run trained on; its {args.split} split)", file=sys.stderr)
     if bool(args.data) == bool(args.source):  # before the model loads, as every check of a flag
         raise ValueError("pass exactly one of --data DIR (prepared dataset) and --source SPEC (text)")
     # --out: a .json file, or a folder for bias_shift.json; checked before the work (a missing folder or a
@@ -174,6 +177,16 @@ def _cmd_bias_shift(args) -> int:
         print(f"shift {s:+.3g}: loss within train_len {a:.4f}, beyond {b if b is None else round(b, 4)}")
     print(f"wrote {out}")
     return 0
+
+
+def _run_data(model: str) -> str | None:
+    """The prepared dataset that the run of ``model`` (a run dir, one of its checkpoints, its hf/ export) trained
+    on, where it still exists: eval loss takes it when neither --data nor --source is given, and so does this."""
+    from foxformer.train.loading import RUN_CONFIG, read_run_config, run_dir_of
+
+    run = run_dir_of(model) if os.path.isdir(model) else None
+    data = read_run_config(os.path.join(run, RUN_CONFIG)).get("data_dir") if run else None
+    return data if data and os.path.isfile(os.path.join(data, "manifest.json")) else None
 
 
 def _eval_tokens(args, loaded):
@@ -254,7 +267,8 @@ def add_commands(subparsers) -> None:
                               help="per-token loss under forget-gate bias shifts (beyond the training length)")
     _model_args(p)
     p.add_argument("--shifts", type=floats, default=[0.0, 0.5, 1.0, 2.0], help="comma-separated shifts")
-    p.add_argument("--data", default=None, help="prepared dataset dir (windows inside documents)")
+    p.add_argument("--data", default=None, help="prepared dataset dir (windows inside documents; default, without "
+                                                "--source: the one the run trained on)")
     p.add_argument("--split", default="val", choices=("train", "val"))
     p.add_argument("--source", default=None, help="text source spec (as in foxformer eval)")
     p.add_argument("--text-field", default="text", help="with --source: the JSONL field / Parquet column of the text")

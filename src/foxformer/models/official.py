@@ -28,10 +28,12 @@ import json
 import math
 import os
 import re
+import shutil
 from typing import Optional
 
 import torch
 
+from ..paths import check_export_dir, replace_export
 from .config import ROPE_THETA_DEFAULT, FoxConfig
 from .hub import download, is_hub_id
 from .modeling import FoxForCausalLM
@@ -262,9 +264,21 @@ def load_official(src: str, *, tokenizer: Optional[str] = "auto",
 def convert_official(src: str, out: str, *, tokenizer: Optional[str] = "auto",
                      max_position_embeddings: Optional[int] = None) -> dict:
     """Convert ``src`` (see load_official) and save it in ``out`` (save_pretrained: a standalone folder with its
-    tokenizer). Returns a summary."""
+    tokenizer). Returns a summary. ``out`` is replaced whole, as by export-hf: it must be absent, empty or an
+    earlier export, never ``src``; save_pretrained wrote into a run's folder or among a user's files, and over the
+    checkpoint it read."""
+    if os.path.isdir(src) and os.path.isdir(out) and os.path.samefile(src, out):
+        raise ValueError(f"--out: {out!r} is the checkpoint being converted (SRC): name a new folder, e.g. "
+                         f"{os.path.normpath(out) + '-foxformer'!r}")
+    earlier = check_export_dir(out, "--out")  # before the load, which takes minutes for the released 760M models
     model = load_official(src, tokenizer=tokenizer, max_position_embeddings=max_position_embeddings)
-    model.save_pretrained(out)
+    tmp = f"{os.path.normpath(out)}.tmp-{os.getpid()}"
+    try:
+        model.save_pretrained(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # no half-written folder beside the output
+        raise
+    replace_export(tmp, out, earlier)
     cfg = model.config
     return {"source": src, "out": out, "tokenizer": cfg.tokenizer, "dtype": str(next(model.parameters()).dtype),
             "layers": cfg.num_layers, "hidden_size": cfg.hidden_size, "heads": cfg.num_heads,

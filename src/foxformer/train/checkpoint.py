@@ -101,6 +101,22 @@ def check_not_in_a_run(out_dir: str) -> None:
                      f"checkpoint's weights with --init-from CHECKPOINT --out NEW_DIR")
 
 
+def check_not_data_or_model(out_dir: str, what_dir: str = "out_dir") -> None:
+    """ValueError where ``out_dir``, holding no run (no config.yaml), is a prepared dataset or a Hugging Face model
+    folder: `--out DATA` (the two flags swapped) or `--out RUN/hf` trained a run into it, its checkpoints and
+    export mixed with the dataset's shards or the model's files. ``what_dir`` names the setting in the message."""
+    if os.path.isfile(os.path.join(out_dir, "config.yaml")):
+        return
+    if os.path.isfile(os.path.join(out_dir, "manifest.json")):
+        what, hint = "a prepared dataset (it holds manifest.json)", "; the dataset goes to --data"
+    elif os.path.isfile(os.path.join(out_dir, "config.json")):
+        what, hint = "a Hugging Face model folder (it holds config.json)", (
+            "; to train on from its weights, pass it as --init-from")
+    else:
+        return
+    raise ValueError(f"{what_dir}: {out_dir!r} is {what}, not a run folder: name a new folder for the run{hint}")
+
+
 def list_checkpoints(run_dir: str) -> list[str]:
     root = checkpoint_root(run_dir)
     if not os.path.isdir(root):

@@ -60,7 +60,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _train_command(args: argparse.Namespace, signals) -> int:
-    from .checkpoint import CheckpointWriteError, check_not_in_a_run
+    from .checkpoint import CheckpointWriteError, check_not_data_or_model, check_not_in_a_run
     from .config import SAVED_CONFIG, load_config
     from .distributed import PeerFailure, barrier
     from .loop import train
@@ -76,6 +76,7 @@ def _train_command(args: argparse.Namespace, signals) -> int:
         print(f"train: continuing {out_dir} with its {SAVED_CONFIG} (flags given override it)", file=sys.stderr)
     if out_dir:  # before the next check, which would call a checkpoint "no run to continue"
         check_not_in_a_run(out_dir)
+        check_not_data_or_model(out_dir, "--out")
     # `--out RUN` alone means "continue RUN": where there is none, the horizon error would hide a mistyped name
     if args.config is None and out_dir and not saved and not {"data_dir", "total_tokens", "max_steps"} & set(overrides):
         raise ValueError(_no_run_to_continue(out_dir))
@@ -222,7 +223,8 @@ def _named_checkpoint(run: str, name: str) -> str:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from .checkpoint import CheckpointError, checkpoint_format, latest_checkpoint, load_checkpoint, read_meta
+    from .checkpoint import (CKPT_DIR, CheckpointError, checkpoint_format, latest_checkpoint, load_checkpoint,
+                             read_meta)
     from .config import saved_model_config
     from .loading import read_run_config
     from .loop import export_hf
@@ -235,6 +237,15 @@ def _cmd_export(args: argparse.Namespace) -> int:
         name = os.path.basename(os.path.normpath(args.run))
         raise ValueError(f"export: {args.run!r} is a checkpoint; export-hf takes its run folder and the checkpoint "
                          f"by name: foxformer export-hf {run} --checkpoint {name}")
+    # both were "run ... has no checkpoints": of a checkpoints folder, of an export that needs none
+    parent = os.path.dirname(os.path.abspath(args.run))
+    if os.path.basename(os.path.normpath(args.run)) == CKPT_DIR and os.path.isfile(os.path.join(parent, "config.yaml")):
+        raise ValueError(f"export: {args.run!r} is the checkpoints folder of the run {parent}; export-hf takes the run "
+                         f"folder: foxformer export-hf {parent}")
+    if os.path.isfile(os.path.join(args.run, "config.json")) and not os.path.isfile(
+            os.path.join(args.run, "config.yaml")):
+        raise ValueError(f"export: {args.run!r} is a Hugging Face model folder (it holds config.json), which "
+                         f"from_pretrained and every foxformer command load as is; export-hf takes a run folder")
     path = _named_checkpoint(args.run, args.checkpoint) if args.checkpoint else latest_checkpoint(args.run)
     if path is None:
         raise CheckpointError(f"export: run {args.run!r} has no checkpoints")

@@ -195,6 +195,25 @@ def load_model(path: str, *, device: str | torch.device | None = "auto", dtype: 
         return _load_model(path, device, dtype, name, train_len, attention_backend, label, among_others)
 
 
+CHECKPOINT_FILES = ("model.pt", ".metadata")  # a checkpoint folder's weights: one file, or a sharded (DCP) save
+
+
+def run_dir_of(path: str) -> Optional[str]:
+    """The run folder (holding config.yaml) a local model path belongs to: a checkpoint's RUN/checkpoints/step_N,
+    the run dir itself, or its hf/ export; None for any other path. Read before any weights load (bias-shift takes
+    the run's dataset from it), and by load_model."""
+    here = os.path.abspath(path)
+    if any(os.path.exists(os.path.join(here, name)) for name in CHECKPOINT_FILES):
+        run = os.path.dirname(os.path.dirname(here))
+    elif os.path.exists(os.path.join(here, RUN_CONFIG)):
+        run = here
+    elif os.path.exists(os.path.join(here, "config.json")):
+        run = os.path.dirname(here)
+    else:
+        return None
+    return run if os.path.isfile(os.path.join(run, RUN_CONFIG)) else None
+
+
 def _run_hint(path: str) -> str:
     """For a path inside a run that is no model (RUN/checkpoints, its ``latest`` pointer file): the run dir, which
     loads the latest checkpoint."""
@@ -221,7 +240,7 @@ def _load_model(path, device, dtype, name, train_len, attention_backend, label, 
                          f"{_run_hint(path)}")
     run_cfg: dict = {}
     step = hf_path = None
-    if any(os.path.exists(os.path.join(path, name)) for name in ("model.pt", ".metadata")):
+    if any(os.path.exists(os.path.join(path, name)) for name in CHECKPOINT_FILES):
         run_dir = os.path.dirname(os.path.dirname(os.path.abspath(path)))
         model, run_cfg, step = _load_checkpoint_dir(path, run_dir)
         source = "checkpoint"
@@ -238,9 +257,8 @@ def _load_model(path, device, dtype, name, train_len, attention_backend, label, 
         source = "run"
     elif os.path.exists(os.path.join(path, "config.json")):
         model, hf_path = _load_hf_dir(path, attention_backend, label, among_others), path
-        parent_cfg = os.path.join(os.path.dirname(os.path.abspath(path)), RUN_CONFIG)
-        if os.path.exists(parent_cfg):
-            run_cfg = read_run_config(parent_cfg)
+        if (run := run_dir_of(path)) is not None:
+            run_cfg = read_run_config(os.path.join(run, RUN_CONFIG))
         source = "hf"
     else:
         raise ValueError(f"model: {path!r} has no config.json, {RUN_CONFIG} or model.pt: not a Hugging Face "

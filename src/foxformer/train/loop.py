@@ -435,6 +435,7 @@ def train(cfg: TrainConfig, *, hook: StepHook | None = None, model_factory=None,
     """
     check_output_dir(cfg.out_dir, "out_dir")
     ckpt.check_not_in_a_run(cfg.out_dir)
+    ckpt.check_not_data_or_model(cfg.out_dir)
     if cfg.export_hf:  # before the training, not after it: the export replaces out_dir/hf whole
         check_export_dir(os.path.join(cfg.out_dir, "hf"), "out_dir/hf")
     info = init_distributed(cfg.device, cfg.parallel, cfg.dist_timeout_minutes)
