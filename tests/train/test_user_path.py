@@ -122,6 +122,24 @@ def test_ctrl_c_says_where_to_resume_and_out_alone_resumes_to_the_same_losses(ma
     assert yaml.safe_load(open(os.path.join(run, "config.yaml")))["tokenizer"] == "bytes"  # from the manifest
 
 
+def test_a_run_stopped_before_its_first_checkpoint_says_it_starts_again_from_step_0(make_cfg, tmp_path, capsys):
+    """After a Ctrl-C before the first checkpoint, `train --out RUN` said both 'continuing RUN with its
+    config.yaml' and 'new run in RUN'; now one line says that RUN starts again from step 0."""
+    run = str(tmp_path / "early")
+
+    def stop(step, record):
+        raise RuntimeError("stopped before the first checkpoint")
+
+    with pytest.raises(RuntimeError):
+        train(make_cfg(out_dir=run, max_steps=2, checkpoint_every_tokens=1024), hook=stop)
+    assert os.path.isfile(os.path.join(run, "config.yaml")) and ckpt.latest_checkpoint(run) is None
+    capsys.readouterr()
+    assert main(["train", "--out", run]) == 0
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("train: ")]
+    assert len(said) == 1 and said[0].startswith(f"train: {run} has no checkpoint yet (stopped before its first), "
+                                                 f"so it starts again from step 0: fox-pro-tiny ("), said
+
+
 def test_sigterm_saves_says_where_and_exits_143_and_the_run_resumes_to_the_same_losses(make_cfg, data_dir, tmp_path):
     """A scheduler's SIGTERM (preemption, the time limit) killed the run: everything since its last periodic
     checkpoint was lost. Now it ends the step in progress, saves it, says where and how to resume in one line and

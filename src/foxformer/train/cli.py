@@ -60,7 +60,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _train_command(args: argparse.Namespace, signals) -> int:
-    from .checkpoint import CheckpointWriteError, check_not_data_or_model, check_not_in_a_run
+    from .checkpoint import CheckpointWriteError, check_not_data_or_model, check_not_in_a_run, list_checkpoints
     from .config import SAVED_CONFIG, load_config
     from .distributed import PeerFailure, barrier
     from .loop import train
@@ -72,7 +72,8 @@ def _train_command(args: argparse.Namespace, signals) -> int:
         print(note, file=sys.stderr)
     out_dir = overrides.get("out_dir")
     saved = bool(out_dir) and os.path.isfile(os.path.join(out_dir, SAVED_CONFIG))
-    if args.config is None and out_dir and saved and main_rank:
+    # a run stopped before its first checkpoint starts again from step 0: the run's own line says so
+    if args.config is None and out_dir and saved and main_rank and list_checkpoints(out_dir):
         print(f"train: continuing {out_dir} with its {SAVED_CONFIG} (flags given override it)", file=sys.stderr)
     if out_dir:  # before the next check, which would call a checkpoint "no run to continue"
         check_not_in_a_run(out_dir)

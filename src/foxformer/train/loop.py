@@ -383,12 +383,15 @@ def _check_saved_config(cfg: TrainConfig, resuming: bool, data_tokenizer_files: 
                          f"--init-from {shlex.quote(cfg.out_dir)} --out NEW_DIR plus the changed flags")
 
 
-def _announce(cfg: TrainConfig, n_params: int, train_tokens: int) -> None:
-    """One line on what a new run trains: a mistyped --out starts one with every default, which should show."""
+def _announce(cfg: TrainConfig, n_params: int, train_tokens: int, restarted: bool = False) -> None:
+    """One line on what a new run trains: a mistyped --out starts one with every default, which should show.
+    ``restarted``: out_dir holds a run stopped before its first checkpoint, which starts again from step 0."""
     model = f"the weights of {cfg.init_from}" if cfg.init_from else cfg.preset
     length = f"{cfg.total_steps:,} step{'s' * (cfg.total_steps != 1)} ({cfg.total_steps * cfg.batch_tokens:,} tokens)"
     limit = f", at most {cfg.max_minutes:g} minutes" if cfg.max_minutes is not None else ""
-    tqdm.write(f"train: new run in {cfg.out_dir}: {model} ({n_params:,} parameters) on {cfg.data_dir}, context "
+    what = (f"{cfg.out_dir} has no checkpoint yet (stopped before its first), so it starts again from step 0"
+            if restarted else f"new run in {cfg.out_dir}")
+    tqdm.write(f"train: {what}: {model} ({n_params:,} parameters) on {cfg.data_dir}, context "
                f"{cfg.context}, {cfg.batch_tokens:,} tokens per step, {length}{limit}", file=sys.stderr)
     if cfg.warmup >= cfg.horizon_tokens:  # the rate never reached its peak (32Ki tokens with 1Mi of warm-up: 3%)
         tqdm.write(f"train: warning: the warm-up ({cfg.warmup:,} tokens) is as long as the schedule "
@@ -559,6 +562,8 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, held: con
         if loaded is not None:  # resume=<older checkpoint>: newer step folders must not win over this lineage
             for moved in ckpt.adopt_checkpoint(cfg.out_dir, resume_path, step):
                 tqdm.write(f"resume: {moved} is newer than {resume_path} and was set aside (not resumed from)")
+        # a config.yaml without a checkpoint: the run was stopped before its first one
+        restarted = loaded is None and os.path.isfile(os.path.join(cfg.out_dir, "config.yaml"))
         save_config(cfg, os.path.join(cfg.out_dir, "config.yaml"), derived)
         if hasattr(model_cfg, "to_dict"):  # loading and export rebuild the model from it, not from the preset
             write_model_config(cfg.out_dir, model_cfg)
@@ -566,7 +571,7 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, held: con
         held.callback(sink.close)
         sink.write({"kind": "start", "step": step, "tokens": tokens, "resumed_from": resume_path, **derived})
         if loaded is None:
-            _announce(cfg, n_params, train_ds.tokens.size)
+            _announce(cfg, n_params, train_ds.tokens.size, restarted)
     barrier()
 
     ckpt_every = cfg.checkpoint_every_tokens or max(cfg.batch_tokens, cfg.horizon_tokens // 10)
