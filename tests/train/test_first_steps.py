@@ -420,3 +420,22 @@ def test_a_log_file_gets_the_step_lines_and_no_progress_bar_frames(data_dir, tmp
     captured = capsys.readouterr()
     assert "\r" not in captured.err and "%|" not in captured.err
     assert "step 1/2 tokens 128 loss" in captured.out and "step 2/2 tokens 256 loss" in captured.out
+
+
+def test_the_eta_leaves_out_the_first_step_which_holds_the_start_up(make_cfg, tmp_path, capsys):
+    """Step 1's line said `tok/s 759 ... ETA 2:59:51` where the next steps ran 13K tok/s: the ETA came from the
+    first step's time, start-up included. Now it starts at the second step."""
+    from foxformer.train.metrics import StepSpeed
+
+    speed = StepSpeed()
+    speed.add(759.0)
+    assert speed.eta(1e6) is None
+    speed.add(13000.0)
+    assert speed.eta(13000.0) == pytest.approx(1.0)
+    speed.add(8000.0)  # smoothed over the later steps, the first still left out
+    assert speed.eta(1e6) == pytest.approx(1e6 / (0.8 * 13000.0 + 0.2 * 8000.0))
+
+    train(make_cfg(out_dir=str(tmp_path / "run"), max_steps=2, log_every=1))
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("step ") and "tok/s" in line]
+    assert lines[0].startswith("step 1/2 ") and lines[0].endswith(" ETA ?"), lines
+    assert re.search(r" ETA \d+:\d\d$", lines[1]), lines

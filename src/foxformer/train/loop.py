@@ -39,7 +39,7 @@ from .config import (TrainConfig, config_fields, read_model_config, read_saved_c
                      resume_conflicts, save_config, write_model_config)
 from .distributed import (DistInfo, all_reduce_sum, barrier, broadcast_object, failures_reported, full_state_dicts,
                           gather_objects, grad_sync, init_distributed, wrap_model)
-from .metrics import (GateMeans, MetricsSink, device_peak_flops, eta_string, forget_gate_means, mfu,
+from .metrics import (GateMeans, MetricsSink, StepSpeed, device_peak_flops, eta_string, forget_gate_means, mfu,
                       read_metrics)
 from .optim import build_optimizer, learning_rate
 from .sharded import (CheckpointWriter, ResumePoint, check_same_resume, check_shared_run_dir, checkpoint_group,
@@ -609,7 +609,7 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, held: con
     start_time, start_tokens, start_step = time.time(), tokens, step
     last_rec: dict = {}
     last_eval: dict = {}
-    speed = None
+    speed = StepSpeed()
     model.train()
     while step < cfg.total_steps and not stopped:
         t0 = time.time()
@@ -649,7 +649,7 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, held: con
         stopped = float(summed[2]) > 0
         dt = time.time() - t0
         tps = cfg.batch_tokens / dt
-        speed = tps if speed is None else 0.8 * speed + 0.2 * tps
+        speed.add(tps)
         step_mfu = mfu(tps, flops_per_token, peak, info.world_size)
         elapsed = time.time() - start_time
         last_rec = {"kind": "train", "step": step, "tokens": tokens, "loss": loss_val, "data_crc": data_crc, "lr": lr,
@@ -659,7 +659,7 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, held: con
         if not (math.isfinite(loss_val) and math.isfinite(last_rec["grad_norm"])):
             raise _diverged(cfg, step, f"the loss is {loss_val:g} and the gradient norm {last_rec['grad_norm']:g} "
                                        f"at lr {lr:.3g}")
-        eta = (cfg.total_steps - step) * cfg.batch_tokens / speed if speed else None
+        eta = speed.eta((cfg.total_steps - step) * cfg.batch_tokens)
         if sink is not None:
             sink.write(last_rec)
             bar.update(1)
