@@ -59,9 +59,18 @@ def test_train_help_gives_each_flags_default_and_allowed_values_without_torch():
                                             "one forward and backward pass"),
     ("--eval-tokens EVAL_TOKENS", "config key eval_tokens (default: unset; token counts accept 16Ki, 512Ki, 2.5Gi, "
                                   "1M); validation tokens at each evaluation"),
-], ids=["resume", "micro-batch-size", "eval-tokens"])
+    ("--tokenizer TOKENIZER", "config key tokenizer (default: unset); the run trains with the one its dataset was "
+                              "prepared with (manifest.json): given, it is only checked against that one"),
+    ("--init-from INIT_FROM", "config key init_from (default: unset); start from this model's weights and "
+                              "architecture instead of a preset's"),
+    ("--max-minutes MAX_MINUTES", "config key max_minutes (default: unset); stop after this many minutes of "
+                                  "training in this invocation, with a checkpoint"),
+    ("--no-progress", "set progress: false (default: true): a progress bar on a terminal; the step lines on stdout "
+                      "are printed either way"),
+], ids=["resume", "micro-batch-size", "eval-tokens", "tokenizer", "init-from", "max-minutes", "no-progress"])
 def test_train_help_says_what_a_flag_does_beyond_its_key(capsys, flag, said):
-    """--resume, --micro-batch-size and --eval-tokens said only "config key X" and a default."""
+    """--resume, --micro-batch-size, --eval-tokens, --tokenizer, --init-from, --max-minutes and --no-progress said
+    only "config key X" and a default (--no-progress nothing)."""
     from foxformer.cli import build_parser
 
     with pytest.raises(SystemExit):

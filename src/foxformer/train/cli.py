@@ -284,7 +284,7 @@ def add_commands(subparsers) -> None:
         p.add_argument(flag, action="store_true", help=f"set {key}: true{describe_key(key)}")
     p.add_argument("--model", action="append", metavar="KEY=VALUE", help="FoxConfig override (repeatable)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="any TrainConfig key (repeatable)")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help=f"set progress: false{describe_key('progress')}")
     p.set_defaults(func=_cmd_train)
 
     e = subparsers.add_parser("export-hf", help="export a training checkpoint as a Hugging Face model directory")

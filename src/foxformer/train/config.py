@@ -68,9 +68,7 @@ class TrainConfig:
     preset: str | None = "fox-pro-tiny"     # "{fox,transformer}-{llama,pro}-{size}", "linear-pro-{size}"; None
     #                                         with init_from, whose model replaces it
     model: dict = field(default_factory=dict)  # FoxConfig overrides, e.g. {hidden_size: 128}
-    init_from: str | None = None            # start from this model's weights and config (a run dir, a checkpoint
-    #                                         dir, a Hugging Face folder or Hub id, a paper model too) instead
-    #                                         of the preset's; ``model`` still overrides its runtime fields
+    init_from: str | None = None            # what it takes: _MEANINGS
     vocab_size: int | None = None           # None: the tokenizer's size rounded up to a multiple of 64
     # data
     data_dir: str = "data_cache/default"
@@ -268,6 +266,13 @@ _MEANINGS = {
                         "divides a rank's sequences within 32Ki tokens a pass (8Ki on CPU)",
     "eval_tokens": "; validation tokens at each evaluation, in sequences spread evenly over the val split (at most "
                    "all of it); unset: 256Ki on CUDA, 8Ki on CPU",
+    "init_from": "; start from this model's weights and architecture instead of a preset's: a run dir, a checkpoint "
+                 "dir, a Hugging Face folder or Hub id, a paper model too; --model still sets its runtime fields",
+    "tokenizer": "; the run trains with the one its dataset was prepared with (manifest.json): given, it is only "
+                 "checked against that one",
+    "max_minutes": "; stop after this many minutes of training in this invocation, with a checkpoint (`foxformer "
+                   "train --out RUN` goes on from it)",
+    "progress": ": a progress bar on a terminal; the step lines on stdout are printed either way",
     "resume": "; auto: continue from out_dir's latest checkpoint (a new run where it has none); never: a new run, "
               "refused where out_dir has checkpoints; a checkpoint folder: continue from that one (out_dir's later "
               "step folders are set aside as abandoned-step_N)",
