@@ -164,6 +164,16 @@ def test_a_haystack_as_long_as_the_longest_context_serves_with_a_note(workspace,
     assert sorted(r["length"] for r in records) == [96, 160]
 
 
+def test_a_dataset_given_as_the_model_says_it_goes_to_data(workspace, capsys, tmp_path):
+    """`eval loss DATA` said only that DATA has no config.json, config.yaml or model.pt."""
+    data = workspace["data"]
+    assert main(["eval", "loss", data, "--num-seqs", "2", "--device", "cpu", "--no-progress",
+                 "--out", str(tmp_path)]) == 2
+    line = _error(capsys).strip()
+    assert line.startswith(f"error: model: {data!r} has no config.json") and line.endswith(
+        "; it holds manifest.json: a prepared dataset, which commands that read one take as --data"), line
+
+
 def test_bad_checkpoints_and_lengths_fail_clearly(workspace, capsys, tmp_path):
     data = workspace["data"]
     common = ["--data", data, "--num-seqs", "2", "--device", "cpu", "--no-progress", "--out", str(tmp_path)]

@@ -19,7 +19,7 @@ import torch
 from safetensors import SafetensorError
 
 from foxformer.argtypes import setting_name, unset_said
-from foxformer.data.preparation import read_manifest, tokenizer_change
+from foxformer.data.preparation import MANIFEST, read_manifest, tokenizer_change
 from foxformer.data.tokenizer import moved_hint, same_tokenizer
 from foxformer.models.calls import hf_progress
 from foxformer.models.config import ConfigError, FoxConfig
@@ -224,6 +224,13 @@ def _run_hint(path: str) -> str:
     return ""
 
 
+def _dataset_hint(path: str) -> str:
+    """For a prepared dataset given where a model goes (`eval loss DATA`, the model and --data swapped)."""
+    if os.path.isfile(os.path.join(path, MANIFEST)):
+        return f"; it holds {MANIFEST}: a prepared dataset, which commands that read one take as --data"
+    return ""
+
+
 def _load_model(path, device, dtype, name, train_len, attention_backend, label, among_others) -> LoadedModel:
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"model path: expected a string path, got {type(path).__name__}")
@@ -262,7 +269,7 @@ def _load_model(path, device, dtype, name, train_len, attention_backend, label, 
         source = "hf"
     else:
         raise ValueError(f"model: {path!r} has no config.json, {RUN_CONFIG} or model.pt: not a Hugging Face "
-                         f"folder, a run dir or a checkpoint{_run_hint(path)}")
+                         f"folder, a run dir or a checkpoint{_dataset_hint(path) or _run_hint(path)}")
     # a FoxForCausalLM, or among_others: _load_hf_dir refused any other model
     if attention_backend is not None and hasattr(model.config, "set_attention_backend"):
         model.config.set_attention_backend(attention_backend)
