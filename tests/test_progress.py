@@ -6,6 +6,7 @@ import sys
 
 import pytest
 import torch
+import tqdm.std
 
 from foxformer.data.preparation import PrepareConfig, prepare
 from foxformer.eval.gates import gate_stats
@@ -67,3 +68,24 @@ def test_transformers_loading_bars_follow_the_same_rule(monkeypatch):
         assert logging.is_progress_bar_enabled()
     with hf_progress(False):
         assert not logging.is_progress_bar_enabled()
+
+
+def test_where_no_bar_is_drawn_a_long_loop_says_how_far_it_got_in_plain_lines(monkeypatch):
+    """Off a terminal (or with --no-progress) `eval loss` and `eval niah` said nothing while they ran: a 100K-token
+    needle grid ran ten minutes and more in silence on a CPU. Now a line comes at most every LINE_EVERY_S seconds,
+    none after the last step (the command's own output follows), and a short loop prints nothing."""
+    import foxformer.progress as progress
+
+    log = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", log)
+    per_token_loss(tiny_model(), torch.randint(0, 97, (3, 16)), progress=False)
+    assert log.getvalue() == ""
+    monkeypatch.setattr(progress, "LINE_EVERY_S", 0.0)
+    per_token_loss(tiny_model(), torch.randint(0, 97, (3, 16)), progress=False)
+    lines = log.getvalue().splitlines()
+    assert [line.split(",")[0] for line in lines] == ["loss: batch 1/3 done", "loss: batch 2/3 done"], lines
+    assert all(line.endswith(" elapsed") and "\r" not in line for line in lines)
+    monkeypatch.setattr(sys, "stderr", _Terminal())  # a bar on a terminal, no plain lines
+    bar = progress.progress_bar(range(2), desc="x", unit="y", wanted=True)
+    assert isinstance(bar, tqdm.std.tqdm)
+    bar.close()

@@ -5,9 +5,14 @@ Standard library and tqdm only, so that every layer may import it.
 from __future__ import annotations
 
 import sys
+import time
 
+import tqdm.auto
 import tqdm.autonotebook
 import tqdm.std
+
+# seconds between the plain lines that stand in for a bar: a log gets a few lines per hour of work, a short loop none
+LINE_EVERY_S = 60.0
 
 
 def bars_shown(wanted: bool) -> bool:
@@ -21,3 +26,38 @@ def bars_shown(wanted: bool) -> bool:
         return True  # a notebook widget writes no frames into a text stream, and the kernel's stderr is no tty
     isatty = getattr(sys.stderr, "isatty", None)
     return bool(isatty is not None and isatty())
+
+
+def progress_bar(iterable=None, *, total: int | None = None, desc: str, unit: str, wanted: bool):
+    """A tqdm bar where bars_shown(wanted), else a plain line on stderr at most every LINE_EVERY_S seconds
+    (``niah run: trial 3/20 done, 04:10 elapsed``): off a terminal, or with --no-progress, a long evaluation (100K-token
+    needle trials on a CPU) said nothing for ten minutes and more. Iterate it, or call update() and close()."""
+    if bars_shown(wanted):
+        return tqdm.auto.tqdm(iterable, total=total, desc=desc, unit=unit)
+    return _Lines(iterable, len(iterable) if total is None and hasattr(iterable, "__len__") else total, desc, unit)
+
+
+class _Lines:
+    def __init__(self, iterable, total: int | None, desc: str, unit: str):
+        self.iterable, self.total, self.desc, self.unit = iterable, total, desc, unit
+        self.n = 0
+        self.start = self.said = time.monotonic()
+
+    def __iter__(self):
+        for item in self.iterable:
+            yield item
+            self.update(1)
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        now = time.monotonic()
+        if now - self.said < LINE_EVERY_S or (self.total is not None and self.n >= self.total):
+            return  # the command's own output follows the last one
+        self.said = now
+        of = f"/{self.total:,}" if self.total is not None else ""
+        sys.stderr.write(f"{self.desc}: {self.unit} {self.n:,}{of} done, "
+                         f"{tqdm.std.tqdm.format_interval(now - self.start)} elapsed\n")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        pass

@@ -46,6 +46,17 @@ def test_copy_model_finds_needle_and_forgetful_model_misses_it(setup, mode):
     assert all(r["answer_logprob"] < -10 for r in missed.records)
 
 
+def test_without_a_bar_the_grid_says_its_trials_in_plain_lines(setup, monkeypatch, capsys):
+    """Off a terminal a 100K-token grid said nothing for ten minutes and more; now a line every LINE_EVERY_S."""
+    import foxformer.progress
+
+    monkeypatch.setattr(foxformer.progress, "LINE_EVERY_S", 0.0)
+    tok, hay = setup
+    niah_grid(copy_model(64), tok, hay, lengths=[48], depths=[0.0, 1.0], modes=["easy"], needles=1, keys=KEYS,
+              progress=False, name="copy")
+    assert [line.split(",")[0] for line in capsys.readouterr().err.splitlines()] == ["niah copy: trial 1/2 done"]
+
+
 def test_prompt_has_exact_length_and_needle_at_a_sentence_boundary(setup):
     tok, hay = setup
     needle = make_needle(0, 0, KEYS)

@@ -13,11 +13,10 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
 from foxformer.argtypes import setting_name
 from foxformer.models.calls import backbone, model_device, vocab_size_of
-from foxformer.progress import bars_shown
+from foxformer.progress import progress_bar
 
 
 def check_tokens(tokens, model: Optional[torch.nn.Module] = None, name: str = "tokens") -> torch.Tensor:
@@ -98,8 +97,7 @@ def per_token_loss(model: torch.nn.Module, tokens, *, batch_size: int = 1, chunk
     check_batch_size(batch_size)
     dev = model_device(model)
     out = []
-    for s in tqdm(range(0, tokens.shape[0], batch_size), desc="loss", unit="batch",
-                  disable=not bars_shown(progress)):
+    for s in progress_bar(range(0, tokens.shape[0], batch_size), desc="loss", unit="batch", wanted=progress):
         out.append(_row_losses(model, tokens[s:s + batch_size].to(dev), chunk).cpu())
     return torch.cat(out, dim=0)
 

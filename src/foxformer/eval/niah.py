@@ -24,12 +24,11 @@ from typing import Optional, Protocol, Sequence
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from foxformer.argtypes import setting_name
 from foxformer.data.tokenizer import start_ids
 from foxformer.models.calls import cache_of, fresh_cache, model_device, vocab_size_of
-from foxformer.progress import bars_shown
+from foxformer.progress import progress_bar
 
 from .loss import check_finite
 
@@ -319,7 +318,7 @@ def niah_grid(model: torch.nn.Module, tokenizer: TextTokenizer, haystack: Sequen
     result = NiahResult(name=name, lengths=lengths, depths=depths, modes=modes, train_len=train_len,
                         generate=generate)
     total = len(modes) * len(lengths) * len(depths) * needles * len(seeds)
-    bar = tqdm(total=total, desc=f"niah {name}", unit="trial", disable=not bars_shown(progress))
+    bar = progress_bar(total=total, desc=f"niah {name}", unit="trial", wanted=progress)
     for seed in seeds:
         for n in range(needles):
             needle = make_needle(n, seed, keys)
