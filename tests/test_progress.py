@@ -89,3 +89,20 @@ def test_where_no_bar_is_drawn_a_long_loop_says_how_far_it_got_in_plain_lines(mo
     bar = progress.progress_bar(range(2), desc="x", unit="y", wanted=True)
     assert isinstance(bar, tqdm.std.tqdm)
     bar.close()
+
+
+def test_plain_lines_stand_in_for_the_bar_methods_the_loops_call(monkeypatch):
+    """mqar's set_postfix, the source fingerprint's `with` and its bytes as 1.23M: the loops call progress_bar
+    alone, with no tqdm of their own beside it for these."""
+    import foxformer.progress as progress
+
+    log = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", log)
+    monkeypatch.setattr(progress, "LINE_EVERY_S", 0.0)
+    with progress.progress_bar(total=3_000_000, desc="fingerprint sources", unit="B", unit_scale=True, delay=2.0,
+                               wanted=False) as bar:
+        bar.update(1_500_000)
+        bar.set_postfix(loss="0.123", refresh=False)
+        bar.update(1_500_000)
+    assert log.getvalue().startswith("fingerprint sources: B 1.50M/3.00M done, "), log.getvalue()
+    assert len(log.getvalue().splitlines()) == 1

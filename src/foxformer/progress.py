@@ -28,18 +28,26 @@ def bars_shown(wanted: bool) -> bool:
     return bool(isatty is not None and isatty())
 
 
-def progress_bar(iterable=None, *, total: int | None = None, desc: str, unit: str, wanted: bool):
+def progress_bar(iterable=None, *, total: int | None = None, desc: str, unit: str, wanted: bool,
+                 unit_scale: bool = False, leave: bool = True, delay: float = 0.0):
     """A tqdm bar where bars_shown(wanted), else a plain line on stderr at most every LINE_EVERY_S seconds
     (``niah run: trial 3/20 done, 04:10 elapsed``): off a terminal, or with --no-progress, a long evaluation (100K-token
-    needle trials on a CPU) said nothing for ten minutes and more. Iterate it, or call update() and close()."""
+    needle trials on a CPU) said nothing for ten minutes and more. Iterate it, or call update() and close(), or use
+    it in a ``with``. ``unit_scale``: counts as 1.23M in both; ``leave`` and ``delay`` are the bar's (a plain line
+    already waits LINE_EVERY_S, and leaves nothing to clear)."""
     if bars_shown(wanted):
-        return tqdm.auto.tqdm(iterable, total=total, desc=desc, unit=unit)
-    return _Lines(iterable, len(iterable) if total is None and hasattr(iterable, "__len__") else total, desc, unit)
+        return tqdm.auto.tqdm(iterable, total=total, desc=desc, unit=unit, unit_scale=unit_scale, leave=leave,
+                              delay=delay)
+    if total is None and hasattr(iterable, "__len__"):
+        total = len(iterable)
+    return _Lines(iterable, total, desc, unit, unit_scale)
 
 
 class _Lines:
-    def __init__(self, iterable, total: int | None, desc: str, unit: str):
-        self.iterable, self.total, self.desc, self.unit = iterable, total, desc, unit
+    """The plain lines behind progress_bar, with the few tqdm methods the commands' loops call."""
+
+    def __init__(self, iterable, total: int | None, desc: str, unit: str, unit_scale: bool = False):
+        self.iterable, self.total, self.desc, self.unit, self.unit_scale = iterable, total, desc, unit, unit_scale
         self.n = 0
         self.start = self.said = time.monotonic()
 
@@ -48,16 +56,28 @@ class _Lines:
             yield item
             self.update(1)
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _count(self, n: int) -> str:
+        return tqdm.std.tqdm.format_sizeof(n) if self.unit_scale else f"{n:,}"
+
     def update(self, n: int = 1) -> None:
         self.n += n
         now = time.monotonic()
         if now - self.said < LINE_EVERY_S or (self.total is not None and self.n >= self.total):
             return  # the command's own output follows the last one
         self.said = now
-        of = f"/{self.total:,}" if self.total is not None else ""
-        sys.stderr.write(f"{self.desc}: {self.unit} {self.n:,}{of} done, "
+        of = f"/{self._count(self.total)}" if self.total is not None else ""
+        sys.stderr.write(f"{self.desc}: {self.unit} {self._count(self.n)}{of} done, "
                          f"{tqdm.std.tqdm.format_interval(now - self.start)} elapsed\n")
         sys.stderr.flush()
+
+    def set_postfix(self, *args, **kwargs) -> None:
+        pass  # a bar's live figures (mqar's loss): a loop that logs them says them in its own lines and results
 
     def close(self) -> None:
         pass
