@@ -12,12 +12,11 @@ from typing import Optional
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from foxformer.argtypes import setting_name
 from foxformer.models.calls import backbone, cache_of, model_device
 from foxformer.models.kvcache import EvictionPolicy
-from foxformer.progress import bars_shown
+from foxformer.progress import progress_bar
 
 from .loss import check_finite, check_tokens, fp32_head, head_losses
 
@@ -35,8 +34,8 @@ def _cached_pass(model, tokens: torch.Tensor, chunk: int, prefill: int, policy: 
     bounds = [0, min(prefill, tokens.shape[1])]
     while bounds[-1] < tokens.shape[1]:
         bounds.append(min(bounds[-1] + chunk, tokens.shape[1]))
-    for a, b in tqdm(list(zip(bounds[:-1], bounds[1:])), desc=desc, disable=not bars_shown(progress),
-                     leave=False):
+    for a, b in progress_bar(list(zip(bounds[:-1], bounds[1:])), desc=desc, unit="it", wanted=progress,
+                             leave=False):
         out = body(input_ids=tokens[:, a:b], cache=cache, use_cache=True)
         cache = cache_of(out)
         hidden = out.last_hidden_state[:, : max(0, min(b, tokens.shape[1] - 1) - a)]

@@ -21,11 +21,10 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
 from foxformer.argtypes import setting_name
 from foxformer.models.calls import backbone, fox_blocks, model_device
-from foxformer.progress import bars_shown
+from foxformer.progress import progress_bar
 from .loss import check_batch_size, check_tokens
 
 
@@ -141,8 +140,8 @@ def gate_stats(model: torch.nn.Module, tokens, *, name: str = "model", points: i
     attns = _attention_modules(model)
     check_batch_size(batch_size)
     log_fs: list[list[torch.Tensor]] = [[] for _ in attns]
-    for s in tqdm(range(0, tokens.shape[0], batch_size), desc=f"gates {name}", unit="batch",
-                  disable=not bars_shown(progress)):
+    for s in progress_bar(range(0, tokens.shape[0], batch_size), desc=f"gates {name}", unit="batch",
+                          wanted=progress):
         with capture_attention(model) as rec:
             backbone(model)(input_ids=tokens[s:s + batch_size].to(model_device(model)))
         for layer, r in enumerate(rec):

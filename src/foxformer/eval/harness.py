@@ -24,12 +24,11 @@ import os
 from typing import Optional, Sequence
 
 import torch
-from tqdm.auto import tqdm
 
 from foxformer.argtypes import did_you_mean, setting_name, unset_said
 from foxformer.data.tokenizer import start_ids
 from foxformer.models.calls import cache_of, fresh_cache, model_device
-from foxformer.progress import bars_shown
+from foxformer.progress import progress_bar
 
 from .loss import check_batch_size, check_finite
 from .outputs import note_replacing
@@ -99,8 +98,8 @@ class HarnessAdapter:
         order = sorted((i for i in range(len(items)) if items[i][1]),
                        key=lambda i: -len(items[i][0]) - len(items[i][1]))
         dev = model_device(self.model)
-        for s in tqdm(range(0, len(order), self.batch_size), desc="loglikelihood", unit="batch",
-                      disable=not bars_shown(self.progress)):
+        for s in progress_bar(range(0, len(order), self.batch_size), desc="loglikelihood", unit="batch",
+                              wanted=self.progress):
             idx = order[s:s + self.batch_size]
             seqs = []
             for i in idx:
@@ -131,7 +130,7 @@ class HarnessAdapter:
         """Total log-likelihood of each text, in windows of ``max_length`` that each see the most context."""
         dev = model_device(self.model)
         out = []
-        for text in tqdm(texts, desc="rolling", unit="doc", disable=not bars_shown(self.progress)):
+        for text in progress_bar(texts, desc="rolling", unit="doc", wanted=self.progress):
             toks = [self.start_id] + self.tokenizer.encode(text)
             total, a = 0.0, 1
             while a < len(toks):
@@ -151,8 +150,7 @@ class HarnessAdapter:
         """Greedy continuation of each context until a stop string or ``max_gen_toks`` tokens."""
         dev = model_device(self.model)
         out = []
-        for context, kwargs in tqdm(requests, desc="generate", unit="req",
-                                    disable=not bars_shown(self.progress)):
+        for context, kwargs in progress_bar(requests, desc="generate", unit="req", wanted=self.progress):
             until = kwargs.get("until") or []
             until = [until] if isinstance(until, str) else list(until)
             max_new = int(kwargs.get("max_gen_toks", 256))

@@ -29,13 +29,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 import yaml
-from tqdm.auto import tqdm
 
 from foxformer.argtypes import did_you_mean, setting_name, unset_said
 from foxformer.models import FoxForCausalLM, count_non_embedding, sized_config
 from foxformer.models.config import ConfigError
 from foxformer.models.presets import KINDS, check_model_keys
-from foxformer.progress import bars_shown
+from foxformer.progress import progress_bar
 from foxformer.train.config import TrainConfig
 from foxformer.train.metrics import forget_gate_means
 from foxformer.train.optim import learning_rate, param_groups
@@ -267,7 +266,7 @@ def train_mqar(model: FoxForCausalLM, cfg: MqarConfig, device: torch.device, *, 
     history, start, step = [], time.time(), 0
     log_every = max(1, cfg.steps // 50)
     model.train()
-    bar = tqdm(range(cfg.steps), desc=f"mqar train {label}", unit="step", disable=not bars_shown(progress))
+    bar = progress_bar(range(cfg.steps), desc=f"mqar train {label}", unit="step", wanted=progress)
     for step in bar:
         if cfg.max_minutes is not None and time.time() - start > 60 * cfg.max_minutes:
             break
