@@ -12,19 +12,17 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from typing import Optional
-
-from tqdm.auto import tqdm
 
 from ..paths import write_json
-from ..progress import bars_shown
+from ..progress import progress_bar
 
 CACHE_FILE = "source_digests.json"
 _FORMAT = 1
 
 
-def file_digest(path: str, bar: Optional[tqdm] = None) -> bytes:
-    """The sha256 of the file's bytes, read in 1 MiB blocks (a corpus file of gigabytes is not read whole)."""
+def file_digest(path: str, bar=None) -> bytes:
+    """The sha256 of the file's bytes, read in 1 MiB blocks (a corpus file of gigabytes is not read whole);
+    ``bar``, a :func:`~foxformer.progress.progress_bar`, goes on by the bytes read."""
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -73,8 +71,8 @@ class DigestCache:
             if entry and entry["size"] == st.st_size and entry["mtime_ns"] == st.st_mtime_ns:
                 self._used[real] = entry
         todo = [(real, st) for real, st in stats if real not in self._used]
-        with tqdm(total=sum(st.st_size for _, st in todo), desc="fingerprint sources", unit="B", unit_scale=True,
-                  delay=2.0, disable=not todo or not bars_shown(self.progress)) as bar:
+        with progress_bar(total=sum(st.st_size for _, st in todo), desc="fingerprint sources", unit="B",
+                          unit_scale=True, delay=2.0, wanted=bool(todo) and self.progress) as bar:
             for real, st in todo:
                 self._used[real] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns,
                                     "sha256": file_digest(real, bar).hex()}

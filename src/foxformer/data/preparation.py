@@ -27,10 +27,9 @@ import time
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from ..paths import check_output_dir, folder_lock, write_json
-from ..progress import bars_shown
+from ..progress import progress_bar
 from .digests import CACHE_FILE as DIGESTS, DigestCache
 from .sources import CONTENT_PREFIX, by_file_times, describe_source, iter_documents
 from .tokenizer import GPT2_SPEC, canonical_name, load_tokenizer, older_tokenizer_files, tokenizer_files
@@ -242,7 +241,7 @@ def _tokenize_source(spec: str, shard_dir: str, cfg: PrepareConfig, tok, progres
     dtype = token_dtype(tok.vocab_size)
     # 8 bytes a document, and the ids straight to their file: as Python lists, ~10M tiny documents held gigabytes
     offsets, n_docs, n_tokens = array.array("q", [0]), 0, 0
-    bar = tqdm(desc=f"tokenize {spec}", unit="tok", unit_scale=True, disable=not bars_shown(progress))
+    bar = progress_bar(desc=f"tokenize {spec}", unit="tok", unit_scale=True, wanted=progress)
     with open(os.path.join(tmp_dir, "tokens.bin"), "wb") as out, \
             open(os.path.join(tmp_dir, "ids.json"), "w", encoding="utf-8") as ids_out:
         batch, batch_chars = [], 0
@@ -324,7 +323,7 @@ def _write_split(out_dir: str, name: str, picks: np.ndarray, shards: list[tuple[
     # numpy, not a list of Python ints (~40 bytes a document: gigabytes at ~10M tiny documents), and worked out a
     # chunk of documents at a time (each takes a few arrays of its own while its places are looked up)
     offsets = np.zeros(len(picks) + 1, dtype=np.int64)
-    bar = tqdm(total=len(picks), desc=f"write {name}", unit="doc", disable=not bars_shown(progress))
+    bar = progress_bar(total=len(picks), desc=f"write {name}", unit="doc", wanted=progress)
     with open(tmp, "wb") as out:
         for first in range(0, len(picks), WRITE_CHUNK_DOCS):
             chunk = doc_table[picks[first:first + WRITE_CHUNK_DOCS]]
