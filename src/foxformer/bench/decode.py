@@ -29,13 +29,12 @@ import sys
 from typing import Optional
 
 import torch
-from tqdm import tqdm
 
 from foxformer.models.calls import fox_blocks
 from foxformer.train.distributed import resolve_device
 
 from ..paths import write_json
-from ..progress import bars_shown
+from ..progress import progress_bar
 from .common import environment, preset_config, print_table, run_record
 from .decode_steps import HF_PATHS, copy_bandwidth, measure_decode
 
@@ -175,8 +174,8 @@ def run(args) -> dict:
     jobs = [(*entry, ctx, b) for ctx in args.contexts for b in args.batches for entry in models]
     # the no-eviction row of the same model object and path is the reference of the eviction row's max_logprob_diff
     reference, before_eager = {}, {}
-    for name, preset, model, eps, path, ctx, b in tqdm(jobs, desc="bench decode",
-                                                       disable=not bars_shown(not args.no_progress)):
+    for name, preset, model, eps, path, ctx, b in progress_bar(jobs, desc="bench decode", unit="it",
+                                                               wanted=not args.no_progress):
         if skip.get(name):
             rows.append({"model": name, "preset": preset, "context": ctx, "batch": b, "evict_eps": eps,
                          "skipped": skip[name]})

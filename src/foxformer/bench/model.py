@@ -18,7 +18,6 @@ import sys
 import time
 
 import torch
-from tqdm import tqdm
 
 from foxformer.models import FoxForCausalLM, count_non_embedding, training_flops_per_token
 from foxformer.models.config import FoxConfig
@@ -28,7 +27,7 @@ from foxformer.train.metrics import mfu, peak_flops
 
 from .cli import configure_model
 from ..paths import write_json
-from ..progress import bars_shown
+from ..progress import progress_bar
 from .common import environment, gluon_fwd_options, preset_config, run_record, write_profile
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -96,7 +95,7 @@ def measure(model: torch.nn.Module, vocab: int, context: int, batch: int, steps:
     if device.type == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-    for i in tqdm(range(warmup + steps), desc=desc, leave=False, disable=not bars_shown(progress)):
+    for i in progress_bar(range(warmup + steps), desc=desc, unit="it", wanted=progress, leave=False):
         t0 = time.perf_counter()
         loss = train_step()
         if i >= warmup:
