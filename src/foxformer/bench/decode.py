@@ -174,7 +174,7 @@ def run(args) -> dict:
     jobs = [(*entry, ctx, b) for ctx in args.contexts for b in args.batches for entry in models]
     # the no-eviction row of the same model object and path is the reference of the eviction row's max_logprob_diff
     reference, before_eager = {}, {}
-    for name, preset, model, eps, path, ctx, b in progress_bar(jobs, desc="bench decode", unit="it",
+    for name, preset, model, eps, path, ctx, b in progress_bar(jobs, desc="bench decode", unit="row",
                                                                wanted=not args.no_progress):
         if skip.get(name):
             rows.append({"model": name, "preset": preset, "context": ctx, "batch": b, "evict_eps": eps,

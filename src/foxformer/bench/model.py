@@ -95,7 +95,7 @@ def measure(model: torch.nn.Module, vocab: int, context: int, batch: int, steps:
     if device.type == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-    for i in progress_bar(range(warmup + steps), desc=desc, unit="it", wanted=progress, leave=False):
+    for i in progress_bar(range(warmup + steps), desc=desc, unit="step", wanted=progress, leave=False):
         t0 = time.perf_counter()
         loss = train_step()
         if i >= warmup:

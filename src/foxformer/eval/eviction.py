@@ -34,7 +34,7 @@ def _cached_pass(model, tokens: torch.Tensor, chunk: int, prefill: int, policy: 
     bounds = [0, min(prefill, tokens.shape[1])]
     while bounds[-1] < tokens.shape[1]:
         bounds.append(min(bounds[-1] + chunk, tokens.shape[1]))
-    for a, b in progress_bar(list(zip(bounds[:-1], bounds[1:])), desc=desc, unit="it", wanted=progress,
+    for a, b in progress_bar(list(zip(bounds[:-1], bounds[1:])), desc=desc, unit="chunk", wanted=progress,
                              leave=False):
         out = body(input_ids=tokens[:, a:b], cache=cache, use_cache=True)
         cache = cache_of(out)
