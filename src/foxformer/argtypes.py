@@ -143,6 +143,19 @@ def setting_name(label: str, field: str, flag: str | None = None) -> str:
     return text.replace("_", "-") if text.startswith("--") else text
 
 
+class SettingError(ValueError):
+    """A setting refused by a check deep inside a call that serves both the Python API and the CLI (a source's
+    reader, a tokenizer's loader), too deep to thread a ``label`` down to: the message names ``field`` as the API
+    does (``out_dir: ...``), and a command re-says ``reason`` after the flag its user typed (``--out: ...``)."""
+
+    def __init__(self, field: str, reason: str):
+        super().__init__(f"{field}: {reason}")
+        self.field, self.reason = field, reason
+
+    def __reduce__(self):  # pickled as its arguments (a worker's error reaching its parent), not as args[0] alone
+        return SettingError, (self.field, self.reason)
+
+
 def unset_said(label: str) -> str:
     """How a message of ``label``'s check (see setting_name) tells to leave a setting unset: a flag's user cannot
     type None, and was offered it ("--top-p: expected a number in (0, 1] or None")."""

@@ -12,6 +12,8 @@ import os
 import shutil
 import sys
 
+from .argtypes import SettingError
+
 LOCK_FILE = ".lock"
 # UTF-32 first: its little-endian mark starts with UTF-16's
 _FOREIGN_BOMS = ((codecs.BOM_UTF32_LE, "UTF-32LE"), (codecs.BOM_UTF32_BE, "UTF-32BE"),
@@ -23,23 +25,23 @@ def check_output_dir(path: str, what: str) -> None:
     created. ``what`` names the setting (``out_dir``, ``--out``) in the message."""
     full = os.path.abspath(os.fspath(path))
     if os.path.exists(full) and not os.path.isdir(full):
-        raise ValueError(f"{what}: {path!r} is a file, not a folder: choose another location")
+        raise SettingError(what, f"{path!r} is a file, not a folder: choose another location")
     existing = full
     while not os.path.exists(existing):
         existing = os.path.dirname(existing)
     if not os.path.isdir(existing):
-        raise ValueError(f"{what}: {path!r} cannot be created ({existing} is a file): choose another location")
+        raise SettingError(what, f"{path!r} cannot be created ({existing} is a file): choose another location")
     # access() also reports a read-only mount (EROFS), for root as well
     if not os.access(existing, os.W_OK | os.X_OK):
-        raise ValueError(f"{what}: {path!r} is not writable ({existing} is read-only or not yours): choose "
-                         f"another location")
+        raise SettingError(what, f"{path!r} is not writable ({existing} is read-only or not yours): choose "
+                                 f"another location")
 
 
 def check_output_file(path: str, what: str) -> None:
     """ValueError unless ``path`` names a file that can be written (its folder existing or creatable); checked
     before the work, which `generate --out /no/such/dir/x.json` lost after it finished."""
     if os.path.isdir(path):
-        raise ValueError(f"{what}: {path!r} is a folder: name a file, e.g. {os.path.join(path, 'out.json')!r}")
+        raise SettingError(what, f"{path!r} is a folder: name a file, e.g. {os.path.join(path, 'out.json')!r}")
     check_output_dir(os.path.dirname(os.path.abspath(os.fspath(path))), what)
 
 
@@ -56,22 +58,22 @@ def check_export_dir(path: str, what: str) -> bool:
     if not os.path.exists(full):
         return False
     if not os.path.isdir(full):
-        raise ValueError(f"{what}: {path!r} is a file, not a folder: choose another location")
+        raise SettingError(what, f"{path!r} is a file, not a folder: choose another location")
     here = os.getcwd()
     if here == full or here.startswith(full + os.sep):
-        raise ValueError(f"{what}: {path!r} is the current folder or holds it, and an export replaces its folder: "
-                         f"name a new one, e.g. {os.path.join(path, 'hf')!r}")
+        raise SettingError(what, f"{path!r} is the current folder or holds it, and an export replaces its folder: "
+                                 f"name a new one, e.g. {os.path.join(path, 'hf')!r}")
     entries = sorted(os.listdir(full))
     if not entries:
         return False
     run_files = [e for e in entries if e in RUN_FOLDER_FILES]
     if run_files:
-        raise ValueError(f"{what}: {path!r} is a training run's folder (it holds {', '.join(run_files)}), and an "
-                         f"export replaces its folder: name a new one, e.g. {os.path.join(path, 'hf')!r}")
+        raise SettingError(what, f"{path!r} is a training run's folder (it holds {', '.join(run_files)}), and an "
+                                 f"export replaces its folder: name a new one, e.g. {os.path.join(path, 'hf')!r}")
     if "config.json" not in entries:
         shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
-        raise ValueError(f"{what}: {path!r} holds other files ({shown}), and an export replaces its folder: name an "
-                         f"empty or new one")
+        raise SettingError(what, f"{path!r} holds other files ({shown}), and an export replaces its folder: name an "
+                                 f"empty or new one")
     return True
 
 
@@ -136,9 +138,9 @@ def folder_lock(folder: str, what: str):
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise ValueError(f"{what}: another process is writing into {folder!r} (it holds "
-                             f"{os.path.join(folder, LOCK_FILE)}): wait for it to end, or choose another "
-                             f"location") from None
+            raise SettingError(what, f"another process is writing into {folder!r} (it holds "
+                                     f"{os.path.join(folder, LOCK_FILE)}): wait for it to end, or choose another "
+                                     f"location") from None
         try:
             yield
         finally:

@@ -666,9 +666,9 @@ def test_a_dataset_that_recorded_its_tokenizer_folder_by_file_times_is_rebuilt_w
 
 
 @pytest.mark.parametrize("flag,value,said", [
-    ("--val-fraction", "1.5", "--val-fraction (val_fraction): expected a number in [0, 1), got 1.5"),
+    ("--val-fraction", "1.5", "--val-fraction: expected a number in [0, 1), got 1.5"),
     ("--max-tokens-per-source", "0",
-     "--max-tokens-per-source (max_tokens_per_source): expected a positive integer (or leave the flag out), got 0"),
+     "--max-tokens-per-source: expected a positive integer (or leave the flag out), got 0"),
 ], ids=["val-fraction", "max-tokens-per-source"])
 def test_prepare_names_the_flag_of_a_bad_setting(tmp_path, capsys, flag, value, said):
     """PrepareConfig's errors named its field (`val_fraction: ...`, `... or None`): the command names the flag."""

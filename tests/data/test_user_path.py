@@ -20,7 +20,7 @@ def test_prepare_out_naming_a_file_is_one_error_line(tmp_path, capsys):
     src.write_text("hello " * 50)
     assert main(["data", "prepare", "--source", str(src), "--out", str(src), "--tokenizer", "bytes",
                  "--no-progress"]) == 2
-    assert f"out_dir: '{src}' is a file, not a folder" in _error(capsys)
+    assert f"--out: '{src}' is a file, not a folder" in _error(capsys)
     assert src.read_text() == "hello " * 50
 
 
@@ -33,7 +33,7 @@ def test_prepare_out_naming_a_run_or_a_model_folder_is_refused(tmp_path, capsys,
     (out / name).write_text("{}\n")
     assert main(["data", "prepare", "--source", "builtin:pydoc", "--out", str(out), "--tokenizer", "bytes",
                  "--no-progress"]) == 2
-    assert _error(capsys) == (f"error: out_dir: '{out}' is {what} (it holds {name}), not a dataset folder: name a "
+    assert _error(capsys) == (f"error: --out: '{out}' is {what} (it holds {name}), not a dataset folder: name a "
                               f"new folder for the dataset, e.g. data_cache/NAME")
     assert os.listdir(out) == [name]
 
@@ -97,11 +97,11 @@ def test_text_as_data_suggests_a_prepare_command_that_works(tmp_path, capsys, gi
 
 
 @pytest.mark.parametrize("source, said", [
-    ("/dev/null", "error: source: '/dev/null' is not a regular file or folder (a device, pipe or socket); give a "
+    ("/dev/null", "error: --source: '/dev/null' is not a regular file or folder (a device, pipe or socket); give a "
                   "file or a folder of documents"),
-    ("hf:", "error: source: 'hf:' names no dataset; expected hf:<dataset>[:<config>][@<split>], e.g. "
+    ("hf:", "error: --source: 'hf:' names no dataset; expected hf:<dataset>[:<config>][@<split>], e.g. "
             "'hf:roneneldan/TinyStories'"),
-    ("hf::wikitext-2-raw-v1@test", "error: source: 'hf::wikitext-2-raw-v1@test' names no dataset; expected "
+    ("hf::wikitext-2-raw-v1@test", "error: --source: 'hf::wikitext-2-raw-v1@test' names no dataset; expected "
                                    "hf:<dataset>[:<config>][@<split>], e.g. 'hf:roneneldan/TinyStories'"),
 ], ids=["device-file", "hf-without-a-name", "hf-config-without-a-name"])
 def test_a_source_that_names_no_documents_is_refused_at_once(tmp_path, capsys, monkeypatch, source, said):
@@ -131,3 +131,32 @@ def test_info_on_a_folder_of_text_suggests_the_prepare_command(tmp_path, capsys,
     capsys.readouterr()
     assert main(["data", "info", "data_cache/notes"]) == 0
     assert json.loads(capsys.readouterr().out)["docs"] == 3
+
+
+def test_prepare_names_the_flag_of_an_error_raised_past_the_checks(tmp_path, capsys):
+    """A bad --tokenizer, --source or --out found while preparing said `tokenizer:`, `source:`, `out_dir:` (the
+    Python API's names, which it keeps): the command names the flag its user typed."""
+    from foxformer.data.preparation import PrepareConfig, prepare
+
+    src = tmp_path / "a.txt"
+    src.write_text("hello " * 50)
+    out = tmp_path / "d"
+    base = ["data", "prepare", "--source", str(src), "--out", str(out), "--no-progress"]
+    assert main([*base, "--tokenizer", "byte"]) == 2
+    assert _error(capsys).startswith("error: --tokenizer: unknown spec 'byte'; expected 'gpt2'")
+    assert main(["data", "prepare", "--source", str(tmp_path / "nope"), "--out", str(out), "--no-progress"]) == 2
+    assert _error(capsys).startswith(f"error: --source: '{tmp_path / 'nope'}' does not exist")
+    assert main([*base, "--tokenizer", "bytes"]) == 0
+    capsys.readouterr()
+    assert main([*base, "--tokenizer", "bytes", "--seed", "3"]) == 2
+    assert _error(capsys).startswith(f"error: --out: '{out}' already holds a dataset prepared from a different "
+                                     f"request (seed 0 then, 3 now)")
+    for cfg, said in [(PrepareConfig(sources=[str(src)], out_dir=str(tmp_path / "e"), tokenizer="byte"),
+                       "tokenizer: unknown spec 'byte'"),
+                      (PrepareConfig(sources=[str(tmp_path / "nope")], out_dir=str(tmp_path / "e")),
+                       f"source: '{tmp_path / 'nope'}' does not exist"),
+                      (PrepareConfig(sources=[str(src)], out_dir=str(out), tokenizer="bytes", seed=3),
+                       f"out_dir: '{out}' already holds a dataset prepared from a different request")]:
+        with pytest.raises(ValueError) as refused:
+            prepare(cfg, progress=False)
+        assert str(refused.value).startswith(said)

@@ -447,6 +447,19 @@ def test_eval_loss_reads_a_jsonl_source_by_its_text_field(workspace, tmp_path, c
     assert json.load(open(os.path.join(out, "loss.json")))["models"][0]["n_sequences"] == 2
 
 
+def test_eval_loss_names_the_source_flag_of_a_bad_source(workspace, tmp_path, capsys):
+    """The source's reader said `source: ...`, the Python API's name (source_sequences keeps it)."""
+    from foxformer.data import load_tokenizer
+    from foxformer.eval.sequences import source_sequences
+
+    missing = str(tmp_path / "nope")
+    assert main(["eval", "loss", workspace["hf"], "--source", missing, "--seq-len", "40", "--num-seqs", "1",
+                 "--n-boot", "10", "--device", "cpu", "--out", str(tmp_path / "loss"), "--no-progress"]) == 2
+    assert f"error: --source: '{missing}' does not exist" in _error(capsys)
+    with pytest.raises(ValueError, match=f"^source: '{missing}' does not exist"):
+        source_sequences(missing, load_tokenizer("bytes"), 8, 1)
+
+
 def test_eval_loss_of_a_run_defaults_to_the_data_it_trained_on(workspace, tmp_path, capsys):
     """`eval loss RUN` without --data stopped; the run's config.yaml names its dataset."""
     run = tmp_path / "run"

@@ -16,12 +16,14 @@ def _summary(manifest: dict, out_dir: str) -> dict:
 
 
 # PrepareConfig's fields by the flags that set them: its errors name a field, where the user typed a flag
-_FLAGS = {"sources": "--source", "out_dir": "--out", "tokenizer": "--tokenizer", "val_fraction": "--val-fraction",
-          "seed": "--seed", "max_tokens_per_source": "--max-tokens-per-source", "text_field": "--text-field",
-          "leave_out": "--leave-out"}
+# ("source": one source's reader, shared with the commands that read text)
+_FLAGS = {"sources": "--source", "source": "--source", "out_dir": "--out", "tokenizer": "--tokenizer",
+          "val_fraction": "--val-fraction", "seed": "--seed", "max_tokens_per_source": "--max-tokens-per-source",
+          "text_field": "--text-field", "leave_out": "--leave-out"}
 
 
 def _cmd_prepare(args: argparse.Namespace) -> int:
+    from ..argtypes import SettingError
     from .preparation import DEFAULT_SOURCES, PrepareConfig, prepare
     from .sources import KINDS_SAID
 
@@ -29,14 +31,12 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
                         val_fraction=args.val_fraction, seed=args.seed, max_tokens_per_source=args.max_tokens_per_source,
                         text_field=args.text_field, leave_out=args.leave_out or [])
     try:
-        cfg.validate()
-    except ValueError as e:
-        key, _, rest = str(e).partition(": ")
-        if key not in _FLAGS:
+        manifest = prepare(cfg, force=args.force, progress=not args.no_progress)
+    except SettingError as e:
+        if e.field not in _FLAGS:
             raise
         # None is the flag left out, which a command line cannot spell
-        raise ValueError(f"{_FLAGS[key]} ({key}): {rest.replace(' or None', ' (or leave the flag out)')}") from None
-    manifest = prepare(cfg, force=args.force, progress=not args.no_progress)
+        raise ValueError(f"{_FLAGS[e.field]}: {e.reason.replace(' or None', ' (or leave the flag out)')}") from None
     for source in manifest["sources"]:  # left out in silence, a folder's .py files read as a dataset of its READMEs
         if source.get("empty_docs"):
             print(f"note: {source['spec']}: {source['empty_docs']} empty document(s) (or only whitespace) left out",

@@ -7,6 +7,7 @@ import os
 import re
 from typing import Optional
 
+from ..argtypes import SettingError
 from .specs import EOT_TEXT
 from .tokenizer import BYTES_SPEC, GPT2_JSON_SPEC, GPT2_SPEC, _gpt2_files, canonical_name, tiktoken_encoding
 
@@ -80,8 +81,8 @@ def _oniguruma_pattern(pattern: str) -> str:
     means. The other possessive forms (``?+``, ``*+``, ``++``) mean the same in both."""
     rewritten = _POSSESSIVE_INTERVAL.sub(r"(?>\1\2)", pattern)
     if re.search(r"\{\d*,?\d*\}\+", rewritten):
-        raise ValueError(f"tokenizer: a possessive interval on a group in the pattern {pattern!r} has no "
-                         f"Hugging Face form here")
+        raise SettingError("tokenizer", f"a possessive interval on a group in the pattern {pattern!r} has no "
+                                        f"Hugging Face form here")
     return rewritten
 
 
@@ -110,8 +111,8 @@ def tiktoken_tokenizer(enc, **kwargs):
             continue
         parts = _split_by_lower_ranks(token, ranks)
         if len(parts) != 2:
-            raise ValueError(f"tokenizer: tiktoken encoding {enc.name!r}: token {token!r} (id {rank}) is not the "
-                             f"merge of two lower-ranked tokens; it has no Hugging Face BPE form")
+            raise SettingError("tokenizer", f"tiktoken encoding {enc.name!r}: token {token!r} (id {rank}) is not the "
+                                            f"merge of two lower-ranked tokens; it has no Hugging Face BPE form")
         merges.append((text(parts[0]), text(parts[1])))
     vocab = {text(token): rank for token, rank in ranks.items()}
     vocab.update(specials)  # present in the vocabulary, the added tokens below keep these ids

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from ..argtypes import SettingError
 from ..paths import check_output_dir, folder_lock, write_json
 from ..progress import progress_bar
 from .digests import CACHE_FILE as DIGESTS, DigestCache
@@ -62,25 +63,26 @@ class PrepareConfig:
 
     def validate(self) -> None:
         if not self.sources or not all(isinstance(s, str) and s for s in self.sources):
-            raise ValueError(f"sources: expected a non-empty list of source specs, got {self.sources!r}")
+            raise SettingError("sources", f"expected a non-empty list of source specs, got {self.sources!r}")
         # each document's source index is int16 (the splits' .src.npy): more wrapped around, after the tokenizing
         if len(self.sources) > np.iinfo(np.int16).max + 1:
-            raise ValueError(f"sources: {len(self.sources)} sources, more than the {np.iinfo(np.int16).max + 1} a "
-                             f"dataset records; give the files' folders as sources (a folder is one source)")
+            raise SettingError("sources", f"{len(self.sources)} sources, more than the {np.iinfo(np.int16).max + 1} a "
+                                          f"dataset records; give the files' folders as sources (a folder is one "
+                                          f"source)")
         unknown = [s for s in self.leave_out if s not in self.sources]
         if unknown:
-            raise ValueError(f"leave_out: {unknown} are not among the sources {self.sources}; give a source exactly "
-                             f"as passed to --source")
+            raise SettingError("leave_out", f"{unknown} are not among the sources {self.sources}; give a source "
+                                            f"exactly as passed to --source")
         if len(set(self.leave_out)) >= len(set(self.sources)):
-            raise ValueError("leave_out: every source is left out; the training split would be empty")
+            raise SettingError("leave_out", "every source is left out; the training split would be empty")
         if not 0.0 <= self.val_fraction < 1.0:
-            raise ValueError(f"val_fraction: expected a number in [0, 1), got {self.val_fraction!r}")
+            raise SettingError("val_fraction", f"expected a number in [0, 1), got {self.val_fraction!r}")
         # numpy refuses it only when the split is drawn, after every source was tokenized
         if isinstance(self.seed, bool) or not isinstance(self.seed, numbers.Integral) or self.seed < 0:
-            raise ValueError(f"seed: expected a non-negative integer, got {self.seed!r}")
+            raise SettingError("seed", f"expected a non-negative integer, got {self.seed!r}")
         if self.max_tokens_per_source is not None and self.max_tokens_per_source <= 0:
-            raise ValueError(f"max_tokens_per_source: expected a positive integer or None, got "
-                             f"{self.max_tokens_per_source!r}")
+            raise SettingError("max_tokens_per_source", f"expected a positive integer or None, got "
+                                                        f"{self.max_tokens_per_source!r}")
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -224,8 +226,9 @@ def _token_array(toks, tok, dtype: np.dtype, spec: str, doc) -> np.ndarray:
     ids = np.asarray(toks)
     if ids.size and (ids.min() < 0 or ids.max() >= tok.vocab_size):
         bad = int(ids.min()) if ids.min() < 0 else int(ids.max())
-        raise ValueError(f"tokenizer: {tok.name} gave the id {bad} for the document {doc.id!r} of {spec!r}, outside "
-                         f"its vocabulary of {tok.vocab_size} ids; the token arrays ({dtype}) cannot hold it")
+        raise SettingError("tokenizer", f"{tok.name} gave the id {bad} for the document {doc.id!r} of {spec!r}, "
+                                        f"outside its vocabulary of {tok.vocab_size} ids; the token arrays ({dtype}) "
+                                        f"cannot hold it")
     return ids.astype(dtype, copy=False)
 
 
@@ -295,7 +298,7 @@ def _tokenize_source(spec: str, shard_dir: str, cfg: PrepareConfig, tok, progres
     bar.close()
     if not n_docs:
         shutil.rmtree(tmp_dir, ignore_errors=True)
-        raise ValueError(f"sources: {spec!r} yielded no non-empty documents ({empty} empty or only whitespace)")
+        raise SettingError("sources", f"{spec!r} yielded no non-empty documents ({empty} empty or only whitespace)")
     np.save(os.path.join(tmp_dir, "docs.npy"), np.frombuffer(offsets, dtype=np.int64))
     info = {"spec": spec, "docs": n_docs, "tokens": int(n_tokens), "empty_docs": empty}
     with open(os.path.join(tmp_dir, "done.json"), "w") as f:
@@ -397,8 +400,8 @@ def _check_not_run_or_model(out_dir: str) -> None:
         return
     for name, what in (("config.yaml", "a training run's folder"), ("config.json", "a Hugging Face model folder")):
         if os.path.isfile(os.path.join(out_dir, name)):
-            raise ValueError(f"out_dir: {out_dir!r} is {what} (it holds {name}), not a dataset folder: name a new "
-                             f"folder for the dataset, e.g. data_cache/NAME")
+            raise SettingError("out_dir", f"{out_dir!r} is {what} (it holds {name}), not a dataset folder: name a new "
+                                          f"folder for the dataset, e.g. data_cache/NAME")
 
 
 def _prepare(cfg: PrepareConfig, infos: list, force: bool, progress: bool) -> dict:
@@ -408,13 +411,13 @@ def _prepare(cfg: PrepareConfig, infos: list, force: bool, progress: bool) -> di
         # a folder and a file in it (or two nested folders): its documents were read twice, in silence
         for path in info.files:
             if read_by.setdefault(path, info.spec) != info.spec:
-                raise ValueError(f"sources: {read_by[path]!r} and {info.spec!r} both read {path}; a file read "
-                                 f"twice would put copies of its documents in both train and validation: give each "
-                                 f"file through one source only")
+                raise SettingError("sources", f"{read_by[path]!r} and {info.spec!r} both read {path}; a file read "
+                                              f"twice would put copies of its documents in both train and validation: "
+                                              f"give each file through one source only")
         if info.fingerprint in first:
-            raise ValueError(f"sources: {info.spec!r} is {first[info.fingerprint]!r} again (or a copy: the same "
-                             f"files and content); a source given twice would put copies of its documents in both "
-                             f"train and validation")
+            raise SettingError("sources", f"{info.spec!r} is {first[info.fingerprint]!r} again (or a copy: the same "
+                                          f"files and content); a source given twice would put copies of its documents "
+                                          f"in both train and validation")
         first[info.fingerprint] = info.spec
         _check_out_dir_outside(cfg.out_dir, info)
     request = {"sources": [{"spec": i.spec, "fingerprint": i.fingerprint} for i in infos],
@@ -464,9 +467,10 @@ def _check_out_dir_outside(out_dir: str, info) -> None:
         return
     folder, out = os.path.realpath(info.spec), os.path.realpath(out_dir)
     if out == folder or out.startswith(folder.rstrip(os.sep) + os.sep):
-        raise ValueError(f"out_dir: {out_dir!r} is {'' if out == folder else 'inside '}the source folder "
-                         f"{info.spec!r}, whose files are read as documents: the dataset's own (.json, .npy) would be "
-                         f"read with them when it is prepared again; choose an out_dir outside it")
+        raise SettingError("out_dir", f"{out_dir!r} is {'' if out == folder else 'inside '}the source folder "
+                                      f"{info.spec!r}, whose files are read as documents: the dataset's own (.json, "
+                                      f".npy) would be read with them when it is prepared again; choose an out_dir "
+                                      f"outside it")
 
 
 def _existing_dataset(out_dir: str, request: dict, older_requests: list[dict],
@@ -488,9 +492,9 @@ def _existing_dataset(out_dir: str, request: dict, older_requests: list[dict],
                                              for n in ("train", "val")):
         return old, False
     if not force and old.get("request") not in (request, *older_requests):
-        raise ValueError(f"out_dir: {out_dir!r} already holds a dataset prepared from a different request "
-                         f"({_request_changes(old.get('request') or {}, request)}); use another directory or "
-                         f"--force")
+        raise SettingError("out_dir", f"{out_dir!r} already holds a dataset prepared from a different request "
+                                      f"({_request_changes(old.get('request') or {}, request)}); use another directory "
+                                      f"or --force")
     return None, True
 
 
@@ -525,9 +529,9 @@ def _build(cfg: PrepareConfig, infos: list, request: dict, tok, progress: bool, 
     if not len(train_docs):  # the split keeps one training document, of any source: it may be a left-out one's
         kept = [info.spec for i, info in enumerate(infos) if i not in left_out]
         n_kept = int((~np.isin(doc_table_arr[:, 0], left_out)).sum())
-        raise ValueError(f"leave_out: the training split would be empty: the {n_kept} document(s) of {kept} all fell "
-                         f"in the validation split (val_fraction {cfg.val_fraction}, seed {cfg.seed}); give those "
-                         f"sources more documents, or another seed")
+        raise SettingError("leave_out", f"the training split would be empty: the {n_kept} document(s) of {kept} all "
+                                        f"fell in the validation split (val_fraction {cfg.val_fraction}, seed "
+                                        f"{cfg.seed}); give those sources more documents, or another seed")
     if replace:
         os.remove(os.path.join(cfg.out_dir, MANIFEST))
     splits = {name: _write_split(cfg.out_dir, name, picks, shards, doc_table_arr, dtype, progress)

@@ -25,6 +25,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Iterator
 
+from ..argtypes import SettingError
 from ..paths import decode_utf8
 from .digests import read_digests
 
@@ -97,17 +98,17 @@ def _scan(path: str) -> tuple[list[str], dict[str, int]]:
     """The document files of ``path``, and the number of a folder's other files by extension."""
     if os.path.isfile(path):
         if _file_kind(path) is None:
-            raise ValueError(f"source: {path!r} is not a supported file; expected {KINDS_SAID}")
+            raise SettingError("source", f"{path!r} is not a supported file; expected {KINDS_SAID}")
         return [path], {}
     if os.path.isdir(path):
         return _walk_folder(path)
     if os.path.islink(path):
-        raise ValueError(f"source: {path!r} is a symbolic link to {os.readlink(path)!r}, which does not exist")
+        raise SettingError("source", f"{path!r} is a symbolic link to {os.readlink(path)!r}, which does not exist")
     if os.path.exists(path):  # /dev/null, a FIFO, a socket, a shell's <(...): "does not exist" was untrue
-        raise ValueError(f"source: {path!r} is not a regular file or folder (a device, pipe or socket); give a file "
-                         f"or a folder of documents")
-    raise ValueError(f"source: {path!r} does not exist (expected a file, a directory, 'builtin:<name>' with "
-                     f"name in {BUILTINS}, or {HF_FORM!r})")
+        raise SettingError("source", f"{path!r} is not a regular file or folder (a device, pipe or socket); give a "
+                                     f"file or a folder of documents")
+    raise SettingError("source", f"{path!r} does not exist (expected a file, a directory, 'builtin:<name>' with "
+                                 f"name in {BUILTINS}, or {HF_FORM!r})")
 
 
 def holds_documents(path: str) -> bool:
@@ -125,7 +126,7 @@ def _walk_folder(path: str) -> tuple[list[str], dict[str, int]]:
     validation), and a link to a folder above is not walked forever. A folder that cannot be read, or a link to
     nothing, is an error, not fewer documents."""
     def unreadable(e: OSError):
-        raise ValueError(f"source: the folder {e.filename!r} in {path!r} cannot be read ({e.strerror})") from None
+        raise SettingError("source", f"the folder {e.filename!r} in {path!r} cannot be read ({e.strerror})") from None
 
     walked, chosen, seen_dirs, other = [], {}, {os.path.realpath(path)}, {}
     for root, dirs, files in os.walk(path, onerror=unreadable, followlinks=True):
@@ -146,24 +147,24 @@ def _walk_folder(path: str) -> tuple[list[str], dict[str, int]]:
                 other[ext] = other.get(ext, 0) + 1
                 continue
             if not os.path.exists(full):
-                raise ValueError(f"source: {full!r} is a symbolic link to {os.readlink(full)!r}, which does not "
-                                 f"exist: remove the link or restore its file")
+                raise SettingError("source", f"{full!r} is a symbolic link to {os.readlink(full)!r}, which does not "
+                                             f"exist: remove the link or restore its file")
             real = os.path.realpath(full)
             walked.append((full, real))
             if real not in chosen or os.path.islink(chosen[real]) and not os.path.islink(full):
                 chosen[real] = full
     if not walked:
-        raise ValueError(f"source: directory {path!r} holds no file of a kind read as documents: {KINDS_SAID} "
-                         f"(source code: gather the files into a .jsonl, one {{\"text\": ...}} a line)")
+        raise SettingError("source", f"directory {path!r} holds no file of a kind read as documents: {KINDS_SAID} "
+                                     f"(source code: gather the files into a .jsonl, one {{\"text\": ...}} a line)")
     files = [full for full, real in walked if chosen[real] == full]
     # a.txt beside a.txt.gz (gzip -k keeps the original): the same documents twice, one copy may land in validation
     by_base: dict[str, str] = {}
     for full in files:
         other_form = by_base.setdefault(_strip_compression(full)[0], full)
         if other_form != full:
-            raise ValueError(f"source: {other_form!r} and {full!r} are one file with and without compression: its "
-                             f"documents would be read twice (a copy could land in train and another in validation); "
-                             f"move one out of {path!r}")
+            raise SettingError("source", f"{other_form!r} and {full!r} are one file with and without compression: its "
+                                         f"documents would be read twice (a copy could land in train and another in "
+                                         f"validation); move one out of {path!r}")
     return files, other
 
 
@@ -172,7 +173,7 @@ def _package_dir(name: str) -> str:
 
     spec = importlib.util.find_spec(name)
     if spec is None or not spec.submodule_search_locations:
-        raise ValueError(f"source: built-in corpus needs the package {name!r}, which is not installed")
+        raise SettingError("source", f"built-in corpus needs the package {name!r}, which is not installed")
     return list(spec.submodule_search_locations)[0]
 
 
@@ -230,8 +231,8 @@ def _text_value(value, where: str, text_field: str) -> str:
     if value is None:
         return ""
     if not isinstance(value, str):
-        raise ValueError(f"source: {where} has a value of type {type(value).__name__} in field {text_field!r}, "
-                         f"not text")
+        raise SettingError("source", f"{where} has a value of type {type(value).__name__} in field {text_field!r}, "
+                                     f"not text")
     return value
 
 
@@ -246,9 +247,9 @@ def _iter_file(path: str, spec: str, text_field: str) -> Iterator[Document]:
     try:
         yield from _read_file(path, spec, text_field)
     except DAMAGED_COMPRESSION as e:
-        raise ValueError(f"source: {path} is not a complete {_strip_compression(path)[1]} file ({e}): cut short (an "
-                         f"interrupted download or copy?) or not compressed as its name says; fetch it again, or "
-                         f"leave it out") from None
+        raise SettingError("source", f"{path} is not a complete {_strip_compression(path)[1]} file ({e}): cut short "
+                                     f"(an interrupted download or copy?) or not compressed as its name says; fetch it "
+                                     f"again, or leave it out") from None
 
 
 def _read_file(path: str, spec: str, text_field: str) -> Iterator[Document]:
@@ -271,29 +272,29 @@ def _read_file(path: str, spec: str, text_field: str) -> Iterator[Document]:
                     row = json.loads(line)
                 except json.JSONDecodeError as e:
                     if e.pos >= len(line.rstrip()):  # said "not valid JSON (Expecting value: line 2 column 1)"
-                        raise ValueError(f"source: {path}:{lineno} ends inside a JSON value: JSONL takes one whole "
-                                         f"object per line, and a .json file of one value over several lines (an "
-                                         f"array, pretty-printed) is not read: write it one object a line (jq -c "
-                                         f"'.[]' does that for an array)") from None
+                        raise SettingError("source", f"{path}:{lineno} ends inside a JSON value: JSONL takes one whole "
+                                                     f"object per line, and a .json file of one value over several "
+                                                     f"lines (an array, pretty-printed) is not read: write it one "
+                                                     f"object a line (jq -c '.[]' does that for an array)") from None
                     # json's own "line 1" is the row's: its column is the one to name
-                    raise ValueError(f"source: {path}:{lineno} is not valid JSON at column {e.colno} ({e.msg})") \
+                    raise SettingError("source", f"{path}:{lineno} is not valid JSON at column {e.colno} ({e.msg})") \
                         from None
                 if not isinstance(row, dict):  # a .json file holding one array is the usual case
-                    raise ValueError(f"source: {path}:{lineno} holds a JSON {type(row).__name__}, not an object: "
-                                     f"JSONL takes one object per line, e.g. {{\"{text_field}\": \"...\"}}")
+                    raise SettingError("source", f"{path}:{lineno} holds a JSON {type(row).__name__}, not an object: "
+                                                 f"JSONL takes one object per line, e.g. {{\"{text_field}\": \"...\"}}")
                 if text_field not in row:
                     fields = ", ".join(map(repr, list(row)[:5]))
-                    raise ValueError(f"source: {path}:{lineno} has no field {text_field!r} (its fields: {fields}); "
-                                     f"set text_field / --text-field")
+                    raise SettingError("source", f"{path}:{lineno} has no field {text_field!r} (its fields: {fields}); "
+                                                 f"set text_field / --text-field")
                 text = _text_value(row[text_field], f"{path}:{lineno}", text_field)
                 # JSON's escapes are the one way into a str of half a UTF-16 pair: gpt2 read it as U+FFFD in silence,
                 # the bytes and Hugging Face tokenizers stopped with an error that named no file
                 lone = _LONE_SURROGATE.search(text) if b"\\u" in raw else None
                 if lone:
-                    raise ValueError(f"source: {path}:{lineno} holds \\u{ord(lone.group()):04x} in field "
-                                     f"{text_field!r}, half of a UTF-16 surrogate pair without its other half, which "
-                                     f"is no text: fix the row (\\ufffd is the replacement character) or leave the "
-                                     f"file out")
+                    raise SettingError("source", f"{path}:{lineno} holds \\u{ord(lone.group()):04x} in field "
+                                                 f"{text_field!r}, half of a UTF-16 surrogate pair without its other "
+                                                 f"half, which is no text: fix the row (\\ufffd is the replacement "
+                                                 f"character) or leave the file out")
                 yield Document(id=str(row.get("id", f"{path}:{lineno}")), source=spec, text=text)
     elif kind == "parquet":
         try:
@@ -304,7 +305,7 @@ def _read_file(path: str, spec: str, text_field: str) -> Iterator[Document]:
         stream = _open_binary(path) if comp else path
         table = pq.ParquetFile(stream)
         if text_field not in table.schema_arrow.names:
-            raise ValueError(f"source: {path} has no column {text_field!r} (columns: {table.schema_arrow.names})")
+            raise SettingError("source", f"{path} has no column {text_field!r} (columns: {table.schema_arrow.names})")
         row_no = 0
         for batch in table.iter_batches(columns=[text_field]):
             for text in batch.column(0).to_pylist():
@@ -321,7 +322,7 @@ def _parse_hf(spec: str) -> tuple[str, str | None, str]:
     rest, _, split = rest.partition("@")
     name, _, config = rest.partition(":")
     if not name.strip():  # else `datasets` was asked for no dataset, over the network, and failed after a wait
-        raise ValueError(f"source: {spec!r} names no dataset; expected {HF_FORM}, e.g. 'hf:roneneldan/TinyStories'")
+        raise SettingError("source", f"{spec!r} names no dataset; expected {HF_FORM}, e.g. 'hf:roneneldan/TinyStories'")
     return name, config or None, split or "train"
 
 
@@ -352,15 +353,15 @@ def _iter_hf(spec: str, text_field: str) -> Iterator[Document]:
     name, config, split = _parse_hf(spec)
     unreachable = hub_unreachable()
     if unreachable:  # streaming needs the hub
-        raise ValueError(f"source: {spec!r} streams from the Hugging Face hub, and {unreachable}; save the dataset "
-                         f"as .jsonl / .parquet where it can be reached and give that file as the source")
+        raise SettingError("source", f"{spec!r} streams from the Hugging Face hub, and {unreachable}; save the dataset "
+                                     f"as .jsonl / .parquet where it can be reached and give that file as the source")
     try:
         ds = datasets.load_dataset(name, config, split=split, streaming=True)
     except Exception as e:
-        raise ValueError(f"source: Hugging Face dataset {spec!r} could not be loaded ({e})") from e
+        raise SettingError("source", f"Hugging Face dataset {spec!r} could not be loaded ({e})") from e
     for i, row in enumerate(ds):
         if text_field not in row:
-            raise ValueError(f"source: {spec} rows have no field {text_field!r} (fields: {sorted(row)})")
+            raise SettingError("source", f"{spec} rows have no field {text_field!r} (fields: {sorted(row)})")
         yield Document(id=str(row.get("id", i)), source=spec, text=_text_value(row[text_field], f"{spec} row {i}",
                                                                                text_field))
 
@@ -371,7 +372,8 @@ def _source_kind(spec: str) -> str:
         raise TypeError(f"source: expected a non-empty spec string, got {spec!r}")
     if spec.startswith("builtin:"):
         if spec.split(":", 1)[1] not in BUILTINS:
-            raise ValueError(f"source: unknown built-in corpus {spec.split(':', 1)[1]!r}; expected one of {BUILTINS}")
+            raise SettingError("source", f"unknown built-in corpus {spec.split(':', 1)[1]!r}; expected one of "
+                                         f"{BUILTINS}")
         return "builtin"
     if spec.startswith("hf:"):
         _parse_hf(spec)

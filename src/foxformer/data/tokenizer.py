@@ -24,6 +24,7 @@ from typing import Callable, Iterator, Optional, Sequence
 
 import numpy as np
 
+from ..argtypes import SettingError
 from .sources import CONTENT_PREFIX, content_fingerprint, files_fingerprint, hub_unreachable
 from .specs import BYTES_EOT, BYTES_SPEC, EOT_TEXT, GPT2_EOT, GPT2_JSON_SPEC, GPT2_SPEC
 from .tokenizer_cuts import gpt2_cut, hf_cut, pattern_cut
@@ -141,8 +142,8 @@ def tiktoken_encoding(name: str):
     try:
         return tiktoken.get_encoding(name)
     except Exception as e:
-        raise ValueError(f"tokenizer: tiktoken encoding {name!r} could not be loaded ({e}); "
-                         f"offline, use 'gpt2' (built in) or a local Hugging Face tokenizer directory") from e
+        raise SettingError("tokenizer", f"tiktoken encoding {name!r} could not be loaded ({e}); offline, use 'gpt2' "
+                                        f"(built in) or a local Hugging Face tokenizer directory") from e
 
 
 def _load_gpt2() -> Tokenizer:
@@ -189,13 +190,14 @@ def _load_hf(name_or_path: str) -> Tokenizer:
         tok = AutoTokenizer.from_pretrained(name_or_path, **({"local_files_only": True} if unreachable else {}))
     except Exception as e:
         if unreachable:
-            raise ValueError(f"tokenizer: Hugging Face tokenizer {name_or_path!r} is not in the local cache, and "
-                             f"{unreachable}; save it where it can be reached (save_pretrained) and give that "
-                             f"folder as --tokenizer") from None
-        raise ValueError(f"tokenizer: Hugging Face tokenizer {name_or_path!r} could not be loaded ({e})") from e
+            raise SettingError("tokenizer", f"Hugging Face tokenizer {name_or_path!r} is not in the local cache, and "
+                                            f"{unreachable}; save it where it can be reached (save_pretrained) and "
+                                            f"give that folder as --tokenizer") from None
+        raise SettingError("tokenizer", f"Hugging Face tokenizer {name_or_path!r} could not be loaded ({e})") from e
     eot = tok.eos_token_id
     if eot is None:
-        raise ValueError(f"tokenizer: Hugging Face tokenizer {name_or_path!r} has no eos token to separate documents")
+        raise SettingError("tokenizer", f"Hugging Face tokenizer {name_or_path!r} has no eos token to separate "
+                                        f"documents")
 
     def encode_batch(texts: list[str]) -> list[list[int]]:
         # Documents are plain text, as for tiktoken's encode_ordinary: a document quoting "</s>" was given the
@@ -303,7 +305,7 @@ def load_tokenizer(spec: str = GPT2_SPEC) -> Tokenizer:
     if not isinstance(spec, str) or not spec:
         raise TypeError(f"tokenizer: expected a non-empty spec string such as 'gpt2', got {spec!r}")
     if gone_folder(spec):  # the hub was asked for it as a repository name, which it cannot be
-        raise ValueError(f"tokenizer: {moved_hint(spec)}")
+        raise SettingError("tokenizer", f"{moved_hint(spec)}")
     return _load_tokenizer(spec, tokenizer_files(spec))
 
 
@@ -322,8 +324,8 @@ def _load_tokenizer(spec: str, files: Optional[str]) -> Tokenizer:
         return _load_hf(spec.split(":", 1)[1])
     if os.path.isdir(spec):
         return _load_hf(spec)
-    raise ValueError(f"tokenizer: unknown spec {spec!r}; expected 'gpt2', 'gpt2-json', 'bytes', "
-                     f"'tiktoken:<encoding>', 'hf:<name or path>' or a tokenizer directory")
+    raise SettingError("tokenizer", f"unknown spec {spec!r}; expected 'gpt2', 'gpt2-json', 'bytes', "
+                                    f"'tiktoken:<encoding>', 'hf:<name or path>' or a tokenizer directory")
 
 
 load_tokenizer.cache_clear = _load_tokenizer.cache_clear  # as when it was the cache itself (tests reset it)

@@ -6,7 +6,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from foxformer.argtypes import setting_name
+from foxformer.argtypes import SettingError, setting_name
 
 
 def check_sequences(seq_len: int, num: int, *, label: str = "{}") -> None:
@@ -111,12 +111,18 @@ def source_sequences(source: str, tokenizer, seq_len: int, num: int, text_field:
     from foxformer.data.tokenizer import start_ids
 
     rows = []
-    for doc in iter_documents(source, text_field):
-        ids = start_ids(tokenizer) + tokenizer.encode(doc.text)
-        if len(ids) >= seq_len:
-            rows.append(ids[:seq_len])
-            if len(rows) >= num:
-                break
+    try:
+        for doc in iter_documents(source, text_field):
+            ids = start_ids(tokenizer) + tokenizer.encode(doc.text)
+            if len(ids) >= seq_len:
+                rows.append(ids[:seq_len])
+                if len(rows) >= num:
+                    break
+    except SettingError as e:  # the source's reader names its setting as the API does ("source")
+        name = setting_name(label, e.field)
+        if name == e.field:
+            raise
+        raise ValueError(f"{name}: {e.reason}") from None
     if not rows:
         name = setting_name(label, "seq_len")
         raise ValueError(f"{name}: no document of {source!r} has {seq_len} tokens; lower {name} or use a source "
