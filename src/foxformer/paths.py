@@ -77,6 +77,20 @@ def check_export_dir(path: str, what: str) -> bool:
     return True
 
 
+@contextlib.contextmanager
+def export_writer(out: str, earlier: bool):
+    """A temporary folder beside ``out`` to write an export into (``out`` passed check_export_dir before the work):
+    finished, it replaces ``out`` (replace_export); on any failure it is removed, so no half-written export is
+    left beside the output."""
+    tmp = f"{os.path.normpath(out)}.tmp-{os.getpid()}"
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    replace_export(tmp, out, earlier)
+
+
 def replace_export(tmp: str, out: str, earlier: bool) -> None:
     """The finished export ``tmp`` in ``out``'s place (``out`` passed check_export_dir before the work)."""
     if earlier:

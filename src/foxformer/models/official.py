@@ -28,12 +28,11 @@ import json
 import math
 import os
 import re
-import shutil
 from typing import Optional
 
 import torch
 
-from ..paths import check_export_dir, replace_export
+from ..paths import check_export_dir, export_writer
 from .config import ROPE_THETA_DEFAULT, FoxConfig
 from .hub import download, is_hub_id
 from .modeling import FoxForCausalLM
@@ -272,13 +271,8 @@ def convert_official(src: str, out: str, *, tokenizer: Optional[str] = "auto",
                          f"{os.path.normpath(out) + '-foxformer'!r}")
     earlier = check_export_dir(out, "--out")  # before the load, which takes minutes for the released 760M models
     model = load_official(src, tokenizer=tokenizer, max_position_embeddings=max_position_embeddings)
-    tmp = f"{os.path.normpath(out)}.tmp-{os.getpid()}"
-    try:
+    with export_writer(out, earlier) as tmp:
         model.save_pretrained(tmp)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)  # no half-written folder beside the output
-        raise
-    replace_export(tmp, out, earlier)
     cfg = model.config
     return {"source": src, "out": out, "tokenizer": cfg.tokenizer, "dtype": str(next(model.parameters()).dtype),
             "layers": cfg.num_layers, "hidden_size": cfg.hidden_size, "heads": cfg.num_heads,

@@ -13,7 +13,6 @@ import hashlib
 import math
 import os
 import shlex
-import shutil
 import sys
 import time
 import zlib
@@ -30,7 +29,7 @@ from ..data.tokenizer import moved_hint, same_tokenizer, tokenizer_files
 from ..models.calls import hf_progress
 from ..models.presets import attention_flops_per_token
 from ..ops.forgetting_attn.checks import NonFiniteValueError
-from ..paths import check_export_dir, check_output_dir, folder_lock, replace_export
+from ..paths import check_export_dir, check_output_dir, export_writer, folder_lock
 from ..progress import bars_shown
 from ..provenance import code_version
 from . import checkpoint as ckpt
@@ -414,15 +413,10 @@ def export_hf(model_cfg, model_sd: dict, out: str, run_dir: str | None = None) -
     earlier = check_export_dir(out, "export")
     model = FoxForCausalLM(model_cfg)
     model.load_state_dict(model_sd, strict=True)
-    tmp = f"{out}.tmp-{os.getpid()}"
-    try:
+    with export_writer(out, earlier) as tmp:
         model.save_pretrained(tmp)
         if run_dir is not None:
             write_card(tmp, model_cfg, training_facts(run_dir), replace=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)  # no half-written export beside the run
-        raise
-    replace_export(tmp, out, earlier)
     return out
 
 
