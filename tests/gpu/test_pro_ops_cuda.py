@@ -1,11 +1,13 @@
 """shift_norm and gate_norm compiled for the GPU, in bf16, against their float64 references: every output and
 gradient at FoX (Pro) 125M's shape at 16K and at awkward ones; and a compiled FoX (Pro) training step with
 fused_pro_ops against the modules'. Skipped without CUDA: `python -m pytest -q tests/gpu/test_pro_ops_cuda.py`."""
+from dataclasses import replace
+
 import pytest
 import torch
 
 from foxformer.ops import gate_norm, shift_norm
-from foxformer.ops.pro_block import gate_norm_reference, shift_norm_reference
+from foxformer.ops.pro_block import gate_norm_reference, shift_norm_reference, tiles
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
@@ -47,7 +49,9 @@ def _strided(*shape, extra=24):
 
 @pytest.mark.parametrize("shape", list(SHAPES.values()), ids=list(SHAPES))
 @pytest.mark.parametrize("case", ["shift+norm", "shift+prev+starts", "norm-only"])
-def test_shift_norm_bf16(shape, case):
+@pytest.mark.parametrize("gather", [False, True], ids=["bwd-recompute", "bwd-gather"])
+def test_shift_norm_bf16(shape, case, gather, monkeypatch):
+    monkeypatch.setitem(tiles.TILES, "shift_bwd", replace(tiles.TILES["shift_bwd"], gather_next=gather))
     B, T, H, D = shape
     torch.manual_seed(1)
     args = dict(x=_strided(B, T, H, D))

@@ -1,10 +1,12 @@
 """shift_norm and gate_norm (the Pro block's fused extras): the Triton kernels, run by the interpreter on CPU,
 against their float64 references; every output and gradient, strided inputs, NaN-poisoned output buffers."""
+from dataclasses import replace
+
 import pytest
 import torch
 
 from foxformer.ops import gate_norm, shift_norm
-from foxformer.ops.pro_block import gate, gate_norm_reference, shift, shift_norm_reference
+from foxformer.ops.pro_block import gate, gate_norm_reference, shift, shift_norm_reference, tiles
 
 from .helpers import REL_TOL, rel_err
 
@@ -48,6 +50,13 @@ def tile(request, monkeypatch):
         for module in (shift, gate):
             monkeypatch.setattr(module, "block_sizes",
                                 lambda D, kernel: (4, max(2, 1 << (D - 1).bit_length()), 4, heads_inner))
+
+
+@pytest.fixture(params=[False, True], ids=lambda p: "bwd-gather" if p else "bwd-recompute")
+def shift_bwd(request, monkeypatch):
+    """shift_norm's backward with the next rows' du recomputed (the old kernel) or gathered from overlapping tiles
+    (Tile.gather_next); without a shift both run the old kernel."""
+    monkeypatch.setitem(tiles.TILES, "shift_bwd", replace(tiles.TILES["shift_bwd"], gather_next=request.param))
 
 
 def _rand(*shape, seed, dtype=torch.float64, strided=False):
@@ -105,13 +114,13 @@ def _against_float64(fn, ref_fn, args, dtype):
 
 @pytest.mark.parametrize("variant", SHIFT_VARIANTS)
 @pytest.mark.parametrize("shape", SHAPES)
-def test_shift_norm_matches_float64_reference(shape, variant, tile):
+def test_shift_norm_matches_float64_reference(shape, variant, tile, shift_bwd):
     args = _shift_inputs(SHAPES[shape], SHIFT_VARIANTS[variant], torch.float64)
     _against_float64(shift_norm, shift_norm_reference, args, torch.float64)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
-def test_shift_norm_low_precision(dtype):
+def test_shift_norm_low_precision(dtype, shift_bwd):
     # as in the model under autocast: x, logits in the low precision, an fp32 weight
     args = _shift_inputs(SHAPES["12heads"], SHIFT_VARIANTS["shift+prev+starts+headnorm"], dtype)
     _against_float64(shift_norm, shift_norm_reference, args, dtype)

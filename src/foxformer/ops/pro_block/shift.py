@@ -4,7 +4,9 @@ Forward, per row (b, t, h): ``u = x + a (s - x)`` with ``a = sigmoid(logit)``, `
 t = 0, zeros without it or at a sequence start), then ``y = u * rstd(u) * w``. The backward recomputes u and
 the norm's gradient ``du`` instead of saving them, and needs ``du`` of the next row too: ``dx_t = (1 - a_t) du_t +
 a_{t+1} du_{t+1}``. Each program recomputes its rows shifted by one rather than exchanging them with the next
-program: the extra reads are of rows it or its neighbour loads anyway (cache hits), and one launch writes dx.
+program: the extra reads are of rows it or its neighbour loads anyway (cache hits), and one launch writes dx. The
+gather kernel (Tile.gather_next) computes each row's du once instead, shifting it within the tile: half the norm
+gradients and the loads they need, a tile through shared memory, and 1 / BLOCK_T of the rows computed twice.
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .tiles import (LAUNCH_OPTIONS, block_sizes, grid, last_dim_contiguous, partials_dtype,
+from .tiles import (LAUNCH_OPTIONS, TILES, block_sizes, grid, last_dim_contiguous, partials_dtype,
                     program, reduce_partials, rms_norm_grad, rstd, sigmoid, tile, up)
 
 
@@ -121,6 +123,46 @@ def _shift_norm_bwd_kernel(X, LOGITS, PREV, STARTS, W, DY, DX, DLOGITS, DPREV, D
         tl.store(DW_PART + (blk * H + h) * D + d, part.to(DW_PART.dtype.element_ty), mask=d_ok)
 
 
+@triton.jit
+def _shift_norm_bwd_gather_kernel(X, LOGITS, PREV, STARTS, W, DY, DX, DLOGITS, DPREV, DW_PART, T, n_rows, H, D, eps,
+                                  sx_b, sx_t, sx_h, sl_b, sl_t, sl_h, sp_b, sp_h, ss_b, ss_t, sw_h, sd_b, sd_t, sd_h,
+                                  HAS_PREV: tl.constexpr, HAS_STARTS: tl.constexpr, HAS_WEIGHT: tl.constexpr,
+                                  F64: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
+                                  HEADS_INNER: tl.constexpr):
+    """The shift's backward with one norm gradient a row: a program's BLOCK_T rows overlap the next program's by one,
+    it writes the first BLOCK_T - 1, and takes each one's du_{t+1} from its own tile through tl.gather (a pass
+    through shared memory) instead of recomputing the next rows."""
+    blk, h = program(H, HEADS_INNER)
+    i = tl.arange(0, BLOCK_T)
+    n = blk.to(tl.int64) * (BLOCK_T - 1) + i
+    ok = n < n_rows
+    t = n % T
+    d = tl.arange(0, BLOCK_D)
+    d_ok = d < D
+    du, diff, a, fresh, dw = _row_grads(X, LOGITS, PREV, STARTS, W, DY, n, T, ok, h, d, d_ok, D, eps,
+                                        sx_b, sx_t, sx_h, sl_b, sl_t, sl_h, sp_b, sp_h, ss_b, ss_t, sw_h,
+                                        sd_b, sd_t, sd_h, True, HAS_PREV, HAS_STARTS, HAS_WEIGHT, F64)
+    out = ok & (i < BLOCK_T - 1)
+    # the reductions and their stores before the gather, so that diff and dw are dead across it: 77 registers
+    # against 96 in the other order (k's case, 2048 x 4, compiled for sm_90a)
+    dlogit = tl.sum(du * diff, axis=1) * a * (1.0 - a)
+    tl.store(DLOGITS + n * H + h, dlogit.to(DLOGITS.dtype.element_ty), mask=out)
+    if HAS_PREV:
+        first = out & (t == 0)
+        dprev = du * tl.where(fresh, a, 0.0)[:, None]
+        tl.store(DPREV + (((n // T) * H + h) * D)[:, None] + d[None, :], dprev.to(DPREV.dtype.element_ty),
+                 mask=first[:, None] & d_ok[None, :])
+    if HAS_WEIGHT:
+        part = tl.sum(tl.where(out[:, None], dw, 0.0), axis=0)
+        tl.store(DW_PART + (blk * H + h) * D + d, part.to(DW_PART.dtype.element_ty), mask=d_ok)
+    # each row's share of the row above's dx: zero where its s is prev or zeros (t = 0, a start, past the end)
+    to_above = du * tl.where(fresh & (t > 0), a, 0.0)[:, None]
+    below = tl.broadcast_to(tl.minimum(i + 1, BLOCK_T - 1)[:, None], (BLOCK_T, BLOCK_D))
+    dx = du * (1.0 - a)[:, None] + tl.gather(to_above, below, axis=0)
+    tl.store(DX + ((n * H + h) * D)[:, None] + d[None, :], dx.to(DX.dtype.element_ty),
+             mask=out[:, None] & d_ok[None, :])
+
+
 def _operands(x, logits, prev, starts, weight) -> tuple[list, list, dict]:
     """(pointers, strides, flags) of the optional inputs; x stands in for an absent tensor (never read)."""
     if prev is not None:
@@ -158,15 +200,20 @@ def shift_norm_backward(dy, x, logits, prev, starts, weight, eps: float):
     x, dy = last_dim_contiguous(x), last_dim_contiguous(dy)
     B, T, H, D = x.shape
     block_t, block_d, num_warps, heads_inner = block_sizes(D, "shift_bwd")
-    n_programs = triton.cdiv(B * T, block_t)
+    ptrs, strides, flags = _operands(x, logits, prev, starts, weight)
+    kernel, step = _shift_norm_bwd_kernel, block_t
+    if logits is not None and TILES["shift_bwd"].gather_next:
+        block_t = max(2, block_t)  # each program's last row is the next one's first
+        kernel, step = _shift_norm_bwd_gather_kernel, block_t - 1
+        del flags["HAS_SHIFT"]
+    n_programs = triton.cdiv(B * T, step)
     dx = torch.empty(B, T, H, D, dtype=x.dtype, device=x.device)
     dlogits = None if logits is None else torch.empty(B, T, H, dtype=logits.dtype, device=x.device)
     dprev = None if prev is None else torch.empty(B, H, D, dtype=prev.dtype, device=x.device)
     partials = None if weight is None else torch.empty(n_programs, H, D, dtype=partials_dtype(x.dtype),
                                                        device=x.device)
-    ptrs, strides, flags = _operands(x, logits, prev, starts, weight)
     outs = [dx if o is None else o for o in (dlogits, dprev, partials)]
-    _shift_norm_bwd_kernel[grid(B * T, H, block_t, heads_inner)](
+    kernel[grid(B * T, H, step, heads_inner)](
         x, *ptrs, dy, dx, *outs, T, B * T, H, D, eps, x.stride(0), x.stride(1), x.stride(2), *strides,
         dy.stride(0), dy.stride(1), dy.stride(2), **flags,
         BLOCK_T=block_t, BLOCK_D=block_d, HEADS_INNER=heads_inner, num_warps=num_warps, **LAUNCH_OPTIONS)

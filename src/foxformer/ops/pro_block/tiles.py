@@ -19,10 +19,13 @@ from ..forgetting_attn.tiles import LAUNCH_OPTIONS
 class Tile:
     """One pass's launch: ``elements`` of a program's [BLOCK_T, BLOCK_D] tile and its warps; ``heads_inner``
     numbers the programs head-fastest, so that those running at once read the same rows' heads (adjacent in
-    memory) rather than one head's rows (a head's D elements every H * D)."""
+    memory) rather than one head's rows (a head's D elements every H * D). ``gather_next`` (shift_bwd with a shift
+    only) takes the backward's next-row norm gradients from the program's own tile (shift's gather kernel) instead
+    of recomputing them."""
     elements: int = 4096
     num_warps: int = 4
     heads_inner: bool = False
+    gather_next: bool = False
 
 
 # One entry per kernel and pass, the fastest of 1K-16K elements x 1-8 warps at FoX (Pro) 125M's four calls at 16K
@@ -30,6 +33,8 @@ class Tile:
 # shift passes (k's backward 0.262 ms against 0.460 at the first guess, 4K x 4), 1K x 2 for gate's forward, 2K x 4
 # for its backward (0.267 against 0.323). Larger tiles with few warps ran up to 20x slower. Each pass's best tile of a
 # later sweep, and heads_inner, timed level with these in the model's step (docs/bench/ab_pro_tiles_fce6a94_h100.json).
+# gather_next stays off, untimed: compiled for sm_90a, k's backward with it takes 77 registers at 2K x 4 (48 at
+# 1K x 4 and 2K x 8) against 128 and 8 bytes of spills without (`--layout separate` times both).
 TILES = {"shift_fwd": Tile(2048, 4), "shift_bwd": Tile(2048, 4), "gate_fwd": Tile(1024, 2), "gate_bwd": Tile(2048, 4)}
 
 
