@@ -197,3 +197,16 @@ def test_a_model_export_that_records_no_tokenizer_is_refused(tmp_path, capsys):
     assert _error(capsys) == (f"error: --tokenizer: {export} is a foxformer model export that records no tokenizer; "
                               f"give the tokenizer its model was trained with ('gpt2', 'bytes', ...) instead")
     assert not (tmp_path / "d").exists()
+
+
+@pytest.mark.parametrize("out", ["docs", "docs/tokens"], ids=["the-source-folder", "inside-it"])
+def test_an_out_folder_in_the_source_folder_names_no_config_field(tmp_path, capsys, monkeypatch, out):
+    """`--out: ... choose an out_dir outside it`: the flag's user typed no out_dir."""
+    monkeypatch.chdir(tmp_path)
+    os.mkdir("docs")
+    (tmp_path / "docs" / "a.txt").write_text("a document")
+    assert main(["data", "prepare", "--source", "docs", "--out", out, "--tokenizer", "bytes", "--no-progress"]) == 2
+    inside = "" if out == "docs" else "inside "
+    assert _error(capsys) == (f"error: --out: '{out}' is {inside}the source folder 'docs', whose files are read as "
+                              f"documents: the dataset's own (.json, .npy) would be read with them when it is prepared "
+                              f"again; give the dataset a folder outside it")
