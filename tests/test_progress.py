@@ -106,3 +106,41 @@ def test_plain_lines_stand_in_for_the_bar_methods_the_loops_call(monkeypatch):
         bar.update(1_500_000)
     assert log.getvalue().startswith("fingerprint sources: B 1.50M/3.00M done, "), log.getvalue()
     assert len(log.getvalue().splitlines()) == 1
+
+
+@pytest.mark.parametrize("wanted", [True, False], ids=["into-a-log", "no-progress"])
+def test_a_single_long_item_says_what_it_computes_while_it_runs(monkeypatch, wanted):
+    """The plain lines came as items ended: one long loss batch (or needle trial) was silent until it ended. Now a
+    line comes at most every LINE_EVERY_S while an item runs, saying which one and its size."""
+    import time
+
+    import foxformer.progress as progress
+
+    log = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", log)
+    monkeypatch.setattr(progress, "LINE_EVERY_S", 0.2)
+    model = tiny_model()
+    model.model.register_forward_pre_hook(lambda *_: time.sleep(0.5))  # the one batch outlasts the interval
+    start = time.monotonic()
+    per_token_loss(model, torch.randint(0, 97, (2, 16)), batch_size=2, progress=wanted)
+    took = time.monotonic() - start
+    lines = log.getvalue().splitlines()
+    assert lines and all(line.startswith("loss: batch 1/1 running (2 sequence(s) of 16 tokens), ") and
+                         line.endswith(" elapsed") for line in lines), lines
+    assert len(lines) <= took / 0.2  # one a LINE_EVERY_S at most, and none once the batch is done
+    time.sleep(0.3)
+    assert log.getvalue().splitlines() == lines
+
+
+def test_a_drawn_bar_gets_no_plain_lines_while_an_item_runs(monkeypatch):
+    import time
+
+    import foxformer.progress as progress
+
+    monkeypatch.setattr(sys, "stderr", _Terminal())
+    monkeypatch.setattr(progress, "LINE_EVERY_S", 0.01)
+    bar = progress.progress_bar(total=1, desc="x", unit="y", wanted=True, delay=10.0)
+    with progress.working(bar, "an item"):
+        time.sleep(0.1)
+    assert "running" not in sys.stderr.getvalue()
+    bar.close()

@@ -5,7 +5,9 @@ Standard library and tqdm only, so that every layer may import it.
 from __future__ import annotations
 
 import sys
+import threading
 import time
+from contextlib import contextmanager, nullcontext
 
 import tqdm.auto
 import tqdm.autonotebook
@@ -43,6 +45,15 @@ def progress_bar(iterable=None, *, total: int | None = None, desc: str, unit: st
     return _Lines(iterable, total, desc, unit, unit_scale)
 
 
+def working(bar, what: str):
+    """A ``with`` around one item of ``bar``'s loop, ``what`` saying what it computes and how big it is ("a
+    65,536-token context"): where no bar is drawn, a line at most every LINE_EVERY_S while the item runs. The plain
+    lines come as items end, so a single long item (one 100K-token needle trial on a CPU, one big loss batch) said
+    nothing until it ended; a single forward pass gives no place to say more, hence a thread. A drawn bar is left as
+    it is."""
+    return bar.working(what) if isinstance(bar, _Lines) else nullcontext()
+
+
 class _Lines:
     """The plain lines behind progress_bar, with the few tqdm methods the commands' loops call."""
 
@@ -65,16 +76,38 @@ class _Lines:
     def _count(self, n: int) -> str:
         return tqdm.std.tqdm.format_sizeof(n) if self.unit_scale else f"{n:,}"
 
-    def update(self, n: int = 1) -> None:
-        self.n += n
-        now = time.monotonic()
-        if now - self.said < LINE_EVERY_S or (self.total is not None and self.n >= self.total):
-            return  # the command's own output follows the last one
-        self.said = now
+    def _say(self, n: int, state: str) -> None:
+        self.said = now = time.monotonic()
         of = f"/{self._count(self.total)}" if self.total is not None else ""
-        sys.stderr.write(f"{self.desc}: {self.unit} {self._count(self.n)}{of} done, "
+        sys.stderr.write(f"{self.desc}: {self.unit} {self._count(n)}{of} {state}, "
                          f"{tqdm.std.tqdm.format_interval(now - self.start)} elapsed\n")
         sys.stderr.flush()
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        if time.monotonic() - self.said < LINE_EVERY_S or (self.total is not None and self.n >= self.total):
+            return  # the command's own output follows the last one
+        self._say(self.n, "done")
+
+    @contextmanager
+    def working(self, what: str):
+        stop = threading.Event()
+
+        def beat() -> None:
+            # the time left to the next line, counted from the last one (an item's end said its own)
+            while not stop.wait(max(0.0, self.said + LINE_EVERY_S - time.monotonic())):
+                self._say(self.n + 1, f"running ({what})")
+
+        # a zero interval (tests' "a line after every item") would write lines without pause
+        thread = threading.Thread(target=beat, daemon=True) if LINE_EVERY_S > 0 else None
+        if thread is not None:
+            thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            if thread is not None:
+                thread.join()
 
     def set_postfix(self, *args, **kwargs) -> None:
         pass  # a bar's live figures (mqar's loss): a loop that logs them says them in its own lines and results

@@ -431,7 +431,7 @@ def test_leave_out_that_empties_the_training_split_is_refused(tmp_path):
     seed = next(s for s in range(100) if 0 in prep_mod._split_documents(6, 0.05, s)[1])
     with pytest.raises(ValueError, match=re.escape(f"leave_out: the training split would be empty: the 1 document(s) "
                                                    f"of {sources[:1]} all fell in the validation split "
-                                                   f"(val_fraction 0.05, seed {seed})")):
+                                                   f"(a fraction of 0.05, seed {seed})")):
         prepare(_cfg(tmp_path, sources, leave_out=sources[1:], seed=seed, tokenizer="bytes"), progress=False)
     assert read_manifest(str(tmp_path / "out")) is None
 

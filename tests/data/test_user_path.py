@@ -160,3 +160,53 @@ def test_prepare_names_the_flag_of_an_error_raised_past_the_checks(tmp_path, cap
         with pytest.raises(ValueError) as refused:
             prepare(cfg, progress=False)
         assert str(refused.value).startswith(said)
+
+
+def _export(folder, tokenizer) -> str:
+    from foxformer.models import FoxForCausalLM, get_preset
+
+    vocab = 257 if tokenizer == "bytes" else 50304
+    FoxForCausalLM(get_preset("fox-llama-tiny", vocab_size=vocab, tokenizer=tokenizer)).save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.mark.parametrize("spec, form", [("bytes", "{}"), ("gpt2-json", "{}"), ("gpt2-json", "hf:{}")],
+                         ids=["bytes-export", "gpt2-json-export", "gpt2-json-export-as-hf"])
+def test_a_model_export_as_tokenizer_is_the_tokenizer_it_records(tmp_path, capsys, monkeypatch, spec, form):
+    """`--tokenizer EXPORT` read the export as a Hugging Face tokenizer: a gpt2-json one asked whether to run its
+    remote code (refused here, with no one at the terminal), a bytes one was recorded as `hf:EXPORT`."""
+    import io
+
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))
+    export = _export(tmp_path / "export", spec)
+    src = tmp_path / "a.txt"
+    src.write_text("hello naïve world\n" * 20)
+    for name, given in (("by-export", form.format(export)), ("by-name", spec)):
+        assert main(["data", "prepare", "--source", str(src), "--out", str(tmp_path / name), "--tokenizer", given,
+                     "--no-progress"]) == 0
+    capsys.readouterr()
+    made = [json.loads((tmp_path / name / "manifest.json").read_text()) for name in ("by-export", "by-name")]
+    assert made[0]["tokenizer"] == spec
+    assert (tmp_path / "by-export" / "train.bin").read_bytes() == (tmp_path / "by-name" / "train.bin").read_bytes()
+
+
+def test_a_model_export_that_records_no_tokenizer_is_refused(tmp_path, capsys):
+    export = _export(tmp_path / "export", None)
+    assert main(["data", "prepare", "--source", "builtin:pydoc", "--out", str(tmp_path / "d"), "--tokenizer",
+                 export, "--no-progress"]) == 2
+    assert _error(capsys) == (f"error: --tokenizer: {export} is a foxformer model export that records no tokenizer; "
+                              f"give the tokenizer its model was trained with ('gpt2', 'bytes', ...) instead")
+    assert not (tmp_path / "d").exists()
+
+
+@pytest.mark.parametrize("out", ["docs", "docs/tokens"], ids=["the-source-folder", "inside-it"])
+def test_an_out_folder_in_the_source_folder_names_no_config_field(tmp_path, capsys, monkeypatch, out):
+    """`--out: ... choose an out_dir outside it`: the flag's user typed no out_dir."""
+    monkeypatch.chdir(tmp_path)
+    os.mkdir("docs")
+    (tmp_path / "docs" / "a.txt").write_text("a document")
+    assert main(["data", "prepare", "--source", "docs", "--out", out, "--tokenizer", "bytes", "--no-progress"]) == 2
+    inside = "" if out == "docs" else "inside "
+    assert _error(capsys) == (f"error: --out: '{out}' is {inside}the source folder 'docs', whose files are read as "
+                              f"documents: the dataset's own (.json, .npy) would be read with them when it is prepared "
+                              f"again; give the dataset a folder outside it")

@@ -57,6 +57,23 @@ def test_without_a_bar_the_grid_says_its_trials_in_plain_lines(setup, monkeypatc
     assert [line.split(",")[0] for line in capsys.readouterr().err.splitlines()] == ["niah copy: trial 1/2 done"]
 
 
+def test_without_a_bar_a_long_trial_says_its_context_while_it_runs(setup, monkeypatch, capsys):
+    """The lines came as trials ended: one 100K-token trial on a CPU was silent until it ended."""
+    import time
+
+    import foxformer.progress
+
+    monkeypatch.setattr(foxformer.progress, "LINE_EVERY_S", 0.2)
+    tok, hay = setup
+    model = copy_model(64)
+    model.model.register_forward_pre_hook(lambda *_: time.sleep(0.5))
+    niah_grid(model, tok, hay, lengths=[48], depths=[0.5], modes=["easy"], needles=1, keys=KEYS, generate=False,
+              progress=False, name="copy")
+    lines = capsys.readouterr().err.splitlines()
+    assert lines and all(line.startswith("niah copy: trial 1/1 running (a 48-token context, easy, depth 0.5), ")
+                         for line in lines), lines
+
+
 def test_prompt_has_exact_length_and_needle_at_a_sentence_boundary(setup):
     tok, hay = setup
     needle = make_needle(0, 0, KEYS)

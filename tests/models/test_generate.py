@@ -106,6 +106,21 @@ def test_hf_generate_options_foxformer_cannot_honour_are_refused(case):
         model.generate(tokens(1, 6), max_new_tokens=3, do_sample=False, **UNSUPPORTED[case])
 
 
+@pytest.mark.parametrize("passed", [{"max_cache_len": 4}, {"max_cache_len": 64, "cache_implementation": "static"},
+                                    {"generation_config": GenerationConfig(max_cache_len=64, max_new_tokens=3)}],
+                         ids=["keyword", "beside-static", "in-generation-config"])
+def test_max_cache_len_is_refused_as_there_is_no_cache_to_size(passed):
+    """max_cache_len pre-sizes transformers' static cache for later calls; FoxCache is built for each call, so it
+    was ignored: in silence beside cache_implementation="static" (even a length smaller than the call's)."""
+    model = make_model("fox-pro-tiny")
+    size = passed.get("max_cache_len") or passed["generation_config"].max_cache_len
+    said = (f"generate: max_cache_len={size} sizes transformers' static cache ahead of later, longer calls, which "
+            f"foxformer models do not keep: each generate call builds its own FoxCache, with storage for that call's "
+            f"prompt and new tokens (max_length), so there is nothing to size; leave it out")
+    with pytest.raises(ValueError, match=f"^{re.escape(said)}$"):
+        model.generate(tokens(1, 6), max_new_tokens=3, do_sample=False, pad_token_id=0, **passed)
+
+
 def test_the_dynamic_cache_implementation_is_the_models_own_growing_cache():
     """cache_implementation="dynamic" (transformers' DynamicCache, its default: one that grows as tokens come) was
     refused as "another cache implementation"; FoxCache is such a cache, so it runs on that and decodes the same."""

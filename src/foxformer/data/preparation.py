@@ -469,8 +469,8 @@ def _check_out_dir_outside(out_dir: str, info) -> None:
     if out == folder or out.startswith(folder.rstrip(os.sep) + os.sep):
         raise SettingError("out_dir", f"{out_dir!r} is {'' if out == folder else 'inside '}the source folder "
                                       f"{info.spec!r}, whose files are read as documents: the dataset's own (.json, "
-                                      f".npy) would be read with them when it is prepared again; choose an out_dir "
-                                      f"outside it")
+                                      f".npy) would be read with them when it is prepared again; give the dataset "
+                                      f"a folder outside it")
 
 
 def _existing_dataset(out_dir: str, request: dict, older_requests: list[dict],
@@ -530,7 +530,7 @@ def _build(cfg: PrepareConfig, infos: list, request: dict, tok, progress: bool, 
         kept = [info.spec for i, info in enumerate(infos) if i not in left_out]
         n_kept = int((~np.isin(doc_table_arr[:, 0], left_out)).sum())
         raise SettingError("leave_out", f"the training split would be empty: the {n_kept} document(s) of {kept} all "
-                                        f"fell in the validation split (val_fraction {cfg.val_fraction}, seed "
+                                        f"fell in the validation split (a fraction of {cfg.val_fraction}, seed "
                                         f"{cfg.seed}); give those sources more documents, or another seed")
     if replace:
         os.remove(os.path.join(cfg.out_dir, MANIFEST))

@@ -10,12 +10,14 @@ Spec strings accepted by :func:`load_tokenizer`:
                            models on a CPU spend their time on the model rather than on a 50K-way softmax.
   ``tiktoken:<encoding>``  any tiktoken encoding (``cl100k_base``, ...); needs its files cached or a network.
   ``hf:<name or path>``    a Hugging Face tokenizer (``AutoTokenizer.from_pretrained``).
-  a directory path         same as ``hf:<path>``.
+  a directory path         same as ``hf:<path>``; a foxformer model export (its config.json) stands for the
+                           tokenizer it records.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -213,14 +215,36 @@ def _load_hf(name_or_path: str) -> Tokenizer:
                      _encode_batch=encode_batch, _decode=lambda ids: tok.decode(ids), _cut=hf_cut(tok))
 
 
+def _export_tokenizer(folder: str) -> Optional[str]:
+    """The tokenizer spec a foxformer model export (``foxformer export-hf``, ``save_pretrained``) records in its
+    config.json; None for any other folder. Read as a Hugging Face tokenizer, an export's config sent
+    AutoTokenizer to its remote code (a trust_remote_code prompt, or a refusal), and the data recorded the folder
+    rather than the tokenizer the model's ids belong to. SettingError for an export that records none."""
+    try:
+        with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
+            config = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(config, dict) or config.get("model_type") != "foxformer":
+        return None
+    recorded = config.get("tokenizer")
+    if not isinstance(recorded, str) or not recorded:
+        raise SettingError("tokenizer", f"{folder} is a foxformer model export that records no tokenizer; give the "
+                                        f"tokenizer its model was trained with ('gpt2', 'bytes', ...) instead")
+    return recorded
+
+
 def canonical_name(spec: str) -> str:
     """The ``Tokenizer.name`` that :func:`load_tokenizer` gives ``spec``, without loading it (manifests store
-    that name, so a run's spec must be compared in this form: "tiktoken:gpt2" is stored as "gpt2")."""
+    that name, so a run's spec must be compared in this form: "tiktoken:gpt2" is stored as "gpt2"). A foxformer
+    model export stands for the tokenizer it records (_export_tokenizer)."""
     if spec == "tiktoken:gpt2":
         return GPT2_SPEC
     named = spec in (GPT2_SPEC, GPT2_JSON_SPEC, BYTES_SPEC) or spec.startswith(("tiktoken:", "hf:"))
-    if not named and os.path.isdir(spec):
-        return f"hf:{spec}"
+    folder = spec[3:] if spec.startswith("hf:") else "" if named else spec
+    if folder and os.path.isdir(folder):
+        recorded = _export_tokenizer(folder)
+        return canonical_name(recorded) if recorded and recorded != spec else f"hf:{folder}"
     return spec
 
 
@@ -304,6 +328,7 @@ def load_tokenizer(spec: str = GPT2_SPEC) -> Tokenizer:
     files changed (a process kept the tokenizer it had loaded from the folder before another was saved there)."""
     if not isinstance(spec, str) or not spec:
         raise TypeError(f"tokenizer: expected a non-empty spec string such as 'gpt2', got {spec!r}")
+    spec = canonical_name(spec)
     if gone_folder(spec):  # the hub was asked for it as a repository name, which it cannot be
         raise SettingError("tokenizer", f"{moved_hint(spec)}")
     return _load_tokenizer(spec, tokenizer_files(spec))

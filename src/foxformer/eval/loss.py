@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from foxformer.argtypes import setting_name
 from foxformer.models.calls import backbone, model_device, vocab_size_of
-from foxformer.progress import progress_bar
+from foxformer.progress import progress_bar, working
 
 
 def check_tokens(tokens, model: Optional[torch.nn.Module] = None, name: str = "tokens") -> torch.Tensor:
@@ -97,8 +97,11 @@ def per_token_loss(model: torch.nn.Module, tokens, *, batch_size: int = 1, chunk
     check_batch_size(batch_size)
     dev = model_device(model)
     out = []
-    for s in progress_bar(range(0, tokens.shape[0], batch_size), desc="loss", unit="batch", wanted=progress):
-        out.append(_row_losses(model, tokens[s:s + batch_size].to(dev), chunk).cpu())
+    bar = progress_bar(range(0, tokens.shape[0], batch_size), desc="loss", unit="batch", wanted=progress)
+    for s in bar:
+        batch = tokens[s:s + batch_size]
+        with working(bar, f"{batch.shape[0]} sequence(s) of {batch.shape[1]:,} tokens"):
+            out.append(_row_losses(model, batch.to(dev), chunk).cpu())
     return torch.cat(out, dim=0)
 
 

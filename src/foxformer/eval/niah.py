@@ -28,7 +28,7 @@ import torch
 from foxformer.argtypes import setting_name
 from foxformer.data.tokenizer import start_ids
 from foxformer.models.calls import cache_of, fresh_cache, model_device, vocab_size_of
-from foxformer.progress import progress_bar
+from foxformer.progress import progress_bar, working
 
 from .loss import check_finite
 
@@ -330,8 +330,9 @@ def niah_grid(model: torch.nn.Module, tokenizer: TextTokenizer, haystack: Sequen
                     for depth in depths:
                         case = build_case(tokenizer, haystack, length, depth, needle, mode=mode, offset=offset,
                                           needle_index=n, seed=seed, label=label)
-                        result.records.append(run_case(model, tokenizer, case, generate=generate,
-                                                       max_new_tokens=max_new_tokens))
+                        with working(bar, f"a {length:,}-token context, {mode}, depth {depth:g}"):
+                            result.records.append(run_case(model, tokenizer, case, generate=generate,
+                                                           max_new_tokens=max_new_tokens))
                         bar.update(1)
     bar.close()
     return result

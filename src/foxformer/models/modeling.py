@@ -660,9 +660,15 @@ def paged_refusal(asked: str) -> ValueError:
                       f"cache with eviction (FoxModel.new_cache, `foxformer generate`)")
 
 
-def check_cache_implementation(value: Optional[str]) -> None:
+def check_cache_settings(value: Optional[str], max_cache_len: Optional[int] = None) -> None:
     """ValueError for a cache_implementation FoxCache does not grant: another cache failed deep inside transformers
-    (an AttributeError on the cache) or, for a static cache, was ignored."""
+    (an AttributeError on the cache) or, for a static cache, was ignored. Likewise for any max_cache_len, which
+    was ignored in silence beside "static" (and said as ignored only beside other caches)."""
+    if max_cache_len is not None:
+        raise ValueError(f"generate: max_cache_len={max_cache_len!r} sizes transformers' static cache ahead of "
+                         f"later, longer calls, which foxformer models do not keep: each generate call builds its "
+                         f"own FoxCache, with storage for that call's prompt and new tokens (max_length), so there is "
+                         f"nothing to size; leave it out")
     if not value or value in CACHE_DECODE_MODES:
         return
     if value == PAGED_CACHE:
@@ -790,9 +796,10 @@ class FoxForCausalLM(FoxPreTrainedModel, GenerationMixin):
                                  **{CACHE_FIELD: getattr(out, CACHE_FIELD)})
 
     def generate(self, *args, **kwargs):
-        """transformers' generate, with cache_implementation checked first: passed as a keyword it is read before
-        the generation config is built (its "paged" switches to continuous batching, see PAGED_CACHE)."""
-        check_cache_implementation(kwargs.get("cache_implementation"))
+        """transformers' generate, with cache_implementation and max_cache_len checked first: passed as keywords
+        they are read before the generation config is built (its "paged" switches to continuous batching, see
+        PAGED_CACHE; transformers said max_cache_len is for static caches, where FoxCache's "static" ignores it)."""
+        check_cache_settings(kwargs.get("cache_implementation"), kwargs.get("max_cache_len"))
         return super().generate(*args, **kwargs)
 
     def init_continuous_batching(self, *args, **kwargs):
@@ -814,7 +821,7 @@ class FoxForCausalLM(FoxPreTrainedModel, GenerationMixin):
             if value:
                 raise ValueError(f"generate: {name}={value!r} asks for {what}, which foxformer models do not "
                                  f"support; leave it out")
-        check_cache_implementation(generation_config.cache_implementation)
+        check_cache_settings(generation_config.cache_implementation, getattr(generation_config, "max_cache_len", None))
         # transformers 5.25 keeps assistant_model out of model_kwargs and hands the generation mode here instead:
         # the check of model_kwargs alone let it through to an AttributeError on FoxCache (activate_past_recording).
         mode = next((a for a in (*args, *kwargs.values()) if isinstance(a, GenerationMode)), None)
