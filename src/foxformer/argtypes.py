@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import re
-from typing import Any
+from typing import Any, Callable
 
 _COUNT = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([KMGT]i?)?\s*$", re.IGNORECASE)
 _SCALE = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
@@ -146,13 +146,23 @@ def setting_name(label: str, field: str, flag: str | None = None) -> str:
 class SettingError(ValueError):
     """A setting refused by a check deep inside a call that serves both the Python API and the CLI (a source's
     reader, a tokenizer's loader), too deep to thread a ``label`` down to: the message names ``field`` as the API
-    does (``out_dir: ...``), and a command re-says ``reason`` after the flag its user typed (``--out: ...``)."""
+    does (``out_dir: ...``), and a command re-says ``reason`` after the flag its user typed (``--out: ...``).
 
-    def __init__(self, field: str, reason: str):
-        super().__init__(f"{field}: {reason}")
-        self.field, self.reason = field, reason
+    A reason that names other settings too is a function of how to name one (``lambda name: f"... {name('seed')}"``):
+    ``reason`` holds it in the API's words, and ``said(name)`` in a command's, through the same table as ``field``."""
 
-    def __reduce__(self):  # pickled as its arguments (a worker's error reaching its parent), not as args[0] alone
+    def __init__(self, field: str, reason: str | Callable[[Callable[[str], str]], str]):
+        self._words = reason if callable(reason) else lambda name: reason
+        self.field, self.reason = field, self.said(lambda key: key)
+        super().__init__(f"{field}: {self.reason}")
+
+    def said(self, name: Callable[[str], str]) -> str:
+        """The reason with each setting it names as ``name(field)`` calls it."""
+        return self._words(name)
+
+    # pickled as its arguments (a worker's error reaching its parent), not as args[0] alone; a reason that names
+    # settings travels in the API's words, as a function does not pickle
+    def __reduce__(self):
         return SettingError, (self.field, self.reason)
 
 

@@ -80,19 +80,16 @@ def check_export_dir(path: str, what: str) -> bool:
 @contextlib.contextmanager
 def export_writer(out: str, earlier: bool):
     """A temporary folder beside ``out`` to write an export into (``out`` passed check_export_dir before the work):
-    finished, it replaces ``out`` (replace_export); on any failure it is removed, so no half-written export is
-    left beside the output."""
+    finished, it replaces ``out`` (with a note when ``earlier``, an earlier export, goes); on any failure it is
+    removed, so no half-written export is left beside the output and an earlier one stays whole."""
     tmp = f"{os.path.normpath(out)}.tmp-{os.getpid()}"
+    # a process killed mid-export (kill -9 skips the cleanup) whose pid came round again left its files here
+    shutil.rmtree(tmp, ignore_errors=True)
     try:
         yield tmp
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    replace_export(tmp, out, earlier)
-
-
-def replace_export(tmp: str, out: str, earlier: bool) -> None:
-    """The finished export ``tmp`` in ``out``'s place (``out`` passed check_export_dir before the work)."""
     if earlier:
         print(f"note: replacing the earlier export in {out}", file=sys.stderr)
     shutil.rmtree(out, ignore_errors=True)

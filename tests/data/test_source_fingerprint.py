@@ -64,7 +64,7 @@ def test_a_changed_source_is_refused_in_one_line(project, edit):
         prepare(CFG, progress=False)
     assert str(refused.value) == "out_dir: 'data' already holds a dataset prepared from a different request (the " \
                                  "files of 'corpus' changed since (their content, or which files there are)); use " \
-                                 "another directory or --force"
+                                 "another directory, or pass force to replace it"
     assert prepare(CFG, force=True, progress=False)["request"]["sources"][0]["fingerprint"] == \
         describe_source("corpus").fingerprint
 
@@ -89,5 +89,5 @@ def test_a_dataset_that_recorded_its_source_by_file_times_works_while_untouched(
     assert str(refused.value) == "out_dir: 'data' already holds a dataset prepared from a different request (the " \
                                  "files of 'corpus' changed since, or their times or place did: that dataset records " \
                                  "its sources by their files' paths and times (an older foxformer), which cannot " \
-                                 "tell files touched, moved or copied from changed ones); use another directory or " \
-                                 "--force"
+                                 "tell files touched, moved or copied from changed ones); use another directory, or " \
+                                 "pass force to replace it"

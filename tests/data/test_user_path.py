@@ -2,6 +2,7 @@
 is one `error:` line naming it, and the advice given works."""
 import json
 import os
+import pickle
 
 import pytest
 
@@ -149,17 +150,61 @@ def test_prepare_names_the_flag_of_an_error_raised_past_the_checks(tmp_path, cap
     assert main([*base, "--tokenizer", "bytes"]) == 0
     capsys.readouterr()
     assert main([*base, "--tokenizer", "bytes", "--seed", "3"]) == 2
-    assert _error(capsys).startswith(f"error: --out: '{out}' already holds a dataset prepared from a different "
-                                     f"request (seed 0 then, 3 now)")
+    assert _error(capsys) == (f"error: --out: '{out}' already holds a dataset prepared from a different request "
+                              f"(--seed 0 then, 3 now); use another directory, or pass --force to replace it")
     for cfg, said in [(PrepareConfig(sources=[str(src)], out_dir=str(tmp_path / "e"), tokenizer="byte"),
                        "tokenizer: unknown spec 'byte'"),
                       (PrepareConfig(sources=[str(tmp_path / "nope")], out_dir=str(tmp_path / "e")),
                        f"source: '{tmp_path / 'nope'}' does not exist"),
                       (PrepareConfig(sources=[str(src)], out_dir=str(out), tokenizer="bytes", seed=3),
-                       f"out_dir: '{out}' already holds a dataset prepared from a different request")]:
+                       f"out_dir: '{out}' already holds a dataset prepared from a different request (seed 0 then, "
+                       f"3 now); use another directory, or pass force to replace it")]:
         with pytest.raises(ValueError) as refused:
             prepare(cfg, progress=False)
         assert str(refused.value).startswith(said)
+
+
+@pytest.mark.parametrize("flags, kwargs, cli_said, api_said", [
+    (["--val-fraction", "0.5"], {"val_fraction": 0.5}, "--val-fraction 0.05 then, 0.5 now",
+     "val_fraction 0.05 then, 0.5 now"),
+    (["--max-tokens-per-source", "100"], {"max_tokens_per_source": 100}, "--max-tokens-per-source unset then, 100 now",
+     "max_tokens_per_source unset then, 100 now"),
+    (["--text-field", "body", "--seed", "3"], {"text_field": "body", "seed": 3},
+     "--seed 0 then, 3 now; --text-field 'text' then, 'body' now", "seed 0 then, 3 now; text_field 'text' then, "
+                                                                   "'body' now"),
+], ids=["val-fraction", "max-tokens-per-source-from-unset", "text-field-and-seed"])
+def test_a_different_request_names_the_flags_on_the_command_line_and_the_fields_in_python(
+        tmp_path, capsys, flags, kwargs, cli_said, api_said):
+    from foxformer.data.preparation import PrepareConfig, prepare
+
+    src, out = tmp_path / "a.txt", tmp_path / "d"
+    src.write_text("hello " * 50)
+    base = ["data", "prepare", "--source", str(src), "--out", str(out), "--tokenizer", "bytes", "--no-progress"]
+    assert main(base) == 0
+    capsys.readouterr()
+    assert main([*base, *flags]) == 2
+    assert _error(capsys) == (f"error: --out: '{out}' already holds a dataset prepared from a different request "
+                              f"({cli_said}); use another directory, or pass --force to replace it")
+    with pytest.raises(ValueError) as refused:
+        prepare(PrepareConfig(sources=[str(src)], out_dir=str(out), tokenizer="bytes", **kwargs), progress=False)
+    assert str(refused.value) == (f"out_dir: '{out}' already holds a dataset prepared from a different request "
+                                  f"({api_said}); use another directory, or pass force to replace it")
+
+
+def test_a_left_out_source_that_is_not_a_source_names_the_flag_or_the_field(tmp_path, capsys):
+    from foxformer.data.preparation import PrepareConfig
+
+    src = str(tmp_path / "a.txt")
+    assert main(["data", "prepare", "--source", src, "--leave-out", "a.txt", "--out", str(tmp_path / "d"),
+                 "--no-progress"]) == 2
+    assert _error(capsys) == (f"error: --leave-out: ['a.txt'] are not among the sources ['{src}']; give a source "
+                              f"exactly as passed to --source")
+    with pytest.raises(ValueError) as refused:
+        PrepareConfig(sources=[src], leave_out=["a.txt"]).validate()
+    assert str(refused.value) == (f"leave_out: ['a.txt'] are not among the sources ['{src}']; give a source exactly "
+                                  f"as passed to sources")
+    # a worker's error reaches its parent pickled: in the API's words, as the naming function does not pickle
+    assert str(pickle.loads(pickle.dumps(refused.value))) == str(refused.value)
 
 
 def _export(folder, tokenizer) -> str:

@@ -318,3 +318,33 @@ def test_a_sharded_save_that_dies_before_its_commit_is_never_loaded(byte_data, t
     os.remove(os.path.join(latest, "meta.json"))
     with pytest.raises(ckpt.CheckpointError, match="no meta.json"):
         train(_cfg(byte_data, run, max_steps=6, checkpoint_format="sharded"))
+
+
+def test_a_sharded_export_that_fails_midway_leaves_no_temporary_folder_and_the_earlier_export(byte_data, tmp_path,
+                                                                                              monkeypatch, capsys):
+    """The sharded converter wrote its own temporary folder beside --out and left it there when a write failed."""
+    from foxformer.cli import main
+
+    run = str(tmp_path / "run")
+    train(_cfg(byte_data, run, max_steps=2, checkpoint_format="sharded"))
+    out, fresh = str(tmp_path / "hf"), str(tmp_path / "hf-new")
+    assert main(["export-hf", run, "--out", out]) == 0
+    before = {name: open(os.path.join(out, name), "rb").read() for name in os.listdir(out)}
+    real_read, reads = sharded._read_model_tensors, []
+
+    def read_then_fail(path, names, specs):  # the safetensors file is half written when the disk fills
+        reads.append(names)
+        if len(reads) == 2:
+            raise OSError(28, "No space left on device")
+        return real_read(path, names, specs)
+
+    monkeypatch.setattr(sharded, "CONVERT_BATCH_BYTES", 64 * 1024)
+    monkeypatch.setattr(sharded, "_read_model_tensors", read_then_fail)
+    assert main(["export-hf", run, "--out", out]) == 2
+    assert len(reads) == 2  # one batch of tensors written before the failure
+    reads.clear()
+    assert main(["export-hf", run, "--out", fresh]) == 2
+    assert capsys.readouterr().err.count("error: no space left on device: free disk space or choose another "
+                                         "location\n") == 2
+    assert {name: open(os.path.join(out, name), "rb").read() for name in os.listdir(out)} == before
+    assert sorted(os.listdir(tmp_path)) == ["hf", "run"]

@@ -15,11 +15,11 @@ def _summary(manifest: dict, out_dir: str) -> dict:
             "sources": [{"spec": s["spec"], "docs": s["docs"], "tokens": s["tokens"]} for s in manifest["sources"]]}
 
 
-# PrepareConfig's fields by the flags that set them: its errors name a field, where the user typed a flag
-# ("source": one source's reader, shared with the commands that read text)
+# PrepareConfig's fields (and prepare's force) by the flags that set them: its errors name a field, where the user
+# typed a flag ("source": one source's reader, shared with the commands that read text)
 _FLAGS = {"sources": "--source", "source": "--source", "out_dir": "--out", "tokenizer": "--tokenizer",
           "val_fraction": "--val-fraction", "seed": "--seed", "max_tokens_per_source": "--max-tokens-per-source",
-          "text_field": "--text-field", "leave_out": "--leave-out"}
+          "text_field": "--text-field", "leave_out": "--leave-out", "force": "--force"}
 
 
 def _cmd_prepare(args: argparse.Namespace) -> int:
@@ -36,7 +36,8 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
         if e.field not in _FLAGS:
             raise
         # None is the flag left out, which a command line cannot spell
-        raise ValueError(f"{_FLAGS[e.field]}: {e.reason.replace(' or None', ' (or leave the flag out)')}") from None
+        reason = e.said(lambda field: _FLAGS.get(field, field)).replace(" or None", " (or leave the flag out)")
+        raise ValueError(f"{_FLAGS[e.field]}: {reason}") from None
     for source in manifest["sources"]:  # left out in silence, a folder's .py files read as a dataset of its READMEs
         if source.get("empty_docs"):
             print(f"note: {source['spec']}: {source['empty_docs']} empty document(s) (or only whitespace) left out",

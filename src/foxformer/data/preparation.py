@@ -71,8 +71,8 @@ class PrepareConfig:
                                           f"source)")
         unknown = [s for s in self.leave_out if s not in self.sources]
         if unknown:
-            raise SettingError("leave_out", f"{unknown} are not among the sources {self.sources}; give a source "
-                                            f"exactly as passed to --source")
+            raise SettingError("leave_out", lambda name: f"{unknown} are not among the sources {self.sources}; give "
+                                                         f"a source exactly as passed to {name('sources')}")
         if len(set(self.leave_out)) >= len(set(self.sources)):
             raise SettingError("leave_out", "every source is left out; the training split would be empty")
         if not 0.0 <= self.val_fraction < 1.0:
@@ -350,14 +350,14 @@ def _write_split(out_dir: str, name: str, picks: np.ndarray, shards: list[tuple[
             "tokens": int(offsets[-1])}
 
 
-def _request_changes(old: dict, new: dict) -> str:
+def _request_changes(old: dict, new: dict, name) -> str:
     """What differs between two prepare requests, in words: the same sources whose files changed read as "the
-    same request" when only the specs were shown."""
+    same request" when only the specs were shown. ``name``: how a setting is named (SettingError.said)."""
     said = []
     old_sources = {s["spec"]: s.get("fingerprint") for s in old.get("sources", [])}
     new_sources = {s["spec"]: s.get("fingerprint") for s in new.get("sources", [])}
     if list(old_sources) != list(new_sources):
-        said.append(f"sources {list(old_sources)} then, {list(new_sources)} now")
+        said.append(f"{name('sources')} {list(old_sources)} then, {list(new_sources)} now")
     else:
         changed = [spec for spec in new_sources if old_sources[spec] != new_sources[spec]]
         by_times = [spec for spec in changed if by_file_times(str(old_sources[spec]))]
@@ -373,8 +373,13 @@ def _request_changes(old: dict, new: dict) -> str:
         if old.get(key) == new.get(key) or key == "tokenizer_files" and old.get("tokenizer") != new.get("tokenizer"):
             continue  # another tokenizer is said as such, not by its folder's fingerprint
         said.append(f"the files of the tokenizer {new['tokenizer']!r} changed since" if key == "tokenizer_files" else
-                    f"{key} {old.get(key)!r} then, {new.get(key)!r} now")
+                    f"{name(key)} {_value_said(old.get(key))} then, {_value_said(new.get(key))} now")
     return "; ".join(said) or "a request recorded by another version"
+
+
+def _value_said(value) -> str:
+    # None is a setting left out, which a command line cannot spell (and a request recorded before the setting was)
+    return "unset" if value is None else repr(value)
 
 
 def prepare(cfg: PrepareConfig, *, force: bool = False, progress: bool = True) -> dict:
@@ -492,9 +497,10 @@ def _existing_dataset(out_dir: str, request: dict, older_requests: list[dict],
                                              for n in ("train", "val")):
         return old, False
     if not force and old.get("request") not in (request, *older_requests):
-        raise SettingError("out_dir", f"{out_dir!r} already holds a dataset prepared from a different request "
-                                      f"({_request_changes(old.get('request') or {}, request)}); use another directory "
-                                      f"or --force")
+        recorded = old.get("request") or {}
+        raise SettingError("out_dir", lambda name: f"{out_dir!r} already holds a dataset prepared from a different "
+                                                   f"request ({_request_changes(recorded, request, name)}); use "
+                                                   f"another directory, or pass {name('force')} to replace it")
     return None, True
 
 

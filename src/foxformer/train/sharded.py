@@ -16,7 +16,6 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import shutil
 import socket
 import struct
 import sys
@@ -31,7 +30,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-from ..paths import check_export_dir, replace_export
+from ..paths import check_export_dir, export_writer
 from . import checkpoint as ckpt
 from .card import training_facts
 from .distributed import DistInfo, full_state_dicts, gather_objects, load_full_state_dicts
@@ -311,12 +310,10 @@ def export_hf_sharded(model_cfg, path: str, out: str, run_dir: str | None = None
         size += nbytes
     batches.append(batch)
     earlier = check_export_dir(out, "export")
-    tmp = f"{out}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp, state_dict={})  # config.json and generation_config.json, no weights
-    if run_dir is not None:
-        write_card(tmp, model_cfg, training_facts(run_dir), replace=True)
-    _write_safetensors(os.path.join(tmp, "model.safetensors"), specs,
-                       (_read_model_tensors(path, names, specs) for names in batches))
-    replace_export(tmp, out, earlier)
+    with export_writer(out, earlier) as tmp:
+        model.save_pretrained(tmp, state_dict={})  # config.json and generation_config.json, no weights
+        if run_dir is not None:
+            write_card(tmp, model_cfg, training_facts(run_dir), replace=True)
+        _write_safetensors(os.path.join(tmp, "model.safetensors"), specs,
+                           (_read_model_tensors(path, names, specs) for names in batches))
     return out
