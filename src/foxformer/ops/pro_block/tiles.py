@@ -33,9 +33,13 @@ class Tile:
 # shift passes (k's backward 0.262 ms against 0.460 at the first guess, 4K x 4), 1K x 2 for gate's forward, 2K x 4
 # for its backward (0.267 against 0.323). Larger tiles with few warps ran up to 20x slower. Each pass's best tile of a
 # later sweep, and heads_inner, timed level with these in the model's step (docs/bench/ab_pro_tiles_fce6a94_h100.json).
-# gather_next stays off, untimed: compiled for sm_90a, k's backward with it takes 77 registers at 2K x 4 (48 at
-# 1K x 4 and 2K x 8) against 128 and 8 bytes of spills without (`--layout separate` times both).
-TILES = {"shift_fwd": Tile(2048, 4), "shift_bwd": Tile(2048, 4), "gate_fwd": Tile(1024, 2), "gate_bwd": Tile(2048, 4)}
+# gather_next (the shift's backward computing each row's norm gradient once) from `python scripts/tune_pro_ops.py
+# --layout separate` on an H100 (forty-ninth session, docs/bench/pro_ops_tune_separate_d8f1741_h100.json): k's
+# backward 0.254 ms against 0.291 at 2K x 4 (77 registers against 128 and 8 bytes of spills, sm_90a), v's 0.174
+# against 0.175. In the model's step it is below the noise (0.3087 s a step with it and Inductor's
+# realize_reads_threshold at 8, 0.3089 with neither: docs/bench/model_125m_*_d8f1741_h100.json).
+TILES = {"shift_fwd": Tile(2048, 4), "shift_bwd": Tile(2048, 4, gather_next=True), "gate_fwd": Tile(1024, 2),
+         "gate_bwd": Tile(2048, 4)}
 
 
 def block_sizes(D: int, kernel: str) -> tuple[int, int, int, bool]:
