@@ -9,7 +9,14 @@ device time as the kernels it launches, and Inductor's launcher rows repeat thei
 tables list their top rows only, so "other" also holds what the table's own "Self CUDA time total" has beyond the
 listed kernels (memsets among them): the bars sum to that total.
 """
-import argparse, os, re
+import argparse
+import os
+import re
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only: no display on a GPU machine or in CI
+import matplotlib.pyplot as plt  # noqa: E402
 
 # First match wins. The anchors keep Inductor's kernels named after a Pro op they fused around
 # (triton_poi_fused_shift_norm_...) as Inductor's, and the Pro ops as the Triton kernels foxformer wrote.
@@ -34,7 +41,7 @@ def parse(path: str) -> dict:
     """{category: ms a step} for one table, plus "total" (the table's own, a step)."""
     lines = open(path).read().splitlines()
     width = len(lines[0].split()[0])  # the Name column's dashes: names may hold spaces
-    rule = [i for i, l in enumerate(lines) if l.startswith("-" * width)]
+    rule = [i for i, line in enumerate(lines) if line.startswith("-" * width)]
     cols = lines[rule[0] + 1][width:].split("  ")
     cols = [c.strip() for c in cols if c.strip()]
     out = dict.fromkeys([*CATEGORIES, OTHER], 0.0)
@@ -61,41 +68,40 @@ def main():
     ap.add_argument("dirs", nargs="+")
     ap.add_argument("--out", required=True, help="PNG path")
     ap.add_argument("--rows", help="comma-separated row names (file names without .txt), in this order")
-    a = ap.parse_args()
-    wanted = a.rows.split(",") if a.rows else None
+    args = ap.parse_args()
+    wanted = args.rows.split(",") if args.rows else None
     bars = []
-    for d in a.dirs:
+    for d in args.dirs:
         names = sorted(f[:-4] for f in os.listdir(d) if f.endswith(".txt"))
         for name in (wanted if wanted else names):
             if name in names:
-                label = name if len(a.dirs) == 1 else f"{os.path.basename(os.path.normpath(d))}: {name}"
+                label = name if len(args.dirs) == 1 else f"{os.path.basename(os.path.normpath(d))}: {name}"
                 bars.append((label, parse(os.path.join(d, name + ".txt"))))
     if not bars:
         raise SystemExit("no tables matched")
     keys = [*CATEGORIES, OTHER]
-    w = max(len(l) for l, _ in bars)
+    w = max(len(label) for label, _ in bars)
     print(f"{'ms a step':<{w}}  " + "  ".join(f"{k:>{max(len(k), 7)}}" for k in [*keys, "total"]))
     for label, r in bars:
         print(f"{label:<{w}}  " + "  ".join(f"{r[k]:>{max(len(k), 7)}.1f}" for k in [*keys, "total"]))
 
-    import matplotlib; matplotlib.use("Agg"); import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(10, 1.2 + 0.7 * len(bars)))
     y = range(len(bars))[::-1]  # first row on top
     left = [0.0] * len(bars)
     for k, c in zip(keys, COLORS):
         vals = [r[k] for _, r in bars]
         ax.barh(y, vals, left=left, color=c, label=k, edgecolor="white", linewidth=0.5)
-        left = [l + v for l, v in zip(left, vals)]
+        left = [start + v for start, v in zip(left, vals)]
     for yi, (_, r) in zip(y, bars):
         ax.text(r["total"] * 1.005, yi, f"{r['total']:.1f} ms", va="center", fontsize=9)
-    ax.set_yticks(list(y), [l for l, _ in bars])
+    ax.set_yticks(list(y), [label for label, _ in bars])
     ax.set_xlim(0, max(r["total"] for _, r in bars) * 1.12)
     ax.set_xlabel("kernel time of one training step, ms (Self CUDA; bars sum to the table's total)")
-    ax.set_title(", ".join(os.path.basename(os.path.normpath(d)) for d in a.dirs), fontsize=10)
+    ax.set_title(", ".join(os.path.basename(os.path.normpath(d)) for d in args.dirs), fontsize=10)
     ax.legend(ncol=len(keys), fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.12 - 0.3 / len(bars)),
               frameon=False)
-    fig.savefig(a.out, dpi=110, bbox_inches="tight")
-    print(f"wrote {a.out}")
+    fig.savefig(args.out, dpi=110, bbox_inches="tight")
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":
