@@ -98,6 +98,11 @@ def _atomic_save_npy(path: str, arr: np.ndarray) -> None:
 _MANIFEST_KEYS = ("format", "tokenizer", "vocab_size", "eot_id", "dtype", "sources", "docs", "tokens")
 
 
+def is_dataset(folder: str) -> bool:
+    """Whether ``folder`` holds a prepared dataset (its manifest)."""
+    return os.path.isfile(os.path.join(folder, MANIFEST))
+
+
 def read_manifest(out_dir: str) -> dict | None:
     path = os.path.join(out_dir, MANIFEST)
     if not os.path.exists(path):
@@ -401,7 +406,7 @@ def prepare(cfg: PrepareConfig, *, force: bool = False, progress: bool = True) -
 def _check_not_run_or_model(out_dir: str) -> None:
     """ValueError where ``out_dir``, holding no dataset, is a training run's folder or a Hugging Face model folder:
     `--out RUN` wrote the dataset's shards and splits among the run's checkpoints, or the model's files."""
-    if os.path.isfile(os.path.join(out_dir, MANIFEST)):
+    if is_dataset(out_dir):
         return
     for name, what in (("config.yaml", "a training run's folder"), ("config.json", "a Hugging Face model folder")):
         if os.path.isfile(os.path.join(out_dir, name)):

@@ -118,11 +118,13 @@ def _check_data_tokenizer(data_dir: str, models) -> None:
 
 def _runs_data(models) -> str | None:
     """The one prepared dataset every model's run trained on, where it still exists (else None)."""
+    from foxformer.data.preparation import is_dataset
+
     dirs = {m.data_dir for m in models}
     if len(dirs) != 1 or None in dirs:
         return None
     data = dirs.pop()
-    return data if os.path.isfile(os.path.join(data, "manifest.json")) else None
+    return data if is_dataset(data) else None
 
 
 def _sequences(args, models):

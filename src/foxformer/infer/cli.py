@@ -182,11 +182,12 @@ def _cmd_bias_shift(args) -> int:
 def _run_data(model: str) -> str | None:
     """The prepared dataset that the run of ``model`` (a run dir, one of its checkpoints, its hf/ export) trained
     on, where it still exists: eval loss takes it when neither --data nor --source is given, and so does this."""
+    from foxformer.data.preparation import is_dataset
     from foxformer.train.loading import RUN_CONFIG, read_run_config, run_dir_of
 
     run = run_dir_of(model) if os.path.isdir(model) else None
     data = read_run_config(os.path.join(run, RUN_CONFIG)).get("data_dir") if run else None
-    return data if data and os.path.isfile(os.path.join(data, "manifest.json")) else None
+    return data if data and is_dataset(data) else None
 
 
 def _eval_tokens(args, loaded):

@@ -642,6 +642,7 @@ def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor, cu_seqlens: Optio
 # (docs/benchmarks.md), and transformers compiles no FoxCache (not a compileable Cache: it skips a compile_config).
 DYNAMIC_CACHE, STATIC_CACHE = "dynamic", "static"
 CACHE_DECODE_MODES = {DYNAMIC_CACHE: "auto", STATIC_CACHE: "graphs"}
+_ACCEPTED_SAID = ", ".join(map(repr, CACHE_DECODE_MODES))  # in the refusals' advice
 # disable_compile=True leaves transformers' StaticCache steps fixed-shape and eager: FoxCache's step uncaptured.
 UNCOMPILED_STATIC_DECODE = "static"
 # transformers' continuous batching (generate_batch and its kin, and generate's cache_implementation="paged", which
@@ -653,11 +654,10 @@ PAGED_CACHE, PAGED_ATTENTION = "paged", "paged|"
 
 def paged_refusal(asked: str) -> ValueError:
     """The one message for every way into transformers' paged cache, ``asked`` saying which."""
-    accepted = ", ".join(map(repr, CACHE_DECODE_MODES))
     return ValueError(f"{asked} asks for transformers' paged cache, which foxformer models do not support: FoX keeps "
                       f"its gate sums and shift states in its own FoxCache, and the paged cache has no place for them; "
-                      f"use generate (cache_implementation left out or one of {accepted}), or foxformer's own paged KV "
-                      f"cache with eviction (FoxModel.new_cache, `foxformer generate`)")
+                      f"use generate (cache_implementation left out or one of {_ACCEPTED_SAID}), or foxformer's own "
+                      f"paged KV cache with eviction (FoxModel.new_cache, `foxformer generate`)")
 
 
 def check_cache_settings(value: Optional[str], max_cache_len: Optional[int] = None) -> None:
@@ -673,10 +673,9 @@ def check_cache_settings(value: Optional[str], max_cache_len: Optional[int] = No
         return
     if value == PAGED_CACHE:
         raise paged_refusal(f"generate: cache_implementation={value!r} (continuous batching)")
-    accepted = ", ".join(map(repr, CACHE_DECODE_MODES))
     raise ValueError(f"generate: cache_implementation={value!r} asks for another cache implementation (FoX keeps its "
                      f"gate sums in FoxCache), which foxformer models do not support; leave it out or pass one of "
-                     f"{accepted} (FoxCache: the default, or one-token steps replayed as CUDA graphs)")
+                     f"{_ACCEPTED_SAID} (FoxCache: the default, or one-token steps replayed as CUDA graphs)")
 
 # generate's bookkeeping, never a forward argument (transformers drops the first two too)
 _NOT_FORWARDED = ("labels", "next_sequence_length", "is_first_iteration")

@@ -22,6 +22,8 @@ import shutil
 import numpy as np
 import torch
 
+from ..data.preparation import is_dataset
+
 CKPT_DIR = "checkpoints"
 LATEST = "latest"
 FILES = ("model.pt", "optim.pt", "rng.pt", "state.json")
@@ -107,7 +109,7 @@ def check_not_data_or_model(out_dir: str, what_dir: str = "out_dir") -> None:
     export mixed with the dataset's shards or the model's files. ``what_dir`` names the setting in the message."""
     if os.path.isfile(os.path.join(out_dir, "config.yaml")):
         return
-    if os.path.isfile(os.path.join(out_dir, "manifest.json")):
+    if is_dataset(out_dir):
         what, hint = "a prepared dataset (it holds manifest.json)", "; the dataset goes to --data"
     elif os.path.isfile(os.path.join(out_dir, "config.json")):
         what, hint = "a Hugging Face model folder (it holds config.json)", (

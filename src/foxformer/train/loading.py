@@ -19,7 +19,7 @@ import torch
 from safetensors import SafetensorError
 
 from foxformer.argtypes import setting_name, unset_said
-from foxformer.data.preparation import MANIFEST, read_manifest, tokenizer_change
+from foxformer.data.preparation import MANIFEST, is_dataset, read_manifest, tokenizer_change
 from foxformer.data.tokenizer import moved_hint, same_tokenizer
 from foxformer.models.calls import hf_progress
 from foxformer.models.config import ConfigError, FoxConfig
@@ -226,7 +226,7 @@ def _run_hint(path: str) -> str:
 
 def _dataset_hint(path: str) -> str:
     """For a prepared dataset given where a model goes (`eval loss DATA`, the model and --data swapped)."""
-    if os.path.isfile(os.path.join(path, MANIFEST)):
+    if is_dataset(path):
         return f"; it holds {MANIFEST}: a prepared dataset, which commands that read one take as --data"
     return ""
 
