@@ -79,3 +79,19 @@ def test_eval_data_checks_a_tokenizer_folder_by_content_not_by_name(tmp_path, ca
     err = capsys.readouterr().err
     assert "Traceback" not in err and f"run was trained on {data!r}, and the files of the tokenizer 'hf:{tok}' " \
                                       f"changed since" in err, err
+
+
+def test_a_tokenizer_other_than_the_datasets_is_refused_not_dropped(tmp_path, capsys):
+    """--tokenizer with --data was dropped in silence: the loss was the dataset's ids', not the named tokenizer's."""
+    run, src = _run(tmp_path)
+    data = str(tmp_path / "data")
+    assert main(["data", "prepare", "--source", src, "--out", data, "--tokenizer", "bytes", "--no-progress"]) == 0
+    argv = ["eval", "loss", run, "--data", data, "--split", "train", "--seq-len", "32", "--num-seqs", "1",
+            "--n-boot", "10", "--device", "cpu", "--out", str(tmp_path / "out"), "--no-progress"]
+    capsys.readouterr()
+    assert main(argv + ["--tokenizer", "gpt2"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"error: --tokenizer: 'gpt2' tokenizes --source text, and --data '{data}' holds tokens already (made with "
+        f"'bytes'); leave --tokenizer out, or give the text as --source")
+    assert main(argv + ["--tokenizer", "bytes"]) == 0  # the dataset's own: scripts that pass it still run
+

@@ -88,11 +88,12 @@ def _tokenizer(args, models):
     return load_tokenizer(spec), spec
 
 
-def _check_data_tokenizer(data_dir: str, models) -> None:
+def _check_data_tokenizer(data_dir: str, models, given: str | None = None) -> None:
     """Refuse a prepared dataset that another tokenizer than a model's made (its ids may still lie in the
     model's vocabulary, and the loss would be reported as if they were text): another tokenizer (data.tokenizer.
     same_tokenizer), or a tokenizer folder whose content changed since either the dataset or the model's training
-    data was prepared with it (data.preparation.tokenizer_change, as train and generate check it)."""
+    data was prepared with it (data.preparation.tokenizer_change, as train and generate check it). ``given``: the
+    --tokenizer typed, which the dataset's tokens leave no say; another than theirs was dropped in silence."""
     from foxformer.data import read_manifest
     from foxformer.data.preparation import recorded_tokenizer_files, tokenizer_change
     from foxformer.data.tokenizer import same_tokenizer
@@ -101,6 +102,10 @@ def _check_data_tokenizer(data_dir: str, models) -> None:
     manifest = read_manifest(data_dir)
     if manifest is None:
         return  # dataset_sequences says what is missing
+    if given and not same_tokenizer(manifest["tokenizer"], given, recorded_tokenizer_files(manifest)):
+        raise ValueError(f"--tokenizer: {given!r} tokenizes --source text, and --data {data_dir!r} holds tokens "
+                         f"already (made with {manifest['tokenizer']!r}); leave --tokenizer out, or give the text "
+                         f"as --source")
     for m in models:
         if m.tokenizer and not same_tokenizer(manifest["tokenizer"], m.tokenizer, recorded_tokenizer_files(manifest),
                                               m.tokenizer_files):
@@ -133,7 +138,7 @@ def _sequences(args, models):
     if args.data and args.source:
         raise ValueError("pass either --data or --source, not both")
     if args.data:
-        _check_data_tokenizer(args.data, models)
+        _check_data_tokenizer(args.data, models, args.tokenizer)
         tokens = dataset_sequences(args.data, args.seq_len, args.num_seqs, split=args.split,
                                    within_docs=args.within_docs, source=args.data_source, label=FLAGS)
         where = {"data": args.data, "split": args.split, "within_docs": args.within_docs}
