@@ -1,5 +1,6 @@
 """Evaluation commands as a user meets them: a damaged checkpoint gets evaluation advice, not training's, and
 --no-progress is quiet."""
+import json
 import os
 
 import yaml
@@ -95,3 +96,18 @@ def test_a_tokenizer_other_than_the_datasets_is_refused_not_dropped(tmp_path, ca
         f"'bytes'); leave --tokenizer out, or give the text as --source")
     assert main(argv + ["--tokenizer", "bytes"]) == 0  # the dataset's own: scripts that pass it still run
 
+
+def test_a_jsonl_haystack_is_refused_after_its_flag_and_read_by_text_field(tmp_path, capsys):
+    """The refusal said `source: ...; set text_field / --text-field`: a name the user never typed, and advice to use
+    a flag niah did not have."""
+    run, _ = _run(tmp_path)
+    hay = tmp_path / "hay.jsonl"
+    hay.write_text("".join(json.dumps({"body": f"Line {i} of a long record about the tide and the sand. " * 8}) + "\n"
+                           for i in range(20)))
+    argv = ["eval", "niah", run, "--haystack", str(hay), "--lengths", "256", "--depths", "0", "--needles", "1",
+            "--modes", "standard", "--no-generate", "--device", "cpu", "--no-progress", "--out", str(tmp_path / "o")]
+    capsys.readouterr()
+    assert main(argv) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"error: --haystack: {hay}:1 has no field 'text' (its fields: 'body'); set text_field / --text-field")
+    assert main(argv + ["--text-field", "body"]) == 0

@@ -38,6 +38,10 @@ def _no_progress(p: argparse.ArgumentParser) -> None:
                    help="accepted as by the other eval commands; this one shows no progress bar")
 
 
+def _text_field_arg(p: argparse.ArgumentParser, when: str) -> None:
+    p.add_argument("--text-field", default="text", help=f"{when}the JSONL field / Parquet column of the text")
+
+
 def _text_args(p: argparse.ArgumentParser, seq_len: int, num: int) -> None:
     p.add_argument("--data", default=None,
                    help="prepared dataset dir (foxformer data prepare; default: the one the runs trained on, if they "
@@ -50,7 +54,7 @@ def _text_args(p: argparse.ArgumentParser, seq_len: int, num: int) -> None:
                         "part naming one source, e.g. prose)")
     p.add_argument("--source", default=None,
                    help="text source instead of --data: file/dir (.txt/.jsonl[.xz]) or builtin:pydoc|sympy|stdlib")
-    p.add_argument("--text-field", default="text", help="with --source: the JSONL field / Parquet column of the text")
+    _text_field_arg(p, "with --source: ")
     p.add_argument("--tokenizer", default=None, help="tokenizer for --source (default: the run's, else gpt2)")
     p.add_argument("--seq-len", type=count, default=seq_len, help="tokens per sequence, e.g. 4096 or 4Ki")
     p.add_argument("--num-seqs", type=int, default=num, help="number of sequences")
@@ -199,8 +203,9 @@ def _cmd_niah(args) -> dict:
     tok, spec = _tokenizer(args, models)
     longest = max(args.lengths)
     haystack = document_token_stream(args.haystack, tok, min_tokens=longest, enough=longest + HAYSTACK_ROOM,
-                                     what="--haystack", fix=f"the longest of --lengths is {longest} tokens: give a "
-                                                            f"source with more text or shorter --lengths")
+                                     what="--haystack", text_field=args.text_field,
+                                     fix=f"the longest of --lengths is {longest} tokens: give a source with more text "
+                                         f"or shorter --lengths")
     if len(haystack) < longest + HAYSTACK_ROOM:
         print(f"note: --haystack holds {len(haystack)} tokens, fewer than the {longest + HAYSTACK_ROOM} that cut "
               f"each needle's and seed's prompts of {longest} tokens from their own stretch of text: their "
@@ -375,6 +380,8 @@ def add_commands(subparsers) -> None:
                    help="haystack text source: file/dir (.txt/.jsonl[.xz]) or builtin:pydoc|sympy|stdlib; at least "
                         "as many tokens as the longest of --lengths (up to 4096 more are read, for each needle's "
                         "and seed's prompts to start at their own offset)")
+    # a JSONL haystack's own field: the refusal of one without "text" told to set --text-field, which was not here
+    _text_field_arg(p, "of --haystack: ")
     p.add_argument("--tokenizer", default=None, help="default: the run's tokenizer, else gpt2")
     p.add_argument("--lengths", type=counts, default=[1024, 2048, 4096], help="context lengths, e.g. 1Ki,2Ki,4Ki")
     p.add_argument("--depths", type=floats, default=[0.0, 0.25, 0.5, 0.75, 1.0], help="needle depths in [0, 1]")
