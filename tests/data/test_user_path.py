@@ -97,6 +97,24 @@ def test_text_as_data_suggests_a_prepare_command_that_works(tmp_path, capsys, gi
         os.chdir(cwd)
 
 
+@pytest.mark.parametrize("files, said", [
+    (("config.yaml", "metrics.jsonl"), "a training run's folder (it holds config.yaml)"),
+    (("config.json", "README.md"), "a Hugging Face model folder (it holds config.json)")], ids=["run", "export"])
+def test_a_run_or_model_folder_as_data_is_named_as_such(tmp_path, capsys, files, said):
+    """A run's metrics.jsonl made `--data RUN` "a folder of documents", with the advice to tokenize the run."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    for name in files:
+        (folder / name).write_text("{}\n")
+    for argv in (["train", "--data", str(folder), "--out", str(tmp_path / "new"), "--max-steps", "1",
+                  "--no-progress"], ["data", "info", str(folder)]):
+        assert main(argv) == 2
+        line = _error(capsys)
+        assert line.startswith(f"error: data: '{folder}' is {said}, not a prepared dataset: give the folder "
+                               f"`foxformer data prepare --out` wrote"), line
+        assert "--source" not in line
+
+
 @pytest.mark.parametrize("source, said", [
     ("/dev/null", "error: --source: '/dev/null' is not a regular file or folder (a device, pipe or socket); give a "
                   "file or a folder of documents"),

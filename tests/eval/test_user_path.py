@@ -1,5 +1,6 @@
 """Evaluation commands as a user meets them: a damaged checkpoint gets evaluation advice, not training's, and
 --no-progress is quiet."""
+import json
 import os
 
 import yaml
@@ -79,3 +80,34 @@ def test_eval_data_checks_a_tokenizer_folder_by_content_not_by_name(tmp_path, ca
     err = capsys.readouterr().err
     assert "Traceback" not in err and f"run was trained on {data!r}, and the files of the tokenizer 'hf:{tok}' " \
                                       f"changed since" in err, err
+
+
+def test_a_tokenizer_other_than_the_datasets_is_refused_not_dropped(tmp_path, capsys):
+    """--tokenizer with --data was dropped in silence: the loss was the dataset's ids', not the named tokenizer's."""
+    run, src = _run(tmp_path)
+    data = str(tmp_path / "data")
+    assert main(["data", "prepare", "--source", src, "--out", data, "--tokenizer", "bytes", "--no-progress"]) == 0
+    argv = ["eval", "loss", run, "--data", data, "--split", "train", "--seq-len", "32", "--num-seqs", "1",
+            "--n-boot", "10", "--device", "cpu", "--out", str(tmp_path / "out"), "--no-progress"]
+    capsys.readouterr()
+    assert main(argv + ["--tokenizer", "gpt2"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"error: --tokenizer: 'gpt2' tokenizes --source text, and --data '{data}' holds tokens already (made with "
+        f"'bytes'); leave --tokenizer out, or give the text as --source")
+    assert main(argv + ["--tokenizer", "bytes"]) == 0  # the dataset's own: scripts that pass it still run
+
+
+def test_a_jsonl_haystack_is_refused_after_its_flag_and_read_by_text_field(tmp_path, capsys):
+    """The refusal said `source: ...; set text_field / --text-field`: a name the user never typed, and advice to use
+    a flag niah did not have."""
+    run, _ = _run(tmp_path)
+    hay = tmp_path / "hay.jsonl"
+    hay.write_text("".join(json.dumps({"body": f"Line {i} of a long record about the tide and the sand. " * 8}) + "\n"
+                           for i in range(20)))
+    argv = ["eval", "niah", run, "--haystack", str(hay), "--lengths", "256", "--depths", "0", "--needles", "1",
+            "--modes", "standard", "--no-generate", "--device", "cpu", "--no-progress", "--out", str(tmp_path / "o")]
+    capsys.readouterr()
+    assert main(argv) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"error: --haystack: {hay}:1 has no field 'text' (its fields: 'body'); set text_field / --text-field")
+    assert main(argv + ["--text-field", "body"]) == 0

@@ -14,7 +14,8 @@ import os
 import numpy as np
 import torch
 
-from .preparation import FORMAT, read_manifest, recorded_tokenizer_files, split_damage, tokenizer_change
+from .preparation import (FORMAT, read_manifest, recorded_tokenizer_files, run_or_model_folder, split_damage,
+                          tokenizer_change)
 from .sources import holds_documents
 from .tokenizer import moved_hint, same_tokenizer
 
@@ -24,6 +25,10 @@ def no_dataset(path: str, flag: str | None = "--data") -> str:
     to be given as ``flag``, where the command takes the dataset by one). Text given as --data: the advice for an
     empty folder would name it as --out, and `data prepare` would then fail on a file, or write SymPy's source
     (its default) beside the user's documents; a path that is not there likewise needs --source."""
+    # a run's metrics.jsonl made it "a folder of documents", and the advice was to tokenize the run
+    if taken := run_or_model_folder(path):
+        return (f"data: {path!r} is {taken[1]} (it holds {taken[0]}), not a prepared dataset: give the folder "
+                f"`foxformer data prepare --out` wrote (a run's config.yaml names the one it trained on: data_dir)")
     if os.path.isfile(path) or holds_documents(path):
         what = "a file" if os.path.isfile(path) else "a folder of documents"
         stem = os.path.splitext(os.path.basename(os.path.abspath(path)))[0]

@@ -403,15 +403,23 @@ def prepare(cfg: PrepareConfig, *, force: bool = False, progress: bool = True) -
     return manifest
 
 
+def run_or_model_folder(folder: str) -> tuple[str, str] | None:
+    """(the file that tells, what ``folder`` is) where it is a training run's folder or a Hugging Face model folder
+    and holds no dataset, else None: the two folders a dataset's path is mixed up with."""
+    if is_dataset(folder):
+        return None
+    for name, what in (("config.yaml", "a training run's folder"), ("config.json", "a Hugging Face model folder")):
+        if os.path.isfile(os.path.join(folder, name)):
+            return name, what
+    return None
+
+
 def _check_not_run_or_model(out_dir: str) -> None:
     """ValueError where ``out_dir``, holding no dataset, is a training run's folder or a Hugging Face model folder:
     `--out RUN` wrote the dataset's shards and splits among the run's checkpoints, or the model's files."""
-    if is_dataset(out_dir):
-        return
-    for name, what in (("config.yaml", "a training run's folder"), ("config.json", "a Hugging Face model folder")):
-        if os.path.isfile(os.path.join(out_dir, name)):
-            raise SettingError("out_dir", f"{out_dir!r} is {what} (it holds {name}), not a dataset folder: name a new "
-                                          f"folder for the dataset, e.g. data_cache/NAME")
+    if taken := run_or_model_folder(out_dir):
+        raise SettingError("out_dir", f"{out_dir!r} is {taken[1]} (it holds {taken[0]}), not a dataset folder: name "
+                                      f"a new folder for the dataset, e.g. data_cache/NAME")
 
 
 def _prepare(cfg: PrepareConfig, infos: list, force: bool, progress: bool) -> dict:

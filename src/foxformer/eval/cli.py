@@ -38,6 +38,10 @@ def _no_progress(p: argparse.ArgumentParser) -> None:
                    help="accepted as by the other eval commands; this one shows no progress bar")
 
 
+def _text_field_arg(p: argparse.ArgumentParser, when: str) -> None:
+    p.add_argument("--text-field", default="text", help=f"{when}the JSONL field / Parquet column of the text")
+
+
 def _text_args(p: argparse.ArgumentParser, seq_len: int, num: int) -> None:
     p.add_argument("--data", default=None,
                    help="prepared dataset dir (foxformer data prepare; default: the one the runs trained on, if they "
@@ -50,7 +54,7 @@ def _text_args(p: argparse.ArgumentParser, seq_len: int, num: int) -> None:
                         "part naming one source, e.g. prose)")
     p.add_argument("--source", default=None,
                    help="text source instead of --data: file/dir (.txt/.jsonl[.xz]) or builtin:pydoc|sympy|stdlib")
-    p.add_argument("--text-field", default="text", help="with --source: the JSONL field / Parquet column of the text")
+    _text_field_arg(p, "with --source: ")
     p.add_argument("--tokenizer", default=None, help="tokenizer for --source (default: the run's, else gpt2)")
     p.add_argument("--seq-len", type=count, default=seq_len, help="tokens per sequence, e.g. 4096 or 4Ki")
     p.add_argument("--num-seqs", type=int, default=num, help="number of sequences")
@@ -88,11 +92,12 @@ def _tokenizer(args, models):
     return load_tokenizer(spec), spec
 
 
-def _check_data_tokenizer(data_dir: str, models) -> None:
+def _check_data_tokenizer(data_dir: str, models, given: str | None = None) -> None:
     """Refuse a prepared dataset that another tokenizer than a model's made (its ids may still lie in the
     model's vocabulary, and the loss would be reported as if they were text): another tokenizer (data.tokenizer.
     same_tokenizer), or a tokenizer folder whose content changed since either the dataset or the model's training
-    data was prepared with it (data.preparation.tokenizer_change, as train and generate check it)."""
+    data was prepared with it (data.preparation.tokenizer_change, as train and generate check it). ``given``: the
+    --tokenizer typed, which the dataset's tokens leave no say; another than theirs was dropped in silence."""
     from foxformer.data import read_manifest
     from foxformer.data.preparation import recorded_tokenizer_files, tokenizer_change
     from foxformer.data.tokenizer import same_tokenizer
@@ -101,6 +106,10 @@ def _check_data_tokenizer(data_dir: str, models) -> None:
     manifest = read_manifest(data_dir)
     if manifest is None:
         return  # dataset_sequences says what is missing
+    if given and not same_tokenizer(manifest["tokenizer"], given, recorded_tokenizer_files(manifest)):
+        raise ValueError(f"--tokenizer: {given!r} tokenizes --source text, and --data {data_dir!r} holds tokens "
+                         f"already (made with {manifest['tokenizer']!r}); leave --tokenizer out, or give the text "
+                         f"as --source")
     for m in models:
         if m.tokenizer and not same_tokenizer(manifest["tokenizer"], m.tokenizer, recorded_tokenizer_files(manifest),
                                               m.tokenizer_files):
@@ -133,7 +142,7 @@ def _sequences(args, models):
     if args.data and args.source:
         raise ValueError("pass either --data or --source, not both")
     if args.data:
-        _check_data_tokenizer(args.data, models)
+        _check_data_tokenizer(args.data, models, args.tokenizer)
         tokens = dataset_sequences(args.data, args.seq_len, args.num_seqs, split=args.split,
                                    within_docs=args.within_docs, source=args.data_source, label=FLAGS)
         where = {"data": args.data, "split": args.split, "within_docs": args.within_docs}
@@ -194,8 +203,9 @@ def _cmd_niah(args) -> dict:
     tok, spec = _tokenizer(args, models)
     longest = max(args.lengths)
     haystack = document_token_stream(args.haystack, tok, min_tokens=longest, enough=longest + HAYSTACK_ROOM,
-                                     what="--haystack", fix=f"the longest of --lengths is {longest} tokens: give a "
-                                                            f"source with more text or shorter --lengths")
+                                     what="--haystack", text_field=args.text_field,
+                                     fix=f"the longest of --lengths is {longest} tokens: give a source with more text "
+                                         f"or shorter --lengths")
     if len(haystack) < longest + HAYSTACK_ROOM:
         print(f"note: --haystack holds {len(haystack)} tokens, fewer than the {longest + HAYSTACK_ROOM} that cut "
               f"each needle's and seed's prompts of {longest} tokens from their own stretch of text: their "
@@ -370,6 +380,8 @@ def add_commands(subparsers) -> None:
                    help="haystack text source: file/dir (.txt/.jsonl[.xz]) or builtin:pydoc|sympy|stdlib; at least "
                         "as many tokens as the longest of --lengths (up to 4096 more are read, for each needle's "
                         "and seed's prompts to start at their own offset)")
+    # a JSONL haystack's own field: the refusal of one without "text" told to set --text-field, which was not here
+    _text_field_arg(p, "of --haystack: ")
     p.add_argument("--tokenizer", default=None, help="default: the run's tokenizer, else gpt2")
     p.add_argument("--lengths", type=counts, default=[1024, 2048, 4096], help="context lengths, e.g. 1Ki,2Ki,4Ki")
     p.add_argument("--depths", type=floats, default=[0.0, 0.25, 0.5, 0.75, 1.0], help="needle depths in [0, 1]")

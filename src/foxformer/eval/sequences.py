@@ -76,25 +76,34 @@ def dataset_sequences(data_dir: str, seq_len: int, num: int, *, split: str = "va
     return torch.from_numpy(np.stack(rows))
 
 
+def _said_as(e: SettingError, name: str) -> Exception:
+    """``e``, a source reader's refusal in the API's words ("source: ..."), said after ``name``, the setting its
+    caller took the source as; ``e`` itself where that is its own name (the API's)."""
+    return e if name == e.field else ValueError(f"{name}: {e.reason}")
+
+
 def document_token_stream(source: str, tokenizer, *, min_tokens: int, enough: Optional[int] = None,
                           max_docs: Optional[int] = None, separator: Optional[int] = None, what: str = "source",
-                          fix: str = "give a source with more text") -> list[int]:
+                          fix: str = "give a source with more text", text_field: str = "text") -> list[int]:
     """Token ids of a text source's documents joined (by ``separator`` if given) until ``enough`` (default
     ``min_tokens``) are collected. ``source``: a spec of ``foxformer.data.iter_documents`` (file, directory,
-    builtin:...). Fewer than ``min_tokens`` is refused in one line: ``what`` names the option, ``fix`` says
-    what to do."""
+    builtin:...), ``text_field`` its JSONL field / Parquet column of the text. Fewer than ``min_tokens``, or a
+    source that cannot be read, is refused in one line: ``what`` names the option, ``fix`` says what to do."""
     from foxformer.data import iter_documents
 
     enough = min_tokens if enough is None else max(enough, min_tokens)
     ids: list[int] = []
-    for i, doc in enumerate(iter_documents(source)):
-        if max_docs is not None and i >= max_docs:
-            break
-        ids.extend(tokenizer.encode(doc.text))
-        if separator is not None:
-            ids.append(separator)
-        if len(ids) >= enough:
-            break
+    try:
+        for i, doc in enumerate(iter_documents(source, text_field)):
+            if max_docs is not None and i >= max_docs:
+                break
+            ids.extend(tokenizer.encode(doc.text))
+            if separator is not None:
+                ids.append(separator)
+            if len(ids) >= enough:
+                break
+    except SettingError as e:  # `niah --haystack` was refused as "source:"
+        raise _said_as(e, what) from None
     if len(ids) < min_tokens:
         raise ValueError(f"{what}: {source!r} holds {len(ids)} tokens, {min_tokens} are needed; {fix}")
     return ids
@@ -119,10 +128,7 @@ def source_sequences(source: str, tokenizer, seq_len: int, num: int, text_field:
                 if len(rows) >= num:
                     break
     except SettingError as e:  # the source's reader names its setting as the API does ("source")
-        name = setting_name(label, e.field)
-        if name == e.field:
-            raise
-        raise ValueError(f"{name}: {e.reason}") from None
+        raise _said_as(e, setting_name(label, e.field)) from None
     if not rows:
         name = setting_name(label, "seq_len")
         raise ValueError(f"{name}: no document of {source!r} has {seq_len} tokens; lower {name} or use a source "
