@@ -22,3 +22,11 @@ def test_an_unquoted_glob_gives_one_source_a_file(tmp_path, capsys):
     assert [s["spec"] for s in json.loads(capsys.readouterr().out)["sources"]] == paths
     assert read_manifest(out)["config"]["leave_out"] == paths[:2]
 
+
+def test_max_tokens_per_source_takes_the_token_counts_train_takes(tmp_path, capsys):
+    """--max-tokens-per-source 2K was 'invalid int value', while every token count of train takes 2K, 512Ki."""
+    paths = _docs(tmp_path / "docs", 1)
+    out = str(tmp_path / "d")
+    assert main(["data", "prepare", "--source", *paths, "--max-tokens-per-source", "1Ki", "--out", out,
+                 "--tokenizer", "bytes", "--val-fraction", "0", "--no-progress"]) == 0
+    assert read_manifest(out)["config"]["max_tokens_per_source"] == 1024

@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 
+from ..argtypes import count
+
 
 def _summary(manifest: dict, out_dir: str) -> dict:
     split = manifest["split"]
@@ -108,9 +110,9 @@ def add_commands(subparsers) -> None:
                    help="fraction of the documents held out for validation, as whole documents: at least one when "
                         "above 0, never the only one")
     p.add_argument("--seed", type=int, default=0, help="seed of the document shuffle that draws the validation split")
-    p.add_argument("--max-tokens-per-source", type=int, default=None,
+    p.add_argument("--max-tokens-per-source", type=count, default=None,
                    help="keep each source's first documents up to about N tokens (whole documents: the last one may "
-                        "pass N)")
+                        "pass N); 2M, 512Ki as in train")
     p.add_argument("--text-field", default="text", help="JSONL field / Parquet or hf: column with the text")
     p.add_argument("--leave-out", action="extend", nargs="+", metavar="SOURCE",
                    help="a --source whose documents are kept out of the training split (repeatable); the "
