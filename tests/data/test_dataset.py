@@ -66,8 +66,10 @@ def test_unprepared_or_damaged_data(tmp_path, data_dir):
 
 
 def test_too_long_context_is_a_clear_error(data_dir):
-    with pytest.raises(ValueError, match="fewer than one sequence"):
-        TokenDataset(data_dir, "val", 10**6)
+    # named as the caller's setting: training's error said "data: ... seq_len=", where its user gave --context
+    with pytest.raises(ValueError, match=r"^context: 1000000 is more than the \d+ tokens of split 'val' of .*: give "
+                                         r"at most \d+, or prepare more text$"):
+        TokenDataset(data_dir, "val", 10**6, length="context")
 
 
 @pytest.mark.parametrize("spec", ["gpt2", "tiktoken:gpt2"], ids=["gpt2", "tiktoken-alias"])

@@ -211,7 +211,7 @@ def test_out_that_is_a_file_or_read_only_is_one_error_line(data_dir, tmp_path, m
     a_file = tmp_path / "notes.txt"
     a_file.write_text("x")
     assert main(_flags(data_dir, str(a_file))) == 2
-    assert f"out_dir: '{a_file}' is a file, not a folder" in _one_error_line(capsys.readouterr().err)
+    assert f"--out (out_dir): '{a_file}' is a file, not a folder" in _one_error_line(capsys.readouterr().err)
     assert main(_flags(data_dir, str(a_file / "run"))) == 2
     assert f"cannot be created ({a_file} is a file)" in _one_error_line(capsys.readouterr().err)
     locked = tmp_path / "read-only"
@@ -225,7 +225,7 @@ def test_out_that_is_a_file_or_read_only_is_one_error_line(data_dir, tmp_path, m
     try:
         assert main(_flags(data_dir, str(locked / "run"))) == 2
         line = _one_error_line(capsys.readouterr().err)
-        assert f"out_dir: '{locked / 'run'}' is not writable ({locked} is read-only" in line
+        assert f"--out (out_dir): '{locked / 'run'}' is not writable ({locked} is read-only" in line
     finally:
         locked.chmod(0o755)
     assert not os.path.exists(locked / "run")

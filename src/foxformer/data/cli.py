@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 
+from ..argtypes import count
+
 
 def _summary(manifest: dict, out_dir: str) -> dict:
     split = manifest["split"]
@@ -97,7 +99,9 @@ def add_commands(subparsers) -> None:
                                    "line), .parquet, each optionally .gz/.xz, read as UTF-8; a folder of such files "
                                    "(recursive: hidden files are left out, linked folders followed, other files "
                                    "counted in a note); hf:<dataset>[:<config>][@<split>].")
-    p.add_argument("--source", action="append", help="source spec (repeatable); default builtin:sympy")
+    # several after one flag: an unquoted glob (--source docs/*.md) reaches it as one path a word
+    p.add_argument("--source", action="extend", nargs="+",
+                   help="source spec (repeatable, or several after one --source: docs/*.md); default builtin:sympy")
     p.add_argument("--out", default="data_cache/default", help="output directory")
     p.add_argument("--tokenizer", default="gpt2",
                    help="gpt2 (default) | gpt2-json (LongCrawl64's, read by the FoX paper's released models) | "
@@ -106,11 +110,11 @@ def add_commands(subparsers) -> None:
                    help="fraction of the documents held out for validation, as whole documents: at least one when "
                         "above 0, never the only one")
     p.add_argument("--seed", type=int, default=0, help="seed of the document shuffle that draws the validation split")
-    p.add_argument("--max-tokens-per-source", type=int, default=None,
+    p.add_argument("--max-tokens-per-source", type=count, default=None,
                    help="keep each source's first documents up to about N tokens (whole documents: the last one may "
-                        "pass N)")
+                        "pass N); 2M, 512Ki as in train")
     p.add_argument("--text-field", default="text", help="JSONL field / Parquet or hf: column with the text")
-    p.add_argument("--leave-out", action="append", metavar="SOURCE",
+    p.add_argument("--leave-out", action="extend", nargs="+", metavar="SOURCE",
                    help="a --source whose documents are kept out of the training split (repeatable); the "
                         "validation split stays that of the full mix (leave-one-domain-out)")
     p.add_argument("--force", action="store_true", help="replace a dataset prepared from a different request")

@@ -46,11 +46,13 @@ class TokenDataset:
     """Sequences of ``seq_len`` tokens from one split of a prepared dataset.
 
     ``roll=True`` rotates each sequence by a random offset fixed by ``(seed, epoch, index)`` (the FoX paper's
-    trick so that every position is equally hard on average).
+    trick so that every position is equally hard on average). ``length``: the setting ``seq_len`` is, as the
+    error of a split shorter than one sequence names it (training's ``context``).
     """
 
     def __init__(self, data_dir: str, split: str = "train", seq_len: int = 2048, *, roll: bool = False,
-                 seed: int = 0, expect_tokenizer: str | None = None, vocab_size: int | None = None):
+                 seed: int = 0, expect_tokenizer: str | None = None, vocab_size: int | None = None,
+                 length: str = "seq_len"):
         if split not in ("train", "val"):
             raise ValueError(f"split: expected 'train' or 'val', got {split!r}")
         if not isinstance(seq_len, int) or seq_len < 2:
@@ -92,6 +94,9 @@ class TokenDataset:
         # each document's index into manifest["sources"] (None for datasets prepared before it was kept)
         self.doc_sources = arrays.get("sources")
         self.n_sequences = int(self.tokens.size // seq_len)
+        if self.n_sequences == 0 and self.tokens.size:  # the length is the mistake, more often than the data
+            raise ValueError(f"{length}: {seq_len} is more than the {self.tokens.size} tokens of split {split!r} of "
+                             f"{data_dir!r}: give at most {self.tokens.size}, or prepare more text")
         if self.n_sequences == 0:
             # an empty val split comes from `data prepare --val-fraction 0`, or from a single document (the split
             # holds out whole documents, and never the only one): say which, and how to get one

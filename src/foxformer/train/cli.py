@@ -92,9 +92,9 @@ def _train_command(args: argparse.Namespace, signals) -> int:
                              f"architecture and weights, so no preset is built; leave --preset out")
         try:
             summary = train(cfg, signals=signals)
-        except ValueError as e:
-            said = _in_model_flags(e, args)
-            if said is None:
+        except ValueError as e:  # the checks that need the data or the ranks name keys too (micro_batch_size: ...)
+            said = _in_flags(e, args)
+            if said == str(e):
                 raise
             raise ValueError(said) from None
         if main_rank:

@@ -1,0 +1,32 @@
+"""`foxformer data prepare` flags as a shell hands them over."""
+import json
+
+from foxformer.cli import main
+from foxformer.data.preparation import read_manifest
+
+
+def _docs(folder, n):
+    folder.mkdir()
+    for i in range(n):
+        (folder / f"{i}.md").write_text(f"document {i} " * 20)
+    return [str(folder / f"{i}.md") for i in range(n)]
+
+
+def test_an_unquoted_glob_gives_one_source_a_file(tmp_path, capsys):
+    """`--source docs/*.md` reaches the command as one flag and many words: it failed with 'unrecognized
+    arguments: docs/1.md docs/2.md ...', where a folder or repeated --source worked."""
+    paths = _docs(tmp_path / "docs", 4)
+    out = str(tmp_path / "d")
+    assert main(["data", "prepare", "--source", *paths[:3], "--source", paths[3], "--leave-out", *paths[:2],
+                 "--out", out, "--tokenizer", "bytes", "--no-progress"]) == 0
+    assert [s["spec"] for s in json.loads(capsys.readouterr().out)["sources"]] == paths
+    assert read_manifest(out)["config"]["leave_out"] == paths[:2]
+
+
+def test_max_tokens_per_source_takes_the_token_counts_train_takes(tmp_path, capsys):
+    """--max-tokens-per-source 2K was 'invalid int value', while every token count of train takes 2K, 512Ki."""
+    paths = _docs(tmp_path / "docs", 1)
+    out = str(tmp_path / "d")
+    assert main(["data", "prepare", "--source", *paths, "--max-tokens-per-source", "1Ki", "--out", out,
+                 "--tokenizer", "bytes", "--val-fraction", "0", "--no-progress"]) == 0
+    assert read_manifest(out)["config"]["max_tokens_per_source"] == 1024
