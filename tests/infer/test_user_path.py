@@ -121,3 +121,26 @@ def test_a_tokenizer_folder_saved_again_since_the_runs_data_is_one_error_line(tm
     assert f"run was trained on {data!r}, and the files of the tokenizer 'hf:{tok}' changed since" in line
     assert line.endswith("save the tokenizer the data was made with back in its folder, or train on data prepared "
                          "again with the new one")
+
+
+def test_bias_shift_refuses_a_dataset_of_another_tokenizer_as_eval_loss_does(run_dir, tmp_path, capsys):
+    """--data was read bare: a dataset another tokenizer made, its ids within the model's vocabulary, gave losses
+    of garbage that looked valid, and a --tokenizer beside --data was dropped in silence."""
+    from ..data.helpers import word_dataset
+
+    words, tok = word_dataset(tmp_path)
+    argv = ["bias-shift", str(run_dir), "--seq-len", "8", "--num-seqs", "1", "--shifts", "0", "--bins", "2",
+            "--device", "cpu", "--no-progress", "--out", str(tmp_path / "shift.json")]
+    assert main(argv + ["--data", words]) == 2
+    assert _error(capsys) == (f"error: --data: {words!r} was tokenized with 'hf:{tok}', but {run_dir.name} was "
+                              f"trained with 'bytes'; prepare the data with --tokenizer bytes")
+    text = tmp_path / "text.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog " * 4)
+    data = str(tmp_path / "bytes")
+    assert main(["data", "prepare", "--source", str(text), "--out", data, "--tokenizer", "bytes", "--val-fraction",
+                 "0", "--no-progress"]) == 0
+    assert main(argv + ["--data", data, "--split", "train", "--tokenizer", "gpt2"]) == 2
+    assert _error(capsys) == (f"error: --tokenizer: 'gpt2' tokenizes --source text, and --data {data!r} holds "
+                              f"tokens already (made with 'bytes'); leave --tokenizer out, or give the text as "
+                              f"--source")
+    assert main(argv + ["--data", data, "--split", "train"]) == 0

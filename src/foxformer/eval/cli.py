@@ -92,39 +92,6 @@ def _tokenizer(args, models):
     return load_tokenizer(spec), spec
 
 
-def _check_data_tokenizer(data_dir: str, models, given: str | None = None) -> None:
-    """Refuse a prepared dataset that another tokenizer than a model's made (its ids may still lie in the
-    model's vocabulary, and the loss would be reported as if they were text): another tokenizer (data.tokenizer.
-    same_tokenizer), or a tokenizer folder whose content changed since either the dataset or the model's training
-    data was prepared with it (data.preparation.tokenizer_change, as train and generate check it). ``given``: the
-    --tokenizer typed, which the dataset's tokens leave no say; another than theirs was dropped in silence."""
-    from foxformer.data import read_manifest
-    from foxformer.data.preparation import recorded_tokenizer_files, tokenizer_change
-    from foxformer.data.tokenizer import same_tokenizer
-    from foxformer.train.loading import check_tokenizer
-
-    manifest = read_manifest(data_dir)
-    if manifest is None:
-        return  # dataset_sequences says what is missing
-    if given and not same_tokenizer(manifest["tokenizer"], given, recorded_tokenizer_files(manifest)):
-        raise ValueError(f"--tokenizer: {given!r} tokenizes --source text, and --data {data_dir!r} holds tokens "
-                         f"already (made with {manifest['tokenizer']!r}); leave --tokenizer out, or give the text "
-                         f"as --source")
-    for m in models:
-        if m.tokenizer and not same_tokenizer(manifest["tokenizer"], m.tokenizer, recorded_tokenizer_files(manifest),
-                                              m.tokenizer_files):
-            raise ValueError(f"--data: {data_dir!r} was tokenized with {manifest.get('tokenizer')!r}, but "
-                             f"{m.name} was trained with {m.tokenizer!r}; prepare the data with --tokenizer "
-                             f"{m.tokenizer}")
-        change = m.tokenizer and tokenizer_change(manifest, m.tokenizer)
-        if change:
-            raise ValueError(f"--data: {data_dir!r}: {change}; prepare the data again with --force (the same "
-                             f"`foxformer data prepare` command), or save the tokenizer {m.name} was trained with "
-                             f"back in its folder")
-        if m.tokenizer:
-            check_tokenizer([m], m.tokenizer)
-
-
 def _runs_data(models) -> str | None:
     """The one prepared dataset every model's run trained on, where it still exists (else None)."""
     from foxformer.data.preparation import is_dataset
@@ -137,12 +104,14 @@ def _runs_data(models) -> str | None:
 
 
 def _sequences(args, models):
+    from foxformer.train.loading import check_data_tokenizer
+
     from .sequences import dataset_sequences, source_sequences
 
     if args.data and args.source:
         raise ValueError("pass either --data or --source, not both")
     if args.data:
-        _check_data_tokenizer(args.data, models, args.tokenizer)
+        check_data_tokenizer(args.data, models, args.tokenizer, label=FLAGS)
         tokens = dataset_sequences(args.data, args.seq_len, args.num_seqs, split=args.split,
                                    within_docs=args.within_docs, source=args.data_source, label=FLAGS)
         where = {"data": args.data, "split": args.split, "within_docs": args.within_docs}

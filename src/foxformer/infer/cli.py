@@ -192,11 +192,13 @@ def _run_data(model: str) -> str | None:
 
 def _eval_tokens(args, loaded):
     from foxformer.data import load_tokenizer
-    from foxformer.train.loading import tokenizer_spec
+    from foxformer.train.loading import check_data_tokenizer, tokenizer_spec
     from foxformer.eval.sequences import dataset_sequences, source_sequences
 
     if args.data:
-        return dataset_sequences(args.data, args.seq_len, args.num_seqs, split=args.split, within_docs=True)
+        check_data_tokenizer(args.data, [loaded], args.tokenizer, label=FLAGS)
+        return dataset_sequences(args.data, args.seq_len, args.num_seqs, split=args.split, within_docs=True,
+                                 label=FLAGS)
     tok = load_tokenizer(tokenizer_spec([loaded], args.tokenizer))
     return source_sequences(args.source, tok, args.seq_len, args.num_seqs, args.text_field)
 
