@@ -9,7 +9,7 @@ import sys
 import time
 import warnings
 
-from foxformer.argtypes import ESCAPES, escaped, floats
+from foxformer.argtypes import ESCAPES, escaped, floats, positive_int
 from foxformer.paths import check_output_file, read_text, write_json
 
 # How the API's checks name a setting in this module's errors (argtypes.setting_name): by its flag.
@@ -278,7 +278,7 @@ def add_commands(subparsers) -> None:
     p.add_argument("--seq-len", type=int, default=4096)
     p.add_argument("--num-seqs", type=int, default=8)
     p.add_argument("--train-len", type=int, default=None, help="training context (default: the run's)")
-    p.add_argument("--bins", type=int, default=16)
+    p.add_argument("--bins", type=positive_int, default=16, help="position bins of the binned loss (default 16)")
     p.add_argument("--out", default=None,
                    help="JSON path, or a folder for bias_shift.json (default: RUN/eval/bias_shift.json for a run "
                         "dir, else runs/eval/bias_shift.json; the plot sits next to it)")
