@@ -111,3 +111,27 @@ def test_a_jsonl_haystack_is_refused_after_its_flag_and_read_by_text_field(tmp_p
     assert capsys.readouterr().err.splitlines()[-1] == (
         f"error: --haystack: {hay}:1 has no field 'text' (its fields: 'body'); set text_field / --text-field")
     assert main(argv + ["--text-field", "body"]) == 0
+
+
+def test_eval_names_its_flags_not_the_apis_keywords(tmp_path, capsys):
+    """--train-len 0 was refused as "train_len:", --data-source without --within-docs as "data source:", and a
+    --data that is no dataset as "data:"."""
+    run, src = _run(tmp_path)
+    data = str(tmp_path / "data")
+    assert main(["data", "prepare", "--source", src, "--out", data, "--tokenizer", "bytes", "--val-fraction", "0",
+                 "--no-progress"]) == 0
+    argv = ["eval", "loss", run, "--split", "train", "--seq-len", "32", "--num-seqs", "1", "--n-boot", "10",
+            "--device", "cpu", "--out", str(tmp_path / "out"), "--no-progress"]
+    for extra, said in (
+            (["--data", data, "--train-len", "0"],
+             "--train-len: expected the training context, a positive number of tokens, got 0"),
+            (["--data", data, "--data-source", "doc"],
+             "--data-source: choosing a source's documents needs --within-docs (windows of the concatenated split "
+             "cross documents of every source)"),
+            (["--data", data, "--within-docs", "--data-source", "prose"],
+             f"--data-source: 'prose' names no source of this dataset; its sources are [{src!r}]"),
+            (["--data", src], f"--data: {src!r} is a file, not a prepared dataset; tokenize it first with `foxformer "
+                              f"data prepare --source {src} --out data_cache/doc` and pass --data data_cache/doc")):
+        capsys.readouterr()
+        assert main(argv + extra) == 2
+        assert capsys.readouterr().err.splitlines()[-1] == f"error: {said}"

@@ -238,10 +238,10 @@ def test_bias_shift_command(hf_dir, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("option, value, said", [
-    pytest.param("--train-len", "0", "train_len: expected the training context, a positive number of tokens, got 0",
-                 id="train-len-zero"),
-    pytest.param("--train-len", "-5", "train_len: expected the training context, a positive number of tokens, got -5",
-                 id="train-len-negative"),
+    pytest.param("--train-len", "0", "--train-len: expected the training context, a positive number of tokens, "
+                                     "got 0", id="train-len-zero"),
+    pytest.param("--train-len", "-5", "--train-len: expected the training context, a positive number of tokens, "
+                                      "got -5", id="train-len-negative"),
 ])
 def test_bias_shift_refuses_settings_it_would_misread(hf_dir, tmp_path, capsys, option, value, said):
     """--bins 0 wrote a result and a plot without a single bin; --train-len 0 or -5 was read as no training length,

@@ -50,7 +50,14 @@ def test_an_empty_input_is_a_clear_error():
 
 def test_an_empty_prompt_is_one_error_line(run_dir, capsys):
     assert main(["generate", "--model", str(run_dir / "hf"), "--prompt", "", "--device", "cpu"]) == 2
-    assert "prompt: encodes to no tokens" in _error(capsys)
+    assert _error(capsys) == "error: --prompt: encodes to no tokens; give at least one character"
+
+
+def test_a_prompt_file_that_cannot_be_read_is_named_by_its_flag(run_dir, tmp_path, capsys):
+    """The line named the path alone ("no such file or directory (/nonexistent): check the path")."""
+    missing = str(tmp_path / "nonexistent")
+    assert main(["generate", str(run_dir), "--prompt-file", missing, "--device", "cpu"]) == 2
+    assert _error(capsys) == f"error: --prompt-file: {missing!r}: no such file or directory"
 
 
 def test_a_prompt_past_the_training_context_warns_once(run_dir, capsys):

@@ -63,7 +63,7 @@ def _cmd_generate(args) -> int:
     _resolve_model(args)
     if (args.prompt is None) == (args.prompt_file is None):
         raise ValueError("pass exactly one of --prompt TEXT and --prompt-file PATH")
-    prompt = read_text(args.prompt_file) if args.prompt_file is not None else args.prompt
+    prompt = read_text(args.prompt_file, "--prompt-file") if args.prompt_file is not None else args.prompt
     if args.out:
         check_output_file(args.out, "--out")
     # Checked first, before the model loads (--decode among them, whose modes live with the caches and torch),

@@ -181,7 +181,8 @@ def load_model(path: str, *, device: str | torch.device | None = "auto", dtype: 
     # 0 or a negative count (--train-len of eval and bias-shift) was taken as no training length: every position
     # counted as within it, without a word
     if train_len is not None and (isinstance(train_len, bool) or not isinstance(train_len, int) or train_len < 1):
-        raise ValueError(f"train_len: expected the training context, a positive number of tokens, got {train_len!r}")
+        raise ValueError(f"{setting_name(label, 'train_len')}: expected the training context, a positive number of "
+                         f"tokens, got {train_len!r}")
     device = resolve_device(device, setting_name(label, "device"))
     dtype = resolve_dtype(dtype, device, label)
     if attention_backend is not None:
