@@ -151,3 +151,20 @@ def test_bias_shift_refuses_a_dataset_of_another_tokenizer_as_eval_loss_does(run
                               f"tokens already (made with 'bytes'); leave --tokenizer out, or give the text as "
                               f"--source")
     assert main(argv + ["--data", data, "--split", "train"]) == 0
+
+
+def test_bias_shift_refuses_a_flag_of_the_other_kind_of_text(run_dir, tmp_path, capsys):
+    """--text-field beside --data, and --split beside --source, were dropped without a word."""
+    text = tmp_path / "text.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog " * 4)
+    data = str(tmp_path / "bytes")
+    assert main(["data", "prepare", "--source", str(text), "--out", data, "--tokenizer", "bytes", "--no-progress"]) == 0
+    argv = ["bias-shift", str(run_dir), "--seq-len", "8", "--num-seqs", "1", "--shifts", "0", "--device", "cpu",
+            "--no-progress", "--out", str(tmp_path / "shift.json")]
+    assert main(argv + ["--data", data, "--text-field", "body"]) == 2
+    assert _error(capsys) == (f"error: --text-field: reads --source text, and --data {data!r} holds tokens already; "
+                              f"leave --text-field out")
+    assert main(argv + ["--source", str(text), "--split", "train"]) == 2
+    assert _error(capsys) == (f"error: --split: reads a --data dataset, and --source {str(text)!r} is text; leave "
+                              f"--split out")
+    assert not (tmp_path / "shift.json").exists()

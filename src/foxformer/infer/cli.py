@@ -142,17 +142,20 @@ def _cmd_generate(args) -> int:
 
 
 def _cmd_bias_shift(args) -> int:
+    from foxformer.eval.cli import text_flags
     from foxformer.eval.outputs import default_out_dir
     from foxformer.train.loading import load_model
 
     from .bias_shift import bias_shift_sweep
 
     _resolve_model(args)
-    if not args.data and not args.source and (data := _run_data(args.model)):
-        args.data = data
-        print(f"note: --data {data} (the dataset the run trained on; its {args.split} split)", file=sys.stderr)
+    ran_on = None if args.data or args.source else _run_data(args.model)
+    args.data = args.data or ran_on
     if bool(args.data) == bool(args.source):  # before the model loads, as every check of a flag
         raise ValueError("pass exactly one of --data DIR (prepared dataset) and --source SPEC (text)")
+    args.split, args.text_field = text_flags(args)
+    if ran_on:
+        print(f"note: --data {ran_on} (the dataset the run trained on; its {args.split} split)", file=sys.stderr)
     # --out: a .json file, or a folder for bias_shift.json; checked before the work (a missing folder or a
     # folder given as the file failed after the whole sweep)
     out = args.out
@@ -272,9 +275,11 @@ def add_commands(subparsers) -> None:
     p.add_argument("--shifts", type=floats, default=[0.0, 0.5, 1.0, 2.0], help="comma-separated shifts")
     p.add_argument("--data", default=None, help="prepared dataset dir (windows inside documents; default, without "
                                                 "--source: the one the run trained on)")
-    p.add_argument("--split", default="val", choices=("train", "val"))
+    # None: left out, which --source may be given with (eval.cli.text_flags)
+    p.add_argument("--split", default=None, choices=("train", "val"), help="split of --data (default: val)")
     p.add_argument("--source", default=None, help="text source spec (as in foxformer eval)")
-    p.add_argument("--text-field", default="text", help="with --source: the JSONL field / Parquet column of the text")
+    p.add_argument("--text-field", default=None,
+                   help="with --source: the JSONL field / Parquet column of the text (default: text)")
     p.add_argument("--seq-len", type=int, default=4096)
     p.add_argument("--num-seqs", type=int, default=8)
     p.add_argument("--train-len", type=int, default=None, help="training context (default: the run's)")
