@@ -81,6 +81,18 @@ def count(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a token count such as 4096 or 4Ki, got {text!r}") from e
 
 
+def positive_int(text: str) -> int:
+    """An integer >= 1, refused while the arguments are parsed: a count of bins or rounds that a check deep in the
+    work would refuse only after the model or data had loaded."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
 def counts(text: str) -> list[int]:
     """Comma-separated token counts: 1Ki,2048,4K."""
     return [count(x) for x in _items(text)]

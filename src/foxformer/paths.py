@@ -133,10 +133,17 @@ def _line_column(data: bytes, pos: int, first_line: int) -> str:
     return f"line {line}, column {column}"
 
 
-def read_text(path: str) -> str:
-    """The UTF-8 text of ``path`` (see decode_utf8)."""
-    with open(path, "rb") as f:
-        return decode_utf8(f.read(), path)
+def read_text(path: str, what: str | None = None) -> str:
+    """The UTF-8 text of ``path`` (see decode_utf8). ``what``: the setting that named the file, said first where it
+    cannot be read (the error line named the path alone, not the flag it came from)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        if what is None:
+            raise
+        raise ValueError(f"{what}: {path!r}: {(e.strerror or str(e)).lower()}") from None
+    return decode_utf8(data, path)
 
 
 @contextlib.contextmanager

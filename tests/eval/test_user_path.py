@@ -111,3 +111,58 @@ def test_a_jsonl_haystack_is_refused_after_its_flag_and_read_by_text_field(tmp_p
     assert capsys.readouterr().err.splitlines()[-1] == (
         f"error: --haystack: {hay}:1 has no field 'text' (its fields: 'body'); set text_field / --text-field")
     assert main(argv + ["--text-field", "body"]) == 0
+
+
+def test_eval_names_its_flags_not_the_apis_keywords(tmp_path, capsys):
+    """--train-len 0 was refused as "train_len:", --data-source without --within-docs as "data source:", and a
+    --data that is no dataset as "data:"."""
+    run, src = _run(tmp_path)
+    data = str(tmp_path / "data")
+    assert main(["data", "prepare", "--source", src, "--out", data, "--tokenizer", "bytes", "--val-fraction", "0",
+                 "--no-progress"]) == 0
+    argv = ["eval", "loss", run, "--split", "train", "--seq-len", "32", "--num-seqs", "1", "--n-boot", "10",
+            "--device", "cpu", "--out", str(tmp_path / "out"), "--no-progress"]
+    for extra, said in (
+            (["--data", data, "--train-len", "0"],
+             "--train-len: expected the training context, a positive number of tokens, got 0"),
+            (["--data", data, "--data-source", "doc"],
+             "--data-source: choosing a source's documents needs --within-docs (windows of the concatenated split "
+             "cross documents of every source)"),
+            (["--data", data, "--within-docs", "--data-source", "prose"],
+             f"--data-source: 'prose' names no source of this dataset; its sources are [{src!r}]"),
+            (["--data", src], f"--data: {src!r} is a file, not a prepared dataset; tokenize it first with `foxformer "
+                              f"data prepare --source {src} --out data_cache/doc` and pass --data data_cache/doc")):
+        capsys.readouterr()
+        assert main(argv + extra) == 2
+        assert capsys.readouterr().err.splitlines()[-1] == f"error: {said}"
+
+
+def test_a_flag_the_text_given_leaves_no_say_is_refused_naming_both(tmp_path, capsys):
+    """--text-field beside --data, --split or --within-docs beside --source, a --smooth wider than the curve and a
+    --matrix-len past --seq-len were taken without a word: dropped, the curve flattened, or 1000 recorded in
+    gates.json while the plots showed 256 tokens."""
+    run, src = _run(tmp_path)
+    data = str(tmp_path / "data")
+    assert main(["data", "prepare", "--source", src, "--out", data, "--tokenizer", "bytes", "--val-fraction", "0",
+                 "--no-progress"]) == 0
+    common = ["--seq-len", "32", "--num-seqs", "1", "--device", "cpu", "--out", str(tmp_path / "out"),
+              "--no-progress"]
+    for argv, said in (
+            (["eval", "loss", run, "--data", data, "--split", "train", "--text-field", "body"],
+             f"--text-field: reads --source text, and --data {data!r} holds tokens already; leave --text-field out"),
+            (["eval", "loss", run, "--source", src, "--split", "train"],
+             f"--split: reads a --data dataset, and --source {src!r} is text; leave --split out"),
+            (["analyze", "gates", run, "--source", src, "--within-docs"],
+             f"--within-docs: reads a --data dataset, and --source {src!r} is text; leave --within-docs out"),
+            (["eval", "loss", run, "--source", src, "--smooth", "40"],
+             "--smooth: a window of 40 is wider than the 31 positions of L(i) (--seq-len 32 gives 31) and flattens "
+             "it; give at most 31"),
+            (["analyze", "gates", run, "--source", src, "--matrix-len", "1000"],
+             "--matrix-len: 1000 tokens are more than a sequence holds (--seq-len 32); give at most 32, or a longer "
+             "--seq-len")):
+        capsys.readouterr()
+        assert main(argv + common) == 2
+        assert capsys.readouterr().err.splitlines()[-1] == f"error: {said}"
+    assert main(["analyze", "gates", run, "--source", src] + common) == 0  # the default 256, as many as there are
+    with open(tmp_path / "out" / "gates.json") as f:
+        assert json.load(f)["settings"]["matrix_len"] == 32

@@ -238,11 +238,10 @@ def test_bias_shift_command(hf_dir, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("option, value, said", [
-    pytest.param("--bins", "0", "bins: expected a positive number of position bins, got 0", id="no-bins"),
-    pytest.param("--train-len", "0", "train_len: expected the training context, a positive number of tokens, got 0",
-                 id="train-len-zero"),
-    pytest.param("--train-len", "-5", "train_len: expected the training context, a positive number of tokens, got -5",
-                 id="train-len-negative"),
+    pytest.param("--train-len", "0", "--train-len: expected the training context, a positive number of tokens, "
+                                     "got 0", id="train-len-zero"),
+    pytest.param("--train-len", "-5", "--train-len: expected the training context, a positive number of tokens, "
+                                      "got -5", id="train-len-negative"),
 ])
 def test_bias_shift_refuses_settings_it_would_misread(hf_dir, tmp_path, capsys, option, value, said):
     """--bins 0 wrote a result and a plot without a single bin; --train-len 0 or -5 was read as no training length,
@@ -254,6 +253,16 @@ def test_bias_shift_refuses_settings_it_would_misread(hf_dir, tmp_path, capsys, 
                  "1", "--device", "cpu", "--no-progress", "--out", str(out), option, value]) == 2
     assert capsys.readouterr().err.splitlines()[-1] == f"error: {said}"
     assert not out.exists()
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "two"])
+def test_bias_shift_refuses_bins_as_the_flag_is_read(tmp_path, capsys, value):
+    """--bins 0 was refused as "bins:" (the API's keyword), and only after the model and the data had loaded."""
+    with pytest.raises(SystemExit) as e:
+        main(["bias-shift", str(tmp_path / "no-model"), "--source", "builtin:pydoc", "--bins", value])
+    assert e.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith(
+        f"error: argument --bins: expected a positive integer, got '{value}'")
 
 
 def test_bias_shift_and_generate_take_the_model_as_eval_does_or_as_the_flag(hf_dir, tmp_path, capsys):

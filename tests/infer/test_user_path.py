@@ -50,7 +50,14 @@ def test_an_empty_input_is_a_clear_error():
 
 def test_an_empty_prompt_is_one_error_line(run_dir, capsys):
     assert main(["generate", "--model", str(run_dir / "hf"), "--prompt", "", "--device", "cpu"]) == 2
-    assert "prompt: encodes to no tokens" in _error(capsys)
+    assert _error(capsys) == "error: --prompt: encodes to no tokens; give at least one character"
+
+
+def test_a_prompt_file_that_cannot_be_read_is_named_by_its_flag(run_dir, tmp_path, capsys):
+    """The line named the path alone ("no such file or directory (/nonexistent): check the path")."""
+    missing = str(tmp_path / "nonexistent")
+    assert main(["generate", str(run_dir), "--prompt-file", missing, "--device", "cpu"]) == 2
+    assert _error(capsys) == f"error: --prompt-file: {missing!r}: no such file or directory"
 
 
 def test_a_prompt_past_the_training_context_warns_once(run_dir, capsys):
@@ -121,3 +128,43 @@ def test_a_tokenizer_folder_saved_again_since_the_runs_data_is_one_error_line(tm
     assert f"run was trained on {data!r}, and the files of the tokenizer 'hf:{tok}' changed since" in line
     assert line.endswith("save the tokenizer the data was made with back in its folder, or train on data prepared "
                          "again with the new one")
+
+
+def test_bias_shift_refuses_a_dataset_of_another_tokenizer_as_eval_loss_does(run_dir, tmp_path, capsys):
+    """--data was read bare: a dataset another tokenizer made, its ids within the model's vocabulary, gave losses
+    of garbage that looked valid, and a --tokenizer beside --data was dropped in silence."""
+    from ..data.helpers import word_dataset
+
+    words, tok = word_dataset(tmp_path)
+    argv = ["bias-shift", str(run_dir), "--seq-len", "8", "--num-seqs", "1", "--shifts", "0", "--bins", "2",
+            "--device", "cpu", "--no-progress", "--out", str(tmp_path / "shift.json")]
+    assert main(argv + ["--data", words]) == 2
+    assert _error(capsys) == (f"error: --data: {words!r} was tokenized with 'hf:{tok}', but {run_dir.name} was "
+                              f"trained with 'bytes'; prepare the data with --tokenizer bytes")
+    text = tmp_path / "text.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog " * 4)
+    data = str(tmp_path / "bytes")
+    assert main(["data", "prepare", "--source", str(text), "--out", data, "--tokenizer", "bytes", "--val-fraction",
+                 "0", "--no-progress"]) == 0
+    assert main(argv + ["--data", data, "--split", "train", "--tokenizer", "gpt2"]) == 2
+    assert _error(capsys) == (f"error: --tokenizer: 'gpt2' tokenizes --source text, and --data {data!r} holds "
+                              f"tokens already (made with 'bytes'); leave --tokenizer out, or give the text as "
+                              f"--source")
+    assert main(argv + ["--data", data, "--split", "train"]) == 0
+
+
+def test_bias_shift_refuses_a_flag_of_the_other_kind_of_text(run_dir, tmp_path, capsys):
+    """--text-field beside --data, and --split beside --source, were dropped without a word."""
+    text = tmp_path / "text.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog " * 4)
+    data = str(tmp_path / "bytes")
+    assert main(["data", "prepare", "--source", str(text), "--out", data, "--tokenizer", "bytes", "--no-progress"]) == 0
+    argv = ["bias-shift", str(run_dir), "--seq-len", "8", "--num-seqs", "1", "--shifts", "0", "--device", "cpu",
+            "--no-progress", "--out", str(tmp_path / "shift.json")]
+    assert main(argv + ["--data", data, "--text-field", "body"]) == 2
+    assert _error(capsys) == (f"error: --text-field: reads --source text, and --data {data!r} holds tokens already; "
+                              f"leave --text-field out")
+    assert main(argv + ["--source", str(text), "--split", "train"]) == 2
+    assert _error(capsys) == (f"error: --split: reads a --data dataset, and --source {str(text)!r} is text; leave "
+                              f"--split out")
+    assert not (tmp_path / "shift.json").exists()

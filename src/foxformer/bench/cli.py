@@ -9,7 +9,7 @@ import argparse
 import importlib
 import math
 
-from foxformer.argtypes import distinct, ints, words
+from foxformer.argtypes import distinct, ints, positive_int, words
 from foxformer.paths import check_output_dir, check_output_file
 
 # foxformer: the op as users call it (backend "auto": the Gluon kernels on H100 / H200, the chunked torch backend on
@@ -41,9 +41,9 @@ def _runner(module: str, *checks):
 
 # Checked while parsing (exit 2, 'error: ...'), before the CUDA check: a bad value used to end in a
 # traceback on the GPU (or, for 64x24x5, in rows of a GQA shape that does not exist).
-def _number(text: str, what: str, kind=float):
+def _number(text: str, what: str) -> float:
     try:
-        return kind(text)
+        return float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
 
@@ -80,13 +80,6 @@ def _gluon_fwd(text: str) -> dict:
     return changes
 
 
-def _positive_int(text: str) -> int:
-    value = _number(text, "a positive integer", int)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
 def _eps(text: str) -> float:
     value = _number(text, "a number in (0, 1)")
     if not 0 < value < 1:
@@ -96,7 +89,7 @@ def _eps(text: str) -> float:
 
 @distinct
 def _seqlens(text: str) -> list[int]:
-    return [_positive_int(t) for t in words(text)]
+    return [positive_int(t) for t in words(text)]
 
 
 @distinct
@@ -116,7 +109,7 @@ def _configs(text: str) -> list[tuple[int, int, int]]:
         parts = cfg.split("x")
         if len(parts) not in (2, 3):
             raise argparse.ArgumentTypeError(f"config {cfg!r}: expected DxHq or DxHqxHkv")
-        D, Hq, *rest = (_positive_int(x) for x in parts)
+        D, Hq, *rest = (positive_int(x) for x in parts)
         Hkv = rest[0] if rest else Hq
         if Hq % Hkv:
             raise argparse.ArgumentTypeError(f"config {cfg!r}: Hq = {Hq} is not a multiple of Hkv = {Hkv}")
@@ -131,7 +124,7 @@ def configure_attention(p: argparse.ArgumentParser) -> None:
     p.add_argument("--configs", type=_configs, default=None,
                    help="comma list of DxHq or DxHqxHkv (GQA; Hq a multiple of Hkv); default 64x24,128x12,128x12x2 "
                         "(CPU: 16x4,64x8, the tiny and small presets' FoX heads)")
-    p.add_argument("--tokens", type=_positive_int, default=None, help="B * T (default 32768; CPU 4096)")
+    p.add_argument("--tokens", type=positive_int, default=None, help="B * T (default 32768; CPU 4096)")
     p.add_argument("--prune", action="store_true",
                    help="add foxformer rows with tile pruning (realistic and open gates)")
     p.add_argument("--prune-eps", type=_eps, default=1e-3,
@@ -142,7 +135,7 @@ def configure_attention(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", default=None, metavar="DIR",
                    help="also run each row's forward+backward 4 more times under torch.profiler: kernel tables and "
                         "the device's idle time per step in DIR")
-    p.add_argument("--rounds", type=_positive_int, default=1,
+    p.add_argument("--rounds", type=positive_int, default=1,
                    help="time every case of a shape this many times, the providers interleaved and their order rotated "
                         "by one each round, and report medians (each round's times are kept in the JSON)")
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
@@ -198,7 +191,7 @@ def configure_model(p: argparse.ArgumentParser) -> None:
                         "64:max_free=true; 'default': as it is): times an option before it becomes a "
                         "default. Given more than once, each FoX row is compiled once and timed under every "
                         "setting in turn, --rounds times (one row each, named 'PRESET [setting]')")
-    p.add_argument("--rounds", type=_positive_int, default=1,
+    p.add_argument("--rounds", type=positive_int, default=1,
                    help="measure each row this many times, a FoX row's --gluon-fwd settings in turn each round; "
                         "its step time is the median over all rounds' steps")
     p.add_argument("--no-progress", action="store_true")

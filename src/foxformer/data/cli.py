@@ -68,7 +68,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
     if manifest is None:
         from .dataset import no_dataset  # torch: only where there is no dataset to summarize
 
-        print(f"error: {no_dataset(args.dir, flag=None)}", file=sys.stderr)
+        print(f"error: data: {no_dataset(args.dir, flag=None)}", file=sys.stderr)
         return 2
     print(json.dumps(_summary(manifest, args.dir), indent=2))
     # the summary alone read as a sound dataset that training would then refuse

@@ -14,6 +14,8 @@ import os
 import numpy as np
 import torch
 
+from ..argtypes import SettingError
+
 from .preparation import (FORMAT, read_manifest, recorded_tokenizer_files, run_or_model_folder, split_damage,
                           tokenizer_change)
 from .sources import holds_documents
@@ -22,23 +24,24 @@ from .tokenizer import moved_hint, same_tokenizer
 
 def no_dataset(path: str, flag: str | None = "--data") -> str:
     """Why ``path``, which holds no manifest.json, is no prepared dataset, and the command that makes one (then
-    to be given as ``flag``, where the command takes the dataset by one). Text given as --data: the advice for an
+    to be given as ``flag``, where the command takes the dataset by one): the reason, which the caller says after
+    the setting that named the path. Text given as --data: the advice for an
     empty folder would name it as --out, and `data prepare` would then fail on a file, or write SymPy's source
     (its default) beside the user's documents; a path that is not there likewise needs --source."""
     # a run's metrics.jsonl made it "a folder of documents", and the advice was to tokenize the run
     if taken := run_or_model_folder(path):
-        return (f"data: {path!r} is {taken[1]} (it holds {taken[0]}), not a prepared dataset: give the folder "
+        return (f"{path!r} is {taken[1]} (it holds {taken[0]}), not a prepared dataset: give the folder "
                 f"`foxformer data prepare --out` wrote (a run's config.yaml names the one it trained on: data_dir)")
     if os.path.isfile(path) or holds_documents(path):
         what = "a file" if os.path.isfile(path) else "a folder of documents"
         stem = os.path.splitext(os.path.basename(os.path.abspath(path)))[0]
         then = f" and pass {flag} data_cache/{stem}" if flag else ""
-        return (f"data: {path!r} is {what}, not a prepared dataset; tokenize it first with `foxformer data prepare "
+        return (f"{path!r} is {what}, not a prepared dataset; tokenize it first with `foxformer data prepare "
                 f"--source {path} --out data_cache/{stem}`{then}")
     if not os.path.exists(path):
-        return (f"data: {path!r} does not exist; prepare a dataset there from your text with `foxformer data "
+        return (f"{path!r} does not exist; prepare a dataset there from your text with `foxformer data "
                 f"prepare --source TEXT --out {path}` (TEXT: a file, a folder or a built-in corpus)")
-    return (f"data: {path!r} has no manifest.json; run `foxformer data prepare --out {path}` first (an interrupted "
+    return (f"{path!r} has no manifest.json; run `foxformer data prepare --out {path}` first (an interrupted "
             f"prepare leaves no manifest)")
 
 
@@ -59,9 +62,9 @@ class TokenDataset:
             raise ValueError(f"seq_len: expected an integer >= 2, got {seq_len!r}")
         manifest = read_manifest(data_dir)  # None for a file too (no manifest.json under it)
         if manifest is None:
-            raise ValueError(no_dataset(data_dir))
+            raise SettingError("data", no_dataset(data_dir))
         if manifest.get("format") != FORMAT:
-            raise ValueError(f"data: {data_dir!r} has format {manifest.get('format')!r}, expected {FORMAT!r}")
+            raise SettingError("data", f"{data_dir!r} has format {manifest.get('format')!r}, expected {FORMAT!r}")
         # the manifest holds the loaded tokenizer's name ("tiktoken:gpt2" is stored as "gpt2"); a folder of the
         # same content elsewhere is the same tokenizer (the project or the folder moved)
         files = recorded_tokenizer_files(manifest)
@@ -70,15 +73,16 @@ class TokenDataset:
             fix = f" (another tokenizer); {gone}" if gone else \
                 f"; leave the tokenizer out to use the dataset's, or prepare the data again with --tokenizer " \
                 f"{expect_tokenizer}"
-            raise ValueError(f"data: {data_dir!r} was tokenized with {manifest['tokenizer']!r} but the run expects "
-                             f"tokenizer {expect_tokenizer!r}{fix}")
+            raise SettingError("data", f"{data_dir!r} was tokenized with {manifest['tokenizer']!r} but the run "
+                                       f"expects tokenizer {expect_tokenizer!r}{fix}")
         change = None if expect_tokenizer is None else tokenizer_change(manifest, expect_tokenizer)
         if change:
-            raise ValueError(f"data: {data_dir!r}: {change}; prepare the data again with --force (the same `foxformer "
-                             f"data prepare` command), or save the tokenizer the data was made with back in its folder")
+            raise SettingError("data", f"{data_dir!r}: {change}; prepare the data again with --force (the same "
+                                       f"`foxformer data prepare` command), or save the tokenizer the data was made "
+                                       f"with back in its folder")
         if vocab_size is not None and manifest["vocab_size"] > vocab_size:
-            raise ValueError(f"data: {data_dir!r} uses a tokenizer with {manifest['vocab_size']} ids but the model's "
-                             f"vocab_size is {vocab_size}")
+            raise SettingError("data", f"{data_dir!r} uses a tokenizer with {manifest['vocab_size']} ids but the "
+                                       f"model's vocab_size is {vocab_size}")
         info = manifest["split"][split]
         self.manifest = manifest
         self.split, self.seq_len, self.roll, self.seed = split, seq_len, roll, seed
@@ -87,8 +91,8 @@ class TokenDataset:
         arrays: dict = {}
         damage = split_damage(data_dir, manifest, split, arrays)
         if damage:
-            raise ValueError(f"data: {damage}; the dataset is damaged, prepare it again (the same `foxformer data "
-                             f"prepare` command rebuilds it)")
+            raise SettingError("data", f"{damage}; the dataset is damaged, prepare it again (the same `foxformer "
+                                       f"data prepare` command rebuilds it)")
         self.tokens = np.memmap(path, dtype=dtype, mode="r") if info["tokens"] else np.zeros(0, dtype)
         self.doc_offsets = arrays["index"]
         # each document's index into manifest["sources"] (None for datasets prepared before it was kept)
@@ -109,8 +113,8 @@ class TokenDataset:
                 else:
                     fix = ("; the dataset has no validation documents: prepare it again with --val-fraction above 0, "
                            "or point --data at a dataset with a validation split")
-            raise ValueError(f"data: split {split!r} of {data_dir!r} has {self.tokens.size} tokens, fewer than one "
-                             f"sequence of seq_len={seq_len}{fix}")
+            raise SettingError("data", f"split {split!r} of {data_dir!r} has {self.tokens.size} tokens, fewer than "
+                                       f"one sequence of seq_len={seq_len}{fix}")
         self._perm_cache: dict[int, np.ndarray] = {}
 
     def source_index(self, name: str) -> int:
@@ -120,8 +124,8 @@ class TokenDataset:
         hits = [i for i, spec in enumerate(specs) if spec == name] or \
                [i for i, spec in enumerate(specs) if name in spec]
         if len(hits) != 1:
-            raise ValueError(f"data source: {name!r} names {'no' if not hits else 'more than one'} source of this "
-                             f"dataset; its sources are {specs}")
+            raise SettingError("source", f"{name!r} names {'no' if not hits else 'more than one'} source of "
+                                         f"this dataset; its sources are {specs}")
         return hits[0]
 
     @property

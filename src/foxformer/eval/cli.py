@@ -38,15 +38,17 @@ def _no_progress(p: argparse.ArgumentParser) -> None:
                    help="accepted as by the other eval commands; this one shows no progress bar")
 
 
-def _text_field_arg(p: argparse.ArgumentParser, when: str) -> None:
-    p.add_argument("--text-field", default="text", help=f"{when}the JSONL field / Parquet column of the text")
+def _text_field_arg(p: argparse.ArgumentParser, when: str, default: str | None = "text") -> None:
+    p.add_argument("--text-field", default=default, help=f"{when}the JSONL field / Parquet column of the text "
+                                                         f"(default: text)")
 
 
 def _text_args(p: argparse.ArgumentParser, seq_len: int, num: int) -> None:
     p.add_argument("--data", default=None,
                    help="prepared dataset dir (foxformer data prepare; default: the one the runs trained on, if they "
                         "share it)")
-    p.add_argument("--split", default="val", choices=("train", "val"))
+    # None: left out, which --source may be given with (see text_flags)
+    p.add_argument("--split", default=None, choices=("train", "val"), help="split of --data (default: val)")
     p.add_argument("--within-docs", action="store_true",
                    help="only windows inside one document (every position has real context)")
     p.add_argument("--data-source", default=None, metavar="SOURCE",
@@ -54,7 +56,7 @@ def _text_args(p: argparse.ArgumentParser, seq_len: int, num: int) -> None:
                         "part naming one source, e.g. prose)")
     p.add_argument("--source", default=None,
                    help="text source instead of --data: file/dir (.txt/.jsonl[.xz]) or builtin:pydoc|sympy|stdlib")
-    _text_field_arg(p, "with --source: ")
+    _text_field_arg(p, "with --source: ", default=None)
     p.add_argument("--tokenizer", default=None, help="tokenizer for --source (default: the run's, else gpt2)")
     p.add_argument("--seq-len", type=count, default=seq_len, help="tokens per sequence, e.g. 4096 or 4Ki")
     p.add_argument("--num-seqs", type=int, default=num, help="number of sequences")
@@ -92,39 +94,6 @@ def _tokenizer(args, models):
     return load_tokenizer(spec), spec
 
 
-def _check_data_tokenizer(data_dir: str, models, given: str | None = None) -> None:
-    """Refuse a prepared dataset that another tokenizer than a model's made (its ids may still lie in the
-    model's vocabulary, and the loss would be reported as if they were text): another tokenizer (data.tokenizer.
-    same_tokenizer), or a tokenizer folder whose content changed since either the dataset or the model's training
-    data was prepared with it (data.preparation.tokenizer_change, as train and generate check it). ``given``: the
-    --tokenizer typed, which the dataset's tokens leave no say; another than theirs was dropped in silence."""
-    from foxformer.data import read_manifest
-    from foxformer.data.preparation import recorded_tokenizer_files, tokenizer_change
-    from foxformer.data.tokenizer import same_tokenizer
-    from foxformer.train.loading import check_tokenizer
-
-    manifest = read_manifest(data_dir)
-    if manifest is None:
-        return  # dataset_sequences says what is missing
-    if given and not same_tokenizer(manifest["tokenizer"], given, recorded_tokenizer_files(manifest)):
-        raise ValueError(f"--tokenizer: {given!r} tokenizes --source text, and --data {data_dir!r} holds tokens "
-                         f"already (made with {manifest['tokenizer']!r}); leave --tokenizer out, or give the text "
-                         f"as --source")
-    for m in models:
-        if m.tokenizer and not same_tokenizer(manifest["tokenizer"], m.tokenizer, recorded_tokenizer_files(manifest),
-                                              m.tokenizer_files):
-            raise ValueError(f"--data: {data_dir!r} was tokenized with {manifest.get('tokenizer')!r}, but "
-                             f"{m.name} was trained with {m.tokenizer!r}; prepare the data with --tokenizer "
-                             f"{m.tokenizer}")
-        change = m.tokenizer and tokenizer_change(manifest, m.tokenizer)
-        if change:
-            raise ValueError(f"--data: {data_dir!r}: {change}; prepare the data again with --force (the same "
-                             f"`foxformer data prepare` command), or save the tokenizer {m.name} was trained with "
-                             f"back in its folder")
-        if m.tokenizer:
-            check_tokenizer([m], m.tokenizer)
-
-
 def _runs_data(models) -> str | None:
     """The one prepared dataset every model's run trained on, where it still exists (else None)."""
     from foxformer.data.preparation import is_dataset
@@ -136,24 +105,43 @@ def _runs_data(models) -> str | None:
     return data if is_dataset(data) else None
 
 
-def _sequences(args, models):
-    from .sequences import dataset_sequences, source_sequences
-
+def text_flags(args) -> tuple[str, str]:
+    """The split and the text field of the text an eval command or bias-shift reads, "val" and "text" where left
+    out. A flag of the other kind of text is refused, naming both: --split, --within-docs and --data-source read a
+    --data dataset, --text-field the text of --source (a dataset holds tokens); each was dropped without a word."""
     if args.data and args.source:
         raise ValueError("pass either --data or --source, not both")
+    if args.source:
+        given = [flag for flag in ("split", "within_docs", "data_source") if getattr(args, flag, None)]
+        if given:
+            flag = f"--{given[0].replace('_', '-')}"
+            raise ValueError(f"{flag}: reads a --data dataset, and --source {args.source!r} is text; leave {flag} out")
+    elif args.text_field is not None:
+        raise ValueError(f"--text-field: reads --source text, and "
+                         + (f"--data {args.data!r} holds tokens already" if args.data else "no --source is given")
+                         + "; leave --text-field out")
+    return args.split or "val", args.text_field or "text"
+
+
+def _sequences(args, models):
+    from foxformer.train.loading import check_data_tokenizer
+
+    from .sequences import dataset_sequences, source_sequences
+
+    split, text_field = text_flags(args)
     if args.data:
-        _check_data_tokenizer(args.data, models, args.tokenizer)
-        tokens = dataset_sequences(args.data, args.seq_len, args.num_seqs, split=args.split,
+        check_data_tokenizer(args.data, models, args.tokenizer, label=FLAGS)
+        tokens = dataset_sequences(args.data, args.seq_len, args.num_seqs, split=split,
                                    within_docs=args.within_docs, source=args.data_source, label=FLAGS)
-        where = {"data": args.data, "split": args.split, "within_docs": args.within_docs}
+        where = {"data": args.data, "split": split, "within_docs": args.within_docs}
         where = {**where, "data_source": args.data_source} if args.data_source else where
     elif args.source:
         tok, spec = _tokenizer(args, models)
-        tokens = source_sequences(args.source, tok, args.seq_len, args.num_seqs, args.text_field, label=FLAGS)
+        tokens = source_sequences(args.source, tok, args.seq_len, args.num_seqs, text_field, label=FLAGS)
         where = {"source": args.source, "tokenizer": spec}
     elif data := _runs_data(models):
         args.data = data
-        print(f"note: --data {args.data} (the dataset the runs trained on; its {args.split} split)", file=sys.stderr)
+        print(f"note: --data {args.data} (the dataset the runs trained on; its {split} split)", file=sys.stderr)
         return _sequences(args, models)
     else:
         raise ValueError("pass --data DIR (a prepared dataset) or --source SPEC (text) to evaluate on")
@@ -175,7 +163,7 @@ def _cmd_loss(args) -> dict:
 
     # before loading any model (eval_loss checks them again, naming its keywords)
     check_sequences(args.seq_len, args.num_seqs, label=FLAGS)
-    check_curve_args(args.smooth, args.n_boot, args.confidence, args.seed, label=FLAGS)
+    check_curve_args(args.smooth, args.n_boot, args.confidence, args.seed, positions=args.seq_len - 1, label=FLAGS)
     check_batch_size(args.batch_size, label=FLAGS)
     context_lengths(args.lengths, args.seq_len - 1, label=FLAGS)
     models = _load_models(args)
@@ -266,17 +254,22 @@ def _cmd_gates(args) -> dict:
     check_sequences(args.seq_len, args.num_seqs, label=FLAGS)  # before loading any model, as those below
     check_batch_size(args.batch_size, label=FLAGS)
     heads = parse_heads(args.heads, label=FLAGS)
+    # a longer one was recorded in gates.json while the plots showed --seq-len tokens
+    if args.matrix_len is not None and args.matrix_len > args.seq_len:
+        raise ValueError(f"--matrix-len: {args.matrix_len} tokens are more than a sequence holds (--seq-len "
+                         f"{args.seq_len}); give at most {args.seq_len}, or a longer --seq-len")
     models = _load_models(args)
     out = _out_dir(args, models)
     # refuse labels whose plots would overwrite each other before any work
     plot_tags([m.name for m in models], label=FLAGS)
     tokens, where = _sequences(args, models)
+    matrix_len = min(256 if args.matrix_len is None else args.matrix_len, int(tokens.shape[1]))
     analyses = [(gate_stats(m.model, tokens, name=m.name, batch_size=args.batch_size, progress=not args.no_progress),
                  m.model, tokens) for m in models]
     settings = {**where, "seq_len": int(tokens.shape[1]), "num_seqs": int(tokens.shape[0]),
-                "models": [m.path for m in models], "matrix_len": args.matrix_len}
+                "models": [m.path for m in models], "matrix_len": matrix_len}
     note_replacing(os.path.join(out, "gates.json"))
-    data = save_gates(analyses, out, settings, heads=heads, matrix_len=args.matrix_len, label=FLAGS)
+    data = save_gates(analyses, out, settings, heads=heads, matrix_len=matrix_len, label=FLAGS)
     return {"out": out, "plots": data["plots"], "models": [m["summary"] for m in data["models"]]}
 
 
@@ -471,7 +464,8 @@ def add_commands(subparsers) -> None:
     _text_args(p, seq_len=1024, num=4)
     p.add_argument("--heads", default=None, help="layer:head pairs to plot, e.g. 0:1,3:2 (default: 8 heads "
                                                  "spread over the timescales)")
-    p.add_argument("--matrix-len", type=int, default=256, help="tokens shown in the matrix plots")
+    p.add_argument("--matrix-len", type=int, default=None,
+                   help="tokens shown in the matrix plots, at most --seq-len (default: 256, or --seq-len if shorter)")
     p.add_argument("--batch-size", type=int, default=4, help="sequences per forward pass")
     p.set_defaults(func=_run(_cmd_gates))
     an.set_defaults(func=lambda args: (an.print_help(), 2)[1])

@@ -200,9 +200,11 @@ class LossCurve:
         return out
 
 
-def check_curve_args(smooth_window, n_boot, confidence, seed, *, label: str = "{}") -> None:
-    """Checked before any model runs: numpy's own error for a negative seed names no argument. ``label``: as
-    check_batch_size's (``--smooth`` sets smooth_window)."""
+def check_curve_args(smooth_window, n_boot, confidence, seed, *, positions: Optional[int] = None,
+                     label: str = "{}") -> None:
+    """Checked before any model runs: numpy's own error for a negative seed names no argument. ``positions``: of
+    L(i), T - 1 for sequences of T tokens, where known. ``label``: as check_batch_size's (``--smooth`` sets
+    smooth_window)."""
     def name(field: str, flag: Optional[str] = None) -> str:
         return setting_name(label, field, flag)
 
@@ -210,6 +212,11 @@ def check_curve_args(smooth_window, n_boot, confidence, seed, *, label: str = "{
                                       or smooth_window < 1):
         raise ValueError(f"{name('smooth_window', 'smooth')}: expected a positive integer (1: no smoothing), got "
                          f"{smooth_window!r}")
+    # a window past the curve averages every point over most of it (past twice its length, all to one value)
+    if smooth_window is not None and positions is not None and smooth_window > positions:
+        raise ValueError(f"{name('smooth_window', 'smooth')}: a window of {smooth_window} is wider than the "
+                         f"{positions} positions of L(i) ({name('seq_len')} {positions + 1} gives {positions}) and "
+                         f"flattens it; give at most {positions}")
     if isinstance(n_boot, bool) or not isinstance(n_boot, int) or n_boot < 1:
         raise ValueError(f"{name('n_boot')}: expected a positive integer, got {n_boot!r}")
     if not 0.0 < confidence < 1.0:
@@ -234,12 +241,12 @@ def loss_curve(per_seq, *, name: str = "model", train_len: Optional[int] = None,
                lengths: Optional[Sequence[int]] = None, smooth_window: Optional[int] = None, n_boot: int = 1000,
                confidence: float = 0.95, seed: int = 0) -> LossCurve:
     """Curves and bands from per-sequence, per-position losses [N, T-1] (accumulated in fp64)."""
-    check_curve_args(smooth_window, n_boot, confidence, seed)
     rows = np.asarray(per_seq.double().numpy() if isinstance(per_seq, torch.Tensor) else per_seq, dtype=np.float64)
     if rows.ndim != 2 or rows.shape[0] < 1 or rows.shape[1] < 1:
         raise ValueError(f"per_seq: expected losses [num_sequences, positions], got shape {rows.shape}")
     check_finite(rows, "per_seq")
     n, k = rows.shape
+    check_curve_args(smooth_window, n_boot, confidence, seed, positions=k)
     window = smooth_window if smooth_window is not None else max(1, k // 64)
     lengths = context_lengths(lengths, k)
     sm = smooth(rows, window)

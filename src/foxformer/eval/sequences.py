@@ -41,7 +41,10 @@ def dataset_sequences(data_dir: str, seq_len: int, num: int, *, split: str = "va
     only documents of that source of the dataset (see TokenDataset.source_index). ``label``: as check_sequences'.
     """
     check_sequences(seq_len, num, label=label)
-    name = setting_name(label, "seq_len")
+    name, source_name = setting_name(label, "seq_len"), setting_name(label, "source", "data_source")
+    if source is not None and not within_docs:
+        raise ValueError(f"{source_name}: choosing a source's documents needs {setting_name(label, 'within_docs')} "
+                         f"(windows of the concatenated split cross documents of every source)")
     from foxformer.data import TokenDataset
 
     # A split shorter than seq_len is refused here with the largest seq_len that works (the dataset's own error
@@ -51,10 +54,11 @@ def dataset_sequences(data_dir: str, seq_len: int, num: int, *, split: str = "va
     if not within_docs and 2 <= size < seq_len:
         raise ValueError(f"{name}: split {split!r} of {data_dir!r} has {size} tokens, fewer than one sequence of "
                          f"{seq_len}; the largest workable {name} is {size}")
-    ds = TokenDataset(data_dir, split, min(seq_len, size) if size >= 2 else seq_len)
-    if source is not None and not within_docs:
-        raise ValueError("data source: choosing a source's documents needs --within-docs (windows of the "
-                         "concatenated split cross documents of every source)")
+    try:
+        ds = TokenDataset(data_dir, split, min(seq_len, size) if size >= 2 else seq_len)
+        index = None if source is None else ds.source_index(source)
+    except SettingError as e:  # the dataset's reader names the settings as its own keywords ("data", "source")
+        raise _said_as(e, setting_name(label, e.field, {"source": "data_source"}.get(e.field))) from None
     if not within_docs:
         picks = np.linspace(0, len(ds) - 1, num=min(num, len(ds))).round().astype(np.int64)
         return torch.from_numpy(np.stack([ds.sequence(int(i)) for i in np.unique(picks)]))
@@ -62,9 +66,9 @@ def dataset_sequences(data_dir: str, seq_len: int, num: int, *, split: str = "va
     lengths = np.diff(offsets) - 1  # text tokens: each document has an end-of-text token (or starts with a BOS)
     if source is not None:
         if ds.doc_sources is None:
-            raise ValueError(f"data source: {data_dir!r} was prepared before documents kept their source; prepare "
+            raise ValueError(f"{source_name}: {data_dir!r} was prepared before documents kept their source; prepare "
                              f"it again (the same command rebuilds it from its cached shards)")
-        lengths = np.where(ds.doc_sources == ds.source_index(source), lengths, -1)  # -1: another source's
+        lengths = np.where(ds.doc_sources == index, lengths, -1)  # -1: another source's
     long_docs = np.flatnonzero(lengths >= seq_len)
     if long_docs.size == 0:
         raise ValueError(f"{name}: no document of split {split!r} in {data_dir!r}"

@@ -9,7 +9,7 @@ import sys
 import time
 import warnings
 
-from foxformer.argtypes import ESCAPES, escaped, floats
+from foxformer.argtypes import ESCAPES, escaped, floats, positive_int
 from foxformer.paths import check_output_file, read_text, write_json
 
 # How the API's checks name a setting in this module's errors (argtypes.setting_name): by its flag.
@@ -63,7 +63,7 @@ def _cmd_generate(args) -> int:
     _resolve_model(args)
     if (args.prompt is None) == (args.prompt_file is None):
         raise ValueError("pass exactly one of --prompt TEXT and --prompt-file PATH")
-    prompt = read_text(args.prompt_file) if args.prompt_file is not None else args.prompt
+    prompt = read_text(args.prompt_file, "--prompt-file") if args.prompt_file is not None else args.prompt
     if args.out:
         check_output_file(args.out, "--out")
     # Checked first, before the model loads (--decode among them, whose modes live with the caches and torch),
@@ -142,17 +142,20 @@ def _cmd_generate(args) -> int:
 
 
 def _cmd_bias_shift(args) -> int:
+    from foxformer.eval.cli import text_flags
     from foxformer.eval.outputs import default_out_dir
     from foxformer.train.loading import load_model
 
     from .bias_shift import bias_shift_sweep
 
     _resolve_model(args)
-    if not args.data and not args.source and (data := _run_data(args.model)):
-        args.data = data
-        print(f"note: --data {data} (the dataset the run trained on; its {args.split} split)", file=sys.stderr)
+    ran_on = None if args.data or args.source else _run_data(args.model)
+    args.data = args.data or ran_on
     if bool(args.data) == bool(args.source):  # before the model loads, as every check of a flag
         raise ValueError("pass exactly one of --data DIR (prepared dataset) and --source SPEC (text)")
+    args.split, args.text_field = text_flags(args)
+    if ran_on:
+        print(f"note: --data {ran_on} (the dataset the run trained on; its {args.split} split)", file=sys.stderr)
     # --out: a .json file, or a folder for bias_shift.json; checked before the work (a missing folder or a
     # folder given as the file failed after the whole sweep)
     out = args.out
@@ -192,11 +195,13 @@ def _run_data(model: str) -> str | None:
 
 def _eval_tokens(args, loaded):
     from foxformer.data import load_tokenizer
-    from foxformer.train.loading import tokenizer_spec
+    from foxformer.train.loading import check_data_tokenizer, tokenizer_spec
     from foxformer.eval.sequences import dataset_sequences, source_sequences
 
     if args.data:
-        return dataset_sequences(args.data, args.seq_len, args.num_seqs, split=args.split, within_docs=True)
+        check_data_tokenizer(args.data, [loaded], args.tokenizer, label=FLAGS)
+        return dataset_sequences(args.data, args.seq_len, args.num_seqs, split=args.split, within_docs=True,
+                                 label=FLAGS)
     tok = load_tokenizer(tokenizer_spec([loaded], args.tokenizer))
     return source_sequences(args.source, tok, args.seq_len, args.num_seqs, args.text_field)
 
@@ -270,13 +275,15 @@ def add_commands(subparsers) -> None:
     p.add_argument("--shifts", type=floats, default=[0.0, 0.5, 1.0, 2.0], help="comma-separated shifts")
     p.add_argument("--data", default=None, help="prepared dataset dir (windows inside documents; default, without "
                                                 "--source: the one the run trained on)")
-    p.add_argument("--split", default="val", choices=("train", "val"))
+    # None: left out, which --source may be given with (eval.cli.text_flags)
+    p.add_argument("--split", default=None, choices=("train", "val"), help="split of --data (default: val)")
     p.add_argument("--source", default=None, help="text source spec (as in foxformer eval)")
-    p.add_argument("--text-field", default="text", help="with --source: the JSONL field / Parquet column of the text")
+    p.add_argument("--text-field", default=None,
+                   help="with --source: the JSONL field / Parquet column of the text (default: text)")
     p.add_argument("--seq-len", type=int, default=4096)
     p.add_argument("--num-seqs", type=int, default=8)
     p.add_argument("--train-len", type=int, default=None, help="training context (default: the run's)")
-    p.add_argument("--bins", type=int, default=16)
+    p.add_argument("--bins", type=positive_int, default=16, help="position bins of the binned loss (default 16)")
     p.add_argument("--out", default=None,
                    help="JSON path, or a folder for bias_shift.json (default: RUN/eval/bias_shift.json for a run "
                         "dir, else runs/eval/bias_shift.json; the plot sits next to it)")

@@ -494,8 +494,9 @@ def generate(model, tokenizer_or_ids, prompt: Optional[str | Sequence[str]] = No
         rows = [start_ids(tokenizer) + tokenizer.encode(text) for text in texts]
         empty = [i for i, row in enumerate(rows) if not row]
         if empty:
-            raise ValueError("prompt: encodes to no tokens; give at least one character" if single else
-                             f"prompt: row {empty[0]} encodes to no tokens; give it at least one character")
+            name = setting_name(label, "prompt")
+            raise ValueError(f"{name}: encodes to no tokens; give at least one character" if single else
+                             f"{name}: row {empty[0]} encodes to no tokens; give it at least one character")
         end = end_of_text_id(tokenizer)
         if config.stop_token is None and not config.ignore_eos and end is not None:
             config = dataclasses.replace(config, stop_token=end)

@@ -19,7 +19,8 @@ import torch
 from safetensors import SafetensorError
 
 from foxformer.argtypes import setting_name, unset_said
-from foxformer.data.preparation import MANIFEST, is_dataset, read_manifest, tokenizer_change
+from foxformer.data.preparation import (MANIFEST, is_dataset, read_manifest, recorded_tokenizer_files,
+                                       tokenizer_change)
 from foxformer.data.tokenizer import moved_hint, same_tokenizer
 from foxformer.models.calls import hf_progress
 from foxformer.models.config import ConfigError, FoxConfig
@@ -180,7 +181,8 @@ def load_model(path: str, *, device: str | torch.device | None = "auto", dtype: 
     # 0 or a negative count (--train-len of eval and bias-shift) was taken as no training length: every position
     # counted as within it, without a word
     if train_len is not None and (isinstance(train_len, bool) or not isinstance(train_len, int) or train_len < 1):
-        raise ValueError(f"train_len: expected the training context, a positive number of tokens, got {train_len!r}")
+        raise ValueError(f"{setting_name(label, 'train_len')}: expected the training context, a positive number of "
+                         f"tokens, got {train_len!r}")
     device = resolve_device(device, setting_name(label, "device"))
     dtype = resolve_dtype(dtype, device, label)
     if attention_backend is not None:
@@ -318,6 +320,37 @@ def check_tokenizer(models: list[LoadedModel], spec: str) -> None:
             raise ValueError(f"tokenizer: {m.name} was trained on {m.data_dir!r}, and {change}; save the tokenizer "
                              f"the data was made with back in its folder, or train on data prepared again with the "
                              f"new one")
+
+
+def check_data_tokenizer(data_dir: str, models: list[LoadedModel], given: Optional[str] = None, *,
+                         label: str = "{}") -> None:
+    """Refuse a prepared dataset that another tokenizer than a model's made (its ids may still lie in the
+    model's vocabulary, and the loss would be reported as if they were text): another tokenizer (same_tokenizer), or
+    a tokenizer folder whose content changed since either the dataset or the model's training data was prepared
+    with it (tokenizer_change, as train and generate check it). ``given``: a tokenizer asked for beside the dataset,
+    whose tokens leave it no say; another than theirs was dropped in silence. ``label``: as setting_name's
+    ("--{}": the flags of eval and bias-shift)."""
+    manifest = read_manifest(data_dir)
+    if manifest is None:
+        return  # the dataset's reader says what is missing
+    data, files = setting_name(label, "data_dir", "data"), recorded_tokenizer_files(manifest)
+    if given and not same_tokenizer(manifest["tokenizer"], given, files):
+        name, source = setting_name(label, "tokenizer"), setting_name(label, "source")
+        raise ValueError(f"{name}: {given!r} tokenizes {source} text, and {data} {data_dir!r} holds tokens "
+                         f"already (made with {manifest['tokenizer']!r}); leave {name} out, or give the text as "
+                         f"{source}")
+    for m in models:
+        if m.tokenizer and not same_tokenizer(manifest["tokenizer"], m.tokenizer, files, m.tokenizer_files):
+            raise ValueError(f"{data}: {data_dir!r} was tokenized with {manifest.get('tokenizer')!r}, but "
+                             f"{m.name} was trained with {m.tokenizer!r}; prepare the data with --tokenizer "
+                             f"{m.tokenizer}")
+        change = m.tokenizer and tokenizer_change(manifest, m.tokenizer)
+        if change:
+            raise ValueError(f"{data}: {data_dir!r}: {change}; prepare the data again with --force (the same "
+                             f"`foxformer data prepare` command), or save the tokenizer {m.name} was trained with "
+                             f"back in its folder")
+        if m.tokenizer:
+            check_tokenizer([m], m.tokenizer)
 
 
 def _default_name(path: str) -> str:
