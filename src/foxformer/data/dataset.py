@@ -99,8 +99,8 @@ class TokenDataset:
         self.doc_sources = arrays.get("sources")
         self.n_sequences = int(self.tokens.size // seq_len)
         if self.n_sequences == 0 and self.tokens.size:  # the length is the mistake, more often than the data
-            raise ValueError(f"{length}: {seq_len} is more than the {self.tokens.size} tokens of split {split!r} of "
-                             f"{data_dir!r}: give at most {self.tokens.size}, or prepare more text")
+            raise SettingError(length, f"{seq_len} is more than the {self.tokens.size} tokens of split {split!r} of "
+                                       f"{data_dir!r}: give at most {self.tokens.size}, or prepare more text")
         if self.n_sequences == 0:
             # an empty val split comes from `data prepare --val-fraction 0`, or from a single document (the split
             # holds out whole documents, and never the only one): say which, and how to get one
