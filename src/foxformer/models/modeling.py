@@ -30,7 +30,7 @@ from .kvcache.recurrent import RecurrentState
 from .layers import (Block, ForgetGate, GateProjection, RMSNorm, SeqContext, initial_gate_bias, packed_starts,
                      rope_tables)
 from .loss import IGNORE_INDEX, check_token_ids, chunked_token_losses, fused_causal_lm_loss, next_token_targets
-from .packing import HF_PACKING_KWARGS, _masked_packing, _one_row, _restarts, packed_documents
+from .packing import HF_PACKING_KWARGS, masked_packing, one_row, packed_documents, position_restarts
 
 try:  # respects "already loaded" flags during from_pretrained (transformers v5)
     from transformers import initialization as _init
@@ -110,7 +110,7 @@ HF_FORWARD_KWARGS = (frozenset(TransformersKwargs.__annotations__) - set(HF_PACK
 
 
 def _as_rows(out: FoxModelOutput, rows: int) -> FoxModelOutput:
-    """FoxModel's output of _one_row's packed row, as the batch's ``rows`` rows: hidden states [B, T, d]."""
+    """FoxModel's output of one_row's packed row, as the batch's ``rows`` rows: hidden states [B, T, d]."""
     def split(h: torch.Tensor) -> torch.Tensor:
         return h.reshape(rows, -1, h.shape[-1])
 
@@ -337,14 +337,14 @@ class FoxModel(FoxPreTrainedModel):
             holed = (last - first + 1 > mask.sum(1)) & mask.any(1)
             restarted = holed.new_zeros(())
             if position_ids is not None and length > 1:  # left to this sync by packed_documents
-                restarted = _restarts(position_ids.to(device), mask[:, past_len:]).any()
+                restarted = position_restarts(position_ids.to(device), mask[:, past_len:]).any()
             flags = torch.stack((other.any(), holed.any(), starts.any(), restarted)).tolist()  # one sync
             not_binary, holed, any_start, restarted = flags
             if not_binary:
                 raise ValueError(f"attention_mask: expected only 0 (padding) and 1 (real token), got "
                                  f"{given[other][0].item()!r}; pass a bool or 0/1 mask")
             if restarted:
-                raise _masked_packing("position_ids")
+                raise masked_packing("position_ids")
             if holed:
                 raise ValueError("attention_mask: a 0 between two real tokens (1s) is not supported; only "
                                  "left padding (and right padding without a cache continuing it) is")
@@ -389,7 +389,7 @@ class FoxModel(FoxPreTrainedModel):
         cu_seqlens, max_seqlen, rows = packed_documents(
             kwargs, input_ids if input_ids is not None else inputs_embeds, position_ids, cu_seqlens, max_seqlen,
             attention_mask, bool(use_cache) or cache is not None or past_key_values is not None)
-        input_ids, inputs_embeds, position_ids = _one_row(rows, input_ids, inputs_embeds, position_ids)
+        input_ids, inputs_embeds, position_ids = one_row(rows, input_ids, inputs_embeds, position_ids)
         if kwargs:
             self._warn_unread_kwargs(kwargs)
         if output_attentions:

@@ -2,7 +2,7 @@
 
 ``packed_documents`` turns transformers' markers (HF_PACKING_KWARGS: cu_seq_lens_q / _k, max_length_q / _k,
 seq_idx) and position_ids that restart within a row into the (cu_seqlens, max_seqlen, rows) a forward runs,
-refusing markers that disagree and packed rows beside an attention mask or a cache; ``_one_row`` makes the rows
+refusing markers that disagree and packed rows beside an attention mask or a cache; ``one_row`` makes the rows
 of such a batch into the one packed row FoxModel runs. The model classes are in modeling.py.
 """
 from __future__ import annotations
@@ -54,12 +54,12 @@ def _packing_said(source: str) -> str:
     return f"{source} marks documents packed into one row"
 
 
-def _masked_packing(source: str) -> ValueError:
+def masked_packing(source: str) -> ValueError:
     return ValueError(f"{_packing_said(source)}: a packed row takes no attention_mask (its documents hold no "
                       f"padding); leave it out")
 
 
-def _restarts(positions: torch.Tensor, real: Optional[torch.Tensor] = None) -> torch.Tensor:
+def position_restarts(positions: torch.Tensor, real: Optional[torch.Tensor] = None) -> torch.Tensor:
     """bool [B, T - 1]: where tokens 1..T-1 of position_ids [B, T] (or [T]) begin a document, their position not
     growing. real (bool [B, T], the attention mask's): only pairs of real tokens count, so padded rows with
     transformers' position_ids (1 at padding, then 0, 1, ...) are no packed rows."""
@@ -81,7 +81,7 @@ def packed_documents(kwargs: dict, inputs: Optional[torch.Tensor], position_ids:
     documents only where nothing else does, as in transformers' flash attention; they stay the RoPE positions.
     Offsets (cu_seqlens, cu_seq_lens_q / _k) index one packed row; seq_idx and position_ids may mark documents in
     several rows [B, T]: rows is then B, the offsets index the rows' tokens one row after another ([B * T], each
-    row's first token beginning a document), and FoxModel runs them as that one row (_one_row, modeling._as_rows).
+    row's first token beginning a document), and FoxModel runs them as that one row (one_row, modeling._as_rows).
     A packed row takes no attention_mask and no cache: refused, naming the marker the caller passed."""
     hf = {name: kwargs.pop(name, None) for name in HF_PACKING_KWARGS}
     if inputs is None or inputs.dim() < 2:
@@ -121,7 +121,7 @@ def packed_documents(kwargs: dict, inputs: Optional[torch.Tensor], position_ids:
                              f"{tuple(position_ids.shape)}")
         # Beside a mask a restart is refused: FoxModel._positions looks for one in the device sync it makes anyway.
         if attention_mask is None:
-            new_doc, marker = _restarts(positions).expand(batch, -1), "position_ids"
+            new_doc, marker = position_restarts(positions).expand(batch, -1), "position_ids"
     rows = 1
     if new_doc is not None:
         if cu_seqlens is not None:
@@ -133,14 +133,14 @@ def packed_documents(kwargs: dict, inputs: Optional[torch.Tensor], position_ids:
     if cu_seqlens is None:
         return None, max_seqlen, 1
     if attention_mask is not None:
-        raise _masked_packing(source)
+        raise masked_packing(source)
     if cached:
         raise ValueError(f"{_packing_said(source)}, which no cache can continue; pass the documents as rows of a "
                          f"batch to decode them")
     return cu_seqlens, max_seqlen, rows
 
 
-def _one_row(rows: int, *tensors: Optional[torch.Tensor]) -> list[Optional[torch.Tensor]]:
+def one_row(rows: int, *tensors: Optional[torch.Tensor]) -> list[Optional[torch.Tensor]]:
     """Inputs [B, T, ...] of a batch whose documents packed_documents made into one packed row (``rows`` = B) as that
     row [1, B * T, ...]; position_ids [1, T] or [T] are every row's. None stays None; rows = 1: the tensors as given."""
     if rows == 1:
