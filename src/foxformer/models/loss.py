@@ -77,7 +77,7 @@ def next_token_targets(labels: torch.Tensor, cu_seqlens: torch.Tensor | None = N
     packed sequence gets IGNORE_INDEX (it must not predict the next sequence's first token).
 
     cu_seqlens: int32 [N + 1] offsets into the tokens of every row, one row after another ([B * T]; with B = 1 the
-    row itself): documents of several rows packed as one (models.modeling.packed_documents)."""
+    row itself): documents of several rows packed as one (models.packing.packed_documents)."""
     if cu_seqlens is None or cu_seqlens.numel() <= 2:
         return labels[:, 1:]
     B, T = labels.shape

@@ -18,6 +18,8 @@ from transformers.utils import ModelOutput
 from transformers.utils.generic import TransformersKwargs, can_return_tuple
 
 from ..argtypes import did_you_mean, setting_name
+from .cache_settings import (CACHE_DECODE_MODES, DYNAMIC_CACHE, PAGED_ATTENTION, STATIC_CACHE, UNCOMPILED_STATIC_DECODE,
+                             check_cache_settings, paged_refusal)
 from .config import FoxConfig, field_hint
 from .kvcache.cache import FoxCache
 from .kvcache.dense import DenseKV
@@ -28,6 +30,7 @@ from .kvcache.recurrent import RecurrentState
 from .layers import (Block, ForgetGate, GateProjection, RMSNorm, SeqContext, initial_gate_bias, packed_starts,
                      rope_tables)
 from .loss import IGNORE_INDEX, check_token_ids, chunked_token_losses, fused_causal_lm_loss, next_token_targets
+from .packing import HF_PACKING_KWARGS, masked_packing, one_row, packed_documents, position_restarts
 
 try:  # respects "already loaded" flags during from_pretrained (transformers v5)
     from transformers import initialization as _init
@@ -96,12 +99,6 @@ else:  # pragma: no cover - exercised with transformers < 5.24
 # it re-saves through transformers' own copying of remote code.
 SAVE_WRITERS: list = []
 
-# How transformers marks documents packed into one row (DataCollatorWithFlattening; prepare_fa_kwargs_from_position_ids
-# for its flash-attention path): the offsets cu_seq_lens_q / cu_seq_lens_k with max_length_q / max_length_k, seq_idx
-# (the document of each token), or position_ids alone that restart at each document (the collator's default). The
-# forwards read them (packed_documents): taken as unknown keywords, a packed batch attended across its documents.
-HF_PACKING_KWARGS = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k", "seq_idx")
-
 # Keyword arguments that transformers and the libraries around it may pass to a model's forward beyond those the
 # forwards below name, taken without a warning: the typed model kwargs (TransformersKwargs: output flags,
 # is_causal, ...), cache_position and mm_encoder_outputs (transformers' own prepare_inputs_for_generation;
@@ -112,144 +109,8 @@ HF_FORWARD_KWARGS = (frozenset(TransformersKwargs.__annotations__) - set(HF_PACK
     "cache_position", "mm_encoder_outputs", "token_type_ids", "task_ids"}
 
 
-def _shown(t: torch.Tensor) -> str:
-    values = t.reshape(-1).tolist()
-    return str(values) if len(values) <= 12 else f"{values[:6]} ... {values[-3:]} ({len(values)} values)"
-
-
-def _offsets(name: str, value) -> torch.Tensor:
-    """int32 [N + 1] offsets from an HF cu_seq_lens_* (annotated LongTensor there, int32 from the collator)."""
-    if not isinstance(value, torch.Tensor) or value.dim() != 1 or value.dtype.is_floating_point \
-            or value.dtype == torch.bool:
-        raise TypeError(f"{name} must be a 1-D integer tensor [N + 1] of document offsets, got "
-                        f"{type(value).__name__} {tuple(getattr(value, 'shape', ()))}")
-    return value.to(torch.int32)
-
-
-def _offsets_of_starts(new_doc: torch.Tensor) -> torch.Tensor:
-    """int32 [N + 1] offsets of the documents of rows that begin one where ``new_doc`` (bool [B, T - 1], for tokens
-    1..T-1 of each row) is True, and one at each row's first token: into the rows' tokens one row after another
-    ([B * T])."""
-    rows, length = new_doc.shape[0], new_doc.shape[1] + 1
-    begins = torch.cat((new_doc.new_ones(rows, 1), new_doc), 1).reshape(-1).nonzero().flatten()
-    return torch.cat((begins, begins.new_full((1,), rows * length))).to(torch.int32)
-
-
-def _check_same(first: torch.Tensor, first_name: str, second: torch.Tensor, second_name: str) -> None:
-    if not torch.equal(first.to(second.device, torch.int32), second.to(torch.int32)):
-        raise ValueError(f"{first_name} {_shown(first)} and {second_name} {_shown(second)} mark different "
-                         f"documents in the packed row; pass one of them")
-
-
-def _packing_said(source: str) -> str:
-    if source == "position_ids":
-        return ("position_ids restart within a row, which marks documents packed into it (as transformers' "
-                "DataCollatorWithFlattening packs them)")
-    return f"{source} marks documents packed into one row"
-
-
-def _masked_packing(source: str) -> ValueError:
-    return ValueError(f"{_packing_said(source)}: a packed row takes no attention_mask (its documents hold no "
-                      f"padding); leave it out")
-
-
-def _restarts(positions: torch.Tensor, real: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """bool [B, T - 1]: where tokens 1..T-1 of position_ids [B, T] (or [T]) begin a document, their position not
-    growing. real (bool [B, T], the attention mask's): only pairs of real tokens count, so padded rows with
-    transformers' position_ids (1 at padding, then 0, 1, ...) are no packed rows."""
-    positions = positions[None] if positions.dim() == 1 else positions
-    new_doc = positions[:, 1:] <= positions[:, :-1]
-    return new_doc if real is None else new_doc & real[:, 1:] & real[:, :-1]
-
-
-def packed_documents(kwargs: dict, inputs: Optional[torch.Tensor], position_ids: Optional[torch.Tensor],
-                     cu_seqlens: Optional[torch.Tensor], max_seqlen: Optional[int],
-                     attention_mask: Optional[torch.Tensor], cached: bool
-                     ) -> tuple[Optional[torch.Tensor], Optional[int], int]:
-    """(cu_seqlens, max_seqlen, rows) of a forward, with transformers' packing markers (HF_PACKING_KWARGS, popped
-    from ``kwargs``) and position_ids that restart within a row taken into account.
-
-    inputs: input_ids or inputs_embeds, for the batch size and length (None: the forward's own checks refuse it).
-    cached: the forward continues or builds a cache. Every marker given must agree with cu_seqlens and the
-    others; cu_seq_lens_k must equal cu_seq_lens_q (causal self-attention: one set of documents). position_ids mark
-    documents only where nothing else does, as in transformers' flash attention; they stay the RoPE positions.
-    Offsets (cu_seqlens, cu_seq_lens_q / _k) index one packed row; seq_idx and position_ids may mark documents in
-    several rows [B, T]: rows is then B, the offsets index the rows' tokens one row after another ([B * T], each
-    row's first token beginning a document), and FoxModel runs them as that one row (_one_row, _as_rows).
-    A packed row takes no attention_mask and no cache: refused, naming the marker the caller passed."""
-    hf = {name: kwargs.pop(name, None) for name in HF_PACKING_KWARGS}
-    if inputs is None or inputs.dim() < 2:
-        return cu_seqlens, max_seqlen, 1
-    batch, length = inputs.shape[:2]
-    source = "cu_seqlens" if cu_seqlens is not None else None
-    given = [(name, _offsets(name, hf[name])) for name in ("cu_seq_lens_q", "cu_seq_lens_k") if hf[name] is not None]
-    if len(given) == 2 and not torch.equal(given[0][1], given[1][1].to(given[0][1].device)):
-        raise ValueError(f"cu_seq_lens_q {_shown(given[0][1])} and cu_seq_lens_k {_shown(given[1][1])} differ: "
-                         f"foxformer models are causal self-attention, whose queries and keys are the same tokens")
-    if given:
-        name, offsets = given[0]
-        if cu_seqlens is None:
-            cu_seqlens, source = offsets, name
-        else:
-            _check_same(cu_seqlens, source, offsets, name)
-    if cu_seqlens is not None and batch != 1:
-        raise ValueError(f"{_packing_said(source)}, which needs a batch of size 1 (one row), got {batch} rows; pack "
-                         f"every document into one row")
-    lengths = [int(hf[name]) for name in ("max_length_q", "max_length_k") if hf[name] is not None]
-    if len(set(lengths)) > 1:
-        raise ValueError(f"max_length_q = {lengths[0]} and max_length_k = {lengths[1]} differ: foxformer models are "
-                         f"causal self-attention, whose queries and keys are the same tokens")
-    if max_seqlen is None and lengths:
-        max_seqlen = lengths[0]
-    new_doc = None
-    seq_idx = hf["seq_idx"]
-    if seq_idx is not None:
-        if not isinstance(seq_idx, torch.Tensor) or seq_idx.shape != (batch, length):
-            raise ValueError(f"seq_idx must be [batch, seq] = {(batch, length)}, the document of each token, got "
-                             f"{tuple(getattr(seq_idx, 'shape', ())) or type(seq_idx).__name__}")
-        new_doc, marker = seq_idx[:, 1:] != seq_idx[:, :-1], "seq_idx"
-    elif cu_seqlens is None and position_ids is not None and length >= 2:
-        positions = position_ids[None] if position_ids.dim() == 1 else position_ids
-        if positions.dim() != 2 or positions.shape[1] != length or positions.shape[0] not in (1, batch):
-            raise ValueError(f"position_ids must be [batch, seq] = {(batch, length)} (or [1, seq]), got "
-                             f"{tuple(position_ids.shape)}")
-        # Beside a mask a restart is refused: FoxModel._positions looks for one in the device sync it makes anyway.
-        if attention_mask is None:
-            new_doc, marker = _restarts(positions).expand(batch, -1), "position_ids"
-    rows = 1
-    if new_doc is not None:
-        if cu_seqlens is not None:
-            _check_same(cu_seqlens, source, _offsets_of_starts(new_doc), marker)
-        elif bool(new_doc.any()):  # the one device sync where no row holds two documents (the common case)
-            cu_seqlens, source, rows = _offsets_of_starts(new_doc), marker, batch
-            if max_seqlen is None:
-                max_seqlen = int((cu_seqlens[1:] - cu_seqlens[:-1]).max())
-    if cu_seqlens is None:
-        return None, max_seqlen, 1
-    if attention_mask is not None:
-        raise _masked_packing(source)
-    if cached:
-        raise ValueError(f"{_packing_said(source)}, which no cache can continue; pass the documents as rows of a "
-                         f"batch to decode them")
-    return cu_seqlens, max_seqlen, rows
-
-
-def _one_row(rows: int, *tensors: Optional[torch.Tensor]) -> list[Optional[torch.Tensor]]:
-    """Inputs [B, T, ...] of a batch whose documents packed_documents made into one packed row (``rows`` = B) as that
-    row [1, B * T, ...]; position_ids [1, T] or [T] are every row's. None stays None; rows = 1: the tensors as given."""
-    if rows == 1:
-        return list(tensors)
-    flat = []
-    for t in tensors:
-        if t is not None:
-            t = t if t.dim() > 1 else t[None]
-            t = t.expand(rows, *t.shape[1:]).reshape(1, rows * t.shape[1], *t.shape[2:])
-        flat.append(t)
-    return flat
-
-
 def _as_rows(out: FoxModelOutput, rows: int) -> FoxModelOutput:
-    """FoxModel's output of _one_row's packed row, as the batch's ``rows`` rows: hidden states [B, T, d]."""
+    """FoxModel's output of one_row's packed row, as the batch's ``rows`` rows: hidden states [B, T, d]."""
     def split(h: torch.Tensor) -> torch.Tensor:
         return h.reshape(rows, -1, h.shape[-1])
 
@@ -352,10 +213,10 @@ class FoxPreTrainedModel(PreTrainedModel):
                           f"{did_you_mean(name, named)}", stacklevel=6)
 
     def _check_and_adjust_attn_implementation(self, attn_implementation, *args, **kwargs):
-        """transformers' check, with paged attention refused (see PAGED_CACHE): from_pretrained's and the config's
-        attn_implementation and set_attn_implementation pass here, and so does a ContinuousBatchingManager built by
-        hand, which switches the model to "paged|eager". transformers accepts "paged|eager" from any model, and
-        foxformer's attention, reading none of it, ran as if it was not asked."""
+        """transformers' check, with paged attention refused (see cache_settings.PAGED_CACHE): from_pretrained's and
+        the config's attn_implementation and set_attn_implementation pass here, and so does a ContinuousBatchingManager
+        built by hand, which switches the model to "paged|eager". transformers accepts "paged|eager" from any model,
+        and foxformer's attention, reading none of it, ran as if it was not asked."""
         if isinstance(attn_implementation, str) and attn_implementation.startswith(PAGED_ATTENTION):
             raise paged_refusal(f"attn_implementation={attn_implementation!r} (continuous batching's attention)")
         return super()._check_and_adjust_attn_implementation(attn_implementation, *args, **kwargs)
@@ -476,14 +337,14 @@ class FoxModel(FoxPreTrainedModel):
             holed = (last - first + 1 > mask.sum(1)) & mask.any(1)
             restarted = holed.new_zeros(())
             if position_ids is not None and length > 1:  # left to this sync by packed_documents
-                restarted = _restarts(position_ids.to(device), mask[:, past_len:]).any()
+                restarted = position_restarts(position_ids.to(device), mask[:, past_len:]).any()
             flags = torch.stack((other.any(), holed.any(), starts.any(), restarted)).tolist()  # one sync
             not_binary, holed, any_start, restarted = flags
             if not_binary:
                 raise ValueError(f"attention_mask: expected only 0 (padding) and 1 (real token), got "
                                  f"{given[other][0].item()!r}; pass a bool or 0/1 mask")
             if restarted:
-                raise _masked_packing("position_ids")
+                raise masked_packing("position_ids")
             if holed:
                 raise ValueError("attention_mask: a 0 between two real tokens (1s) is not supported; only "
                                  "left padding (and right padding without a cache continuing it) is")
@@ -528,7 +389,7 @@ class FoxModel(FoxPreTrainedModel):
         cu_seqlens, max_seqlen, rows = packed_documents(
             kwargs, input_ids if input_ids is not None else inputs_embeds, position_ids, cu_seqlens, max_seqlen,
             attention_mask, bool(use_cache) or cache is not None or past_key_values is not None)
-        input_ids, inputs_embeds, position_ids = _one_row(rows, input_ids, inputs_embeds, position_ids)
+        input_ids, inputs_embeds, position_ids = one_row(rows, input_ids, inputs_embeds, position_ids)
         if kwargs:
             self._warn_unread_kwargs(kwargs)
         if output_attentions:
@@ -629,53 +490,6 @@ def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor, cu_seqlens: Optio
     count = (targets != IGNORE_INDEX).sum().clamp_min(1) if num_items_in_batch is None else num_items_in_batch
     return loss / count
 
-
-# The values of transformers' cache_implementation that FoxCache, the one cache generate runs foxformer models on,
-# grants, each with the decode mode of its one-token steps (FoxCache.DECODE_MODES). DynamicCache, transformers'
-# default, grows as tokens come, as FoxCache does (storage for max_length at once, doubling past it): the default mode.
-# StaticCache is storage for max_length allocated up front and steps of fixed shapes, which transformers compiles (on
-# CUDA, by default with mode "reduce-overhead") to replay them as CUDA graphs: the speed asked for is the graphs.
-# "graphs" is FoxCache's fixed-shape step (storage preallocated, the position on the device, writes in place) captured
-# and replayed, the same tokens as eager; unlike "auto" it says why where it cannot capture (the CPU, where
-# transformers compiles nothing either: the step runs eagerly). Not its namesake "static": the same step uncaptured,
-# slower than the default on CUDA. Not "compiled": a torch.compile per storage shape for a few percent a step
-# (docs/benchmarks.md), and transformers compiles no FoxCache (not a compileable Cache: it skips a compile_config).
-DYNAMIC_CACHE, STATIC_CACHE = "dynamic", "static"
-CACHE_DECODE_MODES = {DYNAMIC_CACHE: "auto", STATIC_CACHE: "graphs"}
-_ACCEPTED_SAID = ", ".join(map(repr, CACHE_DECODE_MODES))  # in the refusals' advice
-# disable_compile=True leaves transformers' StaticCache steps fixed-shape and eager: FoxCache's step uncaptured.
-UNCOMPILED_STATIC_DECODE = "static"
-# transformers' continuous batching (generate_batch and its kin, and generate's cache_implementation="paged", which
-# never reaches _prepare_cache_for_generation) runs the forward on its PagedAttentionCache through "paged|..."
-# attention. The forward refused the call, but the batching thread only logs a failed request: generate returned the
-# prompts without a new token, and without an error.
-PAGED_CACHE, PAGED_ATTENTION = "paged", "paged|"
-
-
-def paged_refusal(asked: str) -> ValueError:
-    """The one message for every way into transformers' paged cache, ``asked`` saying which."""
-    return ValueError(f"{asked} asks for transformers' paged cache, which foxformer models do not support: FoX keeps "
-                      f"its gate sums and shift states in its own FoxCache, and the paged cache has no place for them; "
-                      f"use generate (cache_implementation left out or one of {_ACCEPTED_SAID}), or foxformer's own "
-                      f"paged KV cache with eviction (FoxModel.new_cache, `foxformer generate`)")
-
-
-def check_cache_settings(value: Optional[str], max_cache_len: Optional[int] = None) -> None:
-    """ValueError for a cache_implementation FoxCache does not grant: another cache failed deep inside transformers
-    (an AttributeError on the cache) or, for a static cache, was ignored. Likewise for any max_cache_len, which
-    was ignored in silence beside "static" (and said as ignored only beside other caches)."""
-    if max_cache_len is not None:
-        raise ValueError(f"generate: max_cache_len={max_cache_len!r} sizes transformers' static cache ahead of "
-                         f"later, longer calls, which foxformer models do not keep: each generate call builds its "
-                         f"own FoxCache, with storage for that call's prompt and new tokens (max_length), so there is "
-                         f"nothing to size; leave it out")
-    if not value or value in CACHE_DECODE_MODES:
-        return
-    if value == PAGED_CACHE:
-        raise paged_refusal(f"generate: cache_implementation={value!r} (continuous batching)")
-    raise ValueError(f"generate: cache_implementation={value!r} asks for another cache implementation (FoX keeps its "
-                     f"gate sums in FoxCache), which foxformer models do not support; leave it out or pass one of "
-                     f"{_ACCEPTED_SAID} (FoxCache: the default, or one-token steps replayed as CUDA graphs)")
 
 # generate's bookkeeping, never a forward argument (transformers drops the first two too)
 _NOT_FORWARDED = ("labels", "next_sequence_length", "is_first_iteration")
@@ -797,12 +611,14 @@ class FoxForCausalLM(FoxPreTrainedModel, GenerationMixin):
     def generate(self, *args, **kwargs):
         """transformers' generate, with cache_implementation and max_cache_len checked first: passed as keywords
         they are read before the generation config is built (its "paged" switches to continuous batching, see
-        PAGED_CACHE; transformers said max_cache_len is for static caches, where FoxCache's "static" ignores it)."""
+        cache_settings.PAGED_CACHE; transformers said max_cache_len is for static caches, where FoxCache's "static"
+        ignores it)."""
         check_cache_settings(kwargs.get("cache_implementation"), kwargs.get("max_cache_len"))
         return super().generate(*args, **kwargs)
 
     def init_continuous_batching(self, *args, **kwargs):
-        """Refused (see PAGED_CACHE): generate_batch and continuous_batching_context_manager start here."""
+        """Refused (see cache_settings.PAGED_CACHE): generate_batch and continuous_batching_context_manager start
+        here."""
         raise paged_refusal("continuous batching (generate_batch, continuous_batching_context_manager, "
                             "init_continuous_batching)")
 
