@@ -19,6 +19,14 @@ def check_sequences(seq_len: int, num: int, *, label: str = "{}") -> None:
         raise ValueError(f"{setting_name(label, 'num', 'num_seqs')}: expected a positive integer, got {num!r}")
 
 
+def check_data_source(source: Optional[str], within_docs: bool, *, label: str = "{}") -> None:
+    """Refuse a source of the dataset's documents chosen without within_docs. ``label``: as check_sequences'."""
+    if source is not None and not within_docs:
+        raise ValueError(f"{setting_name(label, 'source', 'data_source')}: choosing a source's documents needs "
+                         f"{setting_name(label, 'within_docs')} (windows of the concatenated split cross documents "
+                         f"of every source)")
+
+
 def _split_size(data_dir: str, split: str) -> int:
     """The tokens of ``split`` as the dataset's manifest records them; 0 where it cannot tell (TokenDataset says
     why)."""
@@ -44,10 +52,8 @@ def dataset_sequences(data_dir: str, seq_len: int, num: int, *, split: str = "va
     a dataset without documents of seq_len tokens is not told to drop within_docs.
     """
     check_sequences(seq_len, num, label=label)
+    check_data_source(source, within_docs, label=label)
     name, source_name = setting_name(label, "seq_len"), setting_name(label, "source", "data_source")
-    if source is not None and not within_docs:
-        raise ValueError(f"{source_name}: choosing a source's documents needs {setting_name(label, 'within_docs')} "
-                         f"(windows of the concatenated split cross documents of every source)")
     from foxformer.data import TokenDataset
 
     # A split shorter than seq_len is refused here with the largest seq_len that works (the dataset's own error
