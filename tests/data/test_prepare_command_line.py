@@ -30,3 +30,24 @@ def test_max_tokens_per_source_takes_the_token_counts_train_takes(tmp_path, caps
     assert main(["data", "prepare", "--source", *paths, "--max-tokens-per-source", "1Ki", "--out", out,
                  "--tokenizer", "bytes", "--val-fraction", "0", "--no-progress"]) == 0
     assert read_manifest(out)["config"]["max_tokens_per_source"] == 1024
+
+
+def test_a_whitespace_file_among_sources_is_left_out_as_a_folders_would_be(tmp_path, capsys):
+    """`--source a.md b.md ws.md`, ws.md only whitespace, stopped the whole prepare ("'ws.md' yielded no non-empty
+    documents"), where the same files in a folder gave a dataset and a note; only sources with no document at all
+    between them are refused."""
+    a, b = _docs(tmp_path / "docs", 2)
+    blank, blank_too = tmp_path / "ws.md", tmp_path / "ws2.md"
+    blank.write_text("  \n\t\n")
+    blank_too.write_text("")
+    out = str(tmp_path / "d")
+    assert main(["data", "prepare", "--source", a, b, str(blank), "--out", out, "--tokenizer", "bytes",
+                 "--no-progress"]) == 0
+    captured = capsys.readouterr()
+    assert f"note: {blank}: 1 empty document(s) (or only whitespace) left out" in captured.err
+    assert json.loads(captured.out)["docs"] == 2
+    assert [s["docs"] for s in read_manifest(out)["sources"]] == [1, 1, 0]
+    assert main(["data", "prepare", "--source", str(blank), str(blank_too), "--out", str(tmp_path / "none"),
+                 "--tokenizer", "bytes", "--no-progress"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (f"error: --source: {str(blank)!r}, {str(blank_too)!r} "
+                                                        f"yielded no non-empty documents (2 empty or only whitespace)")

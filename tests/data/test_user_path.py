@@ -106,11 +106,11 @@ def test_a_run_or_model_folder_as_data_is_named_as_such(tmp_path, capsys, files,
     folder.mkdir()
     for name in files:
         (folder / name).write_text("{}\n")
-    for argv in (["train", "--data", str(folder), "--out", str(tmp_path / "new"), "--max-steps", "1",
-                  "--no-progress"], ["data", "info", str(folder)]):
+    for argv, named in ((["train", "--data", str(folder), "--out", str(tmp_path / "new"), "--max-steps", "1",
+                          "--no-progress"], "--data (data_dir)"), (["data", "info", str(folder)], "data")):
         assert main(argv) == 2
         line = _error(capsys)
-        assert line.startswith(f"error: data: '{folder}' is {said}, not a prepared dataset: give the folder "
+        assert line.startswith(f"error: {named}: '{folder}' is {said}, not a prepared dataset: give the folder "
                                f"`foxformer data prepare --out` wrote"), line
         assert "--source" not in line
 

@@ -166,3 +166,24 @@ def test_a_flag_the_text_given_leaves_no_say_is_refused_naming_both(tmp_path, ca
     assert main(["analyze", "gates", run, "--source", src] + common) == 0  # the default 256, as many as there are
     with open(tmp_path / "out" / "gates.json") as f:
         assert json.load(f)["settings"]["matrix_len"] == 32
+
+
+def test_a_flag_the_text_leaves_no_say_is_refused_before_any_model_loads(tmp_path, capsys):
+    """The eval commands refused these only after loading their models (minutes for large ones), as bias-shift
+    did not: a model that is not there shows which comes first."""
+    src = tmp_path / "doc.txt"
+    src.write_text("a few words of text to read " * 20)
+    src, data, missing = str(src), str(tmp_path / "data"), str(tmp_path / "no-such-run")
+    for command in (["eval", "loss"], ["analyze", "gates"], ["eval", "eviction"]):
+        for extra, said in (
+                (["--source", src, "--split", "train"],
+                 f"--split: reads a --data dataset, and --source {src!r} is text; leave --split out"),
+                (["--data", data, "--text-field", "body"],
+                 f"--text-field: reads --source text, and --data {data!r} holds tokens already; leave --text-field "
+                 f"out"),
+                (["--data", data, "--data-source", "doc"],
+                 "--data-source: choosing a source's documents needs --within-docs (windows of the concatenated "
+                 "split cross documents of every source)")):
+            capsys.readouterr()
+            assert main(command + [missing, "--device", "cpu", "--no-progress"] + extra) == 2
+            assert capsys.readouterr().err.splitlines()[-1] == f"error: {said}", command

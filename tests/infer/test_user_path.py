@@ -168,3 +168,25 @@ def test_bias_shift_refuses_a_flag_of_the_other_kind_of_text(run_dir, tmp_path, 
     assert _error(capsys) == (f"error: --split: reads a --data dataset, and --source {str(text)!r} is text; leave "
                               f"--split out")
     assert not (tmp_path / "shift.json").exists()
+
+
+def test_bias_shift_names_its_flags_and_advises_only_what_it_takes(run_dir, tmp_path, capsys):
+    """--source text too short for --seq-len was refused as "seq_len:", a missing source as "source:", and a dataset
+    without a document of --seq-len tokens was told to drop --within-docs, a flag bias-shift does not have (it
+    always reads within documents)."""
+    text = tmp_path / "text.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog " * 4)
+    data = str(tmp_path / "bytes")
+    assert main(["data", "prepare", "--source", str(text), "--out", data, "--tokenizer", "bytes", "--val-fraction",
+                 "0", "--no-progress"]) == 0
+    argv = ["bias-shift", str(run_dir), "--seq-len", "1000", "--num-seqs", "1", "--shifts", "0", "--device", "cpu",
+            "--no-progress", "--out", str(tmp_path / "shift.json")]
+    assert main(argv + ["--source", str(text)]) == 2
+    assert _error(capsys) == (f"error: --seq-len: no document of {str(text)!r} has 1000 tokens; lower --seq-len or "
+                              f"use a source with longer documents")
+    assert main(argv + ["--source", str(tmp_path / "missing.txt")]) == 2
+    assert _error(capsys).startswith(f"error: --source: {str(tmp_path / 'missing.txt')!r} does not exist")
+    assert main(argv + ["--data", data, "--split", "train"]) == 2
+    said = _error(capsys)
+    assert said.startswith("error: --seq-len: no document of split 'train'") and "within" not in said
+    assert said.endswith("lower --seq-len or give a dataset with longer documents")

@@ -212,6 +212,18 @@ def test_a_bad_value_set_by_config_key_keeps_the_key(data_dir, tmp_path, capsys)
     assert "error: warmup_tokens: expected a token count" in _one_error_line(capsys.readouterr().err)
 
 
+def test_a_refused_dataset_is_named_as_the_run_set_it(data_dir, tmp_path, capsys):
+    """The dataset's refusals named it "data: ...", neither the flag typed (--data) nor the config key (data_dir)."""
+    missing = str(tmp_path / "nowhere")
+    assert main(_flags(missing, str(tmp_path / "run"), steps=1)) == 2
+    assert _one_error_line(capsys.readouterr().err).startswith(f"error: --data (data_dir): {missing!r} does not "
+                                                               f"exist; prepare a dataset there")
+    flags = _flags(data_dir, str(tmp_path / "run"), steps=1)
+    flags[flags.index("--data"):flags.index("--data") + 2] = ["--set", f"data_dir={missing}"]
+    assert main(flags) == 2
+    assert _one_error_line(capsys.readouterr().err).startswith(f"error: data_dir: {missing!r} does not exist")
+
+
 def test_no_horizon_names_the_flags_that_set_one(data_dir, tmp_path, capsys):
     assert main(["train", "--data", data_dir, "--out", str(tmp_path / "run"), "--preset", "fox-pro-tiny"]) == 2
     assert ("total_tokens / max_steps: set at least one (the schedule needs a horizon): give --total-tokens or "

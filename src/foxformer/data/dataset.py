@@ -50,21 +50,23 @@ class TokenDataset:
 
     ``roll=True`` rotates each sequence by a random offset fixed by ``(seed, epoch, index)`` (the FoX paper's
     trick so that every position is equally hard on average). ``length``: the setting ``seq_len`` is, as the
-    error of a split shorter than one sequence names it (training's ``context``).
+    error of a split shorter than one sequence names it (training's ``context``); ``data`` likewise the setting
+    ``data_dir`` is, as the dataset's other refusals name it (training's ``data_dir``, which its command re-says as
+    --data).
     """
 
     def __init__(self, data_dir: str, split: str = "train", seq_len: int = 2048, *, roll: bool = False,
                  seed: int = 0, expect_tokenizer: str | None = None, vocab_size: int | None = None,
-                 length: str = "seq_len"):
+                 length: str = "seq_len", data: str = "data"):
         if split not in ("train", "val"):
             raise ValueError(f"split: expected 'train' or 'val', got {split!r}")
         if not isinstance(seq_len, int) or seq_len < 2:
             raise ValueError(f"seq_len: expected an integer >= 2, got {seq_len!r}")
         manifest = read_manifest(data_dir)  # None for a file too (no manifest.json under it)
         if manifest is None:
-            raise SettingError("data", no_dataset(data_dir))
+            raise SettingError(data, no_dataset(data_dir))
         if manifest.get("format") != FORMAT:
-            raise SettingError("data", f"{data_dir!r} has format {manifest.get('format')!r}, expected {FORMAT!r}")
+            raise SettingError(data, f"{data_dir!r} has format {manifest.get('format')!r}, expected {FORMAT!r}")
         # the manifest holds the loaded tokenizer's name ("tiktoken:gpt2" is stored as "gpt2"); a folder of the
         # same content elsewhere is the same tokenizer (the project or the folder moved)
         files = recorded_tokenizer_files(manifest)
@@ -73,16 +75,16 @@ class TokenDataset:
             fix = f" (another tokenizer); {gone}" if gone else \
                 f"; leave the tokenizer out to use the dataset's, or prepare the data again with --tokenizer " \
                 f"{expect_tokenizer}"
-            raise SettingError("data", f"{data_dir!r} was tokenized with {manifest['tokenizer']!r} but the run "
-                                       f"expects tokenizer {expect_tokenizer!r}{fix}")
+            raise SettingError(data, f"{data_dir!r} was tokenized with {manifest['tokenizer']!r} but the run "
+                                     f"expects tokenizer {expect_tokenizer!r}{fix}")
         change = None if expect_tokenizer is None else tokenizer_change(manifest, expect_tokenizer)
         if change:
-            raise SettingError("data", f"{data_dir!r}: {change}; prepare the data again with --force (the same "
-                                       f"`foxformer data prepare` command), or save the tokenizer the data was made "
-                                       f"with back in its folder")
+            raise SettingError(data, f"{data_dir!r}: {change}; prepare the data again with --force (the same "
+                                     f"`foxformer data prepare` command), or save the tokenizer the data was made "
+                                     f"with back in its folder")
         if vocab_size is not None and manifest["vocab_size"] > vocab_size:
-            raise SettingError("data", f"{data_dir!r} uses a tokenizer with {manifest['vocab_size']} ids but the "
-                                       f"model's vocab_size is {vocab_size}")
+            raise SettingError(data, f"{data_dir!r} uses a tokenizer with {manifest['vocab_size']} ids but the "
+                                     f"model's vocab_size is {vocab_size}")
         info = manifest["split"][split]
         self.manifest = manifest
         self.split, self.seq_len, self.roll, self.seed = split, seq_len, roll, seed
@@ -91,8 +93,8 @@ class TokenDataset:
         arrays: dict = {}
         damage = split_damage(data_dir, manifest, split, arrays)
         if damage:
-            raise SettingError("data", f"{damage}; the dataset is damaged, prepare it again (the same `foxformer "
-                                       f"data prepare` command rebuilds it)")
+            raise SettingError(data, f"{damage}; the dataset is damaged, prepare it again (the same `foxformer "
+                                     f"data prepare` command rebuilds it)")
         self.tokens = np.memmap(path, dtype=dtype, mode="r") if info["tokens"] else np.zeros(0, dtype)
         self.doc_offsets = arrays["index"]
         # each document's index into manifest["sources"] (None for datasets prepared before it was kept)
@@ -113,8 +115,8 @@ class TokenDataset:
                 else:
                     fix = ("; the dataset has no validation documents: prepare it again with --val-fraction above 0, "
                            "or point --data at a dataset with a validation split")
-            raise SettingError("data", f"split {split!r} of {data_dir!r} has {self.tokens.size} tokens, fewer than "
-                                       f"one sequence of seq_len={seq_len}{fix}")
+            raise SettingError(data, f"split {split!r} of {data_dir!r} has {self.tokens.size} tokens, fewer than "
+                                     f"one sequence of seq_len={seq_len}{fix}")
         self._perm_cache: dict[int, np.ndarray] = {}
 
     def source_index(self, name: str) -> int:

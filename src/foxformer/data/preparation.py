@@ -238,7 +238,8 @@ def _token_array(toks, tok, dtype: np.dtype, spec: str, doc) -> np.ndarray:
 
 
 def _tokenize_source(spec: str, shard_dir: str, cfg: PrepareConfig, tok, progress: bool) -> dict:
-    """Tokenize one source into ``shard_dir`` (skipped when its done-marker exists)."""
+    """Tokenize one source into ``shard_dir`` (skipped when its done-marker exists). A source of no non-empty
+    document gives an empty shard: _build refuses the sources only where none has a document."""
     done_path = os.path.join(shard_dir, "done.json")
     if os.path.exists(done_path):
         with open(done_path) as f:
@@ -252,6 +253,7 @@ def _tokenize_source(spec: str, shard_dir: str, cfg: PrepareConfig, tok, progres
     bar = progress_bar(desc=f"tokenize {spec}", unit="tok", unit_scale=True, wanted=progress)
     with open(os.path.join(tmp_dir, "tokens.bin"), "wb") as out, \
             open(os.path.join(tmp_dir, "ids.json"), "w", encoding="utf-8") as ids_out:
+        ids_out.write("[")
         batch, batch_chars = [], 0
         bos = None if tok.bos_id is None else np.asarray([tok.bos_id], dtype=dtype).tobytes()
         eot = np.asarray([tok.eot_id], dtype=dtype).tobytes()
@@ -276,7 +278,7 @@ def _tokenize_source(spec: str, shard_dir: str, cfg: PrepareConfig, tok, progres
                 bar.update(1)
                 n_tokens += size
                 offsets.append(n_tokens)
-                ids_out.write((", " if n_docs else "[") + json.dumps(doc.id))  # json.dump's form of the list
+                ids_out.write((", " if n_docs else "") + json.dumps(doc.id))  # json.dump's form of the list
                 n_docs += 1
                 if cfg.max_tokens_per_source and n_tokens >= cfg.max_tokens_per_source:
                     return True
@@ -301,9 +303,6 @@ def _tokenize_source(spec: str, shard_dir: str, cfg: PrepareConfig, tok, progres
         out.flush()
         os.fsync(out.fileno())
     bar.close()
-    if not n_docs:
-        shutil.rmtree(tmp_dir, ignore_errors=True)
-        raise SettingError("sources", f"{spec!r} yielded no non-empty documents ({empty} empty or only whitespace)")
     np.save(os.path.join(tmp_dir, "docs.npy"), np.frombuffer(offsets, dtype=np.int64))
     info = {"spec": spec, "docs": n_docs, "tokens": int(n_tokens), "empty_docs": empty}
     with open(os.path.join(tmp_dir, "done.json"), "w") as f:
@@ -533,12 +532,20 @@ def _build(cfg: PrepareConfig, infos: list, request: dict, tok, progress: bool, 
         meta = _tokenize_source(info.spec, shard_dir, cfg, tok, progress)
         shard_infos.append({**meta, "fingerprint": info.fingerprint, "shard": os.path.relpath(shard_dir, cfg.out_dir),
                             **({"left_out_files": dict(info.left_out)} if info.left_out else {})})
-        toks = np.memmap(os.path.join(shard_dir, "tokens.bin"), dtype=dtype, mode="r")
+        # an empty file cannot be mapped
+        toks = np.memmap(os.path.join(shard_dir, "tokens.bin"), dtype=dtype, mode="r") if meta["tokens"] else \
+            np.zeros(0, dtype)
         offs = np.load(os.path.join(shard_dir, "docs.npy"))
         if offs[-1] != toks.size:
             raise ValueError(f"shard {shard_dir} is inconsistent (index says {offs[-1]} tokens, file has {toks.size}); "
                              f"delete it and rerun")
         shards.append((toks, offs))
+    # a source of no document (a whitespace file beside others) adds none, with the note a folder's empty files
+    # get, as it would were it one of a folder's files; where no source has one, there is no dataset to make
+    if not any(info["docs"] for info in shard_infos):
+        specs = ", ".join(repr(info["spec"]) for info in shard_infos)
+        empty = sum(info.get("empty_docs", 0) for info in shard_infos)
+        raise SettingError("sources", f"{specs} yielded no non-empty documents ({empty} empty or only whitespace)")
     # [n_docs, 2]: each document's (source, document in its source), 16 bytes a document
     doc_table_arr = np.concatenate([np.stack([np.full(len(offs) - 1, s_idx), np.arange(len(offs) - 1)], axis=1)
                                     for s_idx, (_, offs) in enumerate(shards)]).astype(np.int64, copy=False)

@@ -108,7 +108,11 @@ def _runs_data(models) -> str | None:
 def text_flags(args) -> tuple[str, str]:
     """The split and the text field of the text an eval command or bias-shift reads, "val" and "text" where left
     out. A flag of the other kind of text is refused, naming both: --split, --within-docs and --data-source read a
-    --data dataset, --text-field the text of --source (a dataset holds tokens); each was dropped without a word."""
+    --data dataset, --text-field the text of --source (a dataset holds tokens); each was dropped without a word.
+    --data-source without --within-docs is refused too. Commands call it before their models load (minutes for
+    large ones): none of these refusals needs them."""
+    from .sequences import check_data_source
+
     if args.data and args.source:
         raise ValueError("pass either --data or --source, not both")
     if args.source:
@@ -120,15 +124,18 @@ def text_flags(args) -> tuple[str, str]:
         raise ValueError(f"--text-field: reads --source text, and "
                          + (f"--data {args.data!r} holds tokens already" if args.data else "no --source is given")
                          + "; leave --text-field out")
+    check_data_source(getattr(args, "data_source", None), getattr(args, "within_docs", False), label=FLAGS)
     return args.split or "val", args.text_field or "text"
 
 
 def _sequences(args, models):
+    """The sequences of the text the flags name, and where they came from; ``args.split`` and ``args.text_field``
+    as text_flags settled them."""
     from foxformer.train.loading import check_data_tokenizer
 
     from .sequences import dataset_sequences, source_sequences
 
-    split, text_field = text_flags(args)
+    split, text_field = args.split, args.text_field
     if args.data:
         check_data_tokenizer(args.data, models, args.tokenizer, label=FLAGS)
         tokens = dataset_sequences(args.data, args.seq_len, args.num_seqs, split=split,
@@ -166,6 +173,7 @@ def _cmd_loss(args) -> dict:
     check_curve_args(args.smooth, args.n_boot, args.confidence, args.seed, positions=args.seq_len - 1, label=FLAGS)
     check_batch_size(args.batch_size, label=FLAGS)
     context_lengths(args.lengths, args.seq_len - 1, label=FLAGS)
+    args.split, args.text_field = text_flags(args)
     models = _load_models(args)
     out = _out_dir(args, models)
     tokens, where = _sequences(args, models)
@@ -258,6 +266,7 @@ def _cmd_gates(args) -> dict:
     if args.matrix_len is not None and args.matrix_len > args.seq_len:
         raise ValueError(f"--matrix-len: {args.matrix_len} tokens are more than a sequence holds (--seq-len "
                          f"{args.seq_len}); give at most {args.seq_len}, or a longer --seq-len")
+    args.split, args.text_field = text_flags(args)
     models = _load_models(args)
     out = _out_dir(args, models)
     # refuse labels whose plots would overwrite each other before any work
@@ -278,6 +287,7 @@ def _cmd_eviction(args) -> dict:
     from .outputs import note_replacing
     from .plots import plot_eviction
 
+    args.split, args.text_field = text_flags(args)
     models = _load_models(args)
     out = _out_dir(args, models)
     tokens, where = _sequences(args, models)

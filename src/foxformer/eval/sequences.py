@@ -19,6 +19,14 @@ def check_sequences(seq_len: int, num: int, *, label: str = "{}") -> None:
         raise ValueError(f"{setting_name(label, 'num', 'num_seqs')}: expected a positive integer, got {num!r}")
 
 
+def check_data_source(source: Optional[str], within_docs: bool, *, label: str = "{}") -> None:
+    """Refuse a source of the dataset's documents chosen without within_docs. ``label``: as check_sequences'."""
+    if source is not None and not within_docs:
+        raise ValueError(f"{setting_name(label, 'source', 'data_source')}: choosing a source's documents needs "
+                         f"{setting_name(label, 'within_docs')} (windows of the concatenated split cross documents "
+                         f"of every source)")
+
+
 def _split_size(data_dir: str, split: str) -> int:
     """The tokens of ``split`` as the dataset's manifest records them; 0 where it cannot tell (TokenDataset says
     why)."""
@@ -31,7 +39,8 @@ def _split_size(data_dir: str, split: str) -> int:
 
 
 def dataset_sequences(data_dir: str, seq_len: int, num: int, *, split: str = "val",
-                      within_docs: bool = False, source: Optional[str] = None, label: str = "{}") -> torch.Tensor:
+                      within_docs: bool = False, source: Optional[str] = None, label: str = "{}",
+                      within_docs_optional: bool = True) -> torch.Tensor:
     """int64 [N, seq_len] from a prepared dataset (``foxformer data prepare``), N = min(num, available).
 
     within_docs=False: consecutive windows of the concatenated split (documents joined by end-of-text),
@@ -39,12 +48,12 @@ def dataset_sequences(data_dir: str, seq_len: int, num: int, *, split: str = "va
     evaluation: every position really has that much context), at most one per document, longest docs first;
     a window holds text only, never the document's closing end-of-text token. ``source`` (needs within_docs):
     only documents of that source of the dataset (see TokenDataset.source_index). ``label``: as check_sequences'.
+    ``within_docs_optional=False``: the caller always reads within documents (bias-shift has no --within-docs), so
+    a dataset without documents of seq_len tokens is not told to drop within_docs.
     """
     check_sequences(seq_len, num, label=label)
+    check_data_source(source, within_docs, label=label)
     name, source_name = setting_name(label, "seq_len"), setting_name(label, "source", "data_source")
-    if source is not None and not within_docs:
-        raise ValueError(f"{source_name}: choosing a source's documents needs {setting_name(label, 'within_docs')} "
-                         f"(windows of the concatenated split cross documents of every source)")
     from foxformer.data import TokenDataset
 
     # A split shorter than seq_len is refused here with the largest seq_len that works (the dataset's own error
@@ -71,10 +80,12 @@ def dataset_sequences(data_dir: str, seq_len: int, num: int, *, split: str = "va
         lengths = np.where(ds.doc_sources == index, lengths, -1)  # -1: another source's
     long_docs = np.flatnonzero(lengths >= seq_len)
     if long_docs.size == 0:
+        or_else = (f"drop {setting_name(label, 'within_docs')}" if within_docs_optional else
+                   "give a dataset with longer documents")
         raise ValueError(f"{name}: no document of split {split!r} in {data_dir!r}"
                          f"{'' if source is None else f' from source {source!r}'} has {seq_len} text tokens "
-                         f"(longest: {max(int(lengths.max()), 0) if lengths.size else 0}); lower {name} or drop "
-                         f"{setting_name(label, 'within_docs')}")
+                         f"(longest: {max(int(lengths.max()), 0) if lengths.size else 0}); lower {name} or "
+                         f"{or_else}")
     order = long_docs[np.argsort(-lengths[long_docs], kind="stable")][:num]
     rows = [np.asarray(ds.tokens[offsets[d]:offsets[d] + seq_len], dtype=np.int64) for d in sorted(order)]
     return torch.from_numpy(np.stack(rows))

@@ -201,9 +201,9 @@ def _eval_tokens(args, loaded):
     if args.data:
         check_data_tokenizer(args.data, [loaded], args.tokenizer, label=FLAGS)
         return dataset_sequences(args.data, args.seq_len, args.num_seqs, split=args.split, within_docs=True,
-                                 label=FLAGS)
+                                 label=FLAGS, within_docs_optional=False)
     tok = load_tokenizer(tokenizer_spec([loaded], args.tokenizer))
-    return source_sequences(args.source, tok, args.seq_len, args.num_seqs, args.text_field)
+    return source_sequences(args.source, tok, args.seq_len, args.num_seqs, args.text_field, label=FLAGS)
 
 
 def _plot_bias_shift(res: dict, path: str) -> None:

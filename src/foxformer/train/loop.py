@@ -461,16 +461,17 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, held: con
 
     # Validate everything that can fail before touching out_dir.
     train_ds = TokenDataset(cfg.data_dir, "train", cfg.context, roll=cfg.roll, seed=cfg.seed,
-                            expect_tokenizer=cfg.tokenizer, length="context")
+                            expect_tokenizer=cfg.tokenizer, length="context", data="data_dir")
     if cfg.tokenizer is None:  # the saved config names it, for evaluation and generation
         gone = moved_hint(train_ds.manifest["tokenizer"], recorded_tokenizer_files(train_ds.manifest))
         if gone:  # it would send them to a folder that is not there
-            raise ValueError(f"data: {cfg.data_dir!r} was tokenized with {train_ds.manifest['tokenizer']!r}, and "
+            raise ValueError(f"data_dir: {cfg.data_dir!r} was tokenized with {train_ds.manifest['tokenizer']!r}, and "
                              f"{gone}")
         cfg = dataclasses.replace(cfg, tokenizer=train_ds.manifest["tokenizer"])
     # checked against the dataset's own tokenizer too: its folder may hold another one since, which the saved
     # config would send evaluation and generation to
-    val_ds = TokenDataset(cfg.data_dir, "val", cfg.context, expect_tokenizer=cfg.tokenizer, length="context")
+    val_ds = TokenDataset(cfg.data_dir, "val", cfg.context, expect_tokenizer=cfg.tokenizer, length="context",
+                          data="data_dir")
     data_id = data_identity(train_ds, val_ds)
     _check_ranks_agree(cfg, data_id)
     plan = make_plan(cfg, info.world_size, device.type)
