@@ -187,3 +187,14 @@ def test_a_flag_the_text_leaves_no_say_is_refused_before_any_model_loads(tmp_pat
             capsys.readouterr()
             assert main(command + [missing, "--device", "cpu", "--no-progress"] + extra) == 2
             assert capsys.readouterr().err.splitlines()[-1] == f"error: {said}", command
+
+
+def test_eval_eviction_refuses_a_sequence_length_before_its_model_loads(tmp_path, capsys):
+    """eval eviction checked --seq-len and --num-seqs only after loading its model, as eval loss did not."""
+    missing = str(tmp_path / "no-such-run")
+    for extra, said in ((["--seq-len", "1"], "--seq-len: expected an integer >= 2"),
+                        (["--num-seqs", "0"], "--num-seqs: expected a positive integer, got 0")):
+        capsys.readouterr()
+        assert main(["eval", "eviction", missing, "--device", "cpu", "--no-progress", "--source", "builtin:pydoc"]
+                    + extra) == 2
+        assert capsys.readouterr().err.splitlines()[-1].startswith(f"error: {said}")

@@ -190,3 +190,19 @@ def test_bias_shift_names_its_flags_and_advises_only_what_it_takes(run_dir, tmp_
     said = _error(capsys)
     assert said.startswith("error: --seq-len: no document of split 'train'") and "within" not in said
     assert said.endswith("lower --seq-len or give a dataset with longer documents")
+
+
+def test_bias_shift_refuses_a_sequence_length_before_its_model_loads(run_dir, tmp_path, capsys, monkeypatch):
+    """--seq-len 1 and --num-seqs 0 were refused only after the model had loaded."""
+    import foxformer.train.loading as loading
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("the model loaded before the flags were checked")
+
+    monkeypatch.setattr(loading, "load_model", no_load)
+    argv = ["bias-shift", str(run_dir), "--source", "builtin:pydoc", "--shifts", "0", "--device", "cpu",
+            "--no-progress", "--out", str(tmp_path / "shift.json")]
+    for extra, said in ((["--seq-len", "1"], "--seq-len: expected an integer >= 2"),
+                        (["--num-seqs", "0"], "--num-seqs: expected a positive integer, got 0")):
+        assert main(argv + extra) == 2
+        assert _error(capsys).startswith(f"error: {said}")

@@ -286,7 +286,9 @@ def _cmd_eviction(args) -> dict:
     from .eviction import eviction_loss
     from .outputs import note_replacing
     from .plots import plot_eviction
+    from .sequences import check_sequences
 
+    check_sequences(args.seq_len, args.num_seqs, label=FLAGS)  # before the model loads, as eval loss checks them
     args.split, args.text_field = text_flags(args)
     models = _load_models(args)
     out = _out_dir(args, models)

@@ -144,6 +144,7 @@ def _cmd_generate(args) -> int:
 def _cmd_bias_shift(args) -> int:
     from foxformer.eval.cli import text_flags
     from foxformer.eval.outputs import default_out_dir
+    from foxformer.eval.sequences import check_sequences
     from foxformer.train.loading import load_model
 
     from .bias_shift import bias_shift_sweep
@@ -154,6 +155,7 @@ def _cmd_bias_shift(args) -> int:
     if bool(args.data) == bool(args.source):  # before the model loads, as every check of a flag
         raise ValueError("pass exactly one of --data DIR (prepared dataset) and --source SPEC (text)")
     args.split, args.text_field = text_flags(args)
+    check_sequences(args.seq_len, args.num_seqs, label=FLAGS)
     if ran_on:
         print(f"note: --data {ran_on} (the dataset the run trained on; its {args.split} split)", file=sys.stderr)
     # --out: a .json file, or a folder for bias_shift.json; checked before the work (a missing folder or a
