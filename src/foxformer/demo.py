@@ -188,7 +188,8 @@ def run_demo(out: str = "runs/demo", minutes: float = 3.0, device: str = "auto",
     from .data.preparation import PrepareConfig, prepare
     from .train.config import TrainConfig
     from .train.distributed import init_distributed
-    from .train.loop import evaluate, train
+    from .train.loop import train
+    from .train.validation import evaluate
 
     # isfinite: inf and nan pass `<= 0` and only failed after data preparation and probing, as a NaN cast
     if not isinstance(minutes, (int, float)) or not math.isfinite(minutes) or minutes <= 0:

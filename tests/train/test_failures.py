@@ -280,7 +280,7 @@ def _all_finite(checkpoint):
 def test_a_nan_gradient_under_a_finite_loss_stops_before_its_checkpoint(make_cfg, tmp_path):
     # only the loss was checked: a NaN gradient under a finite loss made the weights NaN, that step's checkpoint
     # was saved with them as `latest`, and the run failed one step later (resuming failed at the same place again)
-    from foxformer.train.loop import TrainingDiverged
+    from foxformer.train.divergence import TrainingDiverged
 
     backwards = {"n": 0}
 
@@ -303,9 +303,9 @@ def test_a_nan_gradient_under_a_finite_loss_stops_before_its_checkpoint(make_cfg
 
 
 def test_the_divergence_advice_follows_the_run(make_cfg, tmp_path):
-    from foxformer.train.loop import _diverged
+    from foxformer.train.divergence import diverged
 
-    said = str(_diverged(make_cfg(out_dir=str(tmp_path / "none"), grad_clip=0.0), 1, "the loss is nan"))
+    said = str(diverged(make_cfg(out_dir=str(tmp_path / "none"), grad_clip=0.0), 1, "the loss is nan"))
     # no checkpoint to start again from, and clipping, which was off, is one of the fixes
     assert "the run has no checkpoint. Start a new run (another --out) with a lower --lr" in said
     assert said.endswith("and clip the gradients (--set grad_clip=1; 0 turned clipping off)")
@@ -321,7 +321,7 @@ def test_a_forward_that_overflows_stops_the_run_at_its_step(make_cfg, tmp_path, 
     # no fix (the loss, which the loop checks, is never computed); a NaN validation loss was logged, and the
     # step's checkpoint saved, as though nothing had happened
     from foxformer.models.layers import ForgetGate
-    from foxformer.train.loop import TrainingDiverged
+    from foxformer.train.divergence import TrainingDiverged
 
     forwards = {"n": 0}
 

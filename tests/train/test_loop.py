@@ -6,7 +6,8 @@ import torch
 
 from foxformer.models import get_preset, training_flops_per_token
 from foxformer.train import checkpoint as ckpt
-from foxformer.train.loop import export_hf, train
+from foxformer.train.export import export_hf
+from foxformer.train.loop import train
 from foxformer.train.metrics import read_metrics
 
 from .helpers import Crash, crash_at, signal_once
@@ -228,7 +229,7 @@ def test_validation_split_with_fewer_sequences_than_ranks(tmp_path, world, val_s
     from foxformer.data.preparation import PrepareConfig, prepare
     from foxformer.models import FoxForCausalLM, get_preset
     from foxformer.train.distributed import DistInfo
-    from foxformer.train.loop import evaluate
+    from foxformer.train.validation import evaluate
     from foxformer.train.metrics import forget_gate_means
 
     src = tmp_path / "docs.jsonl"
@@ -268,7 +269,7 @@ def test_validation_goes_through_the_head_in_chunks_with_the_logits_paths_losses
     from foxformer.data.preparation import PrepareConfig, prepare
     from foxformer.models import FoxForCausalLM, get_preset
     from foxformer.train.distributed import DistInfo
-    from foxformer.train.loop import evaluate
+    from foxformer.train.validation import evaluate
 
     src = tmp_path / "docs.jsonl"
     src.write_text("".join(json.dumps({"text": f"document {i} " + "some words " * 20}) + "\n" for i in range(8)))

@@ -179,7 +179,7 @@ def test_a_sharded_checkpoint_converts_to_one_safetensors_file_piece_by_piece(ch
     model = FoxForCausalLM.from_pretrained(out)
     assert all(torch.equal(v, full[k]) for k, v in model.state_dict().items())
     # the same files as save_pretrained of the gathered model, and evaluation reads the run as it is
-    from foxformer.train.loop import export_hf
+    from foxformer.train.export import export_hf
 
     gathered = export_hf(model.config, full, str(tmp_path / "gathered"))
     assert sorted(os.listdir(gathered)) == sorted(os.listdir(out))

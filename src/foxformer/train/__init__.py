@@ -6,6 +6,6 @@ from .._lazy import lazy_exports
 
 _EXPORTS = {"CheckpointError": ".checkpoint", "latest_checkpoint": ".checkpoint", "load_checkpoint": ".checkpoint",
             "save_checkpoint": ".checkpoint", "TrainConfig": ".config", "load_config": ".config",
-            "evaluate": ".loop", "train": ".loop"}
+            "evaluate": ".validation", "train": ".loop"}
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 __all__ = list(_EXPORTS)

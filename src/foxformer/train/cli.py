@@ -228,7 +228,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
                              read_meta)
     from .config import saved_model_config
     from .loading import read_run_config
-    from .loop import export_hf
+    from .export import export_hf
     from .sharded import export_hf_sharded, model_tensor_specs
 
     if not os.path.isdir(args.run):

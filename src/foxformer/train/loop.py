@@ -9,42 +9,41 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import math
 import os
-import shlex
 import sys
 import time
-import zlib
 from dataclasses import dataclass
 from typing import Callable
 
-import numpy as np
 import torch
 from tqdm.auto import tqdm
 
 from ..data.dataset import TokenDataset
 from ..data.preparation import recorded_tokenizer_files
-from ..data.tokenizer import moved_hint, same_tokenizer, tokenizer_files
+from ..data.tokenizer import moved_hint, tokenizer_files
 from ..models.calls import hf_progress
 from ..models.presets import attention_flops_per_token
 from ..ops.forgetting_attn.checks import NonFiniteValueError
-from ..paths import check_export_dir, check_output_dir, export_writer, folder_lock
+from ..paths import check_export_dir, check_output_dir, folder_lock
 from ..progress import bars_shown
 from ..provenance import code_version
 from . import checkpoint as ckpt
-from .card import training_facts
-from .config import (TrainConfig, config_fields, read_model_config, read_saved_config, run_model_config,
-                     resume_conflicts, save_config, write_model_config)
+from .config import TrainConfig, read_model_config, run_model_config, save_config, write_model_config
 from .distributed import (DistInfo, all_reduce_sum, barrier, broadcast_object, failures_reported, full_state_dicts,
-                          gather_objects, grad_sync, init_distributed, wrap_model)
-from .metrics import (GateMeans, MetricsSink, StepSpeed, device_peak_flops, eta_string, forget_gate_means, mfu,
-                      read_metrics)
+                          grad_sync, init_distributed, wrap_model)
+from .divergence import diverged
+from .export import export_hf
+from .identity import CHECKSUM_MOD, batch_checksum, check_ranks_agree, data_identity
+from .init_from import init_source, load_init_weights
+from .metrics import MetricsSink, StepSpeed, device_peak_flops, eta_string, forget_gate_means, mfu
 from .optim import build_optimizer, learning_rate
+from .resume import check_saved_config, finished_summary, resolve_resume
 from .sharded import (CheckpointWriter, ResumePoint, check_same_resume, check_shared_run_dir, checkpoint_group,
                       resolve_format)
 from .stopping import StopSignals
 from .summary import RunSummary
+from .validation import autocast, evaluate
 
 StepHook = Callable[[int, dict], None]
 
@@ -94,107 +93,10 @@ def build_model(cfg: TrainConfig, vocab_size: int, document_token: int | None = 
     return FoxForCausalLM(model_cfg), model_cfg
 
 
-def _init_source(cfg: TrainConfig, manifest: dict) -> tuple[dict, dict]:
-    """(FoxConfig fields, state dict) of the model ``cfg.init_from`` names, checked against the run's data."""
-    from ..models import FoxForCausalLM
-    from .loading import load_model
-
-    try:
-        loaded = load_model(cfg.init_from, device="cpu", dtype=torch.float32, progress=False)
-    except ValueError as e:
-        raise ValueError(f"init_from: {e}") from None
-    model = loaded.model
-    _check_same_weights(cfg.init_from, model.state_dict(), loaded.step)
-    if not isinstance(model, FoxForCausalLM):
-        raise ValueError(f"init_from: {cfg.init_from!r} holds a {type(model).__name__}; foxformer trains "
-                         f"FoxForCausalLM models (foxformer convert official turns the paper's checkpoints into one)")
-    fields = config_fields(model.config)
-    # the machine decides these, not the model's origin
-    fields.update(attention_backend="auto", gradient_checkpointing=False)
-    data_tok, its_tok = manifest["tokenizer"], fields["tokenizer"]
-    if its_tok is not None and not same_tokenizer(data_tok, its_tok, recorded_tokenizer_files(manifest)):
-        raise ValueError(f"init_from: the model reads {its_tok!r} tokens but {cfg.data_dir!r} was tokenized with "
-                         f"{data_tok!r}; prepare the data again with --tokenizer {its_tok}")
-    if fields["vocab_size"] < manifest["vocab_size"]:
-        raise ValueError(f"init_from: the model has {fields['vocab_size']} token ids, fewer than the "
-                         f"{manifest['vocab_size']} of {cfg.data_dir!r}'s tokenizer {data_tok!r}")
-    if cfg.vocab_size is not None and cfg.vocab_size != fields["vocab_size"]:
-        raise ValueError(f"vocab_size: {cfg.vocab_size} given, but the model init_from names has "
-                         f"{fields['vocab_size']}; leave vocab_size unset")
-    ratio = cfg.model.get("mlp_ratio")
-    if (ratio is not None and fields.get("intermediate_size") is not None and "intermediate_size" not in cfg.model
-            and ratio != fields.get("mlp_ratio")):
-        # the model's explicit intermediate_size wins over an mlp_ratio, which would be recorded and never read
-        raise ValueError(f"init_from: model.mlp_ratio={ratio!r} cannot apply: the MLP of the model init_from names is "
-                         f"{fields['intermediate_size']} wide, and its weights have that width; leave mlp_ratio out")
-    return fields, model.state_dict()
-
-
-def _weights_identity(state_dict: dict) -> str:
-    """A fingerprint of a state dict's contents: names, shapes and a strided sample of each tensor (a few MiB of
-    reads even for billions of parameters; any two training steps differ throughout)."""
-    h = hashlib.sha256()
-    for name in sorted(state_dict):
-        flat = state_dict[name].detach().reshape(-1)
-        h.update(f"{name}:{tuple(state_dict[name].shape)}".encode())
-        h.update(flat[::max(1, flat.numel() // 4096)].to(torch.float64).numpy().tobytes())
-    return h.hexdigest()[:16]
-
-
-def _check_same_weights(init_from: str, state_dict: dict, step: int | None) -> None:
-    """Each rank reads init_from itself, and FSDP2 keeps each rank's shard of what that rank read: a run that
-    committed a checkpoint while the ranks read it (or another folder of that name on each host) trained a mix
-    of two models without a word."""
-    ranks = gather_objects((_weights_identity(state_dict), step))
-    other = next((r for r, (identity, _) in enumerate(ranks) if identity != ranks[0][0]), None)
-    if other is None:
-        return
-    steps = (f" (rank 0 read the checkpoint of step {ranks[0][1]}, rank {other} that of step {ranks[other][1]})"
-             if ranks[0][1] != ranks[other][1] else "")
-    raise ValueError(f"init_from: the ranks of this job read different weights from {init_from!r}{steps}: a run that "
-                     f"saved a checkpoint meanwhile, or another folder of that name on each host; name one checkpoint "
-                     f"(--init-from RUN/checkpoints/step_N) on storage all hosts share (nothing was trained)")
-
-
-def _load_init_weights(model: torch.nn.Module, state_dict: dict, cfg: TrainConfig) -> None:
-    try:
-        model.load_state_dict(state_dict, strict=True)
-    except RuntimeError as e:  # shapes or names: the run's model overrides changed the architecture
-        raise ValueError(f"init_from: the weights of {cfg.init_from!r} do not fit the model with the overrides "
-                         f"{cfg.model} ({str(e).splitlines()[0]} ...); override only fields that hold no weights "
-                         f"(prune_eps, fgate_bias_shift, ...)") from None
-
-
 def _set_activation_checkpointing(model: torch.nn.Module, enabled: bool) -> None:
     for module in model.modules():
         if hasattr(module, "gradient_checkpointing") and isinstance(module.gradient_checkpointing, bool):
             module.gradient_checkpointing = enabled
-
-
-def _autocast(device: torch.device, bf16: bool):
-    if not bf16:
-        return contextlib.nullcontext()
-    return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
-
-
-class TrainingDiverged(FloatingPointError, ValueError):
-    """The loss or the gradients stopped being finite. A ValueError too: what fixes it is a setting (lr, warm-up,
-    clipping), and the CLI gives those as one error line, not a traceback."""
-
-
-def _diverged(cfg: TrainConfig, step: int, what: str) -> TrainingDiverged:
-    """The error for step ``step``, at which ``what`` happened; raised before that step's checkpoint, so the run's
-    checkpoints all hold finite weights (a non-finite gradient already made the weights NaN in memory)."""
-    clip = "" if cfg.grad_clip > 0 else ", and clip the gradients (--set grad_clip=1; 0 turned clipping off)"
-    if ckpt.list_checkpoints(cfg.out_dir):
-        saved = f"the checkpoints in {ckpt.checkpoint_root(cfg.out_dir)} are from before it"
-        start = "another --out; --init-from one of those checkpoints keeps its weights"
-    else:
-        saved, start = "the run has no checkpoint", "another --out"
-    # a resume keeps the run's lr and schedule (resume refuses to change them) and would diverge at this step again
-    return TrainingDiverged(
-        f"training diverged at step {step}: {what}; step {step} was not checkpointed, and {saved}. Start a new run "
-        f"({start}) with a lower --lr (now {cfg.lr:g}) or a longer --warmup-tokens (now {cfg.warmup:,}){clip}")
 
 
 def _check_gradients_arrived(model: torch.nn.Module) -> None:
@@ -203,183 +105,6 @@ def _check_gradients_arrived(model: torch.nn.Module) -> None:
     if trainable and all(p.grad is None for p in trainable):
         raise RuntimeError("no gradient reached any parameter in the first step (the loss is not connected to "
                            "the model); if --compile is on, retry without it and report the torch version")
-
-
-@torch.no_grad()
-def evaluate(model: torch.nn.Module, val: TokenDataset, n_seqs: int, micro_batch: int, info: DistInfo,
-             bf16: bool, gates: GateMeans | None = None) -> tuple[float, np.ndarray]:
-    """Mean validation loss and per-position loss L(i) (fp64 [T-1]) over ``n_seqs`` sequences spread evenly
-    over the validation split (so that many documents, not just the first, are represented), through the LM head
-    in chunks whatever the training step does: the [B, T, V] fp32 logits of 8 x 4K tokens (6 GiB) ran a run out
-    of memory at its first evaluation beside three others on an H100 (forty-third session, without --fused-loss).
-    ``gates``: the forget_gate_means of the block around the call, told which rows of each forward count.
-
-    The sequences are the same for any world size, so a run resumed on another number of ranks goes on with
-    comparable validation losses (rounding their count to a multiple of the ranks gave others, and another
-    loss for the same weights). Every rank runs as many forwards (FSDP's gathers need it): a rank with fewer
-    sequences fills its last rows with copies that are left out of the sums.
-    """
-    world = info.world_size
-    # Raising here stopped the run at its first evaluation, before the checkpoint, on every resume.
-    n_seqs = max(1, min(n_seqs, len(val)))
-    chosen = np.linspace(0, len(val) - 1, n_seqs).round().astype(int)
-    mine = [int(j) for j in chosen[info.rank::world]]
-    counted = len(mine)
-    mine += [int(chosen[0])] * (-(-n_seqs // world) - counted)
-    was_training = model.training
-    model.eval()
-    sums = torch.zeros(val.seq_len - 1, dtype=torch.float64, device=info.device)
-    for i in range(0, len(mine), micro_batch):
-        idx = mine[i:i + micro_batch]
-        real = max(0, min(len(idx), counted - i))  # the copies come last
-        if gates is not None:
-            gates.rows = real
-        x = torch.from_numpy(np.stack([val.sequence(j) for j in idx])).to(info.device)
-        with _autocast(info.device, bf16):
-            per_tok = model(x, labels=x, loss_reduction="none", return_logits=False).loss  # [B, T-1]
-        sums += per_tok[:real].double().sum(0)
-    if gates is not None:
-        gates.rows = None
-    model.train(was_training)
-    per_pos = (all_reduce_sum(sums) / n_seqs).cpu().numpy()
-    return float(per_pos.mean()), per_pos
-
-
-CHECKSUM_MOD = 2**31 - 1
-
-
-def batch_checksum(x: torch.Tensor, first: int) -> int:
-    """A checksum of which token sequences a step trains on and where in the step's batch: sequence ``i``
-    of ``x`` (position ``first + i`` in the step) contributes crc32(tokens) * (position + 1). Summed over
-    ranks modulo CHECKSUM_MOD, it is the same for any world size that reads the same data in the same order."""
-    rows = x.cpu().numpy()
-    return sum(zlib.crc32(rows[i].tobytes()) * (first + i + 1) for i in range(rows.shape[0])) % CHECKSUM_MOD
-
-
-def data_identity(train_ds: TokenDataset, val_ds: TokenDataset) -> str:
-    """A fingerprint of a prepared dataset's contents, not of its path (data may move between resumes):
-    tokenizer, split sizes, document offsets and a strided sample of the training tokens."""
-    h = hashlib.sha256(train_ds.manifest["tokenizer"].encode())
-    for ds in (train_ds, val_ds):
-        h.update(np.asarray([ds.tokens.size], dtype=np.int64).tobytes())
-        h.update(np.ascontiguousarray(ds.doc_offsets, dtype=np.int64).tobytes())
-    stride = max(1, train_ds.tokens.size // 4096)  # a few MiB of reads even for billions of tokens
-    h.update(np.ascontiguousarray(train_ds.tokens[::stride], dtype=np.int64).tobytes())
-    return h.hexdigest()[:16]
-
-
-# What only rank 0 does (console, metrics), and where each host keeps the data (compared by its contents instead).
-_PER_RANK_KEYS = ("progress", "log_every", "tensorboard", "data_dir")
-
-
-def _check_ranks_agree(cfg: TrainConfig, data_id: str) -> None:
-    """Each torchrun launch (one a host) reads its own command line, and each rank would train what its own said:
-    another lr or schedule on one host diverges its replica without a word, another out_dir splits the checkpoints."""
-    mine = {**{k: v for k, v in dataclasses.asdict(cfg).items() if k not in _PER_RANK_KEYS}, "data": data_id}
-    ranks = gather_objects((mine, cfg.data_dir))
-    shown = []
-    for key in mine:
-        other = next((i for i, (r, _) in enumerate(ranks) if r[key] != ranks[0][0][key]), None)
-        if other is None:
-            continue
-        if key == "data":
-            shown.append(f"the data (rank 0 reads {ranks[0][1]!r}, rank {other} {ranks[other][1]!r}, which holds "
-                         f"other tokens)")
-        else:
-            shown.append(f"{key} (rank 0: {ranks[0][0][key]!r}, rank {other}: {ranks[other][0][key]!r})")
-    if not shown:
-        return
-    raise ValueError(f"the ranks of this job were started with different settings: {'; '.join(shown)}; start every "
-                     f"process with the same flags and config (on several hosts, the same command on each), or each "
-                     f"trains something else (nothing was written)")
-
-
-def _resolve_resume(cfg: TrainConfig) -> str | None:
-    existing = ckpt.list_checkpoints(cfg.out_dir)
-    if cfg.resume == "never":
-        if existing:
-            raise ValueError(f"resume: out_dir {cfg.out_dir!r} already has checkpoints and resume='never'; "
-                             f"choose another out_dir (nothing was overwritten)")
-        return None
-    if cfg.resume == "auto":
-        return ckpt.latest_checkpoint(cfg.out_dir)
-    if not os.path.isdir(cfg.resume):
-        raise ckpt.CheckpointError(f"resume: checkpoint {cfg.resume!r} does not exist")
-    return cfg.resume
-
-
-def _say_nothing_to_train(cfg: TrainConfig, step: int) -> None:
-    """A resumed run already at its end printed only its summary (train_loss null, 0 tokens/s), so a user who
-    ran it again for "one more minute" did not learn why nothing happened."""
-    schedule = -(-cfg.horizon_tokens // cfg.batch_tokens)
-    if cfg.max_steps is not None and cfg.max_steps < schedule:
-        how = f"give a larger --max-steps to go on (its schedule runs to step {schedule:,})"
-        end = f"max_steps {cfg.max_steps:,}"
-    elif cfg.schedule == "constant":  # resume_conflicts lets its horizon change
-        longer = "--total-tokens N" if cfg.total_tokens is not None else "--max-steps N"
-        warmup = f" --warmup-tokens {cfg.warmup}" if cfg.warmup_tokens is None else ""  # else a tenth of N
-        how = (f"its constant schedule goes on to a longer horizon: foxformer train --out {shlex.quote(cfg.out_dir)} "
-               f"{longer}{warmup}")
-        end = f"schedule ({cfg.horizon_tokens:,} tokens)"
-    else:
-        saved = shlex.quote(os.path.join(cfg.out_dir, "config.yaml"))
-        how = (f"a longer {cfg.schedule} schedule changes the learning rate of the steps taken, so it is a new run "
-               f"from its weights: foxformer train --config {saved} --init-from {shlex.quote(cfg.out_dir)} --out "
-               f"NEW_DIR --total-tokens N")
-        end = f"schedule ({cfg.horizon_tokens:,} tokens)"
-    tqdm.write(f"train: nothing to train: {cfg.out_dir} is at step {step:,}, the end of its {end}; {how}",
-               file=sys.stderr)
-
-
-def _finished_summary(cfg: TrainConfig, info: DistInfo, step: int, tokens: int, resume_path: str) -> dict:
-    """The summary of a run resumed at the end of its schedule, from its own records: it is said why nothing
-    trains, and nothing is evaluated or written. Evaluated again, each rerun of `foxformer train --out RUN`
-    appended another validation record (and start and end records) of the last step to metrics.jsonl, which
-    plots and reports then showed twice."""
-    if info.is_main:
-        _say_nothing_to_train(cfg, step)
-    records = [r for r in read_metrics(cfg.out_dir) if r.get("step", 0) <= step]
-
-    def last(kind: str, key: str):
-        return next((r[key] for r in reversed(records) if r.get("kind") == kind and r.get(key) is not None), None)
-
-    from .loading import read_run_config
-
-    facts = read_run_config(os.path.join(cfg.out_dir, "config.yaml")).get("derived") or {}
-    hf_dir = os.path.join(cfg.out_dir, "hf")
-    exported = os.path.exists(os.path.join(hf_dir, "config.json"))
-    if cfg.export_hf and not exported and info.is_main:  # the end's export failed, or export_hf was off then
-        tqdm.write(f"train: {cfg.out_dir} has no Hugging Face export; foxformer export-hf "
-                   f"{shlex.quote(cfg.out_dir)} writes it", file=sys.stderr)
-    return RunSummary(
-        out_dir=cfg.out_dir, step=step, tokens=tokens, train_loss=last("train", "loss"),
-        val_loss=last("eval", "val_loss"), tokens_per_s=None, resumed_from=resume_path,
-        hf_dir=hf_dir if exported else None, params=facts.get("params"),
-        non_embedding_params=facts.get("non_embedding_params"), world_size=info.world_size, parallel=info.mode,
-        device=str(info.device), wall_s=0.0, trained=False).to_dict()
-
-
-def _check_saved_config(cfg: TrainConfig, resuming: bool, data_tokenizer_files: str | None) -> None:
-    """``data_tokenizer_files``: the dataset's record of its tokenizer folder, which both the saved tokenizer and
-    the run's were checked against: a folder moved since is given by its new path."""
-    saved_path = os.path.join(cfg.out_dir, "config.yaml")
-    if not resuming or not os.path.exists(saved_path):
-        return
-    saved = read_saved_config(saved_path)
-    conflicts = resume_conflicts(saved, cfg)
-    if "tokenizer" in conflicts and saved.tokenizer and same_tokenizer(saved.tokenizer, cfg.tokenizer,
-                                                                       data_tokenizer_files):
-        conflicts.remove("tokenizer")
-    if conflicts and any(k in ("preset", "model") for k in conflicts):
-        # --init-from would carry the saved model's weights and architecture under the new preset's name
-        raise ValueError(f"resume: the model differs from the one saved in {saved_path} ({conflicts}); another "
-                         f"model is a new run in another folder (nothing was overwritten): foxformer train --config "
-                         f"{shlex.quote(saved_path)} --out NEW_DIR plus the changed flags")
-    if conflicts:
-        raise ValueError(f"resume: the config differs from the one saved in {saved_path} in {conflicts}; a resumed "
-                         f"run must compute the same thing (nothing was overwritten). To go on from its weights with "
-                         f"the new settings, start a new run: foxformer train --config {shlex.quote(saved_path)} "
-                         f"--init-from {shlex.quote(cfg.out_dir)} --out NEW_DIR plus the changed flags")
 
 
 def _announce(cfg: TrainConfig, n_params: int, train_tokens: int, restarted: bool = False) -> None:
@@ -401,23 +126,6 @@ def _announce(cfg: TrainConfig, n_params: int, train_tokens: int, restarted: boo
                    f"the training split of {cfg.data_dir} (each step reads it {cfg.batch_tokens / train_tokens:.1f} "
                    f"times over); lower --batch-tokens (and --context, now {cfg.context}, which it is a multiple "
                    f"of)", file=sys.stderr)
-
-
-def export_hf(model_cfg, model_sd: dict, out: str, run_dir: str | None = None) -> str:
-    """Save a full state dict as a Hugging Face model directory (``from_pretrained`` loads it; with
-    ``trust_remote_code=True`` also where foxformer is not installed, and with its tokenizer files); its model card
-    says how ``run_dir`` trained it."""
-    from ..models import FoxForCausalLM
-    from ..models.card import write_card
-
-    earlier = check_export_dir(out, "export")
-    model = FoxForCausalLM(model_cfg)
-    model.load_state_dict(model_sd, strict=True)
-    with export_writer(out, earlier) as tmp:
-        model.save_pretrained(tmp)
-        if run_dir is not None:
-            write_card(tmp, model_cfg, training_facts(run_dir), replace=True)
-    return out
 
 
 def train(cfg: TrainConfig, *, hook: StepHook | None = None, model_factory=None,
@@ -473,18 +181,18 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, held: con
     val_ds = TokenDataset(cfg.data_dir, "val", cfg.context, expect_tokenizer=cfg.tokenizer, length="context",
                           data="data_dir")
     data_id = data_identity(train_ds, val_ds)
-    _check_ranks_agree(cfg, data_id)
+    check_ranks_agree(cfg, data_id)
     plan = make_plan(cfg, info.world_size, device.type)
     try:
-        resume_path = _resolve_resume(cfg)
+        resume_path = resolve_resume(cfg)
         check_same_resume(cfg.out_dir, resume_path, info, writer.group)
-        _check_saved_config(cfg, resume_path is not None, recorded_tokenizer_files(train_ds.manifest))
+        check_saved_config(cfg, resume_path is not None, recorded_tokenizer_files(train_ds.manifest))
         loaded = ResumePoint(resume_path, info, writer.group) if resume_path else None  # verifies hashes first
     except ckpt.CheckpointError as e:
         raise ckpt.CheckpointError(f"{e}; resume from another checkpoint (--resume RUN/checkpoints/step_N), or start "
                                    f"a new run in another out_dir") from None
     # (fields, weights) of the model the run starts from; a resumed run has its own in the checkpoint
-    source = _init_source(cfg, train_ds.manifest) if cfg.init_from is not None and loaded is None else None
+    source = init_source(cfg, train_ds.manifest) if cfg.init_from is not None and loaded is None else None
     vocab_size = source[0]["vocab_size"] if source else (
         cfg.vocab_size or int(math.ceil(train_ds.manifest["vocab_size"] / 64) * 64))
     if vocab_size < train_ds.manifest["vocab_size"]:
@@ -496,7 +204,7 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, held: con
                          f"on; a resumed run must see the same data. Use the original data or another out_dir "
                          f"(nothing was overwritten)")
     if loaded is not None and int(loaded.state["step"]) >= cfg.total_steps:
-        return _finished_summary(cfg, info, int(loaded.state["step"]), int(loaded.state["tokens"]), resume_path)
+        return finished_summary(cfg, info, int(loaded.state["step"]), int(loaded.state["tokens"]), resume_path)
 
     torch.manual_seed(cfg.seed)  # identical initial weights on every rank
     if model_factory is None:
@@ -504,7 +212,7 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, held: con
         base = read_model_config(cfg.out_dir) if loaded is not None else (source[0] if source else None)
         model, model_cfg = build_model(cfg, vocab_size, train_ds.eot_id, base)
         if source:
-            _load_init_weights(model, source[1], cfg)
+            load_init_weights(model, source[1], cfg)
             source = None  # the weights are in the model; drop the copy
             if info.is_main:
                 tqdm.write(f"init_from: starting from the weights and config of {cfg.init_from} "
@@ -584,9 +292,9 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, held: con
             with forget_gate_means(model) as gates:
                 loss, _ = evaluate(model, val_ds, eval_seqs, plan.micro_batch, info, bf16, gates)
         except NonFiniteValueError as e:
-            raise _diverged(cfg, step, f"the validation forward pass overflowed ({e})") from None
+            raise diverged(cfg, step, f"the validation forward pass overflowed ({e})") from None
         if not math.isfinite(loss):  # a model that gives NaN on held-out text is no checkpoint to keep
-            raise _diverged(cfg, step, f"the validation loss is {loss:g}")
+            raise diverged(cfg, step, f"the validation loss is {loss:g}")
         rec = {"kind": "eval", "step": step, "tokens": tokens, "val_loss": loss}
         log_f = gates.result(all_reduce_sum)
         if log_f is not None:  # [layers][heads]: the gates' course over training (eval compare's training.png)
@@ -619,11 +327,11 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, held: con
             crc = (crc + batch_checksum(x, base + m * plan.micro_batch - step * plan.seqs_per_step)) % CHECKSUM_MOD
             x = x.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else x
             try:
-                with grad_sync(wrapped, info, sync=m == plan.accum - 1), _autocast(device, bf16):
+                with grad_sync(wrapped, info, sync=m == plan.accum - 1), autocast(device, bf16):
                     loss = runner(x, labels=x, **loss_kwargs).loss
                 (loss / plan.accum).backward()
             except NonFiniteValueError as e:  # the attention ops' value check, before the loss could show it
-                raise _diverged(cfg, step + 1, f"the forward pass overflowed ({e})") from None
+                raise diverged(cfg, step + 1, f"the forward pass overflowed ({e})") from None
             loss_sum += loss.detach()
         if step == start_step:
             _check_gradients_arrived(model)
@@ -652,7 +360,7 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, held: con
                     "elapsed_s": elapsed}
         # the gradient too: a finite loss over a NaN gradient saved NaN weights as the latest checkpoint
         if not (math.isfinite(loss_val) and math.isfinite(last_rec["grad_norm"])):
-            raise _diverged(cfg, step, f"the loss is {loss_val:g} and the gradient norm {last_rec['grad_norm']:g} "
+            raise diverged(cfg, step, f"the loss is {loss_val:g} and the gradient norm {last_rec['grad_norm']:g} "
                                        f"at lr {lr:.3g}")
         eta = speed.eta((cfg.total_steps - step) * cfg.batch_tokens)
         if sink is not None:
