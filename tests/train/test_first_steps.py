@@ -167,7 +167,9 @@ def test_export_names_a_missing_run_and_finds_a_checkpoint_by_its_name(data_dir,
     (["--schedule", "cosin"], "--schedule (schedule): expected one of"),
     (["--micro-batch-size", "3"], "--micro-batch-size (micro_batch_size): 3 does not divide the 4 sequences"),
     (["--context", "1Gi", "--batch-tokens", "1Gi"], "--context (context): 1073741824 is more than the "),
-], ids=["token-count", "negative-lr", "schedule", "micro-batch", "context-past-the-data"])
+    (["--context", "1Gi", "--batch-tokens", "1Gi"], " tokens of split 'train' and the "),
+], ids=["token-count", "negative-lr", "schedule", "micro-batch", "context-past-the-data",
+        "context-past-both-splits"])
 def test_a_bad_flag_value_is_named_by_its_flag(data_dir, tmp_path, capsys, extra, said):
     """Errors named the config key (total_tokens) where the user had typed a flag (--total-tokens); those of the
     checks that need the data or the ranks too (micro_batch_size: ..., and a context past the data as "data: ...
