@@ -72,6 +72,39 @@ def test_too_long_context_is_a_clear_error(data_dir):
         TokenDataset(data_dir, "val", 10**6, length="context")
 
 
+@pytest.mark.parametrize("past", ["both", "val"], ids=["past-both-splits", "past-val-only"])
+def test_a_context_past_several_splits_names_them_all(data_dir, past):
+    """Training refused a context past both splits for the train split alone: the user gave its most, and was
+    refused again for the val split's."""
+    train, val = (TokenDataset(data_dir, s, 2).tokens.size for s in ("train", "val"))
+    assert val < train
+    if past == "both":
+        with pytest.raises(ValueError) as refused:
+            TokenDataset(data_dir, "train", train + 1, length="context", also=("val",))
+        assert str(refused.value) == (
+            f"context: {train + 1} is more than the {train} tokens of split 'train' and the {val} tokens of split "
+            f"'val' of {data_dir!r}: give at most {val} to fit both (split 'train' takes at most {train}, 'val' takes "
+            f"at most {val}), or prepare more text")
+    else:  # a length that fits the train split leaves the val split to its own refusal, which names it alone
+        assert len(TokenDataset(data_dir, "train", val + 1, also=("val",))) >= 1
+        with pytest.raises(ValueError) as refused:
+            TokenDataset(data_dir, "val", val + 1, length="context")
+        assert str(refused.value) == (f"context: {val + 1} is more than the {val} tokens of split 'val' of "
+                                      f"{data_dir!r}: give at most {val}, or prepare more text")
+
+
+def test_a_context_past_the_train_split_names_an_empty_val_split_too(tmp_path):
+    """A single document leaves the val split empty: a too-long context was refused first, and once fixed, the
+    empty val split; both are said at once."""
+    doc = tmp_path / "one.txt"
+    doc.write_text("One document only. " * 20)  # 380 bytes, and the end-of-document token: 381 ids
+    prepare(PrepareConfig(sources=[str(doc)], out_dir=str(tmp_path / "d"), tokenizer="bytes"), progress=False)
+    with pytest.raises(ValueError, match=r"^context: 4096 is more than the 381 tokens of split 'train' of .*: give "
+                                         r"at most 381, or prepare more text; and split 'val' holds no tokens; the "
+                                         r"dataset is one document, "):
+        TokenDataset(str(tmp_path / "d"), "train", 4096, length="context", also=("val",))
+
+
 @pytest.mark.parametrize("spec", ["gpt2", "tiktoken:gpt2"], ids=["gpt2", "tiktoken-alias"])
 def test_tokenizer_aliases_of_the_manifest_name_are_accepted(data_dir, spec):
     # prepare stores the loaded tokenizer's name: "tiktoken:gpt2" is written as "gpt2"

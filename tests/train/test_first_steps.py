@@ -146,6 +146,20 @@ def test_a_refused_resume_gives_a_command_that_starts_from_its_weights(data_dir,
     assert again[0] < first[0] - 0.5  # it went on from the trained weights, not from a fresh model
 
 
+def test_resume_from_a_run_folder_names_its_checkpoints(data_dir, tmp_path, capsys):
+    """`--resume RUN` (a run, not one of its checkpoints) was refused as a checkpoint with "no meta.json
+    (incomplete save?); it cannot be trusted", of a run that was whole."""
+    run = str(tmp_path / "quick")
+    assert main(_flags(data_dir, run, steps=2)) == 0
+    capsys.readouterr()
+    assert main(_flags(data_dir, str(tmp_path / "new"), steps=4) + ["--resume", run]) == 2
+    newest = ckpt.list_checkpoints(run)[-1]
+    assert _one_error_line(capsys.readouterr().err) == (
+        f"error: --resume (resume): {run!r} is a run's folder, not a checkpoint: give one of its checkpoints (its "
+        f"newest is {newest}), or continue that run itself with `foxformer train --out {run}`")
+    assert main(_flags(data_dir, str(tmp_path / "new"), steps=4) + ["--resume", newest]) == 0
+
+
 def test_export_names_a_missing_run_and_finds_a_checkpoint_by_its_name(data_dir, tmp_path, capsys):
     """`export-hf runs/qiuck` said the run "has no checkpoints"; `--checkpoint step_00000002` (a name the run
     lists) was looked up in the current folder."""
@@ -167,7 +181,10 @@ def test_export_names_a_missing_run_and_finds_a_checkpoint_by_its_name(data_dir,
     (["--schedule", "cosin"], "--schedule (schedule): expected one of"),
     (["--micro-batch-size", "3"], "--micro-batch-size (micro_batch_size): 3 does not divide the 4 sequences"),
     (["--context", "1Gi", "--batch-tokens", "1Gi"], "--context (context): 1073741824 is more than the "),
-], ids=["token-count", "negative-lr", "schedule", "micro-batch", "context-past-the-data"])
+    (["--context", "1Gi", "--batch-tokens", "1Gi"], " tokens of split 'train' and the "),
+    (["--preset", "fox-pro-tinny"], "--preset (preset): unknown preset 'fox-pro-tinny' (did you mean 'fox-pro-tiny'?)"),
+], ids=["token-count", "negative-lr", "schedule", "micro-batch", "context-past-the-data",
+        "context-past-both-splits", "preset-typo"])
 def test_a_bad_flag_value_is_named_by_its_flag(data_dir, tmp_path, capsys, extra, said):
     """Errors named the config key (total_tokens) where the user had typed a flag (--total-tokens); those of the
     checks that need the data or the ranks too (micro_batch_size: ..., and a context past the data as "data: ...
@@ -207,9 +224,33 @@ def test_a_bad_set_or_model_item_says_which_and_why(data_dir, tmp_path, capsys, 
     assert _one_error_line(capsys.readouterr().err).startswith(said)
 
 
-def test_a_bad_value_set_by_config_key_keeps_the_key(data_dir, tmp_path, capsys):
-    assert main(_flags(data_dir, str(tmp_path / "run"), steps=1) + ["--set", "warmup_tokens=12x"]) == 2
-    assert "error: warmup_tokens: expected a token count" in _one_error_line(capsys.readouterr().err)
+@pytest.mark.parametrize("given, said", [
+    (["--set", "warmup_tokens=12x"], "error: --set warmup_tokens=12x: expected a token count"),
+    (["--set", "lr=-1"], "error: --set lr=-1: expected a finite non-negative number, got -1.0"),
+    ({"lr": -1}, "error: config {path}: lr: expected a finite non-negative number, got -1.0"),
+    ({"preset": "fox-pro-tinny"}, "error: config {path}: preset: unknown preset 'fox-pro-tinny' (did you mean "
+                                  "'fox-pro-tiny'?): expected one of ["),
+    ({"model": {"num_head": 8}}, "error: config {path}: model: unknown model key 'num_head' (did you mean "
+                                 "'num_heads'?)"),
+    ({"context": 2**30, "batch_tokens": 2**30}, "error: config {path}: context: 1073741824 is more than the "),
+], ids=["set-token-count", "set-negative-lr", "file-negative-lr", "file-preset-typo", "file-model-key",
+        "file-context-past-the-data"])
+def test_a_bad_value_not_set_by_a_flag_says_where_it_was_set(data_dir, tmp_path, capsys, given, said):
+    """A value refused from --set or a --config file was named by its key alone ("lr: expected ..."), leaving the
+    user to find which of the two, or the file's defaults, set it; a --set item keeps the key (it is not said as
+    --warmup-tokens, which the user did not type)."""
+    flags = _flags(data_dir, str(tmp_path / "run"), steps=1)
+    path = str(tmp_path / "my config.yaml")
+    # the value of --set or of the file, not a flag's, is the one refused
+    for key in ["lr", *given] if isinstance(given, dict) else ["lr"]:
+        if (flag := f"--{key.replace('_', '-')}") in flags:
+            del flags[flags.index(flag):flags.index(flag) + 2]
+    if isinstance(given, dict):
+        with open(path, "w") as f:
+            yaml.safe_dump(given, f)
+        given = ["--config", path]
+    assert main(flags + given) == 2
+    assert _one_error_line(capsys.readouterr().err).startswith(said.format(path=path))
 
 
 def test_a_refused_dataset_is_named_as_the_run_set_it(data_dir, tmp_path, capsys):
@@ -221,7 +262,8 @@ def test_a_refused_dataset_is_named_as_the_run_set_it(data_dir, tmp_path, capsys
     flags = _flags(data_dir, str(tmp_path / "run"), steps=1)
     flags[flags.index("--data"):flags.index("--data") + 2] = ["--set", f"data_dir={missing}"]
     assert main(flags) == 2
-    assert _one_error_line(capsys.readouterr().err).startswith(f"error: data_dir: {missing!r} does not exist")
+    assert _one_error_line(capsys.readouterr().err).startswith(f"error: --set data_dir={missing}: {missing!r} does "
+                                                               f"not exist")
 
 
 def test_no_horizon_names_the_flags_that_set_one(data_dir, tmp_path, capsys):

@@ -45,6 +45,35 @@ def no_dataset(path: str, flag: str | None = "--data") -> str:
             f"prepare leaves no manifest)")
 
 
+def _too_long(manifest: dict, data_dir: str, seq_len: int, splits: tuple[str, ...]) -> str:
+    """Why ``seq_len`` is refused for the first of ``splits``, naming each of them it is too long for with the most
+    that fits it, and the most that fits them all; an empty one among them is named too, with how to fill it (its
+    own refusal would otherwise come only once the length is fixed)."""
+    sizes = {s: int(manifest["split"][s]["tokens"]) for s in dict.fromkeys(splits)}
+    short = {s: n for s, n in sizes.items() if 0 < n < seq_len}
+    said = " and ".join(f"the {n} tokens of split {s!r}" for s, n in short.items())
+    most = min(short.values())
+    each = (f" to fit {'both' if len(short) == 2 else 'them all'} (split "
+            f"{', '.join(f'{s!r} takes at most {n}' for s, n in short.items())})") if len(short) > 1 else ""
+    empty = "".join(f"; and split {s!r} holds no tokens{_empty_advice(manifest, s)}"
+                    for s, n in sizes.items() if not n)
+    return f"{seq_len} is more than {said} of {data_dir!r}: give at most {most}{each}, or prepare more text{empty}"
+
+
+def _empty_advice(manifest: dict, split: str) -> str:
+    """How to get documents into ``split``, which holds none ("" where there is nothing to say): an empty val split
+    comes from `data prepare --val-fraction 0`, or from a single document (the split holds out whole documents,
+    and never the only one)."""
+    if split != "val":
+        return ""
+    if manifest["split"].get("val_fraction", 0) > 0 and manifest.get("docs") == 1:
+        return ("; the dataset is one document, and the split holds out whole documents: give `data prepare` several "
+                "(a folder of .txt files, one document each, or a .jsonl file with one per line), or point --data at a "
+                "dataset with a validation split")
+    return ("; the dataset has no validation documents: prepare it again with --val-fraction above 0, or point --data "
+            "at a dataset with a validation split")
+
+
 class TokenDataset:
     """Sequences of ``seq_len`` tokens from one split of a prepared dataset.
 
@@ -52,12 +81,14 @@ class TokenDataset:
     trick so that every position is equally hard on average). ``length``: the setting ``seq_len`` is, as the
     error of a split shorter than one sequence names it (training's ``context``); ``data`` likewise the setting
     ``data_dir`` is, as the dataset's other refusals name it (training's ``data_dir``, which its command re-says as
-    --data).
+    --data). ``also``: the other splits the caller reads at the same ``seq_len`` (training's val beside its train):
+    a length too long for this split is refused naming those it is too long for as well, as one refusal (the user
+    who gave the train split's most was refused again for the val split's).
     """
 
     def __init__(self, data_dir: str, split: str = "train", seq_len: int = 2048, *, roll: bool = False,
                  seed: int = 0, expect_tokenizer: str | None = None, vocab_size: int | None = None,
-                 length: str = "seq_len", data: str = "data"):
+                 length: str = "seq_len", data: str = "data", also: tuple[str, ...] = ()):
         if split not in ("train", "val"):
             raise ValueError(f"split: expected 'train' or 'val', got {split!r}")
         if not isinstance(seq_len, int) or seq_len < 2:
@@ -101,22 +132,10 @@ class TokenDataset:
         self.doc_sources = arrays.get("sources")
         self.n_sequences = int(self.tokens.size // seq_len)
         if self.n_sequences == 0 and self.tokens.size:  # the length is the mistake, more often than the data
-            raise SettingError(length, f"{seq_len} is more than the {self.tokens.size} tokens of split {split!r} of "
-                                       f"{data_dir!r}: give at most {self.tokens.size}, or prepare more text")
+            raise SettingError(length, _too_long(manifest, data_dir, seq_len, (split, *also)))
         if self.n_sequences == 0:
-            # an empty val split comes from `data prepare --val-fraction 0`, or from a single document (the split
-            # holds out whole documents, and never the only one): say which, and how to get one
-            fix = ""
-            if split == "val" and not self.tokens.size:
-                if manifest["split"].get("val_fraction", 0) > 0 and manifest.get("docs") == 1:
-                    fix = ("; the dataset is one document, and the split holds out whole documents: give "
-                           "`data prepare` several (a folder of .txt files, one document each, or a .jsonl file with "
-                           "one per line), or point --data at a dataset with a validation split")
-                else:
-                    fix = ("; the dataset has no validation documents: prepare it again with --val-fraction above 0, "
-                           "or point --data at a dataset with a validation split")
-            raise SettingError(data, f"split {split!r} of {data_dir!r} has {self.tokens.size} tokens, fewer than "
-                                     f"one sequence of seq_len={seq_len}{fix}")
+            raise SettingError(data, f"split {split!r} of {data_dir!r} has 0 tokens, fewer than one sequence of "
+                                     f"seq_len={seq_len}{_empty_advice(manifest, split)}")
         self._perm_cache: dict[int, np.ndarray] = {}
 
     def source_index(self, name: str) -> int:

@@ -135,7 +135,10 @@ def _say_summary(summary: dict, cfg) -> None:
 
 def _in_flags(error: ValueError, args: argparse.Namespace) -> str:
     """A config error in the user's words: TrainConfig names keys (``total_tokens: ...``); a key set by a flag
-    on this command line is named by that flag, and the horizon error lists the flags that set it."""
+    on this command line is named by that flag, an item of --set by that item, a key of the --config file by that
+    file, and the horizon error lists the flags that set it."""
+    from .config import read_yaml
+
     if said := _in_model_flags(error, args):
         return said
     given = _flags_given(args)
@@ -143,11 +146,22 @@ def _in_flags(error: ValueError, args: argparse.Namespace) -> str:
     key, sep, rest = message.partition(": ")
     if sep and key in given:
         return f"{given[key][0]} ({key}): {rest}"
+    # set by --set or by a YAML file: the bare key left the user to look for where it came from
+    if sep and (item := next((i for i in args.set or [] if i.partition("=")[0].strip() == key), None)):
+        return f"--set {item}: {rest}"
+    # a run's saved config.yaml, which the run continues from, holds every key: only a file the user gave says one
+    if sep and args.config is not None and key in _keys(read_yaml(args.config)):
+        return f"config {args.config}: {message}"
     if key == "total_tokens / max_steps":
         return f"{message}: give --total-tokens or --max-steps"
     if key == "overrides":  # what load_config calls them: on this command line only --set names keys
         return f"--set: {rest}"
     return message
+
+
+def _keys(loaded) -> dict:
+    """The mapping a YAML file holds, or none where it holds something else (load_config refuses that by itself)."""
+    return loaded if isinstance(loaded, dict) else {}
 
 
 def _in_model_flags(error: ValueError, args: argparse.Namespace) -> str | None:

@@ -198,7 +198,10 @@ class TrainConfig:
         from ..models.presets import check_model_keys, check_preset
 
         if self.init_from is None:
-            check_preset(self.preset)
+            try:
+                check_preset(self.preset)
+            except ValueError as e:  # named by its key, as the other settings are: a command re-says it as --preset
+                raise ValueError(f"preset: {e}") from None
         check_model_keys(self.model)
         if "gradient_checkpointing" in self.model:
             # the loop sets it on the model's layers from activation_checkpointing, over whatever the model says

@@ -169,7 +169,7 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, held: con
 
     # Validate everything that can fail before touching out_dir.
     train_ds = TokenDataset(cfg.data_dir, "train", cfg.context, roll=cfg.roll, seed=cfg.seed,
-                            expect_tokenizer=cfg.tokenizer, length="context", data="data_dir")
+                            expect_tokenizer=cfg.tokenizer, length="context", data="data_dir", also=("val",))
     if cfg.tokenizer is None:  # the saved config names it, for evaluation and generation
         gone = moved_hint(train_ds.manifest["tokenizer"], recorded_tokenizer_files(train_ds.manifest))
         if gone:  # it would send them to a folder that is not there

@@ -28,6 +28,11 @@ def resolve_resume(cfg: TrainConfig) -> str | None:
         return ckpt.latest_checkpoint(cfg.out_dir)
     if not os.path.isdir(cfg.resume):
         raise ckpt.CheckpointError(f"resume: checkpoint {cfg.resume!r} does not exist")
+    # a run's folder was loaded as a checkpoint, and refused as "an incomplete save" that "cannot be trusted"
+    if found := ckpt.list_checkpoints(cfg.resume):
+        raise ValueError(f"resume: {cfg.resume!r} is a run's folder, not a checkpoint: give one of its checkpoints "
+                         f"(its newest is {found[-1]}), or continue that run itself with `foxformer train --out "
+                         f"{shlex.quote(cfg.resume)}`")
     return cfg.resume
 
 
