@@ -133,13 +133,13 @@ def test_yaml_booleans_written_as_strings_mean_what_they_say(make_cfg, text, val
 def test_a_backward_that_reaches_no_parameter_stops_the_run():
     import torch
 
-    from foxformer.train.loop import _check_gradients_arrived
+    from foxformer.train.step import check_gradients_arrived
 
     model = torch.nn.Linear(4, 4)
     with pytest.raises(RuntimeError, match="no gradient reached any parameter"):
-        _check_gradients_arrived(model)
+        check_gradients_arrived(model)
     model(torch.randn(2, 4)).sum().backward()
-    _check_gradients_arrived(model)
+    check_gradients_arrived(model)
 
 
 def test_a_save_killed_before_the_pointer_update_is_still_found(finished_run):

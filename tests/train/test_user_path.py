@@ -234,9 +234,9 @@ def test_out_that_is_a_file_or_read_only_is_one_error_line(data_dir, tmp_path, m
 def test_a_diverged_run_is_one_error_line_naming_the_step(data_dir, tmp_path, monkeypatch, capsys):
     """A NaN loss ended in a FloatingPointError traceback (and a FoX model's NaN gate in 'error: log_fgate
     contains NaN', naming no step); now one line with the step, what went non-finite and what to change."""
-    from foxformer.train import loop
+    from foxformer.train import setup
 
-    real_build = loop.build_model
+    real_build = setup.build_model
 
     def nan_loss_from_step_3(*args, **kwargs):
         model, model_cfg = real_build(*args, **kwargs)
@@ -248,7 +248,7 @@ def test_a_diverged_run_is_one_error_line_naming_the_step(data_dir, tmp_path, mo
         model.get_output_embeddings().register_forward_hook(poison)
         return model, model_cfg
 
-    monkeypatch.setattr(loop, "build_model", nan_loss_from_step_3)
+    monkeypatch.setattr(setup, "build_model", nan_loss_from_step_3)
     out = str(tmp_path / "run")
     assert main([*_flags(data_dir, out), "--set", "grad_clip=0"]) == 2
     line = _one_error_line(capsys.readouterr().err)

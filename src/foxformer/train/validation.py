@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import contextlib
+import math
 
 import numpy as np
 import torch
 
 from ..data.dataset import TokenDataset
+from ..ops.forgetting_attn.checks import NonFiniteValueError
+from .config import TrainConfig
 from .distributed import DistInfo, all_reduce_sum
-from .metrics import GateMeans
+from .divergence import diverged
+from .metrics import GateMeans, forget_gate_means
 
 
 def autocast(device: torch.device, bf16: bool):
@@ -57,3 +61,20 @@ def evaluate(model: torch.nn.Module, val: TokenDataset, n_seqs: int, micro_batch
     model.train(was_training)
     per_pos = (all_reduce_sum(sums) / n_seqs).cpu().numpy()
     return float(per_pos.mean()), per_pos
+
+
+def validation_record(model: torch.nn.Module, val: TokenDataset, n_seqs: int, micro_batch: int, info: DistInfo,
+                      bf16: bool, cfg: TrainConfig, step: int, tokens: int) -> dict:
+    """The run's "eval" metrics record after step ``step``: the validation loss and the forget gates' means."""
+    try:
+        with forget_gate_means(model) as gates:
+            loss, _ = evaluate(model, val, n_seqs, micro_batch, info, bf16, gates)
+    except NonFiniteValueError as e:
+        raise diverged(cfg, step, f"the validation forward pass overflowed ({e})") from None
+    if not math.isfinite(loss):  # a model that gives NaN on held-out text is no checkpoint to keep
+        raise diverged(cfg, step, f"the validation loss is {loss:g}")
+    rec = {"kind": "eval", "step": step, "tokens": tokens, "val_loss": loss}
+    log_f = gates.result(all_reduce_sum)
+    if log_f is not None:  # [layers][heads]: the gates' course over training (eval compare's training.png)
+        rec["gate_log_f"] = log_f
+    return rec
