@@ -37,6 +37,7 @@ def _device_defaults(device: str) -> dict:
 def _probe_tokens_per_s(preset: str, geo: dict, device: str, vocab_size: int) -> float:
     """Time one training step of ``preset`` (after a warm-up step) to size the token budget."""
     from .models import FoxForCausalLM, get_preset
+    from .train.validation import autocast
 
     torch.manual_seed(0)
     model = FoxForCausalLM(get_preset(preset, vocab_size=vocab_size)).to(device)
@@ -44,16 +45,12 @@ def _probe_tokens_per_s(preset: str, geo: dict, device: str, vocab_size: int) ->
     # probe at the size training will run (a larger batch is slower per token on a CPU)
     mbs = geo["micro_batch_size"] or max(1, geo["batch_tokens"] // geo["context"])
     x = torch.randint(0, vocab_size, (mbs, geo["context"]), device=device)
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device == "cuda" else None
     times = []
     for _ in range(3):
         if device == "cuda":
             torch.cuda.synchronize()
         t0 = time.time()
-        if autocast is not None:
-            with autocast:
-                loss = model(x, labels=x).loss
-        else:
+        with autocast(torch.device(device), bf16=device == "cuda"):  # as the training it sizes runs
             loss = model(x, labels=x).loss
         loss.backward()
         opt.step()

@@ -165,15 +165,28 @@ def folder_lock(folder: str, what: str):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def write_json(path: str | os.PathLike, obj, *, sort_keys: bool = False) -> None:
-    """``obj`` as indented JSON, through a temp file and os.replace (the folder is created): a kill mid-write
-    leaves the previous complete file, never a truncated one (manifests, model configs, benchmark rows rewritten
-    after each one)."""
+@contextlib.contextmanager
+def replaced_atomically(path: str | os.PathLike):
+    """Yields a temporary path beside ``path`` (its folder created) to write; once written, it replaces ``path``
+    (os.replace). A write that fails or is interrupted (Ctrl-C, a full disk) removes it: what stays at ``path`` is
+    the previous complete file or none, never a truncated one under the final name, nor a stray temporary."""
     path = os.fspath(path)
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(tmp)
+        raise
+
+
+def write_json(path: str | os.PathLike, obj, *, sort_keys: bool = False) -> None:
+    """``obj`` as indented JSON, through replaced_atomically (the folder is created): a kill mid-write leaves the
+    previous complete file, never a truncated one (manifests, model configs, benchmark rows rewritten after each
+    one)."""
+    with replaced_atomically(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
         f.write(json.dumps(obj, indent=2, sort_keys=sort_keys) + "\n")
         f.flush()
         os.fsync(f.fileno())
-    os.replace(tmp, path)

@@ -153,3 +153,31 @@ def test_bad_curve_arguments_fail_clearly():
         loss_curve(rows, confidence=1.5)
     with pytest.raises(ValueError, match="NaN"):
         loss_curve(np.full((2, 10), np.nan))
+
+
+@pytest.mark.parametrize("write", ["figure", "json"])
+def test_a_write_interrupted_part_way_keeps_the_previous_file_and_no_temporary(write, tmp_path, monkeypatch):
+    """A Ctrl-C while savefig wrote left a truncated PNG under the final name (the JSON's temporary stayed too)."""
+    import matplotlib.figure
+
+    from foxformer.eval import plots
+    from foxformer.paths import write_json
+
+    path = tmp_path / ("loss_curve.png" if write == "figure" else "loss.json")
+    path.write_bytes(b"earlier, complete")
+
+    def half_then_ctrl_c(target, *args, **kwargs):
+        with open(target, "wb") as f:
+            f.write(b"\x89PNG half")
+        raise KeyboardInterrupt
+
+    if write == "figure":
+        monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda fig, target, **kw: half_then_ctrl_c(target))
+        with pytest.raises(KeyboardInterrupt):
+            plots.save_figure(plots.plt.figure(), str(path))
+    else:
+        monkeypatch.setattr(os, "fsync", lambda fd: (_ for _ in ()).throw(KeyboardInterrupt()))
+        with pytest.raises(KeyboardInterrupt):
+            write_json(path, {"mean_loss": 1.0})
+    assert path.read_bytes() == b"earlier, complete"
+    assert os.listdir(tmp_path) == [path.name]

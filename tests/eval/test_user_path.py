@@ -2,6 +2,9 @@
 --no-progress is quiet."""
 import json
 import os
+import signal
+import subprocess
+import sys
 
 import yaml
 
@@ -9,6 +12,8 @@ from foxformer.cli import main
 from foxformer.train.checkpoint import latest_checkpoint, save_checkpoint
 
 from .helpers import tiny_model
+
+SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "src")
 
 
 def _run(tmp_path):
@@ -198,3 +203,26 @@ def test_eval_eviction_refuses_a_sequence_length_before_its_model_loads(tmp_path
         assert main(["eval", "eviction", missing, "--device", "cpu", "--no-progress", "--source", "builtin:pydoc"]
                     + extra) == 2
         assert capsys.readouterr().err.splitlines()[-1].startswith(f"error: {said}")
+
+
+def test_ctrl_c_during_eval_loss_is_one_line_exit_130_and_writes_nothing(tmp_path):
+    """Ctrl-C while `eval loss` measures, as a user presses it: one `interrupted` line, exit status 130 (as
+    train's), no traceback, and no results folder that would read as finished."""
+    model = str(tmp_path / "model")
+    tiny_model("fox-pro-tiny", vocab=300).save_pretrained(model)
+    out = tmp_path / "eval"
+    # --num-seqs past what the text holds: its note, printed once the sequences are cut, says the work has begun
+    command = [sys.executable, "-m", "foxformer.cli", "eval", "loss", model, "--source", "builtin:pydoc",
+               "--tokenizer", "bytes", "--seq-len", "1Ki", "--num-seqs", "100000", "--device", "cpu", "--out",
+               str(out)]
+    # SIGINT's default disposition, as under a terminal (a background `pytest &` ignores it, and children inherit)
+    proc = subprocess.Popen(command, env={**os.environ, "PYTHONPATH": SRC}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    first = proc.stderr.readline()
+    assert first.startswith("note: only "), first
+    proc.send_signal(signal.SIGINT)
+    stdout, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    assert err == "interrupted\n" and stdout == ""
+    assert not out.exists()

@@ -284,7 +284,7 @@ def _cmd_gates(args) -> dict:
 
 def _cmd_eviction(args) -> dict:
     from .eviction import eviction_loss
-    from .outputs import note_replacing
+    from .outputs import note_replacing, write_json
     from .plots import plot_eviction
     from .sequences import check_sequences
 
@@ -298,10 +298,10 @@ def _cmd_eviction(args) -> dict:
                         qk_bound=args.qk_bound, progress=not args.no_progress, label=FLAGS)
     res = {"name": m.name, "model": m.path, **where, **res}
     note_replacing(os.path.join(out, "eviction.json"))
-    os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, "eviction.json"), "w") as f:
-        json.dump(res, f, indent=2)
+    # the plot first and the JSON last, atomically, as the other commands write theirs: a Ctrl-C during the
+    # write left a truncated eviction.json
     plot = plot_eviction(res, os.path.join(out, "eviction.png"))
+    write_json(os.path.join(out, "eviction.json"), res)
     return {"out": out, "plots": [os.path.basename(plot)], **{k: v for k, v in res.items() if k != "by_position"}}
 
 

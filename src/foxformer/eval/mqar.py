@@ -38,6 +38,7 @@ from foxformer.progress import progress_bar
 from foxformer.train.config import TrainConfig
 from foxformer.train.metrics import forget_gate_means
 from foxformer.train.optim import learning_rate, param_groups
+from foxformer.train.validation import autocast
 
 from . import plots
 from .outputs import markdown_table, note_replacing, safe_name, write_json
@@ -251,7 +252,7 @@ def _schedule(cfg: MqarConfig) -> TrainConfig:
 
 
 def _logits(model, x, device) -> torch.Tensor:
-    with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+    with autocast(device, bf16=device.type == "cuda"):
         return model(input_ids=x.to(device)).logits.float()
 
 

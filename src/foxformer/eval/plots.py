@@ -12,11 +12,17 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from ..paths import replaced_atomically  # noqa: E402
+
 
 def save_figure(fig, path: str) -> str:
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=150, bbox_inches="tight")
-    plt.close(fig)
+    """``fig`` as ``path`` (its extension: the format), written whole or not at all: a Ctrl-C while savefig wrote
+    left a truncated PNG under the final name, which the report then showed."""
+    try:
+        with replaced_atomically(path) as tmp:
+            fig.savefig(tmp, format=os.path.splitext(path)[1][1:] or "png", dpi=150, bbox_inches="tight")
+    finally:
+        plt.close(fig)
     if not os.path.exists(path) or os.path.getsize(path) == 0:
         raise OSError(f"plot: {path} was not written")
     return path

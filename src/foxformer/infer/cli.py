@@ -10,7 +10,7 @@ import time
 import warnings
 
 from foxformer.argtypes import ESCAPES, escaped, floats, positive_int
-from foxformer.paths import check_output_file, read_text, write_json
+from foxformer.paths import check_output_file, read_text, replaced_atomically, write_json
 
 # How the API's checks name a setting in this module's errors (argtypes.setting_name): by its flag.
 FLAGS = "--{}"
@@ -225,7 +225,8 @@ def _plot_bias_shift(res: dict, path: str) -> None:
     ax.set_title("forget-gate bias shift")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    with replaced_atomically(path) as tmp:  # whole or not at all, under Ctrl-C too
+        fig.savefig(tmp, format="png", dpi=120)
     plt.close(fig)
 
 

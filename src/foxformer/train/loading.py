@@ -276,12 +276,36 @@ def _load_model(path, device, dtype, name, train_len, attention_backend, label, 
     if attention_backend is not None and hasattr(model.config, "set_attention_backend"):
         model.config.set_attention_backend(attention_backend)
     model = model.to(device=device, dtype=dtype).eval()
+    check_finite_weights(model, given, dtype, label)
     ctx = train_len if train_len is not None else run_cfg.get("context") or getattr(model.config, "train_len", None)
     label = name or _default_name(given)
     tokenizer = run_cfg.get("tokenizer") or (_hf_tokenizer(hf_path, model) if hf_path else None)
     return LoadedModel(model=model, name=label, path=given, train_len=int(ctx) if ctx else None,
                        tokenizer=tokenizer, source=source, step=step, data_dir=run_cfg.get("data_dir"),
                        tokenizer_files=(run_cfg.get("derived") or {}).get("tokenizer_files"))
+
+
+def check_finite_weights(model: torch.nn.Module, given: str, dtype: torch.dtype, label: str = "{}") -> None:
+    """ValueError naming the first parameters of ``model`` (loaded from ``given``, cast to ``dtype``) that hold NaN
+    or inf. Checked once at load: such a model failed later as `error: log_fgate contains NaN` (the attention op's
+    check, naming neither the model nor the weight), as `per_seq: the model's outputs contain NaN`, or, in
+    `generate`, as a traceback from torch.multinomial (greedy decoding printed garbage instead)."""
+    bad = []
+    for name, p in model.named_parameters():
+        finite = torch.isfinite(p)
+        if not bool(finite.all()):
+            nan = int(torch.isnan(p).sum())
+            bad.append((name, nan, int((~finite).sum()) - nan, p.numel()))
+    if not bad:
+        return
+    said = [f"{name} ({', '.join(f'{n:,} {kind}' for n, kind in ((nan, 'NaN'), (inf, 'inf')) if n)} of "
+            f"{numel:,} values)" for name, nan, inf, numel in bad[:2]]
+    more = f" and {len(bad) - 2} more" if len(bad) > 2 else ""
+    # finite in the file and inf after the cast: values past fp16's largest (65,504)
+    overflow = dtype == torch.float16 and not any(nan for _, nan, _, _ in bad)
+    fix = (f"{setting_name(label, 'dtype')} bf16 or fp32 keeps them finite" if overflow
+           else "the checkpoint is damaged or its run diverged: load an earlier checkpoint")
+    raise ValueError(f"model: {given!r} has non-finite weights: {'; '.join(said)}{more}; {fix}")
 
 
 def tokenizer_spec(models: list[LoadedModel], given: Optional[str] = None) -> str:
