@@ -45,11 +45,14 @@ def _presets(args) -> int:
 
 
 def _convert_official(args) -> int:
+    from .models.calls import hf_progress
     from .models.official import convert_official
 
     tokenizer = None if args.tokenizer == "none" else args.tokenizer
-    summary = convert_official(args.src, args.out, tokenizer=tokenizer,
-                               max_position_embeddings=args.max_position_embeddings)
+    # the Hub's download bars and transformers' loading and writing ones (minutes for the released 760M models)
+    with hf_progress(not args.no_progress):
+        summary = convert_official(args.src, args.out, tokenizer=tokenizer,
+                                   max_position_embeddings=args.max_position_embeddings)
     print(json.dumps(summary, indent=2))
     return 0
 
@@ -76,6 +79,8 @@ def _add_model_commands(sub) -> None:
     p.add_argument("--max-position-embeddings", type=int, default=None,
                    help="written to the config (default: the checkpoint's, else 16384, the released models' "
                         "training context)")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bars (the Hub download, loading and writing the weights)")
     p.set_defaults(func=_convert_official)
     convert.set_defaults(func=lambda args: (convert.print_help(), 2)[1])
 

@@ -1,4 +1,5 @@
 """The lm-evaluation-harness adapter (lm_eval itself is optional: a stand-in module checks the wrapper class)."""
+import io
 import sys
 import types
 import warnings
@@ -159,6 +160,36 @@ def test_real_lm_eval_runs_local_tasks_offline(tok, tmp_path):
     assert res["results"]["fox_copy_mc"]["acc,none"] == 1.0
     assert res["results"]["fox_copy_gen"]["exact_match,none"] == 1.0
     assert (tmp_path / "harness.json").stat().st_size > 0
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+@pytest.mark.parametrize("terminal, wanted, drawn", [(True, True, True), (True, False, False), (False, True, False)],
+                         ids=["on-a-terminal", "no-progress", "into-a-log"])
+def test_lm_evals_own_bars_follow_no_progress_and_the_terminal(tok, tmp_path, monkeypatch, terminal, wanted, drawn):
+    """lm_eval's "building contexts" bar (its own tqdm, over each task's documents) and the datasets' bars stayed
+    on under `eval harness --no-progress`, and off a terminal wrote their frames into the log."""
+    pytest.importorskip("lm_eval")
+    import json
+
+    import datasets.utils as datasets_bars
+    import tqdm
+
+    from foxformer.eval import run_harness
+
+    data = tmp_path / "copy.jsonl"
+    data.write_text(json.dumps({"prompt": "a b c d e a", "choices": [" b", " c"], "answer": 0, "target": "b"}))
+    (tmp_path / "fox_copy_mc.yaml").write_text(LOCAL_TASKS["fox_copy_mc.yaml"].format(data=data))
+    err = _Terminal() if terminal else io.StringIO()
+    monkeypatch.setattr(sys, "stderr", err)
+    tqdm_class = tqdm.tqdm
+    run_harness(HarnessAdapter(copy_model(64), tok, max_length=64, progress=wanted), ["fox_copy_mc"],
+                include_path=str(tmp_path))
+    assert ("%|" in err.getvalue()) is drawn and ("\r" in err.getvalue()) is drawn, err.getvalue()
+    assert tqdm.tqdm is tqdm_class and not datasets_bars.are_progress_bars_disabled()  # as they were after it
 
 
 def test_sequences_start_with_the_tokenizers_bos(tok):

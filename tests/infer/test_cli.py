@@ -1,10 +1,12 @@
 """`foxformer generate`, `foxformer bias-shift` and `foxformer bench decode` / `bench-decode` end to end."""
 import gzip
+import io
 import itertools
 import json
 import os
 import re
 import shutil
+import sys
 
 import pytest
 import torch
@@ -916,3 +918,65 @@ def test_a_tokenizer_other_than_the_models_is_refused_by_name(bytes_dir, tmp_pat
     assert captured.out == "" and not out.exists()
     if command[0] == "generate":  # its own tokenizer, named or not, is used
         assert main([*args, "--tokenizer", "bytes"]) == 0 and out.exists()
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_generate_reads_a_long_prompt_under_a_bar_gone_before_the_text(hf_dir, monkeypatch):
+    """A long prompt was read (minutes for 100K tokens on a CPU) with nothing on the screen: a bar over its tokens
+    now, by prefill chunk, closed before the first token streams; a library call draws none unless asked."""
+    import tqdm.std
+
+    from foxformer.models import FoxForCausalLM
+
+    import foxformer.infer.generation as generation
+
+    model = FoxForCausalLM.from_pretrained(hf_dir).eval()
+    err = _Terminal()
+    monkeypatch.setattr(sys, "stderr", err)
+    bars = []
+    made = generation.progress_bar
+    monkeypatch.setattr(generation, "progress_bar", lambda **kw: bars.append(made(**kw)) or bars[-1])
+    ids = list(range(1, 13))
+    stream = generate(model, ids, max_new_tokens=3, temperature=0, prefill_chunk=4, progress=True)
+    next(stream)
+    bar, = bars
+    assert (bar.total, bar.n) == (12, 12) and "\rprefill:" in err.getvalue() and not tqdm.std.tqdm._instances
+    list(stream)
+    err.seek(0), err.truncate()
+    list(generate(model, ids, max_new_tokens=3, temperature=0, prefill_chunk=4))
+    assert err.getvalue() == ""
+
+
+def test_generate_off_a_terminal_says_how_far_the_prompt_was_read_in_plain_lines(hf_dir, monkeypatch):
+    import foxformer.progress as progress
+    from foxformer.models import FoxForCausalLM
+
+    model = FoxForCausalLM.from_pretrained(hf_dir).eval()
+    log = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", log)
+    monkeypatch.setattr(progress, "LINE_EVERY_S", 0.0)
+    list(generate(model, list(range(1, 13)), max_new_tokens=2, temperature=0, prefill_chunk=4, progress=True))
+    lines = log.getvalue().splitlines()  # counted as 1.23M, as at real sizes: tiny ones read 4.00
+    said = [line.split(",")[0] for line in lines]
+    assert said == ["prefill: tok 4.00/12.0 done", "prefill: tok 8.00/12.0 done"], lines
+
+
+@pytest.mark.parametrize("flag, wanted", [([], True), (["--no-progress"], False)], ids=["default", "no-progress"])
+def test_generate_no_progress_reaches_the_weights_loading_and_the_prefill(hf_dir, monkeypatch, capsys, flag, wanted):
+    """generate had no --no-progress: transformers' loading bar and the prefill's were drawn whatever a script asked."""
+    import foxformer.infer.generation as generation
+    import foxformer.train.loading as loading
+
+    seen = {}
+    load, gen = loading.load_model, generation.generate
+    monkeypatch.setattr(loading, "load_model", lambda *a, **kw: (seen.setdefault("load", kw["progress"]),
+                                                                  load(*a, **kw))[1])
+    monkeypatch.setattr(generation, "generate", lambda *a, **kw: (seen.setdefault("prefill", kw["progress"]),
+                                                                   gen(*a, **kw))[1])
+    assert main(["generate", hf_dir, "--tokenizer", "bytes", "--prompt", "Once", "--max-new-tokens", "2",
+                 "--device", "cpu", *flag]) == 0
+    assert seen == {"load": wanted, "prefill": wanted}

@@ -1,5 +1,6 @@
 """Converting checkpoints of the FoX paper's code: logits against an fp64 forward written from their code's maths
 (official_reference.py), for each supported variant, and clear refusals of what has no exact equivalent."""
+import io
 import json
 import math
 import os
@@ -241,3 +242,28 @@ def test_a_converted_model_trains_on_from_its_own_weights(tmp_path):
     with open(os.path.join(run, "model_config.json")) as f:
         fields = json.load(f)
     assert (fields["qk_norm_per_head"], fields["qk_norm_eps"], fields["tokenizer"]) == (False, 1e-5, "gpt2-json")
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+@pytest.mark.parametrize("terminal, flag, shown", [(True, [], True), (True, ["--no-progress"], False),
+                                                   (False, [], False)],
+                         ids=["on-a-terminal", "no-progress", "into-a-log"])
+def test_cli_conversion_bars_follow_no_progress_and_the_terminal(tmp_path, monkeypatch, terminal, flag, shown):
+    """convert official had no --no-progress, and the Hub's and transformers' bars (download, loading and writing
+    the weights) wrote their frames into a log off a terminal."""
+    import sys
+
+    import foxformer.models.official as official
+    from huggingface_hub.utils import are_progress_bars_disabled
+    from transformers.utils import logging
+
+    seen = []
+    monkeypatch.setattr(official, "convert_official", lambda *a, **kw: (
+        seen.append((logging.is_progress_bar_enabled(), not are_progress_bars_disabled())), {})[1])
+    monkeypatch.setattr(sys, "stderr", _Terminal() if terminal else io.StringIO())
+    assert main(["convert", "official", str(tmp_path / "src"), "--out", str(tmp_path / "out"), *flag]) == 0
+    assert seen == [(shown, shown)]

@@ -19,6 +19,8 @@ Offline use: lm_eval tasks read their data through Hugging Face ``datasets``. Wi
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import os
 from typing import Optional, Sequence
@@ -28,7 +30,7 @@ import torch
 from foxformer.argtypes import did_you_mean, setting_name, unset_said
 from foxformer.data.tokenizer import start_ids
 from foxformer.models.calls import cache_of, fresh_cache, model_device
-from foxformer.progress import progress_bar
+from foxformer.progress import bars_shown, progress_bar
 
 from .loss import check_batch_size, check_finite
 from .outputs import note_replacing
@@ -251,7 +253,8 @@ def run_harness(adapter: HarnessAdapter, tasks: Sequence[str], *, num_fewshot: O
     kwargs = dict(model=lm, tasks=list(tasks), num_fewshot=num_fewshot, limit=limit, task_manager=manager)
     if metadata:
         kwargs["metadata"] = metadata
-    res = lm_eval.simple_evaluate(**kwargs)
+    with _lm_eval_bars(adapter.progress):
+        res = lm_eval.simple_evaluate(**kwargs)
     results = {"results": res.get("results", {}), "versions": res.get("versions", {}),
                "n-shot": res.get("n-shot", {}), "config": {"tasks": list(tasks), "num_fewshot": num_fewshot,
                                                            "limit": limit, "max_length": adapter.max_length}}
@@ -261,3 +264,31 @@ def run_harness(adapter: HarnessAdapter, tasks: Sequence[str], *, num_fewshot: O
         with open(out_path, "w") as f:
             json.dump(results, f, indent=2, default=str)
     return results
+
+
+@contextlib.contextmanager
+def _lm_eval_bars(wanted: bool):
+    """lm_eval's own bars (a task's documents as its requests are built, the bootstrap of a metric's stderr: plain
+    tqdm, which no argument turns off) and those of the ``datasets`` it reads a task's data with, drawn only where
+    bars_shown(wanted), as before after the block: `--no-progress` left them on, and off a terminal they wrote their
+    frames into the log."""
+    if bars_shown(wanted):
+        yield
+        return
+    import datasets.utils as datasets_bars
+    import lm_eval.api.task
+    import tqdm
+
+    datasets_were_off = datasets_bars.are_progress_bars_disabled()
+    # the names lm_eval calls: its task module imported tqdm's class, its metrics import it as they run
+    owners = [(lm_eval.api.task, lm_eval.api.task.tqdm), (tqdm, tqdm.tqdm)]
+    for owner, bar in owners:
+        owner.tqdm = functools.partial(bar, disable=True)
+    datasets_bars.disable_progress_bars()
+    try:
+        yield
+    finally:
+        for owner, bar in owners:
+            owner.tqdm = bar
+        if not datasets_were_off:
+            datasets_bars.enable_progress_bars()

@@ -75,7 +75,7 @@ def _cmd_generate(args) -> int:
                            stop=args.stop, ignore_eos=args.ignore_eos, decode=args.decode)
     cfg.validate(label=FLAGS)
     loaded = load_model(args.model, device=args.device, dtype=args.dtype, attention_backend=args.attention_backend,
-                        label=FLAGS)
+                        progress=not args.no_progress, label=FLAGS)
     tokenizer = load_tokenizer(tokenizer_spec([loaded], args.tokenizer))
     n_prompt = len(start_ids(tokenizer) + tokenizer.encode(prompt))  # what the model reads, a BOS included
     if loaded.train_len and n_prompt > loaded.train_len:
@@ -97,7 +97,8 @@ def _cmd_generate(args) -> int:
         warnings.filterwarnings("ignore", message="decoding eagerly")
         stream = None
         try:
-            stream = generate(loaded.model, tokenizer, prompt, config=cfg, state=state, label=FLAGS)
+            stream = generate(loaded.model, tokenizer, prompt, config=cfg, state=state, label=FLAGS,
+                              progress=not args.no_progress)
             for piece in stream:
                 emit(piece)
         except KeyboardInterrupt as e:
@@ -270,6 +271,8 @@ def add_commands(subparsers) -> None:
                         "capture), eager")
     p.add_argument("--no-stream", action="store_true", help="print the text at the end instead of streaming")
     p.add_argument("--out", default=None, help="write text and stats to this JSON file")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bars (loading the weights, reading a long prompt)")
     p.set_defaults(func=_cmd_generate)
 
     p = subparsers.add_parser("bias-shift",

@@ -20,6 +20,7 @@ from foxformer.data.tokenizer import start_ids
 from foxformer.models.calls import backbone, cache_keyword, cache_of, fresh_cache, model_device
 from foxformer.models.kvcache import EvictionPolicy, FoxCache, check_eviction
 from foxformer.models.loss import check_token_ids
+from foxformer.progress import progress_bar, working
 from foxformer.train.loading import LoadedModel
 
 from .bias_shift import HeldShift
@@ -215,7 +216,8 @@ def _new_cache(model, cfg: GenerationConfig, fed: int, label: str = "{}"):
 @torch.no_grad()
 def stream_tokens(model, input_ids: torch.Tensor, cfg: Optional[GenerationConfig] = None,
                   state: Optional[dict] = None, *, vocab_limit: Optional[int] = None,
-                  attention_mask: Optional[torch.Tensor] = None, label: str = "{}") -> Iterator[torch.Tensor]:
+                  attention_mask: Optional[torch.Tensor] = None, label: str = "{}",
+                  progress: bool = False) -> Iterator[torch.Tensor]:
     """Yield the next token ids [B] (host tensors) one step at a time for prompts input_ids [B, T]. On a GPU the
     model's next step is queued before each token is copied out, so the host's share of a step (taking the token,
     preparing the next step) overlaps the device's instead of adding to it.
@@ -224,6 +226,8 @@ def stream_tokens(model, input_ids: torch.Tensor, cfg: Optional[GenerationConfig
     ``vocab_limit``: sample only ids below it (a tokenizer's vocabulary when the model's is padded past it).
     ``attention_mask``: [B, T], 0 on left padding (prompts of different lengths in one batch).
     ``label``: how errors name the settings (argtypes.setting_name): the keywords, or "--{}" the CLI's flags.
+    ``progress``: a bar over the prompt's tokens while they are read (progress.progress_bar), gone before the first
+    token comes; off by default, as a library call draws nothing of its own.
     """
     cfg = cfg or GenerationConfig()
     cfg.validate(label)
@@ -265,12 +269,20 @@ def stream_tokens(model, input_ids: torch.Tensor, cfg: Optional[GenerationConfig
     cache_kw = cache_keyword(model)
     chunk = cfg.prefill_chunk or ids.shape[1]
     out = None
-    for s in range(0, ids.shape[1], chunk):
-        masked = {} if mask is None else {"attention_mask": mask[:, :s + chunk]}
-        with _turn(model, shift):
-            out = model(input_ids=ids[:, s:s + chunk], use_cache=True, logits_to_keep=1, **{cache_kw: cache},
-                        **masked)
-        cache = cache_of(out)
+    # A 100K-token prompt is read for minutes on a CPU before the first token: the bar (not left behind, as the
+    # text streams on the line below it) or, off a terminal, plain lines say so. Closed in any case before the first
+    # token or an error's line.
+    bar = progress_bar(total=ids.shape[1], desc="prefill", unit="tok", unit_scale=True, wanted=progress, leave=False)
+    try:
+        for s in range(0, ids.shape[1], chunk):
+            masked = {} if mask is None else {"attention_mask": mask[:, :s + chunk]}
+            piece = ids[:, s:s + chunk]
+            with _turn(model, shift), working(bar, f"{piece.shape[1]:,} prompt tokens from token {s:,}"):
+                out = model(input_ids=piece, use_cache=True, logits_to_keep=1, **{cache_kw: cache}, **masked)
+            cache = cache_of(out)
+            bar.update(piece.shape[1])
+    finally:
+        bar.close()
     if state is not None:
         state["cache"] = cache
     done = torch.zeros(ids.shape[0], dtype=torch.bool, device=dev)
@@ -440,7 +452,8 @@ def end_of_text_id(tokenizer) -> Optional[int]:
 
 def generate(model, tokenizer_or_ids, prompt: Optional[str | Sequence[str]] = None, *,
              config: Optional[GenerationConfig] = None, state: Optional[dict] = None,
-             attention_mask: Optional[torch.Tensor] = None, label: str = "{}", **options) -> Iterator:
+             attention_mask: Optional[torch.Tensor] = None, label: str = "{}", progress: bool = False,
+             **options) -> Iterator:
     """Stream a continuation.
 
     Args:
@@ -459,6 +472,7 @@ def generate(model, tokenizer_or_ids, prompt: Optional[str | Sequence[str]] = No
             of tokens generated so far under "new_tokens": a list of each row's for a list of prompts).
         attention_mask: with token ids [B, T] only: 0 on each row's left padding.
         label: how errors name the settings (argtypes.setting_name): the keywords, or "--{}" the CLI's flags.
+        progress: a progress bar while the prompt is read (see stream_tokens).
 
     Example::
 
@@ -509,7 +523,8 @@ def generate(model, tokenizer_or_ids, prompt: Optional[str | Sequence[str]] = No
         ids = torch.tensor([[0] * pad + row for pad, row in zip(pads, rows)])
         mask = torch.tensor([[0] * pad + [1] * len(row) for pad, row in zip(pads, rows)]) if any(pads) else None
         stream = stream_tokens(model, ids, dataclasses.replace(config, stop=None), state, attention_mask=mask,
-                               vocab_limit=int(limit) if isinstance(limit, int) and limit > 0 else None, label=label)
+                               vocab_limit=int(limit) if isinstance(limit, int) and limit > 0 else None, label=label,
+                               progress=progress)
         return _row_texts(stream, tokenizer, config.stop_token, _stop_strings(config.stop), state, single)
     if prompt is not None:
         raise TypeError("prompt: only used with a tokenizer; pass token ids as the second argument instead")
@@ -527,5 +542,5 @@ def generate(model, tokenizer_or_ids, prompt: Optional[str | Sequence[str]] = No
     if attention_mask is not None and ids.dim() != 2:
         raise TypeError("attention_mask: only for a batch of token ids [B, T] (left-padded prompts)")
     if ids.dim() == 1:
-        return (int(t[0]) for t in stream_tokens(model, ids[None], config, state, label=label))
-    return stream_tokens(model, ids, config, state, attention_mask=attention_mask, label=label)
+        return (int(t[0]) for t in stream_tokens(model, ids[None], config, state, label=label, progress=progress))
+    return stream_tokens(model, ids, config, state, attention_mask=attention_mask, label=label, progress=progress)
