@@ -16,6 +16,8 @@ import time
 import numpy as np
 import torch
 
+from .paths import write_text
+
 MODELS = ("fox-pro-tiny", "transformer-pro-tiny")
 LABELS = {"fox-pro-tiny": "FoX (Pro)", "transformer-pro-tiny": "Transformer (Pro)"}
 
@@ -84,9 +86,7 @@ def _plan(out: str, minutes: float, device: str, geo: dict, vocab_size: int, log
     steps = max(4, int(budget // geo["batch_tokens"]))
     plan = {"minutes": minutes, "device": device, **geo, "total_tokens": steps * geo["batch_tokens"],
             "speeds": speeds}
-    os.makedirs(out, exist_ok=True)
-    with open(path, "w") as f:
-        json.dump(plan, f, indent=2)
+    write_text(path, json.dumps(plan, indent=2))  # a rerun reads it back: a truncated one would stop it
     return plan
 
 
@@ -169,8 +169,7 @@ def _report(out: str, plan: dict, data_manifest: dict, results: dict, png: str, 
     lines += [f"- `{os.path.relpath(r['out_dir'], out)}/`" for r in results.values()]
     lines += ["", f"Reproduce: `foxformer demo --minutes {plan['minutes']} --out {out}`", ""]
     path = os.path.join(out, "report.md")
-    with open(path, "w") as f:
-        f.write("\n".join(lines))
+    write_text(path, "\n".join(lines))
     return path
 
 
@@ -242,7 +241,7 @@ def run_demo(out: str = "runs/demo", minutes: float = 3.0, device: str = "auto",
     report = _report(out, plan, manifest, results, png, wall)
     summary = {"out": out, "report": report, "plot": png, "plan": plan, "wall_s": wall,
                "models": {p: {k: v for k, v in r.items() if k != "per_position"} for p, r in results.items()}}
-    with open(os.path.join(out, "demo_summary.json"), "w") as f:
-        json.dump({**summary, "per_position": {p: r["per_position"] for p, r in results.items()}}, f)
+    write_text(os.path.join(out, "demo_summary.json"),
+               json.dumps({**summary, "per_position": {p: r["per_position"] for p, r in results.items()}}))
     log(f"done in {wall / 60:.1f} min: {report}")
     return summary

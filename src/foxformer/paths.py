@@ -182,11 +182,17 @@ def replaced_atomically(path: str | os.PathLike):
         raise
 
 
-def write_json(path: str | os.PathLike, obj, *, sort_keys: bool = False) -> None:
-    """``obj`` as indented JSON, through replaced_atomically (the folder is created): a kill mid-write leaves the
-    previous complete file, never a truncated one (manifests, model configs, benchmark rows rewritten after each
-    one)."""
+def write_text(path: str | os.PathLike, text: str) -> None:
+    """``text`` as UTF-8 (what read_text reads), through replaced_atomically (the folder is created) and on disk
+    before it replaces ``path``: a Ctrl-C or a full disk mid-write leaves the previous complete file or none, never
+    a truncated report, table, config or model card under the final name."""
     with replaced_atomically(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
-        f.write(json.dumps(obj, indent=2, sort_keys=sort_keys) + "\n")
+        f.write(text)
         f.flush()
         os.fsync(f.fileno())
+
+
+def write_json(path: str | os.PathLike, obj, *, sort_keys: bool = False) -> None:
+    """``obj`` as indented JSON, through write_text: a kill mid-write leaves the previous complete file, never a
+    truncated one (manifests, model configs, benchmark rows rewritten after each one)."""
+    write_text(path, json.dumps(obj, indent=2, sort_keys=sort_keys) + "\n")

@@ -155,15 +155,16 @@ def test_bad_curve_arguments_fail_clearly():
         loss_curve(np.full((2, 10), np.nan))
 
 
-@pytest.mark.parametrize("write", ["figure", "json"])
+@pytest.mark.parametrize("write", ["figure", "json", "text"])
 def test_a_write_interrupted_part_way_keeps_the_previous_file_and_no_temporary(write, tmp_path, monkeypatch):
-    """A Ctrl-C while savefig wrote left a truncated PNG under the final name (the JSON's temporary stayed too)."""
+    """A Ctrl-C while savefig wrote left a truncated PNG under the final name (the JSON's temporary stayed too;
+    a report's open(path, "w") emptied the earlier one at once)."""
     import matplotlib.figure
 
     from foxformer.eval import plots
-    from foxformer.paths import write_json
+    from foxformer.paths import write_json, write_text
 
-    path = tmp_path / ("loss_curve.png" if write == "figure" else "loss.json")
+    path = tmp_path / {"figure": "loss_curve.png", "json": "loss.json", "text": "report.md"}[write]
     path.write_bytes(b"earlier, complete")
 
     def half_then_ctrl_c(target, *args, **kwargs):
@@ -178,6 +179,9 @@ def test_a_write_interrupted_part_way_keeps_the_previous_file_and_no_temporary(w
     else:
         monkeypatch.setattr(os, "fsync", lambda fd: (_ for _ in ()).throw(KeyboardInterrupt()))
         with pytest.raises(KeyboardInterrupt):
-            write_json(path, {"mean_loss": 1.0})
+            if write == "json":
+                write_json(path, {"mean_loss": 1.0})
+            else:
+                write_text(path, "# report\n")
     assert path.read_bytes() == b"earlier, complete"
     assert os.listdir(tmp_path) == [path.name]

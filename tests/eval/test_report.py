@@ -2,6 +2,8 @@
 import json
 import os
 
+import pytest
+
 from foxformer.eval.report import build_report
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\0" * 64  # report copies figures byte for byte
@@ -121,3 +123,16 @@ def test_inline_markdown_in_html_is_rendered_and_the_rest_escaped():
     assert _inline_html("see `eval loss` <here> & **a < b**") == \
         "see <code>eval loss</code> &lt;here&gt; &amp; <strong>a &lt; b</strong>"
     assert _inline_html(0.5) == "0.5" and _inline_html(None) == ""
+
+
+def test_an_interrupted_report_keeps_the_earlier_page_and_leaves_no_temporary(tmp_path, monkeypatch):
+    """report.md was opened with open(path, "w"): a Ctrl-C while it was written left it empty or cut short."""
+    out = tmp_path / "report"
+    out.mkdir()
+    (out / "report.md").write_text("earlier, complete")
+    (tmp_path / "run").mkdir()
+    monkeypatch.setattr(os, "fsync", lambda fd: (_ for _ in ()).throw(KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):
+        build_report([str(tmp_path / "run")], str(out))
+    assert (out / "report.md").read_text() == "earlier, complete"
+    assert not [n for n in os.listdir(out) if ".tmp-" in n]

@@ -269,3 +269,17 @@ def test_a_second_run_on_a_busy_folder_stops_at_once(data_dir, tmp_path):
     assert f"another process is writing into '{out}'" in _one_error_line(second.stderr)
     assert not os.path.exists(os.path.join(out, "metrics.jsonl"))
     assert main(_flags(data_dir, out, steps=2)) == 0  # free again once its holder let go
+
+
+def test_an_interrupted_config_save_keeps_the_earlier_config_and_leaves_no_temporary(tmp_path, monkeypatch):
+    """save_config wrote a temporary and renamed it, but a Ctrl-C in between left the temporary in the run folder."""
+    from foxformer.train.config import TrainConfig, save_config
+
+    path = tmp_path / "config.yaml"
+    save_config(TrainConfig(total_tokens=1000), str(path))
+    earlier = path.read_text()
+    monkeypatch.setattr(os, "fsync", lambda fd: (_ for _ in ()).throw(KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):
+        save_config(TrainConfig(total_tokens=2000), str(path))
+    assert path.read_text() == earlier
+    assert os.listdir(tmp_path) == ["config.yaml"]

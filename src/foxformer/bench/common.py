@@ -9,6 +9,7 @@ import platform
 
 import torch
 
+from ..paths import write_text
 from ..provenance import code_version
 from .timeline import timeline_summary
 
@@ -106,9 +107,7 @@ def write_profile(prof, path: str, device: torch.device, rows: int = 60, steps: 
     prof.export_chrome_trace(trace)
     with gzip.open(trace, "rt") as f:
         summary = timeline_summary(json.load(f), steps)
-    with open(path, "w") as f:
-        f.write(prof.key_averages().table(sort_by=key, row_limit=rows, max_name_column_width=90))
-        f.write("\n" + summary)
+    write_text(path, prof.key_averages().table(sort_by=key, row_limit=rows, max_name_column_width=90) + "\n" + summary)
 
 
 def gluon_fwd_options(changes: dict | None):

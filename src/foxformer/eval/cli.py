@@ -313,6 +313,7 @@ def _cmd_compare(args) -> dict:
 
 
 def _cmd_mqar(args) -> dict:
+    from ..paths import write_text
     from .mqar import config_from, run_mqar, seed_table
     from .outputs import note_replacing
 
@@ -321,11 +322,9 @@ def _cmd_mqar(args) -> dict:
         out = args.out or os.path.join("runs", "mqar_seeds")
         # before the file is opened: a refused folder emptied the earlier table
         text = seed_table(args.pool, label=FLAGS)
-        os.makedirs(out, exist_ok=True)
         path = os.path.join(out, "mqar_seeds.md")
         note_replacing(path)
-        with open(path, "w") as f:
-            f.write(text)
+        write_text(path, text)
         return {"out": out, "table": os.path.basename(path), "pooled": args.pool}
     cfg = config_from(args.preset, label=FLAGS, models=args.models, steps=args.steps, lr=args.lr, seed=args.seed,
                       batch_size=args.batch_size, max_minutes=args.max_minutes, compile=args.compile or None)

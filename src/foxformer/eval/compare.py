@@ -22,6 +22,7 @@ from typing import Optional
 import numpy as np
 
 from foxformer.argtypes import setting_name
+from foxformer.paths import write_text
 from foxformer.train.metrics import read_metrics
 
 from . import plots
@@ -509,8 +510,7 @@ def compare(run_dirs: list[str], out_dir: str, positions=None, names: list[str] 
     if niah:
         figs.append(plots.plot_niah_heatmaps(niah, os.path.join(out_dir, "niah.png")))
         table += "\nNeedle retrieval accuracy by context length (mean over depths):\n\n" + _niah_table(niah)
-    with open(os.path.join(out_dir, "compare.md"), "w") as f:
-        f.write(table)
+    write_text(os.path.join(out_dir, "compare.md"), table)
     result = {"runs": run_dirs, "positions": list(positions), "reference": ref, "rows": rows,
               "differences": diffs, "training": dynamics, "members": {g: [c.name for c in m] for g, m in members.items()},
               "plots": [os.path.basename(p) for p in figs]}

@@ -30,6 +30,7 @@ import torch
 from foxformer.argtypes import did_you_mean, setting_name, unset_said
 from foxformer.data.tokenizer import start_ids
 from foxformer.models.calls import cache_of, fresh_cache, model_device
+from foxformer.paths import write_text
 from foxformer.progress import bars_shown, progress_bar
 
 from .loss import check_batch_size, check_finite
@@ -260,9 +261,8 @@ def run_harness(adapter: HarnessAdapter, tasks: Sequence[str], *, num_fewshot: O
                                                            "limit": limit, "max_length": adapter.max_length}}
     if out_path:
         note_replacing(out_path)
-        os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
-        with open(out_path, "w") as f:
-            json.dump(results, f, indent=2, default=str)
+        # the earlier results stay until these are whole: a Ctrl-C mid-write left a truncated file
+        write_text(out_path, json.dumps(results, indent=2, default=str))
     return results
 
 

@@ -34,6 +34,7 @@ from foxformer.argtypes import did_you_mean, setting_name, unset_said
 from foxformer.models import FoxForCausalLM, count_non_embedding, sized_config
 from foxformer.models.config import ConfigError
 from foxformer.models.presets import KINDS, check_model_keys
+from foxformer.paths import write_text
 from foxformer.progress import progress_bar
 from foxformer.train.config import TrainConfig
 from foxformer.train.metrics import forget_gate_means
@@ -505,8 +506,7 @@ def report(out_dir: str, cfg: MqarConfig) -> dict:
         raise ValueError(f"out: {out_dir!r} holds no MQAR results (run without --report-only first)")
     text = table(results, cfg)
     note_replacing(os.path.join(out_dir, "mqar.json"))
-    with open(os.path.join(out_dir, "mqar.md"), "w") as f:
-        f.write(text)
+    write_text(os.path.join(out_dir, "mqar.md"), text)
     figs = [_plot(results, cfg, os.path.join(out_dir, "mqar.png")),
             _plot_training(results, cfg, os.path.join(out_dir, "mqar_training.png"))]
     data = {"command": "eval mqar", "task": cfg.task(), "chance": 1 / cfg.num_values,

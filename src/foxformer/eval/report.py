@@ -16,6 +16,7 @@ import re
 import shutil
 from dataclasses import dataclass, field
 
+from ..paths import write_text
 from . import plots
 from .compare import difference_rows, dynamics_rows, loss_rows
 from .mqar import MqarConfig, stopped_note, table_caption, table_rows
@@ -296,6 +297,5 @@ def build_report(run_dirs: list[str], out_dir: str, *, fmt: str = "md", title: s
     blocks = collect(list(run_dirs), out_dir)
     page = render_markdown(blocks, title) if fmt == "md" else render_html(blocks, title)
     path = os.path.join(out_dir, f"report.{fmt}")
-    with open(path, "w") as f:
-        f.write(page)
+    write_text(path, page)
     return path

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import Optional
 
+from ..paths import write_text
 from .config import FoxConfig
 from .presets import count_embedding, count_non_embedding
 
@@ -66,5 +67,4 @@ def write_card(directory: str, config: FoxConfig, training: Optional[dict] = Non
     path = os.path.join(directory, CARD)
     if os.path.exists(path) and not replace:
         return
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(model_card(config, training))
+    write_text(path, model_card(config, training))

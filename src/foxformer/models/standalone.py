@@ -18,6 +18,8 @@ import warnings
 from functools import lru_cache
 from pathlib import Path
 
+from ..paths import write_json, write_text
+
 PACKAGE = "foxformer"
 _ROOT = Path(__file__).resolve().parents[1]
 ENTRY_MODULES = ("foxformer.models.config", "foxformer.models.modeling")
@@ -224,14 +226,13 @@ def write_standalone(out_dir: str | os.PathLike, config) -> dict:
     out = Path(out_dir)
     files = bundle()
     for name, text in files.items():
-        (out / name).write_text(text, encoding="utf-8")
+        write_text(out / name, text)
     config_path = out / "config.json"
     with open(config_path, encoding="utf-8") as f:
         saved = json.load(f)
     saved["auto_map"] = dict(AUTO_MAP)
-    with open(config_path, "w", encoding="utf-8") as f:
-        json.dump(saved, f, indent=2, sort_keys=True)
-        f.write("\n")
+    # rewritten in place (save_pretrained wrote it): cut short, the folder would hold no readable config at all
+    write_json(config_path, saved, sort_keys=True)
     tokenizer = None
     if getattr(config, "tokenizer", None):
         from foxformer.data.hf_tokenizer import save_hf_tokenizer

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from ..data.preparation import is_dataset
+from ..paths import write_text
 
 CKPT_DIR = "checkpoints"
 LATEST = "latest"
@@ -146,13 +147,8 @@ def latest_checkpoint(run_dir: str) -> str | None:
 
 
 def _write_pointer(root: str, name: str) -> None:
-    pointer_tmp = os.path.join(root, f".tmp-{LATEST}-{os.getpid()}")
-    with open(pointer_tmp, "w") as f:
-        f.write(name + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(pointer_tmp, os.path.join(root, LATEST))
-    _fsync_dir(root)
+    write_text(os.path.join(root, LATEST), name + "\n")
+    _fsync_dir(root)  # the rename itself on disk, not only the pointer's bytes
 
 
 def adopt_checkpoint(run_dir: str, path: str, step: int) -> list[str]:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from ..argtypes import did_you_mean, parse_count
-from ..paths import write_json
+from ..paths import write_json, write_text
 
 # The models (torch, transformers) and the tokenizers (numpy) are imported where used: `foxformer train --help`
 # reads the defaults below, and every --help answers without them.
@@ -371,10 +371,7 @@ def save_config(cfg: TrainConfig, path: str, extra: dict | None = None) -> None:
     data = cfg.to_dict()
     if extra:
         data["derived"] = extra
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w") as f:
-        yaml.safe_dump(data, f, sort_keys=False)
-    os.replace(tmp, path)
+    write_text(path, yaml.safe_dump(data, sort_keys=False))
 
 
 MODEL_CONFIG = "model_config.json"  # beside config.yaml: the FoxConfig a run trains, whatever built it

@@ -11,6 +11,7 @@ from typing import Callable, Optional
 import torch
 
 from ..models.layers import ForgetGate
+from ..paths import write_text
 
 # Dense peaks (FLOP/s, no sparsity) by substring of torch.cuda.get_device_name(); the first match wins, so
 # "H100 PCIe" precedes "H100", "A100" precedes "A10" and "L40S", "L40" precede "L4". Per compute dtype:
@@ -161,10 +162,7 @@ class MetricsSink:
                     continue  # a line cut by a crash
                 if rec.get("step", 0) <= step:
                     keep.append(json.dumps(rec))
-        tmp = f"{self.path}.tmp-{os.getpid()}"
-        with open(tmp, "w") as f:
-            f.write("".join(k + "\n" for k in keep))
-        os.replace(tmp, self.path)
+        write_text(self.path, "".join(k + "\n" for k in keep))
 
     def write(self, record: dict) -> None:
         try:
