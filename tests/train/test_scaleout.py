@@ -238,11 +238,11 @@ def test_ranks_that_do_not_see_the_same_folders_stop_before_training(byte_data, 
             train(_cfg(byte_data, base + "0/run", max_steps=1))
         (rc, _, err), = _launch(1, 2, args, script=[RANK_FOLDER, base], timeout=240)
         assert rc != 0
-        assert "error: out_dir: the processes of this job do not see one folder 'run' (a local disk on each" in err
+        assert "error: --set out_dir=run: the processes of this job do not see one folder 'run' (a local disk on each" in err
         assert ("they find different checkpoints to resume from in it (rank 0: run/checkpoints/step_00000001, "
                 "rank 1: none)" if resumed else "rank 1 on host ") in err, err[-3000:]
         assert "give --out a folder on storage all hosts share" in err and "Timed out" not in err
-        _said_by_each_rank(err, "error: out_dir: ")
+        _said_by_each_rank(err, "error: --set out_dir=run: ")  # named as the command line set it
         assert not os.path.exists(base + "1/run")
         # the probe leaves nothing, and no step was trained
         assert sorted(os.listdir(ckpt.checkpoint_root(base + "0/run"))) == (["latest", "step_00000001"] if resumed
@@ -254,9 +254,9 @@ def test_ranks_that_do_not_see_the_same_folders_stop_before_training(byte_data, 
     args = _cli_args(byte_data, shared, max_steps=2, parallel="fsdp", init_from="run")
     (rc, _, err), = _launch(1, 2, args, script=[RANK_FOLDER, base], timeout=240)
     assert rc != 0
-    assert ("error: init_from: the ranks of this job read different weights from 'run' (rank 0 read the checkpoint "
+    assert ("error: --set init_from=run: the ranks of this job read different weights from 'run' (rank 0 read the checkpoint "
             "of step 1, rank 1 that of step 2)") in err, err[-3000:]
-    _said_by_each_rank(err, "error: init_from: ")
+    _said_by_each_rank(err, "error: --set init_from=run: ")
     assert not os.path.exists(shared)
 
 
