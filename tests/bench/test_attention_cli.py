@@ -1,11 +1,13 @@
 """`foxformer bench attention`: bad values are refused while parsing ('error: ...', exit 2), on any machine; the CPU
 run's defaults and rows."""
+import io
 import json
 
 import pytest
 
 from foxformer.bench.cli import PROVIDERS, attention_defaults
 from foxformer.cli import build_parser, main
+from tests.bars import BARS_BY_PLACE, Terminal
 
 BAD = {
     "gqa-hq-not-multiple-of-hkv": ["--configs", "64x24x5"],
@@ -141,3 +143,45 @@ def test_a_row_names_the_kernels_that_ran_not_the_ones_asked_for(monkeypatch):
     assert _ran_on("gluon", None, q, k, v) == "triton"
     assert _ran_on("gluon", None, q.contiguous(), k, v) == "gluon"
     assert _ran_on("sdpa_cudnn", None, q, k, v) == "cudnn" and _ran_on("fla", None, q, k, v) == "fla"
+
+
+@BARS_BY_PLACE
+def test_a_bar_counts_every_timing_above_the_per_case_lines(monkeypatch, tmp_path, capsys, terminal, flag, shown):
+    """bench attention printed a line per case and nothing else: no total, no ETA, no --no-progress, as bench model
+    and bench decode have. A bar over shapes x seqlens x rounds x cases now, the lines written above it; off a
+    terminal (a log) the lines alone, no carriage-return frames. No GPU: the timing is replaced."""
+    import sys
+
+    import torch
+
+    from foxformer.bench import attention
+
+    def fake_case(provider, B, T, Hq, Hkv, D, gate="realistic", prune_eps=None, **kw):
+        return dict(provider=provider if prune_eps is None else f"{provider}+prune", gate=gate, T=T, B=B, Hq=Hq,
+                    Hkv=Hkv, D=D, fwd_ms=1.0, fwd_bwd_ms=2.0, fwd_tflops=1.0, fwd_bwd_tflops=1.0)
+
+    monkeypatch.setattr(attention, "bench_case", fake_case)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(attention, "environment", dict)
+    err = Terminal() if terminal else io.StringIO()
+    monkeypatch.setattr(sys, "stderr", err)
+    bars = []
+
+    class Recorded(attention.tqdm):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            bars.append(self)
+
+    monkeypatch.setattr(attention, "tqdm", Recorded)
+    args = build_parser().parse_args(["bench", "attention", "--providers", "sdpa_cudnn", "--prune", "--configs",
+                                      "64x2,128x2", "--seqlens", "128", "--rounds", "2", "--out",
+                                      str(tmp_path / "a.json"), *flag])
+    assert attention.run(args) == 0
+    bar, = bars
+    # sdpa_cudnn, the unpruned foxformer row --prune compares with, and the three --prune cases: 2 shapes, 2 rounds
+    assert bar.total == 2 * 1 * 2 * 5 and bar.n == (bar.total if shown else 0)
+    assert ("\rbench attention:" in err.getvalue()) is shown and ("\r" in err.getvalue()) is shown
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("{'round'")]
+    assert len(lines) == 20

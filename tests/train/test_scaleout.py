@@ -5,6 +5,7 @@ per node) trains FSDP2 and saves sharded checkpoints; a 3-process DDP launch res
 2-node launch of 2 processes each (4 ranks, FSDP2) resumes the 3-process run; single processes resume the
 2- and 4-rank checkpoints. Every segment must follow one uninterrupted single-process run step by step.
 """
+import io
 import json
 import os
 import re
@@ -22,6 +23,7 @@ from foxformer.train import sharded
 from foxformer.train.config import TrainConfig
 from foxformer.train.loop import train
 from foxformer.train.metrics import read_metrics
+from tests.bars import BARS_BY_PLACE, Terminal
 
 SRC = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "src"))
 FAILING_RANK = os.path.join(os.path.dirname(__file__), "failing_rank.py")
@@ -348,3 +350,33 @@ def test_a_sharded_export_that_fails_midway_leaves_no_temporary_folder_and_the_e
                                          "location\n") == 2
     assert {name: open(os.path.join(out, name), "rb").read() for name in os.listdir(out)} == before
     assert sorted(os.listdir(tmp_path)) == ["hf", "run"]
+
+
+@pytest.fixture(scope="module")
+def sharded_run(byte_data, tmp_path_factory):
+    run = str(tmp_path_factory.mktemp("sharded") / "run")
+    train(_cfg(byte_data, run, max_steps=2, checkpoint_format="sharded"))
+    return run
+
+
+@BARS_BY_PLACE
+def test_a_sharded_export_writes_under_a_bar_that_follows_no_progress_and_the_terminal(
+        sharded_run, tmp_path, monkeypatch, terminal, flag, shown):
+    """export-hf had no --no-progress, ran outside hf_progress (transformers' bars drew whatever was asked, into a
+    log too), and a sharded checkpoint was written batch by batch, minutes at 760M, with nothing said."""
+    from transformers.utils import logging
+
+    from foxformer.cli import main
+
+    err = Terminal() if terminal else io.StringIO()
+    monkeypatch.setattr(sys, "stderr", err)
+    monkeypatch.setattr(sharded, "CONVERT_BATCH_BYTES", 64 * 1024)
+    bars, made = [], sharded.progress_bar
+    monkeypatch.setattr(sharded, "progress_bar", lambda **kw: (
+        bars.append((made(**kw), kw["wanted"], logging.is_progress_bar_enabled())), bars[-1][0])[1])
+    assert main(["export-hf", sharded_run, "--out", str(tmp_path / "hf"), *flag]) == 0
+    (bar, wanted, hf_bars), = bars
+    assert (wanted, hf_bars) == (not flag, shown)
+    total = os.path.getsize(tmp_path / "hf" / "model.safetensors")
+    assert 0.9 * total < bar.total <= total and bar.n == bar.total  # the tensors' bytes, short of the header
+    assert ("\rexport:" in err.getvalue()) is shown and ("\r" in err.getvalue()) is shown

@@ -14,14 +14,17 @@ from __future__ import annotations
 import math
 import os
 import statistics
+import sys
 
 import torch
 import torch.nn.functional as F
+from tqdm.auto import tqdm
 
 from foxformer.train.distributed import resolve_device
 
 from .cli import PROVIDERS, attention_defaults
 from ..paths import write_json
+from ..progress import bars_shown
 from .common import environment, print_table, run_record, time_ms, write_profile
 
 # The backend of each foxformer provider (PROVIDERS, in bench/cli.py, says what they are).
@@ -199,15 +202,19 @@ def run(args) -> int:
     record = {"env": environment(), **run_record(args, "attention"), "dtype": str(dtype).removeprefix("torch."),
               "rounds": args.rounds}
     rows = []
+    cases = [(p, "realistic", None) for p in providers]
+    if args.prune:
+        if "foxformer" not in providers:
+            cases.append(("foxformer", "realistic", None))
+        cases += [("foxformer", "realistic", args.prune_eps), ("foxformer", "open", None),
+                  ("foxformer", "open", args.prune_eps)]
+    # A GPU sweep runs for an hour: a bar over every timing with its ETA. Off a terminal (a log) the per-case lines
+    # are the progress, as in train, and a bar's frames would only glue onto them.
+    bar = tqdm(total=len(shapes) * len(args.seqlens) * args.rounds * len(cases), desc="bench attention",
+               unit="case", disable=not bars_shown(not args.no_progress))
     for D, Hq, Hkv in shapes:
         for T in args.seqlens:
             B = max(1, args.tokens // T)
-            cases = [(p, "realistic", None) for p in providers]
-            if args.prune:
-                if "foxformer" not in providers:
-                    cases.append(("foxformer", "realistic", None))
-                cases += [("foxformer", "realistic", args.prune_eps), ("foxformer", "open", None),
-                          ("foxformer", "open", args.prune_eps)]
             # Rounds interleave the cases (every provider once, then again): a drift of the clock under the power
             # cap then reaches every provider alike instead of whichever ran at the time. Each round also starts one
             # case later, so that a drift within a round falls on every provider in turn (with as many rounds as
@@ -222,8 +229,10 @@ def run(args) -> int:
                     row = bench_case(provider, B, T, Hq, Hkv, D, dtype=dtype, device=args.device, gate=gate,
                                      prune_eps=eps, qk_bound=args.qk_bound, profile_path=prof)
                     timed[(provider, gate, eps)].append(row)
-                    print({"round": rnd, **{k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()}},
-                          flush=True)
+                    bar.update()
+                    tqdm.write(str({"round": rnd, **{k: (round(v, 3) if isinstance(v, float) else v)
+                                                     for k, v in row.items()}}))
+                    sys.stdout.flush()  # a log sees each case as it ends
                     partial = [merge_rounds(v) for v in timed.values() if v]
                     write_json(args.out, {**record, "rows": rows + partial})
                     torch.cuda.empty_cache() if args.device == "cuda" else None
@@ -232,6 +241,7 @@ def run(args) -> int:
                 if eps is not None:
                     _add_speedup(row, rows)
                 rows.append(row)
+    bar.close()
     cols = ["provider", "backend", "gate", "T", "B", "Hq", "Hkv", "D", "fwd_ms", "fwd_tflops", "fwd_bwd_ms",
             "fwd_bwd_tflops", "peak_gib", "error"]
     if args.prune:

@@ -140,6 +140,7 @@ def configure_attention(p: argparse.ArgumentParser) -> None:
                         "by one each round, and report medians (each round's times are kept in the JSON)")
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                    help="cpu: the CPU paths in float32 (foxformer's torch backend against sdpa), wall-clock medians")
+    p.add_argument("--no-progress", action="store_true")
     p.add_argument("--out", default="bench_attention.json")
     p.set_defaults(func=_runner("attention"))
 

@@ -238,6 +238,7 @@ def _named_checkpoint(run: str, name: str) -> str:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
+    from ..models.calls import hf_progress
     from .checkpoint import (CKPT_DIR, CheckpointError, checkpoint_format, latest_checkpoint, load_checkpoint,
                              read_meta)
     from .config import saved_model_config
@@ -266,13 +267,16 @@ def _cmd_export(args: argparse.Namespace) -> int:
         raise CheckpointError(f"export: run {args.run!r} has no checkpoints")
     run_cfg = read_run_config(os.path.join(args.run, "config.yaml"))
     out = args.out or os.path.join(args.run, "hf")
-    if checkpoint_format(path) == "sharded":  # tensor by tensor: the model is never whole in memory
-        vocab = model_tensor_specs(path)["model.embed_tokens.weight"][0][0]
-        out = export_hf_sharded(saved_model_config(args.run, run_cfg, vocab), path, out, run_dir=args.run)
-    else:
-        model_sd = load_checkpoint(path)[0]
-        vocab = model_sd["model.embed_tokens.weight"].shape[0]
-        out = export_hf(saved_model_config(args.run, run_cfg, vocab), model_sd, out, run_dir=args.run)
+    # transformers' writing bar (a full checkpoint) and the tensors' (a sharded one): minutes at 760M and up
+    with hf_progress(not args.no_progress):
+        if checkpoint_format(path) == "sharded":  # tensor by tensor: the model is never whole in memory
+            vocab = model_tensor_specs(path)["model.embed_tokens.weight"][0][0]
+            out = export_hf_sharded(saved_model_config(args.run, run_cfg, vocab), path, out, run_dir=args.run,
+                                    progress=not args.no_progress)
+        else:
+            model_sd = load_checkpoint(path)[0]
+            vocab = model_sd["model.embed_tokens.weight"].shape[0]
+            out = export_hf(saved_model_config(args.run, run_cfg, vocab), model_sd, out, run_dir=args.run)
     print(json.dumps({"checkpoint": path, "step": read_meta(path)["step"], "hf_dir": out}, indent=2))
     return 0
 
@@ -306,4 +310,5 @@ def add_commands(subparsers) -> None:
     e.add_argument("--checkpoint", help="checkpoint folder, or its name in the run (step_00000260; default: the "
                                         "latest)")
     e.add_argument("--out", help="output directory (default: <run>/hf)")
+    e.add_argument("--no-progress", action="store_true", help="no progress bars (writing the weights)")
     e.set_defaults(func=_cmd_export)

@@ -31,6 +31,7 @@ from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from ..paths import check_export_dir, export_writer
+from ..progress import progress_bar
 from . import checkpoint as ckpt
 from .card import training_facts
 from .distributed import DistInfo, full_state_dicts, gather_objects, load_full_state_dicts
@@ -281,10 +282,11 @@ def _write_safetensors(file: str, specs: dict, batches) -> None:
         os.fsync(f.fileno())
 
 
-def export_hf_sharded(model_cfg, path: str, out: str, run_dir: str | None = None) -> str:
+def export_hf_sharded(model_cfg, path: str, out: str, run_dir: str | None = None, progress: bool = False) -> str:
     """Convert sharded checkpoint ``path`` to a Hugging Face folder (one model.safetensors) holding at most
     CONVERT_BATCH_BYTES of tensors (or the largest tensor) in memory at a time; its model card says how
-    ``run_dir`` trained it."""
+    ``run_dir`` trained it. ``progress``: a bar over the bytes written (progress.progress_bar); off by default, as a
+    library call draws nothing of its own."""
     from ..models import FoxForCausalLM
     from ..models.card import write_card
 
@@ -314,6 +316,16 @@ def export_hf_sharded(model_cfg, path: str, out: str, run_dir: str | None = None
         model.save_pretrained(tmp, state_dict={})  # config.json and generation_config.json, no weights
         if run_dir is not None:
             write_card(tmp, model_cfg, training_facts(run_dir), replace=True)
-        _write_safetensors(os.path.join(tmp, "model.safetensors"), specs,
-                           (_read_model_tensors(path, names, specs) for names in batches))
+        # a 760M model is gigabytes read from the shards and written batch by batch, minutes with nothing said
+        total = sum(_nbytes(spec) for spec in specs.values())
+        with progress_bar(total=total, desc="export", unit="B", unit_scale=True, wanted=progress) as bar:
+            _write_safetensors(os.path.join(tmp, "model.safetensors"), specs, _batches_read(path, batches, specs, bar))
     return out
+
+
+def _batches_read(path: str, batches: list[list[str]], specs: dict, bar):
+    """The tensors of each of ``batches`` read from sharded checkpoint ``path``, ``bar`` counting a batch's bytes
+    once it was written (the caller's next request)."""
+    for names in batches:
+        yield _read_model_tensors(path, names, specs)
+        bar.update(sum(_nbytes(specs[name]) for name in names))
