@@ -13,12 +13,8 @@ from foxformer.eval.gates import gate_stats
 from foxformer.eval.loss import per_token_loss
 from foxformer.models.calls import hf_progress
 from foxformer.progress import bars_shown
+from tests.bars import Terminal
 from tests.eval.helpers import tiny_model
-
-
-class _Terminal(io.StringIO):
-    def isatty(self):
-        return True
 
 
 @pytest.mark.parametrize("wanted, terminal, shown", [(True, True, True), (True, False, False),
@@ -26,7 +22,7 @@ class _Terminal(io.StringIO):
                          ids=["wanted-on-a-terminal", "wanted-into-a-log", "no-progress-on-a-terminal",
                               "no-progress-into-a-log"])
 def test_a_bar_is_drawn_only_where_wanted_and_on_a_terminal(monkeypatch, wanted, terminal, shown):
-    monkeypatch.setattr(sys, "stderr", _Terminal() if terminal else io.StringIO())
+    monkeypatch.setattr(sys, "stderr", Terminal() if terminal else io.StringIO())
     assert bars_shown(wanted) is shown
 
 
@@ -51,7 +47,7 @@ def test_a_log_gets_no_bar_frames_and_a_terminal_gets_the_bar(tmp_path, monkeypa
     monkeypatch.setattr(sys, "stderr", log)
     run(tmp_path / "log")
     assert "\r" not in log.getvalue() and "|" not in log.getvalue()
-    terminal = _Terminal()
+    terminal = Terminal()
     monkeypatch.setattr(sys, "stderr", terminal)
     run(tmp_path / "terminal")
     assert "\r" in terminal.getvalue() and "%|" in terminal.getvalue()
@@ -63,7 +59,7 @@ def test_transformers_loading_bars_follow_the_same_rule(monkeypatch):
     monkeypatch.setattr(sys, "stderr", io.StringIO())
     with hf_progress(True):
         assert not logging.is_progress_bar_enabled()
-    monkeypatch.setattr(sys, "stderr", _Terminal())
+    monkeypatch.setattr(sys, "stderr", Terminal())
     with hf_progress(True):
         assert logging.is_progress_bar_enabled()
     with hf_progress(False):
@@ -85,7 +81,7 @@ def test_where_no_bar_is_drawn_a_long_loop_says_how_far_it_got_in_plain_lines(mo
     lines = log.getvalue().splitlines()
     assert [line.split(",")[0] for line in lines] == ["loss: batch 1/3 done", "loss: batch 2/3 done"], lines
     assert all(line.endswith(" elapsed") and "\r" not in line for line in lines)
-    monkeypatch.setattr(sys, "stderr", _Terminal())  # a bar on a terminal, no plain lines
+    monkeypatch.setattr(sys, "stderr", Terminal())  # a bar on a terminal, no plain lines
     bar = progress.progress_bar(range(2), desc="x", unit="y", wanted=True)
     assert isinstance(bar, tqdm.std.tqdm)
     bar.close()
@@ -137,7 +133,7 @@ def test_a_drawn_bar_gets_no_plain_lines_while_an_item_runs(monkeypatch):
 
     import foxformer.progress as progress
 
-    monkeypatch.setattr(sys, "stderr", _Terminal())
+    monkeypatch.setattr(sys, "stderr", Terminal())
     monkeypatch.setattr(progress, "LINE_EVERY_S", 0.01)
     bar = progress.progress_bar(total=1, desc="x", unit="y", wanted=True, delay=10.0)
     with progress.working(bar, "an item"):

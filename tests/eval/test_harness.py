@@ -10,6 +10,7 @@ import torch
 
 from foxformer.eval import HarnessAdapter, make_lm, per_token_loss
 from foxformer.infer import GenerationConfig, stream_tokens
+from tests.bars import Terminal
 
 from .helpers import WordTokenizer, copy_model, tiny_model
 
@@ -162,11 +163,6 @@ def test_real_lm_eval_runs_local_tasks_offline(tok, tmp_path):
     assert (tmp_path / "harness.json").stat().st_size > 0
 
 
-class _Terminal(io.StringIO):
-    def isatty(self):
-        return True
-
-
 @pytest.mark.parametrize("terminal, wanted, drawn", [(True, True, True), (True, False, False), (False, True, False)],
                          ids=["on-a-terminal", "no-progress", "into-a-log"])
 def test_lm_evals_own_bars_follow_no_progress_and_the_terminal(tok, tmp_path, monkeypatch, terminal, wanted, drawn):
@@ -183,7 +179,7 @@ def test_lm_evals_own_bars_follow_no_progress_and_the_terminal(tok, tmp_path, mo
     data = tmp_path / "copy.jsonl"
     data.write_text(json.dumps({"prompt": "a b c d e a", "choices": [" b", " c"], "answer": 0, "target": "b"}))
     (tmp_path / "fox_copy_mc.yaml").write_text(LOCAL_TASKS["fox_copy_mc.yaml"].format(data=data))
-    err = _Terminal() if terminal else io.StringIO()
+    err = Terminal() if terminal else io.StringIO()
     monkeypatch.setattr(sys, "stderr", err)
     tqdm_class = tqdm.tqdm
     run_harness(HarnessAdapter(copy_model(64), tok, max_length=64, progress=wanted), ["fox_copy_mc"],

@@ -14,6 +14,7 @@ import torch
 from foxformer.cli import main
 from foxformer.data import load_tokenizer
 from foxformer.infer import generate
+from tests.bars import Terminal
 
 from .conftest import make_model
 
@@ -920,11 +921,6 @@ def test_a_tokenizer_other_than_the_models_is_refused_by_name(bytes_dir, tmp_pat
         assert main([*args, "--tokenizer", "bytes"]) == 0 and out.exists()
 
 
-class _Terminal(io.StringIO):
-    def isatty(self):
-        return True
-
-
 def test_generate_reads_a_long_prompt_under_a_bar_gone_before_the_text(hf_dir, monkeypatch):
     """A long prompt was read (minutes for 100K tokens on a CPU) with nothing on the screen: a bar over its tokens
     now, by prefill chunk, closed before the first token streams; a library call draws none unless asked."""
@@ -935,7 +931,7 @@ def test_generate_reads_a_long_prompt_under_a_bar_gone_before_the_text(hf_dir, m
     import foxformer.infer.generation as generation
 
     model = FoxForCausalLM.from_pretrained(hf_dir).eval()
-    err = _Terminal()
+    err = Terminal()
     monkeypatch.setattr(sys, "stderr", err)
     bars = []
     made = generation.progress_bar

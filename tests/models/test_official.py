@@ -12,6 +12,7 @@ from foxformer.cli import main
 from foxformer.train.loading import load_model
 from foxformer.models import FoxConfig, FoxForCausalLM
 from foxformer.models.official import load_official, resolve_source
+from tests.bars import BARS_BY_PLACE, Terminal
 
 from .official_reference import VARIANTS, official_config, official_logits, random_state, save_official
 
@@ -244,14 +245,7 @@ def test_a_converted_model_trains_on_from_its_own_weights(tmp_path):
     assert (fields["qk_norm_per_head"], fields["qk_norm_eps"], fields["tokenizer"]) == (False, 1e-5, "gpt2-json")
 
 
-class _Terminal(io.StringIO):
-    def isatty(self):
-        return True
-
-
-@pytest.mark.parametrize("terminal, flag, shown", [(True, [], True), (True, ["--no-progress"], False),
-                                                   (False, [], False)],
-                         ids=["on-a-terminal", "no-progress", "into-a-log"])
+@BARS_BY_PLACE
 def test_cli_conversion_bars_follow_no_progress_and_the_terminal(tmp_path, monkeypatch, terminal, flag, shown):
     """convert official had no --no-progress, and the Hub's and transformers' bars (download, loading and writing
     the weights) wrote their frames into a log off a terminal."""
@@ -264,6 +258,6 @@ def test_cli_conversion_bars_follow_no_progress_and_the_terminal(tmp_path, monke
     seen = []
     monkeypatch.setattr(official, "convert_official", lambda *a, **kw: (
         seen.append((logging.is_progress_bar_enabled(), not are_progress_bars_disabled())), {})[1])
-    monkeypatch.setattr(sys, "stderr", _Terminal() if terminal else io.StringIO())
+    monkeypatch.setattr(sys, "stderr", Terminal() if terminal else io.StringIO())
     assert main(["convert", "official", str(tmp_path / "src"), "--out", str(tmp_path / "out"), *flag]) == 0
     assert seen == [(shown, shown)]
