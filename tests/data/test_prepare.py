@@ -582,6 +582,25 @@ def test_sources_that_read_the_same_file_are_refused(tmp_path, monkeypatch, seco
     assert not os.path.exists("out")
 
 
+@pytest.mark.parametrize("second", ["notes (1).jsonl", "folder"], ids=["a-renamed-copy", "a-folder-holding-a-copy"])
+def test_sources_holding_a_copy_of_one_file_are_refused(tmp_path, monkeypatch, second):
+    """A copy under another name has another fingerprint: its documents were read twice, in silence."""
+    monkeypatch.chdir(tmp_path)
+    os.makedirs("folder")
+    for name in ("notes.jsonl", "notes (1).jsonl", "folder/kept.jsonl"):
+        (tmp_path / name).write_text('{"text": "one"}\n{"text": "two"}\n')
+    (tmp_path / "folder" / "other.txt").write_text("another document")
+    copy = "notes (1).jsonl" if second != "folder" else "folder/kept.jsonl"
+    here = os.path.realpath(tmp_path)
+    with pytest.raises(ValueError, match=re.escape(f"sources: {here}/{copy} (of {second!r}) holds the same bytes as "
+                                                   f"{here}/notes.jsonl (of 'notes.jsonl'): its documents would be "
+                                                   f"read twice")):
+        prepare(PrepareConfig(sources=["notes.jsonl", second], out_dir="out", tokenizer="bytes"), progress=False)
+    (tmp_path / copy).write_text('{"text": "three"}\n')
+    assert prepare(PrepareConfig(sources=["notes.jsonl", second], out_dir="out", tokenizer="bytes"),
+                   progress=False)["docs"] == (3 if second != "folder" else 4)
+
+
 def test_a_forced_request_whose_source_fails_leaves_the_dataset_there(tmp_path, jsonl_xz):
     """--force removed the manifest first: a new source with a bad line deleted the dataset it was to replace."""
     from foxformer.data.dataset import TokenDataset
