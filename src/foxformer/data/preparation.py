@@ -437,8 +437,9 @@ def _prepare(cfg: PrepareConfig, infos: list, force: bool, progress: bool) -> di
                                           f"in both train and validation")
         first[info.fingerprint] = info.spec
         # a file's copy under another name (notes.jsonl and notes (1).jsonl): its fingerprint is another, its
-        # documents were read twice all the same
-        for path, digest in zip(info.files, info.digests):
+        # documents were read twice all the same. Sources of one file only: two folders may share files (two
+        # repositories' licence, a vendored library), and refusing them would refuse real corpora.
+        for path, digest in zip(info.files, info.digests) if len(info.files) == 1 else ():
             if os.path.getsize(path) and copy_of.setdefault(digest, (info.spec, path))[0] != info.spec:
                 raise SettingError("sources", f"{path} (of {info.spec!r}) holds the same bytes as "
                                               f"{copy_of[digest][1]} (of {copy_of[digest][0]!r}): its documents would "
