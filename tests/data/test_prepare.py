@@ -582,6 +582,27 @@ def test_sources_that_read_the_same_file_are_refused(tmp_path, monkeypatch, seco
     assert not os.path.exists("out")
 
 
+def test_a_source_file_copied_under_another_name_is_refused(tmp_path, monkeypatch):
+    """A copy under another name has another fingerprint: its documents were read twice, in silence. Folders that
+    share a file (two repositories' licence) are read as they are."""
+    monkeypatch.chdir(tmp_path)
+    os.makedirs("folder")
+    for name in ("notes.jsonl", "notes (1).jsonl", "folder/kept.jsonl"):
+        (tmp_path / name).write_text('{"text": "one"}\n{"text": "two"}\n')
+    (tmp_path / "folder" / "other.txt").write_text("another document")
+    here = os.path.realpath(tmp_path)
+    with pytest.raises(ValueError, match=re.escape(f"sources: {here}/notes (1).jsonl (of 'notes (1).jsonl') holds the "
+                                                   f"same bytes as {here}/notes.jsonl (of 'notes.jsonl'): its "
+                                                   f"documents would be read twice")):
+        prepare(PrepareConfig(sources=["notes.jsonl", "notes (1).jsonl"], out_dir="out", tokenizer="bytes"),
+                progress=False)
+    assert prepare(PrepareConfig(sources=["notes.jsonl", "folder"], out_dir="out", tokenizer="bytes"),
+                   progress=False)["docs"] == 5
+    (tmp_path / "notes (1).jsonl").write_text('{"text": "three"}\n')
+    assert prepare(PrepareConfig(sources=["notes.jsonl", "notes (1).jsonl"], out_dir="out2", tokenizer="bytes"),
+                   progress=False)["docs"] == 3
+
+
 def test_a_forced_request_whose_source_fails_leaves_the_dataset_there(tmp_path, jsonl_xz):
     """--force removed the manifest first: a new source with a bad line deleted the dataset it was to replace."""
     from foxformer.data.dataset import TokenDataset

@@ -64,6 +64,61 @@ def test_bad_specs(spec, match):
         describe_source(spec)
 
 
+@pytest.mark.parametrize("spec, said", [
+    ("~/{rel}", "does not exist: the shell leaves '~' as typed after '=' and in quotes; give '{home}/{rel}'"),
+    ("{tmp}/*.nomatch", "matches no file: check the pattern, or give the folder"),
+], ids=["tilde-left-by-the-shell", "glob-matching-nothing"])
+def test_a_path_the_shell_left_as_typed_says_so(tmp_path, monkeypatch, spec, said):
+    """Both read "does not exist", of a file the user could see (~/x) or never named (a pattern)."""
+    (tmp_path / "a.txt").write_text("a document")
+    monkeypatch.setenv("HOME", str(tmp_path.parent))
+    values = {"rel": f"{tmp_path.name}/a.txt", "home": str(tmp_path.parent), "tmp": str(tmp_path)}
+    with pytest.raises(ValueError, match=re.escape(said.format(**values))):
+        describe_source(spec.format(**values))
+
+
+@pytest.mark.parametrize("name", ["docs.jsonl.bz2", "docs.txt.zst"], ids=["bz2", "zstd"])
+def test_a_compression_not_read_is_named(tmp_path, name):
+    """A lone file was "not a supported file", and a folder's note counted it among the .png files by its .bz2."""
+    (tmp_path / name).write_bytes(b"compressed bytes")
+    (tmp_path / "other.txt").write_text("a document")
+    with pytest.raises(ValueError, match=re.escape(f"{str(tmp_path / name)!r} is {os.path.splitext(name)[1]} "
+                                                   f"compressed, which is not read: decompress it, or compress it "
+                                                   f"again as .gz or .xz")):
+        describe_source(str(tmp_path / name))
+    assert dict(describe_source(str(tmp_path)).left_out) == {name[name.index("."):]: 1}
+
+
+@pytest.mark.parametrize("content, field, said", [
+    ('{"text": "a"}\n[{"text": "b"}]\n', "text",
+     "x.jsonl:2 holds a JSON list, not an object: JSONL takes one object per line, e.g. {\"text\": \"...\"} "
+     "(jq -c '.[]' writes an array one element a line)"),
+    ('{"meta": {"text": "a"}}\n', "meta.text",
+     "x.jsonl:1 has no field 'meta.text': a field inside another ('meta') is not read; copy the text to a "
+     "top-level field (jq -c '. + {text: .meta.text}') and give that"),
+], ids=["array-on-one-line", "nested-text-field"])
+def test_a_jsonl_shape_not_read_says_how_to_write_it(tmp_path, content, field, said):
+    """The advice was "set --text-field" for the field just set, and none for a one-line array."""
+    (tmp_path / "x.jsonl").write_text(content)
+    with pytest.raises(ValueError, match=re.escape(said)):
+        list(iter_documents(str(tmp_path / "x.jsonl"), text_field=field))
+
+
+@pytest.mark.parametrize("source", ["folder", "file"], ids=["in-a-folder", "given-alone"])
+def test_an_unreadable_source_file_is_named_with_its_fix(tmp_path, source):
+    """The `error:` line gave an output's advice: "choose a location you may write to"."""
+    (tmp_path / "a.txt").write_text("a document")
+    spec = str(tmp_path if source == "folder" else tmp_path / "a.txt")
+
+    def refused(paths):
+        raise PermissionError(13, "Permission denied", paths[0])
+
+    fix = f"move it out of {spec!r}" if source == "folder" else "leave it out"
+    with pytest.raises(ValueError, match=re.escape(f"{tmp_path / 'a.txt'} cannot be read (permission denied): make "
+                                                   f"it readable (chmod a+r) or {fix}")):
+        describe_source(spec, refused)
+
+
 def test_builtins_yield_documents():
     sympy_docs = iter_documents("builtin:sympy")
     first = next(sympy_docs)

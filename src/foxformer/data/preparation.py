@@ -423,6 +423,7 @@ def _check_not_run_or_model(out_dir: str) -> None:
 def _prepare(cfg: PrepareConfig, infos: list, force: bool, progress: bool) -> dict:
     first: dict[str, str] = {}
     read_by: dict[str, str] = {}
+    copy_of: dict[bytes, tuple[str, str]] = {}
     for info in infos:  # each copy of a document would be split on its own: one in train, one in validation
         # a folder and a file in it (or two nested folders): its documents were read twice, in silence
         for path in info.files:
@@ -435,6 +436,15 @@ def _prepare(cfg: PrepareConfig, infos: list, force: bool, progress: bool) -> di
                                           f"files and content); a source given twice would put copies of its documents "
                                           f"in both train and validation")
         first[info.fingerprint] = info.spec
+        # a file's copy under another name (notes.jsonl and notes (1).jsonl): its fingerprint is another, its
+        # documents were read twice all the same. Sources of one file only: two folders may share files (two
+        # repositories' licence, a vendored library), and refusing them would refuse real corpora.
+        for path, digest in zip(info.files, info.digests) if len(info.files) == 1 else ():
+            if os.path.getsize(path) and copy_of.setdefault(digest, (info.spec, path))[0] != info.spec:
+                raise SettingError("sources", f"{path} (of {info.spec!r}) holds the same bytes as "
+                                              f"{copy_of[digest][1]} (of {copy_of[digest][0]!r}): its documents would "
+                                              f"be read twice, and a copy could land in train and another in "
+                                              f"validation; leave one of them out")
         _check_out_dir_outside(cfg.out_dir, info)
     request = {"sources": [{"spec": i.spec, "fingerprint": i.fingerprint} for i in infos],
                "tokenizer": cfg.tokenizer, "val_fraction": cfg.val_fraction, "seed": cfg.seed,

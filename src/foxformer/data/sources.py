@@ -53,8 +53,9 @@ class SourceInfo:
     fingerprint: str
     # a folder's files of kinds not read as documents, by extension: (".py", 120), ... (most first)
     left_out: tuple[tuple[str, int], ...] = ()
-    # files: the real paths of the files read, in order
+    # files: the real paths of the files read, in order, and the sha256 of each one's bytes
     files: tuple[str, ...] = ()
+    digests: tuple[bytes, ...] = ()
     # files: the fingerprints that datasets prepared before content ones recorded, by the files' paths, sizes and
     # nanosecond mtimes, and before those whole-second ones (an edit of the same size within the second kept it)
     older_fingerprints: tuple[str, ...] = ()
@@ -83,6 +84,17 @@ KINDS_SAID = (f"{'/'.join(TEXT_SUFFIXES)} (one document a file), {'/'.join(JSONL
               f"document a line, field 'text') or {'/'.join(PARQUET_SUFFIXES)}, each optionally .gz or .xz")
 
 
+# Compressions not read, by how they end a name: a .jsonl.bz2 was "not a supported file", and a folder's note
+# counted it as a ".bz2" beside the .png files, neither saying that its documents were what was left out
+OTHER_COMPRESSIONS = (".bz2", ".zst", ".lz4", ".zip", ".7z", ".br")
+
+
+def _other_compression(path: str) -> str | None:
+    """The compression ``path``'s name says (".bz2", ...) where it is one not read around a document file."""
+    base, ext = os.path.splitext(path.lower())
+    return ext if ext in OTHER_COMPRESSIONS and _file_kind(base) else None
+
+
 def _file_kind(path: str) -> str | None:
     base, _ = _strip_compression(path.lower())
     if base.endswith(TEXT_SUFFIXES):
@@ -97,6 +109,9 @@ def _file_kind(path: str) -> str | None:
 def _scan(path: str) -> tuple[list[str], dict[str, int]]:
     """The document files of ``path``, and the number of a folder's other files by extension."""
     if os.path.isfile(path):
+        if _other_compression(path):
+            raise SettingError("source", f"{path!r} is {_other_compression(path)} compressed, which is not read: "
+                                         f"decompress it, or compress it again as .gz or .xz")
         if _file_kind(path) is None:
             raise SettingError("source", f"{path!r} is not a supported file; expected {KINDS_SAID}")
         return [path], {}
@@ -107,6 +122,13 @@ def _scan(path: str) -> tuple[list[str], dict[str, int]]:
     if os.path.exists(path):  # /dev/null, a FIFO, a socket, a shell's <(...): "does not exist" was untrue
         raise SettingError("source", f"{path!r} is not a regular file or folder (a device, pipe or socket); give a "
                                      f"file or a folder of documents")
+    home = os.path.expanduser(path)
+    if home != path and os.path.exists(home):  # --source=~/x and a quoted "~/x" reach us as typed
+        raise SettingError("source", f"{path!r} does not exist: the shell leaves '~' as typed after '=' and in quotes; "
+                                     f"give {home!r}")
+    if re.search(r"[*?[]", path):  # the shell passes a pattern that matches nothing on as typed
+        raise SettingError("source", f"{path!r} matches no file: check the pattern, or give the folder (every "
+                                     f"document file in it is read)")
     raise SettingError("source", f"{path!r} does not exist (expected a file, a directory, 'builtin:<name>' with "
                                  f"name in {BUILTINS}, or {HF_FORM!r})")
 
@@ -144,6 +166,8 @@ def _walk_folder(path: str) -> tuple[list[str], dict[str, int]]:
                 continue
             if _file_kind(f) is None:
                 ext = os.path.splitext(f)[1].lower() or "(no extension)"
+                if _other_compression(f):  # ".jsonl.bz2": documents, in a compression not read
+                    ext = os.path.splitext(os.path.splitext(f)[0])[1].lower() + ext
                 other[ext] = other.get(ext, 0) + 1
                 continue
             if not os.path.exists(full):
@@ -280,10 +304,17 @@ def _read_file(path: str, spec: str, text_field: str) -> Iterator[Document]:
                     raise SettingError("source", f"{path}:{lineno} is not valid JSON at column {e.colno} ({e.msg})") \
                         from None
                 if not isinstance(row, dict):  # a .json file holding one array is the usual case
+                    fix = " (jq -c '.[]' writes an array one element a line)" if isinstance(row, list) else ""
                     raise SettingError("source", f"{path}:{lineno} holds a JSON {type(row).__name__}, not an object: "
-                                                 f"JSONL takes one object per line, e.g. {{\"{text_field}\": \"...\"}}")
+                                                 f"JSONL takes one object per line, e.g. {{\"{text_field}\": \"...\"}}"
+                                                 f"{fix}")
                 if text_field not in row:
                     fields = ", ".join(map(repr, list(row)[:5]))
+                    outer, dot, inner = text_field.partition(".")
+                    if dot and isinstance(row.get(outer), dict):  # "meta.text": the fix said was the one just taken
+                        raise SettingError("source", f"{path}:{lineno} has no field {text_field!r}: a field inside "
+                                                     f"another ({outer!r}) is not read; copy the text to a top-level "
+                                                     f"field (jq -c '. + {{text: .{outer}.{inner}}}') and give that")
                     raise SettingError("source", f"{path}:{lineno} has no field {text_field!r} (its fields: {fields}); "
                                                  f"set text_field / --text-field")
                 text = _text_value(row[text_field], f"{path}:{lineno}", text_field)
@@ -399,11 +430,17 @@ def describe_source(spec: str, digests=read_digests) -> SourceInfo:
     # made it another request
     root = spec if os.path.isdir(spec) else os.path.dirname(spec)
     stats = [(os.path.abspath(f), os.stat(f)) for f in files]
-    return SourceInfo(spec=spec, kind=kind,
-                      fingerprint=content_fingerprint("source", [(os.path.relpath(f, root), f) for f in files],
-                                                      digests),
+    try:
+        file_digests = digests(files)
+        fingerprint = content_fingerprint("source", [(os.path.relpath(f, root), f) for f in files],
+                                          lambda _: file_digests)
+    except PermissionError as e:  # said "choose a location you may write to", the advice for an output
+        fix = f"move it out of {spec!r}" if os.path.isdir(spec) else "leave it out"
+        raise SettingError("source", f"{e.filename} cannot be read (permission denied): make it readable (chmod a+r) "
+                                     f"or {fix}") from None
+    return SourceInfo(spec=spec, kind=kind, fingerprint=fingerprint,
                       left_out=tuple(sorted(other.items(), key=lambda item: (-item[1], item[0]))),
-                      files=tuple(os.path.realpath(f) for f in files),
+                      files=tuple(os.path.realpath(f) for f in files), digests=tuple(file_digests),
                       older_fingerprints=(files_fingerprint(stats, lambda st: st.st_mtime_ns),
                                           files_fingerprint(stats, lambda st: int(st.st_mtime))))
 
