@@ -5,7 +5,7 @@ import pytest
 import torch
 from transformers import GenerationConfig
 
-from .conftest import make_model, tokens
+from .conftest import VOCAB, make_model, tokens
 
 
 def _greedy(model, ids, steps):
@@ -351,3 +351,137 @@ def test_loading_with_paged_attention_is_refused(tmp_path, implementation):
     with pytest.raises(ValueError, match=f"^{re.escape(_paged_refusal(asked))}$"):
         FoxForCausalLM.from_pretrained(tmp_path, attn_implementation=implementation)
     assert FoxForCausalLM.from_pretrained(tmp_path, attn_implementation="eager").config._attn_implementation == "eager"
+
+
+def _left_padded(rows: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(r) for r in rows)
+    ids = torch.zeros(len(rows), width, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, r in enumerate(rows):
+        ids[i, width - len(r):], mask[i, width - len(r):] = r, 1
+    return ids, mask
+
+
+def _unpadded(seq: torch.Tensor, mask_row: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """The row without its left padding, and where its prompt ends."""
+    pad = int((mask_row == 0).sum())
+    return seq[pad:], len(mask_row) - pad
+
+
+BEAMS = {"beam3": dict(num_beams=3),
+         "beam3-return3": dict(num_beams=3, num_return_sequences=3),
+         "beam3-return3-early-stopping": dict(num_beams=3, num_return_sequences=3, early_stopping=True),
+         "beam3-return2-eos": dict(num_beams=3, num_return_sequences=2, eos_token_id=1)}
+
+
+@pytest.mark.parametrize("beams", list(BEAMS), ids=list(BEAMS))
+@pytest.mark.parametrize("name", ["fox-pro-tiny", "transformer-pro-tiny", "linear-pro-tiny"])
+def test_beam_scores_are_the_log_probs_of_a_forward_without_cache(name, beams):
+    """Each beam's cache rows must follow it when beams are reordered: a beam decoding over another beam's
+    keys scores tokens the full forward over its own sequence does not. length_penalty=0: the score is the plain
+    sum of the new tokens' log-probs (up to the eos a finished beam ends on)."""
+    model = make_model(name).float()
+    ids, mask = _left_padded([tokens(1, 7, seed=3)[0], tokens(1, 4, seed=4)[0]])
+    out = model.generate(ids, attention_mask=mask, max_new_tokens=8, do_sample=False, pad_token_id=0,
+                         length_penalty=0.0, output_scores=True, return_dict_in_generate=True, **BEAMS[beams])
+    per_prompt = out.sequences.shape[0] // ids.shape[0]
+    assert per_prompt == BEAMS[beams].get("num_return_sequences", 1)
+    for i, seq in enumerate(out.sequences):
+        row, start = _unpadded(seq, mask[i // per_prompt])
+        ends = (row[start:] == 1).nonzero()
+        if "eos_token_id" in BEAMS[beams] and len(ends):
+            row = row[:start + int(ends[0]) + 1]
+        with torch.no_grad():
+            log_probs = torch.log_softmax(model(row[None]).logits[0].double(), -1)
+        want = log_probs[torch.arange(start - 1, len(row) - 1), row[start:]].sum()
+        torch.testing.assert_close(out.sequences_scores[i].double(), want, rtol=0, atol=1e-4)
+
+
+def test_sequences_sampled_per_prompt_each_see_their_own_cache():
+    """num_return_sequences expands the cache per sequence: each sampled row's logits must be those of a
+    forward without cache over that row (temperature 1 and top_k 0 leave the scores as the logits)."""
+    model = make_model("fox-pro-tiny")
+    ids, mask = _left_padded([tokens(1, 7, seed=3)[0], tokens(1, 4, seed=4)[0]])
+    torch.manual_seed(0)
+    out = model.generate(ids, attention_mask=mask, max_new_tokens=5, do_sample=True, num_return_sequences=3,
+                         temperature=1.0, top_k=0, pad_token_id=0, output_scores=True, output_logits=True,
+                         return_dict_in_generate=True)
+    assert out.sequences.shape[0] == 6 and len(set(map(tuple, out.sequences.tolist()))) > 2
+    for i, seq in enumerate(out.sequences):
+        row, start = _unpadded(seq, mask[i // 3])
+        want = model(row[None, :-1]).logits[0, start - 1:].float()
+        for step in range(5):
+            torch.testing.assert_close(out.logits[step][i], want[step])
+            torch.testing.assert_close(out.scores[step][i], want[step])
+
+
+def test_greedy_without_a_cache_equals_greedy_with_one(preset):
+    model = make_model(preset)
+    ids, mask = _left_padded([tokens(1, 7, seed=3)[0], tokens(1, 4, seed=4)[0]])
+    opts = dict(attention_mask=mask, max_new_tokens=6, do_sample=False, pad_token_id=0)
+    assert torch.equal(model.generate(ids, use_cache=False, **opts), model.generate(ids, **opts))
+
+
+def _contrastive_from_the_hub(model, **kwargs):
+    """What transformers-community/contrastive-search's generate.py does: generate with its own loop."""
+    from transformers import GenerationMixin
+
+    def loop(*args, **kw):
+        raise AssertionError("contrastive search must be refused before its decoding loop")
+
+    return GenerationMixin.generate(model, custom_generate=loop, **kwargs)
+
+
+CONTRASTIVE = {"asked-plainly": lambda model, **kw: model.generate(**kw),
+               "with-trust-remote-code": lambda model, **kw: model.generate(trust_remote_code=True, **kw),
+               "through-custom-generate": _contrastive_from_the_hub}
+
+
+@pytest.mark.parametrize("entry", list(CONTRASTIVE), ids=list(CONTRASTIVE))
+def test_contrastive_search_is_refused_naming_penalty_alpha(entry):
+    """transformers asked for trust_remote_code, then ran the Hub's contrastive search, which repeats the cache
+    per candidate and crops it back: FoxCache does neither. The refusal comes before anything is fetched."""
+    model = make_model("fox-pro-tiny")
+    with pytest.raises(ValueError, match=re.escape("generate: penalty_alpha with top_k > 1 asks for contrastive "
+                                                   "search, which foxformer models do not support")):
+        CONTRASTIVE[entry](model, input_ids=tokens(1, 6), penalty_alpha=0.6, top_k=4, max_new_tokens=3,
+                           pad_token_id=0)
+    assert model.generate(tokens(1, 6), penalty_alpha=0.6, top_k=4, do_sample=True, max_new_tokens=3,
+                          pad_token_id=0).shape == (1, 9)  # sampling ignores penalty_alpha: not refused
+
+
+def test_logits_processors_stopping_criteria_and_a_streamer_act_on_generate():
+    """With a tokenizer (stop_strings needs one: transformers hands it to the forward too, which warned that it
+    ignores it) and the processors that read the tokens so far."""
+    import io
+    import warnings
+    from contextlib import redirect_stdout
+
+    from transformers import TextStreamer
+
+    from foxformer.data.hf_tokenizer import bytes_tokenizer
+
+    tok = bytes_tokenizer()
+    model = make_model("fox-pro-tiny")
+    prompt = tokens(1, 6)
+    not_letters = [[i] for i in range(VOCAB) if not chr(i).isalpha()]  # decodable text to stop on
+    opts = dict(max_new_tokens=12, do_sample=False, pad_token_id=0, bad_words_ids=not_letters)
+    full = model.generate(prompt, **opts)
+    assert all(chr(t).isalpha() for t in full[0, 6:].tolist())
+    stop = tok.decode(full[0, 9:11])
+    text = tok.decode(full[0, 6:])
+    ends = 6 + len(tok.encode(text[:text.index(stop) + len(stop)]))
+    shown = io.StringIO()
+    with warnings.catch_warnings(), redirect_stdout(shown):
+        warnings.simplefilter("error")
+        out = model.generate(prompt, stop_strings=[stop], tokenizer=tok, streamer=TextStreamer(tok, skip_prompt=True),
+                             **opts)
+    assert torch.equal(out, full[:, :ends]) and shown.getvalue() == tok.decode(full[0, 6:ends]) + "\n"
+    plain = model.generate(prompt, max_new_tokens=12, do_sample=False, pad_token_id=0)
+    for option in (dict(no_repeat_ngram_size=2), dict(repetition_penalty=5.0)):
+        out = model.generate(prompt, max_new_tokens=12, do_sample=False, pad_token_id=0, **option)
+        pairs = list(zip(out[0, :-1].tolist(), out[0, 1:].tolist()))
+        if "no_repeat_ngram_size" in option:
+            assert len(set(pairs)) == len(pairs)
+        assert not torch.equal(out, plain), option  # plain greedy repeats itself
+    assert model.generate(prompt, max_time=30.0, max_new_tokens=12, do_sample=False, pad_token_id=0).shape == (1, 18)

@@ -491,8 +491,10 @@ def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor, cu_seqlens: Optio
     return loss / count
 
 
-# generate's bookkeeping, never a forward argument (transformers drops the first two too)
-_NOT_FORWARDED = ("labels", "next_sequence_length", "is_first_iteration")
+# generate's bookkeeping, never a forward argument (transformers drops the first two too); transformers leaves the
+# tokenizer (for stop_strings, token healing) among the model kwargs of its decoding loops, where the forward warned
+# that it ignores it
+_NOT_FORWARDED = ("labels", "next_sequence_length", "is_first_iteration", "tokenizer")
 
 
 class FoxForCausalLM(FoxPreTrainedModel, GenerationMixin):
@@ -621,6 +623,16 @@ class FoxForCausalLM(FoxPreTrainedModel, GenerationMixin):
         here."""
         raise paged_refusal("continuous batching (generate_batch, continuous_batching_context_manager, "
                             "init_continuous_batching)")
+
+    def _get_deprecated_gen_repo(self, generation_mode, *args, **kwargs):
+        """Refuse contrastive search where generate first knows its mode: transformers then asks for
+        trust_remote_code and runs the Hub's code, which repeats the cache per candidate token and crops it back:
+        FoxCache does neither, and the error would come from inside that code."""
+        if generation_mode == GenerationMode.CONTRASTIVE_SEARCH:
+            raise ValueError("generate: penalty_alpha with top_k > 1 asks for contrastive search, which foxformer "
+                             "models do not support; leave penalty_alpha out (greedy), or sample (do_sample=True, "
+                             "top_k) or search beams (num_beams) instead")
+        return super()._get_deprecated_gen_repo(generation_mode, *args, **kwargs)
 
     def _prepare_cache_for_generation(self, generation_config, model_kwargs: dict, *args, **kwargs):
         """transformers builds no cache for a model without DynamicCache support, and its chunked prefill
