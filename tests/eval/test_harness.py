@@ -163,8 +163,10 @@ def test_real_lm_eval_runs_local_tasks_offline(tok, tmp_path):
     assert (tmp_path / "harness.json").stat().st_size > 0
 
 
-@pytest.mark.parametrize("terminal, wanted, drawn", [(True, True, True), (True, False, False), (False, True, False)],
-                         ids=["on-a-terminal", "no-progress", "into-a-log"])
+# two real lm_eval runs (~15 s each on CI's CPU): --no-progress on a terminal takes the same branch as a log, whose
+# choice tests/test_progress.py checks for every place
+@pytest.mark.parametrize("terminal, wanted, drawn", [(True, True, True), (False, True, False)],
+                         ids=["on-a-terminal", "into-a-log"])
 def test_lm_evals_own_bars_follow_no_progress_and_the_terminal(tok, tmp_path, monkeypatch, terminal, wanted, drawn):
     """lm_eval's "building contexts" bar (its own tqdm, over each task's documents) and the datasets' bars stayed
     on under `eval harness --no-progress`, and off a terminal wrote their frames into the log."""
