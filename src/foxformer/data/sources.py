@@ -109,8 +109,8 @@ def _file_kind(path: str) -> str | None:
 def _scan(path: str) -> tuple[list[str], dict[str, int]]:
     """The document files of ``path``, and the number of a folder's other files by extension."""
     if os.path.isfile(path):
-        if _other_compression(path):
-            raise SettingError("source", f"{path!r} is {_other_compression(path)} compressed, which is not read: "
+        if compression := _other_compression(path):
+            raise SettingError("source", f"{path!r} is {compression} compressed, which is not read: "
                                          f"decompress it, or compress it again as .gz or .xz")
         if _file_kind(path) is None:
             raise SettingError("source", f"{path!r} is not a supported file; expected {KINDS_SAID}")

@@ -10,7 +10,7 @@ import time
 import warnings
 
 from foxformer.argtypes import ESCAPES, escaped, floats, positive_int
-from foxformer.paths import check_output_file, read_text, replaced_atomically, write_json
+from foxformer.paths import check_output_file, read_text, write_json
 
 # How the API's checks name a setting in this module's errors (argtypes.setting_name): by its flag.
 FLAGS = "--{}"
@@ -210,9 +210,7 @@ def _eval_tokens(args, loaded):
 
 
 def _plot_bias_shift(res: dict, path: str) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from foxformer.eval.plots import plt, save_figure  # Agg set before pyplot loads; the file whole or not at all
 
     edges = res["bin_edges"]
     mids = [(a + b) / 2 for a, b in zip(edges[:-1], edges[1:]) if b > a]
@@ -226,9 +224,7 @@ def _plot_bias_shift(res: dict, path: str) -> None:
     ax.set_title("forget-gate bias shift")
     ax.legend()
     fig.tight_layout()
-    with replaced_atomically(path) as tmp:  # whole or not at all, under Ctrl-C too
-        fig.savefig(tmp, format="png", dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def add_commands(subparsers) -> None:
