@@ -245,6 +245,38 @@ def test_a_cache_passed_to_generate_must_hold_the_start_of_its_input():
                        model.generate(longer, max_new_tokens=3, do_sample=False, pad_token_id=0))
 
 
+EXPANDED = {"num-beams": (1, dict(num_beams=4), "num_beams=4", 4),
+            "num-return-sequences": (1, dict(do_sample=True, num_return_sequences=3), "num_return_sequences=3", 3),
+            "beams-and-fewer-returned": (1, dict(num_beams=3, num_return_sequences=2), "num_beams=3", 3),
+            "two-prompts-num-beams": (2, dict(num_beams=2), "num_beams=2", 2)}
+
+
+@pytest.mark.parametrize("preset", ["fox-pro-tiny", "linear-pro-tiny"])
+@pytest.mark.parametrize("case", list(EXPANDED), ids=list(EXPANDED))
+def test_a_cache_passed_beside_beams_or_returned_sequences_must_hold_the_repeated_rows(case, preset):
+    """generate repeats each input row per beam (or returned sequence), and not a cache passed to it (as for
+    transformers' own caches): one filled for the prompt rows alone was refused by the cache's own check, which said
+    only that the batch sizes differ. Filled with the rows repeated, it continues them as generate's own cache."""
+    from foxformer.models.modeling import CACHE_FIELD
+
+    batch, options, option, n = EXPANDED[case]
+    model = make_model(preset)
+    prefix = tokens(batch, 6)
+    whole = torch.cat([prefix, tokens(batch, 3, seed=5)], 1)
+    opts = dict(max_new_tokens=4, pad_token_id=0, **options)
+    said = (f"generate: {option} repeats each of the input's {batch} row(s) {n} times, to {batch * n} rows, but the "
+            f"cache passed holds {batch} (generate does not repeat a cache passed to it): fill the cache with each "
+            f"prompt row repeated (prompt.repeat_interleave({n}, dim=0)), or leave the cache out and let generate "
+            f"build its own")
+    with pytest.raises(ValueError, match=f"^{re.escape(said)}$"):
+        model.generate(whole, **opts, **{CACHE_FIELD: getattr(model(prefix, use_cache=True), CACHE_FIELD)})
+    cache = getattr(model(prefix.repeat_interleave(n, dim=0), use_cache=True), CACHE_FIELD)
+    torch.manual_seed(0)
+    continued = model.generate(whole, **opts, **{CACHE_FIELD: cache})
+    torch.manual_seed(0)
+    assert torch.equal(continued, model.generate(whole, **opts))
+
+
 def test_generate_hands_hidden_state_requests_and_position_ids_to_the_forward():
     """prepare_inputs_for_generation kept only the ids, mask and cache: return_dict_in_generate's hidden_states were a
     tuple of None, and position_ids (extended by generate as it goes) were dropped for the mask's positions."""
@@ -422,32 +454,51 @@ def test_greedy_without_a_cache_equals_greedy_with_one(preset):
     assert torch.equal(model.generate(ids, use_cache=False, **opts), model.generate(ids, **opts))
 
 
-def _contrastive_from_the_hub(model, **kwargs):
-    """What transformers-community/contrastive-search's generate.py does: generate with its own loop."""
+def _from_the_hub(model, **kwargs):
+    """What the Hub's generate.py of a mode transformers moved there does: generate with its own loop."""
     from transformers import GenerationMixin
 
     def loop(*args, **kw):
-        raise AssertionError("contrastive search must be refused before its decoding loop")
+        raise AssertionError("the mode must be refused before its decoding loop")
 
     return GenerationMixin.generate(model, custom_generate=loop, **kwargs)
 
 
-CONTRASTIVE = {"asked-plainly": lambda model, **kw: model.generate(**kw),
+HUB_ENTRIES = {"asked-plainly": lambda model, **kw: model.generate(**kw),
                "with-trust-remote-code": lambda model, **kw: model.generate(trust_remote_code=True, **kw),
-               "through-custom-generate": _contrastive_from_the_hub}
+               "through-custom-generate": _from_the_hub}
+HUB_MODES = {"contrastive": (dict(penalty_alpha=0.6, top_k=4), "penalty_alpha with top_k > 1 asks for contrastive "
+                             "search", "leave penalty_alpha out (greedy)"),
+             "dola": (dict(dola_layers="low"), "dola_layers asks for DoLa decoding (contrasting early layers' logits "
+                      "with the last's)", "leave dola_layers out (greedy, or sampling with do_sample=True)"),
+             "group-beams": (dict(num_beams=4, num_beam_groups=2, diversity_penalty=1.0),
+                             "num_beam_groups > 1 asks for group (diverse) beam search",
+                             "leave num_beam_groups and diversity_penalty out"),
+             "force-words": (dict(num_beams=4, force_words_ids=[[5, 6]]),
+                             "constraints or force_words_ids asks for constrained beam search", "leave them out; "
+                             "bad_words_ids keeps tokens out, prefix_allowed_tokens_fn allows only some"),
+             "constraints": (dict(num_beams=4, constraints=[[5, 6]]),
+                             "constraints or force_words_ids asks for constrained beam search", "leave them out")}
 
 
-@pytest.mark.parametrize("entry", list(CONTRASTIVE), ids=list(CONTRASTIVE))
-def test_contrastive_search_is_refused_naming_penalty_alpha(entry):
-    """transformers asked for trust_remote_code, then ran the Hub's contrastive search, which repeats the cache
-    per candidate and crops it back: FoxCache does neither. The refusal comes before anything is fetched."""
+@pytest.mark.parametrize("entry", list(HUB_ENTRIES), ids=list(HUB_ENTRIES))
+@pytest.mark.parametrize("mode", list(HUB_MODES), ids=list(HUB_MODES))
+def test_modes_transformers_moved_to_the_hub_are_refused_naming_the_option(mode, entry):
+    """transformers asked for trust_remote_code, then fetched and ran the Hub's code for the mode (offline: an
+    OSError about a missing generate.py). Contrastive search's repeats the cache per candidate and crops it back,
+    which FoxCache does not do; the others were never run against FoxCache. The refusal comes before anything is
+    fetched, and again if the Hub's code calls generate with its own loop."""
+    options, asked, fix = HUB_MODES[mode]
     model = make_model("fox-pro-tiny")
-    with pytest.raises(ValueError, match=re.escape("generate: penalty_alpha with top_k > 1 asks for contrastive "
-                                                   "search, which foxformer models do not support")):
-        CONTRASTIVE[entry](model, input_ids=tokens(1, 6), penalty_alpha=0.6, top_k=4, max_new_tokens=3,
-                           pad_token_id=0)
+    said = f"generate: {asked}, which foxformer models do not support; {fix}"
+    with pytest.raises(ValueError, match=f"^{re.escape(said)}"):
+        HUB_ENTRIES[entry](model, input_ids=tokens(1, 6), max_new_tokens=3, pad_token_id=0, **options)
+
+
+def test_penalty_alpha_beside_sampling_is_not_contrastive_search():
+    model = make_model("fox-pro-tiny")
     assert model.generate(tokens(1, 6), penalty_alpha=0.6, top_k=4, do_sample=True, max_new_tokens=3,
-                          pad_token_id=0).shape == (1, 9)  # sampling ignores penalty_alpha: not refused
+                          pad_token_id=0).shape == (1, 9)
 
 
 def test_logits_processors_stopping_criteria_and_a_streamer_act_on_generate():

@@ -21,6 +21,7 @@ from ..argtypes import did_you_mean, setting_name
 from .cache_settings import (CACHE_DECODE_MODES, DYNAMIC_CACHE, PAGED_ATTENTION, STATIC_CACHE, UNCOMPILED_STATIC_DECODE,
                              check_cache_settings, paged_refusal)
 from .config import FoxConfig, field_hint
+from .generate_modes import check_cache_batch, check_mode, check_options
 from .kvcache.cache import FoxCache
 from .kvcache.dense import DenseKV
 from .kvcache.graphs import DecodeGraphs, step_kind
@@ -625,43 +626,29 @@ class FoxForCausalLM(FoxPreTrainedModel, GenerationMixin):
                             "init_continuous_batching)")
 
     def _get_deprecated_gen_repo(self, generation_mode, *args, **kwargs):
-        """Refuse contrastive search where generate first knows its mode: transformers then asks for
-        trust_remote_code and runs the Hub's code, which repeats the cache per candidate token and crops it back:
-        FoxCache does neither, and the error would come from inside that code."""
-        if generation_mode == GenerationMode.CONTRASTIVE_SEARCH:
-            raise ValueError("generate: penalty_alpha with top_k > 1 asks for contrastive search, which foxformer "
-                             "models do not support; leave penalty_alpha out (greedy), or sample (do_sample=True, "
-                             "top_k) or search beams (num_beams) instead")
+        """Refuse the modes transformers moved to Hub code (generate_modes.HUB_MODES) where generate first knows its
+        mode: before it asks for trust_remote_code, and again when the Hub's code calls generate with its own loop."""
+        check_mode(generation_mode)
         return super()._get_deprecated_gen_repo(generation_mode, *args, **kwargs)
 
     def _prepare_cache_for_generation(self, generation_config, model_kwargs: dict, *args, **kwargs):
         """transformers builds no cache for a model without DynamicCache support, and its chunked prefill
         (prefill_chunk_size) then refuses to run: start generate with an empty FoxCache (the config's eviction
         settings, as forward's own) unless one was passed or use_cache is False."""
-        # Options whose paths need what FoxCache and these outputs do not have: they failed deep inside
-        # transformers (an AttributeError on the cache or on the output).
-        unsupported = {"prompt_lookup_num_tokens": "prompt-lookup decoding (it crops the cache)",
-                       "assistant_early_exit": "assisted decoding (it crops the cache)",
-                       "output_attentions": "attention weights (the fused kernels never form them)"}
-        for name, what in unsupported.items():
-            value = getattr(generation_config, name, None)
-            if value:
-                raise ValueError(f"generate: {name}={value!r} asks for {what}, which foxformer models do not "
-                                 f"support; leave it out")
-        check_cache_settings(generation_config.cache_implementation, getattr(generation_config, "max_cache_len", None))
-        # transformers 5.25 keeps assistant_model out of model_kwargs and hands the generation mode here instead:
-        # the check of model_kwargs alone let it through to an AttributeError on FoxCache (activate_past_recording).
         mode = next((a for a in (*args, *kwargs.values()) if isinstance(a, GenerationMode)), None)
-        if model_kwargs.get("assistant_model") is not None or mode == GenerationMode.ASSISTED_GENERATION:
-            raise ValueError("generate: an assistant_model asks for assisted decoding (it crops the cache), which "
-                             "foxformer models do not support; leave it out")
+        check_options(generation_config, mode, model_kwargs.get("assistant_model"))
+        check_cache_settings(generation_config.cache_implementation, getattr(generation_config, "max_cache_len", None))
+        given = next((model_kwargs[k] for k in ("cache", "past_key_values") if model_kwargs.get(k) is not None), None)
+        call = inspect.signature(super()._prepare_cache_for_generation).bind(generation_config, model_kwargs, *args,
+                                                                                **kwargs)
+        check_cache_batch(given, generation_config, call.arguments.get("batch_size"))
         trained = self.config.train_len
         if trained and (generation_config.max_length or 0) > trained and not getattr(self, "_said_train_len", False):
             self._said_train_len = True  # once per model: generate runs in loops
             warnings.warn(f"generate: the prompt and new tokens may reach {generation_config.max_length} tokens, more "
                           f"than the {trained} this model was trained on (config.train_len); past them FoX degrades "
                           f"gracefully, a Transformer with RoPE badly", stacklevel=3)
-        passed = model_kwargs.get("cache") is not None or model_kwargs.get("past_key_values") is not None
+        passed = given is not None
         asked = generation_config.cache_implementation
         if asked in CACHE_DECODE_MODES and not passed:
             # transformers would say it ignores the request: FoxCache grants it (transformers refuses it beside a

@@ -62,6 +62,13 @@ class FoxCache:
         return self.seq_len
 
     @property
+    def batch_size(self) -> Optional[int]:
+        """Rows held, None while empty."""
+        layer = next((layer for layer in self.layers if layer.filled), None)
+        shape = layer.shape(0) if layer is not None else None  # the rows come first whatever the kv heads
+        return shape[0] if shape is not None else None
+
+    @property
     def version(self) -> tuple:
         """The addresses and shapes of every layer's storage: a captured graph is valid while this stays."""
         return tuple((t.data_ptr(), tuple(t.shape)) if t is not None else None
