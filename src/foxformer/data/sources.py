@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import gzip
 import io
-import json
 import lzma
 import os
 import re
@@ -27,6 +26,7 @@ from typing import Iterator
 
 from ..argtypes import SettingError
 from ..paths import decode_utf8
+from . import jsonl
 from .digests import read_digests
 
 TEXT_SUFFIXES = (".txt", ".md", ".rst", ".text")
@@ -250,19 +250,6 @@ def _iter_stdlib() -> Iterator[Document]:
                     yield Document(id=os.path.relpath(path, root), source="builtin:stdlib", text=text)
 
 
-def _text_value(value, where: str, text_field: str) -> str:
-    """A row's text: null is an empty document (skipped, as Parquet nulls are); str(None) made one "None"."""
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise SettingError("source", f"{where} has a value of type {type(value).__name__} in field {text_field!r}, "
-                                     f"not text")
-    return value
-
-
-# Half of a UTF-16 surrogate pair: no character, and not encodable as UTF-8
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-
 # What the decompressors raise for a file cut short or not compressed as its name says
 DAMAGED_COMPRESSION = (EOFError, lzma.LZMAError, zlib.error, gzip.BadGzipFile)
 
@@ -288,45 +275,8 @@ def _read_file(path: str, spec: str, text_field: str) -> Iterator[Document]:
         yield Document(id=path, source=spec, text=text)
     elif kind == "jsonl":
         with _open_binary(path) as fh:
-            for lineno, raw in enumerate(fh, 1):
-                line = decode_utf8(raw, path, first_line=lineno)
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as e:
-                    if e.pos >= len(line.rstrip()):  # said "not valid JSON (Expecting value: line 2 column 1)"
-                        raise SettingError("source", f"{path}:{lineno} ends inside a JSON value: JSONL takes one whole "
-                                                     f"object per line, and a .json file of one value over several "
-                                                     f"lines (an array, pretty-printed) is not read: write it one "
-                                                     f"object a line (jq -c '.[]' does that for an array)") from None
-                    # json's own "line 1" is the row's: its column is the one to name
-                    raise SettingError("source", f"{path}:{lineno} is not valid JSON at column {e.colno} ({e.msg})") \
-                        from None
-                if not isinstance(row, dict):  # a .json file holding one array is the usual case
-                    fix = " (jq -c '.[]' writes an array one element a line)" if isinstance(row, list) else ""
-                    raise SettingError("source", f"{path}:{lineno} holds a JSON {type(row).__name__}, not an object: "
-                                                 f"JSONL takes one object per line, e.g. {{\"{text_field}\": \"...\"}}"
-                                                 f"{fix}")
-                if text_field not in row:
-                    fields = ", ".join(map(repr, list(row)[:5]))
-                    outer, dot, inner = text_field.partition(".")
-                    if dot and isinstance(row.get(outer), dict):  # "meta.text": the fix said was the one just taken
-                        raise SettingError("source", f"{path}:{lineno} has no field {text_field!r}: a field inside "
-                                                     f"another ({outer!r}) is not read; copy the text to a top-level "
-                                                     f"field (jq -c '. + {{text: .{outer}.{inner}}}') and give that")
-                    raise SettingError("source", f"{path}:{lineno} has no field {text_field!r} (its fields: {fields}); "
-                                                 f"set text_field / --text-field")
-                text = _text_value(row[text_field], f"{path}:{lineno}", text_field)
-                # JSON's escapes are the one way into a str of half a UTF-16 pair: gpt2 read it as U+FFFD in silence,
-                # the bytes and Hugging Face tokenizers stopped with an error that named no file
-                lone = _LONE_SURROGATE.search(text) if b"\\u" in raw else None
-                if lone:
-                    raise SettingError("source", f"{path}:{lineno} holds \\u{ord(lone.group()):04x} in field "
-                                                 f"{text_field!r}, half of a UTF-16 surrogate pair without its other "
-                                                 f"half, which is no text: fix the row (\\ufffd is the replacement "
-                                                 f"character) or leave the file out")
-                yield Document(id=str(row.get("id", f"{path}:{lineno}")), source=spec, text=text)
+            for doc_id, text in jsonl.rows(fh, path, text_field):
+                yield Document(id=doc_id, source=spec, text=text)
     elif kind == "parquet":
         try:
             import pyarrow.parquet as pq
@@ -341,7 +291,7 @@ def _read_file(path: str, spec: str, text_field: str) -> Iterator[Document]:
         for batch in table.iter_batches(columns=[text_field]):
             for text in batch.column(0).to_pylist():
                 yield Document(id=f"{path}:{row_no}", source=spec,
-                               text=_text_value(text, f"{path} row {row_no}", text_field))
+                               text=jsonl.text_value(text, f"{path} row {row_no}", text_field))
                 row_no += 1
 
 
@@ -393,8 +343,8 @@ def _iter_hf(spec: str, text_field: str) -> Iterator[Document]:
     for i, row in enumerate(ds):
         if text_field not in row:
             raise SettingError("source", f"{spec} rows have no field {text_field!r} (fields: {sorted(row)})")
-        yield Document(id=str(row.get("id", i)), source=spec, text=_text_value(row[text_field], f"{spec} row {i}",
-                                                                               text_field))
+        yield Document(id=str(row.get("id", i)), source=spec,
+                       text=jsonl.text_value(row[text_field], f"{spec} row {i}", text_field))
 
 
 def _source_kind(spec: str) -> str:
