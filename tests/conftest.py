@@ -15,6 +15,13 @@ import torch  # noqa: E402  (importing torch does not import triton)
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# Under pytest-xdist (the README's command runs two workers) each worker gets its share of the cores: torch's
+# default of one thread a core in every worker made CPU-bound tests wait on each other (tests/eval/test_mqar.py's
+# training 67 s against 17 s alone on the 2-core CI machine, 2026-12-07).
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1:
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // _WORKERS))
+
 
 @pytest.fixture(scope="session")
 def load_script():
