@@ -1,8 +1,12 @@
 """A JSONL source as users write it: the forms that read, and a refusal for each line that does not, naming the
 file and line with the command that fixes it."""
 import codecs
+import gzip
 import json
+import lzma
+import os
 import re
+import shlex
 import shutil
 import subprocess
 
@@ -13,6 +17,13 @@ from foxformer.data.sources import iter_documents
 
 ROWS = "".join(json.dumps({"text": f"doc {i}"}) + "\n" for i in range(3))
 TEXTS = ["doc 0", "doc 1", "doc 2"]
+JOIN, HAS = '.text |= join("\\n")', 'select(has("text"))'
+
+
+def fix(program: str, raw: bool = False) -> str:
+    """The command a refusal of x.jsonl gives, that rewrites it by the jq ``program`` (quoted for the shell: the
+    tests that run it tell whether it is quoted right)."""
+    return f"`jq -{'R' if raw else ''}c {shlex.quote(program)} x.jsonl > fixed.jsonl`"
 
 
 @pytest.mark.parametrize("data", [
@@ -35,7 +46,8 @@ def test_forms_an_editor_writes_just_work(tmp_path, data):
                                  "line"),
     ("Once upon a time a fox forgot everything it ever knew.\nThe end.\n",
      "x.jsonl:1 is not JSON (the line starts 'Once upon a time a fox forgot everything...'): the file looks like "
-     "plain text; name it .txt to read it as one document, or make each line a document (jq -Rc '{text: .}')"),
+     f"plain text; name it .txt to read it as one document, or make each line a document "
+     f"({fix('{text: .}', raw=True)})"),
     (ROWS + "a stray note\n", "x.jsonl:4 is not valid JSON at column 1 (Expecting value) (the line starts "
                               "'a stray note')"),
     ('[\n  {"text": "a"}\n]\n', "x.jsonl:1 ends inside a JSON value (the line starts '['): JSONL takes one whole "
@@ -44,39 +56,41 @@ def test_forms_an_editor_writes_just_work(tmp_path, data):
                                          "one'): a line break inside a text is written \\n in JSON Lines"),
     ('{"text": "a"}{"text": "b"}\n', "x.jsonl:1 holds more than one JSON value (the second at column 14) (the line "
                                      "starts '{\"text\": \"a\"}{\"text\": \"b\"}'): JSONL takes one object per line "
-                                     "(jq -c '.' writes each one on its own)"),
+                                     f"({fix('.')} writes each one on its own)"),
     (ROWS + "{'text': 'a'}\n", "x.jsonl:4 is not valid JSON at column 2 (the line starts \"{'text': 'a'}\"): JSON "
                                "quotes with \", where a Python dict's repr has ' (write each row with json.dumps)"),
     ('{"text": "a"}\n{"text": "b",}\n', "x.jsonl:2 is not valid JSON at column 14 (Expecting property name "
                                         "enclosed in double quotes) (the line starts '{\"text\": \"b\",}')"),
     ('[{"text": "a"}, {"text": "b"}]\n', "x.jsonl:1 holds a JSON list, not an object: JSONL takes one object per "
-                                         "line, e.g. {\"text\": \"...\"} (jq -c '.[]' writes an array one element "
-                                         "a line)"),
+                                         f"line, e.g. {{\"text\": \"...\"}} ({fix('.[]')} writes an array "
+                                         f"one element a line)"),
 ], ids=["truncated-last-line", "plain-text-file", "stray-text-line", "pretty-printed-array", "raw-line-break",
         "two-objects-on-a-line", "python-repr", "trailing-comma", "array-on-one-line"])
-def test_a_line_that_is_not_a_json_object_is_shown_with_its_fix(tmp_path, content, said):
+def test_a_line_that_is_not_a_json_object_is_shown_with_its_fix(tmp_path, monkeypatch, content, said):
     """Each was "is not valid JSON at column N (json's message)", without the line or a way out."""
+    monkeypatch.chdir(tmp_path)
     (tmp_path / "x.jsonl").write_text(content)
     with pytest.raises(ValueError, match=re.escape(said)):
-        list(iter_documents(str(tmp_path / "x.jsonl")))
+        list(iter_documents("x.jsonl"))
 
 
 @pytest.mark.parametrize("row, said", [
     ({"text": ["para one", "para two"]}, "has a list of texts in field 'text', not text: join them into one "
-                                         "(jq -c '.text |= join(\"\\n\")')"),
+                                         f"({fix(JOIN)})"),
     ({"text": {"lang": "en", "body": "the text"}}, "has an object in field 'text', not text: a field inside it is "
-                                                   "not read; copy its text out (jq -c '.text |= .body')"),
+                                                   f"not read; copy its text out ({fix('.text |= .body')})"),
     ({"label": "spam", "text": 3}, "has 3 (a number) in field 'text', not text; texts are JSON strings: quote it if "
                                    "it is one; the line has text in 'label'"),
     ({"text": True}, "has true (a boolean) in field 'text', not text; texts are JSON strings: quote it if it is "
                      "one"),
     ({"text": [1, "a"]}, "has a list in field 'text', not text"),
 ], ids=["list-of-texts", "object", "number", "boolean", "mixed-list"])
-def test_a_text_that_is_not_a_string_says_how_to_make_it_one(tmp_path, row, said):
+def test_a_text_that_is_not_a_string_says_how_to_make_it_one(tmp_path, monkeypatch, row, said):
     """Each was "has a value of type list in field 'text', not text", with no way to make it text."""
+    monkeypatch.chdir(tmp_path)
     (tmp_path / "x.jsonl").write_text(ROWS + json.dumps(row) + "\n")
     with pytest.raises(ValueError, match=re.escape(f"x.jsonl:4 {said}")):
-        list(iter_documents(str(tmp_path / "x.jsonl")))
+        list(iter_documents("x.jsonl"))
 
 
 @pytest.mark.parametrize("content, field, said", [
@@ -86,41 +100,62 @@ def test_a_text_that_is_not_a_string_says_how_to_make_it_one(tmp_path, row, said
                                          "/ --text-field"),
     (ROWS + '{"txt": "a"}\n', "text", "x.jsonl:4 has no field 'text', which the lines before it have (its fields: "
                                       "'txt') (did you mean 'txt'?): fix the line, or leave out the rows without it "
-                                      "(jq -c 'select(has(\"text\"))')"),
+                                      f"({fix(HAS)})"),
     ('{"meta": {"text": "a"}}\n', "meta.text", "x.jsonl:1 has no field 'meta.text': a field inside another ('meta') "
-                                               "is not read; copy the text to a top-level field (jq -c '. + {text: "
-                                               ".meta.text}') and give that"),
+                                               f"is not read; copy the text to a top-level field "
+                                               f"({fix('. + {text: .meta.text}')}) and give that"),
 ], ids=["first-line-close-name", "first-line-other-name", "one-later-line", "nested-field"])
-def test_a_missing_text_field_names_the_fields_there_are(tmp_path, content, field, said):
+def test_a_missing_text_field_names_the_fields_there_are(tmp_path, monkeypatch, content, field, said):
     """The advice was "set --text-field" for a row gone wrong among rows that read, and for the field just set."""
+    monkeypatch.chdir(tmp_path)
     (tmp_path / "x.jsonl").write_text(content)
     with pytest.raises(ValueError, match=re.escape(said)):
-        list(iter_documents(str(tmp_path / "x.jsonl"), text_field=field))
+        list(iter_documents("x.jsonl", text_field=field))
 
 
-def test_the_command_line_says_it_after_the_source_flag(tmp_path, capsys):
+def test_the_command_line_says_it_after_the_source_flag(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
     (tmp_path / "x.jsonl").write_text('{"text": ["a", "b"]}\n')
-    assert main(["data", "prepare", "--source", str(tmp_path / "x.jsonl"), "--out", str(tmp_path / "d"),
-                 "--tokenizer", "bytes", "--no-progress"]) == 2
-    assert capsys.readouterr().err.splitlines()[-1] == (f"error: --source: {tmp_path / 'x.jsonl'}:1 has a list of "
-                                                        f"texts in field 'text', not text: join them into one (jq -c "
-                                                        f"'.text |= join(\"\\n\")')")
+    assert main(["data", "prepare", "--source", "x.jsonl", "--out", "d", "--tokenizer", "bytes", "--no-progress"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (f"error: --source: x.jsonl:1 has a list of texts in field "
+                                                        f"'text', not text: join them into one ({fix(JOIN)})")
+
+
+def _written(path, content: str, compression: str) -> None:
+    """``content`` written to ``path``, compressed as its name says."""
+    opener = {"": open, ".gz": gzip.open, ".xz": lzma.open}[compression]
+    with opener(path, "wt", encoding="utf-8") as f:
+        f.write(content)
 
 
 @pytest.mark.skipif(shutil.which("jq") is None, reason="needs jq")
-@pytest.mark.parametrize("content, texts", [
-    ('{"text": ["a", "b"]}\n', ["a\nb"]),
-    ('{"text": {"body": "a"}}\n', ["a"]),
-    ('[\n  {"text": "a"},\n  {"text": "b"}\n]\n', ["a", "b"]),
-    ('{"text": "a"}{"text": "b"}\n', ["a", "b"]),
-    ("first line\nsecond line\n", ["first line", "second line"]),
-    ('{"text": "a"}\n{"txt": "b"}\n', ["a"]),
-], ids=["list-of-texts", "object", "pretty-printed-array", "two-objects-on-a-line", "plain-text", "one-later-line"])
-def test_the_jq_command_a_refusal_gives_fixes_the_file(tmp_path, content, texts):
-    path, fixed = tmp_path / "x.jsonl", tmp_path / "fixed.jsonl"
-    path.write_text(content)
+@pytest.mark.parametrize("compression", ["", ".gz", ".xz"], ids=["plain", "gzip", "xz"])
+@pytest.mark.parametrize("content, field, texts", [
+    ('{"text": ["a", "b"]}\n', "text", ["a\nb"]),
+    ('{"text": {"body": "a"}}\n', "text", ["a"]),
+    ('[\n  {"text": "a"},\n  {"text": "b"}\n]\n', "text", ["a", "b"]),
+    ('{"text": "a"}{"text": "b"}\n', "text", ["a", "b"]),
+    ("first line\nsecond line\n", "text", ["first line", "second line"]),
+    ('{"text": "a"}\n{"txt": "b"}\n', "text", ["a"]),
+    ('{"it\'s text": ["a", "b"]}\n', "it's text", ["a\nb"]),
+    ('{"it\'s text": "a"}\n{"txt": "b"}\n', "it's text", ["a"]),
+    ("first line\n", "it's text", ["first line"]),
+    ('{"meta": {"it\'s": "a"}}\n', "meta.it's", ["a"]),
+], ids=["list-of-texts", "object", "pretty-printed-array", "two-objects-on-a-line", "plain-text", "one-later-line",
+        "quote-in-field-list-of-texts", "quote-in-field-one-later-line", "quote-in-field-plain-text",
+        "quote-in-nested-field"])
+def test_the_jq_command_a_refusal_gives_fixes_the_file(tmp_path, monkeypatch, content, field, texts, compression):
+    """The commands assumed a file jq reads (a .jsonl.gz is none) and broke the shell's quoting at a ' in a
+    field's name. Run from another folder: the command names the file as given."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "in dir").mkdir()
+    path = os.path.join("in dir", f"x.jsonl{compression}")
+    _written(path, content, compression)
     with pytest.raises(ValueError) as refused:
-        list(iter_documents(str(path)))
-    command = re.findall(r"jq -R?c '[^']*'", str(refused.value))[0]
-    subprocess.run(f"{command} < {path} > {fixed}", shell=True, check=True)
-    assert [d.text for d in iter_documents(str(fixed))] == texts
+        list(iter_documents(path, text_field=field))
+    command = re.findall(r"`([^`]*)`", str(refused.value))[0]
+    assert command.startswith({"": "jq ", ".gz": "gzip -dc ", ".xz": "xz -dc "}[compression])
+    subprocess.run(command, shell=True, check=True)
+    # a nested field's fix copies it to "text", which is then the field to give
+    read_as = "text" if "." in field else field
+    assert [d.text for d in iter_documents("fixed.jsonl", text_field=read_as)] == texts

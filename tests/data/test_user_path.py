@@ -262,14 +262,14 @@ def test_a_model_export_that_records_no_tokenizer_is_refused(tmp_path, capsys):
     assert not (tmp_path / "d").exists()
 
 
-@pytest.mark.parametrize("out", ["docs", "docs/tokens"], ids=["the-source-folder", "inside-it"])
-def test_an_out_folder_in_the_source_folder_names_no_config_field(tmp_path, capsys, monkeypatch, out):
+@pytest.mark.parametrize("out, said", [("docs", "'docs' is the source folder"), (".", "'.' holds the source 'docs'")],
+                         ids=["the-source-folder", "a-folder-above-it"])
+def test_an_out_folder_that_holds_the_source_names_no_config_field(tmp_path, capsys, monkeypatch, out, said):
     """`--out: ... choose an out_dir outside it`: the flag's user typed no out_dir."""
     monkeypatch.chdir(tmp_path)
     os.mkdir("docs")
     (tmp_path / "docs" / "a.txt").write_text("a document")
     assert main(["data", "prepare", "--source", "docs", "--out", out, "--tokenizer", "bytes", "--no-progress"]) == 2
-    inside = "" if out == "docs" else "inside "
-    assert _error(capsys) == (f"error: --out: '{out}' is {inside}the source folder 'docs', whose files are read as "
-                              f"documents: the dataset's own (.json, .npy) would be read with them when it is prepared "
-                              f"again; give the dataset a folder outside it")
+    assert _error(capsys) == (f"error: --out: {said}: the dataset's files (manifest.json, shards/, train.bin, ...) "
+                              f"would be written among the documents; give the dataset a folder of its own, e.g. "
+                              f"'docs/prepared'")

@@ -48,6 +48,9 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
             kinds = ", ".join(f"{n} {ext}" for ext, n in source["left_out_files"].items())
             print(f"note: {source['spec']}: {sum(source['left_out_files'].values())} file(s) of kinds not read as "
                   f"documents left out ({kinds}); read are {KINDS_SAID}", file=sys.stderr)
+        if source.get("skipped_datasets"):
+            print(f"note: {source['spec']}: {len(source['skipped_datasets'])} prepared dataset folder(s) in it not "
+                  f"read as documents ({', '.join(source['skipped_datasets'])})", file=sys.stderr)
     held, docs = manifest["split"]["val"]["docs"], manifest["docs"]
     if held and held > 2 * cfg.val_fraction * docs:  # the split's minimum of one document, over a few
         print(f"note: {held} of {docs} documents ({held / docs:.0%}) held out for validation, more than the "

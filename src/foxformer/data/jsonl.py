@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
+from functools import partial
 from typing import Callable, Iterator
 
 from ..argtypes import SettingError, did_you_mean
@@ -17,10 +19,16 @@ from ..paths import decode_utf8
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def jq(program: str, raw: bool = False) -> str:
-    """The jq command that rewrites a file by ``program``, one JSON value a line out; ``raw``: its input is
-    lines of text."""
-    return f"jq -{'R' if raw else ''}c '{program}'"
+def jq(path: str, decompress: str | None, program: str, raw: bool = False) -> str:
+    """The shell command that rewrites the file ``path`` by the jq ``program`` into fixed.jsonl, one JSON value a
+    line, as a message shows it; ``decompress``: the command that writes a compressed file's bytes (jq reads none);
+    ``raw``: its input is lines of text."""
+    command = f"jq -{'R' if raw else ''}c {shlex.quote(program)}"
+    if decompress:
+        command = f"{decompress} {shlex.quote(path)} | {command}"
+    else:
+        command = f"{command} {shlex.quote(path)}"
+    return f"`{command} > fixed.jsonl`"
 
 
 def jq_key(field: str) -> str:
@@ -59,16 +67,16 @@ def _texts_in(row: dict) -> list[str]:
     return [k for k, v in row.items() if isinstance(v, str)]
 
 
-def _rewrite(value, row: dict, text_field: str) -> str:
+def _rewrite(value, row: dict, text_field: str, fix: Callable[..., str]) -> str:
     """How a JSONL row's text field of ``value`` becomes text, said after what it holds."""
     key = jq_key(text_field)
     if _is_texts(value):
         newline = json.dumps("\n")
-        return f": join them into one ({jq(f'.{key} |= join({newline})')})"
+        return f": join them into one ({fix(f'.{key} |= join({newline})')})"
     inner = _texts_in(value) if isinstance(value, dict) else []
     if inner:  # the longest text is the document's rather than its language's or title's
         inner = max(inner, key=lambda k: len(value[k]))
-        return f": a field inside it is not read; copy its text out ({jq(f'.{key} |= .{jq_key(inner)}')})"
+        return f": a field inside it is not read; copy its text out ({fix(f'.{key} |= .{jq_key(inner)}')})"
     others = ", ".join(map(repr, _texts_in(row)))
     where = f"; the line has text in {others}" if others else ""
     return f"; texts are JSON strings: quote it if it is one{where}"
@@ -80,7 +88,8 @@ def _start(line: str, width: int = 40) -> str:
     return repr(line if len(line) <= width else line[:width] + "...")
 
 
-def _not_json(where: str, line: str, e: json.JSONDecodeError, first: bool, last: bool, text_field: str) -> str:
+def _not_json(where: str, line: str, e: json.JSONDecodeError, first: bool, last: bool, text_field: str,
+              fix: Callable[..., str]) -> str:
     """Why a line that is not JSON is not, and its fix."""
     body = line.rstrip()
     # a string cut off is named where it starts, not where the line ends
@@ -95,13 +104,13 @@ def _not_json(where: str, line: str, e: json.JSONDecodeError, first: bool, last:
     if cut:  # said "not valid JSON (Expecting value: line 2 column 1)"
         return (f"{where} ends inside a JSON value {shown}: JSONL takes one whole object per line, and a .json file "
                 f"of one value over several lines (an array, pretty-printed) is not read: write it one object a line "
-                f"({jq('.[]')} does that for an array, {jq('.')} for objects one after another)")
+                f"({fix('.[]')} does that for an array, {fix('.')} for objects one after another)")
     if e.msg == "Extra data":
         return (f"{where} holds more than one JSON value (the second at column {e.colno}) {shown}: JSONL takes one "
-                f"object per line ({jq('.')} writes each one on its own)")
+                f"object per line ({fix('.')} writes each one on its own)")
     if first and not body.startswith(("{", "[")):
         return (f"{where} is not JSON {shown}: the file looks like plain text; name it .txt to read it as one "
-                f"document, or make each line a document ({jq(f'{{{jq_key(text_field)}: .}}', raw=True)})")
+                f"document, or make each line a document ({fix(f'{{{jq_key(text_field)}: .}}', raw=True)})")
     if line[e.pos:e.pos + 1] == "'":
         return (f"{where} is not valid JSON at column {e.colno} {shown}: JSON quotes with \", where a Python "
                 f"dict's repr has ' (write each row with json.dumps)")
@@ -109,22 +118,24 @@ def _not_json(where: str, line: str, e: json.JSONDecodeError, first: bool, last:
     return f"{where} is not valid JSON at column {e.colno} ({e.msg}) {shown}"
 
 
-def _no_field(where: str, row: dict, text_field: str, first: bool) -> str:
+def _no_field(where: str, row: dict, text_field: str, first: bool, fix: Callable[..., str]) -> str:
     """Why a row without the text field is refused, and its fix."""
     fields = ", ".join(map(repr, list(row)[:5])) + (", ..." if len(row) > 5 else "")
     outer, dot, inner = text_field.partition(".")
     if dot and isinstance(row.get(outer), dict):  # "meta.text": the fix said was the one just taken
         return (f"{where} has no field {text_field!r}: a field inside another ({outer!r}) is not read; copy the text "
-                f"to a top-level field ({jq(f'. + {{text: .{outer}.{inner}}}')}) and give that")
+                f"to a top-level field ({fix(f'. + {{text: .{jq_key(outer)}.{jq_key(inner)}}}')}) and give that")
     close = did_you_mean(text_field, _texts_in(row))
     if first:
         return f"{where} has no field {text_field!r} (its fields: {fields}){close}; set text_field / --text-field"
     return (f"{where} has no field {text_field!r}, which the lines before it have (its fields: {fields}){close}: "
-            f"fix the line, or leave out the rows without it ({jq(f'select(has({json.dumps(text_field)}))')})")
+            f"fix the line, or leave out the rows without it ({fix(f'select(has({json.dumps(text_field)}))')})")
 
 
-def rows(fh, path: str, text_field: str) -> Iterator[tuple[str, str]]:
-    """(id, text) of each document of a JSONL file's lines, ``fh`` its bytes; blank lines are none."""
+def rows(fh, path: str, text_field: str, decompress: str | None = None) -> Iterator[tuple[str, str]]:
+    """(id, text) of each document of a JSONL file's lines, ``fh`` its bytes (decompressed); ``decompress``: the
+    command that decompresses a compressed one, for the fixes' commands. Blank lines are none."""
+    fix = partial(jq, path, decompress)
     first = True
     for lineno, raw in enumerate(fh, 1):
         # `cat a.jsonl b.jsonl` keeps b's byte-order mark at the start of a line, which no JSON value starts with
@@ -135,16 +146,16 @@ def rows(fh, path: str, text_field: str) -> Iterator[tuple[str, str]]:
         try:
             row = json.loads(line)
         except json.JSONDecodeError as e:
-            raise SettingError("source", _not_json(where, line, e, first, not raw.endswith(b"\n"), text_field)) \
-                from None
+            raise SettingError("source", _not_json(where, line, e, first, not raw.endswith(b"\n"), text_field,
+                                                   fix)) from None
         if not isinstance(row, dict):  # a .json file holding one array is the usual case
-            fix = f" ({jq('.[]')} writes an array one element a line)" if isinstance(row, list) else ""
+            split = f" ({fix('.[]')} writes an array one element a line)" if isinstance(row, list) else ""
             raise SettingError("source", f"{where} holds a JSON {type(row).__name__}, not an object: JSONL takes "
-                                         f"one object per line, e.g. {{\"{text_field}\": \"...\"}}{fix}")
+                                         f"one object per line, e.g. {{\"{text_field}\": \"...\"}}{split}")
         if text_field not in row:
-            raise SettingError("source", _no_field(where, row, text_field, first))
+            raise SettingError("source", _no_field(where, row, text_field, first, fix))
         first = False
-        text = text_value(row[text_field], where, text_field, lambda value: _rewrite(value, row, text_field))
+        text = text_value(row[text_field], where, text_field, lambda value: _rewrite(value, row, text_field, fix))
         # JSON's escapes are the one way into a str of half a UTF-16 pair: gpt2 read it as U+FFFD in silence,
         # the bytes and Hugging Face tokenizers stopped with an error that named no file
         lone = _LONE_SURROGATE.search(text) if b"\\u" in raw else None

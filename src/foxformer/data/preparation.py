@@ -32,11 +32,10 @@ from ..argtypes import SettingError
 from ..paths import check_output_dir, folder_lock, replaced_atomically, write_json
 from ..progress import progress_bar
 from .digests import CACHE_FILE as DIGESTS, DigestCache
+from .layout import FORMAT, MANIFEST, SHARDS
 from .sources import CONTENT_PREFIX, by_file_times, describe_source, iter_documents
 from .tokenizer import GPT2_SPEC, canonical_name, load_tokenizer, older_tokenizer_files, tokenizer_files
 
-FORMAT = "foxformer-tokens-v1"
-MANIFEST = "manifest.json"
 DEFAULT_SOURCES = ("builtin:sympy",)
 # A longer document is encoded in parts of about this many characters (Tokenizer.encode_pieces): its ids as one
 # list of Python ints took about 40 bytes a token
@@ -287,7 +286,7 @@ def _tokenize_source(spec: str, shard_dir: str, cfg: PrepareConfig, tok, progres
             return False
 
         capped, empty = False, 0
-        for doc in iter_documents(spec, cfg.text_field):
+        for doc in iter_documents(spec, cfg.text_field, cfg.out_dir):
             if not doc.text or doc.text.isspace():  # isspace: no copy of a long text, unlike strip()
                 empty += 1
                 continue
@@ -394,10 +393,17 @@ def prepare(cfg: PrepareConfig, *, force: bool = False, progress: bool = True) -
     cfg.validate()
     check_output_dir(cfg.out_dir, "out_dir")
     _check_not_run_or_model(cfg.out_dir)
+    for spec in cfg.sources:
+        _check_out_dir_apart(cfg.out_dir, spec)
     # the sources' digests, kept in the dataset's folder for the next prepare (which reads unchanged files no more)
     digests = DigestCache(os.path.join(cfg.out_dir, DIGESTS), progress)
-    manifest = _prepare(cfg, [describe_source(s, digests) for s in cfg.sources], force, progress)
+    infos = [describe_source(s, digests, cfg.out_dir) for s in cfg.sources]
+    manifest = _prepare(cfg, infos, force, progress)
     digests.save()
+    # what this walk passed over, not what the walk that built a reused dataset did (a dataset since added)
+    for source, info in zip(manifest["sources"], infos):
+        if info.skipped:
+            source["skipped_datasets"] = list(info.skipped)
     return manifest
 
 
@@ -445,7 +451,6 @@ def _prepare(cfg: PrepareConfig, infos: list, force: bool, progress: bool) -> di
                                               f"{copy_of[digest][1]} (of {copy_of[digest][0]!r}): its documents would "
                                               f"be read twice, and a copy could land in train and another in "
                                               f"validation; leave one of them out")
-        _check_out_dir_outside(cfg.out_dir, info)
     request = {"sources": [{"spec": i.spec, "fingerprint": i.fingerprint} for i in infos],
                "tokenizer": cfg.tokenizer, "val_fraction": cfg.val_fraction, "seed": cfg.seed,
                "max_tokens_per_source": cfg.max_tokens_per_source, "text_field": cfg.text_field}
@@ -485,18 +490,19 @@ def _older_requests(request: dict, infos: list, tokenizer: str) -> list[dict]:
     return [{**rest, "sources": s, **f} for s in sources for f in folder]
 
 
-def _check_out_dir_outside(out_dir: str, info) -> None:
-    """ValueError when ``out_dir`` is the folder source ``info`` or inside it: the first prepare worked, and the
-    same command again was refused as a request whose files had changed (the dataset's own), then with --force
-    read its done.json as a document."""
-    if info.kind != "file" or not os.path.isdir(info.spec):
+def _check_out_dir_apart(out_dir: str, spec: str) -> None:
+    """ValueError when ``out_dir`` is the source ``spec`` or a folder that holds it: the dataset's files were
+    written among the documents (its manifest.json over a source of that name), and read as documents by a prepare
+    of that folder. A dataset inside a source folder is fine: the folder's walk passes over it."""
+    if spec.startswith(("builtin:", "hf:")) or not os.path.exists(spec):
         return
-    folder, out = os.path.realpath(info.spec), os.path.realpath(out_dir)
-    if out == folder or out.startswith(folder.rstrip(os.sep) + os.sep):
-        raise SettingError("out_dir", f"{out_dir!r} is {'' if out == folder else 'inside '}the source folder "
-                                      f"{info.spec!r}, whose files are read as documents: the dataset's own (.json, "
-                                      f".npy) would be read with them when it is prepared again; give the dataset "
-                                      f"a folder outside it")
+    source, out = os.path.realpath(spec), os.path.realpath(out_dir)
+    if source == out or source.startswith(out.rstrip(os.sep) + os.sep):
+        said = "is the source folder" if source == out else f"holds the source {spec!r}"
+        instead = os.path.join(spec, "prepared") if os.path.isdir(spec) else "data_cache/NAME"
+        raise SettingError("out_dir", f"{out_dir!r} {said}: the dataset's files (manifest.json, shards/, train.bin, "
+                                      f"...) would be written among the documents; give the dataset a folder of its "
+                                      f"own, e.g. {instead!r}")
 
 
 def _existing_dataset(out_dir: str, request: dict, older_requests: list[dict],
@@ -529,14 +535,14 @@ def _build(cfg: PrepareConfig, infos: list, request: dict, tok, progress: bool, 
     """Tokenize the sources of ``infos`` (reusing finished shards), write the splits, then the manifest.
     ``replace``: the manifest there is removed once the sources are tokenized, before the splits it describes are
     written over (a source that fails to read leaves the dataset there as it was)."""
-    _remove_stale_tmp(os.path.join(cfg.out_dir, "shards"))
+    _remove_stale_tmp(os.path.join(cfg.out_dir, SHARDS))
     # a run killed while it wrote the splits left their temporaries (a split's size each) beside them, for good
     _remove_stale_tmp(cfg.out_dir, (MANIFEST, *(f"{split}.{ext}" for split in ("train", "val")
                                                 for ext in ("bin", "idx.npy", "src.npy"))))
     dtype = token_dtype(tok.vocab_size)
     shard_infos, shards = [], []
     for s_idx, info in enumerate(infos):
-        shard_dir = os.path.join(cfg.out_dir, "shards",
+        shard_dir = os.path.join(cfg.out_dir, SHARDS,
                                  _shard_key(info.spec, info.fingerprint, cfg, request.get("tokenizer_files")))
         meta = _tokenize_source(info.spec, shard_dir, cfg, tok, progress)
         shard_infos.append({**meta, "fingerprint": info.fingerprint, "shard": os.path.relpath(shard_dir, cfg.out_dir),
@@ -594,7 +600,7 @@ def _prune_shards(out_dir: str, kept: set[str]) -> None:
     """Delete the shards of ``out_dir`` that its manifest no longer names (a source edited, another tokenizer):
     each kept a copy of its source's tokens for good. Called with the folder lock held, once the manifest is
     written: a prepare that fails before it still has them to reuse."""
-    folder = os.path.join(out_dir, "shards")
+    folder = os.path.join(out_dir, SHARDS)
     for entry in os.listdir(folder):
         # only shard keys: temporaries are _remove_stale_tmp's, and the folder holds nothing else of ours
         if entry not in kept and re.fullmatch(r"[0-9a-f]{16}", entry) and os.path.isdir(os.path.join(folder, entry)):

@@ -28,6 +28,7 @@ from ..argtypes import SettingError
 from ..paths import decode_utf8
 from . import jsonl
 from .digests import read_digests
+from .layout import MANIFEST, prepared_dataset
 
 TEXT_SUFFIXES = (".txt", ".md", ".rst", ".text")
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
@@ -53,6 +54,8 @@ class SourceInfo:
     fingerprint: str
     # a folder's files of kinds not read as documents, by extension: (".py", 120), ... (most first)
     left_out: tuple[tuple[str, int], ...] = ()
+    # a folder's prepared datasets, passed over: its walk read their manifests and shards as JSONL documents
+    skipped: tuple[str, ...] = ()
     # files: the real paths of the files read, in order, and the sha256 of each one's bytes
     files: tuple[str, ...] = ()
     digests: tuple[bytes, ...] = ()
@@ -61,8 +64,13 @@ class SourceInfo:
     older_fingerprints: tuple[str, ...] = ()
 
 
+# The compressions read, by how they end a name, each with the command that writes a file's bytes decompressed (in
+# the fixes messages give): `gzip -dc` rather than zcat, which on macOS looks for NAME.Z
+COMPRESSIONS = {".gz": "gzip -dc", ".xz": "xz -dc"}
+
+
 def _strip_compression(path: str) -> tuple[str, str | None]:
-    for ext in (".gz", ".xz"):
+    for ext in COMPRESSIONS:
         if path.endswith(ext):
             return path[: -len(ext)], ext
     return path, None
@@ -106,17 +114,18 @@ def _file_kind(path: str) -> str | None:
     return None
 
 
-def _scan(path: str) -> tuple[list[str], dict[str, int]]:
-    """The document files of ``path``, and the number of a folder's other files by extension."""
+def _scan(path: str, out_dir: str | None = None) -> tuple[list[str], dict[str, int], list[str]]:
+    """The document files of ``path``, the number of a folder's other files by extension, and the prepared
+    datasets in the folder that were passed over (``out_dir``, the one a prepare writes, among them)."""
     if os.path.isfile(path):
         if compression := _other_compression(path):
             raise SettingError("source", f"{path!r} is {compression} compressed, which is not read: "
                                          f"decompress it, or compress it again as .gz or .xz")
         if _file_kind(path) is None:
             raise SettingError("source", f"{path!r} is not a supported file; expected {KINDS_SAID}")
-        return [path], {}
+        return [path], {}, []
     if os.path.isdir(path):
-        return _walk_folder(path)
+        return _walk_folder(path, out_dir)
     if os.path.islink(path):
         raise SettingError("source", f"{path!r} is a symbolic link to {os.readlink(path)!r}, which does not exist")
     if os.path.exists(path):  # /dev/null, a FIFO, a socket, a shell's <(...): "does not exist" was untrue
@@ -141,23 +150,39 @@ def holds_documents(path: str) -> bool:
         return False
 
 
-def _walk_folder(path: str) -> tuple[list[str], dict[str, int]]:
+def _walk_folder(path: str, out_dir: str | None) -> tuple[list[str], dict[str, int], list[str]]:
     """The document files under ``path``, sorted, recursive. Linked folders are the user's documents too (they
     were left out without a word); a folder or file reached twice through links is read once (under its own
     name rather than a link's), since each copy of a document would be split on its own (one in train, one in
     validation), and a link to a folder above is not walked forever. A folder that cannot be read, or a link to
-    nothing, is an error, not fewer documents."""
+    nothing, is an error, not fewer documents. A prepared dataset inside it is passed over, as is ``out_dir``
+    before its manifest is written: their manifest.json and ids.json were read as JSONL documents."""
+    if prepared_dataset(path):
+        raise SettingError("source", f"{path!r} is a prepared dataset (it holds the {MANIFEST} or lock that `data "
+                                     f"prepare` writes), whose files are tokens, not documents: give the folder of "
+                                     f"the documents, and keep the dataset in a folder of its own")
+
     def unreadable(e: OSError):
         raise SettingError("source", f"the folder {e.filename!r} in {path!r} cannot be read ({e.strerror})") from None
 
-    walked, chosen, seen_dirs, other = [], {}, {os.path.realpath(path)}, {}
+    walked, chosen, seen_dirs, other, skipped = [], {}, {os.path.realpath(path)}, {}, []
+    out = None if out_dir is None else os.path.realpath(out_dir)
+    inside = None if out is None else os.path.relpath(out, os.path.realpath(path))
+    # not yet there, written after this walk and passed over by the next one: said by both (".." is outside, and
+    # a hidden folder is passed over in silence)
+    if inside and not os.path.exists(out) and not any(part.startswith(".") for part in inside.split(os.sep)):
+        skipped.append(out_dir)
     for root, dirs, files in os.walk(path, onerror=unreadable, followlinks=True):
         # hidden entries (.git, an editor's swap files, macOS's ._ resource forks) are not the user's documents
         kept = []
         for d in sorted(d for d in dirs if not d.startswith(".")):
             real = os.path.realpath(os.path.join(root, d))
-            if real not in seen_dirs:
-                seen_dirs.add(real)
+            if real in seen_dirs:
+                continue
+            seen_dirs.add(real)
+            if real == out or prepared_dataset(real):
+                skipped.append(os.path.join(root, d))
+            else:
                 kept.append(d)
         dirs[:] = kept
         for f in sorted(files):
@@ -178,8 +203,10 @@ def _walk_folder(path: str) -> tuple[list[str], dict[str, int]]:
             if real not in chosen or os.path.islink(chosen[real]) and not os.path.islink(full):
                 chosen[real] = full
     if not walked:
-        raise SettingError("source", f"directory {path!r} holds no file of a kind read as documents: {KINDS_SAID} "
-                                     f"(source code: gather the files into a .jsonl, one {{\"text\": ...}} a line)")
+        passed = f" outside the prepared datasets in it ({', '.join(map(repr, skipped))})" if skipped else ""
+        raise SettingError("source", f"directory {path!r} holds no file of a kind read as documents{passed}: "
+                                     f"{KINDS_SAID} (source code: gather the files into a .jsonl, one "
+                                     f"{{\"text\": ...}} a line)")
     files = [full for full, real in walked if chosen[real] == full]
     # a.txt beside a.txt.gz (gzip -k keeps the original): the same documents twice, one copy may land in validation
     by_base: dict[str, str] = {}
@@ -189,7 +216,7 @@ def _walk_folder(path: str) -> tuple[list[str], dict[str, int]]:
             raise SettingError("source", f"{other_form!r} and {full!r} are one file with and without compression: its "
                                          f"documents would be read twice (a copy could land in train and another in "
                                          f"validation); move one out of {path!r}")
-    return files, other
+    return files, other, sorted(skipped)
 
 
 def _package_dir(name: str) -> str:
@@ -275,7 +302,8 @@ def _read_file(path: str, spec: str, text_field: str) -> Iterator[Document]:
         yield Document(id=path, source=spec, text=text)
     elif kind == "jsonl":
         with _open_binary(path) as fh:
-            for doc_id, text in jsonl.rows(fh, path, text_field):
+            comp = _strip_compression(path)[1]
+            for doc_id, text in jsonl.rows(fh, path, text_field, comp and COMPRESSIONS[comp]):
                 yield Document(id=doc_id, source=spec, text=text)
     elif kind == "parquet":
         try:
@@ -362,9 +390,10 @@ def _source_kind(spec: str) -> str:
     return "file"
 
 
-def describe_source(spec: str, digests=read_digests) -> SourceInfo:
+def describe_source(spec: str, digests=read_digests, out_dir: str | None = None) -> SourceInfo:
     """Resolve a spec without parsing documents (a file source's files are read for their fingerprint, through
-    ``digests``: see content_fingerprint); raises ValueError for a bad spec."""
+    ``digests``: see content_fingerprint); raises ValueError for a bad spec. ``out_dir``: the folder a prepare
+    writes, passed over where it lies inside a source folder."""
     kind = _source_kind(spec)
     if kind == "builtin":
         import sys
@@ -375,7 +404,7 @@ def describe_source(spec: str, digests=read_digests) -> SourceInfo:
     if kind == "hf":
         name, config, split = _parse_hf(spec)
         return SourceInfo(spec=spec, kind=kind, fingerprint=f"{name}:{config}@{split}")
-    files, other = _scan(spec)
+    files, other, skipped = _scan(spec, out_dir)
     # by content and names within the source: a copied, moved or touched source is the same; its paths and mtimes
     # made it another request
     root = spec if os.path.isdir(spec) else os.path.dirname(spec)
@@ -390,6 +419,7 @@ def describe_source(spec: str, digests=read_digests) -> SourceInfo:
                                      f"or {fix}") from None
     return SourceInfo(spec=spec, kind=kind, fingerprint=fingerprint,
                       left_out=tuple(sorted(other.items(), key=lambda item: (-item[1], item[0]))),
+                      skipped=tuple(skipped),
                       files=tuple(os.path.realpath(f) for f in files), digests=tuple(file_digests),
                       older_fingerprints=(files_fingerprint(stats, lambda st: st.st_mtime_ns),
                                           files_fingerprint(stats, lambda st: int(st.st_mtime))))
@@ -426,8 +456,8 @@ def by_file_times(fingerprint: str) -> bool:
     return re.fullmatch(r"[0-9a-f]{16}", fingerprint) is not None
 
 
-def iter_documents(spec: str, text_field: str = "text") -> Iterator[Document]:
-    """Yield the documents of one source spec in a fixed order."""
+def iter_documents(spec: str, text_field: str = "text", out_dir: str | None = None) -> Iterator[Document]:
+    """Yield the documents of one source spec in a fixed order; ``out_dir`` as describe_source takes it."""
     kind = _source_kind(spec)
     if kind == "builtin":
         name = spec.split(":", 1)[1]
@@ -435,5 +465,5 @@ def iter_documents(spec: str, text_field: str = "text") -> Iterator[Document]:
     elif kind == "hf":
         yield from _iter_hf(spec, text_field)
     else:
-        for path in _scan(spec)[0]:
+        for path in _scan(spec, out_dir)[0]:
             yield from _iter_file(path, spec, text_field)
