@@ -33,7 +33,8 @@ CASES = [
     ("gate-dtype", dict(log_fgate=torch.zeros(1, 8, 4, dtype=torch.int64)), TypeError, "log_fgate must be a floating"),
     ("gate-nan", dict(log_fgate=torch.full((1, 8, 4), float("nan"))), ValueError, "NaN"),
     ("gate-positive", dict(log_fgate=torch.full((1, 8, 4), 0.5)), ValueError, "<= 0"),
-    ("qkv-dtypes", dict(k=torch.randn(1, 8, 2, 16, dtype=torch.float64)), TypeError, "share one dtype"),
+    ("qkv-dtypes", dict(k=torch.randn(1, 8, 2, 16, dtype=torch.float64)), TypeError,
+     r"share one dtype, got q torch.float32, k torch.float64, v torch.float32; cast them with \.to\(q\.dtype\)"),
     ("int-q", dict(q=torch.zeros(1, 8, 4, 16, dtype=torch.int32)), TypeError, "q must be float16"),
     ("not-a-tensor", dict(q=[1, 2]), TypeError, "q must be a torch.Tensor"),
     ("cu-int64", dict(cu_seqlens=torch.tensor([0, 8])), TypeError, "int32"),
@@ -51,7 +52,33 @@ CASES = [
     ("return-lse-str", dict(return_lse="yes"), TypeError, "return_lse must be True or False"),
     # q, k, v in [B, H, T, D] (with GQA) blamed the gate's shape, or claimed q had more positions than k
     ("bhtd-layout", dict(q=torch.randn(1, 4, 8, 16), k=torch.randn(1, 2, 8, 16), v=torch.randn(1, 2, 8, 16),
-                         log_fgate=-torch.rand(1, 8, 4)), ValueError, "disagree on which dim is seq"),
+                         log_fgate=-torch.rand(1, 8, 4)), ValueError,
+     r"\[batch, heads, seq, \.\.\.\] layout\): pass q\.transpose\(1, 2\), k\.transpose\(1, 2\), "
+     r"v\.transpose\(1, 2\)$"),
+    # the gate in [B, H, T] as well: "q has more positions (Tq=4) than k and v (Tk=2)"
+    ("bhtd-layout-gate-too", dict(q=torch.randn(1, 4, 8, 16), k=torch.randn(1, 2, 8, 16), v=torch.randn(1, 2, 8, 16),
+                                  log_fgate=-torch.rand(1, 4, 8)), ValueError,
+     r"pass q\.transpose\(1, 2\), k\.transpose\(1, 2\), v\.transpose\(1, 2\), "
+     r"log_fgate\.transpose\(1, 2\)$"),
+    # k and v alone: "query heads (4) must be a multiple of key/value heads (8)"
+    ("k-v-bhtd", dict(k=torch.randn(1, 2, 8, 16), v=torch.randn(1, 2, 8, 16)), ValueError,
+     r"pass k\.transpose\(1, 2\), v\.transpose\(1, 2\)$"),
+    ("gate-bht", dict(log_fgate=-torch.rand(1, 4, 8)), ValueError, r"pass log_fgate\.transpose\(1, 2\)$"),
+    # T = 4 and H = 8 fit as well as T = 8 and H = 4: both fixes, for the caller to choose
+    ("bhtd-or-gate-bht", dict(q=torch.randn(1, 4, 8, 16), k=torch.randn(1, 4, 8, 16), v=torch.randn(1, 4, 8, 16),
+                              log_fgate=-torch.rand(1, 8, 4)), ValueError,
+     r"pass log_fgate\.transpose\(1, 2\) or q\.transpose\(1, 2\), k\.transpose\(1, 2\), v\.transpose\(1, 2\) "
+     r"\(whichever matches how they were made\)$"),
+    # with Tq < Tk a gate of the queries alone (Tq = Hq = 4 here) was taken for a transposed one
+    ("gate-of-queries-only", dict(q=torch.randn(1, 4, 4, 16), log_fgate=-torch.rand(1, 4, 4)), ValueError,
+     r"got \(1, 4, 4\); it has one entry per key position \(Tk=8\), not per query \(Tq=4\)"),
+    ("no-positions", dict(q=torch.randn(1, 0, 4, 16), k=torch.randn(1, 0, 2, 16), v=torch.randn(1, 0, 2, 16),
+                          log_fgate=-torch.rand(1, 0, 4)), ValueError, "need at least one position .*skip the call"),
+    ("no-heads", dict(q=torch.randn(1, 8, 0, 16), k=torch.randn(1, 8, 0, 16), v=torch.randn(1, 8, 0, 16),
+                      log_fgate=-torch.rand(1, 8, 0)), ValueError, "need at least one head .*Hq=0, Hkv=0"),
+    # +inf is f = e^inf: as invalid a log-sigmoid as any positive gate
+    ("gate-plus-inf", dict(log_fgate=torch.zeros(1, 8, 4).index_fill_(1, torch.tensor([3]), float("inf"))),
+     ValueError, r"log_fgate must be <= 0 .*F\.logsigmoid"),
 ]
 
 
@@ -90,7 +117,8 @@ def test_gluon_on_cpu_tensors_points_to_a_backend_that_runs_there():
 def test_different_devices():
     a = _ok()
     meta_k = torch.empty(1, 8, 2, 16, device="meta")
-    with pytest.raises(ValueError, match="one device"):
+    with pytest.raises(ValueError, match=r"one device, got q on cpu, k on meta, v on meta, log_fgate on cpu; move them "
+                                         r"with \.to\(q\.device\)"):
         forgetting_attention(a["q"], meta_k, meta_k, a["log_fgate"], backend="torch")
 
 

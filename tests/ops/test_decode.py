@@ -161,6 +161,11 @@ def _bad_decode_inputs():
         "k-device": ((q, meta, meta, c, None), ValueError, "one device"),
         "start-device": ((q, k, v, c, torch.zeros(1, 2, dtype=torch.long, device="meta")), ValueError, "one device"),
         "no-kv-heads": ((q, k[:, :, :0], v[:, :, :0], c, None), ValueError, "multiple"),
+        # [B, H, T, D] caches were refused as "q heads (4) must be a multiple of k/v heads (8)"
+        "k-v-bhtd": ((q, k.transpose(1, 2), v.transpose(1, 2), c, None), ValueError,
+                     r"pass k\.transpose\(1, 2\), v\.transpose\(1, 2\)$"),
+        "q-bhtd": ((q.transpose(1, 2), k, v, c, None), ValueError, r"pass q\.transpose\(1, 2\)$"),
+        "c-bht": ((q, k, v, c.transpose(1, 2), None), ValueError, r"pass c\.transpose\(1, 2\)$"),
     }
 
 
@@ -170,6 +175,14 @@ def test_bad_inputs_named(case, backend):
     args, exc, match = _bad_decode_inputs()[case]
     with pytest.raises(exc, match=match):
         forgetting_attention_decode(*args, backend=backend)
+
+
+def test_triton_backend_names_the_fix_for_a_strided_last_dim():
+    q, k, v, c = make(1, 1, 8, 4, 2, 16, torch.float32)
+    v = torch.cat([v, v], dim=-1)[..., ::2]
+    with pytest.raises(ValueError, match=r"v must have a contiguous last dim .*pass v\.contiguous\(\), or use "
+                                         r"backend='torch'"):
+        forgetting_attention_decode(q, k, v, c, backend="triton")
 
 
 def test_head_dim_1_with_any_last_stride():

@@ -5,6 +5,7 @@ ValueError or TypeError instead of deep inside a kernel (or, worse, silently).
 """
 from __future__ import annotations
 
+import itertools
 import math
 import os
 
@@ -48,7 +49,41 @@ def check_qkv_tensors(q, k, v, gate, gate_name) -> None:
         if x.dtype not in _FLOAT_DTYPES:
             raise TypeError(f"{name} must be float16, bfloat16, float32 or float64, got {x.dtype}")
     if not (q.dtype == k.dtype == v.dtype):
-        raise TypeError(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+        raise TypeError(f"q, k and v must share one dtype, got q {q.dtype}, k {k.dtype}, v {v.dtype}; cast them "
+                        f"with .to(q.dtype)")
+
+
+def _fits(q, kv, gate) -> bool:
+    B, Tq, Hq, D = q
+    Bk, Tk, Hkv, Dk = kv
+    return Bk == B and Dk == D and Hq > 0 and Hkv > 0 and Hq % Hkv == 0 and Tq <= Tk and gate == (B, Tk, Hq)
+
+
+def _layout_fixes(q, k, gate) -> list[tuple[int, ...]]:
+    """Which of (q, k and v, the gate) swapped in dims 1 and 2 make the shapes fit, when they do not as given: a
+    [batch, heads, seq, ...] layout failed on whichever dim it first broke (heads "not a multiple", "more
+    positions"), never saying the layout. Several answers are possible (T and H both 4 and 8): all are given."""
+    shapes = (tuple(q.shape), tuple(k.shape), tuple(gate.shape))
+    if gate.dim() != 3 or 0 in sum(shapes, ()) or _fits(*shapes):  # an empty dim swapped is no clue
+        return []
+    swap = lambda s: (s[0], s[2], s[1], *s[3:])  # noqa: E731
+    return [combo for n in (1, 2, 3) for combo in itertools.combinations(range(3), n)
+            if _fits(*(swap(s) if i in combo else s for i, s in enumerate(shapes)))]
+
+
+def check_layout(q, k, gate, gate_name) -> None:
+    """q, k (v: k's shape) and a [batch, seq, heads] gate: a ValueError naming the transposes that would fit them."""
+    fixes = _layout_fixes(q, k, gate)
+    if not fixes:
+        return
+    names = ("q", "k, v", gate_name)
+    calls = " or ".join(", ".join(f"{x}.transpose(1, 2)" for i in combo for x in names[i].split(", "))
+                        for combo in fixes)
+    which = " (whichever matches how they were made)" if len(fixes) > 1 else ""
+    raise ValueError(f"q {tuple(q.shape)}, k and v {tuple(k.shape)} and {gate_name} {tuple(gate.shape)} do not fit "
+                     f"the layout q, k, v [batch, seq, heads, head_dim] and {gate_name} [batch, seq, heads], but would "
+                     f"with seq and heads swapped in some of them (a [batch, heads, seq, ...] layout): pass "
+                     f"{calls}{which}")
 
 
 def check_common(q, k, v, gate, gate_name, softmax_scale, cu_seqlens, max_seqlen):
@@ -58,33 +93,37 @@ def check_common(q, k, v, gate, gate_name, softmax_scale, cu_seqlens, max_seqlen
     Bk, Tk, Hkv, Dk = k.shape
     if k.shape != v.shape:
         raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
-    if gate.shape != (B, Tk, Hq) and gate.shape == (B, Hq, Tq):  # seq and heads swapped in one of them
-        raise ValueError(f"q {tuple(q.shape)} and {gate_name} {tuple(gate.shape)} disagree on which dim is seq: the "
-                         f"layout is q, k, v [batch, seq, heads, head_dim] and {gate_name} [batch, seq, heads]; "
-                         f"q, k, v in [batch, heads, seq, head_dim] need .transpose(1, 2) (a gate in [batch, heads, "
-                         f"seq] likewise)")
+    check_layout(q, k, gate, gate_name)
     if Bk != B:
         raise ValueError(f"batch mismatch: q has batch {B}, k and v have {Bk}")
     if Dk != D:
         raise ValueError(f"head_dim mismatch: q has {D}, k and v have {Dk}")
     if not 1 <= D <= MAX_HEAD_DIM:
         raise ValueError(f"head_dim must be in [1, {MAX_HEAD_DIM}], got {D}")
-    if Hkv == 0 or Hq % Hkv != 0:
+    if Hq == 0 or Hkv == 0:
+        raise ValueError(f"q and k, v need at least one head (dim 2 of [batch, seq, heads, head_dim]), got Hq={Hq}, "
+                         f"Hkv={Hkv}")
+    if Hq % Hkv != 0:
         raise ValueError(f"query heads ({Hq}) must be a multiple of key/value heads ({Hkv})")
     if Tq == 0 or Tk == 0:
-        raise ValueError(f"sequence lengths must be positive, got Tq={Tq}, Tk={Tk}")
+        raise ValueError(f"q and k, v need at least one position (dim 1 of [batch, seq, heads, head_dim]), got "
+                         f"Tq={Tq}, Tk={Tk}; an empty sequence has nothing to attend: skip the call")
     if Tq > Tk:
         raise ValueError(f"q has more positions (Tq={Tq}) than k and v (Tk={Tk}); queries are the last Tq keys' positions")
     if gate.shape != (B, Tk, Hq):
-        raise ValueError(f"{gate_name} must be [batch, Tk, Hq] = {(B, Tk, Hq)}, got {tuple(gate.shape)}")
+        # with Tq < Tk, the gates of the queries alone are the likely mistake: the bias needs every key's
+        hint = (f"; it has one entry per key position (Tk={Tk}), not per query (Tq={Tq})"
+                if Tq != Tk and gate.shape == (B, Tq, Hq) else "")
+        raise ValueError(f"{gate_name} must be [batch, Tk, Hq] = {(B, Tk, Hq)}, got {tuple(gate.shape)}{hint}")
     if gate.dtype not in _FLOAT_DTYPES:
         raise TypeError(f"{gate_name} must be a floating tensor, got {gate.dtype}")
-    devices = {x.device for x in (q, k, v, gate)}
+    named = {"q": q, "k": k, "v": v, gate_name: gate}
     if cu_seqlens is not None:
         _require_tensor(cu_seqlens, "cu_seqlens")
-        devices.add(cu_seqlens.device)
-    if len(devices) > 1:
-        raise ValueError(f"all tensors must be on one device, got {sorted(str(d) for d in devices)}")
+        named["cu_seqlens"] = cu_seqlens
+    if len({x.device for x in named.values()}) > 1:
+        where = ", ".join(f"{name} on {x.device}" for name, x in named.items())
+        raise ValueError(f"all tensors must be on one device, got {where}; move them with .to(q.device)")
     softmax_scale = check_softmax_scale(softmax_scale, D)
     # int() would take "5", 5.7 or a tensor without a word (a SymInt is how torch.compile passes an int)
     if max_seqlen is not None and (isinstance(max_seqlen, bool) or not isinstance(max_seqlen, (int, torch.SymInt))):

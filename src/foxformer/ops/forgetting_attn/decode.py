@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .checks import check_softmax_scale, check_triton_device
+from .checks import check_layout, check_softmax_scale, check_triton_device
 from .paging import gather_live
 from .tiles import LAUNCH_OPTIONS, launch_grid
 
@@ -55,6 +55,8 @@ def _check(q, k, v, c, start, page_table, seq_len) -> int:
         for name, t in (("k", k), ("v", v)):
             if t.dim() != 4:
                 raise ValueError(f"{name} must be a 4-D tensor [B, T, H, D]")
+        if v.shape == k.shape and c.dim() == 3:
+            check_layout(q, k, c, "c")
         Tk, Hkv = k.shape[1], k.shape[2]
         if k.shape != (B, Tk, Hkv, D) or v.shape != k.shape:
             raise ValueError(f"k and v must be [B, Tk, Hkv, D] = [{B}, Tk, Hkv, {D}], got {tuple(k.shape)}, "
@@ -73,7 +75,8 @@ def _check(q, k, v, c, start, page_table, seq_len) -> int:
         raise ValueError(f"q heads ({Hq}) must be a multiple of k/v heads ({Hkv})")
     # The Triton kernel multiplies q by k and p by v as loaded: mixed dtypes failed inside Triton.
     if not (q.dtype == k.dtype == v.dtype):
-        raise TypeError(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+        raise TypeError(f"q, k and v must share one dtype, got q {q.dtype}, k {k.dtype}, v {v.dtype}; cast them "
+                        f"with .to(q.dtype)")
     if not q.is_floating_point():  # the torch path would return a truncated integer result
         raise TypeError(f"q, k and v must be floating tensors, got {q.dtype}")
     want = (B, capacity, Hq) if page_table is None else (*k.shape[:2], Hq // Hkv)
@@ -87,11 +90,12 @@ def _check(q, k, v, c, start, page_table, seq_len) -> int:
     # A float start was truncated by the Triton kernel but rounded up by the torch path's j >= start.
     if start is not None and (start.is_floating_point() or start.is_complex() or start.dtype == torch.bool):
         raise TypeError(f"start must be an integer tensor, got {start.dtype}")
-    tensors = (q, k, v, c) + tuple(t for t in (start, page_table, seq_len) if isinstance(t, torch.Tensor))
-    devices = {t.device for t in tensors}
-    if len(devices) > 1:
-        raise ValueError(f"q, k, v, c, start, page_table and seq_len must be on one device, got "
-                         f"{sorted(str(d) for d in devices)}")
+    named = {name: t for name, t in (("q", q), ("k", k), ("v", v), ("c", c), ("start", start),
+                                     ("page_table", page_table), ("seq_len", seq_len)) if isinstance(t, torch.Tensor)}
+    if len({t.device for t in named.values()}) > 1:
+        where = ", ".join(f"{name} on {t.device}" for name, t in named.items())
+        raise ValueError(f"q, k, v, c, start, page_table and seq_len must be on one device, got {where}; move them "
+                         f"with .to(q.device)")
     if isinstance(seq_len, torch.Tensor):
         if seq_len.numel() != 1 or seq_len.is_floating_point() or seq_len.dtype == torch.bool:
             raise ValueError(f"seq_len must be an int or a one-element integer tensor, got {seq_len.dtype} "
@@ -466,7 +470,8 @@ def triton_decode(q, k, v, c, start, scale, num_splits, table, seq_len, capacity
     G = Hq // Hkv
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.stride(-1) != 1 and t.shape[-1] != 1:  # D = 1: one element per row, any stride (fwd.py)
-            raise ValueError(f"{name} must have a contiguous last dim")
+            raise ValueError(f"{name} must have a contiguous last dim for the triton backend (stride {t.stride(-1)} "
+                             f"there); pass {name}.contiguous(), or use backend='torch'")
     if q.dtype not in (torch.float32, torch.float16, torch.bfloat16):
         raise TypeError(f"the Triton decode kernel takes fp32, fp16 or bf16 q/k/v, got {q.dtype} "
                         f"(use backend='torch' for fp64)")
