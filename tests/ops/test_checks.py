@@ -4,6 +4,7 @@ import torch
 
 from foxformer import forgetting_attention, forgetting_attention_cumsum, gate_cumsum
 from foxformer.ops import gated_linear_attention, naive_forgetting_attention
+from foxformer.ops.forgetting_attn.checks import NonFiniteValueError
 
 
 def _ok(B=1, Tq=8, Tk=8, Hq=4, Hkv=2, D=16):
@@ -135,8 +136,22 @@ def test_cumsum_entry_rejects_non_finite_c(bad):
     a = _ok()
     c = torch.zeros(1, 8, 4, dtype=torch.float64)
     c[0, 4:, 1] = bad
-    with pytest.raises(ValueError, match="c must be finite"):
+    with pytest.raises(ValueError, match=r"c must be finite .*got inf \(4 of 32 entries, the first at batch 0, "
+                                         r"position 4, head 1\)"):
         forgetting_attention_cumsum(a["q"], a["k"], a["v"], c, backend="torch")
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_a_nan_gate_is_said_with_where_it_is_and_where_it_came_from(backend):
+    """Was `log_fgate contains NaN` alone: no entry to look at, nothing on where the NaN came from."""
+    a = _ok(B=2)
+    a["log_fgate"][1, 5, 3] = a["log_fgate"][1, 6, 0] = float("nan")
+    with pytest.raises(NonFiniteValueError) as e:
+        forgetting_attention(a["q"], a["k"], a["v"], a["log_fgate"], backend=backend)
+    assert str(e.value) == ("log_fgate contains NaN (2 of 64 entries, the first at batch 1, position 5, head 3): a NaN "
+                            "gate comes from NaN in what made it (the gate logits, their inputs or weights); find the "
+                            "first with torch.isnan")
+    assert e.value.what == "log_fgate contains NaN"  # what the training loop says, with its own fix
 
 
 def _varlen_half(T=40, seed=0):

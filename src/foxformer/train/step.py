@@ -58,7 +58,7 @@ def train_step(runner, wrapped: torch.nn.Module, model: torch.nn.Module, optimiz
                 loss = runner(x, labels=x, **loss_kwargs).loss
             (loss / plan.accum).backward()
         except NonFiniteValueError as e:  # the attention ops' value check, before the loss could show it
-            raise diverged(cfg, step + 1, f"the forward pass overflowed ({e})") from None
+            raise diverged(cfg, step + 1, f"the forward pass overflowed ({e.what})") from None
         loss_sum += loss.detach()
     if first:
         check_gradients_arrived(model)

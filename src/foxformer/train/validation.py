@@ -70,7 +70,7 @@ def validation_record(model: torch.nn.Module, val: TokenDataset, n_seqs: int, mi
         with forget_gate_means(model) as gates:
             loss, _ = evaluate(model, val, n_seqs, micro_batch, info, bf16, gates)
     except NonFiniteValueError as e:
-        raise diverged(cfg, step, f"the validation forward pass overflowed ({e})") from None
+        raise diverged(cfg, step, f"the validation forward pass overflowed ({e.what})") from None
     if not math.isfinite(loss):  # a model that gives NaN on held-out text is no checkpoint to keep
         raise diverged(cfg, step, f"the validation loss is {loss:g}")
     rec = {"kind": "eval", "step": step, "tokens": tokens, "val_loss": loss}

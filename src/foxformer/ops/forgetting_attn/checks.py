@@ -21,7 +21,23 @@ _KERNEL_DTYPES = (torch.float16, torch.bfloat16)
 
 class NonFiniteValueError(ValueError):
     """A gate holding NaN (or an infinite cumsum). Its own class: a caller whose gate comes from trained weights
-    (the training loop) can tell a model that diverged from a wrong argument."""
+    (the training loop) can tell a model that diverged from a wrong argument; ``what`` says it without the
+    argument's fix, which is not the fix of a model that diverged (the loop gives its own)."""
+
+    def __init__(self, what: str, fix: str = ""):  # one argument: the message, as pickle rebuilds it
+        super().__init__(f"{what} {fix}" if fix else what)
+        self.what = what
+
+
+def _first_bad(bad: torch.Tensor) -> str:
+    """How many entries of a [batch, seq, heads] mask are set and where the first is: "3 of 4096 entries, the first
+    at batch 0, position 17, head 2" (the position tells a padded or cut-off input from a whole row gone bad)."""
+    count = int(bad.sum())
+    said = f"{count} of {bad.numel()} entries"
+    if bad.dim() != 3:  # unwrapped from torch.func's batching: its leading dims are vmap's
+        return said
+    b, t, h = (int(i) for i in bad.nonzero()[0])
+    return f"{said}, the first at batch {b}, position {t}, head {h}"
 
 
 def _compiling() -> bool:
@@ -206,11 +222,16 @@ def check_gate_values(gate: torch.Tensor, name: str, allow_positive: bool = Fals
     # checks read the tensor under torch.func's wrappers (every batch element's values at once).
     while torch._C._functorch.is_functorch_wrapped_tensor(gate):
         gate = torch._C._functorch.get_unwrapped(gate)
-    if torch.isnan(gate).any():
-        raise NonFiniteValueError(f"{name} contains NaN")
+    nan = torch.isnan(gate)
+    if nan.any():
+        raise NonFiniteValueError(f"{name} contains NaN", f"({_first_bad(nan)}): a NaN gate comes from NaN in what "
+                                  f"made it (the gate logits, their inputs or weights); find the first with "
+                                  f"torch.isnan")
     # A cumsum c (allow_positive) is subtracted from itself: an infinite entry gives inf - inf = nan.
-    if allow_positive and torch.isinf(gate).any():
-        raise NonFiniteValueError(f"{name} must be finite (gate_cumsum floors -inf gates), got inf")
+    inf = torch.isinf(gate) if allow_positive else None
+    if inf is not None and inf.any():
+        raise NonFiniteValueError(f"{name} must be finite", f"(gate_cumsum floors -inf gates), got inf "
+                                  f"({_first_bad(inf)})")
     if not allow_positive and (gate > 0).any():
         raise ValueError(f"{name} must be <= 0 (it is log f with f in [0, 1]); use F.logsigmoid on the gate logits")
 
