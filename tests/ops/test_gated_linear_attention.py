@@ -190,6 +190,8 @@ def _bad(change):
     (lambda kw: kw.update(k=kw["k"][:, :, :1].expand(-1, -1, 3, -1), v=kw["v"][:, :, :1].expand(-1, -1, 3, -1)),
      ValueError, "multiple of key/value heads"),
     (lambda kw: kw.update(log_fgate=kw["log_fgate"][..., :2]), ValueError, r"log_fgate must be \[batch, seq, Hq\]"),
+    (lambda kw: kw.update({name: x.transpose(1, 2) for name, x in kw.items()}), ValueError,
+     r"pass q.transpose\(1, 2\), k.transpose\(1, 2\), v.transpose\(1, 2\), log_fgate.transpose\(1, 2\)$"),
     (lambda kw: kw.update(log_fgate=kw["log_fgate"].abs()), ValueError, "log_fgate must be <= 0"),
     (lambda kw: kw.update(log_fgate=kw["log_fgate"] * float("nan")), ValueError, "log_fgate contains NaN"),
     (lambda kw: kw.update(initial_state=torch.zeros(1, 2, 16, 16)), ValueError, "initial_state must be"),

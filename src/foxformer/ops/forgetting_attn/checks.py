@@ -102,6 +102,14 @@ def check_layout(q, k, gate, gate_name) -> None:
                      f"{calls}{which}")
 
 
+def check_one_device(**named) -> None:
+    """ValueError naming each tensor's device when they are not all on one (None: an argument not given)."""
+    named = {name: t for name, t in named.items() if isinstance(t, torch.Tensor)}
+    if len({t.device for t in named.values()}) > 1:
+        where = ", ".join(f"{name} on {t.device}" for name, t in named.items())
+        raise ValueError(f"all tensors must be on one device, got {where}; move them with .to(q.device)")
+
+
 def check_common(q, k, v, gate, gate_name, softmax_scale, cu_seqlens, max_seqlen):
     """Validate shapes, dtypes and devices. Returns (softmax_scale, max_seqlen) resolved."""
     check_qkv_tensors(q, k, v, gate, gate_name)
@@ -133,13 +141,9 @@ def check_common(q, k, v, gate, gate_name, softmax_scale, cu_seqlens, max_seqlen
         raise ValueError(f"{gate_name} must be [batch, Tk, Hq] = {(B, Tk, Hq)}, got {tuple(gate.shape)}{hint}")
     if gate.dtype not in _FLOAT_DTYPES:
         raise TypeError(f"{gate_name} must be a floating tensor, got {gate.dtype}")
-    named = {"q": q, "k": k, "v": v, gate_name: gate}
     if cu_seqlens is not None:
         _require_tensor(cu_seqlens, "cu_seqlens")
-        named["cu_seqlens"] = cu_seqlens
-    if len({x.device for x in named.values()}) > 1:
-        where = ", ".join(f"{name} on {x.device}" for name, x in named.items())
-        raise ValueError(f"all tensors must be on one device, got {where}; move them with .to(q.device)")
+    check_one_device(q=q, k=k, v=v, **{gate_name: gate}, cu_seqlens=cu_seqlens)
     softmax_scale = check_softmax_scale(softmax_scale, D)
     # int() would take "5", 5.7 or a tensor without a word (a SymInt is how torch.compile passes an int)
     if max_seqlen is not None and (isinstance(max_seqlen, bool) or not isinstance(max_seqlen, (int, torch.SymInt))):

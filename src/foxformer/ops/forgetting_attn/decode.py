@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .checks import check_layout, check_softmax_scale, check_triton_device
+from .checks import check_layout, check_one_device, check_softmax_scale, check_triton_device
 from .paging import gather_live
 from .tiles import LAUNCH_OPTIONS, launch_grid
 
@@ -90,12 +90,7 @@ def _check(q, k, v, c, start, page_table, seq_len) -> int:
     # A float start was truncated by the Triton kernel but rounded up by the torch path's j >= start.
     if start is not None and (start.is_floating_point() or start.is_complex() or start.dtype == torch.bool):
         raise TypeError(f"start must be an integer tensor, got {start.dtype}")
-    named = {name: t for name, t in (("q", q), ("k", k), ("v", v), ("c", c), ("start", start),
-                                     ("page_table", page_table), ("seq_len", seq_len)) if isinstance(t, torch.Tensor)}
-    if len({t.device for t in named.values()}) > 1:
-        where = ", ".join(f"{name} on {t.device}" for name, t in named.items())
-        raise ValueError(f"q, k, v, c, start, page_table and seq_len must be on one device, got {where}; move them "
-                         f"with .to(q.device)")
+    check_one_device(q=q, k=k, v=v, c=c, start=start, page_table=page_table, seq_len=seq_len)
     if isinstance(seq_len, torch.Tensor):
         if seq_len.numel() != 1 or seq_len.is_floating_point() or seq_len.dtype == torch.bool:
             raise ValueError(f"seq_len must be an int or a one-element integer tensor, got {seq_len.dtype} "

@@ -5,7 +5,8 @@ state carries the past), and v may have its own head dim.
 """
 from __future__ import annotations
 
-from ..forgetting_attn.checks import _FLOAT_DTYPES, _require_tensor, check_gate_values, check_qkv_tensors
+from ..forgetting_attn.checks import (_FLOAT_DTYPES, _require_tensor, check_gate_values, check_layout,
+                                      check_one_device, check_qkv_tensors)
 
 
 def check_inputs(q, k, v, log_fgate, initial_state, return_final_state, chunk_size) -> None:
@@ -14,6 +15,7 @@ def check_inputs(q, k, v, log_fgate, initial_state, return_final_state, chunk_si
     B, T, Hq, Dk = q.shape
     if k.shape[:3] != v.shape[:3]:
         raise ValueError(f"k and v must agree in batch, seq and heads, got {tuple(k.shape)} and {tuple(v.shape)}")
+    check_layout(q, k, log_fgate, "log_fgate")
     if k.shape[:2] != (B, T):
         raise ValueError(f"k and v must be [batch, seq] = {(B, T)} like q, got {tuple(k.shape[:2])}")
     if k.shape[3] != Dk:
@@ -27,7 +29,6 @@ def check_inputs(q, k, v, log_fgate, initial_state, return_final_state, chunk_si
         raise ValueError(f"log_fgate must be [batch, seq, Hq] = {(B, T, Hq)}, got {tuple(log_fgate.shape)}")
     if log_fgate.dtype not in _FLOAT_DTYPES:
         raise TypeError(f"log_fgate must be a floating tensor, got {log_fgate.dtype}")
-    devices = {x.device for x in (q, k, v, log_fgate)}
     if initial_state is not None:
         _require_tensor(initial_state, "initial_state")
         if initial_state.shape != (B, Hq, Dk, Dv):
@@ -35,9 +36,7 @@ def check_inputs(q, k, v, log_fgate, initial_state, return_final_state, chunk_si
                              f"got {tuple(initial_state.shape)}")
         if initial_state.dtype not in _FLOAT_DTYPES:
             raise TypeError(f"initial_state must be a floating tensor, got {initial_state.dtype}")
-        devices.add(initial_state.device)
-    if len(devices) > 1:
-        raise ValueError(f"all tensors must be on one device, got {sorted(str(d) for d in devices)}")
+    check_one_device(q=q, k=k, v=v, log_fgate=log_fgate, initial_state=initial_state)
     if not isinstance(return_final_state, bool):
         raise TypeError(f"return_final_state must be True or False, got {return_final_state!r}")
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
