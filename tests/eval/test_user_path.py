@@ -226,3 +226,14 @@ def test_ctrl_c_during_eval_loss_is_one_line_exit_130_and_writes_nothing(tmp_pat
     assert proc.returncode == 130, err[-2000:]
     assert err == "interrupted\n" and stdout == ""
     assert not out.exists()
+
+
+def test_a_file_where_the_default_out_goes_is_refused_by_the_flag_before_the_work(tmp_path, capsys):
+    """RUN/eval, the default --out of a run dir, is known once the model loads; a file there was found after the
+    evaluation, as 'file exists (...)'."""
+    run, src = _run(tmp_path)
+    open(os.path.join(run, "eval"), "w").close()
+    assert main(["eval", "loss", run, "--source", src, "--seq-len", "32", "--num-seqs", "1", "--device", "cpu",
+                 "--no-progress"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"error: --out: {os.path.join(run, 'eval')!r} is a file, not a folder: choose another location")

@@ -7,6 +7,7 @@ import os
 import sys
 
 from foxformer.argtypes import count, counts, distinct, floats, ints, model_specs, words
+from foxformer.paths import check_output_dir
 
 # How the API's checks name a setting in this module's errors (argtypes.setting_name): by its flag.
 FLAGS = "--{}"
@@ -82,7 +83,9 @@ def _load_models(args):
 def _out_dir(args, models) -> str:
     from .outputs import default_out_dir
 
-    return args.out or default_out_dir(models)
+    out = args.out or default_out_dir(models)
+    check_output_dir(out, "--out")  # the default is known once the models load, before the work
+    return out
 
 
 def _tokenizer(args, models):
@@ -350,6 +353,9 @@ def _cmd_report(args) -> dict:
 def _run(fn):
     """Handler printing the command's summary as JSON (errors end in foxformer.cli.main's `error:` line)."""
     def handler(args) -> int:
+        # before the work: a file in the way was found once it was done, as "file exists (...)" naming no flag
+        if getattr(args, "out", None):
+            check_output_dir(args.out, "--out")
         print(json.dumps(fn(args), indent=2, default=str))
         return 0
 
