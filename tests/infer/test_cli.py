@@ -304,6 +304,21 @@ def test_bias_shift_writes_under_runs_eval_unless_told(hf_dir, tmp_path, monkeyp
     assert all((work / "runs" / "eval" / f"bias_shift.{ext}").exists() for ext in ("json", "png"))
 
 
+def test_bias_shift_refuses_a_file_where_its_default_out_goes_before_the_sweep(hf_dir, tmp_path, monkeypatch,
+                                                                                capsys):
+    """runs/eval, known once the model loads, was found to be a file after the whole sweep."""
+    src = tmp_path / "doc.txt"
+    src.write_text("The quick brown fox jumps over the lazy dog. " * 4)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "eval").write_text("")
+    monkeypatch.setattr("foxformer.infer.bias_shift.bias_shift_sweep", lambda *a, **k: pytest.fail("swept"))
+    assert main(["bias-shift", "--model", hf_dir, "--tokenizer", "bytes", "--source", str(src), "--seq-len", "64",
+                 "--num-seqs", "1", "--shifts", "0", "--bins", "2", "--device", "cpu", "--no-progress"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"error: --out: {str(tmp_path / 'runs' / 'eval')!r} is a file, not a folder: choose another location")
+
+
 def test_bench_decode_tiny(tmp_path):
     out = tmp_path / "bench.json"
     rc = main(["bench", "decode", "--preset", "fox-pro-tiny", "--vocab-size", "257", "--contexts", "48",
@@ -709,7 +724,11 @@ def test_bias_shift_out_is_a_file_or_a_folder_checked_before_the_sweep(hf_dir, t
     data = json.loads((folder / "bias_shift.json").read_text())
     assert data["source"] == str(src) and data["num_seqs"] == 1
     assert (folder / "bias_shift.png").exists()
-    assert "note: only 1 sequences of 64 tokens (--num-seqs 3)" in capsys.readouterr().err
+    out = capsys.readouterr()
+    # as eval loss says it: in one word, where, and that a --source's documents give one window each
+    assert (f"note: only 1 sequence of 64 tokens in {src} (--num-seqs 3); each document that long gives one; a "
+            f"shorter --seq-len lets more documents in") in out.err
+    assert f"wrote {folder / 'bias_shift.json'} and {folder / 'bias_shift.png'}" in out.out
 
 
 @pytest.mark.parametrize("stream", [True, False], ids=["streamed", "no-stream"])

@@ -136,7 +136,7 @@ def _sequences(args, models):
     as text_flags settled them."""
     from foxformer.train.loading import check_data_tokenizer
 
-    from .sequences import dataset_sequences, source_sequences
+    from .sequences import dataset_sequences, note_fewer, source_sequences
 
     split, text_field = args.split, args.text_field
     if args.data:
@@ -155,13 +155,8 @@ def _sequences(args, models):
         return _sequences(args, models)
     else:
         raise ValueError("pass --data DIR (a prepared dataset) or --source SPEC (text) to evaluate on")
-    if len(tokens) < args.num_seqs:  # the results hold fewer sequences than asked for: say so, not only in the JSON
-        # windows of a split's concatenated documents multiply as --seq-len shrinks; a document's own windows do not
-        per_doc = args.source or args.within_docs
-        how = ("each document that long gives one; a shorter --seq-len lets more documents in" if per_doc
-               else "a shorter --seq-len gives more")
-        print(f"note: only {len(tokens)} sequence{'s' if len(tokens) > 1 else ''} of {args.seq_len} tokens in "
-              f"{args.data or args.source} (--num-seqs {args.num_seqs}); {how}", file=sys.stderr)
+    note_fewer(len(tokens), args.seq_len, args.num_seqs, args.data or args.source,
+               per_doc=bool(args.source or args.within_docs))
     return tokens, where
 
 
