@@ -306,8 +306,9 @@ def _cmd_eviction(args) -> dict:
 def _cmd_compare(args) -> dict:
     from .compare import compare
 
-    return compare(args.run_dirs, args.out, positions=args.positions, names=args.names, reference=args.reference,
-                   label=FLAGS)
+    # "out" as every eval command's summary names it: the plots were listed by name alone, runs/compare unsaid
+    return {"out": args.out, **compare(args.run_dirs, args.out, positions=args.positions, names=args.names,
+                                       reference=args.reference, label=FLAGS)}
 
 
 def _cmd_mqar(args) -> dict:
