@@ -237,3 +237,17 @@ def test_a_file_where_the_default_out_goes_is_refused_by_the_flag_before_the_wor
                  "--no-progress"]) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         f"error: --out: {os.path.join(run, 'eval')!r} is a file, not a folder: choose another location")
+
+
+def test_a_train_len_other_than_the_runs_is_said_to_stand_in_for_it(tmp_path, capsys):
+    """The override was reported as the model's own training length without a word."""
+    run, src = _run(tmp_path)
+    argv = ["eval", "loss", run, "--source", src, "--seq-len", "64", "--num-seqs", "1", "--device", "cpu",
+            "--no-progress", "--out", str(tmp_path / "out")]
+    assert main([*argv, "--train-len", "48"]) == 0
+    out = capsys.readouterr()
+    assert (f"note: --train-len 48 stands in for the 32 tokens {run!r} was trained on: positions past 48 count as "
+            f"beyond it") in out.err
+    assert json.loads(out.out)["models"][0]["train_len"] == 48
+    assert main([*argv, "--train-len", "32"]) == 0
+    assert "stands in" not in capsys.readouterr().err
