@@ -729,6 +729,8 @@ def test_bias_shift_out_is_a_file_or_a_folder_checked_before_the_sweep(hf_dir, t
     assert (f"note: only 1 sequence of 64 tokens in {src} (--num-seqs 3); each document that long gives one; a "
             f"shorter --seq-len lets more documents in") in out.err
     assert f"wrote {folder / 'bias_shift.json'} and {folder / 'bias_shift.png'}" in out.out
+    assert main(common + ["--out", str(folder)]) == 0
+    assert f"note: replacing {folder / 'bias_shift.json'} (written " in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("stream", [True, False], ids=["streamed", "no-stream"])

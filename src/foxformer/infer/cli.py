@@ -144,7 +144,7 @@ def _cmd_generate(args) -> int:
 
 def _cmd_bias_shift(args) -> int:
     from foxformer.eval.cli import text_flags
-    from foxformer.eval.outputs import default_out_dir
+    from foxformer.eval.outputs import default_out_dir, note_replacing
     from foxformer.eval.sequences import check_sequences, note_fewer
     from foxformer.train.loading import load_model
 
@@ -178,6 +178,7 @@ def _cmd_bias_shift(args) -> int:
                            progress=not args.no_progress)
     res.update({"model": args.model, "seq_len": int(tokens.shape[1]), "num_seqs": int(tokens.shape[0]),
                 "data": args.data, "split": args.split if args.data else None, "source": args.source})
+    note_replacing(out)  # as the eval commands say it: a second sweep took the first one's place without a word
     write_json(out, res)
     plot = out.rsplit(".", 1)[0] + ".png"
     _plot_bias_shift(res, plot)
