@@ -433,3 +433,14 @@ def test_a_needle_run_without_generation_removes_the_earlier_generation_heatmap(
     result.generate = False
     assert save_niah([result], str(tmp_path))["plots"] == ["niah_ll_heatmap.png"]
     assert not (tmp_path / "niah_heatmap.png").exists()
+
+
+def test_the_summary_names_the_folder_it_wrote_as_the_other_eval_commands_do(tmp_path, capsys, monkeypatch):
+    """It listed the plots by name alone, and the default runs/compare went unsaid."""
+    a = _write_run(tmp_path, "a", np.ones(63))
+    monkeypatch.chdir(tmp_path)
+    assert main(["eval", "compare", a]) == 0
+    out = capsys.readouterr().out
+    summary = json.loads(out[out.index("\n{\n") + 1:])  # the table, then the summary
+    assert summary["out"] == os.path.join("runs", "compare")
+    assert all((tmp_path / "runs" / "compare" / plot).exists() for plot in summary["plots"])

@@ -76,6 +76,22 @@ def test_an_error_names_the_flag(argv, said, capsys):
     assert capsys.readouterr().err.strip().splitlines() == [f"error: {said}"]
 
 
+@pytest.mark.parametrize("argv", [
+    pytest.param(LOSS, id="loss"), pytest.param(NIAH, id="niah"), pytest.param(GATES, id="gates"),
+    pytest.param(["eval", "eviction", "no-such-run"], id="eviction"), pytest.param(HARNESS, id="harness"),
+    pytest.param(["eval", "compare", "no-such-run"], id="compare"), pytest.param(["eval", "mqar"], id="mqar"),
+    pytest.param(["report", "no-such-run"], id="report"),
+])
+def test_an_out_that_is_a_file_is_refused_by_the_flag_before_the_work(argv, tmp_path, capsys):
+    """It was found once the work was done, as 'file exists (...)' naming no flag."""
+    taken = tmp_path / "notes.txt"
+    taken.write_text("mine")
+    assert main([*argv, "--out", str(taken), "--no-progress"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"error: --out: {str(taken)!r} is a file, not a folder: choose another location"]
+    assert taken.read_text() == "mine"
+
+
 @pytest.mark.parametrize("check, said", [
     pytest.param(lambda: check_sequences(1, 4), "seq_len: expected an integer >= 2", id="seq-len"),
     pytest.param(lambda: check_sequences(8, 0), "num: expected a positive integer, got 0", id="num"),

@@ -270,3 +270,20 @@ def test_an_unknown_task_is_one_line_naming_it(tmp_path, capsys):
                  "--out", str(tmp_path / "out"), "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and "no task 'lambada_opnai' (did you mean 'lambada_openai'?)" in err, err
+
+
+def test_a_task_whose_data_cannot_be_downloaded_says_how_to_run_offline(tok, monkeypatch):
+    """datasets' "Couldn't reach 'EleutherAI/lambada_openai' on the Hub (LocalEntryNotFoundError)" ended the
+    command with no way on."""
+    lm_eval = pytest.importorskip("lm_eval")
+    from foxformer.eval import run_harness
+
+    def offline(**kwargs):
+        raise ConnectionError("Couldn't reach 'EleutherAI/lambada_openai' on the Hub (LocalEntryNotFoundError)")
+
+    monkeypatch.setattr(lm_eval, "simple_evaluate", offline)
+    adapter = HarnessAdapter(copy_model(64), tok, max_length=64, progress=False)
+    with pytest.raises(ConnectionError, match=r"on the Hub \(LocalEntryNotFoundError\): a task's data comes from the "
+                                              r"Hugging Face Hub; connect to it, or where the data is cached set "
+                                              r"HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1"):
+        run_harness(adapter, ["lambada_openai"], task_manager=object())

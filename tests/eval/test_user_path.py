@@ -226,3 +226,28 @@ def test_ctrl_c_during_eval_loss_is_one_line_exit_130_and_writes_nothing(tmp_pat
     assert proc.returncode == 130, err[-2000:]
     assert err == "interrupted\n" and stdout == ""
     assert not out.exists()
+
+
+def test_a_file_where_the_default_out_goes_is_refused_by_the_flag_before_the_work(tmp_path, capsys):
+    """RUN/eval, the default --out of a run dir, is known once the model loads; a file there was found after the
+    evaluation, as 'file exists (...)'."""
+    run, src = _run(tmp_path)
+    open(os.path.join(run, "eval"), "w").close()
+    assert main(["eval", "loss", run, "--source", src, "--seq-len", "32", "--num-seqs", "1", "--device", "cpu",
+                 "--no-progress"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"error: --out: {os.path.join(run, 'eval')!r} is a file, not a folder: choose another location")
+
+
+def test_a_train_len_other_than_the_runs_is_said_to_stand_in_for_it(tmp_path, capsys):
+    """The override was reported as the model's own training length without a word."""
+    run, src = _run(tmp_path)
+    argv = ["eval", "loss", run, "--source", src, "--seq-len", "64", "--num-seqs", "1", "--device", "cpu",
+            "--no-progress", "--out", str(tmp_path / "out")]
+    assert main([*argv, "--train-len", "48"]) == 0
+    out = capsys.readouterr()
+    assert (f"note: --train-len 48 stands in for the 32 tokens {run!r} was trained on: positions past 48 count as "
+            f"beyond it") in out.err
+    assert json.loads(out.out)["models"][0]["train_len"] == 48
+    assert main([*argv, "--train-len", "32"]) == 0
+    assert "stands in" not in capsys.readouterr().err

@@ -243,8 +243,6 @@ def test_bias_shift_command(hf_dir, tmp_path, capsys):
 @pytest.mark.parametrize("option, value, said", [
     pytest.param("--train-len", "0", "--train-len: expected the training context, a positive number of tokens, "
                                      "got 0", id="train-len-zero"),
-    pytest.param("--train-len", "-5", "--train-len: expected the training context, a positive number of tokens, "
-                                      "got -5", id="train-len-negative"),
 ])
 def test_bias_shift_refuses_settings_it_would_misread(hf_dir, tmp_path, capsys, option, value, said):
     """--bins 0 wrote a result and a plot without a single bin; --train-len 0 or -5 was read as no training length,
@@ -256,6 +254,21 @@ def test_bias_shift_refuses_settings_it_would_misread(hf_dir, tmp_path, capsys, 
                  "1", "--device", "cpu", "--no-progress", "--out", str(out), option, value]) == 2
     assert capsys.readouterr().err.splitlines()[-1] == f"error: {said}"
     assert not out.exists()
+
+
+def test_bias_shift_takes_token_counts_as_eval_does(hf_dir, tmp_path, capsys):
+    """--seq-len 4Ki, which eval loss takes, was refused: "invalid int value: '4Ki'"."""
+    src = tmp_path / "doc.txt"
+    src.write_text("The quick brown fox jumps over the lazy dog. " * 30)
+    out = tmp_path / "shift.json"
+    assert main(["bias-shift", hf_dir, "--tokenizer", "bytes", "--source", str(src), "--seq-len", "1Ki", "--num-seqs",
+                 "1", "--train-len", "0.5Ki", "--shifts", "0", "--bins", "2", "--device", "cpu", "--no-progress",
+                 "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["seq_len"] == 1024 and data["train_len"] == 512
+    with pytest.raises(SystemExit):  # a negative count is refused as eval's --train-len refuses it, while parsed
+        main(["bias-shift", hf_dir, "--train-len", "-5"])
+    assert "argument --train-len: expected a token count such as 4096 or 4Ki, got '-5'" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("value", ["0", "-3", "two"])
@@ -302,6 +315,21 @@ def test_bias_shift_writes_under_runs_eval_unless_told(hf_dir, tmp_path, monkeyp
                  "--num-seqs", "1", "--shifts", "0", "--bins", "2", "--device", "cpu", "--no-progress"]) == 0
     assert sorted(os.listdir(work)) == ["runs"]
     assert all((work / "runs" / "eval" / f"bias_shift.{ext}").exists() for ext in ("json", "png"))
+
+
+def test_bias_shift_refuses_a_file_where_its_default_out_goes_before_the_sweep(hf_dir, tmp_path, monkeypatch,
+                                                                                capsys):
+    """runs/eval, known once the model loads, was found to be a file after the whole sweep."""
+    src = tmp_path / "doc.txt"
+    src.write_text("The quick brown fox jumps over the lazy dog. " * 4)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "eval").write_text("")
+    monkeypatch.setattr("foxformer.infer.bias_shift.bias_shift_sweep", lambda *a, **k: pytest.fail("swept"))
+    assert main(["bias-shift", "--model", hf_dir, "--tokenizer", "bytes", "--source", str(src), "--seq-len", "64",
+                 "--num-seqs", "1", "--shifts", "0", "--bins", "2", "--device", "cpu", "--no-progress"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"error: --out: {str(tmp_path / 'runs' / 'eval')!r} is a file, not a folder: choose another location")
 
 
 def test_bench_decode_tiny(tmp_path):
@@ -709,7 +737,13 @@ def test_bias_shift_out_is_a_file_or_a_folder_checked_before_the_sweep(hf_dir, t
     data = json.loads((folder / "bias_shift.json").read_text())
     assert data["source"] == str(src) and data["num_seqs"] == 1
     assert (folder / "bias_shift.png").exists()
-    assert "note: only 1 sequences of 64 tokens (--num-seqs 3)" in capsys.readouterr().err
+    out = capsys.readouterr()
+    # as eval loss says it: in one word, where, and that a --source's documents give one window each
+    assert (f"note: only 1 sequence of 64 tokens in {src} (--num-seqs 3); each document that long gives one; a "
+            f"shorter --seq-len lets more documents in") in out.err
+    assert f"wrote {folder / 'bias_shift.json'} and {folder / 'bias_shift.png'}" in out.out
+    assert main(common + ["--out", str(folder)]) == 0
+    assert f"note: replacing {folder / 'bias_shift.json'} (written " in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("stream", [True, False], ids=["streamed", "no-stream"])

@@ -7,6 +7,7 @@ import os
 import sys
 
 from foxformer.argtypes import count, counts, distinct, floats, ints, model_specs, words
+from foxformer.paths import check_output_dir
 
 # How the API's checks name a setting in this module's errors (argtypes.setting_name): by its flag.
 FLAGS = "--{}"
@@ -82,7 +83,9 @@ def _load_models(args):
 def _out_dir(args, models) -> str:
     from .outputs import default_out_dir
 
-    return args.out or default_out_dir(models)
+    out = args.out or default_out_dir(models)
+    check_output_dir(out, "--out")  # the default is known once the models load, before the work
+    return out
 
 
 def _tokenizer(args, models):
@@ -133,7 +136,7 @@ def _sequences(args, models):
     as text_flags settled them."""
     from foxformer.train.loading import check_data_tokenizer
 
-    from .sequences import dataset_sequences, source_sequences
+    from .sequences import dataset_sequences, note_fewer, source_sequences
 
     split, text_field = args.split, args.text_field
     if args.data:
@@ -152,13 +155,8 @@ def _sequences(args, models):
         return _sequences(args, models)
     else:
         raise ValueError("pass --data DIR (a prepared dataset) or --source SPEC (text) to evaluate on")
-    if len(tokens) < args.num_seqs:  # the results hold fewer sequences than asked for: say so, not only in the JSON
-        # windows of a split's concatenated documents multiply as --seq-len shrinks; a document's own windows do not
-        per_doc = args.source or args.within_docs
-        how = ("each document that long gives one; a shorter --seq-len lets more documents in" if per_doc
-               else "a shorter --seq-len gives more")
-        print(f"note: only {len(tokens)} sequence{'s' if len(tokens) > 1 else ''} of {args.seq_len} tokens in "
-              f"{args.data or args.source} (--num-seqs {args.num_seqs}); {how}", file=sys.stderr)
+    note_fewer(len(tokens), args.seq_len, args.num_seqs, args.data or args.source,
+               per_doc=bool(args.source or args.within_docs))
     return tokens, where
 
 
@@ -308,8 +306,9 @@ def _cmd_eviction(args) -> dict:
 def _cmd_compare(args) -> dict:
     from .compare import compare
 
-    return compare(args.run_dirs, args.out, positions=args.positions, names=args.names, reference=args.reference,
-                   label=FLAGS)
+    # "out" as every eval command's summary names it: the plots were listed by name alone, runs/compare unsaid
+    return {"out": args.out, **compare(args.run_dirs, args.out, positions=args.positions, names=args.names,
+                                       reference=args.reference, label=FLAGS)}
 
 
 def _cmd_mqar(args) -> dict:
@@ -350,6 +349,9 @@ def _cmd_report(args) -> dict:
 def _run(fn):
     """Handler printing the command's summary as JSON (errors end in foxformer.cli.main's `error:` line)."""
     def handler(args) -> int:
+        # before the work: a file in the way was found once it was done, as "file exists (...)" naming no flag
+        if getattr(args, "out", None):
+            check_output_dir(args.out, "--out")
         print(json.dumps(fn(args), indent=2, default=str))
         return 0
 

@@ -255,7 +255,11 @@ def run_harness(adapter: HarnessAdapter, tasks: Sequence[str], *, num_fewshot: O
     if metadata:
         kwargs["metadata"] = metadata
     with _lm_eval_bars(adapter.progress):
-        res = lm_eval.simple_evaluate(**kwargs)
+        try:
+            res = lm_eval.simple_evaluate(**kwargs)
+        except ConnectionError as e:  # datasets' "Couldn't reach '...' on the Hub" said nothing of what to do
+            raise ConnectionError(f"{e}: a task's data comes from the Hugging Face Hub; connect to it, or where the "
+                                  f"data is cached set HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1") from e
     results = {"results": res.get("results", {}), "versions": res.get("versions", {}),
                "n-shot": res.get("n-shot", {}), "config": {"tasks": list(tasks), "num_fewshot": num_fewshot,
                                                            "limit": limit, "max_length": adapter.max_length}}

@@ -1,6 +1,7 @@
 """Token sequences for evaluation: windows of a prepared dataset split, or of documents from a text source."""
 from __future__ import annotations
 
+import sys
 from typing import Optional
 
 import numpy as np
@@ -25,6 +26,18 @@ def check_data_source(source: Optional[str], within_docs: bool, *, label: str = 
         raise ValueError(f"{setting_name(label, 'source', 'data_source')}: choosing a source's documents needs "
                          f"{setting_name(label, 'within_docs')} (windows of the concatenated split cross documents "
                          f"of every source)")
+
+
+def note_fewer(found: int, seq_len: int, num: int, where: str, *, per_doc: bool) -> None:
+    """A note on stderr where ``found`` sequences are fewer than the ``num`` asked for: the results hold fewer, and
+    said so only in their JSON. ``per_doc``: each sequence is a document's own window (--source, --within-docs),
+    whose number does not grow as --seq-len shrinks, as a split's concatenated windows do."""
+    if found >= num:
+        return
+    how = ("each document that long gives one; a shorter --seq-len lets more documents in" if per_doc
+           else "a shorter --seq-len gives more")
+    print(f"note: only {found} sequence{'s' if found > 1 else ''} of {seq_len} tokens in {where} (--num-seqs {num}); "
+          f"{how}", file=sys.stderr)
 
 
 def _split_size(data_dir: str, split: str) -> int:

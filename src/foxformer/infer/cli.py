@@ -9,7 +9,7 @@ import sys
 import time
 import warnings
 
-from foxformer.argtypes import ESCAPES, escaped, floats, positive_int
+from foxformer.argtypes import ESCAPES, count, escaped, floats, positive_int
 from foxformer.paths import check_output_file, read_text, write_json
 
 # How the API's checks name a setting in this module's errors (argtypes.setting_name): by its flag.
@@ -144,8 +144,8 @@ def _cmd_generate(args) -> int:
 
 def _cmd_bias_shift(args) -> int:
     from foxformer.eval.cli import text_flags
-    from foxformer.eval.outputs import default_out_dir
-    from foxformer.eval.sequences import check_sequences
+    from foxformer.eval.outputs import default_out_dir, note_replacing
+    from foxformer.eval.sequences import check_sequences, note_fewer
     from foxformer.train.loading import load_model
 
     from .bias_shift import bias_shift_sweep
@@ -168,20 +168,23 @@ def _cmd_bias_shift(args) -> int:
         check_output_file(out, "--out")
     loaded = load_model(args.model, device=args.device, dtype=args.dtype, attention_backend=args.attention_backend,
                         train_len=args.train_len, progress=not args.no_progress, label=FLAGS)
+    if not out:  # the default, known once the model loads, checked before the sweep as a given --out is
+        out = os.path.join(default_out_dir([loaded]), "bias_shift.json")
+        check_output_file(out, "--out")
     tokens = _eval_tokens(args, loaded)
-    if len(tokens) < args.num_seqs:  # as eval loss says it
-        print(f"note: only {len(tokens)} sequences of {args.seq_len} tokens (--num-seqs {args.num_seqs}); a shorter "
-              f"--seq-len gives more", file=sys.stderr)
+    # a --data dataset's windows lie inside documents, as a --source's do
+    note_fewer(len(tokens), args.seq_len, args.num_seqs, args.data or args.source, per_doc=True)
     res = bias_shift_sweep(loaded.model, tokens, args.shifts, train_len=loaded.train_len, bins=args.bins,
                            progress=not args.no_progress)
     res.update({"model": args.model, "seq_len": int(tokens.shape[1]), "num_seqs": int(tokens.shape[0]),
                 "data": args.data, "split": args.split if args.data else None, "source": args.source})
-    out = out or os.path.join(default_out_dir([loaded]), "bias_shift.json")
+    note_replacing(out)  # as the eval commands say it: a second sweep took the first one's place without a word
     write_json(out, res)
-    _plot_bias_shift(res, out.rsplit(".", 1)[0] + ".png")
+    plot = out.rsplit(".", 1)[0] + ".png"
+    _plot_bias_shift(res, plot)
     for s, a, b in zip(res["shifts"], res["loss_within"], res["loss_beyond"]):
         print(f"shift {s:+.3g}: loss within train_len {a:.4f}, beyond {b if b is None else round(b, 4)}")
-    print(f"wrote {out}")
+    print(f"wrote {out} and {plot}")
     return 0
 
 
@@ -282,9 +285,11 @@ def add_commands(subparsers) -> None:
     p.add_argument("--source", default=None, help="text source spec (as in foxformer eval)")
     p.add_argument("--text-field", default=None,
                    help="with --source: the JSONL field / Parquet column of the text (default: text)")
-    p.add_argument("--seq-len", type=int, default=4096)
+    # token counts as eval's flags take them: "--seq-len 4Ki" was refused here alone
+    p.add_argument("--seq-len", type=count, default=4096, help="tokens per sequence, e.g. 4096 or 4Ki")
     p.add_argument("--num-seqs", type=int, default=8)
-    p.add_argument("--train-len", type=int, default=None, help="training context (default: the run's)")
+    p.add_argument("--train-len", type=count, default=None,
+                   help="training context, e.g. 2048 or 2Ki (default: the run's)")
     p.add_argument("--bins", type=positive_int, default=16, help="position bins of the binned loss (default 16)")
     p.add_argument("--out", default=None,
                    help="JSON path, or a folder for bias_shift.json (default: RUN/eval/bias_shift.json for a run "

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import dataclass
 from typing import Optional
 
@@ -277,7 +278,12 @@ def _load_model(path, device, dtype, name, train_len, attention_backend, label, 
         model.config.set_attention_backend(attention_backend)
     model = model.to(device=device, dtype=dtype).eval()
     check_finite_weights(model, given, dtype, label)
-    ctx = train_len if train_len is not None else run_cfg.get("context") or getattr(model.config, "train_len", None)
+    recorded = run_cfg.get("context") or getattr(model.config, "train_len", None)
+    if train_len is not None and recorded and int(recorded) != train_len:
+        # the override is the flag's purpose, but its number was reported as the model's own training length
+        print(f"note: {setting_name(label, 'train_len')} {train_len} stands in for the {recorded} tokens {given!r} was "
+              f"trained on: positions past {train_len} count as beyond it", file=sys.stderr)
+    ctx = train_len if train_len is not None else recorded
     label = name or _default_name(given)
     tokenizer = run_cfg.get("tokenizer") or (_hf_tokenizer(hf_path, model) if hf_path else None)
     return LoadedModel(model=model, name=label, path=given, train_len=int(ctx) if ctx else None,
