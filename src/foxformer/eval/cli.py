@@ -64,7 +64,7 @@ def _text_args(p: argparse.ArgumentParser, seq_len: int, num: int) -> None:
 
 
 def _load_models(args):
-    from foxformer.train.loading import load_model
+    from foxformer.train.loading import distinct_names, load_model
 
     if args.names is not None and len(args.names) != len(args.models):
         raise ValueError(f"--names: got {len(args.names)} names for {len(args.models)} models")
@@ -73,6 +73,9 @@ def _load_models(args):
         out.append(load_model(path, device=args.device, dtype=args.dtype, train_len=args.train_len,
                               name=args.names[i] if args.names else None, attention_backend=args.attention_backend,
                               progress=not args.no_progress, label=FLAGS, among_others=len(args.models) > 1))
+    if not args.names:
+        for m, name in zip(out, distinct_names(args.models)):
+            m.name = name
     names = [m.name for m in out]
     for i, m in enumerate(out):  # duplicate labels would overwrite each other's plots
         if names.count(m.name) > 1:
@@ -163,7 +166,7 @@ def _sequences(args, models):
 def _cmd_loss(args) -> dict:
     from .compare import tokens_fingerprint
     from .loss import check_batch_size, check_curve_args, context_lengths, eval_loss
-    from .outputs import note_replacing, save_loss
+    from .outputs import note_replacing, save_loss, written
     from .sequences import check_sequences
 
     # before loading any model (eval_loss checks them again, naming its keywords)
@@ -183,15 +186,23 @@ def _cmd_loss(args) -> dict:
                 "tokens_sha256": tokens_fingerprint(tokens)}
     note_replacing(os.path.join(out, "loss.json"))
     data = save_loss(curves, out, settings)
-    return {"out": out, "plots": data["plots"], "models": [m["summary"] for m in data["models"]]}
+    return {**written(out, ["loss.json"], data["plots"]), "models": [m["summary"] for m in data["models"]]}
 
 
 def _cmd_niah(args) -> dict:
+    from foxformer.train.loading import RUN_CONFIG, run_dir_of
+
     from .niah import HAYSTACK_ROOM, check_grid, niah_grid
-    from .outputs import note_replacing, save_niah
+    from .outputs import note_replacing, save_niah, written
     from .sequences import document_token_stream
 
     check_grid(args.lengths, args.depths, args.modes, args.needles, args.seeds, args.max_new_tokens, label=FLAGS)
+    # a run folder read as text met its metrics.jsonl, refused for a missing 'text' field that sent users to
+    # --text-field; refused before the models load
+    if os.path.isdir(args.haystack) and (run := run_dir_of(args.haystack)) is not None:
+        raise ValueError(f"--haystack: {args.haystack!r} is a training run ({os.path.join(run, RUN_CONFIG)}), not "
+                         f"text; give text to hide the needles in (a .txt/.jsonl file, a folder of them, or "
+                         f"builtin:pydoc, the default), and the run itself as the model")
     models = _load_models(args)
     out = _out_dir(args, models)
     tok, spec = _tokenizer(args, models)
@@ -213,13 +224,13 @@ def _cmd_niah(args) -> dict:
                 "models": [m.path for m in models]}
     note_replacing(os.path.join(out, "niah.json"))
     data = save_niah(results, out, settings)
-    return {"out": out, "plots": data["plots"], "models": [m["summary"] for m in data["models"]]}
+    return {**written(out, ["niah.json"], data["plots"]), "models": [m["summary"] for m in data["models"]]}
 
 
 def _cmd_harness(args) -> dict:
     from .harness import HarnessAdapter, check_max_length, check_request, known_tasks, require_lm_eval, run_harness
     from .loss import check_batch_size
-    from .outputs import model_outputs
+    from .outputs import model_outputs, written
 
     # before the models load (minutes for large ones): the settings, the missing package, a typo in --metadata,
     # whose json error named no flag ("error: Expecting value: line 1 column 1 (char 0)"), and an unknown task
@@ -248,13 +259,13 @@ def _cmd_harness(args) -> dict:
         path = os.path.join(out, file)
         results[m.name] = run_harness(adapter, args.tasks, num_fewshot=args.num_fewshot, limit=args.limit,
                                       metadata=metadata, out_path=path, task_manager=manager)["results"]
-    return {"out": out, "results": results}
+    return {**written(out, files), "results": results}
 
 
 def _cmd_gates(args) -> dict:
     from .gates import gate_stats, parse_heads
     from .loss import check_batch_size
-    from .outputs import note_replacing, plot_tags, save_gates
+    from .outputs import note_replacing, plot_tags, save_gates, written
     from .sequences import check_sequences
 
     check_sequences(args.seq_len, args.num_seqs, label=FLAGS)  # before loading any model, as those below
@@ -277,12 +288,12 @@ def _cmd_gates(args) -> dict:
                 "models": [m.path for m in models], "matrix_len": matrix_len}
     note_replacing(os.path.join(out, "gates.json"))
     data = save_gates(analyses, out, settings, heads=heads, matrix_len=matrix_len, label=FLAGS)
-    return {"out": out, "plots": data["plots"], "models": [m["summary"] for m in data["models"]]}
+    return {**written(out, ["gates.json"], data["plots"]), "models": [m["summary"] for m in data["models"]]}
 
 
 def _cmd_eviction(args) -> dict:
     from .eviction import eviction_loss
-    from .outputs import note_replacing, write_json
+    from .outputs import note_replacing, write_json, written
     from .plots import plot_eviction
     from .sequences import check_sequences
 
@@ -300,21 +311,23 @@ def _cmd_eviction(args) -> dict:
     # write left a truncated eviction.json
     plot = plot_eviction(res, os.path.join(out, "eviction.png"))
     write_json(os.path.join(out, "eviction.json"), res)
-    return {"out": out, "plots": [os.path.basename(plot)], **{k: v for k, v in res.items() if k != "by_position"}}
+    return {**written(out, ["eviction.json"], [os.path.basename(plot)]),
+            **{k: v for k, v in res.items() if k != "by_position"}}
 
 
 def _cmd_compare(args) -> dict:
     from .compare import compare
+    from .outputs import written
 
-    # "out" as every eval command's summary names it: the plots were listed by name alone, runs/compare unsaid
-    return {"out": args.out, **compare(args.run_dirs, args.out, positions=args.positions, names=args.names,
-                                       reference=args.reference, label=FLAGS)}
+    res = compare(args.run_dirs, args.out, positions=args.positions, names=args.names, reference=args.reference,
+                  label=FLAGS)
+    return {**written(args.out, ["compare.json", "compare.md"], res["plots"]), **res}
 
 
 def _cmd_mqar(args) -> dict:
     from ..paths import write_text
     from .mqar import config_from, run_mqar, seed_table
-    from .outputs import note_replacing
+    from .outputs import note_replacing, written
 
     if args.pool:
         # folders of one task run with different --seed: their cells as mean +- sd (mqar_seeds.md in --out)
@@ -324,7 +337,7 @@ def _cmd_mqar(args) -> dict:
         path = os.path.join(out, "mqar_seeds.md")
         note_replacing(path)
         write_text(path, text)
-        return {"out": out, "table": os.path.basename(path), "pooled": args.pool}
+        return {**written(out, [os.path.basename(path)]), "pooled": args.pool}
     cfg = config_from(args.preset, label=FLAGS, models=args.models, steps=args.steps, lr=args.lr, seed=args.seed,
                       batch_size=args.batch_size, max_minutes=args.max_minutes, compile=args.compile or None)
     return run_mqar(cfg, args.out or os.path.join("runs", f"mqar_{args.preset}"), device=args.device,

@@ -42,7 +42,7 @@ from foxformer.train.optim import learning_rate, param_groups
 from foxformer.train.validation import autocast
 
 from . import plots
-from .outputs import markdown_table, note_replacing, safe_name, write_json
+from .outputs import markdown_table, note_replacing, safe_name, write_json, written
 
 IGNORE = -100
 LABELS = {"fox-pro": "FoX (Pro)", "transformer-pro": "Transformer (Pro)", "linear-pro": "gated linear attn (Pro)",
@@ -522,6 +522,7 @@ def run_mqar(cfg: MqarConfig, out_dir: str, *, device: str = "auto", progress: b
     """Train and evaluate every model of ``cfg`` (each result saved as it completes), then the report."""
     dev = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else
                        ("cpu" if device == "auto" else device))
+    saved = []  # this call's model results, named in the summary beside the report's files
     if not report_only:
         load_results(out_dir, cfg.task())  # another task's results there are refused before any training
         for spec in cfg.models:
@@ -529,8 +530,9 @@ def run_mqar(cfg: MqarConfig, out_dir: str, *, device: str = "auto", progress: b
             note_replacing(_model_path(out_dir, spec))
             write_json(_model_path(out_dir, spec), {"task": cfg.task(), "config": asdict(cfg), "device": str(dev),
                                                     "result": result})
+            saved.append(os.path.relpath(_model_path(out_dir, spec), out_dir))
     data = report(out_dir, cfg)
-    return {"out": out_dir, "plots": data["plots"],
+    return {**written(out_dir, ["mqar.json", "mqar.md", *saved], data["plots"]),
             "models": {r["label"]: {"steps_done": r["steps_done"], "steps": cfg.steps,
                                     "stopped": r["stopped"],
                                     "train_s": round(r["train_s"], 1), "accuracy": r["accuracy"]}

@@ -53,6 +53,12 @@ def note_replacing(*paths: str) -> None:
             print(f"note: replacing {path} (written {when}); --out DIR writes elsewhere", file=sys.stderr)
 
 
+def written(out: str, files: Sequence[str], plots: Sequence[str] = ()) -> dict:
+    """The head of every eval command's printed summary: its folder and the files it wrote there, by their names in
+    it as the JSON files list the plots. The plots alone were listed: loss.json, compare.md, ... went unsaid."""
+    return {"out": out, "files": list(files), "plots": list(plots)}
+
+
 def markdown_table(rows: Sequence[Sequence[str]]) -> str:
     """``rows`` (the header first, cells as text) as a Markdown table, without a final newline."""
     head, *body = rows

@@ -61,6 +61,7 @@ def plot_loss_curves(curves: Sequence, path: str, *, title: str = "Per-position 
 def plot_perplexity(curves: Sequence, path: str, *, title: str = "Perplexity vs context length") -> str:
     """P(l) = exp(mean L(1..l)) with bootstrap bands (none for one sequence); log-log axes."""
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    marked = set()  # one legend entry per training length: models trained alike share it
     for n, c in enumerate(curves):
         color = f"C{n}"
         ax.plot(c.lengths, c.perplexity, "o-", color=color, ms=3, lw=1.4,
@@ -68,7 +69,10 @@ def plot_perplexity(curves: Sequence, path: str, *, title: str = "Perplexity vs 
         if _banded(c):
             ax.fill_between(c.lengths, c.perplexity_lo, c.perplexity_hi, color=color, alpha=0.2, lw=0)
         if c.train_len:
-            ax.axvline(c.train_len - 1, color=color, ls="--", lw=1.0, alpha=0.8)
+            # unlabelled, and this plot's title does not say what dashes mean as the loss curve's does
+            ax.axvline(c.train_len - 1, color=color, ls="--", lw=1.0, alpha=0.8,
+                       label="_" if c.train_len in marked else f"trained length ({c.train_len} tokens)")
+            marked.add(c.train_len)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("context length l")

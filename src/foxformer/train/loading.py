@@ -14,7 +14,7 @@ import json
 import os
 import sys
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Sequence
 
 import torch
 from safetensors import SafetensorError
@@ -383,13 +383,41 @@ def check_data_tokenizer(data_dir: str, models: list[LoadedModel], given: Option
             check_tokenizer([m], m.tokenizer)
 
 
-def _default_name(path: str) -> str:
+def _name_parts(path: str) -> tuple[list[str], str, str]:
+    """(the folders above, the label, what else tells it apart) of a model at ``path``: RUN@step_N for a checkpoint,
+    RUN and "/hf" for a run's export RUN/hf."""
     parts = os.path.abspath(path).rstrip(os.sep).split(os.sep)
     if len(parts) >= 3 and parts[-2] == "checkpoints":
-        return f"{parts[-3]}@{parts[-1]}"
+        return parts[:-3], f"{parts[-3]}@{parts[-1]}", ""
     if parts[-1] == "hf" and len(parts) >= 2:
-        return parts[-2]
-    return parts[-1]
+        return parts[:-2], parts[-2], "/hf"
+    return parts[:-1], parts[-1], ""
+
+
+def _default_name(path: str) -> str:
+    return _name_parts(path)[1]
+
+
+def distinct_names(paths: Sequence[str]) -> list[str]:
+    """Default labels of models evaluated together, apart where ``_default_name`` gives several the same: a run and
+    its export (RUN, RUN/hf) were both "RUN", told apart only as RUN#0 / RUN#1. Those show the export's /hf, then as
+    many folders above as part them; the same path given twice stays NAME#i."""
+    names = [_default_name(p) for p in paths]
+    out = list(names)
+    for name in set(names):
+        group = [i for i, n in enumerate(names) if n == name]
+        if len(group) < 2:
+            continue
+        split = [_name_parts(paths[i]) for i in group]
+        for depth in range(max(len(above) for above, _, _ in split) + 1):
+            labels = ["/".join(above[max(0, len(above) - depth):] + [label]) + tail for above, label, tail in split]
+            if len(set(labels)) == len(labels):
+                break
+        else:  # one path given twice: its whole path said nothing more than its name
+            labels = [label + tail for _, label, tail in split]
+        for i, label in zip(group, labels):
+            out[i] = label if labels.count(label) == 1 else f"{label}#{i}"
+    return out
 
 
 def wrap_model(model: torch.nn.Module, name: str = "model", train_len: Optional[int] = None) -> LoadedModel:

@@ -1,0 +1,89 @@
+"""What `foxformer eval` tells its user: every file in the printed summary, labels of a run and its export apart, the
+training-length line in the perplexity legend, a run folder given as --haystack."""
+import contextlib
+import io
+import json
+import os
+import shutil
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+from foxformer.cli import main
+from foxformer.eval import plots
+from foxformer.train.loading import distinct_names
+
+from .test_cli import workspace  # noqa: F401 (the fixture: a run dir and an HF folder of tiny models)
+
+
+def _summary(argv) -> dict:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(argv) == 0
+    text = out.getvalue()
+    return json.loads(text[text.find("\n{") + 1:])  # after the table compare prints first
+
+
+@pytest.fixture(scope="module")
+def run_and_export(workspace, tmp_path_factory):  # noqa: F811
+    """`eval loss RUN RUN/hf` (a run beside its own export) without --names, and its summary."""
+    root = tmp_path_factory.mktemp("run_and_export")
+    run = root / "run"
+    shutil.copytree(workspace["run"], run)
+    shutil.copytree(workspace["hf"], run / "hf")
+    out = str(root / "loss_out")
+    summary = _summary(["eval", "loss", str(run), str(run / "hf"), "--data", workspace["data"], "--seq-len", "64",
+                        "--num-seqs", "2", "--n-boot", "10", "--device", "cpu", "--out", out, "--no-progress"])
+    return {"root": root, "out": out, "summary": summary}
+
+
+def test_eval_loss_summary_lists_its_json_as_it_lists_its_plots(run_and_export):
+    summary = run_and_export["summary"]
+    assert summary["files"] == ["loss.json"] and summary["plots"] == ["loss_curve.png", "perplexity.png"]
+    for name in summary["files"] + summary["plots"]:
+        assert os.path.isfile(os.path.join(run_and_export["out"], name)), name
+
+
+def test_eval_compare_summary_lists_its_json_and_markdown(run_and_export):
+    out = str(run_and_export["root"] / "compare_out")
+    summary = _summary(["eval", "compare", run_and_export["out"], "--out", out])
+    assert summary["out"] == out and summary["files"] == ["compare.json", "compare.md"]
+    for name in summary["files"] + summary["plots"]:
+        assert os.path.isfile(os.path.join(out, name)), name
+
+
+def test_a_run_and_its_export_get_labels_from_their_paths(run_and_export):
+    assert [m["name"] for m in run_and_export["summary"]["models"]] == ["run", "run/hf"]
+
+
+@pytest.mark.parametrize("paths, names", [
+    (["runs/a", "runs/a/hf"], ["a", "a/hf"]),
+    (["x/a", "y/a"], ["x/a", "y/a"]),
+    (["x/a/checkpoints/step_1", "y/a/checkpoints/step_1"], ["x/a@step_1", "y/a@step_1"]),
+    (["a", "b/hf"], ["a", "b"]),
+    (["a", "a"], ["a#0", "a#1"]),
+], ids=["run-and-its-export", "runs-of-one-name-in-two-folders", "checkpoints-of-two-runs-of-one-name",
+        "names-apart-stay-short", "one-path-twice"])
+def test_default_labels_of_models_evaluated_together_are_distinct(paths, names):
+    assert distinct_names(paths) == names
+
+
+def test_the_perplexity_plot_legend_names_the_trained_length(tmp_path, monkeypatch):
+    legends = []
+    monkeypatch.setattr(plots, "save_figure", lambda fig, path: legends.append(
+        [t.get_text() for t in fig.axes[0].get_legend().get_texts()]) or path)
+    curve = SimpleNamespace(name="m", lengths=[1, 2, 4, 8], perplexity=[9.0, 8.0, 7.0, 7.5], n_sequences=1,
+                            train_len=4)
+    plots.plot_perplexity([curve, SimpleNamespace(**{**vars(curve), "name": "n"})], str(tmp_path / "p.png"))
+    assert legends[0].count("trained length (4 tokens)") == 1
+
+
+def test_a_run_folder_given_as_haystack_is_said_to_be_a_run_not_text(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text(yaml.safe_dump({"preset": "fox-pro-tiny", "context": 32}))
+    (run / "metrics.jsonl").write_text(json.dumps({"kind": "train", "step": 1, "loss": 9.0}) + "\n")
+    assert main(["eval", "niah", str(tmp_path / "no-such-model"), "--haystack", str(run), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert f"--haystack: {str(run)!r} is a training run" in err and "builtin:pydoc" in err and "text field" not in err
