@@ -173,7 +173,7 @@ def test_every_help_gives_the_defaults_a_user_would_otherwise_guess():
     import re
 
     help_text = " ".join(_run_cli("bias-shift", "--help").stdout.split())
-    assert "--seq-len SEQ_LEN default: 4096" in help_text and "--shifts SHIFTS comma-separated shifts (default: " \
+    assert "--seq-len SEQ_LEN tokens per sequence, e.g. 4096 or 4Ki (default: 4096)" in help_text and "--shifts SHIFTS comma-separated shifts (default: " \
         "0,0.5,1,2)" in help_text
     loss = " ".join(_run_cli("eval", "loss", "--help").stdout.split())
     assert re.search(r"--num-seqs NUM_SEQS .*?\(default: \d+\)", loss) and "--no-progress (default" not in loss
