@@ -33,7 +33,7 @@ from ..paths import check_output_dir, folder_lock, replaced_atomically, write_js
 from ..progress import progress_bar
 from .digests import CACHE_FILE as DIGESTS, DigestCache
 from .layout import FORMAT, MANIFEST, SHARDS
-from .sources import CONTENT_PREFIX, by_file_times, describe_source, iter_documents
+from .sources import CONTENT_PREFIX, by_file_times, describe_source, iter_documents, source_kind
 from .tokenizer import GPT2_SPEC, canonical_name, load_tokenizer, older_tokenizer_files, tokenizer_files
 
 DEFAULT_SOURCES = ("builtin:sympy",)
@@ -494,7 +494,7 @@ def _check_out_dir_apart(out_dir: str, spec: str) -> None:
     """ValueError when ``out_dir`` is the source ``spec`` or a folder that holds it: the dataset's files were
     written among the documents (its manifest.json over a source of that name), and read as documents by a prepare
     of that folder. A dataset inside a source folder is fine: the folder's walk passes over it."""
-    if spec.startswith(("builtin:", "hf:")) or not os.path.exists(spec):
+    if source_kind(spec) != "file" or not os.path.exists(spec):
         return
     source, out = os.path.realpath(spec), os.path.realpath(out_dir)
     if source == out or source.startswith(out.rstrip(os.sep) + os.sep):

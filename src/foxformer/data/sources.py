@@ -375,7 +375,7 @@ def _iter_hf(spec: str, text_field: str) -> Iterator[Document]:
                        text=jsonl.text_value(row[text_field], f"{spec} row {i}", text_field))
 
 
-def _source_kind(spec: str) -> str:
+def source_kind(spec: str) -> str:
     """"builtin", "hf" or "file" for a spec of that form; TypeError or ValueError for a bad one."""
     if not isinstance(spec, str) or not spec:
         raise TypeError(f"source: expected a non-empty spec string, got {spec!r}")
@@ -394,7 +394,7 @@ def describe_source(spec: str, digests=read_digests, out_dir: str | None = None)
     """Resolve a spec without parsing documents (a file source's files are read for their fingerprint, through
     ``digests``: see content_fingerprint); raises ValueError for a bad spec. ``out_dir``: the folder a prepare
     writes, passed over where it lies inside a source folder."""
-    kind = _source_kind(spec)
+    kind = source_kind(spec)
     if kind == "builtin":
         import sys
 
@@ -458,7 +458,7 @@ def by_file_times(fingerprint: str) -> bool:
 
 def iter_documents(spec: str, text_field: str = "text", out_dir: str | None = None) -> Iterator[Document]:
     """Yield the documents of one source spec in a fixed order; ``out_dir`` as describe_source takes it."""
-    kind = _source_kind(spec)
+    kind = source_kind(spec)
     if kind == "builtin":
         name = spec.split(":", 1)[1]
         yield from {"sympy": _iter_sympy, "pydoc": _iter_pydoc, "stdlib": _iter_stdlib}[name]()

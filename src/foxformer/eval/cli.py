@@ -68,14 +68,11 @@ def _load_models(args):
 
     if args.names is not None and len(args.names) != len(args.models):
         raise ValueError(f"--names: got {len(args.names)} names for {len(args.models)} models")
-    out = []
-    for i, path in enumerate(args.models):
-        out.append(load_model(path, device=args.device, dtype=args.dtype, train_len=args.train_len,
-                              name=args.names[i] if args.names else None, attention_backend=args.attention_backend,
-                              progress=not args.no_progress, label=FLAGS, among_others=len(args.models) > 1))
-    if not args.names:
-        for m, name in zip(out, distinct_names(args.models)):
-            m.name = name
+    given = args.names or distinct_names(args.models)
+    out = [load_model(path, device=args.device, dtype=args.dtype, train_len=args.train_len, name=name,
+                      attention_backend=args.attention_backend, progress=not args.no_progress, label=FLAGS,
+                      among_others=len(args.models) > 1)
+           for path, name in zip(args.models, given)]
     names = [m.name for m in out]
     for i, m in enumerate(out):  # duplicate labels would overwrite each other's plots
         if names.count(m.name) > 1:
@@ -86,7 +83,9 @@ def _load_models(args):
 def _out_dir(args, models) -> str:
     from .outputs import default_out_dir
 
-    out = args.out or default_out_dir(models)
+    if args.out:  # checked by _run before the work
+        return args.out
+    out = default_out_dir(models)
     check_output_dir(out, "--out")  # the default is known once the models load, before the work
     return out
 
