@@ -31,6 +31,22 @@ def test_kernel_matches_torch(Tk, B, Tq, Hq, Hkv, D, ragged):
     assert err < 1e-2, err
 
 
+@pytest.mark.parametrize("dtype,D", [(torch.float32, 256), (torch.bfloat16, 512)], ids=["fp32-d256", "bf16-d512"])
+def test_head_dims_past_the_tuned_tiles_fit_shared_memory(dtype, D):
+    """The tuned 128-key blocks asked an H100 for 303 KB (fp32, D 192-256) and 299 KB (bf16, D 320-512) of shared
+    memory against its 227 KB: OutOfResources, until the launch learned to halve its key blocks."""
+    g = torch.Generator(device="cuda").manual_seed(1)
+    B, Tk, Hq, Hkv = 2, 700, 8, 2
+    q = torch.randn(B, 1, Hq, D, device="cuda", generator=g, dtype=dtype)
+    k = torch.randn(B, Tk, Hkv, D, device="cuda", generator=g, dtype=dtype)
+    v = torch.randn(B, Tk, Hkv, D, device="cuda", generator=g, dtype=dtype)
+    c = gate_cumsum(F.logsigmoid(torch.randn(B, Tk, Hq, device="cuda", generator=g) + 3))
+    got = forgetting_attention_decode(q, k, v, c, backend="triton")
+    want = torch_decode(q.double(), k.double(), v.double(), c, None, D ** -0.5)
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got.double(), want, atol=1e-2 if dtype == torch.bfloat16 else 1e-5, rtol=0)
+
+
 @torch.no_grad()
 def test_bf16_model_decodes_through_the_kernel():
     from foxformer.models import FoxForCausalLM, get_preset

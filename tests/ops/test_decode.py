@@ -119,6 +119,39 @@ def test_split_counts_are_powers_of_two_so_a_growing_cache_compiles_few_kernels(
     assert _pick_splits(2, 4, 1000, 3, interpreted=False) == 3     # an explicit count is kept
 
 
+def test_key_blocks_halve_until_the_kernel_fits_shared_memory(monkeypatch):
+    """fp32 at D 192-256 and bf16 above D 256 asked an H100 for more shared memory than it has (OutOfResources at
+    launch): the launch retries with half the keys a block, remembers the size that fit, and names the way out
+    when even the smallest block does not fit."""
+    import triton
+
+    from foxformer.ops.forgetting_attn import decode
+
+    tried, launch = [], decode._launch
+
+    def small_smem(*args):  # a GPU where only 32-key blocks fit: args[11] is BLOCK_N
+        tried.append(args[11])
+        if args[11] > 32:
+            raise triton.runtime.errors.OutOfResources(args[11] * 1024, 32 * 1024, "shared memory")
+        return launch(*args)
+
+    monkeypatch.setattr(decode, "_launch", small_smem)
+    monkeypatch.setattr(decode, "_FITTING_BLOCK_N", {})
+    monkeypatch.setattr(decode, "_interpreted", lambda t: False)  # the GPU's block sizes (fp32: exact here too)
+    tiles = decode.DecodeTiles(block_n=128)
+    q, k, v, c = make(1, 1, 90, 4, 2, 16, torch.float32, seed=5)
+    want = dense_reference(q, k, v, c, None, 0.25)
+    for _ in range(2):
+        got = decode.triton_decode(q, k, v, c, None, 0.25, None, None, 90, 90, tiles)
+        torch.testing.assert_close(got.double(), want, atol=1e-5, rtol=1e-5)
+    assert tried[:3] == [128, 64, 32] and tried[3:] == [32]  # the second call starts at the size that fit
+
+    monkeypatch.setattr(decode, "_launch", lambda *a: (_ for _ in ()).throw(
+        triton.runtime.errors.OutOfResources(1, 0, "shared memory")))
+    with pytest.raises(ValueError, match="does not fit head dim 16 in torch.float32.*backend='torch'"):
+        decode.triton_decode(q, k, v, c, None, 0.25, None, None, 90, 90, decode.DecodeTiles(block_n=64))
+
+
 def test_an_explicit_split_count_past_the_key_blocks_is_clamped():
     """num_splits was taken as given: 10**6 allocated B * Hkv * 10**6 * BLOCK_M rows of partial results
     (GiBs) and launched programs with no key to read. Splits beyond ceil(Tk / BLOCK_N) add nothing."""

@@ -421,12 +421,20 @@ class DecodeTiles:
 DECODE_TILES = DecodeTiles()
 
 
+# The key blocks that fit shared memory, by (device, dtype, BLOCK_D, paged, tiles): DECODE_TILES suit D 64 / 128 in
+# bf16, but fp32 at D 192-256 asked for 303 KB and bf16 above D 256 for 299 KB, against an H100's 227 KB (fifty-third
+# session, scripts: OutOfResources at launch), and a GPU with less shared memory (99 KB on sm_86 / sm_89) runs out
+# sooner. Halving the block on the first refusal is remembered, so each shape pays one failed compile per process.
+_FITTING_BLOCK_N: dict[tuple, int] = {}
+_SMALLEST_BLOCK_N = 16
+
+
 def _block_n(interpreted: bool, tiles: DecodeTiles = DECODE_TILES) -> int:
-    return 16 if interpreted else tiles.block_n
+    return _SMALLEST_BLOCK_N if interpreted else tiles.block_n
 
 
 def _pick_splits(B: int, Hkv: int, keys: int, num_splits: Optional[int], interpreted: bool,
-                 tiles: DecodeTiles = DECODE_TILES) -> int:
+                 tiles: DecodeTiles = DECODE_TILES, block_n: Optional[int] = None) -> int:
     if num_splits is not None:
         if num_splits < 1:
             raise ValueError(f"num_splits must be >= 1, got {num_splits}")
@@ -434,7 +442,7 @@ def _pick_splits(B: int, Hkv: int, keys: int, num_splits: Optional[int], interpr
         # (10**6 splits: GiBs). Clamped rather than refused: a fixed count is valid once the cache has
         # grown, and a short cache early in a generation should not fail on it. A power of two, as below,
         # so that a cache growing to num_splits blocks compiles a few kernels, not one per block.
-        blocks = max(1, triton.cdiv(keys, _block_n(interpreted, tiles)))
+        blocks = max(1, triton.cdiv(keys, block_n or _block_n(interpreted, tiles)))
         return num_splits if num_splits <= blocks else 1 << (blocks.bit_length() - 1)
     if interpreted:
         return max(1, min(4, triton.cdiv(keys, 32)))
@@ -461,8 +469,6 @@ def triton_decode(q, k, v, c, start, scale, num_splits, table, seq_len, capacity
         Hkv, page_size = table.shape[1], k.shape[1]
         k_strides = (k.stride(0), k.stride(1), 0)
         v_strides = (v.stride(0), v.stride(1), 0)
-    dyn_len = isinstance(seq_len, torch.Tensor)
-    G = Hq // Hkv
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.stride(-1) != 1 and t.shape[-1] != 1:  # D = 1: one element per row, any stride (fwd.py)
             raise ValueError(f"{name} must have a contiguous last dim for the triton backend (stride {t.stride(-1)} "
@@ -472,11 +478,31 @@ def triton_decode(q, k, v, c, start, scale, num_splits, table, seq_len, capacity
                         f"(use backend='torch' for fp64)")
     interp = _interpreted(q)
     c = c if c.dtype == torch.float64 else c.double()
-    # Sized for the whole storage: reading the live lengths (or a device seq_len) would cost a device sync.
-    splits = _pick_splits(B, Hkv, capacity, num_splits, interp, tiles)
-    block_n = _block_n(interp, tiles)
-    block_m = max(16, triton.next_power_of_2(G * Tq))
     block_d = max(16, triton.next_power_of_2(D))
+    fit_key = (q.device, q.dtype, block_d, k.dim() == 3, tiles)
+    block_n = _FITTING_BLOCK_N.get(fit_key, _block_n(interp, tiles))
+    while True:
+        try:
+            return _launch(q, k, v, c, start, scale, num_splits, table, seq_len, capacity, tiles, block_n,
+                           block_d, Hkv, page_size, k_strides, v_strides)
+        except triton.runtime.errors.OutOfResources as exc:
+            if block_n <= _SMALLEST_BLOCK_N:
+                raise ValueError(f"the Triton decode kernel does not fit head dim {D} in {q.dtype} into this GPU's "
+                                 f"shared memory, even {block_n} keys at a time; use backend='torch'") from exc
+            block_n //= 2
+            _FITTING_BLOCK_N[fit_key] = block_n
+
+
+def _launch(q, k, v, c, start, scale, num_splits, table, seq_len, capacity, tiles, block_n, block_d, Hkv, page_size,
+            k_strides, v_strides) -> torch.Tensor:
+    """Both kernels of triton_decode with BLOCK_N = block_n (OutOfResources where its tiles do not fit)."""
+    B, Tq, Hq, D = q.shape
+    G = Hq // Hkv
+    dyn_len = isinstance(seq_len, torch.Tensor)
+    interp = _interpreted(q)
+    # Sized for the whole storage: reading the live lengths (or a device seq_len) would cost a device sync.
+    splits = _pick_splits(B, Hkv, capacity, num_splits, interp, tiles, block_n)
+    block_m = max(16, triton.next_power_of_2(G * Tq))
     # One scratch allocation for the partial outputs, maxima and sums, and no placeholder tensor for an
     # absent start (c stands in; never read): at batch 1 a decode call is launch-bound, not GPU-bound.
     rows = B * Hkv * splits * block_m
