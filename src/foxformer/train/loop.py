@@ -15,6 +15,7 @@ import math
 import os
 import sys
 import time
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -101,6 +102,27 @@ def _stop_agreed(stop: StopSignals, device: torch.device) -> bool:
     return bool(all_reduce_sum(torch.tensor(float(stop.requested), device=device)) > 0)
 
 
+@dataclass(frozen=True)
+class _Cadence:
+    """Every how many tokens the run validates and saves, and on how many sequences it validates."""
+
+    batch_tokens: int
+    ckpt_every: int
+    eval_every: int
+    eval_seqs: int
+
+    @classmethod
+    def of(cls, cfg: TrainConfig, device: torch.device) -> "_Cadence":
+        eval_tokens = cfg.eval_tokens or (2**18 if device.type == "cuda" else 2**13)
+        return cls(cfg.batch_tokens, cfg.checkpoint_every_tokens or max(cfg.batch_tokens, cfg.horizon_tokens // 10),
+                   cfg.eval_every_tokens or max(2 * cfg.batch_tokens, cfg.horizon_tokens // 10),
+                   max(1, eval_tokens // cfg.context))
+
+    def crossed(self, tokens: int, every: int) -> bool:
+        """Whether the step that ended at ``tokens`` crossed a multiple of ``every``."""
+        return tokens // every != (tokens - self.batch_tokens) // every
+
+
 def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, held: contextlib.ExitStack,
            stop: StopSignals, hook: StepHook | None, model_factory) -> dict:
     inputs = read_inputs(cfg, info, writer)
@@ -114,11 +136,7 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, held: con
     # fp32 training runs its matmuls on TF32 tensor cores (allow_tf32 in read_inputs): MFU against that peak.
     peak = cfg.peak_flops or device_peak_flops(device, "bf16" if bf16 else "tf32")
     sink = _open_out_dir(cfg, info, writer, held, inputs, run, _derived(cfg, info, inputs, run, flops_per_token, peak))
-
-    ckpt_every = cfg.checkpoint_every_tokens or max(cfg.batch_tokens, cfg.horizon_tokens // 10)
-    eval_every = cfg.eval_every_tokens or max(2 * cfg.batch_tokens, cfg.horizon_tokens // 10)
-    eval_tokens = cfg.eval_tokens or (2**18 if device.type == "cuda" else 2**13)
-    eval_seqs = max(1, eval_tokens // cfg.context)
+    cadence = _Cadence.of(cfg, device)
 
     time_up = False
     # a stop asked for while the run loaded: its checkpoint (if any) is where it stands, no step is needed
@@ -137,46 +155,31 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, held: con
                           run.loss_kwargs, cfg, first=step == start_step)
         step += 1
         tokens += cfg.batch_tokens
-        # one collective for the loss, the data checksum (< 2^31 per rank: their sum is exact in float64) and the
-        # ranks asked to stop, so that all stop after this step together (a rank that stopped alone would leave
-        # the others waiting in the next step's collectives)
-        summed = all_reduce_sum(torch.stack([done.loss_sum.double() / plan.accum,
-                                             torch.tensor(float(done.crc), dtype=torch.float64, device=device),
-                                             torch.tensor(float(stop.requested), dtype=torch.float64, device=device)]))
-        loss_val, data_crc = float(summed[0]) / info.world_size, int(round(float(summed[1]))) % CHECKSUM_MOD
-        stopped = float(summed[2]) > 0
+        loss_val, data_crc, stopped = _agree(done, plan, stop, info)
         dt = time.time() - t0
         tps = cfg.batch_tokens / dt
         speed.add(tps)
-        step_mfu = mfu(tps, flops_per_token, peak, info.world_size)
         elapsed = time.time() - start_time
-        lr = done.lr
-        last_rec = {"kind": "train", "step": step, "tokens": tokens, "loss": loss_val, "data_crc": data_crc, "lr": lr,
-                    "grad_norm": float(done.grad_norm), "tokens_per_s": tps, "mfu": step_mfu, "step_time_s": dt,
-                    "elapsed_s": elapsed}
+        last_rec = {"kind": "train", "step": step, "tokens": tokens, "loss": loss_val, "data_crc": data_crc,
+                    "lr": done.lr, "grad_norm": float(done.grad_norm), "tokens_per_s": tps,
+                    "mfu": mfu(tps, flops_per_token, peak, info.world_size), "step_time_s": dt, "elapsed_s": elapsed}
         # the gradient too: a finite loss over a NaN gradient saved NaN weights as the latest checkpoint
         if not (math.isfinite(loss_val) and math.isfinite(last_rec["grad_norm"])):
             raise diverged(cfg, step, f"the loss is {loss_val:g} and the gradient norm {last_rec['grad_norm']:g} "
-                                       f"at lr {lr:.3g}")
-        eta = speed.eta((cfg.total_steps - step) * cfg.batch_tokens)
+                                       f"at lr {done.lr:.3g}")
         if sink is not None:
             sink.write(last_rec)
-            bar.update(1)
-            bar.set_postfix(loss=f"{loss_val:.3f}", tok_s=f"{tps:,.0f}", refresh=False)
-            if step % cfg.log_every == 0 or step == 1 or step == cfg.total_steps:
-                tqdm.write(f"step {step}/{cfg.total_steps} tokens {tokens:,} loss {loss_val:.4f} lr {lr:.2e} "
-                           f"tok/s {tps:,.0f} MFU {'n/a' if step_mfu is None else f'{100 * step_mfu:.1f}%'} "
-                           f"ETA {eta_string(eta)}")
+            _show_step(cfg, bar, last_rec, speed.eta((cfg.total_steps - step) * cfg.batch_tokens))
         time_up = cfg.max_minutes is not None and elapsed > 60 * cfg.max_minutes
         time_up = bool(broadcast_object(time_up))  # every rank stops at the same step
         finished = step >= cfg.total_steps or time_up
-        if tokens // eval_every != (tokens - cfg.batch_tokens) // eval_every or finished:
-            last_eval = _validate(cfg, info, inputs, model, step, tokens, eval_seqs, sink)
+        if cadence.crossed(tokens, cadence.eval_every) or finished:
+            last_eval = _validate(cfg, info, inputs, model, step, tokens, cadence.eval_seqs, sink)
             if sink is not None:
                 tqdm.write(f"step {step} val_loss {last_eval['val_loss']:.4f}")
         # a stop on a signal saves at once: the scheduler kills the job seconds later (the step's periodic
         # evaluation, if due, ran above: the resumed run starts after it)
-        if tokens // ckpt_every != (tokens - cfg.batch_tokens) // ckpt_every or finished or stopped:
+        if cadence.crossed(tokens, cadence.ckpt_every) or finished or stopped:
             with ckpt.write_errors(cfg.out_dir, step):
                 writer.save(step, model, optimizer, {"tokens": tokens, "world_size": info.world_size,
                                                      "seqs_per_rank": plan.seqs_per_rank, "data": inputs.data_id})
@@ -191,7 +194,7 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, held: con
         stop.done()
 
     if not stopped and not last_eval:  # no step taken (a finished run returned before): still report validation
-        last_eval = _validate(cfg, info, inputs, model, step, tokens, eval_seqs, sink)
+        last_eval = _validate(cfg, info, inputs, model, step, tokens, cadence.eval_seqs, sink)
     hf_dir = _export(cfg, info, run) if cfg.export_hf and hasattr(run.model_cfg, "to_dict") and not stopped else None
     wall = time.time() - start_time
     summary = RunSummary(
@@ -205,6 +208,31 @@ def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, held: con
         sink.write({"kind": "end", "step": step, "tokens": tokens, **{k: v for k, v in summary.items()
                                                                       if isinstance(v, (int, float))}})
     return summary
+
+
+def _agree(done, plan: Plan, stop: StopSignals, info: DistInfo) -> tuple[float, int, bool]:
+    """The step's mean loss over ranks, its data checksum and whether any rank was asked to stop.
+
+    One collective for the three, so that all ranks stop after this step together (a rank that stopped alone would
+    leave the others waiting in the next step's collectives); each rank's checksum is < 2^31, so their float64 sum
+    is exact."""
+    device = info.device
+    summed = all_reduce_sum(torch.stack([done.loss_sum.double() / plan.accum,
+                                         torch.tensor(float(done.crc), dtype=torch.float64, device=device),
+                                         torch.tensor(float(stop.requested), dtype=torch.float64, device=device)]))
+    return (float(summed[0]) / info.world_size, int(round(float(summed[1]))) % CHECKSUM_MOD,
+            float(summed[2]) > 0)
+
+
+def _show_step(cfg: TrainConfig, bar, rec: dict, eta: float | None) -> None:
+    """The progress bar's step, and every log_every steps (and the first and last) a line with the figures."""
+    bar.update(1)
+    bar.set_postfix(loss=f"{rec['loss']:.3f}", tok_s=f"{rec['tokens_per_s']:,.0f}", refresh=False)
+    step, step_mfu = rec["step"], rec["mfu"]
+    if step % cfg.log_every == 0 or step == 1 or step == cfg.total_steps:
+        tqdm.write(f"step {step}/{cfg.total_steps} tokens {rec['tokens']:,} loss {rec['loss']:.4f} lr {rec['lr']:.2e} "
+                   f"tok/s {rec['tokens_per_s']:,.0f} MFU {'n/a' if step_mfu is None else f'{100 * step_mfu:.1f}%'} "
+                   f"ETA {eta_string(eta)}")
 
 
 def _derived(cfg: TrainConfig, info: DistInfo, inputs: RunInputs, run: RunSetup, flops_per_token: float,
