@@ -471,14 +471,27 @@ HUB_MODES = {"contrastive": (dict(penalty_alpha=0.6, top_k=4), "penalty_alpha wi
                              "search", "leave penalty_alpha out (greedy)"),
              "dola": (dict(dola_layers="low"), "dola_layers asks for DoLa decoding (contrasting early layers' logits "
                       "with the last's)", "leave dola_layers out (greedy, or sampling with do_sample=True)"),
+             "dola-beside-beams": (dict(dola_layers="high", num_beams=2), "dola_layers asks for DoLa decoding "
+                                   "(contrasting early layers' logits with the last's)", "leave dola_layers out"),
              "group-beams": (dict(num_beams=4, num_beam_groups=2, diversity_penalty=1.0),
-                             "num_beam_groups > 1 asks for group (diverse) beam search",
+                             "num_beam_groups with diversity_penalty asks for group (diverse) beam search",
                              "leave num_beam_groups and diversity_penalty out"),
+             "groups-without-beams": (dict(num_beam_groups=2), "num_beam_groups asks for group (diverse) beam search",
+                                      "leave num_beam_groups and diversity_penalty out"),
+             "diversity-without-groups": (dict(num_beams=4, diversity_penalty=1.0), "diversity_penalty asks for group "
+                                          "(diverse) beam search", "leave num_beam_groups and diversity_penalty out"),
+             "diversity-beside-sampling": (dict(do_sample=True, diversity_penalty=0.5), "diversity_penalty asks for "
+                                           "group (diverse) beam search", "leave num_beam_groups"),
              "force-words": (dict(num_beams=4, force_words_ids=[[5, 6]]),
-                             "constraints or force_words_ids asks for constrained beam search", "leave them out; "
+                             "force_words_ids asks for constrained beam search", "leave them out; "
                              "bad_words_ids keeps tokens out, prefix_allowed_tokens_fn allows only some"),
              "constraints": (dict(num_beams=4, constraints=[[5, 6]]),
-                             "constraints or force_words_ids asks for constrained beam search", "leave them out")}
+                             "constraints asks for constrained beam search", "leave them out"),
+             "constraints-and-force-words": (dict(num_beams=4, constraints=[[5, 6]], force_words_ids=[[7]]),
+                                             "constraints with force_words_ids asks for constrained beam search",
+                                             "leave them out"),
+             "constraints-before-dola": (dict(dola_layers="low", force_words_ids=[[7]]),
+                                         "force_words_ids asks for constrained beam search", "leave them out")}
 
 
 @pytest.mark.parametrize("entry", list(HUB_ENTRIES), ids=list(HUB_ENTRIES))
@@ -487,7 +500,9 @@ def test_modes_transformers_moved_to_the_hub_are_refused_naming_the_option(mode,
     """transformers asked for trust_remote_code, then fetched and ran the Hub's code for the mode (offline: an
     OSError about a missing generate.py). Contrastive search's repeats the cache per candidate and crops it back,
     which FoxCache does not do; the others were never run against FoxCache. The refusal comes before anything is
-    fetched, and again if the Hub's code calls generate with its own loop."""
+    fetched, and again if the Hub's code calls generate with its own loop. Their options are refused in any form and
+    named as given: beside num_beams > 1 transformers ran beam search for dola_layers (with a logged warning), and
+    ignored num_beam_groups without num_beams > 1 and diversity_penalty without num_beam_groups > 1 in silence."""
     options, asked, fix = HUB_MODES[mode]
     model = make_model("fox-pro-tiny")
     said = f"generate: {asked}, which foxformer models do not support; {fix}"
@@ -498,6 +513,12 @@ def test_modes_transformers_moved_to_the_hub_are_refused_naming_the_option(mode,
 def test_penalty_alpha_beside_sampling_is_not_contrastive_search():
     model = make_model("fox-pro-tiny")
     assert model.generate(tokens(1, 6), penalty_alpha=0.6, top_k=4, do_sample=True, max_new_tokens=3,
+                          pad_token_id=0).shape == (1, 9)
+
+
+def test_the_hub_modes_options_at_their_defaults_ask_for_nothing():
+    model = make_model("fox-pro-tiny")
+    assert model.generate(tokens(1, 6), num_beams=2, num_beam_groups=1, diversity_penalty=0.0, max_new_tokens=3,
                           pad_token_id=0).shape == (1, 9)
 
 

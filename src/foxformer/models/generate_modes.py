@@ -1,6 +1,6 @@
 """generate's options that foxformer models refuse, and the one wording of those refusals. FoxForCausalLM
-(modeling.py) checks them where generate first knows its mode (_get_deprecated_gen_repo) and before it builds
-its cache (_prepare_cache_for_generation).
+(modeling.py) checks them where generate first holds its generation config (_prepare_generation_config), where it
+first knows its mode (_get_deprecated_gen_repo) and before it builds its cache (_prepare_cache_for_generation).
 """
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from .kvcache.cache import FoxCache
 # transformers 5 moved these modes to Hub code (custom_generate), run after asking for trust_remote_code: written
 # for transformers' own caches and outputs, fetched unpinned, and beyond what foxformer's tests can run (no
 # network). Contrastive search's repeats the cache per candidate token and crops it back, which FoxCache does not do.
-# Each: the option that asked for the mode, the mode, the way out.
+# Each: what asks for the mode, the mode, the way out. check_hub_options refuses the options of all but contrastive
+# search first, naming those given (penalty_alpha alone asks for nothing: beside sampling it is no mode of its own).
 HUB_MODES = {
     GenerationMode.CONTRASTIVE_SEARCH: (
         "penalty_alpha with top_k > 1", "contrastive search",
@@ -31,6 +32,18 @@ HUB_MODES = {
         "leave them out; bad_words_ids keeps tokens out, prefix_allowed_tokens_fn allows only some at each step"),
 }
 
+# The options that ask for one of those modes, each with the value that asks for nothing (transformers' default).
+# Refused in any form, before transformers derives its mode: outside their mode it runs another one instead, with
+# dola_layers beside num_beams > 1 (beam search, after a logged warning), num_beam_groups > 1 without num_beams > 1
+# (greedy) and diversity_penalty without num_beam_groups > 1 (in silence). An error rather than a warning, as for
+# max_cache_len (cache_settings): the user asked for decoding foxformer does not run, and output of another mode
+# under the same options reads as that decoding's.
+HUB_OPTIONS = {"constraints": (GenerationMode.CONSTRAINED_BEAM_SEARCH, None),
+               "force_words_ids": (GenerationMode.CONSTRAINED_BEAM_SEARCH, None),
+               "dola_layers": (GenerationMode.DOLA_GENERATION, None),
+               "num_beam_groups": (GenerationMode.GROUP_BEAM_SEARCH, 1),
+               "diversity_penalty": (GenerationMode.GROUP_BEAM_SEARCH, 0.0)}
+
 # Options whose paths need what FoxCache and these outputs do not have: they failed deep inside transformers (an
 # AttributeError on the cache or on the output).
 UNSUPPORTED_OPTIONS = {"prompt_lookup_num_tokens": "prompt-lookup decoding (it crops the cache)",
@@ -41,6 +54,15 @@ UNSUPPORTED_OPTIONS = {"prompt_lookup_num_tokens": "prompt-lookup decoding (it c
 def unsupported(asked: str, what: str, fix: str = "leave it out") -> ValueError:
     """The one wording of generate's refusals: the option the user gave, what it asks for, the way out."""
     return ValueError(f"generate: {asked} asks for {what}, which foxformer models do not support; {fix}")
+
+
+def check_hub_options(generation_config) -> None:
+    """Refuse a Hub mode's options however they are set, naming those given (of the first mode asked for)."""
+    given = [(name, mode) for name, (mode, idle) in HUB_OPTIONS.items()
+             if getattr(generation_config, name, None) not in (None, idle)]
+    if given:
+        mode = given[0][1]
+        raise unsupported(" with ".join(name for name, of in given if of == mode), *HUB_MODES[mode][1:])
 
 
 def check_mode(mode: GenerationMode) -> None:

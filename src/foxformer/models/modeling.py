@@ -21,7 +21,7 @@ from ..argtypes import did_you_mean, setting_name
 from .cache_settings import (CACHE_DECODE_MODES, DYNAMIC_CACHE, PAGED_ATTENTION, STATIC_CACHE, UNCOMPILED_STATIC_DECODE,
                              check_cache_settings, paged_refusal)
 from .config import FoxConfig, field_hint
-from .generate_modes import check_cache_batch, check_mode, check_options
+from .generate_modes import check_cache_batch, check_hub_options, check_mode, check_options
 from .kvcache.cache import FoxCache
 from .kvcache.dense import DenseKV
 from .kvcache.graphs import DecodeGraphs, step_kind
@@ -624,6 +624,13 @@ class FoxForCausalLM(FoxPreTrainedModel, GenerationMixin):
         here."""
         raise paged_refusal("continuous batching (generate_batch, continuous_batching_context_manager, "
                             "init_continuous_batching)")
+
+    def _prepare_generation_config(self, *args, **kwargs):
+        """Refuse the options of the modes transformers moved to Hub code (generate_modes.HUB_OPTIONS) as soon as
+        generate's config holds them: beside some other options transformers runs another mode instead."""
+        generation_config, model_kwargs = super()._prepare_generation_config(*args, **kwargs)
+        check_hub_options(generation_config)
+        return generation_config, model_kwargs
 
     def _get_deprecated_gen_repo(self, generation_mode, *args, **kwargs):
         """Refuse the modes transformers moved to Hub code (generate_modes.HUB_MODES) where generate first knows its
