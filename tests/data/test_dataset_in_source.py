@@ -98,6 +98,29 @@ def test_an_out_that_holds_a_source_is_refused_and_the_source_kept(corpus, capsy
     assert _texts(before) == before
 
 
+def _symlink(target: str, link: str) -> None:
+    try:
+        os.symlink(target, link, target_is_directory=True)
+    except (OSError, NotImplementedError) as e:  # Windows without the privilege to make one
+        pytest.skip(f"no symlinks here ({e})")
+
+
+@pytest.mark.parametrize("source, out", [("out/corpus", "out"), ("out/corpus/sub", "out"), ("out/corpus/sub", "docs")],
+                         ids=["the-link", "a-folder-under-the-link", "a-link-into-out"])
+def test_an_out_that_holds_a_source_through_a_symlink_is_refused(corpus, capsys, source, out):
+    """out/corpus links to docs/. The check compared resolved paths alone: out/corpus resolved outside out/, and
+    the dataset was written into out/ beside the link (a source whose link leads into --out was refused)."""
+    os.mkdir("out")
+    _symlink(os.path.abspath("docs"), os.path.join("out", "corpus"))
+    before = sorted(os.listdir(out))
+    assert _prepare(source, out) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"error: --out: {out!r} holds the source {source!r}: the dataset's files (manifest.json, shards/, train.bin, "
+        f"...) would be written among the documents; give the dataset a folder of its own, e.g. '{source}/prepared'")
+    assert sorted(os.listdir(out)) == before
+    assert _prepare(source, f"{source}/prepared") == 0  # the way out the message gives
+
+
 def test_a_dataset_given_as_the_source_is_refused(corpus, capsys):
     assert _prepare("docs", "tokens") == 0
     assert _prepare("tokens", "again") == 2

@@ -121,6 +121,17 @@ def test_the_command_line_says_it_after_the_source_flag(tmp_path, monkeypatch, c
                                                         f"'text', not text: join them into one ({fix(JOIN)})")
 
 
+def test_the_note_of_empty_rows_names_the_first_by_file_and_line(tmp_path, monkeypatch, capsys):
+    """A null text is an empty document, and the note said how many there were but not where: a row's own id
+    (the usual JSONL dataset's) hides its line, so the file and line are kept beside it."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "x.jsonl").write_text('{"id": "a", "text": "some text"}\n\n{"id": "b", "text": null}\n'
+                                      '{"id": "c", "text": " "}\n')
+    assert main(["data", "prepare", "--source", "x.jsonl", "--out", "d", "--tokenizer", "bytes", "--no-progress"]) == 0
+    assert ("note: x.jsonl: 2 empty document(s) (or only whitespace) left out, the first at x.jsonl:3"
+            in capsys.readouterr().err.splitlines())
+
+
 def _written(path, content: str, compression: str) -> None:
     """``content`` written to ``path``, compressed as its name says."""
     opener = {"": open, ".gz": gzip.open, ".xz": lzma.open}[compression]

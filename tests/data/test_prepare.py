@@ -409,7 +409,8 @@ def test_prepare_says_what_it_left_out(tmp_path, capsys):
                  "--no-progress"]) == 0
     captured = capsys.readouterr()
     assert json.loads(captured.out)["docs"] == 2
-    assert f"note: {src}: 2 empty document(s) (or only whitespace) left out" in captured.err
+    assert f"note: {src}: 2 empty document(s) (or only whitespace) left out, the first at {src / 'blank.txt'}\n" \
+        in captured.err
     assert f"note: {src}: 4 file(s) of kinds not read as documents left out (3 .py, 1 (no extension)); read are " \
            f".txt/.md" in captured.err
     m = read_manifest(str(tmp_path / "out"))

@@ -44,7 +44,7 @@ def test_a_whitespace_file_among_sources_is_left_out_as_a_folders_would_be(tmp_p
     assert main(["data", "prepare", "--source", a, b, str(blank), "--out", out, "--tokenizer", "bytes",
                  "--no-progress"]) == 0
     captured = capsys.readouterr()
-    assert f"note: {blank}: 1 empty document(s) (or only whitespace) left out" in captured.err
+    assert f"note: {blank}: 1 empty document(s) (or only whitespace) left out\n" in captured.err  # no "the first"
     assert json.loads(captured.out)["docs"] == 2
     assert [s["docs"] for s in read_manifest(out)["sources"]] == [1, 1, 0]
     assert main(["data", "prepare", "--source", str(blank), str(blank_too), "--out", str(tmp_path / "none"),

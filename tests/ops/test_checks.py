@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from foxformer import forgetting_attention, forgetting_attention_cumsum, gate_cumsum
-from foxformer.ops import gated_linear_attention, naive_forgetting_attention
+from foxformer.ops import gated_linear_attention, naive_forgetting_attention, portable
 from foxformer.ops.forgetting_attn.checks import NonFiniteValueError
 
 
@@ -73,8 +73,11 @@ CASES = [
     # with Tq < Tk a gate of the queries alone (Tq = Hq = 4 here) was taken for a transposed one
     ("gate-of-queries-only", dict(q=torch.randn(1, 4, 4, 16), log_fgate=-torch.rand(1, 4, 4)), ValueError,
      r"got \(1, 4, 4\); it has one entry per key position \(Tk=8\), not per query \(Tq=4\)"),
-    ("no-positions", dict(q=torch.randn(1, 0, 4, 16), k=torch.randn(1, 0, 2, 16), v=torch.randn(1, 0, 2, 16),
-                          log_fgate=-torch.rand(1, 0, 4)), ValueError, "need at least one position .*skip the call"),
+    # Tq = 0 has an (empty) answer; queries with no key have none
+    ("queries-without-keys",
+     dict(k=torch.randn(1, 0, 2, 16), v=torch.randn(1, 0, 2, 16), log_fgate=-torch.rand(1, 0, 4)), ValueError, r"more positions \(Tq=8\) than k and v \(Tk=0\)"),
+    ("cu-no-bounds", dict(cu_seqlens=torch.tensor([], dtype=torch.int32)), ValueError, r"1-D \[N \+ 1\]"),
+    ("cu-no-sequence-in-T-8", dict(cu_seqlens=torch.tensor([0], dtype=torch.int32)), ValueError, "end at T=8"),
     ("no-heads", dict(q=torch.randn(1, 8, 0, 16), k=torch.randn(1, 8, 0, 16), v=torch.randn(1, 8, 0, 16),
                       log_fgate=-torch.rand(1, 8, 0)), ValueError, "need at least one head .*Hq=0, Hkv=0"),
     # +inf is f = e^inf: as invalid a log-sigmoid as any positive gate
@@ -191,6 +194,62 @@ def test_good_varlen_bounds_pass_the_device_check(backend, compiled):
     inputs = _varlen_half()
     got = _varlen_call(compiled, backend)(*inputs, cu, 35)
     torch.testing.assert_close(got, forgetting_attention(*inputs, cu_seqlens=cu, backend=backend))
+
+
+def _empty_pack(compiled, backend, bounds):
+    if compiled:  # the tests above compiled `call` for other shapes, past dynamo's recompile limit
+        torch._dynamo.reset()
+    return _varlen_call(compiled, backend)(*_varlen_half(T=0), torch.tensor(bounds, dtype=torch.int32), 0)
+
+
+@pytest.mark.parametrize("backend,compiled", BACKENDS_MODES)
+def test_an_empty_pack_gives_an_empty_result(backend, compiled):
+    """T = 0 packs no sequence: cu_seqlens [0] (N = 0), whose longest sequence is 0 tokens long."""
+    assert _empty_pack(compiled, backend, [0]).shape == (1, 0, 2, 16)
+
+
+@pytest.mark.parametrize("backend,compiled", BACKENDS_MODES)
+def test_an_empty_sequence_in_an_empty_pack_is_still_refused(backend, compiled):
+    with pytest.raises((ValueError, RuntimeError), match="cu_seqlens"):
+        _empty_pack(compiled, backend, [0, 0])
+
+
+def _no_queries(fn, Tk, dtype=torch.float32, **kwargs):
+    """forgetting_attention(_cumsum) or the portable one of Tq = 0 before Tk keys, every input requiring grad:
+    (the inputs, out, lse)."""
+    a = {name: t.to(dtype) if name != "log_fgate" else t for name, t in _ok(B=2, Tq=0, Tk=Tk).items()}
+    if fn in (forgetting_attention_cumsum, portable.forgetting_attention_cumsum):
+        a["log_fgate"] = gate_cumsum(a["log_fgate"])
+    inputs = [t.requires_grad_() for t in a.values()]
+    return inputs, *fn(*inputs, return_lse=True, **kwargs)
+
+
+EMPTY_ENTRIES = [pytest.param(fn, backend, id=f"{fn.__module__.rsplit('.', 1)[-1]}.{fn.__name__}-{backend}")
+                 for fn, backends in ((forgetting_attention, ("torch", "naive", "triton")),
+                                      (forgetting_attention_cumsum, ("torch", "triton")),
+                                      (portable.forgetting_attention, ("auto",)),
+                                      (portable.forgetting_attention_cumsum, ("auto",)))
+                 for backend in backends]
+
+
+@pytest.mark.parametrize("Tk", [0, 5])
+@pytest.mark.parametrize("fn,backend", EMPTY_ENTRIES)
+def test_no_queries_give_an_empty_result_with_gradients(fn, backend, Tk):
+    """Tq = 0 was a ValueError while the decode op returned an empty result for it: now both do, as torch's
+    attention does, and the backward reaches every input (k, v and the gate with Tk > 0 get zeros)."""
+    dtype = torch.float16 if backend == "triton" else torch.float32  # the kernels' dtypes
+    inputs, out, lse = _no_queries(fn, Tk, dtype, backend=backend)
+    assert out.shape == (2, 0, 4, 16) and out.dtype == inputs[0].dtype
+    assert lse.shape == (2, 4, 0) and lse.dtype == torch.float32
+    grads = torch.autograd.grad(out.sum() + lse.sum(), inputs)
+    for grad, x in zip(grads, inputs):
+        assert grad.shape == x.shape and grad.dtype == x.dtype and not grad.any()
+
+
+def test_the_naive_reference_has_no_queries_alike():
+    inputs, out, lse = _no_queries(naive_forgetting_attention, 5)
+    assert out.shape == (2, 0, 4, 16) and lse.shape == (2, 4, 0)
+    assert [g.shape for g in torch.autograd.grad(out.sum(), inputs)] == [x.shape for x in inputs]
 
 
 @pytest.mark.parametrize("packed", [False, True], ids=["batch", "cu_seqlens"])

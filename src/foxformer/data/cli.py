@@ -42,8 +42,11 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
         raise ValueError(f"{_FLAGS[e.field]}: {reason}") from None
     for source in manifest["sources"]:  # left out in silence, a folder's .py files read as a dataset of its READMEs
         if source.get("empty_docs"):
-            print(f"note: {source['spec']}: {source['empty_docs']} empty document(s) (or only whitespace) left out",
-                  file=sys.stderr)
+            # none where the source is that one file, or its shard was tokenized before the first was recorded
+            first = source.get("first_empty")
+            first = f", the first at {first}" if first not in (None, source["spec"]) else ""
+            print(f"note: {source['spec']}: {source['empty_docs']} empty document(s) (or only whitespace) left "
+                  f"out{first}", file=sys.stderr)
         if source.get("left_out_files"):
             kinds = ", ".join(f"{n} {ext}" for ext, n in source["left_out_files"].items())
             print(f"note: {source['spec']}: {sum(source['left_out_files'].values())} file(s) of kinds not read as "

@@ -132,9 +132,9 @@ def _no_field(where: str, row: dict, text_field: str, first: bool, fix: Callable
             f"fix the line, or leave out the rows without it ({fix(f'select(has({json.dumps(text_field)}))')})")
 
 
-def rows(fh, path: str, text_field: str, decompress: str | None = None) -> Iterator[tuple[str, str]]:
-    """(id, text) of each document of a JSONL file's lines, ``fh`` its bytes (decompressed); ``decompress``: the
-    command that decompresses a compressed one, for the fixes' commands. Blank lines are none."""
+def rows(fh, path: str, text_field: str, decompress: str | None = None) -> Iterator[tuple[str, str, str]]:
+    """(id, "file:line", text) of each document of a JSONL file's lines, ``fh`` its bytes (decompressed);
+    ``decompress``: the command that decompresses a compressed one, for the fixes' commands. Blank lines are none."""
     fix = partial(jq, path, decompress)
     first = True
     for lineno, raw in enumerate(fh, 1):
@@ -163,4 +163,4 @@ def rows(fh, path: str, text_field: str, decompress: str | None = None) -> Itera
             raise SettingError("source", f"{where} holds \\u{ord(lone.group()):04x} in field {text_field!r}, half "
                                          f"of a UTF-16 surrogate pair without its other half, which is no text: fix "
                                          f"the row (\\ufffd is the replacement character) or leave the file out")
-        yield str(row.get("id", where)), text
+        yield str(row.get("id", where)), where, text

@@ -285,10 +285,11 @@ def _tokenize_source(spec: str, shard_dir: str, cfg: PrepareConfig, tok, progres
             batch_chars = 0
             return False
 
-        capped, empty = False, 0
+        capped, empty, first_empty = False, 0, None
         for doc in iter_documents(spec, cfg.text_field, cfg.out_dir):
             if not doc.text or doc.text.isspace():  # isspace: no copy of a long text, unlike strip()
                 empty += 1
+                first_empty = first_empty or doc.where or doc.id
                 continue
             batch.append(doc)
             batch_chars += len(doc.text)
@@ -303,7 +304,8 @@ def _tokenize_source(spec: str, shard_dir: str, cfg: PrepareConfig, tok, progres
         os.fsync(out.fileno())
     bar.close()
     np.save(os.path.join(tmp_dir, "docs.npy"), np.frombuffer(offsets, dtype=np.int64))
-    info = {"spec": spec, "docs": n_docs, "tokens": int(n_tokens), "empty_docs": empty}
+    info = {"spec": spec, "docs": n_docs, "tokens": int(n_tokens), "empty_docs": empty,
+            **({"first_empty": first_empty} if empty else {})}
     with open(os.path.join(tmp_dir, "done.json"), "w") as f:
         json.dump(info, f)
     shutil.rmtree(shard_dir, ignore_errors=True)
@@ -493,16 +495,23 @@ def _older_requests(request: dict, infos: list, tokenizer: str) -> list[dict]:
 def _check_out_dir_apart(out_dir: str, spec: str) -> None:
     """ValueError when ``out_dir`` is the source ``spec`` or a folder that holds it: the dataset's files were
     written among the documents (its manifest.json over a source of that name), and read as documents by a prepare
-    of that folder. A dataset inside a source folder is fine: the folder's walk passes over it."""
+    of that folder. A dataset inside a source folder is fine: the folder's walk passes over it.
+
+    Both paths as given and resolved: resolved alone, a source reached through a symlink inside ``out_dir``
+    (out/corpus leading elsewhere) was not held by it, and the dataset took the folder of the link."""
     if source_kind(spec) != "file" or not os.path.exists(spec):
         return
-    source, out = os.path.realpath(spec), os.path.realpath(out_dir)
-    if source == out or source.startswith(out.rstrip(os.sep) + os.sep):
-        said = "is the source folder" if source == out else f"holds the source {spec!r}"
-        instead = os.path.join(spec, "prepared") if os.path.isdir(spec) else "data_cache/NAME"
-        raise SettingError("out_dir", f"{out_dir!r} {said}: the dataset's files (manifest.json, shards/, train.bin, "
-                                      f"...) would be written among the documents; give the dataset a folder of its "
-                                      f"own, e.g. {instead!r}")
+    for source, out in ((os.path.abspath(spec), os.path.abspath(out_dir)),
+                        (os.path.realpath(spec), os.path.realpath(out_dir))):
+        if source == out or source.startswith(out.rstrip(os.sep) + os.sep):
+            break
+    else:
+        return
+    said = "is the source folder" if source == out else f"holds the source {spec!r}"
+    instead = os.path.join(spec, "prepared") if os.path.isdir(spec) else "data_cache/NAME"
+    raise SettingError("out_dir", f"{out_dir!r} {said}: the dataset's files (manifest.json, shards/, train.bin, "
+                                  f"...) would be written among the documents; give the dataset a folder of its "
+                                  f"own, e.g. {instead!r}")
 
 
 def _existing_dataset(out_dir: str, request: dict, older_requests: list[dict],

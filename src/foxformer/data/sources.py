@@ -38,11 +38,13 @@ BUILTINS = ("sympy", "pydoc", "stdlib")
 
 @dataclass(frozen=True)
 class Document:
-    """One document: ``id`` unique within its source, ``text`` its full text."""
+    """One document: ``id`` unique within its source, ``text`` its full text; ``where`` the file and line it was
+    read from, where ``id`` does not say it (a JSONL row's own id field), for a note that points at it."""
 
     id: str
     source: str
     text: str
+    where: str = ""
 
 
 @dataclass(frozen=True)
@@ -303,8 +305,8 @@ def _read_file(path: str, spec: str, text_field: str) -> Iterator[Document]:
     elif kind == "jsonl":
         with _open_binary(path) as fh:
             comp = _strip_compression(path)[1]
-            for doc_id, text in jsonl.rows(fh, path, text_field, comp and COMPRESSIONS[comp]):
-                yield Document(id=doc_id, source=spec, text=text)
+            for doc_id, where, text in jsonl.rows(fh, path, text_field, comp and COMPRESSIONS[comp]):
+                yield Document(id=doc_id, source=spec, text=text, where=where)
     elif kind == "parquet":
         try:
             import pyarrow.parquet as pq

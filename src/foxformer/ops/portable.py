@@ -14,7 +14,7 @@ import torch
 from .forgetting_attn.checks import check_inputs, check_softmax_scale
 from .forgetting_attn.cumsum import LOG_FGATE_FLOOR, gate_cumsum, gate_cumsum_heads_first
 from .forgetting_attn.paging import append_token_torch, evict_scan_torch, gather_live
-from .forgetting_attn.reference import naive_unchecked, torch_forward
+from .forgetting_attn.reference import naive_unchecked, no_queries, torch_forward
 from .gated_linear_attn.interface import gated_linear_attention
 from .gated_linear_attn.reference import naive_gated_linear_attention
 from .pro_block.checks import check_gate_norm, check_shift_norm
@@ -37,6 +37,8 @@ def forgetting_attention(q, k, v, log_fgate, *, softmax_scale=None, cu_seqlens=N
     """foxformer.ops.forgetting_attention, exact, on any device; its input checks."""
     scale, max_seqlen = check_inputs(q, k, v, log_fgate, "log_fgate", softmax_scale, cu_seqlens, max_seqlen,
                                      return_lse)
+    if q.shape[1] == 0:
+        return no_queries(q, k, v, log_fgate, return_lse)
     if _needs_grad(q, k, v, log_fgate):
         return naive_unchecked(q, k, v, log_fgate, scale, cu_seqlens, return_lse)
     out, lse = torch_forward(q, k, v, gate_cumsum_heads_first(log_fgate), scale, cu_seqlens, max_seqlen)
@@ -47,6 +49,8 @@ def forgetting_attention_cumsum(q, k, v, c, *, softmax_scale=None, cu_seqlens=No
                                 return_lse=False, backend="auto", prune_eps=None, qk_bound=None):
     """foxformer.ops.forgetting_attention_cumsum (forward only: caches run without gradients); its input checks."""
     scale, max_seqlen = check_inputs(q, k, v, c, "c", softmax_scale, cu_seqlens, max_seqlen, return_lse)
+    if q.shape[1] == 0:
+        return no_queries(q, k, v, c, return_lse)
     c_t = c.transpose(1, 2).double().contiguous()
     out, lse = torch_forward(q, k, v, c_t, scale, cu_seqlens, max_seqlen)
     return (out, lse) if return_lse else out

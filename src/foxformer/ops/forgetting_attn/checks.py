@@ -129,10 +129,7 @@ def check_common(q, k, v, gate, gate_name, softmax_scale, cu_seqlens, max_seqlen
                          f"Hkv={Hkv}")
     if Hq % Hkv != 0:
         raise ValueError(f"query heads ({Hq}) must be a multiple of key/value heads ({Hkv})")
-    if Tq == 0 or Tk == 0:
-        raise ValueError(f"q and k, v need at least one position (dim 1 of [batch, seq, heads, head_dim]), got "
-                         f"Tq={Tq}, Tk={Tk}; an empty sequence has nothing to attend: skip the call")
-    if Tq > Tk:
+    if Tq > Tk:  # Tk = 0 with queries too: a row with no key has no softmax (torch's attention makes it 0)
         raise ValueError(f"q has more positions (Tq={Tq}) than k and v (Tk={Tk}); queries are the last Tq keys' positions")
     if gate.shape != (B, Tk, Hq):
         # with Tq < Tk, the gates of the queries alone are the likely mistake: the bias needs every key's
@@ -181,8 +178,8 @@ def check_softmax_scale(softmax_scale, head_dim: int):
 def _check_cu_seqlens(cu_seqlens, max_seqlen, B, Tq, Tk):
     if cu_seqlens.dtype != torch.int32:
         raise TypeError(f"cu_seqlens must be int32, got {cu_seqlens.dtype}")
-    if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2:
-        raise ValueError(f"cu_seqlens must be 1-D [N + 1] with N >= 1, got shape {tuple(cu_seqlens.shape)}")
+    if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 1:
+        raise ValueError(f"cu_seqlens must be 1-D [N + 1] (N >= 0 sequences), got shape {tuple(cu_seqlens.shape)}")
     if B != 1:
         raise ValueError(f"with cu_seqlens the sequences are packed along T and batch must be 1, got {B}")
     if Tq != Tk:
@@ -195,7 +192,8 @@ def _check_cu_seqlens(cu_seqlens, max_seqlen, B, Tq, Tk):
         # segment stayed unwritten) and a bound past T reads out of bounds. A failure raises on CPU
         # and is a device-side assert on CUDA.
         lengths = cu_seqlens[1:] - cu_seqlens[:-1]
-        ok = (cu_seqlens[0] == 0) & (cu_seqlens[-1] == Tk) & (lengths.min() > 0) & (lengths.max() <= max_seqlen)
+        # all() rather than min() and max(): true of N = 0 sequences, where min() of nothing raises
+        ok = (cu_seqlens[0] == 0) & (cu_seqlens[-1] == Tk) & (lengths > 0).all() & (lengths <= max_seqlen).all()
         torch._assert_async(ok, "forgetting_attention: cu_seqlens must start at 0, end at T and increase "
                                 "strictly, and max_seqlen must be >= its longest sequence")
         return int(max_seqlen)
@@ -205,9 +203,9 @@ def _check_cu_seqlens(cu_seqlens, max_seqlen, B, Tq, Tk):
     lengths = [b - a for a, b in zip(bounds[:-1], bounds[1:])]
     if bounds[0] != 0 or bounds[-1] != Tk:
         raise ValueError(f"cu_seqlens must start at 0 and end at T={Tk}, got {bounds[0]} ... {bounds[-1]}")
-    if min(lengths) <= 0:
+    if any(n <= 0 for n in lengths):
         raise ValueError("cu_seqlens must be strictly increasing (every sequence at least 1 token)")
-    longest = max(lengths)
+    longest = max(lengths, default=0)  # cu_seqlens [0]: T = 0 packs no sequence
     if max_seqlen is None:
         return longest
     if int(max_seqlen) < longest:

@@ -15,7 +15,7 @@ import torch
 from .checks import check_differentiation, check_inputs, resolve_backend
 from .cumsum import gate_cumsum_heads_first
 from .pruning import check_pruning, prune_delta
-from .reference import naive_unchecked, torch_backward, torch_forward
+from .reference import naive_unchecked, no_queries, torch_backward, torch_forward
 from .scan import triton_gate_cumsum, triton_gate_cumsum_grad
 
 
@@ -191,15 +191,18 @@ def forgetting_attention(q, k, v, log_fgate, *, softmax_scale=None, cu_seqlens=N
 
     Args:
         q: ``[B, Tq, Hq, D]`` queries. With ``Tq < Tk`` they are the last ``Tq`` positions (prefill
-            or decoding on top of a cache): query ``i`` sits at key position ``Tk - Tq + i``.
-        k, v: ``[B, Tk, Hkv, D]``; ``Hq`` must be a multiple of ``Hkv`` (GQA, MQA).
+            or decoding on top of a cache): query ``i`` sits at key position ``Tk - Tq + i``. ``Tq = 0`` is
+            allowed (an empty result, as torch's attention gives).
+        k, v: ``[B, Tk, Hkv, D]``; ``Hq`` must be a multiple of ``Hkv`` (GQA, MQA). ``Tk = 0`` only with
+            ``Tq = 0``: a query needs at least its own key (a ValueError otherwise).
         log_fgate: ``[B, Tk, Hq]`` log forget gate (``F.logsigmoid`` of the gate logits), ``<= 0``,
             one per query head; ``-inf`` (f = 0) hides every key before that token. (The cumsum puts
             ``LOG_FGATE_FLOOR`` = -1e4 in its place: exact while a row's scores ``scale * q . k`` differ by
             less than about 9000, i.e. always in practice; ``"naive"`` is exact at any scale.)
         softmax_scale: defaults to ``1 / sqrt(D)``.
         cu_seqlens: int32 ``[N + 1]`` cumulative lengths of ``N`` sequences packed along T (then
-            ``B == 1`` and ``Tq == Tk``); attention and the cumsum restart at every boundary.
+            ``B == 1`` and ``Tq == Tk``); attention and the cumsum restart at every boundary. Every
+            sequence holds at least one token; ``T = 0`` packs none (``cu_seqlens = [0]``, N = 0).
         max_seqlen: longest packed sequence (computed from ``cu_seqlens`` when None). A shorter
             value is a ValueError; under torch.compile (where it is required) it is checked on the
             device instead: a RuntimeError on CPU, a device-side assert on CUDA.
@@ -226,7 +229,9 @@ def forgetting_attention(q, k, v, log_fgate, *, softmax_scale=None, cu_seqlens=N
 
     Returns:
         ``out`` ``[B, Tq, Hq, D]`` in q's dtype, or ``(out, lse)`` when ``return_lse``.
-        Differentiable in q, k, v and log_fgate; the backward is deterministic. Double backward
+        Differentiable in q, k, v and log_fgate; the backward is deterministic. With ``Tq = 0`` no kernel
+        runs: ``out`` ``[B, 0, Hq, D]`` and ``lse`` ``[B, Hq, 0]``, whose backward gives q its zero-size
+        gradient and k, v and log_fgate zeros of their shapes. Double backward
         (differentiating a gradient again), forward-mode AD (``torch.func.jvp``, ``jacfwd``) and
         ``torch.func.grad`` / ``jacrev`` are supported by ``backend="naive"`` only (a RuntimeError on the
         others).
@@ -236,6 +241,8 @@ def forgetting_attention(q, k, v, log_fgate, *, softmax_scale=None, cu_seqlens=N
     check_pruning(prune_eps, qk_bound, q.shape[0], q.shape[2], q.device)
     backend = resolve_backend(backend, q)
     check_differentiation(backend, q, k, v, log_fgate)
+    if q.shape[1] == 0:
+        return no_queries(q, k, v, log_fgate, return_lse)
     if backend == "naive":
         return naive_unchecked(q, k, v, log_fgate, softmax_scale, cu_seqlens, return_lse)
     return _attend(q, k, v, _gate_cumsum(log_fgate, backend), softmax_scale, cu_seqlens, max_seqlen,
@@ -258,6 +265,8 @@ def forgetting_attention_cumsum(q, k, v, c, *, softmax_scale=None, cu_seqlens=No
     if backend == "naive":
         raise ValueError("backend='naive' needs log_fgate: call forgetting_attention instead")
     check_differentiation(backend, q, k, v, c)
+    if q.shape[1] == 0:
+        return no_queries(q, k, v, c, return_lse)
     c_t = c.transpose(1, 2).double().contiguous()
     return _attend(q, k, v, c_t, softmax_scale, cu_seqlens, max_seqlen, return_lse, backend,
                    prune_eps, qk_bound)

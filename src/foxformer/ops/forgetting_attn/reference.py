@@ -50,8 +50,20 @@ def naive_forgetting_attention(q, k, v, log_fgate, softmax_scale=None, cu_seqlen
     return naive_unchecked(q, k, v, log_fgate, softmax_scale, cu_seqlens, return_lse)
 
 
+def no_queries(q, k, v, gate, return_lse):
+    """The result for Tq = 0 (cu_seqlens [0] included), as torch's attention gives it: out [batch, 0, heads, dim]
+    and lse [batch, heads, 0], before any kernel (a grid of no rows) or packed segment (none to concatenate). Both
+    hang off every input, so that a backward gives each a gradient (zero-size for q; for k, v and the gate zeros
+    of their shapes, which hold Tk positions) instead of failing on an unused input."""
+    tie = sum(x[:, :0].sum() for x in (k, v, gate)).to(q.dtype)
+    out = q + tie
+    return (out, out.sum(-1).transpose(1, 2).to(_compute_dtype(q.dtype))) if return_lse else out
+
+
 def naive_unchecked(q, k, v, log_fgate, scale, cu_seqlens=None, return_lse=False):
     """``naive_forgetting_attention`` for inputs already checked (the scale resolved)."""
+    if q.shape[1] == 0:
+        return no_queries(q, k, v, log_fgate, return_lse)
     if cu_seqlens is not None:
         pieces = [
             naive_unchecked(q[:, s:e], k[:, s:e], v[:, s:e], log_fgate[:, s:e], scale, return_lse=True)
