@@ -84,3 +84,17 @@ def test_the_gate_cumsum_kernel_matches_torch_at_long_context(T):
     grad = triton_gate_cumsum_grad(grad_c, log_f)
     torch.testing.assert_close(grad, leaf.grad, rtol=1e-6, atol=1e-4)
     assert grad[1, T // 2, 5] == 0
+
+
+@pytest.mark.parametrize("backend", ["auto", "triton"])
+def test_no_queries_give_an_empty_result_before_any_kernel(backend):
+    """Tq = 0 returns out [B, 0, Hq, D] and lse [B, Hq, 0] on CUDA too (no launch of a grid of no rows), and its
+    backward gives every input a gradient of its own shape."""
+    q = torch.randn(2, 0, 4, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    k, v = (torch.randn(2, 5, 2, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(2))
+    log_f = F.logsigmoid(torch.randn(2, 5, 4, device="cuda")).requires_grad_()
+    out, lse = forgetting_attention(q, k, v, log_f, backend=backend, return_lse=True)
+    assert out.shape == (2, 0, 4, 64) and lse.shape == (2, 4, 0) and lse.dtype == torch.float32
+    (out.float().sum() + lse.sum()).backward()
+    assert q.grad.shape == q.shape and k.grad.shape == k.shape and log_f.grad.shape == log_f.shape
+    assert not (k.grad.any() or v.grad.any() or log_f.grad.any())
