@@ -1,5 +1,5 @@
-"""What `foxformer eval` tells its user: every file in the printed summary, labels of a run and its export apart, the
-training-length line in the perplexity legend, a run folder given as --haystack."""
+"""What `foxformer eval` tells its user: every file in the printed summary (and none left out), labels of a run and
+its export apart, the training-length line in the perplexity legend, a run folder given as --haystack."""
 import contextlib
 import io
 import json
@@ -51,6 +51,53 @@ def test_eval_compare_summary_lists_its_json_and_markdown(run_and_export):
     assert summary["out"] == out and summary["files"] == ["compare.json", "compare.md"]
     for name in summary["files"] + summary["plots"]:
         assert os.path.isfile(os.path.join(out, name)), name
+
+
+def _lists_every_file(summary: dict, out: str) -> None:
+    """The summary's files and plots are in ``out``, and nothing else is (sub-folders' files by their paths in it)."""
+    listed = summary["files"] + summary["plots"]
+    assert summary["out"] == out and len(set(listed)) == len(listed)
+    for name in listed:
+        assert os.path.isfile(os.path.join(out, name)), name
+    found = sorted(os.path.relpath(os.path.join(folder, f), out) for folder, _, files in os.walk(out) for f in files)
+    assert found == sorted(listed)
+
+
+def test_eval_mqar_summary_lists_its_report_and_each_models_result(tmp_path):
+    out = str(tmp_path / "mqar")
+    summary = _summary(["eval", "mqar", "--steps", "12", "--models", "fox-pro:fgate=fixed", "--device", "cpu",
+                        "--out", out, "--no-progress"])
+    assert any(name.startswith("models" + os.sep) for name in summary["files"])
+    _lists_every_file(summary, out)
+
+
+def test_eval_harness_summary_lists_each_models_results(workspace, tmp_path):  # noqa: F811
+    pytest.importorskip("lm_eval")
+    from .test_harness import LOCAL_TASKS
+
+    data = tmp_path / "copy.jsonl"
+    data.write_text(json.dumps({"prompt": "a b c", "choices": [" d", " e"], "answer": 0, "target": "d"}))
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "fox_copy_mc.yaml").write_text(LOCAL_TASKS["fox_copy_mc.yaml"].format(data=data))
+    out = str(tmp_path / "harness")
+    summary = _summary(["eval", "harness", workspace["hf"], "--tasks", "fox_copy_mc", "--include_path", str(tasks),
+                        "--device", "cpu", "--out", out, "--no-progress"])
+    _lists_every_file(summary, out)
+
+
+def test_analyze_gates_summary_lists_its_json_and_plots(workspace, tmp_path):  # noqa: F811
+    out = str(tmp_path / "gates")
+    summary = _summary(["analyze", "gates", workspace["run"], workspace["hf"], "--data", workspace["data"],
+                        "--seq-len", "64", "--num-seqs", "2", "--device", "cpu", "--out", out, "--no-progress"])
+    _lists_every_file(summary, out)
+
+
+def test_eval_eviction_summary_lists_its_json_and_plot(workspace, tmp_path):  # noqa: F811
+    out = str(tmp_path / "eviction")
+    summary = _summary(["eval", "eviction", workspace["hf"], "--data", workspace["data"], "--seq-len", "64",
+                        "--num-seqs", "2", "--evict-eps", "1e-3", "--device", "cpu", "--out", out, "--no-progress"])
+    _lists_every_file(summary, out)
 
 
 def test_a_run_and_its_export_get_labels_from_their_paths(run_and_export):

@@ -272,11 +272,14 @@ def test_an_unknown_task_is_one_line_naming_it(tmp_path, capsys):
     assert "Traceback" not in err and "no task 'lambada_opnai' (did you mean 'lambada_openai'?)" in err, err
 
 
-def test_a_task_whose_data_cannot_be_downloaded_says_how_to_run_offline(tok, monkeypatch):
+def test_a_task_whose_data_cannot_be_downloaded_says_how_to_run_offline(tok, monkeypatch, online_by_default):
     """datasets' "Couldn't reach 'EleutherAI/lambada_openai' on the Hub (LocalEntryNotFoundError)" ended the
     command with no way on."""
-    lm_eval = pytest.importorskip("lm_eval")
+    import lm_eval
+
     from foxformer.eval import run_harness
+
+    _probes(monkeypatch, reachable=True)  # the Hub answered the probe, then failed the download
 
     def offline(**kwargs):
         raise ConnectionError("Couldn't reach 'EleutherAI/lambada_openai' on the Hub (LocalEntryNotFoundError)")
@@ -287,3 +290,93 @@ def test_a_task_whose_data_cannot_be_downloaded_says_how_to_run_offline(tok, mon
                                               r"Hugging Face Hub; connect to it, or where the data is cached set "
                                               r"HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1"):
         run_harness(adapter, ["lambada_openai"], task_manager=object())
+
+
+@pytest.fixture()
+def online_by_default(monkeypatch):
+    """Neither library in offline mode and no proxy, whatever this machine's environment says."""
+    pytest.importorskip("lm_eval")
+    import datasets.config
+    from huggingface_hub import constants
+
+    from foxformer.eval import harness
+
+    flags = [(constants, "HF_HUB_OFFLINE"), (datasets.config, "HF_HUB_OFFLINE"),
+             (datasets.config, "HF_DATASETS_OFFLINE")]
+    for owner, name in flags:
+        monkeypatch.setattr(owner, name, False)
+    monkeypatch.setattr(harness.urllib.request, "getproxies", dict)
+    return lambda: [getattr(owner, name) for owner, name in flags]
+
+
+class _Connection:
+    def close(self):
+        pass
+
+
+def _probes(monkeypatch, reachable: bool) -> list:
+    """The Hub probes run_harness makes, each answered as ``reachable`` says, without the network."""
+    from foxformer.eval import harness
+
+    probes = []
+
+    def connect(address, timeout):
+        probes.append((address, timeout))
+        if not reachable:
+            raise OSError("[Errno -2] Name or service not known")
+        return _Connection()
+
+    monkeypatch.setattr(harness.socket, "create_connection", connect)
+    return probes
+
+
+def test_an_unreachable_hub_gives_the_offline_advice_at_once(tok, monkeypatch, online_by_default):
+    """Without network a task's data not in the cache cost ~25 s of huggingface_hub's retries before the advice:
+    one probe finds the Hub unreachable, and datasets, in offline mode, refuses at once."""
+    import time
+
+    import datasets
+    import lm_eval
+
+    from foxformer.eval import run_harness
+
+    probes = _probes(monkeypatch, reachable=False)
+    seen = []
+
+    def evaluate(**kwargs):
+        seen.append(online_by_default())
+        datasets.load_dataset("foxformer-tests/no-such-dataset")  # never cached: needs the Hub
+
+    monkeypatch.setattr(lm_eval, "simple_evaluate", evaluate)
+    adapter = HarnessAdapter(copy_model(64), tok, max_length=64, progress=False)
+    start = time.perf_counter()
+    with pytest.raises(ConnectionError, match=r"a task's data comes from the Hugging Face Hub, which cannot be "
+                                              r"reached from here \(https://.*\), and it is not cached; connect to "
+                                              r"it, or where the data is cached set HF_DATASETS_OFFLINE=1 "
+                                              r"HF_HUB_OFFLINE=1"):
+        run_harness(adapter, ["lambada_openai"], task_manager=object())
+    assert time.perf_counter() - start < 10
+    assert len(probes) == 1 and probes[0][1] <= 5 and seen == [[True, True, True]]
+    assert online_by_default() == [False, False, False]  # offline for the run only
+
+
+def test_a_reachable_hub_or_a_chosen_offline_mode_is_left_as_it_is(tok, monkeypatch, online_by_default):
+    import lm_eval
+    from huggingface_hub import constants
+
+    from foxformer.eval import run_harness
+
+    probes = _probes(monkeypatch, reachable=True)
+    seen = []
+
+    def evaluate(**kwargs):
+        seen.append(online_by_default())
+        return {"results": {"task": {"acc": 1.0}}}
+
+    monkeypatch.setattr(lm_eval, "simple_evaluate", evaluate)
+    adapter = HarnessAdapter(copy_model(64), tok, max_length=64, progress=False)
+    assert run_harness(adapter, ["task"], task_manager=object())["results"] == {"task": {"acc": 1.0}}
+    assert len(probes) == 1 and seen == [[False, False, False]]
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # the user's HF_HUB_OFFLINE=1: no probe
+    run_harness(adapter, ["task"], task_manager=object())
+    assert len(probes) == 1 and seen[-1] == [True, False, False]

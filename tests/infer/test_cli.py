@@ -90,6 +90,28 @@ def test_generate_reads_a_prompt_file_and_samples_with_a_seed(hf_dir, tmp_path, 
     assert capsys.readouterr().out == first
 
 
+def test_generate_says_the_out_file_it_replaces(hf_dir, tmp_path, capsys):
+    """A second `generate --out FILE` replaced the first one's file without a word, as the eval commands do not."""
+    out = tmp_path / "gen.json"
+    args = ["generate", hf_dir, "--tokenizer", "bytes", "--prompt", "Once", "--max-new-tokens", "2", "--temperature",
+            "0", "--device", "cpu", "--no-progress", "--out", str(out)]
+    assert main(args) == 0
+    assert "replacing" not in capsys.readouterr().err
+    assert main(args) == 0
+    assert f"note: replacing {out} (written " in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["generate", "bias-shift"])
+def test_a_model_that_does_not_load_is_named_as_the_user_typed_it(tmp_path, capsys, command):
+    """`--model X` was answered `model: ...`, a name the user never typed; MODEL typed positionally stays `model:`,
+    as the eval commands say it."""
+    missing = str(tmp_path / "missing")
+    rest = ["--prompt", "x"] if command == "generate" else ["--source", "builtin:pydoc"]
+    for given, said in ((["--model", missing], "--model"), ([missing], "model")):
+        assert main([command, *given, *rest, "--device", "cpu", "--no-progress"]) == 2
+        assert capsys.readouterr().err.splitlines()[-1].startswith(f"error: {said}: {missing!r} is not a directory")
+
+
 def test_generate_errors_are_clear(hf_dir, capsys):
     assert main(["generate", "--model", hf_dir, "--tokenizer", "bytes", "--device", "cpu"]) == 2
     assert "--prompt" in capsys.readouterr().err

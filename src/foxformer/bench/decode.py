@@ -92,7 +92,8 @@ def _build(args, device: torch.device, dtype: torch.dtype):
     models = []
     if args.model:
         from foxformer.train.loading import load_model
-        fox = load_model(args.model, device=device, dtype=dtype, progress=not args.no_progress).model
+        fox = load_model(args.model, device=device, dtype=dtype, progress=not args.no_progress,
+                         said_as="--model").model
     else:
         torch.manual_seed(0)
         fox = FoxForCausalLM(preset_model_config(args))

@@ -7,7 +7,8 @@ generation until stop strings), so it is tested without lm_eval; :func:`make_lm`
 
 Offline use: lm_eval tasks read their data through Hugging Face ``datasets``. Without network only these run:
   - tasks whose datasets are already in the local Hugging Face cache (set HF_DATASETS_OFFLINE=1 and
-    HF_HUB_OFFLINE=1; copy ~/.cache/huggingface/datasets from a machine with network);
+    HF_HUB_OFFLINE=1, which run_harness also sets for itself where the Hub does not answer; copy
+    ~/.cache/huggingface/datasets from a machine with network);
   - tasks that generate their data: RULER's synthetic tasks with generated haystacks (niah_single_1,
     niah_multikey_2, niah_multikey_3, ruler_vt, ruler_cwe, ruler_fwe); they need lm_eval's extra packages
     (wonderwords, nltk) and an offline-loadable Hugging Face tokenizer passed in ``metadata``
@@ -23,6 +24,9 @@ import contextlib
 import functools
 import json
 import os
+import socket
+import urllib.parse
+import urllib.request
 from typing import Optional, Sequence
 
 import torch
@@ -254,12 +258,13 @@ def run_harness(adapter: HarnessAdapter, tasks: Sequence[str], *, num_fewshot: O
     kwargs = dict(model=lm, tasks=list(tasks), num_fewshot=num_fewshot, limit=limit, task_manager=manager)
     if metadata:
         kwargs["metadata"] = metadata
-    with _lm_eval_bars(adapter.progress):
+    with _lm_eval_bars(adapter.progress), _offline_where_unreachable() as unreachable:
         try:
             res = lm_eval.simple_evaluate(**kwargs)
         except ConnectionError as e:  # datasets' "Couldn't reach '...' on the Hub" said nothing of what to do
-            raise ConnectionError(f"{e}: a task's data comes from the Hugging Face Hub; connect to it, or where the "
-                                  f"data is cached set HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1") from e
+            where = f", which cannot be reached from here ({unreachable}), and it is not cached" if unreachable else ""
+            raise ConnectionError(f"{e}: a task's data comes from the Hugging Face Hub{where}; connect to it, or "
+                                  f"where the data is cached set HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1") from e
     results = {"results": res.get("results", {}), "versions": res.get("versions", {}),
                "n-shot": res.get("n-shot", {}), "config": {"tasks": list(tasks), "num_fewshot": num_fewshot,
                                                            "limit": limit, "max_length": adapter.max_length}}
@@ -268,6 +273,48 @@ def run_harness(adapter: HarnessAdapter, tasks: Sequence[str], *, num_fewshot: O
         # the earlier results stay until these are whole: a Ctrl-C mid-write left a truncated file
         write_text(out_path, json.dumps(results, indent=2, default=str))
     return results
+
+
+def _hub_unreachable(timeout: float = 3.0) -> Optional[str]:
+    """The Hugging Face Hub's address where one connection to it fails within ``timeout`` seconds, else None.
+    Behind a proxy a direct connection tells nothing, so there the Hub counts as reachable."""
+    from huggingface_hub import constants
+
+    url = urllib.parse.urlsplit(constants.ENDPOINT)
+    proxies = urllib.request.getproxies()
+    if proxies.get(url.scheme) or proxies.get("all"):
+        return None
+    try:
+        socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)),
+                                 timeout=timeout).close()
+    except OSError:
+        return constants.ENDPOINT
+    return None
+
+
+@contextlib.contextmanager
+def _offline_where_unreachable():
+    """Hugging Face's offline mode for the block where the Hub cannot be reached (yields its address, else None):
+    without it a task's data not in the local cache cost ~25 s of huggingface_hub's retries before the advice.
+    Set in the libraries' constants, read once at their import
+    from HF_HUB_OFFLINE / HF_DATASETS_OFFLINE; a user who set those is not second-guessed."""
+    import datasets.config
+    from huggingface_hub import constants
+
+    unreachable = None if constants.HF_HUB_OFFLINE or datasets.config.HF_HUB_OFFLINE else _hub_unreachable()
+    if unreachable is None:
+        yield None
+        return
+    owners = [(constants, "HF_HUB_OFFLINE"), (datasets.config, "HF_HUB_OFFLINE"),
+              (datasets.config, "HF_DATASETS_OFFLINE")]
+    saved = [getattr(owner, name) for owner, name in owners]
+    for owner, name in owners:
+        setattr(owner, name, True)
+    try:
+        yield unreachable
+    finally:
+        for (owner, name), value in zip(owners, saved):
+            setattr(owner, name, value)
 
 
 @contextlib.contextmanager

@@ -43,13 +43,15 @@ def _model_args(p: argparse.ArgumentParser) -> None:
 
 
 def _resolve_model(args) -> None:
-    """Set ``args.model`` from MODEL or --model, whichever was given (both: the same one)."""
+    """Set ``args.model`` from MODEL or --model, whichever was given (both: the same one), and ``args.model_said``
+    to the flag where the user typed it (load_model's errors name it so)."""
     run, flag = args.run, args.model
     if run is not None and flag is not None and os.path.normpath(run) != os.path.normpath(flag):
         raise ValueError(f"two models given, {run} and --model {flag}: pass one")
     if run is None and flag is None:
         raise ValueError("no model given: pass MODEL (a run dir, checkpoint, Hugging Face folder or Hub id)")
     args.model = run if run is not None else flag
+    args.model_said = None if run is not None else "--model"
 
 
 def _cmd_generate(args) -> int:
@@ -75,7 +77,7 @@ def _cmd_generate(args) -> int:
                            stop=args.stop, ignore_eos=args.ignore_eos, decode=args.decode)
     cfg.validate(label=FLAGS)
     loaded = load_model(args.model, device=args.device, dtype=args.dtype, attention_backend=args.attention_backend,
-                        progress=not args.no_progress, label=FLAGS)
+                        progress=not args.no_progress, label=FLAGS, said_as=args.model_said)
     tokenizer = load_tokenizer(tokenizer_spec([loaded], args.tokenizer))
     n_prompt = len(start_ids(tokenizer) + tokenizer.encode(prompt))  # what the model reads, a BOS included
     if loaded.train_len and n_prompt > loaded.train_len:
@@ -136,6 +138,9 @@ def _cmd_generate(args) -> int:
     asked = ", as --max-new-tokens 0 asks" if cfg.max_new_tokens == 0 else ""
     print(f"[{n_new} tokens in {elapsed:.2f} s{asked}]{note}", file=sys.stderr)
     if args.out:
+        from foxformer.eval.outputs import note_replacing
+
+        note_replacing(args.out)  # a second generation took the first one's file without a word
         write_json(args.out, result)
     if interrupted is not None:
         raise interrupted
@@ -167,7 +172,8 @@ def _cmd_bias_shift(args) -> int:
     if out:
         check_output_file(out, "--out")
     loaded = load_model(args.model, device=args.device, dtype=args.dtype, attention_backend=args.attention_backend,
-                        train_len=args.train_len, progress=not args.no_progress, label=FLAGS)
+                        train_len=args.train_len, progress=not args.no_progress, label=FLAGS,
+                        said_as=args.model_said)
     if not out:  # the default, known once the model loads, checked before the sweep as a given --out is
         out = os.path.join(default_out_dir([loaded]), "bias_shift.json")
         check_output_file(out, "--out")

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from ..argtypes import did_you_mean, parse_count
+from ..argtypes import SettingError, did_you_mean, parse_count
 from ..paths import write_json, write_text
 
 # The models (torch, transformers) and the tokenizers (numpy) are imported where used: `foxformer train --help`
@@ -324,9 +324,10 @@ SAVED_CONFIG = "config.yaml"
 
 
 def read_yaml(path: str, what: str = "config") -> Any:
-    """The YAML document in ``path``; a syntax error is a ValueError naming the file, line and column."""
+    """The YAML document in ``path``; a syntax error is a ValueError naming the file, line and column (a
+    SettingError of ``what``, which a command re-says after the flag its user typed)."""
     if not os.path.exists(path):
-        raise ValueError(f"{what}: file {path!r} does not exist")
+        raise SettingError(what, f"file {path!r} does not exist")
     with open(path, encoding="utf-8") as f:
         try:
             return yaml.safe_load(f)
@@ -334,8 +335,8 @@ def read_yaml(path: str, what: str = "config") -> Any:
             mark = getattr(e, "problem_mark", None)
             where = f", line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
             problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-            raise ValueError(f"{what}: not valid YAML ({path}{where}): {problem}; fix the syntax there (one "
-                             f"'key: value' per line)") from None
+            raise SettingError(what, f"not valid YAML ({path}{where}): {problem}; fix the syntax there (one "
+                                     f"'key: value' per line)") from None
 
 
 def load_config(path: str | None = None, overrides: dict | None = None) -> TrainConfig:

@@ -19,7 +19,7 @@ from typing import Optional, Sequence
 import torch
 from safetensors import SafetensorError
 
-from foxformer.argtypes import setting_name, unset_said
+from foxformer.argtypes import SettingError, setting_name, unset_said
 from foxformer.data.preparation import (MANIFEST, is_dataset, read_manifest, recorded_tokenizer_files,
                                        tokenizer_change)
 from foxformer.data.tokenizer import moved_hint, same_tokenizer
@@ -75,7 +75,7 @@ def read_run_config(path: str) -> dict:
     """A run's config.yaml as saved (settings and derived facts)."""
     data = read_yaml(path, "model") or {}
     if not isinstance(data, dict):
-        raise ValueError(f"model: {path} is not a mapping; is this a foxformer run dir?")
+        raise SettingError("model", f"{path} is not a mapping; is this a foxformer run dir?")
     return data
 
 
@@ -99,28 +99,28 @@ def _model_from_run_config(run_cfg: dict, state_dict: dict, run_dir: str):
     if emb is not None:  # the weights are the ground truth for the vocabulary size
         vocab = int(emb.shape[0])
     if vocab is None:
-        raise ValueError("model: the run's config.yaml has no vocab_size and the checkpoint has no embedding")
+        raise SettingError("model", "the run's config.yaml has no vocab_size and the checkpoint has no embedding")
     model = FoxForCausalLM(saved_model_config(run_dir, run_cfg, vocab))
     missing, unexpected = model.load_state_dict(state_dict, strict=False)
     missing = [k for k in missing if k != "lm_head.weight" or not model.config.tie_embeddings]
     if missing or unexpected:
-        raise ValueError(f"model: checkpoint does not match preset {preset!r} with {run_cfg.get('model') or {}}: "
-                         f"missing {missing[:5]}, unexpected {unexpected[:5]}")
+        raise SettingError("model", f"checkpoint does not match preset {preset!r} with {run_cfg.get('model') or {}}: "
+                                    f"missing {missing[:5]}, unexpected {unexpected[:5]}")
     return model
 
 
 def _load_checkpoint_dir(path: str, run_dir: str):
     cfg_path = os.path.join(run_dir, RUN_CONFIG)
     if not os.path.exists(cfg_path):
-        raise ValueError(f"model: checkpoint {path!r} has no {RUN_CONFIG} two levels up ({run_dir!r}); "
-                         f"cannot tell which model it holds")
+        raise SettingError("model", f"checkpoint {path!r} has no {RUN_CONFIG} two levels up ({run_dir!r}); "
+                                    f"cannot tell which model it holds")
     try:
         sd = read_model_state_dict(path)  # verifies every file against meta.json first
     except CheckpointError as e:  # the training advice (resume from another) does not apply here
-        raise ValueError(f"model: {e}; load another checkpoint (RUN/checkpoints/step_N) or the run's Hugging Face "
-                         f"export (RUN/hf)") from None
+        raise SettingError("model", f"{e}; load another checkpoint (RUN/checkpoints/step_N) or the run's Hugging Face "
+                                    f"export (RUN/hf)") from None
     except (OSError, RuntimeError, EOFError) as e:
-        raise ValueError(f"model: could not read checkpoint {path!r} ({e})") from e
+        raise SettingError("model", f"could not read checkpoint {path!r} ({e})") from e
     step = read_meta(path).get("step")
     run_cfg = read_run_config(cfg_path)
     return _model_from_run_config(run_cfg, _strip_prefixes(sd), run_dir), run_cfg, step
@@ -131,7 +131,7 @@ def _load_hf_dir(path: str, attention_backend: Optional[str], label: str, among_
         try:
             model_type = json.load(f).get("model_type")
         except json.JSONDecodeError as e:
-            raise ValueError(f"model: {path}/config.json is not valid JSON ({e})") from e
+            raise SettingError("model", f"{path}/config.json is not valid JSON ({e})") from e
     # another library's model has no attention backend to set: the value was dropped without a word; refused
     # here, from config.json, before its weights load (the official types load as FoxForCausalLM)
     if attention_backend is not None and not among_others and model_type not in ("foxformer", *OFFICIAL_TYPES):
@@ -142,7 +142,7 @@ def _load_hf_dir(path: str, attention_backend: Optional[str], label: str, among_
         try:
             return load_official(path)
         except ValueError as e:
-            raise ValueError(f"model: {e}") from None
+            raise SettingError("model", str(e)) from None
     try:
         if model_type == "foxformer":
             from foxformer.models import FoxForCausalLM
@@ -152,8 +152,8 @@ def _load_hf_dir(path: str, attention_backend: Optional[str], label: str, among_
 
         return AutoModelForCausalLM.from_pretrained(path)
     except (OSError, RuntimeError, KeyError, SafetensorError) as e:  # SafetensorError: a truncated file
-        raise ValueError(f"model: could not load Hugging Face folder {path!r} ({e}); if it was cut short, export "
-                         f"it again (foxformer export-hf RUN)") from e
+        raise SettingError("model", f"could not load Hugging Face folder {path!r} ({e}); if it was cut short, export "
+                                    f"it again (foxformer export-hf RUN)") from e
 
 
 def _hf_tokenizer(path: str, model) -> Optional[str]:
@@ -169,7 +169,7 @@ def _hf_tokenizer(path: str, model) -> Optional[str]:
 def load_model(path: str, *, device: str | torch.device | None = "auto", dtype: str | torch.dtype | None = "auto",
                name: Optional[str] = None, train_len: Optional[int] = None,
                attention_backend: Optional[str] = None, progress: bool = True, label: str = "{}",
-               among_others: bool = False) -> LoadedModel:
+               among_others: bool = False, said_as: Optional[str] = None) -> LoadedModel:
     """Load ``path`` (see the module docstring) in eval mode on ``device``.
 
     ``train_len`` overrides the training context length read from the run's config.yaml (HF folders
@@ -178,6 +178,8 @@ def load_model(path: str, *, device: str | torch.device | None = "auto", dtype: 
     backend for another library's model (which has none), before the weights load, named as ``label`` names
     settings (argtypes.setting_name: "--{}" by their flags). ``among_others``: the model is one of several
     compared under one attention backend (eval), so another library's keeps its own attention instead.
+    ``said_as``: how the user named ``path`` where not as ``model`` (a command's flag --model), which the errors
+    about the model then name it by.
     """
     # 0 or a negative count (--train-len of eval and bias-shift) was taken as no training length: every position
     # counted as within it, without a word
@@ -195,7 +197,13 @@ def load_model(path: str, *, device: str | torch.device | None = "auto", dtype: 
             # the flag's user typed no FoxConfig attribute
             raise ConfigError(e.reason, *e.fields, where=f"{setting_name(label, e.fields[0])}: ") from None
     with hf_progress(progress):
-        return _load_model(path, device, dtype, name, train_len, attention_backend, label, among_others)
+        try:
+            return _load_model(path, device, dtype, name, train_len, attention_backend, label, among_others)
+        except SettingError as e:
+            if said_as is None or e.field != "model":
+                raise
+            # `generate --model X` was answered "model: ...", a name the user never typed
+            raise ValueError(f"{said_as}: {e.reason}") from e
 
 
 CHECKPOINT_FILES = ("model.pt", ".metadata")  # a checkpoint folder's weights: one file, or a sharded (DCP) save
@@ -242,12 +250,12 @@ def _load_model(path, device, dtype, name, train_len, attention_backend, label, 
         try:
             path = download(path)
         except OSError as e:
-            raise ValueError(f"model: {given!r} is no local folder, and {e}; download it where the Hub is "
-                             f"reachable and pass its path") from e
+            raise SettingError("model", f"{given!r} is no local folder, and {e}; download it where the Hub is "
+                                        f"reachable and pass its path") from e
     if not os.path.isdir(path):
-        raise ValueError(f"model: {path!r} is not a directory (expected a run dir, a checkpoint dir "
-                         f"RUN/checkpoints/step_N, a Hugging Face folder with config.json, or a Hub id owner/name)"
-                         f"{_run_hint(path)}")
+        raise SettingError("model", f"{path!r} is not a directory (expected a run dir, a checkpoint dir "
+                                    f"RUN/checkpoints/step_N, a Hugging Face folder with config.json, or a Hub id "
+                                    f"owner/name){_run_hint(path)}")
     run_cfg: dict = {}
     step = hf_path = None
     if any(os.path.exists(os.path.join(path, name)) for name in CHECKPOINT_FILES):
@@ -263,7 +271,7 @@ def _load_model(path, device, dtype, name, train_len, attention_backend, label, 
             model = _load_hf_dir(hf_path, attention_backend, label, among_others)
             run_cfg = read_run_config(os.path.join(path, RUN_CONFIG))
         else:
-            raise ValueError(f"model: run dir {path!r} has neither checkpoints nor an hf/ export yet")
+            raise SettingError("model", f"run dir {path!r} has neither checkpoints nor an hf/ export yet")
         source = "run"
     elif os.path.exists(os.path.join(path, "config.json")):
         model, hf_path = _load_hf_dir(path, attention_backend, label, among_others), path
@@ -271,8 +279,8 @@ def _load_model(path, device, dtype, name, train_len, attention_backend, label, 
             run_cfg = read_run_config(os.path.join(run, RUN_CONFIG))
         source = "hf"
     else:
-        raise ValueError(f"model: {path!r} has no config.json, {RUN_CONFIG} or model.pt: not a Hugging Face "
-                         f"folder, a run dir or a checkpoint{_dataset_hint(path) or _run_hint(path)}")
+        raise SettingError("model", f"{path!r} has no config.json, {RUN_CONFIG} or model.pt: not a Hugging Face "
+                                    f"folder, a run dir or a checkpoint{_dataset_hint(path) or _run_hint(path)}")
     # a FoxForCausalLM, or among_others: _load_hf_dir refused any other model
     if attention_backend is not None and hasattr(model.config, "set_attention_backend"):
         model.config.set_attention_backend(attention_backend)
@@ -311,7 +319,7 @@ def check_finite_weights(model: torch.nn.Module, given: str, dtype: torch.dtype,
     overflow = dtype == torch.float16 and not any(nan for _, nan, _, _ in bad)
     fix = (f"{setting_name(label, 'dtype')} bf16 or fp32 keeps them finite" if overflow
            else "the checkpoint is damaged or its run diverged: load an earlier checkpoint")
-    raise ValueError(f"model: {given!r} has non-finite weights: {'; '.join(said)}{more}; {fix}")
+    raise SettingError("model", f"{given!r} has non-finite weights: {'; '.join(said)}{more}; {fix}")
 
 
 def tokenizer_spec(models: list[LoadedModel], given: Optional[str] = None) -> str:
