@@ -301,12 +301,14 @@ def _offline_where_unreachable():
     import datasets.config
     from huggingface_hub import constants
 
-    unreachable = None if constants.HF_HUB_OFFLINE or datasets.config.HF_HUB_OFFLINE else _hub_unreachable()
+    # only the constants these versions have: a release that renames one then runs as it would without this
+    owners = [(owner, name) for owner, name in ((constants, "HF_HUB_OFFLINE"), (datasets.config, "HF_HUB_OFFLINE"),
+                                                (datasets.config, "HF_DATASETS_OFFLINE")) if hasattr(owner, name)]
+    offline = any(getattr(owner, name) for owner, name in owners)
+    unreachable = None if offline or not owners else _hub_unreachable()
     if unreachable is None:
         yield None
         return
-    owners = [(constants, "HF_HUB_OFFLINE"), (datasets.config, "HF_HUB_OFFLINE"),
-              (datasets.config, "HF_DATASETS_OFFLINE")]
     saved = [getattr(owner, name) for owner, name in owners]
     for owner, name in owners:
         setattr(owner, name, True)
