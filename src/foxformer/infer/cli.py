@@ -56,6 +56,7 @@ def _resolve_model(args) -> None:
 
 def _cmd_generate(args) -> int:
     from foxformer.data import load_tokenizer
+    from foxformer.eval.outputs import note_replacing
     from foxformer.train.loading import load_model, tokenizer_spec
 
     from foxformer.data.tokenizer import start_ids
@@ -138,8 +139,6 @@ def _cmd_generate(args) -> int:
     asked = ", as --max-new-tokens 0 asks" if cfg.max_new_tokens == 0 else ""
     print(f"[{n_new} tokens in {elapsed:.2f} s{asked}]{note}", file=sys.stderr)
     if args.out:
-        from foxformer.eval.outputs import note_replacing
-
         note_replacing(args.out)  # a second generation took the first one's file without a word
         write_json(args.out, result)
     if interrupted is not None:
