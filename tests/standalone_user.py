@@ -34,8 +34,8 @@ def _model(folder: str, job: dict) -> dict:
     out = {"module": type(model).__module__, "logits": logits, "generated": generated[0].tolist()}
     if job.get("texts"):
         remote = job["remote_tokenizer"]
-        tok = AutoTokenizer.from_pretrained(folder, trust_remote_code=True) if remote else \
-            AutoTokenizer.from_pretrained(folder)
+        # False, not left out: AutoTokenizer reads the folder's config.json first, whose auto_map names code
+        tok = AutoTokenizer.from_pretrained(folder, trust_remote_code=remote)
         out["encoded"] = [tok(text).input_ids for text in job["texts"]]
         out["decoded"] = [tok.decode(x, skip_special_tokens=True) for x in out["encoded"]]
         out["eos"] = {"tokenizer": tok.eos_token_id, "generation_config": model.generation_config.eos_token_id}

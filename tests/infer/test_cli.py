@@ -711,12 +711,14 @@ def test_bench_decode_anchor_matches_a_loaded_models_size():
 
 @pytest.mark.parametrize("prompt", ["Hi", "a prompt of more than sixteen bytes"], ids=["decode-path", "prefill-path"])
 @pytest.mark.parametrize("backend,said", [("bogus", "error: --attention-backend: attention_backend must be one of"),
-                                          ("triton", "error: backend='triton' needs CUDA tensors")],
+                                          ("triton", "error: backend='triton' needs CUDA tensors (or TRITON_INTERPRET=1 for CPU "
+                                                      "tensors); use backend='torch' or 'auto'")],
                          ids=["unknown", "triton-on-cpu"])
 def test_generate_checks_the_attention_backend_whatever_the_prompt_length(hf_dir, capsys, monkeypatch, prompt,
                                                                           backend, said):
     """Prompts of up to 16 tokens go through the decode op: an unknown backend ran the torch path silently and
-    triton on CPU tensors ended in Triton's "0 active drivers" traceback, while longer prompts were refused."""
+    triton on CPU tensors ended in Triton's "0 active drivers" traceback, while longer prompts were refused. The
+    refusal of triton on a CPU offered only Triton's interpreter (a debugging aid), not the backends a CPU runs."""
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     assert main(["generate", "--model", hf_dir, "--tokenizer", "bytes", "--prompt", prompt, "--max-new-tokens", "2",
                  "--device", "cpu", "--dtype", "bf16" if backend == "triton" else "fp32",

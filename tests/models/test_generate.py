@@ -385,6 +385,28 @@ def test_loading_with_paged_attention_is_refused(tmp_path, implementation):
     assert FoxForCausalLM.from_pretrained(tmp_path, attn_implementation="eager").config._attn_implementation == "eager"
 
 
+@pytest.mark.parametrize("implementation", ["sdpa", "flash_attention_2", "flex_attention", "kernels-community/flash-attn"])
+def test_transformers_attention_implementations_are_refused_naming_attention_backend(tmp_path, implementation):
+    """attn_implementation="sdpa" (or flash_attention_2, ...) ended in transformers' "does not support ... yet: please
+    request support", with a Hub discussion URL built from the local folder's path; foxformer's attention is its own,
+    its kernels picked by attention_backend. Refused in loading and in set_attn_implementation, the model unchanged."""
+    from foxformer.models import FoxForCausalLM
+    from foxformer.ops.forgetting_attn.checks import BACKENDS
+
+    model = make_model("fox-pro-tiny")
+    model.save_pretrained(tmp_path)
+    said = (f"attn_implementation={implementation!r} picks among transformers' attention functions, which foxformer "
+            f"models do not call: their attention is their own (Forgetting Attention's kernels, SDPA for softmax "
+            f"attention); choose its kernels with attention_backend (one of {BACKENDS}) and leave "
+            f"attn_implementation out")
+    with pytest.raises(ValueError, match=f"^{re.escape(said)}$"):
+        FoxForCausalLM.from_pretrained(tmp_path, attn_implementation=implementation)
+    with pytest.raises(ValueError, match=f"^{re.escape(said)}$"):
+        model.set_attn_implementation(implementation)
+    assert model.config._attn_implementation == "eager"
+    assert FoxForCausalLM.from_pretrained(tmp_path).config._attn_implementation == "eager"
+
+
 def _left_padded(rows: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     width = max(len(r) for r in rows)
     ids = torch.zeros(len(rows), width, dtype=torch.long)

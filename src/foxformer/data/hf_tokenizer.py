@@ -1,5 +1,7 @@
 """Hugging Face tokenizer files for a foxformer tokenizer spec, written next to exported weights so that
-``AutoTokenizer.from_pretrained(dir)`` and ``pipeline("text-generation", model=dir)`` work without foxformer."""
+``AutoTokenizer.from_pretrained(dir, trust_remote_code=False)`` and ``pipeline("text-generation", model=dir,
+trust_remote_code=True)`` work without foxformer (AutoTokenizer reads config.json's auto_map first: left without the
+argument, it asks whether to run the model's code)."""
 from __future__ import annotations
 
 import json

@@ -18,6 +18,7 @@ from transformers.utils import ModelOutput
 from transformers.utils.generic import TransformersKwargs, can_return_tuple
 
 from ..argtypes import did_you_mean, setting_name
+from ..ops.forgetting_attn.checks import BACKENDS
 from .cache_settings import (CACHE_DECODE_MODES, DYNAMIC_CACHE, PAGED_ATTENTION, STATIC_CACHE, UNCOMPILED_STATIC_DECODE,
                              check_cache_settings, paged_refusal)
 from .config import FoxConfig, field_hint
@@ -94,6 +95,9 @@ else:  # pragma: no cover - exercised with transformers < 5.24
         def cache(self) -> Optional[FoxCache]:
             return self.past_key_values
 
+
+# transformers' attn_implementation for a model's own attention code: the one value foxformer models take
+EAGER_ATTENTION = "eager"
 
 # Called as writer(directory, config) after save_pretrained: foxformer.models registers the standalone export (code
 # and tokenizer files, models/standalone.py). An export's copy of this file has none registered: a model loaded from
@@ -217,9 +221,17 @@ class FoxPreTrainedModel(PreTrainedModel):
         """transformers' check, with paged attention refused (see cache_settings.PAGED_CACHE): from_pretrained's and
         the config's attn_implementation and set_attn_implementation pass here, and so does a ContinuousBatchingManager
         built by hand, which switches the model to "paged|eager". transformers accepts "paged|eager" from any model,
-        and foxformer's attention, reading none of it, ran as if it was not asked."""
+        and foxformer's attention, reading none of it, ran as if it was not asked. Any other value but "eager"
+        (transformers' name for a model's own attention) is refused too, pointing at attention_backend."""
         if isinstance(attn_implementation, str) and attn_implementation.startswith(PAGED_ATTENTION):
             raise paged_refusal(f"attn_implementation={attn_implementation!r} (continuous batching's attention)")
+        if isinstance(attn_implementation, str) and attn_implementation != EAGER_ATTENTION:
+            # transformers' refusal asked the user to request support on the model's Hub page, at a URL built from a
+            # local folder's path; the setting that picks foxformer's kernels is another one
+            raise ValueError(f"attn_implementation={attn_implementation!r} picks among transformers' attention "
+                             f"functions, which foxformer models do not call: their attention is their own (Forgetting "
+                             f"Attention's kernels, SDPA for softmax attention); choose its kernels with "
+                             f"attention_backend (one of {BACKENDS}) and leave attn_implementation out")
         return super()._check_and_adjust_attn_implementation(attn_implementation, *args, **kwargs)
 
     @classmethod

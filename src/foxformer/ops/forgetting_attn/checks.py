@@ -298,7 +298,8 @@ def check_triton_device(q: torch.Tensor) -> None:
     """The Triton kernels read CUDA tensors (CPU ones only under the interpreter): on a CPU tensor they
     failed with Triton's own "0 active drivers" traceback."""
     if not q.is_cuda and os.environ.get("TRITON_INTERPRET", "0") != "1":
-        raise ValueError("backend='triton' needs CUDA tensors (or TRITON_INTERPRET=1 for CPU tensors)")
+        raise ValueError("backend='triton' needs CUDA tensors (or TRITON_INTERPRET=1 for CPU tensors); use "
+                         "backend='torch' or 'auto'")
 
 
 # A constant while torch.compile traces: the device's capability and Triton's API do not change.
