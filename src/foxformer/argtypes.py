@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import math
 import re
 from typing import Any, Callable
 
@@ -51,9 +52,14 @@ def ints(text: str) -> list[int]:
 def floats(text: str) -> list[float]:
     items = _items(text)
     try:
-        return [float(x) for x in items]
+        values = [float(x) for x in items]
     except ValueError as e:
         raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from e
+    # float() reads "nan" and "inf": `bias-shift --shifts nan` then failed only once the model and the data had
+    # loaded, in the gates' words
+    if not all(math.isfinite(v) for v in values):
+        raise argparse.ArgumentTypeError(f"expected finite numbers, got {text!r}")
+    return values
 
 
 def words(text: str) -> list[str]:

@@ -303,6 +303,24 @@ def test_bias_shift_refuses_bins_as_the_flag_is_read(tmp_path, capsys, value):
         f"error: argument --bins: expected a positive integer, got '{value}'")
 
 
+@pytest.mark.parametrize("value", ["nan", "0,inf", "0,-inf"])
+def test_bias_shift_refuses_non_finite_shifts_as_the_flag_is_read(tmp_path, capsys, value):
+    """--shifts nan was refused as "fgate_bias_shift must be finite", a name the user never typed, and only after the
+    model and the data had loaded."""
+    with pytest.raises(SystemExit) as e:
+        main(["bias-shift", str(tmp_path / "no-model"), "--source", "builtin:pydoc", "--shifts", value])
+    assert e.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith(
+        f"error: argument --shifts: expected finite numbers, got '{value}'")
+
+
+def test_a_per_layer_fgate_bias_shift_with_an_empty_item_is_refused_as_shifts_are(tmp_path, capsys):
+    """"1,,2" read as [1, 2]: the value the typo lost went unnoticed wherever the model has two layers."""
+    with pytest.raises(SystemExit):
+        main(["generate", str(tmp_path / "no-model"), "--prompt", "x", "--fgate-bias-shift", "1,,2"])
+    assert "argument --fgate-bias-shift: empty item in '1,,2'" in capsys.readouterr().err
+
+
 def test_bias_shift_and_generate_take_the_model_as_eval_does_or_as_the_flag(hf_dir, tmp_path, capsys):
     """`eval loss RUN` and `analyze gates RUN` take the model positionally; bias-shift and generate took only
     --model RUN. Both forms work now; two different models are refused before the work."""
@@ -517,6 +535,39 @@ def test_bench_decode_refuses_options_it_would_drop(hf_dir, tmp_path, capsys, ex
     assert not (tmp_path / "b.json").exists()
 
 
+@pytest.mark.parametrize("extra, said", [
+    pytest.param(["--vocab-size", "257"], "--vocab-size shapes the model built from a --preset; a --model keeps its "
+                 "own vocabulary: leave it out", id="vocab-size"),
+    pytest.param(["--gates", "init"], "--gates shapes the model built from a --preset; a --model keeps its trained "
+                 "gates: leave it out", id="gates"),
+    pytest.param(["--gates", "realistic", "--vocab-size", "257"], "--vocab-size and --gates shape the model built "
+                 "from a --preset; a --model keeps its own vocabulary and its trained gates: leave them out",
+                 id="both"),
+])
+def test_bench_decode_refuses_preset_settings_beside_a_model(hf_dir, tmp_path, capsys, extra, said):
+    """--vocab-size and --gates (--gates init asked for the untrained gates) were dropped without a word beside
+    --model, whose rows read as though they had been applied."""
+    args = ["bench", "decode", "--model", hf_dir, "--contexts", "48", "--batches", "1", "--steps", "1", "--warmup",
+            "0", "--device", "cpu", "--no-baseline", "--out", str(tmp_path / "b.json")]
+    assert main(args + extra) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == f"error: {said}"
+    assert not (tmp_path / "b.json").exists()
+
+
+def test_bench_decode_records_the_preset_settings_it_filled_in(hf_dir, tmp_path):
+    """--vocab-size and --gates default to None (so that a --model can tell them apart from given ones): a --preset
+    run still records the values it ran with, a --model run none."""
+    out = tmp_path / "b.json"
+    common = ["bench", "decode", "--contexts", "32", "--batches", "1", "--steps", "1", "--warmup", "0",
+              "--prefill-chunk", "32", "--device", "cpu", "--no-baseline", "--no-progress", "--out", str(out)]
+    assert main(common + ["--preset", "fox-pro-tiny"]) == 0
+    settings = json.loads(out.read_text())["settings"]
+    assert settings["vocab_size"] == 50304 and settings["gates"] == "realistic"
+    assert main(common + ["--model", hf_dir]) == 0
+    settings = json.loads(out.read_text())["settings"]
+    assert settings["vocab_size"] is None and settings["gates"] is None
+
+
 def test_generate_with_a_tokenizer_larger_than_the_model_is_a_clear_error(hf_dir, capsys):
     # the byte-level model (257 ids) with GPT-2's tokenizer: "Hello" encodes to id 15496
     assert main(["generate", "--model", hf_dir, "--tokenizer", "gpt2", "--prompt", "Hello", "--max-new-tokens", "2",
@@ -584,6 +635,19 @@ def test_evict_eps_on_a_model_that_cannot_evict_is_named_by_its_flag(tmp_path, c
     with pytest.raises(ValueError) as caught:
         list(generate(_load_model(path), load_tokenizer("bytes"), "x", max_new_tokens=2, evict_eps=1e-3))
     assert str(caught.value) == f"evict_eps: {said}"
+
+
+def test_evict_eps_on_fox_without_qk_norm_warns_in_the_flags_words(tmp_path, capsys):
+    """The warning that no layer can evict told a `foxformer generate --evict-eps` user to pass evict_qk_bound, the
+    keyword; the Python API keeps naming the keywords."""
+    path = tmp_path / "fox-llama"
+    make_model("fox-llama-tiny", dtype=torch.float32).save_pretrained(path)
+    assert main(["generate", str(path), "--tokenizer", "bytes", "--prompt", "x", "--max-new-tokens", "2",
+                 "--device", "cpu", "--no-progress", "--evict-eps", "1e-3"]) == 0
+    assert ("warning: --evict-eps is set but no layer can evict: without QK-norm no bound on |q.k| is known; pass "
+            "--evict-qk-bound (your bound on |q.k| * scale) to evict") in capsys.readouterr().err.splitlines()
+    with pytest.warns(UserWarning, match=r"^evict_eps is set .* pass evict_qk_bound \("):
+        list(generate(_load_model(path), load_tokenizer("bytes"), "x", max_new_tokens=2, evict_eps=1e-3))
 
 
 def test_a_per_layer_fgate_bias_shift_of_the_wrong_length_is_named_by_its_flag(hf_dir, capsys):

@@ -225,6 +225,18 @@ def test_generate_past_the_training_length_warns_once_naming_it():
         "(config.train_len); past them FoX degrades gracefully, a Transformer with RoPE badly"]
 
 
+@pytest.mark.parametrize("masked", [False, True], ids=["no-mask", "mask"])
+def test_generate_on_an_empty_prompt_says_so_as_the_forward_does(masked):
+    """A [1, 0] prompt was told "the cache already holds 0 tokens and the whole input is 0" and to pass a new cache,
+    with no cache passed at all."""
+    model = make_model("fox-pro-tiny")
+    empty = torch.zeros(1, 0, dtype=torch.long)
+    with pytest.raises(ValueError, match=re.escape("input_ids must hold at least one token in each of at least one "
+                                                   "row, got shape (1, 0)")):
+        model.generate(empty, attention_mask=empty if masked else None, max_new_tokens=2, do_sample=False,
+                       pad_token_id=0)
+
+
 def test_a_cache_passed_to_generate_must_hold_the_start_of_its_input():
     """A cache filled by an earlier generate and passed again with another, no longer, prompt: transformers sliced
     the input from a negative count of new tokens (a 10-token prompt on a 14-token cache fed its last 6 tokens on

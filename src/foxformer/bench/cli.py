@@ -242,19 +242,30 @@ def _check_decode(args) -> None:
     if args.num_splits is not None and not args.kernel:
         raise ValueError("--num-splits sets the key splits of the decode op's rows under --kernel; add --kernel, or "
                          "leave --num-splits out")
-    if args.gate_tmax is not None and (args.model or args.gates != "realistic"):
+    if args.gate_tmax is not None and (args.model or args.gates == "init"):
         kept = "a --model keeps its trained gates" if args.model else "--gates init keeps the initial ones"
         raise ValueError(f"--gate-tmax sets the timescales of the gates --gates realistic gives a --preset; {kept}: "
                          "leave it out")
-    if not args.model:
-        preset_model_config(args)
+    # None: left out. A --model brings its own vocabulary and trained gates, so these, given beside it, were
+    # dropped without a word as --gate-tmax was; the preset's defaults are filled in here.
+    if args.model:
+        own = {"--vocab-size": "its own vocabulary", "--gates": "its trained gates"}
+        given = [flag for flag in own if getattr(args, flag[2:].replace("-", "_")) is not None]
+        if given:
+            raise ValueError(f"{' and '.join(given)} {'shape' if len(given) > 1 else 'shapes'} the model built from a "
+                             f"--preset; a --model keeps {' and '.join(own[f] for f in given)}: leave "
+                             f"{'them' if len(given) > 1 else 'it'} out")
+    else:
+        args.gates = args.gates or "realistic"
+        args.vocab_size = preset_model_config(args).vocab_size
 
 
 def configure_decode(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preset", default="fox-pro-125m",
                    help="fox-*, transformer-* or linear-* preset (the baseline is transformer-<block>-<size>)")
     p.add_argument("--model", default=None, help="bench a trained FoX model (run dir / HF folder) instead")
-    p.add_argument("--vocab-size", type=int, default=50304)
+    p.add_argument("--vocab-size", type=int, default=None,
+                   help="vocabulary of the --preset model (default: the preset's; a --model has its own)")
     p.add_argument("--contexts", type=distinct(ints), default=[4096, 8192, 16384, 32768, 65536])
     p.add_argument("--batches", type=distinct(ints), default=[1, 32])
     p.add_argument("--steps", type=int, default=32, help="timed decode steps")
@@ -264,7 +275,8 @@ def configure_decode(p: argparse.ArgumentParser) -> None:
     p.add_argument("--evict-qk-bound", type=float, default=None,
                    help="without QK-norm: your bound U >= |scale q.k| (your contract); without it (or the model "
                         "config's evict_qk_bound) the +evict row is skipped")
-    p.add_argument("--gates", choices=("realistic", "init"), default="realistic")
+    p.add_argument("--gates", choices=("realistic", "init"), default=None,
+                   help="gate biases of the --preset model (default: realistic; a --model keeps its trained ones)")
     p.add_argument("--gate-tmax", type=float, default=None,
                    help="longest decay timescale of the realistic gates (default: the longest context)")
     p.add_argument("--decode", type=distinct(words), default=["auto"],

@@ -78,8 +78,9 @@ def preset_model_config(args):
     """The FoxConfig of --preset as the benchmark builds it (--vocab-size, positions past the longest of
     --contexts), refused in the words of those flags."""
     flags = {"vocab_size": "--vocab-size", "max_position_embeddings": "--contexts"}
-    return preset_config(args.preset, "--preset", flags, vocab_size=args.vocab_size,
-                         max_position_embeddings=max(max(args.contexts) * 2, 16384))
+    given = {} if args.vocab_size is None else {"vocab_size": args.vocab_size}
+    return preset_config(args.preset, "--preset", flags, max_position_embeddings=max(max(args.contexts) * 2, 16384),
+                         **given)
 
 
 def _build(args, device: torch.device, dtype: torch.dtype):

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import math
 import os
 import sys
 import time
@@ -18,16 +17,7 @@ FLAGS = "--{}"
 
 def _shift(text: str):
     """--fgate-bias-shift: one float, or comma-separated floats per layer."""
-    try:
-        values = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(f"expected a float or comma-separated floats (one per layer), "
-                                         f"got {text!r}") from e
-    if not values:
-        raise argparse.ArgumentTypeError("expected at least one value")
-    # the gates refuse nan / inf too, but only once the model has loaded, and by their keyword
-    if not all(math.isfinite(v) for v in values):
-        raise argparse.ArgumentTypeError(f"expected finite numbers, got {text!r}")
+    values = floats(text)
     return values[0] if len(values) == 1 else values
 
 

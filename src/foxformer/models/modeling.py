@@ -307,8 +307,11 @@ class FoxModel(FoxPreTrainedModel):
             n_keys = policy.n_keys(cfg.max_position_embeddings, total_len)
             deltas = policy.deltas([block.attn.eviction_bound(policy.qk_bound) for block in self.layers], n_keys)
             if cfg.has_fgate and all(d is None for d in deltas):
-                warnings.warn("evict_eps is set but no layer can evict: without QK-norm no bound on |q.k| is "
-                              "known; pass evict_qk_bound (your bound on |q.k| * scale) to evict", stacklevel=2)
+                # named by label as the refusals above are: `foxformer generate --evict-eps` was told to pass
+                # evict_qk_bound, which no flag is called
+                warnings.warn(f"{setting_name(label, 'evict_eps')} is set but no layer can evict: without QK-norm no "
+                              f"bound on |q.k| is known; pass {setting_name(label, 'evict_qk_bound')} (your bound on "
+                              f"|q.k| * scale) to evict", stacklevel=2)
         evicting = any(d is not None for d in deltas)
         max_len = policy.max_len if evicting else None
         # Storage for the whole sequence at once, but no more than the model's context: past that it grows by
@@ -702,9 +705,11 @@ class FoxForCausalLM(FoxPreTrainedModel, GenerationMixin):
             new = input_ids.shape[1] - past
         else:  # only the new chunk (chunked prefill without a mask)
             new = input_ids.shape[1]
-        if new < 1:
+        if new < 1 and past:
             # A cache passed to generate holds the start of the sequence its inputs continue; a cache from another
-            # generation took this input as new tokens past its own (or, shorter still, as an empty input).
+            # generation took this input as new tokens past its own (or, shorter still, as an empty input). Without
+            # a filled cache no new token means an empty input, which the forward refuses in its own words (here it
+            # was told "the cache already holds 0 tokens" and to pass a new cache).
             held = attention_mask.shape[1] if attention_mask is not None else input_ids.shape[1]
             raise ValueError(f"generate: the cache already holds {past} tokens and the whole input is {held}, no new "
                              f"token past them: pass the whole sequence (the cached tokens, then the new ones), or a "
