@@ -115,6 +115,35 @@ def test_a_run_or_model_folder_as_data_is_named_as_such(tmp_path, capsys, files,
         assert "--source" not in line
 
 
+def test_the_folder_above_a_dataset_as_data_names_the_datasets_in_it(tmp_path, capsys, monkeypatch):
+    """`--data data_cache` (the parent of the dataset meant) was told to run `data prepare --out data_cache`."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["data", "prepare", "--source", "builtin:pydoc", "--out", "data_cache/pydoc", "--tokenizer", "bytes",
+                 "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["train", "--data", "data_cache", "--out", "run", "--max-steps", "1", "--no-progress"]) == 2
+    said = "'data_cache' holds prepared datasets (data_cache/pydoc) rather than being one; give one of them"
+    assert _error(capsys) == f"error: --data (data_dir): {said}: --data data_cache/pydoc"
+    assert main(["data", "info", "data_cache"]) == 2
+    assert _error(capsys) == f"error: data: {said}"
+    assert sorted(os.listdir("data_cache")) == ["pydoc"] and not os.path.exists("run")
+
+
+def test_a_mistyped_tokenizer_on_train_is_named_not_the_dataset(tmp_path, capsys, monkeypatch):
+    """`train --tokenizer byte` on a bytes dataset blamed --data, advising to prepare it again with 'byte'."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["data", "prepare", "--source", "builtin:pydoc", "--out", "d", "--tokenizer", "bytes",
+                 "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["train", "--data", "d", "--out", "run", "--tokenizer", "byte", "--max-steps", "1",
+                 "--no-progress"]) == 2
+    assert _error(capsys).startswith("error: --tokenizer (tokenizer): unknown spec 'byte' (did you mean 'bytes'?); "
+                                     "expected 'gpt2'")
+    assert main(["train", "--data", "d", "--out", "run", "--tokenizer", "gpt2", "--max-steps", "1",
+                 "--no-progress"]) == 2
+    assert "'d' was tokenized with 'bytes' but the run expects tokenizer 'gpt2'" in _error(capsys)
+
+
 @pytest.mark.parametrize("source, said", [
     ("/dev/null", "error: --source: '/dev/null' is not a regular file or folder (a device, pipe or socket); give a "
                   "file or a folder of documents"),
@@ -162,7 +191,8 @@ def test_prepare_names_the_flag_of_an_error_raised_past_the_checks(tmp_path, cap
     out = tmp_path / "d"
     base = ["data", "prepare", "--source", str(src), "--out", str(out), "--no-progress"]
     assert main([*base, "--tokenizer", "byte"]) == 2
-    assert _error(capsys).startswith("error: --tokenizer: unknown spec 'byte'; expected 'gpt2'")
+    assert _error(capsys).startswith("error: --tokenizer: unknown spec 'byte' (did you mean 'bytes'?); expected "
+                                     "'gpt2'")
     assert main(["data", "prepare", "--source", str(tmp_path / "nope"), "--out", str(out), "--no-progress"]) == 2
     assert _error(capsys).startswith(f"error: --source: '{tmp_path / 'nope'}' does not exist")
     assert main([*base, "--tokenizer", "bytes"]) == 0

@@ -67,10 +67,18 @@ def test_train_help_gives_each_flags_default_and_allowed_values_without_torch():
                                   "training in this invocation, with a checkpoint"),
     ("--no-progress", "set progress: false (default: true): a progress bar on a terminal; the step lines on stdout "
                       "are printed either way"),
-], ids=["resume", "micro-batch-size", "eval-tokens", "tokenizer", "init-from", "max-minutes", "no-progress"])
+    ("--checkpoint-every-tokens CHECKPOINT_EVERY_TOKENS", "config key checkpoint_every_tokens (default: unset; token "
+                                                          "counts accept 16Ki, 512Ki, 2.5Gi, 1M); unset: a tenth of "
+                                                          "the horizon, at least one step"),
+    ("--keep-last KEEP_LAST", "config key keep_last (default: 2); the newest checkpoints kept"),
+    ("--eval-every-tokens EVAL_EVERY_TOKENS", "config key eval_every_tokens (default: unset; token counts accept "
+                                              "16Ki, 512Ki, 2.5Gi, 1M); unset: a tenth of the horizon"),
+], ids=["resume", "micro-batch-size", "eval-tokens", "tokenizer", "init-from", "max-minutes", "no-progress",
+        "checkpoint-every-tokens", "keep-last", "eval-every-tokens"])
 def test_train_help_says_what_a_flag_does_beyond_its_key(capsys, flag, said):
-    """--resume, --micro-batch-size, --eval-tokens, --tokenizer, --init-from, --max-minutes and --no-progress said
-    only "config key X" and a default (--no-progress nothing)."""
+    """--resume, --micro-batch-size, --eval-tokens, --tokenizer, --init-from, --max-minutes, --no-progress,
+    --checkpoint-every-tokens, --keep-last and --eval-every-tokens said only "config key X" and a default
+    (--no-progress nothing; "unset" for a cadence, which is what Ctrl-C may lose)."""
     from foxformer.cli import build_parser
 
     with pytest.raises(SystemExit):
@@ -172,7 +180,27 @@ def test_export_names_a_missing_run_and_finds_a_checkpoint_by_its_name(data_dir,
     assert main(["export-hf", run, "--checkpoint", name, "--out", str(tmp_path / "hf")]) == 0
     assert json.loads(capsys.readouterr().out)["checkpoint"].endswith(name)
     assert main(["export-hf", run, "--checkpoint", "step_00009999"]) == 2
-    assert f"(it has: {name}" in _one_error_line(capsys.readouterr().err)
+    assert f"holds {name}" in _one_error_line(capsys.readouterr().err)
+
+
+def test_a_checkpoint_removed_by_keep_last_names_those_the_run_holds(data_dir, tmp_path, capsys):
+    """The checkpoint a stop's note named, since removed by keep_last: `--resume` said only that it does not exist,
+    and `export-hf` of it said "no run folder"."""
+    run = str(tmp_path / "run")
+    assert main(_flags(data_dir, run, steps=8)) == 0
+    gone = os.path.join(run, "checkpoints", "step_00000002")
+    assert not os.path.exists(gone)
+    held = (f"{os.path.join(run, 'checkpoints')} holds step_00000006, step_00000008; a run keeps only its newest "
+            f"keep_last")
+    capsys.readouterr()
+    assert main(["train", "--out", run, "--resume", gone]) == 2
+    assert _one_error_line(capsys.readouterr().err).startswith(
+        f"error: --resume (resume): checkpoint {gone!r} does not exist ({held}); resume from another checkpoint")
+    assert main(["export-hf", gone]) == 2
+    assert _one_error_line(capsys.readouterr().err) == (
+        f"error: export: checkpoint {gone!r} does not exist ({held}): foxformer export-hf {run} --checkpoint NAME")
+    assert main(["export-hf", run, "--checkpoint", "step_00000002"]) == 2
+    assert f"of {run!r} ({held})" in _one_error_line(capsys.readouterr().err)
 
 
 @pytest.mark.parametrize("extra, said", [

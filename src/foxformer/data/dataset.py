@@ -16,10 +16,10 @@ import torch
 
 from ..argtypes import SettingError
 
-from .preparation import (FORMAT, read_manifest, recorded_tokenizer_files, run_or_model_folder, split_damage,
-                          tokenizer_change)
+from .preparation import (FORMAT, is_dataset, read_manifest, recorded_tokenizer_files, run_or_model_folder,
+                          split_damage, tokenizer_change)
 from .sources import holds_documents
-from .tokenizer import moved_hint, same_tokenizer
+from .tokenizer import moved_hint, same_tokenizer, unknown_spec
 
 
 def no_dataset(path: str, flag: str | None = "--data") -> str:
@@ -32,6 +32,11 @@ def no_dataset(path: str, flag: str | None = "--data") -> str:
     if taken := run_or_model_folder(path):
         return (f"{path!r} is {taken[1]} (it holds {taken[0]}), not a prepared dataset: give the folder "
                 f"`foxformer data prepare --out` wrote (a run's config.yaml names the one it trained on: data_dir)")
+    # `--data data_cache`, the parent of the dataset meant, was told to prepare a new dataset there
+    if inside := _datasets_in(path):
+        named = ", ".join(inside[:3]) + (f" and {len(inside) - 3} more" if len(inside) > 3 else "")
+        then = f": {flag} {inside[0]}" if flag else ""
+        return f"{path!r} holds prepared datasets ({named}) rather than being one; give one of them{then}"
     if os.path.isfile(path) or holds_documents(path):
         what = "a file" if os.path.isfile(path) else "a folder of documents"
         stem = os.path.splitext(os.path.basename(os.path.abspath(path)))[0]
@@ -43,6 +48,15 @@ def no_dataset(path: str, flag: str | None = "--data") -> str:
                 f"prepare --source TEXT --out {path}` (TEXT: a file, a folder or a built-in corpus)")
     return (f"{path!r} has no manifest.json; run `foxformer data prepare --out {path}` first (an interrupted "
             f"prepare leaves no manifest)")
+
+
+def _datasets_in(path: str) -> list[str]:
+    """The prepared datasets directly inside the folder ``path``, sorted ([] for anything else)."""
+    try:
+        entries = list(os.scandir(path))
+    except OSError:  # not a folder, not there, or unreadable: the other reasons tell
+        return []
+    return sorted(e.path for e in entries if e.is_dir() and is_dataset(e.path))
 
 
 def _too_long(manifest: dict, data_dir: str, seq_len: int, splits: tuple[str, ...]) -> str:
@@ -103,6 +117,8 @@ class TokenDataset:
         files = recorded_tokenizer_files(manifest)
         if expect_tokenizer is not None and not same_tokenizer(manifest["tokenizer"], expect_tokenizer, files):
             gone = moved_hint(manifest["tokenizer"], files)
+            if not gone and (unknown := unknown_spec(expect_tokenizer)):
+                raise SettingError("tokenizer", unknown)
             fix = f" (another tokenizer); {gone}" if gone else \
                 f"; leave the tokenizer out to use the dataset's, or prepare the data again with --tokenizer " \
                 f"{expect_tokenizer}"

@@ -26,7 +26,7 @@ from typing import Callable, Iterator, Optional, Sequence
 
 import numpy as np
 
-from ..argtypes import SettingError
+from ..argtypes import SettingError, did_you_mean
 from .sources import CONTENT_PREFIX, content_fingerprint, files_fingerprint, hub_unreachable
 from .specs import BYTES_EOT, BYTES_SPEC, EOT_TEXT, GPT2_EOT, GPT2_JSON_SPEC, GPT2_SPEC
 from .tokenizer_cuts import gpt2_cut, hf_cut, pattern_cut
@@ -349,8 +349,18 @@ def _load_tokenizer(spec: str, files: Optional[str]) -> Tokenizer:
         return _load_hf(spec.split(":", 1)[1])
     if os.path.isdir(spec):
         return _load_hf(spec)
-    raise SettingError("tokenizer", f"unknown spec {spec!r}; expected 'gpt2', 'gpt2-json', 'bytes', "
-                                    f"'tiktoken:<encoding>', 'hf:<name or path>' or a tokenizer directory")
+    raise SettingError("tokenizer", unknown_spec(spec))
+
+
+def unknown_spec(spec: str) -> str:
+    """Why ``spec`` names no tokenizer, without loading one ("" where it may name one: a tiktoken encoding or a
+    Hub name is known only once loaded). A run compares its tokenizer with its dataset's by name, so a mistyped
+    one was "not the dataset's", with the advice to prepare the data again with the typo."""
+    named = (GPT2_SPEC, GPT2_JSON_SPEC, BYTES_SPEC)
+    if spec in named or spec.startswith(("tiktoken:", "hf:")) or os.path.isdir(spec):
+        return ""
+    return (f"unknown spec {spec!r}{did_you_mean(spec, named)}; expected 'gpt2', 'gpt2-json', 'bytes', "
+            f"'tiktoken:<encoding>', 'hf:<name or path>' or a tokenizer directory")
 
 
 load_tokenizer.cache_clear = _load_tokenizer.cache_clear  # as when it was the cache itself (tests reset it)

@@ -127,6 +127,13 @@ def list_checkpoints(run_dir: str) -> list[str]:
     return sorted(os.path.join(root, d) for d in os.listdir(root) if d.startswith("step_"))
 
 
+def checkpoints_held(run_dir: str) -> str:
+    """What ``run_dir`` holds in checkpoints, for a message refusing one it lacks: a path copied from an earlier
+    note (where a stopped run was saved) may name one that keep_last has removed since."""
+    names = ", ".join(os.path.basename(c) for c in list_checkpoints(run_dir)) or "none"
+    return f"{checkpoint_root(run_dir)} holds {names}; a run keeps only its newest keep_last"
+
+
 def latest_checkpoint(run_dir: str) -> str | None:
     """The newest checkpoint: the one ``latest`` points to, or a newer step folder (a save killed between
     its atomic rename and the pointer update); None for a run without checkpoints. Raises if the pointer

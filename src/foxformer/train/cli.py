@@ -225,28 +225,33 @@ def _resume_note(out_dir: str, why: str = "", redone: bool = True) -> str:
 def _named_checkpoint(run: str, name: str) -> str:
     """--checkpoint as given (a folder), else a checkpoint of the run by its name (step_00000260); an unknown name
     lists the run's checkpoints."""
-    from .checkpoint import CheckpointError, checkpoint_root, list_checkpoints
+    from .checkpoint import CheckpointError, checkpoint_root, checkpoints_held
 
     if os.path.isdir(name):
         return name
     inside = os.path.join(checkpoint_root(run), name)
     if os.path.isdir(inside):
         return inside
-    have = ", ".join(os.path.basename(c) for c in list_checkpoints(run)) or "none"
-    raise CheckpointError(f"export: --checkpoint {name!r} is neither a folder nor a checkpoint of {run!r} (it has: "
-                          f"{have})")
+    raise CheckpointError(f"export: --checkpoint {name!r} is neither a folder nor a checkpoint of {run!r} "
+                          f"({checkpoints_held(run)})")
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
     from ..models.calls import hf_progress
-    from .checkpoint import (CKPT_DIR, CheckpointError, checkpoint_format, latest_checkpoint, load_checkpoint,
-                             read_meta)
+    from .checkpoint import (CKPT_DIR, CheckpointError, checkpoint_format, checkpoints_held, latest_checkpoint,
+                             load_checkpoint, read_meta)
     from .config import saved_model_config
     from .loading import read_run_config
     from .export import export_hf
     from .sharded import export_hf_sharded, model_tensor_specs
 
     if not os.path.isdir(args.run):
+        # a checkpoint's path from a stop's note, since removed by keep_last: "no run folder" sent the user looking
+        root = os.path.dirname(os.path.abspath(args.run))
+        run = os.path.dirname(root)
+        if os.path.basename(root) == CKPT_DIR and os.path.isfile(os.path.join(run, "config.yaml")):
+            raise CheckpointError(f"export: checkpoint {args.run!r} does not exist ({checkpoints_held(run)}): "
+                                  f"foxformer export-hf {run} --checkpoint NAME")
         raise ValueError(f"export: no run folder {args.run!r}")
     if os.path.exists(os.path.join(args.run, "meta.json")):  # a checkpoint folder, not its run's
         run = os.path.dirname(os.path.dirname(os.path.abspath(args.run)))

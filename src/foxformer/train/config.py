@@ -273,6 +273,11 @@ _MEANINGS = {
                  "dir, a Hugging Face folder or Hub id, a paper model too; --model still sets its runtime fields",
     "tokenizer": "; the run trains with the one its dataset was prepared with (manifest.json): given, it is only "
                  "checked against that one",
+    # the cadence a user weighs against what Ctrl-C loses, and keep_last against a checkpoint a note named earlier
+    "checkpoint_every_tokens": "; unset: a tenth of the horizon, at least one step; a stop on SIGTERM, SIGUSR1 or "
+                               "max_minutes saves one too (Ctrl-C does not)",
+    "keep_last": "; the newest checkpoints kept in out_dir/checkpoints, older ones removed as each is saved",
+    "eval_every_tokens": "; unset: a tenth of the horizon, at least two steps (and at the end)",
     "max_minutes": "; stop after this many minutes of training in this invocation, with a checkpoint (`foxformer "
                    "train --out RUN` goes on from it)",
     "progress": ": a progress bar on a terminal; the step lines on stdout are printed either way",

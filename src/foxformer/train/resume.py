@@ -27,7 +27,8 @@ def resolve_resume(cfg: TrainConfig) -> str | None:
     if cfg.resume == "auto":
         return ckpt.latest_checkpoint(cfg.out_dir)
     if not os.path.isdir(cfg.resume):
-        raise ckpt.CheckpointError(f"resume: checkpoint {cfg.resume!r} does not exist")
+        raise ckpt.CheckpointError(f"resume: checkpoint {cfg.resume!r} does not exist "
+                                   f"({ckpt.checkpoints_held(cfg.out_dir)})")
     # a run's folder was loaded as a checkpoint, and refused as "an incomplete save" that "cannot be trusted"
     if found := ckpt.list_checkpoints(cfg.resume):
         raise ValueError(f"resume: {cfg.resume!r} is a run's folder, not a checkpoint: give one of its checkpoints "
