@@ -108,7 +108,7 @@ def test_a_user_error_is_one_line_and_debug_shows_the_traceback(tmp_path, monkey
     out = _run_cli("train", "--config", str(bad))
     assert out.returncode == 2 and "Traceback" not in out.stderr
     lines = [line for line in out.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: config: not valid YAML"), out.stderr
+    assert len(lines) == 1 and lines[0].startswith("error: --config: not valid YAML"), out.stderr
     assert f"({bad}, line 3, column " in lines[0]
     # the error reaches Python's own handler, which prints the traceback (in-process: a second launch costs seconds)
     from foxformer.cli import main

@@ -14,7 +14,7 @@ import yaml
 from foxformer.cli import main
 from foxformer.data.preparation import PrepareConfig, prepare
 from foxformer.train import checkpoint as ckpt
-from foxformer.train.config import TrainConfig
+from foxformer.train.config import TrainConfig, save_config
 from foxformer.train.loop import train
 from foxformer.train.metrics import read_metrics
 
@@ -211,12 +211,15 @@ def test_a_checkpoint_removed_by_keep_last_names_those_the_run_holds(data_dir, t
     (["--context", "1Gi", "--batch-tokens", "1Gi"], "--context (context): 1073741824 is more than the "),
     (["--context", "1Gi", "--batch-tokens", "1Gi"], " tokens of split 'train' and the "),
     (["--preset", "fox-pro-tinny"], "--preset (preset): unknown preset 'fox-pro-tinny' (did you mean 'fox-pro-tiny'?)"),
+    (["--lr", "abc"], "--lr (lr): expected a number, got 'abc'"),
+    (["--max-steps", "1.5"], "--max-steps (max_steps): expected an integer, got 1.5"),
+    (["--seed", "x"], "--seed (seed): expected an integer, got 'x'"),
 ], ids=["token-count", "negative-lr", "schedule", "micro-batch", "context-past-the-data",
-        "context-past-both-splits", "preset-typo"])
+        "context-past-both-splits", "preset-typo", "lr-not-a-number", "steps-not-an-integer", "seed-not-a-number"])
 def test_a_bad_flag_value_is_named_by_its_flag(data_dir, tmp_path, capsys, extra, said):
     """Errors named the config key (total_tokens) where the user had typed a flag (--total-tokens); those of the
     checks that need the data or the ranks too (micro_batch_size: ..., and a context past the data as "data: ...
-    seq_len=")."""
+    seq_len="). A number flag's text that is no number was argparse's "invalid float value: 'abc'"."""
     assert main(_flags(data_dir, str(tmp_path / "run"), steps=1) + extra) == 2
     assert said in _one_error_line(capsys.readouterr().err)
 
@@ -292,6 +295,31 @@ def test_a_refused_dataset_is_named_as_the_run_set_it(data_dir, tmp_path, capsys
     assert main(flags) == 2
     assert _one_error_line(capsys.readouterr().err).startswith(f"error: --set data_dir={missing}: {missing!r} does "
                                                                f"not exist")
+
+
+def test_a_default_dataset_that_is_not_there_says_that_data_was_left_out(tmp_path, capsys, monkeypatch):
+    """`train --init-from RUN --max-steps 1` (no --data) said "data_dir: 'data_cache/default' does not exist": a
+    key and a path the user had not typed. A run continued from its config.yaml does not call its data a default."""
+    monkeypatch.chdir(tmp_path)
+    for extra in ([], ["--init-from", str(tmp_path / "some-run")]):
+        assert main(["train", "--out", "run", "--max-steps", "1", *extra]) == 2
+        line = _one_error_line(capsys.readouterr().err)
+        assert line.startswith("error: --data (data_dir): 'data_cache/default' does not exist; prepare a dataset ")
+        assert line.endswith("; --data was left out, so its default (data_cache/default) was used")
+    moved = str(tmp_path / "moved")
+    os.makedirs("old")
+    save_config(TrainConfig(data_dir=moved, max_steps=1), os.path.join("old", "config.yaml"))
+    assert main(["train", "--out", "old"]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert line.startswith(f"error: data_dir: {moved!r} does not exist") and "left out" not in line
+
+
+def test_a_config_that_is_a_folder_is_named_as_config(data_dir, tmp_path, capsys):
+    """`--config FOLDER` said "is a directory (FOLDER): give a file, not a folder", in no setting's name."""
+    flags = _flags(data_dir, str(tmp_path / "run"), steps=1)
+    assert main(flags + ["--config", str(tmp_path)]) == 2
+    assert _one_error_line(capsys.readouterr().err) == f"error: --config: {str(tmp_path)!r} is a folder; give the " \
+                                                       f"YAML file itself"
 
 
 def test_no_horizon_names_the_flags_that_set_one(data_dir, tmp_path, capsys):
@@ -471,6 +499,15 @@ def test_export_of_the_checkpoints_folder_or_an_export_says_what_it_is(data_dir,
     assert "is a Hugging Face model folder (it holds config.json), which from_pretrained and every foxformer " \
         "command load as is; export-hf takes a run folder" in _one_error_line(capsys.readouterr().err)
     assert not (tmp_path / "again").exists()
+
+
+def test_export_of_a_dataset_says_it_is_one(data_dir, tmp_path, capsys):
+    """`export-hf DATA` said "run ... has no checkpoints"."""
+    assert main(["export-hf", data_dir, "--out", str(tmp_path / "hf")]) == 2
+    assert _one_error_line(capsys.readouterr().err) == (
+        f"error: export: {data_dir!r} is a prepared dataset (it holds manifest.json), which `foxformer train --data` "
+        f"trains on; export-hf takes a run folder, the --out of `foxformer train`")
+    assert not (tmp_path / "hf").exists()
 
 
 def test_the_resume_note_under_torchrun_names_the_launch(tmp_path, monkeypatch):

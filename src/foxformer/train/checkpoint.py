@@ -22,7 +22,8 @@ import shutil
 import numpy as np
 import torch
 
-from ..data.preparation import is_dataset
+from ..data.layout import MANIFEST
+from ..data.preparation import is_dataset, run_or_model_folder
 from ..paths import write_text
 
 CKPT_DIR = "checkpoints"
@@ -104,20 +105,27 @@ def check_not_in_a_run(out_dir: str) -> None:
                      f"checkpoint's weights with --init-from CHECKPOINT --out NEW_DIR")
 
 
+def data_or_model_folder(folder: str) -> tuple[str, str] | None:
+    """(the file that tells, what ``folder`` is) where it holds no run (no config.yaml) but a prepared dataset or a
+    Hugging Face model, the two folders a run's path is mixed up with (data.preparation.run_or_model_folder, seen
+    from the run's side); else None."""
+    if os.path.isfile(os.path.join(folder, "config.yaml")):
+        return None
+    if is_dataset(folder):
+        return MANIFEST, "a prepared dataset"
+    return run_or_model_folder(folder)
+
+
 def check_not_data_or_model(out_dir: str, what_dir: str = "out_dir") -> None:
     """ValueError where ``out_dir``, holding no run (no config.yaml), is a prepared dataset or a Hugging Face model
     folder: `--out DATA` (the two flags swapped) or `--out RUN/hf` trained a run into it, its checkpoints and
     export mixed with the dataset's shards or the model's files. ``what_dir`` names the setting in the message."""
-    if os.path.isfile(os.path.join(out_dir, "config.yaml")):
+    if (taken := data_or_model_folder(out_dir)) is None:
         return
-    if is_dataset(out_dir):
-        what, hint = "a prepared dataset (it holds manifest.json)", "; the dataset goes to --data"
-    elif os.path.isfile(os.path.join(out_dir, "config.json")):
-        what, hint = "a Hugging Face model folder (it holds config.json)", (
-            "; to train on from its weights, pass it as --init-from")
-    else:
-        return
-    raise ValueError(f"{what_dir}: {out_dir!r} is {what}, not a run folder: name a new folder for the run{hint}")
+    held, what = taken
+    hint = "the dataset goes to --data" if held == MANIFEST else "to train on from its weights, pass it as --init-from"
+    raise ValueError(f"{what_dir}: {out_dir!r} is {what} (it holds {held}), not a run folder: name a new folder for "
+                     f"the run; {hint}")
 
 
 def list_checkpoints(run_dir: str) -> list[str]:

@@ -8,18 +8,19 @@ import os
 import shlex
 import sys
 
-# flag -> config key; every flag is optional and only overrides what the YAML (or the defaults) say.
+# flag -> config key; every flag is optional and only overrides what the YAML (or the defaults) say. Each is taken
+# as text, which TrainConfig types as it does a YAML file's and --set's values: argparse's own types refused
+# `--lr abc` in words of their own ("invalid float value"), not as the key's other errors are said.
 _FLAGS = {
-    "--preset": ("preset", str), "--context": ("context", str), "--batch-tokens": ("batch_tokens", str),
-    "--micro-batch-size": ("micro_batch_size", int), "--lr": ("lr", float), "--schedule": ("schedule", str),
-    "--warmup-tokens": ("warmup_tokens", str), "--total-tokens": ("total_tokens", str),
-    "--max-steps": ("max_steps", int), "--max-minutes": ("max_minutes", float), "--precision": ("precision", str),
-    "--data": ("data_dir", str), "--tokenizer": ("tokenizer", str), "--out": ("out_dir", str),
-    "--checkpoint-every-tokens": ("checkpoint_every_tokens", str), "--keep-last": ("keep_last", int),
-    "--eval-every-tokens": ("eval_every_tokens", str), "--eval-tokens": ("eval_tokens", str),
-    "--parallel": ("parallel", str), "--device": ("device", str), "--seed": ("seed", int),
-    "--resume": ("resume", str), "--log-every": ("log_every", int), "--init-from": ("init_from", str),
-    "--checkpoint-format": ("checkpoint_format", str), "--dist-timeout-minutes": ("dist_timeout_minutes", float),
+    "--preset": "preset", "--context": "context", "--batch-tokens": "batch_tokens",
+    "--micro-batch-size": "micro_batch_size", "--lr": "lr", "--schedule": "schedule",
+    "--warmup-tokens": "warmup_tokens", "--total-tokens": "total_tokens", "--max-steps": "max_steps",
+    "--max-minutes": "max_minutes", "--precision": "precision", "--data": "data_dir", "--tokenizer": "tokenizer",
+    "--out": "out_dir", "--checkpoint-every-tokens": "checkpoint_every_tokens", "--keep-last": "keep_last",
+    "--eval-every-tokens": "eval_every_tokens", "--eval-tokens": "eval_tokens", "--parallel": "parallel",
+    "--device": "device", "--seed": "seed", "--resume": "resume", "--log-every": "log_every",
+    "--init-from": "init_from", "--checkpoint-format": "checkpoint_format",
+    "--dist-timeout-minutes": "dist_timeout_minutes",
 }
 _SWITCHES = {"--compile": "compile", "--activation-checkpointing": "activation_checkpointing", "--roll": "roll",
              "--fused-loss": "fused_loss"}
@@ -27,7 +28,7 @@ _SWITCHES = {"--compile": "compile", "--activation-checkpointing": "activation_c
 
 def _flags_given(args: argparse.Namespace) -> dict:
     """{config key: (flag, value)} for each of _FLAGS and _SWITCHES given on this command line."""
-    given = {key: (flag, getattr(args, flag[2:].replace("-", "_"))) for flag, (key, _) in _FLAGS.items()}
+    given = {key: (flag, getattr(args, flag[2:].replace("-", "_"))) for flag, key in _FLAGS.items()}
     given.update({key: (flag, getattr(args, flag[2:].replace("-", "_")) or None) for flag, key in _SWITCHES.items()})
     return {key: (flag, value) for key, (flag, value) in given.items() if value is not None}
 
@@ -81,19 +82,20 @@ def _train_command(args: argparse.Namespace, signals) -> int:
     # `--out RUN` alone means "continue RUN": where there is none, the horizon error would hide a mistyped name
     if args.config is None and out_dir and not saved and not {"data_dir", "total_tokens", "max_steps"} & set(overrides):
         raise ValueError(_no_run_to_continue(out_dir))
+    continuing = args.config is None and saved  # load_config's base is then the run's config.yaml
     cfg = None
     try:
         try:
             cfg = load_config(args.config, overrides)
         except ValueError as e:
-            raise ValueError(_in_flags(e, args)) from None
+            raise ValueError(_in_flags(e, args, continuing)) from None
         if cfg.init_from is not None and "preset" in _flags_given(args):
             raise ValueError(f"--preset (preset): the run trains the model init_from names ({cfg.init_from}), its "
                              f"architecture and weights, so no preset is built; leave --preset out")
         try:
             summary = train(cfg, signals=signals)
         except ValueError as e:  # the checks that need the data or the ranks name keys too (micro_batch_size: ...)
-            said = _in_flags(e, args)
+            said = _in_flags(e, args, continuing)
             if said == str(e):
                 raise
             raise ValueError(said) from None
@@ -133,11 +135,12 @@ def _say_summary(summary: dict, cfg) -> None:
     print(_resume_note(cfg.out_dir, f"{why} after step {summary['step']}", redone=False), file=sys.stderr, flush=True)
 
 
-def _in_flags(error: ValueError, args: argparse.Namespace) -> str:
+def _in_flags(error: ValueError, args: argparse.Namespace, continuing: bool) -> str:
     """A config error in the user's words: TrainConfig names keys (``total_tokens: ...``); a key set by a flag
     on this command line is named by that flag, an item of --set by that item, a key of the --config file by that
-    file, and the horizon error lists the flags that set it."""
-    from .config import read_yaml
+    file, a key left at its default by its flag, saying so (not where ``continuing`` a run, whose config.yaml set
+    it), the --config file's own refusal by --config, and the horizon error lists the flags that set it."""
+    from .config import read_yaml, shown_default
 
     if said := _in_model_flags(error, args):
         return said
@@ -149,9 +152,15 @@ def _in_flags(error: ValueError, args: argparse.Namespace) -> str:
     # set by --set or by a YAML file: the bare key left the user to look for where it came from
     if sep and (item := next((i for i in args.set or [] if i.partition("=")[0].strip() == key), None)):
         return f"--set {item}: {rest}"
+    if key == "config" and args.config is not None:  # the file itself (missing, a folder, not YAML) and not a key
+        return f"--config: {rest}"
     # a run's saved config.yaml, which the run continues from, holds every key: only a file the user gave says one
     if sep and args.config is not None and key in _keys(read_yaml(args.config)):
         return f"config {args.config}: {message}"
+    # `train` without --data stopped at 'data_cache/default', a path the user never typed nor was told is a default
+    flag = next((flag for flag, field in _FLAGS.items() if field == key), None)
+    if sep and flag and not continuing:
+        return f"{flag} ({key}): {rest}; {flag} was left out, so its default ({shown_default(key)}) was used"
     if key == "total_tokens / max_steps":
         return f"{message}: give --total-tokens or --max-steps"
     if key == "overrides":  # what load_config calls them: on this command line only --set names keys
@@ -238,8 +247,8 @@ def _named_checkpoint(run: str, name: str) -> str:
 
 def _cmd_export(args: argparse.Namespace) -> int:
     from ..models.calls import hf_progress
-    from .checkpoint import (CKPT_DIR, CheckpointError, checkpoint_format, checkpoints_held, latest_checkpoint,
-                             load_checkpoint, read_meta)
+    from .checkpoint import (CKPT_DIR, CheckpointError, checkpoint_format, checkpoints_held, data_or_model_folder,
+                             latest_checkpoint, load_checkpoint, read_meta)
     from .config import saved_model_config
     from .loading import read_run_config
     from .export import export_hf
@@ -263,10 +272,13 @@ def _cmd_export(args: argparse.Namespace) -> int:
     if os.path.basename(os.path.normpath(args.run)) == CKPT_DIR and os.path.isfile(os.path.join(parent, "config.yaml")):
         raise ValueError(f"export: {args.run!r} is the checkpoints folder of the run {parent}; export-hf takes the run "
                          f"folder: foxformer export-hf {parent}")
-    if os.path.isfile(os.path.join(args.run, "config.json")) and not os.path.isfile(
-            os.path.join(args.run, "config.yaml")):
-        raise ValueError(f"export: {args.run!r} is a Hugging Face model folder (it holds config.json), which "
-                         f"from_pretrained and every foxformer command load as is; export-hf takes a run folder")
+    # a dataset was "run ... has no checkpoints" too
+    if taken := data_or_model_folder(args.run):
+        held, what = taken
+        how = ("which from_pretrained and every foxformer command load as is" if held == "config.json" else
+               "which `foxformer train --data` trains on")
+        raise ValueError(f"export: {args.run!r} is {what} (it holds {held}), {how}; export-hf takes a run folder, "
+                         f"the --out of `foxformer train`")
     path = _named_checkpoint(args.run, args.checkpoint) if args.checkpoint else latest_checkpoint(args.run)
     if path is None:
         raise CheckpointError(f"export: run {args.run!r} has no checkpoints")
@@ -298,10 +310,10 @@ def add_commands(subparsers) -> None:
     from .config import describe_key  # light: the models and torch are imported only when a run starts
 
     p.add_argument("--config", help="YAML file with TrainConfig keys")
-    for flag, (key, typ) in _FLAGS.items():
-        counts = "token counts accept 16Ki, 512Ki, 2.5Gi, 1M" if typ is str and "tokens" in key else ""
+    for flag, key in _FLAGS.items():
+        counts = "token counts accept 16Ki, 512Ki, 2.5Gi, 1M" if "tokens" in key else ""
         # default=None: a flag not given leaves the YAML's (or a continued run's) value, so the help says the default
-        p.add_argument(flag, type=typ, default=None,
+        p.add_argument(flag, default=None,
                        help=f"config key {key}{describe_key(key, counts)}")
     for flag, key in _SWITCHES.items():
         p.add_argument(flag, action="store_true", help=f"set {key}: true{describe_key(key)}")

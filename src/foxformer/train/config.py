@@ -253,6 +253,11 @@ def _shown(key: str, value: Any) -> str:
     return str(value)
 
 
+def shown_default(key: str) -> str:
+    """``key``'s default as `foxformer train --help` shows it (``unset``, ``512Ki = 524288``, ``cosine``)."""
+    return _shown(key, _fields()[key].default)
+
+
 # What a key does where its name does not say it, after its default in `foxformer train --help`
 _MEANINGS = {
     "preset": "; `foxformer presets` lists them with their sizes",
@@ -293,7 +298,7 @@ def describe_key(key: str, note: str = "") -> str:
     cosine): the learning rate rises ..."``."""
     allowed = {**CHOICES, "device": DEVICES + ("cuda:N",)}.get(key)
     choices = f", one of {', '.join(allowed)}" if allowed else ""
-    return (f"{choices} (default: {_shown(key, _fields()[key].default)}{'; ' + note if note else ''})"
+    return (f"{choices} (default: {shown_default(key)}{'; ' + note if note else ''})"
             f"{_MEANINGS.get(key, '')}")
 
 
@@ -333,6 +338,10 @@ def read_yaml(path: str, what: str = "config") -> Any:
     SettingError of ``what``, which a command re-says after the flag its user typed)."""
     if not os.path.exists(path):
         raise SettingError(what, f"file {path!r} does not exist")
+    if os.path.isdir(path):  # open() said only "is a directory", in no setting's name
+        inside = os.path.join(path, SAVED_CONFIG)
+        saved = f" (a run's folder: its settings are {inside})" if os.path.isfile(inside) else ""
+        raise SettingError(what, f"{path!r} is a folder{saved}; give the YAML file itself")
     with open(path, encoding="utf-8") as f:
         try:
             return yaml.safe_load(f)
