@@ -67,7 +67,7 @@ def test_an_unknown_model_key_fails_with_the_closest_one(data_dir, tmp_path, cap
 @pytest.mark.parametrize("twice,said", [
     (["--model", "hidden_size=64", "--model", "hidden_size=128"], "--model: hidden_size is given twice"),
     (["--set", "model.hidden_size=128", "--model", "hidden_size=96"], "--model: hidden_size is given twice"),
-    (["--set", "lr=1e-3", "--lr", "2e-3"], "--lr (lr): given as 0.002 and by --set lr"),
+    (["--set", "lr=1e-3", "--lr", "2e-3"], "--lr (lr): given as '2e-3' and by --set lr='1e-3'"),
 ], ids=["model-twice", "set-and-model", "set-and-flag"])
 def test_a_key_given_twice_with_two_values_is_refused(tmp_path, capsys, twice, said):
     """The last one won without a word: `--model hidden_size=64 ... --model hidden_size=128` trained 128."""
