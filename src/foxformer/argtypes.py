@@ -87,16 +87,34 @@ def count(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a token count such as 4096 or 4Ki, got {text!r}") from e
 
 
-def positive_int(text: str) -> int:
-    """An integer >= 1, refused while the arguments are parsed: a count of bins or rounds that a check deep in the
-    work would refuse only after the model or data had loaded."""
+def _int_from(text: str, least: int, said: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected {said}, got {text!r}") from None
+    if value < least:
+        raise argparse.ArgumentTypeError(f"expected {said}, got {text!r}")
     return value
+
+
+def positive_int(text: str) -> int:
+    """An integer >= 1, refused while the arguments are parsed: a count of bins or rounds that a check deep in the
+    work would refuse only after the model or data had loaded."""
+    return _int_from(text, 1, "a positive integer")
+
+
+def non_negative_int(text: str) -> int:
+    """An integer >= 0 (a count of warm-up steps, where none is a choice), refused as positive_int refuses."""
+    return _int_from(text, 0, "a non-negative integer")
+
+
+def positive_ints(text: str) -> list[int]:
+    """Comma-separated integers >= 1."""
+    items = _items(text)
+    try:
+        return [_int_from(x, 1, "a positive integer") for x in items]
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated positive integers, got {text!r}") from None
 
 
 def counts(text: str) -> list[int]:

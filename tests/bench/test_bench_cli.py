@@ -145,11 +145,12 @@ UNKNOWN = "unknown preset 'nope': expected one of ['fox-llama-1.3b', "
     (["--presets", "fox-pro-tiny,fox-pro-tiny:bogus=1"], "--presets fox-pro-tiny:bogus=1: unknown model key 'bogus'; "),
     (["--presets", "fox-pro-tiny:num_heads"], "--presets fox-pro-tiny:num_heads: expected key=value, got 'num_heads'"),
     (["--presets", "fox-pro-tiny,nope"], f"--presets nope: {UNKNOWN}"),
-    (["--presets", "fox-pro-tiny", "--backend", "foo"], "--backend: attention_backend must be one of ('auto', "),
+    (["--presets", "fox-pro-tiny", "--backend", "foo"], "--backend: expected one of auto, gluon, triton, torch, "
+                                                        "naive, got 'foo'"),
     # the row's own backend wins over --backend, whose value the anchor still takes
-    (["--presets", "fox-pro-tiny:attention_backend=torch", "--backend", "foo"], "--backend: attention_backend must "),
+    (["--presets", "fox-pro-tiny:attention_backend=torch", "--backend", "foo"], "--backend: expected one of "),
     (["--presets", "fox-pro-tiny:attention_backend=foo", "--backend", "torch"], "--presets "
-     "fox-pro-tiny:attention_backend=foo: attention_backend must be one of ('auto', "),
+     "fox-pro-tiny:attention_backend=foo: expected one of auto, gluon, triton, torch, naive, got 'foo'"),
     # every row's own backend won and no anchor took the flag's: it was unused without a word
     (["--presets", "fox-pro-tiny:attention_backend=naive,fox-pro-tiny:attention_backend=torch", "--no-anchor",
       "--backend", "torch"], "--backend: every --presets row sets its own attention_backend and --no-anchor leaves "

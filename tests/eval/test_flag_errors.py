@@ -68,8 +68,8 @@ HARNESS = ["eval", "harness", "no-such-run", "--tasks", "lambada_openai"]
                                             "float16, fp64, got 'foo'", id="loss-dtype"),
     pytest.param([*NIAH, "--device", "foo"], "--device: expected 'auto', 'cpu', 'cuda' or 'cuda:N', got 'foo'",
                  id="niah-device"),
-    pytest.param([*GATES, "--attention-backend", "foo"], "--attention-backend: attention_backend must be one of "
-                 "('auto', 'gluon', 'triton', 'torch', 'naive'), got 'foo'", id="gates-attention-backend"),
+    pytest.param([*GATES, "--attention-backend", "tritn"], "--attention-backend: expected one of auto, gluon, "
+                 "triton, torch, naive, got 'tritn' (did you mean 'triton'?)", id="gates-attention-backend"),
 ])
 def test_an_error_names_the_flag(argv, said, capsys):
     assert main([*argv, "--no-progress"]) == 2
@@ -109,7 +109,7 @@ def test_the_python_api_names_its_keyword(check, said):
 @pytest.mark.parametrize("setting, said", [
     (dict(dtype="foo"), "dtype: expected one of auto, "),
     (dict(device="foo"), "device: expected 'auto', "),
-    (dict(attention_backend="foo"), "FoxConfig.attention_backend must be one of "),
+    (dict(attention_backend="foo"), "attention_backend: expected one of auto, gluon, triton, torch, naive, got 'foo'"),
 ])
 def test_load_model_names_its_keywords(setting, said, tmp_path):
     from foxformer.train.loading import load_model

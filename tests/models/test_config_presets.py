@@ -301,6 +301,36 @@ def test_a_misspelled_override_at_loading_warns_instead_of_vanishing(tmp_path, m
     assert cfg.num_layers == 3
 
 
+@pytest.mark.parametrize("key, field", [("n_embd", "hidden_size"), ("d_model", "hidden_size"),
+                                        ("n_layer", "num_layers"), ("n_head", "num_heads"),
+                                        ("n_inner", "intermediate_size"), ("n_positions", "max_position_embeddings")])
+def test_another_librarys_name_of_a_field_warns_naming_the_field(tmp_path, monkeypatch, key, field):
+    """GPT-2's and LLaMA's names are too far from the fields' for a "did you mean": FoxConfig(n_embd=64) built the
+    768-wide default without a word. Warned of, as a misspelling is: a saved config carrying one still loads."""
+    monkeypatch.setattr(config_module, "_SAID_KEYS", set())
+    said = f"'{key}' is no field of FoxConfig; it is kept as an attribute that no model reads (FoxConfig calls it " \
+           f"'{field}')"
+    with pytest.warns(UserWarning, match=re.escape(said)):
+        FoxConfig(**{key: 64})
+    FoxForCausalLM(get_preset("fox-llama-tiny", vocab_size=300)).save_pretrained(tmp_path)
+    monkeypatch.setattr(config_module, "_SAID_KEYS", set())
+    with pytest.warns(UserWarning, match=re.escape(f"'{key}' is no field of FoxConfig; the override is ignored "
+                                                   f"(FoxConfig calls it '{field}')")):
+        AutoConfig.from_pretrained(tmp_path, **{key: 64})
+    with pytest.raises(TypeError, match=re.escape(f"unknown keyword argument '{key}' (FoxConfig calls it '{field}')")):
+        FoxForCausalLM.from_pretrained(tmp_path, **{key: 64})
+
+
+def test_hugging_face_names_of_fields_are_read_as_them_without_a_word(monkeypatch):
+    monkeypatch.setattr(config_module, "_SAID_KEYS", set())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cfg = FoxConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                        intermediate_size=128)
+    assert (cfg.hidden_size, cfg.num_layers, cfg.num_heads, cfg.num_kv_heads, cfg.intermediate_size) == \
+        (64, 2, 4, 2, 128)
+
+
 def test_keys_transformers_reads_or_saved_configs_carry_and_far_ones_are_silent(tmp_path, monkeypatch):
     monkeypatch.setattr(config_module, "_SAID_KEYS", set())
     with warnings.catch_warnings():
@@ -322,6 +352,7 @@ def test_keys_transformers_reads_or_saved_configs_carry_and_far_ones_are_silent(
 @pytest.mark.parametrize("key, hint", [
     pytest.param("colour", "", id="far-from-every-field"),
     pytest.param("num_head", " (did you mean 'num_heads'?)", id="close-to-a-field"),
+    pytest.param("n_embd", " (FoxConfig calls it 'hidden_size')", id="another-librarys-name"),
 ])
 def test_an_override_that_is_no_field_is_refused_listing_the_fields(build, key, hint):
     """FoxConfig (a Hugging Face config) keeps any key as an attribute, and warns only of one close to a field:

@@ -235,7 +235,8 @@ def test_from_pretrained_overrides_are_checked_as_the_constructor_checks_them(tm
     the forward with an IndexError, "1e-5" with a TypeError."""
     make_model("transformer-llama-tiny").save_pretrained(tmp_path)
     refused = {"evict_eps": (0.05, "must be None for a model with no forget gate"),
-               "attention_backend": ("tritn", "attention_backend must be one of"),
+               "attention_backend": ("tritn", r"FoxConfig\.attention_backend: expected one of auto, gluon, triton, "
+                                              r"torch, naive, got 'tritn' \(did you mean 'triton'\?\)"),
                "fgate_bias_shift": ([1.0], "one entry per layer"),
                "num_hidden_layers": ("3", "num_layers must be a positive int")}
     for name, (value, message) in refused.items():

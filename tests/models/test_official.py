@@ -155,6 +155,21 @@ def test_cli_converts_and_eval_reads_the_result(tmp_path, capsys):
     assert os.path.exists(os.path.join(out, "tokenization_gpt2_json.py"))
 
 
+def test_a_foxformer_export_given_to_convert_is_said_to_load_as_is(tmp_path, capsys):
+    """`convert official` of its own output (or any foxformer export) only said it was no checkpoint of the paper's
+    code, as if the folder were no model at all."""
+    src, _, _ = _official(tmp_path, "fox-llama")
+    converted = str(tmp_path / "converted")
+    assert main(["convert", "official", src, "--out", converted]) == 0
+    capsys.readouterr()
+    assert main(["convert", "official", converted, "--out", str(tmp_path / "again")]) == 2
+    assert capsys.readouterr().err == (
+        f"error: convert official: {converted}: model_type 'foxformer': the folder already loads as a foxformer "
+        f"model as is, with nothing to convert; pass it as the model (foxformer generate / eval MODEL, bench --model) "
+        f"or load it with FoxForCausalLM.from_pretrained\n")
+    assert not os.path.exists(tmp_path / "again")
+
+
 def test_cli_out_that_is_no_export_is_refused_before_the_conversion(tmp_path, capsys):
     """`--out` was written into whatever it named: a run's folder, a user's files, the checkpoint being read."""
     src, _, _ = _official(tmp_path, "fox-llama")

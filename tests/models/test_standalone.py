@@ -19,9 +19,9 @@ from .official_reference import official_config, official_logits, random_state, 
 TEXTS = ['He said "hi"\n\tthen left\\', "naïve café – 東京 😀", "plain words"]
 
 
-def _preset_export(tmp_path, name, **overrides):
+def _preset_export(tmp_path, name, backend="torch", **overrides):
     torch.manual_seed(0)
-    model = FoxForCausalLM(get_preset(name, vocab_size=50257, attention_backend="torch", **overrides)).eval()
+    model = FoxForCausalLM(get_preset(name, vocab_size=50257, attention_backend=backend, **overrides)).eval()
     folder = str(tmp_path / name)
     model.save_pretrained(folder)
     return folder, model
@@ -68,6 +68,19 @@ def test_exports_load_and_compute_without_foxformer(tmp_path):
 
 BYTE_TEXTS = ["plain ASCII words", "naïve café – Ünïcödé", "東京の天気 😀👍🏽", "line one\nline two\r\n\tindented",
               "  leading and trailing  ", "literal <|endoftext|> is text", "\x00\x7f\u00ff"]
+
+
+def test_an_export_saved_with_the_gluon_backend_decodes_without_foxformer_on_a_cpu(tmp_path):
+    """The copy's ops run anywhere: a model trained on the Gluon backend decodes its short prompts there too, where
+    foxformer itself refuses Gluon on a CPU."""
+    folder, model = _preset_export(tmp_path, "fox-pro-tiny", backend="gluon")
+    model.config.attention_backend = "torch"  # the reference, computed here with foxformer's own ops
+    ids = torch.randint(0, 50257, (1, 5), generator=torch.Generator().manual_seed(3))
+    res = run_as_user(tmp_path, "models", {folder: {"ids": ids.tolist(), "new_tokens": 3}})
+    assert res["imported"] == []
+    with torch.no_grad():
+        assert torch.allclose(res[folder]["logits"], model(ids).logits, atol=1e-5, rtol=1e-5)
+    assert res[folder]["generated"] == _greedy(model, ids, 3)
 
 
 def _byte_export(tmp_path, name, stops_at_once=False):

@@ -9,7 +9,7 @@ import argparse
 import importlib
 import math
 
-from foxformer.argtypes import distinct, ints, positive_int, words
+from foxformer.argtypes import distinct, non_negative_int, positive_int, positive_ints, words
 from foxformer.paths import check_output_dir, check_output_file
 
 # foxformer: the op as users call it (backend "auto": the Gluon kernels on H100 / H200, the chunked torch backend on
@@ -210,15 +210,6 @@ def _check_decode(args) -> None:
     from .decode import preset_model_config
     from .decode_steps import HF_PATHS
 
-    for name in ("steps", "prefill_chunk"):
-        if getattr(args, name) < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
-    # a negative count ran no warm-up and sized the cache short of the steps (a misleading evict_max_len error)
-    if args.warmup < 0:
-        raise ValueError(f"--warmup must be >= 0, got {args.warmup}")
-    for name in ("contexts", "batches", "num_splits"):
-        if any(n < 1 for n in getattr(args, name) or ()):
-            raise ValueError(f"--{name.replace('_', '-')} must all be >= 1, got {getattr(args, name)}")
     check_eviction(args.evict_eps, args.evict_qk_bound, label="--{}")
     if args.gate_tmax is not None and not (args.gate_tmax > 0 and math.isfinite(args.gate_tmax)):
         raise ValueError(f"--gate-tmax must be a finite number > 0, got {args.gate_tmax}")
@@ -266,11 +257,13 @@ def configure_decode(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="bench a trained FoX model (run dir / HF folder) instead")
     p.add_argument("--vocab-size", type=int, default=None,
                    help="vocabulary of the --preset model (default: the preset's; a --model has its own)")
-    p.add_argument("--contexts", type=distinct(ints), default=[4096, 8192, 16384, 32768, 65536])
-    p.add_argument("--batches", type=distinct(ints), default=[1, 32])
-    p.add_argument("--steps", type=int, default=32, help="timed decode steps")
-    p.add_argument("--warmup", type=int, default=4)
-    p.add_argument("--prefill-chunk", type=int, default=8192)
+    # Counts refused as they are parsed, in the words of every other command's: a negative --warmup ran no warm-up
+    # and sized the cache short of the steps (a misleading evict_max_len error), and the others ended in tracebacks.
+    p.add_argument("--contexts", type=distinct(positive_ints), default=[4096, 8192, 16384, 32768, 65536])
+    p.add_argument("--batches", type=distinct(positive_ints), default=[1, 32])
+    p.add_argument("--steps", type=positive_int, default=32, help="timed decode steps")
+    p.add_argument("--warmup", type=non_negative_int, default=4)
+    p.add_argument("--prefill-chunk", type=positive_int, default=8192)
     p.add_argument("--evict-eps", type=float, default=1e-3)
     p.add_argument("--evict-qk-bound", type=float, default=None,
                    help="without QK-norm: your bound U >= |scale q.k| (your contract); without it (or the model "
@@ -288,7 +281,7 @@ def configure_decode(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-baseline", dest="baseline", action="store_false", help="skip the LLaMA anchors")
     p.add_argument("--kernel", action="store_true",
                    help="time the attention op alone (FoX decode op vs SDPA) at the preset's head shape")
-    p.add_argument("--num-splits", type=distinct(ints), default=None,
+    p.add_argument("--num-splits", type=distinct(positive_ints), default=None,
                    help="with --kernel: also a row per key-split count of the decode kernel (the default picks one "
                         "to fill the GPU)")
     p.add_argument("--profile", default=None, metavar="DIR",

@@ -25,6 +25,20 @@ ROPE_THETA_DEFAULT = 500000.0
 # earlier foxformer versions a field since removed. Kept as attributes (as transformers keeps any key) without a word.
 SAVED_KEYS = frozenset({"auto_map", "model_type", "deterministic_attention"})
 _SAID_KEYS: set[str] = set()  # misspelled keys warned of, once per process: from_pretrained builds configs repeatedly
+# Other libraries' names of FoxConfig fields (GPT-2's, nanoGPT's, LLaMA's and Mistral's reference code, fairseq's):
+# FoxConfig(n_embd=64, n_layer=2) built the default 768-wide 12-layer model, and these names are too far from the
+# fields' for a "did you mean" to catch. Hugging Face's own names of fields are read as them (attribute_map).
+FOREIGN_NAMES = {
+    **dict.fromkeys(("n_embd", "n_embed", "d_model", "dim", "embed_dim"), "hidden_size"),
+    **dict.fromkeys(("n_layer", "n_layers"), "num_layers"),
+    **dict.fromkeys(("n_head", "n_heads"), "num_heads"),
+    "n_kv_heads": "num_kv_heads",
+    **dict.fromkeys(("n_inner", "ffn_dim", "d_ff", "ffn_hidden_size"), "intermediate_size"),
+    **dict.fromkeys(("n_positions", "n_ctx", "max_seq_len", "block_size"), "max_position_embeddings"),
+    **dict.fromkeys(("layer_norm_epsilon", "layer_norm_eps", "norm_eps"), "rms_norm_eps"),
+    "rotary_emb_base": "rope_theta",
+    "n_vocab": "vocab_size",
+}
 
 
 def is_positive_int(value) -> bool:
@@ -35,14 +49,22 @@ def _round_up(x: float, multiple: int) -> int:
     return int(math.ceil(x / multiple) * multiple)
 
 
-def field_hint(key: str) -> str:
-    """`` (did you mean 'x'?)`` with the field of FoxConfig (or its Hugging Face name) closest to ``key``, or ""."""
-    return did_you_mean(key, [f.name for f in dataclasses.fields(FoxConfig)] + list(FoxConfig.attribute_map))
+def field_hint(key: str, fields=None) -> str:
+    """`` (FoxConfig calls it 'x')`` for another library's name of a field (FOREIGN_NAMES), else `` (did you mean
+    'x'?)`` with the one of ``fields`` (default: FoxConfig's, and their Hugging Face names) closest to ``key``, or
+    ""."""
+    if key in FOREIGN_NAMES:
+        return f" (FoxConfig calls it {FOREIGN_NAMES[key]!r})"
+    if fields is None:
+        fields = [f.name for f in dataclasses.fields(FoxConfig)] + list(FoxConfig.attribute_map)
+    return did_you_mean(key, fields)
 
 
 def _warn_misspelled(keys: list[str], fate: str, stacklevel: int) -> None:
-    """Warn of each key (no field of FoxConfig) that is close to a field's name, once per key and process; keys that
-    saved configs carry (SAVED_KEYS) are known. stacklevel: the caller's, for the line the warning names."""
+    """Warn of each key (no field of FoxConfig) that is close to a field's name or another library's name of one,
+    once per key and process; keys that saved configs carry (SAVED_KEYS) are known. Warned of, not refused, as
+    transformers keeps any key: a saved config's extra key does not stop it loading. stacklevel: the caller's,
+    for the line the warning names."""
     for key in keys:
         if key in SAVED_KEYS or key in _SAID_KEYS:
             continue
@@ -268,7 +290,10 @@ class FoxConfig(PretrainedConfig):
         """ConfigError for a backend no model runs: the check of set_attention_backend, for a loader to make
         before the weights it would set it on have loaded."""
         if backend not in BACKENDS:
-            raise ConfigError(f"attention_backend must be one of {BACKENDS}, got {backend!r}", "attention_backend")
+            # in the words of every flag's refusal, which a command re-says after its flag (--attention-backend:)
+            raise ConfigError(f"expected one of {', '.join(BACKENDS)}, got {backend!r}"
+                              f"{did_you_mean(backend, BACKENDS)}", "attention_backend",
+                              where="FoxConfig.attention_backend: ")
 
     def _read_numbers(self) -> None:
         """The real-valued fields as numbers, before anything is derived from them. YAML 1.1 reads `1e-5` (no dot)

@@ -119,6 +119,11 @@ def _check_supported(src: str, cfg: dict) -> None:
     if model_type in OTHER_TYPES:
         raise _refuse(src, f"holds their {OTHER_TYPES[model_type]} baseline ({model_type}), which foxformer does "
                            f"not implement; only {FOX_TYPE} and {TRANSFORMER_TYPE} convert")
+    if model_type == FoxConfig.model_type:
+        # a foxformer export (this command's own output, a training run's hf/ folder) given again
+        raise _refuse(src, f"model_type {model_type!r}: the folder already loads as a foxformer model as is, with "
+                           f"nothing to convert; pass it as the model (foxformer generate / eval MODEL, bench "
+                           f"--model) or load it with FoxForCausalLM.from_pretrained")
     if model_type not in (FOX_TYPE, TRANSFORMER_TYPE):
         raise _refuse(src, f"model_type {model_type!r} is not a checkpoint of the FoX paper's code (expected "
                            f"{FOX_TYPE} or {TRANSFORMER_TYPE})")

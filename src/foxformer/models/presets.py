@@ -8,7 +8,7 @@ of the LLaMA preset of the same family and size (the paper's protocol). ``foxfor
 from __future__ import annotations
 
 from ..argtypes import did_you_mean
-from .config import ConfigError, FoxConfig, is_positive_int
+from .config import ConfigError, FoxConfig, field_hint, is_positive_int
 
 # (num_layers, hidden_size); tiny is for CPU tests; small (~25M non-embedding parameters) is the size of
 # the one-GPU reproduction in docs/results.md, chosen to train ~100M+ tokens in minutes on an H200; 1.3b (GPT-3
@@ -200,7 +200,7 @@ def check_model_keys(keys, where: str = "model") -> None:
     known = model_keys()
     for key in keys:
         if key not in known:
-            raise ConfigError(f"unknown model key {key!r}{did_you_mean(key, known)}; FoxConfig keys: "
+            raise ConfigError(f"unknown model key {key!r}{field_hint(key, known)}; FoxConfig keys: "
                               f"{', '.join(known)}", key, where=f"{where}: ")
 
 

@@ -8,6 +8,7 @@ from .forgetting_attn import (
     gate_cumsum,
     naive_forgetting_attention,
     pruning_stats,
+    resolve_backend,
 )
 from .gated_linear_attn import (
     gated_linear_attention,
@@ -29,5 +30,6 @@ __all__ = [
     "naive_gated_linear_attention",
     "pruning_stats",
     "recurrent_gated_linear_attention",
+    "resolve_backend",
     "shift_norm",
 ]

@@ -192,9 +192,7 @@ def load_model(path: str, *, device: str | torch.device | None = "auto", dtype: 
         try:
             FoxConfig.check_attention_backend(attention_backend)
         except ConfigError as e:
-            if not label.startswith("--"):
-                raise
-            # the flag's user typed no FoxConfig attribute
+            # the keyword's (or the flag's) user typed no FoxConfig attribute
             raise ConfigError(e.reason, *e.fields, where=f"{setting_name(label, e.fields[0])}: ") from None
     with hf_progress(progress):
         try:

@@ -23,7 +23,7 @@ from typing import Optional
 
 import torch
 
-from foxformer.ops import forgetting_attention_cumsum, gate_cumsum
+from foxformer.ops import forgetting_attention_cumsum, gate_cumsum, resolve_backend
 from foxformer.ops.forgetting_attn.cumsum import gate_step
 from foxformer.ops.forgetting_attn.append import append_token_
 
@@ -39,6 +39,10 @@ def decode_backend(backend: str, q: torch.Tensor) -> str:
     "auto", as for prefill)."""
     if backend == "auto":
         return "triton" if q.is_cuda and q.dtype in (torch.float16, torch.bfloat16) else "torch"
+    if backend == "gluon" and not q.is_cuda:
+        # Refused as the prefill refuses it, naming the backend the user chose: mapped onto triton below, a short
+        # prompt on a CPU was refused for triton instead. (A standalone copy's ops run anywhere: they pass it.)
+        resolve_backend(backend, q)
     # The decode op has no Gluon kernel: a model on the Gluon backend decodes with the Triton one.
     return "triton" if backend in ("triton", "gluon") and q.dtype != torch.float64 else "torch"
 

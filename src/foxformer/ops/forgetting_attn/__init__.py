@@ -1,4 +1,5 @@
 """Forgetting Attention: exact references and fused Triton kernels (see README.md here)."""
+from .checks import resolve_backend
 from .cumsum import LOG_FGATE_FLOOR, gate_cumsum
 from .decode import forgetting_attention_decode
 from .interface import forgetting_attention, forgetting_attention_cumsum
@@ -14,4 +15,5 @@ __all__ = [
     "gate_cumsum",
     "naive_forgetting_attention",
     "pruning_stats",
+    "resolve_backend",
 ]
