@@ -126,6 +126,23 @@ def test_the_perplexity_plot_legend_names_the_trained_length(tmp_path, monkeypat
     assert legends[0].count("trained length (4 tokens)") == 1
 
 
+@pytest.mark.parametrize("train_lens, colours", [((4, 4), ["0.35"]), ((4, 8), ["C0", "C1"])],
+                         ids=["shared", "apart"])
+@pytest.mark.parametrize("plot", ["plot_perplexity", "plot_loss_curves"])
+def test_a_trained_length_is_drawn_once_in_the_colour_it_means(plot, train_lens, colours, tmp_path, monkeypatch):
+    """One dashed line per model put the last model's colour on a length they shared, while the perplexity
+    legend showed the first's: the line now reads as belonging to no single model."""
+    drawn = []
+    monkeypatch.setattr(plots, "save_figure", lambda fig, path: drawn.extend(
+        line for line in fig.axes[0].get_lines() if line.get_linestyle() == "--") or path)
+    curves = [SimpleNamespace(name=name, lengths=[1, 2, 4, 8], perplexity=[9.0, 8.0, 7.0, 7.5], n_sequences=1,
+                              train_len=t, positions=list(range(1, 9)), smoothed=[3.0] * 8, mean_loss=3.0,
+                              confidence=0.95) for name, t in zip("mn", train_lens)]
+    getattr(plots, plot)(curves, str(tmp_path / "p.png"))
+    assert [line.get_color() for line in drawn] == colours
+    assert [line.get_xdata()[0] for line in drawn] == [t - 1 for t in dict.fromkeys(train_lens)]
+
+
 def test_a_run_folder_given_as_haystack_is_said_to_be_a_run_not_text(tmp_path, capsys):
     run = tmp_path / "run"
     run.mkdir()
@@ -134,3 +151,21 @@ def test_a_run_folder_given_as_haystack_is_said_to_be_a_run_not_text(tmp_path, c
     assert main(["eval", "niah", str(tmp_path / "no-such-model"), "--haystack", str(run), "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert f"--haystack: {str(run)!r} is a training run" in err and "builtin:pydoc" in err and "text field" not in err
+
+
+@pytest.mark.parametrize("save", ["save_loss", "save_niah", "save_gates"])
+def test_saving_the_results_of_no_model_is_refused(save, tmp_path):
+    """save_loss failed on max() of an empty sequence, save_niah divided by zero, save_gates wrote a gates.json of
+    no model."""
+    from foxformer.eval import outputs
+
+    with pytest.raises(ValueError, match=f"^{save}: expected at least one model's results$"):
+        getattr(outputs, save)([], str(tmp_path / "out"))
+    assert not (tmp_path / "out").exists()
+
+
+def test_comparing_no_runs_is_refused(tmp_path):
+    from foxformer.eval.compare import compare
+
+    with pytest.raises(ValueError, match="^compare: expected at least one RUN_DIR$"):  # was max()'s own error
+        compare([], str(tmp_path / "cmp"))

@@ -54,7 +54,20 @@ def test_loss_curve_perplexity_and_smoothing():
 def test_smooth_is_a_centered_moving_average():
     x = np.arange(10, dtype=float)
     np.testing.assert_allclose(smooth(x, 3)[1:-1], x[1:-1])
-    assert smooth(x, 3)[0] == pytest.approx(0.5) and smooth(x, 3)[-1] == pytest.approx(8.5)
+    assert smooth(x, 3)[0] == 0.0 and smooth(x, 3)[-1] == pytest.approx(8.5)
+
+
+def test_smoothed_curve_keeps_the_first_positions_apart():
+    """loss_curve.png draws L(i) on a log axis: the full window at the start averaged the first octaves of a 16K
+    evaluation into one flat 3.47, where L(1) was 6.95. The window reaches at most i/4 either side of position i."""
+    positions = np.arange(1, 4096)
+    rows = np.tile(3.0 + 4.0 / positions, (2, 1))
+    c = loss_curve(rows, smooth_window=64, n_boot=20)
+    sm = np.asarray(c.smoothed)
+    np.testing.assert_allclose(sm[:3], rows[0, :3])  # positions 1 to 3: nothing to either side
+    assert sm[7] == pytest.approx(rows[0, 5:10].mean())  # position 8: 6 .. 10
+    assert sm[999] == pytest.approx(rows[0, 999 - 32:999 + 32].mean())  # the whole window once i/4 reaches it
+    assert np.all(np.diff(sm[:1000]) < 0)  # a falling L(i) still falls: no flat start
 
 
 @pytest.mark.parametrize("n_rows", [1, 2, 50], ids=["one-seq", "two-seqs", "fifty-seqs"])
@@ -114,6 +127,15 @@ def test_bootstrap_band_of_eval_loss_contains_curve():
 def test_bad_tokens_fail_clearly(bad, err, match):
     with pytest.raises(err, match=match):
         per_token_loss(tiny_model("fox-llama-tiny"), bad)
+
+
+@pytest.mark.parametrize("instrument", ["per_token_loss", "eval_loss", "gate_stats"])
+def test_no_sequences_are_refused_by_every_instrument(instrument):
+    """Zero rows failed inside torch.cat (eval_loss), and gate_stats reported a FoX model as having no gate."""
+    import foxformer.eval as ev
+
+    with pytest.raises(ValueError, match=r"tokens: no sequences \(shape \(0, 16\)\); give at least one"):
+        getattr(ev, instrument)(tiny_model("fox-pro-tiny"), torch.zeros(0, 16, dtype=torch.long))
 
 
 @pytest.mark.parametrize("kwargs, match", [

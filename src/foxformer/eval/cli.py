@@ -384,7 +384,9 @@ def add_commands(subparsers) -> None:
     p.add_argument("--lengths", type=distinct(counts), default=None,
                    help="context lengths l for P(l), each once, e.g. 512,1Ki,2Ki; results list them in ascending "
                         "order, as the plots do (default: powers of 2)")
-    p.add_argument("--smooth", type=int, default=None, help="moving-average window for L(i) (default T/64)")
+    p.add_argument("--smooth", type=int, default=None,
+                   help="moving-average window for L(i), reaching at most i/4 either side of position i (default "
+                        "T/64)")
     p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples over sequences")
     p.add_argument("--confidence", type=float, default=0.95)
     p.add_argument("--seed", type=int, default=0)

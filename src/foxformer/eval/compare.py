@@ -26,7 +26,7 @@ from foxformer.paths import write_text
 from foxformer.train.metrics import read_metrics
 
 from . import plots
-from .outputs import find_output, markdown_table, note_replacing, write_json
+from .outputs import at_least_one, find_output, markdown_table, note_replacing, write_json
 from .seeds import SEED_SUFFIX, fmt_interval, fmt_spread, group_name, groups, mean_std, spread
 from .training import plot_training, summarize
 
@@ -455,6 +455,7 @@ def compare(run_dirs: list[str], out_dir: str, positions=None, names: list[str] 
     # A loss.json keeps each sequence's loss only over the octaves ending at powers of two from 2 (loss.octave_ends),
     # which the difference table resamples: at other positions it was left out without a word (and a slim entry's
     # bins do not even give their table value exactly).
+    at_least_one(run_dirs, "compare", "RUN_DIR")
     bad = [p for p in positions or () if isinstance(p, bool) or not isinstance(p, numbers.Integral) or p < 2
            or p & (p - 1)]
     if bad:

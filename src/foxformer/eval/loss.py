@@ -33,6 +33,9 @@ def check_tokens(tokens, model: Optional[torch.nn.Module] = None, name: str = "t
         raise ValueError(f"{name}: expected shape [batch, seq] or [seq], got {tuple(tokens.shape)}")
     if tokens.shape[1] < 2:
         raise ValueError(f"{name}: sequence length must be at least 2 (one prediction), got {tokens.shape[1]}")
+    # none: eval_loss failed inside torch.cat, and gate_stats reported a FoX model as having no forget gate
+    if tokens.shape[0] == 0:
+        raise ValueError(f"{name}: no sequences (shape {tuple(tokens.shape)}); give at least one")
     if tokens.numel() and int(tokens.min()) < 0:
         raise ValueError(f"{name}: token ids must be non-negative, got {int(tokens.min())}")
     vocab = vocab_size_of(model) if model is not None else None
@@ -106,14 +109,19 @@ def per_token_loss(model: torch.nn.Module, tokens, *, batch_size: int = 1, chunk
 
 
 def smooth(x: np.ndarray, window: int) -> np.ndarray:
-    """Centered moving average along the last axis (shrinking at the edges), fp64."""
+    """Centered moving average along the last axis, fp64, shrinking at the end. Around index i (position i + 1)
+    the window reaches at most (i + 1) // 4 either side: loss_curve.png draws L(i) on a log axis, where a full
+    window at the start averaged its first octaves into one flat value (a 16K evaluation's curve read 3.47 from
+    position 1 to 128, where L(1) was 6.95), hiding how the loss falls with context."""
     x = np.asarray(x, dtype=np.float64)
     if window <= 1:
         return x.copy()
     n = x.shape[-1]
     c = np.concatenate([np.zeros(x.shape[:-1] + (1,)), np.cumsum(x, axis=-1)], axis=-1)
-    lo = np.clip(np.arange(n) - window // 2, 0, n)
-    hi = np.clip(np.arange(n) + (window - window // 2), 0, n)
+    i = np.arange(n)
+    reach = (i + 1) // 4
+    lo = np.clip(i - np.minimum(window // 2, reach), 0, n)
+    hi = np.clip(i + np.minimum(window - window // 2, reach + 1), 0, n)
     return (c[..., hi] - c[..., lo]) / (hi - lo)
 
 
@@ -160,7 +168,8 @@ class LossCurve:
     """Result of :func:`loss_curve` for one model (every array has one value per position or length).
 
     positions: i = 1 .. T-1; loss: mean L(i) (fp64); smoothed, smoothed_lo, smoothed_hi: moving average of
-    L and its bootstrap band; lengths: context lengths l; perplexity, perplexity_lo, perplexity_hi: P(l).
+    L (narrower at the first positions: see smooth) and its bootstrap band; lengths: context lengths l;
+    perplexity, perplexity_lo, perplexity_hi: P(l).
     Per sequence (so that a comparison can resample sequences, and seeds, later): seq_octaves [N][E], the
     mean of L(i) over the octave p/2 < i <= p for each p in octave_ends (powers of 2), and seq_mean [N].
     """

@@ -59,6 +59,13 @@ def written(out: str, files: Sequence[str], plots: Sequence[str] = ()) -> dict:
     return {"out": out, "files": list(files), "plots": list(plots)}
 
 
+def at_least_one(items: Sequence, what: str, kind: str = "model's results") -> None:
+    """Refuse an empty ``items``: save_loss failed on max() of an empty sequence, save_niah divided by zero,
+    save_gates wrote a gates.json of no model."""
+    if len(items) == 0:
+        raise ValueError(f"{what}: expected at least one {kind}")
+
+
 def markdown_table(rows: Sequence[Sequence[str]]) -> str:
     """``rows`` (the header first, cells as text) as a Markdown table, without a final newline."""
     head, *body = rows
@@ -126,6 +133,7 @@ def model_outputs(prefix: str, names: Sequence[str], *, label: str = "{}") -> li
 
 def save_loss(curves: Sequence, out_dir: str, settings: Optional[dict] = None) -> dict:
     """loss.json, loss_curve.png and perplexity.png for LossCurve results of one or more models."""
+    at_least_one(curves, "save_loss")
     files = [os.path.basename(plots.plot_loss_curves(curves, os.path.join(out_dir, "loss_curve.png"))),
              os.path.basename(plots.plot_perplexity(curves, os.path.join(out_dir, "perplexity.png")))]
     data = {"command": "eval loss", "settings": settings or {}, "plots": files,
@@ -136,6 +144,7 @@ def save_loss(curves: Sequence, out_dir: str, settings: Optional[dict] = None) -
 
 def save_niah(results: Sequence, out_dir: str, settings: Optional[dict] = None) -> dict:
     """niah.json, niah_heatmap.png (generation accuracy, or LL accuracy without generation), niah_ll_heatmap.png."""
+    at_least_one(results, "save_niah")
     files = []
     if all(r.generate for r in results):
         files.append(os.path.basename(plots.plot_niah_heatmaps(results, os.path.join(out_dir, "niah_heatmap.png"))))
@@ -155,6 +164,7 @@ def save_gates(analyses: Sequence[tuple[GateStats, object, object]], out_dir: st
                label: str = "{}") -> dict:
     """gates.json and per model: decay / attention matrix grids, timescale and effective-context heatmaps and
     mean-decay curves. ``analyses``: (stats, model, tokens) per model. ``label``: as head_matrices'."""
+    at_least_one(analyses, "save_gates")
     files, models = [], []
     tags = plot_tags([stats.name for stats, _, _ in analyses], label=label)
     for (stats, model, tokens), tag in zip(analyses, tags):

@@ -34,6 +34,17 @@ def _banded(curve) -> bool:
     return curve.n_sequences > 1
 
 
+def _mark_train_lengths(ax, curves: Sequence, *, labelled: bool) -> None:
+    """A dashed line at T_train - 1 for each training length, once: in its model's colour, grey where models
+    share it. One line per model drew them on top of each other, the last model's colour showing while the
+    legend's entry had the first's."""
+    lengths = [c.train_len for c in curves]
+    for n, length in enumerate(lengths):
+        if length and lengths.index(length) == n:
+            ax.axvline(length - 1, color="0.35" if lengths.count(length) > 1 else f"C{n}", ls="--", lw=1.0,
+                       alpha=0.8, label=f"trained length ({length} tokens)" if labelled else "_")
+
+
 def plot_loss_curves(curves: Sequence, path: str, *, title: str = "Per-position loss") -> str:
     """Smoothed L(i) with bootstrap bands (none for one sequence), one line per model; dashed vertical lines at
     training lengths."""
@@ -44,8 +55,7 @@ def plot_loss_curves(curves: Sequence, path: str, *, title: str = "Per-position 
         ax.plot(x, c.smoothed, color=color, lw=1.4, label=f"{c.name} (mean {c.mean_loss:.3f})")
         if _banded(c):
             ax.fill_between(x, c.smoothed_lo, c.smoothed_hi, color=color, alpha=0.2, lw=0)
-        if c.train_len:
-            ax.axvline(c.train_len - 1, color=color, ls="--", lw=1.0, alpha=0.8)
+    _mark_train_lengths(ax, curves, labelled=False)
     ax.set_xlabel("token position i (context length)")
     ax.set_ylabel("loss L(i) [nats]")
     if max(len(c.positions) for c in curves) > 64:
@@ -61,18 +71,14 @@ def plot_loss_curves(curves: Sequence, path: str, *, title: str = "Per-position 
 def plot_perplexity(curves: Sequence, path: str, *, title: str = "Perplexity vs context length") -> str:
     """P(l) = exp(mean L(1..l)) with bootstrap bands (none for one sequence); log-log axes."""
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    marked = set()  # one legend entry per training length: models trained alike share it
     for n, c in enumerate(curves):
         color = f"C{n}"
         ax.plot(c.lengths, c.perplexity, "o-", color=color, ms=3, lw=1.4,
                 label=c.name if _banded(c) else f"{c.name} (1 sequence: no interval)")
         if _banded(c):
             ax.fill_between(c.lengths, c.perplexity_lo, c.perplexity_hi, color=color, alpha=0.2, lw=0)
-        if c.train_len:
-            # unlabelled, and this plot's title does not say what dashes mean as the loss curve's does
-            ax.axvline(c.train_len - 1, color=color, ls="--", lw=1.0, alpha=0.8,
-                       label="_" if c.train_len in marked else f"trained length ({c.train_len} tokens)")
-            marked.add(c.train_len)
+    # labelled: this plot's title does not say what dashes mean as the loss curve's does
+    _mark_train_lengths(ax, curves, labelled=True)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("context length l")

@@ -20,7 +20,7 @@ from ..paths import write_text
 from . import plots
 from .compare import difference_rows, dynamics_rows, loss_rows
 from .mqar import MqarConfig, stopped_note, table_caption, table_rows
-from .outputs import find_model_outputs, find_output, markdown_table, safe_name
+from .outputs import at_least_one, find_model_outputs, find_output, markdown_table, safe_name
 
 OUTPUTS = ("loss.json", "niah.json", "gates.json", "harness[_MODEL].json", "eviction.json", "bias_shift.json",
            "compare.json", "mqar.json")
@@ -206,8 +206,7 @@ def _mqar_blocks(data: dict, base: str, out_dir: str, tag: str) -> list[Block]:
 
 def collect(run_dirs: list[str], out_dir: str) -> list[Block]:
     """Blocks of the page for ``run_dirs``; copies or draws the images into ``out_dir``/assets."""
-    if not run_dirs:
-        raise ValueError("report: expected at least one RUN_DIR")
+    at_least_one(run_dirs, "report", "RUN_DIR")
     blocks: list[Block] = []
     for n, run_dir in enumerate(run_dirs):
         if not os.path.isdir(run_dir):
