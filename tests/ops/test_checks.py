@@ -106,6 +106,13 @@ def test_unknown_backend():
         forgetting_attention(a["q"], a["k"], a["v"], a["log_fgate"], backend="cuda")
 
 
+def test_a_misspelt_backend_is_offered_the_closest_one():
+    a = _ok()
+    with pytest.raises(ValueError, match=r"^backend must be one of \('auto', 'gluon', 'triton', 'torch', 'naive'\), "
+                                         r"got 'trition' \(did you mean 'triton'\?\)$"):
+        forgetting_attention(a["q"], a["k"], a["v"], a["log_fgate"], backend="trition")
+
+
 def test_triton_backend_rejects_fp32():
     a = _ok()
     with pytest.raises(TypeError, match="float16 or bfloat16"):

@@ -161,5 +161,8 @@ def test_decode_refuses_integer_inputs_and_bad_options():
         forgetting_attention_decode((q * 3).long(), (k * 3).long(), (v * 3).long(), c)
     with pytest.raises(ValueError, match="num_splits"):
         forgetting_attention_decode(q, k, v, c, num_splits=-1)
-    with pytest.raises(ValueError, match="backend must be 'auto', 'triton' or 'torch'"):
+    with pytest.raises(ValueError, match=r"^backend must be one of \('auto', 'triton', 'torch'\), got 'naive'$"):
         forgetting_attention_decode(q, k, v, c, backend="naive")
+    # in the words of forgetting_attention's own check, the closest name offered
+    with pytest.raises(ValueError, match=r"got 'trition' \(did you mean 'triton'\?\)$"):
+        forgetting_attention_decode(q, k, v, c, backend="trition")

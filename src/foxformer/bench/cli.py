@@ -166,14 +166,16 @@ def configure_model(p: argparse.ArgumentParser) -> None:
     p.add_argument("--presets", default="fox-pro-125m,fox-llama-125m,transformer-llama-125m",
                    help="comma list of preset names, each optionally with FoxConfig overrides of its own after "
                         "colons (fox-pro-125m:head_dim=128 times FoX (Pro) 125M with 6 heads of 128)")
-    p.add_argument("--context", type=int, default=16384)
-    p.add_argument("--tokens-per-step", type=int, default=65536)
-    p.add_argument("--steps", type=int, default=5)
-    p.add_argument("--warmup", type=int, default=2)
+    # Counts refused as they are parsed, as bench decode's are: "--steps must be >= 1" came after parsing, in words
+    # of its own. That --tokens-per-step is a multiple of --context relates two flags: bench/model.py's _check.
+    p.add_argument("--context", type=positive_int, default=16384)
+    p.add_argument("--tokens-per-step", type=positive_int, default=65536)
+    p.add_argument("--steps", type=positive_int, default=5)
+    p.add_argument("--warmup", type=non_negative_int, default=2)
     p.add_argument("--dtype", choices=DTYPES, default="bf16", help="autocast dtype")
     # None: left out, which a row setting its own attention_backend is told apart from (bench/model.py's _check)
     p.add_argument("--backend", default=None, help="forgetting_attention backend (default: auto)")
-    p.add_argument("--vocab-size", type=int, default=None)
+    p.add_argument("--vocab-size", type=positive_int, default=None)
     p.add_argument("--device", default=None)
     p.add_argument("--peak-flops", type=float, default=None,
                    help="per-device peak FLOP/s for the 'mfu' column; default: the dense peak of known GPUs for "
@@ -296,7 +298,7 @@ def configure_decode(p: argparse.ArgumentParser) -> None:
 
 def configure_scaling(p: argparse.ArgumentParser) -> None:
     p.add_argument("runs", nargs="+", help="training run folders (metrics.jsonl); the first is the reference")
-    p.add_argument("--skip", type=int, default=5, help="steps left out of the throughput median")
+    p.add_argument("--skip", type=non_negative_int, default=5, help="steps left out of the throughput median")
     p.add_argument("--tolerance", type=float, default=0.01,
                    help="largest |loss - reference loss| / reference loss at any shared step that counts as a match")
     p.add_argument("--strict", action="store_true",

@@ -127,18 +127,11 @@ def _check(args: argparse.Namespace) -> tuple[list[tuple[str, str, dict, FoxConf
     overrides every row shares, or a ValueError naming the bad option: checked before any model is measured (an
     unknown preset late in --presets used to end in a traceback after the earlier ones had run, their
     results lost)."""
-    for name in ("context", "tokens_per_step", "steps"):
-        if getattr(args, name) < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    if args.warmup < 0:
-        raise ValueError(f"--warmup must be >= 0, got {args.warmup}")
     if args.tokens_per_step % args.context:
         raise ValueError(f"--tokens-per-step ({args.tokens_per_step}) must be a multiple of --context "
                          f"({args.context})")
     if args.peak_flops is not None and not args.peak_flops > 0:
         raise ValueError(f"--peak-flops must be > 0, got {args.peak_flops}")
-    if args.vocab_size is not None and args.vocab_size < 1:
-        raise ValueError(f"--vocab-size must be >= 1, got {args.vocab_size}")
     resolve_device(args.device, "--device")
     given_backend = args.backend is not None
     if not given_backend:  # the record (run_record) says what ran: the config's own

@@ -109,8 +109,6 @@ def compare(runs: list[dict], tolerance: float) -> list[dict]:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        if args.skip < 0:
-            raise ValueError(f"--skip must be >= 0, got {args.skip}")
         if not (math.isfinite(args.tolerance) and args.tolerance >= 0):
             raise ValueError(f"--tolerance must be a finite number >= 0, got {args.tolerance}")
         for d in args.runs:

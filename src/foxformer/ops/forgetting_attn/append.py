@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .checks import check_gate_values
+from .checks import CACHE_BACKENDS, check_backend, check_gate_values
 from .cumsum import LOG_FGATE_FLOOR
 from .paging import append_token_torch
 from .tiles import LAUNCH_OPTIONS
@@ -136,12 +136,11 @@ def append_token_(k_buf: torch.Tensor, v_buf: torch.Tensor, c_buf: torch.Tensor,
     if k_buf.device.type == "cpu":  # values: free here, a device sync on a GPU (there the caller's contract)
         _check_position(int(at), k_buf.shape[0] if page_table is not None else None, k_buf.shape[1], page_table)
         check_gate_values(log_f, "log_f")
+    check_backend(backend, CACHE_BACKENDS)
     if backend == "auto":
         backend = "triton" if k_buf.is_cuda else "torch"
     if backend == "torch":
         return append_token_torch(k_buf, v_buf, c_buf, c_last, at, k, v, log_f, k_shift, v_shift, page_table)
-    if backend != "triton":
-        raise ValueError(f"backend must be 'auto', 'triton' or 'torch', got {backend!r}")
     # The kernel reads rows along the last dim (a projection's view has it contiguous already).
     k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (k, v))
     shifts = []

@@ -13,8 +13,12 @@ import torch
 from torch._subclasses.fake_tensor import is_fake
 from torch.autograd.forward_ad import unpack_dual
 
+from foxformer.argtypes import did_you_mean
+
 MAX_HEAD_DIM = 256
 BACKENDS = ("auto", "gluon", "triton", "torch", "naive")
+# the ops of the KV cache (decode, append, eviction scan) have no Gluon kernel, and no naive reference of their own
+CACHE_BACKENDS = ("auto", "triton", "torch")
 _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _KERNEL_DTYPES = (torch.float16, torch.bfloat16)
 
@@ -272,12 +276,18 @@ def check_gate_cumsum(log_fgate, initial) -> None:
     check_gate_values(log_fgate, "log_fgate")
 
 
+def check_backend(backend: str, choices: tuple[str, ...]) -> None:
+    """Refuses a backend outside ``choices`` in one wording for every op here, offering the closest name: a typo
+    such as 'trition' was told only the list to search."""
+    if backend not in choices:
+        raise ValueError(f"backend must be one of {choices}, got {backend!r}{did_you_mean(backend, choices)}")
+
+
 def resolve_backend(backend: str, q: torch.Tensor) -> str:
     """The backend a call runs on. "auto": the Gluon Hopper kernels where they cover the call (an sm_90
     GPU, fp16 / bf16, head dim 64 or 128; hopper/dispatch.py), else the Triton kernels for CUDA fp16 /
     bf16, else torch."""
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    check_backend(backend, BACKENDS)
     if backend == "auto":
         if not (q.is_cuda and q.dtype in _KERNEL_DTYPES):
             return "torch"

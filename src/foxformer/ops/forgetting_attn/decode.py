@@ -23,7 +23,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .checks import check_layout, check_one_device, check_softmax_scale, check_triton_device
+from .checks import (CACHE_BACKENDS, check_backend, check_layout, check_one_device, check_softmax_scale,
+                     check_triton_device)
 from .paging import gather_live
 from .tiles import LAUNCH_OPTIONS, launch_grid
 
@@ -169,6 +170,7 @@ def forgetting_attention_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
     scale = check_softmax_scale(softmax_scale, q.shape[-1])
     if num_splits is not None and (isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits < 1):
         raise ValueError(f"num_splits must be None or an int >= 1, got {num_splits!r}")
+    check_backend(backend, CACHE_BACKENDS)
     if backend == "auto":
         backend = "triton" if q.is_cuda else "torch"
     if backend == "triton":
@@ -180,8 +182,6 @@ def forgetting_attention_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
                           "gradients", stacklevel=2)
         return triton_decode(q, k, v, c, start, scale, num_splits, page_table, capacity if seq_len is None
                              else seq_len, capacity)
-    if backend != "torch":
-        raise ValueError(f"backend must be 'auto', 'triton' or 'torch', got {backend!r}")
     n = capacity if seq_len is None else int(seq_len)  # a device sync on a GPU: the torch path is no graph's
     if page_table is None:
         k, v, c, first = k[:, :n], v[:, :n], c[:, :n], 0

@@ -14,6 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .checks import CACHE_BACKENDS, check_backend
 from .paging import evict_scan_torch
 from .tiles import LAUNCH_OPTIONS
 
@@ -70,12 +71,11 @@ def evict_scan_(start: torch.Tensor, c_pages: torch.Tensor, table: torch.Tensor,
     if c_last.shape != (B, Hkv * G) or c_last.dtype != torch.float64 or c_pages.dtype != torch.float64:
         raise ValueError(f"c_last must be float64 [B, Hq] = {(B, Hkv * G)} and c_pages float64, got "
                          f"{c_last.dtype} {tuple(c_last.shape)}, {c_pages.dtype}")
+    check_backend(backend, CACHE_BACKENDS)
     if backend == "auto":
         backend = "triton" if start.is_cuda else "torch"
     if backend == "torch":
         return evict_scan_torch(start, c_pages, table, c_last, delta, window, last)
-    if backend != "triton":
-        raise ValueError(f"backend must be 'auto', 'triton' or 'torch', got {backend!r}")
     on_device = isinstance(last, torch.Tensor)
     delta_hi = float(torch.tensor(delta, dtype=torch.float32))
     _evict_scan_kernel[(B * Hkv,)](
