@@ -165,6 +165,8 @@ def test_kernel_imports_inside_functions_become_a_clear_error():
     by a raise there: the copy never takes the kernels' paths, and if it did it would say why."""
     copied = standalone.bundle()["fox_ops_forgetting_attn_checks.py"]
     namespace = {}
+    # the copy's sibling modules by their foxformer names (fox_argtypes: the package root's argtypes)
+    copied = copied.replace("from .fox_argtypes ", "from foxformer.argtypes ")
     exec(compile(copied.replace("from .", "from foxformer.ops.forgetting_attn."), "checks", "exec"), namespace)
     with pytest.raises(ImportError, match=r"hopper\.dispatch is not in the standalone copy"):
         namespace["_gluon_reason"](torch.bfloat16, 64, torch.device("cpu"))

@@ -13,7 +13,7 @@ import torch
 from torch._subclasses.fake_tensor import is_fake
 from torch.autograd.forward_ad import unpack_dual
 
-from foxformer.argtypes import did_you_mean
+from ...argtypes import did_you_mean
 
 MAX_HEAD_DIM = 256
 BACKENDS = ("auto", "gluon", "triton", "torch", "naive")
