@@ -136,3 +136,31 @@ def test_an_interrupted_report_keeps_the_earlier_page_and_leaves_no_temporary(tm
         build_report([str(tmp_path / "run")], str(out))
     assert (out / "report.md").read_text() == "earlier, complete"
     assert not [n for n in os.listdir(out) if ".tmp-" in n]
+
+
+def _run_with_eviction(root, name):
+    run = root / name
+    run.mkdir()
+    (run / "eviction.json").write_text(json.dumps({"name": name, "loss": 3.0}))
+    (run / "eviction.png").write_bytes(PNG)
+    return str(run)
+
+
+def test_a_rerun_replaces_its_own_assets_keeps_the_users_and_says_so(tmp_path, capsys):
+    """A second report into the same folder left the first one's images in assets/, unlinked but shipped."""
+    out = tmp_path / "report"
+    build_report([_run_with_eviction(tmp_path, "a")], str(out))
+    build_report([_run_with_eviction(tmp_path, "b")], str(out), fmt="html")  # another page: its images are its own
+    (out / "assets" / "notes.txt").write_text("mine")
+    assert "replacing" not in capsys.readouterr().err
+    page = open(build_report([_run_with_eviction(tmp_path, "c")], str(out))).read()
+    assert f"replacing {out / 'report.md'}" in capsys.readouterr().err
+    assert sorted(os.listdir(out / "assets")) == ["0_b_eviction.png", "0_c_eviction.png", "notes.txt"]
+    assert "(assets/0_c_eviction.png)" in page
+
+
+@pytest.mark.parametrize("run_dirs", [[], ["missing"]])
+def test_a_refused_report_makes_no_output_folder(tmp_path, run_dirs):
+    with pytest.raises(ValueError):
+        build_report([str(tmp_path / d) for d in run_dirs], str(tmp_path / "report"))
+    assert not (tmp_path / "report").exists()

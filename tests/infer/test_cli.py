@@ -101,6 +101,20 @@ def test_generate_says_the_out_file_it_replaces(hf_dir, tmp_path, capsys):
     assert f"note: replacing {out} (written " in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("flags, said", [(["--top-k", "5", "--seed", "3"], "--top-k, --seed have"),
+                                         (["--top-p", "0.9"], "--top-p has"), ([], None)])
+def test_generate_says_greedy_decoding_leaves_the_sampling_flags_without_effect(hf_dir, capsys, flags, said):
+    """--temperature 0 with --top-k, --top-p or --seed decoded greedily and ignored them without a word."""
+    args = ["generate", hf_dir, "--tokenizer", "bytes", "--prompt", "Once", "--max-new-tokens", "2", "--temperature",
+            "0", "--device", "cpu", "--no-progress"]
+    assert main(args + flags) == 0
+    err = capsys.readouterr().err
+    if said is None:
+        assert "greedy" not in err
+    else:
+        assert f"note: {said} no effect under greedy decoding (--temperature 0 " in err
+
+
 @pytest.mark.parametrize("command", ["generate", "bias-shift"])
 def test_a_model_that_does_not_load_is_named_as_the_user_typed_it(tmp_path, capsys, command):
     """`--model X` was answered `model: ...`, a name the user never typed; MODEL typed positionally stays `model:`,

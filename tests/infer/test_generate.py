@@ -614,3 +614,10 @@ def test_an_evict_max_len_below_max_new_tokens_is_refused_by_the_config():
     with pytest.raises(ValueError, match=r"^evict_max_len: expected an integer >= 10, got 5; .*\(max_new_tokens=10\)$"):
         GenerationConfig(max_new_tokens=10, evict_max_len=5).validate()
     GenerationConfig(max_new_tokens=10, evict_max_len=10).validate()
+
+
+def test_greedy_note_names_only_the_sampling_settings_that_are_set():
+    assert GenerationConfig(temperature=0, top_k=0, top_p=1.0).greedy_note() == ""
+    assert GenerationConfig(temperature=0.5, top_k=5, seed=1).greedy_note() == ""
+    assert GenerationConfig(temperature=0, top_p=0.5, seed=1).greedy_note().startswith(
+        "note: top_p, seed have no effect under greedy decoding")

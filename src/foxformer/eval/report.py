@@ -5,7 +5,8 @@ Each RUN_DIR (a training run or any folder) is searched for the outputs of ``fox
 evaluated together), ``analyze gates`` (gates.json), ``eval eviction`` (eviction.json), ``bias-shift``
 (bias_shift.json), ``eval compare`` (compare.json) and ``eval mqar`` (mqar.json), in the folder itself and in its
 ``eval/`` sub-folder (the commands' default output for a run dir), plus the run's metrics.jsonl. Plots are copied
-next to the page, so the report folder can be moved as a whole.
+next to the page, so the report folder can be moved as a whole; a rerun into the same folder replaces the page and
+the images it copied there (listed in .report_assets.json), and leaves any other file alone.
 """
 from __future__ import annotations
 
@@ -16,11 +17,11 @@ import re
 import shutil
 from dataclasses import dataclass, field
 
-from ..paths import write_text
+from ..paths import write_json, write_text
 from . import plots
 from .compare import difference_rows, dynamics_rows, loss_rows
 from .mqar import MqarConfig, stopped_note, table_caption, table_rows
-from .outputs import at_least_one, find_model_outputs, find_output, markdown_table, safe_name
+from .outputs import at_least_one, find_model_outputs, find_output, markdown_table, note_replacing, safe_name
 
 OUTPUTS = ("loss.json", "niah.json", "gates.json", "harness[_MODEL].json", "eviction.json", "bias_shift.json",
            "compare.json", "mqar.json")
@@ -204,13 +205,20 @@ def _mqar_blocks(data: dict, base: str, out_dir: str, tag: str) -> list[Block]:
     return out + ([Block("p", note)] if note else []) + _images(data, base, out_dir, tag)
 
 
-def collect(run_dirs: list[str], out_dir: str) -> list[Block]:
-    """Blocks of the page for ``run_dirs``; copies or draws the images into ``out_dir``/assets."""
+def _check_run_dirs(run_dirs: list[str]) -> None:
+    """Refuse before anything is written: the checks ran as each folder came, after the output folder and the
+    earlier folders' images were made."""
     at_least_one(run_dirs, "report", "RUN_DIR")
-    blocks: list[Block] = []
-    for n, run_dir in enumerate(run_dirs):
+    for run_dir in run_dirs:
         if not os.path.isdir(run_dir):
             raise ValueError(f"report: {run_dir!r} is not a directory")
+
+
+def collect(run_dirs: list[str], out_dir: str) -> list[Block]:
+    """Blocks of the page for ``run_dirs``; copies or draws the images into ``out_dir``/assets."""
+    _check_run_dirs(run_dirs)
+    blocks: list[Block] = []
+    for n, run_dir in enumerate(run_dirs):
         # the tag names image files: Markdown link targets cannot hold spaces
         tag = f"{n}_{safe_name(os.path.basename(os.path.abspath(run_dir)))}"
         section = _training_blocks(run_dir, out_dir, tag)
@@ -292,9 +300,41 @@ def build_report(run_dirs: list[str], out_dir: str, *, fmt: str = "md", title: s
     """Write ``out_dir``/report.md (or report.html) and its assets; returns the page's path."""
     if fmt not in ("md", "html"):
         raise ValueError(f"format: expected 'md' or 'html', got {fmt!r}")
+    run_dirs = list(run_dirs)
+    _check_run_dirs(run_dirs)  # an empty or wrong list made the output folder before it was refused
     os.makedirs(out_dir, exist_ok=True)
-    blocks = collect(list(run_dirs), out_dir)
+    blocks = collect(run_dirs, out_dir)
     page = render_markdown(blocks, title) if fmt == "md" else render_html(blocks, title)
     path = os.path.join(out_dir, f"report.{fmt}")
+    note_replacing(path)
     write_text(path, page)
+    _drop_stale_assets(out_dir, os.path.basename(path), [b.text for b in blocks if b.kind == "img"])
     return path
+
+
+# Which assets each page of the folder wrote: a rerun left the earlier report's images in assets/, unlinked but
+# shipped with the folder. Only files a report recorded here are ever removed, never others a user put there.
+ASSETS_MANIFEST = ".report_assets.json"
+
+
+def _drop_stale_assets(out_dir: str, page: str, written: list[str]) -> None:
+    """Record ``written`` (paths under ``out_dir``) as ``page``'s assets and remove those it had before that no page
+    of the folder links now. Run after the page is written: a failed rerun keeps the earlier page's images."""
+    manifest = os.path.join(out_dir, ASSETS_MANIFEST)
+    try:
+        with open(manifest) as f:
+            pages = json.load(f)
+        if not isinstance(pages, dict):
+            pages = {}
+    except (OSError, json.JSONDecodeError):
+        pages = {}
+    earlier = pages.get(page, [])
+    pages[page] = sorted(set(written))
+    in_use = {rel for rels in pages.values() for rel in rels}
+    for rel in earlier:
+        # the manifest is a plain file in the folder: whatever it names, only a plain file in assets/ is removed
+        target = os.path.join(out_dir, rel)
+        if (rel not in in_use and os.path.dirname(os.path.normpath(rel)) == "assets"
+                and os.path.isfile(target) and not os.path.islink(target)):
+            os.remove(target)
+    write_json(manifest, pages)

@@ -67,6 +67,9 @@ def _cmd_generate(args) -> int:
                            fgate_bias_shift=args.fgate_bias_shift, prefill_chunk=args.prefill_chunk,
                            stop=args.stop, ignore_eos=args.ignore_eos, decode=args.decode)
     cfg.validate(label=FLAGS)
+    greedy = cfg.greedy_note(FLAGS)
+    if greedy:
+        print(greedy, file=sys.stderr)
     loaded = load_model(args.model, device=args.device, dtype=args.dtype, attention_backend=args.attention_backend,
                         progress=not args.no_progress, label=FLAGS, said_as=args.model_said)
     tokenizer = load_tokenizer(tokenizer_spec([loaded], args.tokenizer))

@@ -103,6 +103,21 @@ class GenerationConfig:
         if self.decode not in FoxCache.DECODE_MODES:
             refuse("decode", f"one of {', '.join(FoxCache.DECODE_MODES)}")
 
+    def greedy_note(self, label: str = "{}") -> str:
+        """The line that says which sampling settings greedy decoding (temperature 0) leaves without effect, or ""
+        when none is set: --temperature 0 --top-k 5 --seed 3 decoded greedily without a word. A note, not a
+        refusal: the settings are harmless there, and a sweep over temperatures down to 0 keeps its others.
+        ``label``: as validate's."""
+        if self.temperature != 0:
+            return ""
+        set_ = [f for f, on in (("top_k", bool(self.top_k)), ("top_p", self.top_p is not None and self.top_p < 1),
+                                ("seed", self.seed is not None)) if on]
+        if not set_:
+            return ""
+        names = ", ".join(setting_name(label, f) for f in set_)
+        return (f"note: {names} {'has' if len(set_) == 1 else 'have'} no effect under greedy decoding "
+                f"({setting_name(label, 'temperature')} 0 takes the most likely token)")
+
 
 def check_evict_len(max_len: Optional[int], max_new_tokens: int, prompt_tokens: Optional[int] = None,
                     label: str = "{}") -> None:
