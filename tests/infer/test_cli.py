@@ -531,6 +531,7 @@ def test_bench_decode_refuses_bad_numbers_up_front(tmp_path, capsys, option, val
     pytest.param("--steps", "0", "a positive integer", id="steps-zero"),
     pytest.param("--prefill-chunk", "-1", "a positive integer", id="prefill-chunk-negative"),
     pytest.param("--warmup", "-3", "a non-negative integer", id="warmup-negative"),
+    pytest.param("--vocab-size", "0", "a positive integer", id="vocab-zero"),
 ])
 def test_bench_decode_refuses_bad_counts_as_it_parses_them(tmp_path, capsys, option, value, expected):
     """They said "--steps must be >= 1" (and "must all be >= 1, got [0]"), where every other flag says "--rounds:

@@ -182,6 +182,8 @@ BAD_SHIFT = {
     "weight-shape": (dict(x=_X, weight=torch.ones(4)), ValueError, "weight must be"),
     "eps": (dict(x=_X, weight=torch.ones(8), eps=0.0), ValueError, "eps must be"),
     "backend": (dict(x=_X, weight=torch.ones(8), backend="cuda"), ValueError, "backend must be"),
+    "backend-typo": (dict(x=_X, weight=torch.ones(8), backend="trition"), ValueError,
+                     r"got 'trition' \(did you mean 'triton'\?\)"),
 }
 
 

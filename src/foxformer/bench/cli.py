@@ -257,7 +257,7 @@ def configure_decode(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preset", default="fox-pro-125m",
                    help="fox-*, transformer-* or linear-* preset (the baseline is transformer-<block>-<size>)")
     p.add_argument("--model", default=None, help="bench a trained FoX model (run dir / HF folder) instead")
-    p.add_argument("--vocab-size", type=int, default=None,
+    p.add_argument("--vocab-size", type=positive_int, default=None,
                    help="vocabulary of the --preset model (default: the preset's; a --model has its own)")
     # Counts refused as they are parsed, in the words of every other command's: a negative --warmup ran no warm-up
     # and sized the cache short of the steps (a misleading evict_max_len error), and the others ended in tracebacks.

@@ -5,7 +5,7 @@ import math
 
 import torch
 
-from ..forgetting_attn.checks import _FLOAT_DTYPES, _require_tensor, check_triton_device
+from ..forgetting_attn.checks import _FLOAT_DTYPES, _require_tensor, check_backend, check_triton_device
 
 BACKENDS = ("auto", "triton", "torch")
 _KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -83,8 +83,7 @@ def check_gate_norm(o, g, weight, eps) -> None:
 def resolve_backend(backend: str, x: torch.Tensor) -> str:
     """"auto": the Triton kernels for CUDA tensors of fp16 / bf16 / fp32, the torch reference otherwise; "triton"
     also takes CPU tensors under TRITON_INTERPRET=1, and fp64."""
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    check_backend(backend, BACKENDS)
     if backend == "auto":
         return "triton" if x.is_cuda and x.dtype in _KERNEL_DTYPES else "torch"
     if backend == "triton":
