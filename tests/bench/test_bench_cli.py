@@ -189,3 +189,31 @@ def test_bench_decode_names_the_flag_typed_before_any_model_is_built(argv, said,
     assert main(["bench", "decode", "--device", "cpu", *argv, "--out", str(tmp_path / "b.json")]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: {said}"), err
+
+
+@pytest.mark.parametrize("command, option, value, expected", [
+    pytest.param("decode", "--contexts", "0", "comma-separated positive integers", id="decode-context-zero"),
+    pytest.param("decode", "--contexts", "48,-5", "comma-separated positive integers", id="decode-context-negative"),
+    pytest.param("decode", "--batches", "0", "comma-separated positive integers", id="decode-batch-zero"),
+    pytest.param("decode", "--num-splits", "0", "comma-separated positive integers", id="decode-num-splits-zero"),
+    pytest.param("decode", "--steps", "0", "a positive integer", id="decode-steps-zero"),
+    pytest.param("decode", "--prefill-chunk", "-1", "a positive integer", id="decode-prefill-chunk-negative"),
+    pytest.param("decode", "--warmup", "-3", "a non-negative integer", id="decode-warmup-negative"),
+    pytest.param("decode", "--vocab-size", "0", "a positive integer", id="decode-vocab-zero"),
+    pytest.param("model", "--context", "0", "a positive integer", id="model-context-zero"),
+    pytest.param("model", "--tokens-per-step", "-64", "a positive integer", id="model-tokens-negative"),
+    pytest.param("model", "--steps", "0", "a positive integer", id="model-steps-zero"),
+    pytest.param("model", "--warmup", "-1", "a non-negative integer", id="model-warmup-negative"),
+    pytest.param("model", "--vocab-size", "0", "a positive integer", id="model-vocab-zero"),
+    pytest.param("model", "--rounds", "0", "a positive integer", id="model-rounds-zero"),
+])
+def test_bench_counts_are_refused_as_they_are_parsed(tmp_path, capsys, command, option, value, expected):
+    """They said "--steps must be >= 1" (and "must all be >= 1, got [0]") once parsed, where every other flag says
+    "--rounds: expected a positive integer": typed through the shared argtypes now, refused as they are parsed."""
+    out = tmp_path / "b.json"
+    with pytest.raises(SystemExit) as exit_:
+        main([*SUBCOMMANDS[command], "--device", "cpu", "--out", str(out), option, value])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (f"foxformer bench {command}: error: argument {option}: "
+                                                         f"expected {expected}, got {value!r}")
+    assert not out.exists()

@@ -300,10 +300,8 @@ def build_report(run_dirs: list[str], out_dir: str, *, fmt: str = "md", title: s
     """Write ``out_dir``/report.md (or report.html) and its assets; returns the page's path."""
     if fmt not in ("md", "html"):
         raise ValueError(f"format: expected 'md' or 'html', got {fmt!r}")
-    run_dirs = list(run_dirs)
-    _check_run_dirs(run_dirs)  # an empty or wrong list made the output folder before it was refused
-    os.makedirs(out_dir, exist_ok=True)
-    blocks = collect(run_dirs, out_dir)
+    # collect checks the run folders first; each write below makes the folders it writes into
+    blocks = collect(list(run_dirs), out_dir)
     page = render_markdown(blocks, title) if fmt == "md" else render_html(blocks, title)
     path = os.path.join(out_dir, f"report.{fmt}")
     note_replacing(path)

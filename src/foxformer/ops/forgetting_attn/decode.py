@@ -459,7 +459,7 @@ def triton_decode(q, k, v, c, start, scale, num_splits, table, seq_len, capacity
 
     table: None (k, v [B, Tk, Hkv, D], c [B, Tk, Hq]) or [B, Hkv, NP] with k, v page pools [P, PAGE, D]
     and c [P, PAGE, G]; seq_len an int or a device tensor (read by the kernel); capacity sizes the splits."""
-    B, Tq, Hq, D = q.shape
+    D = q.shape[-1]
     if table is None:
         Hkv, page_size = k.shape[2], 1
         table = c  # a placeholder, never read (as st below)
@@ -484,7 +484,7 @@ def triton_decode(q, k, v, c, start, scale, num_splits, table, seq_len, capacity
     while True:
         try:
             return _launch(q, k, v, c, start, scale, num_splits, table, seq_len, capacity, tiles, block_n,
-                           block_d, Hkv, page_size, k_strides, v_strides)
+                           block_d, Hkv, page_size, k_strides, v_strides, interp)
         except triton.runtime.errors.OutOfResources as exc:
             if block_n <= _SMALLEST_BLOCK_N:
                 raise ValueError(f"the Triton decode kernel does not fit head dim {D} in {q.dtype} into this GPU's "
@@ -494,12 +494,11 @@ def triton_decode(q, k, v, c, start, scale, num_splits, table, seq_len, capacity
 
 
 def _launch(q, k, v, c, start, scale, num_splits, table, seq_len, capacity, tiles, block_n, block_d, Hkv, page_size,
-            k_strides, v_strides) -> torch.Tensor:
+            k_strides, v_strides, interp) -> torch.Tensor:
     """Both kernels of triton_decode with BLOCK_N = block_n (OutOfResources where its tiles do not fit)."""
     B, Tq, Hq, D = q.shape
     G = Hq // Hkv
     dyn_len = isinstance(seq_len, torch.Tensor)
-    interp = _interpreted(q)
     # Sized for the whole storage: reading the live lengths (or a device seq_len) would cost a device sync.
     splits = _pick_splits(B, Hkv, capacity, num_splits, interp, tiles, block_n)
     block_m = max(16, triton.next_power_of_2(G * Tq))
