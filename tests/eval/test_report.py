@@ -159,6 +159,24 @@ def test_a_rerun_replaces_its_own_assets_keeps_the_users_and_says_so(tmp_path, c
     assert "(assets/0_c_eviction.png)" in page
 
 
+def test_a_rerun_into_a_folder_written_before_the_manifest_replaces_the_images_its_pages_link(tmp_path):
+    """A folder written before .report_assets.json existed kept its old images on the first rerun: nothing said
+    they were the report's."""
+    out = tmp_path / "report"
+    build_report([_run_with_eviction(tmp_path, "a")], str(out))
+    build_report([_run_with_eviction(tmp_path, "b")], str(out), fmt="html")
+    os.remove(out / ".report_assets.json")  # as an earlier version left the folder
+    (out / "assets" / "mine.png").write_bytes(PNG)  # a user's image, linked by no page of the report
+    (out / "notes.md").write_text("![mine](assets/mine.png)\n")  # nor by a page the report did not write
+    build_report([_run_with_eviction(tmp_path, "c")], str(out))
+    assert sorted(os.listdir(out / "assets")) == ["0_b_eviction.png", "0_c_eviction.png", "mine.png"]
+    assert json.loads((out / ".report_assets.json").read_text()) == {
+        "report.html": ["assets/0_b_eviction.png"], "report.md": ["assets/0_c_eviction.png"]}
+    build_report([_run_with_eviction(tmp_path, "d")], str(out), fmt="html")
+    assert sorted(os.listdir(out / "assets")) == ["0_c_eviction.png", "0_d_eviction.png", "mine.png"]
+    assert (out / "notes.md").exists()
+
+
 @pytest.mark.parametrize("run_dirs", [[], ["missing"]])
 def test_a_refused_report_makes_no_output_folder(tmp_path, run_dirs):
     with pytest.raises(ValueError):

@@ -113,6 +113,7 @@ def test_generate_says_greedy_decoding_leaves_the_sampling_flags_without_effect(
         assert "greedy" not in err
     else:
         assert f"note: {said} no effect under greedy decoding (--temperature 0 " in err
+        assert err.count("no effect under greedy decoding") == 1  # not again as generate's warning
 
 
 @pytest.mark.parametrize("command", ["generate", "bias-shift"])

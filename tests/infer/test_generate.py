@@ -1,10 +1,12 @@
 """foxformer.infer.generation: greedy equals Hugging Face generate, seeded sampling, top-k / top-p,
 text streaming (UTF-8 split across tokens), stop tokens, other causal LMs, clear errors."""
+import warnings
+
 import pytest
 import torch
 
 from foxformer.data import load_tokenizer
-from foxformer.infer import GenerationConfig, generate, sample_next, stream_tokens
+from foxformer.infer import GenerationConfig, GreedyNote, generate, sample_next, stream_tokens
 
 from .conftest import VOCAB, make_model, tokens
 
@@ -620,4 +622,23 @@ def test_greedy_note_names_only_the_sampling_settings_that_are_set():
     assert GenerationConfig(temperature=0, top_k=0, top_p=1.0).greedy_note() == ""
     assert GenerationConfig(temperature=0.5, top_k=5, seed=1).greedy_note() == ""
     assert GenerationConfig(temperature=0, top_p=0.5, seed=1).greedy_note().startswith(
-        "note: top_p, seed have no effect under greedy decoding")
+        "top_p, seed have no effect under greedy decoding")
+
+
+def test_generate_warns_once_that_greedy_decoding_leaves_sampling_settings_without_effect():
+    """`foxformer generate --temperature 0 --top-k 5` said so in a note; foxformer.generate(..., temperature=0,
+    top_k=5) said nothing."""
+    model = make_model("fox-pro-tiny")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tokens_ = list(generate(model, [1, 2, 3], max_new_tokens=3, temperature=0, top_k=5))
+    notes = [w for w in caught if issubclass(w.category, GreedyNote)]
+    assert [str(w.message) for w in notes] == [
+        "top_k has no effect under greedy decoding (temperature 0 takes the most likely token)"]
+    assert notes[0].filename == __file__  # the caller's line, not generation.py's
+    assert len(tokens_) == 3
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        list(generate(model, [1, 2, 3], max_new_tokens=3, temperature=0))
+        list(generate(model, [1, 2, 3], max_new_tokens=3, temperature=0.5, top_k=5, seed=1))
+    assert not [w for w in caught if issubclass(w.category, GreedyNote)]

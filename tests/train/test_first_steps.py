@@ -204,24 +204,45 @@ def test_a_checkpoint_removed_by_keep_last_names_those_the_run_holds(data_dir, t
 
 
 @pytest.mark.parametrize("extra, said", [
-    (["--total-tokens", "12x"], "--total-tokens (total_tokens): expected a token count such as 524288"),
     (["--lr", "-1"], "--lr (lr): expected a finite non-negative number, got -1.0"),
     (["--schedule", "cosin"], "--schedule (schedule): expected one of"),
     (["--micro-batch-size", "3"], "--micro-batch-size (micro_batch_size): 3 does not divide the 4 sequences"),
     (["--context", "1Gi", "--batch-tokens", "1Gi"], "--context (context): 1073741824 is more than the "),
     (["--context", "1Gi", "--batch-tokens", "1Gi"], " tokens of split 'train' and the "),
     (["--preset", "fox-pro-tinny"], "--preset (preset): unknown preset 'fox-pro-tinny' (did you mean 'fox-pro-tiny'?)"),
-    (["--lr", "abc"], "--lr (lr): expected a number, got 'abc'"),
-    (["--max-steps", "1.5"], "--max-steps (max_steps): expected an integer, got 1.5"),
-    (["--seed", "x"], "--seed (seed): expected an integer, got 'x'"),
-], ids=["token-count", "negative-lr", "schedule", "micro-batch", "context-past-the-data",
-        "context-past-both-splits", "preset-typo", "lr-not-a-number", "steps-not-an-integer", "seed-not-a-number"])
+], ids=["negative-lr", "schedule", "micro-batch", "context-past-the-data", "context-past-both-splits",
+        "preset-typo"])
 def test_a_bad_flag_value_is_named_by_its_flag(data_dir, tmp_path, capsys, extra, said):
-    """Errors named the config key (total_tokens) where the user had typed a flag (--total-tokens); those of the
-    checks that need the data or the ranks too (micro_batch_size: ..., and a context past the data as "data: ...
-    seq_len="). A number flag's text that is no number was argparse's "invalid float value: 'abc'"."""
+    """Errors named the config key (lr) where the user had typed a flag (--lr); those of the checks that need the
+    data or the ranks too (micro_batch_size: ..., and a context past the data as "data: ... seq_len=")."""
     assert main(_flags(data_dir, str(tmp_path / "run"), steps=1) + extra) == 2
     assert said in _one_error_line(capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("flag, value, said", [
+    ("--lr", "abc", "expected a number, got 'abc'"),
+    ("--total-tokens", "12x", "expected a token count such as 524288 or '512Ki', got '12x'"),
+    ("--max-steps", "1.5", "expected an integer, got '1.5'"),
+    ("--seed", "x", "expected an integer, got 'x'"),
+], ids=["lr-not-a-number", "token-count", "steps-not-an-integer", "seed-not-a-number"])
+def test_a_flag_value_of_no_number_is_refused_while_parsed(tmp_path, capsys, flag, value, said):
+    """They were refused by TrainConfig, once torch had loaded (seconds); before that, in argparse's words
+    ("invalid float value: 'abc'"). Now each in the key's words, while the arguments are parsed."""
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", "--data", str(tmp_path), "--out", str(out), flag, value])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == f"foxformer train: error: argument {flag}: {said}"
+    assert not out.exists()
+
+
+def test_a_bad_number_is_refused_before_torch_loads():
+    done = subprocess.run([sys.executable, "-c", "import sys\nfrom foxformer.cli import main\ntry:\n"
+                           "    main(['train', '--max-steps', '1', '--lr', 'abc'])\nexcept SystemExit:\n"
+                           "    print('torch' in sys.modules)"],
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": SRC}, timeout=120)
+    assert done.stdout.strip() == "False", done.stderr
+    assert done.stderr.strip().endswith("error: argument --lr: expected a number, got 'abc'")
 
 
 @pytest.mark.parametrize("extra, said", [

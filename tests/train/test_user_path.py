@@ -68,7 +68,9 @@ def test_an_unknown_model_key_fails_with_the_closest_one(data_dir, tmp_path, cap
     (["--model", "hidden_size=64", "--model", "hidden_size=128"], "--model: hidden_size is given twice"),
     (["--set", "model.hidden_size=128", "--model", "hidden_size=96"], "--model: hidden_size is given twice"),
     (["--set", "lr=1e-3", "--lr", "2e-3"], "--lr (lr): given as '2e-3' and by --set lr='1e-3'"),
-], ids=["model-twice", "set-and-model", "set-and-flag"])
+    (["--set", "lr=0.001", "--lr", "2e-3"], "--lr (lr): given as '2e-3' and by --set lr=0.001; give it once"),
+    (["--set", "batch_tokens=1Ki0", "--batch-tokens", "1024"], "given as '1024' and by --set batch_tokens='1Ki0'"),
+], ids=["model-twice", "set-and-model", "set-and-flag", "set-and-flag-typed", "set-and-flag-of-no-count"])
 def test_a_key_given_twice_with_two_values_is_refused(tmp_path, capsys, twice, said):
     """The last one won without a word: `--model hidden_size=64 ... --model hidden_size=128` trained 128."""
     out = str(tmp_path / "run")
@@ -81,6 +83,24 @@ def test_a_key_given_twice_with_one_value_is_taken():
     from foxformer.train.config import parse_overrides
 
     assert parse_overrides(["model.rope=true", "model.rope=on", "lr=1e-3"]) == {"model": {"rope": True}, "lr": "1e-3"}
+
+
+@pytest.mark.parametrize("flags, key, value", [
+    (["--lr", "1e-3", "--set", "lr=0.001"], "lr", 0.001),
+    (["--set", "lr=1", "--lr", "1.0"], "lr", 1.0),
+    (["--batch-tokens", "2Ki", "--set", "batch_tokens=2048"], "batch_tokens", 2048),
+    (["--max-steps", "10", "--set", "max_steps=1e1"], "max_steps", 10),
+    (["--compile", "--set", "compile=on"], "compile", True),
+], ids=["lr", "lr-int", "token-count", "steps", "switch"])
+def test_one_value_given_by_a_flag_and_by_set_is_taken(flags, key, value):
+    """`--lr 1e-3 --set lr=0.001` was refused as given twice: the flag's text and --set's YAML value were compared
+    as text. They are compared as the config types them."""
+    from foxformer.cli import build_parser
+    from foxformer.train.cli import _overrides
+
+    args = build_parser().parse_args(["train", "--max-steps", "10", *flags])
+    cfg = load_config(None, _overrides(args))
+    assert getattr(cfg, key) == value and type(getattr(cfg, key)) is type(value)
 
 
 # 2. a run's own config, resume with --out alone, the tokenizer from the manifest --------------------------------

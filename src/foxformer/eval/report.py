@@ -6,7 +6,8 @@ evaluated together), ``analyze gates`` (gates.json), ``eval eviction`` (eviction
 (bias_shift.json), ``eval compare`` (compare.json) and ``eval mqar`` (mqar.json), in the folder itself and in its
 ``eval/`` sub-folder (the commands' default output for a run dir), plus the run's metrics.jsonl. Plots are copied
 next to the page, so the report folder can be moved as a whole; a rerun into the same folder replaces the page and
-the images it copied there (listed in .report_assets.json), and leaves any other file alone.
+the images it copied there (listed in .report_assets.json; in a folder written before that list, the images its
+page links), and leaves any other file alone.
 """
 from __future__ import annotations
 
@@ -304,28 +305,50 @@ def build_report(run_dirs: list[str], out_dir: str, *, fmt: str = "md", title: s
     blocks = collect(list(run_dirs), out_dir)
     page = render_markdown(blocks, title) if fmt == "md" else render_html(blocks, title)
     path = os.path.join(out_dir, f"report.{fmt}")
+    pages = _recorded_assets(out_dir)  # before the page is replaced: an earlier one's links may be the record
     note_replacing(path)
     write_text(path, page)
-    _drop_stale_assets(out_dir, os.path.basename(path), [b.text for b in blocks if b.kind == "img"])
+    _drop_stale_assets(out_dir, os.path.basename(path), [b.text for b in blocks if b.kind == "img"], pages)
     return path
 
 
 # Which assets each page of the folder wrote: a rerun left the earlier report's images in assets/, unlinked but
 # shipped with the folder. Only files a report recorded here are ever removed, never others a user put there.
 ASSETS_MANIFEST = ".report_assets.json"
+# An image as each page links it (render_markdown, render_html), on a line of its own
+_LINKED = {"report.md": re.compile(r"^!\[[^\]\n]*\]\((assets/[^)\s]+)\)$", re.MULTILINE),
+           "report.html": re.compile(r"^<p><img src='(assets/[^'\n]+)' alt='[^'\n]*'></p>$", re.MULTILINE)}
 
 
-def _drop_stale_assets(out_dir: str, page: str, written: list[str]) -> None:
-    """Record ``written`` (paths under ``out_dir``) as ``page``'s assets and remove those it had before that no page
-    of the folder links now. Run after the page is written: a failed rerun keeps the earlier page's images."""
+def _recorded_assets(out_dir: str) -> dict:
+    """{page: the assets it wrote} as the folder's manifest records them. A folder written before the manifest
+    existed has none: there each page this command wrote (report.md, report.html) owns the images it links, so
+    its first rerun replaces them too; any other file in the folder is no page's."""
     manifest = os.path.join(out_dir, ASSETS_MANIFEST)
-    try:
-        with open(manifest) as f:
-            pages = json.load(f)
-        if not isinstance(pages, dict):
-            pages = {}
-    except (OSError, json.JSONDecodeError):
-        pages = {}
+    if os.path.exists(manifest):
+        try:
+            with open(manifest) as f:
+                pages = json.load(f)
+        except (OSError, json.JSONDecodeError):
+            return {}
+        return pages if isinstance(pages, dict) else {}
+    pages = {}
+    for name, linked in _LINKED.items():
+        try:
+            with open(os.path.join(out_dir, name), encoding="utf-8") as f:
+                text = f.read()
+        except (OSError, UnicodeDecodeError):
+            continue
+        links = {m[1] for m in linked.finditer(text)}
+        pages[name] = sorted({html.unescape(rel) for rel in links} if name.endswith(".html") else links)
+    return pages
+
+
+def _drop_stale_assets(out_dir: str, page: str, written: list[str], pages: dict) -> None:
+    """Record ``written`` (paths under ``out_dir``) as ``page``'s assets in ``pages`` (_recorded_assets) and remove
+    those it had before that no page of the folder links now. Run after the page is written: a failed rerun keeps
+    the earlier page's images."""
+    manifest = os.path.join(out_dir, ASSETS_MANIFEST)
     earlier = pages.get(page, [])
     pages[page] = sorted(set(written))
     in_use = {rel for rels in pages.values() for rel in rels}

@@ -51,7 +51,7 @@ def _cmd_generate(args) -> int:
 
     from foxformer.data.tokenizer import start_ids
 
-    from .generation import GenerationConfig, end_of_text_id, generate
+    from .generation import GenerationConfig, GreedyNote, end_of_text_id, generate
 
     _resolve_model(args)
     if (args.prompt is None) == (args.prompt_file is None):
@@ -69,7 +69,7 @@ def _cmd_generate(args) -> int:
     cfg.validate(label=FLAGS)
     greedy = cfg.greedy_note(FLAGS)
     if greedy:
-        print(greedy, file=sys.stderr)
+        print(f"note: {greedy}", file=sys.stderr)
     loaded = load_model(args.model, device=args.device, dtype=args.dtype, attention_backend=args.attention_backend,
                         progress=not args.no_progress, label=FLAGS, said_as=args.model_said)
     tokenizer = load_tokenizer(tokenizer_spec([loaded], args.tokenizer))
@@ -89,8 +89,10 @@ def _cmd_generate(args) -> int:
             sys.stdout.flush()
 
     t0 = time.perf_counter()
-    with warnings.catch_warnings():  # a fallback from CUDA graphs is said once, on the summary line below
+    # a fallback from CUDA graphs is said once, on the summary line below; the greedy note was said above
+    with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="decoding eagerly")
+        warnings.simplefilter("ignore", GreedyNote)
         stream = None
         try:
             stream = generate(loaded.model, tokenizer, prompt, config=cfg, state=state, label=FLAGS,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Iterator, Optional, Sequence
 
@@ -24,6 +25,11 @@ from foxformer.progress import progress_bar, working
 from foxformer.train.loading import LoadedModel
 
 from .bias_shift import HeldShift
+
+
+class GreedyNote(UserWarning):
+    """generate's warning that greedy decoding leaves sampling settings without effect (GenerationConfig.greedy_note):
+    a command that says it in a line of its own, before the model loads, leaves this one out."""
 
 
 @dataclass
@@ -104,10 +110,10 @@ class GenerationConfig:
             refuse("decode", f"one of {', '.join(FoxCache.DECODE_MODES)}")
 
     def greedy_note(self, label: str = "{}") -> str:
-        """The line that says which sampling settings greedy decoding (temperature 0) leaves without effect, or ""
-        when none is set: --temperature 0 --top-k 5 --seed 3 decoded greedily without a word. A note, not a
-        refusal: the settings are harmless there, and a sweep over temperatures down to 0 keeps its others.
-        ``label``: as validate's."""
+        """What says which sampling settings greedy decoding (temperature 0) leaves without effect, or "" when none
+        is set: --temperature 0 --top-k 5 --seed 3 decoded greedily without a word. A note (the CLI's line, and
+        generate's GreedyNote warning), not a refusal: the settings are harmless there, and a sweep over
+        temperatures down to 0 keeps its others. ``label``: as validate's."""
         if self.temperature != 0:
             return ""
         set_ = [f for f, on in (("top_k", bool(self.top_k)), ("top_p", self.top_p is not None and self.top_p < 1),
@@ -115,7 +121,7 @@ class GenerationConfig:
         if not set_:
             return ""
         names = ", ".join(setting_name(label, f) for f in set_)
-        return (f"note: {names} {'has' if len(set_) == 1 else 'have'} no effect under greedy decoding "
+        return (f"{names} {'has' if len(set_) == 1 else 'have'} no effect under greedy decoding "
                 f"({setting_name(label, 'temperature')} 0 takes the most likely token)")
 
 
@@ -503,6 +509,8 @@ def generate(model, tokenizer_or_ids, prompt: Optional[str | Sequence[str]] = No
         except TypeError as e:
             raise TypeError(f"generate: unknown option ({e})") from e
     config.validate(label)
+    if note := config.greedy_note(label):
+        warnings.warn(note, GreedyNote, stacklevel=2)
     _unwrap(model)
     tokenizer = tokenizer_or_ids
     if isinstance(tokenizer, str):

@@ -8,9 +8,9 @@ import os
 import shlex
 import sys
 
-# flag -> config key; every flag is optional and only overrides what the YAML (or the defaults) say. Each is taken
-# as text, which TrainConfig types as it does a YAML file's and --set's values: argparse's own types refused
-# `--lr abc` in words of their own ("invalid float value"), not as the key's other errors are said.
+# flag -> config key; every flag is optional and only overrides what the YAML (or the defaults) say. Each is kept
+# as text, checked while parsed by the typing TrainConfig gives a YAML file's and --set's values (_typed_text):
+# argparse's own types refused `--lr abc` in words of their own ("invalid float value"), not as the key's are said.
 _FLAGS = {
     "--preset": "preset", "--context": "context", "--batch-tokens": "batch_tokens",
     "--micro-batch-size": "micro_batch_size", "--lr": "lr", "--schedule": "schedule",
@@ -33,12 +33,37 @@ def _flags_given(args: argparse.Namespace) -> dict:
     return {key: (flag, value) for key, (flag, value) in given.items() if value is not None}
 
 
+def _typed_text(key: str):
+    """The argparse type of ``key``'s flag: the text as given, refused while parsed where TrainConfig cannot type
+    it (`--lr abc` was refused only once torch had loaded, seconds later)."""
+    from .config import typed_value
+
+    def check(text: str) -> str:
+        try:
+            typed_value(key, text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e).removeprefix(f"{key}: ")) from None
+        return text
+    return check
+
+
+def _same_value(key: str, flag_text: str, set_value) -> bool:
+    """Whether a flag's text and --set's YAML value give ``key`` one value: as TrainConfig types them
+    (`--lr 1e-3 --set lr=0.001` is one learning rate), as text where either is of no value of the key."""
+    from .config import typed_value
+
+    try:
+        return typed_value(key, flag_text) == typed_value(key, set_value)
+    except ValueError:
+        return str(flag_text) == str(set_value)
+
+
 def _overrides(args: argparse.Namespace) -> dict:
     from .config import parse_overrides
 
     out = parse_overrides(args.set)
     for key, (flag, value) in _flags_given(args).items():
-        if key in out and str(out[key]) != str(value):  # a flag's value is its text, --set's a YAML value
+        if key in out and not _same_value(key, value, out[key]):
             raise ValueError(f"{flag} ({key}): given as {value!r} and by --set {key}={out[key]!r}; give it once")
         out[key] = value
     if args.model:
@@ -313,7 +338,7 @@ def add_commands(subparsers) -> None:
     for flag, key in _FLAGS.items():
         counts = "token counts accept 16Ki, 512Ki, 2.5Gi, 1M" if "tokens" in key else ""
         # default=None: a flag not given leaves the YAML's (or a continued run's) value, so the help says the default
-        p.add_argument(flag, default=None,
+        p.add_argument(flag, default=None, type=_typed_text(key),
                        help=f"config key {key}{describe_key(key, counts)}")
     for flag, key in _SWITCHES.items():
         p.add_argument(flag, action="store_true", help=f"set {key}: true{describe_key(key)}")

@@ -34,6 +34,10 @@ CHECKPOINT_FORMATS = ("auto", "full", "sharded")
 CHOICES = {"schedule": SCHEDULES, "precision": PRECISIONS, "parallel": PARALLEL,
            "checkpoint_format": CHECKPOINT_FORMATS}
 
+FLOAT_KEYS = ("lr", "min_lr_ratio", "weight_decay", "beta1", "beta2", "eps", "grad_clip", "max_minutes", "peak_flops",
+              "dist_timeout_minutes")
+COUNT_KEYS = ("batch_tokens", "context", "total_tokens", "warmup_tokens", "checkpoint_every_tokens",
+              "eval_every_tokens", "eval_tokens")
 INT_KEYS = ("max_steps", "micro_batch_size", "keep_last", "log_every", "seed", "vocab_size")
 BOOL_KEYS = ("roll", "compile", "activation_checkpointing", "fused_loss", "tensorboard", "export_hf", "progress",
              "checkpoint_async")
@@ -49,14 +53,44 @@ RESUMABLE_CHANGES = frozenset({
 
 
 def _parse_int(value: Any, name: str) -> Any:
-    """``"10"`` / ``"1e3"`` / ``1000.0`` -> an int; anything else is returned for ``validate`` to judge."""
+    """``"10"`` / ``"1e3"`` / ``1000.0`` -> an int; text of no integer is a ValueError, anything else is returned
+    for ``validate`` to judge."""
     if isinstance(value, str):
         try:
-            value = float(value)
+            number = float(value)
         except ValueError:
-            raise ValueError(f"{name}: expected an integer, got {value!r}") from None
+            number = math.nan
+        if not number.is_integer():
+            raise ValueError(f"{name}: expected an integer, got {value!r}")
+        value = number
     if isinstance(value, float) and value.is_integer():
         return int(value)
+    return value
+
+
+def typed_value(key: str, value: Any) -> Any:
+    """``value`` of ``key`` as TrainConfig types it (``"1e-3"`` -> 0.001, ``"16Ki"`` -> 16384, ``"off"`` -> False);
+    a value of no key's type is returned for ``validate`` to judge, text that is no number of the key's kind is a
+    ValueError naming ``key``. Light: a command types its flags with it while parsing, before torch is imported."""
+    if key in FLOAT_KEYS:
+        # YAML 1.1 reads "2e-3" as a string; accept numeric strings for numeric fields.
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                raise ValueError(f"{key}: expected a number, got {value!r}") from None
+        # beta2=0 (a YAML int beside beta1's float) failed in AdamW: "betas must be either both floats or both
+        # Tensors"; a bool stays one, for validate to refuse
+        return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
+    if value is None:
+        return None
+    if key in COUNT_KEYS:
+        return parse_count(value, key)
+    if key in INT_KEYS:  # YAML 1.1 also reads 1e3 as a string, and a quoted '10' is still meant as a number
+        return value if isinstance(value, bool) else _parse_int(value, key)
+    # a quoted "false" is a truthy string: it would switch the option on
+    if key in BOOL_KEYS and isinstance(value, str) and value.strip().lower() in _BOOL_WORDS:
+        return _BOOL_WORDS[value.strip().lower()]
     return value
 
 
@@ -118,33 +152,8 @@ class TrainConfig:
     progress: bool = True
 
     def __post_init__(self) -> None:
-        # YAML 1.1 reads "2e-3" as a string; accept numeric strings for numeric fields.
-        for name in ("lr", "min_lr_ratio", "weight_decay", "beta1", "beta2", "eps", "grad_clip", "max_minutes",
-                     "peak_flops", "dist_timeout_minutes"):
-            value = getattr(self, name)
-            if isinstance(value, str):
-                try:
-                    setattr(self, name, float(value))
-                except ValueError:
-                    raise ValueError(f"{name}: expected a number, got {value!r}") from None
-            elif isinstance(value, int) and not isinstance(value, bool):
-                # beta2=0 (a YAML int beside beta1's float) failed in AdamW: "betas must be either both floats or
-                # both Tensors"; a bool stays one, for validate to refuse
-                setattr(self, name, float(value))
-        for name in ("batch_tokens", "context", "total_tokens", "warmup_tokens", "checkpoint_every_tokens",
-                     "eval_every_tokens", "eval_tokens"):
-            value = getattr(self, name)
-            if value is not None:
-                setattr(self, name, parse_count(value, name))
-        # YAML 1.1 also reads 1e3 as a string, and a quoted '10' is still meant as a number
-        for name in INT_KEYS:
-            value = getattr(self, name)
-            if value is not None and not isinstance(value, bool):
-                setattr(self, name, _parse_int(value, name))
-        for name in BOOL_KEYS:  # a quoted "false" is a truthy string: it would switch the option on
-            value = getattr(self, name)
-            if isinstance(value, str) and value.strip().lower() in _BOOL_WORDS:
-                setattr(self, name, _BOOL_WORDS[value.strip().lower()])
+        for name in (*FLOAT_KEYS, *COUNT_KEYS, *INT_KEYS, *BOOL_KEYS):
+            setattr(self, name, typed_value(name, getattr(self, name)))
         if self.init_from is not None:
             # the model init_from names is the architecture (model_config.json records it): a preset here would
             # be saved in config.yaml, and read by cards and comparisons, without ever being built
