@@ -409,7 +409,8 @@ def add_commands(subparsers) -> None:
     p.add_argument("--needles", type=int, default=2, help="needles (key/value pairs) per cell")
     p.add_argument("--seeds", type=ints, default=[0], help="seeds per cell (haystack offsets and needles)")
     p.add_argument("--no-generate", action="store_true", help="log-likelihood score only (cheaper)")
-    p.add_argument("--max-new-tokens", type=int, default=None)
+    p.add_argument("--max-new-tokens", type=int, default=None,
+                   help="tokens generated greedily for each answer (default: the answer's tokens + 4)")
     p.set_defaults(func=_run(_cmd_niah))
 
     p = sub.add_parser("harness", help="lm-evaluation-harness tasks (needs: pip install lm_eval)",
@@ -420,7 +421,8 @@ def add_commands(subparsers) -> None:
     _model_args(p)
     p.add_argument("--tasks", type=words, required=True, help="comma-separated lm_eval task names")
     p.add_argument("--tokenizer", default=None, help="default: the model's (gpt2-json for converted official models)")
-    p.add_argument("--num-fewshot", "--num_fewshot", type=int, default=None)
+    p.add_argument("--num-fewshot", "--num_fewshot", type=int, default=None,
+                   help="examples before each question (default: each task's own)")
     p.add_argument("--limit", type=float, default=None, help="examples per task (or fraction if < 1)")
     p.add_argument("--batch-size", "--batch_size", type=int, default=8)
     p.add_argument("--max-length", "--max_length", type=count, default=None,
@@ -465,9 +467,9 @@ def add_commands(subparsers) -> None:
                    help="model kinds, e.g. fox-pro,transformer-pro,linear-pro,fox-llama:fgate=fixed,rope=true "
                         "(key=value items after a ':' override FoxConfig fields of that model; default: the "
                         "preset's)")
-    p.add_argument("--steps", type=int, default=None, help="training steps per model")
-    p.add_argument("--lr", type=float, default=None)
-    p.add_argument("--batch-size", type=int, default=None)
+    p.add_argument("--steps", type=int, default=None, help="training steps per model (default: the --preset's)")
+    p.add_argument("--lr", type=float, default=None, help="peak learning rate (default: the --preset's)")
+    p.add_argument("--batch-size", type=int, default=None, help="sequences per step (default: the --preset's)")
     p.add_argument("--seed", type=int, default=None, help="task, data and weights seed")
     p.add_argument("--max-minutes", type=float, default=None,
                    help="training time limit per model, a guard: mqar.md marks a model it stopped before --steps")
