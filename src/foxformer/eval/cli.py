@@ -110,6 +110,17 @@ def _runs_data(models) -> str | None:
     return data if is_dataset(data) else None
 
 
+def _no_runs_data(models) -> str:
+    """Why _runs_data found no dataset, where the runs tell: `eval loss A B` of runs trained on different datasets
+    asked for --data or --source as if it had not looked."""
+    dirs = sorted({m.data_dir for m in models if m.data_dir})
+    if len(dirs) > 1:
+        return f" (the runs trained on different datasets: {', '.join(dirs)})"
+    if len(dirs) == 1 and all(m.data_dir for m in models):
+        return f" (the dataset the {'runs' if len(models) > 1 else 'run'} trained on, {dirs[0]}, is not there)"
+    return ""
+
+
 def text_flags(args) -> tuple[str, str]:
     """The split and the text field of the text an eval command or bias-shift reads, "val" and "text" where left
     out. A flag of the other kind of text is refused, naming both: --split, --within-docs and --data-source read a
@@ -156,7 +167,8 @@ def _sequences(args, models):
         print(f"note: --data {args.data} (the dataset the runs trained on; its {split} split)", file=sys.stderr)
         return _sequences(args, models)
     else:
-        raise ValueError("pass --data DIR (a prepared dataset) or --source SPEC (text) to evaluate on")
+        raise ValueError(f"pass --data DIR (a prepared dataset) or --source SPEC (text) to evaluate on"
+                         f"{_no_runs_data(models)}")
     note_fewer(len(tokens), args.seq_len, args.num_seqs, args.data or args.source,
                per_doc=bool(args.source or args.within_docs))
     return tokens, where
