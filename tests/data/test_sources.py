@@ -262,3 +262,32 @@ def test_a_file_beside_its_compressed_copy_is_refused(tmp_path, twin):
         describe_source(str(tmp_path))
     os.remove(tmp_path / "a.txt")
     assert [d.text for d in iter_documents(str(tmp_path))] == ["one document", "another"]
+
+
+@pytest.mark.parametrize("files, said", [
+    (["config.yaml", "metrics.jsonl", "checkpoints/"], "a training run's folder (it holds config.yaml, "
+                                                       "metrics.jsonl, checkpoints)"),
+    (["config.json", "model.safetensors", "tokenizer.json"], "a Hugging Face model folder (it holds config.json, "
+                                                             "model.safetensors)"),
+], ids=["run", "hf-model"])
+def test_a_run_or_model_folder_given_as_text_is_refused_by_what_it_is(tmp_path, files, said):
+    """`eval loss RUN --source RUN` read the run's metrics.jsonl as documents and sent the user to --text-field; a
+    model folder's config.json was refused as JSON over several lines."""
+    folder = tmp_path / "model"
+    folder.mkdir()
+    for name in files:
+        if name.endswith("/"):
+            (folder / name).mkdir()
+        else:
+            (folder / name).write_text(json.dumps({"kind": "train", "step": 1}) + "\n")
+    with pytest.raises(ValueError) as e:
+        list(iter_documents(str(folder)))
+    assert str(e.value) == (f"source: {str(folder)!r} is {said}, not text: give the documents to read (a file, a "
+                            f"folder of them, or a built-in corpus such as builtin:pydoc)")
+
+
+def test_a_folder_of_documents_with_a_config_file_of_its_own_is_read(tmp_path):
+    (tmp_path / "config.yaml").write_text("site: docs\n")
+    (tmp_path / "guide.md").write_text("how to")
+    (tmp_path / "notes.jsonl").write_text(json.dumps({"text": "metrics"}) + "\n")
+    assert [d.text for d in iter_documents(str(tmp_path))] == ["how to", "metrics"]

@@ -471,3 +471,23 @@ def test_eval_loss_of_a_run_defaults_to_the_data_it_trained_on(workspace, tmp_pa
                  "cpu", "--out", out, "--no-progress"]) == 0
     assert f"note: --data {workspace['data']} (the dataset the runs trained on" in capsys.readouterr().err
     assert json.load(open(os.path.join(out, "loss.json")))["settings"]["data"] == workspace["data"]
+
+
+def test_eval_loss_says_why_the_runs_dataset_does_not_stand_in_for_data(workspace, tmp_path, capsys):
+    """`eval loss A B` of runs trained on different datasets (or on one since removed) asked for --data or --source
+    as if it had not looked at the runs' datasets."""
+    runs = []
+    for name, data in (("a", workspace["data"]), ("b", str(tmp_path / "other_data"))):
+        runs.append(str(tmp_path / name))
+        shutil.copytree(workspace["run"], runs[-1])
+        saved = yaml.safe_load(open(os.path.join(runs[-1], "config.yaml")))
+        yaml.safe_dump({**saved, "data_dir": data}, open(os.path.join(runs[-1], "config.yaml"), "w"))
+    flags = ["--seq-len", "48", "--num-seqs", "2", "--device", "cpu", "--out", str(tmp_path / "loss"), "--no-progress"]
+    asked = "error: pass --data DIR (a prepared dataset) or --source SPEC (text) to evaluate on"
+    assert main(["eval", "loss", *runs, *flags]) == 2
+    assert _error(capsys).splitlines()[-1] == (f"{asked} (the runs trained on different datasets: {workspace['data']}, "
+                              f"{tmp_path / 'other_data'})")
+    assert main(["eval", "loss", runs[1], *flags]) == 2
+    assert _error(capsys).splitlines()[-1] == f"{asked} (the dataset the run trained on, {tmp_path / 'other_data'}, is not there)"
+    assert main(["eval", "loss", workspace["hf"], *flags]) == 2
+    assert _error(capsys).splitlines()[-1] == asked

@@ -82,6 +82,27 @@ def test_the_eviction_help_describes_its_one_model(capsys):
     assert "comma-separated labels for the models" in _help(["eval", "loss"], capsys)
 
 
+def _options(parser, path=()):
+    """(command path, the option's first flag, its action) of every option under ``parser``."""
+    import argparse
+
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _options(sub, (*path, name))
+        elif action.option_strings:
+            yield path, action.option_strings[0], action
+
+
+def test_every_eval_option_with_a_value_says_what_it_takes_or_its_default():
+    """`eval niah --help` listed --max-new-tokens with nothing after it (its default, the answer's tokens + 4, could
+    only be read in the code), as eval harness did --num-fewshot and eval mqar --lr and --batch-size."""
+    silent = [f"{' '.join(path)} {flag}" for path, flag, action in _options(build_parser())
+              if path[:1] in (("eval",), ("analyze",)) and action.nargs != 0 and not action.help
+              and action.default is None]
+    assert silent == []
+
+
 def _evaluated_run(tmp_path, name):
     """A folder with the loss.json `eval loss` leaves."""
     from foxformer.eval.loss import loss_curve

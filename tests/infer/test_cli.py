@@ -492,6 +492,38 @@ def test_generate_of_no_new_tokens_prints_no_empty_line(hf_dir, capsys, stream):
     assert re.match(r"\[0 tokens in \d+\.\d\d s, as --max-new-tokens 0 asks\]", captured.err.splitlines()[-1])
 
 
+class _Piped(io.StringIO):
+    """One of the streams of `cmd 2>&1 | tee log`: its writes reach ``landed``, the pipe, in order. A buffered one
+    (Python's stdout on a pipe) holds them until flushed; stderr passes each on at once."""
+
+    def __init__(self, landed: list, buffered: bool):
+        super().__init__()
+        self.landed, self.buffered, self.held = landed, buffered, []
+
+    def write(self, text):
+        (self.held if self.buffered else self.landed).append(text)
+        return len(text)
+
+    def flush(self):
+        self.landed += self.held
+        self.held.clear()
+
+
+@pytest.mark.parametrize("stream", [pytest.param([], id="streamed"), pytest.param(["--no-stream"], id="no-stream")])
+def test_generate_piped_with_its_stderr_ends_the_text_before_the_summary(hf_dir, monkeypatch, stream):
+    """`generate ... 2>&1 | tee log` glued the summary to the text's last line (the newline that ends it, and with
+    --no-stream the whole text, still sat in stdout's buffer), and the newline came after it."""
+    want = "".join(generate(_load_model(hf_dir), load_tokenizer("bytes"), "Once upon", max_new_tokens=6,
+                            temperature=0, ignore_eos=True))
+    landed = []
+    monkeypatch.setattr(sys, "stdout", out := _Piped(landed, buffered=True))
+    monkeypatch.setattr(sys, "stderr", _Piped(landed, buffered=False))
+    assert main(["generate", "--model", hf_dir, "--tokenizer", "bytes", "--prompt", "Once upon", "--max-new-tokens",
+                 "6", "--temperature", "0", "--ignore-eos", "--device", "cpu", "--no-progress", *stream]) == 0
+    assert not out.held
+    assert re.search(re.escape(want + "\n") + r"\[6 tokens in \d+\.\d\d s\][^\n]*\n$", "".join(landed))
+
+
 @pytest.mark.parametrize("config_eps", [None, 0.5], ids=["config-without-evict-eps", "config-with-evict-eps"])
 def test_bench_decode_plain_fox_row_keeps_every_key(config_eps):
     """The "fox" row (evict_eps None) is the no-eviction reference of max_logprob_diff; with evict_eps in the

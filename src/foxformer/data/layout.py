@@ -1,5 +1,5 @@
 """The names `data prepare` writes into a dataset's folder, and what tells such a folder from others: a source
-folder's walk passes over one (its manifest and token files are no documents)."""
+folder's walk passes over one (its manifest and token files are no documents), and refuses a model's folder."""
 
 from __future__ import annotations
 
@@ -26,3 +26,20 @@ def prepared_dataset(folder: str) -> bool:
     except (OSError, ValueError):
         return False
     return isinstance(manifest, dict) and manifest.get("format") == FORMAT
+
+
+# Beside its config, what a training run's folder (train/loop.py) and a Hugging Face model's (save_pretrained) hold:
+# a folder of documents may hold a config file of its own, and is read all the same.
+_MODEL_FOLDERS = (("a training run's folder", "config.yaml", ("metrics.jsonl", "checkpoints")),
+                  ("a Hugging Face model folder", "config.json",
+                   ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")))
+
+
+def model_folder(folder: str) -> str | None:
+    """What ``folder`` is, and the files that tell ("a training run's folder (it holds config.yaml, metrics.jsonl)"),
+    where it is a run's or a model's folder; else None."""
+    for what, config, beside in _MODEL_FOLDERS:
+        held = [name for name in (config, *beside) if os.path.exists(os.path.join(folder, name))]
+        if held[:1] == [config] and len(held) > 1:
+            return f"{what} (it holds {', '.join(held)})"
+    return None

@@ -28,7 +28,7 @@ from ..argtypes import SettingError
 from ..paths import decode_utf8
 from . import jsonl
 from .digests import read_digests
-from .layout import MANIFEST, prepared_dataset
+from .layout import MANIFEST, model_folder, prepared_dataset
 
 TEXT_SUFFIXES = (".txt", ".md", ".rst", ".text")
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
@@ -163,6 +163,11 @@ def _walk_folder(path: str, out_dir: str | None) -> tuple[list[str], dict[str, i
         raise SettingError("source", f"{path!r} is a prepared dataset (it holds the {MANIFEST} or lock that `data "
                                      f"prepare` writes), whose files are tokens, not documents: give the folder of "
                                      f"the documents, and keep the dataset in a folder of its own")
+    # its metrics.jsonl was read as documents and refused for a missing 'text' field, which sent users to
+    # --text-field (a model folder's config.json, as JSON over several lines)
+    if what := model_folder(path):
+        raise SettingError("source", f"{path!r} is {what}, not text: give the documents to read (a file, a folder "
+                                     f"of them, or a built-in corpus such as builtin:pydoc)")
 
     def unreadable(e: OSError):
         raise SettingError("source", f"the folder {e.filename!r} in {path!r} cannot be read ({e.strerror})") from None

@@ -110,6 +110,17 @@ def _runs_data(models) -> str | None:
     return data if is_dataset(data) else None
 
 
+def _no_runs_data(models) -> str:
+    """Why _runs_data found no dataset, where the runs tell: `eval loss A B` of runs trained on different datasets
+    asked for --data or --source as if it had not looked."""
+    dirs = sorted({m.data_dir for m in models if m.data_dir})
+    if len(dirs) > 1:
+        return f" (the runs trained on different datasets: {', '.join(dirs)})"
+    if len(dirs) == 1 and all(m.data_dir for m in models):
+        return f" (the dataset the {'runs' if len(models) > 1 else 'run'} trained on, {dirs[0]}, is not there)"
+    return ""
+
+
 def text_flags(args) -> tuple[str, str]:
     """The split and the text field of the text an eval command or bias-shift reads, "val" and "text" where left
     out. A flag of the other kind of text is refused, naming both: --split, --within-docs and --data-source read a
@@ -156,7 +167,8 @@ def _sequences(args, models):
         print(f"note: --data {args.data} (the dataset the runs trained on; its {split} split)", file=sys.stderr)
         return _sequences(args, models)
     else:
-        raise ValueError("pass --data DIR (a prepared dataset) or --source SPEC (text) to evaluate on")
+        raise ValueError(f"pass --data DIR (a prepared dataset) or --source SPEC (text) to evaluate on"
+                         f"{_no_runs_data(models)}")
     note_fewer(len(tokens), args.seq_len, args.num_seqs, args.data or args.source,
                per_doc=bool(args.source or args.within_docs))
     return tokens, where
@@ -409,7 +421,8 @@ def add_commands(subparsers) -> None:
     p.add_argument("--needles", type=int, default=2, help="needles (key/value pairs) per cell")
     p.add_argument("--seeds", type=ints, default=[0], help="seeds per cell (haystack offsets and needles)")
     p.add_argument("--no-generate", action="store_true", help="log-likelihood score only (cheaper)")
-    p.add_argument("--max-new-tokens", type=int, default=None)
+    p.add_argument("--max-new-tokens", type=int, default=None,
+                   help="tokens generated greedily for each answer (default: the answer's tokens + 4)")
     p.set_defaults(func=_run(_cmd_niah))
 
     p = sub.add_parser("harness", help="lm-evaluation-harness tasks (needs: pip install lm_eval)",
@@ -420,7 +433,8 @@ def add_commands(subparsers) -> None:
     _model_args(p)
     p.add_argument("--tasks", type=words, required=True, help="comma-separated lm_eval task names")
     p.add_argument("--tokenizer", default=None, help="default: the model's (gpt2-json for converted official models)")
-    p.add_argument("--num-fewshot", "--num_fewshot", type=int, default=None)
+    p.add_argument("--num-fewshot", "--num_fewshot", type=int, default=None,
+                   help="examples before each question (default: each task's own)")
     p.add_argument("--limit", type=float, default=None, help="examples per task (or fraction if < 1)")
     p.add_argument("--batch-size", "--batch_size", type=int, default=8)
     p.add_argument("--max-length", "--max_length", type=count, default=None,
@@ -465,9 +479,9 @@ def add_commands(subparsers) -> None:
                    help="model kinds, e.g. fox-pro,transformer-pro,linear-pro,fox-llama:fgate=fixed,rope=true "
                         "(key=value items after a ':' override FoxConfig fields of that model; default: the "
                         "preset's)")
-    p.add_argument("--steps", type=int, default=None, help="training steps per model")
-    p.add_argument("--lr", type=float, default=None)
-    p.add_argument("--batch-size", type=int, default=None)
+    p.add_argument("--steps", type=int, default=None, help="training steps per model (default: the --preset's)")
+    p.add_argument("--lr", type=float, default=None, help="peak learning rate (default: the --preset's)")
+    p.add_argument("--batch-size", type=int, default=None, help="sequences per step (default: the --preset's)")
     p.add_argument("--seed", type=int, default=None, help="task, data and weights seed")
     p.add_argument("--max-minutes", type=float, default=None,
                    help="training time limit per model, a guard: mqar.md marks a model it stopped before --steps")

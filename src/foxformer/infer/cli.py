@@ -114,6 +114,9 @@ def _cmd_generate(args) -> int:
         sys.stdout.write(text)
     if text:  # the newline ends the text's line; no text (--max-new-tokens 0, an end of text first) is no line
         sys.stdout.write("\n")
+    # a piped stdout holds the text's end (--no-stream's whole text) in its buffer, and the summary on stderr
+    # reached `2>&1 | tee` first, glued to the text's last line
+    sys.stdout.flush()
     n_new = state.get("new_tokens", 0)
     result = {"model": args.model, "prompt_tokens": n_prompt, "new_tokens": n_new,
               "seconds": elapsed, "text": text, "settings": dict(vars(cfg)), "interrupted": interrupted is not None}
