@@ -881,13 +881,24 @@ def test_generate_checks_its_out_file_before_the_work(hf_dir, tmp_path, capsys):
 
 
 def test_generate_records_the_stop_token_it_used_and_says_a_fallback_once(hf_dir, tmp_path, capsys):
-    """--out said "stop_token": null for a run that stopped at the tokenizer's end of text; --decode graphs on a
-    CPU printed its fallback twice (a UserWarning pointing into torch, then the summary line)."""
+    """--out said "stop_token": null for a run that stopped at the tokenizer's end of text; a fallback from CUDA
+    graphs was printed twice (a UserWarning pointing into torch, then the summary line)."""
     out = tmp_path / "gen.json"
     assert main(["generate", "--model", hf_dir, "--tokenizer", "bytes", "--prompt", "Once", "--max-new-tokens", "3",
-                 "--device", "cpu", "--decode", "graphs", "--out", str(out)]) == 0
+                 "--device", "cpu", "--decode", "auto", "--out", str(out)]) == 0
     assert json.loads(out.read_text())["settings"]["stop_token"] == 256
     assert capsys.readouterr().err.count("decoding eagerly") == 1
+
+
+@pytest.mark.parametrize("decode", ["graphs", "compiled"])
+def test_generate_refuses_cuda_graphs_on_a_cpu_before_the_model_loads(tmp_path, capsys, decode):
+    """--decode graphs on a CPU decoded eagerly, said only on the summary line after the whole generation (the model
+    here does not exist: the refusal comes first)."""
+    assert main(["generate", str(tmp_path / "no-model"), "--prompt", "x", "--device", "cpu", "--decode",
+                 decode]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: --decode: {decode!r} replays CUDA graphs, which need a CUDA device, and the model runs on cpu; use "
+        f"'auto' (graphs where they can run, eager here), 'static' or 'eager'"]
 
 
 def test_bias_shift_out_is_a_file_or_a_folder_checked_before_the_sweep(hf_dir, tmp_path, capsys):
