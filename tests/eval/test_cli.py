@@ -92,6 +92,31 @@ def test_eval_loss_within_documents_and_from_a_text_source(workspace, capsys):
     assert f"note: replacing {os.path.join(out, 'loss.json')} (written " in capsys.readouterr().err
 
 
+def test_eval_compare_of_models_of_different_tokenizers_says_their_losses_do_not_compare(workspace, tmp_path,
+                                                                                          capsys):
+    """A bytes model's evaluation and a GPT-2 model's were refused as different sequences, with the advice to run
+    `eval loss` "with the same flags": no flags make losses per byte and per GPT-2 token comparable."""
+    data = str(tmp_path / "bytes_data")
+    prepare(PrepareConfig(sources=[workspace["texts"]], out_dir=data, tokenizer="bytes", val_fraction=0.5),
+            progress=False)
+    model = tmp_path / "bytes_model"
+    tiny_model("fox-pro-tiny", vocab=257, tokenizer="bytes").save_pretrained(str(model))
+    common = ["--seq-len", "48", "--num-seqs", "2", "--n-boot", "20", "--device", "cpu", "--no-progress"]
+    gpt2, byte = str(tmp_path / "gpt2_eval"), str(tmp_path / "bytes_eval")
+    assert main(["eval", "loss", workspace["hf"], "--data", workspace["data"], "--out", gpt2, *common]) == 0
+    assert main(["eval", "loss", str(model), "--data", data, "--out", byte, *common]) == 0
+    assert json.load(open(os.path.join(byte, "loss.json")))["settings"]["tokenizer"] == "bytes"
+    capsys.readouterr()
+    assert main(["eval", "compare", byte, gpt2, "--out", str(tmp_path / "compared")]) == 2
+    err = capsys.readouterr().err
+    tokenizer = read_manifest(workspace["data"])["tokenizer"]
+    assert err.strip() == (f"error: {gpt2} and {byte} were evaluated on text tokenized by different tokenizers "
+                           f"({tokenizer} against bytes): losses per token under different tokenizers cannot be "
+                           f"compared (their tokens cover different amounts of text); compare only runs trained "
+                           f"with the same tokenizer")
+    assert "same flags" not in err and not (tmp_path / "compared").exists()
+
+
 def test_analyze_gates_writes_stats_and_plots(workspace):
     out = str(workspace["root"] / "gates_out")
     assert main(["analyze", "gates", workspace["run"], "--data", workspace["data"], "--seq-len", "64", "--num-seqs",

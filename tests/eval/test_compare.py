@@ -133,10 +133,10 @@ def test_needle_results_are_drawn_together_and_tabulated(tmp_path):
     assert "| A | standard | 1.00 | 1.00 |" in text and "| B | standard | 1.00 | 0.00 |" in text
 
 
-@pytest.mark.parametrize("a,b", [({"within_docs": True}, {"within_docs": False}),
-                                 ({"tokenizer": "gpt2"}, {"tokenizer": "bytes"})],
+@pytest.mark.parametrize("a,b,said", [({"within_docs": True}, {"within_docs": False}, "same sequences"),
+                                      ({"tokenizer": "gpt2"}, {"tokenizer": "bytes"}, "different tokenizers")],
                          ids=["within-docs-or-not", "source-tokenizers"])
-def test_runs_that_cut_other_sequences_from_the_same_data_are_refused(tmp_path, a, b):
+def test_runs_that_cut_other_sequences_from_the_same_data_are_refused(tmp_path, a, b, said):
     runs = []
     for name, extra in (("a", a), ("b", b)):
         run = _write_run(tmp_path, name, np.ones(63))
@@ -145,16 +145,19 @@ def test_runs_that_cut_other_sequences_from_the_same_data_are_refused(tmp_path, 
         data["settings"].update(extra)
         path.write_text(json.dumps(data))
         runs.append(run)
-    with pytest.raises(ValueError, match="same sequences"):
+    with pytest.raises(ValueError, match=said):
         compare(runs, str(tmp_path / "out"))
 
 
-def test_outputs_from_before_within_docs_was_recorded_still_compare(tmp_path):
+@pytest.mark.parametrize("setting", [{"within_docs": True}, {"tokenizer": "gpt2"}], ids=["within-docs", "tokenizer"])
+def test_outputs_from_before_a_setting_was_recorded_still_compare(tmp_path, setting):
+    """A --data evaluation records its dataset's tokenizer since eval compare names the tokenizers of evaluations
+    it refuses; those from before are of the tokenizer they ran with."""
     a = _write_run(tmp_path, "a", np.ones(63))
     b = _write_run(tmp_path, "b", np.ones(63))
     path = tmp_path / "b" / "eval" / "loss.json"
     data = json.loads(path.read_text())
-    data["settings"]["within_docs"] = True
+    data["settings"].update(setting)
     path.write_text(json.dumps(data))
     assert len(compare([a, b], str(tmp_path / "out"))["rows"]) == 2
 

@@ -584,14 +584,18 @@ def test_bench_decode_refuses_options_it_would_drop(hf_dir, tmp_path, capsys, ex
     pytest.param(["--gates", "realistic", "--vocab-size", "257"], "--vocab-size and --gates shape the model built "
                  "from a --preset; a --model keeps its own vocabulary and its trained gates: leave them out",
                  id="both"),
+    pytest.param(["--preset", "fox-pro-125m"], "--preset fox-pro-125m names the model to build, and --model MODEL is "
+                 "the model to bench (the transformer baseline takes its block and size): pass one of them",
+                 id="preset"),
 ])
 def test_bench_decode_refuses_preset_settings_beside_a_model(hf_dir, tmp_path, capsys, extra, said):
     """--vocab-size and --gates (--gates init asked for the untrained gates) were dropped without a word beside
-    --model, whose rows read as though they had been applied."""
+    --model, whose rows read as though they had been applied; --preset set only the block of the baseline, which
+    follows the model's now."""
     args = ["bench", "decode", "--model", hf_dir, "--contexts", "48", "--batches", "1", "--steps", "1", "--warmup",
             "0", "--device", "cpu", "--no-baseline", "--out", str(tmp_path / "b.json")]
     assert main(args + extra) == 2
-    assert capsys.readouterr().err.splitlines()[-1] == f"error: {said}"
+    assert capsys.readouterr().err.splitlines()[-1] == f"error: {said.replace('MODEL', hf_dir)}"
     assert not (tmp_path / "b.json").exists()
 
 
@@ -606,7 +610,9 @@ def test_bench_decode_records_the_preset_settings_it_filled_in(hf_dir, tmp_path)
     assert settings["vocab_size"] == 50304 and settings["gates"] == "realistic"
     assert main(common + ["--model", hf_dir]) == 0
     settings = json.loads(out.read_text())["settings"]
-    assert settings["vocab_size"] is None and settings["gates"] is None
+    assert settings["vocab_size"] is None and settings["gates"] is None and settings["preset"] is None
+    assert main(common) == 0  # --preset, like them, defaults to None: its default is filled in
+    assert json.loads(out.read_text())["settings"]["preset"] == "fox-pro-125m"
 
 
 def test_generate_with_a_tokenizer_larger_than_the_model_is_a_clear_error(hf_dir, capsys):
@@ -802,16 +808,41 @@ def test_bench_decode_reports_the_median_step(monkeypatch):
     assert row["ms_per_token_streamed_p90"] == pytest.approx(212.0)  # but shows in the tail (20, 20, 260)
 
 
-def test_bench_decode_anchor_matches_a_loaded_models_size():
-    """With --model, the Llama anchor was built from --preset (fox-pro-125m by default) whatever the model's
-    size; it now takes the Transformer preset of the model's own (layers, hidden size), or none."""
+def test_bench_decode_anchor_matches_a_loaded_models_block_and_size():
+    """With --model, the Llama anchor was built from --preset (fox-pro-125m by default) whatever the model's size;
+    then from the model's size but still --preset's block: a FoX (LLaMA) model got a Transformer (Pro) baseline. It
+    now takes the Transformer preset of the model's own block and (layers, hidden size), or none, saying why."""
     from foxformer.bench.decode import anchor_preset
     from foxformer.models import get_preset
 
-    assert anchor_preset("fox-pro-760m") == "transformer-pro-760m"
-    assert anchor_preset("fox-pro-125m", get_preset("fox-llama-small")) == "transformer-pro-small"
-    assert anchor_preset("fox-llama-125m", get_preset("fox-pro-360m")) == "transformer-llama-360m"
-    assert anchor_preset("fox-pro-125m", get_preset("fox-pro-125m", num_layers=5)) is None
+    assert anchor_preset("fox-pro-760m") == ("transformer-pro-760m", None)
+    assert anchor_preset("linear-pro-tiny") == ("transformer-pro-tiny", None)
+    assert anchor_preset(None, get_preset("fox-llama-small")) == ("transformer-llama-small", None)
+    assert anchor_preset(None, get_preset("fox-pro-360m")) == ("transformer-pro-360m", None)
+    assert anchor_preset(None, get_preset("fox-pro-125m", num_layers=5)) == (None, "hidden_size 768 and 5 layers")
+    assert anchor_preset(None, get_preset("fox-llama-tiny", qk_norm=True)) == (
+        None, "a block with some of the Pro block's additions but not all")
+
+
+def test_bench_decode_of_a_llama_block_model_runs_a_llama_block_baseline(tmp_path, capsys):
+    """A FoX (LLaMA) --model was timed against a Transformer (Pro) baseline, the block of --preset's default."""
+    model = tmp_path / "llama"
+    make_model("fox-llama-tiny", dtype=torch.float32).save_pretrained(model)
+    out = tmp_path / "bench.json"
+    assert main(["bench", "decode", "--model", str(model), "--contexts", "32", "--batches", "1", "--steps", "2",
+                 "--warmup", "0", "--prefill-chunk", "32", "--device", "cpu", "--no-progress", "--out",
+                 str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["model"], r["preset"]) for r in rows] == [("fox", None), ("fox+evict", None),
+                                                         ("llama-sdpa", "transformer-llama-tiny")]
+    odd = tmp_path / "odd"
+    make_model("fox-llama-tiny", dtype=torch.float32, qk_norm=True).save_pretrained(odd)
+    assert main(["bench", "decode", "--model", str(odd), "--contexts", "32", "--batches", "1", "--steps", "1",
+                 "--warmup", "0", "--prefill-chunk", "32", "--device", "cpu", "--no-progress", "--out",
+                 str(out)]) == 0
+    assert [r["model"] for r in json.loads(out.read_text())["rows"]] == ["fox", "fox+evict"]
+    assert (f"bench decode: {odd} has a block with some of the Pro block's additions but not all, which no "
+            f"transformer preset has: no llama-sdpa anchor") in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("prompt", ["Hi", "a prompt of more than sixteen bytes"], ids=["decode-path", "prefill-path"])
@@ -850,13 +881,24 @@ def test_generate_checks_its_out_file_before_the_work(hf_dir, tmp_path, capsys):
 
 
 def test_generate_records_the_stop_token_it_used_and_says_a_fallback_once(hf_dir, tmp_path, capsys):
-    """--out said "stop_token": null for a run that stopped at the tokenizer's end of text; --decode graphs on a
-    CPU printed its fallback twice (a UserWarning pointing into torch, then the summary line)."""
+    """--out said "stop_token": null for a run that stopped at the tokenizer's end of text; a fallback from CUDA
+    graphs was printed twice (a UserWarning pointing into torch, then the summary line)."""
     out = tmp_path / "gen.json"
     assert main(["generate", "--model", hf_dir, "--tokenizer", "bytes", "--prompt", "Once", "--max-new-tokens", "3",
-                 "--device", "cpu", "--decode", "graphs", "--out", str(out)]) == 0
+                 "--device", "cpu", "--decode", "auto", "--out", str(out)]) == 0
     assert json.loads(out.read_text())["settings"]["stop_token"] == 256
     assert capsys.readouterr().err.count("decoding eagerly") == 1
+
+
+@pytest.mark.parametrize("decode", ["graphs", "compiled"])
+def test_generate_refuses_cuda_graphs_on_a_cpu_before_the_model_loads(tmp_path, capsys, decode):
+    """--decode graphs on a CPU decoded eagerly, said only on the summary line after the whole generation (the model
+    here does not exist: the refusal comes first)."""
+    assert main(["generate", str(tmp_path / "no-model"), "--prompt", "x", "--device", "cpu", "--decode",
+                 decode]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: --decode: {decode!r} replays CUDA graphs, which need a CUDA device, and the model runs on cpu; use "
+        f"'auto' (graphs where they can run, eager here), 'static' or 'eager'"]
 
 
 def test_bias_shift_out_is_a_file_or_a_folder_checked_before_the_sweep(hf_dir, tmp_path, capsys):

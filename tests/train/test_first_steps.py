@@ -86,6 +86,17 @@ def test_train_help_says_what_a_flag_does_beyond_its_key(capsys, flag, said):
     assert f"{flag} {said}" in " ".join(capsys.readouterr().out.split())
 
 
+@pytest.mark.parametrize("minutes, said", [(1, "at most 1 minute"), (0.5, "at most 0.5 minutes"),
+                                            (2, "at most 2 minutes")], ids=["one", "half", "two"])
+def test_the_start_line_gives_the_time_limit_in_a_unit_that_agrees_with_it(capsys, minutes, said):
+    """`foxformer demo --minutes 0.5` gave each model a limit of 1 minute, which its start line said as "at most 1
+    minutes"."""
+    from foxformer.train.loop import _announce
+
+    _announce(TrainConfig(data_dir="d", out_dir="o", max_steps=3, max_minutes=minutes), 10, 10**9)
+    assert capsys.readouterr().err.rstrip().endswith(f" tokens), {said}")
+
+
 def test_a_new_run_says_what_it_trains_and_warns_when_one_step_outgrows_the_data(tmp_path, capsys):
     data = str(tmp_path / "small")
     (tmp_path / "docs.jsonl").write_text("".join(json.dumps({"text": f"doc {i}: " + "abc def " * 20}) + "\n"

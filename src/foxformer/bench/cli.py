@@ -17,6 +17,9 @@ from foxformer.paths import check_output_dir, check_output_file
 # itself (its flash kernel on a CPU), the ceiling of `--device cpu`.
 PROVIDERS = ("foxformer", "gluon", "triton", "sdpa", "sdpa_flash", "sdpa_cudnn", "fla", "flex")
 DTYPES = ("bf16", "fp16", "fp32")
+# bench decode's preset where neither --preset nor --model is given; the flag's own default is None, so that
+# _check_decode tells a --preset given beside --model apart from it
+DEFAULT_DECODE_PRESET = "fox-pro-125m"
 
 
 def _check_outputs(args) -> None:
@@ -240,8 +243,13 @@ def _check_decode(args) -> None:
         raise ValueError(f"--gate-tmax sets the timescales of the gates --gates realistic gives a --preset; {kept}: "
                          "leave it out")
     # None: left out. A --model brings its own vocabulary and trained gates, so these, given beside it, were
-    # dropped without a word as --gate-tmax was; the preset's defaults are filled in here.
+    # dropped without a word as --gate-tmax was; the preset's defaults are filled in here. --preset beside it set
+    # the block of the Transformer baseline alone (a FoX (LLaMA) model got a Transformer (Pro) one), which now
+    # follows the model's own block and size.
     if args.model:
+        if args.preset is not None:
+            raise ValueError(f"--preset {args.preset} names the model to build, and --model {args.model} is the "
+                             f"model to bench (the transformer baseline takes its block and size): pass one of them")
         own = {"--vocab-size": "its own vocabulary", "--gates": "its trained gates"}
         given = [flag for flag in own if getattr(args, flag[2:].replace("-", "_")) is not None]
         if given:
@@ -249,14 +257,17 @@ def _check_decode(args) -> None:
                              f"--preset; a --model keeps {' and '.join(own[f] for f in given)}: leave "
                              f"{'them' if len(given) > 1 else 'it'} out")
     else:
+        args.preset = args.preset or DEFAULT_DECODE_PRESET
         args.gates = args.gates or "realistic"
         args.vocab_size = preset_model_config(args).vocab_size
 
 
 def configure_decode(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--preset", default="fox-pro-125m",
-                   help="fox-*, transformer-* or linear-* preset (the baseline is transformer-<block>-<size>)")
-    p.add_argument("--model", default=None, help="bench a trained FoX model (run dir / HF folder) instead")
+    p.add_argument("--preset", default=None,
+                   help=f"fox-*, transformer-* or linear-* preset (default: {DEFAULT_DECODE_PRESET}; the baseline is "
+                        "transformer-<block>-<size>)")
+    p.add_argument("--model", default=None, help="bench a trained FoX model (run dir / HF folder) instead of a "
+                   "--preset (the baseline: the transformer preset of its block and size)")
     p.add_argument("--vocab-size", type=positive_int, default=None,
                    help="vocabulary of the --preset model (default: the preset's; a --model has its own)")
     # Counts refused as they are parsed, in the words of every other command's: a negative --warmup ran no warm-up

@@ -17,9 +17,10 @@ row under torch.profiler, their operator and kernel table in DIR (where a step's
 Random-init FoX gates all start near f = 0.5 and would evict everything; ``--gates realistic`` sets
 each layer's gate biases to timescales geometric in [2, max context] across heads (the "realistic
 gates" of DESIGN.md) so that eviction sees a mix of short and long heads. ``--model`` benches a trained
-model instead. Eviction needs a forget gate, cached keys and a bound on |q.k| (QK-norm, or ``--evict-qk-bound``);
-without them (a Transformer or linear-attention preset, FoX without QK-norm) the "+evict" rows are marked
-"skipped" instead of reporting an eviction that dropped nothing.
+model instead, against the Transformer preset of its own block and size. Eviction needs a forget gate, cached
+keys and a bound on |q.k| (QK-norm, or ``--evict-qk-bound``); without them (a Transformer or linear-attention
+preset, FoX without QK-norm) the "+evict" rows are marked "skipped" instead of reporting an eviction that dropped
+nothing.
 """
 from __future__ import annotations
 
@@ -106,10 +107,10 @@ def _build(args, device: torch.device, dtype: torch.dtype):
         for path in args.decode:
             models.append((f"{kind}+evict" if evict else kind, preset, fox, args.evict_eps if evict else None, path))
     if args.baseline:
-        anchor = anchor_preset(args.preset, fox.config if args.model else None)
+        anchor, unmatched = anchor_preset(args.preset, fox.config if args.model else None)
         if anchor is None:
-            print(f"bench decode: no transformer preset has the size of {args.model} (hidden_size "
-                  f"{fox.config.hidden_size}, {fox.config.num_layers} layers): no llama-sdpa anchor", file=sys.stderr)
+            print(f"bench decode: {args.model} has {unmatched}, which no transformer preset has: no llama-sdpa "
+                  f"anchor", file=sys.stderr)
         else:
             llama = llama_anchor(get_preset(anchor, vocab_size=fox.config.vocab_size))
             llama.config.use_cache = True
@@ -119,19 +120,23 @@ def _build(args, device: torch.device, dtype: torch.dtype):
     return models
 
 
-def anchor_preset(preset: str, config=None) -> Optional[str]:
-    """The Transformer preset the Llama anchor is built from: transformer-<block>-<size> of ``preset``, or
-    for a loaded model (``config``) the size whose (num_layers, hidden_size) it has (None if no size has):
-    --preset's default size would otherwise stand in for a --model of any size."""
-    from foxformer.models.presets import SIZES
+def anchor_preset(preset: Optional[str], config=None) -> tuple[Optional[str], Optional[str]]:
+    """(the Transformer preset the Llama anchor is built from, None), or (None, what the model has that no preset has):
+    transformer-<block>-<size> of ``preset``, or for a loaded model (``config``; ``preset`` None) of its own block
+    (LLaMA or Pro) and (num_layers, hidden_size): --preset's default (Pro, 125M) stood in for a --model of any block
+    and size."""
+    from foxformer.models.presets import SIZES, block_of
 
-    _, block, size = preset.split("-")
-    if config is not None:
-        sizes = [s for s, shape in SIZES.items() if shape == (config.num_layers, config.hidden_size)]
-        if not sizes:
-            return None
-        size = sizes[0]
-    return f"transformer-{block}-{size}"
+    if config is None:
+        _, block, size = preset.split("-")
+        return f"transformer-{block}-{size}", None
+    block = block_of(config)
+    if block is None:
+        return None, "a block with some of the Pro block's additions but not all"
+    sizes = [s for s, shape in SIZES.items() if shape == (config.num_layers, config.hidden_size)]
+    if not sizes:
+        return None, f"hidden_size {config.hidden_size} and {config.num_layers} layers"
+    return f"transformer-{block}-{sizes[0]}", None
 
 
 def evict_skip_reason(model, evict_eps: float, qk_bound: Optional[float]) -> Optional[str]:

@@ -147,6 +147,7 @@ def text_flags(args) -> tuple[str, str]:
 def _sequences(args, models):
     """The sequences of the text the flags name, and where they came from; ``args.split`` and ``args.text_field``
     as text_flags settled them."""
+    from foxformer.data.preparation import read_manifest
     from foxformer.train.loading import check_data_tokenizer
 
     from .sequences import dataset_sequences, note_fewer, source_sequences
@@ -156,7 +157,9 @@ def _sequences(args, models):
         check_data_tokenizer(args.data, models, args.tokenizer, label=FLAGS)
         tokens = dataset_sequences(args.data, args.seq_len, args.num_seqs, split=split,
                                    within_docs=args.within_docs, source=args.data_source, label=FLAGS)
-        where = {"data": args.data, "split": split, "within_docs": args.within_docs}
+        # as a --source's: eval compare names the tokenizers of evaluations whose losses are per different tokens
+        where = {"data": args.data, "split": split, "within_docs": args.within_docs,
+                 "tokenizer": read_manifest(args.data)["tokenizer"]}
         where = {**where, "data_source": args.data_source} if args.data_source else where
     elif args.source:
         tok, spec = _tokenizer(args, models)

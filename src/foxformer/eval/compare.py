@@ -54,6 +54,8 @@ def _loss_json(run_dir: str) -> str:
 # What fixes the sequences: windows inside documents or not, and the tokenizer of a text source, cut
 # different sequences from the same data.
 MEASURED = ("data", "source", "split", "seq_len", "num_seqs", "within_docs", "tokenizer", "data_source")
+# unknown (None) in loss.json files written before they were recorded: within_docs, and a --data dataset's tokenizer
+_RECORDED_LATER = ("within_docs", "tokenizer")
 
 
 def tokens_fingerprint(tokens) -> str:
@@ -68,8 +70,7 @@ def tokens_fingerprint(tokens) -> str:
 def _same_sequences(a: dict, b: dict) -> bool:
     if a.get("tokens_sha256") and b.get("tokens_sha256"):
         return a["tokens_sha256"] == b["tokens_sha256"]
-    # loss.json files written before within_docs was recorded leave it unknown (None)
-    return all(a[k] == b[k] or (k == "within_docs" and None in (a[k], b[k])) for k in MEASURED)
+    return all(a[k] == b[k] or (k in _RECORDED_LATER and None in (a[k], b[k])) for k in MEASURED)
 
 
 def _how_measured_differently(a: dict, b: dict) -> str:
@@ -79,8 +80,25 @@ def _how_measured_differently(a: dict, b: dict) -> str:
             else str(value)
 
     flags = [f"--{k.replace('_', '-')} {said(a[k])} against {said(b[k])}" for k in MEASURED
-             if a[k] != b[k] and not (k == "within_docs" and None in (a[k], b[k]))]
+             if a[k] != b[k] and not (k in _RECORDED_LATER and None in (a[k], b[k]))]
     return ", ".join(flags) or "the same flags, but other tokens: the data changed between the evaluations"
+
+
+def _different_sequences(run_dir: str, measured: dict, reference_dir: str, reference: dict) -> str:
+    """Why two evaluations do not compare, and what would. Under different tokenizers no `eval loss` flags
+    would: each loss is per token of its own tokenizer (a byte, a GPT-2 token of about four bytes), and no
+    evaluation here measures per byte, where they would meet."""
+    from foxformer.data.tokenizer import same_tokenizer
+
+    tokenizers = measured["tokenizer"], reference["tokenizer"]
+    if None not in tokenizers and not same_tokenizer(*tokenizers):
+        return (f"{run_dir} and {reference_dir} were evaluated on text tokenized by different tokenizers "
+                f"({tokenizers[0]} against {tokenizers[1]}): losses per token under different tokenizers cannot be "
+                f"compared (their tokens cover different amounts of text); compare only runs trained with the same "
+                f"tokenizer")
+    return (f"{run_dir} and {reference_dir} measured different sequences "
+            f"({_how_measured_differently(measured, reference)}); compare only evaluations of the same sequences: "
+            f"run `foxformer eval loss` on each run with the same flags")
 
 
 # The per-position arrays of a loss.json model entry: what slim_curve reduces to log-spaced bins.
@@ -146,9 +164,7 @@ def load_curves(run_dirs: list[str]) -> list[SimpleNamespace]:
         if reference is None:
             reference = (run_dir, measured)
         elif not _same_sequences(measured, reference[1]):
-            raise ValueError(f"{run_dir} and {reference[0]} measured different sequences "
-                             f"({_how_measured_differently(measured, reference[1])}); compare only evaluations of "
-                             f"the same sequences: run `foxformer eval loss` on each run with the same flags")
+            raise ValueError(_different_sequences(run_dir, measured, *reference))
         curves += [SimpleNamespace(**expand_curve(m), run_index=i) for m in data["models"]]
     return curves
 

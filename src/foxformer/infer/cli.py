@@ -47,6 +47,7 @@ def _resolve_model(args) -> None:
 def _cmd_generate(args) -> int:
     from foxformer.data import load_tokenizer
     from foxformer.eval.outputs import note_replacing
+    from foxformer.train.distributed import resolve_device
     from foxformer.train.loading import load_model, tokenizer_spec
 
     from foxformer.data.tokenizer import start_ids
@@ -59,18 +60,19 @@ def _cmd_generate(args) -> int:
     prompt = read_text(args.prompt_file, "--prompt-file") if args.prompt_file is not None else args.prompt
     if args.out:
         check_output_file(args.out, "--out")
-    # Checked first, before the model loads (--decode among them, whose modes live with the caches and torch),
-    # each bad setting named by its flag.
+    # Checked first, before the model loads (--decode among them, whose modes live with the caches and torch, and
+    # which asks the device for CUDA graphs), each bad setting named by its flag.
+    device = resolve_device(args.device, "--device")
     cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
                            top_p=args.top_p, seed=args.seed, evict_eps=args.evict_eps,
                            evict_qk_bound=args.evict_qk_bound, evict_max_len=args.evict_max_len,
                            fgate_bias_shift=args.fgate_bias_shift, prefill_chunk=args.prefill_chunk,
                            stop=args.stop, ignore_eos=args.ignore_eos, decode=args.decode)
-    cfg.validate(label=FLAGS)
+    cfg.validate(label=FLAGS, device=device)
     greedy = cfg.greedy_note(FLAGS)
     if greedy:
         print(f"note: {greedy}", file=sys.stderr)
-    loaded = load_model(args.model, device=args.device, dtype=args.dtype, attention_backend=args.attention_backend,
+    loaded = load_model(args.model, device=device, dtype=args.dtype, attention_backend=args.attention_backend,
                         progress=not args.no_progress, label=FLAGS, said_as=args.model_said)
     tokenizer = load_tokenizer(tokenizer_spec([loaded], args.tokenizer))
     n_prompt = len(start_ids(tokenizer) + tokenizer.encode(prompt))  # what the model reads, a BOS included
@@ -268,9 +270,9 @@ def add_commands(subparsers) -> None:
                         f"found stops). Backslash escapes are read: {ESCAPES}; e.g. --stop '\\n' stops at the end "
                         "of a line")
     p.add_argument("--decode", default="auto",
-                   help="one-token steps: auto (CUDA graphs on a GPU, else eager), graphs, compiled (graphs of the "
-                        "torch.compile'd step: faster steps, a slower start), static (the graph-safe step without "
-                        "capture), eager")
+                   help="one-token steps: auto (CUDA graphs on a GPU, else eager), graphs (a GPU's only), compiled "
+                        "(graphs of the torch.compile'd step: faster steps, a slower start; a GPU's only), static "
+                        "(the graph-safe step without capture), eager")
     p.add_argument("--no-stream", action="store_true", help="print the text at the end instead of streaming")
     p.add_argument("--out", default=None, help="write text and stats to this JSON file")
     p.add_argument("--no-progress", action="store_true",

@@ -51,8 +51,9 @@ class GenerationConfig:
         part of the output, as the stop token is not; a stream holds back text that may begin one until the next
         token tells). Each row of a batch ends at its own.
     decode: how foxformer models run one-token steps: "auto" (CUDA graphs where possible, else eager),
-        "graphs" (the same, with a one-line note where they are not possible), "compiled" (graphs of the
-        torch.compile'd step), "static" (the graph-safe step without capture), "eager".
+        "graphs" (the same, with a one-line note where they are not possible; refused for a model off CUDA),
+        "compiled" (graphs of the torch.compile'd step; likewise), "static" (the graph-safe step without
+        capture), "eager".
     """
 
     max_new_tokens: int = 64
@@ -70,9 +71,10 @@ class GenerationConfig:
     ignore_eos: bool = False
     decode: str = "auto"
 
-    def validate(self, label: str = "{}") -> None:
+    def validate(self, label: str = "{}", device: Optional[torch.device | str] = None) -> None:
         """ValueError naming the first bad setting; ``label`` formats its name (argtypes.setting_name): the
-        keyword by default, "--{}" for the CLI's flags."""
+        keyword by default, "--{}" for the CLI's flags. ``device``: where the model runs, if known (a decode mode
+        asks for CUDA graphs: FoxCache.check_decode)."""
         unset = unset_said(label)
 
         def refuse(field: str, expected: str, unset_for: str = "") -> None:
@@ -106,8 +108,7 @@ class GenerationConfig:
         if stop is not None and (isinstance(stop, bool) or not isinstance(stop, int) or stop < 0):
             refuse("stop_token", "a token id (an integer >= 0)", "to stop at the tokenizer's end of text")
         _stop_strings(self.stop, label)
-        if self.decode not in FoxCache.DECODE_MODES:
-            refuse("decode", f"one of {', '.join(FoxCache.DECODE_MODES)}")
+        FoxCache.check_decode(self.decode, device, label)
 
     def greedy_note(self, label: str = "{}") -> str:
         """What says which sampling settings greedy decoding (temperature 0) leaves without effect, or "" when none
@@ -251,10 +252,11 @@ def stream_tokens(model, input_ids: torch.Tensor, cfg: Optional[GenerationConfig
     token comes; off by default, as a library call draws nothing of its own.
     """
     cfg = cfg or GenerationConfig()
-    cfg.validate(label)
+    model = _unwrap(model)
+    dev = model_device(model)
+    cfg.validate(label, dev)
     if cfg.stop:
         raise ValueError(_NO_TEXT)
-    model = _unwrap(model)
     if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.shape[1] < 1:
         raise ValueError(f"input_ids: expected a LongTensor [batch, seq] with seq >= 1, got "
                          f"{getattr(input_ids, 'shape', type(input_ids).__name__)}")
@@ -265,7 +267,6 @@ def stream_tokens(model, input_ids: torch.Tensor, cfg: Optional[GenerationConfig
     if cfg.stop_token is not None and vocab is not None and cfg.stop_token >= vocab:
         raise ValueError(f"stop_token: {cfg.stop_token} is outside the model's vocabulary of {vocab}, so no row "
                          f"would ever stop at it")
-    dev = model_device(model)
     ids = input_ids.to(dev).long()
     mask = None
     if attention_mask is not None:
@@ -508,10 +509,9 @@ def generate(model, tokenizer_or_ids, prompt: Optional[str | Sequence[str]] = No
             config = GenerationConfig(**options)
         except TypeError as e:
             raise TypeError(f"generate: unknown option ({e})") from e
-    config.validate(label)
+    config.validate(label, model_device(_unwrap(model)))
     if note := config.greedy_note(label):
         warnings.warn(note, GreedyNote, stacklevel=2)
-    _unwrap(model)
     tokenizer = tokenizer_or_ids
     if isinstance(tokenizer, str):
         if prompt is None:

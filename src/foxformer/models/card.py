@@ -7,7 +7,7 @@ from typing import Optional
 
 from ..paths import write_text
 from .config import FoxConfig
-from .presets import count_embedding, count_non_embedding
+from .presets import block_of, count_embedding, count_non_embedding
 
 CARD = "README.md"
 PAPER = "Forgetting Transformer: Softmax Attention with a Forget Gate (arXiv 2503.02130)"
@@ -16,8 +16,7 @@ _ATTENTION = {"forgetting": "FoX", "softmax": "Transformer", "linear": "Gated li
 
 def model_name(config: FoxConfig) -> str:
     """"FoX (Pro)", "Transformer (LLaMA)", ...: the paper's names, the block named by its additions."""
-    pro = (config.qk_norm, config.output_gate, config.output_norm, config.k_shift, config.v_shift)
-    block = "Pro" if all(pro) else "LLaMA" if not any(pro) else "custom block"
+    block = {"pro": "Pro", "llama": "LLaMA", None: "custom block"}[block_of(config)]
     return f"{_ATTENTION[config.attention]} ({block})"
 
 

@@ -88,6 +88,14 @@ def _base(family: str, layers: int, d: int) -> dict:
 
 # The Pro additions, and the fields that decide how wide the Pro MLP must be to match the LLaMA block's count.
 PRO_BLOCK = dict(qk_norm=True, output_gate=True, output_norm=True, kv_shift=True)
+# kv_shift as a built config holds it: k_shift and v_shift (each may be set alone)
+_PRO_FIELDS = ("qk_norm", "output_gate", "output_norm", "k_shift", "v_shift")
+
+
+def block_of(config) -> str | None:
+    """The block of a built config: "pro" (every Pro addition), "llama" (none), None (some only: no preset's)."""
+    on = [bool(getattr(config, name)) for name in _PRO_FIELDS]
+    return "pro" if all(on) else "llama" if not any(on) else None
 _WIDTH_INPUTS = ("hidden_size", "num_heads", "num_kv_heads", "head_dim", "mlp_ratio")
 
 

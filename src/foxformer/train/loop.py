@@ -55,7 +55,8 @@ def _announce(cfg: TrainConfig, n_params: int, train_tokens: int, restarted: boo
     ``restarted``: out_dir holds a run stopped before its first checkpoint, which starts again from step 0."""
     model = f"the weights of {cfg.init_from}" if cfg.init_from else cfg.preset
     length = f"{cfg.total_steps:,} step{'s' * (cfg.total_steps != 1)} ({cfg.total_steps * cfg.batch_tokens:,} tokens)"
-    limit = f", at most {cfg.max_minutes:g} minutes" if cfg.max_minutes is not None else ""
+    minutes = cfg.max_minutes
+    limit = f", at most {minutes:g} minute{'s' * (minutes != 1)}" if minutes is not None else ""
     what = (f"{cfg.out_dir} has no checkpoint yet (stopped before its first), so it starts again from step 0"
             if restarted else f"new run in {cfg.out_dir}")
     tqdm.write(f"train: {what}: {model} ({n_params:,} parameters) on {cfg.data_dir}, context "

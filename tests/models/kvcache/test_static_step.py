@@ -163,16 +163,42 @@ def test_the_memory_report_matches_the_allocations(name):
         assert report["live_bytes"] < report["no_eviction_bytes"] and report["kept_fraction"] < 0.6
 
 
-def test_graphs_on_the_cpu_fall_back_with_one_note():
-    """"auto" quietly records why it decoded eagerly on the CPU; asking for graphs says it (once)."""
+def test_auto_on_the_cpu_falls_back_quietly_and_a_cache_asked_for_graphs_with_one_note():
+    """"auto" quietly records why it decoded eagerly on the CPU; a cache asked for graphs (what transformers'
+    cache_implementation="static" asks on any device) says it, once."""
+    import warnings
+
+    from foxformer.models.calls import fresh_cache
+
     model, _ = _model("fox-pro")
-    eager, cache = _stream(model, tokens(1, 8), "auto", temperature=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        eager, cache = _stream(model, tokens(1, 8), "auto", temperature=0)
     assert cache.decode_note == "decoding eagerly: CUDA graphs need a CUDA device" and cache.graphs is None
+    cache = fresh_cache(model, 12, decode="graphs")
     with pytest.warns(UserWarning, match="decoding eagerly: CUDA graphs need a CUDA device") as record:
-        got, _ = _stream(model, tokens(1, 8), "graphs", temperature=0)
-    assert len(record) == 1 and torch.equal(got, eager)
+        for step in tokens(1, 8).split(1, dim=1):
+            model(input_ids=step, cache=cache, use_cache=True)
+    assert len(record) == 1
     with pytest.raises(ValueError, match="decode: expected one of"):
         GenerationConfig(decode="fast").validate()
+
+
+@pytest.mark.parametrize("decode", ["graphs", "compiled"])
+def test_graphs_asked_for_a_model_on_the_cpu_are_refused_at_the_call(decode):
+    """They decoded eagerly, said only in a note at the end (the CLI's summary line)."""
+    from foxformer.infer import generate
+
+    model, _ = _model("fox-pro")
+    said = (f"decode: {decode!r} replays CUDA graphs, which need a CUDA device, and the model runs on cpu; use "
+            f"'auto' (graphs where they can run, eager here), 'static' or 'eager'")
+    with pytest.raises(ValueError) as caught:
+        generate(model, tokens(1, 8), decode=decode)  # before the stream is iterated
+    assert str(caught.value) == said
+    with pytest.raises(ValueError) as caught:
+        _stream(model, tokens(1, 8), decode)
+    assert str(caught.value) == said
+    GenerationConfig(decode=decode).validate()  # where the model runs is not known: not refused
 
 
 @pytest.mark.parametrize("name", ["fox-pro", "fox-pro-evicting", "transformer-llama-rope", "linear-pro"])

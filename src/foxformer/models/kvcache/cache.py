@@ -13,6 +13,7 @@ from typing import Optional, Sequence
 
 import torch
 
+from ...argtypes import setting_name
 from .base import LayerState
 from .policy import EVICT_EVERY, EvictionPolicy
 
@@ -30,12 +31,26 @@ class FoxCache:
     is_compileable = False
     is_croppable = False
     DECODE_MODES = ("auto", "graphs", "compiled", "static", "eager")
+    GRAPH_MODES = ("graphs", "compiled")  # asked for by name: CUDA graphs, which "auto" only takes where they run
+
+    @classmethod
+    def check_decode(cls, decode: str, device: Optional[torch.device | str] = None, label: str = "{}") -> None:
+        """ValueError for a decode mode that is none of DECODE_MODES, or, given the ``device`` the steps will run
+        on, one of GRAPH_MODES off CUDA: it ran eagerly there, said only in a note after the whole generation.
+        A cache itself takes them anywhere (transformers' cache_implementation="static" asks for graphs on any
+        device, and falls back with a warning, as transformers compiles nothing on a CPU either). ``label``: how
+        the setting is named (argtypes.setting_name)."""
+        name = setting_name(label, "decode")
+        if decode not in cls.DECODE_MODES:
+            raise ValueError(f"{name}: expected one of {', '.join(cls.DECODE_MODES)}, got {decode!r}")
+        if device is not None and decode in cls.GRAPH_MODES and torch.device(device).type != "cuda":
+            raise ValueError(f"{name}: {decode!r} replays CUDA graphs, which need a CUDA device, and the model runs "
+                             f"on {device}; use 'auto' (graphs where they can run, eager here), 'static' or 'eager'")
 
     def __init__(self, layers: Sequence[LayerState], max_len: Optional[int] = None,
                  policy: Optional[EvictionPolicy] = None, decode: str = "auto",
                  bound_len: Optional[int] = None) -> None:
-        if decode not in self.DECODE_MODES:
-            raise ValueError(f"decode: expected one of {', '.join(self.DECODE_MODES)}, got {decode!r}")
+        self.check_decode(decode)
         self.layers = list(layers)
         self.seq_len = 0
         self.max_len = None if max_len is None else int(max_len)

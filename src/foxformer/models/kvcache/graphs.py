@@ -26,6 +26,7 @@ import torch
 from foxformer.ops.forgetting_attn.decode import READS_LENGTH_ON_DEVICE
 
 from .base import decode_backend
+from .cache import FoxCache
 from .policy import EVICT_EVERY
 
 # A cache whose storage moves every few steps (a beam search reordering an evicting cache, which rebuilds its
@@ -168,5 +169,5 @@ def note_eager(cache, reason: str, cuda: bool) -> None:
     if cache.decode_note is not None:
         return
     cache.decode_note = f"decoding eagerly: {reason}"
-    if cache.decode in ("graphs", "compiled") or (cache.decode == "auto" and cuda):
+    if cache.decode in FoxCache.GRAPH_MODES or (cache.decode == "auto" and cuda):
         warnings.warn(cache.decode_note, stacklevel=4)
