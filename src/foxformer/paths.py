@@ -96,9 +96,10 @@ def export_writer(out: str, earlier: bool):
     os.replace(tmp, out)
 
 
-def decode_utf8(data: bytes, path: str, first_line: int = 1) -> str:
+def decode_utf8(data: bytes, path: str, first_line: int = 1, leave_out: str = "leave it out") -> str:
     """``data`` (the bytes of ``path`` from line ``first_line`` on) as text; bytes that are not UTF-8 are a
     ValueError naming the file, the line and the column (Python's own message names neither file nor line).
+    ``leave_out``: how the fix says to do without the file (a folder's file is moved out of it).
 
     At the file's start (``first_line`` 1) a UTF-8 byte-order mark is no text: Windows editors write one, and it
     became a document's first character (a .jsonl file's first line was not JSON). A UTF-16 or UTF-32 one names
@@ -110,7 +111,7 @@ def decode_utf8(data: bytes, path: str, first_line: int = 1) -> str:
             if data.startswith(bom):
                 raise ValueError(f"{path} is {encoding} text (it starts with a {encoding} byte-order mark), not "
                                  f"UTF-8: convert it (iconv -f {encoding[:6]} -t utf-8, which drops the mark) or "
-                                 f"leave it out")
+                                 f"{leave_out}")
         if data.startswith(codecs.BOM_UTF8):
             start = len(codecs.BOM_UTF8)
     try:
@@ -118,12 +119,12 @@ def decode_utf8(data: bytes, path: str, first_line: int = 1) -> str:
     except UnicodeDecodeError as e:
         pos = start + e.start
         raise ValueError(f"{path}: {_line_column(data, pos, first_line)} is not UTF-8 (byte 0x{data[pos]:02x}): "
-                         f"convert the file to UTF-8 (e.g. iconv -f latin1 -t utf-8) or leave it out") from None
+                         f"convert the file to UTF-8 (e.g. iconv -f latin1 -t utf-8) or {leave_out}") from None
     if "\x00" in text:
         pos = data.index(b"\x00", start)
         raise ValueError(f"{path}: {_line_column(data, pos, first_line)} is a NUL byte, which text does not hold: "
                          f"the file is UTF-16 without a byte-order mark, or not text: convert it (iconv -f utf-16le -t "
-                         f"utf-8) or leave it out")
+                         f"utf-8) or {leave_out}")
     return text
 
 

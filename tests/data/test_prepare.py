@@ -421,6 +421,20 @@ def test_prepare_says_what_it_left_out(tmp_path, capsys):
         prepare(_cfg(tmp_path, [str(src)], tokenizer="bytes"), force=True, progress=False)
 
 
+def test_the_left_out_note_names_the_text_field_given(tmp_path, capsys):
+    """With --text-field body the note said the .jsonl files were read from "field 'text'"."""
+    from foxformer.cli import main
+
+    src = tmp_path / "mine"
+    src.mkdir()
+    (src / "rows.jsonl").write_text("".join(json.dumps({"body": f"row {i} " * 10}) + "\n" for i in range(3)))
+    (src / "figure.png").write_bytes(b"\x89PNG")
+    assert main(["data", "prepare", "--source", str(src), "--out", str(tmp_path / "out"), "--tokenizer", "bytes",
+                 "--text-field", "body", "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert "(JSON Lines: one document a line, field 'body')" in err and "field 'text'" not in err, err
+
+
 def test_leave_out_that_empties_the_training_split_is_refused(tmp_path):
     """With the only document of the kept source drawn for validation, prepare wrote a dataset whose training
     split was empty, and training failed on it with 'split train has 0 tokens'."""

@@ -189,6 +189,21 @@ def test_utf16_and_binary_files_are_refused_by_name(tmp_path, data, said):
         list(iter_documents(str(path.parent)))
 
 
+@pytest.mark.parametrize("kind", ["txt", "jsonl"])
+@pytest.mark.parametrize("source", ["folder", "file"], ids=["in-a-folder", "given-alone"])
+def test_a_file_that_is_not_text_is_left_out_as_its_source_allows(tmp_path, kind, source):
+    """A folder's file said "or leave it out", and `--leave-out FILE` was refused: it takes a whole --source."""
+    (tmp_path / "good.txt").write_text("a document")
+    bad = tmp_path / f"bad.{kind}"
+    bad.write_bytes(b"\x00\x01binary" if kind == "txt" else b'{"text": "a"}\n\x00\x01binary\n')
+    spec = str(tmp_path if source == "folder" else bad)
+    fix = f"move it out of {spec!r}" if source == "folder" else "leave it out"
+    line = 1 if kind == "txt" else 2
+    with pytest.raises(ValueError, match=re.escape(f"{bad}: line {line}, column 1 is a NUL byte")) as e:
+        list(iter_documents(spec))
+    assert str(e.value).endswith(f"convert it (iconv -f utf-16le -t utf-8) or {fix}"), e.value
+
+
 @pytest.mark.parametrize("name", ["cut.jsonl.xz", "cut.jsonl.gz", "plain.txt.gz"],
                          ids=["truncated-xz", "truncated-gz", "not-gzip"])
 def test_a_damaged_compressed_file_is_named(tmp_path, name):

@@ -56,6 +56,8 @@ def test_a_source_that_is_not_utf8_names_the_file_and_line(tmp_path, capsys, kin
     line = _error(capsys)
     column = 3 if kind == "txt" else 13
     assert f"{bad}: line 3, column {column} is not UTF-8 (byte 0xff)" in line, line
+    # "or leave it out" sent the user to --leave-out, which takes whole sources and refused the file
+    assert line.endswith(f"(e.g. iconv -f latin1 -t utf-8) or move it out of {str(good.parent)!r}"), line
 
 
 def test_one_document_explains_its_empty_validation_split(tmp_path, capsys):

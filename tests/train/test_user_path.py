@@ -160,6 +160,52 @@ def test_a_run_stopped_before_its_first_checkpoint_says_it_starts_again_from_ste
                                                  f"so it starts again from step 0: fox-pro-tiny ("), said
 
 
+def _cut_after_step_3(make_cfg, run: str) -> None:
+    """A 6-step run in ``run`` that failed after step 3, its last checkpoint that of step 2."""
+    def cut(step, record):
+        if step == 3:
+            raise RuntimeError("cut after step 3")
+
+    with pytest.raises(RuntimeError):
+        train(make_cfg(out_dir=run, max_steps=6), hook=cut)
+
+
+def test_a_resumed_run_says_which_checkpoint_and_step_it_goes_on_from(make_cfg, tmp_path, capsys):
+    """`train --out RUN` on an interrupted run said only 'continuing RUN with its config.yaml': nothing named the
+    checkpoint or the step it went on from until the first step line, log_every steps later."""
+    run = str(tmp_path / "cut")
+    _cut_after_step_3(make_cfg, run)
+    last = ckpt.latest_checkpoint(run)
+    assert last.endswith("step_00000002")
+    capsys.readouterr()
+    assert main(["train", "--out", run, "--max-minutes", "5"]) == 0
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("train: ")]
+    assert said == [f"train: continuing {run} with its config.yaml (flags given override it)",
+                    f"train: resuming {run} from {last}: step 2 of 6 (256 tokens trained), 4 steps to go, at most "
+                    f"5 minutes"], said
+
+
+def test_resuming_on_data_of_another_tokenizer_names_the_data_the_run_trained_on(make_cfg, data_dir, tmp_path,
+                                                                                  capsys):
+    """`train --out RUN --data OTHER`, OTHER of GPT-2 tokens beside a bytes run, said "leave the tokenizer out to use
+    the dataset's": the user had given none (the run's config.yaml had), and a resumed run cannot change it."""
+    run = str(tmp_path / "run")
+    _cut_after_step_3(make_cfg, run)
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for i in range(3):
+        (docs / f"{i}.txt").write_text(f"document {i} " * 50)
+    other = str(tmp_path / "gpt2")
+    assert main(["data", "prepare", "--source", str(docs), "--out", other, "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["train", "--out", run, "--data", other]) == 2
+    assert _one_error_line(capsys.readouterr().err) == (
+        f"error: --data (data_dir): {other!r} was tokenized with 'gpt2', but the run in {run} trained on 'bytes' "
+        f"tokens, and a resumed run must see the same data: give the data it trained on ({data_dir!r}), or train on "
+        f"this data as a new run in another out_dir (nothing was overwritten)")
+    assert ckpt.latest_checkpoint(run).endswith("step_00000002")
+
+
 def test_sigterm_saves_says_where_and_exits_143_and_the_run_resumes_to_the_same_losses(make_cfg, data_dir, tmp_path):
     """A scheduler's SIGTERM (preemption, the time limit) killed the run: everything since its last periodic
     checkpoint was lost. Now it ends the step in progress, saves it, says where and how to resume in one line and

@@ -27,7 +27,7 @@ _FLAGS = {"sources": "--source", "source": "--source", "out_dir": "--out", "toke
 def _cmd_prepare(args: argparse.Namespace) -> int:
     from ..argtypes import SettingError
     from .preparation import DEFAULT_SOURCES, PrepareConfig, prepare
-    from .sources import KINDS_SAID
+    from .sources import kinds_said
 
     cfg = PrepareConfig(sources=args.source or list(DEFAULT_SOURCES), out_dir=args.out, tokenizer=args.tokenizer,
                         val_fraction=args.val_fraction, seed=args.seed, max_tokens_per_source=args.max_tokens_per_source,
@@ -50,7 +50,7 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
         if source.get("left_out_files"):
             kinds = ", ".join(f"{n} {ext}" for ext, n in source["left_out_files"].items())
             print(f"note: {source['spec']}: {sum(source['left_out_files'].values())} file(s) of kinds not read as "
-                  f"documents left out ({kinds}); read are {KINDS_SAID}", file=sys.stderr)
+                  f"documents left out ({kinds}); read are {kinds_said(cfg.text_field)}", file=sys.stderr)
         if source.get("skipped_datasets"):
             print(f"note: {source['spec']}: {len(source['skipped_datasets'])} prepared dataset folder(s) in it not "
                   f"read as documents ({', '.join(source['skipped_datasets'])})", file=sys.stderr)

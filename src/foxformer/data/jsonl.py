@@ -132,14 +132,16 @@ def _no_field(where: str, row: dict, text_field: str, first: bool, fix: Callable
             f"fix the line, or leave out the rows without it ({fix(f'select(has({json.dumps(text_field)}))')})")
 
 
-def rows(fh, path: str, text_field: str, decompress: str | None = None) -> Iterator[tuple[str, str, str]]:
+def rows(fh, path: str, text_field: str, decompress: str | None = None,
+         leave_out: str = "leave it out") -> Iterator[tuple[str, str, str]]:
     """(id, "file:line", text) of each document of a JSONL file's lines, ``fh`` its bytes (decompressed);
-    ``decompress``: the command that decompresses a compressed one, for the fixes' commands. Blank lines are none."""
+    ``decompress``: the command that decompresses a compressed one, for the fixes' commands; ``leave_out``: how a
+    fix says to do without the file (decode_utf8's). Blank lines are none."""
     fix = partial(jq, path, decompress)
     first = True
     for lineno, raw in enumerate(fh, 1):
         # `cat a.jsonl b.jsonl` keeps b's byte-order mark at the start of a line, which no JSON value starts with
-        line = decode_utf8(raw, path, first_line=lineno).lstrip("\ufeff")
+        line = decode_utf8(raw, path, lineno, leave_out).lstrip("\ufeff")
         if not line.strip():
             continue
         where = f"{path}:{lineno}"

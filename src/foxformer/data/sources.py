@@ -89,9 +89,11 @@ def _open_binary(path: str) -> io.BufferedIOBase:
     return open(path, "rb")
 
 
-# What a source folder's files may be, as messages say it
-KINDS_SAID = (f"{'/'.join(TEXT_SUFFIXES)} (one document a file), {'/'.join(JSONL_SUFFIXES)} (JSON Lines: one "
-              f"document a line, field 'text') or {'/'.join(PARQUET_SUFFIXES)}, each optionally .gz or .xz")
+def kinds_said(text_field: str = "text") -> str:
+    """What a source folder's files may be, as messages say it, with the field a JSON Lines file's text is read
+    from (the note of a prepare given --text-field body said "field 'text'")."""
+    return (f"{'/'.join(TEXT_SUFFIXES)} (one document a file), {'/'.join(JSONL_SUFFIXES)} (JSON Lines: one document a "
+            f"line, field {text_field!r}) or {'/'.join(PARQUET_SUFFIXES)}, each optionally .gz or .xz")
 
 
 # Compressions not read, by how they end a name: a .jsonl.bz2 was "not a supported file", and a folder's note
@@ -124,7 +126,7 @@ def _scan(path: str, out_dir: str | None = None) -> tuple[list[str], dict[str, i
             raise SettingError("source", f"{path!r} is {compression} compressed, which is not read: "
                                          f"decompress it, or compress it again as .gz or .xz")
         if _file_kind(path) is None:
-            raise SettingError("source", f"{path!r} is not a supported file; expected {KINDS_SAID}")
+            raise SettingError("source", f"{path!r} is not a supported file; expected {kinds_said()}")
         return [path], {}, []
     if os.path.isdir(path):
         return _walk_folder(path, out_dir)
@@ -212,7 +214,7 @@ def _walk_folder(path: str, out_dir: str | None) -> tuple[list[str], dict[str, i
     if not walked:
         passed = f" outside the prepared datasets in it ({', '.join(map(repr, skipped))})" if skipped else ""
         raise SettingError("source", f"directory {path!r} holds no file of a kind read as documents{passed}: "
-                                     f"{KINDS_SAID} (source code: gather the files into a .jsonl, one "
+                                     f"{kinds_said()} (source code: gather the files into a .jsonl, one "
                                      f"{{\"text\": ...}} a line)")
     files = [full for full, real in walked if chosen[real] == full]
     # a.txt beside a.txt.gz (gzip -k keeps the original): the same documents twice, one copy may land in validation
@@ -288,13 +290,19 @@ def _iter_stdlib() -> Iterator[Document]:
 DAMAGED_COMPRESSION = (EOFError, lzma.LZMAError, zlib.error, gzip.BadGzipFile)
 
 
+def _leave_out(spec: str) -> str:
+    """How a fix says to do without one of ``spec``'s files: a folder's is moved out of it ("leave it out" sent the
+    user to --leave-out, which takes whole sources and refused the file)."""
+    return f"move it out of {spec!r}" if os.path.isdir(spec) else "leave it out"
+
+
 def _iter_file(path: str, spec: str, text_field: str) -> Iterator[Document]:
     try:
         yield from _read_file(path, spec, text_field)
     except DAMAGED_COMPRESSION as e:
         raise SettingError("source", f"{path} is not a complete {_strip_compression(path)[1]} file ({e}): cut short "
                                      f"(an interrupted download or copy?) or not compressed as its name says; fetch it "
-                                     f"again, or leave it out") from None
+                                     f"again, or {_leave_out(spec)}") from None
 
 
 def _read_file(path: str, spec: str, text_field: str) -> Iterator[Document]:
@@ -302,7 +310,7 @@ def _read_file(path: str, spec: str, text_field: str) -> Iterator[Document]:
     if kind == "text":
         with _open_binary(path) as fh:
             data = fh.read()
-        text = decode_utf8(data, path)
+        text = decode_utf8(data, path, leave_out=_leave_out(spec))
         del data  # a long document's bytes beside its text: twice the memory while it is tokenized
         if "\r" in text:  # newlines as text mode reads them (universal newlines), as before the bytes were decoded
             text = text.replace("\r\n", "\n").replace("\r", "\n")
@@ -310,7 +318,8 @@ def _read_file(path: str, spec: str, text_field: str) -> Iterator[Document]:
     elif kind == "jsonl":
         with _open_binary(path) as fh:
             comp = _strip_compression(path)[1]
-            for doc_id, where, text in jsonl.rows(fh, path, text_field, comp and COMPRESSIONS[comp]):
+            for doc_id, where, text in jsonl.rows(fh, path, text_field, comp and COMPRESSIONS[comp],
+                                                   _leave_out(spec)):
                 yield Document(id=doc_id, source=spec, text=text, where=where)
     elif kind == "parquet":
         try:
@@ -421,9 +430,8 @@ def describe_source(spec: str, digests=read_digests, out_dir: str | None = None)
         fingerprint = content_fingerprint("source", [(os.path.relpath(f, root), f) for f in files],
                                           lambda _: file_digests)
     except PermissionError as e:  # said "choose a location you may write to", the advice for an output
-        fix = f"move it out of {spec!r}" if os.path.isdir(spec) else "leave it out"
         raise SettingError("source", f"{e.filename} cannot be read (permission denied): make it readable (chmod a+r) "
-                                     f"or {fix}") from None
+                                     f"or {_leave_out(spec)}") from None
     return SourceInfo(spec=spec, kind=kind, fingerprint=fingerprint,
                       left_out=tuple(sorted(other.items(), key=lambda item: (-item[1], item[0]))),
                       skipped=tuple(skipped),

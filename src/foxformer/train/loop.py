@@ -50,17 +50,20 @@ __all__ = ["Plan", "StepHook", "build_model", "make_plan", "train"]
 StepHook = Callable[[int, dict], None]
 
 
+def _time_limit(cfg: TrainConfig) -> str:
+    minutes = cfg.max_minutes
+    return f", at most {minutes:g} minute{'s' * (minutes != 1)}" if minutes is not None else ""
+
+
 def _announce(cfg: TrainConfig, n_params: int, train_tokens: int, restarted: bool = False) -> None:
     """One line on what a new run trains: a mistyped --out starts one with every default, which should show.
     ``restarted``: out_dir holds a run stopped before its first checkpoint, which starts again from step 0."""
     model = f"the weights of {cfg.init_from}" if cfg.init_from else cfg.preset
     length = f"{cfg.total_steps:,} step{'s' * (cfg.total_steps != 1)} ({cfg.total_steps * cfg.batch_tokens:,} tokens)"
-    minutes = cfg.max_minutes
-    limit = f", at most {minutes:g} minute{'s' * (minutes != 1)}" if minutes is not None else ""
     what = (f"{cfg.out_dir} has no checkpoint yet (stopped before its first), so it starts again from step 0"
             if restarted else f"new run in {cfg.out_dir}")
     tqdm.write(f"train: {what}: {model} ({n_params:,} parameters) on {cfg.data_dir}, context "
-               f"{cfg.context}, {cfg.batch_tokens:,} tokens per step, {length}{limit}", file=sys.stderr)
+               f"{cfg.context}, {cfg.batch_tokens:,} tokens per step, {length}{_time_limit(cfg)}", file=sys.stderr)
     if cfg.warmup >= cfg.horizon_tokens:  # the rate never reached its peak (32Ki tokens with 1Mi of warm-up: 3%)
         tqdm.write(f"train: warning: the warm-up ({cfg.warmup:,} tokens) is as long as the schedule "
                    f"({cfg.horizon_tokens:,}): the learning rate never reaches {cfg.lr:g}; lower --warmup-tokens "
@@ -70,6 +73,15 @@ def _announce(cfg: TrainConfig, n_params: int, train_tokens: int, restarted: boo
                    f"the training split of {cfg.data_dir} (each step reads it {cfg.batch_tokens / train_tokens:.1f} "
                    f"times over); lower --batch-tokens (and --context, now {cfg.context}, which it is a multiple "
                    f"of)", file=sys.stderr)
+
+
+def _announce_resume(cfg: TrainConfig, resume_path: str, step: int, tokens: int) -> None:
+    """One line on where a resumed run goes on from: the CLI's "continuing RUN with its config.yaml" named no step
+    or checkpoint, and nothing more was said before the first logged step, log_every steps later."""
+    left = cfg.total_steps - step
+    tqdm.write(f"train: resuming {cfg.out_dir} from {resume_path}: step {step:,} of {cfg.total_steps:,} "
+               f"({tokens:,} tokens trained), {left:,} step{'s' * (left != 1)} to go{_time_limit(cfg)}",
+               file=sys.stderr)
 
 
 def train(cfg: TrainConfig, *, hook: StepHook | None = None, model_factory=None,
@@ -283,6 +295,8 @@ def _open_out_dir(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, he
         sink.write({"kind": "start", "step": run.step, "tokens": run.tokens, "resumed_from": resume_path, **derived})
         if loaded is None:
             _announce(cfg, run.n_params, inputs.train_ds.tokens.size, restarted)
+        else:
+            _announce_resume(cfg, resume_path, run.step, run.tokens)
     barrier()
     return sink
 

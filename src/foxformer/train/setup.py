@@ -23,7 +23,7 @@ from .identity import check_ranks_agree, data_identity
 from .init_from import init_source, load_init_weights
 from .optim import build_optimizer
 from .plan import Plan, make_plan
-from .resume import check_saved_config, resolve_resume
+from .resume import check_resumed_data, check_saved_config, resolve_resume
 from .sharded import CheckpointWriter, ResumePoint, check_same_resume
 
 
@@ -90,6 +90,7 @@ def read_inputs(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter) -> R
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
 
+    check_resumed_data(cfg)
     train_ds = TokenDataset(cfg.data_dir, "train", cfg.context, roll=cfg.roll, seed=cfg.seed,
                             expect_tokenizer=cfg.tokenizer, length="context", data="data_dir", also=("val",))
     if cfg.tokenizer is None:  # the saved config names it, for evaluation and generation
