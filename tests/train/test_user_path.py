@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -227,6 +228,42 @@ def test_sigterm_saves_says_where_and_exits_143_and_the_run_resumes_to_the_same_
     assert resumed["resumed_from"] == last
     # rel 1e-5: the child and this process may round one reduction differently (see the Ctrl-C test above)
     assert _losses(run) == pytest.approx(_losses(ref["out_dir"]), rel=1e-5, abs=0)
+
+
+
+def test_a_background_job_with_sigint_ignored_is_told_to_stop_by_sigterm(data_dir, tmp_path):
+    """`foxformer train ... &` in a script: the shell starts it with SIGINT ignored, so Ctrl-C and `kill -INT` did
+    nothing at all and the run went on unsaid; rank 0 now says so at start, and the command it names stops the run
+    with a checkpoint."""
+    run = str(tmp_path / "background")
+    flags = [*_flags(data_dir, run, steps=300), "--total-tokens", str(300 * 128)]
+    command = " ".join([sys.executable, "-m", "foxformer.cli", *flags])
+    proc = subprocess.Popen(["sh", "-c", f"{command} & wait $!"], env={**os.environ, "PYTHONPATH": SRC},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    note = proc.stderr.readline()
+    pid = int(note.rpartition("kill -TERM ")[2].partition("`")[0])
+    assert note == (f"train: note: this process was started with SIGINT ignored (a background job, `... &` in a "
+                    f"script), so Ctrl-C and kill -INT will not stop this run; stop it with `kill -TERM {pid}`, "
+                    f"which ends it after the step in progress with a checkpoint\n")
+    os.kill(pid, signal.SIGINT)
+    _wait_for(proc, os.path.join(run, "checkpoints", "step_00000002"))
+    os.kill(pid, signal.SIGINT)
+    _wait_for(proc, os.path.join(run, "checkpoints", "step_00000004"))  # the interrupts changed nothing
+    os.kill(pid, signal.SIGTERM)
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 143, err[-2000:]  # the shell's `wait` gives the job's status
+    last = ckpt.latest_checkpoint(run)
+    step = int(os.path.basename(last).removeprefix("step_"))
+    assert err.splitlines()[-1] == (f"training stopped on SIGTERM after step {step} ({run}); the last checkpoint is "
+                                    f"{last}; resume with: foxformer train --out {run}"), err
+    assert "KeyboardInterrupt" not in err
+
+
+def _wait_for(proc, path, timeout=240.0):
+    deadline = time.time() + timeout
+    while not os.path.exists(path):
+        assert proc.poll() is None and time.time() < deadline, proc.stderr.read()[-2000:]
+        time.sleep(0.01)
 
 
 # 6. one error line for each fault ----------------------------------------------------------------------------

@@ -94,8 +94,10 @@ def _train_command(args: argparse.Namespace, signals) -> int:
 
     overrides = _overrides(args)
     main_rank = int(os.environ.get("RANK", "0")) == 0
-    if main_rank and (note := launcher_note()):
-        print(note, file=sys.stderr)
+    if main_rank:
+        for note in (launcher_note(), signals.interrupt_note()):
+            if note:
+                print(note, file=sys.stderr)
     out_dir = overrides.get("out_dir")
     saved = bool(out_dir) and os.path.isfile(os.path.join(out_dir, SAVED_CONFIG))
     # a run stopped before its first checkpoint starts again from step 0: the run's own line says so
