@@ -186,6 +186,44 @@ def test_a_resumed_run_says_which_checkpoint_and_step_it_goes_on_from(make_cfg, 
                     f"5 minutes"], said
 
 
+
+def test_a_max_minutes_given_on_a_resume_is_said_on_later_ones_and_left_to_its_run(make_cfg, data_dir, tmp_path,
+                                                                                    capsys):
+    """`--max-minutes` given to one invocation is saved in the run's config.yaml: later resumes took it without a
+    word, and so did a new run from `--config RUN/config.yaml` (a fine-tuning run said "at most 0.5 minutes").
+    Resumes keep it (the README's "one more minute") and say so; a new run from another run's file does not take
+    it; a file of the user's own keeps its limit."""
+    run, tuned, own = str(tmp_path / "cut"), str(tmp_path / "tuned"), str(tmp_path / "own")
+
+    def cut(step, record):
+        if step == 3:
+            raise RuntimeError("cut after step 3")
+
+    with pytest.raises(RuntimeError):
+        train(make_cfg(out_dir=run, max_steps=6, max_minutes=30), hook=cut)
+    capsys.readouterr()
+    assert main(["train", "--out", run]) == 0
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("train: ")]
+    assert said[0] == (f"train: continuing {run} with its config.yaml (flags given override it); its max_minutes (30, "
+                       f"from an earlier invocation) applies again: --max-minutes M for another limit, --set "
+                       f"max_minutes=null for none")
+    assert said[1].endswith("4 steps to go, at most 30 minutes"), said
+    saved = os.path.join(run, "config.yaml")
+    assert main(["train", "--config", saved, "--out", tuned, "--max-steps", "1"]) == 0
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("train: ")]
+    assert said[0] == (f"train: note: --config {saved} is another run's, whose max_minutes (30) limited that run's "
+                       f"own invocations: this run has no time limit (--max-minutes M gives it one)")
+    assert said[1].startswith(f"train: new run in {tuned}: ") and "at most" not in said[1], said
+    assert yaml.safe_load(open(os.path.join(tuned, "config.yaml")))["max_minutes"] is None
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(yaml.safe_dump({"data_dir": data_dir, "out_dir": own, "preset": "fox-pro-tiny", "context": 32,
+                                    "batch_tokens": 128, "max_steps": 1, "max_minutes": 30, "progress": False,
+                                    "eval_tokens": 128, "tensorboard": False, "export_hf": False}))
+    assert main(["train", "--config", str(mine)]) == 0
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("train: ")]
+    assert len(said) == 1 and said[0].endswith(", at most 30 minutes"), said
+
+
 def test_resuming_on_data_of_another_tokenizer_names_the_data_the_run_trained_on(make_cfg, data_dir, tmp_path,
                                                                                   capsys):
     """`train --out RUN --data OTHER`, OTHER of GPT-2 tokens beside a bytes run, said "leave the tokenizer out to use
