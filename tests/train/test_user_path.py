@@ -245,6 +245,38 @@ def test_resuming_on_data_of_another_tokenizer_names_the_data_the_run_trained_on
     assert ckpt.latest_checkpoint(run).endswith("step_00000002")
 
 
+
+def test_data_of_another_tokenizer_than_a_config_files_names_that_file_not_a_flag(make_cfg, tmp_path, capsys):
+    """A new run from a bytes run's config.yaml (`--config RUN/config.yaml`, or RUN stopped before its first
+    checkpoint) on `--data` of GPT-2 tokens said "leave the tokenizer out to use the dataset's": the file gave the
+    tokenizer, no flag had. The --tokenizer that does use the dataset's is named; one given is still refused so."""
+    run, restarted = str(tmp_path / "run"), str(tmp_path / "restarted")
+    train(make_cfg(out_dir=run, max_steps=1))
+    os.makedirs(restarted)
+    saved = yaml.safe_load(open(os.path.join(run, "config.yaml")))
+    with open(os.path.join(restarted, "config.yaml"), "w") as f:
+        yaml.safe_dump({**saved, "out_dir": restarted}, f)
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for i in range(3):
+        (docs / f"{i}.txt").write_text(f"document {i} " * 50)
+    other = str(tmp_path / "gpt2")
+    assert main(["data", "prepare", "--source", str(docs), "--out", other, "--no-progress"]) == 0
+    for argv, source in ((["--config", os.path.join(run, "config.yaml"), "--out", str(tmp_path / "new")],
+                          os.path.join(run, "config.yaml")),
+                         (["--out", restarted], os.path.join(restarted, "config.yaml"))):
+        capsys.readouterr()
+        assert main(["train", *argv, "--data", other]) == 2
+        assert _one_error_line(capsys.readouterr().err) == (
+            f"error: --data (data_dir): {other!r} was tokenized with 'gpt2', but {source} sets tokenizer 'bytes' (no "
+            f"flag gave it); give --tokenizer gpt2 to train on this data, or prepare the data again with --tokenizer "
+            f"bytes")
+    assert main(["train", "--out", restarted, "--data", other, "--tokenizer", "bytes"]) == 2
+    assert _one_error_line(capsys.readouterr().err) == (
+        f"error: --data (data_dir): {other!r} was tokenized with 'gpt2' but the run expects tokenizer 'bytes'; leave "
+        f"the tokenizer out to use the dataset's, or prepare the data again with --tokenizer bytes")
+
+
 def test_sigterm_saves_says_where_and_exits_143_and_the_run_resumes_to_the_same_losses(make_cfg, data_dir, tmp_path):
     """A scheduler's SIGTERM (preemption, the time limit) killed the run: everything since its last periodic
     checkpoint was lost. Now it ends the step in progress, saves it, says where and how to resume in one line and

@@ -182,6 +182,8 @@ def _in_flags(error: ValueError, args: argparse.Namespace, continuing: bool) -> 
     if said := _in_model_flags(error, args):
         return said
     given = _flags_given(args)
+    if said := _tokenizer_of_a_file(error, args, given):
+        return said
     message = str(error)
     key, sep, rest = message.partition(": ")
     if sep and key in given:
@@ -203,6 +205,23 @@ def _in_flags(error: ValueError, args: argparse.Namespace, continuing: bool) -> 
     if key == "overrides":  # what load_config calls them: on this command line only --set names keys
         return f"--set: {rest}"
     return message
+
+
+def _tokenizer_of_a_file(error: ValueError, args: argparse.Namespace, given: dict) -> str | None:
+    """Data of another tokenizer than the one a YAML file set (a run's config.yaml records the tokenizer of the
+    data that run trained on): the dataset's fix, "leave the tokenizer out", named what no flag had given. None for
+    any other error, and where this command line gave the tokenizer."""
+    from ..data.dataset import TokenizerMismatch
+    from .config import SAVED_CONFIG
+
+    typed = {item.partition("=")[0].strip() for item in args.set or []}
+    if not isinstance(error, TokenizerMismatch) or "tokenizer" in given or "tokenizer" in typed:
+        return None
+    source = args.config if args.config is not None else os.path.join(args.out, SAVED_CONFIG)
+    data = f"{given['data_dir'][0]} (data_dir)" if "data_dir" in given else f"config {source}: data_dir"
+    return (f"{data}: {error.data_dir!r} was tokenized with {error.found!r}, but {source} sets tokenizer "
+            f"{error.expected!r} (no flag gave it); give --tokenizer {error.found} to train on this data, or "
+            f"prepare the data again with --tokenizer {error.expected}")
 
 
 def _saved_yaml(path: str):
