@@ -224,18 +224,24 @@ def test_a_max_minutes_given_on_a_resume_is_said_on_later_ones_and_left_to_its_r
     assert len(said) == 1 and said[0].endswith(", at most 30 minutes"), said
 
 
-def test_resuming_on_data_of_another_tokenizer_names_the_data_the_run_trained_on(make_cfg, data_dir, tmp_path,
-                                                                                  capsys):
-    """`train --out RUN --data OTHER`, OTHER of GPT-2 tokens beside a bytes run, said "leave the tokenizer out to use
-    the dataset's": the user had given none (the run's config.yaml had), and a resumed run cannot change it."""
-    run = str(tmp_path / "run")
-    _cut_after_step_3(make_cfg, run)
+def _gpt2_data(tmp_path) -> str:
+    """A dataset of GPT-2 tokens (the default tokenizer), beside the runs of make_cfg on bytes."""
     docs = tmp_path / "docs"
     docs.mkdir()
     for i in range(3):
         (docs / f"{i}.txt").write_text(f"document {i} " * 50)
     other = str(tmp_path / "gpt2")
     assert main(["data", "prepare", "--source", str(docs), "--out", other, "--no-progress"]) == 0
+    return other
+
+
+def test_resuming_on_data_of_another_tokenizer_names_the_data_the_run_trained_on(make_cfg, data_dir, tmp_path,
+                                                                                  capsys):
+    """`train --out RUN --data OTHER`, OTHER of GPT-2 tokens beside a bytes run, said "leave the tokenizer out to use
+    the dataset's": the user had given none (the run's config.yaml had), and a resumed run cannot change it."""
+    run = str(tmp_path / "run")
+    _cut_after_step_3(make_cfg, run)
+    other = _gpt2_data(tmp_path)
     capsys.readouterr()
     assert main(["train", "--out", run, "--data", other]) == 2
     assert _one_error_line(capsys.readouterr().err) == (
@@ -256,12 +262,7 @@ def test_data_of_another_tokenizer_than_a_config_files_names_that_file_not_a_fla
     saved = yaml.safe_load(open(os.path.join(run, "config.yaml")))
     with open(os.path.join(restarted, "config.yaml"), "w") as f:
         yaml.safe_dump({**saved, "out_dir": restarted}, f)
-    docs = tmp_path / "docs"
-    docs.mkdir()
-    for i in range(3):
-        (docs / f"{i}.txt").write_text(f"document {i} " * 50)
-    other = str(tmp_path / "gpt2")
-    assert main(["data", "prepare", "--source", str(docs), "--out", other, "--no-progress"]) == 0
+    other = _gpt2_data(tmp_path)
     for argv, source in ((["--config", os.path.join(run, "config.yaml"), "--out", str(tmp_path / "new")],
                           os.path.join(run, "config.yaml")),
                          (["--out", restarted], os.path.join(restarted, "config.yaml"))):
