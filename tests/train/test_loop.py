@@ -166,10 +166,17 @@ def test_hf_export_round_trips(make_cfg, tmp_path):
 
 
 def test_time_limit_stops_cleanly_with_a_checkpoint(make_cfg, tmp_path):
+    from foxformer.cli import main
+
     run = str(tmp_path / "t")
     summary = train(make_cfg(out_dir=run, max_steps=1000, max_minutes=1e-9))
     assert summary["step"] == 1
     assert os.path.basename(ckpt.latest_checkpoint(run)) == "step_00000001"
+    # its export's card said "trained 1 steps", as of a whole run whose learning rate had decayed
+    assert main(["export-hf", run, "--no-progress"]) == 0
+    card = open(os.path.join(run, "hf", "README.md")).read()
+    assert ("| trained | 1 of 1,000 planned steps (stopped before the end of its schedule), 128 tokens at context 32 "
+            "(128 tokens a step) |") in card, card
 
 
 def test_activation_checkpointing_and_rolling(make_cfg, tmp_path):

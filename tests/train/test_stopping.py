@@ -52,6 +52,24 @@ def test_the_handlers_before_come_back_and_an_ignored_signal_stays_ignored():
         signal.signal(signal.SIGUSR1, ignored)
 
 
+
+@pytest.mark.parametrize("ignored, said", [
+    ((), None),
+    ((signal.SIGINT, signal.SIGTERM), f"stop it with `kill -USR1 {os.getpid()}`, which ends it after the step"),
+    ((signal.SIGINT, signal.SIGTERM, signal.SIGUSR1), "no signal but SIGKILL stops it")],
+    ids=["sigint-handled", "sigterm-ignored-too", "every-stop-signal-ignored"])
+def test_the_note_on_an_ignored_sigint_names_a_signal_that_stops_the_run(ignored, said):
+    before = {sig: signal.signal(sig, signal.SIG_IGN if sig in ignored else signal.default_int_handler)
+              for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)}
+    try:
+        with StopSignals() as stop:
+            note = stop.interrupt_note(environ={})
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+    assert note is None if said is None else said in note, note
+
+
 # A process asked to stop by SIGTERM, then signalled again WAIT seconds later; the window is shortened to 0.2 s.
 _TWICE = textwrap.dedent("""
     import os, signal, sys, time

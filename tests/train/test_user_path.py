@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -185,18 +186,62 @@ def test_a_resumed_run_says_which_checkpoint_and_step_it_goes_on_from(make_cfg, 
                     f"5 minutes"], said
 
 
-def test_resuming_on_data_of_another_tokenizer_names_the_data_the_run_trained_on(make_cfg, data_dir, tmp_path,
-                                                                                  capsys):
-    """`train --out RUN --data OTHER`, OTHER of GPT-2 tokens beside a bytes run, said "leave the tokenizer out to use
-    the dataset's": the user had given none (the run's config.yaml had), and a resumed run cannot change it."""
-    run = str(tmp_path / "run")
-    _cut_after_step_3(make_cfg, run)
+
+def test_a_max_minutes_given_on_a_resume_is_said_on_later_ones_and_left_to_its_run(make_cfg, data_dir, tmp_path,
+                                                                                    capsys):
+    """`--max-minutes` given to one invocation is saved in the run's config.yaml: later resumes took it without a
+    word, and so did a new run from `--config RUN/config.yaml` (a fine-tuning run said "at most 0.5 minutes").
+    Resumes keep it (the README's "one more minute") and say so; a new run from another run's file does not take
+    it; a file of the user's own keeps its limit."""
+    run, tuned, own = str(tmp_path / "cut"), str(tmp_path / "tuned"), str(tmp_path / "own")
+
+    def cut(step, record):
+        if step == 3:
+            raise RuntimeError("cut after step 3")
+
+    with pytest.raises(RuntimeError):
+        train(make_cfg(out_dir=run, max_steps=6, max_minutes=30), hook=cut)
+    capsys.readouterr()
+    assert main(["train", "--out", run]) == 0
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("train: ")]
+    assert said[0] == (f"train: continuing {run} with its config.yaml (flags given override it); its max_minutes (30, "
+                       f"from an earlier invocation) applies again: --max-minutes M for another limit, --set "
+                       f"max_minutes=null for none")
+    assert said[1].endswith("4 steps to go, at most 30 minutes"), said
+    saved = os.path.join(run, "config.yaml")
+    assert main(["train", "--config", saved, "--out", tuned, "--max-steps", "1"]) == 0
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("train: ")]
+    assert said[0] == (f"train: note: --config {saved} is another run's, whose max_minutes (30) limited that run's "
+                       f"own invocations: this run has no time limit (--max-minutes M gives it one)")
+    assert said[1].startswith(f"train: new run in {tuned}: ") and "at most" not in said[1], said
+    assert yaml.safe_load(open(os.path.join(tuned, "config.yaml")))["max_minutes"] is None
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(yaml.safe_dump({"data_dir": data_dir, "out_dir": own, "preset": "fox-pro-tiny", "context": 32,
+                                    "batch_tokens": 128, "max_steps": 1, "max_minutes": 30, "progress": False,
+                                    "eval_tokens": 128, "tensorboard": False, "export_hf": False}))
+    assert main(["train", "--config", str(mine)]) == 0
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("train: ")]
+    assert len(said) == 1 and said[0].endswith(", at most 30 minutes"), said
+
+
+def _gpt2_data(tmp_path) -> str:
+    """A dataset of GPT-2 tokens (the default tokenizer), beside the runs of make_cfg on bytes."""
     docs = tmp_path / "docs"
     docs.mkdir()
     for i in range(3):
         (docs / f"{i}.txt").write_text(f"document {i} " * 50)
     other = str(tmp_path / "gpt2")
     assert main(["data", "prepare", "--source", str(docs), "--out", other, "--no-progress"]) == 0
+    return other
+
+
+def test_resuming_on_data_of_another_tokenizer_names_the_data_the_run_trained_on(make_cfg, data_dir, tmp_path,
+                                                                                  capsys):
+    """`train --out RUN --data OTHER`, OTHER of GPT-2 tokens beside a bytes run, said "leave the tokenizer out to use
+    the dataset's": the user had given none (the run's config.yaml had), and a resumed run cannot change it."""
+    run = str(tmp_path / "run")
+    _cut_after_step_3(make_cfg, run)
+    other = _gpt2_data(tmp_path)
     capsys.readouterr()
     assert main(["train", "--out", run, "--data", other]) == 2
     assert _one_error_line(capsys.readouterr().err) == (
@@ -204,6 +249,33 @@ def test_resuming_on_data_of_another_tokenizer_names_the_data_the_run_trained_on
         f"tokens, and a resumed run must see the same data: give the data it trained on ({data_dir!r}), or train on "
         f"this data as a new run in another out_dir (nothing was overwritten)")
     assert ckpt.latest_checkpoint(run).endswith("step_00000002")
+
+
+
+def test_data_of_another_tokenizer_than_a_config_files_names_that_file_not_a_flag(make_cfg, tmp_path, capsys):
+    """A new run from a bytes run's config.yaml (`--config RUN/config.yaml`, or RUN stopped before its first
+    checkpoint) on `--data` of GPT-2 tokens said "leave the tokenizer out to use the dataset's": the file gave the
+    tokenizer, no flag had. The --tokenizer that does use the dataset's is named; one given is still refused so."""
+    run, restarted = str(tmp_path / "run"), str(tmp_path / "restarted")
+    train(make_cfg(out_dir=run, max_steps=1))
+    os.makedirs(restarted)
+    saved = yaml.safe_load(open(os.path.join(run, "config.yaml")))
+    with open(os.path.join(restarted, "config.yaml"), "w") as f:
+        yaml.safe_dump({**saved, "out_dir": restarted}, f)
+    other = _gpt2_data(tmp_path)
+    for argv, source in ((["--config", os.path.join(run, "config.yaml"), "--out", str(tmp_path / "new")],
+                          os.path.join(run, "config.yaml")),
+                         (["--out", restarted], os.path.join(restarted, "config.yaml"))):
+        capsys.readouterr()
+        assert main(["train", *argv, "--data", other]) == 2
+        assert _one_error_line(capsys.readouterr().err) == (
+            f"error: --data (data_dir): {other!r} was tokenized with 'gpt2', but {source} sets tokenizer 'bytes' (no "
+            f"flag gave it); give --tokenizer gpt2 to train on this data, or prepare the data again with --tokenizer "
+            f"bytes")
+    assert main(["train", "--out", restarted, "--data", other, "--tokenizer", "bytes"]) == 2
+    assert _one_error_line(capsys.readouterr().err) == (
+        f"error: --data (data_dir): {other!r} was tokenized with 'gpt2' but the run expects tokenizer 'bytes'; leave "
+        f"the tokenizer out to use the dataset's, or prepare the data again with --tokenizer bytes")
 
 
 def test_sigterm_saves_says_where_and_exits_143_and_the_run_resumes_to_the_same_losses(make_cfg, data_dir, tmp_path):
@@ -227,6 +299,42 @@ def test_sigterm_saves_says_where_and_exits_143_and_the_run_resumes_to_the_same_
     assert resumed["resumed_from"] == last
     # rel 1e-5: the child and this process may round one reduction differently (see the Ctrl-C test above)
     assert _losses(run) == pytest.approx(_losses(ref["out_dir"]), rel=1e-5, abs=0)
+
+
+
+def test_a_background_job_with_sigint_ignored_is_told_to_stop_by_sigterm(data_dir, tmp_path):
+    """`foxformer train ... &` in a script: the shell starts it with SIGINT ignored, so Ctrl-C and `kill -INT` did
+    nothing at all and the run went on unsaid; rank 0 now says so at start, and the command it names stops the run
+    with a checkpoint."""
+    run = str(tmp_path / "background")
+    flags = [*_flags(data_dir, run, steps=300), "--total-tokens", str(300 * 128)]
+    command = " ".join([sys.executable, "-m", "foxformer.cli", *flags])
+    proc = subprocess.Popen(["sh", "-c", f"{command} & wait $!"], env={**os.environ, "PYTHONPATH": SRC},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    note = proc.stderr.readline()
+    pid = int(note.rpartition("kill -TERM ")[2].partition("`")[0])
+    assert note == (f"train: note: this process was started with SIGINT ignored (a background job, `... &` in a "
+                    f"script), so Ctrl-C and kill -INT will not stop this run; stop it with `kill -TERM {pid}`, "
+                    f"which ends it after the step in progress with a checkpoint\n")
+    os.kill(pid, signal.SIGINT)
+    _wait_for(proc, os.path.join(run, "checkpoints", "step_00000002"))
+    os.kill(pid, signal.SIGINT)
+    _wait_for(proc, os.path.join(run, "checkpoints", "step_00000004"))  # the interrupts changed nothing
+    os.kill(pid, signal.SIGTERM)
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 143, err[-2000:]  # the shell's `wait` gives the job's status
+    last = ckpt.latest_checkpoint(run)
+    step = int(os.path.basename(last).removeprefix("step_"))
+    assert err.splitlines()[-1] == (f"training stopped on SIGTERM after step {step} ({run}); the last checkpoint is "
+                                    f"{last}; resume with: foxformer train --out {run}"), err
+    assert "KeyboardInterrupt" not in err
+
+
+def _wait_for(proc, path, timeout=240.0):
+    deadline = time.time() + timeout
+    while not os.path.exists(path):
+        assert proc.poll() is None and time.time() < deadline, proc.stderr.read()[-2000:]
+        time.sleep(0.01)
 
 
 # 6. one error line for each fault ----------------------------------------------------------------------------

@@ -88,6 +88,17 @@ def _empty_advice(manifest: dict, split: str) -> str:
             "at a dataset with a validation split")
 
 
+class TokenizerMismatch(SettingError):
+    """A dataset tokenized with ``found`` where ``expected`` was asked for. The fix it gives, leaving the tokenizer
+    out, is for a caller who gave ``expected``; a command that took it from a file re-says it (train.cli)."""
+
+    def __init__(self, field: str, data_dir: str, found: str, expected: str):
+        self.data_dir, self.found, self.expected = data_dir, found, expected
+        super().__init__(field, f"{data_dir!r} was tokenized with {found!r} but the run expects tokenizer "
+                                f"{expected!r}; leave the tokenizer out to use the dataset's, or prepare the data "
+                                f"again with --tokenizer {expected}")
+
+
 class TokenDataset:
     """Sequences of ``seq_len`` tokens from one split of a prepared dataset.
 
@@ -119,11 +130,10 @@ class TokenDataset:
             gone = moved_hint(manifest["tokenizer"], files)
             if not gone and (unknown := unknown_spec(expect_tokenizer)):
                 raise SettingError("tokenizer", unknown)
-            fix = f" (another tokenizer); {gone}" if gone else \
-                f"; leave the tokenizer out to use the dataset's, or prepare the data again with --tokenizer " \
-                f"{expect_tokenizer}"
+            if not gone:
+                raise TokenizerMismatch(data, data_dir, manifest["tokenizer"], expect_tokenizer)
             raise SettingError(data, f"{data_dir!r} was tokenized with {manifest['tokenizer']!r} but the run "
-                                     f"expects tokenizer {expect_tokenizer!r}{fix}")
+                                     f"expects tokenizer {expect_tokenizer!r} (another tokenizer); {gone}")
         change = None if expect_tokenizer is None else tokenizer_change(manifest, expect_tokenizer)
         if change:
             raise SettingError(data, f"{data_dir!r}: {change}; prepare the data again with --force (the same "

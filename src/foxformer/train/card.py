@@ -27,8 +27,12 @@ def training_facts(run_dir: str) -> dict:
                          + (f" ({train_tokens:,} training tokens, tokenizer `{manifest['tokenizer']}`)"
                             if train_tokens else ""))
     if last["train"]:
-        facts["trained"] = (f"{last['train']['step']:,} steps, {last['train']['tokens']:,} tokens at context "
-                            f"{cfg.get('context')} ({cfg.get('batch_tokens'):,} tokens a step)")
+        step, planned = last["train"]["step"], derived.get("total_steps")
+        # a run stopped early (a time limit, a signal) read as a whole one: its learning rate never decayed
+        steps = (f"{step:,} of {planned:,} planned steps (stopped before the end of its schedule)"
+                 if isinstance(planned, int) and step < planned else f"{step:,} steps")
+        facts["trained"] = (f"{steps}, {last['train']['tokens']:,} tokens at context {cfg.get('context')} "
+                            f"({cfg.get('batch_tokens'):,} tokens a step)")
     facts["optimizer"] = (f"AdamW, peak lr {cfg.get('lr')} ({cfg.get('schedule')} schedule), weight decay "
                           f"{cfg.get('weight_decay')}, seed {cfg.get('seed')}")
     if last["eval"].get("val_loss") is not None:

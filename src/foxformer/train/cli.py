@@ -94,13 +94,25 @@ def _train_command(args: argparse.Namespace, signals) -> int:
 
     overrides = _overrides(args)
     main_rank = int(os.environ.get("RANK", "0")) == 0
-    if main_rank and (note := launcher_note()):
-        print(note, file=sys.stderr)
+    if main_rank:
+        for note in (launcher_note(), signals.interrupt_note()):
+            if note:
+                print(note, file=sys.stderr)
     out_dir = overrides.get("out_dir")
     saved = bool(out_dir) and os.path.isfile(os.path.join(out_dir, SAVED_CONFIG))
+    limit = None if "max_minutes" in overrides or args.config is None else _other_runs_limit(args.config, out_dir)
+    if limit is not None:
+        overrides["max_minutes"] = None
+        if main_rank:
+            print(f"train: note: --config {args.config} is another run's, whose max_minutes ({limit:g}) limited that "
+                  f"run's own invocations: this run has no time limit (--max-minutes M gives it one)", file=sys.stderr)
     # a run stopped before its first checkpoint starts again from step 0: the run's own line says so
     if args.config is None and out_dir and saved and main_rank and list_checkpoints(out_dir):
-        print(f"train: continuing {out_dir} with its {SAVED_CONFIG} (flags given override it)", file=sys.stderr)
+        limit = None if "max_minutes" in overrides else _keys(_saved_yaml(out_dir)).get("max_minutes")
+        again = (f"; its max_minutes ({limit:g}, from an earlier invocation) applies again: --max-minutes M for "
+                 f"another limit, --set max_minutes=null for none" if isinstance(limit, (int, float)) else "")
+        print(f"train: continuing {out_dir} with its {SAVED_CONFIG} (flags given override it){again}",
+              file=sys.stderr)
     if out_dir:  # before the next check, which would call a checkpoint "no run to continue"
         check_not_in_a_run(out_dir)
         check_not_data_or_model(out_dir, "--out")
@@ -170,6 +182,8 @@ def _in_flags(error: ValueError, args: argparse.Namespace, continuing: bool) -> 
     if said := _in_model_flags(error, args):
         return said
     given = _flags_given(args)
+    if said := _tokenizer_of_a_file(error, args, given):
+        return said
     message = str(error)
     key, sep, rest = message.partition(": ")
     if sep and key in given:
@@ -191,6 +205,51 @@ def _in_flags(error: ValueError, args: argparse.Namespace, continuing: bool) -> 
     if key == "overrides":  # what load_config calls them: on this command line only --set names keys
         return f"--set: {rest}"
     return message
+
+
+def _tokenizer_of_a_file(error: ValueError, args: argparse.Namespace, given: dict) -> str | None:
+    """Data of another tokenizer than the one a YAML file set (a run's config.yaml records the tokenizer of the
+    data that run trained on): the dataset's fix, "leave the tokenizer out", named what no flag had given. None for
+    any other error, and where this command line gave the tokenizer."""
+    from ..data.dataset import TokenizerMismatch
+    from .config import SAVED_CONFIG
+
+    typed = {item.partition("=")[0].strip() for item in args.set or []}
+    if not isinstance(error, TokenizerMismatch) or "tokenizer" in given or "tokenizer" in typed:
+        return None
+    source = args.config if args.config is not None else os.path.join(args.out, SAVED_CONFIG)
+    data = f"{given['data_dir'][0]} (data_dir)" if "data_dir" in given else f"config {source}: data_dir"
+    return (f"{data}: {error.data_dir!r} was tokenized with {error.found!r}, but {source} sets tokenizer "
+            f"{error.expected!r} (no flag gave it); give --tokenizer {error.found} to train on this data, or "
+            f"prepare the data again with --tokenizer {error.expected}")
+
+
+def _saved_yaml(path: str):
+    """The YAML ``path`` holds (a run folder: its config.yaml), or None where it cannot be read: load_config says
+    what is wrong with it, in the user's words."""
+    from .config import SAVED_CONFIG, read_yaml
+
+    if os.path.isdir(path):
+        path = os.path.join(path, SAVED_CONFIG)
+    try:
+        return read_yaml(path)
+    except (ValueError, OSError):
+        return None
+
+
+def _other_runs_limit(config: str, out_dir: str | None) -> float | None:
+    """The max_minutes that ``config``, another run's saved config.yaml (save_config adds its ``derived`` facts),
+    holds, where this run is not that run: a time limit given to some invocation of that run (`--max-minutes` on a
+    resume is saved with it) is no setting of a new run started from its config, as its schedule and model are.
+    None for a file of the user's own, whose limit is meant."""
+    loaded = _keys(_saved_yaml(config))
+    limit = loaded.get("max_minutes")
+    if "derived" not in loaded or not isinstance(limit, (int, float)):
+        return None
+    this_run = out_dir or loaded.get("out_dir")
+    if isinstance(this_run, str) and os.path.realpath(this_run) == os.path.realpath(os.path.dirname(config) or "."):
+        return None
+    return limit
 
 
 def _keys(loaded) -> dict:

@@ -293,7 +293,8 @@ _MEANINGS = {
     "keep_last": "; the newest checkpoints kept in out_dir/checkpoints, older ones removed as each is saved",
     "eval_every_tokens": "; unset: a tenth of the horizon, at least two steps (and at the end)",
     "max_minutes": "; stop after this many minutes of training in this invocation, with a checkpoint (`foxformer "
-                   "train --out RUN` goes on from it)",
+                   "train --out RUN` goes on from it, for as long again: the run's config.yaml keeps it; a new run "
+                   "from that file with --config does not)",
     "progress": ": a progress bar on a terminal; the step lines on stdout are printed either way",
     "resume": "; auto: continue from out_dir's latest checkpoint (a new run where it has none); never: a new run, "
               "refused where out_dir has checkpoints; a checkpoint folder: continue from that one (out_dir's later "

@@ -49,6 +49,7 @@ class StopSignals:
         self._stop_at = 0.0
         self._interrupt_at: float | None = None
         self._previous: dict = {}
+        self.ignored: tuple[int, ...] = ()  # what the process was started to ignore, left ignored (__enter__)
 
     @property
     def requested(self) -> bool:
@@ -67,11 +68,31 @@ class StopSignals:
     def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():
             handlers = {**{sig: self._stop for sig in STOP_SIGNALS}, signal.SIGINT: self._interrupt}
+            self.ignored = tuple(sig for sig in handlers if signal.getsignal(sig) is signal.SIG_IGN)
             for sig, handler in handlers.items():
-                # a signal the process was started to ignore (`nohup`, a background job's SIGINT) stays ignored
-                if signal.getsignal(sig) is not signal.SIG_IGN:
+                # a signal the process was started to ignore (`nohup`, a background job's SIGINT) stays ignored:
+                # the shell ignored it so that a Ctrl-C meant for its foreground command spares this one
+                if sig not in self.ignored:
                     self._previous[sig] = signal.signal(sig, handler)
         return self
+
+    def interrupt_note(self, environ=os.environ) -> str | None:
+        """A one-line note where the process was started with SIGINT ignored (a background job of a script, `cmd
+        &` in a non-interactive shell), so that Ctrl-C and `kill -INT` do nothing at all, else None. It names the
+        stop signal that does stop the run, and the process to send it to."""
+        if signal.SIGINT not in self.ignored:
+            return None
+        left = [sig for sig in STOP_SIGNALS if sig not in self.ignored]
+        if not left:
+            return ("train: note: this process ignores SIGINT, SIGTERM and SIGUSR1 (so its parent started it), so "
+                    "no signal but SIGKILL stops it, without a checkpoint of the steps since the last one; "
+                    "--max-minutes bounds it")
+        # torchrun passes a SIGTERM on to its workers; a worker signalled alone leaves the others waiting
+        target = "torchrun's process" if "TORCHELASTIC_RUN_ID" in environ else str(os.getpid())
+        name = left[0].name.removeprefix("SIG")
+        return (f"train: note: this process was started with SIGINT ignored (a background job, `... &` in a "
+                f"script), so Ctrl-C and kill -INT will not stop this run; stop it with `kill -{name} {target}`, "
+                f"which ends it after the step in progress with a checkpoint")
 
     def __exit__(self, *exc) -> None:
         for sig, previous in self._previous.items():
