@@ -55,7 +55,8 @@ class FwdConfig:
 
 # Chosen by `scripts/hopper_tune.py fwd` on one H200 (torch 2.11, Triton 3.6, bf16, B * T = 32K, T = 16K), JSONs in
 # docs/bench/: D 64 three consumer warpgroups (4.53 against 4.90 ms for two: hopper_tune_h200.json), a ring three
-# 128-key stages deep (two / four: 4.91 / 4.82 against 4.09: hopper_tune_5de7330_h200.json), the query's c folded into
+# 128-key stages deep (two / four: 4.91 / 4.82 against 4.09: hopper_tune_5de7330_h200.json; 256-key stages, two
+# warpgroups, on an H100: 4.44-4.63 against 3.85-3.97: hopper_tune_bn256_c8fbaa6_h100.json), the query's c folded into
 # the row maximum (4.04-4.10 against 4.58-4.61: hopper_tune_fold_h200.json), no overlap (4.41-5.3 against 4.03, and
 # wrong output where it spilled: hopper_tune_overlap_h200.json); D 128 the overlap with the fold (3.00-3.06 against
 # 3.53-3.57: hopper_tune_overlap*_h200.json); both, tiles started heaviest first in groups of 4 (sequence, head) pairs
