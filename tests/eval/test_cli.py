@@ -516,3 +516,32 @@ def test_eval_loss_says_why_the_runs_dataset_does_not_stand_in_for_data(workspac
     assert _error(capsys).splitlines()[-1] == f"{asked} (the dataset the run trained on, {tmp_path / 'other_data'}, is not there)"
     assert main(["eval", "loss", workspace["hf"], *flags]) == 2
     assert _error(capsys).splitlines()[-1] == asked
+
+
+def test_eval_loss_of_a_folder_says_what_it_left_out_as_data_prepare_does(workspace, tmp_path, capsys):
+    """`eval loss --source FOLDER` passed over a folder's empty documents and its files of other kinds in silence,
+    where `data prepare` of the same folder says so: both now give the same notes."""
+    from foxformer.data.sources import kinds_said
+
+    src = tmp_path / "project"
+    src.mkdir()
+    for i in range(3):
+        (src / f"doc{i}.txt").write_text(f"document {i} of the project, long enough for a window " * 4)
+    (src / "blank.txt").write_text("  \n\t\n")
+    for name in ("a.py", "b.py", "LICENSE"):
+        (src / name).write_text("x = 1\n")
+
+    def notes(err: str) -> list[str]:
+        return [line for line in err.splitlines() if line.startswith(f"note: {src}:")]
+
+    assert main(["eval", "loss", workspace["hf"], "--source", str(src), "--seq-len", "40", "--num-seqs", "3",
+                 "--n-boot", "10", "--device", "cpu", "--out", str(tmp_path / "loss"), "--no-progress"]) == 0
+    said = notes(capsys.readouterr().err)
+    assert len(said) == 2, said
+    assert said == [f"note: {src}: 1 empty document(s) (or only whitespace) left out, the first at "
+                    f"{src / 'blank.txt'}",
+                    f"note: {src}: 3 file(s) of kinds not read as documents left out (2 .py, 1 (no extension)); "
+                    f"read are {kinds_said()}"], said
+    assert main(["data", "prepare", "--source", str(src), "--out", str(tmp_path / "data"), "--tokenizer", "bytes",
+                 "--no-progress"]) == 0
+    assert notes(capsys.readouterr().err) == said

@@ -179,6 +179,28 @@ def test_time_limit_stops_cleanly_with_a_checkpoint(make_cfg, tmp_path):
             "(128 tokens a step) |") in card, card
 
 
+def test_an_earlier_checkpoints_card_describes_that_checkpoint(make_cfg, tmp_path):
+    """export-hf --checkpoint of an older step wrote the card of the run's last step and its last eval: the card
+    now gives the checkpoint's step and tokens, and the eval at or before it (or says there was none)."""
+    from foxformer.cli import main
+
+    run = str(tmp_path / "e")
+    train(make_cfg(out_dir=run, max_steps=4, keep_last=2, checkpoint_every_tokens=256, eval_every_tokens=256))
+    evals = {r["step"]: r["val_loss"] for r in read_metrics(run) if r["kind"] == "eval"}
+    assert {2, 4} <= set(evals), evals
+    assert main(["export-hf", run, "--checkpoint", "step_00000002", "--no-progress"]) == 0
+    card = open(os.path.join(run, "hf", "README.md")).read()
+    assert ("| trained | 2 of 4 planned steps (an earlier checkpoint of a run logged to step 4), 256 tokens at "
+            "context 32 (128 tokens a step) |") in card, card
+    assert f"| validation loss | {evals[2]:.4f} nats per token at step 2 " in card, card
+    assert f"{evals[4]:.4f}" not in card
+    # the newest checkpoint's card is the run's end, as before
+    assert main(["export-hf", run, "--out", str(tmp_path / "last"), "--no-progress"]) == 0
+    card = open(os.path.join(tmp_path, "last", "README.md")).read()
+    assert "| trained | 4 steps, 512 tokens at context 32" in card, card
+    assert f"| validation loss | {evals[4]:.4f} nats per token at step 4 " in card, card
+
+
 def test_activation_checkpointing_and_rolling(make_cfg, tmp_path):
     plain = train(make_cfg(out_dir=str(tmp_path / "p"), max_steps=3))
     ac = train(make_cfg(out_dir=str(tmp_path / "ac"), max_steps=3, activation_checkpointing=True))

@@ -27,7 +27,7 @@ _FLAGS = {"sources": "--source", "source": "--source", "out_dir": "--out", "toke
 def _cmd_prepare(args: argparse.Namespace) -> int:
     from ..argtypes import SettingError
     from .preparation import DEFAULT_SOURCES, PrepareConfig, prepare
-    from .sources import kinds_said
+    from .sources import reading_notes
 
     cfg = PrepareConfig(sources=args.source or list(DEFAULT_SOURCES), out_dir=args.out, tokenizer=args.tokenizer,
                         val_fraction=args.val_fraction, seed=args.seed, max_tokens_per_source=args.max_tokens_per_source,
@@ -40,20 +40,9 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
         # None is the flag left out, which a command line cannot spell
         reason = e.said(lambda field: _FLAGS.get(field, field)).replace(" or None", " (or leave the flag out)")
         raise ValueError(f"{_FLAGS[e.field]}: {reason}") from None
-    for source in manifest["sources"]:  # left out in silence, a folder's .py files read as a dataset of its READMEs
-        if source.get("empty_docs"):
-            # none where the source is that one file, or its shard was tokenized before the first was recorded
-            first = source.get("first_empty")
-            first = f", the first at {first}" if first not in (None, source["spec"]) else ""
-            print(f"note: {source['spec']}: {source['empty_docs']} empty document(s) (or only whitespace) left "
-                  f"out{first}", file=sys.stderr)
-        if source.get("left_out_files"):
-            kinds = ", ".join(f"{n} {ext}" for ext, n in source["left_out_files"].items())
-            print(f"note: {source['spec']}: {sum(source['left_out_files'].values())} file(s) of kinds not read as "
-                  f"documents left out ({kinds}); read are {kinds_said(cfg.text_field)}", file=sys.stderr)
-        if source.get("skipped_datasets"):
-            print(f"note: {source['spec']}: {len(source['skipped_datasets'])} prepared dataset folder(s) in it not "
-                  f"read as documents ({', '.join(source['skipped_datasets'])})", file=sys.stderr)
+    for source in manifest["sources"]:
+        for note in reading_notes(source, cfg.text_field):
+            print(f"note: {note}", file=sys.stderr)
     held, docs = manifest["split"]["val"]["docs"], manifest["docs"]
     if held and held > 2 * cfg.val_fraction * docs:  # the split's minimum of one document, over a few
         print(f"note: {held} of {docs} documents ({held / docs:.0%}) held out for validation, more than the "

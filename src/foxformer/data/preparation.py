@@ -33,7 +33,7 @@ from ..paths import check_output_dir, folder_lock, replaced_atomically, write_js
 from ..progress import progress_bar
 from .digests import CACHE_FILE as DIGESTS, DigestCache
 from .layout import FORMAT, MANIFEST, SHARDS
-from .sources import CONTENT_PREFIX, by_file_times, describe_source, iter_documents, source_kind
+from .sources import CONTENT_PREFIX, Blanks, by_file_times, describe_source, iter_documents, source_kind
 from .tokenizer import GPT2_SPEC, canonical_name, load_tokenizer, older_tokenizer_files, tokenizer_files
 
 DEFAULT_SOURCES = ("builtin:sympy",)
@@ -285,11 +285,9 @@ def _tokenize_source(spec: str, shard_dir: str, cfg: PrepareConfig, tok, progres
             batch_chars = 0
             return False
 
-        capped, empty, first_empty = False, 0, None
+        capped, blanks = False, Blanks()
         for doc in iter_documents(spec, cfg.text_field, cfg.out_dir):
-            if not doc.text or doc.text.isspace():  # isspace: no copy of a long text, unlike strip()
-                empty += 1
-                first_empty = first_empty or doc.where or doc.id
+            if blanks.skip(doc):
                 continue
             batch.append(doc)
             batch_chars += len(doc.text)
@@ -304,8 +302,7 @@ def _tokenize_source(spec: str, shard_dir: str, cfg: PrepareConfig, tok, progres
         os.fsync(out.fileno())
     bar.close()
     np.save(os.path.join(tmp_dir, "docs.npy"), np.frombuffer(offsets, dtype=np.int64))
-    info = {"spec": spec, "docs": n_docs, "tokens": int(n_tokens), "empty_docs": empty,
-            **({"first_empty": first_empty} if empty else {})}
+    info = {"spec": spec, "docs": n_docs, "tokens": int(n_tokens), **blanks.fields()}
     with open(os.path.join(tmp_dir, "done.json"), "w") as f:
         json.dump(info, f)
     shutil.rmtree(shard_dir, ignore_errors=True)

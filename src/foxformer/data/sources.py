@@ -47,6 +47,26 @@ class Document:
     where: str = ""
 
 
+@dataclass
+class Blanks:
+    """The documents of no text (empty or only whitespace) a reading of a source passed over, for reading_notes."""
+
+    count: int = 0
+    first: str | None = None
+
+    def skip(self, doc: Document) -> bool:
+        """Whether ``doc`` is one, counted."""
+        if doc.text and not doc.text.isspace():  # isspace: no copy of a long text, unlike strip()
+            return False
+        self.count += 1
+        self.first = self.first or doc.where or doc.id
+        return True
+
+    def fields(self) -> dict:
+        """As a manifest's source records them."""
+        return {"empty_docs": self.count, **({"first_empty": self.first} if self.count else {})}
+
+
 @dataclass(frozen=True)
 class SourceInfo:
     """What a source spec resolves to; ``fingerprint`` changes when the underlying data changes."""
@@ -433,11 +453,47 @@ def describe_source(spec: str, digests=read_digests, out_dir: str | None = None)
         raise SettingError("source", f"{e.filename} cannot be read (permission denied): make it readable (chmod a+r) "
                                      f"or {_leave_out(spec)}") from None
     return SourceInfo(spec=spec, kind=kind, fingerprint=fingerprint,
-                      left_out=tuple(sorted(other.items(), key=lambda item: (-item[1], item[0]))),
+                      left_out=_most_first(other),
                       skipped=tuple(skipped),
                       files=tuple(os.path.realpath(f) for f in files), digests=tuple(file_digests),
                       older_fingerprints=(files_fingerprint(stats, lambda st: st.st_mtime_ns),
                                           files_fingerprint(stats, lambda st: int(st.st_mtime))))
+
+
+def _most_first(other: dict[str, int]) -> tuple[tuple[str, int], ...]:
+    return tuple(sorted(other.items(), key=lambda item: (-item[1], item[0])))
+
+
+def left_out_of(spec: str) -> dict:
+    """What reading a folder source passes over, in the fields of a manifest's source (reading_notes says them):
+    ``left_out_files``, its files of kinds not read as documents by extension, and ``skipped_datasets``, the
+    prepared datasets in it; {} for any other source."""
+    if source_kind(spec) != "file" or not os.path.isdir(spec):
+        return {}
+    _, other, skipped = _scan(spec)
+    return {**({"left_out_files": dict(_most_first(other))} if other else {}),
+            **({"skipped_datasets": skipped} if skipped else {})}
+
+
+def reading_notes(source: dict, text_field: str = "text") -> list[str]:
+    """What reading a source left out, one line each, from its record in a manifest's form: ``spec``, and where
+    any, ``empty_docs`` (with ``first_empty``), ``left_out_files`` and ``skipped_datasets``. Left out in silence,
+    a folder's .py files read as a dataset of its READMEs."""
+    notes = []
+    if source.get("empty_docs"):
+        # none where the source is that one file, or its shard was tokenized before the first was recorded
+        first = source.get("first_empty")
+        first = f", the first at {first}" if first not in (None, source["spec"]) else ""
+        notes.append(f"{source['spec']}: {source['empty_docs']} empty document(s) (or only whitespace) left "
+                     f"out{first}")
+    if source.get("left_out_files"):
+        kinds = ", ".join(f"{n} {ext}" for ext, n in source["left_out_files"].items())
+        notes.append(f"{source['spec']}: {sum(source['left_out_files'].values())} file(s) of kinds not read as "
+                     f"documents left out ({kinds}); read are {kinds_said(text_field)}")
+    if source.get("skipped_datasets"):
+        notes.append(f"{source['spec']}: {len(source['skipped_datasets'])} prepared dataset folder(s) in it not "
+                     f"read as documents ({', '.join(source['skipped_datasets'])})")
+    return notes
 
 
 # content_fingerprint's form; fingerprints without it are files_fingerprint's, of paths, sizes and times

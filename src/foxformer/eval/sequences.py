@@ -141,22 +141,28 @@ def source_sequences(source: str, tokenizer, seq_len: int, num: int, text_field:
                      label: str = "{}") -> torch.Tensor:
     """int64 [N, seq_len]: the first ``seq_len`` tokens of each document with at least that many tokens (a
     tokenizer's BOS first, for those that have one). ``text_field``: the JSONL field / Parquet column of the text.
-    ``label``: as check_sequences'."""
+    ``label``: as check_sequences'. What reading the source left out (empty documents among those read, a folder's
+    files of other kinds) is said on stderr, in the notes `data prepare` gives."""
     check_sequences(seq_len, num, label=label)
     from foxformer.data import iter_documents
-
+    from foxformer.data.sources import Blanks, left_out_of, reading_notes
     from foxformer.data.tokenizer import start_ids
 
-    rows = []
+    rows, blanks = [], Blanks()
     try:
         for doc in iter_documents(source, text_field):
+            if blanks.skip(doc):
+                continue
             ids = start_ids(tokenizer) + tokenizer.encode(doc.text)
             if len(ids) >= seq_len:
                 rows.append(ids[:seq_len])
                 if len(rows) >= num:
                     break
+        left_out = left_out_of(source)
     except SettingError as e:  # the source's reader names its setting as the API does ("source")
         raise _said_as(e, setting_name(label, e.field)) from None
+    for note in reading_notes({"spec": source, **blanks.fields(), **left_out}, text_field):
+        print(f"note: {note}", file=sys.stderr)
     if not rows:
         name = setting_name(label, "seq_len")
         raise ValueError(f"{name}: no document of {source!r} has {seq_len} tokens; lower {name} or use a source "

@@ -368,6 +368,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
         raise CheckpointError(f"export: run {args.run!r} has no checkpoints")
     run_cfg = read_run_config(os.path.join(args.run, "config.yaml"))
     out = args.out or os.path.join(args.run, "hf")
+    step = read_meta(path)["step"]
     # transformers' writing bar (a full checkpoint) and the tensors' (a sharded one): minutes at 760M and up
     with hf_progress(not args.no_progress):
         if checkpoint_format(path) == "sharded":  # tensor by tensor: the model is never whole in memory
@@ -377,8 +378,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
         else:
             model_sd = load_checkpoint(path)[0]
             vocab = model_sd["model.embed_tokens.weight"].shape[0]
-            out = export_hf(saved_model_config(args.run, run_cfg, vocab), model_sd, out, run_dir=args.run)
-    print(json.dumps({"checkpoint": path, "step": read_meta(path)["step"], "hf_dir": out}, indent=2))
+            out = export_hf(saved_model_config(args.run, run_cfg, vocab), model_sd, out, run_dir=args.run, step=step)
+    print(json.dumps({"checkpoint": path, "step": step, "hf_dir": out}, indent=2))
     return 0
 
 

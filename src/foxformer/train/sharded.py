@@ -285,12 +285,12 @@ def _write_safetensors(file: str, specs: dict, batches) -> None:
 def export_hf_sharded(model_cfg, path: str, out: str, run_dir: str | None = None, progress: bool = False) -> str:
     """Convert sharded checkpoint ``path`` to a Hugging Face folder (one model.safetensors) holding at most
     CONVERT_BATCH_BYTES of tensors (or the largest tensor) in memory at a time; its model card says how
-    ``run_dir`` trained it. ``progress``: a bar over the bytes written (progress.progress_bar); off by default, as a
-    library call draws nothing of its own."""
+    ``run_dir`` trained it up to the checkpoint's step. ``progress``: a bar over the bytes written
+    (progress.progress_bar); off by default, as a library call draws nothing of its own."""
     from ..models import FoxForCausalLM
     from ..models.card import write_card
 
-    ckpt.verify_checkpoint(path)
+    step = ckpt.verify_checkpoint(path)["step"]
     specs = model_tensor_specs(path)
     with torch.device("meta"):  # the structure only: config files and the names HF expects
         model = FoxForCausalLM(model_cfg)
@@ -315,7 +315,7 @@ def export_hf_sharded(model_cfg, path: str, out: str, run_dir: str | None = None
     with export_writer(out, earlier) as tmp:
         model.save_pretrained(tmp, state_dict={})  # config.json and generation_config.json, no weights
         if run_dir is not None:
-            write_card(tmp, model_cfg, training_facts(run_dir), replace=True)
+            write_card(tmp, model_cfg, training_facts(run_dir, step), replace=True)
         # a 760M model is gigabytes read from the shards and written batch by batch, minutes with nothing said
         total = sum(_nbytes(spec) for spec in specs.values())
         with progress_bar(total=total, desc="export", unit="B", unit_scale=True, wanted=progress) as bar:
