@@ -28,17 +28,17 @@ def prepared_dataset(folder: str) -> bool:
     return isinstance(manifest, dict) and manifest.get("format") == FORMAT
 
 
-# Beside its config, what a training run's folder (train/loop.py) and a Hugging Face model's (save_pretrained) hold:
-# a folder of documents may hold a config file of its own, and is read all the same.
-_MODEL_FOLDERS = (("a training run's folder", "config.yaml", ("metrics.jsonl", "checkpoints")),
-                  ("a Hugging Face model folder", "config.json",
-                   ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")))
+# What a training run's folder (train/loop.py) and a Hugging Face model's (save_pretrained) are called, their config
+# and what they hold beside it: a folder of documents may hold a config file of its own, and is read all the same.
+MODEL_FOLDERS = (("a training run's folder", "config.yaml", ("metrics.jsonl", "checkpoints")),
+                 ("a Hugging Face model folder", "config.json",
+                  ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")))
 
 
 def model_folder(folder: str) -> str | None:
     """What ``folder`` is, and the files that tell ("a training run's folder (it holds config.yaml, metrics.jsonl)"),
     where it is a run's or a model's folder; else None."""
-    for what, config, beside in _MODEL_FOLDERS:
+    for what, config, beside in MODEL_FOLDERS:
         held = [name for name in (config, *beside) if os.path.exists(os.path.join(folder, name))]
         if held[:1] == [config] and len(held) > 1:
             return f"{what} (it holds {', '.join(held)})"

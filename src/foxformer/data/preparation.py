@@ -32,7 +32,7 @@ from ..argtypes import SettingError
 from ..paths import check_output_dir, folder_lock, replaced_atomically, write_json
 from ..progress import progress_bar
 from .digests import CACHE_FILE as DIGESTS, DigestCache
-from .layout import FORMAT, MANIFEST, SHARDS
+from .layout import FORMAT, MANIFEST, MODEL_FOLDERS, SHARDS
 from .sources import CONTENT_PREFIX, Blanks, by_file_times, describe_source, iter_documents, source_kind
 from .tokenizer import GPT2_SPEC, canonical_name, load_tokenizer, older_tokenizer_files, tokenizer_files
 
@@ -411,7 +411,7 @@ def run_or_model_folder(folder: str) -> tuple[str, str] | None:
     and holds no dataset, else None: the two folders a dataset's path is mixed up with."""
     if is_dataset(folder):
         return None
-    for name, what in (("config.yaml", "a training run's folder"), ("config.json", "a Hugging Face model folder")):
+    for what, name, _ in MODEL_FOLDERS:  # the config alone: a dataset written there would be mixed in with either
         if os.path.isfile(os.path.join(folder, name)):
             return name, what
     return None

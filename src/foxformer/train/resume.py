@@ -10,10 +10,10 @@ import sys
 from tqdm.auto import tqdm
 
 from ..argtypes import SettingError
-from ..data.preparation import read_manifest, recorded_tokenizer_files
-from ..data.tokenizer import moved_hint, same_tokenizer
+from ..data.dataset import TokenizerMismatch
+from ..data.tokenizer import same_tokenizer
 from . import checkpoint as ckpt
-from .config import TrainConfig, read_saved_config, resume_conflicts
+from .config import SAVED_CONFIG, TrainConfig, read_saved_config, resume_conflicts
 from .distributed import DistInfo
 from .metrics import read_metrics
 from .summary import RunSummary
@@ -39,25 +39,20 @@ def resolve_resume(cfg: TrainConfig) -> str | None:
     return cfg.resume
 
 
-def check_resumed_data(cfg: TrainConfig) -> None:
-    """Data of another tokenizer than the one a run to be resumed trained on. The dataset's own refusal said "leave
-    the tokenizer out to use the dataset's", which the user had not given (the run's config.yaml had) and a resumed
-    run cannot do; this one names the data the run trained on."""
-    saved_path = os.path.join(cfg.out_dir, "config.yaml")
+def on_resumed_data(cfg: TrainConfig, error: TokenizerMismatch) -> SettingError:
+    """``error`` (the data's tokenizer is not the one ``cfg`` names) as said of a run to be resumed, else ``error``.
+    The dataset's own refusal said "leave the tokenizer out to use the dataset's", which the user had not given (the
+    run's config.yaml had) and a resumed run cannot do; this one names the data the run trained on."""
+    saved_path = os.path.join(cfg.out_dir, SAVED_CONFIG)
     if cfg.resume == "never" or not ckpt.list_checkpoints(cfg.out_dir) or not os.path.exists(saved_path):
-        return
-    manifest, saved = read_manifest(cfg.data_dir), read_saved_config(saved_path)
-    if manifest is None or saved.tokenizer is None:  # the dataset's own checks say what is wrong
-        return
-    files = recorded_tokenizer_files(manifest)
-    if same_tokenizer(manifest["tokenizer"], saved.tokenizer, files) or moved_hint(manifest["tokenizer"], files):
-        return
+        return error
+    saved = read_saved_config(saved_path)
     again = (f"prepare it again with --tokenizer {saved.tokenizer}" if saved.data_dir == cfg.data_dir
              else f"give the data it trained on ({saved.data_dir!r})")
-    raise SettingError("data_dir", f"{cfg.data_dir!r} was tokenized with {manifest['tokenizer']!r}, but the run in "
-                                   f"{cfg.out_dir} trained on {saved.tokenizer!r} tokens, and a resumed run must see "
-                                   f"the same data: {again}, or train on this data as a new run in another out_dir "
-                                   f"(nothing was overwritten)")
+    return SettingError("data_dir", f"{cfg.data_dir!r} was tokenized with {error.found!r}, but the run in "
+                                    f"{cfg.out_dir} trained on {saved.tokenizer!r} tokens, and a resumed run must see "
+                                    f"the same data: {again}, or train on this data as a new run in another out_dir "
+                                    f"(nothing was overwritten)")
 
 
 def _say_nothing_to_train(cfg: TrainConfig, step: int) -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from tqdm.auto import tqdm
 
-from ..data.dataset import TokenDataset
+from ..data.dataset import TokenDataset, TokenizerMismatch
 from ..data.preparation import recorded_tokenizer_files
 from ..data.tokenizer import moved_hint
 from . import checkpoint as ckpt
@@ -23,7 +23,7 @@ from .identity import check_ranks_agree, data_identity
 from .init_from import init_source, load_init_weights
 from .optim import build_optimizer
 from .plan import Plan, make_plan
-from .resume import check_resumed_data, check_saved_config, resolve_resume
+from .resume import check_saved_config, on_resumed_data, resolve_resume
 from .sharded import CheckpointWriter, ResumePoint, check_same_resume
 
 
@@ -90,9 +90,11 @@ def read_inputs(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter) -> R
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
 
-    check_resumed_data(cfg)
-    train_ds = TokenDataset(cfg.data_dir, "train", cfg.context, roll=cfg.roll, seed=cfg.seed,
-                            expect_tokenizer=cfg.tokenizer, length="context", data="data_dir", also=("val",))
+    try:
+        train_ds = TokenDataset(cfg.data_dir, "train", cfg.context, roll=cfg.roll, seed=cfg.seed,
+                                expect_tokenizer=cfg.tokenizer, length="context", data="data_dir", also=("val",))
+    except TokenizerMismatch as e:
+        raise on_resumed_data(cfg, e) from None
     if cfg.tokenizer is None:  # the saved config names it, for evaluation and generation
         gone = moved_hint(train_ds.manifest["tokenizer"], recorded_tokenizer_files(train_ds.manifest))
         if gone:  # it would send them to a folder that is not there
