@@ -141,12 +141,22 @@ metric_list:
 }
 
 
-def test_real_lm_eval_runs_local_tasks_offline(tok, tmp_path):
-    """The real lm_eval (when installed) scores our model on tasks over local JSON files."""
+def test_real_lm_eval_runs_local_tasks_offline(tok, tmp_path, monkeypatch, capfd):
+    """The real lm_eval (when installed) scores our model on tasks over local JSON files. Run from a folder that is
+    not a git checkout (one run of lm_eval, ~15 s, serves both): lm_eval's `git describe` there wrote git's "fatal:
+    not a git repository" to the terminal, and the results record foxformer's version and commit instead."""
     pytest.importorskip("lm_eval")
     import json
+    import subprocess
 
+    from foxformer import __version__
     from foxformer.eval import run_harness
+    from foxformer.provenance import code_version
+
+    # git looks no higher than tmp_path for a repository, wherever the temporary folders are
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
+    monkeypatch.chdir(tmp_path)
+    assert subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True).returncode != 0  # not a checkout
 
     data = tmp_path / "copy.jsonl"
     # the copy model continues a repeat: after "... e a" it writes "b c d " and stops at "e"
@@ -160,7 +170,9 @@ def test_real_lm_eval_runs_local_tasks_offline(tok, tmp_path):
                       out_path=str(tmp_path / "harness.json"))
     assert res["results"]["fox_copy_mc"]["acc,none"] == 1.0
     assert res["results"]["fox_copy_gen"]["exact_match,none"] == 1.0
-    assert (tmp_path / "harness.json").stat().st_size > 0
+    assert "not a git repository" not in capfd.readouterr().err
+    mine = {"version": __version__, "commit": code_version()}
+    assert res["foxformer"] == mine and json.loads((tmp_path / "harness.json").read_text())["foxformer"] == mine
 
 
 # two real lm_eval runs (~15 s each on CI's CPU): --no-progress on a terminal takes the same branch as a log, whose

@@ -31,11 +31,13 @@ from typing import Optional, Sequence
 
 import torch
 
+from foxformer import __version__
 from foxformer.argtypes import did_you_mean, setting_name, unset_said
 from foxformer.data.tokenizer import start_ids
 from foxformer.models.calls import cache_of, fresh_cache, model_device
 from foxformer.paths import write_text
 from foxformer.progress import bars_shown, progress_bar
+from foxformer.provenance import code_version
 
 from .loss import check_batch_size, check_finite
 from .outputs import note_replacing
@@ -258,7 +260,7 @@ def run_harness(adapter: HarnessAdapter, tasks: Sequence[str], *, num_fewshot: O
     kwargs = dict(model=lm, tasks=list(tasks), num_fewshot=num_fewshot, limit=limit, task_manager=manager)
     if metadata:
         kwargs["metadata"] = metadata
-    with _lm_eval_bars(adapter.progress), _offline_where_unreachable() as unreachable:
+    with _lm_eval_bars(adapter.progress), _offline_where_unreachable() as unreachable, _foxformers_commit() as commit:
         try:
             res = lm_eval.simple_evaluate(**kwargs)
         except ConnectionError as e:  # datasets' "Couldn't reach '...' on the Hub" said nothing of what to do
@@ -267,12 +269,34 @@ def run_harness(adapter: HarnessAdapter, tasks: Sequence[str], *, num_fewshot: O
                                   f"where the data is cached set HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1") from e
     results = {"results": res.get("results", {}), "versions": res.get("versions", {}),
                "n-shot": res.get("n-shot", {}), "config": {"tasks": list(tasks), "num_fewshot": num_fewshot,
-                                                           "limit": limit, "max_length": adapter.max_length}}
+                                                           "limit": limit, "max_length": adapter.max_length},
+               "foxformer": {"version": __version__, "commit": commit}}
     if out_path:
         note_replacing(out_path)
         # the earlier results stay until these are whole: a Ctrl-C mid-write left a truncated file
         write_text(out_path, json.dumps(results, indent=2, default=str))
     return results
+
+
+@contextlib.contextmanager
+def _foxformers_commit():
+    """Yields foxformer's commit (provenance.code_version) and, for the block, gives it to lm_eval as the commit it
+    records: lm_eval ran `git describe` in the working folder, whose "fatal: not a git repository" reached the
+    user's terminal outside a checkout, and inside one named that checkout's commit, not foxformer's. Only that
+    lookup is replaced, so no git runs there and nothing else on stderr is hidden; a release of lm_eval without
+    the name runs as it would without this."""
+    import lm_eval.evaluator
+
+    commit = code_version()
+    lookup = getattr(lm_eval.evaluator, "get_git_commit_hash", None)
+    if lookup is None:
+        yield commit
+        return
+    lm_eval.evaluator.get_git_commit_hash = lambda: commit
+    try:
+        yield commit
+    finally:
+        lm_eval.evaluator.get_git_commit_hash = lookup
 
 
 def _hub_unreachable(timeout: float = 3.0) -> Optional[str]:
