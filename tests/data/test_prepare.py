@@ -421,6 +421,29 @@ def test_prepare_says_what_it_left_out(tmp_path, capsys):
         prepare(_cfg(tmp_path, [str(src)], tokenizer="bytes"), force=True, progress=False)
 
 
+def test_a_capped_source_counts_the_empty_documents_it_read(tmp_path):
+    """--max-tokens-per-source stops reading a source once it has enough: its empty documents after that point
+    were never read, and the note said its count of those before it as if of the whole source."""
+    from foxformer.data.sources import reading_notes
+
+    src = tmp_path / "project"
+    src.mkdir()
+    (src / "a_blank.txt").write_text(" \n")
+    for i in range(40):
+        (src / f"doc{i:02}.txt").write_text(f"document {i} " * 20)
+    (src / "z_empty.txt").write_text("")
+    m = prepare(_cfg(tmp_path, [str(src)], tokenizer="bytes", max_tokens_per_source=100, val_fraction=0.0),
+                progress=False)
+    # documents are tokenized 32 at a time: the cap, reached in the first batch, stops the reading after it
+    assert m["sources"][0]["docs"] == 1
+    assert reading_notes(m["sources"][0]) == [
+        f"{src}: 1 empty document(s) (or only whitespace) left out among the first 33 documents read (reading "
+        f"stopped there, with enough text), the first at {src / 'a_blank.txt'}"]
+    whole = prepare(_cfg(tmp_path, [str(src)], tokenizer="bytes", val_fraction=0.0), force=True, progress=False)
+    assert reading_notes(whole["sources"][0]) == [f"{src}: 2 empty document(s) (or only whitespace) left out, the "
+                                                  f"first at {src / 'a_blank.txt'}"]
+
+
 def test_the_left_out_note_names_the_text_field_given(tmp_path, capsys):
     """With --text-field body the note said the .jsonl files were read from "field 'text'"."""
     from foxformer.cli import main

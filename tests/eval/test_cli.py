@@ -520,14 +520,18 @@ def test_eval_loss_says_why_the_runs_dataset_does_not_stand_in_for_data(workspac
 
 def test_eval_loss_of_a_folder_says_what_it_left_out_as_data_prepare_does(workspace, tmp_path, capsys):
     """`eval loss --source FOLDER` passed over a folder's empty documents and its files of other kinds in silence,
-    where `data prepare` of the same folder says so: both now give the same notes."""
+    where `data prepare` of the same folder says so: both now give the same notes. eval loss stops reading once it
+    has --num-seqs sequences, and its count of empty documents, of those read, read as the whole folder's: it says
+    so, where data prepare, which reads them all, counts the one after that point too."""
     from foxformer.data.sources import kinds_said
 
     src = tmp_path / "project"
     src.mkdir()
-    for i in range(3):
+    for i in range(4):
         (src / f"doc{i}.txt").write_text(f"document {i} of the project, long enough for a window " * 4)
+    # read in name order: blank.txt before the three documents that give --num-seqs 3, empty.md after them
     (src / "blank.txt").write_text("  \n\t\n")
+    (src / "empty.md").write_text("")
     for name in ("a.py", "b.py", "LICENSE"):
         (src / name).write_text("x = 1\n")
 
@@ -537,11 +541,12 @@ def test_eval_loss_of_a_folder_says_what_it_left_out_as_data_prepare_does(worksp
     assert main(["eval", "loss", workspace["hf"], "--source", str(src), "--seq-len", "40", "--num-seqs", "3",
                  "--n-boot", "10", "--device", "cpu", "--out", str(tmp_path / "loss"), "--no-progress"]) == 0
     said = notes(capsys.readouterr().err)
-    assert len(said) == 2, said
-    assert said == [f"note: {src}: 1 empty document(s) (or only whitespace) left out, the first at "
-                    f"{src / 'blank.txt'}",
-                    f"note: {src}: 3 file(s) of kinds not read as documents left out (2 .py, 1 (no extension)); "
-                    f"read are {kinds_said()}"], said
+    left_out = (f"note: {src}: 3 file(s) of kinds not read as documents left out (2 .py, 1 (no extension)); "
+                f"read are {kinds_said()}")
+    assert said == [f"note: {src}: 1 empty document(s) (or only whitespace) left out among the first 4 documents "
+                    f"read (reading stopped there, with enough text), the first at {src / 'blank.txt'}",
+                    left_out], said
     assert main(["data", "prepare", "--source", str(src), "--out", str(tmp_path / "data"), "--tokenizer", "bytes",
                  "--no-progress"]) == 0
-    assert notes(capsys.readouterr().err) == said
+    assert notes(capsys.readouterr().err) == [f"note: {src}: 2 empty document(s) (or only whitespace) left out, the "
+                                              f"first at {src / 'blank.txt'}", left_out]

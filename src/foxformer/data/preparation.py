@@ -302,7 +302,7 @@ def _tokenize_source(spec: str, shard_dir: str, cfg: PrepareConfig, tok, progres
         os.fsync(out.fileno())
     bar.close()
     np.save(os.path.join(tmp_dir, "docs.npy"), np.frombuffer(offsets, dtype=np.int64))
-    info = {"spec": spec, "docs": n_docs, "tokens": int(n_tokens), **blanks.fields()}
+    info = {"spec": spec, "docs": n_docs, "tokens": int(n_tokens), **blanks.fields(stopped=capped)}
     with open(os.path.join(tmp_dir, "done.json"), "w") as f:
         json.dump(info, f)
     shutil.rmtree(shard_dir, ignore_errors=True)

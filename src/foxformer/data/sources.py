@@ -49,22 +49,29 @@ class Document:
 
 @dataclass
 class Blanks:
-    """The documents of no text (empty or only whitespace) a reading of a source passed over, for reading_notes."""
+    """The documents of no text (empty or only whitespace) a reading of a source passed over, for reading_notes;
+    ``read``: all the documents it was shown, empty or not."""
 
     count: int = 0
     first: str | None = None
+    read: int = 0
 
     def skip(self, doc: Document) -> bool:
         """Whether ``doc`` is one, counted."""
+        self.read += 1
         if doc.text and not doc.text.isspace():  # isspace: no copy of a long text, unlike strip()
             return False
         self.count += 1
         self.first = self.first or doc.where or doc.id
         return True
 
-    def fields(self) -> dict:
-        """As a manifest's source records them."""
-        return {"empty_docs": self.count, **({"first_empty": self.first} if self.count else {})}
+    def fields(self, stopped: bool = False) -> dict:
+        """As a manifest's source records them. ``stopped``: the reading ended before the source did (it had
+        enough), so the count is of the documents read, recorded as ``docs_read``: the note said it of the whole
+        source, whose later documents were never looked at."""
+        if not self.count:
+            return {"empty_docs": 0}
+        return {"empty_docs": self.count, "first_empty": self.first, **({"docs_read": self.read} if stopped else {})}
 
 
 @dataclass(frozen=True)
@@ -477,15 +484,18 @@ def left_out_of(spec: str) -> dict:
 
 def reading_notes(source: dict, text_field: str = "text") -> list[str]:
     """What reading a source left out, one line each, from its record in a manifest's form: ``spec``, and where
-    any, ``empty_docs`` (with ``first_empty``), ``left_out_files`` and ``skipped_datasets``. Left out in silence,
-    a folder's .py files read as a dataset of its READMEs."""
+    any, ``empty_docs`` (with ``first_empty`` and, where the reading stopped before the source's end,
+    ``docs_read``), ``left_out_files`` and ``skipped_datasets``. Left out in silence, a folder's .py files read as
+    a dataset of its READMEs."""
     notes = []
     if source.get("empty_docs"):
         # none where the source is that one file, or its shard was tokenized before the first was recorded
         first = source.get("first_empty")
         first = f", the first at {first}" if first not in (None, source["spec"]) else ""
+        read = source.get("docs_read")
+        among = f" among the first {read} documents read (reading stopped there, with enough text)" if read else ""
         notes.append(f"{source['spec']}: {source['empty_docs']} empty document(s) (or only whitespace) left "
-                     f"out{first}")
+                     f"out{among}{first}")
     if source.get("left_out_files"):
         kinds = ", ".join(f"{n} {ext}" for ext, n in source["left_out_files"].items())
         notes.append(f"{source['spec']}: {sum(source['left_out_files'].values())} file(s) of kinds not read as "

@@ -161,7 +161,8 @@ def source_sequences(source: str, tokenizer, seq_len: int, num: int, text_field:
         left_out = left_out_of(source)
     except SettingError as e:  # the source's reader names its setting as the API does ("source")
         raise _said_as(e, setting_name(label, e.field)) from None
-    for note in reading_notes({"spec": source, **blanks.fields(), **left_out}, text_field):
+    stopped = len(rows) >= num  # the rest of the source was not read: its empty documents are not counted
+    for note in reading_notes({"spec": source, **blanks.fields(stopped), **left_out}, text_field):
         print(f"note: {note}", file=sys.stderr)
     if not rows:
         name = setting_name(label, "seq_len")
