@@ -237,9 +237,11 @@ def _infinite_c(gate):
 
 @pytest.mark.parametrize("backend", ["torch", "triton"])
 @pytest.mark.parametrize("fn,spoil,match", [
-    pytest.param(forgetting_attention, _positive, r"log_fgate must not hold NaN, and must be <= 0", id="log_fgate-positive"),
-    pytest.param(forgetting_attention, _nan, r"log_fgate must not hold NaN", id="log_fgate-nan"),
-    pytest.param(forgetting_attention_cumsum, _infinite_c, r"c must not hold NaN, and must be finite", id="c-minus-inf"),
+    pytest.param(forgetting_attention, _positive, "log_fgate must not hold NaN, and must be <= 0",
+                 id="log_fgate-positive"),
+    pytest.param(forgetting_attention, _nan, "log_fgate must not hold NaN", id="log_fgate-nan"),
+    pytest.param(forgetting_attention_cumsum, _infinite_c, "c must not hold NaN, and must be finite",
+                 id="c-minus-inf"),
 ])
 def test_compiled_calls_check_the_gate_values_on_cpu(fn, spoil, match, backend):
     """The value checks were skipped under torch.compile (a host read breaks the graph): a positive gate ran without
