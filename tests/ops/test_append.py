@@ -60,14 +60,18 @@ def test_it_refuses_mismatched_shapes_and_dtypes():
         append_token_(k_buf, v_buf, c_buf, last, at, k, k, log_f, backend="cuda")
 
 
+@pytest.mark.parametrize("strided", [False, True], ids=["table", "table-view-last-stride-2"])
 @pytest.mark.parametrize("Hq,Hkv", [(4, 4), (6, 2)], ids=["mha", "gqa3"])
-def test_a_paged_write_lands_in_each_heads_page_with_the_torch_paths_bits(Hq, Hkv):
+def test_a_paged_write_lands_in_each_heads_page_with_the_torch_paths_bits(Hq, Hkv, strided):
     """Page pools [P, PAGE, D] / c [P, PAGE, G]: (b, h) writes row at % PAGE of page table[b, h, at // PAGE];
-    the table maps each (b, h) to its own, shuffled pages."""
+    the table maps each (b, h) to its own, shuffled pages. A table viewed out of a wider one (its entries between
+    the other batch row's pages) was read at stride 1 by the kernel, which wrote to those pages."""
     g = torch.Generator().manual_seed(1)
     B, D, page, n_pages, pos = 2, 16, 4, 3, 9                 # position 9: the third page, row 1
     pool = B * Hkv * n_pages + 2
     table = torch.randperm(pool, generator=g)[:B * Hkv * n_pages].reshape(B, Hkv, n_pages).to(torch.int32)
+    if strided:
+        table = torch.stack([table, table.flip(0)], dim=-1)[..., 0]
     k = torch.randn(B, 1, Hkv, D, generator=g).to(torch.bfloat16)
     v = torch.randn(B, 1, Hkv, D, generator=g).to(torch.bfloat16)
     raw = torch.randn(B, Hkv, D, generator=g).to(torch.bfloat16)

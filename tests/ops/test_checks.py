@@ -47,6 +47,8 @@ CASES = [
      ValueError, "batch must be 1"),
     ("max-seqlen-short", dict(cu_seqlens=torch.tensor([0, 6, 8], dtype=torch.int32), max_seqlen=4), ValueError, "max_seqlen"),
     ("scale", dict(softmax_scale="x"), TypeError, "softmax_scale"),
+    # True was a scale of 1.0, not the default 1 / sqrt(D)
+    ("scale-bool", dict(softmax_scale=True), TypeError, "softmax_scale must be a finite float or None, got True"),
     ("max-seqlen-str", dict(cu_seqlens=torch.tensor([0, 6, 8], dtype=torch.int32), max_seqlen="6"), TypeError,
      "max_seqlen must be an int"),
     ("max-seqlen-float", dict(max_seqlen=5.7), TypeError, "max_seqlen must be an int"),
@@ -219,6 +221,39 @@ def test_an_empty_pack_gives_an_empty_result(backend, compiled):
 def test_an_empty_sequence_in_an_empty_pack_is_still_refused(backend, compiled):
     with pytest.raises((ValueError, RuntimeError), match="cu_seqlens"):
         _empty_pack(compiled, backend, [0, 0])
+
+
+def _positive(gate):
+    return gate.index_fill(1, torch.tensor([5]), 0.25)
+
+
+def _nan(gate):
+    return gate.index_fill(1, torch.tensor([5]), float("nan"))
+
+
+def _infinite_c(gate):
+    return gate_cumsum(gate).index_fill(1, torch.tensor([5]), float("-inf"))
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+@pytest.mark.parametrize("fn,spoil,match", [
+    pytest.param(forgetting_attention, _positive, "log_fgate must not hold NaN, and must be <= 0",
+                 id="log_fgate-positive"),
+    pytest.param(forgetting_attention, _nan, "log_fgate must not hold NaN", id="log_fgate-nan"),
+    pytest.param(forgetting_attention_cumsum, _infinite_c, "c must not hold NaN, and must be finite",
+                 id="c-minus-inf"),
+])
+def test_compiled_calls_check_the_gate_values_on_cpu(fn, spoil, match, backend):
+    """The value checks were skipped under torch.compile (a host read breaks the graph): a positive gate ran without
+    a word. On CPU, where the eager checks always run, they are now an assert in the graph, as for cu_seqlens."""
+    torch._dynamo.reset()
+    q, k, v, log_f = _varlen_half(T=8)
+    compiled = torch.compile(lambda q, k, v, gate: fn(q, k, v, gate, backend=backend), backend="aot_eager",
+                             fullgraph=True)
+    good = log_f if fn is forgetting_attention else gate_cumsum(log_f)
+    torch.testing.assert_close(compiled(q, k, v, good), fn(q, k, v, good, backend=backend))
+    with pytest.raises(RuntimeError, match=match):
+        compiled(q, k, v, spoil(log_f))
 
 
 def _no_queries(fn, Tk, dtype=torch.float32, **kwargs):

@@ -199,6 +199,10 @@ def _bad_decode_inputs():
                      r"pass k\.transpose\(1, 2\), v\.transpose\(1, 2\)$"),
         "q-bhtd": ((q.transpose(1, 2), k, v, c, None), ValueError, r"pass q\.transpose\(1, 2\)$"),
         "c-bht": ((q, k, v, c.transpose(1, 2), None), ValueError, r"pass c\.transpose\(1, 2\)$"),
+        # a page pool without its page_table: the message gave neither the shape nor the paged form
+        "k-3d-without-page-table": ((q, k[0], v[0], c, None), ValueError,
+                                    r"k must be a 4-D tensor \[B, Tk, Hkv, D\] \(or, with page_table, a page pool "
+                                    r"\[P, PAGE, D\]\), got shape \(8, 2, 16\)$"),
     }
 
 

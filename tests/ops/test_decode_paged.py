@@ -120,6 +120,19 @@ def test_entries_of_dead_pages_are_never_read(backend):
 
 
 @pytest.mark.parametrize("backend", ["triton", "torch"])
+def test_a_page_table_view_with_a_strided_last_dim_is_read_as_indexed(backend):
+    """The Triton kernel read a head's pages as TABLE + j // PAGE: a table sliced out of a wider one (last stride 2)
+    gave the pages of the entries in between (here the other batch row's, valid pages: a finite wrong answer)."""
+    B, Tq, Tk, Hq, Hkv, D, page = 2, 2, 40, 4, 2, 16, 8
+    q, k, v, c = make(B, Tq, Tk, Hq, Hkv, D, torch.float32, seed=10)
+    kp, vp, cp, table = paginate(k, v, c, page)
+    strided = torch.stack([table, table.flip(0)], dim=-1)[..., 0]
+    assert strided.stride(-1) == 2 and torch.equal(strided, table)
+    got = paged(q, kp, vp, cp, strided, Tk, softmax_scale=0.3, backend=backend)
+    torch.testing.assert_close(got.double(), dense_reference(q, k, v, c, None, 0.3), rtol=0, atol=2e-5)
+
+
+@pytest.mark.parametrize("backend", ["triton", "torch"])
 def test_a_start_past_the_first_query_is_refused_on_cpu(backend):
     """As forgetting_attention_decode: a start past Tk - Tq leaves a query no key. The torch path, which
     gathers from the first live page only, read the queries' c before that page instead."""

@@ -29,11 +29,16 @@ def paged_c(B, Hkv, G, length, page, seed):
     return pool, table, c[:, -1].contiguous()
 
 
+@pytest.mark.parametrize("strided", [False, True], ids=["table", "table-view-last-stride-2"])
 @pytest.mark.parametrize("Hkv,G", [(3, 1), (2, 4)], ids=["mha", "gqa4"])
 @pytest.mark.parametrize("last_on_device", [False, True], ids=["last-int", "last-tensor"])
-def test_the_kernel_advances_the_starts_as_the_torch_path(Hkv, G, last_on_device):
+def test_the_kernel_advances_the_starts_as_the_torch_path(Hkv, G, last_on_device, strided):
+    """strided: the table a view of a wider one, the other batch row's pages between its entries (the kernel read
+    them, at stride 1)."""
     B, length, page, window, delta = 2, 300, 16, 64, -6.0
     pool, table, c_last = paged_c(B, Hkv, G, length, page, seed=Hkv * 10 + G)
+    if strided:
+        table = torch.stack([table, table.flip(0)], dim=-1)[..., 0]
     start0 = torch.tensor([[0, 37, 250][:Hkv], [5, 290, 120][:Hkv]], dtype=torch.int64)
     last = torch.tensor([length - 1]) if last_on_device else length - 1
     got = {}

@@ -191,3 +191,32 @@ def test_torch_backend_double_backward_is_a_clear_error():
     the gradient again failed with torch's 'no autograd formula was registered' for an internal op."""
     with pytest.raises(RuntimeError, match="forgetting_attention.*double backward is not supported"):
         grad_of_grad(forgetting_attention, *make_inputs(1, 6, 6, 2, 1, 8), backend="torch")
+
+
+def _in_bf16(fn, q, k, v, log_f):
+    return fn(q.bfloat16(), k.bfloat16(), v.bfloat16(), log_f.float())
+
+
+def _under_autocast(fn, q, k, v, log_f):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        return fn(q.float(), k.float(), v.float(), log_f.float())
+
+
+def _portable_with_grad(q, k, v, log_f):
+    from foxformer.ops import portable
+
+    return portable.forgetting_attention(q.requires_grad_(), k, v, log_f)  # a gradient: the materialised path
+
+
+@pytest.mark.parametrize("fn", [pytest.param(naive_forgetting_attention, id="naive"),
+                                pytest.param(_portable_with_grad, id="portable-with-grad")])
+@pytest.mark.parametrize("precision", [pytest.param(_in_bf16, id="bf16-inputs"),
+                                       pytest.param(_under_autocast, id="fp32-under-bf16-autocast")])
+def test_the_materialised_path_keeps_the_gate_cumsum_in_float64(precision, fn):
+    """It summed the gates in the scores' dtype: with bf16 scores (bf16 inputs, or fp32 ones under autocast) c
+    near -500 steps by 4, so the -0.5 gates of 1K tokens gave an output off by O(1), where the other backends keep
+    c in float64 and are off by bf16's rounding alone."""
+    q, k, v, _ = make_inputs(1, 1024, 1024, 1, 1, 16)
+    log_f = torch.full((1, 1024, 1), -0.5, dtype=torch.float64)
+    ref = naive_forgetting_attention(q, k, v, log_f)
+    assert rel_err(precision(fn, q, k, v, log_f), ref) < REL_TOL[torch.bfloat16]

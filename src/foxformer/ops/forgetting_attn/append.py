@@ -153,7 +153,8 @@ def append_token_(k_buf: torch.Tensor, v_buf: torch.Tensor, c_buf: torch.Tensor,
     (kl, kr), (vl, vr) = shifts
     paged = page_table is not None
     if paged:
-        table, page = page_table, k_buf.shape[1]
+        # read as TABLE + at // PAGE: a view with a last stride of 2 wrote the token to another entry's page
+        table, page = page_table if page_table.stride(-1) == 1 else page_table.contiguous(), k_buf.shape[1]
         kb_strides = (k_buf.stride(0), k_buf.stride(1), 0)
         vb_strides = (v_buf.stride(0), v_buf.stride(1), 0)
         # c pool [P, PAGE, G]: as (block, head, row) strides

@@ -174,7 +174,9 @@ def check_softmax_scale(softmax_scale, head_dim: int):
         return 1.0 / math.sqrt(head_dim)
     # A float that varies between calls turns symbolic under torch.compile (a SymFloat, on which
     # math.isfinite breaks the graph): compare instead, False for NaN and +-inf.
-    if not isinstance(softmax_scale, (int, float, torch.SymFloat)) or not abs(softmax_scale) < math.inf:
+    # a bool is an int to isinstance: True was taken as a scale of 1.0 (1 / sqrt(D) was likely meant)
+    if (isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float, torch.SymFloat))
+            or not abs(softmax_scale) < math.inf):
         raise TypeError(f"softmax_scale must be a finite float or None, got {softmax_scale!r}")
     return softmax_scale if isinstance(softmax_scale, torch.SymFloat) else float(softmax_scale)
 
@@ -219,8 +221,17 @@ def _check_cu_seqlens(cu_seqlens, max_seqlen, B, Tq, Tk):
 
 def check_gate_values(gate: torch.Tensor, name: str, allow_positive: bool = False) -> None:
     """Reject NaN (and positive log-gates; infinite c). Costs a device sync, so on CUDA it runs only with
-    FOXFORMER_CHECK_VALUES=1; under torch.compile it never runs."""
-    if _compiling() or _without_values(gate):
+    FOXFORMER_CHECK_VALUES=1, and never under torch.compile; compiled on CPU it is an assert (a RuntimeError without
+    the eager message's detail)."""
+    if _compiling():
+        # a positive gate was taken without a word once compiled (a host check breaks the graph): on CPU, where the
+        # eager checks always run, checked as _check_cu_seqlens checks its bounds
+        if gate.device.type == "cpu":
+            bad = torch.isnan(gate) | (torch.isinf(gate) if allow_positive else gate > 0)
+            torch._assert_async(~bad.any(), f"{name} must not hold NaN, and must be "
+                                            f"{'finite' if allow_positive else '<= 0 (log f, f in [0, 1])'}")
+        return
+    if _without_values(gate):
         return
     if gate.device.type == "cuda" and os.environ.get("FOXFORMER_CHECK_VALUES", "0") != "1":
         return

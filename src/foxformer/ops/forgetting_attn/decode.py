@@ -55,7 +55,8 @@ def _check(q, k, v, c, start, page_table, seq_len) -> int:
     if page_table is None:
         for name, t in (("k", k), ("v", v)):
             if t.dim() != 4:
-                raise ValueError(f"{name} must be a 4-D tensor [B, T, H, D]")
+                raise ValueError(f"{name} must be a 4-D tensor [B, Tk, Hkv, D] (or, with page_table, a page pool "
+                                 f"[P, PAGE, D]), got shape {tuple(t.shape)}")
         if v.shape == k.shape and c.dim() == 3:
             check_layout(q, k, c, "c")
         Tk, Hkv = k.shape[1], k.shape[2]
@@ -467,6 +468,9 @@ def triton_decode(q, k, v, c, start, scale, num_splits, table, seq_len, capacity
         v_strides = (v.stride(0), v.stride(1), v.stride(2))
     else:
         Hkv, page_size = table.shape[1], k.shape[1]
+        # the kernel steps through a head's pages as TABLE + j // PAGE: a view with a last stride of 2 (a slice of a
+        # wider table) read every other entry's page, silently
+        table = table if table.stride(-1) == 1 else table.contiguous()
         k_strides = (k.stride(0), k.stride(1), 0)
         v_strides = (v.stride(0), v.stride(1), 0)
     for name, t in (("q", q), ("k", k), ("v", v)):

@@ -77,6 +77,7 @@ def evict_scan_(start: torch.Tensor, c_pages: torch.Tensor, table: torch.Tensor,
     if backend == "torch":
         return evict_scan_torch(start, c_pages, table, c_last, delta, window, last)
     on_device = isinstance(last, torch.Tensor)
+    table = table if table.stride(-1) == 1 else table.contiguous()  # read as TABLE + pos // PAGE, as in decode.py
     delta_hi = float(torch.tensor(delta, dtype=torch.float32))
     _evict_scan_kernel[(B * Hkv,)](
         start, c_pages, table, c_last, last if on_device else start, 0 if on_device else int(last), delta_hi,

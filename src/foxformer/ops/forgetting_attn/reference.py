@@ -41,7 +41,8 @@ def naive_forgetting_attention(q, k, v, log_fgate, softmax_scale=None, cu_seqlen
                                max_seqlen=None, return_lse=False):
     """Materialised reference; same arguments, input checks and outputs as ``forgetting_attention``.
 
-    Computes in the input dtype (pass float64 tensors for a high-precision reference).
+    Computes in the input dtype (pass float64 tensors for a high-precision reference), but for the gate cumsum,
+    which is float64 as in every backend.
     ``log_fgate = -inf`` is handled exactly: it cuts every key before it, with no floor.
     """
     # Unchecked, a cu_seqlens not ending at T dropped the rows past its end and a positive gate gave NaN.
@@ -80,14 +81,17 @@ def naive_unchecked(q, k, v, log_fgate, scale, cu_seqlens=None, return_lse=False
     vh = v.repeat_interleave(group, dim=2)
     logits = torch.einsum("bihd,bjhd->bhij", q, kh) * scale           # [B, Hq, Tq, Tk]
 
-    lf = log_fgate.transpose(1, 2).to(logits.dtype)                     # [B, Hq, Tk]
+    # c in float64 whatever the scores' dtype, as in every other backend: a bf16 cumsum (bf16 inputs, or fp32 ones
+    # under autocast, the portable op's training path) stepped by its rounding, not by the gates (-0.5 gates over 2K
+    # tokens: c near -1000, where bf16 steps by 8), and the output was off by O(1)
+    lf = log_fgate.transpose(1, 2).double()                             # [B, Hq, Tk]
     cut = torch.isneginf(lf)
     # A -inf gate at l separates i from j exactly when it lies in (j, i]: compare -inf counts.
     n_cuts = torch.cumsum(cut.to(torch.int64), dim=-1)
     c = torch.cumsum(torch.where(cut, torch.zeros_like(lf), lf), dim=-1)
     pos = torch.arange(Tk - Tq, Tk, device=q.device)
     keys = torch.arange(Tk, device=q.device)
-    bias = c[..., pos, None] - c[..., None, :]
+    bias = (c[..., pos, None] - c[..., None, :]).to(logits.dtype)
     visible = (keys[None, :] <= pos[:, None]) & (n_cuts[..., pos, None] == n_cuts[..., None, :])
     scores = torch.where(visible, logits + bias, torch.full_like(bias, float("-inf")))
 
