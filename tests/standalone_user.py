@@ -2,7 +2,8 @@
 (and lm_eval) would; foxformer, triton and tiktoken cannot be imported here. Saves what they compute.
 
     python standalone_user.py models JOB.json OUT.pt    JOB: {folder: {"ids": [[...]], "new_tokens": n,
-                                                              "texts": [...], "remote_tokenizer": bool}}
+                                                              "texts": [...], "remote_tokenizer": bool,
+                                                              "resave": folder to save_pretrained into}}
     python standalone_user.py lm_eval JOB.json OUT.pt   JOB: {"model_args": "...", "tasks": [...],
                                                               "include_path": "..."}
 """
@@ -41,6 +42,14 @@ def _model(folder: str, job: dict) -> dict:
         out["eos"] = {"tokenizer": tok.eos_token_id, "generation_config": model.generation_config.eos_token_id}
         pipe = pipeline("text-generation", model=folder, trust_remote_code=True)
         out["pipeline"] = pipe(job["texts"][0], max_new_tokens=3, do_sample=False)[0]["generated_text"]
+    if job.get("resave"):
+        from transformers import AutoModel
+
+        model.save_pretrained(job["resave"])
+        again = AutoModelForCausalLM.from_pretrained(job["resave"], trust_remote_code=True).eval()
+        with torch.no_grad():
+            out["resaved"] = {"logits": again(ids).logits,
+                              "base": type(AutoModel.from_pretrained(job["resave"], trust_remote_code=True)).__name__}
     return out
 
 

@@ -331,6 +331,24 @@ def test_hugging_face_names_of_fields_are_read_as_them_without_a_word(monkeypatc
         (64, 2, 4, 2, 128)
 
 
+def test_a_tokenizers_keywords_pass_through_the_config_without_a_word(tmp_path, monkeypatch):
+    """AutoTokenizer.from_pretrained (and pipeline() through it) hands AutoConfig its own keywords: FoxConfig said
+    "'padding_side' is no field of FoxConfig; the override is ignored (did you mean 'hidden_size'?)", of bos_token,
+    add_bos_token, model_max_length and pipeline's device_map alike, while the tokenizer took them."""
+    from transformers import AutoTokenizer, pipeline
+
+    monkeypatch.setattr(config_module, "_SAID_KEYS", set())
+    FoxForCausalLM(get_preset("fox-llama-tiny", vocab_size=320, tokenizer="bytes")).save_pretrained(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tok = AutoTokenizer.from_pretrained(tmp_path, padding_side="right", add_bos_token=False, model_max_length=64,
+                                            bos_token="<|endoftext|>")
+        pipeline("text-generation", model=str(tmp_path), device_map="cpu")
+    assert (tok.padding_side, tok.model_max_length) == ("right", 64)
+    with pytest.warns(UserWarning, match="'num_hiden_layers' is no field of FoxConfig"):  # a config's own reading
+        AutoConfig.from_pretrained(tmp_path, num_hiden_layers=1)
+
+
 def test_keys_transformers_reads_or_saved_configs_carry_and_far_ones_are_silent(tmp_path, monkeypatch):
     monkeypatch.setattr(config_module, "_SAID_KEYS", set())
     with warnings.catch_warnings():

@@ -185,6 +185,33 @@ def test_a_folder_loaded_with_remote_code_resaves_as_it_was(tmp_path):
     assert sorted(os.listdir(again)) == sorted(os.listdir(folder))
 
 
+def test_a_model_loaded_without_foxformer_resaves_the_folder_it_came_from(tmp_path):
+    """Where foxformer is not installed, transformers' copying of remote code saved the copy's modules under auto_map
+    entries of their own: the re-saved folder lacked modeling_foxformer.py, which AutoModel's entry still named, and
+    with foxformer installed it loaded the copy instead of foxformer's classes."""
+    from transformers import AutoModelForCausalLM
+
+    folder, model = _preset_export(tmp_path, "fox-llama-tiny")
+    again = str(tmp_path / "again")
+    ids = torch.randint(0, 50257, (1, 8), generator=torch.Generator().manual_seed(0))
+    res = run_as_user(tmp_path, "models", {folder: {"ids": ids.tolist(), "new_tokens": 1, "resave": again}})
+
+    assert res["imported"] == []
+    assert torch.equal(res[folder]["resaved"]["logits"], res[folder]["logits"])
+    assert res[folder]["resaved"]["base"] == "FoxModel"
+    code = sorted(name for name in os.listdir(folder) if name.endswith(".py"))
+    assert sorted(name for name in os.listdir(again) if name.endswith(".py")) == code
+    for name in code:
+        with open(os.path.join(folder, name), "rb") as a, open(os.path.join(again, name), "rb") as b:
+            assert a.read() == b.read(), name
+    configs = []
+    for path in (folder, again):
+        with open(os.path.join(path, "config.json")) as f:
+            configs.append(json.load(f)["auto_map"])
+    assert configs[1] == configs[0]
+    assert isinstance(AutoModelForCausalLM.from_pretrained(again, trust_remote_code=True), FoxForCausalLM)
+
+
 def test_hub_uploads_carry_the_standalone_files(tmp_path, monkeypatch):
     """save_pretrained(push_to_hub=True) uploads from inside transformers' save_pretrained, before foxformer wrote the
     code, auto_map and tokenizer files: the Hub repository held weights and a config naming model_type foxformer,

@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import sys
 import warnings
 
 from transformers import PretrainedConfig
@@ -72,6 +73,19 @@ def _warn_misspelled(keys: list[str], fate: str, stacklevel: int) -> None:
         if hint:
             _SAID_KEYS.add(key)
             warnings.warn(f"FoxConfig: {key!r} is no field of FoxConfig; {fate}{hint}", stacklevel=stacklevel + 1)
+
+
+def _read_for_a_tokenizer() -> bool:
+    """Whether AutoTokenizer.from_pretrained is reading this config: to learn the tokenizer's class it hands AutoConfig
+    every keyword it was given, the tokenizer's own (padding_side, bos_token, add_bos_token, model_max_length, ...;
+    under pipeline() the model's too, device_map), none of them meant for the config."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if (frame.f_code.co_name == "from_pretrained"
+                and frame.f_globals.get("__name__") == "transformers.models.auto.tokenization_auto"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 class ConfigError(ValueError):
@@ -258,9 +272,11 @@ class FoxConfig(PretrainedConfig):
                 config_dict[name] = kwargs.pop(key)
         # transformers sets an override only on an attribute the config has, and drops the others without a word;
         # with return_unused_kwargs it hands them back instead (from_pretrained of a model passes them to the model,
-        # which refuses them: FoxPreTrainedModel), so "ignored" would be untrue there
-        if not kwargs.get("return_unused_kwargs"):
-            _warn_misspelled([k for k in kwargs if not hasattr(cls, k)], "the override is ignored", stacklevel=2)
+        # which refuses them: FoxPreTrainedModel), so "ignored" would be untrue there; AutoTokenizer's keywords are
+        # the tokenizer's ("'padding_side' is no field of FoxConfig ... (did you mean 'hidden_size'?)" was untrue too)
+        unread = [k for k in kwargs if not hasattr(cls, k)] if not kwargs.get("return_unused_kwargs") else []
+        if unread and not _read_for_a_tokenizer():
+            _warn_misspelled(unread, "the override is ignored", stacklevel=2)
         return super().from_dict(config_dict, **kwargs)
 
     def _read_aliases(self, kwargs: dict) -> None:

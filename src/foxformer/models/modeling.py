@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import inspect
+import os
+import shutil
+import sys
 import warnings
 
 from dataclasses import dataclass
@@ -101,8 +104,26 @@ EAGER_ATTENTION = "eager"
 
 # Called as writer(directory, config) after save_pretrained: foxformer.models registers the standalone export (code
 # and tokenizer files, models/standalone.py). An export's copy of this file has none registered: a model loaded from
-# it re-saves through transformers' own copying of remote code.
+# it re-saves the code files it was loaded from (_save_loaded_code).
 SAVE_WRITERS: list = []
+
+
+def _save_loaded_code(model, directory) -> None:
+    """The files of the modules ``model``'s classes were loaded from (the copy an export carries, loaded with
+    trust_remote_code where foxformer is not installed), into ``directory``: the entry modules the export's auto_map
+    names and the fox_*.py files beside them. transformers copied only the modules defining the classes and named
+    those in auto_map: the re-saved folder lacked modeling_foxformer.py, which its AutoModel entry still named, and
+    with foxformer installed it loaded this copy, not foxformer's classes."""
+    files = {}
+    for cls in (type(model), type(model.config)):
+        package = cls.__module__.rpartition(".")[0] + "."
+        for name, module in list(sys.modules.items()):
+            path = getattr(module, "__file__", None)
+            if name.startswith(package) and path and os.path.basename(path) != "__init__.py":
+                files[os.path.basename(path)] = path
+    for name, path in files.items():
+        shutil.copyfile(path, os.path.join(directory, name))
+
 
 # Keyword arguments that transformers and the libraries around it may pass to a model's forward beyond those the
 # forwards below name, taken without a warning: the typed model kwargs (TransformersKwargs: output flags,
@@ -143,14 +164,16 @@ class FoxPreTrainedModel(PreTrainedModel):
         super().__init__(config)
 
     def save_pretrained(self, save_directory, *args, **kwargs):
-        """transformers' save_pretrained, then the SAVE_WRITERS (on the main process only)."""
-        if not SAVE_WRITERS:
-            return super().save_pretrained(save_directory, *args, **kwargs)
+        """transformers' save_pretrained, then the SAVE_WRITERS (on the main process only); an export's copy of this
+        code, loaded with trust_remote_code, saves the files it was loaded from instead (_save_loaded_code)."""
         # Loading a folder with trust_remote_code registers these classes for transformers' own copying of remote
-        # code, which would drop foxformer's package modules (not standalone) into the folder: the writers put the
-        # code there instead.
+        # code, which would drop foxformer's package modules (not standalone) into the folder, or the copy's modules
+        # under auto_map entries of their own: the writers put the code there instead, and auto_map stays the
+        # export's (the config keeps the one it was loaded with).
         owners = (type(self), type(self.config))
         registered = [cls.__dict__.get("_auto_class") for cls in owners]
+        if not SAVE_WRITERS and not any(registered):
+            return super().save_pretrained(save_directory, *args, **kwargs)
         for cls in owners:
             cls._auto_class = None
         try:
@@ -162,16 +185,21 @@ class FoxPreTrainedModel(PreTrainedModel):
                 else:
                     cls._auto_class = value
         if kwargs.get("is_main_process", True):
-            for writer in SAVE_WRITERS:
-                writer(save_directory, self.config)
+            self._write_beside_weights(save_directory)
         return out
+
+    def _write_beside_weights(self, directory) -> None:
+        """The SAVE_WRITERS' files, or in an export's copy of this code the files it was loaded from."""
+        for writer in SAVE_WRITERS:
+            writer(directory, self.config)
+        if not SAVE_WRITERS:
+            _save_loaded_code(self, directory)
 
     def _upload_modified_files(self, working_dir, *args, **kwargs):
         """transformers' Hub upload, after the SAVE_WRITERS: save_pretrained(push_to_hub=True) uploads from inside
         transformers' save_pretrained, before the writers above ran, and the repository got weights and a config
         without the code, auto_map and tokenizer files that load it where foxformer is not installed."""
-        for writer in SAVE_WRITERS:
-            writer(working_dir, self.config)
+        self._write_beside_weights(working_dir)
         return super()._upload_modified_files(working_dir, *args, **kwargs)
 
     def resize_token_embeddings(self, new_num_tokens: Optional[int] = None, pad_to_multiple_of: Optional[int] = None,
