@@ -149,9 +149,20 @@ def check_common(q, k, v, gate, gate_name, softmax_scale, cu_seqlens, max_seqlen
     # int() would take "5", 5.7 or a tensor without a word (a SymInt is how torch.compile passes an int)
     if max_seqlen is not None and (isinstance(max_seqlen, bool) or not isinstance(max_seqlen, (int, torch.SymInt))):
         raise TypeError(f"max_seqlen must be an int or None, got {type(max_seqlen).__name__} {max_seqlen!r}")
+    check_max_seqlen(cu_seqlens, max_seqlen)
     if cu_seqlens is not None:
         max_seqlen = _check_cu_seqlens(cu_seqlens, max_seqlen, B, Tq, Tk)
     return softmax_scale, max_seqlen
+
+
+def check_max_seqlen(cu_seqlens, max_seqlen, name: str = "max_seqlen", offsets: str = "cu_seqlens") -> None:
+    """max_seqlen only with cu_seqlens. Alone it was ignored without a word, a negative one too: a call that forgot
+    cu_seqlens then attended across the documents packed into its row. ``name`` and ``offsets``: what the caller
+    calls the two (a model's transformers markers max_length_q and cu_seq_lens_q)."""
+    if max_seqlen is not None and cu_seqlens is None:
+        raise ValueError(f"{name}={max_seqlen!r} was given without {offsets}: {name} only applies with {offsets} (the "
+                         f"longest of the sequences it packs into one row); pass {offsets} as well, or leave {name} "
+                         f"None for a batch of unpacked rows")
 
 
 def check_return_lse(return_lse) -> None:
