@@ -226,7 +226,7 @@ def forgetting_attention(q, k, v, log_fgate, *, softmax_scale=None, cu_seqlens=N
             computed from the inputs (one cheap pass over q and k). A float, or a tensor
             broadcastable to ``[B, Hq]`` (e.g. from QK-norm weights) is TRUSTED: if some
             ``|scale * q . k|`` exceeds it, rows may lose more than prune_eps (the caller's
-            contract, not checked).
+            contract, not checked). Given without prune_eps, a ValueError: it would change nothing.
 
     Returns:
         ``out`` ``[B, Tq, Hq, D]`` in q's dtype, or ``(out, lse)`` when ``return_lse``.
