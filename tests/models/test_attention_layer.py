@@ -70,6 +70,9 @@ BAD = {
     "cu-seqlens-int64": (dict(), lambda layer: layer(torch.randn(1, 8, 32), cu_seqlens=torch.tensor([0, 8])),
                          TypeError, "int32"),
     "no-tokens": (dict(), lambda layer: layer(torch.randn(2, 0, 32)), ValueError, "at least one token"),
+    # dropped without a word: the documents of x (its cu_seqlens forgotten) attended to each other
+    "max-seqlen-without-cu-seqlens": (dict(), lambda layer: layer(torch.randn(1, 8, 32), max_seqlen=4), ValueError,
+                                      r"^max_seqlen=4 was given without cu_seqlens: max_seqlen only applies with"),
     "dtype-of-weights": (dict(), lambda layer: layer(torch.randn(1, 8, 32, dtype=torch.float64)), TypeError,
                          r"\.to\(torch.float64\) or run it under torch.autocast"),
     "head-dim-past-the-op": (dict(head_dim=300), None, ValueError, "head_dim must be at most 256"),

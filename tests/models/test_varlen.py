@@ -138,6 +138,23 @@ def test_a_refusal_names_the_packing_marker_given(marker, beside):
         model(ids, **given)
 
 
+# A longest document given with no offsets was ignored, a negative one too: the row's documents (the offsets
+# forgotten) attended to each other. The FoX layers' op refuses it alone; softmax layers never reached the op.
+LONE_LENGTHS = {"max_seqlen": ("max_seqlen", 5, "cu_seqlens"),
+                "max_seqlen-negative": ("max_seqlen", -1, "cu_seqlens"),
+                "max_length_q": ("max_length_q", 11, "cu_seq_lens_q / cu_seq_lens_k"),
+                "max_length_k": ("max_length_k", 11, "cu_seq_lens_q / cu_seq_lens_k")}
+
+
+@pytest.mark.parametrize("preset", ["fox-llama-tiny", "transformer-llama-tiny"])
+@pytest.mark.parametrize("case", LONE_LENGTHS)
+def test_a_longest_document_without_offsets_is_refused(preset, case):
+    name, value, offsets = LONE_LENGTHS[case]
+    model = make_model(preset)
+    with pytest.raises(ValueError, match=rf"^{name}={value} was given without {offsets}: {name} only applies with"):
+        model(tokens(1, 19), **{name: value})
+
+
 # Restarting position_ids in a batch of several rows were refused: each row's documents now run as documents of one
 # packed row [1, B * T], each row's first token beginning one.
 ROW_DOCUMENTS = ((5, 11, 3), (19,), (1, 7, 6, 5))

@@ -52,6 +52,10 @@ CASES = [
     ("max-seqlen-str", dict(cu_seqlens=torch.tensor([0, 6, 8], dtype=torch.int32), max_seqlen="6"), TypeError,
      "max_seqlen must be an int"),
     ("max-seqlen-float", dict(max_seqlen=5.7), TypeError, "max_seqlen must be an int"),
+    # alone it was ignored, a negative one too: a forgotten cu_seqlens attended across the packed documents
+    ("max-seqlen-without-cu", dict(max_seqlen=4), ValueError,
+     r"^max_seqlen=4 was given without cu_seqlens: max_seqlen only applies with cu_seqlens "),
+    ("max-seqlen-negative-without-cu", dict(max_seqlen=-1), ValueError, r"^max_seqlen=-1 was given without cu_seqlens"),
     ("return-lse-str", dict(return_lse="yes"), TypeError, "return_lse must be True or False"),
     # q, k, v in [B, H, T, D] (with GQA) blamed the gate's shape, or claimed q had more positions than k
     ("bhtd-layout", dict(q=torch.randn(1, 4, 8, 16), k=torch.randn(1, 2, 8, 16), v=torch.randn(1, 2, 8, 16),
@@ -286,6 +290,17 @@ def test_no_queries_give_an_empty_result_with_gradients(fn, backend, Tk):
     grads = torch.autograd.grad(out.sum() + lse.sum(), inputs)
     for grad, x in zip(grads, inputs):
         assert grad.shape == x.shape and grad.dtype == x.dtype and not grad.any()
+
+
+@pytest.mark.parametrize("fn,backend", EMPTY_ENTRIES)
+def test_every_entry_refuses_max_seqlen_without_cu_seqlens(fn, backend):
+    """CASES try forgetting_attention and the naive reference; the cumsum entry and the portable ops (a standalone
+    export's) share the check: none computes attention across the documents of a row whose cu_seqlens was left out."""
+    a = {name: t.half() if backend == "triton" and name != "log_fgate" else t for name, t in _ok().items()}
+    gate = gate_cumsum(a["log_fgate"]) if fn in (forgetting_attention_cumsum, portable.forgetting_attention_cumsum) \
+        else a["log_fgate"]
+    with pytest.raises(ValueError, match=r"^max_seqlen=8 was given without cu_seqlens"):
+        fn(a["q"], a["k"], a["v"], gate, max_seqlen=8, backend=backend)
 
 
 def test_the_naive_reference_has_no_queries_alike():

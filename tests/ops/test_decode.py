@@ -9,7 +9,7 @@ import math  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from foxformer.ops import forgetting_attention_decode, gate_cumsum  # noqa: E402  (the public path: README)
+from foxformer.ops import forgetting_attention_decode, gate_cumsum, portable  # noqa: E402  (the public path: README)
 
 
 def dense_reference(q, k, v, c, start, scale):
@@ -190,7 +190,11 @@ def _bad_decode_inputs():
         "start-bool": ((q, k, v, c, torch.tensor([[False, True]])), TypeError, "start must be an integer"),
         "qk-dtypes": ((q.half(), k, v, c, None), TypeError, "q, k and v must share one dtype"),
         "v-dtype": ((q, k, v.double(), c, None), TypeError, "q, k and v must share one dtype"),
-        "c-int": ((q, k, v, c.long(), None), TypeError, "c must be a floating"),
+        "c-int": ((q, k, v, c.long(), None), TypeError, "c must be float64, got torch.int64"),
+        # taken and cast: an fp16 c put 4e-3 into the output at 40 tokens, 2 at 16K (fp32: 1e-4 at 16K)
+        **{f"c-{name}": ((q, k, v, c.to(dtype), None), TypeError,
+                         rf"^c must be float64, got {dtype}: c is the cumulative sum of the log forget gates")
+           for name, dtype in (("fp32", torch.float32), ("fp16", torch.float16), ("bf16", torch.bfloat16))},
         "k-device": ((q, meta, meta, c, None), ValueError, "one device"),
         "start-device": ((q, k, v, c, torch.zeros(1, 2, dtype=torch.long, device="meta")), ValueError, "one device"),
         "no-kv-heads": ((q, k[:, :, :0], v[:, :, :0], c, None), ValueError, "multiple"),
@@ -206,12 +210,16 @@ def _bad_decode_inputs():
     }
 
 
-@pytest.mark.parametrize("backend", ["triton", "torch"])
+@pytest.mark.parametrize("backend", ["triton", "torch", "portable"])
 @pytest.mark.parametrize("case", list(_bad_decode_inputs()))
 def test_bad_inputs_named(case, backend):
+    """portable: a standalone export's decode op, which checked nothing (a float start, an fp16 c ran)."""
     args, exc, match = _bad_decode_inputs()[case]
     with pytest.raises(exc, match=match):
-        forgetting_attention_decode(*args, backend=backend)
+        if backend == "portable":
+            portable.forgetting_attention_decode(*args)
+        else:
+            forgetting_attention_decode(*args, backend=backend)
 
 
 def test_triton_backend_names_the_fix_for_a_strided_last_dim():

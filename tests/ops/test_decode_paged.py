@@ -8,6 +8,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported (con
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+from foxformer.ops import portable  # noqa: E402
 from foxformer.ops.forgetting_attn.decode import forgetting_attention_decode  # noqa: E402
 from foxformer.ops.forgetting_attn.paging import gather_pages  # noqa: E402
 
@@ -100,6 +101,19 @@ def test_paged_bad_inputs():
         paged(q.half(), kp, vp, cp, table, 16)
     with pytest.raises(ValueError, match="start"):
         paged(q, kp, vp, cp, table, 16, torch.zeros(1, 3, dtype=torch.long))
+
+
+@pytest.mark.parametrize("backend", ["triton", "torch", "portable"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=["fp32", "fp16", "bf16"])
+def test_a_c_pool_of_another_dtype_than_float64_is_refused(dtype, backend):
+    """The paged cache's c pool is float64, as the dense one; a narrower pool was taken and cast, its bias c_i - c_j
+    already short of the low bits at a few dozen tokens (portable: a standalone export's op, unchecked)."""
+    q, k, v, c = make(1, 1, 16, 4, 2, 8, torch.float32)
+    kp, vp, cp, table = paginate(k, v, c, 4)
+    kw = {} if backend == "portable" else {"backend": backend}
+    fn = portable.forgetting_attention_decode if backend == "portable" else forgetting_attention_decode
+    with pytest.raises(TypeError, match=rf"^c must be float64, got {dtype}: c is the cumulative sum"):
+        fn(q, kp, vp, cp.to(dtype), None, page_table=table, seq_len=16, **kw)
 
 
 @pytest.mark.parametrize("backend", ["triton", "torch"])

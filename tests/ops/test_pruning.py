@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-from foxformer import forgetting_attention
+from foxformer import forgetting_attention, forgetting_attention_cumsum
 from foxformer.ops import auto_qk_bound, gate_cumsum, pruning_stats
 from foxformer.ops.forgetting_attn.bwd import INTERPRET_DKDV_CONFIG, INTERPRET_DQ_CONFIG, triton_backward
 from foxformer.ops.forgetting_attn.fwd import INTERPRET_FWD_CONFIG, triton_forward
@@ -372,12 +372,22 @@ def test_compiles_with_a_float_qk_bound_that_varies():
     # broadcastable with [B, Hq] = [1, 2], but not to it
     (dict(prune_eps=1e-3, qk_bound=torch.ones(3, 1, 2)), ValueError, "qk_bound"),
     (dict(prune_eps=1e-3, qk_bound=torch.ones(2, 1)), ValueError, "qk_bound"),
+    # a bound without prune_eps was ignored: no pruning, and no word that it takes prune_eps to prune
+    (dict(qk_bound=10.0), ValueError, r"^qk_bound \(10\.0\) was given without prune_eps: .* it only applies with "
+                                      r"prune_eps, which turns pruning on"),
+    (dict(qk_bound="auto"), ValueError, r"^qk_bound \('auto'\) was given without prune_eps"),
+    (dict(qk_bound=torch.ones(1, 2)), ValueError,
+     r"^qk_bound \(a tensor of shape \(1, 2\)\) was given without prune_eps"),
 ], ids=["eps0", "bound-float-nan", "bound-float-inf", "eps1.5", "eps-str", "bound-neg", "bound-str", "bound-shape", "bound-nan",
-        "bound-extra-dim", "bound-grows-batch"])
-def test_bad_pruning_arguments(kw, err, match):
+        "bound-extra-dim", "bound-grows-batch", "bound-without-eps", "bound-auto-without-eps",
+        "bound-tensor-without-eps"])
+@pytest.mark.parametrize("entry", ["log_fgate", "cumsum"])
+def test_bad_pruning_arguments(kw, err, match, entry):
     q, k, v, log_f, _ = make(1, 8, 8, 2, 1, 16, "strong")
+    fn, gate = ((forgetting_attention, log_f) if entry == "log_fgate"
+                else (forgetting_attention_cumsum, gate_cumsum(log_f)))
     with pytest.raises(err, match=match):
-        forgetting_attention(q, k, v, log_f, backend="torch", **kw)
+        fn(q, k, v, gate, backend="torch", **kw)
 
 
 @triton.jit

@@ -63,8 +63,9 @@ def _provider_fn(name, q, k, v, log_f, prune_eps=None, qk_bound="auto"):
     Hq, Hkv = q.shape[2], k.shape[2]
     if name in _BACKEND_OF:
         from foxformer import forgetting_attention
-        return lambda: forgetting_attention(q, k, v, log_f, backend=_BACKEND_OF[name], prune_eps=prune_eps,
-                                            qk_bound=qk_bound)
+        # qk_bound only with prune_eps: the op refuses a bound for an unpruned call (it would change nothing)
+        pruning = {} if prune_eps is None else dict(prune_eps=prune_eps, qk_bound=qk_bound)
+        return lambda: forgetting_attention(q, k, v, log_f, backend=_BACKEND_OF[name], **pruning)
     if name in ("sdpa", "sdpa_flash", "sdpa_cudnn"):
         from torch.nn.attention import SDPBackend, sdpa_kernel
         kinds = {"sdpa": None, "sdpa_flash": [SDPBackend.FLASH_ATTENTION],

@@ -15,6 +15,7 @@ from typing import Optional
 
 import torch
 
+from ..ops.forgetting_attn.checks import check_max_seqlen
 from .config import FoxConfig
 from .layers import Attention, SeqContext, packed_starts
 
@@ -50,7 +51,8 @@ class ForgettingAttention(Attention):
                 max_seqlen: Optional[int] = None) -> torch.Tensor:
         """x [B, T, hidden_size] -> [B, T, hidden_size]. cu_seqlens int32 [N + 1]: x holds N documents packed
         into one row (B = 1) at these offsets; none attends to, or shifts in, another's tokens. max_seqlen: the
-        longest (computed from cu_seqlens when None, at the cost of a device sync)."""
+        longest (computed from cu_seqlens when None, at the cost of a device sync); only with cu_seqlens (a
+        ValueError without)."""
         if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.config.hidden_size:
             shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
             raise ValueError(f"ForgettingAttention: x must be [batch, seq, {self.config.hidden_size}], got {shape}")
@@ -61,6 +63,7 @@ class ForgettingAttention(Attention):
         if x.dtype != weight.dtype and not torch.is_autocast_enabled(x.device.type):
             raise TypeError(f"ForgettingAttention: x is {x.dtype} but the layer's weights are {weight.dtype}: move "
                             f"the layer with .to({x.dtype}) or run it under torch.autocast")
+        check_max_seqlen(cu_seqlens, max_seqlen)  # dropped without a word, and x's documents attended to each other
         ctx = SeqContext()
         if cu_seqlens is not None:
             starts, _ = packed_starts(cu_seqlens, x.shape[0], x.shape[1], x.device)

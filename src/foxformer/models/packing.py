@@ -11,6 +11,8 @@ from typing import Optional
 
 import torch
 
+from ..ops.forgetting_attn.checks import check_max_seqlen
+
 # How transformers marks documents packed into one row (DataCollatorWithFlattening; prepare_fa_kwargs_from_position_ids
 # for its flash-attention path): the offsets cu_seq_lens_q / cu_seq_lens_k with max_length_q / max_length_k, seq_idx
 # (the document of each token), or position_ids alone that restart at each document (the collator's default). The
@@ -105,8 +107,9 @@ def packed_documents(kwargs: dict, inputs: Optional[torch.Tensor], position_ids:
     if len(set(lengths)) > 1:
         raise ValueError(f"max_length_q = {lengths[0]} and max_length_k = {lengths[1]} differ: foxformer models are "
                          f"causal self-attention, whose queries and keys are the same tokens")
+    length_name = "max_seqlen"
     if max_seqlen is None and lengths:
-        max_seqlen = lengths[0]
+        max_seqlen, length_name = lengths[0], "max_length_q" if hf["max_length_q"] is not None else "max_length_k"
     new_doc = None
     seq_idx = hf["seq_idx"]
     if seq_idx is not None:
@@ -131,7 +134,11 @@ def packed_documents(kwargs: dict, inputs: Optional[torch.Tensor], position_ids:
             if max_seqlen is None:
                 max_seqlen = int((cu_seqlens[1:] - cu_seqlens[:-1]).max())
     if cu_seqlens is None:
-        return None, max_seqlen, 1
+        # nothing marks documents: a longest document given alone means its offsets were forgotten, and the row's
+        # documents would attend to each other (the op refuses it, but softmax and linear layers ignored it)
+        check_max_seqlen(None, max_seqlen, length_name,
+                         "cu_seqlens" if length_name == "max_seqlen" else "cu_seq_lens_q / cu_seq_lens_k")
+        return None, None, 1
     if attention_mask is not None:
         raise masked_packing(source)
     if cached:

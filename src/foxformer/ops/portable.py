@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from .forgetting_attn.checks import check_inputs, check_softmax_scale
+from .forgetting_attn.checks import check_decode, check_inputs, check_softmax_scale
 from .forgetting_attn.cumsum import LOG_FGATE_FLOOR, gate_cumsum, gate_cumsum_heads_first
 from .forgetting_attn.paging import append_token_torch, evict_scan_torch, gather_live
 from .forgetting_attn.reference import naive_unchecked, no_queries, torch_forward
@@ -66,7 +66,9 @@ def forgetting_attention_decode(q, k, v, c, start=None, *, page_table=None, seq_
                                 backend="auto", num_splits=None):
     """The last Tq of ``seq_len`` positions against a cache: q [B, Tq, Hq, D]; k, v [B, Tk, Hkv, D] and c float64
     [B, Tk, Hq], or with ``page_table`` [B, Hkv, pages] the page pools [P, PAGE, D] and [P, PAGE, G]; start int
-    [B, Hkv] first live key of each kv head (None: 0); seq_len an int or a one-element tensor (None: Tk)."""
+    [B, Hkv] first live key of each kv head (None: 0); seq_len an int or a one-element tensor (None: Tk). Its input
+    checks (a c of another dtype than float64, say, is a TypeError)."""
+    check_decode(q, k, v, c, start, page_table, seq_len)
     if page_table is not None or seq_len is not None:
         n = k.shape[1] if seq_len is None else int(seq_len)
         if page_table is None:

@@ -23,8 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .checks import (CACHE_BACKENDS, check_backend, check_layout, check_one_device, check_softmax_scale,
-                     check_triton_device)
+from .checks import CACHE_BACKENDS, check_backend, check_decode, check_softmax_scale, check_triton_device
 from .paging import gather_live
 from .tiles import LAUNCH_OPTIONS, launch_grid
 
@@ -42,94 +41,6 @@ def _interpreted(t: torch.Tensor) -> bool:
     return t.device.type == "cpu" or os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
-def _check(q, k, v, c, start, page_table, seq_len) -> int:
-    """ValueError / TypeError naming the argument; returns the storage's key capacity (dense Tk, or the
-    page table's pages times the page size), which sizes the key splits."""
-    for name, t in (("q", q), ("k", k), ("v", v), ("c", c)) + ((("page_table", page_table),) if page_table is not None
-                                                                else ()):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a tensor, got {type(t).__name__}")
-    if q.dim() != 4:
-        raise ValueError(f"q must be a 4-D tensor [B, Tq, Hq, D], got {tuple(q.shape)}")
-    B, Tq, Hq, D = q.shape
-    if page_table is None:
-        for name, t in (("k", k), ("v", v)):
-            if t.dim() != 4:
-                raise ValueError(f"{name} must be a 4-D tensor [B, Tk, Hkv, D] (or, with page_table, a page pool "
-                                 f"[P, PAGE, D]), got shape {tuple(t.shape)}")
-        if v.shape == k.shape and c.dim() == 3:
-            check_layout(q, k, c, "c")
-        Tk, Hkv = k.shape[1], k.shape[2]
-        if k.shape != (B, Tk, Hkv, D) or v.shape != k.shape:
-            raise ValueError(f"k and v must be [B, Tk, Hkv, D] = [{B}, Tk, Hkv, {D}], got {tuple(k.shape)}, "
-                             f"{tuple(v.shape)}")
-        capacity = Tk
-    else:
-        if page_table.dim() != 3 or page_table.shape[0] != B or page_table.dtype not in (torch.int32, torch.int64):
-            raise ValueError(f"page_table must be an int32/int64 tensor [B, Hkv, pages] with B = {B}, got "
-                             f"{page_table.dtype} {tuple(page_table.shape)}")
-        Hkv = page_table.shape[1]
-        if k.dim() != 3 or k.shape[2] != D or v.shape != k.shape:
-            raise ValueError(f"with a page_table, k and v must be page pools [P, PAGE, D] with D = {D}, got "
-                             f"{tuple(k.shape)}, {tuple(v.shape)}")
-        capacity = page_table.shape[2] * k.shape[1]
-    if Hkv == 0 or Hq % Hkv:
-        raise ValueError(f"q heads ({Hq}) must be a multiple of k/v heads ({Hkv})")
-    # The Triton kernel multiplies q by k and p by v as loaded: mixed dtypes failed inside Triton.
-    if not (q.dtype == k.dtype == v.dtype):
-        raise TypeError(f"q, k and v must share one dtype, got q {q.dtype}, k {k.dtype}, v {v.dtype}; cast them "
-                        f"with .to(q.dtype)")
-    if not q.is_floating_point():  # the torch path would return a truncated integer result
-        raise TypeError(f"q, k and v must be floating tensors, got {q.dtype}")
-    want = (B, capacity, Hq) if page_table is None else (*k.shape[:2], Hq // Hkv)
-    if tuple(c.shape) != want:
-        what = "[B, Tk, Hq]" if page_table is None else "a page pool [P, PAGE, G]"
-        raise ValueError(f"c must be {what} = {want}, got {tuple(c.shape)}")
-    if not c.is_floating_point():
-        raise TypeError(f"c must be a floating tensor (float64), got {c.dtype}")
-    if start is not None and (not isinstance(start, torch.Tensor) or start.shape != (B, Hkv)):
-        raise ValueError(f"start must be an integer tensor [B, Hkv] = {(B, Hkv)}, got {getattr(start, 'shape', start)}")
-    # A float start was truncated by the Triton kernel but rounded up by the torch path's j >= start.
-    if start is not None and (start.is_floating_point() or start.is_complex() or start.dtype == torch.bool):
-        raise TypeError(f"start must be an integer tensor, got {start.dtype}")
-    check_one_device(q=q, k=k, v=v, c=c, start=start, page_table=page_table, seq_len=seq_len)
-    if isinstance(seq_len, torch.Tensor):
-        if seq_len.numel() != 1 or seq_len.is_floating_point() or seq_len.dtype == torch.bool:
-            raise ValueError(f"seq_len must be an int or a one-element integer tensor, got {seq_len.dtype} "
-                             f"{tuple(seq_len.shape)}")
-    elif seq_len is not None and (isinstance(seq_len, bool) or not isinstance(seq_len, int)):
-        raise TypeError(f"seq_len must be None, an int or a one-element integer tensor, got {type(seq_len).__name__}")
-    if page_table is not None and seq_len is None:
-        raise ValueError("seq_len: a paged cache needs the number of positions it holds")
-    # Values: free on the CPU, a device sync on a GPU (there they stay the caller's contract: a seq_len past
-    # the storage reads garbage, a start past a query's position gives NaN in that query's rows).
-    if q.device.type != "cpu":
-        return capacity
-    n = capacity if seq_len is None else int(seq_len)
-    if not Tq <= n <= capacity:
-        raise ValueError(f"seq_len {n} must be >= Tq ({Tq}) and fit the cache's storage ({capacity} positions)")
-    # A start past a query's own position leaves its row no key: softmax of nothing, NaN on both paths.
-    if start is not None and Tq and start.numel() and int(start.max()) > n - Tq:
-        raise ValueError(f"start: {int(start.max())} is past the first query's position Tk - Tq = {n - Tq}, "
-                         f"which would then attend to no key; every start must be <= Tk - Tq")
-    if page_table is not None:
-        _check_pages(page_table, k.shape[0], k.shape[1], start, n)
-    return capacity
-
-
-def _check_pages(page_table: torch.Tensor, pool_pages: int, page: int, start: Optional[torch.Tensor], n: int) -> None:
-    """Every page the call reads (those holding a live key of positions [start, n)) must be in [0, P): a negative
-    entry would wrap around to another page (Python indexing), silently."""
-    first = (start.clamp(min=0) if start is not None else page_table.new_zeros(page_table.shape[:2])) // page
-    cols = torch.arange(page_table.shape[2], device=page_table.device)
-    read = (cols >= first[..., None]) & (cols < -(-n // page))
-    bad = read & ((page_table < 0) | (page_table >= pool_pages))
-    if bool(bad.any()):
-        b, h, j = (int(i) for i in bad.nonzero()[0])
-        raise ValueError(f"page_table[{b}, {h}, {j}] = {int(page_table[b, h, j])} is not a page of the pool "
-                         f"(pages 0 to {pool_pages - 1}); every page a live key sits on must be mapped")
-
-
 def forgetting_attention_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.Tensor,
                                 start: Optional[torch.Tensor] = None, *, page_table: Optional[torch.Tensor] = None,
                                 seq_len: Optional[int | torch.Tensor] = None, softmax_scale: Optional[float] = None,
@@ -142,9 +53,10 @@ def forgetting_attention_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
             chunked steps; any Tq is correct, but prefill is faster with ``forgetting_attention``).
         k, v: dense [B, Tk, Hkv, D] (may be strided views of larger buffers, the last dim contiguous), or
             with ``page_table`` page pools [P, PAGE, D].
-        c: float64 running gate cumsum: dense [B, Tk, Hq] (may be a transposed view of a [B, Hq, cap]
-            buffer), or with ``page_table`` a pool [P, PAGE, G] (G = Hq // Hkv: the c of the query heads of
-            a kv head, for the keys of that page).
+        c: float64 running gate cumsum (gate_cumsum's dtype; any other dtype is a TypeError: the bias
+            c_i - c_j of two large entries needs its low bits): dense [B, Tk, Hq] (may be a transposed view of
+            a [B, Hq, cap] buffer), or with ``page_table`` a pool [P, PAGE, G] (G = Hq // Hkv: the c of the query
+            heads of a kv head, for the keys of that page).
         start: int [B, Hkv] first live key per (batch, kv head) (eviction); None (or a negative
             start) means 0. Every start must be <= seq_len - Tq (each query keeps at least its own key):
             checked (ValueError) for CPU tensors only; on a GPU, where checking would cost a device
@@ -167,7 +79,7 @@ def forgetting_attention_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
     Returns:
         out [B, Tq, Hq, D] in q's dtype.
     """
-    capacity = _check(q, k, v, c, start, page_table, seq_len)
+    capacity = check_decode(q, k, v, c, start, page_table, seq_len)
     scale = check_softmax_scale(softmax_scale, q.shape[-1])
     if num_splits is not None and (isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits < 1):
         raise ValueError(f"num_splits must be None or an int >= 1, got {num_splits!r}")

@@ -203,9 +203,10 @@ def forgetting_attention(q, k, v, log_fgate, *, softmax_scale=None, cu_seqlens=N
         cu_seqlens: int32 ``[N + 1]`` cumulative lengths of ``N`` sequences packed along T (then
             ``B == 1`` and ``Tq == Tk``); attention and the cumsum restart at every boundary. Every
             sequence holds at least one token; ``T = 0`` packs none (``cu_seqlens = [0]``, N = 0).
-        max_seqlen: longest packed sequence (computed from ``cu_seqlens`` when None). A shorter
-            value is a ValueError; under torch.compile (where it is required) it is checked on the
-            device instead: a RuntimeError on CPU, a device-side assert on CUDA.
+        max_seqlen: longest packed sequence (computed from ``cu_seqlens`` when None); only with
+            ``cu_seqlens`` (a ValueError without: nothing is packed then). A shorter value is a
+            ValueError; under torch.compile (where it is required) it is checked on the device
+            instead: a RuntimeError on CPU, a device-side assert on CUDA.
         return_lse: also return the log-sum-exp of each row, fp32 ``[B, Hq, Tq]`` (fp64 for
             fp64 inputs).
         backend: ``"auto"`` (the Gluon Hopper kernels where they apply, else Triton for fp16/bf16
@@ -225,7 +226,7 @@ def forgetting_attention(q, k, v, log_fgate, *, softmax_scale=None, cu_seqlens=N
             computed from the inputs (one cheap pass over q and k). A float, or a tensor
             broadcastable to ``[B, Hq]`` (e.g. from QK-norm weights) is TRUSTED: if some
             ``|scale * q . k|`` exceeds it, rows may lose more than prune_eps (the caller's
-            contract, not checked).
+            contract, not checked). Given without prune_eps, a ValueError: it would change nothing.
 
     Returns:
         ``out`` ``[B, Tq, Hq, D]`` in q's dtype, or ``(out, lse)`` when ``return_lse``.

@@ -31,6 +31,13 @@ _AUTO_MARGIN = 1.0 + 1e-4
 def check_pruning(prune_eps, qk_bound, B: int, Hq: int, device: torch.device) -> None:
     """Validate prune_eps / qk_bound (ValueError / TypeError naming the argument)."""
     if prune_eps is None:
+        if qk_bound is not None:
+            # ignored without a word: a caller who took the bound for the switch got no pruning and no hint
+            shown = (f"a tensor of shape {tuple(qk_bound.shape)}" if isinstance(qk_bound, torch.Tensor)
+                     else repr(qk_bound))
+            raise ValueError(f"qk_bound ({shown}) was given without prune_eps: qk_bound is the bound U on "
+                             f"|softmax_scale * q . k| that tile pruning's threshold uses, and it only applies with "
+                             f"prune_eps, which turns pruning on; pass prune_eps as well, or leave qk_bound None")
         return
     if isinstance(prune_eps, bool) or not isinstance(prune_eps, (int, float)):
         raise TypeError(f"prune_eps must be a float in (0, 1) or None, got {type(prune_eps).__name__}")
