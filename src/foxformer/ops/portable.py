@@ -66,8 +66,8 @@ def forgetting_attention_decode(q, k, v, c, start=None, *, page_table=None, seq_
                                 backend="auto", num_splits=None):
     """The last Tq of ``seq_len`` positions against a cache: q [B, Tq, Hq, D]; k, v [B, Tk, Hkv, D] and c float64
     [B, Tk, Hq], or with ``page_table`` [B, Hkv, pages] the page pools [P, PAGE, D] and [P, PAGE, G]; start int
-    [B, Hkv] first live key of each kv head (None: 0); seq_len an int or a one-element tensor (None: Tk). Its input
-    checks (a c of another dtype than float64, say, is a TypeError)."""
+    [B, Hkv] first live key of each kv head (None: 0); seq_len an int or a one-element tensor (None: Tk). The inputs are
+    checked as forgetting_attention_decode checks them (a c of another dtype than float64 is a TypeError)."""
     check_decode(q, k, v, c, start, page_table, seq_len)
     if page_table is not None or seq_len is not None:
         n = k.shape[1] if seq_len is None else int(seq_len)
