@@ -283,4 +283,4 @@ def test_the_portable_ops_check_their_inputs_as_the_kernels_entry_points_do():
         with pytest.raises(exc, match=match):
             portable.forgetting_attention(args["q"], args["k"], args["v"], args["log_fgate"], **extra)
     with pytest.raises(ValueError, match="NaN"):
-        portable.forgetting_attention_cumsum(q, k, v, torch.full((1, 5, 2), float("nan")))
+        portable.forgetting_attention_cumsum(q, k, v, torch.full((1, 5, 2), float("nan"), dtype=torch.float64))

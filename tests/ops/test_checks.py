@@ -260,6 +260,17 @@ def test_compiled_calls_check_the_gate_values_on_cpu(fn, spoil, match, backend):
         compiled(q, k, v, spoil(log_f))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("fn", [forgetting_attention_cumsum, portable.forgetting_attention_cumsum],
+                         ids=["op", "portable"])
+def test_a_cumsum_of_another_dtype_than_float64_is_refused(fn, dtype):
+    """c was cast to float64 without a word: the low bits a narrower cumsum lost do not come back (at 64K tokens an
+    fp32 one is off by more than ten times the float64 one: test_reference), as the decode op refuses them too."""
+    a = _ok()
+    with pytest.raises(TypeError, match=f"c must be float64, got {dtype}: c is the cumulative sum"):
+        fn(a["q"], a["k"], a["v"], gate_cumsum(a["log_fgate"]).to(dtype))
+
+
 def _no_queries(fn, Tk, dtype=torch.float32, **kwargs):
     """forgetting_attention(_cumsum) or the portable one of Tq = 0 before Tk keys, every input requiring grad:
     (the inputs, out, lse)."""

@@ -143,6 +143,8 @@ def check_common(q, k, v, gate, gate_name, softmax_scale, cu_seqlens, max_seqlen
         raise ValueError(f"{gate_name} must be [batch, Tk, Hq] = {(B, Tk, Hq)}, got {tuple(gate.shape)}{hint}")
     if gate.dtype not in _FLOAT_DTYPES:
         raise TypeError(f"{gate_name} must be a floating tensor, got {gate.dtype}")
+    if gate_name == "c":
+        check_c_dtype(gate)
     if cu_seqlens is not None:
         _require_tensor(cu_seqlens, "cu_seqlens")
     check_one_device(q=q, k=k, v=v, **{gate_name: gate}, cu_seqlens=cu_seqlens)
@@ -154,6 +156,18 @@ def check_common(q, k, v, gate, gate_name, softmax_scale, cu_seqlens, max_seqlen
     if cu_seqlens is not None:
         max_seqlen = _check_cu_seqlens(cu_seqlens, max_seqlen, B, Tq, Tk)
     return softmax_scale, max_seqlen
+
+
+def check_c_dtype(c: torch.Tensor) -> None:
+    """A precomputed gate cumsum c (forgetting_attention_cumsum, the decode op) must be float64. Other float dtypes
+    were taken and cast: the decode output of an fp16 c was off by 4e-3 at 40 tokens and by 2 at 16K, that of an fp32
+    c by 1e-4 at 16K (the torch path against a float64 c); the cast cannot bring back the low bits already lost, and
+    every cache keeps c in float64."""
+    if c.dtype != torch.float64:
+        raise TypeError(f"c must be float64, got {c.dtype}: c is the cumulative sum of the log forget gates "
+                        f"(gate_cumsum's result, what the KV caches keep), which grows with the context (tens of "
+                        f"thousands at 64K tokens), and the bias c_i - c_j lives in the low bits a narrower dtype drops; "
+                        f"keep the running sum in float64 (gate_cumsum)")
 
 
 def check_max_seqlen(cu_seqlens, max_seqlen, name: str = "max_seqlen", offsets: str = "cu_seqlens") -> None:
@@ -275,13 +289,7 @@ def check_decode(q, k, v, c, start, page_table, seq_len) -> int:
     if tuple(c.shape) != want:
         what = "[B, Tk, Hq]" if page_table is None else "a page pool [P, PAGE, G]"
         raise ValueError(f"c must be {what} = {want}, got {tuple(c.shape)}")
-    # other float dtypes were taken and cast: the output of an fp16 c was off by 4e-3 at 40 tokens and by 2 at 16K,
-    # that of an fp32 c by 1e-4 at 16K (the torch path against a float64 c); every cache keeps it in float64
-    if c.dtype != torch.float64:
-        raise TypeError(f"c must be float64, got {c.dtype}: c is the cumulative sum of the log forget gates "
-                        f"(gate_cumsum's result, what the KV caches keep), which grows with the context (tens of "
-                        f"thousands at 64K tokens), and the bias c_i - c_j lives in the low bits a narrower dtype drops; "
-                        f"keep the running sum in float64 (gate_cumsum)")
+    check_c_dtype(c)
     if start is not None and (not isinstance(start, torch.Tensor) or start.shape != (B, Hkv)):
         raise ValueError(f"start must be an integer tensor [B, Hkv] = {(B, Hkv)}, got {getattr(start, 'shape', start)}")
     # A float start was truncated by the Triton kernel but rounded up by the torch path's j >= start.

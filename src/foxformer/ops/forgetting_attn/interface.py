@@ -253,7 +253,8 @@ def forgetting_attention(q, k, v, log_fgate, *, softmax_scale=None, cu_seqlens=N
 def forgetting_attention_cumsum(q, k, v, c, *, softmax_scale=None, cu_seqlens=None,
                                 max_seqlen=None, return_lse=False, backend="auto", prune_eps=None,
                                 qk_bound=None):
-    """Forgetting Attention from a precomputed cumsum ``c`` ``[B, Tk, Hq]`` (see ``gate_cumsum``).
+    """Forgetting Attention from a precomputed cumsum ``c``: float64 ``[B, Tk, Hq]`` (see ``gate_cumsum``; another
+    dtype is a TypeError, as in the decode op: the bias ``c_i - c_j`` needs the low bits a narrower sum has lost).
 
     For KV caches, which extend ``c`` token by token instead of recomputing it; the bias is
     ``c[Tk - Tq + i] - c[j]``. Same arguments and outputs as ``forgetting_attention`` otherwise;
