@@ -103,6 +103,22 @@ def test_cached_decoding_with_a_shift_matches_the_shifted_full_pass():
     assert not torch.allclose(full, model(ids).logits)
 
 
+@pytest.mark.parametrize("shift, said", [
+    ([0.5, [1.0, 2.0]], "fgate_bias_shift[1]: expected a number or 4 of them (one per head), got [1.0, 2.0]"),
+    ([["a"] * 4, 0.0], "fgate_bias_shift[0]: expected a number or 4 of them (one per head), got ['a', 'a', 'a', 'a']"),
+    ([0.5, [0.0, float("nan"), 0.0, 0.0]], "fgate_bias_shift[1]: expected finite numbers, got [0.0, nan, 0.0, 0.0]"),
+    (float("inf"), "fgate_bias_shift: expected finite numbers, got inf"),
+], ids=["head-count", "str-among-heads", "nan-head", "inf-whole-model"])
+def test_a_bad_shift_is_named_with_its_layer_and_value(shift, said):
+    """A per-layer entry was refused without its layer ("fgate_bias_shift: expected one value or 4 (one per head), got
+    2", "fgate_bias_shift must be finite"), and a str among the heads as torch's "too many dimensions 'str'"."""
+    from foxformer.infer import generate
+
+    with pytest.raises(ValueError) as e:
+        list(generate(make_model("fox-pro-tiny"), [1, 2], max_new_tokens=1, fgate_bias_shift=shift))
+    assert str(e.value) == said
+
+
 BAD_SHIFTS = {"wrong-head-count-in-layer-1": [0.5, [1.0, 2.0]], "nan-in-layer-1": [0.5, float("nan")],
               "nan-head-in-layer-1": [[0.5] * 4, [1.0, float("nan"), 0.0, 0.0]]}
 

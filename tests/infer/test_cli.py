@@ -1042,6 +1042,20 @@ def test_generate_top_k_0_and_top_p_1_sample_from_every_token_as_the_help_says(h
     assert capsys.readouterr().out != texts[0]  # a filter that bites changes the text, so the comparison can tell
 
 
+def test_generate_help_says_the_range_and_default_of_eviction_and_prefill_chunks(monkeypatch, capsys):
+    """--evict-eps said neither its range nor that it falls back to the model config's; --prefill-chunk not that the
+    prompt is read in one forward unless it is given, nor what chunks are for; --fgate-bias-shift not which way a
+    positive shift goes."""
+    monkeypatch.setenv("COLUMNS", "1000")  # one line per option: a hyphen at a wrap would split the words checked
+    with pytest.raises(SystemExit):
+        main(["generate", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert ("a number in (0, 1), e.g. 1e-3 (default: the model config's evict_eps; without one, every key is "
+            "kept)") in text
+    assert "prompt tokens per forward (default: the whole prompt in one); with --evict-eps, smaller chunks" in text
+    assert "positive slows the decay, a longer memory (default: the model config's fgate_bias_shift" in text
+
+
 @pytest.mark.parametrize("stream", [True, False], ids=["streamed", "no-stream"])
 def test_generate_stops_at_the_first_stop_string_and_cuts_it_off(hf_dir, tmp_path, capsys, stream):
     common = ["generate", "--model", hf_dir, "--tokenizer", "bytes", "--prompt", "Once upon", "--max-new-tokens",

@@ -433,10 +433,10 @@ def test_a_tiny_temperature_samples_greedily(temperature):
 
 
 @pytest.mark.parametrize("option, value", [("top_p", "0.9"), ("top_p", True), ("top_k", True), ("top_k", 2.5),
-                                           ("temperature", True)])
+                                           ("temperature", True), ("prefill_chunk", True)])
 def test_sampling_options_of_the_wrong_type_are_refused_by_name(option, value):
     """top_p='0.9' was a bare "'<' not supported between 'int' and 'str'", top_k=True a TypeError from torch.topk
-    after the prefill, temperature=True sampled at 1."""
+    after the prefill, temperature=True sampled at 1, prefill_chunk=True read the prompt one token per forward."""
     with pytest.raises(ValueError, match=f"{option}: expected"):
         generate(make_model(), [1, 2], **{option: value})
 

@@ -103,6 +103,22 @@ def test_a_path_inside_a_run_that_is_no_model_names_the_run_dir(run_dir, tmp_pat
     assert _error(capsys).endswith(f"; for the run's latest checkpoint pass the run dir {run}")
 
 
+def test_a_checkpoint_whose_weights_are_gone_names_the_missing_file(run_dir, tmp_path, capsys):
+    """Given itself, a checkpoint without its model.pt (a partial copy) was "not a Hugging Face folder, a run dir or a
+    checkpoint; for the run's latest checkpoint pass the run dir", which is this very checkpoint: the run dir then
+    said what is wrong, and so does the checkpoint now."""
+    from foxformer.train.checkpoint import save_checkpoint
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text((run_dir / "config.yaml").read_text())
+    step = save_checkpoint(str(run), 8, make_model("fox-pro-tiny").state_dict(), {}, {"tokens": 64}, keep_last=1)
+    os.remove(os.path.join(step, "model.pt"))
+    for given in (step, str(run)):
+        assert main(["generate", given, "--prompt", "x", "--device", "cpu"]) == 2
+        assert _error(capsys).startswith(f"error: model: checkpoint: {step!r} is missing model.pt; load another")
+
+
 @pytest.mark.parametrize("command", [
     ["generate", "RUN", "--prompt", "a b", "--max-new-tokens", "2"],
     ["bias-shift", "RUN", "--source", "TEXT", "--seq-len", "8", "--num-seqs", "1", "--shifts", "0"],

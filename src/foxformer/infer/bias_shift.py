@@ -45,6 +45,8 @@ def set_fgate_bias_shift(model, shift, label: str = "{}") -> list[Optional[torch
     name = setting_name(label, "fgate_bias_shift")
     gates = _gates(model)
     values = _per_layer(shift, len(gates), name)
+    # a list's (or tensor's) entry is named by its layer: "expected ..., got 3" said neither which layer nor what
+    whole = isinstance(shift, (int, float)) or (isinstance(shift, torch.Tensor) and shift.dim() == 0)
     previous = [None if g is None else g.bias_shift for g in gates]
     try:
         for i, (gate, value) in enumerate(zip(gates, values)):
@@ -54,7 +56,7 @@ def set_fgate_bias_shift(model, shift, label: str = "{}") -> list[Optional[torch
                     raise ValueError(f"{name}: layer {i} has no forget gate (softmax attention); "
                                      f"its shift must be 0")
                 continue
-            gate.set_bias_shift(value)
+            gate.set_bias_shift(value, name if whole else f"{name}[{i}]")
     except Exception:
         # A value rejected at layer i must not leave layers < i shifted: the caller gets the error and
         # no context manager is entered to undo them.

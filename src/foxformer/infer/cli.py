@@ -255,15 +255,19 @@ def add_commands(subparsers) -> None:
                    help="sampling seed: the same seed, settings, model and device give the same text "
                         "(default: a new draw each run)")
     p.add_argument("--evict-eps", type=float, default=None,
-                   help="evict cached keys whose attention probability is provably below this / N")
+                   help="evict cached keys whose attention probability is provably below this / N: a number in "
+                        "(0, 1), e.g. 1e-3 (default: the model config's evict_eps; without one, every key is kept)")
     p.add_argument("--evict-qk-bound", type=float, default=None,
                    help="without QK-norm: your bound U >= |scale q.k| (your contract; needed for eviction)")
     p.add_argument("--evict-max-len", type=int, default=None,
                    help="N of the bound (default: max_position_embeddings, or the prompt and new tokens where they are "
                         "more); given, the prompt and new tokens may not exceed it")
     p.add_argument("--fgate-bias-shift", type=_shift, default=None,
-                   help="added to the gate logits: one float, or comma-separated per layer")
-    p.add_argument("--prefill-chunk", type=int, default=None, help="prompt tokens per forward")
+                   help="added to the gate logits: one float, or comma-separated per layer; positive slows the "
+                        "decay, a longer memory (default: the model config's fgate_bias_shift, 0 unless set)")
+    p.add_argument("--prefill-chunk", type=int, default=None,
+                   help="prompt tokens per forward (default: the whole prompt in one); with --evict-eps, smaller "
+                        "chunks bound the memory a long prompt takes")
     p.add_argument("--ignore-eos", action="store_true", help="keep going past the end-of-text token")
     p.add_argument("--stop", action="append", default=None, metavar="TEXT", type=escaped,
                    help="stop once the text contains TEXT, which is cut off with what follows (repeatable: the first "

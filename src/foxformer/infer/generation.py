@@ -96,7 +96,9 @@ class GenerationConfig:
         if self.top_p is not None and (isinstance(self.top_p, bool) or not isinstance(self.top_p, (int, float))
                                        or not 0 < self.top_p <= 1):
             refuse("top_p", "a number in (0, 1]", "(or 1) for no nucleus sampling")
-        if self.prefill_chunk is not None and (not isinstance(self.prefill_chunk, int) or self.prefill_chunk < 1):
+        # True is an int (1): prefill_chunk=True, read as "chunk the prompt", fed it one token per forward
+        if self.prefill_chunk is not None and (isinstance(self.prefill_chunk, bool) or
+                                               not isinstance(self.prefill_chunk, int) or self.prefill_chunk < 1):
             refuse("prefill_chunk", "a positive integer", "to read the prompt in one forward")
         check_eviction(self.evict_eps, self.evict_qk_bound, self.evict_max_len, label=label)
         check_evict_len(self.evict_max_len, self.max_new_tokens, label=label)

@@ -183,23 +183,25 @@ class ForgetGate(nn.Module):
             # A frozen gate is a (saved) buffer: loaders re-create parameters with requires_grad=True.
             self.register_buffer("bias", start)
 
-    def set_bias_shift(self, shift) -> None:
+    def set_bias_shift(self, shift, name: str = "fgate_bias_shift") -> None:
         """Inference-time shift [H] (or a float) added to the gate logits; zeros remove it exactly.
 
         Kept as a plain attribute, not a buffer: it is not part of the trained weights and must not
-        enter state dicts or checkpoints.
+        enter state dicts or checkpoints. ``name``: how errors name the value (set_fgate_bias_shift adds the layer).
         """
         # Explicitly on the CPU: from_pretrained builds modules under a meta default device.
         if isinstance(shift, torch.Tensor):
             shift = shift.detach().to("cpu")
-        shift = torch.as_tensor(shift, dtype=torch.float64, device="cpu").flatten()
-        if shift.numel() == 1:
-            shift = shift.expand(self.num_heads)
-        if shift.numel() != self.num_heads:
-            raise ValueError(f"fgate_bias_shift: expected one value or {self.num_heads} (one per head), "
-                             f"got {shift.numel()}")
+        given = shift
+        try:
+            shift = torch.as_tensor(shift, dtype=torch.float64, device="cpu").flatten()
+        except (TypeError, ValueError, RuntimeError):  # a str or None among the heads: torch's "too many dimensions"
+            shift = None
+        if shift is None or shift.numel() not in (1, self.num_heads):
+            raise ValueError(f"{name}: expected a number or {self.num_heads} of them (one per head), got {given!r}")
+        shift = shift.expand(self.num_heads)
         if not bool(torch.isfinite(shift).all()):
-            raise ValueError("fgate_bias_shift must be finite")
+            raise ValueError(f"{name}: expected finite numbers, got {given!r}")
         self._bias_shift = shift.clone() if bool((shift != 0).any()) else None
 
     @property

@@ -207,12 +207,20 @@ def load_model(path: str, *, device: str | torch.device | None = "auto", dtype: 
 CHECKPOINT_FILES = ("model.pt", ".metadata")  # a checkpoint folder's weights: one file, or a sharded (DCP) save
 
 
+def _is_checkpoint_dir(path: str) -> bool:
+    """A checkpoint folder: its weights, or the meta.json that vouches for them without a Hugging Face config.json
+    beside it (weights gone, as from a partial copy: the checkpoint's own check names the file missing, where "not a
+    checkpoint" sent the user to the run dir, whose latest checkpoint may be this very one)."""
+    return any(os.path.exists(os.path.join(path, name)) for name in CHECKPOINT_FILES) or (
+        os.path.isfile(os.path.join(path, "meta.json")) and not os.path.exists(os.path.join(path, "config.json")))
+
+
 def run_dir_of(path: str) -> Optional[str]:
     """The run folder (holding config.yaml) a local model path belongs to: a checkpoint's RUN/checkpoints/step_N,
     the run dir itself, or its hf/ export; None for any other path. Read before any weights load (bias-shift takes
     the run's dataset from it), and by load_model."""
     here = os.path.abspath(path)
-    if any(os.path.exists(os.path.join(here, name)) for name in CHECKPOINT_FILES):
+    if _is_checkpoint_dir(here):
         run = os.path.dirname(os.path.dirname(here))
     elif os.path.exists(os.path.join(here, RUN_CONFIG)):
         run = here
@@ -256,7 +264,7 @@ def _load_model(path, device, dtype, name, train_len, attention_backend, label, 
                                     f"owner/name){_run_hint(path)}")
     run_cfg: dict = {}
     step = hf_path = None
-    if any(os.path.exists(os.path.join(path, name)) for name in CHECKPOINT_FILES):
+    if _is_checkpoint_dir(path):
         run_dir = os.path.dirname(os.path.dirname(os.path.abspath(path)))
         model, run_cfg, step = _load_checkpoint_dir(path, run_dir)
         source = "checkpoint"
