@@ -2,6 +2,7 @@
 text streaming (UTF-8 split across tokens), stop tokens, other causal LMs, clear errors."""
 import warnings
 
+import numpy as np
 import pytest
 import torch
 
@@ -439,6 +440,17 @@ def test_sampling_options_of_the_wrong_type_are_refused_by_name(option, value):
     after the prefill, temperature=True sampled at 1, prefill_chunk=True read the prompt one token per forward."""
     with pytest.raises(ValueError, match=f"{option}: expected"):
         generate(make_model(), [1, 2], **{option: value})
+
+
+def test_numpy_scalars_are_taken_as_the_numbers_they_hold():
+    """A sweep's np.int64 top_k / seed and np.float32 temperature were refused as "expected an integer"; they now
+    give the text of the Python numbers."""
+    model = make_model()
+    numpy_args = dict(top_k=np.int64(5), seed=np.int64(3), temperature=np.float32(0.5), max_new_tokens=np.int64(4))
+    python_args = dict(top_k=5, seed=3, temperature=float(np.float32(0.5)), max_new_tokens=4)
+    assert list(generate(model, [1, 2], **numpy_args)) == list(generate(model, [1, 2], **python_args))
+    with pytest.raises(ValueError, match="top_k: expected"):
+        generate(model, [1, 2], top_k=np.float64(2.5))
 
 
 @pytest.mark.parametrize("prompt", [

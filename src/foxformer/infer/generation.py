@@ -14,6 +14,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Iterator, Optional, Sequence
 
+import numpy as np
 import torch
 
 from foxformer.argtypes import setting_name, unset_said
@@ -70,6 +71,14 @@ class GenerationConfig:
     stop: Optional[str | Sequence[str]] = None
     ignore_eos: bool = False
     decode: str = "auto"
+
+    def __post_init__(self):
+        # NumPy scalars (a sweep's np.arange / np.linspace values) as the Python numbers they hold: np.int64 top_k or
+        # seed, np.float32 temperature were refused as "expected an integer / a number" (np.float64, a float, passed)
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if isinstance(value, np.generic) and isinstance(value.item(), (bool, int, float)):
+                setattr(self, field.name, value.item())
 
     def validate(self, label: str = "{}", device: Optional[torch.device | str] = None) -> None:
         """ValueError naming the first bad setting; ``label`` formats its name (argtypes.setting_name): the
