@@ -80,6 +80,18 @@ def test_a_compression_not_read_is_named(tmp_path, name):
     assert dict(describe_source(str(tmp_path)).left_out) == {name[name.index("."):]: 1}
 
 
+def test_a_folder_counts_a_compressed_file_left_out_by_the_kind_inside(tmp_path):
+    """A .csv.gz was counted as ".gz" on the note's line that says .gz files are read."""
+    import gzip
+
+    for name in ("table.csv.gz", "more.CSV.gz", "logs.gz", "logs.xz", "image.png", "Makefile"):
+        (tmp_path / name).write_bytes(gzip.compress(b"a,b\n"))
+    (tmp_path / "notes.txt.gz").write_bytes(gzip.compress(b"a document"))
+    assert dict(describe_source(str(tmp_path)).left_out) == {".csv.gz": 2, "(no extension)": 1, ".png": 1,
+                                                             "(no extension).gz": 1, "(no extension).xz": 1}
+    assert [d.text for d in iter_documents(str(tmp_path))] == ["a document"]
+
+
 @pytest.mark.parametrize("source", ["folder", "file"], ids=["in-a-folder", "given-alone"])
 def test_an_unreadable_source_file_is_named_with_its_fix(tmp_path, source):
     """The `error:` line gave an output's advice: "choose a location you may write to"."""

@@ -229,9 +229,12 @@ def _walk_folder(path: str, out_dir: str | None) -> tuple[list[str], dict[str, i
             if f.startswith("."):
                 continue
             if _file_kind(f) is None:
-                ext = os.path.splitext(f)[1].lower() or "(no extension)"
-                if _other_compression(f):  # ".jsonl.bz2": documents, in a compression not read
-                    ext = os.path.splitext(os.path.splitext(f)[0])[1].lower() + ext
+                # by the kind inside a compression too: ".jsonl.bz2", documents in a compression not read, and
+                # ".csv.gz", counted as ".gz" on a line that says .gz is read
+                inner, comp = os.path.splitext(f.lower())
+                if comp not in COMPRESSIONS and not _other_compression(f):
+                    inner, comp = f.lower(), ""
+                ext = (os.path.splitext(inner)[1] or "(no extension)") + comp
                 other[ext] = other.get(ext, 0) + 1
                 continue
             if not os.path.exists(full):
