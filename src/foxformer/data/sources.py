@@ -378,7 +378,7 @@ def _read_file(path: str, spec: str, text_field: str) -> Iterator[Document]:
         with _open_binary(path) as fh:
             comp = _strip_compression(path)[1]
             for doc_id, where, text in jsonl.rows(fh, path, text_field, comp and COMPRESSIONS[comp],
-                                                   _leave_out(spec)):
+                                                   _leave_out(spec), in_folder=os.path.isdir(spec)):
                 yield Document(id=doc_id, source=spec, text=text, where=where)
     elif kind == "parquet":
         try:
