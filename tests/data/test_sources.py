@@ -376,7 +376,7 @@ def test_an_hf_source_naming_a_local_folder_or_file_says_to_give_it_as_one(tmp_p
                                                        f"give it without 'hf:' (read are .txt/")):
             describe_source(f"hf:{tmp_path}/{name}")
     _saved_hf(tmp_path / "saved")
-    with pytest.raises(ValueError, match=re.escape(f"source: 'hf:{tmp_path}/saved' names '{tmp_path}/saved', a folder "
-                                                   f"here, where hf: streams from the Hugging Face hub; the folder is a "
-                                                   f"Hugging Face dataset saved with save_to_disk")):
+    with pytest.raises(ValueError, match=re.escape(f"source: 'hf:{tmp_path}/saved' names '{tmp_path}/saved', a "
+                                                   f"folder here, where hf: streams from the Hugging Face hub; the "
+                                                   f"folder is a Hugging Face dataset saved with save_to_disk")):
         list(iter_documents(f"hf:{tmp_path}/saved"))

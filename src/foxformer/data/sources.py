@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import gzip
 import io
+import json
 import lzma
 import os
 import re
+import shlex
 import sysconfig
 import zlib
 from dataclasses import dataclass
@@ -269,9 +271,6 @@ def _check_not_saved_hf(folder: str, spec: str | None = None, within: str | None
     splits = saved_hf_dataset(folder)
     if splits is None:
         return
-    import json
-    import shlex
-
     named = f"{spec!r} names {folder!r}, a folder here, where hf: streams from the Hugging Face hub; the folder" \
         if spec else repr(folder)
     base, load = folder.rstrip(os.sep) or folder, f"datasets.load_from_disk({json.dumps(folder, ensure_ascii=False)})"
