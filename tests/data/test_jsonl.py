@@ -170,3 +170,25 @@ def test_the_jq_command_a_refusal_gives_fixes_the_file(tmp_path, monkeypatch, co
     # a nested field's fix copies it to "text", which is then the field to give
     read_as = "text" if "." in field else field
     assert [d.text for d in iter_documents("fixed.jsonl", text_field=read_as)] == texts
+
+
+@pytest.mark.parametrize("content", ['{\n  "name": "pkg",\n  "version": "1.0"\n}\n', '["a", "b"]\n',
+                                     '{"name": "pkg", "version": "1.0"}\n'],
+                         ids=["pretty-printed", "array", "no-text-field"])
+def test_a_json_file_of_no_documents_in_a_folder_is_refused_with_how_to_do_without_it(tmp_path, content):
+    """A folder's package.json or settings file was refused with jq commands that rewrite it as documents, which
+    it does not hold; a later line's refusal is of a row, and a file given alone is the user's choice."""
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "notes.txt").write_text("a document")
+    (tmp_path / "docs" / "package.json").write_text(content)
+    with pytest.raises(ValueError) as e:
+        list(iter_documents(str(tmp_path / "docs")))
+    assert str(e.value).startswith(f"source: {tmp_path}/docs/package.json:1 ")
+    assert str(e.value).endswith(f"; if the file holds no documents, move it out of '{tmp_path}/docs'")
+    with pytest.raises(ValueError) as e:
+        list(iter_documents(str(tmp_path / "docs" / "package.json")))
+    assert "if the file holds no documents" not in str(e.value)
+    (tmp_path / "docs" / "package.json").write_text(ROWS + content)
+    with pytest.raises(ValueError) as e:
+        list(iter_documents(str(tmp_path / "docs")))
+    assert "if the file holds no documents" not in str(e.value)

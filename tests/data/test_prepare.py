@@ -104,14 +104,17 @@ def test_interrupted_run_leaves_nothing_trusted_and_rerun_completes(tmp_path, js
         yield from real(spec, *rest)
 
     monkeypatch.setattr(prep_mod, "iter_documents", dies_on_second_source)
-    with pytest.raises(KeyboardInterrupt):
-        prepare(cfg, progress=False)
     out = tmp_path / "out"
+    # a bare "interrupted" left it unsaid whether the rerun starts over
+    with pytest.raises(KeyboardInterrupt, match=re.escape(f"the sources tokenized in full are kept in "
+                                                          f"{out / 'shards'}: the same `foxformer data prepare` "
+                                                          f"command goes on from them")):
+        prepare(cfg, progress=False)
     assert read_manifest(str(out)) is None
     assert not (out / "train.bin").exists()
-    # The half-tokenized source left only a temporary directory, never a done shard.
-    shards = os.listdir(out / "shards")
-    assert sum(1 for s in shards if ".tmp-" not in s) == 1
+    # The finished source's shard stays, the half-tokenized one left nothing: its temporary (the tokens so far,
+    # up to a source's size) stayed until the next prepare into the folder
+    assert len(os.listdir(out / "shards")) == 1 and ".tmp-" not in os.listdir(out / "shards")[0]
     monkeypatch.setattr(prep_mod, "iter_documents", real)
     m = prepare(cfg, progress=False)
     clean = prepare(_cfg(tmp_path / "clean", [jsonl_xz, jsonl_gz]), progress=False)
@@ -637,6 +640,8 @@ def test_a_forced_request_whose_source_fails_leaves_the_dataset_there(tmp_path, 
     with pytest.raises(ValueError, match="bad.jsonl:2 is not valid JSON"):
         prepare(_cfg(tmp_path, [jsonl_xz, str(bad)]), force=True, progress=False)
     assert read_manifest(cfg.out_dir) == first
+    # nor the failed source's tokens so far, which stayed in a temporary until the next prepare into the folder
+    assert not [n for n in os.listdir(os.path.join(cfg.out_dir, "shards")) if ".tmp-" in n]
     assert len(TokenDataset(cfg.out_dir, "train", 16)) == first["split"]["train"]["tokens"] // 16
     assert prepare(cfg, progress=False) == first  # still the same request's, reused
 

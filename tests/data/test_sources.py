@@ -80,6 +80,18 @@ def test_a_compression_not_read_is_named(tmp_path, name):
     assert dict(describe_source(str(tmp_path)).left_out) == {name[name.index("."):]: 1}
 
 
+def test_a_folder_counts_a_compressed_file_left_out_by_the_kind_inside(tmp_path):
+    """A .csv.gz was counted as ".gz" on the note's line that says .gz files are read."""
+    import gzip
+
+    for name in ("table.csv.gz", "more.CSV.gz", "logs.gz", "logs.xz", "image.png", "Makefile"):
+        (tmp_path / name).write_bytes(gzip.compress(b"a,b\n"))
+    (tmp_path / "notes.txt.gz").write_bytes(gzip.compress(b"a document"))
+    assert dict(describe_source(str(tmp_path)).left_out) == {".csv.gz": 2, "(no extension)": 1, ".png": 1,
+                                                             "(no extension).gz": 1, "(no extension).xz": 1}
+    assert [d.text for d in iter_documents(str(tmp_path))] == ["a document"]
+
+
 @pytest.mark.parametrize("source", ["folder", "file"], ids=["in-a-folder", "given-alone"])
 def test_an_unreadable_source_file_is_named_with_its_fix(tmp_path, source):
     """The `error:` line gave an output's advice: "choose a location you may write to"."""
@@ -306,3 +318,65 @@ def test_a_folder_of_documents_with_a_config_file_of_its_own_is_read(tmp_path):
     (tmp_path / "guide.md").write_text("how to")
     (tmp_path / "notes.jsonl").write_text(json.dumps({"text": "metrics"}) + "\n")
     assert [d.text for d in iter_documents(str(tmp_path))] == ["how to", "metrics"]
+
+
+def _saved_hf(folder, splits=None):
+    """The files `datasets`' save_to_disk writes: a Dataset's state.json, dataset_info.json and .arrow rows, or with
+    ``splits`` a DatasetDict's dataset_dict.json and one such folder a split."""
+    folder.mkdir(parents=True)
+    if splits:
+        (folder / "dataset_dict.json").write_text(json.dumps({"splits": splits}))
+        for split in splits:
+            _saved_hf(folder / split)
+        return
+    (folder / "state.json").write_text(json.dumps({"_data_files": [{"filename": "data-00000-of-00001.arrow"}]},
+                                                  indent=2))
+    (folder / "dataset_info.json").write_text(json.dumps({"features": {"text": {"dtype": "string"}}}, indent=2))
+    (folder / "data-00000-of-00001.arrow").write_bytes(b"\xff\xff\xff\xff arrow stream")
+
+
+def test_a_hugging_face_save_to_disk_folder_is_refused_with_the_command_that_makes_it_parquet(tmp_path):
+    """Its dataset_info.json was read as JSON Lines and refused as JSON over several lines, with jq commands that
+    rewrite it: its .arrow rows are what the user meant, and Parquet is read."""
+    _saved_hf(tmp_path / "ds")
+    command = (f"python -c 'import datasets; datasets.load_from_disk(\"{tmp_path}/ds\").to_parquet(\"{tmp_path}/"
+               f"ds.parquet\")'")
+    with pytest.raises(ValueError) as e:
+        describe_source(str(tmp_path / "ds"))
+    assert str(e.value) == (f"source: '{tmp_path}/ds' is a Hugging Face dataset saved with save_to_disk, whose "
+                            f".arrow files are not read: write its rows as Parquet (`{command}`), and give that file")
+    # a DatasetDict inside a folder of documents: one split a file, and the folder moved out of the source
+    (tmp_path / "ds").rename(tmp_path / "elsewhere")
+    (tmp_path / "notes.txt").write_text("a document")
+    _saved_hf(tmp_path / "dd", ["train", "test"])
+    command = (f"python -c 'import datasets; datasets.load_from_disk(\"{tmp_path}/dd\")[\"train\"].to_parquet(\""
+               f"{tmp_path}/dd-train.parquet\")'")
+    with pytest.raises(ValueError) as e:
+        list(iter_documents(str(tmp_path)))
+    assert str(e.value) == (f"source: '{tmp_path}/dd' is a Hugging Face dataset saved with save_to_disk, whose "
+                            f".arrow files are not read: write its rows as Parquet (`{command}`), one split a file "
+                            f"(its splits: train, test; in one source, test rows would be trained on), and give that "
+                            f"file, and move the folder out of '{tmp_path}'")
+
+
+def test_an_hf_source_naming_a_local_folder_or_file_says_to_give_it_as_one(tmp_path, monkeypatch):
+    """hf: streams from the hub, so `hf:./my_data` (which `datasets` reads from the folder) said the hub cannot be
+    reached, after a try."""
+    import socket
+
+    def no_hub(*args, **kwargs):
+        raise AssertionError("the hub was tried")
+
+    monkeypatch.setattr(socket, "create_connection", no_hub)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "rows.jsonl").write_text(json.dumps({"text": "hi"}) + "\n")
+    for name, what in (("data", "folder"), ("rows.jsonl", "file")):
+        with pytest.raises(ValueError, match=re.escape(f"source: 'hf:{tmp_path}/{name}' names '{tmp_path}/{name}', a "
+                                                       f"{what} here, where hf: streams from the Hugging Face hub: "
+                                                       f"give it without 'hf:' (read are .txt/")):
+            describe_source(f"hf:{tmp_path}/{name}")
+    _saved_hf(tmp_path / "saved")
+    with pytest.raises(ValueError, match=re.escape(f"source: 'hf:{tmp_path}/saved' names '{tmp_path}/saved', a "
+                                                   f"folder here, where hf: streams from the Hugging Face hub; the "
+                                                   f"folder is a Hugging Face dataset saved with save_to_disk")):
+        list(iter_documents(f"hf:{tmp_path}/saved"))

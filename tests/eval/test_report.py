@@ -182,3 +182,32 @@ def test_a_refused_report_makes_no_output_folder(tmp_path, run_dirs):
     with pytest.raises(ValueError):
         build_report([str(tmp_path / d) for d in run_dirs], str(tmp_path / "report"))
     assert not (tmp_path / "report").exists()
+
+
+@pytest.mark.parametrize("settings, said", [
+    ({"data": "data_cache/my data", "split": "val", "within_docs": False, "tokenizer": "bytes"},
+     "Evaluated on the val split of data_cache/my data; losses in nats per byte."),
+    ({"data": "data_cache/mix", "split": "train", "within_docs": True, "data_source": "prose", "tokenizer": "gpt2"},
+     "Evaluated on the train split of data_cache/mix, documents of prose, windows inside one document; losses in "
+     "nats per gpt2 token."),
+    ({"source": "notes/held out.jsonl", "tokenizer": "gpt2"},
+     "Evaluated on notes/held out.jsonl; losses in nats per gpt2 token."),
+], ids=["data", "data-source-within-docs", "source"])
+def test_the_report_names_the_data_a_run_trained_and_was_evaluated_on(tmp_path, settings, said):
+    """The page named neither the dataset nor its tokenizer: a loss of 1.2 read the same in nats per byte and per
+    GPT-2 token, on the training data or another text."""
+    run = tmp_path / "run"
+    (run / "eval").mkdir(parents=True)
+    (run / "config.yaml").write_text("preset: fox-pro-tiny\ndata_dir: data_cache/my data\ntokenizer: bytes\n")
+    (run / "metrics.jsonl").write_text(json.dumps({"kind": "train", "step": 1, "tokens": 4096, "loss": 2.5}) + "\n"
+                                       + json.dumps({"kind": "eval", "step": 1, "tokens": 4096, "val_loss": 2.4})
+                                       + "\n")
+    summary = {"name": "run", "seq_len": 64, "train_len": 32, "n_sequences": 2, "mean_loss": 1.25,
+               "perplexity": {"1": 9.0, "63": 3.5}}
+    (run / "eval" / "loss.json").write_text(json.dumps({"settings": settings, "plots": ["loss_curve.png"],
+                                                        "models": [{"summary": summary}]}))
+    (run / "eval" / "loss_curve.png").write_bytes(PNG)
+    page = open(build_report([str(run)], str(tmp_path / "report"))).read()
+    assert "| model | fox-pro-tiny |\n| data | data_cache/my data |\n| tokenizer | bytes |" in page
+    assert f"### Per-position loss\n\n{said}\n\n| model | seq_len |" in page
+    assert sorted(os.listdir(tmp_path / "report" / "assets")) == ["0_run_loss_curve.png", "0_run_training.png"]

@@ -133,12 +133,19 @@ def _no_field(where: str, row: dict, text_field: str, first: bool, fix: Callable
 
 
 def rows(fh, path: str, text_field: str, decompress: str | None = None,
-         leave_out: str = "leave it out") -> Iterator[tuple[str, str, str]]:
+         leave_out: str = "leave it out", in_folder: bool = False) -> Iterator[tuple[str, str, str]]:
     """(id, "file:line", text) of each document of a JSONL file's lines, ``fh`` its bytes (decompressed);
     ``decompress``: the command that decompresses a compressed one, for the fixes' commands; ``leave_out``: how a
-    fix says to do without the file (decode_utf8's). Blank lines are none."""
+    fix says to do without the file (decode_utf8's). Blank lines are none. ``in_folder``: the file is one of a
+    source folder's, whose first line refused says how to do without it too (a package.json or a settings file
+    among the documents holds none, and its fixes were jq commands that rewrite it)."""
     fix = partial(jq, path, decompress)
     first = True
+
+    def refused(said: str) -> SettingError:
+        return SettingError("source", f"{said}; if the file holds no documents, {leave_out}" if first and in_folder
+                            else said)
+
     for lineno, raw in enumerate(fh, 1):
         # `cat a.jsonl b.jsonl` keeps b's byte-order mark at the start of a line, which no JSON value starts with
         line = decode_utf8(raw, path, lineno, leave_out).lstrip("\ufeff")
@@ -148,14 +155,13 @@ def rows(fh, path: str, text_field: str, decompress: str | None = None,
         try:
             row = json.loads(line)
         except json.JSONDecodeError as e:
-            raise SettingError("source", _not_json(where, line, e, first, not raw.endswith(b"\n"), text_field,
-                                                   fix)) from None
+            raise refused(_not_json(where, line, e, first, not raw.endswith(b"\n"), text_field, fix)) from None
         if not isinstance(row, dict):  # a .json file holding one array is the usual case
             split = f" ({fix('.[]')} writes an array one element a line)" if isinstance(row, list) else ""
-            raise SettingError("source", f"{where} holds a JSON {type(row).__name__}, not an object: JSONL takes "
-                                         f"one object per line, e.g. {{\"{text_field}\": \"...\"}}{split}")
+            raise refused(f"{where} holds a JSON {type(row).__name__}, not an object: JSONL takes one object per "
+                          f"line, e.g. {{\"{text_field}\": \"...\"}}{split}")
         if text_field not in row:
-            raise SettingError("source", _no_field(where, row, text_field, first, fix))
+            raise refused(_no_field(where, row, text_field, first, fix))
         first = False
         text = text_value(row[text_field], where, text_field, lambda value: _rewrite(value, row, text_field, fix))
         # JSON's escapes are the one way into a str of half a UTF-16 pair: gpt2 read it as U+FFFD in silence,

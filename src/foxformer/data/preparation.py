@@ -246,6 +246,21 @@ def _tokenize_source(spec: str, shard_dir: str, cfg: PrepareConfig, tok, progres
     tmp_dir = f"{shard_dir}.tmp-{os.getpid()}"
     shutil.rmtree(tmp_dir, ignore_errors=True)
     os.makedirs(tmp_dir)
+    try:
+        info = _write_shard(spec, tmp_dir, cfg, tok, progress)
+    except BaseException:
+        # a Ctrl-C, or a file of the source that cannot be read: the tokens written so far (up to the source's
+        # size) stayed in OUT/shards until the next prepare into that folder, which may never come
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+        raise
+    shutil.rmtree(shard_dir, ignore_errors=True)
+    os.replace(tmp_dir, shard_dir)
+    return info
+
+
+def _write_shard(spec: str, tmp_dir: str, cfg: PrepareConfig, tok, progress: bool) -> dict:
+    """The shard of one source written into ``tmp_dir`` (tokens.bin, docs.npy, ids.json, done.json); its done.json's
+    record."""
     dtype = token_dtype(tok.vocab_size)
     # 8 bytes a document, and the ids straight to their file: as Python lists, ~10M tiny documents held gigabytes
     offsets, n_docs, n_tokens = array.array("q", [0]), 0, 0
@@ -305,8 +320,6 @@ def _tokenize_source(spec: str, shard_dir: str, cfg: PrepareConfig, tok, progres
     info = {"spec": spec, "docs": n_docs, "tokens": int(n_tokens), **blanks.fields(stopped=capped)}
     with open(os.path.join(tmp_dir, "done.json"), "w") as f:
         json.dump(info, f)
-    shutil.rmtree(shard_dir, ignore_errors=True)
-    os.replace(tmp_dir, shard_dir)
     return info
 
 
@@ -397,7 +410,11 @@ def prepare(cfg: PrepareConfig, *, force: bool = False, progress: bool = True) -
     # the sources' digests, kept in the dataset's folder for the next prepare (which reads unchanged files no more)
     digests = DigestCache(os.path.join(cfg.out_dir, DIGESTS), progress)
     infos = [describe_source(s, digests, cfg.out_dir) for s in cfg.sources]
-    manifest = _prepare(cfg, infos, force, progress)
+    try:
+        manifest = _prepare(cfg, infos, force, progress)
+    except KeyboardInterrupt:  # the bare "interrupted" left it unsaid whether a rerun starts over
+        raise KeyboardInterrupt(f"the sources tokenized in full are kept in {os.path.join(cfg.out_dir, SHARDS)}: "
+                                f"the same `foxformer data prepare` command goes on from them") from None
     digests.save()
     # what this walk passed over, not what the walk that built a reused dataset did (a dataset since added)
     for source, info in zip(manifest["sources"], infos):

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import gzip
 import io
+import json
 import lzma
 import os
 import re
+import shlex
 import sysconfig
 import zlib
 from dataclasses import dataclass
@@ -28,7 +30,7 @@ from ..argtypes import SettingError
 from ..paths import decode_utf8
 from . import jsonl
 from .digests import read_digests
-from .layout import MANIFEST, model_folder, prepared_dataset
+from .layout import MANIFEST, model_folder, prepared_dataset, saved_hf_dataset
 
 TEXT_SUFFIXES = (".txt", ".md", ".rst", ".text")
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
@@ -198,6 +200,8 @@ def _walk_folder(path: str, out_dir: str | None) -> tuple[list[str], dict[str, i
         raise SettingError("source", f"{path!r} is {what}, not text: give the documents to read (a file, a folder "
                                      f"of them, or a built-in corpus such as builtin:pydoc)")
 
+    _check_not_saved_hf(path)
+
     def unreadable(e: OSError):
         raise SettingError("source", f"the folder {e.filename!r} in {path!r} cannot be read ({e.strerror})") from None
 
@@ -219,6 +223,7 @@ def _walk_folder(path: str, out_dir: str | None) -> tuple[list[str], dict[str, i
             if real == out or prepared_dataset(real):
                 skipped.append(os.path.join(root, d))
             else:
+                _check_not_saved_hf(os.path.join(root, d), within=path)
                 kept.append(d)
         dirs[:] = kept
         for f in sorted(files):
@@ -226,9 +231,12 @@ def _walk_folder(path: str, out_dir: str | None) -> tuple[list[str], dict[str, i
             if f.startswith("."):
                 continue
             if _file_kind(f) is None:
-                ext = os.path.splitext(f)[1].lower() or "(no extension)"
-                if _other_compression(f):  # ".jsonl.bz2": documents, in a compression not read
-                    ext = os.path.splitext(os.path.splitext(f)[0])[1].lower() + ext
+                # by the kind inside a compression too: ".jsonl.bz2", documents in a compression not read, and
+                # ".csv.gz", counted as ".gz" on a line that says .gz is read
+                inner, comp = os.path.splitext(f.lower())
+                if comp not in COMPRESSIONS and not _other_compression(f):
+                    inner, comp = f.lower(), ""
+                ext = (os.path.splitext(inner)[1] or "(no extension)") + comp
                 other[ext] = other.get(ext, 0) + 1
                 continue
             if not os.path.exists(full):
@@ -253,6 +261,29 @@ def _walk_folder(path: str, out_dir: str | None) -> tuple[list[str], dict[str, i
                                          f"documents would be read twice (a copy could land in train and another in "
                                          f"validation); move one out of {path!r}")
     return files, other, sorted(skipped)
+
+
+def _check_not_saved_hf(folder: str, spec: str | None = None, within: str | None = None) -> None:
+    """ValueError where ``folder`` is a Hugging Face dataset written by `save_to_disk`, with the command that writes
+    its rows as Parquet, which is read: its walk read dataset_info.json as JSON Lines and sent the user to jq. ``spec``:
+    the hf: source that named it (hf: streams from the hub, which said it cannot be reached); ``within``: the source
+    folder it lies in."""
+    splits = saved_hf_dataset(folder)
+    if splits is None:
+        return
+    named = f"{spec!r} names {folder!r}, a folder here, where hf: streams from the Hugging Face hub; the folder" \
+        if spec else repr(folder)
+    base, load = folder.rstrip(os.sep) or folder, f"datasets.load_from_disk({json.dumps(folder, ensure_ascii=False)})"
+    each = ""
+    if splits or os.path.isfile(os.path.join(folder, "dataset_dict.json")):
+        split = splits[0] if splits else "train"
+        load, base = f"{load}[{json.dumps(split, ensure_ascii=False)}]", f"{base}-{split}"
+        each = f", one split a file (its splits: {', '.join(splits)}; in one source, test rows would be trained on)"
+    program = f"import datasets; {load}.to_parquet({json.dumps(base + '.parquet', ensure_ascii=False)})"
+    move = f", and move the folder out of {within!r}" if within else ""
+    raise SettingError("source", f"{named} is a Hugging Face dataset saved with save_to_disk, whose .arrow files are "
+                                 f"not read: write its rows as Parquet (`python -c {shlex.quote(program)}`){each}, and "
+                                 f"give that file{move}")
 
 
 def _package_dir(name: str) -> str:
@@ -346,7 +377,7 @@ def _read_file(path: str, spec: str, text_field: str) -> Iterator[Document]:
         with _open_binary(path) as fh:
             comp = _strip_compression(path)[1]
             for doc_id, where, text in jsonl.rows(fh, path, text_field, comp and COMPRESSIONS[comp],
-                                                   _leave_out(spec)):
+                                                   _leave_out(spec), in_folder=os.path.isdir(spec)):
                 yield Document(id=doc_id, source=spec, text=text, where=where)
     elif kind == "parquet":
         try:
@@ -428,7 +459,14 @@ def source_kind(spec: str) -> str:
                                          f"{BUILTINS}")
         return "builtin"
     if spec.startswith("hf:"):
-        _parse_hf(spec)
+        name = _parse_hf(spec)[0]
+        # `datasets` reads a folder of that name before the hub's; hf: here streams from the hub, and said that it
+        # cannot be reached
+        if os.path.exists(name):
+            _check_not_saved_hf(name, spec)
+            raise SettingError("source", f"{spec!r} names {name!r}, a {'folder' if os.path.isdir(name) else 'file'} "
+                                         f"here, where hf: streams from the Hugging Face hub: give it without 'hf:' "
+                                         f"(read are {kinds_said()})")
         return "hf"
     return "file"
 

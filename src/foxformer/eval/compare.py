@@ -142,7 +142,7 @@ def expand_curve(model: dict) -> dict:
 def _check_evaluated_here(run_dir: str, path: str, models: list) -> None:
     """A run folder's loss.json must be of that run: `eval loss OTHER --out RUN/eval` put OTHER's curve under
     RUN's name (and RUN's validation loss beside it). Paths that do not exist from here are not judged."""
-    if _run_settings(run_dir) is None or len(models) != 1 or not os.path.exists(str(models[0])):
+    if run_settings(run_dir) is None or len(models) != 1 or not os.path.exists(str(models[0])):
         return  # an evaluation's own folder, or one whose model is not on this machine
     run, model = os.path.realpath(run_dir), os.path.realpath(str(models[0]))
     if model != run and not model.startswith(run + os.sep):
@@ -169,7 +169,7 @@ def load_curves(run_dirs: list[str]) -> list[SimpleNamespace]:
     return curves
 
 
-def _run_settings(run_dir: str) -> Optional[dict]:
+def run_settings(run_dir: str) -> Optional[dict]:
     """The training config a run folder saved (None for a loss.json given alone or a folder without one)."""
     path = os.path.join(run_dir, "config.yaml")
     if not os.path.isfile(path):
@@ -193,7 +193,7 @@ def check_seed_groups(members: dict, run_dirs: list[str]) -> None:
             repeated = next(run_dirs[i] for i, w in zip(runs, where) if where.count(w) > 1)
             raise ValueError(f"{repeated} is given more than once: {name!r} would pool it as several seeds; give each "
                              f"run once")
-        saved = [(run_dirs[i], _run_settings(run_dirs[i])) for i in runs]
+        saved = [(run_dirs[i], run_settings(run_dirs[i])) for i in runs]
         saved = [(r, cfg) for r, cfg in saved if cfg is not None]
         for (r0, a), (r1, b) in zip(saved, saved[1:]):
             if (a.get("preset"), a.get("model") or {}) != (b.get("preset"), b.get("model") or {}):

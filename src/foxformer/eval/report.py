@@ -18,9 +18,11 @@ import re
 import shutil
 from dataclasses import dataclass, field
 
+import yaml
+
 from ..paths import write_json, write_text
 from . import plots
-from .compare import difference_rows, dynamics_rows, loss_rows
+from .compare import difference_rows, dynamics_rows, loss_rows, run_settings
 from .mqar import MqarConfig, stopped_note, table_caption, table_rows
 from .outputs import at_least_one, find_model_outputs, find_output, markdown_table, note_replacing, safe_name
 
@@ -109,6 +111,14 @@ def _training_blocks(run_dir: str, out_dir: str, tag: str) -> list[Block]:
     rows = [["last train loss", _fmt(train[-1][1]) if train else ""],
             ["last validation loss", _fmt(val[-1][1]) if val else ""],
             ["tokens", _fmt((train or val)[-1][0])]]
+    # what the losses are of: the page named neither the data nor its tokenizer (nats per byte or per token)
+    try:
+        config = run_settings(run_dir)
+    except (OSError, ValueError, yaml.YAMLError):  # the page without those rows rather than none
+        config = None
+    config = config if isinstance(config, dict) else {}
+    rows += [[label, _fmt(config[key])] for label, key in (("model", "preset"), ("data", "data_dir"),
+                                                          ("tokenizer", "tokenizer")) if config.get(key)]
     return [Block("h3", "Training"), Block("table", rows=[["metric", "value"]] + rows), Block("img", rel)]
 
 
@@ -124,10 +134,26 @@ def _loss_blocks(data: dict, base: str, out_dir: str, tag: str) -> list[Block]:
         if not ppl_rows:
             ppl_rows.append(["model"] + list(ppl))
         ppl_rows.append([m.get("summary", {}).get("name")] + list(ppl.values()))
-    out = [Block("h3", "Per-position loss"), Block("table", rows=rows)]
+    out = [Block("h3", "Per-position loss")] + _evaluated_on(data.get("settings") or {}) + [Block("table", rows=rows)]
     if ppl_rows:
         out += [Block("p", "Perplexity P(l) at context length l:"), Block("table", rows=ppl_rows)]
     return out + _images(data, base, out_dir, tag)
+
+
+def _evaluated_on(settings: dict) -> list[Block]:
+    """The text an evaluation read, as a paragraph (none where its output does not record it): the page named
+    neither the dataset nor the tokenizer, whose tokens its losses are per."""
+    if settings.get("data"):
+        where = f"the {settings.get('split') or 'val'} split of {settings['data']}"
+        where += f", documents of {settings['data_source']}" if settings.get("data_source") else ""
+        where += ", windows inside one document" if settings.get("within_docs") else ""
+    elif settings.get("source"):
+        where = settings["source"]
+    else:
+        return []
+    tokenizer = settings.get("tokenizer")
+    unit = f"; losses in nats per {'byte' if tokenizer == 'bytes' else f'{tokenizer} token'}" if tokenizer else ""
+    return [Block("p", f"Evaluated on {where}{unit}.")]
 
 
 def _summary_blocks(title: str, data: dict, base: str, out_dir: str, tag: str) -> list[Block]:
