@@ -102,6 +102,18 @@ def test_a_misspelled_flag_is_reported_by_its_command_with_the_closest_flag():
     assert "usage: foxformer eval loss" in out.stderr and "did you mean --seq-len?" in out.stderr, out.stderr
 
 
+@pytest.mark.parametrize("argv,hint", [
+    (["eval", "report", "RUN"], "'report' is `foxformer report`"),
+    (["loss", "RUN"], "'loss' is `foxformer eval loss`"),
+    (["evl"], "did you mean 'eval'?"),
+    (["bench", "modle"], "did you mean 'model'?"),
+], ids=["command-of-another-level", "subcommand-given-alone", "misspelled-command", "misspelled-subcommand"])
+def test_a_command_not_there_says_where_it_is_or_the_closest(argv, hint):
+    """`foxformer eval report` was argparse's bare "invalid choice" (the report is a command of its own)."""
+    out = _run_cli(*argv)
+    assert out.returncode == 2 and hint in out.stderr, out.stderr
+
+
 def test_a_user_error_is_one_line_and_debug_shows_the_traceback(tmp_path, monkeypatch):
     bad = tmp_path / "bad.yaml"
     bad.write_text("preset: fox-pro-tiny\nlr: [0.1\nmax_steps: 2\n")

@@ -13,6 +13,7 @@ import errno
 import importlib
 import json
 import os
+import re
 import select
 import sys
 import warnings
@@ -143,6 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
         module.add_commands(sub)
     _add_model_commands(sub)
     _tag_parsers(parser)
+    _hint_commands(parser, _command_paths(parser))
     return parser
 
 
@@ -182,6 +184,46 @@ def _tag_parsers(parser: argparse.ArgumentParser) -> None:
         if isinstance(action, argparse._SubParsersAction):
             for child in set(action.choices.values()):
                 _tag_parsers(child)
+
+
+def _command_paths(parser: argparse.ArgumentParser) -> dict[str, list[str]]:
+    """Every subcommand's name and the full commands it names (`report`: [`foxformer report`])."""
+    paths: dict[str, list[str]] = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                paths.setdefault(name, []).append(child.prog)
+                for inner, progs in _command_paths(child).items():
+                    paths.setdefault(inner, []).extend(progs)
+    return paths
+
+
+_INVALID_CHOICE = re.compile(r"invalid choice: '([^']*)' \(choose from (.*)\)$")
+
+
+def _hint_commands(parser: argparse.ArgumentParser, paths: dict[str, list[str]]) -> None:
+    """A subcommand's parser and those below it say, for a command it does not have, where that command is
+    (`foxformer eval report`: report is `foxformer report`) or the closest one it has (`foxformer evl`: eval?)."""
+    for action in parser._actions:
+        if not isinstance(action, argparse._SubParsersAction):
+            continue
+        error = parser.error
+
+        def with_hint(message, error=error, choices=list(action.choices)):
+            found = _INVALID_CHOICE.search(message)
+            if found:
+                name = found.group(1)
+                elsewhere = [p for p in paths.get(name, []) if p.rsplit(" ", 1)[0] != parser.prog]
+                close = difflib.get_close_matches(name, choices, n=1)
+                if elsewhere:
+                    message += f"; {name!r} is {' or '.join(f'`{p}`' for p in elsewhere)}"
+                elif close:
+                    message += f"; did you mean {close[0]!r}?"
+            error(message)
+
+        parser.error = with_hint
+        for child in set(action.choices.values()):
+            _hint_commands(child, paths)
 
 
 def _parse(parser: argparse.ArgumentParser, argv: list[str] | None):
