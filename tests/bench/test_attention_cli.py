@@ -116,7 +116,7 @@ def test_rounds_interleave_the_providers(monkeypatch, tmp_path):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
-    monkeypatch.setattr(attention, "environment", dict)
+    monkeypatch.setattr(attention, "environment", lambda device: {})
     out = tmp_path / "a.json"
     args = build_parser().parse_args(["bench", "attention", "--providers", "foxformer,sdpa_cudnn", "--configs", "64x2",
                                       "--seqlens", "128", "--rounds", "3", "--out", str(out)])
@@ -164,7 +164,7 @@ def test_a_bar_counts_every_timing_above_the_per_case_lines(monkeypatch, tmp_pat
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
-    monkeypatch.setattr(attention, "environment", dict)
+    monkeypatch.setattr(attention, "environment", lambda device: {})
     err = Terminal() if terminal else io.StringIO()
     monkeypatch.setattr(sys, "stderr", err)
     bars = []

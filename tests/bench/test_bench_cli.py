@@ -91,6 +91,34 @@ def test_the_json_says_how_and_where_it_was_measured(name, tmp_path):
         assert settings["contexts"] == [16] and settings["decode"] == ["eager"]
 
 
+CPU_RUNS = {"attention": [*SUBCOMMANDS["attention"], *TINY_RUNS["attention"]],
+            "model": [*SUBCOMMANDS["model"], "--device", "cpu", *TINY_RUNS["model"]],
+            "decode": [*SUBCOMMANDS["decode"], "--device", "cpu", *TINY_RUNS["decode"]],
+            "decode-kernel": [*SUBCOMMANDS["decode"], "--device", "cpu", "--kernel", "--contexts", "16", "--batches",
+                              "1"]}
+
+
+@pytest.mark.parametrize("name", list(CPU_RUNS))
+def test_a_cpu_run_on_a_machine_with_a_gpu_records_and_times_the_cpu(name, tmp_path, monkeypatch):
+    """A --device cpu run's JSON named the machine's GPU, its CUDA version and SM count, none of which it used, and
+    --kernel timed the CPU op with triton's do_bench (CUDA events). The CPU's record names the processor and torch's
+    thread count, which CPU timings scale with."""
+    import json
+
+    import torch
+
+    testing = pytest.importorskip("triton.testing")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(testing, "do_bench", lambda *a, **k: pytest.fail("a CPU call timed by CUDA events"))
+    out = tmp_path / "r.json"
+    assert main([*CPU_RUNS[name], "--out", str(out)]) == 0
+    env = json.loads(out.read_text())["env"]
+    assert env["device"] == "cpu" and "cuda" not in env and "sm_count" not in env
+    assert env["threads"] == torch.get_num_threads() and "cpu" in env
+
+
 DEVICES = [("attention", "cuda"), ("model", "cuda"), ("model", "cuda:1"), ("model", "gpu"), ("decode", "cuda"),
            ("decode", "cuda:0"), ("decode", "gpu"), ("decode", "meta"), ("model", "mps")]
 

@@ -200,8 +200,8 @@ def run(args) -> int:
     # A CPU computes the op in float32 (reference.py), so the CPU rows time float32 inputs.
     dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
     providers, shapes = args.providers, args.configs
-    record = {"env": environment(), **run_record(args, "attention"), "dtype": str(dtype).removeprefix("torch."),
-              "rounds": args.rounds}
+    record = {"env": environment(args.device), **run_record(args, "attention"),
+              "dtype": str(dtype).removeprefix("torch."), "rounds": args.rounds}
     rows = []
     cases = [(p, "realistic", None) for p in providers]
     if args.prune:

@@ -14,8 +14,11 @@ from ..provenance import code_version
 from .timeline import timeline_summary
 
 
-def environment() -> dict:
-    """What the numbers were measured on; stored next to every result."""
+def environment(device: torch.device | str | None = None) -> dict:
+    """What the numbers were measured on; stored next to every result. ``device``: the one the benchmark ran on (a
+    CPU run on a machine with a GPU was recorded as run on that GPU, with its CUDA version and SM count); None: the
+    machine's GPU where it has one, else its CPU. A CPU's record names the processor and torch's thread count, which
+    its timings scale with (OMP_NUM_THREADS)."""
     env = {"torch": torch.__version__, "python": platform.python_version(), "device": "cpu",
            "commit": code_version()}
     try:
@@ -23,11 +26,28 @@ def environment() -> dict:
         env["triton"] = triton.__version__
     except ImportError:
         env["triton"] = None
-    if torch.cuda.is_available():
-        env["device"] = torch.cuda.get_device_name()
+    device = torch.device(device if device is not None else "cuda" if torch.cuda.is_available() else "cpu")
+    if device.type == "cuda":
+        env["device"] = torch.cuda.get_device_name(device)
         env["cuda"] = torch.version.cuda
-        env["sm_count"] = torch.cuda.get_device_properties(0).multi_processor_count
+        env["sm_count"] = torch.cuda.get_device_properties(device).multi_processor_count
+    else:
+        env["cpu"] = _cpu_name()
+        env["threads"] = torch.get_num_threads()
     return env
+
+
+def _cpu_name() -> str | None:
+    """The processor's model name (/proc/cpuinfo; platform.processor() is empty on Linux), or None."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name":
+                    return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or None
 
 
 def run_record(args, benchmark: str) -> dict:

@@ -219,7 +219,7 @@ def _run(args: argparse.Namespace, specs, overrides) -> int:
     payload = {"benchmark": "model_training", "device": str(device), "device_name": device_name,
                "torch": torch.__version__, "compile": args.compile, "fused_loss": args.fused_loss,
                "tokens_per_step": args.tokens_per_step, "steps": args.steps, "warmup": args.warmup,
-               "peak_flops": peak, "peak_dtype": peak_dtype, "mfu_note": mfu_note, "env": environment(),
+               "peak_flops": peak, "peak_dtype": peak_dtype, "mfu_note": mfu_note, "env": environment(device),
                **run_record(args, "model"),
                "gluon_fwd": [_fwd_label(c) for c in args.gluon_fwd or []], "rounds": args.rounds,
                "complete": False, "results": rows}
