@@ -245,3 +245,51 @@ def test_bench_counts_are_refused_as_they_are_parsed(tmp_path, capsys, command, 
     assert capsys.readouterr().err.splitlines()[-1] == (f"foxformer bench {command}: error: argument {option}: "
                                                          f"expected {expected}, got {value!r}")
     assert not out.exists()
+
+
+@pytest.mark.parametrize("name", list(TINY_RUNS))
+def test_an_earlier_out_is_said_to_be_replaced_once(name, tmp_path, capsys):
+    """A second run took the first one's file without a word, where every other command's --out notes it."""
+    import json
+
+    out = tmp_path / "r.json"
+    out.write_text("{}\n")
+    assert main([*SUBCOMMANDS[name], *TINY_RUNS[name], "--out", str(out)]) == 0
+    notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note: replacing")]
+    assert len(notes) == 1 and notes[0].startswith(f"note: replacing {out} (written ")
+    assert notes[0].endswith("--out FILE writes elsewhere")
+    assert json.loads(out.read_text())["complete"] is True
+
+
+@pytest.mark.parametrize("name", list(TINY_RUNS))
+def test_an_empty_out_writes_no_file(name, tmp_path, monkeypatch):
+    """bench model and decode took --out '' for no file; bench attention failed after its first case, on the
+    temporary file of a path without a name."""
+    monkeypatch.chdir(tmp_path)
+    assert main([*SUBCOMMANDS[name], *TINY_RUNS[name], "--out", ""]) == 0
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("name, module, timed", [("attention", "attention", "bench_case"),
+                                                 ("decode", "decode", "measure_decode")])
+def test_a_run_cut_short_leaves_a_whole_file_that_says_so(name, module, timed, tmp_path, monkeypatch):
+    """Ctrl-C after the first row: the JSON written after that row stays, whole, and says it is not complete (it
+    read like a finished run with fewer rows; bench model's said so already); no temporary file is left."""
+    import json
+
+    bench = importlib.import_module(f"foxformer.bench.{module}")
+    real, calls = getattr(bench, timed), []
+
+    def once(*args, **kwargs):
+        calls.append(1)
+        if len(calls) > 1:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(bench, timed, once)
+    out = tmp_path / "r.json"
+    argv = {"attention": ["--seqlens", "16,32"], "decode": ["--contexts", "16,32"]}[name]
+    assert main([*SUBCOMMANDS[name], *TINY_RUNS[name], *argv, "--out", str(out)]) == 130
+    data = json.loads(out.read_text())
+    assert data["complete"] is False and len(data["rows"]) == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]

@@ -23,9 +23,8 @@ from tqdm.auto import tqdm
 from foxformer.train.distributed import resolve_device
 
 from .cli import PROVIDERS, attention_defaults
-from ..paths import write_json
 from ..progress import bars_shown
-from .common import environment, print_table, run_record, time_ms, write_profile
+from .common import ResultFile, environment, print_table, run_record, time_ms, write_profile
 
 # The backend of each foxformer provider (PROVIDERS, in bench/cli.py, says what they are).
 _BACKEND_OF = {"foxformer": "auto", "gluon": "gluon", "triton": "triton"}
@@ -203,6 +202,7 @@ def run(args) -> int:
     record = {"env": environment(args.device), **run_record(args, "attention"),
               "dtype": str(dtype).removeprefix("torch."), "rounds": args.rounds}
     rows = []
+    out = ResultFile(args.out)
     cases = [(p, "realistic", None) for p in providers]
     if args.prune:
         if "foxformer" not in providers:
@@ -235,7 +235,7 @@ def run(args) -> int:
                                                      for k, v in row.items()}}))
                     sys.stdout.flush()  # a log sees each case as it ends
                     partial = [merge_rounds(v) for v in timed.values() if v]
-                    write_json(args.out, {**record, "rows": rows + partial})
+                    out.write({**record, "rows": rows + partial})
                     torch.cuda.empty_cache() if args.device == "cuda" else None
             for (provider, gate, eps), per_round in timed.items():
                 row = merge_rounds(per_round)
@@ -248,8 +248,9 @@ def run(args) -> int:
     if args.prune:
         cols[-1:-1] = ["kept", "speedup", "fwd_speedup"]
     table = print_table(rows, cols)
-    write_json(args.out, {**record, "rows": rows, "table": table})
-    print(f"wrote {args.out}")
+    out.write({**record, "rows": rows, "table": table}, complete=True)
+    if args.out:
+        print(f"wrote {args.out}")
     return 0
 
 

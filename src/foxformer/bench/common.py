@@ -9,7 +9,7 @@ import platform
 
 import torch
 
-from ..paths import write_text
+from ..paths import write_json, write_text
 from ..provenance import code_version
 from .timeline import timeline_summary
 
@@ -58,6 +58,27 @@ def run_record(args, benchmark: str) -> dict:
     settings = {k: v for k, v in vars(args).items()
                 if k not in ("func", "command", "bench_command") and not k.startswith("_")}
     return {"command": f"foxformer bench {benchmark}", "settings": settings}
+
+
+class ResultFile:
+    """A benchmark's --out JSON, rewritten after every row so that a run cut short keeps what it measured: each
+    rewrite atomic (paths.write_json: a Ctrl-C mid-write leaves the last whole one), ``"complete": false`` until the
+    last (a cut run's file read like a finished one with fewer rows), an earlier run's file noted before the first
+    rewrite takes its place (as the other commands note theirs; the earlier file went without a word), and no file
+    for an empty path (bench model and decode wrote none; bench attention failed after its first row)."""
+
+    def __init__(self, path: str | None):
+        self.path, self._first = path, True
+
+    def write(self, payload: dict, complete: bool = False) -> None:
+        if not self.path:
+            return
+        if self._first and os.path.exists(self.path):
+            from foxformer.eval.outputs import note_replacing
+
+            note_replacing(self.path, elsewhere="--out FILE")
+        self._first = False
+        write_json(self.path, {**payload, "complete": complete})
 
 
 def preset_config(preset: str, said: str, flags: dict[str, str], **overrides):

@@ -34,9 +34,8 @@ import torch
 from foxformer.models.calls import fox_blocks
 from foxformer.train.distributed import resolve_device
 
-from ..paths import write_json
 from ..progress import progress_bar
-from .common import environment, preset_config, print_table, run_record
+from .common import ResultFile, environment, preset_config, print_table, run_record
 from .decode_steps import HF_PATHS, copy_bandwidth, measure_decode
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -163,8 +162,8 @@ def run(args) -> dict:
         rows = kernel_rows(args.contexts, args.batches, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, device, dtype,
                            args.num_splits)
         payload = {"env": environment(device), **run_record(args, "decode"), "rows": rows}
+        ResultFile(args.out).write(payload, complete=True)
         if args.out:
-            write_json(args.out, payload)
             print(f"wrote {args.out}")
         return payload
     models = _build(args, device, dtype)
@@ -177,7 +176,7 @@ def run(args) -> dict:
     bandwidth = copy_bandwidth(device)
     env["copy_gb_s"] = None if bandwidth is None else bandwidth / 1e9
     payload = {"env": env, **run_record(args, "decode"), "rows": []}
-    rows = payload["rows"]
+    rows, out = payload["rows"], ResultFile(args.out)
     jobs = [(*entry, ctx, b) for ctx in args.contexts for b in args.batches for entry in models]
     # the no-eviction row of the same model object and path is the reference of the eviction row's max_logprob_diff
     reference, before_eager = {}, {}
@@ -221,8 +220,7 @@ def run(args) -> dict:
         elif lp is not None:
             before_eager.setdefault(same, []).append((row, lp))
         rows.append(row)
-        if args.out:  # after every row: a run cut short keeps what it measured
-            write_json(args.out, payload)
+        out.write(payload)  # after every row: a run cut short keeps what it measured
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()
@@ -231,8 +229,8 @@ def run(args) -> dict:
                "cache_gib", "live_gib", "kept_fraction", "max_logprob_diff", "logprob_diff_vs_eager", "error",
                "skipped"]
     print_table(rows, columns)
+    out.write(payload, complete=True)
     if args.out:
-        write_json(args.out, payload)
         print(f"wrote {args.out}")
     return payload
 

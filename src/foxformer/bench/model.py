@@ -26,9 +26,8 @@ from foxformer.train.distributed import resolve_device
 from foxformer.train.metrics import mfu, peak_flops
 
 from .cli import configure_model
-from ..paths import write_json
 from ..progress import progress_bar
-from .common import environment, gluon_fwd_options, preset_config, run_record, write_profile
+from .common import ResultFile, environment, gluon_fwd_options, preset_config, run_record, write_profile
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 # The FoxConfig fields a flag sets on every row (and on the anchors), for errors in the flag's words.
@@ -215,14 +214,14 @@ def _run(args: argparse.Namespace, specs, overrides) -> int:
     peak, peak_dtype, mfu_note = mfu_peak(device_name, args.dtype, args.peak_flops)
     if mfu_note and device.type == "cuda":
         print(f"bench model: {mfu_note}", file=sys.stderr)
-    rows = []
+    rows, out = [], ResultFile(args.out)
     payload = {"benchmark": "model_training", "device": str(device), "device_name": device_name,
                "torch": torch.__version__, "compile": args.compile, "fused_loss": args.fused_loss,
                "tokens_per_step": args.tokens_per_step, "steps": args.steps, "warmup": args.warmup,
                "peak_flops": peak, "peak_dtype": peak_dtype, "mfu_note": mfu_note, "env": environment(device),
                **run_record(args, "model"),
                "gluon_fwd": [_fwd_label(c) for c in args.gluon_fwd or []], "rounds": args.rounds,
-               "complete": False, "results": rows}
+               "results": rows}
     for name, preset, own, cfg, ours, build in entries:
         torch.manual_seed(0)
         model = build()
@@ -243,13 +242,11 @@ def _run(args: argparse.Namespace, specs, overrides) -> int:
                     res.update(facts, model_tflops=flops * res["tokens_per_s"] / 1e12,
                                mfu=mfu(res["tokens_per_s"], flops, peak))
                 rows[first:] = results
-                if args.out:  # a run cut by a time limit keeps the rows (and rounds) measured so far
-                    write_json(args.out, payload)
+                out.write(payload)  # a run cut by a time limit keeps the rows (and rounds) measured so far
         except torch.OutOfMemoryError:
             rows[first:] = [{"name": name, **facts, "step_s": None, "tokens_per_s": None, "peak_mem_gib": None,
                              "loss": None, "model_tflops": None, "mfu": None, "error": "OOM"}]
-            if args.out:
-                write_json(args.out, payload)
+            out.write(payload)
         for res in rows[first:]:
             print(json.dumps(res), flush=True)
         del model
@@ -257,13 +254,11 @@ def _run(args: argparse.Namespace, specs, overrides) -> int:
         if device.type == "cuda":
             torch.cuda.empty_cache()
 
-    payload["complete"] = True
     cols = ["name", "context", "batch", "tokens_per_s", "step_s", "peak_mem_gib", "model_tflops", "mfu"]
     print(" | ".join(cols))
     for r in rows:
         print(" | ".join(_fmt(r.get(c)) for c in cols))
-    if args.out:
-        write_json(args.out, payload)  # creates the folder
+    out.write(payload, complete=True)  # creates the folder
     return 0
 
 
