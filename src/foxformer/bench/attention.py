@@ -231,7 +231,8 @@ def run(args) -> int:
                                      prune_eps=eps, qk_bound=args.qk_bound, profile_path=prof)
                     timed[(provider, gate, eps)].append(row)
                     bar.update()
-                    tqdm.write(str({"round": rnd, **{k: (round(v, 3) if isinstance(v, float) else v)
+                    # four significant digits: three decimals read a CPU's 0.0012 TFLOP/s as 0.001 and 0.0004 as 0.0
+                    tqdm.write(str({"round": rnd, **{k: (float(f"{v:.4g}") if isinstance(v, float) else v)
                                                      for k, v in row.items()}}))
                     sys.stdout.flush()  # a log sees each case as it ends
                     partial = [merge_rounds(v) for v in timed.values() if v]

@@ -9,13 +9,18 @@ import argparse
 import importlib
 import math
 
-from foxformer.argtypes import distinct, non_negative_int, positive_int, positive_ints, words
+from foxformer.argtypes import did_you_mean, distinct, non_negative_int, positive_int, positive_ints, words
 from foxformer.paths import check_output_dir, check_output_file
 
 # foxformer: the op as users call it (backend "auto": the Gluon kernels on H100 / H200, the chunked torch backend on
 # a CPU); gluon, triton: one backend each, to compare them in one run; sdpa: torch's SDPA with the backend it picks
 # itself (its flash kernel on a CPU), the ceiling of `--device cpu`.
 PROVIDERS = ("foxformer", "gluon", "triton", "sdpa", "sdpa_flash", "sdpa_cudnn", "fla", "flex")
+# The providers no CPU runs, and why: under --device cpu each made a row of its error, the run's exit 0 (the triton
+# backend takes half precision and a CPU's rows are float32, so not even Triton's interpreter runs them there).
+NEEDS_CUDA = {"gluon": "the Gluon kernels need an sm_90 GPU (H100 / H200)",
+              "triton": "the Triton kernels need a CUDA GPU",
+              "sdpa_cudnn": "SDPA's cuDNN kernels need a CUDA GPU", "fla": "fla-core's Triton kernels need a CUDA GPU"}
 DTYPES = ("bf16", "fp16", "fp32")
 # bench decode's preset where neither --preset nor --model is given; the flag's own default is None, so that
 # _check_decode tells a --preset given beside --model apart from it
@@ -98,7 +103,7 @@ def _seqlens(text: str) -> list[int]:
 @distinct
 def _providers(text: str) -> list[str]:
     names = words(text)
-    unknown = [n for n in names if n not in PROVIDERS]
+    unknown = [f"{n!r}{did_you_mean(n, PROVIDERS)}" for n in names if n not in PROVIDERS]
     if unknown:
         raise argparse.ArgumentTypeError(f"unknown provider(s) {', '.join(unknown)}; choose from "
                                          f"{', '.join(PROVIDERS)}")
@@ -130,22 +135,24 @@ def configure_attention(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tokens", type=positive_int, default=None, help="B * T (default 32768; CPU 4096)")
     p.add_argument("--prune", action="store_true",
                    help="add foxformer rows with tile pruning (realistic and open gates)")
-    p.add_argument("--prune-eps", type=_eps, default=1e-3,
-                   help="probability each row may lose to pruning (with --prune)")
-    p.add_argument("--qk-bound", type=_bound, default="auto",
-                   help="'auto' (a pass over the norms of q and k, timed with the op) or a given bound U on "
-                        "|scale * q . k| (no pass: what a QK-norm model gets for free)")
+    # None: left out, which --prune fills in (attention_defaults) and _check_attention refuses given without it
+    p.add_argument("--prune-eps", type=_eps, default=None,
+                   help="with --prune: probability each row may lose to pruning (default: 0.001)")
+    p.add_argument("--qk-bound", type=_bound, default=None,
+                   help="with --prune: 'auto' (a pass over the norms of q and k, timed with the op; the default) or a "
+                        "given bound U on |scale * q . k| (no pass: what a QK-norm model gets for free)")
     p.add_argument("--profile", default=None, metavar="DIR",
                    help="also run each row's forward+backward 4 more times under torch.profiler: kernel tables and "
                         "the device's idle time per step in DIR")
     p.add_argument("--rounds", type=positive_int, default=1,
                    help="time every case of a shape this many times, the providers interleaved and their order rotated "
                         "by one each round, and report medians (each round's times are kept in the JSON)")
-    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
-                   help="cpu: the CPU paths in float32 (foxformer's torch backend against sdpa), wall-clock medians")
+    p.add_argument("--device", choices=("cuda", "cpu", "auto"), default="cuda",
+                   help="cpu: the CPU paths in float32 (foxformer's torch backend against sdpa), wall-clock medians; "
+                        "auto: cuda where there is a GPU, else cpu")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--out", default="bench_attention.json")
-    p.set_defaults(func=_runner("attention"))
+    p.set_defaults(func=_runner("attention", _check_attention))
 
 
 # What `bench attention` runs where the command line leaves it out: a GPU's sweep, and a CPU's at sizes it times in
@@ -158,11 +165,35 @@ ATTENTION_DEFAULTS = {
 
 
 def attention_defaults(args: argparse.Namespace) -> argparse.Namespace:
-    """args with every option left out filled in for its --device."""
+    """args with --device auto resolved and every option left out filled in for its --device (--prune's with
+    --prune)."""
+    if args.device == "auto":
+        from foxformer.train.distributed import resolve_device
+
+        args.device = resolve_device("auto").type
     for key, value in ATTENTION_DEFAULTS[args.device].items():
         if getattr(args, key) is None:
             setattr(args, key, value)
+    if args.prune:
+        args.prune_eps = 1e-3 if args.prune_eps is None else args.prune_eps
+        args.qk_bound = "auto" if args.qk_bound is None else args.qk_bound
     return args
+
+
+def _check_attention(args: argparse.Namespace) -> None:
+    """Before any timing: a provider no CPU runs, under --device cpu (or auto on a machine without a GPU), made a
+    row of its error and the run's exit 0; --prune-eps and --qk-bound without --prune were unused without a word
+    (the op refuses a bound for a call it does not prune)."""
+    given = [flag for flag, value in (("--prune-eps", args.prune_eps), ("--qk-bound", args.qk_bound))
+             if value is not None]
+    if given and not args.prune:
+        raise ValueError(f"{' and '.join(given)} {'set' if len(given) > 1 else 'sets'} the pruned rows of --prune: "
+                         f"add --prune, or leave {'them' if len(given) > 1 else 'it'} out")
+    attention_defaults(args)
+    asked = [p for p in args.providers if p in NEEDS_CUDA]
+    if args.device == "cpu" and asked:
+        raise ValueError(f"--providers {','.join(asked)}: {'; '.join(NEEDS_CUDA[p] for p in asked)}; with --device "
+                         f"cpu choose from {', '.join(p for p in PROVIDERS if p not in NEEDS_CUDA)}")
 
 
 def configure_model(p: argparse.ArgumentParser) -> None:
