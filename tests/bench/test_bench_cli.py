@@ -293,3 +293,38 @@ def test_a_run_cut_short_leaves_a_whole_file_that_says_so(name, module, timed, t
     data = json.loads(out.read_text())
     assert data["complete"] is False and len(data["rows"]) == 1
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--peak-flops", "inf"], "error: --peak-flops must be a finite number > 0, got inf"),
+    (["--gluon-fwd", "max_free=true"], "error: --gluon-fwd sets the Gluon forward kernels, which run on an sm_90 GPU"),
+], ids=["peak-flops-inf", "gluon-fwd-on-a-cpu"])
+def test_bench_model_refuses_what_a_cpu_run_would_misreport(argv, said, monkeypatch, capsys, tmp_path):
+    """--peak-flops inf gave every row an MFU of 0; --gluon-fwd on a CPU named each FoX row after a Gluon setting
+    that no kernel of the run applied."""
+    import foxformer.bench.model as bench_model
+
+    monkeypatch.setattr(bench_model, "FoxForCausalLM", lambda cfg: pytest.fail("a model was built"))
+    assert main(["bench", "model", "--device", "cpu", "--presets", "fox-pro-tiny", *argv, "--out",
+                 str(tmp_path / "b.json")]) == 2
+    assert capsys.readouterr().err.startswith(said)
+
+
+def test_bench_model_refuses_an_empty_preset_entry_as_it_is_parsed(capsys, never_runs):
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "model", "--presets", "fox-pro-tiny,"])
+    assert e.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith("argument --presets: empty item in 'fox-pro-tiny,': "
+                                                              "separate the values with single commas")
+
+
+def test_bench_model_table_lines_up_its_columns(tmp_path, capsys):
+    """Its cells were joined by ' | ' at whatever width each had, unlike the other benchmarks' tables."""
+    argv = [*SUBCOMMANDS["model"], "--device", "cpu", *TINY_RUNS["model"], "--presets",
+            "fox-pro-tiny,transformer-llama-tiny"]
+    assert main([*argv, "--out", str(tmp_path / "m.json")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("name "))
+    table = lines[head:head + 4]
+    bars = {tuple(i for i, ch in enumerate(line) if ch in "|+") for line in table}
+    assert len(bars) == 1 and len(next(iter(bars))) == 7 and table[2].startswith("fox-pro-tiny ")

@@ -196,8 +196,15 @@ def _check_attention(args: argparse.Namespace) -> None:
                          f"cpu choose from {', '.join(p for p in PROVIDERS if p not in NEEDS_CUDA)}")
 
 
+def _presets(text: str) -> str:
+    """--presets as typed (the JSON records it so), refused as it is parsed for an empty entry: "fox-pro-tiny,"
+    ended in "--presets : unknown preset ''" once parsed."""
+    words(text)
+    return text
+
+
 def configure_model(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--presets", default="fox-pro-125m,fox-llama-125m,transformer-llama-125m",
+    p.add_argument("--presets", type=_presets, default="fox-pro-125m,fox-llama-125m,transformer-llama-125m",
                    help="comma list of preset names, each optionally with FoxConfig overrides of its own after "
                         "colons (fox-pro-125m:head_dim=128 times FoX (Pro) 125M with 6 heads of 128)")
     # Counts refused as they are parsed, as bench decode's are: "--steps must be >= 1" came after parsing, in words
@@ -210,7 +217,8 @@ def configure_model(p: argparse.ArgumentParser) -> None:
     # None: left out, which a row setting its own attention_backend is told apart from (bench/model.py's _check)
     p.add_argument("--backend", default=None, help="forgetting_attention backend (default: auto)")
     p.add_argument("--vocab-size", type=positive_int, default=None)
-    p.add_argument("--device", default=None)
+    p.add_argument("--device", default="auto",
+                   help="auto (a GPU where there is one, else the CPU), cpu, cuda or cuda:N")
     p.add_argument("--peak-flops", type=float, default=None,
                    help="per-device peak FLOP/s for the 'mfu' column; default: the dense peak of known GPUs for "
                         "--dtype (bf16 / fp16: 989e12 on H100/H200, as in the training logs; fp32: the TF32 peak "
