@@ -328,3 +328,25 @@ def test_bench_model_table_lines_up_its_columns(tmp_path, capsys):
     table = lines[head:head + 4]
     bars = {tuple(i for i, ch in enumerate(line) if ch in "|+") for line in table}
     assert len(bars) == 1 and len(next(iter(bars))) == 7 and table[2].startswith("fox-pro-tiny ")
+
+
+@pytest.mark.parametrize("argv", [[], ["--kernel"]], ids=["models", "kernel"])
+def test_bench_decode_records_the_dtype_that_ran(argv, tmp_path):
+    """--dtype auto was all the JSON said: bf16 on a GPU, fp32 on the CPU, which the reader had to know."""
+    import json
+
+    out = tmp_path / "d.json"
+    assert main([*SUBCOMMANDS["decode"], "--device", "cpu", *TINY_RUNS["decode"], *argv, "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["settings"]["dtype"] == "auto" and data["dtype"] == "float32"
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--decode", "eager,egaer"], "error: --decode: expected comma-separated decode paths from auto, graphs, "
+                                  "compiled, static, eager, got 'egaer' (did you mean 'eager'?)"),
+    (["--anchors", "sdpa,static-compile"], "error: --anchors must be auto or comma-separated from sdpa, "
+                                           "static-compiled, got 'static-compile' (did you mean 'static-compiled'?)"),
+], ids=["decode", "anchors"])
+def test_bench_decode_answers_an_unknown_name_with_the_closest_one(argv, said, capsys, never_runs):
+    assert main([*SUBCOMMANDS["decode"], *argv]) == 2
+    assert capsys.readouterr().err.strip() == said

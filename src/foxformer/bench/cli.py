@@ -257,14 +257,16 @@ def _check_decode(args) -> None:
     check_eviction(args.evict_eps, args.evict_qk_bound, label="--{}")
     if args.gate_tmax is not None and not (args.gate_tmax > 0 and math.isfinite(args.gate_tmax)):
         raise ValueError(f"--gate-tmax must be a finite number > 0, got {args.gate_tmax}")
-    bad = [d for d in args.decode if d not in FoxCache.DECODE_MODES]
+    # each unknown name with the closest known one, as an unknown preset or provider is answered
+    bad = [f"{d!r}{did_you_mean(d, FoxCache.DECODE_MODES)}" for d in args.decode if d not in FoxCache.DECODE_MODES]
     if bad:
         raise ValueError(f"--decode: expected comma-separated decode paths from {', '.join(FoxCache.DECODE_MODES)}, "
                          f"got {', '.join(bad)}")
     anchors = args.anchors.split(",") if args.anchors != "auto" else []
-    bad = [a for a in anchors if a and a not in HF_PATHS]
+    bad = [f"{a!r}{did_you_mean(a, HF_PATHS)}" for a in anchors if a and a not in HF_PATHS]
     if bad:
-        raise ValueError(f"--anchors must be auto or comma-separated from {', '.join(HF_PATHS)}, got {bad}")
+        raise ValueError(f"--anchors must be auto or comma-separated from {', '.join(HF_PATHS)}, got "
+                         f"{', '.join(bad)}")
     if len(set(anchors)) < len(anchors):
         raise ValueError(f"--anchors names an anchor more than once: {args.anchors!r}")
     if args.profile and args.kernel:
@@ -340,7 +342,8 @@ def configure_decode(p: argparse.ArgumentParser) -> None:
                    help="after each row's timed steps, profile 8 more: DIR/<row>_<path>_<context>_b<batch>.txt, "
                         "operators and kernels by self device time")
     p.add_argument("--device", default="auto")
-    p.add_argument("--dtype", default="auto", choices=("auto", *DTYPES))
+    p.add_argument("--dtype", default="auto", choices=("auto", *DTYPES),
+                   help="the models' dtype; auto: bf16 on a GPU, fp32 on the CPU (the JSON's dtype says which ran)")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--out", default="bench_decode.json")
     p.set_defaults(func=_runner("decode", _check_decode))

@@ -161,7 +161,8 @@ def run(args) -> dict:
                              "a fixed-size recurrent state instead: bench the whole model (without --kernel)")
         rows = kernel_rows(args.contexts, args.batches, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, device, dtype,
                            args.num_splits)
-        payload = {"env": environment(device), **run_record(args, "decode"), "rows": rows}
+        payload = {"env": environment(device), **run_record(args, "decode"), "dtype": str(dtype).removeprefix("torch."),
+                   "rows": rows}
         ResultFile(args.out).write(payload, complete=True)
         if args.out:
             print(f"wrote {args.out}")
@@ -175,7 +176,9 @@ def run(args) -> dict:
     env = environment(device)
     bandwidth = copy_bandwidth(device)
     env["copy_gb_s"] = None if bandwidth is None else bandwidth / 1e9
-    payload = {"env": env, **run_record(args, "decode"), "rows": []}
+    # the dtype that ran: the settings say "auto" unless --dtype was given
+    payload = {"env": env, **run_record(args, "decode"), "dtype": str(dtype).removeprefix("torch."),
+               "rows": []}
     rows, out = payload["rows"], ResultFile(args.out)
     jobs = [(*entry, ctx, b) for ctx in args.contexts for b in args.batches for entry in models]
     # the no-eviction row of the same model object and path is the reference of the eviction row's max_logprob_diff
