@@ -250,3 +250,12 @@ def test_each_case_line_keeps_a_small_rate_s_digits(monkeypatch, tmp_path, capsy
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("{'round'"))
     assert "'fwd_tflops': 0.0004123," in line and "'fwd_bwd_tflops': 0.001235}" in line
     assert "'fwd_ms': 123.5," in line
+
+
+@pytest.mark.parametrize("value, said", [("64x8,64x", "config '64x': expected a positive integer, got ''"),
+                                         ("64xabc", "config '64xabc': expected a positive integer, got 'abc'")])
+def test_a_config_s_bad_number_names_the_config(value, said, capsys):
+    """"expected a positive integer, got ''" named neither the config nor which part of it."""
+    with pytest.raises(SystemExit):
+        main(["bench", "attention", "--configs", value])
+    assert capsys.readouterr().err.splitlines()[-1].endswith(f"argument --configs: {said}")

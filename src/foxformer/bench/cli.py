@@ -117,7 +117,10 @@ def _configs(text: str) -> list[tuple[int, int, int]]:
         parts = cfg.split("x")
         if len(parts) not in (2, 3):
             raise argparse.ArgumentTypeError(f"config {cfg!r}: expected DxHq or DxHqxHkv")
-        D, Hq, *rest = (positive_int(x) for x in parts)
+        try:
+            D, Hq, *rest = (positive_int(x) for x in parts)
+        except argparse.ArgumentTypeError as e:  # "expected a positive integer, got ''" named no config, of several
+            raise argparse.ArgumentTypeError(f"config {cfg!r}: {e}") from None
         Hkv = rest[0] if rest else Hq
         if Hq % Hkv:
             raise argparse.ArgumentTypeError(f"config {cfg!r}: Hq = {Hq} is not a multiple of Hkv = {Hkv}")
