@@ -9,6 +9,7 @@ import platform
 
 import torch
 
+from ..eval.outputs import note_replacing
 from ..paths import write_json, write_text
 from ..provenance import code_version
 from .timeline import timeline_summary
@@ -74,8 +75,6 @@ class ResultFile:
         if not self.path:
             return
         if self._first and os.path.exists(self.path):
-            from foxformer.eval.outputs import note_replacing
-
             note_replacing(self.path, elsewhere="--out FILE")
         self._first = False
         write_json(self.path, {**payload, "complete": complete})
