@@ -45,8 +45,10 @@ def test_values_parse_into_shapes():
     assert args.configs == [(64, 24, 24), (128, 12, 2)] and args.seqlens == [16, 32]
     assert args.providers == ["foxformer", "sdpa_flash"] and args.qk_bound == 25.0
     defaults = attention_defaults(build_parser().parse_args(["bench", "attention"]))
-    assert defaults.configs == [(64, 24, 24), (128, 12, 12), (128, 12, 2)] and defaults.qk_bound == "auto"
-    assert defaults.providers == list(PROVIDERS) and defaults.tokens == 32768
+    assert defaults.configs == [(64, 24, 24), (128, 12, 12), (128, 12, 2)] and defaults.qk_bound is None
+    assert defaults.providers == list(PROVIDERS) and defaults.tokens == 32768 and defaults.prune_eps is None
+    pruned = attention_defaults(build_parser().parse_args(["bench", "attention", "--prune"]))
+    assert pruned.qk_bound == "auto" and pruned.prune_eps == 1e-3
 
 
 def test_a_cpu_run_defaults_to_what_a_cpu_times_in_seconds():
@@ -116,7 +118,7 @@ def test_rounds_interleave_the_providers(monkeypatch, tmp_path):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
-    monkeypatch.setattr(attention, "environment", dict)
+    monkeypatch.setattr(attention, "environment", lambda device: {})
     out = tmp_path / "a.json"
     args = build_parser().parse_args(["bench", "attention", "--providers", "foxformer,sdpa_cudnn", "--configs", "64x2",
                                       "--seqlens", "128", "--rounds", "3", "--out", str(out)])
@@ -164,7 +166,7 @@ def test_a_bar_counts_every_timing_above_the_per_case_lines(monkeypatch, tmp_pat
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
-    monkeypatch.setattr(attention, "environment", dict)
+    monkeypatch.setattr(attention, "environment", lambda device: {})
     err = Terminal() if terminal else io.StringIO()
     monkeypatch.setattr(sys, "stderr", err)
     bars = []
@@ -185,3 +187,75 @@ def test_a_bar_counts_every_timing_above_the_per_case_lines(monkeypatch, tmp_pat
     assert ("\rbench attention:" in err.getvalue()) is shown and ("\r" in err.getvalue()) is shown
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("{'round'")]
     assert len(lines) == 20
+
+
+def test_an_unknown_provider_is_answered_with_the_closest_one(capsys):
+    with pytest.raises(SystemExit):
+        main(["bench", "attention", "--device", "cpu", "--providers", "foxfromer,sdpa"])
+    assert ("argument --providers: unknown provider(s) 'foxfromer' (did you mean 'foxformer'?); choose from "
+            in capsys.readouterr().err)
+
+
+@pytest.fixture
+def never_times(monkeypatch):
+    from foxformer.bench import attention
+
+    monkeypatch.setattr(attention, "bench_case", lambda *a, **k: pytest.fail("a case was timed"))
+
+
+@pytest.mark.parametrize("provider", ["gluon", "triton", "sdpa_cudnn", "fla"])
+@pytest.mark.parametrize("device", ["cpu", "auto"])
+def test_a_provider_no_cpu_runs_is_refused_on_one_before_any_timing(provider, device, monkeypatch, capsys, tmp_path,
+                                                                     never_times):
+    """Each made a row of its error under --device cpu, and the run exited 0 as if it had timed what was asked."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    out = tmp_path / "a.json"
+    assert main(["bench", "attention", "--device", device, "--providers", f"sdpa,{provider}", "--out", str(out)]) == 2
+    assert capsys.readouterr().err.startswith(f"error: --providers {provider}: ")
+    assert not out.exists()
+
+
+def test_device_auto_takes_the_cpu_where_there_is_no_gpu(monkeypatch, tmp_path):
+    """--device cuda's error on such a machine says "use 'cpu' or 'auto'", and auto was refused."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    out = tmp_path / "a.json"
+    assert main(["bench", "attention", "--device", "auto", "--seqlens", "16", "--configs", "16x2", "--tokens", "16",
+                 "--providers", "sdpa", "--no-progress", "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["settings"]["device"] == "cpu" and data["dtype"] == "float32"
+
+
+@pytest.mark.parametrize("argv", [["--prune-eps", "0.01"], ["--qk-bound", "5"], ["--qk-bound", "auto"]])
+def test_pruning_settings_without_prune_are_refused(argv, capsys, never_times):
+    """They were unused without a word, and the JSON recorded a prune_eps for a run that pruned nothing."""
+    assert main(["bench", "attention", "--device", "cpu", *argv]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {argv[0]} sets the pruned rows of --prune: add --prune")
+
+
+def test_each_case_line_keeps_a_small_rate_s_digits(monkeypatch, tmp_path, capsys):
+    """The line after each case rounded to three decimals: a CPU's 0.0004 TFLOP/s read 0.0."""
+    from foxformer.bench import attention
+
+    def fake_case(provider, B, T, Hq, Hkv, D, **kw):
+        return dict(provider=provider, gate="realistic", T=T, B=B, Hq=Hq, Hkv=Hkv, D=D, fwd_ms=123.456789,
+                    fwd_bwd_ms=400.0, fwd_tflops=0.000412345, fwd_bwd_tflops=0.00123456)
+
+    monkeypatch.setattr(attention, "bench_case", fake_case)
+    assert main(["bench", "attention", "--device", "cpu", "--providers", "sdpa", "--seqlens", "16", "--configs",
+                 "16x2", "--no-progress", "--out", str(tmp_path / "a.json")]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("{'round'"))
+    assert "'fwd_tflops': 0.0004123," in line and "'fwd_bwd_tflops': 0.001235}" in line
+    assert "'fwd_ms': 123.5," in line
+
+
+@pytest.mark.parametrize("value, said", [("64x8,64x", "config '64x': expected a positive integer, got ''"),
+                                         ("64xabc", "config '64xabc': expected a positive integer, got 'abc'")])
+def test_a_config_s_bad_number_names_the_config(value, said, capsys):
+    """"expected a positive integer, got ''" named neither the config nor which part of it."""
+    with pytest.raises(SystemExit):
+        main(["bench", "attention", "--configs", value])
+    assert capsys.readouterr().err.splitlines()[-1].endswith(f"argument --configs: {said}")

@@ -91,6 +91,34 @@ def test_the_json_says_how_and_where_it_was_measured(name, tmp_path):
         assert settings["contexts"] == [16] and settings["decode"] == ["eager"]
 
 
+CPU_RUNS = {"attention": [*SUBCOMMANDS["attention"], *TINY_RUNS["attention"]],
+            "model": [*SUBCOMMANDS["model"], "--device", "cpu", *TINY_RUNS["model"]],
+            "decode": [*SUBCOMMANDS["decode"], "--device", "cpu", *TINY_RUNS["decode"]],
+            "decode-kernel": [*SUBCOMMANDS["decode"], "--device", "cpu", "--kernel", "--contexts", "16", "--batches",
+                              "1"]}
+
+
+@pytest.mark.parametrize("name", list(CPU_RUNS))
+def test_a_cpu_run_on_a_machine_with_a_gpu_records_and_times_the_cpu(name, tmp_path, monkeypatch):
+    """A --device cpu run's JSON named the machine's GPU, its CUDA version and SM count, none of which it used, and
+    --kernel timed the CPU op with triton's do_bench (CUDA events). The CPU's record names the processor and torch's
+    thread count, which CPU timings scale with."""
+    import json
+
+    import torch
+
+    testing = pytest.importorskip("triton.testing")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(testing, "do_bench", lambda *a, **k: pytest.fail("a CPU call timed by CUDA events"))
+    out = tmp_path / "r.json"
+    assert main([*CPU_RUNS[name], "--out", str(out)]) == 0
+    env = json.loads(out.read_text())["env"]
+    assert env["device"] == "cpu" and "cuda" not in env and "sm_count" not in env
+    assert env["threads"] == torch.get_num_threads() and "cpu" in env
+
+
 DEVICES = [("attention", "cuda"), ("model", "cuda"), ("model", "cuda:1"), ("model", "gpu"), ("decode", "cuda"),
            ("decode", "cuda:0"), ("decode", "gpu"), ("decode", "meta"), ("model", "mps")]
 
@@ -217,3 +245,108 @@ def test_bench_counts_are_refused_as_they_are_parsed(tmp_path, capsys, command, 
     assert capsys.readouterr().err.splitlines()[-1] == (f"foxformer bench {command}: error: argument {option}: "
                                                          f"expected {expected}, got {value!r}")
     assert not out.exists()
+
+
+@pytest.mark.parametrize("name", list(TINY_RUNS))
+def test_an_earlier_out_is_said_to_be_replaced_once(name, tmp_path, capsys):
+    """A second run took the first one's file without a word, where every other command's --out notes it."""
+    import json
+
+    out = tmp_path / "r.json"
+    out.write_text("{}\n")
+    assert main([*SUBCOMMANDS[name], *TINY_RUNS[name], "--out", str(out)]) == 0
+    notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note: replacing")]
+    assert len(notes) == 1 and notes[0].startswith(f"note: replacing {out} (written ")
+    assert notes[0].endswith("--out FILE writes elsewhere")
+    assert json.loads(out.read_text())["complete"] is True
+
+
+@pytest.mark.parametrize("name", list(TINY_RUNS))
+def test_an_empty_out_writes_no_file(name, tmp_path, monkeypatch):
+    """bench model and decode took --out '' for no file; bench attention failed after its first case, on the
+    temporary file of a path without a name."""
+    monkeypatch.chdir(tmp_path)
+    assert main([*SUBCOMMANDS[name], *TINY_RUNS[name], "--out", ""]) == 0
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("name, module, timed", [("attention", "attention", "bench_case"),
+                                                 ("decode", "decode", "measure_decode")])
+def test_a_run_cut_short_leaves_a_whole_file_that_says_so(name, module, timed, tmp_path, monkeypatch):
+    """Ctrl-C after the first row: the JSON written after that row stays, whole, and says it is not complete (it
+    read like a finished run with fewer rows; bench model's said so already); no temporary file is left."""
+    import json
+
+    bench = importlib.import_module(f"foxformer.bench.{module}")
+    real, calls = getattr(bench, timed), []
+
+    def once(*args, **kwargs):
+        calls.append(1)
+        if len(calls) > 1:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(bench, timed, once)
+    out = tmp_path / "r.json"
+    argv = {"attention": ["--seqlens", "16,32"], "decode": ["--contexts", "16,32"]}[name]
+    assert main([*SUBCOMMANDS[name], *TINY_RUNS[name], *argv, "--out", str(out)]) == 130
+    data = json.loads(out.read_text())
+    assert data["complete"] is False and len(data["rows"]) == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--peak-flops", "inf"], "error: --peak-flops must be a finite number > 0, got inf"),
+    (["--gluon-fwd", "max_free=true"], "error: --gluon-fwd sets the Gluon forward kernels, which run on an sm_90 GPU"),
+], ids=["peak-flops-inf", "gluon-fwd-on-a-cpu"])
+def test_bench_model_refuses_what_a_cpu_run_would_misreport(argv, said, monkeypatch, capsys, tmp_path):
+    """--peak-flops inf gave every row an MFU of 0; --gluon-fwd on a CPU named each FoX row after a Gluon setting
+    that no kernel of the run applied."""
+    import foxformer.bench.model as bench_model
+
+    monkeypatch.setattr(bench_model, "FoxForCausalLM", lambda cfg: pytest.fail("a model was built"))
+    assert main(["bench", "model", "--device", "cpu", "--presets", "fox-pro-tiny", *argv, "--out",
+                 str(tmp_path / "b.json")]) == 2
+    assert capsys.readouterr().err.startswith(said)
+
+
+def test_bench_model_refuses_an_empty_preset_entry_as_it_is_parsed(capsys, never_runs):
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "model", "--presets", "fox-pro-tiny,"])
+    assert e.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith("argument --presets: empty item in 'fox-pro-tiny,': "
+                                                              "separate the values with single commas")
+
+
+def test_bench_model_table_lines_up_its_columns(tmp_path, capsys):
+    """Its cells were joined by ' | ' at whatever width each had, unlike the other benchmarks' tables."""
+    argv = [*SUBCOMMANDS["model"], "--device", "cpu", *TINY_RUNS["model"], "--presets",
+            "fox-pro-tiny,transformer-llama-tiny"]
+    assert main([*argv, "--out", str(tmp_path / "m.json")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("name "))
+    table = lines[head:head + 4]
+    bars = {tuple(i for i, ch in enumerate(line) if ch in "|+") for line in table}
+    assert len(bars) == 1 and len(next(iter(bars))) >= 4 and table[2].startswith("fox-pro-tiny ")
+
+
+@pytest.mark.parametrize("argv", [[], ["--kernel"]], ids=["models", "kernel"])
+def test_bench_decode_records_the_dtype_that_ran(argv, tmp_path):
+    """--dtype auto was all the JSON said: bf16 on a GPU, fp32 on the CPU, which the reader had to know."""
+    import json
+
+    out = tmp_path / "d.json"
+    assert main([*SUBCOMMANDS["decode"], "--device", "cpu", *TINY_RUNS["decode"], *argv, "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["settings"]["dtype"] == "auto" and data["dtype"] == "float32"
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--decode", "eager,egaer"], "error: --decode: expected comma-separated decode paths from auto, graphs, "
+                                  "compiled, static, eager, got 'egaer' (did you mean 'eager'?)"),
+    (["--anchors", "sdpa,static-compile"], "error: --anchors must be auto or comma-separated from sdpa, "
+                                           "static-compiled, got 'static-compile' (did you mean 'static-compiled'?)"),
+], ids=["decode", "anchors"])
+def test_bench_decode_answers_an_unknown_name_with_the_closest_one(argv, said, capsys, never_runs):
+    assert main([*SUBCOMMANDS["decode"], *argv]) == 2
+    assert capsys.readouterr().err.strip() == said

@@ -19,3 +19,14 @@ def test_timed_backward_stores_its_gradients_instead_of_adding_to_the_last_ones(
     assert torch.equal(x.grad, once)
     time_ms(step)
     assert not torch.allclose(x.grad, once)
+
+
+def test_a_table_leaves_out_the_columns_no_row_fills(capsys):
+    """bench decode's CPU table ran to 330 characters a line, five of its columns dashes in every row (peak memory,
+    the bandwidth floors, error, skipped)."""
+    from foxformer.bench.common import print_table
+
+    text = print_table([{"model": "fox", "ms": 1.5, "error": None}, {"model": "llama", "ms": 0.75}],
+                       ["model", "ms", "peak_gib", "error"])
+    assert text.splitlines()[0].split() == ["model", "|", "ms"] and capsys.readouterr().out == text + "\n"
+    assert "error" in print_table([{"model": "fox", "error": "OOM"}, {"model": "llama"}], ["model", "error"])

@@ -194,6 +194,7 @@ def test_several_gluon_forward_settings_time_one_model_in_turn(tmp_path, monkeyp
 
     monkeypatch.setattr(bench_model, "measure", measure)
     monkeypatch.setattr(bench_model, "FoxForCausalLM", lambda cfg: builds.append(cfg.attention) or real_build(cfg))
+    monkeypatch.setattr(bench_model, "gluon_runs_on", lambda device: True)  # the settings' turns, timed on a CPU
     out = tmp_path / "bench.json"
     assert main(TINY + ["--presets", "fox-pro-tiny,transformer-pro-tiny", "--gluon-fwd", "default", "--gluon-fwd",
                         "64:max_free=true", "--rounds", "2", "--out", str(out)]) == 0

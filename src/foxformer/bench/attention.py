@@ -23,9 +23,8 @@ from tqdm.auto import tqdm
 from foxformer.train.distributed import resolve_device
 
 from .cli import PROVIDERS, attention_defaults
-from ..paths import write_json
 from ..progress import bars_shown
-from .common import environment, print_table, run_record, time_ms, write_profile
+from .common import ResultFile, environment, print_table, run_record, time_ms, write_profile
 
 # The backend of each foxformer provider (PROVIDERS, in bench/cli.py, says what they are).
 _BACKEND_OF = {"foxformer": "auto", "gluon": "gluon", "triton": "triton"}
@@ -200,9 +199,10 @@ def run(args) -> int:
     # A CPU computes the op in float32 (reference.py), so the CPU rows time float32 inputs.
     dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
     providers, shapes = args.providers, args.configs
-    record = {"env": environment(), **run_record(args, "attention"), "dtype": str(dtype).removeprefix("torch."),
-              "rounds": args.rounds}
+    record = {"env": environment(args.device), **run_record(args, "attention"),
+              "dtype": str(dtype).removeprefix("torch."), "rounds": args.rounds}
     rows = []
+    out = ResultFile(args.out)
     cases = [(p, "realistic", None) for p in providers]
     if args.prune:
         if "foxformer" not in providers:
@@ -231,11 +231,12 @@ def run(args) -> int:
                                      prune_eps=eps, qk_bound=args.qk_bound, profile_path=prof)
                     timed[(provider, gate, eps)].append(row)
                     bar.update()
-                    tqdm.write(str({"round": rnd, **{k: (round(v, 3) if isinstance(v, float) else v)
+                    # four significant digits: three decimals read a CPU's 0.0012 TFLOP/s as 0.001 and 0.0004 as 0.0
+                    tqdm.write(str({"round": rnd, **{k: (float(f"{v:.4g}") if isinstance(v, float) else v)
                                                      for k, v in row.items()}}))
                     sys.stdout.flush()  # a log sees each case as it ends
                     partial = [merge_rounds(v) for v in timed.values() if v]
-                    write_json(args.out, {**record, "rows": rows + partial})
+                    out.write({**record, "rows": rows + partial})
                     torch.cuda.empty_cache() if args.device == "cuda" else None
             for (provider, gate, eps), per_round in timed.items():
                 row = merge_rounds(per_round)
@@ -248,8 +249,9 @@ def run(args) -> int:
     if args.prune:
         cols[-1:-1] = ["kept", "speedup", "fwd_speedup"]
     table = print_table(rows, cols)
-    write_json(args.out, {**record, "rows": rows, "table": table})
-    print(f"wrote {args.out}")
+    out.write({**record, "rows": rows, "table": table}, complete=True)
+    if args.out:
+        print(f"wrote {args.out}")
     return 0
 
 

@@ -9,13 +9,18 @@ import argparse
 import importlib
 import math
 
-from foxformer.argtypes import distinct, non_negative_int, positive_int, positive_ints, words
+from foxformer.argtypes import did_you_mean, distinct, non_negative_int, positive_int, positive_ints, words
 from foxformer.paths import check_output_dir, check_output_file
 
 # foxformer: the op as users call it (backend "auto": the Gluon kernels on H100 / H200, the chunked torch backend on
 # a CPU); gluon, triton: one backend each, to compare them in one run; sdpa: torch's SDPA with the backend it picks
 # itself (its flash kernel on a CPU), the ceiling of `--device cpu`.
 PROVIDERS = ("foxformer", "gluon", "triton", "sdpa", "sdpa_flash", "sdpa_cudnn", "fla", "flex")
+# The providers no CPU runs, and why: under --device cpu each made a row of its error, the run's exit 0 (the triton
+# backend takes half precision and a CPU's rows are float32, so not even Triton's interpreter runs them there).
+NEEDS_CUDA = {"gluon": "the Gluon kernels need an sm_90 GPU (H100 / H200)",
+              "triton": "the Triton kernels need a CUDA GPU",
+              "sdpa_cudnn": "SDPA's cuDNN kernels need a CUDA GPU", "fla": "fla-core's Triton kernels need a CUDA GPU"}
 DTYPES = ("bf16", "fp16", "fp32")
 # bench decode's preset where neither --preset nor --model is given; the flag's own default is None, so that
 # _check_decode tells a --preset given beside --model apart from it
@@ -98,7 +103,7 @@ def _seqlens(text: str) -> list[int]:
 @distinct
 def _providers(text: str) -> list[str]:
     names = words(text)
-    unknown = [n for n in names if n not in PROVIDERS]
+    unknown = [f"{n!r}{did_you_mean(n, PROVIDERS)}" for n in names if n not in PROVIDERS]
     if unknown:
         raise argparse.ArgumentTypeError(f"unknown provider(s) {', '.join(unknown)}; choose from "
                                          f"{', '.join(PROVIDERS)}")
@@ -112,7 +117,10 @@ def _configs(text: str) -> list[tuple[int, int, int]]:
         parts = cfg.split("x")
         if len(parts) not in (2, 3):
             raise argparse.ArgumentTypeError(f"config {cfg!r}: expected DxHq or DxHqxHkv")
-        D, Hq, *rest = (positive_int(x) for x in parts)
+        try:
+            D, Hq, *rest = (positive_int(x) for x in parts)
+        except argparse.ArgumentTypeError as e:  # "expected a positive integer, got ''" named no config, of several
+            raise argparse.ArgumentTypeError(f"config {cfg!r}: {e}") from None
         Hkv = rest[0] if rest else Hq
         if Hq % Hkv:
             raise argparse.ArgumentTypeError(f"config {cfg!r}: Hq = {Hq} is not a multiple of Hkv = {Hkv}")
@@ -130,22 +138,24 @@ def configure_attention(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tokens", type=positive_int, default=None, help="B * T (default 32768; CPU 4096)")
     p.add_argument("--prune", action="store_true",
                    help="add foxformer rows with tile pruning (realistic and open gates)")
-    p.add_argument("--prune-eps", type=_eps, default=1e-3,
-                   help="probability each row may lose to pruning (with --prune)")
-    p.add_argument("--qk-bound", type=_bound, default="auto",
-                   help="'auto' (a pass over the norms of q and k, timed with the op) or a given bound U on "
-                        "|scale * q . k| (no pass: what a QK-norm model gets for free)")
+    # None: left out, which --prune fills in (attention_defaults) and _check_attention refuses given without it
+    p.add_argument("--prune-eps", type=_eps, default=None,
+                   help="with --prune: probability each row may lose to pruning (default: 0.001)")
+    p.add_argument("--qk-bound", type=_bound, default=None,
+                   help="with --prune: 'auto' (a pass over the norms of q and k, timed with the op; the default) or a "
+                        "given bound U on |scale * q . k| (no pass: what a QK-norm model gets for free)")
     p.add_argument("--profile", default=None, metavar="DIR",
                    help="also run each row's forward+backward 4 more times under torch.profiler: kernel tables and "
                         "the device's idle time per step in DIR")
     p.add_argument("--rounds", type=positive_int, default=1,
                    help="time every case of a shape this many times, the providers interleaved and their order rotated "
                         "by one each round, and report medians (each round's times are kept in the JSON)")
-    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
-                   help="cpu: the CPU paths in float32 (foxformer's torch backend against sdpa), wall-clock medians")
+    p.add_argument("--device", choices=("cuda", "cpu", "auto"), default="cuda",
+                   help="cpu: the CPU paths in float32 (foxformer's torch backend against sdpa), wall-clock medians; "
+                        "auto: cuda where there is a GPU, else cpu")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--out", default="bench_attention.json")
-    p.set_defaults(func=_runner("attention"))
+    p.set_defaults(func=_runner("attention", _check_attention))
 
 
 # What `bench attention` runs where the command line leaves it out: a GPU's sweep, and a CPU's at sizes it times in
@@ -158,15 +168,46 @@ ATTENTION_DEFAULTS = {
 
 
 def attention_defaults(args: argparse.Namespace) -> argparse.Namespace:
-    """args with every option left out filled in for its --device."""
+    """args with --device auto resolved and every option left out filled in for its --device (--prune's with
+    --prune)."""
+    if args.device == "auto":
+        from foxformer.train.distributed import resolve_device
+
+        args.device = resolve_device("auto").type
     for key, value in ATTENTION_DEFAULTS[args.device].items():
         if getattr(args, key) is None:
             setattr(args, key, value)
+    if args.prune:
+        args.prune_eps = 1e-3 if args.prune_eps is None else args.prune_eps
+        args.qk_bound = "auto" if args.qk_bound is None else args.qk_bound
     return args
 
 
+def _check_attention(args: argparse.Namespace) -> None:
+    """Before any timing: a provider no CPU runs, under --device cpu (or auto on a machine without a GPU), made a
+    row of its error and the run's exit 0; --prune-eps and --qk-bound without --prune were unused without a word
+    (the op refuses a bound for a call it does not prune)."""
+    given = [flag for flag, value in (("--prune-eps", args.prune_eps), ("--qk-bound", args.qk_bound))
+             if value is not None]
+    if given and not args.prune:
+        raise ValueError(f"{' and '.join(given)} {'set' if len(given) > 1 else 'sets'} the pruned rows of --prune: "
+                         f"add --prune, or leave {'them' if len(given) > 1 else 'it'} out")
+    attention_defaults(args)
+    asked = [p for p in args.providers if p in NEEDS_CUDA]
+    if args.device == "cpu" and asked:
+        raise ValueError(f"--providers {','.join(asked)}: {'; '.join(NEEDS_CUDA[p] for p in asked)}; with --device "
+                         f"cpu choose from {', '.join(p for p in PROVIDERS if p not in NEEDS_CUDA)}")
+
+
+def _presets(text: str) -> str:
+    """--presets as typed (the JSON records it so), refused as it is parsed for an empty entry: "fox-pro-tiny,"
+    ended in "--presets : unknown preset ''" once parsed."""
+    words(text)
+    return text
+
+
 def configure_model(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--presets", default="fox-pro-125m,fox-llama-125m,transformer-llama-125m",
+    p.add_argument("--presets", type=_presets, default="fox-pro-125m,fox-llama-125m,transformer-llama-125m",
                    help="comma list of preset names, each optionally with FoxConfig overrides of its own after "
                         "colons (fox-pro-125m:head_dim=128 times FoX (Pro) 125M with 6 heads of 128)")
     # Counts refused as they are parsed, as bench decode's are: "--steps must be >= 1" came after parsing, in words
@@ -179,7 +220,8 @@ def configure_model(p: argparse.ArgumentParser) -> None:
     # None: left out, which a row setting its own attention_backend is told apart from (bench/model.py's _check)
     p.add_argument("--backend", default=None, help="forgetting_attention backend (default: auto)")
     p.add_argument("--vocab-size", type=positive_int, default=None)
-    p.add_argument("--device", default=None)
+    p.add_argument("--device", default="auto",
+                   help="auto (a GPU where there is one, else the CPU), cpu, cuda or cuda:N")
     p.add_argument("--peak-flops", type=float, default=None,
                    help="per-device peak FLOP/s for the 'mfu' column; default: the dense peak of known GPUs for "
                         "--dtype (bf16 / fp16: 989e12 on H100/H200, as in the training logs; fp32: the TF32 peak "
@@ -218,14 +260,16 @@ def _check_decode(args) -> None:
     check_eviction(args.evict_eps, args.evict_qk_bound, label="--{}")
     if args.gate_tmax is not None and not (args.gate_tmax > 0 and math.isfinite(args.gate_tmax)):
         raise ValueError(f"--gate-tmax must be a finite number > 0, got {args.gate_tmax}")
-    bad = [d for d in args.decode if d not in FoxCache.DECODE_MODES]
+    # each unknown name with the closest known one, as an unknown preset or provider is answered
+    bad = [f"{d!r}{did_you_mean(d, FoxCache.DECODE_MODES)}" for d in args.decode if d not in FoxCache.DECODE_MODES]
     if bad:
         raise ValueError(f"--decode: expected comma-separated decode paths from {', '.join(FoxCache.DECODE_MODES)}, "
                          f"got {', '.join(bad)}")
     anchors = args.anchors.split(",") if args.anchors != "auto" else []
-    bad = [a for a in anchors if a and a not in HF_PATHS]
+    bad = [f"{a!r}{did_you_mean(a, HF_PATHS)}" for a in anchors if a and a not in HF_PATHS]
     if bad:
-        raise ValueError(f"--anchors must be auto or comma-separated from {', '.join(HF_PATHS)}, got {bad}")
+        raise ValueError(f"--anchors must be auto or comma-separated from {', '.join(HF_PATHS)}, got "
+                         f"{', '.join(bad)}")
     if len(set(anchors)) < len(anchors):
         raise ValueError(f"--anchors names an anchor more than once: {args.anchors!r}")
     if args.profile and args.kernel:
@@ -301,7 +345,8 @@ def configure_decode(p: argparse.ArgumentParser) -> None:
                    help="after each row's timed steps, profile 8 more: DIR/<row>_<path>_<context>_b<batch>.txt, "
                         "operators and kernels by self device time")
     p.add_argument("--device", default="auto")
-    p.add_argument("--dtype", default="auto", choices=("auto", *DTYPES))
+    p.add_argument("--dtype", default="auto", choices=("auto", *DTYPES),
+                   help="the models' dtype; auto: bf16 on a GPU, fp32 on the CPU (the JSON's dtype says which ran)")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--out", default="bench_decode.json")
     p.set_defaults(func=_runner("decode", _check_decode))

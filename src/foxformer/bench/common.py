@@ -9,13 +9,17 @@ import platform
 
 import torch
 
-from ..paths import write_text
+from ..eval.outputs import note_replacing
+from ..paths import write_json, write_text
 from ..provenance import code_version
 from .timeline import timeline_summary
 
 
-def environment() -> dict:
-    """What the numbers were measured on; stored next to every result."""
+def environment(device: torch.device | str | None = None) -> dict:
+    """What the numbers were measured on; stored next to every result. ``device``: the one the benchmark ran on (a
+    CPU run on a machine with a GPU was recorded as run on that GPU, with its CUDA version and SM count); None: the
+    machine's GPU where it has one, else its CPU. A CPU's record names the processor and torch's thread count, which
+    its timings scale with (OMP_NUM_THREADS)."""
     env = {"torch": torch.__version__, "python": platform.python_version(), "device": "cpu",
            "commit": code_version()}
     try:
@@ -23,11 +27,28 @@ def environment() -> dict:
         env["triton"] = triton.__version__
     except ImportError:
         env["triton"] = None
-    if torch.cuda.is_available():
-        env["device"] = torch.cuda.get_device_name()
+    device = torch.device(device if device is not None else "cuda" if torch.cuda.is_available() else "cpu")
+    if device.type == "cuda":
+        env["device"] = torch.cuda.get_device_name(device)
         env["cuda"] = torch.version.cuda
-        env["sm_count"] = torch.cuda.get_device_properties(0).multi_processor_count
+        env["sm_count"] = torch.cuda.get_device_properties(device).multi_processor_count
+    else:
+        env["cpu"] = _cpu_name()
+        env["threads"] = torch.get_num_threads()
     return env
+
+
+def _cpu_name() -> str | None:
+    """The processor's model name (/proc/cpuinfo; platform.processor() is empty on Linux), or None."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name":
+                    return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or None
 
 
 def run_record(args, benchmark: str) -> dict:
@@ -38,6 +59,25 @@ def run_record(args, benchmark: str) -> dict:
     settings = {k: v for k, v in vars(args).items()
                 if k not in ("func", "command", "bench_command") and not k.startswith("_")}
     return {"command": f"foxformer bench {benchmark}", "settings": settings}
+
+
+class ResultFile:
+    """A benchmark's --out JSON, rewritten after every row so that a run cut short keeps what it measured: each
+    rewrite atomic (paths.write_json: a Ctrl-C mid-write leaves the last whole one), ``"complete": false`` until the
+    last (a cut run's file read like a finished one with fewer rows), an earlier run's file noted before the first
+    rewrite takes its place (as the other commands note theirs; the earlier file went without a word), and no file
+    for an empty path (bench model and decode wrote none; bench attention failed after its first row)."""
+
+    def __init__(self, path: str | None):
+        self.path, self._first = path, True
+
+    def write(self, payload: dict, complete: bool = False) -> None:
+        if not self.path:
+            return
+        if self._first and os.path.exists(self.path):
+            note_replacing(self.path, elsewhere="--out FILE")
+        self._first = False
+        write_json(self.path, {**payload, "complete": complete})
 
 
 def preset_config(preset: str, said: str, flags: dict[str, str], **overrides):
@@ -79,6 +119,10 @@ def time_ms(fn, warmup_ms: int = 100, rep_ms: int = 400, grad_to_none=(), cuda: 
 
 
 def print_table(rows: list[dict], columns: list[str]) -> str:
+    """``rows`` under ``columns``, aligned, printed and returned. A column no row has a value in is left out: a CPU's
+    peak memory, a floor without a measured bandwidth and an error column where nothing failed took bench decode's
+    CPU table to 330 characters a line, a third of them dashes."""
+    columns = [c for c in columns if any(r.get(c) is not None for r in rows)] or columns
     widths = [max(len(c), *(len(_fmt(r.get(c))) for r in rows)) for c in columns]
     lines = [" | ".join(c.ljust(w) for c, w in zip(columns, widths))]
     lines.append("-+-".join("-" * w for w in widths))

@@ -34,9 +34,8 @@ import torch
 from foxformer.models.calls import fox_blocks
 from foxformer.train.distributed import resolve_device
 
-from ..paths import write_json
 from ..progress import progress_bar
-from .common import environment, preset_config, print_table, run_record
+from .common import ResultFile, environment, preset_config, print_table, run_record
 from .decode_steps import HF_PATHS, copy_bandwidth, measure_decode
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -162,9 +161,10 @@ def run(args) -> dict:
                              "a fixed-size recurrent state instead: bench the whole model (without --kernel)")
         rows = kernel_rows(args.contexts, args.batches, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, device, dtype,
                            args.num_splits)
-        payload = {"env": environment(), **run_record(args, "decode"), "rows": rows}
+        payload = {"env": environment(device), **run_record(args, "decode"), "dtype": str(dtype).removeprefix("torch."),
+                   "rows": rows}
+        ResultFile(args.out).write(payload, complete=True)
         if args.out:
-            write_json(args.out, payload)
             print(f"wrote {args.out}")
         return payload
     models = _build(args, device, dtype)
@@ -173,11 +173,13 @@ def run(args) -> dict:
     for name, reason in skip.items():
         if reason:
             print(f"bench decode: skipping the {name} row: {reason}", file=sys.stderr)
-    env = environment()
+    env = environment(device)
     bandwidth = copy_bandwidth(device)
     env["copy_gb_s"] = None if bandwidth is None else bandwidth / 1e9
-    payload = {"env": env, **run_record(args, "decode"), "rows": []}
-    rows = payload["rows"]
+    # the dtype that ran: the settings say "auto" unless --dtype was given
+    payload = {"env": env, **run_record(args, "decode"), "dtype": str(dtype).removeprefix("torch."),
+               "rows": []}
+    rows, out = payload["rows"], ResultFile(args.out)
     jobs = [(*entry, ctx, b) for ctx in args.contexts for b in args.batches for entry in models]
     # the no-eviction row of the same model object and path is the reference of the eviction row's max_logprob_diff
     reference, before_eager = {}, {}
@@ -221,8 +223,7 @@ def run(args) -> dict:
         elif lp is not None:
             before_eager.setdefault(same, []).append((row, lp))
         rows.append(row)
-        if args.out:  # after every row: a run cut short keeps what it measured
-            write_json(args.out, payload)
+        out.write(payload)  # after every row: a run cut short keeps what it measured
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()
@@ -231,8 +232,8 @@ def run(args) -> dict:
                "cache_gib", "live_gib", "kept_fraction", "max_logprob_diff", "logprob_diff_vs_eager", "error",
                "skipped"]
     print_table(rows, columns)
+    out.write(payload, complete=True)
     if args.out:
-        write_json(args.out, payload)
         print(f"wrote {args.out}")
     return payload
 
@@ -256,6 +257,9 @@ def kernel_rows(contexts: list[int], batches: list[int], heads: int, kv_heads: i
     from .common import time_ms
 
     rows = []
+    # a CPU's op timed by the clock also on a machine with a GPU, as bench attention times it: not by triton's
+    # do_bench, whose events and cache flushes are the GPU's
+    cuda = device.type == "cuda"
     for T in contexts:
         for B in batches:
             try:
@@ -264,15 +268,15 @@ def kernel_rows(contexts: list[int], batches: list[int], heads: int, kv_heads: i
                 v = torch.randn_like(k)
                 c = gate_cumsum(torch.full((B, T, heads), -1e-4, device=device))
                 kv_bytes = 2 * k.numel() * k.element_size() + c.numel() * 8
-                fox = time_ms(lambda: forgetting_attention_decode(q, k, v, c))
+                fox = time_ms(lambda: forgetting_attention_decode(q, k, v, c), cuda=cuda)
                 qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
                 sdpa = time_ms(lambda: torch.nn.functional.scaled_dot_product_attention(
-                    qt, kt, vt, enable_gqa=heads != kv_heads))
+                    qt, kt, vt, enable_gqa=heads != kv_heads), cuda=cuda)
                 sdpa_bytes = 2 * k.numel() * k.element_size()
                 rows.append({"model": "op", "context": T, "batch": B, "splits": "auto", "fox_ms": fox, "sdpa_ms": sdpa,
                              "fox_gb_s": kv_bytes / fox / 1e6, "sdpa_gb_s": sdpa_bytes / sdpa / 1e6})
                 for n in num_splits or []:
-                    ms = time_ms(lambda: forgetting_attention_decode(q, k, v, c, num_splits=n))
+                    ms = time_ms(lambda: forgetting_attention_decode(q, k, v, c, num_splits=n), cuda=cuda)
                     rows.append({"model": "op", "context": T, "batch": B, "splits": n, "fox_ms": ms,
                                  "fox_gb_s": kv_bytes / ms / 1e6})
             except torch.cuda.OutOfMemoryError:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import math
 import os
 import re
 import sys
@@ -26,9 +27,8 @@ from foxformer.train.distributed import resolve_device
 from foxformer.train.metrics import mfu, peak_flops
 
 from .cli import configure_model
-from ..paths import write_json
 from ..progress import progress_bar
-from .common import environment, gluon_fwd_options, preset_config, run_record, write_profile
+from .common import ResultFile, environment, gluon_fwd_options, preset_config, print_table, run_record, write_profile
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 # The FoxConfig fields a flag sets on every row (and on the anchors), for errors in the flag's words.
@@ -130,9 +130,13 @@ def _check(args: argparse.Namespace) -> tuple[list[tuple[str, str, dict, FoxConf
     if args.tokens_per_step % args.context:
         raise ValueError(f"--tokens-per-step ({args.tokens_per_step}) must be a multiple of --context "
                          f"({args.context})")
-    if args.peak_flops is not None and not args.peak_flops > 0:
-        raise ValueError(f"--peak-flops must be > 0, got {args.peak_flops}")
-    resolve_device(args.device, "--device")
+    # inf passed (an MFU of 0 in every row), as nan had before it was refused
+    if args.peak_flops is not None and not (math.isfinite(args.peak_flops) and args.peak_flops > 0):
+        raise ValueError(f"--peak-flops must be a finite number > 0, got {args.peak_flops}")
+    # --gluon-fwd on a CPU named every FoX row after a Gluon setting that no kernel of the run applied
+    if not gluon_runs_on(resolve_device(args.device, "--device")) and args.gluon_fwd:
+        raise ValueError("--gluon-fwd sets the Gluon forward kernels, which run on an sm_90 GPU (H100 / H200); no "
+                         "row runs them on the CPU: leave it out")
     given_backend = args.backend is not None
     if not given_backend:  # the record (run_record) says what ran: the config's own
         args.backend = FoxConfig.attention_backend
@@ -154,6 +158,11 @@ def _check(args: argparse.Namespace) -> tuple[list[tuple[str, str, dict, FoxConf
         raise ValueError("--backend: every --presets row sets its own attention_backend and --no-anchor leaves no "
                          "anchor to take it; leave --backend out")
     return rows, overrides
+
+
+def gluon_runs_on(device: torch.device) -> bool:
+    """Whether the Gluon kernels, which --gluon-fwd configures, can run on ``device`` (a GPU's; the op checks which)."""
+    return device.type == "cuda"
 
 
 def _fwd_label(changes: dict) -> str:
@@ -215,14 +224,14 @@ def _run(args: argparse.Namespace, specs, overrides) -> int:
     peak, peak_dtype, mfu_note = mfu_peak(device_name, args.dtype, args.peak_flops)
     if mfu_note and device.type == "cuda":
         print(f"bench model: {mfu_note}", file=sys.stderr)
-    rows = []
+    rows, out = [], ResultFile(args.out)
     payload = {"benchmark": "model_training", "device": str(device), "device_name": device_name,
                "torch": torch.__version__, "compile": args.compile, "fused_loss": args.fused_loss,
                "tokens_per_step": args.tokens_per_step, "steps": args.steps, "warmup": args.warmup,
-               "peak_flops": peak, "peak_dtype": peak_dtype, "mfu_note": mfu_note, "env": environment(),
+               "peak_flops": peak, "peak_dtype": peak_dtype, "mfu_note": mfu_note, "env": environment(device),
                **run_record(args, "model"),
                "gluon_fwd": [_fwd_label(c) for c in args.gluon_fwd or []], "rounds": args.rounds,
-               "complete": False, "results": rows}
+               "results": rows}
     for name, preset, own, cfg, ours, build in entries:
         torch.manual_seed(0)
         model = build()
@@ -243,13 +252,11 @@ def _run(args: argparse.Namespace, specs, overrides) -> int:
                     res.update(facts, model_tflops=flops * res["tokens_per_s"] / 1e12,
                                mfu=mfu(res["tokens_per_s"], flops, peak))
                 rows[first:] = results
-                if args.out:  # a run cut by a time limit keeps the rows (and rounds) measured so far
-                    write_json(args.out, payload)
+                out.write(payload)  # a run cut by a time limit keeps the rows (and rounds) measured so far
         except torch.OutOfMemoryError:
             rows[first:] = [{"name": name, **facts, "step_s": None, "tokens_per_s": None, "peak_mem_gib": None,
                              "loss": None, "model_tflops": None, "mfu": None, "error": "OOM"}]
-            if args.out:
-                write_json(args.out, payload)
+            out.write(payload)
         for res in rows[first:]:
             print(json.dumps(res), flush=True)
         del model
@@ -257,20 +264,10 @@ def _run(args: argparse.Namespace, specs, overrides) -> int:
         if device.type == "cuda":
             torch.cuda.empty_cache()
 
-    payload["complete"] = True
-    cols = ["name", "context", "batch", "tokens_per_s", "step_s", "peak_mem_gib", "model_tflops", "mfu"]
-    print(" | ".join(cols))
-    for r in rows:
-        print(" | ".join(_fmt(r.get(c)) for c in cols))
-    if args.out:
-        write_json(args.out, payload)  # creates the folder
+    # aligned as the other benchmarks' tables (its cells were joined by " | " at whatever width they had)
+    print_table(rows, ["name", "context", "batch", "tokens_per_s", "step_s", "peak_mem_gib", "model_tflops", "mfu"])
+    out.write(payload, complete=True)  # creates the folder
     return 0
-
-
-def _fmt(x) -> str:
-    if x is None:
-        return "-"
-    return f"{x:.4g}" if isinstance(x, float) else str(x)
 
 
 def main(argv: list[str] | None = None) -> int:

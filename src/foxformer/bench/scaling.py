@@ -23,8 +23,7 @@ import sys
 import yaml
 
 from ..train.metrics import read_metrics
-from ..paths import write_json
-from .common import environment, print_table, run_record
+from .common import ResultFile, environment, print_table, run_record
 
 # What must be the same as in the reference for a run to be a measurement of the same training (same model,
 # data order, batch and schedule): config.yaml keys, then start-record facts derived from them. World size,
@@ -121,11 +120,10 @@ def run(args: argparse.Namespace) -> int:
     rows = compare(runs, args.tolerance)
     text = print_table(rows, ["run", "gpus", "segments", "parallel", "accum", "steps", "max_dloss", "mean_dloss",
                               "max_rel", "loss_match", "tok_s", "tok_s_per_gpu", "efficiency", "mfu"])
-    if args.out:
-        # The runs' own commits are in the rows; env is where this report was made.
-        write_json(args.out, {"env": environment(), **run_record(args, "scaling"), "reference": args.runs[0],
-                              "tolerance": args.tolerance, "skip": args.skip, "rows": rows, "table": text,
-                              "losses": {r["run"]: r["losses"] for r in runs}})
+    # The runs' own commits are in the rows; env is where this report was made.
+    ResultFile(args.out).write({"env": environment(), **run_record(args, "scaling"), "reference": args.runs[0],
+                               "tolerance": args.tolerance, "skip": args.skip, "rows": rows, "table": text,
+                               "losses": {r["run"]: r["losses"] for r in runs}}, complete=True)
     for r in rows:
         if r["differs"]:
             print(f"{r['run']}: not comparable with the reference {args.runs[0]} (another training setup: "

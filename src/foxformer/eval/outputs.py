@@ -43,14 +43,15 @@ def find_model_outputs(run_dir: str, prefix: str) -> list[tuple[Optional[str], s
     return []
 
 
-def note_replacing(*paths: str) -> None:
+def note_replacing(*paths: str, elsewhere: str = "--out DIR") -> None:
     """Tell the user which of ``paths`` (an earlier run's loss.json, ...) the write about to happen replaces: a
     second `eval loss` on other data silently took the first one's place. Called right before the write: told
-    earlier, a check that then failed announced a replacement that never happened."""
+    earlier, a check that then failed announced a replacement that never happened. ``elsewhere``: the option that
+    writes elsewhere (a command whose --out names the file: "--out FILE")."""
     for path in paths:
         if os.path.exists(path):
             when = time.strftime("%Y-%m-%d %H:%M", time.localtime(os.path.getmtime(path)))
-            print(f"note: replacing {path} (written {when}); --out DIR writes elsewhere", file=sys.stderr)
+            print(f"note: replacing {path} (written {when}); {elsewhere} writes elsewhere", file=sys.stderr)
 
 
 def written(out: str, files: Sequence[str], plots: Sequence[str] = ()) -> dict:

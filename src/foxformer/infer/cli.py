@@ -139,7 +139,8 @@ def _cmd_generate(args) -> int:
     asked = ", as --max-new-tokens 0 asks" if cfg.max_new_tokens == 0 else ""
     print(f"[{n_new} tokens in {elapsed:.2f} s{asked}]{note}", file=sys.stderr)
     if args.out:
-        note_replacing(args.out)  # a second generation took the first one's file without a word
+        # a second generation took the first one's file without a word
+        note_replacing(args.out, elsewhere="--out FILE")
         write_json(args.out, result)
     if interrupted is not None:
         raise interrupted
