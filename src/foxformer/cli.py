@@ -203,7 +203,8 @@ _INVALID_CHOICE = re.compile(r"invalid choice: '([^']*)' \(choose from (.*)\)$")
 
 def _hint_commands(parser: argparse.ArgumentParser, paths: dict[str, list[str]]) -> None:
     """A subcommand's parser and those below it say, for a command it does not have, where that command is
-    (`foxformer eval report`: report is `foxformer report`) or the closest one it has (`foxformer evl`: eval?)."""
+    (eval's "report": the report is a command of its own, `foxformer report`) or the closest one it has ("evl":
+    did you mean "eval"?)."""
     for action in parser._actions:
         if not isinstance(action, argparse._SubParsersAction):
             continue

@@ -49,12 +49,14 @@ def saved_hf_dataset(folder: str) -> list[str] | None:
     """Where ``folder`` is a Hugging Face dataset written by `save_to_disk` (its rows in .arrow files, which a source
     folder's walk does not read), the names of its splits: those its dataset_dict.json lists for a DatasetDict, []
     for one Dataset (state.json and dataset_info.json); else None."""
-    try:
-        with open(os.path.join(folder, "dataset_dict.json"), "rb") as f:
-            splits = json.load(f).get("splits")
-        return [str(s) for s in splits] if isinstance(splits, list) else []
-    except (OSError, ValueError, AttributeError):
-        pass
+    listing = os.path.join(folder, "dataset_dict.json")
+    if os.path.isfile(listing):  # looked for, not opened blindly: every folder a walk meets is asked
+        try:
+            with open(listing, "rb") as f:
+                splits = json.load(f).get("splits")
+            return [str(s) for s in splits] if isinstance(splits, list) else []
+        except (OSError, ValueError, AttributeError):
+            pass
     if all(os.path.isfile(os.path.join(folder, name)) for name in ("state.json", "dataset_info.json")):
         return []
     return None
