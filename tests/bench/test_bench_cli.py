@@ -350,3 +350,69 @@ def test_bench_decode_records_the_dtype_that_ran(argv, tmp_path):
 def test_bench_decode_answers_an_unknown_name_with_the_closest_one(argv, said, capsys, never_runs):
     assert main([*SUBCOMMANDS["decode"], *argv]) == 2
     assert capsys.readouterr().err.strip() == said
+
+
+def _sizes(argv, cuda, monkeypatch):
+    """bench model's or decode's arguments once its check filled what was left out, on a machine with a GPU (cuda)
+    or without one; no run."""
+    import torch
+
+    from foxformer.bench import cli as bench_cli
+    from foxformer.bench.model import _check
+    from foxformer.cli import build_parser
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: int(cuda))
+    args = build_parser().parse_args(argv)
+    (_check if args.bench_command == "model" else bench_cli._check_decode)(args)
+    return args
+
+
+@pytest.mark.parametrize("device, cuda", [("auto", True), ("cuda", True), ("auto", False), ("cpu", True)])
+def test_bench_model_and_decode_fill_the_sizes_left_out_for_their_device(device, cuda, monkeypatch):
+    """A CPU ran the GPU's 125M models at 16384 tokens of context (bench model --device cpu --presets fox-pro-tiny:
+    killed by the OOM killer on a 23 GB machine, no message) and bench decode's 65536-token caches at batch 32."""
+    gpu = device == "cuda" or (device == "auto" and cuda)
+    model = _sizes(["bench", "model", "--device", device], cuda, monkeypatch)
+    assert (model.presets, model.context, model.tokens_per_step) == (
+        ("fox-pro-125m,fox-llama-125m,transformer-llama-125m", 16384, 65536) if gpu else
+        ("fox-pro-tiny,fox-llama-tiny,transformer-llama-tiny", 512, 1024))
+    decode = _sizes(["bench", "decode", "--device", device], cuda, monkeypatch)
+    assert (decode.preset, decode.contexts, decode.batches) == (
+        ("fox-pro-125m", [4096, 8192, 16384, 32768, 65536], [1, 32]) if gpu else ("fox-pro-tiny", [512, 2048], [1, 4]))
+    assert model.device == decode.device == device  # as typed: a cuda:N or auto is recorded so
+
+
+@pytest.mark.parametrize("cuda", [True, False], ids=["gpu", "cpu"])
+def test_bench_model_and_decode_keep_the_sizes_given(cuda, monkeypatch):
+    model = _sizes(["bench", "model", "--presets", "fox-llama-small", "--context", "64", "--tokens-per-step", "128"],
+                   cuda, monkeypatch)
+    assert (model.presets, model.context, model.tokens_per_step) == ("fox-llama-small", 64, 128)
+    decode = _sizes(["bench", "decode", "--preset", "fox-llama-small", "--contexts", "64", "--batches", "2"], cuda,
+                    monkeypatch)
+    assert (decode.preset, decode.contexts, decode.batches) == ("fox-llama-small", [64], [2])
+    one = _sizes(["bench", "model", "--context", "64"], cuda, monkeypatch)  # the others still filled in
+    assert one.context == 64 and one.tokens_per_step == (65536 if cuda else 1024)
+
+
+def test_bench_decode_refuses_a_preset_beside_a_model_whatever_its_default(tmp_path, capsys, never_runs):
+    assert main(["bench", "decode", "--device", "cpu", "--preset", "fox-pro-tiny", "--model", str(tmp_path)]) == 2
+    assert "pass one of them" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name, argv, filled", [
+    ("model", ["--context", "16", "--steps", "1", "--warmup", "0", "--no-anchor", "--no-progress"],
+     {"presets": "fox-pro-tiny,fox-llama-tiny,transformer-llama-tiny", "tokens_per_step": 1024, "context": 16}),
+    ("decode", ["--contexts", "16", "--steps", "1", "--warmup", "0", "--prefill-chunk", "16", "--decode", "eager",
+                "--no-baseline", "--no-progress"], {"preset": "fox-pro-tiny", "batches": [1, 4], "contexts": [16]}),
+])
+def test_a_cpu_run_records_the_sizes_it_filled_in(name, argv, filled, tmp_path):
+    import json
+
+    out = tmp_path / "r.json"
+    assert main(["bench", name, "--device", "cpu", *argv, "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert {key: data["settings"][key] for key in filled} == filled
+    if name == "model":
+        assert [row["name"] for row in data["results"]] == filled["presets"].split(",")
+        assert {row["batch"] for row in data["results"]} == {1024 // 16}

@@ -6,6 +6,7 @@ Only argparse here: a benchmark's module (torch, triton, transformers) is import
 from __future__ import annotations
 
 import argparse
+import copy
 import importlib
 import math
 
@@ -22,9 +23,9 @@ NEEDS_CUDA = {"gluon": "the Gluon kernels need an sm_90 GPU (H100 / H200)",
               "triton": "the Triton kernels need a CUDA GPU",
               "sdpa_cudnn": "SDPA's cuDNN kernels need a CUDA GPU", "fla": "fla-core's Triton kernels need a CUDA GPU"}
 DTYPES = ("bf16", "fp16", "fp32")
-# bench decode's preset where neither --preset nor --model is given; the flag's own default is None, so that
-# _check_decode tells a --preset given beside --model apart from it
-DEFAULT_DECODE_PRESET = "fox-pro-125m"
+# bench decode's preset where neither --preset nor --model is given, by device type; the flag's own default is None,
+# so that _check_decode tells a --preset given beside --model apart from it
+DEFAULT_DECODE_PRESET = {"cuda": "fox-pro-125m", "cpu": "fox-pro-tiny"}
 
 
 def _check_outputs(args) -> None:
@@ -167,16 +168,30 @@ ATTENTION_DEFAULTS = {
 }
 
 
+def device_type(device: str) -> str:
+    """'cpu' or 'cuda': the type of --device ``device``, 'auto' resolved; one this machine lacks (or no device at all)
+    is resolve_device's ValueError, which starts with "--device"."""
+    from foxformer.train.distributed import resolve_device
+
+    return resolve_device(device, "--device").type
+
+
+def fill_defaults(args: argparse.Namespace, defaults: dict[str, dict], device: str) -> argparse.Namespace:
+    """args with every option of ``defaults[device]`` that the command line left out (None) filled in: what a
+    benchmark runs on a GPU, or on a CPU at sizes it times in seconds. run_record then records the values that ran.
+    Copies: a run that changed a list it was given changed the table's."""
+    for key, value in defaults[device].items():
+        if getattr(args, key) is None:
+            setattr(args, key, copy.deepcopy(value))
+    return args
+
+
 def attention_defaults(args: argparse.Namespace) -> argparse.Namespace:
     """args with --device auto resolved and every option left out filled in for its --device (--prune's with
     --prune)."""
     if args.device == "auto":
-        from foxformer.train.distributed import resolve_device
-
-        args.device = resolve_device("auto").type
-    for key, value in ATTENTION_DEFAULTS[args.device].items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
+        args.device = device_type("auto")
+    fill_defaults(args, ATTENTION_DEFAULTS, args.device)
     if args.prune:
         args.prune_eps = 1e-3 if args.prune_eps is None else args.prune_eps
         args.qk_bound = "auto" if args.qk_bound is None else args.qk_bound
@@ -199,6 +214,22 @@ def _check_attention(args: argparse.Namespace) -> None:
                          f"cpu choose from {', '.join(p for p in PROVIDERS if p not in NEEDS_CUDA)}")
 
 
+# What `bench model` runs where the command line leaves it out (model_defaults): the GPU's 125M FoX (Pro), FoX
+# (LLaMA) and Transformer (LLaMA) rows, and the same three at the tiny size on a CPU: `bench model --device cpu`
+# ran in 31 s on a 2-core machine (OMP_NUM_THREADS=1, with the LLaMA anchor; ~0.85 s a step, steps and warm-up as on
+# a GPU). 4096 tokens a step took 108 s there, the vocabulary's logits most of it.
+MODEL_DEFAULTS = {
+    "cuda": dict(presets="fox-pro-125m,fox-llama-125m,transformer-llama-125m", context=16384, tokens_per_step=65536),
+    "cpu": dict(presets="fox-pro-tiny,fox-llama-tiny,transformer-llama-tiny", context=512, tokens_per_step=1024),
+}
+
+
+def model_defaults(args: argparse.Namespace) -> argparse.Namespace:
+    """args with every sizing option left out filled in for the type of its --device (bench/model.py's _check, before
+    it checks them)."""
+    return fill_defaults(args, MODEL_DEFAULTS, device_type(args.device))
+
+
 def _presets(text: str) -> str:
     """--presets as typed (the JSON records it so), refused as it is parsed for an empty entry: "fox-pro-tiny,"
     ended in "--presets : unknown preset ''" once parsed."""
@@ -207,13 +238,19 @@ def _presets(text: str) -> str:
 
 
 def configure_model(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--presets", type=_presets, default="fox-pro-125m,fox-llama-125m,transformer-llama-125m",
+    # None: left out, which model_defaults fills in for the device (a CPU ran the GPU's 125M models at 16384 tokens
+    # of context until the OOM killer ended it without a word)
+    p.add_argument("--presets", type=_presets, default=None,
                    help="comma list of preset names, each optionally with FoxConfig overrides of its own after "
-                        "colons (fox-pro-125m:head_dim=128 times FoX (Pro) 125M with 6 heads of 128)")
+                        "colons (fox-pro-125m:head_dim=128 times FoX (Pro) 125M with 6 heads of 128); default "
+                        f"{MODEL_DEFAULTS['cuda']['presets']} (CPU: {MODEL_DEFAULTS['cpu']['presets']})")
     # Counts refused as they are parsed, as bench decode's are: "--steps must be >= 1" came after parsing, in words
     # of its own. That --tokens-per-step is a multiple of --context relates two flags: bench/model.py's _check.
-    p.add_argument("--context", type=positive_int, default=16384)
-    p.add_argument("--tokens-per-step", type=positive_int, default=65536)
+    p.add_argument("--context", type=positive_int, default=None,
+                   help=f"default {MODEL_DEFAULTS['cuda']['context']} (CPU: {MODEL_DEFAULTS['cpu']['context']})")
+    p.add_argument("--tokens-per-step", type=positive_int, default=None,
+                   help=f"default {MODEL_DEFAULTS['cuda']['tokens_per_step']} "
+                        f"(CPU: {MODEL_DEFAULTS['cpu']['tokens_per_step']})")
     p.add_argument("--steps", type=positive_int, default=5)
     p.add_argument("--warmup", type=non_negative_int, default=2)
     p.add_argument("--dtype", choices=DTYPES, default="bf16", help="autocast dtype")
@@ -247,6 +284,25 @@ def configure_model(p: argparse.ArgumentParser) -> None:
     p.set_defaults(func=_runner("model"))
 
 
+# What `bench decode` runs where the command line leaves it out (decode_defaults; its preset: DEFAULT_DECODE_PRESET):
+# `bench decode --device cpu` ran in 15 s on a 2-core machine (OMP_NUM_THREADS=1, fox-pro-tiny with and without
+# eviction and the LLaMA anchor; steps and warm-up as on a GPU).
+DECODE_DEFAULTS = {"cuda": dict(contexts=[4096, 8192, 16384, 32768, 65536], batches=[1, 32]),
+                   "cpu": dict(contexts=[512, 2048], batches=[1, 4])}
+
+
+def _commas(values: list) -> str:
+    return ",".join(map(str, values))
+
+
+def decode_defaults(args: argparse.Namespace) -> str:
+    """The type of args' --device, with --contexts and --batches filled in for it where left out (_check_decode, which
+    fills the preset too where no --model is given)."""
+    device = device_type(args.device)
+    fill_defaults(args, DECODE_DEFAULTS, device)
+    return device
+
+
 def _check_decode(args) -> None:
     # Caught before any model is built: later they end in tracebacks (eviction_delta's ValueError, a math
     # domain error in the realistic gates, an IndexError on an empty batch). The names of the decode paths
@@ -257,6 +313,7 @@ def _check_decode(args) -> None:
     from .decode import preset_model_config
     from .decode_steps import HF_PATHS
 
+    device = decode_defaults(args)
     check_eviction(args.evict_eps, args.evict_qk_bound, label="--{}")
     if args.gate_tmax is not None and not (args.gate_tmax > 0 and math.isfinite(args.gate_tmax)):
         raise ValueError(f"--gate-tmax must be a finite number > 0, got {args.gate_tmax}")
@@ -301,23 +358,28 @@ def _check_decode(args) -> None:
                              f"--preset; a --model keeps {' and '.join(own[f] for f in given)}: leave "
                              f"{'them' if len(given) > 1 else 'it'} out")
     else:
-        args.preset = args.preset or DEFAULT_DECODE_PRESET
+        args.preset = args.preset or DEFAULT_DECODE_PRESET[device]
         args.gates = args.gates or "realistic"
         args.vocab_size = preset_model_config(args).vocab_size
 
 
 def configure_decode(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preset", default=None,
-                   help=f"fox-*, transformer-* or linear-* preset (default: {DEFAULT_DECODE_PRESET}; the baseline is "
-                        "transformer-<block>-<size>)")
+                   help=f"fox-*, transformer-* or linear-* preset (default: {DEFAULT_DECODE_PRESET['cuda']}; CPU: "
+                        f"{DEFAULT_DECODE_PRESET['cpu']}; the baseline is transformer-<block>-<size>)")
     p.add_argument("--model", default=None, help="bench a trained FoX model (run dir / HF folder) instead of a "
                    "--preset (the baseline: the transformer preset of its block and size)")
     p.add_argument("--vocab-size", type=positive_int, default=None,
                    help="vocabulary of the --preset model (default: the preset's; a --model has its own)")
     # Counts refused as they are parsed, in the words of every other command's: a negative --warmup ran no warm-up
     # and sized the cache short of the steps (a misleading evict_max_len error), and the others ended in tracebacks.
-    p.add_argument("--contexts", type=distinct(positive_ints), default=[4096, 8192, 16384, 32768, 65536])
-    p.add_argument("--batches", type=distinct(positive_ints), default=[1, 32])
+    # None: left out, which decode_defaults fills in for the device
+    p.add_argument("--contexts", type=distinct(positive_ints), default=None,
+                   help=f"default {_commas(DECODE_DEFAULTS['cuda']['contexts'])} "
+                        f"(CPU: {_commas(DECODE_DEFAULTS['cpu']['contexts'])})")
+    p.add_argument("--batches", type=distinct(positive_ints), default=None,
+                   help=f"default {_commas(DECODE_DEFAULTS['cuda']['batches'])} "
+                        f"(CPU: {_commas(DECODE_DEFAULTS['cpu']['batches'])})")
     p.add_argument("--steps", type=positive_int, default=32, help="timed decode steps")
     p.add_argument("--warmup", type=non_negative_int, default=4)
     p.add_argument("--prefill-chunk", type=positive_int, default=8192)

@@ -26,7 +26,7 @@ from foxformer.train.config import parse_overrides
 from foxformer.train.distributed import resolve_device
 from foxformer.train.metrics import mfu, peak_flops
 
-from .cli import configure_model
+from .cli import configure_model, model_defaults
 from ..progress import progress_bar
 from .common import ResultFile, environment, gluon_fwd_options, preset_config, print_table, run_record, write_profile
 
@@ -127,6 +127,7 @@ def _check(args: argparse.Namespace) -> tuple[list[tuple[str, str, dict, FoxConf
     overrides every row shares, or a ValueError naming the bad option: checked before any model is measured (an
     unknown preset late in --presets used to end in a traceback after the earlier ones had run, their
     results lost)."""
+    model_defaults(args)  # the sizes left out, for the device: a GPU's, or a CPU's
     if args.tokens_per_step % args.context:
         raise ValueError(f"--tokens-per-step ({args.tokens_per_step}) must be a multiple of --context "
                          f"({args.context})")
