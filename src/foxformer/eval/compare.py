@@ -23,6 +23,7 @@ import numpy as np
 
 from foxformer.argtypes import setting_name
 from foxformer.paths import write_text
+from foxformer.train.config import SAVED_CONFIG, read_yaml
 from foxformer.train.metrics import read_metrics
 
 from . import plots
@@ -170,14 +171,12 @@ def load_curves(run_dirs: list[str]) -> list[SimpleNamespace]:
 
 
 def run_settings(run_dir: str) -> Optional[dict]:
-    """The training config a run folder saved (None for a loss.json given alone or a folder without one)."""
-    path = os.path.join(run_dir, "config.yaml")
+    """The training config a run folder saved (None for a loss.json given alone or a folder without one); a file that
+    is no YAML is a ValueError."""
+    path = os.path.join(run_dir, SAVED_CONFIG)
     if not os.path.isfile(path):
         return None
-    import yaml
-
-    with open(path) as f:
-        return yaml.safe_load(f) or {}
+    return read_yaml(path) or {}  # a syntax error: read_yaml's ValueError, naming the file, line and column
 
 
 def check_seed_groups(members: dict, run_dirs: list[str]) -> None:

@@ -18,8 +18,6 @@ import re
 import shutil
 from dataclasses import dataclass, field
 
-import yaml
-
 from ..paths import write_json, write_text
 from . import plots
 from .compare import difference_rows, dynamics_rows, loss_rows, run_settings
@@ -114,7 +112,7 @@ def _training_blocks(run_dir: str, out_dir: str, tag: str) -> list[Block]:
     # what the losses are of: the page named neither the data nor its tokenizer (nats per byte or per token)
     try:
         config = run_settings(run_dir)
-    except (OSError, ValueError, yaml.YAMLError):  # the page without those rows rather than none
+    except (OSError, ValueError):  # the page without those rows rather than none
         config = None
     config = config if isinstance(config, dict) else {}
     rows += [[label, _fmt(config[key])] for label, key in (("model", "preset"), ("data", "data_dir"),
