@@ -91,9 +91,10 @@ def add_commands(subparsers) -> None:
                                    "document ends with the tokenizer's end-of-document token (gpt2-json: starts with "
                                    "its BOS). Sources: builtin:sympy (default), builtin:pydoc, builtin:stdlib; a "
                                    "file: .txt/.md/.rst/.text (one document a file), .jsonl/.json/.ndjson (one a "
-                                   "line), .parquet, each optionally .gz/.xz, read as UTF-8; a folder of such files "
-                                   "(recursive: hidden files are left out, linked folders followed, other files "
-                                   "counted in a note); hf:<dataset>[:<config>][@<split>].")
+                                   "line), .parquet, each optionally .gz/.xz, read as UTF-8 with each line break "
+                                   "as \\n; a folder of such files (recursive: hidden files are left out, linked "
+                                   "folders followed, other files counted in a note); hf:<dataset>[:<config>]"
+                                   "[@<split>].")
     # several after one flag: an unquoted glob (--source docs/*.md) reaches it as one path a word
     p.add_argument("--source", action="extend", nargs="+",
                    help="source spec (repeatable, or several after one --source: docs/*.md); default builtin:sympy")

@@ -23,7 +23,7 @@ import re
 import shlex
 import sysconfig
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterator
 
 from ..argtypes import SettingError
@@ -370,8 +370,6 @@ def _read_file(path: str, spec: str, text_field: str) -> Iterator[Document]:
             data = fh.read()
         text = decode_utf8(data, path, leave_out=_leave_out(spec))
         del data  # a long document's bytes beside its text: twice the memory while it is tokenized
-        if "\r" in text:  # newlines as text mode reads them (universal newlines), as before the bytes were decoded
-            text = text.replace("\r\n", "\n").replace("\r", "\n")
         yield Document(id=path, source=spec, text=text)
     elif kind == "jsonl":
         with _open_binary(path) as fh:
@@ -575,8 +573,22 @@ def by_file_times(fingerprint: str) -> bool:
     return re.fullmatch(r"[0-9a-f]{16}", fingerprint) is not None
 
 
+def unix_newlines(text: str) -> str:
+    """``text`` with every line break as "\\n": Windows' "\\r\\n" and old Macs' lone "\\r" too, as Python's text
+    mode reads a file (universal newlines)."""
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
 def iter_documents(spec: str, text_field: str = "text", out_dir: str | None = None) -> Iterator[Document]:
-    """Yield the documents of one source spec in a fixed order; ``out_dir`` as describe_source takes it."""
+    """Yield the documents of one source spec in a fixed order, each text with unix_newlines; ``out_dir`` as
+    describe_source takes it."""
+    # here, for every kind of source: a .txt file's line breaks were made "\n" and the same text in a JSONL row, a
+    # Parquet cell or a hub dataset's column kept its "\r\n", so a document's tokens hung on the file it came in
+    for doc in _documents(spec, text_field, out_dir):
+        yield replace(doc, text=unix_newlines(doc.text)) if "\r" in doc.text else doc
+
+
+def _documents(spec: str, text_field: str, out_dir: str | None) -> Iterator[Document]:
     kind = source_kind(spec)
     if kind == "builtin":
         name = spec.split(":", 1)[1]
