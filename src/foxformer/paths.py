@@ -96,10 +96,21 @@ def export_writer(out: str, earlier: bool):
     os.replace(tmp, out)
 
 
-def decode_utf8(data: bytes, path: str, first_line: int = 1, leave_out: str = "leave it out") -> str:
-    """``data`` (the bytes of ``path`` from line ``first_line`` on) as text; bytes that are not UTF-8 are a
-    ValueError naming the file, the line and the column (Python's own message names neither file nor line).
-    ``leave_out``: how the fix says to do without the file (a folder's file is moved out of it).
+class NotText(ValueError):
+    """Bytes of ``path`` that are not UTF-8 text (see decode_utf8); ``problem``: what and where, without the fix,
+    for a list of such files."""
+
+    def __init__(self, path: str, problem: str, message: str):
+        super().__init__(message)
+        self.path, self.problem = path, problem
+
+
+def decode_utf8(data: bytes, path: str, first_line: int = 1, leave_out: str = "leave it out",
+                first_byte: int = 0) -> str:
+    """``data`` (the bytes of ``path`` from line ``first_line`` on, byte ``first_byte`` of the file) as text; bytes
+    that are not UTF-8 are a NotText naming the file, the line, the column and the byte offset (Python's own message
+    names neither file nor line). ``leave_out``: how the fix says to do without the file (a folder's file is moved
+    out of it).
 
     At the file's start (``first_line`` 1) a UTF-8 byte-order mark is no text: Windows editors write one, and it
     became a document's first character (a .jsonl file's first line was not JSON). A UTF-16 or UTF-32 one names
@@ -109,22 +120,24 @@ def decode_utf8(data: bytes, path: str, first_line: int = 1, leave_out: str = "l
     if first_line == 1:
         for bom, encoding in _FOREIGN_BOMS:
             if data.startswith(bom):
-                raise ValueError(f"{path} is {encoding} text (it starts with a {encoding} byte-order mark), not "
-                                 f"UTF-8: convert it (iconv -f {encoding[:6]} -t utf-8, which drops the mark) or "
-                                 f"{leave_out}")
+                problem = f"{encoding} text (it starts with a {encoding} byte-order mark), not UTF-8"
+                raise NotText(path, problem, f"{path} is {problem}: convert it (iconv -f {encoding[:6]} -t utf-8, "
+                                             f"which drops the mark) or {leave_out}")
         if data.startswith(codecs.BOM_UTF8):
             start = len(codecs.BOM_UTF8)
     try:
         text = str(memoryview(data)[start:], "utf-8")
     except UnicodeDecodeError as e:
         pos = start + e.start
-        raise ValueError(f"{path}: {_line_column(data, pos, first_line)} is not UTF-8 (byte 0x{data[pos]:02x}): "
-                         f"convert the file to UTF-8 (e.g. iconv -f latin1 -t utf-8) or {leave_out}") from None
+        problem = f"{_line_column(data, pos, first_line)} is not UTF-8 (byte 0x{data[pos]:02x}), at byte offset " \
+                  f"{first_byte + pos}"
+        raise NotText(path, problem, f"{path}: {problem}: convert the file to UTF-8 (e.g. iconv -f latin1 -t utf-8) "
+                                     f"or {leave_out}") from None
     if "\x00" in text:
         pos = data.index(b"\x00", start)
-        raise ValueError(f"{path}: {_line_column(data, pos, first_line)} is a NUL byte, which text does not hold: "
-                         f"the file is UTF-16 without a byte-order mark, or not text: convert it (iconv -f utf-16le -t "
-                         f"utf-8) or {leave_out}")
+        problem = f"{_line_column(data, pos, first_line)} is a NUL byte, at byte offset {first_byte + pos}, which " \
+                  f"text does not hold: the file is UTF-16 without a byte-order mark, or not text"
+        raise NotText(path, problem, f"{path}: {problem}: convert it (iconv -f utf-16le -t utf-8) or {leave_out}")
     return text
 
 

@@ -21,7 +21,8 @@ def _summary(manifest: dict, out_dir: str) -> dict:
 # typed a flag ("source": one source's reader, shared with the commands that read text)
 _FLAGS = {"sources": "--source", "source": "--source", "out_dir": "--out", "tokenizer": "--tokenizer",
           "val_fraction": "--val-fraction", "seed": "--seed", "max_tokens_per_source": "--max-tokens-per-source",
-          "text_field": "--text-field", "leave_out": "--leave-out", "force": "--force"}
+          "text_field": "--text-field", "leave_out": "--leave-out", "force": "--force",
+          "skip_bad_files": "--skip-bad-files"}
 
 
 def _cmd_prepare(args: argparse.Namespace) -> int:
@@ -31,7 +32,8 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
 
     cfg = PrepareConfig(sources=args.source or list(DEFAULT_SOURCES), out_dir=args.out, tokenizer=args.tokenizer,
                         val_fraction=args.val_fraction, seed=args.seed, max_tokens_per_source=args.max_tokens_per_source,
-                        text_field=args.text_field, leave_out=args.leave_out or [])
+                        text_field=args.text_field, leave_out=args.leave_out or [],
+                        skip_bad_files=args.skip_bad_files)
     try:
         manifest = prepare(cfg, force=args.force, progress=not args.no_progress)
     except SettingError as e:
@@ -91,9 +93,10 @@ def add_commands(subparsers) -> None:
                                    "document ends with the tokenizer's end-of-document token (gpt2-json: starts with "
                                    "its BOS). Sources: builtin:sympy (default), builtin:pydoc, builtin:stdlib; a "
                                    "file: .txt/.md/.rst/.text (one document a file), .jsonl/.json/.ndjson (one a "
-                                   "line), .parquet, each optionally .gz/.xz, read as UTF-8; a folder of such files "
-                                   "(recursive: hidden files are left out, linked folders followed, other files "
-                                   "counted in a note); hf:<dataset>[:<config>][@<split>].")
+                                   "line), .parquet, each optionally .gz/.xz, read as UTF-8 with each line break "
+                                   "as \\n; a folder of such files (recursive: hidden files are left out, linked "
+                                   "folders followed, other files counted in a note); hf:<dataset>[:<config>]"
+                                   "[@<split>].")
     # several after one flag: an unquoted glob (--source docs/*.md) reaches it as one path a word
     p.add_argument("--source", action="extend", nargs="+",
                    help="source spec (repeatable, or several after one --source: docs/*.md); default builtin:sympy")
@@ -113,6 +116,10 @@ def add_commands(subparsers) -> None:
                    help="a --source whose documents are kept out of the training split (repeatable); the "
                         "validation split stays that of the full mix (leave-one-domain-out)")
     p.add_argument("--force", action="store_true", help="replace a dataset prepared from a different request")
+    p.add_argument("--skip-bad-files", action="store_true",
+                   help="pass over a source's files that cannot be read as text (not UTF-8, a damaged .gz/.xz, a "
+                        "link to nothing, no read permission), each named in a note and in the manifest; without "
+                        "it the source is refused, naming them all")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=_cmd_prepare)
     f = sub.add_parser("fetch-corpus", help="build an evaluation corpus from outside the training mix from a "

@@ -146,9 +146,11 @@ def rows(fh, path: str, text_field: str, decompress: str | None = None,
         return SettingError("source", f"{said}; if the file holds no documents, {leave_out}" if first and in_folder
                             else said)
 
+    offset = 0  # of the line in the file's (decompressed) bytes
     for lineno, raw in enumerate(fh, 1):
         # `cat a.jsonl b.jsonl` keeps b's byte-order mark at the start of a line, which no JSON value starts with
-        line = decode_utf8(raw, path, lineno, leave_out).lstrip("\ufeff")
+        line = decode_utf8(raw, path, lineno, leave_out, offset).lstrip("\ufeff")
+        offset += len(raw)
         if not line.strip():
             continue
         where = f"{path}:{lineno}"

@@ -33,8 +33,10 @@ from ..paths import check_output_dir, folder_lock, replaced_atomically, write_js
 from ..progress import progress_bar
 from .digests import CACHE_FILE as DIGESTS, DigestCache
 from .layout import FORMAT, MANIFEST, MODEL_FOLDERS, SHARDS
-from .sources import CONTENT_PREFIX, Blanks, by_file_times, describe_source, iter_documents, source_kind
+from .sources import (CONTENT_PREFIX, Blanks, by_file_times, describe_source, iter_documents, source_kind,
+                      unreadable_files)
 from .tokenizer import GPT2_SPEC, canonical_name, load_tokenizer, older_tokenizer_files, tokenizer_files
+from .unreadable import UnreadableFile, refusal
 
 DEFAULT_SOURCES = ("builtin:sympy",)
 # A longer document is encoded in parts of about this many characters (Tokenizer.encode_pieces): its ids as one
@@ -49,7 +51,9 @@ class PrepareConfig:
     """What to prepare. ``max_tokens_per_source`` keeps whole documents until the cap is reached.
     ``leave_out``: sources (specs among ``sources``) whose documents are dropped from the training split
     after the split is drawn, so that the validation split is the one the full mix has (leave-one-domain-out:
-    train without a domain, evaluate on its held-out documents as the full-mix models are)."""
+    train without a domain, evaluate on its held-out documents as the full-mix models are).
+    ``skip_bad_files``: a source's files that cannot be read as text (see unreadable.py) are passed over, said and
+    listed in the manifest (``skipped_files`` of their source), where without it the source is refused for them."""
 
     sources: list[str] = field(default_factory=lambda: list(DEFAULT_SOURCES))
     out_dir: str = "data_cache/default"
@@ -59,6 +63,7 @@ class PrepareConfig:
     max_tokens_per_source: int | None = None
     text_field: str = "text"
     leave_out: list[str] = field(default_factory=list)
+    skip_bad_files: bool = False
 
     def validate(self) -> None:
         if not self.sources or not all(isinstance(s, str) and s for s in self.sources):
@@ -82,6 +87,8 @@ class PrepareConfig:
         if self.max_tokens_per_source is not None and self.max_tokens_per_source <= 0:
             raise SettingError("max_tokens_per_source", f"expected a positive integer or None, got "
                                                         f"{self.max_tokens_per_source!r}")
+        if not isinstance(self.skip_bad_files, bool):  # "false" from a config file would skip them
+            raise SettingError("skip_bad_files", f"expected True or False, got {self.skip_bad_files!r}")
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -242,16 +249,20 @@ def _tokenize_source(spec: str, shard_dir: str, cfg: PrepareConfig, tok, progres
     done_path = os.path.join(shard_dir, "done.json")
     if os.path.exists(done_path):
         with open(done_path) as f:
-            return json.load(f)
+            info = json.load(f)
+        _check_skipped(info, cfg)
+        return info
     tmp_dir = f"{shard_dir}.tmp-{os.getpid()}"
     shutil.rmtree(tmp_dir, ignore_errors=True)
     os.makedirs(tmp_dir)
     try:
         info = _write_shard(spec, tmp_dir, cfg, tok, progress)
-    except BaseException:
+    except BaseException as e:
         # a Ctrl-C, or a file of the source that cannot be read: the tokens written so far (up to the source's
         # size) stayed in OUT/shards until the next prepare into that folder, which may never come
         shutil.rmtree(tmp_dir, ignore_errors=True)
+        if isinstance(e, UnreadableFile):  # the first of them: the rest of the source is read for the others
+            raise refusal(spec, unreadable_files(spec, cfg.text_field, cfg.out_dir, progress)) from None
         raise
     shutil.rmtree(shard_dir, ignore_errors=True)
     os.replace(tmp_dir, shard_dir)
@@ -300,8 +311,8 @@ def _write_shard(spec: str, tmp_dir: str, cfg: PrepareConfig, tok, progress: boo
             batch_chars = 0
             return False
 
-        capped, blanks = False, Blanks()
-        for doc in iter_documents(spec, cfg.text_field, cfg.out_dir):
+        capped, blanks, skipped = False, Blanks(), {} if cfg.skip_bad_files else None
+        for doc in iter_documents(spec, cfg.text_field, cfg.out_dir, skipped):
             if blanks.skip(doc):
                 continue
             batch.append(doc)
@@ -317,10 +328,19 @@ def _write_shard(spec: str, tmp_dir: str, cfg: PrepareConfig, tok, progress: boo
         os.fsync(out.fileno())
     bar.close()
     np.save(os.path.join(tmp_dir, "docs.npy"), np.frombuffer(offsets, dtype=np.int64))
-    info = {"spec": spec, "docs": n_docs, "tokens": int(n_tokens), **blanks.fields(stopped=capped)}
+    info = {"spec": spec, "docs": n_docs, "tokens": int(n_tokens), **blanks.fields(stopped=capped),
+            **({"skipped_files": dict(sorted(skipped.items()))} if skipped else {})}
     with open(os.path.join(tmp_dir, "done.json"), "w") as f:
         json.dump(info, f)
     return info
+
+
+def _check_skipped(record: dict, cfg: PrepareConfig) -> None:
+    """The refusal of a source for the files its shard or manifest ``record`` says were skipped, unless ``cfg``
+    skips them too: a dataset or shard prepared with skip_bad_files, taken up by a prepare without it, holds what
+    that one refuses. The record lists them all (the same request, so the same files): none is read again."""
+    if record.get("skipped_files") and not cfg.skip_bad_files:
+        raise refusal(record["spec"], record["skipped_files"])
 
 
 def _split_documents(n_docs: int, val_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -410,11 +430,16 @@ def prepare(cfg: PrepareConfig, *, force: bool = False, progress: bool = True) -
     # the sources' digests, kept in the dataset's folder for the next prepare (which reads unchanged files no more)
     digests = DigestCache(os.path.join(cfg.out_dir, DIGESTS), progress)
     infos = [describe_source(s, digests, cfg.out_dir) for s in cfg.sources]
+    for info in infos:
+        if info.unreadable and not cfg.skip_bad_files:  # a link to nothing: the files that do not decode too
+            raise refusal(info.spec, unreadable_files(info.spec, cfg.text_field, cfg.out_dir, progress))
     try:
         manifest = _prepare(cfg, infos, force, progress)
     except KeyboardInterrupt:  # the bare "interrupted" left it unsaid whether a rerun starts over
         raise KeyboardInterrupt(f"the sources tokenized in full are kept in {os.path.join(cfg.out_dir, SHARDS)}: "
                                 f"the same `foxformer data prepare` command goes on from them") from None
+    for source in manifest["sources"]:  # a dataset of this request prepared with skip_bad_files, reused
+        _check_skipped(source, cfg)
     digests.save()
     # what this walk passed over, not what the walk that built a reused dataset did (a dataset since added)
     for source, info in zip(manifest["sources"], infos):
@@ -583,7 +608,10 @@ def _build(cfg: PrepareConfig, infos: list, request: dict, tok, progress: bool, 
     if not any(info["docs"] for info in shard_infos):
         specs = ", ".join(repr(info["spec"]) for info in shard_infos)
         empty = sum(info.get("empty_docs", 0) for info in shard_infos)
-        raise SettingError("sources", f"{specs} yielded no non-empty documents ({empty} empty or only whitespace)")
+        unread = sum(len(info.get("skipped_files", ())) for info in shard_infos)
+        unread = f"; {unread} file(s) that cannot be read as text skipped" if unread else ""
+        raise SettingError("sources", f"{specs} yielded no non-empty documents ({empty} empty or only "
+                                      f"whitespace{unread})")
     # [n_docs, 2]: each document's (source, document in its source), 16 bytes a document
     doc_table_arr = np.concatenate([np.stack([np.full(len(offs) - 1, s_idx), np.arange(len(offs) - 1)], axis=1)
                                     for s_idx, (_, offs) in enumerate(shards)]).astype(np.int64, copy=False)

@@ -15,6 +15,7 @@ Source spec strings (see :func:`parse_source`):
 from __future__ import annotations
 
 import gzip
+import hashlib
 import io
 import json
 import lzma
@@ -23,14 +24,16 @@ import re
 import shlex
 import sysconfig
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterator
 
 from ..argtypes import SettingError
-from ..paths import decode_utf8
+from ..paths import NotText, decode_utf8
+from ..progress import progress_bar
 from . import jsonl
 from .digests import read_digests
 from .layout import MANIFEST, model_folder, prepared_dataset, saved_hf_dataset
+from .unreadable import UnreadableFile, skipped_note
 
 TEXT_SUFFIXES = (".txt", ".md", ".rst", ".text")
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
@@ -93,6 +96,8 @@ class SourceInfo:
     # files: the fingerprints that datasets prepared before content ones recorded, by the files' paths, sizes and
     # nanosecond mtimes, and before those whole-second ones (an edit of the same size within the second kept it)
     older_fingerprints: tuple[str, ...] = ()
+    # a folder's files that its walk found cannot be read (a link to nothing, no read permission): (path, problem)
+    unreadable: tuple[tuple[str, str], ...] = ()
 
 
 # The compressions read, by how they end a name, each with the command that writes a file's bytes decompressed (in
@@ -147,16 +152,18 @@ def _file_kind(path: str) -> str | None:
     return None
 
 
-def _scan(path: str, out_dir: str | None = None) -> tuple[list[str], dict[str, int], list[str]]:
-    """The document files of ``path``, the number of a folder's other files by extension, and the prepared
-    datasets in the folder that were passed over (``out_dir``, the one a prepare writes, among them)."""
+def _scan(path: str, out_dir: str | None = None) -> tuple[list[str], dict[str, int], list[str],
+                                                         list[UnreadableFile]]:
+    """The document files of ``path``, the number of a folder's other files by extension, the prepared datasets in
+    the folder that were passed over (``out_dir``, the one a prepare writes, among them), and the document files
+    of the folder that cannot be read at all."""
     if os.path.isfile(path):
         if compression := _other_compression(path):
             raise SettingError("source", f"{path!r} is {compression} compressed, which is not read: "
                                          f"decompress it, or compress it again as .gz or .xz")
         if _file_kind(path) is None:
             raise SettingError("source", f"{path!r} is not a supported file; expected {kinds_said()}")
-        return [path], {}, []
+        return [path], {}, [], []
     if os.path.isdir(path):
         return _walk_folder(path, out_dir)
     if os.path.islink(path):
@@ -183,13 +190,15 @@ def holds_documents(path: str) -> bool:
         return False
 
 
-def _walk_folder(path: str, out_dir: str | None) -> tuple[list[str], dict[str, int], list[str]]:
-    """The document files under ``path``, sorted, recursive. Linked folders are the user's documents too (they
-    were left out without a word); a folder or file reached twice through links is read once (under its own
-    name rather than a link's), since each copy of a document would be split on its own (one in train, one in
-    validation), and a link to a folder above is not walked forever. A folder that cannot be read, or a link to
-    nothing, is an error, not fewer documents. A prepared dataset inside it is passed over, as is ``out_dir``
-    before its manifest is written: their manifest.json and ids.json were read as JSONL documents."""
+def _walk_folder(path: str, out_dir: str | None) -> tuple[list[str], dict[str, int], list[str],
+                                                         list[UnreadableFile]]:
+    """The document files under ``path``, sorted, recursive, and those of them that cannot be read (a link to
+    nothing, no read permission), each a refusal for the reader to raise or to pass over. Linked folders are the
+    user's documents too (they were left out without a word); a folder or file reached twice through links is
+    read once (under its own name rather than a link's), since each copy of a document would be split on its own
+    (one in train, one in validation), and a link to a folder above is not walked forever. A folder that cannot be
+    read is an error, not fewer documents. A prepared dataset inside it is passed over, as is ``out_dir`` before
+    its manifest is written: their manifest.json and ids.json were read as JSONL documents."""
     if prepared_dataset(path):
         raise SettingError("source", f"{path!r} is a prepared dataset (it holds the {MANIFEST} or lock that `data "
                                      f"prepare` writes), whose files are tokens, not documents: give the folder of "
@@ -205,7 +214,7 @@ def _walk_folder(path: str, out_dir: str | None) -> tuple[list[str], dict[str, i
     def unreadable(e: OSError):
         raise SettingError("source", f"the folder {e.filename!r} in {path!r} cannot be read ({e.strerror})") from None
 
-    walked, chosen, seen_dirs, other, skipped = [], {}, {os.path.realpath(path)}, {}, []
+    walked, chosen, seen_dirs, other, skipped, unread = [], {}, {os.path.realpath(path)}, {}, [], []
     out = None if out_dir is None else os.path.realpath(out_dir)
     inside = None if out is None else os.path.relpath(out, os.path.realpath(path))
     # not yet there, written after this walk and passed over by the next one: said by both (".." is outside, and
@@ -240,13 +249,20 @@ def _walk_folder(path: str, out_dir: str | None) -> tuple[list[str], dict[str, i
                 other[ext] = other.get(ext, 0) + 1
                 continue
             if not os.path.exists(full):
-                raise SettingError("source", f"{full!r} is a symbolic link to {os.readlink(full)!r}, which does not "
-                                             f"exist: remove the link or restore its file")
+                problem = f"a symbolic link to {os.readlink(full)!r}, which does not exist"
+                unread.append(UnreadableFile(full, problem, f"{full!r} is {problem}: remove the link or restore its "
+                                                            f"file"))
+                continue
+            if not os.access(full, os.R_OK):
+                problem = "cannot be read (permission denied)"
+                unread.append(UnreadableFile(full, problem, f"{full} {problem}: make it readable (chmod a+r) or "
+                                                            f"{_leave_out(path)}"))
+                continue
             real = os.path.realpath(full)
             walked.append((full, real))
             if real not in chosen or os.path.islink(chosen[real]) and not os.path.islink(full):
                 chosen[real] = full
-    if not walked:
+    if not walked and not unread:
         passed = f" outside the prepared datasets in it ({', '.join(map(repr, skipped))})" if skipped else ""
         raise SettingError("source", f"directory {path!r} holds no file of a kind read as documents{passed}: "
                                      f"{kinds_said()} (source code: gather the files into a .jsonl, one "
@@ -260,7 +276,7 @@ def _walk_folder(path: str, out_dir: str | None) -> tuple[list[str], dict[str, i
             raise SettingError("source", f"{other_form!r} and {full!r} are one file with and without compression: its "
                                          f"documents would be read twice (a copy could land in train and another in "
                                          f"validation); move one out of {path!r}")
-    return files, other, sorted(skipped)
+    return files, other, sorted(skipped), unread
 
 
 def _check_not_saved_hf(folder: str, spec: str | None = None, within: str | None = None) -> None:
@@ -357,10 +373,40 @@ def _leave_out(spec: str) -> str:
 def _iter_file(path: str, spec: str, text_field: str) -> Iterator[Document]:
     try:
         yield from _read_file(path, spec, text_field)
+    except NotText as e:
+        raise UnreadableFile(path, e.problem, str(e)) from None
     except DAMAGED_COMPRESSION as e:
-        raise SettingError("source", f"{path} is not a complete {_strip_compression(path)[1]} file ({e}): cut short "
-                                     f"(an interrupted download or copy?) or not compressed as its name says; fetch it "
-                                     f"again, or {_leave_out(spec)}") from None
+        problem = f"not a complete {_strip_compression(path)[1]} file ({e})"
+        raise UnreadableFile(path, problem, f"{path} is {problem}: cut short (an interrupted download or copy?) or "
+                                            f"not compressed as its name says; fetch it again, or "
+                                            f"{_leave_out(spec)}") from None
+
+
+def _problem(path: str, spec: str, text_field: str) -> str | None:
+    """Why the file ``path`` cannot be read as text (an UnreadableFile's problem), None where it can; it is read
+    through."""
+    try:
+        for _ in _iter_file(path, spec, text_field):
+            pass
+    except UnreadableFile as e:
+        return e.problem
+    except ValueError:  # another fault (a JSONL row of another shape): reading the file for its documents names it
+        return None
+    return None
+
+
+def unreadable_files(spec: str, text_field: str = "text", out_dir: str | None = None,
+                     progress: bool = False) -> dict[str, str]:
+    """Every file of the source ``spec`` that cannot be read as text, path -> problem, each file read through
+    (with a progress bar); {} for a built-in or hf: source. ``out_dir`` as describe_source takes it."""
+    if source_kind(spec) != "file":
+        return {}
+    files, _, _, unreadable = _scan(spec, out_dir)
+    bad = {e.path: e.problem for e in unreadable}
+    for path in progress_bar(files, desc=f"check {spec}", unit="file", wanted=progress, delay=2.0):
+        if problem := _problem(path, spec, text_field):
+            bad[path] = problem
+    return bad
 
 
 def _read_file(path: str, spec: str, text_field: str) -> Iterator[Document]:
@@ -370,8 +416,6 @@ def _read_file(path: str, spec: str, text_field: str) -> Iterator[Document]:
             data = fh.read()
         text = decode_utf8(data, path, leave_out=_leave_out(spec))
         del data  # a long document's bytes beside its text: twice the memory while it is tokenized
-        if "\r" in text:  # newlines as text mode reads them (universal newlines), as before the bytes were decoded
-            text = text.replace("\r\n", "\n").replace("\r", "\n")
         yield Document(id=path, source=spec, text=text)
     elif kind == "jsonl":
         with _open_binary(path) as fh:
@@ -485,15 +529,19 @@ def describe_source(spec: str, digests=read_digests, out_dir: str | None = None)
     if kind == "hf":
         name, config, split = _parse_hf(spec)
         return SourceInfo(spec=spec, kind=kind, fingerprint=f"{name}:{config}@{split}")
-    files, other, skipped = _scan(spec, out_dir)
+    files, other, skipped, unreadable = _scan(spec, out_dir)
     # by content and names within the source: a copied, moved or touched source is the same; its paths and mtimes
     # made it another request
     root = spec if os.path.isdir(spec) else os.path.dirname(spec)
     stats = [(os.path.abspath(f), os.stat(f)) for f in files]
+    # a file that cannot be read counts by its name and problem: a prepare that skipped it is another request
+    # than one of the folder once it is fixed or gone
+    named = [(os.path.relpath(f, root), f) for f in files] + [(os.path.relpath(e.path, root), e.path)
+                                                              for e in unreadable]
+    marks = [hashlib.sha256(f"unreadable\0{e.problem}".encode()).digest() for e in unreadable]
     try:
         file_digests = digests(files)
-        fingerprint = content_fingerprint("source", [(os.path.relpath(f, root), f) for f in files],
-                                          lambda _: file_digests)
+        fingerprint = content_fingerprint("source", named, lambda _: file_digests + marks)
     except PermissionError as e:  # said "choose a location you may write to", the advice for an output
         raise SettingError("source", f"{e.filename} cannot be read (permission denied): make it readable (chmod a+r) "
                                      f"or {_leave_out(spec)}") from None
@@ -502,7 +550,8 @@ def describe_source(spec: str, digests=read_digests, out_dir: str | None = None)
                       skipped=tuple(skipped),
                       files=tuple(os.path.realpath(f) for f in files), digests=tuple(file_digests),
                       older_fingerprints=(files_fingerprint(stats, lambda st: st.st_mtime_ns),
-                                          files_fingerprint(stats, lambda st: int(st.st_mtime))))
+                                          files_fingerprint(stats, lambda st: int(st.st_mtime))),
+                      unreadable=tuple((e.path, e.problem) for e in unreadable))
 
 
 def _most_first(other: dict[str, int]) -> tuple[tuple[str, int], ...]:
@@ -515,7 +564,7 @@ def left_out_of(spec: str) -> dict:
     prepared datasets in it; {} for any other source."""
     if source_kind(spec) != "file" or not os.path.isdir(spec):
         return {}
-    _, other, skipped = _scan(spec)
+    _, other, skipped, _ = _scan(spec)
     return {**({"left_out_files": dict(_most_first(other))} if other else {}),
             **({"skipped_datasets": skipped} if skipped else {})}
 
@@ -523,8 +572,8 @@ def left_out_of(spec: str) -> dict:
 def reading_notes(source: dict, text_field: str = "text") -> list[str]:
     """What reading a source left out, one line each, from its record in a manifest's form: ``spec``, and where
     any, ``empty_docs`` (with ``first_empty`` and, where the reading stopped before the source's end,
-    ``docs_read``), ``left_out_files`` and ``skipped_datasets``. Left out in silence, a folder's .py files read as
-    a dataset of its READMEs."""
+    ``docs_read``), ``left_out_files``, ``skipped_datasets`` and ``skipped_files``. Left out in silence, a folder's
+    .py files read as a dataset of its READMEs."""
     notes = []
     if source.get("empty_docs"):
         # none where the source is that one file, or its shard was tokenized before the first was recorded
@@ -541,6 +590,8 @@ def reading_notes(source: dict, text_field: str = "text") -> list[str]:
     if source.get("skipped_datasets"):
         notes.append(f"{source['spec']}: {len(source['skipped_datasets'])} prepared dataset folder(s) in it not "
                      f"read as documents ({', '.join(source['skipped_datasets'])})")
+    if source.get("skipped_files"):
+        notes.append(skipped_note(source["spec"], source["skipped_files"]))
     return notes
 
 
@@ -553,8 +604,6 @@ def content_fingerprint(kind: str, files: list[tuple[str, str]], digests=read_di
     stays when the files are saved again, moved or copied, and changes with a name or a byte; ``kind`` tells one
     kind of files' fingerprints from another's. ``digests``: the sha256 of each path's bytes (read_digests, or a
     digests.DigestCache that spares reading unchanged files again)."""
-    import hashlib
-
     h = hashlib.sha256(kind.encode())
     for (name, _), digest in zip(files, digests([path for _, path in files])):
         h.update(f"\0{name}\0".encode() + digest)
@@ -564,8 +613,6 @@ def content_fingerprint(kind: str, files: list[tuple[str, str]], digests=read_di
 def files_fingerprint(stats: list[tuple[str, os.stat_result]], mtime) -> str:
     """Files' paths, sizes and ``mtime`` of their stats (os.stat of each), hashed: it changes when a file is saved
     again. The fingerprint older datasets recorded (content_fingerprint has replaced it)."""
-    import hashlib
-
     stamp = ";".join(f"{path}|{st.st_size}|{mtime(st)}" for path, st in stats)
     return hashlib.sha256(stamp.encode()).hexdigest()[:16]
 
@@ -575,8 +622,25 @@ def by_file_times(fingerprint: str) -> bool:
     return re.fullmatch(r"[0-9a-f]{16}", fingerprint) is not None
 
 
-def iter_documents(spec: str, text_field: str = "text", out_dir: str | None = None) -> Iterator[Document]:
-    """Yield the documents of one source spec in a fixed order; ``out_dir`` as describe_source takes it."""
+def unix_newlines(text: str) -> str:
+    """``text`` with every line break as "\\n": Windows' "\\r\\n" and old Macs' lone "\\r" too, as Python's text
+    mode reads a file (universal newlines)."""
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def iter_documents(spec: str, text_field: str = "text", out_dir: str | None = None,
+                   skipped: dict[str, str] | None = None) -> Iterator[Document]:
+    """Yield the documents of one source spec in a fixed order, each text with unix_newlines; ``out_dir`` as
+    describe_source takes it. A file that cannot be read as text is an UnreadableFile; where ``skipped`` is given,
+    it is passed over and put in it (path -> problem) instead, each file read through once before its documents
+    are taken (none of a file read halfway is kept)."""
+    # here, for every kind of source: a .txt file's line breaks were made "\n" and the same text in a JSONL row, a
+    # Parquet cell or a hub dataset's column kept its "\r\n", so a document's tokens hung on the file it came in
+    for doc in _documents(spec, text_field, out_dir, skipped):
+        yield replace(doc, text=unix_newlines(doc.text)) if "\r" in doc.text else doc
+
+
+def _documents(spec: str, text_field: str, out_dir: str | None, skipped: dict[str, str] | None) -> Iterator[Document]:
     kind = source_kind(spec)
     if kind == "builtin":
         name = spec.split(":", 1)[1]
@@ -584,5 +648,13 @@ def iter_documents(spec: str, text_field: str = "text", out_dir: str | None = No
     elif kind == "hf":
         yield from _iter_hf(spec, text_field)
     else:
-        for path in _scan(spec, out_dir)[0]:
+        files, _, _, unreadable = _scan(spec, out_dir)
+        for error in unreadable:
+            if skipped is None:
+                raise error
+            skipped[error.path] = error.problem
+        for path in files:
+            if skipped is not None and (problem := _problem(path, spec, text_field)):
+                skipped[path] = problem
+                continue
             yield from _iter_file(path, spec, text_field)

@@ -1,0 +1,48 @@
+"""A .txt file's Windows line breaks were read as "\n", and the same text in a JSONL row or a Parquet cell kept its
+"\r\n": one document gave other tokens by the format of the file it came in."""
+import gzip
+import json
+
+import pytest
+
+from foxformer.data.preparation import PrepareConfig, prepare
+from foxformer.data.sources import iter_documents
+
+WINDOWS = "line one\r\nline two\r\n\r\nold Mac\rend"
+UNIX = "line one\nline two\n\nold Mac\nend"
+
+
+def _write(path, kind: str, text: str) -> None:
+    if kind == "parquet":
+        pa = pytest.importorskip("pyarrow")
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.table({"text": [text]}), path)
+    elif kind == "jsonl.gz":
+        path.write_bytes(gzip.compress((json.dumps({"text": text}) + "\n").encode()))
+    elif kind == "jsonl":
+        path.write_text(json.dumps({"text": text}) + "\n")
+    else:
+        path.write_bytes(text.encode())
+
+
+@pytest.mark.parametrize("kind", ["txt", "jsonl", "jsonl.gz", "parquet"])
+def test_every_kind_of_file_reads_line_breaks_as_newlines(tmp_path, kind):
+    path = tmp_path / f"doc.{kind}"
+    _write(path, kind, WINDOWS)
+    assert [d.text for d in iter_documents(str(path))] == [UNIX]
+
+
+def test_one_text_gives_the_same_tokens_from_a_text_file_and_from_a_jsonl_row(tmp_path):
+    made = {}
+    for kind in ("txt", "jsonl"):
+        folder = tmp_path / kind
+        folder.mkdir()
+        for i in range(2):  # two documents: the split keeps one for training
+            _write(folder / f"doc{i}.{kind}", kind, f"document {i}\r\n" + WINDOWS)
+        out = tmp_path / f"out-{kind}"
+        prepare(PrepareConfig(sources=[str(folder)], out_dir=str(out), tokenizer="bytes", val_fraction=0.5),
+                progress=False)
+        made[kind] = [(out / f"{split}.bin").read_bytes() for split in ("train", "val")]
+    assert made["txt"] == made["jsonl"]
+    assert b"\r" not in b"".join(made["txt"])
