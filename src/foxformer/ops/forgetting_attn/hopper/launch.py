@@ -252,7 +252,10 @@ class BwdConfig:
 # 10.73-10.89). Then alternated with the options off (hopper_tune_{9917aa4,7f71b0f}_h200.json): backward D 64
 # 10.67-10.79 against 10.82-10.93 (the dq kernel's alone off: 10.86 / 10.89), D 128 8.84-8.92 against 9.03-9.17.
 # Equal lengths compiled in (dkdv_equal_len) stay off: on top of the split loops D 64 dk/dv 6.07 against 6.05-6.17,
-# D 128 5.21 against 5.09-5.10 (hopper_tune_7f71b0f_h200.json).
+# D 128 5.21 against 5.09-5.10 (hopper_tune_7f71b0f_h200.json); again on an H100 (fifty-sixth session,
+# hopper_tune_bwd_105d717_h100.json): backward D 64 10.44 against 10.40-10.71 for the six default rows, D 128 8.73
+# against 8.48-8.86, where the options off read 10.60 / 10.64 and 8.95 / 9.26 and the dq kernel's split loops off
+# at D 64 10.80.
 BWD_CONFIGS = {64: BwdConfig(dkdv_block_m=128, dkdv_stages=2, dq_block_n=128, dq_stages=3, fused_delta=True,
                              mma_sums=True, dkdv_persistent=True, dq_persistent=True, dkdv_split_loops=True,
                              dq_split_loops=True),
