@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 
 import foxformer.ops
-from foxformer import forgetting_attention, forgetting_attention_cumsum
+from foxformer import forgetting_attention
 from foxformer.ops import auto_qk_bound, gate_cumsum, portable, pruning_stats
 from foxformer.ops.forgetting_attn.bwd import INTERPRET_DKDV_CONFIG, INTERPRET_DQ_CONFIG, triton_backward
 from foxformer.ops.forgetting_attn.fwd import INTERPRET_FWD_CONFIG, triton_forward
