@@ -11,12 +11,13 @@ import contextlib
 import difflib
 import errno
 import importlib
-import json
 import os
 import re
 import select
 import sys
 import warnings
+
+from .json_text import print_json
 
 # Each module defines add_commands(subparsers); a command's handler is stored as `func`.
 _AREAS = (
@@ -54,7 +55,7 @@ def _convert_official(args) -> int:
     with hf_progress(not args.no_progress):
         summary = convert_official(args.src, args.out, tokenizer=tokenizer,
                                    max_position_embeddings=args.max_position_embeddings)
-    print(json.dumps(summary, indent=2))
+    print_json(summary, indent=2)
     return 0
 
 
@@ -92,8 +93,8 @@ def _demo(args) -> int:
     overrides = {k: v for k, v in (("tokenizer", args.tokenizer), ("context", args.context)) if v is not None}
     summary = run_demo(out=args.out, minutes=args.minutes, device=args.device, progress=not args.no_progress,
                        overrides=overrides)
-    print(json.dumps({k: summary[k] for k in ("out", "report", "plot", "wall_s")} |
-                     {"val_loss": {p: m["val_loss"] for p, m in summary["models"].items()}}, indent=2))
+    print_json({k: summary[k] for k in ("out", "report", "plot", "wall_s")} |
+               {"val_loss": {p: m["val_loss"] for p, m in summary["models"].items()}}, indent=2)
     return 0
 
 

@@ -16,6 +16,7 @@ import time
 import numpy as np
 import torch
 
+from .json_text import json_text
 from .paths import write_text
 
 MODELS = ("fox-pro-tiny", "transformer-pro-tiny")
@@ -68,7 +69,7 @@ def _plan(out: str, minutes: float, device: str, geo: dict, vocab_size: int, log
     path = os.path.join(out, "demo_plan.json")
     wanted = {"minutes": minutes, "device": device, **{k: v for k, v in geo.items() if k != "eval_tokens"}}
     if os.path.exists(path):
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             plan = json.load(f)
         if all(plan.get(k) == v for k, v in wanted.items()):
             return {**plan, "eval_tokens": geo["eval_tokens"]}
@@ -242,6 +243,6 @@ def run_demo(out: str = "runs/demo", minutes: float = 3.0, device: str = "auto",
     summary = {"out": out, "report": report, "plot": png, "plan": plan, "wall_s": wall,
                "models": {p: {k: v for k, v in r.items() if k != "per_position"} for p, r in results.items()}}
     write_text(os.path.join(out, "demo_summary.json"),
-               json.dumps({**summary, "per_position": {p: r["per_position"] for p, r in results.items()}}))
+               json_text({**summary, "per_position": {p: r["per_position"] for p, r in results.items()}}))
     log(f"done in {wall / 60:.1f} min: {report}")
     return summary

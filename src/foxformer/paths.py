@@ -7,12 +7,12 @@ from __future__ import annotations
 import codecs
 import contextlib
 import fcntl
-import json
 import os
 import shutil
 import sys
 
 from .argtypes import SettingError
+from .json_text import json_text
 
 LOCK_FILE = ".lock"
 # UTF-32 first: its little-endian mark starts with UTF-16's
@@ -207,6 +207,7 @@ def write_text(path: str | os.PathLike, text: str) -> None:
 
 
 def write_json(path: str | os.PathLike, obj, *, sort_keys: bool = False) -> None:
-    """``obj`` as indented JSON, through write_text: a kill mid-write leaves the previous complete file, never a
-    truncated one (manifests, model configs, benchmark rows rewritten after each one)."""
-    write_text(path, json.dumps(obj, indent=2, sort_keys=sort_keys) + "\n")
+    """``obj`` as indented JSON (json_text: non-ASCII characters as themselves, in UTF-8), through write_text: a kill
+    mid-write leaves the previous complete file, never a truncated one (manifests, model configs, benchmark rows
+    rewritten after each one)."""
+    write_text(path, json_text(obj, indent=2, sort_keys=sort_keys) + "\n")

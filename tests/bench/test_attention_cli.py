@@ -203,11 +203,12 @@ def never_times(monkeypatch):
     monkeypatch.setattr(attention, "bench_case", lambda *a, **k: pytest.fail("a case was timed"))
 
 
-@pytest.mark.parametrize("provider", ["gluon", "triton", "sdpa_cudnn", "fla"])
+@pytest.mark.parametrize("provider", ["gluon", "triton", "sdpa_cudnn", "fla", "flex"])
 @pytest.mark.parametrize("device", ["cpu", "auto"])
 def test_a_provider_no_cpu_runs_is_refused_on_one_before_any_timing(provider, device, monkeypatch, capsys, tmp_path,
                                                                      never_times):
-    """Each made a row of its error under --device cpu, and the run exited 0 as if it had timed what was asked."""
+    """Each made a row of its error under --device cpu, and the run exited 0 as if it had timed what was asked (flex
+    a forward time, then its backward's NotImplementedError where the others have forward+backward)."""
     import torch
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
@@ -259,3 +260,41 @@ def test_a_config_s_bad_number_names_the_config(value, said, capsys):
     with pytest.raises(SystemExit):
         main(["bench", "attention", "--configs", value])
     assert capsys.readouterr().err.splitlines()[-1].endswith(f"argument --configs: {said}")
+
+
+@pytest.mark.parametrize("argv, bad, smallest", [(["--seqlens", "64", "--tokens", "16"], "64", "--seqlens 64 is 64"),
+                                                 (["--seqlens", "64,48", "--tokens", "100"], "64,48",
+                                                  "--seqlens 64,48 is 192"),
+                                                 (["--seqlens", "16,64", "--tokens", "48"], "64",
+                                                  "--seqlens 16,64 is 64")])
+def test_tokens_that_are_no_whole_number_of_sequences_are_refused_before_any_timing(argv, bad, smallest, capsys,
+                                                                                      tmp_path, never_times):
+    """--tokens 16 at T 64 ran B = 1, 64 tokens a call, and --tokens 100 at T 48 two sequences, 96: other calls than
+    asked, without a word."""
+    out = tmp_path / "a.json"
+    assert main(["bench", "attention", "--device", "cpu", "--configs", "16x2", *argv, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --tokens {argv[-1]} is not a whole number of sequences of --seqlens {bad} ")
+    assert f"the smallest --tokens for {smallest}" in err
+    assert not out.exists()
+
+
+def test_tokens_left_out_run_whole_sequences_with_a_note(monkeypatch, tmp_path, capsys):
+    """The default (a CPU's 4096) against a longer T runs one sequence, as the GPU's 32768 runs T 65536: said on
+    stderr, and each row's B is what ran."""
+    from foxformer.bench import attention
+
+    def fake_case(provider, B, T, Hq, Hkv, D, **kw):
+        return dict(provider=provider, gate="realistic", T=T, B=B, Hq=Hq, Hkv=Hkv, D=D, fwd_ms=1.0, fwd_bwd_ms=2.0,
+                    fwd_tflops=1.0, fwd_bwd_tflops=1.0)
+
+    monkeypatch.setattr(attention, "bench_case", fake_case)
+    out = tmp_path / "a.json"
+    assert main(["bench", "attention", "--device", "cpu", "--providers", "sdpa", "--seqlens", "1024,8192,3000",
+                 "--configs", "16x2", "--no-progress", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert ("note: --tokens left out (4096 a call), which --seqlens 8192,3000 do not divide: T 8192 runs B = 1, "
+            "8192 tokens a call; T 3000 runs B = 1, 3000 tokens a call (the rows' B)") in err
+    data = json.loads(out.read_text())
+    assert [(r["T"], r["B"]) for r in data["rows"]] == [(1024, 4), (8192, 1), (3000, 1)]
+    assert data["settings"]["tokens"] == 4096 and data["settings"]["tokens_given"] is False

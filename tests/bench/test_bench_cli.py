@@ -288,7 +288,7 @@ def test_a_run_cut_short_leaves_a_whole_file_that_says_so(name, module, timed, t
 
     monkeypatch.setattr(bench, timed, once)
     out = tmp_path / "r.json"
-    argv = {"attention": ["--seqlens", "16,32"], "decode": ["--contexts", "16,32"]}[name]
+    argv = {"attention": ["--seqlens", "16,32", "--tokens", "32"], "decode": ["--contexts", "16,32"]}[name]
     assert main([*SUBCOMMANDS[name], *TINY_RUNS[name], *argv, "--out", str(out)]) == 130
     data = json.loads(out.read_text())
     assert data["complete"] is False and len(data["rows"]) == 1

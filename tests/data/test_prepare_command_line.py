@@ -2,6 +2,7 @@
 import json
 
 from foxformer.cli import main
+from foxformer.data.layout import MANIFEST
 from foxformer.data.preparation import read_manifest
 
 
@@ -51,3 +52,15 @@ def test_a_whitespace_file_among_sources_is_left_out_as_a_folders_would_be(tmp_p
                  "--tokenizer", "bytes", "--no-progress"]) == 2
     assert capsys.readouterr().err.splitlines()[-1] == (f"error: --source: {str(blank)!r}, {str(blank_too)!r} "
                                                         f"yielded no non-empty documents (2 empty or only whitespace)")
+
+
+def test_a_non_ascii_path_is_printed_and_written_as_it_is(tmp_path, capsys):
+    """The summary printed "Donn\\u00e9es" for a folder named Données, and the manifest kept it so."""
+    paths = _docs(tmp_path / "Données", 2)
+    out = str(tmp_path / "jeu de données")
+    assert main(["data", "prepare", "--source", *paths, "--out", out, "--tokenizer", "bytes", "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    assert f'"out_dir": "{out}"' in printed and f'"{paths[0]}"' in printed and "\\u" not in printed
+    manifest = (tmp_path / "jeu de données" / MANIFEST).read_text(encoding="utf-8")
+    assert f'"{paths[0]}"' in manifest and "\\u" not in manifest
+    assert [s["spec"] for s in read_manifest(out)["sources"]] == paths

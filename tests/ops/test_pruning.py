@@ -15,8 +15,9 @@ import torch
 import triton
 import triton.language as tl
 
-from foxformer import forgetting_attention, forgetting_attention_cumsum
-from foxformer.ops import auto_qk_bound, gate_cumsum, pruning_stats
+import foxformer.ops
+from foxformer import forgetting_attention
+from foxformer.ops import auto_qk_bound, gate_cumsum, portable, pruning_stats
 from foxformer.ops.forgetting_attn.bwd import INTERPRET_DKDV_CONFIG, INTERPRET_DQ_CONFIG, triton_backward
 from foxformer.ops.forgetting_attn.fwd import INTERPRET_FWD_CONFIG, triton_forward
 from foxformer.ops.forgetting_attn.tiles import SEARCH_WIDTH, first_true, tile_bounds
@@ -381,13 +382,32 @@ def test_compiles_with_a_float_qk_bound_that_varies():
 ], ids=["eps0", "bound-float-nan", "bound-float-inf", "eps1.5", "eps-str", "bound-neg", "bound-str", "bound-shape", "bound-nan",
         "bound-extra-dim", "bound-grows-batch", "bound-without-eps", "bound-auto-without-eps",
         "bound-tensor-without-eps"])
-@pytest.mark.parametrize("entry", ["log_fgate", "cumsum"])
+@pytest.mark.parametrize("entry", ["log_fgate", "cumsum", "portable-log_fgate", "portable-cumsum"])
 def test_bad_pruning_arguments(kw, err, match, entry):
+    """The portable ops (a standalone export's) took every one of these without a word, and pruned nothing."""
     q, k, v, log_f, _ = make(1, 8, 8, 2, 1, 16, "strong")
-    fn, gate = ((forgetting_attention, log_f) if entry == "log_fgate"
-                else (forgetting_attention_cumsum, gate_cumsum(log_f)))
+    ops = portable if entry.startswith("portable-") else foxformer.ops
+    fn, gate = ((ops.forgetting_attention, log_f) if entry.endswith("log_fgate")
+                else (ops.forgetting_attention_cumsum, gate_cumsum(log_f)))
     with pytest.raises(err, match=match):
         fn(q, k, v, gate, backend="torch", **kw)
+
+
+@pytest.mark.parametrize("entry", ["log_fgate", "cumsum"])
+@pytest.mark.parametrize("bound", ["auto", 4.0])
+def test_the_portable_ops_prune_as_the_torch_backend_does(entry, bound):
+    """A gradient-free call of the portable ops skips the keys forgetting_attention's torch backend skips (the same
+    chunked forward, the same threshold): bit for bit its result, and not the exact one."""
+    q, k, v, log_f, _ = make(2, 96, 96, 4, 2, 16, "strong", q_scale=0.1)
+    gate = log_f if entry == "log_fgate" else gate_cumsum(log_f)
+    name = "forgetting_attention" if entry == "log_fgate" else "forgetting_attention_cumsum"
+    pruning = dict(prune_eps=0.2, qk_bound=bound, return_lse=True)
+    with torch.no_grad():
+        got = getattr(portable, name)(q, k, v, gate, **pruning)
+        want = getattr(foxformer.ops, name)(q, k, v, gate, backend="torch", **pruning)
+        exact = getattr(portable, name)(q, k, v, gate, return_lse=True)
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
+    assert not torch.equal(got[1], exact[1])
 
 
 @triton.jit

@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 
 from foxformer.train.distributed import resolve_device
 
-from .cli import PROVIDERS, attention_defaults
+from .cli import PROVIDERS, attention_batch, attention_defaults, note_default_tokens
 from ..progress import bars_shown
 from .common import ResultFile, environment, print_table, run_record, time_ms, write_profile
 
@@ -196,6 +196,7 @@ def bench_case(provider, B, T, Hq, Hkv, D, dtype=torch.bfloat16, device="cuda", 
 def run(args) -> int:
     args = attention_defaults(args)
     resolve_device(args.device, "--device")
+    note_default_tokens(args)
     # A CPU computes the op in float32 (reference.py), so the CPU rows time float32 inputs.
     dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
     providers, shapes = args.providers, args.configs
@@ -215,7 +216,7 @@ def run(args) -> int:
                unit="case", disable=not bars_shown(not args.no_progress))
     for D, Hq, Hkv in shapes:
         for T in args.seqlens:
-            B = max(1, args.tokens // T)
+            B = attention_batch(args.tokens, T)
             # Rounds interleave the cases (every provider once, then again): a drift of the clock under the power
             # cap then reaches every provider alike instead of whichever ran at the time. Each round also starts one
             # case later, so that a drift within a round falls on every provider in turn (with as many rounds as

@@ -9,6 +9,7 @@ import argparse
 import copy
 import importlib
 import math
+import sys
 
 from foxformer.argtypes import did_you_mean, distinct, non_negative_int, positive_int, positive_ints, words
 from foxformer.paths import check_output_dir, check_output_file
@@ -17,11 +18,14 @@ from foxformer.paths import check_output_dir, check_output_file
 # a CPU); gluon, triton: one backend each, to compare them in one run; sdpa: torch's SDPA with the backend it picks
 # itself (its flash kernel on a CPU), the ceiling of `--device cpu`.
 PROVIDERS = ("foxformer", "gluon", "triton", "sdpa", "sdpa_flash", "sdpa_cudnn", "fla", "flex")
-# The providers no CPU runs, and why: under --device cpu each made a row of its error, the run's exit 0 (the triton
+# The providers no CPU times, and why: under --device cpu each made a row of its error, the run's exit 0 (the triton
 # backend takes half precision and a CPU's rows are float32, so not even Triton's interpreter runs them there).
+# FlexAttention's forward runs on a CPU, but its backward raises NotImplementedError there (torch 2.13): a forward
+# time, then an error row where every other provider has its forward+backward.
 NEEDS_CUDA = {"gluon": "the Gluon kernels need an sm_90 GPU (H100 / H200)",
               "triton": "the Triton kernels need a CUDA GPU",
-              "sdpa_cudnn": "SDPA's cuDNN kernels need a CUDA GPU", "fla": "fla-core's Triton kernels need a CUDA GPU"}
+              "sdpa_cudnn": "SDPA's cuDNN kernels need a CUDA GPU", "fla": "fla-core's Triton kernels need a CUDA GPU",
+              "flex": "FlexAttention has no backward on a CPU, and each row times forward+backward"}
 DTYPES = ("bf16", "fp16", "fp32")
 # bench decode's preset where neither --preset nor --model is given, by device type; the flag's own default is None,
 # so that _check_decode tells a --preset given beside --model apart from it
@@ -136,7 +140,10 @@ def configure_attention(p: argparse.ArgumentParser) -> None:
     p.add_argument("--configs", type=_configs, default=None,
                    help="comma list of DxHq or DxHqxHkv (GQA; Hq a multiple of Hkv); default 64x24,128x12,128x12x2 "
                         "(CPU: 16x4,64x8, the tiny and small presets' FoX heads)")
-    p.add_argument("--tokens", type=positive_int, default=None, help="B * T (default 32768; CPU 4096)")
+    p.add_argument("--tokens", type=positive_int, default=None,
+                   help="tokens a call, B * T: each --seqlens T runs B = tokens / T sequences, so it must be a multiple "
+                        "of every T (default 32768; CPU 4096; left out, a T that does not divide it runs as many "
+                        "whole sequences as fit, at least one, with a note)")
     p.add_argument("--prune", action="store_true",
                    help="add foxformer rows with tile pruning (realistic and open gates)")
     # None: left out, which --prune fills in (attention_defaults) and _check_attention refuses given without it
@@ -156,7 +163,9 @@ def configure_attention(p: argparse.ArgumentParser) -> None:
                         "auto: cuda where there is a GPU, else cpu")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--out", default="bench_attention.json")
-    p.set_defaults(func=_runner("attention", _check_attention))
+    # None until attention_defaults fills --tokens in: then whether the command line gave it (the JSON's settings
+    # record it beside the rows' B, which a --tokens left out may not divide)
+    p.set_defaults(func=_runner("attention", _check_attention), tokens_given=None)
 
 
 # What `bench attention` runs where the command line leaves it out: a GPU's sweep, and a CPU's at sizes it times in
@@ -191,6 +200,8 @@ def attention_defaults(args: argparse.Namespace) -> argparse.Namespace:
     --prune)."""
     if args.device == "auto":
         args.device = device_type("auto")
+    if args.tokens_given is None:
+        args.tokens_given = args.tokens is not None
     fill_defaults(args, ATTENTION_DEFAULTS, args.device)
     if args.prune:
         args.prune_eps = 1e-3 if args.prune_eps is None else args.prune_eps
@@ -198,10 +209,34 @@ def attention_defaults(args: argparse.Namespace) -> argparse.Namespace:
     return args
 
 
+def attention_batch(tokens: int, T: int) -> int:
+    """B of a --seqlens T row: the whole sequences of T in --tokens, at least one (only where --tokens was left out
+    can T not divide it: _check_attention)."""
+    return max(1, tokens // T)
+
+
+def _uneven_seqlens(args: argparse.Namespace) -> list[int]:
+    return [T for T in args.seqlens if args.tokens % T]
+
+
+def note_default_tokens(args: argparse.Namespace) -> None:
+    """Where --tokens was left out, the T its default does not divide run the whole sequences that fit, at least one
+    (the GPU's sweep runs T 65536 against its 32768): said on stderr as the run starts, after every check."""
+    uneven = _uneven_seqlens(args)
+    if not uneven or args.tokens_given:
+        return
+    runs = "; ".join(f"T {T} runs B = {attention_batch(args.tokens, T)}, {attention_batch(args.tokens, T) * T} "
+                     f"tokens a call" for T in uneven)
+    print(f"note: --tokens left out ({args.tokens} a call), which --seqlens {_commas(uneven)} "
+          f"{'do' if len(uneven) > 1 else 'does'} not divide: {runs} (the rows' B)", file=sys.stderr)
+
+
 def _check_attention(args: argparse.Namespace) -> None:
-    """Before any timing: a provider no CPU runs, under --device cpu (or auto on a machine without a GPU), made a
+    """Before any timing: a provider no CPU times, under --device cpu (or auto on a machine without a GPU), made a
     row of its error and the run's exit 0; --prune-eps and --qk-bound without --prune were unused without a word
-    (the op refuses a bound for a call it does not prune)."""
+    (the op refuses a bound for a call it does not prune); a --tokens given that is no whole number of sequences of
+    some T ran B = 1 there (a --tokens under T) or the whole sequences that fit, other calls than asked, without a
+    word."""
     given = [flag for flag, value in (("--prune-eps", args.prune_eps), ("--qk-bound", args.qk_bound))
              if value is not None]
     if given and not args.prune:
@@ -212,6 +247,11 @@ def _check_attention(args: argparse.Namespace) -> None:
     if args.device == "cpu" and asked:
         raise ValueError(f"--providers {','.join(asked)}: {'; '.join(NEEDS_CUDA[p] for p in asked)}; with --device "
                          f"cpu choose from {', '.join(p for p in PROVIDERS if p not in NEEDS_CUDA)}")
+    uneven = _uneven_seqlens(args)
+    if args.tokens_given and uneven:
+        raise ValueError(f"--tokens {args.tokens} is not a whole number of sequences of --seqlens "
+                         f"{_commas(uneven)} (each T runs B = tokens / T of them): the smallest --tokens for --seqlens "
+                         f"{_commas(args.seqlens)} is {math.lcm(*args.seqlens)}, and any multiple of it fits")
 
 
 # What `bench model` runs where the command line leaves it out (model_defaults): the GPU's 125M FoX (Pro), FoX

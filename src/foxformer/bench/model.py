@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import math
 import os
 import re
@@ -20,6 +19,7 @@ import time
 
 import torch
 
+from foxformer.json_text import print_json
 from foxformer.models import FoxForCausalLM, count_non_embedding, training_flops_per_token
 from foxformer.models.config import FoxConfig
 from foxformer.train.config import parse_overrides
@@ -259,7 +259,7 @@ def _run(args: argparse.Namespace, specs, overrides) -> int:
                              "loss": None, "model_tflops": None, "mfu": None, "error": "OOM"}]
             out.write(payload)
         for res in rows[first:]:
-            print(json.dumps(res), flush=True)
+            print_json(res)
         del model
         gc.collect()
         if device.type == "cuda":

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from ..argtypes import count
+from ..json_text import print_json
 
 
 def _summary(manifest: dict, out_dir: str) -> dict:
@@ -54,7 +54,7 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
         print(f"warning: {args.out} has no validation documents (the split holds out whole documents, never the only "
               f"one): training needs some; give several documents (a folder of .txt files, or a .jsonl file with "
               f"one per line)", file=sys.stderr)
-    print(json.dumps(_summary(manifest, args.out), indent=2))
+    print_json(_summary(manifest, args.out), indent=2)
     return 0
 
 
@@ -67,7 +67,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
         print(f"error: data: {no_dataset(args.dir, flag=None)}", file=sys.stderr)
         return 2
-    print(json.dumps(_summary(manifest, args.dir), indent=2))
+    print_json(_summary(manifest, args.dir), indent=2)
     # the summary alone read as a sound dataset that training would then refuse
     damage = [d for d in (split_damage(args.dir, manifest, n) for n in ("train", "val")) if d]
     if damage:
@@ -81,7 +81,7 @@ def _cmd_fetch_corpus(args: argparse.Namespace) -> int:
     from .corpora import fetch_corpus
 
     provenance = fetch_corpus(args.name, args.out, package_file=args.package_file)
-    print(json.dumps(provenance, indent=2))
+    print_json(provenance, indent=2)
     return 0
 
 

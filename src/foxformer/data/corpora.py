@@ -33,6 +33,7 @@ import zipfile
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
+from ..json_text import json_text
 from ..paths import check_output_dir, replaced_atomically, write_text
 from .sources import DAMAGED_COMPRESSION, Document
 
@@ -201,5 +202,5 @@ def fetch_corpus(name: str, out_dir: str, *, package_file: str | None = None) ->
                   "licence": corpus.licence, "description": corpus.description, "documents": len(docs),
                   "characters": sum(len(d.text) for d in docs), "documents_sha256": content,
                   "jsonl": os.path.basename(target)}
-    write_text(os.path.join(out_dir, f"{name}.provenance.json"), json.dumps(provenance, indent=2))
+    write_text(os.path.join(out_dir, f"{name}.provenance.json"), json_text(provenance, indent=2))
     return provenance

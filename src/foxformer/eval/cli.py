@@ -7,6 +7,7 @@ import os
 import sys
 
 from foxformer.argtypes import count, counts, distinct, floats, ints, model_specs, words
+from foxformer.json_text import print_json
 from foxformer.paths import check_output_dir
 
 # How the API's checks name a setting in this module's errors (argtypes.setting_name): by its flag.
@@ -379,7 +380,7 @@ def _run(fn):
         # before the work: a file in the way was found once it was done, as "file exists (...)" naming no flag
         if getattr(args, "out", None):
             check_output_dir(args.out, "--out")
-        print(json.dumps(fn(args), indent=2, default=str))
+        print_json(fn(args), indent=2, default=str)
         return 0
 
     return handler

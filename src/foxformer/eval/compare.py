@@ -157,7 +157,7 @@ def load_curves(run_dirs: list[str]) -> list[SimpleNamespace]:
     curves, reference = [], None
     for i, run_dir in enumerate(run_dirs):
         path = _loss_json(run_dir)
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             data = json.load(f)
         s = data.get("settings", {})
         _check_evaluated_here(run_dir, path, s.get("models") or [])
@@ -303,7 +303,7 @@ def load_niah(run_dirs: list[str]) -> list:
 
     out = []
     for path in filter(None, (find_output(run_dir, "niah.json") for run_dir in run_dirs)):
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             out += [NiahResult.from_dict(m) for m in json.load(f)["models"]]
     return out
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import os
 import socket
 import urllib.parse
@@ -34,6 +33,7 @@ import torch
 from foxformer import __version__
 from foxformer.argtypes import did_you_mean, setting_name, unset_said
 from foxformer.data.tokenizer import start_ids
+from foxformer.json_text import json_text
 from foxformer.models.calls import cache_of, fresh_cache, model_device
 from foxformer.paths import write_text
 from foxformer.progress import bars_shown, progress_bar
@@ -274,7 +274,7 @@ def run_harness(adapter: HarnessAdapter, tasks: Sequence[str], *, num_fewshot: O
     if out_path:
         note_replacing(out_path)
         # the earlier results stay until these are whole: a Ctrl-C mid-write left a truncated file
-        write_text(out_path, json.dumps(results, indent=2, default=str))
+        write_text(out_path, json_text(results, indent=2, default=str))
     return results
 
 

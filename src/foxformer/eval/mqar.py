@@ -344,7 +344,7 @@ def load_results(out_dir: str, task: dict) -> list[dict]:
     for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
         if not name.endswith(".json"):  # another process's result being written (write_json's temporary)
             continue
-        with open(os.path.join(folder, name)) as f:
+        with open(os.path.join(folder, name), encoding="utf-8") as f:
             data = json.load(f)
         if data["task"] != task:
             diff = sorted(k for k in task if data["task"].get(k) != task[k])
@@ -405,7 +405,7 @@ def seed_table(out_dirs: list[str], *, label: str = "{}") -> str:
     spread is over training and evaluation draws together. ``label``: as MqarConfig's (--pool gives out_dirs)."""
     reports = []
     for d in out_dirs:
-        with open(os.path.join(d, "mqar.json")) as f:
+        with open(os.path.join(d, "mqar.json"), encoding="utf-8") as f:
             reports.append(json.load(f))
     task = {k: v for k, v in reports[0]["task"].items() if k != "seed"}
     for d, r in zip(out_dirs, reports):

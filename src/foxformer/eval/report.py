@@ -47,7 +47,7 @@ class Block:
 
 def _read_json(path: str) -> dict:
     try:
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             return json.load(f)
     except (OSError, json.JSONDecodeError) as e:
         raise ValueError(f"report: cannot read {path} ({e})") from e
@@ -351,7 +351,7 @@ def _recorded_assets(out_dir: str) -> dict:
     manifest = os.path.join(out_dir, ASSETS_MANIFEST)
     if os.path.exists(manifest):
         try:
-            with open(manifest) as f:
+            with open(manifest, encoding="utf-8") as f:
                 pages = json.load(f)
         except (OSError, json.JSONDecodeError):
             return {}

@@ -97,7 +97,7 @@ def read_state_dict(folder: str) -> dict[str, torch.Tensor]:
         if not os.path.exists(path):
             continue
         if name.endswith(".index.json"):
-            with open(path) as f:
+            with open(path, encoding="utf-8") as f:
                 shards = sorted(set(json.load(f)["weight_map"].values()))
         else:
             shards = [name]
@@ -227,7 +227,7 @@ def official_tokenizer(folder: str, vocab_size: int) -> Optional[str]:
     files (their SlimPajama models); None when unknown."""
     path = os.path.join(folder, "tokenizer_config.json")
     if os.path.exists(path):
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             cls = json.load(f).get("tokenizer_class") or ""
         return "gpt2-json" if "JSONGPT2" in cls else f"hf:{os.path.abspath(folder)}"
     return "gpt2-json" if vocab_size == GPT2_VOCAB else None
@@ -241,7 +241,7 @@ def load_official(src: str, *, tokenizer: Optional[str] = "auto",
     config_path = os.path.join(folder, "config.json")
     if not os.path.exists(config_path):
         raise _refuse(src, "has no config.json")
-    with open(config_path) as f:
+    with open(config_path, encoding="utf-8") as f:
         cfg = json.load(f)
     _check_supported(src, cfg)
     state = read_state_dict(folder)

@@ -2,10 +2,11 @@
 runs where foxformer is not installed (foxformer.models.standalone substitutes this module for foxformer.ops and
 for the decode module there).
 
-Every op is exact (no pruning: prune_eps and qk_bound are accepted and ignored; the backend argument too):
-prefill and other gradient-free calls take the chunked torch forward of the kernels' reference, calls that
-need a gradient the materialised reference (autograd through it), and the decode ops a dense masked softmax
-over the cache (a few queries).
+Every op runs in PyTorch whatever backend a call names: prefill and other gradient-free calls take the chunked
+torch forward of the kernels' reference, calls that need a gradient the materialised reference (autograd through
+it), and the decode ops a dense masked softmax over the cache (a few queries). prune_eps and qk_bound are checked as
+foxformer.ops.forgetting_attention checks them; the chunked forward prunes as the torch backend does, and the
+materialised reference computes every tile (exact, so within any prune_eps, as that op's backend="naive").
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from .forgetting_attn.checks import check_decode, check_inputs, check_softmax_sc
 from .forgetting_attn.cumsum import LOG_FGATE_FLOOR, gate_cumsum, gate_cumsum_heads_first
 from .forgetting_attn.paging import append_token_torch, evict_scan_torch, gather_live
 from .forgetting_attn.reference import naive_unchecked, no_queries, torch_forward
+from .forgetting_attn.threshold import check_pruning, prune_delta
 from .gated_linear_attn.interface import gated_linear_attention
 from .gated_linear_attn.reference import naive_gated_linear_attention
 from .pro_block.checks import check_gate_norm, check_shift_norm
@@ -38,28 +40,39 @@ def _needs_grad(*tensors: torch.Tensor) -> bool:
     return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
+def _chunked(q, k, v, c_t, scale, cu_seqlens, max_seqlen, return_lse, prune_eps, qk_bound):
+    """The chunked torch forward, pruned as forgetting_attention's torch backend prunes (c_t float64 [B, Hq, Tk])."""
+    delta = None
+    if prune_eps is not None:
+        n_keys = max_seqlen if cu_seqlens is not None else k.shape[1]
+        delta = prune_delta(q, k, prune_eps, qk_bound, scale, n_keys)
+    out, lse = torch_forward(q, k, v, c_t, scale, cu_seqlens, max_seqlen, prune_delta=delta)
+    return (out, lse) if return_lse else out
+
+
 def forgetting_attention(q, k, v, log_fgate, *, softmax_scale=None, cu_seqlens=None, max_seqlen=None,
                          return_lse=False, backend="auto", prune_eps=None, qk_bound=None):
-    """foxformer.ops.forgetting_attention, exact, on any device; its input checks."""
+    """foxformer.ops.forgetting_attention on any device (pruned only without a gradient); its input checks."""
     scale, max_seqlen = check_inputs(q, k, v, log_fgate, "log_fgate", softmax_scale, cu_seqlens, max_seqlen,
                                      return_lse)
+    check_pruning(prune_eps, qk_bound, q.shape[0], q.shape[2], q.device)
     if q.shape[1] == 0:
         return no_queries(q, k, v, log_fgate, return_lse)
     if _needs_grad(q, k, v, log_fgate):
         return naive_unchecked(q, k, v, log_fgate, scale, cu_seqlens, return_lse)
-    out, lse = torch_forward(q, k, v, gate_cumsum_heads_first(log_fgate), scale, cu_seqlens, max_seqlen)
-    return (out, lse) if return_lse else out
+    return _chunked(q, k, v, gate_cumsum_heads_first(log_fgate), scale, cu_seqlens, max_seqlen, return_lse,
+                    prune_eps, qk_bound)
 
 
 def forgetting_attention_cumsum(q, k, v, c, *, softmax_scale=None, cu_seqlens=None, max_seqlen=None,
                                 return_lse=False, backend="auto", prune_eps=None, qk_bound=None):
     """foxformer.ops.forgetting_attention_cumsum (forward only: caches run without gradients); its input checks."""
     scale, max_seqlen = check_inputs(q, k, v, c, "c", softmax_scale, cu_seqlens, max_seqlen, return_lse)
+    check_pruning(prune_eps, qk_bound, q.shape[0], q.shape[2], q.device)
     if q.shape[1] == 0:
         return no_queries(q, k, v, c, return_lse)
-    c_t = c.transpose(1, 2).double().contiguous()
-    out, lse = torch_forward(q, k, v, c_t, scale, cu_seqlens, max_seqlen)
-    return (out, lse) if return_lse else out
+    return _chunked(q, k, v, c.transpose(1, 2).double().contiguous(), scale, cu_seqlens, max_seqlen, return_lse,
+                    prune_eps, qk_bound)
 
 
 def forgetting_attention_decode(q, k, v, c, start=None, *, page_table=None, seq_len=None, softmax_scale=None,

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
 import sys
+
+from ..json_text import print_json
 
 # flag -> config key; every flag is optional and only overrides what the YAML (or the defaults) say. Each is kept
 # as text, checked while parsed by the typing TrainConfig gives a YAML file's and --set's values (_typed_text):
@@ -162,7 +163,7 @@ def _train_command(args: argparse.Namespace, signals) -> int:
 
 def _say_summary(summary: dict, cfg) -> None:
     """The run's summary on stdout and, for a run that stopped before its end, where it stands."""
-    print(json.dumps(summary, indent=2), flush=True)
+    print_json(summary, indent=2)
     if summary.get("time_limit"):
         why = f" at the time limit (max_minutes {cfg.max_minutes:g})"
     elif summary.get("stopped_by"):
@@ -379,7 +380,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
             model_sd = load_checkpoint(path)[0]
             vocab = model_sd["model.embed_tokens.weight"].shape[0]
             out = export_hf(saved_model_config(args.run, run_cfg, vocab), model_sd, out, run_dir=args.run, step=step)
-    print(json.dumps({"checkpoint": path, "step": step, "hf_dir": out}, indent=2))
+    print_json({"checkpoint": path, "step": step, "hf_dir": out}, indent=2)
     return 0
 
 

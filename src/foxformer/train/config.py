@@ -448,7 +448,7 @@ def read_model_config(run_dir: str) -> dict | None:
     path = os.path.join(run_dir, MODEL_CONFIG)
     if not os.path.exists(path):
         return None
-    with open(path) as f:
+    with open(path, encoding="utf-8") as f:
         fields = json.load(f)
     from ..models.presets import check_model_keys
 

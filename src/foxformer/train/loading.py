@@ -127,7 +127,7 @@ def _load_checkpoint_dir(path: str, run_dir: str):
 
 
 def _load_hf_dir(path: str, attention_backend: Optional[str], label: str, among_others: bool = False):
-    with open(os.path.join(path, "config.json")) as f:
+    with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
         try:
             model_type = json.load(f).get("model_type")
         except json.JSONDecodeError as e:

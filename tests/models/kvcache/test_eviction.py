@@ -9,7 +9,7 @@ import torch
 from foxformer.infer.generation import GenerationConfig, stream_tokens
 from foxformer.models.kvcache import PAGE_SIZE, DenseKV, EvictionPolicy, FoxCache, PagedKV, output_tolerance
 from foxformer.models.modeling import CACHE_FIELD
-from foxformer.ops.forgetting_attn.pruning import pruning_threshold
+from foxformer.ops.forgetting_attn.threshold import pruning_threshold
 from foxformer.ops import gate_cumsum
 from foxformer.ops.forgetting_attn.decode import forgetting_attention_decode
 

@@ -14,9 +14,10 @@ import torch
 
 from .checks import check_differentiation, check_inputs, resolve_backend
 from .cumsum import gate_cumsum_heads_first
-from .pruning import check_pruning, prune_delta
+from .pruning import prune_delta
 from .reference import naive_unchecked, no_queries, torch_backward, torch_forward
 from .scan import triton_gate_cumsum, triton_gate_cumsum_grad
+from .threshold import check_pruning
 
 
 def _lse_dtype(dtype: torch.dtype) -> torch.dtype:

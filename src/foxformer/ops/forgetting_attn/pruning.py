@@ -8,7 +8,9 @@ values is conservative for every pair of the tile.
 
 Every backend (three Triton kernels, the chunked torch backend) applies that test at its own
 granularity; each decision is conservative on its own, so they never need to agree tile by tile.
-This module computes delta (the only new kernel input) and the statistics users tune eps with.
+threshold.py computes delta (the only new kernel input) and checks the arguments without Triton; this
+module adds the Triton pass over the norms of q and k that an "auto" bound takes on CUDA, and the
+statistics users tune eps with.
 """
 from __future__ import annotations
 
@@ -19,61 +21,10 @@ import torch
 import triton
 import triton.language as tl
 
+from . import threshold
 from .cumsum import gate_cumsum_heads_first
-from .threshold import pruning_threshold
+from .threshold import check_pruning, max_row_norms
 from .tiles import LAUNCH_OPTIONS, launch_grid, program_ids
-
-# The kernels compute |q . k| in fp32 from rounded inputs; a tiny relative margin on U keeps "auto"
-# an upper bound of what they actually compute.
-_AUTO_MARGIN = 1.0 + 1e-4
-
-
-def check_pruning(prune_eps, qk_bound, B: int, Hq: int, device: torch.device) -> None:
-    """Validate prune_eps / qk_bound (ValueError / TypeError naming the argument)."""
-    if prune_eps is None:
-        if qk_bound is not None:
-            # ignored without a word: a caller who took the bound for the switch got no pruning and no hint
-            shown = (f"a tensor of shape {tuple(qk_bound.shape)}" if isinstance(qk_bound, torch.Tensor)
-                     else repr(qk_bound))
-            raise ValueError(f"qk_bound ({shown}) was given without prune_eps: qk_bound is the bound U on "
-                             f"|softmax_scale * q . k| that tile pruning's threshold uses, and it only applies with "
-                             f"prune_eps, which turns pruning on; pass prune_eps as well, or leave qk_bound None")
-        return
-    if isinstance(prune_eps, bool) or not isinstance(prune_eps, (int, float)):
-        raise TypeError(f"prune_eps must be a float in (0, 1) or None, got {type(prune_eps).__name__}")
-    if not 0.0 < float(prune_eps) < 1.0:
-        raise ValueError(f"prune_eps must be in (0, 1), got {prune_eps!r}")
-    if qk_bound is None or (isinstance(qk_bound, str) and qk_bound == "auto"):
-        return
-    if isinstance(qk_bound, str):
-        raise ValueError(f"qk_bound must be 'auto', a float >= 0 or a tensor, got {qk_bound!r}")
-    if isinstance(qk_bound, torch.Tensor):
-        try:
-            # broadcast_shapes also accepts shapes that would grow [B, Hq] (e.g. [3, 1, Hq] or, with
-            # B = 1, [2, 1]); prune_delta then failed in broadcast_to with a bare RuntimeError
-            fits = torch.broadcast_shapes(qk_bound.shape, (B, Hq)) == (B, Hq)
-        except RuntimeError:
-            fits = False
-        if not fits:
-            raise ValueError(f"qk_bound must broadcast to [B, Hq] = {(B, Hq)}, got shape {tuple(qk_bound.shape)}")
-        if qk_bound.device != device:
-            raise ValueError(f"qk_bound must be on {device}, got {qk_bound.device}")
-        if not (qk_bound.is_floating_point() or qk_bound.dtype in (torch.int32, torch.int64)):
-            raise TypeError(f"qk_bound must be a real tensor, got {qk_bound.dtype}")
-        # a value check costs a sync on CUDA: same policy as check_gate_values
-        if torch.compiler.is_compiling():
-            return
-        if device.type == "cuda" and os.environ.get("FOXFORMER_CHECK_VALUES", "0") != "1":
-            return
-        if not (torch.isfinite(qk_bound).all() and (qk_bound >= 0).all()):
-            raise ValueError("qk_bound must be finite and >= 0")
-        return
-    if isinstance(qk_bound, bool) or not isinstance(qk_bound, (int, float)):
-        raise TypeError(f"qk_bound must be 'auto', a float or a tensor, got {type(qk_bound).__name__}")
-    # a comparison, not math.isfinite: under torch.compile a float that varies between calls is a
-    # SymFloat, which math.isfinite cannot trace (NaN fails the comparison too)
-    if not 0 <= qk_bound < math.inf:
-        raise ValueError(f"qk_bound must be finite and >= 0, got {qk_bound!r}")
 
 
 @triton.jit
@@ -112,14 +63,11 @@ def _max_sq_row_norms_fake(x):
 def _max_row_norms(x: torch.Tensor) -> torch.Tensor:
     """max_t ||x[b, t, h]|| per (batch, head), float64 [B, H]."""
     if (x.is_cuda or os.environ.get("TRITON_INTERPRET", "0") == "1") and x.stride(-1) == 1:
-        # The torch ops below ran at about a fifth of memory bandwidth (0.4 ms for q and k of 32K
-        # tokens x 24 heads x 64 on an H200, 2026-11-29), a 4-7% overhead for pruning on short
+        # The torch ops of threshold.max_row_norms ran at about a fifth of memory bandwidth (0.4 ms for q and k
+        # of 32K tokens x 24 heads x 64 on an H200, 2026-11-29), a 4-7% overhead for pruning on short
         # sequences; squares summed in fp32 are at least as exact as a norm in the input dtype.
         return max_sq_row_norms(x).double().sqrt()
-    # Norms in the inputs' own dtype: reductions accumulate half types in fp32 anyway, and asking for
-    # dtype=float32 made torch copy x to fp32 first. The rounding of each norm to the input dtype
-    # (at most one unit roundoff) is covered by auto_qk_bound's rounding factor.
-    return torch.linalg.vector_norm(x, dim=-1).amax(dim=1).double()
+    return max_row_norms(x)
 
 
 def auto_qk_bound(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
@@ -129,30 +77,13 @@ def auto_qk_bound(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tenso
     pass over q and k on CUDA (a custom op, so torch.compile traces it without a graph break),
     plain torch ops elsewhere.
     """
-    Hq, Hkv = q.shape[2], k.shape[2]
-    q_max = _max_row_norms(q)                                       # [B, Hq]
-    k_max = _max_row_norms(k).repeat_interleave(Hq // Hkv, dim=1)   # [B, Hkv] -> [B, Hq]
-    rounding = (1.0 + torch.finfo(q.dtype).eps) * (1.0 + torch.finfo(k.dtype).eps)
-    return (q_max * k_max) * (abs(scale) * _AUTO_MARGIN * rounding)
+    return threshold.auto_qk_bound(q, k, scale, _max_row_norms)
 
 
 def prune_delta(q: torch.Tensor, k: torch.Tensor, prune_eps: float, qk_bound, scale: float,
                 n_keys: int) -> torch.Tensor:
-    """The skip threshold delta = log(eps) - 2U - log(N), float64 [B, Hq] (contiguous).
-
-    qk_bound: None or "auto" (from the norms of q and k), a float, or a tensor broadcastable to
-    [B, Hq]. A given bound is trusted: if some |scale * q . k| exceeds it, more than eps can be
-    pruned from a row (the caller's contract). n_keys: keys a row can see at most (Tk, or the
-    longest packed sequence).
-    """
-    B, Hq = q.shape[0], q.shape[2]
-    if qk_bound is None or isinstance(qk_bound, str):
-        u = auto_qk_bound(q, k, scale)
-    elif isinstance(qk_bound, torch.Tensor):
-        u = qk_bound.to(device=q.device, dtype=torch.float64)
-    else:
-        u = torch.full((B, Hq), float(qk_bound), dtype=torch.float64, device=q.device)
-    return torch.broadcast_to(pruning_threshold(prune_eps, u, n_keys), (B, Hq)).contiguous()
+    """threshold.prune_delta, an "auto" bound from the Triton pass over q and k on CUDA."""
+    return threshold.prune_delta(q, k, prune_eps, qk_bound, scale, n_keys, _max_row_norms)
 
 
 def key_block_starts(c: torch.Tensor, delta: torch.Tensor, positions: torch.Tensor,
