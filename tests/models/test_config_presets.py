@@ -456,9 +456,9 @@ def test_token_ids_in_the_vocabulary_none_or_an_eos_list_are_taken():
     cfg = FoxConfig(vocab_size=64, hidden_size=32, num_heads=2, bos_token_id=0, eos_token_id=[63, 5], pad_token_id=None)
     assert (cfg.bos_token_id, cfg.eos_token_id, cfg.pad_token_id) == (0, [63, 5], None)
     cfg = FoxConfig(vocab_size=257, hidden_size=32, num_heads=2, tokenizer="bytes")
-    assert (cfg.bos_token_id, cfg.eos_token_id) == (256, 256)
+    assert (cfg.bos_token_id, cfg.eos_token_id, cfg.pad_token_id) == (256, 256, 256)
     again = FoxConfig.from_dict(cfg.to_dict())  # a saved config loads as it was written
-    assert (again.bos_token_id, again.eos_token_id, again.pad_token_id) == (256, 256, None)
+    assert (again.bos_token_id, again.eos_token_id, again.pad_token_id) == (256, 256, 256)
     for name in PRESETS:
         get_preset(name, tokenizer="gpt2")  # every preset's vocabulary holds GPT-2's end of text
 

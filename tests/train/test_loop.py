@@ -376,6 +376,7 @@ def test_a_run_on_any_tokenizer_exports_its_document_token_and_tokenizer(make_cf
         with open(os.path.join(folder, "config.json")) as f:
             saved = json.load(f)
         assert (saved["eos_token_id"], saved["bos_token_id"], saved["tokenizer"]) == (50256, 50256, f"hf:{tok_dir}")
+        assert saved["pad_token_id"] == 50256  # the end of document pads as well: generate needs no fallback
         assert AutoTokenizer.from_pretrained(folder, trust_remote_code=True).eos_token_id == 50256
         assert "| validation loss |" in open(os.path.join(folder, "README.md")).read()  # export-hf's card too
     assert load_model(run, device="cpu", progress=False).model.config.eos_token_id == 50256

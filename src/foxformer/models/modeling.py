@@ -556,11 +556,16 @@ class FoxForCausalLM(FoxPreTrainedModel, GenerationMixin):
     def from_pretrained(cls, *args, **kwargs):
         """transformers' from_pretrained, with the config saying whether the LM head is the embedding: a checkpoint
         holding two different matrices stays untied under ``tie_word_embeddings=True`` (transformers warns), but
-        the config kept saying tied, and a model saved again wrote that lie into its config.json."""
+        the config kept saying tied, and a model saved again wrote that lie into its config.json. The generation
+        config takes the config's pad_token_id where it has none."""
         loaded = super().from_pretrained(*args, **kwargs)
         model = loaded[0] if isinstance(loaded, tuple) else loaded  # output_loading_info=True: (model, info)
         if model.config.tie_embeddings and model.lm_head.weight is not model.model.embed_tokens.weight:
             model.config.tie_embeddings = False
+        # exports from before the config filled pad_token_id in saved a generation_config.json without one, and
+        # generate reads that file, not the config (whose pad now comes from the tokenizer)
+        if model.generation_config.pad_token_id is None and model.config.pad_token_id is not None:
+            model.generation_config.pad_token_id = model.config.pad_token_id
         return loaded
 
     def _adjust_missing_and_unexpected_keys(self, loading_info, *args, **kwargs):
