@@ -405,8 +405,8 @@ def test_exports_record_the_training_length_which_hf_generate_warns_past(make_cf
         warnings.simplefilter("always")
         model.generate(torch.zeros(1, 30, dtype=torch.long), max_new_tokens=4, do_sample=False)
     assert [str(w.message).split(";")[0] for w in said if "train_len" in str(w.message)] == [
-        "generate: the prompt and new tokens may reach 34 tokens, more than the 32 this model was trained on "
-        "(config.train_len)"]
+        "generate: the prompt and new tokens may reach 34 tokens, 2 past the 32 this model was trained on "
+        "(train_len)"]
 
 
 def test_init_from_starts_from_another_models_weights_and_architecture(make_cfg, tmp_path):

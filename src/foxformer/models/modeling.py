@@ -36,6 +36,7 @@ from .layers import (Block, ForgetGate, GateProjection, RMSNorm, SeqContext, ini
                      rope_tables)
 from .loss import IGNORE_INDEX, check_token_ids, chunked_token_losses, fused_causal_lm_loss, next_token_targets
 from .packing import HF_PACKING_KWARGS, masked_packing, one_row, packed_documents, position_restarts
+from .trained_length import warn_past_train_len
 
 try:  # respects "already loaded" flags during from_pretrained (transformers v5)
     from transformers import initialization as _init
@@ -697,12 +698,7 @@ class FoxForCausalLM(FoxPreTrainedModel, GenerationMixin):
         call = inspect.signature(super()._prepare_cache_for_generation).bind(generation_config, model_kwargs, *args,
                                                                                 **kwargs)
         check_cache_batch(given, generation_config, call.arguments.get("batch_size"))
-        trained = self.config.train_len
-        if trained and (generation_config.max_length or 0) > trained and not getattr(self, "_said_train_len", False):
-            self._said_train_len = True  # once per model: generate runs in loops
-            warnings.warn(f"generate: the prompt and new tokens may reach {generation_config.max_length} tokens, more "
-                          f"than the {trained} this model was trained on (config.train_len); past them FoX degrades "
-                          f"gracefully, a Transformer with RoPE badly", stacklevel=3)
+        warn_past_train_len(self, generation_config.max_length or 0, self.config.train_len)
         passed = given is not None
         asked = generation_config.cache_implementation
         if asked in CACHE_DECODE_MODES and not passed:
