@@ -597,7 +597,8 @@ class FoxForCausalLM(FoxPreTrainedModel, GenerationMixin):
         self.lm_head = value
 
     def num_parameters_non_embedding(self) -> int:
-        """Parameters outside the token embedding and the LM head (the paper's N)."""
+        """Parameters outside the token embedding and the LM head (the paper's N, presets.count_non_embedding).
+        transformers' ``num_parameters(exclude_embeddings=True)`` counts an untied LM head among them."""
         skip = {id(self.model.embed_tokens.weight), id(self.lm_head.weight)}
         return sum(p.numel() for p in self.parameters() if id(p) not in skip)
 
