@@ -40,6 +40,7 @@ def _model(folder: str, job: dict) -> dict:
         out["encoded"] = [tok(text).input_ids for text in job["texts"]]
         out["decoded"] = [tok.decode(x, skip_special_tokens=True) for x in out["encoded"]]
         out["eos"] = {"tokenizer": tok.eos_token_id, "generation_config": model.generation_config.eos_token_id}
+        out["pad"] = {"tokenizer": tok.pad_token_id, "generation_config": model.generation_config.pad_token_id}
         pipe = pipeline("text-generation", model=folder, trust_remote_code=True)
         out["pipeline"] = pipe(job["texts"][0], max_new_tokens=3, do_sample=False)[0]["generated_text"]
     if job.get("resave"):

@@ -23,3 +23,13 @@ def test_names_follow_the_paper():
     assert [model_name(get_preset(p)) for p in ("fox-pro-tiny", "fox-llama-tiny", "linear-pro-tiny")] == [
         "FoX (Pro)", "FoX (LLaMA)", "Gated linear attention (Pro)"]
     assert model_name(get_preset("fox-llama-tiny", qk_norm=True)) == "FoX (custom block)"
+
+
+def test_the_parameter_row_says_what_each_count_holds():
+    """It said "embedding" of a count that holds the untied LM head too (twice the embedding's)."""
+    from foxformer.models.card import model_card
+
+    for tied, said in ((False, "12.9K in the token embedding and LM head |"),
+                       (True, "6.5K in the token embedding and LM head (tied) |")):
+        card = model_card(get_preset("fox-pro-tiny", vocab_size=101, tie_embeddings=tied))
+        assert f"| parameters | 107.5K non-embedding, {said}" in card, card

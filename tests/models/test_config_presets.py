@@ -8,7 +8,7 @@ import torch
 from transformers import AutoConfig
 
 from foxformer.models import config as config_module
-from foxformer.models import PRESETS, FoxConfig, FoxForCausalLM, count_non_embedding, get_preset
+from foxformer.models import PRESETS, FoxConfig, FoxForCausalLM, count_embedding, count_non_embedding, get_preset
 from foxformer.models.config import ConfigError
 from foxformer.models.presets import model_keys, preset_table, sized_config, training_flops_per_token
 
@@ -51,6 +51,17 @@ def test_analytic_count_matches_model(name):
     cfg = get_preset(name, vocab_size=101)
     model = FoxForCausalLM(cfg)
     assert model.num_parameters_non_embedding() == count_non_embedding(cfg)
+
+
+@pytest.mark.parametrize("tied", [False, True], ids=["untied", "tied"])
+def test_non_embedding_counts_leave_out_the_lm_head_where_transformers_keeps_it(tied):
+    """The paper's N (presets, MFU, cards) leaves out the head; transformers' exclude_embeddings leaves out only the
+    nn.Embedding, so an untied head stays in its count, as the docstrings say."""
+    cfg = get_preset("fox-pro-tiny", vocab_size=101, tie_embeddings=tied)
+    model = FoxForCausalLM(cfg)
+    head = 0 if tied else cfg.vocab_size * cfg.hidden_size
+    assert model.num_parameters(exclude_embeddings=True) == count_non_embedding(cfg) + head
+    assert model.num_parameters() == count_non_embedding(cfg) + count_embedding(cfg)
 
 
 @pytest.mark.parametrize("name", sorted(n for n in PRESETS if n.endswith("tiny") and not n.startswith("linear")))
@@ -456,9 +467,9 @@ def test_token_ids_in_the_vocabulary_none_or_an_eos_list_are_taken():
     cfg = FoxConfig(vocab_size=64, hidden_size=32, num_heads=2, bos_token_id=0, eos_token_id=[63, 5], pad_token_id=None)
     assert (cfg.bos_token_id, cfg.eos_token_id, cfg.pad_token_id) == (0, [63, 5], None)
     cfg = FoxConfig(vocab_size=257, hidden_size=32, num_heads=2, tokenizer="bytes")
-    assert (cfg.bos_token_id, cfg.eos_token_id) == (256, 256)
+    assert (cfg.bos_token_id, cfg.eos_token_id, cfg.pad_token_id) == (256, 256, 256)
     again = FoxConfig.from_dict(cfg.to_dict())  # a saved config loads as it was written
-    assert (again.bos_token_id, again.eos_token_id, again.pad_token_id) == (256, 256, None)
+    assert (again.bos_token_id, again.eos_token_id, again.pad_token_id) == (256, 256, 256)
     for name in PRESETS:
         get_preset(name, tokenizer="gpt2")  # every preset's vocabulary holds GPT-2's end of text
 

@@ -208,7 +208,7 @@ def test_an_assistant_model_is_refused_before_transformers_reaches_the_cache():
 
 
 def test_generate_past_the_training_length_warns_once_naming_it():
-    """Hugging Face generate ran past the length a model was trained on without a word (foxformer's CLI warns):
+    """Hugging Face generate ran past the length a model was trained on without a word (foxformer's generate warns):
     it says so once per model where config.train_len records that length, and not within it."""
     import warnings
 
@@ -221,8 +221,9 @@ def test_generate_past_the_training_length_warns_once_naming_it():
         model.generate(tokens(1, 6), max_new_tokens=9, do_sample=False)
         make_model("fox-pro-tiny").generate(tokens(1, 6), max_new_tokens=40, do_sample=False)  # length unknown
     assert [str(w.message) for w in said] == [
-        "generate: the prompt and new tokens may reach 10 tokens, more than the 8 this model was trained on "
-        "(config.train_len); past them FoX degrades gracefully, a Transformer with RoPE badly"]
+        "generate: the prompt and new tokens may reach 10 tokens, 2 past the 8 this model was trained on "
+        "(train_len); it runs on, but quality may drop past the trained length (FoX, without position embeddings, "
+        "degrades gracefully; a Transformer with RoPE, badly)"]
 
 
 @pytest.mark.parametrize("masked", [False, True], ids=["no-mask", "mask"])

@@ -101,13 +101,14 @@ def _byte_export(tmp_path, name, stops_at_once=False):
 
 def test_byte_tokenizer_exports_load_and_stop_at_end_of_document_without_foxformer(tmp_path):
     """A bytes model's export carries a tokenizer that plain AutoTokenizer loads (no remote code) with foxformer's
-    ids, and eos 256 (end of document) in its config: HF generate and pipeline() stop there."""
+    ids, and eos 256 (end of document) in its config: HF generate and pipeline() stop there. Its pad is 256 as well,
+    the tokenizer's (the config said null)."""
     talks, talks_model = _byte_export(tmp_path, "bytes-random")
     stops, _ = _byte_export(tmp_path, "bytes-eos", stops_at_once=True)
     for folder in (talks, stops):
         with open(os.path.join(folder, "config.json")) as f:
             saved = json.load(f)
-        assert (saved["eos_token_id"], saved["bos_token_id"], saved["pad_token_id"]) == (256, 256, None)
+        assert (saved["eos_token_id"], saved["bos_token_id"], saved["pad_token_id"]) == (256, 256, 256)
         with open(os.path.join(folder, "tokenizer_config.json")) as f:
             assert "auto_map" not in json.load(f)  # no remote code
     ids = torch.tensor([list(b"Hi there")])
@@ -119,7 +120,7 @@ def test_byte_tokenizer_exports_load_and_stop_at_end_of_document_without_foxform
     for folder in (talks, stops):
         assert res[folder]["encoded"] == [tok.encode(t) for t in BYTE_TEXTS]
         assert res[folder]["decoded"] == BYTE_TEXTS
-        assert res[folder]["eos"] == {"tokenizer": 256, "generation_config": 256}
+        assert res[folder]["eos"] == res[folder]["pad"] == {"tokenizer": 256, "generation_config": 256}
     assert res[talks]["generated"] == _greedy(talks_model, ids, 6)
     assert res[talks]["pipeline"].startswith(BYTE_TEXTS[0])
     # the end-of-document token ends generation: one new token, and the pipeline's text is the prompt

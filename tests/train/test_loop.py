@@ -376,6 +376,7 @@ def test_a_run_on_any_tokenizer_exports_its_document_token_and_tokenizer(make_cf
         with open(os.path.join(folder, "config.json")) as f:
             saved = json.load(f)
         assert (saved["eos_token_id"], saved["bos_token_id"], saved["tokenizer"]) == (50256, 50256, f"hf:{tok_dir}")
+        assert saved["pad_token_id"] == 50256  # the end of document pads as well: generate needs no fallback
         assert AutoTokenizer.from_pretrained(folder, trust_remote_code=True).eos_token_id == 50256
         assert "| validation loss |" in open(os.path.join(folder, "README.md")).read()  # export-hf's card too
     assert load_model(run, device="cpu", progress=False).model.config.eos_token_id == 50256
@@ -404,8 +405,8 @@ def test_exports_record_the_training_length_which_hf_generate_warns_past(make_cf
         warnings.simplefilter("always")
         model.generate(torch.zeros(1, 30, dtype=torch.long), max_new_tokens=4, do_sample=False)
     assert [str(w.message).split(";")[0] for w in said if "train_len" in str(w.message)] == [
-        "generate: the prompt and new tokens may reach 34 tokens, more than the 32 this model was trained on "
-        "(config.train_len)"]
+        "generate: the prompt and new tokens may reach 34 tokens, 2 past the 32 this model was trained on "
+        "(train_len)"]
 
 
 def test_init_from_starts_from_another_models_weights_and_architecture(make_cfg, tmp_path):

@@ -76,10 +76,6 @@ def _cmd_generate(args) -> int:
                         progress=not args.no_progress, label=FLAGS, said_as=args.model_said)
     tokenizer = load_tokenizer(tokenizer_spec([loaded], args.tokenizer))
     n_prompt = len(start_ids(tokenizer) + tokenizer.encode(prompt))  # what the model reads, a BOS included
-    if loaded.train_len and n_prompt > loaded.train_len:
-        print(f"warning: the prompt has {n_prompt} tokens, more than the {loaded.train_len} the model was trained "
-              f"on ({args.model}); what follows may degrade (FoX degrades gracefully, a Transformer with RoPE "
-              f"badly)", file=sys.stderr)
     state: dict = {}
     pieces = []
     interrupted = None
@@ -97,7 +93,8 @@ def _cmd_generate(args) -> int:
         warnings.simplefilter("ignore", GreedyNote)
         stream = None
         try:
-            stream = generate(loaded.model, tokenizer, prompt, config=cfg, state=state, label=FLAGS,
+            # the loaded model, whose train_len (an older run's from its config.yaml) generate warns past
+            stream = generate(loaded, tokenizer, prompt, config=cfg, state=state, label=FLAGS,
                               progress=not args.no_progress)
             for piece in stream:
                 emit(piece)

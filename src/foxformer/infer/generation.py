@@ -22,6 +22,7 @@ from foxformer.data.tokenizer import start_ids
 from foxformer.models.calls import backbone, cache_keyword, cache_of, fresh_cache, model_device
 from foxformer.models.kvcache import EvictionPolicy, FoxCache, check_eviction
 from foxformer.models.loss import check_token_ids
+from foxformer.models.trained_length import warn_past_train_len
 from foxformer.progress import progress_bar, working
 from foxformer.train.loading import LoadedModel
 
@@ -211,6 +212,14 @@ def _unwrap(model):
     return model
 
 
+def _train_len(model) -> Optional[int]:
+    """The tokens ``model`` was trained on: a LoadedModel's (which reads older runs' from their config.yaml), else a
+    foxformer config's train_len; None where unknown (other Hugging Face models)."""
+    if isinstance(model, LoadedModel) and model.train_len:
+        return model.train_len
+    return getattr(getattr(_unwrap(model), "config", None), "train_len", None)
+
+
 @contextlib.contextmanager
 def _turn(model, shift: Optional[HeldShift]):
     """The model as one generation's forward runs it: in eval mode, with that generation's gate shift (None: the
@@ -261,8 +270,12 @@ def stream_tokens(model, input_ids: torch.Tensor, cfg: Optional[GenerationConfig
     ``label``: how errors name the settings (argtypes.setting_name): the keywords, or "--{}" the CLI's flags.
     ``progress``: a bar over the prompt's tokens while they are read (progress.progress_bar), gone before the first
     token comes; off by default, as a library call draws nothing of its own.
+
+    A prompt and new tokens that may run past the length the model was trained on (a LoadedModel's train_len, else
+    its config's) are allowed, and warned of once per model (models.trained_length.PastTrainLen).
     """
     cfg = cfg or GenerationConfig()
+    train_len = _train_len(model)
     model = _unwrap(model)
     dev = model_device(model)
     cfg.validate(label, dev)
@@ -290,6 +303,8 @@ def stream_tokens(model, input_ids: torch.Tensor, cfg: Optional[GenerationConfig
         if empty:
             raise ValueError(f"attention_mask: row {empty[0]} has no real token (every entry 0): give it a prompt "
                              f"or leave the row out")
+    # before the prefill, which may take minutes
+    warn_past_train_len(model, ids.shape[1] + cfg.max_new_tokens, train_len)
     generator = None
     if cfg.seed is not None:
         generator = torch.Generator(device=dev).manual_seed(int(cfg.seed))
@@ -490,7 +505,9 @@ def generate(model, tokenizer_or_ids, prompt: Optional[str | Sequence[str]] = No
     """Stream a continuation.
 
     Args:
-        model: a foxformer FoxForCausalLM (or any Hugging Face causal LM; or a LoadedModel).
+        model: a foxformer FoxForCausalLM (or any Hugging Face causal LM; or a LoadedModel). Where the prompt
+            and max_new_tokens may run past the length it was trained on, a PastTrainLen warning says so (once
+            per model).
         tokenizer_or_ids: a tokenizer (``encode``/``decode``; or a spec string such as "gpt2") together
             with ``prompt`` text: yields text pieces. Or prompt token ids (list of ints or a LongTensor
             [T]): yields ints; a LongTensor [B, T]: yields LongTensors [B].

@@ -39,7 +39,8 @@ def model_card(config: FoxConfig, training: Optional[dict] = None) -> str:
             ("forget gate", gate),
             ("block additions", ", ".join(extras) or "none"),
             ("parameters", f"{_count(count_non_embedding(config))} non-embedding, "
-                           f"{_count(count_embedding(config))} embedding"),
+                           f"{_count(count_embedding(config))} in the token embedding and LM head"
+                           f"{' (tied)' if config.tie_embeddings else ''}"),
             ("tokenizer", f"{config.tokenizer or 'not recorded'} ({config.vocab_size} ids"
                           + (f", end of document {config.eos_token_id})" if config.eos_token_id is not None else ")"))]
     lines = ["---", "library_name: transformers", "pipeline_tag: text-generation",

@@ -161,10 +161,11 @@ class FoxConfig(PretrainedConfig):
         save_pretrained writes its files next to the weights and the eval commands use it. None: unknown.
     train_len: the longest sequences (tokens) the weights were trained on, which training records; generate warns
         once when a prompt and its new tokens may run past it. None: unknown.
-    bos_token_id / eos_token_id: None with a built-in tokenizer (bytes, gpt2, gpt2-json) means its end-of-document
-        token (256 for bytes, 50256 for the GPT-2 ones), the token between documents in foxformer's data: Hugging
-        Face generate stops there; training sets both from its dataset for any tokenizer. pad_token_id stays None
-        (training packs documents, nothing is padded). Each id lies in [0, vocab_size); eos may be a list of them.
+    bos_token_id / eos_token_id / pad_token_id: None with a built-in tokenizer (bytes, gpt2, gpt2-json) means its
+        end-of-document token (256 for bytes, 50256 for the GPT-2 ones), the token between documents in foxformer's
+        data: Hugging Face generate stops there, and the tokenizer pads with it. Training sets bos and eos from its
+        dataset for any tokenizer; pad None then follows eos (where the config names a tokenizer). Each id lies in
+        [0, vocab_size); eos may be a list of them.
     """
 
     model_type = "foxformer"
@@ -243,11 +244,7 @@ class FoxConfig(PretrainedConfig):
             self.v_shift = self.kv_shift
         if self.qk_norm_eps is None:
             self.qk_norm_eps = self.rms_norm_eps
-        bos, eos = document_token_ids(self.tokenizer)
-        if self.bos_token_id is None:
-            self.bos_token_id = bos
-        if self.eos_token_id is None:
-            self.eos_token_id = eos
+        self._fill_token_ids()
         super().__post_init__(**kwargs)
         # transformers keeps any key as an attribute: FoxConfig(num_hiden_layers=2) built 12 layers without a word.
         # Keys it reads itself (torch_dtype, generation settings, ...) it has taken out of the config by now.
@@ -255,6 +252,23 @@ class FoxConfig(PretrainedConfig):
         _warn_misspelled([k for k in kwargs if k in vars(self)], "it is kept as an attribute that no model reads",
                          stacklevel=3)
         self._validate()
+
+    def _fill_token_ids(self) -> None:
+        """bos / eos / pad left None, from the tokenizer the model reads. A built-in one's end-of-document token is
+        all three: the token between documents in training, and the one its Hugging Face tokenizer pads with
+        (data.hf_tokenizer). Other tokenizers are known only by loading them: training records eos from its data,
+        and pad follows it, as their tokenizers pad with it too. pad stayed None, and exports said so although
+        their tokenizer padded with eos: generate, pipelines and trainers that read the config's pad had none.
+        Without a tokenizer (unknown), nothing is guessed."""
+        document = document_token_ids(self.tokenizer)[1]
+        if self.bos_token_id is None:
+            self.bos_token_id = document
+        if self.eos_token_id is None:
+            self.eos_token_id = document
+        eos = self.eos_token_id
+        if self.pad_token_id is None and self.tokenizer is not None:
+            self.pad_token_id = document if document is not None else (
+                eos if isinstance(eos, int) and not isinstance(eos, bool) else None)
 
     @classmethod
     def from_dict(cls, config_dict: dict, **kwargs):
@@ -391,7 +405,7 @@ class FoxConfig(PretrainedConfig):
         the model can never emit such an eos, so generation ran on to its limit, and a bos or pad id fed to the
         model was blamed on the input_ids (on a GPU, whose decode steps do not read the ids, a device-side assert
         in the embedding), far from the config. transformers only warns, and only at save, because configs on the
-        Hub carry pad_token_id=-1; foxformer never wrote one (training packs documents, pads nothing). eos may be
+        Hub carry pad_token_id=-1; foxformer never writes one (its pad is the end-of-document token). eos may be
         a list of ids, as transformers' generate takes it (any of them stops a sequence). vocab_size: a size the
         vocabulary is about to take (resize_token_embeddings); None: the config's."""
         vocab_size = self.vocab_size if vocab_size is None else vocab_size
@@ -403,7 +417,7 @@ class FoxConfig(PretrainedConfig):
                 if token is None and not several:
                     continue
                 if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < vocab_size:
-                    # the tokenizer's end-of-document id fills bos and eos when they are not given
+                    # the tokenizer's end-of-document id fills bos, eos and pad when they are not given
                     whence = (f" (the end-of-document token of tokenizer {self.tokenizer!r})"
                               if document is not None and token == document else "")
                     raise ConfigError(f"{name} must be a token id in [0, vocab_size={vocab_size})"

@@ -36,6 +36,7 @@ from .layers import (Block, ForgetGate, GateProjection, RMSNorm, SeqContext, ini
                      rope_tables)
 from .loss import IGNORE_INDEX, check_token_ids, chunked_token_losses, fused_causal_lm_loss, next_token_targets
 from .packing import HF_PACKING_KWARGS, masked_packing, one_row, packed_documents, position_restarts
+from .trained_length import warn_past_train_len
 
 try:  # respects "already loaded" flags during from_pretrained (transformers v5)
     from transformers import initialization as _init
@@ -556,11 +557,16 @@ class FoxForCausalLM(FoxPreTrainedModel, GenerationMixin):
     def from_pretrained(cls, *args, **kwargs):
         """transformers' from_pretrained, with the config saying whether the LM head is the embedding: a checkpoint
         holding two different matrices stays untied under ``tie_word_embeddings=True`` (transformers warns), but
-        the config kept saying tied, and a model saved again wrote that lie into its config.json."""
+        the config kept saying tied, and a model saved again wrote that lie into its config.json. The generation
+        config takes the config's pad_token_id where it has none."""
         loaded = super().from_pretrained(*args, **kwargs)
         model = loaded[0] if isinstance(loaded, tuple) else loaded  # output_loading_info=True: (model, info)
         if model.config.tie_embeddings and model.lm_head.weight is not model.model.embed_tokens.weight:
             model.config.tie_embeddings = False
+        # exports from before the config filled pad_token_id in saved a generation_config.json without one, and
+        # generate reads that file, not the config (whose pad now comes from the tokenizer)
+        if model.generation_config.pad_token_id is None and model.config.pad_token_id is not None:
+            model.generation_config.pad_token_id = model.config.pad_token_id
         return loaded
 
     def _adjust_missing_and_unexpected_keys(self, loading_info, *args, **kwargs):
@@ -591,7 +597,8 @@ class FoxForCausalLM(FoxPreTrainedModel, GenerationMixin):
         self.lm_head = value
 
     def num_parameters_non_embedding(self) -> int:
-        """Parameters outside the token embedding and the LM head (the paper's N)."""
+        """Parameters outside the token embedding and the LM head (the paper's N, presets.count_non_embedding).
+        transformers' ``num_parameters(exclude_embeddings=True)`` counts an untied LM head among them."""
         skip = {id(self.model.embed_tokens.weight), id(self.lm_head.weight)}
         return sum(p.numel() for p in self.parameters() if id(p) not in skip)
 
@@ -692,12 +699,7 @@ class FoxForCausalLM(FoxPreTrainedModel, GenerationMixin):
         call = inspect.signature(super()._prepare_cache_for_generation).bind(generation_config, model_kwargs, *args,
                                                                                 **kwargs)
         check_cache_batch(given, generation_config, call.arguments.get("batch_size"))
-        trained = self.config.train_len
-        if trained and (generation_config.max_length or 0) > trained and not getattr(self, "_said_train_len", False):
-            self._said_train_len = True  # once per model: generate runs in loops
-            warnings.warn(f"generate: the prompt and new tokens may reach {generation_config.max_length} tokens, more "
-                          f"than the {trained} this model was trained on (config.train_len); past them FoX degrades "
-                          f"gracefully, a Transformer with RoPE badly", stacklevel=3)
+        warn_past_train_len(self, generation_config.max_length or 0, self.config.train_len)
         passed = given is not None
         asked = generation_config.cache_implementation
         if asked in CACHE_DECODE_MODES and not passed:

@@ -49,7 +49,8 @@ def device_peak_flops(device: torch.device, dtype: str = "bf16") -> float | None
 
 def mfu(tokens_per_s: float | None, flops_per_token: float, peak: float | None, world_size: int = 1) -> float | None:
     """Model FLOPs utilisation of ``world_size`` devices of ``peak`` FLOP/s each; None without a peak or a
-    throughput (CPU, an unknown GPU, a run that failed)."""
+    throughput (CPU, an unknown GPU, a run that failed). ``flops_per_token``: the model's training_flops_per_token,
+    which leaves out the LM head's product."""
     if not peak or tokens_per_s is None:
         return None
     return tokens_per_s * flops_per_token / (peak * world_size)
