@@ -50,7 +50,7 @@ def find_runs(bundles: list[str]) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for b in bundles:
         for run in sorted(glob.glob(os.path.join(b, "runs", "*"))):
-            with open(os.path.join(run, "config.yaml")) as f:
+            with open(os.path.join(run, "config.yaml"), encoding="utf-8") as f:
                 cfg = yaml.safe_load(f)
             preset = cfg.get("preset") or SEED_SUFFIX.sub("", os.path.basename(run))
             base, _, size = preset.rpartition("-")
@@ -84,7 +84,7 @@ def _sequences(path: str) -> str:
     """What an evaluation read (the hash of its token sequences): only evaluations of the same sequences
     are compared."""
     loss = path if path.endswith(".json") else os.path.join(path, "eval", "loss.json")
-    with open(loss) as f:
+    with open(loss, encoding="utf-8") as f:
         return str(json.load(f).get("settings", {}).get("tokens_sha256"))
 
 
@@ -157,7 +157,7 @@ def stopped_early(paths: list[str]) -> list[str]:
 def _compare_body(heading: str, out: str, res: dict) -> list[str]:
     """A comparison's part: heading, tables, difference figure, the runs a time guard stopped early, and the runs
     it read (``INPUTS``)."""
-    body = [heading, "", open(os.path.join(out, "compare.md")).read(),
+    body = [heading, "", open(os.path.join(out, "compare.md"), encoding="utf-8").read(),
             f"![loss difference]({out[5:]}/loss_difference.png)", ""]
     early = stopped_early(res["runs"])
     if early:
@@ -176,7 +176,7 @@ def _interval_line(diff: dict, key: str) -> str:
 
 
 def gate_timescales(path: str) -> np.ndarray:
-    with open(path) as f:
+    with open(path, encoding="utf-8") as f:
         model = json.load(f)["models"][0]
     return np.asarray(model["timescale"], dtype=np.float64)  # [layers, heads]; inf: no forgetting measured
 
@@ -533,7 +533,8 @@ def section(bundles: list[str], old: tuple[dict, dict, dict] = ({}, {}, {}), giv
             body += [seed_table(seed_dirs), "", "One seed in detail (its steps and the gates' reach):", ""]
         read = sorted(f"{os.path.basename(os.path.dirname(os.path.abspath(d)))}/{os.path.basename(d)}"
                       for d in seed_dirs)
-        units["mqar"] = (body + [open(os.path.join(mqar, "mqar.md")).read(), f"![MQAR]({figs[5:]}/mqar.png)", "",
+        table = open(os.path.join(mqar, "mqar.md"), encoding="utf-8").read()
+        units["mqar"] = (body + [table, f"![MQAR]({figs[5:]}/mqar.png)", "",
                                  f"![MQAR training]({figs[5:]}/mqar_training.png)", "", INPUTS.format(" ".join(read))],
                          [])
     return _assemble(bundles, units, old)
@@ -550,7 +551,7 @@ def _assemble(bundles: list[str], units: dict, old: tuple[dict, dict, dict]) -> 
                          "other on each text it read, and (with the seed calls' full-mix models beside it) on the "
                          "held-out prose:", ""], [])
     for b in bundles:  # where each figure comes from
-        prov = [open(os.path.join(b, f)).read().strip() for f in ("commit.txt", "env.txt")
+        prov = [open(os.path.join(b, f), encoding="utf-8").read().strip() for f in ("commit.txt", "env.txt")
                 if os.path.exists(os.path.join(b, f))]
         if prov:
             name = os.path.basename(os.path.normpath(b))
@@ -629,13 +630,13 @@ def archive(bundles: list[str]) -> None:
 
 
 def _read(path: str) -> dict:
-    with open(path) as f:
+    with open(path, encoding="utf-8") as f:
         return json.load(f)
 
 
 def _write(path: str, data: dict) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
+    with open(path, "w", encoding="utf-8") as f:
         json.dump(data, f)
 
 
@@ -685,12 +686,12 @@ def main() -> int:
     if missing:
         print(f"error: bundles: {missing} are not folders (unpack each repro_bundle.tgz into one)", file=sys.stderr)
         return 2
-    text = open(DOC).read()
+    text = open(DOC, encoding="utf-8").read()
     if BEGIN not in text or END not in text:
         print(f"error: {DOC} has no {BEGIN} ... {END} section", file=sys.stderr)
         return 2
     new = update(text, args.bundles)
-    with open(DOC, "w") as f:
+    with open(DOC, "w", encoding="utf-8") as f:
         f.write(new)
     print(f"wrote {DOC} and {OUT}/ (the bundles' inputs kept in {OUT}/inputs/: commit them)")
     return 0

@@ -27,7 +27,7 @@ MEASURED = os.path.join(os.path.dirname(__file__), "..", "docs", "bench", "scali
 
 
 def one_gpu_tok_s(path: str) -> float:
-    with open(path) as f:
+    with open(path, encoding="utf-8") as f:
         rows = json.load(f)["rows"]
     return next(r["tok_s"] for r in rows if r["gpus"] == 1)
 
@@ -78,7 +78,7 @@ def main() -> None:
               f"| {r['efficiency']:.3f} | {r['tokens_per_s'] / 1e6:.2f}M | {r['hours_48b']:.0f} "
               f"| {r['checkpoint_bytes_per_gpu'] / 1e9:.2f} |")
     if args.json:
-        with open(args.json, "w") as f:
+        with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"tok_s_one_gpu": rates, "rows": rows}, f, indent=2)
 
 

@@ -15,7 +15,7 @@ import statistics
 
 def loop_mfu(metrics_path: str, skip: int) -> tuple[float, int]:
     """Median MFU of the train records after the first `skip` steps, and how many steps that median covers."""
-    with open(metrics_path) as f:
+    with open(metrics_path, encoding="utf-8") as f:
         recs = [json.loads(line) for line in f if line.strip()]
     steady = [r["mfu"] for r in recs if r.get("kind") == "train" and r["step"] > skip and r.get("mfu") is not None]
     if not steady:
@@ -24,7 +24,7 @@ def loop_mfu(metrics_path: str, skip: int) -> tuple[float, int]:
 
 
 def bench_mfu(bench_path: str, preset: str) -> float:
-    with open(bench_path) as f:
+    with open(bench_path, encoding="utf-8") as f:
         rows = json.load(f)["results"]
     for row in rows:
         if row.get("preset") == preset and row.get("mfu") is not None:
