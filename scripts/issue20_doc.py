@@ -533,8 +533,8 @@ def section(bundles: list[str], old: tuple[dict, dict, dict] = ({}, {}, {}), giv
             body += [seed_table(seed_dirs), "", "One seed in detail (its steps and the gates' reach):", ""]
         read = sorted(f"{os.path.basename(os.path.dirname(os.path.abspath(d)))}/{os.path.basename(d)}"
                       for d in seed_dirs)
-        table = open(os.path.join(mqar, "mqar.md"), encoding="utf-8").read()
-        units["mqar"] = (body + [table, f"![MQAR]({figs[5:]}/mqar.png)", "",
+        mqar_table = open(os.path.join(mqar, "mqar.md"), encoding="utf-8").read()
+        units["mqar"] = (body + [mqar_table, f"![MQAR]({figs[5:]}/mqar.png)", "",
                                  f"![MQAR training]({figs[5:]}/mqar_training.png)", "", INPUTS.format(" ".join(read))],
                          [])
     return _assemble(bundles, units, old)
