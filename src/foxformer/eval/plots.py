@@ -141,7 +141,10 @@ def matrices_figure(panels: Sequence[tuple[str, np.ndarray]], *, label: str, nco
         m = np.asarray(m, dtype=np.float64)
         if log_scale:
             shown = np.log10(np.clip(m, 1e-6, None))
-            im = ax.imshow(np.where(np.tril(np.ones_like(m)) > 0, shown, np.nan), cmap="viridis", vmin=-6, vmax=0)
+            # up to 0 (a probability or a fraction kept), or to the largest where weights exceed 1 (|A| of gated
+            # linear attention), which a top of 0 showed as one colour
+            im = ax.imshow(np.where(np.tril(np.ones_like(m)) > 0, shown, np.nan), cmap="viridis", vmin=-6,
+                           vmax=max(0.0, float(np.nanmax(shown))))
         else:
             im = ax.imshow(np.where(np.tril(np.ones_like(m)) > 0, m, np.nan), cmap="viridis", vmin=0.0,
                            vmax=max(float(np.nanmax(m)), 1e-12))
