@@ -235,3 +235,21 @@ def test_the_training_table_and_curve_give_their_units(tmp_path, monkeypatch, co
     assert (ax.get_xlabel(), ax.get_ylabel(), ax.get_title()) == ("training tokens [M]", f"loss [{unit}]",
                                                                    "Training: run")
     assert list(ax.get_lines()[1].get_xdata()) == [1.048576]
+
+
+def test_gate_and_niah_tables_give_the_units_of_their_numbers(tmp_path):
+    """The tables headed the summaries' keys: "median_timescale | 0.7954" said no tokens, "max_depth_shift |
+    0.02381" not that it is a share of the context."""
+    run = tmp_path / "run"
+    run.mkdir()
+    gates = {"name": "fox", "has_gate": True, "tokens": 4096, "median_timescale": 0.8, "min_timescale": 0.5,
+             "heads_beyond_text": 0, "median_eff_context": 1.0}
+    (run / "gates.json").write_text(json.dumps({"models": [{"summary": gates}]}))
+    niah = {"name": "fox", "train_len": 256, "trials": 24, "standard_accuracy": 0.5, "max_depth_shift": 0.02}
+    (run / "niah.json").write_text(json.dumps({"models": [{"summary": niah}]}))
+    page = open(build_report([str(run)], str(tmp_path / "report"))).read()
+    assert ("| name | has_gate | tokens analysed | median timescale [tokens] | min timescale [tokens] | "
+            "heads_beyond_text | median effective context [tokens] |\n|---|---|---|---|---|---|---|\n"
+            "| fox | True | 4096 | 0.8 | 0.5 | 0 | 1 |") in page
+    assert ("| name | train_len [tokens] | trials | standard_accuracy | max needle depth shift [share of the context] "
+            "|\n|---|---|---|---|---|\n| fox | 256 | 24 | 0.5 | 0.02 |") in page

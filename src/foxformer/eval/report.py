@@ -164,17 +164,24 @@ def _loss_unit(tokenizer: str | None) -> str:
     return f"nats per {'byte' if tokenizer == 'bytes' else f'{tokenizer} token'}"
 
 
+# Column headings with the unit of a summary's number: the gate table's "median_timescale | 0.7954" did not say
+# tokens, niah's "max_depth_shift | 0.02381" not that it is a share of the context.
+SUMMARY_HEADINGS = {"train_len": "train_len [tokens]", "tokens": "tokens analysed",
+                    "median_timescale": "median timescale [tokens]", "min_timescale": "min timescale [tokens]",
+                    "median_eff_context": "median effective context [tokens]",
+                    "max_depth_shift": "max needle depth shift [share of the context]"}
+
+
 def _summary_blocks(title: str, data: dict, base: str, out_dir: str, tag: str) -> list[Block]:
     """A heading, one table row per model from its "summary" dict, then the plots."""
-    rows = None
+    keys, rows = None, []
     for m in data.get("models", []):
         s = m.get("summary", {})
-        if rows is None:
-            rows = [list(s)]
-        rows.append([s.get(k) for k in rows[0]])
+        keys = list(s) if keys is None else keys
+        rows.append([s.get(k) for k in keys])
     out = [Block("h3", title)]
-    if rows:
-        out.append(Block("table", rows=rows))
+    if keys is not None:
+        out.append(Block("table", rows=[[SUMMARY_HEADINGS.get(k, k) for k in keys]] + rows))
     return out + _images(data, base, out_dir, tag)
 
 
