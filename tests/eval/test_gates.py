@@ -164,15 +164,23 @@ def test_linear_attention_plots_show_the_magnitude_of_signed_weights(tmp_path, m
     np.testing.assert_array_equal(shown, np.abs(signed))
 
 
-def test_every_gate_plot_says_what_its_colours_and_lines_are(tmp_path, monkeypatch):
-    """The colour bars of the decay and attention matrices had no label, and the per-head decay curves no legend
-    (save_gates gave no names): each colour bar now names its quantity and unit, each line plot has a legend."""
+def _saved_figures(monkeypatch) -> dict:
+    """The figures save_gates draws, by file name, as they are saved."""
     from foxformer.eval import outputs
 
     figures = {}
     save = outputs.plots.save_figure
     monkeypatch.setattr(outputs.plots, "save_figure",
                         lambda fig, path: figures.setdefault(os.path.basename(path), fig) and save(fig, path))
+    return figures
+
+
+def test_every_gate_plot_says_what_its_colours_and_lines_are(tmp_path, monkeypatch):
+    """The colour bars of the decay and attention matrices had no label, and the per-head decay curves no legend
+    (save_gates gave no names): each colour bar now names its quantity and unit, each line plot has a legend."""
+    from foxformer.eval import outputs
+
+    figures = _saved_figures(monkeypatch)
     model = tiny_model("fox-pro-tiny")
     tokens = torch.randint(0, 97, (1, 32), generator=torch.Generator().manual_seed(0))
     stats = gate_stats(model, tokens, name="fox")
@@ -200,10 +208,7 @@ def test_attention_matrices_are_drawn_on_the_scale_asked_for(tmp_path, monkeypat
     (a Transformer's spread-out attention and FoX's local one looked alike): log is the default."""
     from foxformer.eval import outputs
 
-    figures = {}
-    save = outputs.plots.save_figure
-    monkeypatch.setattr(outputs.plots, "save_figure",
-                        lambda fig, path: figures.setdefault(os.path.basename(path), fig) and save(fig, path))
+    figures = _saved_figures(monkeypatch)
     model = tiny_model("transformer-pro-tiny")
     tokens = torch.randint(0, 97, (1, 32), generator=torch.Generator().manual_seed(0))
     outputs.save_gates([(gate_stats(model, tokens, name="tf"), model, tokens)], str(tmp_path), heads=[(0, 1)],
