@@ -102,7 +102,7 @@ def _per_position_smooth(curve: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(xs), np.asarray(ys)
 
 
-def _plot(out: str, results: dict) -> str:
+def _plot(out: str, results: dict, tokenizer: str) -> str:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -121,10 +121,12 @@ def _plot(out: str, results: dict) -> str:
                      label=f"{LABELS[preset]} train")
         xs, ys = _per_position_smooth(np.asarray(res["per_position"]))
         ax2.plot(xs, ys, label=f"{LABELS[preset]} (val {res['val_loss']:.3f})", color=line.get_color())
-    ax1.set(xlabel="training tokens", ylabel="loss (nats/token)", title="Loss during training")
+    # byte-level losses (the CPU default) were labelled per token, a figure the report's text gives per byte
+    unit = "nats/byte" if tokenizer == "bytes" else "nats/token"
+    ax1.set(xlabel="training tokens", ylabel=f"loss ({unit})", title="Loss during training")
     ax1.legend()
     ax1.grid(alpha=0.3)
-    ax2.set(xlabel="position i in the sequence", ylabel="validation loss L(i)", xscale="log",
+    ax2.set(xlabel="position i in the sequence", ylabel=f"validation loss L(i) ({unit})", xscale="log",
             title="Per-position validation loss")
     ax2.legend()
     ax2.grid(alpha=0.3)
@@ -201,6 +203,12 @@ def run_demo(out: str = "runs/demo", minutes: float = 3.0, device: str = "auto",
     # a context below 1 only failed later, as a traceback from an empty forward in the speed probe
     if isinstance(geo["context"], bool) or not isinstance(geo["context"], int) or geo["context"] < 1:
         raise ValueError(f"context: expected a positive integer, got {geo['context']!r}")
+    if "context" in (overrides or {}) and "batch_tokens" not in overrides:
+        # the device's batch is whole sequences of its own context: another --context (one not dividing 8192 on a
+        # CPU) failed after the data preparation and the speed probe, on a batch_tokens no demo flag sets
+        geo["batch_tokens"] = max(1, round(geo["batch_tokens"] / geo["context"])) * geo["context"]
+        if "micro_batch_size" not in overrides:  # the CPU's 16 sequences a pass need not divide the new batch
+            geo["micro_batch_size"] = 0
 
     def log(msg: str) -> None:
         print(f"[demo] {msg}", file=sys.stderr, flush=True)
@@ -237,7 +245,7 @@ def run_demo(out: str = "runs/demo", minutes: float = 3.0, device: str = "auto",
                                  plan["micro_batch_size"] or 8, info, device == "cuda")
         results[preset] = {**summary, "val_loss": loss, "per_position": per_pos.tolist()}
         del model
-    png = _plot(out, results)
+    png = _plot(out, results, plan["tokenizer"])
     wall = time.time() - t0
     report = _report(out, plan, manifest, results, png, wall)
     summary = {"out": out, "report": report, "plot": png, "plan": plan, "wall_s": wall,

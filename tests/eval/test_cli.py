@@ -125,7 +125,7 @@ def test_analyze_gates_writes_stats_and_plots(workspace):
     model = data["models"][0]
     assert model["heads_plotted"] == [[0, 0], [1, 3]]
     assert len(model["timescale"]) == 2 and len(model["timescale"][0]) == 4
-    assert len(data["plots"]) == 5
+    assert len(data["plots"]) == 5 and data["settings"]["attention_scale"] == "log"
     for name in data["plots"]:
         _nonempty_png(os.path.join(out, name))
 

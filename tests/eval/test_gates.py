@@ -164,15 +164,23 @@ def test_linear_attention_plots_show_the_magnitude_of_signed_weights(tmp_path, m
     np.testing.assert_array_equal(shown, np.abs(signed))
 
 
-def test_every_gate_plot_says_what_its_colours_and_lines_are(tmp_path, monkeypatch):
-    """The colour bars of the decay and attention matrices had no label, and the per-head decay curves no legend
-    (save_gates gave no names): each colour bar now names its quantity and unit, each line plot has a legend."""
+def _saved_figures(monkeypatch) -> dict:
+    """The figures save_gates draws, by file name, as they are saved."""
     from foxformer.eval import outputs
 
     figures = {}
     save = outputs.plots.save_figure
     monkeypatch.setattr(outputs.plots, "save_figure",
                         lambda fig, path: figures.setdefault(os.path.basename(path), fig) and save(fig, path))
+    return figures
+
+
+def test_every_gate_plot_says_what_its_colours_and_lines_are(tmp_path, monkeypatch):
+    """The colour bars of the decay and attention matrices had no label, and the per-head decay curves no legend
+    (save_gates gave no names): each colour bar now names its quantity and unit, each line plot has a legend."""
+    from foxformer.eval import outputs
+
+    figures = _saved_figures(monkeypatch)
     model = tiny_model("fox-pro-tiny")
     tokens = torch.randint(0, 97, (1, 32), generator=torch.Generator().manual_seed(0))
     stats = gate_stats(model, tokens, name="fox")
@@ -183,7 +191,7 @@ def test_every_gate_plot_says_what_its_colours_and_lines_are(tmp_path, monkeypat
     bars = {name: [ax.get_ylabel() for ax in fig.axes if ax.get_label() == "<colorbar>"]
             for name, fig in figures.items()}
     assert bars["gates_fox_decay.png"] == ["log10 decay F [fraction kept]"] * 2
-    assert bars["gates_fox_attention.png"] == ["attention weight [probability]"] * 2
+    assert bars["gates_fox_attention.png"] == ["log10 attention weight [probability]"] * 2
     assert bars["gates_fox_timescale.png"] == ["log10 timescale [tokens]"]
     assert bars["gates_fox_eff_context.png"] == ["log10 effective context [tokens]"]
     (curves,) = figures["gates_fox_decay_curves.png"].axes
@@ -191,6 +199,39 @@ def test_every_gate_plot_says_what_its_colours_and_lines_are(tmp_path, monkeypat
     assert legend == [f"layer {i}" for i in range(stats.num_layers)] + ["1/e"]
     assert len(curves.get_lines()) == stats.num_layers * len(stats.timescale[0]) + 1
     assert "[tokens]" in curves.get_xlabel()
+
+
+@pytest.mark.parametrize("scale, label", [("log", "log10 attention weight [probability]"),
+                                          ("linear", "attention weight [probability]")])
+def test_attention_matrices_are_drawn_on_the_scale_asked_for(tmp_path, monkeypatch, scale, label):
+    """On the linear scale nearly all of a row's weight sits on the diagonal, and the rest was one dark colour
+    (a Transformer's spread-out attention and FoX's local one looked alike): log is the default."""
+    from foxformer.eval import outputs
+
+    figures = _saved_figures(monkeypatch)
+    model = tiny_model("transformer-pro-tiny")
+    tokens = torch.randint(0, 97, (1, 32), generator=torch.Generator().manual_seed(0))
+    outputs.save_gates([(gate_stats(model, tokens, name="tf"), model, tokens)], str(tmp_path), heads=[(0, 1)],
+                       attention_scale=scale)
+    panel, bar = figures["gates_tf_attention.png"].axes
+    assert bar.get_ylabel() == label
+    shown = panel.get_images()[0]
+    weights = head_matrices(model, tokens, [(0, 1)])[0]["attention"]
+    if scale == "log":
+        assert shown.get_clim() == (-6, 0)
+        np.testing.assert_allclose(shown.get_array()[5, :6], np.log10(np.clip(weights[5, :6], 1e-6, None)))
+    else:
+        assert shown.get_clim() == (0.0, pytest.approx(weights.max()))
+
+
+def test_log_scale_reaches_linear_attention_weights_above_one():
+    """|A| of gated linear attention may exceed 1, which a log scale topped at 0 showed as one colour."""
+    from foxformer.eval.plots import matrices_figure
+
+    m = np.tril(np.full((4, 4), 1e-3))
+    m[3, 0] = 100.0
+    fig = matrices_figure([("|A|", m)], label="|weight|", log_scale=True)
+    assert fig.axes[0].get_images()[0].get_clim() == (-6, pytest.approx(2.0))
 
 
 def test_head_grid_numbers_and_title_stay_readable():

@@ -187,6 +187,26 @@ def test_heatmap_training_length_line_follows_the_lengths_in_any_order(lengths, 
     assert [line.get_xdata()[0] for line in ax.lines] == [1.5]       # between 32 and 64
 
 
+@pytest.mark.parametrize("metric, bar", [("accuracy", "greedy answer holds the value [share of trials]"),
+                                         ("ll_accuracy", "every answer token is the top-1 [share of trials]")])
+def test_heatmap_axes_and_colour_bar_say_what_they_count(metric, bar, tmp_path, monkeypatch):
+    """The colour bar was labelled with the metric's key ("ll_accuracy"), the lengths had no unit and the dashed
+    line no explanation."""
+    from foxformer.eval import plots
+    from foxformer.eval.niah import NiahResult
+
+    figures, save = [], plots.save_figure
+    monkeypatch.setattr(plots, "save_figure", lambda fig, path: (figures.append(fig), save(fig, path))[1])
+    records = [{"length": l, "depth": 0.0, "mode": "standard", "found": True, "ll_correct": False,
+                "answer_logprob": 0.0} for l in (16, 64)]
+    result = NiahResult(name="m", lengths=[16, 64], depths=[0.0], modes=["standard"], train_len=32, records=records)
+    plots.plot_niah_heatmaps([result], str(tmp_path / "niah.png"), metric=metric)
+    heatmap, colour_bar = figures[0].axes
+    assert colour_bar.get_ylabel() == bar
+    assert heatmap.get_xlabel() == "context length [tokens] (right of the dashes: beyond train length)"
+    assert heatmap.get_ylabel() == "needle depth [% of the context]"
+
+
 class ScriptedLM(torch.nn.Module):
     """Greedy decoding after ``prompt_len`` tokens emits ``script`` token by token (then token 0)."""
 

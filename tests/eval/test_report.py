@@ -211,3 +211,45 @@ def test_the_report_names_the_data_a_run_trained_and_was_evaluated_on(tmp_path, 
     assert "| model | fox-pro-tiny |\n| data | data_cache/my data |\n| tokenizer | bytes |" in page
     assert f"### Per-position loss\n\n{said}\n\n| model | seq_len |" in page
     assert sorted(os.listdir(tmp_path / "report" / "assets")) == ["0_run_loss_curve.png", "0_run_training.png"]
+
+
+@pytest.mark.parametrize("config, unit", [("tokenizer: gpt2\n", "nats per gpt2 token"), ("", "nats")],
+                         ids=["tokenizer", "unknown"])
+def test_the_training_table_and_curve_give_their_units(tmp_path, monkeypatch, config, unit):
+    """The training plot's axes read "loss" and "tokens" (with matplotlib's "1e6" in the corner), its table
+    "tokens | 1048576" and losses without the unit the report gives evaluations."""
+    from foxformer.eval import plots
+
+    figures, save = [], plots.save_figure
+    monkeypatch.setattr(plots, "save_figure", lambda fig, path: (figures.append(fig), save(fig, path))[1])
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("preset: fox-pro-tiny\n" + config)
+    (run / "metrics.jsonl").write_text("".join(
+        json.dumps({"kind": "train", "step": s, "tokens": s * 524288, "loss": 3.0 - s / 10}) + "\n" for s in (1, 2))
+        + json.dumps({"kind": "eval", "step": 2, "tokens": 1048576, "val_loss": 2.9}) + "\n")
+    page = open(build_report([str(run)], str(tmp_path / "report"))).read()
+    assert (f"| last train loss [{unit}] | 2.8 |\n| last validation loss [{unit}] | 2.9 |\n| tokens | 1,048,576 |"
+            in page)
+    (ax,) = figures[0].axes
+    assert (ax.get_xlabel(), ax.get_ylabel(), ax.get_title()) == ("training tokens [M]", f"loss [{unit}]",
+                                                                   "Training: run")
+    assert list(ax.get_lines()[1].get_xdata()) == [1.048576]
+
+
+def test_gate_and_niah_tables_give_the_units_of_their_numbers(tmp_path):
+    """The tables headed the summaries' keys: "median_timescale | 0.7954" said no tokens, "max_depth_shift |
+    0.02381" not that it is a share of the context."""
+    run = tmp_path / "run"
+    run.mkdir()
+    gates = {"name": "fox", "has_gate": True, "tokens": 4096, "median_timescale": 0.8, "min_timescale": 0.5,
+             "heads_beyond_text": 0, "median_eff_context": 1.0}
+    (run / "gates.json").write_text(json.dumps({"models": [{"summary": gates}]}))
+    niah = {"name": "fox", "train_len": 256, "trials": 24, "standard_accuracy": 0.5, "max_depth_shift": 0.02}
+    (run / "niah.json").write_text(json.dumps({"models": [{"summary": niah}]}))
+    page = open(build_report([str(run)], str(tmp_path / "report"))).read()
+    assert ("| name | has_gate | tokens analysed | median timescale [tokens] | min timescale [tokens] | "
+            "heads_beyond_text | median effective context [tokens] |\n|---|---|---|---|---|---|---|\n"
+            "| fox | True | 4096 | 0.8 | 0.5 | 0 | 1 |") in page
+    assert ("| name | train_len [tokens] | trials | standard_accuracy | max needle depth shift [share of the context] "
+            "|\n|---|---|---|---|---|\n| fox | 256 | 24 | 0.5 | 0.02 |") in page

@@ -52,6 +52,29 @@ def test_demo_rejects_a_bad_budget_or_context_before_any_work(tmp_path, capsys, 
     assert not out.exists()
 
 
+@pytest.mark.parametrize("context, batch", [(300, 8100), (256, 8192), (20000, 20000)])
+def test_demo_fits_its_batch_to_another_context(tmp_path, monkeypatch, context, batch):
+    """`demo --context 300` failed after preparing the data and probing the speed, with "batch_tokens: 8192 is
+    not a multiple of context=300 ... give 8100": a setting the demo has no flag for."""
+    from foxformer import demo
+
+    planned = {}
+
+    def plan(out, minutes, device, geo, vocab_size, log):
+        planned.update(geo)
+        raise KeyboardInterrupt  # enough: what follows is training
+
+    monkeypatch.setattr(demo, "_plan", plan)
+    with pytest.raises(KeyboardInterrupt):
+        demo.run_demo(out=str(tmp_path / "demo"), minutes=0.1, device="cpu", progress=False,
+                      sources=["builtin:pydoc"], overrides={"context": context})
+    assert (planned["context"], planned["batch_tokens"], planned["micro_batch_size"]) == (context, batch, 0)
+    from foxformer.train.config import TrainConfig
+
+    TrainConfig(preset="fox-pro-tiny", context=context, batch_tokens=batch, micro_batch_size=0,
+                max_steps=1).validate()
+
+
 def test_demo_minutes_are_the_whole_demos_training_time(tmp_path, monkeypatch):
     """--minutes was documented per model, but each model got the slower one's budget: the two together took
     between 1 and 2 times it. Now the token budget is sized so that both models train within --minutes."""
@@ -76,3 +99,20 @@ def test_demo_takes_each_models_faster_of_two_interleaved_probes(tmp_path, monke
     plan = demo._plan(str(tmp_path), 1.0, "cpu", demo._device_defaults("cpu"), 320, lambda msg: None)
     assert order == [*demo.MODELS, *demo.MODELS]
     assert plan["speeds"] == {"fox-pro-tiny": 110_000.0, "transformer-pro-tiny": 300_000.0}
+
+
+@pytest.mark.parametrize("tokenizer, unit", [("bytes", "nats/byte"), ("gpt2", "nats/token")])
+def test_demo_plot_gives_the_loss_per_byte_or_per_token(tmp_path, monkeypatch, tokenizer, unit):
+    """The CPU demo's byte-level losses were labelled nats/token, beside a report that says nats per byte."""
+    import matplotlib.figure
+
+    from foxformer import demo
+
+    drawn = []
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda fig, *a, **k: drawn.append(fig))
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text(json.dumps({"kind": "eval", "step": 1, "tokens": 64, "val_loss": 2.0}) + "\n")
+    results = {p: {"out_dir": str(run), "per_position": [3.0, 2.5, 2.0, 1.8], "val_loss": 2.0} for p in demo.MODELS}
+    demo._plot(str(tmp_path), results, tokenizer)
+    assert [ax.get_ylabel() for ax in drawn[0].axes] == [f"loss ({unit})", f"validation loss L(i) ({unit})"]

@@ -176,7 +176,31 @@ def test_resume_from_a_run_folder_names_its_checkpoints(data_dir, tmp_path, caps
     assert _one_error_line(capsys.readouterr().err) == (
         f"error: --resume (resume): {run!r} is a run's folder, not a checkpoint: give one of its checkpoints (its "
         f"newest is {newest}), or continue that run itself with `foxformer train --out {run}`")
-    assert main(_flags(data_dir, str(tmp_path / "new"), steps=4) + ["--resume", newest]) == 0
+    assert main(_flags(data_dir, str(tmp_path / "new"), steps=2) + ["--resume", newest]) == 0
+
+
+def test_resume_from_another_runs_checkpoint_is_held_to_that_runs_config(data_dir, tmp_path, capsys):
+    """A new out_dir resumed from another run's checkpoint was held to no saved config: another --preset failed
+    with a traceback of mismatched weight shapes, another --lr trained on unremarked, and a checkpoint at the end
+    of the schedule failed on the new folder's missing config.yaml."""
+    run = str(tmp_path / "quick")
+    assert main(_flags(data_dir, run, steps=4)) == 0
+    middle, newest = ckpt.list_checkpoints(run)[-2:]
+    capsys.readouterr()
+    new = str(tmp_path / "new")
+    assert main(_flags(data_dir, new, steps=4) + ["--resume", middle, "--preset", "transformer-pro-tiny"]) == 2
+    assert "the model differs from the one saved in " + os.path.join(run, "config.yaml") in _one_error_line(
+        capsys.readouterr().err)
+    assert main(_flags(data_dir, new, steps=4) + ["--resume", middle, "--lr", "1e-2"]) == 2
+    err = _one_error_line(capsys.readouterr().err)
+    assert "in ['lr']; a resumed run must compute the same thing" in err and f"--init-from {middle} --out" in err
+    assert not os.path.exists(new)
+    assert main(_flags(data_dir, new, steps=4) + ["--resume", newest]) == 0
+    done = capsys.readouterr()
+    assert "Traceback" not in done.err and f"--config {os.path.join(run, 'config.yaml')} --init-from {run}" in done.err
+    assert _summary(done.out)["trained"] is False and _summary(done.out)["params"] is not None
+    assert main(_flags(data_dir, new, steps=4) + ["--resume", middle]) == 0
+    assert [r["step"] for r in read_metrics(new) if r["kind"] == "train"] == [3, 4]
 
 
 def test_export_names_a_missing_run_and_finds_a_checkpoint_by_its_name(data_dir, tmp_path, capsys):

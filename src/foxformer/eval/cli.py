@@ -300,9 +300,11 @@ def _cmd_gates(args) -> dict:
     analyses = [(gate_stats(m.model, tokens, name=m.name, batch_size=args.batch_size, progress=not args.no_progress),
                  m.model, tokens) for m in models]
     settings = {**where, "seq_len": int(tokens.shape[1]), "num_seqs": int(tokens.shape[0]),
-                "models": [m.path for m in models], "matrix_len": matrix_len}
+                "models": [m.path for m in models], "matrix_len": matrix_len,
+                "attention_scale": args.attention_scale}
     note_replacing(os.path.join(out, "gates.json"))
-    data = save_gates(analyses, out, settings, heads=heads, matrix_len=matrix_len, label=FLAGS)
+    data = save_gates(analyses, out, settings, heads=heads, matrix_len=matrix_len, label=FLAGS,
+                      attention_scale=args.attention_scale)
     return {**written(out, ["gates.json"], data["plots"]), "models": [m["summary"] for m in data["models"]]}
 
 
@@ -511,6 +513,11 @@ def add_commands(subparsers) -> None:
                                                  "spread over the timescales)")
     p.add_argument("--matrix-len", type=int, default=None,
                    help="tokens shown in the matrix plots, at most --seq-len (default: 256, or --seq-len if shorter)")
+    p.add_argument("--attention-scale", choices=("log", "linear"), default="log",
+                   help="colour scale of the attention matrices: log (log10 of the weight, from 1e-6: the weight "
+                        "beyond the few nearest tokens, a single dark colour on a linear scale, where nearly all of "
+                        "it sits on the diagonal) | linear (from 0 to the largest weight) (default: log; the decay "
+                        "matrices are always log)")
     p.add_argument("--batch-size", type=int, default=4, help="sequences per forward pass")
     p.set_defaults(func=_run(_cmd_gates))
     an.set_defaults(func=lambda args: (an.print_help(), 2)[1])

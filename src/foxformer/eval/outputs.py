@@ -162,9 +162,11 @@ def save_niah(results: Sequence, out_dir: str, settings: Optional[dict] = None) 
 
 def save_gates(analyses: Sequence[tuple[GateStats, object, object]], out_dir: str,
                settings: Optional[dict] = None, heads: Optional[list] = None, matrix_len: int = 256,
-               label: str = "{}") -> dict:
+               label: str = "{}", attention_scale: str = "log") -> dict:
     """gates.json and per model: decay / attention matrix grids, timescale and effective-context heatmaps and
-    mean-decay curves. ``analyses``: (stats, model, tokens) per model. ``label``: as head_matrices'."""
+    mean-decay curves. ``analyses``: (stats, model, tokens) per model. ``label``: as head_matrices'.
+    ``attention_scale``: the attention matrices' colours, log (log10 from 1e-6) or linear (from 0): on a linear
+    scale the weight off the diagonal, where a few tokens take nearly all of it, was one dark colour."""
     at_least_one(analyses, "save_gates")
     files, models = [], []
     tags = plot_tags([stats.name for stats, _, _ in analyses], label=label)
@@ -183,7 +185,8 @@ def save_gates(analyses: Sequence[tuple[GateStats, object, object]], out_dir: st
                                           for lab, m in zip(labels, mats)],
                                          os.path.join(out_dir, f"gates_{tag}_attention.png"),
                                          label="|weight| of the value [unnormalised]" if linear
-                                         else "attention weight [probability]"))
+                                         else "attention weight [probability]",
+                                         log_scale=attention_scale == "log"))
         if stats.has_gate:
             files.append(plots.plot_head_grid(np.asarray(stats.timescale), os.path.join(out_dir, f"gates_{tag}_timescale.png"),
                                               title=f"{stats.name}: timescale 1 / -mean(log f)", label="timescale [tokens]",

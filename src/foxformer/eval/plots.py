@@ -89,6 +89,11 @@ def plot_perplexity(curves: Sequence, path: str, *, title: str = "Perplexity vs 
     return save_figure(fig, path)
 
 
+# What each NIAH metric's colour bar shows: its key alone ("ll_accuracy") did not say what was counted.
+NIAH_METRIC_LABELS = {"accuracy": "greedy answer holds the value [share of trials]",
+                      "ll_accuracy": "every answer token is the top-1 [share of trials]"}
+
+
 def plot_niah_heatmaps(results: Sequence, path: str, *, metric: str = "accuracy") -> str:
     """One heatmap per model and mode: rows = needle depth, columns = context length (paper figure 4)."""
     panels = [(r, mode) for r in results for mode in r.modes]
@@ -115,13 +120,14 @@ def plot_niah_heatmaps(results: Sequence, path: str, *, metric: str = "accuracy"
         inside = sum(1 for l in lengths if r.train_len and l <= r.train_len)
         if 0 < inside < len(lengths):  # dashed line between lengths within training and beyond it
             ax.axvline(inside - 0.5, color="white", ls="--", lw=1.2)
-        ax.set_xlabel("context length")
-        ax.set_ylabel("needle depth")
+        beyond = " (right of the dashes: beyond train length)" if 0 < inside < len(lengths) else ""
+        ax.set_xlabel(f"context length [tokens]{beyond}")
+        ax.set_ylabel("needle depth [% of the context]")
         ax.set_title(f"{r.name}: {mode} (mean {np.nanmean(grid):.2f})", fontsize=9)
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
     if im is not None:
-        fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.8, label=metric)
+        fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.8, label=NIAH_METRIC_LABELS.get(metric, metric))
     return save_figure(fig, path)
 
 
@@ -141,7 +147,10 @@ def matrices_figure(panels: Sequence[tuple[str, np.ndarray]], *, label: str, nco
         m = np.asarray(m, dtype=np.float64)
         if log_scale:
             shown = np.log10(np.clip(m, 1e-6, None))
-            im = ax.imshow(np.where(np.tril(np.ones_like(m)) > 0, shown, np.nan), cmap="viridis", vmin=-6, vmax=0)
+            # up to 0 (a probability or a fraction kept), or to the largest where weights exceed 1 (|A| of gated
+            # linear attention), which a top of 0 showed as one colour
+            im = ax.imshow(np.where(np.tril(np.ones_like(m)) > 0, shown, np.nan), cmap="viridis", vmin=-6,
+                           vmax=max(0.0, float(np.nanmax(shown))))
         else:
             im = ax.imshow(np.where(np.tril(np.ones_like(m)) > 0, m, np.nan), cmap="viridis", vmin=0.0,
                            vmax=max(float(np.nanmax(m)), 1e-12))

@@ -92,29 +92,32 @@ def _training_blocks(run_dir: str, out_dir: str, tag: str) -> list[Block]:
                 val.append((rec["tokens"], rec["val_loss"]))
     if not train and not val:
         return []
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.4, 3.8))
-    if train:
-        ax.plot(*zip(*train), lw=0.8, label="train loss")
-    if val:
-        ax.plot(*zip(*val), "o-", ms=3, label="validation loss")
-    ax.set_xlabel("tokens")
-    ax.set_ylabel("loss")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    os.makedirs(os.path.join(out_dir, "assets"), exist_ok=True)
-    rel = os.path.join("assets", f"{tag}_training.png")
-    plots.save_figure(fig, os.path.join(out_dir, rel))
-    rows = [["last train loss", _fmt(train[-1][1]) if train else ""],
-            ["last validation loss", _fmt(val[-1][1]) if val else ""],
-            ["tokens", _fmt((train or val)[-1][0])]]
     # what the losses are of: the page named neither the data nor its tokenizer (nats per byte or per token)
     try:
         config = run_settings(run_dir)
     except (OSError, ValueError):  # the page without those rows rather than none
         config = None
     config = config if isinstance(config, dict) else {}
+    unit = _loss_unit(config.get("tokenizer"))
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    # in millions: matplotlib's own ticks for a million tokens were 0.2 ... 1.0 with a "1e6" in the corner
+    if train:
+        ax.plot([t / 1e6 for t, _ in train], [loss for _, loss in train], lw=0.8, label="train loss")
+    if val:
+        ax.plot([t / 1e6 for t, _ in val], [loss for _, loss in val], "o-", ms=3, label="validation loss")
+    ax.set_xlabel("training tokens [M]")
+    ax.set_ylabel(f"loss [{unit}]")
+    ax.set_title(f"Training: {os.path.basename(os.path.normpath(run_dir))}", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    os.makedirs(os.path.join(out_dir, "assets"), exist_ok=True)
+    rel = os.path.join("assets", f"{tag}_training.png")
+    plots.save_figure(fig, os.path.join(out_dir, rel))
+    rows = [[f"last train loss [{unit}]", _fmt(train[-1][1]) if train else ""],
+            [f"last validation loss [{unit}]", _fmt(val[-1][1]) if val else ""],
+            ["tokens", f"{(train or val)[-1][0]:,}"]]
     rows += [[label, _fmt(config[key])] for label, key in (("model", "preset"), ("data", "data_dir"),
                                                           ("tokenizer", "tokenizer")) if config.get(key)]
     return [Block("h3", "Training"), Block("table", rows=[["metric", "value"]] + rows), Block("img", rel)]
@@ -150,21 +153,35 @@ def _evaluated_on(settings: dict) -> list[Block]:
     else:
         return []
     tokenizer = settings.get("tokenizer")
-    unit = f"; losses in nats per {'byte' if tokenizer == 'bytes' else f'{tokenizer} token'}" if tokenizer else ""
+    unit = f"; losses in {_loss_unit(tokenizer)}" if tokenizer else ""
     return [Block("p", f"Evaluated on {where}{unit}.")]
+
+
+def _loss_unit(tokenizer: str | None) -> str:
+    """What a loss is in: nats per byte or per token of ``tokenizer`` (nats where it is not known)."""
+    if not tokenizer:
+        return "nats"
+    return f"nats per {'byte' if tokenizer == 'bytes' else f'{tokenizer} token'}"
+
+
+# Column headings with the unit of a summary's number: the gate table's "median_timescale | 0.7954" did not say
+# tokens, niah's "max_depth_shift | 0.02381" not that it is a share of the context.
+SUMMARY_HEADINGS = {"train_len": "train_len [tokens]", "tokens": "tokens analysed",
+                    "median_timescale": "median timescale [tokens]", "min_timescale": "min timescale [tokens]",
+                    "median_eff_context": "median effective context [tokens]",
+                    "max_depth_shift": "max needle depth shift [share of the context]"}
 
 
 def _summary_blocks(title: str, data: dict, base: str, out_dir: str, tag: str) -> list[Block]:
     """A heading, one table row per model from its "summary" dict, then the plots."""
-    rows = None
+    keys, rows = None, []
     for m in data.get("models", []):
         s = m.get("summary", {})
-        if rows is None:
-            rows = [list(s)]
-        rows.append([s.get(k) for k in rows[0]])
+        keys = list(s) if keys is None else keys
+        rows.append([s.get(k) for k in keys])
     out = [Block("h3", title)]
-    if rows:
-        out.append(Block("table", rows=rows))
+    if keys is not None:
+        out.append(Block("table", rows=[[SUMMARY_HEADINGS.get(k, k) for k in keys]] + rows))
     return out + _images(data, base, out_dir, tag)
 
 

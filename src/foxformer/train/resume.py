@@ -39,6 +39,16 @@ def resolve_resume(cfg: TrainConfig) -> str | None:
     return cfg.resume
 
 
+def saved_run(cfg: TrainConfig, resume_path: str | None) -> str:
+    """The run folder whose config.yaml and model_config.json a resume is held to: out_dir's own, else (a new
+    out_dir that goes on from another run's checkpoint, RUN/checkpoints/step_N) that RUN's. Held to nothing there,
+    another --preset failed with a traceback of mismatched weight shapes and another --lr went unremarked."""
+    if resume_path is None or os.path.exists(os.path.join(cfg.out_dir, SAVED_CONFIG)):
+        return cfg.out_dir
+    source = os.path.dirname(os.path.dirname(os.path.normpath(resume_path)))
+    return source if os.path.exists(os.path.join(source, SAVED_CONFIG)) else cfg.out_dir
+
+
 def on_resumed_data(cfg: TrainConfig, error: TokenizerMismatch) -> SettingError:
     """``error`` (the data's tokenizer is not the one ``cfg`` names) as said of a run to be resumed, else ``error``.
     The dataset's own refusal said "leave the tokenizer out to use the dataset's", which the user had not given (the
@@ -55,9 +65,10 @@ def on_resumed_data(cfg: TrainConfig, error: TokenizerMismatch) -> SettingError:
                                     f"(nothing was overwritten)")
 
 
-def _say_nothing_to_train(cfg: TrainConfig, step: int) -> None:
+def _say_nothing_to_train(cfg: TrainConfig, step: int, run: str) -> None:
     """A resumed run already at its end printed only its summary (train_loss null, 0 tokens/s), so a user who
-    ran it again for "one more minute" did not learn why nothing happened."""
+    ran it again for "one more minute" did not learn why nothing happened. ``run``: the run the checkpoint is
+    of (saved_run), whose config a new run would start from."""
     schedule = -(-cfg.horizon_tokens // cfg.batch_tokens)
     if cfg.max_steps is not None and cfg.max_steps < schedule:
         how = f"give a larger --max-steps to go on (its schedule runs to step {schedule:,})"
@@ -69,9 +80,9 @@ def _say_nothing_to_train(cfg: TrainConfig, step: int) -> None:
                f"{longer}{warmup}")
         end = f"schedule ({cfg.horizon_tokens:,} tokens)"
     else:
-        saved = shlex.quote(os.path.join(cfg.out_dir, "config.yaml"))
+        saved = shlex.quote(os.path.join(run, "config.yaml"))
         how = (f"a longer {cfg.schedule} schedule changes the learning rate of the steps taken, so it is a new run "
-               f"from its weights: foxformer train --config {saved} --init-from {shlex.quote(cfg.out_dir)} --out "
+               f"from its weights: foxformer train --config {saved} --init-from {shlex.quote(run)} --out "
                f"NEW_DIR --total-tokens N")
         end = f"schedule ({cfg.horizon_tokens:,} tokens)"
     tqdm.write(f"train: nothing to train: {cfg.out_dir} is at step {step:,}, the end of its {end}; {how}",
@@ -83,21 +94,22 @@ def finished_summary(cfg: TrainConfig, info: DistInfo, step: int, tokens: int, r
     trains, and nothing is evaluated or written. Evaluated again, each rerun of `foxformer train --out RUN`
     appended another validation record (and start and end records) of the last step to metrics.jsonl, which
     plots and reports then showed twice."""
+    run = saved_run(cfg, resume_path)
     if info.is_main:
-        _say_nothing_to_train(cfg, step)
-    records = [r for r in read_metrics(cfg.out_dir) if r.get("step", 0) <= step]
+        _say_nothing_to_train(cfg, step, run)
+    records = [r for r in read_metrics(run) if r.get("step", 0) <= step]
 
     def last(kind: str, key: str):
         return next((r[key] for r in reversed(records) if r.get("kind") == kind and r.get(key) is not None), None)
 
     from .loading import read_run_config
 
-    facts = read_run_config(os.path.join(cfg.out_dir, "config.yaml")).get("derived") or {}
-    hf_dir = os.path.join(cfg.out_dir, "hf")
+    facts = read_run_config(os.path.join(run, "config.yaml")).get("derived") or {}
+    hf_dir = os.path.join(run, "hf")
     exported = os.path.exists(os.path.join(hf_dir, "config.json"))
     if cfg.export_hf and not exported and info.is_main:  # the end's export failed, or export_hf was off then
-        tqdm.write(f"train: {cfg.out_dir} has no Hugging Face export; foxformer export-hf "
-                   f"{shlex.quote(cfg.out_dir)} writes it", file=sys.stderr)
+        tqdm.write(f"train: {run} has no Hugging Face export; foxformer export-hf "
+                   f"{shlex.quote(run)} writes it", file=sys.stderr)
     return RunSummary(
         out_dir=cfg.out_dir, step=step, tokens=tokens, train_loss=last("train", "loss"),
         val_loss=last("eval", "val_loss"), tokens_per_s=None, resumed_from=resume_path,
@@ -106,12 +118,15 @@ def finished_summary(cfg: TrainConfig, info: DistInfo, step: int, tokens: int, r
         device=str(info.device), wall_s=0.0, trained=False).to_dict()
 
 
-def check_saved_config(cfg: TrainConfig, resuming: bool, data_tokenizer_files: str | None) -> None:
+def check_saved_config(cfg: TrainConfig, resume_path: str | None, data_tokenizer_files: str | None) -> None:
     """``data_tokenizer_files``: the dataset's record of its tokenizer folder, which both the saved tokenizer and
     the run's were checked against: a folder moved since is given by its new path."""
-    saved_path = os.path.join(cfg.out_dir, "config.yaml")
-    if not resuming or not os.path.exists(saved_path):
+    run = saved_run(cfg, resume_path)
+    saved_path = os.path.join(run, "config.yaml")
+    if resume_path is None or not os.path.exists(saved_path):
         return
+    # another run's weights are those of the checkpoint given, not of that run's newest
+    weights = cfg.out_dir if run == cfg.out_dir else resume_path
     saved = read_saved_config(saved_path)
     conflicts = resume_conflicts(saved, cfg)
     if "tokenizer" in conflicts and saved.tokenizer and same_tokenizer(saved.tokenizer, cfg.tokenizer,
@@ -126,4 +141,4 @@ def check_saved_config(cfg: TrainConfig, resuming: bool, data_tokenizer_files: s
         raise ValueError(f"resume: the config differs from the one saved in {saved_path} in {conflicts}; a resumed "
                          f"run must compute the same thing (nothing was overwritten). To go on from its weights with "
                          f"the new settings, start a new run: foxformer train --config {shlex.quote(saved_path)} "
-                         f"--init-from {shlex.quote(cfg.out_dir)} --out NEW_DIR plus the changed flags")
+                         f"--init-from {shlex.quote(weights)} --out NEW_DIR plus the changed flags")

@@ -23,7 +23,7 @@ from .identity import check_ranks_agree, data_identity
 from .init_from import init_source, load_init_weights
 from .optim import build_optimizer
 from .plan import Plan, make_plan
-from .resume import check_saved_config, on_resumed_data, resolve_resume
+from .resume import check_saved_config, on_resumed_data, resolve_resume, saved_run
 from .sharded import CheckpointWriter, ResumePoint, check_same_resume
 
 
@@ -111,7 +111,7 @@ def read_inputs(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter) -> R
     try:
         resume_path = resolve_resume(cfg)
         check_same_resume(cfg.out_dir, resume_path, info, writer.group)
-        check_saved_config(cfg, resume_path is not None, recorded_tokenizer_files(train_ds.manifest))
+        check_saved_config(cfg, resume_path, recorded_tokenizer_files(train_ds.manifest))
         loaded = ResumePoint(resume_path, info, writer.group) if resume_path else None  # verifies hashes first
     except ckpt.CheckpointError as e:
         raise ckpt.CheckpointError(f"{e}; resume from another checkpoint (--resume RUN/checkpoints/step_N), or start "
@@ -139,7 +139,8 @@ def build_run(inputs: RunInputs, info: DistInfo, model_factory=None) -> RunSetup
     torch.manual_seed(cfg.seed)  # identical initial weights on every rank
     if model_factory is None:
         # a resumed run's own record of its model, else the model it starts from, else its preset
-        base = read_model_config(cfg.out_dir) if loaded is not None else (source[0] if source else None)
+        base = (read_model_config(saved_run(cfg, inputs.resume_path)) if loaded is not None
+                else source[0] if source else None)
         model, model_cfg = build_model(cfg, inputs.vocab_size, inputs.train_ds.eot_id, base)
         if source:
             load_init_weights(model, source[1], cfg)
