@@ -371,6 +371,27 @@ def test_bias_shift_writes_under_runs_eval_unless_told(hf_dir, tmp_path, monkeyp
     assert all((work / "runs" / "eval" / f"bias_shift.{ext}").exists() for ext in ("json", "png"))
 
 
+@pytest.mark.parametrize("kind", ["transformer", "llama"])
+def test_bias_shift_refuses_a_model_without_forget_gates_before_its_data_loads(llama_dir, tmp_path, monkeypatch,
+                                                                               capsys, kind):
+    """A Transformer failed as "fgate_bias_shift: layer 0 has no forget gate", after the data had loaded and the
+    zero shift's pass had run."""
+    if kind == "transformer":
+        model = str(tmp_path / "transformer")
+        make_model("transformer-pro-tiny", dtype=torch.float32).save_pretrained(model)
+        said = (f"bias-shift needs a model with forget gates (FoX), whose bias it shifts; {model} is a Transformer "
+                f"without them (attention='softmax', fgate='none')")
+    else:
+        model = llama_dir
+        said = (f"bias-shift needs a foxformer model with forget gates (FoX); {model} is a llama model "
+                f"(LlamaForCausalLM)")
+    monkeypatch.setattr("foxformer.infer.cli._eval_tokens", lambda *a, **k: pytest.fail("the data loaded"))
+    assert main(["bias-shift", model, "--tokenizer", "bytes", "--source", "builtin:pydoc", "--device", "cpu",
+                 "--no-progress", "--out", str(tmp_path / "shift.json")]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == f"error: {said}"
+    assert not (tmp_path / "shift.json").exists()
+
+
 def test_bias_shift_refuses_a_file_where_its_default_out_goes_before_the_sweep(hf_dir, tmp_path, monkeypatch,
                                                                                 capsys):
     """runs/eval, known once the model loads, was found to be a file after the whole sweep."""

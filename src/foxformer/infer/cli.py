@@ -150,7 +150,7 @@ def _cmd_bias_shift(args) -> int:
     from foxformer.eval.sequences import check_sequences, note_fewer
     from foxformer.train.loading import load_model
 
-    from .bias_shift import bias_shift_sweep
+    from .bias_shift import bias_shift_sweep, check_forget_gates
 
     _resolve_model(args)
     ran_on = None if args.data or args.source else _run_data(args.model)
@@ -171,6 +171,7 @@ def _cmd_bias_shift(args) -> int:
     loaded = load_model(args.model, device=args.device, dtype=args.dtype, attention_backend=args.attention_backend,
                         train_len=args.train_len, progress=not args.no_progress, label=FLAGS,
                         said_as=args.model_said)
+    check_forget_gates(loaded.model, "bias-shift", args.model)
     if not out:  # the default, known once the model loads, checked before the sweep as a given --out is
         out = os.path.join(default_out_dir([loaded]), "bias_shift.json")
         check_output_file(out, "--out")
