@@ -371,6 +371,17 @@ def test_bias_shift_writes_under_runs_eval_unless_told(hf_dir, tmp_path, monkeyp
     assert all((work / "runs" / "eval" / f"bias_shift.{ext}").exists() for ext in ("json", "png"))
 
 
+def test_bias_shift_help_says_what_it_measures_and_writes(capsys):
+    """Its help had a usage line and the flags, not a word on what the command does."""
+    with pytest.raises(SystemExit) as e:
+        main(["bias-shift", "--help"])
+    assert e.value.code == 0
+    text = capsys.readouterr().out
+    description = " ".join(text.split("\n\n")[1].split())  # the paragraph between the usage and the arguments
+    assert "shifting the forget-gate bias" in description and "loss" in description
+    assert "Writes bias_shift.json" in description and "bias_shift.png" in description
+
+
 @pytest.mark.parametrize("kind", ["transformer", "llama"])
 def test_bias_shift_refuses_a_model_without_forget_gates_before_its_data_loads(llama_dir, tmp_path, monkeypatch,
                                                                                capsys, kind):

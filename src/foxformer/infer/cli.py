@@ -283,7 +283,16 @@ def add_commands(subparsers) -> None:
     p.set_defaults(func=_cmd_generate)
 
     p = subparsers.add_parser("bias-shift",
-                              help="per-token loss under forget-gate bias shifts (beyond the training length)")
+                              help="per-token loss under forget-gate bias shifts (beyond the training length)",
+                              description="Measure what shifting the forget-gate bias at inference does to a FoX "
+                                          "model's loss, within and beyond the length it was trained on: each "
+                                          "shift of --shifts is added to every gate logit (positive slows the "
+                                          "decay, a longer memory), and the per-token loss of --num-seqs sequences "
+                                          "of --seq-len tokens is averaged by position. Writes bias_shift.json "
+                                          "(per shift: the mean loss, the loss within and beyond the training "
+                                          "length, and the loss in --bins position bins) and beside it "
+                                          "bias_shift.png, the binned loss against position (where: --out). Needs "
+                                          "a model with forget gates.")
     _model_args(p)
     p.add_argument("--shifts", type=floats, default=[0.0, 0.5, 1.0, 2.0], help="comma-separated shifts")
     p.add_argument("--data", default=None, help="prepared dataset dir (windows inside documents; default, without "
