@@ -371,6 +371,27 @@ def test_bias_shift_writes_under_runs_eval_unless_told(hf_dir, tmp_path, monkeyp
     assert all((work / "runs" / "eval" / f"bias_shift.{ext}").exists() for ext in ("json", "png"))
 
 
+def test_bias_shift_plot_keeps_its_legend_off_the_curves(monkeypatch, tmp_path):
+    """The legend sat inside the axes, over the curves."""
+    from foxformer.eval.plots import plt
+    from foxformer.infer.cli import _plot_bias_shift
+
+    figures = []
+    monkeypatch.setattr("foxformer.eval.plots.save_figure", lambda fig, path: figures.append(fig))
+    shifts = [0.0, 0.5, 1.0, 2.0]
+    _plot_bias_shift({"shifts": shifts, "train_len": 256, "bin_edges": [0, 256, 512, 768, 1023],
+                      "binned_loss": [[3.6 - s / 10, 3.3, 3.1, 3.0] for s in shifts]}, str(tmp_path / "shift.png"))
+    (fig,) = figures
+    fig.canvas.draw()
+    (ax,) = fig.axes
+    entries, legend = len(ax.get_legend().get_texts()), ax.get_legend().get_window_extent()
+    inside, whole = ax.get_window_extent(), fig.get_window_extent()
+    plt.close(fig)
+    assert entries == len(shifts) + 1  # the training length too
+    assert not legend.overlaps(inside)
+    assert whole.contains(legend.x1, legend.y1)  # on the figure: drawn whole
+
+
 def test_bias_shift_help_says_what_it_measures_and_writes(capsys):
     """Its help had a usage line and the flags, not a word on what the command does."""
     with pytest.raises(SystemExit) as e:

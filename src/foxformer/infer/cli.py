@@ -221,7 +221,7 @@ def _plot_bias_shift(res: dict, path: str) -> None:
 
     edges = res["bin_edges"]
     mids = [(a + b) / 2 for a, b in zip(edges[:-1], edges[1:]) if b > a]
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = plt.subplots(figsize=(7, 4))
     for s, row in zip(res["shifts"], res["binned_loss"]):
         ax.plot(mids, row, marker="o", ms=3, label=f"shift {s:+g}")
     if res.get("train_len"):
@@ -229,7 +229,8 @@ def _plot_bias_shift(res: dict, path: str) -> None:
     ax.set_xlabel("position")
     ax.set_ylabel("loss (nats)")
     ax.set_title("forget-gate bias shift")
-    ax.legend()
+    # outside the axes: the curves span the whole width, so a legend inside sat over some of them
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0)
     fig.tight_layout()
     save_figure(fig, path)
 
