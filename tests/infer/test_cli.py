@@ -371,6 +371,59 @@ def test_bias_shift_writes_under_runs_eval_unless_told(hf_dir, tmp_path, monkeyp
     assert all((work / "runs" / "eval" / f"bias_shift.{ext}").exists() for ext in ("json", "png"))
 
 
+def test_bias_shift_plot_keeps_its_legend_off_the_curves(monkeypatch, tmp_path):
+    """The legend sat inside the axes, over the curves."""
+    from foxformer.eval.plots import plt
+    from foxformer.infer.cli import _plot_bias_shift
+
+    figures = []
+    monkeypatch.setattr("foxformer.eval.plots.save_figure", lambda fig, path: figures.append(fig))
+    shifts = [0.0, 0.5, 1.0, 2.0]
+    _plot_bias_shift({"shifts": shifts, "train_len": 256, "bin_edges": [0, 256, 512, 768, 1023],
+                      "binned_loss": [[3.6 - s / 10, 3.3, 3.1, 3.0] for s in shifts]}, str(tmp_path / "shift.png"))
+    (fig,) = figures
+    fig.canvas.draw()
+    (ax,) = fig.axes
+    entries, legend = len(ax.get_legend().get_texts()), ax.get_legend().get_window_extent()
+    inside, whole = ax.get_window_extent(), fig.get_window_extent()
+    plt.close(fig)
+    assert entries == len(shifts) + 1  # the training length too
+    assert not legend.overlaps(inside)
+    assert whole.contains(legend.x1, legend.y1)  # on the figure: drawn whole
+
+
+def test_bias_shift_help_says_what_it_measures_and_writes(capsys):
+    """Its help had a usage line and the flags, not a word on what the command does."""
+    with pytest.raises(SystemExit) as e:
+        main(["bias-shift", "--help"])
+    assert e.value.code == 0
+    text = capsys.readouterr().out
+    description = " ".join(text.split("\n\n")[1].split())  # the paragraph between the usage and the arguments
+    assert "shifting the forget-gate bias" in description and "loss" in description
+    assert "Writes bias_shift.json" in description and "bias_shift.png" in description
+
+
+@pytest.mark.parametrize("kind", ["transformer", "llama"])
+def test_bias_shift_refuses_a_model_without_forget_gates_before_its_data_loads(llama_dir, tmp_path, monkeypatch,
+                                                                               capsys, kind):
+    """A Transformer failed as "fgate_bias_shift: layer 0 has no forget gate", after the data had loaded and the
+    zero shift's pass had run."""
+    if kind == "transformer":
+        model = str(tmp_path / "transformer")
+        make_model("transformer-pro-tiny", dtype=torch.float32).save_pretrained(model)
+        said = (f"bias-shift needs a model with forget gates (FoX), whose bias it shifts; {model} is a Transformer "
+                f"without them (attention='softmax', fgate='none')")
+    else:
+        model = llama_dir
+        said = (f"bias-shift needs a foxformer model with forget gates (FoX); {model} is a llama model "
+                f"(LlamaForCausalLM)")
+    monkeypatch.setattr("foxformer.infer.cli._eval_tokens", lambda *a, **k: pytest.fail("the data loaded"))
+    assert main(["bias-shift", model, "--tokenizer", "bytes", "--source", "builtin:pydoc", "--device", "cpu",
+                 "--no-progress", "--out", str(tmp_path / "shift.json")]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == f"error: {said}"
+    assert not (tmp_path / "shift.json").exists()
+
+
 def test_bias_shift_refuses_a_file_where_its_default_out_goes_before_the_sweep(hf_dir, tmp_path, monkeypatch,
                                                                                 capsys):
     """runs/eval, known once the model loads, was found to be a file after the whole sweep."""

@@ -170,6 +170,30 @@ def test_a_foxformer_export_given_to_convert_is_said_to_load_as_is(tmp_path, cap
     assert not os.path.exists(tmp_path / "again")
 
 
+@pytest.mark.parametrize("src, said", [
+    ("run", "a foxformer training run's folder: already a foxformer model, with nothing to convert; pass it as is as "
+            "the model (foxformer generate / eval MODEL, bench --model), or write a Hugging Face folder of it with "
+            "`foxformer export-hf run`"),
+    ("run/checkpoints", "the checkpoints folder of the foxformer training run 'run': already a foxformer model, with "
+                        "nothing to convert; pass the run folder run as the model (foxformer generate / eval MODEL, "
+                        "bench --model), or write a Hugging Face folder of it with `foxformer export-hf run`"),
+    ("run/checkpoints/step_00000005", "a checkpoint of the foxformer training run 'run': already a foxformer model, "
+                                      "with nothing to convert; pass it as is as the model (foxformer generate / eval "
+                                      "MODEL, bench --model), or write a Hugging Face folder of it with `foxformer "
+                                      "export-hf run --checkpoint step_00000005`"),
+], ids=["run", "checkpoints", "checkpoint"])
+def test_a_foxformer_run_given_to_convert_is_said_to_be_a_foxformer_model(tmp_path, monkeypatch, capsys, src, said):
+    """A run's folder (or its checkpoints) was refused as one that "has no config.json"."""
+    checkpoint = tmp_path / "run" / "checkpoints" / "step_00000005"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "model.pt").write_bytes(b"")
+    (tmp_path / "run" / "config.yaml").write_text("preset: fox-pro-tiny\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["convert", "official", src, "--out", "out"]) == 2
+    assert capsys.readouterr().err == f"error: convert official: {src}: {said}\n"
+    assert not os.path.exists(tmp_path / "out")
+
+
 def test_cli_out_that_is_no_export_is_refused_before_the_conversion(tmp_path, capsys):
     """`--out` was written into whatever it named: a run's folder, a user's files, the checkpoint being read."""
     src, _, _ = _official(tmp_path, "fox-llama")

@@ -11,7 +11,21 @@ from typing import Optional, Sequence
 import torch
 
 from foxformer.argtypes import setting_name
-from foxformer.models.calls import fox_blocks
+from foxformer.models.calls import backbone, fox_blocks
+
+
+def check_forget_gates(model, purpose: str, name: str = "the model") -> None:
+    """ValueError unless ``model`` is a foxformer model with forget gates, naming its kind: a sweep on a Transformer
+    failed at its first nonzero shift, after the data had loaded and the zero shift's pass had run. ``purpose``: what
+    needs the gates (the command or function); ``name``: the model as the user gave it."""
+    config = getattr(model, "config", None)
+    if not hasattr(backbone(model), "new_cache"):
+        kind = getattr(config, "model_type", None)
+        raise ValueError(f"{purpose} needs a foxformer model with forget gates (FoX); {name} is "
+                         f"{'a ' + kind if kind else 'no foxformer'} model ({type(model).__name__})")
+    if not config.has_fgate:
+        raise ValueError(f"{purpose} needs a model with forget gates (FoX), whose bias it shifts; {name} is a "
+                         f"Transformer without them (attention={config.attention!r}, fgate={config.fgate!r})")
 
 
 def _gates(model) -> list:
@@ -112,10 +126,12 @@ def bias_shift_sweep(model, tokens, shifts: Sequence[float], *, train_len: Optio
 
     tokens: int64 [N, T] evaluation sequences (T beyond the training length to see extrapolation).
     Returns {"shifts", "mean_loss", "loss_within" (positions < train_len), "loss_beyond" (>= train_len),
-    "bin_edges", "binned_loss" [len(shifts)][bins]} as plain lists (JSON-ready).
+    "bin_edges", "binned_loss" [len(shifts)][bins]} as plain lists (JSON-ready). A model without forget gates is
+    refused before any pass (check_forget_gates).
     """
     from foxformer.eval.loss import per_token_loss
 
+    check_forget_gates(model, "bias_shift_sweep")
     if not shifts:
         raise ValueError("shifts: expected at least one value")
     # bins=0 wrote a result and a plot with no bin at all

@@ -150,7 +150,7 @@ def _cmd_bias_shift(args) -> int:
     from foxformer.eval.sequences import check_sequences, note_fewer
     from foxformer.train.loading import load_model
 
-    from .bias_shift import bias_shift_sweep
+    from .bias_shift import bias_shift_sweep, check_forget_gates
 
     _resolve_model(args)
     ran_on = None if args.data or args.source else _run_data(args.model)
@@ -171,6 +171,7 @@ def _cmd_bias_shift(args) -> int:
     loaded = load_model(args.model, device=args.device, dtype=args.dtype, attention_backend=args.attention_backend,
                         train_len=args.train_len, progress=not args.no_progress, label=FLAGS,
                         said_as=args.model_said)
+    check_forget_gates(loaded.model, "bias-shift", args.model)
     if not out:  # the default, known once the model loads, checked before the sweep as a given --out is
         out = os.path.join(default_out_dir([loaded]), "bias_shift.json")
         check_output_file(out, "--out")
@@ -220,7 +221,7 @@ def _plot_bias_shift(res: dict, path: str) -> None:
 
     edges = res["bin_edges"]
     mids = [(a + b) / 2 for a, b in zip(edges[:-1], edges[1:]) if b > a]
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = plt.subplots(figsize=(7, 4))
     for s, row in zip(res["shifts"], res["binned_loss"]):
         ax.plot(mids, row, marker="o", ms=3, label=f"shift {s:+g}")
     if res.get("train_len"):
@@ -228,7 +229,8 @@ def _plot_bias_shift(res: dict, path: str) -> None:
     ax.set_xlabel("position")
     ax.set_ylabel("loss (nats)")
     ax.set_title("forget-gate bias shift")
-    ax.legend()
+    # outside the axes: the curves span the whole width, so a legend inside sat over some of them
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0)
     fig.tight_layout()
     save_figure(fig, path)
 
@@ -282,7 +284,16 @@ def add_commands(subparsers) -> None:
     p.set_defaults(func=_cmd_generate)
 
     p = subparsers.add_parser("bias-shift",
-                              help="per-token loss under forget-gate bias shifts (beyond the training length)")
+                              help="per-token loss under forget-gate bias shifts (beyond the training length)",
+                              description="Measure what shifting the forget-gate bias at inference does to a FoX "
+                                          "model's loss, within and beyond the length it was trained on: each "
+                                          "shift of --shifts is added to every gate logit (positive slows the "
+                                          "decay, a longer memory), and the per-token loss of --num-seqs sequences "
+                                          "of --seq-len tokens is averaged by position. Writes bias_shift.json "
+                                          "(per shift: the mean loss, the loss within and beyond the training "
+                                          "length, and the loss in --bins position bins) and beside it "
+                                          "bias_shift.png, the binned loss against position (where: --out). Needs "
+                                          "a model with forget gates.")
     _model_args(p)
     p.add_argument("--shifts", type=floats, default=[0.0, 0.5, 1.0, 2.0], help="comma-separated shifts")
     p.add_argument("--data", default=None, help="prepared dataset dir (windows inside documents; default, without "

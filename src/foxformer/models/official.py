@@ -32,7 +32,7 @@ from typing import Optional
 
 import torch
 
-from ..paths import check_export_dir, export_writer
+from ..paths import RUN_FOLDER_FILES, check_export_dir, export_writer
 from .config import ROPE_THETA_DEFAULT, FoxConfig
 from .hub import download, is_hub_id
 from .modeling import FoxForCausalLM
@@ -112,6 +112,33 @@ def read_state_dict(folder: str) -> dict[str, torch.Tensor]:
                 state.update(torch.load(shard_path, map_location="cpu", weights_only=True))
         return state
     raise _refuse(folder, f"has none of {', '.join(WEIGHT_FILES)}")
+
+
+def _foxformer_run_said(folder: str) -> Optional[str]:
+    """Where ``folder`` is a foxformer training run's folder, its checkpoints/ or one of its checkpoints: that it is a
+    foxformer model already, and how to use it. "has no config.json" sent the user looking for one in their own run."""
+    config, checkpoints = RUN_FOLDER_FILES[:2]
+
+    def is_run(path: str) -> bool:
+        return os.path.isfile(os.path.join(path, config)) and any(
+            os.path.exists(os.path.join(path, name)) for name in RUN_FOLDER_FILES[1:])
+
+    here = os.path.normpath(folder)
+    parent = os.path.dirname(os.path.abspath(here))
+    if is_run(here):
+        run, what, model, flag = here, "a foxformer training run's folder", "it as is", ""
+    elif os.path.basename(here) == checkpoints and is_run(parent):
+        run = os.path.normpath(os.path.join(here, os.pardir))
+        what, model, flag = f"the checkpoints folder of the foxformer training run {run!r}", f"the run folder {run}", ""
+    elif os.path.basename(parent) == checkpoints and is_run(os.path.dirname(parent)):
+        run = os.path.normpath(os.path.join(here, os.pardir, os.pardir))
+        what, model = f"a checkpoint of the foxformer training run {run!r}", "it as is"
+        flag = f" --checkpoint {os.path.basename(here)}"
+    else:
+        return None
+    return (f"{what}: already a foxformer model, with nothing to convert; pass {model} as the model (foxformer "
+            f"generate / eval MODEL, bench --model), or write a Hugging Face folder of it with `foxformer export-hf "
+            f"{run}{flag}`")
 
 
 def _check_supported(src: str, cfg: dict) -> None:
@@ -240,7 +267,7 @@ def load_official(src: str, *, tokenizer: Optional[str] = "auto",
     folder = resolve_source(src)
     config_path = os.path.join(folder, "config.json")
     if not os.path.exists(config_path):
-        raise _refuse(src, "has no config.json")
+        raise _refuse(src, _foxformer_run_said(folder) or "has no config.json")
     with open(config_path, encoding="utf-8") as f:
         cfg = json.load(f)
     _check_supported(src, cfg)
