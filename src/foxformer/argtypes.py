@@ -196,6 +196,13 @@ class SettingError(ValueError):
         """The reason with each setting it names as ``name(field)`` calls it."""
         return self._words(name)
 
+    def in_flags(self, flags: dict[str, str]) -> ValueError:
+        """This error as a command says it: its field and each setting its reason names as the flag in ``flags``
+        that sets it (``--out: ...``); ``flags`` holds the field. None is a flag left out, which a command line
+        cannot spell."""
+        reason = self.said(lambda field: flags.get(field, field)).replace(" or None", " (or leave the flag out)")
+        return ValueError(f"{flags[self.field]}: {reason}")
+
     # pickled as its arguments (a worker's error reaching its parent), not as args[0] alone; a reason that names
     # settings travels in the API's words, as a function does not pickle
     def __reduce__(self):

@@ -87,12 +87,24 @@ def _add_model_commands(sub) -> None:
     convert.set_defaults(func=lambda args: (convert.print_help(), 2)[1])
 
 
+# run_demo's settings (and the data preparation's, of the folder it makes in --out) by the flags that set them:
+# its errors name a keyword, where the user typed a flag
+_DEMO_FLAGS = {"minutes": "--minutes", "out": "--out", "out_dir": "--out", "device": "--device",
+               "tokenizer": "--tokenizer", "context": "--context"}
+
+
 def _demo(args) -> int:
+    from .argtypes import SettingError
     from .demo import run_demo
 
     overrides = {k: v for k, v in (("tokenizer", args.tokenizer), ("context", args.context)) if v is not None}
-    summary = run_demo(out=args.out, minutes=args.minutes, device=args.device, progress=not args.no_progress,
-                       overrides=overrides)
+    try:
+        summary = run_demo(out=args.out, minutes=args.minutes, device=args.device, progress=not args.no_progress,
+                           overrides=overrides)
+    except SettingError as e:
+        if e.field not in _DEMO_FLAGS:
+            raise
+        raise e.in_flags(_DEMO_FLAGS) from None
     print_json({k: summary[k] for k in ("out", "report", "plot", "wall_s")} |
                {"val_loss": {p: m["val_loss"] for p, m in summary["models"].items()}}, indent=2)
     return 0

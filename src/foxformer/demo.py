@@ -16,6 +16,7 @@ import time
 import numpy as np
 import torch
 
+from .argtypes import SettingError
 from .json_text import json_text
 from .paths import write_text
 
@@ -74,8 +75,8 @@ def _plan(out: str, minutes: float, device: str, geo: dict, vocab_size: int, log
         if all(plan.get(k) == v for k, v in wanted.items()):
             return {**plan, "eval_tokens": geo["eval_tokens"]}
         if any(os.path.isdir(os.path.join(out, p)) for p in MODELS):
-            raise ValueError(f"out: {out!r} holds demo runs made with another plan ({path}); use another --out "
-                             f"or delete it (nothing was overwritten)")
+            raise SettingError("out", lambda name: f"{out!r} holds demo runs made with another plan ({path}); use "
+                                                   f"another {name('out')} or delete it (nothing was overwritten)")
     # Two interleaved rounds, each model's faster: other load on a shared machine during one model's probe would
     # shrink the whole demo (a CI clone beside a test run planned 149 steps instead of ~340, forty-fifth session).
     probes = [(p, _probe_tokens_per_s(p, geo, device, vocab_size)) for _ in range(2) for p in MODELS]
@@ -176,6 +177,30 @@ def _report(out: str, plan: dict, data_manifest: dict, results: dict, png: str, 
     return path
 
 
+def _train_config(preset: str, device: str, geo: dict, **run):
+    """A TrainConfig of ``preset`` at the demo's tokenizer and geometry (``geo``, or the plan made of it);
+    ``run``: its other keys."""
+    from .train.config import TrainConfig
+
+    return TrainConfig(preset=preset, tokenizer=geo["tokenizer"], context=geo["context"],
+                       batch_tokens=geo["batch_tokens"], micro_batch_size=geo["micro_batch_size"], lr=geo["lr"],
+                       device=device, **run)
+
+
+def _as_setting(check, *args):
+    """``check(*args)``, where the ValueError of a check that names its setting ("context: ...", as TrainConfig
+    and resolve_device do) becomes a SettingError of it: the demo's command names the flag that set it."""
+    try:
+        return check(*args)
+    except SettingError:
+        raise
+    except ValueError as e:
+        field, sep, reason = str(e).partition(": ")
+        if not sep:
+            raise
+        raise SettingError(field, reason) from None
+
+
 def run_demo(out: str = "runs/demo", minutes: float = 3.0, device: str = "auto", progress: bool = True,
              sources: list[str] | None = None, overrides: dict | None = None) -> dict:
     """Run the whole demo; returns a summary dict (also written to ``<out>/demo_summary.json``).
@@ -185,30 +210,31 @@ def run_demo(out: str = "runs/demo", minutes: float = 3.0, device: str = "auto",
     """
     from .data.dataset import TokenDataset
     from .data.preparation import PrepareConfig, prepare
-    from .train.config import TrainConfig
-    from .train.distributed import init_distributed
+    from .train.distributed import init_distributed, resolve_device
     from .train.loop import train
     from .train.validation import evaluate
 
     # isfinite: inf and nan pass `<= 0` and only failed after data preparation and probing, as a NaN cast
     if not isinstance(minutes, (int, float)) or not math.isfinite(minutes) or minutes <= 0:
-        raise ValueError(f"minutes: expected a positive number, got {minutes!r}")
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+        raise SettingError("minutes", f"expected a positive number, got {minutes!r}")
+    # `--device cuda` without a GPU ended in torch's assertion, after the data was prepared
+    device = _as_setting(resolve_device, device).type
     geo = _device_defaults(device)
     unknown = set(overrides or {}) - set(geo)
     if unknown:
         raise ValueError(f"overrides: unknown keys {sorted(unknown)}; expected some of {sorted(geo)}")
     geo.update(overrides or {})
-    # a context below 1 only failed later, as a traceback from an empty forward in the speed probe
-    if isinstance(geo["context"], bool) or not isinstance(geo["context"], int) or geo["context"] < 1:
-        raise ValueError(f"context: expected a positive integer, got {geo['context']!r}")
-    if "context" in (overrides or {}) and "batch_tokens" not in overrides:
+    context = geo["context"]
+    sized = not isinstance(context, bool) and isinstance(context, int) and context > 0  # else refused below
+    if sized and "context" in (overrides or {}) and "batch_tokens" not in overrides:
         # the device's batch is whole sequences of its own context: another --context (one not dividing 8192 on a
         # CPU) failed after the data preparation and the speed probe, on a batch_tokens no demo flag sets
         geo["batch_tokens"] = max(1, round(geo["batch_tokens"] / geo["context"])) * geo["context"]
         if "micro_batch_size" not in overrides:  # the CPU's 16 sequences a pass need not divide the new batch
             geo["micro_batch_size"] = 0
+    # the runs' own checks, before any work: `--context 1` passed the demo's and was refused only after the data
+    # preparation and the speed probe (a context of 0 was a traceback from an empty forward in the probe)
+    _as_setting(lambda: _train_config(MODELS[0], device, geo, max_steps=1).validate())
 
     def log(msg: str) -> None:
         print(f"[demo] {msg}", file=sys.stderr, flush=True)
@@ -225,13 +251,12 @@ def run_demo(out: str = "runs/demo", minutes: float = 3.0, device: str = "auto",
     for preset in MODELS:
         run_dir = os.path.join(out, preset)
         log(f"training {preset} -> {run_dir}")
-        cfg = TrainConfig(preset=preset, data_dir=data_dir, tokenizer=geo["tokenizer"], out_dir=run_dir,
-                          context=plan["context"], batch_tokens=plan["batch_tokens"],
-                          micro_batch_size=plan["micro_batch_size"], lr=plan["lr"], total_tokens=plan["total_tokens"],
-                          max_minutes=1.5 * minutes + 0.25, eval_tokens=min(plan["eval_tokens"], 2 * plan["batch_tokens"]),
-                          eval_every_tokens=max(plan["batch_tokens"], plan["total_tokens"] // 6),
-                          checkpoint_every_tokens=max(plan["batch_tokens"], plan["total_tokens"] // 4),
-                          device=device, progress=progress, log_every=10)
+        cfg = _train_config(preset, device, plan, data_dir=data_dir, out_dir=run_dir,
+                            total_tokens=plan["total_tokens"], max_minutes=1.5 * minutes + 0.25,
+                            eval_tokens=min(plan["eval_tokens"], 2 * plan["batch_tokens"]),
+                            eval_every_tokens=max(plan["batch_tokens"], plan["total_tokens"] // 6),
+                            checkpoint_every_tokens=max(plan["batch_tokens"], plan["total_tokens"] // 4),
+                            progress=progress, log_every=10)
         summary = train(cfg)
         log(f"evaluating {preset}")
         from .models import FoxForCausalLM

@@ -130,6 +130,22 @@ def test_analyze_gates_writes_stats_and_plots(workspace):
         _nonempty_png(os.path.join(out, name))
 
 
+def test_analyze_gates_says_the_units_of_its_summary(workspace, capsys):
+    """The summary printed (and kept in gates.json) was numbers alone: "median_timescale": 1.05 did not say
+    tokens, nor "heads_beyond_text" that it counts heads. A "units" entry beside the summaries says each."""
+    out = str(workspace["root"] / "gates_units")
+    capsys.readouterr()
+    assert main(["analyze", "gates", workspace["run"], "--data", workspace["data"], "--seq-len", "32", "--num-seqs",
+                 "1", "--device", "cpu", "--out", out, "--no-progress", "--heads", "0:0"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    (summary,) = printed["models"]
+    numbers = {k for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    assert numbers == set(printed["units"]) and printed["units"]["median_timescale"] == "tokens"
+    assert printed["units"]["heads_beyond_text"].startswith("heads")
+    saved = json.load(open(os.path.join(out, "gates.json")))
+    assert saved["units"] == printed["units"] and saved["models"][0]["summary"] == summary
+
+
 def test_eval_niah_and_report(workspace):
     out = os.path.join(workspace["run"], "eval")  # the default output folder of a run dir
     assert main(["eval", "niah", workspace["run"], "--haystack", workspace["texts"], "--lengths", "96,160",

@@ -234,6 +234,23 @@ def test_log_scale_reaches_linear_attention_weights_above_one():
     assert fig.axes[0].get_images()[0].get_clim() == (-6, pytest.approx(2.0))
 
 
+@pytest.mark.parametrize("n", [256, 5])
+def test_matrix_panels_mark_token_positions_on_both_axes(n):
+    """The decay and attention matrices had no ticks: nothing said which tokens a panel spans, nor how far apart
+    two of its points are. A few whole token positions now mark both axes, inside the matrix."""
+    from foxformer.eval.plots import matrices_figure
+
+    fig = matrices_figure([("A", np.tril(np.ones((n, n))))], label="weight")
+    panel = fig.axes[0]
+    fig.canvas.draw()
+    for labels, limits, along in ((panel.get_xticklabels(), panel.get_xlim(), 0),
+                                  (panel.get_yticklabels(), panel.get_ylim(), 1)):
+        shown = [t.get_text() for t in labels if min(limits) <= t.get_position()[along] <= max(limits)]
+        assert 2 <= len(shown) <= 4 and shown[0] == "0"
+        assert all(0 <= int(t) <= n - 1 for t in shown)
+    assert (panel.get_xlabel(), panel.get_ylabel()) == ("key position j", "query position i")
+
+
 def test_head_grid_numbers_and_title_stay_readable():
     """Every number was written in cyan, which vanished on the pale end of the colour map, and the effective
     context plot's title ran past a 4-head figure over its colour bar's label."""

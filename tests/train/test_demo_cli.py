@@ -44,12 +44,26 @@ def test_demo_end_to_end_small(tmp_path, capsys):
 
 @pytest.mark.parametrize("flag,value", [
     pytest.param("minutes", "inf", id="minutes-inf"), pytest.param("minutes", "nan", id="minutes-nan"),
-    pytest.param("context", "0", id="context-zero"), pytest.param("context", "-8", id="context-negative")])
-def test_demo_rejects_a_bad_budget_or_context_before_any_work(tmp_path, capsys, flag, value):
+    pytest.param("minutes", "0", id="minutes-zero"), pytest.param("context", "0", id="context-zero"),
+    pytest.param("context", "-8", id="context-negative"), pytest.param("context", "1", id="context-one"),
+    pytest.param("device", "cuda", id="device-without-gpu"), pytest.param("tokenizer", "nope", id="tokenizer")])
+def test_demo_refuses_a_bad_setting_by_its_flag_before_any_work(tmp_path, capsys, monkeypatch, flag, value):
+    """The demo's errors named run_demo's keyword ("error: minutes: ..."), not the flag the user typed; `--context
+    1` and `--device cuda` on a machine without a GPU failed only after the data preparation (the latter as torch's
+    assertion)."""
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
     out = tmp_path / "demo"
-    assert main(["demo", f"--{flag}", value, "--out", str(out), "--device", "cpu", "--no-progress"]) == 2
-    assert flag in capsys.readouterr().err
+    assert main(["demo", f"--{flag}", value, "--out", str(out), "--no-progress"]) == 2
+    assert f"error: --{flag}: " in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_demo_names_out_for_a_folder_it_cannot_write(tmp_path, capsys):
+    """The data preparation's refusal of the demo's data folder said "out_dir", a name the demo has no flag for."""
+    taken = tmp_path / "a-file"
+    taken.write_text("")
+    assert main(["demo", "--out", str(taken), "--device", "cpu", "--no-progress"]) == 2
+    assert f"error: --out: '{taken / 'data-bytes'}' cannot be created" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("context, batch", [(300, 8100), (256, 8192), (20000, 20000)])

@@ -39,9 +39,7 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
     except SettingError as e:
         if e.field not in _FLAGS:
             raise
-        # None is the flag left out, which a command line cannot spell
-        reason = e.said(lambda field: _FLAGS.get(field, field)).replace(" or None", " (or leave the flag out)")
-        raise ValueError(f"{_FLAGS[e.field]}: {reason}") from None
+        raise e.in_flags(_FLAGS) from None
     for source in manifest["sources"]:
         for note in reading_notes(source, cfg.text_field):
             print(f"note: {note}", file=sys.stderr)

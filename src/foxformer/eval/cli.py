@@ -305,7 +305,8 @@ def _cmd_gates(args) -> dict:
     note_replacing(os.path.join(out, "gates.json"))
     data = save_gates(analyses, out, settings, heads=heads, matrix_len=matrix_len, label=FLAGS,
                       attention_scale=args.attention_scale)
-    return {**written(out, ["gates.json"], data["plots"]), "models": [m["summary"] for m in data["models"]]}
+    return {**written(out, ["gates.json"], data["plots"]), "units": data["units"],
+            "models": [m["summary"] for m in data["models"]]}
 
 
 def _cmd_eviction(args) -> dict:

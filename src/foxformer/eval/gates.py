@@ -101,6 +101,12 @@ def effective_length(distances: np.ndarray, decay: np.ndarray, threshold: float 
     return out
 
 
+# What each number of GateStats.summary() counts, written beside the summaries: a bare "median_timescale": 1.05
+# did not say tokens
+SUMMARY_UNITS = {"tokens": "tokens analysed", "median_timescale": "tokens", "min_timescale": "tokens",
+                 "heads_beyond_text": "heads (of all layers)", "median_eff_context": "tokens"}
+
+
 @dataclass
 class GateStats:
     """Per layer [L][H] lists. eff_context: None = the decay stays above 1/e up to ``max_distance``."""

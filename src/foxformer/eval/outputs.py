@@ -18,7 +18,7 @@ import numpy as np
 from ..argtypes import setting_name
 from ..paths import write_json as atomic_json
 from . import plots
-from .gates import GateStats, choose_heads, head_matrices, is_linear
+from .gates import SUMMARY_UNITS, GateStats, choose_heads, head_matrices, is_linear
 
 
 def find_output(run_dir: str, name: str) -> Optional[str]:
@@ -204,7 +204,7 @@ def save_gates(analyses: Sequence[tuple[GateStats, object, object]], out_dir: st
                                                  groups=[f"layer {layer}" for layer, d in enumerate(stats.decay)
                                                          for _ in np.asarray(d).T]))
         models.append({"summary": stats.summary(), "heads_plotted": [list(h) for h in chosen], **stats.to_dict()})
-    data = {"command": "analyze gates", "settings": settings or {}, "models": models,
+    data = {"command": "analyze gates", "settings": settings or {}, "units": SUMMARY_UNITS, "models": models,
             "plots": [os.path.basename(f) for f in files]}
     write_json(os.path.join(out_dir, "gates.json"), data)
     return data

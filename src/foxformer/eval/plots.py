@@ -11,6 +11,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from ..paths import replaced_atomically  # noqa: E402
 
@@ -155,10 +156,12 @@ def matrices_figure(panels: Sequence[tuple[str, np.ndarray]], *, label: str, nco
             im = ax.imshow(np.where(np.tril(np.ones_like(m)) > 0, m, np.nan), cmap="viridis", vmin=0.0,
                            vmax=max(float(np.nanmax(m)), 1e-12))
         ax.set_title(title, fontsize=8)
-        ax.set_xlabel("key j", fontsize=7)
-        ax.set_ylabel("query i", fontsize=7)
-        ax.set_xticks([])
-        ax.set_yticks([])
+        ax.set_xlabel("key position j", fontsize=7)
+        ax.set_ylabel("query position i", fontsize=7)
+        # a few token positions: without them nothing said how far apart two tokens of a panel are
+        for axis in (ax.xaxis, ax.yaxis):
+            axis.set_major_locator(MaxNLocator(nbins=3, integer=True))
+        ax.tick_params(labelsize=6)
         fig.colorbar(im, ax=ax, fraction=0.046, pad=0.02).set_label(f"log10 {label}" if log_scale else label,
                                                                     fontsize=7)
     for ax in list(axes.flat)[len(panels):]:
