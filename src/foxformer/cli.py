@@ -17,6 +17,7 @@ import select
 import sys
 import warnings
 
+from .argtypes import SettingError
 from .json_text import print_json
 
 # Each module defines add_commands(subparsers); a command's handler is stored as `func`.
@@ -94,7 +95,6 @@ _DEMO_FLAGS = {"minutes": "--minutes", "out": "--out", "out_dir": "--out", "devi
 
 
 def _demo(args) -> int:
-    from .argtypes import SettingError
     from .demo import run_demo
 
     overrides = {k: v for k, v in (("tokenizer", args.tokenizer), ("context", args.context)) if v is not None}
