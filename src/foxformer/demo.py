@@ -116,15 +116,17 @@ def _plot(out: str, results: dict, tokenizer: str) -> str:
         recs = read_metrics(res["out_dir"])
         tr = [(r["tokens"], r["loss"]) for r in recs if r.get("kind") == "train"]
         ev = [(r["tokens"], r["val_loss"]) for r in recs if r.get("kind") == "eval"]
-        line = ax1.plot([t for t, _ in ev], [v for _, v in ev], marker="o", ms=3, label=f"{LABELS[preset]} val")[0]
+        # in millions, as the report's curve: matplotlib's own ticks put a "1e6" in the corner
+        line = ax1.plot([t / 1e6 for t, _ in ev], [v for _, v in ev], marker="o", ms=3,
+                        label=f"{LABELS[preset]} val")[0]
         if tr:
-            ax1.plot([t for t, _ in tr], [v for _, v in tr], alpha=0.3, color=line.get_color(),
+            ax1.plot([t / 1e6 for t, _ in tr], [v for _, v in tr], alpha=0.3, color=line.get_color(),
                      label=f"{LABELS[preset]} train")
         xs, ys = _per_position_smooth(np.asarray(res["per_position"]))
         ax2.plot(xs, ys, label=f"{LABELS[preset]} (val {res['val_loss']:.3f})", color=line.get_color())
     # byte-level losses (the CPU default) were labelled per token, a figure the report's text gives per byte
     unit = "nats/byte" if tokenizer == "bytes" else "nats/token"
-    ax1.set(xlabel="training tokens", ylabel=f"loss ({unit})", title="Loss during training")
+    ax1.set(xlabel="training tokens [M]", ylabel=f"loss ({unit})", title="Loss during training")
     ax1.legend()
     ax1.grid(alpha=0.3)
     ax2.set(xlabel="position i in the sequence", ylabel=f"validation loss L(i) ({unit})", xscale="log",

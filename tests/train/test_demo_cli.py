@@ -130,3 +130,6 @@ def test_demo_plot_gives_the_loss_per_byte_or_per_token(tmp_path, monkeypatch, t
     results = {p: {"out_dir": str(run), "per_position": [3.0, 2.5, 2.0, 1.8], "val_loss": 2.0} for p in demo.MODELS}
     demo._plot(str(tmp_path), results, tokenizer)
     assert [ax.get_ylabel() for ax in drawn[0].axes] == [f"loss ({unit})", f"validation loss L(i) ({unit})"]
+    # the tokens in millions, as the report's curve (matplotlib's own ticks put a "1e6" in the corner)
+    assert drawn[0].axes[0].get_xlabel() == "training tokens [M]"
+    assert list(drawn[0].axes[0].lines[0].get_xdata()) == [64 / 1e6]
