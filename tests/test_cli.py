@@ -83,6 +83,32 @@ def test_every_help_answers_without_torch_transformers_or_triton():
     assert top.returncode == 0 and "train" in top.stdout and "generate" in top.stdout
 
 
+def _subcommands(parser):
+    """(parser, the help line its parent lists for it) of every command below ``parser``, nested ones included."""
+    import argparse
+
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            listed = {choice.dest: choice.help for choice in action._choices_actions}
+            for name, child in action.choices.items():
+                yield child, listed.get(name)
+                yield from _subcommands(child)
+
+
+def test_every_command_says_what_it_does():
+    """`foxformer data`, `eval`, `bench attention`, `convert` and others had no description in their --help (and a
+    command added without one went unnoticed): every command and subcommand has one, and a help line in its
+    parent's list."""
+    from foxformer.cli import build_parser
+
+    found = {child.prog: (child.description, listed) for child, listed in _subcommands(build_parser())}
+    assert {"foxformer data info", "foxformer bench scaling", "foxformer convert official"} <= set(found)
+    assert len(found) >= 25, sorted(found)
+    undescribed = sorted(prog for prog, (description, _) in found.items() if not (description or "").strip())
+    unlisted = sorted(prog for prog, (_, listed) in found.items() if not (listed or "").strip())
+    assert undescribed == [] and unlisted == [], (undescribed, unlisted)
+
+
 def test_lazy_packages_still_export_their_names():
     import foxformer
     from foxformer.data import prepare

@@ -63,9 +63,15 @@ def _convert_official(args) -> int:
 def _add_model_commands(sub) -> None:
     """`presets` and `convert official`: the models package registers Hugging Face classes when imported, so its
     commands live here, where nothing imports it until one runs."""
-    sub.add_parser("presets", help="list model presets with non-embedding parameter counts").set_defaults(
-        func=_presets)
-    convert = sub.add_parser("convert", help="convert checkpoints of other code to foxformer models")
+    sub.add_parser("presets", help="list model presets with non-embedding parameter counts",
+                   description="Print the model presets (fox-, transformer- and linear-pro-, tiny to 1.3b) as a "
+                               "table: layers, width, heads, head dim, SwiGLU width, non-embedding parameters and "
+                               "their difference from the LLaMA-block preset of the same family and size. Writes "
+                               "nothing.").set_defaults(func=_presets)
+    convert = sub.add_parser("convert", help="convert checkpoints of other code to foxformer models",
+                             description="Convert a checkpoint of other code into a foxformer model: a Hugging Face "
+                                         "folder (--out) that from_pretrained and every foxformer command load. "
+                                         "SOURCE names that code: official, the FoX paper's.")
     csub = convert.add_subparsers(dest="convert_command", metavar="SOURCE")
     p = csub.add_parser("official", help="a checkpoint of the FoX paper's code (e.g. its released 760M models)",
                         description="Reads a Hugging Face folder saved by the paper's code (github.com/zhixuan-lin/"

@@ -194,6 +194,28 @@ def test_a_foxformer_run_given_to_convert_is_said_to_be_a_foxformer_model(tmp_pa
     assert not os.path.exists(tmp_path / "out")
 
 
+def test_a_prepared_dataset_given_to_convert_is_said_to_be_a_dataset(tmp_path, monkeypatch, capsys):
+    """`convert official DATA` said only that DATA "has no config.json", as of a checkpoint missing a file; a
+    folder with a manifest.json of its own is no dataset and keeps that line."""
+    (tmp_path / "docs").mkdir()
+    for i in range(3):
+        (tmp_path / "docs" / f"{i}.txt").write_text(f"Document {i}, a few words long. " * 5)
+    monkeypatch.chdir(tmp_path)
+    assert main(["data", "prepare", "--source", "docs", "--out", "data", "--tokenizer", "bytes", "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["convert", "official", "data", "--out", "out"]) == 2
+    assert capsys.readouterr().err == (
+        "error: convert official: data: a prepared dataset (it holds the manifest.json or lock that `foxformer data "
+        "prepare` writes), not a model checkpoint: convert official reads a Hugging Face folder saved by the FoX "
+        "paper's code (config.json and model.safetensors or pytorch_model.bin) or a Hub id such as "
+        "zhixuan-lin/fox-pro-760m-longcrawl64-48b; a dataset goes to --data (foxformer train, eval)\n")
+    assert not os.path.exists(tmp_path / "out")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "manifest.json").write_text('{"files": []}')
+    assert main(["convert", "official", "mine", "--out", "out"]) == 2
+    assert capsys.readouterr().err == "error: convert official: mine: has no config.json\n"
+
+
 def test_cli_out_that_is_no_export_is_refused_before_the_conversion(tmp_path, capsys):
     """`--out` was written into whatever it named: a run's folder, a user's files, the checkpoint being read."""
     src, _, _ = _official(tmp_path, "fox-llama")

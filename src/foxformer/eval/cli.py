@@ -391,7 +391,12 @@ def _run(fn):
 
 def add_commands(subparsers) -> None:
     ev = subparsers.add_parser("eval", help="evaluate checkpoints: per-position loss, needle in a haystack, "
-                                            "lm-evaluation-harness")
+                                            "lm-evaluation-harness",
+                               description="Evaluate models (a run folder, one of its checkpoints, a Hugging Face "
+                                           "folder or Hub id, a checkpoint of the FoX paper's code) and compare the "
+                                           "results: each subcommand writes its results (JSON, plots, tables) into "
+                                           "--out and prints a JSON summary naming them; one model of a run folder "
+                                           "writes to RUN_DIR/eval unless told.")
     sub = ev.add_subparsers(dest="eval_command", metavar="SUBCOMMAND")
     p = sub.add_parser("loss", help="per-position loss L(i) and perplexity P(l) with bootstrap bands",
                        description="Per-position loss over validation sequences (T may exceed the training "
@@ -503,7 +508,10 @@ def add_commands(subparsers) -> None:
     p.set_defaults(func=_run(_cmd_mqar))
     ev.set_defaults(func=lambda args: (ev.print_help(), 2)[1])
 
-    an = subparsers.add_parser("analyze", help="model analyses (forget gates)")
+    an = subparsers.add_parser("analyze", help="model analyses (forget gates)",
+                               description="Analyses of what a model learned: `analyze gates` measures the forget "
+                                           "gates of FoX models per layer and head and writes gates.json and its "
+                                           "plots into --out.")
     asub = an.add_subparsers(dest="analyze_command", metavar="SUBCOMMAND")
     p = asub.add_parser("gates", help="forget-gate statistics, decay / attention matrices, effective context",
                         description="Per layer and head: mean log f, timescale, share of f < 0.5, effective context "

@@ -32,6 +32,7 @@ from typing import Optional
 
 import torch
 
+from ..data.layout import MANIFEST, prepared_dataset
 from ..paths import RUN_FOLDER_FILES, check_export_dir, export_writer
 from .config import ROPE_THETA_DEFAULT, FoxConfig
 from .hub import download, is_hub_id
@@ -139,6 +140,17 @@ def _foxformer_run_said(folder: str) -> Optional[str]:
     return (f"{what}: already a foxformer model, with nothing to convert; pass {model} as the model (foxformer "
             f"generate / eval MODEL, bench --model), or write a Hugging Face folder of it with `foxformer export-hf "
             f"{run}{flag}`")
+
+
+def _dataset_said(folder: str) -> Optional[str]:
+    """Where ``folder`` is a dataset that `foxformer data prepare` wrote: that it holds tokens, not a model, and what
+    this command reads instead ("has no config.json" read as a checkpoint missing a file)."""
+    if not prepared_dataset(folder):
+        return None
+    return (f"a prepared dataset (it holds the {MANIFEST} or lock that `foxformer data prepare` writes), not a model "
+            f"checkpoint: convert official reads a Hugging Face folder saved by the FoX paper's code (config.json and "
+            f"model.safetensors or pytorch_model.bin) or a Hub id such as zhixuan-lin/fox-pro-760m-longcrawl64-48b; a "
+            f"dataset goes to --data (foxformer train, eval)")
 
 
 def _check_supported(src: str, cfg: dict) -> None:
@@ -267,7 +279,7 @@ def load_official(src: str, *, tokenizer: Optional[str] = "auto",
     folder = resolve_source(src)
     config_path = os.path.join(folder, "config.json")
     if not os.path.exists(config_path):
-        raise _refuse(src, _foxformer_run_said(folder) or "has no config.json")
+        raise _refuse(src, _foxformer_run_said(folder) or _dataset_said(folder) or "has no config.json")
     with open(config_path, encoding="utf-8") as f:
         cfg = json.load(f)
     _check_supported(src, cfg)

@@ -408,7 +408,12 @@ def add_commands(subparsers) -> None:
     p.add_argument("--no-progress", action="store_true", help=f"set progress: false{describe_key('progress')}")
     p.set_defaults(func=_cmd_train)
 
-    e = subparsers.add_parser("export-hf", help="export a training checkpoint as a Hugging Face model directory")
+    e = subparsers.add_parser("export-hf", help="export a training checkpoint as a Hugging Face model directory",
+                              description="Write a checkpoint of a training run (the latest, or --checkpoint) as a "
+                                          "standalone Hugging Face model folder, <run>/hf unless --out: config, "
+                                          "weights, tokenizer files and a model card of the training; "
+                                          "from_pretrained loads it. Prints the checkpoint, its step and the folder "
+                                          "as JSON.")
     e.add_argument("run", help="run directory (out_dir of `foxformer train`)")
     e.add_argument("--checkpoint", help="checkpoint folder, or its name in the run (step_00000260; default: the "
                                         "latest)")
