@@ -248,26 +248,32 @@ def _walk_folder(path: str, out_dir: str | None) -> tuple[list[str], dict[str, i
                 ext = (os.path.splitext(inner)[1] or "(no extension)") + comp
                 other[ext] = other.get(ext, 0) + 1
                 continue
-            if not os.path.exists(full):
+            if not os.path.exists(full):  # each link to nothing by its own name: each is one to remove
                 problem = f"a symbolic link to {os.readlink(full)!r}, which does not exist"
-                unread.append(UnreadableFile(full, problem, f"{full!r} is {problem}: remove the link or restore its "
-                                                            f"file"))
-                continue
-            if not os.access(full, os.R_OK):
-                problem = "cannot be read (permission denied)"
-                unread.append(UnreadableFile(full, problem, f"{full} {problem}: make it readable (chmod a+r) or "
-                                                            f"{_leave_out(path)}"))
+                walked.append((full, None, UnreadableFile(full, problem, f"{full!r} is {problem}: remove the link or "
+                                                                         f"restore its file")))
                 continue
             real = os.path.realpath(full)
-            walked.append((full, real))
+            walked.append((full, real, None))
             if real not in chosen or os.path.islink(chosen[real]) and not os.path.islink(full):
                 chosen[real] = full
-    if not walked and not unread:
+    if not walked:
         passed = f" outside the prepared datasets in it ({', '.join(map(repr, skipped))})" if skipped else ""
         raise SettingError("source", f"directory {path!r} holds no file of a kind read as documents{passed}: "
                                      f"{kinds_said()} (source code: gather the files into a .jsonl, one "
                                      f"{{\"text\": ...}} a line)")
-    files = [full for full, real in walked if chosen[real] == full]
+    # a file without read permission once too, under the name it would be read by: through a link beside it, a
+    # refusal listed it twice
+    files = []
+    for full, real, broken in walked:
+        if broken is not None:
+            unread.append(broken)
+        elif chosen[real] == full and os.access(full, os.R_OK):
+            files.append(full)
+        elif chosen[real] == full:
+            problem = "cannot be read (permission denied)"
+            unread.append(UnreadableFile(full, problem, f"{full} {problem}: make it readable (chmod a+r) or "
+                                                        f"{_leave_out(path)}"))
     # a.txt beside a.txt.gz (gzip -k keeps the original): the same documents twice, one copy may land in validation
     by_base: dict[str, str] = {}
     for full in files:
