@@ -194,9 +194,14 @@ def split_damage(out_dir: str, manifest: dict, split: str, arrays: dict | None =
     return None
 
 
-def _shard_key(spec: str, fingerprint: str, cfg: PrepareConfig, folder_files: str | None) -> str:
-    parts = [spec, fingerprint, cfg.tokenizer, cfg.max_tokens_per_source, cfg.text_field]
-    blob = json.dumps(parts + [folder_files] if folder_files else parts)  # the keys of other tokenizers kept
+def _shard_key(info, cfg: PrepareConfig, folder_files: str | None) -> str:
+    """The shard folder's name of the source ``info`` (a SourceInfo) tokenized as ``cfg`` asks."""
+    parts = [info.spec, info.fingerprint, cfg.tokenizer, cfg.max_tokens_per_source, cfg.text_field]
+    # each only where set: the shards made before it keep their keys and are taken up again, where a source of
+    # the line-break rule gets a new one (its older shard's texts kept their "\r")
+    parts += [folder_files] if folder_files else []
+    parts += [info.newlines] if info.newlines else []
+    blob = json.dumps(parts)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -492,7 +497,10 @@ def _prepare(cfg: PrepareConfig, infos: list, force: bool, progress: bool) -> di
                                               f"{copy_of[digest][1]} (of {copy_of[digest][0]!r}): its documents would "
                                               f"be read twice, and a copy could land in train and another in "
                                               f"validation; leave one of them out")
-    request = {"sources": [{"spec": i.spec, "fingerprint": i.fingerprint} for i in infos],
+    # a source's line-break rule only where it changed its texts: the requests of the others, and so their
+    # datasets, stay those of before the rule
+    request = {"sources": [{"spec": i.spec, "fingerprint": i.fingerprint, **({"newlines": i.newlines} if i.newlines
+                                                                              else {})} for i in infos],
                "tokenizer": cfg.tokenizer, "val_fraction": cfg.val_fraction, "seed": cfg.seed,
                "max_tokens_per_source": cfg.max_tokens_per_source, "text_field": cfg.text_field}
     if cfg.leave_out:  # absent otherwise: datasets prepared before the option keep matching their request
@@ -519,10 +527,12 @@ def _older_requests(request: dict, infos: list, tokenizer: str) -> list[dict]:
     """``request`` in each form older datasets recorded it, as it reads now: source files by their paths, sizes and
     nanosecond mtimes, and whole-second ones before; a tokenizer folder by its files' paths and times, and not at
     all before. A dataset of one of them was prepared from sources and a tokenizer untouched since (or edited
-    within the second): the same command rebuilds it in the current form, where another request is refused."""
+    within the second): the same command rebuilds it in the current form, where another request is refused. So is
+    one of before the sources' line-break rule (sources.NEWLINES), whose texts may hold "\\r" tokens."""
     older = [i.older_fingerprints or (i.fingerprint,) * 2 for i in infos]  # builtin and hf: one form all along
     sources = [request["sources"]] + [[{"spec": i.spec, "fingerprint": fps[k]} for i, fps in zip(infos, older)]
                                       for k in (0, 1)]
+    sources.append([{"spec": i.spec, "fingerprint": i.fingerprint} for i in infos])
     folder = [{}]
     if "tokenizer_files" in request:
         folder += [{"tokenizer_files": request["tokenizer_files"]},
@@ -591,7 +601,7 @@ def _build(cfg: PrepareConfig, infos: list, request: dict, tok, progress: bool, 
     shard_infos, shards = [], []
     for s_idx, info in enumerate(infos):
         shard_dir = os.path.join(cfg.out_dir, SHARDS,
-                                 _shard_key(info.spec, info.fingerprint, cfg, request.get("tokenizer_files")))
+                                 _shard_key(info, cfg, request.get("tokenizer_files")))
         meta = _tokenize_source(info.spec, shard_dir, cfg, tok, progress)
         shard_infos.append({**meta, "fingerprint": info.fingerprint, "shard": os.path.relpath(shard_dir, cfg.out_dir),
                             **({"left_out_files": dict(info.left_out)} if info.left_out else {})})

@@ -98,6 +98,8 @@ class SourceInfo:
     older_fingerprints: tuple[str, ...] = ()
     # a folder's files that its walk found cannot be read (a link to nothing, no read permission): (path, problem)
     unreadable: tuple[tuple[str, str], ...] = ()
+    # NEWLINES where the source's texts are of the kinds whose line breaks that rule changed, else None
+    newlines: str | None = None
 
 
 # The compressions read, by how they end a name, each with the command that writes a file's bytes decompressed (in
@@ -534,7 +536,7 @@ def describe_source(spec: str, digests=read_digests, out_dir: str | None = None)
         return SourceInfo(spec=spec, kind=kind, fingerprint=f"{name}-{version}")
     if kind == "hf":
         name, config, split = _parse_hf(spec)
-        return SourceInfo(spec=spec, kind=kind, fingerprint=f"{name}:{config}@{split}")
+        return SourceInfo(spec=spec, kind=kind, fingerprint=f"{name}:{config}@{split}", newlines=NEWLINES)
     files, other, skipped, unreadable = _scan(spec, out_dir)
     # by content and names within the source: a copied, moved or touched source is the same; its paths and mtimes
     # made it another request
@@ -557,7 +559,8 @@ def describe_source(spec: str, digests=read_digests, out_dir: str | None = None)
                       files=tuple(os.path.realpath(f) for f in files), digests=tuple(file_digests),
                       older_fingerprints=(files_fingerprint(stats, lambda st: st.st_mtime_ns),
                                           files_fingerprint(stats, lambda st: int(st.st_mtime))),
-                      unreadable=tuple((e.path, e.problem) for e in unreadable))
+                      unreadable=tuple((e.path, e.problem) for e in unreadable),
+                      newlines=NEWLINES if any(_file_kind(f) in ("jsonl", "parquet") for f in files) else None)
 
 
 def _most_first(other: dict[str, int]) -> tuple[tuple[str, int], ...]:
@@ -626,6 +629,12 @@ def files_fingerprint(stats: list[tuple[str, os.stat_result]], mtime) -> str:
 def by_file_times(fingerprint: str) -> bool:
     """Whether a source fingerprint a dataset recorded is files_fingerprint's, of paths, sizes and times."""
     return re.fullmatch(r"[0-9a-f]{16}", fingerprint) is not None
+
+
+# iter_documents' line-break rule, as a prepare's request records it for the sources it changed: the texts of JSONL
+# rows, Parquet cells and hub datasets kept their "\r\n" before it (a .txt file's and the built-ins' were "\n" all
+# along), so a dataset prepared then holds "\r" tokens under a request that read the same as today's
+NEWLINES = "unix"
 
 
 def unix_newlines(text: str) -> str:
