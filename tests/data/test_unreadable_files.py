@@ -202,3 +202,25 @@ def test_a_file_reached_through_links_is_read_and_listed_once(tmp_path, monkeypa
     assert manifest["sources"][0]["skipped_files"] == bad
     assert _doc_ids(manifest, tmp_path / "data") == [str(docs / "good.txt")]
 
+
+@pytest.mark.parametrize("link", [True, False], ids=["found-by-the-walk", "found-by-reading"])
+def test_a_refusal_of_more_files_than_it_shows_writes_them_all_to_a_file(tmp_path, monkeypatch, link):
+    """It named the first SHOWN and counted the rest, which nothing listed: a folder of a thousand bad files was
+    fixed a hundred at a time. The list goes to a file of the output folder, which a prepare that goes on removes."""
+    monkeypatch.setattr(unreadable, "SHOWN", 2)
+    bad = _corpus(tmp_path / "docs", link)
+    listing = tmp_path / "data" / unreadable.LIST_FILE
+    with pytest.raises(SettingError) as e:
+        prepare(_config(tmp_path), progress=False)
+    assert f"; and {len(bad) - 2} more (all of them in {listing}). Convert each" in str(e.value)
+    assert listing.read_text() == "".join(f"{path}\t{problem}\n" for path, problem in sorted(bad.items()))
+    # the manifest of a prepare that skips them lists them all, as its note says
+    assert prepare(_config(tmp_path, skip_bad_files=True), progress=False)["sources"][0]["skipped_files"] == bad
+    assert not listing.exists()
+
+
+def test_a_refusal_that_shows_every_file_writes_no_list(tmp_path):
+    _corpus(tmp_path / "docs")
+    with pytest.raises(SettingError):
+        prepare(_config(tmp_path), progress=False)
+    assert not (tmp_path / "data" / unreadable.LIST_FILE).exists()

@@ -17,6 +17,7 @@ anything it describes is replaced, so an interrupted run never leaves files that
 from __future__ import annotations
 
 import array
+import contextlib
 import hashlib
 import json
 import numbers
@@ -33,10 +34,10 @@ from ..paths import check_output_dir, folder_lock, replaced_atomically, write_js
 from ..progress import progress_bar
 from .digests import CACHE_FILE as DIGESTS, DigestCache
 from .layout import FORMAT, MANIFEST, MODEL_FOLDERS, SHARDS
-from .sources import (CONTENT_PREFIX, Blanks, by_file_times, describe_source, iter_documents, source_kind,
-                      unreadable_files)
+from .sources import (CONTENT_PREFIX, Blanks, by_file_times, describe_source, iter_documents, refused_whole,
+                      source_kind, unreadable_files)
 from .tokenizer import GPT2_SPEC, canonical_name, load_tokenizer, older_tokenizer_files, tokenizer_files
-from .unreadable import UnreadableFile, refusal
+from .unreadable import LIST_FILE, refusal
 
 DEFAULT_SOURCES = ("builtin:sympy",)
 # A longer document is encoded in parts of about this many characters (Tokenizer.encode_pieces): its ids as one
@@ -261,13 +262,12 @@ def _tokenize_source(spec: str, shard_dir: str, cfg: PrepareConfig, tok, progres
     shutil.rmtree(tmp_dir, ignore_errors=True)
     os.makedirs(tmp_dir)
     try:
-        info = _write_shard(spec, tmp_dir, cfg, tok, progress)
-    except BaseException as e:
+        with refused_whole(spec, cfg.text_field, cfg.out_dir, progress, folder=cfg.out_dir):
+            info = _write_shard(spec, tmp_dir, cfg, tok, progress)
+    except BaseException:
         # a Ctrl-C, or a file of the source that cannot be read: the tokens written so far (up to the source's
         # size) stayed in OUT/shards until the next prepare into that folder, which may never come
         shutil.rmtree(tmp_dir, ignore_errors=True)
-        if isinstance(e, UnreadableFile):  # the first of them: the rest of the source is read for the others
-            raise refusal(spec, unreadable_files(spec, cfg.text_field, cfg.out_dir, progress)) from None
         raise
     shutil.rmtree(shard_dir, ignore_errors=True)
     os.replace(tmp_dir, shard_dir)
@@ -345,7 +345,7 @@ def _check_skipped(record: dict, cfg: PrepareConfig) -> None:
     skips them too: a dataset or shard prepared with skip_bad_files, taken up by a prepare without it, holds what
     that one refuses. The record lists them all (the same request, so the same files): none is read again."""
     if record.get("skipped_files") and not cfg.skip_bad_files:
-        raise refusal(record["spec"], record["skipped_files"])
+        raise refusal(record["spec"], record["skipped_files"], folder=cfg.out_dir)
 
 
 def _split_documents(n_docs: int, val_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -437,7 +437,8 @@ def prepare(cfg: PrepareConfig, *, force: bool = False, progress: bool = True) -
     infos = [describe_source(s, digests, cfg.out_dir) for s in cfg.sources]
     for info in infos:
         if info.unreadable and not cfg.skip_bad_files:  # a link to nothing: the files that do not decode too
-            raise refusal(info.spec, unreadable_files(info.spec, cfg.text_field, cfg.out_dir, progress))
+            raise refusal(info.spec, unreadable_files(info.spec, cfg.text_field, cfg.out_dir, progress),
+                          folder=cfg.out_dir)
     try:
         manifest = _prepare(cfg, infos, force, progress)
     except KeyboardInterrupt:  # the bare "interrupted" left it unsaid whether a rerun starts over
@@ -446,6 +447,8 @@ def prepare(cfg: PrepareConfig, *, force: bool = False, progress: bool = True) -
     for source in manifest["sources"]:  # a dataset of this request prepared with skip_bad_files, reused
         _check_skipped(source, cfg)
     digests.save()
+    with contextlib.suppress(FileNotFoundError):  # an earlier refusal's list, of files read now or passed over
+        os.remove(os.path.join(cfg.out_dir, LIST_FILE))
     # what this walk passed over, not what the walk that built a reused dataset did (a dataset since added)
     for source, info in zip(manifest["sources"], infos):
         if info.skipped:

@@ -14,6 +14,7 @@ Source spec strings (see :func:`parse_source`):
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import io
@@ -33,7 +34,7 @@ from ..progress import progress_bar
 from . import jsonl
 from .digests import read_digests
 from .layout import MANIFEST, model_folder, prepared_dataset, saved_hf_dataset
-from .unreadable import UnreadableFile, skipped_note
+from .unreadable import PREPARE_WITHOUT, UnreadableFile, refusal, skipped_note
 
 TEXT_SUFFIXES = (".txt", ".md", ".rst", ".text")
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
@@ -578,11 +579,11 @@ def left_out_of(spec: str) -> dict:
             **({"skipped_datasets": skipped} if skipped else {})}
 
 
-def reading_notes(source: dict, text_field: str = "text") -> list[str]:
+def reading_notes(source: dict, text_field: str = "text", record: str = "the manifest") -> list[str]:
     """What reading a source left out, one line each, from its record in a manifest's form: ``spec``, and where
     any, ``empty_docs`` (with ``first_empty`` and, where the reading stopped before the source's end,
-    ``docs_read``), ``left_out_files``, ``skipped_datasets`` and ``skipped_files``. Left out in silence, a folder's
-    .py files read as a dataset of its READMEs."""
+    ``docs_read``), ``left_out_files``, ``skipped_datasets`` and ``skipped_files`` (``record``: what lists them).
+    Left out in silence, a folder's .py files read as a dataset of its READMEs."""
     notes = []
     if source.get("empty_docs"):
         # none where the source is that one file, or its shard was tokenized before the first was recorded
@@ -600,7 +601,7 @@ def reading_notes(source: dict, text_field: str = "text") -> list[str]:
         notes.append(f"{source['spec']}: {len(source['skipped_datasets'])} prepared dataset folder(s) in it not "
                      f"read as documents ({', '.join(source['skipped_datasets'])})")
     if source.get("skipped_files"):
-        notes.append(skipped_note(source["spec"], source["skipped_files"]))
+        notes.append(skipped_note(source["spec"], source["skipped_files"], record))
     return notes
 
 
@@ -641,6 +642,18 @@ def unix_newlines(text: str) -> str:
     """``text`` with every line break as "\\n": Windows' "\\r\\n" and old Macs' lone "\\r" too, as Python's text
     mode reads a file (universal newlines)."""
     return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+@contextlib.contextmanager
+def refused_whole(spec: str, text_field: str = "text", out_dir: str | None = None, progress: bool = False,
+                  without: str = PREPARE_WITHOUT, folder: str | None = None):
+    """Where a reading of ``spec`` inside meets a file that cannot be read as text (iter_documents' UnreadableFile),
+    the refusal of the source for every such file (unreadable.refusal, with ``without`` and ``folder``): the rest of
+    it is read through for them (``progress``: with a progress bar). ``text_field`` and ``out_dir``: the reading's."""
+    try:
+        yield
+    except UnreadableFile:
+        raise refusal(spec, unreadable_files(spec, text_field, out_dir, progress), without, folder) from None
 
 
 def iter_documents(spec: str, text_field: str = "text", out_dir: str | None = None,
