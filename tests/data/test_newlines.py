@@ -46,3 +46,43 @@ def test_one_text_gives_the_same_tokens_from_a_text_file_and_from_a_jsonl_row(tm
         made[kind] = [(out / f"{split}.bin").read_bytes() for split in ("train", "val")]
     assert made["txt"] == made["jsonl"]
     assert b"\r" not in b"".join(made["txt"])
+
+
+def _before_the_rule(monkeypatch) -> None:
+    """Reading and recording as foxformer did before every source's line breaks were made "\\n"."""
+    from foxformer.data import sources
+
+    monkeypatch.setattr(sources, "unix_newlines", lambda text: text)
+    monkeypatch.setattr(sources, "NEWLINES", None)
+
+
+def _two_documents(folder, kind: str) -> PrepareConfig:
+    folder.mkdir()
+    for i in range(2):
+        _write(folder / f"doc{i}.{kind}", kind, f"document {i}\r\n" + WINDOWS)
+    return PrepareConfig(sources=[str(folder)], out_dir=str(folder.parent / "out"), tokenizer="bytes",
+                         val_fraction=0.5)
+
+
+def test_a_jsonl_dataset_prepared_before_the_rule_is_rebuilt_by_the_same_command(tmp_path, monkeypatch):
+    """Its request read the same as today's, so its "\\r" tokens were reused: the request records the rule for the
+    sources whose texts it changed, and a dataset without it is rebuilt, its shard too, without --force."""
+    cfg = _two_documents(tmp_path / "docs", "jsonl")
+    with monkeypatch.context() as before:
+        _before_the_rule(before)
+        old = prepare(cfg, progress=False)
+    assert "newlines" not in old["request"]["sources"][0]
+    assert b"\r" in (tmp_path / "out" / "train.bin").read_bytes() + (tmp_path / "out" / "val.bin").read_bytes()
+    new = prepare(cfg, progress=False)
+    assert new["request"]["sources"][0]["newlines"] == "unix"
+    assert new["sources"][0]["shard"] != old["sources"][0]["shard"]
+    assert b"\r" not in (tmp_path / "out" / "train.bin").read_bytes() + (tmp_path / "out" / "val.bin").read_bytes()
+    assert prepare(cfg, progress=False) == new  # then reused as any dataset is
+
+
+def test_a_text_file_source_records_no_rule_so_its_older_dataset_is_kept(tmp_path):
+    """A .txt file's line breaks were "\\n" all along: a dataset prepared before the rule holds the tokens of today,
+    and its request, which records no rule, is today's."""
+    cfg = _two_documents(tmp_path / "docs", "txt")
+    made = prepare(cfg, progress=False)
+    assert made["request"]["sources"] == [{"spec": cfg.sources[0], "fingerprint": made["sources"][0]["fingerprint"]}]

@@ -671,7 +671,8 @@ def test_a_tokenizer_saved_again_in_its_folder_is_a_changed_request(tmp_path):
     assert _split_docs(cfg.out_dir, "train", m) == [[2, 1, 2, 3], [1, 1, 3]]
     # a dataset prepared before the tokenizer folder was fingerprinted: rebuilt by the same command, then reused
     del m["request"]["tokenizer_files"]
-    m["request"]["sources"][0]["fingerprint"] = describe_source(str(src)).older_fingerprints[1]
+    # and before the sources' line-break rule was recorded
+    m["request"]["sources"][0] = {"spec": str(src), "fingerprint": describe_source(str(src)).older_fingerprints[1]}
     write_json(os.path.join(cfg.out_dir, "manifest.json"), m)
     rebuilt = prepare(cfg, progress=False)
     assert "tokenizer_files" in rebuilt["request"] and prepare(cfg, progress=False) == rebuilt

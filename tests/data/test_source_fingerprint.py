@@ -76,7 +76,7 @@ def test_a_dataset_that_recorded_its_source_by_file_times_works_while_untouched(
     same files from others, so it is refused, saying why and what to do."""
     _, first = project
     older = describe_source("corpus").older_fingerprints[form]
-    first["request"]["sources"][0]["fingerprint"] = older
+    first["request"]["sources"][0] = {"spec": "corpus", "fingerprint": older}  # and no line-break rule, as then
     write_json(os.path.join("data", "manifest.json"), first)
     rebuilt = prepare(CFG, progress=False)
     assert rebuilt["request"]["sources"][0]["fingerprint"] == describe_source("corpus").fingerprint != older

@@ -170,3 +170,57 @@ def test_an_unreadable_file_error_keeps_its_file_through_pickling():
     e = pickle.loads(pickle.dumps(UnreadableFile("/a.txt", "the problem", "/a.txt: the problem: the fix")))
     assert isinstance(e, UnreadableFile) and (e.path, e.problem, str(e)) == (
         "/a.txt", "the problem", "source: /a.txt: the problem: the fix")
+
+
+def test_a_file_reached_through_links_is_read_and_listed_once(tmp_path, monkeypatch):
+    """Through a link beside it (or two), a file without read permission was listed once a name; a good or a bad
+    file is read once, under its own name, and each link to nothing is named, each being one to remove."""
+    docs, elsewhere = tmp_path / "docs", tmp_path / "elsewhere"
+    docs.mkdir()
+    elsewhere.mkdir()
+    (docs / "good.txt").write_text("a good document\n")
+    (docs / "latin.txt").write_bytes(b"caf\xe9\n")
+    (docs / "locked.txt").write_text("no permission\n")
+    (elsewhere / "locked.txt").write_text("no permission, outside the folder\n")
+    for name, target in (("good-1.txt", docs / "good.txt"), ("good-2.txt", docs / "good.txt"),
+                         ("latin-1.txt", docs / "latin.txt"), ("locked-1.txt", docs / "locked.txt"),
+                         ("outside-1.txt", elsewhere / "locked.txt"), ("outside-2.txt", elsewhere / "locked.txt"),
+                         ("gone-1.txt", tmp_path / "gone.txt"), ("gone-2.txt", tmp_path / "gone.txt")):
+        os.symlink(target, docs / name)
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode, **kw: "locked" not in os.path.realpath(path) and
+                        real_access(path, mode, **kw))
+    gone = f"a symbolic link to '{tmp_path / 'gone.txt'}', which does not exist"
+    locked = "cannot be read (permission denied)"
+    bad = {str(docs / "gone-1.txt"): gone, str(docs / "gone-2.txt"): gone,
+           str(docs / "latin.txt"): "line 1, column 4 is not UTF-8 (byte 0xe9), at byte offset 3",
+           str(docs / "locked.txt"): locked, str(docs / "outside-1.txt"): locked}
+    with pytest.raises(SettingError, match=re.escape(f"{len(bad)} file(s) of {str(docs)!r} cannot be read as text: "
+                                                     f"{_listed(bad)}.")):
+        prepare(_config(tmp_path), progress=False)
+    manifest = prepare(_config(tmp_path, skip_bad_files=True, val_fraction=0.0), progress=False)
+    assert manifest["sources"][0]["skipped_files"] == bad
+    assert _doc_ids(manifest, tmp_path / "data") == [str(docs / "good.txt")]
+
+
+@pytest.mark.parametrize("link", [True, False], ids=["found-by-the-walk", "found-by-reading"])
+def test_a_refusal_of_more_files_than_it_shows_writes_them_all_to_a_file(tmp_path, monkeypatch, link):
+    """It named the first SHOWN and counted the rest, which nothing listed: a folder of a thousand bad files was
+    fixed a hundred at a time. The list goes to a file of the output folder, which a prepare that goes on removes."""
+    monkeypatch.setattr(unreadable, "SHOWN", 2)
+    bad = _corpus(tmp_path / "docs", link)
+    listing = tmp_path / "data" / unreadable.LIST_FILE
+    with pytest.raises(SettingError) as e:
+        prepare(_config(tmp_path), progress=False)
+    assert f"; and {len(bad) - 2} more (all of them in {listing}). Convert each" in str(e.value)
+    assert listing.read_text() == "".join(f"{path}\t{problem}\n" for path, problem in sorted(bad.items()))
+    # the manifest of a prepare that skips them lists them all, as its note says
+    assert prepare(_config(tmp_path, skip_bad_files=True), progress=False)["sources"][0]["skipped_files"] == bad
+    assert not listing.exists()
+
+
+def test_a_refusal_that_shows_every_file_writes_no_list(tmp_path):
+    _corpus(tmp_path / "docs")
+    with pytest.raises(SettingError):
+        prepare(_config(tmp_path), progress=False)
+    assert not (tmp_path / "data" / unreadable.LIST_FILE).exists()

@@ -17,6 +17,7 @@ anything it describes is replaced, so an interrupted run never leaves files that
 from __future__ import annotations
 
 import array
+import contextlib
 import hashlib
 import json
 import numbers
@@ -33,10 +34,10 @@ from ..paths import check_output_dir, folder_lock, replaced_atomically, write_js
 from ..progress import progress_bar
 from .digests import CACHE_FILE as DIGESTS, DigestCache
 from .layout import FORMAT, MANIFEST, MODEL_FOLDERS, SHARDS
-from .sources import (CONTENT_PREFIX, Blanks, by_file_times, describe_source, iter_documents, source_kind,
-                      unreadable_files)
+from .sources import (CONTENT_PREFIX, Blanks, by_file_times, describe_source, iter_documents, refused_whole,
+                      source_kind, unreadable_files)
 from .tokenizer import GPT2_SPEC, canonical_name, load_tokenizer, older_tokenizer_files, tokenizer_files
-from .unreadable import UnreadableFile, refusal
+from .unreadable import LIST_FILE, refusal
 
 DEFAULT_SOURCES = ("builtin:sympy",)
 # A longer document is encoded in parts of about this many characters (Tokenizer.encode_pieces): its ids as one
@@ -194,9 +195,14 @@ def split_damage(out_dir: str, manifest: dict, split: str, arrays: dict | None =
     return None
 
 
-def _shard_key(spec: str, fingerprint: str, cfg: PrepareConfig, folder_files: str | None) -> str:
-    parts = [spec, fingerprint, cfg.tokenizer, cfg.max_tokens_per_source, cfg.text_field]
-    blob = json.dumps(parts + [folder_files] if folder_files else parts)  # the keys of other tokenizers kept
+def _shard_key(info, cfg: PrepareConfig, folder_files: str | None) -> str:
+    """The shard folder's name of the source ``info`` (a SourceInfo) tokenized as ``cfg`` asks."""
+    parts = [info.spec, info.fingerprint, cfg.tokenizer, cfg.max_tokens_per_source, cfg.text_field]
+    # each only where set: the shards made before it keep their keys and are taken up again, where a source of
+    # the line-break rule gets a new one (its older shard's texts kept their "\r")
+    parts += [folder_files] if folder_files else []
+    parts += [info.newlines] if info.newlines else []
+    blob = json.dumps(parts)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -256,13 +262,12 @@ def _tokenize_source(spec: str, shard_dir: str, cfg: PrepareConfig, tok, progres
     shutil.rmtree(tmp_dir, ignore_errors=True)
     os.makedirs(tmp_dir)
     try:
-        info = _write_shard(spec, tmp_dir, cfg, tok, progress)
-    except BaseException as e:
+        with refused_whole(spec, cfg.text_field, cfg.out_dir, progress, folder=cfg.out_dir):
+            info = _write_shard(spec, tmp_dir, cfg, tok, progress)
+    except BaseException:
         # a Ctrl-C, or a file of the source that cannot be read: the tokens written so far (up to the source's
         # size) stayed in OUT/shards until the next prepare into that folder, which may never come
         shutil.rmtree(tmp_dir, ignore_errors=True)
-        if isinstance(e, UnreadableFile):  # the first of them: the rest of the source is read for the others
-            raise refusal(spec, unreadable_files(spec, cfg.text_field, cfg.out_dir, progress)) from None
         raise
     shutil.rmtree(shard_dir, ignore_errors=True)
     os.replace(tmp_dir, shard_dir)
@@ -340,7 +345,7 @@ def _check_skipped(record: dict, cfg: PrepareConfig) -> None:
     skips them too: a dataset or shard prepared with skip_bad_files, taken up by a prepare without it, holds what
     that one refuses. The record lists them all (the same request, so the same files): none is read again."""
     if record.get("skipped_files") and not cfg.skip_bad_files:
-        raise refusal(record["spec"], record["skipped_files"])
+        raise refusal(record["spec"], record["skipped_files"], folder=cfg.out_dir)
 
 
 def _split_documents(n_docs: int, val_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -432,7 +437,8 @@ def prepare(cfg: PrepareConfig, *, force: bool = False, progress: bool = True) -
     infos = [describe_source(s, digests, cfg.out_dir) for s in cfg.sources]
     for info in infos:
         if info.unreadable and not cfg.skip_bad_files:  # a link to nothing: the files that do not decode too
-            raise refusal(info.spec, unreadable_files(info.spec, cfg.text_field, cfg.out_dir, progress))
+            raise refusal(info.spec, unreadable_files(info.spec, cfg.text_field, cfg.out_dir, progress),
+                          folder=cfg.out_dir)
     try:
         manifest = _prepare(cfg, infos, force, progress)
     except KeyboardInterrupt:  # the bare "interrupted" left it unsaid whether a rerun starts over
@@ -441,6 +447,8 @@ def prepare(cfg: PrepareConfig, *, force: bool = False, progress: bool = True) -
     for source in manifest["sources"]:  # a dataset of this request prepared with skip_bad_files, reused
         _check_skipped(source, cfg)
     digests.save()
+    with contextlib.suppress(FileNotFoundError):  # an earlier refusal's list, of files read now or passed over
+        os.remove(os.path.join(cfg.out_dir, LIST_FILE))
     # what this walk passed over, not what the walk that built a reused dataset did (a dataset since added)
     for source, info in zip(manifest["sources"], infos):
         if info.skipped:
@@ -492,7 +500,10 @@ def _prepare(cfg: PrepareConfig, infos: list, force: bool, progress: bool) -> di
                                               f"{copy_of[digest][1]} (of {copy_of[digest][0]!r}): its documents would "
                                               f"be read twice, and a copy could land in train and another in "
                                               f"validation; leave one of them out")
-    request = {"sources": [{"spec": i.spec, "fingerprint": i.fingerprint} for i in infos],
+    # a source's line-break rule only where it changed its texts: the requests of the others, and so their
+    # datasets, stay those of before the rule
+    request = {"sources": [{"spec": i.spec, "fingerprint": i.fingerprint, **({"newlines": i.newlines} if i.newlines
+                                                                              else {})} for i in infos],
                "tokenizer": cfg.tokenizer, "val_fraction": cfg.val_fraction, "seed": cfg.seed,
                "max_tokens_per_source": cfg.max_tokens_per_source, "text_field": cfg.text_field}
     if cfg.leave_out:  # absent otherwise: datasets prepared before the option keep matching their request
@@ -519,10 +530,12 @@ def _older_requests(request: dict, infos: list, tokenizer: str) -> list[dict]:
     """``request`` in each form older datasets recorded it, as it reads now: source files by their paths, sizes and
     nanosecond mtimes, and whole-second ones before; a tokenizer folder by its files' paths and times, and not at
     all before. A dataset of one of them was prepared from sources and a tokenizer untouched since (or edited
-    within the second): the same command rebuilds it in the current form, where another request is refused."""
+    within the second): the same command rebuilds it in the current form, where another request is refused. So is
+    one of before the sources' line-break rule (sources.NEWLINES), whose texts may hold "\\r" tokens."""
     older = [i.older_fingerprints or (i.fingerprint,) * 2 for i in infos]  # builtin and hf: one form all along
     sources = [request["sources"]] + [[{"spec": i.spec, "fingerprint": fps[k]} for i, fps in zip(infos, older)]
                                       for k in (0, 1)]
+    sources.append([{"spec": i.spec, "fingerprint": i.fingerprint} for i in infos])
     folder = [{}]
     if "tokenizer_files" in request:
         folder += [{"tokenizer_files": request["tokenizer_files"]},
@@ -591,7 +604,7 @@ def _build(cfg: PrepareConfig, infos: list, request: dict, tok, progress: bool, 
     shard_infos, shards = [], []
     for s_idx, info in enumerate(infos):
         shard_dir = os.path.join(cfg.out_dir, SHARDS,
-                                 _shard_key(info.spec, info.fingerprint, cfg, request.get("tokenizer_files")))
+                                 _shard_key(info, cfg, request.get("tokenizer_files")))
         meta = _tokenize_source(info.spec, shard_dir, cfg, tok, progress)
         shard_infos.append({**meta, "fingerprint": info.fingerprint, "shard": os.path.relpath(shard_dir, cfg.out_dir),
                             **({"left_out_files": dict(info.left_out)} if info.left_out else {})})

@@ -14,6 +14,7 @@ Source spec strings (see :func:`parse_source`):
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import io
@@ -33,7 +34,7 @@ from ..progress import progress_bar
 from . import jsonl
 from .digests import read_digests
 from .layout import MANIFEST, model_folder, prepared_dataset, saved_hf_dataset
-from .unreadable import UnreadableFile, skipped_note
+from .unreadable import PREPARE_WITHOUT, UnreadableFile, refusal, skipped_note
 
 TEXT_SUFFIXES = (".txt", ".md", ".rst", ".text")
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
@@ -98,6 +99,8 @@ class SourceInfo:
     older_fingerprints: tuple[str, ...] = ()
     # a folder's files that its walk found cannot be read (a link to nothing, no read permission): (path, problem)
     unreadable: tuple[tuple[str, str], ...] = ()
+    # NEWLINES where the source's texts are of the kinds whose line breaks that rule changed, else None
+    newlines: str | None = None
 
 
 # The compressions read, by how they end a name, each with the command that writes a file's bytes decompressed (in
@@ -248,26 +251,32 @@ def _walk_folder(path: str, out_dir: str | None) -> tuple[list[str], dict[str, i
                 ext = (os.path.splitext(inner)[1] or "(no extension)") + comp
                 other[ext] = other.get(ext, 0) + 1
                 continue
-            if not os.path.exists(full):
+            if not os.path.exists(full):  # each link to nothing by its own name: each is one to remove
                 problem = f"a symbolic link to {os.readlink(full)!r}, which does not exist"
-                unread.append(UnreadableFile(full, problem, f"{full!r} is {problem}: remove the link or restore its "
-                                                            f"file"))
-                continue
-            if not os.access(full, os.R_OK):
-                problem = "cannot be read (permission denied)"
-                unread.append(UnreadableFile(full, problem, f"{full} {problem}: make it readable (chmod a+r) or "
-                                                            f"{_leave_out(path)}"))
+                walked.append((full, None, UnreadableFile(full, problem, f"{full!r} is {problem}: remove the link or "
+                                                                         f"restore its file")))
                 continue
             real = os.path.realpath(full)
-            walked.append((full, real))
+            walked.append((full, real, None))
             if real not in chosen or os.path.islink(chosen[real]) and not os.path.islink(full):
                 chosen[real] = full
-    if not walked and not unread:
+    if not walked:
         passed = f" outside the prepared datasets in it ({', '.join(map(repr, skipped))})" if skipped else ""
         raise SettingError("source", f"directory {path!r} holds no file of a kind read as documents{passed}: "
                                      f"{kinds_said()} (source code: gather the files into a .jsonl, one "
                                      f"{{\"text\": ...}} a line)")
-    files = [full for full, real in walked if chosen[real] == full]
+    # a file without read permission once too, under the name it would be read by: through a link beside it, a
+    # refusal listed it twice
+    files = []
+    for full, real, broken in walked:
+        if broken is not None:
+            unread.append(broken)
+        elif chosen[real] == full and os.access(full, os.R_OK):
+            files.append(full)
+        elif chosen[real] == full:
+            problem = "cannot be read (permission denied)"
+            unread.append(UnreadableFile(full, problem, f"{full} {problem}: make it readable (chmod a+r) or "
+                                                        f"{_leave_out(path)}"))
     # a.txt beside a.txt.gz (gzip -k keeps the original): the same documents twice, one copy may land in validation
     by_base: dict[str, str] = {}
     for full in files:
@@ -528,7 +537,7 @@ def describe_source(spec: str, digests=read_digests, out_dir: str | None = None)
         return SourceInfo(spec=spec, kind=kind, fingerprint=f"{name}-{version}")
     if kind == "hf":
         name, config, split = _parse_hf(spec)
-        return SourceInfo(spec=spec, kind=kind, fingerprint=f"{name}:{config}@{split}")
+        return SourceInfo(spec=spec, kind=kind, fingerprint=f"{name}:{config}@{split}", newlines=NEWLINES)
     files, other, skipped, unreadable = _scan(spec, out_dir)
     # by content and names within the source: a copied, moved or touched source is the same; its paths and mtimes
     # made it another request
@@ -551,7 +560,8 @@ def describe_source(spec: str, digests=read_digests, out_dir: str | None = None)
                       files=tuple(os.path.realpath(f) for f in files), digests=tuple(file_digests),
                       older_fingerprints=(files_fingerprint(stats, lambda st: st.st_mtime_ns),
                                           files_fingerprint(stats, lambda st: int(st.st_mtime))),
-                      unreadable=tuple((e.path, e.problem) for e in unreadable))
+                      unreadable=tuple((e.path, e.problem) for e in unreadable),
+                      newlines=NEWLINES if any(_file_kind(f) in ("jsonl", "parquet") for f in files) else None)
 
 
 def _most_first(other: dict[str, int]) -> tuple[tuple[str, int], ...]:
@@ -569,11 +579,11 @@ def left_out_of(spec: str) -> dict:
             **({"skipped_datasets": skipped} if skipped else {})}
 
 
-def reading_notes(source: dict, text_field: str = "text") -> list[str]:
+def reading_notes(source: dict, text_field: str = "text", record: str = "the manifest") -> list[str]:
     """What reading a source left out, one line each, from its record in a manifest's form: ``spec``, and where
     any, ``empty_docs`` (with ``first_empty`` and, where the reading stopped before the source's end,
-    ``docs_read``), ``left_out_files``, ``skipped_datasets`` and ``skipped_files``. Left out in silence, a folder's
-    .py files read as a dataset of its READMEs."""
+    ``docs_read``), ``left_out_files``, ``skipped_datasets`` and ``skipped_files`` (``record``: what lists them).
+    Left out in silence, a folder's .py files read as a dataset of its READMEs."""
     notes = []
     if source.get("empty_docs"):
         # none where the source is that one file, or its shard was tokenized before the first was recorded
@@ -591,7 +601,7 @@ def reading_notes(source: dict, text_field: str = "text") -> list[str]:
         notes.append(f"{source['spec']}: {len(source['skipped_datasets'])} prepared dataset folder(s) in it not "
                      f"read as documents ({', '.join(source['skipped_datasets'])})")
     if source.get("skipped_files"):
-        notes.append(skipped_note(source["spec"], source["skipped_files"]))
+        notes.append(skipped_note(source["spec"], source["skipped_files"], record))
     return notes
 
 
@@ -622,10 +632,28 @@ def by_file_times(fingerprint: str) -> bool:
     return re.fullmatch(r"[0-9a-f]{16}", fingerprint) is not None
 
 
+# iter_documents' line-break rule, as a prepare's request records it for the sources it changed: the texts of JSONL
+# rows, Parquet cells and hub datasets kept their "\r\n" before it (a .txt file's and the built-ins' were "\n" all
+# along), so a dataset prepared then holds "\r" tokens under a request that read the same as today's
+NEWLINES = "unix"
+
+
 def unix_newlines(text: str) -> str:
     """``text`` with every line break as "\\n": Windows' "\\r\\n" and old Macs' lone "\\r" too, as Python's text
     mode reads a file (universal newlines)."""
     return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+@contextlib.contextmanager
+def refused_whole(spec: str, text_field: str = "text", out_dir: str | None = None, progress: bool = False,
+                  without: str = PREPARE_WITHOUT, folder: str | None = None):
+    """Where a reading of ``spec`` inside meets a file that cannot be read as text (iter_documents' UnreadableFile),
+    the refusal of the source for every such file (unreadable.refusal, with ``without`` and ``folder``): the rest of
+    it is read through for them (``progress``: with a progress bar). ``text_field`` and ``out_dir``: the reading's."""
+    try:
+        yield
+    except UnreadableFile:
+        raise refusal(spec, unreadable_files(spec, text_field, out_dir, progress), without, folder) from None
 
 
 def iter_documents(spec: str, text_field: str = "text", out_dir: str | None = None,

@@ -1,9 +1,9 @@
 """A source's files that cannot be read as text: bytes that are not UTF-8 (UTF-16, Latin-1, binary), a damaged
 compression, a link to nothing, a file without read permission.
 
-`data prepare` refuses a source for them all in one error, not the first of them (a folder of a thousand files was
-fixed one file a run), or with ``skip_bad_files`` passes them over, says so and lists them in the manifest: nothing
-is left out in silence.
+`data prepare` and the eval commands that read a source refuse it for them all in one error, not the first of them
+(a folder of a thousand files was fixed one file a run), or with ``skip_bad_files`` pass them over, say so and
+record them: nothing is left out in silence.
 """
 
 from __future__ import annotations
@@ -11,9 +11,15 @@ from __future__ import annotations
 import os
 
 from ..argtypes import SettingError
+from ..paths import write_text
 
 # A refusal or a note names this many files, and counts the rest
 SHOWN = 100
+# Where a refusal whose list is cut writes it whole, in the folder it is given (a prepare's out_dir): of no kind read
+# as documents, since that folder may lie in a source folder and be walked before it holds a dataset
+LIST_FILE = "unreadable_files.tsv"
+# What passing the files over does, as a prepare's refusal offers it
+PREPARE_WITHOUT = "prepare the dataset without them (they are printed, and listed in its manifest)"
 
 
 class UnreadableFile(SettingError):
@@ -35,18 +41,26 @@ def listed(bad: dict[str, str]) -> str:
     return said + (f"; and {len(items) - SHOWN} more" if len(items) > SHOWN else "")
 
 
-def refusal(spec: str, bad: dict[str, str]) -> SettingError:
+def refusal(spec: str, bad: dict[str, str], without: str = PREPARE_WITHOUT,
+            folder: str | None = None) -> SettingError:
     """The error that refuses the source ``spec`` for its files ``bad`` (path -> problem), all of them, with the
-    fixes and the option that prepares without them."""
-    without = f"move them out of {spec!r}" if os.path.isdir(spec) else "leave the source out"
+    fixes and the option that goes on ``without`` them. ``folder``: where a list longer than the error shows is
+    written whole (LIST_FILE, one file and its problem a line, tab between), and named; a terminal's scrollback
+    held the first SHOWN of a thousand, and nothing held the rest."""
+    whole = ""
+    if len(bad) > SHOWN and folder is not None:
+        path = os.path.join(folder, LIST_FILE)
+        write_text(path, "".join(f"{file}\t{problem}\n" for file, problem in sorted(bad.items())))
+        whole = f" (all of them in {path})"
+    leave = f"move them out of {spec!r}" if os.path.isdir(spec) else "leave the source out"
     return SettingError("source", lambda name: (
-        f"{len(bad)} file(s) of {spec!r} cannot be read as text: {listed(bad)}. Convert each to UTF-8 (iconv -f "
-        f"ITS_ENCODING -t utf-8), fetch a damaged one again, restore or remove a broken link, or {without}; or pass "
-        f"{name('skip_bad_files')} to prepare the dataset without them (they are printed, and listed in its "
-        f"manifest)"))
+        f"{len(bad)} file(s) of {spec!r} cannot be read as text: {listed(bad)}{whole}. Convert each to UTF-8 (iconv "
+        f"-f ITS_ENCODING -t utf-8), fetch a damaged one again, restore or remove a broken link, or {leave}; or "
+        f"pass {name('skip_bad_files')} to {without}"))
 
 
-def skipped_note(spec: str, bad: dict[str, str]) -> str:
-    """What a prepare with skip_bad_files says of the files ``bad`` of ``spec`` it passed over."""
-    return f"{spec}: {len(bad)} file(s) that cannot be read as text skipped (--skip-bad-files; the manifest lists " \
-           f"them under skipped_files): {listed(bad)}"
+def skipped_note(spec: str, bad: dict[str, str], record: str = "the manifest") -> str:
+    """What a reading with skip_bad_files says of the files ``bad`` of ``spec`` it passed over; ``record``: what
+    lists them all."""
+    return f"{spec}: {len(bad)} file(s) that cannot be read as text skipped (--skip-bad-files; {record} lists them " \
+           f"under skipped_files): {listed(bad)}"

@@ -45,6 +45,13 @@ def _text_field_arg(p: argparse.ArgumentParser, when: str, default: str | None =
                                                          f"(default: text)")
 
 
+def skip_bad_files_arg(p: argparse.ArgumentParser, source: str) -> None:
+    """--skip-bad-files, as `data prepare` takes it, for the text a command reads from ``source`` (its flag)."""
+    p.add_argument("--skip-bad-files", action="store_true",
+                   help=f"pass over the files of {source} that cannot be read as text (they are printed, and listed "
+                        f"under skipped_files in the results) rather than refuse it for them")
+
+
 def _text_args(p: argparse.ArgumentParser, seq_len: int, num: int) -> None:
     p.add_argument("--data", default=None,
                    help="prepared dataset dir (foxformer data prepare; default: the one the runs trained on, if they "
@@ -59,6 +66,7 @@ def _text_args(p: argparse.ArgumentParser, seq_len: int, num: int) -> None:
     p.add_argument("--source", default=None,
                    help="text source instead of --data: file/dir (.txt/.jsonl[.xz]) or builtin:pydoc|sympy|stdlib")
     _text_field_arg(p, "with --source: ", default=None)
+    skip_bad_files_arg(p, "--source")
     p.add_argument("--tokenizer", default=None, help="tokenizer for --source (default: the run's, else gpt2)")
     p.add_argument("--seq-len", type=count, default=seq_len, help="tokens per sequence, e.g. 4096 or 4Ki")
     p.add_argument("--num-seqs", type=int, default=num, help="number of sequences")
@@ -137,12 +145,20 @@ def text_flags(args) -> tuple[str, str]:
         if given:
             flag = f"--{given[0].replace('_', '-')}"
             raise ValueError(f"{flag}: reads a --data dataset, and --source {args.source!r} is text; leave {flag} out")
-    elif args.text_field is not None:
-        raise ValueError(f"--text-field: reads --source text, and "
-                         + (f"--data {args.data!r} holds tokens already" if args.data else "no --source is given")
-                         + "; leave --text-field out")
+    else:
+        for flag in ("text_field", "skip_bad_files"):
+            if getattr(args, flag, None) not in (None, False):
+                flag = f"--{flag.replace('_', '-')}"
+                raise ValueError(f"{flag}: reads --source text, and "
+                                 + (f"--data {args.data!r} holds tokens already" if args.data else
+                                    "no --source is given") + f"; leave {flag} out")
     check_data_source(getattr(args, "data_source", None), getattr(args, "within_docs", False), label=FLAGS)
     return args.split or "val", args.text_field or "text"
+
+
+def skipped_files(skipped: dict | None) -> dict:
+    """The files of a source that --skip-bad-files passed over (path -> problem), as the results record them."""
+    return {"skipped_files": dict(sorted(skipped.items()))} if skipped else {}
 
 
 def _sequences(args, models):
@@ -164,8 +180,10 @@ def _sequences(args, models):
         where = {**where, "data_source": args.data_source} if args.data_source else where
     elif args.source:
         tok, spec = _tokenizer(args, models)
-        tokens = source_sequences(args.source, tok, args.seq_len, args.num_seqs, text_field, label=FLAGS)
-        where = {"source": args.source, "tokenizer": spec}
+        skipped = {} if args.skip_bad_files else None
+        tokens = source_sequences(args.source, tok, args.seq_len, args.num_seqs, text_field, label=FLAGS,
+                                  skipped=skipped)
+        where = {"source": args.source, "tokenizer": spec, **skipped_files(skipped)}
     elif data := _runs_data(models):
         args.data = data
         print(f"note: --data {args.data} (the dataset the runs trained on; its {split} split)", file=sys.stderr)
@@ -222,8 +240,9 @@ def _cmd_niah(args) -> dict:
     out = _out_dir(args, models)
     tok, spec = _tokenizer(args, models)
     longest = max(args.lengths)
+    skipped = {} if args.skip_bad_files else None
     haystack = document_token_stream(args.haystack, tok, min_tokens=longest, enough=longest + HAYSTACK_ROOM,
-                                     what="--haystack", text_field=args.text_field,
+                                     what="--haystack", text_field=args.text_field, skipped=skipped, label=FLAGS,
                                      fix=f"the longest of --lengths is {longest} tokens: give a source with more text "
                                          f"or shorter --lengths")
     if len(haystack) < longest + HAYSTACK_ROOM:
@@ -234,9 +253,9 @@ def _cmd_niah(args) -> dict:
                          needles=args.needles, seeds=args.seeds, generate=not args.no_generate,
                          max_new_tokens=args.max_new_tokens, name=m.name, train_len=m.train_len,
                          progress=not args.no_progress, label=FLAGS) for m in models]
-    settings = {"haystack": args.haystack, "tokenizer": spec, "lengths": args.lengths, "depths": args.depths,
-                "modes": args.modes, "needles": args.needles, "seeds": args.seeds, "generate": not args.no_generate,
-                "models": [m.path for m in models]}
+    settings = {"haystack": args.haystack, **skipped_files(skipped), "tokenizer": spec, "lengths": args.lengths,
+                "depths": args.depths, "modes": args.modes, "needles": args.needles, "seeds": args.seeds,
+                "generate": not args.no_generate, "models": [m.path for m in models]}
     note_replacing(os.path.join(out, "niah.json"))
     data = save_niah(results, out, settings)
     return {**written(out, ["niah.json"], data["plots"]), "models": [m["summary"] for m in data["models"]]}
@@ -426,6 +445,7 @@ def add_commands(subparsers) -> None:
                         "and seed's prompts to start at their own offset)")
     # a JSONL haystack's own field: the refusal of one without "text" told to set --text-field, which was not here
     _text_field_arg(p, "of --haystack: ")
+    skip_bad_files_arg(p, "--haystack")
     p.add_argument("--tokenizer", default=None, help="default: the run's tokenizer, else gpt2")
     p.add_argument("--lengths", type=counts, default=[1024, 2048, 4096], help="context lengths, e.g. 1Ki,2Ki,4Ki")
     p.add_argument("--depths", type=floats, default=[0.0, 0.25, 0.5, 0.75, 1.0], help="needle depths in [0, 1]")

@@ -104,65 +104,90 @@ def dataset_sequences(data_dir: str, seq_len: int, num: int, *, split: str = "va
     return torch.from_numpy(np.stack(rows))
 
 
-def _said_as(e: SettingError, name: str) -> Exception:
+def _said_as(e: SettingError, name: str, label: str = "{}") -> Exception:
     """``e``, a source reader's refusal in the API's words ("source: ..."), said after ``name``, the setting its
-    caller took the source as; ``e`` itself where that is its own name (the API's)."""
-    return e if name == e.field else ValueError(f"{name}: {e.reason}")
+    caller took the source as, and the settings its reason names as ``label`` names them (the option that passes
+    bad files over: ``skipped`` here, --skip-bad-files to a command); ``e`` itself where all are its own."""
+    reason = e.said(lambda field: setting_name(label, "skipped", field) if field == "skip_bad_files" else
+                    setting_name(label, field))
+    return e if name == e.field and reason == e.reason else ValueError(f"{name}: {reason}")
+
+
+def _without(label: str) -> str:
+    """What an eval's option to pass a source's bad files over does, as its refusal of them offers it."""
+    kept = "listed in the results" if label.startswith("--") else "put in it"
+    return f"evaluate without them (they are printed, and {kept})"
+
+
+# What lists the files an eval's reading of a source passed over (its notes say it)
+RECORD = "the results' JSON"
 
 
 def document_token_stream(source: str, tokenizer, *, min_tokens: int, enough: Optional[int] = None,
                           max_docs: Optional[int] = None, separator: Optional[int] = None, what: str = "source",
-                          fix: str = "give a source with more text", text_field: str = "text") -> list[int]:
+                          fix: str = "give a source with more text", text_field: str = "text",
+                          skipped: Optional[dict] = None, label: str = "{}") -> list[int]:
     """Token ids of a text source's documents joined (by ``separator`` if given) until ``enough`` (default
     ``min_tokens``) are collected. ``source``: a spec of ``foxformer.data.iter_documents`` (file, directory,
     builtin:...), ``text_field`` its JSONL field / Parquet column of the text. Fewer than ``min_tokens``, or a
-    source that cannot be read, is refused in one line: ``what`` names the option, ``fix`` says what to do."""
+    source that cannot be read, is refused in one line: ``what`` names the option, ``fix`` says what to do; the
+    source's files that cannot be read as text all at once, or where ``skipped`` is given, passed over, said and
+    put in it (path -> problem), as iter_documents does. ``label``: as check_sequences'."""
     from foxformer.data import iter_documents
+    from foxformer.data.sources import refused_whole
+    from foxformer.data.unreadable import skipped_note
 
     enough = min_tokens if enough is None else max(enough, min_tokens)
     ids: list[int] = []
     try:
-        for i, doc in enumerate(iter_documents(source, text_field)):
-            if max_docs is not None and i >= max_docs:
-                break
-            ids.extend(tokenizer.encode(doc.text))
-            if separator is not None:
-                ids.append(separator)
-            if len(ids) >= enough:
-                break
+        with refused_whole(source, text_field, without=_without(label)):
+            for i, doc in enumerate(iter_documents(source, text_field, skipped=skipped)):
+                if max_docs is not None and i >= max_docs:
+                    break
+                ids.extend(tokenizer.encode(doc.text))
+                if separator is not None:
+                    ids.append(separator)
+                if len(ids) >= enough:
+                    break
     except SettingError as e:  # `niah --haystack` was refused as "source:"
-        raise _said_as(e, what) from None
+        raise _said_as(e, what, label) from None
+    if skipped:
+        print(f"note: {skipped_note(source, skipped, RECORD)}", file=sys.stderr)
     if len(ids) < min_tokens:
         raise ValueError(f"{what}: {source!r} holds {len(ids)} tokens, {min_tokens} are needed; {fix}")
     return ids
 
 
 def source_sequences(source: str, tokenizer, seq_len: int, num: int, text_field: str = "text", *,
-                     label: str = "{}") -> torch.Tensor:
+                     label: str = "{}", skipped: Optional[dict] = None) -> torch.Tensor:
     """int64 [N, seq_len]: the first ``seq_len`` tokens of each document with at least that many tokens (a
     tokenizer's BOS first, for those that have one). ``text_field``: the JSONL field / Parquet column of the text.
     ``label``: as check_sequences'. What reading the source left out (empty documents among those read, a folder's
-    files of other kinds) is said on stderr, in the notes `data prepare` gives."""
+    files of other kinds) is said on stderr, in the notes `data prepare` gives. Its files that cannot be read as
+    text are refused all at once, or where ``skipped`` is given, passed over, said and put in it (path ->
+    problem), as iter_documents does."""
     check_sequences(seq_len, num, label=label)
     from foxformer.data import iter_documents
-    from foxformer.data.sources import Blanks, left_out_of, reading_notes
+    from foxformer.data.sources import Blanks, left_out_of, reading_notes, refused_whole
     from foxformer.data.tokenizer import start_ids
 
     rows, blanks = [], Blanks()
     try:
-        for doc in iter_documents(source, text_field):
-            if blanks.skip(doc):
-                continue
-            ids = start_ids(tokenizer) + tokenizer.encode(doc.text)
-            if len(ids) >= seq_len:
-                rows.append(ids[:seq_len])
-                if len(rows) >= num:
-                    break
+        with refused_whole(source, text_field, without=_without(label)):
+            for doc in iter_documents(source, text_field, skipped=skipped):
+                if blanks.skip(doc):
+                    continue
+                ids = start_ids(tokenizer) + tokenizer.encode(doc.text)
+                if len(ids) >= seq_len:
+                    rows.append(ids[:seq_len])
+                    if len(rows) >= num:
+                        break
         left_out = left_out_of(source)
     except SettingError as e:  # the source's reader names its setting as the API does ("source")
-        raise _said_as(e, setting_name(label, e.field)) from None
+        raise _said_as(e, setting_name(label, e.field), label) from None
     stopped = len(rows) >= num  # the rest of the source was not read: its empty documents are not counted
-    for note in reading_notes({"spec": source, **blanks.fields(stopped), **left_out}, text_field):
+    record = {"spec": source, **blanks.fields(stopped), **left_out, "skipped_files": skipped}
+    for note in reading_notes(record, text_field, RECORD):
         print(f"note: {note}", file=sys.stderr)
     if not rows:
         name = setting_name(label, "seq_len")

@@ -145,7 +145,7 @@ def _cmd_generate(args) -> int:
 
 
 def _cmd_bias_shift(args) -> int:
-    from foxformer.eval.cli import text_flags
+    from foxformer.eval.cli import skipped_files, text_flags
     from foxformer.eval.outputs import default_out_dir, note_replacing
     from foxformer.eval.sequences import check_sequences, note_fewer
     from foxformer.train.loading import load_model
@@ -175,13 +175,15 @@ def _cmd_bias_shift(args) -> int:
     if not out:  # the default, known once the model loads, checked before the sweep as a given --out is
         out = os.path.join(default_out_dir([loaded]), "bias_shift.json")
         check_output_file(out, "--out")
+    args.skipped = {} if args.skip_bad_files else None
     tokens = _eval_tokens(args, loaded)
     # a --data dataset's windows lie inside documents, as a --source's do
     note_fewer(len(tokens), args.seq_len, args.num_seqs, args.data or args.source, per_doc=True)
     res = bias_shift_sweep(loaded.model, tokens, args.shifts, train_len=loaded.train_len, bins=args.bins,
                            progress=not args.no_progress)
     res.update({"model": args.model, "seq_len": int(tokens.shape[1]), "num_seqs": int(tokens.shape[0]),
-                "data": args.data, "split": args.split if args.data else None, "source": args.source})
+                "data": args.data, "split": args.split if args.data else None, "source": args.source,
+                **skipped_files(args.skipped)})
     note_replacing(out)  # as the eval commands say it: a second sweep took the first one's place without a word
     write_json(out, res)
     plot = out.rsplit(".", 1)[0] + ".png"
@@ -213,7 +215,8 @@ def _eval_tokens(args, loaded):
         return dataset_sequences(args.data, args.seq_len, args.num_seqs, split=args.split, within_docs=True,
                                  label=FLAGS, within_docs_optional=False)
     tok = load_tokenizer(tokenizer_spec([loaded], args.tokenizer))
-    return source_sequences(args.source, tok, args.seq_len, args.num_seqs, args.text_field, label=FLAGS)
+    return source_sequences(args.source, tok, args.seq_len, args.num_seqs, args.text_field, label=FLAGS,
+                            skipped=args.skipped)
 
 
 def _plot_bias_shift(res: dict, path: str) -> None:
@@ -236,6 +239,8 @@ def _plot_bias_shift(res: dict, path: str) -> None:
 
 
 def add_commands(subparsers) -> None:
+    from foxformer.eval.cli import skip_bad_files_arg
+
     p = subparsers.add_parser("generate", help="stream a continuation from a model (sampling, eviction, bias shift)",
                               description="Continue a prompt with a model (a run dir, a checkpoint, a Hugging Face "
                                           "folder or Hub id), streaming the text as it comes. Sampling by default "
@@ -303,6 +308,7 @@ def add_commands(subparsers) -> None:
     p.add_argument("--source", default=None, help="text source spec (as in foxformer eval)")
     p.add_argument("--text-field", default=None,
                    help="with --source: the JSONL field / Parquet column of the text (default: text)")
+    skip_bad_files_arg(p, "--source")
     # token counts as eval's flags take them: "--seq-len 4Ki" was refused here alone
     p.add_argument("--seq-len", type=count, default=4096, help="tokens per sequence, e.g. 4096 or 4Ki")
     p.add_argument("--num-seqs", type=int, default=8)
