@@ -160,7 +160,7 @@ class FoxConfig(PretrainedConfig):
     tokenizer: spec of the tokenizer the model reads (foxformer.data.load_tokenizer: "gpt2", "gpt2-json", ...);
         save_pretrained writes its files next to the weights and the eval commands use it. None: unknown.
     train_len: the longest sequences (tokens) the weights were trained on, which training records; generate warns
-        once when a prompt and its new tokens may run past it. None: unknown.
+        when a prompt and its new tokens may run past it (once per length). None: unknown.
     bos_token_id / eos_token_id / pad_token_id: None with a built-in tokenizer (bytes, gpt2, gpt2-json) means its
         end-of-document token (256 for bytes, 50256 for the GPT-2 ones), the token between documents in foxformer's
         data: Hugging Face generate stops there, and the tokenizer pads with it. Training sets bos and eos from its
