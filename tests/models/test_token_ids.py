@@ -2,6 +2,7 @@
 tokenizer padded with its end-of-document token."""
 import json
 import logging
+import types
 
 import pytest
 import torch
@@ -98,3 +99,52 @@ def test_batched_generate_takes_the_pad_from_the_export(tmp_path, older):
     padded = model.generate(**batch, max_new_tokens=4, do_sample=False)[1, -4:]
     alone = model.generate(**tok(["hi"], return_tensors="pt"), max_new_tokens=4, do_sample=False)[0, -4:]
     assert padded.tolist() == alone.tolist()
+
+
+def _Tok(pad_token_id):
+    """A Hugging Face tokenizer as the config reads it: its pad id (None: it has no pad token)."""
+    return types.SimpleNamespace(pad_token_id=pad_token_id, eos_token_id=7)
+
+
+def test_an_export_pads_as_its_hf_tokenizer_does():
+    """An hf: tokenizer padding with a token of its own ("<pad>") got pad = eos in the config: the export records
+    the tokenizer's pad, and eos only where the tokenizer has none (or one the vocabulary cannot hold)."""
+    cfg = FoxConfig(vocab_size=64, tokenizer="hf:some/tok", eos_token_id=7, **TINY)
+    assert cfg.pad_token_id == 7  # known only by loading the tokenizer
+    assert cfg.pad_token_id_beside(_Tok(0)) == 0
+    assert cfg.pad_token_id_beside(_Tok(None)) == 7
+    assert cfg.pad_token_id_beside(_Tok(64)) == 7
+    # a pad given apart from eos stays; a built-in tokenizer pads with its end of document, as the config says
+    assert FoxConfig(vocab_size=64, tokenizer="hf:some/tok", eos_token_id=7, pad_token_id=3,
+                     **TINY).pad_token_id_beside(_Tok(0)) == 3
+    assert FoxConfig(vocab_size=257, tokenizer="bytes", **TINY).pad_token_id_beside(_Tok(0)) == 256
+
+
+def _hf_tokenizer_folder(folder, pad: bool):
+    """A word-level Hugging Face tokenizer: <pad> 0 (where ``pad``), </s> 1, then words."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = ["<pad>", "</s>", "the", "fox", "runs", "[UNK]"]
+    backend = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="</s>", unk_token="[UNK]",
+                                  **({"pad_token": "<pad>"} if pad else {}))
+    tok.save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.mark.parametrize("pad", [True, False], ids=["own-pad", "no-pad"])
+def test_an_hf_tokenizers_export_names_the_pad_it_pads_with(tmp_path, pad):
+    from transformers import AutoTokenizer
+
+    folder = _hf_tokenizer_folder(tmp_path / "tok", pad)
+    cfg = FoxConfig(vocab_size=64, tokenizer=f"hf:{folder}", bos_token_id=1, eos_token_id=1, **TINY)
+    FoxForCausalLM(cfg).save_pretrained(tmp_path / "model")
+    want = 0 if pad else 1
+    assert AutoTokenizer.from_pretrained(tmp_path / "model").pad_token_id == (0 if pad else None)
+    assert _read(tmp_path / "model" / "config.json")["pad_token_id"] == want
+    assert _read(tmp_path / "model" / "generation_config.json")["pad_token_id"] == want
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "model")
+    assert (model.config.pad_token_id, model.generation_config.pad_token_id, model.config.eos_token_id) == (want,
+                                                                                                          want, 1)

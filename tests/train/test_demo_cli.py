@@ -133,3 +133,58 @@ def test_demo_plot_gives_the_loss_per_byte_or_per_token(tmp_path, monkeypatch, t
     # the tokens in millions, as the report's curve (matplotlib's own ticks put a "1e6" in the corner)
     assert drawn[0].axes[0].get_xlabel() == "training tokens [M]"
     assert list(drawn[0].axes[0].lines[0].get_xdata()) == [64 / 1e6]
+
+
+@pytest.mark.parametrize("asked, gpu", [("cuda:1", 1), ("cuda", None)])
+def test_demo_probes_trains_and_evaluates_on_the_gpu_it_was_given(tmp_path, monkeypatch, asked, gpu):
+    """run_demo(device="cuda:1") kept only the type: it probed, trained and evaluated on cuda:0. Every place the demo
+    puts a model or a run gets the GPU named (no GPU here: what it would pass down is recorded instead)."""
+    import torch
+
+    import foxformer.data.dataset
+    import foxformer.data.preparation
+    import foxformer.train.distributed
+    import foxformer.train.loop
+    import foxformer.train.validation
+    from foxformer import demo
+    from foxformer.models import FoxForCausalLM
+
+    placed = []
+
+    class Model:
+        def to(self, device):
+            placed.append(("eval model", str(torch.device(device))))
+            return self
+
+    def train(cfg):
+        placed.append(("train", cfg.device))
+        return {"out_dir": str(tmp_path / cfg.preset), "hf_dir": "unused"}
+
+    def evaluate(model, val, n, mbs, info, bf16):
+        placed.append(("evaluate", str(info), bf16))
+        return 3.0, torch.ones(4)
+
+    def resolve(device, label="device"):
+        assert device == asked
+        return torch.device(asked)
+
+    monkeypatch.setattr(foxformer.train.distributed, "resolve_device", resolve)
+    monkeypatch.setattr(foxformer.train.distributed, "init_distributed", lambda device, mode: str(torch.device(device)))
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: placed.append(("current", str(device))))
+    monkeypatch.setattr(foxformer.data.preparation, "prepare", lambda cfg, progress: {"vocab_size": 50257})
+    monkeypatch.setattr(demo, "_probe_tokens_per_s",
+                        lambda preset, geo, device, vocab: placed.append(("probe", device)) or 1e6)
+    monkeypatch.setattr(foxformer.train.loop, "train", train)
+    monkeypatch.setattr(FoxForCausalLM, "from_pretrained", classmethod(lambda cls, path: Model()))
+    monkeypatch.setattr(foxformer.data.dataset, "TokenDataset", lambda *a, **k: None)
+    monkeypatch.setattr(foxformer.train.validation, "evaluate", evaluate)
+    monkeypatch.setattr(demo, "_plot", lambda out, results, tokenizer: "demo.png")
+    monkeypatch.setattr(demo, "_report", lambda *a: "report.md")
+    summary = demo.run_demo(out=str(tmp_path / "demo"), minutes=0.1, device=asked, progress=False)
+    said = asked if gpu is not None else "cuda"
+    probes = [("probe", said)] * 4
+    runs = [(step, said) if step != "evaluate" else (step, said, True) for step in ("train", "eval model", "evaluate")]
+    assert placed == [("current", "cuda:1")] * (gpu is not None) + probes + runs * 2
+    # the GPU's defaults (GPT-2 tokens, 2048-token context), and a plan another GPU of the machine keeps
+    assert (summary["plan"]["device"], summary["plan"]["tokenizer"], summary["plan"]["context"]) == ("cuda", "gpt2",
+                                                                                                    2048)

@@ -12,6 +12,8 @@ import torch
 
 from foxformer.argtypes import setting_name
 from foxformer.models.calls import backbone, fox_blocks
+from foxformer.models.config import FoxConfig
+from foxformer.models.official import OFFICIAL_TYPES
 
 
 def check_forget_gates(model, purpose: str, name: str = "the model") -> None:
@@ -20,9 +22,35 @@ def check_forget_gates(model, purpose: str, name: str = "the model") -> None:
     needs the gates (the command or function); ``name``: the model as the user gave it."""
     config = getattr(model, "config", None)
     if not hasattr(backbone(model), "new_cache"):
-        kind = getattr(config, "model_type", None)
-        raise ValueError(f"{purpose} needs a foxformer model with forget gates (FoX); {name} is "
-                         f"{'a ' + kind if kind else 'no foxformer'} model ({type(model).__name__})")
+        _refuse_kind(purpose, name, getattr(config, "model_type", None), type(model).__name__)
+    _check_gates(config, purpose, name)
+
+
+def check_saved_forget_gates(saved: Optional[dict], purpose: str, name: str = "the model") -> None:
+    """check_forget_gates from a model's saved config (train.loading.saved_config), before its weights load or, for
+    a Hub id, download. What the config cannot tell is left to check_forget_gates on the loaded model: no config, a
+    checkpoint of the paper's own code (its gates known once converted), a config FoxConfig refuses (the load says
+    why)."""
+    if saved is None or saved.get("model_type") in OFFICIAL_TYPES:
+        return
+    kind = saved.get("model_type")
+    if kind != FoxConfig.model_type:
+        classes = saved.get("architectures")
+        named = classes[0] if isinstance(classes, list) and classes and isinstance(classes[0], str) else "config.json"
+        _refuse_kind(purpose, name, kind if isinstance(kind, str) else None, named)
+    try:
+        config = FoxConfig.from_dict(saved)
+    except (ValueError, TypeError):
+        return
+    _check_gates(config, purpose, name)
+
+
+def _refuse_kind(purpose: str, name: str, kind: Optional[str], named: str) -> None:
+    raise ValueError(f"{purpose} needs a foxformer model with forget gates (FoX); {name} is "
+                     f"{'a ' + kind if kind else 'no foxformer'} model ({named})")
+
+
+def _check_gates(config, purpose: str, name: str) -> None:
     if not config.has_fgate:
         raise ValueError(f"{purpose} needs a model with forget gates (FoX), whose bias it shifts; {name} is a "
                          f"Transformer without them (attention={config.attention!r}, fgate={config.fgate!r})")

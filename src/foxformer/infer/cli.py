@@ -148,9 +148,9 @@ def _cmd_bias_shift(args) -> int:
     from foxformer.eval.cli import skipped_files, text_flags
     from foxformer.eval.outputs import default_out_dir, note_replacing
     from foxformer.eval.sequences import check_sequences, note_fewer
-    from foxformer.train.loading import load_model
+    from foxformer.train.loading import load_model, saved_config
 
-    from .bias_shift import bias_shift_sweep, check_forget_gates
+    from .bias_shift import bias_shift_sweep, check_forget_gates, check_saved_forget_gates
 
     _resolve_model(args)
     ran_on = None if args.data or args.source else _run_data(args.model)
@@ -168,6 +168,8 @@ def _cmd_bias_shift(args) -> int:
         out = os.path.join(out, "bias_shift.json")
     if out:
         check_output_file(out, "--out")
+    # from the config, before the weights load (for a Hub id, before they download)
+    check_saved_forget_gates(saved_config(args.model, said_as=args.model_said), "bias-shift", args.model)
     loaded = load_model(args.model, device=args.device, dtype=args.dtype, attention_backend=args.attention_backend,
                         train_len=args.train_len, progress=not args.no_progress, label=FLAGS,
                         said_as=args.model_said)

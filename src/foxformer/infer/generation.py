@@ -272,7 +272,7 @@ def stream_tokens(model, input_ids: torch.Tensor, cfg: Optional[GenerationConfig
     token comes; off by default, as a library call draws nothing of its own.
 
     A prompt and new tokens that may run past the length the model was trained on (a LoadedModel's train_len, else
-    its config's) are allowed, and warned of once per model (models.trained_length.PastTrainLen).
+    its config's) are allowed, and warned of once per model and length (models.trained_length.PastTrainLen).
     """
     cfg = cfg or GenerationConfig()
     train_len = _train_len(model)
@@ -507,7 +507,7 @@ def generate(model, tokenizer_or_ids, prompt: Optional[str | Sequence[str]] = No
     Args:
         model: a foxformer FoxForCausalLM (or any Hugging Face causal LM; or a LoadedModel). Where the prompt
             and max_new_tokens may run past the length it was trained on, a PastTrainLen warning says so (once
-            per model).
+            per model and length: again only for a generation that may run further).
         tokenizer_or_ids: a tokenizer (``encode``/``decode``; or a spec string such as "gpt2") together
             with ``prompt`` text: yields text pieces. Or prompt token ids (list of ints or a LongTensor
             [T]): yields ints; a LongTensor [B, T]: yields LongTensors [B].

@@ -160,11 +160,12 @@ class FoxConfig(PretrainedConfig):
     tokenizer: spec of the tokenizer the model reads (foxformer.data.load_tokenizer: "gpt2", "gpt2-json", ...);
         save_pretrained writes its files next to the weights and the eval commands use it. None: unknown.
     train_len: the longest sequences (tokens) the weights were trained on, which training records; generate warns
-        once when a prompt and its new tokens may run past it. None: unknown.
+        when a prompt and its new tokens may run past it (once per length). None: unknown.
     bos_token_id / eos_token_id / pad_token_id: None with a built-in tokenizer (bytes, gpt2, gpt2-json) means its
         end-of-document token (256 for bytes, 50256 for the GPT-2 ones), the token between documents in foxformer's
         data: Hugging Face generate stops there, and the tokenizer pads with it. Training sets bos and eos from its
-        dataset for any tokenizer; pad None then follows eos (where the config names a tokenizer). Each id lies in
+        dataset for any tokenizer; pad None then follows eos (where the config names a tokenizer), and an export
+        records the pad of the tokenizer it saves where that has its own (pad_token_id_beside). Each id lies in
         [0, vocab_size); eos may be a list of them.
     """
 
@@ -269,6 +270,17 @@ class FoxConfig(PretrainedConfig):
         if self.pad_token_id is None and self.tokenizer is not None:
             self.pad_token_id = document if document is not None else (
                 eos if isinstance(eos, int) and not isinstance(eos, bool) else None)
+
+    def pad_token_id_beside(self, tokenizer) -> int | None:
+        """The pad id an export records beside ``tokenizer``, the Hugging Face tokenizer of ``self.tokenizer`` that
+        it saves: that tokenizer's own pad token where the config's pad is the eos that _fill_token_ids stood in
+        with for a tokenizer known only by loading it (an hf: one padding with "<pad>" got pad = eos), else the
+        config's. A tokenizer without a pad token, or one outside the vocabulary, keeps eos."""
+        own = getattr(tokenizer, "pad_token_id", None)
+        filled = document_token_ids(self.tokenizer)[1] is None and self.pad_token_id == self.eos_token_id
+        if filled and isinstance(own, int) and not isinstance(own, bool) and 0 <= own < self.vocab_size:
+            return own
+        return self.pad_token_id
 
     @classmethod
     def from_dict(cls, config_dict: dict, **kwargs):

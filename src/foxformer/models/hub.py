@@ -20,13 +20,14 @@ def is_hub_id(src: str) -> bool:
     return _HUB_ID.fullmatch(src) is not None and not os.path.exists(src) and not os.path.isdir(src.split("/")[0])
 
 
-def download(repo_id: str) -> str:
-    """The local folder of the Hub repository ``repo_id`` (its model files only). Raises OSError saying why
-    (no network, no such repository, a private one without a token): callers add what the user can do."""
+def download(repo_id: str, files: list[str] = MODEL_FILES) -> str:
+    """The local folder of the Hub repository ``repo_id``, holding its ``files`` (patterns; default: its model
+    files; ["config.json"] reads what a model is before its weights download). Raises OSError saying why (no
+    network, no such repository, a private one without a token): callers add what the user can do."""
     try:
         from huggingface_hub import snapshot_download
 
-        return snapshot_download(repo_id, allow_patterns=MODEL_FILES)
+        return snapshot_download(repo_id, allow_patterns=files)
     except Exception as e:  # network, authentication, missing repository: each ends the load alike
         # the first line only: huggingface_hub's messages run over several (the CLI's errors are one line)
         why = next((line.strip() for line in str(e).splitlines() if line.strip()), "")

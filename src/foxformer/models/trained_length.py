@@ -1,6 +1,6 @@
 """The warning that a generation may run past the length a model was trained on: Hugging Face's generate
 (FoxForCausalLM) and foxformer's (infer.generation, which `foxformer generate` calls) say it in the same words,
-once per model."""
+once per model and length: again only for a generation that may run further than any said before."""
 from __future__ import annotations
 
 import sys
@@ -27,12 +27,14 @@ def past_train_len(total: int, train_len: Optional[int]) -> str:
 
 
 def warn_past_train_len(model, total: int, train_len: Optional[int]) -> None:
-    """Warn (PastTrainLen) when a generation by ``model`` may run past ``train_len``, once per model: generations
-    run in loops, and one model serves both generates. The warning names the line that called into the libraries."""
+    """Warn (PastTrainLen) when a generation by ``model`` may run past ``train_len``, once per model for each new
+    longest ``total``: generations run in loops, and one model serves both generates, so a length already said is
+    not said again; a longer one is (said once per model, a later generation running thousands of tokens further
+    was silent). The warning names the line that called into the libraries."""
     said = past_train_len(total, train_len)
-    if not said or getattr(model, "_said_train_len", False):
+    if not said or total <= getattr(model, "_said_train_len", 0):
         return
-    model._said_train_len = True
+    model._said_train_len = total
     warnings.warn(said, PastTrainLen, stacklevel=_outside_the_libraries())
 
 

@@ -10,6 +10,7 @@ Accepted paths:
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -29,7 +30,7 @@ from foxformer.models.hub import download, is_hub_id
 from foxformer.models.official import OFFICIAL_TYPES, load_official
 
 from .checkpoint import CheckpointError, latest_checkpoint, read_meta
-from .config import read_yaml, saved_model_config
+from .config import read_model_config, read_yaml, saved_model_config
 from .distributed import resolve_device
 from .sharded import read_model_state_dict
 
@@ -194,14 +195,52 @@ def load_model(path: str, *, device: str | torch.device | None = "auto", dtype: 
         except ConfigError as e:
             # the keyword's (or the flag's) user typed no FoxConfig attribute
             raise ConfigError(e.reason, *e.fields, where=f"{setting_name(label, e.fields[0])}: ") from None
-    with hf_progress(progress):
+    with hf_progress(progress), _model_said_as(said_as):
+        return _load_model(path, device, dtype, name, train_len, attention_backend, label, among_others)
+
+
+@contextlib.contextmanager
+def _model_said_as(said_as: Optional[str]):
+    """A refusal of the model (SettingError "model") named as ``said_as``, where the user named it so."""
+    try:
+        yield
+    except SettingError as e:
+        if said_as is None or e.field != "model":
+            raise
+        # `generate --model X` was answered "model: ...", a name the user never typed
+        raise ValueError(f"{said_as}: {e.reason}") from e
+
+
+def saved_config(path: str, said_as: Optional[str] = None) -> Optional[dict]:
+    """The saved config of the model ``path`` names (as load_model reads paths), read before its weights load: a
+    Hugging Face folder's config.json (a Hub id's downloaded alone, not its weights), a run's or checkpoint's
+    model_config.json (model_type "foxformer"), a run's hf/config.json. None where none can be read (a run from
+    before model_config.json, a path that is no model: loading it says why). ``said_as``: as load_model's."""
+    with _model_said_as(said_as):
+        path = os.fspath(path)
+        if is_hub_id(path):
+            path = _hub_folder(path, ["config.json"])
+        if _is_checkpoint_dir(path) or os.path.isfile(os.path.join(path, RUN_CONFIG)):
+            run = run_dir_of(path)
+            fields = read_model_config(run) if run else None
+            if fields is not None:
+                return {"model_type": FoxConfig.model_type, **fields}
+            path = os.path.join(path, "hf")  # a run dir's export (a checkpoint has none)
         try:
-            return _load_model(path, device, dtype, name, train_len, attention_backend, label, among_others)
-        except SettingError as e:
-            if said_as is None or e.field != "model":
-                raise
-            # `generate --model X` was answered "model: ...", a name the user never typed
-            raise ValueError(f"{said_as}: {e.reason}") from e
+            with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
+                saved = json.load(f)
+        except (OSError, ValueError):
+            return None
+        return saved if isinstance(saved, dict) else None
+
+
+def _hub_folder(given: str, files: Optional[list[str]] = None) -> str:
+    """The local folder of the Hub id ``given`` (its model files, or ``files``), or a SettingError saying why not."""
+    try:
+        return download(given) if files is None else download(given, files)
+    except OSError as e:
+        raise SettingError("model", f"{given!r} is no local folder, and {e}; download it where the Hub is "
+                                    f"reachable and pass its path") from e
 
 
 CHECKPOINT_FILES = ("model.pt", ".metadata")  # a checkpoint folder's weights: one file, or a sharded (DCP) save
@@ -253,11 +292,7 @@ def _load_model(path, device, dtype, name, train_len, attention_backend, label, 
         raise TypeError(f"model path: expected a string path, got {type(path).__name__}")
     given = path = os.fspath(path)
     if is_hub_id(path):
-        try:
-            path = download(path)
-        except OSError as e:
-            raise SettingError("model", f"{given!r} is no local folder, and {e}; download it where the Hub is "
-                                        f"reachable and pass its path") from e
+        path = _hub_folder(path)
     if not os.path.isdir(path):
         raise SettingError("model", f"{path!r} is not a directory (expected a run dir, a checkpoint dir "
                                     f"RUN/checkpoints/step_N, a Hugging Face folder with config.json, or a Hub id "
