@@ -162,3 +162,29 @@ def test_the_eviction_scan_kernel_gives_the_torch_paths_starts(G):
                     backend=backend)
         got.append(start)
     assert torch.equal(got[0], got[1]) and (got[1] > start0).any()
+
+
+@pytest.mark.parametrize("paged", [False, True], ids=["dense", "paged"])
+def test_foxformer_check_values_checks_the_decode_ops_values_on_cuda(monkeypatch, paged):
+    """As every other op's: without FOXFORMER_CHECK_VALUES=1 no device sync (a NaN c at a live key gives NaN), with
+    it the CPU's checks (the decode op checked no value on CUDA, even with it set)."""
+    B, Tk, Hq, Hkv, D = 2, 64, 4, 2, 64
+    g = torch.Generator(device="cuda").manual_seed(2)
+    q = torch.randn(B, 1, Hq, D, device="cuda", generator=g, dtype=torch.bfloat16)
+    k = torch.randn(B, Tk, Hkv, D, device="cuda", generator=g, dtype=torch.bfloat16)
+    v = torch.randn(B, Tk, Hkv, D, device="cuda", generator=g, dtype=torch.bfloat16)
+    c = gate_cumsum(F.logsigmoid(torch.randn(B, Tk, Hq, device="cuda", generator=g) + 3))
+    c[1, 40, 3] = float("nan")
+    kw = {}
+    if paged:  # pages of 16 keys, one kv head's pages after another's
+        k, v = (x.transpose(1, 2).reshape(B * Hkv * 4, 16, D) for x in (k, v))
+        c = c.unflatten(2, (Hkv, Hq // Hkv)).transpose(1, 2).reshape(B * Hkv * 4, 16, Hq // Hkv)
+        kw = dict(page_table=torch.arange(B * Hkv * 4, device="cuda", dtype=torch.int32).view(B, Hkv, 4),
+                  seq_len=torch.tensor([Tk], device="cuda"))
+    monkeypatch.delenv("FOXFORMER_CHECK_VALUES", raising=False)
+    assert torch.isnan(forgetting_attention_decode(q, k, v, c, backend="triton", **kw)[1]).any()
+    monkeypatch.setenv("FOXFORMER_CHECK_VALUES", "1")
+    with pytest.raises(ValueError, match=r"c must be finite at every live key .*batch 1, position 40, head 3"):
+        forgetting_attention_decode(q, k, v, c, backend="triton", **kw)
+    with pytest.raises(ValueError, match="seq_len 65 must be >= Tq"):
+        forgetting_attention_decode(q, k, v, c, backend="triton", **{**kw, "seq_len": Tk + 1})

@@ -578,6 +578,30 @@ def test_a_prompt_row_without_a_real_token_is_a_clear_error():
         list(generate(model, tokens(2, 5), max_new_tokens=2, attention_mask=mask))
 
 
+@pytest.mark.parametrize("max_new_tokens", [1, 3])
+def test_a_right_padded_prompt_mask_is_refused_up_front(max_new_tokens):
+    """One new token was sampled after the pads, without a word (a Hugging Face tokenizer pads on the right by
+    default); more failed at the second step, on the model's 'a 0 between two real tokens'."""
+    mask = torch.ones(2, 6, dtype=torch.long)
+    mask[0, 4:] = 0
+    with pytest.raises(ValueError, match=r"attention_mask: row 0 ends in padding .*padding_side='left'"):
+        list(generate(make_model("fox-pro-tiny"), tokens(2, 6), max_new_tokens=max_new_tokens,
+                      attention_mask=mask))
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int16, torch.uint16, torch.int32])
+def test_token_ids_of_a_narrow_integer_dtype_generate_as_int64_ones_do(dtype):
+    """The vocabulary check compared in the ids' dtype, where 257 wraps: uint8 id 137 was 'outside the model's
+    vocabulary of 257', and uint16 ids failed on a comparison the CPU does not have."""
+    model = make_model("fox-pro-tiny")
+    ids = tokens(2, 5).clamp(max=200)
+    want = [t.tolist() for t in generate(model, ids, max_new_tokens=3, temperature=0)]
+    assert [t.tolist() for t in generate(model, ids.to(dtype), max_new_tokens=3, temperature=0)] == want
+    if dtype != torch.uint8:  # whose ids all lie in the vocabulary of 257
+        with pytest.raises(ValueError, match=f"token id {VOCAB + 43} is outside the model's vocabulary of {VOCAB}"):
+            list(generate(model, torch.full((1, 2), VOCAB + 43).to(dtype), max_new_tokens=1))
+
+
 def test_a_fractional_prompt_mask_is_refused_as_such_not_as_an_empty_row():
     """A cast to integers made 0.5 a 0, and a row of 0.5s 'a row without a real token'."""
     mask = torch.full((2, 5), 0.5)

@@ -6,6 +6,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported (con
 
 import math  # noqa: E402
 
+import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
@@ -310,6 +311,55 @@ def test_seq_len_reads_a_prefix_of_preallocated_storage(backend, as_tensor):
     torch.testing.assert_close(got.double(), dense_reference(q, k, v, c, start, 0.25), rtol=0, atol=2e-5)
     with pytest.raises(ValueError, match="seq_len 81 must be"):
         forgetting_attention_decode(q, k_buf, v_buf, c_buf.transpose(1, 2), seq_len=cap + 1, backend=backend)
+
+
+def _decode_on(backend):
+    """The decode op of ``backend``: "portable" is a standalone export's (which takes no backend)."""
+    if backend == "portable":
+        return portable.forgetting_attention_decode
+    return lambda *args, **kw: forgetting_attention_decode(*args, backend=backend, **kw)
+
+
+@pytest.mark.parametrize("backend", ["triton", "torch", "portable"])
+@pytest.mark.parametrize("bad", [float("nan"), float("-inf")])
+def test_a_non_finite_c_at_a_live_key_is_refused_on_every_path(backend, bad):
+    """Only the torch path refused it: the Triton kernel (interpreted) and a standalone export's op returned NaN.
+    Before a head's start the key is dead and its c may be anything."""
+    q, k, v, c = make(2, 1, 30, 4, 2, 16, torch.float32)
+    start = torch.tensor([[0, 6], [0, 0]])
+    c[0, 5, 2:] = bad  # kv head 1 of row 0: dead there
+    torch.testing.assert_close(_decode_on(backend)(q, k, v, c, start, softmax_scale=0.25).double(),
+                               dense_reference(q, k, v, c, start, 0.25), rtol=0, atol=2e-5)
+    c[1, 7, 1] = bad
+    with pytest.raises(ValueError, match=rf"c must be finite at every live key .*got {bad} \(1 of 240 entries, the "
+                                         rf"first at batch 1, position 7, head 1\)"):
+        _decode_on(backend)(q, k, v, c, start)
+
+
+@pytest.mark.parametrize("backend", ["triton", "torch", "portable"])
+@pytest.mark.parametrize("lengths", [torch.tensor([30, 21]), [30, 21]], ids=["tensor", "list"])
+def test_a_length_per_row_is_refused_with_the_left_padded_way_to_decode_ragged_rows(backend, lengths):
+    """flash_attn_with_kvcache's cache_seqlens [B] was 'must be an int or a one-element integer tensor' (a list: no
+    word of a list). The way the message gives, rows ending at one position with start = each row's padding,
+    decodes each row as it would alone."""
+    q, k, v, c = make(2, 1, 30, 4, 2, 16, torch.float32)
+    with pytest.raises((ValueError, TypeError), match=r"seq_len is the one length of every row .*left padding\) and "
+                                                      r"pass start\[b\] = row b's padding"):
+        _decode_on(backend)(q, k, v, c, seq_len=lengths)
+    pad = 30 - 21
+    alone = _decode_on(backend)(q[1:], k[1:, pad:], v[1:, pad:], c[1:, pad:], softmax_scale=0.25)
+    start = torch.tensor([[0, 0], [pad, pad]])
+    both = _decode_on(backend)(q, k, v, c, start, softmax_scale=0.25)
+    torch.testing.assert_close(both[1:], alone, rtol=0, atol=2e-6)
+
+
+def test_a_numpy_seq_len_is_told_to_pass_an_int():
+    q, k, v, c = make(1, 1, 30, 4, 2, 16, torch.float32)
+    with pytest.raises(TypeError, match=r"seq_len must be None, an int or a one-element integer tensor, got "
+                                        r"numpy\.int64; pass int\(seq_len\)$"):
+        forgetting_attention_decode(q, k, v, c, seq_len=np.int64(20))
+    with pytest.raises(TypeError, match=r"got float$"):
+        forgetting_attention_decode(q, k, v, c, seq_len=20.0)
 
 
 def test_the_forward_only_kernel_warns_where_a_gradient_was_asked():

@@ -168,18 +168,35 @@ def test_a_live_key_on_an_unmapped_page_is_refused_on_cpu(entry):
             paged(q, kp, vp, cp, table, 16, backend=backend)
 
 
-def test_a_non_finite_c_at_a_live_key_is_refused_and_at_a_dead_one_ignored():
+@pytest.mark.parametrize("backend", ["torch", "triton", "portable"])
+def test_a_non_finite_c_at_a_live_key_is_refused_and_at_a_dead_one_ignored(backend):
+    """The torch path alone refused it: the Triton kernel (interpreted) and a standalone export's op returned NaN."""
     q, k, v, c = make(1, 1, 33, 4, 2, 8, torch.float32)
     start = torch.tensor([[9, 0]])
     kp, vp, cp, table = paginate(k, v, c, 4, start)
     want = dense_reference(q, k, v, c, start, 0.3)
+    op = portable.forgetting_attention_decode if backend == "portable" else forgetting_attention_decode
+    kw = {} if backend == "portable" else {"backend": backend}
     # position 8 of kv head 0: dead (before its start 9), on a page the call still reads
     cp[int(table[0, 0, 2]), 0] = float("nan")
-    torch.testing.assert_close(paged(q, kp, vp, cp, table, 33, start, softmax_scale=0.3, backend="torch").double(),
-                               want, rtol=0, atol=2e-5)
-    cp[int(table[0, 1, 3]), 1] = float("inf")   # position 13 of kv head 1: live
-    with pytest.raises(ValueError, match="c must be finite at every live key"):
-        paged(q, kp, vp, cp, table, 33, start, backend="torch")
+    got = op(q, kp, vp, cp, start, page_table=table, seq_len=33, softmax_scale=0.3, **kw)
+    torch.testing.assert_close(got.double(), want, rtol=0, atol=2e-5)
+    cp[int(table[0, 1, 3]), 1] = float("inf")   # position 13 of kv head 1 (query heads 2 and 3): live
+    with pytest.raises(ValueError, match=r"c must be finite at every live key \(gate_cumsum floors -inf gates\), "
+                                         r"got inf \(2 of 132 entries, the first at batch 0, position 13, head 2\)"):
+        op(q, kp, vp, cp, start, page_table=table, seq_len=33, **kw)
+
+
+def test_a_page_table_with_a_row_per_query_head_is_named():
+    """One row per query head (Hq, not Hkv) read as G = 1 query head per kv head: the message blamed c alone."""
+    q, k, v, c = make(1, 1, 16, 4, 2, 8, torch.float32)
+    kp, vp, cp, table = paginate(k, v, c, 4)
+    with pytest.raises(ValueError, match=r"c must be a page pool \[P, PAGE, G\] \(G = Hq // Hkv = 4 // 4\) = .*; Hkv "
+                                         r"is page_table's dim 1, one row of pages per kv head"):
+        paged(q, kp, vp, cp, table.repeat_interleave(2, dim=1), 16)
+    with pytest.raises(ValueError, match=r"q heads \(4\) must be a multiple of k/v heads \(3\); Hkv is "
+                                         r"page_table's dim 1"):
+        paged(q, kp, vp, cp, table[:, [0, 1, 1]], 16)
 
 
 def test_decode_refuses_integer_inputs_and_bad_options():

@@ -299,10 +299,18 @@ def stream_tokens(model, input_ids: torch.Tensor, cfg: Optional[GenerationConfig
                              f"{getattr(attention_mask, 'shape', type(attention_mask).__name__)}")
         # As given: the model refuses values other than 0 and 1, which a cast here would have rounded away.
         mask = attention_mask.to(dev)
-        empty = (mask == 0).all(1).nonzero().flatten().tolist()  # one read of the prompt's mask, as for its ids
-        if empty:
-            raise ValueError(f"attention_mask: row {empty[0]} has no real token (every entry 0): give it a prompt "
+        pad = mask == 0
+        # One read of the prompt's mask, as for its ids: (0, row) for a row of padding alone, (1, row) for a row
+        # that ends in padding (an empty row comes first). Right padding gave a first token sampled after a pad
+        # (max_new_tokens=1, silently), and then the model's refusal of "a 0 between two real tokens".
+        problem, row = (torch.stack((pad.all(1), pad[:, -1])).nonzero().tolist() or [(None, None)])[0]
+        if problem == 0:
+            raise ValueError(f"attention_mask: row {row} has no real token (every entry 0): give it a prompt "
                              f"or leave the row out")
+        if problem == 1:
+            raise ValueError(f"attention_mask: row {row} ends in padding (a 0 last: right padding), so its first new "
+                             f"token would follow a pad, not its prompt; pad each prompt on the left (0s before its "
+                             f"tokens; a Hugging Face tokenizer: padding_side='left')")
     # before the prefill, which may take minutes
     warn_past_train_len(model, ids.shape[1] + cfg.max_new_tokens, train_len)
     generator = None

@@ -24,6 +24,9 @@ def check_token_ids(ids: torch.Tensor, vocab: int | None, name: str, *, ignore: 
         values = ids.device.type == "cpu" and not torch.compiler.is_compiling()
     if vocab is None or not values or not ids.numel():
         return
+    # Compared in int64: in a narrower dtype the vocabulary size wraps (257 is 1 as uint8, 50257 negative as int16),
+    # which refused ids inside it, and uint16 has no comparisons on the CPU.
+    ids = ids.long()
     bad = (ids < 0) | (ids >= vocab)
     if ignore is not None:
         bad &= ids != ignore

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import torch
 
-from .forgetting_attn.checks import check_decode, check_inputs, check_softmax_scale
+from .forgetting_attn.checks import check_inputs, check_softmax_scale
 from .forgetting_attn.cumsum import LOG_FGATE_FLOOR, gate_cumsum, gate_cumsum_heads_first
+from .forgetting_attn.decode_checks import check_decode
 from .forgetting_attn.paging import append_token_torch, evict_scan_torch, gather_live
 from .forgetting_attn.reference import naive_unchecked, no_queries, torch_forward
 from .forgetting_attn.threshold import check_pruning, prune_delta

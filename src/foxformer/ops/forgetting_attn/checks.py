@@ -8,7 +8,6 @@ from __future__ import annotations
 import itertools
 import math
 import os
-from typing import Optional
 
 import torch
 from torch._subclasses.fake_tensor import is_fake
@@ -53,6 +52,14 @@ def _without_values(x: torch.Tensor) -> bool:
     """Meta tensors and FakeTensorMode's tensors have shapes but no data: the value checks skip them, so that
     models build and trace on the meta device (they failed in Tensor.item())."""
     return x.is_meta or is_fake(x)
+
+
+def values_checked(x: torch.Tensor) -> bool:
+    """Whether the eager value checks read ``x``: on the CPU, where it is free, and on CUDA only with
+    FOXFORMER_CHECK_VALUES=1 (a device sync each); never a tensor without data."""
+    if _without_values(x):
+        return False
+    return x.device.type != "cuda" or os.environ.get("FOXFORMER_CHECK_VALUES", "0") == "1"
 
 
 def _require_tensor(x, name: str) -> None:
@@ -245,94 +252,6 @@ def _check_cu_seqlens(cu_seqlens, max_seqlen, B, Tq, Tk):
     return int(max_seqlen)
 
 
-def check_decode(q, k, v, c, start, page_table, seq_len) -> int:
-    """forgetting_attention_decode's arguments (the portable op's alike): ValueError / TypeError naming the argument;
-    returns the storage's key capacity (dense Tk, or the page table's pages times the page size), which sizes the key
-    splits."""
-    for name, t in (("q", q), ("k", k), ("v", v), ("c", c)) + ((("page_table", page_table),) if page_table is not None
-                                                                else ()):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a tensor, got {type(t).__name__}")
-    if q.dim() != 4:
-        raise ValueError(f"q must be a 4-D tensor [B, Tq, Hq, D], got {tuple(q.shape)}")
-    B, Tq, Hq, D = q.shape
-    if page_table is None:
-        for name, t in (("k", k), ("v", v)):
-            if t.dim() != 4:
-                raise ValueError(f"{name} must be a 4-D tensor [B, Tk, Hkv, D] (or, with page_table, a page pool "
-                                 f"[P, PAGE, D]), got shape {tuple(t.shape)}")
-        if v.shape == k.shape and c.dim() == 3:
-            check_layout(q, k, c, "c")
-        Tk, Hkv = k.shape[1], k.shape[2]
-        if k.shape != (B, Tk, Hkv, D) or v.shape != k.shape:
-            raise ValueError(f"k and v must be [B, Tk, Hkv, D] = [{B}, Tk, Hkv, {D}], got {tuple(k.shape)}, "
-                             f"{tuple(v.shape)}")
-        capacity = Tk
-    else:
-        if page_table.dim() != 3 or page_table.shape[0] != B or page_table.dtype not in (torch.int32, torch.int64):
-            raise ValueError(f"page_table must be an int32/int64 tensor [B, Hkv, pages] with B = {B}, got "
-                             f"{page_table.dtype} {tuple(page_table.shape)}")
-        Hkv = page_table.shape[1]
-        if k.dim() != 3 or k.shape[2] != D or v.shape != k.shape:
-            raise ValueError(f"with a page_table, k and v must be page pools [P, PAGE, D] with D = {D}, got "
-                             f"{tuple(k.shape)}, {tuple(v.shape)}")
-        capacity = page_table.shape[2] * k.shape[1]
-    if Hkv == 0 or Hq % Hkv:
-        raise ValueError(f"q heads ({Hq}) must be a multiple of k/v heads ({Hkv})")
-    # The Triton kernel multiplies q by k and p by v as loaded: mixed dtypes failed inside Triton.
-    if not (q.dtype == k.dtype == v.dtype):
-        raise TypeError(f"q, k and v must share one dtype, got q {q.dtype}, k {k.dtype}, v {v.dtype}; cast them "
-                        f"with .to(q.dtype)")
-    if not q.is_floating_point():  # the torch path would return a truncated integer result
-        raise TypeError(f"q, k and v must be floating tensors, got {q.dtype}")
-    want = (B, capacity, Hq) if page_table is None else (*k.shape[:2], Hq // Hkv)
-    if tuple(c.shape) != want:
-        what = "[B, Tk, Hq]" if page_table is None else "a page pool [P, PAGE, G]"
-        raise ValueError(f"c must be {what} = {want}, got {tuple(c.shape)}")
-    check_c_dtype(c)
-    if start is not None and (not isinstance(start, torch.Tensor) or start.shape != (B, Hkv)):
-        raise ValueError(f"start must be an integer tensor [B, Hkv] = {(B, Hkv)}, got {getattr(start, 'shape', start)}")
-    # A float start was truncated by the Triton kernel but rounded up by the torch path's j >= start.
-    if start is not None and (start.is_floating_point() or start.is_complex() or start.dtype == torch.bool):
-        raise TypeError(f"start must be an integer tensor, got {start.dtype}")
-    check_one_device(q=q, k=k, v=v, c=c, start=start, page_table=page_table, seq_len=seq_len)
-    if isinstance(seq_len, torch.Tensor):
-        if seq_len.numel() != 1 or seq_len.is_floating_point() or seq_len.dtype == torch.bool:
-            raise ValueError(f"seq_len must be an int or a one-element integer tensor, got {seq_len.dtype} "
-                             f"{tuple(seq_len.shape)}")
-    elif seq_len is not None and (isinstance(seq_len, bool) or not isinstance(seq_len, int)):
-        raise TypeError(f"seq_len must be None, an int or a one-element integer tensor, got {type(seq_len).__name__}")
-    if page_table is not None and seq_len is None:
-        raise ValueError("seq_len: a paged cache needs the number of positions it holds")
-    # Values: free on the CPU, a device sync on a GPU (there they stay the caller's contract: a seq_len past
-    # the storage reads garbage, a start past a query's position gives NaN in that query's rows).
-    if q.device.type != "cpu":
-        return capacity
-    n = capacity if seq_len is None else int(seq_len)
-    if not Tq <= n <= capacity:
-        raise ValueError(f"seq_len {n} must be >= Tq ({Tq}) and fit the cache's storage ({capacity} positions)")
-    # A start past a query's own position leaves its row no key: softmax of nothing, NaN on both paths.
-    if start is not None and Tq and start.numel() and int(start.max()) > n - Tq:
-        raise ValueError(f"start: {int(start.max())} is past the first query's position Tk - Tq = {n - Tq}, "
-                         f"which would then attend to no key; every start must be <= Tk - Tq")
-    if page_table is not None:
-        _check_pages(page_table, k.shape[0], k.shape[1], start, n)
-    return capacity
-
-
-def _check_pages(page_table: torch.Tensor, pool_pages: int, page: int, start: Optional[torch.Tensor], n: int) -> None:
-    """Every page the call reads (those holding a live key of positions [start, n)) must be in [0, P): a negative
-    entry would wrap around to another page (Python indexing), silently."""
-    first = (start.clamp(min=0) if start is not None else page_table.new_zeros(page_table.shape[:2])) // page
-    cols = torch.arange(page_table.shape[2], device=page_table.device)
-    read = (cols >= first[..., None]) & (cols < -(-n // page))
-    bad = read & ((page_table < 0) | (page_table >= pool_pages))
-    if bool(bad.any()):
-        b, h, j = (int(i) for i in bad.nonzero()[0])
-        raise ValueError(f"page_table[{b}, {h}, {j}] = {int(page_table[b, h, j])} is not a page of the pool "
-                         f"(pages 0 to {pool_pages - 1}); every page a live key sits on must be mapped")
-
-
 def check_gate_values(gate: torch.Tensor, name: str, allow_positive: bool = False) -> None:
     """Reject NaN (and positive log-gates; infinite c). Costs a device sync, so on CUDA it runs only with
     FOXFORMER_CHECK_VALUES=1, and never under torch.compile; compiled on CPU it is an assert (a RuntimeError without
@@ -345,9 +264,7 @@ def check_gate_values(gate: torch.Tensor, name: str, allow_positive: bool = Fals
             torch._assert_async(~bad.any(), f"{name} must not hold NaN, and must be "
                                             f"{'finite' if allow_positive else '<= 0 (log f, f in [0, 1])'}")
         return
-    if _without_values(gate):
-        return
-    if gate.device.type == "cuda" and os.environ.get("FOXFORMER_CHECK_VALUES", "0") != "1":
+    if not values_checked(gate):
         return
     # Under torch.vmap, bool() of a batched tensor is data-dependent control flow, which vmap refuses: the
     # checks read the tensor under torch.func's wrappers (every batch element's values at once).

@@ -23,7 +23,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .checks import CACHE_BACKENDS, check_backend, check_decode, check_softmax_scale, check_triton_device
+from .checks import CACHE_BACKENDS, check_backend, check_softmax_scale, check_triton_device
+from .decode_checks import check_decode
 from .paging import gather_live
 from .tiles import LAUNCH_OPTIONS, launch_grid
 
@@ -56,20 +57,23 @@ def forgetting_attention_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
         c: float64 running gate cumsum (gate_cumsum's dtype; any other dtype is a TypeError: the bias
             c_i - c_j of two large entries needs its low bits): dense [B, Tk, Hq] (may be a transposed view of
             a [B, Hq, cap] buffer), or with ``page_table`` a pool [P, PAGE, G] (G = Hq // Hkv: the c of the query
-            heads of a kv head, for the keys of that page).
+            heads of a kv head, for the keys of that page). Finite at every live key (a ValueError where values are
+            checked: below); a dead key's may be anything.
         start: int [B, Hkv] first live key per (batch, kv head) (eviction); None (or a negative
-            start) means 0. Every start must be <= seq_len - Tq (each query keeps at least its own key):
-            checked (ValueError) for CPU tensors only; on a GPU, where checking would cost a device
-            sync, a start past a query's position gives NaN in that query's rows.
+            start) means 0. Every start must be <= seq_len - Tq (each query keeps at least its own key).
+            The values (start, seq_len, the pages read, c) are checked (ValueError) for CPU tensors, and on a GPU,
+            where checking costs a device sync, only with FOXFORMER_CHECK_VALUES=1: unchecked, a start past a
+            query's position or a non-finite c gives NaN in that query's rows.
         page_table: int [B, Hkv, NP] or None (dense). Key j of (b, h) is row j % PAGE of page
             page_table[b, h, j // PAGE]; entries for keys before ``start`` are never read (their pages
             may belong to another head), so an evicting cache frees a head's dead pages on their own.
         seq_len: positions held (dead ones included; the queries are the last Tq of them): None (dense:
             Tk), an int, or a one-element integer tensor on q's device, read on the device (no host sync:
-            a CUDA graph can replay the call as the cache grows). Keys past it are never read.
+            a CUDA graph can replay the call as the cache grows). Keys past it are never read. One length for
+            every row (not flash_attn's per-row cache_seqlens): rows of different lengths end at the same
+            position, left-padded, with start[b] = row b's padding.
         softmax_scale: defaults to 1 / sqrt(D); else a finite number, as in forgetting_attention.
-        backend: "auto" (triton for CUDA tensors, torch otherwise) | "triton" | "torch". The torch path also
-            rejects a c that is not finite at a live key (ValueError).
+        backend: "auto" (triton for CUDA tensors, torch otherwise) | "triton" | "torch".
         num_splits: key splits per (batch, kv head) for the Triton kernel (None: enough to fill the GPU for
             the storage's capacity, whatever seq_len is, so that a cache decodes with one kernel and one
             split count from its first step to its last). At most one per key block of the kernel
@@ -104,23 +108,7 @@ def forgetting_attention_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
         # From the first page any head still reads (torch_decode reads from start.min() anyway).
         first = int(start.clamp(min=0).min()) // k.shape[1] * k.shape[1] if start.numel() else 0
         k, v, c, _ = gather_live(k, v, c, page_table, first, n, start)
-    _check_live_c(c, start, first, Hkv=k.shape[2])
     return torch_decode(q, k, v, c, start if start is None else start - first, scale)
-
-
-def _check_live_c(c: torch.Tensor, start: Optional[torch.Tensor], first: int, Hkv: int) -> None:
-    """c [B, L, Hq] of positions first.. must be finite at every live key (an evicted key's may be anything): one
-    NaN or infinity there is NaN in the output (forgetting_attention_cumsum checks its c the same way). The torch
-    path only: the Triton one runs inside CUDA graphs, where a check would cost a device sync."""
-    if start is None:
-        ok = torch.isfinite(c).all()
-    else:
-        B, L, Hq = c.shape
-        pos = torch.arange(first, first + L, device=c.device)
-        live = pos[None, :, None] >= start.repeat_interleave(Hq // Hkv, dim=1)[:, None, :]
-        ok = (torch.isfinite(c) | ~live).all()
-    if not bool(ok):
-        raise ValueError("c must be finite at every live key (gate_cumsum floors -inf gates), got NaN or inf")
 
 
 # --------------------------------------------------------------------------------------------
