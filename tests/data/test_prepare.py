@@ -674,8 +674,13 @@ def test_a_tokenizer_saved_again_in_its_folder_is_a_changed_request(tmp_path):
     # and before the sources' line-break rule was recorded
     m["request"]["sources"][0] = {"spec": str(src), "fingerprint": describe_source(str(src)).older_fingerprints[1]}
     write_json(os.path.join(cfg.out_dir, "manifest.json"), m)
-    rebuilt = prepare(cfg, progress=False)
-    assert "tokenizer_files" in rebuilt["request"] and prepare(cfg, progress=False) == rebuilt
+    notes = []
+    rebuilt = prepare(cfg, progress=False, note=notes.append)
+    assert "tokenizer_files" in rebuilt["request"] and prepare(cfg, progress=False, note=notes.append) == rebuilt
+    # why the same command ran again, once (the reuse after it says nothing)
+    assert notes == [f"{cfg.out_dir!r} holds a dataset prepared by an older foxformer (its sources recorded by their "
+                     f"files' paths and times; before line breaks in JSONL, Parquet and hf: texts were read as \\n; "
+                     f"no record of its tokenizer folder's files): rebuilding it"]
 
 
 def test_a_rebuild_removes_the_shards_its_manifest_no_longer_names(tmp_path, jsonl_xz, jsonl_gz):
@@ -705,7 +710,10 @@ def test_a_dataset_that_recorded_its_tokenizer_folder_by_file_times_is_rebuilt_w
     assert prepare(cfg, progress=False) == m
     older = {**m, "request": {**m["request"], "tokenizer_files": older_tokenizer_files(str(tok))}}
     write_json(os.path.join(cfg.out_dir, "manifest.json"), older)
-    rebuilt = prepare(cfg, progress=False)
+    notes = []
+    rebuilt = prepare(cfg, progress=False, note=notes.append)
+    assert notes == [f"{cfg.out_dir!r} holds a dataset prepared by an older foxformer (its tokenizer folder recorded "
+                     f"by its files' paths and times): rebuilding it"]
     assert rebuilt["request"] == m["request"] and rebuilt["created_unix"] > m["created_unix"]
     assert _split_docs(cfg.out_dir, "train", rebuilt) == [[1, 2, 1, 3], [2, 2, 3]]
     write_json(os.path.join(cfg.out_dir, "manifest.json"), older)
