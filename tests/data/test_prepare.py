@@ -516,6 +516,21 @@ def test_prepare_help_names_what_it_reads_and_every_option():
             assert action.help and not action.help.startswith("default:"), action.option_strings
 
 
+def test_every_argument_of_the_data_commands_says_what_it_is():
+    """`foxformer data info --help` listed its positional as a bare "dir"."""
+    import argparse
+
+    from foxformer.cli import build_parser
+
+    parser = build_parser()
+    for command in ("prepare", "info", "fetch-corpus"):
+        sub = parser.parse_args(["data", command, *(["x"] if command != "prepare" else [])])._parser
+        for action in sub._actions:
+            assert isinstance(action, argparse._HelpAction) or action.help, (command, action.dest)
+    info = " ".join(parser.parse_args(["data", "info", "x"])._parser.format_help().split())
+    assert "DIR a prepared dataset's folder (what `data prepare --out` wrote)" in info
+
+
 def test_many_tiny_documents_are_kept_in_arrays_not_python_objects(tmp_path, monkeypatch):
     """Each document's id and offset were Python objects while a source was tokenized, and the split held a table
     of tuples and a list of offsets: ~180 bytes a document at the peak, gigabytes at ~10M tiny documents."""

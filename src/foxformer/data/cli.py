@@ -140,6 +140,6 @@ def add_commands(subparsers) -> None:
                        description="Print a prepared dataset's summary as JSON: its tokenizer, documents and tokens "
                                    "in all, per split and per source. Writes nothing; exits 2 where DIR holds no "
                                    "dataset or a split's token files are damaged.")
-    i.add_argument("dir")
+    i.add_argument("dir", metavar="DIR", help="a prepared dataset's folder (what `data prepare --out` wrote)")
     i.set_defaults(func=_cmd_info)
     data.set_defaults(func=lambda args: (data.print_help(), 2)[1])
