@@ -63,7 +63,7 @@ def test_tiktoken_spec_saves_files_that_autotokenizer_loads(monkeypatch, tmp_pat
 
     enc = gpt2_ranks_with(monkeypatch, "cl100k_base")
     monkeypatch.setattr(tiktoken, "get_encoding", lambda name: enc)
-    assert hf_tok.save_hf_tokenizer("tiktoken:cl100k_base", str(tmp_path), model_max_length=4096)
+    assert hf_tok.save_hf_tokenizer("tiktoken:cl100k_base", str(tmp_path), model_max_length=4096).pad_token_id == 100257
     tok = AutoTokenizer.from_pretrained(tmp_path)
     text = ODD_TEXTS[0] + ODD_TEXTS[2]
     assert tok(text, add_special_tokens=False)["input_ids"] == enc.encode_ordinary(text)

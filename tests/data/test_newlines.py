@@ -86,3 +86,21 @@ def test_a_text_file_source_records_no_rule_so_its_older_dataset_is_kept(tmp_pat
     cfg = _two_documents(tmp_path / "docs", "txt")
     made = prepare(cfg, progress=False)
     assert made["request"]["sources"] == [{"spec": cfg.sources[0], "fingerprint": made["sources"][0]["fingerprint"]}]
+
+
+def test_the_command_says_why_it_rebuilds_a_dataset_of_before_the_rule(tmp_path, monkeypatch, capsys):
+    """The same `foxformer data prepare` rebuilt such a dataset without a word of why it tokenized everything again."""
+    from foxformer.cli import main
+
+    cfg = _two_documents(tmp_path / "docs", "jsonl")
+    with monkeypatch.context() as before:
+        _before_the_rule(before)
+        prepare(cfg, progress=False)
+    command = ["data", "prepare", "--source", cfg.sources[0], "--out", cfg.out_dir, "--tokenizer", "bytes",
+               "--val-fraction", "0.5", "--no-progress"]
+    assert main(command) == 0
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note:")]
+    assert said == [f"note: {cfg.out_dir!r} holds a dataset prepared by an older foxformer (before line breaks in "
+                    f"JSONL, Parquet and hf: texts were read as \\n): rebuilding it"]
+    assert main(command) == 0  # reused: nothing to say
+    assert "note:" not in capsys.readouterr().err

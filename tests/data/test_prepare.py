@@ -516,6 +516,21 @@ def test_prepare_help_names_what_it_reads_and_every_option():
             assert action.help and not action.help.startswith("default:"), action.option_strings
 
 
+def test_every_argument_of_the_data_commands_says_what_it_is():
+    """`foxformer data info --help` listed its positional as a bare "dir"."""
+    import argparse
+
+    from foxformer.cli import build_parser
+
+    parser = build_parser()
+    for command in ("prepare", "info", "fetch-corpus"):
+        sub = parser.parse_args(["data", command, *(["x"] if command != "prepare" else [])])._parser
+        for action in sub._actions:
+            assert isinstance(action, argparse._HelpAction) or action.help, (command, action.dest)
+    info = " ".join(parser.parse_args(["data", "info", "x"])._parser.format_help().split())
+    assert "DIR a prepared dataset's folder (what `data prepare --out` wrote)" in info
+
+
 def test_many_tiny_documents_are_kept_in_arrays_not_python_objects(tmp_path, monkeypatch):
     """Each document's id and offset were Python objects while a source was tokenized, and the split held a table
     of tuples and a list of offsets: ~180 bytes a document at the peak, gigabytes at ~10M tiny documents."""
@@ -674,8 +689,13 @@ def test_a_tokenizer_saved_again_in_its_folder_is_a_changed_request(tmp_path):
     # and before the sources' line-break rule was recorded
     m["request"]["sources"][0] = {"spec": str(src), "fingerprint": describe_source(str(src)).older_fingerprints[1]}
     write_json(os.path.join(cfg.out_dir, "manifest.json"), m)
-    rebuilt = prepare(cfg, progress=False)
-    assert "tokenizer_files" in rebuilt["request"] and prepare(cfg, progress=False) == rebuilt
+    notes = []
+    rebuilt = prepare(cfg, progress=False, note=notes.append)
+    assert "tokenizer_files" in rebuilt["request"] and prepare(cfg, progress=False, note=notes.append) == rebuilt
+    # why the same command ran again, once (the reuse after it says nothing)
+    assert notes == [f"{cfg.out_dir!r} holds a dataset prepared by an older foxformer (its sources recorded by their "
+                     f"files' paths and times; before line breaks in JSONL, Parquet and hf: texts were read as \\n; "
+                     f"no record of its tokenizer folder's files): rebuilding it"]
 
 
 def test_a_rebuild_removes_the_shards_its_manifest_no_longer_names(tmp_path, jsonl_xz, jsonl_gz):
@@ -705,7 +725,10 @@ def test_a_dataset_that_recorded_its_tokenizer_folder_by_file_times_is_rebuilt_w
     assert prepare(cfg, progress=False) == m
     older = {**m, "request": {**m["request"], "tokenizer_files": older_tokenizer_files(str(tok))}}
     write_json(os.path.join(cfg.out_dir, "manifest.json"), older)
-    rebuilt = prepare(cfg, progress=False)
+    notes = []
+    rebuilt = prepare(cfg, progress=False, note=notes.append)
+    assert notes == [f"{cfg.out_dir!r} holds a dataset prepared by an older foxformer (its tokenizer folder recorded "
+                     f"by its files' paths and times): rebuilding it"]
     assert rebuilt["request"] == m["request"] and rebuilt["created_unix"] > m["created_unix"]
     assert _split_docs(cfg.out_dir, "train", rebuilt) == [[1, 2, 1, 3], [2, 2, 3]]
     write_json(os.path.join(cfg.out_dir, "manifest.json"), older)

@@ -142,7 +142,9 @@ def test_saved_tokenizers_load_without_remote_code_except_gpt2_json(tmp_path, mo
 
     text = 'She wrote: "naïve"\n\t😀 done'
     for spec in ("gpt2", "bytes", "gpt2-json"):
-        assert save_hf_tokenizer(spec, str(tmp_path / spec))
+        assert save_hf_tokenizer(spec, str(tmp_path / spec)).pad_token == "<|endoftext|>"
+    assert save_hf_tokenizer("no-such-tokenizer", str(tmp_path / "none")) is None  # and writes nothing
+    assert not (tmp_path / "none").exists()
     for spec in ("gpt2", "bytes"):
         ours, theirs = load_tokenizer(spec), AutoTokenizer.from_pretrained(tmp_path / spec)
         assert theirs(text).input_ids == start_ids(ours) + ours.encode(text)

@@ -107,3 +107,24 @@ def test_joint_projections_match_one_product_a_layer(preset, field, compiled):
     assert abs(a.item() - b.item()) < 1e-2
     for x, y in zip(ga, gb):
         assert _rel(x, y) < 5e-2
+
+
+def test_reorder_cache_on_cuda_syncs_only_where_values_are_checked(monkeypatch):
+    """reorder_cache runs every beam-search step: on a CUDA cache its checks read no value from the device (no
+    sync) unless FOXFORMER_CHECK_VALUES=1, which refuses a row past the batch by name instead of a device assert."""
+    monkeypatch.delenv("FOXFORMER_CHECK_VALUES", raising=False)
+    model = _model("fox-llama-tiny", "auto").to(torch.bfloat16).eval()
+    ids = torch.randint(0, 512, (3, 8), device="cuda")
+    with torch.no_grad():
+        cache = model(ids, use_cache=True).cache
+    index = torch.tensor([2, 2, 0], device="cuda")
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        cache.reorder_cache(index)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert cache.batch_size == 3
+    monkeypatch.setenv("FOXFORMER_CHECK_VALUES", "1")
+    with pytest.raises(ValueError, match=r"beam_idx holds 3, and the cache holds 3 row\(s\)"):
+        cache.reorder_cache(torch.tensor([0, 3], device="cuda"))

@@ -25,6 +25,10 @@ _FLAGS = {"sources": "--source", "source": "--source", "out_dir": "--out", "toke
           "skip_bad_files": "--skip-bad-files"}
 
 
+def _note(text: str) -> None:
+    print(f"note: {text}", file=sys.stderr)
+
+
 def _cmd_prepare(args: argparse.Namespace) -> int:
     from ..argtypes import SettingError
     from .preparation import DEFAULT_SOURCES, PrepareConfig, prepare
@@ -35,19 +39,19 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
                         text_field=args.text_field, leave_out=args.leave_out or [],
                         skip_bad_files=args.skip_bad_files)
     try:
-        manifest = prepare(cfg, force=args.force, progress=not args.no_progress)
+        manifest = prepare(cfg, force=args.force, progress=not args.no_progress, note=_note)
     except SettingError as e:
         if e.field not in _FLAGS:
             raise
         raise e.in_flags(_FLAGS) from None
     for source in manifest["sources"]:
         for note in reading_notes(source, cfg.text_field):
-            print(f"note: {note}", file=sys.stderr)
+            _note(note)
     held, docs = manifest["split"]["val"]["docs"], manifest["docs"]
     if held and held > 2 * cfg.val_fraction * docs:  # the split's minimum of one document, over a few
-        print(f"note: {held} of {docs} documents ({held / docs:.0%}) held out for validation, more than the "
+        _note(f"{held} of {docs} documents ({held / docs:.0%}) held out for validation, more than the "
               f"{cfg.val_fraction:.0%} asked: the split holds out at least one whole document; give more documents "
-              f"for a smaller share", file=sys.stderr)
+              f"for a smaller share")
     if not manifest["split"]["val"]["docs"] and cfg.val_fraction > 0:
         print(f"warning: {args.out} has no validation documents (the split holds out whole documents, never the only "
               f"one): training needs some; give several documents (a folder of .txt files, or a .jsonl file with "
@@ -136,6 +140,6 @@ def add_commands(subparsers) -> None:
                        description="Print a prepared dataset's summary as JSON: its tokenizer, documents and tokens "
                                    "in all, per split and per source. Writes nothing; exits 2 where DIR holds no "
                                    "dataset or a split's token files are damaged.")
-    i.add_argument("dir")
+    i.add_argument("dir", metavar="DIR", help="a prepared dataset's folder (what `data prepare --out` wrote)")
     i.set_defaults(func=_cmd_info)
     data.set_defaults(func=lambda args: (data.print_help(), 2)[1])

@@ -173,11 +173,12 @@ def _own_tokenizer(name: str, model_max_length: Optional[int]):
     return None
 
 
-def save_hf_tokenizer(spec: str, out_dir: str, model_max_length: Optional[int] = None) -> bool:
-    """Write the tokenizer files of ``spec`` into ``out_dir``; False (nothing written) for specs without them."""
+def save_hf_tokenizer(spec: str, out_dir: str, model_max_length: Optional[int] = None):
+    """Write the tokenizer files of ``spec`` into ``out_dir`` and return the tokenizer saved (its pad token is what
+    an export's config names); None, with nothing written, for specs without them."""
     tok = hf_tokenizer(spec, model_max_length)
     if tok is None:
-        return False
+        return None
     os.makedirs(out_dir, exist_ok=True)
     tok.save_pretrained(out_dir)
-    return True
+    return tok

