@@ -700,7 +700,10 @@ class FoxForCausalLM(FoxPreTrainedModel, GenerationMixin):
         call = inspect.signature(super()._prepare_cache_for_generation).bind(generation_config, model_kwargs, *args,
                                                                                 **kwargs)
         check_cache_batch(given, generation_config, call.arguments.get("batch_size"))
-        warn_past_train_len(self, generation_config.max_length or 0, self.config.train_len)
+        # The last new token is never fed back: the cache sees max_length - 1 tokens, and transformers adds an
+        # inputs_embeds prompt to that (its max_length counts only the ids, none with embeddings alone)
+        fed = call.arguments.get("max_cache_length", (generation_config.max_length or 0) - 1)
+        warn_past_train_len(self, fed + 1, self.config.train_len)
         passed = given is not None
         asked = generation_config.cache_implementation
         if asked in CACHE_DECODE_MODES and not passed:
@@ -715,8 +718,6 @@ class FoxForCausalLM(FoxPreTrainedModel, GenerationMixin):
             decode = CACHE_DECODE_MODES[asked or DYNAMIC_CACHE]  # any other value was refused above
             if asked == STATIC_CACHE and getattr(generation_config, "disable_compile", False):
                 decode = UNCOMPILED_STATIC_DECODE
-            # The last new token is never fed back: the cache sees max_length - 1 tokens.
-            fed = (generation_config.max_length or 0) - 1
             model_kwargs[CACHE_FIELD] = self.model.new_cache(total_len=fed, decode=decode)
         return result
 

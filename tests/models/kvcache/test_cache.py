@@ -139,8 +139,8 @@ def test_a_total_len_that_is_no_length_is_refused_by_name(bad):
 
 
 def test_a_total_len_not_known_sizes_nothing_and_a_known_one_sizes_storage():
-    """-1 is Hugging Face's max_length - 1 of a generation without max_length, and reads as None; 0 comes from
-    generate given inputs_embeds and max_new_tokens=1."""
+    """-1 is Hugging Face's max_length - 1 of a generation without max_length, and reads as None; 0 is a length
+    (nothing fed back)."""
     import numpy as np
 
     from foxformer.models.kvcache.cache import check_total_len
@@ -156,6 +156,20 @@ def test_a_total_len_not_known_sizes_nothing_and_a_known_one_sizes_storage():
     out = model.generate(inputs_embeds=model.get_input_embeddings()(tokens(1, 3)), max_new_tokens=1,
                          do_sample=False, pad_token_id=0)
     assert out.shape == (1, 1)
+
+
+def test_generate_from_inputs_embeds_sizes_the_cache_for_the_embedded_prompt_too(monkeypatch):
+    """transformers' max_length counts no prompt given as inputs_embeds alone; the cache is fed that prompt and
+    the new tokens but the last (it was sized for the new tokens only, and the eviction bound's N with it)."""
+    model = make_model("fox-llama-tiny")
+    asked = []
+    new_cache = model.model.new_cache
+    monkeypatch.setattr(model.model, "new_cache", lambda **kw: asked.append(kw["total_len"]) or new_cache(**kw))
+    for new in (1, 4):
+        model.generate(inputs_embeds=model.get_input_embeddings()(tokens(1, 7)), max_new_tokens=new,
+                       do_sample=False, pad_token_id=0)
+    model.generate(tokens(1, 7), max_new_tokens=4, do_sample=False, pad_token_id=0)
+    assert asked == [7, 10, 10]
 
 
 def _three_rows():

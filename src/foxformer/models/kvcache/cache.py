@@ -24,7 +24,7 @@ from .policy import EVICT_EVERY, EvictionPolicy
 def check_total_len(total_len) -> Optional[int]:
     """``total_len`` as new_cache and reserve take it: the tokens the cache will be fed, an integer >= 0, with None
     or -1 where that is not known (Hugging Face's max_length - 1 of a generation without max_length: None then).
-    0 is a length generate gives (inputs_embeds with max_new_tokens=1: the embedded prompt is not counted).
+    0 is a length too: a cache fed nothing.
     ValueError naming total_len otherwise: int() took '100' and 1.5 as 100 and 1, and -5 as a length."""
     if total_len is None:
         return None
