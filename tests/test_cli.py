@@ -1,4 +1,5 @@
 """The `foxformer` entry point itself (each area's commands are tested in its own folder)."""
+import json
 import os
 import subprocess
 import sys
@@ -258,6 +259,24 @@ def test_a_command_of_one_process_refuses_to_be_one_of_several_under_torchrun(mo
                     f"and WORLD_SIZE=2 makes this one of 2 (torchrun sets it): each would run the whole command and "
                     f"write the same outputs; run it without torchrun (or unset WORLD_SIZE)\n")
         assert err == (expected if said else "")
+
+
+def test_a_refused_flag_under_torchrun_is_said_once_and_named_in_torchruns_summary(monkeypatch, capsys, tmp_path):
+    """Every rank parses the command line: each printed argparse's usage and error (as the launcher's SIGTERM let
+    it), and torchrun's summary said "<N/A>". Now rank 0 says it, and each rank's entry there is the error line."""
+    from foxformer import cli
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    for rank in ("0", "1"):
+        monkeypatch.setenv("RANK", rank)
+        monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(tmp_path / f"error{rank}.json"))
+        with pytest.raises(SystemExit) as stopped:
+            cli.main(["train", "--lr", "abc"])
+        assert stopped.value.code == cli.USER_ERROR_EXIT
+        err = capsys.readouterr().err
+        line = "foxformer train: error: argument --lr: expected a number, got 'abc'"
+        assert (err.startswith("usage: foxformer train") and err.endswith(line + "\n")) if rank == "0" else err == ""
+        assert json.loads((tmp_path / f"error{rank}.json").read_text())["message"]["message"] == line
 
 
 @pytest.mark.parametrize("world, command, refused", [("2", "foxformer train", False),

@@ -11,6 +11,7 @@ import contextlib
 import difflib
 import errno
 import importlib
+import io
 import os
 import re
 import select
@@ -262,12 +263,32 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str] | None):
     return args, own
 
 
+def _parse_once(parser: argparse.ArgumentParser, argv: list[str] | None):
+    """_parse; under torchrun, where every rank parses the same command line, argparse's refusal (its usage and
+    error line) is said by rank 0 alone, and is each rank's entry in torchrun's summary (it said "<N/A>")."""
+    from .train.elastic import one_of_several, say_error
+
+    if not one_of_several():
+        return _parse(parser, argv)
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said):
+            return _parse(parser, argv)
+    except SystemExit as e:
+        lines = said.getvalue().strip().splitlines()
+        if e.code and lines:
+            say_error(lines[-1], said.getvalue())
+        raise
+
+
 def _one_of_several(command: str) -> str | None:
     """Why ``command`` (its parser's prog, ``foxformer eval niah``) may not run here: this is one process of
     several (torchrun sets WORLD_SIZE) and the command is not one of DISTRIBUTED_COMMANDS; None where it may."""
-    world = os.environ.get("WORLD_SIZE", "1")
-    if not world.isdigit() or int(world) <= 1 or command.split()[1] in DISTRIBUTED_COMMANDS:
+    from .train.elastic import one_of_several
+
+    if not one_of_several() or command.split()[1] in DISTRIBUTED_COMMANDS:
         return None
+    world = os.environ["WORLD_SIZE"]
     return (f"{command} runs in one process, and WORLD_SIZE={world} makes this one of {world} (torchrun sets it): "
             f"each would run the whole command and write the same outputs; run it without torchrun (or unset "
             f"WORLD_SIZE)")
@@ -336,15 +357,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
+    from .train.elastic import say_error
+
     parser = build_parser()
-    args, own = _parse(parser, argv)
+    args, own = _parse_once(parser, argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return USER_ERROR_EXIT
     refused = _one_of_several(own.prog)
     if refused:
-        if os.environ.get("RANK", "0") == "0":  # one line for the job, not one per process
-            _say_error(f"error: {refused}")
+        say_error(f"error: {refused}")
         return USER_ERROR_EXIT
     try:
         rc = int(args.func(args) or 0)
@@ -372,7 +394,7 @@ def _main(argv: list[str] | None) -> int:
         if os.environ.get("FOXFORMER_DEBUG") == "1":  # the full traceback, for bug reports
             raise
         _close_bars()
-        _say_error(f"error: {describe(e)}")
+        say_error(f"error: {describe(e)}")  # under torchrun: said by rank 0, and in torchrun's summary
         return USER_ERROR_EXIT
     return rc
 

@@ -134,9 +134,14 @@ class _Store:
 
     def __init__(self, reports):
         self.data = {f"foxformer/failed/{rank}": text.encode() for rank, text in reports.items()}
+        self.counts = {"foxformer/failed": len(reports)}
 
     def check(self, keys):
         return all(k in self.data for k in keys)
+
+    def add(self, key, amount):
+        self.counts[key] = self.counts.get(key, 0) + amount
+        return self.counts[key]
 
     def get(self, key):
         return self.data[key]
@@ -163,3 +168,34 @@ def test_a_peers_ctrl_c_is_no_failure_of_the_job(monkeypatch, peer, raised, expe
     if expected is distributed.PeerFailure:  # a peer's real failure is still the message to give
         assert str(caught.value).startswith("rank 0 failed: ValueError: bad batch (rank 1 stopped with it")
     assert store.data.get("foxformer/failed/1") == (left.encode() if left else None)  # what rank 2, 3... would read
+    assert store.counts["foxformer/failed"] == 1 + bool(left)
+
+
+class _Stop:
+    """A StopSignals whose signal arrived (torchrun's SIGTERM, once a rank ended)."""
+
+    requested = True
+
+    def end_by_signal(self):
+        raise SystemExit("ended by the signal")
+
+
+@pytest.mark.parametrize("reports, stop, raised, expected", [
+    ({1: "rank 1 failed: SettingError: out_dir: 'run' is a file"}, None, distributed.PeerFailure,
+     "^rank 1 failed: SettingError: out_dir: 'run' is a file$"),
+    ({1: "rank 1 was interrupted (Ctrl-C)"}, None, KeyboardInterrupt, None),
+    ({}, _Stop(), SystemExit, "ended by the signal"),
+    ({}, None, TimeoutError,
+     r"rank 1 of this job did not reach the start of training within 0.0005 minutes \(dist_timeout_minutes\)"),
+], ids=["peer-failed-its-checks", "peer-interrupted", "torchrun-stops-this-rank", "peer-never-came"])
+def test_the_process_group_waits_for_every_ranks_checks_and_no_longer(monkeypatch, reports, stop, raised, expected):
+    """init_process_group waited for a rank that had failed its own checks until torchrun's SIGKILL (one host) or
+    the timeout (several): the wait before it ends with the peer's message, on torchrun's signal, or at the
+    timeout naming the rank that never came; the process group is never started."""
+    store = _Store(reports)
+    monkeypatch.setattr(distributed, "_STORE", store)
+    monkeypatch.setattr(distributed.dist, "init_process_group", lambda **kw: pytest.fail("started the group"))
+    info = distributed.DistInfo(rank=0, world_size=2, local_rank=0, device=torch.device("cpu"), mode="ddp")
+    with pytest.raises(raised, match=expected):
+        distributed.start_process_group(info, timeout_minutes=0.0005, stop=stop)
+    assert store.data["foxformer/ready/0"] == b"1" and store.counts["foxformer/ready"] == 1  # what the others wait for

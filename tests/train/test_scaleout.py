@@ -221,11 +221,40 @@ def test_hosts_launched_with_different_flags_stop_before_training(byte_data, tmp
     assert not os.path.exists(run)
 
 
-def _said_by_each_rank(err: str, start: str, ranks: int = 2) -> None:
-    """Every rank gives the error, each on a line of its own (print's separate write of the newline let two ranks'
-    lines run into one)."""
-    said = [line for line in err.splitlines() if "error: " in line]
-    assert len(said) == ranks and all(line.startswith(start) for line in said), err[-3000:]
+def _said_once(err: str, start: str) -> None:
+    """The job gives the error once (rank 0: each rank's copy only repeated it), on a line of its own (print's
+    separate write of the newline let two ranks' lines run into one); torchrun's summary gives it again as each
+    failed rank's entry, ``traceback : error: ...``."""
+    said = [line for line in err.splitlines() if "error: " in line and not line.startswith("  traceback : ")]
+    assert len(said) == 1 and said[0].startswith(start), err[-3000:]
+    assert f"  traceback : {start}" in err and "<N/A>" not in err, err[-3000:]
+
+
+@pytest.mark.parametrize("one_rank", [False, True], ids=["every-rank", "one-rank"])
+def test_a_setting_error_under_torchrun_is_said_once_with_no_traceback_and_no_wait(byte_data, tmp_path, one_rank):
+    """Every rank printed the error, and torchrun's summary gave each rank our traceback of it; a rank that failed
+    alone before the process group (a file in the way on its host) left the other waiting in
+    init_process_group until torchrun's SIGKILL, 30 s later. Now the job says it once, torchrun's summary names it
+    as the root cause, and the other rank stops at once with it."""
+    base = str(tmp_path / "host")
+    if one_rank:
+        os.makedirs(base + "1")
+        open(base + "1/run", "w").close()
+        args, script = _cli_args(byte_data, "run", max_steps=1), [RANK_FOLDER, base]
+        what = "'run' is a file, not a folder"
+        said, cause = f"error: rank 1 failed: SettingError: out_dir: {what}", f"error: --set out_dir=run: {what}"
+    else:  # 3 sequences of 16 tokens a step: they do not split over 2 ranks
+        args, script = _cli_args(byte_data, str(tmp_path / "run"), max_steps=1, batch_tokens=48), None
+        what = "48 tokens = 3 sequences of 16 cannot be split evenly over 2 ranks"
+        said = cause = f"error: --set batch_tokens=48: {what}"
+    (rc, _, err), = _launch(1, 2, args, script=script, timeout=120)  # a wait would run into it
+    assert rc != 0
+    _said_once(err, said)
+    assert f"  traceback : {cause}" in err, err[-3000:]  # rank 1's own entry
+    # the first rank to fail (to the second; rank 0 where both did within one) is the root cause
+    assert what in err.partition("Root Cause (first observed failure):")[2], err[-3000:]
+    assert "SIGKILL" not in err, err[-3000:]  # torchrun's last resort for a rank that would not stop
+    assert not re.search(r'File "[^"]*/foxformer/', err), err[-3000:]  # no frame of ours: torchrun's own alone
 
 
 def test_ranks_that_do_not_see_the_same_folders_stop_before_training(byte_data, tmp_path):
@@ -244,7 +273,7 @@ def test_ranks_that_do_not_see_the_same_folders_stop_before_training(byte_data, 
         assert ("they find different checkpoints to resume from in it (rank 0: run/checkpoints/step_00000001, "
                 "rank 1: none)" if resumed else "rank 1 on host ") in err, err[-3000:]
         assert "give --out a folder on storage all hosts share" in err and "Timed out" not in err
-        _said_by_each_rank(err, "error: --set out_dir=run: ")  # named as the command line set it
+        _said_once(err, "error: --set out_dir=run: ")  # named as the command line set it
         assert not os.path.exists(base + "1/run")
         # the probe leaves nothing, and no step was trained
         assert sorted(os.listdir(ckpt.checkpoint_root(base + "0/run"))) == (["latest", "step_00000001"] if resumed
@@ -258,7 +287,7 @@ def test_ranks_that_do_not_see_the_same_folders_stop_before_training(byte_data, 
     assert rc != 0
     assert ("error: --set init_from=run: the ranks of this job read different weights from 'run' (rank 0 read the checkpoint "
             "of step 1, rank 1 that of step 2)") in err, err[-3000:]
-    _said_by_each_rank(err, "error: --set init_from=run: ")
+    _said_once(err, "error: --set init_from=run: ")
     assert not os.path.exists(shared)
 
 

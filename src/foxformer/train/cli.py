@@ -82,7 +82,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     # around the whole command, which ends the process: the note on where a stopped run stands comes after the
     # training, and a signal then must not cut it short
     with StopSignals(exiting=True) as signals:
-        # under torchrun, record() hands an uncaught error to the launcher, which prints it as the job's cause
+        # under torchrun, record() hands an uncaught error (a bug's traceback) to the launcher, which prints it as
+        # the job's cause; an error the user can fix is handed over as its one line (train.elastic)
         return record(_train_command)(args, signals)
 
 
@@ -90,6 +91,7 @@ def _train_command(args: argparse.Namespace, signals) -> int:
     from .checkpoint import CheckpointWriteError, check_not_data_or_model, check_not_in_a_run, list_checkpoints
     from .config import SAVED_CONFIG, load_config
     from .distributed import PeerFailure, barrier
+    from .elastic import say_error
     from .loop import train
     from .stopping import exit_status, launcher_note
 
@@ -150,7 +152,7 @@ def _train_command(args: argparse.Namespace, signals) -> int:
     except CheckpointWriteError as e:
         raise CheckpointWriteError(f"{e}; resume with: foxformer train --out {shlex.quote(cfg.out_dir)}") from None
     except PeerFailure as e:  # this rank stopped because another failed: that rank's message is the one to give
-        sys.stderr.write(f"error: {e}\n")  # one write, as foxformer.cli._say_error: every rank may say it at once
+        say_error(f"error: {e}")
         return 2
     finally:
         from .distributed import shutdown

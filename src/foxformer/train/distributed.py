@@ -3,7 +3,8 @@
 Launch with ``torchrun --nproc-per-node N -m foxformer.cli train ...`` (one host) or with
 ``--nnodes M --rdzv-backend c10d --rdzv-endpoint HOST:PORT`` on each of M hosts: WORLD_SIZE/RANK/LOCAL_RANK
 come from torchrun; NCCL on CUDA, gloo on CPU. Every collective gives up after ``timeout_minutes``, and a
-rank that fails leaves its message in the rendezvous store, where the ranks it leaves stuck read it.
+rank that fails leaves its message in the rendezvous store, where the ranks it leaves stuck read it: in a
+collective, or before the process group starts, which waits for every rank's own checks.
 """
 
 from __future__ import annotations
@@ -45,6 +46,10 @@ class PeerFailure(RuntimeError):
 
 _STORE = None  # the rendezvous store: failure reports outlive the process group's broken connections
 _FAILED_KEY = "foxformer/failed/{}"
+_FAILED_COUNT = "foxformer/failed"  # how many ranks left a report
+_READY_KEY = "foxformer/ready/{}"  # a rank's own checks passed: it is ready for the process group
+_READY_COUNT = "foxformer/ready"
+_READY_POLL_S = 0.1
 _INTERRUPTED = "was interrupted (Ctrl-C)"  # what a rank that stopped on KeyboardInterrupt leaves there
 # A rank whose collective broke on a peer's death may get there before the peer has written why it died
 # (the peer writes before it exits, which is what breaks the connection, so the wait is short).
@@ -73,7 +78,9 @@ def resolve_device(device: str | torch.device | None = None, label: str = "devic
 
 
 def init_distributed(device: str = "auto", parallel: str = "auto", timeout_minutes: float = 10.0) -> DistInfo:
-    """Start the process group when launched by torchrun; pick the device for this rank."""
+    """Join the job's rendezvous when launched by torchrun (its store, where the ranks leave their failures); pick
+    the device for this rank. The process group starts later (start_process_group), once this rank's own checks
+    have passed."""
     global _STORE
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
@@ -96,8 +103,6 @@ def init_distributed(device: str = "auto", parallel: str = "auto", timeout_minut
                              f"({str(e).splitlines()[0]}); start them with torchrun --nproc-per-node N -m "
                              f"foxformer.cli train ... (it sets WORLD_SIZE, RANK, MASTER_ADDR and MASTER_PORT), or "
                              f"unset WORLD_SIZE to train in one process") from None
-        dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo", store=_STORE, rank=rank,
-                                world_size=world, timeout=timeout, **({"device_id": dev} if dev.type == "cuda" else {}))
     if world == 1:
         # one process has nothing to spread; DDP and FSDP2 would also need the process group no launcher started.
         # A run saved under torchrun records its `parallel`, and it resumes here too.
@@ -111,6 +116,40 @@ def init_distributed(device: str = "auto", parallel: str = "auto", timeout_minut
         if mode == "none":
             raise ValueError("parallel: 'none' is not possible with WORLD_SIZE > 1; use 'ddp' or 'fsdp'")
     return DistInfo(rank=rank, world_size=world, local_rank=local_rank, device=dev, mode=mode)
+
+
+def start_process_group(info: DistInfo, timeout_minutes: float, stop=None) -> None:
+    """Start the process group once every rank has passed its own checks. A rank that failed them (a setting, a
+    file on its host) left its error in the store: the others stop at once with it (PeerFailure), where
+    init_process_group waited for that rank until the timeout (torchrun's SIGKILL, 30 s later, on one host).
+    ``stop``: the run's StopSignals; its signal ends the wait by that signal (torchrun's, sent once a rank ended
+    before it could leave its error, which torchrun's summary then shows)."""
+    if not info.enabled or dist.is_initialized():
+        return
+    # two counters read per poll, whatever the number of ranks (a key per rank read by every rank was 512^2 reads)
+    _STORE.set(_READY_KEY.format(info.rank), "1")
+    _STORE.add(_READY_COUNT, 1)
+    deadline = time.monotonic() + 60 * timeout_minutes
+    while _STORE.add(_READY_COUNT, 0) < info.world_size:
+        if _STORE.add(_FAILED_COUNT, 0):
+            reports = _peer_failures(info)
+            failed = [p for p in reports if not p.endswith(_INTERRUPTED)]
+            if failed:
+                raise PeerFailure("; ".join(failed))
+            if reports:  # a Ctrl-C, which torchrun passes to every rank: this one's is on its way
+                raise KeyboardInterrupt
+        if stop is not None and stop.requested:
+            stop.end_by_signal()
+        if time.monotonic() > deadline:
+            waiting = [str(r) for r in range(info.world_size) if not _STORE.check([_READY_KEY.format(r)])]
+            raise TimeoutError(f"rank {', '.join(waiting)} of this job did not reach the start of training within "
+                               f"{timeout_minutes:g} minutes (dist_timeout_minutes): it stopped before it could say "
+                               f"why, or is still loading; see its output (torchrun's summary on its host)")
+        time.sleep(_READY_POLL_S)
+    dev = info.device
+    dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo", store=_STORE, rank=info.rank,
+                            world_size=info.world_size, timeout=datetime.timedelta(minutes=timeout_minutes),
+                            **({"device_id": dev} if dev.type == "cuda" else {}))
 
 
 def shutdown() -> None:
@@ -140,6 +179,8 @@ def failures_reported(info: DistInfo):
     the job (its "error: rank 0 failed: KeyboardInterrupt" line repeated rank 0's note)."""
     try:
         yield
+    except PeerFailure:  # already a peer's message, and the peer's to report
+        raise
     except BaseException as e:
         if _STORE is None or not info.enabled:
             raise
@@ -157,6 +198,7 @@ def failures_reported(info: DistInfo):
         try:
             _STORE.set(_FAILED_KEY.format(info.rank), f"rank {info.rank} {_INTERRUPTED}"
                        if isinstance(e, KeyboardInterrupt) else f"rank {info.rank} failed: {mine}")
+            _STORE.add(_FAILED_COUNT, 1)
         except (RuntimeError, ValueError):
             print(f"rank {info.rank}: could not report the failure to the other ranks", file=sys.stderr)
         raise

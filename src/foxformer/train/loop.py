@@ -30,14 +30,14 @@ from ..provenance import code_version
 from . import checkpoint as ckpt
 from .config import TrainConfig, save_config, write_model_config
 from .distributed import (DistInfo, all_reduce_sum, barrier, broadcast_object, failures_reported, full_state_dicts,
-                          init_distributed)
+                          init_distributed, start_process_group)
 from .divergence import diverged
 from .export import export_hf
 from .identity import CHECKSUM_MOD
 from .metrics import MetricsSink, StepSpeed, device_peak_flops, eta_string, mfu
 from .plan import Plan, make_plan
 from .resume import finished_summary
-from .setup import RunInputs, RunSetup, build_model, build_run, read_inputs
+from .setup import RunData, RunInputs, RunSetup, build_model, build_run, read_data, read_inputs
 from .sharded import CheckpointWriter, check_shared_run_dir, checkpoint_group, resolve_format
 from .step import train_step
 from .stopping import StopSignals
@@ -94,20 +94,25 @@ def train(cfg: TrainConfig, *, hook: StepHook | None = None, model_factory=None,
     (train.stopping) stops it after the step in progress with a checkpoint: ``summary["stopped_by"]`` names it;
     ``signals``: the caller's StopSignals, entered (else the run installs its own while it runs).
     """
-    check_output_dir(cfg.out_dir, "out_dir")
-    ckpt.check_not_in_a_run(cfg.out_dir)
-    ckpt.check_not_data_or_model(cfg.out_dir)
-    if cfg.export_hf:  # before the training, not after it: the export replaces out_dir/hf whole
-        check_export_dir(os.path.join(cfg.out_dir, "hf"), "out_dir/hf")
     info = init_distributed(cfg.device, cfg.parallel, cfg.dist_timeout_minutes)
-    group = checkpoint_group(info, cfg.dist_timeout_minutes)
-    fmt = resolve_format(cfg.checkpoint_format, info)
-    # `held`: the lock on out_dir and the metric sinks, also when a step raises; it is left last, so the lock
-    # outlives the writer, whose exit waits for a save in flight; then a failure is reported to the other ranks
-    with contextlib.ExitStack() as held, failures_reported(info), \
-            (StopSignals() if signals is None else contextlib.nullcontext(signals)) as stop, \
-            CheckpointWriter(cfg.out_dir, info, fmt, cfg.checkpoint_async, cfg.keep_last, group) as writer:
-        return _train(cfg, info, writer, held, stop, hook, model_factory)
+    with (StopSignals() if signals is None else contextlib.nullcontext(signals)) as stop:
+        # each rank's own checks, before the process group: a setting's error stops every rank at once, and a
+        # rank that fails alone (a file on its host) stops the others with its message
+        with failures_reported(info):
+            check_output_dir(cfg.out_dir, "out_dir")
+            ckpt.check_not_in_a_run(cfg.out_dir)
+            ckpt.check_not_data_or_model(cfg.out_dir)
+            if cfg.export_hf:  # before the training, not after it: the export replaces out_dir/hf whole
+                check_export_dir(os.path.join(cfg.out_dir, "hf"), "out_dir/hf")
+            data = read_data(cfg, info)
+            start_process_group(info, cfg.dist_timeout_minutes, stop)
+        group = checkpoint_group(info, cfg.dist_timeout_minutes)
+        fmt = resolve_format(cfg.checkpoint_format, info)
+        # `held`: the lock on out_dir and the metric sinks, also when a step raises; it is left last, so the lock
+        # outlives the writer, whose exit waits for a save in flight; then a failure is reported to the other ranks
+        with contextlib.ExitStack() as held, failures_reported(info), \
+                CheckpointWriter(cfg.out_dir, info, fmt, cfg.checkpoint_async, cfg.keep_last, group) as writer:
+            return _train(data, info, writer, held, stop, hook, model_factory)
 
 
 def _stop_agreed(stop: StopSignals, device: torch.device) -> bool:
@@ -136,9 +141,9 @@ class _Cadence:
         return tokens // every != (tokens - self.batch_tokens) // every
 
 
-def _train(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, held: contextlib.ExitStack,
+def _train(data: RunData, info: DistInfo, writer: CheckpointWriter, held: contextlib.ExitStack,
            stop: StopSignals, hook: StepHook | None, model_factory) -> dict:
-    inputs = read_inputs(cfg, info, writer)
+    inputs = read_inputs(data, info, writer)
     cfg, plan, device, bf16 = inputs.cfg, inputs.plan, info.device, inputs.bf16
     if inputs.finished:
         state = inputs.loaded.state

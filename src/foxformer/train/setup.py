@@ -1,7 +1,8 @@
-"""What a run sets up before its first step, in two phases: the inputs it reads and checks (datasets, the
-checkpoint it resumes from, the vocabulary), then the model, its wrapper and optimizer, restored on a resume.
+"""What a run sets up before its first step, in three phases: what each rank reads and checks on its own before
+the ranks meet (the datasets, the batch plan), the inputs the ranks check together (the checkpoint it resumes
+from, the vocabulary), then the model, its wrapper and optimizer, restored on a resume.
 
-A resumed run already at the end of its schedule stops between the two, before a model is built.
+A resumed run already at the end of its schedule stops before the last, before a model is built.
 """
 
 from __future__ import annotations
@@ -46,8 +47,9 @@ def _set_activation_checkpointing(model: torch.nn.Module, enabled: bool) -> None
 
 
 @dataclass
-class RunInputs:
-    """What the run reads and checks before it touches out_dir or builds a model."""
+class RunData:
+    """What a rank reads and checks on its own, before the ranks meet: every rank of a job fails these checks the
+    same way, at once (a rank that fails one alone tells the others through the rendezvous store)."""
 
     cfg: TrainConfig              # with the tokenizer of the dataset's manifest where the config named none
     bf16: bool
@@ -55,6 +57,12 @@ class RunInputs:
     val_ds: TokenDataset
     data_id: str
     plan: Plan
+
+
+@dataclass
+class RunInputs(RunData):
+    """What the run reads and checks before it touches out_dir or builds a model."""
+
     resume_path: str | None
     loaded: ResumePoint | None
     source: tuple[dict, dict] | None  # (fields, weights) of the model init_from names, on a new run
@@ -82,9 +90,10 @@ class RunSetup:
     n_nonemb: int
 
 
-def read_inputs(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter) -> RunInputs:
-    """Validate everything that can fail before touching out_dir."""
+def read_data(cfg: TrainConfig, info: DistInfo) -> RunData:
+    """The batch plan and the datasets, checked before the process group starts (no collective here)."""
     device = info.device
+    plan = make_plan(cfg, info.world_size, device.type)  # first: it needs no data
     bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and device.type == "cuda")
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
@@ -105,9 +114,14 @@ def read_inputs(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter) -> R
     # config would send evaluation and generation to
     val_ds = TokenDataset(cfg.data_dir, "val", cfg.context, expect_tokenizer=cfg.tokenizer, length="context",
                           data="data_dir")
-    data_id = data_identity(train_ds, val_ds)
+    return RunData(cfg=cfg, bf16=bf16, train_ds=train_ds, val_ds=val_ds, data_id=data_identity(train_ds, val_ds),
+                   plan=plan)
+
+
+def read_inputs(data: RunData, info: DistInfo, writer: CheckpointWriter) -> RunInputs:
+    """Validate everything else that can fail before touching out_dir (the ranks compare what they read)."""
+    cfg, train_ds, data_id = data.cfg, data.train_ds, data.data_id
     check_ranks_agree(cfg, data_id)
-    plan = make_plan(cfg, info.world_size, device.type)
     try:
         resume_path = resolve_resume(cfg)
         check_same_resume(cfg.out_dir, resume_path, info, writer.group)
@@ -128,8 +142,8 @@ def read_inputs(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter) -> R
         raise ValueError(f"resume: {cfg.data_dir!r} holds another dataset than the one {resume_path} was trained "
                          f"on; a resumed run must see the same data. Use the original data or another out_dir "
                          f"(nothing was overwritten)")
-    return RunInputs(cfg=cfg, bf16=bf16, train_ds=train_ds, val_ds=val_ds, data_id=data_id, plan=plan,
-                     resume_path=resume_path, loaded=loaded, source=source, vocab_size=vocab_size)
+    return RunInputs(**{f.name: getattr(data, f.name) for f in dataclasses.fields(data)}, resume_path=resume_path,
+                     loaded=loaded, source=source, vocab_size=vocab_size)
 
 
 def build_run(inputs: RunInputs, info: DistInfo, model_factory=None) -> RunSetup:

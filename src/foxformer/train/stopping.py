@@ -111,9 +111,14 @@ class StopSignals:
             _flush_output()
             os._exit(exit_status(self.name))
         else:
-            # the signal's own end, as without this handler: a shell shows 128 + signum and no cleanup delays it
-            signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
+            self.end_by_signal(signum)
+
+    def end_by_signal(self, signum: int | None = None) -> None:
+        """End the process by ``signum`` (default: the stop signal received), as without this handler: a shell
+        shows 128 + its number and no cleanup delays it."""
+        signum = self.signum if signum is None else signum
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
 
     def _interrupt(self, signum: int, frame) -> None:
         now = time.monotonic()
