@@ -407,9 +407,10 @@ def add_commands(subparsers) -> None:
                                             "lm-evaluation-harness",
                                description="Evaluate models (a run folder, one of its checkpoints, a Hugging Face "
                                            "folder or Hub id, a checkpoint of the FoX paper's code) and compare the "
-                                           "results: each subcommand writes its results (JSON, plots, tables) into "
-                                           "--out and prints a JSON summary naming them; one model of a run folder "
-                                           "writes to RUN_DIR/eval unless told.")
+                                           "results: each subcommand writes its results into --out (JSON, and the "
+                                           "plots and Markdown tables it has; `mqar --pool` writes only its table, "
+                                           "mqar_seeds.md) and prints a JSON summary naming them; one model of a run "
+                                           "folder writes to RUN_DIR/eval unless told.")
     sub = ev.add_subparsers(dest="eval_command", metavar="SUBCOMMAND")
     p = sub.add_parser("loss", help="per-position loss L(i) and perplexity P(l) with bootstrap bands",
                        description="Per-position loss over validation sequences (T may exceed the training "
