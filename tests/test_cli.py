@@ -110,6 +110,30 @@ def test_every_command_says_what_it_does():
     assert undescribed == [] and unlisted == [], (undescribed, unlisted)
 
 
+def test_every_argument_says_what_it_is():
+    """`eval compare` and `report` listed RUN_DIR with no word, `bench model --vocab-size` and several
+    --no-progress flags had no help, and others only the default argparse's help line was given (`--warmup
+    (default: 4)`): every argument of every command, positional ones included, says what it is before any default
+    (argparse's own -h is left to argparse)."""
+    import argparse
+
+    from foxformer.cli import build_parser
+
+    root = build_parser()
+    unsaid = []
+    for parser in [root, *(child for child, _ in _subcommands(root))]:
+        for action in parser._actions:
+            if isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)):
+                continue
+            text = (action.help or "").strip()
+            if not text or text.lower().startswith("default"):
+                unsaid.append(f"{parser.prog} {'/'.join(action.option_strings) or action.metavar or action.dest}")
+    assert unsaid == [], unsaid
+    compare = " ".join(_run_cli("eval", "compare", "--help").stdout.split())
+    assert "RUN_DIR a folder where `eval loss` wrote loss.json" in compare
+    assert "--no-progress accepted as by the other commands; this one shows no progress bar" in compare
+
+
 def test_lazy_packages_still_export_their_names():
     import foxformer
     from foxformer.data import prepare

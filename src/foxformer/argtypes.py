@@ -1,7 +1,8 @@
 """argparse types for the comma-separated lists the CLI commands take (--lengths 1024,2048 ...), token counts
 with suffixes (``16K`` = 16,000, ``16Ki`` = 16,384, likewise ``M``/``Mi``/``G``/``Gi``/``T``/``Ti``), text with
 backslash escapes (``--stop '\\n'``), the "did you mean" hint of every check that refuses an unknown name, and
-how a check that serves both the Python API and the CLI names a setting (``top_p`` or ``--top-p``)."""
+how a check that serves both the Python API and the CLI names a setting (``top_p`` or ``--top-p``); and the
+--no-progress flag the commands share."""
 from __future__ import annotations
 
 import argparse
@@ -163,6 +164,14 @@ def escaped(text: str) -> str:
         return chr(point)
 
     return _ESCAPE.sub(read, text)
+
+
+def no_progress_arg(parser: argparse.ArgumentParser, bars: str | None) -> None:
+    """--no-progress, with ``bars`` saying which bars it turns off (what the command draws them for); None for a
+    command that draws none and takes the flag only so that scripts may pass it to every command alike."""
+    parser.add_argument("--no-progress", action="store_true",
+                        help=f"no progress bars ({bars})" if bars else
+                        "accepted as by the other commands; this one shows no progress bar")
 
 
 def did_you_mean(word, choices) -> str:

@@ -18,7 +18,7 @@ import select
 import sys
 import warnings
 
-from .argtypes import SettingError
+from .argtypes import SettingError, no_progress_arg
 from .json_text import print_json
 
 # Each module defines add_commands(subparsers); a command's handler is stored as `func`.
@@ -89,8 +89,7 @@ def _add_model_commands(sub) -> None:
     p.add_argument("--max-position-embeddings", type=int, default=None,
                    help="written to the config (default: the checkpoint's, else 16384, the released models' "
                         "training context)")
-    p.add_argument("--no-progress", action="store_true",
-                   help="no progress bars (the Hub download, loading and writing the weights)")
+    no_progress_arg(p, "the Hub download, loading and writing the weights")
     p.set_defaults(func=_convert_official)
     convert.set_defaults(func=lambda args: (convert.print_help(), 2)[1])
 
@@ -127,10 +126,12 @@ def _add_demo(sub) -> None:
     p.add_argument("--minutes", type=float, default=3.0,
                    help="training minutes of the whole demo, shared by the two models (default 3)")
     p.add_argument("--out", default="runs/demo", help="run directory (report.md and demo.png land here)")
-    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
-    p.add_argument("--tokenizer", help="default: bytes on CPU (fast for tiny models), gpt2 on GPU")
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
+                   help="where both models train and are evaluated; auto: a GPU where there is one, else the CPU")
+    p.add_argument("--tokenizer", help="tokenizer of the corpus and the models, as `data prepare --tokenizer` takes "
+                                       "it (default: bytes on CPU, fast for tiny models; gpt2 on GPU)")
     p.add_argument("--context", type=int, help="sequence length (default: 512 on CPU, 2048 on GPU)")
-    p.add_argument("--no-progress", action="store_true")
+    no_progress_arg(p, "preparing the data, training, loading the trained models")
     p.set_defaults(func=_demo)
 
 

@@ -123,5 +123,5 @@ def test_compare_and_report_accept_no_progress_as_every_eval_command_does(tmp_pa
     assert main(["report", a, "--out", str(tmp_path / "report"), "--no-progress"]) == 0
     assert (tmp_path / "report" / "report.md").exists()
     for argv in (["eval", "compare"], ["report"]):
-        assert "--no-progress accepted as by the other eval commands; this one shows no progress bar" in _help(
+        assert "--no-progress accepted as by the other commands; this one shows no progress bar" in _help(
             argv, capsys)

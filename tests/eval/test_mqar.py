@@ -102,6 +102,11 @@ def test_seed_table_spreads_each_cell_over_seeds_and_refuses_another_task(tmp_pa
     from foxformer.cli import main
     assert main(["eval", "mqar", "--pool", *dirs, "--out", str(tmp_path / "pooled")]) == 0
     assert (tmp_path / "pooled" / "mqar_seeds.md").read_text() == text
+    # only the table, as `foxformer eval --help` says (it said every subcommand wrote JSON and plots)
+    assert [f.name for f in (tmp_path / "pooled").iterdir()] == ["mqar_seeds.md"]
+    with pytest.raises(SystemExit):
+        main(["eval", "--help"])
+    assert "`mqar --pool` writes only its table, mqar_seeds.md" in " ".join(capsys.readouterr().out.split())
     # a refused pooling left the earlier table empty (the file was opened before the table was made)
     assert main(["eval", "mqar", "--pool", *dirs, str(other), "--out", str(tmp_path / "pooled")]) == 2
     assert (tmp_path / "pooled" / "mqar_seeds.md").read_text() == text

@@ -11,7 +11,8 @@ import importlib
 import math
 import sys
 
-from foxformer.argtypes import did_you_mean, distinct, non_negative_int, positive_int, positive_ints, words
+from foxformer.argtypes import (did_you_mean, distinct, no_progress_arg, non_negative_int, positive_int, positive_ints,
+                                words)
 from foxformer.paths import check_output_dir, check_output_file
 
 # foxformer: the op as users call it (backend "auto": the Gluon kernels on H100 / H200, the chunked torch backend on
@@ -30,6 +31,14 @@ DTYPES = ("bf16", "fp16", "fp32")
 # bench decode's preset where neither --preset nor --model is given, by device type; the flag's own default is None,
 # so that _check_decode tells a --preset given beside --model apart from it
 DEFAULT_DECODE_PRESET = {"cuda": "fox-pro-125m", "cpu": "fox-pro-tiny"}
+_DEVICE_HELP = "auto (a GPU where there is one, else the CPU), cpu, cuda or cuda:N"
+
+
+def _out_arg(p: argparse.ArgumentParser, default: str) -> None:
+    """--out, each benchmark's JSON (bench.common.ResultFile writes it)."""
+    p.add_argument("--out", default=default,
+                   help="JSON file of the rows, the settings and the environment, rewritten after each row; an empty "
+                        "path writes none")
 
 
 def _check_outputs(args) -> None:
@@ -136,7 +145,8 @@ def _configs(text: str) -> list[tuple[int, int, int]]:
 def configure_attention(p: argparse.ArgumentParser) -> None:
     p.add_argument("--providers", type=_providers, default=None,
                    help=f"comma list of {', '.join(PROVIDERS)} (default: all of them; foxformer,sdpa on a CPU)")
-    p.add_argument("--seqlens", type=_seqlens, default=None, help="default 2048,8192,16384,65536 (CPU: 512,2048)")
+    p.add_argument("--seqlens", type=_seqlens, default=None,
+                   help="comma list of sequence lengths T (default 2048,8192,16384,65536; CPU: 512,2048)")
     p.add_argument("--configs", type=_configs, default=None,
                    help="comma list of DxHq or DxHqxHkv (GQA; Hq a multiple of Hkv); default 64x24,128x12,128x12x2 "
                         "(CPU: 16x4,64x8, the tiny and small presets' FoX heads)")
@@ -161,8 +171,8 @@ def configure_attention(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", choices=("cuda", "cpu", "auto"), default="cuda",
                    help="cpu: the CPU paths in float32 (foxformer's torch backend against sdpa), wall-clock medians; "
                         "auto: cuda where there is a GPU, else cpu")
-    p.add_argument("--no-progress", action="store_true")
-    p.add_argument("--out", default="bench_attention.json")
+    no_progress_arg(p, "the timed cases")
+    _out_arg(p, "bench_attention.json")
     # None until attention_defaults fills --tokens in: then whether the command line gave it (the JSON's settings
     # record it beside the rows' B, which a --tokens left out may not divide)
     p.set_defaults(func=_runner("attention", _check_attention), tokens_given=None)
@@ -287,18 +297,21 @@ def configure_model(p: argparse.ArgumentParser) -> None:
     # Counts refused as they are parsed, as bench decode's are: "--steps must be >= 1" came after parsing, in words
     # of its own. That --tokens-per-step is a multiple of --context relates two flags: bench/model.py's _check.
     p.add_argument("--context", type=positive_int, default=None,
-                   help=f"default {MODEL_DEFAULTS['cuda']['context']} (CPU: {MODEL_DEFAULTS['cpu']['context']})")
+                   help=f"tokens per sequence (default {MODEL_DEFAULTS['cuda']['context']}; CPU: "
+                        f"{MODEL_DEFAULTS['cpu']['context']})")
     p.add_argument("--tokens-per-step", type=positive_int, default=None,
-                   help=f"default {MODEL_DEFAULTS['cuda']['tokens_per_step']} "
-                        f"(CPU: {MODEL_DEFAULTS['cpu']['tokens_per_step']})")
-    p.add_argument("--steps", type=positive_int, default=5)
-    p.add_argument("--warmup", type=non_negative_int, default=2)
+                   help=f"tokens per training step, a multiple of --context: B = tokens / context sequences "
+                        f"(default {MODEL_DEFAULTS['cuda']['tokens_per_step']}; CPU: "
+                        f"{MODEL_DEFAULTS['cpu']['tokens_per_step']})")
+    p.add_argument("--steps", type=positive_int, default=5,
+                   help="timed training steps per row, whose median is reported")
+    p.add_argument("--warmup", type=non_negative_int, default=2, help="untimed training steps before them")
     p.add_argument("--dtype", choices=DTYPES, default="bf16", help="autocast dtype")
     # None: left out, which a row setting its own attention_backend is told apart from (bench/model.py's _check)
     p.add_argument("--backend", default=None, help="forgetting_attention backend (default: auto)")
-    p.add_argument("--vocab-size", type=positive_int, default=None)
-    p.add_argument("--device", default="auto",
-                   help="auto (a GPU where there is one, else the CPU), cpu, cuda or cuda:N")
+    p.add_argument("--vocab-size", type=positive_int, default=None,
+                   help="vocabulary of every row's model and its anchor (default: each preset's own)")
+    p.add_argument("--device", default="auto", help=_DEVICE_HELP)
     p.add_argument("--peak-flops", type=float, default=None,
                    help="per-device peak FLOP/s for the 'mfu' column; default: the dense peak of known GPUs for "
                         "--dtype (bf16 / fp16: 989e12 on H100/H200, as in the training logs; fp32: the TF32 peak "
@@ -319,8 +332,8 @@ def configure_model(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rounds", type=positive_int, default=1,
                    help="measure each row this many times, a FoX row's --gluon-fwd settings in turn each round; "
                         "its step time is the median over all rounds' steps")
-    p.add_argument("--no-progress", action="store_true")
-    p.add_argument("--out", default="bench_model.json")
+    no_progress_arg(p, "each row's steps")
+    _out_arg(p, "bench_model.json")
     p.set_defaults(func=_runner("model"))
 
 
@@ -415,15 +428,21 @@ def configure_decode(p: argparse.ArgumentParser) -> None:
     # and sized the cache short of the steps (a misleading evict_max_len error), and the others ended in tracebacks.
     # None: left out, which decode_defaults fills in for the device
     p.add_argument("--contexts", type=distinct(positive_ints), default=None,
-                   help=f"default {_commas(DECODE_DEFAULTS['cuda']['contexts'])} "
-                        f"(CPU: {_commas(DECODE_DEFAULTS['cpu']['contexts'])})")
+                   help=f"comma list of context lengths, the tokens in the cache when the timed steps start (default "
+                        f"{_commas(DECODE_DEFAULTS['cuda']['contexts'])}; CPU: "
+                        f"{_commas(DECODE_DEFAULTS['cpu']['contexts'])})")
     p.add_argument("--batches", type=distinct(positive_ints), default=None,
-                   help=f"default {_commas(DECODE_DEFAULTS['cuda']['batches'])} "
-                        f"(CPU: {_commas(DECODE_DEFAULTS['cpu']['batches'])})")
+                   help=f"comma list of batch sizes, a row each per context (default "
+                        f"{_commas(DECODE_DEFAULTS['cuda']['batches'])}; CPU: "
+                        f"{_commas(DECODE_DEFAULTS['cpu']['batches'])})")
     p.add_argument("--steps", type=positive_int, default=32, help="timed decode steps")
-    p.add_argument("--warmup", type=non_negative_int, default=4)
-    p.add_argument("--prefill-chunk", type=positive_int, default=8192)
-    p.add_argument("--evict-eps", type=float, default=1e-3)
+    p.add_argument("--warmup", type=non_negative_int, default=4, help="untimed decode steps before them")
+    p.add_argument("--prefill-chunk", type=positive_int, default=8192,
+                   help="tokens per forward while the cache is filled to the context, at batch <= 4; larger "
+                        "batches take proportionally fewer, at least 128")
+    p.add_argument("--evict-eps", type=float, default=1e-3,
+                   help="tolerance of the +evict rows, in (0, 1): the keys a row evicts carry at most this much of "
+                        "its attention")
     p.add_argument("--evict-qk-bound", type=float, default=None,
                    help="without QK-norm: your bound U >= |scale q.k| (your contract); without it (or the model "
                         "config's evict_qk_bound) the +evict row is skipped")
@@ -446,11 +465,11 @@ def configure_decode(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", default=None, metavar="DIR",
                    help="after each row's timed steps, profile 8 more: DIR/<row>_<path>_<context>_b<batch>.txt, "
                         "operators and kernels by self device time")
-    p.add_argument("--device", default="auto")
+    p.add_argument("--device", default="auto", help=_DEVICE_HELP)
     p.add_argument("--dtype", default="auto", choices=("auto", *DTYPES),
                    help="the models' dtype; auto: bf16 on a GPU, fp32 on the CPU (the JSON's dtype says which ran)")
-    p.add_argument("--no-progress", action="store_true")
-    p.add_argument("--out", default="bench_decode.json")
+    no_progress_arg(p, "loading --model, the rows")
+    _out_arg(p, "bench_decode.json")
     p.set_defaults(func=_runner("decode", _check_decode))
 
 

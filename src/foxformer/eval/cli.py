@@ -6,7 +6,7 @@ import json
 import os
 import sys
 
-from foxformer.argtypes import count, counts, distinct, floats, ints, model_specs, words
+from foxformer.argtypes import count, counts, distinct, floats, ints, model_specs, no_progress_arg, words
 from foxformer.json_text import print_json
 from foxformer.paths import check_output_dir
 
@@ -31,13 +31,7 @@ def _model_args(p: argparse.ArgumentParser, several: bool = True) -> None:
     p.add_argument("--train-len", type=count, default=None,
                    help="training context length, e.g. 2048 or 2Ki (read from the run's config.yaml when omitted)")
     p.add_argument("--out", default=None, help="output folder (default: RUN_DIR/eval for one run dir, else runs/eval)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
-
-
-def _no_progress(p: argparse.ArgumentParser) -> None:
-    """--no-progress where there is no progress bar: scripts pass it to every eval command alike."""
-    p.add_argument("--no-progress", action="store_true",
-                   help="accepted as by the other eval commands; this one shows no progress bar")
+    no_progress_arg(p, "loading the weights, the evaluation's own")
 
 
 def _text_field_arg(p: argparse.ArgumentParser, when: str, default: str | None = "text") -> None:
@@ -413,16 +407,17 @@ def add_commands(subparsers) -> None:
                                             "lm-evaluation-harness",
                                description="Evaluate models (a run folder, one of its checkpoints, a Hugging Face "
                                            "folder or Hub id, a checkpoint of the FoX paper's code) and compare the "
-                                           "results: each subcommand writes its results (JSON, plots, tables) into "
-                                           "--out and prints a JSON summary naming them; one model of a run folder "
-                                           "writes to RUN_DIR/eval unless told.")
+                                           "results: each subcommand writes its results into --out (JSON, and the "
+                                           "plots and Markdown tables it has; `mqar --pool` writes only its table, "
+                                           "mqar_seeds.md) and prints a JSON summary naming them; one model of a run "
+                                           "folder writes to RUN_DIR/eval unless told.")
     sub = ev.add_subparsers(dest="eval_command", metavar="SUBCOMMAND")
     p = sub.add_parser("loss", help="per-position loss L(i) and perplexity P(l) with bootstrap bands",
                        description="Per-position loss over validation sequences (T may exceed the training "
                                    "length), accumulated in fp64; writes loss.json, loss_curve.png, perplexity.png.")
     _model_args(p)
     _text_args(p, seq_len=2048, num=64)
-    p.add_argument("--batch-size", type=int, default=1)
+    p.add_argument("--batch-size", type=int, default=1, help="sequences per forward pass")
     # a repeat was dropped without a word (P(l) is one value per l), like the flag's typo it usually is
     p.add_argument("--lengths", type=distinct(counts), default=None,
                    help="context lengths l for P(l), each once, e.g. 512,1Ki,2Ki; results list them in ascending "
@@ -431,8 +426,9 @@ def add_commands(subparsers) -> None:
                    help="moving-average window for L(i), reaching at most i/4 either side of position i (default "
                         "T/64)")
     p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples over sequences")
-    p.add_argument("--confidence", type=float, default=0.95)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--confidence", type=float, default=0.95,
+                   help="confidence level of the bootstrap bands, in (0, 1)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap resampling")
     p.set_defaults(func=_run(_cmd_loss))
 
     p = sub.add_parser("niah", help="needle in a haystack heatmaps (standard and easy mode)",
@@ -446,7 +442,8 @@ def add_commands(subparsers) -> None:
     # a JSONL haystack's own field: the refusal of one without "text" told to set --text-field, which was not here
     _text_field_arg(p, "of --haystack: ")
     skip_bad_files_arg(p, "--haystack")
-    p.add_argument("--tokenizer", default=None, help="default: the run's tokenizer, else gpt2")
+    p.add_argument("--tokenizer", default=None,
+                   help="tokenizer of the haystack, needles and answers (default: the run's, else gpt2)")
     p.add_argument("--lengths", type=counts, default=[1024, 2048, 4096], help="context lengths, e.g. 1Ki,2Ki,4Ki")
     p.add_argument("--depths", type=floats, default=[0.0, 0.25, 0.5, 0.75, 1.0], help="needle depths in [0, 1]")
     p.add_argument("--modes", type=words, default=["standard", "easy"], help="standard,easy")
@@ -464,11 +461,13 @@ def add_commands(subparsers) -> None:
                                    "foxformer.eval.harness; docs/interop.md for lm_eval --model hf on exports).")
     _model_args(p)
     p.add_argument("--tasks", type=words, required=True, help="comma-separated lm_eval task names")
-    p.add_argument("--tokenizer", default=None, help="default: the model's (gpt2-json for converted official models)")
+    p.add_argument("--tokenizer", default=None,
+                   help="tokenizer of the tasks' text (default: the model's; gpt2-json for converted official models)")
     p.add_argument("--num-fewshot", "--num_fewshot", type=int, default=None,
                    help="examples before each question (default: each task's own)")
     p.add_argument("--limit", type=float, default=None, help="examples per task (or fraction if < 1)")
-    p.add_argument("--batch-size", "--batch_size", type=int, default=8)
+    p.add_argument("--batch-size", "--batch_size", type=int, default=8,
+                   help="loglikelihood requests per forward pass (rolling and generation requests go one at a time)")
     p.add_argument("--max-length", "--max_length", type=count, default=None,
                    help="context window (default: training length, else 2048)")
     p.add_argument("--metadata", default=None, help="JSON passed to lm_eval tasks (e.g. RULER's tokenizer)")
@@ -490,14 +489,16 @@ def add_commands(subparsers) -> None:
     p = sub.add_parser("compare", help="side-by-side loss curves and a position table from several eval outputs",
                        description="Reads the loss.json that `eval loss` left in each RUN_DIR (or RUN_DIR/eval) and "
                                    "draws them together; the runs must have measured the same sequences.")
-    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
+                   help="a folder where `eval loss` wrote loss.json (it or its eval/ folder holds it), or that "
+                        "loss.json file")
     p.add_argument("--names", type=words, default=None, help="comma-separated labels, one per model")
     p.add_argument("--positions", type=distinct(counts), default=None,
                    help="token positions p of the table, powers of two (its columns: the octaves p/2 < i <= p), "
                         "e.g. 1Ki,4Ki (default: the last five powers of two within the evaluated length)")
     p.add_argument("--reference", default=None, help="model name the loss differences are taken to (default: last)")
     p.add_argument("--out", default=os.path.join("runs", "compare"), help="output folder (default: runs/compare)")
-    _no_progress(p)
+    no_progress_arg(p, None)
     p.set_defaults(func=_run(_cmd_compare))
     p = sub.add_parser("mqar", help="multi-query associative recall: train small models from scratch, accuracy by "
                                     "pairs and length",
@@ -524,7 +525,7 @@ def add_commands(subparsers) -> None:
     p.add_argument("--pool", nargs="+", metavar="DIR", default=None,
                    help="train nothing: pool the folders of runs that differ only in --seed into one table, every "
                         "cell the mean +- standard deviation over seeds (mqar_seeds.md in --out)")
-    p.add_argument("--no-progress", action="store_true")
+    no_progress_arg(p, "training each model")
     p.set_defaults(func=_run(_cmd_mqar))
     ev.set_defaults(func=lambda args: (ev.print_help(), 2)[1])
 
@@ -554,10 +555,13 @@ def add_commands(subparsers) -> None:
     p = subparsers.add_parser("report", help="collect training curves and eval outputs into one page",
                               description="Markdown (or HTML) page with the plots and tables of each RUN_DIR "
                                           "(and its eval/ folder).")
-    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
+                   help="a folder training or the eval commands wrote (its results and those of its eval/ folder); "
+                        "one section each, in the order given")
     p.add_argument("--out", default=None,
                    help="output folder (default: RUN_DIR/report for one run dir, else runs/report)")
-    p.add_argument("--format", default="md", choices=("md", "html"))
-    p.add_argument("--title", default="foxformer report")
-    _no_progress(p)
+    p.add_argument("--format", default="md", choices=("md", "html"),
+                   help="md (report.md, Markdown) or html (report.html)")
+    p.add_argument("--title", default="foxformer report", help="the page's heading (and the HTML page's title)")
+    no_progress_arg(p, None)
     p.set_defaults(func=_run(_cmd_report))

@@ -8,7 +8,7 @@ import sys
 import time
 import warnings
 
-from foxformer.argtypes import ESCAPES, count, escaped, floats, positive_int
+from foxformer.argtypes import ESCAPES, count, escaped, floats, no_progress_arg, positive_int
 from foxformer.paths import check_output_file, read_text, write_json
 
 # How the API's checks name a setting in this module's errors (argtypes.setting_name): by its flag.
@@ -252,8 +252,10 @@ def add_commands(subparsers) -> None:
     p.add_argument("--prompt", default=None, help="prompt text")
     p.add_argument("--prompt-file", default=None, help="file holding the prompt text")
     p.add_argument("--max-new-tokens", type=int, default=128,
-                   help="default 128; fewer where the end-of-text token comes first (see --ignore-eos)")
-    p.add_argument("--temperature", type=float, default=0.8, help="default 0.8; 0 = greedy")
+                   help="tokens to generate (default 128); fewer where the end-of-text token comes first (see "
+                        "--ignore-eos)")
+    p.add_argument("--temperature", type=float, default=0.8,
+                   help="sampling temperature: the logits are divided by it (default 0.8); 0 = greedy")
     p.add_argument("--top-k", type=int, default=None, help="sample among the K most likely tokens (default, 0: all)")
     p.add_argument("--top-p", type=float, default=None,
                    help="sample among the fewest most likely tokens whose probabilities reach P, in (0, 1] "
@@ -286,8 +288,7 @@ def add_commands(subparsers) -> None:
                         "(the graph-safe step without capture), eager")
     p.add_argument("--no-stream", action="store_true", help="print the text at the end instead of streaming")
     p.add_argument("--out", default=None, help="write text and stats to this JSON file")
-    p.add_argument("--no-progress", action="store_true",
-                   help="no progress bars (loading the weights, reading a long prompt)")
+    no_progress_arg(p, "loading the weights, reading a long prompt")
     p.set_defaults(func=_cmd_generate)
 
     p = subparsers.add_parser("bias-shift",
@@ -313,12 +314,12 @@ def add_commands(subparsers) -> None:
     skip_bad_files_arg(p, "--source")
     # token counts as eval's flags take them: "--seq-len 4Ki" was refused here alone
     p.add_argument("--seq-len", type=count, default=4096, help="tokens per sequence, e.g. 4096 or 4Ki")
-    p.add_argument("--num-seqs", type=int, default=8)
+    p.add_argument("--num-seqs", type=int, default=8, help="sequences of --seq-len tokens the loss is averaged over")
     p.add_argument("--train-len", type=count, default=None,
                    help="training context, e.g. 2048 or 2Ki (default: the run's)")
     p.add_argument("--bins", type=positive_int, default=16, help="position bins of the binned loss (default 16)")
     p.add_argument("--out", default=None,
                    help="JSON path, or a folder for bias_shift.json (default: RUN/eval/bias_shift.json for a run "
                         "dir, else runs/eval/bias_shift.json; the plot sits next to it)")
-    p.add_argument("--no-progress", action="store_true")
+    no_progress_arg(p, "loading the weights, each shift's pass over the sequences")
     p.set_defaults(func=_cmd_bias_shift)

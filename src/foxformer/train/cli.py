@@ -7,6 +7,7 @@ import os
 import shlex
 import sys
 
+from ..argtypes import no_progress_arg
 from ..json_text import print_json
 
 # flag -> config key; every flag is optional and only overrides what the YAML (or the defaults) say. Each is kept
@@ -420,5 +421,5 @@ def add_commands(subparsers) -> None:
     e.add_argument("--checkpoint", help="checkpoint folder, or its name in the run (step_00000260; default: the "
                                         "latest)")
     e.add_argument("--out", help="output directory (default: <run>/hf)")
-    e.add_argument("--no-progress", action="store_true", help="no progress bars (writing the weights)")
+    no_progress_arg(e, "writing the weights")
     e.set_defaults(func=_cmd_export)
