@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from foxformer.train.distributed import resolve_device
 
 from .cli import PROVIDERS, attention_batch, attention_defaults, note_default_tokens
 from ..progress import bars_shown
@@ -194,6 +195,7 @@ def bench_case(provider, B, T, Hq, Hkv, D, dtype=torch.bfloat16, device="cuda", 
 
 def run(args) -> int:
     args = attention_defaults(args)
+    resolve_device(args.device, "--device")
     note_default_tokens(args)
     # A CPU computes the op in float32 (reference.py), so the CPU rows time float32 inputs.
     dtype = torch.bfloat16 if args.device == "cuda" else torch.float32

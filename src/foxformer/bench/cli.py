@@ -212,12 +212,15 @@ def attention_defaults(args: argparse.Namespace) -> argparse.Namespace:
     --prune)."""
     from foxformer.train.distributed import resolve_device
 
-    device = resolve_device(args.device, "--device")
-    if device.index is not None:
-        # the rows and their record name the device by its type ("cuda"), and the kernels run on the current GPU
-        raise ValueError(f"--device: bench attention times on the current GPU and takes no index, got "
-                         f"{args.device!r}; pass cuda and pick the GPU with CUDA_VISIBLE_DEVICES={device.index}")
-    args.device = device.type
+    # "cpu" and "cuda" are taken as they are: the defaults of a GPU are asked for on machines without one (run
+    # checks the GPU is there)
+    if args.device not in ("cpu", "cuda"):
+        device = resolve_device(args.device, "--device")
+        if device.index is not None:
+            # the rows and their record name the device by its type ("cuda"), and the kernels run on the current GPU
+            raise ValueError(f"--device: bench attention times on the current GPU and takes no index, got "
+                             f"{args.device!r}; pass cuda and pick the GPU with CUDA_VISIBLE_DEVICES={device.index}")
+        args.device = device.type
     if args.tokens_given is None:
         args.tokens_given = args.tokens is not None
     fill_defaults(args, ATTENTION_DEFAULTS, args.device)
