@@ -81,3 +81,13 @@ def test_train_under_torchrun_refuses_a_gpu_index_as_each_rank_takes_its_own(tmp
     assert main(_commands(tmp_path)["train"] + ["--device", "cuda:1"]) == 2
     assert _error(capsys).endswith("'cuda:1' names one GPU, but under torchrun (WORLD_SIZE=2) each rank takes the GPU "
                                    "of its LOCAL_RANK; use 'cuda' or 'auto'")
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_line_takes_every_spelling(tmp_path, command):
+    """demo's and bench attention's argparse choices refused cuda:0 before any check could say more."""
+    from foxformer.cli import build_parser
+
+    parser = build_parser()
+    for device in ("auto", "cpu", "cuda", "cuda:0"):
+        assert parser.parse_args(_commands(tmp_path)[command] + ["--device", device]).device == device
