@@ -126,8 +126,10 @@ def _add_demo(sub) -> None:
     p.add_argument("--minutes", type=float, default=3.0,
                    help="training minutes of the whole demo, shared by the two models (default 3)")
     p.add_argument("--out", default="runs/demo", help="run directory (report.md and demo.png land here)")
-    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
-                   help="where both models train and are evaluated; auto: a GPU where there is one, else the CPU")
+    # no argparse choices: they refused cuda:N, which run_demo takes (its device check names this flag)
+    p.add_argument("--device", default="auto",
+                   help="auto | cpu | cuda | cuda:N: where both models train and are evaluated; auto: a GPU where "
+                        "there is one, else the CPU")
     p.add_argument("--tokenizer", help="tokenizer of the corpus and the models, as `data prepare --tokenizer` takes "
                                        "it (default: bytes on CPU, fast for tiny models; gpt2 on GPU)")
     p.add_argument("--context", type=int, help="sequence length (default: 512 on CPU, 2048 on GPU)")

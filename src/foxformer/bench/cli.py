@@ -168,9 +168,11 @@ def configure_attention(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rounds", type=positive_int, default=1,
                    help="time every case of a shape this many times, the providers interleaved and their order rotated "
                         "by one each round, and report medians (each round's times are kept in the JSON)")
-    p.add_argument("--device", choices=("cuda", "cpu", "auto"), default="cuda",
-                   help="cpu: the CPU paths in float32 (foxformer's torch backend against sdpa), wall-clock medians; "
-                        "auto: cuda where there is a GPU, else cpu")
+    # no argparse choices: cuda:N is refused by attention_defaults in words that say what to do instead
+    p.add_argument("--device", default="cuda",
+                   help="cuda | cpu | auto (no cuda:N: pick the GPU with CUDA_VISIBLE_DEVICES); cpu: the CPU paths "
+                        "in float32 (foxformer's torch backend against sdpa), wall-clock medians; auto: cuda where "
+                        "there is a GPU, else cpu")
     no_progress_arg(p, "the timed cases")
     _out_arg(p, "bench_attention.json")
     # None until attention_defaults fills --tokens in: then whether the command line gave it (the JSON's settings
@@ -208,8 +210,17 @@ def fill_defaults(args: argparse.Namespace, defaults: dict[str, dict], device: s
 def attention_defaults(args: argparse.Namespace) -> argparse.Namespace:
     """args with --device auto resolved and every option left out filled in for its --device (--prune's with
     --prune)."""
-    if args.device == "auto":
-        args.device = device_type("auto")
+    from foxformer.train.distributed import resolve_device
+
+    # "cpu" and "cuda" are taken as they are: the defaults of a GPU are asked for on machines without one (run
+    # checks the GPU is there)
+    if args.device not in ("cpu", "cuda"):
+        device = resolve_device(args.device, "--device")
+        if device.index is not None:
+            # the rows and their record name the device by its type ("cuda"), and the kernels run on the current GPU
+            raise ValueError(f"--device: bench attention times on the current GPU and takes no index, got "
+                             f"{args.device!r}; pass cuda and pick the GPU with CUDA_VISIBLE_DEVICES={device.index}")
+        args.device = device.type
     if args.tokens_given is None:
         args.tokens_given = args.tokens is not None
     fill_defaults(args, ATTENTION_DEFAULTS, args.device)

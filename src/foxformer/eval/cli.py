@@ -372,7 +372,7 @@ def _cmd_mqar(args) -> dict:
     cfg = config_from(args.preset, label=FLAGS, models=args.models, steps=args.steps, lr=args.lr, seed=args.seed,
                       batch_size=args.batch_size, max_minutes=args.max_minutes, compile=args.compile or None)
     return run_mqar(cfg, args.out or os.path.join("runs", f"mqar_{args.preset}"), device=args.device,
-                    progress=not args.no_progress, report_only=args.report_only)
+                    progress=not args.no_progress, report_only=args.report_only, label=FLAGS)
 
 
 def _cmd_report(args) -> dict:

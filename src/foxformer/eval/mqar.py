@@ -37,6 +37,7 @@ from foxformer.models.presets import KINDS, check_model_keys
 from foxformer.paths import write_text
 from foxformer.progress import progress_bar
 from foxformer.train.config import TrainConfig
+from foxformer.train.distributed import resolve_device
 from foxformer.train.metrics import forget_gate_means
 from foxformer.train.optim import learning_rate, param_groups
 from foxformer.train.validation import autocast
@@ -518,12 +519,15 @@ def report(out_dir: str, cfg: MqarConfig) -> dict:
 
 
 def run_mqar(cfg: MqarConfig, out_dir: str, *, device: str = "auto", progress: bool = True,
-             report_only: bool = False) -> dict:
-    """Train and evaluate every model of ``cfg`` (each result saved as it completes), then the report."""
-    dev = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else
-                       ("cpu" if device == "auto" else device))
+             report_only: bool = False, label: str = "{}") -> dict:
+    """Train and evaluate every model of ``cfg`` (each result saved as it completes), then the report. ``label``
+    names the settings in errors (argtypes.setting_name)."""
     saved = []  # this call's model results, named in the summary beside the report's files
-    if not report_only:
+    if not report_only:  # --report-only trains nothing, on any device
+        # `--device cuda` without a GPU was torch's assertion "Torch not compiled with CUDA enabled", a traceback
+        dev = resolve_device(device, setting_name(label, "device"))
+        if dev.index is not None:  # Triton launches its kernels on the current GPU, as in the demo
+            torch.cuda.set_device(dev)
         load_results(out_dir, cfg.task())  # another task's results there are refused before any training
         for spec in cfg.models:
             result = run_model(spec, cfg, dev, progress=progress)

@@ -29,6 +29,8 @@ SCHEDULES = ("cosine", "linear", "constant")
 PRECISIONS = ("auto", "bf16", "fp32")
 PARALLEL = ("auto", "none", "ddp", "fsdp")
 DEVICES = ("auto", "cpu", "cuda")  # and "cuda:N": one GPU of several (a single-process run)
+# how every device setting's error lists the spellings, the config's own check and every command's --device alike
+DEVICE_SPELLINGS = "'auto', 'cpu', 'cuda' or 'cuda:N'"
 _ONE_GPU = re.compile(r"cuda:[0-9]+")
 CHECKPOINT_FORMATS = ("auto", "full", "sharded")
 CHOICES = {"schedule": SCHEDULES, "precision": PRECISIONS, "parallel": PARALLEL,
@@ -200,7 +202,7 @@ class TrainConfig:
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name}: expected one of {allowed}, got {getattr(self, name)!r}")
         if self.device not in DEVICES and not (isinstance(self.device, str) and _ONE_GPU.fullmatch(self.device)):
-            raise ValueError(f"device: expected one of {DEVICES} or 'cuda:N', got {self.device!r}")
+            raise ValueError(f"device: expected {DEVICE_SPELLINGS}, got {self.device!r}")
         if not isinstance(self.model, dict):
             raise TypeError(f"model: expected a mapping of FoxConfig overrides, got {type(self.model).__name__}")
         from ..models.config import ConfigError

@@ -21,6 +21,7 @@ import torch.distributed as dist
 from torch import nn
 
 from foxformer.models.calls import backbone
+from foxformer.train.config import DEVICE_SPELLINGS
 
 
 @dataclass
@@ -58,7 +59,8 @@ _REPORT_GRACE_S = 5.0
 
 def resolve_device(device: str | torch.device | None = None, label: str = "device") -> torch.device:
     """"auto"/None -> cuda if available else cpu; a GPU the machine does not have, or a device type other than cpu
-    and cuda, is a ValueError whose message starts with ``label`` (the setting's name: "--device" for a flag)."""
+    and cuda, is a ValueError whose message starts with ``label`` (the setting's name: "--device" for a flag).
+    The one check of a device setting: every command's --device is said in its words."""
     if device is None or device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
@@ -68,12 +70,16 @@ def resolve_device(device: str | torch.device | None = None, label: str = "devic
     # torch knows more device types ('meta', 'mps', ...) than the code runs on: 'meta' ended in a traceback
     # from the first value a forward read back, 'mps' in "PyTorch is not linked with support for mps devices"
     if dev is None or dev.type not in ("cpu", "cuda"):
-        raise ValueError(f"{label}: expected 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}")
+        raise ValueError(f"{label}: expected {DEVICE_SPELLINGS}, got {device!r}")
     # here, before a run or a model load starts: torch's own message comes later, as an assertion deep inside it
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"{label}: {device!r} requested but CUDA is not available (use 'cpu' or 'auto')")
+        raise ValueError(f"{label}: {device!r} asks for a GPU, but no GPU is visible on this machine; use 'cpu', or "
+                         f"'auto' (a GPU where there is one, else the CPU)")
     if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
-        raise ValueError(f"{label}: {device!r} requested but this machine has {torch.cuda.device_count()} GPU(s)")
+        count = torch.cuda.device_count()
+        raise ValueError(f"{label}: {device!r} asks for GPU {dev.index}, but this machine has {count} visible "
+                         f"GPU{'s' if count != 1 else ''} ({', '.join(f'cuda:{i}' for i in range(count))}); use one "
+                         f"of those, or 'cuda' (the current one)")
     return dev
 
 
