@@ -146,6 +146,21 @@ def test_analyze_gates_says_the_units_of_its_summary(workspace, capsys):
     assert saved["units"] == printed["units"] and saved["models"][0]["summary"] == summary
 
 
+def test_analyze_gates_of_a_transformer_says_it_has_no_gates(workspace, capsys, tmp_path):
+    """A Transformer's gates.json held a bare "has_gate": false beside one plot, with nothing said on the terminal."""
+    hf = str(tmp_path / "transformer")
+    tiny_model("transformer-llama-tiny", vocab=VOCAB, seed=3).save_pretrained(hf)
+    out = str(tmp_path / "out")
+    assert main(["analyze", "gates", hf, workspace["run"], "--data", workspace["data"], "--seq-len", "16",
+                 "--num-seqs", "1", "--device", "cpu", "--out", out, "--no-progress", "--heads", "0:0"]) == 0
+    notes = [line for line in capsys.readouterr().err.splitlines() if "forget gates" in line]
+    assert notes == ["note: 'transformer' has no forget gates (a Transformer): gates.json records only has_gate "
+                     "false, and its attention matrices are the one plot; the statistics are for FoX models"]
+    data = json.load(open(os.path.join(out, "gates.json")))
+    assert [m["summary"]["has_gate"] for m in data["models"]] == [False, True]
+    assert [p for p in data["plots"] if "transformer" in p] == ["gates_transformer_attention.png"]
+
+
 def test_eval_niah_and_report(workspace):
     out = os.path.join(workspace["run"], "eval")  # the default output folder of a run dir
     assert main(["eval", "niah", workspace["run"], "--haystack", workspace["texts"], "--lengths", "96,160",

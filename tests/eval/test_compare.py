@@ -12,11 +12,11 @@ from foxformer.eval.compare import compare, log_bins, value_at
 from .helpers import save_loss_unplotted
 
 
-def _write_run(tmp_path, name, loss, *, seq_len=64, data="d"):
+def _write_run(tmp_path, name, loss, *, seq_len=64, data="d", train_len=16):
     run = tmp_path / name / "eval"
     run.mkdir(parents=True)
     n = len(loss)
-    model = {"name": name, "seq_len": seq_len, "n_sequences": 2, "train_len": 16, "mean_loss": float(np.mean(loss)),
+    model = {"name": name, "seq_len": seq_len, "n_sequences": 2, "train_len": train_len, "mean_loss": float(np.mean(loss)),
              "confidence": 0.95, "positions": list(range(1, n + 1)), "loss": list(loss), "smoothed": list(loss),
              "smoothed_lo": list(loss), "smoothed_hi": list(loss), "lengths": [1, 2, 4, 8, 16, 32, 63],
              "perplexity": [5.0] * 7, "perplexity_lo": [4.0] * 7, "perplexity_hi": [6.0] * 7}
@@ -264,6 +264,30 @@ def test_training_length_line_is_where_the_loss_plots_draw_it(tmp_path, monkeypa
     vertical = [line.get_xdata()[0] for line in figures[figure].axes[0].lines
                 if len(line.get_xdata()) == 2 and line.get_xdata()[0] == line.get_xdata()[1]]
     assert vertical == [15]
+
+
+@pytest.mark.parametrize("train_len", [16, None], ids=["known", "unknown"])
+def test_an_unknown_training_length_is_a_dash_and_no_dashed_line_is_promised(tmp_path, monkeypatch, train_len):
+    """An HF folder evaluated without --train-len: compare.md read "train length | None" and both loss plots'
+    titles explained a dashed line they did not draw."""
+    from foxformer.eval import plots
+
+    figures, save = {}, plots.save_figure
+
+    def capture(fig, path):
+        figures[os.path.basename(path)] = fig
+        return save(fig, path)
+
+    monkeypatch.setattr(plots, "save_figure", capture)
+    a = _write_run(tmp_path, "a", np.ones(63), train_len=train_len)
+    b = _write_run(tmp_path, "b", np.full(63, 2.0), train_len=train_len)
+    compare([a, b], str(tmp_path / "out"))
+    table = (tmp_path / "out" / "compare.md").read_text()
+    assert ("| a | 16 |" if train_len else "| a | - |") in table and "None" not in table
+    for name in ("loss_curves.png", "loss_difference.png"):
+        ax = figures[name].axes[0]
+        vertical = [line for line in ax.lines if line.get_xdata()[0] == line.get_xdata()[-1]]
+        assert bool(vertical) == ("dashed: train length" in ax.get_title()) == bool(train_len), name
 
 
 def _seed_run(tmp_path, name, offset, seed):

@@ -107,6 +107,29 @@ def test_one_sequence_draws_no_bootstrap_band(n_seqs, tmp_path, monkeypatch):
         assert bands == [1, 1] and "95% bootstrap band" in loss_ax.get_title()
 
 
+@pytest.mark.parametrize("train_len", [32, None], ids=["known", "unknown"])
+def test_the_loss_title_tells_of_dashes_only_where_they_are_drawn(train_len, tmp_path, monkeypatch):
+    """An HF folder without --train-len has no training length: loss_curve.png drew no line, yet its title read
+    "dashed: train length"."""
+    from foxformer.eval import plots
+    from foxformer.eval.outputs import save_loss
+
+    figures = {}
+
+    def capture(fig, path):
+        figures[os.path.basename(path)] = fig
+        return path
+
+    monkeypatch.setattr(plots, "save_figure", capture)
+    rows = np.random.default_rng(0).normal(3.0, 0.5, size=(3, 63))
+    save_loss([loss_curve(rows, name="m", train_len=train_len, n_boot=20)], str(tmp_path))
+    ax = figures["loss_curve.png"].axes[0]
+    dashed = [line for line in ax.lines if line.get_linestyle() == "--"]
+    assert len(dashed) == (1 if train_len else 0)
+    assert ("dashed: train length" in ax.get_title()) == bool(train_len)
+    assert ax.get_title().endswith(")") and ax.get_title().count("(") == ax.get_title().count(")")
+
+
 def test_bootstrap_band_of_eval_loss_contains_curve():
     model = tiny_model("fox-llama-tiny")
     tokens = torch.randint(0, 97, (6, 33), generator=torch.Generator().manual_seed(3))

@@ -312,6 +312,12 @@ def _cmd_gates(args) -> dict:
     matrix_len = min(256 if args.matrix_len is None else args.matrix_len, int(tokens.shape[1]))
     analyses = [(gate_stats(m.model, tokens, name=m.name, batch_size=args.batch_size, progress=not args.no_progress),
                  m.model, tokens) for m in models]
+    # a Transformer's analysis was a bare "has_gate": false and one plot, read as a failed run rather than its answer
+    for stats, _, _ in analyses:
+        if not stats.has_gate:
+            print(f"note: {stats.name!r} has no forget gates (a Transformer): gates.json records only has_gate "
+                  f"false, and its attention matrices are the one plot; the statistics are for FoX models",
+                  file=sys.stderr)
     settings = {**where, "seq_len": int(tokens.shape[1]), "num_seqs": int(tokens.shape[0]),
                 "models": [m.path for m in models], "matrix_len": matrix_len,
                 "attention_scale": args.attention_scale}

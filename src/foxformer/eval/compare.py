@@ -267,7 +267,8 @@ def _plot_binned(members: dict, path: str, *, reference: Optional[str] = None) -
     ax.set_xlabel("token position i (1/8-octave bins)")
     ax.set_ylabel("loss L(i) [nats]" if ref is None else f"L(i) - L_ref(i) [nats], ref = {reference}")
     what = "Per-position loss" if ref is None else "Per-position loss difference to the reference"
-    ax.set_title(f"{what} (dashed: training length)", fontsize=9)
+    dashes = plots.dashes_note(group[0].train_len for group in members.values())
+    ax.set_title(what + (f" ({dashes})" if dashes else ""), fontsize=9)
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
     return plots.save_figure(fig, path)
@@ -408,7 +409,9 @@ def loss_rows(rows: list[dict], positions) -> list[list[str]]:
     for r in rows:
         def cell(k):
             return fmt_spread(r.get(k), r["spread"].get(k, {}).get("std"))
-        cells = [r["model"]] + ([str(r["n_seeds"])] if seeded else []) + [str(r["train_len"])]
+        # an HF folder evaluated without --train-len has none: "-" as the other tables' missing cells, not "None"
+        train_len = "-" if r["train_len"] is None else str(r["train_len"])
+        cells = [r["model"]] + ([str(r["n_seeds"])] if seeded else []) + [train_len]
         cells += ([cell("final_val_loss")] if has_val else []) + [cell("mean_loss")]
         cells += [cell(f"L@{p}") for p in positions]
         table.append(cells)

@@ -46,6 +46,12 @@ def _mark_train_lengths(ax, curves: Sequence, *, labelled: bool) -> None:
                        alpha=0.8, label=f"trained length ({length} tokens)" if labelled else "_")
 
 
+def dashes_note(train_lens) -> str:
+    """"dashed: train length" for a title where some curve has a training length to draw, else "": an HF folder
+    evaluated without --train-len has none, and its title told of a line that was not there."""
+    return "dashed: train length" if any(train_lens) else ""
+
+
 def plot_loss_curves(curves: Sequence, path: str, *, title: str = "Per-position loss") -> str:
     """Smoothed L(i) with bootstrap bands (none for one sequence), one line per model; dashed vertical lines at
     training lengths."""
@@ -63,7 +69,8 @@ def plot_loss_curves(curves: Sequence, path: str, *, title: str = "Per-position 
         ax.set_xscale("log")
     band = (f"{int(100 * curves[0].confidence)}% bootstrap band" if any(map(_banded, curves))
             else "no interval: 1 sequence")
-    ax.set_title(f"{title} (smoothed, {band}; dashed: train length)", fontsize=9)
+    dashes = dashes_note(c.train_len for c in curves)
+    ax.set_title(f"{title} (smoothed, {band}" + (f"; {dashes})" if dashes else ")"), fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return save_figure(fig, path)
