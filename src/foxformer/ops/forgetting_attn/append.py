@@ -16,6 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ..gpu import on_gpu_of_inputs
 from .checks import CACHE_BACKENDS, check_backend, check_gate_values
 from .cumsum import LOG_FGATE_FLOOR
 from .paging import append_token_torch
@@ -87,6 +88,7 @@ def _check_position(at: int, pool_pages: Optional[int], rows: int, page_table: O
                          f"(entries {pages.flatten().tolist()[:8]} ..., pool pages 0 to {pool_pages - 1})")
 
 
+@on_gpu_of_inputs
 def append_token_(k_buf: torch.Tensor, v_buf: torch.Tensor, c_buf: torch.Tensor, c_last: torch.Tensor,
                   at: torch.Tensor, k: torch.Tensor, v: torch.Tensor, log_f: torch.Tensor,
                   k_shift: Optional[tuple[torch.Tensor, torch.Tensor]] = None,

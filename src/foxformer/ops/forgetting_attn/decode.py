@@ -23,6 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ..gpu import on_gpu_of_inputs
 from .checks import CACHE_BACKENDS, check_backend, check_softmax_scale, check_triton_device
 from .decode_checks import check_decode
 from .paging import gather_live
@@ -354,6 +355,7 @@ def _pick_splits(B: int, Hkv: int, keys: int, num_splits: Optional[int], interpr
     return 1 << (splits.bit_length() - 1)
 
 
+@on_gpu_of_inputs
 def triton_decode(q, k, v, c, start, scale, num_splits, table, seq_len, capacity,
                   tiles: DecodeTiles = DECODE_TILES) -> torch.Tensor:
     """The Triton path of forgetting_attention_decode, unchecked (tiles: for scripts/tune_decode.py).

@@ -14,6 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ..gpu import on_gpu_of_inputs
 from .checks import CACHE_BACKENDS, check_backend
 from .paging import evict_scan_torch
 from .tiles import LAUNCH_OPTIONS
@@ -51,6 +52,7 @@ def _evict_scan_kernel(START, CPAGES, TABLE, CLAST, LAST, last_int, delta_hi, de
     tl.store(START + pid, tl.maximum(first, first + least))
 
 
+@on_gpu_of_inputs
 def evict_scan_(start: torch.Tensor, c_pages: torch.Tensor, table: torch.Tensor, c_last: torch.Tensor,
                 delta: float, window: int, last: int | torch.Tensor, backend: str = "auto") -> None:
     """Advance ``start`` in place past the dead keys among the ``window`` oldest live keys of each (b, h).

@@ -12,6 +12,7 @@ from typing import Optional
 
 import torch
 
+from .. import gpu
 from .checks import check_differentiation, check_inputs, resolve_backend
 from .cumsum import gate_cumsum_heads_first
 from .pruning import prune_delta
@@ -55,7 +56,8 @@ def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.Tensor, 
             cu_seqlens: Optional[torch.Tensor], max_seqlen: Optional[int],
             backend: str, prune_delta: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
     backend = _kernel_backend(backend, q=q, k=k, v=v)
-    out, lse = _forward_impl(backend)(q, k, v, c, scale, cu_seqlens, max_seqlen, prune_delta=prune_delta)
+    with gpu.gpu_of(q):
+        out, lse = _forward_impl(backend)(q, k, v, c, scale, cu_seqlens, max_seqlen, prune_delta=prune_delta)
     return out, lse
 
 
@@ -77,8 +79,9 @@ def _bwd_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
             from .hopper.launch import gluon_backward as kernel_backward
         else:
             from .bwd import triton_backward as kernel_backward
-        dq, dk, dv, dc = kernel_backward(do, q, k, v, c, out, lse, scale, cu_seqlens, max_seqlen,
-                                         dlse=dlse, prune_delta=prune_delta)
+        with gpu.gpu_of(q):
+            dq, dk, dv, dc = kernel_backward(do, q, k, v, c, out, lse, scale, cu_seqlens, max_seqlen,
+                                             dlse=dlse, prune_delta=prune_delta)
     else:
         dq, dk, dv, dc = torch_backward(do, q, k, v, c, out, lse, scale, cu_seqlens, max_seqlen,
                                         dlse=dlse, prune_delta=prune_delta)
@@ -126,7 +129,8 @@ _bwd_op.register_autograd(_no_double_backward)
 
 @torch.library.custom_op("foxformer::gate_cumsum", mutates_args=())
 def _cumsum_op(log_fgate: torch.Tensor) -> torch.Tensor:
-    return triton_gate_cumsum(log_fgate)
+    with gpu.gpu_of(log_fgate):
+        return triton_gate_cumsum(log_fgate)
 
 
 @_cumsum_op.register_fake
@@ -137,7 +141,8 @@ def _cumsum_fake(log_fgate):
 
 @torch.library.custom_op("foxformer::gate_cumsum_bwd", mutates_args=())
 def _cumsum_bwd_op(grad_c: torch.Tensor, log_fgate: torch.Tensor) -> torch.Tensor:
-    return triton_gate_cumsum_grad(grad_c, log_fgate)
+    with gpu.gpu_of(log_fgate):
+        return triton_gate_cumsum_grad(grad_c, log_fgate)
 
 
 @_cumsum_bwd_op.register_fake

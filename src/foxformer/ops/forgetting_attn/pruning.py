@@ -21,6 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .. import gpu
 from . import threshold
 from .cumsum import gate_cumsum_heads_first
 from .threshold import check_pruning, max_row_norms
@@ -49,9 +50,10 @@ def max_sq_row_norms(x: torch.Tensor) -> torch.Tensor:
         # between the auto and given-bound forward rows of `gpu_bench.sh prune` / `prunegiven` (16e2708).
         block_t = 64
         n_blocks = triton.cdiv(T, block_t)
-        _max_sq_norm_kernel[launch_grid(n_blocks, H, B)](
-            x, out, T, x.stride(0), x.stride(1), x.stride(2), n_blocks, H,
-            D=D, BLOCK_T=block_t, BLOCK_D=triton.next_power_of_2(D), num_warps=4, **LAUNCH_OPTIONS)
+        with gpu.gpu_of(x):
+            _max_sq_norm_kernel[launch_grid(n_blocks, H, B)](
+                x, out, T, x.stride(0), x.stride(1), x.stride(2), n_blocks, H,
+                D=D, BLOCK_T=block_t, BLOCK_D=triton.next_power_of_2(D), num_warps=4, **LAUNCH_OPTIONS)
     return out.view(torch.float32)
 
 

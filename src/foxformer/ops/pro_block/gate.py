@@ -6,6 +6,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ..gpu import on_gpu_of_inputs
 from .tiles import (LAUNCH_OPTIONS, block_sizes, grid, last_dim_contiguous, partials_dtype,
                     program, reduce_partials, rms_norm_grad, rstd, sigmoid, tile, up)
 
@@ -64,6 +65,7 @@ def _launch(o, g, weight, eps, dy=None, outs=(None, None, None, None)):
         **LAUNCH_OPTIONS)
 
 
+@on_gpu_of_inputs
 def gate_norm_forward(o: torch.Tensor, g: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """y [B, T, H, D] contiguous, in o's dtype (arguments checked by the caller: interface.gate_norm)."""
     y = torch.empty(o.shape, dtype=o.dtype, device=o.device)
@@ -71,6 +73,7 @@ def gate_norm_forward(o: torch.Tensor, g: torch.Tensor, weight: torch.Tensor, ep
     return y
 
 
+@on_gpu_of_inputs
 def gate_norm_backward(dy, o, g, weight, eps: float):
     """(do, dg, dweight): do [B, T, H, D], dg in g's shape, contiguous, each in its input's dtype."""
     dy = last_dim_contiguous(dy)

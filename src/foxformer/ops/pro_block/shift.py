@@ -16,6 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ..gpu import on_gpu_of_inputs
 from .tiles import (LAUNCH_OPTIONS, TILES, block_sizes, grid, last_dim_contiguous, partials_dtype,
                     program, reduce_partials, rms_norm_grad, rstd, sigmoid, tile, up)
 
@@ -181,6 +182,7 @@ def _operands(x, logits, prev, starts, weight) -> tuple[list, list, dict]:
     return ptrs, strides, flags
 
 
+@on_gpu_of_inputs
 def shift_norm_forward(x: torch.Tensor, logits: Optional[torch.Tensor], prev: Optional[torch.Tensor],
                        starts: Optional[torch.Tensor], weight: Optional[torch.Tensor], eps: float) -> torch.Tensor:
     """y [B, T, H, D] contiguous, in x's dtype (arguments checked by the caller: interface.shift_norm)."""
@@ -195,6 +197,7 @@ def shift_norm_forward(x: torch.Tensor, logits: Optional[torch.Tensor], prev: Op
     return y
 
 
+@on_gpu_of_inputs
 def shift_norm_backward(dy, x, logits, prev, starts, weight, eps: float):
     """(dx, dlogits, dprev, dweight), contiguous, each in its input's dtype; None where that input is None."""
     x, dy = last_dim_contiguous(x), last_dim_contiguous(dy)
