@@ -4,9 +4,10 @@ rules and refuse the same arguments as forgetting_attention."""
 from __future__ import annotations
 
 import math
-import os
 
 import torch
+
+from .checks import values_checked
 
 # The kernels compute |q . k| in fp32 from rounded inputs; a tiny relative margin on U keeps "auto"
 # an upper bound of what they actually compute.
@@ -54,10 +55,8 @@ def check_pruning(prune_eps, qk_bound, B: int, Hq: int, device: torch.device) ->
             raise ValueError(f"qk_bound must be on {device}, got {qk_bound.device}")
         if not (qk_bound.is_floating_point() or qk_bound.dtype in (torch.int32, torch.int64)):
             raise TypeError(f"qk_bound must be a real tensor, got {qk_bound.dtype}")
-        # a value check costs a sync on CUDA: same policy as check_gate_values
-        if torch.compiler.is_compiling():
-            return
-        if device.type == "cuda" and os.environ.get("FOXFORMER_CHECK_VALUES", "0") != "1":
+        # a value check costs a sync on CUDA: the policy of every value check (checks.values_checked)
+        if torch.compiler.is_compiling() or not values_checked(qk_bound):
             return
         if not (torch.isfinite(qk_bound).all() and (qk_bound >= 0).all()):
             raise ValueError("qk_bound must be finite and >= 0")
