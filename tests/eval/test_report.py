@@ -4,6 +4,7 @@ import os
 
 import pytest
 
+from foxformer.cli import main
 from foxformer.eval.report import build_report
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\0" * 64  # report copies figures byte for byte
@@ -253,3 +254,23 @@ def test_gate_and_niah_tables_give_the_units_of_their_numbers(tmp_path):
             "| fox | True | 4096 | 0.8 | 0.5 | 0 | 1 |") in page
     assert ("| name | train_len [tokens] | trials | standard_accuracy | max needle depth shift [share of the context] "
             "|\n|---|---|---|---|---|\n| fox | 256 | 24 | 0.5 | 0.02 |") in page
+
+
+@pytest.mark.parametrize("second, said", [
+    ("{run}", "'{run}' is given twice"),
+    ("{run}/", "'{run}' and '{run}/' are one folder"),
+    ("{tmp}/link", "'{run}' and '{tmp}/link' are one folder"),
+    ("{tmp}/other/../run", "'{run}' and '{tmp}/other/../run' are one folder"),
+], ids=["same-name", "trailing-slash", "symlink", "dot-dot"])
+def test_a_folder_named_twice_is_refused_naming_both_and_writes_nothing(tmp_path, capsys, second, said):
+    """`report runs/x runs/x/` (or a link to runs/x, or a glob matching it again) wrote runs/x's section twice."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (tmp_path / "other").mkdir()
+    (tmp_path / "link").symlink_to(run)
+    (run / "metrics.jsonl").write_text(json.dumps({"kind": "train", "step": 1, "tokens": 8, "loss": 3.0}) + "\n")
+    names = {"run": str(run), "tmp": str(tmp_path)}
+    assert main(["report", str(run), second.format(**names), "--out", str(tmp_path / "report")]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: report: {said.format(**names)}; give each run folder once (its section would show twice)"]
+    assert not (tmp_path / "report").exists()

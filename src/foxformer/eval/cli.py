@@ -382,12 +382,9 @@ def _cmd_mqar(args) -> dict:
 
 
 def _cmd_report(args) -> dict:
-    from .report import LOOKED_FOR, build_report, has_results
+    from .report import LOOKED_FOR, build_report, check_run_dirs, has_results
 
-    missing = [d for d in args.run_dirs if not os.path.isdir(d)]
-    if missing:  # a typo made (and left behind) an empty folder with a page saying "No results found"
-        raise ValueError(f"report: no run folder {', '.join(map(repr, missing))}; give the folders training or the "
-                         f"eval commands wrote")
+    check_run_dirs(args.run_dirs)
     # a dataset, an export or a checkpoint given for its run got a report/ folder with a page saying so
     if not any(has_results(d) for d in args.run_dirs):
         raise ValueError(f"report: no results in {', '.join(map(repr, args.run_dirs))} ({LOOKED_FOR}); give the "

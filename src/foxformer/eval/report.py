@@ -247,18 +247,30 @@ def _mqar_blocks(data: dict, base: str, out_dir: str, tag: str) -> list[Block]:
     return out + ([Block("p", note)] if note else []) + _images(data, base, out_dir, tag)
 
 
-def _check_run_dirs(run_dirs: list[str]) -> None:
+def check_run_dirs(run_dirs: list[str]) -> None:
     """Refuse before anything is written: the checks ran as each folder came, after the output folder and the
     earlier folders' images were made."""
     at_least_one(run_dirs, "report", "RUN_DIR")
+    missing = [d for d in run_dirs if not os.path.isdir(d)]
+    if missing:  # a typo made (and left behind) an empty folder with a page saying "No results found"
+        raise ValueError(f"report: no run folder {', '.join(map(repr, missing))}; give the folders training or the "
+                         f"eval commands wrote")
+    # One folder named twice ("runs/x runs/x/", a link to it, a glob that also matched it) wrote its section twice.
+    # Refused rather than dropped: a page with one section fewer than folders given is easily taken for complete
+    # when the second name was a typo for another run; the options taking several values refuse repeats alike.
+    seen = {}
     for run_dir in run_dirs:
-        if not os.path.isdir(run_dir):
-            raise ValueError(f"report: {run_dir!r} is not a directory")
+        st = os.stat(run_dir)
+        first = seen.get((st.st_dev, st.st_ino))
+        if first is not None:
+            same = f"{first!r} is given twice" if first == run_dir else f"{first!r} and {run_dir!r} are one folder"
+            raise ValueError(f"report: {same}; give each run folder once (its section would show twice)")
+        seen[st.st_dev, st.st_ino] = run_dir
 
 
 def collect(run_dirs: list[str], out_dir: str) -> list[Block]:
     """Blocks of the page for ``run_dirs``; copies or draws the images into ``out_dir``/assets."""
-    _check_run_dirs(run_dirs)
+    check_run_dirs(run_dirs)
     blocks: list[Block] = []
     for n, run_dir in enumerate(run_dirs):
         # the tag names image files: Markdown link targets cannot hold spaces
