@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from ..paths import write_json, write_text
 from . import plots
 from .compare import difference_rows, dynamics_rows, loss_rows, run_settings
+from .gates import SUMMARY_COLUMNS
 from .mqar import MqarConfig, stopped_note, table_caption, table_rows
 from .outputs import at_least_one, find_model_outputs, find_output, markdown_table, note_replacing, safe_name
 
@@ -164,33 +165,37 @@ def _loss_unit(tokenizer: str | None) -> str:
     return f"nats per {'byte' if tokenizer == 'bytes' else f'{tokenizer} token'}"
 
 
-# Column headings with the unit of a summary's number: the gate table's "median_timescale | 0.7954" did not say
-# tokens, niah's "max_depth_shift | 0.02381" not that it is a share of the context.
-SUMMARY_HEADINGS = {"train_len": "train_len [tokens]", "tokens": "tokens analysed",
-                    "median_timescale": "median timescale [tokens]", "min_timescale": "min timescale [tokens]",
-                    "median_eff_context": "median effective context [tokens]",
-                    "max_depth_shift": "max needle depth shift [share of the context]"}
+# NiahResult.summary()'s numbers that have a unit, as gates.SUMMARY_COLUMNS: "max_depth_shift | 0.02381" did not
+# say that it is a share of the context
+NIAH_COLUMNS = {"train_len": ("train_len", "tokens"),
+                "max_depth_shift": ("max needle depth shift", "share of the context")}
 
 
-def _summary_blocks(title: str, data: dict, base: str, out_dir: str, tag: str) -> list[Block]:
+def summary_headings(columns: dict) -> dict:
+    """{summary key: its column's heading, the words with the unit} of ``columns`` ({key: (words, unit)})."""
+    return {key: f"{words} [{unit}]" for key, (words, unit) in columns.items()}
+
+
+def _summary_blocks(title: str, data: dict, base: str, out_dir: str, tag: str, columns: dict) -> list[Block]:
     """A heading, one table row per model from its "summary" dict, then the plots."""
-    keys, rows = None, []
-    for m in data.get("models", []):
-        s = m.get("summary", {})
-        keys = list(s) if keys is None else keys
-        rows.append([s.get(k) for k in keys])
+    summaries = [m.get("summary", {}) for m in data.get("models", [])]
+    # every model's keys, not the first one's: a Transformer listed first (its summary only name and has_gate)
+    # left the FoX models after it without their statistics
+    keys = list(dict.fromkeys(k for s in summaries for k in s))
+    headings = summary_headings(columns)
     out = [Block("h3", title)]
-    if keys is not None:
-        out.append(Block("table", rows=[[SUMMARY_HEADINGS.get(k, k) for k in keys]] + rows))
+    if keys:
+        out.append(Block("table", rows=[[headings.get(k, k) for k in keys]] + [[s.get(k) for k in keys]
+                                                                               for s in summaries]))
     return out + _images(data, base, out_dir, tag)
 
 
 def _niah_blocks(data: dict, base: str, out_dir: str, tag: str) -> list[Block]:
-    return _summary_blocks("Needle in a haystack", data, base, out_dir, tag)
+    return _summary_blocks("Needle in a haystack", data, base, out_dir, tag, NIAH_COLUMNS)
 
 
 def _gate_blocks(data: dict, base: str, out_dir: str, tag: str) -> list[Block]:
-    return _summary_blocks("Forget gates", data, base, out_dir, tag)
+    return _summary_blocks("Forget gates", data, base, out_dir, tag, SUMMARY_COLUMNS)
 
 
 def _beside(path: str, out_dir: str, tag: str) -> list[Block]:
