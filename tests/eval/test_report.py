@@ -211,7 +211,7 @@ def test_the_report_names_the_data_a_run_trained_and_was_evaluated_on(tmp_path, 
     (run / "eval" / "loss_curve.png").write_bytes(PNG)
     page = open(build_report([str(run)], str(tmp_path / "report"))).read()
     assert "| model | fox-pro-tiny |\n| data | data_cache/my data |\n| tokenizer | bytes |" in page
-    assert f"### Per-position loss\n\n{said}\n\n| model | seq_len |" in page
+    assert f"### Per-position loss\n\n{said}\n\n| model | seq_len [tokens] | train_len [tokens] | sequences |" in page
     assert sorted(os.listdir(tmp_path / "report" / "assets")) == ["0_run_loss_curve.png", "0_run_training.png"]
 
 

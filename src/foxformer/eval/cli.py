@@ -556,11 +556,15 @@ def add_commands(subparsers) -> None:
     an.set_defaults(func=lambda args: (an.print_help(), 2)[1])
 
     p = subparsers.add_parser("report", help="collect training curves and eval outputs into one page",
-                              description="Markdown (or HTML) page with the plots and tables of each RUN_DIR "
-                                          "(and its eval/ folder).")
+                              description="One Markdown (or HTML) page, report.md (or report.html) in --out, "
+                                          "with a section of tables and plots for each RUN_DIR: its training "
+                                          "curve and the outputs of the eval, analyze and bias-shift commands "
+                                          "found in it and its eval/ folder. The plots are copied into --out's "
+                                          "assets/ folder, so the folder can be moved whole; prints the page's "
+                                          "path.")
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
                    help="a folder training or the eval commands wrote (its results and those of its eval/ folder); "
-                        "one section each, in the order given")
+                        "one section each, in the order given, and each folder once")
     p.add_argument("--out", default=None,
                    help="output folder (default: RUN_DIR/report for one run dir, else runs/report)")
     p.add_argument("--format", default="md", choices=("md", "html"),

@@ -125,7 +125,8 @@ def _training_blocks(run_dir: str, out_dir: str, tag: str) -> list[Block]:
 
 
 def _loss_blocks(data: dict, base: str, out_dir: str, tag: str) -> list[Block]:
-    rows = [["model", "seq_len", "train_len", "sequences", "mean loss", "loss < train_len", "loss >= train_len"]]
+    rows = [["model", "seq_len [tokens]", "train_len [tokens]", "sequences", "mean loss", "loss < train_len",
+             "loss >= train_len"]]
     for m in data.get("models", []):
         s = m.get("summary", {})
         rows.append([s.get("name"), s.get("seq_len"), s.get("train_len"), s.get("n_sequences"), s.get("mean_loss"),
