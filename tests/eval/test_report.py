@@ -4,6 +4,8 @@ import os
 
 import pytest
 
+from foxformer.cli import main
+from foxformer.eval.gates import SUMMARY_UNITS, GateStats
 from foxformer.eval.report import build_report
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\0" * 64  # report copies figures byte for byte
@@ -209,7 +211,7 @@ def test_the_report_names_the_data_a_run_trained_and_was_evaluated_on(tmp_path, 
     (run / "eval" / "loss_curve.png").write_bytes(PNG)
     page = open(build_report([str(run)], str(tmp_path / "report"))).read()
     assert "| model | fox-pro-tiny |\n| data | data_cache/my data |\n| tokenizer | bytes |" in page
-    assert f"### Per-position loss\n\n{said}\n\n| model | seq_len |" in page
+    assert f"### Per-position loss\n\n{said}\n\n| model | seq_len [tokens] | train_len [tokens] | sequences |" in page
     assert sorted(os.listdir(tmp_path / "report" / "assets")) == ["0_run_loss_curve.png", "0_run_training.png"]
 
 
@@ -248,8 +250,64 @@ def test_gate_and_niah_tables_give_the_units_of_their_numbers(tmp_path):
     niah = {"name": "fox", "train_len": 256, "trials": 24, "standard_accuracy": 0.5, "max_depth_shift": 0.02}
     (run / "niah.json").write_text(json.dumps({"models": [{"summary": niah}]}))
     page = open(build_report([str(run)], str(tmp_path / "report"))).read()
-    assert ("| name | has_gate | tokens analysed | median timescale [tokens] | min timescale [tokens] | "
-            "heads_beyond_text | median effective context [tokens] |\n|---|---|---|---|---|---|---|\n"
-            "| fox | True | 4096 | 0.8 | 0.5 | 0 | 1 |") in page
+    assert ("| name | has_gate | text analysed [tokens] | median timescale [tokens] | min timescale [tokens] | "
+            "heads with effective context beyond the text [heads (of all layers)] | median effective context [tokens] "
+            "|\n|---|---|---|---|---|---|---|\n| fox | True | 4096 | 0.8 | 0.5 | 0 | 1 |") in page
     assert ("| name | train_len [tokens] | trials | standard_accuracy | max needle depth shift [share of the context] "
             "|\n|---|---|---|---|---|\n| fox | 256 | 24 | 0.5 | 0.02 |") in page
+
+
+def _gate_table_head(page: str) -> list[str]:
+    head = page.split("### Forget gates\n\n", 1)[1].split("\n", 1)[0]
+    return [cell.strip() for cell in head.strip("|").split("|")]
+
+
+def test_the_gate_table_heads_each_number_of_a_gate_summary_with_the_unit_gates_json_gives_it(tmp_path):
+    """The report kept its own list of the gate summary's headings and units beside gates.SUMMARY_UNITS, and the two
+    had drifted: heads_beyond_text had a unit in gates.json and a bare key for a heading in the report."""
+    stats = GateStats(name="fox", num_layers=1, num_heads=2, tokens=64, has_gate=True, max_distance=31,
+                      timescale=[[2.0, 8.0]], eff_context=[[3.5, None]])
+    summary = stats.summary()
+    numbers = [k for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    assert numbers == list(SUMMARY_UNITS)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "gates.json").write_text(json.dumps({"units": SUMMARY_UNITS, "models": [{"summary": summary}]}))
+    head = _gate_table_head(open(build_report([str(run)], str(tmp_path / "report"))).read())
+    assert head[:2] == ["name", "has_gate"] and len(head) == len(summary)
+    for key, heading in zip(numbers, head[2:]):
+        assert heading.endswith(f" [{SUMMARY_UNITS[key]}]") and "_" not in heading, (key, heading)
+
+
+def test_a_transformer_listed_first_leaves_the_gate_statistics_of_the_models_after_it(tmp_path):
+    """The table took its columns from the first model's summary: `analyze gates TRANSFORMER FOX` made a table of
+    name and has_gate alone, the FoX model's statistics left out without a word."""
+    run = tmp_path / "run"
+    run.mkdir()
+    fox = {"name": "fox", "has_gate": True, "tokens": 64, "median_timescale": 2.5, "min_timescale": 2.0,
+           "heads_beyond_text": 1, "median_eff_context": 3.5}
+    (run / "gates.json").write_text(json.dumps({"models": [{"summary": {"name": "tf", "has_gate": False}},
+                                                           {"summary": fox}]}))
+    page = open(build_report([str(run)], str(tmp_path / "report"))).read()
+    assert len(_gate_table_head(page)) == 7
+    assert "| tf | False |  |  |  |  |  |\n| fox | True | 64 | 2.5 | 2 | 1 | 3.5 |" in page
+
+
+@pytest.mark.parametrize("second, said", [
+    ("{run}", "'{run}' is given twice"),
+    ("{run}/", "'{run}' and '{run}/' are one folder"),
+    ("{tmp}/link", "'{run}' and '{tmp}/link' are one folder"),
+    ("{tmp}/other/../run", "'{run}' and '{tmp}/other/../run' are one folder"),
+], ids=["same-name", "trailing-slash", "symlink", "dot-dot"])
+def test_a_folder_named_twice_is_refused_naming_both_and_writes_nothing(tmp_path, capsys, second, said):
+    """`report runs/x runs/x/` (or a link to runs/x, or a glob matching it again) wrote runs/x's section twice."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (tmp_path / "other").mkdir()
+    (tmp_path / "link").symlink_to(run)
+    (run / "metrics.jsonl").write_text(json.dumps({"kind": "train", "step": 1, "tokens": 8, "loss": 3.0}) + "\n")
+    names = {"run": str(run), "tmp": str(tmp_path)}
+    assert main(["report", str(run), second.format(**names), "--out", str(tmp_path / "report")]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: report: {said.format(**names)}; give each run folder once (its section would show twice)"]
+    assert not (tmp_path / "report").exists()

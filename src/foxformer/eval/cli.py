@@ -382,12 +382,9 @@ def _cmd_mqar(args) -> dict:
 
 
 def _cmd_report(args) -> dict:
-    from .report import LOOKED_FOR, build_report, has_results
+    from .report import LOOKED_FOR, build_report, check_run_dirs, has_results
 
-    missing = [d for d in args.run_dirs if not os.path.isdir(d)]
-    if missing:  # a typo made (and left behind) an empty folder with a page saying "No results found"
-        raise ValueError(f"report: no run folder {', '.join(map(repr, missing))}; give the folders training or the "
-                         f"eval commands wrote")
+    check_run_dirs(args.run_dirs)
     # a dataset, an export or a checkpoint given for its run got a report/ folder with a page saying so
     if not any(has_results(d) for d in args.run_dirs):
         raise ValueError(f"report: no results in {', '.join(map(repr, args.run_dirs))} ({LOOKED_FOR}); give the "
@@ -559,11 +556,15 @@ def add_commands(subparsers) -> None:
     an.set_defaults(func=lambda args: (an.print_help(), 2)[1])
 
     p = subparsers.add_parser("report", help="collect training curves and eval outputs into one page",
-                              description="Markdown (or HTML) page with the plots and tables of each RUN_DIR "
-                                          "(and its eval/ folder).")
+                              description="One Markdown (or HTML) page, report.md (or report.html) in --out, "
+                                          "with a section of tables and plots for each RUN_DIR: its training "
+                                          "curve and the outputs of the eval, analyze and bias-shift commands "
+                                          "found in it and its eval/ folder. The plots are copied into --out's "
+                                          "assets/ folder, so the folder can be moved whole; prints the page's "
+                                          "path.")
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
                    help="a folder training or the eval commands wrote (its results and those of its eval/ folder); "
-                        "one section each, in the order given")
+                        "one section each, in the order given, and each folder once")
     p.add_argument("--out", default=None,
                    help="output folder (default: RUN_DIR/report for one run dir, else runs/report)")
     p.add_argument("--format", default="md", choices=("md", "html"),

@@ -101,10 +101,13 @@ def effective_length(distances: np.ndarray, decay: np.ndarray, threshold: float 
     return out
 
 
-# What each number of GateStats.summary() counts, written beside the summaries: a bare "median_timescale": 1.05
-# did not say tokens
-SUMMARY_UNITS = {"tokens": "tokens analysed", "median_timescale": "tokens", "min_timescale": "tokens",
-                 "heads_beyond_text": "heads (of all layers)", "median_eff_context": "tokens"}
+# Each number of GateStats.summary(): what it is, in words, and what it counts. The units are written beside the
+# summaries (a bare "median_timescale": 1.05 did not say tokens); `foxformer report` heads its table with both
+SUMMARY_COLUMNS = {"tokens": ("text analysed", "tokens"), "median_timescale": ("median timescale", "tokens"),
+                   "min_timescale": ("min timescale", "tokens"),
+                   "heads_beyond_text": ("heads with effective context beyond the text", "heads (of all layers)"),
+                   "median_eff_context": ("median effective context", "tokens")}
+SUMMARY_UNITS = {key: unit for key, (_, unit) in SUMMARY_COLUMNS.items()}
 
 
 @dataclass

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from ..paths import write_json, write_text
 from . import plots
 from .compare import difference_rows, dynamics_rows, loss_rows, run_settings
+from .gates import SUMMARY_COLUMNS
 from .mqar import MqarConfig, stopped_note, table_caption, table_rows
 from .outputs import at_least_one, find_model_outputs, find_output, markdown_table, note_replacing, safe_name
 
@@ -124,7 +125,8 @@ def _training_blocks(run_dir: str, out_dir: str, tag: str) -> list[Block]:
 
 
 def _loss_blocks(data: dict, base: str, out_dir: str, tag: str) -> list[Block]:
-    rows = [["model", "seq_len", "train_len", "sequences", "mean loss", "loss < train_len", "loss >= train_len"]]
+    rows = [["model", "seq_len [tokens]", "train_len [tokens]", "sequences", "mean loss", "loss < train_len",
+             "loss >= train_len"]]
     for m in data.get("models", []):
         s = m.get("summary", {})
         rows.append([s.get("name"), s.get("seq_len"), s.get("train_len"), s.get("n_sequences"), s.get("mean_loss"),
@@ -164,33 +166,37 @@ def _loss_unit(tokenizer: str | None) -> str:
     return f"nats per {'byte' if tokenizer == 'bytes' else f'{tokenizer} token'}"
 
 
-# Column headings with the unit of a summary's number: the gate table's "median_timescale | 0.7954" did not say
-# tokens, niah's "max_depth_shift | 0.02381" not that it is a share of the context.
-SUMMARY_HEADINGS = {"train_len": "train_len [tokens]", "tokens": "tokens analysed",
-                    "median_timescale": "median timescale [tokens]", "min_timescale": "min timescale [tokens]",
-                    "median_eff_context": "median effective context [tokens]",
-                    "max_depth_shift": "max needle depth shift [share of the context]"}
+# NiahResult.summary()'s numbers that have a unit, as gates.SUMMARY_COLUMNS: "max_depth_shift | 0.02381" did not
+# say that it is a share of the context
+NIAH_COLUMNS = {"train_len": ("train_len", "tokens"),
+                "max_depth_shift": ("max needle depth shift", "share of the context")}
 
 
-def _summary_blocks(title: str, data: dict, base: str, out_dir: str, tag: str) -> list[Block]:
+def summary_headings(columns: dict) -> dict:
+    """{summary key: its column's heading, the words with the unit} of ``columns`` ({key: (words, unit)})."""
+    return {key: f"{words} [{unit}]" for key, (words, unit) in columns.items()}
+
+
+def _summary_blocks(title: str, data: dict, base: str, out_dir: str, tag: str, columns: dict) -> list[Block]:
     """A heading, one table row per model from its "summary" dict, then the plots."""
-    keys, rows = None, []
-    for m in data.get("models", []):
-        s = m.get("summary", {})
-        keys = list(s) if keys is None else keys
-        rows.append([s.get(k) for k in keys])
+    summaries = [m.get("summary", {}) for m in data.get("models", [])]
+    # every model's keys, not the first one's: a Transformer listed first (its summary only name and has_gate)
+    # left the FoX models after it without their statistics
+    keys = list(dict.fromkeys(k for s in summaries for k in s))
+    headings = summary_headings(columns)
     out = [Block("h3", title)]
-    if keys is not None:
-        out.append(Block("table", rows=[[SUMMARY_HEADINGS.get(k, k) for k in keys]] + rows))
+    if keys:
+        out.append(Block("table", rows=[[headings.get(k, k) for k in keys]] + [[s.get(k) for k in keys]
+                                                                               for s in summaries]))
     return out + _images(data, base, out_dir, tag)
 
 
 def _niah_blocks(data: dict, base: str, out_dir: str, tag: str) -> list[Block]:
-    return _summary_blocks("Needle in a haystack", data, base, out_dir, tag)
+    return _summary_blocks("Needle in a haystack", data, base, out_dir, tag, NIAH_COLUMNS)
 
 
 def _gate_blocks(data: dict, base: str, out_dir: str, tag: str) -> list[Block]:
-    return _summary_blocks("Forget gates", data, base, out_dir, tag)
+    return _summary_blocks("Forget gates", data, base, out_dir, tag, SUMMARY_COLUMNS)
 
 
 def _beside(path: str, out_dir: str, tag: str) -> list[Block]:
@@ -247,18 +253,30 @@ def _mqar_blocks(data: dict, base: str, out_dir: str, tag: str) -> list[Block]:
     return out + ([Block("p", note)] if note else []) + _images(data, base, out_dir, tag)
 
 
-def _check_run_dirs(run_dirs: list[str]) -> None:
+def check_run_dirs(run_dirs: list[str]) -> None:
     """Refuse before anything is written: the checks ran as each folder came, after the output folder and the
     earlier folders' images were made."""
     at_least_one(run_dirs, "report", "RUN_DIR")
+    missing = [d for d in run_dirs if not os.path.isdir(d)]
+    if missing:  # a typo made (and left behind) an empty folder with a page saying "No results found"
+        raise ValueError(f"report: no run folder {', '.join(map(repr, missing))}; give the folders training or the "
+                         f"eval commands wrote")
+    # One folder named twice ("runs/x runs/x/", a link to it, a glob that also matched it) wrote its section twice.
+    # Refused rather than dropped: a page with one section fewer than folders given is easily taken for complete
+    # when the second name was a typo for another run; the options taking several values refuse repeats alike.
+    seen = {}
     for run_dir in run_dirs:
-        if not os.path.isdir(run_dir):
-            raise ValueError(f"report: {run_dir!r} is not a directory")
+        st = os.stat(run_dir)
+        first = seen.get((st.st_dev, st.st_ino))
+        if first is not None:
+            same = f"{first!r} is given twice" if first == run_dir else f"{first!r} and {run_dir!r} are one folder"
+            raise ValueError(f"report: {same}; give each run folder once (its section would show twice)")
+        seen[st.st_dev, st.st_ino] = run_dir
 
 
 def collect(run_dirs: list[str], out_dir: str) -> list[Block]:
     """Blocks of the page for ``run_dirs``; copies or draws the images into ``out_dir``/assets."""
-    _check_run_dirs(run_dirs)
+    check_run_dirs(run_dirs)
     blocks: list[Block] = []
     for n, run_dir in enumerate(run_dirs):
         # the tag names image files: Markdown link targets cannot hold spaces
