@@ -17,7 +17,6 @@ anything it describes is replaced, so an interrupted run never leaves files that
 from __future__ import annotations
 
 import array
-import contextlib
 import hashlib
 import json
 import numbers
@@ -37,7 +36,7 @@ from .layout import FORMAT, MANIFEST, MODEL_FOLDERS, SHARDS
 from .sources import (CONTENT_PREFIX, Blanks, by_file_times, describe_source, iter_documents, refused_whole,
                       source_kind, unreadable_files)
 from .tokenizer import GPT2_SPEC, canonical_name, load_tokenizer, older_tokenizer_files, tokenizer_files
-from .unreadable import LIST_FILE, refusal
+from .unreadable import drop_list, refusal
 
 DEFAULT_SOURCES = ("builtin:sympy",)
 # A longer document is encoded in parts of about this many characters (Tokenizer.encode_pieces): its ids as one
@@ -449,8 +448,7 @@ def prepare(cfg: PrepareConfig, *, force: bool = False, progress: bool = True, n
     for source in manifest["sources"]:  # a dataset of this request prepared with skip_bad_files, reused
         _check_skipped(source, cfg)
     digests.save()
-    with contextlib.suppress(FileNotFoundError):  # an earlier refusal's list, of files read now or passed over
-        os.remove(os.path.join(cfg.out_dir, LIST_FILE))
+    drop_list(cfg.out_dir)
     # what this walk passed over, not what the walk that built a reused dataset did (a dataset since added)
     for source, info in zip(manifest["sources"], infos):
         if info.skipped:

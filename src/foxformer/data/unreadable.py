@@ -8,6 +8,7 @@ record them: nothing is left out in silence.
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 from ..argtypes import SettingError
@@ -15,8 +16,9 @@ from ..paths import write_text
 
 # A refusal or a note names this many files, and counts the rest
 SHOWN = 100
-# Where a refusal whose list is cut writes it whole, in the folder it is given (a prepare's out_dir): of no kind read
-# as documents, since that folder may lie in a source folder and be walked before it holds a dataset
+# Where a refusal whose list is cut writes it whole, in the folder it is given (a prepare's out_dir, an eval
+# command's output folder): of no kind read as documents, since that folder may lie in a source folder and be walked
+# before it holds a dataset
 LIST_FILE = "unreadable_files.tsv"
 # What passing the files over does, as a prepare's refusal offers it
 PREPARE_WITHOUT = "prepare the dataset without them (they are printed, and listed in its manifest)"
@@ -59,8 +61,21 @@ def refusal(spec: str, bad: dict[str, str], without: str = PREPARE_WITHOUT,
         f"pass {name('skip_bad_files')} to {without}"))
 
 
-def skipped_note(spec: str, bad: dict[str, str], record: str = "the manifest") -> str:
+def drop_list(folder: str) -> None:
+    """Remove an earlier refusal's LIST_FILE from ``folder``, where a reading into it has gone on (the files read
+    now, or passed over): it would lie beside results it does not describe."""
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(os.path.join(folder, LIST_FILE))
+
+
+# Which files those passed over are of where the reading stopped before the source's end (an eval's, once it has
+# the text it needs): its later files were never read, so the bad ones among them are not known
+READ_BEFORE_STOP = "the files read before the reading stopped with enough text (the rest were not checked)"
+
+
+def skipped_note(spec: str, bad: dict[str, str], record: str = "the manifest", stopped: bool = False) -> str:
     """What a reading with skip_bad_files says of the files ``bad`` of ``spec`` it passed over; ``record``: what
-    lists them all."""
+    lists them all. ``stopped``: the reading ended before the source did, and ``bad`` are those it met."""
+    among = f", of {READ_BEFORE_STOP}" if stopped else ""
     return f"{spec}: {len(bad)} file(s) that cannot be read as text skipped (--skip-bad-files; {record} lists them " \
-           f"under skipped_files): {listed(bad)}"
+           f"under skipped_files){among}: {listed(bad)}"

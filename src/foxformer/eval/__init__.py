@@ -22,6 +22,6 @@ _EXPORTS = {"GateStats": ".gates", "capture_attention": ".gates", "choose_heads"
             "NiahResult": ".niah", "build_case": ".niah", "make_needle": ".niah", "niah_grid": ".niah",
             "normalize": ".niah", "run_case": ".niah", "save_gates": ".outputs", "save_loss": ".outputs",
             "save_niah": ".outputs", "build_report": ".report", "dataset_sequences": ".sequences",
-            "document_token_stream": ".sequences", "source_sequences": ".sequences"}
+            "document_token_stream": ".sequences", "source_sequences": ".sequences", "SkippedFiles": ".sequences"}
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 __all__ = list(_EXPORTS)

@@ -42,8 +42,10 @@ def _text_field_arg(p: argparse.ArgumentParser, when: str, default: str | None =
 def skip_bad_files_arg(p: argparse.ArgumentParser, source: str) -> None:
     """--skip-bad-files, as `data prepare` takes it, for the text a command reads from ``source`` (its flag)."""
     p.add_argument("--skip-bad-files", action="store_true",
-                   help=f"pass over the files of {source} that cannot be read as text (they are printed, and listed "
-                        f"under skipped_files in the results) rather than refuse it for them")
+                   help=f"pass over the files of {source} that cannot be read as text rather than refuse it for "
+                        f"them: they are printed, and listed under skipped_files in the results; reading stops once "
+                        f"it has enough text, so these are the bad files met until then (skipped_files_among says "
+                        f"whether that was every file)")
 
 
 def _text_args(p: argparse.ArgumentParser, seq_len: int, num: int) -> None:
@@ -150,14 +152,24 @@ def text_flags(args) -> tuple[str, str]:
     return args.split or "val", args.text_field or "text"
 
 
-def skipped_files(skipped: dict | None) -> dict:
-    """The files of a source that --skip-bad-files passed over (path -> problem), as the results record them."""
-    return {"skipped_files": dict(sorted(skipped.items()))} if skipped else {}
+def skipping(args):
+    """What the reading of a command's --source or --haystack puts the files it passes over in: a SkippedFiles with
+    --skip-bad-files, else None (it refuses the source for them)."""
+    from .sequences import SkippedFiles
+
+    return SkippedFiles() if args.skip_bad_files else None
 
 
-def _sequences(args, models):
+def skipped_files(skipped) -> dict:
+    """The files of a source that --skip-bad-files passed over, as the results record them (SkippedFiles.fields);
+    {} without the flag."""
+    return {} if skipped is None else skipped.fields()
+
+
+def _sequences(args, models, out: str):
     """The sequences of the text the flags name, and where they came from; ``args.split`` and ``args.text_field``
-    as text_flags settled them."""
+    as text_flags settled them. ``out``: the output folder, where a refusal of more bad files of --source than its
+    error shows lists them all."""
     from foxformer.data.preparation import read_manifest
     from foxformer.train.loading import check_data_tokenizer
 
@@ -174,14 +186,14 @@ def _sequences(args, models):
         where = {**where, "data_source": args.data_source} if args.data_source else where
     elif args.source:
         tok, spec = _tokenizer(args, models)
-        skipped = {} if args.skip_bad_files else None
+        skipped = skipping(args)
         tokens = source_sequences(args.source, tok, args.seq_len, args.num_seqs, text_field, label=FLAGS,
-                                  skipped=skipped)
+                                  skipped=skipped, folder=out)
         where = {"source": args.source, "tokenizer": spec, **skipped_files(skipped)}
     elif data := _runs_data(models):
         args.data = data
         print(f"note: --data {args.data} (the dataset the runs trained on; its {split} split)", file=sys.stderr)
-        return _sequences(args, models)
+        return _sequences(args, models, out)
     else:
         raise ValueError(f"pass --data DIR (a prepared dataset) or --source SPEC (text) to evaluate on"
                          f"{_no_runs_data(models)}")
@@ -204,7 +216,7 @@ def _cmd_loss(args) -> dict:
     args.split, args.text_field = text_flags(args)
     models = _load_models(args)
     out = _out_dir(args, models)
-    tokens, where = _sequences(args, models)
+    tokens, where = _sequences(args, models, out)
     curves = [eval_loss(m.model, tokens, name=m.name, train_len=m.train_len, batch_size=args.batch_size,
                         lengths=args.lengths, smooth_window=args.smooth, n_boot=args.n_boot,
                         confidence=args.confidence, seed=args.seed, progress=not args.no_progress) for m in models]
@@ -234,9 +246,10 @@ def _cmd_niah(args) -> dict:
     out = _out_dir(args, models)
     tok, spec = _tokenizer(args, models)
     longest = max(args.lengths)
-    skipped = {} if args.skip_bad_files else None
+    skipped = skipping(args)
     haystack = document_token_stream(args.haystack, tok, min_tokens=longest, enough=longest + HAYSTACK_ROOM,
                                      what="--haystack", text_field=args.text_field, skipped=skipped, label=FLAGS,
+                                     folder=out,
                                      fix=f"the longest of --lengths is {longest} tokens: give a source with more text "
                                          f"or shorter --lengths")
     if len(haystack) < longest + HAYSTACK_ROOM:
@@ -308,7 +321,7 @@ def _cmd_gates(args) -> dict:
     out = _out_dir(args, models)
     # refuse labels whose plots would overwrite each other before any work
     plot_tags([m.name for m in models], label=FLAGS)
-    tokens, where = _sequences(args, models)
+    tokens, where = _sequences(args, models, out)
     matrix_len = min(256 if args.matrix_len is None else args.matrix_len, int(tokens.shape[1]))
     analyses = [(gate_stats(m.model, tokens, name=m.name, batch_size=args.batch_size, progress=not args.no_progress),
                  m.model, tokens) for m in models]
@@ -338,7 +351,7 @@ def _cmd_eviction(args) -> dict:
     args.split, args.text_field = text_flags(args)
     models = _load_models(args)
     out = _out_dir(args, models)
-    tokens, where = _sequences(args, models)
+    tokens, where = _sequences(args, models, out)
     m = models[0]
     res = eviction_loss(m.model, tokens, evict_eps=args.evict_eps, chunk=args.chunk, prefill=args.prefill,
                         qk_bound=args.qk_bound, progress=not args.no_progress, label=FLAGS)

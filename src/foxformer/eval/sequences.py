@@ -1,6 +1,7 @@
 """Token sequences for evaluation: windows of a prepared dataset split, or of documents from a text source."""
 from __future__ import annotations
 
+import os
 import sys
 from typing import Optional
 
@@ -123,57 +124,111 @@ def _without(label: str) -> str:
 RECORD = "the results' JSON"
 
 
+class SkippedFiles(dict):
+    """The files of a source that a reading with --skip-bad-files passed over, path -> problem, and ``read_whole``,
+    set by the reading: whether it went to the source's end, so that they are all its bad files. An eval's reading
+    stops once it has the text it needs, and the files after that point are not checked: reading them all for this
+    alone could cost more than the evaluation, and a skipped_files that held only the files met was read as every
+    bad file of the source."""
+
+    read_whole = True
+
+    def fields(self) -> dict:
+        """The results' record of them: ``skipped_files``, and ``skipped_files_among``, which files they are of."""
+        from foxformer.data.unreadable import READ_BEFORE_STOP
+
+        among = "every file of the source" if self.read_whole else READ_BEFORE_STOP
+        return {"skipped_files": dict(sorted(self.items())), "skipped_files_among": among}
+
+
+def _passed_over(source: str, skipped: Optional[SkippedFiles], stopped: bool) -> None:
+    """Record in ``skipped`` whether the reading of ``source`` went to its end (``stopped``: it did not), and say on
+    stderr which files it passed over, if any."""
+    from foxformer.data.unreadable import skipped_note
+
+    if skipped is None:
+        return
+    skipped.read_whole = not stopped
+    if skipped:
+        print(f"note: {skipped_note(source, skipped, RECORD, stopped)}", file=sys.stderr)
+
+
+def _check_left(what: str, source: str, skipped: Optional[SkippedFiles], docs: int, label: str) -> None:
+    """Refuse ``source`` where --skip-bad-files passed over files of it and no document (``docs``: those read) was
+    left: the refusal of too little text that followed sent the user to a shorter --seq-len for a source whose
+    every file was bad."""
+    from foxformer.data.unreadable import listed
+
+    if skipped and not docs:
+        others = " and its other files hold none" if os.path.isdir(source) else ""
+        raise ValueError(f"{what}: no document of {source!r} is left: its {len(skipped)} file(s) that cannot be read "
+                         f"as text were passed over ({setting_name(label, 'skipped', 'skip_bad_files')}){others}; "
+                         f"convert them to UTF-8 (iconv -f ITS_ENCODING -t utf-8) or give another source. Passed over: "
+                         f"{listed(skipped)}")
+
+
 def document_token_stream(source: str, tokenizer, *, min_tokens: int, enough: Optional[int] = None,
                           max_docs: Optional[int] = None, separator: Optional[int] = None, what: str = "source",
                           fix: str = "give a source with more text", text_field: str = "text",
-                          skipped: Optional[dict] = None, label: str = "{}") -> list[int]:
+                          skipped: Optional[SkippedFiles] = None, label: str = "{}",
+                          folder: Optional[str] = None) -> list[int]:
     """Token ids of a text source's documents joined (by ``separator`` if given) until ``enough`` (default
     ``min_tokens``) are collected. ``source``: a spec of ``foxformer.data.iter_documents`` (file, directory,
     builtin:...), ``text_field`` its JSONL field / Parquet column of the text. Fewer than ``min_tokens``, or a
     source that cannot be read, is refused in one line: ``what`` names the option, ``fix`` says what to do; the
-    source's files that cannot be read as text all at once, or where ``skipped`` is given, passed over, said and
-    put in it (path -> problem), as iter_documents does. ``label``: as check_sequences'."""
+    source's files that cannot be read as text all at once (``folder``: the output folder, where a list longer
+    than the error shows is written whole), or where ``skipped`` (a SkippedFiles) is given, passed over, said and
+    put in it, as iter_documents does. ``label``: as check_sequences'."""
     from foxformer.data import iter_documents
     from foxformer.data.sources import refused_whole
-    from foxformer.data.unreadable import skipped_note
+    from foxformer.data.unreadable import drop_list
 
     enough = min_tokens if enough is None else max(enough, min_tokens)
     ids: list[int] = []
+    stopped, docs = False, 0
     try:
-        with refused_whole(source, text_field, without=_without(label)):
-            for i, doc in enumerate(iter_documents(source, text_field, skipped=skipped)):
-                if max_docs is not None and i >= max_docs:
+        with refused_whole(source, text_field, without=_without(label), folder=folder):
+            for doc in iter_documents(source, text_field, skipped=skipped):
+                if max_docs is not None and docs >= max_docs:
+                    stopped = True
                     break
+                docs += 1
                 ids.extend(tokenizer.encode(doc.text))
                 if separator is not None:
                     ids.append(separator)
                 if len(ids) >= enough:
+                    stopped = True
                     break
     except SettingError as e:  # `niah --haystack` was refused as "source:"
         raise _said_as(e, what, label) from None
-    if skipped:
-        print(f"note: {skipped_note(source, skipped, RECORD)}", file=sys.stderr)
+    if folder is not None:
+        drop_list(folder)
+    _check_left(what, source, skipped, docs, label)
+    _passed_over(source, skipped, stopped)
     if len(ids) < min_tokens:
         raise ValueError(f"{what}: {source!r} holds {len(ids)} tokens, {min_tokens} are needed; {fix}")
     return ids
 
 
 def source_sequences(source: str, tokenizer, seq_len: int, num: int, text_field: str = "text", *,
-                     label: str = "{}", skipped: Optional[dict] = None) -> torch.Tensor:
+                     label: str = "{}", skipped: Optional[SkippedFiles] = None,
+                     folder: Optional[str] = None) -> torch.Tensor:
     """int64 [N, seq_len]: the first ``seq_len`` tokens of each document with at least that many tokens (a
-    tokenizer's BOS first, for those that have one). ``text_field``: the JSONL field / Parquet column of the text.
-    ``label``: as check_sequences'. What reading the source left out (empty documents among those read, a folder's
-    files of other kinds) is said on stderr, in the notes `data prepare` gives. Its files that cannot be read as
-    text are refused all at once, or where ``skipped`` is given, passed over, said and put in it (path ->
-    problem), as iter_documents does."""
+    tokenizer's BOS first, for those that have one), read until there are ``num``. ``text_field``: the JSONL field
+    / Parquet column of the text. ``label``: as check_sequences'. What reading the source left out (empty documents
+    among those read, a folder's files of other kinds) is said on stderr, in the notes `data prepare` gives. Its
+    files that cannot be read as text are refused all at once (``folder``: the output folder, where a list longer
+    than the error shows is written whole), or where ``skipped`` (a SkippedFiles) is given, passed over, said and
+    put in it, as iter_documents does."""
     check_sequences(seq_len, num, label=label)
     from foxformer.data import iter_documents
     from foxformer.data.sources import Blanks, left_out_of, reading_notes, refused_whole
     from foxformer.data.tokenizer import start_ids
+    from foxformer.data.unreadable import drop_list
 
     rows, blanks = [], Blanks()
     try:
-        with refused_whole(source, text_field, without=_without(label)):
+        with refused_whole(source, text_field, without=_without(label), folder=folder):
             for doc in iter_documents(source, text_field, skipped=skipped):
                 if blanks.skip(doc):
                     continue
@@ -185,10 +240,13 @@ def source_sequences(source: str, tokenizer, seq_len: int, num: int, text_field:
         left_out = left_out_of(source)
     except SettingError as e:  # the source's reader names its setting as the API does ("source")
         raise _said_as(e, setting_name(label, e.field), label) from None
+    if folder is not None:
+        drop_list(folder)
+    _check_left(setting_name(label, "source"), source, skipped, blanks.read, label)
     stopped = len(rows) >= num  # the rest of the source was not read: its empty documents are not counted
-    record = {"spec": source, **blanks.fields(stopped), **left_out, "skipped_files": skipped}
-    for note in reading_notes(record, text_field, RECORD):
+    for note in reading_notes({"spec": source, **blanks.fields(stopped), **left_out}, text_field):
         print(f"note: {note}", file=sys.stderr)
+    _passed_over(source, skipped, stopped)
     if not rows:
         name = setting_name(label, "seq_len")
         raise ValueError(f"{name}: no document of {source!r} has {seq_len} tokens; lower {name} or use a source "

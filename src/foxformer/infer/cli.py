@@ -145,7 +145,7 @@ def _cmd_generate(args) -> int:
 
 
 def _cmd_bias_shift(args) -> int:
-    from foxformer.eval.cli import skipped_files, text_flags
+    from foxformer.eval.cli import skipped_files, skipping, text_flags
     from foxformer.eval.outputs import default_out_dir, note_replacing
     from foxformer.eval.sequences import check_sequences, note_fewer
     from foxformer.train.loading import load_model, saved_config
@@ -177,8 +177,8 @@ def _cmd_bias_shift(args) -> int:
     if not out:  # the default, known once the model loads, checked before the sweep as a given --out is
         out = os.path.join(default_out_dir([loaded]), "bias_shift.json")
         check_output_file(out, "--out")
-    args.skipped = {} if args.skip_bad_files else None
-    tokens = _eval_tokens(args, loaded)
+    args.skipped = skipping(args)
+    tokens = _eval_tokens(args, loaded, os.path.dirname(out))
     # a --data dataset's windows lie inside documents, as a --source's do
     note_fewer(len(tokens), args.seq_len, args.num_seqs, args.data or args.source, per_doc=True)
     res = bias_shift_sweep(loaded.model, tokens, args.shifts, train_len=loaded.train_len, bins=args.bins,
@@ -207,7 +207,7 @@ def _run_data(model: str) -> str | None:
     return data if data and is_dataset(data) else None
 
 
-def _eval_tokens(args, loaded):
+def _eval_tokens(args, loaded, folder: str):
     from foxformer.data import load_tokenizer
     from foxformer.train.loading import check_data_tokenizer, tokenizer_spec
     from foxformer.eval.sequences import dataset_sequences, source_sequences
@@ -218,7 +218,7 @@ def _eval_tokens(args, loaded):
                                  label=FLAGS, within_docs_optional=False)
     tok = load_tokenizer(tokenizer_spec([loaded], args.tokenizer))
     return source_sequences(args.source, tok, args.seq_len, args.num_seqs, args.text_field, label=FLAGS,
-                            skipped=args.skipped)
+                            skipped=args.skipped, folder=folder)
 
 
 def _plot_bias_shift(res: dict, path: str) -> None:
