@@ -199,3 +199,43 @@ def test_the_process_group_waits_for_every_ranks_checks_and_no_longer(monkeypatc
     with pytest.raises(raised, match=expected):
         distributed.start_process_group(info, timeout_minutes=0.0005, stop=stop)
     assert store.data["foxformer/ready/0"] == b"1" and store.counts["foxformer/ready"] == 1  # what the others wait for
+
+
+@pytest.mark.parametrize("agent_store, left", [
+    (True, "rank 1 failed: ValueError: --config: file 'cfg.yaml' does not exist"), (False, None),
+], ids=["torchrun-keeps-the-store", "store-of-a-launch-by-hand"])
+def test_a_rank_that_fails_before_it_joined_the_job_leaves_its_error(monkeypatch, agent_store, left):
+    """A rank that failed before train() joined the job (a --config only another host had) left nothing: the
+    others waited for it until dist_timeout_minutes. It joins torchrun's store to leave its error there, which
+    outlives it (a store by hand is rank 0's, gone with it)."""
+    server = torch.distributed.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    monkeypatch.setattr(distributed, "_STORE", None)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(server.port))
+    monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", str(agent_store))
+    with pytest.raises(ValueError, match="^--config: file 'cfg.yaml' does not exist$"):
+        with distributed.failures_reported():
+            raise ValueError("--config: file 'cfg.yaml' does not exist")
+    assert server.add("foxformer/failed", 0) == (left is not None)  # what the waiting ranks poll
+    assert (server.get("foxformer/failed/1").decode() if server.check(["foxformer/failed/1"]) else None) == left
+
+
+def test_the_runs_report_of_a_failure_stands_when_the_command_rewords_it(monkeypatch):
+    """train() leaves its error, which the command then names by its flag: one report, the run's, as the
+    others read it (a second would count the failure twice)."""
+    store = _Store({})
+    monkeypatch.setattr(distributed, "_STORE", store)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    info = distributed.DistInfo(rank=1, world_size=2, local_rank=1, device=torch.device("cpu"), mode="ddp")
+    with pytest.raises(ValueError, match="^--batch-tokens 48: reworded$"):
+        with distributed.failures_reported():
+            try:
+                with distributed.failures_reported(info):
+                    raise ValueError("batch_tokens: raw")
+            except ValueError:
+                raise ValueError("--batch-tokens 48: reworded") from None
+    assert store.data == {"foxformer/failed/1": b"rank 1 failed: ValueError: batch_tokens: raw"}
+    assert store.counts["foxformer/failed"] == 1

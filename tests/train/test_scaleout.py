@@ -257,6 +257,23 @@ def test_a_setting_error_under_torchrun_is_said_once_with_no_traceback_and_no_wa
     assert not re.search(r'File "[^"]*/foxformer/', err), err[-3000:]  # no frame of ours: torchrun's own alone
 
 
+def test_a_host_missing_the_config_file_stops_the_other_at_once(byte_data, tmp_path):
+    """A --config on one host's disk only: rank 1 failed before its run joined the job and left nothing, and rank
+    0, on another host (no torchrun there to end it), waited for it until dist_timeout_minutes. Now rank 0 stops
+    at once with rank 1's message."""
+    base = str(tmp_path / "host")
+    os.makedirs(base + "0")
+    with open(base + "0/cfg.yaml", "w") as f:
+        f.write("lr: 0.003\n")
+    args = ["--config", "cfg.yaml", *_cli_args(byte_data, "run", max_steps=1, dist_timeout_minutes=2)]
+    # a wait for the timeout (2 minutes) would run into the launch's
+    (rc0, _, err0), (rc1, _, err1) = _launch(2, 1, args, script=[RANK_FOLDER, base], timeout=90)
+    assert rc0 != 0 and rc1 != 0
+    assert "  traceback : error: --config: file 'cfg.yaml' does not exist" in err1, err1[-3000:]
+    _said_once(err0, "error: rank 1 failed: ValueError: --config: file 'cfg.yaml' does not exist")
+    assert not os.path.exists(base + "0/run")
+
+
 def test_ranks_that_do_not_see_the_same_folders_stop_before_training(byte_data, tmp_path):
     """A relative path on each rank's own folder stands for a local disk on each host. A new run failed at its
     first checkpoint (an interval into the run) with advice to free disk space; a resume waited in a collective

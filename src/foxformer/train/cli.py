@@ -89,10 +89,25 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _train_command(args: argparse.Namespace, signals) -> int:
+    from .distributed import PeerFailure, failures_reported, shutdown
+    from .elastic import say_error
+
+    try:
+        # from the command's start: a rank that fails before the run joins the job (a --config or run only
+        # another host has) stops the ranks waiting for it with its message, where they waited until the timeout
+        with failures_reported():
+            return _train_run(args, signals)
+    except PeerFailure as e:  # this rank stopped because another failed: that rank's message is the one to give
+        say_error(f"error: {e}")
+        return 2
+    finally:
+        shutdown()
+
+
+def _train_run(args: argparse.Namespace, signals) -> int:
     from .checkpoint import CheckpointWriteError, check_not_data_or_model, check_not_in_a_run, list_checkpoints
     from .config import SAVED_CONFIG, load_config
-    from .distributed import PeerFailure, barrier
-    from .elastic import say_error
+    from .distributed import barrier
     from .loop import train
     from .stopping import exit_status, launcher_note
 
@@ -152,13 +167,6 @@ def _train_command(args: argparse.Namespace, signals) -> int:
         raise KeyboardInterrupt(_resume_note(cfg.out_dir)) from None
     except CheckpointWriteError as e:
         raise CheckpointWriteError(f"{e}; resume with: foxformer train --out {shlex.quote(cfg.out_dir)}") from None
-    except PeerFailure as e:  # this rank stopped because another failed: that rank's message is the one to give
-        say_error(f"error: {e}")
-        return 2
-    finally:
-        from .distributed import shutdown
-
-        shutdown()
     if summary.get("stopped_by"):  # every rank: torchrun reports the first status that is not 0
         return exit_status(summary["stopped_by"])
     return 0

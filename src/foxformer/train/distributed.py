@@ -4,7 +4,8 @@ Launch with ``torchrun --nproc-per-node N -m foxformer.cli train ...`` (one host
 ``--nnodes M --rdzv-backend c10d --rdzv-endpoint HOST:PORT`` on each of M hosts: WORLD_SIZE/RANK/LOCAL_RANK
 come from torchrun; NCCL on CUDA, gloo on CPU. Every collective gives up after ``timeout_minutes``, and a
 rank that fails leaves its message in the rendezvous store, where the ranks it leaves stuck read it: in a
-collective, or before the process group starts, which waits for every rank's own checks.
+collective, or before the process group starts, which waits for every rank's own checks (and a rank that fails
+before it joined the job joins torchrun's store to leave it).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from torch import nn
 
 from foxformer.models.calls import backbone
 from foxformer.train.config import DEVICE_SPELLINGS
+from foxformer.train.elastic import one_of_several
 
 
 @dataclass
@@ -55,6 +57,7 @@ _INTERRUPTED = "was interrupted (Ctrl-C)"  # what a rank that stopped on Keyboar
 # A rank whose collective broke on a peer's death may get there before the peer has written why it died
 # (the peer writes before it exits, which is what breaks the connection, so the wait is short).
 _REPORT_GRACE_S = 5.0
+_UNREPORTED = "rank {}: could not report the failure to the other ranks"
 
 
 def resolve_device(device: str | torch.device | None = None, label: str = "device") -> torch.device:
@@ -138,7 +141,7 @@ def start_process_group(info: DistInfo, timeout_minutes: float, stop=None) -> No
     deadline = time.monotonic() + 60 * timeout_minutes
     while _STORE.add(_READY_COUNT, 0) < info.world_size:
         if _STORE.add(_FAILED_COUNT, 0):
-            reports = _peer_failures(info)
+            reports = _peer_failures(info.rank, info.world_size)
             failed = [p for p in reports if not p.endswith(_INTERRUPTED)]
             if failed:
                 raise PeerFailure("; ".join(failed))
@@ -165,12 +168,12 @@ def shutdown() -> None:
     _STORE = None
 
 
-def _peer_failures(info: DistInfo) -> list[str]:
+def _peer_failures(rank: int, world: int) -> list[str]:
     found = []
-    for r in range(info.world_size):
+    for r in range(world):
         key = _FAILED_KEY.format(r)
         try:
-            if r != info.rank and _STORE.check([key]):
+            if r != rank and _STORE.check([key]):
                 found.append(_STORE.get(key).decode())
         except (RuntimeError, ValueError):  # the store went with its host: nothing more to learn
             break
@@ -178,36 +181,69 @@ def _peer_failures(info: DistInfo) -> list[str]:
 
 
 @contextlib.contextmanager
-def failures_reported(info: DistInfo):
+def failures_reported(info: DistInfo | None = None):
     """Leave this rank's error in the store for the others; or, when a peer failed first, raise PeerFailure
     with the peer's message (what the user needs) instead of a broken-connection error. A Ctrl-C is no
     failure: a rank whose peer was interrupted first raises KeyboardInterrupt, which the command says once for
-    the job (its "error: rank 0 failed: KeyboardInterrupt" line repeated rank 0's note)."""
+    the job (its "error: rank 0 failed: KeyboardInterrupt" line repeated rank 0's note).
+    ``info``: the run's. Without it (around a whole command, from its start) the rank is torchrun's, and a rank
+    that fails before it joined the job (its --config, or the run it continues, missing on its host) joins the
+    store to leave its error: the others waited for it until dist_timeout_minutes. Nested, the innermost leaves
+    it."""
+    rank, world = (info.rank, info.world_size) if info is not None else _launched_as()
     try:
         yield
     except PeerFailure:  # already a peer's message, and the peer's to report
         raise
     except BaseException as e:
-        if _STORE is None or not info.enabled:
+        # a report left already is an inner scope's, of this error before the command reworded it
+        if world == 1 or isinstance(e, SystemExit) and not e.code or not _joined(rank, world) or _left(rank):
             raise
         mine = f"{type(e).__name__}: {e}"
         deadline = time.monotonic() + (_REPORT_GRACE_S if isinstance(e, (RuntimeError, dist.DistError)) else 0.0)
-        peers = _peer_failures(info)
+        peers = _peer_failures(rank, world)
         while not peers and time.monotonic() < deadline:
             time.sleep(0.1)
-            peers = _peer_failures(info)
+            peers = _peer_failures(rank, world)
         failed = [p for p in peers if not p.endswith(_INTERRUPTED)]
         if failed and not all(p.endswith(mine) for p in failed):  # not the error every rank ran into
-            raise PeerFailure(f"{'; '.join(failed)} (rank {info.rank} stopped with it: {mine.splitlines()[0]})") from e
+            raise PeerFailure(f"{'; '.join(failed)} (rank {rank} stopped with it: {mine.splitlines()[0]})") from e
         if peers and not failed and not isinstance(e, KeyboardInterrupt):
             raise KeyboardInterrupt from e
         try:
-            _STORE.set(_FAILED_KEY.format(info.rank), f"rank {info.rank} {_INTERRUPTED}"
-                       if isinstance(e, KeyboardInterrupt) else f"rank {info.rank} failed: {mine}")
+            _STORE.set(_FAILED_KEY.format(rank), f"rank {rank} {_INTERRUPTED}"
+                       if isinstance(e, KeyboardInterrupt) else f"rank {rank} failed: {mine}")
             _STORE.add(_FAILED_COUNT, 1)
         except (RuntimeError, ValueError):
-            print(f"rank {info.rank}: could not report the failure to the other ranks", file=sys.stderr)
+            print(_UNREPORTED.format(rank), file=sys.stderr)
         raise
+
+
+def _launched_as() -> tuple[int, int]:
+    """This process's rank and the job's size, as torchrun gave them ((0, 1) for a process of its own)."""
+    if not one_of_several():
+        return 0, 1
+    return int(os.environ.get("RANK", "0")), int(os.environ["WORLD_SIZE"])
+
+
+def _left(rank: int) -> bool:
+    """Whether this rank's report is in the store."""
+    try:
+        return _STORE.check([_FAILED_KEY.format(rank)])
+    except (RuntimeError, ValueError):  # the store went with its host: the attempt to leave one will say so
+        return False
+
+
+def _joined(rank: int, world: int) -> bool:
+    """Whether this rank can leave a report: it joined the job's store, or joins it now. Only torchrun's store
+    is joined late: its agent keeps it for the whole job, where rank 0's (a launch by hand) goes with rank 0."""
+    global _STORE
+    if _STORE is None and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        try:  # the agent's store is there already: a wait means its host is gone, with the job
+            _STORE = next(dist.rendezvous("env://", rank, world, timeout=datetime.timedelta(seconds=30)))[0]
+        except (ValueError, RuntimeError):
+            print(_UNREPORTED.format(rank), file=sys.stderr)
+    return _STORE is not None
 
 
 def barrier() -> None:
