@@ -443,6 +443,17 @@ def test_runs_that_are_not_seeds_of_one_model_are_not_pooled(tmp_path, case):
         assert [r["model"] for r in res["rows"]] == ["A", "B"]
 
 
+@pytest.mark.parametrize("second", ["eval", "eval/loss.json"], ids=["its-eval-folder", "its-loss-json"])
+def test_a_run_folder_and_its_own_evaluation_given_again_are_not_pooled_as_two_seeds(tmp_path, second):
+    """`compare runs/x runs/x/eval` read x's eval/loss.json twice: two seeds of x with a spread of 0."""
+    a = _configured_run(tmp_path, "expA", "fox-pro-tiny", 0)
+    again = os.path.join(a, second)
+    said = (f"{a} and {again} read one loss.json, {os.path.join(a, 'eval', 'loss.json')}: 'model' would pool it as "
+            f"several seeds; give each run once")
+    with pytest.raises(ValueError, match=f"^{re.escape(said)}$"):
+        compare([a, again], str(tmp_path / "out"))
+
+
 def test_a_run_folder_holding_another_models_evaluation_is_refused(tmp_path):
     a = _configured_run(tmp_path, "expA", "fox-pro-tiny", 0)
     other = tmp_path / "other_model"
