@@ -99,6 +99,32 @@ def test_cli_names_and_missing_run(tmp_path, capsys):
                                        f"loss {run}` first\n")
 
 
+def test_a_loss_json_in_a_run_folder_and_its_eval_folder_is_compared_from_the_run_folder_naming_both(tmp_path,
+                                                                                                      capsys):
+    """With RUN/loss.json beside RUN/eval/loss.json the comparison took the first without a word, perhaps the
+    older; the run's niah.json likewise."""
+    from foxformer.eval.niah import NiahResult
+    from foxformer.eval.outputs import save_niah
+
+    a = _write_run(tmp_path, "a", np.full(63, 7.75))
+    os.replace(os.path.join(a, "eval", "loss.json"), os.path.join(a, "loss.json"))
+    _write_run(tmp_path / "newer", "a", np.full(63, 1.25))
+    os.replace(tmp_path / "newer" / "a" / "eval" / "loss.json", os.path.join(a, "eval", "loss.json"))
+    for folder, hit in ((a, True), (os.path.join(a, "eval"), False)):
+        records = [{"length": 32, "depth": 0.5, "mode": "standard", "needle": 0, "seed": 0, "value": "1",
+                    "answer_logprob": -1.0, "ll_correct": hit, "found": hit}]
+        save_niah([NiahResult(name="a", lengths=[32], depths=[0.5], modes=["standard"], train_len=16,
+                              records=records)], folder)
+    assert main(["eval", "compare", a, "--out", str(tmp_path / "out")]) == 0
+    out, err = capsys.readouterr()
+    notes = [line for line in err.splitlines() if line.startswith("note: ")]
+    assert [re.sub(r" \(written [^)]+\)", "", line) for line in notes] == [
+        f"note: {a}/{name} is used, not {a}/eval/{name}: a folder's own results come before its eval/ folder's"
+        for name in ("loss.json", "niah.json")]
+    assert "| a | 16 | 7.750 | 7.750 |" in out and "1.25" not in out
+    assert "| a | standard | 1.00 |" in out and "| a | standard | 0.00 |" not in out
+
+
 def test_value_at_the_last_position_uses_the_last_octave():
     from types import SimpleNamespace
 
@@ -415,6 +441,17 @@ def test_runs_that_are_not_seeds_of_one_model_are_not_pooled(tmp_path, case):
     if case != "same-run":  # named apart, they compare as two models
         res = compare([a, b], str(tmp_path / "out"), names=["A", "B"])
         assert [r["model"] for r in res["rows"]] == ["A", "B"]
+
+
+@pytest.mark.parametrize("second", ["eval", "eval/loss.json"], ids=["its-eval-folder", "its-loss-json"])
+def test_a_run_folder_and_its_own_evaluation_given_again_are_not_pooled_as_two_seeds(tmp_path, second):
+    """`compare runs/x runs/x/eval` read x's eval/loss.json twice: two seeds of x with a spread of 0."""
+    a = _configured_run(tmp_path, "expA", "fox-pro-tiny", 0)
+    again = os.path.join(a, second)
+    said = (f"{a} and {again} read one loss.json, {os.path.join(a, 'eval', 'loss.json')}: 'model' would pool it as "
+            f"several seeds; give each run once")
+    with pytest.raises(ValueError, match=f"^{re.escape(said)}$"):
+        compare([a, again], str(tmp_path / "out"))
 
 
 def test_a_run_folder_holding_another_models_evaluation_is_refused(tmp_path):

@@ -311,3 +311,102 @@ def test_a_folder_named_twice_is_refused_naming_both_and_writes_nothing(tmp_path
     assert capsys.readouterr().err.splitlines() == [
         f"error: report: {said.format(**names)}; give each run folder once (its section would show twice)"]
     assert not (tmp_path / "report").exists()
+
+
+def _written(path, when: str) -> str:
+    """Set ``path``'s modification time to ``when`` (local "YYYY-MM-DD HH:MM"), as the notes print it."""
+    import time
+
+    stamp = time.mktime(time.strptime(when, "%Y-%m-%d %H:%M"))
+    os.utime(path, (stamp, stamp))
+    return when
+
+
+# One output of each kind in the run folder and in its eval/ folder, their contents told apart by a number in it
+OUTPUT_OF = {
+    "loss.json": (lambda x: {"models": [{"summary": {"name": "fox", "mean_loss": x}}]}, "### Per-position loss"),
+    "niah.json": (lambda x: {"models": [{"summary": {"name": "fox", "standard_accuracy": x}}]},
+                  "### Needle in a haystack"),
+    "gates.json": (lambda x: {"models": [{"summary": {"name": "fox", "has_gate": True, "median_timescale": x}}]},
+                   "### Forget gates"),
+    "eviction.json": (lambda x: {"name": "fox", "loss": x}, "### KV eviction"),
+    "bias_shift.json": (lambda x: {"shifts": [0.0], "train_len": 32, "mean_loss": [x], "loss_within": [x],
+                                   "loss_beyond": [x]}, "### Forget-gate bias shift"),
+}
+
+
+@pytest.mark.parametrize("name", list(OUTPUT_OF), ids=[n.split(".")[0] for n in OUTPUT_OF])
+def test_an_output_in_a_run_folder_and_its_eval_folder_is_shown_from_the_run_folder_naming_both(tmp_path, capsys,
+                                                                                                 name):
+    """With RUN/loss.json beside RUN/eval/loss.json the report showed the first without a word, perhaps the older."""
+    content, heading = OUTPUT_OF[name]
+    run = tmp_path / "run"
+    (run / "eval").mkdir(parents=True)
+    own, other = run / name, run / "eval" / name
+    own.write_text(json.dumps(content(1.25)))
+    other.write_text(json.dumps(content(7.75)))
+    said = (f"{own} (written {_written(own, '2024-03-01 09:30')}) is used, not {other} (written "
+            f"{_written(other, '2024-05-02 17:05')}): a folder's own results come before its eval/ folder's")
+    assert main(["report", str(run), "--out", str(tmp_path / "report")]) == 0
+    assert capsys.readouterr().err.splitlines() == [f"note: {said}"]
+    page = (tmp_path / "report" / "report.md").read_text()
+    assert f"{heading}\n\n{said}.\n\n" in page
+    assert "1.25" in page and "7.75" not in page
+
+
+def test_harness_results_in_a_run_folder_and_its_eval_folder_come_from_the_run_folder_naming_all(tmp_path, capsys):
+    from foxformer.eval.outputs import model_outputs
+
+    run = tmp_path / "run"
+    (run / "eval").mkdir(parents=True)
+    (run / "harness.json").write_text(json.dumps({"results": {"my_mc": {"acc,none": 0.25}}}))
+    for file in model_outputs("harness", ["fox", "tf"]):
+        (run / "eval" / file).write_text(json.dumps({"results": {"my_mc": {"acc,none": 0.875}}}))
+    own, fox, tf = run / "harness.json", run / "eval" / "harness_fox.json", run / "eval" / "harness_tf.json"
+    said = (f"{own} (written {_written(own, '2024-03-01 09:30')}) is used, not {fox} (written "
+            f"{_written(fox, '2024-05-02 17:05')}), {tf} (written {_written(tf, '2024-05-02 17:06')}): a folder's "
+            f"own results come before its eval/ folder's")
+    page = open(build_report([str(run)], str(tmp_path / "report"))).read()
+    assert capsys.readouterr().err.splitlines() == [f"note: {said}"]
+    assert f"### lm-evaluation-harness\n\n{said}.\n\n| task | metric | value |" in page
+    assert "| my_mc | acc,none | 0.25 |" in page and "0.875" not in page and "harness: fox" not in page
+
+
+def test_an_output_in_one_folder_only_is_shown_without_a_note(tmp_path, capsys):
+    run = tmp_path / "run"
+    (run / "eval").mkdir(parents=True)
+    (run / "eval" / "niah.json").write_text(json.dumps(OUTPUT_OF["niah.json"][0](0.5)))
+    page = open(build_report([str(run)], str(tmp_path / "report"))).read()
+    assert "### Needle in a haystack\n\n| name | standard_accuracy |" in page
+    assert "note" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("order", ["run-first", "eval-first"])
+def test_a_run_folder_and_its_eval_folder_given_together_say_which_outputs_show_twice(tmp_path, capsys, order):
+    """`report runs/x runs/x/eval` showed x's eval/ outputs in both sections without a word."""
+    run = tmp_path / "run"
+    (run / "eval").mkdir(parents=True)
+    (run / "eval" / "niah.json").write_text(json.dumps(OUTPUT_OF["niah.json"][0](0.5)))
+    first, second = (run, run / "eval") if order == "run-first" else (run / "eval", run)
+    assert main(["report", str(first), str(second), "--out", str(tmp_path / "report")]) == 0
+    niah = run / "eval" / "niah.json"
+    assert capsys.readouterr().err.splitlines() == [
+        f"note: the section of {second} shows {niah} again, as the section of {first} does"]
+    page = (tmp_path / "report" / "report.md").read_text()
+    assert page.count("### Needle in a haystack") == 2
+    again = f"### Needle in a haystack\n\n{niah} is shown above too, in the section of {first}.\n\n"
+    assert page.count(again) == 1 and page.index(f"## {second}") < page.index(again)
+
+
+def test_a_run_folder_with_outputs_of_its_own_beside_its_eval_folder_given_too_shows_each_once(tmp_path, capsys):
+    """The two sections differ where the run folder holds its own output: only the passed-over file is noted."""
+    run = tmp_path / "run"
+    (run / "eval").mkdir(parents=True)
+    (run / "niah.json").write_text(json.dumps(OUTPUT_OF["niah.json"][0](0.25)))
+    (run / "eval" / "niah.json").write_text(json.dumps(OUTPUT_OF["niah.json"][0](0.75)))
+    page = open(build_report([str(run), str(run / "eval")], str(tmp_path / "report"))).read()
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(f"note: {run / 'niah.json'} (written ")
+    assert "shown above too" not in page
+    own, other = page.split(f"## {run / 'eval'}")
+    assert "| fox | 0.25 |" in own and "| fox | 0.75 |" in other

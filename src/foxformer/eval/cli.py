@@ -506,8 +506,8 @@ def add_commands(subparsers) -> None:
                        description="Reads the loss.json that `eval loss` left in each RUN_DIR (or RUN_DIR/eval) and "
                                    "draws them together; the runs must have measured the same sequences.")
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
-                   help="a folder where `eval loss` wrote loss.json (it or its eval/ folder holds it), or that "
-                        "loss.json file")
+                   help="a folder where `eval loss` wrote loss.json (it or its eval/ folder holds it; where both "
+                        "do, its own, with a note naming both), or that loss.json file")
     p.add_argument("--names", type=words, default=None, help="comma-separated labels, one per model")
     p.add_argument("--positions", type=distinct(counts), default=None,
                    help="token positions p of the table, powers of two (its columns: the octaves p/2 < i <= p), "
@@ -576,8 +576,9 @@ def add_commands(subparsers) -> None:
                                           "assets/ folder, so the folder can be moved whole; prints the page's "
                                           "path.")
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
-                   help="a folder training or the eval commands wrote (its results and those of its eval/ folder); "
-                        "one section each, in the order given, and each folder once")
+                   help="a folder training or the eval commands wrote (its results and those of its eval/ folder; "
+                        "where both hold one, its own, and the page says so); one section each, in the order given, "
+                        "and each folder once")
     p.add_argument("--out", default=None,
                    help="output folder (default: RUN_DIR/report for one run dir, else runs/report)")
     p.add_argument("--format", default="md", choices=("md", "html"),

@@ -152,8 +152,8 @@ def _check_evaluated_here(run_dir: str, path: str, models: list) -> None:
 
 
 def load_curves(run_dirs: list[str]) -> list[SimpleNamespace]:
-    """One curve per model found in the runs' loss.json files (attributes as ``plots`` expects, and
-    ``run_index``: the position in ``run_dirs`` of the run it came from)."""
+    """One curve per model found in the runs' loss.json files (attributes as ``plots`` expects, ``run_index``: the
+    position in ``run_dirs`` of the run it came from, and ``source``: the loss.json it was read from)."""
     curves, reference = [], None
     for i, run_dir in enumerate(run_dirs):
         path = _loss_json(run_dir)
@@ -166,7 +166,7 @@ def load_curves(run_dirs: list[str]) -> list[SimpleNamespace]:
             reference = (run_dir, measured)
         elif not _same_sequences(measured, reference[1]):
             raise ValueError(_different_sequences(run_dir, measured, *reference))
-        curves += [SimpleNamespace(**expand_curve(m), run_index=i) for m in data["models"]]
+        curves += [SimpleNamespace(**expand_curve(m), run_index=i, source=path) for m in data["models"]]
     return curves
 
 
@@ -181,17 +181,21 @@ def run_settings(run_dir: str) -> Optional[dict]:
 
 def check_seed_groups(members: dict, run_dirs: list[str]) -> None:
     """Runs pooled as seeds of one model must be that: the same preset and model settings, different seeds, each
-    folder once. Runs are grouped by their models' names, and two experiments' folders both named "model" (a FoX
+    loss.json read once. Runs are grouped by their models' names, and two experiments' folders both named "model" (a FoX
     and a Transformer) were averaged as two seeds, a run given twice as two seeds with a spread of 0."""
     for name, group in members.items():
         runs = [c.run_index for c in group]
         if len(set(runs)) < len(runs) or len(group) < 2:
             continue  # one loss.json holding a model twice is its own business (names say which)
-        where = [os.path.realpath(run_dirs[i]) for i in runs]
+        # by the file read: `compare runs/x runs/x/eval` read x's eval/loss.json twice, two seeds of spread 0
+        where = [os.path.realpath(c.source) for c in group]
         if len(set(where)) < len(where):
-            repeated = next(run_dirs[i] for i, w in zip(runs, where) if where.count(w) > 1)
-            raise ValueError(f"{repeated} is given more than once: {name!r} would pool it as several seeds; give each "
-                             f"run once")
+            twice = next(w for w in where if where.count(w) > 1)
+            first, second = [c for c, w in zip(group, where) if w == twice][:2]
+            one, other = run_dirs[first.run_index], run_dirs[second.run_index]
+            repeated = (f"{one} is given more than once" if os.path.realpath(one) == os.path.realpath(other)
+                        else f"{one} and {other} read one loss.json, {first.source}")
+            raise ValueError(f"{repeated}: {name!r} would pool it as several seeds; give each run once")
         saved = [(run_dirs[i], run_settings(run_dirs[i])) for i in runs]
         saved = [(r, cfg) for r, cfg in saved if cfg is not None]
         for (r0, a), (r1, b) in zip(saved, saved[1:]):

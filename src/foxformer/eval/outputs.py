@@ -11,6 +11,7 @@ import os
 import re
 import sys
 import time
+from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import numpy as np
@@ -21,26 +22,83 @@ from . import plots
 from .gates import SUMMARY_UNITS, GateStats, choose_heads, head_matrices, is_linear
 
 
+# Where a run dir's outputs are looked for, in this order: the folder given, then its eval/ sub-folder (the commands'
+# default output for a run dir). Where both hold an output, the folder's own is used: it is there because an --out
+# named that folder, on purpose, while eval/ is where outputs land unasked. Newest-first was not taken: copies
+# (cp, rsync without -t, a run fetched from a GPU host) reset the times, so one folder would show different
+# results on two machines. Either way the other file is named (Found.note), with both write times.
+def _output_folders(run_dir: str) -> tuple[str, str]:
+    return run_dir, os.path.join(run_dir, "eval")
+
+
+@dataclass(frozen=True)
+class Found:
+    """Eval outputs of one kind in a run dir: ``paths`` those used (from the first folder of ``_output_folders``
+    holding any), ``passed_over`` the same kind's in the other folder, not used."""
+    paths: tuple[str, ...] = ()
+    passed_over: tuple[str, ...] = ()
+
+    @property
+    def path(self) -> Optional[str]:
+        return self.paths[0] if self.paths else None
+
+    @property
+    def note(self) -> Optional[str]:
+        """Which files were used and which passed over, with their write times; None where none was: a run dir
+        holding loss.json beside eval/loss.json showed the first without a word, perhaps the older result."""
+        if not self.passed_over:
+            return None
+        return (f"{_dated(self.paths)} {'is' if len(self.paths) == 1 else 'are'} used, not "
+                f"{_dated(self.passed_over)}: a folder's own results come before its eval/ folder's")
+
+    def tell(self) -> "Found":
+        """Print ``note`` on stderr (when there is one); returns self."""
+        if self.note:
+            print(f"note: {self.note}", file=sys.stderr)
+        return self
+
+
+def _dated(paths) -> str:
+    return ", ".join(f"{p} (written {written_at(p)})" for p in paths)
+
+
+def _locate(run_dir: str, files) -> Found:
+    """Found of the files ``files(folder)`` names (paths) in each of ``_output_folders(run_dir)``."""
+    holding = [paths for paths in map(files, _output_folders(run_dir)) if paths]
+    if not holding:
+        return Found()
+    return Found(tuple(holding[0]), tuple(p for paths in holding[1:] for p in paths))
+
+
+def locate_output(run_dir: str, name: str) -> Found:
+    """The eval output ``name`` (loss.json, niah.json, ...) of a run dir (_output_folders), not yet told about."""
+    return _locate(run_dir, lambda folder: [p for p in [os.path.join(folder, name)] if os.path.exists(p)])
+
+
 def find_output(run_dir: str, name: str) -> Optional[str]:
-    """Path of an eval output (loss.json, niah.json, ...) in a run dir or its eval/ sub-folder (the
-    commands' default output for a run dir), or None."""
-    for folder in (run_dir, os.path.join(run_dir, "eval")):
-        path = os.path.join(folder, name)
-        if os.path.exists(path):
-            return path
-    return None
+    """Path of the eval output ``name`` of a run dir (locate_output), or None; a file passed over is told on
+    stderr."""
+    return locate_output(run_dir, name).tell().path
 
 
-def find_model_outputs(run_dir: str, prefix: str) -> list[tuple[Optional[str], str]]:
-    """(model tag, or None for PREFIX.json; path) of every ``model_outputs`` file in a run dir, else in its eval/
-    sub-folder, in name order."""
-    for folder in (run_dir, os.path.join(run_dir, "eval")):
+def locate_model_outputs(run_dir: str, prefix: str) -> Found:
+    """Every ``model_outputs`` file of a run dir, PREFIX.json and PREFIX_<tag>.json, in name order (model_tag
+    gives each one's model); those of the other folder passed over, as locate_output's."""
+    def files(folder: str) -> list[str]:
         names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
-        found = [(None if f == f"{prefix}.json" else f[len(prefix) + 1:-len(".json")], os.path.join(folder, f))
-                 for f in names if f == f"{prefix}.json" or (f.startswith(f"{prefix}_") and f.endswith(".json"))]
-        if found:
-            return found
-    return []
+        return [os.path.join(folder, f) for f in names
+                if f == f"{prefix}.json" or (f.startswith(f"{prefix}_") and f.endswith(".json"))]
+    return _locate(run_dir, files)
+
+
+def model_tag(prefix: str, path: str) -> Optional[str]:
+    """The model tag of a ``model_outputs`` file (PREFIX_<tag>.json), None for PREFIX.json (a single model's)."""
+    name = os.path.basename(path)
+    return None if name == f"{prefix}.json" else name[len(prefix) + 1:-len(".json")]
+
+
+def written_at(path: str) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(os.path.getmtime(path)))
 
 
 def note_replacing(*paths: str, elsewhere: str = "--out DIR") -> None:
@@ -50,8 +108,7 @@ def note_replacing(*paths: str, elsewhere: str = "--out DIR") -> None:
     writes elsewhere (a command whose --out names the file: "--out FILE")."""
     for path in paths:
         if os.path.exists(path):
-            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(os.path.getmtime(path)))
-            print(f"note: replacing {path} (written {when}); {elsewhere} writes elsewhere", file=sys.stderr)
+            print(f"note: replacing {path} (written {written_at(path)}); {elsewhere} writes elsewhere", file=sys.stderr)
 
 
 def written(out: str, files: Sequence[str], plots: Sequence[str] = ()) -> dict:

@@ -4,10 +4,11 @@ Each RUN_DIR (a training run or any folder) is searched for the outputs of ``fox
 ``eval niah`` (niah.json), ``eval harness`` (harness.json, or harness_<model>.json for each of several models
 evaluated together), ``analyze gates`` (gates.json), ``eval eviction`` (eviction.json), ``bias-shift``
 (bias_shift.json), ``eval compare`` (compare.json) and ``eval mqar`` (mqar.json), in the folder itself and in its
-``eval/`` sub-folder (the commands' default output for a run dir), plus the run's metrics.jsonl. Plots are copied
-next to the page, so the report folder can be moved as a whole; a rerun into the same folder replaces the page and
-the images it copied there (listed in .report_assets.json; in a folder written before that list, the images its
-page links), and leaves any other file alone.
+``eval/`` sub-folder (the commands' default output for a run dir; where both hold one, the folder's own, and the
+page and stderr name both files), plus the run's metrics.jsonl. Plots are copied next to the page, so the report
+folder can be moved as a whole; a rerun into the same folder replaces the page and the images it copied there
+(listed in .report_assets.json; in a folder written before that list, the images its page links), and leaves any
+other file alone.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import json
 import os
 import re
 import shutil
+import sys
 from dataclasses import dataclass, field
 
 from ..paths import write_json, write_text
@@ -23,7 +25,8 @@ from . import plots
 from .compare import difference_rows, dynamics_rows, loss_rows, run_settings
 from .gates import SUMMARY_COLUMNS
 from .mqar import MqarConfig, stopped_note, table_caption, table_rows
-from .outputs import at_least_one, find_model_outputs, find_output, markdown_table, note_replacing, safe_name
+from .outputs import (Found, at_least_one, locate_model_outputs, locate_output, markdown_table, model_tag,
+                      note_replacing, safe_name)
 
 OUTPUTS = ("loss.json", "niah.json", "gates.json", "harness[_MODEL].json", "eviction.json", "bias_shift.json",
            "compare.json", "mqar.json")
@@ -34,9 +37,9 @@ LOOKED_FOR = f"looked for metrics.jsonl and {', '.join(OUTPUTS)} in it and in it
 
 def has_results(run_dir: str) -> bool:
     """Whether ``run_dir`` holds anything a report shows (what :func:`collect` looks for)."""
-    if os.path.exists(os.path.join(run_dir, "metrics.jsonl")) or find_model_outputs(run_dir, "harness"):
+    if os.path.exists(os.path.join(run_dir, "metrics.jsonl")) or locate_model_outputs(run_dir, "harness").paths:
         return True
-    return any(find_output(run_dir, name) for name in OUTPUTS if "[" not in name)
+    return any(locate_output(run_dir, name).paths for name in OUTPUTS if "[" not in name)
 
 
 @dataclass
@@ -274,25 +277,51 @@ def check_run_dirs(run_dirs: list[str]) -> None:
         seen[st.st_dev, st.st_ino] = run_dir
 
 
+def _noted(part: list[Block], lines: list[str]) -> list[Block]:
+    """``part`` (its heading first) with ``lines`` as paragraphs right under the heading."""
+    return part[:1] + [Block("p", line) for line in lines] + part[1:]
+
+
 def collect(run_dirs: list[str], out_dir: str) -> list[Block]:
     """Blocks of the page for ``run_dirs``; copies or draws the images into ``out_dir``/assets."""
     check_run_dirs(run_dirs)
     blocks: list[Block] = []
+    # each output shown (its real path): the run folder whose section showed it first. `report runs/x runs/x/eval`
+    # showed x's eval/ outputs in both sections without a word; noted, not refused: the two sections differ where
+    # x holds outputs of its own, or a training curve
+    shown: dict[str, str] = {}
     for n, run_dir in enumerate(run_dirs):
         # the tag names image files: Markdown link targets cannot hold spaces
         tag = f"{n}_{safe_name(os.path.basename(os.path.abspath(run_dir)))}"
         section = _training_blocks(run_dir, out_dir, tag)
+        again: dict[str, list[str]] = {}  # {earlier run folder: the outputs its section showed too}
+
+        def lines(found: Found, path: str) -> list[str]:
+            """What the page says under an output's heading: a file of its kind passed over (the first file of
+            the kind only), the section of another run folder showing it too."""
+            said = [f"{found.note}."] if found.note and path == found.path else []
+            earlier = shown.setdefault(os.path.realpath(path), run_dir)
+            if earlier != run_dir:
+                again.setdefault(earlier, []).append(path)
+                said.append(f"{path} is shown above too, in the section of {os.path.abspath(earlier)}.")
+            return said
+
         for name, fn in (("loss.json", _loss_blocks), ("niah.json", _niah_blocks), ("gates.json", _gate_blocks),
                          ("compare.json", _compare_blocks), ("mqar.json", _mqar_blocks)):
-            path = find_output(run_dir, name)
-            if path:
-                section += fn(_read_json(path), os.path.dirname(path), out_dir, tag)
-        for model, path in find_model_outputs(run_dir, "harness"):
-            section += _harness_blocks(_read_json(path), model)
+            found = locate_output(run_dir, name).tell()
+            if found.path:
+                section += _noted(fn(_read_json(found.path), os.path.dirname(found.path), out_dir, tag),
+                                  lines(found, found.path))
+        found = locate_model_outputs(run_dir, "harness").tell()
+        for path in found.paths:
+            section += _noted(_harness_blocks(_read_json(path), model_tag("harness", path)), lines(found, path))
         for name, fn in (("eviction.json", _eviction_blocks), ("bias_shift.json", _bias_shift_blocks)):
-            path = find_output(run_dir, name)
-            if path:
-                section += fn(_read_json(path), path, out_dir, tag)
+            found = locate_output(run_dir, name).tell()
+            if found.path:
+                section += _noted(fn(_read_json(found.path), found.path, out_dir, tag), lines(found, found.path))
+        for earlier, paths in again.items():
+            print(f"note: the section of {run_dir} shows {', '.join(paths)} again, as the section of {earlier} does",
+                  file=sys.stderr)
         if not section:
             section = [Block("p", f"No results found in {run_dir} ({LOOKED_FOR}).")]
         blocks += [Block("h2", os.path.abspath(run_dir))] + section
