@@ -26,10 +26,11 @@ import shlex
 import sysconfig
 import zlib
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Iterator
 
 from ..argtypes import SettingError
-from ..paths import NotText, decode_utf8
+from ..paths import BINARY_HEAD, NotText, decode_utf8
 from ..progress import progress_bar
 from . import jsonl
 from .digests import read_digests
@@ -418,6 +419,12 @@ def unreadable_files(spec: str, text_field: str = "text", out_dir: str | None = 
     return bad
 
 
+def _head(path: str) -> bytes:
+    """The first bytes of ``path``, decompressed, that tell a binary file from text (decode_utf8's ``head``)."""
+    with _open_binary(path) as fh:
+        return fh.read(BINARY_HEAD)
+
+
 def _read_file(path: str, spec: str, text_field: str) -> Iterator[Document]:
     kind = _file_kind(path)
     if kind == "text":
@@ -430,7 +437,8 @@ def _read_file(path: str, spec: str, text_field: str) -> Iterator[Document]:
         with _open_binary(path) as fh:
             comp = _strip_compression(path)[1]
             for doc_id, where, text in jsonl.rows(fh, path, text_field, comp and COMPRESSIONS[comp],
-                                                   _leave_out(spec), in_folder=os.path.isdir(spec)):
+                                                   _leave_out(spec), in_folder=os.path.isdir(spec),
+                                                   head=partial(_head, path)):
                 yield Document(id=doc_id, source=spec, text=text, where=where)
     elif kind == "parquet":
         try:
@@ -646,14 +654,22 @@ def unix_newlines(text: str) -> str:
 
 @contextlib.contextmanager
 def refused_whole(spec: str, text_field: str = "text", out_dir: str | None = None, progress: bool = False,
-                  without: str = PREPARE_WITHOUT, folder: str | None = None):
+                  without: str = PREPARE_WITHOUT, folder: str | None = None, others: bool = False):
     """Where a reading of ``spec`` inside meets a file that cannot be read as text (iter_documents' UnreadableFile),
     the refusal of the source for every such file (unreadable.refusal, with ``without`` and ``folder``): the rest of
-    it is read through for them (``progress``: with a progress bar). ``text_field`` and ``out_dir``: the reading's."""
+    it is read through for them (``progress``: with a progress bar). ``text_field`` and ``out_dir``: the reading's;
+    ``others``: it reads other sources too, which passing these files over leaves to read."""
     try:
         yield
     except UnreadableFile:
-        raise refusal(spec, unreadable_files(spec, text_field, out_dir, progress), without, folder) from None
+        bad = unreadable_files(spec, text_field, out_dir, progress)
+        raise refusal(spec, bad, without, folder, others or readable_left(spec, bad, out_dir)) from None
+
+
+def readable_left(spec: str, bad: dict[str, str], out_dir: str | None = None) -> bool:
+    """Whether the source ``spec`` holds a document file that is not among ``bad`` (its files that cannot be read
+    as text): what passing those over leaves to read. ``out_dir`` as describe_source takes it."""
+    return source_kind(spec) != "file" or any(path not in bad for path in _scan(spec, out_dir)[0])
 
 
 def iter_documents(spec: str, text_field: str = "text", out_dir: str | None = None,

@@ -158,13 +158,15 @@ def _check_left(what: str, source: str, skipped: Optional[SkippedFiles], docs: i
     left: the refusal of too little text that followed sent the user to a shorter --seq-len for a source whose
     every file was bad."""
     from foxformer.data.unreadable import listed
+    from foxformer.paths import BINARY
 
     if skipped and not docs:
         others = " and its other files hold none" if os.path.isdir(source) else ""
+        convert = "" if all(problem.startswith(BINARY) for problem in skipped.values()) else \
+            "convert them to UTF-8 (iconv -f ITS_ENCODING -t utf-8) or "
         raise ValueError(f"{what}: no document of {source!r} is left: its {len(skipped)} file(s) that cannot be read "
                          f"as text were passed over ({setting_name(label, 'skipped', 'skip_bad_files')}){others}; "
-                         f"convert them to UTF-8 (iconv -f ITS_ENCODING -t utf-8) or give another source. Passed over: "
-                         f"{listed(skipped)}")
+                         f"{convert}give another source. Passed over: {listed(skipped)}")
 
 
 def document_token_stream(source: str, tokenizer, *, min_tokens: int, enough: Optional[int] = None,
