@@ -220,10 +220,8 @@ def _walk_folder(path: str, out_dir: str | None) -> tuple[list[str], dict[str, i
 
     walked, chosen, seen_dirs, other, skipped, unread = [], {}, {os.path.realpath(path)}, {}, [], []
     out = None if out_dir is None else os.path.realpath(out_dir)
-    inside = None if out is None else os.path.relpath(out, os.path.realpath(path))
-    # not yet there, written after this walk and passed over by the next one: said by both (".." is outside, and
-    # a hidden folder is passed over in silence)
-    if inside and not os.path.exists(out) and not any(part.startswith(".") for part in inside.split(os.sep)):
+    # not yet there, written after this walk and passed over by the next one: said by both
+    if passes_over(path, out_dir) and not os.path.exists(out):
         skipped.append(out_dir)
     for root, dirs, files in os.walk(path, onerror=unreadable, followlinks=True):
         # hidden entries (.git, an editor's swap files, macOS's ._ resource forks) are not the user's documents
@@ -287,6 +285,16 @@ def _walk_folder(path: str, out_dir: str | None) -> tuple[list[str], dict[str, i
                                          f"documents would be read twice (a copy could land in train and another in "
                                          f"validation); move one out of {path!r}")
     return files, other, sorted(skipped), unread
+
+
+def passes_over(spec: str, out_dir: str | None) -> bool:
+    """Whether the walk of the source folder ``spec`` passes over ``out_dir``, the folder a command writes (a
+    prepare's dataset, an eval's results), as one of its own: one below it and not hidden (".." is outside, and a
+    hidden folder is passed over in silence). What is written there was read back as documents by the next run."""
+    if out_dir is None or not os.path.isdir(spec):
+        return False
+    inside = os.path.relpath(os.path.realpath(out_dir), os.path.realpath(spec))
+    return inside != os.curdir and not any(part.startswith(".") for part in inside.split(os.sep))
 
 
 def _check_not_saved_hf(folder: str, spec: str | None = None, within: str | None = None) -> None:
@@ -576,13 +584,16 @@ def _most_first(other: dict[str, int]) -> tuple[tuple[str, int], ...]:
     return tuple(sorted(other.items(), key=lambda item: (-item[1], item[0])))
 
 
-def left_out_of(spec: str) -> dict:
+def left_out_of(spec: str, out_dir: str | None = None) -> dict:
     """What reading a folder source passes over, in the fields of a manifest's source (reading_notes says them):
     ``left_out_files``, its files of kinds not read as documents by extension, and ``skipped_datasets``, the
-    prepared datasets in it; {} for any other source."""
+    prepared datasets in it; {} for any other source. ``out_dir``: a command's output folder, passed over (see
+    passes_over) and not counted among them: the caller says it."""
     if source_kind(spec) != "file" or not os.path.isdir(spec):
         return {}
-    _, other, skipped, _ = _scan(spec)
+    _, other, skipped, _ = _scan(spec, out_dir)
+    if out_dir is not None:
+        skipped = [folder for folder in skipped if os.path.realpath(folder) != os.path.realpath(out_dir)]
     return {**({"left_out_files": dict(_most_first(other))} if other else {}),
             **({"skipped_datasets": skipped} if skipped else {})}
 

@@ -130,9 +130,9 @@ def text_flags(args) -> tuple[str, str]:
     """The split and the text field of the text an eval command or bias-shift reads, "val" and "text" where left
     out. A flag of the other kind of text is refused, naming both: --split, --within-docs and --data-source read a
     --data dataset, --text-field the text of --source (a dataset holds tokens); each was dropped without a word.
-    --data-source without --within-docs is refused too. Commands call it before their models load (minutes for
-    large ones): none of these refusals needs them."""
-    from .sequences import check_data_source
+    --data-source without --within-docs is refused too, and an --out that is the --source folder itself. Commands
+    call it before their models load (minutes for large ones): none of these refusals needs them."""
+    from .sequences import check_data_source, check_out_apart
 
     if args.data and args.source:
         raise ValueError("pass either --data or --source, not both")
@@ -141,6 +141,7 @@ def text_flags(args) -> tuple[str, str]:
         if given:
             flag = f"--{given[0].replace('_', '-')}"
             raise ValueError(f"{flag}: reads a --data dataset, and --source {args.source!r} is text; leave {flag} out")
+        check_out_apart(args.source, getattr(args, "out", None), "--source", FLAGS)
     else:
         for flag in ("text_field", "skip_bad_files"):
             if getattr(args, flag, None) not in (None, False):
@@ -233,7 +234,7 @@ def _cmd_niah(args) -> dict:
 
     from .niah import HAYSTACK_ROOM, check_grid, niah_grid
     from .outputs import note_replacing, save_niah, written
-    from .sequences import document_token_stream
+    from .sequences import check_out_apart, document_token_stream
 
     check_grid(args.lengths, args.depths, args.modes, args.needles, args.seeds, args.max_new_tokens, label=FLAGS)
     # a run folder read as text met its metrics.jsonl, refused for a missing 'text' field that sent users to
@@ -242,6 +243,7 @@ def _cmd_niah(args) -> dict:
         raise ValueError(f"--haystack: {args.haystack!r} is a training run ({os.path.join(run, RUN_CONFIG)}), not "
                          f"text; give text to hide the needles in (a .txt/.jsonl file, a folder of them, or "
                          f"builtin:pydoc, the default), and the run itself as the model")
+    check_out_apart(args.haystack, args.out, "--haystack", FLAGS)
     models = _load_models(args)
     out = _out_dir(args, models)
     tok, spec = _tokenizer(args, models)
