@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -102,6 +103,41 @@ def _tokenizer(args, models):
     # one tokenization feeds every model: tokenizer_spec refuses models trained on different ones
     spec = tokenizer_spec(models, getattr(args, "tokenizer", None))
     return load_tokenizer(spec), spec
+
+
+def _tokenizer_named(args) -> str | None:
+    """The tokenizer _tokenizer will feed the models, told before their weights load (a check that needs it then
+    spares the minutes a large model takes): --tokenizer, else the one their runs' config.yaml or their Hugging Face
+    config.json names, or the tokenizer files beside such a folder (load_model's rule), else gpt2. None where
+    this cannot tell (a Hub id, a config that cannot be read, models naming different ones, or another than
+    --tokenizer, which tokenizer_spec then refuses): the check waits for the models. A path that is no folder
+    names none: its load fails."""
+    from foxformer.models.hub import is_hub_id
+    from foxformer.train.loading import RUN_CONFIG, read_run_config, run_dir_of, saved_config
+
+    named = set()
+    for path in args.models:
+        if is_hub_id(path):
+            return None
+        if not os.path.isdir(path):
+            continue
+        try:
+            run = run_dir_of(path)
+            spec = read_run_config(os.path.join(run, RUN_CONFIG)).get("tokenizer") if run else None
+            if run and not spec:  # loaded from the run's checkpoint or from its hf/ export: left to load_model
+                return None
+            if not run and os.path.isfile(os.path.join(path, "config.json")):
+                files = any(os.path.exists(os.path.join(path, name))
+                            for name in ("tokenizer.json", "tokenizer_config.json"))
+                spec = (saved_config(path) or {}).get("tokenizer") or (f"hf:{path}" if files else None)
+        except (OSError, ValueError):
+            return None
+        if spec:
+            named.add(spec)
+    given = getattr(args, "tokenizer", None)
+    if given:
+        return given if named <= {given} else None
+    return None if len(named) > 1 else next(iter(named), "gpt2")
 
 
 def _runs_data(models) -> str | None:
@@ -230,9 +266,10 @@ def _cmd_loss(args) -> dict:
 
 
 def _cmd_niah(args) -> dict:
+    from foxformer.data import load_tokenizer
     from foxformer.train.loading import RUN_CONFIG, run_dir_of
 
-    from .niah import HAYSTACK_ROOM, check_grid, niah_grid
+    from .niah import HAYSTACK_ROOM, check_grid, check_room, niah_grid
     from .outputs import note_replacing, save_niah, written
     from .sequences import check_out_apart, document_token_stream
 
@@ -244,6 +281,14 @@ def _cmd_niah(args) -> dict:
                          f"text; give text to hide the needles in (a .txt/.jsonl file, a folder of them, or "
                          f"builtin:pydoc, the default), and the run itself as the model")
     check_out_apart(args.haystack, args.out, "--haystack", FLAGS)
+    # --lengths too short for the needle and question, refused before the models load: their tokens are the
+    # tokenizer's, loaded first where it can be told (one it cannot load is refused as it is after them)
+    early = None
+    if named := _tokenizer_named(args):
+        with contextlib.suppress(ValueError, OSError, ImportError):
+            early = load_tokenizer(named)
+    if early is not None:
+        check_room(early, args.lengths, args.modes, args.needles, args.seeds, label=FLAGS)
     models = _load_models(args)
     out = _out_dir(args, models)
     tok, spec = _tokenizer(args, models)
