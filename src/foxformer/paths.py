@@ -10,6 +10,7 @@ import fcntl
 import os
 import shutil
 import sys
+from collections.abc import Callable
 
 from .argtypes import SettingError
 from .json_text import json_text
@@ -105,17 +106,58 @@ class NotText(ValueError):
         self.path, self.problem = path, problem
 
 
+# How much of a file's start tells a binary file from text (git's own test reads as much)
+BINARY_HEAD = 8000
+# A file whose start looks binary is said to be one, the start of its problem (unreadable.refusal offers no
+# conversion for such files)
+BINARY = "looks like a binary file, not text"
+# Bytes that no text holds in an encoding that keeps ASCII's (Latin-1, cp1252, KOI8-R, Shift-JIS, GBK, ...): the C0
+# controls and DEL, but for tab, line breaks, form feed and ESC (terminal colours in a log)
+_CONTROL = frozenset(range(32)) - set(b"\t\n\x0b\x0c\r\x1b") | {0x7F}
+
+
+def _utf16_order(head: bytes) -> str | None:
+    """"LE" or "BE" where ``head``, a file's start, is UTF-16 text without a byte-order mark: a quarter of its bytes
+    or more are NUL, most of them where that byte order puts an ASCII character's high byte (Latin-script text in
+    UTF-16 is about half NULs, all there), and in that order it reads as characters none of which is a control one
+    (binary data read so meets one, or half a surrogate pair, within a few hundred bytes). UTF-16 of a script
+    without ASCII letters has too few NULs to be told so, and is said to look binary."""
+    nuls = head.count(0)
+    if nuls * 4 < len(head):
+        return None
+    order = "LE" if head[1::2].count(0) * 2 > nuls else "BE"
+    try:
+        text = codecs.getincrementaldecoder(f"utf-16-{order.lower()}")().decode(head, final=False)
+    except UnicodeDecodeError:
+        return None
+    return None if any(ord(ch) in _CONTROL for ch in text) else order
+
+
+def _binary_sign(head: bytes) -> str | None:
+    """Why ``head``, a file's start, looks like a binary file's rather than text's, None where it does not: more
+    than 1 in 20 of its bytes are NUL or other control bytes (_CONTROL). Random and compressed bytes hold about
+    1 in 10; text, in any of the encodings iconv would be told to convert from, next to none. Asked only of a file
+    that fails as UTF-8: it decides what the refusal calls the file, not whether it is refused."""
+    controls = sum(b in _CONTROL for b in head)
+    if controls * 20 <= len(head):
+        return None
+    return f"{BINARY} ({controls} of its first {len(head)} bytes are NUL or other control bytes)"
+
+
 def decode_utf8(data: bytes, path: str, first_line: int = 1, leave_out: str = "leave it out",
-                first_byte: int = 0) -> str:
+                first_byte: int = 0, head: Callable[[], bytes] | None = None) -> str:
     """``data`` (the bytes of ``path`` from line ``first_line`` on, byte ``first_byte`` of the file) as text; bytes
     that are not UTF-8 are a NotText naming the file, the line, the column and the byte offset (Python's own message
     names neither file nor line). ``leave_out``: how the fix says to do without the file (a folder's file is moved
-    out of it).
+    out of it). ``head``: the file's first BINARY_HEAD bytes, asked for where its bytes fail, where ``data`` is not
+    the whole file (a JSON Lines file is decoded a line at a time); else ``data``'s own start stands for them.
 
     At the file's start (``first_line`` 1) a UTF-8 byte-order mark is no text: Windows editors write one, and it
     became a document's first character (a .jsonl file's first line was not JSON). A UTF-16 or UTF-32 one names
     its encoding: the advice to convert from Latin-1 made such a file decode into NULs between its letters. A
-    NUL byte is no text either (UTF-16 without a byte-order mark, or a binary file), though it is valid UTF-8."""
+    NUL byte is no text either, though it is valid UTF-8. Where the bytes fail, the file's start tells what it is:
+    UTF-16 without a byte-order mark, a binary file (an image or an archive named .txt, where the advice to
+    convert it from Latin-1 was false), or text in another encoding."""
     start = 0
     if first_line == 1:
         for bom, encoding in _FOREIGN_BOMS:
@@ -128,17 +170,26 @@ def decode_utf8(data: bytes, path: str, first_line: int = 1, leave_out: str = "l
     try:
         text = str(memoryview(data)[start:], "utf-8")
     except UnicodeDecodeError as e:
-        pos = start + e.start
-        problem = f"{_line_column(data, pos, first_line)} is not UTF-8 (byte 0x{data[pos]:02x}), at byte offset " \
-                  f"{first_byte + pos}"
-        raise NotText(path, problem, f"{path}: {problem}: convert the file to UTF-8 (e.g. iconv -f latin1 -t utf-8) "
-                                     f"or {leave_out}") from None
-    if "\x00" in text:
-        pos = data.index(b"\x00", start)
-        problem = f"{_line_column(data, pos, first_line)} is a NUL byte, at byte offset {first_byte + pos}, which " \
-                  f"text does not hold: the file is UTF-16 without a byte-order mark, or not text"
-        raise NotText(path, problem, f"{path}: {problem}: convert it (iconv -f utf-16le -t utf-8) or {leave_out}")
-    return text
+        pos, nul = start + e.start, False
+    else:
+        if "\x00" not in text:
+            return text
+        pos, nul = data.index(b"\x00", start), True
+    first = data[:BINARY_HEAD] if head is None else head()
+    if order := _utf16_order(first):
+        problem = f"UTF-16{order} text without a byte-order mark (NUL bytes beside its letters), not UTF-8"
+        raise NotText(path, problem, f"{path} is {problem}: convert it (iconv -f UTF-16{order} -t utf-8) or "
+                                     f"{leave_out}")
+    if binary := _binary_sign(first):
+        raise NotText(path, binary, f"{path} {binary}: {leave_out}")
+    where = _line_column(data, pos, first_line)
+    if nul:
+        problem = f"{where} is a NUL byte, at byte offset {first_byte + pos}, which text does not hold"
+        raise NotText(path, problem, f"{path}: {problem}: remove the NUL bytes (tr -d '\\000' < FILE > NEW) or "
+                                     f"{leave_out}")
+    problem = f"{where} is not UTF-8 (byte 0x{data[pos]:02x}), at byte offset {first_byte + pos}"
+    raise NotText(path, problem, f"{path}: {problem}: convert the file to UTF-8 (e.g. iconv -f latin1 -t utf-8) "
+                                 f"or {leave_out}")
 
 
 def _line_column(data: bytes, pos: int, first_line: int) -> str:
@@ -157,7 +208,7 @@ def read_text(path: str, what: str | None = None) -> str:
         if what is None:
             raise
         raise ValueError(f"{what}: {path!r}: {(e.strerror or str(e)).lower()}") from None
-    return decode_utf8(data, path)
+    return decode_utf8(data, path, leave_out="give another file")
 
 
 @contextlib.contextmanager

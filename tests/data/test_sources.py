@@ -1,6 +1,9 @@
 import codecs
+import gzip
 import json
+import lzma
 import os
+import random
 import re
 
 import pytest
@@ -187,33 +190,82 @@ def test_a_utf8_byte_order_mark_is_not_part_of_the_text(tmp_path, kind):
     ("hello wörld".encode("utf-16"), "is UTF-16LE text (it starts with a UTF-16LE byte-order mark), not UTF-8: "
                                      "convert it (iconv -f UTF-16 -t utf-8"),
     ("hello wörld".encode("utf-32"), "is UTF-32LE text"),
-    ("hello world".encode("utf-16-le"), ": line 1, column 2 is a NUL byte, at byte offset 1, which text does not "
-                                        "hold: the file is UTF-16 without a byte-order mark, or not text"),
-    (b"PK\x03\x04\x00\x00binary", ": line 1, column 5 is a NUL byte"),
-], ids=["utf16-bom", "utf32-bom", "utf16-no-bom", "binary"])
+    ("hello world\n".encode("utf-16-le"), "is UTF-16LE text without a byte-order mark (NUL bytes beside its "
+                                          "letters), not UTF-8: convert it (iconv -f UTF-16LE -t utf-8) or move it"),
+    ("hello wörld\n".encode("utf-16-be"), "is UTF-16BE text without a byte-order mark (NUL bytes beside its "
+                                          "letters), not UTF-8: convert it (iconv -f UTF-16BE -t utf-8) or move it"),
+    (b"PK\x03\x04\x00\x00binary", "looks like a binary file, not text (4 of its first 12 bytes are NUL or other "
+                                  "control bytes): move it out of"),
+], ids=["utf16-bom", "utf32-bom", "utf16le-no-bom", "utf16be-no-bom", "binary"])
 def test_utf16_and_binary_files_are_refused_by_name(tmp_path, data, said):
     """The advice was to convert from Latin-1 (which turns UTF-16 into letters and NULs); without a byte-order
-    mark, ASCII in UTF-16, or a binary file that happens to be valid UTF-8, was tokenized with its NULs."""
+    mark, ASCII in UTF-16, or a binary file that happens to be valid UTF-8, was tokenized with its NULs, and then
+    both were said to be "UTF-16 without a byte-order mark, or not text", with the advice to convert from
+    UTF-16LE."""
     path = tmp_path / "docs" / "notes.txt"
     path.parent.mkdir()
     path.write_bytes(data)
-    with pytest.raises(ValueError, match=re.escape(f"{path}{said}" if said[0] == ":" else f"{path} {said}")):
+    with pytest.raises(ValueError, match=re.escape(f"{path} {said}")):
         list(iter_documents(str(path.parent)))
+
+
+# a PNG's signature and header chunk, then bytes as random as its compressed pixels
+PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x01\x00\x00\x00\x01\x00\x08\x06\x00\x00\x00" + \
+    random.Random(0).randbytes(4000)
+
+
+@pytest.mark.parametrize("name, data, compress", [
+    ("random.txt", random.Random(1).randbytes(3000), None),
+    ("random-short.txt", random.Random(2).randbytes(200), None),
+    ("image.txt", PNG, None),
+    ("image.jsonl", PNG, None),
+    ("image.jsonl.gz", PNG, gzip.compress),
+    ("image.md.xz", PNG, lzma.compress),
+], ids=["random-bytes", "few-random-bytes", "png-as-txt", "png-as-jsonl", "png-as-jsonl-gz", "png-as-md-xz"])
+@pytest.mark.parametrize("source", ["folder", "file"], ids=["in-a-folder", "given-alone"])
+def test_a_binary_file_is_said_to_be_one_without_advice_to_convert_it(tmp_path, name, data, compress, source):
+    """Random bytes named .txt were "line 2, column 118 is not UTF-8 (byte 0x80)", with the advice to convert the
+    file from Latin-1; a JSON Lines file is decoded a line at a time, and is told by its first bytes (decompressed),
+    not by its first line's (a PNG's is six bytes)."""
+    (tmp_path / "good.txt").write_text("a document")
+    bad = tmp_path / name
+    bad.write_bytes(compress(data) if compress else data)
+    spec = str(tmp_path if source == "folder" else bad)
+    with pytest.raises(ValueError) as e:
+        list(iter_documents(spec))
+    fix = f"move it out of {spec!r}" if source == "folder" else "leave it out"
+    assert re.fullmatch(rf"source: {re.escape(str(bad))} looks like a binary file, not text \(\d+ of its first "
+                        rf"{min(len(data), 8000)} bytes are NUL or other control bytes\): {re.escape(fix)}",
+                        str(e.value)), e.value
+
+
+@pytest.mark.parametrize("encoding", ["latin-1", "cp1251", "shift_jis", "gbk"])
+def test_text_in_another_encoding_is_told_to_be_converted(tmp_path, encoding):
+    """Text in a legacy encoding holds no control bytes: it is not taken for a binary file."""
+    path = tmp_path / "notes.txt"
+    text = {"latin-1": "Café crème, naïve - ", "cp1251": "Привет, как дела?\n"}.get(encoding, "日本語の文章です。\n")
+    path.write_bytes(text.encode(encoding) * 40)
+    with pytest.raises(ValueError, match=r" is not UTF-8 \(byte 0x[0-9a-f]{2}\), at byte offset \d+: convert the "
+                                         r"file to UTF-8 \(e\.g\. iconv -f latin1 -t utf-8\) or leave it out$"):
+        list(iter_documents(str(path)))
 
 
 @pytest.mark.parametrize("kind", ["txt", "jsonl"])
 @pytest.mark.parametrize("source", ["folder", "file"], ids=["in-a-folder", "given-alone"])
-def test_a_file_that_is_not_text_is_left_out_as_its_source_allows(tmp_path, kind, source):
-    """A folder's file said "or leave it out", and `--leave-out FILE` was refused: it takes a whole --source."""
+def test_a_stray_nul_byte_in_text_is_named_and_left_out_as_its_source_allows(tmp_path, kind, source):
+    """A folder's file said "or leave it out", and `--leave-out FILE` was refused: it takes a whole --source. A NUL
+    in a file of text is neither UTF-16 nor a binary file's: the advice to convert it from UTF-16LE was false."""
     (tmp_path / "good.txt").write_text("a document")
     bad = tmp_path / f"bad.{kind}"
-    bad.write_bytes(b"\x00\x01binary" if kind == "txt" else b'{"text": "a"}\n\x00\x01binary\n')
+    text = "".join(json.dumps({"text": f"row {i} of the file"}) + "\n" for i in range(20)) if kind == "jsonl" else \
+        "a line of the document\n" * 20
+    bad.write_bytes(text.encode() + b"x\x00y\n")
     spec = str(tmp_path if source == "folder" else bad)
     fix = f"move it out of {spec!r}" if source == "folder" else "leave it out"
-    line = 1 if kind == "txt" else 2
-    with pytest.raises(ValueError, match=re.escape(f"{bad}: line {line}, column 1 is a NUL byte")) as e:
+    with pytest.raises(ValueError, match=re.escape(f"{bad}: line 21, column 2 is a NUL byte, at byte offset "
+                                                   f"{len(text) + 1}, which text does not hold")) as e:
         list(iter_documents(spec))
-    assert str(e.value).endswith(f"convert it (iconv -f utf-16le -t utf-8) or {fix}"), e.value
+    assert str(e.value).endswith(f"remove the NUL bytes (tr -d '\\000' < FILE > NEW) or {fix}"), e.value
 
 
 @pytest.mark.parametrize("name", ["cut.jsonl.xz", "cut.jsonl.gz", "plain.txt.gz"],

@@ -6,6 +6,7 @@ import json
 import os
 import pickle
 import re
+from dataclasses import replace
 
 import pytest
 
@@ -224,3 +225,31 @@ def test_a_refusal_that_shows_every_file_writes_no_list(tmp_path):
     with pytest.raises(SettingError):
         prepare(_config(tmp_path), progress=False)
     assert not (tmp_path / "data" / unreadable.LIST_FILE).exists()
+
+
+@pytest.mark.parametrize("others", [False, True], ids=["the-only-source", "beside-another-source"])
+@pytest.mark.parametrize("link", [True, False], ids=["found-by-the-walk", "found-by-reading"])
+def test_skip_bad_files_is_offered_where_it_leaves_a_file_to_read(tmp_path, others, link):
+    """A prepare of one source whose every file is bad was offered skip_bad_files, and then refused for holding no
+    documents; beside another source, the dataset is made of that one's."""
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "latin.txt").write_bytes(b"caf\xe9\n")
+    bad = {str(tmp_path / "docs" / "latin.txt"): "line 1, column 4 is not UTF-8 (byte 0xe9), at byte offset 3"}
+    if link:
+        os.symlink(tmp_path / "gone.txt", tmp_path / "docs" / "link.txt")
+        bad[str(tmp_path / "docs" / "link.txt")] = f"a symbolic link to '{tmp_path / 'gone.txt'}', which does not exist"
+    sources = [str(tmp_path / "docs")]
+    if others:
+        (tmp_path / "more.txt").write_text("a good document\n")
+        sources.append(str(tmp_path / "more.txt"))
+    cfg = PrepareConfig(sources=sources, out_dir=str(tmp_path / "data"), tokenizer="bytes", val_fraction=0.0)
+    with pytest.raises(SettingError) as e:
+        prepare(cfg, progress=False)
+    fix = (f"restore or remove a broken link, or move them out of {sources[0]!r}; or pass skip_bad_files to prepare "
+           f"the dataset without them" if others else
+           "restore a broken link, or give another source; skip_bad_files would leave no file of it to read")
+    assert str(e.value).startswith(f"source: {len(bad)} file(s) of {sources[0]!r} cannot be read as text: "
+                                   f"{_listed(bad)}. Convert each to UTF-8 (iconv -f ITS_ENCODING -t utf-8), fetch a "
+                                   f"damaged one again, {fix}"), e.value
+    if others:
+        assert prepare(replace(cfg, skip_bad_files=True), progress=False)["docs"] == 1

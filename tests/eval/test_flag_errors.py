@@ -204,3 +204,23 @@ def test_the_mqar_api_names_its_keywords(check, said):
     with pytest.raises(ValueError) as exc:
         check()
     assert str(exc.value).startswith(said)
+
+
+@pytest.mark.parametrize("model", ["given", "run", "hf"], ids=["tokenizer-given", "run-config", "hf-config"])
+def test_niah_lengths_too_short_for_the_needle_are_refused_before_the_models_load(model, tmp_path, capsys):
+    """They were refused once the models had loaded and the haystack was read. The needle's tokens are its
+    tokenizer's: --tokenizer, or the one the run's config.yaml or the model's config.json names, loaded first. No
+    model here has weights: loading one would fail."""
+    if model == "given":
+        argv, tokens = ["no-such-run", "--tokenizer", "gpt2"], 49
+    elif model == "run":
+        (tmp_path / "config.yaml").write_text("tokenizer: bytes\n")
+        argv, tokens = [str(tmp_path)], 229
+    else:
+        (tmp_path / "config.json").write_text('{"model_type": "foxformer", "tokenizer": "bytes"}')
+        argv, tokens = [str(tmp_path)], 229
+    assert main(["eval", "niah", *argv, "--lengths", f"{tokens},4Ki", "--haystack", str(tmp_path / "none"),
+                 "--no-progress"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"error: --lengths: context length {tokens} is too short for the needle and question ({tokens} tokens); use "
+        f"--lengths > {tokens}"]

@@ -201,7 +201,8 @@ def many(tmp_path, monkeypatch) -> tuple[str, dict[str, str]]:
     monkeypatch.setattr(os, "access", lambda path, mode, **kw: not str(path).endswith("locked.txt") and
                         real_access(path, mode, **kw))
     return str(folder), {
-        str(folder / "image.txt"): "line 1, column 1 is not UTF-8 (byte 0x89), at byte offset 0",
+        str(folder / "image.txt"): "looks like a binary file, not text (3 of its first 10 bytes are NUL or other "
+                                   "control bytes)",
         str(folder / "latin.txt"): "line 1, column 4 is not UTF-8 (byte 0xe9), at byte offset 3",
         str(folder / "link.txt"): f"a symbolic link to '{tmp_path / 'gone.txt'}', which does not exist",
         str(folder / "locked.txt"): "cannot be read (permission denied)",
@@ -241,3 +242,66 @@ def test_a_refusal_of_more_files_than_it_shows_lists_them_all_in_the_output_fold
         assert f.read() == "".join(f"{path}\t{problem}\n" for path, problem in sorted(bad.items()))
     assert main(argv + ["--skip-bad-files"]) == 0
     assert not os.path.exists(listing)
+
+
+def _only_bad_files(folder: str, bad: dict[str, str]) -> None:
+    for i in range(3):
+        os.remove(os.path.join(folder, f"a{i}.txt"))
+
+
+@pytest.mark.parametrize("source", ["folder", "file"], ids=["a-folder-of-bad-files", "one-bad-file"])
+def test_skip_bad_files_is_offered_only_where_a_file_would_be_left(docs, source):
+    """A source of one file that cannot be read was refused with "pass --skip-bad-files to evaluate without them",
+    and then refused for holding no text."""
+    folder, bad = docs
+    _only_bad_files(folder, bad)
+    if source == "file":
+        spec = os.path.join(folder, "b.txt")
+        bad = {spec: bad[spec]}
+    else:
+        spec = folder
+    with pytest.raises(ValueError) as e:
+        document_token_stream(spec, load_tokenizer("bytes"), min_tokens=100, what="--haystack", label="--{}")
+    assert str(e.value) == (f"--haystack: {len(bad)} file(s) of {spec!r} cannot be read as text: {_listed(bad)}. "
+                            f"Convert each to UTF-8 (iconv -f ITS_ENCODING -t utf-8), fetch a damaged one again, "
+                            f"restore a broken link, or give another source; --skip-bad-files would leave no file of "
+                            f"it to read")
+
+
+# a PNG's start: a binary file, which no conversion makes text
+IMAGE = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x01\x00\x00\x00\x01\x00\x08\x06\x00\x00\x00"
+IMAGE_SAID = "looks like a binary file, not text (17 of its first 29 bytes are NUL or other control bytes)"
+
+
+@pytest.mark.parametrize("good", [True, False], ids=["beside-good-files", "alone"])
+def test_binary_files_are_refused_without_advice_to_convert_them(tmp_path, good):
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    if good:
+        (folder / "a.txt").write_text(TEXT)
+    (folder / "image.txt").write_bytes(IMAGE)
+    (folder / "photo.md").write_bytes(IMAGE)
+    bad = {str(folder / "image.txt"): IMAGE_SAID, str(folder / "photo.md"): IMAGE_SAID}
+    with pytest.raises(ValueError) as e:
+        source_sequences(str(folder), load_tokenizer("bytes"), 16, 8, label="--{}")
+    fix = (f"Move them out of {str(folder)!r}; or pass --skip-bad-files to evaluate without them (they are printed, "
+           f"and listed in the results)" if good else
+           "Give another source; --skip-bad-files would leave no file of it to read")
+    assert str(e.value) == f"--source: 2 file(s) of {str(folder)!r} cannot be read as text: {_listed(bad)}. {fix}"
+    if not good:  # passed over, they leave nothing: no conversion offered either
+        with pytest.raises(ValueError) as e:
+            source_sequences(str(folder), load_tokenizer("bytes"), 16, 1, label="--{}", skipped=SkippedFiles())
+        assert str(e.value) == (f"--source: no document of {str(folder)!r} is left: its 2 file(s) that cannot be "
+                                f"read as text were passed over (--skip-bad-files) and its other files hold none; "
+                                f"give another source. Passed over: {_listed(bad)}")
+
+
+def test_eval_loss_of_one_bad_file_does_not_offer_to_skip_it(model, tmp_path, capsys):
+    bad = tmp_path / "notes.txt"
+    bad.write_bytes(b"caf\xe9\n")
+    assert main(["eval", "loss", model, "--source", str(bad), "--seq-len", "24", "--device", "cpu", "--no-progress",
+                 "--out", str(tmp_path / "loss")]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: --source: 1 file(s) of {str(bad)!r} cannot be read as text: {bad}: line 1, column 4 is not UTF-8 "
+        f"(byte 0xe9), at byte offset 3. Convert each to UTF-8 (iconv -f ITS_ENCODING -t utf-8), fetch a damaged one "
+        f"again, restore a broken link, or give another source; --skip-bad-files would leave no file of it to read")

@@ -85,6 +85,15 @@ def test_a_prompt_file_that_is_not_utf8_names_the_file_and_line(run_dir, tmp_pat
     assert f"{prompt}: line 2, column 8 is not UTF-8 (byte 0xe9)" in _error(capsys)
 
 
+def test_a_prompt_file_that_is_binary_is_said_to_be_one(run_dir, tmp_path, capsys):
+    """An image given as the prompt was told to be converted from Latin-1, and to be left out."""
+    prompt = tmp_path / "prompt.png"
+    prompt.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x01\x00\x00\x00\x01\x00\x08\x06\x00\x00\x00")
+    assert main(["generate", "--model", str(run_dir / "hf"), "--prompt-file", str(prompt), "--device", "cpu"]) == 2
+    assert _error(capsys) == (f"error: {prompt} looks like a binary file, not text (17 of its first 29 bytes are "
+                              f"NUL or other control bytes): give another file")
+
+
 def test_a_truncated_safetensors_file_is_one_error_line(run_dir, tmp_path, capsys):
     """A cut-short model.safetensors ended in a SafetensorError traceback."""
     import shutil

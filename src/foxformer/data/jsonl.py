@@ -133,12 +133,14 @@ def _no_field(where: str, row: dict, text_field: str, first: bool, fix: Callable
 
 
 def rows(fh, path: str, text_field: str, decompress: str | None = None,
-         leave_out: str = "leave it out", in_folder: bool = False) -> Iterator[tuple[str, str, str]]:
+         leave_out: str = "leave it out", in_folder: bool = False,
+         head: Callable[[], bytes] | None = None) -> Iterator[tuple[str, str, str]]:
     """(id, "file:line", text) of each document of a JSONL file's lines, ``fh`` its bytes (decompressed);
-    ``decompress``: the command that decompresses a compressed one, for the fixes' commands; ``leave_out``: how a
-    fix says to do without the file (decode_utf8's). Blank lines are none. ``in_folder``: the file is one of a
-    source folder's, whose first line refused says how to do without it too (a package.json or a settings file
-    among the documents holds none, and its fixes were jq commands that rewrite it)."""
+    ``decompress``: the command that decompresses a compressed one, for the fixes' commands; ``leave_out`` and
+    ``head``: how a fix says to do without the file, and its first bytes (decode_utf8's). Blank lines are none.
+    ``in_folder``: the file is one of a source folder's, whose first line refused says how to do without it too (a
+    package.json or a settings file among the documents holds none, and its fixes were jq commands that rewrite
+    it)."""
     fix = partial(jq, path, decompress)
     first = True
 
@@ -149,7 +151,7 @@ def rows(fh, path: str, text_field: str, decompress: str | None = None,
     offset = 0  # of the line in the file's (decompressed) bytes
     for lineno, raw in enumerate(fh, 1):
         # `cat a.jsonl b.jsonl` keeps b's byte-order mark at the start of a line, which no JSON value starts with
-        line = decode_utf8(raw, path, lineno, leave_out, offset).lstrip("\ufeff")
+        line = decode_utf8(raw, path, lineno, leave_out, offset, head).lstrip("\ufeff")
         offset += len(raw)
         if not line.strip():
             continue

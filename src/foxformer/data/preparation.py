@@ -33,8 +33,8 @@ from ..paths import check_output_dir, folder_lock, replaced_atomically, write_js
 from ..progress import progress_bar
 from .digests import CACHE_FILE as DIGESTS, DigestCache
 from .layout import FORMAT, MANIFEST, MODEL_FOLDERS, SHARDS
-from .sources import (CONTENT_PREFIX, Blanks, by_file_times, describe_source, iter_documents, refused_whole,
-                      source_kind, unreadable_files)
+from .sources import (CONTENT_PREFIX, Blanks, by_file_times, describe_source, iter_documents, readable_left,
+                      refused_whole, source_kind, unreadable_files)
 from .tokenizer import GPT2_SPEC, canonical_name, load_tokenizer, older_tokenizer_files, tokenizer_files
 from .unreadable import drop_list, refusal
 
@@ -261,7 +261,8 @@ def _tokenize_source(spec: str, shard_dir: str, cfg: PrepareConfig, tok, progres
     shutil.rmtree(tmp_dir, ignore_errors=True)
     os.makedirs(tmp_dir)
     try:
-        with refused_whole(spec, cfg.text_field, cfg.out_dir, progress, folder=cfg.out_dir):
+        with refused_whole(spec, cfg.text_field, cfg.out_dir, progress, folder=cfg.out_dir,
+                           others=len(cfg.sources) > 1):
             info = _write_shard(spec, tmp_dir, cfg, tok, progress)
     except BaseException:
         # a Ctrl-C, or a file of the source that cannot be read: the tokens written so far (up to the source's
@@ -438,8 +439,9 @@ def prepare(cfg: PrepareConfig, *, force: bool = False, progress: bool = True, n
     infos = [describe_source(s, digests, cfg.out_dir) for s in cfg.sources]
     for info in infos:
         if info.unreadable and not cfg.skip_bad_files:  # a link to nothing: the files that do not decode too
-            raise refusal(info.spec, unreadable_files(info.spec, cfg.text_field, cfg.out_dir, progress),
-                          folder=cfg.out_dir)
+            bad = unreadable_files(info.spec, cfg.text_field, cfg.out_dir, progress)
+            raise refusal(info.spec, bad, folder=cfg.out_dir,
+                          rest=len(cfg.sources) > 1 or readable_left(info.spec, bad, cfg.out_dir))
     try:
         manifest = _prepare(cfg, infos, force, progress, note)
     except KeyboardInterrupt:  # the bare "interrupted" left it unsaid whether a rerun starts over

@@ -26,10 +26,11 @@ import shlex
 import sysconfig
 import zlib
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Iterator
 
 from ..argtypes import SettingError
-from ..paths import NotText, decode_utf8
+from ..paths import BINARY_HEAD, NotText, decode_utf8
 from ..progress import progress_bar
 from . import jsonl
 from .digests import read_digests
@@ -219,10 +220,8 @@ def _walk_folder(path: str, out_dir: str | None) -> tuple[list[str], dict[str, i
 
     walked, chosen, seen_dirs, other, skipped, unread = [], {}, {os.path.realpath(path)}, {}, [], []
     out = None if out_dir is None else os.path.realpath(out_dir)
-    inside = None if out is None else os.path.relpath(out, os.path.realpath(path))
-    # not yet there, written after this walk and passed over by the next one: said by both (".." is outside, and
-    # a hidden folder is passed over in silence)
-    if inside and not os.path.exists(out) and not any(part.startswith(".") for part in inside.split(os.sep)):
+    # not yet there, written after this walk and passed over by the next one: said by both
+    if passes_over(path, out_dir) and not os.path.exists(out):
         skipped.append(out_dir)
     for root, dirs, files in os.walk(path, onerror=unreadable, followlinks=True):
         # hidden entries (.git, an editor's swap files, macOS's ._ resource forks) are not the user's documents
@@ -286,6 +285,16 @@ def _walk_folder(path: str, out_dir: str | None) -> tuple[list[str], dict[str, i
                                          f"documents would be read twice (a copy could land in train and another in "
                                          f"validation); move one out of {path!r}")
     return files, other, sorted(skipped), unread
+
+
+def passes_over(spec: str, out_dir: str | None) -> bool:
+    """Whether the walk of the source folder ``spec`` passes over ``out_dir``, the folder a command writes (a
+    prepare's dataset, an eval's results), as one of its own: one below it and not hidden (".." is outside, and a
+    hidden folder is passed over in silence). What is written there was read back as documents by the next run."""
+    if out_dir is None or not os.path.isdir(spec):
+        return False
+    inside = os.path.relpath(os.path.realpath(out_dir), os.path.realpath(spec))
+    return inside != os.curdir and not any(part.startswith(".") for part in inside.split(os.sep))
 
 
 def _check_not_saved_hf(folder: str, spec: str | None = None, within: str | None = None) -> None:
@@ -418,6 +427,12 @@ def unreadable_files(spec: str, text_field: str = "text", out_dir: str | None = 
     return bad
 
 
+def _head(path: str) -> bytes:
+    """The first bytes of ``path``, decompressed, that tell a binary file from text (decode_utf8's ``head``)."""
+    with _open_binary(path) as fh:
+        return fh.read(BINARY_HEAD)
+
+
 def _read_file(path: str, spec: str, text_field: str) -> Iterator[Document]:
     kind = _file_kind(path)
     if kind == "text":
@@ -430,7 +445,8 @@ def _read_file(path: str, spec: str, text_field: str) -> Iterator[Document]:
         with _open_binary(path) as fh:
             comp = _strip_compression(path)[1]
             for doc_id, where, text in jsonl.rows(fh, path, text_field, comp and COMPRESSIONS[comp],
-                                                   _leave_out(spec), in_folder=os.path.isdir(spec)):
+                                                   _leave_out(spec), in_folder=os.path.isdir(spec),
+                                                   head=partial(_head, path)):
                 yield Document(id=doc_id, source=spec, text=text, where=where)
     elif kind == "parquet":
         try:
@@ -568,13 +584,16 @@ def _most_first(other: dict[str, int]) -> tuple[tuple[str, int], ...]:
     return tuple(sorted(other.items(), key=lambda item: (-item[1], item[0])))
 
 
-def left_out_of(spec: str) -> dict:
+def left_out_of(spec: str, out_dir: str | None = None) -> dict:
     """What reading a folder source passes over, in the fields of a manifest's source (reading_notes says them):
     ``left_out_files``, its files of kinds not read as documents by extension, and ``skipped_datasets``, the
-    prepared datasets in it; {} for any other source."""
+    prepared datasets in it; {} for any other source. ``out_dir``: a command's output folder, passed over (see
+    passes_over) and not counted among them: the caller says it."""
     if source_kind(spec) != "file" or not os.path.isdir(spec):
         return {}
-    _, other, skipped, _ = _scan(spec)
+    _, other, skipped, _ = _scan(spec, out_dir)
+    if out_dir is not None:
+        skipped = [folder for folder in skipped if os.path.realpath(folder) != os.path.realpath(out_dir)]
     return {**({"left_out_files": dict(_most_first(other))} if other else {}),
             **({"skipped_datasets": skipped} if skipped else {})}
 
@@ -646,14 +665,22 @@ def unix_newlines(text: str) -> str:
 
 @contextlib.contextmanager
 def refused_whole(spec: str, text_field: str = "text", out_dir: str | None = None, progress: bool = False,
-                  without: str = PREPARE_WITHOUT, folder: str | None = None):
+                  without: str = PREPARE_WITHOUT, folder: str | None = None, others: bool = False):
     """Where a reading of ``spec`` inside meets a file that cannot be read as text (iter_documents' UnreadableFile),
     the refusal of the source for every such file (unreadable.refusal, with ``without`` and ``folder``): the rest of
-    it is read through for them (``progress``: with a progress bar). ``text_field`` and ``out_dir``: the reading's."""
+    it is read through for them (``progress``: with a progress bar). ``text_field`` and ``out_dir``: the reading's;
+    ``others``: it reads other sources too, which passing these files over leaves to read."""
     try:
         yield
     except UnreadableFile:
-        raise refusal(spec, unreadable_files(spec, text_field, out_dir, progress), without, folder) from None
+        bad = unreadable_files(spec, text_field, out_dir, progress)
+        raise refusal(spec, bad, without, folder, others or readable_left(spec, bad, out_dir)) from None
+
+
+def readable_left(spec: str, bad: dict[str, str], out_dir: str | None = None) -> bool:
+    """Whether the source ``spec`` holds a document file that is not among ``bad`` (its files that cannot be read
+    as text): what passing those over leaves to read. ``out_dir`` as describe_source takes it."""
+    return source_kind(spec) != "file" or any(path not in bad for path in _scan(spec, out_dir)[0])
 
 
 def iter_documents(spec: str, text_field: str = "text", out_dir: str | None = None,

@@ -12,7 +12,7 @@ import contextlib
 import os
 
 from ..argtypes import SettingError
-from ..paths import write_text
+from ..paths import BINARY, write_text
 
 # A refusal or a note names this many files, and counts the rest
 SHOWN = 100
@@ -44,21 +44,32 @@ def listed(bad: dict[str, str]) -> str:
 
 
 def refusal(spec: str, bad: dict[str, str], without: str = PREPARE_WITHOUT,
-            folder: str | None = None) -> SettingError:
+            folder: str | None = None, rest: bool = True) -> SettingError:
     """The error that refuses the source ``spec`` for its files ``bad`` (path -> problem), all of them, with the
-    fixes and the option that goes on ``without`` them. ``folder``: where a list longer than the error shows is
-    written whole (LIST_FILE, one file and its problem a line, tab between), and named; a terminal's scrollback
-    held the first SHOWN of a thousand, and nothing held the rest."""
+    fixes and, where ``rest`` (a readable file would be left to read: of this source, or of another the reading
+    takes), the option that goes on ``without`` them; where none would be, it sends the user to another source (the
+    option was offered for a source of one file, and then refused as holding no text). ``folder``: where a list
+    longer than the error shows is written whole (LIST_FILE, one file and its problem a line, tab between), and
+    named; a terminal's scrollback held the first SHOWN of a thousand, and nothing held the rest. A binary file has
+    no fix but to go: the advice to convert files is left out where all are."""
     whole = ""
     if len(bad) > SHOWN and folder is not None:
         path = os.path.join(folder, LIST_FILE)
         write_text(path, "".join(f"{file}\t{problem}\n" for file, problem in sorted(bad.items())))
         whole = f" (all of them in {path})"
-    leave = f"move them out of {spec!r}" if os.path.isdir(spec) else "leave the source out"
+    fixes = [] if all(problem.startswith(BINARY) for problem in bad.values()) else [
+        "convert each to UTF-8 (iconv -f ITS_ENCODING -t utf-8)", "fetch a damaged one again",
+        "restore or remove a broken link" if rest else "restore a broken link"]
+    if rest:
+        fixes.append(f"move them out of {spec!r}" if os.path.isdir(spec) else "leave the source out")
+    else:
+        fixes.append("give another source")
+    said = ", ".join(fixes[:-1]) + (", or " if len(fixes) > 1 else "") + fixes[-1]
+    said = said[0].upper() + said[1:]
     return SettingError("source", lambda name: (
-        f"{len(bad)} file(s) of {spec!r} cannot be read as text: {listed(bad)}{whole}. Convert each to UTF-8 (iconv "
-        f"-f ITS_ENCODING -t utf-8), fetch a damaged one again, restore or remove a broken link, or {leave}; or "
-        f"pass {name('skip_bad_files')} to {without}"))
+        f"{len(bad)} file(s) of {spec!r} cannot be read as text: {listed(bad)}{whole}. {said}; "
+        + (f"or pass {name('skip_bad_files')} to {without}" if rest else
+           f"{name('skip_bad_files')} would leave no file of it to read")))
 
 
 def drop_list(folder: str) -> None:

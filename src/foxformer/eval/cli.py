@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -104,6 +105,41 @@ def _tokenizer(args, models):
     return load_tokenizer(spec), spec
 
 
+def _tokenizer_named(args) -> str | None:
+    """The tokenizer _tokenizer will feed the models, told before their weights load (a check that needs it then
+    spares the minutes a large model takes): --tokenizer, else the one their runs' config.yaml or their Hugging Face
+    config.json names, or the tokenizer files beside such a folder (load_model's rule), else gpt2. None where
+    this cannot tell (a Hub id, a config that cannot be read, models naming different ones, or another than
+    --tokenizer, which tokenizer_spec then refuses): the check waits for the models. A path that is no folder
+    names none: its load fails."""
+    from foxformer.models.hub import is_hub_id
+    from foxformer.train.loading import RUN_CONFIG, read_run_config, run_dir_of, saved_config
+
+    named = set()
+    for path in args.models:
+        if is_hub_id(path):
+            return None
+        if not os.path.isdir(path):
+            continue
+        try:
+            run = run_dir_of(path)
+            spec = read_run_config(os.path.join(run, RUN_CONFIG)).get("tokenizer") if run else None
+            if run and not spec:  # loaded from the run's checkpoint or from its hf/ export: left to load_model
+                return None
+            if not run and os.path.isfile(os.path.join(path, "config.json")):
+                files = any(os.path.exists(os.path.join(path, name))
+                            for name in ("tokenizer.json", "tokenizer_config.json"))
+                spec = (saved_config(path) or {}).get("tokenizer") or (f"hf:{path}" if files else None)
+        except (OSError, ValueError):
+            return None
+        if spec:
+            named.add(spec)
+    given = getattr(args, "tokenizer", None)
+    if given:
+        return given if named <= {given} else None
+    return None if len(named) > 1 else next(iter(named), "gpt2")
+
+
 def _runs_data(models) -> str | None:
     """The one prepared dataset every model's run trained on, where it still exists (else None)."""
     from foxformer.data.preparation import is_dataset
@@ -130,9 +166,9 @@ def text_flags(args) -> tuple[str, str]:
     """The split and the text field of the text an eval command or bias-shift reads, "val" and "text" where left
     out. A flag of the other kind of text is refused, naming both: --split, --within-docs and --data-source read a
     --data dataset, --text-field the text of --source (a dataset holds tokens); each was dropped without a word.
-    --data-source without --within-docs is refused too. Commands call it before their models load (minutes for
-    large ones): none of these refusals needs them."""
-    from .sequences import check_data_source
+    --data-source without --within-docs is refused too, and an --out that is the --source folder itself. Commands
+    call it before their models load (minutes for large ones): none of these refusals needs them."""
+    from .sequences import check_data_source, check_out_apart
 
     if args.data and args.source:
         raise ValueError("pass either --data or --source, not both")
@@ -141,6 +177,7 @@ def text_flags(args) -> tuple[str, str]:
         if given:
             flag = f"--{given[0].replace('_', '-')}"
             raise ValueError(f"{flag}: reads a --data dataset, and --source {args.source!r} is text; leave {flag} out")
+        check_out_apart(args.source, getattr(args, "out", None), "--source", FLAGS)
     else:
         for flag in ("text_field", "skip_bad_files"):
             if getattr(args, flag, None) not in (None, False):
@@ -229,11 +266,12 @@ def _cmd_loss(args) -> dict:
 
 
 def _cmd_niah(args) -> dict:
+    from foxformer.data import load_tokenizer
     from foxformer.train.loading import RUN_CONFIG, run_dir_of
 
-    from .niah import HAYSTACK_ROOM, check_grid, niah_grid
+    from .niah import HAYSTACK_ROOM, check_grid, check_room, niah_grid
     from .outputs import note_replacing, save_niah, written
-    from .sequences import document_token_stream
+    from .sequences import check_out_apart, document_token_stream
 
     check_grid(args.lengths, args.depths, args.modes, args.needles, args.seeds, args.max_new_tokens, label=FLAGS)
     # a run folder read as text met its metrics.jsonl, refused for a missing 'text' field that sent users to
@@ -242,6 +280,15 @@ def _cmd_niah(args) -> dict:
         raise ValueError(f"--haystack: {args.haystack!r} is a training run ({os.path.join(run, RUN_CONFIG)}), not "
                          f"text; give text to hide the needles in (a .txt/.jsonl file, a folder of them, or "
                          f"builtin:pydoc, the default), and the run itself as the model")
+    check_out_apart(args.haystack, args.out, "--haystack", FLAGS)
+    # --lengths too short for the needle and question, refused before the models load: their tokens are the
+    # tokenizer's, loaded first where it can be told (one it cannot load is refused as it is after them)
+    early = None
+    if named := _tokenizer_named(args):
+        with contextlib.suppress(ValueError, OSError, ImportError):
+            early = load_tokenizer(named)
+    if early is not None:
+        check_room(early, args.lengths, args.modes, args.needles, args.seeds, label=FLAGS)
     models = _load_models(args)
     out = _out_dir(args, models)
     tok, spec = _tokenizer(args, models)

@@ -110,6 +110,33 @@ def _snap_to_boundary(tokenizer: TextTokenizer, hay: Sequence[int], pos: int, wi
     return pos
 
 
+def _fixed_parts(tokenizer: TextTokenizer, needle: Needle, mode: str) -> tuple[list[int], list[int], list[int]]:
+    """The ids of a prompt that are not haystack: its start (a BOS where the tokenizer has one), the needle (with
+    the question in easy mode) and the question that ends it."""
+    question = QUESTION.format(key=needle.key)
+    fact = NEEDLE.format(key=needle.key, value=needle.value)
+    needle_text = f" {question} {fact} " if mode == "easy" else f" {fact} "
+    tail = tokenizer.encode(f"\n\n{question} {ANSWER_PREFIX.format(key=needle.key)}")
+    return start_ids(tokenizer), tokenizer.encode(needle_text), tail
+
+
+def _too_short(length: int, fixed: int, label: str) -> ValueError:
+    name = setting_name(label, "lengths")
+    return ValueError(f"{name}: context length {length} is too short for the needle and question ({fixed} tokens); "
+                      f"use {name} > {fixed}")
+
+
+def check_room(tokenizer: TextTokenizer, lengths: Sequence[int], modes: Sequence[str], needles: int,
+               seeds: Sequence[int], keys: Sequence[str] = DEFAULT_KEYS, *, label: str = "{}") -> None:
+    """Refuse ``lengths`` whose shortest leaves no haystack beside the longest needle and question of the grid's
+    needles and modes (their tokens depend on ``tokenizer`` alone), before a model or the haystack is read.
+    ``label``: as check_grid's."""
+    fixed = max(sum(map(len, _fixed_parts(tokenizer, make_needle(n, seed, keys), mode)))
+                for seed in seeds for n in range(needles) for mode in modes)
+    if min(lengths) <= fixed:
+        raise _too_short(min(lengths), fixed, label)
+
+
 def build_case(tokenizer: TextTokenizer, haystack: Sequence[int], length: int, depth: float, needle: Needle, *,
                mode: str = "standard", offset: int = 0, needle_index: int = 0, seed: int = 0,
                label: str = "{}") -> NiahCase:
@@ -119,19 +146,12 @@ def build_case(tokenizer: TextTokenizer, haystack: Sequence[int], length: int, d
         raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
     if not 0.0 <= depth <= 1.0:
         raise ValueError(f"depths: expected values in [0, 1], got {depth!r}")
-    question = QUESTION.format(key=needle.key)
-    fact = NEEDLE.format(key=needle.key, value=needle.value)
-    needle_text = f" {question} {fact} " if mode == "easy" else f" {fact} "
-    needle_ids = tokenizer.encode(needle_text)
-    tail = tokenizer.encode(f"\n\n{question} {ANSWER_PREFIX.format(key=needle.key)}")
+    head, needle_ids, tail = _fixed_parts(tokenizer, needle, mode)
     answer = tokenizer.encode(f" {needle.value}")
-    head = start_ids(tokenizer)
     fixed = len(head) + len(needle_ids) + len(tail)
     budget = length - fixed
     if budget < 1:
-        name = setting_name(label, "lengths")
-        raise ValueError(f"{name}: context length {length} is too short for the needle and question "
-                         f"({fixed} tokens); use {name} > {fixed}")
+        raise _too_short(length, fixed, label)
     if offset + budget > len(haystack):
         raise ValueError(f"{setting_name(label, 'haystack')}: {len(haystack)} tokens cannot fill a context of "
                          f"{length} tokens (needs {offset + budget}); give a longer haystack source")
@@ -311,6 +331,7 @@ def niah_grid(model: torch.nn.Module, tokenizer: TextTokenizer, haystack: Sequen
     max(lengths) long (plus room for the per-seed offsets). ``label``: as check_grid's."""
     lengths, depths, modes, seeds = list(lengths), [float(d) for d in depths], list(modes), list(seeds)
     check_grid(lengths, depths, modes, needles, seeds, max_new_tokens, label=label)
+    check_room(tokenizer, lengths, modes, needles, seeds, keys, label=label)
     vocab = vocab_size_of(model)
     if vocab is not None and haystack and max(haystack) >= vocab:
         raise ValueError(f"{setting_name(label, 'haystack')}: token id {max(haystack)} is outside the model's "

@@ -158,13 +158,33 @@ def _check_left(what: str, source: str, skipped: Optional[SkippedFiles], docs: i
     left: the refusal of too little text that followed sent the user to a shorter --seq-len for a source whose
     every file was bad."""
     from foxformer.data.unreadable import listed
+    from foxformer.paths import BINARY
 
     if skipped and not docs:
         others = " and its other files hold none" if os.path.isdir(source) else ""
+        convert = "" if all(problem.startswith(BINARY) for problem in skipped.values()) else \
+            "convert them to UTF-8 (iconv -f ITS_ENCODING -t utf-8) or "
         raise ValueError(f"{what}: no document of {source!r} is left: its {len(skipped)} file(s) that cannot be read "
                          f"as text were passed over ({setting_name(label, 'skipped', 'skip_bad_files')}){others}; "
-                         f"convert them to UTF-8 (iconv -f ITS_ENCODING -t utf-8) or give another source. Passed over: "
-                         f"{listed(skipped)}")
+                         f"{convert}give another source. Passed over: {listed(skipped)}")
+
+
+def check_out_apart(source: str, folder: Optional[str], what: str = "source", label: str = "{}") -> None:
+    """Refuse ``folder``, where a command writes its results, where it is the source folder ``source`` itself
+    (``what``: the setting that names it): the results' JSON would be read as a document of it by the next run. A
+    folder inside the source is passed over by its reading, and said (_note_out)."""
+    if folder is not None and os.path.isdir(source) and os.path.realpath(source) == os.path.realpath(folder):
+        raise ValueError(f"{setting_name(label, 'folder', 'out')}: {folder!r} is the {what} folder itself, every "
+                         f"file of which is read: the results written there would be read as its documents by the "
+                         f"next run; name a folder inside it (the reading passes over that) or elsewhere")
+
+
+def _note_out(source: str, folder: Optional[str]) -> None:
+    """Say that the reading of ``source`` passes over ``folder``, the output folder, where it lies inside."""
+    from foxformer.data.sources import passes_over
+
+    if passes_over(source, folder):
+        print(f"note: {source}: the output folder {folder} in it is not read as documents", file=sys.stderr)
 
 
 def document_token_stream(source: str, tokenizer, *, min_tokens: int, enough: Optional[int] = None,
@@ -178,17 +198,20 @@ def document_token_stream(source: str, tokenizer, *, min_tokens: int, enough: Op
     source that cannot be read, is refused in one line: ``what`` names the option, ``fix`` says what to do; the
     source's files that cannot be read as text all at once (``folder``: the output folder, where a list longer
     than the error shows is written whole), or where ``skipped`` (a SkippedFiles) is given, passed over, said and
-    put in it, as iter_documents does. ``label``: as check_sequences'."""
+    put in it, as iter_documents does. ``folder`` inside a source folder is passed over, and said; the source
+    folder itself is refused as it (check_out_apart). ``label``: as check_sequences'."""
     from foxformer.data import iter_documents
     from foxformer.data.sources import refused_whole
     from foxformer.data.unreadable import drop_list
 
     enough = min_tokens if enough is None else max(enough, min_tokens)
+    check_out_apart(source, folder, what, label)
+    _note_out(source, folder)
     ids: list[int] = []
     stopped, docs = False, 0
     try:
-        with refused_whole(source, text_field, without=_without(label), folder=folder):
-            for doc in iter_documents(source, text_field, skipped=skipped):
+        with refused_whole(source, text_field, out_dir=folder, without=_without(label), folder=folder):
+            for doc in iter_documents(source, text_field, out_dir=folder, skipped=skipped):
                 if max_docs is not None and docs >= max_docs:
                     stopped = True
                     break
@@ -219,17 +242,20 @@ def source_sequences(source: str, tokenizer, seq_len: int, num: int, text_field:
     among those read, a folder's files of other kinds) is said on stderr, in the notes `data prepare` gives. Its
     files that cannot be read as text are refused all at once (``folder``: the output folder, where a list longer
     than the error shows is written whole), or where ``skipped`` (a SkippedFiles) is given, passed over, said and
-    put in it, as iter_documents does."""
+    put in it, as iter_documents does. ``folder`` inside a source folder is passed over, and said; the source
+    folder itself is refused as it (check_out_apart)."""
     check_sequences(seq_len, num, label=label)
     from foxformer.data import iter_documents
     from foxformer.data.sources import Blanks, left_out_of, reading_notes, refused_whole
     from foxformer.data.tokenizer import start_ids
     from foxformer.data.unreadable import drop_list
 
+    check_out_apart(source, folder, setting_name(label, "source"), label)
+    _note_out(source, folder)
     rows, blanks = [], Blanks()
     try:
-        with refused_whole(source, text_field, without=_without(label), folder=folder):
-            for doc in iter_documents(source, text_field, skipped=skipped):
+        with refused_whole(source, text_field, out_dir=folder, without=_without(label), folder=folder):
+            for doc in iter_documents(source, text_field, out_dir=folder, skipped=skipped):
                 if blanks.skip(doc):
                     continue
                 ids = start_ids(tokenizer) + tokenizer.encode(doc.text)
@@ -237,7 +263,7 @@ def source_sequences(source: str, tokenizer, seq_len: int, num: int, text_field:
                     rows.append(ids[:seq_len])
                     if len(rows) >= num:
                         break
-        left_out = left_out_of(source)
+        left_out = left_out_of(source, folder)
     except SettingError as e:  # the source's reader names its setting as the API does ("source")
         raise _said_as(e, setting_name(label, e.field), label) from None
     if folder is not None:
