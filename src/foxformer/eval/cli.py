@@ -105,41 +105,6 @@ def _tokenizer(args, models):
     return load_tokenizer(spec), spec
 
 
-def _tokenizer_named(args) -> str | None:
-    """The tokenizer _tokenizer will feed the models, told before their weights load (a check that needs it then
-    spares the minutes a large model takes): --tokenizer, else the one their runs' config.yaml or their Hugging Face
-    config.json names, or the tokenizer files beside such a folder (load_model's rule), else gpt2. None where
-    this cannot tell (a Hub id, a config that cannot be read, models naming different ones, or another than
-    --tokenizer, which tokenizer_spec then refuses): the check waits for the models. A path that is no folder
-    names none: its load fails."""
-    from foxformer.models.hub import is_hub_id
-    from foxformer.train.loading import RUN_CONFIG, read_run_config, run_dir_of, saved_config
-
-    named = set()
-    for path in args.models:
-        if is_hub_id(path):
-            return None
-        if not os.path.isdir(path):
-            continue
-        try:
-            run = run_dir_of(path)
-            spec = read_run_config(os.path.join(run, RUN_CONFIG)).get("tokenizer") if run else None
-            if run and not spec:  # loaded from the run's checkpoint or from its hf/ export: left to load_model
-                return None
-            if not run and os.path.isfile(os.path.join(path, "config.json")):
-                files = any(os.path.exists(os.path.join(path, name))
-                            for name in ("tokenizer.json", "tokenizer_config.json"))
-                spec = (saved_config(path) or {}).get("tokenizer") or (f"hf:{path}" if files else None)
-        except (OSError, ValueError):
-            return None
-        if spec:
-            named.add(spec)
-    given = getattr(args, "tokenizer", None)
-    if given:
-        return given if named <= {given} else None
-    return None if len(named) > 1 else next(iter(named), "gpt2")
-
-
 def _runs_data(models) -> str | None:
     """The one prepared dataset every model's run trained on, where it still exists (else None)."""
     from foxformer.data.preparation import is_dataset
@@ -267,7 +232,7 @@ def _cmd_loss(args) -> dict:
 
 def _cmd_niah(args) -> dict:
     from foxformer.data import load_tokenizer
-    from foxformer.train.loading import RUN_CONFIG, run_dir_of
+    from foxformer.train.loading import RUN_CONFIG, named_tokenizer_spec, run_dir_of
 
     from .niah import HAYSTACK_ROOM, check_grid, check_room, niah_grid
     from .outputs import note_replacing, save_niah, written
@@ -284,7 +249,7 @@ def _cmd_niah(args) -> dict:
     # --lengths too short for the needle and question, refused before the models load: their tokens are the
     # tokenizer's, loaded first where it can be told (one it cannot load is refused as it is after them)
     early = None
-    if named := _tokenizer_named(args):
+    if named := named_tokenizer_spec(args.models, getattr(args, "tokenizer", None)):
         with contextlib.suppress(ValueError, OSError, ImportError):
             early = load_tokenizer(named)
     if early is not None:

@@ -35,6 +35,7 @@ from .distributed import resolve_device
 from .sharded import read_model_state_dict
 
 RUN_CONFIG = "config.yaml"
+DEFAULT_TOKENIZER = "gpt2"  # what models that name no tokenizer are fed
 
 
 @dataclass
@@ -157,9 +158,36 @@ def _load_hf_dir(path: str, attention_backend: Optional[str], label: str, among_
                                     f"it again (foxformer export-hf RUN)") from e
 
 
-def _hf_tokenizer(path: str, model) -> Optional[str]:
-    """The tokenizer of a Hugging Face folder: the spec its config names, else the tokenizer files beside it."""
-    spec = getattr(model.config, "tokenizer", None)
+_UNTOLD = object()  # _named_tokenizer's answer where only the loaded model tells
+
+
+def _named_tokenizer(path: str, config=None):
+    """The tokenizer spec the model at the local ``path`` names (LoadedModel.tokenizer; None where it names none):
+    its run's config.yaml "tokenizer", else, where a Hugging Face folder loads (``path``, or a run dir's hf/ export
+    where the run has no checkpoint), the spec its config names, else the tokenizer files beside it ("hf:FOLDER").
+    ``config``: the loaded model's config (load_model), else the folder's config.json is read, before the weights
+    load; _UNTOLD there for an official checkpoint (models.official tells its tokenizer from its weights) and for a
+    config.json that cannot be read. Raises OSError or ValueError for a config.yaml or checkpoint pointer that
+    cannot be read."""
+    run = run_dir_of(path)
+    spec = read_run_config(os.path.join(run, RUN_CONFIG)).get("tokenizer") if run else None
+    if spec:
+        return spec
+    if _is_checkpoint_dir(path):
+        return None
+    if os.path.exists(os.path.join(path, RUN_CONFIG)):  # a run dir: its latest checkpoint, else its hf/ export
+        if latest_checkpoint(path) is not None:
+            return None
+        path = os.path.join(path, "hf")
+    if not os.path.exists(os.path.join(path, "config.json")):
+        return None
+    if config is not None:
+        spec = getattr(config, "tokenizer", None)
+    else:
+        saved = saved_config(path)
+        if saved is None or saved.get("model_type") in OFFICIAL_TYPES:
+            return _UNTOLD
+        spec = saved.get("tokenizer")
     if spec:
         return spec
     if any(os.path.exists(os.path.join(path, name)) for name in ("tokenizer.json", "tokenizer_config.json")):
@@ -298,7 +326,7 @@ def _load_model(path, device, dtype, name, train_len, attention_backend, label, 
                                     f"RUN/checkpoints/step_N, a Hugging Face folder with config.json, or a Hub id "
                                     f"owner/name){_run_hint(path)}")
     run_cfg: dict = {}
-    step = hf_path = None
+    step = None
     if _is_checkpoint_dir(path):
         run_dir = os.path.dirname(os.path.dirname(os.path.abspath(path)))
         model, run_cfg, step = _load_checkpoint_dir(path, run_dir)
@@ -308,14 +336,13 @@ def _load_model(path, device, dtype, name, train_len, attention_backend, label, 
         if latest is not None:
             model, run_cfg, step = _load_checkpoint_dir(latest, path)
         elif os.path.exists(os.path.join(path, "hf", "config.json")):
-            hf_path = os.path.join(path, "hf")
-            model = _load_hf_dir(hf_path, attention_backend, label, among_others)
+            model = _load_hf_dir(os.path.join(path, "hf"), attention_backend, label, among_others)
             run_cfg = read_run_config(os.path.join(path, RUN_CONFIG))
         else:
             raise SettingError("model", f"run dir {path!r} has neither checkpoints nor an hf/ export yet")
         source = "run"
     elif os.path.exists(os.path.join(path, "config.json")):
-        model, hf_path = _load_hf_dir(path, attention_backend, label, among_others), path
+        model = _load_hf_dir(path, attention_backend, label, among_others)
         if (run := run_dir_of(path)) is not None:
             run_cfg = read_run_config(os.path.join(run, RUN_CONFIG))
         source = "hf"
@@ -334,9 +361,9 @@ def _load_model(path, device, dtype, name, train_len, attention_backend, label, 
               f"trained on: positions past {train_len} count as beyond it", file=sys.stderr)
     ctx = train_len if train_len is not None else recorded
     label = name or _default_name(given)
-    tokenizer = run_cfg.get("tokenizer") or (_hf_tokenizer(hf_path, model) if hf_path else None)
     return LoadedModel(model=model, name=label, path=given, train_len=int(ctx) if ctx else None,
-                       tokenizer=tokenizer, source=source, step=step, data_dir=run_cfg.get("data_dir"),
+                       tokenizer=_named_tokenizer(path, model.config), source=source, step=step,
+                       data_dir=run_cfg.get("data_dir"),
                        tokenizer_files=(run_cfg.get("derived") or {}).get("tokenizer_files"))
 
 
@@ -380,9 +407,32 @@ def tokenizer_spec(models: list[LoadedModel], given: Optional[str] = None) -> st
         gone = moved_hint(known[0].tokenizer, known[0].tokenizer_files)
         raise ValueError(f"--tokenizer: {given!r} is not the tokenizer {names} trained with ({known[0].tokenizer!r}); "
                          + (gone or f"leave --tokenizer out to use {known[0].tokenizer!r}"))
-    spec = given or next((m.tokenizer for m in known), None) or "gpt2"
+    spec = given or next((m.tokenizer for m in known), None) or DEFAULT_TOKENIZER
     check_tokenizer(models, spec)
     return spec
+
+
+def named_tokenizer_spec(paths: Sequence[str], given: Optional[str] = None) -> Optional[str]:
+    """tokenizer_spec's answer for the models at ``paths``, told from their config files before their weights
+    load (a check that needs the tokenizer then spares the minutes a large model takes): ``given``, else the one
+    they name (load_model's LoadedModel.tokenizer), else gpt2. None where this cannot tell: a Hub id, an official
+    checkpoint, a config that cannot be read, models naming different ones, or one other than ``given`` (which
+    tokenizer_spec then refuses, once they load). A path that is no model names none: its load fails."""
+    named = set()
+    for path in paths:
+        if is_hub_id(path):
+            return None
+        try:
+            spec = _named_tokenizer(path)
+        except (OSError, ValueError):
+            return None
+        if spec is _UNTOLD:
+            return None
+        if spec:
+            named.add(spec)
+    if given:
+        return given if named <= {given} else None
+    return None if len(named) > 1 else next(iter(named), DEFAULT_TOKENIZER)
 
 
 def check_tokenizer(models: list[LoadedModel], spec: str) -> None:
