@@ -5,6 +5,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 
@@ -555,6 +556,27 @@ def test_export_of_the_checkpoints_folder_or_an_export_says_what_it_is(data_dir,
     assert "is a Hugging Face model folder (it holds config.json), which from_pretrained and every foxformer " \
         "command load as is; export-hf takes a run folder" in _one_error_line(capsys.readouterr().err)
     assert not (tmp_path / "again").exists()
+
+
+def test_export_without_a_checkpoint_says_what_to_do(data_dir, tmp_path, capsys):
+    """"export: run ... has no checkpoints" and "no run folder" said what was wrong, not what to do."""
+    assert main(["export-hf", str(tmp_path / "qiuck")]) == 2
+    assert _one_error_line(capsys.readouterr().err) == (
+        f"error: export: no run folder {str(tmp_path / 'qiuck')!r}; export-hf takes a run folder, the --out of "
+        f"`foxformer train`")
+    (tmp_path / "other").mkdir()
+    assert main(["export-hf", str(tmp_path / "other")]) == 2
+    assert _one_error_line(capsys.readouterr().err) == (
+        f"error: export: {str(tmp_path / 'other')!r} is no run folder (it holds no config.yaml and no checkpoint); "
+        f"export-hf takes a run folder, the --out of `foxformer train`")
+    run = str(tmp_path / "run")
+    assert main(_flags(data_dir, run, steps=2)) == 0
+    shutil.rmtree(ckpt.checkpoint_root(run))  # a run stopped before its first checkpoint
+    capsys.readouterr()
+    assert main(["export-hf", run]) == 2
+    assert _one_error_line(capsys.readouterr().err) == (
+        f"error: export: run {run!r} has no checkpoints yet; train it on until it saves one: foxformer train --out "
+        f"{run}")
 
 
 def test_export_of_a_dataset_says_it_is_one(data_dir, tmp_path, capsys):
