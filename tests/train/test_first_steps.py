@@ -74,12 +74,19 @@ def test_train_help_gives_each_flags_default_and_allowed_values_without_torch():
     ("--keep-last KEEP_LAST", "config key keep_last (default: 2); the newest checkpoints kept"),
     ("--eval-every-tokens EVAL_EVERY_TOKENS", "config key eval_every_tokens (default: unset; token counts accept "
                                               "16Ki, 512Ki, 2.5Gi, 1M); unset: a tenth of the horizon"),
+    ("--roll", "set roll: true (default: false): rotate each training sequence by a random offset"),
+    ("--compile", "set compile: true (default: false): torch.compile the model"),
+    ("--activation-checkpointing", "set activation_checkpointing: true (default: false): recompute each block's "
+                                   "activations in the backward"),
+    ("--fused-loss", "set fused_loss: true (default: false): the loss through the LM head in chunks"),
 ], ids=["resume", "micro-batch-size", "eval-tokens", "tokenizer", "init-from", "max-minutes", "no-progress",
-        "checkpoint-every-tokens", "keep-last", "eval-every-tokens"])
+        "checkpoint-every-tokens", "keep-last", "eval-every-tokens", "roll", "compile", "activation-checkpointing",
+        "fused-loss"])
 def test_train_help_says_what_a_flag_does_beyond_its_key(capsys, flag, said):
     """--resume, --micro-batch-size, --eval-tokens, --tokenizer, --init-from, --max-minutes, --no-progress,
     --checkpoint-every-tokens, --keep-last and --eval-every-tokens said only "config key X" and a default
-    (--no-progress nothing; "unset" for a cadence, which is what Ctrl-C may lose)."""
+    (--no-progress nothing; "unset" for a cadence, which is what Ctrl-C may lose); --roll, --compile,
+    --activation-checkpointing and --fused-loss only "set KEY: true"."""
     from foxformer.cli import build_parser
 
     with pytest.raises(SystemExit):

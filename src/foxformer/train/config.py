@@ -298,6 +298,14 @@ _MEANINGS = {
                    "train --out RUN` goes on from it, for as long again: the run's config.yaml keeps it; a new run "
                    "from that file with --config does not)",
     "progress": ": a progress bar on a terminal; the step lines on stdout are printed either way",
+    # the flags that said only "set KEY: true", which a user cannot weigh
+    "roll": ": rotate each training sequence by a random offset fixed by (seed, epoch, index), the FoX paper's "
+            "trick so that every position is equally hard on average",
+    "compile": ": torch.compile the model (the first steps are slower: they compile it)",
+    "activation_checkpointing": ": recompute each block's activations in the backward instead of keeping them "
+                                "(less memory, more compute)",
+    "fused_loss": ": the loss through the LM head in chunks, never the whole [batch, context, vocab] logits (less "
+                  "memory)",
     "resume": "; auto: continue from out_dir's latest checkpoint (a new run where it has none); never: a new run, "
               "refused where out_dir has checkpoints; a checkpoint folder: continue from that one (out_dir's later "
               "step folders are set aside as abandoned-step_N)",
