@@ -79,14 +79,21 @@ def test_train_help_gives_each_flags_default_and_allowed_values_without_torch():
     ("--activation-checkpointing", "set activation_checkpointing: true (default: false): recompute each block's "
                                    "activations in the backward"),
     ("--fused-loss", "set fused_loss: true (default: false): the loss through the LM head in chunks"),
+    ("--precision PRECISION", "config key precision, one of auto, bf16, fp32 (default: auto); auto: bf16 on CUDA, "
+                              "fp32 on a CPU"),
+    ("--parallel PARALLEL", "config key parallel, one of auto, none, ddp, fsdp (default: auto); auto: FSDP2 under "
+                            "torchrun (WORLD_SIZE > 1), none for one process"),
+    ("--device DEVICE", "config key device, one of auto, cpu, cuda, cuda:N (default: auto); auto: a GPU where there "
+                        "is one, else the CPU"),
 ], ids=["resume", "micro-batch-size", "eval-tokens", "tokenizer", "init-from", "max-minutes", "no-progress",
         "checkpoint-every-tokens", "keep-last", "eval-every-tokens", "roll", "compile", "activation-checkpointing",
-        "fused-loss"])
+        "fused-loss", "precision", "parallel", "device"])
 def test_train_help_says_what_a_flag_does_beyond_its_key(capsys, flag, said):
     """--resume, --micro-batch-size, --eval-tokens, --tokenizer, --init-from, --max-minutes, --no-progress,
     --checkpoint-every-tokens, --keep-last and --eval-every-tokens said only "config key X" and a default
     (--no-progress nothing; "unset" for a cadence, which is what Ctrl-C may lose); --roll, --compile,
-    --activation-checkpointing and --fused-loss only "set KEY: true"."""
+    --activation-checkpointing and --fused-loss only "set KEY: true"; --precision, --parallel and --device left their
+    "auto" unexplained."""
     from foxformer.cli import build_parser
 
     with pytest.raises(SystemExit):
