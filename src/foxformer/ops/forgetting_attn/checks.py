@@ -137,6 +137,15 @@ def check_qk_shapes(q, k) -> None:
         raise ValueError(f"query heads ({Hq}) must be a multiple of key/value heads ({Hkv})")
 
 
+def per_kv_head_hint(gate, gate_name: str, B: int, T: int, Hq: int, Hkv: int) -> str:
+    """What to add to the refusal of a GQA gate (or c) given per key/value head, k and v's heads, where the ops
+    take one per query head: they said only the shape it must have."""
+    if Hkv == Hq or Hkv == 0 or tuple(gate.shape) != (B, T, Hkv):
+        return ""
+    return (f"; it has one entry per key/value head (Hkv={Hkv}), not per query head (Hq={Hq}): where a group's "
+            f"query heads share one gate, pass {gate_name}.repeat_interleave({Hq // Hkv}, dim=2)")
+
+
 def check_one_device(**named) -> None:
     """ValueError naming each tensor's device when they are not all on one (None: an argument not given)."""
     named = {name: t for name, t in named.items() if isinstance(t, torch.Tensor)}
@@ -160,6 +169,7 @@ def check_common(q, k, v, gate, gate_name, softmax_scale, cu_seqlens, max_seqlen
         # with Tq < Tk, the gates of the queries alone are the likely mistake: the bias needs every key's
         hint = (f"; it has one entry per key position (Tk={Tk}), not per query (Tq={Tq})"
                 if Tq != Tk and gate.shape == (B, Tq, Hq) else "")
+        hint = hint or per_kv_head_hint(gate, gate_name, B, Tk, Hq, k.shape[2])
         raise ValueError(f"{gate_name} must be [batch, Tk, Hq] = {(B, Tk, Hq)}, got {tuple(gate.shape)}{hint}")
     if gate.dtype not in _FLOAT_DTYPES:
         raise TypeError(f"{gate_name} must be a floating tensor, got {gate.dtype}")
