@@ -337,6 +337,9 @@ def test_bad_arguments():
         generate(model, [1, 2], top_p=1.5)
     with pytest.raises(TypeError, match="unknown option"):
         generate(model, [1, 2], beams=3)
+    with pytest.raises(TypeError, match=r"^generate: unknown option 'temprature' \(did you mean 'temperature'\?\); "
+                                        r"the options: max_new_tokens, temperature, "):
+        generate(model, [1, 2], temprature=0)
     with pytest.raises(TypeError, match="tokenizer spec"):
         generate(model, "hello world")
     with pytest.raises(TypeError, match="prompt"):

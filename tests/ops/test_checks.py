@@ -79,6 +79,10 @@ CASES = [
     # with Tq < Tk a gate of the queries alone (Tq = Hq = 4 here) was taken for a transposed one
     ("gate-of-queries-only", dict(q=torch.randn(1, 4, 4, 16), log_fgate=-torch.rand(1, 4, 4)), ValueError,
      r"got \(1, 4, 4\); it has one entry per key position \(Tk=8\), not per query \(Tq=4\)"),
+    # GQA: a gate per key/value head, the layout of k and v, said only the shape it must have
+    ("gate-per-kv-head", dict(log_fgate=-torch.rand(1, 8, 2)), ValueError,
+     r"got \(1, 8, 2\); it has one entry per key/value head \(Hkv=2\), not per query head \(Hq=4\): where a group's "
+     r"query heads share one gate, pass log_fgate\.repeat_interleave\(2, dim=2\)$"),
     # Tq = 0 has an (empty) answer; queries with no key have none
     ("queries-without-keys",
      dict(k=torch.randn(1, 0, 2, 16), v=torch.randn(1, 0, 2, 16), log_fgate=-torch.rand(1, 0, 4)), ValueError, r"more positions \(Tq=8\) than k and v \(Tk=0\)"),

@@ -204,6 +204,11 @@ def _bad_decode_inputs():
                      r"pass k\.transpose\(1, 2\), v\.transpose\(1, 2\)$"),
         "q-bhtd": ((q.transpose(1, 2), k, v, c, None), ValueError, r"pass q\.transpose\(1, 2\)$"),
         "c-bht": ((q, k, v, c.transpose(1, 2), None), ValueError, r"pass c\.transpose\(1, 2\)$"),
+        # GQA: a c per kv head, as k and v have heads, said only the shape it must have
+        "c-per-kv-head": ((q, k, v, c[:, :, :2], None), ValueError,
+                          r"got \(1, 8, 2\); it has one entry per key/value head \(Hkv=2\), not per query head "
+                          r"\(Hq=4\): where a group's query heads share one gate, pass c\.repeat_interleave\(2, "
+                          r"dim=2\)$"),
         # a page pool without its page_table: the message gave neither the shape nor the paged form
         "k-3d-without-page-table": ((q, k[0], v[0], c, None), ValueError,
                                     r"k must be a 4-D tensor \[B, Tk, Hkv, D\] \(or, with page_table, a page pool "

@@ -189,7 +189,11 @@ def _bad(change):
     (lambda kw: kw.update(k=kw["k"][..., :8]), ValueError, "head_dim mismatch"),
     (lambda kw: kw.update(k=kw["k"][:, :, :1].expand(-1, -1, 3, -1), v=kw["v"][:, :, :1].expand(-1, -1, 3, -1)),
      ValueError, "multiple of key/value heads"),
-    (lambda kw: kw.update(log_fgate=kw["log_fgate"][..., :2]), ValueError, r"log_fgate must be \[batch, seq, Hq\]"),
+    (lambda kw: kw.update(log_fgate=kw["log_fgate"][..., :1]), ValueError, r"log_fgate must be \[batch, seq, Hq\]"),
+    (lambda kw: kw.update(log_fgate=kw["log_fgate"][..., :2]), ValueError,
+     r"log_fgate must be \[batch, seq, Hq\] = \(1, 8, 4\), got \(1, 8, 2\); it has one entry per key/value head "
+     r"\(Hkv=2\), not per query head \(Hq=4\): where a group's query heads share one gate, pass "
+     r"log_fgate\.repeat_interleave\(2, dim=2\)$"),
     (lambda kw: kw.update({name: x.transpose(1, 2) for name, x in kw.items()}), ValueError,
      r"pass q.transpose\(1, 2\), k.transpose\(1, 2\), v.transpose\(1, 2\), log_fgate.transpose\(1, 2\)$"),
     (lambda kw: kw.update(log_fgate=kw["log_fgate"].abs()), ValueError, "log_fgate must be <= 0"),

@@ -337,6 +337,41 @@ def test_pruning_stats_rejects_bad_arguments_by_name(kw, err, match):
         pruning_stats(q, k, log_f, **kw)
 
 
+@pytest.mark.parametrize("change,err,match", [
+    (lambda q, k, f: (q, k, f.transpose(1, 2)), ValueError, r"pass log_fgate\.transpose\(1, 2\)"),
+    (lambda q, k, f: (q, k, f.masked_fill(f.new_ones(f.shape, dtype=torch.bool), float("nan"))),
+     ValueError, "log_fgate contains NaN"),
+    (lambda q, k, f: (q, k, -f), ValueError, r"<= 0 .*F\.logsigmoid"),
+    (lambda q, k, f: (q[0], k, f), ValueError, r"q must be 4-D \[batch, seq, heads, head_dim\]"),
+    (lambda q, k, f: (q, k[..., :8], f), ValueError, "head_dim mismatch"),
+    (lambda q, k, f: (q.half(), k, f), TypeError, "share one dtype"),
+], ids=["gate-heads-first", "gate-nan", "gate-positive", "q-3d", "head-dims-differ", "dtypes-differ"])
+def test_pruning_stats_checks_its_inputs_as_the_op_does(change, err, match):
+    """pruning_stats took a [B, H, T] gate into a broadcast error, a 3-D q into an unpacking error, and counted
+    the tiles of a NaN or positive gate as if it were one."""
+    q, k, _, log_f, _ = make(1, 8, 8, 2, 1, 16, "strong")
+    with pytest.raises(err, match=match):
+        pruning_stats(*change(q, k, log_f), EPS)
+    c = gate_cumsum(log_f)
+    with pytest.raises(ValueError, match="one of the two"):
+        pruning_stats(q, k, log_f, EPS, c=c)
+    assert torch.equal(pruning_stats(q, k, None, EPS, c=c), pruning_stats(q, k, log_f, EPS))
+
+
+@pytest.mark.parametrize("change,err,match", [
+    (lambda q, k: (q[0], k), ValueError, "q must be 4-D"),
+    (lambda q, k: (q, k[..., :8]), ValueError, "head_dim mismatch"),
+    (lambda q, k: (q, k.expand(-1, -1, 3, -1)), ValueError, r"multiple of key/value heads \(3\)"),
+    (lambda q, k: (q, k.long()), TypeError, "k must be float16, bfloat16, float32 or float64"),
+], ids=["q-3d", "head-dims-differ", "heads-not-a-multiple", "k-integer"])
+def test_auto_qk_bound_names_a_wrong_input(change, err, match):
+    """A 3-D q failed with an IndexError, and k of another head dim gave a bound without a word."""
+    q, k, _, _, _ = make(1, 8, 8, 2, 1, 16, "strong")
+    with pytest.raises(err, match=match):
+        auto_qk_bound(*change(q, k), 0.25)
+    assert torch.equal(auto_qk_bound(q, k, None), auto_qk_bound(q, k, 0.25))  # None: 1 / sqrt(16)
+
+
 def test_compiles_without_graph_breaks():
     q, k, v, log_f, _ = make(1, 40, 40, 2, 1, 16, "strong", seed=8)
 

@@ -5,6 +5,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 
@@ -73,12 +74,26 @@ def test_train_help_gives_each_flags_default_and_allowed_values_without_torch():
     ("--keep-last KEEP_LAST", "config key keep_last (default: 2); the newest checkpoints kept"),
     ("--eval-every-tokens EVAL_EVERY_TOKENS", "config key eval_every_tokens (default: unset; token counts accept "
                                               "16Ki, 512Ki, 2.5Gi, 1M); unset: a tenth of the horizon"),
+    ("--roll", "set roll: true (default: false): rotate each training sequence by a random offset"),
+    ("--compile", "set compile: true (default: false): torch.compile the model"),
+    ("--activation-checkpointing", "set activation_checkpointing: true (default: false): recompute each block's "
+                                   "activations in the backward"),
+    ("--fused-loss", "set fused_loss: true (default: false): the loss through the LM head in chunks"),
+    ("--precision PRECISION", "config key precision, one of auto, bf16, fp32 (default: auto); auto: bf16 on CUDA, "
+                              "fp32 on a CPU"),
+    ("--parallel PARALLEL", "config key parallel, one of auto, none, ddp, fsdp (default: auto); auto: FSDP2 under "
+                            "torchrun (WORLD_SIZE > 1), none for one process"),
+    ("--device DEVICE", "config key device, one of auto, cpu, cuda, cuda:N (default: auto); auto: a GPU where there "
+                        "is one, else the CPU"),
 ], ids=["resume", "micro-batch-size", "eval-tokens", "tokenizer", "init-from", "max-minutes", "no-progress",
-        "checkpoint-every-tokens", "keep-last", "eval-every-tokens"])
+        "checkpoint-every-tokens", "keep-last", "eval-every-tokens", "roll", "compile", "activation-checkpointing",
+        "fused-loss", "precision", "parallel", "device"])
 def test_train_help_says_what_a_flag_does_beyond_its_key(capsys, flag, said):
     """--resume, --micro-batch-size, --eval-tokens, --tokenizer, --init-from, --max-minutes, --no-progress,
     --checkpoint-every-tokens, --keep-last and --eval-every-tokens said only "config key X" and a default
-    (--no-progress nothing; "unset" for a cadence, which is what Ctrl-C may lose)."""
+    (--no-progress nothing; "unset" for a cadence, which is what Ctrl-C may lose); --roll, --compile,
+    --activation-checkpointing and --fused-loss only "set KEY: true"; --precision, --parallel and --device left their
+    "auto" unexplained."""
     from foxformer.cli import build_parser
 
     with pytest.raises(SystemExit):
@@ -555,6 +570,27 @@ def test_export_of_the_checkpoints_folder_or_an_export_says_what_it_is(data_dir,
     assert "is a Hugging Face model folder (it holds config.json), which from_pretrained and every foxformer " \
         "command load as is; export-hf takes a run folder" in _one_error_line(capsys.readouterr().err)
     assert not (tmp_path / "again").exists()
+
+
+def test_export_without_a_checkpoint_says_what_to_do(data_dir, tmp_path, capsys):
+    """"export: run ... has no checkpoints" and "no run folder" said what was wrong, not what to do."""
+    assert main(["export-hf", str(tmp_path / "qiuck")]) == 2
+    assert _one_error_line(capsys.readouterr().err) == (
+        f"error: export: no run folder {str(tmp_path / 'qiuck')!r}; export-hf takes a run folder, the --out of "
+        f"`foxformer train`")
+    (tmp_path / "other").mkdir()
+    assert main(["export-hf", str(tmp_path / "other")]) == 2
+    assert _one_error_line(capsys.readouterr().err) == (
+        f"error: export: {str(tmp_path / 'other')!r} is no run folder (it holds no config.yaml and no checkpoint); "
+        f"export-hf takes a run folder, the --out of `foxformer train`")
+    run = str(tmp_path / "run")
+    assert main(_flags(data_dir, run, steps=2)) == 0
+    shutil.rmtree(ckpt.checkpoint_root(run))  # a run stopped before its first checkpoint
+    capsys.readouterr()
+    assert main(["export-hf", run]) == 2
+    assert _one_error_line(capsys.readouterr().err) == (
+        f"error: export: run {run!r} has no checkpoints yet; train it on until it saves one: foxformer train --out "
+        f"{run}")
 
 
 def test_export_of_a_dataset_says_it_is_one(data_dir, tmp_path, capsys):

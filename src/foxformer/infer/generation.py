@@ -17,7 +17,7 @@ from typing import Iterator, Optional, Sequence
 import numpy as np
 import torch
 
-from foxformer.argtypes import setting_name, unset_said
+from foxformer.argtypes import did_you_mean, setting_name, unset_said
 from foxformer.data.tokenizer import start_ids
 from foxformer.models.calls import backbone, cache_keyword, cache_of, fresh_cache, model_device
 from foxformer.models.kvcache import EvictionPolicy, FoxCache, check_eviction
@@ -541,10 +541,12 @@ def generate(model, tokenizer_or_ids, prompt: Optional[str | Sequence[str]] = No
     if config is not None and options:
         raise TypeError("pass either config=GenerationConfig(...) or keyword options, not both")
     if config is None:
-        try:
-            config = GenerationConfig(**options)
-        except TypeError as e:
-            raise TypeError(f"generate: unknown option ({e})") from e
+        # GenerationConfig's own TypeError named its __init__ and offered no spelling
+        known = [f.name for f in dataclasses.fields(GenerationConfig)]
+        if unknown := [key for key in options if key not in known]:
+            raise TypeError(f"generate: unknown option {unknown[0]!r}{did_you_mean(unknown[0], known)}; the options: "
+                            f"{', '.join(known)}")
+        config = GenerationConfig(**options)
     config.validate(label, model_device(_unwrap(model)))
     if note := config.greedy_note(label):
         warnings.warn(note, GreedyNote, stacklevel=2)

@@ -357,7 +357,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
         if os.path.basename(root) == CKPT_DIR and os.path.isfile(os.path.join(run, "config.yaml")):
             raise CheckpointError(f"export: checkpoint {args.run!r} does not exist ({checkpoints_held(run)}): "
                                   f"foxformer export-hf {run} --checkpoint NAME")
-        raise ValueError(f"export: no run folder {args.run!r}")
+        raise ValueError(f"export: no run folder {args.run!r}; export-hf takes a run folder, the --out of "
+                         f"`foxformer train`")
     if os.path.exists(os.path.join(args.run, "meta.json")):  # a checkpoint folder, not its run's
         run = os.path.dirname(os.path.dirname(os.path.abspath(args.run)))
         name = os.path.basename(os.path.normpath(args.run))
@@ -376,8 +377,12 @@ def _cmd_export(args: argparse.Namespace) -> int:
         raise ValueError(f"export: {args.run!r} is {what} (it holds {held}), {how}; export-hf takes a run folder, "
                          f"the --out of `foxformer train`")
     path = _named_checkpoint(args.run, args.checkpoint) if args.checkpoint else latest_checkpoint(args.run)
-    if path is None:
-        raise CheckpointError(f"export: run {args.run!r} has no checkpoints")
+    if path is None:  # what to do was left unsaid: a run that saved none yet, or a folder that is no run
+        if os.path.isfile(os.path.join(args.run, "config.yaml")):
+            raise CheckpointError(f"export: run {args.run!r} has no checkpoints yet; train it on until it saves one: "
+                                  f"foxformer train --out {args.run}")
+        raise CheckpointError(f"export: {args.run!r} is no run folder (it holds no config.yaml and no checkpoint); "
+                              f"export-hf takes a run folder, the --out of `foxformer train`")
     run_cfg = read_run_config(os.path.join(args.run, "config.yaml"))
     out = args.out or os.path.join(args.run, "hf")
     step = read_meta(path)["step"]

@@ -298,6 +298,20 @@ _MEANINGS = {
                    "train --out RUN` goes on from it, for as long again: the run's config.yaml keeps it; a new run "
                    "from that file with --config does not)",
     "progress": ": a progress bar on a terminal; the step lines on stdout are printed either way",
+    # "auto" unexplained, and a flag that said only "set KEY: true", left a user nothing to weigh
+    "precision": "; auto: bf16 on CUDA, fp32 on a CPU",
+    "device": "; auto: a GPU where there is one, else the CPU",
+    "parallel": "; auto: FSDP2 under torchrun (WORLD_SIZE > 1), none for one process",
+    "checkpoint_format": "; auto: sharded under torchrun (each rank writes its own shards), full for one process",
+    "log_every": "; a line with the step's loss, learning rate and tokens/s every this many steps (and the first "
+                 "and last)",
+    "roll": ": rotate each training sequence by a random offset fixed by (seed, epoch, index), the FoX paper's "
+            "trick so that every position is equally hard on average",
+    "compile": ": torch.compile the model (the first steps are slower: they compile it)",
+    "activation_checkpointing": ": recompute each block's activations in the backward instead of keeping them "
+                                "(less memory, more compute)",
+    "fused_loss": ": the loss through the LM head in chunks, never the whole [batch, context, vocab] logits (less "
+                  "memory)",
     "resume": "; auto: continue from out_dir's latest checkpoint (a new run where it has none); never: a new run, "
               "refused where out_dir has checkpoints; a checkpoint folder: continue from that one (out_dir's later "
               "step folders are set aside as abandoned-step_N)",

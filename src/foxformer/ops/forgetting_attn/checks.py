@@ -67,15 +67,21 @@ def _require_tensor(x, name: str) -> None:
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
 
 
+def check_heads_tensor(x, name: str) -> None:
+    """A [batch, seq, heads, head_dim] tensor of a float dtype."""
+    _require_tensor(x, name)
+    if x.dim() != 4:
+        raise ValueError(f"{name} must be 4-D [batch, seq, heads, head_dim], got shape {tuple(x.shape)}")
+    if x.dtype not in _FLOAT_DTYPES:
+        raise TypeError(f"{name} must be float16, bfloat16, float32 or float64, got {x.dtype}")
+
+
 def check_qkv_tensors(q, k, v, gate, gate_name) -> None:
     """q, k, v: 4-D tensors of one float dtype; the gate a tensor (its shape is the caller's to check)."""
     for x, name in ((q, "q"), (k, "k"), (v, "v"), (gate, gate_name)):
         _require_tensor(x, name)
     for x, name in ((q, "q"), (k, "k"), (v, "v")):
-        if x.dim() != 4:
-            raise ValueError(f"{name} must be 4-D [batch, seq, heads, head_dim], got shape {tuple(x.shape)}")
-        if x.dtype not in _FLOAT_DTYPES:
-            raise TypeError(f"{name} must be float16, bfloat16, float32 or float64, got {x.dtype}")
+        check_heads_tensor(x, name)
     if not (q.dtype == k.dtype == v.dtype):
         raise TypeError(f"q, k and v must share one dtype, got q {q.dtype}, k {k.dtype}, v {v.dtype}; cast them "
                         f"with .to(q.dtype)")
@@ -114,6 +120,32 @@ def check_layout(q, k, gate, gate_name) -> None:
                      f"{calls}{which}")
 
 
+def check_qk_shapes(q, k) -> None:
+    """q [B, Tq, Hq, D] and k [B, Tk, Hkv, D]: one batch and head dim, Hq a multiple of Hkv (4-D already)."""
+    B, _, Hq, D = q.shape
+    Bk, _, Hkv, Dk = k.shape
+    if Bk != B:
+        raise ValueError(f"batch mismatch: q has batch {B}, k and v have {Bk}")
+    if Dk != D:
+        raise ValueError(f"head_dim mismatch: q has {D}, k and v have {Dk}")
+    if not 1 <= D <= MAX_HEAD_DIM:
+        raise ValueError(f"head_dim must be in [1, {MAX_HEAD_DIM}], got {D}")
+    if Hq == 0 or Hkv == 0:
+        raise ValueError(f"q and k, v need at least one head (dim 2 of [batch, seq, heads, head_dim]), got Hq={Hq}, "
+                         f"Hkv={Hkv}")
+    if Hq % Hkv != 0:
+        raise ValueError(f"query heads ({Hq}) must be a multiple of key/value heads ({Hkv})")
+
+
+def per_kv_head_hint(gate, gate_name: str, B: int, T: int, Hq: int, Hkv: int) -> str:
+    """What to add to the refusal of a GQA gate (or c) given per key/value head, k and v's heads, where the ops
+    take one per query head: they said only the shape it must have."""
+    if Hkv == Hq or Hkv == 0 or tuple(gate.shape) != (B, T, Hkv):
+        return ""
+    return (f"; it has one entry per key/value head (Hkv={Hkv}), not per query head (Hq={Hq}): where a group's "
+            f"query heads share one gate, pass {gate_name}.repeat_interleave({Hq // Hkv}, dim=2)")
+
+
 def check_one_device(**named) -> None:
     """ValueError naming each tensor's device when they are not all on one (None: an argument not given)."""
     named = {name: t for name, t in named.items() if isinstance(t, torch.Tensor)}
@@ -126,27 +158,18 @@ def check_common(q, k, v, gate, gate_name, softmax_scale, cu_seqlens, max_seqlen
     """Validate shapes, dtypes and devices. Returns (softmax_scale, max_seqlen) resolved."""
     check_qkv_tensors(q, k, v, gate, gate_name)
     B, Tq, Hq, D = q.shape
-    Bk, Tk, Hkv, Dk = k.shape
+    Tk = k.shape[1]
     if k.shape != v.shape:
         raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
     check_layout(q, k, gate, gate_name)
-    if Bk != B:
-        raise ValueError(f"batch mismatch: q has batch {B}, k and v have {Bk}")
-    if Dk != D:
-        raise ValueError(f"head_dim mismatch: q has {D}, k and v have {Dk}")
-    if not 1 <= D <= MAX_HEAD_DIM:
-        raise ValueError(f"head_dim must be in [1, {MAX_HEAD_DIM}], got {D}")
-    if Hq == 0 or Hkv == 0:
-        raise ValueError(f"q and k, v need at least one head (dim 2 of [batch, seq, heads, head_dim]), got Hq={Hq}, "
-                         f"Hkv={Hkv}")
-    if Hq % Hkv != 0:
-        raise ValueError(f"query heads ({Hq}) must be a multiple of key/value heads ({Hkv})")
+    check_qk_shapes(q, k)
     if Tq > Tk:  # Tk = 0 with queries too: a row with no key has no softmax (torch's attention makes it 0)
         raise ValueError(f"q has more positions (Tq={Tq}) than k and v (Tk={Tk}); queries are the last Tq keys' positions")
     if gate.shape != (B, Tk, Hq):
         # with Tq < Tk, the gates of the queries alone are the likely mistake: the bias needs every key's
         hint = (f"; it has one entry per key position (Tk={Tk}), not per query (Tq={Tq})"
                 if Tq != Tk and gate.shape == (B, Tq, Hq) else "")
+        hint = hint or per_kv_head_hint(gate, gate_name, B, Tk, Hq, k.shape[2])
         raise ValueError(f"{gate_name} must be [batch, Tk, Hq] = {(B, Tk, Hq)}, got {tuple(gate.shape)}{hint}")
     if gate.dtype not in _FLOAT_DTYPES:
         raise TypeError(f"{gate_name} must be a floating tensor, got {gate.dtype}")

@@ -6,7 +6,8 @@ from typing import Optional
 
 import torch
 
-from .checks import NonFiniteValueError, _first_bad, check_c_dtype, check_layout, check_one_device, values_checked
+from .checks import (NonFiniteValueError, _first_bad, check_c_dtype, check_layout, check_one_device, per_kv_head_hint,
+                     values_checked)
 
 # flash_attn_with_kvcache takes a length per row (cache_seqlens [B]); here every row holds as many positions
 _ONE_LENGTH = ("seq_len is the one length of every row (the queries are the last Tq of its positions); for rows of "
@@ -59,7 +60,8 @@ def check_decode(q, k, v, c, start, page_table, seq_len) -> int:
     want = (B, capacity, Hq) if page_table is None else (*k.shape[:2], Hq // Hkv)
     if tuple(c.shape) != want:
         what = "[B, Tk, Hq]" if page_table is None else f"a page pool [P, PAGE, G] (G = Hq // Hkv = {Hq} // {Hkv})"
-        raise ValueError(f"c must be {what} = {want}, got {tuple(c.shape)}{whose}")
+        hint = per_kv_head_hint(c, "c", B, capacity, Hq, Hkv) if page_table is None else ""
+        raise ValueError(f"c must be {what} = {want}, got {tuple(c.shape)}{whose}{hint}")
     check_c_dtype(c)
     if start is not None and (not isinstance(start, torch.Tensor) or start.shape != (B, Hkv)):
         raise ValueError(f"start must be an integer tensor [B, Hkv] = {(B, Hkv)}, got {getattr(start, 'shape', start)}")

@@ -14,7 +14,6 @@ statistics users tune eps with.
 """
 from __future__ import annotations
 
-import math
 import os
 
 import torch
@@ -23,6 +22,8 @@ import triton.language as tl
 
 from .. import gpu
 from . import threshold
+from .checks import (check_common, check_gate_values, check_heads_tensor, check_one_device, check_qk_shapes,
+                     check_softmax_scale)
 from .cumsum import gate_cumsum_heads_first
 from .threshold import check_pruning, max_row_norms
 from .tiles import LAUNCH_OPTIONS, launch_grid, program_ids
@@ -72,14 +73,18 @@ def _max_row_norms(x: torch.Tensor) -> torch.Tensor:
     return max_row_norms(x)
 
 
-def auto_qk_bound(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
+def auto_qk_bound(q: torch.Tensor, k: torch.Tensor, scale: float | None) -> torch.Tensor:
     """U = scale * max_i ||q_i|| * max_j ||k_j|| per (batch, query head): float64 [B, Hq].
 
-    q [B, Tq, Hq, D], k [B, Tk, Hkv, D]. O(T * D) against the attention's O(T^2 * D): one Triton
-    pass over q and k on CUDA (a custom op, so torch.compile traces it without a graph break),
-    plain torch ops elsewhere.
+    q [B, Tq, Hq, D], k [B, Tk, Hkv, D]; scale: the softmax scale (None: 1 / sqrt(D), as in
+    forgetting_attention). O(T * D) against the attention's O(T^2 * D): one Triton pass over q and k
+    on CUDA (a custom op, so torch.compile traces it without a graph break), plain torch ops elsewhere.
     """
-    return threshold.auto_qk_bound(q, k, scale, _max_row_norms)
+    for x, name in ((q, "q"), (k, "k")):
+        check_heads_tensor(x, name)
+    check_qk_shapes(q, k)
+    check_one_device(q=q, k=k)
+    return threshold.auto_qk_bound(q, k, check_softmax_scale(scale, q.shape[-1]), _max_row_norms)
 
 
 def prune_delta(q: torch.Tensor, k: torch.Tensor, prune_eps: float, qk_bound, scale: float,
@@ -133,19 +138,20 @@ def pruning_stats(q: torch.Tensor, k: torch.Tensor, log_fgate: torch.Tensor, pru
     for name, size in (("block_m", block_m), ("block_n", block_n)):
         if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
             raise ValueError(f"{name} must be a positive int or None, got {size!r}")
+    if (log_fgate is None) == (c is None):
+        raise ValueError("pass log_fgate or c (with log_fgate=None), one of the two")
+    gate, name = (log_fgate, "log_fgate") if c is None else (c, "c")
+    # forgetting_attention's checks: a [B, H, T] gate failed in a broadcast, a NaN or positive one was counted as
+    # given. k stands in for v, which the tile counts do not read.
+    scale, _ = check_common(q, k, k, gate, name, softmax_scale, cu_seqlens, None)
+    check_gate_values(gate, name, allow_positive=c is not None)
     B, Tq, Hq, D = q.shape
     Tk = k.shape[1]
-    if c is None:
-        if log_fgate is None:
-            raise ValueError("pass log_fgate or c")
-        c_t = gate_cumsum_heads_first(log_fgate)
-    else:
-        c_t = c.transpose(1, 2).double().contiguous()
+    c_t = gate_cumsum_heads_first(log_fgate) if c is None else c.transpose(1, 2).contiguous()
     if block_m is None or block_n is None:
         cfg = fwd_config(D, q)
         block_m = block_m or cfg.block_m
         block_n = block_n or cfg.block_n
-    scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(D)
     if cu_seqlens is None:
         segments, n_keys = [(0, Tk)], Tk
     else:

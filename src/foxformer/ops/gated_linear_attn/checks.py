@@ -6,7 +6,7 @@ state carries the past), and v may have its own head dim.
 from __future__ import annotations
 
 from ..forgetting_attn.checks import (_FLOAT_DTYPES, _require_tensor, check_gate_values, check_layout,
-                                      check_one_device, check_qkv_tensors)
+                                      check_one_device, check_qkv_tensors, per_kv_head_hint)
 
 
 def check_inputs(q, k, v, log_fgate, initial_state, return_final_state, chunk_size) -> None:
@@ -26,7 +26,8 @@ def check_inputs(q, k, v, log_fgate, initial_state, return_final_state, chunk_si
     if Hkv == 0 or Hq % Hkv:
         raise ValueError(f"query heads ({Hq}) must be a multiple of key/value heads ({Hkv})")
     if log_fgate.shape != (B, T, Hq):
-        raise ValueError(f"log_fgate must be [batch, seq, Hq] = {(B, T, Hq)}, got {tuple(log_fgate.shape)}")
+        raise ValueError(f"log_fgate must be [batch, seq, Hq] = {(B, T, Hq)}, got {tuple(log_fgate.shape)}"
+                         f"{per_kv_head_hint(log_fgate, 'log_fgate', B, T, Hq, Hkv)}")
     if log_fgate.dtype not in _FLOAT_DTYPES:
         raise TypeError(f"log_fgate must be a floating tensor, got {log_fgate.dtype}")
     if initial_state is not None:
