@@ -92,3 +92,18 @@ def test_compiled_training_step_matches_the_modules():
     for name, g in g0.items():
         err = ((g1[name] - g).norm() / g.norm().clamp_min(1e-12)).item()
         assert err < 5e-2, f"{name}: relative gradient error {err:.3g}"
+
+
+def test_foxformer_check_values_checks_the_gate_logits_on_cuda(monkeypatch):
+    """As the attention ops' gates: without FOXFORMER_CHECK_VALUES=1 no device sync (a NaN logit gives NaN), with it
+    the CPU's check (shift_norm passed NaN logits through on every device)."""
+    x, w = torch.randn(2, 64, 4, 64, device="cuda").bfloat16(), torch.ones(64, device="cuda")
+    logits, g = torch.randn(2, 64, 4, device="cuda"), torch.randn(2, 64, 256, device="cuda")
+    logits[1, 40, 3] = g[0, 9, 70] = float("nan")
+    monkeypatch.delenv("FOXFORMER_CHECK_VALUES", raising=False)
+    assert torch.isnan(shift_norm(x, logits, weight=w)).any() and torch.isnan(gate_norm(x, g, w)).any()
+    monkeypatch.setenv("FOXFORMER_CHECK_VALUES", "1")
+    with pytest.raises(ValueError, match=r"shift_norm: logits contains NaN .*batch 1, position 40, head 3"):
+        shift_norm(x, logits, weight=w)
+    with pytest.raises(ValueError, match=r"gate_norm: g contains NaN .*batch 0, position 9, head 1"):
+        gate_norm(x, g, w)

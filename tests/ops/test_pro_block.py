@@ -1,11 +1,15 @@
 """shift_norm and gate_norm (the Pro block's fused extras): the Triton kernels, run by the interpreter on CPU,
-against their float64 references; every output and gradient, strided inputs, NaN-poisoned output buffers."""
+against their float64 references; every output and gradient, strided inputs, NaN-poisoned output buffers; the
+argument checks and the gate logits' value checks."""
+import re
 from dataclasses import replace
 
 import pytest
 import torch
 
-from foxformer.ops import gate_norm, shift_norm
+from foxformer.ops import gate_norm, portable, shift_norm
+from foxformer.ops.forgetting_attn.checks import NonFiniteValueError
+from foxformer.ops.pro_block import checks as pro_checks
 from foxformer.ops.pro_block import gate, gate_norm_reference, shift, shift_norm_reference, tiles
 
 from .helpers import REL_TOL, rel_err
@@ -209,3 +213,122 @@ def test_triton_on_cpu_needs_the_interpreter(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     with pytest.raises(ValueError, match="needs CUDA tensors"):
         shift_norm(_X, weight=torch.ones(8), backend="triton")
+
+
+def _nan_gate_call(op, backend="torch"):
+    """A call with NaN at two gate entries (batch 1, position 2, head 3 first): the op's message and the call."""
+    x, w = _rand(2, 5, 4, 8, seed=0), torch.ones(4, 8, dtype=torch.float64)
+    if op == "shift_norm":
+        logits = _rand(2, 5, 4, seed=1)
+        logits[1, 2, 3] = logits[1, 4, 0] = float("nan")
+        return ("shift_norm: logits contains NaN (2 of 40 entries, the first at batch 1, position 2, head 3)",
+                lambda fn=shift_norm: fn(x, logits, weight=w, backend=backend))
+    g = _rand(2, 5, 4, 8, seed=1)
+    g[1, 2, 3, 5] = g[1, 2, 3, 6] = g[1, 4, 0, 0] = float("nan")  # two in one head's row: counted once
+    if op == "gate_norm-flat":
+        g = g.flatten(2)
+    return ("gate_norm: g contains NaN (per head: 2 of 40 entries, the first at batch 1, position 2, head 3)",
+            lambda fn=gate_norm: fn(x, g, w, backend=backend))
+
+
+NAN_OPS = ["shift_norm", "gate_norm-flat", "gate_norm-heads"]
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+@pytest.mark.parametrize("op", NAN_OPS)
+def test_nan_gate_logits_are_refused_with_where_they_are(op, backend):
+    """shift_norm passed NaN logits through to a NaN output without a word, where the attention ops refuse a NaN
+    gate: the same error class (the training loop's "diverged"), naming the op, the input and its first NaN."""
+    said, call = _nan_gate_call(op, backend)
+    with pytest.raises(NonFiniteValueError) as e:
+        call()
+    assert str(e.value) == (f"{said}: NaN gate logits come from NaN in what made them (their projection's input or "
+                            f"weights); find the first with torch.isnan")
+    assert e.value.what == said.split(" (")[0]
+
+
+@pytest.mark.parametrize("op", NAN_OPS)
+def test_the_portable_ops_refuse_nan_gate_logits_alike(op):
+    said, call = _nan_gate_call(op)
+    with pytest.raises(NonFiniteValueError, match=re.escape(said)):
+        call(getattr(portable, op.split("-")[0]))
+
+
+@pytest.mark.parametrize("env", [None, "0", "1"], ids=lambda v: f"FOXFORMER_CHECK_VALUES={v}")
+@pytest.mark.parametrize("op", NAN_OPS)
+def test_cpu_gate_logits_are_checked_whatever_foxformer_check_values_says(op, env, monkeypatch):
+    """The attention ops' policy (checks.values_checked): CPU values are read always, free of a device sync;
+    FOXFORMER_CHECK_VALUES=1 turns the checks on for CUDA tensors alone (tests/gpu/test_pro_ops_cuda.py)."""
+    if env is None:
+        monkeypatch.delenv("FOXFORMER_CHECK_VALUES", raising=False)
+    else:
+        monkeypatch.setenv("FOXFORMER_CHECK_VALUES", env)
+    with pytest.raises(NonFiniteValueError):
+        _nan_gate_call(op)[1]()
+
+
+@pytest.mark.parametrize("op", NAN_OPS)
+def test_gate_logits_are_read_only_where_values_checked_says(op, monkeypatch):
+    """One policy for every value check: where values_checked says no (a CUDA tensor without
+    FOXFORMER_CHECK_VALUES=1), nothing is read and a NaN gate gives a NaN output, as the attention ops' does."""
+    read = []
+    monkeypatch.setattr(pro_checks, "values_checked", lambda t: read.append(t) or False)
+    y = _nan_gate_call(op)[1]()
+    assert len(read) == 1 and y.isnan().any()
+
+
+@pytest.mark.parametrize("op", NAN_OPS)
+def test_compiled_calls_check_the_gate_logits_on_cpu(op):
+    """Under torch.compile a host read would break the graph (and sync on CUDA): on CPU the check is an assert in
+    the graph, as the attention ops' gate checks are; test_compile_sees_one_op_each: no graph break."""
+    torch._dynamo.reset()
+    x, w = _rand(2, 5, 4, 8, seed=0), torch.ones(4, 8, dtype=torch.float64)
+    gate_shape = (2, 5, 4) if op == "shift_norm" else (2, 5, 32) if op == "gate_norm-flat" else (2, 5, 4, 8)
+    if op == "shift_norm":
+        fn, name = (lambda x, gate: shift_norm(x, gate, weight=w, backend="triton")), "shift_norm: logits"
+    else:
+        fn, name = (lambda x, gate: gate_norm(x, gate, w, backend="triton")), "gate_norm: g"
+    compiled = torch.compile(fn, backend="aot_eager", fullgraph=True)
+    gate = _rand(*gate_shape, seed=1)
+    torch.testing.assert_close(compiled(x, gate), fn(x, gate))
+    with pytest.raises(RuntimeError, match=f"{name} must not hold NaN"):
+        compiled(x, gate.index_fill(1, torch.tensor([3]), float("nan")))
+
+
+INFINITE = [pytest.param(v, id=f"{'minus' if v < 0 else 'plus'}-inf") for v in (float("-inf"), float("inf"))]
+
+
+@pytest.mark.parametrize("value", INFINITE)
+def test_infinite_gate_logits_are_a_shut_or_open_gate(value, shift_bwd):
+    """Not refused: a shift logit of -inf keeps x, one of +inf takes the token before; an output gate logit of -inf
+    shuts the output, one of +inf leaves it open. The kernels give the reference's finite outputs and gradients."""
+    args = _shift_inputs(SHAPES["2x7x3x5"], SHIFT_VARIANTS["shift+prev+starts+headnorm"], torch.float64)
+    args["logits"] = args["logits"].index_fill(1, torch.tensor([0, 4]), value)
+    args["starts"][:, 4] = False
+    _against_float64(shift_norm, shift_norm_reference, args, torch.float64)
+    at = args["x"][:, 4] if value < 0 else args["x"][:, 3]
+    unshifted = shift_norm_reference(at[:, None], weight=args["weight"])[:, 0]
+    torch.testing.assert_close(shift_norm(**args, backend="triton")[:, 4], unshifted)
+    gargs = _gate_inputs(SHAPES["2x7x3x5"], "flat", torch.float64)
+    gargs["g"] = gargs["g"].index_fill(1, torch.tensor([0, 4]), value)
+    _against_float64(gate_norm, gate_norm_reference, gargs, torch.float64)
+    assert (gate_norm(**gargs, backend="triton")[:, 4] == 0).all() == (value < 0)
+
+
+def test_vmap_over_the_gate_logits_checks_every_element():
+    """The check reads the values under torch.func's wrappers: bool() of a batched tensor is control flow that
+    torch.vmap refuses, and shift_norm's torch path ran under vmap before the check."""
+    x = _rand(2, 5, 4, 8, seed=0)
+    logits = _rand(3, 2, 5, 4, seed=1)
+    per_gate = torch.vmap(lambda lg: shift_norm(x, lg))(logits)
+    torch.testing.assert_close(per_gate, torch.stack([shift_norm(x, lg) for lg in logits]))
+    logits[2, 1, 0, 3] = float("nan")
+    with pytest.raises(NonFiniteValueError, match=r"logits contains NaN \(1 of 120 entries\)"):
+        torch.vmap(lambda lg: shift_norm(x, lg))(logits)
+
+
+def test_meta_tensors_pass_without_values():
+    """Models build and trace on the meta device: the value check skips tensors without data."""
+    x, logits, w = torch.empty(2, 5, 4, 8, device="meta"), torch.empty(2, 5, 4, device="meta"), torch.ones(8)
+    assert shift_norm(x, logits, weight=w.to("meta")).is_meta
+    assert gate_norm(x, torch.empty(2, 5, 32, device="meta"), w.to("meta")).is_meta

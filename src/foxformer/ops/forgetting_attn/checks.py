@@ -62,6 +62,14 @@ def values_checked(x: torch.Tensor) -> bool:
     return x.device.type != "cuda" or os.environ.get("FOXFORMER_CHECK_VALUES", "0") == "1"
 
 
+def unwrapped(x: torch.Tensor) -> torch.Tensor:
+    """x under torch.func's wrappers (vmap's, grad's), every batch element's values at once: under torch.vmap, bool()
+    of a batched tensor is data-dependent control flow, which vmap refuses, so the value checks read this instead."""
+    while torch._C._functorch.is_functorch_wrapped_tensor(x):
+        x = torch._C._functorch.get_unwrapped(x)
+    return x
+
+
 def _require_tensor(x, name: str) -> None:
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
@@ -289,10 +297,7 @@ def check_gate_values(gate: torch.Tensor, name: str, allow_positive: bool = Fals
         return
     if not values_checked(gate):
         return
-    # Under torch.vmap, bool() of a batched tensor is data-dependent control flow, which vmap refuses: the
-    # checks read the tensor under torch.func's wrappers (every batch element's values at once).
-    while torch._C._functorch.is_functorch_wrapped_tensor(gate):
-        gate = torch._C._functorch.get_unwrapped(gate)
+    gate = unwrapped(gate)
     nan = torch.isnan(gate)
     if nan.any():
         raise NonFiniteValueError(f"{name} contains NaN", f"({_first_bad(nan)}): a NaN gate comes from NaN in what "

@@ -1,11 +1,13 @@
-"""Input checks of shift_norm and gate_norm: a one-line ValueError / TypeError naming the argument."""
+"""Input checks of shift_norm and gate_norm: a one-line ValueError / TypeError naming the argument, and the gate
+logits' values under the attention ops' policy (forgetting_attn.checks.values_checked)."""
 from __future__ import annotations
 
 import math
 
 import torch
 
-from ..forgetting_attn.checks import _FLOAT_DTYPES, _require_tensor, check_backend, check_triton_device
+from ..forgetting_attn.checks import (_FLOAT_DTYPES, NonFiniteValueError, _compiling, _first_bad, _require_tensor,
+                                     check_backend, check_triton_device, unwrapped, values_checked)
 
 BACKENDS = ("auto", "triton", "torch")
 _KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -45,6 +47,26 @@ def _same_device(x: torch.Tensor, **others) -> None:
             raise ValueError(f"{name} is on {t.device}, the input on {x.device}: all tensors must be on one device")
 
 
+def _check_gate_logits(logits: torch.Tensor, op: str, name: str) -> None:
+    """Refuse NaN in gate logits [B, T, H] (or [B, T, H, D], counted per head), read as the attention ops read their
+    gates: on CPU always (compiled: an assert in the graph), on CUDA only with FOXFORMER_CHECK_VALUES=1 (a sync).
+    NaN alone: a logit of -inf or +inf is a gate shut (sigmoid 0) or open (1), whose outputs and gradients are finite
+    in both ops (the kernels' 1 / (1 + exp(-z)) too); a NaN logit can only give a NaN output."""
+    if _compiling():
+        if logits.device.type == "cpu":
+            torch._assert_async(~torch.isnan(logits).any(), f"{op}: {name} must not hold NaN")
+        return
+    if not values_checked(logits):
+        return
+    nan = torch.isnan(logits)
+    per_head = nan.dim() == 4
+    nan = unwrapped(nan.any(-1) if per_head else nan)
+    if nan.any():
+        raise NonFiniteValueError(f"{op}: {name} contains NaN", f"({'per head: ' if per_head else ''}{_first_bad(nan)})"
+                                  f": NaN gate logits come from NaN in what made them (their projection's input or "
+                                  f"weights); find the first with torch.isnan")
+
+
 def check_shift_norm(x, logits, prev, starts, weight, eps) -> None:
     _heads_tensor(x, "x")
     B, T, H, D = x.shape
@@ -65,6 +87,8 @@ def check_shift_norm(x, logits, prev, starts, weight, eps) -> None:
         _check_weight(weight, H, D)
     _check_eps(eps)
     _same_device(x, logits=logits, prev=prev, starts=starts, weight=weight)
+    if logits is not None:
+        _check_gate_logits(logits, "shift_norm", "logits")
 
 
 def check_gate_norm(o, g, weight, eps) -> None:
@@ -78,6 +102,7 @@ def check_gate_norm(o, g, weight, eps) -> None:
     _check_weight(weight, H, D)
     _check_eps(eps)
     _same_device(o, g=g, weight=weight)
+    _check_gate_logits(g if g.dim() == 4 else g.unflatten(-1, (H, D)), "gate_norm", "g")
 
 
 def resolve_backend(backend: str, x: torch.Tensor) -> str:

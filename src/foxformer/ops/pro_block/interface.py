@@ -108,6 +108,8 @@ def shift_norm(x: torch.Tensor, logits: Optional[torch.Tensor] = None, prev: Opt
     Args:
         x: ``[B, T, H, D]``: rows may lie at any strides, each row's D elements contiguous (else it is copied).
         logits: ``[B, T, H]`` shift gate logits, one per head; None: no shift (then prev and starts must be None).
+            NaN is refused (NonFiniteValueError), as the attention ops refuse a NaN gate (CUDA tensors only with
+            FOXFORMER_CHECK_VALUES=1); +-inf is a gate shut or open.
         prev: ``[B, H, D]`` the candidate before ``x[:, 0]`` (a cache's last token); None: zeros.
         starts: bool ``[B, T]``: True where a sequence begins, whose shift reads zeros instead of the token before.
         weight: ``[D]`` (shared by the heads) or ``[H, D]``; None: no RMSNorm. At least one of logits and weight.
@@ -131,7 +133,8 @@ def gate_norm(o: torch.Tensor, g: torch.Tensor, weight: torch.Tensor, eps: float
 
     Args:
         o: ``[B, T, H, D]`` attention output (rows at any strides, each row contiguous, else it is copied).
-        g: the output gate's logits, ``[B, T, H * D]`` or ``[B, T, H, D]`` (likewise).
+        g: the output gate's logits, ``[B, T, H * D]`` or ``[B, T, H, D]`` (likewise); NaN is refused as in
+            ``shift_norm``'s logits.
         weight: ``[H, D]`` (or ``[D]`` shared by the heads).
         eps: the RMSNorm's epsilon.
         backend: as for ``shift_norm``.
