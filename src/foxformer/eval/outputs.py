@@ -17,7 +17,8 @@ from typing import Optional, Sequence
 import numpy as np
 
 from ..argtypes import setting_name
-from ..paths import write_json as atomic_json
+from ..data.layout import EVAL_MARK
+from ..paths import write_json as atomic_json, write_text
 from . import plots
 from .gates import SUMMARY_UNITS, GateStats, choose_heads, head_matrices, is_linear
 
@@ -156,9 +157,20 @@ def _clean(obj):
 
 
 def write_json(path: str, data: dict) -> str:
-    """``data`` with numpy scalars and arrays as plain JSON (paths.write_json: atomic); returns ``path``."""
+    """``data`` with numpy scalars and arrays as plain JSON (paths.write_json: atomic); returns ``path``. Its folder
+    is marked as an eval output folder first (mark_output_folder)."""
+    mark_output_folder(os.path.dirname(path) or os.curdir)
     atomic_json(path, _clean(data))
     return path
+
+
+def mark_output_folder(folder: str) -> None:
+    """Leave the mark (data.layout.EVAL_MARK) by which a source folder's walk passes over ``folder``: an older
+    `eval loss --out d2/ev1`'s loss.json was read as a document of `--source d2` by the next run. Before the
+    JSON, so that it never lies there unmarked."""
+    mark = os.path.join(folder, EVAL_MARK)
+    if not os.path.exists(mark):
+        write_text(mark, "Results of an eval command of foxformer: a source folder's walk passes over this folder\n")
 
 
 def safe_name(name: str) -> str:
