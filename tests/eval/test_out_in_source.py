@@ -8,6 +8,7 @@ import os
 import pytest
 
 from foxformer.cli import main
+from foxformer.data.layout import EVAL_MARK
 from foxformer.data.preparation import read_manifest
 from foxformer.eval.outputs import mark_output_folder
 
@@ -147,3 +148,25 @@ def test_a_source_of_nothing_but_output_folders_says_them(d2, capsys):
     assert capsys.readouterr().err.strip().startswith(
         "error: --source: directory 'd2' holds no file of a kind read as documents outside the eval output folders "
         "in it ('d2/ev'): ")
+
+
+@pytest.mark.parametrize("already", ["new-folder", "empty-folder", "marked-folder"])
+def test_a_folder_the_command_makes_or_owns_is_marked(tmp_path, already):
+    folder = tmp_path / "ev"
+    if already != "new-folder":
+        folder.mkdir()
+    if already == "marked-folder":
+        mark_output_folder(str(folder))
+    mark_output_folder(str(folder))
+    assert (folder / EVAL_MARK).is_file()
+
+
+def test_a_folder_holding_files_from_before_the_command_is_not_marked(tmp_path, monkeypatch):
+    """`--out .` or bias-shift's `--out shift.json` in a folder of documents: marked, the folder would be passed over
+    whole by every later walk of a source holding it."""
+    import foxformer.eval.outputs as outputs
+
+    (tmp_path / "notes.txt").write_text("the user's own document")
+    monkeypatch.setattr(outputs, "_STARTED", os.path.getmtime(tmp_path / "notes.txt") + 1.0)
+    mark_output_folder(str(tmp_path))
+    assert not (tmp_path / EVAL_MARK).exists()
