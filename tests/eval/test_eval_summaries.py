@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from foxformer.cli import main
+from foxformer.data.layout import EVAL_MARK
 from foxformer.eval import plots
 from foxformer.train.loading import distinct_names
 
@@ -54,12 +55,15 @@ def test_eval_compare_summary_lists_its_json_and_markdown(run_and_export):
 
 
 def _lists_every_file(summary: dict, out: str) -> None:
-    """The summary's files and plots are in ``out``, and nothing else is (sub-folders' files by their paths in it)."""
+    """The summary's files and plots are in ``out``, and nothing else is (sub-folders' files by their paths in it)
+    but the mark of an eval output folder, no result of the user's."""
     listed = summary["files"] + summary["plots"]
     assert summary["out"] == out and len(set(listed)) == len(listed)
     for name in listed:
         assert os.path.isfile(os.path.join(out, name)), name
-    found = sorted(os.path.relpath(os.path.join(folder, f), out) for folder, _, files in os.walk(out) for f in files)
+    assert os.path.isfile(os.path.join(out, EVAL_MARK))
+    found = sorted(os.path.relpath(os.path.join(folder, f), out) for folder, _, files in os.walk(out) for f in files
+                   if f != EVAL_MARK)
     assert found == sorted(listed)
 
 

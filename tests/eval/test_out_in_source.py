@@ -1,12 +1,16 @@
 """An eval's output folder inside its source folder: `eval loss --source d2 --out d2/ev`, run again, read d2/ev/loss.json
 as a document and failed with a JSON Lines error. The reading passes over that folder, as `data prepare` passes over its
-own, and says so; an output folder that is the source folder itself is refused before the models load."""
+own, and an older output folder (marked as one by the eval that wrote it), and says so; an output folder that is the
+source folder itself is refused before the models load."""
 import json
 import os
 
 import pytest
 
 from foxformer.cli import main
+from foxformer.data.layout import EVAL_MARK
+from foxformer.data.preparation import read_manifest
+from foxformer.eval.outputs import mark_output_folder
 
 from .helpers import tiny_model
 
@@ -73,9 +77,96 @@ def test_an_output_folder_that_is_the_source_folder_is_refused_before_the_models
         f"elsewhere")
 
 
-def test_bias_shift_refuses_a_json_file_written_into_the_source_folder(model, d2, capsys):
-    """Its --out names the file: its folder is known to be the source only as the source is read."""
-    assert main(["bias-shift", model, "--source", d2, "--shifts", "0", "--seq-len", "24", "--out",
-                 os.path.join(d2, "shift.json"), "--device", "cpu", "--no-progress"]) == 2
-    assert "error: --out: 'd2' is the --source folder itself" in capsys.readouterr().err
-    assert not os.path.exists(os.path.join(d2, "shift.json"))
+@pytest.mark.parametrize("out", ["d2/shift.json", "./d2/", "shift.json"], ids=["a-file-in-it", "the-folder",
+                                                                           "a-bare-file-name"])
+def test_bias_shift_refuses_a_json_file_written_into_the_source_folder_before_the_model_loads(d2, capsys, out):
+    """Its --out names the file, whose folder was found to be the source only as the source was read, after the
+    model had loaded; the model named here does not exist."""
+    source = "." if out == "shift.json" else d2
+    assert main(["bias-shift", "no-such-run", "--source", source, "--shifts", "0", "--seq-len", "24", "--out", out,
+                 "--device", "cpu", "--no-progress"]) == 2
+    folder = {"d2/shift.json": "d2", "./d2/": "./d2/", "shift.json": "."}[out]
+    assert capsys.readouterr().err.strip() == (
+        f"error: --out: {folder!r} is the --source folder itself, every file of which is read: the results written "
+        f"there would be read as its documents by the next run; name a folder inside it (the reading passes over "
+        f"that) or elsewhere")
+    assert sorted(os.listdir(".")) == ["d2"] and sorted(os.listdir(d2)) == ["doc0.txt", "doc1.txt", "doc2.txt"]
+
+
+def _notes(err: str) -> list[str]:
+    return [line for line in err.splitlines() if "not read as documents" in line or "left out" in line]
+
+
+@pytest.mark.parametrize("first", COMMANDS)
+@pytest.mark.parametrize("then", COMMANDS)
+def test_an_older_output_folder_inside_the_source_is_passed_over_and_said(model, d2, capsys, first, then):
+    """d2/ev1 is another run's output folder, no longer the one written: told by the mark its eval left there, as its
+    results' names (bias-shift's --out names its file as the user likes) could not tell it."""
+    def run(command: str, out: str) -> list[str]:
+        before, after, _ = COMMANDS[command]
+        assert main(before + [model] + after(d2, out) + ["--device", "cpu", "--no-progress"]) == 0
+        return _notes(capsys.readouterr().err)
+
+    run(first, os.path.join(d2, "ev1"))
+    assert run(then, os.path.join(d2, "ev2")) == [
+        "note: d2: the output folder d2/ev2 in it is not read as documents",
+        "note: d2: 1 eval output folder(s) in it not read as documents (d2/ev1)"]
+    with open(os.path.join(d2, "ev2", COMMANDS[then][2])) as f:
+        data = json.load(f)
+    if then != "eval-niah":
+        assert (data.get("settings") or data)["num_seqs"] == 3
+
+
+def test_a_folder_of_documents_is_read_whatever_its_files_are_named(model, d2, capsys):
+    """Only the mark tells an output folder: a folder of the user's holding a loss.json of their own is read."""
+    os.mkdir(os.path.join(d2, "runs"))
+    with open(os.path.join(d2, "runs", "loss.json"), "w") as f:
+        f.write(json.dumps({"text": f"A document named loss. {TEXT}"}) + "\n")
+    before, after, results = COMMANDS["eval-loss"]
+    assert main(before + [model] + after(d2, "ev") + ["--device", "cpu", "--no-progress"]) == 0
+    assert _notes(capsys.readouterr().err) == []
+    with open(os.path.join("ev", results)) as f:
+        assert json.load(f)["settings"]["num_seqs"] == 4
+
+
+def test_prepare_passes_over_an_eval_output_folder_and_says_it(model, d2, capsys):
+    """`data prepare` reads the same walk: d2/ev/loss.json was refused as a JSON Lines file of no 'text' field."""
+    before, after, _ = COMMANDS["eval-loss"]
+    assert main(before + [model] + after(d2, os.path.join(d2, "ev")) + ["--device", "cpu", "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["data", "prepare", "--source", d2, "--out", "tokens", "--tokenizer", "bytes", "--no-progress"]) == 0
+    assert _notes(capsys.readouterr().err) == ["note: d2: 1 eval output folder(s) in it not read as documents (d2/ev)"]
+    assert read_manifest("tokens")["docs"] == 3
+
+
+def test_a_source_of_nothing_but_output_folders_says_them(d2, capsys):
+    """The refusal of a folder of no documents named the prepared datasets it passed over, not the output folders."""
+    for i in range(3):
+        os.remove(os.path.join(d2, f"doc{i}.txt"))
+    mark_output_folder(os.path.join(d2, "ev"))
+    assert main(["data", "prepare", "--source", d2, "--out", "tokens", "--tokenizer", "bytes", "--no-progress"]) == 2
+    assert capsys.readouterr().err.strip().startswith(
+        "error: --source: directory 'd2' holds no file of a kind read as documents outside the eval output folders "
+        "in it ('d2/ev'): ")
+
+
+@pytest.mark.parametrize("already", ["new-folder", "empty-folder", "marked-folder"])
+def test_a_folder_the_command_makes_or_owns_is_marked(tmp_path, already):
+    folder = tmp_path / "ev"
+    if already != "new-folder":
+        folder.mkdir()
+    if already == "marked-folder":
+        mark_output_folder(str(folder))
+    mark_output_folder(str(folder))
+    assert (folder / EVAL_MARK).is_file()
+
+
+def test_a_folder_holding_files_from_before_the_command_is_not_marked(tmp_path, monkeypatch):
+    """`--out .` or bias-shift's `--out shift.json` in a folder of documents: marked, the folder would be passed over
+    whole by every later walk of a source holding it."""
+    import foxformer.eval.outputs as outputs
+
+    (tmp_path / "notes.txt").write_text("the user's own document")
+    monkeypatch.setattr(outputs, "_STARTED", os.path.getmtime(tmp_path / "notes.txt") + 1.0)
+    mark_output_folder(str(tmp_path))
+    assert not (tmp_path / EVAL_MARK).exists()

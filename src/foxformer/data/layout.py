@@ -1,5 +1,6 @@
-"""The names `data prepare` writes into a dataset's folder, and what tells such a folder from others: a source
-folder's walk passes over one (its manifest and token files are no documents), and refuses a model's folder."""
+"""The names `data prepare` writes into a dataset's folder, the mark eval commands leave in theirs, and what tells
+such folders from others: a source folder's walk passes over a dataset (its manifest and token files are no documents)
+and an eval output folder (its results' JSON was read as JSON Lines), and refuses a model's folder."""
 
 from __future__ import annotations
 
@@ -26,6 +27,18 @@ def prepared_dataset(folder: str) -> bool:
     except (OSError, ValueError):
         return False
     return isinstance(manifest, dict) and manifest.get("format") == FORMAT
+
+
+# Left by eval commands in each folder they write results in (eval/outputs.mark_output_folder): a mark rather than the
+# results' names (loss.json, niah.json, ...), since bias-shift's --out names its file as the user likes, mqar writes
+# one per model, and a folder of documents may hold a loss.json of its own. Hidden, as the walk leaves such a name
+# out in silence: the folder given as a source is read, mark or not.
+EVAL_MARK = ".foxformer-eval"
+
+
+def eval_output_folder(folder: str) -> bool:
+    """Whether an eval command has written its results in ``folder`` (its EVAL_MARK)."""
+    return os.path.isfile(os.path.join(folder, EVAL_MARK))
 
 
 # What a training run's folder (train/loop.py) and a Hugging Face model's (save_pretrained) are called, their config

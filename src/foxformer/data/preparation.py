@@ -455,6 +455,8 @@ def prepare(cfg: PrepareConfig, *, force: bool = False, progress: bool = True, n
     for source, info in zip(manifest["sources"], infos):
         if info.skipped:
             source["skipped_datasets"] = list(info.skipped)
+        if info.outputs:
+            source["skipped_outputs"] = list(info.outputs)
     return manifest
 
 

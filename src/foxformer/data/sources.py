@@ -34,7 +34,7 @@ from ..paths import BINARY_HEAD, NotText, decode_utf8
 from ..progress import progress_bar
 from . import jsonl
 from .digests import read_digests
-from .layout import MANIFEST, model_folder, prepared_dataset, saved_hf_dataset
+from .layout import MANIFEST, eval_output_folder, model_folder, prepared_dataset, saved_hf_dataset
 from .unreadable import PREPARE_WITHOUT, UnreadableFile, refusal, skipped_note
 
 TEXT_SUFFIXES = (".txt", ".md", ".rst", ".text")
@@ -92,6 +92,8 @@ class SourceInfo:
     left_out: tuple[tuple[str, int], ...] = ()
     # a folder's prepared datasets, passed over: its walk read their manifests and shards as JSONL documents
     skipped: tuple[str, ...] = ()
+    # a folder's eval output folders (layout.eval_output_folder), passed over: their results' JSON was read as JSONL
+    outputs: tuple[str, ...] = ()
     # files: the real paths of the files read, in order, and the sha256 of each one's bytes
     files: tuple[str, ...] = ()
     digests: tuple[bytes, ...] = ()
@@ -156,18 +158,18 @@ def _file_kind(path: str) -> str | None:
     return None
 
 
-def _scan(path: str, out_dir: str | None = None) -> tuple[list[str], dict[str, int], list[str],
+def _scan(path: str, out_dir: str | None = None) -> tuple[list[str], dict[str, int], list[str], list[str],
                                                          list[UnreadableFile]]:
     """The document files of ``path``, the number of a folder's other files by extension, the prepared datasets in
-    the folder that were passed over (``out_dir``, the one a prepare writes, among them), and the document files
-    of the folder that cannot be read at all."""
+    the folder that were passed over (``out_dir``, the one a command writes, among them), its eval output folders
+    passed over, and the document files of the folder that cannot be read at all."""
     if os.path.isfile(path):
         if compression := _other_compression(path):
             raise SettingError("source", f"{path!r} is {compression} compressed, which is not read: "
                                          f"decompress it, or compress it again as .gz or .xz")
         if _file_kind(path) is None:
             raise SettingError("source", f"{path!r} is not a supported file; expected {kinds_said()}")
-        return [path], {}, [], []
+        return [path], {}, [], [], []
     if os.path.isdir(path):
         return _walk_folder(path, out_dir)
     if os.path.islink(path):
@@ -194,7 +196,7 @@ def holds_documents(path: str) -> bool:
         return False
 
 
-def _walk_folder(path: str, out_dir: str | None) -> tuple[list[str], dict[str, int], list[str],
+def _walk_folder(path: str, out_dir: str | None) -> tuple[list[str], dict[str, int], list[str], list[str],
                                                          list[UnreadableFile]]:
     """The document files under ``path``, sorted, recursive, and those of them that cannot be read (a link to
     nothing, no read permission), each a refusal for the reader to raise or to pass over. Linked folders are the
@@ -202,7 +204,8 @@ def _walk_folder(path: str, out_dir: str | None) -> tuple[list[str], dict[str, i
     read once (under its own name rather than a link's), since each copy of a document would be split on its own
     (one in train, one in validation), and a link to a folder above is not walked forever. A folder that cannot be
     read is an error, not fewer documents. A prepared dataset inside it is passed over, as is ``out_dir`` before
-    its manifest is written: their manifest.json and ids.json were read as JSONL documents."""
+    its manifest is written: their manifest.json and ids.json were read as JSONL documents; so is an eval output
+    folder, whose loss.json was."""
     if prepared_dataset(path):
         raise SettingError("source", f"{path!r} is a prepared dataset (it holds the {MANIFEST} or lock that `data "
                                      f"prepare` writes), whose files are tokens, not documents: give the folder of "
@@ -218,7 +221,7 @@ def _walk_folder(path: str, out_dir: str | None) -> tuple[list[str], dict[str, i
     def unreadable(e: OSError):
         raise SettingError("source", f"the folder {e.filename!r} in {path!r} cannot be read ({e.strerror})") from None
 
-    walked, chosen, seen_dirs, other, skipped, unread = [], {}, {os.path.realpath(path)}, {}, [], []
+    walked, chosen, seen_dirs, other, skipped, outputs, unread = [], {}, {os.path.realpath(path)}, {}, [], [], []
     out = None if out_dir is None else os.path.realpath(out_dir)
     # not yet there, written after this walk and passed over by the next one: said by both
     if passes_over(path, out_dir) and not os.path.exists(out):
@@ -233,6 +236,8 @@ def _walk_folder(path: str, out_dir: str | None) -> tuple[list[str], dict[str, i
             seen_dirs.add(real)
             if real == out or prepared_dataset(real):
                 skipped.append(os.path.join(root, d))
+            elif eval_output_folder(real):
+                outputs.append(os.path.join(root, d))
             else:
                 _check_not_saved_hf(os.path.join(root, d), within=path)
                 kept.append(d)
@@ -260,7 +265,10 @@ def _walk_folder(path: str, out_dir: str | None) -> tuple[list[str], dict[str, i
             if real not in chosen or os.path.islink(chosen[real]) and not os.path.islink(full):
                 chosen[real] = full
     if not walked:
-        passed = f" outside the prepared datasets in it ({', '.join(map(repr, skipped))})" if skipped else ""
+        passed = " and ".join(f"the {what} in it ({', '.join(map(repr, folders))})"
+                              for what, folders in (("prepared datasets", skipped), ("eval output folders", outputs))
+                              if folders)
+        passed = f" outside {passed}" if passed else ""
         raise SettingError("source", f"directory {path!r} holds no file of a kind read as documents{passed}: "
                                      f"{kinds_said()} (source code: gather the files into a .jsonl, one "
                                      f"{{\"text\": ...}} a line)")
@@ -284,7 +292,7 @@ def _walk_folder(path: str, out_dir: str | None) -> tuple[list[str], dict[str, i
             raise SettingError("source", f"{other_form!r} and {full!r} are one file with and without compression: its "
                                          f"documents would be read twice (a copy could land in train and another in "
                                          f"validation); move one out of {path!r}")
-    return files, other, sorted(skipped), unread
+    return files, other, sorted(skipped), sorted(outputs), unread
 
 
 def passes_over(spec: str, out_dir: str | None) -> bool:
@@ -419,7 +427,7 @@ def unreadable_files(spec: str, text_field: str = "text", out_dir: str | None = 
     (with a progress bar); {} for a built-in or hf: source. ``out_dir`` as describe_source takes it."""
     if source_kind(spec) != "file":
         return {}
-    files, _, _, unreadable = _scan(spec, out_dir)
+    files, _, _, _, unreadable = _scan(spec, out_dir)
     bad = {e.path: e.problem for e in unreadable}
     for path in progress_bar(files, desc=f"check {spec}", unit="file", wanted=progress, delay=2.0):
         if problem := _problem(path, spec, text_field):
@@ -554,7 +562,7 @@ def describe_source(spec: str, digests=read_digests, out_dir: str | None = None)
     if kind == "hf":
         name, config, split = _parse_hf(spec)
         return SourceInfo(spec=spec, kind=kind, fingerprint=f"{name}:{config}@{split}", newlines=NEWLINES)
-    files, other, skipped, unreadable = _scan(spec, out_dir)
+    files, other, skipped, outputs, unreadable = _scan(spec, out_dir)
     # by content and names within the source: a copied, moved or touched source is the same; its paths and mtimes
     # made it another request
     root = spec if os.path.isdir(spec) else os.path.dirname(spec)
@@ -572,7 +580,7 @@ def describe_source(spec: str, digests=read_digests, out_dir: str | None = None)
                                      f"or {_leave_out(spec)}") from None
     return SourceInfo(spec=spec, kind=kind, fingerprint=fingerprint,
                       left_out=_most_first(other),
-                      skipped=tuple(skipped),
+                      skipped=tuple(skipped), outputs=tuple(outputs),
                       files=tuple(os.path.realpath(f) for f in files), digests=tuple(file_digests),
                       older_fingerprints=(files_fingerprint(stats, lambda st: st.st_mtime_ns),
                                           files_fingerprint(stats, lambda st: int(st.st_mtime))),
@@ -586,22 +594,24 @@ def _most_first(other: dict[str, int]) -> tuple[tuple[str, int], ...]:
 
 def left_out_of(spec: str, out_dir: str | None = None) -> dict:
     """What reading a folder source passes over, in the fields of a manifest's source (reading_notes says them):
-    ``left_out_files``, its files of kinds not read as documents by extension, and ``skipped_datasets``, the
-    prepared datasets in it; {} for any other source. ``out_dir``: a command's output folder, passed over (see
-    passes_over) and not counted among them: the caller says it."""
+    ``left_out_files``, its files of kinds not read as documents by extension, ``skipped_datasets``, the prepared
+    datasets in it, and ``skipped_outputs``, its eval output folders; {} for any other source. ``out_dir``: a
+    command's output folder, passed over (see passes_over) and not counted among them: the caller says it."""
     if source_kind(spec) != "file" or not os.path.isdir(spec):
         return {}
-    _, other, skipped, _ = _scan(spec, out_dir)
+    _, other, skipped, outputs, _ = _scan(spec, out_dir)
     if out_dir is not None:
         skipped = [folder for folder in skipped if os.path.realpath(folder) != os.path.realpath(out_dir)]
     return {**({"left_out_files": dict(_most_first(other))} if other else {}),
-            **({"skipped_datasets": skipped} if skipped else {})}
+            **({"skipped_datasets": skipped} if skipped else {}),
+            **({"skipped_outputs": outputs} if outputs else {})}
 
 
 def reading_notes(source: dict, text_field: str = "text", record: str = "the manifest") -> list[str]:
     """What reading a source left out, one line each, from its record in a manifest's form: ``spec``, and where
     any, ``empty_docs`` (with ``first_empty`` and, where the reading stopped before the source's end,
-    ``docs_read``), ``left_out_files``, ``skipped_datasets`` and ``skipped_files`` (``record``: what lists them).
+    ``docs_read``), ``left_out_files``, ``skipped_datasets``, ``skipped_outputs`` and ``skipped_files``
+    (``record``: what lists them).
     Left out in silence, a folder's .py files read as a dataset of its READMEs."""
     notes = []
     if source.get("empty_docs"):
@@ -619,6 +629,9 @@ def reading_notes(source: dict, text_field: str = "text", record: str = "the man
     if source.get("skipped_datasets"):
         notes.append(f"{source['spec']}: {len(source['skipped_datasets'])} prepared dataset folder(s) in it not "
                      f"read as documents ({', '.join(source['skipped_datasets'])})")
+    if source.get("skipped_outputs"):
+        notes.append(f"{source['spec']}: {len(source['skipped_outputs'])} eval output folder(s) in it not read as "
+                     f"documents ({', '.join(source['skipped_outputs'])})")
     if source.get("skipped_files"):
         notes.append(skipped_note(source["spec"], source["skipped_files"], record))
     return notes
@@ -703,7 +716,7 @@ def _documents(spec: str, text_field: str, out_dir: str | None, skipped: dict[st
     elif kind == "hf":
         yield from _iter_hf(spec, text_field)
     else:
-        files, _, _, unreadable = _scan(spec, out_dir)
+        files, _, _, _, unreadable = _scan(spec, out_dir)
         for error in unreadable:
             if skipped is None:
                 raise error

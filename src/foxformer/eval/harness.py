@@ -40,7 +40,7 @@ from foxformer.progress import bars_shown, progress_bar
 from foxformer.provenance import code_version
 
 from .loss import check_batch_size, check_finite
-from .outputs import note_replacing
+from .outputs import mark_output_folder, note_replacing
 
 
 def check_max_length(max_length, *, label: str = "{}") -> None:
@@ -273,6 +273,7 @@ def run_harness(adapter: HarnessAdapter, tasks: Sequence[str], *, num_fewshot: O
                "foxformer": {"version": __version__, "commit": commit}}
     if out_path:
         note_replacing(out_path)
+        mark_output_folder(os.path.dirname(out_path) or os.curdir)
         # the earlier results stay until these are whole: a Ctrl-C mid-write left a truncated file
         write_text(out_path, json_text(results, indent=2, default=str))
     return results

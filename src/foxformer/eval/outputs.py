@@ -17,7 +17,8 @@ from typing import Optional, Sequence
 import numpy as np
 
 from ..argtypes import setting_name
-from ..paths import write_json as atomic_json
+from ..data.layout import EVAL_MARK
+from ..paths import write_json as atomic_json, write_text
 from . import plots
 from .gates import SUMMARY_UNITS, GateStats, choose_heads, head_matrices, is_linear
 
@@ -156,9 +157,30 @@ def _clean(obj):
 
 
 def write_json(path: str, data: dict) -> str:
-    """``data`` with numpy scalars and arrays as plain JSON (paths.write_json: atomic); returns ``path``."""
+    """``data`` with numpy scalars and arrays as plain JSON (paths.write_json: atomic); returns ``path``. Its folder
+    is marked as an eval output folder first (mark_output_folder)."""
+    mark_output_folder(os.path.dirname(path) or os.curdir)
     atomic_json(path, _clean(data))
     return path
+
+
+# When this command began (this module loads before its work): what a folder held from before is not its output
+_STARTED = time.time()
+
+
+def mark_output_folder(folder: str) -> None:
+    """Leave the mark (data.layout.EVAL_MARK) by which a source folder's walk passes over ``folder``: an older
+    `eval loss --out d2/ev1`'s loss.json was read as a document of `--source d2` by the next run. Before the
+    JSON, so that it never lies there unmarked. Only in a folder that holds nothing from before this command
+    (new, empty, or already marked): an --out naming the user's own folder (`--out .`, bias-shift's
+    `--out shift.json` in a folder of documents) would have had it passed over whole by later walks."""
+    mark = os.path.join(folder, EVAL_MARK)
+    if os.path.exists(mark):
+        return
+    with os.scandir(folder) if os.path.isdir(folder) else contextlib.nullcontext(()) as entries:
+        if any(e.stat(follow_symlinks=False).st_mtime < _STARTED for e in entries):
+            return
+    write_text(mark, "Results of an eval command of foxformer: a source folder's walk passes over this folder\n")
 
 
 def safe_name(name: str) -> str:

@@ -25,8 +25,8 @@ from . import plots
 from .compare import difference_rows, dynamics_rows, loss_rows, run_settings
 from .gates import SUMMARY_COLUMNS
 from .mqar import MqarConfig, stopped_note, table_caption, table_rows
-from .outputs import (Found, at_least_one, locate_model_outputs, locate_output, markdown_table, model_tag,
-                      note_replacing, safe_name)
+from .outputs import (Found, at_least_one, locate_model_outputs, locate_output, mark_output_folder, markdown_table,
+                      model_tag, note_replacing, safe_name)
 
 OUTPUTS = ("loss.json", "niah.json", "gates.json", "harness[_MODEL].json", "eviction.json", "bias_shift.json",
            "compare.json", "mqar.json")
@@ -395,6 +395,7 @@ def build_report(run_dirs: list[str], out_dir: str, *, fmt: str = "md", title: s
     path = os.path.join(out_dir, f"report.{fmt}")
     pages = _recorded_assets(out_dir)  # before the page is replaced: an earlier one's links may be the record
     note_replacing(path)
+    mark_output_folder(out_dir)  # its report.md was read as a document of a source folder holding it
     write_text(path, page)
     _drop_stale_assets(out_dir, os.path.basename(path), [b.text for b in blocks if b.kind == "img"], pages)
     return path

@@ -199,9 +199,11 @@ def document_token_stream(source: str, tokenizer, *, min_tokens: int, enough: Op
     source's files that cannot be read as text all at once (``folder``: the output folder, where a list longer
     than the error shows is written whole), or where ``skipped`` (a SkippedFiles) is given, passed over, said and
     put in it, as iter_documents does. ``folder`` inside a source folder is passed over, and said; the source
-    folder itself is refused as it (check_out_apart). ``label``: as check_sequences'."""
+    folder itself is refused as it (check_out_apart). What a folder's walk left out (files of other kinds, datasets
+    and eval output folders in it) is said on stderr, in the notes `data prepare` gives. ``label``: as
+    check_sequences'."""
     from foxformer.data import iter_documents
-    from foxformer.data.sources import refused_whole
+    from foxformer.data.sources import left_out_of, reading_notes, refused_whole
     from foxformer.data.unreadable import drop_list
 
     enough = min_tokens if enough is None else max(enough, min_tokens)
@@ -222,11 +224,16 @@ def document_token_stream(source: str, tokenizer, *, min_tokens: int, enough: Op
                 if len(ids) >= enough:
                     stopped = True
                     break
+        left_out = left_out_of(source, folder)
     except SettingError as e:  # `niah --haystack` was refused as "source:"
         raise _said_as(e, what, label) from None
     if folder is not None:
         drop_list(folder)
     _check_left(what, source, skipped, docs, label)
+    # the folders and files its walk passed over, said as source_sequences says them: an older output folder of
+    # niah's own was passed over without a word
+    for note in reading_notes({"spec": source, **left_out}, text_field):
+        print(f"note: {note}", file=sys.stderr)
     _passed_over(source, skipped, stopped)
     if len(ids) < min_tokens:
         raise ValueError(f"{what}: {source!r} holds {len(ids)} tokens, {min_tokens} are needed; {fix}")

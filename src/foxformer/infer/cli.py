@@ -146,8 +146,8 @@ def _cmd_generate(args) -> int:
 
 def _cmd_bias_shift(args) -> int:
     from foxformer.eval.cli import skipped_files, skipping, text_flags
-    from foxformer.eval.outputs import default_out_dir, note_replacing
-    from foxformer.eval.sequences import check_sequences, note_fewer
+    from foxformer.eval.outputs import default_out_dir, note_replacing, write_json as write_results
+    from foxformer.eval.sequences import check_out_apart, check_sequences, note_fewer
     from foxformer.train.loading import load_model, saved_config
 
     from .bias_shift import bias_shift_sweep, check_forget_gates, check_saved_forget_gates
@@ -168,6 +168,10 @@ def _cmd_bias_shift(args) -> int:
         out = os.path.join(out, "bias_shift.json")
     if out:
         check_output_file(out, "--out")
+        # the folder of the file, which text_flags' check of --out as a folder passed: found as the source was
+        # read, after the model had loaded
+        if args.source:
+            check_out_apart(args.source, os.path.dirname(out) or os.curdir, "--source", FLAGS)
     # from the config, before the weights load (for a Hub id, before they download)
     check_saved_forget_gates(saved_config(args.model, said_as=args.model_said), "bias-shift", args.model)
     loaded = load_model(args.model, device=args.device, dtype=args.dtype, attention_backend=args.attention_backend,
@@ -187,7 +191,7 @@ def _cmd_bias_shift(args) -> int:
                 "data": args.data, "split": args.split if args.data else None, "source": args.source,
                 **skipped_files(args.skipped)})
     note_replacing(out)  # as the eval commands say it: a second sweep took the first one's place without a word
-    write_json(out, res)
+    write_results(out, res)  # marks its folder as eval outputs, passed over by a source folder's walk
     plot = out.rsplit(".", 1)[0] + ".png"
     _plot_bias_shift(res, plot)
     for s, a, b in zip(res["shifts"], res["loss_within"], res["loss_beyond"]):
