@@ -158,7 +158,7 @@ MQAR = ["eval", "mqar", "--no-progress"]
                                                 "'fgate'", id="models-no-value"),
     pytest.param(["--models", "transformer-pro,fox-pro:fgate=fixd"],
                  "--models fox-pro:fgate=fixd: fgate must be one of ('data_dependent', 'data_independent', 'fixed', "
-                 "'none'), got 'fixd'", id="models-bad-value"),
+                 "'none'), got 'fixd' (did you mean 'fixed'?)", id="models-bad-value"),
     pytest.param(["--models", "fox-pro:num_heads=3"], "--models fox-pro:num_heads=3: num_heads (3) must divide "
                  "hidden_size (64); give both num_heads and head_dim to decouple the attention width from hidden_size",
                  id="models-heads-not-dividing"),

@@ -1,5 +1,7 @@
 """ForgettingAttention, the drop-in layer: the maths written out, the model's own attention, packed documents,
 gradients, and clear errors."""
+import inspect
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -62,27 +64,74 @@ def test_gradients_reach_every_parameter():
 
 
 BAD = {
-    "wrong-width": (dict(), lambda layer: layer(torch.randn(1, 8, 31)), ValueError, r"\[batch, seq, 32\], got \(1, 8, 31\)"),
-    "two-dims": (dict(), lambda layer: layer(torch.randn(8, 32)), ValueError, r"\[batch, seq, 32\]"),
-    "packed-batch-of-two": (dict(), lambda layer: layer(torch.randn(2, 8, 32),
-                                                        cu_seqlens=torch.tensor([0, 8], dtype=torch.int32)),
+    "wrong-width": (lambda layer: layer(torch.randn(1, 8, 31)), ValueError, r"\[batch, seq, 32\], got \(1, 8, 31\)"),
+    "two-dims": (lambda layer: layer(torch.randn(8, 32)), ValueError, r"\[batch, seq, 32\]"),
+    "packed-batch-of-two": (lambda layer: layer(torch.randn(2, 8, 32),
+                                                cu_seqlens=torch.tensor([0, 8], dtype=torch.int32)),
                             ValueError, "packed batch of size 1"),
-    "cu-seqlens-int64": (dict(), lambda layer: layer(torch.randn(1, 8, 32), cu_seqlens=torch.tensor([0, 8])),
-                         TypeError, "int32"),
-    "no-tokens": (dict(), lambda layer: layer(torch.randn(2, 0, 32)), ValueError, "at least one token"),
+    "cu-seqlens-int64": (lambda layer: layer(torch.randn(1, 8, 32), cu_seqlens=torch.tensor([0, 8])), TypeError,
+                         "int32"),
+    "no-tokens": (lambda layer: layer(torch.randn(2, 0, 32)), ValueError, "at least one token"),
     # dropped without a word: the documents of x (its cu_seqlens forgotten) attended to each other
-    "max-seqlen-without-cu-seqlens": (dict(), lambda layer: layer(torch.randn(1, 8, 32), max_seqlen=4), ValueError,
+    "max-seqlen-without-cu-seqlens": (lambda layer: layer(torch.randn(1, 8, 32), max_seqlen=4), ValueError,
                                       r"^max_seqlen=4 was given without cu_seqlens: max_seqlen only applies with"),
-    "dtype-of-weights": (dict(), lambda layer: layer(torch.randn(1, 8, 32, dtype=torch.float64)), TypeError,
+    "dtype-of-weights": (lambda layer: layer(torch.randn(1, 8, 32, dtype=torch.float64)), TypeError,
                          r"\.to\(torch.float64\) or run it under torch.autocast"),
-    "head-dim-past-the-op": (dict(head_dim=300), None, ValueError, "head_dim must be at most 256"),
-    "gate-kind": (dict(fgate="dynamic"), None, ValueError, "fgate"),
-    "heads-not-dividing": (dict(num_heads=5), None, ValueError, "num_heads"),
 }
 
 
-@pytest.mark.parametrize("kwargs, call, error, match", list(BAD.values()), ids=list(BAD))
-def test_bad_input_is_a_clear_error(kwargs, call, error, match):
+@pytest.mark.parametrize("call, error, match", list(BAD.values()), ids=list(BAD))
+def test_bad_input_is_a_clear_error(call, error, match):
+    layer = ForgettingAttention(32, num_heads=2, backend="torch")
     with pytest.raises(error, match=match):
-        layer = ForgettingAttention(32, **{"num_heads": 2, "backend": "torch", **kwargs})
         call(layer)
+
+
+# Each argument refused, named as the user typed it (FoxConfig, which checks them, calls backend
+# "attention_backend", eps "rms_norm_eps" and pro "qk_norm"), and a near miss of a name says which was meant.
+REFUSED = {
+    "hidden_size": (dict(hidden_size="32"), "hidden_size must be a positive int, got '32'"),
+    "num_heads": (dict(num_heads=5), "num_heads (5) must divide hidden_size (32) when head_dim is not given"),
+    "num_kv_heads": (dict(num_kv_heads=3), "num_heads (2) must be a multiple of num_kv_heads (3)"),
+    "head_dim": (dict(head_dim=300), "head_dim must be at most 256 with attention='forgetting' (the op's kernels), "
+                                     "got 300"),
+    "pro": (dict(pro="yes"), "pro must be True or False, got 'yes'"),
+    "fgate-typo": (dict(fgate="datadependent"), "fgate must be one of ('data_dependent', 'data_independent', "
+                                                "'fixed', 'none'), got 'datadependent' (did you mean "
+                                                "'data_dependent'?)"),
+    "fgate_bias_init-typo": (dict(fgate_bias_init="timescale"), "fgate_bias_init must be one of ('zero', "
+                                                                "'timescales') or None (did you mean 'timescales'?), "
+                                                                "got 'timescale'"),
+    "backend": (dict(backend="flash"), "backend: expected one of auto, gluon, triton, torch, naive, got 'flash'"),
+    "backend-typo": (dict(backend="trition"), "backend: expected one of auto, gluon, triton, torch, naive, got "
+                                              "'trition' (did you mean 'triton'?)"),
+    "prune_eps": (dict(prune_eps=2.0), "prune_eps must be in (0, 1) or None, got 2.0"),
+    # no gate is softmax attention, which SDPA ran without a word of the pruning asked for
+    "prune_eps-without-a-gate": (dict(fgate="none", prune_eps=0.1), "prune_eps must be None for a model with no "
+                                 "forget gate (attention='forgetting', fgate='none'), got 0.1"),
+    "eps": (dict(eps=0.0), "eps must be positive and finite, got 0.0"),
+    "eps-not-a-number": (dict(eps="small"), "eps must be a number, got 'small'"),
+}
+
+
+@pytest.mark.parametrize("kwargs, message", list(REFUSED.values()), ids=list(REFUSED))
+def test_a_refused_argument_is_named_as_given(kwargs, message):
+    with pytest.raises(ValueError) as caught:
+        ForgettingAttention(**{"hidden_size": 32, "num_heads": 2, **kwargs})
+    assert str(caught.value) == f"ForgettingAttention: {message}"
+
+
+def test_every_argument_has_a_refusal_above():
+    """An argument added to the layer is checked (by FoxConfig) and named as given: REFUSED says so for each."""
+    arguments = set(inspect.signature(ForgettingAttention.__init__).parameters) - {"self"}
+    assert arguments == {name.partition("-")[0] for name in REFUSED}
+
+
+def test_no_gate_is_causal_softmax_attention():
+    """fgate="none": the layer without its forget gate is the Transformer baseline's attention."""
+    layer = ForgettingAttention(32, num_heads=2, pro=False, fgate="none", backend="torch").to(D)
+    x = _x(1, 9, 32)
+    q, k, v = (p(x).view(1, 9, 2, 16).transpose(1, 2) for p in (layer.q_proj, layer.k_proj, layer.v_proj))
+    want = layer.o_proj(F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(1, 9, 32))
+    assert layer.fgate is None
+    torch.testing.assert_close(layer(x), want, rtol=0, atol=1e-12)

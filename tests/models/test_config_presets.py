@@ -207,6 +207,8 @@ def test_a_width_of_the_wrong_type_is_a_config_error_naming_it(preset, overrides
     (dict(attention="linear", evict_eps=1e-3), "evict_eps must be None"),
     (dict(attention="linear", prune_eps=1e-3), "prune_eps must be None"),
     (dict(fgate="sometimes"), "fgate"),
+    (dict(fgate="datadependent"), r"got 'datadependent' \(did you mean 'data_dependent'\?\)"),
+    (dict(attention="forgeting"), r"got 'forgeting' \(did you mean 'forgetting'\?\)"),
     (dict(attention="softmax", fgate="data_dependent"), "fgate"),
     (dict(num_heads=12, num_kv_heads=5), "num_kv_heads"),
     (dict(attention_backend="cuda"), "attention_backend"),
@@ -228,14 +230,16 @@ UNREAD = {
     "qk_norm_per_head-without-qk_norm": ("fox-llama-tiny", dict(qk_norm_per_head=True), "qk_norm_per_head"),
     "prune_eps-softmax": ("transformer-pro-tiny", dict(prune_eps=1e-3), "prune_eps"),
     "evict_eps-softmax": ("transformer-llama-tiny", dict(evict_eps=1e-3, evict_qk_bound=10.0), "evict_eps"),
+    "prune_eps-fox-without-gate": ("fox-llama-tiny", dict(fgate="none", prune_eps=1e-3), "prune_eps"),
+    "evict_eps-fox-without-gate": ("fox-pro-tiny", dict(fgate="none", evict_eps=1e-3), "evict_eps"),
 }
 
 
 @pytest.mark.parametrize("preset,overrides,name", list(UNREAD.values()), ids=list(UNREAD))
 def test_settings_the_model_never_reads_are_refused(preset, overrides, name):
     """Each was accepted, saved in the run's config and card, and never read by the model built: the zero-started
-    gate ignores the timescales, FoX without RoPE its theta, softmax attention pruning and eviction (it never
-    forgets, so no key is provably negligible)."""
+    gate ignores the timescales, FoX without RoPE its theta, softmax attention (a Transformer's, or FoX's with
+    fgate="none") pruning and eviction (it never forgets, so no key is provably negligible)."""
     with pytest.raises(ValueError, match=f"FoxConfig.{name}"):
         get_preset(preset, **overrides)
 

@@ -11,13 +11,31 @@ on a CPU). It holds no cache: for decoding, use FoxForCausalLM (its cache keeps 
 """
 from __future__ import annotations
 
+import re
 from typing import Optional
 
 import torch
 
 from ..ops.forgetting_attn.checks import check_max_seqlen
-from .config import FoxConfig
+from .config import ConfigError, FoxConfig
 from .layers import Attention, SeqContext, packed_starts
+
+# The FoxConfig fields of the arguments the config names otherwise; the others are fields of their own name. The
+# layer's config is built through this table, and FoxConfig's refusals are re-said by it in the words the user
+# typed: backend="flash" was refused as "FoxConfig.attention_backend", pro="yes" as "FoxConfig.qk_norm".
+_FIELDS = {"pro": ("qk_norm", "output_gate", "output_norm", "kv_shift"), "backend": ("attention_backend",),
+           "eps": ("rms_norm_eps",)}
+_ARGUMENT = {field: argument for argument, fields in _FIELDS.items() for field in fields}
+_FIELD_WORD = re.compile(r"\b(" + "|".join(_ARGUMENT) + r")\b")
+
+
+def _in_arguments(error: ConfigError) -> ConfigError:
+    """FoxConfig's refusal as the layer's, each field it names (its prefix's too) as the argument that set it."""
+    def say(text: str) -> str:
+        return _FIELD_WORD.sub(lambda m: _ARGUMENT[m.group(1)], text)
+
+    return ConfigError(say(error.reason), *error.fields,
+                       where="ForgettingAttention: " + say(error.where.removeprefix("FoxConfig.")))
 
 
 class ForgettingAttention(Attention):
@@ -28,7 +46,8 @@ class ForgettingAttention(Attention):
     pro: the Pro block's additions: QK-norm (one weight shared by the heads, as in the paper's models), an
         output gate, a per-head output RMSNorm and data-dependent key / value token shift (the paper's best
         model); False gives FoX (LLaMA)'s attention.
-    fgate: "data_dependent" (f_t = sigmoid(w . x_t + b) per head), "data_independent" (a learnt b) or "fixed".
+    fgate: "data_dependent" (f_t = sigmoid(w . x_t + b) per head), "data_independent" (a learnt b), "fixed" or
+        "none" (no gate: causal softmax attention, the Transformer baseline).
     fgate_bias_init: "zero" or "timescales" (FoxConfig); None: the paper's choice for the kind.
     backend: the op's backend ("auto", "gluon", "triton", "torch", "naive").
     prune_eps: skip (query, key) tiles the gate has provably erased (forgetting_attention's prune_eps).
@@ -39,12 +58,15 @@ class ForgettingAttention(Attention):
                  head_dim: Optional[int] = None, *, pro: bool = True, fgate: str = "data_dependent",
                  fgate_bias_init: Optional[str] = None, backend: str = "auto", prune_eps: Optional[float] = None,
                  eps: float = 1e-6):
-        # FoxConfig validates every argument (and names it); vocab_size and num_layers do not apply to one layer
-        config = FoxConfig(vocab_size=1, num_layers=1, hidden_size=hidden_size, num_heads=num_heads,
-                           num_kv_heads=num_kv_heads, head_dim=head_dim, attention="forgetting", fgate=fgate,
-                           fgate_bias_init=fgate_bias_init, qk_norm=pro, output_gate=pro,
-                           output_norm=pro, kv_shift=pro, attention_backend=backend, prune_eps=prune_eps,
-                           rms_norm_eps=eps)
+        arguments = dict(hidden_size=hidden_size, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
+                         pro=pro, fgate=fgate, fgate_bias_init=fgate_bias_init, backend=backend, prune_eps=prune_eps,
+                         eps=eps)
+        fields = {field: value for name, value in arguments.items() for field in _FIELDS.get(name, (name,))}
+        # FoxConfig validates every argument; vocab_size and num_layers do not apply to one layer
+        try:
+            config = FoxConfig(vocab_size=1, num_layers=1, attention="forgetting", **fields)
+        except ConfigError as e:
+            raise _in_arguments(e) from None
         super().__init__(config, layer_idx=0)
 
     def forward(self, x: torch.Tensor, cu_seqlens: Optional[torch.Tensor] = None,

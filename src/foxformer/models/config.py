@@ -122,7 +122,7 @@ class FoxConfig(PretrainedConfig):
         all use the zero start.
     A setting the chosen model would not read is refused, not carried along: fgate_tmin / fgate_tmax without the
     "timescales" start, rope_theta without rope, qk_norm_per_head without qk_norm, evict_eps / prune_eps with
-    softmax or linear attention.
+    linear attention or without a forget gate (softmax attention, fgate="none").
     intermediate_size: SwiGLU width; None means round_up(2/3 * mlp_ratio * hidden_size, 64).
     head_dim: None means hidden_size // num_heads. num_kv_heads: None means num_heads (no GQA).
     attention_backend: backend of the forgetting_attention op ("auto" | "triton" | "torch" | "naive").
@@ -388,12 +388,14 @@ class FoxConfig(PretrainedConfig):
         if self.rope and self.head_dim % 2:
             raise ConfigError(f"head_dim must be even with rope=True, got {self.head_dim}", "head_dim", "rope")
         if self.attention not in ATTENTIONS:
-            raise ConfigError(f"attention must be one of {ATTENTIONS}, got {self.attention!r}", "attention")
+            raise ConfigError(f"attention must be one of {ATTENTIONS}, got {self.attention!r}"
+                              f"{did_you_mean(self.attention, ATTENTIONS)}", "attention")
         if self.fgate not in FGATES:
             # YAML reads `fgate: off` (or no, yes, on) as a boolean
             hint = " (YAML reads off / on / no / yes as booleans: quote the value)" if isinstance(self.fgate, bool) \
                 else ""
-            raise ConfigError(f"fgate must be one of {FGATES}, got {self.fgate!r}{hint}", "fgate")
+            raise ConfigError(f"fgate must be one of {FGATES}, got {self.fgate!r}{did_you_mean(self.fgate, FGATES)}"
+                              f"{hint}", "fgate")
         if self.attention == "softmax" and self.fgate != "none":
             raise ConfigError(f"fgate must be 'none' when attention='softmax', got {self.fgate!r}", "fgate",
                               "attention")
@@ -468,12 +470,14 @@ class FoxConfig(PretrainedConfig):
         if self.qk_norm_per_head and not self.qk_norm:
             raise ConfigError("qk_norm_per_head=True is read only with qk_norm=True; set qk_norm=True or "
                               "leave qk_norm_per_head out", "qk_norm_per_head", "qk_norm")
-        if self.attention == "softmax":
-            # Softmax attention never forgets: no key is provably negligible, so nothing is skipped or evicted.
+        if not self.has_fgate:
+            # Softmax attention never forgets: no key is provably negligible, so nothing is skipped or evicted. FoX
+            # with fgate='none' is softmax attention too, whose prune_eps SDPA dropped without a word.
             for name in ("evict_eps", "prune_eps"):
                 if getattr(self, name) is not None:
                     raise ConfigError(f"{name} must be None for a model with no forget gate "
-                                      f"(attention='softmax'), got {getattr(self, name)!r}", name, "attention")
+                                      f"(attention={self.attention!r}, fgate={self.fgate!r}), got "
+                                      f"{getattr(self, name)!r}", name, "attention", "fgate")
 
     @property
     def gate_bias_init(self) -> str | None:
