@@ -125,7 +125,7 @@ class FoxConfig(PretrainedConfig):
     linear attention or without a forget gate (softmax attention, fgate="none").
     intermediate_size: SwiGLU width; None means round_up(2/3 * mlp_ratio * hidden_size, 64).
     head_dim: None means hidden_size // num_heads. num_kv_heads: None means num_heads (no GQA).
-    attention_backend: backend of the forgetting_attention op ("auto" | "triton" | "torch" | "naive").
+    attention_backend: backend of the forgetting_attention op ("auto" | "gluon" | "triton" | "torch" | "naive").
     fgate_bias_shift: added to the forget-gate logits at inference (positive = slower decay = longer
         effective context): a float for the whole model, a list [num_layers] of floats, or a nested list
         [num_layers][num_heads]. 0 leaves the model unchanged.
