@@ -354,7 +354,7 @@ class Attention(nn.Module):
         out = out.reshape(B, T, self.num_heads * self.head_dim)
         if self.g_proj is not None:
             # as gate_norm refuses them, also without an output norm (no fused op) or with a cache
-            check_gate_logits(proj["g"].view(B, T, self.num_heads, self.head_dim), "gate_norm", "g")
+            check_gate_logits(proj["g"].unflatten(-1, (self.num_heads, self.head_dim)), "gate_norm", "g")
             out = out * torch.sigmoid(proj["g"])
         return self.o_proj(out)
 
