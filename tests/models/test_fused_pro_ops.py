@@ -1,8 +1,10 @@
 """FoxConfig.fused_pro_ops: the Pro block's extras as the fused shift_norm / gate_norm ops give the modules' loss and
-every parameter gradient (float64: rounding only), and leave cached decoding as it was."""
+every parameter gradient (float64: rounding only), leave cached decoding as it was, and refuse NaN gate logits on
+either path."""
 import pytest
 import torch
 
+from foxformer.ops.forgetting_attn.checks import NonFiniteValueError
 from foxformer.ops.pro_block import interface
 
 from .conftest import make_model, tokens
@@ -85,3 +87,40 @@ def test_flag_is_a_bool():
     from foxformer.models import get_preset
     with pytest.raises(ValueError, match="fused_pro_ops must be True or False"):
         get_preset("fox-pro-tiny", fused_pro_ops="yes")
+
+
+# NaN in one head's row of a gate projection: that head's logits are NaN at every token
+NAN_GATES = {"k-shift": ("k_shift.proj", "shift_norm: logits contains NaN"),
+             "v-shift": ("v_shift.proj", "shift_norm: logits contains NaN"),
+             "output-gate": ("g_proj", "gate_norm: g contains NaN (per head")}
+
+
+def _poison(model, module: str) -> None:
+    with torch.no_grad():
+        model.model.layers[1].attn.get_submodule(module).weight[0] = float("nan")
+
+
+@pytest.mark.parametrize("gate", NAN_GATES)
+def test_the_modules_path_refuses_nan_gate_logits_as_the_fused_ops_do(gate):
+    module, said = NAN_GATES[gate]
+    ids = tokens(2, 9)
+    for fused in (True, False):
+        model = make_model("fox-pro-tiny", fused_pro_ops=fused)
+        _poison(model, module)
+        with pytest.raises(NonFiniteValueError) as e:
+            model(ids)
+        assert str(e.value).startswith(said), fused
+
+
+@pytest.mark.parametrize("gate", NAN_GATES)
+def test_a_cached_decode_step_refuses_nan_gate_logits(gate):
+    """A cache always takes the modules' path, fused_pro_ops or not."""
+    module, said = NAN_GATES[gate]
+    ids = tokens(2, 9)
+    model = make_model("fox-pro-tiny", fused_pro_ops=True)
+    with torch.no_grad():
+        cache = model(ids[:, :8], use_cache=True).cache
+        _poison(model, module)
+        with pytest.raises(NonFiniteValueError) as e:
+            model(ids[:, 8:], past_key_values=cache)
+    assert str(e.value).startswith(said)

@@ -391,9 +391,9 @@ class FoxConfig(PretrainedConfig):
             raise ConfigError(f"attention must be one of {ATTENTIONS}, got {self.attention!r}"
                               f"{did_you_mean(self.attention, ATTENTIONS)}", "attention")
         if self.fgate not in FGATES:
-            # YAML reads `fgate: off` (or no, yes, on) as a boolean
-            hint = " (YAML reads off / on / no / yes as booleans: quote the value)" if isinstance(self.fgate, bool) \
-                else ""
+            # a bool from YAML (`fgate: off`, no, yes, on) or from Python: the hint holds for both
+            hint = (" (a bool, as YAML reads off / on / no / yes; give the name: 'none' for no gate, quoted in "
+                    "YAML)") if isinstance(self.fgate, bool) else ""
             raise ConfigError(f"fgate must be one of {FGATES}, got {self.fgate!r}{did_you_mean(self.fgate, FGATES)}"
                               f"{hint}", "fgate")
         if self.attention == "softmax" and self.fgate != "none":

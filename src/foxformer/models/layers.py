@@ -11,6 +11,7 @@ from torch import nn
 
 from foxformer.ops import (forgetting_attention, gate_norm, gated_linear_attention, naive_gated_linear_attention,
                            shift_norm)
+from foxformer.ops.pro_block.checks import check_gate_logits
 
 from .config import FoxConfig
 from .fused_linear import joint_linear
@@ -252,6 +253,8 @@ class KVShift(nn.Module):
         """logits [B, T, H] = ``self.proj(x)`` (the attention computes its input projections together); kk
         [B, T, H, D] candidates; prev [B, H, D] the candidate before kk[:, 0] (or None for zeros); starts [B, T]
         bool resets the shift at sequence starts."""
+        # the unfused path (fused_pro_ops=False, and every cached decode step) refuses what shift_norm refuses
+        check_gate_logits(logits, "shift_norm", "logits")
         a = torch.sigmoid(logits)[..., None]
         first = torch.zeros_like(kk[:, :1]) if prev is None else prev[:, None].to(kk.dtype)
         # one decoded token: the shifted sequence is the previous candidate itself (no concatenation)
@@ -350,6 +353,8 @@ class Attention(nn.Module):
             out = self.o_norm(out)
         out = out.reshape(B, T, self.num_heads * self.head_dim)
         if self.g_proj is not None:
+            # as gate_norm refuses them, also without an output norm (no fused op) or with a cache
+            check_gate_logits(proj["g"].unflatten(-1, (self.num_heads, self.head_dim)), "gate_norm", "g")
             out = out * torch.sigmoid(proj["g"])
         return self.o_proj(out)
 

@@ -47,7 +47,7 @@ def _same_device(x: torch.Tensor, **others) -> None:
             raise ValueError(f"{name} is on {t.device}, the input on {x.device}: all tensors must be on one device")
 
 
-def _check_gate_logits(logits: torch.Tensor, op: str, name: str) -> None:
+def check_gate_logits(logits: torch.Tensor, op: str, name: str) -> None:
     """Refuse NaN in gate logits [B, T, H] (or [B, T, H, D], counted per head), read as the attention ops read their
     gates: on CPU always (compiled: an assert in the graph), on CUDA only with FOXFORMER_CHECK_VALUES=1 (a sync).
     NaN alone: a logit of -inf or +inf is a gate shut (sigmoid 0) or open (1), whose outputs and gradients are finite
@@ -88,7 +88,7 @@ def check_shift_norm(x, logits, prev, starts, weight, eps) -> None:
     _check_eps(eps)
     _same_device(x, logits=logits, prev=prev, starts=starts, weight=weight)
     if logits is not None:
-        _check_gate_logits(logits, "shift_norm", "logits")
+        check_gate_logits(logits, "shift_norm", "logits")
 
 
 def check_gate_norm(o, g, weight, eps) -> None:
@@ -102,7 +102,7 @@ def check_gate_norm(o, g, weight, eps) -> None:
     _check_weight(weight, H, D)
     _check_eps(eps)
     _same_device(o, g=g, weight=weight)
-    _check_gate_logits(g if g.dim() == 4 else g.unflatten(-1, (H, D)), "gate_norm", "g")
+    check_gate_logits(g if g.dim() == 4 else g.unflatten(-1, (H, D)), "gate_norm", "g")
 
 
 def resolve_backend(backend: str, x: torch.Tensor) -> str:
