@@ -305,8 +305,8 @@ _MEANINGS = {
     "checkpoint_format": "; auto: sharded under torchrun (each rank writes its own shards), full for one process",
     "log_every": "; a line with the step's loss, learning rate and tokens/s every this many steps (and the first "
                  "and last)",
-    "roll": ": rotate each training sequence by a random offset fixed by (seed, epoch, index), the FoX paper's "
-            "trick so that every position is equally hard on average",
+    "roll": ": rotate each training sequence by a random offset fixed by (seed, epoch, index); its end wraps "
+            "round to its start",
     "compile": ": torch.compile the model (the first steps are slower: they compile it)",
     "activation_checkpointing": ": recompute each block's activations in the backward instead of keeping them "
                                 "(less memory, more compute)",
