@@ -187,6 +187,23 @@ def _note_out(source: str, folder: Optional[str]) -> None:
         print(f"note: {source}: the output folder {folder} in it is not read as documents", file=sys.stderr)
 
 
+def _after_reading(source: str, folder: Optional[str], what: str, skipped: Optional[SkippedFiles], docs: int,
+                   stopped: bool, left_out: dict, text_field: str, label: str) -> None:
+    """What both readings do once a source is read: drop an earlier refusal's list from ``folder`` (the output
+    folder), refuse a source of nothing but passed-over files (_check_left; ``docs``: the documents read), say what
+    the walk left out (``left_out``: reading_notes' fields) and which files it passed over (``stopped``: it ended
+    before the source did)."""
+    from foxformer.data.sources import reading_notes
+    from foxformer.data.unreadable import drop_list
+
+    if folder is not None:
+        drop_list(folder)
+    _check_left(what, source, skipped, docs, label)
+    for note in reading_notes({"spec": source, **left_out}, text_field):
+        print(f"note: {note}", file=sys.stderr)
+    _passed_over(source, skipped, stopped)
+
+
 def document_token_stream(source: str, tokenizer, *, min_tokens: int, enough: Optional[int] = None,
                           max_docs: Optional[int] = None, separator: Optional[int] = None, what: str = "source",
                           fix: str = "give a source with more text", text_field: str = "text",
@@ -203,8 +220,7 @@ def document_token_stream(source: str, tokenizer, *, min_tokens: int, enough: Op
     and eval output folders in it) is said on stderr, in the notes `data prepare` gives. ``label``: as
     check_sequences'."""
     from foxformer.data import iter_documents
-    from foxformer.data.sources import left_out_of, reading_notes, refused_whole
-    from foxformer.data.unreadable import drop_list
+    from foxformer.data.sources import left_out_of, refused_whole
 
     enough = min_tokens if enough is None else max(enough, min_tokens)
     check_out_apart(source, folder, what, label)
@@ -227,14 +243,9 @@ def document_token_stream(source: str, tokenizer, *, min_tokens: int, enough: Op
         left_out = left_out_of(source, folder)
     except SettingError as e:  # `niah --haystack` was refused as "source:"
         raise _said_as(e, what, label) from None
-    if folder is not None:
-        drop_list(folder)
-    _check_left(what, source, skipped, docs, label)
-    # the folders and files its walk passed over, said as source_sequences says them: an older output folder of
+    # the folders and files its walk passed over are said as source_sequences says them: an older output folder of
     # niah's own was passed over without a word
-    for note in reading_notes({"spec": source, **left_out}, text_field):
-        print(f"note: {note}", file=sys.stderr)
-    _passed_over(source, skipped, stopped)
+    _after_reading(source, folder, what, skipped, docs, stopped, left_out, text_field, label)
     if len(ids) < min_tokens:
         raise ValueError(f"{what}: {source!r} holds {len(ids)} tokens, {min_tokens} are needed; {fix}")
     return ids
@@ -253,9 +264,8 @@ def source_sequences(source: str, tokenizer, seq_len: int, num: int, text_field:
     folder itself is refused as it (check_out_apart)."""
     check_sequences(seq_len, num, label=label)
     from foxformer.data import iter_documents
-    from foxformer.data.sources import Blanks, left_out_of, reading_notes, refused_whole
+    from foxformer.data.sources import Blanks, left_out_of, refused_whole
     from foxformer.data.tokenizer import start_ids
-    from foxformer.data.unreadable import drop_list
 
     check_out_apart(source, folder, setting_name(label, "source"), label)
     _note_out(source, folder)
@@ -273,13 +283,9 @@ def source_sequences(source: str, tokenizer, seq_len: int, num: int, text_field:
         left_out = left_out_of(source, folder)
     except SettingError as e:  # the source's reader names its setting as the API does ("source")
         raise _said_as(e, setting_name(label, e.field), label) from None
-    if folder is not None:
-        drop_list(folder)
-    _check_left(setting_name(label, "source"), source, skipped, blanks.read, label)
     stopped = len(rows) >= num  # the rest of the source was not read: its empty documents are not counted
-    for note in reading_notes({"spec": source, **blanks.fields(stopped), **left_out}, text_field):
-        print(f"note: {note}", file=sys.stderr)
-    _passed_over(source, skipped, stopped)
+    _after_reading(source, folder, setting_name(label, "source"), skipped, blanks.read, stopped,
+                   {**blanks.fields(stopped), **left_out}, text_field, label)
     if not rows:
         name = setting_name(label, "seq_len")
         raise ValueError(f"{name}: no document of {source!r} has {seq_len} tokens; lower {name} or use a source "
