@@ -99,6 +99,9 @@ REFUSED = {
     "fgate-typo": (dict(fgate="datadependent"), "fgate must be one of ('data_dependent', 'data_independent', "
                                                 "'fixed', 'none'), got 'datadependent' (did you mean "
                                                 "'data_dependent'?)"),
+    "fgate-true": (dict(fgate=True), "fgate must be one of ('data_dependent', 'data_independent', 'fixed', 'none'), "
+                                     "got True (a bool, as YAML reads on / yes / true; for a forget gate name its "
+                                     "kind: 'data_dependent', the default, 'data_independent' or 'fixed')"),
     "fgate_bias_init-typo": (dict(fgate_bias_init="timescale"), "fgate_bias_init must be one of ('zero', "
                                                                 "'timescales') or None (did you mean 'timescales'?), "
                                                                 "got 'timescale'"),
@@ -123,8 +126,50 @@ def test_a_refused_argument_is_named_as_given(kwargs, message):
 
 def test_every_argument_has_a_refusal_above():
     """An argument added to the layer is checked (by FoxConfig) and named as given: REFUSED says so for each."""
-    arguments = set(inspect.signature(ForgettingAttention.__init__).parameters) - {"self"}
+    parameters = inspect.signature(ForgettingAttention.__init__).parameters.values()
+    arguments = {p.name for p in parameters if p.kind != p.VAR_KEYWORD} - {"self"}
     assert arguments == {name.partition("-")[0] for name in REFUSED}
+
+
+ARGUMENTS = ("its arguments: hidden_size, num_heads, num_kv_heads, head_dim, pro, fgate, fgate_bias_init, backend, "
+             "prune_eps, eps")
+# A keyword the layer does not take was Python's "got an unexpected keyword argument 'attention_backend'": a name of
+# FoxConfig's (or another library's) is answered with the layer's argument for that field, any other with the list.
+UNKNOWN = {
+    "attention_backend": (dict(attention_backend="gluon"), "no argument attention_backend (FoxConfig's name): the "
+                                                           "layer's is backend, as in backend='gluon'"),
+    "rms_norm_eps": (dict(rms_norm_eps=1e-5), "no argument rms_norm_eps (FoxConfig's name): the layer's is eps, as in "
+                                              "eps=1e-05"),
+    "qk_norm": (dict(qk_norm=False), "no argument qk_norm (FoxConfig's name): the layer's is pro, which sets qk_norm, "
+                                     "output_gate, output_norm and kv_shift together, as in pro=False"),
+    "n_heads": (dict(n_heads=2), "no argument n_heads (another library's name of FoxConfig's num_heads): the layer's "
+                                 "is num_heads, as in num_heads=2"),
+    "layer_norm_eps": (dict(layer_norm_eps=1e-5), "no argument layer_norm_eps (another library's name of FoxConfig's "
+                                                  "rms_norm_eps): the layer's is eps, as in eps=1e-05"),
+    "field-not-taken": (dict(rope_theta=1e4), f"no argument rope_theta (a FoxConfig field the layer does not take); "
+                                              f"{ARGUMENTS}"),
+    "typo": (dict(bakend="torch"), f"no argument bakend (did you mean 'backend'?); {ARGUMENTS}"),
+    "nothing-like-it": (dict(dropout=0.1), f"no argument dropout; {ARGUMENTS}"),
+    "two": (dict(attention_backend="torch", dropout=0.1), "no argument attention_backend (FoxConfig's name): the "
+                                                          "layer's is backend, as in backend='torch'; no argument "
+                                                          f"dropout; {ARGUMENTS}"),
+}
+
+
+@pytest.mark.parametrize("kwargs, message", list(UNKNOWN.values()), ids=list(UNKNOWN))
+def test_an_unknown_keyword_names_the_argument_meant(kwargs, message):
+    with pytest.raises(TypeError) as caught:
+        ForgettingAttention(32, 2, **kwargs)
+    assert str(caught.value) == f"ForgettingAttention: {message}"
+
+
+def test_the_arguments_listed_are_the_signatures():
+    """The list an unknown keyword gets is the layer's own signature (a new argument joins it)."""
+    with pytest.raises(TypeError) as caught:
+        ForgettingAttention(32, 2, dropout=0.1)
+    listed = str(caught.value).partition("its arguments: ")[2].split(", ")
+    parameters = inspect.signature(ForgettingAttention.__init__).parameters.values()
+    assert listed == [p.name for p in parameters if p.name != "self" and p.kind != p.VAR_KEYWORD]
 
 
 def test_no_gate_is_causal_softmax_attention():

@@ -523,9 +523,17 @@ def test_every_preset_builds_and_runs_on_the_meta_device(name):
     assert out.logits.is_meta and out.logits.shape == (2, 16, model.config.vocab_size) and out.loss.is_meta
 
 
-def test_a_boolean_gate_kind_gets_a_hint_true_from_python_and_from_yaml():
-    """FoxConfig(fgate=False) from Python and `fgate: off` from YAML reach the check alike."""
+@pytest.mark.parametrize("value, hint", [
+    # True was told "'none' for no gate", the opposite of what it asked for
+    (True, "got True (a bool, as YAML reads on / yes / true; for a forget gate name its kind: 'data_dependent', the "
+           "default, 'data_independent' or 'fixed')"),
+    (False, "got False (a bool, as YAML reads off / no / false; for no forget gate give 'none')"),
+], ids=["true", "false"])
+def test_a_boolean_gate_kind_gets_the_hint_of_its_meaning(value, hint):
+    """FoxConfig(fgate=True) from Python and `fgate: on` from YAML reach the check alike; each bool is told the names
+    that mean it."""
     with pytest.raises(ValueError) as e:
-        FoxConfig(fgate=False)
-    assert str(e.value).endswith("got False (a bool, as YAML reads off / on / no / yes; give the name: 'none' for no "
-                                 "gate, quoted in YAML)")
+        FoxConfig(fgate=value)
+    assert str(e.value).endswith(hint)
+    for name in ("data_dependent", "data_independent", "fixed") if value else ("none",):
+        FoxConfig(fgate=name)  # the names the hint gives are taken

@@ -89,10 +89,17 @@ def test_flag_is_a_bool():
         get_preset("fox-pro-tiny", fused_pro_ops="yes")
 
 
-# NaN in one head's row of a gate projection: that head's logits are NaN at every token
-NAN_GATES = {"k-shift": ("k_shift.proj", "shift_norm: logits contains NaN"),
-             "v-shift": ("v_shift.proj", "shift_norm: logits contains NaN"),
-             "output-gate": ("g_proj", "gate_norm: g contains NaN (per head")}
+# NaN in one head's row of a gate projection: that head's logits are NaN at every token. Each refusal names what ran:
+# the fused op (fused_pro_ops, no cache) or the module (fused_pro_ops=False, or any cached step); the fused output
+# path needs the output norm too, and an output gate without it was refused as "gate_norm: g", an op never called.
+NAN_GATES = {
+    "k-shift": ("k_shift.proj", {}, "shift_norm: logits contains NaN", "key shift: k_shift.proj(x) contains NaN"),
+    "v-shift": ("v_shift.proj", {}, "shift_norm: logits contains NaN", "value shift: v_shift.proj(x) contains NaN"),
+    "output-gate": ("g_proj", {}, "gate_norm: g contains NaN (per head",
+                    "output gate: g_proj(x) contains NaN (per head"),
+    "output-gate-without-norm": ("g_proj", dict(output_norm=False), "output gate: g_proj(x) contains NaN (per head",
+                                 "output gate: g_proj(x) contains NaN (per head"),
+}
 
 
 def _poison(model, module: str) -> None:
@@ -100,24 +107,24 @@ def _poison(model, module: str) -> None:
         model.model.layers[1].attn.get_submodule(module).weight[0] = float("nan")
 
 
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "modules"])
 @pytest.mark.parametrize("gate", NAN_GATES)
-def test_the_modules_path_refuses_nan_gate_logits_as_the_fused_ops_do(gate):
-    module, said = NAN_GATES[gate]
-    ids = tokens(2, 9)
-    for fused in (True, False):
-        model = make_model("fox-pro-tiny", fused_pro_ops=fused)
-        _poison(model, module)
-        with pytest.raises(NonFiniteValueError) as e:
-            model(ids)
-        assert str(e.value).startswith(said), fused
+def test_nan_gate_logits_are_refused_naming_what_ran(gate, fused):
+    module, overrides, said_fused, said_modules = NAN_GATES[gate]
+    model = make_model("fox-pro-tiny", fused_pro_ops=fused, **overrides)
+    _poison(model, module)
+    with pytest.raises(NonFiniteValueError) as e:
+        model(tokens(2, 9))
+    assert str(e.value).startswith(said_fused if fused else said_modules)
 
 
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "modules"])
 @pytest.mark.parametrize("gate", NAN_GATES)
-def test_a_cached_decode_step_refuses_nan_gate_logits(gate):
+def test_a_cached_decode_step_refuses_nan_gate_logits_naming_the_module(gate, fused):
     """A cache always takes the modules' path, fused_pro_ops or not."""
-    module, said = NAN_GATES[gate]
+    module, overrides, _, said = NAN_GATES[gate]
     ids = tokens(2, 9)
-    model = make_model("fox-pro-tiny", fused_pro_ops=True)
+    model = make_model("fox-pro-tiny", fused_pro_ops=fused, **overrides)
     with torch.no_grad():
         cache = model(ids[:, :8], use_cache=True).cache
         _poison(model, module)

@@ -11,18 +11,21 @@ on a CPU). It holds no cache: for decoding, use FoxForCausalLM (its cache keeps 
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Optional
 
 import torch
 
+from ..argtypes import did_you_mean
 from ..ops.forgetting_attn.checks import check_max_seqlen
-from .config import ConfigError, FoxConfig
+from .config import FOREIGN_NAMES, ConfigError, FoxConfig
 from .layers import Attention, SeqContext, packed_starts
 
 # The FoxConfig fields of the arguments the config names otherwise; the others are fields of their own name. The
 # layer's config is built through this table, and FoxConfig's refusals are re-said by it in the words the user
-# typed: backend="flash" was refused as "FoxConfig.attention_backend", pro="yes" as "FoxConfig.qk_norm".
+# typed: backend="flash" was refused as "FoxConfig.attention_backend", pro="yes" as "FoxConfig.qk_norm"; and a
+# keyword named as FoxConfig names it (attention_backend="gluon") is answered with the argument that sets it.
 _FIELDS = {"pro": ("qk_norm", "output_gate", "output_norm", "kv_shift"), "backend": ("attention_backend",),
            "eps": ("rms_norm_eps",)}
 _ARGUMENT = {field: argument for argument, fields in _FIELDS.items() for field in fields}
@@ -36,6 +39,29 @@ def _in_arguments(error: ConfigError) -> ConfigError:
 
     return ConfigError(say(error.reason), *error.fields,
                        where="ForgettingAttention: " + say(error.where.removeprefix("FoxConfig.")))
+
+
+def _unknown_keywords(given: dict, arguments: list[str]) -> TypeError:
+    """The layer's refusal of keywords it does not take. Was Python's "got an unexpected keyword argument
+    'attention_backend'": a name of FoxConfig's (or another library's, or Hugging Face's) is answered with the
+    layer's argument that sets that field (through _FIELDS), any other with the closest argument and all of them."""
+    fields = {f.name for f in dataclasses.fields(FoxConfig)}
+    said, unmatched = [], False
+    for key, value in given.items():
+        field = FOREIGN_NAMES.get(key) or FoxConfig.attribute_map.get(key) or key
+        argument = _ARGUMENT.get(field, field if field in arguments else None)
+        whose = "FoxConfig's name" if key in fields else f"another library's name of FoxConfig's {field}"
+        if argument is not None:
+            sets = _FIELDS.get(argument, ())
+            also = f", which sets {', '.join(sets[:-1])} and {sets[-1]} together" if len(sets) > 1 else ""
+            said.append(f"no argument {key} ({whose}): the layer's is {argument}{also}, as in {argument}={value!r}")
+        else:
+            unmatched = True
+            why = (" (a FoxConfig field the layer does not take)" if key in fields else
+                   f" ({whose}, which the layer does not take)" if field in fields else did_you_mean(key, arguments))
+            said.append(f"no argument {key}{why}")
+    listed = f"; its arguments: {', '.join(arguments)}" if unmatched else ""
+    return TypeError(f"ForgettingAttention: {'; '.join(said)}{listed}")
 
 
 class ForgettingAttention(Attention):
@@ -52,15 +78,18 @@ class ForgettingAttention(Attention):
     backend: the op's backend ("auto", "gluon", "triton", "torch", "naive").
     prune_eps: skip (query, key) tiles the gate has provably erased (forgetting_attention's prune_eps).
     eps: RMSNorm eps of the QK-norm and output norm.
+    Any other keyword is a TypeError naming the argument meant (attention_backend=: FoxConfig's name of backend).
     """
 
     def __init__(self, hidden_size: int, num_heads: int, num_kv_heads: Optional[int] = None,
                  head_dim: Optional[int] = None, *, pro: bool = True, fgate: str = "data_dependent",
                  fgate_bias_init: Optional[str] = None, backend: str = "auto", prune_eps: Optional[float] = None,
-                 eps: float = 1e-6):
+                 eps: float = 1e-6, **unknown):
         arguments = dict(hidden_size=hidden_size, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
                          pro=pro, fgate=fgate, fgate_bias_init=fgate_bias_init, backend=backend, prune_eps=prune_eps,
                          eps=eps)
+        if unknown:
+            raise _unknown_keywords(unknown, list(arguments))
         fields = {field: value for name, value in arguments.items() for field in _FIELDS.get(name, (name,))}
         # FoxConfig validates every argument; vocab_size and num_layers do not apply to one layer
         try:

@@ -391,9 +391,13 @@ class FoxConfig(PretrainedConfig):
             raise ConfigError(f"attention must be one of {ATTENTIONS}, got {self.attention!r}"
                               f"{did_you_mean(self.attention, ATTENTIONS)}", "attention")
         if self.fgate not in FGATES:
-            # a bool from YAML (`fgate: off`, no, yes, on) or from Python: the hint holds for both
-            hint = (" (a bool, as YAML reads off / on / no / yes; give the name: 'none' for no gate, quoted in "
-                    "YAML)") if isinstance(self.fgate, bool) else ""
+            # a bool from Python or from YAML (`fgate: off`, no, yes, on): the hint named 'none' for True too
+            hint = ""
+            if self.fgate is True:
+                hint = (" (a bool, as YAML reads on / yes / true; for a forget gate name its kind: 'data_dependent', "
+                        "the default, 'data_independent' or 'fixed')")
+            elif self.fgate is False:
+                hint = " (a bool, as YAML reads off / no / false; for no forget gate give 'none')"
             raise ConfigError(f"fgate must be one of {FGATES}, got {self.fgate!r}{did_you_mean(self.fgate, FGATES)}"
                               f"{hint}", "fgate")
         if self.attention == "softmax" and self.fgate != "none":

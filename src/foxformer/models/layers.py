@@ -244,17 +244,20 @@ def _shift_norm_or_not(x: torch.Tensor, logits: Optional[torch.Tensor], norm: Op
 class KVShift(nn.Module):
     """Token shift y_t = a_t * kk_{t-1} + (1 - a_t) * kk_t, a_t = sigmoid(w . x_t) per head."""
 
-    def __init__(self, config: FoxConfig):
+    def __init__(self, config: FoxConfig, what: str, logits: str):
+        """what, logits: the shift and its logits as a NaN refusal names them (the attention knows which it is)."""
         super().__init__()
         self.proj = nn.Linear(config.hidden_size, config.num_kv_heads, bias=False)
+        self._said = (what, logits)
 
     def forward(self, logits: torch.Tensor, kk: torch.Tensor, prev: Optional[torch.Tensor],
                 starts: Optional[torch.Tensor]) -> torch.Tensor:
         """logits [B, T, H] = ``self.proj(x)`` (the attention computes its input projections together); kk
         [B, T, H, D] candidates; prev [B, H, D] the candidate before kk[:, 0] (or None for zeros); starts [B, T]
         bool resets the shift at sequence starts."""
-        # the unfused path (fused_pro_ops=False, and every cached decode step) refuses what shift_norm refuses
-        check_gate_logits(logits, "shift_norm", "logits")
+        # the unfused path (fused_pro_ops=False, and every cached decode step) refuses what shift_norm refuses,
+        # naming this shift: shift_norm does not run here
+        check_gate_logits(logits, *self._said)
         a = torch.sigmoid(logits)[..., None]
         first = torch.zeros_like(kk[:, :1]) if prev is None else prev[:, None].to(kk.dtype)
         # one decoded token: the shifted sequence is the previous candidate itself (no concatenation)
@@ -306,8 +309,8 @@ class Attention(nn.Module):
         per_head = config.qk_norm_per_head
         self.q_norm = RMSNorm((h, dh) if per_head else dh, config.qk_norm_eps) if config.qk_norm else None
         self.k_norm = RMSNorm((hkv, dh) if per_head else dh, config.qk_norm_eps) if config.qk_norm else None
-        self.k_shift = KVShift(config) if config.k_shift else None
-        self.v_shift = KVShift(config) if config.v_shift else None
+        self.k_shift = KVShift(config, "key shift", "k_shift.proj(x)") if config.k_shift else None
+        self.v_shift = KVShift(config, "value shift", "v_shift.proj(x)") if config.v_shift else None
         self.o_norm = RMSNorm((h, dh), config.rms_norm_eps) if config.output_norm else None
         self.g_proj = nn.Linear(d, h * dh, bias=False) if config.output_gate else None
 
@@ -353,8 +356,9 @@ class Attention(nn.Module):
             out = self.o_norm(out)
         out = out.reshape(B, T, self.num_heads * self.head_dim)
         if self.g_proj is not None:
-            # as gate_norm refuses them, also without an output norm (no fused op) or with a cache
-            check_gate_logits(proj["g"].unflatten(-1, (self.num_heads, self.head_dim)), "gate_norm", "g")
+            # refused as gate_norm refuses them, named as what ran: no gate_norm runs without an output norm,
+            # with fused_pro_ops=False or with a cache, and "gate_norm: g" sent its reader to an op it never called
+            check_gate_logits(proj["g"].unflatten(-1, (self.num_heads, self.head_dim)), "output gate", "g_proj(x)")
             out = out * torch.sigmoid(proj["g"])
         return self.o_proj(out)
 
