@@ -44,10 +44,10 @@ def test_values_parse_into_shapes():
                                       "--providers", "foxformer,sdpa_flash", "--qk-bound", "25"])
     assert args.configs == [(64, 24, 24), (128, 12, 2)] and args.seqlens == [16, 32]
     assert args.providers == ["foxformer", "sdpa_flash"] and args.qk_bound == 25.0
-    defaults = attention_defaults(build_parser().parse_args(["bench", "attention"]))
+    defaults = attention_defaults(build_parser().parse_args(["bench", "attention", "--device", "cuda"]))
     assert defaults.configs == [(64, 24, 24), (128, 12, 12), (128, 12, 2)] and defaults.qk_bound is None
     assert defaults.providers == list(PROVIDERS) and defaults.tokens == 32768 and defaults.prune_eps is None
-    pruned = attention_defaults(build_parser().parse_args(["bench", "attention", "--prune"]))
+    pruned = attention_defaults(build_parser().parse_args(["bench", "attention", "--device", "cuda", "--prune"]))
     assert pruned.qk_bound == "auto" and pruned.prune_eps == 1e-3
 
 
@@ -118,7 +118,7 @@ def test_rounds_interleave_the_providers(monkeypatch, tmp_path):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
-    monkeypatch.setattr(attention, "environment", lambda device: {})
+    monkeypatch.setattr(attention, "environment", lambda device: {"device": "NVIDIA H100 80GB HBM3"})
     out = tmp_path / "a.json"
     args = build_parser().parse_args(["bench", "attention", "--providers", "foxformer,sdpa_cudnn", "--configs", "64x2",
                                       "--seqlens", "128", "--rounds", "3", "--out", str(out)])
@@ -166,7 +166,7 @@ def test_a_bar_counts_every_timing_above_the_per_case_lines(monkeypatch, tmp_pat
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
-    monkeypatch.setattr(attention, "environment", lambda device: {})
+    monkeypatch.setattr(attention, "environment", lambda device: {"device": "NVIDIA H100 80GB HBM3"})
     err = Terminal() if terminal else io.StringIO()
     monkeypatch.setattr(sys, "stderr", err)
     bars = []
@@ -214,7 +214,11 @@ def test_a_provider_no_cpu_runs_is_refused_on_one_before_any_timing(provider, de
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     out = tmp_path / "a.json"
     assert main(["bench", "attention", "--device", device, "--providers", f"sdpa,{provider}", "--out", str(out)]) == 2
-    assert capsys.readouterr().err.startswith(f"error: --providers {provider}: ")
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --providers {provider}: ")
+    # the flag that took the run to the CPU, as typed: auto (the default) is not "--device cpu"
+    said = "--device cpu" if device == "cpu" else "--device auto, and no GPU is visible"
+    assert f"; on the CPU ({said}) choose from foxformer, sdpa, sdpa_flash" in err
     assert not out.exists()
 
 

@@ -119,6 +119,39 @@ def test_a_cpu_run_on_a_machine_with_a_gpu_records_and_times_the_cpu(name, tmp_p
     assert env["threads"] == torch.get_num_threads() and "cpu" in env
 
 
+TIMED = ("attention", "model", "decode")
+
+
+@pytest.mark.parametrize("name", TIMED)
+def test_every_timing_command_defaults_to_auto(name):
+    """bench attention alone defaulted to cuda: on a machine without a GPU its first run was refused with "use 'cpu',
+    or 'auto'", where bench model and decode took the CPU."""
+    from foxformer.cli import build_parser
+
+    assert build_parser().parse_args(["bench", name]).device == "auto"
+
+
+@pytest.mark.parametrize("name", TIMED)
+def test_a_run_left_to_auto_without_a_gpu_times_the_cpu_and_says_so(name, tmp_path, monkeypatch, capsys):
+    """Its JSON records the CPU, and the table is headed by the device, with the note that CPU timings check the code
+    path and are not comparable with the GPU figures."""
+    import json
+
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    out = tmp_path / "r.json"
+    assert main(["bench", name, *TINY_RUNS[name], "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["env"]["device"] == "cpu" and data["complete"]
+    heading = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("device: "))
+    assert heading.startswith("device: cpu (") and heading.endswith(
+        f"{torch.get_num_threads()} thread{'s' if torch.get_num_threads() != 1 else ''}); CPU timings check the code "
+        "path and are not comparable with the GPU figures")
+    if name == "attention":
+        assert data["settings"]["device"] == "cpu" and data["table"].startswith(heading)
+
+
 DEVICES = [("attention", "cuda"), ("model", "cuda"), ("model", "cuda:1"), ("model", "gpu"), ("decode", "cuda"),
            ("decode", "cuda:0"), ("decode", "gpu"), ("decode", "meta"), ("model", "mps")]
 

@@ -24,7 +24,7 @@ from foxformer.train.distributed import resolve_device
 
 from .cli import PROVIDERS, attention_batch, attention_defaults, note_default_tokens
 from ..progress import bars_shown
-from .common import ResultFile, environment, print_table, run_record, time_ms, write_profile
+from .common import ResultFile, device_heading, environment, print_table, run_record, time_ms, write_profile
 
 # The backend of each foxformer provider (PROVIDERS, in bench/cli.py, says what they are).
 _BACKEND_OF = {"foxformer": "auto", "gluon": "gluon", "triton": "triton"}
@@ -249,7 +249,7 @@ def run(args) -> int:
             "fwd_bwd_tflops", "peak_gib", "error"]
     if args.prune:
         cols[-1:-1] = ["kept", "speedup", "fwd_speedup"]
-    table = print_table(rows, cols)
+    table = print_table(rows, cols, device_heading(record["env"]))
     out.write({**record, "rows": rows, "table": table}, complete=True)
     if args.out:
         print(f"wrote {args.out}")

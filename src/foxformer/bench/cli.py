@@ -31,7 +31,8 @@ DTYPES = ("bf16", "fp16", "fp32")
 # bench decode's preset where neither --preset nor --model is given, by device type; the flag's own default is None,
 # so that _check_decode tells a --preset given beside --model apart from it
 DEFAULT_DECODE_PRESET = {"cuda": "fox-pro-125m", "cpu": "fox-pro-tiny"}
-_DEVICE_HELP = "auto (a GPU where there is one, else the CPU), cpu, cuda or cuda:N"
+_AUTO_HELP = "auto (a GPU where there is one, else the CPU)"
+_DEVICE_HELP = f"{_AUTO_HELP}, cpu, cuda or cuda:N"
 
 
 def _out_arg(p: argparse.ArgumentParser, default: str) -> None:
@@ -158,7 +159,8 @@ def configure_attention(p: argparse.ArgumentParser) -> None:
                    help="add foxformer rows with tile pruning (realistic and open gates)")
     # None: left out, which --prune fills in (attention_defaults) and _check_attention refuses given without it
     p.add_argument("--prune-eps", type=_eps, default=None,
-                   help="with --prune: probability each row may lose to pruning (default: 0.001)")
+                   help="with --prune: the most attention probability a query row may lose to the tiles pruned, "
+                        "in (0, 1) (default: 0.001)")
     p.add_argument("--qk-bound", type=_bound, default=None,
                    help="with --prune: 'auto' (a pass over the norms of q and k, timed with the op; the default) or a "
                         "given bound U on |scale * q . k| (no pass: what a QK-norm model gets for free)")
@@ -168,11 +170,11 @@ def configure_attention(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rounds", type=positive_int, default=1,
                    help="time every case of a shape this many times, the providers interleaved and their order rotated "
                         "by one each round, and report medians (each round's times are kept in the JSON)")
-    # no argparse choices: cuda:N is refused by attention_defaults in words that say what to do instead
-    p.add_argument("--device", default="cuda",
-                   help="cuda | cpu | auto (no cuda:N: pick the GPU with CUDA_VISIBLE_DEVICES); cpu: the CPU paths "
-                        "in float32 (foxformer's torch backend against sdpa), wall-clock medians; auto: cuda where "
-                        "there is a GPU, else cpu")
+    # no argparse choices: cuda:N is refused by attention_defaults in words that say what to do instead. auto, as
+    # bench model's and decode's: the GPU's default alone sent a user without one to "use 'cpu', or 'auto'".
+    p.add_argument("--device", default="auto",
+                   help=f"{_AUTO_HELP}, cpu or cuda (no cuda:N: pick the GPU with CUDA_VISIBLE_DEVICES); the CPU "
+                        "times foxformer's torch backend against sdpa in float32, wall-clock medians")
     no_progress_arg(p, "the timed cases")
     _out_arg(p, "bench_attention.json")
     # None until attention_defaults fills --tokens in: then whether the command line gave it (the JSON's settings
@@ -263,11 +265,14 @@ def _check_attention(args: argparse.Namespace) -> None:
     if given and not args.prune:
         raise ValueError(f"{' and '.join(given)} {'set' if len(given) > 1 else 'sets'} the pruned rows of --prune: "
                          f"add --prune, or leave {'them' if len(given) > 1 else 'it'} out")
+    typed = args.device
     attention_defaults(args)
     asked = [p for p in args.providers if p in NEEDS_CUDA]
     if args.device == "cpu" and asked:
-        raise ValueError(f"--providers {','.join(asked)}: {'; '.join(NEEDS_CUDA[p] for p in asked)}; with --device "
-                         f"cpu choose from {', '.join(p for p in PROVIDERS if p not in NEEDS_CUDA)}")
+        # auto, the default, is named with why it came to the CPU: "with --device cpu" read as a flag never typed
+        on = "--device cpu" if typed == "cpu" else f"--device {typed}, and no GPU is visible"
+        raise ValueError(f"--providers {','.join(asked)}: {'; '.join(NEEDS_CUDA[p] for p in asked)}; on the CPU "
+                         f"({on}) choose from {', '.join(p for p in PROVIDERS if p not in NEEDS_CUDA)}")
     uneven = _uneven_seqlens(args)
     if args.tokens_given and uneven:
         raise ValueError(f"--tokens {args.tokens} is not a whole number of sequences of --seqlens "
@@ -446,7 +451,7 @@ def configure_decode(p: argparse.ArgumentParser) -> None:
                    help=f"comma list of batch sizes, a row each per context (default "
                         f"{_commas(DECODE_DEFAULTS['cuda']['batches'])}; CPU: "
                         f"{_commas(DECODE_DEFAULTS['cpu']['batches'])})")
-    p.add_argument("--steps", type=positive_int, default=32, help="timed decode steps")
+    p.add_argument("--steps", type=positive_int, default=32, help="timed decode steps per row")
     p.add_argument("--warmup", type=non_negative_int, default=4, help="untimed decode steps before them")
     p.add_argument("--prefill-chunk", type=positive_int, default=8192,
                    help="tokens per forward while the cache is filled to the context, at batch <= 4; larger "
@@ -460,7 +465,8 @@ def configure_decode(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gates", choices=("realistic", "init"), default=None,
                    help="gate biases of the --preset model (default: realistic; a --model keeps its trained ones)")
     p.add_argument("--gate-tmax", type=float, default=None,
-                   help="longest decay timescale of the realistic gates (default: the longest context)")
+                   help="longest decay timescale of the realistic gates, in tokens (default: the longest of "
+                        "--contexts)")
     p.add_argument("--decode", type=distinct(words), default=["auto"],
                    help="comma-separated decode paths of the foxformer model (a row each): auto (CUDA graphs where "
                         "possible), graphs, compiled (graphs of the torch.compile'd step), static, eager")
@@ -486,12 +492,16 @@ def configure_decode(p: argparse.ArgumentParser) -> None:
 
 def configure_scaling(p: argparse.ArgumentParser) -> None:
     p.add_argument("runs", nargs="+", help="training run folders (metrics.jsonl); the first is the reference")
-    p.add_argument("--skip", type=non_negative_int, default=5, help="steps left out of the throughput median")
+    p.add_argument("--skip", type=non_negative_int, default=5,
+                   help="logged training steps at the start of each run left out of its tokens/s median (compilation "
+                        "and allocator warm-up; a run with no more logged steps keeps them all)")
     p.add_argument("--tolerance", type=float, default=0.01,
-                   help="largest |loss - reference loss| / reference loss at any shared step that counts as a match")
+                   help="largest relative loss difference, |loss - reference loss| / reference loss, at any shared "
+                        "step that still counts as a match (0.01: 1%%)")
     p.add_argument("--strict", action="store_true",
                    help="exit 1 when a run does not match or was trained with another setup than the reference")
-    p.add_argument("--out", default=None, help="JSON file for the table, the losses and the environment")
+    p.add_argument("--out", default=None,
+                   help="JSON file for the table, the losses and the environment (default: none, the table only)")
     p.set_defaults(func=_runner("scaling"))
 
 
@@ -500,7 +510,8 @@ _DECODE_HELP = "decode tokens/s and memory at long context (a preset with and wi
 _ATTENTION_DESCRIPTION = ("Time Forgetting Attention's forward and forward+backward against torch's SDPA, fla and "
                           "FlexAttention over sequence lengths and head shapes, each on the same token budget (with "
                           "--prune: rows with adaptive computation pruning too). Prints a table of ms, TFLOP/s and "
-                          "peak memory; --out (bench_attention.json) is rewritten after each case.")
+                          "(on a GPU) peak memory under the device it ran on; --out (bench_attention.json) is "
+                          "rewritten after each case.")
 _SCALING_DESCRIPTION = ("Compare training runs of the same batches on different numbers of GPUs with the first, the "
                         "reference: loss difference at shared steps, tokens/s (median after --skip steps) and "
                         "scaling efficiency, from each run's metrics.jsonl and config.yaml. Prints a table; JSON "

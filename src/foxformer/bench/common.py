@@ -118,13 +118,25 @@ def time_ms(fn, warmup_ms: int = 100, rep_ms: int = 400, grad_to_none=(), cuda: 
     return sorted(times)[len(times) // 2]
 
 
-def print_table(rows: list[dict], columns: list[str]) -> str:
-    """``rows`` under ``columns``, aligned, printed and returned. A column no row has a value in is left out: a CPU's
-    peak memory, a floor without a measured bandwidth and an error column where nothing failed took bench decode's
-    CPU table to 330 characters a line, a third of them dashes."""
+def device_heading(env: dict) -> str:
+    """The line above a benchmark's table that names the device of ``env`` (environment()) its rows ran on: a CPU
+    run under --device auto, the default, printed a table that read like a GPU's. On a CPU it says what its numbers
+    are for."""
+    if env["device"] != "cpu":
+        return f"device: {env['device']}"
+    threads = f"{env['threads']} thread{'s' if env['threads'] != 1 else ''}"
+    return (f"device: cpu ({env['cpu'] or 'processor unknown'}, {threads}); CPU timings check the code path and are "
+            f"not comparable with the GPU figures")
+
+
+def print_table(rows: list[dict], columns: list[str], heading: str | None = None) -> str:
+    """``rows`` under ``columns``, aligned, below ``heading`` where given, printed and returned. A column no row has
+    a value in is left out: a CPU's peak memory, a floor without a measured bandwidth and an error column where
+    nothing failed took bench decode's CPU table to 330 characters a line, a third of them dashes."""
     columns = [c for c in columns if any(r.get(c) is not None for r in rows)] or columns
     widths = [max(len(c), *(len(_fmt(r.get(c))) for r in rows)) for c in columns]
-    lines = [" | ".join(c.ljust(w) for c, w in zip(columns, widths))]
+    lines = [heading] if heading else []
+    lines.append(" | ".join(c.ljust(w) for c, w in zip(columns, widths)))
     lines.append("-+-".join("-" * w for w in widths))
     lines += [" | ".join(_fmt(r.get(c)).ljust(w) for c, w in zip(columns, widths)) for r in rows]
     text = "\n".join(lines)

@@ -35,7 +35,7 @@ from foxformer.models.calls import fox_blocks
 from foxformer.train.distributed import resolve_device
 
 from ..progress import progress_bar
-from .common import ResultFile, environment, preset_config, print_table, run_record
+from .common import ResultFile, device_heading, environment, preset_config, print_table, run_record
 from .decode_steps import HF_PATHS, copy_bandwidth, measure_decode
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -163,6 +163,8 @@ def run(args) -> dict:
                            args.num_splits)
         payload = {"env": environment(device), **run_record(args, "decode"), "dtype": str(dtype).removeprefix("torch."),
                    "rows": rows}
+        print_table(rows, ["context", "batch", "splits", "fox_ms", "sdpa_ms", "fox_gb_s", "sdpa_gb_s", "error"],
+                    device_heading(payload["env"]))
         ResultFile(args.out).write(payload, complete=True)
         if args.out:
             print(f"wrote {args.out}")
@@ -231,7 +233,7 @@ def run(args) -> dict:
                "ms_host_per_step", "ms_per_token_streamed", "x_floor_streamed", "prefill_s", "peak_mem_gib",
                "cache_gib", "live_gib", "kept_fraction", "max_logprob_diff", "logprob_diff_vs_eager", "error",
                "skipped"]
-    print_table(rows, columns)
+    print_table(rows, columns, device_heading(env))
     out.write(payload, complete=True)
     if args.out:
         print(f"wrote {args.out}")
@@ -285,5 +287,4 @@ def kernel_rows(contexts: list[int], batches: list[int], heads: int, kv_heads: i
                 q = k = v = c = None
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
-    print_table(rows, ["context", "batch", "splits", "fox_ms", "sdpa_ms", "fox_gb_s", "sdpa_gb_s", "error"])
     return rows

@@ -28,7 +28,8 @@ from foxformer.train.metrics import mfu, peak_flops
 
 from .cli import configure_model, model_defaults
 from ..progress import progress_bar
-from .common import ResultFile, environment, gluon_fwd_options, preset_config, print_table, run_record, write_profile
+from .common import (ResultFile, device_heading, environment, gluon_fwd_options, preset_config, print_table, run_record,
+                     write_profile)
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 # The FoxConfig fields a flag sets on every row (and on the anchors), for errors in the flag's words.
@@ -266,8 +267,11 @@ def _run(args: argparse.Namespace, specs, overrides) -> int:
             torch.cuda.empty_cache()
 
     # aligned as the other benchmarks' tables (its cells were joined by " | " at whatever width they had)
-    print_table(rows, ["name", "context", "batch", "tokens_per_s", "step_s", "peak_mem_gib", "model_tflops", "mfu"])
+    print_table(rows, ["name", "context", "batch", "tokens_per_s", "step_s", "peak_mem_gib", "model_tflops", "mfu"],
+                device_heading(payload["env"]))
     out.write(payload, complete=True)  # creates the folder
+    if args.out:  # as bench attention and decode say where their rows went
+        print(f"wrote {args.out}")
     return 0
 
 
