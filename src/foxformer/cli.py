@@ -15,6 +15,7 @@ import io
 import os
 import re
 import select
+import socket
 import sys
 import warnings
 
@@ -268,7 +269,9 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str] | None):
 
 def _parse_once(parser: argparse.ArgumentParser, argv: list[str] | None):
     """_parse; under torchrun, where every rank parses the same command line, argparse's refusal (its usage and
-    error line) is said by rank 0 alone, and is each rank's entry in torchrun's summary (it said "<N/A>")."""
+    error line) is said by rank 0 alone, and is each rank's entry in torchrun's summary (it said "<N/A>"). Each
+    host's torchrun gives its ranks its own command line: the refusal is left for the other hosts' ranks too, which
+    waited for these until dist_timeout_minutes."""
     from .train.elastic import one_of_several, say_error
 
     if not one_of_several():
@@ -281,7 +284,19 @@ def _parse_once(parser: argparse.ArgumentParser, argv: list[str] | None):
         lines = said.getvalue().strip().splitlines()
         if e.code and lines:
             say_error(lines[-1], said.getvalue())
+            _report_refusal(lines[-1])
         raise
+
+
+def _report_refusal(line: str) -> None:
+    """argparse's error line (``foxformer train: error: ...``) as this rank's failure, for the other ranks of the
+    job; the host is the one whose command line to fix."""
+    try:
+        from .train.distributed import report_early_failure
+    except ImportError:  # no torch on this host, so no store to reach: argparse's exit stands, as it is
+        return
+    report_early_failure(f"the command line on host {socket.gethostname()} was refused: "
+                         f"{line.replace(': error: ', ': ', 1)}")
 
 
 def _one_of_several(command: str) -> str | None:

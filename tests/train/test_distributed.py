@@ -239,3 +239,32 @@ def test_the_runs_report_of_a_failure_stands_when_the_command_rewords_it(monkeyp
                 raise ValueError("--batch-tokens 48: reworded") from None
     assert store.data == {"foxformer/failed/1": b"rank 1 failed: ValueError: batch_tokens: raw"}
     assert store.counts["foxformer/failed"] == 1
+
+
+# A rank whose host cannot import transformers (an install that differs between hosts), under torchrun's store
+_WITHOUT_TRANSFORMERS = """
+import sys
+sys.modules["transformers"] = None  # what its import finds on this host: none
+from foxformer.cli import main
+sys.exit(main(["train", "--out", "run", "--max-steps", "1"]))
+"""
+
+
+def test_a_rank_that_cannot_import_what_training_needs_leaves_its_error(monkeypatch, tmp_path):
+    """The module that leaves a rank's error imported the models, and with them transformers and triton: a host
+    without one of them stopped its ranks before they could say why, and the others waited until
+    dist_timeout_minutes. Now the rank leaves the error, and the rank waiting for it stops with it."""
+    server = torch.distributed.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    env = {**os.environ, "PYTHONPATH": os.path.abspath(SRC), "WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "0",
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(server.port), "TORCHELASTIC_USE_AGENT_STORE": "True"}
+    proc = subprocess.run([sys.executable, "-c", _WITHOUT_TRANSFORMERS], env=env, cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    left = "rank 1 failed: ModuleNotFoundError: import of transformers halted; None in sys.modules"
+    key = "foxformer/failed/1"
+    assert (server.get(key).decode() if server.check([key]) else None) == left, proc.stderr[-3000:]
+    monkeypatch.setattr(distributed, "_STORE", server)
+    monkeypatch.setattr(distributed.dist, "init_process_group", lambda **kw: pytest.fail("started the group"))
+    info = distributed.DistInfo(rank=0, world_size=2, local_rank=0, device=torch.device("cpu"), mode="ddp")
+    with pytest.raises(distributed.PeerFailure, match=f"^{left}$"):
+        distributed.start_process_group(info, timeout_minutes=10)

@@ -257,20 +257,31 @@ def test_a_setting_error_under_torchrun_is_said_once_with_no_traceback_and_no_wa
     assert not re.search(r'File "[^"]*/foxformer/', err), err[-3000:]  # no frame of ours: torchrun's own alone
 
 
-def test_a_host_missing_the_config_file_stops_the_other_at_once(byte_data, tmp_path):
-    """A --config on one host's disk only: rank 1 failed before its run joined the job and left nothing, and rank
-    0, on another host (no torchrun there to end it), waited for it until dist_timeout_minutes. Now rank 0 stops
-    at once with rank 1's message."""
+@pytest.mark.parametrize("refused", [False, True], ids=["config-on-one-host", "flag-refused-on-one-host"])
+def test_a_host_that_fails_before_its_run_stops_the_other_at_once(byte_data, tmp_path, refused):
+    """A --config on one host's disk only, or a flag that argparse refuses on one host's command line only (each
+    host's torchrun reads its own): rank 1 failed before its run joined the job and left nothing, and rank 0, on
+    another host (no torchrun there to end it), waited for it until dist_timeout_minutes. Now rank 0 stops at once
+    with rank 1's message, which names the host whose command line to fix."""
     base = str(tmp_path / "host")
     os.makedirs(base + "0")
     with open(base + "0/cfg.yaml", "w") as f:
         f.write("lr: 0.003\n")
-    args = ["--config", "cfg.yaml", *_cli_args(byte_data, "run", max_steps=1, dist_timeout_minutes=2)]
+    args = _cli_args(byte_data, "run", max_steps=1, dist_timeout_minutes=2)
+    if refused:
+        own = "foxformer train: error: argument --lr: expected a number, got 'abc'"
+        error = (f"the command line on host {socket.gethostname()} was refused: foxformer train: argument --lr: "
+                 f"expected a number, got 'abc'")
+        node_args = [[], ["--lr", "abc"]]
+    else:
+        own = "error: --config: file 'cfg.yaml' does not exist"
+        error, node_args = "ValueError: --config: file 'cfg.yaml' does not exist", None
+        args = ["--config", "cfg.yaml", *args]
     # a wait for the timeout (2 minutes) would run into the launch's
-    (rc0, _, err0), (rc1, _, err1) = _launch(2, 1, args, script=[RANK_FOLDER, base], timeout=90)
+    (rc0, _, err0), (rc1, _, err1) = _launch(2, 1, args, script=[RANK_FOLDER, base], timeout=90, node_args=node_args)
     assert rc0 != 0 and rc1 != 0
-    assert "  traceback : error: --config: file 'cfg.yaml' does not exist" in err1, err1[-3000:]
-    _said_once(err0, "error: rank 1 failed: ValueError: --config: file 'cfg.yaml' does not exist")
+    assert f"  traceback : {own}" in err1, err1[-3000:]
+    _said_once(err0, f"error: rank 1 failed: {error}")
     assert not os.path.exists(base + "0/run")
 
 

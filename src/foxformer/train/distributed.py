@@ -5,7 +5,9 @@ Launch with ``torchrun --nproc-per-node N -m foxformer.cli train ...`` (one host
 come from torchrun; NCCL on CUDA, gloo on CPU. Every collective gives up after ``timeout_minutes``, and a
 rank that fails leaves its message in the rendezvous store, where the ranks it leaves stuck read it: in a
 collective, or before the process group starts, which waits for every rank's own checks (and a rank that fails
-before it joined the job joins torchrun's store to leave it).
+before it joined the job joins torchrun's store to leave it, as does one whose command line argparse refused).
+It imports torch and no models (they come with transformers and triton, on first use): a rank whose host cannot
+import those leaves its error too.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from foxformer.models.calls import backbone
 from foxformer.train.config import DEVICE_SPELLINGS
 from foxformer.train.elastic import one_of_several
 
@@ -210,13 +211,28 @@ def failures_reported(info: DistInfo | None = None):
             raise PeerFailure(f"{'; '.join(failed)} (rank {rank} stopped with it: {mine.splitlines()[0]})") from e
         if peers and not failed and not isinstance(e, KeyboardInterrupt):
             raise KeyboardInterrupt from e
-        try:
-            _STORE.set(_FAILED_KEY.format(rank), f"rank {rank} {_INTERRUPTED}"
-                       if isinstance(e, KeyboardInterrupt) else f"rank {rank} failed: {mine}")
-            _STORE.add(_FAILED_COUNT, 1)
-        except (RuntimeError, ValueError):
-            print(_UNREPORTED.format(rank), file=sys.stderr)
+        _leave(rank, f"rank {rank} {_INTERRUPTED}" if isinstance(e, KeyboardInterrupt)
+               else f"rank {rank} failed: {mine}")
         raise
+
+
+def report_early_failure(error: str) -> None:
+    """Leave ``error`` in torchrun's store as this rank's failure, where the rank fails outside any scope of
+    failures_reported: argparse's refusal of a command line that only its host's torchrun was given, which left
+    the other hosts' ranks waiting until dist_timeout_minutes. Nothing for a process of its own, or where torchrun
+    keeps no store for the job (failures_reported says which)."""
+    rank, world = _launched_as()
+    if world > 1 and _joined(rank, world) and not _left(rank):
+        _leave(rank, f"rank {rank} failed: {error}")
+
+
+def _leave(rank: int, report: str) -> None:
+    """``report`` in the store for the others: its key before the count they poll, so a count they see has it."""
+    try:
+        _STORE.set(_FAILED_KEY.format(rank), report)
+        _STORE.add(_FAILED_COUNT, 1)
+    except (RuntimeError, ValueError):
+        print(_UNREPORTED.format(rank), file=sys.stderr)
 
 
 def _launched_as() -> tuple[int, int]:
@@ -285,6 +301,8 @@ def _fsdp_api():
 
 def _blocks(model: nn.Module) -> list[nn.Module]:
     """The repeated blocks: FSDP2 shards each one so only one block's full weights exist at a time."""
+    from foxformer.models.calls import backbone  # here: the module is imported before a run can fail (above)
+
     layers = getattr(backbone(model), "layers", None)
     if isinstance(layers, nn.ModuleList):
         return list(layers)
