@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from foxformer.cli import main
+from foxformer.data.layout import EVAL_MARK
 from foxformer.eval import mqar
 from foxformer.eval.mqar import IGNORE, MqarConfig, config_from, mqar_batch, parse_model, seed_table, table
 
@@ -102,8 +103,9 @@ def test_seed_table_spreads_each_cell_over_seeds_and_refuses_another_task(tmp_pa
     from foxformer.cli import main
     assert main(["eval", "mqar", "--pool", *dirs, "--out", str(tmp_path / "pooled")]) == 0
     assert (tmp_path / "pooled" / "mqar_seeds.md").read_text() == text
-    # only the table, as `foxformer eval --help` says (it said every subcommand wrote JSON and plots)
-    assert [f.name for f in (tmp_path / "pooled").iterdir()] == ["mqar_seeds.md"]
+    # only the table, as `foxformer eval --help` says (it said every subcommand wrote JSON and plots), and the mark
+    # by which a source folder's walk passes over the folder: the table is Markdown, read as a document
+    assert sorted(f.name for f in (tmp_path / "pooled").iterdir()) == [EVAL_MARK, "mqar_seeds.md"]
     with pytest.raises(SystemExit):
         main(["eval", "--help"])
     assert "`mqar --pool` writes only its table, mqar_seeds.md" in " ".join(capsys.readouterr().out.split())

@@ -1,7 +1,8 @@
 """An eval's output folder inside its source folder: `eval loss --source d2 --out d2/ev`, run again, read d2/ev/loss.json
 as a document and failed with a JSON Lines error. The reading passes over that folder, as `data prepare` passes over its
-own, and an older output folder (marked as one by the eval that wrote it), and says so; an output folder that is the
-source folder itself is refused before the models load."""
+own, and an older output folder (marked as one by the eval that wrote it before its first file, or, written before
+the mark, told by its results' JSON), and says so; an output folder that is the source folder itself is refused before
+the models load."""
 import json
 import os
 
@@ -170,3 +171,150 @@ def test_a_folder_holding_files_from_before_the_command_is_not_marked(tmp_path, 
     monkeypatch.setattr(outputs, "_STARTED", os.path.getmtime(tmp_path / "notes.txt") + 1.0)
     mark_output_folder(str(tmp_path))
     assert not (tmp_path / EVAL_MARK).exists()
+
+
+def _old_style(folder: str) -> None:
+    """``folder`` as an eval wrote it before the mark existed."""
+    os.remove(os.path.join(folder, EVAL_MARK))
+
+
+@pytest.mark.parametrize("first", COMMANDS)
+def test_an_older_output_folder_without_the_mark_is_told_by_its_results_and_said(model, d2, capsys, first):
+    """Folders an eval wrote before it left its mark were read as documents of a source folder holding them: told by
+    what their JSON holds (never by the files' names), they are passed over with the marked ones' note."""
+    os.mkdir(os.path.join(d2, "docs"))
+    for i in range(3):
+        os.replace(os.path.join(d2, f"doc{i}.txt"), os.path.join(d2, "docs", f"doc{i}.txt"))
+    before, after, results = COMMANDS[first]
+    assert main(before + [model] + after(os.path.join(d2, "docs"), os.path.join(d2, "old"))
+                + ["--device", "cpu", "--no-progress"]) == 0
+    _old_style(os.path.join(d2, "old"))
+    capsys.readouterr()
+    said = (f"note: d2: 1 eval output folder(s) in it not read as documents (d2/old); d2/old ({results}) recognised "
+            f"by its files of eval results, written before eval marked its output folders")
+    assert main(["data", "prepare", "--source", d2, "--out", "tokens", "--tokenizer", "bytes", "--no-progress"]) == 0
+    assert _notes(capsys.readouterr().err) == [said]
+    assert read_manifest("tokens")["docs"] == 3
+    before, after, _ = COMMANDS["eval-loss"]
+    assert main(before + [model] + after(d2, "ev") + ["--device", "cpu", "--no-progress"]) == 0
+    assert _notes(capsys.readouterr().err) == [said]
+    with open(os.path.join("ev", "loss.json")) as f:
+        assert json.load(f)["settings"]["num_seqs"] == 3
+
+
+def _mqar_result(cfg) -> dict:
+    """A model's MQAR result as run_model returns it, without its training."""
+    return {"model": "transformer-pro", "label": "Transformer (Pro)", "non_embedding_params": 1e5,
+            "steps_done": cfg.steps, "train_s": 1.0,
+            "accuracy": [[0.5] * len(cfg.eval_lengths) for _ in cfg.eval_pairs],
+            "history": [{"step": cfg.steps, "loss": 1.0, "accuracy": 0.5, "pairs": 2}]}
+
+
+def _evaluated(model: str, d2: str) -> str:
+    """A folder of eval loss's results (loss.json and its plots), as `eval compare` and `report` read them."""
+    before, after, _ = COMMANDS["eval-loss"]
+    assert main(before + [model] + after(d2, "run") + ["--device", "cpu", "--no-progress"]) == 0
+    return "run"
+
+
+def test_older_compare_and_mqar_folders_are_told_with_their_tables_and_models(model, d2, monkeypatch):
+    """compare.md beside compare.json, mqar.md beside mqar.json and mqar's models/ folder are the results' own."""
+    from foxformer.data.layout import eval_results_in
+    from foxformer.data.sources import left_out_of
+    from foxformer.eval import mqar
+
+    assert main(["eval", "compare", _evaluated(model, d2), "--out", os.path.join(d2, "cmp")]) == 0
+    monkeypatch.setattr(mqar, "run_model", lambda spec, cfg, *args, **kwargs: _mqar_result(cfg))
+    out = os.path.join(d2, "mqar")
+    assert main(["eval", "mqar", "--models", "transformer-pro", "--out", out, "--no-progress"]) == 0
+    for folder in ("cmp", "mqar", os.path.join("mqar", "models")):
+        _old_style(os.path.join(d2, folder))
+    assert left_out_of(d2)["outputs_by_files"] == {
+        "d2/cmp": ["compare.json"], "d2/mqar": ["mqar.json", os.path.join("models", "transformer-pro.json")]}
+    # a table without its JSON, or a document beside the results, may be the user's: the folder is read
+    os.remove(os.path.join(d2, "cmp", "compare.json"))
+    with open(os.path.join(d2, "mqar", "notes.txt"), "w") as f:
+        f.write(TEXT)
+    documents = lambda name: name.endswith((".json", ".md", ".txt"))  # noqa: E731
+    assert eval_results_in(os.path.join(d2, "cmp"), documents) == []
+    assert eval_results_in(os.path.join(d2, "mqar"), documents) == []
+    assert eval_results_in(os.path.join(d2, "mqar", "models"), documents) == ["transformer-pro.json"]
+
+
+@pytest.mark.parametrize("content", [
+    '{\n  "command": "eval loss",\n  "models": []\n}\n',
+    '{"command": "eval loss", "models": [], "plots": []}\n',
+    '{\n  "command": "eval loss", "models": [], "plots": [\n',
+], ids=["not-every-key", "json-lines", "cut-short"])
+def test_a_json_file_not_of_eval_results_leaves_its_folder_read(tmp_path, content):
+    """Only the keys of eval's results, in the indented JSON eval writes, tell a folder: one JSON Lines line of
+    documents is never taken for them."""
+    from foxformer.data.layout import eval_results_in
+
+    (tmp_path / "loss.json").write_text(content)
+    assert eval_results_in(str(tmp_path), lambda name: True) == []
+    (tmp_path / "loss.json").write_text('{\n  "command": "eval loss",\n  "models": [],\n  "plots": []\n}\n')
+    assert eval_results_in(str(tmp_path), lambda name: True) == ["loss.json"]
+
+
+class _CutShort:
+    """Every file an eval command writes under ``folder`` (its atomic writes end in os.replace, report's copied
+    images in shutil.copyfile) is stopped at the ``at``-th, as a Ctrl-C between two files would; ``marked``: whether
+    the folder held the mark as each was written."""
+
+    def __init__(self, folder: str, monkeypatch, at: int = 2):
+        import shutil
+
+        self.folder, self.at, self.written, self.marked = os.path.abspath(folder), at, [], []
+        for module, name in ((os, "replace"), (shutil, "copyfile")):
+            monkeypatch.setattr(module, name, self._stopping(getattr(module, name)))
+
+    def _stopping(self, write):
+        def stopping(src, dst, *args, **kwargs):
+            path = os.path.abspath(dst)
+            if os.path.commonpath([path, self.folder]) == self.folder and os.path.basename(path) != EVAL_MARK:
+                self.marked.append(os.path.isfile(os.path.join(self.folder, EVAL_MARK)))
+                self.written.append(os.path.relpath(path, self.folder))
+                if len(self.written) == self.at:
+                    raise KeyboardInterrupt
+            return write(src, dst, *args, **kwargs)
+        return stopping
+
+
+# each command of several files: its arguments, writing into ``out``, given the model, the folder of documents and
+# the test's monkeypatch (which may stand in for what it needs), and the first two files it writes
+SEVERAL_FILES = {
+    "eval-loss": (lambda model, d2, out, patch: ["eval", "loss", model] + COMMANDS["eval-loss"][1](d2, out),
+                  ["loss_curve.png", "perplexity.png"]),
+    "eval-niah": (lambda model, d2, out, patch: ["eval", "niah", model] + COMMANDS["eval-niah"][1](d2, out),
+                  ["niah_ll_heatmap.png", "niah.json"]),
+    "analyze-gates": (lambda model, d2, out, patch: ["analyze", "gates", model, "--source", d2, "--seq-len", "24",
+                                                     "--num-seqs", "2", "--matrix-len", "16", "--names", "fox", "--out", out],
+                      ["gates_fox_decay.png", "gates_fox_attention.png"]),
+    "eval-eviction": (lambda model, d2, out, patch: ["eval", "eviction", model, "--source", d2, "--seq-len", "48",
+                                                     "--evict-eps", "1e-3", "--out", out],
+                      ["eviction.png", "eviction.json"]),
+    "eval-compare": (lambda model, d2, out, patch: ["eval", "compare", _evaluated(model, d2), "--out", out],
+                     ["loss_curves.png", "loss_difference.png"]),
+    "report": (lambda model, d2, out, patch: ["report", _evaluated(model, d2), "--out", out],
+               [os.path.join("assets", "0_run_loss_curve.png"), os.path.join("assets", "0_run_perplexity.png")]),
+    "eval-mqar": (lambda model, d2, out, patch: (
+        patch.setattr("foxformer.eval.mqar.run_model", lambda spec, cfg, *args, **kwargs: _mqar_result(cfg)),
+        ["eval", "mqar", "--models", "transformer-pro", "--out", out])[1],
+        [os.path.join("models", "transformer-pro.json"), "mqar.md"]),
+}
+
+
+@pytest.mark.parametrize("command", SEVERAL_FILES)
+def test_a_command_of_several_files_marks_its_folder_before_the_first(model, d2, capsys, monkeypatch, command):
+    """`eval compare` wrote compare.md, and `eval mqar` mqar.md, before the JSON that marked their folder: cut short
+    between the two, a folder of results was left unmarked, and read as documents by a walk of a source holding it."""
+    argv, first_two = SEVERAL_FILES[command]
+    argv = argv(model, d2, "ev", monkeypatch)
+    cut = _CutShort("ev", monkeypatch)
+    assert main(argv + ([] if command == "eval-mqar" else ["--no-progress"]) +
+                (["--device", "cpu"] if command in ("analyze-gates", "eval-eviction") else [])) == 130
+    assert capsys.readouterr().err.splitlines()[-1] == "interrupted"
+    assert cut.written == first_two and cut.marked == [True, True]
+    assert os.path.isfile(os.path.join("ev", first_two[0])) and not os.path.exists(os.path.join("ev", first_two[1]))
+    assert os.path.isfile(os.path.join("ev", EVAL_MARK))

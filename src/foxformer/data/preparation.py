@@ -457,6 +457,8 @@ def prepare(cfg: PrepareConfig, *, force: bool = False, progress: bool = True, n
             source["skipped_datasets"] = list(info.skipped)
         if info.outputs:
             source["skipped_outputs"] = list(info.outputs)
+        if info.outputs_by_files:
+            source["outputs_by_files"] = {folder: list(told) for folder, told in info.outputs_by_files}
     return manifest
 
 

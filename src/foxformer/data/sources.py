@@ -34,7 +34,7 @@ from ..paths import BINARY_HEAD, NotText, decode_utf8
 from ..progress import progress_bar
 from . import jsonl
 from .digests import read_digests
-from .layout import MANIFEST, eval_output_folder, model_folder, prepared_dataset, saved_hf_dataset
+from .layout import MANIFEST, eval_output_folder, eval_results_in, model_folder, prepared_dataset, saved_hf_dataset
 from .unreadable import PREPARE_WITHOUT, UnreadableFile, refusal, skipped_note
 
 TEXT_SUFFIXES = (".txt", ".md", ".rst", ".text")
@@ -94,6 +94,9 @@ class SourceInfo:
     skipped: tuple[str, ...] = ()
     # a folder's eval output folders (layout.eval_output_folder), passed over: their results' JSON was read as JSONL
     outputs: tuple[str, ...] = ()
+    # those of them told by their files (layout.eval_results_in), written before eval marked its folders: (folder,
+    # its files of results)
+    outputs_by_files: tuple[tuple[str, tuple[str, ...]], ...] = ()
     # files: the real paths of the files read, in order, and the sha256 of each one's bytes
     files: tuple[str, ...] = ()
     digests: tuple[bytes, ...] = ()
@@ -158,18 +161,19 @@ def _file_kind(path: str) -> str | None:
     return None
 
 
-def _scan(path: str, out_dir: str | None = None) -> tuple[list[str], dict[str, int], list[str], list[str],
-                                                         list[UnreadableFile]]:
+def _scan(path: str, out_dir: str | None = None) -> tuple[list[str], dict[str, int], list[str],
+                                                         dict[str, list[str]], list[UnreadableFile]]:
     """The document files of ``path``, the number of a folder's other files by extension, the prepared datasets in
     the folder that were passed over (``out_dir``, the one a command writes, among them), its eval output folders
-    passed over, and the document files of the folder that cannot be read at all."""
+    passed over (each with the files that told it, [] where its mark did), and the document files of the folder
+    that cannot be read at all."""
     if os.path.isfile(path):
         if compression := _other_compression(path):
             raise SettingError("source", f"{path!r} is {compression} compressed, which is not read: "
                                          f"decompress it, or compress it again as .gz or .xz")
         if _file_kind(path) is None:
             raise SettingError("source", f"{path!r} is not a supported file; expected {kinds_said()}")
-        return [path], {}, [], [], []
+        return [path], {}, [], {}, []
     if os.path.isdir(path):
         return _walk_folder(path, out_dir)
     if os.path.islink(path):
@@ -196,8 +200,8 @@ def holds_documents(path: str) -> bool:
         return False
 
 
-def _walk_folder(path: str, out_dir: str | None) -> tuple[list[str], dict[str, int], list[str], list[str],
-                                                         list[UnreadableFile]]:
+def _walk_folder(path: str, out_dir: str | None) -> tuple[list[str], dict[str, int], list[str],
+                                                         dict[str, list[str]], list[UnreadableFile]]:
     """The document files under ``path``, sorted, recursive, and those of them that cannot be read (a link to
     nothing, no read permission), each a refusal for the reader to raise or to pass over. Linked folders are the
     user's documents too (they were left out without a word); a folder or file reached twice through links is
@@ -205,7 +209,8 @@ def _walk_folder(path: str, out_dir: str | None) -> tuple[list[str], dict[str, i
     (one in train, one in validation), and a link to a folder above is not walked forever. A folder that cannot be
     read is an error, not fewer documents. A prepared dataset inside it is passed over, as is ``out_dir`` before
     its manifest is written: their manifest.json and ids.json were read as JSONL documents; so is an eval output
-    folder, whose loss.json was."""
+    folder, whose loss.json was: marked as one, or told by its files where an eval wrote it before the mark
+    existed (layout.eval_results_in)."""
     if prepared_dataset(path):
         raise SettingError("source", f"{path!r} is a prepared dataset (it holds the {MANIFEST} or lock that `data "
                                      f"prepare` writes), whose files are tokens, not documents: give the folder of "
@@ -221,7 +226,7 @@ def _walk_folder(path: str, out_dir: str | None) -> tuple[list[str], dict[str, i
     def unreadable(e: OSError):
         raise SettingError("source", f"the folder {e.filename!r} in {path!r} cannot be read ({e.strerror})") from None
 
-    walked, chosen, seen_dirs, other, skipped, outputs, unread = [], {}, {os.path.realpath(path)}, {}, [], [], []
+    walked, chosen, seen_dirs, other, skipped, outputs, unread = [], {}, {os.path.realpath(path)}, {}, [], {}, []
     out = None if out_dir is None else os.path.realpath(out_dir)
     # not yet there, written after this walk and passed over by the next one: said by both
     if passes_over(path, out_dir) and not os.path.exists(out):
@@ -237,7 +242,9 @@ def _walk_folder(path: str, out_dir: str | None) -> tuple[list[str], dict[str, i
             if real == out or prepared_dataset(real):
                 skipped.append(os.path.join(root, d))
             elif eval_output_folder(real):
-                outputs.append(os.path.join(root, d))
+                outputs[os.path.join(root, d)] = []
+            elif told := eval_results_in(real, lambda name: _file_kind(name) is not None):
+                outputs[os.path.join(root, d)] = told
             else:
                 _check_not_saved_hf(os.path.join(root, d), within=path)
                 kept.append(d)
@@ -292,7 +299,7 @@ def _walk_folder(path: str, out_dir: str | None) -> tuple[list[str], dict[str, i
             raise SettingError("source", f"{other_form!r} and {full!r} are one file with and without compression: its "
                                          f"documents would be read twice (a copy could land in train and another in "
                                          f"validation); move one out of {path!r}")
-    return files, other, sorted(skipped), sorted(outputs), unread
+    return files, other, sorted(skipped), dict(sorted(outputs.items())), unread
 
 
 def passes_over(spec: str, out_dir: str | None) -> bool:
@@ -581,6 +588,7 @@ def describe_source(spec: str, digests=read_digests, out_dir: str | None = None)
     return SourceInfo(spec=spec, kind=kind, fingerprint=fingerprint,
                       left_out=_most_first(other),
                       skipped=tuple(skipped), outputs=tuple(outputs),
+                      outputs_by_files=tuple((folder, tuple(told)) for folder, told in outputs.items() if told),
                       files=tuple(os.path.realpath(f) for f in files), digests=tuple(file_digests),
                       older_fingerprints=(files_fingerprint(stats, lambda st: st.st_mtime_ns),
                                           files_fingerprint(stats, lambda st: int(st.st_mtime))),
@@ -595,23 +603,26 @@ def _most_first(other: dict[str, int]) -> tuple[tuple[str, int], ...]:
 def left_out_of(spec: str, out_dir: str | None = None) -> dict:
     """What reading a folder source passes over, in the fields of a manifest's source (reading_notes says them):
     ``left_out_files``, its files of kinds not read as documents by extension, ``skipped_datasets``, the prepared
-    datasets in it, and ``skipped_outputs``, its eval output folders; {} for any other source. ``out_dir``: a
-    command's output folder, passed over (see passes_over) and not counted among them: the caller says it."""
+    datasets in it, ``skipped_outputs``, its eval output folders, and ``outputs_by_files``, those of them told by
+    their files (folder -> its files of results); {} for any other source. ``out_dir``: a command's output folder,
+    passed over (see passes_over) and not counted among them: the caller says it."""
     if source_kind(spec) != "file" or not os.path.isdir(spec):
         return {}
     _, other, skipped, outputs, _ = _scan(spec, out_dir)
     if out_dir is not None:
         skipped = [folder for folder in skipped if os.path.realpath(folder) != os.path.realpath(out_dir)]
+    by_files = {folder: told for folder, told in outputs.items() if told}
     return {**({"left_out_files": dict(_most_first(other))} if other else {}),
             **({"skipped_datasets": skipped} if skipped else {}),
-            **({"skipped_outputs": outputs} if outputs else {})}
+            **({"skipped_outputs": list(outputs)} if outputs else {}),
+            **({"outputs_by_files": by_files} if by_files else {})}
 
 
 def reading_notes(source: dict, text_field: str = "text", record: str = "the manifest") -> list[str]:
     """What reading a source left out, one line each, from its record in a manifest's form: ``spec``, and where
     any, ``empty_docs`` (with ``first_empty`` and, where the reading stopped before the source's end,
-    ``docs_read``), ``left_out_files``, ``skipped_datasets``, ``skipped_outputs`` and ``skipped_files``
-    (``record``: what lists them).
+    ``docs_read``), ``left_out_files``, ``skipped_datasets``, ``skipped_outputs`` (with ``outputs_by_files``) and
+    ``skipped_files`` (``record``: what lists them).
     Left out in silence, a folder's .py files read as a dataset of its READMEs."""
     notes = []
     if source.get("empty_docs"):
@@ -630,8 +641,13 @@ def reading_notes(source: dict, text_field: str = "text", record: str = "the man
         notes.append(f"{source['spec']}: {len(source['skipped_datasets'])} prepared dataset folder(s) in it not "
                      f"read as documents ({', '.join(source['skipped_datasets'])})")
     if source.get("skipped_outputs"):
+        # a folder without the mark is passed over by what its files hold, which the user may want to check
+        by_files = source.get("outputs_by_files") or {}
+        told = " and ".join(f"{folder} ({', '.join(files)})" for folder, files in by_files.items())
+        told = (f"; {told} recognised by {'its' if len(by_files) == 1 else 'their'} files of eval results, written "
+                f"before eval marked its output folders") if by_files else ""
         notes.append(f"{source['spec']}: {len(source['skipped_outputs'])} eval output folder(s) in it not read as "
-                     f"documents ({', '.join(source['skipped_outputs'])})")
+                     f"documents ({', '.join(source['skipped_outputs'])}){told}")
     if source.get("skipped_files"):
         notes.append(skipped_note(source["spec"], source["skipped_files"], record))
     return notes

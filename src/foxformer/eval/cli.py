@@ -355,7 +355,7 @@ def _cmd_gates(args) -> dict:
 
 def _cmd_eviction(args) -> dict:
     from .eviction import eviction_loss
-    from .outputs import note_replacing, write_json, written
+    from .outputs import mark_output_folder, note_replacing, write_json, written
     from .plots import plot_eviction
     from .sequences import check_sequences
 
@@ -371,6 +371,7 @@ def _cmd_eviction(args) -> dict:
     note_replacing(os.path.join(out, "eviction.json"))
     # the plot first and the JSON last, atomically, as the other commands write theirs: a Ctrl-C during the
     # write left a truncated eviction.json
+    mark_output_folder(out)
     plot = plot_eviction(res, os.path.join(out, "eviction.png"))
     write_json(os.path.join(out, "eviction.json"), res)
     return {**written(out, ["eviction.json"], [os.path.basename(plot)]),
@@ -389,7 +390,7 @@ def _cmd_compare(args) -> dict:
 def _cmd_mqar(args) -> dict:
     from ..paths import write_text
     from .mqar import config_from, run_mqar, seed_table
-    from .outputs import note_replacing, written
+    from .outputs import mark_output_folder, note_replacing, written
 
     if args.pool:
         # folders of one task run with different --seed: their cells as mean +- sd (mqar_seeds.md in --out)
@@ -398,6 +399,7 @@ def _cmd_mqar(args) -> dict:
         text = seed_table(args.pool, label=FLAGS)
         path = os.path.join(out, "mqar_seeds.md")
         note_replacing(path)
+        mark_output_folder(out)  # a Markdown file, read as a document of a source folder holding it
         write_text(path, text)
         return {**written(out, [os.path.basename(path)]), "pooled": args.pool}
     cfg = config_from(args.preset, label=FLAGS, models=args.models, steps=args.steps, lr=args.lr, seed=args.seed,

@@ -27,7 +27,7 @@ from foxformer.train.config import SAVED_CONFIG, read_yaml
 from foxformer.train.metrics import read_metrics
 
 from . import plots
-from .outputs import at_least_one, find_output, markdown_table, note_replacing, write_json
+from .outputs import at_least_one, find_output, mark_output_folder, markdown_table, note_replacing, write_json
 from .seeds import SEED_SUFFIX, fmt_interval, fmt_spread, group_name, groups, mean_std, spread
 from .training import plot_training, summarize
 
@@ -501,7 +501,7 @@ def compare(run_dirs: list[str], out_dir: str, positions=None, names: list[str] 
     check_seed_groups(members, run_dirs)
     if reference is not None and group_name(reference) not in members:
         raise ValueError(f"{setting_name(label, 'reference')}: {reference!r} is none of the models {sorted(members)}")
-    os.makedirs(out_dir, exist_ok=True)  # after the checks: a refused comparison leaves no empty folder
+    mark_output_folder(out_dir)  # after the checks: a refused comparison leaves no folder
     ref = group_name(reference) if reference is not None else list(members)[-1]
     note_replacing(os.path.join(out_dir, "compare.json"))
     figs = [_plot_binned(members, os.path.join(out_dir, "loss_curves.png")),

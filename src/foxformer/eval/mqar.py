@@ -43,7 +43,7 @@ from foxformer.train.optim import learning_rate, param_groups
 from foxformer.train.validation import autocast
 
 from . import plots
-from .outputs import markdown_table, note_replacing, safe_name, write_json, written
+from .outputs import mark_output_folder, markdown_table, note_replacing, safe_name, write_json, written
 
 IGNORE = -100
 LABELS = {"fox-pro": "FoX (Pro)", "transformer-pro": "Transformer (Pro)", "linear-pro": "gated linear attn (Pro)",
@@ -507,6 +507,7 @@ def report(out_dir: str, cfg: MqarConfig) -> dict:
         raise ValueError(f"out: {out_dir!r} holds no MQAR results (run without --report-only first)")
     text = table(results, cfg)
     note_replacing(os.path.join(out_dir, "mqar.json"))
+    mark_output_folder(out_dir)
     write_text(os.path.join(out_dir, "mqar.md"), text)
     figs = [_plot(results, cfg, os.path.join(out_dir, "mqar.png")),
             _plot_training(results, cfg, os.path.join(out_dir, "mqar_training.png"))]
@@ -532,6 +533,7 @@ def run_mqar(cfg: MqarConfig, out_dir: str, *, device: str = "auto", progress: b
         for spec in cfg.models:
             result = run_model(spec, cfg, dev, progress=progress)
             note_replacing(_model_path(out_dir, spec))
+            mark_output_folder(out_dir)  # write_json marks models/, in it
             write_json(_model_path(out_dir, spec), {"task": cfg.task(), "config": asdict(cfg), "device": str(dev),
                                                     "result": result})
             saved.append(os.path.relpath(_model_path(out_dir, spec), out_dir))

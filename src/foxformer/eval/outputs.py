@@ -170,9 +170,11 @@ _STARTED = time.time()
 
 def mark_output_folder(folder: str) -> None:
     """Leave the mark (data.layout.EVAL_MARK) by which a source folder's walk passes over ``folder``: an older
-    `eval loss --out d2/ev1`'s loss.json was read as a document of `--source d2` by the next run. Before the
-    JSON, so that it never lies there unmarked. Only in a folder that holds nothing from before this command
-    (new, empty, or already marked): an --out naming the user's own folder (`--out .`, bias-shift's
+    `eval loss --out d2/ev1`'s loss.json was read as a document of `--source d2` by the next run. Each command
+    leaves it before its first file (its plots, a table, its JSON), after its checks: `eval compare` wrote
+    compare.md before the JSON that marked its folder, and a command cut short between the two left a folder of
+    results unmarked. The folder is made where it is missing. Only in a folder that holds nothing from before this
+    command (new, empty, or already marked): an --out naming the user's own folder (`--out .`, bias-shift's
     `--out shift.json` in a folder of documents) would have had it passed over whole by later walks."""
     mark = os.path.join(folder, EVAL_MARK)
     if os.path.exists(mark):
@@ -214,6 +216,7 @@ def model_outputs(prefix: str, names: Sequence[str], *, label: str = "{}") -> li
 def save_loss(curves: Sequence, out_dir: str, settings: Optional[dict] = None) -> dict:
     """loss.json, loss_curve.png and perplexity.png for LossCurve results of one or more models."""
     at_least_one(curves, "save_loss")
+    mark_output_folder(out_dir)
     files = [os.path.basename(plots.plot_loss_curves(curves, os.path.join(out_dir, "loss_curve.png"))),
              os.path.basename(plots.plot_perplexity(curves, os.path.join(out_dir, "perplexity.png")))]
     data = {"command": "eval loss", "settings": settings or {}, "plots": files,
@@ -225,6 +228,7 @@ def save_loss(curves: Sequence, out_dir: str, settings: Optional[dict] = None) -
 def save_niah(results: Sequence, out_dir: str, settings: Optional[dict] = None) -> dict:
     """niah.json, niah_heatmap.png (generation accuracy, or LL accuracy without generation), niah_ll_heatmap.png."""
     at_least_one(results, "save_niah")
+    mark_output_folder(out_dir)
     files = []
     if all(r.generate for r in results):
         files.append(os.path.basename(plots.plot_niah_heatmaps(results, os.path.join(out_dir, "niah_heatmap.png"))))
@@ -249,6 +253,7 @@ def save_gates(analyses: Sequence[tuple[GateStats, object, object]], out_dir: st
     at_least_one(analyses, "save_gates")
     files, models = [], []
     tags = plot_tags([stats.name for stats, _, _ in analyses], label=label)
+    mark_output_folder(out_dir)
     for (stats, model, tokens), tag in zip(analyses, tags):
         chosen = heads or choose_heads(stats)
         mats = head_matrices(model, tokens, chosen, max_len=matrix_len, label=label)

@@ -63,8 +63,15 @@ def _fmt(x) -> str:
     return "" if x is None else str(x)
 
 
-def _copy_image(src: str, out_dir: str, tag: str) -> str:
+def _assets(out_dir: str) -> None:
+    """Make ``out_dir``/assets for an image, the page's folder marked first (mark_output_folder): the images come
+    before the page, and a report cut short between them left a folder of results unmarked."""
+    mark_output_folder(out_dir)
     os.makedirs(os.path.join(out_dir, "assets"), exist_ok=True)
+
+
+def _copy_image(src: str, out_dir: str, tag: str) -> str:
+    _assets(out_dir)
     rel = os.path.join("assets", f"{tag}_{os.path.basename(src)}")
     shutil.copyfile(src, os.path.join(out_dir, rel))
     return rel
@@ -116,7 +123,7 @@ def _training_blocks(run_dir: str, out_dir: str, tag: str) -> list[Block]:
     ax.set_title(f"Training: {os.path.basename(os.path.normpath(run_dir))}", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    os.makedirs(os.path.join(out_dir, "assets"), exist_ok=True)
+    _assets(out_dir)
     rel = os.path.join("assets", f"{tag}_training.png")
     plots.save_figure(fig, os.path.join(out_dir, rel))
     rows = [[f"last train loss [{unit}]", _fmt(train[-1][1]) if train else ""],
@@ -395,7 +402,8 @@ def build_report(run_dirs: list[str], out_dir: str, *, fmt: str = "md", title: s
     path = os.path.join(out_dir, f"report.{fmt}")
     pages = _recorded_assets(out_dir)  # before the page is replaced: an earlier one's links may be the record
     note_replacing(path)
-    mark_output_folder(out_dir)  # its report.md was read as a document of a source folder holding it
+    # its report.md was read as a document of a source folder holding it; marked already where it has images
+    mark_output_folder(out_dir)
     write_text(path, page)
     _drop_stale_assets(out_dir, os.path.basename(path), [b.text for b in blocks if b.kind == "img"], pages)
     return path
