@@ -128,6 +128,25 @@ def test_a_single_long_item_says_what_it_computes_while_it_runs(monkeypatch, wan
     assert log.getvalue().splitlines() == lines
 
 
+def test_an_item_of_many_units_says_the_units_done_before_it(monkeypatch):
+    """A 21,229-token prompt read in one forward said "prefill: tok 1.00/21.2k running" (the item's number, as for a
+    needle trial, in a bar that counts tokens); it says the tokens read so far, and the chunk it reads."""
+    import time
+
+    import foxformer.progress as progress
+
+    log = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", log)
+    monkeypatch.setattr(progress, "LINE_EVERY_S", 0.05)
+    bar = progress.progress_bar(total=21_229, desc="prefill", unit="tok", unit_scale=True, wanted=False)
+    with progress.working(bar, "21,229 prompt tokens from token 0", 21_229):
+        time.sleep(0.3)
+    bar.update(21_229)
+    lines = log.getvalue().splitlines()
+    assert lines and all(line.startswith("prefill: tok 0/21.2k done, running (21,229 prompt tokens from token 0), ")
+                         for line in lines), lines
+
+
 def test_a_drawn_bar_gets_no_plain_lines_while_an_item_runs(monkeypatch):
     import time
 

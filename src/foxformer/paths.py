@@ -9,6 +9,7 @@ import contextlib
 import fcntl
 import os
 import shutil
+import stat
 import sys
 from collections.abc import Callable
 
@@ -91,10 +92,25 @@ def export_writer(out: str, earlier: bool):
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    _open_as_umask_allows(tmp)
     if earlier:
         print(f"note: replacing the earlier export in {out}", file=sys.stderr)
     shutil.rmtree(out, ignore_errors=True)
     os.replace(tmp, out)
+
+
+def _open_as_umask_allows(folder: str) -> None:
+    """Give each file in ``folder`` the permission bits the umask allows, as open() does: safetensors (0.8.1 on)
+    writes through a temporary file made 0600 and renamed into place, so an export whose config.json anyone could
+    read held a model.safetensors only its owner could (another user, a container's, failed to load it). The umask
+    is read off the folder, which save_pretrained made with os.makedirs under it; bits are only ever added."""
+    allowed = os.stat(folder).st_mode & 0o666
+    for root, _, names in os.walk(folder):
+        for name in names:
+            path = os.path.join(root, name)
+            mode = os.lstat(path).st_mode
+            if stat.S_ISREG(mode) and mode & allowed != allowed:
+                os.chmod(path, stat.S_IMODE(mode) | allowed)
 
 
 class NotText(ValueError):

@@ -45,13 +45,13 @@ def progress_bar(iterable=None, *, total: int | None = None, desc: str, unit: st
     return _Lines(iterable, total, desc, unit, unit_scale)
 
 
-def working(bar, what: str):
+def working(bar, what: str, size: int = 1):
     """A ``with`` around one item of ``bar``'s loop, ``what`` saying what it computes and how big it is ("a
     65,536-token context"): where no bar is drawn, a line at most every LINE_EVERY_S while the item runs. The plain
     lines come as items end, so a single long item (one 100K-token needle trial on a CPU, one big loss batch) said
-    nothing until it ended; a single forward pass gives no place to say more, hence a thread. A drawn bar is left as
-    it is."""
-    return bar.working(what) if isinstance(bar, _Lines) else nullcontext()
+    nothing until it ended; a single forward pass gives no place to say more, hence a thread. ``size``: the units
+    the item adds to the bar (a prompt chunk's tokens). A drawn bar is left as it is."""
+    return bar.working(what, size) if isinstance(bar, _Lines) else nullcontext()
 
 
 class _Lines:
@@ -74,7 +74,8 @@ class _Lines:
         self.close()
 
     def _count(self, n: int) -> str:
-        return tqdm.std.tqdm.format_sizeof(n) if self.unit_scale else f"{n:,}"
+        # below 1000 tqdm's scaling writes 0 as "0.00", a count of units as if a fraction of one
+        return tqdm.std.tqdm.format_sizeof(n) if self.unit_scale and n >= 1000 else f"{n:,}"
 
     def _say(self, n: int, state: str) -> None:
         self.said = now = time.monotonic()
@@ -90,16 +91,21 @@ class _Lines:
         self._say(self.n, "done")
 
     @contextmanager
-    def working(self, what: str):
+    def working(self, what: str, size: int = 1):
         if LINE_EVERY_S <= 0:  # tests' "a line after every item": a beat would write lines without pause
             yield
             return
         stop = threading.Event()
 
         def beat() -> None:
-            # the time left to the next line, counted from the last one (an item's end said its own)
+            # the time left to the next line, counted from the last one (an item's end said its own); an item of
+            # one unit is named by its number ("trial 3/20 running"), one of many by the units done before it: a
+            # 21,229-token prompt read in one forward said "tok 1.00/21.2k running"
             while not stop.wait(max(0.0, self.said + LINE_EVERY_S - time.monotonic())):
-                self._say(self.n + 1, f"running ({what})")
+                if size == 1:
+                    self._say(self.n + 1, f"running ({what})")
+                else:
+                    self._say(self.n, f"done, running ({what})")
 
         thread = threading.Thread(target=beat, daemon=True)
         thread.start()

@@ -134,6 +134,26 @@ def test_a_new_run_says_what_it_trains_and_warns_when_one_step_outgrows_the_data
     assert "warning" not in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("context, noted", [(256, True), (128, False)], ids=["longer-than-every-doc", "fits-one"])
+def test_a_context_longer_than_every_document_is_noted_with_the_longest(tmp_path, capsys, context, noted):
+    """`train --context 16Ki` on documents of a few thousand tokens trained without a word, each sequence several
+    documents strung together; `eval loss --within-docs` refuses such a length. A new run now says so."""
+    data = str(tmp_path / "short")
+    (tmp_path / "docs.jsonl").write_text("".join(json.dumps({"text": f"doc {i:02d}: " + "abc def " * 20}) + "\n"
+                                                 for i in range(40)))  # 168 bytes each
+    prepare(PrepareConfig(sources=[str(tmp_path / "docs.jsonl")], tokenizer="bytes", out_dir=data,
+                          val_fraction=0.1), progress=False)
+    argv = _flags(data, str(tmp_path / "run"), steps=1)
+    argv[argv.index("--context") + 1] = str(context)
+    argv[argv.index("--batch-tokens") + 1] = str(context)
+    assert main(argv) == 0
+    notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("train: note: no document")]
+    assert notes == ([f"train: note: no document of the training split is as long as the context ({context} tokens; "
+                      f"the longest has 168): each sequence strings several documents together, so the model never "
+                      f"sees one document's text further back than that; for long-context training, give longer "
+                      f"documents (or a --context of at most 168)"] if noted else []), notes
+
+
 def test_out_naming_no_run_says_so_and_the_closest_run(make_cfg, data_dir, tmp_path, capsys):
     """`train --out runs/quikc` failed with 'total_tokens / max_steps: set at least one'."""
 

@@ -347,6 +347,25 @@ def test_a_failed_export_leaves_no_half_written_folder(tmp_path, monkeypatch):
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.parametrize("umask", [0o022, 0o077], ids=["shared", "private"])
+def test_an_exports_weights_are_as_readable_as_its_config(tmp_path, umask):
+    """safetensors (0.8.1 on) writes model.safetensors 0600 whatever the umask, and another user (a container's)
+    could not load an export whose config.json they could read; every file of it now has the umask's bits, and a
+    private umask keeps it private."""
+    import stat
+
+    from foxformer.models import FoxForCausalLM
+
+    cfg = get_preset("fox-llama-tiny", vocab_size=64)
+    before = os.umask(umask)
+    try:
+        export_hf(cfg, FoxForCausalLM(cfg).state_dict(), str(tmp_path / "hf"))
+    finally:
+        os.umask(before)
+    modes = {name: stat.S_IMODE(os.stat(tmp_path / "hf" / name).st_mode) for name in os.listdir(tmp_path / "hf")}
+    assert modes["model.safetensors"] == modes["config.json"] == 0o666 & ~umask, modes
+
+
 def test_a_run_on_any_tokenizer_exports_its_document_token_and_tokenizer(make_cfg, tmp_path):
     """A tokenizer whose ids foxformer knows only by loading it (hf:<dir> here, tiktoken:<encoding> alike): the
     run keeps the data's end-of-document id (config.yaml's derived facts), so its export, `foxformer export` later

@@ -176,6 +176,11 @@ class TokenDataset:
         return hits[0]
 
     @property
+    def longest_document(self) -> int:
+        """The text tokens of the split's longest document (its end-of-document token or BOS not counted)."""
+        return int(np.diff(self.doc_offsets).max()) - 1 if self.doc_offsets.size > 1 else 0
+
+    @property
     def eot_id(self) -> int:
         return int(self.manifest["eot_id"])
 

@@ -333,7 +333,8 @@ def stream_tokens(model, input_ids: torch.Tensor, cfg: Optional[GenerationConfig
         for s in range(0, ids.shape[1], chunk):
             masked = {} if mask is None else {"attention_mask": mask[:, :s + chunk]}
             piece = ids[:, s:s + chunk]
-            with _turn(model, shift), working(bar, f"{piece.shape[1]:,} prompt tokens from token {s:,}"):
+            with _turn(model, shift), working(bar, f"{piece.shape[1]:,} prompt tokens from token {s:,}",
+                                                 piece.shape[1]):
                 out = model(input_ids=piece, use_cache=True, logits_to_keep=1, **{cache_kw: cache}, **masked)
             cache = cache_of(out)
             bar.update(piece.shape[1])

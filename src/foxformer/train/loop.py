@@ -55,9 +55,11 @@ def _time_limit(cfg: TrainConfig) -> str:
     return f", at most {minutes:g} minute{'s' * (minutes != 1)}" if minutes is not None else ""
 
 
-def _announce(cfg: TrainConfig, n_params: int, train_tokens: int, restarted: bool = False) -> None:
+def _announce(cfg: TrainConfig, n_params: int, train_tokens: int, restarted: bool = False,
+              longest_doc: int | None = None) -> None:
     """One line on what a new run trains: a mistyped --out starts one with every default, which should show.
-    ``restarted``: out_dir holds a run stopped before its first checkpoint, which starts again from step 0."""
+    ``restarted``: out_dir holds a run stopped before its first checkpoint, which starts again from step 0.
+    ``longest_doc``: the text tokens of the training split's longest document."""
     model = f"the weights of {cfg.init_from}" if cfg.init_from else cfg.preset
     length = f"{cfg.total_steps:,} step{'s' * (cfg.total_steps != 1)} ({cfg.total_steps * cfg.batch_tokens:,} tokens)"
     what = (f"{cfg.out_dir} has no checkpoint yet (stopped before its first), so it starts again from step 0"
@@ -73,6 +75,12 @@ def _announce(cfg: TrainConfig, n_params: int, train_tokens: int, restarted: boo
                    f"the training split of {cfg.data_dir} (each step reads it {cfg.batch_tokens / train_tokens:.1f} "
                    f"times over); lower --batch-tokens (and --context, now {cfg.context}, which it is a multiple "
                    f"of)", file=sys.stderr)
+    if longest_doc is not None and longest_doc < cfg.context:
+        # `--context 16Ki` on short files trained without a word; `eval loss --within-docs` refuses such a length
+        tqdm.write(f"train: note: no document of the training split is as long as the context ({cfg.context:,} "
+                   f"tokens; the longest has {longest_doc:,}): each sequence strings several documents together, so "
+                   f"the model never sees one document's text further back than that; for long-context training, "
+                   f"give longer documents (or a --context of at most {longest_doc:,})", file=sys.stderr)
 
 
 def _announce_resume(cfg: TrainConfig, resume_path: str, step: int, tokens: int) -> None:
@@ -299,7 +307,8 @@ def _open_out_dir(cfg: TrainConfig, info: DistInfo, writer: CheckpointWriter, he
         held.callback(sink.close)
         sink.write({"kind": "start", "step": run.step, "tokens": run.tokens, "resumed_from": resume_path, **derived})
         if loaded is None:
-            _announce(cfg, run.n_params, inputs.train_ds.tokens.size, restarted)
+            _announce(cfg, run.n_params, inputs.train_ds.tokens.size, restarted,
+                      inputs.train_ds.longest_document)
         else:
             _announce_resume(cfg, resume_path, run.step, run.tokens)
     barrier()
