@@ -15,6 +15,8 @@
 #   modelplain  the same, compiled without the fused loss, with transformers' Llama (compiled) as anchor
 #   profile     one compiled training step of FoX (Pro) and Transformer (LLaMA) 125M at 16K under
 #               torch.profiler: where FoX (Pro)'s extra time goes (kernel tables in profile/)
+#   power       FoX (Pro) and Transformer (LLaMA) 125M at 16K, compiled, one after the other, 20 steps each, with the SM
+#               clock and power sampled every 100 ms (scripts/power_clocks.py: each model's clock at the power cap)
 #   headdims    FoX (Pro) and Transformer (LLaMA) 125M at 16K, compiled, each also at the other's head dim (64 / 128),
 #               with a profile of each step (profile_headdims/): how much of FoX's gap is the head dim, not the gate
 #   joint       FoX (Pro) and Transformer (LLaMA) 125M at 16K, compiled, each also with joint_input_projections (the
@@ -217,5 +219,15 @@ decodesplits) step decodesplits 60 $FX bench decode --kernel --preset fox-pro-12
             --num-splits 16,32,64,128,256 --out "$OUT/decode_splits_${GPU}.json" ;;
 decode125) step decode_model 100 $FX bench decode --preset fox-pro-125m --contexts 4096,32768,65536 \
             --batches 1,32 --steps 16 --out "$OUT/decode_model_125m_${GPU}.json" ;;
+power) # one model at a time, 20 timed steps each, with nvidia-smi sampling SM clock and power (UTC timestamps)
+       TZ=UTC nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv,nounits -lms 100 \
+           > "$OUT/smi.csv" 2>&1 & smi=$!
+       for p in fox-pro-125m transformer-llama-125m; do
+           echo "$p start $(date +%s.%N)" >> "$OUT/phases.txt"
+           step "power_$p" 130 $FX bench model --context 16384 --compile --no-anchor --steps 20 --presets "$p" \
+               --no-progress --out "$OUT/model_power_${p}_${GPU}.json"
+           echo "$p end $(date +%s.%N)" >> "$OUT/phases.txt"
+       done
+       kill $smi; python scripts/power_clocks.py "$OUT/smi.csv" "$OUT/phases.txt" --json "$OUT/power_${GPU}.json" ;;
 *) echo "unknown step $s" ;;
 esac; done
