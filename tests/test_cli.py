@@ -231,6 +231,32 @@ def test_foxformers_warnings_are_one_line_under_the_cli_and_pythons_elsewhere(mo
         assert str(python_shown[-1].message).startswith("evict_eps is set") and not capsys.readouterr().err
 
 
+def test_every_option_of_a_token_count_says_what_k_and_ki_mean():
+    """`eval loss --seq-len 1k` ran at 1000 tokens while its help showed only 4Ki: the help of every option that
+    reads a token count (argtypes.count_type) says once, in the same words, what k/M and Ki/Mi mean; no other's."""
+    from foxformer.argtypes import COUNT_SUFFIXES, is_count_type
+    from foxformer.cli import build_parser
+
+    root = build_parser()
+    counted, stray = [], []
+    for parser in [root, *(child for child, _ in _subcommands(root))]:
+        formatter = parser._get_formatter()
+        for action in parser._actions:
+            if not action.option_strings or not action.help:
+                continue
+            name, text = f"{parser.prog} {action.option_strings[0]}", formatter._expand_help(action)
+            if is_count_type(action.type):
+                counted.append(name)
+                assert text.count(COUNT_SUFFIXES) == 1, (name, text)
+            elif COUNT_SUFFIXES in text:
+                stray.append(name)
+    assert stray == []
+    assert {"foxformer eval loss --seq-len", "foxformer eval loss --lengths", "foxformer eval niah --lengths",
+            "foxformer eval compare --positions", "foxformer eval harness --max-length", "foxformer bias-shift --seq-len",
+            "foxformer train --context", "foxformer train --batch-tokens",
+            "foxformer data prepare --max-tokens-per-source"} <= set(counted), counted
+
+
 def test_every_help_gives_the_defaults_a_user_would_otherwise_guess():
     """`generate --temperature` (0.8: sampling) and `eval loss --num-seqs` said nothing of their defaults."""
     import re

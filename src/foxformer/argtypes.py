@@ -1,18 +1,23 @@
 """argparse types for the comma-separated lists the CLI commands take (--lengths 1024,2048 ...), token counts
 with suffixes (``16K`` = 16,000, ``16Ki`` = 16,384, likewise ``M``/``Mi``/``G``/``Gi``/``T``/``Ti``), text with
-backslash escapes (``--stop '\\n'``), the "did you mean" hint of every check that refuses an unknown name, and
-how a check that serves both the Python API and the CLI names a setting (``top_p`` or ``--top-p``); and the
---no-progress flag the commands share."""
+backslash escapes (``--stop '\\n'``), the "did you mean" hint of every check that refuses an unknown name (one
+name, or each of a list's: unknown_words), and how a check that serves both the Python API and the CLI names a
+setting (``top_p`` or ``--top-p``); and the --no-progress flag the commands share."""
 from __future__ import annotations
 
 import argparse
 import difflib
+import functools
 import math
 import re
+import sys
 from typing import Any, Callable
 
 _COUNT = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([KMGT]i?)?\s*$", re.IGNORECASE)
 _SCALE = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
+# What the suffixes mean, said by the help of every option that reads a count (see count_type): `--seq-len 1k`
+# ran at 1000 tokens where the help showed only Ki
+COUNT_SUFFIXES = "k/M: powers of 1000, Ki/Mi: of 1024"
 
 
 def parse_count(value: Any, name: str) -> int:
@@ -80,12 +85,42 @@ def model_specs(text: str) -> list[str]:
     return specs
 
 
+def count_type(kind):
+    """Mark the argparse type ``kind`` as one that reads token counts: the CLI's help formatter then ends the help
+    of each option of it with COUNT_SUFFIXES, so that every such option says it once and in the same words."""
+    kind.count_type = True
+    return kind
+
+
+def is_count_type(kind) -> bool:
+    """Whether ``kind`` (an option's argparse type) was marked by count_type."""
+    return getattr(kind, "count_type", False)
+
+
+@count_type
 def count(text: str) -> int:
     """One token count: 4096, 4Ki, 4K (as the training config takes them)."""
     try:
         return parse_count(text, "count")
     except ValueError as e:
         raise argparse.ArgumentTypeError(f"expected a token count such as 4096 or 4Ki, got {text!r}") from e
+
+
+@count_type
+def length(text: str) -> int:
+    """A sequence length, read as count reads it, with a note on stderr where a k or M made it: "4k" is 4000
+    tokens and runs as such, while a length so written is usually meant as 4Ki = 4096 (`eval loss --seq-len 4k`
+    measured P(l) up to 2048 only). The value typed is kept; the note gives the spelling of the other."""
+    value = count(text)
+    m = _COUNT.match(text)
+    if m and m.group(2) and not m.group(2).lower().endswith("i"):
+        binary = f"{m.group(1)}{m.group(2).upper()}i"
+        try:
+            other = f"; {binary} is {parse_count(binary, 'count'):,}"
+        except ValueError:  # "1.1Ki" is no whole count
+            other = ""
+        print(f"note: {text.strip()} is {value:,} tokens ({COUNT_SUFFIXES}){other}", file=sys.stderr)
+    return value
 
 
 def _int_from(text: str, least: int, said: str) -> int:
@@ -118,21 +153,28 @@ def positive_ints(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"expected comma-separated positive integers, got {text!r}") from None
 
 
+@count_type
 def counts(text: str) -> list[int]:
     """Comma-separated token counts: 1Ki,2048,4K."""
     return [count(x) for x in _items(text)]
 
 
+@count_type
+def lengths(text: str) -> list[int]:
+    """Comma-separated sequence lengths, each read as length reads it."""
+    return [length(x) for x in _items(text)]
+
+
 def distinct(kind):
     """The list type ``kind`` refusing a value given twice: a benchmark timed it twice as separate rows, or (the
     same provider twice) merged the two into one row as if they were rounds."""
+    @functools.wraps(kind)  # its name, in argparse's errors, and its count_type mark
     def parse(text: str) -> list:
         values = kind(text)
         repeated = [v for i, v in enumerate(values) if v in values[:i]]
         if repeated:
             raise argparse.ArgumentTypeError(f"{text!r} gives {repeated[0]!r} more than once")
         return values
-    parse.__name__ = kind.__name__
     return parse
 
 
@@ -178,6 +220,12 @@ def did_you_mean(word, choices) -> str:
     """`` (did you mean 'x'?)`` with the choice closest to ``word``, or "" when none is close."""
     close = difflib.get_close_matches(str(word), list(choices), n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def unknown_words(values, choices) -> str:
+    """Those of ``values`` not among ``choices``, comma-separated, each with its did_you_mean ("'standart' (did you
+    mean 'standard'?)"), or "" where all are known: how every list of names from a fixed set answers a typo."""
+    return ", ".join(f"{v!r}{did_you_mean(v, choices)}" for v in values if v not in choices)
 
 
 def setting_name(label: str, field: str, flag: str | None = None) -> str:

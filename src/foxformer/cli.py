@@ -19,7 +19,7 @@ import socket
 import sys
 import warnings
 
-from .argtypes import SettingError, no_progress_arg
+from .argtypes import COUNT_SUFFIXES, SettingError, is_count_type, no_progress_arg
 from .json_text import print_json
 
 # Each module defines add_commands(subparsers); a command's handler is stored as `func`.
@@ -186,13 +186,18 @@ def _said_default(action: argparse.Action) -> str | None:
 
 class _HelpFormatter(argparse.HelpFormatter):
     """An option's help ends with its default where it has one worth saying and the text does not give it
-    already: `generate --temperature` samples at 0.8 unless told, which a user would not guess."""
+    already: `generate --temperature` samples at 0.8 unless told, which a user would not guess. That of an option
+    reading token counts (argtypes.count_type) then says what k and Ki mean: `--seq-len 1k` is 1000 tokens."""
 
     def _get_help_string(self, action):
         text, said = action.help or "", _said_default(action)
-        if said is None or "default" in text.lower() or text == argparse.SUPPRESS:
+        if text == argparse.SUPPRESS:
             return text
-        return f"{text} (default: {said})"
+        if said is not None and "default" not in text.lower():
+            text = f"{text} (default: {said})"
+        if is_count_type(action.type) and COUNT_SUFFIXES not in text:
+            text = f"{text}; {COUNT_SUFFIXES}"
+        return text
 
 
 def _tag_parsers(parser: argparse.ArgumentParser) -> None:

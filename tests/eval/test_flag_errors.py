@@ -36,7 +36,7 @@ HARNESS = ["eval", "harness", "no-such-run", "--tasks", "lambada_openai"]
     pytest.param([*NIAH, "--depths", "0,1.5"], "--depths: expected a non-empty list of numbers in [0, 1], got "
                                                "[0.0, 1.5]", id="niah-depths"),
     pytest.param([*NIAH, "--modes", "hard"], "--modes: expected a non-empty subset of ('standard', 'easy'), got "
-                                             "['hard']", id="niah-modes"),
+                                             "'hard'", id="niah-modes"),
     pytest.param([*NIAH, "--needles", "0"], "--needles: expected a positive integer (needles per cell), got 0",
                  id="niah-needles"),
     pytest.param([*NIAH, "--seeds", "-1"], "--seeds: expected non-negative integers, got [-1]", id="niah-seeds"),

@@ -21,6 +21,46 @@ def test_lengths_take_the_suffixes_of_the_training_config():
     assert config.parse_count is argtypes.parse_count  # one reading of a count for the whole project
 
 
+@pytest.mark.parametrize("text, tokens", [("1k", 1000), ("1K", 1000), ("1Ki", 1024), ("1ki", 1024), ("2M", 2 * 10**6),
+                                          ("2Mi", 2 * 2**20), ("1.5Ki", 1536), ("4096", 4096)])
+def test_k_and_m_are_powers_of_1000_and_ki_and_mi_of_1024(text, tokens):
+    """As the help of each such option says (argtypes.COUNT_SUFFIXES); a sequence length reads them alike."""
+    assert argtypes.count(text) == tokens and argtypes.length(text) == tokens
+
+
+def test_a_sequence_length_written_with_k_runs_as_typed_and_says_so(capsys):
+    """`eval loss --seq-len 1k` ran at 1000 tokens without a word, where a length so written is usually meant as
+    1Ki (and P(l)'s powers of two then stop at 512): the value is kept, and a note gives the binary spelling."""
+    args = _parsed(["eval", "loss", "m", "--seq-len", "1k", "--lengths", "256,2k,1Ki", "--train-len", "1.1k"])
+    assert args.seq_len == 1000 and args.lengths == [256, 2000, 1024] and args.train_len == 1100
+    said = "(k/M: powers of 1000, Ki/Mi: of 1024)"
+    assert capsys.readouterr().err.splitlines() == [f"note: 1k is 1,000 tokens {said}; 1Ki is 1,024",
+                                                    f"note: 2k is 2,000 tokens {said}; 2Ki is 2,048",
+                                                    f"note: 1.1k is 1,100 tokens {said}"]  # 1.1Ki is no count
+
+
+def test_a_count_that_is_no_sequence_length_takes_k_without_a_note(capsys):
+    """2M documents' tokens are two million as meant: only sequence lengths are noted."""
+    args = _parsed(["data", "prepare", "--max-tokens-per-source", "2M"])
+    assert args.max_tokens_per_source == 2 * 10**6
+    args = _parsed(["eval", "loss", "m", "--seq-len", "4Ki", "--lengths", "512,2048"])
+    assert args.seq_len == 4096 and capsys.readouterr().err == ""
+
+
+def test_an_unknown_niah_mode_is_answered_with_the_closest_one(capsys):
+    """`--modes standart` was refused without the hint --preset and --tokenizer give."""
+    assert main(["eval", "niah", "no-such-run", "--modes", "easy,standart"]) == 2
+    assert capsys.readouterr().err.strip() == ("error: --modes: expected a non-empty subset of ('standard', 'easy'), "
+                                               "got 'standart' (did you mean 'standard'?)")
+
+
+def test_unknown_words_names_each_unknown_word_with_the_closest_choice():
+    choices = ("standard", "easy")
+    assert argtypes.unknown_words(["easy", "standart", "xyz"], choices) == ("'standart' (did you mean "
+                                                                            "'standard'?), 'xyz'")
+    assert argtypes.unknown_words(["easy", "standard"], choices) == ""
+
+
 @pytest.mark.parametrize("lengths", ["256,,512", "256,512,", ""], ids=["double-comma", "trailing-comma", "empty"])
 def test_an_empty_item_in_a_list_is_refused(lengths, capsys):
     """"256,,512" ran the grid at 256 and 512 only: the length the typo lost went unnoticed."""

@@ -44,8 +44,9 @@ def test_train_help_gives_each_flags_default_and_allowed_values_without_torch():
     text = " ".join(done.stdout.split())  # argparse wraps lines
     assert text.endswith("HEAVY []"), text[-300:]
     assert f"--lr LR config key lr (default: {TrainConfig.lr:g})" in text
-    assert f"--context CONTEXT config key context (default: {TrainConfig.context})" in text
-    assert "config key batch_tokens (default: 512Ki = 524288; token counts accept" in text
+    assert (f"--context CONTEXT config key context (default: {TrainConfig.context}); k/M: powers of 1000, Ki/Mi: "
+            f"of 1024") in text
+    assert "config key batch_tokens (default: 512Ki = 524288); k/M: powers of 1000, Ki/Mi: of 1024" in text
     assert "config key schedule, one of cosine, linear, constant (default: cosine)" in text
     assert "config key device, one of auto, cpu, cuda, cuda:N (default: auto)" in text
     assert "config key max_steps (default: unset)" in text
@@ -58,8 +59,7 @@ def test_train_help_gives_each_flags_default_and_allowed_values_without_torch():
                         "checkpoint folder: continue from that one"),
     ("--micro-batch-size MICRO_BATCH_SIZE", "config key micro_batch_size (default: 0); sequences each rank runs in "
                                             "one forward and backward pass"),
-    ("--eval-tokens EVAL_TOKENS", "config key eval_tokens (default: unset; token counts accept 16Ki, 512Ki, 2.5Gi, "
-                                  "1M); validation tokens at each evaluation"),
+    ("--eval-tokens EVAL_TOKENS", "config key eval_tokens (default: unset); validation tokens at each evaluation"),
     ("--tokenizer TOKENIZER", "config key tokenizer (default: unset); the run trains with the one its dataset was "
                               "prepared with (manifest.json): given, it is only checked against that one"),
     ("--init-from INIT_FROM", "config key init_from (default: unset); start from this model's weights and "
@@ -68,12 +68,11 @@ def test_train_help_gives_each_flags_default_and_allowed_values_without_torch():
                                   "training in this invocation, with a checkpoint"),
     ("--no-progress", "set progress: false (default: true): a progress bar on a terminal; the step lines on stdout "
                       "are printed either way"),
-    ("--checkpoint-every-tokens CHECKPOINT_EVERY_TOKENS", "config key checkpoint_every_tokens (default: unset; token "
-                                                          "counts accept 16Ki, 512Ki, 2.5Gi, 1M); unset: a tenth of "
-                                                          "the horizon, at least one step"),
+    ("--checkpoint-every-tokens CHECKPOINT_EVERY_TOKENS", "config key checkpoint_every_tokens (default: unset); "
+                                                          "unset: a tenth of the horizon, at least one step"),
     ("--keep-last KEEP_LAST", "config key keep_last (default: 2); the newest checkpoints kept"),
-    ("--eval-every-tokens EVAL_EVERY_TOKENS", "config key eval_every_tokens (default: unset; token counts accept "
-                                              "16Ki, 512Ki, 2.5Gi, 1M); unset: a tenth of the horizon"),
+    ("--eval-every-tokens EVAL_EVERY_TOKENS", "config key eval_every_tokens (default: unset); unset: a tenth of "
+                                              "the horizon"),
     ("--roll", "set roll: true (default: false): rotate each training sequence by a random offset"),
     ("--compile", "set compile: true (default: false): torch.compile the model"),
     ("--activation-checkpointing", "set activation_checkpointing: true (default: false): recompute each block's "

@@ -11,8 +11,8 @@ import importlib
 import math
 import sys
 
-from foxformer.argtypes import (did_you_mean, distinct, no_progress_arg, non_negative_int, positive_int, positive_ints,
-                                words)
+from foxformer.argtypes import (distinct, no_progress_arg, non_negative_int, positive_int, positive_ints,
+                                unknown_words, words)
 from foxformer.paths import check_output_dir, check_output_file
 
 # foxformer: the op as users call it (backend "auto": the Gluon kernels on H100 / H200, the chunked torch backend on
@@ -118,10 +118,9 @@ def _seqlens(text: str) -> list[int]:
 @distinct
 def _providers(text: str) -> list[str]:
     names = words(text)
-    unknown = [f"{n!r}{did_you_mean(n, PROVIDERS)}" for n in names if n not in PROVIDERS]
+    unknown = unknown_words(names, PROVIDERS)
     if unknown:
-        raise argparse.ArgumentTypeError(f"unknown provider(s) {', '.join(unknown)}; choose from "
-                                         f"{', '.join(PROVIDERS)}")
+        raise argparse.ArgumentTypeError(f"unknown provider(s) {unknown}; choose from {', '.join(PROVIDERS)}")
     return names
 
 
@@ -387,15 +386,14 @@ def _check_decode(args) -> None:
     if args.gate_tmax is not None and not (args.gate_tmax > 0 and math.isfinite(args.gate_tmax)):
         raise ValueError(f"--gate-tmax must be a finite number > 0, got {args.gate_tmax}")
     # each unknown name with the closest known one, as an unknown preset or provider is answered
-    bad = [f"{d!r}{did_you_mean(d, FoxCache.DECODE_MODES)}" for d in args.decode if d not in FoxCache.DECODE_MODES]
+    bad = unknown_words(args.decode, FoxCache.DECODE_MODES)
     if bad:
         raise ValueError(f"--decode: expected comma-separated decode paths from {', '.join(FoxCache.DECODE_MODES)}, "
-                         f"got {', '.join(bad)}")
+                         f"got {bad}")
     anchors = args.anchors.split(",") if args.anchors != "auto" else []
-    bad = [f"{a!r}{did_you_mean(a, HF_PATHS)}" for a in anchors if a and a not in HF_PATHS]
+    bad = unknown_words(filter(None, anchors), HF_PATHS)
     if bad:
-        raise ValueError(f"--anchors must be auto or comma-separated from {', '.join(HF_PATHS)}, got "
-                         f"{', '.join(bad)}")
+        raise ValueError(f"--anchors must be auto or comma-separated from {', '.join(HF_PATHS)}, got {bad}")
     if len(set(anchors)) < len(anchors):
         raise ValueError(f"--anchors names an anchor more than once: {args.anchors!r}")
     if args.profile and args.kernel:

@@ -7,7 +7,7 @@ import json
 import os
 import sys
 
-from foxformer.argtypes import count, counts, distinct, floats, ints, model_specs, no_progress_arg, words
+from foxformer.argtypes import distinct, floats, ints, length, lengths, model_specs, no_progress_arg, words
 from foxformer.json_text import print_json
 from foxformer.paths import check_output_dir
 
@@ -29,7 +29,7 @@ def _model_args(p: argparse.ArgumentParser, several: bool = True) -> None:
     p.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA, fp32 on CPU) | fp32 | bf16 | fp16")
     p.add_argument("--attention-backend", default=None,
                    help="override the attention backend of the model" + ("s" if several else ""))
-    p.add_argument("--train-len", type=count, default=None,
+    p.add_argument("--train-len", type=length, default=None,
                    help="training context length, e.g. 2048 or 2Ki (read from the run's config.yaml when omitted)")
     p.add_argument("--out", default=None, help="output folder (default: RUN_DIR/eval for one run dir, else runs/eval)")
     no_progress_arg(p, "loading the weights, the evaluation's own")
@@ -65,7 +65,7 @@ def _text_args(p: argparse.ArgumentParser, seq_len: int, num: int) -> None:
     _text_field_arg(p, "with --source: ", default=None)
     skip_bad_files_arg(p, "--source")
     p.add_argument("--tokenizer", default=None, help="tokenizer for --source (default: the run's, else gpt2)")
-    p.add_argument("--seq-len", type=count, default=seq_len, help="tokens per sequence, e.g. 4096 or 4Ki")
+    p.add_argument("--seq-len", type=length, default=seq_len, help="tokens per sequence, e.g. 4096 or 4Ki")
     p.add_argument("--num-seqs", type=int, default=num, help="number of sequences")
 
 
@@ -449,7 +449,7 @@ def add_commands(subparsers) -> None:
     _text_args(p, seq_len=2048, num=64)
     p.add_argument("--batch-size", type=int, default=1, help="sequences per forward pass")
     # a repeat was dropped without a word (P(l) is one value per l), like the flag's typo it usually is
-    p.add_argument("--lengths", type=distinct(counts), default=None,
+    p.add_argument("--lengths", type=distinct(lengths), default=None,
                    help="context lengths l for P(l), each once, e.g. 512,1Ki,2Ki; results list them in ascending "
                         "order, as the plots do (default: powers of 2)")
     p.add_argument("--smooth", type=int, default=None,
@@ -474,7 +474,7 @@ def add_commands(subparsers) -> None:
     skip_bad_files_arg(p, "--haystack")
     p.add_argument("--tokenizer", default=None,
                    help="tokenizer of the haystack, needles and answers (default: the run's, else gpt2)")
-    p.add_argument("--lengths", type=counts, default=[1024, 2048, 4096], help="context lengths, e.g. 1Ki,2Ki,4Ki")
+    p.add_argument("--lengths", type=lengths, default=[1024, 2048, 4096], help="context lengths, e.g. 1Ki,2Ki,4Ki")
     p.add_argument("--depths", type=floats, default=[0.0, 0.25, 0.5, 0.75, 1.0], help="needle depths in [0, 1]")
     p.add_argument("--modes", type=words, default=["standard", "easy"], help="standard,easy")
     p.add_argument("--needles", type=int, default=2, help="needles (key/value pairs) per cell")
@@ -498,7 +498,7 @@ def add_commands(subparsers) -> None:
     p.add_argument("--limit", type=float, default=None, help="examples per task (or fraction if < 1)")
     p.add_argument("--batch-size", "--batch_size", type=int, default=8,
                    help="loglikelihood requests per forward pass (rolling and generation requests go one at a time)")
-    p.add_argument("--max-length", "--max_length", type=count, default=None,
+    p.add_argument("--max-length", "--max_length", type=length, default=None,
                    help="context window (default: training length, else 2048)")
     p.add_argument("--metadata", default=None, help="JSON passed to lm_eval tasks (e.g. RULER's tokenizer)")
     p.add_argument("--include-path", "--include_path", default=None,
@@ -523,7 +523,7 @@ def add_commands(subparsers) -> None:
                    help="a folder where `eval loss` wrote loss.json (it or its eval/ folder holds it; where both "
                         "do, its own, with a note naming both), or that loss.json file")
     p.add_argument("--names", type=words, default=None, help="comma-separated labels, one per model")
-    p.add_argument("--positions", type=distinct(counts), default=None,
+    p.add_argument("--positions", type=distinct(lengths), default=None,
                    help="token positions p of the table, powers of two (its columns: the octaves p/2 < i <= p), "
                         "e.g. 1Ki,4Ki (default: the last five powers of two within the evaluated length)")
     p.add_argument("--reference", default=None, help="model name the loss differences are taken to (default: last)")

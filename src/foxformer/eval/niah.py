@@ -25,7 +25,7 @@ from typing import Optional, Protocol, Sequence
 import numpy as np
 import torch
 
-from foxformer.argtypes import setting_name
+from foxformer.argtypes import setting_name, unknown_words
 from foxformer.data.tokenizer import start_ids
 from foxformer.models.calls import cache_of, fresh_cache, model_device, vocab_size_of
 from foxformer.progress import progress_bar, working
@@ -299,9 +299,9 @@ def check_grid(lengths, depths, modes, needles: int, seeds, max_new_tokens: Opti
                          f"{lengths!r}")
     if not depths or any(not 0.0 <= float(d) <= 1.0 for d in depths):
         raise ValueError(f"{name('depths')}: expected a non-empty list of numbers in [0, 1], got {depths!r}")
-    bad = [m for m in modes if m not in MODES]
+    bad = unknown_words(modes, MODES)
     if not modes or bad:
-        raise ValueError(f"{name('modes')}: expected a non-empty subset of {MODES}, got {list(modes)!r}")
+        raise ValueError(f"{name('modes')}: expected a non-empty subset of {MODES}, got {bad or 'none'}")
     if isinstance(needles, bool) or not isinstance(needles, int) or needles < 1:
         raise ValueError(f"{name('needles')}: expected a positive integer (needles per cell), got {needles!r}")
     if not seeds:

@@ -8,7 +8,7 @@ import sys
 import time
 import warnings
 
-from foxformer.argtypes import ESCAPES, count, escaped, floats, no_progress_arg, positive_int
+from foxformer.argtypes import ESCAPES, escaped, floats, length, no_progress_arg, positive_int
 from foxformer.paths import check_output_file, read_text, write_json
 
 # How the API's checks name a setting in this module's errors (argtypes.setting_name): by its flag.
@@ -317,9 +317,9 @@ def add_commands(subparsers) -> None:
                    help="with --source: the JSONL field / Parquet column of the text (default: text)")
     skip_bad_files_arg(p, "--source")
     # token counts as eval's flags take them: "--seq-len 4Ki" was refused here alone
-    p.add_argument("--seq-len", type=count, default=4096, help="tokens per sequence, e.g. 4096 or 4Ki")
+    p.add_argument("--seq-len", type=length, default=4096, help="tokens per sequence, e.g. 4096 or 4Ki")
     p.add_argument("--num-seqs", type=int, default=8, help="sequences of --seq-len tokens the loss is averaged over")
-    p.add_argument("--train-len", type=count, default=None,
+    p.add_argument("--train-len", type=length, default=None,
                    help="training context, e.g. 2048 or 2Ki (default: the run's)")
     p.add_argument("--bins", type=positive_int, default=16, help="position bins of the binned loss (default 16)")
     p.add_argument("--out", default=None,

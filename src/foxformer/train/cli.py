@@ -7,7 +7,7 @@ import os
 import shlex
 import sys
 
-from ..argtypes import no_progress_arg
+from ..argtypes import count_type, no_progress_arg
 from ..json_text import print_json
 
 # flag -> config key; every flag is optional and only overrides what the YAML (or the defaults) say. Each is kept
@@ -38,7 +38,7 @@ def _flags_given(args: argparse.Namespace) -> dict:
 def _typed_text(key: str):
     """The argparse type of ``key``'s flag: the text as given, refused while parsed where TrainConfig cannot type
     it (`--lr abc` was refused only once torch had loaded, seconds later)."""
-    from .config import typed_value
+    from .config import COUNT_KEYS, typed_value
 
     def check(text: str) -> str:
         try:
@@ -46,7 +46,7 @@ def _typed_text(key: str):
         except ValueError as e:
             raise argparse.ArgumentTypeError(str(e).removeprefix(f"{key}: ")) from None
         return text
-    return check
+    return count_type(check) if key in COUNT_KEYS else check  # its help then says what k and Ki mean
 
 
 def _same_value(key: str, flag_text: str, set_value) -> bool:
@@ -413,10 +413,8 @@ def add_commands(subparsers) -> None:
 
     p.add_argument("--config", help="YAML file with TrainConfig keys")
     for flag, key in _FLAGS.items():
-        counts = "token counts accept 16Ki, 512Ki, 2.5Gi, 1M" if "tokens" in key else ""
         # default=None: a flag not given leaves the YAML's (or a continued run's) value, so the help says the default
-        p.add_argument(flag, default=None, type=_typed_text(key),
-                       help=f"config key {key}{describe_key(key, counts)}")
+        p.add_argument(flag, default=None, type=_typed_text(key), help=f"config key {key}{describe_key(key)}")
     for flag, key in _SWITCHES.items():
         p.add_argument(flag, action="store_true", help=f"set {key}: true{describe_key(key)}")
     p.add_argument("--model", action="append", metavar="KEY=VALUE", help="FoxConfig override (repeatable)")

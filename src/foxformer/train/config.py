@@ -318,14 +318,13 @@ _MEANINGS = {
 }
 
 
-def describe_key(key: str, note: str = "") -> str:
+def describe_key(key: str) -> str:
     """What `foxformer train --help` adds to a key's name: the values it takes where the config fixes them, and
-    its default (then ``note``) and what it does (_MEANINGS), e.g. ``", one of cosine, linear, constant (default:
-    cosine): the learning rate rises ..."``."""
+    its default and what it does (_MEANINGS), e.g. ``", one of cosine, linear, constant (default: cosine): the
+    learning rate rises ..."``."""
     allowed = {**CHOICES, "device": DEVICES + ("cuda:N",)}.get(key)
     choices = f", one of {', '.join(allowed)}" if allowed else ""
-    return (f"{choices} (default: {shown_default(key)}{'; ' + note if note else ''})"
-            f"{_MEANINGS.get(key, '')}")
+    return f"{choices} (default: {shown_default(key)}){_MEANINGS.get(key, '')}"
 
 
 def _check_keys(keys, where: str) -> None:
