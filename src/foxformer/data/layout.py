@@ -58,9 +58,11 @@ EVAL_RESULT_KEYS = (
 _RESULTS_AT_MOST = 256 * 2**20
 
 
-def _eval_results(path: str) -> bool:
-    """Whether ``path`` is a JSON file of eval results (EVAL_RESULT_KEYS). Its first line is "{", as eval writes
-    its JSON indented: a JSON Lines file of documents is told apart from its first two bytes, not read whole."""
+def eval_results_file(path: str) -> bool:
+    """Whether ``path`` is a JSON file of eval results (EVAL_RESULT_KEYS): in a folder of older results, or one
+    left among the user's documents, whose refusal as JSON Lines says what it is. Its first line is "{", as eval
+    writes its JSON indented: a JSON Lines file of documents is told apart from its first two bytes, not read
+    whole."""
     try:
         if os.path.getsize(path) > _RESULTS_AT_MOST:
             return False
@@ -95,7 +97,7 @@ def eval_results_in(folder: str, documents: Callable[[str], bool]) -> list[str]:
                     continue
                 elif entry.name.endswith(".md"):
                     tables.append(entry.name)
-                elif entry.name.endswith(".json") and _eval_results(entry.path):
+                elif entry.name.endswith(".json") and eval_results_file(entry.path):
                     told.append(entry.name)
                 else:
                     return []

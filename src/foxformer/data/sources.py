@@ -34,7 +34,8 @@ from ..paths import BINARY_HEAD, NotText, decode_utf8
 from ..progress import progress_bar
 from . import jsonl
 from .digests import read_digests
-from .layout import MANIFEST, eval_output_folder, eval_results_in, model_folder, prepared_dataset, saved_hf_dataset
+from .layout import (EVAL_MARK, MANIFEST, eval_output_folder, eval_results_file, eval_results_in, model_folder,
+                     prepared_dataset, saved_hf_dataset)
 from .unreadable import PREPARE_WITHOUT, UnreadableFile, refusal, skipped_note
 
 TEXT_SUFFIXES = (".txt", ".md", ".rst", ".text")
@@ -403,6 +404,20 @@ def _leave_out(spec: str) -> str:
     return f"move it out of {spec!r}" if os.path.isdir(spec) else "leave it out"
 
 
+def _eval_results_said(path: str, spec: str) -> str:
+    """The refusal of ``path``, a JSON file of eval results (layout.eval_results_file), as a document file of
+    ``spec``: an eval's loss.json written among the documents, before eval marked its folders, was refused as a
+    pretty-printed JSON value with jq commands to make documents of it."""
+    said = (f"{path} is the results of one of foxformer's eval commands (one JSON value, as they write it), not "
+            f"documents")
+    if not os.path.isdir(spec):
+        return f"{said}: give the documents to read (a file, a folder of them, or a built-in corpus such as " \
+               f"builtin:pydoc)"
+    return (f"{said}: move it out of {spec!r}, or keep eval's results in a folder of their own (--out): a folder "
+            f"inside a source holding nothing but eval's results, or an empty file named {EVAL_MARK}, is passed "
+            f"over by every foxformer command")
+
+
 def _iter_file(path: str, spec: str, text_field: str) -> Iterator[Document]:
     try:
         yield from _read_file(path, spec, text_field)
@@ -457,12 +472,19 @@ def _read_file(path: str, spec: str, text_field: str) -> Iterator[Document]:
         del data  # a long document's bytes beside its text: twice the memory while it is tokenized
         yield Document(id=path, source=spec, text=text)
     elif kind == "jsonl":
-        with _open_binary(path) as fh:
-            comp = _strip_compression(path)[1]
-            for doc_id, where, text in jsonl.rows(fh, path, text_field, comp and COMPRESSIONS[comp],
-                                                   _leave_out(spec), in_folder=os.path.isdir(spec),
-                                                   head=partial(_head, path)):
-                yield Document(id=doc_id, source=spec, text=text, where=where)
+        try:
+            with _open_binary(path) as fh:
+                comp = _strip_compression(path)[1]
+                for doc_id, where, text in jsonl.rows(fh, path, text_field, comp and COMPRESSIONS[comp],
+                                                       _leave_out(spec), in_folder=os.path.isdir(spec),
+                                                       head=partial(_head, path)):
+                    yield Document(id=doc_id, source=spec, text=text, where=where)
+        except UnreadableFile:
+            raise
+        except SettingError:
+            if path.endswith(".json") and eval_results_file(path):
+                raise SettingError("source", _eval_results_said(path, spec)) from None
+            raise
     elif kind == "parquet":
         try:
             import pyarrow.parquet as pq
