@@ -125,7 +125,9 @@ def _add_demo(sub) -> None:
                                    "loss L(i), and write a PNG and a Markdown report. Rerunning resumes or reuses "
                                    "whatever is already finished.")
     p.add_argument("--minutes", type=float, default=3.0,
-                   help="training minutes of the whole demo, shared by the two models (default 3)")
+                   help="about how many minutes the whole demo takes: preparing the data, measuring the speed, training and "
+                        "evaluating both models (each gets as many tokens as fit), the report; not counted: Python "
+                        "loading torch before the demo's first line (default 3)")
     p.add_argument("--out", default="runs/demo", help="run directory (report.md and demo.png land here)")
     # no argparse choices: they refused cuda:N, which run_demo takes (its device check names this flag)
     p.add_argument("--device", default="auto",

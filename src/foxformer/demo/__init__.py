@@ -1,24 +1,27 @@
 """`foxformer demo`: the project's main job, end to end on the built-in corpus.
 
 prepare the SymPy-source corpus -> train a tiny FoX (Pro) and a tiny Transformer (Pro) for the same number of
-tokens (about ``--minutes`` for the two together) -> evaluate validation loss and per-position loss L(i) -> one PNG
-and a Markdown report in the run directory. Rerunning resumes or reuses whatever is already finished.
+tokens, as many as the whole demo's ``--minutes`` hold (demo.budget) -> evaluate validation loss and per-position
+loss L(i) -> one PNG and a Markdown report in the run directory. Rerunning resumes or reuses whatever is already finished.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
 import sys
 import time
+from typing import Callable
 
 import numpy as np
 import torch
 
-from .argtypes import SettingError
-from .json_text import json_text
-from .paths import write_text
+from ..argtypes import SettingError
+from ..json_text import json_text
+from ..paths import write_text
+from . import budget
 
 MODELS = ("fox-pro-tiny", "transformer-pro-tiny")
 LABELS = {"fox-pro-tiny": "FoX (Pro)", "transformer-pro-tiny": "Transformer (Pro)"}
@@ -38,24 +41,23 @@ def _device_defaults(device: str) -> dict:
             "eval_tokens": 2**17}
 
 
-def _probe_tokens_per_s(preset: str, geo: dict, device: str, vocab_size: int) -> float:
-    """Time one training step of ``preset`` (after a warm-up step) on ``device`` ("cuda:1": that GPU) to size the
-    token budget."""
-    from .models import FoxForCausalLM, get_preset
-    from .train.validation import autocast
+def _probe_step(preset: str, geo: dict, device: str, vocab_size: int) -> Callable[[], int]:
+    """A fresh ``preset`` on ``device`` ("cuda:1": that GPU) and a call that takes one training step of it at the
+    demo's geometry and returns the step's tokens."""
+    from ..models import FoxForCausalLM, get_preset
+    from ..train.validation import autocast
 
     torch.manual_seed(0)
     model = FoxForCausalLM(get_preset(preset, vocab_size=vocab_size)).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    # probe at the size training will run (a larger batch is slower per token on a CPU)
+    # at the size training will run (a larger batch is slower per token on a CPU)
     mbs = geo["micro_batch_size"] or max(1, geo["batch_tokens"] // geo["context"])
     x = torch.randint(0, vocab_size, (mbs, geo["context"]), device=device)
     gpu = torch.device(device).type == "cuda"
-    times = []
-    for _ in range(3):
+
+    def step() -> int:
         if gpu:
             torch.cuda.synchronize(device)
-        t0 = time.time()
         with autocast(torch.device(device), bf16=gpu):  # as the training it sizes runs
             loss = model(x, labels=x).loss
         loss.backward()
@@ -63,35 +65,57 @@ def _probe_tokens_per_s(preset: str, geo: dict, device: str, vocab_size: int) ->
         opt.zero_grad(set_to_none=True)
         if gpu:
             torch.cuda.synchronize(device)
-        times.append(time.time() - t0)
-    return mbs * geo["context"] / min(times[1:])
+        return x.numel()
+
+    return step
 
 
-def _plan(out: str, minutes: float, device: str, geo: dict, vocab_size: int, log) -> dict:
-    """Same token budget for both models, from the slower one's measured speed on ``device``; saved so reruns
-    agree. The plan records the device's type: another GPU of the machine ("cuda:1") keeps the plan."""
+def _measure(geo: dict, device: str, vocab_size: int, seconds: float) -> dict:
+    """Each model's tokens/s on ``device``, measured for about ``seconds``."""
+    steps = {p: _probe_step(p, geo, device, vocab_size) for p in MODELS}
+    return budget.measure_speeds(steps, time.monotonic, seconds)
+
+
+# validations while a model trains (and one at its end): the plan reserves their time
+_EVALS = 6
+
+
+def _cadence(plan: dict) -> dict:
+    """The TrainConfig keys of how often a demo run validates and saves, and on how many tokens."""
+    total, batch = plan["total_tokens"], plan["batch_tokens"]
+    return {"eval_tokens": min(plan["eval_tokens"], 2 * batch), "eval_every_tokens": max(batch, total // _EVALS),
+            "checkpoint_every_tokens": max(batch, total // 4)}
+
+
+def _plan(out: str, clocked: budget.Clocked, device: str, geo: dict, vocab_size: int, log) -> dict:
+    """Same token budget for both models, sized from their measured speeds on ``device`` to what is left of the
+    demo's minutes; saved so reruns agree. The plan records the device's type: another GPU of the machine
+    ("cuda:1") keeps the plan."""
     path = os.path.join(out, "demo_plan.json")
     kind = torch.device(device).type
+    minutes = clocked.minutes
     wanted = {"minutes": minutes, "device": kind, **{k: v for k, v in geo.items() if k != "eval_tokens"}}
     if os.path.exists(path):
         with open(path, encoding="utf-8") as f:
             plan = json.load(f)
         if all(plan.get(k) == v for k, v in wanted.items()):
+            log(f"reusing the plan of {path}: the steps of the run it began")
             return {**plan, "eval_tokens": geo["eval_tokens"]}
         if any(os.path.isdir(os.path.join(out, p)) for p in MODELS):
             raise SettingError("out", lambda name: f"{out!r} holds demo runs made with another plan ({path}); use "
                                                    f"another {name('out')} or delete it (nothing was overwritten)")
-    # Two interleaved rounds, each model's faster: other load on a shared machine during one model's probe would
-    # shrink the whole demo (a CI clone beside a test run planned 149 steps instead of ~340, forty-fifth session).
-    probes = [(p, _probe_tokens_per_s(p, geo, device, vocab_size)) for _ in range(2) for p in MODELS]
-    speeds = {p: max(s for q, s in probes if q == p) for p in MODELS}
-    log("measured speed: " + ", ".join(f"{p} {s:,.0f} tok/s" for p, s in speeds.items()))
-    # --minutes is the whole demo's training time: each model gets the same tokens, so the time per token of the
-    # two adds up. 80%: the probe misses evaluation and checkpoint time.
-    budget = 0.8 * 60 * minutes / sum(1 / s for s in speeds.values())
-    steps = max(4, int(budget // geo["batch_tokens"]))
-    plan = {"minutes": minutes, "device": kind, **geo, "total_tokens": steps * geo["batch_tokens"],
-            "speeds": speeds}
+    speeds = _measure(geo, device, vocab_size, budget.MEASURE_SHARE * 60 * minutes)
+    log("measured speed (after warm-up steps): " + ", ".join(f"{p} {s:,.0f} tok/s" for p, s in speeds.items()))
+    left = clocked.left_s()
+    during = _cadence({**geo, "total_tokens": 0})["eval_tokens"]
+    shares = budget.share_out(left, speeds, geo["batch_tokens"],
+                              geo["eval_tokens"] + (_EVALS + 1) * during)
+    if shares.overrun:
+        log(f"warning: {max(left, 0) / 60:.2f} of the {minutes:g} minutes were left after preparing the data and "
+            f"measuring the speed, too few for {budget.MIN_STEPS} steps of each model and their evaluation: each "
+            f"trains {budget.MIN_STEPS} steps and the demo takes longer than --minutes")
+    plan = {"minutes": minutes, "device": kind, **geo, "total_tokens": shares.steps * geo["batch_tokens"],
+            "speeds": speeds, "shares": dataclasses.asdict(shares)}
     write_text(path, json.dumps(plan, indent=2))  # a rerun reads it back: a truncated one would stop it
     return plan
 
@@ -113,7 +137,7 @@ def _plot(out: str, results: dict, tokenizer: str) -> str:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .train.metrics import read_metrics
+    from ..train.metrics import read_metrics
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
     for preset, res in results.items():
@@ -186,7 +210,7 @@ def _report(out: str, plan: dict, data_manifest: dict, results: dict, png: str, 
 def _train_config(preset: str, device: str, geo: dict, **run):
     """A TrainConfig of ``preset`` at the demo's tokenizer and geometry (``geo``, or the plan made of it);
     ``run``: its other keys."""
-    from .train.config import TrainConfig
+    from ..train.config import TrainConfig
 
     return TrainConfig(preset=preset, tokenizer=geo["tokenizer"], context=geo["context"],
                        batch_tokens=geo["batch_tokens"], micro_batch_size=geo["micro_batch_size"], lr=geo["lr"],
@@ -216,11 +240,11 @@ def run_demo(out: str = "runs/demo", minutes: float = 3.0, device: str = "auto",
     ``overrides`` replaces entries of the device defaults (tokenizer, context, batch_tokens, micro_batch_size,
     lr, eval_tokens).
     """
-    from .data.dataset import TokenDataset
-    from .data.preparation import PrepareConfig, prepare
-    from .train.distributed import init_distributed, resolve_device
-    from .train.loop import train
-    from .train.validation import evaluate
+    from ..data.dataset import TokenDataset
+    from ..data.preparation import PrepareConfig, prepare
+    from ..train.distributed import init_distributed, resolve_device
+    from ..train.loop import train
+    from ..train.validation import evaluate
 
     # isfinite: inf and nan pass `<= 0` and only failed after data preparation and probing, as a NaN cast
     if not isinstance(minutes, (int, float)) or not math.isfinite(minutes) or minutes <= 0:
@@ -250,6 +274,9 @@ def run_demo(out: str = "runs/demo", minutes: float = 3.0, device: str = "auto",
         print(f"[demo] {msg}", file=sys.stderr, flush=True)
 
     t0 = time.time()
+    clocked = budget.Clocked.starting(minutes, time.monotonic)
+    log(f"about {minutes:g} minute{'s' * (minutes != 1)} in all: preparing the data, measuring the speed, training "
+        f"and evaluating both models, the report (not counted: Python loading torch before this line)")
     data_dir = os.path.join(out, f"data-{geo['tokenizer'].replace(':', '_').replace('/', '_')}")
     log(f"preparing the built-in corpus into {data_dir}")
     manifest = prepare(PrepareConfig(sources=sources or ["builtin:sympy"], out_dir=data_dir,
@@ -259,22 +286,30 @@ def run_demo(out: str = "runs/demo", minutes: float = 3.0, device: str = "auto",
         # Triton launches its kernels on the current GPU: the speed probe's tensors lay on another one. Training
         # makes the run's GPU current too (init_distributed)
         torch.cuda.set_device(where)
-    plan = _plan(out, minutes, device, geo, vocab_size, log)
-    log(f"plan: {plan['total_tokens']:,} tokens per model at context {plan['context']}")
+    plan = _plan(out, clocked, device, geo, vocab_size, log)
+    log(f"plan: {plan['total_tokens'] // plan['batch_tokens']:,} steps ({plan['total_tokens']:,} tokens) per model "
+        f"at context {plan['context']}")
     results = {}
     for preset in MODELS:
         run_dir = os.path.join(out, preset)
-        log(f"training {preset} -> {run_dir}")
+        # a plan of an earlier version has no shares: its runs go on without a limit
+        shares = budget.Shares(**plan["shares"]) if "shares" in plan else None
+        limit = None if shares is None else budget.run_limit(preset, clocked.left_s(), shares)
+        said = "" if shares is None else (f": about {shares.minutes[preset]:.2f} of the demo's {minutes:g} "
+                                          f"minute{'s' * (minutes != 1)}"
+                                          + (f", training at most {limit:g}" if limit is not None else ""))
+        log(f"training {preset} -> {run_dir}{said}")
         cfg = _train_config(preset, device, plan, data_dir=data_dir, out_dir=run_dir,
-                            total_tokens=plan["total_tokens"], max_minutes=1.5 * minutes + 0.25,
-                            eval_tokens=min(plan["eval_tokens"], 2 * plan["batch_tokens"]),
-                            eval_every_tokens=max(plan["batch_tokens"], plan["total_tokens"] // 6),
-                            checkpoint_every_tokens=max(plan["batch_tokens"], plan["total_tokens"] // 4),
+                            total_tokens=plan["total_tokens"], max_minutes=limit, **_cadence(plan),
                             progress=progress, log_every=10)
         summary = train(cfg)
+        if summary.get("time_limit"):
+            log(f"warning: {preset} reached its time limit ({limit:g} minutes) after {summary['step']:,} of "
+                f"{plan['total_tokens'] // plan['batch_tokens']:,} steps: it trained slower than measured (other load "
+                f"on the machine?), so the two models did not see the same tokens")
         log(f"evaluating {preset}")
-        from .models import FoxForCausalLM
-        from .models.calls import hf_progress
+        from ..models import FoxForCausalLM
+        from ..models.calls import hf_progress
 
         with hf_progress(progress):  # transformers' loading bar wrote its frames into a log off a terminal
             model = FoxForCausalLM.from_pretrained(summary["hf_dir"]).to(device)
@@ -291,5 +326,5 @@ def run_demo(out: str = "runs/demo", minutes: float = 3.0, device: str = "auto",
                "models": {p: {k: v for k, v in r.items() if k != "per_position"} for p, r in results.items()}}
     write_text(os.path.join(out, "demo_summary.json"),
                json_text({**summary, "per_position": {p: r["per_position"] for p, r in results.items()}}))
-    log(f"done in {wall / 60:.1f} min: {report}")
+    log(f"done in {wall / 60:.1f} minutes ({minutes:g} planned): {report}")
     return summary
