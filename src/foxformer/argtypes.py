@@ -112,15 +112,28 @@ def length(text: str) -> int:
     tokens and runs as such, while a length so written is usually meant as 4Ki = 4096 (`eval loss --seq-len 4k`
     measured P(l) up to 2048 only). The value typed is kept; the note gives the spelling of the other."""
     value = count(text)
-    m = _COUNT.match(text)
-    if m and m.group(2) and not m.group(2).lower().endswith("i"):
-        binary = f"{m.group(1)}{m.group(2).upper()}i"
-        try:
-            other = f"; {binary} is {parse_count(binary, 'count'):,}"
-        except ValueError:  # "1.1Ki" is no whole count
-            other = ""
-        print(f"note: {text.strip()} is {value:,} tokens ({COUNT_SUFFIXES}){other}", file=sys.stderr)
+    if note := decimal_length_note(text):
+        print(f"note: {note}", file=sys.stderr)
     return value
+
+
+def decimal_length_note(value: Any) -> str | None:
+    """What length notes of a sequence length written with a k or M ("4k is 4,000 tokens (...); 4Ki is 4,096"),
+    for each command that reads one (train's context too); None for any other value, a number not written as
+    text among them."""
+    m = _COUNT.match(value) if isinstance(value, str) else None
+    if not (m and m.group(2) and not m.group(2).lower().endswith("i")):
+        return None
+    binary = f"{m.group(1)}{m.group(2).upper()}i"
+    try:
+        tokens = parse_count(value, "count")
+    except ValueError:  # no count at all: the check that reads it refuses it
+        return None
+    try:
+        other = f"; {binary} is {parse_count(binary, 'count'):,}"
+    except ValueError:  # "1.1Ki" is no whole count
+        other = ""
+    return f"{value.strip()} is {tokens:,} tokens ({COUNT_SUFFIXES}){other}"
 
 
 def _int_from(text: str, least: int, said: str) -> int:

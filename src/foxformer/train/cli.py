@@ -139,6 +139,7 @@ def _train_run(args: argparse.Namespace, signals) -> int:
     if args.config is None and out_dir and not saved and not {"data_dir", "total_tokens", "max_steps"} & set(overrides):
         raise ValueError(_no_run_to_continue(out_dir))
     continuing = args.config is None and saved  # load_config's base is then the run's config.yaml
+    _note_a_decimal_context(args, overrides)  # before the config's checks, whose refusal it may explain
     cfg = None
     try:
         try:
@@ -170,6 +171,20 @@ def _train_run(args: argparse.Namespace, signals) -> int:
     if summary.get("stopped_by"):  # every rank: torchrun reports the first status that is not 0
         return exit_status(summary["stopped_by"])
     return 0
+
+
+def _note_a_decimal_context(args: argparse.Namespace, overrides: dict) -> None:
+    """The note eval's lengths give (argtypes.decimal_length_note) where the context was written with a k or M,
+    by a flag, --set or the --config file: `--context 4k` trained at 4000 tokens without a word, where 4Ki was
+    meant. Once for the job. A run's saved config.yaml holds the count itself, so continuing a run says nothing."""
+    from ..argtypes import decimal_length_note
+    from .elastic import says_for_the_job
+
+    given = overrides["context"] if "context" in overrides else (
+        _keys(_saved_yaml(args.config)).get("context") if args.config is not None else None)
+    note = decimal_length_note(given)
+    if note and says_for_the_job():
+        print(f"train: note: context {note}", file=sys.stderr)
 
 
 def _say_summary(summary: dict, cfg) -> None:
