@@ -7,7 +7,7 @@ import os
 import shlex
 import sys
 
-from ..argtypes import count_type, no_progress_arg
+from ..argtypes import count_type, decimal_length_note, no_progress_arg
 from ..json_text import print_json
 
 # flag -> config key; every flag is optional and only overrides what the YAML (or the defaults) say. Each is kept
@@ -177,7 +177,6 @@ def _note_a_decimal_context(args: argparse.Namespace, overrides: dict) -> None:
     """The note eval's lengths give (argtypes.decimal_length_note) where the context was written with a k or M,
     by a flag, --set or the --config file: `--context 4k` trained at 4000 tokens without a word, where 4Ki was
     meant. Once for the job. A run's saved config.yaml holds the count itself, so continuing a run says nothing."""
-    from ..argtypes import decimal_length_note
     from .elastic import says_for_the_job
 
     given = overrides["context"] if "context" in overrides else (
