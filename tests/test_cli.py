@@ -165,6 +165,27 @@ def test_a_command_not_there_says_where_it_is_or_the_closest(argv, hint):
     assert out.returncode == 2 and hint in out.stderr, out.stderr
 
 
+@pytest.mark.parametrize("argv,line", [
+    (["eval", "loss", "RUN", "--split", "trian"],
+     "foxformer eval loss: error: argument --split: invalid choice: 'trian' (choose from 'train', 'val') "
+     "(did you mean 'train'?)"),
+    (["report", "RUN", "--format", "htm"],
+     "foxformer report: error: argument --format: invalid choice: 'htm' (choose from 'md', 'html') "
+     "(did you mean 'html'?)"),
+    (["bench", "model", "--dtype", "bf61"],
+     "foxformer bench model: error: argument --dtype: invalid choice: 'bf61' (choose from 'bf16', 'fp16', 'fp32') "
+     "(did you mean 'bf16'?)"),
+], ids=["eval-loss-split", "report-format", "bench-model-dtype"])
+def test_an_option_value_not_among_its_choices_says_the_closest(argv, line, capsys):
+    """Only a misspelled command got a did-you-mean; an option's choices got argparse's bare "invalid choice"."""
+    from foxformer import cli
+
+    with pytest.raises(SystemExit) as stopped:
+        cli.main(argv)
+    assert stopped.value.code == cli.USER_ERROR_EXIT
+    assert capsys.readouterr().err.splitlines()[-1] == line
+
+
 def test_a_user_error_is_one_line_and_debug_shows_the_traceback(tmp_path, monkeypatch):
     bad = tmp_path / "bad.yaml"
     bad.write_text("preset: fox-pro-tiny\nlr: [0.1\nmax_steps: 2\n")
@@ -327,6 +348,32 @@ def test_a_refused_flag_under_torchrun_is_said_once_and_named_in_torchruns_summa
         line = "foxformer train: error: argument --lr: expected a number, got 'abc'"
         assert (err.startswith("usage: foxformer train") and err.endswith(line + "\n")) if rank == "0" else err == ""
         assert json.loads((tmp_path / f"error{rank}.json").read_text())["message"]["message"] == line
+
+
+def test_no_command_under_torchrun_is_a_refusal_reported_to_the_job(monkeypatch, capsys):
+    """`torchrun ... -m foxformer.cli` with no command printed the help on every rank and exited 2, but left no
+    failure in torchrun's store, so the other hosts' ranks waited until dist_timeout_minutes."""
+    from foxformer import cli
+    from foxformer.train import distributed
+
+    reported = []
+    monkeypatch.setattr(distributed, "report_early_failure", reported.append)
+    monkeypatch.delenv("TORCHELASTIC_ERROR_FILE", raising=False)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    for rank in ("0", "1"):
+        monkeypatch.setenv("RANK", rank)
+        with pytest.raises(SystemExit) as stopped:
+            cli.main([])
+        assert stopped.value.code == cli.USER_ERROR_EXIT
+        out, err = capsys.readouterr()
+        assert not out
+        if rank == "0":
+            assert err.startswith("usage: foxformer") and "presets" in err, err
+            assert err.endswith("foxformer: error: a command is required\n"), err
+        else:
+            assert err == ""
+    assert reported == [f"the command line on host {cli.socket.gethostname()} was refused: "
+                        "foxformer: a command is required"] * 2
 
 
 @pytest.mark.parametrize("world, command, refused", [("2", "foxformer train", False),

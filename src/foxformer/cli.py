@@ -19,7 +19,7 @@ import socket
 import sys
 import warnings
 
-from .argtypes import COUNT_SUFFIXES, SettingError, is_count_type, no_progress_arg
+from .argtypes import COUNT_SUFFIXES, SettingError, did_you_mean, is_count_type, no_progress_arg
 from .json_text import print_json
 
 # Each module defines add_commands(subparsers); a command's handler is stored as `func`.
@@ -170,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
         module.add_commands(sub)
     _add_model_commands(sub)
     _tag_parsers(parser)
-    _hint_commands(parser, _command_paths(parser))
+    _hint_choices(parser, _command_paths(parser))
     return parser
 
 
@@ -229,33 +229,35 @@ def _command_paths(parser: argparse.ArgumentParser) -> dict[str, list[str]]:
     return paths
 
 
-_INVALID_CHOICE = re.compile(r"invalid choice: '([^']*)' \(choose from (.*)\)$")
+# argparse's refusal of a value not among an argument's choices, which it names as _get_action_name does
+_INVALID_CHOICE = re.compile(r"^argument (.+?): invalid choice: '([^']*)' \(choose from .*\)$")
 
 
-def _hint_commands(parser: argparse.ArgumentParser, paths: dict[str, list[str]]) -> None:
-    """A subcommand's parser and those below it say, for a command it does not have, where that command is
-    (eval's "report": the report is a command of its own, `foxformer report`) or the closest one it has ("evl":
-    did you mean "eval"?)."""
+def _hint_choices(parser: argparse.ArgumentParser, paths: dict[str, list[str]]) -> None:
+    """Each parser's refusal of a value not among an argument's choices ends with the closest choice
+    (`--split trian`: did you mean 'train'?; "evl": did you mean "eval"?), or, for a command this parser does not
+    have, where that command is (eval's "report": the report is a command of its own, `foxformer report`)."""
+    by_name = {argparse._get_action_name(a): a for a in parser._actions if a.choices is not None}
+    error = parser.error
+
+    def with_hint(message, error=error):
+        found = _INVALID_CHOICE.search(message)
+        action = by_name.get(found.group(1)) if found else None
+        if action is not None:
+            word = found.group(2)
+            elsewhere = ([p for p in paths.get(word, []) if p.rsplit(" ", 1)[0] != parser.prog]
+                         if isinstance(action, argparse._SubParsersAction) else [])
+            if elsewhere:
+                message += f"; {word!r} is {' or '.join(f'`{p}`' for p in elsewhere)}"
+            else:
+                message += did_you_mean(word, [str(c) for c in action.choices])
+        error(message)
+
+    parser.error = with_hint
     for action in parser._actions:
-        if not isinstance(action, argparse._SubParsersAction):
-            continue
-        error = parser.error
-
-        def with_hint(message, error=error, choices=list(action.choices)):
-            found = _INVALID_CHOICE.search(message)
-            if found:
-                name = found.group(1)
-                elsewhere = [p for p in paths.get(name, []) if p.rsplit(" ", 1)[0] != parser.prog]
-                close = difflib.get_close_matches(name, choices, n=1)
-                if elsewhere:
-                    message += f"; {name!r} is {' or '.join(f'`{p}`' for p in elsewhere)}"
-                elif close:
-                    message += f"; did you mean {close[0]!r}?"
-            error(message)
-
-        parser.error = with_hint
-        for child in set(action.choices.values()):
-            _hint_commands(child, paths)
+        if isinstance(action, argparse._SubParsersAction):
+            for child in set(action.choices.values()):
+                _hint_choices(child, paths)
 
 
 def _parse(parser: argparse.ArgumentParser, argv: list[str] | None):
@@ -271,6 +273,8 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str] | None):
             if close:
                 hints.append(f"{extra}: did you mean {close[0]}?")
         own.error(f"unrecognized arguments: {' '.join(extras)}" + (f" ({'; '.join(hints)})" if hints else ""))
+    if not getattr(args, "func", None):  # `foxformer` alone: a refusal as argparse's are (under torchrun: reported)
+        own.exit(USER_ERROR_EXIT, f"{own.format_help()}{own.prog}: error: a command is required\n")
     return args, own
 
 
@@ -386,9 +390,6 @@ def _main(argv: list[str] | None) -> int:
 
     parser = build_parser()
     args, own = _parse_once(parser, argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return USER_ERROR_EXIT
     refused = _one_of_several(own.prog)
     if refused:
         say_error(f"error: {refused}")
