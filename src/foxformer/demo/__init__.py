@@ -273,7 +273,6 @@ def run_demo(out: str = "runs/demo", minutes: float = 3.0, device: str = "auto",
     def log(msg: str) -> None:
         print(f"[demo] {msg}", file=sys.stderr, flush=True)
 
-    t0 = time.time()
     clocked = budget.Clocked.starting(minutes, time.monotonic)
     log(f"about {minutes:g} minute{'s' * (minutes != 1)} in all: preparing the data, measuring the speed, training "
         f"and evaluating both models, the report (not counted: Python loading torch before this line)")
@@ -289,11 +288,11 @@ def run_demo(out: str = "runs/demo", minutes: float = 3.0, device: str = "auto",
     plan = _plan(out, clocked, device, geo, vocab_size, log)
     log(f"plan: {plan['total_tokens'] // plan['batch_tokens']:,} steps ({plan['total_tokens']:,} tokens) per model "
         f"at context {plan['context']}")
+    # a plan of an earlier version has no shares: its runs go on without a limit
+    shares = budget.Shares(**plan["shares"]) if "shares" in plan else None
     results = {}
     for preset in MODELS:
         run_dir = os.path.join(out, preset)
-        # a plan of an earlier version has no shares: its runs go on without a limit
-        shares = budget.Shares(**plan["shares"]) if "shares" in plan else None
         limit = None if shares is None else budget.run_limit(preset, clocked.left_s(), shares)
         said = "" if shares is None else (f": about {shares.minutes[preset]:.2f} of the demo's {minutes:g} "
                                           f"minute{'s' * (minutes != 1)}"
@@ -320,7 +319,7 @@ def run_demo(out: str = "runs/demo", minutes: float = 3.0, device: str = "auto",
         results[preset] = {**summary, "val_loss": loss, "per_position": per_pos.tolist()}
         del model
     png = _plot(out, results, plan["tokenizer"])
-    wall = time.time() - t0
+    wall = clocked.elapsed_s()
     report = _report(out, plan, manifest, results, png, wall)
     summary = {"out": out, "report": report, "plot": png, "plan": plan, "wall_s": wall,
                "models": {p: {k: v for k, v in r.items() if k != "per_position"} for p, r in results.items()}}

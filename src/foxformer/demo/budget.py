@@ -37,8 +37,11 @@ class Clocked:
     def starting(cls, minutes: float, clock: Callable[[], float]) -> "Clocked":
         return cls(minutes, clock, clock())
 
+    def elapsed_s(self) -> float:
+        return self.clock() - self.start
+
     def left_s(self) -> float:
-        return 60 * self.minutes - (self.clock() - self.start)
+        return 60 * self.minutes - self.elapsed_s()
 
 
 def measure_speeds(steps: dict[str, Callable[[], int]], clock: Callable[[], float], seconds: float) -> dict[str, float]:
